@@ -1,0 +1,1 @@
+"""Subcommands of the ``exactattn`` CLI, one module per group; each has ``register``."""

@@ -1,0 +1,157 @@
+"""Certified decimals: every printed digit is the correctly rounded one.
+
+A value is printed at ``places`` decimal places, rounded to nearest.  Exact
+rationals are rounded exactly, with ties going to the even last digit (the
+rule of IEEE 754 and Python's ``round``).  Every other value exactactn prints
+(a share or an output that is not rational) is transcendental, so it never
+sits on a rounding boundary: we enclose it in an ``arb`` ball, round both ends
+of the ball, and if they disagree we double the working precision and redo the
+enclosure (Ziv's strategy) until they agree.  The digits never come from a
+binary float.
+
+Possible issues: ``arb.str``, sympy ``N(x, 4)``, mpmath ``nstr`` and ``%.4f``
+all print a wrong last digit for a value within 1e-25 of a boundary; they are
+not used here.
+
+>>> round_fraction(Fraction(1, 8), 2)      # a tie: to even
+'0.12'
+>>> round_fraction(Fraction(-2, 3), 4)
+'-0.6667'
+>>> from flint import arb
+>>> certify(lambda prec: arb(2).sqrt(), 4)
+'1.4142'
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable
+
+from .errors import InputError
+
+__all__ = ["MAX_PREC", "certify", "check_places", "format_exact", "round_fraction",
+           "working_precision", "arb_to_fraction"]
+
+START_PREC = 64
+MAX_PREC = 1 << 16
+
+
+def check_places(places) -> int:
+    """Validate a number of decimal places (0..50)."""
+    if isinstance(places, bool) or not isinstance(places, int) or not 0 <= places <= 50:
+        raise InputError(f"digits must be an integer from 0 to 50 (got {places!r})")
+    return places
+
+
+def _format_scaled(k: int, places: int) -> str:
+    """Format the integer k / 10**places as a decimal string (no negative zero)."""
+    sign = "-" if k < 0 else ""
+    k = abs(k)
+    if places == 0:
+        return f"{sign}{k}"
+    digits = str(k).rjust(places + 1, "0")
+    return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def _round_scaled(q: Fraction, places: int) -> int:
+    """round(q * 10**places) with ties to even, exactly."""
+    return round(q * 10 ** places)  # Fraction.__round__ is exact, half-even
+
+
+def round_fraction(q: Fraction, places: int) -> str:
+    """Round an exact rational to ``places`` decimals (ties to even).
+
+    >>> round_fraction(Fraction(25, 8), 4)
+    '3.1250'
+    """
+    check_places(places)
+    return _format_scaled(_round_scaled(Fraction(q), places), places)
+
+
+def format_exact(q: Fraction) -> str | None:
+    """The exact decimal of a rational when it terminates, else None.
+
+    >>> format_exact(Fraction(25, 16)), format_exact(Fraction(1, 3))
+    ('1.5625', None)
+    """
+    q = Fraction(q)
+    den = q.denominator
+    twos = fives = 0
+    while den % 2 == 0:
+        den //= 2
+        twos += 1
+    while den % 5 == 0:
+        den //= 5
+        fives += 1
+    if den != 1:
+        return None
+    places = max(twos, fives)
+    text = _format_scaled(int(q * 10 ** places), places)
+    return text
+
+
+def arb_to_fraction(x) -> Fraction:
+    """The exact value of an exact (radius 0) arb, e.g. ``x.lower()``."""
+    man, exp = x.man_exp()
+    man, exp = int(man), int(exp)
+    return Fraction(man * 2 ** exp) if exp >= 0 else Fraction(man, 2 ** -exp)
+
+
+class working_precision:
+    """Context manager setting python-flint's arb precision (bits), restoring it."""
+
+    def __init__(self, prec: int):
+        self.prec = prec
+
+    def __enter__(self):
+        from flint import ctx
+        self.saved = ctx.prec
+        ctx.prec = self.prec
+        return self
+
+    def __exit__(self, *exc):
+        from flint import ctx
+        ctx.prec = self.saved
+        return False
+
+
+def _decide(ball, places: int):
+    """The rounded integer if both ends of ``ball`` round alike, else None."""
+    if not ball.is_finite():
+        return None
+    if ball.rad() == 0:
+        return _round_scaled(arb_to_fraction(ball.mid()), places)
+    lo = _round_scaled(arb_to_fraction(ball.lower()), places)
+    hi = _round_scaled(arb_to_fraction(ball.upper()), places)
+    return lo if lo == hi else None
+
+
+def certify(ball: Callable[[int], object], places: int, *,
+            exact: Callable[[], Fraction | None] | None = None,
+            start_prec: int = START_PREC) -> str:
+    """Correctly rounded decimal of a value given by enclosures.
+
+    ``ball(prec)`` must return an ``arb`` enclosing the value when computed at
+    ``prec`` bits.  ``exact()`` (optional) returns the value as a ``Fraction``
+    when it is rational, or None; it is consulted only if the enclosures have
+    not decided the rounding by ``MAX_PREC`` bits, which happens only for a
+    rational value lying exactly on a rounding boundary.
+
+    Raises:
+        InputError: the rounding could not be decided (a rational value on a
+            boundary with no ``exact`` given).
+    """
+    check_places(places)
+    prec = start_prec
+    while prec <= MAX_PREC:
+        with working_precision(prec):
+            k = _decide(ball(prec), places)
+        if k is not None:
+            return _format_scaled(k, places)
+        prec *= 2
+    q = exact() if exact is not None else None
+    if q is None:
+        raise InputError(
+            f"value could not be rounded to {places} places from enclosures "
+            f"up to {MAX_PREC} bits; it may be an exact tie, pass its exact form")
+    return round_fraction(q, places)

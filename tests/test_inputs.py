@@ -1,0 +1,113 @@
+"""Bad heads, bad tokens and bad spec files: one library error each, with the fix named."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exactattn import FloatInputError, Head, InputError, ShapeError, SpecError, attend
+from exactattn.examples import chronicle
+from exactattn.spec import load, loads
+
+DATA = Path(__file__).parent / "data"
+I2 = [[1, 0], [0, 1]]
+
+
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    (dict(W_Q=I2, W_K=[[1, 0, 0], [0, 1, 0]], W_V=I2), ShapeError,
+     r"W_K must be 2 x 2 in the slots layout \(got 2 x 3\)"),
+    (dict(W_Q=[[1, 0], [0, 1], [1, 1]], W_K=I2, W_V=I2, layout="rows"), ShapeError,
+     r"W_K must be 3 x 2 in the rows layout \(got 2 x 2\)"),
+    (dict(W_Q=[[1, 0], [1]], W_K=I2, W_V=I2), ShapeError, "equal length"),
+    (dict(W_Q=[], W_K=I2, W_V=I2), ShapeError, "at least one row"),
+    (dict(W_Q=I2, W_K=I2, W_V=[[1, "x"], [0, 1]]), InputError, r"W_V\[0\]\[1\] must be a number"),
+    (dict(W_Q=I2, W_K=I2, W_V=I2, layout="columns"), InputError,
+     r"layout must be 'slots' or 'rows' \(got 'columns'\)"),
+    (dict(W_Q=I2, W_K=I2, W_V=I2, divisor="0"), InputError, "divisor must be a positive"),
+    (dict(W_Q=I2, W_K=I2, W_V=I2, divisor=-2), InputError, "divisor must be a positive"),
+    (dict(W_Q=I2, W_K=I2, W_V=I2, divisor="two"), InputError, "divisor must be a positive"),
+    (dict(W_Q=[[0.5, 0], [0, 1]], W_K=I2, W_V=I2), FloatInputError, r"W_Q\[0\]\[0\] is a binary float"),
+    (dict(W_Q=[["nan", 0], [0, 1]], W_K=I2, W_V=I2), InputError, "must be finite"),
+    (dict(W_Q=I2, W_K=I2, W_V=I2, causal="yes"), InputError, "causal must be true or false"),
+])
+def test_bad_heads(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        Head(**kwargs)
+
+
+@pytest.mark.parametrize("x, error, pattern", [
+    ([], ShapeError, "at least one token"),
+    ([[1, 0, 0]], ShapeError, r"token 1 must have d_model = 2 numbers \(got 3\)"),
+    ([[1, 0], [1]], ShapeError, "equal length"),
+    ([[0.1, 0]], FloatInputError, r"pass '0.1' as a string"),
+    ([[float("inf"), 0]], InputError, "must be finite"),
+])
+def test_bad_tokens(x, error, pattern):
+    with pytest.raises(error, match=pattern):
+        attend(Head(I2, I2, I2), x)
+
+
+def test_errors_are_builtin_subclasses():
+    assert issubclass(ShapeError, ValueError)
+    assert issubclass(FloatInputError, TypeError) and issubclass(FloatInputError, ValueError)
+
+
+def test_unknown_engine():
+    with pytest.raises(InputError, match="engine must be one of"):
+        attend(Head(I2, I2, I2), [[1, 0]], engine="gpu")
+
+
+def test_spec_files_agree_in_both_layouts():
+    ref = chronicle()
+    t_ref = attend(ref.head, ref.x)
+    for name in ("chronicle_slots.json", "chronicle_rows.toml"):
+        ex = load(DATA / name)
+        t = attend(ex.head, ex.x)
+        assert t.raw_scores == t_ref.raw_scores
+        assert t.shares == t_ref.shares and t.outputs == t_ref.outputs
+        assert [tok.id for tok in ex.tokens] == [331, 48, 383, 55]
+
+
+GOOD = {"tokens": [{"x": [1, 0]}], "W_Q": I2, "W_K": I2, "W_V": I2}
+
+
+@pytest.mark.parametrize("doc, error, pattern", [
+    ({**GOOD, "colour": 1}, SpecError, "unknown key 'colour'"),
+    ({k: v for k, v in GOOD.items() if k != "W_K"}, SpecError, "W_K is missing"),
+    ({**GOOD, "tokens": [[1, 0]]}, SpecError, r'tokens\[0\] must be an object with "x"'),
+    ({**GOOD, "tokens": []}, SpecError, "tokens must be a non-empty list"),
+    ({**GOOD, "tokens": [{"x": [1, 0], "id": "a"}]}, SpecError, r"tokens\[0\].id must be an integer"),
+    ({**GOOD, "layout": "cols"}, InputError, "layout must be"),
+    ({**GOOD, "divisor": 0}, InputError, "divisor must be"),
+    ({**GOOD, "tokens": [{"x": [1, 0, 1]}]}, ShapeError, "token 1 must have d_model = 2"),
+    ([1, 2], SpecError, "top level must be"),
+])
+def test_bad_spec_documents(doc, error, pattern):
+    with pytest.raises(error, match=pattern):
+        loads(json.dumps(doc))
+
+
+def test_spec_decimal_literals_are_read_from_text():
+    ex = loads('{"tokens": [{"x": [0.1, 0.2]}], "W_Q": [[1, 0]], "W_K": [[1, 0]], "W_V": [[1, 0]]}')
+    assert [str(v) for v in ex.x[0]] == ["1/10", "1/5"]
+
+
+@pytest.mark.parametrize("text, fmt, pattern", [
+    ('{"tokens": [', "json", "not valid JSON"),
+    ('{"tokens": [{"x": [NaN]}], "W_Q": [[1]], "W_K": [[1]], "W_V": [[1]]}', "json", "NaN is not allowed"),
+    ("tokens = [", "toml", "not valid TOML"),
+])
+def test_truncated_or_bad_spec_text(text, fmt, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        loads(text, fmt=fmt)
+
+
+def test_missing_and_unreadable_spec_files(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load(tmp_path / "nope.json")
+    with pytest.raises(SpecError, match="is a directory"):
+        load(tmp_path)
+    bad = tmp_path / "bin.json"
+    bad.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SpecError, match="could not be read"):
+        load(bad)

@@ -5,26 +5,52 @@
 a 512-token vocabulary, each given four hand-typed numbers (slots: bare digit,
 carries a year, carries a count, how much of a sentence it stands for).
 
+The others are the worked material of SPEC section 6:
+
+* ``tiny``: two tokens of width two in the rows layout (``q = x @ W_Q``),
+  x1 = (0.8, -0.6), x2 = (0.2, 1.0).  Compared raw (``x . x``) each token
+  favours itself; after the two different projections W_Q and W_K each
+  favours the other.
+* ``bank-river`` and ``bank-loan``: words as two numbers (money, nature),
+  "bank" at (1/2, 1/2), queries, keys and values equal to the word vectors.
+  The same "bank" lands nearer nature in the river sentence and nearer money
+  in the loan sentence (the two sentences are mirror images).
+* ``self-match``: four rows of width 16 (orthogonal +-1 rows, so
+  ``x . x = 16`` and ``x . y = 0``).  Raw, every position keeps most of its
+  attention (a row dotted with itself is a sum of squares); after two
+  different projections each query picks the previous token.
+
+``tiny`` and ``self-match`` carry ``extra_sections``: the raw self-match
+beside the projected scores, which ``square`` and ``walkthrough`` print.
+
+Exactness: every entry is an integer or a decimal read from its text
+("0.8" is exactly 4/5); no binary float is involved.
+
 >>> ex = example("chronicle")
 >>> [t.text for t in ex.tokens]
 ['year 4', '0', ': 235 hobbs standing in The Hollow, 17', '7']
 >>> ex.head.divisor
 2
+>>> sorted(EXAMPLES)
+['bank-loan', 'bank-river', 'chronicle', 'self-match', 'tiny']
 >>> example("nope")
 Traceback (most recent call last):
 ...
-exactattn.errors.InputError: example must be one of chronicle (got 'nope')
+exactattn.errors.InputError: example must be one of bank-loan, bank-river, chronicle, self-match, tiny (got 'nope')
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Callable
 
 from .errors import InputError
+from .digits import format_exact
 from .head import Head
 
-__all__ = ["EXAMPLES", "Example", "Token", "chronicle", "example"]
+__all__ = ["EXAMPLES", "Example", "Token", "bank_loan", "bank_river", "chronicle", "example",
+           "raw_match", "self_match", "tiny"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +76,9 @@ class Example:
     focus: int = 1  # 0-based query shown "in vs out" in the scores table
     explain: tuple[int, int] = (1, 0)  # 0-based (query, key) for --explain by default
     source: str = ""
+    #: optional ``f(example, trace, places) -> list[Section]`` that ``square`` and
+    #: ``walkthrough`` print after their own tables (e.g. :func:`raw_match`)
+    extra_sections: Callable | None = None
 
 
 def chronicle() -> Example:
@@ -73,7 +102,182 @@ def chronicle() -> Example:
         source="the chronicle worked example (SPEC section 2)")
 
 
-EXAMPLES: dict[str, Callable[[], Example]] = {"chronicle": chronicle}
+def _identity(n: int) -> list[list[int]]:
+    return [[int(r == c) for c in range(n)] for r in range(n)]
+
+
+def tiny() -> Example:
+    """Two tokens of width two, rows layout (SPEC section 6); W_V is the identity.
+
+    x1 = (0.8, -0.6), x2 = (0.2, 1.0); W_Q = [[1, 0], [-1, 1]], W_K = [[0, 1],
+    [1, 0]] (``q = x @ W_Q``).  Raw, x1.x1 = 1 > x1.x2 = -0.44 and x2.x2 = 1.04
+    > -0.44: each token favours itself.  Projected, q1.k2 = 1.28 > q1.k1 = -1.32
+    and q2.k1 = 1.28 > q2.k2 = -0.6: each favours the other.
+
+    >>> from exactattn.head import attend
+    >>> t = attend(tiny().head, tiny().x)
+    >>> [[str(s) for s in row] for row in t.raw_scores]
+    [['-33/25', '32/25'], ['32/25', '-3/5']]
+    """
+    from .exact import to_matrix
+    head = Head(W_Q=[[1, 0], [-1, 1]], W_K=[[0, 1], [1, 0]], W_V=_identity(2), layout="rows")
+    x = [["0.8", "-0.6"], ["0.2", "1.0"]]
+    return Example(
+        name="tiny", title="two tokens of width two, rows layout (x @ W)",
+        head=head, tokens=[Token("x1"), Token("x2")], x=to_matrix(x, name="x"),
+        slot_names=["x[1]", "x[2]"], focus=0, explain=(0, 1),
+        source="the two-token, width-two head (SPEC section 6)", extra_sections=raw_match)
+
+
+_MONEY_NATURE = ["money", "nature"]
+
+
+def _bank(name: str, words: list[tuple[str, str, str]], title: str) -> Example:
+    from .exact import to_matrix
+    head = Head(W_Q=_identity(2), W_K=_identity(2), W_V=_identity(2), layout="rows")
+    bank = [w for w, _, _ in words].index("bank")
+    other = next(i for i, (w, _, _) in enumerate(words) if w in ("river", "money"))
+    return Example(
+        name=name, title=title, head=head, tokens=[Token(w) for w, _, _ in words],
+        x=to_matrix([[m, n] for _, m, n in words], name="x"), slot_names=_MONEY_NATURE,
+        focus=bank, explain=(bank, other),
+        source="words as two numbers (money, nature), 'bank' at (1/2, 1/2) (SPEC section 6)")
+
+
+def bank_river() -> Example:
+    """"the river bank flooded": where "bank" (1/2, 1/2) lands among nature words.
+
+    Queries, keys and values equal the word vectors (W_Q = W_K = W_V = I);
+    (money, nature): the (0, 0), river (0, 1), bank (1/2, 1/2), flooded (0, 3/4).
+
+    >>> ex = bank_river()
+    >>> ex.tokens[ex.focus].text, [str(v) for v in ex.x[ex.focus]]
+    ('bank', ['1/2', '1/2'])
+    """
+    return _bank("bank-river", [("the", "0", "0"), ("river", "0", "1"),
+                                ("bank", "1/2", "1/2"), ("flooded", "0", "3/4")],
+                 "the river bank flooded")
+
+
+def bank_loan() -> Example:
+    """"the bank lent money": the same "bank" (1/2, 1/2) among money words.
+
+    The mirror image of :func:`bank_river` (money and nature swapped):
+    the (0, 0), bank (1/2, 1/2), lent (3/4, 0), money (1, 0).
+
+    >>> [t.text for t in bank_loan().tokens]
+    ['the', 'bank', 'lent', 'money']
+    """
+    return _bank("bank-loan", [("the", "0", "0"), ("bank", "1/2", "1/2"),
+                               ("lent", "3/4", "0"), ("money", "1", "0")],
+                 "the bank lent money")
+
+
+def _walsh(row: int, width: int = 16) -> list[int]:
+    """Row ``row`` of the Sylvester-Hadamard matrix: (-1)^popcount(row & m)."""
+    return [-1 if bin(row & m).count("1") % 2 else 1 for m in range(width)]
+
+
+def self_match() -> Example:
+    """Four rows of width 16, raw against two different projections.
+
+    Token t (t = 1..4) is the +-1 row that flips sign every 2^(t-1) places
+    (Walsh-Hadamard rows 1, 2, 4, 8): ``x_t . x_t = 16`` (a sum of squares)
+    and ``x_s . x_t = 0``.  Raw, with divisor sqrt(16) = 4, every position
+    keeps e^4/(e^4 + 3) = 0.9479 of its attention.  Rows layout, d_k = 4:
+    W_Q reads token c into slot c (``q_t = 4 e_t``), W_K reads token c - 1
+    into slot c (``k_t = 4 e_(t+1)``, cyclically), W_V reads token c as 1
+    (``v_t = e_t``, so an output row is the shares of that query).  After the
+    projections each query picks the previous token (token 1 the last).
+
+    >>> from exactattn.head import attend
+    >>> t = attend(self_match().head, self_match().x)
+    >>> [[int(s) for s in row] for row in t.raw_scores]
+    [[0, 0, 0, 16], [16, 0, 0, 0], [0, 16, 0, 0], [0, 0, 16, 0]]
+    """
+    from .exact import to_matrix
+    rows = [_walsh(r) for r in (1, 2, 4, 8)]
+    n = len(rows)
+    d_model = len(rows[0])
+    W_Q = [[Fraction(rows[c][m], 4) for c in range(n)] for m in range(d_model)]
+    W_K = [[Fraction(rows[(c - 1) % n][m], 4) for c in range(n)] for m in range(d_model)]
+    W_V = [[Fraction(rows[c][m], 16) for c in range(n)] for m in range(d_model)]
+    head = Head(W_Q=W_Q, W_K=W_K, W_V=W_V, layout="rows")
+    return Example(
+        name="self-match", title="the cat sat down (four orthogonal rows of width 16)",
+        head=head, tokens=[Token(w) for w in ("the", "cat", "sat", "down")],
+        x=to_matrix(rows, name="x"), focus=1, explain=(1, 0),
+        source="the self-matching failure (SPEC section 6)", extra_sections=raw_match)
+
+
+def raw_match(example: Example, trace, places: int = 4) -> list:
+    """The raw self-match ``x[i] . x[j]`` (no projections) beside the projected scores.
+
+    Runs the same tokens through W_Q = W_K = I (d_k = d_model) with divisor
+    sqrt(d_model) (none when ``trace`` is unscaled), and compares each token's
+    own share and favourite key with those of ``trace`` (the projected run).
+
+    Shapes: x n x d_model; both squares n x n.
+
+    Returns two :class:`~exactattn.tables.Section`: ``compare/raw`` (raw scores
+    and shares) and ``compare/own`` (own share raw vs projected).
+
+    >>> from exactattn.tables import attend_example
+    >>> ex = tiny()
+    >>> raw, own = raw_match(ex, attend_example(ex))
+    >>> raw.rows[0][1:3]
+    ['1', '-11/25 = -0.44']
+    >>> own.rows[0]
+    ['1', '0.7346', 'key 1', '0.1372', 'key 2']
+    """
+    from .head import attend
+    from .tables import Section, exact_text
+    head = example.head
+    d = head.d_model
+    W_V = head.weights("W_V")
+    divisor = None if trace.head.divisor_squared is None else f"sqrt({d})"
+    raw_head = Head(_identity(d), _identity(d), W_V, layout=head.layout, divisor=divisor,
+                    causal=head.causal)
+    raw = attend(raw_head, trace.x, engine="pencil")
+    n = trace.n
+
+    def text(v):
+        if v is None:
+            return "-inf"
+        dec = format_exact(v) if v.denominator != 1 else None
+        return exact_text(v) + (f" = {dec}" if dec is not None else "")
+
+    def favourite(t, i):
+        row = t.rows[i]
+        best = max(g for g in row.gaps if g is not None)
+        return "key " + ", ".join(str(j + 1) for j in range(n) if row.gaps[j] == best)
+
+    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
+    raw_rows = [[str(i + 1)] + [text(v) for v in raw.raw_scores[i]] for i in range(n)]
+    div_text = "none (unscaled)" if divisor is None else f"sqrt({d}) = {raw_head.divisor}"
+    raw_sec = Section(
+        "compare/raw", "Raw self-match (no projections): x[i] . x[j]", cols, raw_rows,
+        [f"divisor for the raw shares: {div_text}",
+         "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
+         "itself best"],
+        {"raw_scores": [[None if v is None else exact_text(v) for v in r]
+                        for r in raw.raw_scores],
+         "raw_shares_decimal": [[raw.share(i, j).decimal(places) for j in range(n)]
+                                for i in range(n)]})
+    own_rows = [[str(i + 1), raw.share(i, i).decimal(places), favourite(raw, i),
+                 trace.share(i, i).decimal(places), favourite(trace, i)] for i in range(n)]
+    own_sec = Section(
+        "compare/own", "Own share: raw (x . x) vs projected (queries . keys)",
+        ["token", "own share raw", "favourite raw", "own share projected",
+         "favourite projected"], own_rows,
+        [f"shares at {places} certified places"],
+        {"own_raw": [r[1] for r in own_rows], "own_projected": [r[3] for r in own_rows]})
+    return [raw_sec, own_sec]
+
+
+EXAMPLES: dict[str, Callable[[], Example]] = {
+    "chronicle": chronicle, "tiny": tiny, "bank-river": bank_river, "bank-loan": bank_loan,
+    "self-match": self_match}
 
 
 def example(name: str) -> Example:

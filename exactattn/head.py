@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from math import lcm
 from typing import Any, Sequence
 
 from .errors import InputError, ShapeError
@@ -241,8 +242,136 @@ def _check_x(head: Head, x, floats, symbolic) -> list[list]:
     return rows
 
 
+def _ints(m: list[list]) -> tuple[list[list[int]], int] | None:
+    """``m`` as integers over one common denominator, or None if an entry is not rational.
+
+    The pencil loops run on these integers: the same sums of products as on
+    the ``Fraction`` entries, without normalising a fraction at every step.
+    """
+    den = 1
+    for r in m:
+        for e in r:
+            if type(e) is not Fraction and type(e) is not int:
+                return None
+            den = lcm(den, e.denominator)
+    return [[e.numerator * (den // e.denominator) for e in r] for r in m], den
+
+
+def _project_ints(W: list[list[int]], x: list[list[int]]) -> tuple[list[list[int]], int]:
+    """out[i][s] = sum_m W[s][m] x[i][m] over integers; returns (out, MACs counted)."""
+    macs = 0
+    out = []
+    for row in x:
+        o = []
+        for w in W:
+            acc = 0
+            for wm, xm in zip(w, row):
+                acc += wm * xm
+                macs += 1
+            o.append(acc)
+        out.append(o)
+    return out, macs
+
+
+def _score_ints(queries: list[list[int]], keys: list[list[int]],
+                visible) -> tuple[list[list], int]:
+    """raw[i][j] = queries[i] . keys[j] for j in ``visible(i)`` (None elsewhere); (raw, MACs)."""
+    macs = 0
+    m = len(keys)
+    raw = []
+    for i, q in enumerate(queries):
+        row: list = [None] * m
+        for j in visible(i):
+            acc = 0
+            for a, b in zip(q, keys[j]):
+                acc += a * b
+                macs += 1
+            row[j] = acc
+        raw.append(row)
+    return raw, macs
+
+
+def _softmax_rows(raw: list[list], den: int, divisor_squared, empty_row: str) -> tuple:
+    """Each integer row over ``den`` as ``Fraction`` scores and its :class:`SoftmaxRow`.
+
+    Equal rows of scores (two tokens with the same numbers) share one
+    :class:`SoftmaxRow`: the same exact shares, built once.
+    """
+    cache: dict[int, Fraction] = {}
+    seen: dict[tuple, tuple] = {}
+    fractions, rows = [], []
+    for r in raw:
+        key = tuple(r)
+        hit = seen.get(key)
+        if hit is not None:
+            fractions.append(list(hit[0]))
+            rows.append(hit[1])
+            continue
+        fr = []
+        for a in r:
+            if a is None:
+                fr.append(None)
+                continue
+            f = cache.get(a)
+            if f is None:
+                f = cache[a] = Fraction(a, den)
+            fr.append(f)
+        sm = SoftmaxRow(fr, divisor_squared, empty_row)
+        seen[key] = (fr, sm)
+        fractions.append(list(fr))
+        rows.append(sm)
+    return fractions, rows
+
+
+def _mix_ints(rows: list, raw: list[list], values: list[list[int]], den: int,
+              d_v: int) -> tuple[list[list], int]:
+    """outputs[i][c] = sum_j shares[i][j] values[j][c], exactly; (outputs, MACs).
+
+    The exact form of ``sum_j exp(g_j) values[j][c]`` adds each visible key's
+    value to the coefficient of its gap g_j: one MAC per visible key.  Keys
+    with equal raw scores share a gap, so they are grouped by their integer
+    score before the loop (a masked row under the ``uniform`` policy has every
+    gap 0: one group).
+    """
+    macs = 0
+    outputs = []
+    for sm, ri in zip(rows, raw):
+        gaps = sm.gaps
+        group: dict[int, int] = {}
+        keys, slots, first_gaps = [], [], []
+        for j, g in enumerate(gaps):
+            if g is None:
+                continue
+            a = 0 if ri[j] is None else ri[j]
+            k = group.get(a)
+            if k is None:
+                k = group[a] = len(first_gaps)
+                first_gaps.append(g)
+            keys.append(j)
+            slots.append(k)
+        pairs = list(zip(keys, slots))
+        out_row = []
+        for c in range(d_v):
+            acc = [0] * len(first_gaps)
+            for j, k in pairs:
+                acc[k] += values[j][c]
+                macs += 1
+            out_row.append(ExpRatio({g: Fraction(a, den) for g, a in zip(first_gaps, acc)}, sm))
+        outputs.append(out_row)
+    return outputs, macs
+
+
+def _fractions(m: list[list[int]], den: int) -> list[list[Fraction]]:
+    return [[Fraction(a, den) for a in r] for r in m]
+
+
 def _project(W: list[list], x: list[list], counter: list[int]) -> list[list]:
-    """out[i][s] = sum_m W[s][m] x[i][m]; one MAC per product."""
+    """out[i][s] = sum_m W[s][m] x[i][m]; one MAC per product, added to ``counter[0]``."""
+    wi, xi = _ints(W), _ints(x)
+    if wi is not None and xi is not None:
+        out, macs = _project_ints(wi[0], xi[0])
+        counter[0] += macs
+        return _fractions(out, wi[1] * xi[1])
     out = []
     for row in x:
         o = []
@@ -256,7 +385,43 @@ def _project(W: list[list], x: list[list], counter: list[int]) -> list[list]:
     return out
 
 
+def _visible(causal: bool, n_queries: int, n_keys: int, alignment: str = "top-left"):
+    """The keys query i sees: all, or j <= i (top-left) / j <= i + n_keys - n_queries
+    (bottom-right) under a causal mask."""
+    if not causal:
+        every = range(n_keys)
+        return lambda i: every
+    shift = 0 if alignment == "top-left" else n_keys - n_queries
+    return lambda i: range(max(0, min(i + shift + 1, n_keys)))
+
+
+def _pencil_numeric(head: Head, x: list[list], empty_row: str) -> Trace | None:
+    """The pencil engine on integers over common denominators (None if not all rational)."""
+    xi = _ints(x)
+    ws = [_ints(w) for w in (head.W_Q, head.W_K, head.W_V)]
+    if xi is None or any(w is None for w in ws):
+        return None
+    (q, dq), (k, dk), (v, dv) = ((_project_ints(w, xi[0]), wd * xi[1]) for w, wd in ws)
+    (q, mq), (k, mk), (v, mv) = q, k, v
+    n = len(x)
+    raw, score_macs = _score_ints(q, k, _visible(head.causal, n, n))
+    raw_f, rows = _softmax_rows(raw, dq * dk, head.divisor_squared, empty_row)
+    outputs, mix_macs = _mix_ints(rows, raw, v, dv, head.d_v)
+    ops = {"exp": sum(r.exps for r in rows), "add": sum(r.adds for r in rows),
+           "div": sum(r.divs for r in rows)}
+    trace = Trace(head=head, engine="pencil", x=x, queries=_fractions(q, dq),
+                  keys=_fractions(k, dk), values=_fractions(v, dv), raw_scores=raw_f,
+                  rows=rows, macs={"projections": mq + mk + mv, "scores": score_macs,
+                                   "mix": mix_macs}, softmax_ops=ops)
+    trace._outputs = outputs
+    return trace
+
+
 def _pencil(head: Head, x: list[list], symbolic: bool, empty_row: str) -> Trace:
+    if not symbolic:
+        trace = _pencil_numeric(head, x, empty_row)
+        if trace is not None:
+            return trace
     counter = [0]
     queries = _project(head.W_Q, x, counter)
     keys = _project(head.W_K, x, counter)

@@ -7,6 +7,7 @@ import sys
 
 from ..errors import InputError
 from ..render import FORMATS, render
+from ..svg import PICTURE_FORMATS
 from ..tables import MODES, attend_example, build, explain
 
 HELP = {
@@ -61,7 +62,8 @@ def register(sub) -> None:
     for mode in MODES + ("walkthrough",):
         p = sub.add_parser(mode, help=HELP[mode], description=HELP[mode])
         add_source_options(p)
-        p.add_argument("--format", choices=FORMATS, default="text", help="output format")
+        p.add_argument("--format", choices=FORMATS + PICTURE_FORMATS, default="text",
+                       help="output format (svg/png: a heatmap, scores and square only)")
         p.add_argument("--digits", type=_digits_arg, default=4, metavar="N",
                        help="decimal places for shares and outputs (certified; default 4)")
         p.add_argument("--no-scale", action="store_true",
@@ -74,8 +76,13 @@ def register(sub) -> None:
 def run(args) -> int:
     ex = load_source(args)
     trace = attend_example(ex, no_scale=args.no_scale)
+    if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.svg)
+        from ..svg import picture
+        return picture(args.mode, ex, trace, args.digits, args.format, sys.stdout)
     modes = MODES if args.mode == "walkthrough" else (args.mode,)
     sections = [s for m in modes for s in build(m, ex, trace, args.digits)]
+    if args.mode in ("square", "walkthrough") and getattr(ex, "extra_sections", None):
+        sections.extend(ex.extra_sections(ex, trace, args.digits))  # e.g. raw vs projected
     if args.explain:
         sections.append(explain(trace, *args.explain))
     meta = {"example": ex.name, "mode": args.mode, "digits": args.digits,

@@ -1,0 +1,159 @@
+"""``exactattn prove [NAME ...]``: run the symbolic proofs in ``proofs/`` and list the verdicts.
+
+Each proof is one module of the ``exactattn.proofs`` package (the top-level
+``proofs/`` directory, shipped with the package): its docstring states the
+claim, ``run(out=...)`` derives it with sympy, prints a short report and
+returns True when the claim holds.  A new file is picked up without being
+registered; a module whose name starts with ``_`` is not a proof.
+
+Exit status: 0 every proof held, 1 a proof failed (or raised), 2 bad input
+(an unknown name).
+
+Reference: the claims of SPEC sections 4 and 5 and Vaswani et al. 2017, sec. 3.2.1.
+
+>>> "row_sums_to_one" in proof_names()
+True
+>>> load_proof("nope")
+Traceback (most recent call last):
+...
+exactattn.errors.InputError: proof must be the name of a file in proofs/ (got 'nope'); `exactattn prove --list` lists them
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.resources
+import importlib.util
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Sequence, TextIO
+
+from ..errors import InputError
+
+__all__ = ["ProofResult", "load_proof", "proof_names", "proofs_package", "register",
+           "run_proofs"]
+
+PACKAGE = "exactattn.proofs"
+HELP = "run the symbolic proofs of the claims about attention and list the verdicts"
+
+
+def proofs_package() -> ModuleType:
+    """The ``exactattn.proofs`` package: installed, or ``proofs/`` of a source checkout."""
+    if PACKAGE in sys.modules:
+        return sys.modules[PACKAGE]
+    try:
+        return importlib.import_module(PACKAGE)
+    except ModuleNotFoundError as e:
+        if e.name != PACKAGE:
+            raise
+    # a source checkout: proofs/ sits beside the exactattn package
+    root = Path(__file__).resolve().parents[2] / "proofs"
+    init = root / "__init__.py"
+    if not init.is_file():
+        raise InputError(f"the proofs must be installed with exactattn (got no {init})")
+    spec = importlib.util.spec_from_file_location(PACKAGE, init,
+                                                  submodule_search_locations=[str(root)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[PACKAGE]
+        raise
+    import exactattn
+    exactattn.proofs = module
+    return module
+
+
+def proof_names() -> list[str]:
+    """Every proof, by file name without ``.py``, in alphabetical order."""
+    files = importlib.resources.files(proofs_package())
+    return sorted(f.name[:-3] for f in files.iterdir()
+                  if f.name.endswith(".py") and not f.name.startswith("_"))
+
+
+def load_proof(name: str) -> ModuleType:
+    """Import the proof module ``name`` (``row_sums_to_one`` or ``row_sums_to_one.py``).
+
+    Raises:
+        InputError: no proof of that name.
+    """
+    stem = name[:-3] if name.endswith(".py") else name
+    if stem not in proof_names():
+        raise InputError(f"proof must be the name of a file in proofs/ (got {name!r}); "
+                         "`exactattn prove --list` lists them")
+    return importlib.import_module(f"{PACKAGE}.{stem}")
+
+
+def claim_of(module: ModuleType) -> str:
+    """The first line of a proof's docstring: its claim."""
+    return (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
+
+
+@dataclass
+class ProofResult:
+    """One proof's outcome: ``verdict`` is ``PROVED``, ``FAILED`` or ``ERROR``."""
+    name: str
+    claim: str
+    verdict: str
+    report: str
+
+
+def run_proofs(names: Sequence[str] | None = None) -> list[ProofResult]:
+    """Run the named proofs (all by default) and collect their reports and verdicts.
+
+    A proof that raises is reported as ``ERROR`` with the exception's one-line
+    message, never hidden.
+    """
+    names = list(names) if names else proof_names()
+    modules = [(n, load_proof(n)) for n in names]  # every name checked before anything runs
+    results = []
+    for name, module in modules:
+        stream = io.StringIO()
+        try:
+            verdict = "PROVED" if module.run(out=stream) else "FAILED"
+        except Exception as e:  # a crashing proof is a failed proof, said so
+            print(f"  verdict: ERROR ({type(e).__name__}: {e})", file=stream)
+            verdict = "ERROR"
+        results.append(ProofResult(module.__name__.rsplit(".", 1)[-1], claim_of(module),
+                                   verdict, stream.getvalue()))
+    return results
+
+
+def register(sub) -> None:
+    p = sub.add_parser("prove", help=HELP, description=HELP)
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="proofs to run (default: all); see --list")
+    p.add_argument("--list", action="store_true", help="list the proofs and their claims")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the verdicts, not each proof's derivation")
+    p.set_defaults(func=run)
+
+
+def _write(out: TextIO, results: list[ProofResult], quiet: bool) -> None:
+    if not quiet:
+        for r in results:
+            out.write(r.report + "\n")
+    width = max(len(r.name) for r in results)
+    out.write(f"verdicts ({len(results)} proof{'s' if len(results) != 1 else ''}):\n")
+    for r in results:
+        out.write(f"  {r.verdict:<6}  {r.name:<{width}}  {r.claim}\n")
+    failed = sum(r.verdict != "PROVED" for r in results)
+    out.write(f"{len(results) - failed} proved, {failed} failed\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        names = args.names or proof_names()
+        mods = [load_proof(n) for n in names]
+        width = max(len(n) for n in names)
+        for n, m in zip(names, mods):
+            sys.stdout.write(f"{n[:-3] if n.endswith('.py') else n:<{width}}  {claim_of(m)}\n")
+        return 0
+    results = run_proofs(args.names)
+    _write(sys.stdout, results, args.quiet)
+    return 0 if all(r.verdict == "PROVED" for r in results) else 1

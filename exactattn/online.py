@@ -1,0 +1,251 @@
+"""Online softmax: one row of shares computed block by block with a running maximum, exactly.
+
+FlashAttention and every KV-cache decoder never hold a whole row of scores:
+they read the keys in blocks and keep three running quantities, the maximum
+``m`` of the raw scores seen so far, the normaliser ``l = sum_j exp((r_j - m)/s)``
+and the unnormalised output ``acc = sum_j exp((r_j - m)/s) values[j]``.  When a
+block raises the maximum from ``m`` to ``m'`` both are rescaled by
+``exp((m - m')/s)``; at the end ``outputs = acc / l``.  Here ``s`` is the divisor
+``sqrt(D)`` (``D`` rational, as in :mod:`exactattn.softmax`).
+
+Exactness: the running sums are kept in the representation of
+:mod:`exactattn.softmax`, a map from gap ``g = r_j - m`` to an exact
+coefficient, so ``sum_g c_g exp(g/s)`` is held exactly and rescaling by
+``exp((m - m')/s)`` is an exact shift of every gap by ``m - m'``.  Nothing is
+rounded, so the result equals the one-pass :class:`~exactattn.softmax.SoftmaxRow`
+*exactly*, for every way of cutting the row into blocks, and a test compares
+the two term by term.
+
+A masked key is ``None`` (minus infinity).  A block whose keys are all masked
+leaves the running state untouched: the running maximum starts at "nothing
+seen" (``None``), never at a number called minus infinity, so the
+``-inf - (-inf)`` that turns a float kernel's row into NaN cannot arise
+(see the ``blockwise`` case: scores ``(-inf, -inf, 0, 0)``, values
+``(9, 9, 1, 3)``, blocks of 2 give shares ``(0, 0, 1/2, 1/2)`` and output 2).
+
+Reference: Milakov & Gimelshein 2018, "Online normalizer calculation for
+softmax"; Dao et al. 2022, "FlashAttention", algorithm 1; Vaswani et al. 2017,
+sec. 3.2.1 for the softmax itself.
+
+>>> from fractions import Fraction as F
+>>> res = online_softmax([None, None, F(0), F(0)], None, [[9], [9], [1], [3]], blocks=2)
+>>> [s.exact() for s in res.shares()]
+[Fraction(0, 1), Fraction(0, 1), Fraction(1, 2), Fraction(1, 2)]
+>>> res.outputs[0].exact()
+Fraction(2, 1)
+>>> res.rescales
+0
+>>> res.equals_one_pass()
+True
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import combinations
+from typing import Iterator, Sequence
+
+from .errors import InputError, ShapeError
+from .softmax import EMPTY_ROW_POLICIES, ExpRatio, SoftmaxRow
+
+__all__ = ["OnlineResult", "all_splits", "online_softmax"]
+
+
+def all_splits(n: int) -> Iterator[list[int]]:
+    """Every way of cutting a row of ``n`` keys into consecutive blocks: 2**(n-1) block-length lists.
+
+    >>> list(all_splits(3))
+    [[3], [1, 2], [2, 1], [1, 1, 1]]
+    >>> all_splits(0)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: n must be a positive integer (got 0)
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(f"n must be a positive integer (got {n!r})")
+
+    def gen():
+        for k in range(n):
+            for cuts in combinations(range(1, n), k):
+                edges = (0, *cuts, n)
+                yield [b - a for a, b in zip(edges, edges[1:])]
+    return gen()
+
+
+def _block_lengths(blocks, n: int) -> list[int]:
+    if isinstance(blocks, bool):
+        raise InputError(f"blocks must be a positive integer or a list of block lengths (got {blocks!r})")
+    if isinstance(blocks, int):
+        if blocks < 1:
+            raise InputError(f"blocks must be a positive block size (got {blocks!r})")
+        return [min(blocks, n - a) for a in range(0, n, blocks)]
+    try:
+        lengths = list(blocks)
+    except TypeError:
+        raise InputError(
+            f"blocks must be a positive integer or a list of block lengths (got {blocks!r})") from None
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in lengths):
+        raise InputError(f"blocks must hold positive integers (got {blocks!r})")
+    if sum(lengths) != n:
+        raise InputError(
+            f"blocks must add up to the row length {n} (got {blocks!r}, adding to {sum(lengths)})")
+    return lengths
+
+
+class OnlineResult:
+    """What the online pass produced: the final state, the outputs and its counters.
+
+    Attributes:
+        row: a :class:`~exactattn.softmax.SoftmaxRow` whose maximum and
+            normaliser (``max_raw``, ``counts``) are the online pass's final
+            running state, so :class:`~exactattn.softmax.ExpRatio` can print,
+            certify and compare the outputs.
+        outputs: one :class:`~exactattn.softmax.ExpRatio` per column of
+            ``values`` (``acc / l`` at the end of the pass).
+        blocks: the block lengths used.
+        rescales: how many times a block raised the running maximum (each one
+            rescales ``l`` and ``acc`` by ``exp((m - m')/s)``).
+        raw, divisor_squared, values, empty_row: the inputs.
+    """
+
+    def __init__(self, row: SoftmaxRow, outputs: list[ExpRatio], blocks: list[int],
+                 rescales: int, raw: list, divisor_squared, values: list[list], empty_row: str):
+        self.row = row
+        self.outputs = outputs
+        self.blocks = blocks
+        self.rescales = rescales
+        self.raw = raw
+        self.divisor_squared = divisor_squared
+        self.values = values
+        self.empty_row = empty_row
+
+    def shares(self) -> list[ExpRatio]:
+        """The shares, ``exp((r_j - m)/s) / l`` with the final running state.
+
+        When ``values`` was the identity (the default) these are also the outputs.
+        """
+        return [self.row.share(j) for j in range(len(self.raw))]
+
+    def one_pass(self) -> tuple[SoftmaxRow, list[ExpRatio]]:
+        """The same row computed in one pass (:class:`SoftmaxRow`), with its outputs."""
+        ref = SoftmaxRow(self.raw, self.divisor_squared, self.empty_row)
+        cols = len(self.values[0]) if self.values else 0
+        return ref, [ref.combine([v[c] for v in self.values]) for c in range(cols)]
+
+    def equals_one_pass(self) -> bool:
+        """True when maximum, normaliser and every output numerator equal the one-pass ones term by term.
+
+        By Lindemann-Weierstrass, two such ratios over the same normaliser are
+        equal exactly when their coefficient maps are equal, so this is a
+        proof of equality, not a numerical comparison.
+        """
+        ref, outs = self.one_pass()
+        return (ref.max_raw == self.row.max_raw and ref.counts == self.row.counts
+                and ref.empty == self.row.empty
+                and all(a.numerators == b.numerators for a, b in zip(outs, self.outputs))
+                and all(self.row.share(j).numerators == ref.share(j).numerators
+                        for j in range(len(self.raw))))
+
+    def __repr__(self) -> str:
+        return (f"OnlineResult(blocks={self.blocks}, rescales={self.rescales}, "
+                f"max_raw={self.row.max_raw}, normaliser={self.row.counts})")
+
+
+def online_softmax(raw: Sequence[Fraction | None], divisor_squared: Fraction | None,
+                   values: Sequence[Sequence[Fraction]] | None = None, *,
+                   blocks: int | Sequence[int] = 1, empty_row: str = "zero") -> OnlineResult:
+    """Softmax of one row read block by block: ``outputs = sum_j exp((r_j - m)/s) values[j] / l``.
+
+    Shapes: ``raw`` has n entries (``Fraction``, or ``None`` for a masked key);
+    ``values`` is n x d_v (default: the n x n identity, so the outputs are the
+    shares themselves).
+
+    Args:
+        divisor_squared: ``D`` with the divisor ``s = sqrt(D)``; None for no scaling.
+        blocks: a block size (every block that many keys, the last one
+            shorter) or a list of block lengths adding up to n.
+        empty_row: what a row with every key masked gives, as in
+            :class:`~exactattn.softmax.SoftmaxRow` (``zero``, ``uniform``, ``nan``).
+
+    Raises:
+        InputError: bad ``blocks`` or ``empty_row``; a raw score that is not a
+            ``Fraction``/int or None.
+        ShapeError: ``values`` without one row per key, or ragged.
+
+    Exactness: exact; equal term by term to the one-pass softmax for every split.
+
+    >>> from fractions import Fraction as F
+    >>> res = online_softmax([F(0), F(2), F(1)], None, blocks=[1, 2])
+    >>> res.rescales                       # the second block raised the maximum from 0 to 2
+    1
+    >>> res.row.counts == SoftmaxRow([F(0), F(2), F(1)], None).counts
+    True
+    >>> online_softmax([F(0)], None, blocks=[2])
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: blocks must add up to the row length 1 (got [2], adding to 2)
+    """
+    if empty_row not in EMPTY_ROW_POLICIES:
+        raise InputError(
+            f"empty_row must be one of {', '.join(EMPTY_ROW_POLICIES)} (got {empty_row!r})")
+    raw = list(raw)
+    n = len(raw)
+    if n == 0:
+        raise ShapeError("raw must have at least one score (got none)")
+    for j, r in enumerate(raw):
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, Fraction))):
+            raise InputError(f"raw[{j}] must be a Fraction or None for a masked key (got {r!r})")
+    raw = [None if r is None else Fraction(r) for r in raw]
+    if values is None:
+        values = [[Fraction(int(i == j)) for j in range(n)] for i in range(n)]
+    values = [list(v) for v in values]
+    if len(values) != n:
+        raise ShapeError(f"values must have one row per key, {n} (got {len(values)})")
+    if len({len(v) for v in values}) != 1:
+        raise ShapeError(f"values must have rows of equal length (got lengths {[len(v) for v in values]})")
+    d_v = len(values[0])
+    lengths = _block_lengths(blocks, n)
+
+    m: Fraction | None = None           # running maximum; None = nothing seen yet
+    norm: dict[Fraction, int] = {}      # l   = sum_g norm[g] exp(g/s), gaps against m
+    acc = [dict() for _ in range(d_v)]  # acc = sum_g acc[c][g] exp(g/s) per column c
+    rescales = 0
+    start = 0
+    for length in lengths:
+        block = range(start, start + length)
+        start += length
+        visible = [j for j in block if raw[j] is not None]
+        if not visible:                  # an entirely masked block changes nothing
+            continue
+        block_max = max(raw[j] for j in visible)
+        if m is None:
+            m = block_max
+        elif block_max > m:              # rescale by exp((m - m')/s): shift every gap
+            shift = m - block_max
+            norm = {g + shift: c for g, c in norm.items()}
+            acc = [{g + shift: a for g, a in col.items()} for col in acc]
+            m = block_max
+            rescales += 1
+        for j in visible:
+            g = raw[j] - m
+            norm[g] = norm.get(g, 0) + 1
+            for c in range(d_v):
+                acc[c][g] = acc[c].get(g, 0) + values[j][c]
+
+    row = SoftmaxRow.__new__(SoftmaxRow)
+    row.raw, row.divisor_squared, row.empty_row = list(raw), divisor_squared, empty_row
+    row.empty = m is None
+    if row.empty and empty_row == "uniform":     # a finite fill: every key at gap 0
+        row.raw = [Fraction(0)] * n
+        m, norm = Fraction(0), {Fraction(0): n}
+        acc = [{Fraction(0): sum(v[c] for v in values)} for c in range(d_v)]
+    row.max_raw = m
+    row.counts = norm
+    # per-key gaps against the final maximum, for ``shares()``; the outputs above
+    # were accumulated in the single pass and do not read them
+    row.gaps = [None if r is None or m is None else r - m for r in row.raw]
+    row.exps = len(norm)
+    row.adds = max(sum(norm.values()) - 1, 0)
+    row.divs = sum(norm.values())
+    outputs = [ExpRatio(col, row) for col in acc]
+    return OnlineResult(row, outputs, lengths, rescales, raw, divisor_squared, values, empty_row)

@@ -1,0 +1,434 @@
+"""Why the divisor: random rows at several key widths, divided by sqrt(d_k) and not.
+
+The experiment (the seed program's ``scale`` mode, SPEC section 3).  At each
+key width d_k, ``trials`` independent rows are drawn: one query q and n keys
+k_1..k_n whose entries are independent standard normals.  A row's scores are
+``s_j = q . k_j`` (undivided) and ``s_j / sqrt(d_k)`` (divided); both columns
+come from the same draws.  For each we measure
+
+* the **range** of a row, ``max_j s_j - min_j s_j``, averaged over the rows;
+* the **standard deviation over all scores**, ``sqrt(mean of s_j^2)`` over
+  every score of every row (measured about the exact mean 0);
+* the **mean biggest share**, ``mean of max_j softmax(s)_j``;
+* how many rows put **more than 0.99** of their share on one token.
+
+Exact expectations, beside each measured spread:
+
+* ``E[s_j^2] = d_k`` undivided, 1 divided (``E[q_m^2 k_m^2] = 1`` for each of
+  the d_k terms), so the expected standard deviation is ``sqrt(d_k)`` and 1.
+  The per-row mean square is ``|q|^2 C / n`` with ``|q|^2 ~ chi2(d_k)`` and
+  ``C ~ chi2(n)`` independent, so its variance is exactly
+  ``d_k (d_k + 2) (n + 2) / n - d_k^2`` (divided: over ``d_k^2``); the band
+  uses this derived standard error.
+* The scores of a row share q, so they are **not** independent; but given q
+  they are iid ``N(0, |q|^2)``, so the range is ``|q| W_n`` with ``W_n`` the
+  range of n iid standard normals, independent of ``|q|``::
+
+      E[range] = E|q| E[W_n]      (divided: / sqrt(d_k))
+      E|q|     = sqrt(2) Gamma((d_k + 1)/2) / Gamma(d_k/2)      (chi mean)
+      E[W_n]   = integral over R of 1 - Phi(x)^n - (1 - Phi(x))^n dx
+
+  The integral is evaluated in ball arithmetic (python-flint ``acb.integral``,
+  rigorous for this entire integrand) on [-T, T]; the two tails lie in
+  ``[0, 2 n phi(T)]`` (``0 <= integrand <= n (1 - Phi(|x|))`` and
+  ``integral_T^oo (1 - Phi) <= phi(T)``), which is added as a ball, so the
+  printed digits are certified.  For n = 2, 3, 4 it equals the closed forms
+  ``2/sqrt(pi)``, ``3/sqrt(pi)`` and ``12 atan(sqrt(2)) / pi^(3/2)``.  The band
+  for the range uses the standard error estimated from the sample.
+
+A band is ``expected +- 3 standard errors`` of the mean; a measurement outside
+its band is flagged.
+
+Exactness: the samples are binary floats (``random.Random.gauss``; a
+Monte-Carlo experiment, so floats are what is being measured) and the
+measured columns are float statistics printed to the requested places; only
+the expectations are exact or certified.  The same seed gives byte-identical
+output on the same Python (each width draws from its own generator seeded by
+``(seed, d_k, n)``, so a width's row does not depend on the other widths).
+
+Reference: Vaswani et al. 2017, sec. 3.2.1 (footnote 4: q.k has mean 0 and
+variance d_k); SPEC section 3 (``scale``).
+
+>>> expected_range(4, 4, divided=False, places=4)     # 3 sqrt(2 pi)/4 * 2.05875...
+'3.8704'
+>>> expected_range(2, 1, divided=False, places=6)       # 2/sqrt(pi) * sqrt(2/pi)
+'0.900316'
+>>> secs = scale_sections([4], trials=50, seed=1, tokens=4)
+>>> [s.name for s in secs]
+['scale/spread', 'scale/shares']
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Sequence
+
+from .errors import InputError
+
+__all__ = ["DEFAULT_WIDTHS", "ScaleResult", "certify_w", "expected_range", "expected_range_ball",
+           "expected_w", "mean_square_variance", "measure", "parse_count", "parse_widths",
+           "scale_sections"]
+
+DEFAULT_WIDTHS = (4, 16, 64, 256)
+#: a row "concentrates" when one token gets more than this share
+CONCENTRATED = 0.99
+#: half-width of a confidence band, in standard errors
+BAND_SE = 3
+
+
+def _int(text, name: str, low: int, what: str) -> int:
+    if isinstance(text, bool):
+        raise InputError(f"{name} must be {what} (got {text!r})")
+    if isinstance(text, int):
+        v = text
+    else:
+        try:
+            v = int(str(text).strip())
+        except ValueError:
+            raise InputError(f"{name} must be {what} (got {text!r})") from None
+    if v < low:
+        raise InputError(f"{name} must be {what} (got {text!r})")
+    return v
+
+
+def parse_count(text, name: str, low: int = 1) -> int:
+    """An integer >= ``low`` from text or int, for trials, tokens and seeds.
+
+    >>> parse_count("1000", "trials", 2)
+    1000
+    >>> parse_count("-5", "trials", 2)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: trials must be an integer >= 2 (got '-5')
+    """
+    return _int(text, name, low, f"an integer >= {low}")
+
+
+def parse_widths(text) -> list[int]:
+    """Key widths from ``"4,16,64,256"`` (or a list of ints): positive, no repeats.
+
+    >>> parse_widths("4, 16,64")
+    [4, 16, 64]
+    >>> parse_widths("4,0")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: widths must be a comma-separated list of positive integers such as 4,16,64,256 (got '4,0')
+    """
+    bad = ("widths must be a comma-separated list of positive integers such as "
+           f"4,16,64,256 (got {text!r})")
+    parts = str(text).split(",") if isinstance(text, str) else list(text)
+    if not parts or (isinstance(text, str) and not text.strip()):
+        raise InputError(bad)
+    try:
+        widths = [_int(p, "width", 1, "a positive integer") for p in parts]
+    except InputError:
+        raise InputError(bad) from None
+    if len(set(widths)) != len(widths):
+        raise InputError(f"widths must not repeat a width (got {text!r})")
+    return widths
+
+
+# exact expectations ------------------------------------------------------
+_W_CACHE: dict = {}
+
+
+def expected_w(n: int, prec: int):
+    """``E[W_n]``, the expected range of n iid standard normals, as an ``arb`` ball.
+
+    Computed at ``prec`` bits (the caller sets python-flint's precision).
+
+    >>> from exactattn.digits import certify
+    >>> certify(lambda prec: expected_w(4, prec), 6)       # 12 atan(sqrt 2) / pi^(3/2)
+    '2.058751'
+    """
+    from flint import acb, arb
+    key = (n, prec)
+    if key in _W_CACHE:
+        return _W_CACHE[key]
+    # tail cut: n phi(T) well below 2^-prec
+    T = math.ceil(math.sqrt(2 * (prec + 8) * math.log(2) + 2 * math.log(2 * n))) + 1
+    root2 = arb(2).sqrt()
+
+    def integrand(x, analytic):  # entire in x: no branch cut to check
+        below = (-x / root2).erfc() / 2  # Phi(x)
+        above = (x / root2).erfc() / 2  # 1 - Phi(x)
+        return 1 - below ** n - above ** n
+
+    core = acb.integral(integrand, -T, T).real
+    phi_T = (arb(-T * T) / 2).exp() / (2 * arb.pi()).sqrt()
+    tails = (2 * n * phi_T).union(arb(0))  # both tails together lie in [0, 2 n phi(T)]
+    value = core + tails
+    _W_CACHE[key] = value
+    return value
+
+
+def _chi_mean(d_k: int):
+    from flint import arb, fmpq
+    return arb(2).sqrt() * (arb(fmpq(d_k + 1, 2)).lgamma() - arb(fmpq(d_k, 2)).lgamma()).exp()
+
+
+def expected_range_ball(n: int, d_k: int, divided: bool, prec: int):
+    """``E[max_j s_j - min_j s_j]`` for one row as an ``arb`` ball (see the module text)."""
+    from flint import arb
+    value = _chi_mean(d_k) * expected_w(n, prec)
+    return value / arb(d_k).sqrt() if divided else value
+
+
+def expected_range(n: int, d_k: int, *, divided: bool, places: int = 4) -> str:
+    """The exact expected range of a row of n scores at width d_k, certified to ``places``.
+
+    ``E|q| E[W_n]`` (divided by sqrt(d_k) when ``divided``); correctly rounded.
+
+    Raises:
+        InputError: n < 2 or d_k < 1.
+
+    >>> expected_range(4, 16, divided=True)
+    '2.0269'
+    """
+    from .digits import certify
+    parse_count(n, "tokens", 2)
+    parse_count(d_k, "d_k", 1)
+    return certify(lambda prec: expected_range_ball(n, d_k, divided, prec), places)
+
+
+def mean_square_variance(n: int, d_k: int, divided: bool) -> Fraction:
+    """Exact variance of one row's mean square ``(1/n) sum_j s_j^2``.
+
+    ``d_k (d_k + 2) (n + 2) / n - d_k^2``; divided by ``d_k^2`` when the
+    scores are divided by sqrt(d_k).
+
+    >>> mean_square_variance(4, 4, False), mean_square_variance(4, 4, True)
+    (Fraction(20, 1), Fraction(5, 4))
+    """
+    v = Fraction(d_k * (d_k + 2) * (n + 2), n) - d_k * d_k
+    return v / (d_k * d_k) if divided else v
+
+
+# the experiment -----------------------------------------------------------
+@dataclass
+class ScaleResult:
+    """Measured statistics of one width, divided or not (floats: Monte-Carlo)."""
+    d_k: int
+    divided: bool
+    trials: int
+    tokens: int
+    mean_range: float
+    se_range: float
+    mean_square: float
+    mean_biggest_share: float
+    concentrated: int
+
+
+class _Progress:
+    """A one-line progress bar on stderr (never stdout)."""
+
+    def __init__(self, total: int, stream, width: int = 30):
+        self.total, self.stream, self.width = total, stream, width
+        self.done = 0
+        self.step = max(1, total // 100)
+
+    def advance(self, label: str) -> None:
+        self.done += 1
+        if self.done % self.step and self.done != self.total:
+            return
+        filled = self.width * self.done // self.total
+        self.stream.write(f"\rscale [{'#' * filled}{'.' * (self.width - filled)}] "
+                          f"{self.done}/{self.total} {label}")
+        if self.done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def _generator(seed: int, d_k: int, tokens: int) -> random.Random:
+    # a string seed is hashed with SHA-512 by random.seed (version 2): stable
+    return random.Random(f"exactattn.scale:{seed}:{d_k}:{tokens}")
+
+
+def measure(d_k: int, trials: int, seed: int, tokens: int,
+            progress: Callable[[], None] | None = None) -> tuple[ScaleResult, ScaleResult]:
+    """Draw ``trials`` rows at width ``d_k``; the (undivided, divided) statistics.
+
+    Shapes: per trial, q is d_k, keys are tokens x d_k, scores are tokens.
+
+    Raises:
+        InputError: d_k < 1, trials < 2, tokens < 2 or seed < 0.
+
+    >>> und, div = measure(4, 10, seed=1, tokens=4)
+    >>> div.mean_range == und.mean_range / 2, und.trials, div.divided
+    (True, 10, True)
+    """
+    d_k = parse_count(d_k, "d_k", 1)
+    trials = parse_count(trials, "trials", 2)
+    tokens = parse_count(tokens, "tokens", 2)
+    seed = parse_count(seed, "seed", 0)
+    rng = _generator(seed, d_k, tokens)
+    gauss = rng.gauss
+    root = math.sqrt(d_k)
+    ranges, squares = [], []
+    biggest = {False: [], True: []}
+    conc = {False: 0, True: 0}
+    for _ in range(trials):
+        q = [gauss(0.0, 1.0) for _ in range(d_k)]
+        scores = []
+        for _ in range(tokens):
+            k = [gauss(0.0, 1.0) for _ in range(d_k)]
+            scores.append(math.fsum(a * b for a, b in zip(q, k)))
+        top = max(scores)
+        ranges.append(top - min(scores))
+        squares.append(math.fsum(s * s for s in scores) / tokens)
+        for divided in (False, True):
+            scale = root if divided else 1.0
+            share = 1.0 / math.fsum(math.exp((s - top) / scale) for s in scores)
+            biggest[divided].append(share)
+            conc[divided] += share > CONCENTRATED
+        if progress is not None:
+            progress()
+    mean_r = statistics.fmean(ranges)
+    se_r = statistics.stdev(ranges) / math.sqrt(trials)
+    ms = statistics.fmean(squares)
+    out = []
+    for divided in (False, True):
+        f = root if divided else 1.0
+        out.append(ScaleResult(d_k, divided, trials, tokens, mean_r / f, se_r / f,
+                               ms / (f * f), statistics.fmean(biggest[divided]),
+                               conc[divided]))
+    return out[0], out[1]
+
+
+def _fmt(x: float, places: int) -> str:
+    text = f"{x:.{places}f}"
+    return "0." + "0" * places if text.startswith("-") and float(text) == 0 else text
+
+
+def scale_sections(widths: Sequence[int] = DEFAULT_WIDTHS, *, trials: int = 1000,
+                   seed: int = 0, tokens: int = 4, places: int = 4,
+                   progress_stream=None) -> list:
+    """Run the experiment and build its tables (``scale/spread``, ``scale/shares``).
+
+    ``data`` of ``scale/spread`` holds ``all_inside``: every measured spread
+    lies inside its band.  ``progress_stream`` (e.g. ``sys.stderr``) receives a
+    progress bar.
+
+    Raises:
+        InputError: an empty or non-positive width list, trials < 2, tokens < 2,
+            a negative seed, places outside 0..50.
+    """
+    from .digits import certify, check_places
+    from .tables import Section
+    widths = parse_widths(widths if isinstance(widths, str) else list(widths))
+    trials = parse_count(trials, "trials", 2)
+    tokens = parse_count(tokens, "tokens", 2)
+    seed = parse_count(seed, "seed", 0)
+    check_places(places)
+    bar = _Progress(trials * len(widths), progress_stream) if progress_stream else None
+    spread_rows, share_rows, data_rows = [], [], []
+    all_inside = True
+    for d_k in widths:
+        tick = None if bar is None else (lambda d=d_k: bar.advance(f"(d_k = {d})"))
+        for r in measure(d_k, trials, seed, tokens, tick):
+            exp_range = expected_range(tokens, d_k, divided=r.divided, places=places)
+            # the band's centre is the certified value at more places, as a float
+            centre = float(expected_range(tokens, d_k, divided=r.divided, places=12))
+            lo_r, hi_r = centre - BAND_SE * r.se_range, centre + BAND_SE * r.se_range
+            in_r = lo_r <= r.mean_range <= hi_r
+            var = Fraction(1) if r.divided else Fraction(d_k)
+            se_v = math.sqrt(mean_square_variance(tokens, d_k, r.divided) / trials)
+            lo_v, hi_v = float(var) - BAND_SE * se_v, float(var) + BAND_SE * se_v
+            in_v = lo_v <= r.mean_square <= hi_v
+            all_inside &= in_r and in_v
+            std = math.sqrt(r.mean_square)
+            exp_std = certify(lambda prec, v=var: _sqrt_ball(v), places)
+            divisor = f"sqrt({d_k})" if r.divided else "none"
+            spread_rows.append([
+                str(d_k), divisor, _fmt(r.mean_range, places), exp_range,
+                f"[{_fmt(lo_r, places)}, {_fmt(hi_r, places)}]", "yes" if in_r else "NO",
+                _fmt(std, places), exp_std,
+                f"[{_fmt(math.sqrt(max(lo_v, 0.0)), places)}, {_fmt(math.sqrt(hi_v), places)}]",
+                "yes" if in_v else "NO"])
+            share_rows.append([str(d_k), divisor, _fmt(r.mean_biggest_share, places),
+                               str(r.concentrated), str(trials)])
+            data_rows.append({
+                "d_k": d_k, "divided": r.divided, "mean_range": repr(r.mean_range),
+                "se_range": repr(r.se_range), "expected_range": exp_range,
+                "range_band": [repr(lo_r), repr(hi_r)], "range_inside": in_r,
+                "mean_square": repr(r.mean_square), "expected_variance": str(var),
+                "mean_square_variance": str(mean_square_variance(tokens, d_k, r.divided)),
+                "std": repr(std), "expected_std": exp_std, "std_inside": in_v,
+                "mean_biggest_share": repr(r.mean_biggest_share),
+                "rows_over_0.99": r.concentrated})
+    w_n = certify_w(tokens, places)
+    notes = [
+        f"{trials} rows per width, each one query and {tokens} keys with independent "
+        f"standard-normal entries (seed {seed}); scores q.k_j, undivided and divided by "
+        "sqrt(d_k) (the same draws)",
+        "range: largest minus smallest score of a row, averaged over the rows; expected "
+        f"E|q| E[W_{tokens}] (/ sqrt(d_k) divided), E|q| = sqrt(2) Gamma((d_k+1)/2) / "
+        f"Gamma(d_k/2), E[W_{tokens}] = {w_n} (the expected range of {tokens} iid normals; "
+        "an arb integral with a tail bound)",
+        "std: sqrt(mean of s^2) over all scores (about the exact mean 0); expected "
+        "variance d_k undivided, 1 divided",
+        f"band: expected +- {BAND_SE} standard errors of the mean (range: SE from the "
+        "sample; variance: SE derived, Var = d_k (d_k+2) (n+2)/n - d_k^2, then the square "
+        "root of the band); in band: yes/NO",
+        "measured columns are float64 Monte-Carlo statistics; expected columns are "
+        f"certified (correctly rounded at {places} places)",
+        "every measurement lies inside its band" if all_inside else
+        "some measurement lies outside its band (NO): a 3-SE miss happens about 1 time "
+        "in 370 by chance; try another seed or more trials",
+    ]
+    spread = Section(
+        "scale/spread", "Spread of a row's scores: measured vs exact expectation",
+        ["d_k", "divided by", "range", "expected", "band", "in band",
+         "std", "expected", "band", "in band"],
+        spread_rows, notes,
+        {"seed": seed, "trials": trials, "tokens": tokens, "widths": widths,
+         "numbers": "float64 Monte-Carlo samples (random.Random.gauss)",
+         "all_inside": all_inside, "rows": data_rows})
+    shares = Section(
+        "scale/shares", "Shares: the mean biggest share and rows with more than 0.99 on one token",
+        ["d_k", "divided by", "mean biggest share", "rows > 0.99", "of rows"], share_rows,
+        ["undivided, the scores spread like sqrt(d_k) and the softmax saturates as d_k "
+         "grows; divided by sqrt(d_k), the spread stays near 1 at every width"],
+        {"rows": [{"d_k": int(r[0]), "divided": r[1] != "none",
+                   "mean_biggest_share": r[2], "rows_over_0.99": int(r[3])}
+                  for r in share_rows]})
+    return [spread, shares]
+
+
+def _sqrt_ball(v: Fraction):
+    from flint import arb, fmpq
+    return arb(fmpq(v.numerator, v.denominator)).sqrt()
+
+
+def certify_w(n: int, places: int) -> str:
+    """``E[W_n]`` certified to ``places`` places.
+
+    >>> certify_w(2, 6), certify_w(3, 6)       # 2/sqrt(pi), 3/sqrt(pi)
+    ('1.128379', '1.692569')
+    """
+    from .digits import certify
+    return certify(lambda prec: expected_w(n, prec), places)
+
+
+def run(widths=DEFAULT_WIDTHS, *, trials=1000, seed=0, tokens=4, places=4, fmt="text",
+        progress: bool | None = None, stdout=None, stderr=None) -> int:
+    """Print the experiment (exit status 0 when every measurement is in its band, else 1).
+
+    ``progress``: None shows the bar only when stderr is a terminal.
+    """
+    from .render import render
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    show = stderr.isatty() if progress is None else progress
+    sections = scale_sections(widths, trials=trials, seed=seed, tokens=tokens, places=places,
+                              progress_stream=stderr if show else None)
+    meta = {"mode": "scale", "seed": sections[0].data["seed"], "trials": sections[0].data["trials"],
+            "tokens": sections[0].data["tokens"], "widths": sections[0].data["widths"],
+            "digits": places}
+    stdout.write(render(sections, fmt, meta))
+    return 0 if sections[0].data["all_inside"] else 1

@@ -1,0 +1,481 @@
+"""Hypothesis strategies for attention: exact numbers, matrices, token rows, heads, masks, whole inputs.
+
+The one module of exactattn that imports Hypothesis (``import exactattn``
+does not load it).  Strategies are plural nouns and take keyword-only
+options, as in ``hypothesis.strategies``; every option is checked when the
+strategy is built and a bad one raises :class:`~exactattn.errors.InputError`
+naming the option and repeating its value.  Every draw is exact
+(``Fraction``; divisors may be irrational, ``sqrt(q)``) and shrinks towards
+the smallest sizes, zero weights, no mask, the default divisor and the
+``slots`` layout, so a failing property is reported on a tiny input.
+
+Defaults keep inputs small (n <= 5 tokens, widths <= 4, numbers in
+[-3, 3] with denominators <= 4): exact attention is a pencil-scale
+computation, and the minimal failing example is what a reader studies.
+
+The inputs drawn by :func:`attention_inputs` feed the checks of
+:mod:`exactattn.properties`, for exactattn's own functions and a user's::
+
+    from hypothesis import given
+    from exactattn import strategies as eas
+    from exactattn.properties import check_all
+
+    @given(eas.attention_inputs())
+    def test_my_attention(inp):
+        check_all(my_attention, inp)
+
+Reference: the Hypothesis strategies API (``hypothesis.strategies``);
+Vaswani et al. 2017, sec. 3.2.1 for the quantities drawn.
+
+>>> rationals(min_value=1, max_value=0)
+Traceback (most recent call last):
+...
+exactattn.errors.InputError: max_value must be at least min_value = 1 (got 0)
+>>> heads(max_d_k=0)
+Traceback (most recent call last):
+...
+exactattn.errors.InputError: max_d_k must be a positive integer (got 0)
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from math import isqrt
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis.strategies import SearchStrategy
+
+from .errors import InputError
+from .exact import to_exact
+from .head import LAYOUTS, Head
+from .properties import MASK_KINDS, AttentionInput, Mask
+
+__all__ = [
+    "DEFAULT_DIVISOR",
+    "attention_inputs",
+    "block_splits",
+    "divisors",
+    "head_inputs",
+    "heads",
+    "masks",
+    "matrices",
+    "rationals",
+    "scales",
+    "token_rows",
+]
+
+DEFAULT_DIVISOR = "default"
+"""What :func:`divisors` draws for "leave the divisor out" (the head then uses sqrt(d_k))."""
+
+_NON_SQUARES = (2, 3, 5, 6, 7, 8, 10, 11, 12)
+
+
+# --------------------------------------------------------------------------- argument checks
+def _size(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise InputError(f"{name} must be {what} (got {value!r})")
+    return value
+
+
+def _sizes(min_name: str, min_value: Any, max_name: str, max_value: Any) -> tuple[int, int]:
+    lo, hi = _size(min_name, min_value), _size(max_name, max_value)
+    if hi < lo:
+        raise InputError(f"{max_name} must be at least {min_name} = {lo} (got {hi!r})")
+    return lo, hi
+
+
+def _strategy(name: str, value: Any, default: SearchStrategy) -> SearchStrategy:
+    if value is None:
+        return default
+    if not isinstance(value, SearchStrategy):
+        raise InputError(f"{name} must be a Hypothesis strategy or None (got {value!r})")
+    return value
+
+
+def _flag(name: str, value: Any, allow_none: bool = False) -> bool | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, bool):
+        extra = ", False or None" if allow_none else " or False"
+        raise InputError(f"{name} must be True{extra} (got {value!r})")
+    return value
+
+
+def _choices(name: str, value: Any, allowed: tuple) -> tuple:
+    try:
+        chosen = tuple(value)
+    except TypeError:
+        chosen = None
+    if isinstance(value, str) or not chosen or any(c not in allowed for c in chosen):
+        shown = ", ".join(repr(a) for a in allowed)
+        raise InputError(f"{name} must be a non-empty collection of {shown} (got {value!r})")
+    return chosen
+
+
+# --------------------------------------------------------------------------- numbers and matrices
+def rationals(*, min_value: Any = -3, max_value: Any = 3,
+              max_denominator: int | None = 4) -> SearchStrategy[Fraction]:
+    """Exact rational numbers ``Fraction(p, q)`` with ``min_value <= p/q <= max_value`` and ``q <= max_denominator``.
+
+    Like ``hypothesis.strategies.fractions`` (whose options it takes), with
+    bounds read exactly (``"1/2"``, ``Fraction``, ``int``; a binary float is
+    refused) and small defaults; ``None`` leaves a bound or the denominator
+    open.  The denominator is drawn first and then the numerator, which
+    shrinks to integers and then towards 0, and draws about five times
+    faster than ``st.fractions``.
+
+    Raises:
+        InputError: a bound that is not an exact number, ``max_value <
+            min_value``, ``max_denominator`` not a positive integer.
+
+    >>> from hypothesis import find
+    >>> find(rationals(min_value="-1/2", max_value="1/2"), lambda q: q != 0)
+    Fraction(-1, 2)
+    >>> find(rationals(), lambda q: q.denominator == 3)
+    Fraction(1, 3)
+    >>> rationals(max_denominator=0)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: max_denominator must be a positive integer (got 0)
+    """
+    lo = None if min_value is None else to_exact(min_value, name="min_value")
+    hi = None if max_value is None else to_exact(max_value, name="max_value")
+    if lo is not None and hi is not None and hi < lo:
+        raise InputError(f"max_value must be at least min_value = {lo} (got {max_value!r})")
+    if max_denominator is not None:
+        _size("max_denominator", max_denominator)
+
+    def numerators(d: int) -> tuple[int | None, int | None]:
+        return (None if lo is None else math.ceil(lo * d), None if hi is None else math.floor(hi * d))
+
+    def fits(d: int) -> bool:
+        a, b = numerators(d)
+        return a is None or b is None or a <= b
+    fallback = 1
+    if lo is not None and hi is not None:
+        fallback = next((d for d in range(1, min(max_denominator or 10**4, 10**4) + 1) if fits(d)),
+                        None)
+        if fallback is None:
+            raise InputError(f"max_value must leave a fraction with denominator at most "
+                             f"{max_denominator} above min_value = {lo} (got {max_value!r})")
+    denominators = st.integers(1, max_denominator)
+
+    @st.composite
+    def draw_rational(draw):  # denominator first, so shrinking reaches integers, then 0
+        d = draw(denominators)
+        if not fits(d):
+            d = fallback
+        return Fraction(draw(st.integers(*numerators(d))), d)
+    return draw_rational()
+
+
+def matrices(*, rows: int, columns: int,
+             elements: SearchStrategy | None = None) -> SearchStrategy[list[list]]:
+    """``rows`` x ``columns`` matrices (lists of rows) of exact numbers, shrinking to zeros.
+
+    Raises:
+        InputError: ``rows`` or ``columns`` not a positive integer; ``elements``
+            not a strategy.
+
+    >>> matrices(rows=0, columns=2)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: rows must be a positive integer (got 0)
+    """
+    _size("rows", rows)
+    _size("columns", columns)
+    elements = _strategy("elements", elements, rationals())
+    row = st.lists(elements, min_size=columns, max_size=columns)
+    return st.lists(row, min_size=rows, max_size=rows)
+
+
+def token_rows(*, d_model: int, min_n: int = 1, max_n: int = 5,
+               elements: SearchStrategy | None = None) -> SearchStrategy[list[list]]:
+    """Token rows ``x``: between ``min_n`` and ``max_n`` tokens of ``d_model`` numbers each (n x d_model).
+
+    Raises:
+        InputError: a size that is not a positive integer, ``max_n < min_n``.
+
+    >>> token_rows(d_model=2, min_n=3, max_n=2)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: max_n must be at least min_n = 3 (got 2)
+    """
+    _size("d_model", d_model)
+    lo, hi = _sizes("min_n", min_n, "max_n", max_n)
+    elements = _strategy("elements", elements, rationals())
+    return st.lists(st.lists(elements, min_size=d_model, max_size=d_model),
+                    min_size=lo, max_size=hi)
+
+
+# --------------------------------------------------------------------------- divisors and scales
+def divisors(*, allow_default: bool = True, allow_none: bool = True,
+             allow_irrational: bool = True) -> SearchStrategy:
+    """Divisors a :class:`~exactattn.head.Head` accepts: positive rationals, ``"sqrt(q)"``, None.
+
+    Draws :data:`DEFAULT_DIVISOR` (leave it out: sqrt(d_k)) first, then a
+    positive rational ``a/b`` (a <= 8, b <= 4), then ``"sqrt(q)"`` for a
+    non-square q (an irrational divisor, kept exact), then None (no
+    scaling).  Shrinks towards the default, then 1.
+
+    Raises:
+        InputError: an option that is not True or False.
+
+    >>> divisors(allow_none="yes")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: allow_none must be True or False (got 'yes')
+    """
+    options = []
+    if _flag("allow_default", allow_default):
+        options.append(st.just(DEFAULT_DIVISOR))
+    options.append(st.builds(Fraction, st.integers(1, 8), st.integers(1, 4)))
+    if _flag("allow_irrational", allow_irrational):
+        options.append(st.sampled_from(_NON_SQUARES).map(lambda q: f"sqrt({q})"))
+    if _flag("allow_none", allow_none):
+        options.append(st.none())
+    return st.one_of(*options)
+
+
+def scales(*, allow_default: bool = True, allow_irrational: bool = True) -> SearchStrategy:
+    """Squares of attention scales, for :class:`~exactattn.properties.AttentionInput`.
+
+    Draws None (the default scale 1/sqrt(d_k)) first, then the square of a
+    rational scale ``a/b`` (a, b <= 4), then ``1/q`` for a non-square q (the
+    irrational scale ``1/sqrt(q)``).
+
+    Raises:
+        InputError: an option that is not True or False.
+
+    >>> scales(allow_irrational=1)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: allow_irrational must be True or False (got 1)
+    """
+    options = []
+    if _flag("allow_default", allow_default):
+        options.append(st.none())
+    options.append(st.builds(lambda a, b: Fraction(a, b) ** 2, st.integers(1, 4), st.integers(1, 4)))
+    if _flag("allow_irrational", allow_irrational):
+        options.append(st.sampled_from(_NON_SQUARES).map(lambda q: Fraction(1, q)))
+    return st.one_of(*options)
+
+
+# the defaults of options that share a strategy's name
+_all_divisors, _all_scales = divisors, scales
+
+
+# --------------------------------------------------------------------------- heads
+def heads(*, min_d_model: int = 1, max_d_model: int = 4, min_d_k: int = 1, max_d_k: int = 4,
+          min_d_v: int = 1, max_d_v: int = 4, layouts=LAYOUTS, causal: bool | None = None,
+          divisors: SearchStrategy | None = None,
+          elements: SearchStrategy | None = None) -> SearchStrategy[Head]:
+    """Attention heads: ``W_Q``, ``W_K`` (d_k x d_model in slots), ``W_V`` (d_v x d_model), a divisor, a causal flag.
+
+    Sizes are drawn between their bounds, the layout from ``layouts`` (the
+    weights are drawn in that layout's shape), ``causal`` is drawn when
+    None, and the divisor from ``divisors`` (default :func:`divisors`).
+    Shrinks towards width 1, zero weights, the slots layout, no causal mask
+    and the default divisor sqrt(d_k).
+
+    Raises:
+        InputError: a size that is not a positive integer or a ``max_*``
+            below its ``min_*``; an unknown layout; ``causal`` not
+            True/False/None; ``divisors``/``elements`` not strategies.
+
+    >>> heads(layouts=("columns",))
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: layouts must be a non-empty collection of 'slots', 'rows' (got ('columns',))
+    """
+    dm = _sizes("min_d_model", min_d_model, "max_d_model", max_d_model)
+    dk = _sizes("min_d_k", min_d_k, "max_d_k", max_d_k)
+    dv = _sizes("min_d_v", min_d_v, "max_d_v", max_d_v)
+    layouts = _choices("layouts", layouts, LAYOUTS)
+    causal = _flag("causal", causal, allow_none=True)
+    divisor_st = _strategy("divisors", divisors, _all_divisors())
+    elements = _strategy("elements", elements, rationals())
+
+    @st.composite
+    def draw_head(draw):
+        d_model = draw(st.integers(*dm))
+        d_k = draw(st.integers(*dk))
+        d_v = draw(st.integers(*dv))
+        layout = draw(st.sampled_from(layouts))
+        shape = (lambda out: dict(rows=out, columns=d_model)) if layout == "slots" else \
+            (lambda out: dict(rows=d_model, columns=out))
+        W_Q = draw(matrices(**shape(d_k), elements=elements))
+        W_K = draw(matrices(**shape(d_k), elements=elements))
+        W_V = draw(matrices(**shape(d_v), elements=elements))
+        is_causal = draw(st.booleans()) if causal is None else causal
+        divisor = draw(divisor_st)
+        kwargs = {} if divisor == DEFAULT_DIVISOR else {"divisor": divisor}
+        return Head(W_Q, W_K, W_V, layout=layout, causal=is_causal, **kwargs)
+    return draw_head()
+
+
+def head_inputs(*, min_n: int = 1, max_n: int = 5, heads: SearchStrategy | None = None,
+                elements: SearchStrategy | None = None) -> SearchStrategy[tuple]:
+    """Pairs ``(head, x)``: a head from ``heads`` (default :func:`heads`) and ``min_n..max_n`` token rows of its width.
+
+    Raises:
+        InputError: bad sizes; ``heads``/``elements`` not strategies.
+
+    >>> head_inputs(heads="chronicle")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: heads must be a Hypothesis strategy or None (got 'chronicle')
+    """
+    lo, hi = _sizes("min_n", min_n, "max_n", max_n)
+    head_st = _strategy("heads", heads, _all_heads())
+    elements = _strategy("elements", elements, rationals())
+
+    @st.composite
+    def draw_pair(draw):
+        head = draw(head_st)
+        x = draw(token_rows(d_model=head.d_model, min_n=lo, max_n=hi, elements=elements))
+        return head, x
+    return draw_pair()
+
+
+_all_heads = heads
+
+
+# --------------------------------------------------------------------------- masks and inputs
+def masks(*, n_queries: int, n_keys: int, kinds=MASK_KINDS, allow_empty_rows: bool = False,
+          offsets: SearchStrategy | None = None) -> SearchStrategy[Mask]:
+    """Masks for ``n_queries`` x ``n_keys`` scores, of the ``kinds`` named (see :class:`~exactattn.properties.Mask`).
+
+    Boolean masks (``bool_keep``, ``bool_drop``) and additive ones (entries
+    from ``offsets``, default :func:`rationals` in [-2, 2], or minus
+    infinity) shrink towards hiding nothing; causal masks come top-left or
+    bottom-right aligned.  Unless ``allow_empty_rows``, every query sees at
+    least one key (a row that hides every key is given back key
+    ``i mod n_keys``), and ``causal_bottom_right`` is not drawn when it would
+    hide every key from the first queries (more queries than keys).
+
+    Raises:
+        InputError: bad sizes or kinds, or kinds that leave nothing to draw.
+
+    >>> masks(n_queries=2, n_keys=1, kinds=("causal_bottom_right",))
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: kinds must allow a mask without empty rows for 2 queries and 1 keys (got ('causal_bottom_right',)); pass allow_empty_rows=True
+    """
+    _size("n_queries", n_queries)
+    _size("n_keys", n_keys)
+    kinds = _choices("kinds", kinds, MASK_KINDS)
+    allow_empty_rows = _flag("allow_empty_rows", allow_empty_rows)
+    offsets = _strategy("offsets", offsets, rationals(min_value=-2, max_value=2))
+    usable = tuple(k for k in kinds if allow_empty_rows or k != "causal_bottom_right"
+                   or n_queries <= n_keys)
+    if not usable:
+        raise InputError(f"kinds must allow a mask without empty rows for {n_queries} queries "
+                         f"and {n_keys} keys (got {kinds!r}); pass allow_empty_rows=True")
+
+    @st.composite
+    def draw_mask(draw):
+        kind = draw(st.sampled_from(usable))
+        if kind.startswith("causal"):
+            return Mask(kind, n_queries=n_queries, n_keys=n_keys)
+        if kind == "additive":
+            entry = st.one_of(offsets, st.none())
+        else:
+            entry = st.booleans()  # True = hidden, so shrinking hides nothing
+        rows = draw(st.lists(st.lists(entry, min_size=n_keys, max_size=n_keys),
+                             min_size=n_queries, max_size=n_queries))
+        hidden = (lambda e: e is None) if kind == "additive" else (lambda e: e)
+        for i, row in enumerate(rows):
+            if not allow_empty_rows and all(hidden(e) for e in row):
+                row[i % n_keys] = Fraction(0) if kind == "additive" else False
+        if kind == "bool_keep":
+            rows = [[not e for e in row] for row in rows]
+        return Mask(kind, rows)
+    return draw_mask()
+
+
+def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_k: int = 4,
+                     min_d_v: int = 1, max_d_v: int = 4, mask_kinds=(None, *MASK_KINDS),
+                     self_attention: bool = False, allow_empty_rows: bool = False,
+                     scales: SearchStrategy | None = None,
+                     elements: SearchStrategy | None = None) -> SearchStrategy[AttentionInput]:
+    """Whole inputs to an attention function: queries, keys, values, a mask and a scale.
+
+    Draws the mask kind from ``mask_kinds`` (None = no mask), the numbers of
+    queries and keys in ``[min_n, max_n]`` (equal when ``self_attention``),
+    d_k and d_v, the three matrices from ``elements`` and the scale from
+    ``scales`` (default :func:`scales`).  Under an additive mask with an
+    irrational scale the mask's finite entries are 0, so scaled scores plus
+    mask stay exact.  Shrinks towards no mask, one query, one key, width 1,
+    zero entries and the default scale.
+
+    Raises:
+        InputError: bad sizes, mask kinds, flags or strategies.
+
+    >>> attention_inputs(mask_kinds=("diagonal",))
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: mask_kinds must be a non-empty collection of None, 'bool_keep', 'bool_drop', 'additive', 'causal_top_left', 'causal_bottom_right' (got ('diagonal',))
+    """
+    n_range = _sizes("min_n", min_n, "max_n", max_n)
+    dk = _sizes("min_d_k", min_d_k, "max_d_k", max_d_k)
+    dv = _sizes("min_d_v", min_d_v, "max_d_v", max_d_v)
+    kinds = _choices("mask_kinds", mask_kinds, (None, *MASK_KINDS))
+    self_attention = _flag("self_attention", self_attention)
+    allow_empty_rows = _flag("allow_empty_rows", allow_empty_rows)
+    scale_st = _strategy("scales", scales, _all_scales())
+    elements = _strategy("elements", elements, rationals())
+
+    @st.composite
+    def draw_input(draw):
+        kind = draw(st.sampled_from(kinds))
+        n_q = draw(st.integers(*n_range))
+        if self_attention:
+            n_k = n_q
+        elif kind == "causal_bottom_right" and not allow_empty_rows:
+            n_k = draw(st.integers(n_q, n_range[1]))
+        else:
+            n_k = draw(st.integers(*n_range))
+        d_k = draw(st.integers(*dk))
+        d_v = draw(st.integers(*dv))
+        queries = draw(matrices(rows=n_q, columns=d_k, elements=elements))
+        keys = draw(matrices(rows=n_k, columns=d_k, elements=elements))
+        values = draw(matrices(rows=n_k, columns=d_v, elements=elements))
+        scale_squared = draw(scale_st)
+        mask = None
+        if kind is not None:
+            effective = Fraction(1, d_k) if scale_squared is None else Fraction(scale_squared)
+            rational = isqrt(effective.numerator) ** 2 == effective.numerator and \
+                isqrt(effective.denominator) ** 2 == effective.denominator
+            mask = draw(masks(n_queries=n_q, n_keys=n_k, kinds=(kind,),
+                              allow_empty_rows=allow_empty_rows,
+                              offsets=None if rational else st.just(Fraction(0))))
+        return AttentionInput(queries, keys, values, mask, scale_squared)
+    return draw_input()
+
+
+def block_splits(*, n: int) -> SearchStrategy[list[int]]:
+    """Ways of cutting a row of ``n`` keys into consecutive blocks, as lists of block lengths adding to n.
+
+    Shrinks towards one block (no cut).
+
+    >>> block_splits(n=0)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: n must be a positive integer (got 0)
+    """
+    _size("n", n)
+
+    def lengths(cuts: list[bool]) -> list[int]:
+        out, run = [], 1
+        for cut in cuts:
+            if cut:
+                out.append(run)
+                run = 1
+            else:
+                run += 1
+        return out + [run]
+    return st.lists(st.booleans(), min_size=n - 1, max_size=n - 1).map(lengths)

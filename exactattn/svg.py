@@ -1,0 +1,330 @@
+"""Pictures of a head's squares: the share square (and the score square) as an SVG heatmap.
+
+Each cell of the n x n square is a rectangle shaded by its value, with the
+value printed in it: shares as certified decimals (correctly rounded, see
+:mod:`exactattn.digits`), scores as exact rationals (a certified decimal when
+the divisor makes them irrational).  Queries label the rows (left), keys the
+columns (top), each with its token number and text.  Every cell is a
+``<g id="cell-I-J">`` (1-based query I, key J) holding a ``<title>`` with the
+exact value (a closed form for a share), a ``<rect>`` and a ``<text>``, so the
+picture can be read back by a program (``xml.etree``).
+
+Exactness: the printed digits are certified; only the shading is computed
+from a float (the printed decimal read as a float), and a colour is a
+picture, not a number.  Output is deterministic: the same head gives the same
+bytes.
+
+PNG: :func:`png` draws the same heatmap through matplotlib, when it is
+installed (the optional extra ``exactattn[plot]``).
+
+Reference: the share square ("attention pattern") of Vaswani et al. 2017,
+sec. 3.2.1; the worked example (SPEC section 2).
+
+>>> from exactattn.examples import chronicle
+>>> from exactattn.tables import attend_example
+>>> ex = chronicle()
+>>> text = share_svg(ex, attend_example(ex))
+>>> import xml.etree.ElementTree as ET
+>>> root = ET.fromstring(text)
+>>> cell = root.find(".//svg:g[@id='cell-2-1']", {"svg": SVG_NS})
+>>> cell.find("svg:text", {"svg": SVG_NS}).text
+'0.5800'
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from fractions import Fraction
+from typing import Sequence
+
+from .errors import InputError
+
+__all__ = ["PICTURE_FORMATS", "SVG_NS", "heatmap", "picture", "png", "score_svg", "share_svg"]
+
+SVG_NS = "http://www.w3.org/2000/svg"
+#: output formats that draw a picture instead of rendering tables
+PICTURE_FORMATS = ("svg", "png")
+#: the table modes that have a picture: scores -> the share square, square -> the score square
+PICTURE_MODES = ("scores", "square")
+
+_CELL = 76
+_CHAR = 7.2  # approximate width of one label character at font-size 12
+_LOW = (247, 251, 255)  # the colour of the smallest value
+_HIGH = (8, 48, 107)  # the colour of the largest value
+
+
+def _label(i: int, text: str, limit: int = 18) -> str:
+    text = text.replace("\n", " ")
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return f"{i + 1} {text}".rstrip()
+
+
+def _colour(t: float) -> str:
+    t = min(max(t, 0.0), 1.0)
+    rgb = [round(lo + (hi - lo) * t) for lo, hi in zip(_LOW, _HIGH)]
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | None]],
+            query_labels: Sequence[str], key_labels: Sequence[str], *, title: str,
+            tooltips: Sequence[Sequence[str]] | None = None, notes: Sequence[str] = ()) -> str:
+    """An n x m heatmap as SVG text: ``cells[i][j]`` printed in a box shaded by ``levels[i][j]``.
+
+    ``levels`` are in [0, 1] (0 lightest, 1 darkest; None: a grey, masked
+    cell).  Rows are labelled by ``query_labels`` (left), columns by
+    ``key_labels`` (top, slanted).
+
+    Raises:
+        InputError: ``cells``, ``levels`` and the labels disagree in size.
+
+    >>> svg = heatmap([["1"]], [[1.0]], ["1 a"], ["1 a"], title="one cell")
+    >>> svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+    True
+    >>> heatmap([["1"]], [[1.0]], ["1 a", "2 b"], ["1 a"], title="bad")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: query_labels must have 1 labels, one per row of cells (got 2)
+    """
+    n = len(cells)
+    m = len(cells[0]) if n else 0
+    if len(query_labels) != n:
+        raise InputError(f"query_labels must have {n} labels, one per row of cells "
+                         f"(got {len(query_labels)})")
+    if len(key_labels) != m:
+        raise InputError(f"key_labels must have {m} labels, one per column of cells "
+                         f"(got {len(key_labels)})")
+    if len(levels) != n or any(len(r) != m for r in levels) or any(len(r) != m for r in cells):
+        raise InputError(f"levels must be {n} x {m} like cells")
+    left = 24 + round(_CHAR * max(len(s) for s in query_labels)) + 12
+    top = 40 + round(0.72 * _CHAR * max(len(s) for s in key_labels)) + 24
+    # slanted key labels run up and to the right: leave room past the last column
+    right = max(24, round(0.77 * _CHAR * max(len(s) for s in key_labels)) - _CELL // 2 + 12)
+    width = max([left + m * _CELL + right] + [24 + round(0.56 * _CHAR * len(t)) for t in notes])
+    height = top + n * _CELL + 24 + 16 * len(notes)
+    svg = ET.Element("svg", {"xmlns": SVG_NS, "width": str(width), "height": str(height),
+                             "viewBox": f"0 0 {width} {height}",
+                             "font-family": "DejaVu Sans, Helvetica, Arial, sans-serif"})
+    ET.SubElement(svg, "title").text = title
+    ET.SubElement(svg, "text", {"x": "12", "y": "22", "font-size": "15",
+                                "font-weight": "bold"}).text = title
+    ET.SubElement(svg, "text", {"x": str(left + m * _CELL // 2), "y": "42", "font-size": "12",
+                                "text-anchor": "middle", "fill": "#555"}).text = "keys"
+    ET.SubElement(svg, "text", {"x": "12", "y": str(top - 8), "font-size": "12",
+                                "fill": "#555"}).text = "queries"
+    for j, lab in enumerate(key_labels):
+        x = left + j * _CELL + _CELL // 2
+        ET.SubElement(svg, "text", {"class": "key-label", "x": str(x), "y": str(top - 8),
+                                    "font-size": "12",
+                                    "transform": f"rotate(-40 {x} {top - 8})"}).text = lab
+    for i, lab in enumerate(query_labels):
+        y = top + i * _CELL + _CELL // 2 + 4
+        ET.SubElement(svg, "text", {"class": "query-label", "x": str(left - 8), "y": str(y),
+                                    "font-size": "12", "text-anchor": "end"}).text = lab
+    for i in range(n):
+        for j in range(m):
+            level = levels[i][j]
+            g = ET.SubElement(svg, "g", {"id": f"cell-{i + 1}-{j + 1}", "class": "cell"})
+            if tooltips is not None:
+                ET.SubElement(g, "title").text = tooltips[i][j]
+            x, y = left + j * _CELL, top + i * _CELL
+            ET.SubElement(g, "rect", {"x": str(x), "y": str(y), "width": str(_CELL),
+                                      "height": str(_CELL), "stroke": "#ffffff",
+                                      "fill": "#d9d9d9" if level is None else _colour(level)})
+            ink = "#ffffff" if level is not None and level > 0.55 else "#000000"
+            ET.SubElement(g, "text", {"x": str(x + _CELL // 2), "y": str(y + _CELL // 2 + 5),
+                                      "font-size": "13", "text-anchor": "middle",
+                                      "fill": ink}).text = cells[i][j]
+    for k, note in enumerate(notes):
+        ET.SubElement(svg, "text", {"x": "12", "y": str(top + n * _CELL + 28 + 16 * k),
+                                    "font-size": "11", "fill": "#555"}).text = note
+    ET.indent(svg)
+    return ET.tostring(svg, encoding="unicode") + "\n"
+
+
+def _labels(example, n: int) -> list[str]:
+    return [_label(i, example.tokens[i].text if i < len(example.tokens) else "")
+            for i in range(n)]
+
+
+def _share_grid(trace, places: int):
+    n = trace.n
+    cells, levels, tips = [], [], []
+    for i in range(n):
+        row_c, row_l, row_t = [], [], []
+        for j in range(n):
+            share = trace.share(i, j)
+            masked = trace.raw_scores[i][j] is None
+            dec = share.decimal(places)
+            row_c.append("masked" if masked else dec)
+            row_l.append(None if masked else float(dec))
+            row_t.append(f"share of key {j + 1} for query {i + 1}: "
+                         + ("0 (masked)" if masked else f"{share.closed_form()} ~ {dec} (certified)"
+                            if share.rational() is None else f"{share.rational()} exactly"))
+        cells.append(row_c)
+        levels.append(row_l)
+        tips.append(row_t)
+    return cells, levels, tips
+
+
+def share_svg(example, trace, places: int = 4) -> str:
+    """The share square (softmax of each row of scaled scores) as an SVG heatmap.
+
+    Cell (i, j) prints the certified share of key j for query i at ``places``
+    places and is shaded by it (white 0, dark blue 1).
+
+    Shapes: the trace's shares, n x n.
+
+    Raises:
+        InputError: ``places`` outside 0..50.
+
+    >>> from exactattn.examples import tiny
+    >>> from exactattn.tables import attend_example
+    >>> "0.8628" in share_svg(tiny(), attend_example(tiny()))
+    True
+    """
+    from .digits import check_places
+    check_places(places)
+    _numeric(trace)
+    cells, levels, tips = _share_grid(trace, places)
+    d2 = trace.head.divisor_squared
+    div = "no divisor" if d2 is None else f"divisor {trace.divisor}"
+    title = f"Shares: softmax(queries . keys / divisor), {example.name} ({div})"
+    notes = ["each row sums to exactly 1",
+             f"shares at {places} certified places (correctly rounded); the shading is a "
+             "picture, not a number"]
+    labels = _labels(example, trace.n)
+    return heatmap(cells, levels, labels, labels, title=title, tooltips=tips, notes=notes)
+
+
+def _score_ball(raw: Fraction, d2: Fraction):
+    def ball(prec):
+        from flint import arb, fmpq
+        return arb(fmpq(raw.numerator, raw.denominator)) / \
+            arb(fmpq(d2.numerator, d2.denominator)).sqrt()
+    return ball
+
+
+def _score_grid(trace, places: int):
+    from .digits import certify
+    from .tables import exact_text
+    n, d2 = trace.n, trace.head.divisor_squared
+    values = trace.raw_scores if d2 is None else trace.scaled_scores
+    cells, floats, tips = [], [], []
+    for i in range(n):
+        row_c, row_f, row_t = [], [], []
+        for j in range(n):
+            v = values[i][j]
+            raw = trace.raw_scores[i][j]
+            if raw is None:
+                row_c.append("-inf")
+                row_f.append(None)
+                row_t.append(f"query {i + 1}, key {j + 1}: masked")
+                continue
+            if isinstance(v, Fraction):
+                text = exact_text(v)
+                row_f.append(float(v))
+            else:
+                text = certify(_score_ball(raw, d2), places)
+                row_f.append(float(text))
+            row_c.append(text)
+            row_t.append(f"query {i + 1}, key {j + 1}: {exact_text(raw)}"
+                         + ("" if d2 is None else f" / {trace.divisor} = {v}"))
+        cells.append(row_c)
+        floats.append(row_f)
+        tips.append(row_t)
+    seen = [f for r in floats for f in r if f is not None]
+    lo, hi = min(seen), max(seen)
+    levels = [[None if f is None else (0.5 if hi == lo else (f - lo) / (hi - lo)) for f in r]
+              for r in floats]
+    return cells, levels, tips
+
+
+def score_svg(example, trace, places: int = 4) -> str:
+    """The score square (raw scores / divisor) as an SVG heatmap.
+
+    A rational score prints exactly (``25/16``); an irrational one (divisor
+    sqrt(2), say) prints as a certified decimal at ``places`` places.  Shading
+    runs from the smallest score in the square (white) to the largest (dark
+    blue); masked pairs are grey ``-inf``.
+
+    >>> from exactattn.examples import chronicle
+    >>> from exactattn.tables import attend_example
+    >>> "25/16" in score_svg(chronicle(), attend_example(chronicle()))
+    True
+    """
+    from .digits import check_places
+    check_places(places)
+    _numeric(trace)
+    cells, levels, tips = _score_grid(trace, places)
+    d2 = trace.head.divisor_squared
+    kind = "raw scores (no divisor)" if d2 is None else f"scaled scores: raw / {trace.divisor}"
+    labels = _labels(example, trace.n)
+    return heatmap(cells, levels, labels, labels, title=f"Scores: {kind}, {example.name}",
+                   tooltips=tips, notes=["shading runs from the smallest score (white) to "
+                                         "the largest (dark blue)"])
+
+
+def _numeric(trace) -> None:
+    if trace.engine == "symbolic":
+        raise InputError("trace must come from a numeric engine for a picture (got symbolic)")
+
+
+def png(example, trace, places: int = 4, mode: str = "scores") -> bytes:
+    """The same heatmap as :func:`share_svg` (or :func:`score_svg`) as PNG bytes, via matplotlib.
+
+    Raises:
+        InputError: matplotlib is not installed (install ``exactattn[plot]``).
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("format png needs matplotlib (not installed); install it with "
+                         "pip install 'exactattn[plot]' or use --format svg") from None
+    matplotlib.use("Agg")
+    import io
+
+    import matplotlib.pyplot as plt
+    _numeric(trace)
+    grid_of = _share_grid if mode == "scores" else _score_grid
+    cells, levels, _ = grid_of(trace, places)
+    n = trace.n
+    labels = _labels(example, n)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * n, 1.0 + 0.9 * n), dpi=100)
+    grid = [[0.0 if v is None else v for v in r] for r in levels]
+    ax.imshow(grid, cmap="Blues", vmin=0, vmax=1)
+    for i in range(n):
+        for j in range(n):
+            lv = levels[i][j]
+            ax.text(j, i, cells[i][j], ha="center", va="center", fontsize=9,
+                    color="white" if lv is not None and lv > 0.55 else "black")
+    ax.set_xticks(range(n), labels, rotation=40, ha="left")
+    ax.set_yticks(range(n), labels)
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("keys")
+    ax.set_ylabel("queries")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def picture(mode: str, example, trace, places: int, fmt: str, stream) -> int:
+    """Write the picture of ``mode`` (scores: shares; square: scores) in ``fmt`` to ``stream``.
+
+    Raises:
+        InputError: a mode without a picture or an unknown picture format.
+    """
+    if fmt not in PICTURE_FORMATS:
+        raise InputError(f"format must be one of {', '.join(PICTURE_FORMATS)} (got {fmt!r})")
+    if mode not in PICTURE_MODES:
+        raise InputError(f"--format {fmt} must be used with scores or square (got {mode}); "
+                         "other modes print tables: use text, markdown, latex, json or csv")
+    if fmt == "png":
+        data = png(example, trace, places, mode)
+        getattr(stream, "buffer", stream).write(data)
+        return 0
+    stream.write((share_svg if mode == "scores" else score_svg)(example, trace, places))
+    return 0

@@ -1,0 +1,263 @@
+"""Sweeps: one row's shares as the divisor runs, and the counted cost as the row grows.
+
+* :func:`divisor_sweep` (the page's divisor slider): the shares of one query
+  row, ``softmax(raw / divisor)``, at divisors from small to large, between
+  the two limits, which are computed exactly from the raw scores:
+
+  - divisor -> 0: all the share goes to the largest raw score; keys tied at
+    the maximum split it equally (1/k each for k tied keys);
+  - divisor -> infinity: the shares flatten to 1/n over the n visible keys.
+
+* :func:`length_sweep` (the length slider): the same head at several row
+  lengths n, each run through the pencil engine, whose counters are
+  incremented inside the loops.  Projections grow linearly in n, scores and
+  mixing quadratically; the per-token and per-pair figures are the counts
+  divided by n and by the number of visible pairs, never a formula passed off
+  as a count.
+
+Exactness: shares are certified decimals (correctly rounded) of exact closed
+forms; the limits and the cost figures are exact rationals.
+
+Reference: Vaswani et al. 2017, sec. 3.2.1 (the divisor sqrt(d_k), and the
+O(n^2 d) cost of self-attention in sec. 4); SPEC sections 4 and 5.
+
+>>> from exactattn.examples import chronicle
+>>> sec = divisor_sweep(chronicle(), 2, divisors=["1", "2"])[0]
+>>> sec.rows[0]
+['-> 0 (limit)', '1', '0', '0', '0', '1 at key 1']
+>>> sec.rows[2]
+["2 (the head's)", '0.5800', '0.1216', '0.1769', '0.1216', '0.5800 at key 1']
+>>> sec.rows[-1]
+['-> infinity (limit)', '1/4', '1/4', '1/4', '1/4', '1/4 at key 1, 2, 3, 4']
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+from .errors import InputError
+
+__all__ = ["DEFAULT_DIVISORS", "DEFAULT_LENGTHS", "MAX_LENGTH", "divisor_limits",
+           "divisor_sweep", "length_sweep", "parse_divisors", "parse_lengths"]
+
+DEFAULT_DIVISORS = ("1/8", "1/4", "1/2", "1", "2", "4", "8", "32", "128")
+DEFAULT_LENGTHS = (4, 8, 16, 32, 64)
+#: the pencil engine counts every multiply-add in Python loops; keep it to this many tokens
+MAX_LENGTH = 256
+
+
+def parse_divisors(text) -> list[tuple[str, Fraction]]:
+    """Divisors from ``"1/2,1,sqrt(2),4"`` (or a list): (label, divisor squared), ascending.
+
+    Each is a positive exact number or ``sqrt(q)`` (see
+    :func:`exactattn.exact.parse_divisor`); repeats are dropped.
+
+    >>> parse_divisors("4, 1/2, sqrt(2)")
+    [('1/2', Fraction(1, 4)), ('sqrt(2)', Fraction(2, 1)), ('4', Fraction(16, 1))]
+    >>> parse_divisors("1,none")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: divisors must be positive numbers or sqrt(q), comma-separated, such as 1/2,1,2,4 (got 'none')
+    """
+    from .exact import parse_divisor
+    parts = [p.strip() for p in text.split(",")] if isinstance(text, str) else \
+        [str(p).strip() for p in text]
+    if not parts or not all(parts):
+        raise InputError("divisors must be a comma-separated list such as 1/2,1,2,4 "
+                         f"(got {text!r})")
+    out: dict[Fraction, str] = {}
+    for p in parts:
+        try:
+            sq = parse_divisor(p)
+        except InputError:
+            sq = None
+        if sq is None:
+            raise InputError("divisors must be positive numbers or sqrt(q), comma-separated, "
+                             f"such as 1/2,1,2,4 (got {p!r})")
+        out.setdefault(sq, p)
+    return [(label, sq) for sq, label in sorted(out.items())]
+
+
+def parse_lengths(text) -> list[int]:
+    """Row lengths from ``"4,8,16"`` (or a list): integers from 1 to MAX_LENGTH, ascending.
+
+    >>> parse_lengths("8,4")
+    [4, 8]
+    >>> parse_lengths("4,x")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: lengths must be a comma-separated list of integers from 1 to 256 such as 4,8,16,32 (got '4,x')
+    """
+    bad = (f"lengths must be a comma-separated list of integers from 1 to {MAX_LENGTH} "
+           f"such as 4,8,16,32 (got {text!r})")
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    try:
+        values = [int(str(p).strip()) for p in parts]
+    except ValueError:
+        raise InputError(bad) from None
+    if not values or any(isinstance(p, bool) for p in parts) or \
+            not all(1 <= v <= MAX_LENGTH for v in values):
+        raise InputError(bad)
+    return sorted(set(values))
+
+
+def divisor_limits(raw: Sequence[Fraction | None]) -> tuple[list[Fraction], list[Fraction]]:
+    """The exact shares of a row in the two limits: (divisor -> 0, divisor -> infinity).
+
+    ``raw`` holds the row's raw scores (None for a masked key).  As the
+    divisor shrinks, the shares go to 1/k on each of the k keys at the
+    maximum and 0 elsewhere; as it grows, to 1/m on each of the m visible keys.
+
+    >>> divisor_limits([Fraction(1), Fraction(3), Fraction(3), None])
+    ([Fraction(0, 1), Fraction(1, 2), Fraction(1, 2), Fraction(0, 1)], [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3), Fraction(0, 1)])
+    """
+    visible = [r for r in raw if r is not None]
+    if not visible:
+        raise InputError("row must have at least one visible key (got every key masked)")
+    top = max(visible)
+    k = sum(1 for r in visible if r == top)
+    small = [Fraction(1, k) if r is not None and r == top else Fraction(0) for r in raw]
+    large = [Fraction(1, len(visible)) if r is not None else Fraction(0) for r in raw]
+    return small, large
+
+
+def _largest(cells: list[str], values: list) -> str:
+    best = max(values)
+    where = ", ".join(str(j + 1) for j, v in enumerate(values) if v == best)
+    return f"{cells[values.index(best)]} at key {where}"
+
+
+def divisor_sweep(example, row: int | None = None, *, divisors=None,
+                  places: int = 4) -> list:
+    """The shares of query ``row`` (1-based; default the example's focus) at each divisor.
+
+    ``divisors`` default to :data:`DEFAULT_DIVISORS` plus the head's own
+    divisor; the head's own is tagged wherever it appears.
+
+    Shapes: one row of n shares per divisor, plus the two limit rows.
+
+    Raises:
+        InputError: ``row`` outside 1..n, a bad divisor, ``places`` outside 0..50.
+    """
+    from .digits import check_places
+    from .softmax import SoftmaxRow
+    from .tables import Section, attend_example, exact_text
+    check_places(places)
+    trace = attend_example(example, engine="pencil")
+    n = trace.n
+    row = example.focus + 1 if row is None else row
+    if isinstance(row, bool) or not isinstance(row, int) or not 1 <= row <= n:
+        raise InputError(f"row must be a token number from 1 to {n} (got {row!r})")
+    raw = trace.raw_scores[row - 1]
+    own = example.head.divisor_squared
+    if divisors is None:
+        divisors = list(DEFAULT_DIVISORS)
+        if own is not None:
+            divisors.append(f"sqrt({exact_text(own)})")
+    chosen = parse_divisors(divisors)
+    small, large = divisor_limits(raw)
+    cols = ["divisor"] + [f"key {j + 1}" for j in range(n)] + ["largest"]
+
+    def exact_row(label, shares):
+        cells = [exact_text(s) for s in shares]
+        return [label] + cells + [_largest(cells, shares)]
+    rows = [exact_row("-> 0 (limit)", small)]
+    data = []
+    for label, sq in chosen:
+        sm = SoftmaxRow(raw, sq)
+        cells = [sm.share(j).decimal(places) for j in range(n)]
+        order = [float("-inf") if g is None else g for g in sm.gaps]  # largest gap, largest share
+        if sq == own and label.startswith("sqrt("):
+            root = _rational_root(sq)
+            label = label if root is None else exact_text(root)
+        tag = f"{label} (the head's)" if own is not None and sq == own else label
+        rows.append([tag] + cells + [_largest(cells, order)])
+        data.append({"divisor": label, "divisor_squared": exact_text(sq),
+                     "shares_decimal": cells,
+                     "shares_exact": [str(sm.share(j).closed_form()) for j in range(n)]})
+    rows.append(exact_row("-> infinity (limit)", large))
+    raw_text = ", ".join("-inf" if r is None else exact_text(r) for r in raw)
+    notes = [
+        f"query {row} of {example.name}: raw scores ({raw_text})",
+        "shares = softmax(raw / divisor); as the divisor shrinks they concentrate on the "
+        "largest raw score (tied keys split it equally), as it grows they flatten to 1/n "
+        "over the visible keys",
+        f"shares at {places} certified places; the limit rows are exact",
+        "the head itself has no divisor" if own is None else
+        f"the head's own divisor: {example.head.divisor} = sqrt({exact_text(own)})",
+    ]
+    return [Section("sweep/divisor", f"Shares of query {row} as the divisor grows", cols, rows,
+                    notes, {"query": row, "raw": [None if r is None else exact_text(r)
+                                                  for r in raw],
+                            "limit_small": [exact_text(s) for s in small],
+                            "limit_large": [exact_text(s) for s in large],
+                            "divisors": data})]
+
+
+def _rational_root(q: Fraction) -> Fraction | None:
+    from math import isqrt
+    a, b = isqrt(q.numerator), isqrt(q.denominator)
+    return Fraction(a, b) if a * a == q.numerator and b * b == q.denominator else None
+
+
+def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list:
+    """The multiply-adds the pencil engine counts for the example's head at each row length.
+
+    The tokens are the example's rows repeated cyclically to length n (the
+    counts do not depend on the numbers).  MACs: one multiplication and one
+    addition; FLOPs = 2 x MACs.
+
+    >>> from exactattn.examples import chronicle
+    >>> sec = length_sweep(chronicle(), [4, 8])[0]
+    >>> sec.rows[1]
+    ['8', '384', '256', '256', '896', '48', '8', '2.80', '0.5714']
+    """
+    from .digits import round_fraction
+    from .head import attend
+    from .tables import Section, exact_text
+    ns = parse_lengths(lengths)
+    head = example.head
+    rows, data = [], []
+    prev = None
+    per_token, per_pair = set(), set()
+    first_pass = None
+    for n in ns:
+        x = [example.x[i % len(example.x)] for i in range(n)]
+        trace = attend(head, x, engine="pencil")
+        m = trace.macs
+        pairs = sum(1 for r in trace.raw_scores for v in r if v is not None)
+        quad = m["scores"] + m["mix"]
+        total = m["projections"] + quad
+        tok = Fraction(m["projections"], n)
+        pair = Fraction(quad, pairs)
+        per_token.add(tok)
+        per_pair.add(pair)
+        if first_pass is None and quad > m["projections"]:
+            first_pass = n
+        ratio = "" if prev is None else round_fraction(Fraction(total, prev), 2)
+        rows.append([str(n), str(m["projections"]), str(m["scores"]), str(m["mix"]), str(total),
+                     exact_text(tok), exact_text(pair), ratio,
+                     round_fraction(Fraction(quad, total), 4)])
+        data.append(dict(m, n=n, total=total, visible_pairs=pairs))
+        prev = total
+    causal = " (causal: n(n+1)/2 visible pairs)" if head.causal else ""
+    notes = [
+        f"counted by running the pencil engine at each n on {example.name}'s head "
+        f"(d_model = {head.d_model}, d_k = {head.d_k}, d_v = {head.d_v}); tokens repeat the "
+        "example's rows cyclically",
+        "linear part: projections / n = "
+        + (f"{exact_text(next(iter(per_token)))} MACs per token at every n"
+           if len(per_token) == 1 else "not constant"),
+        f"quadratic part: (scores + mixing) / visible pairs{causal} = "
+        + (f"{exact_text(next(iter(per_pair)))} MACs per pair at every n"
+           if len(per_pair) == 1 else "not constant"),
+        ("among these lengths, scores + mixing first exceed the projections at "
+         f"n = {first_pass}") if first_pass is not None else
+        "among these lengths, the projections stay at or above scores + mixing",
+        "a multiply-add (MAC) is one multiplication and one addition; FLOPs = 2 x MACs",
+    ]
+    return [Section("sweep/length", "Cost as the row grows (multiply-adds counted in the loops)",
+                    ["n", "projections", "scores", "mixing", "total", "projections / n",
+                     "(scores + mixing) / pair", "ratio to row above", "pair share"],
+                    rows, notes, {"rows": data})]

@@ -1,0 +1,399 @@
+"""The cost module: counted = derived, the seed table, crossover, doubling, extensions, CLI."""
+
+import json
+import os
+import random
+from fractions import Fraction as F
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sympy
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exactattn import Head, attend
+from exactattn.cli import main
+from exactattn.cost import (CONVENTIONS, EXTENSION_SYMBOLS, SYMBOLS, conventions_sections,
+                            cost_sections, count, count_head, count_tokens, crossover,
+                            decode_steps, derive, derive_at, derive_operations,
+                            doubling_ratio, loop_nests, run)
+from exactattn.errors import InputError
+
+n, D, d_k, d_v = SYMBOLS
+m, t, h, L = EXTENSION_SYMBOLS
+GOLDEN = Path(__file__).parent / "golden" / "cost"
+UPDATE = os.environ.get("EXACTATTN_UPDATE_GOLDEN") == "1"
+FORMATS = {"text": "txt", "markdown": "md", "latex": "tex", "json": "json", "csv": "csv"}
+
+
+def typed_equal(got, want):
+    assert type(got) is type(want), (got, want)
+    assert got == want
+
+
+def cli(capsys, *argv):
+    """Run the CLI; argparse's own errors leave through SystemExit(2)."""
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# --- the derivation from the loop nests ------------------------------------------------
+
+def test_symbols_are_positive_integers():
+    for s in SYMBOLS + EXTENSION_SYMBOLS:
+        assert isinstance(s, sympy.Symbol) and s.is_positive and s.is_integer
+    assert [str(s) for s in SYMBOLS] == ["n", "D", "d_k", "d_v"]
+
+
+def test_derive_no_mask():
+    got = derive()
+    assert list(got) == ["projections", "scores", "mix", "total"]
+    assert got["projections"] == 2 * n * D * d_k + n * D * d_v
+    assert got["scores"] == n ** 2 * d_k
+    assert got["mix"] == n ** 2 * d_v
+    seed = derive(d_v=d_k)
+    assert seed["projections"] == 3 * n * D * d_k
+    assert seed["total"] == 3 * n * D * d_k + 2 * n ** 2 * d_k
+    assert all(isinstance(v, sympy.Expr) for v in seed.values())
+
+
+def test_derive_is_the_sum_of_the_nests():
+    nests = loop_nests()
+    assert [x.name for x in nests["projections"]] == ["queries", "keys", "values"]
+    for stage, expr in derive().items():
+        if stage != "total":
+            assert sympy.expand(sum(x.macs() for x in nests[stage]) - expr) == 0
+    # the causal bound j <= i is in the nest, not in a typed formula
+    (scores,) = loop_nests(causal=True)["scores"]
+    assert scores.loops[1][2] == sympy.Symbol("i", integer=True, nonnegative=True)
+    assert derive(causal=True)["scores"] == sympy.expand(n * (n + 1) / 2 * d_k)
+    assert derive(causal=True)["scores"] != sympy.expand(n ** 2 / 2 * d_k)
+
+
+def test_derive_is_deterministic():
+    assert derive(causal=True, heads=h) == derive(causal=True, heads=h)
+    assert str(derive()) == str(derive())
+
+
+def test_operations_k_minus_one_additions():
+    ops = derive_operations(d_v=d_k)
+    assert ops["projections"] == (3 * n * D * d_k, sympy.expand(3 * n * d_k * (D - 1)))
+    assert ops["scores"] == (n ** 2 * d_k, sympy.expand(n ** 2 * (d_k - 1)))
+    assert ops["mix"] == (n ** 2 * d_k, sympy.expand(n * d_k * (n - 1)))
+
+
+def test_extension_formulas():
+    assert derive(heads=h, d_v=d_k)["output"] == n * h * d_k * D
+    assert derive(heads=h, d_v=d_k)["projections"] == 3 * h * n * D * d_k
+    assert derive(layers=L, d_v=d_k)["total"] == sympy.expand(L * (3 * n * D * d_k +
+                                                                   2 * n ** 2 * d_k))
+    step = derive(decode=True, d_v=d_k)
+    assert step["projections"] == 3 * D * d_k and step["scores"] == t * d_k
+    summed = {k: sympy.expand(sympy.summation(v, (t, 1, n))) for k, v in
+              derive(decode=True).items()}
+    assert summed == derive(causal=True)
+    # keys m >= n, bottom-right: query i sees i + m - n + 1 keys
+    br = derive(causal=True, alignment="bottom-right", keys=n + m)["scores"]
+    assert br == sympy.expand(d_k * (n * (n + 1) / 2 + n * m))
+    pw = derive(causal=True, keys=m)["scores"]
+    assert isinstance(pw, sympy.Piecewise)
+    assert pw.subs({n: 4, m: 2, d_k: 1}) == 7 and pw.subs({n: 4, m: 6, d_k: 1}) == 10
+
+
+# --- counted by running the head ----------------------------------------------------
+
+def test_seed_count_is_the_engine_count():
+    got = count(4, 4, 4)
+    typed_equal(got, {"projections": 192, "scores": 64, "mix": 64, "total": 320})
+    for k in got:
+        assert type(got[k]) is int
+    # the same figures as the pencil trace of the chronicle head
+    from exactattn.examples import chronicle
+    ex = chronicle()
+    assert attend(ex.head, ex.x, engine="pencil").macs == \
+        {k: v for k, v in got.items() if k != "total"}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_derived_equals_counted_for_every_n_up_to_64(causal):
+    exprs = derive(causal=causal, d_v=d_k)
+    for k in range(1, 65):
+        counted = count(k, 4, 4, causal=causal)
+        derived = {s: int(e.subs({n: k, D: 4, d_k: 4})) for s, e in exprs.items()}
+        assert counted == derived, k
+
+
+@given(st.integers(1, 9), st.integers(1, 5), st.integers(1, 4), st.integers(1, 4),
+       st.booleans(), st.sampled_from([None, 1, 2]), st.sampled_from(["none", "keys",
+                                                                       "decode", "layers"]),
+       st.sampled_from(["top-left", "bottom-right"]), st.integers(1, 9))
+def test_derived_equals_counted_drawn(k, dm, dk, dv, causal, heads, extra, align, keys):
+    opts = {"causal": causal, "heads": heads}
+    if extra == "keys":
+        opts.update(keys=keys, alignment=align)
+    elif extra == "decode":
+        opts = {"decode": True, "heads": heads}
+    elif extra == "layers":
+        opts["layers"] = 2
+        if heads is None:
+            dv = dm
+    counted = count(k, dm, dk, dv, **opts)
+    assert counted == derive_at(k, dm, dk, dv, **opts)
+    assert all(type(v) is int for v in counted.values())
+
+
+def test_pencil_integer_loops_agree_with_the_symbolic_engine():
+    rnd = random.Random(3)
+    for _ in range(20):
+        dm, dk, dv, k = (rnd.randint(1, 3) for _ in range(4))
+        W = [[[F(rnd.randint(-3, 3), rnd.randint(1, 3)) for _ in range(dm)]
+              for _ in range(w)] for w in (dk, dk, dv)]
+        head = Head(*W, causal=rnd.random() < 0.5, divisor="sqrt(2)")
+        x = [[F(rnd.randint(-2, 2), 2) for _ in range(dm)] for _ in range(k)]
+        a, b = attend(head, x, engine="pencil"), attend(head, x, engine="symbolic")
+        assert a.macs == b.macs
+        assert [[sympy.Rational(e.numerator, e.denominator) for e in r] for r in a.queries] \
+            == b.queries
+        for i in range(k):
+            for j in range(k):
+                r = a.raw_scores[i][j]
+                assert (r is None and b.raw_scores[i][j] is None) or \
+                    sympy.Rational(r.numerator, r.denominator) == b.raw_scores[i][j]
+            assert all(type(e) is F for e in a.keys[i] + a.values[i])
+
+
+def test_count_inputs_are_the_documented_ones():
+    assert count_head(4, 4, 4).W_K[2] == [F(0), F(0), F(1), F(1, 2)]
+    assert count_tokens(6, 4)[5] == [F(1), F(0), F(0), F(0)]
+
+
+# --- causal alignment, decoding, heads, layers --------------------------------------
+
+@pytest.mark.parametrize("keys, align, pairs", [
+    (6, "top-left", 10), (6, "bottom-right", 18), (2, "top-left", 7), (2, "bottom-right", 3),
+    (4, "top-left", 10), (4, "bottom-right", 10)])
+def test_alignment_pairs(keys, align, pairs):
+    got = count(4, 4, 1, 1, causal=True, keys=keys, alignment=align)
+    assert got["scores"] == pairs and got["mix"] == pairs
+    assert got == derive_at(4, 4, 1, 1, causal=True, keys=keys, alignment=align)
+
+
+def test_decode_steps_sum_to_the_causal_prefill():
+    steps = decode_steps(10, 4, 4)
+    assert [s["total"] for s in steps] == [48 + 8 * k for k in range(1, 11)]
+    total = {k: sum(s[k] for s in steps) for k in steps[0]}
+    assert total == count(10, 4, 4, causal=True) == count(10, 4, 4, decode=True)
+
+
+def test_decode_outputs_equal_the_causal_prefill_outputs():
+    dec = run(7, 3, 2, 2, decode=True)
+    pre = run(7, 3, 2, 2, causal=True)
+    for i in range(7):
+        for c in range(2):
+            (a,), (b,) = dec.outputs[i][c], pre.outputs[i][c]
+            assert a.numerators == b.numerators
+            assert a.closed_form() == b.closed_form()
+
+
+def test_heads_with_output_projection_match_a_float_reference():
+    r = run(3, 4, 2, 2, heads=2)
+    assert r.macs == {"projections": 2 * 3 * 4 * 6, "scores": 2 * 9 * 2, "mix": 2 * 9 * 2,
+                      "output": 3 * 4 * 4, "total": 144 + 72 + 48}
+    x = np.array([[float(e) for e in row] for row in count_tokens(3, 4)])
+    outs = []
+    for a in range(2):
+        hd = count_head(4, 2, 2, a)
+        Wq, Wk, Wv = (np.array([[float(e) for e in row] for row in w])
+                      for w in (hd.W_Q, hd.W_K, hd.W_V))
+        s = (x @ Wq.T) @ (x @ Wk.T).T / np.sqrt(2.0)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        outs.append(p @ (x @ Wv.T))
+    Wo = np.array([[((d + 2 * c) % 5 - 2) / 2 for c in range(4)] for d in range(4)])
+    want = np.concatenate(outs, axis=1) @ Wo.T
+    for i in range(3):
+        for c in range(4):
+            assert abs(float(r.output_decimal(i, c, 12)) - want[i, c]) < 1e-9  # float64 ref
+
+
+def test_layers_count_each_layer():
+    one, two = count(5, 4, 4), count(5, 4, 4, layers=2)
+    assert two == {k: 2 * v for k, v in one.items()}
+    three = count(4, 4, 2, heads=2, layers=3)
+    assert three["output"] == 3 * 4 * 4 * 4
+
+
+# --- crossover and doubling ----------------------------------------------------------
+
+def test_crossover_seed():
+    c = crossover(4)
+    assert c.first == 7 and c.equal_at == 6 and c.threshold == 6
+    assert c.condition == sympy.StrictGreaterThan(n, sympy.Rational(3, 2) * D)
+    assert c.at(6) == (288, 288)
+    counted = count(6, 4, 4)
+    assert counted["scores"] + counted["mix"] == counted["projections"] == 288
+    c7 = count(7, 4, 4)
+    assert c7["scores"] + c7["mix"] > c7["projections"]
+    assert crossover(4096).first == 6145
+
+
+@pytest.mark.parametrize("opts, first, equal", [
+    ({"causal": True}, 12, 11), ({"heads": 2}, 9, 8), ({"decode": True}, 7, 6),
+    ({"layers": 3}, 7, 6)])
+def test_crossover_extensions_against_counts(opts, first, equal):
+    c = crossover(4, **opts)
+    assert (c.first, c.equal_at) == (first, equal)
+    copts = {k: v for k, v in opts.items() if k != "decode"}
+    if opts.get("decode"):
+        steps = decode_steps(first, 4, 4)
+        p = [s["scores"] + s["mix"] for s in steps]
+        lin = [s["projections"] for s in steps]
+        assert p[equal - 1] == lin[equal - 1] and p[first - 1] > lin[first - 1]
+        return
+    at_eq, at_first = count(equal, 4, 4, **copts), count(first, 4, 4, **copts)
+    linear = ("projections", "output")
+    assert sum(at_eq[k] for k in ("scores", "mix")) == sum(at_eq.get(k, 0) for k in linear)
+    assert sum(at_first[k] for k in ("scores", "mix")) > \
+        sum(at_first.get(k, 0) for k in linear)
+
+
+def test_doubling_ratio():
+    r = doubling_ratio()
+    assert sympy.simplify(r.expr - (8 * n + 6 * D) / (2 * n + 3 * D)) == 0
+    assert r.limit == 4
+    totals = [count(k, 4, 4)["total"] for k in (4, 8, 16, 32)]
+    for k, (a, b) in zip((4, 8, 16), zip(totals, totals[1:])):
+        typed_equal(r.at(k, 4), F(b, a))
+    typed_equal(r.at(1000, 4096), F(2036, 893))
+    assert r.n_for("3.5") == sympy.Rational(9, 2) * D
+
+
+# --- tables and CLI ------------------------------------------------------------------
+
+def test_seed_table():
+    (s,) = cost_sections()
+    assert [r[:6] for r in s.rows] == [
+        ["4", "192", "128", "320", "-", "40.0%"], ["8", "384", "512", "896", "2.80", "57.1%"],
+        ["16", "768", "2048", "2816", "3.14", "72.7%"],
+        ["32", "1536", "8192", "9728", "3.45", "84.2%"]]
+    assert all(r[6] == "counted" for r in s.rows)
+    assert "  3 x n x D x d_k = 3 x 32 x 4 x 4 = 1536" in s.notes
+    assert "  2 x n x n x d_k = 2 x 32 x 32 x 4 = 8192" in s.notes
+    assert "  same: true" in s.notes
+    assert any("from n = 7" in x and "288 and 288" in x for x in s.notes)
+
+
+def test_rows_too_large_are_marked_derived():
+    (s,) = cost_sections([4, 64], count_limit=1000)
+    assert s.rows[0][-1] == "counted"
+    assert s.rows[1][-1].startswith("derived (not run")
+    assert s.rows[1][3] == str(derive_at(64, 4, 4)["total"])
+    assert "check at n = 4:" in s.notes
+    (s,) = cost_sections([64], count_limit=1000)
+    assert any("none counted" in x for x in s.notes)
+
+
+def check_golden(name, text):
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"missing golden file {path}; run with EXACTATTN_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_golden_cost(capsys, fmt):
+    rc, out, err = cli(capsys, "cost", "--format", fmt)
+    assert rc == 0 and err == ""
+    check_golden(f"cost.{FORMATS[fmt]}", out)
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("cost-causal", ["--causal"]), ("cost-heads", ["--heads", "2", "--d-k", "2"]),
+    ("cost-decode", ["--decode"]), ("cost-layers", ["--layers", "2"]),
+    ("cost-keys", ["--causal", "--keys", "16", "--align", "bottom-right"]),
+    ("cost-conventions", ["--conventions"])])
+def test_golden_cost_extensions(capsys, name, argv):
+    rc, out, err = cli(capsys, "cost", *argv)
+    assert rc == 0 and err == ""
+    check_golden(f"{name}.txt", out)
+
+
+def test_json_carries_the_numbers(capsys):
+    rc, out, _ = cli(capsys, "cost", "--format", "json", "--rows", "6,7")
+    doc = json.loads(out)
+    rows = doc["tables"][0]["data"]["rows"]
+    assert [(r["tokens"], r["projections"], r["pairs"]) for r in rows] == \
+        [(6, 288, 288), (7, 336, 392)]
+    assert doc["tables"][0]["data"]["crossover"]["first"] == 7
+
+
+def test_conventions(capsys):
+    rc, out, _ = cli(capsys, "cost", "--conventions")
+    assert rc == 0
+    for text in ("FLOPs = 2 x MACs", "k - 1 additions", "n(n+1)/2", "PaLM", "Kaplan",
+                 "-16 pairs", "+496 pairs"):
+        assert text in out
+    s = conventions_sections(7)
+    assert [r[2] for r in s[0].rows] == ["49", "28", "49", "49/2", "28"]
+    assert [c.key for c in CONVENTIONS] == ["full", "half", "exact"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rows", ""], "--rows must be a comma-separated list"),
+    (["--rows", "0"], "--rows must be"),
+    (["--rows=-4,8"], "--rows must be"),
+    (["--rows", "4,,8"], "--rows must be"),
+    (["--rows", "2.5"], "--rows must be"),
+    (["--rows", "four"], "--rows must be"),
+    (["--d-model", "0"], "--d-model must be a positive whole number (got '0')"),
+    (["--d-model=-3"], "--d-model must be a positive whole number"),
+    (["--d-k", "1.5"], "--d-k must be a positive whole number (got '1.5')"),
+    (["--d-k", "abc"], "--d-k must be a positive whole number (got 'abc')"),
+    (["--d-v", "0"], "--d-v must be"),
+    (["--heads", "0"], "--heads must be"),
+    (["--layers=-1"], "--layers must be"),
+    (["--keys", "x"], "--keys must be"),
+    (["--count-limit", "0"], "--count-limit must be"),
+    (["--align", "top-left"], "--align needs --causal"),
+    (["--decode", "--keys", "4"], "--keys must be left out with --decode"),
+    (["--layers", "2", "--d-v", "3"], "d_v must equal d_model = 4"),
+])
+def test_cli_bad_input(capsys, argv, message):
+    rc, out, err = cli(capsys, "cost", *argv)
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("exactattn: error: ")
+    assert message in err
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: count(0, 4, 4), "n must be a positive whole number (got 0)"),
+    (lambda: count(-2, 4, 4), "n must be a positive whole number (got -2)"),
+    (lambda: count(2.5, 4, 4), "n must be a positive whole number (got 2.5)"),
+    (lambda: count(True, 4, 4), "n must be a positive whole number (got True)"),
+    (lambda: count("4", 4, 4), "n must be a positive whole number (got '4')"),
+    (lambda: count(4, 0, 4), "d_model must be a positive whole number (got 0)"),
+    (lambda: count(4, 4, 4, 0), "d_v must be a positive whole number (got 0)"),
+    (lambda: count(4, 4, 4, heads=0), "heads must be a positive whole number (got 0)"),
+    (lambda: count(4, 4, 4, causal="yes"), "causal must be True or False (got 'yes')"),
+    (lambda: count(4, 4, 4, alignment="middle"), "alignment must be 'top-left' or"),
+    (lambda: count(4, 4, 4, keys=3, layers=2), "layers must be 1 when keys is set"),
+    (lambda: derive(decode=True, keys=m), "keys must be left unset with decode"),
+    (lambda: cost_sections([]), "rows must be a non-empty list of token counts (got [])"),
+    (lambda: cost_sections([4, 0]), "each row must be a positive whole number (got 0)"),
+    (lambda: crossover(0), "D must be a positive whole number (got 0)"),
+    (lambda: doubling_ratio().at(0, 4), "n must be a positive whole number (got 0)"),
+    (lambda: loop_nests(causal=True, keys=m), "keys_at_least_queries must be True or False"),
+])
+def test_api_bad_input(call, message):
+    with pytest.raises(InputError) as e:
+        call()
+    assert isinstance(e.value, ValueError)
+    assert message in str(e.value)

@@ -1,0 +1,186 @@
+"""The ``scale`` experiment: exact expectations, bands, determinism, bad arguments."""
+
+import io
+import json
+import re
+from fractions import Fraction
+
+import mpmath
+import pytest
+import sympy
+from flint import arb
+from sympy.stats import ChiSquared, E
+
+from exactattn import scale
+from exactattn.cli import main
+from exactattn.digits import certify
+from exactattn.errors import InputError
+from exactattn.scale import (certify_w, expected_range, expected_w, mean_square_variance,
+                             measure, parse_widths, scale_sections)
+
+CMD = ["scale", "--widths", "4,16,64,256", "--trials", "1000", "--seed", "82", "--tokens", "4"]
+
+
+def run(capsys, *argv):
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# exact expectations -----------------------------------------------------
+@pytest.mark.parametrize("n, closed", [
+    (2, lambda: 2 / arb.pi().sqrt()),
+    (3, lambda: 3 / arb.pi().sqrt()),
+    (4, lambda: 12 * arb(2).sqrt().atan() / arb.pi() ** 1.5),
+])
+def test_expected_normal_range_matches_closed_forms(n, closed):
+    assert certify_w(n, 18) == certify(lambda prec: closed(), 18)
+
+
+def test_expected_w_is_a_tight_ball():
+    from exactattn.digits import working_precision
+    with working_precision(128):
+        w = expected_w(10, 128)
+    assert w.rad() < arb("1e-30")
+    assert certify_w(10, 4) == "3.0775"  # the classical table value for n = 10
+
+
+@pytest.mark.parametrize("n, d_k, divided", [(4, 4, False), (5, 7, True), (3, 256, False)])
+def test_expected_range_against_mpmath_quadrature(n, d_k, divided):
+    mpmath.mp.dps = 30
+    w = mpmath.quad(lambda x: 1 - mpmath.ncdf(x) ** n - (1 - mpmath.ncdf(x)) ** n,
+                    [-mpmath.inf, 0, mpmath.inf])
+    c = mpmath.sqrt(2) * mpmath.exp(mpmath.loggamma((d_k + 1) / mpmath.mpf(2))
+                                    - mpmath.loggamma(d_k / mpmath.mpf(2)))
+    want = w * c / (mpmath.sqrt(d_k) if divided else 1)
+    got = expected_range(n, d_k, divided=divided, places=12)
+    assert type(got) is str
+    assert abs(mpmath.mpf(got) - want) <= mpmath.mpf("5e-13")
+
+
+def test_chi_mean_closed_form_d4():
+    # E|q| for d_k = 4 is 3 sqrt(2 pi) / 4; times E[W_4]
+    closed = lambda: 3 * (2 * arb.pi()).sqrt() / 4 * 12 * arb(2).sqrt().atan() / arb.pi() ** 1.5  # noqa: E731
+    assert expected_range(4, 4, divided=False, places=15) == certify(lambda p: closed(), 15)
+
+
+@pytest.mark.parametrize("n, d_k", [(4, 4), (2, 16), (7, 3)])
+def test_mean_square_variance_from_chi_square_moments(n, d_k):
+    Q, C = ChiSquared("Q", d_k), ChiSquared("C", n)
+    second = E(Q ** 2) * E(C ** 2) / n ** 2
+    want = sympy.Rational(second - d_k ** 2)
+    got = mean_square_variance(n, d_k, False)
+    assert type(got) is Fraction and got == Fraction(int(want.p), int(want.q))
+    assert mean_square_variance(n, d_k, True) == got / d_k ** 2
+
+
+# the experiment ------------------------------------------------------
+def test_seed_82_every_measurement_inside_its_band(capsys):
+    rc, out, err = run(capsys, *CMD)
+    assert rc == 0 and err == ""
+    assert "every measurement lies inside its band" in out
+    spread = out.split("\n\n")[0].splitlines()[4:12]
+    assert len(spread) == 8 and all(line.split()[6] == "yes" and line.split()[-1] == "yes"
+                                    for line in spread)
+    # the expected columns are the certified values
+    assert spread[0].split()[:4][3] == "3.8704" and spread[1].split()[3] == "1.9352"
+    assert spread[7].split()[3] == expected_range(4, 256, divided=True)
+    assert [line.split()[8] for line in spread] == ["2.0000", "1.0000", "4.0000", "1.0000",
+                                                    "8.0000", "1.0000", "16.0000", "1.0000"]
+
+
+def test_same_seed_byte_identical_other_seed_differs(capsys):
+    argv = ["scale", "--widths", "4,16", "--trials", "200", "--seed", "7"]
+    _, a, _ = run(capsys, *argv)
+    _, b, _ = run(capsys, *argv)
+    _, c, _ = run(capsys, *argv[:-1], "8")
+    assert a == b and a != c
+
+
+def test_a_width_does_not_depend_on_the_others():
+    one = measure(16, 100, 3, 4)
+    again = scale_sections([4, 16], trials=100, seed=3, tokens=4)[0].data["rows"]
+    assert repr(one[0].mean_range) == again[2]["mean_range"]
+    assert repr(one[1].mean_square) == again[3]["mean_square"]
+
+
+def test_divided_is_undivided_over_sqrt_dk():
+    und, div = measure(64, 50, 1, 4)
+    assert div.mean_range == pytest.approx(und.mean_range / 8, rel=1e-15)
+    assert div.mean_square == pytest.approx(und.mean_square / 64, rel=1e-15)
+    assert div.mean_biggest_share < und.mean_biggest_share
+    assert und.concentrated >= div.concentrated
+
+
+def test_flag_and_exit_1_when_outside(capsys, monkeypatch):
+    monkeypatch.setattr(scale, "BAND_SE", 0)
+    rc, out, _ = run(capsys, "scale", "--widths", "4", "--trials", "20")
+    assert rc == 1
+    assert " NO" in out and "some measurement lies outside its band" in out
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "latex", "json", "csv"])
+def test_every_format(capsys, fmt):
+    rc, out, _ = run(capsys, "scale", "--widths", "4,16", "--trials", "100", "--seed", "82",
+                     "--format", fmt)
+    assert rc == 0 and out
+    if fmt == "json":
+        doc = json.loads(out)
+        assert doc["mode"] == "scale" and doc["seed"] == 82 and doc["widths"] == [4, 16]
+        spread = doc["tables"][0]["data"]
+        assert spread["all_inside"] is True and len(spread["rows"]) == 4
+        assert spread["rows"][0]["expected_variance"] == "4"
+        assert spread["rows"][0]["mean_square_variance"] == "20"
+
+
+def test_progress_goes_to_stderr_only(capsys):
+    _, plain, err0 = run(capsys, "scale", "--widths", "4", "--trials", "30")
+    _, shown, err1 = run(capsys, "scale", "--widths", "4", "--trials", "30", "--progress")
+    assert err0 == "" and plain == shown
+    assert err1.startswith("\rscale [") and err1.endswith("30/30 (d_k = 4)\n")
+
+
+def test_progress_follows_the_terminal():
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+    out, err = io.StringIO(), TTY()
+    scale.run([4], trials=10, seed=1, stdout=out, stderr=err)
+    assert "10/10" in err.getvalue() and "scale [" not in out.getvalue()
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["--widths", "4,0"], r"widths must be a comma-separated list of positive integers .*'4,0'"),
+    (["--widths", ""], r"widths must be a comma-separated list .*\(got ''\)"),
+    (["--widths", "4,x"], r"widths must be .*\(got '4,x'\)"),
+    (["--widths", "4.5"], r"widths must be .*\(got '4.5'\)"),
+    (["--widths", "4,4"], r"widths must not repeat a width \(got '4,4'\)"),
+    (["--trials", "-5"], r"trials must be an integer >= 2 \(got '-5'\)"),
+    (["--trials", "1"], r"trials must be an integer >= 2 \(got '1'\)"),
+    (["--trials", "ten"], r"trials must be an integer >= 2 \(got 'ten'\)"),
+    (["--tokens", "1"], r"tokens must be an integer >= 2 \(got '1'\)"),
+    (["--seed", "-1"], r"seed must be an integer >= 0 \(got '-1'\)"),
+    (["--seed", "0x10"], r"seed must be an integer >= 0 \(got '0x10'\)"),
+    (["--digits", "99"], r"--digits must be an integer from 0 to 50"),
+    (["--format", "svg"], r"invalid choice: 'svg'"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, pattern):
+    rc, out, err = run(capsys, "scale", *argv)
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("exactattn: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("value", [[], [0], [True], "", " , "])
+def test_parse_widths_rejects(value):
+    with pytest.raises(InputError, match="widths must be"):
+        parse_widths(value)
+
+
+def test_expected_range_rejects_one_token():
+    with pytest.raises(InputError, match=r"tokens must be an integer >= 2 \(got 1\)"):
+        expected_range(1, 4, divided=False)

@@ -1,0 +1,150 @@
+"""The share-square heatmap: parse the SVG and read the certified values back."""
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from exactattn.cli import main
+from exactattn.errors import InputError
+from exactattn.examples import chronicle, example
+from exactattn.head import Head
+from exactattn.svg import SVG_NS, heatmap, picture, png, score_svg, share_svg
+from exactattn.tables import attend_example
+
+NS = {"svg": SVG_NS}
+
+
+def run(capsys, *argv):
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def cell(root, i, j):
+    g = root.find(f".//svg:g[@id='cell-{i}-{j}']", NS)
+    assert g is not None, (i, j)
+    return g
+
+
+def test_chronicle_share_square_has_0_5800_in_cell_2_1(capsys):
+    rc, out, err = run(capsys, "scores", "--format", "svg")
+    assert rc == 0 and err == ""
+    root = ET.fromstring(out)
+    assert root.tag == f"{{{SVG_NS}}}svg"
+    assert cell(root, 2, 1).find("svg:text", NS).text == "0.5800"
+    row2 = [cell(root, 2, j).find("svg:text", NS).text for j in range(1, 5)]
+    assert row2 == ["0.5800", "0.1216", "0.1769", "0.1216"]
+    assert len(root.findall(".//svg:g[@class='cell']", NS)) == 16
+    tip = cell(root, 2, 1).find("svg:title", NS).text
+    assert tip.startswith("share of key 1 for query 2: exp(25/16)/(")
+
+
+def test_every_cell_matches_the_certified_shares():
+    ex = chronicle()
+    t = attend_example(ex)
+    root = ET.fromstring(share_svg(ex, t, 6))
+    for i in range(4):
+        for j in range(4):
+            assert cell(root, i + 1, j + 1).find("svg:text", NS).text == t.share(i, j).decimal(6)
+
+
+def test_tokens_label_both_axes():
+    root = ET.fromstring(share_svg(chronicle(), attend_example(chronicle())))
+    queries = [e.text for e in root.findall(".//svg:text[@class='query-label']", NS)]
+    keys = [e.text for e in root.findall(".//svg:text[@class='key-label']", NS)]
+    assert queries == keys == ["1 year 4", "2 0", "3 : 235 hobbs stand\u2026", "4 7"]
+
+
+def test_shading_darkens_with_the_share():
+    root = ET.fromstring(share_svg(chronicle(), attend_example(chronicle())))
+    fills = [cell(root, 2, j).find("svg:rect", NS).get("fill") for j in (1, 2)]
+    dark, light = (sum(int(f[k:k + 2], 16) for k in (1, 3, 5)) for f in fills)
+    assert dark < light
+
+
+def test_same_bytes_twice(capsys):
+    _, a, _ = run(capsys, "scores", "--format", "svg", "--example", "bank-river")
+    _, b, _ = run(capsys, "scores", "--format", "svg", "--example", "bank-river")
+    assert a == b and a.startswith("<svg ")
+
+
+def test_square_svg_prints_exact_scores(capsys):
+    rc, out, _ = run(capsys, "square", "--format", "svg")
+    assert rc == 0
+    root = ET.fromstring(out)
+    assert cell(root, 2, 1).find("svg:text", NS).text == "25/16"
+    assert cell(root, 2, 3).find("svg:text", NS).text == "3/8"
+    _, raw, _ = run(capsys, "square", "--format", "svg", "--no-scale")
+    assert cell(ET.fromstring(raw), 2, 1).find("svg:text", NS).text == "25/8"
+
+
+def test_irrational_scores_print_certified_digits():
+    ex = example("tiny")  # q1.k2 / sqrt(2) = 16 sqrt(2) / 25 = 0.905096...
+    root = ET.fromstring(score_svg(ex, attend_example(ex)))
+    assert cell(root, 1, 2).find("svg:text", NS).text == "0.9051"
+    assert cell(root, 1, 1).find("svg:text", NS).text == "-0.9334"  # -33 sqrt(2) / 50
+
+
+def test_masked_cells_are_grey():
+    ex = chronicle()
+    h = ex.head
+    ex.head = Head(h.W_Q, h.W_K, h.W_V, causal=True)
+    t = attend_example(ex)
+    root = ET.fromstring(share_svg(ex, t))
+    masked = cell(root, 1, 2)
+    assert masked.find("svg:text", NS).text == "masked"
+    assert masked.find("svg:rect", NS).get("fill") == "#d9d9d9"
+    assert cell(root, 1, 1).find("svg:text", NS).text == "1.0000"
+    assert cell(ET.fromstring(score_svg(ex, t)), 1, 2).find("svg:text", NS).text == "-inf"
+
+
+@pytest.mark.parametrize("mode", ["row", "weights", "project", "walkthrough"])
+@pytest.mark.parametrize("fmt", ["svg", "png"])
+def test_picture_formats_only_for_scores_and_square(capsys, mode, fmt):
+    rc, out, err = run(capsys, mode, "--format", fmt)
+    assert rc == 2 and out == ""
+    assert err == (f"exactattn: error: --format {fmt} must be used with scores or square "
+                   f"(got {mode}); other modes print tables: use text, markdown, latex, json "
+                   "or csv\n")
+
+
+def test_png_without_matplotlib_is_a_clean_error(capsys):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        rc, out, err = run(capsys, "scores", "--format", "png")
+        assert rc == 2 and out == ""
+        assert re.fullmatch(r"exactattn: error: format png needs matplotlib .*exactattn\[plot\].*\n",
+                            err)
+    else:
+        pytest.skip("matplotlib is installed; see test_png_with_matplotlib")
+
+
+def test_png_with_matplotlib():
+    pytest.importorskip("matplotlib")
+    ex = chronicle()
+    data = png(ex, attend_example(ex))
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_heatmap_checks_sizes():
+    with pytest.raises(InputError, match=r"key_labels must have 2 labels"):
+        heatmap([["a", "b"]], [[0.0, 1.0]], ["q"], ["k"], title="t")
+    with pytest.raises(InputError, match=r"levels must be 1 x 1"):
+        heatmap([["a"]], [[0.0, 1.0]], ["q"], ["k"], title="t")
+
+
+def test_special_characters_are_escaped():
+    root = ET.fromstring(heatmap([["<&>"]], [[0.2]], ['1 "a" & <b>'], ["1 k"], title="x < y"))
+    assert cell(root, 1, 1).find("svg:text", NS).text == "<&>"
+    assert root.find("svg:title", NS).text == "x < y"
+
+
+def test_picture_rejects_unknown_format():
+    import io
+    with pytest.raises(InputError, match="format must be one of svg, png"):
+        picture("scores", chronicle(), attend_example(chronicle()), 4, "gif", io.StringIO())

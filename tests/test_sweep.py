@@ -1,0 +1,172 @@
+"""Sweeps: the divisor slider (with its two limits) and the length slider (counted MACs)."""
+
+import json
+import re
+from fractions import Fraction
+
+import pytest
+
+from exactattn.cli import main
+from exactattn.errors import InputError
+from exactattn.examples import Example, chronicle, example
+from exactattn.head import Head
+from exactattn.sweep import (divisor_limits, divisor_sweep, length_sweep, parse_divisors,
+                             parse_lengths)
+
+F = Fraction
+
+
+def run(capsys, *argv):
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def causal_chronicle() -> Example:
+    ex = chronicle()
+    h = ex.head
+    ex.head = Head(h.W_Q, h.W_K, h.W_V, layout="slots", causal=True)
+    return ex
+
+
+# divisor --------------------------------------------------------------
+def test_chronicle_row_2_at_its_own_divisor_and_the_limits():
+    sec = divisor_sweep(chronicle(), 2)[0]
+    labels = [r[0] for r in sec.rows]
+    assert labels[0] == "-> 0 (limit)" and labels[-1] == "-> infinity (limit)"
+    assert "2 (the head's)" in labels
+    row = sec.rows[labels.index("2 (the head's)")]
+    assert row[1:5] == ["0.5800", "0.1216", "0.1769", "0.1216"]
+    assert sec.data["limit_small"] == ["1", "0", "0", "0"]
+    assert sec.data["limit_large"] == ["1/4", "1/4", "1/4", "1/4"]
+
+
+def test_largest_share_falls_as_the_divisor_grows():
+    sec = divisor_sweep(chronicle(), 2, divisors="1/8,1/2,1,2,8,1000")[0]
+    tops = [F(r[1]) for r in sec.rows[1:-1]]
+    assert tops == sorted(tops, reverse=True)
+    assert F(sec.rows[1][1]) >= F(9999, 10000)  # near the max limit at 1/8
+    assert abs(F(sec.rows[-2][1]) - F(1, 4)) < F(1, 1000)  # near 1/n at 1000
+
+
+def test_ties_split_the_small_limit_equally():
+    sec = divisor_sweep(example("bank-river"))[0]  # bank's row: (0, 1/2, 1/2, 3/8)
+    assert sec.data["query"] == 3
+    assert sec.rows[0] == ["-> 0 (limit)", "0", "1/2", "1/2", "0", "1/2 at key 2, 3"]
+    assert "sqrt(2) (the head's)" in [r[0] for r in sec.rows]
+
+
+def test_divisor_limits_exact_types():
+    small, large = divisor_limits([F(2), None, F(2), F(-1)])
+    assert small == [F(1, 2), F(0), F(1, 2), F(0)]
+    assert large == [F(1, 3), F(0), F(1, 3), F(1, 3)]
+    assert all(type(v) is Fraction for v in small + large)
+    with pytest.raises(InputError, match="every key masked"):
+        divisor_limits([None, None])
+
+
+def test_causal_row_masks_stay_zero():
+    sec = divisor_sweep(causal_chronicle(), 2, divisors="1")[0]
+    assert sec.rows[0][1:5] == ["1", "0", "0", "0"]
+    assert sec.rows[1][3:5] == ["0.0000", "0.0000"]
+    assert sec.rows[-1][1:5] == ["1/2", "1/2", "0", "0"]
+
+
+def test_parse_divisors_sorted_and_exact():
+    assert parse_divisors("sqrt(16),2,1/2") == [("1/2", F(1, 4)), ("2", F(4)), ("sqrt(16)", F(16))]
+    assert parse_divisors("sqrt(4),2") == [("sqrt(4)", F(4))]  # the same divisor once
+    for bad in ["0", "-1", "none", "x", "", "1,,2"]:
+        with pytest.raises(InputError, match="divisors must be"):
+            parse_divisors(bad)
+
+
+# length ------------------------------------------------------------------
+def test_length_counts_match_the_cost_formula_and_spec_ratios():
+    sec = length_sweep(chronicle(), "4,8,16,32")[0]
+    D = d_k = 4
+    for row in sec.rows:
+        n = int(row[0])
+        assert int(row[1]) == 3 * n * D * d_k  # linear
+        assert int(row[2]) == int(row[3]) == n * n * d_k  # quadratic
+        assert int(row[4]) == 3 * n * D * d_k + 2 * n * n * d_k
+    assert [r[7] for r in sec.rows] == ["", "2.80", "3.14", "3.45"]  # SPEC section 4
+    assert sec.rows[0][4] == "320"
+    assert "48 MACs per token at every n" in sec.notes[1]
+    assert "8 MACs per pair at every n" in sec.notes[2]
+    assert sec.notes[3].endswith("n = 8")
+
+
+def test_length_counts_causal_pairs():
+    sec = length_sweep(causal_chronicle(), [4, 8])[0]
+    assert [d["visible_pairs"] for d in sec.data["rows"]] == [10, 36]  # n(n+1)/2
+    assert [d["scores"] for d in sec.data["rows"]] == [40, 144]
+    assert "8 MACs per pair at every n" in sec.notes[2]
+
+
+def test_length_self_match_has_a_wider_linear_part():
+    sec = length_sweep(example("self-match"), [4, 32])[0]
+    assert sec.rows[0][5] == "192" and sec.rows[1][5] == "192"  # 3 * 16 * 4
+    assert sec.notes[3].endswith("n = 32")
+
+
+def test_parse_lengths():
+    assert parse_lengths([8, 4, 8]) == [4, 8]
+    for bad in ["0", "257", "x", "", [True]]:
+        with pytest.raises(InputError, match="lengths must be"):
+            parse_lengths(bad)
+
+
+# CLI ----------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["divisor", "length"])
+@pytest.mark.parametrize("fmt", ["text", "markdown", "latex", "json", "csv"])
+def test_both_sweeps_print_every_format(capsys, kind, fmt):
+    rc, out, err = run(capsys, "sweep", kind, "--format", fmt)
+    assert rc == 0 and err == "" and out
+    if fmt == "json":
+        doc = json.loads(out)
+        assert doc["mode"] == f"sweep {kind}" and doc["tables"][0]["name"] == f"sweep/{kind}"
+
+
+@pytest.mark.parametrize("name", ["tiny", "bank-river", "bank-loan", "self-match"])
+def test_sweeps_on_every_example(capsys, name):
+    assert run(capsys, "sweep", "divisor", "--example", name)[0] == 0
+    assert run(capsys, "sweep", "length", "--example", name, "--lengths", "2,4")[0] == 0
+
+
+def test_sweep_cli_values(capsys):
+    _, out, _ = run(capsys, "sweep", "divisor", "--row", "2", "--divisors", "2")
+    assert re.search(r"\n2 \(the head's\) +0.5800  0.1216  0.1769  0.1216  0.5800 at key 1\n", out)
+    _, out, _ = run(capsys, "sweep", "length", "--lengths", "4,8")
+    assert "8  384          256     256     896    48               8" in out
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["sweep"], "the following arguments are required: KIND"),
+    (["sweep", "slider"], "invalid choice: 'slider'"),
+    (["sweep", "divisor", "--row", "0"], r"row must be a token number from 1 to 4 \(got 0\)"),
+    (["sweep", "divisor", "--row", "x"], r"--row must be a token number"),
+    (["sweep", "divisor", "--divisors", "0,1"], r"divisors must be positive .*\(got '0'\)"),
+    (["sweep", "divisor", "--example", "nope"], "example must be one of"),
+    (["sweep", "length", "--lengths", "4,0"], r"lengths must be .*\(got '4,0'\)"),
+    (["sweep", "length", "--lengths", "1000"], r"integers from 1 to 256"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, pattern):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("exactattn: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_spec_source(tmp_path, capsys):
+    p = tmp_path / "h.json"
+    p.write_text('{"tokens": [{"text": "a", "x": [1, 0]}, {"text": "b", "x": [0, 1]}], '
+                 '"W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]], '
+                 '"divisor": "none"}')
+    rc, out, _ = run(capsys, "sweep", "divisor", "--spec", str(p), "--row", "1",
+                     "--divisors", "1")
+    assert rc == 0 and "the head itself has no divisor" in out
+    assert "1                    0.7311  0.2689" in out  # e / (e + 1)

@@ -231,7 +231,7 @@ def raw_match(example: Example, trace, places: int = 4) -> list:
     ['1', '0.7346', 'key 1', '0.1372', 'key 2']
     """
     from .head import attend
-    from .tables import Section, exact_text
+    from .tables import Section, divisor_text, exact_text
     head = example.head
     d = head.d_model
     W_V = head.weights("W_V")
@@ -254,7 +254,7 @@ def raw_match(example: Example, trace, places: int = 4) -> list:
 
     cols = ["query"] + [f"key {j + 1}" for j in range(n)]
     raw_rows = [[str(i + 1)] + [text(v) for v in raw.raw_scores[i]] for i in range(n)]
-    div_text = "none (unscaled)" if divisor is None else f"sqrt({d}) = {raw_head.divisor}"
+    div_text = divisor_text(raw_head)
     raw_sec = Section(
         "compare/raw", "Raw self-match (no projections): x[i] . x[j]", cols, raw_rows,
         [f"divisor for the raw shares: {div_text}",

@@ -26,8 +26,8 @@ from .digits import format_exact, round_fraction
 from .errors import InputError
 from .head import Trace, attend
 
-__all__ = ["MODES", "Section", "attend_example", "explain", "neuron_layer", "build",
-           "exact_text"]
+__all__ = ["MODES", "Section", "attend_example", "build", "divisor_text", "exact_text",
+           "explain", "neuron_layer"]
 
 MODES = ("row", "weights", "project", "square", "scores")
 
@@ -154,11 +154,18 @@ def project(example, trace: Trace, places: int = 4) -> list[Section]:
                     ["token", "query", "key", "value"], rows, notes, data)]
 
 
-def _divisor_text(trace: Trace) -> str:
-    d2 = trace.head.divisor_squared
+def divisor_text(head) -> str:
+    """The head's divisor in words: ``'sqrt(4) = 2'``, ``'sqrt(2) ~ 1.414214 (...)'``, ``'none'``."""
+    d2 = head.divisor_squared
     if d2 is None:
         return "none (unscaled)"
-    return f"sqrt({exact_text(d2)}) = {trace.divisor}"
+    d = head.divisor
+    if d.is_Rational:
+        return f"sqrt({exact_text(d2)}) = {d}"
+    from .digits import certify
+    from flint import arb, fmpq
+    approx = certify(lambda prec: arb(fmpq(d2.numerator, d2.denominator)).sqrt(), 6)
+    return f"sqrt({exact_text(d2)}) ~ {approx} (irrational: scaled scores stay exact)"
 
 
 def square(example, trace: Trace, places: int = 4) -> list[Section]:
@@ -179,7 +186,7 @@ def square(example, trace: Trace, places: int = 4) -> list[Section]:
         out[0].notes.append("divisor: none (--no-scale); the shares read the raw scores")
     else:
         out.append(Section("square/scaled", f"Scaled scores: raw / {trace.divisor}", cols,
-                           scaled, [f"divisor: {_divisor_text(trace)}"],
+                           scaled, [f"divisor: {divisor_text(trace.head)}"],
                            {"divisor": str(trace.divisor),
                             "scaled_scores": [[None if v is None else exact_text(v) for v in r]
                                               for r in scaled_m]}))

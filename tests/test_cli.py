@@ -80,6 +80,7 @@ def test_walkthrough_checkpoints(capsys):
     (["scores", "--explain", "2"], "--explain must be two token numbers"),
     (["scores", "--explain", "9,1"], r"query must be a token number from 1 to 4 \(got 9\)"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["scores", "--format", "svg", "--explain", "1,1"], "--explain must be used with a table"),
     (["scores", "--example", "chronicle", "--spec", "x.json"], "not allowed with argument"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, pattern):

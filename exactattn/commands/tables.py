@@ -74,6 +74,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if args.format in PICTURE_FORMATS and args.explain:
+        raise InputError(f"--explain must be used with a table format, not {args.format}; "
+                         "drop --explain or use --format text")
     ex = load_source(args)
     trace = attend_example(ex, no_scale=args.no_scale)
     if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.svg)

@@ -268,7 +268,9 @@ def _secs(t: float) -> str:
         return f"{t:.0f} s"
     if t >= 1:
         return f"{t:.2f} s"
-    return f"{t * 1000:.1f} ms"
+    if t >= 1e-3:
+        return f"{t * 1000:.1f} ms"
+    return f"{t * 1e6:.0f} us"
 
 
 def _ratio(r: float) -> str:

@@ -65,6 +65,7 @@ from .softmax import ExpRatio
 __all__ = [
     "ALIGNMENTS",
     "CONVENTIONS",
+    "CONVENTION_NOTES",
     "Convention",
     "Crossover",
     "DoublingRatio",

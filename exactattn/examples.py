@@ -30,7 +30,7 @@ Exactness: every entry is an integer or a decimal read from its text
 >>> [t.text for t in ex.tokens]
 ['year 4', '0', ': 235 hobbs standing in The Hollow, 17', '7']
 >>> ex.head.divisor
-2
+Fraction(2, 1)
 >>> sorted(EXAMPLES)
 ['bank-loan', 'bank-river', 'chronicle', 'self-match', 'tiny']
 >>> example("nope")

@@ -15,8 +15,11 @@ PyTorch and nanoGPT).
 
 Three engines, agreeing exactly wherever two can run:
 
-* ``pencil``: explicit loops over ``Fraction``; every multiply-add (MAC) is
-  counted where it happens.  Tables and the cost module read these counts.
+* ``pencil``: explicit loops; every multiply-add (MAC) is counted where it
+  happens, inside the innermost loop.  The loops run on integers over one
+  common denominator per matrix (the same sums of products as on the
+  ``Fraction`` entries, without normalising a fraction at every step) and
+  return ``Fraction``.  Tables and :mod:`exactattn.cost` read these counts.
 * ``symbolic``: the same loops over sympy expressions; any entry of x or a
   weight may be a symbol.  Scores are polynomials, shares ``exp`` ratios.
 * ``fast``: projections and scores as python-flint ``fmpq_mat`` products
@@ -130,11 +133,15 @@ class Head:
 
     @property
     def divisor(self):
-        """The divisor as an exact sympy number (``sqrt(d_k)`` by default), or None."""
+        """The divisor, exactly: a ``Fraction`` when rational (``sqrt(4)`` -> 2),
+        a sympy ``sqrt`` otherwise (``sqrt(2)``), None for no scaling."""
         if self.divisor_squared is None:
             return None
-        import sympy
         d = self.divisor_squared
+        root = _rational_sqrt(d)
+        if root is not None:
+            return root
+        import sympy
         return sympy.sqrt(sympy.Rational(d.numerator, d.denominator))
 
     def __repr__(self) -> str:

@@ -160,7 +160,7 @@ def divisor_text(head) -> str:
     if d2 is None:
         return "none (unscaled)"
     d = head.divisor
-    if d.is_Rational:
+    if isinstance(d, Fraction):
         return f"sqrt({exact_text(d2)}) = {d}"
     from .digits import certify
     from flint import arb, fmpq
@@ -193,8 +193,13 @@ def square(example, trace: Trace, places: int = 4) -> list[Section]:
     return out
 
 
-def scores(example, trace: Trace, places: int = 4) -> list[Section]:
-    """Shares per row (sum, largest), the mixed outputs, one token in vs out, the MACs."""
+def scores(example, trace: Trace, places: int = 4, closed_forms: bool = True) -> list[Section]:
+    """Shares per row (sum, largest), the mixed outputs, one token in vs out, the MACs.
+
+    ``closed_forms`` adds each share's and output's exact sympy closed form to
+    the sections' data (what JSON prints); the other formats skip it, and with
+    it the sympy import.
+    """
     n, head = trace.n, trace.head
     cols = ["query"] + [f"key {j + 1}" for j in range(n)] + ["sum", "largest"]
     rows, exact_shares, dec_shares = [], [], []
@@ -208,7 +213,8 @@ def scores(example, trace: Trace, places: int = 4) -> list[Section]:
         total = "exactly 1" if trace.row_sums_to_one(i) else "not 1"
         rows.append([str(i + 1)] + decs + [total, f"{decs[best]} at {where}"])
         dec_shares.append(decs)
-        exact_shares.append([str(trace.share(i, j).closed_form()) for j in range(n)])
+        if closed_forms:
+            exact_shares.append([str(trace.share(i, j).closed_form()) for j in range(n)])
     notes = [f"shares at {places} certified places (correctly rounded); "
              "printed values may not add to 1 because of rounding"]
     identical = [(a + 1, b + 1) for a in range(n) for b in range(a + 1, n)
@@ -224,7 +230,8 @@ def scores(example, trace: Trace, places: int = 4) -> list[Section]:
     for i in range(n):
         orows.append([str(i + 1)] + [trace.output(i, c).decimal(places)
                                      for c in range(head.d_v)])
-        oexact.append([str(trace.output(i, c).closed_form()) for c in range(head.d_v)])
+        if closed_forms:
+            oexact.append([str(trace.output(i, c).closed_form()) for c in range(head.d_v)])
     out_sec = Section("scores/outputs", "Outputs: sum_j shares[i][j] * values[j]", ocols,
                       orows, [], {"outputs_exact": oexact,
                                   "outputs_decimal": [r[1:] for r in orows]})
@@ -254,10 +261,13 @@ BUILDERS = {"row": row, "weights": weights, "project": project, "square": square
             "scores": scores}
 
 
-def build(mode: str, example, trace: Trace, places: int = 4) -> list[Section]:
+def build(mode: str, example, trace: Trace, places: int = 4, *,
+          closed_forms: bool = True) -> list[Section]:
     """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``)."""
     if mode not in BUILDERS:
         raise InputError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if mode == "scores":
+        return scores(example, trace, places, closed_forms)
     return BUILDERS[mode](example, trace, places)
 
 

@@ -83,7 +83,8 @@ def run(args) -> int:
         from ..svg import picture
         return picture(args.mode, ex, trace, args.digits, args.format, sys.stdout)
     modes = MODES if args.mode == "walkthrough" else (args.mode,)
-    sections = [s for m in modes for s in build(m, ex, trace, args.digits)]
+    sections = [s for m in modes
+                for s in build(m, ex, trace, args.digits, closed_forms=args.format == "json")]
     if args.mode in ("square", "walkthrough") and getattr(ex, "extra_sections", None):
         sections.extend(ex.extra_sections(ex, trace, args.digits))  # e.g. raw vs projected
     if args.explain:

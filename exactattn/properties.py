@@ -100,6 +100,7 @@ __all__ = [
     "check_all",
     "check_bias_cancels",
     "check_causal_first_output",
+    "check_cost",
     "check_identical_queries",
     "check_identical_tokens",
     "check_key_bias_cancels",
@@ -1396,6 +1397,36 @@ def check_bias_cancels(head, x, *, key_bias: Sequence | None = None,
                     bad.append(f"outputs[{i}][{c}] did not shift by value bias {b_v[c]}")
     if bad:
         _head_fail("a key bias cancels and a value bias shifts the outputs by itself", head, x, bad)
+
+
+def check_cost(head, x) -> dict[str, int]:
+    """The multiply-adds counted inside the engine's loops equal the formula derived from the loop bounds.
+
+    Runs ``attend(head, x, engine="pencil")`` and compares ``trace.macs`` stage
+    by stage with :func:`exactattn.cost.derive` (sympy sums over the loop
+    nests: ``n D (2 d_k + d_v)``, ``n^2 d_k``, ``n^2 d_v``; a causal head sees
+    n(n+1)/2 pairs) at n, D = d_model, d_k, d_v.  Units: MACs.
+
+    Returns:
+        the counted MACs per stage, with their ``total``.
+
+    Raises:
+        PropertyFailure: a stage whose count differs from the derived figure.
+    """
+    from .cost import SYMBOLS, derive
+    from .head import attend
+    trace = attend(head, x, engine="pencil")
+    n, D, d_k, d_v = SYMBOLS
+    at = {n: trace.n, D: head.d_model, d_k: head.d_k, d_v: head.d_v}
+    derived = {stage: int(expr.xreplace(at)) for stage, expr in derive(causal=head.causal).items()}
+    counted = dict(trace.macs)
+    counted["total"] = sum(trace.macs.values())
+    bad = [f"{stage}: counted {counted.get(stage)} MACs, derived {derived[stage]} "
+           f"({derive(causal=head.causal)[stage]})"
+           for stage in derived if counted.get(stage) != derived[stage]]
+    if bad:
+        _head_fail("the counted cost equals the derived formula", head, x, bad)
+    return counted
 
 
 # --------------------------------------------------------------------------- all at once

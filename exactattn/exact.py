@@ -32,7 +32,7 @@ import math
 import numbers
 import re
 from fractions import Fraction
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from .errors import FloatInputError, InputError, ShapeError
 

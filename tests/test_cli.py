@@ -18,10 +18,6 @@ FORMATS = {"text": "txt", "markdown": "md", "latex": "tex", "json": "json", "csv
 UPDATE = os.environ.get("EXACTATTN_UPDATE_GOLDEN") == "1"
 
 
-def run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def check_golden(name: str, text: str):
@@ -34,36 +30,36 @@ def check_golden(name: str, text: str):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_golden_chronicle(capsys, mode, fmt):
-    rc, out, err = run(capsys, mode, "--format", fmt)
+def test_golden_chronicle(cli, mode, fmt):
+    rc, out, err = cli(mode, "--format", fmt)
     assert rc == 0 and err == ""
     check_golden(f"chronicle-{mode}.{FORMATS[fmt]}", out)
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_golden_spec_rows_layout(capsys, fmt):
-    rc, out, _ = run(capsys, "walkthrough", "--spec", str(DATA / "chronicle_rows.toml"),
+def test_golden_spec_rows_layout(cli, fmt):
+    rc, out, _ = cli("walkthrough", "--spec", str(DATA / "chronicle_rows.toml"),
                      "--format", fmt)
     assert rc == 0
     check_golden(f"rows-walkthrough.{FORMATS[fmt]}", out)
 
 
-def test_both_layouts_print_the_same_numbers(capsys):
-    _, slots, _ = run(capsys, "scores", "--spec", str(DATA / "chronicle_slots.json"))
-    _, rows, _ = run(capsys, "scores", "--spec", str(DATA / "chronicle_rows.toml"))
+def test_both_layouts_print_the_same_numbers(cli):
+    _, slots, _ = cli("scores", "--spec", str(DATA / "chronicle_slots.json"))
+    _, rows, _ = cli("scores", "--spec", str(DATA / "chronicle_rows.toml"))
     assert slots == rows
     assert "2      0.5800  0.1216  0.1769  0.1216  exactly 1" in slots
 
 
-def test_golden_no_scale_and_explain(capsys):
-    rc, out, _ = run(capsys, "square", "--no-scale", "--explain", "2,1")
+def test_golden_no_scale_and_explain(cli):
+    rc, out, _ = cli("square", "--no-scale", "--explain", "2,1")
     assert rc == 0
     check_golden("chronicle-square-no-scale-explain.txt", out)
     assert "0×0 + 3×1 + 1/2×1/4 + 0×1/2 = 25/8 = 3.125" in out
 
 
-def test_walkthrough_checkpoints(capsys):
-    rc, out, _ = run(capsys, "walkthrough", "--digits", "4")
+def test_walkthrough_checkpoints(cli):
+    rc, out, _ = cli("walkthrough", "--digits", "4")
     assert rc == 0
     for line in ["2      (0, 3, 1/2, 0)  (1, 0, 0, 0)", "the same numbers: true",
                  "2      25/8 = 3.125  0      3/4 = 0.75  0",
@@ -95,10 +91,10 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, pattern):
     assert re.search(pattern, lines[0])
 
 
-def test_bad_spec_file_exit_2(tmp_path, capsys):
+def test_bad_spec_file_exit_2(tmp_path, cli):
     p = tmp_path / "bad.json"
     p.write_text('{"tokens": [{"x": [1, 2]}], "W_Q": [[1, 0]], "W_K": [[1, 0, 1]], "W_V": [[1, 0]]}')
-    rc, out, err = run(capsys, "walkthrough", "--spec", str(p))
+    rc, out, err = cli("walkthrough", "--spec", str(p))
     assert rc == 2 and out == ""
     assert err == f"exactattn: error: {p}: W_K must be 1 x 2 in the slots layout (got 1 x 3)\n"
 

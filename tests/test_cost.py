@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exactattn import Head, attend
-from exactattn.cli import main
 from exactattn.cost import (CONVENTIONS, EXTENSION_SYMBOLS, SYMBOLS, conventions_sections,
                             cost_sections, count, count_head, count_tokens, crossover,
                             decode_steps, derive, derive_at, derive_operations,
@@ -32,14 +31,6 @@ def typed_equal(got, want):
     assert got == want
 
 
-def cli(capsys, *argv):
-    """Run the CLI; argparse's own errors leave through SystemExit(2)."""
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 # --- the derivation from the loop nests ------------------------------------------------
@@ -308,8 +299,8 @@ def check_golden(name, text):
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_golden_cost(capsys, fmt):
-    rc, out, err = cli(capsys, "cost", "--format", fmt)
+def test_golden_cost(cli, fmt):
+    rc, out, err = cli("cost", "--format", fmt)
     assert rc == 0 and err == ""
     check_golden(f"cost.{FORMATS[fmt]}", out)
 
@@ -319,14 +310,14 @@ def test_golden_cost(capsys, fmt):
     ("cost-decode", ["--decode"]), ("cost-layers", ["--layers", "2"]),
     ("cost-keys", ["--causal", "--keys", "16", "--align", "bottom-right"]),
     ("cost-conventions", ["--conventions"])])
-def test_golden_cost_extensions(capsys, name, argv):
-    rc, out, err = cli(capsys, "cost", *argv)
+def test_golden_cost_extensions(cli, name, argv):
+    rc, out, err = cli("cost", *argv)
     assert rc == 0 and err == ""
     check_golden(f"{name}.txt", out)
 
 
-def test_json_carries_the_numbers(capsys):
-    rc, out, _ = cli(capsys, "cost", "--format", "json", "--rows", "6,7")
+def test_json_carries_the_numbers(cli):
+    rc, out, _ = cli("cost", "--format", "json", "--rows", "6,7")
     doc = json.loads(out)
     rows = doc["tables"][0]["data"]["rows"]
     assert [(r["tokens"], r["projections"], r["pairs"]) for r in rows] == \
@@ -334,8 +325,8 @@ def test_json_carries_the_numbers(capsys):
     assert doc["tables"][0]["data"]["crossover"]["first"] == 7
 
 
-def test_conventions(capsys):
-    rc, out, _ = cli(capsys, "cost", "--conventions")
+def test_conventions(cli):
+    rc, out, _ = cli("cost", "--conventions")
     assert rc == 0
     for text in ("FLOPs = 2 x MACs", "k - 1 additions", "n(n+1)/2", "PaLM", "Kaplan",
                  "-16 pairs", "+496 pairs"):
@@ -365,8 +356,8 @@ def test_conventions(capsys):
     (["--decode", "--keys", "4"], "--keys must be left out with --decode"),
     (["--layers", "2", "--d-v", "3"], "d_v must equal d_model = 4"),
 ])
-def test_cli_bad_input(capsys, argv, message):
-    rc, out, err = cli(capsys, "cost", *argv)
+def test_cli_bad_input(cli, argv, message):
+    rc, out, err = cli("cost", *argv)
     assert rc == 2
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("exactattn: error: ")

@@ -7,7 +7,6 @@ import pytest
 import sympy
 from flint import arb
 
-from exactattn.cli import main
 from exactattn.digits import certify
 from exactattn.examples import EXAMPLES, Example, chronicle, example, raw_match
 from exactattn.head import attend
@@ -20,10 +19,6 @@ MODES = ["row", "weights", "project", "square", "scores", "walkthrough"]
 FORMATS = ["text", "markdown", "latex", "json", "csv"]
 
 
-def run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_registry_names_and_types():
@@ -149,8 +144,8 @@ def test_self_match_raw_vs_projected():
 # every mode, every format -------------------------------------------------------
 @pytest.mark.parametrize("name", NAMES[1:])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_walkthrough_every_format(capsys, name, fmt):
-    rc, out, err = run(capsys, "walkthrough", "--example", name, "--format", fmt)
+def test_walkthrough_every_format(cli, name, fmt):
+    rc, out, err = cli("walkthrough", "--example", name, "--format", fmt)
     assert rc == 0 and err == "" and out.endswith("\n")
     if fmt == "json":
         doc = json.loads(out)
@@ -162,41 +157,41 @@ def test_walkthrough_every_format(capsys, name, fmt):
 
 @pytest.mark.parametrize("name", NAMES[1:])
 @pytest.mark.parametrize("mode", MODES[:-1])
-def test_every_mode(capsys, name, mode):
-    rc, out, err = run(capsys, mode, "--example", name)
+def test_every_mode(cli, name, mode):
+    rc, out, err = cli(mode, "--example", name)
     assert rc == 0 and err == "" and out
 
 
-def test_walkthrough_key_lines(capsys):
-    _, out, _ = run(capsys, "walkthrough", "--example", "tiny")
+def test_walkthrough_key_lines(cli):
+    _, out, _ = cli("walkthrough", "--example", "tiny")
     for line in ["1      -33/25 = -1.32  32/25 = 1.28",
                  "1      0.1372  0.8628  exactly 1  0.8628 at key 2",
                  "1      1               -11/25 = -0.44",
                  "1      0.7346         key 1          0.1372               key 2"]:
         assert line in out, line
-    _, out, _ = run(capsys, "scores", "--example", "bank-river")
+    _, out, _ = cli("scores", "--example", "bank-river")
     assert "Token 3 in and out" in out and "out     (0.1382, 0.6044)" in out
-    _, out, _ = run(capsys, "scores", "--example", "bank-loan")
+    _, out, _ = cli("scores", "--example", "bank-loan")
     assert "Token 2 in and out" in out and "out     (0.6044, 0.1382)" in out
 
 
-def test_compare_sections_only_in_square_and_walkthrough(capsys):
-    _, sq, _ = run(capsys, "square", "--example", "tiny")
-    _, sc, _ = run(capsys, "scores", "--example", "tiny")
+def test_compare_sections_only_in_square_and_walkthrough(cli):
+    _, sq, _ = cli("square", "--example", "tiny")
+    _, sc, _ = cli("scores", "--example", "tiny")
     assert "Raw self-match" in sq and "Raw self-match" not in sc
-    _, ch, _ = run(capsys, "walkthrough")
+    _, ch, _ = cli("walkthrough")
     assert "Raw self-match" not in ch
 
 
-def test_tiny_no_scale_and_explain(capsys):
-    rc, out, _ = run(capsys, "square", "--example", "tiny", "--no-scale", "--explain", "1,2")
+def test_tiny_no_scale_and_explain(cli):
+    rc, out, _ = cli("square", "--example", "tiny", "--no-scale", "--explain", "1,2")
     assert rc == 0
     assert "7/5×1 + -3/5×1/5 = 32/25 = 1.28" in out
     assert "divisor for the raw shares: none (unscaled)" in out
 
 
-def test_bad_example_lists_all_names(capsys):
-    rc, _, err = run(capsys, "scores", "--example", "banks")
+def test_bad_example_lists_all_names(cli):
+    rc, _, err = cli("scores", "--example", "banks")
     assert rc == 2
     assert err == ("exactattn: error: example must be one of bank-loan, bank-river, chronicle, "
                    "self-match, tiny (got 'banks')\n")

@@ -12,7 +12,6 @@ from flint import arb
 from sympy.stats import ChiSquared, E
 
 from exactattn import scale
-from exactattn.cli import main
 from exactattn.digits import certify
 from exactattn.errors import InputError
 from exactattn.scale import (certify_w, expected_range, expected_w, mean_square_variance,
@@ -21,13 +20,6 @@ from exactattn.scale import (certify_w, expected_range, expected_w, mean_square_
 CMD = ["scale", "--widths", "4,16,64,256", "--trials", "1000", "--seed", "82", "--tokens", "4"]
 
 
-def run(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 # exact expectations -----------------------------------------------------
@@ -78,8 +70,8 @@ def test_mean_square_variance_from_chi_square_moments(n, d_k):
 
 
 # the experiment ------------------------------------------------------
-def test_seed_82_every_measurement_inside_its_band(capsys):
-    rc, out, err = run(capsys, *CMD)
+def test_seed_82_every_measurement_inside_its_band(cli):
+    rc, out, err = cli(*CMD)
     assert rc == 0 and err == ""
     assert "every measurement lies inside its band" in out
     spread = out.split("\n\n")[0].splitlines()[4:12]
@@ -92,11 +84,11 @@ def test_seed_82_every_measurement_inside_its_band(capsys):
                                                     "8.0000", "1.0000", "16.0000", "1.0000"]
 
 
-def test_same_seed_byte_identical_other_seed_differs(capsys):
+def test_same_seed_byte_identical_other_seed_differs(cli):
     argv = ["scale", "--widths", "4,16", "--trials", "200", "--seed", "7"]
-    _, a, _ = run(capsys, *argv)
-    _, b, _ = run(capsys, *argv)
-    _, c, _ = run(capsys, *argv[:-1], "8")
+    _, a, _ = cli(*argv)
+    _, b, _ = cli(*argv)
+    _, c, _ = cli(*argv[:-1], "8")
     assert a == b and a != c
 
 
@@ -115,16 +107,16 @@ def test_divided_is_undivided_over_sqrt_dk():
     assert und.concentrated >= div.concentrated
 
 
-def test_flag_and_exit_1_when_outside(capsys, monkeypatch):
+def test_flag_and_exit_1_when_outside(cli, monkeypatch):
     monkeypatch.setattr(scale, "BAND_SE", 0)
-    rc, out, _ = run(capsys, "scale", "--widths", "4", "--trials", "20")
+    rc, out, _ = cli("scale", "--widths", "4", "--trials", "20")
     assert rc == 1
     assert " NO" in out and "some measurement lies outside its band" in out
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "latex", "json", "csv"])
-def test_every_format(capsys, fmt):
-    rc, out, _ = run(capsys, "scale", "--widths", "4,16", "--trials", "100", "--seed", "82",
+def test_every_format(cli, fmt):
+    rc, out, _ = cli("scale", "--widths", "4,16", "--trials", "100", "--seed", "82",
                      "--format", fmt)
     assert rc == 0 and out
     if fmt == "json":
@@ -136,9 +128,9 @@ def test_every_format(capsys, fmt):
         assert spread["rows"][0]["mean_square_variance"] == "20"
 
 
-def test_progress_goes_to_stderr_only(capsys):
-    _, plain, err0 = run(capsys, "scale", "--widths", "4", "--trials", "30")
-    _, shown, err1 = run(capsys, "scale", "--widths", "4", "--trials", "30", "--progress")
+def test_progress_goes_to_stderr_only(cli):
+    _, plain, err0 = cli("scale", "--widths", "4", "--trials", "30")
+    _, shown, err1 = cli("scale", "--widths", "4", "--trials", "30", "--progress")
     assert err0 == "" and plain == shown
     assert err1.startswith("\rscale [") and err1.endswith("30/30 (d_k = 4)\n")
 
@@ -167,8 +159,8 @@ def test_progress_follows_the_terminal():
     (["--digits", "99"], r"--digits must be an integer from 0 to 50"),
     (["--format", "svg"], r"invalid choice: 'svg'"),
 ])
-def test_bad_arguments_exit_2_with_one_line(capsys, argv, pattern):
-    rc, out, err = run(capsys, "scale", *argv)
+def test_bad_arguments_exit_2_with_one_line(cli, argv, pattern):
+    rc, out, err = cli("scale", *argv)
     assert rc == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("exactattn: error: ")

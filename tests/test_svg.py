@@ -5,7 +5,6 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from exactattn.cli import main
 from exactattn.errors import InputError
 from exactattn.examples import chronicle, example
 from exactattn.head import Head
@@ -15,13 +14,6 @@ from exactattn.tables import attend_example
 NS = {"svg": SVG_NS}
 
 
-def run(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def cell(root, i, j):
@@ -30,8 +22,8 @@ def cell(root, i, j):
     return g
 
 
-def test_chronicle_share_square_has_0_5800_in_cell_2_1(capsys):
-    rc, out, err = run(capsys, "scores", "--format", "svg")
+def test_chronicle_share_square_has_0_5800_in_cell_2_1(cli):
+    rc, out, err = cli("scores", "--format", "svg")
     assert rc == 0 and err == ""
     root = ET.fromstring(out)
     assert root.tag == f"{{{SVG_NS}}}svg"
@@ -66,19 +58,19 @@ def test_shading_darkens_with_the_share():
     assert dark < light
 
 
-def test_same_bytes_twice(capsys):
-    _, a, _ = run(capsys, "scores", "--format", "svg", "--example", "bank-river")
-    _, b, _ = run(capsys, "scores", "--format", "svg", "--example", "bank-river")
+def test_same_bytes_twice(cli):
+    _, a, _ = cli("scores", "--format", "svg", "--example", "bank-river")
+    _, b, _ = cli("scores", "--format", "svg", "--example", "bank-river")
     assert a == b and a.startswith("<svg ")
 
 
-def test_square_svg_prints_exact_scores(capsys):
-    rc, out, _ = run(capsys, "square", "--format", "svg")
+def test_square_svg_prints_exact_scores(cli):
+    rc, out, _ = cli("square", "--format", "svg")
     assert rc == 0
     root = ET.fromstring(out)
     assert cell(root, 2, 1).find("svg:text", NS).text == "25/16"
     assert cell(root, 2, 3).find("svg:text", NS).text == "3/8"
-    _, raw, _ = run(capsys, "square", "--format", "svg", "--no-scale")
+    _, raw, _ = cli("square", "--format", "svg", "--no-scale")
     assert cell(ET.fromstring(raw), 2, 1).find("svg:text", NS).text == "25/8"
 
 
@@ -104,19 +96,19 @@ def test_masked_cells_are_grey():
 
 @pytest.mark.parametrize("mode", ["row", "weights", "project", "walkthrough"])
 @pytest.mark.parametrize("fmt", ["svg", "png"])
-def test_picture_formats_only_for_scores_and_square(capsys, mode, fmt):
-    rc, out, err = run(capsys, mode, "--format", fmt)
+def test_picture_formats_only_for_scores_and_square(cli, mode, fmt):
+    rc, out, err = cli(mode, "--format", fmt)
     assert rc == 2 and out == ""
     assert err == (f"exactattn: error: --format {fmt} must be used with scores or square "
                    f"(got {mode}); other modes print tables: use text, markdown, latex, json "
                    "or csv\n")
 
 
-def test_png_without_matplotlib_is_a_clean_error(capsys):
+def test_png_without_matplotlib_is_a_clean_error(cli):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        rc, out, err = run(capsys, "scores", "--format", "png")
+        rc, out, err = cli("scores", "--format", "png")
         assert rc == 2 and out == ""
         assert re.fullmatch(r"exactattn: error: format png needs matplotlib .*exactattn\[plot\].*\n",
                             err)

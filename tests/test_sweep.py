@@ -6,7 +6,6 @@ from fractions import Fraction
 
 import pytest
 
-from exactattn.cli import main
 from exactattn.errors import InputError
 from exactattn.examples import Example, chronicle, example
 from exactattn.head import Head
@@ -16,13 +15,6 @@ from exactattn.sweep import (divisor_limits, divisor_sweep, length_sweep, parse_
 F = Fraction
 
 
-def run(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def causal_chronicle() -> Example:
@@ -122,8 +114,8 @@ def test_parse_lengths():
 # CLI ----------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["divisor", "length"])
 @pytest.mark.parametrize("fmt", ["text", "markdown", "latex", "json", "csv"])
-def test_both_sweeps_print_every_format(capsys, kind, fmt):
-    rc, out, err = run(capsys, "sweep", kind, "--format", fmt)
+def test_both_sweeps_print_every_format(cli, kind, fmt):
+    rc, out, err = cli("sweep", kind, "--format", fmt)
     assert rc == 0 and err == "" and out
     if fmt == "json":
         doc = json.loads(out)
@@ -131,15 +123,15 @@ def test_both_sweeps_print_every_format(capsys, kind, fmt):
 
 
 @pytest.mark.parametrize("name", ["tiny", "bank-river", "bank-loan", "self-match"])
-def test_sweeps_on_every_example(capsys, name):
-    assert run(capsys, "sweep", "divisor", "--example", name)[0] == 0
-    assert run(capsys, "sweep", "length", "--example", name, "--lengths", "2,4")[0] == 0
+def test_sweeps_on_every_example(cli, name):
+    assert cli("sweep", "divisor", "--example", name)[0] == 0
+    assert cli("sweep", "length", "--example", name, "--lengths", "2,4")[0] == 0
 
 
-def test_sweep_cli_values(capsys):
-    _, out, _ = run(capsys, "sweep", "divisor", "--row", "2", "--divisors", "2")
+def test_sweep_cli_values(cli):
+    _, out, _ = cli("sweep", "divisor", "--row", "2", "--divisors", "2")
     assert re.search(r"\n2 \(the head's\) +0.5800  0.1216  0.1769  0.1216  0.5800 at key 1\n", out)
-    _, out, _ = run(capsys, "sweep", "length", "--lengths", "4,8")
+    _, out, _ = cli("sweep", "length", "--lengths", "4,8")
     assert "8  384          256     256     896    48               8" in out
 
 
@@ -153,20 +145,20 @@ def test_sweep_cli_values(capsys):
     (["sweep", "length", "--lengths", "4,0"], r"lengths must be .*\(got '4,0'\)"),
     (["sweep", "length", "--lengths", "1000"], r"integers from 1 to 256"),
 ])
-def test_bad_arguments_exit_2_with_one_line(capsys, argv, pattern):
-    rc, out, err = run(capsys, *argv)
+def test_bad_arguments_exit_2_with_one_line(cli, argv, pattern):
+    rc, out, err = cli(*argv)
     assert rc == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("exactattn: error: ")
     assert re.search(pattern, lines[0]), lines[0]
 
 
-def test_spec_source(tmp_path, capsys):
+def test_spec_source(tmp_path, cli):
     p = tmp_path / "h.json"
     p.write_text('{"tokens": [{"text": "a", "x": [1, 0]}, {"text": "b", "x": [0, 1]}], '
                  '"W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]], '
                  '"divisor": "none"}')
-    rc, out, _ = run(capsys, "sweep", "divisor", "--spec", str(p), "--row", "1",
+    rc, out, _ = cli("sweep", "divisor", "--spec", str(p), "--row", "1",
                      "--divisors", "1")
     assert rc == 0 and "the head itself has no divisor" in out
     assert "1                    0.7311  0.2689" in out  # e / (e + 1)

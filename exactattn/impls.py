@@ -8,7 +8,7 @@ implementations that can be told them.  It returns the outputs (any array
 ``numpy.asarray`` reads), which must be floats of the dtype.
 
 * ``numpy`` / ``numpy-naive``: ``softmax(scale * q k^T + mask) v`` in numpy
-  float64 or float32, the softmax with the row maximum subtracted
+  float64, float32 (or float16), the softmax with the row maximum subtracted
   (``numpy``) or without (``numpy-naive``: ``exp`` overflows past 88.7 in
   float32 and the row turns into ``inf/inf = nan``).  A row with no visible
   key is 0/0 = NaN in both.
@@ -143,7 +143,7 @@ class Impl:
 
 
 class NumpyImpl(Impl):
-    """Attention in numpy float64/float32: ``softmax(scale q k^T + mask) v``.
+    """Attention in numpy float64/float32/float16: ``softmax(scale q k^T + mask) v``.
 
     Args:
         naive: exponentiate the scores as they are (no row maximum
@@ -152,7 +152,7 @@ class NumpyImpl(Impl):
     Shapes: as :class:`Call`; returns ... x H_q x L x E_v in the dtype.
     """
 
-    dtypes = ("float64", "float32")
+    dtypes = ("float64", "float32", "float16")
 
     def __init__(self, naive: bool = False):
         self.naive = naive
@@ -160,7 +160,8 @@ class NumpyImpl(Impl):
 
     def __call__(self, call: Call) -> np.ndarray:
         if call.dtype not in self.dtypes:
-            raise InputError(f"dtype must be float64 or float32 for {self.name} (got {call.dtype!r})")
+            raise InputError(f"dtype must be float64, float32 or float16 for {self.name} "
+                             f"(got {call.dtype!r})")
         dt = _NUMPY_DTYPES[call.dtype]
         q, k, v = (a.astype(dt) for a in (call.query, call.key, call.value))
         if q.ndim >= 3:
@@ -187,13 +188,19 @@ class NumpyImpl(Impl):
 class TorchImpl(Impl):
     """``torch.nn.functional.scaled_dot_product_attention`` on the CPU (any of the four dtypes).
 
+    Args:
+        lower_right_bias: express ``bottom_right`` causal attention as
+            ``causal_lower_right(L, S)`` (default); False folds it into a
+            boolean mask instead (``FlopCounterMode`` cannot trace the bias).
+
     Raises:
         InputError: torch is not installed (``pip install 'exactattn[torch]'``).
     """
 
     name = "torch"
 
-    def __init__(self):
+    def __init__(self, *, lower_right_bias: bool = True):
+        self.lower_right_bias = lower_right_bias
         try:
             import torch  # noqa: F401
         except ImportError:
@@ -218,12 +225,16 @@ class TorchImpl(Impl):
                 shape[-3] = reps
                 k, v = k.repeat(*shape), v.repeat(*shape)
         mask = call.attn_mask
-        if call.is_causal and mask is None:
+        if call.is_causal and mask is None and (call.alignment == "top_left"
+                                                or self.lower_right_bias):
             if call.alignment == "top_left":
                 kwargs["is_causal"] = True
             else:
+                import warnings
                 from torch.nn.attention.bias import causal_lower_right
-                kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
+                with warnings.catch_warnings():   # "NaNs when L > S": verify checks what it gives
+                    warnings.simplefilter("ignore", UserWarning)
+                    kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
         elif mask is not None:
             if call.is_causal:   # SDPA takes one of the two: fold the causal rule into the mask
                 keep = call.causal_keep()

@@ -46,7 +46,8 @@ A float result ``got`` passes against an exact value ``want`` when
 in that output column (1 for shares), and two float results of the same
 function agree when they differ by at most twice that.  ``want`` is the
 exact value rounded from a 128-bit ``arb`` enclosure.  Unless given, rtol and
-atol come from the dtype the function returned (:data:`TOLERANCES`):
+atol come from the dtype the function returned, or the input ``dtype`` when
+that is coarser (:data:`TOLERANCES`):
 1e-12 for float64, 1e-5/1e-6 for float32, 1e-2/1e-3 for float16 and
 2e-2/1e-2 for bfloat16.  NaN or infinity where the exact value is finite
 always fails.  A masked share must be exactly ``0.0`` in every dtype
@@ -89,13 +90,13 @@ from .exact import to_exact, to_matrix
 from .softmax import EMPTY_ROW_POLICIES, ExpRatio, SoftmaxRow
 
 __all__ = [
-    "MASK_FORMS",
-    "MASK_KINDS",
-    "TOLERANCES",
     "AttentionInput",
     "Implementation",
+    "MASK_FORMS",
+    "MASK_KINDS",
     "Mask",
     "PropertyFailure",
+    "TOLERANCES",
     "attend_as_function",
     "check_all",
     "check_bias_cancels",
@@ -107,6 +108,7 @@ __all__ = [
     "check_key_permutation",
     "check_masked_entries_absent",
     "check_masked_entries_ignored",
+    "check_matches_reference",
     "check_online_softmax",
     "check_outputs_within_values",
     "check_query_permutation",
@@ -606,7 +608,7 @@ class _Exact:
             row = value.row
             if row.nan:
                 return cls({}, {0: 1}, None, nan=True)
-            if row.empty:
+            if row.empty and not row.counts:
                 return cls({}, {Fraction(0): 1})
             D = row.divisor_squared
             root = None if D is None else _rational_sqrt(D)
@@ -716,6 +718,12 @@ def _poly_sign(p: dict, D) -> int:
 
 
 # --------------------------------------------------------------------------- implementations
+def _float_sqrt(q: Fraction) -> float:
+    """sqrt(q) correctly rounded to a float (from a 128-bit integer square root)."""
+    shift = 256
+    return float(Fraction(math.isqrt((q.numerator << shift) // q.denominator), 1 << (shift // 2)))
+
+
 def _check_tol(name: str, value) -> float | None:
     if value is None:
         return None
@@ -807,7 +815,7 @@ class Implementation:
         root = _rational_sqrt(s2)
         if self.exact:
             return root if root is not None else _inverse_sqrt(s2.numerator, s2.denominator)
-        return float(root) if root is not None else math.sqrt(s2.numerator) / math.sqrt(s2.denominator)
+        return float(root) if root is not None else _float_sqrt(s2)
 
     def __call__(self, inp: AttentionInput) -> _Result:
         """Call the function on ``inp`` and read its outputs (n_q x d_v)."""
@@ -843,6 +851,10 @@ class Implementation:
         else:
             out = np.asarray(out)
             dtype = out.dtype.name
+        # the looser of the input dtype and the returned one: float32 inputs upcast
+        # to float64 still carry float32's rounding
+        if TOLERANCES.get(dtype, TOLERANCES["float64"]) < TOLERANCES[self.dtype]:
+            dtype = self.dtype
         rtol, atol = TOLERANCES.get(dtype, TOLERANCES["float64"])
         rtol = self.rtol if self.rtol is not None else rtol
         atol = self.atol if self.atol is not None else atol
@@ -972,23 +984,73 @@ def check_rows_sum_to_one(fn, inp: AttentionInput) -> None:
         _fail(prop, impl, res, inp, bad)
 
 
+def check_matches_reference(fn, inp: AttentionInput) -> None:
+    """The outputs equal :func:`reference`'s exact outputs (under the function's ``empty_row``).
+
+    Exactly for an exact function; within the stated tolerance for a float one.
+
+    Raises:
+        PropertyFailure: an output that differs from the exact one.
+    """
+    impl = _impl(fn)
+    res = impl(inp)
+    scale = Implementation(reference, exact=True)._scale_arg(inp)
+    want = reference(inp.queries, inp.keys, inp.values, mask=inp.mask, scale=scale,
+                     empty_row=impl.empty_row)
+    bad = []
+    for i, row in enumerate(res.rows):
+        for c, got in enumerate(row):
+            w = _Exact.of(want[i][c], "reference")
+            if w.nan:
+                ok = _is_nan(res, got)
+            else:
+                ok = _equals(res, got, w, _column_scale(inp.values, c))
+            if not ok:
+                bad.append(f"outputs[{i}][{c}] = {_text(got)}, exact {_text(w)}")
+    if bad:
+        _fail("the outputs equal the exact attention", impl, res, inp, bad)
+
+
 def check_share_support(fn, inp: AttentionInput) -> None:
     """Every share is positive where the key is visible and exactly 0 where it is masked.
 
-    Rows that see no key are left to :func:`check_rows_sum_to_one`.
+    Rows that see no key are left to :func:`check_rows_sum_to_one`.  A float
+    share may underflow to 0.0 where the exact share is below ``atol``
+    (``exp(-800)`` is 0 in float64); anywhere else a visible share must be > 0.
 
     Raises:
         PropertyFailure: a visible share that is not > 0, or a masked one that is not 0.
+
+    >>> keep = Mask("bool_keep", [[True, False]])
+    >>> check_share_support(reference, AttentionInput([[1]], [[1], [1]], [[0], [0]], keep))
+    >>> def ignores_mask(queries, keys, values, *, mask=None, scale=None):
+    ...     return reference(queries, keys, values, scale=scale)
+    >>> check_share_support(Implementation(ignores_mask, exact=True),
+    ...                     AttentionInput([[1]], [[1], [1]], [[0], [0]], keep))
+    Traceback (most recent call last):
+    ...
+    exactattn.properties.PropertyFailure: property failed: shares are positive on visible keys and exactly 0 on masked ones
+      function: ignores_mask (exact)
+      input: AttentionInput(queries=[[1]], keys=[[1], [1]], values=[[0], [0]], mask=Mask('bool_keep', [[True, False]]), scale_squared=None)
+      shares[0][1] = 1/2 for a masked key, want exactly 0
     """
     impl = _impl(fn)
     res = _shares(impl, inp)
+    exact = None
     bad = []
     for i, row in enumerate(res.rows):
         if not inp.visible_keys(i):
             continue
         for j, x in enumerate(row):
             if inp.visible(i, j):
-                ok = (not x.nan and x.sign() > 0) if res.exact else (math.isfinite(x) and x > 0)
+                if res.exact:
+                    ok = not x.nan and x.sign() > 0
+                else:
+                    ok = math.isfinite(x) and x > 0
+                    if x == 0.0:  # underflow is no fault when the exact share is below atol
+                        if exact is None:
+                            exact = _shares(Implementation(reference, exact=True), inp)
+                        ok = float(exact.rows[i][j]) <= res.atol
                 if not ok:
                     bad.append(f"shares[{i}][{j}] = {_text(x)} for a visible key, want > 0")
             else:
@@ -1135,6 +1197,9 @@ def check_key_bias_cancels(fn, inp: AttentionInput, bias: Sequence | None = None
 
     Raises:
         PropertyFailure: an output that changed.
+
+    >>> check_key_bias_cancels(reference, AttentionInput([[1, 2]], [[0, 1], [1, 0]], [[1], [3]]),
+    ...                        bias=[5, -1])
     """
     impl = _impl(fn)
     b = _check_bias(bias, inp.d_k, "bias")
@@ -1149,6 +1214,8 @@ def check_value_bias_shifts(fn, inp: AttentionInput, bias: Sequence | None = Non
 
     Raises:
         PropertyFailure: ``outputs'[i] != outputs[i] + bias`` for a row that sees a key.
+
+    >>> check_value_bias_shifts(reference, AttentionInput([[1]], [[1], [2]], [[0], [3]]), ["1/2"])
     """
     impl = _impl(fn)
     b = _check_bias(bias, inp.d_v, "bias")
@@ -1193,6 +1260,14 @@ def check_causal_first_output(fn, inp: AttentionInput) -> None:
         InputError: the mask is not causal top-left (or bottom-right with as
             many keys as queries, where the two coincide).
         PropertyFailure: ``outputs[0] != values[0]``.
+
+    >>> causal = Mask("causal_top_left", n_queries=2, n_keys=2)
+    >>> check_causal_first_output(attend_as_function,
+    ...                           AttentionInput([[1], [2]], [[3], [4]], [[5], [6]], causal))
+    >>> check_causal_first_output(reference, AttentionInput([[1]], [[1]], [[1]]))
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: mask must be causal_top_left (or causal_bottom_right with as many keys as queries) for this check (got None)
     """
     impl = _impl(fn)
     m = inp.mask
@@ -1258,6 +1333,10 @@ def check_masked_entries_absent(inp: AttentionInput) -> int:
     Raises:
         PropertyFailure: a hidden key's or value's symbol in an output.
         InputError, ShapeError: a mask or shape ``attend`` does not support.
+
+    >>> check_masked_entries_absent(AttentionInput([[1], [2]], [[0], [0]], [[0], [0]],
+    ...                                            Mask("causal_top_left", n_queries=2, n_keys=2)))
+    1
     """
     import sympy
     from .head import attend
@@ -1299,6 +1378,9 @@ def check_online_softmax(raw: Sequence, divisor_squared, values=None, *, blocks=
 
     Raises:
         PropertyFailure: a split whose maximum, normaliser or outputs differ.
+
+    >>> check_online_softmax([Fraction(0), None, Fraction(3)], Fraction(2))
+    4
     """
     from .online import all_splits, online_softmax
     splits = list(all_splits(len(raw))) if blocks is None else [blocks]
@@ -1333,6 +1415,10 @@ def check_identical_tokens(head, x) -> int:
     Raises:
         InputError: a causal head (its rows differ by position on purpose).
         PropertyFailure: identical tokens with different rows.
+
+    >>> from exactattn.examples import chronicle
+    >>> check_identical_tokens(chronicle().head, chronicle().x)    # tokens 2 and 4
+    1
     """
     from .head import attend
     if head.causal:
@@ -1412,6 +1498,10 @@ def check_cost(head, x) -> dict[str, int]:
 
     Raises:
         PropertyFailure: a stage whose count differs from the derived figure.
+
+    >>> from exactattn.examples import chronicle
+    >>> check_cost(chronicle().head, chronicle().x)
+    {'projections': 192, 'scores': 64, 'mix': 64, 'total': 320}
     """
     from .cost import SYMBOLS, derive
     from .head import attend
@@ -1431,6 +1521,7 @@ def check_cost(head, x) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- all at once
 _FUNCTION_CHECKS = (
+    ("matches reference", check_matches_reference),
     ("rows sum to one", check_rows_sum_to_one),
     ("share support", check_share_support),
     ("shift invariance", check_shift_invariance),

@@ -170,7 +170,7 @@ class ExpRatio:
         row = self.row
         if row.nan:
             return None
-        if row.empty:
+        if row.empty and not row.counts:  # 'uniform' empty rows average every key
             return Fraction(0)
         q = None
         for g, c in row.counts.items():
@@ -192,7 +192,7 @@ class ExpRatio:
         row = self.row
         if row.nan:
             return sympy.nan
-        if row.empty:
+        if row.empty and not row.counts:  # 'uniform' empty rows average every key
             return sympy.Integer(0)
         num = sympy.Add(*[sympy.Rational(a.numerator, a.denominator) * row._exp_sym(g)
                           for g, a in self.numerators.items()])
@@ -205,7 +205,7 @@ class ExpRatio:
         row = self.row
         if row.nan:
             return arb.nan()
-        if row.empty:
+        if row.empty and not row.counts:  # 'uniform' empty rows average every key
             return arb(0)
         balls = row._exp_balls(prec)
         den = arb(0)

@@ -68,9 +68,11 @@ from .exact import to_exact
 from .policies import DEFAULT_SCALE, Policy, kv_head, visible
 from .softmax import ExpRatio, SoftmaxRow
 
-__all__ = ["DTYPES", "FORMATS", "FloatFormat", "Entry", "Problem", "Reference", "Report",
-           "default_max_ulps", "load_spec", "random_problem", "round_to_format", "search",
-           "spec_text", "ulp_index", "ulps_between", "verify"]
+__all__ = ["BiasedRow", "DTYPES", "Entry", "FORMATS", "FloatFormat", "Problem", "Reference",
+           "Report", "SearchResult", "certified_scientific", "default_max_ulps", "flop_counts",
+           "load_spec", "random_problem", "report_sections", "round_to_format", "search",
+           "shortest_repr", "spec_from_mapping", "spec_text", "ulp_index", "ulps_between",
+           "verify"]
 
 
 # ---------------------------------------------------------------- float formats
@@ -200,22 +202,23 @@ def ulps_between(a: float, b: float, dtype: str | FloatFormat) -> int:
     return abs(ulp_index(a, dtype) - ulp_index(b, dtype))
 
 
-def default_max_ulps(dtype: str, n_keys: int, d_k: int) -> int:
-    """The default tolerance: ``2 * ceil(sqrt(S + d_k)) + 4`` ULPs, the same in every dtype.
+def default_max_ulps(dtype: str, n_keys: int, d_k: int, max_score: float = 0.0) -> int:
+    """The default tolerance: ``2 * ceil(sqrt(S + d_k)) + 4 + ceil(max |scaled score|)`` ULPs.
 
     Rounding errors of a dot product of length d_k and of a sum of S
     exponentials grow like sqrt(length) on average (Higham 2002, sec. 3.1,
-    "Probabilistic error analysis"); the 2 + 2 covers the exponential and the
-    final division.  It is a reading aid, not a proof of a bound: an output
-    close to zero after cancellation (values of both signs) can exceed it
-    while the kernel is fine, and the report shows that beside its
-    relative error.
+    "Probabilistic error analysis"); the 4 covers the exponential and the
+    final division.  ``exp`` has condition number |x|: a scaled score x
+    computed with a relative error of one unit moves ``exp(x)`` by about
+    |x| half-ULPs, hence the last term (the largest |scale * score + mask| over
+    visible pairs).  It is a reading aid, not a proof of a bound; the same
+    number applies to both ULP counts of :class:`Entry`.
 
-    >>> default_max_ulps("float32", 512, 64), default_max_ulps("bfloat16", 2, 1)
-    (52, 8)
+    >>> default_max_ulps("float32", 512, 64), default_max_ulps("bfloat16", 2, 1, max_score=23.9)
+    (52, 32)
     """
     _fmt(dtype)
-    return 2 * (math.isqrt(n_keys + d_k - 1) + 1) + 4
+    return 2 * (math.isqrt(n_keys + d_k - 1) + 1) + 4 + math.ceil(max_score)
 
 
 # ---------------------------------------------------------------- the problem
@@ -331,6 +334,43 @@ class Problem:
             m[:] = flat
             m = m.reshape(B, Hq, L, S)
         return cls(q, k, v, m, mask_kind if mask is not None else None, rank, name)
+
+    @classmethod
+    def from_scores(cls, scores, values=None, mask=None, *, mask_kind: str = "bool_keep",
+                    name: str = "scores") -> "Problem":
+        """A problem whose raw scores ``query @ key^T`` are the given L x S matrix.
+
+        query = the scores (``-inf`` entries replaced by 0), key = the S x S
+        identity, so ``query @ key^T`` is the scores exactly; ``-inf`` entries
+        become hidden keys (an additive mask, or folded into a boolean one).
+        ``values`` default to the identity, so the outputs are the shares; a
+        single number is a one-column value row.  Check it with
+        ``Policy(scale="none")``: the scores are taken as already scaled.
+
+        >>> p = Problem.from_scores([["-inf", "0"]], ["9", "1"])
+        >>> Reference(p, Policy(scale="none")).output(0, 0, 0, 0).exact()
+        Fraction(1, 1)
+        """
+        rows = [list(r) for r in scores]
+        S = len(rows[0]) if rows else 0
+        hidden = [[isinstance(x, str) and x.strip().lower() in ("-inf", "-infinity") or
+                   (isinstance(x, float) and x == -math.inf) for x in r] for r in rows]
+        q = [[0 if h else x for x, h in zip(r, hr)] for r, hr in zip(rows, hidden)]
+        k = [[int(i == j) for j in range(S)] for i in range(S)]
+        if values is None:
+            values = k
+        v = [list(x) if isinstance(x, (list, tuple)) else [x] for x in values]
+        if any(any(hr) for hr in hidden):
+            if mask is None:
+                mask_kind = "additive"
+                mask = [["-inf" if h else 0 for h in hr] for hr in hidden]
+            elif mask_kind == "additive":
+                mask = [["-inf" if h else m for m, h in zip(mr, hr)] for mr, hr in zip(mask, hidden)]
+            else:
+                keep = mask_kind == "bool_keep"
+                mask = [[(not keep) if h else m for m, h in zip(mr, hr)]
+                        for mr, hr in zip(mask, hidden)]
+        return cls.from_arrays(q, k, v, mask, mask_kind=mask_kind, name=name)
 
     @property
     def shape(self) -> dict:
@@ -462,7 +502,8 @@ class BiasedRow(SoftmaxRow):
         j0 = max(vis, key=lambda j: float(self.raw[j]) / d + float(self.bias[j]))
         self.ref = (self.raw[j0], self.bias[j0])
         self.max_raw = self.ref
-        self.gaps = [None if j not in set(vis) else
+        vis_set = set(vis)
+        self.gaps = [None if j not in vis_set else
                      (self.raw[j] - self.ref[0], self.bias[j] - self.ref[1])
                      for j in range(len(raw))]
         counts: dict = {}
@@ -609,20 +650,43 @@ class Reference:
         vals = self.problem.value[b, self.kv(h), :, c]
         return self.row(b, h, i).combine(list(vals))
 
+    def max_abs_exponent(self) -> float:
+        """The largest |scale * score + mask| over visible pairs (a float, a few digits)."""
+        top = 0.0
+        d2 = self.divisor_squared
+        scale = 1.0 if d2 is None else 1 / math.sqrt(float(d2))
+        for b in range(self.B):
+            for h in range(self.Hq):
+                vis = self.visible(b, h)
+                if not vis.any():
+                    continue
+                S_mat = self.scores(b, h)
+                ents = S_mat.entries()
+                m = self.problem.mask
+                additive = m is not None and self.policy.mask_kind == "additive"
+                for i, j in zip(*np.nonzero(vis)):
+                    x = float(ents[i * self.S + j]) * scale
+                    if additive:
+                        x += float(m[b, h, i, j])
+                    top = max(top, abs(x))
+        return top
+
     def magnitude_row(self, b: int, h: int, i: int, c: int) -> ExpRatio:
         """``sum_j shares[i][j] |value[j][c]|``: the size of the terms an output adds up."""
         vals = self.problem.value[b, self.kv(h), :, c]
         return self.row(b, h, i).combine([abs(v) for v in vals])
 
     # -- numeric --------------------------------------------------------
-    def _block_balls(self, b: int, h: int, prec: int, absolute: bool = False):
-        """L x E_v ``arb`` balls of one head's outputs at ``prec`` bits (None for NaN rows)."""
+    def _block_balls(self, b: int, h: int, prec: int, magnitudes: bool = False):
+        """L x E_v ``arb`` balls of one head's outputs at ``prec`` bits (None for NaN rows).
+
+        With ``magnitudes`` also the L x E_v floats ``sum_j shares_ij |value_jc|``
+        (to a few digits; 0 for empty rows).
+        """
         from flint import arb, arb_mat, fmpq_mat
         L, S = self.L, self.S
         vis = self.visible(b, h)
         V = self._kv_mats(b, self.kv(h))[1]
-        if absolute:
-            V = fmpq_mat(S, self.Ev, [abs(x) for x in V.entries()])
         with working_precision(prec):
             A = arb_mat(self.scores(b, h))
             if self.divisor_squared is not None:
@@ -658,35 +722,64 @@ class Reference:
                     continue
                 d = den[i, 0]
                 out[i] = [N[i, c] / d for c in range(self.Ev)]
-        return out
+            if not magnitudes:
+                return out
+            Va = fmpq_mat(S, self.Ev, [abs(x) for x in V.entries()])
+            M = Em * arb_mat(Va)
+            mags = np.zeros((L, self.Ev))
+            for i in range(L):
+                if out[i][0] is None or (i in empty and self.policy.empty_row == "zero"):
+                    continue
+                d = den[i, 0]
+                mags[i] = [float((M[i, c] / d).mid()) for c in range(self.Ev)]
+        return out, mags
 
     def rounded_outputs(self, dtype: str, *, prec: int = 96):
         """Every output correctly rounded to ``dtype``, with its final enclosure.
 
-        Returns ``(rounded, balls)``: ``rounded`` a float64 array of the
-        problem's output shape (B x H_q x L x E_v) holding floats of the dtype
-        (NaN where the policy's answer is NaN); ``balls`` the ``arb`` ball
-        (or ``None`` for NaN) each was decided from, for the relative error.
+        Returns ``(rounded, balls, magnitudes)``: ``rounded`` a float64 array
+        of the problem's output shape (B x H_q x L x E_v) holding floats of the
+        dtype (NaN where the policy's answer is NaN); ``balls`` the ``arb`` ball
+        (or ``None`` for NaN) each was decided from, for the relative error;
+        ``magnitudes`` the size of the terms each output adds up,
+        ``sum_j shares_ij |value_jc|`` (a float, a few digits).
         """
         fmt = _fmt(dtype)
-        from flint import arb
-        rounded = np.empty((self.B, self.Hq, self.L, self.Ev), dtype=np.float64)
-        balls = np.empty((self.B, self.Hq, self.L, self.Ev), dtype=object)
+        prec = max(prec, fmt.precision + 64)
+        shape = (self.B, self.Hq, self.L, self.Ev)
+        rounded = np.empty(shape, dtype=np.float64)
+        balls = np.empty(shape, dtype=object)
+        mags = np.zeros(shape)
         for b in range(self.B):
             for h in range(self.Hq):
-                blk = self._block_balls(b, h, prec)
-                for i in range(self.L):
-                    for c in range(self.Ev):
+                todo = [(i, c) for i in range(self.L) for c in range(self.Ev)]
+                p = prec
+                for attempt in range(3):   # the whole block at p, 2p, 4p bits
+                    if attempt == 0:
+                        blk, mags[b, h] = self._block_balls(b, h, p, magnitudes=True)
+                    else:
+                        blk = self._block_balls(b, h, p)
+                    left = []
+                    for i, c in todo:
                         ball = blk[i][c]
-                        if ball is None:
+                        if ball is None:   # the policy's NaN row
                             rounded[b, h, i, c] = math.nan
                             continue
-                        f = _decide(ball, fmt)
+                        f = _decide(ball, fmt, p)
                         if f is None:
-                            f, ball = self._round_exact(self.output(b, h, i, c), fmt, 2 * prec)
+                            left.append((i, c))
+                            continue
                         rounded[b, h, i, c] = f
                         balls[b, h, i, c] = ball
-        return rounded, balls
+                    todo = left
+                    if len(todo) <= 8:
+                        break
+                    p *= 2
+                for i, c in todo:          # rational ties and stragglers, one by one
+                    f, ball = self._round_exact(self.output(b, h, i, c), fmt, 2 * p)
+                    rounded[b, h, i, c] = f
+                    balls[b, h, i, c] = ball
+        return rounded, balls, mags
 
     @staticmethod
     def _round_exact(value: ExpRatio, fmt: FloatFormat, prec: int):
@@ -698,20 +791,25 @@ class Reference:
         while True:  # transcendental: never on a rounding boundary, so this ends
             with working_precision(prec):
                 ball = value.ball(prec)
-                f = _decide(ball, fmt)
+                f = _decide(ball, fmt, prec)
             if f is not None:
                 return f, ball
             prec *= 2
 
 
-def _decide(ball, fmt: FloatFormat) -> float | None:
-    """The float both ends of ``ball`` round to, or None if they differ."""
+def _decide(ball, fmt: FloatFormat, prec: int) -> float | None:
+    """The float both ends of ``ball`` round to, or None if they differ.
+
+    The ends are taken at ``prec`` bits (rounded outwards), so ``prec`` must
+    be the precision the ball was computed at.
+    """
     if not ball.is_finite():
         return None
     if ball.rad() == 0:
         return round_to_format(ball, fmt)
-    lo_m, lo_e = ball.lower().man_exp()
-    hi_m, hi_e = ball.upper().man_exp()
+    with working_precision(prec):
+        lo_m, lo_e = ball.lower().man_exp()
+        hi_m, hi_e = ball.upper().man_exp()
     lo = _round_scaled(int(lo_m), int(lo_e), 1, fmt)
     hi = _round_scaled(int(hi_m), int(hi_e), 1, fmt)
     if lo == hi and (lo != 0 or math.copysign(1, lo) == math.copysign(1, hi)):
@@ -759,7 +857,11 @@ def certified_scientific(value: ExpRatio, digits: int = 9) -> str:
 class Entry:
     """One output compared: where, the correctly rounded exact value, the implementation's, the error.
 
-    ``status`` is ``ok``, ``over`` (more ULPs than the tolerance) or ``hard``
+    ``ulps`` counts floats between ``got`` and the correctly rounded exact
+    value; ``terms_ulps`` measures ``|got - exact|`` in ULPs at the size of
+    the terms the output adds up, ``sum_j shares_ij |value_jc|`` (they agree
+    unless values of both signs cancel).  ``status`` is ``ok`` (either count
+    within the tolerance), ``over`` or ``hard``
     (NaN or infinity where the exact value is finite and rounds to a finite
     float, or a number where the policy's exact answer is NaN).
     """
@@ -771,6 +873,7 @@ class Entry:
     rel: float | None
     status: str
     reference: "Reference" = field(repr=False, default=None)
+    terms_ulps: float | None = None
 
     @property
     def exact(self) -> ExpRatio:
@@ -803,12 +906,16 @@ class Report:
         return [e for e in self.entries if e.status != "ok"]
 
     def summary(self) -> dict:
-        """count, max_ulps, mean_ulps, max_rel, over (the tolerance), hard failures."""
+        """count, max/mean/median ULPs, max ULPs at the terms, max relative error, over, hard."""
         ulps = [e.ulps for e in self.entries if e.ulps is not None]
         rels = [e.rel for e in self.entries if e.rel is not None]
+        terms = [e.terms_ulps for e in self.entries if e.terms_ulps is not None
+                 and e.status != "hard"]
         return {"dtype": self.dtype, "count": len(self.entries),
                 "max_ulps": max(ulps) if ulps else None,
                 "mean_ulps": (sum(ulps) / len(ulps)) if ulps else None,
+                "median_ulps": sorted(ulps)[(len(ulps) - 1) // 2] if ulps else None,
+                "max_terms_ulps": max(terms) if terms else None,
                 "max_rel": max(rels) if rels else None,
                 "over": sum(e.status == "over" for e in self.entries),
                 "hard": sum(e.status == "hard" for e in self.entries)}
@@ -818,6 +925,24 @@ class Report:
         def key(e):
             return (e.status != "hard", -(e.ulps if e.ulps is not None else 0))
         return sorted(self.entries, key=key)[:k]
+
+
+def _terms_ulps(got: float, ball, magnitude: float, fmt: FloatFormat) -> float:
+    """``|got - exact|`` in ULPs of the dtype at the terms' magnitude ``sum_j shares |values|``.
+
+    Equal to the plain ULP error, up to rounding, when no cancellation
+    happens (all values of one sign); smaller when the output is a small
+    difference of large terms, where the plain count says nothing about the kernel.
+    """
+    from flint import arb
+    if ball is None or not math.isfinite(got):
+        return math.inf
+    if magnitude <= 0:
+        return 0.0 if got == float(ball.mid()) else math.inf
+    with working_precision(96):
+        err = float(abs(arb(got) - ball).mid())
+    e = max(math.frexp(magnitude)[1] - 1, fmt.emin)
+    return err / math.ldexp(1.0, e - fmt.precision + 1)
 
 
 def _rel_error(got: float, ball) -> float | None:
@@ -868,8 +993,8 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
                          f"(got {dtype!r})")
     rounded_problem, moved = problem.rounded(dtype)
     sh = rounded_problem.shape
-    tol = default_max_ulps(dtype, sh["S"], sh["E"]) if max_ulps is None else max_ulps
-    if isinstance(tol, bool) or not isinstance(tol, int) or tol < 0:
+    if max_ulps is not None and (isinstance(max_ulps, bool) or not isinstance(max_ulps, int)
+                                 or max_ulps < 0):
         raise InputError(f"max_ulps must be a non-negative integer (got {max_ulps!r})")
     call = make_call(rounded_problem, policy, dtype)
     t0 = time.perf_counter()
@@ -881,7 +1006,9 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
                          f" (got {' x '.join(map(str, got.shape))})")
     got = got.reshape(want)
     ref = Reference(rounded_problem, policy)
-    rounded, balls = ref.rounded_outputs(dtype, prec=prec)
+    tol = default_max_ulps(dtype, sh["S"], sh["E"], ref.max_abs_exponent()) \
+        if max_ulps is None else max_ulps
+    rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
     entries, off_format = [], 0
     for idx in np.ndindex(*want):
@@ -898,8 +1025,9 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
         if gf != g:
             off_format += 1
         u = ulps_between(gf, r, fmt)
+        t = _terms_ulps(g, balls[idx], float(mags[idx]), fmt)
         entries.append(Entry(idx, r, g, u, _rel_error(g, balls[idx]),
-                             "ok" if u <= tol else "over", ref))
+                             "ok" if u <= tol or t <= tol else "over", ref, t))
     notes = []
     if off_format:
         notes.append(f"{off_format} outputs were not {dtype} values; they were rounded to "
@@ -1012,3 +1140,269 @@ def spec_from_mapping(doc, *, where: str = "spec") -> tuple[Problem, Policy, str
     problem = Problem.from_arrays(doc["query"], doc["key"], doc["value"], mask, mask_kind=kind,
                                   name=str(doc.get("name", where)))
     return problem, policy, dtype
+
+
+# ---------------------------------------------------------------- rendering
+
+def shortest_repr(x: float, dtype: str | FloatFormat) -> str:
+    """The shortest decimal that rounds back to the float ``x`` of ``dtype``.
+
+    >>> shortest_repr(0.7310585975646973, "float32"), shortest_repr(0.333984375, "bfloat16")
+    ('0.7310586', '0.334')
+    """
+    fmt = _fmt(dtype)
+    if not math.isfinite(x):
+        return repr(x)
+    for k in range(1, 18):
+        text = f"{x:.{k}g}"
+        if round_to_format(Fraction(text), fmt) == x:
+            return text
+    return repr(x)  # pragma: no cover
+
+
+def _g(x, spec: str = ".3g") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return format(x, spec)
+
+
+def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 12) -> list:
+    """The tables of one or more reports: the worst outputs of each, a summary per dtype, the cost.
+
+    Exact values are printed with ``digits`` significant digits, certified
+    (correctly rounded); "exact in <dtype>" is the correctly rounded float
+    the ULPs are counted from.
+    """
+    from .tables import Section
+    sections = []
+    for r in reports:
+        rows = []
+        for e in r.worst(worst):
+            exact = certified_scientific(e.exact, digits)
+            rows.append([",".join(map(str, e.index)), exact, shortest_repr(e.rounded, r.dtype),
+                         shortest_repr(e.got, r.dtype), _g(e.ulps, "d"),
+                         _g(e.terms_ulps, ".2f"), _g(e.rel), e.status])
+        sh = r.problem.shape
+        notes = [
+            f"problem: {r.problem.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
+            f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
+            f"{r.dtype}: {r.moved_inputs} of {sum(getattr(r.problem, n).size for n in ('query', 'key', 'value'))}",
+            f"policy: {r.policy.describe()}",
+            f"exact: certified to {digits} significant digits; 'exact in {r.dtype}' is the exact "
+            f"value correctly rounded to {r.dtype} (arb enclosures, round-to-nearest-even, "
+            "subnormals, overflow to inf)",
+            f"ULPs: {r.dtype} floats between the implementation's value and 'exact in "
+            f"{r.dtype}'; at terms: |error| in ULPs at sum_j shares |values| (cancellation)",
+            f"tolerance: {r.max_ulps} ULPs by either count (2*ceil(sqrt(S + d_k)) + 4 + "
+            "ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
+            "finite is a hard failure",
+        ] + r.notes
+        sections.append(Section(
+            f"verify-{r.dtype}", f"{r.impl} in {r.dtype}: the {min(worst, len(r.entries))} "
+            "worst outputs against the exact answer",
+            ["output b,h,i,c", "exact (certified)", f"exact in {r.dtype}", r.impl.split(" ")[0],
+             "ULPs", "at terms", "rel. error", "status"], rows, notes,
+            data={"summary": r.summary()}))
+    rows = []
+    for r in reports:
+        s = r.summary()
+        rows.append([s["dtype"], str(s["count"]), _g(s["max_ulps"], "d"), _g(s["mean_ulps"], ".2f"),
+                     _g(s["median_ulps"], "d"), _g(s["max_terms_ulps"], ".2f"),
+                     _g(s["max_rel"]), str(s["over"]), str(s["hard"]),
+                     f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}"])
+    verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
+    sections.append(Section(
+        "verify-summary", "Summary per dtype",
+        ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
+         "max rel. error", "over tolerance", "hard failures", "seconds impl/exact"], rows,
+        [f"result: {verdict}"]))
+    r = reports[0]
+    macs = r.reference.macs
+    cost_rows = [["exactattn (visible pairs, counted)", f"{macs['scores']}", f"{macs['mix']}",
+                  f"{macs['scores'] + macs['mix']}", f"{2 * (macs['scores'] + macs['mix'])}"]]
+    notes = [f"visible pairs: {r.reference.pairs}; MACs = pairs x E (scores) + pairs x E_v "
+             "(mix); FLOPs = 2 per MAC"]
+    sh = r.problem.shape
+    derived = _derived_macs(r)
+    if derived is not None:
+        cost_rows.append(["exactattn.cost.derive_at (from the loop bounds)", str(derived[0]),
+                          str(derived[1]), str(sum(derived)), str(2 * sum(derived))])
+    rect = 2 * sh["B"] * sh["H_q"] * sh["L"] * sh["S"] * (sh["E"] + sh["E_v"])
+    for rr in reports:
+        if not rr.flops:
+            continue
+        for label, fl in rr.flops.items():
+            cost_rows.append([f"FlopCounterMode, {label} path ({rr.dtype})", "-", "-", "-", str(fl)])
+        for label, fl in rr.flops.items():
+            if fl == 0:
+                notes.append(f"FlopCounterMode counted 0 FLOPs on the {label} path: the kernel "
+                             "that ran has no registered FLOP formula")
+            elif fl == rect:
+                notes.append(f"FlopCounterMode's {label} path counts the full L x S rectangle "
+                             f"({rect} FLOPs): no causal or mask discount; exactattn counts "
+                             f"{r.reference.pairs} visible pairs of {sh['B'] * sh['H_q'] * sh['L'] * sh['S']}")
+            else:
+                notes.append(f"FlopCounterMode's {label} path counts {fl} FLOPs; the full "
+                             f"rectangle is {rect}")
+        break
+    sections.append(Section("verify-cost", "Cost of the call", [
+        "count", "scores MACs", "mix MACs", "MACs", "FLOPs"], cost_rows, notes))
+    return sections
+
+
+def _derived_macs(report: Report) -> tuple[int, int] | None:
+    """Scores and mix MACs from :func:`exactattn.cost.derive_at` (no mask only), else None."""
+    if report.problem.mask is not None:
+        return None
+    try:
+        from .cost import derive_at
+        sh, pol = report.problem.shape, report.policy
+        got = derive_at(sh["L"], 1, sh["E"], sh["E_v"], causal=pol.causal,
+                        alignment=pol.alignment.replace("_", "-"), keys=sh["S"],
+                        heads=sh["H_q"])
+    except (ImportError, AttributeError, TypeError, InputError):
+        return None
+    return sh["B"] * got["scores"], sh["B"] * got["mix"]
+
+
+def flop_counts(problem: Problem, policy: Policy, dtype: str) -> dict:
+    """FLOPs ``torch.utils.flop_counter.FlopCounterMode`` reports for the SDPA call of ``problem``.
+
+    Returns ``{"fused": ..., "math": ...}``: the default CPU kernel and the
+    decomposed math backend (``sdpa_kernel(SDPBackend.MATH)``).
+
+    Raises:
+        InputError: torch is not installed.
+    """
+    from .impls import TorchImpl, make_call
+    impl = TorchImpl(lower_right_bias=False)
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    rounded, _ = problem.rounded(dtype)
+    call = make_call(rounded, policy, dtype)
+    out = {}
+    with FlopCounterMode(display=False) as fc:
+        impl(call)
+    out["fused"] = int(fc.get_total_flops())
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
+        impl(call)
+    out["math"] = int(fc.get_total_flops())
+    del torch
+    return out
+
+
+# ---------------------------------------------------------------- the search
+
+@dataclass
+class SearchResult:
+    """The worst input a search found, shrunk: the problem, its report, and the score searched on."""
+
+    problem: Problem
+    report: Report
+    score: float
+    measure: str
+    examples: int
+    unshrunk_score: float
+
+
+def _score(report: Report, measure: str) -> float:
+    if any(e.status == "hard" for e in report.entries):
+        return float(2 ** 63)
+    vals = [(e.ulps if measure == "ulps" else e.terms_ulps) for e in report.entries]
+    vals = [v for v in vals if v is not None]
+    return float(max(vals)) if vals else 0.0
+
+
+def search(impl, dtype: str = "float32", policy: Policy | None = None, *, examples: int = 100,
+           seed: int = 0, max_size: int = 4, measure: str = "ulps",
+           max_ulps: int | None = None) -> SearchResult:
+    """Search with Hypothesis for the input with the largest error, and shrink it to a small reproducer.
+
+    Inputs: L, S, E in 1..max_size, E_v in 1..2, entries k/8 for integers
+    |k| <= 64 (floats of every dtype, so nothing is rounded).  A first run
+    of ``examples`` inputs steers towards large errors with
+    ``hypothesis.target`` (score: the largest ULP error, ``measure="ulps"``,
+    or the largest error at the terms' magnitude, ``"terms"``; a hard failure
+    scores 2**63); a second run with the same seed fails on any input scoring
+    at least that much, so Hypothesis shrinks it (fewer tokens, narrower
+    heads, smaller numbers).  Print the result with :func:`spec_text`.
+
+    Raises:
+        InputError: a bad ``examples``, ``max_size`` or ``measure``.
+    """
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
+    from hypothesis import seed as hseed
+    from hypothesis import strategies as st
+    from .impls import load_impl
+    for name, v in (("examples", examples), ("max_size", max_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{name} must be a positive integer (got {v!r})")
+    if measure not in ("ulps", "terms"):
+        raise InputError(f"measure must be ulps or terms (got {measure!r})")
+    impl = load_impl(impl)
+    _fmt(dtype)
+    policy = policy or Policy()
+    entry = st.integers(-64, 64).map(lambda k: Fraction(k, 8))
+
+    def matrix(draw, rows, cols):
+        return draw(st.lists(st.lists(entry, min_size=cols, max_size=cols),
+                             min_size=rows, max_size=rows))
+
+    @st.composite
+    def problems(draw):
+        L, S, E = (draw(st.integers(1, max_size)) for _ in range(3))
+        Ev = draw(st.integers(1, 2))
+        return Problem.from_arrays(matrix(draw, L, E), matrix(draw, S, E), matrix(draw, S, Ev),
+                                   name=f"search worst case ({impl.name.split(' ')[0]}, {dtype})")
+
+    cache: dict = {}
+
+    def score(p: Problem):
+        key = spec_text(p)
+        if key not in cache:
+            r = verify(impl, p, policy, dtype, max_ulps=max_ulps)
+            cache[key] = (_score(r, measure), r)
+        return cache[key]
+
+    common = dict(database=None, deadline=None, derandomize=False, verbosity=Verbosity.quiet,
+                  suppress_health_check=list(HealthCheck), max_examples=examples)
+    best = {"score": -1.0, "problem": None}
+
+    @hseed(seed)
+    @settings(phases=[Phase.generate, Phase.target], **common)
+    @given(problems())
+    def explore(p):
+        s = score(p)[0]
+        target(s, label=measure)
+        if s > best["score"]:
+            best.update(score=s, problem=p)
+
+    explore()
+
+    class _Found(Exception):
+        pass
+    last: dict = {}
+
+    @hseed(seed)
+    @settings(phases=[Phase.generate, Phase.target, Phase.shrink], **common)
+    @given(problems())
+    def shrink(p):
+        s = score(p)[0]
+        target(s, label=measure)
+        if s >= best["score"]:
+            last["problem"] = p
+            raise _Found()
+
+    try:
+        shrink()
+    except _Found:
+        pass
+    except BaseExceptionGroup as group:  # several distinct failures: still ours
+        if group.subgroup(_Found) is None or group.subgroup(lambda e: not isinstance(e, _Found)):
+            raise
+    final = last.get("problem") or best["problem"]
+    s, report = score(final)
+    return SearchResult(final, report, s, measure, examples, best["score"])

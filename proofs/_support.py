@@ -33,8 +33,8 @@ from exactattn import Head, attend
 from exactattn.digits import certify, working_precision
 
 __all__ = ["Report", "certified", "certified_sign", "decide_zero", "exact_attention",
-           "exact_softmax", "main", "rational", "reduce", "sample_point", "symbols_matrix",
-           "to_arb"]
+           "exact_softmax", "gap_limit", "main", "rational", "reduce", "sample_point", "show",
+           "symbols_matrix", "to_arb"]
 
 
 class Report:
@@ -122,6 +122,42 @@ def exact_attention(W_Q, W_K, W_V, x, *, causal: bool = False):
     return attend(head, x, engine="symbolic")
 
 
+# limits in the divisor ------------------------------------------------------------
+def gap_limit(share, tau: sympy.Symbol, toward, t: sympy.Symbol, gaps: Sequence[sympy.Symbol]):
+    """The limit of a share of the row ``(t - g_1, ..., t - g_n) / tau`` as tau -> ``toward``.
+
+    ``toward`` is ``0`` (from above) or ``sympy.oo``.  Every power in the share
+    is ``exp((c t - sum_j c_j g_j) / tau)``; it is rewritten as
+    ``E**c * prod_j u_j**c_j`` with ``E = exp(t/tau)`` and ``u_j = exp(-g_j/tau)``,
+    the share is cancelled (a softmax is homogeneous in E, so E drops out),
+    each ``u_j`` is replaced by its own limit (computed by ``sympy.limit``:
+    0 as tau -> 0+ for g_j > 0, 1 as tau -> oo), which is allowed because the
+    denominator is nonzero there (the share is continuous at that point).
+    Anything else falls back to ``sympy.limit`` on the whole share.
+
+    Returns ``(limit, rational function of E and u)``.
+    """
+    E = sympy.Symbol("E", positive=True)
+    us = [sympy.Symbol(f"u{j + 1}", positive=True) for j in range(len(gaps))]
+    direction = "+" if toward == 0 else "-"
+    mapping = {}
+    for a in share.atoms(sympy.exp):
+        lin = sympy.expand(a.args[0] * tau)
+        linear = lin.is_polynomial(t, *gaps) and sympy.Poly(lin, t, *gaps).total_degree() <= 1
+        if lin.has(tau) or not linear or lin.xreplace({v: 0 for v in (t, *gaps)}) != 0:
+            return sympy.limit(share, tau, toward, direction), None
+        mapping[a] = E ** lin.coeff(t) * sympy.Mul(*[u ** -lin.coeff(g) for g, u in zip(gaps, us)])
+    R = sympy.cancel(share.xreplace(mapping))
+    if R.has(tau) or R.has(E):
+        return sympy.limit(share, tau, toward, direction), None
+    at = {u: sympy.limit(sympy.exp(-g / tau), tau, toward, direction) for g, u in zip(gaps, us)}
+    num, den = sympy.fraction(R)
+    den_at = den.xreplace(at)
+    if den_at == 0 or not den_at.is_finite:
+        return sympy.limit(share, tau, toward, direction), R
+    return sympy.cancel(num.xreplace(at) / den_at), R
+
+
 # deciding residuals ------------------------------------------------------------
 def reduce(expr) -> sympy.Expr:
     """Split ``exp(a + b)`` into ``exp(a) exp(b)``, put over one denominator, cancel."""
@@ -189,11 +225,22 @@ def certified(expr, places: int = 4) -> str:
     return certify(lambda prec: to_arb(expr), places)
 
 
+def show(expr, places: int = 4) -> str:
+    """``expr = <certified decimal>``, or just ``expr`` when it is not a finite constant."""
+    expr = sympy.sympify(expr)
+    if expr.free_symbols or expr.is_Rational or not expr.is_finite:
+        return str(expr)
+    try:
+        return f"{expr} = {certified(expr, places)}"
+    except TypeError:
+        return str(expr)
+
+
 def certified_sign(expr, max_prec: int = 4096) -> int | None:
     """+1, -1 or 0 for a constant expression, decided in ball arithmetic; None if undecided."""
     expr = sympy.sympify(expr)
     if expr.is_Rational:
-        return (expr > 0) - (expr < 0)
+        return int(sympy.sign(expr))
     prec = 64
     while prec <= max_prec:
         with working_precision(prec):
@@ -206,17 +253,18 @@ def certified_sign(expr, max_prec: int = 4096) -> int | None:
     return None
 
 
-def decide_zero(expr) -> tuple[bool, str]:
+def decide_zero(expr, *, max_prec: int = 256) -> tuple[bool, str]:
     """Whether ``expr`` vanishes identically, with a short reason.
 
-    True when :func:`reduce` gives exactly 0.  Otherwise the reduced residual
-    is evaluated at :func:`sample_point`; a certified nonzero value there is
-    a counterexample (printed to 4 certified places).
+    First ``expr`` is evaluated at :func:`sample_point` in ball arithmetic: a
+    certified nonzero value there is a counterexample (printed to 4 certified
+    places) and settles it without any symbolic work.  Otherwise :func:`reduce`
+    must give exactly 0 for the residual to count as vanishing.
     """
-    r = reduce(expr)
-    if r == 0:
-        return True, "residual 0"
-    value = r.xreplace(sample_point(r))
-    if certified_sign(value):
+    expr = sympy.sympify(expr)
+    value = expr.xreplace(sample_point(expr))
+    if certified_sign(value, max_prec):
         return False, f"residual {certified(value)} at a rational point (certified nonzero)"
+    if reduce(expr) == 0:
+        return True, "residual 0"
     return False, "residual not shown to vanish"

@@ -16,23 +16,40 @@ Reference: Vaswani et al. 2017, sec. 3.2.1; SPEC section 5.
 
 from __future__ import annotations
 
-from exactattn.proofs._support import Report, exact_softmax, main, symbols_matrix
+import sympy
+
+from exactattn.proofs._support import (Report, certified_sign, exact_softmax, main,
+                                       sample_point, symbols_matrix)
 
 CLAIM = "every share is positive, for any real scores"
+
+
+def _sign_word(share) -> str:
+    """'positive' when sympy's assumptions decide it, else the sign at a rational point."""
+    if share.is_positive:
+        return "positive"
+    value = share.xreplace(sample_point(share))
+    sign = certified_sign(value)
+    if sign is not None and sign <= 0:
+        return "not positive at a rational point"
+    return "undecided"
 
 
 def run(softmax=exact_softmax, *, out=None) -> bool:
     """Prove the claim for ``softmax`` (a function: matrix of scores -> matrix of shares)."""
     report = Report(__file__, CLAIM, out)
     report.say("scores: an n x n matrix of independent real symbols s_ij")
+    example = softmax(symbols_matrix("s", 2, 2))[0][0]
+    num, den = sympy.fraction(example)
+    report.say(f"n = 2, share 1 of row 1: {example}")
+    report.say(f"numerator {num} positive: {num.is_positive}; "
+               f"denominator {den} positive: {den.is_positive}")
     for n in range(1, 7):
-        shares = [e for row in softmax(symbols_matrix("s", n, n)) for e in row]
-        signs = [e.is_positive for e in shares]
-        counts = {v: signs.count(v) for v in (True, False, None) if v in signs}
-        words = ", ".join(f"{c} {'positive' if v else 'not positive' if v is False else 'undecided'}"
-                          for v, c in counts.items())
-        report.check(f"n = {n}", all(v is True for v in signs), f"{len(shares)} shares: {words}")
-    report.say("e.g. exp(s11)/(exp(s11) + exp(s12)): exp(real) > 0, sums and ratios of positives > 0")
+        words = [_sign_word(e) for row in softmax(symbols_matrix("s", n, n)) for e in row]
+        counts = ", ".join(f"{words.count(w)} {w}" for w in sorted(set(words)))
+        report.check(f"n = {n}", set(words) == {"positive"},
+                     f"{len(words)} of {len(words)} shares positive" if set(words) == {"positive"}
+                     else f"{len(words)} shares: {counts}")
     return report.finish()
 
 

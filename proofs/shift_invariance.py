@@ -36,7 +36,8 @@ def run(softmax=exact_softmax, *, out=None) -> bool:
         verdicts = [decide_zero(a - b) for a, b in zip(after, before)]
         bad = [why for ok, why in verdicts if not ok]
         report.check(f"n = {n}", not bad,
-                     f"share(s + c) - share(s): {bad[0] if bad else f'residual 0 for all {n}'}")
+                     "share(s + c) - share(s): "
+                     + (bad[0] if bad else f"residual 0 for shares 1..{n}"))
     return report.finish()
 
 

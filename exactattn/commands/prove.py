@@ -16,7 +16,7 @@ True
 >>> load_proof("nope")
 Traceback (most recent call last):
 ...
-exactattn.errors.InputError: proof must be the name of a file in proofs/ (got 'nope'); `exactattn prove --list` lists them
+exactattn.errors.InputError: proof must be the name of a file in proofs/ (got 'nope'); ...
 """
 
 from __future__ import annotations
@@ -90,8 +90,11 @@ def load_proof(name: str) -> ModuleType:
 
 
 def claim_of(module: ModuleType) -> str:
-    """The first line of a proof's docstring: its claim."""
-    return (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
+    """A proof's claim in one line: its ``CLAIM``, else the first line of its docstring."""
+    claim = getattr(module, "CLAIM", None)
+    if claim:
+        return claim
+    return module.__doc__.strip().splitlines()[0] if module.__doc__ else ""
 
 
 @dataclass

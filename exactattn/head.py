@@ -241,12 +241,13 @@ def _check_x(head: Head, x, floats, symbolic) -> list[list]:
         x = x.tolist()
     if isinstance(x, (list, tuple)) and len(x) == 0:
         raise ShapeError("x must have at least one token (got none)")
-    rows = to_matrix(x, name="x", floats=floats, symbolic=symbolic)
-    for i, r in enumerate(rows):
-        if len(r) != head.d_model:
-            raise ShapeError(
-                f"token {i + 1} must have d_model = {head.d_model} numbers (got {len(r)})")
-    return rows
+    if isinstance(x, (list, tuple)):
+        for i, r in enumerate(x):  # name the first token of the wrong width
+            if isinstance(r, (list, tuple)) and len(r) != head.d_model:
+                raise ShapeError(
+                    f"token {i + 1} must have d_model = {head.d_model} numbers (got {len(r)})")
+    return to_matrix(x, name="x", shape=(None, head.d_model), floats=floats,
+                     symbolic=symbolic)
 
 
 def _ints(m: list[list]) -> tuple[list[list[int]], int] | None:

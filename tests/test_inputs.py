@@ -38,7 +38,7 @@ def test_bad_heads(kwargs, error, pattern):
 @pytest.mark.parametrize("x, error, pattern", [
     ([], ShapeError, "at least one token"),
     ([[1, 0, 0]], ShapeError, r"token 1 must have d_model = 2 numbers \(got 3\)"),
-    ([[1, 0], [1]], ShapeError, "equal length"),
+    ([[1, 0], [1]], ShapeError, r"token 2 must have d_model = 2 numbers \(got 1\)"),
     ([[0.1, 0]], FloatInputError, r"pass '0.1' as a string"),
     ([[float("inf"), 0]], InputError, "must be finite"),
 ])

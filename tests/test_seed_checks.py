@@ -203,7 +203,7 @@ def test_8_a_token_of_the_wrong_width_is_refused():
             "token 1 must have d_model = 4 numbers (got 3)")):
         attend(EX.head, [[1, 0, 0]])
     with pytest.raises(ShapeError, match="^" + re.escape(
-            "x must have rows of equal length (got lengths [4, 3])")):
+            "token 2 must have d_model = 4 numbers (got 3)")):
         attend(EX.head, [[0, 1, 0, "1/2"], [1, 0, 0]])
 
 
@@ -217,5 +217,6 @@ def test_8_any_token_row_of_the_wrong_width_is_refused(pair, extra):
             f"token 1 must have d_model = {head.d_model} numbers (got {width})")):
         attend(head, bad)
     ragged = x + [(x[0] + [F(0)] * extra)[:width]]
-    with pytest.raises(ShapeError, match="^x must have rows of equal length"):
+    with pytest.raises(ShapeError, match="^" + re.escape(
+            f"token {len(x) + 1} must have d_model = {head.d_model} numbers (got {width})")):
         attend(head, ragged)

@@ -18,9 +18,14 @@ from .errors import ExactAttnError
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 #: subcommand modules, in the order their commands are listed in --help
-COMMAND_MODULES = ("exactattn.commands.tables", "exactattn.commands.cost", "exactattn.commands.scale", "exactattn.commands.sweep",
-                   "exactattn.commands.prove",
-                   "exactattn.commands.verify")
+COMMAND_MODULES = (
+    "exactattn.commands.tables",
+    "exactattn.commands.cost",
+    "exactattn.commands.scale",
+    "exactattn.commands.sweep",
+    "exactattn.commands.prove",
+    "exactattn.commands.verify",
+)
 
 
 class _Parser(argparse.ArgumentParser):

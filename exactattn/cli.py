@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with `exactattn walkthrough` (the built-in chronicle example).")
     parser.add_argument("--version", action="version", version=f"exactattn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True  # a bare `exactattn` is one error line naming the commands
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

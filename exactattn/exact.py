@@ -100,6 +100,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
         return Fraction(value)
     if isinstance(value, str):
         text = value.strip()
+        _check_size(text, name)
         if not _NUMBER_TEXT.match(text):
             low = text.lower().lstrip("+-")
             if low in ("nan", "inf", "infinity"):
@@ -146,6 +147,26 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
         return Fraction(fv) if floats == "exact" else Fraction(repr(fv))
     raise InputError(
         f"{name} must be a number such as 3, '1/2' or '-0.75' (got {value!r})")
+
+
+#: the largest number of digits, and the largest decimal exponent, read from text
+MAX_DIGITS = 4000
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+def _check_size(text: str, name: str) -> None:
+    """Refuse number texts whose exact value would be astronomically large or slow to build."""
+    digits = sum(ch.isdigit() for ch in text)
+    m = re.search(r"[eE]\s*([+-]?\d+)", text)
+    exponent = abs(int(m.group(1))) if m and len(m.group(1)) < 12 else (
+        0 if not m else MAX_DIGITS + 1)
+    if digits > MAX_DIGITS or exponent > MAX_DIGITS:
+        raise InputError(
+            f"{name} must have at most {MAX_DIGITS} digits and a decimal exponent within "
+            f"±{MAX_DIGITS} (got {_short(text)!r}); rescale the inputs")
 
 
 def to_row(values: Any, *, name: str, width: int | None = None,
@@ -226,8 +247,12 @@ def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = Non
             return sq
     if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
         import sympy
-        sq = sympy.nsimplify(value ** 2) if value.is_number else None
-        if sq is None or not sq.is_Rational or not value.is_positive:
+        if isinstance(value, sympy.Basic) and value.has(sympy.Float):
+            raise FloatInputError(
+                f"{name} holds a binary Float ({value}); pass a string such as '0.3' "
+                "or sympy.Rational so the divisor stays exact")
+        sq = sympy.expand(value ** 2) if getattr(value, "is_number", False) else None
+        if sq is None or not sq.is_Rational or value.is_positive is not True:
             raise InputError(
                 f"{name} must be a positive rational or the square root of one (got {value})")
         return Fraction(int(sq.p), int(sq.q))

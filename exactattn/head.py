@@ -144,6 +144,24 @@ class Head:
         import sympy
         return sympy.sqrt(sympy.Rational(d.numerator, d.denominator))
 
+    def scale(self, raw):
+        """``raw / divisor`` exactly: a ``Fraction`` when both are rational, else sympy.
+
+        >>> Head([[1]], [[1]], [[1]], divisor="2").scale(Fraction(3))
+        Fraction(3, 2)
+        >>> Head([[1]], [[1]], [[1]], divisor="sqrt(2)").scale(Fraction(1))
+        sqrt(2)/2
+        """
+        d = self.divisor
+        if d is None:
+            return raw
+        if isinstance(raw, Fraction) and isinstance(d, Fraction):
+            return raw / d
+        import sympy
+        if isinstance(raw, Fraction):
+            raw = sympy.Rational(raw.numerator, raw.denominator)
+        return sympy.expand(raw / d)
+
     def __repr__(self) -> str:
         return (f"Head(d_model={self.d_model}, d_k={self.d_k}, d_v={self.d_v}, "
                 f"layout={self.layout!r}, divisor={self.divisor}, causal={self.causal})")
@@ -188,17 +206,7 @@ class Trace:
 
     def scaled_score(self, i: int, j: int):
         r = self.raw_scores[i][j]
-        d2 = self.head.divisor_squared
-        if r is None or d2 is None:
-            return r
-        if self.engine == "symbolic":
-            import sympy
-            return sympy.expand(r / self.head.divisor)
-        root = _rational_sqrt(d2)
-        if root is not None:
-            return r / root
-        import sympy
-        return sympy.Rational(r.numerator, r.denominator) / self.head.divisor
+        return None if r is None else self.head.scale(r)
 
     def share(self, i: int, j: int):
         """The share of key j for query i: an :class:`ExpRatio` (numeric) or a sympy expression."""

@@ -71,6 +71,9 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
     causal = doc.get("causal", False)
     kwargs = {"layout": doc.get("layout", "slots"), "causal": causal}
     if "divisor" in doc:
+        if doc["divisor"] is None:
+            raise SpecError(f'{where}: divisor must be a positive number, "sqrt(q)" or "none" '
+                            '(got null); leave it out for sqrt(d_k)')
         kwargs["divisor"] = doc["divisor"]
     head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)
     x = to_matrix(xs, name="x")
@@ -88,16 +91,28 @@ def loads(text: str, *, fmt: str = "json", where: str = "spec") -> Example:
     """Parse spec text (``fmt`` is ``json`` or ``toml``); floats are kept as text."""
     try:
         if fmt == "toml":
-            doc = tomllib.loads(text, parse_float=str)
+            doc = tomllib.loads(text, parse_float=_toml_float)
         else:
             doc = json.loads(text, parse_float=str, parse_constant=_refuse_constant)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise SpecError(f"{where}: not valid {fmt.upper()} ({e}); check the file is complete") from None
+        other = "name it .toml" if fmt == "json" else "name it .json"
+        raise SpecError(f"{where}: not valid {fmt.upper()} ({e}); check the file is complete, "
+                        f"or if it is {'TOML' if fmt == 'json' else 'JSON'}, {other}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
+    except ValueError as e:  # e.g. an integer literal past Python's 4300-digit limit
+        raise SpecError(f"{where}: a number could not be read ({e}); "
+                        "write very long numbers as strings or rescale them") from None
     return from_mapping(doc, where=where)
 
 
 def _refuse_constant(name: str):
     raise SpecError(f"spec: {name} is not allowed; entries must be finite exact numbers")
+
+
+def _toml_float(text: str) -> str:
+    """TOML floats are handed over as text (``1_000.5`` -> ``'1000.5'``), never as binary floats."""
+    return text.replace("_", "")
 
 
 def load(path: str | Path) -> Example:

@@ -70,12 +70,31 @@ def _with_decimal(q) -> str:
     return f"{text} = {dec}" if dec is not None else f"{text} ~ {round_fraction(q, 6)}"
 
 
+def _scaled_text(raw: Fraction, head) -> str:
+    """``raw / divisor`` as exact text plus its decimal (certified when irrational)."""
+    value = head.scale(raw)
+    if isinstance(value, Fraction):
+        return _with_decimal(value)
+    from flint import arb, fmpq
+
+    from .digits import certify
+    d2 = head.divisor_squared
+    approx = certify(lambda prec: arb(fmpq(raw.numerator, raw.denominator))
+                     / arb(fmpq(d2.numerator, d2.denominator)).sqrt(), 6)
+    return f"{value} ~ {approx}"
+
+
 def _vector(v) -> str:
     return "(" + ", ".join(exact_text(e) for e in v) + ")"
 
 
 def _labels(example, n: int) -> list[str]:
     return [str(i + 1) for i in range(n)]
+
+
+def _printable(text: str) -> str:
+    """Token text for a table cell: unprintable characters (newlines, tabs) escaped."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def row(example, trace: Trace, places: int = 4) -> list[Section]:
@@ -85,7 +104,7 @@ def row(example, trace: Trace, places: int = 4) -> list[Section]:
     rows = []
     for i, (tok, xs) in enumerate(zip(example.tokens, trace.x)):
         rows.append([str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
-                     repr(tok.text)[1:-1]] + [exact_text(e) for e in xs])
+                     _printable(tok.text)] + [exact_text(e) for e in xs])
     notes = [f"{trace.n} tokens, each with d_model = {trace.head.d_model} numbers"]
     if example.title:
         notes.insert(0, f"source text: {example.title}")
@@ -161,7 +180,9 @@ def divisor_text(head) -> str:
         return "none (unscaled)"
     d = head.divisor
     if isinstance(d, Fraction):
-        return f"sqrt({exact_text(d2)}) = {d}"
+        if d2 == head.d_k:
+            return f"sqrt(d_k) = sqrt({head.d_k}) = {exact_text(d)}"
+        return exact_text(d)
     from .digits import certify
     from flint import arb, fmpq
     approx = certify(lambda prec: arb(fmpq(d2.numerator, d2.denominator)).sqrt(), 6)
@@ -177,13 +198,14 @@ def square(example, trace: Trace, places: int = 4) -> list[Section]:
         return "-inf" if v is None else _with_decimal(v)
     raw = [[str(i + 1)] + [cell(v) for v in trace.raw_scores[i]] for i in range(n)]
     scaled_m = trace.scaled_scores
-    scaled = [[str(i + 1)] + [cell(v) for v in scaled_m[i]] for i in range(n)]
+    scaled = [[str(i + 1)] + ["-inf" if r is None else _scaled_text(r, trace.head)
+                              for r in trace.raw_scores[i]] for i in range(n)]
     mask = " (causal: -inf above the diagonal)" if trace.head.causal else ""
     out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols, raw, [],
                    {"raw_scores": [[None if v is None else exact_text(v) for v in r]
                                    for r in trace.raw_scores]})]
     if trace.head.divisor_squared is None:
-        out[0].notes.append("divisor: none (--no-scale); the shares read the raw scores")
+        out[0].notes.append("divisor: none (unscaled); the shares read the raw scores")
     else:
         out.append(Section("square/scaled", f"Scaled scores: raw / {trace.divisor}", cols,
                            scaled, [f"divisor: {divisor_text(trace.head)}"],
@@ -215,7 +237,8 @@ def scores(example, trace: Trace, places: int = 4, closed_forms: bool = True) ->
         dec_shares.append(decs)
         if closed_forms:
             exact_shares.append([str(trace.share(i, j).closed_form()) for j in range(n)])
-    notes = [f"shares at {places} certified places (correctly rounded); "
+    notes = [f"divisor used for these shares: {divisor_text(head)}",
+             f"shares at {places} certified places (correctly rounded); "
              "printed values may not add to 1 because of rounding"]
     identical = [(a + 1, b + 1) for a in range(n) for b in range(a + 1, n)
                  if trace.raw_scores[a] == trace.raw_scores[b] and trace.x[a] == trace.x[b]]
@@ -284,16 +307,18 @@ def explain(trace: Trace, query: int, key: int) -> Section:
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= n:
             raise InputError(f"{label} must be a token number from 1 to {n} (got {v!r})")
     q, k = trace.queries[query - 1], trace.keys[key - 1]
-    terms = " + ".join(f"{exact_text(a)}×{exact_text(b)}" for a, b in zip(q, k))
+    def factor(v):
+        text = exact_text(v)
+        return f"({text})" if v < 0 else text
+    terms = " + ".join(f"{factor(a)}×{factor(b)}" for a, b in zip(q, k))
     value = sum((a * b for a, b in zip(q, k)), Fraction(0))
     text = f"{terms} = {_with_decimal(value)}"
     notes = []
     if trace.head.divisor_squared is not None:
-        s = trace.scaled_score(query - 1, key - 1) if trace.raw_scores[query - 1][key - 1] \
-            is not None else value
-        notes.append(f"divided by {trace.divisor}: {_with_decimal(s)}")
+        notes.append(f"divided by {trace.divisor}: {_scaled_text(value, trace.head)}")
     if trace.raw_scores[query - 1][key - 1] is None:
-        notes.append("this pair is masked (causal): its scaled score is -inf")
+        notes.append("this pair is masked (causal): the head never computes it, and its "
+                     "scaled score counts as -inf")
     return Section("explain", f"Score of query {query} against key {key}",
                    ["pair", "terms"], [[f"q{query}.k{key}", text]], notes,
                    {"value": exact_text(value)})

@@ -77,6 +77,9 @@ def test_walkthrough_checkpoints(cli):
     (["scores", "--explain", "9,1"], r"query must be a token number from 1 to 4 \(got 9\)"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["scores", "--format", "svg", "--explain", "1,1"], "--explain must be used with a table"),
+    (["scores", "--spec", ""], r"--spec must name a JSON or TOML file \(got ''\)"),
+    (["scores", "--example", ""], r"example must be one of .* \(got ''\)"),
+    ([], "the following arguments are required: COMMAND"),
     (["scores", "--example", "chronicle", "--spec", "x.json"], "not allowed with argument"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, pattern):
@@ -109,3 +112,16 @@ def test_python_dash_m_and_no_traceback(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "exactattn", "scores"], capture_output=True,
                         text=True)
     assert ok.returncode == 0 and "0.5800" in ok.stdout
+
+
+def test_explain_a_masked_pair_divides_the_raw_score(tmp_path, cli):
+    import json
+    doc = json.loads((DATA / "chronicle_slots.json").read_text())
+    doc["causal"] = True
+    p = tmp_path / "causal.json"
+    p.write_text(json.dumps(doc))
+    rc, out, _ = cli("square", "--spec", str(p), "--explain", "1,3")
+    assert rc == 0
+    assert "0×0 + 0×0 + 0×3/2 + 1/2×1 = 1/2 = 0.5" in out
+    assert "divided by 2: 1/4 = 0.25" in out
+    assert "this pair is masked (causal)" in out

@@ -73,3 +73,19 @@ def test_float_divisor_needs_a_policy():
     with pytest.raises(FloatInputError):
         parse_divisor(1.5)
     assert parse_divisor(1.5, floats="decimal") == F(9, 4)
+
+
+@pytest.mark.parametrize("text", ["1e999999999", "1e-999999999", "9" * 5000, "1/" + "7" * 4500])
+def test_astronomical_texts_are_refused_at_once(text):
+    with pytest.raises(InputError, match="at most 4000 digits"):
+        to_exact(text, name="x[0][0]")
+
+
+def test_sympy_divisors_are_not_rounded_behind_your_back():
+    with pytest.raises(InputError, match="square root of one"):
+        parse_divisor(sympy.sqrt(2) + sympy.Rational(1, 10 ** 30))
+    with pytest.raises(FloatInputError, match="binary Float"):
+        parse_divisor(sympy.Float("0.3333333333333333"))
+    with pytest.raises(InputError, match="positive"):
+        parse_divisor(-sympy.sqrt(2))
+    assert parse_divisor(2 * sympy.sqrt(3)) == F(12)

@@ -186,7 +186,7 @@ def test_compare_sections_only_in_square_and_walkthrough(cli):
 def test_tiny_no_scale_and_explain(cli):
     rc, out, _ = cli("square", "--example", "tiny", "--no-scale", "--explain", "1,2")
     assert rc == 0
-    assert "7/5×1 + -3/5×1/5 = 32/25 = 1.28" in out
+    assert "7/5×1 + (-3/5)×1/5 = 32/25 = 1.28" in out
     assert "divisor for the raw shares: none (unscaled)" in out
 
 

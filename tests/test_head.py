@@ -137,3 +137,15 @@ def test_huge_scores_do_not_overflow():
     t = attend(h, [[30], [29]])  # raw scores 900 and 870
     assert t.share(0, 0).decimal(4) == "1.0000"
     assert t.share(0, 1).decimal(30) == "0.000000000000093576229688392990"
+
+
+def test_tiny_shares_are_decided_without_huge_fractions():
+    from flint import arb
+
+    from exactattn.digits import certify
+    assert certify(lambda prec: arb(-10 ** 9).exp(), 4) == "0.0000"
+    assert certify(lambda prec: 1 - arb(-10 ** 9).exp(), 4) == "1.0000"
+    # exact ties go to the even digit, for negative values too
+    from flint import fmpq
+    assert [certify(lambda prec, q=q: arb(fmpq(*q)), 2) for q in [(1, 8), (3, 8), (-1, 8), (-3, 8)]] \
+        == ["0.12", "0.38", "-0.12", "-0.38"]

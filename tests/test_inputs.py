@@ -1,6 +1,7 @@
 """Bad heads, bad tokens and bad spec files: one library error each, with the fix named."""
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,29 @@ def test_missing_and_unreadable_spec_files(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(SpecError, match="could not be read"):
         load(bad)
+
+
+@pytest.mark.parametrize("text, fmt, pattern", [
+    ("[" * 100000 + "]" * 100000, "json", "nested too deeply"),
+    ('{"tokens": [{"x": [' + "9" * 5000 + ']}], "W_Q": [[1]], "W_K": [[1]], "W_V": [[1]]}',
+     "json", "a number could not be read"),
+    ('{"tokens": [{"x": [1]}], "W_Q": [[1]], "W_K": [[1]], "W_V": [[1]], "divisor": null}',
+     "json", r"divisor must be .* \(got null\); leave it out for sqrt\(d_k\)"),
+    ('tokens = [{x = [1]}]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]', "json", "name it .toml"),
+])
+def test_spec_texts_that_used_to_escape(text, fmt, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        loads(text, fmt=fmt)
+
+
+def test_toml_floats_with_underscores_are_exact():
+    ex = loads("tokens = [{x = [1_000.5]}]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]", fmt="toml")
+    assert ex.x == [[Fraction(2001, 2)]] and type(ex.x[0][0]) is Fraction
+
+
+def test_a_huge_score_gap_prints_at_once():
+    ex = loads(json.dumps({"tokens": [{"x": ["1e9", 0]}, {"x": [0, 1]}],
+                           "W_Q": I2, "W_K": I2, "W_V": I2, "divisor": "1e-300"}))
+    t = attend(ex.head, ex.x)
+    assert [t.share(0, j).decimal(6) for j in range(2)] == ["1.000000", "0.000000"]
+    assert t.share(1, 1).decimal(4) == "1.0000"

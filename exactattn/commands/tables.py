@@ -31,11 +31,13 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
 
 def load_source(args):
     """The Example named by --example or --spec (chronicle by default)."""
-    if args.spec:
+    if args.spec is not None:
+        if not args.spec.strip():
+            raise InputError("--spec must name a JSON or TOML file (got '')")
         from ..spec import load
         return load(args.spec)
     from ..examples import example
-    return example(args.example or "chronicle")
+    return example("chronicle" if args.example is None else args.example)
 
 
 def _explain_arg(text: str) -> tuple[int, int]:

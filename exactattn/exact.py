@@ -93,7 +93,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
             raise InputError(f"{name} must be finite (got {value!r})")
         if floats is None:
             _fail_float(value, name)
-        return Fraction(value) if floats == "exact" else Fraction(repr(value))
+        return Fraction(value) if floats == "exact" else Fraction(repr(float(value)))
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
             raise InputError(f"{name} must be finite (got {value!r})")
@@ -144,7 +144,11 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
             raise InputError(f"{name} must be finite (got {value!r})")
         if floats is None:
             _fail_float(fv, name)
-        return Fraction(fv) if floats == "exact" else Fraction(repr(fv))
+        if floats == "exact":
+            return Fraction(fv)
+        # the shortest decimal of the value in its own precision (numpy's str of a
+        # float32 0.1 is '0.1', while float(...) would widen it to 0.10000000149...)
+        return Fraction(str(value) if hasattr(value, "dtype") else repr(fv))
     raise InputError(
         f"{name} must be a number such as 3, '1/2' or '-0.75' (got {value!r})")
 

@@ -28,9 +28,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .errors import ExactAttnError, SpecError
+from .errors import ExactAttnError, ShapeError, SpecError
 from .examples import Example, Token
-from .exact import to_matrix
+from .exact import to_row
 from .head import Head
 
 __all__ = ["KEYS", "load", "loads", "from_mapping"]
@@ -76,12 +76,13 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
                             '(got null); leave it out for sqrt(d_k)')
         kwargs["divisor"] = doc["divisor"]
     head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)
-    x = to_matrix(xs, name="x")
-    for i, r in enumerate(x):
+    x = []
+    for i, xi in enumerate(xs):  # name entries by their place in the file
+        r = to_row(xi, name=f"tokens[{i}].x")
         if len(r) != head.d_model:
-            from .errors import ShapeError
-            raise ShapeError(
-                f"token {i + 1} must have d_model = {head.d_model} numbers (got {len(r)})")
+            raise ShapeError(f"tokens[{i}].x (token {i + 1}) must have d_model = "
+                             f"{head.d_model} numbers (got {len(r)})")
+        x.append(r)
     name = str(doc.get("name", "spec"))
     return Example(name=name, title="", head=head, tokens=labels, x=x,
                    focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where)

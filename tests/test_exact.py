@@ -89,3 +89,12 @@ def test_sympy_divisors_are_not_rounded_behind_your_back():
     with pytest.raises(InputError, match="positive"):
         parse_divisor(-sympy.sqrt(2))
     assert parse_divisor(2 * sympy.sqrt(3)) == F(12)
+
+
+def test_numpy_floats_follow_the_policy_in_their_own_precision():
+    np = pytest.importorskip("numpy")
+    assert to_exact(np.float64(0.1), floats="decimal") == F(1, 10)
+    assert to_exact(np.float32(0.1), floats="decimal") == F(1, 10)
+    assert to_exact(np.float32(0.1), floats="exact") == F(13421773, 134217728)
+    with pytest.raises(FloatInputError):
+        to_exact(np.float32(0.5))

@@ -1013,12 +1013,26 @@ def _term_key(t):
 
 
 def _spell(e, values: dict | None = None) -> str:
-    """A polynomial written with ' x ' (symbols, or their values), e.g. '3 x n x D x d_k'."""
+    """A polynomial written with ' x ' (symbols, or their values), e.g. '3 x n x D x d_k'.
+
+    A sum starts with its first positive term and subtracts the negative ones:
+    ``n x d_k x (2 x m - n + 1)``, never ``(-1 x n + 2 x m + 1)``.
+    """
     if e.is_Add:
-        text = " + ".join(_spell(t, values) for t in sorted(e.args, key=_term_key))
-        return text.replace("+ -", "- ")
+        terms = sorted(e.args, key=_term_key)
+        first = next((k for k, t in enumerate(terms) if not t.could_extract_minus_sign()), 0)
+        terms.insert(0, terms.pop(first))
+        text = ""
+        for k, t in enumerate(terms):
+            negative = t.could_extract_minus_sign()
+            body = _spell(-t if negative else t, values)
+            text += ("-" if negative else "") + body if k == 0 else \
+                (" - " if negative else " + ") + body
+        return text
     coeff, factors = e.as_coeff_mul()
     coeff = sympy.Rational(coeff)
+    if coeff < 0:
+        return "-" + _spell(-e, values)
     parts = [] if coeff.p == 1 and factors else [str(coeff.p)]
     for f in sorted(factors, key=_factor_key):
         base, exp = f.as_base_exp()
@@ -1053,7 +1067,9 @@ def _setup_text(d_model, d_k, d_v, setup: _Setup) -> str:
     if setup.keys is not None:
         parts.append(f"{setup.keys} keys")
     if setup.decode:
-        parts.append("decoding one token at a time with a KV cache")
+        parts.append("decoding one token at a time with a KV cache (causal by construction: "
+                     "token t attends to the t tokens so far"
+                     + ("; that is the causal mask asked for" if setup.causal else "") + ")")
     elif setup.causal:
         parts.append(f"causal mask ({setup.alignment})")
     else:
@@ -1113,7 +1129,9 @@ def cost_sections(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bo
         data_rows.append(dict(figures, tokens=n, pairs=pairs, source=source.split()[0],
                               derived=derived))
         prev = total
-    notes = [_setup_text(d_model, d_k, d_v, setup) + "; multiply-adds (FLOPs = 2 x MACs)"]
+    notes = [_setup_text(d_model, d_k, d_v, setup) + "; multiply-adds (FLOPs = 2 x MACs); "
+             f"rows of at most {limit} MACs (the count limit) are run and counted, larger "
+             "ones only derived"]
     notes += _check_notes(last_counted, d_model, d_k, d_v, setup, opts)
     cross = None
     if setup.keys is None:
@@ -1185,20 +1203,46 @@ def _check_notes(last, d_model, d_k, d_v, setup: _Setup, opts) -> list[str]:
 
 
 def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = False,
-                         heads=None, layers=1) -> list:
+                         heads=None, layers=1, count_limit: int = 10_000_000) -> list:
     """Conventions side by side for the same head at n tokens: pairs, MACs, FLOPs, operations.
+
+    Two tables: ``cost/conventions`` (the query-key pairs and pair MACs each
+    convention gives, against the exact causal count n(n+1)/2) and
+    ``cost/operations`` (MACs, FLOPs = 2 x MACs, and the exact
+    multiplications and additions, k - 1 per length-k sum).  The exact rows
+    are counted by running the head when the derived total of the unmasked
+    head is at most ``count_limit`` MACs; above it they are derived from the
+    loop nests and marked ``derived`` (the softmax operations, which depend on
+    the numbers, are then not given).
+
+    Units: pairs, MACs, FLOPs.
+
+    Raises:
+        InputError: a size or ``count_limit`` that is not a positive whole number.
+
+    Reference: Vaswani et al. 2017, sec. 3.2.1; SPEC section 4.
 
     >>> s = conventions_sections(32)
     >>> [r[2] for r in s[0].rows]
     ['1024', '528', '1024', '512', '528']
+    >>> conventions_sections(32, count_limit=1000)[0].rows[1][:4]
+    ['exact, causal (derived)', 'exactattn', '528', '4224']
     """
     from .tables import Section
     d_v = d_k if d_v is None else d_v
     n, d_model, d_k, d_v = (_size(v, k) for v, k in
                             ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
+    limit = _size(count_limit, "count_limit")
     opts = dict(heads=heads, layers=layers)
-    plain = count(n, d_model, d_k, d_v, **opts)
-    masked = count(n, d_model, d_k, d_v, causal=True, **opts)
+    plain = derive_at(n, d_model, d_k, d_v, **opts)
+    masked = derive_at(n, d_model, d_k, d_v, causal=True, **opts)
+    counted_run = max(plain["total"], masked["total"]) <= limit
+    softmax_ops = None
+    if counted_run:
+        runs = {c: run(n, d_model, d_k, d_v, causal=c, **opts) for c in (False, True)}
+        plain, masked = runs[False].macs, runs[True].macs
+        softmax_ops = runs[causal].softmax_ops
+    how = "counted" if counted_run else "derived"
     per_pair = (d_k + d_v) * (1 if heads is None else heads) * layers
     exact_causal = Fraction(n * (n + 1), 2)
     rows, data = [], []
@@ -1208,9 +1252,9 @@ def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fal
         data.append({"convention": name, "pairs": _frac(pairs), "pair_macs": _frac(macs),
                      "pair_flops": _frac(2 * macs)})
 
-    add("exact, no mask (counted)", "exactattn", Fraction(n * n),
+    add(f"exact, no mask ({how})", "exactattn", Fraction(n * n),
         Fraction(plain["scores"] + plain["mix"]), "exact for an unmasked head")
-    add("exact, causal (counted)", "exactattn", exact_causal,
+    add(f"exact, causal ({how})", "exactattn", exact_causal,
         Fraction(masked["scores"] + masked["mix"]), "exact for a causal head")
     for conv in CONVENTIONS:
         pairs = Fraction(str(conv.pairs.subs(SYMBOLS.n, n)))
@@ -1225,8 +1269,13 @@ def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fal
         "cost/conventions", f"Attention pairs under each convention at n = {n}",
         ["convention", "used by", "pairs", "pair MACs", "pair FLOPs (2 x MACs)",
          "against the exact causal count"], rows,
-        [f"D = d_model = {d_model}, d_k = {d_k}, d_v = {d_v}; pair MACs = pairs x "
+        [f"D = d_model = {d_model}, d_k = {d_k}, d_v = {d_v}"
+         f"{'' if heads is None else f', h = {heads} heads'}"
+         f"{'' if layers == 1 else f', L = {layers} layers'}; pair MACs = pairs x "
          f"(d_k + d_v){'' if heads is None else ' x h'}{'' if layers == 1 else ' x L'}",
+         f"exact rows {how} ("
+         + (f"the head was run: at most {limit} MACs, the count limit)" if counted_run else
+            f"not run: {plain['total']} MACs are over the count limit of {limit})"),
          f"n^2/2 undercounts the causal pairs by n/2 = {_frac(Fraction(n, 2))}; "
          f"the full rectangle overcounts them by n(n-1)/2 = {n * (n - 1) // 2}"],
         {"n": n, "conventions": data})
@@ -1251,21 +1300,23 @@ def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fal
     ops_sec = Section(
         "cost/operations",
         f"MACs, FLOPs and exact operations at n = {n} ({'causal' if causal else 'no mask'})",
-        ["stage", "MACs (counted)", "multiplications", "additions (k - 1 per sum)",
+        ["stage", f"MACs ({how})", "multiplications", "additions (k - 1 per sum)",
          "FLOPs = 2 x MACs", "exact operations", "FLOPs - exact"], orows,
         list(CONVENTION_NOTES) + [
-            "multiplications and additions are derived from the loop nests; MACs are counted",
-            "softmax, counted separately: " + ", ".join(
-                f"{v} {k}" for k, v in _softmax_counts(n, d_model, d_k, d_v, causal,
-                                                        heads, layers).items())],
-        {"n": n, "stages": odata})
+            "multiplications and additions are derived from the loop nests; MACs are "
+            + ("counted" if counted_run else
+               f"derived too: the head was not run, its {plain['total']} MACs are over the "
+               f"count limit of {limit}"),
+            ("softmax, counted separately: " + ", ".join(
+                f"{softmax_ops[k]} {name}" for k, name in
+                (("exp", "exponentials"), ("add", "additions"), ("div", "divisions"))))
+            if counted_run else
+            "softmax: not counted (they depend on the numbers, and the head was not run); "
+            "raise the count limit to count them"],
+        {"n": n, "source": how, "count_limit": limit, "stages": odata,
+         "softmax_ops": softmax_ops})
+    pairs_sec.data["source"] = how
     return [pairs_sec, ops_sec]
-
-
-def _softmax_counts(n, d_model, d_k, d_v, causal, heads, layers) -> dict:
-    r = run(n, d_model, d_k, d_v, causal=causal, heads=heads, layers=layers)
-    return {"exponentials": r.softmax_ops["exp"], "additions": r.softmax_ops["add"],
-            "divisions": r.softmax_ops["div"]}
 
 
 def _frac(q) -> str:

@@ -5,9 +5,21 @@ value printed in it: shares as certified decimals (correctly rounded, see
 :mod:`exactattn.digits`), scores as exact rationals (a certified decimal when
 the divisor makes them irrational).  Queries label the rows (left), keys the
 columns (top), each with its token number and text.  Every cell is a
-``<g id="cell-I-J">`` (1-based query I, key J) holding a ``<title>`` with the
-exact value (a closed form for a share), a ``<rect>`` and a ``<text>``, so the
-picture can be read back by a program (``xml.etree``).
+``<g id="cell-I-J">`` (1-based query I, key J) holding a ``<title>`` (the
+tooltip), a ``<path>`` (the shaded square, with its ``fill``) and a ``<text>``
+(the printed value), so the picture can be read back by a program
+(``xml.etree``); each query row is a ``<g class="row">`` shifted to its place,
+whose own ``<title>`` names the query.
+
+Tooltips: a cell's ``<title>`` gives the exact value when it is short, at most
+:data:`CLOSED_FORM_LIMIT` (200) characters: ``1/4 exactly``, or the closed
+form with its certified decimal, ``exp(25/16)/(exp(3/8) + 2 + exp(25/16)) ~
+0.5800 (certified)``.  A longer closed form (a row with many distinct score
+gaps has one exp term per gap) is replaced by the certified decimal.  A square
+of more than :data:`TOOLTIP_TOKENS` (50) tokens has tooltips per row only
+(naming the query; a note under the picture says so), so a 200-token square
+is about 4.3 MB at 4 places (it was 51 MB with every closed form written out);
+the exact values are in the tables' json format.
 
 Exactness: the printed digits are certified; only the shading is computed
 from a float (the printed decimal read as a float), and a colour is a
@@ -73,7 +85,8 @@ def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | No
 
     ``levels`` are in [0, 1] (0 lightest, 1 darkest; None: a grey, masked
     cell).  Rows are labelled by ``query_labels`` (left), columns by
-    ``key_labels`` (top, slanted).
+    ``key_labels`` (top, slanted).  ``tooltips[i][j]`` (optional) becomes the
+    cell's ``<title>``; None leaves that cell without one.
 
     Raises:
         InputError: ``cells``, ``levels`` and the labels disagree in size.
@@ -106,6 +119,8 @@ def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | No
                              "viewBox": f"0 0 {width} {height}",
                              "font-family": "DejaVu Sans, Helvetica, Arial, sans-serif"})
     ET.SubElement(svg, "title").text = title
+    # a white ground: the 1-pixel gaps between the cells read as white grid lines
+    ET.SubElement(svg, "rect", {"width": "100%", "height": "100%", "fill": "#ffffff"})
     ET.SubElement(svg, "text", {"x": "12", "y": "22", "font-size": "15",
                                 "font-weight": "bold"}).text = title
     ET.SubElement(svg, "text", {"x": str(left + m * _CELL // 2), "y": "42", "font-size": "12",
@@ -121,25 +136,43 @@ def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | No
         y = top + i * _CELL + _CELL // 2 + 4
         ET.SubElement(svg, "text", {"class": "query-label", "x": str(left - 8), "y": str(y),
                                     "font-size": "12", "text-anchor": "end"}).text = lab
+    # the cells: one group per query row (shifted down to the row), one line per cell;
+    # what every cell shares (size, font, anchor) is said once, on the groups, so a
+    # 200 x 200 square stays a few megabytes
+    grid = ET.SubElement(svg, "g", {"class": "cells", "font-size": "13",
+                                    "text-anchor": "middle"})
+    grid.text = "\n"
     for i in range(n):
+        row = ET.SubElement(grid, "g", {"class": "row", "transform":
+                                        f"translate({left} {top + i * _CELL})"})
+        ET.SubElement(row, "title").text = f"query {query_labels[i]}"
+        row[0].tail = "\n"
+        row.text = "\n"
+        row.tail = "\n"
         for j in range(m):
             level = levels[i][j]
-            g = ET.SubElement(svg, "g", {"id": f"cell-{i + 1}-{j + 1}", "class": "cell"})
-            if tooltips is not None:
+            g = ET.SubElement(row, "g", {"id": f"cell-{i + 1}-{j + 1}"})
+            g.tail = "\n"
+            if tooltips is not None and tooltips[i][j] is not None:
                 ET.SubElement(g, "title").text = tooltips[i][j]
-            x, y = left + j * _CELL, top + i * _CELL
-            ET.SubElement(g, "rect", {"x": str(x), "y": str(y), "width": str(_CELL),
-                                      "height": str(_CELL), "stroke": "#ffffff",
+            x = j * _CELL
+            # the square (a path is a dozen bytes shorter than the same <rect>)
+            ET.SubElement(g, "path", {"d": f"M{x} 0h{_CELL - 1}v{_CELL - 1}h-{_CELL - 1}z",
                                       "fill": "#d9d9d9" if level is None else _colour(level)})
-            ink = "#ffffff" if level is not None and level > 0.55 else "#000000"
-            ET.SubElement(g, "text", {"x": str(x + _CELL // 2), "y": str(y + _CELL // 2 + 5),
-                                      "font-size": "13", "text-anchor": "middle",
-                                      "fill": ink}).text = cells[i][j]
+            attrs = {"x": str(x + _CELL // 2), "y": str(_CELL // 2 + 5)}
+            if level is not None and level > 0.55:
+                attrs["fill"] = "#ffffff"  # light ink on a dark cell (black is the default)
+            ET.SubElement(g, "text", attrs).text = cells[i][j]
     for k, note in enumerate(notes):
         ET.SubElement(svg, "text", {"x": "12", "y": str(top + n * _CELL + 28 + 16 * k),
                                     "font-size": "11", "fill": "#555"}).text = note
-    ET.indent(svg)
-    return ET.tostring(svg, encoding="unicode") + "\n"
+    svg.text = "\n"
+    for child in svg:
+        if child.tail is None:
+            child.tail = "\n"
+    # ET writes '<x />'; '<x/>' is the same XML.  No text or attribute can hold ' />',
+    # since ET escapes '>' in both
+    return ET.tostring(svg, encoding="unicode").replace(" />", "/>") + "\n"
 
 
 def _labels(example, n: int) -> list[str]:
@@ -147,24 +180,99 @@ def _labels(example, n: int) -> list[str]:
             for i in range(n)]
 
 
+#: a cell's tooltip carries the exact value when it takes at most this many characters;
+#: past it (a long row: one exp term per distinct score gap) the certified decimal alone
+CLOSED_FORM_LIMIT = 200
+#: squares of up to this many tokens give every cell a tooltip; larger ones only each row
+#: (a 200-token square has 40,000 cells: their closed forms made a 51 MB file)
+TOOLTIP_TOKENS = 50
+
+
+def _short_denominator(row) -> bool:
+    """Whether a row's softmax normaliser prints in at most CLOSED_FORM_LIMIT characters.
+
+    Every share of the row is ``numerator / normaliser``, so a long normaliser
+    makes every closed form of the row long: it is printed once per row, and
+    only when its terms (one ``exp(...)`` of at least 9 characters per distinct
+    gap) could fit at all.
+    """
+    import sympy
+    if 9 * len(row.counts) > CLOSED_FORM_LIMIT:
+        return False
+    den = sympy.Add(*[c * row._exp_sym(g) for g, c in row.counts.items()])
+    return len(str(den)) <= CLOSED_FORM_LIMIT
+
+
+def _rational(share):
+    """``share.rational()``, with the common irrational case decided without arithmetic.
+
+    A share keeps one exp term per gap of its numerator; when it leaves out some
+    gap of its row (a ratio of 0 there) and keeps another (a ratio that is not
+    0), the ratios differ and the share is irrational.  ``ExpRatio.rational``
+    would find the same after dividing Fractions across the whole row, which
+    costs n^3 divisions over an n x n square.
+    """
+    row = share.row
+    if not row.nan and share.numerators and len(share.numerators) < len(row.counts):
+        return None
+    return share.rational()
+
+
+def _decimal(share, q, places: int) -> str:
+    """``share.decimal(places)`` given ``q = _rational(share)`` (no second rational test)."""
+    from .digits import certify, round_fraction
+    if share.row.nan:
+        return "nan"
+    return round_fraction(q, places) if q is not None else certify(share.ball, places)
+
+
+def _exact_tip(share, q, dec: str, short_row: bool) -> str | None:
+    """The exact value of one share for its tooltip, or None when it would be long.
+
+    A rational share prints exactly (``1/4 exactly``); an irrational one as its
+    closed form with the certified decimal, when the form takes at most
+    CLOSED_FORM_LIMIT characters.  Otherwise None (the caller falls back to
+    the certified decimal).
+    """
+    if q is not None:
+        text = f"{q} exactly"
+        return text if len(text) <= CLOSED_FORM_LIMIT else None
+    if short_row:
+        form = str(share.closed_form())
+        if len(form) <= CLOSED_FORM_LIMIT:
+            return f"{form} ~ {dec} (certified)"
+    return None
+
+
 def _share_grid(trace, places: int):
     n = trace.n
     cells, levels, tips = [], [], []
     for i in range(n):
         row_c, row_l, row_t = [], [], []
+        short_row = None
         for j in range(n):
             share = trace.share(i, j)
             masked = trace.raw_scores[i][j] is None
-            dec = share.decimal(places)
+            q = _rational(share)
+            dec = _decimal(share, q, places)
             row_c.append("masked" if masked else dec)
             row_l.append(None if masked else float(dec))
-            row_t.append(f"share of key {j + 1} for query {i + 1}: "
-                         + ("0 (masked)" if masked else f"{share.closed_form()} ~ {dec} (certified)"
-                            if share.rational() is None else f"{share.rational()} exactly"))
+            if n > TOOLTIP_TOKENS:
+                continue
+            head = f"share of key {j + 1} for query {i + 1}: "
+            if masked:
+                row_t.append(head + "0 (masked)")
+                continue
+            if short_row is None and q is None:
+                short_row = _short_denominator(share.row)
+            exact = _exact_tip(share, q, dec, bool(short_row))
+            row_t.append(head + (exact if exact is not None else
+                                 f"{dec} (certified; the closed form is over "
+                                 f"{CLOSED_FORM_LIMIT} characters)"))
         cells.append(row_c)
         levels.append(row_l)
         tips.append(row_t)
-    return cells, levels, tips
+    return cells, levels, (tips if n <= TOOLTIP_TOKENS else None)
 
 
 def share_svg(example, trace, places: int = 4) -> str:
@@ -192,9 +300,17 @@ def share_svg(example, trace, places: int = 4) -> str:
     title = f"Shares: softmax(queries . keys / divisor), {example.name} ({div})"
     notes = ["each row sums to exactly 1",
              f"shares at {places} certified places (correctly rounded); the shading is a "
-             "picture, not a number"]
+             "picture, not a number"] + _tooltip_note(trace.n, "shares")
     labels = _labels(example, trace.n)
     return heatmap(cells, levels, labels, labels, title=title, tooltips=tips, notes=notes)
+
+
+def _tooltip_note(n: int, what: str) -> list[str]:
+    if n <= TOOLTIP_TOKENS:
+        return []
+    return [f"{n} tokens: the tooltips name the query only (cells have their own, with the "
+            f"exact value, up to {TOOLTIP_TOKENS} tokens); the exact {what} are in the json "
+            "format"]
 
 
 def _score_ball(raw: Fraction, d2: Fraction):
@@ -219,7 +335,8 @@ def _score_grid(trace, places: int):
             if raw is None:
                 row_c.append("-inf")
                 row_f.append(None)
-                row_t.append(f"query {i + 1}, key {j + 1}: masked")
+                if n <= TOOLTIP_TOKENS:
+                    row_t.append(f"query {i + 1}, key {j + 1}: masked")
                 continue
             if isinstance(v, Fraction):
                 text = exact_text(v)
@@ -228,8 +345,13 @@ def _score_grid(trace, places: int):
                 text = certify(_score_ball(raw, d2), places)
                 row_f.append(float(text))
             row_c.append(text)
-            row_t.append(f"query {i + 1}, key {j + 1}: {exact_text(raw)}"
-                         + ("" if d2 is None else f" / {trace.divisor} = {v}"))
+            if n > TOOLTIP_TOKENS:
+                continue
+            exact = exact_text(raw) + ("" if d2 is None else f" / {trace.divisor} = {v}")
+            if len(exact) > CLOSED_FORM_LIMIT:
+                exact = f"{text} (certified; the exact form is over {CLOSED_FORM_LIMIT} " \
+                        "characters)"
+            row_t.append(f"query {i + 1}, key {j + 1}: {exact}")
         cells.append(row_c)
         floats.append(row_f)
         tips.append(row_t)
@@ -237,7 +359,7 @@ def _score_grid(trace, places: int):
     lo, hi = min(seen), max(seen)
     levels = [[None if f is None else (0.5 if hi == lo else (f - lo) / (hi - lo)) for f in r]
               for r in floats]
-    return cells, levels, tips
+    return cells, levels, (tips if n <= TOOLTIP_TOKENS else None)
 
 
 def score_svg(example, trace, places: int = 4) -> str:
@@ -262,7 +384,8 @@ def score_svg(example, trace, places: int = 4) -> str:
     labels = _labels(example, trace.n)
     return heatmap(cells, levels, labels, labels, title=f"Scores: {kind}, {example.name}",
                    tooltips=tips, notes=["shading runs from the smallest score (white) to "
-                                         "the largest (dark blue)"])
+                                         "the largest (dark blue)"]
+                   + _tooltip_note(trace.n, "scores"))
 
 
 def _numeric(trace) -> None:

@@ -18,6 +18,12 @@
 Exactness: shares are certified decimals (correctly rounded) of exact closed
 forms; the limits and the cost figures are exact rationals.
 
+Limits (each a one-line error): at most :data:`MAX_DIVISORS` (100) divisors,
+each from 1e-1000 to 1e1000 (:data:`MAX_DIVISOR_DIGITS`); row lengths from 1 to
+:data:`MAX_LENGTH` (256).  Within them a sweep takes well under a second: tiny
+and huge divisors are certified on arb balls, never through the Fraction that
+exp(-10**1000) would need.
+
 Reference: Vaswani et al. 2017, sec. 3.2.1 (the divisor sqrt(d_k), and the
 O(n^2 d) cost of self-attention in sec. 4); SPEC sections 4 and 5.
 
@@ -38,49 +44,72 @@ from typing import Sequence
 
 from .errors import InputError
 
-__all__ = ["DEFAULT_DIVISORS", "DEFAULT_LENGTHS", "MAX_LENGTH", "divisor_limits",
-           "divisor_sweep", "length_sweep", "parse_divisors", "parse_lengths"]
+__all__ = ["DEFAULT_DIVISORS", "DEFAULT_LENGTHS", "MAX_DIVISORS", "MAX_DIVISOR_DIGITS",
+           "MAX_LENGTH", "check_row", "divisor_limits", "divisor_sweep", "length_sweep",
+           "parse_divisors", "parse_lengths"]
 
 DEFAULT_DIVISORS = ("1/8", "1/4", "1/2", "1", "2", "4", "8", "32", "128")
 DEFAULT_LENGTHS = (4, 8, 16, 32, 64)
 #: the pencil engine counts every multiply-add in Python loops; keep it to this many tokens
 MAX_LENGTH = 256
+#: the most divisors in one sweep (one table row each)
+MAX_DIVISORS = 100
+#: a divisor's square must have a numerator and a denominator of at most 10**2000, i.e.
+#: divisors from 1e-1000 to 1e1000 written with at most about 1000 digits, so that the
+#: exact closed forms stay printable (a few thousand characters) and quick to build
+MAX_DIVISOR_DIGITS = 1000
 
 
-def parse_divisors(text) -> list[tuple[str, Fraction]]:
+def _short(text) -> str:
+    """``repr`` of a text cut to 40 characters (plus an ellipsis), for messages and labels."""
+    text = str(text)
+    return repr(text if len(text) <= 40 else text[:40] + "\u2026")
+
+
+def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
     """Divisors from ``"1/2,1,sqrt(2),4"`` (or a list): (label, divisor squared), ascending.
 
     Each is a positive exact number or ``sqrt(q)`` (see
-    :func:`exactattn.exact.parse_divisor`); repeats are dropped.
+    :func:`exactattn.exact.parse_divisor`) from 1e-1000 to 1e1000 (its square's
+    numerator and denominator at most 10^2000); repeats are dropped; at most
+    :data:`MAX_DIVISORS`.  ``name`` is how the caller's user spells the
+    argument (``--divisors`` on the command line).
 
     >>> parse_divisors("4, 1/2, sqrt(2)")
     [('1/2', Fraction(1, 4)), ('sqrt(2)', Fraction(2, 1)), ('4', Fraction(16, 1))]
     >>> parse_divisors("1,none")
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: divisors must be positive numbers or sqrt(q), comma-separated, such as 1/2,1,2,4 (got 'none')
+    exactattn.errors.InputError: divisors must be positive numbers or sqrt(q) from 1e-1000 to 1e1000, comma-separated, such as 1/2,1,2,4 (got 'none')
     """
     from .exact import parse_divisor
     parts = [p.strip() for p in text.split(",")] if isinstance(text, str) else \
         [str(p).strip() for p in text]
     if not parts or not all(parts):
-        raise InputError("divisors must be a comma-separated list such as 1/2,1,2,4 "
-                         f"(got {text!r})")
+        raise InputError(f"{name} must be a comma-separated list such as 1/2,1,2,4 "
+                         f"(got {_short(text)})")
+    if len(parts) > MAX_DIVISORS:
+        raise InputError(f"{name} must list at most {MAX_DIVISORS} divisors (got {len(parts)}); "
+                         "a few per power of ten show the whole sweep")
+    bound = 10 ** (2 * MAX_DIVISOR_DIGITS)
     out: dict[Fraction, str] = {}
     for p in parts:
         try:
             sq = parse_divisor(p)
         except InputError:
             sq = None
-        if sq is None:
-            raise InputError("divisors must be positive numbers or sqrt(q), comma-separated, "
-                             f"such as 1/2,1,2,4 (got {p!r})")
+        if sq is None or sq.numerator > bound or sq.denominator > bound:
+            raise InputError(f"{name} must be positive numbers or sqrt(q) from 1e-1000 to "
+                             f"1e1000, comma-separated, such as 1/2,1,2,4 (got {_short(p)})")
         out.setdefault(sq, p)
     return [(label, sq) for sq, label in sorted(out.items())]
 
 
-def parse_lengths(text) -> list[int]:
+def parse_lengths(text, name: str = "lengths") -> list[int]:
     """Row lengths from ``"4,8,16"`` (or a list): integers from 1 to MAX_LENGTH, ascending.
+
+    ``name`` is how the caller's user spells the argument (``--lengths`` on
+    the command line).
 
     >>> parse_lengths("8,4")
     [4, 8]
@@ -89,17 +118,45 @@ def parse_lengths(text) -> list[int]:
     ...
     exactattn.errors.InputError: lengths must be a comma-separated list of integers from 1 to 256 such as 4,8,16,32 (got '4,x')
     """
-    bad = (f"lengths must be a comma-separated list of integers from 1 to {MAX_LENGTH} "
-           f"such as 4,8,16,32 (got {text!r})")
+    bad = (f"{name} must be a comma-separated list of integers from 1 to {MAX_LENGTH} "
+           f"such as 4,8,16,32 (got {_short(text)})")
     parts = text.split(",") if isinstance(text, str) else list(text)
+    if any(isinstance(p, bool) or len(str(p).strip()) > 12 for p in parts):
+        raise InputError(bad)
     try:
         values = [int(str(p).strip()) for p in parts]
     except ValueError:
         raise InputError(bad) from None
-    if not values or any(isinstance(p, bool) for p in parts) or \
-            not all(1 <= v <= MAX_LENGTH for v in values):
+    if not values or not all(1 <= v <= MAX_LENGTH for v in values):
         raise InputError(bad)
     return sorted(set(values))
+
+
+def check_row(row, n: int, name: str = "row") -> int:
+    """A query number from 1 to n (1-based), else InputError naming ``name``.
+
+    >>> check_row(2, 4)
+    2
+    >>> check_row(5, 4, "--row")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: --row must be a token number from 1 to 4 (got 5)
+    """
+    if isinstance(row, bool) or not isinstance(row, int) or not 1 <= row <= n:
+        shown = repr(row)
+        shown = shown if len(shown) <= 40 else shown[:40] + "\u2026"
+        raise InputError(f"{name} must be a token number from 1 to {n} (got {shown})")
+    return row
+
+
+def _closed_text(expr, divisor_squared: Fraction) -> str:
+    """A closed form as text.  sympy's default printer orders the terms of a sum by
+    evaluating them, which takes seconds for exp(10**1000); past 10**60 the terms are
+    printed in sympy's own (deterministic) order instead."""
+    import sympy
+    if max(divisor_squared.numerator, divisor_squared.denominator) <= 10 ** 60:
+        return str(expr)
+    return sympy.sstr(expr, order="none")
 
 
 def divisor_limits(raw: Sequence[Fraction | None]) -> tuple[list[Fraction], list[Fraction]]:
@@ -137,8 +194,14 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None,
 
     Shapes: one row of n shares per divisor, plus the two limit rows.
 
+    Exactness: the shares are certified decimals; ``data`` also holds each
+    share's exact closed form.  Tiny and huge divisors (down to 1e-1000 and
+    up to 1e1000) cost no more than ordinary ones: the certified rounding
+    works on arb balls, never on the Fraction exp(-10**1000) would need.
+
     Raises:
-        InputError: ``row`` outside 1..n, a bad divisor, ``places`` outside 0..50.
+        InputError: ``row`` outside 1..n, a bad divisor (see
+            :func:`parse_divisors`), ``places`` outside 0..50.
     """
     from .digits import check_places
     from .softmax import SoftmaxRow
@@ -146,14 +209,14 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None,
     check_places(places)
     trace = attend_example(example, engine="pencil")
     n = trace.n
-    row = example.focus + 1 if row is None else row
-    if isinstance(row, bool) or not isinstance(row, int) or not 1 <= row <= n:
-        raise InputError(f"row must be a token number from 1 to {n} (got {row!r})")
+    row = check_row(example.focus + 1 if row is None else row, n)
     raw = trace.raw_scores[row - 1]
     own = example.head.divisor_squared
+    bound = 10 ** (2 * MAX_DIVISOR_DIGITS)
+    own_in_range = own is not None and max(own.numerator, own.denominator) <= bound
     if divisors is None:
         divisors = list(DEFAULT_DIVISORS)
-        if own is not None:
+        if own_in_range:
             divisors.append(f"sqrt({exact_text(own)})")
     chosen = parse_divisors(divisors)
     small, large = divisor_limits(raw)
@@ -171,11 +234,13 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None,
         if sq == own and label.startswith("sqrt("):
             root = _rational_root(sq)
             label = label if root is None else exact_text(root)
-        tag = f"{label} (the head's)" if own is not None and sq == own else label
+        shown = label if len(label) <= 40 else label[:40] + "\u2026"
+        tag = f"{shown} (the head's)" if own is not None and sq == own else shown
         rows.append([tag] + cells + [_largest(cells, order)])
         data.append({"divisor": label, "divisor_squared": exact_text(sq),
                      "shares_decimal": cells,
-                     "shares_exact": [str(sm.share(j).closed_form()) for j in range(n)]})
+                     "shares_exact": [_closed_text(sm.share(j).closed_form(), sq)
+                                      for j in range(n)]})
     rows.append(exact_row("-> infinity (limit)", large))
     raw_text = ", ".join("-inf" if r is None else exact_text(r) for r in raw)
     notes = [
@@ -185,7 +250,9 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None,
         "over the visible keys",
         f"shares at {places} certified places; the limit rows are exact",
         "the head itself has no divisor" if own is None else
-        f"the head's own divisor: {example.head.divisor} = sqrt({exact_text(own)})",
+        f"the head's own divisor: {example.head.divisor} = sqrt({exact_text(own)})"
+        if own_in_range else
+        "the head's own divisor lies outside 1e-1000 to 1e1000 and is left out of the sweep",
     ]
     return [Section("sweep/divisor", f"Shares of query {row} as the divisor grows", cols, rows,
                     notes, {"query": row, "raw": [None if r is None else exact_text(r)

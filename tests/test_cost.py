@@ -354,7 +354,18 @@ def test_conventions(cli):
     (["--count-limit", "0"], "--count-limit must be"),
     (["--align", "top-left"], "--align needs --causal"),
     (["--decode", "--keys", "4"], "--keys must be left out with --decode"),
-    (["--layers", "2", "--d-v", "3"], "d_v must equal d_model = 4"),
+    (["--layers", "2", "--d-v", "3"],
+     "--d-v must equal --d-model = 4 to stack --layers without --heads (got --d-v 3); "
+     "pass --d-v 4, or --heads 1 to add W_O"),
+    (["--layers", "2", "--d-k", "2"], "(got d_v = --d-k = 2)"),
+    (["--layers", "2", "--keys", "4"], "--layers must be 1 with --keys (got --layers 2 and "
+                                       "--keys 4)"),
+    (["--decode", "--causal", "--align", "bottom-right"],
+     "--align must be left out with --decode (got --align bottom-right)"),
+    (["--count-limit", "1000000001"],
+     "--count-limit must be a whole number from 1 to 1000000000 (got '1000000001')"),
+    (["--rows", ",".join(["4"] * 101)], "--rows must list at most 100 token counts (got 101)"),
+    (["--d-k", "9" * 99 + "x"], "--d-k must be a positive whole number (got '" + "9" * 40 + "\u2026')"),
 ])
 def test_cli_bad_input(cli, argv, message):
     rc, out, err = cli("cost", *argv)
@@ -388,3 +399,125 @@ def test_api_bad_input(call, message):
         call()
     assert isinstance(e.value, ValueError)
     assert message in str(e.value)
+
+
+# --- every option is honoured or refused (never silently ignored) ------------------
+
+@pytest.mark.parametrize("argv, both", [
+    (["--decode"], "--decode must be left out with --conventions (got both)"),
+    (["--keys", "9"], "--keys must be left out with --conventions (got --keys 9)"),
+    (["--causal", "--align", "bottom-right"],
+     "--align must be left out with --conventions (got --align bottom-right)"),
+    (["--rows", "4,8"], "--rows must be one token count with --conventions (got 4,8); "
+                        "pass e.g. --rows 8"),
+])
+def test_conventions_refuses_options_it_would_not_use(cli, argv, both):
+    rc, out, err = cli("cost", "--conventions", *argv)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("exactattn: error: " + both)
+    if "drop" in err:
+        assert "drop --conventions" in err
+
+
+def test_conventions_honours_count_limit(cli):
+    rc, counted, _ = cli("cost", "--conventions", "--rows", "8", "--format", "json")
+    rc2, derived, _ = cli("cost", "--conventions", "--rows", "8", "--count-limit", "100",
+                          "--format", "json")
+    assert rc == rc2 == 0
+    a, b = json.loads(counted)["tables"], json.loads(derived)["tables"]
+    assert a[0]["data"]["source"] == "counted" and b[0]["data"]["source"] == "derived"
+    # the derived figures are the counted ones (8 tokens: 64 and 36 pairs, 8 MACs a pair)
+    for doc, how in ((a, "counted"), (b, "derived")):
+        assert doc[0]["data"]["conventions"][:2] == [
+            {"convention": f"exact, no mask ({how})", "pairs": "64", "pair_macs": "512",
+             "pair_flops": "1024"},
+            {"convention": f"exact, causal ({how})", "pairs": "36", "pair_macs": "288",
+             "pair_flops": "576"}]
+    assert a[1]["data"]["stages"] == b[1]["data"]["stages"]
+    assert a[1]["data"]["softmax_ops"] == run(8, 4, 4).softmax_ops
+    assert b[1]["data"]["softmax_ops"] is None
+    rc, out, _ = cli("cost", "--conventions", "--rows", "8", "--count-limit", "100")
+    assert "not run: 896 MACs are over the count limit of 100" in out
+    assert "softmax: not counted" in out and "MACs (derived)" in out
+
+
+def test_conventions_at_a_large_n_are_derived_quickly(cli):
+    rc, out, _ = cli("cost", "--conventions", "--rows", "100000", "--format", "json")
+    doc = json.loads(out)["tables"]
+    assert rc == 0 and doc[0]["data"]["source"] == "derived"
+    assert doc[0]["data"]["conventions"][1]["pairs"] == str(100000 * 100001 // 2)
+    assert doc[1]["data"]["stages"]["scores"]["macs"] == 4 * 100000 ** 2
+
+
+def test_conventions_honour_heads_and_layers(cli):
+    _, out, _ = cli("cost", "--conventions", "--rows", "4", "--heads", "2", "--layers", "3",
+                     "--d-k", "2", "--format", "json")
+    doc = json.loads(out)["tables"]
+    assert "h = 2 heads, L = 3 layers" in doc[0]["notes"][0]
+    # pair MACs = pairs x (d_k + d_v) x h x L = 10 x 4 x 2 x 3
+    assert doc[0]["data"]["conventions"][1]["pair_macs"] == "240"
+    assert doc[1]["data"]["stages"]["output"]["macs"] == count(4, 4, 2, heads=2,
+                                                               layers=3)["output"]
+
+
+def _option_values():
+    """A non-default value for every option of ``cost`` (new options must be added here)."""
+    return {"--rows": ["5"], "--d-model": ["3"], "--d-k": ["2"], "--d-v": ["3"],
+            "--causal": [], "--align": ["bottom-right"], "--keys": ["9"], "--heads": ["2"],
+            "--layers": ["2"], "--decode": [], "--conventions": [], "--count-limit": ["1000"],
+            "--format": ["json"]}
+
+
+def test_every_option_changes_the_output_or_is_refused(cli):
+    from exactattn.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    flags = [a.option_strings[0] for a in sub.choices["cost"]._actions
+             if a.option_strings and a.dest != "help"]
+    values = _option_values()
+    assert sorted(flags) == sorted(values)
+    for mode in ([], ["--conventions"]):
+        for flag in flags:
+            if flag in mode:
+                continue
+            # --align needs --causal: compare against the causal output
+            base = mode + (["--causal"] if flag == "--align" else [])
+            rc0, out0, _ = cli("cost", *base)
+            rc, out, err = cli("cost", *base, flag, *values[flag])
+            assert rc0 == 0
+            assert (rc == 2 and out == "" and err.startswith(f"exactattn: error: {flag}")) \
+                or (rc == 0 and out != out0), (mode, flag, err)
+
+
+def test_every_pair_of_options_changes_the_output_or_is_refused(cli):
+    """Adding a second option to a first one is never a no-op (nor is a flag ignored
+    because another one is present), in both modes."""
+    import itertools
+    values = _option_values()
+    flags = [f for f in values if f != "--format"]
+    seen = {}
+
+    def run(argv):
+        key = tuple(argv)
+        if key not in seen:
+            seen[key] = cli("cost", *argv)
+        return seen[key]
+
+    for a, b in itertools.permutations(flags, 2):
+        first = [a, *values[a]]
+        if a == "--align" or b == "--align":
+            first = ["--causal", *first]
+        rc0, out0, _ = run(first)
+        if rc0 != 0 or b in first:
+            continue
+        rc, out, err = run(first + [b, *values[b]])
+        assert (rc == 2 and out == "" and err.count("\n") == 1) or \
+            (rc == 0 and out != out0), (a, b, err)
+
+
+def test_bottom_right_formula_reads_without_minus_one(cli):
+    rc, out, _ = cli("cost", "--causal", "--keys", "9", "--align", "bottom-right",
+                     "--rows", "4,8")
+    assert rc == 0
+    assert "  n x d_k x (2 x m - n + 1) = 8 x 4 x (2 x 9 - 8 + 1) = 352\n" in out
+    assert "-1 x" not in out and "+ -" not in out
+    assert count(8, 4, 4, causal=True, keys=9, alignment="bottom-right")["scores"] * 2 == 352

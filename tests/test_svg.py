@@ -30,7 +30,10 @@ def test_chronicle_share_square_has_0_5800_in_cell_2_1(cli):
     assert cell(root, 2, 1).find("svg:text", NS).text == "0.5800"
     row2 = [cell(root, 2, j).find("svg:text", NS).text for j in range(1, 5)]
     assert row2 == ["0.5800", "0.1216", "0.1769", "0.1216"]
-    assert len(root.findall(".//svg:g[@class='cell']", NS)) == 16
+    cells = [g for g in root.iter(f"{{{SVG_NS}}}g") if g.get("id", "").startswith("cell-")]
+    assert len(cells) == 16
+    assert [g.find("svg:title", NS).text for g in root.findall(".//svg:g[@class='row']", NS)] \
+        == ["query 1 year 4", "query 2 0", "query 3 : 235 hobbs stand\u2026", "query 4 7"]
     tip = cell(root, 2, 1).find("svg:title", NS).text
     assert tip.startswith("share of key 1 for query 2: exp(25/16)/(")
 
@@ -53,7 +56,7 @@ def test_tokens_label_both_axes():
 
 def test_shading_darkens_with_the_share():
     root = ET.fromstring(share_svg(chronicle(), attend_example(chronicle())))
-    fills = [cell(root, 2, j).find("svg:rect", NS).get("fill") for j in (1, 2)]
+    fills = [cell(root, 2, j).find("svg:path", NS).get("fill") for j in (1, 2)]
     dark, light = (sum(int(f[k:k + 2], 16) for k in (1, 3, 5)) for f in fills)
     assert dark < light
 
@@ -89,7 +92,8 @@ def test_masked_cells_are_grey():
     root = ET.fromstring(share_svg(ex, t))
     masked = cell(root, 1, 2)
     assert masked.find("svg:text", NS).text == "masked"
-    assert masked.find("svg:rect", NS).get("fill") == "#d9d9d9"
+    assert masked.find("svg:path", NS).get("fill") == "#d9d9d9"
+    assert masked.find("svg:title", NS).text == "share of key 2 for query 1: 0 (masked)"
     assert cell(root, 1, 1).find("svg:text", NS).text == "1.0000"
     assert cell(ET.fromstring(score_svg(ex, t)), 1, 2).find("svg:text", NS).text == "-inf"
 
@@ -140,3 +144,87 @@ def test_picture_rejects_unknown_format():
     import io
     with pytest.raises(InputError, match="format must be one of svg, png"):
         picture("scores", chronicle(), attend_example(chronicle()), 4, "gif", io.StringIO())
+
+
+# --- tooltips and size ------------------------------------------------------------
+
+I4 = [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+
+
+def square(n, distinct=None, causal=False):
+    """An n-token head of identity weights (divisor 2) whose tokens have many distinct
+    rational entries, so a row has up to n distinct score gaps (long closed forms);
+    ``distinct`` repeats the first few tokens instead (short closed forms)."""
+    from fractions import Fraction as F
+
+    from exactattn.examples import Example, Token
+    rows = [[F((7 * i) % 13 - 6, 1 + i % 3), F((5 * i) % 11 - 5, 2), F((3 * i) % 7 - 3),
+             F(i % 5 - 2, 3)] for i in range(distinct or n)]
+    return Example(name=f"square-{n}", title="", head=Head(I4, I4, I4, divisor="2",
+                                                           causal=causal),
+                   tokens=[Token(f"t{i}") for i in range(n)],
+                   x=[rows[i % len(rows)] for i in range(n)])
+
+
+def test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal():
+    from exactattn.svg import CLOSED_FORM_LIMIT
+    ex = square(30)
+    t = attend_example(ex)
+    root = ET.fromstring(share_svg(ex, t))
+    kinds = set()
+    for i in range(30):
+        for j in range(30):
+            share = t.share(i, j)
+            form, dec = str(share.closed_form()), share.decimal(4)
+            tip = cell(root, i + 1, j + 1).find("svg:title", NS).text
+            head = f"share of key {j + 1} for query {i + 1}: "
+            if len(form) <= CLOSED_FORM_LIMIT:
+                assert tip == f"{head}{form} ~ {dec} (certified)"
+                kinds.add("closed form")
+            else:
+                assert tip == f"{head}{dec} (certified; the closed form is over 200 characters)"
+                kinds.add("decimal")
+            assert cell(root, i + 1, j + 1).find("svg:text", NS).text == dec
+    assert kinds == {"closed form", "decimal"}  # this head has both kinds of rows
+
+
+def test_rational_shares_say_exactly():
+    ex = square(3, distinct=1)  # three equal tokens: every share is 1/3
+    root = ET.fromstring(share_svg(ex, attend_example(ex)))
+    assert cell(root, 2, 3).find("svg:title", NS).text == "share of key 3 for query 2: 1/3 exactly"
+    assert cell(root, 2, 3).find("svg:text", NS).text == "0.3333"
+
+
+@pytest.mark.parametrize("distinct", [None, 4])
+def test_a_200_token_square_stays_a_few_megabytes(distinct):
+    ex = square(200, distinct)
+    t = attend_example(ex)
+    text = share_svg(ex, t)
+    assert len(text.encode("utf-8")) < 5_000_000  # 51 MB when every closed form was written
+    root = ET.fromstring(text)
+    cells = [g for g in root.iter(f"{{{SVG_NS}}}g") if g.get("id", "").startswith("cell-")]
+    assert len(cells) == 40_000
+    for i, j in ((1, 1), (150, 37), (200, 200)):
+        g = cell(root, i, j)
+        assert g.find("svg:text", NS).text == t.share(i - 1, j - 1).decimal(4)
+        assert g.find("svg:title", NS) is None
+    rows = root.findall(".//svg:g[@class='row']", NS)
+    assert len(rows) == 200 and rows[149].find("svg:title", NS).text == "query 150 t149"
+    assert "200 tokens: the tooltips name the query only" in text
+
+
+def test_a_200_token_score_square_stays_a_few_megabytes():
+    ex = square(200, 4, causal=True)
+    text = score_svg(ex, attend_example(ex))
+    assert len(text.encode("utf-8")) < 5_000_000
+    root = ET.fromstring(text)
+    assert cell(root, 150, 37).find("svg:title", NS) is None
+    assert cell(root, 1, 2).find("svg:text", NS).text == "-inf"
+
+
+def test_score_tooltips_up_to_50_tokens():
+    ex = square(50, 4)
+    root = ET.fromstring(score_svg(ex, attend_example(ex)))
+    # token 2 = (1/2, 0, 0, -1/3), token 1 = (-6, -5/2, -3, -2/3): raw -3 + 2/9 = -25/9
+    assert cell(root, 2, 1).find("svg:title", NS).text == "query 2, key 1: -25/9 / 2 = -25/18"
+    assert cell(root, 2, 1).find("svg:text", NS).text == "-25/18"

@@ -5,6 +5,7 @@ import re
 from fractions import Fraction
 
 import pytest
+import sympy
 
 from exactattn.errors import InputError
 from exactattn.examples import Example, chronicle, example
@@ -67,10 +68,90 @@ def test_causal_row_masks_stay_zero():
     assert sec.rows[-1][1:5] == ["1/2", "1/2", "0", "0"]
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: parse_divisors("0"), "divisors must be positive numbers or sqrt(q)"),
+    (lambda: parse_divisors(["1"] * 101), "divisors must list at most 100 divisors (got 101)"),
+    (lambda: parse_lengths("0"), "lengths must be a comma-separated list"),
+    (lambda: divisor_sweep(chronicle(), 0), "row must be a token number from 1 to 4 (got 0)"),
+    (lambda: divisor_sweep(chronicle(), True), "row must be a token number from 1 to 4 "
+                                               "(got True)"),
+    (lambda: length_sweep(chronicle(), [4, 300]), "lengths must be"),
+])
+def test_api_messages_name_the_keyword(call, message):
+    with pytest.raises(InputError) as e:
+        call()
+    assert str(e.value).startswith(message)
+
+
+def mp_shares(raw, divisor, places):
+    """The shares softmax(raw / divisor) by mpmath at 80 digits, rounded half-even."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    import mpmath
+    with mpmath.workdps(80):
+        d = mpmath.mpf(divisor)
+        top = max(raw)
+        e = [mpmath.exp((mpmath.mpf(r.numerator) / r.denominator - mpmath.mpf(top.numerator)
+                         / top.denominator) / d) for r in raw]
+        total = mpmath.fsum(e)
+        return [format(Decimal(mpmath.nstr(v / total, 70, min_fixed=-100, max_fixed=100))
+                       .quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN), "f")
+                for v in e]
+
+
+def test_tiny_and_huge_divisors_are_certified_and_reach_the_limits():
+    sec = divisor_sweep(chronicle(), 2, divisors="1e-9,1e9", places=12)[0]
+    tiny, huge = sec.rows[1], sec.rows[2]
+    assert tiny[0] == "1e-9" and huge[0] == "1e9"
+    raw = [F(25, 8), F(0), F(3, 4), F(0)]
+    # 1e-9: every share but the largest is below exp(-2 * 10**9): the small limit (1, 0, 0, 0)
+    assert tiny[1:5] == ["1.000000000000"] + ["0.000000000000"] * 3
+    assert tiny[1:5] == mp_shares(raw, "1e-9", 12)
+    # 1e9: within about 5e-10 of the large limit 1/4, and the digits show the difference
+    assert huge[1:5] == ["0.250000000539", "0.249999999758", "0.249999999945",
+                         "0.249999999758"]
+    assert huge[1:5] == mp_shares(raw, "1e9", 12)
+    assert sec.data["limit_small"] == ["1", "0", "0", "0"]
+    assert sec.data["limit_large"] == ["1/4"] * 4
+    assert sec.data["divisors"][0]["divisor_squared"] == "1/" + "1" + "0" * 18
+    # the exact closed forms, e.g. key 2 (raw score 0) at 1e-9: 1/(2 + e^(3/4 10^9) + e^(25/8 10^9))
+    for k, d in enumerate((sympy.Rational(1, 10 ** 9), sympy.Integer(10 ** 9))):
+        scaled = [sympy.Rational(r.numerator, r.denominator) / d for r in raw]
+        want = sympy.exp(scaled[1]) / sum(sympy.exp(v) for v in scaled)
+        got = sec.data["divisors"][k]["shares_exact"][1]
+        assert sympy.sympify(got) == want, got
+    assert sec.data["divisors"][0]["shares_exact"][1] == \
+        "1/(2 + exp(750000000) + exp(3125000000))"
+
+
+def test_extreme_divisors_finish_quickly_at_50_places(cli):
+    import time
+    start = time.process_time()
+    rc, out, err = cli("sweep", "divisor", "--divisors", "1e-1000,sqrt(1e-2000),1e1000",
+                       "--digits", "50", "--format", "json")
+    assert time.process_time() - start < 10  # a few tenths of a second here
+    assert rc == 0 and err == ""
+    rows = json.loads(out)["tables"][0]["data"]["divisors"]
+    assert [r["divisor"] for r in rows] == ["1e-1000", "1e1000"]  # sqrt(1e-2000) repeats 1e-1000
+    zero, one, quarter = ("0." + "0" * 50), ("1." + "0" * 50), ("0.25" + "0" * 48)
+    assert rows[0]["shares_decimal"] == [one, zero, zero, zero]
+    assert rows[1]["shares_decimal"] == [quarter] * 4
+    # key 2 (raw 0) at 1e-1000: 1/(2 + exp(3/4 x 10^1000) + exp(25/8 x 10^1000)), exactly
+    assert rows[0]["shares_exact"][1] == \
+        "1/(2 + exp(75" + "0" * 998 + ") + exp(3125" + "0" * 997 + "))"
+
+
+def test_long_divisor_labels_are_shortened_in_the_table():
+    label = "1." + "0" * 60 + "1"
+    sec = divisor_sweep(chronicle(), 2, divisors=[label])[0]
+    assert sec.rows[1][0] == label[:40] + "\u2026"
+    assert sec.data["divisors"][0]["divisor"] == label
+
+
 def test_parse_divisors_sorted_and_exact():
     assert parse_divisors("sqrt(16),2,1/2") == [("1/2", F(1, 4)), ("2", F(4)), ("sqrt(16)", F(16))]
     assert parse_divisors("sqrt(4),2") == [("sqrt(4)", F(4))]  # the same divisor once
-    for bad in ["0", "-1", "none", "x", "", "1,,2"]:
+    for bad in ["0", "-1", "none", "x", "", "1,,2", "1e-1001", "1e1001", "sqrt(1e-2001)"]:
         with pytest.raises(InputError, match="divisors must be"):
             parse_divisors(bad)
 
@@ -106,7 +187,7 @@ def test_length_self_match_has_a_wider_linear_part():
 
 def test_parse_lengths():
     assert parse_lengths([8, 4, 8]) == [4, 8]
-    for bad in ["0", "257", "x", "", [True]]:
+    for bad in ["0", "257", "x", "", [True], "9" * 5000]:
         with pytest.raises(InputError, match="lengths must be"):
             parse_lengths(bad)
 
@@ -138,12 +219,32 @@ def test_sweep_cli_values(cli):
 @pytest.mark.parametrize("argv, pattern", [
     (["sweep"], "the following arguments are required: KIND"),
     (["sweep", "slider"], "invalid choice: 'slider'"),
-    (["sweep", "divisor", "--row", "0"], r"row must be a token number from 1 to 4 \(got 0\)"),
-    (["sweep", "divisor", "--row", "x"], r"--row must be a token number"),
-    (["sweep", "divisor", "--divisors", "0,1"], r"divisors must be positive .*\(got '0'\)"),
+    (["sweep", "divisor", "--row", "0"], r"error: --row must be a token number from 1 to 4 "
+                                         r"\(got 0\)$"),
+    (["sweep", "divisor", "--row", "5"], r"error: --row must be a token number from 1 to 4 "
+                                         r"\(got 5\)$"),
+    (["sweep", "divisor", "--row", "x"], r"--row must be a token number such as 2 \(got 'x'\)"),
+    (["sweep", "divisor", "--row", "9" * 60], r"--row must be a token number such as 2 "
+                                              r"\(got '9{40}\u2026'\)$"),
+    (["sweep", "divisor", "--divisors", "0,1"],
+     r"error: --divisors must be positive numbers or sqrt\(q\) from 1e-1000 to 1e1000, "
+     r"comma-separated, such as 1/2,1,2,4 \(got '0'\)$"),
+    (["sweep", "divisor", "--divisors", "1e-1001"], r"error: --divisors must be .*\(got '1e-1001'\)$"),
+    (["sweep", "divisor", "--divisors", "sqrt(1e2001)"], r"error: --divisors must be .*1e1000"),
+    (["sweep", "divisor", "--divisors", "1e-99999999999"], r"error: --divisors must be "),
+    (["sweep", "divisor", "--divisors", "1" * 60 + "x"],
+     r"error: --divisors must be .*\(got '1{40}\u2026'\)$"),
+    (["sweep", "divisor", "--divisors", "1,,2"], r"error: --divisors must be a comma-separated "
+                                                 r"list such as 1/2,1,2,4 \(got '1,,2'\)$"),
+    (["sweep", "divisor", "--divisors", ",".join(["1"] * 101)],
+     r"error: --divisors must list at most 100 divisors \(got 101\)"),
     (["sweep", "divisor", "--example", "nope"], "example must be one of"),
-    (["sweep", "length", "--lengths", "4,0"], r"lengths must be .*\(got '4,0'\)"),
-    (["sweep", "length", "--lengths", "1000"], r"integers from 1 to 256"),
+    (["sweep", "length", "--lengths", "4,0"], r"error: --lengths must be a comma-separated list "
+                                              r"of integers from 1 to 256 such as 4,8,16,32 "
+                                              r"\(got '4,0'\)$"),
+    (["sweep", "length", "--lengths", "1000"], r"error: --lengths must be .*\(got '1000'\)$"),
+    (["sweep", "length", "--lengths", "4," + "9" * 60],
+     r"error: --lengths must be .*\(got '4,9{38}\u2026'\)$"),
 ])
 def test_bad_arguments_exit_2_with_one_line(cli, argv, pattern):
     rc, out, err = cli(*argv)

@@ -13,10 +13,13 @@ HELP = "one row's shares as the divisor runs, or the counted cost as the row gro
 
 def _row_arg(text: str) -> int:
     try:
+        if len(text.strip()) > 12:
+            raise ValueError(text)
         return int(text)
     except ValueError:
+        shown = text if len(text) <= 40 else text[:40] + "\u2026"
         raise argparse.ArgumentTypeError(
-            f"--row must be a token number such as 2 (got {text!r})") from None
+            f"--row must be a token number such as 2 (got {shown!r})") from None
 
 
 def register(sub) -> None:
@@ -31,8 +34,9 @@ def register(sub) -> None:
     d.add_argument("--row", type=_row_arg, default=None, metavar="I",
                    help="the query row, 1-based (default: the example's focus token)")
     d.add_argument("--divisors", default=None, metavar="LIST",
-                   help="divisors, comma-separated, e.g. 1/2,1,sqrt(2),4 (default "
-                        "1/8,1/4,1/2,1,2,4,8,32,128 and the head's own)")
+                   help="divisors, comma-separated, e.g. 1/2,1,sqrt(2),4, each from 1e-1000 "
+                        "to 1e1000, at most 100 (default 1/8,1/4,1/2,1,2,4,8,32,128 and the "
+                        "head's own)")
     d.add_argument("--digits", type=_digits_arg, default=4, metavar="N",
                    help="decimal places for the shares (certified; default 4)")
     d.add_argument("--format", choices=FORMATS, default="text", help="output format")
@@ -49,13 +53,20 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..sweep import divisor_sweep, length_sweep
-    ex = load_source(args)
+    from ..sweep import check_row, divisor_sweep, length_sweep, parse_divisors, parse_lengths
+    # the options are checked here first, so that a message names the flag, not the
+    # library's keyword argument (--divisors, not divisors)
     if args.kind == "divisor":
-        sections = divisor_sweep(ex, args.row, divisors=args.divisors, places=args.digits)
+        divisors = None if args.divisors is None else \
+            [label for label, _ in parse_divisors(args.divisors, "--divisors")]
+        ex = load_source(args)
+        row = None if args.row is None else check_row(args.row, len(ex.x), "--row")
+        sections = divisor_sweep(ex, row, divisors=divisors, places=args.digits)
         meta = {"example": ex.name, "mode": "sweep divisor", "digits": args.digits}
     else:
-        sections = length_sweep(ex, args.lengths)
+        lengths = parse_lengths(args.lengths, "--lengths")
+        ex = load_source(args)
+        sections = length_sweep(ex, lengths)
         meta = {"example": ex.name, "mode": "sweep length"}
     sys.stdout.write(render(sections, args.format, meta))
     return 0

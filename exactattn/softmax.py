@@ -138,6 +138,18 @@ class SoftmaxRow:
         self._ball_cache = (prec, balls)
         return balls
 
+    def _normaliser(self, prec: int, balls: dict):
+        """``sum_g C_g exp(g / sqrt(D))`` as a ball, summed once per row and precision."""
+        cache = getattr(self, "_den_cache", None)
+        if cache is not None and cache[0] == prec and cache[1] is balls:
+            return cache[2]
+        from flint import arb
+        den = arb(0)
+        for g, c in self.counts.items():
+            den += c * balls[g]
+        self._den_cache = (prec, balls, den)
+        return den
+
     def _exp_sym(self, g: Fraction):
         import sympy
         r = sympy.Rational(g.numerator, g.denominator) + \
@@ -172,6 +184,8 @@ class ExpRatio:
             return None
         if row.empty and not row.counts:  # 'uniform' empty rows average every key
             return Fraction(0)
+        if len(self.numerators) < len(row.counts) and self.numerators:
+            return None  # some gap has A_g = 0 while another has A_g != 0
         q = None
         for g, c in row.counts.items():
             ratio = Fraction(self.numerators.get(g, 0)) / c
@@ -208,9 +222,7 @@ class ExpRatio:
         if row.empty and not row.counts:  # 'uniform' empty rows average every key
             return arb(0)
         balls = row._exp_balls(prec)
-        den = arb(0)
-        for g, c in row.counts.items():
-            den += c * balls[g]
+        den = row._normaliser(prec, balls)
         num = arb(0)
         for g, a in self.numerators.items():
             num += arb(fmpq(a.numerator, a.denominator)) * balls[g]

@@ -6,7 +6,7 @@ when there is one, so the CLI can print it on one line and exit with status 2.
 
 from __future__ import annotations
 
-__all__ = ["ExactAttnError", "InputError", "ShapeError", "FloatInputError", "SpecError"]
+__all__ = ["ExactAttnError", "InputError", "ShapeError", "FloatInputError", "SpecError", "shorten"]
 
 
 class ExactAttnError(Exception):
@@ -27,3 +27,12 @@ class FloatInputError(InputError, TypeError):
 
 class SpecError(InputError):
     """A spec file is missing, unreadable, truncated or malformed."""
+
+
+def shorten(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters plus an ellipsis, for echoing a value in a message.
+
+    >>> shorten("9" * 50)
+    '9999999999999999999999999999999999999999…'
+    """
+    return text if len(text) <= limit else text[:limit] + "\u2026"

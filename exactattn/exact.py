@@ -34,7 +34,7 @@ import re
 from fractions import Fraction
 from typing import Any, Iterable
 
-from .errors import FloatInputError, InputError, ShapeError
+from .errors import FloatInputError, InputError, ShapeError, shorten
 
 __all__ = ["FLOAT_POLICIES", "to_exact", "to_matrix", "to_row", "is_symbolic", "parse_divisor"]
 
@@ -157,8 +157,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
 MAX_DIGITS = 4000
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= 40 else text[:40] + "…"
+_short = shorten
 
 
 def _check_size(text: str, name: str) -> None:

@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import InputError, ShapeError
+from .errors import InputError
 from .policies import DEFAULT_SCALE, Policy
 
 __all__ = ["Call", "FunctionImpl", "IMPLS", "Impl", "NumpyImpl", "TorchImpl", "load_impl",

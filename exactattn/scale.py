@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
-from .errors import InputError
+from .errors import InputError, shorten
 
 __all__ = ["DEFAULT_WIDTHS", "MAX_DRAWS", "MAX_SEED", "MAX_TOKENS", "MAX_TRIALS", "MAX_WIDTH",
            "MAX_WIDTHS", "ScaleResult", "certify_w", "check_draws", "expected_range",
@@ -105,10 +105,7 @@ MAX_DRAWS = 200_000_000
 
 def _short(text) -> str:
     """``repr`` of a value cut to 40 characters (plus an ellipsis) for an error message."""
-    if not isinstance(text, str):
-        shown = repr(text)
-        return shown if len(shown) <= 40 else shown[:40] + "\u2026"
-    return repr(text if len(text) <= 40 else text[:40] + "\u2026")
+    return shorten(repr(text)) if not isinstance(text, str) else repr(shorten(text))
 
 
 def _int(text, name: str, low: int, what: str, high: int | None = None) -> int:

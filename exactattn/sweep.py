@@ -42,7 +42,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from .errors import InputError
+from .errors import InputError, shorten
 
 __all__ = ["DEFAULT_DIVISORS", "DEFAULT_LENGTHS", "MAX_DIVISORS", "MAX_DIVISOR_DIGITS",
            "MAX_LENGTH", "check_row", "divisor_limits", "divisor_sweep", "length_sweep",
@@ -62,8 +62,7 @@ MAX_DIVISOR_DIGITS = 1000
 
 def _short(text) -> str:
     """``repr`` of a text cut to 40 characters (plus an ellipsis), for messages and labels."""
-    text = str(text)
-    return repr(text if len(text) <= 40 else text[:40] + "\u2026")
+    return repr(shorten(str(text)))
 
 
 def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
@@ -143,8 +142,7 @@ def check_row(row, n: int, name: str = "row") -> int:
     exactattn.errors.InputError: --row must be a token number from 1 to 4 (got 5)
     """
     if isinstance(row, bool) or not isinstance(row, int) or not 1 <= row <= n:
-        shown = repr(row)
-        shown = shown if len(shown) <= 40 else shown[:40] + "\u2026"
+        shown = shorten(repr(row))
         raise InputError(f"{name} must be a token number from 1 to {n} (got {shown})")
     return row
 
@@ -234,7 +232,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None,
         if sq == own and label.startswith("sqrt("):
             root = _rational_root(sq)
             label = label if root is None else exact_text(root)
-        shown = label if len(label) <= 40 else label[:40] + "\u2026"
+        shown = shorten(label)
         tag = f"{shown} (the head's)" if own is not None and sq == own else shown
         rows.append([tag] + cells + [_largest(cells, order)])
         data.append({"divisor": label, "divisor_squared": exact_text(sq),

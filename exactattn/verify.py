@@ -58,14 +58,14 @@ import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from .digits import arb_to_fraction, certify, working_precision
+from .digits import certify, working_precision
 from .errors import InputError, ShapeError, SpecError
 from .exact import to_exact
-from .policies import DEFAULT_SCALE, Policy, kv_head, visible
+from .policies import Policy, kv_head
 from .softmax import ExpRatio, SoftmaxRow
 
 __all__ = ["BiasedRow", "DTYPES", "Entry", "FORMATS", "FloatFormat", "Problem", "Reference",

@@ -19,7 +19,7 @@ from exactattn.errors import InputError, ShapeError, SpecError
 from exactattn.impls import Call, FunctionImpl, NumpyImpl, load_impl, make_call
 from exactattn.policies import PRESETS, Policy, kv_head, parse_scale, preset, visible
 from exactattn.softmax import SoftmaxRow
-from exactattn.verify import (FORMATS, BiasedRow, Problem, Reference, certified_scientific,
+from exactattn.verify import (BiasedRow, Problem, Reference, certified_scientific,
                               load_spec, random_problem, round_to_format, search, spec_text,
                               ulp_index, ulps_between, verify)
 

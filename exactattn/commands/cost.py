@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import shorten
 from ..render import FORMATS, render
 
 HELP = "multiply-adds at several row lengths: counted, derived, crossover, conventions"
@@ -22,9 +23,7 @@ MAX_ROWS = 100
 MAX_COUNT_LIMIT = 1_000_000_000
 
 
-def _short(text: str) -> str:
-    """``text`` cut to 40 characters (plus an ellipsis) for echoing in an error."""
-    return text if len(text) <= 40 else text[:40] + "\u2026"
+_short = shorten
 
 
 def _positive(flag: str, high: int | None = None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import shorten
 from ..render import FORMATS, render
 from .tables import _digits_arg, add_source_options, load_source
 
@@ -17,7 +18,7 @@ def _row_arg(text: str) -> int:
             raise ValueError(text)
         return int(text)
     except ValueError:
-        shown = text if len(text) <= 40 else text[:40] + "\u2026"
+        shown = shorten(text)
         raise argparse.ArgumentTypeError(
             f"--row must be a token number such as 2 (got {shown!r})") from None
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import InputError
+from ..errors import shorten as _short
 from ..render import FORMATS, render
 from ..svg import PICTURE_FORMATS
 from ..tables import MODES, attend_example, build, explain
@@ -46,7 +47,7 @@ def _explain_arg(text: str) -> tuple[int, int]:
         i, j = (int(p) for p in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--explain must be two token numbers I,J such as 2,1 (got {text!r})") from None
+            f"--explain must be two token numbers I,J such as 2,1 (got {_short(text)!r})") from None
     return i, j
 
 
@@ -56,7 +57,8 @@ def _digits_arg(text: str) -> int:
     except ValueError:
         v = -1
     if not 0 <= v <= 50:
-        raise argparse.ArgumentTypeError(f"--digits must be an integer from 0 to 50 (got {text!r})")
+        raise argparse.ArgumentTypeError(
+            f"--digits must be an integer from 0 to 50 (got {_short(text)!r})")
     return v
 
 

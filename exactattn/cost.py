@@ -564,6 +564,21 @@ def _output_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]
     return result
 
 
+def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, d_v: int,
+                   empty_row: str, macs: dict, ops: dict) -> list[list]:
+    """Counted scores, exact softmax rows and counted mixing for one head (integer rows)."""
+    raw, ms = _score_ints(q, k, visible)
+    macs["scores"] += ms
+    _, rows = _softmax_rows(raw, score_den, d2, empty_row)
+    out, mm = _mix_ints(rows, raw, v, value_den, d_v)
+    macs["mix"] += mm
+    for r in rows:
+        ops["exp"] += r.exps
+        ops["add"] += r.adds
+        ops["div"] += r.divs
+    return out
+
+
 def _attend_layer(layer: _Layer, xq, xkv, dx: int, visible, empty_row: str, macs: dict,
                   ops: dict) -> list[list[tuple]]:
     """One layer over integer rows (over ``dx``): counted projections, scores, mixing, W_O."""
@@ -573,16 +588,8 @@ def _attend_layer(layer: _Layer, xq, xkv, dx: int, visible, empty_row: str, macs
         k, mk = _project_ints(wk[0], xkv)
         v, mv = _project_ints(wv[0], xkv)
         macs["projections"] += mq + mk + mv
-        raw, ms = _score_ints(q, k, visible)
-        macs["scores"] += ms
-        _, rows = _softmax_rows(raw, wq[1] * wk[1] * dx * dx, d2, empty_row)
-        out, mm = _mix_ints(rows, raw, v, wv[1] * dx, d_v)
-        macs["mix"] += mm
-        for r in rows:
-            ops["exp"] += r.exps
-            ops["add"] += r.adds
-            ops["div"] += r.divs
-        head_outputs.append(out)
+        head_outputs.append(_score_and_mix(q, k, v, visible, wq[1] * wk[1] * dx * dx,
+                                           wv[1] * dx, d2, d_v, empty_row, macs, ops))
     if layer.W_O is None:
         return [[(e,) for e in row] for row in head_outputs[0]]
     return _output_projection(layer.W_O, head_outputs, macs)
@@ -714,16 +721,9 @@ def _decode_step(layer: _Layer, caches: list, ell: int, row: list[list[int]], dx
         cache[0].extend(k)
         cache[1].extend(v)
         t = len(cache[0])
-        raw, ms = _score_ints(q, cache[0], lambda i: range(t))
-        macs["scores"] += ms
-        _, rows = _softmax_rows(raw, wq[1] * wk[1] * dx * dx, d2, "zero")
-        out, mm = _mix_ints(rows, raw, cache[1], wv[1] * dx, d_v)
-        macs["mix"] += mm
-        for r in rows:
-            ops["exp"] += r.exps
-            ops["add"] += r.adds
-            ops["div"] += r.divs
-        head_outputs.append(out)
+        head_outputs.append(_score_and_mix(q, cache[0], cache[1], lambda i: range(t),
+                                           wq[1] * wk[1] * dx * dx, wv[1] * dx, d2, d_v,
+                                           "zero", macs, ops))
     if layer.W_O is None:
         return [[(e,) for e in head_outputs[0][0]]]
     return _output_projection(layer.W_O, head_outputs, macs)

@@ -274,7 +274,7 @@ def _ints(m: list[list]) -> tuple[list[list[int]], int] | None:
 
 
 def _project_ints(W: list[list[int]], x: list[list[int]]) -> tuple[list[list[int]], int]:
-    """out[i][s] = sum_m W[s][m] x[i][m] over integers; returns (out, MACs counted)."""
+    """out[i][s] = sum_m W[s][m] x[i][m] over integers (or any ring); returns (out, MACs counted)."""
     macs = 0
     out = []
     for row in x:
@@ -388,16 +388,8 @@ def _project(W: list[list], x: list[list], counter: list[int]) -> list[list]:
         out, macs = _project_ints(wi[0], xi[0])
         counter[0] += macs
         return _fractions(out, wi[1] * xi[1])
-    out = []
-    for row in x:
-        o = []
-        for w in W:
-            acc = 0
-            for wm, xm in zip(w, row):
-                acc += wm * xm
-                counter[0] += 1
-            o.append(acc)
-        out.append(o)
+    out, macs = _project_ints(W, x)  # the same loop over sympy entries (symbolic engine)
+    counter[0] += macs
     return out
 
 

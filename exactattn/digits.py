@@ -29,11 +29,12 @@ from typing import Callable
 
 from .errors import InputError
 
-__all__ = ["MAX_PREC", "certify", "check_places", "format_exact", "round_fraction",
-           "working_precision", "arb_to_fraction"]
+__all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "format_exact",
+           "format_scaled", "round_fraction", "working_precision"]
 
 START_PREC = 64
 MAX_PREC = 1 << 16
+SIDED_PREC = 1 << 10
 
 
 def check_places(places) -> int:
@@ -43,7 +44,7 @@ def check_places(places) -> int:
     return places
 
 
-def _format_scaled(k: int, places: int) -> str:
+def format_scaled(k: int, places: int) -> str:
     """Format the integer k / 10**places as a decimal string (no negative zero)."""
     sign = "-" if k < 0 else ""
     k = abs(k)
@@ -65,7 +66,7 @@ def round_fraction(q: Fraction, places: int) -> str:
     '3.1250'
     """
     check_places(places)
-    return _format_scaled(_round_scaled(Fraction(q), places), places)
+    return format_scaled(_round_scaled(Fraction(q), places), places)
 
 
 def format_exact(q: Fraction) -> str | None:
@@ -86,7 +87,7 @@ def format_exact(q: Fraction) -> str | None:
     if den != 1:
         return None
     places = max(twos, fives)
-    text = _format_scaled(int(q * 10 ** places), places)
+    text = format_scaled(int(q * 10 ** places), places)
     return text
 
 
@@ -143,30 +144,58 @@ def _decide(ball, places: int):
 
 def certify(ball: Callable[[int], object], places: int, *,
             exact: Callable[[], Fraction | None] | None = None,
+            compare: Callable[[Fraction], int] | None = None,
             start_prec: int = START_PREC) -> str:
-    """Correctly rounded decimal of a value given by enclosures.
+    """Correctly rounded decimal of a value given by enclosures (Ziv's strategy).
 
     ``ball(prec)`` must return an ``arb`` enclosing the value when computed at
-    ``prec`` bits.  ``exact()`` (optional) returns the value as a ``Fraction``
-    when it is rational, or None; it is consulted only if the enclosures have
-    not decided the rounding by ``MAX_PREC`` bits, which happens only for a
-    rational value lying exactly on a rounding boundary.
+    ``prec`` bits; the precision doubles until both ends of the ball round
+    alike.  Two ways end a value that sits extremely close to a boundary:
+
+    * ``compare(q)`` (optional) returns the exact sign of ``value - q`` for a
+      rational q.  After ``SIDED_PREC`` bits the rounding is decided by the
+      exact side of the two boundaries around the enclosure, so a value within
+      ``e**-45000`` of a boundary costs no more than any other;
+    * ``exact()`` (optional) returns the value as a ``Fraction`` when it is
+      rational (a value exactly on a boundary), consulted at ``MAX_PREC``.
 
     Raises:
-        InputError: the rounding could not be decided (a rational value on a
-            boundary with no ``exact`` given).
+        InputError: the rounding could not be decided (neither given).
     """
     check_places(places)
     prec = start_prec
-    while prec <= MAX_PREC:
+    cap = SIDED_PREC if compare is not None else MAX_PREC
+    mid = None
+    while prec <= cap:
         with working_precision(prec):
-            k = _decide(ball(prec), places)
+            b = ball(prec)
+            k = _decide(b, places)
+            if k is None and b.is_finite():
+                mid = round(arb_to_fraction(b.mid()) * 10 ** places)
         if k is not None:
-            return _format_scaled(k, places)
+            return format_scaled(k, places)
         prec *= 2
+    if compare is not None and mid is not None:
+        return format_scaled(_sides(compare, mid, places), places)
     q = exact() if exact is not None else None
     if q is None:
         raise InputError(
             f"value could not be rounded to {places} places from enclosures "
             f"up to {MAX_PREC} bits; it may be an exact tie, pass its exact form")
     return round_fraction(q, places)
+
+
+def _sides(compare: Callable[[Fraction], int], k: int, places: int) -> int:
+    """The integer k with (k - 1/2) < value * 10**places < (k + 1/2), found from exact signs.
+
+    ``k`` is a first guess (from an enclosure); the value is irrational, so it
+    is never on a boundary.
+    """
+    scale = 10 ** places
+    while True:
+        if compare(Fraction(2 * k - 1, 2 * scale)) <= 0:
+            k -= 1
+        elif compare(Fraction(2 * k + 1, 2 * scale)) >= 0:
+            k += 1
+        else:
+            return k

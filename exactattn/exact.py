@@ -36,7 +36,8 @@ from typing import Any, Iterable
 
 from .errors import FloatInputError, InputError, ShapeError, shorten
 
-__all__ = ["FLOAT_POLICIES", "to_exact", "to_matrix", "to_row", "is_symbolic", "parse_divisor"]
+__all__ = ["FLOAT_POLICIES", "MAX_DIGITS", "is_symbolic", "rational_sqrt", "to_exact", "to_matrix",
+           "to_row"]
 
 FLOAT_POLICIES = (None, "exact", "decimal")
 
@@ -219,52 +220,11 @@ def to_matrix(rows: Any, *, name: str, shape: tuple[int | None, int | None] = (N
     return out
 
 
-def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = None):
-    """Read a divisor and return its square as a positive ``Fraction``, or None.
+def rational_sqrt(q: Fraction) -> Fraction | None:
+    """The exact square root of a non-negative rational when it is rational, else None.
 
-    The divisor of scaled dot-product attention is stored by its square so that
-    sqrt(d_k) stays exact without leaving the rationals: ``"sqrt(2)"`` -> 2,
-    ``"2"`` -> 4, ``"none"`` -> None (no scaling).  Accepted: a positive
-    number (any form :func:`to_exact` reads), ``"sqrt(q)"`` for a positive
-    rational q, a sympy ``sqrt(q)``, or ``None``/``"none"``.
-
-    >>> parse_divisor("2"), parse_divisor("sqrt(2)"), parse_divisor("none")
-    (Fraction(4, 1), Fraction(2, 1), None)
-    >>> parse_divisor("0")
-    Traceback (most recent call last):
-    ...
-    exactattn.errors.InputError: divisor must be a positive number, 'sqrt(q)' or 'none' (got '0')
+    >>> rational_sqrt(Fraction(9, 4)), rational_sqrt(Fraction(2))
+    (Fraction(3, 2), None)
     """
-    bad = f"{name} must be a positive number, 'sqrt(q)' or 'none' (got {value!r})"
-    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
-        return None
-    if isinstance(value, str):
-        m = re.match(r"^\s*sqrt\s*\((.*)\)\s*$", value)
-        if m:
-            try:
-                sq = to_exact(m.group(1), name=name)
-            except InputError:
-                raise InputError(bad) from None
-            if sq <= 0:
-                raise InputError(bad)
-            return sq
-    if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
-        import sympy
-        if isinstance(value, sympy.Basic) and value.has(sympy.Float):
-            raise FloatInputError(
-                f"{name} holds a binary Float ({value}); pass a string such as '0.3' "
-                "or sympy.Rational so the divisor stays exact")
-        sq = sympy.expand(value ** 2) if getattr(value, "is_number", False) else None
-        if sq is None or not sq.is_Rational or value.is_positive is not True:
-            raise InputError(
-                f"{name} must be a positive rational or the square root of one (got {value})")
-        return Fraction(int(sq.p), int(sq.q))
-    try:
-        d = to_exact(value, name=name, floats=floats)
-    except FloatInputError:
-        raise
-    except InputError:
-        raise InputError(bad) from None
-    if d <= 0:
-        raise InputError(bad)
-    return d * d
+    a, b = math.isqrt(q.numerator), math.isqrt(q.denominator)
+    return Fraction(a, b) if a * a == q.numerator and b * b == q.denominator else None

@@ -32,7 +32,7 @@ attend (a ``bool_drop`` mask is inverted on the way) or additive floats
 
 >>> import numpy as np
 >>> from exactattn.verify import Problem
->>> from exactattn.policies import Policy
+>>> from exactattn.call import Policy
 >>> call = make_call(Problem.from_arrays([[1]], [[100], [99]], [[1], [0]]), Policy(scale="none"),
 ...                  "float32")
 >>> NumpyImpl(naive=True)(call).tolist(), NumpyImpl()(call).tolist()     # e/(e+1) = 0.7310585786...
@@ -50,7 +50,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import InputError
-from .policies import DEFAULT_SCALE, Policy
+from .call import DEFAULT_SCALE, Policy
 
 __all__ = ["Call", "FunctionImpl", "IMPLS", "Impl", "NumpyImpl", "TorchImpl", "load_impl",
            "make_call"]

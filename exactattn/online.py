@@ -46,7 +46,8 @@ from itertools import combinations
 from typing import Iterator, Sequence
 
 from .errors import InputError, ShapeError
-from .softmax import EMPTY_ROW_POLICIES, ExpRatio, SoftmaxRow
+from .call import EMPTY_ROWS as EMPTY_ROW_POLICIES
+from .softmax import ExpRatio, SoftmaxRow
 
 __all__ = ["OnlineResult", "all_splits", "online_softmax"]
 

@@ -87,7 +87,8 @@ from typing import Any, Callable, Sequence
 
 from .errors import ExactAttnError, InputError, ShapeError
 from .exact import to_exact, to_matrix
-from .softmax import EMPTY_ROW_POLICIES, ExpRatio, SoftmaxRow
+from .call import EMPTY_ROWS as EMPTY_ROW_POLICIES
+from .softmax import ExpRatio, SoftmaxRow
 
 __all__ = [
     "AttentionInput",

@@ -1,81 +1,213 @@
-"""Exact shares: the row-wise softmax of scaled scores, as closed forms.
+"""Exact shares: the row-wise softmax of scaled scores, as values like ``Fraction``.
 
-For a row of raw scores ``r_j`` (rational; ``None`` where the key is masked)
-and a divisor ``sqrt(D)`` (``D`` rational, so sqrt(d_k) stays exact), the
-share of key j is::
+For a row of raw scores ``r_j`` (rational; ``None`` where the key is hidden),
+a divisor ``sqrt(D)`` (``D`` rational, so sqrt(d_k) stays exact) and optional
+additive offsets ``m_j`` (an additive mask, a bias), the share of key j is::
 
-    shares[j] = exp(r_j / sqrt(D)) / sum_k exp(r_k / sqrt(D))
+    shares[j] = exp(r_j / sqrt(D) + m_j) / sum_k exp(r_k / sqrt(D) + m_k)
 
 Every share and every output ``sum_j shares[j] * values[j]`` has the form
-``sum_g A_g exp(g / sqrt(D)) / sum_g C_g exp(g / sqrt(D))`` where ``g`` runs
-over the distinct gaps ``r_j - max_k r_k`` (all <= 0, the largest is 0), ``C_g``
-counts the keys at gap g and ``A_g`` adds their values.  :class:`ExpRatio`
-holds exactly that.  By the Lindemann-Weierstrass theorem the powers
-``exp(g / sqrt(D))`` for distinct algebraic g are linearly independent over the
-algebraic numbers, so such a ratio is rational exactly when ``A_g = q C_g`` for
-one rational q and every g; :meth:`ExpRatio.rational` tests that, and every
-other value is transcendental, which is why certified rounding
-(:mod:`exactattn.digits`) always terminates.
+``sum_e A_e exp(e) / sum_e C_e exp(e)`` where ``e`` runs over the distinct
+exponents of the row, ``C_e`` counts the keys at exponent e and ``A_e`` adds
+their values.  :class:`ExpRatio` holds exactly that, relative to the row's
+largest exponent (the gaps, all <= 0).  By the Lindemann-Weierstrass theorem
+the powers ``exp(e)`` for distinct algebraic e are linearly independent over
+the algebraic numbers, so:
 
-Exactness: the closed forms are exact; decimals are certified (correctly
-rounded).  Subtracting the row maximum is done on the rationals, before any
-exponential, so no enclosure overflows (``exp(800)`` is never formed).
+* such a ratio is rational exactly when ``A_e = q C_e`` for one rational q
+  (:meth:`ExpRatio.rational`);
+* two ratios are equal exactly when ``num1 den2 - num2 den1`` collects to the
+  zero exponential polynomial, and otherwise its sign is decided by ball
+  arithmetic at a precision that always suffices (:meth:`ExpRatio.sign`);
+* every certified rounding terminates: a value on a rounding boundary is
+  rational, and one beside it is decided by the exact sign of its distance to
+  the boundary (:meth:`ExpRatio.decimal`).
+
+Exponents are exact: with a rational divisor (or none) they are rationals;
+with an irrational one they are ``a / sqrt(D) + b`` for rationals a, b, and
+exponents of rows with different D are compared in a common basis of square
+roots (``1/sqrt(D1)`` and ``1/sqrt(D2)`` are rationally dependent exactly when
+D1/D2 is a rational square).
+
+Exactness: the values are exact; decimals are certified (correctly rounded).
+The row maximum is subtracted on the rationals, before any exponential, so no
+enclosure overflows (``exp(800)`` is never formed).
 
 Reference: Vaswani et al. 2017, "Attention is all you need", sec. 3.2.1.
 
 >>> row = SoftmaxRow([Fraction(25, 8), Fraction(0), Fraction(3, 4), Fraction(0)], Fraction(4))
->>> row.share(0).closed_form()
-exp(25/16)/(exp(3/8) + 2 + exp(25/16))
+>>> row.share(0).text()
+'exp(25/16)/(2 + exp(3/8) + exp(25/16))'
 >>> [row.share(j).decimal(4) for j in range(4)]
 ['0.5800', '0.1216', '0.1769', '0.1216']
->>> row.sum_is_one()
-True
+>>> row.share(1) == row.share(3), row.share(1) < row.share(2), row.sum_is_one()
+(True, True, True)
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import total_ordering
 from typing import Sequence
 
+from .call import EMPTY_ROWS, choice
+from .digits import certify, round_fraction
 from .errors import InputError
+from .exact import rational_sqrt
 
-__all__ = ["EMPTY_ROW_POLICIES", "ExpRatio", "SoftmaxRow"]
-
-EMPTY_ROW_POLICIES = ("zero", "uniform", "nan")
+__all__ = ["ExpRatio", "SoftmaxRow"]
 
 
+# --------------------------------------------------------------------------- exponential polynomials
+def _fq(q: Fraction):
+    from flint import fmpq
+    return fmpq(q.numerator, q.denominator)
+
+
+def _unify(*polys: "_ExpPoly") -> list["_ExpPoly"]:
+    """The polynomials rewritten over one basis of inverse square roots.
+
+    ``1/sqrt(D)`` and ``1/sqrt(E)`` are rationally dependent exactly when E/D
+    is a rational square; then ``1/sqrt(D) = sqrt(E/D) / sqrt(E)``.
+    """
+    basis: list = []
+    maps = []
+    for p in polys:
+        mapping = []
+        for D in p.basis:
+            for k, E in enumerate(basis):
+                f = rational_sqrt(E / D)
+                if f is not None:
+                    mapping.append((k, f))
+                    break
+            else:
+                basis.append(D)
+                mapping.append((len(basis) - 1, Fraction(1)))
+        maps.append(mapping)
+    basis = tuple(basis)
+    return [p.rebase(basis, m) for p, m in zip(polys, maps)]
+
+
+class _ExpPoly:
+    """``sum_k c_k exp(p_k + sum_i a_ki / sqrt(basis_i))`` with exact, collected terms.
+
+    ``terms`` maps an exponent ``(p, a_1, ..., a_m)`` to its non-zero rational
+    coefficient; ``basis`` holds the D values (none a rational square, no two
+    with a rational-square ratio), so distinct keys are distinct exponents.
+    """
+
+    __slots__ = ("basis", "terms")
+
+    def __init__(self, basis: tuple, terms: dict):
+        self.basis = basis
+        self.terms = {e: c for e, c in terms.items() if c != 0}
+
+    def rebase(self, basis: tuple, mapping: list) -> "_ExpPoly":
+        if basis == self.basis:
+            return self
+        out: dict = {}
+        for e, c in self.terms.items():
+            key = [e[0]] + [Fraction(0)] * len(basis)
+            for a, (k, f) in zip(e[1:], mapping):
+                key[1 + k] += a * f
+            key = tuple(key)
+            out[key] = out.get(key, 0) + c
+        return _ExpPoly(basis, out)
+
+    def times_minus(self, a: "_ExpPoly", other: "_ExpPoly", b: "_ExpPoly") -> "_ExpPoly":
+        """``self * a - other * b``, collected exactly."""
+        s, a, o, b = _unify(self, a, other, b)
+        out: dict = {}
+        for sign, x, y in ((1, s, a), (-1, o, b)):
+            for e1, c1 in x.terms.items():
+                for e2, c2 in y.terms.items():
+                    key = tuple(u + v for u, v in zip(e1, e2))
+                    out[key] = out.get(key, 0) + sign * c1 * c2
+        return _ExpPoly(s.basis, out)
+
+    def ball(self, prec: int):
+        from flint import arb
+        roots = [1 / arb(_fq(D)).sqrt() for D in self.basis]
+        total = arb(0)
+        for e, c in self.terms.items():
+            x = arb(_fq(e[0]))
+            for a, r in zip(e[1:], roots):
+                if a:
+                    x += arb(_fq(a)) * r
+            total += arb(_fq(c)) * x.exp()
+        return total
+
+    def sign(self) -> int:
+        """-1, 0 or 1, exactly: 0 only for the zero polynomial (Lindemann-Weierstrass)."""
+        if not self.terms:
+            return 0
+        from .digits import working_precision
+        prec = 64
+        while True:
+            with working_precision(prec):
+                b = self.ball(prec)
+                if b > 0:
+                    return 1
+                if b < 0:
+                    return -1
+            prec *= 2
+            if prec > 1 << 22:   # pragma: no cover - would need a pathological cancellation
+                raise InputError("sign could not be decided below 2^22 bits")
+
+
+# --------------------------------------------------------------------------- rows
 class SoftmaxRow:
-    """The exact softmax of one row of raw scores divided by ``sqrt(D)``.
+    """The exact softmax of one row of raw scores divided by ``sqrt(D)``, plus offsets.
 
     Args:
-        raw: the row's raw scores (``Fraction``); ``None`` marks a masked key.
+        raw: the row's raw scores (``Fraction``); ``None`` marks a hidden key.
         divisor_squared: ``D`` as a ``Fraction`` (the divisor is ``sqrt(D)``),
             or None for no scaling.
-        empty_row: what a row with every key masked gives: ``"zero"`` (shares
-            and output 0, as PyTorch and FlashAttention do today), ``"uniform"``
-            (1/n each, what a finite fill value gives) or ``"nan"``.
+        empty_row: what a row with every key hidden gives: ``"zero"`` (shares
+            and output 0), ``"uniform"`` (1/n each) or ``"nan"``.
+        offsets: optional rationals added to the scaled scores (an additive
+            mask or bias), one per key.
+
+    ``gaps[j]`` is key j's exponent minus the row's largest, None if hidden:
+    a ``Fraction`` g (exponent ``g / sqrt(D)``, or ``g`` with no divisor) or,
+    with offsets and an irrational divisor, a pair ``(g, m)`` (exponent
+    ``g / sqrt(D) + m``).  ``counts`` maps each gap to its number of keys.
 
     Counters (reported, not MACs): ``exps`` exponentials, ``adds`` additions
     in the normaliser, ``divs`` divisions, one per visible share.
     """
 
     def __init__(self, raw: Sequence[Fraction | None], divisor_squared: Fraction | None,
-                 empty_row: str = "zero"):
-        if empty_row not in EMPTY_ROW_POLICIES:
-            raise InputError(
-                f"empty_row must be one of {', '.join(EMPTY_ROW_POLICIES)} (got {empty_row!r})")
-        self.raw = list(raw)
-        self.divisor_squared = divisor_squared
+                 empty_row: str = "zero", offsets: Sequence[Fraction] | None = None):
+        choice("empty_row", empty_row, EMPTY_ROWS)
+        raw = list(raw)
         self.empty_row = empty_row
-        visible = [r for r in self.raw if r is not None]
-        self.empty = not visible
+        self.empty = all(r is None for r in raw)
         if self.empty and empty_row == "uniform":
-            self.raw = [Fraction(0)] * len(self.raw)
-            visible = self.raw
-        self.max_raw = max(visible) if visible else None
-        self.gaps = [None if r is None or self.empty and empty_row != "uniform"
-                     else r - self.max_raw for r in self.raw]
-        counts: dict[Fraction, int] = {}
+            raw, offsets = [Fraction(0)] * len(raw), None
+        root = None if divisor_squared is None else rational_sqrt(divisor_squared)
+        paired = False
+        if offsets is not None and any(m for r, m in zip(raw, offsets) if r is not None):
+            if divisor_squared is None:
+                raw = [None if r is None else r + m for r, m in zip(raw, offsets)]
+            elif root is not None:       # r/root + m = (r + m root)/root
+                raw = [None if r is None else r + m * root for r, m in zip(raw, offsets)]
+            else:
+                paired = True
+                raw = [None if r is None else (r, Fraction(m)) for r, m in zip(raw, offsets)]
+        self.raw = raw
+        self.divisor_squared = divisor_squared
+        self._root = root
+        self.paired = paired
+        visible = [r for r in raw if r is not None]
+        self.max_raw = (max(visible, key=self._order_key) if paired else max(visible)) \
+            if visible else None
+        if paired:
+            self.gaps = [None if r is None else (r[0] - self.max_raw[0], r[1] - self.max_raw[1])
+                         for r in raw]
+        else:
+            self.gaps = [None if r is None else r - self.max_raw for r in raw]
+        counts: dict = {}
         for g in self.gaps:
             if g is not None:
                 counts[g] = counts.get(g, 0) + 1
@@ -84,6 +216,10 @@ class SoftmaxRow:
         self.adds = max(len(visible) - 1, 0)
         self.divs = len(visible)
 
+    def _order_key(self, pair):
+        """A sort key for exponents g/sqrt(D) + m that orders them exactly."""
+        return _Exponent(pair[0], pair[1], self.divisor_squared)
+
     def __len__(self) -> int:
         return len(self.raw)
 
@@ -91,10 +227,10 @@ class SoftmaxRow:
     def nan(self) -> bool:
         return self.empty and self.empty_row == "nan"
 
-    def combine(self, weights: Sequence[Fraction]) -> "ExpRatio":
-        """``sum_j shares[j] * weights[j]`` as an exact ratio (masked keys skipped)."""
-        num: dict[Fraction, Fraction] = {}
-        for g, w in zip(self.gaps, weights):
+    def combine(self, values: Sequence[Fraction]) -> "ExpRatio":
+        """``sum_j shares[j] * values[j]`` as an exact ratio (hidden keys skipped)."""
+        num: dict = {}
+        for g, w in zip(self.gaps, values):
             if g is not None:
                 num[g] = num.get(g, 0) + w
         return ExpRatio(num, self)
@@ -107,6 +243,11 @@ class SoftmaxRow:
     def shares(self) -> list["ExpRatio"]:
         return [self.share(j) for j in range(len(self.raw))]
 
+    def largest(self) -> list[int]:
+        """The keys with the largest share (the row's maximum exponent), in order."""
+        top = (0, 0) if self.paired else 0
+        return [j for j, g in enumerate(self.gaps) if g is not None and g == top]
+
     def sum_is_one(self) -> bool:
         """True: the numerators of the shares add up to the normaliser term by term.
 
@@ -115,31 +256,51 @@ class SoftmaxRow:
         the check compares them exactly (it is a proof, not a float sum).
         An empty row under the ``zero`` policy sums to 0 and returns False.
         """
-        total: dict[Fraction, int] = {}
+        total: dict = {}
         for g in self.gaps:
             if g is not None:
                 total[g] = total.get(g, 0) + 1
         return bool(total) and total == self.counts
 
-    # numeric evaluation ------------------------------------------------
-    def _exp_balls(self, prec: int) -> dict:
+    # -- exact exponents -----------------------------------------------------
+    def exponent(self, g) -> tuple[tuple, tuple]:
+        """The absolute exponent of gap ``g`` as ``(basis, (p, a))``: ``p + a/sqrt(basis[0])``."""
+        if self.paired:
+            return (self.divisor_squared,), (g[1] + self.max_raw[1], g[0] + self.max_raw[0])
+        s = g + self.max_raw
+        if self.divisor_squared is None:
+            return (), (s,)
+        if self._root is not None:
+            return (), (s / self._root,)
+        return (self.divisor_squared,), (Fraction(0), s)
+
+    def _poly(self, coefficients: dict) -> _ExpPoly:
+        terms, basis = {}, ()
+        for g, c in coefficients.items():
+            basis, key = self.exponent(g)
+            terms[key] = terms.get(key, 0) + c
+        return _ExpPoly(basis, terms)
+
+    # -- numeric evaluation --------------------------------------------------
+    def exp_balls(self, prec: int) -> dict:
+        """``{gap: ball of exp(gap exponent)}`` at ``prec`` bits (cached per precision)."""
         cache = getattr(self, "_ball_cache", None)
         if cache is not None and cache[0] == prec:
             return cache[1]
-        from flint import arb, fmpq
-        scale = None if self.divisor_squared is None else \
-            arb(fmpq(self.divisor_squared.numerator, self.divisor_squared.denominator)).sqrt()
+        from flint import arb
+        inv = None if self.divisor_squared is None else 1 / arb(_fq(self.divisor_squared)).sqrt()
         balls = {}
         for g in self.counts:
-            a = arb(fmpq(g.numerator, g.denominator))
-            if scale is not None:
-                a = a / scale
-            balls[g] = a.exp()
+            if self.paired:
+                balls[g] = (arb(_fq(g[0])) * inv + arb(_fq(g[1]))).exp()
+            else:
+                a = arb(_fq(g))
+                balls[g] = (a if inv is None else a * inv).exp()
         self._ball_cache = (prec, balls)
         return balls
 
-    def _normaliser(self, prec: int, balls: dict):
-        """``sum_g C_g exp(g / sqrt(D))`` as a ball, summed once per row and precision."""
+    def normaliser(self, prec: int, balls: dict):
+        """``sum_g C_g exp(g)`` as a ball, summed once per row and precision."""
         cache = getattr(self, "_den_cache", None)
         if cache is not None and cache[0] == prec and cache[1] is balls:
             return cache[2]
@@ -150,29 +311,77 @@ class SoftmaxRow:
         self._den_cache = (prec, balls, den)
         return den
 
-    def _exp_sym(self, g: Fraction):
+    def term(self, g):
+        """The sympy closed form of ``exp`` at gap g's absolute exponent (scaled score)."""
         import sympy
-        r = sympy.Rational(g.numerator, g.denominator) + \
-            sympy.Rational(self.max_raw.numerator, self.max_raw.denominator)
-        if self.divisor_squared is not None:
-            d = self.divisor_squared
-            r = r / sympy.sqrt(sympy.Rational(d.numerator, d.denominator))
-        return sympy.exp(r)
+        basis, e = self.exponent(g)
+        x = sympy.Rational(e[0].numerator, e[0].denominator)
+        if basis:
+            D = basis[0]
+            a = e[1]
+            x += sympy.Rational(a.numerator, a.denominator) / sympy.sqrt(
+                sympy.Rational(D.numerator, D.denominator))
+        return sympy.exp(x)
+
+    def term_text(self, g) -> str:
+        """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""
+        basis, e = self.exponent(g)
+        parts = []
+        if basis and e[1]:
+            parts.append(f"{e[1]}/sqrt({basis[0]})")
+        if e[0] or not parts:
+            p = str(e[0])
+            parts.append(p if not parts or p.startswith("-") else "+ " + p)
+        body = " ".join(parts).replace(" -", " - ").replace("- -", "- ")
+        return "1" if body == "0" else f"exp({body})"
 
 
+class _Exponent:
+    """An exponent ``g/sqrt(D) + m`` ordered exactly (for the row maximum)."""
+
+    __slots__ = ("g", "m", "D")
+
+    def __init__(self, g: Fraction, m: Fraction, D: Fraction):
+        self.g, self.m, self.D = g, m, D
+
+    def __lt__(self, other: "_Exponent") -> bool:
+        # sign of (g1-g2)/sqrt(D) + (m1-m2), with D not a rational square
+        x, y = self.g - other.g, self.m - other.m
+        if x == 0 or y == 0 or (x > 0) == (y > 0):
+            return x < 0 or (x == 0 and y < 0)
+        return (x < 0) if x * x / self.D > y * y else (y < 0)
+
+    def __gt__(self, other: "_Exponent") -> bool:
+        return other < self
+
+
+# --------------------------------------------------------------------------- the value type
+@total_ordering
 class ExpRatio:
-    """``sum_g A_g exp(g/sqrt(D)) / sum_g C_g exp(g/sqrt(D))`` for one softmax row.
+    """An exact share or output: ``sum_g A_g exp(g) / sum_g C_g exp(g)`` over one softmax row.
+
+    Behaves like ``fractions.Fraction``: immutable, ``==``/``<`` compare values
+    exactly (also against ``Fraction`` and ``int``), equal values hash alike,
+    and conversions are explicit (:meth:`rational`, :meth:`decimal`,
+    :meth:`text`, :meth:`closed_form`, :meth:`ball`, ``float()``).
 
     ``numerators`` maps each gap g to ``A_g``; the normaliser comes from the row.
     A share has one term with coefficient 1; an output adds the values.
+
+    >>> a = SoftmaxRow([Fraction(1), Fraction(0)], None).share(0)        # e/(1 + e)
+    >>> b = SoftmaxRow([Fraction(2), Fraction(1)], None).share(0)        # e^2/(e + e^2)
+    >>> a == b, hash(a) == hash(b), a > Fraction(1, 2), a.text()
+    (True, True, True, 'exp(1)/(1 + exp(1))')
     """
 
-    __slots__ = ("numerators", "row")
+    __slots__ = ("numerators", "row", "_hash")
 
     def __init__(self, numerators: dict, row: SoftmaxRow):
         self.numerators = {g: a for g, a in numerators.items() if a != 0}
         self.row = row
+        self._hash = None
 
+    # -- exact structure -----------------------------------------------------
     def rational(self) -> Fraction | None:
         """The value as a ``Fraction`` when it is rational, else None.
 
@@ -182,9 +391,9 @@ class ExpRatio:
         row = self.row
         if row.nan:
             return None
-        if row.empty and not row.counts:  # 'uniform' empty rows average every key
+        if not row.counts:
             return Fraction(0)
-        if len(self.numerators) < len(row.counts) and self.numerators:
+        if self.numerators and len(self.numerators) < len(row.counts):
             return None  # some gap has A_g = 0 while another has A_g != 0
         q = None
         for g, c in row.counts.items():
@@ -195,6 +404,89 @@ class ExpRatio:
                 return None
         return q
 
+    def is_rational(self) -> bool:
+        return self.rational() is not None
+
+    def as_fraction(self) -> Fraction:
+        """The value as a ``Fraction``.
+
+        Raises:
+            InputError: the value is irrational (transcendental) or NaN.
+        """
+        q = self.rational()
+        if q is None:
+            raise InputError(f"value must be rational to be a Fraction (got {self.text()}); "
+                             "use .decimal(places) or .ball(prec)")
+        return q
+
+    def _polys(self) -> tuple[_ExpPoly, _ExpPoly]:
+        row = self.row
+        return row._poly(self.numerators), row._poly(row.counts)
+
+    def _check_number(self) -> None:
+        if self.row.nan:
+            raise InputError("value must be a number to be compared (got nan: an empty row "
+                             "under empty_row='nan')")
+
+    def sign(self) -> int:
+        """-1, 0 or 1, exactly (the normaliser is positive)."""
+        self._check_number()
+        if not self.row.counts:
+            return 0
+        return self._polys()[0].sign()
+
+    def _compare(self, other) -> int:
+        """sign(self - other), exactly."""
+        self._check_number()
+        if isinstance(other, (int, Fraction)) and not isinstance(other, bool):
+            q = self.rational()
+            if q is not None:
+                return (q > other) - (q < other)
+            num, den = self._polys()
+            one = _ExpPoly((), {(Fraction(0),): Fraction(other)})
+            return num.times_minus(_ExpPoly((), {(Fraction(0),): Fraction(1)}), den, one).sign()
+        if not isinstance(other, ExpRatio):
+            return NotImplemented
+        other._check_number()
+        q1, q2 = self.rational(), other.rational()
+        if q1 is not None and q2 is not None:
+            return (q1 > q2) - (q1 < q2)
+        if not self.row.counts or not other.row.counts:   # an empty row's 0
+            return self._compare(Fraction(0)) if not other.row.counts else \
+                -other._compare(Fraction(0))
+        n1, d1 = self._polys()
+        n2, d2 = other._polys()
+        return n1.times_minus(d2, n2, d1).sign()
+
+    def __eq__(self, other) -> bool:
+        if self.row.nan or (isinstance(other, ExpRatio) and other.row.nan):
+            return False
+        c = self._compare(other)
+        return NotImplemented if c is NotImplemented else c == 0
+
+    def __lt__(self, other) -> bool:
+        c = self._compare(other)
+        return NotImplemented if c is NotImplemented else c < 0
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            q = self.rational()
+            if q is not None:
+                self._hash = hash(q)
+            elif self.row.nan:
+                self._hash = id(self)
+            else:   # equal values have equal correctly rounded decimals
+                self._hash = hash(("ExpRatio", self.decimal(30)))
+        return self._hash
+
+    def __float__(self) -> float:
+        """The nearest binary64 float (via a certified 20-digit decimal); nan for a NaN row."""
+        if self.row.nan:
+            return float("nan")
+        q = self.rational()
+        return float(q) if q is not None else float(self.decimal(20))
+
+    # -- views ---------------------------------------------------------------
     def exact(self):
         """The exact value: a ``Fraction`` when rational, else a sympy expression."""
         q = self.rational()
@@ -206,37 +498,82 @@ class ExpRatio:
         row = self.row
         if row.nan:
             return sympy.nan
-        if row.empty and not row.counts:  # 'uniform' empty rows average every key
+        if not row.counts:
             return sympy.Integer(0)
-        num = sympy.Add(*[sympy.Rational(a.numerator, a.denominator) * row._exp_sym(g)
+        num = sympy.Add(*[sympy.Rational(a.numerator, a.denominator) * row.term(g)
                           for g, a in self.numerators.items()])
-        den = sympy.Add(*[c * row._exp_sym(g) for g, c in row.counts.items()])
+        den = sympy.Add(*[c * row.term(g) for g, c in row.counts.items()])
         return num / den
 
+    def text(self) -> str:
+        """The closed form as a string, built without sympy: ``exp(1)/(1 + exp(1))``.
+
+        Rational values print as themselves (``1/2``); terms are listed by
+        increasing exponent, the scores written scaled.
+        """
+        row = self.row
+        if row.nan:
+            return "nan"
+        q = self.rational()
+        if q is not None:
+            return str(q)
+        num = _sum_text(row, self.numerators)
+        if len(self.numerators) > 1:
+            num = f"({num})"
+        return f"{num}/({_sum_text(row, row.counts)})"
+
     def ball(self, prec: int):
-        """An ``arb`` enclosure at ``prec`` bits (set by the caller's context)."""
-        from flint import arb, fmpq
+        """An ``arb`` enclosure computed at ``prec`` bits (set by the caller's context)."""
+        from flint import arb
         row = self.row
         if row.nan:
             return arb.nan()
-        if row.empty and not row.counts:  # 'uniform' empty rows average every key
+        if not row.counts:
             return arb(0)
-        balls = row._exp_balls(prec)
-        den = row._normaliser(prec, balls)
+        balls = row.exp_balls(prec)
+        den = row.normaliser(prec, balls)
         num = arb(0)
         for g, a in self.numerators.items():
-            num += arb(fmpq(a.numerator, a.denominator)) * balls[g]
+            num += arb(_fq(Fraction(a))) * balls[g]
         return num / den
 
     def decimal(self, places: int) -> str:
-        """Correctly rounded decimal at ``places`` places ("nan" for a NaN row)."""
-        from .digits import certify, round_fraction
+        """Correctly rounded decimal at ``places`` places ("nan" for a NaN row).
+
+        Always terminates: rationals round exactly (ties to even); any other
+        value is decided from enclosures, or, when it lies extremely close to
+        a rounding boundary, by the exact sign of its distance to it.
+        """
         if self.row.nan:
             return "nan"
         q = self.rational()
         if q is not None:
             return round_fraction(q, places)
-        return certify(self.ball, places)
+        return certify(self.ball, places, compare=self._compare)
 
     def __repr__(self) -> str:
-        return f"ExpRatio({self.closed_form()})"
+        return f"ExpRatio({self.text()})"
+
+
+def _sum_text(row: SoftmaxRow, coefficients: dict) -> str:
+    terms = []
+    for g, c in coefficients.items():
+        basis, e = row.exponent(g)
+        terms.append((_Exponent(e[-1], e[0], basis[0]) if basis else e[0], g, c))
+    terms.sort(key=lambda t: t[0])
+    out = ""
+    for _, g, c in terms:
+        t = row.term_text(g)
+        c = Fraction(c)
+        mag = abs(c)
+        if t == "1":
+            body = str(mag)
+        elif mag == 1:
+            body = t
+        else:
+            body = f"{mag}*{t}"
+        if not out:
+            out = ("-" if c < 0 else "") + body
+        else:
+            out += (" - " if c < 0 else " + ") + body
+    return out or "0"

@@ -65,7 +65,7 @@ import numpy as np
 from .digits import certify, working_precision
 from .errors import InputError, ShapeError, SpecError
 from .exact import to_exact
-from .policies import Policy, kv_head
+from .call import Policy
 from .softmax import ExpRatio, SoftmaxRow
 
 __all__ = ["BiasedRow", "DTYPES", "Entry", "FORMATS", "FloatFormat", "Problem", "Reference",
@@ -313,7 +313,7 @@ class Problem:
                              f"(got {Hq} query, {k.shape[1]} key/value heads)")
         m = None
         if mask is not None:
-            from .policies import MASK_KINDS
+            from .call import MASK_KINDS
             if mask_kind not in MASK_KINDS:
                 raise InputError(f"mask_kind must be one of {', '.join(MASK_KINDS)} "
                                  f"(got {mask_kind!r})")
@@ -567,7 +567,7 @@ class Reference:
 
     # -- structure ------------------------------------------------------
     def kv(self, h: int) -> int:
-        return kv_head(self.policy, h, self.Hq, self.Hkv)
+        return self.policy.kv_head(h, self.Hq, self.Hkv)
 
     def visible(self, b: int, h: int) -> np.ndarray:
         """L x S booleans: which keys each query sees (causal rule and mask)."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import InputError
-from ..policies import ALIGNMENTS, EMPTY_ROW_POLICIES, GQA_MAPS, MASK_KINDS, PRESETS, Policy, preset
+from ..call import ALIGNMENTS, EMPTY_ROWS as EMPTY_ROW_POLICIES, GQA_MAPS, MASK_KINDS, PRESETS, Policy, preset
 from ..render import FORMATS, render
 
 HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"

@@ -1,0 +1,508 @@
+"""One model of an attention call: the scale, which keys a query sees, masks, empty rows, GQA.
+
+Everything exactattn computes or checks is one call (Vaswani et al. 2017,
+sec. 3.2.1), per head::
+
+    outputs = softmax(scale * queries keys^T  [+ additive mask], over visible keys) values
+
+This module describes such a call; it computes nothing but the visibility
+rule.  :class:`Policy` holds what libraries disagree on, and every engine,
+the float-kernel checks, the property checks, the cost counts and the command
+line read it:
+
+``scale``
+    Stored one way: by the divisor squared ``D`` (the scores are divided by
+    ``sqrt(D)``), so ``1/sqrt(48)`` and ``sqrt(2)`` stay exact.  ``"default"``
+    is ``D = d_k`` (of the real, unpadded head width); None means no scaling.
+    :func:`parse_divisor` reads a divisor (``"2"``, ``"sqrt(2)"``, ``"none"``),
+    :func:`parse_scale` a scale (``"1/8"``, ``"1/sqrt(48)"``, ``"none"``); both
+    return ``D``.
+``causal`` and ``alignment``
+    With ``causal`` on, query i (of L) sees key j (of S) when ``j <= i``
+    (``top_left``: PyTorch ``is_causal``, xformers ``LowerTriangularMask``,
+    JAX) or when ``j <= i + S - L`` (``bottom_right``: FlashAttention 2.1+,
+    KV-cache decoding: the last query sees every key).  The two agree when
+    L = S.  One spelling, with an underscore, everywhere.
+``empty_row``
+    What a query that sees no key gets: ``zero`` (shares and output 0:
+    PyTorch SDPA since 2.5, FlashAttention), ``nan`` (0/0, what a plain
+    softmax of all ``-inf`` gives) or ``uniform`` (1/S on every key: what a
+    finite fill value such as ``finfo.min`` gives).
+``mask_kind``
+    How an explicit :class:`Mask` is read: ``bool_keep`` (True = attend: SDPA
+    ``attn_mask``, JAX), ``bool_drop`` (True = ignore: ``nn.MultiheadAttention``
+    ``key_padding_mask``) or ``additive`` (added to the scaled scores; ``-inf``
+    hides a key).
+``gqa``
+    Grouped-query attention, H_q query heads over H_kv key/value heads, group
+    size G = H_q / H_kv: ``interleave`` (query head h reads key/value head
+    ``h // G``: ``repeat_interleave``, SDPA ``enable_gqa``, FlashAttention,
+    JAX) or ``tile`` (head ``h % H_kv``: ``repeat``).
+
+Exactly one function decides which keys a query sees:
+:meth:`Policy.visible_keys`.  Masks narrow what it returns; nothing else
+re-derives the rule.
+
+Presets (``like``) set alignment, empty rows, mask kind and GQA together:
+
+========  ============  =========  =========  ==========
+like      alignment     empty_row  mask_kind  gqa
+========  ============  =========  =========  ==========
+torch     top_left      zero       bool_keep  interleave
+flash     bottom_right  zero       bool_keep  interleave
+jax       top_left      uniform    bool_keep  interleave
+xformers  top_left      zero       additive   interleave
+========  ============  =========  =========  ==========
+
+>>> p = Policy(causal=True, alignment="bottom_right")
+>>> [list(p.visible_keys(i, 2, 3)) for i in range(2)]
+[[0, 1], [0, 1, 2]]
+>>> p.describe()
+'scale=1/sqrt(d_k) causal=on alignment=bottom_right empty_row=zero mask=bool_keep gqa=interleave'
+>>> Policy(scale="1/8").divisor_squared(48), Policy().divisor_squared(48)
+(Fraction(64, 1), Fraction(48, 1))
+>>> Policy(alignment="top-left")
+Traceback (most recent call last):
+...
+exactattn.errors.InputError: alignment must be one of top_left, bottom_right (got 'top-left')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Sequence
+
+from .errors import FloatInputError, InputError, ShapeError, shorten
+from .exact import rational_sqrt, to_exact
+
+__all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "PRESETS",
+           "Mask", "Policy", "divisor_text", "parse_divisor", "parse_scale", "preset"]
+
+ALIGNMENTS = ("top_left", "bottom_right")
+EMPTY_ROWS = ("zero", "uniform", "nan")
+MASK_KINDS = ("bool_keep", "bool_drop", "additive")
+GQA_MAPS = ("interleave", "tile")
+DEFAULT_SCALE = "default"
+
+PRESETS = {
+    "torch": dict(alignment="top_left", empty_row="zero", mask_kind="bool_keep", gqa="interleave"),
+    "flash": dict(alignment="bottom_right", empty_row="zero", mask_kind="bool_keep",
+                  gqa="interleave"),
+    "jax": dict(alignment="top_left", empty_row="uniform", mask_kind="bool_keep",
+                gqa="interleave"),
+    "xformers": dict(alignment="top_left", empty_row="zero", mask_kind="additive",
+                     gqa="interleave"),
+}
+
+
+def choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``, else the one-line error naming both."""
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+    return value
+
+
+# --------------------------------------------------------------------------- the scale
+def _is_none_text(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() == "none")
+
+
+def _sympy_square(value: Any, name: str) -> Fraction:
+    """The square of a positive sympy number whose square is rational, as a ``Fraction``."""
+    import sympy
+    if isinstance(value, sympy.Basic) and value.has(sympy.Float):
+        raise FloatInputError(
+            f"{name} holds a binary Float ({value}); pass a string such as '0.3' "
+            "or sympy.Rational so it stays exact")
+    sq = sympy.expand(value ** 2) if getattr(value, "is_number", False) else None
+    if sq is None or not sq.is_Rational or value.is_positive is not True:
+        raise InputError(
+            f"{name} must be a positive rational or the square root of one (got {value})")
+    return Fraction(int(sq.p), int(sq.q))
+
+
+def _positive(value: Any, name: str, bad: str, floats: str | None) -> Fraction:
+    try:
+        d = to_exact(value, name=name, floats=floats)
+    except FloatInputError:
+        raise
+    except InputError:
+        raise InputError(bad) from None
+    if d <= 0:
+        raise InputError(bad)
+    return d
+
+
+def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = None
+                  ) -> Fraction | None:
+    """Read a divisor and return its square ``D`` as a positive ``Fraction``, or None.
+
+    Accepted: a positive number (any form :func:`~exactattn.exact.to_exact`
+    reads), ``"sqrt(q)"`` for a positive rational q, a sympy ``sqrt(q)``, or
+    ``None``/``"none"`` (no scaling).
+
+    >>> parse_divisor("2"), parse_divisor("sqrt(2)"), parse_divisor("none")
+    (Fraction(4, 1), Fraction(2, 1), None)
+    >>> parse_divisor("0")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: divisor must be a positive number, 'sqrt(q)' or 'none' (got '0')
+    """
+    bad = f"{name} must be a positive number, 'sqrt(q)' or 'none' (got {shorten(repr(value))})"
+    if _is_none_text(value):
+        return None
+    if isinstance(value, str):
+        m = re.match(r"^\s*sqrt\s*\((.*)\)\s*$", value)
+        if m:
+            return _positive(m.group(1), name, bad, floats)
+    if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
+        return _sympy_square(value, name)
+    d = _positive(value, name, bad, floats)
+    return d * d
+
+
+def parse_scale(value: Any, *, name: str = "scale") -> Fraction | None | str:
+    """Read a scale and return ``"default"`` or the divisor squared ``D`` (scale = 1/sqrt(D)).
+
+    Accepted: ``"default"`` (1/sqrt(d_k)); ``"1/sqrt(q)"`` for a positive
+    rational q (D = q); ``"none"`` (no scaling: None); a positive exact
+    number s (D = 1/s**2); a ``Fraction`` is taken as that number s.
+
+    >>> parse_scale("default"), parse_scale("1/sqrt(48)"), parse_scale("0.125"), parse_scale("none")
+    ('default', Fraction(48, 1), Fraction(64, 1), None)
+    >>> parse_scale("-1")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: scale must be 'default', a positive number, '1/sqrt(q)' or 'none' (got '-1')
+    """
+    bad = (f"{name} must be 'default', a positive number, '1/sqrt(q)' or 'none' "
+           f"(got {shorten(repr(value))})")
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == DEFAULT_SCALE:
+            return DEFAULT_SCALE
+        if text == "none":
+            return None
+        m = re.match(r"^1\s*/\s*sqrt\s*\((.*)\)$", text)
+        if m:
+            return _positive(m.group(1), name, bad, None)
+    elif value is None:
+        return None
+    if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
+        return 1 / _sympy_square(value, name)
+    s = _positive(value, name, bad, None)
+    return 1 / (s * s)
+
+
+def divisor_text(divisor_squared: Fraction | None) -> str:
+    """The divisor ``sqrt(D)`` in words: ``2``, ``sqrt(2)``, ``none``.
+
+    >>> divisor_text(Fraction(4)), divisor_text(Fraction(3)), divisor_text(None)
+    ('2', 'sqrt(3)', 'none')
+    """
+    if divisor_squared is None:
+        return "none"
+    root = rational_sqrt(divisor_squared)
+    return str(root) if root is not None else f"sqrt({divisor_squared})"
+
+
+# --------------------------------------------------------------------------- the policy
+@dataclass(frozen=True)
+class Policy:
+    """What an attention call computes besides its numbers: scale, visibility, masks, GQA.
+
+    Args:
+        scale: ``"default"`` (1/sqrt(d_k)), text :func:`parse_scale` reads
+            (``"1/8"``, ``"1/sqrt(48)"``, ``"none"``), or ``D`` as a ``Fraction``
+            (scale = 1/sqrt(D)); kept as ``"default"``, a ``Fraction`` D, or None.
+        causal: hide keys after the query (see ``alignment``).
+        alignment: ``top_left`` or ``bottom_right``.
+        empty_row: ``zero``, ``nan`` or ``uniform``.
+        mask_kind: ``bool_keep``, ``bool_drop`` or ``additive``.
+        gqa: ``interleave`` or ``tile``.
+
+    Raises:
+        InputError: a value outside its choices, a bad scale.
+    """
+
+    scale: Any = DEFAULT_SCALE
+    causal: bool = False
+    alignment: str = "top_left"
+    empty_row: str = "zero"
+    mask_kind: str = "bool_keep"
+    gqa: str = "interleave"
+
+    def __post_init__(self):
+        s = self.scale
+        if isinstance(s, Fraction):
+            if s <= 0:
+                raise InputError(f"scale's divisor squared must be positive (got {s})")
+        elif s is not None and s != DEFAULT_SCALE:
+            object.__setattr__(self, "scale", parse_scale(s if isinstance(s, str) else str(s)))
+        if not isinstance(self.causal, bool):
+            raise InputError(f"causal must be true or false (got {self.causal!r})")
+        choice("alignment", self.alignment, ALIGNMENTS)
+        choice("empty_row", self.empty_row, EMPTY_ROWS)
+        choice("mask_kind", self.mask_kind, MASK_KINDS)
+        choice("gqa", self.gqa, GQA_MAPS)
+
+    def replace(self, **changes) -> "Policy":
+        """A copy with some fields changed (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- the scale ------------------------------------------------------
+    def divisor_squared(self, d_k: int) -> Fraction | None:
+        """``D`` with scores divided by sqrt(D): ``d_k`` under the default scale, None for none."""
+        return Fraction(d_k) if self.scale == DEFAULT_SCALE else self.scale
+
+    def scale_text(self) -> str:
+        """The scale in words: ``1/sqrt(d_k)``, ``1/8``, ``1/sqrt(48)``, ``none``."""
+        if self.scale == DEFAULT_SCALE:
+            return "1/sqrt(d_k)"
+        if self.scale is None:
+            return "none"
+        root = rational_sqrt(self.scale)
+        return str(1 / root) if root is not None else f"1/sqrt({self.scale})"
+
+    # -- visibility -------------------------------------------------------
+    def visible_keys(self, i: int, n_queries: int, n_keys: int) -> range:
+        """The keys query i sees by position (explicit masks aside): the one visibility rule.
+
+        Shapes: ``0 <= i < n_queries``; the result is a range of key indices
+        in ``0 .. n_keys - 1``.  Causal ``top_left``: ``j <= i``;
+        ``bottom_right``: ``j <= i + n_keys - n_queries``.
+
+        >>> list(Policy(causal=True).visible_keys(0, 2, 3)), list(Policy().visible_keys(0, 2, 3))
+        ([0], [0, 1, 2])
+        """
+        if not self.causal:
+            return range(n_keys)
+        shift = 0 if self.alignment == "top_left" else n_keys - n_queries
+        return range(max(0, min(i + shift + 1, n_keys)))
+
+    def keep(self, n_queries: int, n_keys: int, mask: "Mask | None" = None):
+        """An n_queries x n_keys numpy bool array, True where query i sees key j.
+
+        Built row by row from :meth:`visible_keys` (and the mask's ``keeps``).
+
+        >>> Policy(causal=True).keep(2, 2).tolist()
+        [[True, False], [True, True]]
+        """
+        import numpy as np
+        out = np.zeros((n_queries, n_keys), dtype=bool)
+        for i in range(n_queries):
+            r = self.visible_keys(i, n_queries, n_keys)
+            out[i, r.start:r.stop] = True
+        if mask is not None:
+            out &= np.array([[mask.keeps(i, j) for j in range(n_keys)]
+                             for i in range(n_queries)], dtype=bool)
+        return out
+
+    def pairs(self, n_queries: int, n_keys: int, mask: "Mask | None" = None) -> int:
+        """How many (query, key) pairs are visible: n(n+1)/2 for a causal square."""
+        if mask is None:
+            return sum(len(self.visible_keys(i, n_queries, n_keys)) for i in range(n_queries))
+        return int(self.keep(n_queries, n_keys, mask).sum())
+
+    def kv_head(self, h: int, n_query_heads: int, n_kv_heads: int) -> int:
+        """The key/value head that query head h reads under the GQA map.
+
+        Raises:
+            ShapeError: H_q is not a multiple of H_kv.
+
+        >>> [Policy().kv_head(h, 4, 2) for h in range(4)], [Policy(gqa="tile").kv_head(h, 4, 2) for h in range(4)]
+        ([0, 0, 1, 1], [0, 1, 0, 1])
+        """
+        if n_kv_heads < 1 or n_query_heads % n_kv_heads:
+            raise ShapeError(
+                f"query heads must be a multiple of key/value heads ({n_query_heads} query, "
+                f"{n_kv_heads} key/value heads)")
+        if self.gqa == "interleave":
+            return h // (n_query_heads // n_kv_heads)
+        return h % n_kv_heads
+
+    # -- words ------------------------------------------------------------
+    def describe(self) -> str:
+        """Every field on one line."""
+        return (f"scale={self.scale_text()} causal={'on' if self.causal else 'off'} "
+                f"alignment={self.alignment} empty_row={self.empty_row} "
+                f"mask={self.mask_kind} gqa={self.gqa}")
+
+    def as_dict(self) -> dict:
+        """The policy as JSON-ready values (the ``policy`` table of a spec file)."""
+        scale = (DEFAULT_SCALE if self.scale == DEFAULT_SCALE else
+                 "none" if self.scale is None else f"1/sqrt({self.scale})")
+        return {"scale": scale, "causal": self.causal, "alignment": self.alignment,
+                "empty_row": self.empty_row, "mask_kind": self.mask_kind, "gqa": self.gqa}
+
+
+def preset(name: str, **changes) -> Policy:
+    """The policy of one library (``torch``, ``flash``, ``jax``, ``xformers``), with changes.
+
+    >>> preset("jax", causal=True).describe()
+    'scale=1/sqrt(d_k) causal=on alignment=top_left empty_row=uniform mask=bool_keep gqa=interleave'
+    >>> preset("keras")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: like must be one of torch, flash, jax, xformers (got 'keras')
+    """
+    choice("like", name, tuple(PRESETS))
+    return Policy(**{**PRESETS[name], **changes})
+
+
+# --------------------------------------------------------------------------- explicit masks
+def _is_minus_inf(e: Any) -> bool:
+    """True for None, ``"-inf"`` and a binary float (Python or numpy) equal to minus infinity."""
+    if e is None:
+        return True
+    if isinstance(e, str):
+        return e.strip().lower() in ("-inf", "-infinity")
+    if isinstance(e, float) or type(e).__module__ == "numpy":
+        try:
+            return float(e) == float("-inf")
+        except (TypeError, ValueError):
+            return False
+    return False
+
+
+class Mask:
+    """An explicit mask: which keys each query may see, and what an additive mask adds.
+
+    Kinds (see :class:`Policy`): ``bool_keep`` (True = attend), ``bool_drop``
+    (True = ignore), ``additive`` (a number added to the scaled score;
+    ``None``, ``"-inf"`` or ``float('-inf')`` hides the key).  The causal rule
+    is not a mask: it is ``Policy(causal=True)``.
+
+    Shapes: ``rows`` is n_queries x n_keys.
+
+    Raises:
+        InputError: an unknown kind, a non-bool entry in a boolean mask.
+        ShapeError: ragged or empty rows, sizes that do not match.
+
+    >>> Mask("additive", [["0", "-inf"]]).as_form("bool_drop")
+    [[False, True]]
+    >>> Mask("bool_keep", [[1, 0]])
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: mask[0][0] must be True or False in a bool_keep mask (got 1)
+    """
+
+    __slots__ = ("kind", "n_queries", "n_keys", "rows")
+
+    def __init__(self, kind: str, rows, *, n_queries: int | None = None,
+                 n_keys: int | None = None, floats: str | None = None):
+        choice("kind", kind, MASK_KINDS)
+        self.kind = kind
+        if hasattr(rows, "tolist") and not isinstance(rows, (list, tuple)):
+            rows = rows.tolist()
+        if rows is None or isinstance(rows, (str, bytes)):
+            raise ShapeError(f"rows must be a list of mask rows for a {kind} mask "
+                             f"(got {shorten(repr(rows))})")
+        out = []
+        for i, r in enumerate(rows):
+            row = []
+            for j, e in enumerate(r):
+                where = f"mask[{i}][{j}]"
+                if kind == "additive":
+                    if isinstance(e, bool) or type(e).__name__ == "bool_":
+                        raise InputError(f"{where} must be a number or '-inf' for an additive "
+                                         f"mask (got {e!r}); a boolean mask needs mask_kind "
+                                         "bool_keep or bool_drop")
+                    if _is_minus_inf(e):
+                        row.append(None)
+                    else:
+                        if hasattr(e, "item"):
+                            e = e.item()
+                        row.append(to_exact(e, name=where, floats=floats))
+                else:
+                    if type(e).__name__ == "bool_":
+                        e = bool(e)
+                    if not isinstance(e, bool):
+                        raise InputError(
+                            f"{where} must be True or False in a {kind} mask (got {e!r})")
+                    row.append(e)
+            out.append(tuple(row))
+        if not out or not out[0]:
+            raise ShapeError(f"mask must have at least one row and one column "
+                             f"(got {shorten(repr(rows))})")
+        if len({len(r) for r in out}) != 1:
+            raise ShapeError(
+                f"mask must have rows of equal length (got lengths {[len(r) for r in out]})")
+        self.rows = tuple(out)
+        self.n_queries, self.n_keys = len(out), len(out[0])
+        for name, want, got in (("n_queries", n_queries, self.n_queries),
+                                ("n_keys", n_keys, self.n_keys)):
+            if want is not None and want != got:
+                raise ShapeError(f"mask must have {name} = {want} (got {got})")
+
+    def keeps(self, i: int, j: int) -> bool:
+        """Whether the mask lets query i see key j."""
+        e = self.rows[i][j]
+        if self.kind == "bool_keep":
+            return e
+        if self.kind == "bool_drop":
+            return not e
+        return e is not None
+
+    def offset(self, i: int, j: int) -> Fraction:
+        """What the mask adds to a visible scaled score: 0 except in additive masks."""
+        if self.kind == "additive" and self.rows[i][j] is not None:
+            return self.rows[i][j]
+        return Fraction(0)
+
+    def offsets(self, i: int) -> list[Fraction] | None:
+        """Row i's additive offsets (0 at hidden keys), or None when the row adds nothing."""
+        if self.kind != "additive":
+            return None
+        row = [Fraction(0) if e is None else e for e in self.rows[i]]
+        return row if any(row) else None
+
+    @property
+    def has_offsets(self) -> bool:
+        """True for an additive mask with a finite non-zero entry (not expressible as booleans)."""
+        return self.kind == "additive" and any(e not in (None, 0) for r in self.rows for e in r)
+
+    def as_form(self, form: str) -> list[list]:
+        """The mask written as ``bool_keep``, ``bool_drop`` or ``additive`` (``None`` = -inf).
+
+        Raises:
+            InputError: an unknown form; an additive mask with finite
+                non-zero entries asked for as booleans.
+        """
+        choice("form", form, MASK_KINDS)
+        keep = [[self.keeps(i, j) for j in range(self.n_keys)] for i in range(self.n_queries)]
+        if form == "additive":
+            if self.kind == "additive":
+                return [list(r) for r in self.rows]
+            return [[Fraction(0) if v else None for v in r] for r in keep]
+        if self.has_offsets:
+            raise InputError(
+                f"mask_as must be 'additive' for an additive mask with finite offsets "
+                f"(got {form!r}); draw inputs without them or accept additive masks")
+        return keep if form == "bool_keep" else [[not v for v in r] for r in keep]
+
+    def select(self, rows: Sequence[int], cols: Sequence[int]) -> "Mask":
+        """The mask restricted to (and reordered by) the given query rows and key columns."""
+        return Mask(self.kind, [[self.rows[i][j] for j in cols] for i in rows])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mask) and self.kind == other.kind and self.rows == other.rows
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.rows))
+
+    def __repr__(self) -> str:
+        def text(e):
+            if e is None:
+                return "'-inf'"
+            if isinstance(e, bool):
+                return repr(e)
+            return str(e.numerator) if e.denominator == 1 else repr(str(e))
+        body = "[" + ", ".join("[" + ", ".join(text(e) for e in r) + "]" for r in self.rows) + "]"
+        return f"Mask({self.kind!r}, {body})"
+
+    def _repr_pretty_(self, p, cycle):  # Hypothesis's and IPython's pretty printer
+        p.text(repr(self))

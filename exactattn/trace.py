@@ -1,0 +1,297 @@
+"""The trace of one run of a head: every intermediate, one type for every engine.
+
+A :class:`Trace` records ``x``, ``queries``, ``keys``, ``values``, the raw and
+scaled scores, the exact softmax rows, the shares and the outputs, plus the
+multiply-adds counted while they were computed (None when nothing was
+counted).  Every engine returns this one type; a matrix an engine keeps in
+another form (python-flint matrices in the fast engine) is converted on first
+access, so nothing converts what nobody reads.
+
+Shares and outputs are exact values (:class:`~exactattn.softmax.ExpRatio` for
+the numeric engines, :class:`SymbolicValue` for the symbolic one); both
+answer ``.decimal(places)``, ``.exact()`` and ``.closed_form()``.
+:meth:`Trace.share_decimals` and :meth:`Trace.output_decimals` certify every
+entry at once (:mod:`exactattn.bulk`), falling back to the per-entry path only
+for the few entries the bulk intervals leave undecided.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Callable
+
+from .digits import certify, check_places, round_fraction
+from .errors import InputError
+from .softmax import SoftmaxRow
+
+__all__ = ["SymbolicValue", "Trace"]
+
+
+class Trace:
+    """Every intermediate of one run of :func:`~exactattn.head.attend`.
+
+    Shapes: x n x d_model; queries, keys n x d_k; values n x d_v; raw_scores
+    n x n (``None`` at hidden pairs, which no engine computes); shares n x n;
+    outputs n x d_v.  ``macs`` counts multiply-adds by stage (``projections``,
+    ``scores``, ``mix``), counted inside the loops (None for the fast
+    engine: nothing is counted that did not run).  ``softmax_ops`` counts the
+    softmax's exponentials, additions and divisions separately.
+
+    Indices are 0-based, as the shapes say; an index outside them raises
+    ``IndexError`` naming the bad index and the shape.
+    """
+
+    def __init__(self, head, engine: str, x: list[list], *, queries, keys, values, raw_scores,
+                 empty_row: str = "zero", rows=None, outputs=None, macs: dict | None = None,
+                 softmax_ops: dict | None = None, score_row: Callable | None = None,
+                 integers: Callable | None = None):
+        self.head = head
+        self.engine = engine
+        self.x = x
+        self.empty_row = empty_row
+        self.macs = macs
+        self.softmax_ops = softmax_ops
+        self._parts: dict[str, Any] = {"queries": queries, "keys": keys, "values": values,
+                                       "raw_scores": raw_scores}
+        self._rows: list | None = rows
+        self._row_cache: dict[int, SoftmaxRow] = {}
+        self._outputs = outputs
+        self._score_row = score_row
+        self._integers = integers
+        self._decimals: dict = {}
+        #: entries the bulk intervals left undecided, decided by the exact per-entry path
+        self.fallbacks = 0
+
+    def __repr__(self) -> str:
+        return f"Trace(engine={self.engine!r}, n={self.n}, {self.head!r})"
+
+    def _part(self, name: str):
+        value = self._parts[name]
+        if callable(value):
+            value = self._parts[name] = value()
+        return value
+
+    queries = property(lambda self: self._part("queries"),
+                       doc="n x d_k exact queries (``Fraction``, sympy in the symbolic engine)")
+    keys = property(lambda self: self._part("keys"), doc="n x d_k exact keys")
+    values = property(lambda self: self._part("values"), doc="n x d_v exact values")
+    raw_scores = property(lambda self: self._part("raw_scores"),
+                          doc="n x n exact raw scores queries[i] . keys[j] (None where hidden)")
+
+    @property
+    def n(self) -> int:
+        return len(self.x)
+
+    @property
+    def divisor(self):
+        return self.head.divisor
+
+    def _check(self, i: int, j: int, width: int, what: str) -> None:
+        for name, v, size in (("query index", i, self.n), (what, j, width)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < size:
+                raise IndexError(f"{name} must be from 0 to {size - 1} (got {v!r}); "
+                                 "indices are 0-based")
+
+    # -- scores ----------------------------------------------------------
+    def raw_score_row(self, i: int) -> list:
+        """Row i of the raw scores, without converting the others."""
+        if self._score_row is not None and callable(self._parts["raw_scores"]):
+            return self._score_row(i)
+        return self.raw_scores[i]
+
+    def scaled_score(self, i: int, j: int):
+        """raw / divisor: a ``Fraction`` when the divisor is rational, else sympy; None if hidden."""
+        r = self.raw_score_row(i)[j]
+        return None if r is None else self.head.scale(r)
+
+    @property
+    def scaled_scores(self) -> list[list]:
+        return [[self.scaled_score(i, j) for j in range(self.n)] for i in range(self.n)]
+
+    # -- softmax rows, shares, outputs ------------------------------------
+    @property
+    def rows(self) -> list:
+        """The exact softmax row of every query (:class:`SoftmaxRow`; sympy rows when symbolic)."""
+        if self._rows is None:
+            self._rows = [self.row(i) for i in range(self.n)]
+        return self._rows
+
+    def row(self, i: int):
+        if self._rows is not None:
+            return self._rows[i]
+        row = self._row_cache.get(i)
+        if row is None:
+            row = self._row_cache[i] = SoftmaxRow(self.raw_score_row(i),
+                                                  self.head.divisor_squared, self.empty_row)
+        return row
+
+    def share(self, i: int, j: int):
+        """The exact share of key j for query i (an :class:`ExpRatio` or :class:`SymbolicValue`)."""
+        self._check(i, j, self.n, "key index")
+        if self.engine == "symbolic":
+            return SymbolicValue(self.rows[i][j])
+        return self.row(i).share(j)
+
+    @property
+    def shares(self) -> list[list]:
+        """Exact shares: ``Fraction`` where rational, sympy closed forms elsewhere."""
+        if self.engine == "symbolic":
+            return [list(r) for r in self.rows]
+        return [[self.row(i).share(j).exact() for j in range(self.n)] for i in range(self.n)]
+
+    def output(self, i: int, c: int):
+        """Output column c of query i (an :class:`ExpRatio` or :class:`SymbolicValue`)."""
+        self._check(i, c, self.head.d_v, "value column")
+        if self.engine == "symbolic":
+            return SymbolicValue(self._outputs[i][c])
+        if self._outputs is not None:
+            return self._outputs[i][c]
+        return self.row(i).combine([r[c] for r in self.values])
+
+    @property
+    def outputs(self) -> list[list]:
+        if self.engine == "symbolic":
+            return [list(r) for r in self._outputs]
+        return [[self.output(i, c).exact() for c in range(self.head.d_v)]
+                for i in range(self.n)]
+
+    def row_sums_to_one(self, i: int) -> bool:
+        if self.engine == "symbolic":
+            import sympy
+            return sympy.cancel(sympy.together(sum(self.rows[i]))) == 1
+        return self.row(i).sum_is_one()
+
+    # -- bulk certified decimals -------------------------------------------
+    def share_decimals(self, places: int) -> list[list[str]]:
+        """Every share, correctly rounded to ``places`` decimals (n x n strings).
+
+        The same strings as ``trace.share(i, j).decimal(places)`` for every
+        entry, decided in bulk from integer enclosures where the scores allow.
+
+        Raises:
+            InputError: ``places`` is not an integer from 0 to 50.
+        """
+        return [list(r) for r in self._bulk(places)[0]]
+
+    def output_decimals(self, places: int) -> list[list[str]]:
+        """Every output, correctly rounded to ``places`` decimals (n x d_v strings).
+
+        Raises:
+            InputError: ``places`` is not an integer from 0 to 50.
+        """
+        return [list(r) for r in self._bulk(places)[1]]
+
+    def _bulk(self, places: int):
+        check_places(places)
+        if places in self._decimals:
+            return self._decimals[places]
+        n, d_v = self.n, self.head.d_v
+        result = None
+        if self.engine != "symbolic" and self._integers is not None:
+            from .bulk import decimals
+            num, den, vnum, vden = self._integers()
+            keep = self.head.policy.keep(n, n)
+            result = decimals(num, den, self.head.divisor_squared, keep, vnum, vden, places)
+        if result is None:
+            shares = [[self.share(i, j).decimal(places) for j in range(n)] for i in range(n)]
+            outputs = [[self.output(i, c).decimal(places) for c in range(d_v)]
+                       for i in range(n)]
+        else:
+            shares, outputs, (share_cells, output_cells) = result
+            self.fallbacks += len(share_cells) + len(output_cells)
+            for i, j in share_cells:
+                shares[i][j] = self.share(i, j).decimal(places)
+            for i, c in output_cells:
+                outputs[i][c] = self.output(i, c).decimal(places)
+        self._decimals[places] = (shares, outputs)
+        return shares, outputs
+
+
+class SymbolicValue:
+    """An entry of the symbolic engine: a sympy expression with the numeric views of ExpRatio.
+
+    ``decimal(places)`` is certified (ball arithmetic on the expression tree,
+    precision doubled until the rounding is decided); an expression with free
+    symbols has no decimal.
+
+    >>> import sympy
+    >>> SymbolicValue(sympy.E / (1 + sympy.E)).decimal(4)
+    '0.7311'
+    """
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def closed_form(self):
+        return self.expr
+
+    def exact(self):
+        e = self.expr
+        return Fraction(int(e.p), int(e.q)) if getattr(e, "is_Rational", False) else e
+
+    def text(self) -> str:
+        return str(self.expr)
+
+    def decimal(self, places: int) -> str:
+        """Correctly rounded decimal at ``places`` places.
+
+        Raises:
+            InputError: the expression has free symbols.
+        """
+        check_places(places)
+        e = self.expr
+        if getattr(e, "free_symbols", None):
+            names = ", ".join(sorted(str(s) for s in e.free_symbols))
+            raise InputError(f"value must be a number to print decimals (got {e}, with "
+                             f"symbols {names}); substitute values for them first")
+        if getattr(e, "is_Rational", False):
+            return round_fraction(Fraction(int(e.p), int(e.q)), places)
+        return certify(lambda prec: _arb_of(e), places)
+
+    def __eq__(self, other) -> bool:
+        import sympy
+        other = other.expr if isinstance(other, SymbolicValue) else other
+        return sympy.simplify(self.expr - other) == 0
+
+    def __hash__(self) -> int:
+        return hash(self.expr)
+
+    def __repr__(self) -> str:
+        return f"SymbolicValue({self.expr})"
+
+
+def _arb_of(e):
+    """An ``arb`` enclosure of a closed sympy number (at the current precision)."""
+    import sympy
+    from flint import arb, fmpq
+    if e.is_Rational:
+        return arb(fmpq(int(e.p), int(e.q)))
+    if e is sympy.E:
+        return arb(1).exp()
+    if e is sympy.pi:
+        return arb.pi()
+    args = [_arb_of(a) for a in e.args]
+    if e.is_Add:
+        total = arb(0)
+        for a in args:
+            total += a
+        return total
+    if e.is_Mul:
+        total = arb(1)
+        for a in args:
+            total *= a
+        return total
+    if e.is_Pow:
+        base, power = args
+        if e.args[1].is_Integer:
+            return base ** int(e.args[1])
+        return base ** power
+    fn = {sympy.exp: "exp", sympy.log: "log", sympy.sin: "sin", sympy.cos: "cos",
+          sympy.tanh: "tanh"}.get(e.func)
+    if fn is not None:
+        return getattr(args[0], fn)()
+    raise InputError(f"value must be built from rationals, exp, log, sqrt and +, *, ** "
+                     f"to print decimals (got {e})")
+

@@ -1,0 +1,145 @@
+"""One vocabulary of argument checks, for every command and public function.
+
+Every option type and argument check of exactattn lives here, so messages read
+alike everywhere: ``<name> must be <expected> (got <actual>)``, plus the fix
+when there is one.  The ``check_*`` functions validate Python arguments and
+raise :class:`~exactattn.errors.InputError`; the option types (``whole``,
+``places``, ...) wrap them for ``argparse`` (``type=``), which turns the error
+into the CLI's one-line ``exactattn: error: ...`` and exit status 2.
+
+Words used: a *whole number* is an integer (never a bool, a float or a
+string); *positive* means at least 1; *places* are decimal places after the
+point, 0 to 50.
+
+>>> check_whole(3, "n")
+3
+>>> check_whole(0, "n")
+Traceback (most recent call last):
+...
+exactattn.errors.InputError: n must be a positive whole number (got 0)
+>>> whole("--rows", high=10)("11")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: --rows must be a whole number from 1 to 10 (got '11')
+>>> places("--digits")("4")
+4
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable, Sequence
+
+from .errors import InputError, shorten
+
+__all__ = ["MAX_PLACES", "check_choice", "check_places", "check_whole", "choice", "index_pair",
+           "places", "whole", "whole_list"]
+
+#: decimal places a table, a report or a value prints: 0 to 50 everywhere
+MAX_PLACES = 50
+
+
+def _got(value: Any) -> str:
+    return shorten(repr(value))
+
+
+def check_whole(value: Any, name: str, *, low: int = 1, high: int | None = None) -> int:
+    """``value`` if it is an integer in ``low .. high`` (no upper bound when ``high`` is None).
+
+    >>> check_whole(True, "heads")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: heads must be a positive whole number (got True)
+    """
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if ok and value >= low and (high is None or value <= high):
+        return value
+    if high is not None:
+        raise InputError(f"{name} must be a whole number from {low} to {high} (got {_got(value)})")
+    if low == 1:
+        raise InputError(f"{name} must be a positive whole number (got {_got(value)})")
+    if low == 0:
+        raise InputError(f"{name} must be a non-negative whole number (got {_got(value)})")
+    raise InputError(f"{name} must be a whole number of at least {low} (got {_got(value)})")
+
+
+def check_places(value: Any, name: str = "digits") -> int:
+    """Decimal places: a whole number from 0 to 50."""
+    return check_whole(value, name, low=0, high=MAX_PLACES)
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(f"{name} must be one of {', '.join(choices)} (got {_got(value)})")
+    return value
+
+
+def _argtype(check: Callable[[Any], Any], name: str, parse: Callable[[str], Any]):
+    """An argparse ``type=`` from a parser of the text and a check of the value."""
+    def convert(text: str):
+        try:
+            value = parse(text.strip())
+        except (ValueError, TypeError):
+            value = text
+        try:
+            return check(value)
+        except InputError as e:
+            msg = str(e).rsplit(" (got ", 1)[0] + f" (got {_got(text)})"   # echo what was typed
+            raise argparse.ArgumentTypeError(msg) from None
+    convert.__name__ = name
+    return convert
+
+
+def _int(text: str) -> int:
+    if len(text) > 4300 or not text.lstrip("+-").isdigit():
+        raise ValueError(text)
+    return int(text)
+
+
+def whole(flag: str, *, low: int = 1, high: int | None = None):
+    """An argparse type: a whole number in ``low .. high``, named ``flag`` in its errors."""
+    return _argtype(lambda v: check_whole(v, flag, low=low, high=high), flag, _int)
+
+
+def places(flag: str = "--digits"):
+    """An argparse type: decimal places, 0 to 50."""
+    return whole(flag, low=0, high=MAX_PLACES)
+
+
+def choice(flag: str, choices: Sequence[str]):
+    """An argparse type: one of ``choices`` (use instead of ``choices=`` for one message style)."""
+    return _argtype(lambda v: check_choice(v, flag, choices), flag, str)
+
+
+def whole_list(flag: str, *, low: int = 1, high: int | None = None, most: int = 64):
+    """An argparse type: a comma-separated list of at most ``most`` whole numbers.
+
+    >>> whole_list("--rows")("4, 8,16")
+    [4, 8, 16]
+    """
+    def convert(text: str) -> list[int]:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or len(parts) > most:
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be a comma-separated list of 1 to {most} whole numbers "
+                f"(got {_got(text)})")
+        return [whole(flag, low=low, high=high)(p) for p in parts]
+    convert.__name__ = flag
+    return convert
+
+
+def index_pair(flag: str):
+    """An argparse type: ``I,J``, two positive whole numbers (1-based, as the tables print them).
+
+    >>> index_pair("--explain")("2,1")
+    (2, 1)
+    """
+    def convert(text: str) -> tuple[int, int]:
+        parts = text.split(",")
+        if len(parts) != 2:
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be two positions I,J such as 2,1 (got {_got(text)})")
+        return tuple(whole(flag)(p) for p in parts)
+    convert.__name__ = flag
+    return convert

@@ -38,10 +38,9 @@ SIDED_PREC = 1 << 10
 
 
 def check_places(places) -> int:
-    """Validate a number of decimal places (0..50)."""
-    if isinstance(places, bool) or not isinstance(places, int) or not 0 <= places <= 50:
-        raise InputError(f"digits must be an integer from 0 to 50 (got {places!r})")
-    return places
+    """Validate a number of decimal places (a whole number from 0 to 50)."""
+    from .options import check_places as check
+    return check(places, "digits")
 
 
 def format_scaled(k: int, places: int) -> str:

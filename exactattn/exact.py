@@ -132,7 +132,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
             if not symbolic:
                 raise InputError(
                     f"{name} must be a rational number for this engine (got {value}); "
-                    "use engine='symbolic' for symbols and expressions")
+                    "pass symbolic=True to allow symbols and expressions")
             return value
     if mod.startswith("flint") and type(value).__name__ in ("fmpq", "fmpz"):
         return Fraction(int(value.p), int(value.q)) if type(value).__name__ == "fmpq" \

@@ -54,105 +54,9 @@ from .call import EMPTY_ROWS, choice
 from .digits import certify, round_fraction
 from .errors import InputError
 from .exact import rational_sqrt
+from .exponents import Exponent, ExpPoly, fmpq_of
 
 __all__ = ["ExpRatio", "SoftmaxRow"]
-
-
-# --------------------------------------------------------------------------- exponential polynomials
-def _fq(q: Fraction):
-    from flint import fmpq
-    return fmpq(q.numerator, q.denominator)
-
-
-def _unify(*polys: "_ExpPoly") -> list["_ExpPoly"]:
-    """The polynomials rewritten over one basis of inverse square roots.
-
-    ``1/sqrt(D)`` and ``1/sqrt(E)`` are rationally dependent exactly when E/D
-    is a rational square; then ``1/sqrt(D) = sqrt(E/D) / sqrt(E)``.
-    """
-    basis: list = []
-    maps = []
-    for p in polys:
-        mapping = []
-        for D in p.basis:
-            for k, E in enumerate(basis):
-                f = rational_sqrt(E / D)
-                if f is not None:
-                    mapping.append((k, f))
-                    break
-            else:
-                basis.append(D)
-                mapping.append((len(basis) - 1, Fraction(1)))
-        maps.append(mapping)
-    basis = tuple(basis)
-    return [p.rebase(basis, m) for p, m in zip(polys, maps)]
-
-
-class _ExpPoly:
-    """``sum_k c_k exp(p_k + sum_i a_ki / sqrt(basis_i))`` with exact, collected terms.
-
-    ``terms`` maps an exponent ``(p, a_1, ..., a_m)`` to its non-zero rational
-    coefficient; ``basis`` holds the D values (none a rational square, no two
-    with a rational-square ratio), so distinct keys are distinct exponents.
-    """
-
-    __slots__ = ("basis", "terms")
-
-    def __init__(self, basis: tuple, terms: dict):
-        self.basis = basis
-        self.terms = {e: c for e, c in terms.items() if c != 0}
-
-    def rebase(self, basis: tuple, mapping: list) -> "_ExpPoly":
-        if basis == self.basis:
-            return self
-        out: dict = {}
-        for e, c in self.terms.items():
-            key = [e[0]] + [Fraction(0)] * len(basis)
-            for a, (k, f) in zip(e[1:], mapping):
-                key[1 + k] += a * f
-            key = tuple(key)
-            out[key] = out.get(key, 0) + c
-        return _ExpPoly(basis, out)
-
-    def times_minus(self, a: "_ExpPoly", other: "_ExpPoly", b: "_ExpPoly") -> "_ExpPoly":
-        """``self * a - other * b``, collected exactly."""
-        s, a, o, b = _unify(self, a, other, b)
-        out: dict = {}
-        for sign, x, y in ((1, s, a), (-1, o, b)):
-            for e1, c1 in x.terms.items():
-                for e2, c2 in y.terms.items():
-                    key = tuple(u + v for u, v in zip(e1, e2))
-                    out[key] = out.get(key, 0) + sign * c1 * c2
-        return _ExpPoly(s.basis, out)
-
-    def ball(self, prec: int):
-        from flint import arb
-        roots = [1 / arb(_fq(D)).sqrt() for D in self.basis]
-        total = arb(0)
-        for e, c in self.terms.items():
-            x = arb(_fq(e[0]))
-            for a, r in zip(e[1:], roots):
-                if a:
-                    x += arb(_fq(a)) * r
-            total += arb(_fq(c)) * x.exp()
-        return total
-
-    def sign(self) -> int:
-        """-1, 0 or 1, exactly: 0 only for the zero polynomial (Lindemann-Weierstrass)."""
-        if not self.terms:
-            return 0
-        from .digits import working_precision
-        prec = 64
-        while True:
-            with working_precision(prec):
-                b = self.ball(prec)
-                if b > 0:
-                    return 1
-                if b < 0:
-                    return -1
-            prec *= 2
-            if prec > 1 << 22:   # pragma: no cover - would need a pathological cancellation
-                raise InputError("sign could not be decided below 2^22 bits")
 
 
 # --------------------------------------------------------------------------- rows
@@ -218,7 +122,7 @@ class SoftmaxRow:
 
     def _order_key(self, pair):
         """A sort key for exponents g/sqrt(D) + m that orders them exactly."""
-        return _Exponent(pair[0], pair[1], self.divisor_squared)
+        return Exponent(pair[0], pair[1], self.divisor_squared)
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -274,12 +178,12 @@ class SoftmaxRow:
             return (), (s / self._root,)
         return (self.divisor_squared,), (Fraction(0), s)
 
-    def _poly(self, coefficients: dict) -> _ExpPoly:
+    def _poly(self, coefficients: dict) -> ExpPoly:
         terms, basis = {}, ()
         for g, c in coefficients.items():
             basis, key = self.exponent(g)
             terms[key] = terms.get(key, 0) + c
-        return _ExpPoly(basis, terms)
+        return ExpPoly(basis, terms)
 
     # -- numeric evaluation --------------------------------------------------
     def exp_balls(self, prec: int) -> dict:
@@ -288,13 +192,13 @@ class SoftmaxRow:
         if cache is not None and cache[0] == prec:
             return cache[1]
         from flint import arb
-        inv = None if self.divisor_squared is None else 1 / arb(_fq(self.divisor_squared)).sqrt()
+        inv = None if self.divisor_squared is None else 1 / arb(fmpq_of(self.divisor_squared)).sqrt()
         balls = {}
         for g in self.counts:
             if self.paired:
-                balls[g] = (arb(_fq(g[0])) * inv + arb(_fq(g[1]))).exp()
+                balls[g] = (arb(fmpq_of(g[0])) * inv + arb(fmpq_of(g[1]))).exp()
             else:
-                a = arb(_fq(g))
+                a = arb(fmpq_of(g))
                 balls[g] = (a if inv is None else a * inv).exp()
         self._ball_cache = (prec, balls)
         return balls
@@ -334,25 +238,6 @@ class SoftmaxRow:
             parts.append(p if not parts or p.startswith("-") else "+ " + p)
         body = " ".join(parts).replace(" -", " - ").replace("- -", "- ")
         return "1" if body == "0" else f"exp({body})"
-
-
-class _Exponent:
-    """An exponent ``g/sqrt(D) + m`` ordered exactly (for the row maximum)."""
-
-    __slots__ = ("g", "m", "D")
-
-    def __init__(self, g: Fraction, m: Fraction, D: Fraction):
-        self.g, self.m, self.D = g, m, D
-
-    def __lt__(self, other: "_Exponent") -> bool:
-        # sign of (g1-g2)/sqrt(D) + (m1-m2), with D not a rational square
-        x, y = self.g - other.g, self.m - other.m
-        if x == 0 or y == 0 or (x > 0) == (y > 0):
-            return x < 0 or (x == 0 and y < 0)
-        return (x < 0) if x * x / self.D > y * y else (y < 0)
-
-    def __gt__(self, other: "_Exponent") -> bool:
-        return other < self
 
 
 # --------------------------------------------------------------------------- the value type
@@ -419,7 +304,7 @@ class ExpRatio:
                              "use .decimal(places) or .ball(prec)")
         return q
 
-    def _polys(self) -> tuple[_ExpPoly, _ExpPoly]:
+    def _polys(self) -> tuple[ExpPoly, ExpPoly]:
         row = self.row
         return row._poly(self.numerators), row._poly(row.counts)
 
@@ -443,8 +328,8 @@ class ExpRatio:
             if q is not None:
                 return (q > other) - (q < other)
             num, den = self._polys()
-            one = _ExpPoly((), {(Fraction(0),): Fraction(other)})
-            return num.times_minus(_ExpPoly((), {(Fraction(0),): Fraction(1)}), den, one).sign()
+            one = ExpPoly((), {(Fraction(0),): Fraction(other)})
+            return num.times_minus(ExpPoly((), {(Fraction(0),): Fraction(1)}), den, one).sign()
         if not isinstance(other, ExpRatio):
             return NotImplemented
         other._check_number()
@@ -534,7 +419,7 @@ class ExpRatio:
         den = row.normaliser(prec, balls)
         num = arb(0)
         for g, a in self.numerators.items():
-            num += arb(_fq(Fraction(a))) * balls[g]
+            num += arb(fmpq_of(Fraction(a))) * balls[g]
         return num / den
 
     def decimal(self, places: int) -> str:
@@ -559,7 +444,7 @@ def _sum_text(row: SoftmaxRow, coefficients: dict) -> str:
     terms = []
     for g, c in coefficients.items():
         basis, e = row.exponent(g)
-        terms.append((_Exponent(e[-1], e[0], basis[0]) if basis else e[0], g, c))
+        terms.append((Exponent(e[-1], e[0], basis[0]) if basis else e[0], g, c))
     terms.sort(key=lambda t: t[0])
     out = ""
     for _, g, c in terms:

@@ -169,7 +169,7 @@ class Trace:
         entry, decided in bulk from integer enclosures where the scores allow.
 
         Raises:
-            InputError: ``places`` is not an integer from 0 to 50.
+            InputError: ``places`` is not a whole number from 0 to 50.
         """
         return [list(r) for r in self._bulk(places)[0]]
 
@@ -177,7 +177,7 @@ class Trace:
         """Every output, correctly rounded to ``places`` decimals (n x d_v strings).
 
         Raises:
-            InputError: ``places`` is not an integer from 0 to 50.
+            InputError: ``places`` is not a whole number from 0 to 50.
         """
         return [list(r) for r in self._bulk(places)[1]]
 

@@ -11,7 +11,9 @@ from exactattn import Head, attend
 from exactattn.digits import round_fraction
 from exactattn.errors import InputError
 from exactattn.examples import chronicle
-from exactattn.fast import FastTrace, _exact_matmul, _ExpTables
+from exactattn.bulk import decimals, exact_matmul
+from exactattn.kernels import common_denominator
+from exactattn.trace import Trace
 
 
 def typed_rows_equal(got, want):
@@ -27,7 +29,8 @@ def assert_same(head, x, places=(4, 12)):
     """Every exact matrix and every certified decimal of fast == pencil."""
     pencil = attend(head, x, engine="pencil")
     fast = attend(head, x, engine="fast")
-    assert isinstance(fast, FastTrace)
+    assert type(fast) is type(pencil) is Trace      # one trace type for every engine
+    assert pencil.share_decimals(places[0]) == fast.share_decimals(places[0])
     typed_rows_equal(fast.queries, pencil.queries)
     typed_rows_equal(fast.keys, pencil.keys)
     typed_rows_equal(fast.values, pencil.values)
@@ -54,15 +57,28 @@ def test_chronicle_matches_pencil():
     assert all(fast.row_sums_to_one(i) is True for i in range(4))
 
 
-def test_fast_counts_nothing_and_keeps_flint_types():
-    from flint import fmpq_mat
+def test_fast_counts_nothing():
     ex = chronicle()
     fast = attend(ex.head, ex.x, engine="fast")
     assert fast.macs is None and fast.softmax_ops is None
     assert fast.engine == "fast"
-    assert isinstance(fast.query_matrix, fmpq_mat) and isinstance(fast.score_matrix, fmpq_mat)
-    assert "raw_scores" not in fast._cache      # nothing converted before it is read
     assert fast.rows[1].max_raw == F(25, 8)
+
+
+def _integer_scores(trace):
+    """The raw scores as (numpy integers, common denominator), hidden pairs as 0."""
+    from exactattn.bulk import int_array
+    rows = [[F(0) if s is None else s for s in r] for r in trace.raw_scores]
+    ints, den = common_denominator(rows)
+    return int_array([v for r in ints for v in r], (len(ints), len(ints[0]))), den
+
+
+def _feasible(trace) -> bool:
+    import numpy as np
+    num, den = _integer_scores(trace)
+    n, head = trace.n, trace.head
+    return decimals(num, den, head.divisor_squared, np.ones((n, n), dtype=bool),
+                    np.zeros((n, 1), dtype=np.int64), 1, 4) is not None
 
 
 def _random_head(rng, d_model, d_k, d_v, layout, divisor, causal):
@@ -187,8 +203,7 @@ def test_huge_denominators_fall_back_to_exact_rows():
     head = Head([[F(1, 2 ** 20), 1], [1, F(3, 2 ** 20)]], [[1, 0], [F(1, 3), 1]],
                 [[1, 2], [3, 4]])
     x = [[F(1, 2 ** 40), F(2)], [F(1), F(-1, 2 ** 40)], [F(5, 2 ** 40), F(1, 3)]]
-    num, den = attend(head, x, engine="fast")._integer_scores()
-    assert not _ExpTables(den, head.divisor_squared, 31).feasible
+    assert not _feasible(attend(head, x, engine="fast"))
     assert_same(head, x)
 
 
@@ -201,12 +216,10 @@ def test_large_numerators_use_exact_integer_products():
     head = Head(*W, divisor="sqrt(2)")
     x = [[F(rng.randint(-2 ** 17, 2 ** 17), 2 ** 14) for _ in range(d)] for _ in range(6)]
     fast = attend(head, x, engine="fast")
-    qn, _ = fast.query_matrix.numer_denom()
-    kn, _ = fast.key_matrix.numer_denom()
-    assert max(abs(int(v)) for v in qn.entries()) * max(abs(int(v)) for v in kn.entries()) \
-        * d >= 2 ** 53
-    num, den = fast._integer_scores()
-    assert _ExpTables(den, head.divisor_squared, 31).feasible      # the bulk path runs
+    qn, _ = common_denominator(fast.queries)
+    kn, _ = common_denominator(fast.keys)
+    assert max(abs(v) for r in qn for v in r) * max(abs(v) for r in kn for v in r) * d >= 2 ** 53
+    assert _feasible(fast)      # the bulk path runs
     assert_same(head, x)
 
 
@@ -214,7 +227,7 @@ def test_exact_matmul_is_exact_past_float_range():
     import numpy as np
     a = np.array([[2 ** 40 + 1, 3]], dtype=np.int64)
     b = np.array([[2 ** 20 + 1], [5]], dtype=np.int64)
-    got = _exact_matmul(a, b)
+    got = exact_matmul(a, b)
     assert int(got[0, 0]) == (2 ** 40 + 1) * (2 ** 20 + 1) + 15
 
 
@@ -256,7 +269,7 @@ def test_symbolic_closed_form_of_a_fast_share():
 @pytest.mark.parametrize("places", [-1, 51, 2.0, True])
 def test_bad_places(places):
     fast = attend(chronicle().head, chronicle().x, engine="fast")
-    with pytest.raises(InputError, match="digits must be an integer from 0 to 50"):
+    with pytest.raises(InputError, match="digits must be a whole number from 0 to 50"):
         fast.share_decimals(places)
-    with pytest.raises(InputError, match="digits must be an integer from 0 to 50"):
+    with pytest.raises(InputError, match="digits must be a whole number from 0 to 50"):
         fast.output_decimals(places)

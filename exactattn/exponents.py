@@ -1,0 +1,143 @@
+"""Exact exponents and exponential polynomials: the arithmetic behind exact shares.
+
+An exponent of a softmax term is ``p + a / sqrt(D)`` for rationals p, a and a
+rational D that is not a rational square (or just p).  Exponents of different
+rows are compared in one basis of inverse square roots: ``1/sqrt(D)`` and
+``1/sqrt(E)`` are rationally dependent exactly when E/D is a rational square.
+An :class:`ExpPoly` is ``sum_k c_k exp(e_k)`` with exact, collected terms; by
+the Lindemann-Weierstrass theorem it is zero exactly when every collected
+coefficient is zero, and otherwise its sign is decided by ball arithmetic at a
+precision that always suffices.
+
+>>> one = ExpPoly((), {(Fraction(0),): Fraction(1)})
+>>> e = ExpPoly((), {(Fraction(1),): Fraction(1)})
+>>> e.times_minus(one, one, one).sign()      # e - 1 > 0
+1
+>>> Exponent(Fraction(1), Fraction(-1, 2), Fraction(2)) < Exponent(Fraction(0), Fraction(1, 4), Fraction(2))
+True
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .errors import InputError
+from .exact import rational_sqrt
+
+__all__ = ["ExpPoly", "Exponent", "fmpq_of", "unify"]
+
+
+def fmpq_of(q: Fraction):
+    """A ``Fraction`` as python-flint's ``fmpq``."""
+    from flint import fmpq
+    return fmpq(q.numerator, q.denominator)
+
+
+def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
+    """The polynomials rewritten over one basis of inverse square roots.
+
+    ``1/sqrt(D)`` and ``1/sqrt(E)`` are rationally dependent exactly when E/D
+    is a rational square; then ``1/sqrt(D) = sqrt(E/D) / sqrt(E)``.
+    """
+    basis: list = []
+    maps = []
+    for p in polys:
+        mapping = []
+        for D in p.basis:
+            for k, E in enumerate(basis):
+                f = rational_sqrt(E / D)
+                if f is not None:
+                    mapping.append((k, f))
+                    break
+            else:
+                basis.append(D)
+                mapping.append((len(basis) - 1, Fraction(1)))
+        maps.append(mapping)
+    basis = tuple(basis)
+    return [p.rebase(basis, m) for p, m in zip(polys, maps)]
+
+
+class ExpPoly:
+    """``sum_k c_k exp(p_k + sum_i a_ki / sqrt(basis_i))`` with exact, collected terms.
+
+    ``terms`` maps an exponent ``(p, a_1, ..., a_m)`` to its non-zero rational
+    coefficient; ``basis`` holds the D values (none a rational square, no two
+    with a rational-square ratio), so distinct keys are distinct exponents.
+    """
+
+    __slots__ = ("basis", "terms")
+
+    def __init__(self, basis: tuple, terms: dict):
+        self.basis = basis
+        self.terms = {e: c for e, c in terms.items() if c != 0}
+
+    def rebase(self, basis: tuple, mapping: list) -> "ExpPoly":
+        if basis == self.basis:
+            return self
+        out: dict = {}
+        for e, c in self.terms.items():
+            key = [e[0]] + [Fraction(0)] * len(basis)
+            for a, (k, f) in zip(e[1:], mapping):
+                key[1 + k] += a * f
+            key = tuple(key)
+            out[key] = out.get(key, 0) + c
+        return ExpPoly(basis, out)
+
+    def times_minus(self, a: "ExpPoly", other: "ExpPoly", b: "ExpPoly") -> "ExpPoly":
+        """``self * a - other * b``, collected exactly."""
+        s, a, o, b = unify(self, a, other, b)
+        out: dict = {}
+        for sign, x, y in ((1, s, a), (-1, o, b)):
+            for e1, c1 in x.terms.items():
+                for e2, c2 in y.terms.items():
+                    key = tuple(u + v for u, v in zip(e1, e2))
+                    out[key] = out.get(key, 0) + sign * c1 * c2
+        return ExpPoly(s.basis, out)
+
+    def ball(self, prec: int):
+        from flint import arb
+        roots = [1 / arb(fmpq_of(D)).sqrt() for D in self.basis]
+        total = arb(0)
+        for e, c in self.terms.items():
+            x = arb(fmpq_of(e[0]))
+            for a, r in zip(e[1:], roots):
+                if a:
+                    x += arb(fmpq_of(a)) * r
+            total += arb(fmpq_of(c)) * x.exp()
+        return total
+
+    def sign(self) -> int:
+        """-1, 0 or 1, exactly: 0 only for the zero polynomial (Lindemann-Weierstrass)."""
+        if not self.terms:
+            return 0
+        from .digits import working_precision
+        prec = 64
+        while True:
+            with working_precision(prec):
+                b = self.ball(prec)
+                if b > 0:
+                    return 1
+                if b < 0:
+                    return -1
+            prec *= 2
+            if prec > 1 << 22:   # pragma: no cover - would need a pathological cancellation
+                raise InputError("sign could not be decided below 2^22 bits")
+
+
+class Exponent:
+    """An exponent ``g/sqrt(D) + m`` ordered exactly (for the row maximum)."""
+
+    __slots__ = ("g", "m", "D")
+
+    def __init__(self, g: Fraction, m: Fraction, D: Fraction):
+        self.g, self.m, self.D = g, m, D
+
+    def __lt__(self, other: "Exponent") -> bool:
+        # sign of (g1-g2)/sqrt(D) + (m1-m2), with D not a rational square
+        x, y = self.g - other.g, self.m - other.m
+        if x == 0 or y == 0 or (x > 0) == (y > 0):
+            return x < 0 or (x == 0 and y < 0)
+        return (x < 0) if x * x / self.D > y * y else (y < 0)
+
+    def __gt__(self, other: "Exponent") -> bool:
+        return other < self

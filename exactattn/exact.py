@@ -98,6 +98,8 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
             raise InputError(f"{name} must be finite (got {value!r})")
+        _check_size(format(value, "e") if abs(value.adjusted()) > MAX_DIGITS else str(value),
+                    name)
         return Fraction(value)
     if isinstance(value, str):
         text = value.strip()
@@ -129,6 +131,8 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
                     "or a string so the value stays exact")
             if value.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
                 raise InputError(f"{name} must be finite (got {value})")
+            if value.is_real is False or value.has(sympy.I):
+                raise InputError(f"{name} must be a real number (got {value})")
             if not symbolic:
                 raise InputError(
                     f"{name} must be a rational number for this engine (got {value}); "
@@ -137,6 +141,8 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
     if mod.startswith("flint") and type(value).__name__ in ("fmpq", "fmpz"):
         return Fraction(int(value.p), int(value.q)) if type(value).__name__ == "fmpq" \
             else Fraction(int(value))
+    if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a real number (got {shorten(repr(value))})")
     if isinstance(value, numbers.Rational):
         return Fraction(int(value.numerator), int(value.denominator))
     if isinstance(value, numbers.Real):  # numpy floats and friends
@@ -176,8 +182,10 @@ def _check_size(text: str, name: str) -> None:
 def to_row(values: Any, *, name: str, width: int | None = None,
            floats: str | None = None, symbolic: bool = False) -> list:
     """Convert a sequence into a list of exact entries, checking its width."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ShapeError(f"{name} must be a list of numbers (got {values!r})")
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or \
+            not isinstance(values, Iterable):
+        raise ShapeError(f"{name} must be a list of numbers (got {shorten(repr(values))}); "
+                         "a dict or a set has no order of its own")
     row = [to_exact(v, name=f"{name}[{j}]", floats=floats, symbolic=symbolic)
            for j, v in enumerate(values)]
     if width is not None and len(row) != width:
@@ -195,10 +203,11 @@ def to_matrix(rows: Any, *, name: str, shape: tuple[int | None, int | None] = (N
     Raises:
         ShapeError: empty, ragged or of the wrong shape.
     """
-    if hasattr(rows, "tolist") and not isinstance(rows, (list, tuple)):
-        rows = rows.tolist()
-    if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
-        raise ShapeError(f"{name} must be a list of rows (got {rows!r})")
+    if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) >= 1 and hasattr(rows, "dtype"):
+        rows = list(rows)         # numpy rows keep their scalars' own precision (float32 stays)
+    if isinstance(rows, (str, bytes, dict, set, frozenset)) or not isinstance(rows, Iterable):
+        raise ShapeError(f"{name} must be a list of rows (got {shorten(repr(rows))}); "
+                         "a dict or a set has no order of its own")
     rows = list(rows)
     if not rows:
         raise ShapeError(f"{name} must have at least one row (got none)")

@@ -99,3 +99,34 @@ def test_numpy_floats_follow_the_policy_in_their_own_precision():
     assert to_exact(np.float32(0.1), floats="exact") == F(13421773, 134217728)
     with pytest.raises(FloatInputError):
         to_exact(np.float32(0.5))
+
+
+# ---------------------------------------------------------------- API inputs read as meant
+@pytest.mark.parametrize("rows,match", [
+    ([{10: "a", 20: "b"}], r"x\[0\] must be a list of numbers .*a dict or a set has no order"),
+    ([{3, 1}], r"x\[0\] must be a list of numbers .*a dict or a set has no order"),
+    ({0: [1]}, r"x must be a list of rows .*a dict or a set has no order"),
+    ([[1j]], r"x\[0\]\[0\] must be a real number \(got 1j\)"),
+])
+def test_rows_that_have_no_order_or_are_not_real_are_refused(rows, match):
+    with pytest.raises(ShapeError if "list" in match else InputError, match=match):
+        to_matrix(rows, name="x")
+
+
+def test_sympy_imaginary_unit_is_refused():
+    with pytest.raises(InputError, match=r"must be a real number \(got I\)"):
+        to_exact(sympy.I, symbolic=True)
+
+
+def test_float32_reads_the_same_in_an_array_and_as_a_scalar():
+    import numpy as np
+    a = np.array([[0.1, 0]], dtype=np.float32)
+    assert to_matrix(a, name="x", floats="decimal")[0][0] == F(1, 10)
+    assert to_exact(np.float32(0.1), floats="decimal") == F(1, 10)
+    assert to_matrix(a, name="x", floats="exact")[0][0] == F(float(np.float32(0.1)))
+
+
+def test_astronomical_decimal_is_refused_at_once():
+    import decimal
+    with pytest.raises(InputError, match="decimal exponent within"):
+        to_exact(decimal.Decimal("1e999999999"))

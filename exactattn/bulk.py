@@ -28,7 +28,7 @@ Possible issues: the tables need ``den sqrt(D)`` below about 2^55; past that
 >>> s, o, undecided = decimals(np.array([[0, 0], [0, 1]]), 1, None, keep,
 ...                            np.array([[1], [0]]), 1, 4)
 >>> s, o, undecided
-([['0.5000', '0.5000'], ['0.7311', '0.2689']], [['0.5000'], ['0.7311']], ([], []))
+([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']], ([], []))
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ __all__ = ["ExpPoly", "Exponent", "fmpq_of", "unify"]
 
 
 def fmpq_of(q: Fraction):
-    """A ``Fraction`` as python-flint's ``fmpq``."""
+    """A ``Fraction`` (or int) as python-flint's ``fmpq``."""
     from flint import fmpq
-    return fmpq(q.numerator, q.denominator)
+    return fmpq(q) if type(q) is int else fmpq(q.numerator, q.denominator)
 
 
 def unify(*polys: "ExpPoly") -> list["ExpPoly"]:

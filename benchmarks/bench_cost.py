@@ -1,13 +1,17 @@
 """Benchmark: counting multiply-adds by running the head (issue 3).
 
 Times ``exactattn cost --rows 128,256,512,1024`` at D = d_k = 4 (about 8.4
-million MACs at n = 1024, every one counted in the pencil engine's loops), the
-same rows with a head whose token rows are all different (width 5: no two score
-rows repeat, so no softmax row is shared), and, for scale, the per-MAC cost of
-the plain ``Fraction`` loops the engine used before it ran on integers over a
-common denominator.
+million MACs at n = 1024, every one counted in the pencil engine's loops), next
+to the time the command estimates before it runs (``counting_work``: a command
+estimated over ``MAX_SECONDS`` is refused, so keep the estimate at or above the
+measured time); the same rows with a head whose token rows are all different
+(width 5: no two score rows repeat, so no softmax row is shared); for scale, the
+per-MAC cost of the plain ``Fraction`` loops the engine used before it ran on
+integers over a common denominator; and the start-up time of
+``exactattn cost --help`` (which loads neither sympy nor the cost tables).
 
-Target: the first figure under 20 s on the project's 2-core machine.
+Target: the first figure under 20 s on the project's 2-core machine; ``cost --help``
+under 0.3 s.
 Run: ``python3 benchmarks/bench_cost.py`` from the repository root.
 This is a benchmark, not a test: it prints figures and never fails on time.
 """
@@ -74,7 +78,11 @@ def main() -> int:
     print(f"exactattn cost --rows {rows} (D = d_k = 4): {wall:.2f} s wall, {cpu:.2f} s CPU; "
           f"n = 1024 counted {total} MACs; derived = counted: {same}; "
           f"target {TARGET_S:.0f} s: {'met' if wall < TARGET_S else 'NOT met'}")
-    from exactattn.cost import derive_at, run
+    from exactattn.commands.cost import MAX_SECONDS
+    from exactattn.cost import counting_work, derive_at, run
+    estimate = sum(s for _, s in counting_work([int(r) for r in rows.split(",")]))
+    print(f"estimated before running: {estimate:.2f} s (commands estimated over "
+          f"{MAX_SECONDS} s are refused)")
     t0, c0 = time.perf_counter(), time.process_time()
     for n in (128, 256, 512, 1024):
         x = distinct_tokens(n)
@@ -89,6 +97,9 @@ def main() -> int:
     print(f"plain Fraction loops: {per_mac * 1e9:.0f} ns per MAC, about "
           f"{per_mac * all_macs:.1f} s for the {all_macs} MACs of these rows "
           f"(scores and mixing loops alone, no softmax)")
+    help_wall = min(time_cli("cost", "--help")[0] for _ in range(5))
+    print(f"exactattn cost --help: {help_wall:.2f} s wall (best of 5); target 0.3 s: "
+          f"{'met' if help_wall < 0.3 else 'NOT met'}")
     return 0
 
 

@@ -56,7 +56,8 @@ from .kernels import common_denominator, mix, project, score, to_fractions
 from .softmax import ExpRatio, SoftmaxRow
 from .trace import Trace
 
-__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend"]
+__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "mix_rows", "score_and_mix",
+           "softmax_rows"]
 
 LAYOUTS = ("slots", "rows")
 ENGINES = ("auto", "pencil", "symbolic", "fast")
@@ -258,6 +259,21 @@ def mix_rows(rows: list[SoftmaxRow], raw: list[list], values: list[list[int]], d
     return outputs, macs
 
 
+def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
+                  visible, score_den: int, value_den: int, divisor_squared, empty_row: str):
+    """The counted score loop, the exact softmax rows and the counted mix, on integer rows.
+
+    The step the pencil engine and the cost module's counted runs share.
+    Shapes: queries n_q x d_k, keys n_k x d_k, values n_k x d_v (integers over
+    their common denominators).  Returns ``(raw, raw_fractions, rows,
+    outputs, score_macs, mix_macs)``.
+    """
+    raw, score_macs = score(queries, keys, visible)
+    raw_f, rows = softmax_rows(raw, score_den, divisor_squared, empty_row)
+    outputs, mix_macs = mix_rows(rows, raw, values, value_den)
+    return raw, raw_f, rows, outputs, score_macs, mix_macs
+
+
 def _pencil(head: Head, x: list[list], empty_row: str) -> Trace | None:
     """The pencil engine on integers over common denominators (None if not all rational)."""
     xi = common_denominator(x)
@@ -267,17 +283,14 @@ def _pencil(head: Head, x: list[list], empty_row: str) -> Trace | None:
     (q, mq), (k, mk), (v, mv) = (project(w[0], xi[0]) for w in ws)
     dq, dk, dv = (w[1] * xi[1] for w in ws)
     n = len(x)
-    raw, score_macs = score(q, k, lambda i: head.policy.visible_keys(i, n, n))
-    raw_f, rows = softmax_rows(raw, dq * dk, head.divisor_squared, empty_row)
-    outputs, mix_macs = mix_rows(rows, raw, v, dv)
+    raw, raw_f, rows, outputs, score_macs, mix_macs = score_and_mix(
+        q, k, v, lambda i: head.policy.visible_keys(i, n, n), dq * dk, dv,
+        head.divisor_squared, empty_row)
 
     def integers():
-        import numpy as np
-        num = np.array([[0 if a is None else a for a in r] for r in raw], dtype=object)
-        vnum = np.array(v, dtype=object)
         from .bulk import int_array
-        return (int_array(num.ravel().tolist(), num.shape), dq * dk,
-                int_array(vnum.ravel().tolist(), vnum.shape), dv)
+        return (int_array([0 if a is None else a for r in raw for a in r], (n, n)), dq * dk,
+                int_array([a for r in v for a in r], (n, head.d_v)), dv)
 
     return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
                  values=to_fractions(v, dv), raw_scores=raw_f, empty_row=empty_row, rows=rows,

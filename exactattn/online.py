@@ -45,8 +45,8 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Iterator, Sequence
 
+from .call import EMPTY_ROWS, choice
 from .errors import InputError, ShapeError
-from .call import EMPTY_ROWS as EMPTY_ROW_POLICIES
 from .softmax import ExpRatio, SoftmaxRow
 
 __all__ = ["OnlineResult", "all_splits", "online_softmax"]
@@ -99,8 +99,9 @@ class OnlineResult:
     Attributes:
         row: a :class:`~exactattn.softmax.SoftmaxRow` whose maximum and
             normaliser (``max_raw``, ``counts``) are the online pass's final
-            running state, so :class:`~exactattn.softmax.ExpRatio` can print,
-            certify and compare the outputs.
+            running state (built from one score per counted key), so
+            :class:`~exactattn.softmax.ExpRatio` can print, certify and
+            compare the outputs.
         outputs: one :class:`~exactattn.softmax.ExpRatio` per column of
             ``values`` (``acc / l`` at the end of the pass).
         blocks: the block lengths used.
@@ -125,7 +126,11 @@ class OnlineResult:
 
         When ``values`` was the identity (the default) these are also the outputs.
         """
-        return [self.row.share(j) for j in range(len(self.raw))]
+        row = self.row
+        if row.empty:
+            return row.shares()
+        return [ExpRatio({} if r is None else {r - row.max_raw: Fraction(1)}, row)
+                for r in self.raw]
 
     def one_pass(self) -> tuple[SoftmaxRow, list[ExpRatio]]:
         """The same row computed in one pass (:class:`SoftmaxRow`), with its outputs."""
@@ -144,8 +149,8 @@ class OnlineResult:
         return (ref.max_raw == self.row.max_raw and ref.counts == self.row.counts
                 and ref.empty == self.row.empty
                 and all(a.numerators == b.numerators for a, b in zip(outs, self.outputs))
-                and all(self.row.share(j).numerators == ref.share(j).numerators
-                        for j in range(len(self.raw))))
+                and all(a.numerators == ref.share(j).numerators
+                        for j, a in enumerate(self.shares())))
 
     def __repr__(self) -> str:
         return (f"OnlineResult(blocks={self.blocks}, rescales={self.rescales}, "
@@ -186,9 +191,7 @@ def online_softmax(raw: Sequence[Fraction | None], divisor_squared: Fraction | N
     ...
     exactattn.errors.InputError: blocks must add up to the row length 1 (got [2], adding to 2)
     """
-    if empty_row not in EMPTY_ROW_POLICIES:
-        raise InputError(
-            f"empty_row must be one of {', '.join(EMPTY_ROW_POLICIES)} (got {empty_row!r})")
+    choice("empty_row", empty_row, EMPTY_ROWS)
     raw = list(raw)
     n = len(raw)
     if n == 0:
@@ -233,20 +236,23 @@ def online_softmax(raw: Sequence[Fraction | None], divisor_squared: Fraction | N
             for c in range(d_v):
                 acc[c][g] = acc[c].get(g, 0) + values[j][c]
 
-    row = SoftmaxRow.__new__(SoftmaxRow)
-    row.raw, row.divisor_squared, row.empty_row = list(raw), divisor_squared, empty_row
-    row.empty = m is None
-    if row.empty and empty_row == "uniform":     # a finite fill: every key at gap 0
-        row.raw = [Fraction(0)] * n
-        m, norm = Fraction(0), {Fraction(0): n}
+    row = _running_row(raw, divisor_squared, empty_row, m, norm)
+    if m is None and empty_row == "uniform":     # a finite fill: every key at gap 0
         acc = [{Fraction(0): sum(v[c] for v in values)} for c in range(d_v)]
-    row.max_raw = m
-    row.counts = norm
-    # per-key gaps against the final maximum, for ``shares()``; the outputs above
-    # were accumulated in the single pass and do not read them
-    row.gaps = [None if r is None or m is None else r - m for r in row.raw]
-    row.exps = len(norm)
-    row.adds = max(sum(norm.values()) - 1, 0)
-    row.divs = sum(norm.values())
     outputs = [ExpRatio(col, row) for col in acc]
     return OnlineResult(row, outputs, lengths, rescales, raw, divisor_squared, values, empty_row)
+
+
+def _running_row(raw: list, divisor_squared, empty_row: str, m, norm: dict) -> SoftmaxRow:
+    """A :class:`SoftmaxRow` whose maximum and normaliser are the running state ``(m, norm)``.
+
+    Built the public way, from one score ``m + g`` per key the pass counted at
+    gap g, so its ``counts`` are ``norm`` and its ``max_raw`` is ``m`` exactly
+    as the pass left them (a wrong running state stays wrong here, and
+    :meth:`OnlineResult.equals_one_pass` sees it).  With nothing seen the row
+    is the input row itself, under ``empty_row``.
+    """
+    if m is None:
+        return SoftmaxRow(raw, divisor_squared, empty_row)
+    scores = [m + g for g, c in sorted(norm.items(), reverse=True) for _ in range(c)]
+    return SoftmaxRow(scores, divisor_squared, empty_row)

@@ -40,7 +40,8 @@ MAX_PLACES = 50
 
 
 def _got(value: Any) -> str:
-    return shorten(repr(value))
+    """A value echoed in a message: long strings cut before quoting, so the quotes stay."""
+    return repr(shorten(value)) if isinstance(value, str) else shorten(repr(value))
 
 
 def check_whole(value: Any, name: str, *, low: int = 1, high: int | None = None) -> int:

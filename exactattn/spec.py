@@ -1,16 +1,28 @@
-"""Read a user's head from a spec file (JSON or TOML) into an :class:`Example`.
+"""Spec files (JSON or TOML): a user's head, or the inputs of one attention call for ``verify``.
 
-The format (SPEC section 7)::
+One reader for both kinds.  A file is read as UTF-8 (a byte-order mark is
+fine), at most :data:`MAX_BYTES`; ``.toml`` files are TOML, everything else
+JSON.  Numbers are integers, strings (``"1/2"``, ``"-0.75"``) or bare decimal
+literals, which are read from their text: ``0.1`` in the file is exactly 1/10
+(the parsers hand floats over as text, TOML's ``1_000.5`` as ``"1000.5"``, so no
+binary float is ever formed).  A key given twice, ``NaN``/``Infinity``, a
+document nested too deeply to read and a file past the size limit are
+refused with one :class:`~exactattn.errors.SpecError` line.
+
+A head spec (SPEC section 7; :func:`load`, :func:`loads`)::
 
     {"name": "my head", "layout": "slots",
      "tokens": [{"text": "year 4", "id": 331, "x": [0, 1, 0, "1/2"]}, ...],
      "W_Q": [[...], ...], "W_K": [[...], ...], "W_V": [[...], ...],
      "divisor": "2", "causal": false}
 
-Numbers are integers, strings (``"1/2"``, ``"-0.75"``) or bare decimal
-literals, which are read from their text: ``0.1`` in the file is exactly 1/10
-(the parsers are told to hand floats over as text, so no binary float is
-ever formed).
+A problem spec for ``exactattn verify`` (:func:`load_problem`,
+:func:`loads_problem`; written by :func:`problem_text`)::
+
+    {"name": "masked row", "dtype": "float32",
+     "policy": {"scale": "none", "causal": false, "empty_row": "zero"},
+     "query": [["0"], ["0"]], "key": [["0"], ["0"]], "value": [["1"], ["3"]],
+     "mask": {"kind": "bool_keep", "values": [[true, false], [false, false]]}}
 
 >>> ex = loads('{"tokens": [{"x": [1, 0.5]}], "W_Q": [[1, 0]], "W_K": [[0, 1]], "W_V": [[1, 1]]}')
 >>> ex.x
@@ -19,6 +31,10 @@ ever formed).
 Traceback (most recent call last):
 ...
 exactattn.errors.SpecError: spec: tokens must be a non-empty list of {"x": [...]} (got [])
+>>> problem, policy, dtype = loads_problem('query = [[1_000.5]]\\nkey = [[1]]\\nvalue = [[2]]',
+...                                        fmt="toml")
+>>> problem.query[0, 0, 0, 0], policy.scale, dtype
+(Fraction(2001, 2), 'default', None)
 """
 
 from __future__ import annotations
@@ -26,20 +42,124 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from .errors import ExactAttnError, ShapeError, SpecError
+import numpy as np
+
+from .call import Policy
+from .errors import ExactAttnError, ShapeError, SpecError, shorten
 from .examples import Example, Token
 from .exact import to_row
 from .head import Head
+from .verify.formats import float_format
+from .verify.problem import Problem
 
-__all__ = ["KEYS", "load", "loads", "from_mapping"]
+__all__ = ["KEYS", "MAX_BYTES", "POLICY_KEYS", "PROBLEM_KEYS", "from_mapping", "load",
+           "load_problem", "loads", "loads_problem", "parse", "problem_document",
+           "problem_from_mapping", "problem_text", "read_text"]
 
+#: the keys of a head spec
 KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "divisor", "causal")
+#: the keys of a problem spec (``exactattn verify --spec``)
+PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask")
+#: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.Policy`
+POLICY_KEYS = ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
+#: the largest spec file read, in bytes (64 MiB)
+MAX_BYTES = 64 * 2 ** 20
 
 
+# --------------------------------------------------------------------------- reading text
+def read_text(path: str | Path) -> tuple[str, str]:
+    """A spec file's text and format (``json`` or ``toml``, by suffix).
+
+    Raises:
+        SpecError: the file is missing, a directory, unreadable, not UTF-8 or
+            larger than :data:`MAX_BYTES`.
+    """
+    p = Path(path)
+    name = repr(str(p))
+    try:
+        with open(p, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise SpecError(f"spec file {name} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise SpecError(f"spec file {name} is a directory; pass a .json or .toml file") from None
+    except OSError as e:
+        raise SpecError(f"spec file {name} could not be read ({e.__class__.__name__})") from None
+    if len(data) > MAX_BYTES:
+        raise SpecError(f"spec file {name} must be at most {MAX_BYTES // 2 ** 20} MiB "
+                        f"(got more); a spec holds a few small matrices")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SpecError(f"spec file {name} could not be read (UnicodeDecodeError); "
+                        "save it as UTF-8") from None
+    return text, ("toml" if p.suffix.lower() == ".toml" else "json")
+
+
+def _toml_float(text: str) -> str:
+    """TOML floats are handed over as text (``1_000.5`` -> ``'1000.5'``), never as binary floats."""
+    return text.replace("_", "")
+
+
+def parse(text: str, *, fmt: str = "json", where: str = "spec") -> Any:
+    """Parse spec text (``fmt`` is ``json`` or ``toml``); floats are kept as text.
+
+    Raises:
+        SpecError: malformed text, a repeated key, ``NaN``/``Infinity``, a
+            number too long to read, nesting too deep to read, text past
+            :data:`MAX_BYTES`.
+    """
+    if len(text) > MAX_BYTES:
+        raise SpecError(f"{where} must be at most {MAX_BYTES // 2 ** 20} MiB (got more)")
+    text = text.removeprefix("\ufeff")
+
+    def pairs(items):
+        doc = {}
+        for key, value in items:
+            if key in doc:
+                raise SpecError(f"{where}: key {shorten(repr(key))} must appear once "
+                                "(got it twice); remove one")
+            doc[key] = value
+        return doc
+
+    def constant(name: str):
+        raise SpecError(f"{where}: {name} is not allowed; entries must be finite exact numbers")
+
+    try:
+        if fmt == "toml":
+            return tomllib.loads(text, parse_float=_toml_float)
+        return json.loads(text, parse_float=str, parse_constant=constant,
+                          object_pairs_hook=pairs)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        other = "name it .toml" if fmt == "json" else "name it .json"
+        raise SpecError(f"{where}: not valid {fmt.upper()} ({e}); check the file is complete, "
+                        f"or if it is {'TOML' if fmt == 'json' else 'JSON'}, {other}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
+    except SpecError:        # a repeated key, NaN (raised by the hooks above)
+        raise
+    except ValueError as e:  # e.g. an integer literal past Python's 4300-digit limit
+        raise SpecError(f"{where}: a number could not be read ({shorten(str(e), 80)}); "
+                        "write very long numbers as strings or rescale them") from None
+
+
+def _convert(build: Callable[[], Any], where: str):
+    """Run a conversion of a parsed document, naming the file in its errors."""
+    try:
+        return build()
+    except SpecError:
+        raise
+    except ExactAttnError as e:
+        raise type(e)(f"{where}: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
+
+
+# --------------------------------------------------------------------------- head specs
 def from_mapping(doc: Any, *, where: str = "spec") -> Example:
-    """Build an :class:`Example` from a parsed spec document.
+    """Build an :class:`Example` from a parsed head spec document.
 
     Raises:
         SpecError: a missing or unknown key, or a malformed token list.
@@ -49,17 +169,22 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
         raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
     unknown = sorted(set(doc) - set(KEYS))
     if unknown:
-        raise SpecError(f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(KEYS)}")
+        hint = ("; this looks like a verify spec: run it with `exactattn verify --spec`"
+                if {"query", "key", "value"} & set(doc) else "")
+        raise SpecError(f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(KEYS)}"
+                        + hint)
     for key in ("tokens", "W_Q", "W_K", "W_V"):
         if key not in doc:
             raise SpecError(f"{where}: {key} is missing; a spec needs tokens, W_Q, W_K and W_V")
     tokens = doc["tokens"]
     if not isinstance(tokens, list) or not tokens:
-        raise SpecError(f'{where}: tokens must be a non-empty list of {{"x": [...]}} (got {tokens!r})')
+        raise SpecError(f'{where}: tokens must be a non-empty list of {{"x": [...]}} '
+                        f"(got {shorten(repr(tokens))})")
     labels, xs = [], []
     for i, tok in enumerate(tokens):
         if not isinstance(tok, dict) or "x" not in tok:
-            raise SpecError(f'{where}: tokens[{i}] must be an object with "x" (got {tok!r})')
+            raise SpecError(f'{where}: tokens[{i}] must be an object with "x" '
+                            f"(got {shorten(repr(tok))})")
         extra = sorted(set(tok) - {"x", "text", "id"})
         if extra:
             raise SpecError(f"{where}: tokens[{i}] has unknown key {extra[0]!r}; use text, id, x")
@@ -89,52 +214,137 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
 
 
 def loads(text: str, *, fmt: str = "json", where: str = "spec") -> Example:
-    """Parse spec text (``fmt`` is ``json`` or ``toml``); floats are kept as text."""
+    """A head from spec text (``fmt`` is ``json`` or ``toml``)."""
+    doc = parse(text, fmt=fmt, where=where)
     try:
-        if fmt == "toml":
-            doc = tomllib.loads(text, parse_float=_toml_float)
-        else:
-            doc = json.loads(text, parse_float=str, parse_constant=_refuse_constant)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        other = "name it .toml" if fmt == "json" else "name it .json"
-        raise SpecError(f"{where}: not valid {fmt.upper()} ({e}); check the file is complete, "
-                        f"or if it is {'TOML' if fmt == 'json' else 'JSON'}, {other}") from None
+        return from_mapping(doc, where=where)
     except RecursionError:
         raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
-    except ValueError as e:  # e.g. an integer literal past Python's 4300-digit limit
-        raise SpecError(f"{where}: a number could not be read ({e}); "
-                        "write very long numbers as strings or rescale them") from None
-    return from_mapping(doc, where=where)
-
-
-def _refuse_constant(name: str):
-    raise SpecError(f"spec: {name} is not allowed; entries must be finite exact numbers")
-
-
-def _toml_float(text: str) -> str:
-    """TOML floats are handed over as text (``1_000.5`` -> ``'1000.5'``), never as binary floats."""
-    return text.replace("_", "")
 
 
 def load(path: str | Path) -> Example:
-    """Read a spec file; ``.toml`` files are TOML, everything else JSON.
+    """A head from a spec file; ``.toml`` files are TOML, everything else JSON.
 
     Raises:
-        SpecError: the file is missing, unreadable, not UTF-8, or malformed.
+        SpecError: the file is missing, unreadable, not UTF-8, too large or malformed.
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"spec file {str(p)!r} does not exist; check the path") from None
-    except IsADirectoryError:
-        raise SpecError(f"spec file {str(p)!r} is a directory; pass a .json or .toml file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"spec file {str(p)!r} could not be read ({e.__class__.__name__})") from None
-    fmt = "toml" if p.suffix.lower() == ".toml" else "json"
-    try:
-        return loads(text, fmt=fmt, where=str(p))
-    except SpecError:
-        raise
-    except ExactAttnError as e:
-        raise type(e)(f"{p}: {e}") from None
+    text, fmt = read_text(path)
+    where = str(Path(path))
+    doc = parse(text, fmt=fmt, where=where)
+    return _convert(lambda: from_mapping(doc, where=where), where)
+
+
+# --------------------------------------------------------------------------- problem specs
+def problem_from_mapping(doc: Any, *, where: str = "spec") -> tuple[Problem, Policy, str | None]:
+    """The ``(problem, policy, dtype)`` of a parsed problem spec document.
+
+    Keys: ``query``, ``key``, ``value`` (required; 2, 3 or 4 dimensional
+    lists of exact numbers), ``mask`` (``{"kind": ..., "values": [...]}``;
+    ``"-inf"`` hides a key in an additive mask), ``policy`` (the fields of
+    :class:`~exactattn.call.Policy`), ``dtype`` and ``name``.
+
+    Raises:
+        SpecError: a missing or unknown key, a malformed policy or mask table.
+        ShapeError, InputError: bad arrays, entries or policy values.
+    """
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
+    unknown = sorted(set(doc) - set(PROBLEM_KEYS))
+    if unknown:
+        hint = ("; this looks like a head spec: run it with `exactattn walkthrough --spec`"
+                if {"tokens", "W_Q"} & set(doc) else "")
+        raise SpecError(f"{where}: unknown key {unknown[0]!r}; the keys are "
+                        f"{', '.join(PROBLEM_KEYS)}{hint}")
+    for key in ("query", "key", "value"):
+        if key not in doc:
+            raise SpecError(f"{where}: {key} is missing; a verify spec needs query, key and value")
+    pol = doc.get("policy", {})
+    if not isinstance(pol, dict):
+        raise SpecError(f"{where}: policy must be a table/object (got {shorten(repr(pol))})")
+    bad = sorted(set(pol) - set(POLICY_KEYS))
+    if bad:
+        raise SpecError(f"{where}: unknown policy key {bad[0]!r}; the keys are "
+                        f"{', '.join(POLICY_KEYS)}")
+    mask, kind = None, pol.get("mask_kind", "bool_keep")
+    if "mask" in doc:
+        m = doc["mask"]
+        if not isinstance(m, dict) or "values" not in m or set(m) - {"kind", "values"}:
+            raise SpecError(f'{where}: mask must be {{"kind": ..., "values": [...]}} '
+                            f"(got {shorten(repr(m))})")
+        if "kind" in m and "mask_kind" in pol and m["kind"] != pol["mask_kind"]:
+            raise SpecError(f"{where}: mask.kind must agree with policy.mask_kind (got "
+                            f"{m['kind']!r} and {pol['mask_kind']!r}); give one of them")
+        kind = m.get("kind", kind)
+        mask = m["values"]
+    name = doc.get("name", where)
+    if not isinstance(name, str):
+        raise SpecError(f"{where}: name must be a string (got {shorten(repr(name))})")
+
+    def build():
+        policy = Policy(**{**pol, "mask_kind": kind})
+        dtype = doc.get("dtype")
+        if dtype is not None:
+            float_format(dtype)
+        problem = Problem.from_arrays(doc["query"], doc["key"], doc["value"], mask,
+                                      mask_kind=kind, name=name)
+        return problem, policy, dtype
+    return _convert(build, where)
+
+
+def loads_problem(text: str, *, fmt: str = "json", where: str = "spec"
+                  ) -> tuple[Problem, Policy, str | None]:
+    """``(problem, policy, dtype)`` from problem spec text (``fmt`` is ``json`` or ``toml``)."""
+    return problem_from_mapping(parse(text, fmt=fmt, where=where), where=where)
+
+
+def load_problem(path: str | Path) -> tuple[Problem, Policy, str | None]:
+    """``(problem, policy, dtype)`` from a problem spec file (JSON, or TOML by suffix).
+
+    Raises:
+        SpecError: the file is missing, unreadable, not UTF-8, too large or malformed.
+        ShapeError, InputError: bad arrays, entries or policy values (the message names the file).
+    """
+    text, fmt = read_text(path)
+    return loads_problem(text, fmt=fmt, where=str(Path(path)))
+
+
+def _number_text(x) -> Any:
+    if isinstance(x, bool):
+        return x
+    return "-inf" if x is None else str(x)
+
+
+def problem_document(problem: Problem, policy: Policy | None = None,
+                     dtype: str | None = None) -> dict:
+    """A problem spec document for ``problem``: exact numbers as strings, the policy, the dtype.
+
+    With a mask, the policy's ``mask_kind`` is the mask's (the two always agree).
+    """
+    policy = policy or Policy()
+    if problem.mask is not None:
+        policy = policy.replace(mask_kind=problem.mask_kind)
+
+    def arr(a):
+        a = a.reshape(a.shape[4 - problem.rank:]) if problem.rank < 4 else a
+        return np.vectorize(_number_text, otypes=[object])(a).tolist()
+    doc: dict = {"name": problem.name}
+    if dtype:
+        doc["dtype"] = dtype
+    doc["policy"] = policy.as_dict()
+    for name in ("query", "key", "value"):
+        doc[name] = arr(getattr(problem, name))
+    if problem.mask is not None:
+        doc["mask"] = {"kind": problem.mask_kind,
+                       "values": np.vectorize(_number_text, otypes=[object])(problem.mask).tolist()}
+    return doc
+
+
+def problem_text(problem: Problem, policy: Policy | None = None, dtype: str | None = None) -> str:
+    """A problem spec file (JSON) for ``problem``; :func:`load_problem` reads it back.
+
+    >>> p = Problem.from_arrays([["1/2"]], [[1]], [[3]])
+    >>> doc = json.loads(problem_text(p, Policy(), "float32"))
+    >>> doc["query"], doc["policy"]["scale"], doc["dtype"]
+    ([['1/2']], 'default', 'float32')
+    """
+    return json.dumps(problem_document(problem, policy, dtype), indent=2, ensure_ascii=False)

@@ -1,6 +1,7 @@
 """Shared test setup: Hypothesis profiles (``ci``: 200 examples; ``dev``: 30)."""
 
 import os
+import warnings
 
 from hypothesis import HealthCheck, settings
 
@@ -12,6 +13,52 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
 
 
 import pytest  # noqa: E402
+
+# Tests that take about a second or more, marked ``slow`` so that a quick loop can leave
+# them out: ``python -m pytest -m "not slow" -q``.  The plain ``python -m pytest`` still
+# runs everything.  Measured with ``python -m pytest -q --durations=0`` (dev profile, no
+# CI) on a 2-core machine, twice: every test whose call took >= 0.9 s in both runs.
+# An entry is a node id (relative to the repository root); an entry without ``[...]``
+# matches every parametrization of that test.  Remeasure and update when tests change;
+# an entry that matches nothing in a collected file is reported as a warning.
+# (tests/test_docs_examples.py marks its own tests slow.)
+SLOW_TESTS = [
+    "tests/test_cases.py::test_masked_rows_torch_gives_zero",  # ~0.9 s (imports torch)
+    "tests/test_cost.py::test_derive_is_deterministic",  # ~1.1 s (two fresh interpreters)
+    "tests/test_cost.py::test_every_option_changes_the_output_or_is_refused",  # ~1.2 s
+    "tests/test_cost.py::test_every_pair_of_options_changes_the_output_or_is_refused",  # 4.4 s
+    "tests/test_proofs.py::test_broken_variant_fails[expected_spread-0]",  # ~1.2 s
+    "tests/test_proofs.py::test_plain_sympy_reference_passes[divisor_to_zero]",  # ~1.1 s
+    "tests/test_proofs.py::test_plain_sympy_reference_passes[projection_biases]",  # ~1.9 s
+    "tests/test_proofs.py::test_proof_holds_and_matches_golden[divisor_to_zero]",  # ~1.3 s
+    "tests/test_proofs.py::test_proof_holds_and_matches_golden[expected_spread]",  # ~1.8 s
+    "tests/test_proofs.py::test_proof_holds_and_matches_golden[projection_biases]",  # 1.7 s
+    "tests/test_properties.py::test_wrong_attention_fails_and_shrinks_to_a_tiny_input",  # 1.6 s
+    "tests/test_svg.py::test_a_200_token_score_square_stays_a_few_megabytes",  # ~1.0 s
+    "tests/test_svg.py::test_a_200_token_square_stays_a_few_megabytes",  # ~1.7 s each
+    "tests/test_svg.py::test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal",
+]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m/-k deselect, so that -m "not slow" sees the marks
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests named in :data:`SLOW_TESTS` ``slow``."""
+    slow = set(SLOW_TESTS)
+    matched = set()
+    for item in items:
+        base = item.nodeid.split("[", 1)[0]
+        for key in (item.nodeid, base):
+            if key in slow:
+                item.add_marker(pytest.mark.slow)
+                matched.add(key)
+    if any("::" in str(arg) for arg in config.args):
+        return  # only some tests of a file were asked for: no staleness check
+    collected_files = {item.nodeid.split("::", 1)[0] for item in items}
+    stale = sorted(e for e in slow - matched if e.split("::", 1)[0] in collected_files)
+    if stale:
+        warnings.warn(pytest.PytestWarning(
+            "tests/conftest.py SLOW_TESTS names tests that were not collected "
+            f"(renamed or removed?): {', '.join(stale)}"), stacklevel=1)
 
 
 @pytest.fixture

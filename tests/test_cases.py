@@ -16,9 +16,9 @@ import pytest
 import sympy
 from hypothesis import assume, given, strategies as st
 
-from exactattn.impls import FunctionImpl, NumpyImpl
+from exactattn.verify.impls import FunctionImpl, NumpyImpl
 from exactattn.online import all_splits, online_softmax
-from exactattn.policies import Policy
+from exactattn.call import Policy
 from exactattn.softmax import SoftmaxRow
 from exactattn.verify import Problem, Reference, verify
 
@@ -116,7 +116,7 @@ def bottom_right_only(query, key, value, is_causal=False, scale=None):
 
 
 def _call(query, key, value, is_causal, scale, alignment):
-    from exactattn.impls import Call
+    from exactattn.verify.impls import Call
     return Call(query, key, value, "float64", scale, is_causal, alignment)
 
 

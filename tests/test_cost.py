@@ -26,9 +26,22 @@ UPDATE = os.environ.get("EXACTATTN_UPDATE_GOLDEN") == "1"
 FORMATS = {"text": "txt", "markdown": "md", "latex": "tex", "json": "json", "csv": "csv"}
 
 
-def typed_equal(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
+def typed_equal(got, want, where="value"):
+    """``got == want`` with the same type at every level: the containers, and every
+    element of a list or tuple and every key and value of a dict, recursively
+    (``1 == 1.0 == True == Fraction(1)`` and ``(1,) != [1]`` are all told apart)."""
+    assert type(got) is type(want), (where, got, want)
+    if isinstance(want, dict):
+        assert len(got) == len(want) and got.keys() == want.keys(), (where, got, want)
+        got_keys = {k: k for k in got}  # the key object as got has it
+        for k, v in want.items():
+            typed_equal(got_keys[k], k, f"{where} key {k!r}")
+            typed_equal(got[k], v, f"{where}[{k!r}]")
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want), (where, got, want)
+        for i, (a, b) in enumerate(zip(got, want)):
+            typed_equal(a, b, f"{where}[{i}]")
+    assert got == want, (where, got, want)
 
 
 
@@ -67,8 +80,37 @@ def test_derive_is_the_sum_of_the_nests():
 
 
 def test_derive_is_deterministic():
-    assert derive(causal=True, heads=h) == derive(causal=True, heads=h)
-    assert str(derive()) == str(derive())
+    """Two fresh interpreters (different hash seeds, so no shared cache and no set or
+    dict order carried over) derive the same expressions, printed alike, and equal to
+    this process's own; derive() caches, so calling it twice here proves nothing."""
+    import subprocess
+    import sys
+    cases = ["derive()", "derive(causal=True, heads=h)", "derive(causal=True, keys=m)",
+             "derive(decode=True, heads=h, d_v=d_k)", "derive(layers=L, d_v=d_k)"]
+    code = ("import json, sys, sympy\n"
+            "from exactattn.cost import EXTENSION_SYMBOLS, SYMBOLS, derive\n"
+            "n, D, d_k, d_v = SYMBOLS\n"
+            "m, t, h, L = EXTENSION_SYMBOLS\n"
+            "print(json.dumps([[[k, str(v), sympy.srepr(v)] for k, v in eval(c).items()]\n"
+            "                  for c in json.loads(sys.argv[1])]))\n")
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    procs = [subprocess.Popen([sys.executable, "-c", code, json.dumps(cases)], cwd=root,
+                              env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": path},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in ("0", "12345")]  # run side by side
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        outs.append(json.loads(out))
+    assert outs[0] == outs[1]
+    for case, got in zip(cases, outs[0]):
+        here = eval(case, {"derive": derive, "h": h, "m": m, "L": L, "d_k": d_k})
+        assert [k for k, _, _ in got] == list(here), case
+        for k, text, tree in got:
+            assert text == str(here[k]) and tree == sympy.srepr(here[k]), (case, k)
+            assert sympy.sympify(tree) == here[k], (case, k)  # rebuilt, compared by value
 
 
 def test_operations_k_minus_one_additions():
@@ -79,7 +121,7 @@ def test_operations_k_minus_one_additions():
 
 
 def test_extension_formulas():
-    assert derive(heads=h, d_v=d_k)["output"] == n * h * d_k * D
+    assert derive(heads=h, d_v=d_k)["out_projection"] == n * h * d_k * D
     assert derive(heads=h, d_v=d_k)["projections"] == 3 * h * n * D * d_k
     assert derive(layers=L, d_v=d_k)["total"] == sympy.expand(L * (3 * n * D * d_k +
                                                                    2 * n ** 2 * d_k))
@@ -88,8 +130,8 @@ def test_extension_formulas():
     summed = {k: sympy.expand(sympy.summation(v, (t, 1, n))) for k, v in
               derive(decode=True).items()}
     assert summed == derive(causal=True)
-    # keys m >= n, bottom-right: query i sees i + m - n + 1 keys
-    br = derive(causal=True, alignment="bottom-right", keys=n + m)["scores"]
+    # keys m >= n, bottom_right: query i sees i + m - n + 1 keys
+    br = derive(causal=True, alignment="bottom_right", keys=n + m)["scores"]
     assert br == sympy.expand(d_k * (n * (n + 1) / 2 + n * m))
     pw = derive(causal=True, keys=m)["scores"]
     assert isinstance(pw, sympy.Piecewise)
@@ -122,7 +164,7 @@ def test_derived_equals_counted_for_every_n_up_to_64(causal):
 @given(st.integers(1, 9), st.integers(1, 5), st.integers(1, 4), st.integers(1, 4),
        st.booleans(), st.sampled_from([None, 1, 2]), st.sampled_from(["none", "keys",
                                                                        "decode", "layers"]),
-       st.sampled_from(["top-left", "bottom-right"]), st.integers(1, 9))
+       st.sampled_from(["top_left", "bottom_right"]), st.integers(1, 9))
 def test_derived_equals_counted_drawn(k, dm, dk, dv, causal, heads, extra, align, keys):
     opts = {"causal": causal, "heads": heads}
     if extra == "keys":
@@ -166,8 +208,8 @@ def test_count_inputs_are_the_documented_ones():
 # --- causal alignment, decoding, heads, layers --------------------------------------
 
 @pytest.mark.parametrize("keys, align, pairs", [
-    (6, "top-left", 10), (6, "bottom-right", 18), (2, "top-left", 7), (2, "bottom-right", 3),
-    (4, "top-left", 10), (4, "bottom-right", 10)])
+    (6, "top_left", 10), (6, "bottom_right", 18), (2, "top_left", 7), (2, "bottom_right", 3),
+    (4, "top_left", 10), (4, "bottom_right", 10)])
 def test_alignment_pairs(keys, align, pairs):
     got = count(4, 4, 1, 1, causal=True, keys=keys, alignment=align)
     assert got["scores"] == pairs and got["mix"] == pairs
@@ -194,7 +236,7 @@ def test_decode_outputs_equal_the_causal_prefill_outputs():
 def test_heads_with_output_projection_match_a_float_reference():
     r = run(3, 4, 2, 2, heads=2)
     assert r.macs == {"projections": 2 * 3 * 4 * 6, "scores": 2 * 9 * 2, "mix": 2 * 9 * 2,
-                      "output": 3 * 4 * 4, "total": 144 + 72 + 48}
+                      "out_projection": 3 * 4 * 4, "total": 144 + 72 + 48}
     x = np.array([[float(e) for e in row] for row in count_tokens(3, 4)])
     outs = []
     for a in range(2):
@@ -216,7 +258,7 @@ def test_layers_count_each_layer():
     one, two = count(5, 4, 4), count(5, 4, 4, layers=2)
     assert two == {k: 2 * v for k, v in one.items()}
     three = count(4, 4, 2, heads=2, layers=3)
-    assert three["output"] == 3 * 4 * 4 * 4
+    assert three["out_projection"] == 3 * 4 * 4 * 4
 
 
 # --- crossover and doubling ----------------------------------------------------------
@@ -247,7 +289,7 @@ def test_crossover_extensions_against_counts(opts, first, equal):
         assert p[equal - 1] == lin[equal - 1] and p[first - 1] > lin[first - 1]
         return
     at_eq, at_first = count(equal, 4, 4, **copts), count(first, 4, 4, **copts)
-    linear = ("projections", "output")
+    linear = ("projections", "out_projection")
     assert sum(at_eq[k] for k in ("scores", "mix")) == sum(at_eq.get(k, 0) for k in linear)
     assert sum(at_first[k] for k in ("scores", "mix")) > \
         sum(at_first.get(k, 0) for k in linear)
@@ -308,7 +350,7 @@ def test_golden_cost(cli, fmt):
 @pytest.mark.parametrize("name, argv", [
     ("cost-causal", ["--causal"]), ("cost-heads", ["--heads", "2", "--d-k", "2"]),
     ("cost-decode", ["--decode"]), ("cost-layers", ["--layers", "2"]),
-    ("cost-keys", ["--causal", "--keys", "16", "--align", "bottom-right"]),
+    ("cost-keys", ["--causal", "--keys", "16", "--align", "bottom_right"]),
     ("cost-conventions", ["--conventions"])])
 def test_golden_cost_extensions(cli, name, argv):
     rc, out, err = cli("cost", *argv)
@@ -343,16 +385,26 @@ def test_conventions(cli):
     (["--rows", "4,,8"], "--rows must be"),
     (["--rows", "2.5"], "--rows must be"),
     (["--rows", "four"], "--rows must be"),
-    (["--d-model", "0"], "--d-model must be a positive whole number (got '0')"),
-    (["--d-model=-3"], "--d-model must be a positive whole number"),
-    (["--d-k", "1.5"], "--d-k must be a positive whole number (got '1.5')"),
-    (["--d-k", "abc"], "--d-k must be a positive whole number (got 'abc')"),
+    (["--d-model", "0"], "--d-model must be a whole number from 1 to 1000000000000 (got '0')"),
+    (["--d-model=-3"], "--d-model must be a whole number from 1 to 1000000000000 (got '-3')"),
+    (["--d-model", "1e3000"], "--d-model must be a whole number from 1 to 1000000000000 "
+                              "(got '1e3000')"),
+    (["--d-k", "1.5"], "--d-k must be a whole number from 1 to 1000000000000 (got '1.5')"),
+    (["--d-k", "abc"], "--d-k must be a whole number from 1 to 1000000000000 (got 'abc')"),
+    (["--rows", "4," + "9" * 2150], "--rows must be a whole number from 1 to 1000000000000 "
+                                    "(got '9999"),
+    (["--keys", "1" + "0" * 12 + "1"], "--keys must be a whole number from 1 to 1000000000000"),
+    (["--causal", "--align", "top-left"],
+     "--align must be one of top_left, bottom_right (got 'top-left'); write --align top_left"),
+    (["--causal", "--align", "middle"],
+     "--align must be one of top_left, bottom_right (got 'middle')"),
+    (["--format", "yaml"], "--format must be one of text, "),
     (["--d-v", "0"], "--d-v must be"),
     (["--heads", "0"], "--heads must be"),
     (["--layers=-1"], "--layers must be"),
     (["--keys", "x"], "--keys must be"),
     (["--count-limit", "0"], "--count-limit must be"),
-    (["--align", "top-left"], "--align needs --causal"),
+    (["--align", "top_left"], "--align needs --causal"),
     (["--decode", "--keys", "4"], "--keys must be left out with --decode"),
     (["--layers", "2", "--d-v", "3"],
      "--d-v must equal --d-model = 4 to stack --layers without --heads (got --d-v 3); "
@@ -360,12 +412,21 @@ def test_conventions(cli):
     (["--layers", "2", "--d-k", "2"], "(got d_v = --d-k = 2)"),
     (["--layers", "2", "--keys", "4"], "--layers must be 1 with --keys (got --layers 2 and "
                                        "--keys 4)"),
-    (["--decode", "--causal", "--align", "bottom-right"],
-     "--align must be left out with --decode (got --align bottom-right)"),
+    (["--decode", "--causal", "--align", "bottom_right"],
+     "--align must be left out with --decode (got --align bottom_right)"),
     (["--count-limit", "1000000001"],
      "--count-limit must be a whole number from 1 to 1000000000 (got '1000000001')"),
-    (["--rows", ",".join(["4"] * 101)], "--rows must list at most 100 token counts (got 101)"),
-    (["--d-k", "9" * 99 + "x"], "--d-k must be a positive whole number (got '" + "9" * 40 + "\u2026')"),
+    (["--rows", ",".join(["4"] * 101)],
+     "--rows must be a comma-separated list of 1 to 100 whole numbers (got '4,4,4"),
+    (["--d-k", "9" * 99 + "x"], "--d-k must be a whole number from 1 to 1000000000000 (got '"
+                                + "9" * 20),
+    (["--count-limit", "1000000000", "--rows", "4000"],
+     "--count-limit must leave at most about 30 s of counting (got --count-limit 1000000000: "
+     "128192000 MACs to count by running the head, about "),
+    (["--conventions", "--count-limit", "1000000000", "--rows", "4000"],
+     "--count-limit must leave at most about 30 s of counting (got --count-limit 1000000000: "
+     "192400000 MACs to count by running the head, about 2 minutes); pass --count-limit "
+     "128191999 (or less) to derive the exact rows instead, or fewer tokens"),
 ])
 def test_cli_bad_input(cli, argv, message):
     rc, out, err = cli("cost", *argv)
@@ -373,6 +434,7 @@ def test_cli_bad_input(cli, argv, message):
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("exactattn: error: ")
     assert message in err
+    assert len(err) < 400  # a long value is echoed shortened
 
 
 @pytest.mark.parametrize("call, message", [
@@ -384,8 +446,11 @@ def test_cli_bad_input(cli, argv, message):
     (lambda: count(4, 0, 4), "d_model must be a positive whole number (got 0)"),
     (lambda: count(4, 4, 4, 0), "d_v must be a positive whole number (got 0)"),
     (lambda: count(4, 4, 4, heads=0), "heads must be a positive whole number (got 0)"),
-    (lambda: count(4, 4, 4, causal="yes"), "causal must be True or False (got 'yes')"),
-    (lambda: count(4, 4, 4, alignment="middle"), "alignment must be 'top-left' or"),
+    (lambda: count(4, 4, 4, causal="yes"), "causal must be true or false (got 'yes')"),
+    (lambda: count(4, 4, 4, alignment="middle"),
+     "alignment must be one of top_left, bottom_right (got 'middle')"),
+    (lambda: count(4, 4, 4, alignment="top-left"),
+     "alignment must be one of top_left, bottom_right (got 'top-left'); write 'top_left'"),
     (lambda: count(4, 4, 4, keys=3, layers=2), "layers must be 1 when keys is set"),
     (lambda: derive(decode=True, keys=m), "keys must be left unset with decode"),
     (lambda: cost_sections([]), "rows must be a non-empty list of token counts (got [])"),
@@ -406,8 +471,8 @@ def test_api_bad_input(call, message):
 @pytest.mark.parametrize("argv, both", [
     (["--decode"], "--decode must be left out with --conventions (got both)"),
     (["--keys", "9"], "--keys must be left out with --conventions (got --keys 9)"),
-    (["--causal", "--align", "bottom-right"],
-     "--align must be left out with --conventions (got --align bottom-right)"),
+    (["--causal", "--align", "bottom_right"],
+     "--align must be left out with --conventions (got --align bottom_right)"),
     (["--rows", "4,8"], "--rows must be one token count with --conventions (got 4,8); "
                         "pass e.g. --rows 8"),
 ])
@@ -456,14 +521,14 @@ def test_conventions_honour_heads_and_layers(cli):
     assert "h = 2 heads, L = 3 layers" in doc[0]["notes"][0]
     # pair MACs = pairs x (d_k + d_v) x h x L = 10 x 4 x 2 x 3
     assert doc[0]["data"]["conventions"][1]["pair_macs"] == "240"
-    assert doc[1]["data"]["stages"]["output"]["macs"] == count(4, 4, 2, heads=2,
-                                                               layers=3)["output"]
+    assert doc[1]["data"]["stages"]["out_projection"]["macs"] == \
+        count(4, 4, 2, heads=2, layers=3)["out_projection"]
 
 
 def _option_values():
     """A non-default value for every option of ``cost`` (new options must be added here)."""
     return {"--rows": ["5"], "--d-model": ["3"], "--d-k": ["2"], "--d-v": ["3"],
-            "--causal": [], "--align": ["bottom-right"], "--keys": ["9"], "--heads": ["2"],
+            "--causal": [], "--align": ["bottom_right"], "--keys": ["9"], "--heads": ["2"],
             "--layers": ["2"], "--decode": [], "--conventions": [], "--count-limit": ["1000"],
             "--format": ["json"]}
 
@@ -515,9 +580,114 @@ def test_every_pair_of_options_changes_the_output_or_is_refused(cli):
 
 
 def test_bottom_right_formula_reads_without_minus_one(cli):
-    rc, out, _ = cli("cost", "--causal", "--keys", "9", "--align", "bottom-right",
+    rc, out, _ = cli("cost", "--causal", "--keys", "9", "--align", "bottom_right",
                      "--rows", "4,8")
     assert rc == 0
     assert "  n x d_k x (2 x m - n + 1) = 8 x 4 x (2 x 9 - 8 + 1) = 352\n" in out
     assert "-1 x" not in out and "+ -" not in out
-    assert count(8, 4, 4, causal=True, keys=9, alignment="bottom-right")["scores"] * 2 == 352
+    assert count(8, 4, 4, causal=True, keys=9, alignment="bottom_right")["scores"] * 2 == 352
+
+
+# --- one visibility rule, one code path, light imports ---------------------------------
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+def test_derived_pairs_follow_the_one_visibility_rule(align):
+    """The loop nests' symbolic bounds give, at every small size, exactly the pairs that
+    Policy.visible_keys (the one rule the engines and the counted runs use) lets through."""
+    from exactattn.call import Policy
+    policy = Policy(causal=True, alignment=align)
+    for k in range(1, 8):
+        for keys in range(1, 10):
+            want = sum(len(policy.visible_keys(i, k, keys)) for i in range(k))
+            got = derive_at(k, 1, 1, 1, causal=True, alignment=align, keys=keys)
+            assert got["scores"] == got["mix"] == want == policy.pairs(k, keys), (k, keys)
+            assert count(k, 1, 1, 1, causal=True, alignment=align, keys=keys)["scores"] == want
+
+
+def test_a_counted_run_is_the_pencil_engine():
+    """count() and attend(engine="pencil") run the same loops: same MACs, same exact outputs."""
+    for causal in (False, True):
+        ref = count_head(3, 2, 2)
+        head = Head(ref.W_Q, ref.W_K, ref.W_V, causal=causal)
+        x = count_tokens(6, 3)
+        trace = attend(head, x, engine="pencil")
+        r = run(6, 3, 2, 2, causal=causal)
+        typed_equal(trace.macs, {k: v for k, v in r.macs.items() if k != "total"})
+        for i in range(6):
+            for c in range(2):
+                (value,) = r.outputs[i][c]
+                assert value == trace.output(i, c)
+
+
+def test_stage_names():
+    from exactattn.cost import STAGES
+    assert STAGES == ("projections", "scores", "mix", "out_projection")
+    assert list(count(2, 4, 2, heads=2)) == ["projections", "scores", "mix", "out_projection",
+                                             "total"]
+    assert [x.name for x in loop_nests(heads=h)["out_projection"]] == ["out_projection"]
+
+
+def test_the_cost_package_layout():
+    """The old names keep working from the package; presentation lives apart."""
+    import exactattn.cost as cost
+    from exactattn.cost import report, rows
+    assert cost.derive is derive and cost.count is count and cost.run is run
+    assert cost.cost_sections is report.cost_sections and cost.cost_rows is rows.cost_rows
+    assert cost.ALIGNMENTS == ("top_left", "bottom_right")
+    assert set(cost.__all__) <= set(dir(cost))
+    with pytest.raises(AttributeError):
+        cost.no_such_name  # noqa: B018
+
+
+def test_counting_and_the_cost_command_load_no_sympy():
+    """A counted run and `exactattn cost --help` never load sympy (it takes most of a second)."""
+    import subprocess
+    import sys
+    code = ("import sys, argparse\n"
+            "from exactattn.cost.counting import count\n"
+            "assert count(4, 4, 4)['total'] == 320\n"
+            "from exactattn.commands import cost\n"
+            "cost.register(argparse.ArgumentParser().add_subparsers())\n"
+            "print('sympy' in sys.modules)\n")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "False\n"
+
+
+def test_table_sizes_stay_printable():
+    """A size whose figures would have over 4300 digits is one error, not a traceback."""
+    with pytest.raises(InputError) as e:
+        cost_sections([10 ** 2150])
+    assert str(e.value).startswith("each row must be a whole number from 1 to 1000000000000 "
+                                   "(got 1000")
+    with pytest.raises(InputError, match="d_model must be a whole number from 1 to"):
+        conventions_sections(4, d_model=10 ** 13)
+    (s,) = cost_sections([10 ** 12], count_limit=1000)
+    assert s.rows[0][3] == str(derive_at(10 ** 12, 4, 4)["total"])
+
+
+def test_counting_work_is_known_before_running():
+    from exactattn.cost import counting_work
+    from exactattn.cost.conventions import conventions_work
+    work = counting_work([4, 8, 64], count_limit=1000)
+    assert [macs for macs, _ in work] == [320, 896]
+    assert all(type(s) is float and 0 < s < 0.01 for _, s in work)
+    (big,) = counting_work([4000], count_limit=10 ** 9)
+    assert big[0] == 128192000 and big[1] > 30
+    # decoding also counts the causal prefill of the check
+    assert counting_work([8], decode=True) == [
+        (2 * count(8, 4, 4, decode=True)["total"], counting_work([8], decode=True)[0][1])]
+    assert conventions_work(8, count_limit=100) == []
+    assert [m for m, _ in conventions_work(8)] == [896, 672]
+
+
+def test_the_refusal_is_quick(cli):
+    import time
+    start = time.perf_counter()
+    rc, out, err = cli("cost", "--count-limit", "1000000000", "--rows", "4000")
+    assert rc == 2 and out == "" and time.perf_counter() - start < 10
+    assert "pass --count-limit 128191999 (or less) to derive every row instead" in err
+    rc, out, err = cli("cost", "--count-limit", "1000000000", "--rows", "1000,4000")
+    assert rc == 2 and "pass --count-limit 8048000 (or less) to derive the larger rows" in err

@@ -140,3 +140,96 @@ def test_a_huge_score_gap_prints_at_once():
     t = attend(ex.head, ex.x)
     assert [t.share(0, j).decimal(6) for j in range(2)] == ["1.000000", "0.000000"]
     assert t.share(1, 1).decimal(4) == "1.0000"
+
+
+# ----------------------------------------------------------------- one reader for both kinds of spec
+from exactattn.spec import MAX_BYTES, load_problem, loads_problem, parse  # noqa: E402
+
+PROBLEM = '{"query": [[1]], "key": [[1], [2]], "value": [["1/2"], [3]]}'
+
+
+def test_problem_spec_toml_floats_are_text():
+    problem, policy, dtype = loads_problem(
+        'query = [[1_000.5]]\nkey = [[1]]\nvalue = [[0.1]]\n[policy]\nscale = "none"', fmt="toml")
+    assert problem.query[0, 0, 0, 0] == Fraction(2001, 2)
+    assert type(problem.query[0, 0, 0, 0]) is Fraction
+    assert problem.value[0, 0, 0, 0] == Fraction(1, 10)
+    assert policy.scale is None and dtype is None
+
+
+@pytest.mark.parametrize("text", [
+    '{"query": [[1]], "query": [[2]], "key": [[1]], "value": [[1]]}',
+    '{"query": [[1]], "key": [[1]], "value": [[1]], "policy": {"causal": true, "causal": false}}',
+])
+def test_a_repeated_key_is_refused(text):
+    with pytest.raises(SpecError, match=r"^spec: key '(query|causal)' must appear once \(got it twice\); remove one$"):
+        loads_problem(text)
+
+
+def test_a_repeated_head_key_is_refused():
+    with pytest.raises(SpecError, match="key 'W_Q' must appear once"):
+        loads('{"tokens": [{"x": [1]}], "W_Q": [[1]], "W_Q": [[2]], "W_K": [[1]], "W_V": [[1]]}')
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + PROBLEM.encode())
+    problem, _, _ = load_problem(path)
+    assert problem.value[0, 0, 1, 0] == Fraction(3)
+    head = tmp_path / "head.json"
+    head.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode())
+    assert load(head).x == [[Fraction(1), Fraction(0)]]
+    assert parse("\ufeff[1]") == [1]
+
+
+def test_files_past_the_size_limit_are_refused(tmp_path):
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_BYTES + 1)           # sparse: nothing is written
+    for path in (big, "/dev/zero"):
+        with pytest.raises(SpecError, match=r"must be at most 64 MiB \(got more\)"):
+            load_problem(path)
+        with pytest.raises(SpecError, match=r"must be at most 64 MiB"):
+            load(path)
+
+
+@pytest.mark.parametrize("text", [
+    '{"query": ' + "[" * 100000 + "]" * 100000 + "}",
+    '{"query": [[1]], "key": ' + "[" * 900 + "1" + "]" * 900 + ', "value": [[1]]}',
+])
+def test_deep_problem_specs_are_one_error(text):
+    with pytest.raises((SpecError, ShapeError)) as e:
+        loads_problem(text)
+    assert "\n" not in str(e.value)
+
+
+def test_each_kind_of_spec_names_the_other():
+    with pytest.raises(SpecError, match="this looks like a head spec"):
+        loads_problem(json.dumps(GOOD))
+    with pytest.raises(SpecError, match="this looks like a verify spec"):
+        loads(PROBLEM)
+
+
+@pytest.mark.parametrize("doc, error, pattern", [
+    ({"query": [[1]], "key": [[1]]}, SpecError, "value is missing"),
+    ({"query": [[1]], "key": [[1]], "value": [[1]], "policy": {"colour": 1}}, SpecError,
+     "unknown policy key 'colour'"),
+    ({"query": [[1]], "key": [[1]], "value": [[1]], "policy": {"causal": "yes"}}, InputError,
+     r"^spec: causal must be true or false \(got 'yes'\)$"),
+    ({"query": [[1]], "key": [[1]], "value": [[1]], "dtype": "float8"}, InputError,
+     "dtype must be one of"),
+    ({"query": [[1]], "key": [[1]], "value": [[1]], "mask": [[True]]}, SpecError,
+     r'mask must be \{"kind": ..., "values": \[...\]\}'),
+    ({"query": [[1]], "key": [[1]], "value": [[1]], "policy": {"mask_kind": "bool_keep"},
+      "mask": {"kind": "bool_drop", "values": [[True]]}}, SpecError,
+     "mask.kind must agree with policy.mask_kind"),
+    ({"query": [[1, 2], [3]], "key": [[1]], "value": [[1]]}, ShapeError, "ragged"),
+    ({"query": [[0.5]], "key": [[1]], "value": [[1]]}, InputError, None),
+])
+def test_bad_problem_specs(doc, error, pattern):
+    text = json.dumps(doc)
+    if pattern is None:           # a bare 0.5 in the file is read from its text: fine
+        assert loads_problem(text)[0].query[0, 0, 0, 0] == Fraction(1, 2)
+        return
+    with pytest.raises(error, match=pattern):
+        loads_problem(text)

@@ -1,4 +1,5 @@
-"""exactattn.verify, exactattn.impls, exactattn.policies and the ``verify`` command.
+"""exactattn.verify (formats, problem, reference, impls, check, search, report), the policy
+model it reads (exactattn.call), verify's spec files (exactattn.spec) and the ``verify`` command.
 
 Tolerances: float implementations are judged by verify's rule (the default
 ULP tolerance); everything about the exact side is compared exactly.
@@ -16,12 +17,12 @@ from hypothesis import given, strategies as st
 
 from exactattn.cli import main
 from exactattn.errors import InputError, ShapeError, SpecError
-from exactattn.impls import Call, FunctionImpl, NumpyImpl, load_impl, make_call
-from exactattn.policies import PRESETS, Policy, kv_head, parse_scale, preset, visible
+from exactattn.call import PRESETS, Policy, parse_scale, preset
 from exactattn.softmax import SoftmaxRow
-from exactattn.verify import (BiasedRow, Problem, Reference, certified_scientific,
-                              load_spec, random_problem, round_to_format, search, spec_text,
-                              ulp_index, ulps_between, verify)
+from exactattn.spec import load_problem, problem_text
+from exactattn.verify import (Problem, Reference, certified_scientific, random_problem,
+                              round_to_format, search, ulp_index, ulps_between, verify)
+from exactattn.verify.impls import Call, FunctionImpl, NumpyImpl, load_impl, make_call
 
 
 def typed(got, want):
@@ -69,7 +70,8 @@ def test_round_ties_go_to_even_and_overflow():
 
 @given(st.floats(width=32, allow_nan=False, allow_infinity=False))
 def test_ulp_index_steps_by_one_float32(x):
-    up = float(np.nextafter(np.float32(x), np.float32(np.inf)))   # inf after the largest
+    with np.errstate(over="ignore"):
+        up = float(np.nextafter(np.float32(x), np.float32(np.inf)))   # inf after the largest
     assert ulp_index(up, "float32") - ulp_index(x, "float32") == 1
     # the bit pattern of a positive float32 is its index
     if x > 0:
@@ -96,9 +98,9 @@ def test_presets_and_visible():
     assert preset("jax").empty_row == "uniform"
     assert preset("xformers").mask_kind == "additive"
     bottom = Policy(causal=True, alignment="bottom_right")
-    assert [visible(bottom, i, 0, 3, 1) for i in range(3)] == [False, False, True]
-    assert [kv_head(Policy(gqa="tile"), h, 6, 3) for h in range(6)] == [0, 1, 2, 0, 1, 2]
-    assert [kv_head(Policy(), h, 6, 3) for h in range(6)] == [0, 0, 1, 1, 2, 2]
+    assert [0 in bottom.visible_keys(i, 3, 1) for i in range(3)] == [False, False, True]
+    assert [Policy(gqa="tile").kv_head(h, 6, 3) for h in range(6)] == [0, 1, 2, 0, 1, 2]
+    assert [Policy().kv_head(h, 6, 3) for h in range(6)] == [0, 0, 1, 1, 2, 2]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -117,7 +119,7 @@ def test_policy_errors(kwargs, message):
 def test_parse_scale_forms():
     typed(parse_scale("1/sqrt(48)"), F(48))
     typed(parse_scale("0.125"), F(64))
-    typed(parse_scale("none"), F(1))
+    assert parse_scale("none") is None                      # no scaling: not Fraction(1)
     assert Policy(scale="1/sqrt(48)").scale_text() == "1/sqrt(48)"
     assert Policy(scale="0.125").scale_text() == "1/8"
 
@@ -145,7 +147,7 @@ def test_biased_row_irrational_scale_matches_sympy():
                             [["1/3", "-inf", 0]], mask_kind="additive")
     ref = Reference(p, Policy())            # d_k = 2: scale 1/sqrt(2)
     row = ref.row(0, 0, 0)
-    assert isinstance(row, BiasedRow)
+    assert type(row) is SoftmaxRow and row.paired is True     # the mask is the row's offsets
     r2 = sympy.sqrt(2)
     e0, e2 = sympy.exp(1 / r2 + sympy.Rational(1, 3)), sympy.exp(1 / r2)
     want = (1 * e0 + 4 * e2) / (e0 + e2)
@@ -271,15 +273,15 @@ def test_spec_round_trip(tmp_path):
                             mask_kind="additive", name="rt")
     pol = Policy(scale="1/sqrt(3)", causal=True, alignment="bottom_right", mask_kind="additive")
     path = tmp_path / "rt.json"
-    path.write_text(spec_text(p, pol, "bfloat16"))
-    q, qpol, dtype = load_spec(path)
+    path.write_text(problem_text(p, pol, "bfloat16"))
+    q, qpol, dtype = load_problem(path)
     assert (q.query == p.query).all() and (q.key == p.key).all() and (q.value == p.value).all()
     assert q.mask.tolist() == p.mask.tolist() and qpol == pol and dtype == "bfloat16"
     (tmp_path / "bad.json").write_text('{"query": [[1]], "key": [[1]]}')
     with pytest.raises(SpecError, match="value is missing"):
-        load_spec(tmp_path / "bad.json")
+        load_problem(tmp_path / "bad.json")
     with pytest.raises(SpecError, match="does not exist"):
-        load_spec(tmp_path / "none.json")
+        load_problem(tmp_path / "none.json")
 
 
 # ----------------------------------------------------------------- search
@@ -290,7 +292,7 @@ def test_search_finds_and_shrinks_a_hard_failure():
     sh = res.problem.shape
     assert sh["L"] == 1 and sh["S"] <= 2 and sh["E"] <= 2 and sh["E_v"] == 1   # shrunk
     assert any(e.status == "hard" for e in res.report.entries)
-    doc = json.loads(spec_text(res.problem, Policy(), "float16"))
+    doc = json.loads(problem_text(res.problem, Policy(), "float16"))
     assert doc["dtype"] == "float16" and len(doc["query"]) == 1
 
 
@@ -345,3 +347,276 @@ def test_cli_search_prints_a_spec(capsys):
     spec = out[out.index("{\n"):]
     doc = json.loads(spec)
     assert set(doc) >= {"query", "key", "value", "policy", "dtype"}
+
+
+# ----------------------------------------------------------------- one error line, or a report
+def run_cli(capsys, *argv):
+    rc = main(["verify", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line_error(rc, out, err, start="exactattn: error: "):
+    assert rc == 2 and out == "" and err.startswith(start) and err.count("\n") == 1, (rc, err)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", "-1"], "--seed must be a non-negative whole number (got '-1')"),
+    (["--digits", "0"], "--digits must be a whole number from 1 to 50 (got '0')"),
+    (["--digits", "51"], "--digits must be a whole number from 1 to 50 (got '51')"),
+    (["--impl", ":fn"], "impl must be module:function with a module name"),
+    (["--impl", ".foo:bar"], "impl must be module:function with a module name"),
+    (["--impl", "foo:"], "impl must be module:function with a module name"),
+    (["--impl", "no_such_kernel_mod:attention"],
+     "impl module 'no_such_kernel_mod' must be importable"),
+    (["--dtype", "bfloat16"], "dtype must be one of float64, float32, float16 for numpy "
+                              "(got 'bfloat16'); numpy has no bfloat16"),
+])
+def test_cli_bad_options_are_one_line(capsys, argv, message):
+    try:                                       # argparse's own errors exit; ours return 2
+        rc, out, err = run_cli(capsys, "--n", "2", "--d-k", "2", *argv)
+    except SystemExit as e:
+        rc, (out, err) = e.code, capsys.readouterr()
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("exactattn: error: ") and message in err, err
+
+
+def test_an_impl_that_raises_is_a_hard_failure(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mykern_raises.py").write_text(
+        "def attention(query, key, value, **kw):\n    return 1 / 0\n")
+    monkeypatch.chdir(tmp_path)               # found in the current directory, as python -m does
+    rc, out, err = run_cli(capsys, "--impl", "mykern_raises:attention", "--n", "2", "--d-k", "2")
+    assert rc == 1 and err == ""
+    assert out.count("hard failure: mykern_raises:attention raised ZeroDivisionError: "
+                     "division by zero; every output counts as failed\n") == 1
+    assert "result: FAIL" in out and "Traceback" not in out
+    rc, out, err = run_cli(capsys, "--impl", "mykern_raises:attention", "--search", "5")
+    assert rc == 1 and err == ""
+    assert "largest error hard failure" in out
+    doc = json.loads(out[out.index("{\n"):])
+    assert doc["query"] == [["0"]] and doc["key"] == [["0"]] and doc["value"] == [["0"]]
+
+
+def test_an_impl_that_raises_from_python():
+    def broken(query, key, value):
+        raise ValueError("shapes\nmismatch")
+    rep = verify(FunctionImpl(broken), random_problem(2, 2), Policy(), "float64")
+    typed(rep.raised, "ValueError: shapes mismatch")
+    assert [e.status for e in rep.entries] == ["hard"] * 4 and rep.passed is False
+
+
+def test_a_kernel_module_in_the_current_directory_is_found(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mykern_here.py").write_text(
+        "from exactattn.verify.impls import Call, NumpyImpl\n"
+        "def attention(query, key, value):\n"
+        "    return NumpyImpl()(Call(query, key, value, 'float32'))\n")
+    monkeypatch.chdir(tmp_path)
+    import sys
+    assert str(tmp_path) not in sys.path
+    rc, out, err = run_cli(capsys, "--impl", "mykern_here:attention", "--n", "3", "--d-k", "2")
+    assert rc == 0 and err == "" and "result: PASS" in out
+    assert str(tmp_path) not in sys.path          # only while the module is imported
+
+
+def test_reruns_are_byte_identical_and_timings_are_asked_for(capsys):
+    argv = ("--n", "4", "--d-k", "2")
+    first, second = run_cli(capsys, *argv), run_cli(capsys, *argv)
+    assert first == second and first[0] == 0
+    assert "seconds" not in first[1]
+    rc, out, _ = run_cli(capsys, *argv, "--timings")
+    assert rc == 0 and "seconds impl/exact" in out
+
+
+def test_an_exact_match_has_relative_error_0(capsys, tmp_path):
+    p = Problem.from_arrays([[0], [0]], [[0], [0]], [[1], [3]])      # every output is 2
+    rep = verify("numpy", p, Policy(), "float32")
+    assert [(e.rel, e.terms_ulps, e.ulps) for e in rep.entries] == [(0.0, 0.0, 0)] * 2
+    typed(rep.summary()["max_rel"], 0.0)
+    spec = tmp_path / "eq.json"
+    spec.write_text(json.dumps({"query": [[0], [0]], "key": [[0], [0]], "value": [[1], [3]]}))
+    rc, out, _ = run_cli(capsys, "--spec", str(spec))
+    assert rc == 0 and "e-29" not in out and "e-30" not in out
+    row = next(line for line in out.splitlines() if line.startswith("0,0,0,0"))
+    assert row.split()[-2:] == ["0", "ok"]
+    # scores 1000.5 apart: the output is 3 - 2/(1 + e^1000.5), not 3; its relative error
+    # (about 1e-435) is below what a float holds, so it prints 0 too, not the ball's 1e-29
+    p = Problem.from_arrays([["1000.5"]], [[1], [2]], [[1], [3]])
+    rep = verify("numpy", p, Policy(scale="none"), "float32")
+    typed(rep.entries[0].rel, 0.0)
+
+
+def test_dtype_all_with_numpy_skips_bfloat16_and_says_why(capsys):
+    rc, out, err = run_cli(capsys, "--n", "3", "--d-k", "2", "--dtype", "all")
+    assert rc == 0 and err == ""
+    assert "bfloat16 skipped: numpy does not run it; numpy has no bfloat16, use --impl torch " \
+           "for it" in out
+    assert [line.split()[0] for line in out.splitlines()
+            if line.startswith("float")] == ["float64", "float32", "float16"]
+
+
+# ----------------------------------------------------------------- flags against a spec file
+
+MASKED = {"name": "masked", "policy": {"scale": "none", "causal": True},
+          "query": [[["1"], ["2"]], [["0"], ["1"]]], "key": [[["1"], ["2"], ["3"]]],
+          "value": [[["1"], ["2"], ["4"]]],
+          "mask": {"kind": "bool_keep", "values": [[True, False, True], [True, True, False]]}}
+
+
+@pytest.fixture
+def masked_spec(tmp_path):
+    path = tmp_path / "masked.json"
+    path.write_text(json.dumps(MASKED))
+    return str(path)
+
+
+def test_mask_kind_flag_rereads_the_spec_mask(capsys, masked_spec):
+    rc0, base, _ = run_cli(capsys, "--spec", masked_spec)
+    rc, out, err = run_cli(capsys, "--spec", masked_spec, "--mask-kind", "bool_drop")
+    assert rc0 == 0 and rc in (0, 1) and err == "" and out != base
+    assert "mask=bool_drop" in out
+    p, pol, _ = load_problem(masked_spec)
+    drop = Reference(p.with_mask_kind("bool_drop"), pol.replace(mask_kind="bool_drop"))
+    assert drop.visible(0, 0).tolist() == [[False, False, False], [False, False, False]]
+    assert drop.visible(0, 1).tolist() == [[False, False, False], [False, False, False]]
+
+
+def test_like_xformers_on_a_boolean_mask_is_refused(capsys, masked_spec):
+    one_line_error(*run_cli(capsys, "--spec", masked_spec, "--like", "xformers"),
+                   "exactattn: error: --like xformers reads the mask as additive, but mask[0][0] "
+                   "must be a number or '-inf' for an additive mask (got True)")
+
+
+def test_like_xformers_changes_an_additive_spec(capsys, tmp_path):
+    spec = tmp_path / "add.json"
+    spec.write_text(json.dumps({"query": [[1]], "key": [[1], [2]], "value": [[1], [3]],
+                                "mask": {"kind": "additive", "values": [["1/2", "-inf"]]}}))
+    rc0, base, _ = run_cli(capsys, "--spec", str(spec))
+    rc, out, err = run_cli(capsys, "--spec", str(spec), "--like", "xformers")
+    assert rc0 == rc == 0 and err == "" and "mask=additive" in base
+    one_line_error(*run_cli(capsys, "--spec", str(spec), "--like", "flash"),
+                   "exactattn: error: --like flash reads the mask as bool_keep, but mask[0][0] "
+                   "must be True or False in a bool_keep mask (got Fraction(1, 2))")
+    rc, out, err = run_cli(capsys, "--spec", str(spec), "--like", "flash", "--mask-kind",
+                           "additive", "--causal")
+    assert rc == 0 and "alignment=bottom_right" in out and out != base
+
+
+# every verify option, against a base that lets it apply: changes the report or is refused
+OPTIONS = {
+    "--impl": ("spec", ["numpy-naive"]), "--arrays": ("random", ["torch"]),
+    "--dtype": ("spec", ["float64"]), "--like": ("spec", ["jax"]),
+    "--scale": ("spec", ["1/2"]), "--causal": ("random", []), "--no-causal": ("spec", []),
+    "--alignment": ("spec", ["bottom_right"]), "--empty-row": ("spec", ["nan"]),
+    "--mask-kind": ("spec", ["bool_drop"]), "--gqa": ("spec", ["tile"]),
+    "--spec": ("random", None), "--n": ("random", ["3"]), "--n-keys": ("random", ["3"]),
+    "--d-k": ("random", ["3"]), "--heads": ("random", ["2"]), "--kv-heads": ("random", ["1"]),
+    "--seed": ("random", ["1"]), "--max-ulps": ("random", ["0"]), "--worst": ("random", ["1"]),
+    "--digits": ("random", ["3"]), "--timings": ("random", []), "--flops": ("random", []),
+    "--format": ("random", ["markdown"]), "--search": ("random", ["3"]),
+    "--search-measure": ("random", ["terms"]), "--max-size": ("random", ["2"]),
+}
+
+
+def test_every_option_changes_the_report_or_is_refused(capsys, masked_spec):
+    from exactattn.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    flags = {s for a in sub.choices["verify"]._actions if a.dest != "help"
+             for s in a.option_strings}
+    assert flags == set(OPTIONS)
+    for flag, (base, value) in OPTIONS.items():
+        start = ["--spec", masked_spec] if base == "spec" else ["--n", "2", "--d-k", "2"]
+        value = [masked_spec] if value is None else value
+        rc0, out0, _ = run_cli(capsys, *start)
+        try:
+            rc, out, err = run_cli(capsys, *start, flag, *value)
+        except SystemExit as e:                   # an argparse refusal
+            rc, out, err = e.code, *capsys.readouterr()
+        assert rc0 in (0, 1)
+        assert (rc == 2 and out == "" and err.count("\n") == 1) or \
+            (rc in (0, 1) and out != out0), (flag, rc, err)
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["--n", "3"], "exactattn: error: --n must come without --spec (got both)"),
+    (["--seed", "2"], "exactattn: error: --seed must come without --spec (got both)"),
+    (["--gqa", "tile", "--like", "torch"], None),
+    (["--mask-kind", "additive"], "exactattn: error: --mask-kind additive reads the mask as "
+                                  "additive, but mask[0][0] must be a number"),
+    (["--no-causal", "--alignment", "bottom_right"],
+     "exactattn: error: --alignment must come with causal attention"),
+    (["--search", "3"], "exactattn: error: --spec must come without --search (got both)"),
+    (["--max-size", "3"], "exactattn: error: --max-size must come with --search N"),
+])
+def test_flags_that_cannot_apply_are_refused(capsys, masked_spec, argv, start):
+    rc, out, err = run_cli(capsys, "--spec", masked_spec, *argv)
+    if start is None:
+        assert rc in (0, 1) and "gqa=tile" in out
+    else:
+        one_line_error(rc, out, err, start)
+
+
+def test_random_input_flags_that_cannot_apply_are_refused(capsys):
+    for argv, start in (
+            (["--gqa", "tile"], "exactattn: error: --gqa must come with more query heads"),
+            (["--mask-kind", "bool_drop"], "exactattn: error: --mask-kind must come with a spec"),
+            (["--kv-heads", "1"], "exactattn: error: --kv-heads must come with --heads"),
+            (["--heads", "3", "--kv-heads", "2"], "exactattn: error: --heads must be a multiple"),
+            (["--arrays", "torch"], "exactattn: error: --arrays must come with a module:function"),
+            (["--search", "3", "--n", "4"], "exactattn: error: --n must come without --search")):
+        one_line_error(*run_cli(capsys, "--n", "2", "--d-k", "2", *argv), start)
+
+
+def test_spec_toml_floats_through_the_command(capsys, tmp_path):
+    spec = tmp_path / "t.toml"
+    spec.write_text('query = [[1_000.5]]\nkey = [[1], [2]]\nvalue = [[1], [3]]\n'
+                    '[policy]\nscale = "none"\n')
+    rc, out, err = run_cli(capsys, "--spec", str(spec))
+    assert rc == 0 and err == "" and "inputs rounded to float32: 0 of 5" in out
+
+
+@pytest.mark.parametrize("content, start", [
+    ('{"query": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply to read"),
+    ('{"query": [[1]], "query": [[2]], "key": [[1]], "value": [[1]]}',
+     "key 'query' must appear once (got it twice)"),
+])
+def test_spec_text_the_command_refuses_in_one_line(capsys, tmp_path, content, start):
+    spec = tmp_path / "bad.json"
+    spec.write_text(content)
+    one_line_error(*run_cli(capsys, "--spec", str(spec)), f"exactattn: error: {spec}: {start}")
+
+
+def test_spec_with_a_bom_and_dev_zero(capsys, tmp_path):
+    spec = tmp_path / "bom.json"
+    spec.write_bytes(b"\xef\xbb\xbf" + b'{"query": [[1]], "key": [[1]], "value": [[1]]}')
+    rc, out, err = run_cli(capsys, "--spec", str(spec))
+    assert rc == 0 and err == ""
+    one_line_error(*run_cli(capsys, "--spec", "/dev/zero"),
+                   "exactattn: error: spec file '/dev/zero' must be at most 64 MiB (got more)")
+
+
+# ----------------------------------------------------------------- the call model underneath
+
+def test_with_mask_kind_rereads_and_refuses():
+    p = Problem.from_arrays([[1]], [[1], [2]], [[3], [4]], [[True, False]])
+    drop = p.with_mask_kind("bool_drop")
+    assert (drop.mask_kind, p.mask_kind) == ("bool_drop", "bool_keep")
+    assert drop.block_mask(0, 0).rows == ((True, False),)
+    assert Reference(drop).visible(0, 0).tolist() == [[False, True]]
+    assert p.with_mask_kind("bool_keep") is p
+    with pytest.raises(InputError, match=r"mask\[0\]\[0\] must be a number or '-inf'"):
+        p.with_mask_kind("additive")
+
+
+def test_scale_none_is_no_scaling_for_the_implementation():
+    p = Problem.from_arrays([[1]], [[1]], [[1]])
+    typed(make_call(p, Policy(scale="none"), "float64").scale, 1.0)
+    assert make_call(p, Policy(), "float64").scale is None
+    typed(make_call(p, Policy(scale="1/4"), "float64").scale, 0.25)
+    assert Reference(p, Policy(scale="none")).divisor_squared is None
+
+
+def test_call_masks_come_from_the_policy():
+    q, k = np.zeros((2, 1)), np.zeros((3, 1))
+    call = Call(q, k, k, "float64", is_causal=True, alignment="bottom_right")
+    assert call.causal_keep().tolist() == Policy(causal=True, alignment="bottom_right") \
+        .keep(2, 3).tolist() == [[True, True, False], [True, True, True]]

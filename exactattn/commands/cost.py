@@ -4,6 +4,9 @@
 the row above and the pairs' share, then the check (the derived formula against
 the count at the last row), the crossover and the doubling ratio.
 ``--conventions`` prints the exact counts next to common accounting instead.
+
+Registering the command loads neither sympy nor the cost tables (``--help``
+stays fast); they are loaded when the command runs.
 """
 
 from __future__ import annotations
@@ -11,80 +14,64 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import shorten
+from ..call import ALIGNMENTS
+from ..cost.sizes import MAX_SIZE
+from ..errors import InputError, shorten
+from ..options import choice, whole, whole_list
 from ..render import FORMATS, render
 
 HELP = "multiply-adds at several row lengths: counted, derived, crossover, conventions"
 
-
 #: the most token counts --rows may list (each row is derived and maybe run)
 MAX_ROWS = 100
-#: the largest --count-limit: about 10^9 multiply-adds counted in Python loops take minutes
+#: the largest --count-limit (per row; the whole run is held to MAX_SECONDS)
 MAX_COUNT_LIMIT = 1_000_000_000
+#: the longest a command may count, estimated before it starts (seconds, 2-core machine)
+MAX_SECONDS = 30
 
 
-_short = shorten
-
-
-def _positive(flag: str, high: int | None = None):
-    what = "a positive whole number" if high is None else f"a whole number from 1 to {high}"
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text.strip())
-        except ValueError:
-            v = 0
-        if v < 1 or (high is not None and v > high):
-            raise argparse.ArgumentTypeError(f"{flag} must be {what} (got {_short(text)!r})")
-        return v
-    return parse
-
-
-def _rows_arg(text: str) -> list[int]:
-    parts = [p.strip() for p in text.split(",")]
-    bad = argparse.ArgumentTypeError(
-        f"--rows must be a comma-separated list of positive whole numbers such as "
-        f"4,8,16,32 (got {_short(text)!r})")
-    if not text.strip() or any(not p for p in parts):
-        raise bad
+def _alignment(text: str) -> str:
+    """--align: top_left or bottom_right; the retired ``top-left`` gets the fix."""
     try:
-        rows = [int(p) for p in parts]
-    except ValueError:
-        raise bad from None
-    if any(r < 1 for r in rows):
-        raise bad
-    if len(rows) > MAX_ROWS:
-        raise argparse.ArgumentTypeError(
-            f"--rows must list at most {MAX_ROWS} token counts (got {len(rows)}); "
-            "pick fewer, e.g. powers of two")
-    return rows
+        return choice("--align", ALIGNMENTS)(text)
+    except argparse.ArgumentTypeError as e:
+        fixed = text.strip().replace("-", "_")
+        if fixed in ALIGNMENTS:
+            raise argparse.ArgumentTypeError(f"{e}; write --align {fixed}") from None
+        raise
+
+
+_alignment.__name__ = "--align"
 
 
 def register(sub) -> None:
     from ..examples import chronicle
     head = chronicle().head
+    size = f"from 1 to {MAX_SIZE}"
     p = sub.add_parser("cost", help=HELP, description=HELP,
                        epilog="A multiply-add (MAC) is one multiplication plus one addition; "
                               "FLOPs = 2 x MACs. See docs/cost.md.")
-    p.add_argument("--rows", type=_rows_arg, default=None, metavar="LIST",
-                   help="token counts, comma-separated (default 4,8,16,32; with "
-                        "--conventions one count, default 32)")
-    p.add_argument("--d-model", type=_positive("--d-model"), default=head.d_model,
-                   metavar="D", help=f"d_model (default {head.d_model}, the example head)")
-    p.add_argument("--d-k", type=_positive("--d-k"), default=head.d_k, metavar="K",
-                   help=f"key width d_k (default {head.d_k}, the example head)")
-    p.add_argument("--d-v", type=_positive("--d-v"), default=None, metavar="V",
+    p.add_argument("--rows", type=whole_list("--rows", high=MAX_SIZE, most=MAX_ROWS),
+                   default=None, metavar="LIST",
+                   help=f"token counts, comma-separated, at most {MAX_ROWS} (default "
+                        "4,8,16,32; with --conventions one count, default 32)")
+    p.add_argument("--d-model", type=whole("--d-model", high=MAX_SIZE), default=head.d_model,
+                   metavar="D", help=f"d_model, {size} like every size (default "
+                                     f"{head.d_model}, the example head)")
+    p.add_argument("--d-k", type=whole("--d-k", high=MAX_SIZE), default=head.d_k,
+                   metavar="K", help=f"key width d_k (default {head.d_k}, the example head)")
+    p.add_argument("--d-v", type=whole("--d-v", high=MAX_SIZE), default=None, metavar="V",
                    help="value width d_v (default: d_k)")
     p.add_argument("--causal", action="store_true",
                    help="causal mask: masked pairs are skipped (n(n+1)/2 remain)")
-    p.add_argument("--align", choices=("top-left", "bottom-right"), default=None,
-                   help="causal alignment when --keys differs from the row length "
-                        "(default top-left)")
-    p.add_argument("--keys", type=_positive("--keys"), default=None, metavar="M",
+    p.add_argument("--align", type=_alignment, default=None, metavar="ALIGN",
+                   help=f"causal alignment when --keys differs from the row length: "
+                        f"{' or '.join(ALIGNMENTS)} (default {ALIGNMENTS[0]})")
+    p.add_argument("--keys", type=whole("--keys", high=MAX_SIZE), default=None, metavar="M",
                    help="key length m (default: the row length n)")
-    p.add_argument("--heads", type=_positive("--heads"), default=None, metavar="H",
+    p.add_argument("--heads", type=whole("--heads", high=MAX_SIZE), default=None, metavar="H",
                    help="H heads of width d_k/d_v plus the output projection W_O")
-    p.add_argument("--layers", type=_positive("--layers"), default=1, metavar="L",
+    p.add_argument("--layers", type=whole("--layers", high=MAX_SIZE), default=1, metavar="L",
                    help="L stacked layers (default 1)")
     p.add_argument("--decode", action="store_true",
                    help="generate the tokens one at a time with a KV cache")
@@ -92,18 +79,19 @@ def register(sub) -> None:
                    help="the exact counts next to common accounting (n^2, n^2/2, FLOPs) at "
                         "one row length; takes --rows N, --causal, --d-model, --d-k, --d-v, "
                         "--heads, --layers, --count-limit (not --decode, --keys, --align)")
-    p.add_argument("--count-limit", type=_positive("--count-limit", MAX_COUNT_LIMIT),
+    p.add_argument("--count-limit", type=whole("--count-limit", high=MAX_COUNT_LIMIT),
                    default=10_000_000, metavar="MACS",
                    help="run the head only for rows whose derived total is at most this "
                         f"(default 10000000, at most {MAX_COUNT_LIMIT}); larger rows are "
-                        "shown derived, marked as such")
-    p.add_argument("--format", choices=FORMATS, default="text", help="output format")
+                        f"shown derived, marked as such; a command that would count for "
+                        f"more than about {MAX_SECONDS} s is refused")
+    p.add_argument("--format", type=choice("--format", FORMATS), default="text",
+                   metavar="FORMAT", help=f"output format: {', '.join(FORMATS)} (default text)")
     p.set_defaults(func=run)
 
 
 def _check_combinations(args) -> None:
     """Refuse every option that the chosen table would not use (none is ignored silently)."""
-    from ..errors import InputError
     if args.conventions:
         fix = ("the conventions compare one prefill of n queries over the same n keys; "
                "drop {flag}, or drop --conventions for the table that uses it")
@@ -119,7 +107,7 @@ def _check_combinations(args) -> None:
         if args.rows is not None and len(args.rows) != 1:
             listed = ",".join(map(str, args.rows))
             raise InputError(f"--rows must be one token count with --conventions (got "
-                             f"{_short(listed)}); pass e.g. --rows {args.rows[-1]}")
+                             f"{shorten(listed)}); pass e.g. --rows {args.rows[-1]}")
     if args.align is not None and not args.causal:
         raise InputError(f"--align needs --causal (got --align {args.align} without "
                          "--causal); add --causal or drop --align")
@@ -141,20 +129,58 @@ def _check_combinations(args) -> None:
                          "--heads 1 to add W_O")
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} minutes"
+
+
+def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = False) -> None:
+    """Refuse, before anything runs, a command that would count for over MAX_SECONDS.
+
+    ``work`` is ``(MACs, estimated seconds)`` per run; ``together``: the runs
+    are counted all or none (the conventions' two exact rows).
+    """
+    seconds = sum(s for _, s in work)
+    if seconds <= MAX_SECONDS:
+        return
+    fits, spent = None, 0.0
+    for macs, s in sorted(work):
+        spent += s
+        if spent > MAX_SECONDS or together:
+            break
+        fits = macs
+    if fits is not None:
+        fix = f"pass --count-limit {fits} (or less) to derive the larger rows instead"
+    else:
+        below = max(m for m, _ in work) if together else min(m for m, _ in work)
+        fix = (f"pass --count-limit {below - 1} (or less) to derive "
+               f"{'the exact rows' if together else 'every row'} instead, or fewer tokens")
+    raise InputError(
+        f"--count-limit must leave at most about {MAX_SECONDS} s of counting (got "
+        f"--count-limit {limit}: {sum(m for m, _ in work)} MACs to count by running the "
+        f"head, about {_duration(seconds)}); {fix}")
+
+
 def run(args) -> int:
-    from ..cost import conventions_sections, cost_sections
     _check_combinations(args)
     if args.conventions:
+        from ..cost.conventions import conventions_work
+        from ..cost.report import conventions_sections
         n = 32 if args.rows is None else args.rows[0]
+        options = dict(heads=args.heads, layers=args.layers, count_limit=args.count_limit)
+        _check_work(conventions_work(n, args.d_model, args.d_k, args.d_v, **options),
+                    args.count_limit, together=True)
         sections = conventions_sections(n, args.d_model, args.d_k, args.d_v,
-                                        causal=args.causal, heads=args.heads,
-                                        layers=args.layers, count_limit=args.count_limit)
+                                        causal=args.causal, **options)
     else:
+        from ..cost.report import cost_sections
+        from ..cost.rows import counting_work
         rows = [4, 8, 16, 32] if args.rows is None else args.rows
-        sections = cost_sections(rows, args.d_model, args.d_k, args.d_v,
-                                 causal=args.causal, alignment=args.align or "top-left",
-                                 keys=args.keys, heads=args.heads, layers=args.layers,
-                                 decode=args.decode, count_limit=args.count_limit)
+        options = dict(causal=args.causal, alignment=args.align or ALIGNMENTS[0],
+                       keys=args.keys, heads=args.heads, layers=args.layers,
+                       decode=args.decode, count_limit=args.count_limit)
+        _check_work(counting_work(rows, args.d_model, args.d_k, args.d_v, **options),
+                    args.count_limit)
+        sections = cost_sections(rows, args.d_model, args.d_k, args.d_v, **options)
     meta = {"command": "cost", "unit": "MACs (FLOPs = 2 x MACs)"}
     sys.stdout.write(render(sections, args.format, meta))
     if not args.conventions:

@@ -1,42 +1,35 @@
-"""``verify``: check a float attention implementation against the exact answer, in ULPs."""
+"""``verify``: check a float attention implementation against the exact answer, in ULPs.
+
+Every option either changes the report or is refused with one line (exit 2):
+policy flags override the spec file's policy field by field (``--like``
+first, then the single flags), and flags that cannot apply (random-input
+sizes with ``--spec``, ``--mask-kind`` without a mask, ``--alignment``
+without causal attention, ``--gqa`` without grouped heads, search options
+without ``--search``) are refused rather than ignored.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..call import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy, parse_scale
 from ..errors import InputError
-from ..call import ALIGNMENTS, EMPTY_ROWS as EMPTY_ROW_POLICIES, GQA_MAPS, MASK_KINDS, PRESETS, Policy, preset
+from ..options import MAX_PLACES, choice, whole
 from ..render import FORMATS, render
 
 HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
 
-
-def _positive(name: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            v = 0
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer (got {text!r})")
-        return v
-    return parse
+#: random-input sizes when neither --spec nor --search gives the inputs
+RANDOM_DEFAULTS = {"n": 16, "n_keys": None, "d_k": 8, "heads": 1, "kv_heads": None, "seed": 0}
 
 
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"--max-ulps must be a non-negative integer (got {text!r})")
-    return v
-
-
-def _dtypes(text: str) -> list[str]:
+def _dtypes(text: str) -> list[str] | tuple[str, ...]:
+    """A list of dtype names, or for ``all`` the tuple of every dtype."""
     from ..verify import DTYPES
-    names = list(DTYPES) if text == "all" else [t.strip() for t in text.split(",")]
+    if text.strip() == "all":
+        return DTYPES
+    names = [t.strip() for t in text.split(",")]
     for n in names:
         if n not in DTYPES:
             raise argparse.ArgumentTypeError(
@@ -44,105 +37,221 @@ def _dtypes(text: str) -> list[str]:
     return names
 
 
+def _scale(text: str) -> str:
+    try:
+        parse_scale(text, name="--scale")
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def register(sub) -> None:
     p = sub.add_parser("verify", help=HELP, description=HELP + ". Every output is compared with "
                        "the exact value correctly rounded to the dtype; errors in ULPs and "
-                       "relative error; NaN/inf where the exact value is finite is a hard failure.")
+                       "relative error; NaN/inf where the exact value is finite, or an "
+                       "implementation that raises, is a hard failure.")
     p.add_argument("--impl", default="numpy", metavar="NAME",
-                   help="numpy, numpy-naive, torch or module:function (default numpy)")
-    p.add_argument("--arrays", choices=("numpy", "torch"), default="numpy",
-                   help="what a module:function impl is handed (default numpy arrays)")
+                   help="numpy, numpy-naive, torch or module:function; the module is looked "
+                        "for in the current directory first (default numpy)")
+    p.add_argument("--arrays", type=choice("--arrays", ("numpy", "torch")), default=None,
+                   help="what a module:function impl is handed: numpy or torch (default numpy "
+                        "arrays)")
     p.add_argument("--dtype", type=_dtypes, default=None, metavar="DTYPE",
-                   help="float64, float32, float16, bfloat16, a comma list, or all "
-                        "(default float32, or the spec file's)")
-    pol = p.add_argument_group("policy (what the right answer is)")
-    pol.add_argument("--like", choices=tuple(PRESETS), help="set the policies as this library does")
-    pol.add_argument("--scale", help="default (1/sqrt(d_k)), a number, '1/sqrt(q)' or none")
-    pol.add_argument("--causal", action="store_true", default=None, help="hide keys after the query")
-    pol.add_argument("--alignment", choices=ALIGNMENTS, help="causal alignment when L != S")
-    pol.add_argument("--empty-row", choices=EMPTY_ROW_POLICIES,
-                     help="what a query that sees no key gets")
-    pol.add_argument("--mask-kind", choices=MASK_KINDS, help="how the spec's mask is read")
-    pol.add_argument("--gqa", choices=GQA_MAPS, help="which key/value head a query head reads")
+                   help="float64, float32, float16, bfloat16, a comma list, or all: every "
+                        "dtype the implementation runs (default float32, or the spec file's)")
+    pol = p.add_argument_group("policy (what the right answer is; overrides the spec file's)")
+    pol.add_argument("--like", type=choice("--like", tuple(PRESETS)),
+                     help=f"set alignment, empty rows, mask kind and GQA as a library does: "
+                          f"{', '.join(PRESETS)}")
+    pol.add_argument("--scale", type=_scale,
+                     help="default (1/sqrt(d_k)), a number, '1/sqrt(q)' or none")
+    pol.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
+                     help="hide keys after the query (--no-causal turns a spec's causal off)")
+    pol.add_argument("--alignment", type=choice("--alignment", ALIGNMENTS),
+                     help=f"causal alignment when L != S: {', '.join(ALIGNMENTS)}")
+    pol.add_argument("--empty-row", type=choice("--empty-row", EMPTY_ROWS),
+                     help=f"what a query that sees no key gets: {', '.join(EMPTY_ROWS)}")
+    pol.add_argument("--mask-kind", type=choice("--mask-kind", MASK_KINDS),
+                     help=f"how the spec's mask is read: {', '.join(MASK_KINDS)}")
+    pol.add_argument("--gqa", type=choice("--gqa", GQA_MAPS),
+                     help=f"which key/value head a query head reads: {', '.join(GQA_MAPS)}")
     src = p.add_argument_group("inputs")
     src.add_argument("--spec", metavar="FILE", help="a verify spec file (JSON or TOML)")
-    src.add_argument("--n", type=_positive("--n"), default=16, help="random inputs: queries (16)")
-    src.add_argument("--n-keys", type=_positive("--n-keys"), default=None,
+    src.add_argument("--n", type=whole("--n"), default=None, help="random inputs: queries (16)")
+    src.add_argument("--n-keys", type=whole("--n-keys"), default=None,
                      help="random inputs: keys (default --n)")
-    src.add_argument("--d-k", type=_positive("--d-k"), default=8, help="random inputs: head width (8)")
-    src.add_argument("--heads", type=_positive("--heads"), default=1, help="query heads (1)")
-    src.add_argument("--kv-heads", type=_positive("--kv-heads"), default=None,
-                     help="key/value heads (default --heads)")
-    src.add_argument("--seed", type=int, default=0, help="random inputs: numpy seed (0)")
+    src.add_argument("--d-k", type=whole("--d-k"), default=None,
+                     help="random inputs: head width (8)")
+    src.add_argument("--heads", type=whole("--heads"), default=None,
+                     help="random inputs: query heads (1)")
+    src.add_argument("--kv-heads", type=whole("--kv-heads"), default=None,
+                     help="random inputs: key/value heads (default --heads)")
+    src.add_argument("--seed", type=whole("--seed", low=0), default=None,
+                     help="random inputs or --search: the seed, a whole number from 0 (0)")
     out = p.add_argument_group("report")
-    out.add_argument("--max-ulps", type=_nonneg, default=None,
-                     help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4)")
-    out.add_argument("--worst", type=_positive("--worst"), default=5, help="outputs listed (5)")
-    out.add_argument("--digits", type=_positive("--digits"), default=12,
-                     help="significant digits of the certified exact values (12)")
+    out.add_argument("--max-ulps", type=whole("--max-ulps", low=0), default=None,
+                     help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
+                          "ceil(max |scaled score|))")
+    out.add_argument("--worst", type=whole("--worst"), default=5, help="outputs listed (5)")
+    out.add_argument("--digits", type=whole("--digits", low=1, high=MAX_PLACES), default=12,
+                     help=f"significant digits of the certified exact values, 1 to {MAX_PLACES} "
+                          "(12)")
+    out.add_argument("--timings", action="store_true",
+                     help="add the wall-clock seconds of the implementation and the exact "
+                          "side (they differ from run to run)")
     out.add_argument("--flops", action="store_true",
                      help="also report torch FlopCounterMode's count (needs torch)")
-    out.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    out.add_argument("--format", type=choice("--format", FORMATS), default="text",
+                     help=f"output format: {', '.join(FORMATS)}")
     se = p.add_argument_group("search")
-    se.add_argument("--search", type=_positive("--search"), metavar="N",
+    se.add_argument("--search", type=whole("--search"), metavar="N",
                     help="search N Hypothesis inputs for the largest error and print the shrunk "
                          "reproducer as a spec file")
-    se.add_argument("--search-measure", choices=("ulps", "terms"), default="ulps",
-                    help="what the search maximises (default ulps)")
-    se.add_argument("--max-size", type=_positive("--max-size"), default=4,
+    se.add_argument("--search-measure", type=choice("--search-measure", ("ulps", "terms")),
+                    default=None, help="what the search maximises: ulps or terms (ulps)")
+    se.add_argument("--max-size", type=whole("--max-size"), default=None,
                     help="search: largest L, S and E (4)")
     p.set_defaults(func=run)
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _refuse_misplaced(args) -> None:
+    """Refuse options that the chosen inputs would ignore."""
+    sizes = [k for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
+    if args.search:
+        for k in sizes:
+            if k != "seed":
+                raise InputError(f"{_flag(k)} must come without --search (got both); the "
+                                 "search draws its own inputs, sized by --max-size")
+        for flag, bad in (("--spec", args.spec), ("--flops", args.flops)):
+            if bad:
+                raise InputError(f"{flag} must come without --search (got both); the search "
+                                 "draws its own inputs")
+    else:
+        for flag, v in (("--search-measure", args.search_measure),
+                        ("--max-size", args.max_size)):
+            if v is not None:
+                raise InputError(f"{flag} must come with --search N (got {flag} alone)")
+        if args.spec and sizes:
+            raise InputError(f"{_flag(sizes[0])} must come without --spec (got both); the spec "
+                             "file fixes the inputs")
+    if args.kv_heads is not None and args.heads is None:
+        raise InputError(f"--kv-heads must come with --heads (got --kv-heads {args.kv_heads} "
+                         "alone); without --heads there is one query head")
+    if args.heads is not None and args.kv_heads is not None and args.heads % args.kv_heads:
+        raise InputError(f"--heads must be a multiple of --kv-heads (got {args.heads} and "
+                         f"{args.kv_heads})")
+
+
 def _policy(args, base: Policy | None) -> Policy:
-    policy = preset(args.like) if args.like else (base or Policy())
-    changes = {}
-    if args.scale is not None:
-        changes["scale"] = args.scale
-    if args.causal:
-        changes["causal"] = True
-    for name in ("alignment", "empty_row", "mask_kind", "gqa"):
-        v = getattr(args, name)
-        if v is not None:
-            changes[name] = v
-    return policy.replace(**changes) if changes else policy
+    """The spec's policy (or the default), then --like, then the single flags, field by field."""
+    policy = base or Policy()
+    if args.like:
+        policy = policy.replace(**PRESETS[args.like])
+    changes = {name: getattr(args, name)
+               for name in ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
+               if getattr(args, name) is not None}
+    return policy.replace(**changes)
+
+
+def _fit(args, policy: Policy, problem, searching: bool):
+    """The problem with its mask read under the policy's mask kind; flags that cannot apply refused."""
+    if args.alignment is not None and not policy.causal:
+        raise InputError(f"--alignment must come with causal attention (got --alignment "
+                         f"{args.alignment} without it); add --causal")
+    heads = (1, 1) if searching else (problem.shape["H_q"], problem.shape["H_kv"])
+    if args.gqa is not None and heads[0] == heads[1]:
+        fix = ("give the spec's key and value fewer heads than its query" if args.spec else
+               "the search draws one head" if searching else "add e.g. --heads 4 --kv-heads 2")
+        raise InputError(f"--gqa must come with more query heads than key/value heads (got "
+                         f"{heads[0]} and {heads[1]}); {fix}")
+    has_mask = not searching and problem.mask is not None
+    if args.mask_kind is not None and not has_mask:
+        raise InputError(f"--mask-kind must come with a spec file that has a mask (got "
+                         f"{'--search' if searching else 'no mask'}); it says how that mask "
+                         "is read")
+    if has_mask and policy.mask_kind != problem.mask_kind:
+        source = (f"--mask-kind {args.mask_kind}" if args.mask_kind is not None
+                  else f"--like {args.like}")
+        try:
+            problem = problem.with_mask_kind(policy.mask_kind)
+        except InputError as e:
+            raise InputError(f"{source} reads the mask as {policy.mask_kind}, but {e}; add "
+                             f"--mask-kind {problem.mask_kind} to read it as the spec "
+                             "does") from None
+    return problem
+
+
+def _inputs(args):
+    """``(problem, spec policy, spec dtype)`` from --spec or the random-input options."""
+    if args.spec:
+        from ..spec import load_problem
+        return load_problem(args.spec)
+    if args.search:
+        return None, None, None
+    from ..verify import random_problem
+    v = {k: (RANDOM_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k))
+         for k in RANDOM_DEFAULTS}
+    problem = random_problem(v["n"], v["d_k"], seed=v["seed"], n_keys=v["n_keys"],
+                             heads=v["heads"], kv_heads=v["kv_heads"])
+    return problem, None, None
+
+
+def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
+    from ..spec import problem_text
+    from ..verify import report_sections, search
+    from ..verify.search import HARD_SCORE
+    if len(dtypes) != 1:
+        raise InputError(f"--dtype must name one dtype with --search (got {','.join(dtypes)})")
+    res = search(impl, dtypes[0], policy, examples=args.search, seed=args.seed or 0,
+                 max_size=args.max_size or 4, measure=args.search_measure or "ulps",
+                 max_ulps=args.max_ulps)
+    sections = report_sections([res.report], worst=args.worst, digits=args.digits,
+                               timings=args.timings)
+    sys.stdout.write(render(sections, args.format, {"command": "verify", "search": args.search}))
+    label = "hard failure" if res.score >= HARD_SCORE else \
+        f"{res.score:g} {'ULPs' if res.measure == 'ulps' else 'ULPs at the terms'}"
+    sys.stdout.write(f"\nsearch: {res.examples} inputs, largest error {label} "
+                     f"(shrunk reproducer below; save it and rerun with --spec FILE)\n")
+    sys.stdout.write(problem_text(res.problem, policy, dtypes[0]) + "\n")
+    return 0 if res.report.passed else 1
 
 
 def run(args) -> int:
-    from ..impls import load_impl
-    from ..verify import (flop_counts, load_spec, random_problem, report_sections, search,
-                          spec_text, verify)
-    impl = load_impl(args.impl, arrays=args.arrays)
-    spec_policy, spec_dtype = None, None
-    if args.spec:
-        problem, spec_policy, spec_dtype = load_spec(args.spec)
-    else:
-        problem = random_problem(args.n, args.d_k, seed=args.seed, n_keys=args.n_keys,
-                                 heads=args.heads, kv_heads=args.kv_heads)
+    from ..verify import flop_counts, load_impl, report_sections, verify
+    _refuse_misplaced(args)
+    if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl):
+        raise InputError(f"--arrays must come with a module:function impl (got --impl "
+                         f"{args.impl}); the built-in implementations choose their own arrays")
+    impl = load_impl(args.impl, arrays=args.arrays or "numpy")
+    problem, spec_policy, spec_dtype = _inputs(args)
     policy = _policy(args, spec_policy)
-    dtypes = args.dtype or [spec_dtype or "float32"]
+    problem = _fit(args, policy, problem, searching=bool(args.search))
+    notes = []
+    if args.dtype is not None:
+        dtypes = args.dtype
+        if isinstance(dtypes, tuple):   # --dtype all: every dtype the implementation runs
+            skipped = [d for d in dtypes if d not in impl.dtypes]
+            dtypes = [d for d in dtypes if d in impl.dtypes]
+            if not dtypes:
+                raise InputError(f"--dtype all must leave a dtype {impl.name} runs (got none)")
+            notes += [f"{d} skipped: {impl.name} does not run it{impl.dtype_hint(d)}"
+                      for d in skipped]
+    else:
+        dtypes = [spec_dtype or "float32"]
     if args.search:
-        if len(dtypes) != 1:
-            raise InputError(f"--dtype must name one dtype with --search (got {','.join(dtypes)})")
-        res = search(impl, dtypes[0], policy, examples=args.search, seed=args.seed,
-                     max_size=args.max_size, measure=args.search_measure,
-                     max_ulps=args.max_ulps)
-        sections = report_sections([res.report], worst=args.worst, digits=args.digits)
-        text = render(sections, args.format, {"command": "verify", "search": args.search})
-        sys.stdout.write(text)
-        label = "hard failure" if res.score >= 2 ** 63 else \
-            f"{res.score:g} {'ULPs' if res.measure == 'ulps' else 'ULPs at the terms'}"
-        sys.stdout.write(f"\nsearch: {res.examples} inputs, largest error {label} "
-                         f"(shrunk reproducer below; save it and rerun with --spec FILE)\n")
-        sys.stdout.write(spec_text(res.problem, policy, dtypes[0]) + "\n")
-        return 0 if res.report.passed else 1
+        return _run_search(args, impl, policy, dtypes)
     reports = []
     for dt in dtypes:
         rep = verify(impl, problem, policy, dt, max_ulps=args.max_ulps)
         if args.flops:
             rep.flops = flop_counts(problem, rep.policy, dt)
         reports.append(rep)
-    sections = report_sections(reports, worst=args.worst, digits=args.digits)
+    sections = report_sections(reports, worst=args.worst, digits=args.digits,
+                               timings=args.timings, notes=notes)
     meta = {"command": "verify", "impl": reports[0].impl, "policy": reports[0].policy.as_dict(),
             "passed": all(r.passed for r in reports)}
     sys.stdout.write(render(sections, args.format, meta))

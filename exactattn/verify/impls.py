@@ -30,9 +30,12 @@ Masks reach every implementation in SDPA's convention: boolean True =
 attend (a ``bool_drop`` mask is inverted on the way) or additive floats
 (``-inf`` hides).
 
+An implementation that raises is a hard failure of that input, not a crash:
+:class:`FunctionImpl` wraps what the function raises in :class:`ImplRaised`,
+which ``verify`` turns into a report (``report.raised``).
+
 >>> import numpy as np
 >>> from exactattn.verify import Problem
->>> from exactattn.call import Policy
 >>> call = make_call(Problem.from_arrays([[1]], [[100], [99]], [[1], [0]]), Policy(scale="none"),
 ...                  "float32")
 >>> NumpyImpl(naive=True)(call).tolist(), NumpyImpl()(call).tolist()     # e/(e+1) = 0.7310585786...
@@ -44,16 +47,19 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import os
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from .errors import InputError
-from .call import DEFAULT_SCALE, Policy
+from ..call import DEFAULT_SCALE, Policy
+from ..errors import InputError, shorten
 
-__all__ = ["Call", "FunctionImpl", "IMPLS", "Impl", "NumpyImpl", "TorchImpl", "load_impl",
-           "make_call"]
+__all__ = ["Call", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl", "TorchImpl",
+           "flop_counts", "load_impl", "make_call"]
 
 _NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
@@ -85,18 +91,30 @@ class Call:
 
     def causal_keep(self) -> np.ndarray:
         """L x S booleans of the causal rule under ``alignment`` (True = attend)."""
-        L, S = self.query.shape[-2], self.key.shape[-2]
-        offset = 0 if self.alignment == "top_left" else S - L
-        return np.arange(S)[np.newaxis, :] <= np.arange(L)[:, np.newaxis] + offset
+        policy = Policy(causal=True, alignment=self.alignment)
+        return policy.keep(self.query.shape[-2], self.key.shape[-2])
 
     def kv_index(self) -> list[int]:
         """For each query head, the key/value head it reads (``gqa`` map)."""
         if self.query.ndim < 3:
             return [0]
         hq, hkv = self.query.shape[-3], self.key.shape[-3]
-        if self.gqa == "interleave":
-            return [h // (hq // hkv) for h in range(hq)]
-        return [h % hkv for h in range(hq)]
+        policy = Policy(gqa=self.gqa)
+        return [policy.kv_head(h, hq, hkv) for h in range(hq)]
+
+
+class ImplRaised(Exception):
+    """An implementation under test raised; ``line`` says what, in one line.
+
+    Not an :class:`~exactattn.errors.ExactAttnError`: it is the implementation's
+    failure on an input, which ``verify`` reports as a hard failure.
+    """
+
+    def __init__(self, error: BaseException):
+        text = " ".join(str(error).split())
+        self.line = f"{type(error).__name__}: {shorten(text, 200)}" if text else \
+            type(error).__name__
+        super().__init__(self.line)
 
 
 def _float_scale(d2) -> float:
@@ -110,8 +128,8 @@ def make_call(problem, policy: Policy, dtype: str) -> Call:
     """The :class:`Call` for a problem whose entries are floats of ``dtype``.
 
     The mask is handed over in SDPA's convention (``bool_drop`` inverted);
-    the scale is None under the default policy, else the float64 nearest the
-    exact scale.
+    the scale is None under the default policy, 1.0 with no scaling, else the
+    float64 nearest the exact scale.
     """
     rank = problem.rank
     q, k, v = (problem.floats(n) for n in ("query", "key", "value"))
@@ -128,7 +146,8 @@ def make_call(problem, policy: Policy, dtype: str) -> Call:
                                 otypes=[np.float64])(m)
         if rank < 4:
             mask = mask.reshape(mask.shape[4 - rank:])
-    scale = None if policy.scale == DEFAULT_SCALE else _float_scale(policy.scale)
+    scale = None if policy.scale == DEFAULT_SCALE else \
+        1.0 if policy.scale is None else _float_scale(policy.scale)
     return Call(q, k, v, dtype, scale, policy.causal, policy.alignment, mask, policy.gqa)
 
 
@@ -137,6 +156,10 @@ class Impl:
 
     name = "impl"
     dtypes: tuple = ("float64", "float32", "float16", "bfloat16")
+
+    def dtype_hint(self, dtype: str) -> str:
+        """Why a dtype outside ``dtypes`` is not run, and the fix ("" when none is known)."""
+        return ""
 
     def __call__(self, call: Call) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -157,6 +180,9 @@ class NumpyImpl(Impl):
     def __init__(self, naive: bool = False):
         self.naive = naive
         self.name = "numpy-naive" if naive else "numpy"
+
+    def dtype_hint(self, dtype: str) -> str:
+        return "; numpy has no bfloat16, use --impl torch for it" if dtype == "bfloat16" else ""
 
     def __call__(self, call: Call) -> np.ndarray:
         if call.dtype not in self.dtypes:
@@ -241,7 +267,10 @@ class TorchImpl(Impl):
                 mask = (mask & keep) if mask.dtype == bool else np.where(keep, mask, -np.inf)
             t = torch.from_numpy(np.ascontiguousarray(mask))
             kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
-        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        try:
+            out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        except Exception as e:     # e.g. a dtype or shape this build of SDPA refuses
+            raise ImplRaised(e) from e
         return out.to(torch.float64).numpy()
 
 
@@ -277,6 +306,11 @@ class FunctionImpl(Impl):
     def _takes(self, name: str) -> bool:
         return self.var_kw or name in self.accepts
 
+    def dtype_hint(self, dtype: str) -> str:
+        if dtype == "bfloat16" and self.arrays == "numpy":
+            return "; numpy has no bfloat16, pass --arrays torch (arrays='torch') for it"
+        return ""
+
     def __call__(self, call: Call):
         if self.arrays == "numpy":
             if call.dtype not in _NUMPY_DTYPES:
@@ -309,21 +343,59 @@ class FunctionImpl(Impl):
         for key, val in (("alignment", call.alignment), ("gqa", call.gqa), ("dtype", call.dtype)):
             if self._takes(key):
                 kwargs[key] = val
-        out = self.fn(conv(call.query), conv(call.key), conv(call.value), **kwargs)
-        if hasattr(out, "detach"):
-            import torch
-            out = out.detach().to(torch.float64).cpu().numpy()
-        return np.asarray(out, dtype=np.float64)
+        try:
+            out = self.fn(conv(call.query), conv(call.key), conv(call.value), **kwargs)
+            if hasattr(out, "detach"):
+                import torch
+                out = out.detach().to(torch.float64).cpu().numpy()
+        except Exception as e:     # the function under test failed on this input
+            raise ImplRaised(e) from e
+        return out
 
 
 IMPLS = ("numpy", "numpy-naive", "torch")
 
 
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_FORMS = "numpy, numpy-naive, torch or module:function"
+
+
+def _import(mod_name: str):
+    """Import a module the way ``python -m`` does: the current directory comes first on the path.
+
+    The directory is put on ``sys.path`` only while the module is imported.
+    """
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        if e.name and mod_name.split(".")[0] == e.name.split(".")[0]:
+            raise InputError(
+                f"impl module {mod_name!r} must be importable (got no module {e.name!r}); "
+                f"run from the folder holding {mod_name.split('.')[0]}.py or put that folder "
+                "on PYTHONPATH") from None
+        raise InputError(f"impl module {mod_name!r} must import cleanly (got "
+                         f"{ImplRaised(e).line})") from None
+    except Exception as e:       # the module itself fails: a syntax error, its own imports
+        raise InputError(f"impl module {mod_name!r} must import cleanly (got "
+                         f"{ImplRaised(e).line})") from None
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def load_impl(impl, *, arrays: str = "numpy") -> Impl:
     """An :class:`Impl` from a name (``numpy``, ``numpy-naive``, ``torch``, ``module:function``) or a callable.
 
+    A ``module:function`` module is looked for in the current directory first,
+    as ``python -m`` and pytest do, then on ``sys.path``.
+
     Raises:
-        InputError: an unknown name, a module or function that cannot be loaded.
+        InputError: an unknown name, a malformed ``module:function``, a module
+            or function that cannot be loaded.
 
     >>> load_impl("numpy").name, load_impl("numpy-naive").name
     ('numpy', 'numpy-naive')
@@ -331,6 +403,10 @@ def load_impl(impl, *, arrays: str = "numpy") -> Impl:
     Traceback (most recent call last):
     ...
     exactattn.errors.InputError: impl must be numpy, numpy-naive, torch or module:function (got 'cuda')
+    >>> load_impl(".foo:bar")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: impl must be module:function with a module name such as mykern or pkg.kernels and a function name such as attention (got '.foo:bar')
     """
     if isinstance(impl, Impl):
         return impl
@@ -342,21 +418,45 @@ def load_impl(impl, *, arrays: str = "numpy") -> Impl:
         return NumpyImpl(naive=True)
     if impl == "torch":
         return TorchImpl()
-    if isinstance(impl, str) and ":" in impl:
-        mod_name, _, fn_name = impl.partition(":")
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise InputError(f"impl module {mod_name!r} must be importable (got {e})") from None
-        fn = mod
-        for part in fn_name.split("."):
-            fn = getattr(fn, part, None)
-            if fn is None:
-                raise InputError(f"impl {impl!r} must name a function in {mod_name} "
-                                 f"(got no {fn_name!r} there)")
-        if isinstance(fn, Impl):
-            return fn
-        if not callable(fn):
-            raise InputError(f"impl {impl!r} must be callable (got {type(fn).__name__})")
-        return FunctionImpl(fn, arrays=arrays, name=impl)
-    raise InputError(f"impl must be numpy, numpy-naive, torch or module:function (got {impl!r})")
+    if not isinstance(impl, str) or ":" not in impl:
+        raise InputError(f"impl must be {_FORMS} (got {shorten(repr(impl))})")
+    mod_name, _, fn_name = impl.partition(":")
+    if not _DOTTED.match(mod_name) or not _DOTTED.match(fn_name):
+        raise InputError("impl must be module:function with a module name such as mykern or "
+                         "pkg.kernels and a function name such as attention "
+                         f"(got {shorten(repr(impl))})")
+    fn = _import(mod_name)
+    for part in fn_name.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise InputError(f"impl {impl!r} must name a function in {mod_name} "
+                             f"(got no {fn_name!r} there)")
+    if isinstance(fn, Impl):
+        return fn
+    if not callable(fn):
+        raise InputError(f"impl {impl!r} must be callable (got {type(fn).__name__})")
+    return FunctionImpl(fn, arrays=arrays, name=impl)
+
+
+def flop_counts(problem, policy: Policy, dtype: str) -> dict:
+    """FLOPs ``torch.utils.flop_counter.FlopCounterMode`` reports for the SDPA call of ``problem``.
+
+    Returns ``{"fused": ..., "math": ...}``: the default CPU kernel and the
+    decomposed math backend (``sdpa_kernel(SDPBackend.MATH)``).
+
+    Raises:
+        InputError: torch is not installed.
+    """
+    impl = TorchImpl(lower_right_bias=False)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    rounded, _ = problem.rounded(dtype)
+    call = make_call(rounded, policy, dtype)
+    out = {}
+    with FlopCounterMode(display=False) as fc:
+        impl(call)
+    out["fused"] = int(fc.get_total_flops())
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
+        impl(call)
+    out["math"] = int(fc.get_total_flops())
+    return out

@@ -1,0 +1,114 @@
+"""Cost of attention: multiply-adds counted where they happen, the formula derived
+from the loops, the crossover solved.
+
+Three independent routes to one number, which must agree:
+
+* **counted** (:mod:`~exactattn.cost.counting`): :func:`count` runs the head
+  through the pencil engine's loops (:mod:`exactattn.kernels`,
+  :mod:`exactattn.head`), whose counters go up by one inside the innermost
+  loop at every multiply-add that really runs;
+* **derived** (:mod:`~exactattn.cost.derivation`): :func:`derive` describes
+  each stage's loop nest by its bounds (:func:`loop_nests`, mirroring the
+  engine's ``for`` loops) and lets sympy sum them, giving ``3 n D d_k``
+  (projections, at d_v = d_k), ``n^2 d_k`` (scores), ``n^2 d_v`` (mixing);
+* **solved** (:mod:`~exactattn.cost.solve`): :func:`crossover` solves where
+  the pairs (scores + mixing) pass the projections: ``2 n^2 d_k > 3 n D d_k``,
+  i.e. ``n > 3D/2`` (n = 7 at D = 4, and at n = 6 the two are equal, 288 and
+  288).
+
+The stages are ``projections``, ``scores``, ``mix`` and, with heads,
+``out_projection`` (W_O: the heads' outputs, concatenated, projected back to
+d_model).  The FLOP conventions are stated in
+:mod:`~exactattn.cost.conventions` (a MAC is one multiplication plus one
+addition, FLOPs = 2 x MACs; a causal mask leaves n(n+1)/2 pairs).  The
+tables (:func:`cost_sections`, :func:`conventions_sections`) are built in
+:mod:`~exactattn.cost.report` from the figures of :mod:`~exactattn.cost.rows`
+and :mod:`~exactattn.cost.conventions`.
+
+The names below are loaded on first use, so importing the package (or its
+light :mod:`~exactattn.cost.sizes`) does not load sympy; a counted run never
+needs it.
+
+Reference: Vaswani et al. 2017, sec. 3.2.1 and Table 1 (self-attention is
+O(n^2 d) per layer); the built-in worked example ``chronicle``.
+
+>>> from exactattn.cost import SYMBOLS, count, crossover, derive
+>>> derive()["total"]
+2*D*d_k*n + D*d_v*n + d_k*n**2 + d_v*n**2
+>>> n, D, d_k, d_v = SYMBOLS
+>>> derive(d_v=d_k)["projections"], derive(d_v=d_k)["scores"]
+(3*D*d_k*n, d_k*n**2)
+>>> count(4, 4, 4)
+{'projections': 192, 'scores': 64, 'mix': 64, 'total': 320}
+>>> crossover(4).first, crossover(4).equal_at
+(7, 6)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+#: every public name, and the module of the package that holds it
+_EXPORTS = {
+    "ALIGNMENTS": "exactattn.call",
+    "MAX_SIZE": "exactattn.cost.sizes",
+    "Setup": "exactattn.cost.sizes",
+    "EXTENSION_SYMBOLS": "exactattn.cost.derivation",
+    "LoopNest": "exactattn.cost.derivation",
+    "STAGES": "exactattn.cost.derivation",
+    "SYMBOLS": "exactattn.cost.derivation",
+    "derive": "exactattn.cost.derivation",
+    "derive_at": "exactattn.cost.derivation",
+    "derive_operations": "exactattn.cost.derivation",
+    "loop_nests": "exactattn.cost.derivation",
+    "Run": "exactattn.cost.counting",
+    "count": "exactattn.cost.counting",
+    "count_head": "exactattn.cost.counting",
+    "count_tokens": "exactattn.cost.counting",
+    "decode_steps": "exactattn.cost.counting",
+    "run": "exactattn.cost.counting",
+    "Crossover": "exactattn.cost.solve",
+    "DoublingRatio": "exactattn.cost.solve",
+    "crossover": "exactattn.cost.solve",
+    "doubling_ratio": "exactattn.cost.solve",
+    "CONVENTIONS": "exactattn.cost.conventions",
+    "CONVENTION_NOTES": "exactattn.cost.conventions",
+    "Convention": "exactattn.cost.conventions",
+    "ConventionComparison": "exactattn.cost.conventions",
+    "compare_conventions": "exactattn.cost.conventions",
+    "CostRows": "exactattn.cost.rows",
+    "cost_rows": "exactattn.cost.rows",
+    "counting_work": "exactattn.cost.rows",
+    "conventions_sections": "exactattn.cost.report",
+    "cost_sections": "exactattn.cost.report",
+    "crossover_text": "exactattn.cost.report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what the names are, for type checkers and readers
+    from ..call import ALIGNMENTS
+    from .conventions import (CONVENTION_NOTES, CONVENTIONS, Convention, ConventionComparison,
+                              compare_conventions)
+    from .counting import Run, count, count_head, count_tokens, decode_steps, run
+    from .derivation import (EXTENSION_SYMBOLS, STAGES, SYMBOLS, LoopNest, derive, derive_at,
+                             derive_operations, loop_nests)
+    from .report import conventions_sections, cost_sections, crossover_text
+    from .rows import CostRows, cost_rows, counting_work
+    from .sizes import MAX_SIZE, Setup
+    from .solve import Crossover, DoublingRatio, crossover, doubling_ratio

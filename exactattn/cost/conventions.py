@@ -1,0 +1,192 @@
+"""FLOP conventions, stated: who counts attention's pairs how, against the exact counts.
+
+Conventions (stated, never implied):
+
+* A multiply-add (MAC) is one multiplication plus one addition into a running
+  sum.  Everything is reported in MACs; FLOPs = 2 x MACs.
+* A dot product of length k takes k multiplications but only k - 1 additions,
+  so 2 x MACs exceeds the exact operation count by one per dot product
+  (:func:`~exactattn.cost.derivation.derive_operations` gives the exact counts
+  from the same loop nests).
+* A causal mask leaves exactly n(n+1)/2 query-key pairs (the diagonal is
+  visible), not n^2/2: the engine skips masked pairs and counts the rest.
+* The softmax's exponentials, additions and divisions are counted separately
+  (``softmax_ops``), never folded into MACs.
+
+>>> c = compare_conventions(32)
+>>> [str(p.pairs) for p in c.pairs]
+['1024', '528', '1024', '512', '528']
+>>> c.counted, c.stages[-1].macs
+(True, 9728)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from .counting import estimate_seconds, run
+from .derivation import (EXTENSION_SYMBOLS, SYMBOLS, derive_at, derive_operations,
+                         symbol_values)
+from .sizes import Setup, size
+
+__all__ = ["CONVENTIONS", "CONVENTION_NOTES", "Convention", "ConventionComparison", "PairCount",
+           "StageCount", "compare_conventions", "conventions_work"]
+
+
+@dataclass(frozen=True)
+class Convention:
+    """A way of counting attention's query-key pairs, and who uses it."""
+    key: str
+    name: str
+    used_by: str
+    pairs: Any  # sympy expression in n
+
+
+_n = SYMBOLS.n
+CONVENTIONS = (
+    Convention("full", "full n^2 rectangle",
+               "PaLM (app. B), the Megatron paper (Narayanan et al. 2021), FlashAttention "
+               "(non-causal), torch's registered SDPA FLOP formula", _n ** 2),
+    Convention("half", "n^2/2 for causal",
+               "Kaplan et al. 2020, FlashAttention (causal), Megatron-LM's code", _n ** 2 / 2),
+    Convention("exact", "exact causal n(n+1)/2", "exactattn: counted, masked pairs skipped",
+               _n * (_n + 1) / 2),
+)
+
+CONVENTION_NOTES = (
+    "a multiply-add (MAC) is one multiplication plus one addition; FLOPs = 2 x MACs",
+    "a length-k dot product takes k multiplications and k - 1 additions; exactattn reports "
+    "MACs (k per dot product), so 2 x MACs counts one operation more per dot product "
+    "than were done",
+    "a causal mask leaves n(n+1)/2 query-key pairs (the diagonal is visible), "
+    "not n^2/2: n/2 pairs more",
+    "the softmax's exponentials, additions and divisions are counted separately, "
+    "not in the MACs; the exact engine takes one exponential per distinct gap in a row",
+)
+
+
+@dataclass(frozen=True)
+class PairCount:
+    """The pairs and pair MACs of one way of counting.
+
+    ``convention`` is None for exactattn's own counts (``causal`` says which);
+    ``excess`` (pairs), ``excess_macs`` and ``ratio`` compare a convention's
+    pairs with the exact causal count (None for the exact rows)."""
+
+    pairs: Fraction
+    macs: Fraction
+    convention: Convention | None = None
+    causal: bool = False
+    excess: Fraction | None = None
+    excess_macs: Fraction | None = None
+    ratio: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class StageCount:
+    """MACs and the exact multiplications and additions of one stage (or ``total``)."""
+
+    stage: str
+    macs: int
+    multiplications: int
+    additions: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.macs
+
+    @property
+    def operations(self) -> int:
+        return self.multiplications + self.additions
+
+
+@dataclass(frozen=True)
+class ConventionComparison:
+    """The conventions side by side at n tokens (see :func:`compare_conventions`)."""
+
+    n: int
+    d_model: int
+    d_k: int
+    d_v: int
+    causal: bool
+    heads: int | None
+    layers: int
+    count_limit: int
+    counted: bool           # the exact rows come from running the head (else derived)
+    unmasked_total: int     # MACs of the unmasked head (what the count limit is held against)
+    pairs: list             # PairCount: exact no mask, exact causal, then CONVENTIONS
+    stages: list            # StageCount per stage, then the total
+    softmax_ops: dict | None  # counted softmax operations (None when not run)
+
+
+def conventions_work(n=32, d_model=4, d_k=4, d_v=None, *, heads=None, layers=1,
+                     count_limit: int = 10_000_000) -> list[tuple[int, float]]:
+    """What :func:`compare_conventions` would run, known before it runs: ``(MACs, seconds)``
+    for the unmasked and the causal head, or nothing when they are only derived."""
+    d_v = d_k if d_v is None else d_v
+    n, d_model, d_k, d_v = (size(v, k) for v, k in
+                            ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
+    work = []
+    for causal in (False, True):
+        setup = Setup.make(causal, heads=heads, layers=layers, symbolic=False)
+        derived = derive_at(n, d_model, d_k, d_v, causal=causal, heads=heads, layers=layers)
+        work.append((derived["total"], estimate_seconds(derived, n, d_model, d_k, setup)))
+    return work if max(macs for macs, _ in work) <= size(count_limit, "count_limit") else []
+
+
+def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = False,
+                        heads=None, layers=1, count_limit: int = 10_000_000
+                        ) -> ConventionComparison:
+    """The exact pair counts (no mask, causal) next to each convention, and the exact
+    operations of each stage, for the same head at n tokens.
+
+    The exact rows are counted by running the head (with and without the
+    causal mask) when the derived total of the unmasked head is at most
+    ``count_limit`` MACs; above it they are derived from the loop nests (and
+    the softmax operations, which depend on the numbers, are not given).
+
+    Units: pairs, MACs, FLOPs.
+
+    Raises:
+        InputError: a size or ``count_limit`` that is not a positive whole number.
+
+    Reference: Vaswani et al. 2017, sec. 3.2.1.
+
+    >>> compare_conventions(32, count_limit=1000).pairs[1].macs
+    Fraction(4224, 1)
+    """
+    d_v = d_k if d_v is None else d_v
+    n, d_model, d_k, d_v = (size(v, k) for v, k in
+                            ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
+    limit = size(count_limit, "count_limit")
+    setup = Setup.make(causal, heads=heads, layers=layers, symbolic=False)
+    opts = dict(heads=heads, layers=layers)
+    plain = derive_at(n, d_model, d_k, d_v, **opts)
+    masked = derive_at(n, d_model, d_k, d_v, causal=True, **opts)
+    unmasked_total = plain["total"]
+    counted = max(plain["total"], masked["total"]) <= limit
+    softmax_ops = None
+    if counted:
+        runs = {c: run(n, d_model, d_k, d_v, causal=c, **opts) for c in (False, True)}
+        plain, masked = runs[False].macs, runs[True].macs
+        softmax_ops = runs[causal].softmax_ops
+    per_pair = (d_k + d_v) * (1 if heads is None else heads) * setup.layers
+    exact_causal = Fraction(n * (n + 1), 2)
+    pairs = [PairCount(Fraction(n * n), Fraction(plain["scores"] + plain["mix"])),
+             PairCount(exact_causal, Fraction(masked["scores"] + masked["mix"]), causal=True)]
+    for conv in CONVENTIONS:
+        p = Fraction(str(conv.pairs.subs(SYMBOLS.n, n)))
+        pairs.append(PairCount(p, p * per_pair, conv, excess=p - exact_causal,
+                               excess_macs=(p - exact_causal) * per_pair, ratio=p / exact_causal))
+    ops = derive_operations(causal, heads=None if heads is None else EXTENSION_SYMBOLS.h,
+                            layers=1 if setup.layers == 1 else EXTENSION_SYMBOLS.L)
+    vals = symbol_values(n, d_model, d_k, d_v, setup)
+    macs = masked if causal else plain
+    stages = [StageCount(stage, macs[stage], int(mul.subs(vals)), int(add.subs(vals)))
+              for stage, (mul, add) in ops.items() if stage != "total"]
+    stages.append(StageCount("total", *(sum(getattr(s, f) for s in stages) for f in
+                                        ("macs", "multiplications", "additions"))))
+    return ConventionComparison(n, d_model, d_k, d_v, causal, setup.heads, setup.layers, limit,
+                                counted, unmasked_total, pairs, stages, softmax_ops)

@@ -1,0 +1,408 @@
+"""Counted runs: the head run through the pencil engine's loops, every multiply-add counted.
+
+A counted run calls exactly what :func:`exactattn.head.attend` calls for the
+pencil engine: :func:`~exactattn.kernels.common_denominator`,
+:func:`~exactattn.kernels.project`, :func:`~exactattn.kernels.score` over the
+keys :meth:`Policy.visible_keys <exactattn.call.Policy.visible_keys>` returns,
+:func:`~exactattn.head.softmax_rows` and :func:`~exactattn.head.mix_rows`.
+The counters go up by one inside the innermost loops, at every multiply-add
+that really runs; nothing is computed from a formula.  No sympy here.
+
+>>> count(4, 4, 4)
+{'projections': 192, 'scores': 64, 'mix': 64, 'total': 320}
+>>> [s["total"] for s in decode_steps(3, 4, 4)]
+[56, 64, 72]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ..call import Policy
+from ..digits import certify, round_fraction
+from ..errors import InputError
+from ..exact import to_matrix
+from ..head import Head, score_and_mix
+from ..kernels import common_denominator, project
+from ..softmax import ExpRatio
+from .sizes import Setup, size
+
+__all__ = ["LAYER_PLACES", "Run", "count", "count_head", "count_tokens", "decode_steps",
+           "estimate_seconds", "run", "sum_decimal"]
+
+#: a stacked layer reads the previous layer's outputs rounded to this many certified places
+LAYER_PLACES = 4
+
+#: one query over t cached keys sees all t: the KV cache is a bottom_right causal call
+_DECODING = Policy(causal=True, alignment="bottom_right")
+
+
+def count_head(d_model: int, d_k: int, d_v: int, index: int = 0) -> Head:
+    """The head that :func:`count` runs: the chronicle head at 4/4/4, else a fixed pattern.
+
+    Head ``index`` > 0 (multi-head runs) uses a shifted pattern.  The weights
+    are small exact rationals; the MAC counts do not depend on them.
+
+    >>> count_head(4, 4, 4).W_Q[1]
+    [Fraction(3, 1), Fraction(0, 1), Fraction(0, 1), Fraction(0, 1)]
+    >>> count_head(2, 1, 1).W_Q
+    [[Fraction(-1, 1), Fraction(3, 2)]]
+    """
+    d_model, d_k, d_v = (size(v, k) for v, k in
+                         ((d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
+    if (d_model, d_k, d_v, index) == (4, 4, 4, 0):
+        from ..examples import chronicle
+        return chronicle().head
+
+    def pattern(rows, cols, shift):
+        return [[Fraction((s * 3 + m * 5 + shift) % 7 - 3, 2) for m in range(cols)]
+                for s in range(rows)]
+    return Head(pattern(d_k, d_model, 3 * index + 1), pattern(d_k, d_model, 3 * index + 2),
+                pattern(d_v, d_model, 3 * index + 3), layout="slots")
+
+
+def count_tokens(n: int, d_model: int) -> list[list[Fraction]]:
+    """The n token rows :func:`count` runs: the chronicle's four repeated at width 4.
+
+    >>> count_tokens(5, 4)[4] == count_tokens(5, 4)[0]
+    True
+    >>> count_tokens(2, 3)
+    [[Fraction(-1, 1), Fraction(0, 1), Fraction(1, 1)], [Fraction(0, 1), Fraction(1, 1), Fraction(-1, 1)]]
+    """
+    n, d_model = size(n, "n"), size(d_model, "d_model")
+    if d_model == 4:
+        from ..examples import chronicle
+        x = chronicle().x
+        return [list(x[i % 4]) for i in range(n)]
+    return [[Fraction((i + m) % 3 - 1) for m in range(d_model)] for i in range(n)]
+
+
+def _output_weights(d_model: int, width: int) -> list[list[Fraction]]:
+    """W_O in the slots layout: D rows of h d_v numbers."""
+    return [[Fraction((d + 2 * c) % 5 - 2, 2) for c in range(width)] for d in range(d_model)]
+
+
+@dataclass
+class _Layer:
+    heads: list          # per head: (W_Q, W_K, W_V as (ints, den)), divisor_squared
+    W_O: tuple | None    # (ints, den)
+
+
+def _layer(d_model, d_k, d_v, heads, index_base) -> _Layer:
+    hs = []
+    for a in range(1 if heads is None else heads):
+        head = count_head(d_model, d_k, d_v, index_base + a)
+        hs.append(([common_denominator(w) for w in (head.W_Q, head.W_K, head.W_V)],
+                   head.divisor_squared))
+    W_O = None if heads is None else common_denominator(_output_weights(d_model, heads * d_v))
+    return _Layer(hs, W_O)
+
+
+def _zero_macs(with_output: bool) -> dict:
+    stages = ("projections", "scores", "mix") + (("out_projection",) if with_output else ())
+    return dict.fromkeys(stages, 0)
+
+
+def _out_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]:
+    """outputs[i][d] = sum_(a, c) W_O[d][a d_v + c] o_a[i][c]: one MAC per term.
+
+    Each head's outputs share that head's softmax normaliser, so its terms
+    combine exactly into one :class:`ExpRatio` per head; a value is the sum of
+    the h ratios (a tuple).  A head's outputs on one row are held as integers
+    over one denominator, one column per exponential term, so a MAC is a run
+    of integer multiply-adds over the row's terms.
+    """
+    w_ints, den = W_O
+    count = 0
+    n = len(head_outputs[0])
+    result: list[list[list]] = [[[] for _ in w_ints] for _ in range(n)]
+    col = 0
+    for out in head_outputs:
+        d_v = len(out[0])
+        for i, values in enumerate(out):
+            gaps = list(dict.fromkeys(g for e in values for g in e.numerators))
+            ints, vden = common_denominator([[e.numerators.get(g, 0) for g in gaps]
+                                             for e in values])
+            for d, w in enumerate(w_ints):
+                acc = [0] * len(gaps)
+                for wc, coefficients in zip(w[col:col + d_v], ints):
+                    for k, a in enumerate(coefficients):
+                        acc[k] += wc * a
+                    count += 1
+                result[i][d].append(ExpRatio({g: Fraction(a, den * vden)
+                                              for g, a in zip(gaps, acc)}, values[0].row))
+        col += d_v
+    macs["out_projection"] += count
+    return [[tuple(terms) for terms in row] for row in result]
+
+
+def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
+                   ops: dict) -> list[list]:
+    """The pencil engine's own counted step (:func:`exactattn.head.score_and_mix`), tallied."""
+    _, _, rows, out, ms, mm = score_and_mix(q, k, v, visible, score_den, value_den, d2, "zero")
+    macs["scores"] += ms
+    macs["mix"] += mm
+    for r in rows:
+        ops["exp"] += r.exps
+        ops["add"] += r.adds
+        ops["div"] += r.divs
+    return out
+
+
+def _project_head(weights, xq, xkv, macs: dict) -> tuple:
+    """Counted projections of one head: queries of ``xq``, keys and values of ``xkv``."""
+    (wq, _), (wk, _), (wv, _) = weights
+    q, mq = project(wq, xq)
+    k, mk = project(wk, xkv)
+    v, mv = project(wv, xkv)
+    macs["projections"] += mq + mk + mv
+    return q, k, v
+
+
+def _dens(weights, dx: int) -> tuple[int, int]:
+    """The common denominators of the raw scores and of the values."""
+    (_, dq), (_, dk), (_, dv) = weights
+    return dq * dk * dx * dx, dv * dx
+
+
+def _attend_layer(layer: _Layer, xq, xkv, dx: int, visible, macs: dict,
+                  ops: dict) -> list[list[tuple]]:
+    """One layer: every head, then W_O (a value is a tuple of exact ratios, one per head)."""
+    head_outputs = [_score_and_mix(*_project_head(weights, xq, xkv, macs), visible,
+                                   *_dens(weights, dx), d2, macs, ops)
+                    for weights, d2 in layer.heads]
+    if layer.W_O is None:
+        return [[(e,) for e in row] for row in head_outputs[0]]
+    return _out_projection(layer.W_O, head_outputs, macs)
+
+
+def sum_decimal(terms: tuple, places: int) -> str:
+    """A sum of exact ratios, correctly rounded to ``places`` places (certified)."""
+    qs = [e.rational() for e in terms]
+    if all(q is not None for q in qs):
+        return round_fraction(sum(qs, Fraction(0)), places)
+
+    def ball(prec):
+        from flint import arb
+        total = arb(0)
+        for e in terms:
+            total += e.ball(prec)
+        return total
+    return certify(ball, places)
+
+
+def _next_layer_rows(outputs: list[list[tuple]]) -> list[list[int]]:
+    """Layer outputs rounded to 4 certified places, as integers over 10**4."""
+    scale = 10 ** LAYER_PLACES
+    return [[int(Fraction(sum_decimal(terms, LAYER_PLACES)) * scale) for terms in row]
+            for row in outputs]
+
+
+@dataclass
+class Run:
+    """A counted run: ``macs`` per stage (with ``total``), ``softmax_ops``, the
+    exact ``outputs`` of the last layer (each a tuple of :class:`ExpRatio` whose
+    sum is the value: one per head with W_O), and per-token ``steps`` when decoding."""
+
+    macs: dict
+    softmax_ops: dict
+    outputs: list
+    steps: list = field(default_factory=list)
+
+    def output_decimal(self, i: int, c: int, places: int = 4) -> str:
+        """Output column c of token i, correctly rounded."""
+        return sum_decimal(self.outputs[i][c], places)
+
+
+def _tokens(x, rows: int, d_model: int) -> list[list]:
+    if x is None:
+        return count_tokens(rows, d_model)
+    tokens = to_matrix(x, name="x", shape=(None, d_model))
+    if len(tokens) < rows:
+        raise InputError(f"x must have at least {rows} token rows (got {len(tokens)})")
+    return tokens
+
+
+def run(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "top_left",
+        keys=None, heads=None, layers=1, decode: bool = False, x=None) -> Run:
+    """Run the head(s) with the pencil engine's counting loops; see :func:`count`.
+
+    ``x`` (optional) replaces :func:`count_tokens`: at least max(n, keys) rows
+    of d_model exact numbers.  Returns a :class:`Run`.
+
+    >>> r = run(2, 4, 4, causal=True)
+    >>> r.macs["scores"], r.output_decimal(0, 0)
+    (12, '0.0000')
+    """
+    d_v = d_k if d_v is None else d_v
+    n, d_model, d_k, d_v = (size(v, k) for v, k in
+                            ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
+    setup = Setup.make(causal, alignment, keys, heads, layers, decode, symbolic=False)
+    if setup.layers > 1 and setup.heads is None and d_v != d_model:
+        raise InputError(f"d_v must equal d_model = {d_model} to stack layers of one head "
+                         f"without W_O (got {d_v}); pass heads=1 to add W_O")
+    if setup.layers > 1 and setup.keys is not None:
+        raise InputError(f"layers must be 1 when keys is set (got {setup.layers}); "
+                         "stacked layers attend over their own tokens")
+    m = n if setup.keys is None else setup.keys
+    xi, dx = common_denominator(_tokens(x, max(n, m), d_model))
+    layers_ = [_layer(d_model, d_k, d_v, setup.heads, 7 * ell) for ell in range(setup.layers)]
+    ops = {"exp": 0, "add": 0, "div": 0}
+    if decode:
+        return _decode(layers_, xi, dx, n, setup.heads is not None, ops)
+    macs = _zero_macs(setup.heads is not None)
+    if setup.keys is None or setup.alignment == "top_left":
+        xq, xkv = xi[:n], xi[:m]
+    else:   # bottom_right: the queries are the last n of the m tokens
+        start = max(m - n, 0)
+        xq, xkv = xi[start:start + n], xi[:m]
+        if len(xq) < n:  # fewer keys than queries: the first queries come before the keys
+            xq = xi[:n]
+
+    def visible(i):
+        return setup.policy.visible_keys(i, n, m)
+    outputs, d = None, dx
+    for ell, layer in enumerate(layers_):
+        outputs = _attend_layer(layer, xq, xkv, d, visible, macs, ops)
+        if ell + 1 < len(layers_):
+            xq = xkv = _next_layer_rows(outputs)
+            d = 10 ** LAYER_PLACES
+    macs["total"] = sum(macs.values())
+    return Run(macs, ops, outputs)
+
+
+def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, ops: dict) -> Run:
+    """Generate the n tokens one at a time, each layer keeping a KV cache per head."""
+    macs = _zero_macs(with_output)
+    caches = [[([], []) for _ in layer.heads] for layer in layers_]
+    steps, last = [], []
+    for t in range(n):
+        step_macs = _zero_macs(with_output)
+        row, d = [xi[t]], dx
+        for ell, layer in enumerate(layers_):
+            row_out = _decode_step(layer, caches[ell], row, d, step_macs, ops)
+            if ell + 1 < len(layers_):
+                row, d = _next_layer_rows(row_out), 10 ** LAYER_PLACES
+        last.append(row_out[0])
+        step_macs["total"] = sum(step_macs.values())
+        steps.append(step_macs)
+        for k in macs:
+            macs[k] += step_macs[k]
+    macs["total"] = sum(macs.values())
+    return Run(macs, ops, last, steps)
+
+
+def _decode_step(layer: _Layer, caches: list, row: list[list[int]], dx: int,
+                 macs: dict, ops: dict) -> list[list[tuple]]:
+    """One new token through one layer: project it, append to the KV cache, attend.
+
+    The new key and value are projected once and appended; the query attends
+    over the t cached keys (one query, t keys: a bottom_right causal call).
+    """
+    head_outputs = []
+    for (weights, d2), (cache_k, cache_v) in zip(layer.heads, caches):
+        q, k, v = _project_head(weights, row, row, macs)
+        cache_k.extend(k)
+        cache_v.extend(v)
+        t = len(cache_k)
+        head_outputs.append(_score_and_mix(q, cache_k, cache_v,
+                                           lambda i: _DECODING.visible_keys(i, 1, t),
+                                           *_dens(weights, dx), d2, macs, ops))
+    if layer.W_O is None:
+        return [[(e,) for e in head_outputs[0][0]]]
+    return _out_projection(layer.W_O, head_outputs, macs)
+
+
+def count(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "top_left",
+          keys=None, heads=None, layers=1, decode: bool = False) -> dict[str, int]:
+    """MACs counted by running the head: ``{'projections', 'scores', 'mix',
+    ['out_projection',] 'total'}``.
+
+    Runs :func:`count_head` on :func:`count_tokens` through the pencil
+    engine's loops (:mod:`exactattn.kernels`, :mod:`exactattn.head`), which
+    add one at every multiply-add that runs; nothing is computed from a
+    formula.  ``d_v`` defaults to ``d_k``.
+
+    Shapes: n tokens of d_model numbers; each head d_model -> d_k, d_k, d_v.
+
+    Args:
+        causal: skip masked pairs (n(n+1)/2 of them remain when keys = n).
+        alignment: ``top_left`` (query i sees keys j <= i) or ``bottom_right``
+            (j <= i + m - n) when the key length differs.
+        keys: key length m (default n); queries are the first n tokens
+            (top_left) or the last n of the m (bottom_right).
+        heads: h heads plus W_O (h d_v -> d_model); None: one head, no W_O.
+        layers: L layers; layer l+1 reads layer l's outputs rounded to 4
+            certified places (exp ratios are transcendental, so exact values
+            cannot be carried further at pencil speed; the counts do not
+            depend on the values).
+        decode: generate the n tokens one at a time with a KV cache; the
+            totals of the whole generation (per token: :func:`decode_steps`).
+
+    Units: MACs (FLOPs = 2 x MACs).
+
+    Raises:
+        InputError: a size that is not a positive whole number, a bad option.
+
+    Reference: the built-in worked example ``chronicle`` (projections 192,
+    scores 64, mixing 64, total 320).
+
+    >>> count(4, 4, 4, causal=True)["scores"]
+    40
+    >>> count(0, 4, 4)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: n must be a positive whole number (got 0)
+    """
+    return run(n, d_model, d_k, d_v, causal=causal, alignment=alignment, keys=keys,
+               heads=heads, layers=layers, decode=decode).macs
+
+
+def decode_steps(n, d_model, d_k, d_v=None, *, heads=None, layers=1) -> list[dict[str, int]]:
+    """Counted MACs of generating each token t = 1..n with a KV cache, one dict per token."""
+    return run(n, d_model, d_k, d_v, heads=heads, layers=layers, decode=True).steps
+
+
+# Seconds per unit of work on the project's 2-core machine (measured; rough upper bounds for
+# the tokens of count_tokens, which repeat, so scores take at most 4 distinct values per row
+# until a causal second layer reads rounded outputs).
+_PER_MAC = 0.25e-6            # a multiply-add in the kernels
+_PER_PAIR = 1e-6              # grouping a visible pair for the mix loop
+_PER_DISTINCT_PAIR = 8e-6     # a pair of a score row no other row repeats (causal, decoding)
+_PER_LATE_PAIR = 10e-6        # ... whose scores are all distinct (a causal second layer)
+_PER_LATE_MIX = 3e-6          # a mix MAC there (one exponential term per key)
+_PER_TERM = 1e-6              # a W_O multiply-add, per exponential term of its row
+_PER_ROUNDED = 80e-6          # an output rounded (certified) for the next layer
+_PER_ROUNDED_TERM = 2e-6      # ... per exponential term of its row
+
+
+def estimate_seconds(figures: dict, n: int, d_model: int, d_k: int, setup: Setup) -> float:
+    """About how long :func:`run` takes for a head whose derived MACs are ``figures``.
+
+    Known before anything runs, from the derived figures (``derive_at``) and
+    the options: the kernels' MACs; every visible pair (scores / d_k), more
+    when score rows do not repeat (causal, decoding) and more again when their
+    scores are all distinct (the layers after the first, under a causal
+    mask); each W_O multiply-add and each output rounded for the next layer,
+    once per exponential term of its row (at most 4 until a causal second
+    layer makes them up to one per key).  A rough upper bound, in seconds on
+    the project's 2-core machine.
+
+    >>> round(estimate_seconds({"total": 320, "scores": 64, "mix": 64}, 4, 4, 4, Setup()), 6)
+    9.6e-05
+    """
+    distinct = setup.causal or setup.decode
+    late = distinct and setup.layers > 1
+    keys = n if setup.keys is None else setup.keys
+    terms = keys if late else 4
+    pairs = figures["scores"] // d_k
+    rounded = (setup.layers - 1) * n * d_model
+    seconds = _PER_MAC * figures["total"] + _PER_PAIR * pairs
+    if distinct:
+        seconds += _PER_DISTINCT_PAIR * pairs
+    if late:
+        share = (setup.layers - 1) / setup.layers
+        seconds += share * (_PER_LATE_PAIR * pairs + _PER_LATE_MIX * figures["mix"])
+    seconds += _PER_TERM * figures.get("out_projection", 0) * terms
+    return seconds + rounded * (_PER_ROUNDED + _PER_ROUNDED_TERM * terms)

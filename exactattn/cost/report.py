@@ -1,0 +1,323 @@
+"""The cost tables in words: the ``cost`` and ``cost/conventions`` sections, formulas spelled out.
+
+Presentation only: the figures come from :mod:`exactattn.cost.rows` and
+:mod:`exactattn.cost.conventions`; this module turns them into
+:class:`~exactattn.tables.Section` tables (rows of text, notes, JSON data).
+
+>>> s = cost_sections()[0]
+>>> [r[:6] for r in s.rows]  # doctest: +NORMALIZE_WHITESPACE
+[['4', '192', '128', '320', '-', '40.0%'], ['8', '384', '512', '896', '2.80', '57.1%'],
+ ['16', '768', '2048', '2816', '3.14', '72.7%'], ['32', '1536', '8192', '9728', '3.45', '84.2%']]
+>>> from exactattn.cost.solve import crossover
+>>> crossover_text(crossover(4))
+'the pairs pass the projections from n = 7 (n > 3*D/2 = 6); at n = 6 the two are equal: 288 and 288'
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sympy
+
+from ..digits import round_fraction
+from ..tables import Section
+from .conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
+from .derivation import EXTENSION_SYMBOLS, SYMBOLS
+from .rows import CostRows, FormulaCheck, cost_rows
+from .sizes import Setup, printable_size
+from .solve import Crossover
+
+__all__ = ["conventions_sections", "cost_sections", "crossover_text", "spell"]
+
+# the order symbols are written in: n, m, t, h, L, D, d_k, d_v
+_ORDER = {s: k for k, s in enumerate(
+    (SYMBOLS.n, EXTENSION_SYMBOLS.m, EXTENSION_SYMBOLS.t, EXTENSION_SYMBOLS.h,
+     EXTENSION_SYMBOLS.L, SYMBOLS.D, SYMBOLS.d_k, SYMBOLS.d_v))}
+
+
+def _factor_key(f):
+    base = f.as_base_exp()[0]
+    if base.is_Symbol:
+        return (0, _ORDER.get(base, 99), str(base))
+    return (1, 0, sympy.sstr(f))
+
+
+def _term_key(t):
+    syms = sorted((_ORDER.get(s, 99) for s in t.free_symbols)) or [100]
+    return (syms, sympy.sstr(t))
+
+
+def spell(e, values: dict | None = None) -> str:
+    """A polynomial written with ' x ' (symbols, or their values), e.g. '3 x n x D x d_k'.
+
+    A sum starts with its first positive term and subtracts the negative ones:
+    ``n x d_k x (2 x m - n + 1)``, never ``(-1 x n + 2 x m + 1)``.
+
+    >>> n, D, d_k, d_v = SYMBOLS
+    >>> spell(3 * n * D * d_k), spell(3 * n * D * d_k, {n: 32, D: 4, d_k: 4})
+    ('3 x n x D x d_k', '3 x 32 x 4 x 4')
+    """
+    if e.is_Add:
+        terms = sorted(e.args, key=_term_key)
+        first = next((k for k, t in enumerate(terms) if not t.could_extract_minus_sign()), 0)
+        terms.insert(0, terms.pop(first))
+        text = ""
+        for k, t in enumerate(terms):
+            negative = t.could_extract_minus_sign()
+            body = spell(-t if negative else t, values)
+            text += ("-" if negative else "") + body if k == 0 else \
+                (" - " if negative else " + ") + body
+        return text
+    coeff, factors = e.as_coeff_mul()
+    coeff = sympy.Rational(coeff)
+    if coeff < 0:
+        return "-" + spell(-e, values)
+    parts = [] if coeff.p == 1 and factors else [str(coeff.p)]
+    for f in sorted(factors, key=_factor_key):
+        base, exp = f.as_base_exp()
+        if base.is_Symbol:
+            atom = str(values[base]) if values and base in values else str(base)
+        else:
+            atom = "(" + spell(base, values) + ")"
+        parts.extend([atom] * int(exp))
+    text = " x ".join(parts)
+    return text + (f" / {coeff.q}" if coeff.q != 1 else "")
+
+
+def crossover_text(c: Crossover) -> str:
+    """The crossover in one sentence (the ``crossover:`` note of the ``cost`` table)."""
+    v = c.variable
+    linear = "the projections and W_O" if c.with_out_projection else "the projections"
+    text = f"the pairs pass {linear} from {v} = {c.first} ({sympy.sstr(c.condition)}"
+    text += ")" if c.threshold == c.condition.rhs else f" = {c.threshold})"
+    if c.equal_at is not None:
+        a, b = c.at(c.equal_at)
+        text += f"; at {v} = {c.equal_at} the two are equal: {a} and {b}"
+    return text
+
+
+def _ratio_text(q: Fraction) -> str:
+    return round_fraction(q, 2)
+
+
+def _frac(q) -> str:
+    q = Fraction(q)
+    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+
+
+def _true(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def _setup_text(d_model, d_k, d_v, setup: Setup) -> str:
+    parts = [f"D = d_model = {d_model}, d_k = {d_k}, d_v = {d_v}"]
+    parts.append("one head, no W_O" if setup.heads is None else
+                 f"{setup.heads} heads with W_O ({setup.heads} x {d_v} -> {d_model})")
+    if setup.layers != 1:
+        parts.append(f"{setup.layers} layers")
+    if setup.keys is not None:
+        parts.append(f"{setup.keys} keys")
+    if setup.decode:
+        parts.append("decoding one token at a time with a KV cache (causal by construction: "
+                     "token t attends to the t tokens so far"
+                     + ("; that is the causal mask asked for" if setup.causal else "") + ")")
+    elif setup.causal:
+        parts.append(f"causal mask ({setup.alignment})")
+    else:
+        parts.append("no mask")
+    return "; ".join(parts)
+
+
+def _check_notes(check: FormulaCheck | None) -> list[str]:
+    if check is None:
+        return ["check: no row was small enough to run (raise --count-limit); "
+                "every figure above is derived, none counted"]
+    lines = [f"check at n = {check.n}:"]
+    for e, v in ((check.linear, check.linear_value), (check.pairs, check.pairs_value)):
+        lines.append(f"  {spell(e)} = {spell(e, check.values)} = {v}")
+    lines.append(f"  sum = {check.total}")
+    lines.append(f"  counted by the head = {check.counted_total}")
+    lines.append(f"  same: {_true(check.same)}")
+    if check.step_total is not None:
+        lines.append(f"  token t costs {spell(check.step_total)} MACs; summed over the "
+                     f"generation = causal prefill count ({check.prefill_total}): "
+                     f"{_true(check.prefill_same)}")
+    return lines
+
+
+def _cost_section(c: CostRows) -> Section:
+    setup = c.setup
+    with_out = setup.heads is not None
+    cols = ["tokens", "projection MACs"] + (["W_O MACs"] if with_out else []) + \
+        ["pair MACs", "total", "ratio to row above", "pair share", "source"]
+    out_rows, data_rows = [], []
+    prev = None
+    for r in c.rows:
+        source = "counted" if r.counted else \
+            f"derived (not run: over {c.count_limit} MACs)"
+        ratio = "-" if prev is None else _ratio_text(Fraction(r.total, prev))
+        share = round_fraction(Fraction(100 * r.pairs, r.total), 1) + "%"
+        cells = [str(r.tokens), str(r.figures["projections"])]
+        if with_out:
+            cells.append(str(r.figures["out_projection"]))
+        out_rows.append(cells + [str(r.pairs), str(r.total), ratio, share, source])
+        data_rows.append(dict(r.figures, tokens=r.tokens, pairs=r.pairs,
+                              source=source.split()[0], derived=r.derived))
+        prev = r.total
+    notes = [_setup_text(c.d_model, c.d_k, c.d_v, setup) + "; multiply-adds (FLOPs = 2 x MACs); "
+             f"rows of at most {c.count_limit} MACs (the count limit) are run and counted, "
+             "larger ones only derived"]
+    notes += _check_notes(c.check)
+    if c.crossover is not None:
+        notes.append("crossover: " + crossover_text(c.crossover))
+    if c.doubling is not None:
+        d = c.doubling
+        notes.append(
+            f"doubling: cost(2n)/cost(n) = {sympy.sstr(d.ratio.expr)} -> {d.ratio.limit} "
+            f"as n grows; from {d.last} to {2 * d.last} tokens at D = {c.d_model}: "
+            f"{_ratio_text(d.at_last)}; from 1000 to 2000 tokens "
+            f"at D = 4096: {_ratio_text(d.at_large)}, not close to {d.ratio.limit}")
+    cross = c.crossover
+    data = {"d_model": c.d_model, "d_k": c.d_k, "d_v": c.d_v, "causal": setup.causal,
+            "alignment": setup.alignment, "keys": setup.keys, "heads": setup.heads,
+            "layers": setup.layers, "decode": setup.decode, "count_limit": c.count_limit,
+            "rows": data_rows,
+            "crossover": None if cross is None else
+            {"first": cross.first, "equal_at": cross.equal_at,
+             "condition": sympy.sstr(cross.condition)}}
+    title = "Cost at several row lengths (multiply-adds counted in the loops)"
+    if setup.decode:
+        title = "Cost of generating n tokens with a KV cache (summed per token)"
+    return Section("cost", title, cols, out_rows, notes, data)
+
+
+def cost_sections(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool = False,
+                  alignment: str = "top_left", keys=None, heads=None, layers=1,
+                  decode: bool = False, count_limit: int = 10_000_000) -> list:
+    """The ``cost`` table: the same head at several row lengths, counted (or derived).
+
+    Columns: tokens; projection MACs; (W_O MACs); pair MACs; total; ratio to
+    the row above; the pairs' share of the total; whether the row was counted
+    by running the head or, when its derived total exceeds ``count_limit``,
+    only derived.  Notes: the check at the last counted row, the crossover,
+    the doubling ratio.  Figures from :func:`~exactattn.cost.rows.cost_rows`.
+
+    Raises:
+        InputError: as :func:`~exactattn.cost.rows.cost_rows`; a size over
+            :data:`~exactattn.cost.sizes.MAX_SIZE` (its figures would not print).
+    """
+    _printable(rows, "each row", d_model=d_model, d_k=d_k, d_v=d_v, keys=keys, heads=heads,
+               layers=layers)
+    return [_cost_section(cost_rows(rows, d_model, d_k, d_v, causal=causal,
+                                    alignment=alignment, keys=keys, heads=heads,
+                                    layers=layers, decode=decode, count_limit=count_limit))]
+
+
+def _printable(rows, row_name: str, **sizes) -> None:
+    """Refuse sizes whose figures could not be printed (more than 4300 digits)."""
+    if isinstance(rows, (list, tuple)):
+        for r in rows:
+            printable_size(r, row_name)
+    for name, value in sizes.items():
+        if value is not None:
+            printable_size(value, name)
+
+
+def _pair_name(p: PairCount, how: str) -> tuple[str, str, str]:
+    """(convention, used by, against the exact causal count) of one row."""
+    if p.convention is None:
+        return ((f"exact, causal ({how})" if p.causal else f"exact, no mask ({how})"),
+                "exactattn", "exact for a causal head" if p.causal else
+                "exact for an unmasked head")
+    diff = p.excess
+    if diff == 0:
+        versus = "same as the count"
+    else:
+        sign = "+" if diff > 0 else ""
+        versus = (f"{sign}{_frac(diff)} pairs ({sign}{_frac(p.excess_macs)} MACs, "
+                  f"x{_ratio_text(p.ratio)}) against the causal count")
+    return p.convention.name, p.convention.used_by, versus
+
+
+def _conventions_sections(c: ConventionComparison) -> list:
+    how = "counted" if c.counted else "derived"
+    n, limit = c.n, c.count_limit
+    rows, data = [], []
+    for p in c.pairs:
+        name, used_by, versus = _pair_name(p, how)
+        rows.append([name, used_by, _frac(p.pairs), _frac(p.macs), _frac(2 * p.macs), versus])
+        data.append({"convention": name, "pairs": _frac(p.pairs), "pair_macs": _frac(p.macs),
+                     "pair_flops": _frac(2 * p.macs)})
+    heads = "" if c.heads is None else f", h = {c.heads} heads"
+    layers = "" if c.layers == 1 else f", L = {c.layers} layers"
+    pairs_sec = Section(
+        "cost/conventions", f"Attention pairs under each convention at n = {n}",
+        ["convention", "used by", "pairs", "pair MACs", "pair FLOPs (2 x MACs)",
+         "against the exact causal count"], rows,
+        [f"D = d_model = {c.d_model}, d_k = {c.d_k}, d_v = {c.d_v}{heads}{layers}; "
+         f"pair MACs = pairs x (d_k + d_v){'' if c.heads is None else ' x h'}"
+         f"{'' if c.layers == 1 else ' x L'}",
+         f"exact rows {how} ("
+         + (f"the head was run: at most {limit} MACs, the count limit)" if c.counted else
+            f"not run: {c.unmasked_total} MACs are over the count limit of {limit})"),
+         f"n^2/2 undercounts the causal pairs by n/2 = {_frac(Fraction(n, 2))}; "
+         f"the full rectangle overcounts them by n(n-1)/2 = {n * (n - 1) // 2}"],
+        {"n": n, "conventions": data, "source": how})
+    orows, odata = [], {}
+    for s in c.stages:
+        cells = [s.macs, s.multiplications, s.additions, s.flops, s.operations]
+        orows.append([s.stage] + [str(x) for x in cells] + [str(s.flops - s.operations)])
+        if s.stage != "total":
+            odata[s.stage] = dict(zip(("macs", "multiplications", "additions", "flops",
+                                       "operations"), cells))
+    ops = c.softmax_ops
+    ops_sec = Section(
+        "cost/operations",
+        f"MACs, FLOPs and exact operations at n = {n} ({'causal' if c.causal else 'no mask'})",
+        ["stage", f"MACs ({how})", "multiplications", "additions (k - 1 per sum)",
+         "FLOPs = 2 x MACs", "exact operations", "FLOPs - exact"], orows,
+        list(CONVENTION_NOTES) + [
+            "multiplications and additions are derived from the loop nests; MACs are "
+            + ("counted" if c.counted else
+               f"derived too: the head was not run, its {c.unmasked_total} MACs are over the "
+               f"count limit of {limit}"),
+            ("softmax, counted separately: " + ", ".join(
+                f"{ops[k]} {name}" for k, name in
+                (("exp", "exponentials"), ("add", "additions"), ("div", "divisions"))))
+            if c.counted else
+            "softmax: not counted (they depend on the numbers, and the head was not run); "
+            "raise the count limit to count them"],
+        {"n": n, "source": how, "count_limit": limit, "stages": odata, "softmax_ops": ops})
+    return [pairs_sec, ops_sec]
+
+
+def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = False,
+                         heads=None, layers=1, count_limit: int = 10_000_000) -> list:
+    """Conventions side by side for the same head at n tokens: pairs, MACs, FLOPs, operations.
+
+    Two tables: ``cost/conventions`` (the query-key pairs and pair MACs each
+    convention gives, against the exact causal count n(n+1)/2) and
+    ``cost/operations`` (MACs, FLOPs = 2 x MACs, and the exact
+    multiplications and additions, k - 1 per length-k sum).  Figures from
+    :func:`~exactattn.cost.conventions.compare_conventions`: the exact rows
+    are counted when the unmasked head's derived total is at most
+    ``count_limit`` MACs, else derived and marked ``derived``.
+
+    Units: pairs, MACs, FLOPs.
+
+    Raises:
+        InputError: a size or ``count_limit`` that is not a positive whole
+            number; a size over :data:`~exactattn.cost.sizes.MAX_SIZE`.
+
+    Reference: Vaswani et al. 2017, sec. 3.2.1.
+
+    >>> s = conventions_sections(32)
+    >>> [r[2] for r in s[0].rows]
+    ['1024', '528', '1024', '512', '528']
+    >>> conventions_sections(32, count_limit=1000)[0].rows[1][:4]
+    ['exact, causal (derived)', 'exactattn', '528', '4224']
+    """
+    _printable([n], "n", d_model=d_model, d_k=d_k, d_v=d_v, heads=heads, layers=layers)
+    return _conventions_sections(compare_conventions(
+        n, d_model, d_k, d_v, causal=causal, heads=heads, layers=layers,
+        count_limit=count_limit))

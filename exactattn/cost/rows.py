@@ -1,0 +1,212 @@
+"""The figures of the ``cost`` table: each row length derived, and counted when small enough.
+
+Three routes to one number, which must agree: each row is **derived**
+(:func:`~exactattn.cost.derivation.derive_at`) and, when its derived total is
+at most the count limit, **counted** by running the head
+(:func:`~exactattn.cost.counting.count`); the last counted row is checked
+against the formula, and the **solved** crossover and doubling ratio close
+the table.  Presentation is in :mod:`exactattn.cost.report`.
+
+>>> c = cost_rows([4, 8])
+>>> [(r.tokens, r.total, r.counted) for r in c.rows], c.check.same
+([(4, 320, True), (8, 896, True)], True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import sympy
+
+from ..errors import InputError, shorten
+from .counting import count, estimate_seconds
+from .derivation import (EXTENSION_SYMBOLS, SYMBOLS, branch, derive_setup, derive_at,
+                         general_setup, split, symbol_values, whole_generation)
+from .sizes import Setup, policy_of, size
+from .solve import Crossover, DoublingRatio, crossover, doubling_ratio
+
+__all__ = ["CostRows", "Doubling", "FormulaCheck", "RowCost", "cost_rows", "counting_work"]
+
+
+@dataclass(frozen=True)
+class RowCost:
+    """One row length: ``figures`` per stage (counted if ``counted``, else derived) and
+    the ``derived`` figures."""
+
+    tokens: int
+    figures: dict
+    derived: dict
+    counted: bool
+
+    @property
+    def pairs(self) -> int:
+        return self.figures["scores"] + self.figures["mix"]
+
+    @property
+    def total(self) -> int:
+        return self.figures["total"]
+
+
+@dataclass(frozen=True)
+class FormulaCheck:
+    """The derived formula at the last counted row, against the count.
+
+    ``linear`` (projections, W_O) and ``pairs`` (scores, mixing) are factored
+    expressions in the symbols, ``values`` the symbols' sizes.  Decoding adds
+    ``step_total`` (one token's MACs, factored, in t) and ``prefill_total``
+    (the causal prefill counted by running the head)."""
+
+    n: int
+    values: dict
+    linear: Any
+    pairs: Any
+    linear_value: int
+    pairs_value: int
+    counted_total: int
+    derived_total: int
+    step_total: Any = None
+    prefill_total: int | None = None
+
+    @property
+    def total(self) -> int:
+        return self.linear_value + self.pairs_value
+
+    @property
+    def same(self) -> bool:
+        return self.total == self.counted_total == self.derived_total
+
+    @property
+    def prefill_same(self) -> bool:
+        return self.prefill_total == self.counted_total
+
+
+@dataclass(frozen=True)
+class Doubling:
+    """cost(2n)/cost(n): the closed form, at the last row (at its width), at 1000 tokens
+    and D = 4096."""
+
+    ratio: DoublingRatio
+    last: int
+    at_last: Fraction
+    at_large: Fraction
+
+
+@dataclass(frozen=True)
+class CostRows:
+    """Everything the ``cost`` table shows (see :func:`cost_rows`)."""
+
+    d_model: int
+    d_k: int
+    d_v: int
+    setup: Setup
+    count_limit: int
+    rows: list            # RowCost per row length
+    check: FormulaCheck | None   # None: no row was small enough to run
+    crossover: Crossover | None  # None with a key length
+    doubling: Doubling | None    # None with a key length or decoding
+
+
+def _checked(rows, d_model, d_k, d_v, count_limit):
+    if isinstance(rows, (str, bytes)) or not rows:
+        raise InputError(f"rows must be a non-empty list of token counts "
+                         f"(got {shorten(repr(rows))})")
+    rows = [size(r, "each row") for r in rows]
+    d_v = d_k if d_v is None else d_v
+    d_model, d_k, d_v = (size(v, k) for v, k in
+                         ((d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
+    return rows, d_model, d_k, d_v, size(count_limit, "count_limit")
+
+
+def counting_work(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *,
+                  count_limit: int = 10_000_000, **options) -> list[tuple[int, float]]:
+    """What :func:`cost_rows` would run, known before any of it runs: ``(MACs, seconds)``
+    per row it would count (derived total at most ``count_limit``), the seconds
+    estimated by :func:`~exactattn.cost.counting.estimate_seconds` (with the
+    check's causal prefill added to the last row when decoding).
+
+    >>> [macs for macs, seconds in counting_work([4, 8, 64], count_limit=1000)]
+    [320, 896]
+    """
+    rows, d_model, d_k, d_v, limit = _checked(rows, d_model, d_k, d_v, count_limit)
+    setup = Setup.make(symbolic=False, **options)
+    work, last = [], None
+    for n in rows:
+        derived = derive_at(n, d_model, d_k, d_v, **options)
+        if derived["total"] <= limit:
+            work.append((derived["total"], estimate_seconds(derived, n, d_model, d_k, setup)))
+            last = n
+    if last is not None and setup.decode:   # the check also counts the causal prefill
+        prefill = Setup(policy_of(True, "top_left"), None, setup.heads, setup.layers)
+        causal = derive_at(last, d_model, d_k, d_v, causal=True, heads=setup.heads,
+                           layers=setup.layers)
+        macs, seconds = work[-1]
+        work[-1] = (macs + causal["total"],
+                    seconds + estimate_seconds(causal, last, d_model, d_k, prefill))
+    return work
+
+
+def _check(n: int, counted: dict, derived: dict, d_model: int, d_k: int, d_v: int,
+           setup: Setup) -> FormulaCheck:
+    sym = derive_setup(general_setup(setup))
+    if d_v == d_k:
+        sym = {k: sympy.expand(v.subs(SYMBOLS.d_v, SYMBOLS.d_k)) for k, v in sym.items()}
+    if setup.decode:
+        sym = {k: sympy.expand(v) for k, v in whole_generation(sym).items()}
+    vals = symbol_values(n, d_model, d_k, d_v, setup)
+    pairs, linear = split({k: branch(v, vals) for k, v in sym.items()})
+    step_total = prefill = None
+    if setup.decode:
+        prefill = count(n, d_model, d_k, d_v, causal=True, heads=setup.heads,
+                        layers=setup.layers)["total"]
+        step = derive_setup(general_setup(Setup(decode=True, heads=setup.heads,
+                                                layers=setup.layers)))
+        step_total = sympy.factor(step["total"].subs(
+            {SYMBOLS.D: d_model, SYMBOLS.d_k: d_k, SYMBOLS.d_v: d_v,
+             EXTENSION_SYMBOLS.h: setup.heads or 1, EXTENSION_SYMBOLS.L: setup.layers}))
+    return FormulaCheck(n, vals, sympy.factor(linear), sympy.factor(pairs),
+                        int(linear.subs(vals)), int(pairs.subs(vals)), counted["total"],
+                        derived["total"], step_total, prefill)
+
+
+def cost_rows(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool = False,
+              alignment: str = "top_left", keys=None, heads=None, layers=1,
+              decode: bool = False, count_limit: int = 10_000_000) -> CostRows:
+    """The same head at several row lengths: derived, counted up to ``count_limit`` MACs.
+
+    Each row's figures are counted by running the head when its derived total
+    is at most ``count_limit``, else only derived.  The check compares the
+    formula with the count at the last counted row; without a key length the
+    crossover is solved and, unless decoding, the doubling ratio.
+
+    Units: MACs (FLOPs = 2 x MACs).
+
+    Raises:
+        InputError: an empty list of rows, a size that is not a positive whole
+            number, a bad option.
+    """
+    rows, d_model, d_k, d_v, limit = _checked(rows, d_model, d_k, d_v, count_limit)
+    setup = Setup.make(causal, alignment, keys, heads, layers, decode, symbolic=False)
+    opts = dict(causal=causal, alignment=alignment, keys=keys, heads=heads, layers=layers,
+                decode=decode)
+    out, last = [], None
+    for n in rows:
+        derived = derive_at(n, d_model, d_k, d_v, **opts)
+        if derived["total"] <= limit:
+            out.append(RowCost(n, count(n, d_model, d_k, d_v, **opts), derived, True))
+            last = out[-1]
+        else:
+            out.append(RowCost(n, derived, derived, False))
+    check = None if last is None else \
+        _check(last.tokens, last.figures, last.derived, d_model, d_k, d_v, setup)
+    cross = doubling = None
+    if setup.keys is None:
+        cross = crossover(d_model, d_k, d_v=d_v, causal=causal, alignment=alignment,
+                          heads=heads, layers=layers, decode=decode)
+        if not decode:
+            ratio = doubling_ratio(d_k=d_k, d_v=d_v, causal=causal, heads=heads,
+                                   layers=layers)
+            doubling = Doubling(ratio, rows[-1], ratio.at(rows[-1], d_model),
+                                ratio.at(1000, 4096))
+    return CostRows(d_model, d_k, d_v, setup, limit, out, check, cross, doubling)

@@ -1,0 +1,180 @@
+"""Solved: where the pairs pass the projections (the crossover), and cost(2n)/cost(n).
+
+Both read the derived formula (:mod:`exactattn.cost.derivation`); nothing is
+retyped.  No mask, one head, d_v = d_k: ``2 n^2 d_k > 3 n D d_k``, i.e.
+``n > 3D/2`` (n = 7 at D = 4, and at n = 6 the two are equal, 288 and 288).
+
+>>> c = crossover(4)
+>>> c.first, c.equal_at, c.at(6)
+(7, 6, (288, 288))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import sympy
+
+from ..errors import InputError
+from .derivation import EXTENSION_SYMBOLS, SYMBOLS, derive_setup, split
+from .sizes import Setup, size, size_or_expr
+
+__all__ = ["Crossover", "DoublingRatio", "crossover", "doubling_ratio"]
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where the pairs (scores + mixing) pass the linear stages (projections, W_O).
+
+    ``condition`` is the solved inequality (e.g. ``n > 3*D/2``), ``threshold``
+    its right side at the given sizes, ``first`` the first whole n (or t when
+    decoding) with more pair MACs than linear ones, ``equal_at`` the n where
+    the two are equal (None if no whole n), ``pairs``/``linear`` the two
+    expressions in the variable; ``with_out_projection``: the linear stages
+    include W_O (heads).
+    """
+
+    variable: sympy.Symbol
+    condition: Any
+    threshold: Any
+    first: Any
+    equal_at: int | None
+    pairs: Any
+    linear: Any
+    with_out_projection: bool = False
+
+    def at(self, value: int) -> tuple[int, int]:
+        """(pair MACs, linear MACs) at ``value`` of the variable."""
+        return (int(self.pairs.subs(self.variable, value)),
+                int(self.linear.subs(self.variable, value)))
+
+
+def crossover(D=None, d_k=None, *, d_v=None, causal: bool = False,
+              alignment: str = "top_left", heads=None, layers=1,
+              decode: bool = False) -> Crossover:
+    """Solve symbolically where pair MACs pass the projections: the first n with pairs > linear.
+
+    No mask, one head, d_v = d_k: ``2 n^2 d_k > 3 n D d_k``, i.e. ``n > 3D/2``:
+    n = 7 at D = 4 (n = 6 gives 288 and 288), n = 6145 at D = 4096.  A causal
+    mask: ``n(n+1) d_k > 3 n D d_k``, i.e. ``n > 3D - 1``.  Heads with W_O:
+    ``n > 2D`` (when d_v = d_k).  Decoding: the first token t whose own pairs
+    pass its own projections.  Layers cancel.
+
+    Args:
+        D: d_model (int or sympy expression; default the symbol D).
+        d_k: key width (default: equal to D when D is given, as in the example
+            head; else the symbol d_k).  It cancels from the condition when
+            d_v = d_k; it sets the figures at equality (288 and 288 at D = 4).
+        d_v: value width (default equal to d_k).
+
+    Raises:
+        InputError: bad sizes; no crossover (pairs never pass).
+
+    >>> crossover(4096).first
+    6145
+    >>> crossover(4, causal=True).first
+    12
+    >>> crossover().condition
+    n > 3*D/2
+    """
+    n_, D_, dk_, dv_ = SYMBOLS
+    setup = Setup.make(causal, alignment, None, heads, layers, decode)
+    var = EXTENSION_SYMBOLS.t if decode else n_
+    if d_v is not None and d_k is not None and d_v == d_k:
+        d_v = None  # keep the symbol d_k so the condition reads n > 3*D/2
+    subs = {dv_: dk_ if d_v is None else size_or_expr(d_v, "d_v")}
+    exprs = {k: sympy.expand(v.subs(subs)) for k, v in derive_setup(setup).items()}
+    pairs, linear = split(exprs)
+    root = sympy.solve(sympy.cancel((pairs - linear) / var), var)
+    if len(root) != 1:
+        raise InputError(f"the pairs must pass the projections at one point (got {root})")
+    general = sympy.factor(root[0])
+    condition = sympy.StrictGreaterThan(var, general)
+    vals = {}
+    if D is not None:
+        vals[D_] = size_or_expr(D, "D")
+        if d_k is None:
+            d_k = vals[D_]
+    if d_k is not None:
+        vals[dk_] = size_or_expr(d_k, "d_k")
+    vals.update({s: v for s, v in ((EXTENSION_SYMBOLS.h, heads), (EXTENSION_SYMBOLS.L, layers))
+                 if isinstance(v, int)})
+    threshold = sympy.nsimplify(general.subs(vals))
+    pairs, linear = pairs.subs(vals), linear.subs(vals)
+    if threshold.is_number:
+        first = int(sympy.floor(threshold)) + 1
+        equal_at = int(threshold) if threshold.is_Integer and threshold > 0 else None
+        if first >= 1:
+            p, q = (pairs.subs(var, first), linear.subs(var, first))
+            if not p > q:
+                raise InputError(f"the pairs must pass the projections above {threshold} "
+                                 f"(got {p} <= {q} at {var} = {first})")
+    else:
+        first, equal_at = sympy.floor(threshold) + 1, None
+    return Crossover(var, condition, threshold, first, equal_at, pairs, linear,
+                     heads is not None)
+
+
+@dataclass(frozen=True)
+class DoublingRatio:
+    """cost(2n)/cost(n) as a closed form in n (and D, d_k, d_v), with its limit."""
+
+    expr: Any
+    limit: Any
+    D: Any
+
+    def at(self, n: int, D=None) -> Fraction:
+        """The exact ratio at n tokens (and width D if the form still has the symbol)."""
+        e = self.expr.subs(SYMBOLS.n, size(n, "n"))
+        if D is not None:
+            e = e.subs(SYMBOLS.D, size(D, "D"))
+        e = sympy.nsimplify(e)
+        if not e.is_Rational:
+            raise InputError(f"D must be given to evaluate {self.expr} (got {e})")
+        return Fraction(int(e.p), int(e.q))
+
+    def n_for(self, ratio) -> Any:
+        """The n where the ratio reaches ``ratio`` (sympy), e.g. 3.5 at n = 9D/2."""
+        r = sympy.Rational(str(ratio))
+        sol = sympy.solve(sympy.Eq(self.expr, r), SYMBOLS.n)
+        return sol[0] if sol else None
+
+
+def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=None,
+                   layers=1) -> DoublingRatio:
+    """cost(2n) / cost(n) in closed form, and its limit as n grows (4: the n^2 term wins).
+
+    At d_v = d_k the key width cancels: ``(8n + 6D)/(2n + 3D)``.  At D = 4 it
+    is 2.80, 3.14, 3.45 from 4 to 8, 8 to 16, 16 to 32 tokens; a 4096-wide
+    model going from 1000 to 2000 tokens costs 2.28 times as much, not "close
+    to four times": the ratio is 3.5 only at n = 9D/2 (18432 tokens).
+
+    >>> from exactattn.digits import round_fraction
+    >>> r = doubling_ratio()
+    >>> r.expr, r.limit
+    (2*(3*D + 4*n)/(3*D + 2*n), 4)
+    >>> [round_fraction(r.at(k, 4), 2) for k in (4, 8, 16)]
+    ['2.80', '3.14', '3.45']
+    >>> round_fraction(r.at(1000, 4096), 2), r.n_for("3.5")
+    ('2.28', 9*D/2)
+    """
+    n_, D_, dk_, dv_ = SYMBOLS
+    setup = Setup.make(causal, "top_left", None, heads, layers, False)
+    if d_v is not None and d_k is not None and d_v == d_k:
+        d_v = None
+    total = derive_setup(setup)["total"]
+    total = total.subs(dv_, dk_ if d_v is None else size_or_expr(d_v, "d_v"))
+    subs = {}
+    if d_k is not None:
+        subs[dk_] = size_or_expr(d_k, "d_k")
+    if isinstance(heads, int):
+        subs[EXTENSION_SYMBOLS.h] = heads
+    if isinstance(layers, int):
+        subs[EXTENSION_SYMBOLS.L] = layers
+    total = total.subs(subs)
+    if D is not None:
+        total = total.subs(D_, size_or_expr(D, "D"))
+    expr = sympy.factor(sympy.cancel(total.subs(n_, 2 * n_) / total))
+    return DoublingRatio(expr, sympy.limit(expr, n_, sympy.oo), D)

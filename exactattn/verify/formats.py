@@ -1,0 +1,301 @@
+"""Binary float formats: rounding exact values into them, ULP distances, their text forms.
+
+A format has ``precision`` p bits (hidden bit included) and exponents
+``emin .. emax``: float64 53, float32 24, float16 11, bfloat16 8.
+:func:`round_to_format` rounds an exact value (a ``Fraction`` or an exact
+``arb``) to the nearest float of the format, ties to even, with gradual
+underflow (subnormals) and overflow to infinity, on the exact binary value
+with integer arithmetic (IEEE 754-2019 sec. 4.3.1, roundTiesToEven).
+:func:`round_ball` rounds both ends of an enclosure and says whether they
+agree; :func:`tighten` is the one precision-doubling loop (Ziv 1991) verify
+uses around it.  :func:`ulps_between` counts the floats between two floats.
+
+This is the only place exactattn rounds to an IEEE format.
+
+>>> round_to_format(Fraction(1, 3), FORMATS["bfloat16"])
+0.333984375
+>>> ulps_between(1.0, 1.0 + 2**-23, "float32")
+1
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+from ..call import choice
+from ..digits import certify, round_fraction, working_precision
+from ..errors import InputError
+from ..exponents import fmpq_of
+from ..options import check_whole
+
+__all__ = ["DTYPES", "FORMATS", "FloatFormat", "certified_scientific", "default_max_ulps",
+           "float_format", "round_ball", "round_to_format", "shortest_repr",
+           "tighten", "ulp_index", "ulps_between"]
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format: ``precision`` bits (hidden bit included), exponents emin..emax."""
+
+    name: str
+    precision: int
+    emin: int
+    emax: int
+
+    @property
+    def unit_roundoff(self) -> Fraction:
+        """u = 2**-p, half the gap between 1 and the next float."""
+        return Fraction(1, 2 ** self.precision)
+
+    @property
+    def max_finite(self) -> float:
+        return math.ldexp(2 ** self.precision - 1, self.emax - self.precision + 1)
+
+
+FORMATS = {
+    "float64": FloatFormat("float64", 53, -1022, 1023),
+    "float32": FloatFormat("float32", 24, -126, 127),
+    "float16": FloatFormat("float16", 11, -14, 15),
+    "bfloat16": FloatFormat("bfloat16", 8, -126, 127),
+}
+DTYPES = tuple(FORMATS)
+
+
+def float_format(dtype: str | FloatFormat) -> FloatFormat:
+    """The :class:`FloatFormat` of a dtype name (a format is returned as it is).
+
+    >>> float_format("float8")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: dtype must be one of float64, float32, float16, bfloat16 (got 'float8')
+    """
+    if isinstance(dtype, FloatFormat):
+        return dtype
+    return FORMATS[choice("dtype", dtype, DTYPES)]
+
+
+def _round_scaled(man: int, exp: int, den: int, fmt: FloatFormat) -> float:
+    """Round |man| * 2**exp / den (den odd or 1) to ``fmt``; sign from man."""
+    sign = -1.0 if man < 0 else 1.0
+    man = abs(man)
+    if man == 0:
+        return 0.0 * sign
+    # e = floor(log2(man * 2**exp / den)): the bit-length estimate or one less
+    e = man.bit_length() - den.bit_length() + exp
+    t = exp - e
+    if (man << t if t >= 0 else man) < (den if t >= 0 else den << -t):
+        e -= 1
+    E = max(e, fmt.emin)
+    q = E - fmt.precision + 1                      # the exponent of one ULP
+    # k = round(man * 2**(exp - q) / den), ties to even, exactly
+    shift = exp - q
+    num, dd = (man << shift, den) if shift >= 0 else (man, den << -shift)
+    k, rem = divmod(num, dd)
+    if 2 * rem > dd or (2 * rem == dd and k & 1):
+        k += 1
+    if E > fmt.emax or (k >= 2 ** fmt.precision and E + 1 > fmt.emax):
+        return math.inf * sign
+    return sign * math.ldexp(k, q)
+
+
+def round_to_format(value, dtype: str | FloatFormat) -> float:
+    """The float of ``dtype`` nearest to an exact value (ties to even), as a Python float.
+
+    ``value`` is a ``Fraction`` (or int) or an exact ``arb`` (radius 0).  The
+    result is exactly that float of the format (every float16, bfloat16 and
+    float32 is also a float64); ``inf`` past the overflow threshold, signed
+    zero below half the smallest subnormal.
+
+    Raises:
+        InputError: an unknown dtype.
+
+    >>> round_to_format(Fraction(1, 10), "float32")
+    0.10000000149011612
+    >>> round_to_format(Fraction(65520), "float16"), round_to_format(Fraction(65519), "float16")
+    (inf, 65504.0)
+    >>> round_to_format(Fraction(3, 2**26), "float16")    # a subnormal tie, to even
+    5.960464477539063e-08
+    """
+    fmt = float_format(dtype)
+    if type(value).__name__ == "arb":
+        man, exp = value.mid().man_exp()
+        return _round_scaled(int(man), int(exp), 1, fmt)
+    q = value if isinstance(value, Fraction) else Fraction(value)
+    return _round_scaled(q.numerator, 0, q.denominator, fmt)
+
+
+def round_ball(ball, dtype: str | FloatFormat, prec: int) -> float | None:
+    """The float both ends of an ``arb`` ball round to, or None if they differ (or it is not finite).
+
+    The ends are taken at ``prec`` bits (rounded outwards), so ``prec`` must
+    be the precision the ball was computed at.
+
+    >>> from flint import arb
+    >>> round_ball(arb(1) / 3, "float32", 64), round_ball(arb(1, 2**-20), "float32", 64)
+    (0.3333333432674408, None)
+    """
+    fmt = float_format(dtype)
+    if not ball.is_finite():
+        return None
+    if ball.rad() == 0:
+        return round_to_format(ball, fmt)
+    with working_precision(prec):
+        lo_m, lo_e = ball.lower().man_exp()
+        hi_m, hi_e = ball.upper().man_exp()
+    lo = _round_scaled(int(lo_m), int(lo_e), 1, fmt)
+    hi = _round_scaled(int(hi_m), int(hi_e), 1, fmt)
+    if lo == hi and (lo != 0 or math.copysign(1, lo) == math.copysign(1, hi)):
+        return lo
+    return None
+
+
+def tighten(step: Callable[[int], object], prec: int, *, max_prec: int | None = None):
+    """Ziv's loop: ``step(p)`` at p = prec, 2 prec, ... (each under ``working_precision(p)``).
+
+    Returns the first result that is not None, or None once ``p`` passes
+    ``max_prec`` (no limit when None: only for values a tighter enclosure
+    always decides, such as a transcendental number against a float format).
+
+    >>> tighten(lambda p: p if p >= 256 else None, 64)
+    256
+    >>> tighten(lambda p: None, 64, max_prec=128) is None
+    True
+    """
+    while max_prec is None or prec <= max_prec:
+        with working_precision(prec):
+            got = step(prec)
+        if got is not None:
+            return got
+        prec *= 2
+    return None
+
+
+def ulp_index(x: float, dtype: str | FloatFormat) -> int:
+    """The position of a float of ``dtype`` on the number line: ..., -1, 0 (+-0), 1 (smallest subnormal), ...
+
+    Infinity is one past the largest finite float.
+
+    Raises:
+        InputError: NaN, or a value that is not a float of ``dtype``.
+
+    >>> ulp_index(1.0, "bfloat16") - ulp_index(0.99609375, "bfloat16")
+    1
+    """
+    fmt = float_format(dtype)
+    if math.isnan(x):
+        raise InputError("x must not be NaN for an ULP count (got nan)")
+    p = fmt.precision
+    if math.isinf(x):
+        idx = (fmt.emax + 1 - fmt.emin) * 2 ** (p - 1) + 2 ** (p - 1)
+        return idx if x > 0 else -idx
+    a = abs(x)
+    if a == 0:
+        return 0
+    _, e = math.frexp(a)
+    E = max(e - 1, fmt.emin)
+    k = math.ldexp(a, p - 1 - E)
+    if k != int(k) or E > fmt.emax:
+        raise InputError(f"x must be a {fmt.name} value (got {x!r})")
+    idx = (E - fmt.emin) * 2 ** (p - 1) + int(k)
+    return idx if x > 0 else -idx
+
+
+def ulps_between(a: float, b: float, dtype: str | FloatFormat) -> int:
+    """How many floats of ``dtype`` lie between a and b (0 when equal).
+
+    >>> ulps_between(1.0, 1.0 + 2**-23, "float32"), ulps_between(-0.0, 0.0, "float32")
+    (1, 0)
+    """
+    return abs(ulp_index(a, dtype) - ulp_index(b, dtype))
+
+
+def default_max_ulps(dtype: str, n_keys: int, d_k: int, max_score: float = 0.0) -> int:
+    """The default tolerance: ``2 * ceil(sqrt(S + d_k)) + 4 + ceil(max |scaled score|)`` ULPs.
+
+    Rounding errors of a dot product of length d_k and of a sum of S
+    exponentials grow like sqrt(length) on average (Higham 2002, sec. 3.1,
+    "Probabilistic error analysis"); the 4 covers the exponential and the
+    final division.  ``exp`` has condition number |x|: a scaled score x
+    computed with a relative error of one unit moves ``exp(x)`` by about
+    |x| half-ULPs, hence the last term (the largest |scale * score + mask| over
+    visible pairs).  It is a reading aid, not a proof of a bound; the same
+    number applies to both ULP counts of a verify entry.
+
+    >>> default_max_ulps("float32", 512, 64), default_max_ulps("bfloat16", 2, 1, max_score=23.9)
+    (52, 32)
+    """
+    float_format(dtype)
+    return 2 * (math.isqrt(n_keys + d_k - 1) + 1) + 4 + math.ceil(max_score)
+
+
+# ---------------------------------------------------------------- text forms
+def shortest_repr(x: float, dtype: str | FloatFormat) -> str:
+    """The shortest decimal that rounds back to the float ``x`` of ``dtype``.
+
+    >>> shortest_repr(0.7310585975646973, "float32"), shortest_repr(0.333984375, "bfloat16")
+    ('0.7310586', '0.334')
+    """
+    fmt = float_format(dtype)
+    if not math.isfinite(x):
+        return repr(x)
+    for k in range(1, 18):
+        text = f"{x:.{k}g}"
+        if round_to_format(Fraction(text), fmt) == x:
+            return text
+    return repr(x)  # pragma: no cover
+
+
+def certified_scientific(value, digits: int = 9) -> str:
+    """An exact value (an ``ExpRatio``) to ``digits`` significant digits, correctly rounded.
+
+    Written ``d.ddde+XX``; ``0`` for zero, ``nan`` for an empty row's NaN.
+
+    Raises:
+        InputError: ``digits`` is not a whole number from 1 to 50.
+
+    >>> from exactattn.softmax import SoftmaxRow
+    >>> certified_scientific(SoftmaxRow([Fraction(100), Fraction(99)], None).share(0), 10)
+    '7.310585786e-01'
+    """
+    check_whole(digits, "digits", low=1, high=50)
+    if value.row.nan:
+        return "nan"
+    q = value.rational()
+    if q == 0:
+        return "0"
+    if q is not None:
+        def scaled(shift):
+            return round_fraction(q * Fraction(10) ** shift, 0)
+    else:
+        from flint import arb
+
+        def scaled(shift):
+            def compare(r):     # the exact sign of value - r / 10**shift
+                r = r / Fraction(10) ** shift
+                return (value > r) - (value < r)
+            return certify(lambda prec: value.ball(prec) * arb(10) ** shift, 0, compare=compare)
+    k = _decimal_exponent(value, q)
+    for _ in range(3):    # the first guess of the exponent is off by at most one
+        text = scaled(digits - 1 - k)
+        mant = text.lstrip("-")
+        if len(mant) == digits:
+            sign = "-" if text.startswith("-") else ""
+            body = f"{mant[0]}.{mant[1:]}" if digits > 1 else mant
+            return f"{sign}{body}e{k:+03d}"
+        k += 1 if len(mant) > digits else -1
+    raise InputError(f"digits could not be placed for {value}")  # pragma: no cover
+
+
+def _decimal_exponent(value, q: Fraction | None) -> int:
+    """About floor(log10 |value|) (off by at most one) for a non-zero value."""
+    from flint import arb
+    if q is not None:
+        return len(str(abs(q.numerator))) - len(str(q.denominator))
+
+    def step(prec):
+        b = value.ball(prec)
+        return None if b.contains(0) else abs(b).log() / arb(10).log()
+    return math.floor(float(tighten(step, 64).mid()))

@@ -1,0 +1,295 @@
+"""The inputs of one attention call, held exactly: query, key, value and an explicit mask.
+
+Shapes follow PyTorch's ``scaled_dot_product_attention``: query B x H_q x L x E,
+key B x H_kv x S x E, value B x H_kv x S x E_v; a caller may pass L x E or
+H x L x E and is handed arrays of that rank back.  The mask is an explicit
+:class:`~exactattn.call.Mask` per (batch, query head); the causal rule is not
+a mask, it is ``Policy(causal=True)``.
+
+>>> p = Problem.from_arrays([["1/2"]], [[1], [2]], [[3], [4]])
+>>> p.shape
+{'B': 1, 'H_q': 1, 'H_kv': 1, 'L': 1, 'S': 2, 'E': 1, 'E_v': 1}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ..call import MASK_KINDS, Mask, Policy, choice
+from ..errors import InputError, ShapeError
+from ..exact import to_exact
+from ..options import check_whole
+from .formats import float_format, round_to_format
+
+__all__ = ["Problem", "random_problem"]
+
+
+def _dims(shape) -> str:
+    return " x ".join(map(str, shape))
+
+
+def _as_array(data, name: str) -> np.ndarray:
+    if hasattr(data, "detach"):  # a torch tensor: read its values exactly as floats
+        data = data.detach().cpu().double().numpy()
+    if isinstance(data, np.ndarray):
+        arr = data
+    else:
+        try:
+            arr = np.array(data, dtype=object)
+        except (ValueError, TypeError):
+            raise ShapeError(f"{name} must be a rectangular list of numbers with 2, 3 or 4 "
+                             "dimensions (got a ragged or too deeply nested list)") from None
+    if arr.ndim <= 4 and arr.dtype == object and \
+            any(isinstance(x, (list, tuple, dict)) for x in arr.flat):
+        raise ShapeError(f"{name} must be rectangular: rows of equal length holding numbers "
+                         "(got a ragged list)")
+    if arr.ndim not in (2, 3, 4):
+        raise ShapeError(f"{name} must have 2, 3 or 4 dimensions (L x E, H x L x E or "
+                         f"B x H x L x E) (got {arr.ndim})")
+    if 0 in arr.shape:
+        raise ShapeError(f"{name} must have at least one entry in every dimension "
+                         f"(got {_dims(arr.shape)})")
+    return arr
+
+
+def _object_array(flat: list, shape) -> np.ndarray:
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(shape)
+
+
+def _exact_array(data, name: str, floats: str | None) -> np.ndarray:
+    arr = _as_array(data, name)
+    flat = [to_exact(v.item() if isinstance(v, np.generic) else v, name=name, floats=floats)
+            for v in arr.reshape(-1)]
+    out = _object_array(flat, arr.shape)
+    while out.ndim < 4:
+        out = out[np.newaxis]
+    return out
+
+
+def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> np.ndarray:
+    """The mask broadcast to B x H_q x L x S and read block by block with :class:`Mask`."""
+    B, Hq, L, S = shape
+    if hasattr(mask, "detach"):
+        mask = mask.detach().cpu().numpy()
+        if mask.dtype != bool:
+            mask = mask.astype(np.float64)
+    raw = np.array(mask, dtype=object)
+    try:
+        raw = np.broadcast_to(raw, shape)
+    except ValueError:
+        raise ShapeError(f"mask must be L x S = {L} x {S} or broadcast to {_dims(shape)} "
+                         f"(got {_dims(raw.shape)})") from None
+    out = np.empty(shape, dtype=object)
+    for b in range(B):
+        for h in range(Hq):
+            m = Mask(kind, raw[b, h].tolist(), floats=floats)
+            out[b, h] = _object_array([e for r in m.rows for e in r], (L, S))
+    return out
+
+
+@dataclass
+class Problem:
+    """The exact inputs of one attention call.
+
+    Shapes: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value``
+    B x H_kv x S x E_v (numpy object arrays of ``Fraction``); ``mask`` None or
+    B x H_q x L x S, the entries of a :class:`~exactattn.call.Mask` of kind
+    ``mask_kind`` (``bool`` for boolean kinds; ``Fraction``, or None for
+    ``-inf``, in an additive mask).  ``rank`` is the number of dimensions the
+    caller used (2, 3 or 4); an implementation is handed arrays of that rank.
+    """
+
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+    mask: np.ndarray | None = None
+    mask_kind: str | None = None
+    rank: int = 4
+    name: str = "problem"
+
+    @classmethod
+    def from_arrays(cls, query, key, value, mask=None, *, mask_kind: str = "bool_keep",
+                    floats: str | None = None, name: str = "problem") -> "Problem":
+        """Read query, key, value (and a mask) given as nested lists, numpy arrays or tensors.
+
+        Entries are read by :func:`exactattn.exact.to_exact`: binary floats
+        are refused unless ``floats`` says how to read them.  The mask is
+        L x S or broadcastable to B x H_q x L x S, read as a
+        :class:`~exactattn.call.Mask` of ``mask_kind``.
+
+        Raises:
+            ShapeError: mismatched sizes, a bad rank, GQA heads that do not divide.
+            InputError, FloatInputError: bad entries.
+        """
+        rank = _as_array(query, "query").ndim
+        q = _exact_array(query, "query", floats)
+        k = _exact_array(key, "key", floats)
+        v = _exact_array(value, "value", floats)
+        B, Hq, L, E = q.shape
+        if k.shape[0] != B or k.shape[3] != E:
+            raise ShapeError(f"key must be {B} x H_kv x S x {E} like the query "
+                             f"(got {_dims(k.shape)})")
+        if v.shape[:3] != k.shape[:3]:
+            raise ShapeError(f"value must have the key's batch, heads and length "
+                             f"{_dims(k.shape[:3])} (got {_dims(v.shape[:3])})")
+        Policy().kv_head(0, Hq, k.shape[1])       # H_q must be a multiple of H_kv
+        m = None
+        if mask is not None:
+            choice("mask_kind", mask_kind, MASK_KINDS)
+            m = _mask_blocks(mask, mask_kind, (B, Hq, L, k.shape[2]), floats)
+        return cls(q, k, v, m, mask_kind if mask is not None else None, rank, name)
+
+    @classmethod
+    def from_scores(cls, scores, values=None, mask=None, *, mask_kind: str = "bool_keep",
+                    name: str = "scores") -> "Problem":
+        """A problem whose raw scores ``query @ key^T`` are the given L x S matrix.
+
+        query = the scores (``-inf`` entries replaced by 0), key = the S x S
+        identity, so ``query @ key^T`` is the scores exactly; ``-inf`` entries
+        become hidden keys (an additive mask, or folded into a boolean one).
+        ``values`` default to the identity, so the outputs are the shares; a
+        single number is a one-column value row.  Check it with
+        ``Policy(scale="none")``: the scores are taken as already scaled.
+
+        >>> from exactattn.verify import Reference
+        >>> p = Problem.from_scores([["-inf", "0"]], ["9", "1"])
+        >>> Reference(p, Policy(scale="none")).output(0, 0, 0, 0).exact()
+        Fraction(1, 1)
+        """
+        rows = [list(r) for r in scores]
+        S = len(rows[0]) if rows else 0
+        hidden = [[isinstance(x, str) and x.strip().lower() in ("-inf", "-infinity") or
+                   (isinstance(x, float) and x == -math.inf) for x in r] for r in rows]
+        q = [[0 if h else x for x, h in zip(r, hr)] for r, hr in zip(rows, hidden)]
+        k = [[int(i == j) for j in range(S)] for i in range(S)]
+        if values is None:
+            values = k
+        v = [list(x) if isinstance(x, (list, tuple)) else [x] for x in values]
+        if any(any(hr) for hr in hidden):
+            if mask is None:
+                mask_kind = "additive"
+                mask = [["-inf" if h else 0 for h in hr] for hr in hidden]
+            elif mask_kind == "additive":
+                mask = [["-inf" if h else m for m, h in zip(mr, hr)] for mr, hr in zip(mask, hidden)]
+            else:
+                keep = mask_kind == "bool_keep"
+                mask = [[(not keep) if h else m for m, h in zip(mr, hr)]
+                        for mr, hr in zip(mask, hidden)]
+        return cls.from_arrays(q, k, v, mask, mask_kind=mask_kind, name=name)
+
+    @property
+    def shape(self) -> dict:
+        B, Hq, L, E = self.query.shape
+        return {"B": B, "H_q": Hq, "H_kv": self.key.shape[1], "L": L, "S": self.key.shape[2],
+                "E": E, "E_v": self.value.shape[3]}
+
+    def block_mask(self, b: int, h: int) -> Mask | None:
+        """The explicit mask of batch b, query head h (a :class:`~exactattn.call.Mask`), or None."""
+        if self.mask is None:
+            return None
+        return Mask(self.mask_kind, self.mask[b, h].tolist())
+
+    def with_mask_kind(self, kind: str) -> "Problem":
+        """The same problem with its mask read as ``kind`` (the entries as they were written).
+
+        ``bool_keep`` and ``bool_drop`` swap the meaning of True; a boolean mask
+        cannot be read as ``additive`` nor numbers as booleans.
+
+        Raises:
+            InputError: the entries do not fit ``kind`` (the message names the entry).
+
+        >>> p = Problem.from_arrays([[1]], [[1], [2]], [[3], [4]], [[True, False]])
+        >>> p.with_mask_kind("bool_drop").block_mask(0, 0).keeps(0, 0)
+        False
+        """
+        choice("mask_kind", kind, MASK_KINDS)
+        if self.mask is None or kind == self.mask_kind:
+            return self
+        B, Hq = self.mask.shape[:2]
+        for b in range(B):
+            for h in range(Hq):
+                Mask(kind, self.mask[b, h].tolist())   # refuses entries of the other sort
+        return Problem(self.query, self.key, self.value, self.mask, kind, self.rank, self.name)
+
+    def rounded(self, dtype: str) -> tuple["Problem", int]:
+        """The same problem with every entry rounded to ``dtype``, and how many entries moved.
+
+        The result holds the exact values of those floats, so the exact
+        reference is computed from exactly what the implementation is handed.
+
+        Raises:
+            InputError: an entry overflows the dtype.
+        """
+        fmt = float_format(dtype)
+        moved = 0
+
+        def rnd(x, what: str, fix: str = ""):
+            nonlocal moved
+            if x is None or isinstance(x, bool):
+                return x
+            f = round_to_format(x, fmt)
+            if math.isinf(f):
+                raise InputError(f"{what} must fit in {fmt.name} (got {x}, which overflows){fix}")
+            fx = Fraction(f)
+            moved += fx != x
+            return fx
+
+        def arr(a, what, fix=""):
+            return _object_array([rnd(x, what, fix) for x in a.reshape(-1)], a.shape)
+        mask = self.mask
+        if mask is not None and self.mask_kind == "additive":
+            mask = arr(mask, "mask entries", "; use '-inf' to hide a key")
+        return Problem(arr(self.query, "inputs"), arr(self.key, "inputs"),
+                       arr(self.value, "inputs"), mask, self.mask_kind, self.rank,
+                       self.name), moved
+
+    def floats(self, name: str) -> np.ndarray:
+        """``query``/``key``/``value`` as float64 (exact when the entries are floats), in the caller's rank."""
+        arr = getattr(self, name)
+        out = np.array([float(x) for x in arr.reshape(-1)], dtype=np.float64).reshape(arr.shape)
+        return out.reshape(arr.shape[4 - self.rank:]) if self.rank < 4 else out
+
+    def key_of(self) -> tuple:
+        """The problem's contents as a hashable tuple (equal problems, equal keys)."""
+        mask = None if self.mask is None else tuple(self.mask.reshape(-1))
+        return (self.query.shape, self.key.shape, self.value.shape,
+                tuple(self.query.reshape(-1)), tuple(self.key.reshape(-1)),
+                tuple(self.value.reshape(-1)), self.mask_kind, mask)
+
+
+def random_problem(n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | None = None,
+                   d_v: int | None = None, heads: int = 1, kv_heads: int | None = None,
+                   batch: int = 1) -> Problem:
+    """Standard-normal query, key and value (numpy ``default_rng(seed)``), read as exact floats.
+
+    Shapes: query batch x heads x n x d_k, key/value batch x kv_heads x
+    n_keys x d_k (d_v); rank 4 when batch or heads exceed 1, else n x d_k.
+    Round with :meth:`Problem.rounded` (``verify`` does) to a dtype.
+
+    Raises:
+        InputError: a size below 1, a negative seed.
+
+    >>> p = random_problem(3, 2, seed=1)
+    >>> p.shape["L"], p.query[0, 0, 0, 0] == Fraction(np.random.default_rng(1).standard_normal())
+    (3, True)
+    """
+    sizes = dict(n=n, d_k=d_k, n_keys=n if n_keys is None else n_keys,
+                 d_v=d_k if d_v is None else d_v, heads=heads,
+                 kv_heads=heads if kv_heads is None else kv_heads, batch=batch)
+    for k, v in sizes.items():
+        check_whole(v, k)
+    check_whole(seed, "seed", low=0)
+    rng = np.random.default_rng(seed)
+    B, H, Hkv = sizes["batch"], sizes["heads"], sizes["kv_heads"]
+    q = rng.standard_normal((B, H, n, d_k))
+    k = rng.standard_normal((B, Hkv, sizes["n_keys"], d_k))
+    v = rng.standard_normal((B, Hkv, sizes["n_keys"], sizes["d_v"]))
+    if B == 1 and H == 1 and Hkv == 1:
+        q, k, v = q[0, 0], k[0, 0], v[0, 0]
+    return Problem.from_arrays(q, k, v, floats="exact", name=f"random n={n} d_k={d_k} seed={seed}")

@@ -1,0 +1,126 @@
+"""The tables of a verify run: the worst outputs, a summary per dtype, the cost of the call.
+
+Presentation only: every number printed here was computed by
+:func:`~exactattn.verify.check.verify` (or is a certified decimal of an exact
+value).  Reruns print the same bytes: wall-clock timings appear only when
+asked for (``timings=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..tables import Section
+from .check import Report
+from .formats import certified_scientific, shortest_repr
+
+__all__ = ["report_sections"]
+
+
+def _g(x, spec: str = ".3g") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return format(x, spec)
+
+
+def _worst_section(r: Report, worst: int, digits: int) -> Section:
+    rows = []
+    for e in r.worst(worst):
+        got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
+        rows.append([",".join(map(str, e.index)), certified_scientific(e.exact, digits),
+                     shortest_repr(e.rounded, r.dtype), got, _g(e.ulps, "d"),
+                     _g(e.terms_ulps, ".2f"), _g(e.rel), e.status])
+    sh = r.problem.shape
+    total = sum(getattr(r.problem, n).size for n in ("query", "key", "value"))
+    notes = [
+        f"problem: {r.problem.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
+        f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
+        f"{r.dtype}: {r.moved_inputs} of {total}",
+        f"policy: {r.policy.describe()}",
+        f"exact: certified to {digits} significant digits; 'exact in {r.dtype}' is the exact "
+        f"value correctly rounded to {r.dtype} (arb enclosures, round-to-nearest-even, "
+        "subnormals, overflow to inf)",
+        f"ULPs: {r.dtype} floats between the implementation's value and 'exact in "
+        f"{r.dtype}'; at terms: |error| in ULPs at sum_j shares |values| (cancellation)",
+        f"tolerance: {r.max_ulps} ULPs by either count (2*ceil(sqrt(S + d_k)) + 4 + "
+        "ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
+        "finite is a hard failure",
+    ] + r.notes
+    return Section(
+        f"verify-{r.dtype}", f"{r.impl} in {r.dtype}: the {min(worst, len(r.entries))} "
+        "worst outputs against the exact answer",
+        ["output b,h,i,c", "exact (certified)", f"exact in {r.dtype}", r.impl.split(" ")[0],
+         "ULPs", "at terms", "rel. error", "status"], rows, notes,
+        data={"summary": r.summary()})
+
+
+def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[str]) -> Section:
+    columns = ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
+               "max rel. error", "over tolerance", "hard failures"]
+    if timings:
+        columns.append("seconds impl/exact")
+    rows = []
+    for r in reports:
+        s = r.summary()
+        row = [s["dtype"], str(s["count"]), _g(s["max_ulps"], "d"), _g(s["mean_ulps"], ".2f"),
+               _g(s["median_ulps"], "d"), _g(s["max_terms_ulps"], ".2f"),
+               _g(s["max_rel"]), str(s["over"]), str(s["hard"])]
+        if timings:
+            row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}")
+        rows.append(row)
+    verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
+    return Section("verify-summary", "Summary per dtype", columns, rows,
+                   [f"result: {verdict}", *notes])
+
+
+def _cost_section(reports: Sequence[Report]) -> Section:
+    r = reports[0]
+    macs = r.reference.macs
+    rows = [["exactattn (visible pairs, counted)", f"{macs['scores']}", f"{macs['mix']}",
+             f"{macs['scores'] + macs['mix']}", f"{2 * (macs['scores'] + macs['mix'])}"]]
+    notes = [f"visible pairs: {r.reference.pairs}; MACs = pairs x E (scores) + pairs x E_v "
+             "(mix); FLOPs = 2 per MAC"]
+    sh = r.problem.shape
+    derived = r.derived_macs()
+    if derived is not None:
+        rows.append(["exactattn.cost.derive_at (from the loop bounds)", str(derived[0]),
+                     str(derived[1]), str(sum(derived)), str(2 * sum(derived))])
+    rect = 2 * sh["B"] * sh["H_q"] * sh["L"] * sh["S"] * (sh["E"] + sh["E_v"])
+    counted = next((rr for rr in reports if rr.flops), None)
+    if counted is not None:
+        for label, fl in counted.flops.items():
+            rows.append([f"FlopCounterMode, {label} path ({counted.dtype})", "-", "-", "-",
+                         str(fl)])
+        for label, fl in counted.flops.items():
+            if fl == 0:
+                notes.append(f"FlopCounterMode counted 0 FLOPs on the {label} path: the kernel "
+                             "that ran has no registered FLOP formula")
+            elif fl == rect:
+                notes.append(f"FlopCounterMode's {label} path counts the full L x S rectangle "
+                             f"({rect} FLOPs): no causal or mask discount; exactattn counts "
+                             f"{r.reference.pairs} visible pairs of "
+                             f"{sh['B'] * sh['H_q'] * sh['L'] * sh['S']}")
+            else:
+                notes.append(f"FlopCounterMode's {label} path counts {fl} FLOPs; the full "
+                             f"rectangle is {rect}")
+    return Section("verify-cost", "Cost of the call",
+                   ["count", "scores MACs", "mix MACs", "MACs", "FLOPs"], rows, notes)
+
+
+def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 12,
+                    timings: bool = False, notes: Sequence[str] = ()) -> list:
+    """The tables of one or more reports: the worst outputs of each, a summary per dtype, the cost.
+
+    Exact values are printed with ``digits`` significant digits (1 to 50),
+    certified (correctly rounded); "exact in <dtype>" is the correctly
+    rounded float the ULPs are counted from.  ``timings`` adds the wall-clock
+    seconds of the implementation and of the exact side (they differ from
+    run to run); ``notes`` are added under the summary.
+    """
+    sections = [_worst_section(r, worst, digits) for r in reports]
+    sections.append(_summary_section(reports, timings, notes))
+    sections.append(_cost_section(reports))
+    return sections

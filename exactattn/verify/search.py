@@ -1,0 +1,134 @@
+"""Search with Hypothesis for the input an implementation gets most wrong, and shrink it.
+
+Inputs: L, S, E in 1..max_size, E_v in 1..2, entries k/8 for integers
+|k| <= 64 (floats of every dtype, so nothing is rounded).  A first run steers
+towards large errors with ``hypothesis.target``; a second run with the same
+seed fails on any input scoring at least as much, so Hypothesis shrinks it
+(fewer tokens, narrower heads, smaller numbers).  A hard failure (NaN or
+infinity where the exact value is finite, or the implementation raising)
+scores 2**63.  Write the result as a spec file with
+:func:`exactattn.spec.problem_text`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..call import Policy, choice
+from ..options import check_whole
+from .check import Report, verify
+from .formats import float_format
+from .impls import load_impl
+from .problem import Problem
+
+__all__ = ["HARD_SCORE", "SearchResult", "search"]
+
+#: the score of a hard failure: above any ULP count
+HARD_SCORE = float(2 ** 63)
+
+
+@dataclass
+class SearchResult:
+    """The worst input a search found, shrunk: the problem, its report, and the score searched on."""
+
+    problem: Problem
+    report: Report
+    score: float
+    measure: str
+    examples: int
+    unshrunk_score: float
+
+
+def _score(report: Report, measure: str) -> float:
+    if any(e.status == "hard" for e in report.entries):
+        return HARD_SCORE
+    vals = [(e.ulps if measure == "ulps" else e.terms_ulps) for e in report.entries]
+    vals = [v for v in vals if v is not None]
+    return float(max(vals)) if vals else 0.0
+
+
+def search(impl, dtype: str = "float32", policy: Policy | None = None, *, examples: int = 100,
+           seed: int = 0, max_size: int = 4, measure: str = "ulps",
+           max_ulps: int | None = None) -> SearchResult:
+    """Search with Hypothesis for the input with the largest error, and shrink it to a small reproducer.
+
+    A first run of ``examples`` inputs steers towards large errors (score:
+    the largest ULP error, ``measure="ulps"``, or the largest error at the
+    terms' magnitude, ``"terms"``); a second run with the same seed fails on
+    any input scoring at least that much, so Hypothesis shrinks it.
+
+    Raises:
+        InputError: a bad ``examples``, ``max_size``, ``seed`` or ``measure``.
+    """
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
+    from hypothesis import seed as hseed
+    from hypothesis import strategies as st
+    check_whole(examples, "examples")
+    check_whole(max_size, "max_size")
+    check_whole(seed, "seed", low=0)
+    choice("measure", measure, ("ulps", "terms"))
+    impl = load_impl(impl)
+    float_format(dtype)
+    policy = policy or Policy()
+    entry = st.integers(-64, 64).map(lambda k: Fraction(k, 8))
+
+    def matrix(draw, rows, cols):
+        return draw(st.lists(st.lists(entry, min_size=cols, max_size=cols),
+                             min_size=rows, max_size=rows))
+
+    @st.composite
+    def problems(draw):
+        L, S, E = (draw(st.integers(1, max_size)) for _ in range(3))
+        Ev = draw(st.integers(1, 2))
+        return Problem.from_arrays(matrix(draw, L, E), matrix(draw, S, E), matrix(draw, S, Ev),
+                                   name=f"search worst case ({impl.name.split(' ')[0]}, {dtype})")
+
+    cache: dict = {}
+
+    def score(p: Problem):
+        key = p.key_of()
+        if key not in cache:
+            r = verify(impl, p, policy, dtype, max_ulps=max_ulps)
+            cache[key] = (_score(r, measure), r)
+        return cache[key]
+
+    common = dict(database=None, deadline=None, derandomize=False, verbosity=Verbosity.quiet,
+                  suppress_health_check=list(HealthCheck), max_examples=examples)
+    best = {"score": -1.0, "problem": None}
+
+    @hseed(seed)
+    @settings(phases=[Phase.generate, Phase.target], **common)
+    @given(problems())
+    def explore(p):
+        s = score(p)[0]
+        target(s, label=measure)
+        if s > best["score"]:
+            best.update(score=s, problem=p)
+
+    explore()
+
+    class _Found(Exception):
+        pass
+    last: dict = {}
+
+    @hseed(seed)
+    @settings(phases=[Phase.generate, Phase.target, Phase.shrink], **common)
+    @given(problems())
+    def shrink(p):
+        s = score(p)[0]
+        target(s, label=measure)
+        if s >= best["score"]:
+            last["problem"] = p
+            raise _Found()
+
+    try:
+        shrink()
+    except _Found:
+        pass
+    except BaseExceptionGroup as group:  # several distinct failures: still ours
+        if group.subgroup(_Found) is None or group.subgroup(lambda e: not isinstance(e, _Found)):
+            raise
+    final = last.get("problem") or best["problem"]
+    s, report = score(final)
+    return SearchResult(final, report, s, measure, examples, best["score"])

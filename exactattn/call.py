@@ -70,6 +70,7 @@ exactattn.errors.InputError: alignment must be one of top_left, bottom_right (go
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -80,7 +81,7 @@ from .exact import rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
 
 __all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "PRESETS",
-           "Mask", "Policy", "divisor_text", "parse_divisor", "parse_scale", "preset"]
+           "Mask", "Policy", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
 
 ALIGNMENTS = ("top_left", "bottom_right")
 EMPTY_ROWS = ("zero", "uniform", "nan")
@@ -195,6 +196,24 @@ def parse_scale(value: Any, *, name: str = "scale") -> Fraction | None | str:
         return 1 / _sympy_square(value, name)
     s = _positive(value, name, bad, None)
     return 1 / (s * s)
+
+
+def float_scale(divisor_squared: Fraction | None) -> float:
+    """The binary64 float nearest the scale ``1/sqrt(D)`` (1.0 with no scaling).
+
+    From a 128-bit integer square root, then one correctly rounded
+    conversion; 1/sqrt(D) is irrational or exact, never a float midpoint.
+
+    >>> float_scale(Fraction(4)), float_scale(Fraction(2)), float_scale(None)
+    (0.5, 0.7071067811865476, 1.0)
+    """
+    if divisor_squared is None:
+        return 1.0
+    root = rational_sqrt(divisor_squared)
+    if root is not None:
+        return float(1 / root)
+    n, d = divisor_squared.numerator, divisor_squared.denominator
+    return float(Fraction(math.isqrt((d << 256) // n), 1 << 128))
 
 
 def divisor_text(divisor_squared: Fraction | None) -> str:
@@ -316,6 +335,24 @@ class Policy:
         if mask is None:
             return sum(len(self.visible_keys(i, n_queries, n_keys)) for i in range(n_queries))
         return int(self.keep(n_queries, n_keys, mask).sum())
+
+    def fold(self, mask: "Mask | None", n_queries: int, n_keys: int) -> "Mask | None":
+        """The explicit mask with the causal rule folded in (None: every key visible).
+
+        An additive mask stays additive (its offsets kept, ``-inf`` where the
+        causal rule hides); otherwise the result is a ``bool_keep`` mask.  What
+        a function that takes only a mask must be handed.
+
+        >>> Policy(causal=True).fold(None, 2, 2)
+        Mask('bool_keep', [[True, False], [True, True]])
+        """
+        if not self.causal:
+            return mask
+        keep = self.keep(n_queries, n_keys, mask).tolist()
+        if mask is not None and mask.kind == "additive":
+            return Mask("additive", [[e if k else None for e, k in zip(r, kr)]
+                                     for r, kr in zip(mask.rows, keep)])
+        return Mask("bool_keep", keep)
 
     def kv_head(self, h: int, n_query_heads: int, n_kv_heads: int) -> int:
         """The key/value head that query head h reads under the GQA map.

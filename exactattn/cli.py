@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from . import __version__
-from .errors import ExactAttnError
+from .errors import ExactAttnError, shorten
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -29,8 +29,36 @@ COMMAND_MODULES = (
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse's own convention)
+    """argparse with exactattn's errors: one line on stderr and exit status 2.
+
+    A command (or a ``sweep`` kind) left out prints the usage first, with the
+    list to pick from.
+    """
+
+    def error(self, message):
+        missing = "the following arguments are required: "
+        if message.startswith(missing) and self._subparsers is not None:
+            what = message[len(missing):].split(",")[0]
+            if what in ("COMMAND", "KIND"):
+                self.print_help(sys.stderr)
+                listed = "commands" if what == "COMMAND" else "kinds"
+                message = f"{what} must be one of the {listed} above (got none)"
+        # "argument --digits: --digits must be ..." says the flag once
+        named, _, rest = message.partition(": ")
+        if named.startswith("argument ") and \
+                any(rest.startswith(f + " ") for f in named[len("argument "):].split("/")):
+            message = rest
         self.exit(2, f"exactattn: error: {message}\n")
+
+
+def _unknown(args, extra: list[str]) -> str:
+    """The message for arguments a command does not take (e.g. ``weights --digits 7``)."""
+    cmd = " ".join(filter(None, [args.command, getattr(args, "sweep", None)]))
+    got = shorten(" ".join(extra))
+    help_ = f"see `exactattn {cmd} --help` for its options"
+    if extra[0].startswith("-"):
+        return f"{cmd} takes no option {extra[0].split('=')[0]} (got {got}); {help_}"
+    return f"{cmd} takes no argument {shorten(extra[0])!r} (got {got}); {help_}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with `exactattn walkthrough` (the built-in chronicle example).")
     parser.add_argument("--version", action="version", version=f"exactattn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True  # a bare `exactattn` is one error line naming the commands
+    sub.required = True  # a bare `exactattn` prints the usage, then one error line
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
@@ -50,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 a check failed, 2 bad input)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # an option the command does not take: refused, never ignored
+        parser.error(_unknown(args, extra))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -20,8 +20,9 @@ The others are the worked material of SPEC section 6:
   attention (a row dotted with itself is a sum of squares); after two
   different projections each query picks the previous token.
 
-``tiny`` and ``self-match`` carry ``extra_sections``: the raw self-match
-beside the projected scores, which ``square`` and ``walkthrough`` print.
+``tiny`` and ``self-match`` set ``compare_raw``: ``square`` and
+``walkthrough`` print the raw self-match beside the projected scores
+(:func:`exactattn.tables.raw_match`).
 
 Exactness: every entry is an integer or a decimal read from its text
 ("0.8" is exactly 4/5); no binary float is involved.
@@ -46,11 +47,11 @@ from fractions import Fraction
 from typing import Callable
 
 from .errors import InputError
-from .digits import format_exact
+from .exact import to_matrix
 from .head import Head
 
 __all__ = ["EXAMPLES", "Example", "Token", "bank_loan", "bank_river", "chronicle", "example",
-           "raw_match", "self_match", "tiny"]
+           "self_match", "tiny"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ class Token:
 
     @property
     def nbytes(self) -> int:
-        return len(self.text.encode("utf-8"))
+        """Its UTF-8 length (a lone surrogate, which UTF-8 cannot hold, counts 3 bytes)."""
+        return len(self.text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass
@@ -76,9 +78,9 @@ class Example:
     focus: int = 1  # 0-based query shown "in vs out" in the scores table
     explain: tuple[int, int] = (1, 0)  # 0-based (query, key) for --explain by default
     source: str = ""
-    #: optional ``f(example, trace, places) -> list[Section]`` that ``square`` and
-    #: ``walkthrough`` print after their own tables (e.g. :func:`raw_match`)
-    extra_sections: Callable | None = None
+    #: ``square`` and ``walkthrough`` also print the raw self-match x[i] . x[j] (no
+    #: projections) beside the projected scores (:func:`exactattn.tables.raw_match`)
+    compare_raw: bool = False
 
 
 def chronicle() -> Example:
@@ -92,7 +94,6 @@ def chronicle() -> Example:
     tokens = [Token("year 4", 331), Token("0", 48),
               Token(": 235 hobbs standing in The Hollow, 17", 383), Token("7", 55)]
     x = [[0, 1, 0, "1/2"], [1, 0, 0, 0], [0, 0, 1, 1], [1, 0, 0, 0]]
-    from .exact import to_matrix
     return Example(
         name="chronicle",
         title="year 40: 235 hobbs standing in The Hollow, 1773 born and 1567 gone",
@@ -119,21 +120,19 @@ def tiny() -> Example:
     >>> [[str(s) for s in row] for row in t.raw_scores]
     [['-33/25', '32/25'], ['32/25', '-3/5']]
     """
-    from .exact import to_matrix
     head = Head(W_Q=[[1, 0], [-1, 1]], W_K=[[0, 1], [1, 0]], W_V=_identity(2), layout="rows")
     x = [["0.8", "-0.6"], ["0.2", "1.0"]]
     return Example(
         name="tiny", title="two tokens of width two, rows layout (x @ W)",
         head=head, tokens=[Token("x1"), Token("x2")], x=to_matrix(x, name="x"),
         slot_names=["x[1]", "x[2]"], focus=0, explain=(0, 1),
-        source="the two-token, width-two head (SPEC section 6)", extra_sections=raw_match)
+        source="the two-token, width-two head (SPEC section 6)", compare_raw=True)
 
 
 _MONEY_NATURE = ["money", "nature"]
 
 
 def _bank(name: str, words: list[tuple[str, str, str]], title: str) -> Example:
-    from .exact import to_matrix
     head = Head(W_Q=_identity(2), W_K=_identity(2), W_V=_identity(2), layout="rows")
     bank = [w for w, _, _ in words].index("bank")
     other = next(i for i, (w, _, _) in enumerate(words) if w in ("river", "money"))
@@ -195,7 +194,6 @@ def self_match() -> Example:
     >>> [[int(s) for s in row] for row in t.raw_scores]
     [[0, 0, 0, 16], [16, 0, 0, 0], [0, 16, 0, 0], [0, 0, 16, 0]]
     """
-    from .exact import to_matrix
     rows = [_walsh(r) for r in (1, 2, 4, 8)]
     n = len(rows)
     d_model = len(rows[0])
@@ -207,72 +205,7 @@ def self_match() -> Example:
         name="self-match", title="the cat sat down (four orthogonal rows of width 16)",
         head=head, tokens=[Token(w) for w in ("the", "cat", "sat", "down")],
         x=to_matrix(rows, name="x"), focus=1, explain=(1, 0),
-        source="the self-matching failure (SPEC section 6)", extra_sections=raw_match)
-
-
-def raw_match(example: Example, trace, places: int = 4) -> list:
-    """The raw self-match ``x[i] . x[j]`` (no projections) beside the projected scores.
-
-    Runs the same tokens through W_Q = W_K = I (d_k = d_model) with divisor
-    sqrt(d_model) (none when ``trace`` is unscaled), and compares each token's
-    own share and favourite key with those of ``trace`` (the projected run).
-
-    Shapes: x n x d_model; both squares n x n.
-
-    Returns two :class:`~exactattn.tables.Section`: ``compare/raw`` (raw scores
-    and shares) and ``compare/own`` (own share raw vs projected).
-
-    >>> from exactattn.tables import attend_example
-    >>> ex = tiny()
-    >>> raw, own = raw_match(ex, attend_example(ex))
-    >>> raw.rows[0][1:3]
-    ['1', '-11/25 = -0.44']
-    >>> own.rows[0]
-    ['1', '0.7346', 'key 1', '0.1372', 'key 2']
-    """
-    from .head import attend
-    from .tables import Section, divisor_text, exact_text
-    head = example.head
-    d = head.d_model
-    W_V = head.weights("W_V")
-    divisor = None if trace.head.divisor_squared is None else f"sqrt({d})"
-    raw_head = Head(_identity(d), _identity(d), W_V, layout=head.layout, divisor=divisor,
-                    causal=head.causal)
-    raw = attend(raw_head, trace.x, engine="pencil")
-    n = trace.n
-
-    def text(v):
-        if v is None:
-            return "-inf"
-        dec = format_exact(v) if v.denominator != 1 else None
-        return exact_text(v) + (f" = {dec}" if dec is not None else "")
-
-    def favourite(t, i):
-        row = t.rows[i]
-        best = max(g for g in row.gaps if g is not None)
-        return "key " + ", ".join(str(j + 1) for j in range(n) if row.gaps[j] == best)
-
-    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
-    raw_rows = [[str(i + 1)] + [text(v) for v in raw.raw_scores[i]] for i in range(n)]
-    div_text = divisor_text(raw_head)
-    raw_sec = Section(
-        "compare/raw", "Raw self-match (no projections): x[i] . x[j]", cols, raw_rows,
-        [f"divisor for the raw shares: {div_text}",
-         "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
-         "itself best"],
-        {"raw_scores": [[None if v is None else exact_text(v) for v in r]
-                        for r in raw.raw_scores],
-         "raw_shares_decimal": [[raw.share(i, j).decimal(places) for j in range(n)]
-                                for i in range(n)]})
-    own_rows = [[str(i + 1), raw.share(i, i).decimal(places), favourite(raw, i),
-                 trace.share(i, i).decimal(places), favourite(trace, i)] for i in range(n)]
-    own_sec = Section(
-        "compare/own", "Own share: raw (x . x) vs projected (queries . keys)",
-        ["token", "own share raw", "favourite raw", "own share projected",
-         "favourite projected"], own_rows,
-        [f"shares at {places} certified places"],
-        {"own_raw": [r[1] for r in own_rows], "own_projected": [r[3] for r in own_rows]})
-    return [raw_sec, own_sec]
+        source="the self-matching failure (SPEC section 6)", compare_raw=True)
 
 
 EXAMPLES: dict[str, Callable[[], Example]] = {

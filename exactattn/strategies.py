@@ -11,18 +11,13 @@ the smallest sizes, zero weights, no mask, the default divisor and the
 
 Defaults keep inputs small (n <= 5 tokens, widths <= 4, numbers in
 [-3, 3] with denominators <= 4): exact attention is a pencil-scale
-computation, and the minimal failing example is what a reader studies.
+computation, and the minimal failing example is what a reader studies.  At
+these sizes one example of :func:`exactattn.properties.check_all` takes
+milliseconds, well inside Hypothesis's default 200 ms deadline.
 
 The inputs drawn by :func:`attention_inputs` feed the checks of
-:mod:`exactattn.properties`, for exactattn's own functions and a user's::
-
-    from hypothesis import given
-    from exactattn import strategies as eas
-    from exactattn.properties import check_all
-
-    @given(eas.attention_inputs())
-    def test_my_attention(inp):
-        check_all(my_attention, inp)
+:mod:`exactattn.properties` (``@given(eas.attention_inputs())`` then
+``check_all(my_attention, inp)``; see docs/properties.md).
 
 Reference: the Hypothesis strategies API (``hypothesis.strategies``);
 Vaswani et al. 2017, sec. 3.2.1 for the quantities drawn.
@@ -42,30 +37,19 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from functools import lru_cache
-from math import isqrt
 from typing import Any
 
 import hypothesis.strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from .call import ALIGNMENTS, DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from .errors import InputError
 from .exact import to_exact
 from .head import LAYOUTS, Head
-from .properties import MASK_KINDS, AttentionInput, Mask
+from .properties import AttentionInput
 
-__all__ = [
-    "DEFAULT_DIVISOR",
-    "attention_inputs",
-    "block_splits",
-    "divisors",
-    "head_inputs",
-    "heads",
-    "masks",
-    "matrices",
-    "rationals",
-    "scales",
-    "token_rows",
-]
+__all__ = ["DEFAULT_DIVISOR", "attention_inputs", "block_splits", "divisors", "head_inputs",
+           "heads", "masks", "matrices", "rationals", "scales", "token_rows"]
 
 DEFAULT_DIVISOR = "default"
 """What :func:`divisors` draws for "leave the divisor out" (the head then uses sqrt(d_k))."""
@@ -106,15 +90,19 @@ def _flag(name: str, value: Any, allow_none: bool = False) -> bool | None:
     return value
 
 
-def _choices(name: str, value: Any, allowed: tuple) -> tuple:
+def _choices(name: str, value: Any, allowed: tuple, hint: str = "") -> tuple:
     try:
         chosen = tuple(value)
     except TypeError:
         chosen = None
     if isinstance(value, str) or not chosen or any(c not in allowed for c in chosen):
         shown = ", ".join(repr(a) for a in allowed)
-        raise InputError(f"{name} must be a non-empty collection of {shown} (got {value!r})")
+        raise InputError(f"{name} must be a non-empty collection of {shown} (got {value!r}){hint}")
     return chosen
+
+
+_CAUSAL_HINT = ("; the causal rule is Policy(causal=True), drawn by attention_inputs(causal=..., "
+                "alignments=...)")
 
 
 # --------------------------------------------------------------------------- numbers and matrices
@@ -125,9 +113,7 @@ def rationals(*, min_value: Any = -3, max_value: Any = 3,
     Like ``hypothesis.strategies.fractions`` (whose options it takes), with
     bounds read exactly (``"1/2"``, ``Fraction``, ``int``; a binary float is
     refused) and small defaults; ``None`` leaves a bound or the denominator
-    open.  The denominator is drawn first and then the numerator, which
-    shrinks to integers and then towards 0, and draws about five times
-    faster than ``st.fractions``.
+    open.  The denominator is drawn first, so draws shrink to integers, then 0.
 
     Raises:
         InputError: a bound that is not an exact number, ``max_value <
@@ -197,10 +183,6 @@ def matrices(*, rows: int, columns: int,
              elements: SearchStrategy | None = None) -> SearchStrategy[list[list]]:
     """``rows`` x ``columns`` matrices (lists of rows) of exact numbers, shrinking to zeros.
 
-    Raises:
-        InputError: ``rows`` or ``columns`` not a positive integer; ``elements``
-            not a strategy.
-
     >>> matrices(rows=0, columns=2)
     Traceback (most recent call last):
     ...
@@ -219,9 +201,6 @@ def matrices(*, rows: int, columns: int,
 def token_rows(*, d_model: int, min_n: int = 1, max_n: int = 5,
                elements: SearchStrategy | None = None) -> SearchStrategy[list[list]]:
     """Token rows ``x``: between ``min_n`` and ``max_n`` tokens of ``d_model`` numbers each (n x d_model).
-
-    Raises:
-        InputError: a size that is not a positive integer, ``max_n < min_n``.
 
     >>> token_rows(d_model=2, min_n=3, max_n=2)
     Traceback (most recent call last):
@@ -268,10 +247,10 @@ def divisors(*, allow_default: bool = True, allow_none: bool = True,
 
 
 def scales(*, allow_default: bool = True, allow_irrational: bool = True) -> SearchStrategy:
-    """Squares of attention scales, for :class:`~exactattn.properties.AttentionInput`.
+    """Scales as :class:`~exactattn.call.Policy` stores them: ``"default"`` or the divisor squared ``D``.
 
-    Draws None (the default scale 1/sqrt(d_k)) first, then the square of a
-    rational scale ``a/b`` (a, b <= 4), then ``1/q`` for a non-square q (the
+    Draws ``"default"`` (1/sqrt(d_k)) first, then ``D = (b/a)**2`` for a
+    rational scale ``a/b`` (a, b <= 4), then a non-square ``D = q`` (the
     irrational scale ``1/sqrt(q)``).
 
     Raises:
@@ -284,10 +263,10 @@ def scales(*, allow_default: bool = True, allow_irrational: bool = True) -> Sear
     """
     options = []
     if _flag("allow_default", allow_default):
-        options.append(st.none())
-    options.append(st.builds(lambda a, b: Fraction(a, b) ** 2, st.integers(1, 4), st.integers(1, 4)))
+        options.append(st.just(DEFAULT_SCALE))
+    options.append(st.builds(lambda a, b: Fraction(b, a) ** 2, st.integers(1, 4), st.integers(1, 4)))
     if _flag("allow_irrational", allow_irrational):
-        options.append(st.sampled_from(_NON_SQUARES).map(lambda q: Fraction(1, q)))
+        options.append(st.sampled_from(_NON_SQUARES).map(Fraction))
     return st.one_of(*options)
 
 
@@ -347,9 +326,6 @@ def head_inputs(*, min_n: int = 1, max_n: int = 5, heads: SearchStrategy | None 
                 elements: SearchStrategy | None = None) -> SearchStrategy[tuple]:
     """Pairs ``(head, x)``: a head from ``heads`` (default :func:`heads`) and ``min_n..max_n`` token rows of its width.
 
-    Raises:
-        InputError: bad sizes; ``heads``/``elements`` not strategies.
-
     >>> head_inputs(heads="chronicle")
     Traceback (most recent call last):
     ...
@@ -377,47 +353,36 @@ def _default_offsets() -> SearchStrategy[Fraction]:
     return rationals(min_value=-2, max_value=2)
 
 
-@lru_cache(maxsize=None)
-def _zero_offsets() -> SearchStrategy[Fraction]:
-    return st.just(Fraction(0))
-
-
 def masks(*, n_queries: int, n_keys: int, kinds=MASK_KINDS, allow_empty_rows: bool = False,
           offsets: SearchStrategy | None = None) -> SearchStrategy[Mask]:
-    """Masks for ``n_queries`` x ``n_keys`` scores, of the ``kinds`` named (see :class:`~exactattn.properties.Mask`).
+    """Explicit masks (:class:`~exactattn.call.Mask`) for ``n_queries`` x ``n_keys`` scores, of the ``kinds`` named.
 
     Boolean masks (``bool_keep``, ``bool_drop``) and additive ones (entries
     from ``offsets``, default :func:`rationals` in [-2, 2], or minus
-    infinity) shrink towards hiding nothing; causal masks come top-left or
-    bottom-right aligned.  Unless ``allow_empty_rows``, every query sees at
-    least one key (a row that hides every key is given back key
-    ``i mod n_keys``), and ``causal_bottom_right`` is not drawn when it would
-    hide every key from the first queries (more queries than keys).
+    infinity) shrink towards hiding nothing.  Unless ``allow_empty_rows``,
+    every query sees at least one key (a row that hides every key is given
+    back key ``i mod n_keys``).  The causal rule is not a mask: it is
+    ``Policy(causal=True)`` (:func:`attention_inputs` draws it).
 
     Raises:
-        InputError: bad sizes or kinds, or kinds that leave nothing to draw.
+        InputError: bad sizes, kinds, flags or strategies.
 
-    >>> masks(n_queries=2, n_keys=1, kinds=("causal_bottom_right",))
+    >>> masks(n_queries=2, n_keys=2, kinds=("causal_top_left",))
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: kinds must allow a mask without empty rows for 2 queries and 1 keys (got ('causal_bottom_right',)); pass allow_empty_rows=True
+    exactattn.errors.InputError: kinds must be a non-empty collection of 'bool_keep', 'bool_drop', 'additive' (got ('causal_top_left',)); the causal rule is Policy(causal=True), drawn by attention_inputs(causal=..., alignments=...)
     """
     _size("n_queries", n_queries)
     _size("n_keys", n_keys)
-    kinds = _choices("kinds", kinds, MASK_KINDS)
+    kind_st = st.sampled_from(_choices("kinds", kinds, MASK_KINDS, _CAUSAL_HINT))
     allow_empty_rows = _flag("allow_empty_rows", allow_empty_rows)
     offsets = _strategy("offsets", offsets, _default_offsets)
-    usable = tuple(k for k in kinds if allow_empty_rows or k != "causal_bottom_right"
-                   or n_queries <= n_keys)
-    if not usable:
-        raise InputError(f"kinds must allow a mask without empty rows for {n_queries} queries "
-                         f"and {n_keys} keys (got {kinds!r}); pass allow_empty_rows=True")
-
-    kind_st = st.sampled_from(usable)
+    every_key = range(n_keys)
 
     @st.composite
     def draw_mask(draw):
-        return _draw_mask(draw, draw(kind_st), n_queries, n_keys, allow_empty_rows, offsets)
+        return _draw_mask(draw, draw(kind_st), n_queries, n_keys, allow_empty_rows, offsets,
+                          lambda i: every_key)
     return draw_mask()
 
 
@@ -425,9 +390,8 @@ _HIDDEN_OR_OFFSET: dict = {}
 
 
 def _draw_mask(draw, kind: str, n_queries: int, n_keys: int, allow_empty_rows: bool,
-               offsets: SearchStrategy) -> Mask:
-    if kind.startswith("causal"):
-        return Mask(kind, n_queries=n_queries, n_keys=n_keys)
+               offsets: SearchStrategy, visible) -> Mask:
+    """A mask of ``kind``; unless ``allow_empty_rows`` row i keeps a key of ``visible(i)``."""
     if kind == "additive":
         if id(offsets) not in _HIDDEN_OR_OFFSET:
             _HIDDEN_OR_OFFSET[id(offsets)] = (offsets, st.one_of(offsets, st.none()))
@@ -437,8 +401,9 @@ def _draw_mask(draw, kind: str, n_queries: int, n_keys: int, allow_empty_rows: b
     rows = [[draw(entry) for _ in range(n_keys)] for _ in range(n_queries)]
     hidden = (lambda e: e is None) if kind == "additive" else (lambda e: e)
     for i, row in enumerate(rows):
-        if not allow_empty_rows and all(hidden(e) for e in row):
-            row[i % n_keys] = Fraction(0) if kind == "additive" else False
+        seen = list(visible(i))
+        if not allow_empty_rows and seen and all(hidden(row[j]) for j in seen):
+            row[seen[i % len(seen)]] = Fraction(0) if kind == "additive" else False
     if kind == "bool_keep":
         rows = [[not e for e in row] for row in rows]
     return Mask(kind, rows)
@@ -446,31 +411,37 @@ def _draw_mask(draw, kind: str, n_queries: int, n_keys: int, allow_empty_rows: b
 
 def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_k: int = 4,
                      min_d_v: int = 1, max_d_v: int = 4, mask_kinds=(None, *MASK_KINDS),
+                     causal: bool | None = None, alignments=ALIGNMENTS,
                      self_attention: bool = False, allow_empty_rows: bool = False,
                      scales: SearchStrategy | None = None,
                      elements: SearchStrategy | None = None) -> SearchStrategy[AttentionInput]:
-    """Whole inputs to an attention function: queries, keys, values, a mask and a scale.
+    """Whole inputs to an attention function: queries, keys, values, an explicit mask and a policy.
 
-    Draws the mask kind from ``mask_kinds`` (None = no mask), the numbers of
-    queries and keys in ``[min_n, max_n]`` (equal when ``self_attention``),
-    d_k and d_v, the three matrices from ``elements`` and the scale from
-    ``scales`` (default :func:`scales`).  Under an additive mask with an
-    irrational scale the mask's finite entries are 0, so scaled scores plus
-    mask stay exact.  Shrinks towards no mask, one query, one key, width 1,
-    zero entries and the default scale.
+    Draws the mask kind from ``mask_kinds`` (None = no explicit mask), the
+    causal rule (drawn when ``causal`` is None) and, when causal, its
+    alignment from ``alignments``; the numbers of queries and keys in
+    ``[min_n, max_n]`` (equal when ``self_attention``; under ``bottom_right``
+    at least as many keys as queries unless ``allow_empty_rows``), d_k and
+    d_v, the three matrices from ``elements`` and the scale from ``scales``
+    (default :func:`scales`).  Shrinks towards no mask, no causal rule, one
+    query, one key, width 1, zero entries and the default scale.
 
     Raises:
-        InputError: bad sizes, mask kinds, flags or strategies.
+        InputError: bad sizes, mask kinds, alignments, flags or strategies.
 
     >>> attention_inputs(mask_kinds=("diagonal",))
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: mask_kinds must be a non-empty collection of None, 'bool_keep', 'bool_drop', 'additive', 'causal_top_left', 'causal_bottom_right' (got ('diagonal',))
+    exactattn.errors.InputError: mask_kinds must be a non-empty collection of None, 'bool_keep', 'bool_drop', 'additive' (got ('diagonal',)); the causal rule is Policy(causal=True), drawn by attention_inputs(causal=..., alignments=...)
     """
     n_range = _sizes("min_n", min_n, "max_n", max_n)
     dk = _sizes("min_d_k", min_d_k, "max_d_k", max_d_k)
     dv = _sizes("min_d_v", min_d_v, "max_d_v", max_d_v)
-    kinds = _choices("mask_kinds", mask_kinds, (None, *MASK_KINDS))
+    kind_st = st.sampled_from(_choices("mask_kinds", mask_kinds, (None, *MASK_KINDS),
+                                       _CAUSAL_HINT))
+    causal = _flag("causal", causal, allow_none=True)
+    causal_st = st.booleans() if causal is None else st.just(causal)
+    alignment_st = st.sampled_from(_choices("alignments", alignments, ALIGNMENTS))
     self_attention = _flag("self_attention", self_attention)
     allow_empty_rows = _flag("allow_empty_rows", allow_empty_rows)
     scale_st = _strategy("scales", scales, _all_scales)
@@ -478,11 +449,13 @@ def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_
 
     @st.composite
     def draw_input(draw):
-        kind = draw(st.sampled_from(kinds))
+        kind = draw(kind_st)
+        policy = Policy(causal=True, alignment=draw(alignment_st)) if draw(causal_st) \
+            else Policy()
         n_q = draw(st.integers(*n_range))
         if self_attention:
             n_k = n_q
-        elif kind == "causal_bottom_right" and not allow_empty_rows:
+        elif policy.causal and policy.alignment == "bottom_right" and not allow_empty_rows:
             n_k = draw(st.integers(n_q, n_range[1]))
         else:
             n_k = draw(st.integers(*n_range))
@@ -491,15 +464,12 @@ def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_
         queries = _draw_matrix(draw, n_q, d_k, elements)
         keys = _draw_matrix(draw, n_k, d_k, elements)
         values = _draw_matrix(draw, n_k, d_v, elements)
-        scale_squared = draw(scale_st)
+        policy = policy.replace(scale=draw(scale_st))
         mask = None
         if kind is not None:
-            effective = Fraction(1, d_k) if scale_squared is None else Fraction(scale_squared)
-            rational = isqrt(effective.numerator) ** 2 == effective.numerator and \
-                isqrt(effective.denominator) ** 2 == effective.denominator
-            mask = _draw_mask(draw, kind, n_q, n_k, allow_empty_rows,
-                              _default_offsets() if rational else _zero_offsets())
-        return AttentionInput(queries, keys, values, mask, scale_squared)
+            mask = _draw_mask(draw, kind, n_q, n_k, allow_empty_rows, _default_offsets(),
+                              lambda i: policy.visible_keys(i, n_q, n_k))
+        return AttentionInput(queries, keys, values, mask, policy)
     return draw_input()
 
 

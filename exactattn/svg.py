@@ -13,7 +13,7 @@ whose own ``<title>`` names the query.
 
 Tooltips: a cell's ``<title>`` gives the exact value when it is short, at most
 :data:`CLOSED_FORM_LIMIT` (200) characters: ``1/4 exactly``, or the closed
-form with its certified decimal, ``exp(25/16)/(exp(3/8) + 2 + exp(25/16)) ~
+form with its certified decimal, ``exp(25/16)/(2 + exp(3/8) + exp(25/16)) ~
 0.5800 (certified)``.  A longer closed form (a row with many distinct score
 gaps has one exp term per gap) is replaced by the certified decimal.  A square
 of more than :data:`TOOLTIP_TOKENS` (50) tokens has tooltips per row only
@@ -21,7 +21,12 @@ of more than :data:`TOOLTIP_TOKENS` (50) tokens has tooltips per row only
 is about 4.3 MB at 4 places (it was 51 MB with every closed form written out);
 the exact values are in the tables' json format.
 
-Exactness: the printed digits are certified; only the shading is computed
+Text: any string may be drawn; a character XML 1.0 cannot hold (a control
+character such as ``\x01``, a lone surrogate) is written escaped, ``\x01``, as
+the tables escape it, so the file is always well-formed XML.
+
+Exactness: the printed digits are certified (read from the trace's bulk
+certified path, :meth:`~exactattn.trace.Trace.share_decimals`); only the shading is computed
 from a float (the printed decimal read as a float), and a colour is a
 picture, not a number.  Output is deterministic: the same head gives the same
 bytes.
@@ -45,13 +50,17 @@ sec. 3.2.1; the worked example (SPEC section 2).
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
+import re
 from fractions import Fraction
 from typing import Sequence
 
+from .call import divisor_text
+from .digits import check_places
 from .errors import InputError
+from .render import printable
 
-__all__ = ["PICTURE_FORMATS", "SVG_NS", "heatmap", "picture", "png", "score_svg", "share_svg"]
+__all__ = ["PICTURE_FORMATS", "PICTURE_MODES", "SVG_NS", "heatmap", "picture", "png", "score_svg",
+           "share_svg"]
 
 SVG_NS = "http://www.w3.org/2000/svg"
 #: output formats that draw a picture instead of rendering tables
@@ -66,10 +75,21 @@ _HIGH = (8, 48, 107)  # the colour of the largest value
 
 
 def _label(i: int, text: str, limit: int = 18) -> str:
-    text = text.replace("\n", " ")
+    text = printable(text.replace("\n", " "))
     if len(text) > limit:
         text = text[: limit - 1] + "\u2026"
     return f"{i + 1} {text}".rstrip()
+
+
+#: characters XML 1.0 allows in text and attribute values; any other is written escaped
+_XML_CHARS = "\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff"
+
+
+def _xml(text: str) -> str:
+    """``text`` with every character XML cannot hold escaped as Python writes it (``\\x01``)."""
+    if text.isprintable():          # the common case, without a regular expression
+        return text
+    return re.sub(f"[^{_XML_CHARS}]", lambda m: repr(m.group())[1:-1], text)
 
 
 def _colour(t: float) -> str:
@@ -99,6 +119,7 @@ def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | No
     ...
     exactattn.errors.InputError: query_labels must have 1 labels, one per row of cells (got 2)
     """
+    import xml.etree.ElementTree as ET
     n = len(cells)
     m = len(cells[0]) if n else 0
     if len(query_labels) != n:
@@ -109,6 +130,11 @@ def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | No
                          f"(got {len(key_labels)})")
     if len(levels) != n or any(len(r) != m for r in levels) or any(len(r) != m for r in cells):
         raise InputError(f"levels must be {n} x {m} like cells")
+    title, notes = _xml(title), [_xml(t) for t in notes]
+    query_labels, key_labels = [_xml(t) for t in query_labels], [_xml(t) for t in key_labels]
+    cells = [[_xml(c) for c in r] for r in cells]
+    if tooltips is not None:
+        tooltips = [[None if t is None else _xml(t) for t in r] for r in tooltips]
     left = 24 + round(_CHAR * max(len(s) for s in query_labels)) + 12
     top = 40 + round(0.72 * _CHAR * max(len(s) for s in key_labels)) + 24
     # slanted key labels run up and to the right: leave room past the last column
@@ -188,87 +214,39 @@ CLOSED_FORM_LIMIT = 200
 TOOLTIP_TOKENS = 50
 
 
-def _short_denominator(row) -> bool:
-    """Whether a row's softmax normaliser prints in at most CLOSED_FORM_LIMIT characters.
-
-    Every share of the row is ``numerator / normaliser``, so a long normaliser
-    makes every closed form of the row long: it is printed once per row, and
-    only when its terms (one ``exp(...)`` of at least 9 characters per distinct
-    gap) could fit at all.
-    """
-    import sympy
-    if 9 * len(row.counts) > CLOSED_FORM_LIMIT:
-        return False
-    den = sympy.Add(*[c * row._exp_sym(g) for g, c in row.counts.items()])
-    return len(str(den)) <= CLOSED_FORM_LIMIT
-
-
-def _rational(share):
-    """``share.rational()``, with the common irrational case decided without arithmetic.
-
-    A share keeps one exp term per gap of its numerator; when it leaves out some
-    gap of its row (a ratio of 0 there) and keeps another (a ratio that is not
-    0), the ratios differ and the share is irrational.  ``ExpRatio.rational``
-    would find the same after dividing Fractions across the whole row, which
-    costs n^3 divisions over an n x n square.
-    """
-    row = share.row
-    if not row.nan and share.numerators and len(share.numerators) < len(row.counts):
-        return None
-    return share.rational()
-
-
-def _decimal(share, q, places: int) -> str:
-    """``share.decimal(places)`` given ``q = _rational(share)`` (no second rational test)."""
-    from .digits import certify, round_fraction
-    if share.row.nan:
-        return "nan"
-    return round_fraction(q, places) if q is not None else certify(share.ball, places)
-
-
-def _exact_tip(share, q, dec: str, short_row: bool) -> str | None:
-    """The exact value of one share for its tooltip, or None when it would be long.
+def _share_tip(share, dec: str) -> str:
+    """The tooltip's value of one share: exact when it is short, else the certified decimal.
 
     A rational share prints exactly (``1/4 exactly``); an irrational one as its
     closed form with the certified decimal, when the form takes at most
-    CLOSED_FORM_LIMIT characters.  Otherwise None (the caller falls back to
-    the certified decimal).
+    CLOSED_FORM_LIMIT characters (a row of k distinct score gaps has k exp
+    terms of at least 9 characters each, so a long row is known long at once).
     """
-    if q is not None:
-        text = f"{q} exactly"
-        return text if len(text) <= CLOSED_FORM_LIMIT else None
-    if short_row:
-        form = str(share.closed_form())
+    q = share.rational()
+    if q is not None and len(f"{q} exactly") <= CLOSED_FORM_LIMIT:
+        return f"{q} exactly"
+    if q is None and 9 * len(share.row.counts) <= CLOSED_FORM_LIMIT:
+        form = share.text()
         if len(form) <= CLOSED_FORM_LIMIT:
             return f"{form} ~ {dec} (certified)"
-    return None
+    return f"{dec} (certified; the closed form is over {CLOSED_FORM_LIMIT} characters)"
 
 
 def _share_grid(trace, places: int):
+    """Cells, shading levels and tooltips of the share square, from the bulk certified shares."""
     n = trace.n
+    decimals = trace.share_decimals(places)
     cells, levels, tips = [], [], []
     for i in range(n):
+        raw = trace.raw_score_row(i)
         row_c, row_l, row_t = [], [], []
-        short_row = None
         for j in range(n):
-            share = trace.share(i, j)
-            masked = trace.raw_scores[i][j] is None
-            q = _rational(share)
-            dec = _decimal(share, q, places)
+            dec, masked = decimals[i][j], raw[j] is None
             row_c.append("masked" if masked else dec)
-            row_l.append(None if masked else float(dec))
-            if n > TOOLTIP_TOKENS:
-                continue
-            head = f"share of key {j + 1} for query {i + 1}: "
-            if masked:
-                row_t.append(head + "0 (masked)")
-                continue
-            if short_row is None and q is None:
-                short_row = _short_denominator(share.row)
-            exact = _exact_tip(share, q, dec, bool(short_row))
-            row_t.append(head + (exact if exact is not None else
-                                 f"{dec} (certified; the closed form is over "
-                                 f"{CLOSED_FORM_LIMIT} characters)"))
+            row_l.append(None if masked or dec == "nan" else float(dec))
+            if n <= TOOLTIP_TOKENS:
+                row_t.append(f"share of key {j + 1} for query {i + 1}: " +
+                             ("0 (masked)" if masked else _share_tip(trace.share(i, j), dec)))
         cells.append(row_c)
         levels.append(row_l)
         tips.append(row_t)
@@ -284,19 +262,18 @@ def share_svg(example, trace, places: int = 4) -> str:
     Shapes: the trace's shares, n x n.
 
     Raises:
-        InputError: ``places`` outside 0..50.
+        InputError: ``places`` outside 0..50; a symbolic trace.
 
     >>> from exactattn.examples import tiny
     >>> from exactattn.tables import attend_example
     >>> "0.8628" in share_svg(tiny(), attend_example(tiny()))
     True
     """
-    from .digits import check_places
     check_places(places)
     _numeric(trace)
     cells, levels, tips = _share_grid(trace, places)
     d2 = trace.head.divisor_squared
-    div = "no divisor" if d2 is None else f"divisor {trace.divisor}"
+    div = "no divisor" if d2 is None else f"divisor {divisor_text(d2)}"
     title = f"Shares: softmax(queries . keys / divisor), {example.name} ({div})"
     notes = ["each row sums to exactly 1",
              f"shares at {places} certified places (correctly rounded); the shading is a "
@@ -313,41 +290,35 @@ def _tooltip_note(n: int, what: str) -> list[str]:
             "format"]
 
 
-def _score_ball(raw: Fraction, d2: Fraction):
-    def ball(prec):
-        from flint import arb, fmpq
-        return arb(fmpq(raw.numerator, raw.denominator)) / \
-            arb(fmpq(d2.numerator, d2.denominator)).sqrt()
-    return ball
-
-
 def _score_grid(trace, places: int):
-    from .digits import certify
+    """Cells, shading levels and tooltips of the score square (raw / divisor)."""
     from .tables import exact_text
-    n, d2 = trace.n, trace.head.divisor_squared
-    values = trace.raw_scores if d2 is None else trace.scaled_scores
+    from .trace import SymbolicValue
+    n, head = trace.n, trace.head
+    d2 = head.divisor_squared
     cells, floats, tips = [], [], []
     for i in range(n):
         row_c, row_f, row_t = [], [], []
-        for j in range(n):
-            v = values[i][j]
-            raw = trace.raw_scores[i][j]
+        for j, raw in enumerate(trace.raw_score_row(i)):
             if raw is None:
                 row_c.append("-inf")
                 row_f.append(None)
                 if n <= TOOLTIP_TOKENS:
                     row_t.append(f"query {i + 1}, key {j + 1}: masked")
                 continue
+            v = head.scale(raw)
+            if getattr(v, "is_Rational", False):       # 0 / sqrt(2) is exactly 0
+                v = Fraction(int(v.p), int(v.q))
             if isinstance(v, Fraction):
                 text = exact_text(v)
                 row_f.append(float(v))
             else:
-                text = certify(_score_ball(raw, d2), places)
+                text = SymbolicValue(v).decimal(places)
                 row_f.append(float(text))
             row_c.append(text)
             if n > TOOLTIP_TOKENS:
                 continue
-            exact = exact_text(raw) + ("" if d2 is None else f" / {trace.divisor} = {v}")
+            exact = exact_text(raw) + ("" if d2 is None else f" / {divisor_text(d2)} = {v}")
             if len(exact) > CLOSED_FORM_LIMIT:
                 exact = f"{text} (certified; the exact form is over {CLOSED_FORM_LIMIT} " \
                         "characters)"
@@ -356,7 +327,7 @@ def _score_grid(trace, places: int):
         floats.append(row_f)
         tips.append(row_t)
     seen = [f for r in floats for f in r if f is not None]
-    lo, hi = min(seen), max(seen)
+    lo, hi = (min(seen), max(seen)) if seen else (0.0, 0.0)
     levels = [[None if f is None else (0.5 if hi == lo else (f - lo) / (hi - lo)) for f in r]
               for r in floats]
     return cells, levels, (tips if n <= TOOLTIP_TOKENS else None)
@@ -375,12 +346,12 @@ def score_svg(example, trace, places: int = 4) -> str:
     >>> "25/16" in score_svg(chronicle(), attend_example(chronicle()))
     True
     """
-    from .digits import check_places
     check_places(places)
     _numeric(trace)
     cells, levels, tips = _score_grid(trace, places)
     d2 = trace.head.divisor_squared
-    kind = "raw scores (no divisor)" if d2 is None else f"scaled scores: raw / {trace.divisor}"
+    kind = "raw scores (no divisor)" if d2 is None else \
+        f"scaled scores: raw / {divisor_text(d2)}"
     labels = _labels(example, trace.n)
     return heatmap(cells, levels, labels, labels, title=f"Scores: {kind}, {example.name}",
                    tooltips=tips, notes=["shading runs from the smallest score (white) to "
@@ -408,6 +379,7 @@ def png(example, trace, places: int = 4, mode: str = "scores") -> bytes:
     import io
 
     import matplotlib.pyplot as plt
+    check_places(places)
     _numeric(trace)
     grid_of = _share_grid if mode == "scores" else _score_grid
     cells, levels, _ = grid_of(trace, places)
@@ -434,8 +406,8 @@ def png(example, trace, places: int = 4, mode: str = "scores") -> bytes:
     return buf.getvalue()
 
 
-def picture(mode: str, example, trace, places: int, fmt: str, stream) -> int:
-    """Write the picture of ``mode`` (scores: shares; square: scores) in ``fmt`` to ``stream``.
+def picture(mode: str, example, trace, places: int, fmt: str) -> str | bytes:
+    """The picture of ``mode`` (scores: shares; square: scores) in ``fmt``: SVG text or PNG bytes.
 
     Raises:
         InputError: a mode without a picture or an unknown picture format.
@@ -446,8 +418,5 @@ def picture(mode: str, example, trace, places: int, fmt: str, stream) -> int:
         raise InputError(f"--format {fmt} must be used with scores or square (got {mode}); "
                          "other modes print tables: use text, markdown, latex, json or csv")
     if fmt == "png":
-        data = png(example, trace, places, mode)
-        getattr(stream, "buffer", stream).write(data)
-        return 0
-    stream.write((share_svg if mode == "scores" else score_svg)(example, trace, places))
-    return 0
+        return png(example, trace, places, mode)
+    return (share_svg if mode == "scores" else score_svg)(example, trace, places)

@@ -15,8 +15,10 @@
   divided by n and by the number of visible pairs, never a formula passed off
   as a count.
 
-Exactness: shares are certified decimals (correctly rounded) of exact closed
-forms; the limits and the cost figures are exact rationals.
+Exactness: shares are read from each divisor's trace through its bulk
+certified path (:meth:`~exactattn.trace.Trace.share_decimals`, correctly
+rounded); text and Markdown mark exact shares as exact (``masked``, ``1/2 =
+0.5``).  The limits and the cost figures are exact rationals.
 
 Limits (each a one-line error): at most :data:`MAX_DIVISORS` (100) divisors,
 each from 1e-1000 to 1e1000 (:data:`MAX_DIVISOR_DIGITS`); row lengths from 1 to
@@ -42,7 +44,10 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
+from .call import divisor_text, parse_divisor
 from .errors import InputError, shorten
+from .exact import rational_sqrt
+from .render import Cell, Section
 
 __all__ = ["DEFAULT_DIVISORS", "DEFAULT_LENGTHS", "MAX_DIVISORS", "MAX_DIVISOR_DIGITS",
            "MAX_LENGTH", "check_row", "divisor_limits", "divisor_sweep", "length_sweep",
@@ -65,11 +70,16 @@ def _short(text) -> str:
     return repr(shorten(str(text)))
 
 
+def _in_range(divisor_squared: Fraction) -> bool:
+    bound = 10 ** (2 * MAX_DIVISOR_DIGITS)
+    return max(divisor_squared.numerator, divisor_squared.denominator) <= bound
+
+
 def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
     """Divisors from ``"1/2,1,sqrt(2),4"`` (or a list): (label, divisor squared), ascending.
 
     Each is a positive exact number or ``sqrt(q)`` (see
-    :func:`exactattn.exact.parse_divisor`) from 1e-1000 to 1e1000 (its square's
+    :func:`exactattn.call.parse_divisor`) from 1e-1000 to 1e1000 (its square's
     numerator and denominator at most 10^2000); repeats are dropped; at most
     :data:`MAX_DIVISORS`.  ``name`` is how the caller's user spells the
     argument (``--divisors`` on the command line).
@@ -81,7 +91,6 @@ def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
     ...
     exactattn.errors.InputError: divisors must be positive numbers or sqrt(q) from 1e-1000 to 1e1000, comma-separated, such as 1/2,1,2,4 (got 'none')
     """
-    from .exact import parse_divisor
     parts = [p.strip() for p in text.split(",")] if isinstance(text, str) else \
         [str(p).strip() for p in text]
     if not parts or not all(parts):
@@ -90,14 +99,13 @@ def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
     if len(parts) > MAX_DIVISORS:
         raise InputError(f"{name} must list at most {MAX_DIVISORS} divisors (got {len(parts)}); "
                          "a few per power of ten show the whole sweep")
-    bound = 10 ** (2 * MAX_DIVISOR_DIGITS)
     out: dict[Fraction, str] = {}
     for p in parts:
         try:
             sq = parse_divisor(p)
         except InputError:
             sq = None
-        if sq is None or sq.numerator > bound or sq.denominator > bound:
+        if sq is None or not _in_range(sq):
             raise InputError(f"{name} must be positive numbers or sqrt(q) from 1e-1000 to "
                              f"1e1000, comma-separated, such as 1/2,1,2,4 (got {_short(p)})")
         out.setdefault(sq, p)
@@ -107,8 +115,7 @@ def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
 def parse_lengths(text, name: str = "lengths") -> list[int]:
     """Row lengths from ``"4,8,16"`` (or a list): integers from 1 to MAX_LENGTH, ascending.
 
-    ``name`` is how the caller's user spells the argument (``--lengths`` on
-    the command line).
+    ``name`` is how the caller's user spells the argument.
 
     >>> parse_lengths("8,4")
     [4, 8]
@@ -177,80 +184,98 @@ def divisor_limits(raw: Sequence[Fraction | None]) -> tuple[list[Fraction], list
     return small, large
 
 
-def _largest(cells: list[str], values: list) -> str:
-    best = max(values)
-    where = ", ".join(str(j + 1) for j, v in enumerate(values) if v == best)
-    return f"{cells[values.index(best)]} at key {where}"
+def _keys(where: list[int]) -> str:
+    return "key " + ", ".join(str(j + 1) for j in where)
 
 
-def divisor_sweep(example, row: int | None = None, *, divisors=None,
-                  places: int = 4) -> list:
+def _largest(cell: str, where: list[int]) -> str:
+    """``0.5800 at key 1``; for readers the cell's exact text (``1/2 = 0.5 at key 2, 3``)."""
+    reader = getattr(cell, "reader", None)
+    text = f"{cell} at {_keys(where)}"
+    return text if reader is None else Cell(text, f"{reader} at {_keys(where)}")
+
+
+def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int = 4,
+                  closed_forms: bool = True) -> list[Section]:
     """The shares of query ``row`` (1-based; default the example's focus) at each divisor.
 
     ``divisors`` default to :data:`DEFAULT_DIVISORS` plus the head's own
-    divisor; the head's own is tagged wherever it appears.
+    divisor; the head's own is tagged wherever it appears.  Each divisor runs
+    the head through :func:`~exactattn.head.attend` and reads the row from the
+    trace's bulk certified shares.
 
     Shapes: one row of n shares per divisor, plus the two limit rows.
 
-    Exactness: the shares are certified decimals; ``data`` also holds each
-    share's exact closed form.  Tiny and huge divisors (down to 1e-1000 and
-    up to 1e1000) cost no more than ordinary ones: the certified rounding
-    works on arb balls, never on the Fraction exp(-10**1000) would need.
+    Exactness: the shares are certified decimals; with ``closed_forms``
+    ``data`` also holds each share's exact closed form (sympy; what JSON
+    prints).  Tiny and huge divisors (down to 1e-1000 and up to 1e1000) cost
+    no more than ordinary ones: the certified rounding works on arb balls,
+    never on the Fraction exp(-10**1000) would need.
 
     Raises:
         InputError: ``row`` outside 1..n, a bad divisor (see
             :func:`parse_divisors`), ``places`` outside 0..50.
     """
     from .digits import check_places
-    from .softmax import SoftmaxRow
-    from .tables import Section, attend_example, exact_text
+    from .head import attend
+    from .tables import exact_text, value_cell, with_divisor
     check_places(places)
-    trace = attend_example(example, engine="pencil")
-    n = trace.n
+    head = example.head
+    n = len(example.x)
     row = check_row(example.focus + 1 if row is None else row, n)
-    raw = trace.raw_scores[row - 1]
-    own = example.head.divisor_squared
-    bound = 10 ** (2 * MAX_DIVISOR_DIGITS)
-    own_in_range = own is not None and max(own.numerator, own.denominator) <= bound
+    own = head.divisor_squared
+    own_in_range = own is not None and _in_range(own)
     if divisors is None:
         divisors = list(DEFAULT_DIVISORS)
         if own_in_range:
             divisors.append(f"sqrt({exact_text(own)})")
     chosen = parse_divisors(divisors)
+    raw = attend(head, example.x).raw_score_row(row - 1)    # the same at every divisor
     small, large = divisor_limits(raw)
     cols = ["divisor"] + [f"key {j + 1}" for j in range(n)] + ["largest"]
 
-    def exact_row(label, shares):
+    def limit_row(label, shares, where):
         cells = [exact_text(s) for s in shares]
-        return [label] + cells + [_largest(cells, shares)]
-    rows = [exact_row("-> 0 (limit)", small)]
+        return [label] + cells + [f"{cells[where[0]]} at {_keys(where)}"]
+    visible = [j for j in range(n) if raw[j] is not None]
+    rows = [limit_row("-> 0 (limit)", small, [j for j in visible if small[j] == max(small)])]
     data = []
     for label, sq in chosen:
-        sm = SoftmaxRow(raw, sq)
-        cells = [sm.share(j).decimal(places) for j in range(n)]
-        order = [float("-inf") if g is None else g for g in sm.gaps]  # largest gap, largest share
+        trace = attend(with_divisor(head, sq), example.x)
+        decimals = trace.share_decimals(places)[row - 1]
+        cells = [value_cell(trace.share(row - 1, j), decimals[j], raw[j] is None)
+                 for j in range(n)]
         if sq == own and label.startswith("sqrt("):
-            root = _rational_root(sq)
+            root = rational_sqrt(sq)
             label = label if root is None else exact_text(root)
         shown = shorten(label)
-        tag = f"{shown} (the head's)" if own is not None and sq == own else shown
-        rows.append([tag] + cells + [_largest(cells, order)])
-        data.append({"divisor": label, "divisor_squared": exact_text(sq),
-                     "shares_decimal": cells,
-                     "shares_exact": [_closed_text(sm.share(j).closed_form(), sq)
-                                      for j in range(n)]})
-    rows.append(exact_row("-> infinity (limit)", large))
+        tag = f"{shown} (the head's)" if sq == own else shown
+        top = trace.row(row - 1).largest()
+        rows.append([tag] + cells + [_largest(cells[top[0]], top)])
+        entry = {"divisor": label, "divisor_squared": exact_text(sq),
+                 "shares_decimal": decimals}
+        if closed_forms:
+            entry["shares_exact"] = [_closed_text(trace.share(row - 1, j).closed_form(), sq)
+                                     for j in range(n)]
+        data.append(entry)
+    rows.append(limit_row("-> infinity (limit)", large, visible))
     raw_text = ", ".join("-inf" if r is None else exact_text(r) for r in raw)
+    if own is None:
+        own_note = "the head itself has no divisor"
+    elif not own_in_range:
+        own_note = ("the head's own divisor lies outside 1e-1000 to 1e1000 and is left out of "
+                    "the sweep")
+    else:
+        own_text = divisor_text(own)
+        own_note = f"the head's own divisor: {own_text}" + \
+            ("" if own_text.startswith("sqrt(") else f" = sqrt({exact_text(own)})")
     notes = [
         f"query {row} of {example.name}: raw scores ({raw_text})",
         "shares = softmax(raw / divisor); as the divisor shrinks they concentrate on the "
         "largest raw score (tied keys split it equally), as it grows they flatten to 1/n "
         "over the visible keys",
         f"shares at {places} certified places; the limit rows are exact",
-        "the head itself has no divisor" if own is None else
-        f"the head's own divisor: {example.head.divisor} = sqrt({exact_text(own)})"
-        if own_in_range else
-        "the head's own divisor lies outside 1e-1000 to 1e1000 and is left out of the sweep",
+        own_note,
     ]
     return [Section("sweep/divisor", f"Shares of query {row} as the divisor grows", cols, rows,
                     notes, {"query": row, "raw": [None if r is None else exact_text(r)
@@ -260,13 +285,12 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None,
                             "divisors": data})]
 
 
-def _rational_root(q: Fraction) -> Fraction | None:
-    from math import isqrt
-    a, b = isqrt(q.numerator), isqrt(q.denominator)
-    return Fraction(a, b) if a * a == q.numerator and b * b == q.denominator else None
+def _per(value: Fraction, unit: str) -> str:
+    from .tables import exact_text
+    return f"{exact_text(value)} MAC{'' if value == 1 else 's'} per {unit}"
 
 
-def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list:
+def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list[Section]:
     """The multiply-adds the pencil engine counts for the example's head at each row length.
 
     The tokens are the example's rows repeated cyclically to length n (the
@@ -280,7 +304,7 @@ def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list:
     """
     from .digits import round_fraction
     from .head import attend
-    from .tables import Section, exact_text
+    from .tables import exact_text
     ns = parse_lengths(lengths)
     head = example.head
     rows, data = [], []
@@ -289,9 +313,8 @@ def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list:
     first_pass = None
     for n in ns:
         x = [example.x[i % len(example.x)] for i in range(n)]
-        trace = attend(head, x, engine="pencil")
-        m = trace.macs
-        pairs = sum(1 for r in trace.raw_scores for v in r if v is not None)
+        m = attend(head, x, engine="pencil").macs
+        pairs = head.policy.pairs(n, n)
         quad = m["scores"] + m["mix"]
         total = m["projections"] + quad
         tok = Fraction(m["projections"], n)
@@ -312,10 +335,10 @@ def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list:
         f"(d_model = {head.d_model}, d_k = {head.d_k}, d_v = {head.d_v}); tokens repeat the "
         "example's rows cyclically",
         "linear part: projections / n = "
-        + (f"{exact_text(next(iter(per_token)))} MACs per token at every n"
+        + (f"{_per(next(iter(per_token)), 'token')} at every n"
            if len(per_token) == 1 else "not constant"),
         f"quadratic part: (scores + mixing) / visible pairs{causal} = "
-        + (f"{exact_text(next(iter(per_pair)))} MACs per pair at every n"
+        + (f"{_per(next(iter(per_pair)), 'pair')} at every n"
            if len(per_pair) == 1 else "not constant"),
         ("among these lengths, scores + mixing first exceed the projections at "
          f"n = {first_pass}") if first_pass is not None else

@@ -1,13 +1,18 @@
-"""The pencil-check tables, built from a :class:`~exactattn.head.Trace`.
+"""The pencil-check tables, built from one :class:`~exactattn.trace.Trace`.
 
-Each mode returns a list of :class:`Section` (a titled grid of cells plus notes
-and exact data); :mod:`exactattn.render` turns sections into text, Markdown,
-LaTeX, CSV or JSON.  Modes, in walkthrough order: ``row``, ``weights``,
-``project``, ``square``, ``scores``.
+Each mode returns a list of :class:`~exactattn.render.Section` (a titled grid
+of cells plus notes and exact data); :func:`exactattn.render.render` writes them
+as text, Markdown, LaTeX, CSV or JSON.  Modes, in walkthrough order: ``row``,
+``weights``, ``project``, ``square``, ``scores``.
 
-Cells show exact rationals as fractions (``25/8``), their decimal when it
-terminates (``3.125``), and shares and outputs as certified decimals at the
-requested places (correctly rounded, see :mod:`exactattn.digits`).
+Cells show exact rationals as fractions (``25/8``) with their decimal when it
+terminates (``25/8 = 3.125``) or a rounded one when it does not (``1/3 ~
+0.3333``).  Shares and outputs are read from the trace's bulk certified path
+(:meth:`~exactattn.trace.Trace.share_decimals`, correctly rounded, whatever
+engine made the trace); text and Markdown mark the exact ones as exact (a key
+the query does not see is ``masked``, a share that is exactly 1/2 reads ``1/2
+= 0.5``), while the machine formats keep the decimal every cell of the column
+has.  This module chooses what to show; every number comes from the trace.
 
 >>> from exactattn.examples import chronicle
 >>> ex = chronicle()
@@ -18,41 +23,37 @@ requested places (correctly rounded, see :mod:`exactattn.digits`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
 from fractions import Fraction
-from typing import Any
 
+from .call import divisor_text
 from .digits import format_exact, round_fraction
 from .errors import InputError
-from .head import Trace, attend
+from .head import Head, Trace, attend
+from .kernels import score
+from .render import Cell, Section, plural, printable
+from .trace import SymbolicValue
 
-__all__ = ["MODES", "Section", "attend_example", "build", "divisor_text", "exact_text",
-           "explain", "neuron_layer"]
+__all__ = ["MODES", "Section", "attend_example", "build", "divisor_words", "exact_text",
+           "explain", "neuron_layer", "raw_match", "value_cell", "with_divisor"]
 
 MODES = ("row", "weights", "project", "square", "scores")
 
 
-@dataclass
-class Section:
-    """One titled table: ``columns`` (header cells), ``rows`` (string cells), notes, data."""
-    name: str
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
+def with_divisor(head: Head, divisor_squared: Fraction | None) -> Head:
+    """The same head with the scores divided by sqrt(``divisor_squared``) (None: not divided)."""
+    other = copy.copy(head)
+    other.policy = head.policy.replace(scale=divisor_squared)
+    return other
 
 
 def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> Trace:
     """Run an example's head on its tokens (``no_scale`` drops the divisor)."""
-    head = example.head
-    if no_scale:
-        from copy import copy
-        head = copy(head)
-        head.divisor_squared = None
+    head = with_divisor(example.head, None) if no_scale else example.head
     return attend(head, example.x, engine=engine)
 
 
+# --------------------------------------------------------------------------- cell texts
 def exact_text(q) -> str:
     """A rational as text: ``'25/8'``, ``'3'``, ``'-1/2'``; sympy values via ``str``."""
     if isinstance(q, Fraction):
@@ -60,43 +61,79 @@ def exact_text(q) -> str:
     return str(q)
 
 
-def _with_decimal(q) -> str:
+def _with_decimal(q, places: int) -> str:
+    """``25/8 = 3.125`` (a terminating decimal), ``1/3 ~ 0.3333`` (rounded), ``3``."""
     if not isinstance(q, Fraction):
         return str(q)
     text = exact_text(q)
     if q.denominator == 1:
         return text
     dec = format_exact(q)
-    return f"{text} = {dec}" if dec is not None else f"{text} ~ {round_fraction(q, 6)}"
+    return f"{text} = {dec}" if dec is not None else f"{text} ~ {round_fraction(q, places)}"
 
 
-def _scaled_text(raw: Fraction, head) -> str:
-    """``raw / divisor`` as exact text plus its decimal (certified when irrational)."""
+def _scaled_text(raw: Fraction, head: Head, places: int) -> str:
+    """``raw / divisor`` exactly, with its decimal (certified when it is irrational)."""
     value = head.scale(raw)
+    if getattr(value, "is_Rational", False):       # e.g. 0 / sqrt(2): exactly 0
+        value = Fraction(int(value.p), int(value.q))
     if isinstance(value, Fraction):
-        return _with_decimal(value)
-    from flint import arb, fmpq
+        return _with_decimal(value, places)
+    if getattr(value, "free_symbols", None):      # a symbolic score has no decimal
+        return str(value)
+    return f"{value} ~ {SymbolicValue(value).decimal(places)}"
 
-    from .digits import certify
-    d2 = head.divisor_squared
-    approx = certify(lambda prec: arb(fmpq(raw.numerator, raw.denominator))
-                     / arb(fmpq(d2.numerator, d2.denominator)).sqrt(), 6)
-    return f"{value} ~ {approx}"
+
+def _rational(value) -> Fraction | None:
+    """An exact share or output as a ``Fraction`` when it is rational, else None."""
+    if hasattr(value, "rational"):            # ExpRatio
+        return value.rational()
+    exact = value.exact()                     # SymbolicValue
+    return exact if isinstance(exact, Fraction) else None
+
+
+def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False) -> str:
+    """The cell of a share or output: its certified ``decimal``; for readers, exact values marked.
+
+    ``masked``: the key is hidden from the query (the share is exactly 0).
+    An exact rational reads ``1/2 = 0.5`` (``1/3 ~ 0.3333`` when its decimal
+    does not terminate), or ``1/2`` alone with ``short`` (inside a vector).
+    """
+    if masked:
+        return Cell(decimal, "masked")
+    q = _rational(value)
+    if q is None:
+        return decimal
+    text = exact_text(q)
+    if q.denominator == 1 or short:
+        return Cell(decimal, text)
+    dec = format_exact(q)
+    return Cell(decimal, f"{text} = {dec}" if dec is not None else f"{text} ~ {decimal}")
 
 
 def _vector(v) -> str:
-    return "(" + ", ".join(exact_text(e) for e in v) + ")"
+    """``(0, 3, 1/2, 0)``: exact entries as fractions, cells as they are (for each reader)."""
+    parts = [p if isinstance(p, str) else exact_text(p) for p in v]
+    machine = "(" + ", ".join(str.__str__(p) for p in parts) + ")"
+    reader = "(" + ", ".join(getattr(p, "reader", p) for p in parts) + ")"
+    return machine if reader == machine else Cell(machine, reader)
 
 
-def _labels(example, n: int) -> list[str]:
-    return [str(i + 1) for i in range(n)]
+def divisor_words(head: Head, places: int = 4) -> str:
+    """The head's divisor in words: ``'sqrt(d_k) = sqrt(4) = 2'``, ``'3'``, ``'none (unscaled)'``,
+    ``'sqrt(2) ~ 1.4142 (irrational: scaled scores stay exact)'``."""
+    d2 = head.divisor_squared
+    if d2 is None:
+        return "none (unscaled)"
+    text = divisor_text(d2)
+    of_dk = "sqrt(d_k) = " if d2 == head.d_k else ""
+    if text.startswith("sqrt("):      # irrational: the root once, then a certified decimal
+        return (f"{of_dk}{text} ~ {SymbolicValue(head.divisor).decimal(places)} "
+                "(irrational: scaled scores stay exact)")
+    return f"{of_dk}sqrt({exact_text(d2)}) = {text}" if of_dk else text
 
 
-def _printable(text: str) -> str:
-    """Token text for a table cell: unprintable characters (newlines, tabs) escaped."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
+# --------------------------------------------------------------------------- the modes
 def row(example, trace: Trace, places: int = 4) -> list[Section]:
     """The tokens: index, id, byte count, text, and the numbers each arrives with."""
     names = example.slot_names or [f"x{m + 1}" for m in range(trace.head.d_model)]
@@ -104,8 +141,9 @@ def row(example, trace: Trace, places: int = 4) -> list[Section]:
     rows = []
     for i, (tok, xs) in enumerate(zip(example.tokens, trace.x)):
         rows.append([str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
-                     _printable(tok.text)] + [exact_text(e) for e in xs])
-    notes = [f"{trace.n} tokens, each with d_model = {trace.head.d_model} numbers"]
+                     printable(tok.text)] + [exact_text(e) for e in xs])
+    notes = [f"{plural(trace.n, 'token')}, each with d_model = "
+             f"{plural(trace.head.d_model, 'number')}"]
     if example.title:
         notes.insert(0, f"source text: {example.title}")
     return [Section("row", "The row: tokens and their numbers", cols, rows, notes,
@@ -119,11 +157,9 @@ def weights(example, trace: Trace, places: int = 4) -> list[Section]:
     for name in ("W_Q", "W_K", "W_V"):
         m = head.weights(name)
         if head.layout == "slots":
-            label = "slot"
-            cols = [label] + [f"x{c + 1}" for c in range(head.d_model)]
+            cols = ["slot"] + [f"x{c + 1}" for c in range(head.d_model)]
         else:
-            label = "input"
-            cols = [label] + [f"slot {c + 1}" for c in range(len(m[0]))]
+            cols = ["input"] + [f"slot {c + 1}" for c in range(len(m[0]))]
         rows = [[str(r + 1)] + [exact_text(e) for e in line] for r, line in enumerate(m)]
         shape = f"{len(m)} x {len(m[0])}"
         out.append(Section(f"weights/{name}", f"{name} ({shape}, {head.layout} layout)",
@@ -160,8 +196,9 @@ def project(example, trace: Trace, places: int = 4) -> list[Section]:
             same &= neuron_layer(flat, xs, len(m)) == list(got[i])
     mults = head.d_k * head.d_model
     notes = [
-        f"one projection of one token: {mults} multiplications and "
-        f"{head.d_k * (head.d_model - 1)} additions ({mults} multiply-adds)",
+        f"one projection of one token: {plural(mults, 'multiplication')} and "
+        f"{plural(head.d_k * (head.d_model - 1), 'addition')} "
+        f"({plural(mults, 'multiply-add')})",
         "the projection equals a row of bias-free neurons fed the same flat weights: "
         f"the same numbers: {'true' if same else 'false'}",
     ]
@@ -173,102 +210,109 @@ def project(example, trace: Trace, places: int = 4) -> list[Section]:
                     ["token", "query", "key", "value"], rows, notes, data)]
 
 
-def divisor_text(head) -> str:
-    """The head's divisor in words: ``'sqrt(4) = 2'``, ``'sqrt(2) ~ 1.414214 (...)'``, ``'none'``."""
-    d2 = head.divisor_squared
-    if d2 is None:
-        return "none (unscaled)"
-    d = head.divisor
-    if isinstance(d, Fraction):
-        if d2 == head.d_k:
-            return f"sqrt(d_k) = sqrt({head.d_k}) = {exact_text(d)}"
-        return exact_text(d)
-    from .digits import certify
-    from flint import arb, fmpq
-    approx = certify(lambda prec: arb(fmpq(d2.numerator, d2.denominator)).sqrt(), 6)
-    return f"sqrt({exact_text(d2)}) ~ {approx} (irrational: scaled scores stay exact)"
-
-
 def square(example, trace: Trace, places: int = 4) -> list[Section]:
-    """Raw scores (queries x keys) and scaled scores, with the divisor stated."""
-    n = trace.n
-    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
+    """Raw scores (queries x keys) and scaled scores, with the divisor stated.
 
-    def cell(v):
-        return "-inf" if v is None else _with_decimal(v)
-    raw = [[str(i + 1)] + [cell(v) for v in trace.raw_scores[i]] for i in range(n)]
-    scaled_m = trace.scaled_scores
-    scaled = [[str(i + 1)] + ["-inf" if r is None else _scaled_text(r, trace.head)
-                              for r in trace.raw_scores[i]] for i in range(n)]
-    mask = " (causal: -inf above the diagonal)" if trace.head.causal else ""
+    ``places``: the decimals of values that are not exact (an irrational
+    scaled score, a rational whose decimal does not terminate).
+    """
+    n, head = trace.n, trace.head
+    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
+    raws = [trace.raw_score_row(i) for i in range(n)]
+    raw = [[str(i + 1)] + ["-inf" if v is None else _with_decimal(v, places) for v in r]
+           for i, r in enumerate(raws)]
+    mask = " (causal: -inf above the diagonal)" if head.causal else ""
     out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols, raw, [],
                    {"raw_scores": [[None if v is None else exact_text(v) for v in r]
-                                   for r in trace.raw_scores]})]
-    if trace.head.divisor_squared is None:
+                                   for r in raws]})]
+    d2 = head.divisor_squared
+    if d2 is None:
         out[0].notes.append("divisor: none (unscaled); the shares read the raw scores")
-    else:
-        out.append(Section("square/scaled", f"Scaled scores: raw / {trace.divisor}", cols,
-                           scaled, [f"divisor: {divisor_text(trace.head)}"],
-                           {"divisor": str(trace.divisor),
-                            "scaled_scores": [[None if v is None else exact_text(v) for v in r]
-                                              for r in scaled_m]}))
+        return out
+    scaled = [[str(i + 1)] + ["-inf" if v is None else _scaled_text(v, head, places)
+                              for v in r] for i, r in enumerate(raws)]
+    out.append(Section("square/scaled", f"Scaled scores: raw / {divisor_text(d2)}", cols,
+                       scaled, [f"divisor: {divisor_words(head, places)}"],
+                       {"divisor": divisor_text(d2),
+                        "scaled_scores": [[None if v is None else exact_text(head.scale(v))
+                                           for v in r] for r in raws]}))
     return out
+
+
+def _numeric(trace: Trace, what: str) -> None:
+    if trace.engine == "symbolic":
+        raise InputError(f"trace must come from a numeric engine for {what} (got symbolic); "
+                         "run attend with engine='pencil' or 'fast'")
 
 
 def scores(example, trace: Trace, places: int = 4, closed_forms: bool = True) -> list[Section]:
     """Shares per row (sum, largest), the mixed outputs, one token in vs out, the MACs.
 
+    Shares and outputs come from the trace's bulk certified decimals.
     ``closed_forms`` adds each share's and output's exact sympy closed form to
     the sections' data (what JSON prints); the other formats skip it, and with
     it the sympy import.
+
+    Raises:
+        InputError: a symbolic trace (its shares have no largest key to name).
     """
+    _numeric(trace, "the scores table")
     n, head = trace.n, trace.head
+    share_dec, output_dec = trace.share_decimals(places), trace.output_decimals(places)
     cols = ["query"] + [f"key {j + 1}" for j in range(n)] + ["sum", "largest"]
-    rows, exact_shares, dec_shares = [], [], []
+    rows, exact_shares, masked_any = [], [], False
     for i in range(n):
-        decs = [trace.share(i, j).decimal(places) for j in range(n)]
-        row_sm = trace.rows[i]
-        best = max(range(n), key=lambda j: (row_sm.gaps[j] is not None,
-                                            row_sm.gaps[j] or 0, -j))
-        ties = [j for j in range(n) if row_sm.gaps[j] == row_sm.gaps[best]]
-        where = "key " + ", ".join(str(j + 1) for j in ties)
-        total = "exactly 1" if trace.row_sums_to_one(i) else "not 1"
-        rows.append([str(i + 1)] + decs + [total, f"{decs[best]} at {where}"])
-        dec_shares.append(decs)
+        raw, sm = trace.raw_score_row(i), trace.row(i)
+        cells = [value_cell(trace.share(i, j), share_dec[i][j], raw[j] is None) for j in range(n)]
+        masked_any |= None in raw
+        top = sm.largest()
+        if top:
+            best, where = cells[top[0]], "key " + ", ".join(str(j + 1) for j in top)
+            largest = Cell(f"{best} at {where}", f"{getattr(best, 'reader', best)} at {where}")
+        else:
+            largest = "-"
+        if trace.row_sums_to_one(i):
+            total = "exactly 1"
+        else:
+            total = "nan (no visible key)" if sm.nan else \
+                "exactly 0 (no visible key)" if sm.empty else "not 1"
+        rows.append([str(i + 1)] + cells + [total, largest])
         if closed_forms:
             exact_shares.append([str(trace.share(i, j).closed_form()) for j in range(n)])
-    notes = [f"divisor used for these shares: {divisor_text(head)}",
+    notes = [f"divisor used for these shares: {divisor_words(head, places)}",
              f"shares at {places} certified places (correctly rounded); "
              "printed values may not add to 1 because of rounding"]
+    if masked_any:
+        notes.append("a masked key (one the query does not see) gets a share of exactly 0")
     identical = [(a + 1, b + 1) for a in range(n) for b in range(a + 1, n)
-                 if trace.raw_scores[a] == trace.raw_scores[b] and trace.x[a] == trace.x[b]]
+                 if trace.raw_score_row(a) == trace.raw_score_row(b) and trace.x[a] == trace.x[b]]
     for a, b in identical:
         notes.append(f"rows {a} and {b} are identical: tokens {a} and {b} carry the same "
                      "numbers (no positional information)")
     shares_sec = Section("scores/shares", "Shares (attention weights): softmax of each row",
                          cols, rows, notes, {"shares_exact": exact_shares,
-                                             "shares_decimal": dec_shares, "places": places})
+                                             "shares_decimal": share_dec, "places": places})
     ocols = ["token"] + [f"out {c + 1}" for c in range(head.d_v)]
     orows, oexact = [], []
     for i in range(n):
-        orows.append([str(i + 1)] + [trace.output(i, c).decimal(places)
+        orows.append([str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c], False)
                                      for c in range(head.d_v)])
         if closed_forms:
             oexact.append([str(trace.output(i, c).closed_form()) for c in range(head.d_v)])
     out_sec = Section("scores/outputs", "Outputs: sum_j shares[i][j] * values[j]", ocols,
-                      orows, [], {"outputs_exact": oexact,
-                                  "outputs_decimal": [r[1:] for r in orows]})
+                      orows, [], {"outputs_exact": oexact, "outputs_decimal": output_dec})
     f = min(example.focus, n - 1)
     inout = Section(
         "scores/in-out", f"Token {f + 1} in and out", ["", "numbers"],
         [["in (x)", _vector(trace.x[f])], ["value", _vector(trace.values[f])],
-         ["out", "(" + ", ".join(orows[f][1:]) + ")"]],
+         ["out", _vector([value_cell(trace.output(f, c), output_dec[f][c], short=True)
+                          for c in range(head.d_v)])]],
         [], {"token": f + 1})
     m = trace.macs
     if m is None:
         cost = Section("scores/macs", "Multiply-adds", ["stage", "MACs"], [],
-                       ["the fast engine counts nothing; see `exactattn cost` for the "
-                        "derived figures"], {})
+                       [f"the {trace.engine} engine counts nothing; see `exactattn cost` for "
+                        "the derived figures"], {})
     else:
         total = sum(m.values())
         cost = Section("scores/macs", "Multiply-adds this run took (counted in the loops)",
@@ -280,21 +324,88 @@ def scores(example, trace: Trace, places: int = 4, closed_forms: bool = True) ->
     return [shares_sec, out_sec, inout, cost]
 
 
+def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
+    """The raw self-match ``x[i] . x[j]`` (no projections) beside the projected scores.
+
+    Runs the same tokens through W_Q = W_K = I (d_k = d_model) with divisor
+    sqrt(d_model) (none when ``trace`` is unscaled), and compares each token's
+    own share and favourite key with those of ``trace`` (the projected run).
+    ``square`` and ``walkthrough`` print it for examples with ``compare_raw``.
+
+    Shapes: x n x d_model; both squares n x n.
+
+    Returns two sections: ``compare/raw`` (raw scores and shares) and
+    ``compare/own`` (own share raw vs projected).
+
+    >>> from exactattn.examples import tiny
+    >>> ex = tiny()
+    >>> raw, own = raw_match(ex, attend_example(ex))
+    >>> raw.rows[0][1:3]
+    ['1', '-11/25 = -0.44']
+    >>> own.rows[0]
+    ['1', '0.7346', 'key 1', '0.1372', 'key 2']
+    """
+    head = example.head
+    d = head.d_model
+    identity = [[int(r == c) for c in range(d)] for r in range(d)]
+    divisor = None if trace.head.divisor_squared is None else f"sqrt({d})"
+    raw_head = Head(identity, identity, head.weights("W_V"), layout=head.layout,
+                    divisor=divisor, causal=head.causal)
+    raw = attend(raw_head, trace.x, engine="pencil")
+    n = trace.n
+    raw_dec, own_dec = raw.share_decimals(places), trace.share_decimals(places)
+
+    def favourite(t, i):
+        return "key " + ", ".join(str(j + 1) for j in t.row(i).largest())
+
+    def own(t, dec, i):
+        return value_cell(t.share(i, i), dec[i][i], t.raw_score_row(i)[i] is None)
+
+    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
+    raw_rows = [[str(i + 1)] + ["-inf" if v is None else _with_decimal(v, places)
+                                for v in raw.raw_score_row(i)] for i in range(n)]
+    raw_sec = Section(
+        "compare/raw", "Raw self-match (no projections): x[i] . x[j]", cols, raw_rows,
+        [f"divisor for the raw shares: {divisor_words(raw_head, places)}",
+         "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
+         "itself best"],
+        {"raw_scores": [[None if v is None else exact_text(v) for v in raw.raw_score_row(i)]
+                        for i in range(n)],
+         "raw_shares_decimal": raw_dec})
+    own_rows = [[str(i + 1), own(raw, raw_dec, i), favourite(raw, i),
+                 own(trace, own_dec, i), favourite(trace, i)] for i in range(n)]
+    own_sec = Section(
+        "compare/own", "Own share: raw (x . x) vs projected (queries . keys)",
+        ["token", "own share raw", "favourite raw", "own share projected",
+         "favourite projected"], own_rows,
+        [f"shares at {places} certified places"],
+        {"own_raw": [str.__str__(r[1]) for r in own_rows],
+         "own_projected": [str.__str__(r[3]) for r in own_rows]})
+    return [raw_sec, own_sec]
+
+
 BUILDERS = {"row": row, "weights": weights, "project": project, "square": square,
             "scores": scores}
 
 
 def build(mode: str, example, trace: Trace, places: int = 4, *,
           closed_forms: bool = True) -> list[Section]:
-    """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``)."""
+    """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``).
+
+    ``square`` adds the raw self-match (:func:`raw_match`) for an example with
+    ``compare_raw``.
+    """
     if mode not in BUILDERS:
         raise InputError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
     if mode == "scores":
         return scores(example, trace, places, closed_forms)
-    return BUILDERS[mode](example, trace, places)
+    sections = BUILDERS[mode](example, trace, places)
+    if mode == "square" and getattr(example, "compare_raw", False):
+        sections.extend(raw_match(example, trace, places))
+    return sections
 
 
-def explain(trace: Trace, query: int, key: int) -> Section:
+def explain(trace: Trace, query: int, key: int, places: int = 4) -> Section:
     """The raw score of ``query`` against ``key`` (1-based) written out term by term.
 
     >>> from exactattn.examples import chronicle
@@ -307,16 +418,19 @@ def explain(trace: Trace, query: int, key: int) -> Section:
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= n:
             raise InputError(f"{label} must be a token number from 1 to {n} (got {v!r})")
     q, k = trace.queries[query - 1], trace.keys[key - 1]
+
     def factor(v):
         text = exact_text(v)
         return f"({text})" if v < 0 else text
     terms = " + ".join(f"{factor(a)}×{factor(b)}" for a, b in zip(q, k))
-    value = sum((a * b for a, b in zip(q, k)), Fraction(0))
-    text = f"{terms} = {_with_decimal(value)}"
+    (value,), = score([q], [k], lambda i: range(1))[0]   # a masked pair too: the kernel's sum
+    value = Fraction(value)
+    text = f"{terms} = {_with_decimal(value, places)}"
     notes = []
-    if trace.head.divisor_squared is not None:
-        notes.append(f"divided by {trace.divisor}: {_scaled_text(value, trace.head)}")
-    if trace.raw_scores[query - 1][key - 1] is None:
+    d2 = trace.head.divisor_squared
+    if d2 is not None:
+        notes.append(f"divided by {divisor_text(d2)}: {_scaled_text(value, trace.head, places)}")
+    if trace.raw_score_row(query - 1)[key - 1] is None:
         notes.append("this pair is masked (causal): the head never computes it, and its "
                      "scaled score counts as -inf")
     return Section("explain", f"Score of query {query} against key {key}",

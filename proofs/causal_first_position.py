@@ -1,12 +1,12 @@
 """With a causal mask the first position's output is exactly its own value; rows sum to 1.
 
-Claim: under a causal (top-left) mask query i sees keys 1..i only: the masked
+Claim: under a causal (``top_left``) mask query i sees keys 1..i only: the masked
 shares are exactly 0, each row's visible shares sum to exactly 1, and the
 first query, which sees only itself, gets share 1 on itself, so its output is
 exactly its own value v_1.
 
-Assumptions: one head with symbolic weights and tokens (slots layout,
-d_model = d_k = d_v = 2, divisor sqrt(2), four tokens), causal mask
+Assumptions: one head with symbolic projection matrices and tokens (slots
+layout, d_model = d_k = d_v = 2, divisor sqrt(2), four tokens), causal mask
 "key j visible to query i iff j <= i"; then the chronicle example with the
 same mask.
 
@@ -18,7 +18,8 @@ chronicle head with causal=True: output 1 must equal value 1 =
 (0, 1, 0, 1/2) exactly, and every row must sum to 1.
 
 Reference: Vaswani et al. 2017, sec. 3.2.3 (masking out "all values in the
-input of the softmax which correspond to illegal connections"); SPEC section 5.
+input of the softmax which correspond to illegal connections"); the
+``causal`` flag of ``exactattn.Head`` (``top_left`` alignment).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ for n with ``reduce_inequalities``.  The first whole n and the equal point
 are read off at D = 4 and D = 4096 by substituting (``xreplace``), and the
 cost module's own ``crossover`` must agree.
 
-Reference: SPEC section 4; Vaswani et al. 2017, Table 1 (self-attention is
-cheaper than a recurrent layer while n < d).
+Reference: Vaswani et al. 2017, Table 1 (self-attention is cheaper than a
+recurrent layer while n < d); the crossover line under ``exactattn cost``.
 """
 
 from __future__ import annotations

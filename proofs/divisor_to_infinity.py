@@ -15,7 +15,7 @@ value there.  Then each row of the chronicle example's raw scores, divided by
 tau instead of its divisor, goes to (1/4, 1/4, 1/4, 1/4) by ``sympy.limit``.
 
 Reference: Vaswani et al. 2017, sec. 3.2.1 (the divisor sqrt(d_k) is a
-temperature); SPEC section 5 ("as the divisor grows the shares flatten to 1/n").
+temperature); the "-> infinity (limit)" row of ``exactattn sweep divisor``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ whose maximum 2 is tied between keys 2 and 4, to (0, 1/2, 0, 1/2), by
 ``sympy.limit``.
 
 Reference: Vaswani et al. 2017, sec. 3.2.1 (footnote 4: large dot products
-push the softmax into regions of tiny gradients); SPEC section 5.
+push the softmax into regions of tiny gradients); the "-> 0 (limit)" row of
+``exactattn sweep divisor``.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ ratio share_1 / share_2 before and after, divides the two, and solves
 (factor = 1) for s_1 over the reals.  On the chronicle example's row 2 the
 ratio of the largest to the smallest share goes from exp(25/16) to exp(25/8).
 
-Reference: Vaswani et al. 2017, sec. 3.2.1; SPEC section 5 ("doubling every
-score does not cancel").
+Reference: Vaswani et al. 2017, sec. 3.2.1 (multiplying the scores by
+1/sqrt(d_k) changes the shares for the same reason).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ cancels the ratio (d_k cancels), takes the limit n -> oo, and evaluates the
 ratio exactly at the listed sizes (``xreplace``), rounded to 2 places; the
 cost module's own ``doubling_ratio`` must give the same closed form.
 
-Reference: SPEC section 4 (2.80, 3.14, 3.45 at D = d_k = 4); Vaswani et al.
-2017, Table 1.
+Reference: the "ratio to row above" column of ``exactattn cost`` (2.80, 3.14,
+3.45 at D = d_k = 4, the ``chronicle`` head); Vaswani et al. 2017, Table 1.
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ integral (``exactattn.scale.expected_w``); the table's expected ranges at
 d_k = 4, 16, 64, 256 must equal E|q| E[W_4] / divisor(d_k) to 4 certified
 places; and the limit of E|q| / divisor(d_k) as d_k -> oo (via loggamma) must be 1.
 
-Reference: Vaswani et al. 2017, sec. 3.2.1, footnote 4; SPEC section 3
-(``scale``); the order-statistics integral E[max] = int x n phi Phi^(n-1).
+Reference: Vaswani et al. 2017, sec. 3.2.1, footnote 4; the "range" columns
+of ``exactattn scale``; the order-statistics integral
+E[max] = int x n phi Phi^(n-1).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ every gap is <= 0, and its shares equal the textbook softmax of the scaled
 scores.
 
 Reference: Vaswani et al. 2017, sec. 3.2.1; the "safe softmax" of every
-framework; SPEC section 5 and the worked example (SPEC section 2).
+framework; the built-in worked example ``chronicle``.
 """
 
 from __future__ import annotations

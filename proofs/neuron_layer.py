@@ -4,7 +4,8 @@ Claim: projecting a token with W (d_k x d_model, slots layout) is the same
 as feeding the token to d_k neurons, neuron s computing
 sum_m w[s d_model + m] x[m] + 0 from the flat list of W's numbers read row by
 row; in the rows layout (W stored d_model x d_k, q = x @ W) the same flat
-list gives the same numbers.
+list gives the same numbers.  (The slots layout is how ``torch.nn.Linear``
+stores its weight, out x in; the rows layout is GPT-2's ``Conv1D``, in x out.)
 
 Assumptions: W_Q, W_K, W_V and the tokens are free real symbols
 (d_model = 3, d_k = d_v = 2, two tokens); then the chronicle example's own
@@ -17,7 +18,8 @@ cross-check uses) is fed the flat weights; every difference must expand to
 0.  On the chronicle example the pencil engine's exact ``Fraction``
 projections must equal the neurons' outputs, type and value.
 
-Reference: SPEC sections 2 and 3 ("the projection equals a row of bias-free
+Reference: the line under the projections table of ``exactattn project`` on
+the built-in example ``chronicle`` ("the projection equals a row of bias-free
 neurons fed the same flat weights: the same numbers: true"); Vaswani et al.
 2017, sec. 3.2.2 (the projections W^Q_i, W^K_i, W^V_i).
 """

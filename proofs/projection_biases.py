@@ -9,8 +9,8 @@ time, for the shares and for the outputs:
   value bias b_V: shares unchanged, every output shifted by exactly b_V.
 The verdicts are not typed in: each is decided from the head's own numbers.
 
-Assumptions: one head with symbolic weights and tokens (slots layout,
-d_model = d_k = d_v = 2, divisor sqrt(2), three tokens, no mask).  A bias is
+Assumptions: one head with symbolic projection matrices and tokens (slots
+layout, d_model = d_k = d_v = 2, divisor sqrt(2), three tokens, no mask).  A bias is
 carried exactly as a bias-free head sees it: every token gets a constant
 third number 1 and each weight matrix a third column holding its bias
 (0 for the bias-free head).

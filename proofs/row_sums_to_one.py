@@ -12,8 +12,8 @@ sympy's ``Sum`` over an indexed symbol: the normaliser does not depend on the
 summation index, so ``factor_sum`` takes it out, and the numerator left is the
 normaliser itself with its bound index renamed (j -> k), so the ratio is 1.
 
-Reference: Vaswani et al. 2017, sec. 3.2.1 (softmax of the scaled scores);
-SPEC section 5.
+Reference: Vaswani et al. 2017, sec. 3.2.1 (softmax of the scaled scores); the
+"sum" column ("exactly 1") of ``exactattn scores``.
 """
 
 from __future__ import annotations

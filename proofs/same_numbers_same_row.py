@@ -5,8 +5,8 @@ those of query b, every query gives keys a and b equal shares, and the
 token's output does not depend on where the pair sits in the row: attention
 without a positional encoding cannot tell positions apart.
 
-Assumptions: one head with symbolic weights (slots layout, d_model = d_k =
-d_v = 2, divisor sqrt(2)), three tokens: two copies of u = (u1, u2) and one
+Assumptions: one head with symbolic projection matrices (slots layout,
+d_model = d_k = d_v = 2, divisor sqrt(2)), three tokens: two copies of u = (u1, u2) and one
 w = (w1, w2), in all three arrangements; no mask and no positional encoding.
 
 Derivation: the attention under test (exactattn's symbolic engine by
@@ -19,7 +19,8 @@ and their raw rows, exact shares and outputs coincide.
 
 Reference: Vaswani et al. 2017, sec. 3.5 ("since our model contains no
 recurrence and no convolution ... we must inject some information about the
-relative or absolute position"); SPEC section 2 ("rows 2 and 4 are identical").
+relative or absolute position"); the built-in example ``chronicle``
+(``exactattn scores``: "rows 2 and 4 are identical").
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ assumption system decides the sign of every share from the structure alone:
 exp of a real is positive, a sum of positives is positive, a ratio of
 positives is positive.  An undecided sign counts as a failure (not shown).
 
-Reference: Vaswani et al. 2017, sec. 3.2.1; SPEC section 5.
+Reference: Vaswani et al. 2017, sec. 3.2.1 (softmax of the scaled scores).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ denominator and cancelled to 0.  This is why a key bias cancels
 (``projection_biases``) and why subtracting the row maximum is safe
 (``max_subtraction``).
 
-Reference: Vaswani et al. 2017, sec. 3.2.1; SPEC section 5.
+Reference: Vaswani et al. 2017, sec. 3.2.1 (softmax of the scaled scores).
 """
 
 from __future__ import annotations

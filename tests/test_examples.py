@@ -1,6 +1,7 @@
 """The built-in examples: exact key values, every table mode and format, the raw comparison."""
 
 import json
+import re
 from fractions import Fraction
 
 import pytest
@@ -8,10 +9,10 @@ import sympy
 from flint import arb
 
 from exactattn.digits import certify
-from exactattn.examples import EXAMPLES, Example, chronicle, example, raw_match
+from exactattn.examples import EXAMPLES, Example, chronicle, example
 from exactattn.head import attend
 from exactattn.softmax import ExpRatio
-from exactattn.tables import attend_example
+from exactattn.tables import attend_example, raw_match
 
 F = Fraction
 NAMES = ["chronicle", "tiny", "bank-river", "bank-loan", "self-match"]
@@ -33,7 +34,7 @@ def test_registry_names_and_types():
 def test_chronicle_is_unchanged():
     ex = chronicle()
     t = attend_example(ex)
-    assert ex.extra_sections is None
+    assert ex.compare_raw is False
     assert t.raw_scores[1] == [F(25, 8), F(0), F(3, 4), F(0)]
     assert [t.share(1, j).decimal(4) for j in range(4)] == ["0.5800", "0.1216", "0.1769",
                                                            "0.1216"]
@@ -173,6 +174,29 @@ def test_walkthrough_key_lines(cli):
     assert "Token 3 in and out" in out and "out     (0.1382, 0.6044)" in out
     _, out, _ = cli("scores", "--example", "bank-loan")
     assert "Token 2 in and out" in out and "out     (0.6044, 0.1382)" in out
+
+
+def test_compare_sections_follow_the_square(cli):
+    _, out, _ = cli("walkthrough", "--example", "self-match", "--format", "json")
+    names = [t["name"] for t in json.loads(out)["tables"]]
+    assert names.index("compare/raw") == names.index("square/scaled") + 1
+    assert names[-1] == "scores/macs"
+
+
+def test_irrational_divisor_is_named_once(cli):
+    _, out, _ = cli("square", "--example", "tiny")
+    assert "divisor: sqrt(d_k) = sqrt(2) ~ 1.4142 (irrational: scaled scores stay exact)" in out
+    assert "sqrt(2) = sqrt(2)" not in out
+    # a zero raw score over an irrational divisor is exactly 0, not 0 ~ 0.000000
+    _, out, _ = cli("square", "--example", "bank-river")
+    assert re.search(r"\n1 +0 +0 +0 +0\n", out.split("Scaled scores")[1])
+    assert "~ 0.0000" not in out and "0 ~" not in out
+
+
+def test_digits_set_the_places_of_inexact_scores(cli):
+    _, four, _ = cli("square", "--example", "tiny")
+    _, six, _ = cli("square", "--example", "tiny", "--digits", "6")
+    assert "-33*sqrt(2)/50 ~ -0.9334" in four and "-33*sqrt(2)/50 ~ -0.933381" in six
 
 
 def test_compare_sections_only_in_square_and_walkthrough(cli):

@@ -23,26 +23,25 @@ from hypothesis import example, find, given, settings
 from exactattn import Head
 from exactattn import properties as P
 from exactattn import strategies as eas
+from exactattn.call import MASK_KINDS, Mask, Policy
 from exactattn.errors import InputError, ShapeError
 from exactattn.examples import chronicle
 from exactattn.online import all_splits, online_softmax
-from exactattn.properties import (AttentionInput, Implementation, Mask, PropertyFailure,
+from exactattn.properties import (AttentionInput, Implementation, PropertyFailure,
                                   attend_as_function, input_from_head, reference)
 from exactattn.softmax import SoftmaxRow
 
 CHRONICLE = chronicle()
 CHRONICLE_INPUT = input_from_head(CHRONICLE.head, CHRONICLE.x)
-CHRONICLE_CAUSAL = CHRONICLE_INPUT.replace(mask=Mask("causal_top_left", n_queries=4, n_keys=4))
+CHRONICLE_CAUSAL = CHRONICLE_INPUT.replace(policy=CHRONICLE_INPUT.policy.replace(causal=True))
 CHRONICLE_PAIR = (CHRONICLE.head, CHRONICLE.x)
 
-# reference on anything; the head engine on self-attention without a mask or with a causal one
+# reference on anything; the head engine on self-attention without a mask, causal or not
 ANY = eas.attention_inputs()
-SELF = eas.attention_inputs(self_attention=True,
-                            mask_kinds=(None, "causal_top_left", "causal_bottom_right"))
+SELF = eas.attention_inputs(self_attention=True, mask_kinds=(None,))
 CASES = st.one_of(ANY.map(lambda i: (reference, i)), SELF.map(lambda i: (attend_as_function, i)))
-NO_MASK_CASES = st.one_of(eas.attention_inputs(mask_kinds=(None, "bool_keep", "bool_drop", "additive"))
-                          .map(lambda i: (reference, i)),
-                          eas.attention_inputs(self_attention=True, mask_kinds=(None,))
+NO_MASK_CASES = st.one_of(eas.attention_inputs(causal=False).map(lambda i: (reference, i)),
+                          eas.attention_inputs(self_attention=True, mask_kinds=(None,), causal=False)
                           .map(lambda i: (attend_as_function, i)))
 
 
@@ -143,7 +142,7 @@ def test_permuting_queries_permutes_outputs(case, data):
 @example((reference, CHRONICLE_INPUT), None)
 def test_identical_queries_get_identical_rows(case, data):
     fn, inp = case
-    if data is not None and inp.mask is None:   # make a duplicate so the check has work to do
+    if data is not None and inp.mask is None and not inp.policy.causal:   # a duplicate to check
         a = data.draw(st.integers(0, inp.n_queries - 1), label="copied query")
         queries = inp.queries + [inp.queries[a]]
         keys, values = inp.keys, inp.values
@@ -204,8 +203,9 @@ def test_each_output_lies_between_the_smallest_and_largest_visible_value(case):
 
 
 @given(st.one_of(
-    eas.attention_inputs(mask_kinds=("causal_top_left",)).map(lambda i: (reference, i)),
-    eas.attention_inputs(self_attention=True, mask_kinds=("causal_top_left", "causal_bottom_right"))
+    eas.attention_inputs(mask_kinds=(None,), causal=True, alignments=("top_left",))
+    .map(lambda i: (reference, i)),
+    eas.attention_inputs(self_attention=True, mask_kinds=(None,), causal=True)
     .map(lambda i: (attend_as_function, i))))
 @PIN_HEAD
 def test_with_a_causal_mask_the_first_output_is_its_own_value(case):
@@ -213,15 +213,15 @@ def test_with_a_causal_mask_the_first_output_is_its_own_value(case):
     P.check_causal_first_output(fn, inp)
 
 
-@given(eas.attention_inputs(mask_kinds=("bool_keep", "bool_drop", "additive", "causal_top_left",
-                                        "causal_bottom_right")))
+@given(st.one_of(eas.attention_inputs(mask_kinds=MASK_KINDS),
+                 eas.attention_inputs(mask_kinds=(None,), causal=True)))
 @example(CHRONICLE_CAUSAL)
 def test_keys_and_values_at_masked_positions_do_not_reach_the_outputs(inp):
     P.check_masked_entries_ignored(reference, inp)
 
 
 @given(eas.attention_inputs(self_attention=True, max_n=3, max_d_k=2, max_d_v=2,
-                            mask_kinds=("causal_top_left",)))
+                            mask_kinds=(None,), causal=True))
 @example(CHRONICLE_CAUSAL)
 def test_masked_keys_and_values_appear_in_no_output_symbolically(inp):
     n = inp.n_queries
@@ -291,7 +291,7 @@ def test_wrong_attention_fails_and_shrinks_to_a_tiny_input(wrong, reported):
     inp = find(eas.attention_inputs(), lambda i: _fails(wrong, i), settings=SHRINK)
     assert inp.n_queries <= 2 and inp.n_keys <= 2
     assert inp.d_k <= 2 and inp.d_v <= 2
-    assert inp.mask is None and inp.scale_squared is None
+    assert inp.mask is None and inp.policy == Policy()
     entries = [e for m in (inp.queries, inp.keys, inp.values) for r in m for e in r]
     assert set(entries) <= {0, 1, -1}, inp          # shrunk to zero (or unit) weights
     with pytest.raises(PropertyFailure, match="^" + re.escape(reported)):
@@ -301,20 +301,20 @@ def test_wrong_attention_fails_and_shrinks_to_a_tiny_input(wrong, reported):
 def test_the_falsifying_report_is_readable():
     with pytest.raises(PropertyFailure) as info:
         P.check_rows_sum_to_one(wrong_axis, AttentionInput([[2]], [[1], [0]], [[1], [3]],
-                                                           scale_squared=1))
+                                                           policy=Policy(scale=1)))
     assert str(info.value) == "\n".join([
         "property failed: every row of shares sums to exactly 1",
         "  function: wrong_axis (float; rtol=1e-12, atol=1e-12 from float64; "
         "|got - exact| <= atol + rtol*M)",
         "  input: AttentionInput(queries=[[2]], keys=[[1], [0]], values=[[1], [3]], mask=None, "
-        "scale_squared=1)",
+        "policy=Policy(scale='1'))",
         "  row 0: shares [1.0, 1.0] sum to 2.0, want 1"])
 
 
 # ---------------------------------------------------------------- the shared cases (../shared/cases)
 def test_softmax_axis_case():
     # scores (2, 0), V (1, 3): shares 0.880797, 0.119203, output 1.238406
-    inp = AttentionInput([[2]], [[1], [0]], [[1], [3]], scale_squared=1)
+    inp = AttentionInput([[2]], [[1], [0]], [[1], [3]], policy=Policy(scale=1))
     out = reference(inp.queries, inp.keys, inp.values, scale=1)
     assert out[0][0].decimal(6) == "1.238406"
     shares = reference(inp.queries, inp.keys, [[1, 0], [0, 1]], scale=1)[0]
@@ -328,7 +328,7 @@ def test_softmax_axis_case():
 def test_bool_mask_added_case():
     # a boolean keep mask added as 1/0 masks nothing: 0.731059, 0.268941 instead of 1, 0
     inp = AttentionInput([[0]], [[0], [0]], [[1, 0], [0, 1]], Mask("bool_keep", [[True, False]]),
-                         scale_squared=1)
+                         Policy(scale=1))
     shares = reference(inp.queries, inp.keys, inp.values, mask=inp.mask, scale=1)[0]
     assert [s.exact() for s in shares] == [F(1), F(0)]
 
@@ -343,10 +343,8 @@ def test_bool_mask_added_case():
 def test_causal_alignment_case():
     # 2 queries, 5 keys, all scores equal, V = 1..5
     values = [[k] for k in range(1, 6)]
-    for kind, want in (("causal_top_left", [F(1), F(3, 2)]),
-                       ("causal_bottom_right", [F(5, 2), F(3)])):
-        out = reference([[0], [0]], [[0]] * 5, values,
-                        mask=Mask(kind, n_queries=2, n_keys=5))
+    for alignment, want in (("top_left", [F(1), F(3, 2)]), ("bottom_right", [F(5, 2), F(3)])):
+        out = reference([[0], [0]], [[0]] * 5, values, causal=True, alignment=alignment)
         for got, w in zip((row[0].exact() for row in out), want):
             typed_equal(got, w)
 
@@ -362,10 +360,38 @@ def test_masked_rows_case():
     additive = Mask("additive", [["0.7", "0"], ["0", "0"]])
     out = reference([[0], [0]], [[0], [0]], [[1], [3]], mask=additive, scale=1)
     assert out[0][0].decimal(6) == "1.663624" and out[1][0].exact() == F(2)
-    inp = AttentionInput([[0], [0]], [[0], [0]], [[1], [3]], keep, scale_squared=1)
+    inp = AttentionInput([[0], [0]], [[0], [0]], [[1], [3]], keep, Policy(scale=1))
     P.check_rows_sum_to_one(Implementation(reference, exact=True), inp)   # zero policy
     with pytest.raises(PropertyFailure, match=r"row 1 sees no key: shares \[0, 0\], want 1/2 each"):
         P.check_rows_sum_to_one(Implementation(reference, exact=True, empty_row="uniform"), inp)
+
+
+def test_an_additive_mask_keeps_its_offsets_under_an_irrational_scale():
+    # scores 1, 0 divided by sqrt(2), offsets 1/2 and 0: e^(1/sqrt(2) + 1/2) / (e^(...) + 1)
+    inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], Mask("additive", [["1/2", 0]]),
+                         Policy(scale=F(2)))
+    out = reference(inp.queries, inp.keys, inp.values, mask=inp.mask, scale="1/sqrt(2)")[0][0]
+    assert out.decimal(30) == "0.769786627016937707580178105514"
+    assert P.check_all(reference, inp) == P.check_all(NUMPY, inp)
+
+
+def test_the_causal_rule_and_an_explicit_mask_combine():
+    keep = Mask("bool_keep", [[True, True, True], [False, True, True]])
+    inp = AttentionInput([[0], [0]], [[0]] * 3, [[1], [2], [4]], keep,
+                         Policy(causal=True, alignment="bottom_right"))
+    # bottom_right: query 0 sees keys 0 and 1, query 1 every key; the mask hides key 0 from query 1
+    assert [inp.visible_keys(i) for i in range(2)] == [[0, 1], [1, 2]]
+    assert [[inp.visible(i, j) for j in range(3)] for i in range(2)] == \
+        [[True, True, False], [False, True, True]]
+    assert inp.effective_mask() == Mask("bool_keep", [[True, True, False], [False, True, True]])
+    out = reference(inp.queries, inp.keys, inp.values, mask=keep, causal=True,
+                    alignment="bottom_right")
+    for got, want in zip((row[0].exact() for row in out), [F(3, 2), F(3)]):
+        typed_equal(got, want)
+    additive = inp.replace(mask=Mask("additive", [["1/2", 0, 0], [0, "-inf", 0]]),
+                           policy=Policy(causal=True))
+    assert additive.effective_mask() == Mask("additive", [["1/2", None, None], [0, None, None]])
+    assert P.check_all(NUMPY, additive)[-1] == "causal first output"
 
 
 def test_overflow_case():
@@ -378,7 +404,7 @@ def test_overflow_case():
         with np.errstate(over="ignore", invalid="ignore"):
             w = np.exp((queries @ keys.T * scale).astype(np.float32))
             return (w / w.sum(axis=-1, keepdims=True)) @ values.astype(np.float32)
-    inp = AttentionInput([[1]], [[100], [99]], [[1], [0]], scale_squared=1)
+    inp = AttentionInput([[1]], [[100], [99]], [[1], [0]], policy=Policy(scale=1))
     with pytest.raises(PropertyFailure, match=r"outputs\[0\]\[0\] = nan"):
         P.check_matches_reference(Implementation(naive_float32, dtype="float32"), inp)
     P.check_matches_reference(Implementation(numpy_attention, dtype="float32"), inp)
@@ -451,15 +477,15 @@ def test_exact_comparisons_decide_transcendental_signs():
     # reversed scores give a different exact output; the comparison must see it exactly
     def reversed_scores(queries, keys, values, *, mask=None, scale=None):
         return reference([[-e for e in q] for q in queries], keys, values, mask=mask, scale=scale)
-    inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], scale_squared=1)
+    inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], policy=Policy(scale=1))
     with pytest.raises(PropertyFailure, match=re.escape(
             "outputs[0][0] = 0.26894142137 (exactly exp(-1)/(exp(-1) + 1)), "
-            "exact 0.73105857863 (exactly 1/(exp(-1) + 1))")):
+            "exact 0.73105857863 (exactly exp(1)/(1 + exp(1)))")):
         P.check_matches_reference(Implementation(reversed_scores, exact=True), inp)
 
 
 def test_float_tolerance_comes_from_the_dtype_and_can_be_set():
-    inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], scale_squared=1)
+    inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], policy=Policy(scale=1))
 
     def off_by(eps):
         def fn(queries, keys, values, *, mask=None, scale=None):
@@ -483,7 +509,7 @@ def test_all_is_exactly_the_public_names():
     assert P.__all__ == sorted(P.__all__)
     assert set(P.__all__) == {
         "MASK_FORMS", "MASK_KINDS", "TOLERANCES", "AttentionInput", "Implementation", "Mask",
-        "PropertyFailure", "attend_as_function", "check_all", "check_bias_cancels",
+        "Policy", "PropertyFailure", "attend_as_function", "check_all", "check_bias_cancels",
         "check_causal_first_output", "check_cost", "check_identical_queries",
         "check_identical_tokens", "check_key_bias_cancels", "check_key_permutation",
         "check_masked_entries_absent", "check_masked_entries_ignored", "check_matches_reference",
@@ -501,31 +527,51 @@ BAD = [
     (lambda: Implementation(reference, rtol=-1), "rtol must be a non-negative finite number (got -1)"),
     (lambda: Implementation(reference, empty_row="inf"),
      "empty_row must be one of zero, uniform, nan (got 'inf')"),
-    (lambda: Mask("causal"), "kind must be one of bool_keep, bool_drop, additive, causal_top_left, "
-                             "causal_bottom_right (got 'causal')"),
-    (lambda: Mask("causal_top_left", n_queries=0, n_keys=1), "n_queries must be a positive integer (got 0)"),
+    (lambda: Mask("causal_top_left", [[True]]),
+     "kind must be one of bool_keep, bool_drop, additive (got 'causal_top_left')"),
+    (lambda: Policy(causal=True, alignment="top-left"),
+     "alignment must be one of top_left, bottom_right (got 'top-left')"),
     (lambda: Mask("bool_drop", [[True], [True, False]]), "mask must have rows of equal length (got lengths [1, 2])"),
     (lambda: Mask("additive", [["x"]]), "mask[0][0] must be a number such as 3, '1/2' or '-0.75' (got 'x')"),
     (lambda: Mask("additive", [["1/2"]]).as_form("bool_keep"),
      "mask_as must be 'additive' for an additive mask with finite offsets (got 'bool_keep')"),
     (lambda: AttentionInput([[1]], [[1]], [[1]], Mask("bool_keep", [[True, True]])),
      "mask must be 1 x 1 (got 1 x 2)"),
-    (lambda: AttentionInput([[1]], [[1]], [[1]], scale_squared=0), "scale_squared must be positive (got 0)"),
-    (lambda: AttentionInput([[1]], [[1]], [[1]], Mask("additive", [["1"]]), scale_squared=F(1, 2)),
-     "scale_squared must be the square of a rational with an additive mask (got 1/2)"),
+    (lambda: AttentionInput([[1]], [[1]], [[1]], [[True]]),
+     "mask must be an exactattn.call.Mask or None (got [[True]])"),
+    (lambda: AttentionInput([[1]], [[1]], [[1]], policy="causal"),
+     "policy must be an exactattn.call.Policy or None (got 'causal')"),
+    (lambda: AttentionInput([[1]], [[1]], [[1]], policy=Policy(scale=0)),
+     "scale must be 'default', a positive number, '1/sqrt(q)' or 'none' (got '0')"),
     (lambda: AttentionInput([[1]], [[1], [2]], [[1]]), "values must be 2 x 1 (got 1 x 1)"),
     (lambda: P.check_causal_first_output(reference, CHRONICLE_INPUT),
-     "mask must be causal_top_left (or causal_bottom_right with as many keys as queries) for "
-     "this check (got None)"),
+     "inp must be causal with query 0 seeing key 0 alone for this check (top_left, or "
+     "bottom_right with as many keys as queries) (got causal=off, query 0 sees keys [0, 1, 2, 3])"),
+    (lambda: P.check_causal_first_output(reference, CHRONICLE_CAUSAL.replace(
+        keys=CHRONICLE_CAUSAL.keys * 2, values=CHRONICLE_CAUSAL.values * 2,
+        policy=Policy(causal=True, alignment="bottom_right"))),
+     "inp must be causal with query 0 seeing key 0 alone for this check (top_left, or "
+     "bottom_right with as many keys as queries) (got causal=on, query 0 sees keys [0, 1, 2, 3, 4])"),
     (lambda: P.check_key_permutation(reference, CHRONICLE_INPUT, [0, 1, 1, 2]),
      "permutation must be a permutation of 0..3 (got [0, 1, 1, 2])"),
     (lambda: P.check_shift_invariance(reference, CHRONICLE_INPUT, [1]),
      "shifts must have one entry per query, 4 (got 1)"),
     (lambda: attend_as_function([[1]], [[1], [1]], [[1], [1]]),
      "keys must number as many as queries for exactattn.attend, 1 (got 2)"),
-    (lambda: attend_as_function([[1]], [[1]], [[1]], mask=Mask("bool_keep", [[True]])),
-     "mask must be None or causal for exactattn.attend (got 'bool_keep')"),
+    (lambda: attend_as_function([[1], [1]], [[1], [1]], [[1], [1]],
+                                mask=Mask("bool_keep", [[False, True], [True, True]])),
+     "mask must be None or the causal mask for exactattn.attend (got Mask('bool_keep', "
+     "[[False, True], [True, True]])); use reference for any other mask"),
+    (lambda: P.check_masked_entries_absent(AttentionInput([[1]], [[1]], [[1]],
+                                                          Mask("bool_keep", [[True]]))),
+     "mask must be None for exactattn.attend, which knows the causal rule only "
+     "(got Mask('bool_keep', [[True]]))"),
     (lambda: reference([[1]], [[1]], [[1]], scale=0.5), "scale is a binary float (0.5)"),
+    (lambda: reference([[sympy.Symbol("x")]], [[1]], [[1]]),
+     "queries[0][0] must be a rational number (got x); the properties' inputs and reference are "
+     "exact over rationals: for symbols, run a head with exactattn.attend(head, x, "
+     "engine='symbolic')"),
+    (lambda: reference([[1]], [[1]], [[1]], causal="yes"), "causal must be true or false (got 'yes')"),
     (lambda: P.check_identical_tokens(Head([[1]], [[1]], [[1]], causal=True), [[1]]),
      "head must not be causal for this check (got causal=True)"),
 ]
@@ -545,25 +591,43 @@ def test_exact_implementations_must_return_exact_entries():
         P.check_matches_reference(Implementation(floats, exact=True), AttentionInput([[1]], [[1]], [[1]]))
 
 
+def test_exact_sums_need_one_normaliser():
+    def per_column(queries, keys, values, *, mask=None, scale=None):
+        columns = [reference(queries, keys, [[v[c]] for v in values], mask=mask, scale=scale)
+                   for c in range(len(values[0]))]
+        return [[col[i][0] for col in columns] for i in range(len(queries))]
+    inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], policy=Policy(scale=1))
+    P.check_rows_sum_to_one(Implementation(per_column, exact=True), inp)   # equal rows, built apart
+
+    def two_rows(queries, keys, values, *, mask=None, scale=None):
+        other = reference([[2]], keys, values, scale=scale)            # scores 2, 0: another row
+        return [[per_column(queries, keys, values, scale=scale)[0][0], other[0][1]]]
+    with pytest.raises(InputError, match="^" + re.escape(
+            "values must share one softmax normaliser to be added exactly (got "
+            "exp(1)/(1 + exp(1)) and 1/(1 + exp(2)))")):
+        P.check_rows_sum_to_one(Implementation(two_rows, exact=True), inp)
+
+
 def test_irrational_scale_reaches_the_float_function_as_a_float():
     seen = []
 
     def spy(queries, keys, values, *, mask=None, scale=None):
         seen.append(scale)
         return numpy_attention(queries, keys, values, mask=mask, scale=scale)
-    P.check_matches_reference(spy, AttentionInput([[1]], [[1]], [[1]], scale_squared=F(1, 2)))
+    P.check_matches_reference(spy, AttentionInput([[1]], [[1]], [[1]], policy=Policy(scale=F(2))))
     P.check_matches_reference(spy, AttentionInput([[1, 1]], [[1, 1]], [[1]]))
     assert seen == [math.sqrt(0.5), None]
 
 
 def test_masks_arrive_in_the_form_asked_for():
     seen = {}
-    mask = Mask("causal_top_left", n_queries=2, n_keys=2)
+    causal = Policy(causal=True)
     for form in ("bool_keep", "bool_drop", "additive"):
         def spy(queries, keys, values, *, mask=None, scale=None, form=form):
             seen[form] = mask.tolist()
             return np.zeros((2, 1))
-        Implementation(spy, mask_as=form)(AttentionInput([[0], [0]], [[0], [0]], [[1], [3]], mask))
+        Implementation(spy, mask_as=form)(AttentionInput([[0], [0]], [[0], [0]], [[1], [3]],
+                                                         policy=causal))
     assert seen == {"bool_keep": [[True, False], [True, True]],
                     "bool_drop": [[False, True], [False, False]],
                     "additive": [[0.0, -math.inf], [0.0, 0.0]]}

@@ -12,6 +12,7 @@ from flint import arb
 from sympy.stats import ChiSquared, E
 
 from exactattn import scale
+from exactattn.scale import draws, report
 from exactattn.digits import certify
 from exactattn.errors import InputError
 from exactattn.scale import (MAX_DRAWS, certify_w, check_draws, expected_range, expected_w,
@@ -108,7 +109,7 @@ def test_divided_is_undivided_over_sqrt_dk():
 
 
 def test_flag_and_exit_0_when_outside(cli, monkeypatch):
-    monkeypatch.setattr(scale, "BAND_SE", 0)
+    monkeypatch.setattr(report, "BAND_SE", 0)
     rc, out, err = cli("scale", "--widths", "4", "--trials", "20")
     assert rc == 0 and err == ""
     assert " NO" in out and "4 of 4 measurements lie outside their band (NO)" in out
@@ -159,20 +160,44 @@ def test_progress_goes_to_stderr_only(cli):
     assert err1.count("\n") == 1
 
 
-def test_progress_fills_by_draws_not_rows(cli):
+def test_progress_fills_by_draws_not_rows(cli, monkeypatch):
     _, _, err = cli("scale", "--widths", "4,16", "--trials", "10", "--progress")
     frames = err.rstrip("\n").split("\r")[1:]
-    assert [f.split("] ")[1] for f in frames][9:11] == ["10/20 (d_k = 4)", "11/20 (d_k = 16)"]
+    assert [f.split("] ")[1] for f in frames] == ["10/20 (d_k = 4)", "20/20 (d_k = 16)"]
     bar = {f.split("] ")[1]: f[len("scale ["):f.index("]")] for f in frames}
     # after the d_k = 4 rows, 4/(4 + 16) of the draws are done: 6 of 30 marks
     assert bar["10/20 (d_k = 4)"] == "#" * 6 + "." * 24
     assert bar["20/20 (d_k = 16)"] == "#" * 30
+    # blocks of 2 rows (4 x 5 draws each at d_k = 4): the bar advances block by block
+    monkeypatch.setattr(draws, "BLOCK", 40)
+    _, _, err = cli("scale", "--widths", "4", "--trials", "10", "--progress")
+    frames = err.rstrip("\n").split("\r")[1:]
+    assert [f.split("] ")[1] for f in frames] == [f"{k}/10 (d_k = 4)" for k in (2, 4, 6, 8, 10)]
+
+
+@pytest.mark.parametrize("d_k, tokens, block", [(4, 4, 40), (4, 4, 7), (16, 3, 20), (3, 5, 1)])
+def test_blocks_cut_one_stream(monkeypatch, d_k, tokens, block):
+    """The block size changes neither the draws nor the scores (a long row draws its keys a
+    block at a time, in the same order)."""
+    import numpy as np
+    whole = np.concatenate(list(draws.score_blocks(draws.generator(5, d_k, tokens), d_k, tokens,
+                                                   9)))
+    monkeypatch.setattr(draws, "BLOCK", block)
+    cut = list(draws.score_blocks(draws.generator(5, d_k, tokens), d_k, tokens, 9))
+    assert len(cut) > 1 and np.array_equal(np.concatenate(cut), whole)
+    assert whole.shape == (9, tokens) and whole.dtype == np.float64
+
+
+def test_draws_are_independent_standard_normals():
+    """Scores q . k have mean 0 and variance d_k (a loose check: 20000 rows)."""
+    und, div = measure(16, 20_000, 11, 4)
+    assert abs(und.mean_square - 16) < 0.5 and abs(div.mean_square - 1) < 0.05
 
 
 def test_an_interrupted_progress_bar_ends_its_line(cli, monkeypatch):
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(scale, "expected_range", stop)
+    monkeypatch.setattr(report, "expected_range", stop)
     rc, out, err = cli("scale", "--widths", "4,16", "--trials", "10", "--progress")
     assert rc == 130 and out == ""
     assert err.endswith("10/20 (d_k = 4)\nexactattn: interrupted\n")
@@ -192,44 +217,38 @@ SHORT = "'" + "9" * 40 + "\u2026'"
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--widths", "4,0"], "--widths must be a comma-separated list of integers from 1 to "
-                          "65536 such as 4,16,64,256 (got '4,0')"),
-    (["--widths", ""], "--widths must be a comma-separated list of integers from 1 to 65536 "
-                       "such as 4,16,64,256 (got '')"),
-    (["--widths", "4,x"], "--widths must be a comma-separated list of integers from 1 to "
-                          "65536 such as 4,16,64,256 (got '4,x')"),
+    (["--widths", "4,0"], "--widths must be a whole number from 1 to 65536 (got '0')"),
+    (["--widths", ""], "--widths must be a comma-separated list of 1 to 64 whole numbers "
+                       "(got '')"),
+    (["--widths", "4,x"], "--widths must be a whole number from 1 to 65536 (got 'x')"),
     (["--widths", "4.5"], "(got '4.5')"),
-    (["--widths", "65537"], "--widths must be a comma-separated list of integers from 1 to "
-                            "65536 such as 4,16,64,256 (got '65537')"),
-    (["--widths", "4," + LONG], f"such as 4,16,64,256 (got {SHORT[0]}4,{SHORT[1:39]}\u2026')"),
+    (["--widths", "65537"], "--widths must be a whole number from 1 to 65536 (got '65537')"),
+    (["--widths", "4," + LONG], f"--widths must be a whole number from 1 to 65536 (got {SHORT})"),
     (["--widths", ",".join(map(str, range(1, 66)))],
-     "--widths must list at most 64 widths (got 65); pick a few, e.g. powers of four such "
-     "as 4,16,64,256"),
-    (["--widths", "4,4"], "--widths must not repeat a width (got '4,4'); list each width once"),
-    (["--trials", "-5"], "--trials must be an integer from 2 to 10000000, such as 1000 "
-                         "(got '-5')"),
-    (["--trials", "1"], "--trials must be an integer from 2 to 10000000, such as 1000 (got '1')"),
-    (["--trials", "ten"], "--trials must be an integer from 2 to 10000000, such as 1000 "
-                          "(got 'ten')"),
-    (["--trials", "10000001"], "--trials must be an integer from 2 to 10000000, such as 1000 "
+     "--widths must be a comma-separated list of 1 to 64 whole numbers (got '1,2,3,"),
+    (["--widths", "4,4"], "--widths must list each width once (got '4,4'); drop the repeats"),
+    (["--trials", "-5"], "--trials must be a whole number from 2 to 10000000 (got '-5')"),
+    (["--trials", "1"], "--trials must be a whole number from 2 to 10000000 (got '1')"),
+    (["--trials", "ten"], "--trials must be a whole number from 2 to 10000000 (got 'ten')"),
+    (["--trials", "10000001"], "--trials must be a whole number from 2 to 10000000 "
                                "(got '10000001')"),
-    (["--trials", LONG], f"--trials must be an integer from 2 to 10000000, such as 1000 "
-                         f"(got {SHORT})"),
-    (["--tokens", "1"], "--tokens must be an integer from 2 to 10000, such as 4 (got '1')"),
-    (["--tokens", "10001"], "--tokens must be an integer from 2 to 10000, such as 4 "
-                            "(got '10001')"),
-    (["--seed", "-1"], "--seed must be an integer from 0 to 18446744073709551615, such as 82 "
+    (["--trials", LONG], f"--trials must be a whole number from 2 to 10000000 (got {SHORT})"),
+    (["--tokens", "1"], "--tokens must be a whole number from 2 to 10000 (got '1')"),
+    (["--tokens", "10001"], "--tokens must be a whole number from 2 to 10000 (got '10001')"),
+    (["--seed", "-1"], "--seed must be a whole number from 0 to 18446744073709551615 "
                        "(got '-1')"),
-    (["--seed", "0x10"], "--seed must be an integer from 0 to 18446744073709551615, such as "
-                         "82 (got '0x10')"),
+    (["--seed", "0x10"], "--seed must be a whole number from 0 to 18446744073709551615 "
+                         "(got '0x10')"),
     (["--seed", str(2 ** 64)], "(got '18446744073709551616')"),
     (["--trials", "10000000"], "--trials x sum(--widths) x (--tokens + 1) must be at most "
-                               "200000000 normal draws, a few minutes (got 10000000 x 340 x 5 "
-                               "= 17000000000); lower --trials or drop the widest --widths"),
+                               "200000000 normal draws (got 10000000 x 340 x 5 = 17000000000); "
+                               "lower --trials or drop the widest --widths"),
     (["--widths", "65536", "--tokens", "10000", "--trials", "2"],
      "(got 2 x 65536 x 10001 = 1310851072)"),
-    (["--digits", "99"], "--digits must be an integer from 0 to 50"),
-    (["--format", "svg"], "invalid choice: 'svg'"),
+    (["--digits", "99"], "--digits must be a whole number from 0 to 50 (got '99')"),
+    (["--format", "svg"], "--format must be one of text, markdown, latex, json, csv "
+                          "(got 'svg')"),
+    (["extra"], "scale takes no argument 'extra'"),
 ])
 def test_bad_arguments_exit_2_with_one_line(cli, argv, message):
     rc, out, err = cli("scale", *argv)
@@ -241,19 +260,24 @@ def test_bad_arguments_exit_2_with_one_line(cli, argv, message):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: measure(4, 10_000_001, 0, 4), "trials must be an integer from 2 to 10000000 "
+    (lambda: measure(4, 10_000_001, 0, 4), "trials must be a whole number from 2 to 10000000 "
                                            "(got 10000001)"),
-    (lambda: measure(65_537, 2, 0, 4), "d_k must be an integer from 1 to 65536 (got 65537)"),
-    (lambda: measure(4, 2, 0, 10_001), "tokens must be an integer from 2 to 10000 "
+    (lambda: measure(65_537, 2, 0, 4), "d_k must be a whole number from 1 to 65536 "
+                                       "(got 65537)"),
+    (lambda: measure(4, 2, 0, 10_001), "tokens must be a whole number from 2 to 10000 "
                                        "(got 10001)"),
-    (lambda: measure(4, 2, -1, 4), "seed must be an integer from 0 to 18446744073709551615 "
+    (lambda: measure(4, 2, -1, 4), "seed must be a whole number from 0 to 18446744073709551615 "
                                    "(got -1)"),
+    (lambda: measure(4, "10", 0, 4), "trials must be a whole number from 2 to 10000000 "
+                                     "(got '10')"),
     (lambda: measure(4096, 10_000, 0, 9), "trials x sum(d_k) x (tokens + 1) must be at most "
                                           "200000000 normal draws"),
     (lambda: scale_sections([4, 16], trials=10_000_000), "trials x sum(widths) x (tokens + 1) "
                                                          "must be at most 200000000"),
-    (lambda: scale_sections("4," + LONG), "widths must be a comma-separated list of integers "
-                                          "from 1 to 65536 such as 4,16,64,256 (got '4,"),
+    (lambda: scale_sections("4," + LONG), "widths must be a comma-separated list of whole "
+                                          "numbers from 1 to 65536 such as 4,16,64,256 "
+                                          "(got '4,"),
+    (lambda: scale_sections([4, 4]), "widths must list each width once (got 4,4)"),
 ])
 def test_api_messages_name_the_keyword(call, message):
     with pytest.raises(InputError) as e:
@@ -276,5 +300,5 @@ def test_parse_widths_rejects(value):
 
 
 def test_expected_range_rejects_one_token():
-    with pytest.raises(InputError, match=r"tokens must be an integer from 2 to 10000 \(got 1\)"):
+    with pytest.raises(InputError, match=r"tokens must be a whole number from 2 to 10000 \(got 1\)"):
         expected_range(1, 4, divided=False)

@@ -171,7 +171,7 @@ def test_6_the_softmax_survives_a_score_no_float_can_raise_e_to():
 def test_6_scores_of_800_and_beyond_in_float_paths(scores):
     # one query of 1 against keys holding the scores: scaled scores = the scores
     inp = P.AttentionInput([[1]], [[s] for s in scores], [[k] for k in range(len(scores))],
-                           scale_squared=1)
+                           policy=P.Policy(scale=1))
     P.check_matches_reference(numpy_attention, inp)
     P.check_rows_sum_to_one(Implementation(numpy_attention), inp)
     P.check_rows_sum_to_one(P.reference, inp)

@@ -12,9 +12,9 @@ from hypothesis import find, given, settings
 
 from exactattn import Head
 from exactattn import strategies as eas
+from exactattn.call import DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from exactattn.errors import FloatInputError, InputError
-from exactattn.policies import Policy, visible
-from exactattn.properties import MASK_KINDS, AttentionInput, Mask
+from exactattn.properties import AttentionInput
 
 ROOT = Path(__file__).resolve().parents[1]
 FIND = settings(database=None, max_examples=500)
@@ -30,10 +30,12 @@ def test_all_is_exactly_the_public_strategies():
 
 
 def test_importing_exactattn_does_not_import_hypothesis():
-    modules = sorted(p.stem for p in (ROOT / "exactattn").glob("*.py")
-                     if p.stem not in ("strategies", "__main__"))
+    package = ROOT / "exactattn"
+    modules = sorted(".".join(p.relative_to(package).with_suffix("").parts)
+                     for p in package.rglob("*.py") if p.stem not in ("strategies", "__main__"))
+    modules = [m.removesuffix(".__init__") for m in modules if m != "__init__"]
     code = ("import sys, exactattn\n"
-            + "".join(f"import exactattn.{m}\n" for m in modules if m != "__init__")
+            + "".join(f"import exactattn.{m}\n" for m in modules)
             + "print('hypothesis' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
@@ -69,14 +71,21 @@ BAD_ARGUMENTS = [
      "heads must be a Hypothesis strategy or None (got Head(d_model=1"),
     (eas.masks, dict(n_queries=0, n_keys=1), "n_queries must be a positive integer (got 0)"),
     (eas.masks, dict(n_queries=1, n_keys=1, kinds=("causal",)),
-     "kinds must be a non-empty collection of 'bool_keep', 'bool_drop', 'additive', "
-     "'causal_top_left', 'causal_bottom_right' (got ('causal',))"),
+     "kinds must be a non-empty collection of 'bool_keep', 'bool_drop', 'additive' "
+     "(got ('causal',)); the causal rule is Policy(causal=True), drawn by "
+     "attention_inputs(causal=..., alignments=...)"),
     (eas.masks, dict(n_queries=1, n_keys=1, allow_empty_rows=1), "allow_empty_rows must be True or False (got 1)"),
     (eas.masks, dict(n_queries=1, n_keys=1, offsets="0"), "offsets must be a Hypothesis strategy or None (got '0')"),
     (eas.attention_inputs, dict(min_n=2, max_n=1), "max_n must be at least min_n = 2 (got 1)"),
     (eas.attention_inputs, dict(min_d_k=0), "min_d_k must be a positive integer (got 0)"),
     (eas.attention_inputs, dict(mask_kinds=[]), "mask_kinds must be a non-empty collection of None, "),
     (eas.attention_inputs, dict(self_attention="true"), "self_attention must be True or False (got 'true')"),
+    (eas.attention_inputs, dict(mask_kinds=("causal_top_left",)),
+     "mask_kinds must be a non-empty collection of None, 'bool_keep', 'bool_drop', 'additive' "
+     "(got ('causal_top_left',)); the causal rule is Policy(causal=True)"),
+    (eas.attention_inputs, dict(causal="yes"), "causal must be True, False or None (got 'yes')"),
+    (eas.attention_inputs, dict(alignments=("top-left",)),
+     "alignments must be a non-empty collection of 'top_left', 'bottom_right' (got ('top-left',))"),
     (eas.attention_inputs, dict(scales=F(1)), "scales must be a Hypothesis strategy or None (got Fraction(1, 1))"),
     (eas.block_splits, dict(n=-1), "n must be a positive integer (got -1)"),
 ]
@@ -145,55 +154,81 @@ def test_divisors_are_what_a_head_accepts(divisor):
 
 
 @given(eas.scales(allow_irrational=False, allow_default=False))
-def test_rational_scales_are_squares(s2):
-    assert type(s2) is F
-    a, b = s2.numerator, s2.denominator
+def test_rational_scales_are_squares(D):
+    assert type(D) is F
+    a, b = D.numerator, D.denominator
     assert round(a ** 0.5) ** 2 == a and round(b ** 0.5) ** 2 == b
 
 
+@given(eas.scales())
+def test_scales_are_what_a_policy_stores(scale):
+    assert scale == DEFAULT_SCALE or (type(scale) is F and scale > 0)
+    assert Policy(scale=scale).scale == scale
+
+
 @given(st.data(), st.integers(1, 4), st.integers(1, 4))
-def test_masks_match_the_policies_module_and_leave_no_row_empty(data, n_q, n_k):
-    kinds = MASK_KINDS if n_q <= n_k else MASK_KINDS[:4]
-    mask = data.draw(eas.masks(n_queries=n_q, n_keys=n_k, kinds=kinds))
+def test_masks_are_explicit_and_leave_no_row_empty(data, n_q, n_k):
+    mask = data.draw(eas.masks(n_queries=n_q, n_keys=n_k))
+    assert isinstance(mask, Mask) and mask.kind in MASK_KINDS
     assert (mask.n_queries, mask.n_keys) == (n_q, n_k)
     for i in range(n_q):
-        assert any(mask.visible(i, j) for j in range(n_k))
-    if mask.kind.startswith("causal"):   # an independent implementation of the alignments
-        policy = Policy(causal=True, alignment=mask.kind[len("causal_"):])
-        assert mask.keep() == [[visible(policy, i, j, n_q, n_k) for j in range(n_k)]
-                               for i in range(n_q)]
+        assert any(mask.keeps(i, j) for j in range(n_k))
 
 
 @given(st.integers(1, 3), st.integers(1, 3), st.data())
 def test_masks_may_hide_whole_rows_when_allowed(n_q, n_k, data):
     mask = data.draw(eas.masks(n_queries=n_q, n_keys=n_k, allow_empty_rows=True))
     assert isinstance(mask, Mask) and (mask.n_queries, mask.n_keys) == (n_q, n_k)
-    assert len(mask.keep()) == n_q and all(len(r) == n_k for r in mask.keep())
 
 
 def test_empty_rows_appear_when_allowed():
     mask = find(eas.masks(n_queries=2, n_keys=2, kinds=("bool_keep",), allow_empty_rows=True),
-                lambda m: not any(m.keep()[0]), settings=FIND)
+                lambda m: not any(m.keeps(0, j) for j in range(2)), settings=FIND)
     assert mask == Mask("bool_keep", [[False, False], [True, True]])
 
 
 @given(eas.attention_inputs(max_n=3, max_d_k=2, max_d_v=3))
 def test_attention_inputs_are_consistent(inp):
-    assert isinstance(inp, AttentionInput)
+    assert isinstance(inp, AttentionInput) and isinstance(inp.policy, Policy)
     assert 1 <= inp.n_queries <= 3 and 1 <= inp.n_keys <= 3
     assert inp.d_k <= 2 and inp.d_v <= 3
     assert all(inp.visible_keys(i) for i in range(inp.n_queries))
     assert all(type(e) is F for m in (inp.queries, inp.keys, inp.values) for r in m for e in r)
 
 
-@given(eas.attention_inputs(mask_kinds=("additive",), scales=st.just(F(1, 2))))
-def test_additive_masks_under_an_irrational_scale_only_hide(inp):
-    assert inp.mask.kind == "additive" and not inp.mask.has_offsets
+@given(eas.attention_inputs(max_n=4, causal=True))
+def test_the_causal_rule_is_drawn_in_both_alignments(inp):
+    n_q, n_k = inp.n_queries, inp.n_keys
+    shift = 0 if inp.policy.alignment == "top_left" else n_k - n_q   # an independent rule
+    for i in range(n_q):
+        for j in range(n_k):
+            by_position = j <= i + shift
+            by_mask = inp.mask is None or inp.mask.keeps(i, j)
+            assert inp.visible(i, j) == (by_position and by_mask)
+    assert all(inp.visible_keys(i) for i in range(n_q))
 
 
-@given(eas.attention_inputs(self_attention=True, mask_kinds=("causal_bottom_right",)))
+def test_every_alignment_is_drawn():
+    for alignment in ("top_left", "bottom_right"):
+        small = eas.attention_inputs(max_n=2, max_d_k=1, max_d_v=1, mask_kinds=(None,))
+        inp = find(small, lambda i: i.policy.causal and i.policy.alignment == alignment
+                   and i.n_keys > i.n_queries, settings=FIND)
+        assert inp.policy == Policy(causal=True, alignment=alignment)
+        assert (inp.n_queries, inp.n_keys) == (1, 2)
+
+
+def test_additive_masks_keep_their_offsets_under_an_irrational_scale():
+    small = eas.attention_inputs(max_n=2, max_d_k=1, max_d_v=1, mask_kinds=("additive",),
+                                 causal=False, scales=st.just(F(2)))
+    inp = find(small, lambda i: i.mask.has_offsets, settings=FIND)
+    assert inp.mask.kind == "additive" and inp.divisor_squared == F(2)
+
+
+@given(eas.attention_inputs(self_attention=True, mask_kinds=(None,), causal=True,
+                            alignments=("bottom_right",)))
 def test_self_attention_inputs_are_square(inp):
     assert inp.n_queries == inp.n_keys
+    assert inp.policy.causal and inp.policy.alignment == "bottom_right"
 
 
 @given(eas.block_splits(n=5))
@@ -223,6 +258,7 @@ def test_heads_shrink_to_the_smallest_failing_width():
 def test_attention_inputs_shrink_to_one_zero_token_without_mask():
     inp = find(eas.attention_inputs(), lambda i: True, settings=FIND)
     assert inp == AttentionInput([[0]], [[0]], [[0]])
+    assert inp.policy == Policy() and inp.policy.scale == DEFAULT_SCALE
 
 
 def test_attention_inputs_shrink_towards_hiding_nothing():

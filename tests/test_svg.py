@@ -141,9 +141,67 @@ def test_special_characters_are_escaped():
 
 
 def test_picture_rejects_unknown_format():
-    import io
     with pytest.raises(InputError, match="format must be one of svg, png"):
-        picture("scores", chronicle(), attend_example(chronicle()), 4, "gif", io.StringIO())
+        picture("scores", chronicle(), attend_example(chronicle()), 4, "gif")
+
+
+def test_picture_returns_text_or_bytes():
+    ex = chronicle()
+    svg = picture("square", ex, attend_example(ex), 4, "svg")
+    assert type(svg) is str and svg == score_svg(ex, attend_example(ex))
+
+
+@pytest.mark.parametrize("text, shown", [("a\u0001", "a\\x01"), ("tab\there", "tab\\there"),
+                                         ("esc\x1b", "esc\\x1b"), ("nul\x00", "nul\\x00"),
+                                         ("lone\ud800", "lone\\ud800")])
+def test_control_characters_give_well_formed_xml(cli, tmp_path, text, shown):
+    """A token's text is escaped in the picture as in the tables (text, CSV, LaTeX)."""
+    import json
+    from exactattn.examples import Token
+    ex = chronicle()
+    ex.tokens = [Token(text)] + ex.tokens[1:]
+    for out in (share_svg(ex, attend_example(ex)), score_svg(ex, attend_example(ex))):
+        root = ET.fromstring(out.encode("utf-8"))      # encodable and well-formed
+        labels = root.findall(".//svg:text[@class='query-label']", NS)
+        assert labels[0].text == "1 " + shown
+    spec = tmp_path / "h.json"
+    spec.write_text(json.dumps({"tokens": [{"text": text, "x": [1, 0]}, {"x": [0, 1]}],
+                                "W_Q": [[1, 0]], "W_K": [[1, 0]], "W_V": [[1, 0]]}))
+    rc, out, err = cli("scores", "--spec", str(spec), "--format", "svg")
+    assert rc == 0 and err == ""
+    assert ET.fromstring(out.encode("utf-8")).findall(
+        ".//svg:text[@class='query-label']", NS)[0].text == "1 " + shown
+    _, table, _ = cli("row", "--spec", str(spec))
+    assert f"  {shown}  " in table
+
+
+def test_heatmap_escapes_what_xml_cannot_hold():
+    root = ET.fromstring(heatmap([["a\u0001"]], [[0.5]], ["1 q\x02"], ["1 k"], title="t\x1b",
+                                 tooltips=[["tip\x03"]], notes=["note\x04"]))
+    assert cell(root, 1, 1).find("svg:text", NS).text == "a\\x01"
+    assert cell(root, 1, 1).find("svg:title", NS).text == "tip\\x03"
+    assert root.find("svg:title", NS).text == "t\\x1b"
+
+
+def test_output_option_writes_the_picture(cli, tmp_path):
+    path = tmp_path / "shares.svg"
+    rc, out, err = cli("scores", "--format", "svg", "-o", str(path))
+    assert rc == 0 and out == "" and err == ""
+    _, direct, _ = cli("scores", "--format", "svg")
+    assert path.read_text(encoding="utf-8") == direct
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["scores", "-o", "x.svg"], "-o must be used with --format svg or png (got --format text); "
+                                "tables go to stdout: redirect them with >"),
+    (["square", "--format", "svg", "-o", "/nonexistent/dir/x.svg"],
+     "-o must name a file that can be written (got '/nonexistent/dir/x.svg': "),
+    (["scores", "--format", "svg", "-o", ""], "-o must name a file to write (got '')"),
+])
+def test_output_option_errors(cli, argv, message):
+    rc, out, err = cli(*argv)
+    assert rc == 2 and out == ""
+    assert err.startswith("exactattn: error: " + message) and err.count("\n") == 1
 
 
 # --- tooltips and size ------------------------------------------------------------
@@ -175,7 +233,7 @@ def test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal():
     for i in range(30):
         for j in range(30):
             share = t.share(i, j)
-            form, dec = str(share.closed_form()), share.decimal(4)
+            form, dec = share.text(), share.decimal(4)
             tip = cell(root, i + 1, j + 1).find("svg:title", NS).text
             head = f"share of key {j + 1} for query {i + 1}: "
             if len(form) <= CLOSED_FORM_LIMIT:

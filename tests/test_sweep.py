@@ -3,6 +3,7 @@
 import json
 import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import sympy
@@ -64,8 +65,30 @@ def test_divisor_limits_exact_types():
 def test_causal_row_masks_stay_zero():
     sec = divisor_sweep(causal_chronicle(), 2, divisors="1")[0]
     assert sec.rows[0][1:5] == ["1", "0", "0", "0"]
-    assert sec.rows[1][3:5] == ["0.0000", "0.0000"]
+    assert sec.rows[1][3:5] == ["0.0000", "0.0000"]          # machines: one decimal a column
+    assert [c.reader for c in sec.rows[1][3:5]] == ["masked", "masked"]   # readers: exact
     assert sec.rows[-1][1:5] == ["1/2", "1/2", "0", "0"]
+    # row 1 of a causal head sees key 1 alone: its share is exactly 1 at every divisor
+    first = divisor_sweep(causal_chronicle(), 1, divisors="1,2")[0]
+    assert [r[1] for r in first.rows[1:3]] == ["1.0000", "1.0000"]
+    assert [r[1].reader for r in first.rows[1:3]] == ["1", "1"]
+    assert first.rows[1][-1].reader == "1 at key 1"
+
+
+def test_text_and_markdown_mark_exact_shares(cli, tmp_path):
+    import json as js
+    doc = js.loads((Path(__file__).parent / "data" / "chronicle_slots.json").read_text())
+    doc["causal"] = True
+    p = tmp_path / "causal.json"
+    p.write_text(js.dumps(doc))
+    _, text, _ = cli("sweep", "divisor", "--spec", str(p), "--row", "1", "--divisors", "1")
+    assert "\n1                    1      masked  masked  masked  1 at key 1\n" in text
+    _, md, _ = cli("sweep", "divisor", "--spec", str(p), "--row", "1", "--divisors", "1",
+                   "--format", "markdown")
+    assert "| 1 | 1 | masked | masked | masked | 1 at key 1 |" in md
+    _, csv, _ = cli("sweep", "divisor", "--spec", str(p), "--row", "1", "--divisors", "1",
+                    "--format", "csv")
+    assert "sweep/divisor,1,1.0000,0.0000,0.0000,0.0000,1.0000 at key 1" in csv
 
 
 @pytest.mark.parametrize("call, message", [
@@ -217,15 +240,22 @@ def test_sweep_cli_values(cli):
 
 
 @pytest.mark.parametrize("argv, pattern", [
-    (["sweep"], "the following arguments are required: KIND"),
     (["sweep", "slider"], "invalid choice: 'slider'"),
-    (["sweep", "divisor", "--row", "0"], r"error: --row must be a token number from 1 to 4 "
-                                         r"\(got 0\)$"),
+    (["sweep", "divisor", "--row", "0"], r"error: --row must be a positive whole number "
+                                         r"\(got '0'\)$"),
     (["sweep", "divisor", "--row", "5"], r"error: --row must be a token number from 1 to 4 "
                                          r"\(got 5\)$"),
-    (["sweep", "divisor", "--row", "x"], r"--row must be a token number such as 2 \(got 'x'\)"),
-    (["sweep", "divisor", "--row", "9" * 60], r"--row must be a token number such as 2 "
-                                              r"\(got '9{40}\u2026'\)$"),
+    (["sweep", "divisor", "--row", "x"], r"error: --row must be a positive whole number "
+                                         r"\(got 'x'\)$"),
+    (["sweep", "divisor", "--row", "9" * 60], r"error: --row must be a token number from 1 to 4 "
+                                              r"\(got 9{40}\u2026\)$"),
+    (["sweep", "divisor", "--digits", "51"], r"error: --digits must be a whole number from 0 "
+                                             r"to 50 \(got '51'\)$"),
+    (["sweep", "divisor", "--format", "svg"], r"error: --format must be one of text, markdown, "
+                                              r"latex, json, csv \(got 'svg'\)$"),
+    (["sweep", "length", "--digits", "2"], r"error: sweep length takes no option --digits"),
+    (["sweep", "length", "--row", "2"], r"error: sweep length takes no option --row"),
+    (["sweep", "divisor", "--lengths", "4"], r"error: sweep divisor takes no option --lengths"),
     (["sweep", "divisor", "--divisors", "0,1"],
      r"error: --divisors must be positive numbers or sqrt\(q\) from 1e-1000 to 1e1000, "
      r"comma-separated, such as 1/2,1,2,4 \(got '0'\)$"),
@@ -239,12 +269,13 @@ def test_sweep_cli_values(cli):
     (["sweep", "divisor", "--divisors", ",".join(["1"] * 101)],
      r"error: --divisors must list at most 100 divisors \(got 101\)"),
     (["sweep", "divisor", "--example", "nope"], "example must be one of"),
-    (["sweep", "length", "--lengths", "4,0"], r"error: --lengths must be a comma-separated list "
-                                              r"of integers from 1 to 256 such as 4,8,16,32 "
-                                              r"\(got '4,0'\)$"),
+    (["sweep", "length", "--lengths", "4,0"], r"error: --lengths must be a whole number from 1 "
+                                              r"to 256 \(got '0'\)$"),
     (["sweep", "length", "--lengths", "1000"], r"error: --lengths must be .*\(got '1000'\)$"),
     (["sweep", "length", "--lengths", "4," + "9" * 60],
-     r"error: --lengths must be .*\(got '4,9{38}\u2026'\)$"),
+     r"error: --lengths must be .*\(got '9{40}\u2026'\)$"),
+    (["sweep", "length", "--lengths", ""], r"error: --lengths must be a comma-separated list of "
+                                           r"1 to 256 whole numbers \(got ''\)$"),
 ])
 def test_bad_arguments_exit_2_with_one_line(cli, argv, pattern):
     rc, out, err = cli(*argv)

@@ -150,6 +150,9 @@ def _write(out: TextIO, results: list[ProofResult], quiet: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list and args.quiet:
+        raise InputError("--quiet must be used without --list (got both); --list prints "
+                         "only the names and claims")
     if args.list:
         names = args.names or proof_names()
         mods = [load_proof(n) for n in names]

@@ -2,41 +2,54 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
+from ..options import places, whole, whole_list
 from ..render import FORMATS
-from .tables import _digits_arg
+from .tables import add_format_option
 
 HELP = ("why the divisor: random rows at several key widths, divided and undivided, "
         "measured spreads beside their exact expectations")
 
-EPILOG = ("The samples are float64 (a Monte-Carlo experiment); the expectations are exact or "
-          "certified. Same seed, same output. Each band is expected +- 3 standard errors of "
-          "the mean, a normal approximation that is rough at small --trials (under about "
-          "100); a measurement outside its band is flagged NO and counted in the notes. "
-          "Exit status: 0 when the tables were printed, NO flags included (a miss is a "
-          "chance event, about 1 band in 370); 2 for a bad option. Limits: --widths "
-          "entries 1..65536 (at most 64 widths), --trials 2..10000000, --tokens "
-          "2..10000, --seed 0..2^64-1, and --trials x sum of --widths x (--tokens + 1) at "
-          "most 200000000 normal draws (a few minutes). A progress bar goes to stderr "
+EPILOG = ("The samples are float64 (a Monte-Carlo experiment, numpy's PCG64 generator); the "
+          "expectations are exact or certified. Same seed, same output. Each band is "
+          "expected +- 3 standard errors of the mean, a normal approximation that is rough "
+          "at small --trials (under about 100); a measurement outside its band is flagged "
+          "NO and counted in the notes. Exit status: 0 when the tables were printed, NO "
+          "flags included (a miss is a chance event, about 1 band in 370); 2 for a bad "
+          "option. Limits: --widths entries 1..65536 (at most 64 widths), --trials "
+          "2..10000000, --tokens 2..10000, --seed 0..2^64-1, and --trials x sum of --widths "
+          "x (--tokens + 1) at most 200000000 normal draws. A progress bar goes to stderr "
           "(never stdout) with --progress or when stderr is a terminal. "
           "See docs/examples.md.")
 
 
+def _widths(text: str) -> list[int]:
+    from ..scale import MAX_WIDTH, MAX_WIDTHS
+    widths = whole_list("--widths", high=MAX_WIDTH, most=MAX_WIDTHS)(text)
+    if len(set(widths)) != len(widths):
+        raise argparse.ArgumentTypeError(f"--widths must list each width once (got "
+                                         f"{text.strip()!r}); drop the repeats")
+    return widths
+
+
 def register(sub) -> None:
+    from ..scale import MAX_SEED, MAX_TOKENS, MAX_TRIALS
     p = sub.add_parser("scale", help=HELP, description=HELP, epilog=EPILOG)
-    p.add_argument("--widths", default="4,16,64,256", metavar="LIST",
+    p.add_argument("--widths", type=_widths, default=[4, 16, 64, 256], metavar="LIST",
                    help="key widths d_k, comma-separated, each 1 to 65536 "
                         "(default 4,16,64,256)")
-    p.add_argument("--trials", default="1000", metavar="N",
-                   help="rows drawn at each width, 2 to 10000000 (default 1000)")
-    p.add_argument("--seed", default="0", metavar="S",
-                   help="seed of the generator, an integer from 0 to 2^64-1 (default 0)")
-    p.add_argument("--tokens", default="4", metavar="N",
-                   help="keys per row, n, 2 to 10000 (default 4)")
-    p.add_argument("--digits", type=_digits_arg, default=4, metavar="N",
+    p.add_argument("--trials", type=whole("--trials", low=2, high=MAX_TRIALS), default=1000,
+                   metavar="N", help="rows drawn at each width, 2 to 10000000 (default 1000)")
+    p.add_argument("--seed", type=whole("--seed", low=0, high=MAX_SEED), default=0,
+                   metavar="S",
+                   help="seed of the generator, a whole number from 0 to 2^64-1 (default 0)")
+    p.add_argument("--tokens", type=whole("--tokens", low=2, high=MAX_TOKENS), default=4,
+                   metavar="N", help="keys per row, n, 2 to 10000 (default 4)")
+    p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
                    help="decimal places printed (default 4)")
-    p.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    add_format_option(p, FORMATS)
     p.add_argument("--progress", action="store_true",
                    help="show the progress bar on stderr even when it is not a terminal")
     p.set_defaults(func=run)
@@ -44,11 +57,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from .. import scale
-    widths = scale.parse_widths(args.widths, name="--widths")
-    trials = scale.parse_count(args.trials, "--trials", 2, scale.MAX_TRIALS, "1000")
-    tokens = scale.parse_count(args.tokens, "--tokens", 2, scale.MAX_TOKENS, "4")
-    seed = scale.parse_count(args.seed, "--seed", 0, scale.MAX_SEED, "82")
-    scale.check_draws(trials, widths, tokens, ("--trials", "--widths", "--tokens"))
-    return scale.run(widths, trials=trials, seed=seed, tokens=tokens, places=args.digits,
-                     fmt=args.format, progress=True if args.progress else None,
+    scale.check_draws(args.trials, args.widths, args.tokens, ("--trials", "--widths", "--tokens"))
+    return scale.run(args.widths, trials=args.trials, seed=args.seed, tokens=args.tokens,
+                     places=args.digits, fmt=args.format,
+                     progress=True if args.progress else None,
                      stdout=sys.stdout, stderr=sys.stderr)

@@ -1,14 +1,21 @@
-"""``row``, ``weights``, ``project``, ``square``, ``scores`` and ``walkthrough``."""
+"""``row``, ``weights``, ``project``, ``square``, ``scores`` and ``walkthrough``.
+
+Each mode takes only the options that change what it prints: ``row``,
+``weights`` and ``project`` print exact numbers only (no ``--digits``,
+``--no-scale`` or ``--explain``); ``square`` and ``scores`` also draw a picture
+(``--format svg|png``, written to ``-o PATH`` or stdout).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..errors import InputError
-from ..errors import shorten as _short
+from ..call import divisor_text
+from ..errors import InputError, shorten
+from ..options import choice, index_pair, places
 from ..render import FORMATS, render
-from ..svg import PICTURE_FORMATS
+from ..svg import PICTURE_FORMATS, PICTURE_MODES, picture
 from ..tables import MODES, attend_example, build, explain
 
 HELP = {
@@ -19,13 +26,16 @@ HELP = {
     "scores": "shares per row, outputs, one token in vs out, and the multiply-adds",
     "walkthrough": "all five tables in order (row, weights, project, square, scores)",
 }
+#: the modes whose output has decimals, a divisor and a score to explain
+NUMERIC_MODES = ("square", "scores", "walkthrough")
 
 
 def add_source_options(p: argparse.ArgumentParser) -> None:
     """--example / --spec: where the head and tokens come from."""
     src = p.add_mutually_exclusive_group()
     src.add_argument("--example", default=None, metavar="NAME",
-                     help="a built-in example (default: chronicle)")
+                     help="a built-in example: chronicle (the default), tiny, bank-river, "
+                          "bank-loan, self-match")
     src.add_argument("--spec", metavar="FILE",
                      help="a head and tokens from a JSON or TOML spec file")
 
@@ -41,60 +51,102 @@ def load_source(args):
     return example("chronicle" if args.example is None else args.example)
 
 
-def _explain_arg(text: str) -> tuple[int, int]:
-    parts = text.split(",")
-    try:
-        i, j = (int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--explain must be two token numbers I,J such as 2,1 (got {_short(text)!r})") from None
-    return i, j
+def add_format_option(p: argparse.ArgumentParser, formats=FORMATS) -> None:
+    """--format, checked by :func:`exactattn.options.choice`."""
+    p.add_argument("--format", type=choice("--format", formats), default="text",
+                   metavar="FORMAT", help=f"output format: {', '.join(formats)} (default text)")
 
 
-def _digits_arg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if not 0 <= v <= 50:
-        raise argparse.ArgumentTypeError(
-            f"--digits must be an integer from 0 to 50 (got {_short(text)!r})")
-    return v
+def _table_format(mode: str):
+    """--format for a mode without a picture: a picture format is refused with the reason."""
+    check = choice("--format", FORMATS)
+
+    def convert(text: str) -> str:
+        if text.strip() in PICTURE_FORMATS:
+            raise argparse.ArgumentTypeError(
+                f"--format {text.strip()} must be used with scores or square (got {mode}); "
+                "other modes print tables: use text, markdown, latex, json or csv")
+        return check(text)
+    convert.__name__ = "--format"
+    return convert
 
 
 def register(sub) -> None:
     for mode in MODES + ("walkthrough",):
         p = sub.add_parser(mode, help=HELP[mode], description=HELP[mode])
         add_source_options(p)
-        p.add_argument("--format", choices=FORMATS + PICTURE_FORMATS, default="text",
-                       help="output format (svg/png: a heatmap, scores and square only)")
-        p.add_argument("--digits", type=_digits_arg, default=4, metavar="N",
-                       help="decimal places for shares and outputs (certified; default 4)")
-        p.add_argument("--no-scale", action="store_true",
-                       help="drop the divisor: shares read the raw scores")
-        p.add_argument("--explain", type=_explain_arg, metavar="I,J",
-                       help="also write out the score of query I against key J term by term")
+        if mode in PICTURE_MODES:
+            add_format_option(p, FORMATS + PICTURE_FORMATS)
+            p.add_argument("-o", "--output", metavar="PATH",
+                           help="write the picture (--format svg or png) to PATH "
+                                "instead of stdout")
+        else:
+            p.add_argument("--format", type=_table_format(mode), default="text",
+                           metavar="FORMAT",
+                           help=f"output format: {', '.join(FORMATS)} (default text)")
+        if mode in NUMERIC_MODES:
+            p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
+                           help="decimal places of values that are not exact: shares, "
+                                "outputs, irrational scores (certified; default 4)")
+            p.add_argument("--no-scale", action="store_true",
+                           help="drop the divisor: shares read the raw scores")
+            p.add_argument("--explain", type=index_pair("--explain"), metavar="I,J",
+                           help="also write out the score of query I against key J term by term")
         p.set_defaults(func=run, mode=mode)
 
 
-def run(args) -> int:
-    if args.format in PICTURE_FORMATS and args.explain:
+def _check_picture_options(args, explain_at) -> None:
+    picture = args.format in PICTURE_FORMATS
+    output = getattr(args, "output", None)
+    if picture and explain_at:
         raise InputError(f"--explain must be used with a table format, not {args.format}; "
                          "drop --explain or use --format text")
+    if output is not None and not picture:
+        raise InputError(f"-o must be used with --format svg or png (got --format "
+                         f"{args.format}); tables go to stdout: redirect them with >")
+    if output is not None and not output.strip():
+        raise InputError("-o must name a file to write (got '')")
+    if args.format == "png" and output is None and sys.stdout.isatty():
+        raise InputError("-o must name a file for --format png (got a terminal on stdout); "
+                         "pass -o shares.png or redirect stdout to a file")
+
+
+def _write_picture(data, output: str | None) -> None:
+    binary = isinstance(data, bytes)
+    if output is None:
+        if binary:
+            getattr(sys.stdout, "buffer", sys.stdout).write(data)
+        else:
+            sys.stdout.write(data)
+        return
+    try:
+        with open(output, "wb") as f:
+            f.write(data if binary else data.encode("utf-8"))
+    except OSError as e:
+        raise InputError(f"-o must name a file that can be written (got "
+                         f"{shorten(repr(output))}: {e.strerror})") from None
+
+
+def run(args) -> int:
+    digits = getattr(args, "digits", 4)
+    explain_at = getattr(args, "explain", None)
+    _check_picture_options(args, explain_at)
     ex = load_source(args)
-    trace = attend_example(ex, no_scale=args.no_scale)
+    if explain_at is not None and not all(1 <= v <= len(ex.x) for v in explain_at):
+        raise InputError(f"--explain must name two tokens from 1 to {len(ex.x)} (got "
+                         f"{explain_at[0]},{explain_at[1]})")
+    trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
     if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.svg)
-        from ..svg import picture
-        return picture(args.mode, ex, trace, args.digits, args.format, sys.stdout)
+        _write_picture(picture(args.mode, ex, trace, digits, args.format), args.output)
+        return 0
     modes = MODES if args.mode == "walkthrough" else (args.mode,)
     sections = [s for m in modes
-                for s in build(m, ex, trace, args.digits, closed_forms=args.format == "json")]
-    if args.mode in ("square", "walkthrough") and getattr(ex, "extra_sections", None):
-        sections.extend(ex.extra_sections(ex, trace, args.digits))  # e.g. raw vs projected
-    if args.explain:
-        sections.append(explain(trace, *args.explain))
-    meta = {"example": ex.name, "mode": args.mode, "digits": args.digits,
-            "layout": ex.head.layout, "divisor": None if trace.head.divisor_squared is None
-            else str(trace.divisor), "causal": ex.head.causal}
+                for s in build(m, ex, trace, digits, closed_forms=args.format == "json")]
+    if explain_at:
+        sections.append(explain(trace, *explain_at, places=digits))
+    d2 = trace.head.divisor_squared
+    meta = {"example": ex.name, "mode": args.mode, "digits": digits,
+            "layout": ex.head.layout, "divisor": None if d2 is None else divisor_text(d2),
+            "causal": ex.head.causal}
     sys.stdout.write(render(sections, args.format, meta))
     return 0

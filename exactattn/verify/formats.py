@@ -28,7 +28,6 @@ from typing import Callable
 from ..call import choice
 from ..digits import certify, round_fraction, working_precision
 from ..errors import InputError
-from ..exponents import fmpq_of
 from ..options import check_whole
 
 __all__ = ["DTYPES", "FORMATS", "FloatFormat", "certified_scientific", "default_max_ulps",

@@ -55,7 +55,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..call import DEFAULT_SCALE, Policy
+from ..call import DEFAULT_SCALE, Policy, float_scale
 from ..errors import InputError, shorten
 
 __all__ = ["Call", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl", "TorchImpl",
@@ -117,13 +117,6 @@ class ImplRaised(Exception):
         super().__init__(self.line)
 
 
-def _float_scale(d2) -> float:
-    """The float64 nearest to 1/sqrt(D)."""
-    import mpmath
-    with mpmath.workprec(200):
-        return float(1 / mpmath.sqrt(mpmath.mpf(d2.numerator) / d2.denominator))
-
-
 def make_call(problem, policy: Policy, dtype: str) -> Call:
     """The :class:`Call` for a problem whose entries are floats of ``dtype``.
 
@@ -147,7 +140,7 @@ def make_call(problem, policy: Policy, dtype: str) -> Call:
         if rank < 4:
             mask = mask.reshape(mask.shape[4 - rank:])
     scale = None if policy.scale == DEFAULT_SCALE else \
-        1.0 if policy.scale is None else _float_scale(policy.scale)
+        1.0 if policy.scale is None else float_scale(policy.scale)
     return Call(q, k, v, dtype, scale, policy.causal, policy.alignment, mask, policy.gqa)
 
 

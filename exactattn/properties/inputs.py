@@ -1,0 +1,158 @@
+"""One input to an attention function: queries, keys, values, an explicit mask and a policy.
+
+Which keys a query sees comes from the call model alone:
+:meth:`~exactattn.call.Policy.visible_keys` (the causal rule and its
+alignment) narrowed by the explicit :class:`~exactattn.call.Mask`'s
+``keeps``.  The scale is the policy's (stored by the divisor squared ``D``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..call import DEFAULT_SCALE, Mask, Policy
+from ..errors import InputError, ShapeError, shorten
+from ..exact import is_symbolic, to_matrix
+from ..head import attend
+from .report import input_text
+
+__all__ = ["AttentionInput", "input_from_head"]
+
+
+def _rationals(rows, name: str, shape=(None, None)) -> list[list[Fraction]]:
+    """A matrix of ``Fraction`` entries, refusing sympy symbols with a message that fits."""
+    m = to_matrix(rows, name=name, shape=shape, symbolic=True)
+    for i, r in enumerate(m):
+        for j, e in enumerate(r):
+            if is_symbolic(e):
+                raise InputError(
+                    f"{name}[{i}][{j}] must be a rational number (got {shorten(str(e))}); the "
+                    "properties' inputs and reference are exact over rationals: for symbols, "
+                    "run a head with exactattn.attend(head, x, engine='symbolic')")
+    return m
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class AttentionInput:
+    """One input to an attention function: queries, keys, values, an explicit mask and a policy.
+
+    Shapes: ``queries`` n_q x d_k, ``keys`` n_k x d_k, ``values`` n_k x d_v,
+    ``mask`` n_q x n_k (or None: no explicit mask).
+
+    ``policy`` (:class:`~exactattn.call.Policy`) holds the scale (by the
+    divisor squared ``D``; ``"default"`` is ``D = d_k``, None no scaling),
+    the causal rule and its alignment, and what a row that sees no key gets
+    (``empty_row``).  Query i sees key j when the policy's
+    ``visible_keys(i, n_q, n_k)`` holds j and the mask keeps (i, j).
+
+    Raises:
+        ShapeError: sizes that do not fit together; InputError: bad entries,
+        a mask or policy of the wrong type.
+
+    >>> inp = AttentionInput([[1, 0]], [[1, 0], [0, 1]], [["1/2"], [2]])
+    >>> inp
+    AttentionInput(queries=[[1, 0]], keys=[[1, 0], [0, 1]], values=[['1/2'], [2]], mask=None, policy=Policy())
+    >>> inp.n_queries, inp.n_keys, inp.d_k, inp.d_v, inp.divisor_squared
+    (1, 2, 2, 1, Fraction(2, 1))
+    >>> causal = AttentionInput([[0], [0]], [[0], [0], [0]], [[1], [2], [3]],
+    ...                         policy=Policy(causal=True, alignment="bottom_right"))
+    >>> causal.visible_keys(0), causal.visible_keys(1)
+    ([0, 1], [0, 1, 2])
+    >>> AttentionInput([[1, 0]], [[1]], [[1]])
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.ShapeError: keys must be 1 x 2 (got 1 x 1)
+    """
+
+    queries: Any
+    keys: Any
+    values: Any
+    mask: Mask | None = None
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        q = _rationals(self.queries, "queries")
+        d_k = len(q[0])
+        k = _rationals(self.keys, "keys", (None, d_k))
+        v = _rationals(self.values, "values", (len(k), None))
+        object.__setattr__(self, "queries", q)
+        object.__setattr__(self, "keys", k)
+        object.__setattr__(self, "values", v)
+        if self.mask is not None:
+            if not isinstance(self.mask, Mask):
+                raise InputError(f"mask must be an exactattn.call.Mask or None "
+                                 f"(got {shorten(repr(self.mask))})")
+            if (self.mask.n_queries, self.mask.n_keys) != (len(q), len(k)):
+                raise ShapeError(f"mask must be {len(q)} x {len(k)} (got "
+                                 f"{self.mask.n_queries} x {self.mask.n_keys})")
+        if self.policy is None:
+            object.__setattr__(self, "policy", Policy())
+        elif not isinstance(self.policy, Policy):
+            raise InputError(f"policy must be an exactattn.call.Policy or None "
+                             f"(got {shorten(repr(self.policy))})")
+
+    n_queries = property(lambda self: len(self.queries))
+    n_keys = property(lambda self: len(self.keys))
+    d_k = property(lambda self: len(self.queries[0]))
+    d_v = property(lambda self: len(self.values[0]))
+
+    @property
+    def divisor_squared(self) -> Fraction | None:
+        """``D``: the scores are divided by sqrt(D) (``d_k`` by default); None for no scaling."""
+        return self.policy.divisor_squared(self.d_k)
+
+    def visible_keys(self, i: int) -> list[int]:
+        """The keys query i sees: the policy's visible keys that the mask keeps."""
+        keys = self.policy.visible_keys(i, self.n_queries, self.n_keys)
+        if self.mask is None:
+            return list(keys)
+        return [j for j in keys if self.mask.keeps(i, j)]
+
+    def visible(self, i: int, j: int) -> bool:
+        """Whether query i sees key j."""
+        return j in self.policy.visible_keys(i, self.n_queries, self.n_keys) and \
+            (self.mask is None or self.mask.keeps(i, j))
+
+    def effective_mask(self) -> Mask | None:
+        """The explicit mask with the causal rule folded in (None: every key visible).
+
+        An additive mask stays additive (its offsets kept, ``-inf`` where the
+        causal rule hides); otherwise the result is a ``bool_keep`` mask.
+        This is what reaches a function, which is told nothing else about
+        visibility.
+        """
+        return self.policy.fold(self.mask, self.n_queries, self.n_keys)
+
+    def replace(self, **changes) -> "AttentionInput":
+        """A copy with some fields changed (checked again)."""
+        fields = dict(queries=self.queries, keys=self.keys, values=self.values,
+                      mask=self.mask, policy=self.policy)
+        fields.update(changes)
+        return AttentionInput(**fields)
+
+    def __repr__(self) -> str:
+        return input_text(self)
+
+    def _repr_pretty_(self, p, cycle):  # Hypothesis's and IPython's pretty printer
+        p.text(repr(self))
+
+
+def input_from_head(head, x, *, floats: str | None = None) -> AttentionInput:
+    """The attention input a head sees for tokens ``x``: its queries, keys, values and policy.
+
+    The policy is the head's (causal top_left for a causal head), with the
+    scale ``"default"`` when the divisor is the default sqrt(d_k).
+
+    >>> from exactattn.examples import chronicle
+    >>> ex = chronicle()
+    >>> inp = input_from_head(ex.head, ex.x)
+    >>> inp.queries[1], inp.policy.scale, inp.divisor_squared   # divisor 2 = sqrt(d_k)
+    ([Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)], 'default', Fraction(4, 1))
+    """
+    trace = attend(head, x, engine="pencil", floats=floats)
+    policy = head.policy
+    if head.divisor_squared == head.d_k:
+        policy = policy.replace(scale=DEFAULT_SCALE)
+    return AttentionInput(trace.queries, trace.keys, trace.values, None, policy)

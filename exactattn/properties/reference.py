@@ -1,0 +1,167 @@
+"""The exact reference for an input, and the two exact attention functions exactattn ships.
+
+The reference of an :class:`~exactattn.properties.AttentionInput` is one
+:class:`~exactattn.softmax.SoftmaxRow` per query: the raw scores of the keys
+it sees (:func:`exactattn.kernels.score` over ``inp.visible_keys``), the
+policy's divisor squared ``D``, its ``empty_row`` and the mask's additive
+offsets.  It is the same row :mod:`exactattn.verify` builds for its
+reference.
+
+:func:`reference` and :func:`attend_as_function` present that reference and
+the head engine through the attention-function interface
+``fn(queries, keys, values, *, mask=None, scale=None)``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from ..call import DEFAULT_SCALE, Mask, Policy, divisor_text, parse_scale
+from ..errors import InputError, ShapeError
+from ..exact import to_matrix
+from ..head import Head, attend
+from ..kernels import score
+from ..softmax import ExpRatio, SoftmaxRow
+from .inputs import AttentionInput
+
+__all__ = ["attend_as_function", "exact_outputs", "exact_shares", "policy_scale", "reference",
+           "selector_head", "softmax_rows"]
+
+
+def policy_scale(scale: Any) -> Fraction | None | str:
+    """The interface's ``scale`` (what the scores are multiplied by) as a policy's scale.
+
+    None (the default 1/sqrt(d_k)) is ``"default"``; anything else is read by
+    :func:`~exactattn.call.parse_scale` into the divisor squared ``D``.
+    """
+    return DEFAULT_SCALE if scale is None else parse_scale(scale)
+
+
+def softmax_rows(inp: AttentionInput, empty_row: str | None = None) -> list[SoftmaxRow]:
+    """The exact softmax row of every query of ``inp`` (``empty_row`` default: the policy's)."""
+    raw, _ = score(inp.queries, inp.keys, inp.visible_keys)
+    D = inp.divisor_squared
+    empty_row = empty_row or inp.policy.empty_row
+    mask = inp.mask
+    return [SoftmaxRow(r, D, empty_row, None if mask is None else mask.offsets(i))
+            for i, r in enumerate(raw)]
+
+
+def exact_outputs(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
+    """``outputs[i][c] = sum_j shares[i][j] values[j][c]``, exactly (n_q x d_v)."""
+    columns = [[v[c] for v in inp.values] for c in range(inp.d_v)]
+    return [[row.combine(col) for col in columns] for row in softmax_rows(inp, empty_row)]
+
+
+def exact_shares(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
+    """The exact shares (n_q x n_k)."""
+    return [row.shares() for row in softmax_rows(inp, empty_row)]
+
+
+def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
+              causal: bool = False, alignment: str = "top_left",
+              empty_row: str = "zero") -> list[list[ExpRatio]]:
+    """Exact attention: ``outputs[i] = sum_j softmax_j(scale * queries[i] . keys[j] + mask[i][j]) values[j]``.
+
+    The softmax is :class:`exactattn.softmax.SoftmaxRow` (closed forms, row
+    maximum subtracted on the rationals); an additive mask's finite entries
+    are its ``offsets``.  Queries and keys may differ in number.
+
+    Shapes: queries n_q x d_k, keys n_k x d_k, values n_k x d_v -> n_q x d_v.
+
+    Args:
+        mask: an explicit :class:`~exactattn.call.Mask` or None.
+        scale: None (1/sqrt(d_k)), a positive exact number, ``"1/sqrt(q)"``
+            or a sympy ``1/sqrt(q)``.
+        causal, alignment: the causal rule (:class:`~exactattn.call.Policy`).
+        empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``).
+
+    Returns:
+        n_q x d_v :class:`~exactattn.softmax.ExpRatio` entries.
+
+    Raises:
+        ShapeError, InputError: as :class:`~exactattn.properties.AttentionInput`
+        and :class:`~exactattn.call.Policy`; FloatInputError: a binary float scale.
+
+    Reference: Vaswani et al. 2017, sec. 3.2.1.
+
+    >>> out = reference([[0]], [[0], [0]], [[1], [3]])
+    >>> out[0][0].exact()
+    Fraction(2, 1)
+    >>> reference([[1]], [[0], [1]], [[0], [1]], scale=1)[0][0].text()
+    'exp(1)/(1 + exp(1))'
+    >>> [r[0].exact() for r in reference([[0], [0]], [[0]] * 3, [[1], [2], [3]], causal=True,
+    ...                                  alignment="bottom_right")]
+    [Fraction(3, 2), Fraction(2, 1)]
+    """
+    policy = Policy(scale=policy_scale(scale), causal=causal, alignment=alignment,
+                    empty_row=empty_row)
+    return exact_outputs(AttentionInput(queries, keys, values, mask, policy))
+
+
+def selector_head(queries, keys, values, *, causal: bool, scale: Any = DEFAULT_SCALE,
+                  symbolic: bool = False) -> tuple[Head, list[list]]:
+    """A head whose projections pick queries, keys and values out of ``x[i] = q_i ++ k_i ++ v_i``.
+
+    ``scale`` is a policy's scale (``"default"``, ``D`` or None).
+    """
+    d_k, d_v = len(queries[0]), len(values[0])
+    width = 2 * d_k + d_v
+
+    def pick(offset: int, count: int) -> list[list[int]]:
+        return [[int(m == offset + s) for m in range(width)] for s in range(count)]
+    kwargs = {} if scale == DEFAULT_SCALE else {"divisor": divisor_text(scale)}
+    head = Head(pick(0, d_k), pick(d_k, d_k), pick(2 * d_k, d_v), layout="slots",
+                causal=causal, symbolic=symbolic, **kwargs)
+    x = [list(a) + list(b) + list(c) for a, b, c in zip(queries, keys, values)]
+    return head, x
+
+
+def _causal_mask(mask: Mask | None, n: int) -> bool:
+    """Whether ``mask`` is the causal square mask (False: it hides nothing)."""
+    if mask is None:
+        return False
+    if not isinstance(mask, Mask):
+        raise InputError(f"mask must be an exactattn.call.Mask or None (got {mask!r})")
+    if not mask.has_offsets:
+        keep = mask.as_form("bool_keep")
+        if all(all(r) for r in keep):
+            return False
+        if keep == Policy(causal=True).keep(n, n).tolist():
+            return True
+    raise InputError(f"mask must be None or the causal mask for exactattn.attend (got {mask!r}); "
+                     "use reference for any other mask")
+
+
+def attend_as_function(queries, keys, values, *, mask: Mask | None = None, scale=None,
+                       causal: bool = False) -> list[list[ExpRatio]]:
+    """:func:`exactattn.attend` (pencil engine) as an attention function of queries, keys and values.
+
+    Builds a head whose projections pick ``queries``, ``keys`` and
+    ``values`` out of the token rows ``x[i] = queries[i] ++ keys[i] ++
+    values[i]`` and runs it, so the checks exercise the head engine itself.
+    Self-attention only (as many keys as queries); the head knows one rule,
+    the causal one (with equal lengths the two alignments coincide), given as
+    ``causal=True`` or as the causal mask itself (how checks pass it).
+
+    Raises:
+        ShapeError: different numbers of queries and keys.
+        InputError: any other mask.
+
+    >>> attend_as_function([[0], [0]], [[0], [0]], [[1], [3]])[1][0].exact()
+    Fraction(2, 1)
+    >>> attend_as_function([[0], [0]], [[0], [0]], [[1], [3]], causal=True)[0][0].exact()
+    Fraction(1, 1)
+    """
+    q, k, v = (to_matrix(m, name=name) for m, name in
+               ((queries, "queries"), (keys, "keys"), (values, "values")))
+    if len(q) != len(k):
+        raise ShapeError(f"keys must number as many as queries for exactattn.attend, {len(q)} "
+                         f"(got {len(k)})")
+    if not isinstance(causal, bool):
+        raise InputError(f"causal must be True or False (got {causal!r})")
+    causal = _causal_mask(mask, len(q)) or causal
+    head, x = selector_head(q, k, v, causal=causal, scale=policy_scale(scale))
+    trace = attend(head, x, engine="pencil")
+    return [[trace.output(i, c) for c in range(head.d_v)] for i in range(trace.n)]

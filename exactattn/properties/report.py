@@ -1,0 +1,90 @@
+"""How a property failure reads: :class:`PropertyFailure` and the text of its report.
+
+The presentation layer of :mod:`exactattn.properties`: it formats, it does
+not compute.  A report names the property, the function (and its tolerance),
+the input (typed back as Python) and one line per entry that broke the
+property.  An exact value prints as itself when it is rational and otherwise
+as its float followed by its closed form (``0.73105857863 (exactly
+exp(1)/(1 + exp(1)))``).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+from ..call import DEFAULT_SCALE, Policy
+from ..softmax import ExpRatio
+
+__all__ = ["PropertyFailure", "entry_text", "fail", "head_fail", "input_text", "matrix_text",
+           "policy_text", "row_text", "value_text"]
+
+_DEFAULT_POLICY = Policy()
+
+
+class PropertyFailure(AssertionError):
+    """A property of attention does not hold for one function on one input."""
+
+
+PropertyFailure.__module__ = "exactattn.properties"   # where users import it from
+
+
+def entry_text(e) -> str:
+    """An exact entry as it can be typed back: integers bare, other rationals as strings."""
+    if e is None:
+        return "'-inf'"
+    if isinstance(e, Fraction) and e.denominator == 1:
+        return str(e.numerator)
+    return repr(str(e))
+
+
+def matrix_text(m: Sequence[Sequence]) -> str:
+    return "[" + ", ".join("[" + ", ".join(entry_text(e) for e in r) + "]" for r in m) + "]"
+
+
+def policy_text(policy: Policy) -> str:
+    """``Policy(...)`` with the fields that differ from the defaults, the scale as text."""
+    parts = []
+    if policy.scale != DEFAULT_SCALE:
+        parts.append(f"scale={policy.scale_text()!r}")
+    for name in ("causal", "alignment", "empty_row", "mask_kind", "gqa"):
+        value = getattr(policy, name)
+        if value != getattr(_DEFAULT_POLICY, name):
+            parts.append(f"{name}={value!r}")
+    return f"Policy({', '.join(parts)})"
+
+
+def input_text(inp) -> str:
+    """An :class:`~exactattn.properties.AttentionInput` as Python that builds it again."""
+    return (f"AttentionInput(queries={matrix_text(inp.queries)}, keys={matrix_text(inp.keys)}, "
+            f"values={matrix_text(inp.values)}, mask={inp.mask!r}, "
+            f"policy={policy_text(inp.policy)})")
+
+
+def value_text(x) -> str:
+    """A result entry: an exact rational as itself, an irrational with its closed form, a float's repr."""
+    if isinstance(x, ExpRatio):
+        if x.row.nan:
+            return "nan"
+        q = x.rational()
+        return str(q) if q is not None else f"{float(x):.12g} (exactly {x.text()})"
+    if isinstance(x, Fraction):
+        return str(x)
+    return repr(x)
+
+
+def row_text(row: Sequence) -> str:
+    return "[" + ", ".join(value_text(x) for x in row) + "]"
+
+
+def fail(prop: str, function: str, inp, lines: list[str]):
+    """Raise the :class:`PropertyFailure` for a function check."""
+    text = [f"property failed: {prop}", f"  function: {function}", f"  input: {inp!r}"]
+    raise PropertyFailure("\n".join(text + [f"  {line}" for line in lines]))
+
+
+def head_fail(prop: str, head, x, lines: list[str]):
+    """Raise the :class:`PropertyFailure` for a check of exactattn's own head engine."""
+    text = [f"property failed: {prop}", "  function: exactattn.attend (exact)",
+            f"  head: {head!r}", f"  x: {matrix_text(x)}"]
+    raise PropertyFailure("\n".join(text + [f"  {line}" for line in lines]))

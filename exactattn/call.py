@@ -74,11 +74,12 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import FloatInputError, InputError, ShapeError, shorten
 from .exact import rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
+from .options import check_choice
 
 __all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "PRESETS",
            "Mask", "Policy", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
@@ -97,13 +98,6 @@ PRESETS = {
     "xformers": dict(alignment="top_left", empty_row="zero", mask_kind="additive",
                      gqa="interleave"),
 }
-
-
-def choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    """``value`` if it is one of ``choices``, else the one-line error naming both."""
-    if not isinstance(value, str) or value not in choices:
-        raise InputError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
-    return value
 
 
 # --------------------------------------------------------------------------- the scale
@@ -263,10 +257,10 @@ class Policy:
             object.__setattr__(self, "scale", parse_scale(s if isinstance(s, str) else str(s)))
         if not isinstance(self.causal, bool):
             raise InputError(f"causal must be true or false (got {self.causal!r})")
-        choice("alignment", self.alignment, ALIGNMENTS)
-        choice("empty_row", self.empty_row, EMPTY_ROWS)
-        choice("mask_kind", self.mask_kind, MASK_KINDS)
-        choice("gqa", self.gqa, GQA_MAPS)
+        check_choice(self.alignment, "alignment", ALIGNMENTS)
+        check_choice(self.empty_row, "empty_row", EMPTY_ROWS)
+        check_choice(self.mask_kind, "mask_kind", MASK_KINDS)
+        check_choice(self.gqa, "gqa", GQA_MAPS)
 
     def replace(self, **changes) -> "Policy":
         """A copy with some fields changed (checked again)."""
@@ -396,5 +390,5 @@ def preset(name: str, **changes) -> Policy:
     ...
     exactattn.errors.InputError: like must be one of torch, flash, jax, xformers (got 'keras')
     """
-    choice("like", name, tuple(PRESETS))
+    check_choice(name, "like", tuple(PRESETS))
     return Policy(**{**PRESETS[name], **changes})

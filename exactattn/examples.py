@@ -5,7 +5,7 @@
 a 512-token vocabulary, each given four hand-typed numbers (slots: bare digit,
 carries a year, carries a count, how much of a sentence it stands for).
 
-The others are the worked material of SPEC section 6:
+The others are smaller worked examples:
 
 * ``tiny``: two tokens of width two in the rows layout (``q = x @ W_Q``),
   x1 = (0.8, -0.6), x2 = (0.2, 1.0).  Compared raw (``x . x``) each token
@@ -84,7 +84,7 @@ class Example:
 
 
 def chronicle() -> Example:
-    """The worked example of SPEC section 2 (d_model = d_k = d_v = 4, divisor 2)."""
+    """The built-in worked example ``chronicle`` (d_model = d_k = d_v = 4, divisor 2)."""
     head = Head(
         W_Q=[[0, 0, 2, 0], [3, 0, 0, 0], ["1/2", 0, 0, 0], [0, "1/2", 0, 0]],
         W_K=[[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, "1/2"], [0, 0, 0, 1]],
@@ -100,7 +100,7 @@ def chronicle() -> Example:
         head=head, tokens=tokens, x=to_matrix(x, name="x"),
         slot_names=["bare digit", "carries a year", "carries a count", "sentence share"],
         focus=1, explain=(1, 0),
-        source="the chronicle worked example (SPEC section 2)")
+        source="the chronicle worked example (chronicle)")
 
 
 def _identity(n: int) -> list[list[int]]:
@@ -108,7 +108,7 @@ def _identity(n: int) -> list[list[int]]:
 
 
 def tiny() -> Example:
-    """Two tokens of width two, rows layout (SPEC section 6); W_V is the identity.
+    """Two tokens of width two, rows layout; W_V is the identity.
 
     x1 = (0.8, -0.6), x2 = (0.2, 1.0); W_Q = [[1, 0], [-1, 1]], W_K = [[0, 1],
     [1, 0]] (``q = x @ W_Q``).  Raw, x1.x1 = 1 > x1.x2 = -0.44 and x2.x2 = 1.04
@@ -126,7 +126,7 @@ def tiny() -> Example:
         name="tiny", title="two tokens of width two, rows layout (x @ W)",
         head=head, tokens=[Token("x1"), Token("x2")], x=to_matrix(x, name="x"),
         slot_names=["x[1]", "x[2]"], focus=0, explain=(0, 1),
-        source="the two-token, width-two head (SPEC section 6)", compare_raw=True)
+        source="the two-token, width-two head", compare_raw=True)
 
 
 _MONEY_NATURE = ["money", "nature"]
@@ -140,7 +140,7 @@ def _bank(name: str, words: list[tuple[str, str, str]], title: str) -> Example:
         name=name, title=title, head=head, tokens=[Token(w) for w, _, _ in words],
         x=to_matrix([[m, n] for _, m, n in words], name="x"), slot_names=_MONEY_NATURE,
         focus=bank, explain=(bank, other),
-        source="words as two numbers (money, nature), 'bank' at (1/2, 1/2) (SPEC section 6)")
+        source="words as two numbers (money, nature), 'bank' at (1/2, 1/2)")
 
 
 def bank_river() -> Example:
@@ -205,7 +205,7 @@ def self_match() -> Example:
         name="self-match", title="the cat sat down (four orthogonal rows of width 16)",
         head=head, tokens=[Token(w) for w in ("the", "cat", "sat", "down")],
         x=to_matrix(rows, name="x"), focus=1, explain=(1, 0),
-        source="the self-matching failure (SPEC section 6)", compare_raw=True)
+        source="the self-matching failure", compare_raw=True)
 
 
 EXAMPLES: dict[str, Callable[[], Example]] = {

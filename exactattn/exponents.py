@@ -24,7 +24,7 @@ from fractions import Fraction
 from .errors import InputError
 from .exact import rational_sqrt
 
-__all__ = ["ExpPoly", "Exponent", "fmpq_of", "unify"]
+__all__ = ["ExpPoly", "Exponent", "exponent_text", "fmpq_of", "sum_text", "unify"]
 
 
 def fmpq_of(q: Fraction):
@@ -141,3 +141,37 @@ class Exponent:
 
     def __gt__(self, other: "Exponent") -> bool:
         return other < self
+
+
+def exponent_text(basis: tuple, e: tuple) -> str:
+    """``exp(...)`` of the exponent ``e = (p, a)`` (``p + a/sqrt(basis[0])``), or ``1`` for 0.
+
+    >>> exponent_text((), (Fraction(3, 8),)), exponent_text((Fraction(2),), (Fraction(1, 2), Fraction(1)))
+    ('exp(3/8)', 'exp(1/sqrt(2) + 1/2)')
+    """
+    parts = []
+    if basis and e[1]:
+        parts.append(f"{e[1]}/sqrt({basis[0]})")
+    if e[0] or not parts:
+        p = str(e[0])
+        parts.append(p if not parts or p.startswith("-") else "+ " + p)
+    body = " ".join(parts).replace(" -", " - ").replace("- -", "- ")
+    return "1" if body == "0" else f"exp({body})"
+
+
+def sum_text(terms) -> str:
+    """A sum ``c exp(e) + ...`` written by increasing exponent; ``terms`` holds
+    ``(sort key, exponent text, rational coefficient)``.
+
+    >>> sum_text([(Fraction(1), "exp(1)", Fraction(1)), (Fraction(0), "1", Fraction(2))])
+    '2 + exp(1)'
+    """
+    out = ""
+    for _, t, c in sorted(terms, key=lambda term: term[0]):
+        mag = abs(c)
+        body = str(mag) if t == "1" else t if mag == 1 else f"{mag}*{t}"
+        if not out:
+            out = ("-" if c < 0 else "") + body
+        else:
+            out += (" - " if c < 0 else " + ") + body
+    return out or "0"

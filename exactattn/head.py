@@ -49,7 +49,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Sequence
 
-from .call import Policy, divisor_text, parse_divisor
+from .call import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from .errors import InputError, ShapeError
 from .exact import is_symbolic, rational_sqrt, to_matrix
 from .kernels import common_denominator, mix, project, score, to_fractions
@@ -141,6 +141,19 @@ class Head:
     @property
     def causal(self) -> bool:
         return self.policy.causal
+
+    def with_policy(self, policy: Policy) -> "Head":
+        """The same projection matrices under another policy (divisor, causal rule, ...).
+
+        >>> Head([[1]], [[1]], [[1]]).with_policy(Policy(scale=None, causal=True)).causal
+        True
+        """
+        if policy.scale == DEFAULT_SCALE:
+            policy = policy.replace(scale=Fraction(self.d_k))
+        other = object.__new__(Head)
+        other.__dict__.update(self.__dict__)
+        other.policy = policy
+        return other
 
     def weights(self, name: str, layout: str | None = None) -> list[list]:
         """``W_Q``/``W_K``/``W_V`` in ``layout`` (default: the layout it was given in)."""

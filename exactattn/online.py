@@ -45,7 +45,8 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Iterator, Sequence
 
-from .call import EMPTY_ROWS, choice
+from .call import EMPTY_ROWS
+from .options import check_choice
 from .errors import InputError, ShapeError
 from .softmax import ExpRatio, SoftmaxRow
 
@@ -191,7 +192,7 @@ def online_softmax(raw: Sequence[Fraction | None], divisor_squared: Fraction | N
     ...
     exactattn.errors.InputError: blocks must add up to the row length 1 (got [2], adding to 2)
     """
-    choice("empty_row", empty_row, EMPTY_ROWS)
+    check_choice(empty_row, "empty_row", EMPTY_ROWS)
     raw = list(raw)
     n = len(raw)
     if n == 0:

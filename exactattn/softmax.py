@@ -50,11 +50,12 @@ from fractions import Fraction
 from functools import total_ordering
 from typing import Sequence
 
-from .call import EMPTY_ROWS, choice
+from .call import EMPTY_ROWS
+from .options import check_choice
 from .digits import certify, round_fraction
 from .errors import InputError
 from .exact import rational_sqrt
-from .exponents import Exponent, ExpPoly, fmpq_of
+from .exponents import Exponent, ExpPoly, exponent_text, fmpq_of, sum_text
 
 __all__ = ["ExpRatio", "SoftmaxRow"]
 
@@ -83,7 +84,7 @@ class SoftmaxRow:
 
     def __init__(self, raw: Sequence[Fraction | None], divisor_squared: Fraction | None,
                  empty_row: str = "zero", offsets: Sequence[Fraction] | None = None):
-        choice("empty_row", empty_row, EMPTY_ROWS)
+        check_choice(empty_row, "empty_row", EMPTY_ROWS)
         raw = list(raw)
         self.empty_row = empty_row
         self.empty = all(r is None for r in raw)
@@ -119,6 +120,12 @@ class SoftmaxRow:
         self.exps = len(counts)
         self.adds = max(len(visible) - 1, 0)
         self.divs = len(visible)
+
+    def same_normaliser(self, other: "SoftmaxRow") -> bool:
+        """True when both rows have the same normaliser term by term (so values over them add)."""
+        return self is other or (self.counts == other.counts and self.max_raw == other.max_raw
+                                 and self.divisor_squared == other.divisor_squared
+                                 and self.paired == other.paired)
 
     def _order_key(self, pair):
         """A sort key for exponents g/sqrt(D) + m that orders them exactly."""
@@ -229,15 +236,7 @@ class SoftmaxRow:
 
     def term_text(self, g) -> str:
         """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""
-        basis, e = self.exponent(g)
-        parts = []
-        if basis and e[1]:
-            parts.append(f"{e[1]}/sqrt({basis[0]})")
-        if e[0] or not parts:
-            p = str(e[0])
-            parts.append(p if not parts or p.startswith("-") else "+ " + p)
-        body = " ".join(parts).replace(" -", " - ").replace("- -", "- ")
-        return "1" if body == "0" else f"exp({body})"
+        return exponent_text(*self.exponent(g))
 
 
 # --------------------------------------------------------------------------- the value type
@@ -371,6 +370,53 @@ class ExpRatio:
         q = self.rational()
         return float(q) if q is not None else float(self.decimal(20))
 
+    # -- arithmetic over one normaliser ----------------------------------------
+    def __add__(self, other):
+        """``self + other`` exactly, for a rational other or an ExpRatio over the same normaliser.
+
+        Raises:
+            InputError: two values over different normalisers (their sum is
+                not a ratio over one row).
+        """
+        row = self.row
+        if isinstance(other, (int, Fraction)) and not isinstance(other, bool):
+            if row.nan or not other:
+                return self
+            if not row.counts:                # an empty row's 0, plus q
+                return ExpRatio({0: Fraction(other)}, SoftmaxRow([Fraction(0)], None))
+            return ExpRatio({g: self.numerators.get(g, 0) + other * c
+                             for g, c in row.counts.items()}, row)
+        if not isinstance(other, ExpRatio):
+            return NotImplemented
+        if row.nan:
+            return self
+        if other.row.nan:
+            return other
+        q = other.rational()
+        if q is not None:
+            return self + q
+        q = self.rational()
+        if q is not None:
+            return other + q
+        if not row.same_normaliser(other.row):
+            raise InputError(f"values must share one softmax normaliser to be added exactly "
+                             f"(got {self.text()} and {other.text()})")
+        num = dict(self.numerators)
+        for g, a in other.numerators.items():
+            num[g] = num.get(g, 0) + a
+        return ExpRatio(num, row)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> "ExpRatio":
+        return ExpRatio({g: -a for g, a in self.numerators.items()}, self.row)
+
+    def __sub__(self, other):
+        return self + (-other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
     # -- views ---------------------------------------------------------------
     def exact(self):
         """The exact value: a ``Fraction`` when rational, else a sympy expression."""
@@ -444,21 +490,6 @@ def _sum_text(row: SoftmaxRow, coefficients: dict) -> str:
     terms = []
     for g, c in coefficients.items():
         basis, e = row.exponent(g)
-        terms.append((Exponent(e[-1], e[0], basis[0]) if basis else e[0], g, c))
-    terms.sort(key=lambda t: t[0])
-    out = ""
-    for _, g, c in terms:
-        t = row.term_text(g)
-        c = Fraction(c)
-        mag = abs(c)
-        if t == "1":
-            body = str(mag)
-        elif mag == 1:
-            body = t
-        else:
-            body = f"{mag}*{t}"
-        if not out:
-            out = ("-" if c < 0 else "") + body
-        else:
-            out += (" - " if c < 0 else " + ") + body
-    return out or "0"
+        key = Exponent(e[-1], e[0], basis[0]) if basis else e[0]
+        terms.append((key, row.term_text(g), Fraction(c)))
+    return sum_text(terms)

@@ -9,7 +9,7 @@ binary float is ever formed).  A key given twice, ``NaN``/``Infinity``, a
 document nested too deeply to read and a file past the size limit are
 refused with one :class:`~exactattn.errors.SpecError` line.
 
-A head spec (SPEC section 7; :func:`load`, :func:`loads`)::
+A head spec (:func:`load`, :func:`loads`)::
 
     {"name": "my head", "layout": "slots",
      "tokens": [{"text": "year 4", "id": 331, "x": [0, 1, 0, "1/2"]}, ...],

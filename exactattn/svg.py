@@ -35,7 +35,7 @@ PNG: :func:`png` draws the same heatmap through matplotlib, when it is
 installed (the optional extra ``exactattn[plot]``).
 
 Reference: the share square ("attention pattern") of Vaswani et al. 2017,
-sec. 3.2.1; the worked example (SPEC section 2).
+sec. 3.2.1; the built-in worked example ``chronicle``.
 
 >>> from exactattn.examples import chronicle
 >>> from exactattn.tables import attend_example

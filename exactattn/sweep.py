@@ -27,7 +27,7 @@ and huge divisors are certified on arb balls, never through the Fraction that
 exp(-10**1000) would need.
 
 Reference: Vaswani et al. 2017, sec. 3.2.1 (the divisor sqrt(d_k), and the
-O(n^2 d) cost of self-attention in sec. 4); SPEC sections 4 and 5.
+O(n^2 d) cost of self-attention in sec. 4).
 
 >>> from exactattn.examples import chronicle
 >>> sec = divisor_sweep(chronicle(), 2, divisors=["1", "2"])[0]

@@ -23,7 +23,6 @@ has.  This module chooses what to show; every number comes from the trace.
 
 from __future__ import annotations
 
-import copy
 from fractions import Fraction
 
 from .call import divisor_text
@@ -42,9 +41,7 @@ MODES = ("row", "weights", "project", "square", "scores")
 
 def with_divisor(head: Head, divisor_squared: Fraction | None) -> Head:
     """The same head with the scores divided by sqrt(``divisor_squared``) (None: not divided)."""
-    other = copy.copy(head)
-    other.policy = head.policy.replace(scale=divisor_squared)
-    return other
+    return head.with_policy(head.policy.replace(scale=divisor_squared))
 
 
 def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> Trace:
@@ -86,10 +83,7 @@ def _scaled_text(raw: Fraction, head: Head, places: int) -> str:
 
 def _rational(value) -> Fraction | None:
     """An exact share or output as a ``Fraction`` when it is rational, else None."""
-    if hasattr(value, "rational"):            # ExpRatio
-        return value.rational()
-    exact = value.exact()                     # SymbolicValue
-    return exact if isinstance(exact, Fraction) else None
+    return value.rational()
 
 
 def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False) -> str:

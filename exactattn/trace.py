@@ -227,6 +227,11 @@ class SymbolicValue:
     def closed_form(self):
         return self.expr
 
+    def rational(self) -> Fraction | None:
+        """The value as a ``Fraction`` when sympy holds it as a rational, else None."""
+        e = self.expr
+        return Fraction(int(e.p), int(e.q)) if getattr(e, "is_Rational", False) else None
+
     def exact(self):
         e = self.expr
         return Fraction(int(e.p), int(e.q)) if getattr(e, "is_Rational", False) else e

@@ -1,4 +1,4 @@
-"""The handed cases (tests/data/cases/*.json, copied from the project's shared/cases): each runs under its policy with its exact answer,
+"""The handed cases (tests/data/cases/*.json): each runs under its policy with its exact answer,
 and the fault each describes is caught by ``verify`` for the whole kind, not only the one input.
 
 Tolerances: the float implementations are judged by ``verify``'s own rule

@@ -40,7 +40,7 @@ def test_chronicle_is_unchanged():
                                                            "0.1216"]
 
 
-# tiny: SPEC section 6 -------------------------------------------------------
+# tiny: the two-token head -------------------------------------------------------
 def test_tiny_inputs_are_exact_decimals():
     ex = example("tiny")
     assert ex.x == [[F(4, 5), F(-3, 5)], [F(1, 5), F(1)]]

@@ -1,4 +1,4 @@
-"""The chronicle checkpoints (SPEC section 2), exact and typed, and the engines' agreement."""
+"""The chronicle checkpoints, exact and typed, and the engines' agreement."""
 
 from fractions import Fraction as F
 

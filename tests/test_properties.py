@@ -1,4 +1,4 @@
-"""The property suite: every property of SPEC section 5 under Hypothesis, exact against exactattn.
+"""The property suite: every property of a head under Hypothesis, exact against exactattn.
 
 Each ``@given`` test runs 200 examples under the ``ci`` profile (tests/conftest.py)
 and is pinned to the chronicle example with ``@example``.  Function-level
@@ -311,7 +311,7 @@ def test_the_falsifying_report_is_readable():
         "  row 0: shares [1.0, 1.0] sum to 2.0, want 1"])
 
 
-# ---------------------------------------------------------------- the shared cases (../shared/cases)
+# ---------------------------------------------------------------- the handed cases (tests/data/cases)
 def test_softmax_axis_case():
     # scores (2, 0), V (1, 3): shares 0.880797, 0.119203, output 1.238406
     inp = AttentionInput([[2]], [[1], [0]], [[1], [3]], policy=Policy(scale=1))

@@ -188,7 +188,7 @@ def test_length_counts_match_the_cost_formula_and_spec_ratios():
         assert int(row[1]) == 3 * n * D * d_k  # linear
         assert int(row[2]) == int(row[3]) == n * n * d_k  # quadratic
         assert int(row[4]) == 3 * n * D * d_k + 2 * n * n * d_k
-    assert [r[7] for r in sec.rows] == ["", "2.80", "3.14", "3.45"]  # SPEC section 4
+    assert [r[7] for r in sec.rows] == ["", "2.80", "3.14", "3.45"]  # 8/4, 16/8, 32/16 at D = d_k = 4
     assert sec.rows[0][4] == "320"
     assert "48 MACs per token at every n" in sec.notes[1]
     assert "8 MACs per pair at every n" in sec.notes[2]

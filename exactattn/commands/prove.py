@@ -9,7 +9,8 @@ registered; a module whose name starts with ``_`` is not a proof.
 Exit status: 0 every proof held, 1 a proof failed (or raised), 2 bad input
 (an unknown name).
 
-Reference: the claims of SPEC sections 4 and 5 and Vaswani et al. 2017, sec. 3.2.1.
+Reference: Vaswani et al. 2017, sec. 3.2.1 (the head), sec. 4 (its cost); the
+properties each proof states are listed by ``exactattn prove --list``.
 
 >>> "row_sums_to_one" in proof_names()
 True

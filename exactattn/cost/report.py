@@ -20,7 +20,7 @@ from fractions import Fraction
 import sympy
 
 from ..digits import round_fraction
-from ..tables import Section
+from ..render import Section
 from .conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
 from .derivation import EXTENSION_SYMBOLS, SYMBOLS
 from .rows import CostRows, FormulaCheck, cost_rows

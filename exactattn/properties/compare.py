@@ -16,12 +16,11 @@ from typing import Iterable, Sequence
 
 import flint  # noqa: F401  (loaded with the checks, not inside the first example Hypothesis times)
 
-from ..errors import InputError
 from ..softmax import ExpRatio
 from .implementation import Result
 
 __all__ = ["at_least", "at_most", "column_scales", "equals", "exact_sum", "identity", "is_nan",
-           "plus", "same", "shifted", "sign", "total"]
+           "plus", "same", "sign", "total"]
 
 
 def identity(n: int) -> list[list[Fraction]]:
@@ -44,50 +43,13 @@ def sign(x) -> int:
     return x.sign() if isinstance(x, ExpRatio) else (x > 0) - (x < 0)
 
 
-def shifted(x, q: Fraction):
-    """``x + q`` for an exact entry x and a rational q, exactly.
-
-    An irrational ``ExpRatio`` gains ``q C_g`` on each gap g of its row (the
-    row's shares sum to 1); a rational one becomes a ``Fraction``.
-    """
-    if isinstance(x, ExpRatio) and not _nan(x):
-        r = x.rational()
-        if r is None:
-            return ExpRatio({g: x.numerators.get(g, 0) + q * c for g, c in x.row.counts.items()},
-                            x.row)
-        return r + q
-    return x if _nan(x) else x + q
-
-
-def _same_normaliser(a, b) -> bool:
-    return a is b or (a.counts == b.counts and a.max_raw == b.max_raw and
-                      a.divisor_squared == b.divisor_squared and a.paired == b.paired)
-
-
 def exact_sum(xs: Iterable) -> Fraction | ExpRatio:
     """The exact sum of entries over one softmax normaliser (rationals may be mixed in).
 
     Raises:
         InputError: two irrational entries over different normalisers.
     """
-    rational, coefficients, row = Fraction(0), None, None
-    for x in xs:
-        if _nan(x):
-            return x
-        q = x.rational() if isinstance(x, ExpRatio) else x
-        if q is not None:
-            rational += q
-        elif row is None:
-            coefficients, row = dict(x.numerators), x.row
-        elif _same_normaliser(row, x.row):
-            for g, a in x.numerators.items():
-                coefficients[g] = coefficients.get(g, 0) + a
-        else:
-            raise InputError(f"values must share one softmax normaliser to be added exactly "
-                             f"(got {ExpRatio(coefficients, row).text()} and {x.text()})")
-    if row is None:
-        return rational
-    return shifted(ExpRatio(coefficients, row), rational)
+    return sum(xs, Fraction(0))
 
 
 # --------------------------------------------------------------------------- either kind
@@ -127,7 +89,7 @@ def at_most(res: Result, got, hi: Fraction, M: Fraction) -> bool:
 
 def plus(res: Result, a, q: Fraction):
     """A result plus a rational: exactly, or in floats."""
-    return shifted(a, q) if res.exact else a + float(q)
+    return a + q if res.exact else a + float(q)
 
 
 def total(res: Result, xs: Sequence):

@@ -15,7 +15,8 @@ import math
 from fractions import Fraction
 from typing import Callable
 
-from ..call import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, choice, float_scale
+from ..call import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, float_scale
+from ..options import check_choice
 from ..errors import InputError
 from ..exact import rational_sqrt
 from ..softmax import ExpRatio
@@ -106,13 +107,13 @@ class Implementation:
             raise InputError(f"fn must be callable (got {fn!r})")
         if not isinstance(exact, bool):
             raise InputError(f"exact must be True or False (got {exact!r})")
-        choice("dtype", dtype, _INPUT_DTYPES)
+        check_choice(dtype, "dtype", _INPUT_DTYPES)
         if convert is not None and not callable(convert):
             raise InputError(f"convert must be callable or None (got {convert!r})")
-        mask_as = choice("mask_as", mask_as if mask_as is not None else
-                         ("mask" if exact else "bool_keep"), MASK_FORMS)
+        mask_as = check_choice(mask_as if mask_as is not None else
+                               ("mask" if exact else "bool_keep"), "mask_as", MASK_FORMS)
         if empty_row is not None:
-            choice("empty_row", empty_row, EMPTY_ROWS)
+            check_choice(empty_row, "empty_row", EMPTY_ROWS)
         if name is not None and not isinstance(name, str):
             raise InputError(f"name must be a string (got {name!r})")
         self.fn, self.exact, self.dtype, self.convert = fn, exact, dtype, convert

@@ -1,6 +1,6 @@
 """Why the divisor: random rows at several key widths, divided by sqrt(d_k) and not.
 
-The experiment (the seed program's ``scale`` mode, SPEC section 3).  At each
+The experiment behind ``exactattn scale``.  At each
 key width d_k, ``trials`` independent rows are drawn: one query q and n keys
 k_1..k_n whose entries are independent standard normals.  A row's scores are
 ``s_j = q . k_j`` (undivided) and ``s_j / sqrt(d_k)`` (divided); both columns
@@ -59,7 +59,7 @@ Modules: :mod:`.limits` (argument checks), :mod:`.expect` (the exact
 expectations), :mod:`.draws` (the samples), :mod:`.report` (the tables).
 
 Reference: Vaswani et al. 2017, sec. 3.2.1 (footnote 4: q.k has mean 0 and
-variance d_k); SPEC section 3 (``scale``).
+variance d_k).
 
 >>> expected_range(4, 4, divided=False, places=4)     # 3 sqrt(2 pi)/4 * 2.05875...
 '3.8704'

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
-from ..call import choice
+from ..options import check_choice
 from ..digits import certify, round_fraction, working_precision
 from ..errors import InputError
 from ..options import check_whole
@@ -73,7 +73,7 @@ def float_format(dtype: str | FloatFormat) -> FloatFormat:
     """
     if isinstance(dtype, FloatFormat):
         return dtype
-    return FORMATS[choice("dtype", dtype, DTYPES)]
+    return FORMATS[check_choice(dtype, "dtype", DTYPES)]
 
 
 def _round_scaled(man: int, exp: int, den: int, fmt: FloatFormat) -> float:

@@ -221,11 +221,10 @@ class TorchImpl(Impl):
     def __init__(self, *, lower_right_bias: bool = True):
         self.lower_right_bias = lower_right_bias
         try:
-            import torch  # noqa: F401
+            import torch
         except ImportError:
             raise InputError("impl torch needs PyTorch (got none installed); "
                              "pip install 'exactattn[torch]'") from None
-        import torch
         self.name = f"torch {torch.__version__} scaled_dot_product_attention (CPU)"
 
     def __call__(self, call: Call):

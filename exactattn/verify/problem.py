@@ -19,7 +19,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call import MASK_KINDS, Mask, Policy, choice
+from ..call import MASK_KINDS, Mask, Policy
+from ..options import check_choice
 from ..errors import InputError, ShapeError
 from ..exact import to_exact
 from ..options import check_whole
@@ -141,7 +142,7 @@ class Problem:
         Policy().kv_head(0, Hq, k.shape[1])       # H_q must be a multiple of H_kv
         m = None
         if mask is not None:
-            choice("mask_kind", mask_kind, MASK_KINDS)
+            check_choice(mask_kind, "mask_kind", MASK_KINDS)
             m = _mask_blocks(mask, mask_kind, (B, Hq, L, k.shape[2]), floats)
         return cls(q, k, v, m, mask_kind if mask is not None else None, rank, name)
 
@@ -208,7 +209,7 @@ class Problem:
         >>> p.with_mask_kind("bool_drop").block_mask(0, 0).keeps(0, 0)
         False
         """
-        choice("mask_kind", kind, MASK_KINDS)
+        check_choice(kind, "mask_kind", MASK_KINDS)
         if self.mask is None or kind == self.mask_kind:
             return self
         B, Hq = self.mask.shape[:2]

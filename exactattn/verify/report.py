@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..tables import Section
+from ..render import Section
 from .check import Report
 from .formats import certified_scientific, shortest_repr
 

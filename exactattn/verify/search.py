@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..call import Policy, choice
+from ..call import Policy
+from ..options import check_choice
 from ..options import check_whole
 from .check import Report, verify
 from .formats import float_format
@@ -67,7 +68,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     check_whole(examples, "examples")
     check_whole(max_size, "max_size")
     check_whole(seed, "seed", low=0)
-    choice("measure", measure, ("ulps", "terms"))
+    check_choice(measure, "measure", ("ulps", "terms"))
     impl = load_impl(impl)
     float_format(dtype)
     policy = policy or Policy()

@@ -97,22 +97,13 @@ def arb_to_fraction(x) -> Fraction:
     return Fraction(man * 2 ** exp) if exp >= 0 else Fraction(man, 2 ** -exp)
 
 
-class working_precision:
-    """Context manager setting python-flint's arb precision (bits), restoring it."""
+def working_precision(prec: int):
+    """A context manager setting python-flint's arb working precision to ``prec`` bits.
 
-    def __init__(self, prec: int):
-        self.prec = prec
-
-    def __enter__(self):
-        from flint import ctx
-        self.saved = ctx.prec
-        ctx.prec = self.prec
-        return self
-
-    def __exit__(self, *exc):
-        from flint import ctx
-        ctx.prec = self.saved
-        return False
+    python-flint's own ``ctx.workprec``, restoring the previous precision on exit.
+    """
+    from flint import ctx
+    return ctx.workprec(prec)
 
 
 def _decide(ball, places: int):

@@ -72,7 +72,8 @@ def exact_matmul(a, b):
     import numpy as np
     from flint import fmpz_mat
     inner = a.shape[1]
-    if _abs_max(a) * _abs_max(b) * inner < _EXACT_FLOAT:
+    ma, mb = _abs_max(a), _abs_max(b)
+    if ma < _EXACT_FLOAT and mb < _EXACT_FLOAT and ma * mb * inner < _EXACT_FLOAT:
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
     ma = fmpz_mat(a.shape[0], a.shape[1], [int(v) for v in a.ravel().tolist()])
     mb = fmpz_mat(b.shape[0], b.shape[1], [int(v) for v in b.ravel().tolist()])
@@ -132,7 +133,7 @@ class _ExpTables:
                     hi.append(one)
                     continue
                 v = (arb(-g) / step).exp() * scale
-                lo.append(int(v.lower().floor().unique_fmpz()))
+                lo.append(max(int(v.lower().floor().unique_fmpz()), 0))
                 hi.append(min(int(v.upper().ceil().unique_fmpz()), one))
         return lo, hi
 

@@ -143,9 +143,12 @@ def certify(ball: Callable[[int], object], places: int, *,
     alike.  Two ways end a value that sits extremely close to a boundary:
 
     * ``compare(q)`` (optional) returns the exact sign of ``value - q`` for a
-      rational q.  After ``SIDED_PREC`` bits the rounding is decided by the
-      exact side of the two boundaries around the enclosure, so a value within
-      ``e**-45000`` of a boundary costs no more than any other;
+      rational q.  Once the enclosure (at ``SIDED_PREC`` bits or more) is
+      narrower than the decimal grid but still astride a boundary, the rounding
+      is decided by the exact side of the boundaries around it, so a value
+      within ``e**-45000`` of a boundary costs no more than any other.  (A huge
+      value, 10**1000, first needs enough bits for its last printed place: the
+      precision keeps doubling until the ball is narrower than the grid);
     * ``exact()`` (optional) returns the value as a ``Fraction`` when it is
       rational (a value exactly on a boundary), consulted at ``MAX_PREC``.
 
@@ -154,19 +157,20 @@ def certify(ball: Callable[[int], object], places: int, *,
     """
     check_places(places)
     prec = start_prec
-    cap = SIDED_PREC if compare is not None else MAX_PREC
-    mid = None
-    while prec <= cap:
+    while prec <= MAX_PREC:
         with working_precision(prec):
             b = ball(prec)
             k = _decide(b, places)
-            if k is None and b.is_finite():
-                mid = round(arb_to_fraction(b.mid()) * 10 ** places)
+            # narrow against the decimal grid, yet astride a boundary: after SIDED_PREC
+            # bits the exact sides decide it (the guess is within one of the answer)
+            if k is None and compare is not None and prec >= SIDED_PREC and b.is_finite() \
+                    and b.rad() * 10 ** places < 1:
+                return format_scaled(
+                    _sides(compare, round(arb_to_fraction(b.mid()) * 10 ** places), places),
+                    places)
         if k is not None:
             return format_scaled(k, places)
         prec *= 2
-    if compare is not None and mid is not None:
-        return format_scaled(_sides(compare, mid, places), places)
     q = exact() if exact is not None else None
     if q is None:
         raise InputError(

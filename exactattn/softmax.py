@@ -200,10 +200,18 @@ class SoftmaxRow:
             return cache[1]
         from flint import arb
         inv = None if self.divisor_squared is None else 1 / arb(fmpq_of(self.divisor_squared)).sqrt()
+        # a term below exp(-K) (K = prec + 64 > (prec + 64) ln 2) is enclosed by [0, 2^-K]
+        # without computing exp to the precision its exponent would need: a gap of
+        # 10^8000 costs no more than a gap of 1
+        K = prec + 64
+        bound = K * K * (1 if self.divisor_squared is None else self.divisor_squared)
+        negligible = arb(0, arb(2) ** -K)
         balls = {}
         for g in self.counts:
             if self.paired:
                 balls[g] = (arb(fmpq_of(g[0])) * inv + arb(fmpq_of(g[1]))).exp()
+            elif g < -K and g * g > bound:
+                balls[g] = negligible
             else:
                 a = arb(fmpq_of(g))
                 balls[g] = (a if inv is None else a * inv).exp()

@@ -54,3 +54,54 @@ def test_pencil_and_fast_agree_on_large_causal_scores(seed):
             [[pencil.share(i, j).decimal(places) for j in range(n)] for i in range(n)]
         assert fast.output_decimals(places) == pencil.output_decimals(places) == \
             [[pencil.output(i, c).decimal(places) for c in range(d)] for i in range(n)]
+
+
+# ------------------------------------------------------- astronomical magnitudes cost little
+ASTRONOMICAL = {
+    "divisor 1e-4000": (dict(divisor="1e-4000"), [[1], [2], [3]], [["1"]] * 3),
+    "entries 6e1000": ({}, [["6e1000"], ["4e1000"]], [["1"]] * 3),
+    "weight 1e4000": ({}, [[1], [2]], [["1e4000"], ["1"], ["1"]]),
+    "entries 1e200": ({}, [["1e200"], ["2e200"], ["3e200"], ["-1e200"]], [["1"]] * 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ASTRONOMICAL))
+def test_astronomical_inputs_are_decided_from_a_bound_on_the_gap(name, monkeypatch):
+    # the work is bounded by precision, not by wall time: with at most 2^13 bits allowed,
+    # a gap of 10^8000 must still be decided (exp is never computed to that precision)
+    from exactattn import digits
+    monkeypatch.setattr(digits, "MAX_PREC", 1 << 13)
+    kwargs, x, (wq, wk, wv) = ASTRONOMICAL[name]
+    head = Head([wq], [wk], [wv], **kwargs)
+    for engine in ("pencil", "fast"):
+        t = attend(head, x, engine=engine)
+        shares = t.share_decimals(4)
+        assert all(row.count("1.0000") == 1 and row.count("0.0000") == len(row) - 1
+                   for row in shares) or name == "entries 1e200"
+        outs = t.output_decimals(4)
+        assert outs == [[t.output(i, 0).decimal(4)] for i in range(t.n)]
+
+
+def test_a_huge_output_prints_every_digit():
+    t = attend(Head([[1]], [[1]], [[1]]), [["6e1000"], ["4e1000"]])
+    assert t.output_decimals(2) == [["6" + "0" * 1000 + ".00"]] * 2
+
+
+@pytest.mark.parametrize("tokens,W_V,argv,cell", [
+    # one key dominates by a gap of 90,000: the outputs and shares lie within e^-90000
+    # of a rounding boundary, on its known side
+    ([[300], [0]], [["0.0000005"]], [], ("1", "0.0001")),
+    ([[300], [300], [0]], [[1]], ["--digits", "0"], ("1", "0")),
+    ([[300]] * 8 + [[0]], [[1]], ["--digits", "2"], ("1", "0.12")),
+])
+def test_values_within_e_to_the_minus_gap_of_a_boundary_print_from_the_cli(
+        tokens, W_V, argv, cell, tmp_path, capsys):
+    import json
+    from exactattn.cli import main
+    spec = tmp_path / "h.json"
+    spec.write_text(json.dumps({"tokens": [{"x": t} for t in tokens], "W_Q": [[1]],
+                                "W_K": [[1]], "W_V": W_V}))
+    assert main(["scores", "--spec", str(spec), *argv]) == 0
+    out = capsys.readouterr().out
+    row, value = cell
+    assert any(line.split()[:2] == [row, value] for line in out.splitlines()), out

@@ -229,6 +229,16 @@ def test_causal_alignment_every_shape(L, S, alignment):
     assert rep.passed is (L == S)      # the alignments differ in some row exactly when L != S
 
 
+def test_causal_alignment_torch_folds_bottom_right_without_its_bias():
+    _torch()
+    from exactattn.verify.impls import TorchImpl, make_call
+    p = Problem.from_arrays([[0], [1]], [[0], [1], [2]], [[1], [2], [4]])
+    call = make_call(p, Policy(causal=True, alignment="bottom_right"), "float64")
+    # lower_right_bias=False (what flop_counts uses) folds the rule into a boolean mask
+    assert np.allclose(TorchImpl(lower_right_bias=False)(call), NumpyImpl()(call))
+    assert np.allclose(TorchImpl()(call), NumpyImpl()(call))
+
+
 # ----------------------------------------------------------------- masked rows
 
 def test_masked_rows_empty_row_policies():

@@ -30,6 +30,10 @@ from exactattn.online import all_splits, online_softmax
 from exactattn.properties import (AttentionInput, Implementation, PropertyFailure,
                                   attend_as_function, input_from_head, reference)
 from exactattn.softmax import SoftmaxRow
+from exactattn.verify import Problem, Reference, verify
+from exactattn.verify.adapter import Call, FunctionImpl, ImplRaised, make_call
+from exactattn.verify.compare import Tolerance, hard, judge, tolerance_for, within
+from exactattn.verify.formats import float_format
 
 CHRONICLE = chronicle()
 CHRONICLE_INPUT = input_from_head(CHRONICLE.head, CHRONICLE.x)
@@ -631,6 +635,126 @@ def test_masks_arrive_in_the_form_asked_for():
     assert seen == {"bool_keep": [[True, False], [True, True]],
                     "bool_drop": [[False, True], [False, False]],
                     "additive": [[0.0, -math.inf], [0.0, 0.0]]}
+
+
+# ---------------------------------------------------------------- one checker stack
+def raises_for_two_keys(queries, keys, values, *, mask=None, scale=None):
+    if keys.shape[0] >= 2:
+        raise ValueError("two\nkeys")
+    return numpy_attention(queries, keys, values, mask=mask, scale=scale)
+
+
+def test_a_function_that_raises_fails_the_property_with_the_exception_named():
+    inp = AttentionInput([[1]], [[1], [0]], [[1], [3]])
+    with pytest.raises(PropertyFailure) as info:
+        P.check_rows_sum_to_one(raises_for_two_keys, inp)
+    assert str(info.value) == "\n".join([
+        "property failed: every row of shares sums to exactly 1",
+        "  function: raises_for_two_keys (float; tolerance from the returned dtype; "
+        "|got - exact| <= atol + rtol*M)",
+        "  input: AttentionInput(queries=[[1]], keys=[[1], [0]], values=[[1], [3]], mask=None, "
+        "policy=Policy())",
+        "  raises_for_two_keys raised ValueError: two keys"])
+    cause = info.value.__cause__
+    assert type(cause) is ImplRaised and type(cause.__cause__) is ValueError
+    P.check_all(raises_for_two_keys, AttentionInput([[1]], [[1]], [[1]]))   # one key: no raise
+
+
+def test_a_raising_function_shrinks_like_any_failure():
+    inp = find(eas.attention_inputs(), lambda i: _fails(raises_for_two_keys, i), settings=SHRINK)
+    assert (inp.n_queries, inp.n_keys, inp.d_k, inp.d_v) == (1, 2, 1, 1)
+
+
+def test_an_exact_function_that_raises_fails_the_property():
+    # the head engine knows the causal rule only as itself, not permuted into a mask
+    with pytest.raises(PropertyFailure, match=re.escape(
+            "  attend_as_function raised InputError: mask must be None or the causal mask")):
+        P.check_key_permutation(attend_as_function, CHRONICLE_CAUSAL)
+
+
+def test_the_properties_adapter_is_verifys_adapter():
+    impl = Implementation(numpy_attention, mask_as="bool_drop", dtype="float32")
+    assert type(impl.function) is FunctionImpl
+    assert (impl.function.convention, impl.function.mask_as) == ("mask", "bool_drop")
+    # the same function checked by verify, in ULPs, under a causal bottom_right policy
+    p = Problem.from_arrays([[0], [1]], [[0], [1], [2]], [[1], [2], [4]])
+    policy = Policy(causal=True, alignment="bottom_right")
+    for form in ("bool_keep", "additive"):
+        rep = verify(FunctionImpl(numpy_attention, convention="mask", mask_as=form), p, policy,
+                     "float64")
+        assert rep.passed, rep.summary()
+    # and SDPA's convention reaches the same function through its own names
+    def sdpa_names(query, key, value, *, attn_mask=None, is_causal=False, scale=None):
+        assert not is_causal
+        return numpy_attention(query, key, value, mask=attn_mask, scale=scale)
+    assert verify(FunctionImpl(sdpa_names), p, Policy(), "float64").passed
+
+
+def test_the_one_reference_gives_the_properties_their_exact_values():
+    inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], Mask("additive", [["1/2", 0]]),
+                         Policy(scale=F(2)))
+    ref = Reference(inp.problem, inp.policy)
+    assert reference(inp.queries, inp.keys, inp.values, mask=inp.mask,
+                     scale="1/sqrt(2)") == ref.outputs()
+    assert ref.offsets(0, 0, 0) == [F(1, 2), F(0)]
+
+
+CAUSAL_CALL = Call(np.zeros((2, 1)), np.zeros((3, 1)), np.zeros((3, 1)), "float64",
+                   is_causal=True, alignment="bottom_right",
+                   attn_mask=np.array([[0.0, -math.inf, 0.0], [0.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("form, fold, want", [
+    (None, False, [[0.0, -math.inf, 0.0], [0.0, 0.0, 0.0]]),
+    (None, True, [[0.0, -math.inf, -math.inf], [0.0, 0.0, 0.0]]),
+    ("bool_keep", True, [[True, False, False], [True, True, True]]),
+    ("bool_drop", True, [[False, True, True], [False, False, False]]),
+    ("bool_drop", False, [[False, True, False], [False, False, False]]),
+])
+def test_masks_reach_the_function_in_any_form_with_the_causal_rule_folded(form, fold, want):
+    got = CAUSAL_CALL.mask_in(form, fold=fold)
+    assert got.tolist() == want and got.dtype == (bool if form else np.float64)
+
+
+def test_an_additive_mask_with_offsets_cannot_arrive_as_booleans():
+    call = Call(np.zeros((1, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+                attn_mask=np.array([[0.5, 0.0]]))
+    with pytest.raises(InputError, match=re.escape("mask_as must be 'additive' for an additive "
+                                                   "mask with finite offsets (got 'bool_keep')")):
+        call.mask_in("bool_keep")
+
+
+def test_the_adapter_says_which_argument_a_function_lacks():
+    call = make_call(Problem.from_arrays([[1]], [[1]], [[1]]), Policy(scale=1), "float64")
+    with pytest.raises(InputError, match=re.escape(
+            "no_scale must take scale= for this call (got a function without it)")):
+        FunctionImpl(lambda queries, keys, values, *, mask=None: values, convention="mask",
+                     name="no_scale").answer(call)
+    with pytest.raises(InputError, match=re.escape("convention must be one of sdpa, mask (got 'jax')")):
+        FunctionImpl(numpy_attention, convention="jax")
+    with pytest.raises(InputError, match=re.escape("convert must be None with arrays='torch'")):
+        FunctionImpl(numpy_attention, arrays="torch", convert=np.asarray)
+
+
+def test_the_returned_dtype_is_kept_and_sets_the_tolerance():
+    call = make_call(Problem.from_arrays([[1]], [[1]], [[1]]), Policy(), "float64")
+    answer = FunctionImpl(lambda query, key, value: value.astype(np.float16)).answer(call)
+    assert (answer.values.dtype, answer.dtype) == (np.float64, "float16")
+    typed_equal(tolerance_for("float64", "float32"), Tolerance(1e-5, 1e-6, "float32"))
+    typed_equal(tolerance_for("bfloat16", "float64"), Tolerance(2e-2, 1e-2, "bfloat16"))
+    typed_equal(tolerance_for("int64", "float64", rtol=0, atol=0.5),
+                Tolerance(0.0, 0.5, "int64", True))
+    assert tolerance_for("float32", rtol=1e-3).describe() == "rtol=0.001, atol=1e-06 from float32"
+
+
+def test_hard_failures_are_one_rule_in_both_modes():
+    tol = tolerance_for("float64")
+    fmt = float_format("float32")
+    for got in (math.nan, math.inf, -math.inf):
+        assert hard(got, 0.5) is True and within(got, F(1, 2), 1, tol) is False
+        assert judge(got, 0.5, None, 0.5, fmt, lambda: F(1, 2), 10 ** 6).status == "hard"
+    assert hard(0.5, math.nan) is True and judge(0.5, math.nan, None, 0, fmt, None, 4).status == "hard"
+    assert hard(math.inf, math.inf) is False and within(math.nan, math.nan, 1, tol) is True
 
 
 # ---------------------------------------------------------------- docs/properties.md runs

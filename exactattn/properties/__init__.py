@@ -65,11 +65,21 @@ Lindemann-Weierstrass a sum of exponentials with distinct exponents is zero
 only when every coefficient is zero, and a non-zero one's sign is decided
 from ``arb`` enclosures tightened until they exclude 0.
 
+A function that raises fails the property it was called for: the report
+names the exception in one line, and the exception is chained, so Hypothesis
+shrinks the input as for any other failure.
+
+One checker stack: the checks are thin layers on :mod:`exactattn.verify`.
+The exact values are :class:`exactattn.verify.Reference`'s; a float function
+is called by :class:`exactattn.verify.adapter.FunctionImpl` (``mask``
+convention) and compared by :mod:`exactattn.verify.compare` (rtol/atol mode).
+
 Modules: :mod:`~exactattn.properties.inputs` (the input),
 :mod:`~exactattn.properties.reference` (the exact reference and the exact
 functions), :mod:`~exactattn.properties.implementation` (calling a function),
 :mod:`~exactattn.properties.compare`, :mod:`~exactattn.properties.checks`
-(function checks), :mod:`~exactattn.properties.head_checks` (checks of
+(checks of one run), :mod:`~exactattn.properties.invariance` (checks
+comparing two runs), :mod:`~exactattn.properties.head_checks` (checks of
 exactattn itself) and :mod:`~exactattn.properties.report` (the failure text).
 
 >>> inp = AttentionInput([[0], [1]], [[0], [1]], [[1], [3]], policy=Policy(scale=1))
@@ -89,14 +99,15 @@ exactattn.properties.PropertyFailure: property failed: every row of shares sums 
 
 from ..call import MASK_KINDS, Mask, Policy
 from .checks import (check_all, check_causal_first_output, check_identical_queries,
-                     check_key_bias_cancels, check_key_permutation, check_masked_entries_ignored,
                      check_matches_reference, check_outputs_within_values,
-                     check_query_permutation, check_rows_sum_to_one, check_share_support,
-                     check_shift_invariance, check_value_bias_shifts)
+                     check_rows_sum_to_one, check_share_support)
 from .head_checks import (check_bias_cancels, check_cost, check_identical_tokens,
                           check_masked_entries_absent, check_online_softmax)
 from .implementation import MASK_FORMS, TOLERANCES, Implementation
 from .inputs import AttentionInput, input_from_head
+from .invariance import (check_key_bias_cancels, check_key_permutation,
+                         check_masked_entries_ignored, check_query_permutation,
+                         check_shift_invariance, check_value_bias_shifts)
 from .reference import attend_as_function, reference
 from .report import PropertyFailure
 

@@ -1,11 +1,12 @@
-"""How results are compared: exactly for exact functions, within the tolerance for float ones.
+"""How results are compared: exactly for exact functions, by verify's comparison module for float ones.
 
 Exact entries are ``Fraction`` or :class:`~exactattn.softmax.ExpRatio`; every
 comparison is the value type's own (``==``, ``<``, exact by
-Lindemann-Weierstrass).  A float result ``got`` passes against an exact
-``want`` when ``|got - want| <= atol + rtol * M`` (``M`` the largest
-``|value|`` of the output column, 1 for shares), and two float results of
-one function agree within twice that.
+Lindemann-Weierstrass).  Float results are compared by
+:mod:`exactattn.verify.compare` in its rtol/atol mode, with the result's
+:class:`~exactattn.verify.compare.Tolerance`: ``|got - want| <= atol + rtol *
+M`` (``M`` the largest ``|value|`` of the output column, 1 for shares), two
+results of one function within twice that.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Iterable, Sequence
 import flint  # noqa: F401  (loaded with the checks, not inside the first example Hypothesis times)
 
 from ..softmax import ExpRatio
+from ..verify import compare
 from .implementation import Result
 
 __all__ = ["at_least", "at_most", "column_scales", "equals", "exact_sum", "identity", "is_nan",
@@ -57,34 +59,30 @@ def is_nan(res: Result, x) -> bool:
     return _nan(x) if res.exact else math.isnan(x)
 
 
-def _tol(res: Result, M: Fraction) -> float:
-    return res.atol + res.rtol * float(M)
-
-
 def same(res: Result, a, b, M: Fraction) -> bool:
     """Two results of the function agree: exactly, or within twice the tolerance."""
     if res.exact:
         return not _nan(a) and not _nan(b) and a == b
-    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 2 * _tol(res, M)
+    return compare.agree(a, b, M, res.tolerance)
 
 
 def equals(res: Result, got, want, M: Fraction) -> bool:
     """A result equals an exact value (``Fraction`` or ``ExpRatio``)."""
     if res.exact:
         return not _nan(got) and got == want
-    return math.isfinite(got) and abs(got - float(want)) <= _tol(res, M)
+    return compare.within(got, want, M, res.tolerance)
 
 
 def at_least(res: Result, got, lo: Fraction, M: Fraction) -> bool:
     if res.exact:
         return not _nan(got) and got >= lo
-    return math.isfinite(got) and got >= float(lo) - _tol(res, M)
+    return compare.at_least(got, lo, M, res.tolerance)
 
 
 def at_most(res: Result, got, hi: Fraction, M: Fraction) -> bool:
     if res.exact:
         return not _nan(got) and got <= hi
-    return math.isfinite(got) and got <= float(hi) + _tol(res, M)
+    return compare.at_most(got, hi, M, res.tolerance)
 
 
 def plus(res: Result, a, q: Fraction):

@@ -13,7 +13,7 @@ from ..call import divisor_text
 from ..errors import InputError, ShapeError
 from ..head import Head, attend
 from ..online import all_splits, online_softmax
-from .checks import read_bias
+from .invariance import read_bias
 from .inputs import AttentionInput
 from .report import PropertyFailure, fail, head_fail
 from .reference import selector_head

@@ -1,39 +1,44 @@
-"""The adapter for an attention function under test: how it is called, how its result is read.
+"""The function under test as the property checks call it: a thin layer on verify's one adapter.
 
-``fn(queries, keys, values, *, mask=None, scale=None) -> outputs`` gets the
-input's numbers, the mask (the explicit one with the causal rule folded in,
-:meth:`~exactattn.properties.AttentionInput.effective_mask`) in the form it
-asked for, and the policy's scale (None for the default 1/sqrt(d_k)).  Float
-functions get numpy arrays; exact ones lists of ``Fraction``.  The adapter
-computes nothing exact itself: its results are compared by
-:mod:`exactattn.properties.compare`.
+``fn(queries, keys, values, *, mask=None, scale=None) -> outputs``.  A float
+function is called by :class:`~exactattn.verify.adapter.FunctionImpl` in its
+``mask`` convention on the :class:`~exactattn.verify.adapter.Call` of the
+input (:func:`~exactattn.verify.adapter.make_call` of
+:attr:`AttentionInput.problem <exactattn.properties.AttentionInput.problem>`
+under the input's policy): numpy arrays of the dtype, the mask (the explicit
+one with the causal rule folded in) in the form asked for, the policy's
+scale (None for the default 1/sqrt(d_k)).  Its answer keeps the dtype it came
+back in, which sets the tolerance (:func:`~exactattn.verify.compare.tolerance_for`).
+
+An exact function (``exact=True``) gets lists of ``Fraction``, the scale as a
+``Fraction`` or a sympy ``1/sqrt(D)``, the :class:`~exactattn.call.Mask`
+itself, and returns ``Fraction`` or :class:`~exactattn.softmax.ExpRatio`
+entries.  Whatever either kind raises becomes
+:class:`~exactattn.verify.adapter.ImplRaised`, which a check reports as its
+property failing.
 """
 
 from __future__ import annotations
 
-import math
+import functools
+import inspect
 from fractions import Fraction
 from typing import Callable
 
-from ..call import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, float_scale
-from ..options import check_choice
+from ..call import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS
 from ..errors import InputError
 from ..exact import rational_sqrt
+from ..options import check_choice
 from ..softmax import ExpRatio
+from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, make_call
+from ..verify.compare import TOLERANCES, Tolerance, check_tolerance, tolerance_for
 from .reference import attend_as_function, reference
-from .report import PropertyFailure
+from .report import PropertyFailure, failure
 
 __all__ = ["MASK_FORMS", "TOLERANCES", "Implementation", "Result", "as_implementation",
-           "exact_entry"]
+           "exact_entry", "property_check"]
 
 MASK_FORMS = (*MASK_KINDS, "mask")
-TOLERANCES = {  # dtype -> (rtol, atol)
-    "float64": (1e-12, 1e-12),
-    "float32": (1e-5, 1e-6),
-    "float16": (1e-2, 1e-3),
-    "bfloat16": (2e-2, 1e-2),
-}
-_INPUT_DTYPES = ("float64", "float32", "float16")
 
 
 def exact_entry(value, where: str) -> Fraction | ExpRatio:
@@ -48,22 +53,13 @@ def exact_entry(value, where: str) -> Fraction | ExpRatio:
                      f"(got {value!r})")
 
 
-def _tolerance(name: str, value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
-            or not math.isfinite(value):
-        raise InputError(f"{name} must be a non-negative finite number (got {value!r})")
-    return float(value)
-
-
 class Result:
-    """One call's outputs (n_q x d_v): exact entries, or floats with the tolerance they get."""
+    """One call's outputs (n_q x d_v): exact entries, or floats with the :class:`Tolerance` they get."""
 
-    __slots__ = ("rows", "exact", "rtol", "atol", "dtype")
+    __slots__ = ("rows", "exact", "tolerance")
 
-    def __init__(self, rows, exact: bool, rtol: float = 0.0, atol: float = 0.0, dtype: str = ""):
-        self.rows, self.exact, self.rtol, self.atol, self.dtype = rows, exact, rtol, atol, dtype
+    def __init__(self, rows, exact: bool, tolerance: Tolerance | None = None):
+        self.rows, self.exact, self.tolerance = rows, exact, tolerance
 
 
 class Implementation:
@@ -107,49 +103,44 @@ class Implementation:
             raise InputError(f"fn must be callable (got {fn!r})")
         if not isinstance(exact, bool):
             raise InputError(f"exact must be True or False (got {exact!r})")
-        check_choice(dtype, "dtype", _INPUT_DTYPES)
-        if convert is not None and not callable(convert):
-            raise InputError(f"convert must be callable or None (got {convert!r})")
+        check_choice(dtype, "dtype", tuple(NUMPY_DTYPES))
         mask_as = check_choice(mask_as if mask_as is not None else
                                ("mask" if exact else "bool_keep"), "mask_as", MASK_FORMS)
         if empty_row is not None:
             check_choice(empty_row, "empty_row", EMPTY_ROWS)
         if name is not None and not isinstance(name, str):
             raise InputError(f"name must be a string (got {name!r})")
-        self.fn, self.exact, self.dtype, self.convert = fn, exact, dtype, convert
+        if exact and convert is not None:
+            raise InputError(f"convert must be None for an exact function (got {convert!r}); "
+                             "exact functions get lists of Fraction")
+        self.fn, self.exact, self.dtype = fn, exact, dtype
         self.mask_as, self.empty_row = mask_as, empty_row
-        self.rtol, self.atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+        self.rtol, self.atol = check_tolerance("rtol", rtol), check_tolerance("atol", atol)
         self.name = name or getattr(fn, "__name__", None) or repr(fn)
+        self.function = None if exact else FunctionImpl(
+            fn, convention="mask", mask_as="bool_keep" if mask_as == "mask" else mask_as,
+            convert=convert, name=self.name)
 
     def describe(self, result: Result | None = None) -> str:
         """The function and its tolerance, as a report names them."""
         if self.exact:
             return f"{self.name} (exact)"
-        if result is None:
-            tol = "tolerance from the returned dtype"
-        else:
-            src = "given" if self.rtol is not None and self.atol is not None else \
-                f"from {result.dtype}"
-            tol = f"rtol={result.rtol:g}, atol={result.atol:g} {src}"
+        tol = "tolerance from the returned dtype" if result is None else \
+            result.tolerance.describe()
         return f"{self.name} (float; {tol}; |got - exact| <= atol + rtol*M)"
 
     def empty_row_for(self, inp) -> str:
         """What this function gives an empty row of ``inp``: its own setting, else the policy's."""
         return self.empty_row or inp.policy.empty_row
 
-    def scale_arg(self, inp):
-        """The ``scale`` argument for ``inp``: None (default), else 1/sqrt(D) (1 for no scaling).
-
-        Exact functions get a ``Fraction`` or a sympy ``1/sqrt(D)``; float
-        functions the float nearest the exact scale.
-        """
+    @staticmethod
+    def exact_scale(inp):
+        """An exact function's ``scale``: None (default), else a ``Fraction`` or a sympy ``1/sqrt(D)``."""
         D = inp.policy.scale
         if D == DEFAULT_SCALE:
             return None
         if D is None:
-            return Fraction(1) if self.exact else 1.0
-        if not self.exact:
-            return float_scale(D)
+            return Fraction(1)
         root = rational_sqrt(D)
         if root is not None:
             return 1 / root
@@ -157,50 +148,34 @@ class Implementation:
         return 1 / sympy.sqrt(sympy.Rational(D.numerator, D.denominator))
 
     def __call__(self, inp) -> Result:
-        """Call the function on ``inp`` and read its outputs (n_q x d_v)."""
-        mask = inp.effective_mask()
-        scale = self.scale_arg(inp)
-        if self.exact:
-            if mask is not None and self.mask_as != "mask":
-                mask = mask.as_form(self.mask_as)
-            out = self.fn([list(r) for r in inp.queries], [list(r) for r in inp.keys],
-                          [list(r) for r in inp.values], mask=mask, scale=scale)
-            rows = [[exact_entry(e, f"outputs[{i}][{c}]") for c, e in enumerate(r)]
-                    for i, r in enumerate(out)]
-            if len(rows) != inp.n_queries or any(len(r) != inp.d_v for r in rows):
-                self._wrong_shape(inp, f"{len(rows)} x {[len(r) for r in rows]}")
-            return Result(rows, True)
-        import numpy as np
-        conv = self.convert or (lambda a: a)
+        """Call the function on ``inp`` and read its outputs (n_q x d_v).
 
-        def arr(m):
-            return conv(np.array([[float(e) for e in r] for r in m], dtype=self.dtype))
-        if mask is not None:
-            form = "bool_keep" if self.mask_as == "mask" else self.mask_as
-            m = mask.as_form(form)
-            if form == "additive":
-                mask = conv(np.array([[-math.inf if e is None else float(e) for e in r]
-                                      for r in m], dtype=self.dtype))
-            else:
-                mask = conv(np.array(m, dtype=bool))
-        out = self.fn(arr(inp.queries), arr(inp.keys), arr(inp.values), mask=mask, scale=scale)
-        if hasattr(out, "detach"):  # a PyTorch tensor: bfloat16 has no numpy dtype
-            out = out.detach().cpu()
-            dtype = str(out.dtype).replace("torch.", "")
-            out = out.double().numpy()
-        else:
-            out = np.asarray(out)
-            dtype = out.dtype.name
-        # the looser of the input dtype and the returned one: float32 inputs upcast
-        # to float64 still carry float32's rounding
-        if TOLERANCES.get(dtype, TOLERANCES["float64"]) < TOLERANCES[self.dtype]:
-            dtype = self.dtype
-        rtol, atol = TOLERANCES.get(dtype, TOLERANCES["float64"])
-        rtol = self.rtol if self.rtol is not None else rtol
-        atol = self.atol if self.atol is not None else atol
-        if out.shape != (inp.n_queries, inp.d_v):
-            self._wrong_shape(inp, f"shape {tuple(out.shape)}")
-        return Result(out.astype(np.float64).tolist(), False, rtol, atol, dtype)
+        Raises:
+            ImplRaised: the function raised.
+            PropertyFailure: outputs of the wrong shape.
+        """
+        if self.exact:
+            return self._exact(inp)
+        answer = self.function.answer(make_call(inp.problem, inp.policy, self.dtype))
+        if answer.values.shape != (inp.n_queries, inp.d_v):
+            self._wrong_shape(inp, f"shape {tuple(answer.values.shape)}")
+        return Result(answer.values.tolist(), False,
+                      tolerance_for(answer.dtype, self.dtype, self.rtol, self.atol))
+
+    def _exact(self, inp) -> Result:
+        mask = inp.effective_mask()
+        if mask is not None and self.mask_as != "mask":
+            mask = mask.as_form(self.mask_as)
+        try:
+            out = self.fn([list(r) for r in inp.queries], [list(r) for r in inp.keys],
+                          [list(r) for r in inp.values], mask=mask, scale=self.exact_scale(inp))
+        except Exception as e:     # the function under test failed on this input
+            raise ImplRaised(e) from e
+        rows = [[exact_entry(e, f"outputs[{i}][{c}]") for c, e in enumerate(r)]
+                for i, r in enumerate(out)]
+        if len(rows) != inp.n_queries or any(len(r) != inp.d_v for r in rows):
+            self._wrong_shape(inp, f"{len(rows)} x {[len(r) for r in rows]}")
+        return Result(rows, True)
 
     def _wrong_shape(self, inp, got: str):
         raise PropertyFailure(f"outputs must be {inp.n_queries} x {inp.d_v} (got {got})\n"
@@ -212,3 +187,25 @@ def as_implementation(fn) -> Implementation:
     if isinstance(fn, Implementation):
         return fn
     return Implementation(fn, exact=fn is reference or fn is attend_as_function)
+
+
+def property_check(prop: str):
+    """Make ``check(impl, inp, ...)`` the function check ``check(fn, inp, ...)`` of the property ``prop``.
+
+    ``fn`` is wrapped by :func:`as_implementation`; a function that raises
+    (:class:`~exactattn.verify.adapter.ImplRaised`) fails the property, the
+    exception named in one line and chained.
+    """
+    def wrap(check):
+        @functools.wraps(check)
+        def run(fn, inp, *args, **kwargs):
+            impl = as_implementation(fn)
+            try:
+                return check(impl, inp, *args, **kwargs)
+            except ImplRaised as e:
+                raise failure(prop, impl.describe(), inp, [f"{impl.name} raised {e.line}"]) from e
+        sig = inspect.signature(check)
+        first, *rest = sig.parameters.values()
+        run.__signature__ = sig.replace(parameters=[first.replace(name="fn"), *rest])
+        return run
+    return wrap

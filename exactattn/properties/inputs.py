@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 from ..call import DEFAULT_SCALE, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..exact import is_symbolic, to_matrix
 from ..head import attend
+from ..verify.problem import Problem
 from .report import input_text
 
 __all__ = ["AttentionInput", "input_from_head"]
@@ -124,6 +126,19 @@ class AttentionInput:
         visibility.
         """
         return self.policy.fold(self.mask, self.n_queries, self.n_keys)
+
+    @cached_property
+    def problem(self) -> Problem:
+        """The input as a one-head :class:`~exactattn.verify.Problem` (L x E, the explicit mask with it).
+
+        What the exact reference (:class:`~exactattn.verify.Reference`) and the
+        adapter (:func:`~exactattn.verify.adapter.make_call`) read, with ``policy``.
+        """
+        mask = self.mask
+        return Problem.from_arrays(self.queries, self.keys, self.values,
+                                   None if mask is None else mask.rows,
+                                   mask_kind="bool_keep" if mask is None else mask.kind,
+                                   name="attention input")
 
     def replace(self, **changes) -> "AttentionInput":
         """A copy with some fields changed (checked again)."""

@@ -1,11 +1,11 @@
-"""The exact reference for an input, and the two exact attention functions exactattn ships.
+"""The exact reference of an input, and the two exact attention functions exactattn ships.
 
-The reference of an :class:`~exactattn.properties.AttentionInput` is one
-:class:`~exactattn.softmax.SoftmaxRow` per query: the raw scores of the keys
-it sees (:func:`exactattn.kernels.score` over ``inp.visible_keys``), the
-policy's divisor squared ``D``, its ``empty_row`` and the mask's additive
-offsets.  It is the same row :mod:`exactattn.verify` builds for its
-reference.
+The exact values of an :class:`~exactattn.properties.AttentionInput` are
+those of :class:`exactattn.verify.Reference` (the one exact reference) for
+its one-head problem (:attr:`AttentionInput.problem
+<exactattn.properties.AttentionInput.problem>`) under its policy: one
+:class:`~exactattn.softmax.SoftmaxRow` per query, the mask's additive offsets
+included.
 
 :func:`reference` and :func:`attend_as_function` present that reference and
 the head engine through the attention-function interface
@@ -21,12 +21,12 @@ from ..call import DEFAULT_SCALE, Mask, Policy, divisor_text, parse_scale
 from ..errors import InputError, ShapeError
 from ..exact import to_matrix
 from ..head import Head, attend
-from ..kernels import score
-from ..softmax import ExpRatio, SoftmaxRow
+from ..softmax import ExpRatio
+from ..verify.reference import Reference
 from .inputs import AttentionInput
 
-__all__ = ["attend_as_function", "exact_outputs", "exact_shares", "policy_scale", "reference",
-           "selector_head", "softmax_rows"]
+__all__ = ["attend_as_function", "exact_outputs", "exact_reference", "exact_shares",
+           "policy_scale", "reference", "selector_head"]
 
 
 def policy_scale(scale: Any) -> Fraction | None | str:
@@ -38,25 +38,20 @@ def policy_scale(scale: Any) -> Fraction | None | str:
     return DEFAULT_SCALE if scale is None else parse_scale(scale)
 
 
-def softmax_rows(inp: AttentionInput, empty_row: str | None = None) -> list[SoftmaxRow]:
-    """The exact softmax row of every query of ``inp`` (``empty_row`` default: the policy's)."""
-    raw, _ = score(inp.queries, inp.keys, inp.visible_keys)
-    D = inp.divisor_squared
-    empty_row = empty_row or inp.policy.empty_row
-    mask = inp.mask
-    return [SoftmaxRow(r, D, empty_row, None if mask is None else mask.offsets(i))
-            for i, r in enumerate(raw)]
+def exact_reference(inp: AttentionInput, empty_row: str | None = None) -> Reference:
+    """The :class:`~exactattn.verify.Reference` of ``inp`` (``empty_row`` default: the policy's)."""
+    policy = inp.policy if empty_row is None else inp.policy.replace(empty_row=empty_row)
+    return Reference(inp.problem, policy)
 
 
 def exact_outputs(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
     """``outputs[i][c] = sum_j shares[i][j] values[j][c]``, exactly (n_q x d_v)."""
-    columns = [[v[c] for v in inp.values] for c in range(inp.d_v)]
-    return [[row.combine(col) for col in columns] for row in softmax_rows(inp, empty_row)]
+    return exact_reference(inp, empty_row).outputs()
 
 
 def exact_shares(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
     """The exact shares (n_q x n_k)."""
-    return [row.shares() for row in softmax_rows(inp, empty_row)]
+    return exact_reference(inp, empty_row).shares()
 
 
 def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,

@@ -16,7 +16,7 @@ from typing import Sequence
 from ..call import DEFAULT_SCALE, Policy
 from ..softmax import ExpRatio
 
-__all__ = ["PropertyFailure", "entry_text", "fail", "head_fail", "input_text", "matrix_text",
+__all__ = ["PropertyFailure", "entry_text", "fail", "failure", "head_fail", "input_text", "matrix_text",
            "policy_text", "row_text", "value_text"]
 
 _DEFAULT_POLICY = Policy()
@@ -77,10 +77,15 @@ def row_text(row: Sequence) -> str:
     return "[" + ", ".join(value_text(x) for x in row) + "]"
 
 
+def failure(prop: str, function: str, inp, lines: list[str]) -> PropertyFailure:
+    """The :class:`PropertyFailure` of a function check: the property, the function, the input, the lines."""
+    text = [f"property failed: {prop}", f"  function: {function}", f"  input: {inp!r}"]
+    return PropertyFailure("\n".join(text + [f"  {line}" for line in lines]))
+
+
 def fail(prop: str, function: str, inp, lines: list[str]):
     """Raise the :class:`PropertyFailure` for a function check."""
-    text = [f"property failed: {prop}", f"  function: {function}", f"  input: {inp!r}"]
-    raise PropertyFailure("\n".join(text + [f"  {line}" for line in lines]))
+    raise failure(prop, function, inp, lines)
 
 
 def head_fail(prop: str, head, x, lines: list[str]):

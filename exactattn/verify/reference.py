@@ -1,5 +1,10 @@
 """The exact answer of one attention call: shares and outputs as exact values, rounded to a dtype.
 
+This is the one exact reference: ``exactattn verify`` and the property checks
+(:mod:`exactattn.properties`, through
+:meth:`AttentionInput.problem <exactattn.properties.AttentionInput.problem>`)
+both read their exact values from :class:`Reference`.
+
 Scores ``query . key`` are exact rationals (python-flint ``fmpq_mat``); each
 row is a :class:`~exactattn.softmax.SoftmaxRow` (an additive mask is its
 ``offsets``), so shares and outputs are exact
@@ -132,6 +137,14 @@ class Reference:
         """The exact output column c of query i of head h: ``sum_j shares[i][j] value[j][c]``."""
         vals = self.problem.value[b, self.kv(h), :, c]
         return self.row(b, h, i).combine(list(vals))
+
+    def shares(self, b: int = 0, h: int = 0) -> list[list[ExpRatio]]:
+        """Every exact share of one head (L x S)."""
+        return [self.row(b, h, i).shares() for i in range(self.L)]
+
+    def outputs(self, b: int = 0, h: int = 0) -> list[list[ExpRatio]]:
+        """Every exact output of one head (L x E_v)."""
+        return [[self.output(b, h, i, c) for c in range(self.Ev)] for i in range(self.L)]
 
     def magnitude_row(self, b: int, h: int, i: int, c: int) -> ExpRatio:
         """``sum_j shares[i][j] |value[j][c]|``: the size of the terms an output adds up."""

@@ -1,0 +1,351 @@
+"""The one adapter for an attention function under test: the call it gets, how it is called, how its answer is read.
+
+Every float implementation, ``exactattn verify``'s and the property checks',
+is called with one :class:`Call` (the arguments of PyTorch's
+``scaled_dot_product_attention`` as float64 numpy arrays holding floats of the
+checked dtype, plus the policy's ``alignment`` and ``gqa`` map);
+:func:`make_call` builds it from a :class:`~exactattn.verify.Problem` and a
+:class:`~exactattn.call.Policy`.
+
+:class:`FunctionImpl` calls any function in one of two conventions:
+
+* ``convention="sdpa"`` (default): ``f(query, key, value, *, attn_mask=None,
+  is_causal=False, scale=None, enable_gqa=False)``, handed each argument only
+  when the call needs it, and ``alignment``, ``gqa`` and ``dtype`` when its
+  signature takes them (or ``**kwargs``);
+* ``convention="mask"``: ``f(queries, keys, values, *, mask=None,
+  scale=None)``, the interface of :mod:`exactattn.properties`, with the causal
+  rule folded into the mask (:meth:`Policy.fold <exactattn.call.Policy.fold>`).
+
+The mask arrives in ``mask_as`` form: ``bool_keep`` (True = attend),
+``bool_drop`` (True = ignore) or ``additive`` (floats, ``-inf`` hides); None
+keeps SDPA's (boolean True = attend, or additive floats).  Arrays are numpy
+arrays of the dtype, torch tensors (``arrays="torch"``, bfloat16 included) or
+whatever ``convert`` makes of the numpy arrays.  :meth:`FunctionImpl.answer`
+reads the result with the dtype it came back in (:class:`Answer`), so a
+tolerance can follow it.  Whatever the function raises becomes
+:class:`ImplRaised`, the one hard failure of an implementation.
+
+>>> import numpy as np
+>>> from exactattn.verify.problem import Problem
+>>> call = make_call(Problem.from_arrays([[0], [0]], [[0], [0]], [[1], [3]]), Policy(causal=True),
+...                  "float32")
+>>> def mean(queries, keys, values, *, mask=None, scale=None):   # the mean of the visible values
+...     keep = mask.astype(values.dtype)
+...     return keep @ values / keep.sum(axis=-1, keepdims=True)
+>>> answer = FunctionImpl(mean, convention="mask").answer(call)
+>>> answer.values.tolist(), answer.dtype
+([[1.0], [2.0]], 'float32')
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..call import DEFAULT_SCALE, MASK_KINDS, Mask, Policy, float_scale
+from ..errors import InputError, ShapeError, shorten
+from ..options import check_choice
+
+__all__ = ["ARRAYS", "Answer", "CONVENTIONS", "Call", "FunctionImpl", "Impl", "ImplRaised",
+           "NUMPY_DTYPES", "make_call", "read_answer"]
+
+NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
+CONVENTIONS = ("sdpa", "mask")
+ARRAYS = ("numpy", "torch")
+
+
+@dataclass
+class Call:
+    """One attention call in SDPA's terms, with the policy hints an implementation may honour.
+
+    Shapes (the caller's rank: L x E, H x L x E or B x H x L x E): query
+    ... x H_q x L x E; key ... x H_kv x S x E; value ... x H_kv x S x E_v;
+    attn_mask None, or ... x L x S booleans (True = attend) or float64
+    additive (``-inf`` hides).  ``scale`` None means the implementation's own
+    default 1/sqrt(E).
+    """
+
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+    dtype: str
+    scale: float | None = None
+    is_causal: bool = False
+    alignment: str = "top_left"
+    attn_mask: np.ndarray | None = None
+    gqa: str = "interleave"
+
+    @property
+    def enable_gqa(self) -> bool:
+        return self.query.ndim >= 3 and self.query.shape[-3] != self.key.shape[-3]
+
+    def causal_keep(self) -> np.ndarray:
+        """L x S booleans of the causal rule under ``alignment`` (True = attend)."""
+        policy = Policy(causal=True, alignment=self.alignment)
+        return policy.keep(self.query.shape[-2], self.key.shape[-2])
+
+    def kv_index(self) -> list[int]:
+        """For each query head, the key/value head it reads (``gqa`` map)."""
+        if self.query.ndim < 3:
+            return [0]
+        hq, hkv = self.query.shape[-3], self.key.shape[-3]
+        policy = Policy(gqa=self.gqa)
+        return [policy.kv_head(h, hq, hkv) for h in range(hq)]
+
+    def mask_in(self, form: str | None = None, *, fold: bool = False) -> np.ndarray | None:
+        """The mask to hand over: in ``form``, with the causal rule folded in when ``fold``.
+
+        ``form`` None keeps SDPA's convention (booleans True = attend, or
+        additive float64); ``bool_keep``, ``bool_drop`` or ``additive`` (float64,
+        ``-inf`` hides) rewrite it.  Folding is :meth:`Policy.fold
+        <exactattn.call.Policy.fold>` on each (batch, head) block's
+        :class:`~exactattn.call.Mask`.  Shape: the mask's, or L x S without one.
+
+        Raises:
+            InputError: an additive mask with finite offsets asked for as booleans.
+
+        >>> call = Call(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+        ...             is_causal=True)
+        >>> call.mask_in("additive", fold=True).tolist()
+        [[0.0, -inf], [0.0, 0.0]]
+        """
+        policy = Policy(causal=fold and self.is_causal, alignment=self.alignment)
+        m = self.attn_mask
+        kind = None if m is None else "bool_keep" if m.dtype == bool else "additive"
+        if not policy.causal and (m is None or form in (None, kind)):
+            return m
+        L, S = self.query.shape[-2], self.key.shape[-2]
+        lead = () if m is None else m.shape[:-2]
+        blocks = [None] if m is None else \
+            [Mask(kind, m[idx], floats="exact") for idx in np.ndindex(*lead)]
+        out = []
+        for block in blocks:
+            folded = policy.fold(block, L, S)
+            want = form or ("additive" if folded.kind == "additive" else "bool_keep")
+            rows = folded.as_form(want)
+            out.append(np.array([[-math.inf if e is None else float(e) for e in r] for r in rows])
+                       if want == "additive" else np.array(rows, dtype=bool))
+        return np.stack(out).reshape(*lead, L, S)
+
+
+class ImplRaised(Exception):
+    """An implementation under test raised; ``line`` says what, in one line.
+
+    Not an :class:`~exactattn.errors.ExactAttnError`: it is the implementation's
+    failure on an input, which ``verify`` reports as a hard failure and a
+    property check as a failed property.
+    """
+
+    def __init__(self, error: BaseException):
+        text = " ".join(str(error).split())
+        self.line = f"{type(error).__name__}: {shorten(text, 200)}" if text else \
+            type(error).__name__
+        super().__init__(self.line)
+
+
+def make_call(problem, policy: Policy, dtype: str) -> Call:
+    """The :class:`Call` for a problem whose entries are floats of ``dtype``.
+
+    The mask is handed over in SDPA's convention (``bool_drop`` inverted);
+    the scale is None under the default policy, 1.0 with no scaling, else the
+    float64 nearest the exact scale.
+    """
+    rank = problem.rank
+    q, k, v = (problem.floats(n) for n in ("query", "key", "value"))
+    mask = None
+    if problem.mask is not None:
+        m = problem.mask
+        kind = problem.mask_kind or policy.mask_kind
+        if kind == "bool_keep":
+            mask = m.astype(bool)
+        elif kind == "bool_drop":
+            mask = ~m.astype(bool)
+        else:
+            mask = np.vectorize(lambda x: -math.inf if x is None else float(x),
+                                otypes=[np.float64])(m)
+        if rank < 4:
+            mask = mask.reshape(mask.shape[4 - rank:])
+    scale = None if policy.scale == DEFAULT_SCALE else \
+        1.0 if policy.scale is None else float_scale(policy.scale)
+    return Call(q, k, v, dtype, scale, policy.causal, policy.alignment, mask, policy.gqa)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An implementation's outputs as float64 (exactly its floats), and the dtype it returned."""
+
+    values: np.ndarray
+    dtype: str
+
+
+def read_answer(out: Any, name: str = "impl") -> Answer:
+    """Read what an implementation returned: any array ``numpy.asarray`` reads, or a torch tensor.
+
+    Raises:
+        ShapeError: something that is not an array of numbers.
+
+    >>> read_answer(np.ones((1, 2), dtype=np.float16)).dtype
+    'float16'
+    """
+    if hasattr(out, "detach"):       # a PyTorch tensor: bfloat16 has no numpy dtype
+        import torch
+        t = out.detach().cpu()
+        return Answer(t.to(torch.float64).numpy(), str(t.dtype).replace("torch.", ""))
+    try:
+        arr = np.asarray(out)
+        return Answer(arr.astype(np.float64), arr.dtype.name)
+    except (TypeError, ValueError):
+        raise ShapeError(f"{name}'s output must be an array of numbers "
+                         f"(got {shorten(type(out).__name__)})") from None
+
+
+class Impl:
+    """An implementation under test: ``impl(call) -> outputs``; ``name`` and the ``dtypes`` it runs."""
+
+    name = "impl"
+    dtypes: tuple = ("float64", "float32", "float16", "bfloat16")
+
+    def dtype_hint(self, dtype: str) -> str:
+        """Why a dtype outside ``dtypes`` is not run, and the fix ("" when none is known)."""
+        return ""
+
+    def answer(self, call: Call) -> Answer:
+        """The outputs read as float64, with the dtype they came back in."""
+        return read_answer(self(call), self.name)
+
+    def __call__(self, call: Call) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class FunctionImpl(Impl):
+    """Any attention function, called in SDPA's convention or the properties' one.
+
+    Args:
+        arrays: ``numpy`` (float64/float32/float16 arrays) or ``torch``
+            (tensors of the dtype, bfloat16 included).
+        convention: ``sdpa`` (``attn_mask=``, ``is_causal=``, ``scale=``,
+            ``enable_gqa=``) or ``mask`` (``mask=``, ``scale=``; the causal
+            rule folded into the mask).
+        mask_as: ``bool_keep``, ``bool_drop`` or ``additive``; None: SDPA's
+            (booleans True = attend, or additive floats).
+        convert: applied to every numpy array argument, the mask included
+            (e.g. ``torch.from_numpy``); only with ``arrays="numpy"``.
+        name: how reports name the function (default: its ``__qualname__``).
+
+    Raises:
+        InputError: a bad argument; at call time, a call that needs an
+            argument the function does not take, or a dtype the arrays cannot
+            hold (bfloat16 with ``arrays="numpy"``).
+
+    >>> def mean_of_values(query, key, value):
+    ...     return np.repeat(value.mean(axis=-2, keepdims=True), query.shape[-2], axis=-2)
+    >>> FunctionImpl(mean_of_values).name
+    'mean_of_values'
+    """
+
+    def __init__(self, fn: Callable, *, arrays: str = "numpy", convention: str = "sdpa",
+                 mask_as: str | None = None, convert: Callable | None = None,
+                 name: str | None = None):
+        if not callable(fn):
+            raise InputError(f"fn must be callable (got {shorten(repr(fn))})")
+        if arrays not in ARRAYS:
+            raise InputError(f"arrays must be numpy or torch (got {arrays!r})")
+        check_choice(convention, "convention", CONVENTIONS)
+        if mask_as is not None:
+            check_choice(mask_as, "mask_as", MASK_KINDS)
+        if convert is not None and not callable(convert):
+            raise InputError(f"convert must be callable or None (got {shorten(repr(convert))})")
+        if convert is not None and arrays != "numpy":
+            raise InputError("convert must be None with arrays='torch' (got a function); "
+                             "convert= works on the numpy arrays, e.g. convert=torch.from_numpy")
+        self.fn, self.arrays, self.convention = fn, arrays, convention
+        self.mask_as, self.convert = mask_as, convert
+        self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
+        self.dtypes = tuple(NUMPY_DTYPES) if arrays == "numpy" else \
+            ("float64", "float32", "float16", "bfloat16")
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        self.var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+        self.accepts = set(params)
+
+    def _takes(self, name: str) -> bool:
+        return self.var_kw or name in self.accepts
+
+    def dtype_hint(self, dtype: str) -> str:
+        if dtype == "bfloat16" and self.arrays == "numpy":
+            return "; numpy has no bfloat16, pass --arrays torch (arrays='torch') for it"
+        return ""
+
+    def _converter(self, dtype: str) -> Callable:
+        """numpy array -> the argument the function gets (floats in ``dtype``, booleans as they are)."""
+        if self.arrays == "numpy":
+            if dtype not in NUMPY_DTYPES:
+                raise InputError(f"dtype must be float64, float32 or float16 for a numpy-array "
+                                 f"impl (got {dtype!r}); use arrays='torch' for bfloat16")
+            dt = NUMPY_DTYPES[dtype]
+            user = self.convert or (lambda a: a)
+            return lambda a: user(a if a.dtype == bool else a.astype(dt))
+        import torch
+        dt = getattr(torch, dtype)
+
+        def to_tensor(a):
+            t = torch.from_numpy(np.ascontiguousarray(a))
+            return t if a.dtype == bool else t.to(dt)
+        return to_tensor
+
+    def _arguments(self, call: Call) -> dict:
+        """The keyword arguments of the call, as numpy arrays (converted later)."""
+        if self.convention == "mask":
+            if call.enable_gqa:
+                raise InputError(f"{self.name} must be called in convention 'sdpa' for grouped "
+                                 "query heads (got convention 'mask', which has no enable_gqa)")
+            always = {"mask": call.mask_in(self.mask_as, fold=True), "scale": call.scale}
+            needed, hints = {}, {}
+        else:
+            always = {}
+            needed = {"attn_mask": call.mask_in(self.mask_as), "scale": call.scale,
+                      "is_causal": call.is_causal or None, "enable_gqa": call.enable_gqa or None}
+            hints = {"alignment": call.alignment, "gqa": call.gqa, "dtype": call.dtype}
+        kwargs: dict = {}
+        for key, val in {**always, **needed}.items():
+            if val is None:
+                if key in always and self._takes(key):
+                    kwargs[key] = None
+                continue
+            if not self._takes(key):
+                raise InputError(f"{self.name} must take {key}= for this call (got a function "
+                                 f"without it); add the argument or drop the {key} option")
+            kwargs[key] = val
+        kwargs.update((k, v) for k, v in hints.items() if self._takes(k))
+        return kwargs
+
+    def answer(self, call: Call) -> Answer:
+        """Call the function on ``call``; its outputs read as float64, with the dtype it returned.
+
+        Raises:
+            ImplRaised: the function (or ``convert``) raised.
+            InputError: see the class.
+            ShapeError: the result is not an array of numbers.
+        """
+        conv = self._converter(call.dtype)
+        kwargs = self._arguments(call)
+        try:
+            args = [conv(a) for a in (call.query, call.key, call.value)]
+            kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+            out = self.fn(*args, **kwargs)
+            if hasattr(out, "detach"):
+                return read_answer(out, self.name)
+        except Exception as e:     # the function under test failed on this input
+            raise ImplRaised(e) from e
+        return read_answer(out, self.name)
+
+    def __call__(self, call: Call) -> np.ndarray:
+        """The outputs as float64 (:meth:`answer` without the dtype)."""
+        return self.answer(call).values

@@ -115,7 +115,7 @@ def _sympy_square(value: Any, name: str) -> Fraction:
     sq = sympy.expand(value ** 2) if getattr(value, "is_number", False) else None
     if sq is None or not sq.is_Rational or value.is_positive is not True:
         raise InputError(
-            f"{name} must be a positive rational or the square root of one (got {value})")
+            f"{name} must be a positive rational or the square root of one (got {shorten(value, quote=True)})")
     return Fraction(int(sq.p), int(sq.q))
 
 
@@ -207,7 +207,8 @@ def float_scale(divisor_squared: Fraction | None) -> float:
     if root is not None:
         return float(1 / root)
     n, d = divisor_squared.numerator, divisor_squared.denominator
-    return float(Fraction(math.isqrt((d << 256) // n), 1 << 128))
+    bits = 128 + max(0, n.bit_length() - d.bit_length()) // 2 + 1   # 128 significant bits
+    return float(Fraction(math.isqrt((d << 2 * bits) // n), 1 << bits))
 
 
 def divisor_text(divisor_squared: Fraction | None) -> str:
@@ -256,7 +257,7 @@ class Policy:
         elif s is not None and s != DEFAULT_SCALE:
             object.__setattr__(self, "scale", parse_scale(s if isinstance(s, str) else str(s)))
         if not isinstance(self.causal, bool):
-            raise InputError(f"causal must be true or false (got {self.causal!r})")
+            raise InputError(f"causal must be true or false (got {shorten(self.causal, quote=True)})")
         check_choice(self.alignment, "alignment", ALIGNMENTS)
         check_choice(self.empty_row, "empty_row", EMPTY_ROWS)
         check_choice(self.mask_kind, "mask_kind", MASK_KINDS)

@@ -8,6 +8,7 @@ user's mistake into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import re
 import importlib
 import sys
 from typing import Sequence
@@ -48,6 +49,9 @@ class _Parser(argparse.ArgumentParser):
         if named.startswith("argument ") and \
                 any(rest.startswith(f + " ") for f in named[len("argument "):].split("/")):
             message = rest
+        # argparse's own messages echo a bad value whole ("invalid choice: '...'"): cut it
+        message = re.sub(r"'([^']{40})[^']+'", lambda m: repr(shorten(m.group(1) + "..", 40)),
+                         message)
         self.exit(2, f"exactattn: error: {message}\n")
 
 
@@ -57,7 +61,7 @@ def _unknown(args, extra: list[str]) -> str:
     got = shorten(" ".join(extra))
     help_ = f"see `exactattn {cmd} --help` for its options"
     if extra[0].startswith("-"):
-        return f"{cmd} takes no option {extra[0].split('=')[0]} (got {got}); {help_}"
+        return f"{cmd} takes no option {shorten(extra[0].split('=')[0])} (got {got}); {help_}"
     return f"{cmd} takes no argument {shorten(extra[0])!r} (got {got}); {help_}"
 
 

@@ -6,6 +6,9 @@ when there is one, so the CLI can print it on one line and exit with status 2.
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
 __all__ = ["ExactAttnError", "InputError", "ShapeError", "FloatInputError", "SpecError", "shorten"]
 
 
@@ -29,10 +32,56 @@ class SpecError(InputError):
     """A spec file is missing, unreadable, truncated or malformed."""
 
 
-def shorten(text: str, limit: int = 40) -> str:
+class _Repr(reprlib.Repr):
+    """``repr`` bounded in depth and length, deterministic (no addresses), safe on any value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict = 3, 8, 8, 4
+        self.maxstring = self.maxother = self.maxlong = 60
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 14_000:   # near Python's 4300-digit limit for writing an integer
+            return f"<an integer of about {int(x.bit_length() * 0.30103)} digits>"
+        return super().repr_int(x, level)
+
+    def repr_instance(self, x, level):
+        try:
+            text = repr(x)
+        except Exception:
+            return f"<{type(x).__name__}>"
+        return text if len(text) <= self.maxother else text[:self.maxother] + "..."
+
+    def repr_Fraction(self, x, level):
+        if max(x.numerator.bit_length(), x.denominator.bit_length()) > 14_000:
+            return "<a Fraction of thousands of digits>"
+        return self.repr_instance(x, level)
+
+
+_REPR = _Repr()
+
+
+def shorten(text: Any, limit: int = 40, *, quote: bool = False) -> str:
     """``text`` cut to ``limit`` characters plus an ellipsis, for echoing a value in a message.
+
+    Anything that is not a ``str`` is written first as its ``repr``, bounded
+    (a few levels, a few items), so a list of a million entries or one nested
+    thousands deep is echoed in a few characters, never written out in full.
+    ``quote=True`` writes a ``str`` as its ``repr`` too, cut before quoting so
+    the quotes stay: the echo of a value that may be text or anything else.
 
     >>> shorten("9" * 50)
     '9999999999999999999999999999999999999999…'
+    >>> shorten(list(range(200_000))), shorten([[[[[1]]]]])
+    ('[0, 1, 2, 3, 4, 5, 6, 7, ...]', '[[[...]]]')
+    >>> shorten("abc", quote=True), shorten(None, quote=True)
+    ("'abc'", 'None')
     """
+    if isinstance(text, str):
+        cut = text if len(text) <= limit else text[:limit] + "\u2026"
+        return repr(cut) if quote else cut
+    try:
+        text = _REPR.repr(text)
+    except Exception:     # a repr that raises: name the type instead
+        text = f"<{type(text).__name__}>"
     return text if len(text) <= limit else text[:limit] + "\u2026"

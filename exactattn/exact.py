@@ -82,22 +82,22 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
     exactattn.errors.InputError: x[0][1] must be a number such as 3, '1/2' or '-0.75' (got 'abc')
     """
     if floats not in FLOAT_POLICIES:
-        raise InputError(f"floats must be None, 'exact' or 'decimal' (got {floats!r})")
+        raise InputError(f"floats must be None, 'exact' or 'decimal' (got {shorten(floats, quote=True)})")
     if isinstance(value, bool):
-        raise InputError(f"{name} must be a number, not a bool (got {value!r})")
+        raise InputError(f"{name} must be a number, not a bool (got {shorten(value, quote=True)})")
     if isinstance(value, Fraction):
         return value
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InputError(f"{name} must be finite (got {value!r})")
+            raise InputError(f"{name} must be finite (got {shorten(value, quote=True)})")
         if floats is None:
             _fail_float(value, name)
         return Fraction(value) if floats == "exact" else Fraction(repr(float(value)))
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
-            raise InputError(f"{name} must be finite (got {value!r})")
+            raise InputError(f"{name} must be finite (got {shorten(value, quote=True)})")
         _check_size(format(value, "e") if abs(value.adjusted()) > MAX_DIGITS else str(value),
                     name)
         return Fraction(value)
@@ -107,9 +107,9 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
         if not _NUMBER_TEXT.match(text):
             low = text.lower().lstrip("+-")
             if low in ("nan", "inf", "infinity"):
-                raise InputError(f"{name} must be finite (got {value!r})")
+                raise InputError(f"{name} must be finite (got {shorten(value, quote=True)})")
             raise InputError(
-                f"{name} must be a number such as 3, '1/2' or '-0.75' (got {value!r})")
+                f"{name} must be a number such as 3, '1/2' or '-0.75' (got {shorten(value, quote=True)})")
         try:
             if "/" in text:
                 num, den = text.split("/")
@@ -117,7 +117,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
             else:
                 result = Fraction(text)
         except ZeroDivisionError:
-            raise InputError(f"{name} must not divide by zero (got {value!r})") from None
+            raise InputError(f"{name} must not divide by zero (got {shorten(value, quote=True)})") from None
         return result
     mod = type(value).__module__
     if mod.startswith("sympy"):
@@ -130,12 +130,12 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
                     f"{name} holds a binary Float ({value}); use sympy.Rational('...') "
                     "or a string so the value stays exact")
             if value.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
-                raise InputError(f"{name} must be finite (got {value})")
+                raise InputError(f"{name} must be finite (got {shorten(str(value))})")
             if value.is_real is False or value.has(sympy.I):
-                raise InputError(f"{name} must be a real number (got {value})")
+                raise InputError(f"{name} must be a real number (got {shorten(str(value))})")
             if not symbolic:
                 raise InputError(
-                    f"{name} must be a rational number for this engine (got {value}); "
+                    f"{name} must be a rational number for this engine (got {shorten(str(value))}); "
                     "pass symbolic=True to allow symbols and expressions")
             return value
     if mod.startswith("flint") and type(value).__name__ in ("fmpq", "fmpz"):
@@ -148,7 +148,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
     if isinstance(value, numbers.Real):  # numpy floats and friends
         fv = float(value)
         if not math.isfinite(fv):
-            raise InputError(f"{name} must be finite (got {value!r})")
+            raise InputError(f"{name} must be finite (got {shorten(value, quote=True)})")
         if floats is None:
             _fail_float(fv, name)
         if floats == "exact":
@@ -157,7 +157,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
         # float32 0.1 is '0.1', while float(...) would widen it to 0.10000000149...)
         return Fraction(str(value) if hasattr(value, "dtype") else repr(fv))
     raise InputError(
-        f"{name} must be a number such as 3, '1/2' or '-0.75' (got {value!r})")
+        f"{name} must be a number such as 3, '1/2' or '-0.75' (got {shorten(value, quote=True)})")
 
 
 #: the largest number of digits, and the largest decimal exponent, read from text

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from .errors import InputError
+from .errors import InputError, shorten
 from .exact import to_matrix
 from .head import Head
 
@@ -216,5 +216,5 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
 def example(name: str) -> Example:
     """Build the built-in example called ``name``."""
     if name not in EXAMPLES:
-        raise InputError(f"example must be one of {', '.join(sorted(EXAMPLES))} (got {name!r})")
+        raise InputError(f"example must be one of {', '.join(sorted(EXAMPLES))} (got {shorten(name, quote=True)})")
     return EXAMPLES[name]()

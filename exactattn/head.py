@@ -50,7 +50,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from .call import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
-from .errors import InputError, ShapeError
+from .errors import InputError, ShapeError, shorten
 from .exact import is_symbolic, rational_sqrt, to_matrix
 from .kernels import common_denominator, mix, project, score, to_fractions
 from .softmax import ExpRatio, SoftmaxRow
@@ -104,9 +104,9 @@ class Head:
     def __init__(self, W_Q, W_K, W_V, *, layout: str = "slots", divisor: Any = _DEFAULT,
                  causal: bool = False, floats: str | None = None, symbolic: bool = False):
         if layout not in LAYOUTS:
-            raise InputError(f"layout must be 'slots' or 'rows' (got {layout!r})")
+            raise InputError(f"layout must be 'slots' or 'rows' (got {shorten(layout, quote=True)})")
         if not isinstance(causal, bool):
-            raise InputError(f"causal must be true or false (got {causal!r})")
+            raise InputError(f"causal must be true or false (got {shorten(causal, quote=True)})")
         self.layout = layout
         hint = f" in the {layout} layout"
         q = to_matrix(W_Q, name="W_Q", floats=floats, symbolic=symbolic)
@@ -159,7 +159,7 @@ class Head:
         """``W_Q``/``W_K``/``W_V`` in ``layout`` (default: the layout it was given in)."""
         layout = layout or self.layout
         if name not in ("W_Q", "W_K", "W_V"):
-            raise InputError(f"name must be W_Q, W_K or W_V (got {name!r})")
+            raise InputError(f"name must be W_Q, W_K or W_V (got {shorten(name, quote=True)})")
         m = getattr(self, name)
         return [list(r) for r in m] if layout == "slots" else _transpose(m)
 
@@ -387,7 +387,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     E/(1 + E)
     """
     if engine not in ENGINES:
-        raise InputError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r})")
+        raise InputError(f"engine must be one of {', '.join(ENGINES)} (got {shorten(engine, quote=True)})")
     Policy(empty_row=empty_row)      # the one check of the empty-row answer
     xs = _check_x(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
@@ -395,7 +395,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
         engine = "symbolic" if symbolic else ("pencil" if len(xs) <= 64 else "fast")
     elif engine != "symbolic" and symbolic:
         raise InputError(
-            f"engine must be 'symbolic' or 'auto' for symbolic entries (got {engine!r})")
+            f"engine must be 'symbolic' or 'auto' for symbolic entries (got {shorten(engine, quote=True)})")
     if engine == "symbolic":
         return _symbolic(head, xs, empty_row)
     if engine == "fast":

@@ -22,7 +22,7 @@ MASK_KINDS = ("bool_keep", "bool_drop", "additive")
 
 def _check_kind(name: str, value: Any) -> str:
     if not isinstance(value, str) or value not in MASK_KINDS:
-        raise InputError(f"{name} must be one of {', '.join(MASK_KINDS)} (got {value!r})")
+        raise InputError(f"{name} must be one of {', '.join(MASK_KINDS)} (got {shorten(value, quote=True)})")
     return value
 
 
@@ -81,7 +81,7 @@ class Mask:
                 if kind == "additive":
                     if isinstance(e, bool) or type(e).__name__ == "bool_":
                         raise InputError(f"{where} must be a number or '-inf' for an additive "
-                                         f"mask (got {e!r}); a boolean mask needs mask_kind "
+                                         f"mask (got {shorten(e, quote=True)}); a boolean mask needs mask_kind "
                                          "bool_keep or bool_drop")
                     if _is_minus_inf(e):
                         row.append(None)
@@ -94,7 +94,7 @@ class Mask:
                         e = bool(e)
                     if not isinstance(e, bool):
                         raise InputError(
-                            f"{where} must be True or False in a {kind} mask (got {e!r})")
+                            f"{where} must be True or False in a {kind} mask (got {shorten(e, quote=True)})")
                     row.append(e)
             out.append(tuple(row))
         if not out or not out[0]:
@@ -153,7 +153,7 @@ class Mask:
         if self.has_offsets:
             raise InputError(
                 f"mask_as must be 'additive' for an additive mask with finite offsets "
-                f"(got {form!r}); draw inputs without them or accept additive masks")
+                f"(got {shorten(form, quote=True)}); draw inputs without them or accept additive masks")
         return keep if form == "bool_keep" else [[not v for v in r] for r in keep]
 
     def select(self, rows: Sequence[int], cols: Sequence[int]) -> "Mask":

@@ -47,7 +47,7 @@ from typing import Iterator, Sequence
 
 from .call import EMPTY_ROWS
 from .options import check_choice
-from .errors import InputError, ShapeError
+from .errors import InputError, ShapeError, shorten
 from .softmax import ExpRatio, SoftmaxRow
 
 __all__ = ["OnlineResult", "all_splits", "online_softmax"]
@@ -64,7 +64,7 @@ def all_splits(n: int) -> Iterator[list[int]]:
     exactattn.errors.InputError: n must be a positive integer (got 0)
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError(f"n must be a positive integer (got {n!r})")
+        raise InputError(f"n must be a positive integer (got {shorten(n, quote=True)})")
 
     def gen():
         for k in range(n):
@@ -76,21 +76,24 @@ def all_splits(n: int) -> Iterator[list[int]]:
 
 def _block_lengths(blocks, n: int) -> list[int]:
     if isinstance(blocks, bool):
-        raise InputError(f"blocks must be a positive integer or a list of block lengths (got {blocks!r})")
+        raise InputError(f"blocks must be a positive integer or a list of block lengths "
+                         f"(got {shorten(blocks, quote=True)})")
     if isinstance(blocks, int):
         if blocks < 1:
-            raise InputError(f"blocks must be a positive block size (got {blocks!r})")
+            raise InputError(f"blocks must be a positive block size (got {shorten(blocks, quote=True)})")
         return [min(blocks, n - a) for a in range(0, n, blocks)]
     try:
         lengths = list(blocks)
     except TypeError:
         raise InputError(
-            f"blocks must be a positive integer or a list of block lengths (got {blocks!r})") from None
+            f"blocks must be a positive integer or a list of block lengths "
+            f"(got {shorten(blocks, quote=True)})") from None
     if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in lengths):
-        raise InputError(f"blocks must hold positive integers (got {blocks!r})")
+        raise InputError(f"blocks must hold positive integers (got {shorten(blocks, quote=True)})")
     if sum(lengths) != n:
         raise InputError(
-            f"blocks must add up to the row length {n} (got {blocks!r}, adding to {sum(lengths)})")
+            f"blocks must add up to the row length {n} (got {shorten(blocks, quote=True)}, "
+            f"adding to {sum(lengths)})")
     return lengths
 
 
@@ -199,7 +202,8 @@ def online_softmax(raw: Sequence[Fraction | None], divisor_squared: Fraction | N
         raise ShapeError("raw must have at least one score (got none)")
     for j, r in enumerate(raw):
         if r is not None and (isinstance(r, bool) or not isinstance(r, (int, Fraction))):
-            raise InputError(f"raw[{j}] must be a Fraction or None for a masked key (got {r!r})")
+            raise InputError(f"raw[{j}] must be a Fraction or None for a masked key "
+                             f"(got {shorten(r, quote=True)})")
     raw = [None if r is None else Fraction(r) for r in raw]
     if values is None:
         values = [[Fraction(int(i == j)) for j in range(n)] for i in range(n)]

@@ -41,7 +41,7 @@ MAX_PLACES = 50
 
 def _got(value: Any) -> str:
     """A value echoed in a message: long strings cut before quoting, so the quotes stay."""
-    return repr(shorten(value)) if isinstance(value, str) else shorten(repr(value))
+    return shorten(value, quote=True)
 
 
 def check_whole(value: Any, name: str, *, low: int = 1, high: int | None = None) -> int:

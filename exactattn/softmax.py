@@ -23,11 +23,8 @@ the algebraic numbers, so:
   rational, and one beside it is decided by the exact sign of its distance to
   the boundary (:meth:`ExpRatio.decimal`).
 
-Exponents are exact: with a rational divisor (or none) they are rationals;
-with an irrational one they are ``a / sqrt(D) + b`` for rationals a, b, and
-exponents of rows with different D are compared in a common basis of square
-roots (``1/sqrt(D1)`` and ``1/sqrt(D2)`` are rationally dependent exactly when
-D1/D2 is a rational square).
+Exponents are exact (rationals, or ``a / sqrt(D) + b``; see
+:mod:`exactattn.exponents`).
 
 Exactness: the values are exact; decimals are certified (correctly rounded).
 The row maximum is subtracted on the rationals, before any exponential, so no

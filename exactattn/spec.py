@@ -49,7 +49,7 @@ import numpy as np
 from .call import Policy
 from .errors import ExactAttnError, ShapeError, SpecError, shorten
 from .examples import Example, Token
-from .exact import to_row
+from .exact import MAX_DIGITS, to_row
 from .head import Head
 from .verify.formats import float_format
 from .verify.problem import Problem
@@ -77,7 +77,7 @@ def read_text(path: str | Path) -> tuple[str, str]:
             larger than :data:`MAX_BYTES`.
     """
     p = Path(path)
-    name = repr(str(p))
+    name = repr(shorten(str(p), 200))
     try:
         with open(p, "rb") as f:
             data = f.read(MAX_BYTES + 1)
@@ -125,7 +125,9 @@ def parse(text: str, *, fmt: str = "json", where: str = "spec") -> Any:
         return doc
 
     def constant(name: str):
-        raise SpecError(f"{where}: {name} is not allowed; entries must be finite exact numbers")
+        raise SpecError(f"{where}: numbers must be finite (got {name}); NaN and infinities have "
+                        "no exact value: write a finite number, or \"-inf\" (a string) to hide "
+                        "a key in an additive mask")
 
     try:
         if fmt == "toml":
@@ -140,9 +142,9 @@ def parse(text: str, *, fmt: str = "json", where: str = "spec") -> Any:
         raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
     except SpecError:        # a repeated key, NaN (raised by the hooks above)
         raise
-    except ValueError as e:  # e.g. an integer literal past Python's 4300-digit limit
-        raise SpecError(f"{where}: a number could not be read ({shorten(str(e), 80)}); "
-                        "write very long numbers as strings or rescale them") from None
+    except ValueError:  # an integer literal past Python's 4300-digit limit
+        raise SpecError(f"{where}: numbers must have at most {MAX_DIGITS} digits (got an "
+                        "integer of more than 4300); rescale the inputs") from None
 
 
 def _convert(build: Callable[[], Any], where: str):
@@ -167,30 +169,32 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
     """
     if not isinstance(doc, dict):
         raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
-    unknown = sorted(set(doc) - set(KEYS))
+    unknown = sorted(set(doc) - set(KEYS), key=str)
     if unknown:
         hint = ("; this looks like a verify spec: run it with `exactattn verify --spec`"
                 if {"query", "key", "value"} & set(doc) else "")
-        raise SpecError(f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(KEYS)}"
-                        + hint)
+        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
+                        f"{', '.join(KEYS)}" + hint)
     for key in ("tokens", "W_Q", "W_K", "W_V"):
         if key not in doc:
             raise SpecError(f"{where}: {key} is missing; a spec needs tokens, W_Q, W_K and W_V")
     tokens = doc["tokens"]
     if not isinstance(tokens, list) or not tokens:
         raise SpecError(f'{where}: tokens must be a non-empty list of {{"x": [...]}} '
-                        f"(got {shorten(repr(tokens))})")
+                        f"(got {shorten(tokens, quote=True)})")
     labels, xs = [], []
     for i, tok in enumerate(tokens):
         if not isinstance(tok, dict) or "x" not in tok:
             raise SpecError(f'{where}: tokens[{i}] must be an object with "x" '
-                            f"(got {shorten(repr(tok))})")
-        extra = sorted(set(tok) - {"x", "text", "id"})
+                            f"(got {shorten(tok, quote=True)})")
+        extra = sorted(set(tok) - {"x", "text", "id"}, key=str)
         if extra:
-            raise SpecError(f"{where}: tokens[{i}] has unknown key {extra[0]!r}; use text, id, x")
+            raise SpecError(f"{where}: tokens[{i}] has unknown key "
+                            f"{shorten(extra[0], quote=True)}; use text, id, x")
         tid = tok.get("id")
         if tid is not None and (not isinstance(tid, int) or isinstance(tid, bool)):
-            raise SpecError(f"{where}: tokens[{i}].id must be an integer (got {tid!r})")
+            raise SpecError(f"{where}: tokens[{i}].id must be an integer "
+                            f"(got {shorten(tid, quote=True)})")
         labels.append(Token(str(tok.get("text", f"token {i + 1}")), tid))
         xs.append(tok["x"])
     causal = doc.get("causal", False)
@@ -229,7 +233,7 @@ def load(path: str | Path) -> Example:
         SpecError: the file is missing, unreadable, not UTF-8, too large or malformed.
     """
     text, fmt = read_text(path)
-    where = str(Path(path))
+    where = shorten(str(Path(path)), 200)
     doc = parse(text, fmt=fmt, where=where)
     return _convert(lambda: from_mapping(doc, where=where), where)
 
@@ -249,36 +253,37 @@ def problem_from_mapping(doc: Any, *, where: str = "spec") -> tuple[Problem, Pol
     """
     if not isinstance(doc, dict):
         raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
-    unknown = sorted(set(doc) - set(PROBLEM_KEYS))
+    unknown = sorted(set(doc) - set(PROBLEM_KEYS), key=str)
     if unknown:
         hint = ("; this looks like a head spec: run it with `exactattn walkthrough --spec`"
                 if {"tokens", "W_Q"} & set(doc) else "")
-        raise SpecError(f"{where}: unknown key {unknown[0]!r}; the keys are "
+        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
                         f"{', '.join(PROBLEM_KEYS)}{hint}")
     for key in ("query", "key", "value"):
         if key not in doc:
             raise SpecError(f"{where}: {key} is missing; a verify spec needs query, key and value")
     pol = doc.get("policy", {})
     if not isinstance(pol, dict):
-        raise SpecError(f"{where}: policy must be a table/object (got {shorten(repr(pol))})")
-    bad = sorted(set(pol) - set(POLICY_KEYS))
+        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
+    bad = sorted(set(pol) - set(POLICY_KEYS), key=str)
     if bad:
-        raise SpecError(f"{where}: unknown policy key {bad[0]!r}; the keys are "
+        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys are "
                         f"{', '.join(POLICY_KEYS)}")
     mask, kind = None, pol.get("mask_kind", "bool_keep")
     if "mask" in doc:
         m = doc["mask"]
         if not isinstance(m, dict) or "values" not in m or set(m) - {"kind", "values"}:
             raise SpecError(f'{where}: mask must be {{"kind": ..., "values": [...]}} '
-                            f"(got {shorten(repr(m))})")
+                            f"(got {shorten(m, quote=True)})")
         if "kind" in m and "mask_kind" in pol and m["kind"] != pol["mask_kind"]:
             raise SpecError(f"{where}: mask.kind must agree with policy.mask_kind (got "
-                            f"{m['kind']!r} and {pol['mask_kind']!r}); give one of them")
+                            f"{shorten(m['kind'], quote=True)} and "
+                            f"{shorten(pol['mask_kind'], quote=True)}); give one of them")
         kind = m.get("kind", kind)
         mask = m["values"]
     name = doc.get("name", where)
     if not isinstance(name, str):
-        raise SpecError(f"{where}: name must be a string (got {shorten(repr(name))})")
+        raise SpecError(f"{where}: name must be a string (got {shorten(name, quote=True)})")
 
     def build():
         policy = Policy(**{**pol, "mask_kind": kind})
@@ -305,7 +310,7 @@ def load_problem(path: str | Path) -> tuple[Problem, Policy, str | None]:
         ShapeError, InputError: bad arrays, entries or policy values (the message names the file).
     """
     text, fmt = read_text(path)
-    return loads_problem(text, fmt=fmt, where=str(Path(path)))
+    return loads_problem(text, fmt=fmt, where=shorten(str(Path(path)), 200))
 
 
 def _number_text(x) -> Any:

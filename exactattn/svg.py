@@ -56,7 +56,7 @@ from typing import Sequence
 
 from .call import divisor_text
 from .digits import check_places
-from .errors import InputError
+from .errors import InputError, shorten
 from .render import printable
 
 __all__ = ["PICTURE_FORMATS", "PICTURE_MODES", "SVG_NS", "heatmap", "picture", "png", "score_svg",
@@ -413,10 +413,12 @@ def picture(mode: str, example, trace, places: int, fmt: str) -> str | bytes:
         InputError: a mode without a picture or an unknown picture format.
     """
     if fmt not in PICTURE_FORMATS:
-        raise InputError(f"format must be one of {', '.join(PICTURE_FORMATS)} (got {fmt!r})")
+        raise InputError(f"format must be one of {', '.join(PICTURE_FORMATS)} "
+                         f"(got {shorten(fmt, quote=True)})")
     if mode not in PICTURE_MODES:
-        raise InputError(f"--format {fmt} must be used with scores or square (got {mode}); "
-                         "other modes print tables: use text, markdown, latex, json or csv")
+        raise InputError(f"--format {fmt} must be used with scores or square (got "
+                         f"{shorten(mode)}); other modes print tables: use text, markdown, "
+                         "latex, json or csv")
     if fmt == "png":
         return png(example, trace, places, mode)
     return (share_svg if mode == "scores" else score_svg)(example, trace, places)

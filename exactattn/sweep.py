@@ -66,8 +66,8 @@ MAX_DIVISOR_DIGITS = 1000
 
 
 def _short(text) -> str:
-    """``repr`` of a text cut to 40 characters (plus an ellipsis), for messages and labels."""
-    return repr(shorten(str(text)))
+    """A text (or any value) cut to 40 characters (plus an ellipsis) and quoted, for messages."""
+    return shorten(text, quote=True)
 
 
 def _in_range(divisor_squared: Fraction) -> bool:
@@ -149,7 +149,7 @@ def check_row(row, n: int, name: str = "row") -> int:
     exactattn.errors.InputError: --row must be a token number from 1 to 4 (got 5)
     """
     if isinstance(row, bool) or not isinstance(row, int) or not 1 <= row <= n:
-        shown = shorten(repr(row))
+        shown = shorten(row, quote=True)
         raise InputError(f"{name} must be a token number from 1 to {n} (got {shown})")
     return row
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from .digits import certify, check_places, round_fraction
-from .errors import InputError
+from .errors import InputError, shorten
 from .softmax import SoftmaxRow
 
 __all__ = ["SymbolicValue", "Trace"]
@@ -86,21 +86,24 @@ class Trace:
     def divisor(self):
         return self.head.divisor
 
-    def _check(self, i: int, j: int, width: int, what: str) -> None:
-        for name, v, size in (("query index", i, self.n), (what, j, width)):
+    def _check(self, i: int, j: int | None = None, width: int = 0, what: str = "") -> None:
+        checks = [("query index", i, self.n)] + ([(what, j, width)] if j is not None else [])
+        for name, v, size in checks:
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < size:
-                raise IndexError(f"{name} must be from 0 to {size - 1} (got {v!r}); "
-                                 "indices are 0-based")
+                raise IndexError(f"{name} must be from 0 to {size - 1} (got "
+                                 f"{shorten(v, quote=True)}); indices are 0-based")
 
     # -- scores ----------------------------------------------------------
     def raw_score_row(self, i: int) -> list:
         """Row i of the raw scores, without converting the others."""
+        self._check(i)
         if self._score_row is not None and callable(self._parts["raw_scores"]):
             return self._score_row(i)
         return self.raw_scores[i]
 
     def scaled_score(self, i: int, j: int):
         """raw / divisor: a ``Fraction`` when the divisor is rational, else sympy; None if hidden."""
+        self._check(i, j, self.n, "key index")
         r = self.raw_score_row(i)[j]
         return None if r is None else self.head.scale(r)
 
@@ -117,6 +120,7 @@ class Trace:
         return self._rows
 
     def row(self, i: int):
+        self._check(i)
         if self._rows is not None:
             return self._rows[i]
         row = self._row_cache.get(i)

@@ -1,4 +1,4 @@
-"""Shared test setup: Hypothesis profiles (``ci``: 200 examples; ``dev``: 30)."""
+"""Shared test setup: Hypothesis profiles (``ci``: 200 examples; ``dev``: 30; ``fuzz``: 5,000)."""
 
 import os
 import warnings
@@ -8,6 +8,10 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=30, deadline=None)
+# the hostile-spec fuzzer at scale: ``python -m pytest tests/test_fuzz.py
+# --hypothesis-profile=fuzz`` (5,000 specs per command)
+settings.register_profile("fuzz", max_examples=5000, deadline=None, derandomize=False,
+                          suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
                                      "ci" if os.environ.get("CI") else "dev"))
 

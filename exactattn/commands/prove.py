@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence, TextIO
 
-from ..errors import InputError
+from ..errors import InputError, shorten
 
 __all__ = ["ProofResult", "load_proof", "proof_names", "proofs_package", "register",
            "run_proofs"]
@@ -85,7 +85,7 @@ def load_proof(name: str) -> ModuleType:
     """
     stem = name[:-3] if name.endswith(".py") else name
     if stem not in proof_names():
-        raise InputError(f"proof must be the name of a file in proofs/ (got {name!r}); "
+        raise InputError(f"proof must be the name of a file in proofs/ (got {shorten(name, quote=True)}); "
                          "`exactattn prove --list` lists them")
     return importlib.import_module(f"{PACKAGE}.{stem}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import shorten
 from ..options import places, whole, whole_list
 from ..render import FORMATS
 from .tables import add_format_option
@@ -30,7 +31,8 @@ def _widths(text: str) -> list[int]:
     widths = whole_list("--widths", high=MAX_WIDTH, most=MAX_WIDTHS)(text)
     if len(set(widths)) != len(widths):
         raise argparse.ArgumentTypeError(f"--widths must list each width once (got "
-                                         f"{text.strip()!r}); drop the repeats")
+                                         f"{shorten(text.strip(), quote=True)}); drop the "
+                                         "repeats")
     return widths
 
 

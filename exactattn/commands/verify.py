@@ -14,26 +14,33 @@ import argparse
 import sys
 
 from ..call import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy, parse_scale
-from ..errors import InputError
+from ..errors import InputError, shorten
 from ..options import MAX_PLACES, choice, whole
-from ..render import FORMATS, render
+from ..render import FORMATS, plural, render
 
 HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
 
+#: the largest --max-ulps: no two float64 values are further apart, so a larger one means the same
+MAX_ULPS = 2 ** 64
+_RANDOM_FIX = "pass a smaller --n, --n-keys, --d-k or --heads, or fewer --dtype"
 #: random-input sizes when neither --spec nor --search gives the inputs
 RANDOM_DEFAULTS = {"n": 16, "n_keys": None, "d_k": 8, "heads": 1, "kv_heads": None, "seed": 0}
 
 
 def _dtypes(text: str) -> list[str] | tuple[str, ...]:
-    """A list of dtype names, or for ``all`` the tuple of every dtype."""
+    """A list of dtype names (each once), or for ``all`` the tuple of every dtype."""
     from ..verify import DTYPES
     if text.strip() == "all":
         return DTYPES
     names = [t.strip() for t in text.split(",")]
-    for n in names:
+    for i, n in enumerate(names):
         if n not in DTYPES:
             raise argparse.ArgumentTypeError(
-                f"--dtype must be {', '.join(DTYPES)}, a comma list of them or all (got {n!r})")
+                f"--dtype must be {', '.join(DTYPES)}, a comma list of them or all (got "
+                f"{shorten(n)!r})")
+        if n in names[:i]:
+            raise argparse.ArgumentTypeError(
+                f"--dtype must name each dtype once (got {n} twice); drop the repeat")
     return names
 
 
@@ -89,7 +96,7 @@ def register(sub) -> None:
     src.add_argument("--seed", type=whole("--seed", low=0), default=None,
                      help="random inputs or --search: the seed, a whole number from 0 (0)")
     out = p.add_argument_group("report")
-    out.add_argument("--max-ulps", type=whole("--max-ulps", low=0), default=None,
+    out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
                      help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
                           "ceil(max |scaled score|))")
     out.add_argument("--worst", type=whole("--worst"), default=5, help="outputs listed (5)")
@@ -106,11 +113,13 @@ def register(sub) -> None:
     se = p.add_argument_group("search")
     se.add_argument("--search", type=whole("--search"), metavar="N",
                     help="search N Hypothesis inputs for the largest error and print the shrunk "
-                         "reproducer as a spec file")
+                         "reproducer as a spec file (the search is estimated first and "
+                         "refused past about a minute)")
     se.add_argument("--search-measure", type=choice("--search-measure", ("ulps", "terms")),
                     default=None, help="what the search maximises: ulps or terms (ulps)")
     se.add_argument("--max-size", type=whole("--max-size"), default=None,
-                    help="search: largest L, S and E (4)")
+                    help="search: largest L, S and E (4); a search draws small inputs, so "
+                         "sizes past a few dozen are refused")
     p.set_defaults(func=run)
 
 
@@ -139,11 +148,12 @@ def _refuse_misplaced(args) -> None:
             raise InputError(f"{_flag(sizes[0])} must come without --spec (got both); the spec "
                              "file fixes the inputs")
     if args.kv_heads is not None and args.heads is None:
-        raise InputError(f"--kv-heads must come with --heads (got --kv-heads {args.kv_heads} "
+        raise InputError(f"--kv-heads must come with --heads (got --kv-heads "
+                         f"{shorten(str(args.kv_heads))} "
                          "alone); without --heads there is one query head")
     if args.heads is not None and args.kv_heads is not None and args.heads % args.kv_heads:
-        raise InputError(f"--heads must be a multiple of --kv-heads (got {args.heads} and "
-                         f"{args.kv_heads})")
+        raise InputError(f"--heads must be a multiple of --kv-heads (got "
+                         f"{shorten(str(args.heads))} and {shorten(str(args.kv_heads))})")
 
 
 def _policy(args, base: Policy | None) -> Policy:
@@ -193,8 +203,13 @@ def _inputs(args):
     if args.search:
         return None, None, None
     from ..verify import random_problem
+    from ..verify.limits import check_work
     v = {k: (RANDOM_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k))
          for k in RANDOM_DEFAULTS}
+    n_keys = v["n"] if v["n_keys"] is None else v["n_keys"]
+    kv_heads = v["heads"] if v["kv_heads"] is None else v["kv_heads"]
+    check_work({"B": 1, "H_q": v["heads"], "H_kv": kv_heads, "L": v["n"], "S": n_keys,
+                "E": v["d_k"], "E_v": v["d_k"]}, "the random inputs", _RANDOM_FIX)
     problem = random_problem(v["n"], v["d_k"], seed=v["seed"], n_keys=v["n_keys"],
                              heads=v["heads"], kv_heads=v["kv_heads"])
     return problem, None, None
@@ -203,19 +218,24 @@ def _inputs(args):
 def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     from ..spec import problem_text
     from ..verify import report_sections, search
+    from ..verify.limits import check_search
     from ..verify.search import HARD_SCORE
     if len(dtypes) != 1:
         raise InputError(f"--dtype must name one dtype with --search (got {','.join(dtypes)})")
+    check_search(args.search, args.max_size or 4, ("--search", "--max-size"))
     res = search(impl, dtypes[0], policy, examples=args.search, seed=args.seed or 0,
                  max_size=args.max_size or 4, measure=args.search_measure or "ulps",
                  max_ulps=args.max_ulps)
     sections = report_sections([res.report], worst=args.worst, digits=args.digits,
                                timings=args.timings)
     sys.stdout.write(render(sections, args.format, {"command": "verify", "search": args.search}))
+    ulps = "ULP" if res.score == 1 else "ULPs"
     label = "hard failure" if res.score >= HARD_SCORE else \
-        f"{res.score:g} {'ULPs' if res.measure == 'ulps' else 'ULPs at the terms'}"
-    sys.stdout.write(f"\nsearch: {res.examples} inputs, largest error {label} "
-                     f"(shrunk reproducer below; save it and rerun with --spec FILE)\n")
+        f"{res.score:g} {ulps if res.measure == 'ulps' else ulps + ' at the terms'}"
+    shrunk = (f"shrinking stopped after {plural(res.shrink_tries, 'try', 'tries')}, the "
+              "smallest reproducer yet" if res.stopped else "shrunk reproducer")
+    sys.stdout.write(f"\nsearch: {plural(res.examples, 'input')}, largest error {label} "
+                     f"({shrunk} below; save it and rerun with --spec FILE)\n")
     sys.stdout.write(problem_text(res.problem, policy, dtypes[0]) + "\n")
     return 0 if res.report.passed else 1
 
@@ -225,7 +245,8 @@ def run(args) -> int:
     _refuse_misplaced(args)
     if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl):
         raise InputError(f"--arrays must come with a module:function impl (got --impl "
-                         f"{args.impl}); the built-in implementations choose their own arrays")
+                         f"{shorten(args.impl)}); the built-in implementations choose their own "
+                         "arrays")
     impl = load_impl(args.impl, arrays=args.arrays or "numpy")
     problem, spec_policy, spec_dtype = _inputs(args)
     policy = _policy(args, spec_policy)
@@ -244,6 +265,13 @@ def run(args) -> int:
         dtypes = [spec_dtype or "float32"]
     if args.search:
         return _run_search(args, impl, policy, dtypes)
+    from ..verify.limits import check_work     # every dtype checked: one run each
+    if args.spec:
+        check_work(problem.shape, f"the problem of {shorten(args.spec)}",
+                   "check a smaller problem: fewer tokens, heads or a narrower head",
+                   runs=len(dtypes))
+    else:
+        check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
     reports = []
     for dt in dtypes:
         rep = verify(impl, problem, policy, dt, max_ulps=args.max_ulps)

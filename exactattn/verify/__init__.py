@@ -18,6 +18,8 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.verify.impls`: the implementations under test;
 * :mod:`~exactattn.verify.check`: :func:`verify`, :class:`Entry`, :class:`Report`;
 * :mod:`~exactattn.verify.search`: :func:`search`, the worst input, shrunk;
+* :mod:`~exactattn.verify.limits`: how much one check or search may read, hold
+  and take, estimated before it starts (one place for every limit);
 * :mod:`~exactattn.verify.report`: :func:`report_sections`, the tables.
 
 Spec files (JSON or TOML) are read and written by :mod:`exactattn.spec`

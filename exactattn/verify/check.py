@@ -24,18 +24,17 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call import Policy
-from ..digits import working_precision
+from ..call import DEFAULT_SCALE, Policy, float_scale
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
-from ..exponents import fmpq_of
-from .formats import (FloatFormat, default_max_ulps, float_format, round_to_format,
-                      tighten, ulps_between)
+from .compare import judge
+from .formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
 from .impls import ImplRaised, load_impl, make_call
+from .limits import check_work
 from .problem import Problem
 from .reference import Reference
 
-__all__ = ["Entry", "Report", "verify"]
+__all__ = ["Entry", "Report", "check_scale", "verify"]
 
 
 @dataclass
@@ -134,69 +133,46 @@ class Report:
         return sh["B"] * got["scores"], sh["B"] * got["mix"]
 
 
-#: a relative error below this prints as 0.0 (a float64 cannot hold it)
-_TINY = Fraction(1, 2 ** 1100)
+def _float_bounds(fmt: FloatFormat) -> tuple[Fraction, Fraction]:
+    """``(h, T)``: values up to h round to 0 in ``fmt``, values from T on round to infinity."""
+    p = fmt.precision
+    return (Fraction(2) ** (fmt.emin - p),
+            Fraction(2 ** (p + 1) - 1) * Fraction(2) ** (fmt.emax - p))
 
 
-def _error(got: float, ball, exact):
-    """``got - exact`` and ``exact`` as ``arb`` balls tight enough for 3 significant digits.
+def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
+    """Refuse a scale that is 0 or infinity as the implementation is handed it in ``dtype``.
 
-    The block's ball is used when it is tight enough; else the exact value is
-    enclosed again at doubled precision (:func:`tighten`) until the relative
-    error is known to a thousandth of itself, or known to be below 2**-1100.
-    ``got`` must differ from the exact value (see :func:`_is_exact`).
+    The implementation gets the float64 nearest ``1/sqrt(D)``
+    (:func:`~exactattn.call.float_scale`), cast to its dtype; a scale that
+    rounds to 0 or to infinity there turns every score into 0 or NaN, so
+    there is nothing to check.  Decided exactly (no float is formed first).
+
+    Raises:
+        InputError: the scale rounds to 0 or infinity in float64 or in ``dtype``.
+
+    >>> check_scale(Policy(scale="1e300"), "float32")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: scale must round to a finite non-zero float32 (got 1000000000000000000000000000000000000000…, which rounds to inf in float32); an implementation would multiply every score by inf: rescale the query or key instead
     """
-    from flint import arb
-    tiny = arb(fmpq_of(_TINY))
-
-    def settled(x):
-        err = arb(got) - x
-        rel = abs(err / x)
-        if rel.rad() * 1024 <= rel.mid() or rel < tiny:
-            return err, x
-        return None
-    with working_precision(96):
-        found = settled(ball)
-    return found or tighten(lambda p: settled(exact().ball(p)), 128, max_prec=1 << 16) \
-        or (arb(0), ball)
-
-
-def _errors(got: float, ball, magnitude: float, fmt: FloatFormat, exact) -> tuple[float, float]:
-    """``(relative error, error in ULPs at the terms)`` of a finite ``got`` against the exact value.
-
-    The relative error is ``|got - exact| / |exact|``; the error at the terms
-    is ``|got - exact|`` in ULPs of the dtype at the terms' magnitude ``sum_j
-    shares |values|``: equal to the plain ULP error, up to rounding, when no
-    cancellation happens (all values of one sign); smaller when the output is
-    a small difference of large terms, where the plain count says nothing
-    about the kernel.  Both are 0.0 when ``got`` is the exact value.
-    """
-    if not math.isfinite(got):
-        return math.inf, math.inf
-    if _is_exact(got, ball, exact):
-        return 0.0, 0.0
-    if ball.rad() == 0 and ball.mid() == 0:      # the exact value is 0
-        rel, size = math.inf, abs(got)
+    fmt = float_format(dtype)
+    D = policy.scale
+    if D == DEFAULT_SCALE or D is None:
+        return
+    lo, hi = _float_bounds(FORMATS["float64"])
+    if D <= 1 / (hi * hi):           # 1/sqrt(D) >= hi: infinity in float64
+        got = "inf"
+    elif D >= 1 / (lo * lo):         # 1/sqrt(D) <= lo: 0 in float64
+        got = "0"
     else:
-        err, x = _error(got, ball, exact)
-        with working_precision(96):
-            rel, size = float(abs(err / x).mid()), float(abs(err).mid())
-    if magnitude <= 0:
-        return rel, math.inf
-    e = max(math.frexp(magnitude)[1] - 1, fmt.emin)
-    return rel, size / math.ldexp(1.0, e - fmt.precision + 1)
-
-
-def _is_exact(got: float, ball, exact) -> bool:
-    """True when ``got`` is the exact value itself (asked of the exact value only when the
-    enclosure allows it, so a rational output computed without error reads 0, not 2e-29)."""
-    from flint import arb
-    if ball is None or not math.isfinite(got):
-        return False
-    with working_precision(96):
-        if not ball.contains(arb(got)):
-            return False
-    return exact() == Fraction(got)
+        s = round_to_format(Fraction(float_scale(D)), fmt)
+        got = "inf" if math.isinf(s) else "0" if s == 0 else None
+    if got is not None:
+        raise InputError(f"scale must round to a finite non-zero {fmt.name} (got "
+                         f"{shorten(policy.scale_text())}, which rounds to {got} in {fmt.name}); "
+                         f"an implementation would multiply every score by {got}: rescale the "
+                         "query or key instead")
 
 
 def _run(impl, call):
@@ -228,7 +204,10 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
 
     Raises:
         InputError: an unknown dtype, a dtype the implementation does not
-            run, inputs that overflow the dtype.
+            run, a scale that is 0 or infinity in the dtype
+            (:func:`check_scale`), inputs that overflow the dtype, a problem
+            estimated to take over :data:`~exactattn.verify.limits.MAX_SECONDS`
+            (:func:`~exactattn.verify.limits.check_work`).
         ShapeError: the implementation returned the wrong shape.
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
@@ -243,6 +222,10 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
                          f"(got {dtype!r}){impl.dtype_hint(dtype)}")
     if max_ulps is not None:
         check_whole(max_ulps, "max_ulps", low=0)
+    check_scale(policy, fmt)
+    check_work(problem.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
+               "narrower head")
+    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     rounded_problem, moved = problem.rounded(dtype)
     sh = rounded_problem.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
@@ -274,25 +257,15 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
         if raised is not None:
             entries.append(Entry(idx, r, g, None, None, "hard", ref))
             continue
-        if math.isnan(r):
-            entries.append(Entry(idx, r, g, None, None, "ok" if math.isnan(g) else "hard", ref))
-            continue
-        if math.isnan(g) or (math.isinf(g) and g != r):
-            entries.append(Entry(idx, r, g, None, math.inf if math.isinf(g) else None,
-                                 "hard", ref))
-            continue
-        gf = round_to_format(Fraction(g), fmt) if math.isfinite(g) else g
-        if gf != g:
-            off_format += 1
-        u = ulps_between(gf, r, fmt)
-        rel, t = _errors(g, balls[idx], float(mags[idx]), fmt, lambda: ref.output(*idx))
-        entries.append(Entry(idx, r, g, u, rel, "ok" if u <= tol or t <= tol else "over", ref, t))
+        j = judge(g, r, balls[idx], float(mags[idx]), fmt, lambda: ref.output(*idx), tol)
+        off_format += j.off_format
+        entries.append(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps))
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {impl.name} raised {raised}; every output counts as failed")
     if off_format:
-        notes.append(f"{off_format} outputs were not {dtype} values; they were rounded to "
-                     f"{dtype} before counting ULPs")
+        notes.append(f"outputs that were not {dtype} values: {off_format} of {len(entries)}; "
+                     f"they were rounded to {dtype} before counting ULPs")
     t3 = time.perf_counter()
     return Report(impl.name, dtype, policy, rounded_problem, entries, tol, moved, ref,
                   {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes,

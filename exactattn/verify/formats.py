@@ -223,11 +223,19 @@ def default_max_ulps(dtype: str, n_keys: int, d_k: int, max_score: float = 0.0) 
     visible pairs).  It is a reading aid, not a proof of a bound; the same
     number applies to both ULP counts of a verify entry.
 
+    The result is at most the number of floats of the dtype (from minus to
+    plus infinity): a larger tolerance would accept the same outputs, every
+    finite one (a scaled score past the dtype's range, ``inf``, gives that).
+
     >>> default_max_ulps("float32", 512, 64), default_max_ulps("bfloat16", 2, 1, max_score=23.9)
     (52, 32)
+    >>> default_max_ulps("float16", 2, 1, max_score=math.inf) == 2 * ulp_index(math.inf, "float16")
+    True
     """
-    float_format(dtype)
-    return 2 * (math.isqrt(n_keys + d_k - 1) + 1) + 4 + math.ceil(max_score)
+    most = 2 * ulp_index(math.inf, dtype)
+    if not max_score < most:      # inf, or past every float: no finer tolerance means more
+        return most
+    return min(most, 2 * (math.isqrt(n_keys + d_k - 1) + 1) + 4 + math.ceil(max_score))
 
 
 # ---------------------------------------------------------------- text forms

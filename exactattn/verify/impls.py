@@ -180,13 +180,14 @@ def _import(mod_name: str):
     except ModuleNotFoundError as e:
         if e.name and mod_name.split(".")[0] == e.name.split(".")[0]:
             raise InputError(
-                f"impl module {mod_name!r} must be importable (got no module {e.name!r}); "
-                f"run from the folder holding {mod_name.split('.')[0]}.py or put that folder "
+                f"impl module {shorten(mod_name, quote=True)} must be importable (got no module "
+                f"{shorten(e.name, quote=True)}); run from the folder holding "
+                f"{shorten(mod_name.split('.')[0])}.py or put that folder "
                 "on PYTHONPATH") from None
-        raise InputError(f"impl module {mod_name!r} must import cleanly (got "
+        raise InputError(f"impl module {shorten(mod_name, quote=True)} must import cleanly (got "
                          f"{ImplRaised(e).line})") from None
     except Exception as e:       # the module itself fails: a syntax error, its own imports
-        raise InputError(f"impl module {mod_name!r} must import cleanly (got "
+        raise InputError(f"impl module {shorten(mod_name, quote=True)} must import cleanly (got "
                          f"{ImplRaised(e).line})") from None
     finally:
         if added and cwd in sys.path:

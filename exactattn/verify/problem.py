@@ -20,17 +20,17 @@ from fractions import Fraction
 import numpy as np
 
 from ..call import MASK_KINDS, Mask, Policy
-from ..options import check_choice
-from ..errors import InputError, ShapeError
+from ..errors import InputError, ShapeError, shorten
 from ..exact import to_exact
-from ..options import check_whole
+from ..options import check_choice, check_whole
 from .formats import float_format, round_to_format
+from .limits import check_inputs
 
 __all__ = ["Problem", "random_problem"]
 
 
 def _dims(shape) -> str:
-    return " x ".join(map(str, shape))
+    return shorten(" x ".join(map(str, shape)))
 
 
 def _as_array(data, name: str) -> np.ndarray:
@@ -49,12 +49,21 @@ def _as_array(data, name: str) -> np.ndarray:
         raise ShapeError(f"{name} must be rectangular: rows of equal length holding numbers "
                          "(got a ragged list)")
     if arr.ndim not in (2, 3, 4):
+        deep = " or more" if arr.ndim >= 32 else ""    # numpy stops at its most dimensions
         raise ShapeError(f"{name} must have 2, 3 or 4 dimensions (L x E, H x L x E or "
-                         f"B x H x L x E) (got {arr.ndim})")
+                         f"B x H x L x E) (got {arr.ndim}{deep})")
     if 0 in arr.shape:
         raise ShapeError(f"{name} must have at least one entry in every dimension "
                          f"(got {_dims(arr.shape)})")
     return arr
+
+
+def _number_text(x: Fraction) -> str:
+    """An exact number for a message, cut to 40 characters (past Python's 4300-digit limit for
+    writing an integer, its size instead)."""
+    if max(x.numerator.bit_length(), x.denominator.bit_length()) > 14_000:
+        return f"a number of about {int(x.numerator.bit_length() * 0.30103)} digits"
+    return shorten(str(x))
 
 
 def _object_array(flat: list, shape) -> np.ndarray:
@@ -128,10 +137,16 @@ class Problem:
             ShapeError: mismatched sizes, a bad rank, GQA heads that do not divide.
             InputError, FloatInputError: bad entries.
         """
-        rank = _as_array(query, "query").ndim
-        q = _exact_array(query, "query", floats)
-        k = _exact_array(key, "key", floats)
-        v = _exact_array(value, "value", floats)
+        arrays = [_as_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value"))]
+        rank = arrays[0].ndim
+        count = sum(a.size for a in arrays)
+        if mask is not None:   # the mask is read once per batch and query head
+            q4 = (1,) * (4 - rank) + arrays[0].shape
+            count += q4[0] * q4[1] * q4[2] * (1 if arrays[1].ndim < 2 else arrays[1].shape[-2])
+        check_inputs(count, "query, key, value and mask",
+                     "a problem is checked number by number: use fewer tokens, heads or a "
+                     "narrower head")
+        q, k, v = (_exact_array(a, n, floats) for a, n in zip(arrays, ("query", "key", "value")))
         B, Hq, L, E = q.shape
         if k.shape[0] != B or k.shape[3] != E:
             raise ShapeError(f"key must be {B} x H_kv x S x {E} like the query "
@@ -236,7 +251,8 @@ class Problem:
                 return x
             f = round_to_format(x, fmt)
             if math.isinf(f):
-                raise InputError(f"{what} must fit in {fmt.name} (got {x}, which overflows){fix}")
+                raise InputError(f"{what} must fit in {fmt.name} (got {_number_text(x)}, "
+                                 f"which overflows){fix}")
             fx = Fraction(f)
             moved += fx != x
             return fx
@@ -286,8 +302,10 @@ def random_problem(n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | Non
     for k, v in sizes.items():
         check_whole(v, k)
     check_whole(seed, "seed", low=0)
-    rng = np.random.default_rng(seed)
     B, H, Hkv = sizes["batch"], sizes["heads"], sizes["kv_heads"]
+    check_inputs(B * H * n * d_k + B * Hkv * sizes["n_keys"] * (d_k + sizes["d_v"]),
+                 "the random query, key and value", "use fewer tokens, heads or a narrower head")
+    rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, H, n, d_k))
     k = rng.standard_normal((B, Hkv, sizes["n_keys"], d_k))
     v = rng.standard_normal((B, Hkv, sizes["n_keys"], sizes["d_v"]))

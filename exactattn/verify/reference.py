@@ -36,6 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..call import Policy
+from ..digits import working_precision
 from ..softmax import ExpRatio, SoftmaxRow
 from ..exponents import fmpq_of
 from .formats import float_format, round_ball, round_to_format, tighten
@@ -152,23 +153,27 @@ class Reference:
         return self.row(b, h, i).combine([abs(v) for v in vals])
 
     def max_abs_exponent(self) -> float:
-        """The largest |scale * score + mask| over visible pairs (a float, a few digits)."""
-        top = 0.0
+        """The largest |scale * score + mask| over visible pairs (a float, a few digits; inf
+        past float64's range).  On arb balls: no float of the scale or of a score is formed,
+        so a scale of 1e300 or scores of 1e600 are read, not an overflow."""
+        from flint import arb
+        top = arb(0)
         d2 = self.divisor_squared
-        scale = 1.0 if d2 is None else 1 / math.sqrt(float(d2))
-        for b in range(self.B):
-            for h in range(self.Hq):
-                vis = self.visible(b, h)
-                if not vis.any():
-                    continue
-                ents = self.scores(b, h).entries()
-                m = self.mask(b, h)
-                for i, j in zip(*np.nonzero(vis)):
-                    x = float(ents[i * self.S + j]) * scale
-                    if m is not None:
-                        x += float(m.offset(i, j))
-                    top = max(top, abs(x))
-        return top
+        with working_precision(64):
+            scale = arb(1) if d2 is None else 1 / arb(fmpq_of(d2)).sqrt()
+            for b in range(self.B):
+                for h in range(self.Hq):
+                    vis = self.visible(b, h)
+                    if not vis.any():
+                        continue
+                    ents = self.scores(b, h).entries()
+                    m = self.mask(b, h)
+                    for i, j in zip(*np.nonzero(vis)):
+                        x = arb(ents[i * self.S + j]) * scale
+                        if m is not None:
+                            x += arb(fmpq_of(m.offset(i, j)))
+                        top = max(top, abs(x).upper())
+            return float(top.upper())      # inf past the largest float64
 
     # -- numeric --------------------------------------------------------
     def _block_balls(self, b: int, h: int, prec: int, magnitudes: bool = False):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..render import Section
+from ..render import Section, plural
 from .check import Report
 from .formats import certified_scientific, shortest_repr
 
@@ -45,13 +45,13 @@ def _worst_section(r: Report, worst: int, digits: int) -> Section:
         "subnormals, overflow to inf)",
         f"ULPs: {r.dtype} floats between the implementation's value and 'exact in "
         f"{r.dtype}'; at terms: |error| in ULPs at sum_j shares |values| (cancellation)",
-        f"tolerance: {r.max_ulps} ULPs by either count (2*ceil(sqrt(S + d_k)) + 4 + "
+        f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt(S + d_k)) + 4 + "
         "ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
         "finite is a hard failure",
     ] + r.notes
     return Section(
-        f"verify-{r.dtype}", f"{r.impl} in {r.dtype}: the {min(worst, len(r.entries))} "
-        "worst outputs against the exact answer",
+        f"verify-{r.dtype}", f"{r.impl} in {r.dtype}: the "
+        f"{plural(min(worst, len(r.entries)), 'worst output')} against the exact answer",
         ["output b,h,i,c", "exact (certified)", f"exact in {r.dtype}", r.impl.split(" ")[0],
          "ULPs", "at terms", "rel. error", "status"], rows, notes,
         data={"summary": r.summary()})
@@ -100,12 +100,12 @@ def _cost_section(reports: Sequence[Report]) -> Section:
                              "that ran has no registered FLOP formula")
             elif fl == rect:
                 notes.append(f"FlopCounterMode's {label} path counts the full L x S rectangle "
-                             f"({rect} FLOPs): no causal or mask discount; exactattn counts "
-                             f"{r.reference.pairs} visible pairs of "
+                             f"({plural(rect, 'FLOP')}): no causal or mask discount; exactattn "
+                             f"counts {plural(r.reference.pairs, 'visible pair')} of "
                              f"{sh['B'] * sh['H_q'] * sh['L'] * sh['S']}")
             else:
-                notes.append(f"FlopCounterMode's {label} path counts {fl} FLOPs; the full "
-                             f"rectangle is {rect}")
+                notes.append(f"FlopCounterMode's {label} path counts {plural(fl, 'FLOP')}; the "
+                             f"full rectangle is {rect}")
     return Section("verify-cost", "Cost of the call",
                    ["count", "scores MACs", "mix MACs", "MACs", "FLOPs"], rows, notes)
 

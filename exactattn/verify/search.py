@@ -8,19 +8,33 @@ seed fails on any input scoring at least as much, so Hypothesis shrinks it
 infinity where the exact value is finite, or the implementation raising)
 scores 2**63.  Write the result as a spec file with
 :func:`exactattn.spec.problem_text`.
+
+Limits (:mod:`~exactattn.verify.limits`): ``max_size`` at most
+:data:`~exactattn.verify.limits.MAX_SEARCH_SIZE`; the whole search is
+estimated first and refused past
+:data:`~exactattn.verify.limits.MAX_SECONDS`; shrinking stops after
+:data:`~exactattn.verify.limits.SHRINK_TRIES` tries with the smallest
+reproducer found so far (``result.stopped``).
+
+Nothing is written to disk: no example database, and Hypothesis's cache of
+the constants it reads from local modules goes to a temporary directory,
+removed when the search ends (Hypothesis would write ``.hypothesis/`` into the
+current directory).
 """
 
 from __future__ import annotations
 
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
 from ..call import Policy
-from ..options import check_choice
-from ..options import check_whole
-from .check import Report, verify
+from ..options import check_choice, check_whole
+from .check import Report, check_scale, verify
 from .formats import float_format
 from .impls import load_impl
+from .limits import SHRINK_TRIES, check_search
 from .problem import Problem
 
 __all__ = ["HARD_SCORE", "SearchResult", "search"]
@@ -31,7 +45,12 @@ HARD_SCORE = float(2 ** 63)
 
 @dataclass
 class SearchResult:
-    """The worst input a search found, shrunk: the problem, its report, and the score searched on."""
+    """The worst input a search found, shrunk: the problem, its report, and the score searched on.
+
+    ``stopped`` is True when shrinking was cut off after ``shrink_tries``
+    tries (:data:`~exactattn.verify.limits.SHRINK_TRIES`): ``problem`` is then
+    the smallest reproducer found by then.
+    """
 
     problem: Problem
     report: Report
@@ -39,6 +58,32 @@ class SearchResult:
     measure: str
     examples: int
     unshrunk_score: float
+    stopped: bool = False
+    shrink_tries: int = 0
+
+
+class _Found(Exception):
+    """Raised by the second run on an input scoring at least the best: Hypothesis shrinks it."""
+
+
+class _Enough(BaseException):
+    """Raised once shrinking has had its tries; a BaseException, so Hypothesis lets it through."""
+
+
+@contextmanager
+def _scratch_storage():
+    """Point Hypothesis's storage (its constants cache) at a temporary directory for a while."""
+    from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
+    try:
+        before = storage_directory(intent_to_write=False).home_directory
+    except TypeError:        # Hypothesis before 6.131: the home directory itself
+        before = storage_directory()
+    with tempfile.TemporaryDirectory(prefix="exactattn-search-") as scratch:
+        set_hypothesis_home_dir(scratch)
+        try:
+            yield
+        finally:
+            set_hypothesis_home_dir(before)
 
 
 def _score(report: Report, measure: str) -> float:
@@ -59,8 +104,15 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     terms' magnitude, ``"terms"``); a second run with the same seed fails on
     any input scoring at least that much, so Hypothesis shrinks it.
 
+    Shrinking stops after :data:`~exactattn.verify.limits.SHRINK_TRIES`
+    tries (``result.stopped``); nothing is written to disk.
+
     Raises:
-        InputError: a bad ``examples``, ``max_size``, ``seed`` or ``measure``.
+        InputError: a bad ``examples``, ``max_size``, ``seed`` or ``measure``;
+            ``max_size`` over :data:`~exactattn.verify.limits.MAX_SEARCH_SIZE`,
+            or a search estimated to take over
+            :data:`~exactattn.verify.limits.MAX_SECONDS`; a scale that is 0
+            or infinity in ``dtype``.
     """
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
     from hypothesis import seed as hseed
@@ -69,9 +121,11 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     check_whole(max_size, "max_size")
     check_whole(seed, "seed", low=0)
     check_choice(measure, "measure", ("ulps", "terms"))
+    check_search(examples, max_size)
     impl = load_impl(impl)
     float_format(dtype)
     policy = policy or Policy()
+    check_scale(policy, dtype)
     entry = st.integers(-64, 64).map(lambda k: Fraction(k, 8))
 
     def matrix(draw, rows, cols):
@@ -107,29 +161,36 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
         if s > best["score"]:
             best.update(score=s, problem=p)
 
-    explore()
-
-    class _Found(Exception):
-        pass
     last: dict = {}
+    tries = {"n": 0, "shrinking": False}
 
     @hseed(seed)
     @settings(phases=[Phase.generate, Phase.target, Phase.shrink], **common)
     @given(problems())
     def shrink(p):
+        if tries["shrinking"]:
+            tries["n"] += 1
+            if tries["n"] > SHRINK_TRIES:
+                raise _Enough()
         s = score(p)[0]
         target(s, label=measure)
         if s >= best["score"]:
             last["problem"] = p
+            tries["shrinking"] = True
             raise _Found()
 
-    try:
-        shrink()
-    except _Found:
-        pass
-    except BaseExceptionGroup as group:  # several distinct failures: still ours
-        if group.subgroup(_Found) is None or group.subgroup(lambda e: not isinstance(e, _Found)):
-            raise
+    with _scratch_storage():
+        explore()
+        try:
+            shrink()
+        except (_Found, _Enough):
+            pass
+        except BaseExceptionGroup as group:  # several distinct failures: still ours
+            if group.subgroup(_Found) is None or \
+                    group.subgroup(lambda e: not isinstance(e, _Found)):
+                raise
     final = last.get("problem") or best["problem"]
     s, report = score(final)
-    return SearchResult(final, report, s, measure, examples, best["score"])
+    stopped = tries["n"] > SHRINK_TRIES
+    return SearchResult(final, report, s, measure, examples, best["score"], stopped,
+                        min(tries["n"], SHRINK_TRIES))

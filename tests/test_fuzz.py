@@ -1,0 +1,73 @@
+"""Hostile specs through every table command and ``verify --spec``: exit 0 or 2, one line, bounded work.
+
+The CI profile draws a modest number of specs; ``--hypothesis-profile=fuzz`` draws 5,000
+per command.  Work is bounded by precision, not wall time: certified rounding is allowed
+at most 2^14 bits here, so an input that needed exp to astronomic precision would fail.
+"""
+
+import contextlib
+import io
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from exactattn import digits
+from exactattn.cli import main
+
+from specfuzz import spec_texts
+
+COMMANDS = [["walkthrough", "--format", "json"], ["walkthrough"], ["scores", "--format", "csv"],
+            ["square", "--format", "markdown"], ["project", "--format", "latex"], ["row"],
+            ["scores", "--format", "svg"]]
+
+
+def run(argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def bounded_precision(monkeypatch):
+    monkeypatch.setattr(digits, "MAX_PREC", 1 << 14)
+
+
+def _check(tmp_path_factory, text, suffix, argv_of):
+    path = tmp_path_factory.mktemp("spec") / f"spec{suffix}"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    code, out, err = run(argv_of(str(path)))
+    assert code in (0, 2), (code, err[-2000:])
+    assert "Traceback" not in err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("exactattn: error: "), err[-2000:]
+        assert len(lines[0]) < 600, lines[0][:200]
+    return code, out
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+          deadline=None)
+@given(spec=spec_texts())
+def test_table_commands_never_give_a_traceback(command, spec, tmp_path_factory):
+    text, suffix = spec
+    _check(tmp_path_factory, text, suffix, lambda p: [*command, "--spec", p])
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+          deadline=None)
+@given(spec=spec_texts())
+def test_verify_spec_never_gives_a_traceback(spec, tmp_path_factory):
+    text, suffix = spec
+    _check(tmp_path_factory, text, suffix, lambda p: ["verify", "--spec", p])
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+          deadline=None, max_examples=25)
+@given(spec=spec_texts())
+def test_reruns_are_byte_identical(spec, tmp_path_factory):
+    text, suffix = spec
+    first = _check(tmp_path_factory, text, suffix, lambda p: ["walkthrough", "--spec", p])
+    second = _check(tmp_path_factory, text, suffix, lambda p: ["walkthrough", "--spec", p])
+    assert first == second

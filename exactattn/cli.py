@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "exactattn.commands.sweep",
     "exactattn.commands.prove",
     "exactattn.commands.verify",
+    "exactattn.commands.model",
 )
 
 

@@ -60,6 +60,11 @@ def _ints(m):
     return int_array(num.entries(), (num.nrows(), num.ncols())), int(den)
 
 
+def _biased(m, b):
+    """``m`` plus the bias b on every row (``m`` itself without a bias)."""
+    return m if b is None else m + _to_fmpq_mat([b] * m.nrows())
+
+
 def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trace:
     """Run ``head`` over validated token rows ``xs`` with python-flint matrices.
 
@@ -76,7 +81,8 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
     ([Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)], ['0.5800', '0.1216', '0.1769', '0.1216'])
     """
     X = _to_fmpq_mat(xs)
-    Q, K, V = (X * _to_fmpq_mat(w).transpose() for w in (head.W_Q, head.W_K, head.W_V))
+    Q, K, V = (_biased(X * _to_fmpq_mat(w).transpose(), b)
+               for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K), (head.W_V, head.b_V)))
     n = len(xs)
     policy = head.policy
     cache: dict = {}

@@ -51,13 +51,13 @@ from typing import Any, Sequence
 
 from .call import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from .errors import InputError, ShapeError, shorten
-from .exact import is_symbolic, rational_sqrt, to_matrix
+from .exact import is_symbolic, rational_sqrt, to_matrix, to_row
 from .kernels import common_denominator, mix, project, score, to_fractions
 from .softmax import ExpRatio, SoftmaxRow
 from .trace import Trace
 
-__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "mix_rows", "score_and_mix",
-           "softmax_rows"]
+__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "mix_rows", "project_biased",
+           "score_and_mix", "softmax_rows"]
 
 LAYOUTS = ("slots", "rows")
 ENGINES = ("auto", "pencil", "symbolic", "fast")
@@ -101,8 +101,9 @@ class Head:
     exactattn.errors.ShapeError: W_K must be 1 x 2 in the slots layout (got 1 x 3)
     """
 
-    def __init__(self, W_Q, W_K, W_V, *, layout: str = "slots", divisor: Any = _DEFAULT,
-                 causal: bool = False, floats: str | None = None, symbolic: bool = False):
+    def __init__(self, W_Q, W_K, W_V, *, b_Q=None, b_K=None, b_V=None, layout: str = "slots",
+                 divisor: Any = _DEFAULT, causal: bool = False, floats: str | None = None,
+                 symbolic: bool = False):
         if layout not in LAYOUTS:
             raise InputError(f"layout must be 'slots' or 'rows' (got {shorten(layout, quote=True)})")
         if not isinstance(causal, bool):
@@ -129,9 +130,24 @@ class Head:
         self.d_v = len(slots[2])
         # Internally every matrix is kept in the slots layout: row s = output slot s.
         self.W_Q, self.W_K, self.W_V = slots
-        self.symbolic = any(is_symbolic(e) for m in slots for r in m for e in r)
+        self.b_Q, self.b_K, self.b_V = (
+            None if b is None else to_row(b, name=name, width=width, floats=floats,
+                                          symbolic=symbolic)
+            for b, name, width in ((b_Q, "b_Q", d_k), (b_K, "b_K", d_k), (b_V, "b_V", self.d_v)))
+        self.symbolic = any(is_symbolic(e) for m in slots + (self.biases,) for r in m for e in r)
         d2 = Fraction(d_k) if divisor is _DEFAULT else parse_divisor(divisor, floats=floats)
         self.policy = Policy(scale=d2, causal=causal)
+
+    @property
+    def biases(self) -> tuple:
+        """The biases given (``b_Q``, ``b_K``, ``b_V`` that are not None), as rows."""
+        return tuple(b for b in (self.b_Q, self.b_K, self.b_V) if b is not None)
+
+    def bias(self, name: str) -> list | None:
+        """``b_Q``/``b_K``/``b_V`` (a list of d_k or d_v exact numbers), or None."""
+        if name not in ("b_Q", "b_K", "b_V"):
+            raise InputError(f"name must be b_Q, b_K or b_V (got {shorten(name, quote=True)})")
+        return getattr(self, name)
 
     @property
     def divisor_squared(self) -> Fraction | None:
@@ -272,6 +288,34 @@ def mix_rows(rows: list[SoftmaxRow], raw: list[list], values: list[list[int]], d
     return outputs, macs
 
 
+def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int
+                   ) -> tuple[list[list[int]], int, int, int] | None:
+    """``x W^T + b`` on integers: the counted loop :func:`~exactattn.kernels.project`, then
+    the bias added once per entry, after the loop.
+
+    Shapes: W d_out x d_model (slots layout), b d_out (or None), x n x d_model
+    integers over ``x_den``.  Returns ``(out, den, MACs, bias additions)``
+    (out n x d_out integers over den), or None when W or b is not rational.
+    A bias addition is one addition, not a multiply-add: it is counted apart.
+
+    >>> project_biased([[1, 2]], [Fraction(1, 2)], [[1, 1]], 1)
+    ([[7]], 2, 2, 1)
+    """
+    m = common_denominator(list(W) if b is None else list(W) + [list(b)])
+    if m is None:
+        return None
+    ints, den = m
+    out, macs = project(ints if b is None else ints[:-1], x)
+    adds = 0
+    if b is not None:
+        shift = [a * x_den for a in ints[-1]]
+        for row in out:
+            for s, a in enumerate(shift):
+                row[s] += a
+                adds += 1
+    return out, den * x_den, macs, adds
+
+
 def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
                   visible, score_den: int, value_den: int, divisor_squared, empty_row: str):
     """The counted score loop, the exact softmax rows and the counted mix, on integer rows.
@@ -290,11 +334,13 @@ def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[
 def _pencil(head: Head, x: list[list], empty_row: str) -> Trace | None:
     """The pencil engine on integers over common denominators (None if not all rational)."""
     xi = common_denominator(x)
-    ws = [common_denominator(w) for w in (head.W_Q, head.W_K, head.W_V)]
-    if xi is None or any(w is None for w in ws):
+    if xi is None:
         return None
-    (q, mq), (k, mk), (v, mv) = (project(w[0], xi[0]) for w in ws)
-    dq, dk, dv = (w[1] * xi[1] for w in ws)
+    done = [project_biased(w, b, *xi) for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
+                                                   (head.W_V, head.b_V))]
+    if any(p is None for p in done):
+        return None
+    (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
     n = len(x)
     raw, raw_f, rows, outputs, score_macs, mix_macs = score_and_mix(
         q, k, v, lambda i: head.policy.visible_keys(i, n, n), dq * dk, dv,
@@ -309,7 +355,7 @@ def _pencil(head: Head, x: list[list], empty_row: str) -> Trace | None:
                  values=to_fractions(v, dv), raw_scores=raw_f, empty_row=empty_row, rows=rows,
                  outputs=outputs, macs={"projections": mq + mk + mv, "scores": score_macs,
                                         "mix": mix_macs},
-                 softmax_ops=_softmax_ops(rows), integers=integers)
+                 softmax_ops=_softmax_ops(rows), integers=integers, bias_adds=aq + ak + av)
 
 
 def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
@@ -319,9 +365,12 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
     def s(e):
         return sympy.Rational(e.numerator, e.denominator) if isinstance(e, Fraction) else e
     xs = [[s(e) for e in r] for r in x]
-    projections, macs = [], 0
-    for W in (head.W_Q, head.W_K, head.W_V):
+    projections, macs, adds = [], 0, 0
+    for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K), (head.W_V, head.b_V)):
         out, m = project([[s(e) for e in r] for r in W], xs)
+        if b is not None:       # the bias, added after the counted loop (not a MAC)
+            out = [[e + s(c) for e, c in zip(r, b)] for r in out]
+            adds += len(out) * len(b)
         projections.append([[sympy.expand(e) for e in r] for r in out])
         macs += m
     queries, keys, values = projections
@@ -354,7 +403,8 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
         outputs.append(out_row)
     return Trace(head, "symbolic", xs, queries=queries, keys=keys, values=values,
                  raw_scores=raw, empty_row=empty_row, rows=rows, outputs=outputs,
-                 macs={"projections": macs, "scores": score_macs, "mix": mix_macs})
+                 macs={"projections": macs, "scores": score_macs, "mix": mix_macs},
+                 bias_adds=adds)
 
 
 def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",

@@ -35,7 +35,8 @@ class Trace:
     outputs n x d_v.  ``macs`` counts multiply-adds by stage (``projections``,
     ``scores``, ``mix``), counted inside the loops (None for the fast
     engine: nothing is counted that did not run).  ``softmax_ops`` counts the
-    softmax's exponentials, additions and divisions separately.
+    softmax's exponentials, additions and divisions separately; ``bias_adds``
+    the additions of projection biases (not MACs; None when not counted).
 
     Indices are 0-based, as the shapes say; an index outside them raises
     ``IndexError`` naming the bad index and the shape.
@@ -44,13 +45,14 @@ class Trace:
     def __init__(self, head, engine: str, x: list[list], *, queries, keys, values, raw_scores,
                  empty_row: str = "zero", rows=None, outputs=None, macs: dict | None = None,
                  softmax_ops: dict | None = None, score_row: Callable | None = None,
-                 integers: Callable | None = None):
+                 integers: Callable | None = None, bias_adds: int | None = None):
         self.head = head
         self.engine = engine
         self.x = x
         self.empty_row = empty_row
         self.macs = macs
         self.softmax_ops = softmax_ops
+        self.bias_adds = bias_adds
         self._parts: dict[str, Any] = {"queries": queries, "keys": keys, "values": values,
                                        "raw_scores": raw_scores}
         self._rows: list | None = rows

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..call import Policy
-from ..digits import certify, round_fraction
 from ..errors import InputError
 from ..exact import to_matrix
 from ..head import Head, score_and_mix
 from ..kernels import common_denominator, project
-from ..softmax import ExpRatio
+from ..layer import out_project, sum_decimal
 from .sizes import Setup, size
 
 __all__ = ["LAYER_PLACES", "Run", "count", "count_head", "count_tokens", "decode_steps",
@@ -105,36 +104,10 @@ def _zero_macs(with_output: bool) -> dict:
 
 
 def _out_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]:
-    """outputs[i][d] = sum_(a, c) W_O[d][a d_v + c] o_a[i][c]: one MAC per term.
-
-    Each head's outputs share that head's softmax normaliser, so its terms
-    combine exactly into one :class:`ExpRatio` per head; a value is the sum of
-    the h ratios (a tuple).  A head's outputs on one row are held as integers
-    over one denominator, one column per exponential term, so a MAC is a run
-    of integer multiply-adds over the row's terms.
-    """
-    w_ints, den = W_O
-    count = 0
-    n = len(head_outputs[0])
-    result: list[list[list]] = [[[] for _ in w_ints] for _ in range(n)]
-    col = 0
-    for out in head_outputs:
-        d_v = len(out[0])
-        for i, values in enumerate(out):
-            gaps = list(dict.fromkeys(g for e in values for g in e.numerators))
-            ints, vden = common_denominator([[e.numerators.get(g, 0) for g in gaps]
-                                             for e in values])
-            for d, w in enumerate(w_ints):
-                acc = [0] * len(gaps)
-                for wc, coefficients in zip(w[col:col + d_v], ints):
-                    for k, a in enumerate(coefficients):
-                        acc[k] += wc * a
-                    count += 1
-                result[i][d].append(ExpRatio({g: Fraction(a, den * vden)
-                                              for g, a in zip(gaps, acc)}, values[0].row))
-        col += d_v
+    """W_O through the exact layer's counted loop (:func:`exactattn.layer.out_project`)."""
+    entries, count = out_project(W_O, head_outputs)
     macs["out_projection"] += count
-    return [[tuple(terms) for terms in row] for row in result]
+    return entries
 
 
 def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
@@ -175,21 +148,6 @@ def _attend_layer(layer: _Layer, xq, xkv, dx: int, visible, macs: dict,
     if layer.W_O is None:
         return [[(e,) for e in row] for row in head_outputs[0]]
     return _out_projection(layer.W_O, head_outputs, macs)
-
-
-def sum_decimal(terms: tuple, places: int) -> str:
-    """A sum of exact ratios, correctly rounded to ``places`` places (certified)."""
-    qs = [e.rational() for e in terms]
-    if all(q is not None for q in qs):
-        return round_fraction(sum(qs, Fraction(0)), places)
-
-    def ball(prec):
-        from flint import arb
-        total = arb(0)
-        for e in terms:
-            total += e.ball(prec)
-        return total
-    return certify(ball, places)
 
 
 def _next_layer_rows(outputs: list[list[tuple]]) -> list[list[int]]:

@@ -1,0 +1,14 @@
+"""Real heads from real models: weights read exactly from files, architecture presets, layers.
+
+* :mod:`~exactattn.models.weights`: ``.npy``/``.npz`` (numpy), ``.safetensors``
+  (the ``safetensors`` package, extra ``[models]``) and PyTorch state dicts
+  (``torch``), every float32/float16/bfloat16 weight read as its exact binary
+  value (a dyadic rational).
+* :mod:`~exactattn.models.presets`: which tensors make layer L's heads in
+  ``bert``, ``gpt2`` and ``llama`` checkpoints, or in an explicit name map.
+"""
+
+from .presets import ARCHS, NameMap, load_layer, preset
+from .weights import read_tensors
+
+__all__ = ["ARCHS", "NameMap", "load_layer", "preset", "read_tensors"]

@@ -1,0 +1,84 @@
+"""A real head as a worked :class:`~exactattn.examples.Example`: weights file + tokens file.
+
+The computation behind ``exactattn model``: read the checkpoint
+(:func:`~exactattn.models.weights.read_tensors`), build layer L
+(:func:`~exactattn.models.presets.load_layer`), pick head H, and read the
+tokens (n x d_model numbers: the layer's input hidden states) exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import InputError, ShapeError, shorten
+from ..examples import Example, Token
+from ..exact import to_matrix
+from ..layer import Layer
+from .presets import load_layer, preset
+from .weights import exact_matrix, read_tensors
+
+__all__ = ["ModelHead", "load_model_head", "read_tokens"]
+
+#: what every real-head output says about its numbers
+DYADIC_NOTE = ("weights and tokens stored as binary floats ({dtypes}) are read as their exact "
+               "binary values (dyadic rationals m * 2**e); nothing is rounded")
+
+
+def read_tokens(path: str) -> list[list]:
+    """Token rows (n x d_model) from ``.npy``, ``.npz`` (its only or first array) or ``.json``
+    (a list of rows; numbers as strings are read exactly, binary floats as their binary values)."""
+    import numpy as np
+    if not isinstance(path, str) or not os.path.isfile(path):
+        raise InputError(f"tokens must name a file that exists (got {shorten(repr(path))})")
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        rows = doc.get("x") if isinstance(doc, dict) else doc
+        return to_matrix(rows, name="tokens", floats="exact")
+    if path.endswith(".npy"):
+        a = np.load(path, allow_pickle=False)
+    elif path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as z:
+            a = z[z.files[0]]
+    else:
+        raise InputError(f"tokens must be a .npy, .npz or .json file (got {shorten(repr(path))})")
+    if a.ndim == 3 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 2:
+        raise ShapeError(f"tokens must be n x d_model (got shape {a.shape})")
+    return exact_matrix(a)
+
+
+class ModelHead:
+    """The loaded ``layer`` (:class:`~exactattn.layer.Layer`), the chosen ``example`` (one
+    head and the tokens) and ``note`` (how the stored floats were read)."""
+
+    def __init__(self, layer: Layer, example: Example, note: str):
+        self.layer, self.example, self.note = layer, example, note
+
+
+def load_model_head(weights: str, arch, layer: int, head: int, tokens: str, *,
+                    heads: int | None = None, kv_heads: int | None = None,
+                    rotary: str = "refuse") -> ModelHead:
+    """Layer ``layer``'s head ``head`` (0-based) of the checkpoint ``weights`` on ``tokens``.
+
+    Raises:
+        InputError: a file, name or index that is not there (what is there is listed).
+    """
+    tensors = read_tensors(weights)
+    names = preset(arch)
+    built = load_layer(tensors, names, layer, heads=heads, kv_heads=kv_heads, rotary=rotary)
+    if not 0 <= head < len(built.heads):
+        raise InputError(f"head must be from 0 to {len(built.heads) - 1} in layer {layer} "
+                         f"(got {head})")
+    x = read_tokens(tokens)
+    if len(x[0]) != built.d_model:
+        raise ShapeError(f"tokens must have d_model = {built.d_model} numbers each "
+                         f"(got {len(x[0])})")
+    label = arch if isinstance(arch, str) else "name map"
+    ex = Example(name=f"{label}-L{layer}-H{head}",
+                 title=f"{os.path.basename(weights)}: {label} layer {layer}, head {head}",
+                 head=built.heads[head], tokens=[Token(f"t{i + 1}") for i in range(len(x))],
+                 x=x, source=weights)
+    return ModelHead(built, ex, DYADIC_NOTE.format(dtypes=tensors.stored()))

@@ -1,0 +1,182 @@
+"""Architecture presets: which tensors hold layer L's query, key, value and output weights.
+
+===========  ============================================  ==========  =======  =====
+arch         query weight (layer L)                        layout      biases   GQA
+===========  ============================================  ==========  =======  =====
+``bert``     ``encoder.layer.L.attention.self.query``      slots       yes      no
+``gpt2``     ``h.L.attn.c_attn`` (Q, K, V fused, Conv1D)   rows        yes      no
+``llama``    ``layers.L.self_attn.q_proj``                 slots       no       yes
+===========  ============================================  ==========  =======  =====
+
+``slots``: ``nn.Linear.weight``, out x in.  ``rows``: GPT-2's ``Conv1D``,
+in x out.  Any prefix before these names (``bert.``, ``transformer.``,
+``model.``) is found.  A head count the weights cannot tell (H query heads,
+H_kv key/value heads) comes from ``heads=``/``kv_heads=`` or a ``config.json``
+beside the weights.  An explicit :class:`NameMap` names other checkpoints.
+
+Llama heads rotate queries and keys by position (rotary embeddings), which
+exactattn does not apply yet: they are refused unless ``rotary="ignore"``
+(then the scores are NOT the model's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from ..call import Policy
+from ..errors import InputError, ShapeError, shorten
+from ..layer import Layer
+from .weights import Tensors, exact_matrix, exact_row, names_hint
+
+__all__ = ["ARCHS", "NameMap", "heads_from_config", "load_layer", "preset"]
+
+
+@dataclass(frozen=True)
+class NameMap:
+    """Tensor names for layer ``{layer}``: ``q``, ``k``, ``v``, ``o`` weights (or ``fused``,
+    Q|K|V side by side on the output axis), their ``*_bias``, the weights' ``layout``."""
+
+    q: str | None = None
+    k: str | None = None
+    v: str | None = None
+    o: str | None = None
+    q_bias: str | None = None
+    k_bias: str | None = None
+    v_bias: str | None = None
+    o_bias: str | None = None
+    fused: str | None = None
+    fused_bias: str | None = None
+    layout: str = "slots"
+    rotary: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NameMap":
+        """A map from JSON-like fields; unknown fields are refused by name."""
+        fields = set(cls.__dataclass_fields__)
+        bad = sorted(set(d) - fields)
+        if bad:
+            raise InputError(f"name map fields must be among {', '.join(sorted(fields))} "
+                             f"(got {shorten(', '.join(bad))})")
+        return cls(**d)
+
+
+_BERT = "encoder.layer.{layer}.attention."
+_LLAMA = "layers.{layer}.self_attn."
+ARCHS = {
+    "bert": NameMap(q=_BERT + "self.query.weight", k=_BERT + "self.key.weight",
+                    v=_BERT + "self.value.weight", o=_BERT + "output.dense.weight",
+                    q_bias=_BERT + "self.query.bias", k_bias=_BERT + "self.key.bias",
+                    v_bias=_BERT + "self.value.bias", o_bias=_BERT + "output.dense.bias"),
+    "gpt2": NameMap(fused="h.{layer}.attn.c_attn.weight", fused_bias="h.{layer}.attn.c_attn.bias",
+                    o="h.{layer}.attn.c_proj.weight", o_bias="h.{layer}.attn.c_proj.bias",
+                    layout="rows"),
+    "llama": NameMap(q=_LLAMA + "q_proj.weight", k=_LLAMA + "k_proj.weight",
+                     v=_LLAMA + "v_proj.weight", o=_LLAMA + "o_proj.weight", rotary=True),
+}
+
+
+def preset(arch) -> NameMap:
+    """The :class:`NameMap` of ``arch`` (a name in :data:`ARCHS`, a dict, or a NameMap)."""
+    if isinstance(arch, NameMap):
+        return arch
+    if isinstance(arch, dict):
+        return NameMap.from_dict(arch)
+    if arch not in ARCHS:
+        raise InputError(f"arch must be one of {', '.join(ARCHS)} or a name map "
+                         f"(got {shorten(arch, quote=True)})")
+    return ARCHS[arch]
+
+
+def _find(tensors: Tensors, template: str | None, layer: int, required: bool = True):
+    if template is None:
+        return None
+    name = template.format(layer=layer)
+    if name in tensors:
+        return tensors[name]
+    found = [k for k in tensors if k.endswith("." + name)]
+    if len(found) == 1:
+        return tensors[found[0]]
+    if len(found) > 1:
+        raise InputError(f"tensor {name} must be found once (got {len(found)}: "
+                         f"{shorten(', '.join(found))})")
+    if not required:
+        return None
+    raise InputError(f"tensor must be named {name} (or end in it) in "
+                     f"{os.path.basename(tensors.path)} (got no such name); names there: "
+                     f"{names_hint(tensors, name)}")
+
+
+def heads_from_config(weights_path: str) -> tuple[int | None, int | None]:
+    """(H, H_kv) from a ``config.json`` beside the weights, (None, None) without one."""
+    path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), "config.json")
+    if not os.path.isfile(path):
+        return None, None
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    h = cfg.get("num_attention_heads", cfg.get("n_head"))
+    return h, cfg.get("num_key_value_heads", h)
+
+
+def _split(m, parts: int, axis_out: int, name: str) -> list:
+    size = m.shape[axis_out]
+    if size % parts:
+        raise ShapeError(f"{name} must split into {parts} heads ({size} output numbers "
+                         f"is not a multiple of {parts})")
+    step = size // parts
+    return [m[a * step:(a + 1) * step] if axis_out == 0 else m[:, a * step:(a + 1) * step]
+            for a in range(parts)]
+
+
+def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
+               kv_heads: int | None = None, policy: Policy | None = None,
+               rotary: str = "refuse") -> Layer:
+    """Layer ``layer`` of the checkpoint ``tensors`` as an exact :class:`~exactattn.layer.Layer`.
+
+    Every weight is its stored binary value (a dyadic rational).  ``heads``
+    (H) and ``kv_heads`` (H_kv, default H) split the projections; without
+    them a ``config.json`` beside the weights is read.
+
+    Raises:
+        InputError: an unknown arch, a tensor name that is not there (the names
+            that are there are listed), rotary heads without ``rotary="ignore"``.
+        ShapeError: a projection that does not split into the heads.
+    """
+    names = preset(arch)
+    if names.rotary and rotary != "ignore":
+        raise InputError("rotary position embeddings must be applied to llama queries and keys "
+                         "(exactattn does not apply them yet); pass --no-rotary to evaluate "
+                         "the projections without them, which are not the model's scores")
+    if heads is None:
+        heads, cfg_kv = heads_from_config(tensors.path)
+        kv_heads = kv_heads or cfg_kv
+        if heads is None:
+            raise InputError("heads must be given (got none, and no config.json beside the "
+                             "weights); pass --heads H")
+    kv_heads = kv_heads or heads
+    out_axis = 0 if names.layout == "slots" else 1
+    if names.fused is not None:
+        fused = _find(tensors, names.fused, layer)
+        w_q, w_k, w_v = _split(fused, 3, out_axis, names.fused.format(layer=layer))
+        fb = _find(tensors, names.fused_bias, layer, required=False)
+        b_q, b_k, b_v = (None,) * 3 if fb is None else (fb[:len(fb) // 3],
+                                                        fb[len(fb) // 3:2 * len(fb) // 3],
+                                                        fb[2 * len(fb) // 3:])
+    else:
+        w_q, w_k, w_v = (_find(tensors, t, layer) for t in (names.q, names.k, names.v))
+        b_q, b_k, b_v = (_find(tensors, t, layer, required=False)
+                         for t in (names.q_bias, names.k_bias, names.v_bias))
+    w_o = _find(tensors, names.o, layer)
+    b_o = _find(tensors, names.o_bias, layer, required=False)
+
+    def per_head(w, b, count, what):
+        ws = [exact_matrix(m) for m in _split(w, count, out_axis, what)]
+        bs = None if b is None else [exact_row(v) for v in _split(b, count, 0, what + " bias")]
+        return ws, bs
+    (qs, bqs), (ks, bks), (vs, bvs) = (per_head(w, b, c, what) for w, b, c, what in
+                                       ((w_q, b_q, heads, "W_Q"), (w_k, b_k, kv_heads, "W_K"),
+                                        (w_v, b_v, kv_heads, "W_V")))
+    return Layer(qs, ks, vs, exact_matrix(w_o), b_Q=bqs, b_K=bks, b_V=bvs,
+                 b_O=None if b_o is None else exact_row(b_o), layout=names.layout,
+                 policy=policy)

@@ -1,0 +1,173 @@
+"""Weights from files, read exactly: every binary float is its own dyadic rational.
+
+A float32, float16 or bfloat16 weight is a number ``m * 2**e`` exactly; reading
+it as that rational (:func:`exact_matrix`) changes nothing.  Widening to
+float64 on the way is exact too (every float16/bfloat16/float32 value is a
+float64 value), so :func:`read_tensors` returns numpy arrays of the stored
+values: float64 for the float formats (the dtype they were stored in is kept
+in :attr:`Tensors.dtypes`), integers as they are.
+
+Formats: ``.npy`` (one array, named after the file), ``.npz``,
+``.safetensors`` (the ``safetensors`` package: ``pip install exactattn[models]``)
+and PyTorch state dicts ``.pt``/``.pth``/``.bin`` (``torch``; read with
+``weights_only=True``).
+"""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+
+from ..errors import InputError, ShapeError, shorten
+
+__all__ = ["FLOAT_DTYPES", "Tensors", "exact_matrix", "exact_row", "read_tensors"]
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+class Tensors(dict):
+    """Named arrays read from one file; ``dtypes[name]`` is the stored dtype ('bfloat16', ...)."""
+
+    def __init__(self, arrays: dict, dtypes: dict, path: str):
+        super().__init__(arrays)
+        self.dtypes = dtypes
+        self.path = path
+
+    def get_tensor(self, name: str):
+        """The array ``name``; a missing name lists the names that exist (those alike first)."""
+        if name in self:
+            return self[name]
+        raise InputError(f"tensor must be one of the names in {os.path.basename(self.path)} "
+                         f"(got {shorten(name, quote=True)}); names there: {names_hint(self, name)}")
+
+    def stored(self) -> str:
+        """The stored float dtypes, in words: 'float32' or 'bfloat16, float32'."""
+        return ", ".join(sorted({d for d in self.dtypes.values() if d in FLOAT_DTYPES})) or "none"
+
+
+def names_hint(names, wanted: str, limit: int = 12) -> str:
+    """Up to ``limit`` names, those sharing the most dot-separated parts with ``wanted`` first."""
+    parts = set(wanted.split("."))
+    ranked = sorted(names, key=lambda k: (-len(parts & set(k.split("."))), k))
+    more = len(ranked) - limit
+    return ", ".join(ranked[:limit]) + (f" ... ({more} more)" if more > 0 else "")
+
+
+def _widen(a, dtype: str):
+    import numpy as np
+    return a.astype(np.float64) if dtype in FLOAT_DTYPES else a
+
+
+def _read_torch(path: str):
+    try:
+        import torch
+    except ImportError:
+        raise InputError(f"weights {shorten(path, quote=True)} must be read with torch "
+                         "(not installed); pip install torch, or save them as .safetensors "
+                         "or .npz") from None
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if hasattr(state, "state_dict"):
+        state = state.state_dict()
+    if not isinstance(state, dict):
+        raise InputError(f"weights must be a state dict of tensors (got {type(state).__name__})")
+    arrays, dtypes = {}, {}
+    for k, t in state.items():
+        if not hasattr(t, "dtype"):
+            continue
+        dtypes[k] = str(t.dtype).replace("torch.", "")
+        arrays[k] = t.detach().to(torch.float64).numpy() if t.is_floating_point() \
+            else t.numpy()
+    return arrays, dtypes
+
+
+def _read_safetensors(path: str):
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise InputError(f"weights {shorten(path, quote=True)} must be read with the safetensors "
+                         "package (not installed); pip install 'exactattn[models]'") from None
+    arrays, dtypes = {}, {}
+    with safe_open(path, framework="numpy") as f:
+        names = list(f.keys())
+    bf16 = []
+    with safe_open(path, framework="numpy") as f:
+        for k in names:
+            try:
+                a = f.get_tensor(k)
+            except (TypeError, ValueError):     # numpy has no bfloat16
+                bf16.append(k)
+                continue
+            dtypes[k] = str(a.dtype)
+            arrays[k] = _widen(a, str(a.dtype))
+    if bf16:
+        arrays.update(_bfloat16(path, bf16))
+        dtypes.update(dict.fromkeys(bf16, "bfloat16"))
+    return arrays, dtypes
+
+
+def _bfloat16(path: str, names: list[str]) -> dict:
+    """bfloat16 tensors: the top 16 bits of a float32, widened bit for bit (exact)."""
+    import json
+    import struct
+
+    import numpy as np
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        start = 8 + size
+        out = {}
+        for k in names:
+            info = header[k]
+            if info["dtype"] != "BF16":
+                raise InputError(f"tensor {k} must be a float or integer type numpy reads "
+                                 f"(got {info['dtype']})")
+            a, b = info["data_offsets"]
+            f.seek(start + a)
+            raw = np.frombuffer(f.read(b - a), dtype="<u2").astype(np.uint32) << 16
+            out[k] = raw.view(np.float32).astype(np.float64).reshape(info["shape"])
+    return out
+
+
+def read_tensors(path: str) -> Tensors:
+    """Every tensor in ``path`` by name, with float values widened exactly to float64.
+
+    Raises:
+        InputError: a missing file, an unknown suffix, a reader not installed.
+    """
+    import numpy as np
+    if not isinstance(path, str) or not os.path.isfile(path):
+        raise InputError(f"weights must name a file that exists (got {shorten(repr(path))})")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".npy":
+        a = np.load(path, allow_pickle=False)
+        name = os.path.splitext(os.path.basename(path))[0]
+        arrays, dtypes = {name: _widen(a, str(a.dtype))}, {name: str(a.dtype)}
+    elif suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            dtypes = {k: str(z[k].dtype) for k in z.files}
+            arrays = {k: _widen(z[k], dtypes[k]) for k in z.files}
+    elif suffix == ".safetensors":
+        arrays, dtypes = _read_safetensors(path)
+    elif suffix in (".pt", ".pth", ".bin"):
+        arrays, dtypes = _read_torch(path)
+    else:
+        raise InputError(f"weights must be a .safetensors, .npz, .npy, .pt, .pth or .bin file "
+                         f"(got {shorten(repr(path))})")
+    return Tensors(arrays, dtypes, path)
+
+
+def exact_row(a) -> list[Fraction]:
+    """A 1-D float array as exact ``Fraction`` entries (each float's binary value)."""
+    return [Fraction(*v.as_integer_ratio()) for v in a.astype("float64").tolist()]
+
+
+def exact_matrix(a) -> list[list[Fraction]]:
+    """A 2-D float array as rows of exact ``Fraction`` entries (binary values, no rounding).
+
+    >>> import numpy as np
+    >>> exact_matrix(np.array([[0.1]], dtype=np.float32))
+    [[Fraction(13421773, 134217728)]]
+    """
+    if getattr(a, "ndim", None) != 2:
+        raise ShapeError(f"weight must be a 2-D array (got shape {getattr(a, 'shape', None)})")
+    return [exact_row(r) for r in a]

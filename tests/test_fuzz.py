@@ -1,12 +1,14 @@
 """Hostile specs through every table command and ``verify --spec``: exit 0 or 2, one line, bounded work.
 
 The CI profile draws a modest number of specs; ``--hypothesis-profile=fuzz`` draws 5,000
-per command.  Work is bounded by precision, not wall time: certified rounding is allowed
+per command (set ``EXACTATTN_FUZZ_STATS=FILE`` to tally exit codes and seconds per input).  Work is bounded by precision, not wall time: certified rounding is allowed
 at most 2^14 bits here, so an input that needed exp to astronomic precision would fail.
 """
 
 import contextlib
 import io
+import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,7 +38,12 @@ def bounded_precision(monkeypatch):
 def _check(tmp_path_factory, text, suffix, argv_of):
     path = tmp_path_factory.mktemp("spec") / f"spec{suffix}"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    start = time.perf_counter()
     code, out, err = run(argv_of(str(path)))
+    stats = os.environ.get("EXACTATTN_FUZZ_STATS")   # a file to tally a large fuzz run in
+    if stats:
+        with open(stats, "a", encoding="utf-8") as f:
+            f.write(f"{argv_of('SPEC')[0]}\t{code}\t{time.perf_counter() - start:.4f}\n")
     assert code in (0, 2), (code, err[-2000:])
     assert "Traceback" not in err
     if code == 2:

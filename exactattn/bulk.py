@@ -103,14 +103,15 @@ class _ExpTables:
     """
 
     def __init__(self, den: int, divisor_squared: Fraction | None, F: int):
-        from flint import arb, fmpq
+        from flint import arb
         from .digits import working_precision
+        from .exponents import fmpq_of
         self.F = F
         self.prec = 2 * F + 64
         with working_precision(self.prec):
             step = arb(den)
             if divisor_squared is not None:
-                step *= arb(fmpq(divisor_squared.numerator, divisor_squared.denominator)).sqrt()
+                step *= arb(fmpq_of(divisor_squared)).sqrt()
             self.step = step
             bound = arb(F) * arb.const_log2() * step     # u >= F ln 2 / c => 2^F exp(-uc) <= 1
             self.cut = int(bound.upper().floor().unique_fmpz()) + 2

@@ -30,7 +30,7 @@ from typing import Callable
 from .errors import InputError
 
 __all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "format_exact",
-           "format_scaled", "round_fraction", "working_precision"]
+           "format_scaled", "round_fraction", "tighten", "working_precision"]
 
 START_PREC = 64
 MAX_PREC = 1 << 16
@@ -132,6 +132,29 @@ def _decide(ball, places: int):
     return k
 
 
+def tighten(step: Callable[[int], object], prec: int, *, max_prec: int | None = None):
+    """Ziv's loop, the one in the package: ``step(p)`` at p = prec, 2 prec, ... (each under
+    ``working_precision(p)``).
+
+    Returns the first result that is not None, or None once ``p`` passes
+    ``max_prec`` (no limit when None: only for values a tighter enclosure
+    always decides, such as a transcendental number against a float format).
+
+    >>> tighten(lambda p: p if p >= 256 else None, 64)
+    256
+    >>> tighten(lambda p: None, 64, max_prec=128) is None
+    True
+    """
+    while max_prec is None or prec <= max_prec:
+        with working_precision(prec):
+            got = step(prec)
+        if got is not None:
+            return got
+        prec *= 2
+    return None
+
+
+
 def certify(ball: Callable[[int], object], places: int, *,
             exact: Callable[[], Fraction | None] | None = None,
             compare: Callable[[Fraction], int] | None = None,
@@ -156,21 +179,21 @@ def certify(ball: Callable[[int], object], places: int, *,
         InputError: the rounding could not be decided (neither given).
     """
     check_places(places)
-    prec = start_prec
-    while prec <= MAX_PREC:
-        with working_precision(prec):
-            b = ball(prec)
-            k = _decide(b, places)
-            # narrow against the decimal grid, yet astride a boundary: after SIDED_PREC
-            # bits the exact sides decide it (the guess is within one of the answer)
-            if k is None and compare is not None and prec >= SIDED_PREC and b.is_finite() \
-                    and b.rad() * 10 ** places < 1:
-                return format_scaled(
-                    _sides(compare, round(arb_to_fraction(b.mid()) * 10 ** places), places),
-                    places)
+
+    def step(prec: int):
+        b = ball(prec)
+        k = _decide(b, places)
         if k is not None:
-            return format_scaled(k, places)
-        prec *= 2
+            return k
+        # narrow against the decimal grid, yet astride a boundary: after SIDED_PREC
+        # bits the exact sides decide it (the guess is within one of the answer)
+        if compare is not None and prec >= SIDED_PREC and b.is_finite() \
+                and b.rad() * 10 ** places < 1:
+            return _sides(compare, round(arb_to_fraction(b.mid()) * 10 ** places), places)
+        return None
+    k = tighten(step, start_prec, max_prec=MAX_PREC)
+    if k is not None:
+        return format_scaled(k, places)
     q = exact() if exact is not None else None
     if q is None:
         raise InputError(

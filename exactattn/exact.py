@@ -164,9 +164,6 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
 MAX_DIGITS = 4000
 
 
-_short = shorten
-
-
 def _check_size(text: str, name: str) -> None:
     """Refuse number texts whose exact value would be astronomically large or slow to build."""
     digits = sum(ch.isdigit() for ch in text)
@@ -176,7 +173,7 @@ def _check_size(text: str, name: str) -> None:
     if digits > MAX_DIGITS or exponent > MAX_DIGITS:
         raise InputError(
             f"{name} must have at most {MAX_DIGITS} digits and a decimal exponent within "
-            f"±{MAX_DIGITS} (got {_short(text)!r}); rescale the inputs")
+            f"±{MAX_DIGITS} (got {shorten(text, quote=True)}); rescale the inputs")
 
 
 def to_row(values: Any, *, name: str, width: int | None = None,

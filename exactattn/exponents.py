@@ -24,13 +24,19 @@ from fractions import Fraction
 from .errors import InputError
 from .exact import rational_sqrt
 
-__all__ = ["ExpPoly", "Exponent", "exponent_text", "fmpq_of", "sum_text", "unify"]
+__all__ = ["ExpPoly", "Exponent", "exponent_text", "fmpq_of", "inv_sqrt_ball", "sum_text", "unify"]
 
 
 def fmpq_of(q: Fraction):
     """A ``Fraction`` (or int) as python-flint's ``fmpq``."""
     from flint import fmpq
     return fmpq(q) if type(q) is int else fmpq(q.numerator, q.denominator)
+
+
+def inv_sqrt_ball(D: Fraction):
+    """An ``arb`` ball of ``1/sqrt(D)`` at the current precision (the scale of a divisor sqrt(D))."""
+    from flint import arb
+    return 1 / arb(fmpq_of(D)).sqrt()
 
 
 def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
@@ -96,7 +102,7 @@ class ExpPoly:
 
     def ball(self, prec: int):
         from flint import arb
-        roots = [1 / arb(fmpq_of(D)).sqrt() for D in self.basis]
+        roots = [inv_sqrt_ball(D) for D in self.basis]
         total = arb(0)
         for e, c in self.terms.items():
             x = arb(fmpq_of(e[0]))
@@ -110,18 +116,15 @@ class ExpPoly:
         """-1, 0 or 1, exactly: 0 only for the zero polynomial (Lindemann-Weierstrass)."""
         if not self.terms:
             return 0
-        from .digits import working_precision
-        prec = 64
-        while True:
-            with working_precision(prec):
-                b = self.ball(prec)
-                if b > 0:
-                    return 1
-                if b < 0:
-                    return -1
-            prec *= 2
-            if prec > 1 << 22:   # pragma: no cover - would need a pathological cancellation
-                raise InputError("sign could not be decided below 2^22 bits")
+        from .digits import tighten
+
+        def step(prec: int):
+            b = self.ball(prec)
+            return 1 if b > 0 else -1 if b < 0 else None
+        sign = tighten(step, 64, max_prec=1 << 22)
+        if sign is None:   # pragma: no cover - would need a pathological cancellation
+            raise InputError("sign could not be decided below 2^22 bits")
+        return sign
 
 
 class Exponent:

@@ -33,6 +33,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from .bulk import exact_matmul, int_array
+from .exponents import fmpq_of
 from .trace import Trace
 
 __all__ = ["attend_fast"]
@@ -40,9 +41,8 @@ __all__ = ["attend_fast"]
 
 def _to_fmpq_mat(rows: Sequence[Sequence[Fraction]]):
     """A list of rows of ``Fraction`` as an ``fmpq_mat`` (no float on the way)."""
-    from flint import fmpq, fmpq_mat
-    return fmpq_mat(len(rows), len(rows[0]),
-                    [fmpq(e.numerator, e.denominator) for r in rows for e in r])
+    from flint import fmpq_mat
+    return fmpq_mat(len(rows), len(rows[0]), [fmpq_of(e) for r in rows for e in r])
 
 
 def _to_fractions(m) -> list[list[Fraction]]:
@@ -94,16 +94,6 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
             cache["S"] = (exact_matmul(qn, kn.T), qd * kd)
         return cache["S"]
 
-    def raw_scores():
-        num, den = integer_scores()
-        out = []
-        for i, r in enumerate(num.tolist()):
-            row: list = [None] * n
-            for j in policy.visible_keys(i, n, n):
-                row[j] = Fraction(int(r[j]), den)
-            out.append(row)
-        return out
-
     def score_row(i: int) -> list:
         num, den = integer_scores()
         r = num[i].tolist()
@@ -111,6 +101,9 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
         for j in policy.visible_keys(i, n, n):
             row[j] = Fraction(int(r[j]), den)
         return row
+
+    def raw_scores():
+        return [score_row(i) for i in range(n)]
 
     def integers():
         num, den = integer_scores()

@@ -38,6 +38,7 @@ from .call import Mask, Policy
 from .digits import certify, round_fraction
 from .errors import InputError, ShapeError
 from .exact import to_matrix, to_row
+from .exponents import fmpq_of
 from .head import Head, project_biased, score_and_mix
 from .kernels import common_denominator
 from .softmax import ExpRatio
@@ -57,17 +58,7 @@ def sum_decimal(terms: Sequence, places: int, constant: Fraction = Fraction(0)) 
     >>> sum_decimal((e, e), 4), sum_decimal((), 2, Fraction(1, 8))
     ('1.4621', '0.12')
     """
-    qs = [e.rational() for e in terms]
-    if all(q is not None for q in qs):
-        return round_fraction(sum(qs, Fraction(constant)), places)
-
-    def ball(prec):
-        from flint import arb, fmpq
-        total = arb(fmpq(constant.numerator, constant.denominator))
-        for e in terms:
-            total += e.ball(prec)
-        return total
-    return certify(ball, places)
+    return LayerValue(terms, constant).decimal(places)
 
 
 class LayerValue:
@@ -93,15 +84,16 @@ class LayerValue:
         return None if None in qs else sum(qs, self.constant)
 
     def ball(self, prec: int):
-        from flint import arb, fmpq
-        total = arb(fmpq(self.constant.numerator, self.constant.denominator))
+        from flint import arb
+        total = arb(fmpq_of(self.constant))
         for e in self.terms:
             total += e.ball(prec)
         return total
 
     def decimal(self, places: int) -> str:
         """Correctly rounded (certified) decimal at ``places`` places."""
-        return sum_decimal(self.terms, places, self.constant)
+        q = self.rational()
+        return round_fraction(q, places) if q is not None else certify(self.ball, places)
 
     def text(self) -> str:
         """The exact value as a sum of closed forms, one per head (and the bias)."""

@@ -13,6 +13,14 @@ the query does not see, ``1/2 = 0.5`` for a share that is exactly 1/2).
 
 Output is deterministic: the same sections always give the same bytes.
 
+Rows and data may be lazy (:class:`~exactattn.stream.LazyRows`): :func:`write`
+streams them to a file row by row, so a table of n x n cells never sits in
+memory as text.  JSON is written exactly as ``json.dumps(doc, indent=2)``
+would write it, except that with ``wrap`` a list of more than ``wrap`` plain
+values goes on one line (the same JSON, n^2 numbers on n lines).  ``jsonl``
+(JSON Lines) writes one object per line for tools: the meta and the table
+names, then per table its header, each row, and each data item.
+
 >>> s = Section("demo", "Demo", ["a", "b"], [["1", Cell("0.5000", "1/2 = 0.5")]], ["a note"])
 >>> print(render([s], "markdown"))
 ### Demo
@@ -28,19 +36,26 @@ a note
 >>> render([s], "yaml")
 Traceback (most recent call last):
 ...
-exactattn.errors.InputError: format must be one of text, markdown, latex, json, csv (got 'yaml')
+exactattn.errors.InputError: format must be one of text, markdown, latex, json, csv, jsonl (got 'yaml')
 """
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import IO, Any, Sequence
 
 from .errors import InputError
+from .stream import LazyRows, progress
 
-__all__ = ["FORMATS", "Cell", "Section", "plural", "printable", "render"]
+__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "plural", "printable", "render", "write"]
 
 FORMATS = ("text", "markdown", "latex", "json", "csv")
+#: every format :func:`write` knows: FORMATS and JSON Lines
+ALL_FORMATS = FORMATS + ("jsonl",)
+#: a lazy table longer than this gets a progress bar (when stderr is a terminal)
+_PROGRESS_ROWS = 64
 
 
 @dataclass
@@ -49,11 +64,13 @@ class Section:
 
     ``name`` identifies the table in CSV and JSON (``scores/shares``);
     ``data`` holds exact values for JSON (strings, numbers, lists, dicts).
+    ``rows`` and the lists in ``data`` may be lazy sequences, read once by
+    the writers.
     """
     name: str
     title: str
     columns: list[str]
-    rows: list[list[str]]
+    rows: Sequence[list[str]]
     notes: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -94,12 +111,21 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
-def _text(sections) -> str:
-    parts = []
-    for s in sections:
+def _rows(s: Section):
+    """The rows of ``s``, with a progress bar for a long lazy table."""
+    rows = s.rows
+    if isinstance(rows, LazyRows) and len(rows) > _PROGRESS_ROWS:
+        return progress(rows, len(rows), s.name)
+    return rows
+
+
+def _text(sections, out: IO[str], **_) -> None:
+    for k, s in enumerate(sections):
+        if k:
+            out.write("\n\n")
         lines = [s.title, "=" * len(s.title)]
         if s.columns:
-            grid = [s.columns] + [[_reader(c) for c in r] for r in s.rows]
+            grid = [s.columns] + [[_reader(c) for c in r] for r in _rows(s)]
             widths = [max(len(r[c]) for r in grid) for c in range(len(s.columns))]
 
             def fmt(r):
@@ -108,27 +134,29 @@ def _text(sections) -> str:
             lines.append("  ".join("-" * w for w in widths))
             lines.extend(fmt(r) for r in grid[1:])
         lines.extend(_reader(n) for n in s.notes)
-        parts.append("\n".join(lines))
-    return "\n\n".join(parts) + "\n"
+        out.write("\n".join(lines))
+    out.write("\n")
 
 
 def _md_cell(c: str) -> str:
     return _reader(c).replace("|", "\\|")
 
 
-def _markdown(sections) -> str:
-    parts = []
-    for s in sections:
-        lines = [f"### {s.title}", ""]
+def _markdown(sections, out: IO[str], **_) -> None:
+    for k, s in enumerate(sections):
+        if k:
+            out.write("\n\n")
+        out.write(f"### {s.title}\n")
         if s.columns:
-            lines.append("| " + " | ".join(_md_cell(c) for c in s.columns) + " |")
-            lines.append("|" + "|".join("---" for _ in s.columns) + "|")
-            lines.extend("| " + " | ".join(_md_cell(c) for c in r) + " |" for r in s.rows)
+            out.write("\n| " + " | ".join(_md_cell(c) for c in s.columns) + " |")
+            out.write("\n|" + "|".join("---" for _ in s.columns) + "|")
+            for r in _rows(s):
+                out.write("\n| " + " | ".join(_md_cell(c) for c in r) + " |")
         if s.notes:
-            lines.append("")
-            lines.extend(_reader(n) for n in s.notes)
-        parts.append("\n".join(lines))
-    return "\n\n".join(parts) + "\n"
+            out.write("\n")
+            for n in s.notes:
+                out.write("\n" + _reader(n))
+    out.write("\n")
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -140,57 +168,153 @@ def _tex(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
-def _latex(sections) -> str:
-    parts = []
-    for s in sections:
-        lines = [f"\\paragraph{{{_tex(s.title)}}}"]
-        if s.columns:
-            lines.append("\\begin{tabular}{" + "l" * len(s.columns) + "}")
-            lines.append(" & ".join(_tex(c) for c in s.columns) + r" \\ \hline")
-            lines.extend(" & ".join(_tex(c) for c in r) + r" \\" for r in s.rows)
-            lines.append("\\end{tabular}")
-        lines.extend(_tex(n) + r"\par" for n in s.notes)
-        parts.append("\n".join(lines))
-    return "\n\n".join(parts) + "\n"
-
-
-def _csv(sections) -> str:
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+def _latex(sections, out: IO[str], **_) -> None:
     for k, s in enumerate(sections):
         if k:
-            buf.write("\n")
+            out.write("\n\n")
+        out.write(f"\\paragraph{{{_tex(s.title)}}}")
+        if s.columns:
+            out.write("\n\\begin{tabular}{" + "l" * len(s.columns) + "}")
+            out.write("\n" + " & ".join(_tex(c) for c in s.columns) + r" \\ \hline")
+            for r in _rows(s):
+                out.write("\n" + " & ".join(_tex(c) for c in r) + r" \\")
+            out.write("\n\\end{tabular}")
+        for n in s.notes:
+            out.write("\n" + _tex(n) + r"\par")
+    out.write("\n")
+
+
+def _csv(sections, out: IO[str], **_) -> None:
+    import csv
+    w = csv.writer(out, lineterminator="\n")
+    for k, s in enumerate(sections):
+        if k:
+            out.write("\n")
         if s.columns:
             w.writerow(["table"] + s.columns)
-            for r in s.rows:
+            for r in _rows(s):
                 w.writerow([s.name] + [str.__str__(c) for c in r])
         for n in s.notes:
             w.writerow([s.name, "note", n])
-    return buf.getvalue()
 
 
-def _json(sections, meta: dict[str, Any] | None) -> str:
-    import json
+_SCALARS = {str, Cell, int, float, bool, type(None)}
+
+
+def _plain(value):
+    """A cell as JSON sees it: a :class:`Cell` as its machine text."""
+    return str.__str__(value) if isinstance(value, str) else value
+
+
+def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
+    """``value`` as ``json.dumps(value, indent=2)`` writes it at nesting ``level``, streamed.
+
+    ``rows``: the sequence to iterate instead of ``value`` (a progress bar).
+    """
+    if isinstance(value, dict):
+        if not value:
+            out.write("{}")
+            return
+        pad = "\n" + "  " * (level + 1)
+        out.write("{")
+        for k, (key, item) in enumerate(value.items()):
+            out.write(("," if k else "") + pad + json.dumps(key, ensure_ascii=False) + ": ")
+            _dump(item, out, level + 1, wrap)
+        out.write("\n" + "  " * level + "}")
+    elif isinstance(value, (list, tuple, LazyRows)):
+        if not len(value):
+            out.write("[]")
+            return
+        if wrap is not None and len(value) > wrap and not isinstance(value, LazyRows) and \
+                _SCALARS.issuperset(map(type, value)):
+            out.write(json.dumps(value, ensure_ascii=False))   # a Cell is its machine str
+            return
+        pad = "\n" + "  " * (level + 1)
+        out.write("[")
+        for k, item in enumerate(value if rows is None else rows):
+            out.write(("," if k else "") + pad)
+            _dump(item, out, level + 1, wrap)
+        out.write("\n" + "  " * level + "]")
+    else:
+        out.write(json.dumps(_plain(value), ensure_ascii=False))
+
+
+def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,
+          wrap: int | None = None) -> None:
     doc = dict(meta or {})
-    doc["tables"] = [{"name": s.name, "title": s.title, "columns": s.columns,
-                      "rows": [[str.__str__(c) for c in r] for r in s.rows],
-                      "notes": s.notes, "data": s.data} for s in sections]
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    doc["tables"] = [None] * len(sections)
+    head = json.dumps(doc, indent=2, ensure_ascii=False)
+    out.write(head[:head.rindex("[")])           # everything before the tables
+    out.write("[")
+    for k, s in enumerate(sections):
+        out.write(("," if k else "") + "\n    ")
+        table = {"name": s.name, "title": s.title, "columns": s.columns, "rows": s.rows,
+                 "notes": s.notes, "data": s.data}
+        pad = "\n" + "  " * 3
+        out.write("{")
+        for j, (key, item) in enumerate(table.items()):
+            out.write(("," if j else "") + pad + json.dumps(key) + ": ")
+            _dump(item, out, 3, wrap, _rows(s) if key == "rows" else None)
+        out.write("\n    }")
+    out.write("\n  ]\n}\n" if sections else "]\n}\n")
+
+
+def _jsonl(sections, out: IO[str], meta: dict[str, Any] | None = None, **_) -> None:
+    def line(obj) -> None:
+        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    line(dict(meta or {}, tables=[s.name for s in sections]))
+    for s in sections:
+        line({"table": s.name, "title": s.title, "columns": s.columns,
+              "notes": [str.__str__(n) for n in s.notes]})
+        for r in _rows(s):
+            line({"table": s.name, "row": [_plain(c) for c in r]})
+        for key, value in s.data.items():
+            if isinstance(value, (list, tuple, LazyRows)):
+                for i, item in enumerate(value):
+                    line({"table": s.name, "data": key, "index": i, "value": _jsonable(item)})
+            else:
+                line({"table": s.name, "data": key, "value": _jsonable(value)})
+
+
+def _jsonable(value):
+    """Lazy rows and cells inside a data item as plain JSON values."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, LazyRows)):
+        return [_jsonable(v) for v in value]
+    return _plain(value)
+
+
+_WRITERS = {"text": _text, "markdown": _markdown, "latex": _latex, "csv": _csv, "json": _json,
+            "jsonl": _jsonl}
+
+
+def write(sections: Sequence[Section], fmt: str, out: IO[str],
+          meta: dict[str, Any] | None = None, *, wrap: int | None = None) -> None:
+    """Write ``sections`` to ``out`` in ``fmt`` (text, markdown, latex, json, csv, jsonl),
+    row by row.
+
+    ``meta`` (JSON and JSON Lines) adds top-level fields such as the
+    example's name; ``wrap`` (JSON) puts a list of more than ``wrap`` plain
+    values on one line.
+
+    Raises:
+        InputError: an unknown format.
+    """
+    if fmt not in ALL_FORMATS:
+        raise InputError(f"format must be one of {', '.join(ALL_FORMATS)} (got {fmt!r})")
+    _WRITERS[fmt](sections, out, meta=meta, wrap=wrap)
 
 
 def render(sections: Sequence[Section], fmt: str = "text",
-           meta: dict[str, Any] | None = None) -> str:
-    """Render ``sections`` in ``fmt`` (text, markdown, latex, json, csv).
+           meta: dict[str, Any] | None = None, *, wrap: int | None = None) -> str:
+    """Render ``sections`` in ``fmt`` (text, markdown, latex, json, csv, jsonl) as one string.
 
     ``meta`` (JSON only) adds top-level fields such as the example's name.
 
     Raises:
         InputError: an unknown format.
     """
-    if fmt not in FORMATS:
-        raise InputError(f"format must be one of {', '.join(FORMATS)} (got {fmt!r})")
-    if fmt == "json":
-        return _json(sections, meta)
-    return {"text": _text, "markdown": _markdown, "latex": _latex, "csv": _csv}[fmt](sections)
+    buf = io.StringIO()
+    write(sections, fmt, buf, meta, wrap=wrap)
+    return buf.getvalue()

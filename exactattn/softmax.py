@@ -52,7 +52,7 @@ from .options import check_choice
 from .digits import certify, round_fraction
 from .errors import InputError
 from .exact import rational_sqrt
-from .exponents import Exponent, ExpPoly, exponent_text, fmpq_of, sum_text
+from .exponents import Exponent, ExpPoly, exponent_text, fmpq_of, inv_sqrt_ball, sum_text
 
 __all__ = ["ExpRatio", "SoftmaxRow"]
 
@@ -196,7 +196,7 @@ class SoftmaxRow:
         if cache is not None and cache[0] == prec:
             return cache[1]
         from flint import arb
-        inv = None if self.divisor_squared is None else 1 / arb(fmpq_of(self.divisor_squared)).sqrt()
+        inv = None if self.divisor_squared is None else inv_sqrt_ball(self.divisor_squared)
         # a term below exp(-K) (K = prec + 64 > (prec + 64) ln 2) is enclosed by [0, 2^-K]
         # without computing exp to the precision its exponent would need: a gap of
         # 10^8000 costs no more than a gap of 1

@@ -1,18 +1,23 @@
 """The pencil-check tables, built from one :class:`~exactattn.trace.Trace`.
 
 Each mode returns a list of :class:`~exactattn.render.Section` (a titled grid
-of cells plus notes and exact data); :func:`exactattn.render.render` writes them
-as text, Markdown, LaTeX, CSV or JSON.  Modes, in walkthrough order: ``row``,
-``weights``, ``project``, ``square``, ``scores``.
+of cells plus notes and exact data); :func:`exactattn.render.write` writes them
+as text, Markdown, LaTeX, CSV, JSON or JSON Lines.  Modes, in walkthrough
+order: ``row``, ``weights``, ``project``, ``square``, ``scores`` (the last in
+:mod:`exactattn.score_tables`).
 
 Cells show exact rationals as fractions (``25/8``) with their decimal when it
 terminates (``25/8 = 3.125``) or a rounded one when it does not (``1/3 ~
-0.3333``).  Shares and outputs are read from the trace's bulk certified path
-(:meth:`~exactattn.trace.Trace.share_decimals`, correctly rounded, whatever
-engine made the trace); text and Markdown mark the exact ones as exact (a key
-the query does not see is ``masked``, a share that is exactly 1/2 reads ``1/2
-= 0.5``), while the machine formats keep the decimal every cell of the column
-has.  This module chooses what to show; every number comes from the trace.
+0.3333``); see :mod:`exactattn.cells`.  Shares and outputs are read from the
+trace's bulk certified path (:meth:`~exactattn.trace.Trace.share_decimals`,
+correctly rounded, whatever engine made the trace).  This module chooses what
+to show; every number comes from the trace.
+
+Any size: rows are built when written (:class:`~exactattn.stream.LazyRows`),
+and a :class:`~exactattn.stream.View` says which tokens and keys to show.
+Past 16 keys, people (text, Markdown, LaTeX) get a readable corner, the
+first 8 queries and keys, plus a line per query with its sum and largest
+share; the machine formats get everything, streamed.
 
 >>> from exactattn.examples import chronicle
 >>> ex = chronicle()
@@ -26,17 +31,21 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .call import divisor_text
-from .digits import format_exact, round_fraction
+from .cells import Scaler, divisor_words, exact_text, value_cell, vector, with_decimal
 from .errors import InputError
 from .head import Head, Trace, attend
-from .kernels import score
-from .render import Cell, Section, plural, printable
-from .trace import SymbolicValue
+from .kernels import common_denominator, score
+from .render import Section, plural, printable
+from .rowints import score_rows
+from .score_tables import scores, shown_note
+from .stream import LazyRows, View, span_text
 
-__all__ = ["MODES", "Section", "attend_example", "build", "divisor_words", "exact_text",
+__all__ = ["MODES", "Section", "View", "attend_example", "build", "divisor_words", "exact_text",
            "explain", "neuron_layer", "raw_match", "value_cell", "with_divisor"]
 
 MODES = ("row", "weights", "project", "square", "scores")
+#: the projections of at most this many tokens are checked against bias-free neurons
+NEURON_TOKENS = 64
 
 
 def with_divisor(head: Head, divisor_squared: Fraction | None) -> Head:
@@ -50,114 +59,54 @@ def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> 
     return attend(head, example.x, engine=engine)
 
 
-# --------------------------------------------------------------------------- cell texts
-def exact_text(q) -> str:
-    """A rational as text: ``'25/8'``, ``'3'``, ``'-1/2'``; sympy values via ``str``."""
-    if isinstance(q, Fraction):
-        return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
-    return str(q)
-
-
-def _with_decimal(q, places: int) -> str:
-    """``25/8 = 3.125`` (a terminating decimal), ``1/3 ~ 0.3333`` (rounded), ``3``."""
-    if not isinstance(q, Fraction):
-        return str(q)
-    text = exact_text(q)
-    if q.denominator == 1:
-        return text
-    dec = format_exact(q)
-    return f"{text} = {dec}" if dec is not None else f"{text} ~ {round_fraction(q, places)}"
-
-
-def _scaled_text(raw: Fraction, head: Head, places: int) -> str:
-    """``raw / divisor`` exactly, with its decimal (certified when it is irrational)."""
-    value = head.scale(raw)
-    if getattr(value, "is_Rational", False):       # e.g. 0 / sqrt(2): exactly 0
-        value = Fraction(int(value.p), int(value.q))
-    if isinstance(value, Fraction):
-        return _with_decimal(value, places)
-    if getattr(value, "free_symbols", None):      # a symbolic score has no decimal
-        return str(value)
-    return f"{value} ~ {SymbolicValue(value).decimal(places)}"
-
-
-def _rational(value) -> Fraction | None:
-    """An exact share or output as a ``Fraction`` when it is rational, else None."""
-    return value.rational()
-
-
-def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False) -> str:
-    """The cell of a share or output: its certified ``decimal``; for readers, exact values marked.
-
-    ``masked``: the key is hidden from the query (the share is exactly 0).
-    An exact rational reads ``1/2 = 0.5`` (``1/3 ~ 0.3333`` when its decimal
-    does not terminate), or ``1/2`` alone with ``short`` (inside a vector).
-    """
-    if masked:
-        return Cell(decimal, "masked")
-    q = _rational(value)
-    if q is None:
-        return decimal
-    text = exact_text(q)
-    if q.denominator == 1 or short:
-        return Cell(decimal, text)
-    dec = format_exact(q)
-    return Cell(decimal, f"{text} = {dec}" if dec is not None else f"{text} ~ {decimal}")
-
-
-def _vector(v) -> str:
-    """``(0, 3, 1/2, 0)``: exact entries as fractions, cells as they are (for each reader)."""
-    parts = [p if isinstance(p, str) else exact_text(p) for p in v]
-    machine = "(" + ", ".join(str.__str__(p) for p in parts) + ")"
-    reader = "(" + ", ".join(getattr(p, "reader", p) for p in parts) + ")"
-    return machine if reader == machine else Cell(machine, reader)
-
-
-def divisor_words(head: Head, places: int = 4) -> str:
-    """The head's divisor in words: ``'sqrt(d_k) = sqrt(4) = 2'``, ``'3'``, ``'none (unscaled)'``,
-    ``'sqrt(2) ~ 1.4142 (irrational: scaled scores stay exact)'``."""
-    d2 = head.divisor_squared
-    if d2 is None:
-        return "none (unscaled)"
-    text = divisor_text(d2)
-    of_dk = "sqrt(d_k) = " if d2 == head.d_k else ""
-    if text.startswith("sqrt("):      # irrational: the root once, then a certified decimal
-        return (f"{of_dk}{text} ~ {SymbolicValue(head.divisor).decimal(places)} "
-                "(irrational: scaled scores stay exact)")
-    return f"{of_dk}sqrt({exact_text(d2)}) = {text}" if of_dk else text
+def _texts(values, picked=None) -> list[str]:
+    return [exact_text(values[c]) for c in (range(len(values)) if picked is None else picked)]
 
 
 # --------------------------------------------------------------------------- the modes
-def row(example, trace: Trace, places: int = 4) -> list[Section]:
+def row(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
     """The tokens: index, id, byte count, text, and the numbers each arrives with."""
-    names = example.slot_names or [f"x{m + 1}" for m in range(trace.head.d_model)]
-    cols = ["n", "id", "bytes", "text"] + names
-    rows = []
-    for i, (tok, xs) in enumerate(zip(example.tokens, trace.x)):
-        rows.append([str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
-                     printable(tok.text)] + [exact_text(e) for e in xs])
-    notes = [f"{plural(trace.n, 'token')}, each with d_model = "
-             f"{plural(trace.head.d_model, 'number')}"]
+    view = view or View()
+    n, d = trace.n, trace.head.d_model
+    names = example.slot_names or [f"x{m + 1}" for m in range(d)]
+    toks, slots = view.rows(n), view.part(d)
+    cols = ["n", "id", "bytes", "text"] + [names[m] for m in slots]
+
+    def line(k: int) -> list[str]:
+        i = toks[k]
+        tok = example.tokens[i]
+        return [str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
+                printable(tok.text)] + _texts(trace.x[i], slots)
+    notes = [f"{plural(n, 'token')}, each with d_model = {plural(d, 'number')}"]
     if example.title:
         notes.insert(0, f"source text: {example.title}")
-    return [Section("row", "The row: tokens and their numbers", cols, rows, notes,
-                    {"x": [[exact_text(e) for e in r] for r in trace.x]})]
+    notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
+                        len(slots) < d and f"numbers {span_text(slots)} of {d}",
+                        "choose tokens with --queries")
+    every = view.rows(n) if view.queries is not None else range(n)
+    return [Section("row", "The row: tokens and their numbers", cols, LazyRows(len(toks), line),
+                    notes, {"x": LazyRows(len(every), lambda k: _texts(trace.x[every[k]]))})]
 
 
-def weights(example, trace: Trace, places: int = 4) -> list[Section]:
+def weights(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
     """The three matrices, one line per output slot (or per input in the rows layout)."""
+    view = view or View()
     head = trace.head
     out = []
     for name in ("W_Q", "W_K", "W_V"):
         m = head.weights(name)
+        lines, width = view.part(len(m)), view.part(len(m[0]))
         if head.layout == "slots":
-            cols = ["slot"] + [f"x{c + 1}" for c in range(head.d_model)]
+            cols = ["slot"] + [f"x{c + 1}" for c in width]
         else:
-            cols = ["input"] + [f"slot {c + 1}" for c in range(len(m[0]))]
-        rows = [[str(r + 1)] + [exact_text(e) for e in line] for r, line in enumerate(m)]
+            cols = ["input"] + [f"slot {c + 1}" for c in width]
+        rows = [[str(r + 1)] + _texts(m[r], width) for r in lines]
         shape = f"{len(m)} x {len(m[0])}"
+        notes = shown_note(len(lines) < len(m) and f"lines {span_text(lines)} of {len(m)}",
+                           len(width) < len(m[0]) and f"columns {span_text(width)} of "
+                                                      f"{len(m[0])}", None)
         out.append(Section(f"weights/{name}", f"{name} ({shape}, {head.layout} layout)",
-                           cols, rows, [], {name: [[exact_text(e) for e in r] for r in m]}))
+                           cols, rows, notes, {name: [_texts(r) for r in m]}))
     out[-1].notes.append("slots layout: q = W_Q x, one line per output slot" if head.layout ==
                          "slots" else "rows layout: q = x @ W_Q, one line per input number")
     return out
@@ -177,145 +126,114 @@ def neuron_layer(flat_weights: list, inputs: list, width: int, bias=0) -> list:
             for s in range(width)]
 
 
-def project(example, trace: Trace, places: int = 4) -> list[Section]:
-    """Each token's query, key and value, and the bias-free-neuron cross-check."""
+def _neurons_agree(trace: Trace, tokens) -> bool:
+    """The bias-free-neuron cross-check of ``tokens``' projections (on integers when it can)."""
     head = trace.head
-    rows = [[str(i + 1), _vector(trace.queries[i]), _vector(trace.keys[i]),
-             _vector(trace.values[i])] for i in range(trace.n)]
+    xs = [trace.x[i] for i in tokens]
+    x_ints = common_denominator(xs) if xs else None
     same = True
     for name, got in (("W_Q", trace.queries), ("W_K", trace.keys), ("W_V", trace.values)):
         m = head.weights(name, "slots")
-        flat = [e for line in m for e in line]
-        for i, xs in enumerate(trace.x):
-            same &= neuron_layer(flat, xs, len(m)) == list(got[i])
+        w_ints = common_denominator(m)
+        if x_ints is None or w_ints is None:
+            flat = [e for line in m for e in line]
+            for i, x in zip(tokens, xs):
+                same &= neuron_layer(flat, x, len(m)) == list(got[i])
+            continue
+        den = w_ints[1] * x_ints[1]
+        flat = [e for line in w_ints[0] for e in line]
+        for i, x in zip(tokens, x_ints[0]):
+            same &= neuron_layer(flat, x, len(m)) == [v * den for v in got[i]]
+    return same
+
+
+def project(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+    """Each token's query, key and value, and the bias-free-neuron cross-check."""
+    view = view or View()
+    head, n = trace.head, trace.n
+    toks = view.rows(n)
+    qw, vw = view.width(head.d_k), view.width(head.d_v)
+
+    def line(k: int) -> list:
+        i = toks[k]
+        return [str(i + 1), vector(trace.queries[i], qw), vector(trace.keys[i], qw),
+                vector(trace.values[i], vw)]
+    checked = list(toks[:NEURON_TOKENS])
+    same = _neurons_agree(trace, checked)
     mults = head.d_k * head.d_model
+    which = "" if len(checked) == n else f" (tokens {span_text(checked)} of {n} checked)"
     notes = [
         f"one projection of one token: {plural(mults, 'multiplication')} and "
         f"{plural(head.d_k * (head.d_model - 1), 'addition')} "
         f"({plural(mults, 'multiply-add')})",
         "the projection equals a row of bias-free neurons fed the same flat weights: "
-        f"the same numbers: {'true' if same else 'false'}",
+        f"the same numbers: {'true' if same else 'false'}{which}",
     ]
-    data = {"queries": [[exact_text(e) for e in r] for r in trace.queries],
-            "keys": [[exact_text(e) for e in r] for r in trace.keys],
-            "values": [[exact_text(e) for e in r] for r in trace.values],
+    notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
+                        (qw or vw) and f"the first {qw or vw} numbers of each vector",
+                        "choose tokens with --queries")
+    every = toks if view.queries is not None else range(n)
+
+    def exact(name):
+        return LazyRows(len(every), lambda k: _texts(getattr(trace, name)[every[k]]))
+    data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
             "neurons_agree": same}
     return [Section("project", "Projections: query, key and value of each token",
-                    ["token", "query", "key", "value"], rows, notes, data)]
+                    ["token", "query", "key", "value"], LazyRows(len(toks), line), notes, data)]
 
 
-def square(example, trace: Trace, places: int = 4) -> list[Section]:
+def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> LazyRows:
+    """Rows ``[query, cell for each shown key]`` of raw scores through ``scale`` (``-inf``
+    where hidden); ``places`` None: the exact values alone, hidden ones None (JSON data)."""
+    every = len(keys) == trace.n
+    rows = None if trace.engine == "symbolic" else score_rows(trace)
+
+    def line(k: int) -> list:
+        i = toks[k]
+        if rows is None:          # sympy scores: each cell as sympy writes it
+            raw = trace.raw_score_row(i)
+            cells = [None if raw[j] is None else scale.exact(raw[j]) if places is None
+                     else scale.text(raw[j], places) for j in keys]
+        else:
+            ints, den = rows.row(i)
+            cells = scale.row(ints if every else [ints[j] for j in keys], den, places)
+        if places is None:
+            return cells
+        return [str(i + 1)] + ["-inf" if c is None else c for c in cells]
+    return LazyRows(len(toks), line)
+
+
+def square(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
     """Raw scores (queries x keys) and scaled scores, with the divisor stated.
 
     ``places``: the decimals of values that are not exact (an irrational
     scaled score, a rational whose decimal does not terminate).
     """
+    view = view or View()
     n, head = trace.n, trace.head
-    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
-    raws = [trace.raw_score_row(i) for i in range(n)]
-    raw = [[str(i + 1)] + ["-inf" if v is None else _with_decimal(v, places) for v in r]
-           for i, r in enumerate(raws)]
+    toks, keys = view.rows(n), view.cols(n)
+    cols = ["query"] + [f"key {j + 1}" for j in keys]
+    data_toks = toks if view.queries is not None else range(n)
+    data_keys = keys if view.keys is not None else range(n)
+    shown = shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}",
+                       len(keys) < n and f"keys {span_text(keys)} of {n}",
+                       "choose with --queries and --keys")
     mask = " (causal: -inf above the diagonal)" if head.causal else ""
-    out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols, raw, [],
-                   {"raw_scores": [[None if v is None else exact_text(v) for v in r]
-                                   for r in raws]})]
+    raw = Scaler(None)
+    out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols,
+                   _score_rows(trace, toks, keys, raw, places), list(shown),
+                   {"raw_scores": _score_rows(trace, data_toks, data_keys, raw, None)})]
     d2 = head.divisor_squared
     if d2 is None:
         out[0].notes.append("divisor: none (unscaled); the shares read the raw scores")
         return out
-    scaled = [[str(i + 1)] + ["-inf" if v is None else _scaled_text(v, head, places)
-                              for v in r] for i, r in enumerate(raws)]
+    scale = Scaler(d2)
     out.append(Section("square/scaled", f"Scaled scores: raw / {divisor_text(d2)}", cols,
-                       scaled, [f"divisor: {divisor_words(head, places)}"],
+                       _score_rows(trace, toks, keys, scale, places),
+                       [f"divisor: {divisor_words(head, places)}"] + shown,
                        {"divisor": divisor_text(d2),
-                        "scaled_scores": [[None if v is None else exact_text(head.scale(v))
-                                           for v in r] for r in raws]}))
+                        "scaled_scores": _score_rows(trace, data_toks, data_keys, scale, None)}))
     return out
-
-
-def _numeric(trace: Trace, what: str) -> None:
-    if trace.engine == "symbolic":
-        raise InputError(f"trace must come from a numeric engine for {what} (got symbolic); "
-                         "run attend with engine='pencil' or 'fast'")
-
-
-def scores(example, trace: Trace, places: int = 4, closed_forms: bool = True) -> list[Section]:
-    """Shares per row (sum, largest), the mixed outputs, one token in vs out, the MACs.
-
-    Shares and outputs come from the trace's bulk certified decimals.
-    ``closed_forms`` adds each share's and output's exact sympy closed form to
-    the sections' data (what JSON prints); the other formats skip it, and with
-    it the sympy import.
-
-    Raises:
-        InputError: a symbolic trace (its shares have no largest key to name).
-    """
-    _numeric(trace, "the scores table")
-    n, head = trace.n, trace.head
-    share_dec, output_dec = trace.share_decimals(places), trace.output_decimals(places)
-    cols = ["query"] + [f"key {j + 1}" for j in range(n)] + ["sum", "largest"]
-    rows, exact_shares, masked_any = [], [], False
-    for i in range(n):
-        raw, sm = trace.raw_score_row(i), trace.row(i)
-        cells = [value_cell(trace.share(i, j), share_dec[i][j], raw[j] is None) for j in range(n)]
-        masked_any |= None in raw
-        top = sm.largest()
-        if top:
-            best, where = cells[top[0]], "key " + ", ".join(str(j + 1) for j in top)
-            largest = Cell(f"{best} at {where}", f"{getattr(best, 'reader', best)} at {where}")
-        else:
-            largest = "-"
-        if trace.row_sums_to_one(i):
-            total = "exactly 1"
-        else:
-            total = "nan (no visible key)" if sm.nan else \
-                "exactly 0 (no visible key)" if sm.empty else "not 1"
-        rows.append([str(i + 1)] + cells + [total, largest])
-        if closed_forms:
-            exact_shares.append([str(trace.share(i, j).closed_form()) for j in range(n)])
-    notes = [f"divisor used for these shares: {divisor_words(head, places)}",
-             f"shares at {places} certified places (correctly rounded); "
-             "printed values may not add to 1 because of rounding"]
-    if masked_any:
-        notes.append("a masked key (one the query does not see) gets a share of exactly 0")
-    identical = [(a + 1, b + 1) for a in range(n) for b in range(a + 1, n)
-                 if trace.raw_score_row(a) == trace.raw_score_row(b) and trace.x[a] == trace.x[b]]
-    for a, b in identical:
-        notes.append(f"rows {a} and {b} are identical: tokens {a} and {b} carry the same "
-                     "numbers (no positional information)")
-    shares_sec = Section("scores/shares", "Shares (attention weights): softmax of each row",
-                         cols, rows, notes, {"shares_exact": exact_shares,
-                                             "shares_decimal": share_dec, "places": places})
-    ocols = ["token"] + [f"out {c + 1}" for c in range(head.d_v)]
-    orows, oexact = [], []
-    for i in range(n):
-        orows.append([str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c], False)
-                                     for c in range(head.d_v)])
-        if closed_forms:
-            oexact.append([str(trace.output(i, c).closed_form()) for c in range(head.d_v)])
-    out_sec = Section("scores/outputs", "Outputs: sum_j shares[i][j] * values[j]", ocols,
-                      orows, [], {"outputs_exact": oexact, "outputs_decimal": output_dec})
-    f = min(example.focus, n - 1)
-    inout = Section(
-        "scores/in-out", f"Token {f + 1} in and out", ["", "numbers"],
-        [["in (x)", _vector(trace.x[f])], ["value", _vector(trace.values[f])],
-         ["out", _vector([value_cell(trace.output(f, c), output_dec[f][c], short=True)
-                          for c in range(head.d_v)])]],
-        [], {"token": f + 1})
-    m = trace.macs
-    if m is None:
-        cost = Section("scores/macs", "Multiply-adds", ["stage", "MACs"], [],
-                       [f"the {trace.engine} engine counts nothing; see `exactattn cost` for "
-                        "the derived figures"], {})
-    else:
-        total = sum(m.values())
-        cost = Section("scores/macs", "Multiply-adds this run took (counted in the loops)",
-                       ["stage", "MACs"],
-                       [["projections", str(m["projections"])], ["scores", str(m["scores"])],
-                        ["mixing", str(m["mix"])], ["total", str(total)]],
-                       ["a multiply-add (MAC) is one multiplication and one addition; "
-                        "FLOPs = 2 x MACs"], dict(m, total=total))
-    return [shares_sec, out_sec, inout, cost]
 
 
 def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
@@ -356,7 +274,7 @@ def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
         return value_cell(t.share(i, i), dec[i][i], t.raw_score_row(i)[i] is None)
 
     cols = ["query"] + [f"key {j + 1}" for j in range(n)]
-    raw_rows = [[str(i + 1)] + ["-inf" if v is None else _with_decimal(v, places)
+    raw_rows = [[str(i + 1)] + ["-inf" if v is None else with_decimal(v, places)
                                 for v in raw.raw_score_row(i)] for i in range(n)]
     raw_sec = Section(
         "compare/raw", "Raw self-match (no projections): x[i] . x[j]", cols, raw_rows,
@@ -378,22 +296,23 @@ def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
     return [raw_sec, own_sec]
 
 
-BUILDERS = {"row": row, "weights": weights, "project": project, "square": square,
-            "scores": scores}
+BUILDERS = {"row": row, "weights": weights, "project": project, "square": square}
 
 
 def build(mode: str, example, trace: Trace, places: int = 4, *,
-          closed_forms: bool = True) -> list[Section]:
+          closed_forms: bool = True, view: View | None = None) -> list[Section]:
     """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``).
 
     ``square`` adds the raw self-match (:func:`raw_match`) for an example with
-    ``compare_raw``.
+    ``compare_raw``.  ``view`` (default: everything) chooses the tokens and
+    keys shown; ``closed_forms`` adds the shares' and outputs' closed forms
+    (as text) to the scores' data.
     """
-    if mode not in BUILDERS:
+    if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
     if mode == "scores":
-        return scores(example, trace, places, closed_forms)
-    sections = BUILDERS[mode](example, trace, places)
+        return scores(example, trace, places, closed_forms, view)
+    sections = BUILDERS[mode](example, trace, places, view)
     if mode == "square" and getattr(example, "compare_raw", False):
         sections.extend(raw_match(example, trace, places))
     return sections
@@ -419,11 +338,11 @@ def explain(trace: Trace, query: int, key: int, places: int = 4) -> Section:
     terms = " + ".join(f"{factor(a)}×{factor(b)}" for a, b in zip(q, k))
     (value,), = score([q], [k], lambda i: range(1))[0]   # a masked pair too: the kernel's sum
     value = Fraction(value)
-    text = f"{terms} = {_with_decimal(value, places)}"
+    text = f"{terms} = {with_decimal(value, places)}"
     notes = []
     d2 = trace.head.divisor_squared
     if d2 is not None:
-        notes.append(f"divided by {divisor_text(d2)}: {_scaled_text(value, trace.head, places)}")
+        notes.append(f"divided by {divisor_text(d2)}: {Scaler(d2).text(value, places)}")
     if trace.raw_score_row(query - 1)[key - 1] is None:
         notes.append("this pair is masked (causal): the head never computes it, and its "
                      "scaled score counts as -inf")

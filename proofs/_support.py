@@ -30,7 +30,7 @@ from typing import Callable, Sequence, TextIO
 import exactattn  # noqa: F401  (sets sympy's ground types before sympy is imported)
 import sympy
 from exactattn import Head, attend
-from exactattn.digits import certify, working_precision
+from exactattn.digits import certify, tighten
 
 __all__ = ["Report", "certified", "certified_sign", "decide_zero", "exact_attention",
            "exact_softmax", "gap_limit", "main", "rational", "reduce", "sample_point", "show",
@@ -241,16 +241,10 @@ def certified_sign(expr, max_prec: int = 4096) -> int | None:
     expr = sympy.sympify(expr)
     if expr.is_Rational:
         return int(sympy.sign(expr))
-    prec = 64
-    while prec <= max_prec:
-        with working_precision(prec):
-            ball = to_arb(expr)
-            if ball > 0:
-                return 1
-            if ball < 0:
-                return -1
-        prec *= 2
-    return None
+    def step(prec: int):
+        ball = to_arb(expr)
+        return 1 if ball > 0 else -1 if ball < 0 else None
+    return tighten(step, 64, max_prec=max_prec)
 
 
 def decide_zero(expr, *, max_prec: int = 256) -> tuple[bool, str]:

@@ -4,17 +4,25 @@ Each mode takes only the options that change what it prints: ``row``,
 ``weights`` and ``project`` print exact numbers only (no ``--digits``,
 ``--no-scale`` or ``--explain``); ``square`` and ``scores`` also draw a picture
 (``--format svg|png``, written to ``-o PATH`` or stdout).
+
+Any size: tables are written row by row as they are built (JSON, JSON Lines
+and CSV hold one row at a time); past 16 tokens the formats for people
+(text, Markdown, LaTeX) show the first 8 queries and keys (``--queries``,
+``--keys`` choose others) and every query's sum and largest share.  A run
+past two seconds shows a progress bar on stderr when stderr is a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..call import divisor_text
 from ..errors import InputError, shorten
 from ..options import choice, index_pair, places
-from ..render import FORMATS, render
+from ..render import ALL_FORMATS, FORMATS, write
+from ..stream import PAGE, View, busy, check_span, parse_span, span_text
 from ..svg import PICTURE_FORMATS, PICTURE_MODES, picture
 from ..tables import MODES, attend_example, build, explain
 
@@ -28,6 +36,9 @@ HELP = {
 }
 #: the modes whose output has decimals, a divisor and a score to explain
 NUMERIC_MODES = ("square", "scores", "walkthrough")
+#: the modes with a row per token (--queries) and a column per key (--keys)
+TOKEN_MODES = ("row", "project", "square", "scores", "walkthrough")
+KEY_MODES = ("square", "scores", "walkthrough")
 
 
 def add_source_options(p: argparse.ArgumentParser) -> None:
@@ -57,9 +68,20 @@ def add_format_option(p: argparse.ArgumentParser, formats=FORMATS) -> None:
                    metavar="FORMAT", help=f"output format: {', '.join(formats)} (default text)")
 
 
+def _span(flag: str):
+    """An argparse type: token numbers such as ``1..8``, ``3`` or ``1..4,10``."""
+    def convert(text: str) -> tuple[int, ...]:
+        try:
+            return parse_span(text)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(flag + str(e)[len("span"):]) from None
+    convert.__name__ = flag
+    return convert
+
+
 def _table_format(mode: str):
     """--format for a mode without a picture: a picture format is refused with the reason."""
-    check = choice("--format", FORMATS)
+    check = choice("--format", ALL_FORMATS)
 
     def convert(text: str) -> str:
         if text.strip() in PICTURE_FORMATS:
@@ -76,14 +98,24 @@ def register(sub) -> None:
         p = sub.add_parser(mode, help=HELP[mode], description=HELP[mode])
         add_source_options(p)
         if mode in PICTURE_MODES:
-            add_format_option(p, FORMATS + PICTURE_FORMATS)
+            add_format_option(p, ALL_FORMATS + PICTURE_FORMATS)
             p.add_argument("-o", "--output", metavar="PATH",
                            help="write the picture (--format svg or png) to PATH "
                                 "instead of stdout")
         else:
             p.add_argument("--format", type=_table_format(mode), default="text",
                            metavar="FORMAT",
-                           help=f"output format: {', '.join(FORMATS)} (default text)")
+                           help=f"output format: {', '.join(ALL_FORMATS)} (default text)")
+        if mode in TOKEN_MODES:
+            p.add_argument("--queries", type=_span("--queries"), metavar="RANGE",
+                           help="the tokens (query rows) to show, e.g. 1..8 or 1..4,10 "
+                                f"(default all; past {PAGE} tokens text, markdown and latex "
+                                "show 1..8)")
+        if mode in KEY_MODES:
+            p.add_argument("--keys", type=_span("--keys"), metavar="RANGE",
+                           help="the keys (columns) of the score and share squares to show "
+                                f"(default all; past {PAGE} tokens text, markdown and latex "
+                                "show 1..8)")
         if mode in NUMERIC_MODES:
             p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
                            help="decimal places of values that are not exact: shares, "
@@ -131,22 +163,53 @@ def run(args) -> int:
     digits = getattr(args, "digits", 4)
     explain_at = getattr(args, "explain", None)
     _check_picture_options(args, explain_at)
-    ex = load_source(args)
+    with busy("reading the head"):
+        ex = load_source(args)
     if explain_at is not None and not all(1 <= v <= len(ex.x) for v in explain_at):
         raise InputError(f"--explain must name two tokens from 1 to {len(ex.x)} (got "
                          f"{explain_at[0]},{explain_at[1]})")
-    trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
+    n = len(ex.x)
+    queries, keys = getattr(args, "queries", None), getattr(args, "keys", None)
+    if queries is not None:
+        check_span(queries, n, "--queries")
+    if keys is not None:
+        check_span(keys, n, "--keys")
+    with busy("running the head"):
+        trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
     if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.svg)
         _write_picture(picture(args.mode, ex, trace, digits, args.format), args.output)
         return 0
+    if args.mode in ("scores", "walkthrough") and trace.engine != "symbolic":
+        with busy(f"certifying {n * n:,} shares and {n * trace.head.d_v:,} outputs"):
+            trace.share_decimals(digits)
+            trace.output_decimals(digits)
     modes = MODES if args.mode == "walkthrough" else (args.mode,)
+    view = View.of(args.format, n, queries, keys)
+    closed = args.format in ("json", "jsonl")
     sections = [s for m in modes
-                for s in build(m, ex, trace, digits, closed_forms=args.format == "json")]
+                for s in build(m, ex, trace, digits, closed_forms=closed, view=view)]
     if explain_at:
         sections.append(explain(trace, *explain_at, places=digits))
     d2 = trace.head.divisor_squared
     meta = {"example": ex.name, "mode": args.mode, "digits": digits,
             "layout": ex.head.layout, "divisor": None if d2 is None else divisor_text(d2),
             "causal": ex.head.causal}
-    sys.stdout.write(render(sections, args.format, meta))
+    for name, span in (("queries", queries), ("keys", keys)):
+        if span is not None:
+            meta[name] = span_text(span)
+    _stream(sections, args.format, meta)
     return 0
+
+
+def _stream(sections, fmt: str, meta: dict) -> None:
+    """Write the tables to stdout as they are built; a closed pipe (``| head``) ends quietly."""
+    try:
+        write(sections, fmt, sys.stdout, meta, wrap=PAGE)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        try:   # stdout's last buffer must not raise again at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise

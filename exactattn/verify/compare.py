@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
-from ..digits import working_precision
+from ..digits import tighten, working_precision
 from ..errors import InputError
 from ..exponents import fmpq_of
-from .formats import FloatFormat, round_to_format, tighten, ulps_between
+from .formats import FloatFormat, round_to_format, ulps_between
 
 __all__ = ["Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",
            "check_tolerance", "errors", "hard", "is_exact", "judge", "tolerance_for", "within"]

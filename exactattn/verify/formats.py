@@ -23,16 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
 
-from ..options import check_choice
-from ..digits import certify, round_fraction, working_precision
+from ..digits import certify, round_fraction, tighten, working_precision
 from ..errors import InputError
-from ..options import check_whole
+from ..options import check_choice, check_whole
 
 __all__ = ["DTYPES", "FORMATS", "FloatFormat", "certified_scientific", "default_max_ulps",
            "float_format", "round_ball", "round_to_format", "shortest_repr",
-           "tighten", "ulp_index", "ulps_between"]
+           "ulp_index", "ulps_between"]
 
 
 @dataclass(frozen=True)
@@ -43,15 +41,6 @@ class FloatFormat:
     precision: int
     emin: int
     emax: int
-
-    @property
-    def unit_roundoff(self) -> Fraction:
-        """u = 2**-p, half the gap between 1 and the next float."""
-        return Fraction(1, 2 ** self.precision)
-
-    @property
-    def max_finite(self) -> float:
-        return math.ldexp(2 ** self.precision - 1, self.emax - self.precision + 1)
 
 
 FORMATS = {
@@ -148,27 +137,6 @@ def round_ball(ball, dtype: str | FloatFormat, prec: int) -> float | None:
     hi = _round_scaled(int(hi_m), int(hi_e), 1, fmt)
     if lo == hi and (lo != 0 or math.copysign(1, lo) == math.copysign(1, hi)):
         return lo
-    return None
-
-
-def tighten(step: Callable[[int], object], prec: int, *, max_prec: int | None = None):
-    """Ziv's loop: ``step(p)`` at p = prec, 2 prec, ... (each under ``working_precision(p)``).
-
-    Returns the first result that is not None, or None once ``p`` passes
-    ``max_prec`` (no limit when None: only for values a tighter enclosure
-    always decides, such as a transcendental number against a float format).
-
-    >>> tighten(lambda p: p if p >= 256 else None, 64)
-    256
-    >>> tighten(lambda p: None, 64, max_prec=128) is None
-    True
-    """
-    while max_prec is None or prec <= max_prec:
-        with working_precision(prec):
-            got = step(prec)
-        if got is not None:
-            return got
-        prec *= 2
     return None
 
 

@@ -36,10 +36,10 @@ from fractions import Fraction
 import numpy as np
 
 from ..call import Policy
-from ..digits import working_precision
+from ..digits import tighten, working_precision
+from ..exponents import fmpq_of, inv_sqrt_ball
 from ..softmax import ExpRatio, SoftmaxRow
-from ..exponents import fmpq_of
-from .formats import float_format, round_ball, round_to_format, tighten
+from .formats import float_format, round_ball, round_to_format
 from .problem import Problem
 
 __all__ = ["Reference"]
@@ -147,11 +147,6 @@ class Reference:
         """Every exact output of one head (L x E_v)."""
         return [[self.output(b, h, i, c) for c in range(self.Ev)] for i in range(self.L)]
 
-    def magnitude_row(self, b: int, h: int, i: int, c: int) -> ExpRatio:
-        """``sum_j shares[i][j] |value[j][c]|``: the size of the terms an output adds up."""
-        vals = self.problem.value[b, self.kv(h), :, c]
-        return self.row(b, h, i).combine([abs(v) for v in vals])
-
     def max_abs_exponent(self) -> float:
         """The largest |scale * score + mask| over visible pairs (a float, a few digits; inf
         past float64's range).  On arb balls: no float of the scale or of a score is formed,
@@ -160,7 +155,7 @@ class Reference:
         top = arb(0)
         d2 = self.divisor_squared
         with working_precision(64):
-            scale = arb(1) if d2 is None else 1 / arb(fmpq_of(d2)).sqrt()
+            scale = arb(1) if d2 is None else inv_sqrt_ball(d2)
             for b in range(self.B):
                 for h in range(self.Hq):
                     vis = self.visible(b, h)
@@ -189,7 +184,7 @@ class Reference:
         empty_row = self.policy.empty_row
         A = arb_mat(self.scores(b, h))
         if self.divisor_squared is not None:
-            A = A * (1 / arb(fmpq_of(self.divisor_squared)).sqrt())
+            A = A * inv_sqrt_ball(self.divisor_squared)
         ents = A.entries()
         E = [arb(0)] * (L * S)
         empty = set()

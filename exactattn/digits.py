@@ -47,10 +47,23 @@ def format_scaled(k: int, places: int) -> str:
     """Format the integer k / 10**places as a decimal string (no negative zero)."""
     sign = "-" if k < 0 else ""
     k = abs(k)
+    digits = _int_text(k)
     if places == 0:
-        return f"{sign}{k}"
-    digits = str(k).rjust(places + 1, "0")
+        return f"{sign}{digits}"
+    digits = digits.rjust(places + 1, "0")
     return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def _int_text(k: int) -> str:
+    """``str(k)`` for any size: past Python's int-to-str digit limit, python-flint writes it.
+
+    >>> len(_int_text(10 ** 5000))
+    5001
+    """
+    if k.bit_length() < 14000:
+        return str(k)
+    from flint import fmpz
+    return str(fmpz(k))
 
 
 def _round_scaled(q: Fraction, places: int) -> int:

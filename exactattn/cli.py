@@ -8,8 +8,9 @@ user's mistake into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import re
+import difflib
 import importlib
+import re
 import sys
 from typing import Sequence
 
@@ -45,6 +46,20 @@ class _Parser(argparse.ArgumentParser):
                 self.print_help(sys.stderr)
                 listed = "commands" if what == "COMMAND" else "kinds"
                 message = f"{what} must be one of the {listed} above (got none)"
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$",
+                          message)
+        if choice:
+            name, bad, listed = choice.groups()
+            options = [c.strip(" '") for c in listed.split(",")]
+            near = difflib.get_close_matches(bad, options, n=1)
+            message = (f"{name} must be one of {', '.join(options)} (got {shorten(bad, quote=True)})"
+                       + (f"; did you mean {near[0]}?" if near else ""))
+        needs = re.match(r"argument (\S+): expected one argument$", message)
+        if needs:
+            message = f"{needs.group(1)} needs a value (got none)"
+        if message.startswith(missing):
+            message = (f"{self.prog} needs {message[len(missing):]} (got none); "
+                       f"see `{self.prog} --help`")
         # "argument --digits: --digits must be ..." says the flag once
         named, _, rest = message.partition(": ")
         if named.startswith("argument ") and \
@@ -77,13 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True  # a bare `exactattn` prints the usage, then one error line
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    parser.command_names = tuple(sub.choices)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 a check failed, 2 bad input)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    commands = set(parser.command_names)
+    if words and words[0].startswith("-") and words[0] not in ("-h", "--help", "--version") \
+            and not commands.intersection(words):
+        parser.error(f"exactattn takes no option {shorten(words[0].split('=')[0], quote=True)} "
+                     "before a command; see `exactattn --help` for the commands")
+    args, extra = parser.parse_known_args(words)
     if extra:   # an option the command does not take: refused, never ignored
         parser.error(_unknown(args, extra))
     if not getattr(args, "func", None):

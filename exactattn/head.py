@@ -98,7 +98,7 @@ class Head:
     >>> Head([[1, 0]], [[0, 1, 2]], [[1, 1]])
     Traceback (most recent call last):
     ...
-    exactattn.errors.ShapeError: W_K must be 1 x 2 in the slots layout (got 1 x 3)
+    exactattn.errors.ShapeError: W_K must be 1 x 2 in the slots layout, to match W_Q (got 1 x 3)
     """
 
     def __init__(self, W_Q, W_K, W_V, *, b_Q=None, b_K=None, b_V=None, layout: str = "slots",
@@ -109,7 +109,7 @@ class Head:
         if not isinstance(causal, bool):
             raise InputError(f"causal must be true or false (got {shorten(causal, quote=True)})")
         self.layout = layout
-        hint = f" in the {layout} layout"
+        hint = f" in the {layout} layout, to match W_Q"
         q = to_matrix(W_Q, name="W_Q", floats=floats, symbolic=symbolic)
         if layout == "slots":
             d_k, d_model = len(q), len(q[0])

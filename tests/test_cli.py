@@ -93,7 +93,10 @@ def test_walkthrough_checkpoints(cli):
                                      r"\(got 9,1\)$"),
     (["scores", "--explain", "0,1"], r"error: --explain must be a positive whole number "
                                      r"\(got '0'\)$"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["frobnicate"], "COMMAND must be one of row, weights, project, square, scores, walkthrough"),
+    (["walkthru"], r"\(got 'walkthru'\); did you mean walkthrough\?"),
+    (["--bogus"], "exactattn takes no option '--bogus' before a command"),
+    (["walkthrough", "--spec"], r"--spec needs a value \(got none\)"),
     (["scores", "--format", "svg", "--explain", "1,1"], "--explain must be used with a table"),
     (["scores", "--spec", ""], r"--spec must name a JSON or TOML file \(got ''\)"),
     (["scores", "--example", ""], r"example must be one of .* \(got ''\)"),
@@ -138,7 +141,7 @@ def test_bad_spec_file_exit_2(tmp_path, cli):
     p.write_text('{"tokens": [{"x": [1, 2]}], "W_Q": [[1, 0]], "W_K": [[1, 0, 1]], "W_V": [[1, 0]]}')
     rc, out, err = cli("walkthrough", "--spec", str(p))
     assert rc == 2 and out == ""
-    assert err == f"exactattn: error: {p}: W_K must be 1 x 2 in the slots layout (got 1 x 3)\n"
+    assert err == f"exactattn: error: {p}: W_K must be 1 x 2 in the slots layout, to match W_Q (got 1 x 3)\n"
 
 
 def test_python_dash_m_and_no_traceback(tmp_path):

@@ -16,9 +16,9 @@ I2 = [[1, 0], [0, 1]]
 
 @pytest.mark.parametrize("kwargs, error, pattern", [
     (dict(W_Q=I2, W_K=[[1, 0, 0], [0, 1, 0]], W_V=I2), ShapeError,
-     r"W_K must be 2 x 2 in the slots layout \(got 2 x 3\)"),
+     r"W_K must be 2 x 2 in the slots layout, to match W_Q \(got 2 x 3\)"),
     (dict(W_Q=[[1, 0], [0, 1], [1, 1]], W_K=I2, W_V=I2, layout="rows"), ShapeError,
-     r"W_K must be 3 x 2 in the rows layout \(got 2 x 2\)"),
+     r"W_K must be 3 x 2 in the rows layout, to match W_Q \(got 2 x 2\)"),
     (dict(W_Q=[[1, 0], [1]], W_K=I2, W_V=I2), ShapeError, "equal length"),
     (dict(W_Q=[], W_K=I2, W_V=I2), ShapeError, "at least one row"),
     (dict(W_Q=I2, W_K=I2, W_V=[[1, "x"], [0, 1]]), InputError, r"W_V\[0\]\[1\] must be a number"),

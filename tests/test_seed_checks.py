@@ -181,7 +181,7 @@ def test_6_scores_of_800_and_beyond_in_float_paths(scores):
 def test_7_a_matrix_of_the_wrong_size_is_refused():
     W = [[1, 0, 0, 0]] * 4
     with pytest.raises(ShapeError, match="^" + re.escape(
-            "W_K must be 4 x 4 in the slots layout (got 4 x 3)")):
+            "W_K must be 4 x 4 in the slots layout, to match W_Q (got 4 x 3)")):
         Head(W, [[1, 0, 0]] * 4, W)
     with pytest.raises(ShapeError, match="^" + re.escape(
             "W_V must be 4 x ? in the rows layout") .replace(r"\?", ".*")):
@@ -192,8 +192,8 @@ def test_7_a_matrix_of_the_wrong_size_is_refused():
 def test_7_any_wrongly_sized_key_matrix_is_refused(head, extra):
     W_K = head.weights("W_K", head.layout)
     bad = [row + [0] * extra for row in W_K]
-    with pytest.raises(ShapeError, match=r"^W_K must be \d+ x \d+ in the (slots|rows) layout "
-                                         r"\(got \d+ x \d+\)"):
+    with pytest.raises(ShapeError, match=r"^W_K must be \d+ x \d+ in the (slots|rows) layout, "
+                                         r"to match W_Q \(got \d+ x \d+\)"):
         Head(head.weights("W_Q", head.layout), bad, head.weights("W_V", head.layout),
              layout=head.layout)
 

@@ -240,7 +240,7 @@ def test_sweep_cli_values(cli):
 
 
 @pytest.mark.parametrize("argv, pattern", [
-    (["sweep", "slider"], "invalid choice: 'slider'"),
+    (["sweep", "slider"], r"KIND must be one of divisor, length \(got 'slider'\)"),
     (["sweep", "divisor", "--row", "0"], r"error: --row must be a positive whole number "
                                          r"\(got '0'\)$"),
     (["sweep", "divisor", "--row", "5"], r"error: --row must be a token number from 1 to 4 "

@@ -28,7 +28,7 @@ from ..tables import MODES, attend_example, build, explain
 
 HELP = {
     "row": "the tokens and the numbers each arrives with",
-    "weights": "the three weight matrices, one line per output slot",
+    "weights": "the projection matrices W_Q, W_K and W_V, in the head's layout",
     "project": "each token's query, key and value, with the bias-free-neuron check",
     "square": "raw scores (queries x keys) and scaled scores, with the divisor",
     "scores": "shares per row, outputs, one token in vs out, and the multiply-adds",

@@ -30,7 +30,8 @@ from typing import Callable
 from .errors import InputError
 
 __all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "format_exact",
-           "format_scaled", "round_fraction", "tighten", "working_precision"]
+           "format_scaled", "fraction_text", "round_fraction", "tighten",
+           "working_precision"]
 
 START_PREC = 64
 MAX_PREC = 1 << 16
@@ -52,6 +53,19 @@ def format_scaled(k: int, places: int) -> str:
         return f"{sign}{digits}"
     digits = digits.rjust(places + 1, "0")
     return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def fraction_text(q) -> str:
+    """``str(q)`` of a ``Fraction`` or int of any size (``'3/4'``, ``'-2'``), never hitting
+    Python's int-to-str digit limit.
+
+    >>> fraction_text(Fraction(-3, 4)), len(fraction_text(Fraction(1, 10 ** 5000)))
+    ('-3/4', 5003)
+    """
+    q = Fraction(q)
+    sign = "-" if q < 0 else ""
+    num = _int_text(abs(q.numerator))
+    return sign + num if q.denominator == 1 else f"{sign}{num}/{_int_text(q.denominator)}"
 
 
 def _int_text(k: int) -> str:

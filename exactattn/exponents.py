@@ -152,11 +152,12 @@ def exponent_text(basis: tuple, e: tuple) -> str:
     >>> exponent_text((), (Fraction(3, 8),)), exponent_text((Fraction(2),), (Fraction(1, 2), Fraction(1)))
     ('exp(3/8)', 'exp(1/sqrt(2) + 1/2)')
     """
+    from .digits import fraction_text
     parts = []
     if basis and e[1]:
-        parts.append(f"{e[1]}/sqrt({basis[0]})")
+        parts.append(f"{fraction_text(e[1])}/sqrt({fraction_text(basis[0])})")
     if e[0] or not parts:
-        p = str(e[0])
+        p = fraction_text(e[0])
         parts.append(p if not parts or p.startswith("-") else "+ " + p)
     body = " ".join(parts).replace(" -", " - ").replace("- -", "- ")
     return "1" if body == "0" else f"exp({body})"
@@ -169,10 +170,11 @@ def sum_text(terms) -> str:
     >>> sum_text([(Fraction(1), "exp(1)", Fraction(1)), (Fraction(0), "1", Fraction(2))])
     '2 + exp(1)'
     """
+    from .digits import fraction_text
     out = ""
     for _, t, c in sorted(terms, key=lambda term: term[0]):
         mag = abs(c)
-        body = str(mag) if t == "1" else t if mag == 1 else f"{mag}*{t}"
+        body = fraction_text(mag) if t == "1" else t if mag == 1 else f"{fraction_text(mag)}*{t}"
         if not out:
             out = ("-" if c < 0 else "") + body
         else:

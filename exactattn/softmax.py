@@ -49,7 +49,7 @@ from typing import Sequence
 
 from .call import EMPTY_ROWS
 from .options import check_choice
-from .digits import certify, round_fraction
+from .digits import certify, fraction_text, round_fraction
 from .errors import InputError
 from .exact import rational_sqrt
 from .exponents import Exponent, ExpPoly, exponent_text, fmpq_of, inv_sqrt_ball, sum_text
@@ -452,7 +452,7 @@ class ExpRatio:
             return "nan"
         q = self.rational()
         if q is not None:
-            return str(q)
+            return fraction_text(q)
         num = _sum_text(row, self.numerators)
         if len(self.numerators) > 1:
             num = f"({num})"

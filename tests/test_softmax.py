@@ -141,3 +141,23 @@ def test_symbolic_engine_answers_decimal():
     sym = attend(Head([[s]], [[1]], [[1]], symbolic=True), [[1], [2]])
     with pytest.raises(InputError, match="value must be a number to print decimals"):
         sym.share(0, 0).decimal(4)
+
+
+def test_closed_forms_past_the_int_to_str_limit():
+    # scores of 1e-2200 squared: exponents with 4,400-digit denominators
+    tiny = F(1, 10 ** 4400)
+    text = row(tiny, 0).share(0).text()
+    assert text.startswith("exp(1/1" + "0" * 100) and text.count("0" * 4400) == 2
+    assert row(0, 0).combine([tiny, tiny]).text() == "1/1" + "0" * 4400
+
+
+def test_svg_of_a_head_with_4400_digit_scores(tmp_path):
+    import xml.etree.ElementTree as ET
+    from exactattn.cli import main
+    spec = tmp_path / "f.toml"
+    spec.write_text('"tokens" = [{"x" = ["1e-2200", "0"]}, {"x" = ["0", "0"]}]\n'
+                    '"W_Q" = [["1", "0"], ["0", "0"]]\n"W_K" = [["1", "0"], ["0", "0"]]\n'
+                    '"W_V" = [["0", "0"], ["0", "0"]]\n')
+    out = tmp_path / "s.svg"
+    assert main(["scores", "--spec", str(spec), "--format", "svg", "-o", str(out)]) == 0
+    ET.parse(out)

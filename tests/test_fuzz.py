@@ -1,8 +1,10 @@
 """Hostile specs through every table command and ``verify --spec``: exit 0 or 2, one line, bounded work.
 
 The CI profile draws a modest number of specs; ``--hypothesis-profile=fuzz`` draws 5,000
-per command (set ``EXACTATTN_FUZZ_STATS=FILE`` to tally exit codes and seconds per input).  Work is bounded by precision, not wall time: certified rounding is allowed
-at most 2^14 bits here, so an input that needed exp to astronomic precision would fail.
+per command (set ``EXACTATTN_FUZZ_STATS=FILE`` to tally exit codes and seconds per
+input, with the spec of any input over a second).  Work is bounded by precision, not
+wall time: certified rounding is allowed at most 2^14 bits here, so an input that
+needed exp to astronomic precision would fail.
 """
 
 import contextlib
@@ -42,8 +44,10 @@ def _check(tmp_path_factory, text, suffix, argv_of):
     code, out, err = run(argv_of(str(path)))
     stats = os.environ.get("EXACTATTN_FUZZ_STATS")   # a file to tally a large fuzz run in
     if stats:
-        with open(stats, "a", encoding="utf-8") as f:
-            f.write(f"{argv_of('SPEC')[0]}\t{code}\t{time.perf_counter() - start:.4f}\n")
+        seconds = time.perf_counter() - start
+        with open(stats, "a", encoding="utf-8") as f:   # the spec itself when it was slow
+            f.write(f"{argv_of('SPEC')[0]}\t{code}\t{seconds:.4f}"
+                    f"{chr(9) + ascii(text) if seconds > 1 else ''}\n")
     assert code in (0, 2), (code, err[-2000:])
     assert "Traceback" not in err
     if code == 2:

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
-from functools import lru_cache
 
 from .call import divisor_text
-from .digits import certify, format_scaled
+from .digits import certify, format_scaled, terminating_places
 from .exact import rational_sqrt
 from .render import Cell
 
@@ -133,19 +132,6 @@ def exact_text(q) -> str:
     return str(q)
 
 
-@lru_cache(maxsize=1024)
-def _terminating(den: int) -> int | None:
-    """The places of the exact decimal of ``p/den`` (p coprime to den), None if it repeats."""
-    twos = fives = 0
-    while den % 2 == 0:
-        den //= 2
-        twos += 1
-    while den % 5 == 0:
-        den //= 5
-        fives += 1
-    return max(twos, fives) if den == 1 else None
-
-
 def _rounded(num: int, den: int, places: int) -> str:
     """``num/den`` rounded to ``places`` decimals, ties to even (as ``round_fraction``)."""
     k, r = divmod(num * 10 ** places, den)
@@ -166,7 +152,7 @@ def with_decimal(q, places: int) -> str:
     num, den = q.numerator, q.denominator
     if den == 1:
         return str(num)
-    t = _terminating(den)
+    t = terminating_places(den)
     if t is not None:
         return f"{num}/{den} = {format_scaled(num * (10 ** t // den), t)}"
     return f"{num}/{den} ~ {_rounded(num, den, places)}"
@@ -292,7 +278,7 @@ def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False
     text = exact_text(q)
     if q.denominator == 1 or short:
         return Cell(decimal, text)
-    t = _terminating(q.denominator)
+    t = terminating_places(q.denominator)
     if t is not None and not is_long(q):
         return Cell(decimal, f"{text} = {format_scaled(q.numerator * (10 ** t // q.denominator), t)}")
     return Cell(decimal, f"{text} ~ {decimal}")

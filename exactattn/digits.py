@@ -25,13 +25,14 @@ not used here.
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import Callable
 
 from .errors import InputError
 
 __all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "format_exact",
-           "format_scaled", "fraction_text", "round_fraction", "tighten",
-           "working_precision"]
+           "format_scaled", "fraction_text", "round_fraction", "terminating_places",
+           "tighten", "working_precision"]
 
 START_PREC = 64
 MAX_PREC = 1 << 16
@@ -102,7 +103,17 @@ def format_exact(q: Fraction) -> str | None:
     ('1.5625', None)
     """
     q = Fraction(q)
-    den = q.denominator
+    places = terminating_places(q.denominator)
+    return None if places is None else format_scaled(int(q * 10 ** places), places)
+
+
+@lru_cache(maxsize=4096)
+def terminating_places(den: int) -> int | None:
+    """The places of the exact decimal of ``p/den`` (p coprime to den), None if it repeats.
+
+    >>> terminating_places(16), terminating_places(3)
+    (4, None)
+    """
     twos = fives = 0
     while den % 2 == 0:
         den //= 2
@@ -110,11 +121,7 @@ def format_exact(q: Fraction) -> str | None:
     while den % 5 == 0:
         den //= 5
         fives += 1
-    if den != 1:
-        return None
-    places = max(twos, fives)
-    text = format_scaled(int(q * 10 ** places), places)
-    return text
+    return max(twos, fives) if den == 1 else None
 
 
 def arb_to_fraction(x) -> Fraction:

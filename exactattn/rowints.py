@@ -26,7 +26,7 @@ import weakref
 from fractions import Fraction
 from math import gcd, lcm
 
-from .digits import format_scaled
+from .digits import format_scaled, terminating_places
 
 __all__ = ["ScoreRows", "fraction_texts", "magnitude", "score_rows"]
 
@@ -81,25 +81,6 @@ def score_rows(trace) -> ScoreRows:
     return rows
 
 
-_TERMINATING: dict[int, int | None] = {}
-
-
-def _terminating(q: int) -> int | None:
-    t = _TERMINATING.get(q, -1)
-    if t == -1:
-        d, twos, fives = q, 0, 0
-        while d % 2 == 0:
-            d //= 2
-            twos += 1
-        while d % 5 == 0:
-            d //= 5
-            fives += 1
-        t = max(twos, fives) if d == 1 else None
-        if len(_TERMINATING) < 4096:
-            _TERMINATING[q] = t
-    return t
-
-
 def magnitude(ints: list) -> int:
     """The largest ``|v|`` of the integers (None skipped; 0 for none)."""
     seen = [v for v in ints if v is not None]
@@ -128,7 +109,7 @@ def _text(v: int, den: int, places: int | None) -> str:
         return str(p)
     if places is None:
         return f"{p}/{q}"
-    t = _terminating(q)
+    t = terminating_places(q)
     if t is not None:
         return f"{p}/{q} = {format_scaled(p * (10 ** t // q), t)}"
     k, r = divmod(p * 10 ** places, q)
@@ -154,7 +135,7 @@ def _vector_texts(ints: list, den: int, places: int | None) -> list:
         k += (2 * r > q) | ((2 * r == q) & (k % 2 == 1))  # to nearest, ties to even
         sign = np.where(k < 0, "-", "").tolist()
         whole, frac = np.divmod(np.abs(k), scale)
-        exact = [u for u in np.unique(q).tolist() if u == 1 or _terminating(u) is not None]
+        exact = [u for u in np.unique(q).tolist() if u == 1 or terminating_places(u) is not None]
         special = np.isin(q, exact).tolist() if exact else [False] * len(ps)
         if places:
             out = [f"{x}/{y} ~ {s}{w}.{f:0{places}d}" for x, y, s, w, f in

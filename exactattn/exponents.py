@@ -22,7 +22,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .errors import InputError
-from .exact import rational_sqrt
+from .reals import atom_ball, atom_ratio, atom_text
 
 __all__ = ["ExpPoly", "Exponent", "exponent_text", "fmpq_of", "inv_sqrt_ball", "sum_text", "unify"]
 
@@ -51,7 +51,7 @@ def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
         mapping = []
         for D in p.basis:
             for k, E in enumerate(basis):
-                f = rational_sqrt(E / D)
+                f = atom_ratio(D, E)
                 if f is not None:
                     mapping.append((k, f))
                     break
@@ -102,7 +102,7 @@ class ExpPoly:
 
     def ball(self, prec: int):
         from flint import arb
-        roots = [inv_sqrt_ball(D) for D in self.basis]
+        roots = [atom_ball(D) for D in self.basis]
         total = arb(0)
         for e, c in self.terms.items():
             x = arb(fmpq_of(e[0]))
@@ -147,15 +147,24 @@ class Exponent:
 
 
 def exponent_text(basis: tuple, e: tuple) -> str:
-    """``exp(...)`` of the exponent ``e = (p, a)`` (``p + a/sqrt(basis[0])``), or ``1`` for 0.
+    """``exp(...)`` of the exponent ``e = (p, a_1, ...)`` (``p + sum a_k basis[k]``), or ``1`` for 0.
+
+    A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom.
 
     >>> exponent_text((), (Fraction(3, 8),)), exponent_text((Fraction(2),), (Fraction(1, 2), Fraction(1)))
     ('exp(3/8)', 'exp(1/sqrt(2) + 1/2)')
     """
     from .digits import fraction_text
     parts = []
-    if basis and e[1]:
-        parts.append(f"{fraction_text(e[1])}/sqrt({fraction_text(basis[0])})")
+    for atom, a in zip(basis, e[1:]):
+        if not a:
+            continue
+        t = atom_text(atom)
+        if isinstance(atom, Fraction):
+            body = f"{fraction_text(a)}/sqrt({fraction_text(atom)})"
+        else:
+            body = t if a == 1 else f"{fraction_text(a)}*{t}"
+        parts.append(body if not parts or body.startswith("-") else "+ " + body)
     if e[0] or not parts:
         p = fraction_text(e[0])
         parts.append(p if not parts or p.startswith("-") else "+ " + p)

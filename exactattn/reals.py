@@ -36,7 +36,7 @@ from .errors import InputError
 from .exact import rational_sqrt
 
 __all__ = ["Certified", "Pow2", "Surd", "align", "atom_ball", "atom_ratio", "atom_text", "real_ball",
-           "real_decimal", "real_sign", "real_text", "softcap", "two_power"]
+           "real_compare", "real_decimal", "real_sign", "real_text", "softcap", "two_power"]
 
 
 class Pow2:
@@ -306,7 +306,7 @@ class Certified:
     working precision.
 
     >>> x = softcap(Fraction(5), Fraction(1)); x.text(), x == softcap(Fraction(5), Fraction(1))
-    ('1*tanh(5/1)', True)
+    ('tanh(5)', True)
     """
 
     __slots__ = ("key", "_ball", "label")
@@ -388,6 +388,24 @@ def real_sign(x) -> int:
     return s
 
 
+def real_compare(x, y) -> int:
+    """sign(x - y) for rationals, Surds and Certified reals.
+
+    Exact unless a Certified value is involved; then equal structure gives 0
+    and otherwise enclosures decide (to 2^16 bits).
+
+    Raises:
+        InputError: two certified values not separated below 2^16 bits.
+    """
+    if not isinstance(x, Certified) and not isinstance(y, Certified):
+        return real_sign(x - y)
+    if x == y:
+        return 0
+    return real_sign(Certified(("-", _key(x), _key(y)),
+                               lambda prec: real_ball(x, prec) - real_ball(y, prec),
+                               f"{real_text(x)} - ({real_text(y)})"))
+
+
 def real_decimal(x, places: int) -> str:
     """Certified decimal of a rational, :class:`Surd` or :class:`Certified`."""
     if isinstance(x, (Surd, Certified)):
@@ -404,5 +422,7 @@ def softcap(x, cap: Fraction) -> Certified:
     from flint import arb, fmpq
     c = arb(fmpq(cap.numerator, cap.denominator))
     from .digits import fraction_text
+    arg = real_text(x) if cap == 1 else f"({real_text(x)})/{fraction_text(cap)}"
+    label = f"tanh({arg})" if cap == 1 else f"{fraction_text(cap)}*tanh({arg})"
     return Certified(("softcap", cap, _key(x)), lambda prec: c * (real_ball(x, prec) / c).tanh(),
-                     f"{fraction_text(cap)}*tanh({real_text(x)}/{fraction_text(cap)})")
+                     label)

@@ -48,7 +48,10 @@ from typing import Sequence
 
 from .call import EMPTY_ROWS
 from .options import check_choice
+from .digits import arb_to_fraction, working_precision
+from .errors import InputError
 from .exact import rational_sqrt
+from .reals import Certified, Surd, align, real_ball, real_compare, real_text
 from .exponents import Exponent, ExpPoly, exponent_text, fmpq_of, inv_sqrt_ball
 from .ratio import ExpRatio
 
@@ -78,13 +81,21 @@ class SoftmaxRow:
     """
 
     def __init__(self, raw: Sequence[Fraction | None], divisor_squared: Fraction | None,
-                 empty_row: str = "zero", offsets: Sequence[Fraction] | None = None):
+                 empty_row: str = "zero", offsets: Sequence[Fraction] | None = None, *,
+                 sink: Fraction | None = None):
         check_choice(empty_row, "empty_row", EMPTY_ROWS)
         raw = list(raw)
+        self.n_keys = len(raw)
         self.empty_row = empty_row
-        self.empty = all(r is None for r in raw)
+        self.empty = all(r is None for r in raw) and sink is None
+        self.general = self.certified = False
+        self.basis = ()
         if self.empty and empty_row == "uniform":
             raw, offsets = [Fraction(0)] * len(raw), None
+        if sink is not None:     # a key with raw score 0, offset s and no value
+            offsets = [Fraction(0)] * len(raw) + [Fraction(sink)] if offsets is None \
+                else list(offsets) + [Fraction(sink)]
+            raw = raw + [Fraction(0)]
         root = None if divisor_squared is None else rational_sqrt(divisor_squared)
         paired = False
         if offsets is not None and any(m for r, m in zip(raw, offsets) if r is not None):
@@ -107,6 +118,68 @@ class SoftmaxRow:
                          for r in raw]
         else:
             self.gaps = [None if r is None else r - self.max_raw for r in raw]
+        self._count(visible)
+
+    @classmethod
+    def of_logits(cls, logits: Sequence, empty_row: str = "zero", *, sink=None) -> "SoftmaxRow":
+        """The softmax of logits that are already scaled and modified.
+
+        Each logit is None (hidden), a ``Fraction``, an exact algebraic
+        :class:`~exactattn.reals.Surd` (an ALiBi slope such as 2^(-1/2)) or a
+        certified :class:`~exactattn.reals.Certified` (a soft-capped or rotary
+        score).  ``sink`` is a logit that joins the normaliser and carries no
+        value (an attention sink; 0 gives "softmax plus one").
+
+        With only rationals and Surds every value stays exact (decided by
+        Lindemann-Weierstrass); with a certified logit, digits come from
+        enclosures and equality from structure.
+
+        >>> from exactattn.reals import two_power
+        >>> row = SoftmaxRow.of_logits([Fraction(0), -two_power(Fraction(-1, 2))])
+        >>> row.share(0).text(), row.share(0).decimal(6)
+        ('1/(exp(-1/sqrt(2)) + 1)', '0.669762')
+        >>> SoftmaxRow.of_logits([Fraction(1), Fraction(0)], sink=Fraction(0)).sink_share().text()
+        '1/(2 + exp(1))'
+        """
+        self = cls.__new__(cls)
+        check_choice(empty_row, "empty_row", EMPTY_ROWS)
+        logits = list(logits)
+        self.n_keys = len(logits)
+        self.empty_row = empty_row
+        self.empty = all(x is None for x in logits) and sink is None
+        if self.empty and empty_row == "uniform":
+            logits = [Fraction(0)] * len(logits)
+        if sink is not None:
+            logits.append(sink)
+        self.divisor_squared, self._root, self.paired, self.general = None, None, False, True
+        self.certified = any(isinstance(x, Certified) for x in logits)
+        visible = [x for x in logits if x is not None]
+        if self.certified:
+            self.basis = ()
+            self.raw = logits
+            self.gaps = logits
+            self.max_raw = max((real_ball(x, 64).mid() for x in visible), default=None)
+            self.max_raw = None if self.max_raw is None else arb_to_fraction(self.max_raw)
+        else:
+            self.basis, keys = align(logits)
+            self.raw = keys
+            top = None
+            for k in keys:
+                if k is not None and (top is None or self._key_sign(k, top) > 0):
+                    top = k
+            self.max_raw = top
+            self.gaps = [None if k is None else tuple(a - b for a, b in zip(k, top)) for k in keys]
+        self._count(visible)
+        return self
+
+    def _key_sign(self, k1: tuple, k2: tuple) -> int:
+        """sign((k1) - (k2)) for keys over the row's basis, exactly."""
+        d = tuple(a - b for a, b in zip(k1, k2))
+        if not any(d[1:]):
+            return (d[0] > 0) - (d[0] < 0)
+        return Surd(d[0], tuple(zip(self.basis, d[1:]))).sign()
+
+    def _count(self, visible) -> None:
         counts: dict = {}
         for g in self.gaps:
             if g is not None:
@@ -114,20 +187,30 @@ class SoftmaxRow:
         self.counts = counts
         self.exps = len(counts)
         self.adds = max(len(visible) - 1, 0)
-        self.divs = len(visible)
+        self.divs = len([g for g in self.gaps[:self.n_keys] if g is not None])
+
+    @property
+    def has_sink(self) -> bool:
+        return len(self.gaps) > self.n_keys
+
+    def sink_share(self) -> "ExpRatio":
+        """The share the sink takes (0 without a sink): 1 minus the keys' shares."""
+        g = self.gaps[self.n_keys] if self.has_sink else None
+        return ExpRatio({} if g is None else {g: Fraction(1)}, self)
 
     def same_normaliser(self, other: "SoftmaxRow") -> bool:
         """True when both rows have the same normaliser term by term (so values over them add)."""
         return self is other or (self.counts == other.counts and self.max_raw == other.max_raw
                                  and self.divisor_squared == other.divisor_squared
-                                 and self.paired == other.paired)
+                                 and self.paired == other.paired and self.basis == other.basis
+                                 and self.certified == other.certified)
 
     def _order_key(self, pair):
         """A sort key for exponents g/sqrt(D) + m that orders them exactly."""
         return Exponent(pair[0], pair[1], self.divisor_squared)
 
     def __len__(self) -> int:
-        return len(self.raw)
+        return self.n_keys
 
     @property
     def nan(self) -> bool:
@@ -147,12 +230,20 @@ class SoftmaxRow:
         return ExpRatio({} if g is None else {g: Fraction(1)}, self)
 
     def shares(self) -> list["ExpRatio"]:
-        return [self.share(j) for j in range(len(self.raw))]
+        return [self.share(j) for j in range(self.n_keys)]
 
     def largest(self) -> list[int]:
         """The keys with the largest share (the row's maximum exponent), in order."""
-        top = (0, 0) if self.paired else 0
-        return [j for j, g in enumerate(self.gaps) if g is not None and g == top]
+        gaps = self.gaps[:self.n_keys]
+        if self.certified:
+            top = None
+            for g in gaps:
+                if g is not None and (top is None or real_compare(g, top) > 0):
+                    top = g
+            return [j for j, g in enumerate(gaps) if g is not None and real_compare(g, top) == 0]
+        top = (0, 0) if self.paired else \
+            (Fraction(0),) * (len(self.basis) + 1) if self.general else 0
+        return [j for j, g in enumerate(gaps) if g is not None and g == top]
 
     def sum_is_one(self) -> bool:
         """True: the numerators of the shares add up to the normaliser term by term.
@@ -163,14 +254,22 @@ class SoftmaxRow:
         An empty row under the ``zero`` policy sums to 0 and returns False.
         """
         total: dict = {}
-        for g in self.gaps:
+        for g in self.gaps[:self.n_keys]:
             if g is not None:
                 total[g] = total.get(g, 0) + 1
         return bool(total) and total == self.counts
 
     # -- exact exponents -----------------------------------------------------
     def exponent(self, g) -> tuple[tuple, tuple]:
-        """The absolute exponent of gap ``g`` as ``(basis, (p, a))``: ``p + a/sqrt(basis[0])``."""
+        """The absolute exponent of gap ``g`` as ``(basis, (p, a_1, ...))``: ``p + sum a_k basis[k]``.
+
+        A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom.
+        Not defined over certified logits (they have no exact exponent).
+        """
+        if self.certified:
+            raise InputError("a certified (transcendental) logit has no exact exponent")
+        if self.general:
+            return self.basis, tuple(a + b for a, b in zip(g, self.max_raw))
         if self.paired:
             return (self.divisor_squared,), (g[1] + self.max_raw[1], g[0] + self.max_raw[0])
         s = g + self.max_raw
@@ -203,6 +302,14 @@ class SoftmaxRow:
         bound = K * K * (1 if self.divisor_squared is None else self.divisor_squared)
         negligible = arb(0, arb(2) ** -K)
         balls = {}
+        if self.general:
+            shift = real_ball(self.max_raw, prec) if self.certified else 0
+            for g in self.counts:
+                x = real_ball(g, prec) - shift if self.certified else \
+                    real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), prec)
+                balls[g] = x.exp()
+            self._ball_cache = (prec, balls)
+            return balls
         for g in self.counts:
             if self.paired:
                 balls[g] = (arb(fmpq_of(g[0])) * inv + arb(fmpq_of(g[1]))).exp()
@@ -229,6 +336,11 @@ class SoftmaxRow:
     def term(self, g):
         """The sympy closed form of ``exp`` at gap g's absolute exponent (scaled score)."""
         import sympy
+        if self.certified:
+            return sympy.exp(sympy.sympify(real_text(g)))
+        if self.general:
+            basis, e = self.exponent(g)
+            return sympy.exp(Surd(e[0], tuple(zip(basis, e[1:]))).sympy())
         basis, e = self.exponent(g)
         x = sympy.Rational(e[0].numerator, e[0].denominator)
         if basis:
@@ -240,9 +352,16 @@ class SoftmaxRow:
 
     def order_key(self, g):
         """A key that sorts gaps by their exponent (for writing sums in order)."""
+        if self.general:     # a rational within 2^-60 of the exponent: order for text only
+            with working_precision(128):
+                x = real_ball(g, 128) if self.certified else \
+                    real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), 128)
+                return arb_to_fraction(x.mid())
         basis, e = self.exponent(g)
         return Exponent(e[-1], e[0], basis[0]) if basis else e[0]
 
     def term_text(self, g) -> str:
         """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""
+        if self.certified:
+            return f"exp({real_text(g)})"
         return exponent_text(*self.exponent(g))

@@ -79,10 +79,11 @@ from typing import Any
 from .errors import FloatInputError, InputError, ShapeError, shorten
 from .exact import rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
+from .modifiers import Alibi, Rope, check_window, exact_number
 from .options import check_choice
 
 __all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "PRESETS",
-           "Mask", "Policy", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
+           "Alibi", "Mask", "Policy", "Rope", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
 
 ALIGNMENTS = ("top_left", "bottom_right")
 EMPTY_ROWS = ("zero", "uniform", "nan")
@@ -237,6 +238,22 @@ class Policy:
         empty_row: ``zero``, ``nan`` or ``uniform``.
         mask_kind: ``bool_keep``, ``bool_drop`` or ``additive``.
         gqa: ``interleave`` or ``tile``.
+        window: ``(left, right)``: query position p sees keys ``p - left ..
+            p + right`` (its own key always counts; None on a side = no
+            limit): FlashAttention's ``window_size``.  A causal window of w
+            keys including the query's own is ``(w - 1, 0)``.
+        query_offset: the position of query 0 (a decode step over cached keys
+            0..p has ``query_offset = p``); None: from ``alignment`` (0 for
+            ``top_left``, S - L for ``bottom_right``).  Causal, window and
+            ALiBi all read positions from :meth:`query_position`.
+        softcap: ``cap`` of ``cap * tanh(score / cap)`` on the scaled scores, before biases and masks.
+        sink: an attention-sink logit that joins each row's normaliser and
+            carries no value (0 = "softmax plus one"), counted once per row.
+        alibi: an :class:`~exactattn.modifiers.Alibi` (slopes from the head
+            count); ``head`` says which head this call is.
+        rope: a :class:`~exactattn.modifiers.Rope` rotating queries and keys.
+        dropout: p; kept weights are scaled by 1/(1 - p) (the keep-mask is data, passed with the call).
+        head: the index of this call's head in its layer (ALiBi slopes).
 
     Raises:
         InputError: a value outside its choices, a bad scale.
@@ -248,6 +265,14 @@ class Policy:
     empty_row: str = "zero"
     mask_kind: str = "bool_keep"
     gqa: str = "interleave"
+    window: tuple | None = None
+    query_offset: int | None = None
+    softcap: Fraction | None = None
+    sink: Fraction | None = None
+    alibi: Alibi | None = None
+    rope: Rope | None = None
+    dropout: Fraction | None = None
+    head: int = 0
 
     def __post_init__(self):
         s = self.scale
@@ -262,6 +287,29 @@ class Policy:
         check_choice(self.empty_row, "empty_row", EMPTY_ROWS)
         check_choice(self.mask_kind, "mask_kind", MASK_KINDS)
         check_choice(self.gqa, "gqa", GQA_MAPS)
+        if self.window is not None:
+            object.__setattr__(self, "window", check_window(self.window))
+        if self.query_offset is not None and not (
+                isinstance(self.query_offset, int) and not isinstance(self.query_offset, bool)):
+            raise InputError(f"query_offset must be a whole number (got "
+                             f"{shorten(self.query_offset, quote=True)})")
+        for name in ("softcap", "sink", "dropout"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, exact_number(value, name))
+        if self.softcap is not None and self.softcap <= 0:
+            raise InputError(f"softcap must be positive (got {self.softcap})")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise InputError(f"dropout must be a probability from 0 up to (not including) 1 "
+                             f"(got {self.dropout})")
+        if self.alibi is not None and not isinstance(self.alibi, Alibi):
+            raise InputError(f"alibi must be an Alibi(heads=...) (got {shorten(self.alibi)})")
+        if self.rope is not None and not isinstance(self.rope, Rope):
+            raise InputError(f"rope must be a Rope(theta=..., layout=...) (got {shorten(self.rope)})")
+        if not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 0:
+            raise InputError(f"head must be a whole number >= 0 (got {shorten(self.head, quote=True)})")
+        if self.alibi is not None:
+            self.alibi.slope(self.head)
 
     def replace(self, **changes) -> "Policy":
         """A copy with some fields changed (checked again)."""
@@ -293,19 +341,45 @@ class Policy:
         """
         return 0 if self.alignment == "top_left" else n_keys - n_queries
 
+    def query_position(self, i: int, n_queries: int, n_keys: int) -> int:
+        """The position of query i among the key positions 0 .. n_keys - 1.
+
+        ``query_offset + i`` when set, else ``i + causal_shift`` (the alignment).
+
+        >>> Policy(alignment="bottom_right").query_position(0, 1, 5), Policy(query_offset=3).query_position(0, 1, 5)
+        (4, 3)
+        """
+        if self.query_offset is not None:
+            return self.query_offset + i
+        return i + self.causal_shift(n_queries, n_keys)
+
     def visible_keys(self, i: int, n_queries: int, n_keys: int) -> range:
         """The keys query i sees by position (explicit masks aside): the one visibility rule.
 
         Shapes: ``0 <= i < n_queries``; the result is a range of key indices
-        in ``0 .. n_keys - 1``.  Causal: ``j <= i + causal_shift`` (``top_left``:
-        ``j <= i``; ``bottom_right``: ``j <= i + n_keys - n_queries``).
+        in ``0 .. n_keys - 1``.  With p = :meth:`query_position`: causal
+        keeps ``j <= p`` (``top_left``: ``j <= i``; ``bottom_right``:
+        ``j <= i + n_keys - n_queries``); a window ``(left, right)`` keeps
+        ``p - left <= j <= p + right``.
 
         >>> list(Policy(causal=True).visible_keys(0, 2, 3)), list(Policy().visible_keys(0, 2, 3))
         ([0], [0, 1, 2])
+        >>> [list(Policy(causal=True, window=(2, 0)).visible_keys(i, 5, 5)) for i in (0, 4)]
+        [[0], [2, 3, 4]]
         """
-        if not self.causal:
+        if not self.causal and self.window is None and self.query_offset is None:
             return range(n_keys)
-        return range(max(0, min(i + self.causal_shift(n_queries, n_keys) + 1, n_keys)))
+        p = self.query_position(i, n_queries, n_keys)
+        lo, hi = 0, n_keys
+        if self.causal:
+            hi = min(hi, p + 1)
+        if self.window is not None:
+            left, right = self.window
+            if left is not None:
+                lo = max(lo, p - left)
+            if right is not None:
+                hi = min(hi, p + right + 1)
+        return range(max(0, min(lo, n_keys)), max(0, min(lo, n_keys), hi))
 
     def keep(self, n_queries: int, n_keys: int, mask: "Mask | None" = None):
         """An n_queries x n_keys numpy bool array, True where query i sees key j.
@@ -341,7 +415,7 @@ class Policy:
         >>> Policy(causal=True).fold(None, 2, 2)
         Mask('bool_keep', [[True, False], [True, True]])
         """
-        if not self.causal:
+        if not self.positional:
             return mask
         keep = self.keep(n_queries, n_keys, mask).tolist()
         if mask is not None and mask.kind == "additive":
@@ -366,19 +440,50 @@ class Policy:
             return h // (n_query_heads // n_kv_heads)
         return h % n_kv_heads
 
+    @property
+    def positional(self) -> bool:
+        """True when positions hide keys (causal, a window or a query offset)."""
+        return self.causal or self.window is not None or self.query_offset is not None
+
+    @property
+    def modified(self) -> bool:
+        """True when a score modifier (soft-cap, sink, ALiBi, RoPE, dropout) is on."""
+        return any(getattr(self, f) is not None
+                   for f in ("softcap", "sink", "alibi", "rope", "dropout"))
+
+    def modifiers(self) -> dict:
+        """The modifier fields that are set, as JSON-ready values (empty for a plain call)."""
+        out: dict = {}
+        if self.window is not None:
+            out["window"] = list(self.window)
+        if self.query_offset is not None:
+            out["query_offset"] = self.query_offset
+        for name in ("softcap", "sink", "dropout"):
+            if getattr(self, name) is not None:
+                out[name] = str(getattr(self, name))
+        if self.alibi is not None:
+            out["alibi"] = {"heads": self.alibi.heads, "form": self.alibi.form}
+        if self.rope is not None:
+            out["rope"] = {"theta": str(self.rope.theta), "layout": self.rope.layout}
+        if self.head:
+            out["head"] = self.head
+        return out
+
     # -- words ------------------------------------------------------------
     def describe(self) -> str:
-        """Every field on one line."""
+        """Every field on one line (modifiers only when set)."""
+        extra = "".join(f" {k}={v}" for k, v in self.modifiers().items())
         return (f"scale={self.scale_text()} causal={'on' if self.causal else 'off'} "
                 f"alignment={self.alignment} empty_row={self.empty_row} "
-                f"mask={self.mask_kind} gqa={self.gqa}")
+                f"mask={self.mask_kind} gqa={self.gqa}" + extra.replace("'", ""))
 
     def as_dict(self) -> dict:
         """The policy as JSON-ready values (the ``policy`` table of a spec file)."""
         scale = (DEFAULT_SCALE if self.scale == DEFAULT_SCALE else
                  "none" if self.scale is None else f"1/sqrt({self.scale})")
         return {"scale": scale, "causal": self.causal, "alignment": self.alignment,
-                "empty_row": self.empty_row, "mask_kind": self.mask_kind, "gqa": self.gqa}
+                "empty_row": self.empty_row, "mask_kind": self.mask_kind, "gqa": self.gqa,
+                **self.modifiers()}
 
 
 def preset(name: str, **changes) -> Policy:

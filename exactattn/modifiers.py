@@ -1,0 +1,170 @@
+"""Score modifiers of today's attention, as parts of the one call model.
+
+Each is a field of :class:`~exactattn.call.Policy`; this module holds their
+types and exact rules, and computes nothing else.
+
+ALiBi (Press, Smith and Lewis 2022, "Train short, test long", sec. 3)
+    A bias ``-m * (i - j)`` added to the scaled score of query position i and
+    key position j, with one slope m per head.  For h heads, a power of two,
+    the slopes are ``2^(-8k/h)`` for k = 1..h; otherwise the first
+    ``2^floor(log2 h)`` slopes follow that rule and the rest are every other
+    slope of the rule for twice that power, as in the authors' code.  The
+    slopes are exact: powers of two for up to 8 heads, ``2^(-1/2)``-type
+    algebraic numbers for 12 and 16 heads, ``2^(-1/4)``-type for 24 and 32.
+    Forms: ``relative`` (``-m (i - j)``, the paper's), ``absolute``
+    (``+m j``, BLOOM's: the same softmax under a causal mask, since it differs
+    by ``m i`` per row) and ``symmetric`` (``-m |i - j|``, encoders).
+Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer", sec. 3.4)
+    Queries and keys rotated pairwise by angles ``pos * theta^(-2k/d)``;
+    ``half`` pairs entry k with k + d/2 (GPT-NeoX, Llama in transformers),
+    ``interleaved`` pairs 2k with 2k + 1 (the paper, GPT-J).  The rotated
+    entries are transcendental, so the scores are certified, not exact.
+
+>>> alibi_slopes(6)
+[Fraction(1, 4), Fraction(1, 16), Fraction(1, 64), Fraction(1, 256), Fraction(1, 2), Fraction(1, 8)]
+>>> [s if isinstance(s, Fraction) else s.text() for s in alibi_slopes(12)[8:10]]
+['1/sqrt(2)', '1/(2*sqrt(2))']
+>>> Alibi(heads=8).bias(0, 5, 2)
+Fraction(-3, 2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from typing import Any
+
+from .errors import FloatInputError, InputError, shorten
+from .exact import to_exact
+from .options import check_choice, check_whole
+from .reals import two_power
+
+__all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_window",
+           "exact_number"]
+
+ALIBI_FORMS = ("relative", "absolute", "symmetric")
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+def exact_number(value: Any, name: str) -> Fraction:
+    """A modifier's number read exactly (``"1/3"``, 0.5 refused as a binary float)."""
+    if isinstance(value, float):
+        raise FloatInputError(f"{name} must be exact (got the binary float {value!r}); "
+                              f"write it as text, e.g. \"{Fraction(value).limit_denominator(1000)}\"")
+    try:
+        q = to_exact(value)
+    except (InputError, ValueError, TypeError) as e:
+        raise InputError(f"{name} must be a rational number (got {shorten(value, quote=True)})") from e
+    if not isinstance(q, Fraction):
+        raise InputError(f"{name} must be a rational number (got {shorten(value, quote=True)})")
+    return q
+
+
+def check_window(window: Any) -> tuple:
+    """``(left, right)`` of a sliding window: whole numbers >= 0, or None for no limit."""
+    w = tuple(window) if isinstance(window, (list, tuple)) else None
+    if w is None or len(w) != 2 or not all(
+            x is None or (isinstance(x, int) and not isinstance(x, bool) and x >= 0) for x in w):
+        raise InputError(f"window must be [left, right], whole numbers >= 0 or null "
+                         f"(got {shorten(window, quote=True)})")
+    return w
+
+
+def _power_of_two_rule(h: int) -> list:
+    # start = 2^(-2^-(log2(h) - 3)) = 2^(-8/h); slope k = start^k
+    return [two_power(Fraction(-8 * k, h)) for k in range(1, h + 1)]
+
+
+def alibi_slopes(heads: int) -> list:
+    """The exact ALiBi slope of every head (Press et al. 2022, sec. 3, and the authors' code).
+
+    Returns ``Fraction`` slopes where they are rational and
+    :class:`~exactattn.reals.Surd` slopes where they are not.
+
+    Raises:
+        InputError: heads is not a whole number from 1 to 4096.
+    """
+    heads = check_whole(heads, "alibi heads", low=1, high=4096)
+    if heads & (heads - 1) == 0:
+        return _power_of_two_rule(heads)
+    closest = 1 << (heads.bit_length() - 1)
+    return _power_of_two_rule(closest) + alibi_slopes(2 * closest)[0::2][:heads - closest]
+
+
+@dataclass(frozen=True)
+class Alibi:
+    """ALiBi biases for a model of ``heads`` heads.
+
+    Args:
+        heads: the model's number of heads (it sets the slopes).
+        form: ``relative`` (``-m (i - j)``), ``absolute`` (``m j``) or
+            ``symmetric`` (``-m |i - j|``).
+
+    Which head a call is comes from ``Policy.head``; positions come from
+    ``Policy.query_position`` (so a decode step's query sits at position p).
+    """
+
+    heads: int
+    form: str = "relative"
+
+    def __post_init__(self):
+        object.__setattr__(self, "heads", check_whole(self.heads, "alibi heads", low=1))
+        check_choice(self.form, "alibi form", ALIBI_FORMS)
+
+    def slope(self, head: int):
+        if not 0 <= head < self.heads:
+            raise InputError(f"head must be from 0 to {self.heads - 1} for ALiBi with "
+                             f"{self.heads} heads (got {head})")
+        return alibi_slopes(self.heads)[head]
+
+    def bias(self, head: int, query_position: int, key_position: int):
+        """The exact bias added to the scaled score (a ``Fraction`` or a ``Surd``)."""
+        m = self.slope(head)
+        if self.form == "absolute":
+            return m * key_position
+        d = query_position - key_position
+        return m * (-abs(d) if self.form == "symmetric" else -d)
+
+    def text(self) -> str:
+        return f"alibi({self.heads} heads, {self.form})"
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary position embeddings: base ``theta`` and the pairing ``layout``.
+
+    Args:
+        theta: the base (10000 in the paper; 500000 in Llama 3), a positive rational.
+        layout: ``half`` (entry k with k + d/2) or ``interleaved`` (2k with 2k + 1).
+    """
+
+    theta: Fraction = Fraction(10000)
+    layout: str = "half"
+
+    def __post_init__(self):
+        theta = self.theta
+        if isinstance(theta, float) or not isinstance(theta, (int, Fraction)) or theta <= 0:
+            raise InputError(f"rope theta must be a positive whole number or fraction (got "
+                             f"{theta!r}); write it as text, e.g. \"10000\"")
+        object.__setattr__(self, "theta", Fraction(theta))
+        check_choice(self.layout, "rope layout", ROPE_LAYOUTS)
+
+    def pairs(self, d: int) -> list[tuple[int, int, Fraction]]:
+        """``(a, b, e)``: entries a and b rotate together by ``pos * theta^e`` (e = -2k/d).
+
+        Raises:
+            InputError: d is odd.
+
+        >>> Rope(layout="interleaved").pairs(4)
+        [(0, 1, Fraction(0, 1)), (2, 3, Fraction(-1, 2))]
+        """
+        if d % 2:
+            raise InputError(f"rope needs an even head width (got d_k = {d})")
+        half = d // 2
+        if self.layout == "half":
+            return [(k, k + half, Fraction(-2 * k, d)) for k in range(half)]
+        return [(2 * k, 2 * k + 1, Fraction(-2 * k, d)) for k in range(half)]
+
+    def text(self) -> str:
+        return f"rope(theta={self.theta}, {self.layout})"

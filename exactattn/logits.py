@@ -1,0 +1,147 @@
+"""From raw scores to the softmax row of one query, under every modifier of the call model.
+
+The one order of operations (FlashAttention 2's, and Gemma 2's)::
+
+    raw score q.k  [RoPE: q and k rotated first]
+      -> divided by sqrt(D)                      (Policy.scale)
+      -> cap * tanh(x / cap)                     (Policy.softcap)
+      -> + ALiBi bias + additive mask offset     (Policy.alibi, Mask)
+      -> hidden keys dropped                     (Policy.visible_keys, Mask: by the caller)
+      -> softmax, with the sink in the normaliser (Policy.sink)
+      -> weights times keep / (1 - p)            (Policy.dropout, keep-mask)
+
+A plain call (no soft-cap, ALiBi or RoPE) takes the rational fast path of
+:class:`~exactattn.softmax.SoftmaxRow`; otherwise the logits are exact
+algebraic (:class:`~exactattn.reals.Surd`) or certified
+(:class:`~exactattn.reals.Certified`) and the row is built by
+:meth:`SoftmaxRow.of_logits`.
+
+>>> from fractions import Fraction as F
+>>> from exactattn.call import Policy
+>>> row = softmax_row([F(1), F(0)], None, Policy(sink=F(0)), 0, 1, 2)
+>>> [s.decimal(4) for s in row.shares()], row.sink_share().text()
+(['0.5761', '0.2119'], '1/(2 + exp(1))')
+>>> dropout_factors(F(1, 3), [True, False, True])
+[Fraction(3, 2), Fraction(0, 1), Fraction(3, 2)]
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+from .call import Policy
+from .errors import InputError
+from .exact import rational_sqrt
+from .reals import Certified, Surd, real_text, softcap
+from .softmax import SoftmaxRow
+
+__all__ = ["dropout_factors", "rope_score", "scaled_logit", "softmax_row"]
+
+
+def scaled_logit(raw, divisor_squared: Fraction | None):
+    """``raw / sqrt(D)`` exactly: a ``Fraction``, a ``Surd`` (irrational divisor) or a Certified."""
+    if raw is None or divisor_squared is None:
+        return raw
+    root = rational_sqrt(divisor_squared)
+    if isinstance(raw, Certified):
+        from .exponents import inv_sqrt_ball
+        return Certified(("scaled", raw.key, divisor_squared),
+                         lambda prec: raw.ball(prec) * inv_sqrt_ball(divisor_squared),
+                         f"({raw.label})/sqrt({divisor_squared})")
+    if root is not None:
+        return raw / root
+    return Surd(0, ((divisor_squared, raw),))
+
+
+def softmax_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy, i: int,
+                n_queries: int, n_keys: int, *, offsets: Sequence | None = None) -> SoftmaxRow:
+    """The softmax row of query i under ``policy``.
+
+    Args:
+        raw: the row's raw scores (``Fraction``, or Certified for RoPE), None
+            where the key is hidden (visibility is applied by the caller, from
+            ``policy.visible_keys`` and the mask).
+        divisor_squared: ``D`` (scores divided by sqrt(D)), or None.
+        policy: the call (soft-cap, ALiBi with ``policy.head``, sink, empty rows).
+        i, n_queries, n_keys: the query's index and the call's sizes (positions
+            for ALiBi come from ``policy.query_position``).
+        offsets: an additive mask's rationals for this row, or None.
+    """
+    certified = any(isinstance(r, Certified) for r in raw)
+    if policy.softcap is None and policy.alibi is None and not certified:
+        return SoftmaxRow(raw, divisor_squared, policy.empty_row, offsets, sink=policy.sink)
+    p = policy.query_position(i, n_queries, n_keys)
+    logits = []
+    for j, r in enumerate(raw):
+        if r is None:
+            logits.append(None)
+            continue
+        x = scaled_logit(r, divisor_squared)
+        if policy.softcap is not None:
+            x = softcap(x, policy.softcap)
+        if policy.alibi is not None:
+            x = x + policy.alibi.bias(policy.head, p, j)
+        if offsets is not None and offsets[j]:
+            x = x + Fraction(offsets[j])
+        logits.append(x)
+    return SoftmaxRow.of_logits(logits, policy.empty_row, sink=policy.sink)
+
+
+def dropout_factors(p: Fraction | None, keep: Sequence[bool] | None) -> list | None:
+    """The factor each key's weight is multiplied by under dropout: ``keep / (1 - p)``.
+
+    None when there is no dropout.  The weights of a row then sum to
+    ``(sum of kept shares) / (1 - p)``, not 1.
+
+    Raises:
+        InputError: a keep-mask without p, or p without a keep-mask.
+    """
+    if p is None and keep is None:
+        return None
+    if p is None or keep is None:
+        raise InputError("dropout needs both p and a keep-mask (got "
+                         f"{'a keep-mask without p' if p is None else 'p without a keep-mask'})")
+    scale = 1 / (1 - Fraction(p))
+    return [scale if k else Fraction(0) for k in keep]
+
+
+def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_position: int,
+               key_position: int):
+    """The raw score of a rotated query and key: exact when the angle is 0, else certified.
+
+    With pairs ``(a, b)`` rotating by ``pos * w`` (``w = theta^e``), the
+    score is ``sum (q_a k_a + q_b k_b) cos(phi) + (q_b k_a - q_a k_b) sin(phi)``
+    with ``phi = (key_position - query_position) * w``: a function of the
+    relative position only (Su et al. 2021, sec. 3.4.2).
+
+    >>> from exactattn.modifiers import Rope
+    >>> rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(0)], Rope(), 3, 3)
+    Fraction(1, 1)
+    >>> rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(0)], Rope(), 1, 0).decimal(6)
+    '0.540302'
+    """
+    delta = key_position - query_position
+    terms = []
+    for a, b, e in rope.pairs(len(query)):
+        c = query[a] * key[a] + query[b] * key[b]
+        s = query[b] * key[a] - query[a] * key[b]
+        if c or s:
+            terms.append((e, Fraction(c), Fraction(s)))
+    if delta == 0 or not terms:
+        return sum((c for _, c, _ in terms), Fraction(0))
+    theta = rope.theta
+
+    def ball(prec):
+        from flint import arb, fmpq
+        total = arb(0)
+        for e, c, s in terms:
+            phi = delta * arb(fmpq(theta.numerator, theta.denominator)) ** fmpq(e.numerator,
+                                                                               e.denominator)
+            total += arb(fmpq(c.numerator, c.denominator)) * phi.cos() + \
+                arb(fmpq(s.numerator, s.denominator)) * phi.sin()
+        return total
+    label = " + ".join(f"{real_text(c)}*cos({delta}*{theta}^({e})) + {real_text(s)}*sin({delta}*"
+                       f"{theta}^({e}))" for e, c, s in terms)
+    return Certified(("rope", theta, delta, tuple(terms)), ball, label)
+

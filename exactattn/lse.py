@@ -1,0 +1,122 @@
+"""The log-sum-exp of a softmax row: what fused kernels return beside the output.
+
+For a row with logits ``x_j`` over its visible keys (and a sink, if any),
+``lse = log(sum_j exp(x_j))`` in natural-log units, or ``lse / log 2`` in
+base 2.  A fully masked row has ``lse = -inf``.
+
+Exactness: by the Lindemann-Weierstrass theorem ``sum_j c_j exp(x_j)`` equals
+``exp(q)`` (or ``2^q``) for a rational q only when the row is a single key
+(``lse`` is its logit) or, in base 2, ``c`` keys at logit 0 with c a power of
+two.  Those values are exact; every other lse is transcendental, never on a
+rounding boundary, and its digits are certified from enclosures (the side of
+a nearby boundary decided exactly).  Over certified logits (soft-capping,
+RoPE) the digits come from enclosures alone.
+
+>>> from fractions import Fraction as F
+>>> from exactattn.softmax import SoftmaxRow
+>>> lse = LogSumExp(SoftmaxRow([F(1), F(2), F(3)], None))
+>>> lse.text(), lse.decimal(10), LogSumExp(lse.row, base=2).decimal(10)
+('log(exp(1) + exp(2) + exp(3))', '3.4076059644', '4.9161362262')
+>>> LogSumExp(SoftmaxRow([None, None], None)).decimal(4)
+'-inf'
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .digits import certify, tighten
+from .errors import InputError
+from .exponents import ExpPoly
+from .reals import Surd, real_ball, real_decimal
+from .softmax import SoftmaxRow
+
+__all__ = ["LSE_BASES", "LogSumExp"]
+
+LSE_BASES = ("e", "2")
+
+
+class LogSumExp:
+    """``log(sum exp(logits))`` of one :class:`~exactattn.softmax.SoftmaxRow` (sink included).
+
+    Args:
+        row: the softmax row.
+        base: ``"e"`` (natural log, the default) or ``"2"`` (``log2``).
+    """
+
+    def __init__(self, row: SoftmaxRow, base="e"):
+        base = str(base)
+        if base not in LSE_BASES:
+            raise InputError(f"lse base must be e or 2 (got {base!r})")
+        self.row, self.base = row, base
+
+    @property
+    def neg_inf(self) -> bool:
+        return not self.row.counts
+
+    def exact(self):
+        """The value when it is algebraic (a Fraction or Surd), else None (transcendental)."""
+        row = self.row
+        if self.neg_inf or row.nan or row.certified or len(row.counts) != 1:
+            return None
+        (g, c), = row.counts.items()
+        basis, e = row.exponent(g)
+        x = Surd(e[0], tuple(zip(basis, e[1:]))) if basis else e[0]
+        if self.base == "e":
+            return x if c == 1 else None
+        if x == 0 and c & (c - 1) == 0:
+            return Fraction(c.bit_length() - 1)
+        return None
+
+    def ball(self, prec: int):
+        from flint import arb
+        row = self.row
+        if row.certified:
+            shift = real_ball(row.max_raw, prec)
+            value = shift + row.normaliser(prec, row.exp_balls(prec)).log()
+        else:
+            value = row.poly(row.counts).ball(prec).log()
+        return value / arb(2).log() if self.base == "2" else value
+
+    def _compare(self, q: Fraction) -> int:
+        """sign(lse - q), exactly (the value is not q: see the module notes)."""
+        row = self.row
+        if self.base == "e" and not row.certified:
+            exp_q = ExpPoly((), {(Fraction(q),): Fraction(1)})
+            one = ExpPoly((), {(Fraction(0),): Fraction(1)})
+            return row.poly(row.counts).times_minus(one, exp_q, one).sign()
+        from flint import arb, fmpq
+
+        def step(prec):
+            b = self.ball(prec) - arb(fmpq(q.numerator, q.denominator))
+            return 1 if b > 0 else -1 if b < 0 else None
+        return tighten(step, 64, max_prec=None if not row.certified else 1 << 16)
+
+    def decimal(self, places: int) -> str:
+        """Certified decimal at ``places`` places; ``-inf`` for a fully masked row."""
+        if self.row.nan:
+            return "nan"
+        if self.neg_inf:
+            return "-inf"
+        x = self.exact()
+        if x is not None:
+            return real_decimal(x, places)
+        return certify(self.ball, places, compare=self._compare)
+
+    def text(self) -> str:
+        """The closed form: ``log(exp(1) + exp(2) + exp(3))`` (``log2(...)`` in base 2)."""
+        if self.row.nan:
+            return "nan"
+        if self.neg_inf:
+            return "-inf"
+        return f"{'log2' if self.base == '2' else 'log'}({_normaliser_text(self.row)})"
+
+    def __repr__(self) -> str:
+        return f"LogSumExp({self.text()})"
+
+
+def _normaliser_text(row: SoftmaxRow) -> str:
+    from .exponents import sum_text
+    return sum_text([(row.order_key(g), row.term_text(g), Fraction(c))
+                     for g, c in row.counts.items()])
+

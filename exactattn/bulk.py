@@ -307,3 +307,188 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     decided[empty] = False
     output_cells = [(int(i), int(c)) for i, c in zip(*np.nonzero(~decided))]
     return shares, outputs, (share_cells, output_cells)
+
+
+# --------------------------------------------------------------------------- row blocks
+# One block of query rows against the keys it may see (exactattn.blocks): the enclosures of
+# decimals(), with scores and mixes as exact limb products through BLAS (exactattn.limbs), gaps
+# counted in steps of 2^shift when the common denominator is large (float inputs: a step is
+# about 2^-55 in the exponent), the digit tables enclosed once per process, and every entry's
+# bounds from those tables alone, so that no entry depends on the rows it is computed with.
+from functools import lru_cache            # noqa: E402  (this section's own imports)
+from typing import Any, NamedTuple         # noqa: E402
+
+__all__ += ["BlockBounds", "GAP_BITS", "block_bounds", "bounds_decimals", "fixed_bits"]
+
+#: the largest gap, counted in steps of 2^shift score units, has at most this many bits
+GAP_BITS = 60
+_MIX_DROP = 8           # the mix reads the exponentials to F - 8 bits (enclosed, not rounded)
+
+
+def fixed_bits(places: int) -> int:
+    """The fixed-point bits F of the exponentials that decide ``places`` decimals."""
+    return 62 if places <= 6 else 4 * places + 40
+
+
+@lru_cache(maxsize=8)
+def _block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
+    """``(tables, shift, digit tables, lower end of one step)``, or None if infeasible."""
+    import numpy as np
+    tables = _ExpTables(den, divisor_squared, F)
+    shift = max(min_shift, tables.cut.bit_length() - GAP_BITS, 0)
+    if shift:                   # steps of 2^shift units: den sqrt(D) / 2^shift per unit exponent
+        d2 = Fraction(den, 1 << shift) ** 2 * (1 if divisor_squared is None else divisor_squared)
+        tables = _ExpTables(1, d2, F)
+    if not tables.feasible:
+        return None
+    dtype = np.uint64 if F == 62 else object
+    levels = []
+    for level in range(tables.levels):
+        at = tables.bits * level
+        size = min(1 << tables.bits, (tables.cut >> at) + 1)
+        lo, hi = tables._enclose(a << at for a in range(size))
+        levels.append((np.array(lo, dtype=dtype), np.array(hi, dtype=dtype)))
+    return tables, shift, levels, tables._enclose([1])[0][0]
+
+
+def _gap_bounds(cached, gaps):
+    """(lo, hi) / 2^F around exp(-gap step), from the digit tables only (gap -1: hidden)."""
+    import numpy as np
+    tables, _, levels, _ = cached
+    F, cut, bits = tables.F, tables.cut, tables.bits
+    v = np.clip(gaps, 0, cut)
+    lo = hi = None
+    for level, (tlo, thi) in enumerate(levels):
+        digit = (v >> (bits * level)) & ((1 << bits) - 1)
+        dlo, dhi = tlo[digit], thi[digit]
+        lo, hi = (dlo, dhi) if lo is None else (_mul_shift(lo, dlo, F, False),
+                                                _mul_shift(hi, dhi, F, True))
+    lo[gaps >= cut] = 0
+    hi[gaps >= cut] = 1
+    lo[gaps < 0] = 0
+    hi[gaps < 0] = 0
+    return lo, hi
+
+
+class BlockBounds(NamedTuple):
+    """Enclosures of a block: r x m ``lo/2^F <= e_ij <= hi/2^F`` (0 where hidden; 1 at the row
+    maximum), r x 1 exact row sums ``den_lo``/``den_hi``, r x d_v outputs in ``[a_lo/b_lo,
+    a_hi/b_hi]``; ``empty`` rows see no key (left to the per-entry path); ``top`` the largest
+    |N| over visible pairs (scores N / den)."""
+
+    lo: Any
+    hi: Any
+    F: int
+    den_lo: Any
+    den_hi: Any
+    a_lo: Any
+    a_hi: Any
+    b_lo: Any
+    b_hi: Any
+    empty: Any
+    top: int
+
+
+def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num,
+                 values_den: int, F: int = 62, score_bound: int | None = None
+                 ) -> BlockBounds | None:
+    """The enclosures of a block of query rows from the exact inputs; None: use entries.
+
+    Shapes: q r x d_k over ``q_den``, k m x d_k over ``k_den`` (int64
+    numerators), ``keep`` r x m booleans, ``values_num`` m x d_v int64 over
+    ``values_den``.  Scores ``N = q k^T`` over ``q_den k_den`` are exact
+    (:func:`~exactattn.limbs.score_split`); gaps to the row maximum count
+    steps of 2^shift, and each ``exp`` is enclosed between the steps around
+    its gap.  ``score_bound`` bounds |N| over the whole call (default: this
+    block's ``d_k max|q| max|k|``): with it the steps are the same for every
+    block.  None when the tables are infeasible or an input too large for
+    int64 limbs.
+
+    >>> import numpy as np
+    >>> b = block_bounds(np.array([[0], [1]]), 1, np.array([[0], [1]]), 1, None,
+    ...                  np.ones((2, 2), dtype=bool), np.array([[1], [0]]), 1)
+    >>> bounds_decimals(b, 4)[:2]
+    ([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']])
+    """
+    import numpy as np
+    from .limbs import mix, score_split
+    if q.dtype == object or k.dtype == object or values_num.dtype == object or \
+            keep.shape[1] == 0:
+        return None
+    if score_bound is None:
+        score_bound = q.shape[1] * _abs_max(q) * _abs_max(k)
+    cached = _block_tables(q_den * k_den, divisor_squared, F, score_bound.bit_length() - 59)
+    if cached is None:
+        return None
+    split = score_split(q, k, cached[1])
+    if split is None:
+        return None
+    high, low = split
+    empty = ~keep.any(axis=1)
+    if empty.any():
+        keep = keep.copy()
+        keep[empty] = True
+    ends = []                # each row's largest and smallest N, as (high, low)
+    for pick, fill in ((np.max, np.iinfo(np.int64).min), (np.min, np.iinfo(np.int64).max)):
+        h = pick(np.where(keep, high, fill), axis=1)[:, None]
+        lo_fill = -1 if pick is np.max else 1 << 62
+        ends.append((h, pick(np.where(keep & (high == h), low, lo_fill), axis=1)[:, None]))
+    top = max((abs((int(h) << cached[1]) + int(x)) for hs, ls in ends
+               for h, x in zip(hs.ravel().tolist(), ls.ravel().tolist())), default=0)
+    (h_max, l_max), _ = ends
+    gaps = np.where(keep, h_max - high - (low > l_max), -1)     # floor(gap / 2^shift)
+    del high, ends
+    lo, hi = _gap_bounds(cached, gaps)
+    if cached[1]:         # a gap between two steps: its lower end one step further out
+        step = np.full(lo.shape, cached[3], dtype=lo.dtype)
+        lo = np.where(keep & (low != l_max), _mul_shift(lo, step, F, False), lo)
+    del low, gaps
+    if lo.dtype == object:
+        den_lo, den_hi = lo.sum(axis=1), hi.sum(axis=1)
+        mid, scale = _matmul_limbs(lo, values_num, F), 1
+        rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
+    else:
+        h, m = np.uint64(31), np.uint64((1 << 31) - 1)
+        den_lo, den_hi = ((x >> h).sum(axis=1).astype(object) * (1 << 31)
+                          + (x & m).sum(axis=1).astype(object) for x in (lo, hi))
+        drop = np.uint64(_MIX_DROP)
+        t_lo = (lo >> drop).astype(np.int64)
+        t_hi = ((hi + np.uint64((1 << _MIX_DROP) - 1)) >> drop).astype(np.int64)
+        mid, rad, scale = mix(t_lo, values_num), mix(t_hi - t_lo, abs(values_num)), \
+            1 << _MIX_DROP
+    den_lo, den_hi = den_lo.astype(object)[:, None], den_hi.astype(object)[:, None]
+    a_lo, a_hi = (mid - rad) * scale, (mid + rad) * scale
+    d_lo, d_hi = den_lo * values_den, den_hi * values_den
+    return BlockBounds(lo, hi, F, den_lo, den_hi, a_lo, a_hi, np.where(a_lo >= 0, d_hi, d_lo),
+                       np.where(a_hi <= 0, d_hi, d_lo), empty, top)
+
+
+def bounds_decimals(b: BlockBounds, places: int, shares: bool = True):
+    """A block's shares (None unless ``shares``) and outputs rounded to ``places``, as
+    :func:`decimals` returns them: ``(shares, outputs, (share_cells, output_cells))`` with the
+    cells the intervals leave undecided.  ``b.F`` at least :func:`fixed_bits` of ``places``."""
+    import numpy as np
+    scale = 10 ** places
+    share_text, share_cells = None, []
+    if shares:
+        lo, hi, d_lo, d_hi = b.lo, b.hi, b.den_lo, b.den_hi
+        if lo.dtype != object and (2 * scale + 1) * lo.shape[1] * (1 << 32) < _INT64_SAFE:
+            shift = np.uint64(b.F - 31)       # 31 bits are plenty for the shares: int64
+            lo = (lo >> shift).astype(np.int64)
+            hi = ((hi + np.uint64((1 << (b.F - 31)) - 1)) >> shift).astype(np.int64)
+            d_lo, d_hi = lo.sum(axis=1)[:, None], hi.sum(axis=1)[:, None]
+        top = 2 * scale * lo
+        k = (top + d_hi) // (2 * d_hi)
+        decided = np.asarray((top > (2 * k - 1) * d_hi) & (2 * scale * hi < (2 * k + 1) * d_lo),
+                             dtype=bool)
+        share_text = _strings(k, places).tolist()
+        decided[b.empty] = False
+        share_cells = [(int(i), int(j)) for i, j in zip(*np.nonzero(~decided))]
+    top_lo, top_hi = 2 * scale * b.a_lo, 2 * scale * b.a_hi
+    k = (top_lo + b.b_lo) // (2 * b.b_lo)
+    decided = np.asarray((top_lo > (2 * k - 1) * b.b_lo) & (top_hi < (2 * k + 1) * b.b_hi),
+                         dtype=bool)
+    outputs = _strings(k, places).tolist()
+    decided[b.empty] = False
+    output_cells = [(int(i), int(c)) for i, c in zip(*np.nonzero(~decided))]
+    return share_text, outputs, (share_cells, output_cells)

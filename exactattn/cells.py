@@ -34,7 +34,8 @@ from .digits import certify, format_scaled, terminating_places
 from .exact import rational_sqrt
 from .render import Cell
 
-__all__ = ["Scaler", "divisor_words", "exact_text", "is_long", "sci_root_text", "sci_text",
+__all__ = ["KINDS", "Scaler", "divisor_words", "exact_text", "is_long", "real_cell", "real_exact",
+           "real_kind", "sci_root_text", "sci_text",
            "too_long", "value_cell", "vector", "with_decimal"]
 
 #: significant digits of a value too long to print whole
@@ -314,3 +315,74 @@ def divisor_words(head, places: int = 4) -> str:
         dec = certify(lambda prec: arb(fmpq_of(d2)).sqrt(), places)
         return f"{of_dk}{text} ~ {dec} (irrational: scaled scores stay exact)"
     return f"{of_dk}sqrt({exact_text(d2)}) = {text}" if of_dk else text
+
+
+# --------------------------------------------------------------------------- modified heads
+#: the kinds of value a table names: what is exact and what is certified
+KINDS = ("exact rational", "exact algebraic", "certified transcendental")
+
+
+def real_kind(value) -> str:
+    """Which kind of value ``value`` is (one of :data:`KINDS`).
+
+    A ``Fraction`` (or an exact ratio that is rational) is exact rational; a
+    :class:`~exactattn.reals.Surd` (``1/sqrt(2)``, ``2^(1/4)``) exact
+    algebraic; anything else (soft-capped or rotated scores, shares and
+    log-sum-exps of a row that are not rational) transcendental, its digits
+    certified from enclosures.
+
+    >>> from exactattn.reals import softcap, two_power
+    >>> real_kind(Fraction(1, 2)), real_kind(two_power(Fraction(1, 2))), real_kind(softcap(Fraction(1), Fraction(1)))
+    ('exact rational', 'exact algebraic', 'certified transcendental')
+    """
+    from .reals import Certified, Surd
+    if isinstance(value, (int, Fraction)):
+        return KINDS[0]
+    if isinstance(value, Surd):
+        return KINDS[0] if value.rational() is not None else KINDS[1]
+    if isinstance(value, Certified):
+        return KINDS[2]
+    rational = getattr(value, "rational", None)
+    return KINDS[0] if rational is not None and rational() is not None else KINDS[2]
+
+
+def real_exact(value) -> str | None:
+    """The exact text of a rational, algebraic or certified value (its closed form); None stays None.
+
+    >>> from exactattn.reals import two_power
+    >>> real_exact(Fraction(-1, 4)), real_exact(-two_power(Fraction(-1, 2)))
+    ('-1/4', '-1/sqrt(2)')
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, Fraction)):
+        return exact_text(Fraction(value))
+    q = value.rational() if hasattr(value, "rational") else None
+    return exact_text(q) if q is not None else value.text()
+
+
+def real_cell(value, places: int) -> str:
+    """The cell of a rational, algebraic or certified value (``-inf`` for None: hidden).
+
+    Rationals read as :func:`with_decimal` does (``-1/2 = -0.5``); algebraic
+    values as their closed form and certified decimal (``-1/sqrt(2) ~
+    -0.7071``); certified transcendental values as their decimal, which
+    readers see marked ``~`` (not exact).
+
+    >>> from exactattn.reals import softcap, two_power
+    >>> real_cell(Fraction(-1, 2), 4), real_cell(-two_power(Fraction(-1, 2)), 4)
+    ('-1/2 = -0.5', '-1/sqrt(2) ~ -0.7071')
+    >>> c = real_cell(softcap(Fraction(2), Fraction(1)), 4); (str(c), c.reader)
+    ('0.9640', '~0.9640')
+    """
+    from .reals import Certified, Surd
+    if value is None:
+        return "-inf"
+    if isinstance(value, Surd):
+        q = value.rational()
+        return with_decimal(q, places) if q is not None else \
+            f"{value.text()} ~ {value.decimal(places)}"
+    if isinstance(value, Certified):
+        dec = value.decimal(places)
+        return Cell(dec, "~" + dec)
+    return with_decimal(Fraction(value), places)

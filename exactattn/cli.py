@@ -28,6 +28,9 @@ COMMAND_MODULES = (
     "exactattn.commands.prove",
     "exactattn.commands.verify",
     "exactattn.commands.model",
+    "exactattn.commands.page",
+    "exactattn.commands.audit",
+    "exactattn.commands.blocks",
 )
 
 

@@ -14,6 +14,13 @@ demand, and ``trace.share_decimals(places)`` certifies every share at once
 from integer enclosures (:mod:`exactattn.bulk`).  No multiply-adds are counted
 (``trace.macs`` is None): nothing is counted that did not run.
 
+Modifiers (:class:`~exactattn.call.Policy`): windows and query offsets hide
+keys here as in every engine; a sink, ALiBi and soft-capping are applied
+exactly by the trace's rows (:func:`exactattn.logits.softmax_row`), whose
+decimals are then certified entry by entry, not in bulk.  RoPE and dropout
+have no fast path: :func:`~exactattn.head.attend` refuses them on this
+engine and runs them on the pencil engine under ``engine="auto"``.
+
 >>> from exactattn import Head
 >>> h = Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]], divisor="none")
 >>> t = attend_fast(h, [[Fraction(0), Fraction(0)], [Fraction(1), Fraction(0)]])

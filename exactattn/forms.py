@@ -36,7 +36,7 @@ from .exponents import sum_text
 from .rowints import score_rows
 from .softmax import SoftmaxRow
 
-__all__ = ["OUTPUT_TERMS", "RowForms"]
+__all__ = ["OUTPUT_TERMS", "LogitForms", "RowForms", "row_forms"]
 
 #: an output's numerator is written out for rows of at most this many distinct scores
 OUTPUT_TERMS = 16
@@ -145,6 +145,61 @@ class RowForms:
                     acc[c] += v[c]
         return [sum_text([_term(k, texts[k], sums[k][c]) for k in range(len(texts))
                           if sums[k][c] != 0]) for c in range(d_v)]
+
+
+class LogitForms:
+    """The closed forms of a modified head's rows (a sink, ALiBi, soft-capping, RoPE, dropout).
+
+    The same texts as :class:`RowForms`, read from the trace's softmax rows
+    (:meth:`~exactattn.trace.Trace.row`) and outputs: each ``exp(...)`` is
+    :meth:`~exactattn.softmax.SoftmaxRow.term_text` of the key's logit (an
+    ALiBi bias, a capped or rotated score included), the normaliser holds the
+    sink's term, and an output's numerator is that of
+    :meth:`~exactattn.trace.Trace.output` (after dropout).
+
+    >>> from exactattn.call import Policy
+    >>> from exactattn.head import Head, attend
+    >>> h = Head([[1]], [[1]], [[1]], divisor=None)
+    >>> forms = LogitForms(attend(h.with_policy(h.policy.replace(sink=Fraction(0))), [[0], [1]]))
+    >>> forms.normaliser(1), forms.numerators(1), forms.output_numerators(1)
+    ('2 + exp(1)', ['1', 'exp(1)'], ['exp(1)'])
+    """
+
+    def __init__(self, trace):
+        self.trace = trace
+
+    def _sum(self, row, coefficients: dict) -> str:
+        return sum_text([(row.order_key(g), row.term_text(g), Fraction(c))
+                         for g, c in coefficients.items()])
+
+    def normaliser(self, i: int) -> str | None:
+        """Row i's normaliser (the sink's term included); None for a row with no term."""
+        row = self.trace.row(i)
+        return self._sum(row, row.counts) if row.counts else None
+
+    def numerators(self, i: int) -> list[str]:
+        """``exp(logit_ij)`` for each key j (``0`` for a hidden key)."""
+        row = self.trace.row(i)
+        return ["0" if g is None else row.term_text(g) for g in row.gaps[:row.n_keys]]
+
+    def terms(self, i: int) -> int:
+        """The number of distinct terms of row i's normaliser."""
+        return len(self.trace.row(i).counts)
+
+    def output_numerators(self, i: int) -> list[str] | None:
+        """Each output column's numerator over row i's normaliser; None for a row of more
+        than :data:`OUTPUT_TERMS` terms or one with none."""
+        if not 0 < self.terms(i) <= OUTPUT_TERMS:
+            return None
+        row = self.trace.row(i)
+        return [self._sum(row, self.trace.output(i, c).numerators)
+                for c in range(self.trace.head.d_v)]
+
+
+def row_forms(trace):
+    """The closed forms of ``trace``'s rows: :class:`RowForms` for a plain head,
+    :class:`LogitForms` under modifiers (their logits are not the scaled scores)."""
+    return LogitForms(trace) if trace.policy.modified else RowForms(trace)
 
 
 def _term(key: int, text: str, coefficient: Fraction) -> tuple:

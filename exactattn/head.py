@@ -53,6 +53,7 @@ from .call import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from .errors import InputError, ShapeError, shorten
 from .exact import is_symbolic, rational_sqrt, to_matrix, to_row
 from .kernels import common_denominator, mix, project, score, to_fractions
+from .modified import check_keep, modified_engine, modified_step
 from .softmax import ExpRatio, SoftmaxRow
 from .trace import Trace
 
@@ -331,7 +332,7 @@ def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[
     return raw, raw_f, rows, outputs, score_macs, mix_macs
 
 
-def _pencil(head: Head, x: list[list], empty_row: str) -> Trace | None:
+def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | None:
     """The pencil engine on integers over common denominators (None if not all rational)."""
     xi = common_denominator(x)
     if xi is None:
@@ -342,6 +343,16 @@ def _pencil(head: Head, x: list[list], empty_row: str) -> Trace | None:
         return None
     (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
     n = len(x)
+    if head.policy.modified:       # sinks, ALiBi, soft-capping, RoPE, dropout
+        policy = head.policy.replace(empty_row=empty_row)
+        step = modified_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk, dv,
+                             head.divisor_squared, policy, keep)
+        return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
+                     values=to_fractions(v, dv), raw_scores=step.raw_fractions,
+                     empty_row=empty_row, rows=step.rows, outputs=step.outputs,
+                     macs={"projections": mq + mk + mv, **step.macs},
+                     softmax_ops=_softmax_ops(step.rows), bias_adds=aq + ak + av,
+                     rotated=step.rotated, keep=keep)
     raw, raw_f, rows, outputs, score_macs, mix_macs = score_and_mix(
         q, k, v, lambda i: head.policy.visible_keys(i, n, n), dq * dk, dv,
         head.divisor_squared, empty_row)
@@ -408,7 +419,7 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
 
 
 def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
-           floats: str | None = None, empty_row: str = "zero") -> Trace:
+           floats: str | None = None, empty_row: str = "zero", keep=None) -> Trace:
     """Run ``head`` over the token rows ``x`` and record every intermediate.
 
     Shapes: ``x`` is n x d_model (one row of numbers per token).
@@ -419,11 +430,22 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
             ``"symbolic"`` or ``"fast"``.
         floats: how binary floats in ``x`` are read (see :mod:`exactattn.exact`).
         empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``).
+        keep: the dropout keep-mask (n x n bools; True = kept), with
+            ``head.policy.dropout`` set.
+
+    The head's policy may carry today's modifiers (a sink, ALiBi, soft-capping,
+    a window, a query offset, RoPE, dropout; see :class:`~exactattn.call.Policy`):
+    the rows then come from :func:`exactattn.logits.softmax_row`.  The pencil
+    engine runs every modifier; the fast engine runs all but RoPE and dropout
+    (``auto`` hands those to the pencil engine; ``fast`` refuses them); the
+    symbolic engine runs none.
 
     Raises:
-        ShapeError: no tokens, ragged rows, a token of the wrong width.
+        ShapeError: no tokens, ragged rows, a token of the wrong width, a
+            keep-mask of the wrong shape.
         FloatInputError: a binary float with ``floats`` unset.
-        InputError: an unknown engine; symbols with a numeric engine.
+        InputError: an unknown engine; symbols with a numeric engine; a
+            modifier the engine cannot run exactly.
 
     Reference: Vaswani et al. 2017, sec. 3.2.1; the built-in worked example ``chronicle``.
 
@@ -441,6 +463,10 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     Policy(empty_row=empty_row)      # the one check of the empty-row answer
     xs = _check_x(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
+    policy = head.policy
+    keep = check_keep(keep, policy, len(xs), len(xs))
+    if policy.modified:
+        engine = modified_engine(policy, engine, symbolic, len(xs))
     if engine == "auto":
         engine = "symbolic" if symbolic else ("pencil" if len(xs) <= 64 else "fast")
     elif engine != "symbolic" and symbolic:
@@ -451,4 +477,8 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     if engine == "fast":
         from .fast import attend_fast
         return attend_fast(head, xs, empty_row)
-    return _pencil(head, xs, empty_row) or _symbolic(head, xs, empty_row)
+    trace = _pencil(head, xs, empty_row, keep)
+    if trace is None and policy.modified:      # irrational entries: refused, never dropped
+        modified_engine(policy, "symbolic", True, 0)
+    return trace or _symbolic(head, xs, empty_row)
+

@@ -41,6 +41,7 @@ from .exact import to_matrix, to_row
 from .exponents import fmpq_of
 from .head import Head, project_biased, score_and_mix
 from .kernels import common_denominator
+from .modified import check_keep, modified_step
 from .softmax import ExpRatio
 
 __all__ = ["Layer", "LayerRun", "LayerValue", "attend_layer", "out_project", "padding_mask",
@@ -174,6 +175,10 @@ class Layer:
     Args:
         policy: scale, causal rule, empty rows and the GQA map
             (:meth:`~exactattn.call.Policy.kv_head`); default ``Policy()``.
+            Its modifiers apply to every head; query head a runs under
+            ``policy.replace(head=a)`` (its own ALiBi slope).
+        sinks: one attention-sink logit per query head (exact numbers), or
+            None (``policy.sink``, if any, for every head).
         floats: how binary floats are read (``"exact"``: their binary value).
 
     ``layer.heads[a]`` is query head a as a :class:`~exactattn.head.Head`
@@ -181,7 +186,7 @@ class Layer:
     """
 
     def __init__(self, W_Q, W_K, W_V, W_O, *, b_Q=None, b_K=None, b_V=None, b_O=None,
-                 layout: str = "slots", policy: Policy | None = None,
+                 layout: str = "slots", policy: Policy | None = None, sinks=None,
                  floats: str | None = None):
         policy = Policy() if policy is None else policy
         W_Q, W_K, W_V = (_stack(m, name) for m, name in ((W_Q, "W_Q"), (W_K, "W_K"),
@@ -198,13 +203,20 @@ class Layer:
                 raise ShapeError(f"{name} must hold one bias per head, {count} (got {len(b)})")
             return b
         b_Q, b_K, b_V = biases(b_Q, H, "b_Q"), biases(b_K, H_kv, "b_K"), biases(b_V, H_kv, "b_V")
+        if sinks is not None:
+            sinks = list(sinks)
+            if len(sinks) != H:
+                raise ShapeError(f"sinks must hold one sink logit per query head, {H} (got "
+                                 f"{len(sinks)})")
         self.kv_of = [policy.kv_head(a, H, H_kv) for a in range(H)]
         self.heads = []
         for a in range(H):
             g = self.kv_of[a]
             head = Head(W_Q[a], W_K[g], W_V[g], b_Q=b_Q[a], b_K=b_K[g], b_V=b_V[g],
                         layout=layout, floats=floats)
-            self.heads.append(head.with_policy(policy))   # the default scale: 1/sqrt(d_k)
+            own = policy.replace(head=a) if sinks is None else \
+                policy.replace(head=a, sink=sinks[a])
+            self.heads.append(head.with_policy(own))   # the default scale: 1/sqrt(d_k)
         self.policy = policy
         self.n_kv_heads = H_kv
         d_model, width = self.heads[0].d_model, sum(h.d_v for h in self.heads)
@@ -253,16 +265,19 @@ def _visible(policy: Policy, n: int, mask: Mask | None):
 
 
 def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
-                 floats: str | None = None) -> LayerRun:
+                 floats: str | None = None, keep=None) -> LayerRun:
     """Run every head of ``layer`` over the token rows ``x``, then W_O (+ b_O), exactly.
 
     Shapes: ``x`` n x d_model; ``mask`` (optional) an explicit n x n
     :class:`~exactattn.call.Mask` without additive offsets (e.g.
-    :func:`padding_mask`), applied on top of the policy's causal rule.
+    :func:`padding_mask`), applied on top of the policy's causal rule;
+    ``keep`` (with ``policy.dropout``) H x n x n dropout keep-masks, one per
+    query head.
 
     Raises:
-        ShapeError: tokens of the wrong width, a mask of the wrong size.
-        InputError: an additive mask with offsets; entries that are not rational.
+        ShapeError: tokens of the wrong width, a mask or keep-masks of the wrong size.
+        InputError: an additive mask with offsets; entries that are not rational;
+            dropout without keep-masks.
     """
     xs = to_matrix(x, name="x", shape=(None, layer.d_model), floats=floats)
     n = len(xs)
@@ -273,6 +288,11 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
             raise InputError("mask must hide keys only in a layer (got an additive mask "
                              "with offsets); pass a bool_keep mask")
     xi, dx = common_denominator(xs)
+    H = len(layer.heads)
+    if keep is not None and (hasattr(keep, "__len__") and len(keep) != H):
+        raise ShapeError(f"keep must hold one keep-mask per query head, {H} (got {len(keep)})")
+    keeps = [check_keep(None if keep is None else keep[a], h.policy, n, n)
+             for a, h in enumerate(layer.heads)]
     macs = {"projections": 0, "scores": 0, "mix": 0, "out_projection": 0}
     adds = 0
     visible = _visible(layer.policy, n, mask)
@@ -292,10 +312,17 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
         q_ints, dq, mq, aq = project_biased(head.W_Q, head.b_Q, xi, dx)
         macs["projections"] += mq
         adds += aq
-        _, _, r, out, ms, mm = score_and_mix(q_ints, k_ints, v_ints, visible, dq * dk, dv,
-                                             head.divisor_squared, layer.policy.empty_row)
-        macs["scores"] += ms
-        macs["mix"] += mm
+        if head.policy.modified:      # sinks, ALiBi, soft-capping, RoPE, dropout
+            step = modified_step(q_ints, k_ints, v_ints, visible, dq, dk, dv,
+                                 head.divisor_squared, head.policy, keeps[a])
+            r, out = step.rows, step.outputs
+            for stage, count in step.macs.items():
+                macs[stage] = macs.get(stage, 0) + count
+        else:
+            _, _, r, out, ms, mm = score_and_mix(q_ints, k_ints, v_ints, visible, dq * dk, dv,
+                                                 head.divisor_squared, layer.policy.empty_row)
+            macs["scores"] += ms
+            macs["mix"] += mm
         rows.append(r)
         head_outputs.append(out)
     entries, macs["out_projection"] = out_project(common_denominator(layer.W_O), head_outputs)

@@ -36,7 +36,7 @@ from .exact import rational_sqrt
 from .reals import Certified, Surd, real_text, softcap
 from .softmax import SoftmaxRow
 
-__all__ = ["dropout_factors", "rope_score", "scaled_logit", "softmax_row"]
+__all__ = ["LOGIT_STAGES", "dropout_factors", "logit_row", "rope_score", "scaled_logit", "softmax_row"]
 
 
 def scaled_logit(raw, divisor_squared: Fraction | None):
@@ -71,6 +71,30 @@ def softmax_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy,
     certified = any(isinstance(r, Certified) for r in raw)
     if policy.softcap is None and policy.alibi is None and not certified:
         return SoftmaxRow(raw, divisor_squared, policy.empty_row, offsets, sink=policy.sink)
+    logits = logit_row(raw, divisor_squared, policy, i, n_queries, n_keys, offsets=offsets)
+    return SoftmaxRow.of_logits(logits, policy.empty_row, sink=policy.sink)
+
+
+#: the stages of :func:`logit_row`, in the order they are applied
+LOGIT_STAGES = ("scaled", "capped", "logit")
+
+
+def logit_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy, i: int,
+              n_queries: int, n_keys: int, *, offsets: Sequence | None = None,
+              stage: str = "logit") -> list:
+    """Row i's values after a stage of the one composition (None where a key is hidden).
+
+    ``stage``: ``scaled`` (raw / sqrt(D)), ``capped`` (then the soft-cap, when
+    set) or ``logit`` (then + ALiBi bias + additive offset: what the softmax
+    reads).  Values are ``Fraction``, :class:`~exactattn.reals.Surd` or
+    :class:`~exactattn.reals.Certified`.
+
+    >>> from exactattn.modifiers import Alibi
+    >>> logit_row([Fraction(1), Fraction(0)], None, Policy(alibi=Alibi(8), query_offset=1), 0, 1, 2)
+    [Fraction(1, 2), Fraction(0, 1)]
+    """
+    if stage not in LOGIT_STAGES:
+        raise InputError(f"stage must be one of {', '.join(LOGIT_STAGES)} (got {stage!r})")
     p = policy.query_position(i, n_queries, n_keys)
     logits = []
     for j, r in enumerate(raw):
@@ -78,14 +102,15 @@ def softmax_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy,
             logits.append(None)
             continue
         x = scaled_logit(r, divisor_squared)
-        if policy.softcap is not None:
+        if stage != "scaled" and policy.softcap is not None:
             x = softcap(x, policy.softcap)
-        if policy.alibi is not None:
-            x = x + policy.alibi.bias(policy.head, p, j)
-        if offsets is not None and offsets[j]:
-            x = x + Fraction(offsets[j])
+        if stage == "logit":
+            if policy.alibi is not None:
+                x = x + policy.alibi.bias(policy.head, p, j)
+            if offsets is not None and offsets[j]:
+                x = x + Fraction(offsets[j])
         logits.append(x)
-    return SoftmaxRow.of_logits(logits, policy.empty_row, sink=policy.sink)
+    return logits
 
 
 def dropout_factors(p: Fraction | None, keep: Sequence[bool] | None) -> list | None:

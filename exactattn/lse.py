@@ -68,6 +68,44 @@ class LogSumExp:
             return Fraction(c.bit_length() - 1)
         return None
 
+    def rational(self) -> Fraction | None:
+        """The value as a ``Fraction`` when it is rational (one key, or 2^k keys at 0 in base 2), else None."""
+        x = self.exact()
+        return x if isinstance(x, Fraction) else None
+
+    def _order(self, other) -> int:
+        """sign(lse - other) for a rational other, exactly (-inf is below every number)."""
+        if not isinstance(other, (int, Fraction)) or isinstance(other, bool):
+            return NotImplemented
+        if self.row.nan:
+            raise InputError("lse must be a number to be compared (got nan: an empty row under "
+                             "empty_row='nan')")
+        if self.neg_inf:
+            return -1
+        x = self.exact()
+        if x is not None:
+            d = x - Fraction(other)
+            return d.sign() if isinstance(d, Surd) else (d > 0) - (d < 0)
+        return self._compare(Fraction(other))
+
+    def __eq__(self, other) -> bool:
+        if self.row.nan:
+            return False
+        c = self._order(other)
+        return NotImplemented if c is NotImplemented else c == 0
+
+    def __lt__(self, other) -> bool:
+        c = self._order(other)
+        return NotImplemented if c is NotImplemented else c < 0
+
+    def __gt__(self, other) -> bool:
+        c = self._order(other)
+        return NotImplemented if c is NotImplemented else c > 0
+
+    def __hash__(self) -> int:
+        q = self.rational()
+        return hash(q) if q is not None else hash(("LogSumExp", self.base, self.text()))
+
     def ball(self, prec: int):
         from flint import arb
         row = self.row

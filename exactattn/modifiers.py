@@ -118,13 +118,20 @@ class Alibi:
                              f"{self.heads} heads (got {head})")
         return alibi_slopes(self.heads)[head]
 
+    def distance(self, query_position: int, key_position: int) -> int:
+        """The whole number the slope multiplies: ``-(i - j)``, ``j`` or ``-|i - j|`` by form.
+
+        >>> Alibi(8).distance(5, 2), Alibi(8, "absolute").distance(5, 2), Alibi(8, "symmetric").distance(2, 5)
+        (-3, 2, -3)
+        """
+        if self.form == "absolute":
+            return key_position
+        d = query_position - key_position
+        return -abs(d) if self.form == "symmetric" else -d
+
     def bias(self, head: int, query_position: int, key_position: int):
         """The exact bias added to the scaled score (a ``Fraction`` or a ``Surd``)."""
-        m = self.slope(head)
-        if self.form == "absolute":
-            return m * key_position
-        d = query_position - key_position
-        return m * (-abs(d) if self.form == "symmetric" else -d)
+        return self.slope(head) * self.distance(query_position, key_position)
 
     def text(self) -> str:
         return f"alibi({self.heads} heads, {self.form})"

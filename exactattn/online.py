@@ -23,9 +23,19 @@ seen" (``None``), never at a number called minus infinity, so the
 (see the ``blockwise`` case: scores ``(-inf, -inf, 0, 0)``, values
 ``(9, 9, 1, 3)``, blocks of 2 give shares ``(0, 0, 1/2, 1/2)`` and output 2).
 
+Split-KV (flash-decoding) merges: :func:`split_rows` gives each key block's
+own exact row (only that block's keys; the sink counted in exactly one place,
+``sink_at``: the merge step by default, or one block) and the one-pass row;
+:func:`merge` combines per-block pairs ``(output, lse)`` exactly, ``lse =
+log(sum_b exp(lse_b) [+ exp(sink)])`` and ``output = sum_b exp(lse_b - lse)
+output_b``, as an :class:`~exactattn.softmax.ExpRatio` over one merged row, so
+it is compared with the one-pass output exactly
+(:func:`exactattn.verify.split.check_split_merge` checks a kernel's pairs).
+
 Reference: Milakov & Gimelshein 2018, "Online normalizer calculation for
-softmax"; Dao et al. 2022, "FlashAttention", algorithm 1; Vaswani et al. 2017,
-sec. 3.2.1 for the softmax itself.
+softmax"; Dao et al. 2022, "FlashAttention", algorithm 1; Dao, Haziza, Massa
+and Sizov 2023, "Flash-Decoding for long-context inference" for the split
+merge; Vaswani et al. 2017, sec. 3.2.1 for the softmax itself.
 
 >>> from fractions import Fraction as F
 >>> res = online_softmax([None, None, F(0), F(0)], None, [[9], [9], [1], [3]], blocks=2)
@@ -45,12 +55,15 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Iterator, Sequence
 
-from .call import EMPTY_ROWS
+from .call import EMPTY_ROWS, Policy
 from .options import check_choice
 from .errors import InputError, ShapeError, shorten
+from .logits import softmax_row
+from .lse import LogSumExp
+from .reals import Surd
 from .softmax import ExpRatio, SoftmaxRow
 
-__all__ = ["OnlineResult", "all_splits", "online_softmax"]
+__all__ = ["OnlineResult", "all_splits", "block_lengths", "merge", "online_softmax", "split_rows"]
 
 
 def all_splits(n: int) -> Iterator[list[int]]:
@@ -72,6 +85,15 @@ def all_splits(n: int) -> Iterator[list[int]]:
                 edges = (0, *cuts, n)
                 yield [b - a for a, b in zip(edges, edges[1:])]
     return gen()
+
+
+def block_lengths(blocks, n: int) -> list[int]:
+    """The block lengths of a row of n keys: from a block size or a list of lengths (checked).
+
+    >>> block_lengths(2, 5), block_lengths([1, 4], 5)
+    ([2, 2, 1], [1, 4])
+    """
+    return _block_lengths(blocks, n)
 
 
 def _block_lengths(blocks, n: int) -> list[int]:
@@ -261,3 +283,105 @@ def _running_row(raw: list, divisor_squared, empty_row: str, m, norm: dict) -> S
         return SoftmaxRow(raw, divisor_squared, empty_row)
     scores = [m + g for g, c in sorted(norm.items(), reverse=True) for _ in range(c)]
     return SoftmaxRow(scores, divisor_squared, empty_row)
+
+
+# --------------------------------------------------------------------------- split-KV merges
+def split_rows(raw: Sequence, divisor_squared: Fraction | None, blocks, *,
+               policy: Policy | None = None, i: int = 0, n_queries: int = 1,
+               offsets: Sequence | None = None, sink_at="merge"):
+    """Each key block's own exact row, and the one-pass row, under ``policy``.
+
+    Shapes: ``raw`` has n entries (``Fraction``, RoPE's certified scores, or
+    None for a hidden key).  Block b's row sees only its own keys (the rest
+    hidden) and goes through the one composition
+    (:func:`exactattn.logits.softmax_row`: soft-cap, ALiBi for query i of
+    ``n_queries``, offsets); a block with no visible key is empty
+    (``lse = -inf``, output 0), whatever the policy's ``empty_row``.  The
+    sink is counted once: in the merge (``sink_at="merge"``, the default:
+    no block row has it) or in block ``sink_at`` (an index).
+
+    Returns:
+        ``(lengths, rows, full)``: the block lengths, one
+        :class:`~exactattn.softmax.SoftmaxRow` per block, the one-pass row.
+
+    Raises:
+        InputError: bad ``blocks`` or ``sink_at``.
+
+    >>> from fractions import Fraction as F
+    >>> lengths, rows, full = split_rows([F(1), F(0)], None, 1, policy=Policy(sink=F(0)))
+    >>> [LogSumExp(r).decimal(4) for r in rows], LogSumExp(full).text()
+    (['1.0000', '0.0000'], 'log(2 + exp(1))')
+    """
+    policy = policy or Policy()
+    raw = list(raw)
+    n = len(raw)
+    lengths = _block_lengths(blocks, n)
+    if sink_at != "merge" and (isinstance(sink_at, bool) or not isinstance(sink_at, int)
+                               or not 0 <= sink_at < len(lengths)):
+        raise InputError(f"sink_at must be 'merge' or a block index from 0 to "
+                         f"{len(lengths) - 1} (got {shorten(sink_at, quote=True)})")
+    full = softmax_row(raw, divisor_squared, policy, i, n_queries, n, offsets=offsets)
+    rows, start = [], 0
+    for b, length in enumerate(lengths):
+        part = [r if start <= j < start + length else None for j, r in enumerate(raw)]
+        pol = policy.replace(empty_row="zero", sink=policy.sink if b == sink_at else None)
+        rows.append(softmax_row(part, divisor_squared, pol, i, n_queries, n, offsets=offsets))
+        start += length
+    return lengths, rows, full
+
+
+def _absolute(row: SoftmaxRow, g):
+    """The exponent of gap g of ``row`` as a value (Fraction, Surd or the certified logit)."""
+    if row.certified:
+        return g
+    basis, e = row.exponent(g)
+    return Surd(e[0], tuple(zip(basis, e[1:]))) if any(e[1:]) else Fraction(e[0])
+
+
+def merge(pairs: Sequence, sink=None) -> tuple[list[ExpRatio], LogSumExp]:
+    """Merge exact per-block pairs ``(outputs, lse)`` into one row's outputs and log-sum-exp.
+
+    ``pairs[b]`` is ``(outputs_b, lse_b)``: a list of
+    :class:`~exactattn.softmax.ExpRatio` (one per value column) and the
+    :class:`~exactattn.lse.LogSumExp` of the same row.  The merged normaliser
+    is the sum of the blocks' (plus ``exp(sink)`` when given), the merged
+    numerators the sum of ``outputs_b * exp(lse_b)``; both are held as one
+    :class:`~exactattn.softmax.SoftmaxRow` of absolute exponents, so the
+    result compares exactly with a one-pass row.
+
+    Raises:
+        InputError: an output over another row than its lse.
+
+    >>> from fractions import Fraction as F
+    >>> _, rows, full = split_rows([None, None, F(0), F(0)], None, 2)
+    >>> pairs = [([r.combine([9, 9, 1, 3])], LogSumExp(r)) for r in rows]
+    >>> outs, lse = merge(pairs)
+    >>> outs[0].rational(), lse.text(), outs[0] == full.combine([9, 9, 1, 3])
+    (Fraction(2, 1), 'log(2)', True)
+    """
+    logits: list = []
+    where: list = []        # per block: {gap: index of its first logit}
+    for b, (outs, lse) in enumerate(pairs):
+        row = lse.row
+        for o in outs:
+            if o.row is not row and not o.row.same_normaliser(row):
+                raise InputError(f"pairs[{b}] must hold outputs over the row of its lse "
+                                 "(got an output of another row)")
+        first = {}
+        for g, c in row.counts.items():
+            first[g] = len(logits)
+            logits += [_absolute(row, g)] * c
+        where.append(first)
+    if sink is not None:
+        logits.append(Fraction(sink))
+    merged = SoftmaxRow.of_logits(logits)
+    cols = len(pairs[0][0]) if pairs else 0
+    outs = []
+    for c in range(cols):
+        num: dict = {}
+        for (o, _), first in zip(pairs, where):
+            for g, a in o[c].numerators.items():
+                key = merged.gaps[first[g]]
+                num[key] = num.get(key, 0) + a
+        outs.append(ExpRatio(num, merged))
+    return outs, LogSumExp(merged)

@@ -32,8 +32,8 @@ from typing import Any, Callable, Sequence
 
 from .errors import InputError, shorten
 
-__all__ = ["MAX_PLACES", "check_choice", "check_places", "check_whole", "choice", "index_pair",
-           "places", "whole", "whole_list"]
+__all__ = ["MAX_PLACES", "MEMORY_UNITS", "check_choice", "check_memory", "check_places",
+           "check_whole", "choice", "index_pair", "memory", "places", "whole", "whole_list"]
 
 #: decimal places a table, a report or a value prints: 0 to 50 everywhere
 MAX_PLACES = 50
@@ -144,3 +144,45 @@ def index_pair(flag: str):
         return tuple(whole(flag)(p) for p in parts)
     convert.__name__ = flag
     return convert
+
+
+# --------------------------------------------------------------------------- memory sizes
+#: the units a memory size takes: binary (KiB, K), decimal (KB) and bytes
+MEMORY_UNITS = {"": 1, "b": 1, "k": 2 ** 10, "kib": 2 ** 10, "kb": 10 ** 3, "m": 2 ** 20,
+                "mib": 2 ** 20, "mb": 10 ** 6, "g": 2 ** 30, "gib": 2 ** 30, "gb": 10 ** 9,
+                "t": 2 ** 40, "tib": 2 ** 40, "tb": 10 ** 12}
+
+
+def check_memory(value: Any, name: str = "memory") -> int:
+    """A memory size in bytes: a whole number of bytes, or text such as ``4GiB``, ``1.5 GB``.
+
+    Units (any case): B, KiB/MiB/GiB/TiB and K/M/G/T (powers of 1024),
+    KB/MB/GB/TB (powers of 1000).  Read exactly, rounded down to a byte.
+
+    >>> check_memory("4GiB"), check_memory("1.5k"), check_memory(512)
+    (4294967296, 1536, 512)
+    >>> check_memory("4 parsecs")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: memory must be a size such as 4GiB, 512MiB or 2GB (got '4 parsecs')
+    """
+    import re
+    from fractions import Fraction
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    m = re.fullmatch(r"\s*(\d{1,15}(?:\.\d{1,15})?)\s*([A-Za-z]{0,3})\s*", value) \
+        if isinstance(value, str) else None
+    unit = MEMORY_UNITS.get(m.group(2).lower()) if m else None
+    size = int(Fraction(m.group(1)) * unit) if unit else 0
+    if size < 1:
+        raise InputError(f"{name} must be a size such as 4GiB, 512MiB or 2GB (got {_got(value)})")
+    return size
+
+
+def memory(flag: str = "--memory"):
+    """An argparse type: a memory size in bytes (:func:`check_memory`).
+
+    >>> memory()("512MiB")
+    536870912
+    """
+    return _argtype(lambda v: check_memory(v, flag), flag, str)

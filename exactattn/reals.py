@@ -236,6 +236,8 @@ class Surd:
                 n = abs(a).denominator
                 body = f"1/sqrt({fraction_text(atom)})" if n == 1 else \
                     f"1/({n}*sqrt({fraction_text(atom)}))"
+            elif abs(a).denominator == 1:
+                body = f"{abs(a)}/sqrt({fraction_text(atom)})"
             else:
                 body = f"({fraction_text(abs(a))})/sqrt({fraction_text(atom)})"
             parts.append(("-" if a < 0 else "+", body))
@@ -414,11 +416,14 @@ def real_decimal(x, places: int) -> str:
     return round_fraction(Fraction(x), places)
 
 
-def softcap(x, cap: Fraction) -> Certified:
+def softcap(x, cap: Fraction):
     """``cap * tanh(x / cap)`` (Gemma 2's logit soft-capping) of an exact or certified x.
 
     tanh is injective, so the key is x's key: equal inputs give equal outputs.
+    ``softcap(0)`` is exactly ``Fraction(0)`` (so it ties exactly with a 0 logit).
     """
+    if not isinstance(x, (Surd, Certified)) and x == 0:
+        return Fraction(0)
     from flint import arb, fmpq
     c = arb(fmpq(cap.numerator, cap.denominator))
     from .digits import fraction_text

@@ -32,7 +32,7 @@ from fractions import Fraction
 
 from .cells import divisor_words, exact_text, value_cell, vector
 from .errors import InputError
-from .forms import OUTPUT_TERMS, RowForms
+from .forms import OUTPUT_TERMS, row_forms
 from .render import Cell, Section
 from .rowints import score_rows
 from .stream import LazyRows, View, span_text
@@ -60,8 +60,8 @@ def largest(trace, i: int, decimals: list[str]) -> list[int]:
     """The keys of row i's largest share, from its certified ``decimals`` and exact scores."""
     n = trace.n
     seen = trace.head.policy.visible_keys(i, n, n)
-    if not len(seen):
-        return trace.row(i).largest()      # the empty-row policy's answer, from the core
+    if not len(seen) or trace.policy.modified:
+        return trace.row(i).largest()      # the empty-row answer, or logits that are not scores
     if seen.step == 1:
         part, start = decimals[seen.start:seen.stop], seen.start
         best = max(part)
@@ -78,6 +78,8 @@ def largest(trace, i: int, decimals: list[str]) -> list[int]:
 
 def _total(trace, i: int) -> str:
     n = trace.n
+    if trace.policy.sink is not None:
+        return "exactly 1 with the sink"
     if len(trace.head.policy.visible_keys(i, n, n)):
         return "exactly 1"
     sm = trace.row(i)
@@ -89,6 +91,8 @@ def _total(trace, i: int) -> str:
 
 def _identical(trace) -> list[tuple[int, int]]:
     """Pairs (a, b), a < b, 0-based, of tokens with the same numbers and the same score row."""
+    if trace.policy.alibi is not None or trace.policy.rope is not None:
+        return []           # positions tell equal tokens apart
     groups: dict[tuple, list[int]] = {}
     for i, x in enumerate(trace.x):
         key = tuple((e.numerator, e.denominator) if isinstance(e, Fraction) else e for e in x)
@@ -138,16 +142,34 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
             best = share_cell(i, top[0], top)
         return Cell(f"{best} at {where}", f"{getattr(best, 'reader', best)} at {where}")
 
+    sink = policy.sink is not None
+
+    def sink_cell(i: int) -> list:
+        if not sink:
+            return []
+        value = trace.sink_share(i)
+        dec = value.decimal(places)
+        return [value_cell(value, dec) if readers else dec]
+
     def share_row(k: int) -> list[str]:
         i = toks[k]
         seen = policy.visible_keys(i, n, n)
-        return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + \
+        return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + sink_cell(i) + \
             [_total(trace, i), largest_cell(i)]
 
-    cols = ["query"] + [f"key {j + 1}" for j in keys] + ["sum", "largest"]
+    cols = ["query"] + [f"key {j + 1}" for j in keys] + (["sink"] if sink else []) + \
+        ["sum", "largest"]
     notes = [f"divisor used for these shares: {divisor_words(head, places)}",
              f"shares at {places} certified places (correctly rounded); "
              "printed values may not add to 1 because of rounding"]
+    if policy.modified:
+        logits = any(getattr(policy, f) is not None for f in ("sink", "softcap", "alibi", "rope"))
+        notes.append(f"modifiers: {' '.join(f'{k}={v}' for k, v in policy.modifiers().items())}"
+                     .replace("'", "") + ("; the shares are the softmax of the logits (square)"
+                                          if logits else ""))
+    if sink:
+        notes.append(f"the sink (logit {policy.sink}) joins every row's normaliser and carries "
+                     "no value: the keys' shares add up to 1 minus the sink's share")
     if policy.pairs(n, n) < n * n:
         notes.append("a masked key (one the query does not see) gets a share of exactly 0")
     for a, b in _identical(trace):
@@ -160,7 +182,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     data_toks = toks if view.queries is not None else range(n)
     data_keys = keys if view.keys is not None else range(n)
     every_key = len(data_keys) == n
-    forms = RowForms(trace) if closed_forms else None
+    forms = row_forms(trace) if closed_forms else None
 
     def share_forms(k: int) -> dict:
         i = data_toks[k]
@@ -178,6 +200,10 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
                            "closed_forms[i].normaliser")
         data["closed_forms"] = LazyRows(len(data_toks), share_forms)
     data["shares_decimal"] = LazyRows(len(data_toks), lambda k: decimals(share_dec, k))
+    if sink:
+        data["sink_shares"] = LazyRows(len(data_toks), lambda k: {
+            "exact": trace.sink_share(data_toks[k]).text(),
+            "decimal": trace.sink_share(data_toks[k]).decimal(places)})
     data["places"] = places
     sections = [Section("scores/shares", "Shares (attention weights): softmax of each row",
                         cols, LazyRows(len(toks), share_row), notes, data)]
@@ -207,6 +233,9 @@ def _outputs(trace, view: View, output_dec, toks, data_toks, forms) -> Section:
     notes = shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
                        len(slots) < d_v and f"columns {span_text(slots)} of {d_v}",
                        "choose tokens with --queries")
+    if trace.keep is not None:
+        notes.insert(0, "dropout: the outputs mix the values with the weights after dropout "
+                        "(scores/dropout), not with the shares")
     data: dict = {}
     if forms is not None:
         data["formula"] = ("outputs[i][c] = closed_forms[i][c] / the normaliser of row i in "
@@ -216,8 +245,9 @@ def _outputs(trace, view: View, output_dec, toks, data_toks, forms) -> Section:
                                         lambda k: forms.output_numerators(data_toks[k]))
         data["values"] = LazyRows(n, lambda j: [exact_text(v) for v in trace.values[j]])
     data["outputs_decimal"] = LazyRows(len(data_toks), lambda k: list(output_dec[data_toks[k]]))
-    return Section("scores/outputs", "Outputs: sum_j shares[i][j] * values[j]", cols,
-                   LazyRows(len(toks), out_row), notes, data)
+    title = "Outputs: sum_j shares[i][j] * values[j]" if trace.keep is None else \
+        "Outputs: sum_j weights[i][j] * values[j] (weights after dropout)"
+    return Section("scores/outputs", title, cols, LazyRows(len(toks), out_row), notes, data)
 
 
 def _in_out(example, trace, view: View, output_dec) -> Section:
@@ -240,9 +270,13 @@ def _macs(trace) -> Section:
                        [f"the {trace.engine} engine counts nothing; see `exactattn cost` for "
                         "the derived figures"], {})
     total = sum(m.values())
+    rotation = [["rotation (RoPE)", str(m["rotation"])]] if "rotation" in m else []
+    notes = ["a multiply-add (MAC) is one multiplication and one addition; FLOPs = 2 x MACs"]
+    if rotation:
+        notes.append("RoPE: 2 d_k products per visible pair, besides the cos and sin of each "
+                     "angle (certified, not MACs)")
     return Section("scores/macs", "Multiply-adds this run took (counted in the loops)",
                    ["stage", "MACs"],
-                   [["projections", str(m["projections"])], ["scores", str(m["scores"])],
-                    ["mixing", str(m["mix"])], ["total", str(total)]],
-                   ["a multiply-add (MAC) is one multiplication and one addition; "
-                    "FLOPs = 2 x MACs"], dict(m, total=total))
+                   [["projections", str(m["projections"])], ["scores", str(m["scores"])]] +
+                   rotation + [["mixing", str(m["mix"])], ["total", str(total)]],
+                   notes, dict(m, total=total))

@@ -14,7 +14,11 @@ A head spec (:func:`load`, :func:`loads`)::
     {"name": "my head", "layout": "slots",
      "tokens": [{"text": "year 4", "id": 331, "x": [0, 1, 0, "1/2"]}, ...],
      "W_Q": [[...], ...], "W_K": [[...], ...], "W_V": [[...], ...],
+     "b_Q": [...], "b_K": [...], "b_V": [...],
      "divisor": "2", "causal": false}
+
+The biases ``b_Q``, ``b_K`` (d_k numbers each) and ``b_V`` (d_v numbers) are
+optional and read exactly like the matrices, in either layout.
 
 A problem spec for ``exactattn verify`` (:func:`load_problem`,
 :func:`loads_problem`; written by :func:`problem_text`)::
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +56,7 @@ from .errors import ExactAttnError, ShapeError, SpecError, shorten
 from .examples import Example, Token
 from .exact import MAX_DIGITS, to_row
 from .head import Head
+from .spec_fields import MODIFIER_KEYS, CallFields, read_modifiers
 from .verify.formats import float_format
 from .verify.problem import Problem
 
@@ -59,11 +65,17 @@ __all__ = ["KEYS", "MAX_BYTES", "POLICY_KEYS", "PROBLEM_KEYS", "from_mapping", "
            "problem_from_mapping", "problem_text", "read_text"]
 
 #: the keys of a head spec
-KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "divisor", "causal")
+KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "divisor",
+        "causal")
 #: the keys of a problem spec (``exactattn verify --spec``)
 PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask")
 #: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.Policy`
 POLICY_KEYS = ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
+#: the modifiers of today's attention (:mod:`exactattn.spec_fields`) join both policy tables
+POLICY_KEYS = POLICY_KEYS + MODIFIER_KEYS
+#: a head spec's ``policy`` table: its keys (causal and the divisor stay top-level keys)
+HEAD_POLICY_KEYS = ("alignment", "empty_row") + MODIFIER_KEYS
+KEYS = KEYS + ("policy",)
 #: the largest spec file read, in bytes (64 MiB)
 MAX_BYTES = 64 * 2 ** 20
 
@@ -199,6 +211,12 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
         xs.append(tok["x"])
     causal = doc.get("causal", False)
     kwargs = {"layout": doc.get("layout", "slots"), "causal": causal}
+    for key in ("b_Q", "b_K", "b_V"):     # optional biases, exact like the matrices
+        if key in doc:
+            if doc[key] is None:
+                raise SpecError(f"{where}: {key} must be a list of numbers (got null); leave "
+                                "it out for no bias")
+            kwargs[key] = doc[key]
     if "divisor" in doc:
         if doc["divisor"] is None:
             raise SpecError(f'{where}: divisor must be a positive number, "sqrt(q)" or "none" '
@@ -213,8 +231,50 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
                              f"{head.d_model} numbers (got {len(r)})")
         x.append(r)
     name = str(doc.get("name", "spec"))
+    if "policy" in doc:            # today's modifiers: a sink, ALiBi, soft-capping, RoPE, ...
+        head, fields = _head_policy(doc["policy"], head, len(x), where)
+        return HeadSpec(name=name, title="", head=head, tokens=labels, x=x,
+                        focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
+                        keep=fields.keep, lse=fields.lse)
     return Example(name=name, title="", head=head, tokens=labels, x=x,
                    focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where)
+
+
+@dataclass
+class HeadSpec(Example):
+    """A head spec with a ``policy`` table: the example, and what the call adds to it.
+
+    ``keep``: the dropout keep-mask (n x n bools; ``policy.dropout``), None
+    without dropout; ``lse``: ``"e"`` or ``"2"`` when the spec asks for each
+    row's log-sum-exp, else None.  The modifiers themselves are on
+    ``head.policy``.
+    """
+    keep: list | None = None
+    lse: str | None = None
+
+
+def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFields]:
+    """The head under a head spec's ``policy`` table, and the table's call fields."""
+    if not isinstance(pol, dict):
+        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
+    bad = sorted(set(pol) - set(HEAD_POLICY_KEYS), key=str)
+    if bad:
+        top = "; causal and divisor are top-level keys of a head spec" \
+            if bad[0] in ("causal", "scale", "divisor") else ""
+        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys "
+                        f"are {', '.join(HEAD_POLICY_KEYS)}{top}")
+    fields = read_modifiers(pol, where=where)
+    keep = fields.keep
+    if keep is not None and (len(keep) != n or any(len(r) != n for r in keep)):
+        raise SpecError(f"{where}: policy.dropout.keep must be {n} x {n}, one row per token and "
+                        f"one entry per key (got {len(keep)} rows of "
+                        f"{', '.join(sorted({str(len(r)) for r in keep}))})")
+    plain = {k: pol[k] for k in ("alignment", "empty_row") if k in pol}
+    try:
+        policy = head.policy.replace(**plain, **fields.changes)
+    except ExactAttnError as e:
+        raise SpecError(f"{where}: policy.{e}") from None
+    return head.with_policy(policy), fields
 
 
 def loads(text: str, *, fmt: str = "json", where: str = "spec") -> Example:
@@ -239,8 +299,12 @@ def load(path: str | Path) -> Example:
 
 
 # --------------------------------------------------------------------------- problem specs
-def problem_from_mapping(doc: Any, *, where: str = "spec") -> tuple[Problem, Policy, str | None]:
+def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False) -> tuple:
     """The ``(problem, policy, dtype)`` of a parsed problem spec document.
+
+    With ``extras``, a fourth item: the policy table's
+    :class:`~exactattn.spec_fields.CallFields` (the dropout keep-mask as given,
+    and whether the log-sum-exp is asked for).
 
     Keys: ``query``, ``key``, ``value`` (required; 2, 3 or 4 dimensional
     lists of exact numbers), ``mask`` (``{"kind": ..., "values": [...]}``;
@@ -284,25 +348,28 @@ def problem_from_mapping(doc: Any, *, where: str = "spec") -> tuple[Problem, Pol
     name = doc.get("name", where)
     if not isinstance(name, str):
         raise SpecError(f"{where}: name must be a string (got {shorten(name, quote=True)})")
+    fields = read_modifiers({k: v for k, v in pol.items() if k in MODIFIER_KEYS}, where=where)
+    plain = {k: v for k, v in pol.items() if k not in MODIFIER_KEYS}
 
     def build():
-        policy = Policy(**{**pol, "mask_kind": kind})
+        policy = Policy(**{**plain, **fields.changes, "mask_kind": kind})
         dtype = doc.get("dtype")
         if dtype is not None:
             float_format(dtype)
         problem = Problem.from_arrays(doc["query"], doc["key"], doc["value"], mask,
-                                      mask_kind=kind, name=name)
-        return problem, policy, dtype
+                                      mask_kind=kind, name=name, dropout_keep=fields.keep)
+        return (problem, policy, dtype, fields) if extras else (problem, policy, dtype)
     return _convert(build, where)
 
 
-def loads_problem(text: str, *, fmt: str = "json", where: str = "spec"
-                  ) -> tuple[Problem, Policy, str | None]:
-    """``(problem, policy, dtype)`` from problem spec text (``fmt`` is ``json`` or ``toml``)."""
-    return problem_from_mapping(parse(text, fmt=fmt, where=where), where=where)
+def loads_problem(text: str, *, fmt: str = "json", where: str = "spec", extras: bool = False
+                  ) -> tuple:
+    """``(problem, policy, dtype)`` from problem spec text (``fmt`` is ``json`` or ``toml``);
+    ``extras``: see :func:`problem_from_mapping`."""
+    return problem_from_mapping(parse(text, fmt=fmt, where=where), where=where, extras=extras)
 
 
-def load_problem(path: str | Path) -> tuple[Problem, Policy, str | None]:
+def load_problem(path: str | Path, *, extras: bool = False) -> tuple:
     """``(problem, policy, dtype)`` from a problem spec file (JSON, or TOML by suffix).
 
     Raises:
@@ -310,7 +377,7 @@ def load_problem(path: str | Path) -> tuple[Problem, Policy, str | None]:
         ShapeError, InputError: bad arrays, entries or policy values (the message names the file).
     """
     text, fmt = read_text(path)
-    return loads_problem(text, fmt=fmt, where=shorten(str(Path(path)), 200))
+    return loads_problem(text, fmt=fmt, where=shorten(str(Path(path)), 200), extras=extras)
 
 
 def _number_text(x) -> Any:
@@ -320,10 +387,12 @@ def _number_text(x) -> Any:
 
 
 def problem_document(problem: Problem, policy: Policy | None = None,
-                     dtype: str | None = None) -> dict:
+                     dtype: str | None = None, *, keep=None, lse: str | None = None) -> dict:
     """A problem spec document for ``problem``: exact numbers as strings, the policy, the dtype.
 
     With a mask, the policy's ``mask_kind`` is the mask's (the two always agree).
+    With dropout, ``keep`` (the keep-mask, nested lists of bools) goes into
+    ``policy.dropout``; ``lse`` (``"e"``/``"2"``) asks for the log-sum-exp.
     """
     policy = policy or Policy()
     if problem.mask is not None:
@@ -336,6 +405,12 @@ def problem_document(problem: Problem, policy: Policy | None = None,
     if dtype:
         doc["dtype"] = dtype
     doc["policy"] = policy.as_dict()
+    if policy.dropout is not None:
+        doc["policy"]["dropout"] = {"p": str(policy.dropout)}
+        if keep is not None:
+            doc["policy"]["dropout"]["keep"] = np.asarray(keep, dtype=bool).tolist()
+    if lse is not None:
+        doc["policy"]["lse"] = lse
     for name in ("query", "key", "value"):
         doc[name] = arr(getattr(problem, name))
     if problem.mask is not None:

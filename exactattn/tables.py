@@ -35,6 +35,7 @@ from .cells import Scaler, divisor_words, exact_text, value_cell, vector, with_d
 from .errors import InputError
 from .head import Head, Trace, attend
 from .kernels import common_denominator, score
+from .modifier_tables import score_sections, square_sections
 from .render import Section, plural, printable
 from .rowints import score_rows
 from .score_tables import scores, shown_note
@@ -54,9 +55,14 @@ def with_divisor(head: Head, divisor_squared: Fraction | None) -> Head:
 
 
 def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> Trace:
-    """Run an example's head on its tokens (``no_scale`` drops the divisor)."""
+    """Run an example's head on its tokens (``no_scale`` drops the divisor).
+
+    The head's policy says the empty-row answer; a spec's dropout keep-mask
+    (``example.keep``, :class:`~exactattn.spec.HeadSpec`) goes with the call.
+    """
     head = with_divisor(example.head, None) if no_scale else example.head
-    return attend(head, example.x, engine=engine)
+    return attend(head, example.x, engine=engine, empty_row=head.policy.empty_row,
+                  keep=getattr(example, "keep", None))
 
 
 def _texts(values, picked=None) -> list[str]:
@@ -105,11 +111,32 @@ def weights(example, trace: Trace, places: int = 4, view: View | None = None) ->
         notes = shown_note(len(lines) < len(m) and f"lines {span_text(lines)} of {len(m)}",
                            len(width) < len(m[0]) and f"columns {span_text(width)} of "
                                                       f"{len(m[0])}", None)
+        data = {name: [_texts(r) for r in m]}
+        bias = head.bias("b_" + name[-1])
+        if bias is not None:
+            _bias_rows(name, bias, head.layout, cols, rows, lines, width, notes, data)
         out.append(Section(f"weights/{name}", f"{name} ({shape}, {head.layout} layout)",
-                           cols, rows, notes, {name: [_texts(r) for r in m]}))
+                           cols, rows, notes, data))
     out[-1].notes.append("slots layout: q = W_Q x, one line per output slot" if head.layout ==
                          "slots" else "rows layout: q = x @ W_Q, one line per input number")
     return out
+
+
+def _bias_rows(name: str, bias: list, layout: str, cols, rows, lines, width, notes,
+               data) -> None:
+    """A head's bias beside its matrix: a ``+ b_Q`` row under the rows layout (one number
+    per slot column), a ``+ b_Q`` column in the slots layout (one number per slot line)."""
+    b = "b_" + name[-1]
+    if layout == "rows":
+        rows.append([f"+ {b}"] + _texts(bias, width))
+    else:
+        cols.append(f"+ {b}")
+        for r, line in zip(lines, rows):
+            line.append(exact_text(bias[r]))
+    formula = f"{name} x + {b}" if layout == "slots" else f"x @ {name} + {b}"
+    notes.append(f"+ {b}: the bias, added to each slot once after the multiply-adds: "
+                 f"{name[-1].lower()} = {formula}")
+    data[b] = _texts(bias)
 
 
 def neuron_layer(flat_weights: list, inputs: list, width: int, bias=0) -> list:
@@ -135,6 +162,9 @@ def _neurons_agree(trace: Trace, tokens) -> bool:
     for name, got in (("W_Q", trace.queries), ("W_K", trace.keys), ("W_V", trace.values)):
         m = head.weights(name, "slots")
         w_ints = common_denominator(m)
+        bias = head.bias("b_" + name[-1])
+        if bias is not None:    # the neurons read the bias-free part of each projection
+            got = {i: [v - c for v, c in zip(got[i], bias)] for i in tokens}
         if x_ints is None or w_ints is None:
             flat = [e for line in m for e in line]
             for i, x in zip(tokens, xs):
@@ -169,6 +199,8 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
         "the projection equals a row of bias-free neurons fed the same flat weights: "
         f"the same numbers: {'true' if same else 'false'}{which}",
     ]
+    if head.biases:
+        notes[1:] = _bias_notes(head, same, which)
     notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
                         (qw or vw) and f"the first {qw or vw} numbers of each vector",
                         "choose tokens with --queries")
@@ -178,8 +210,31 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
         return LazyRows(len(every), lambda k: _texts(getattr(trace, name)[every[k]]))
     data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
             "neurons_agree": same}
+    rows = LazyRows(len(toks), line)
+    if head.biases:
+        rows = _with_bias_row(rows, head, qw, vw)
+        data["biases"] = {b: None if head.bias(b) is None else _texts(head.bias(b))
+                          for b in ("b_Q", "b_K", "b_V")}
     return [Section("project", "Projections: query, key and value of each token",
-                    ["token", "query", "key", "value"], LazyRows(len(toks), line), notes, data)]
+                    ["token", "query", "key", "value"], rows, notes, data)]
+
+
+def _bias_notes(head: Head, same: bool, which: str) -> list[str]:
+    """The projection notes of a head with biases (each added once per slot, not a MAC)."""
+    given = [b for b in ("b_Q", "b_K", "b_V") if head.bias(b) is not None]
+    return [f"+ {', '.join(given)}: each bias is added once per slot after the multiply-adds "
+            "(an addition, not a multiply-add); the + bias row shows them (- for none)",
+            "the projection equals a row of neurons fed the same flat weights, plus the "
+            f"biases: the same numbers: {'true' if same else 'false'}{which}"]
+
+
+def _with_bias_row(rows: LazyRows, head: Head, qw, vw) -> LazyRows:
+    """The projection rows, then a ``+ bias`` row: b_Q, b_K, b_V under query, key, value."""
+    def vec(name, width):
+        b = head.bias(name)
+        return "-" if b is None else vector(b, width)
+    last = ["+ bias", vec("b_Q", qw), vec("b_K", qw), vec("b_V", vw)]
+    return LazyRows(len(rows) + 1, lambda k: rows[k] if k < len(rows) else last)
 
 
 def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> LazyRows:
@@ -223,6 +278,12 @@ def square(example, trace: Trace, places: int = 4, view: View | None = None) -> 
     out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols,
                    _score_rows(trace, toks, keys, raw, places), list(shown),
                    {"raw_scores": _score_rows(trace, data_toks, data_keys, raw, None)})]
+    window = head.policy.window
+    if window is not None:
+        left, right = ("any" if w is None else w for w in window)
+        out[0].notes.insert(0, f"sliding window (left, right) = ({left}, {right}): the query at "
+                               f"position p sees keys p - {left} .. p + {right}, its own key "
+                               "included; -inf where hidden")
     d2 = head.divisor_squared
     if d2 is None:
         out[0].notes.append("divisor: none (unscaled); the shares read the raw scores")
@@ -300,19 +361,29 @@ BUILDERS = {"row": row, "weights": weights, "project": project, "square": square
 
 
 def build(mode: str, example, trace: Trace, places: int = 4, *,
-          closed_forms: bool = True, view: View | None = None) -> list[Section]:
+          closed_forms: bool = True, view: View | None = None,
+          lse: str | None = None) -> list[Section]:
     """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``).
 
     ``square`` adds the raw self-match (:func:`raw_match`) for an example with
     ``compare_raw``.  ``view`` (default: everything) chooses the tokens and
     keys shown; ``closed_forms`` adds the shares' and outputs' closed forms
-    (as text) to the scores' data.
+    (as text) to the scores' data.  A modified head adds its stages to
+    ``square`` and its dropout weights to ``scores``; ``lse`` (``"e"`` or
+    ``"2"``; default the example's ``lse``) adds each row's log-sum-exp
+    (:mod:`exactattn.modifier_tables`).
     """
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
     if mode == "scores":
-        return scores(example, trace, places, closed_forms, view)
+        sections = scores(example, trace, places, closed_forms, view)
+        lse = lse if lse is not None else getattr(example, "lse", None)
+        extra = score_sections(trace, places, view, lse)
+        at = next(k for k, s in enumerate(sections) if s.name == "scores/outputs")
+        return sections[:at] + extra + sections[at:]
     sections = BUILDERS[mode](example, trace, places, view)
+    if mode == "square":
+        sections.extend(square_sections(trace, places, view))
     if mode == "square" and getattr(example, "compare_raw", False):
         sections.extend(raw_match(example, trace, places))
     return sections

@@ -13,6 +13,22 @@ answer ``.decimal(places)``, ``.exact()`` and ``.closed_form()``.
 :meth:`Trace.share_decimals` and :meth:`Trace.output_decimals` certify every
 entry at once (:mod:`exactattn.bulk`), falling back to the per-entry path only
 for the few entries the bulk intervals leave undecided.
+
+Under the modifiers of :class:`~exactattn.call.Policy` (sinks, ALiBi,
+soft-capping, RoPE, dropout) the rows come from the one composition,
+:func:`exactattn.logits.softmax_row`, and the trace adds each row's
+log-sum-exp (:meth:`Trace.lse`), the sink's share (:meth:`Trace.sink_share`),
+the logits after each stage (:meth:`Trace.logit_row`), the ALiBi biases
+(:meth:`Trace.alibi_bias`), the RoPE-rotated scores
+(:meth:`Trace.rotated_score`) and, with dropout, the weights after dropout
+(:meth:`Trace.weight`); decimals of such heads are certified entry by entry.
+
+>>> from exactattn.call import Policy
+>>> from exactattn.head import Head, attend
+>>> h = Head([[1]], [[1]], [[1]], divisor=None)
+>>> t = attend(h.with_policy(h.policy.replace(sink=Fraction(0))), [[0], [1]])
+>>> t.sink_share(1).text(), t.lse(1).text(), t.lse(0).decimal(4)
+('1/(2 + exp(1))', 'log(2 + exp(1))', '1.0986')
 """
 
 from __future__ import annotations
@@ -22,6 +38,8 @@ from typing import Any, Callable
 
 from .digits import certify, check_places, round_fraction
 from .errors import InputError, shorten
+from .logits import dropout_factors, logit_row, softmax_row
+from .lse import LogSumExp
 from .softmax import SoftmaxRow
 
 __all__ = ["SymbolicValue", "Trace"]
@@ -45,11 +63,19 @@ class Trace:
     def __init__(self, head, engine: str, x: list[list], *, queries, keys, values, raw_scores,
                  empty_row: str = "zero", rows=None, outputs=None, macs: dict | None = None,
                  softmax_ops: dict | None = None, score_row: Callable | None = None,
-                 integers: Callable | None = None, bias_adds: int | None = None):
+                 integers: Callable | None = None, bias_adds: int | None = None,
+                 rotated: list | None = None, keep: list | None = None):
         self.head = head
         self.engine = engine
         self.x = x
         self.empty_row = empty_row
+        policy = head.policy
+        #: the call's policy (the head's, with this run's empty-row answer)
+        self.policy = policy if policy.empty_row == empty_row else \
+            policy.replace(empty_row=empty_row)
+        #: the dropout keep-mask (n x n bools), None without dropout
+        self.keep = keep
+        self._rotated = rotated
         self.macs = macs
         self.softmax_ops = softmax_ops
         self.bias_adds = bias_adds
@@ -127,8 +153,13 @@ class Trace:
             return self._rows[i]
         row = self._row_cache.get(i)
         if row is None:
-            row = self._row_cache[i] = SoftmaxRow(self.raw_score_row(i),
-                                                  self.head.divisor_squared, self.empty_row)
+            if self.policy.modified:
+                row = softmax_row(self._logit_source(i), self.head.divisor_squared,
+                                  self.policy, i, self.n, self.n)
+            else:
+                row = SoftmaxRow(self.raw_score_row(i), self.head.divisor_squared,
+                                 self.empty_row)
+            self._row_cache[i] = row
         return row
 
     def share(self, i: int, j: int):
@@ -152,7 +183,9 @@ class Trace:
             return SymbolicValue(self._outputs[i][c])
         if self._outputs is not None:
             return self._outputs[i][c]
-        return self.row(i).combine([r[c] for r in self.values])
+        f = self._factors(i)
+        column = [r[c] for r in self.values]
+        return self.row(i).combine(column if f is None else [v * w for v, w in zip(column, f)])
 
     @property
     def outputs(self) -> list[list]:
@@ -166,6 +199,86 @@ class Trace:
             import sympy
             return sympy.cancel(sympy.together(sum(self.rows[i]))) == 1
         return self.row(i).sum_is_one()
+
+    # -- modifiers (sinks, ALiBi, soft-capping, RoPE, dropout, log-sum-exp) ---
+    def _logit_source(self, i: int) -> list:
+        """Row i's scores as the composition reads them: RoPE-rotated, else raw."""
+        return self._rotated[i] if self._rotated is not None else self.raw_score_row(i)
+
+    def rotated_score(self, i: int, j: int):
+        """The RoPE-rotated raw score of query i and key j (the raw score without RoPE).
+
+        A ``Fraction`` where the rotation angle is 0 (the query's own
+        position), else a certified :class:`~exactattn.reals.Certified`; None if hidden.
+        """
+        self._check(i, j, self.n, "key index")
+        return self._logit_source(i)[j]
+
+    def logit_row(self, i: int, stage: str = "logit") -> list:
+        """Row i after a stage of the one composition (:func:`~exactattn.logits.logit_row`):
+        ``scaled``, ``capped`` (soft-cap) or ``logit`` (+ ALiBi bias): what the softmax reads.
+
+        Values are ``Fraction``, exact algebraic ``Surd`` or certified ``Certified``; None if hidden.
+        """
+        self._check(i)
+        return logit_row(self._logit_source(i), self.head.divisor_squared, self.policy, i,
+                         self.n, self.n, stage=stage)
+
+    def alibi_bias(self, i: int, j: int):
+        """The exact ALiBi bias added to query i's logit for key j (a ``Fraction`` or
+        ``Surd``); None if the key is hidden or the policy has no ALiBi."""
+        self._check(i, j, self.n, "key index")
+        alibi = self.policy.alibi
+        if alibi is None or self.raw_score_row(i)[j] is None:
+            return None
+        return alibi.bias(self.policy.head, self.policy.query_position(i, self.n, self.n), j)
+
+    def sink_share(self, i: int):
+        """The share row i's attention sink takes (exactly 0 without a sink)."""
+        self._check(i)
+        return self.row(i).sink_share()
+
+    def lse(self, i: int, base: str = "e") -> LogSumExp:
+        """Row i's log-sum-exp (sink included), natural log or ``base="2"``; -inf if empty.
+
+        Raises:
+            InputError: a symbolic trace, or a base other than e and 2.
+        """
+        self._check(i)
+        if self.engine == "symbolic":
+            raise InputError("trace must come from a numeric engine for the log-sum-exp (got "
+                             "symbolic); run attend with engine='pencil' or 'fast'")
+        return LogSumExp(self.row(i), base)
+
+    def _factors(self, i: int) -> list | None:
+        if self.keep is None:
+            return None
+        return dropout_factors(self.policy.dropout, self.keep[i])
+
+    def weight(self, i: int, j: int):
+        """Query i's weight on key j after dropout: ``share * keep / (1 - p)`` (the share
+        itself without dropout)."""
+        self._check(i, j, self.n, "key index")
+        f = self._factors(i)
+        if f is None:
+            return self.share(i, j)
+        return self.row(i).combine([f[j] if k == j else 0 for k in range(self.n)])
+
+    def weight_sum(self, i: int):
+        """The sum of row i's weights after dropout: ``(sum of kept shares) / (1 - p)``,
+        in general not 1 (the row's share sum without dropout)."""
+        self._check(i)
+        f = self._factors(i)
+        return self.row(i).combine([1] * self.n if f is None else f)
+
+    def weight_decimals(self, places: int) -> list[list[str]]:
+        """Every weight after dropout, correctly rounded (n x n strings; the shares without
+        dropout)."""
+        if self.keep is None:
+            return self.share_decimals(places)
+        check_places(places)
+        return [[self.weight(i, j).decimal(places) for j in range(self.n)]
+                for i in range(self.n)]
 
     # -- bulk certified decimals -------------------------------------------
     def share_decimals(self, places: int) -> list[list[str]]:
@@ -193,7 +306,7 @@ class Trace:
             return self._decimals[places]
         n, d_v = self.n, self.head.d_v
         result = None
-        if self.engine != "symbolic" and self._integers is not None:
+        if self.engine != "symbolic" and self._integers is not None and not self.policy.modified:
             from .bulk import decimals
             num, den, vnum, vden = self._integers()
             keep = self.head.policy.keep(n, n)

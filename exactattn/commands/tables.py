@@ -15,6 +15,7 @@ past two seconds shows a progress bar on stderr when stderr is a terminal.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -24,6 +25,7 @@ from ..options import choice, index_pair, places
 from ..render import ALL_FORMATS, FORMATS, write
 from ..stream import PAGE, View, busy, check_span, parse_span, span_text
 from ..svg import PICTURE_FORMATS, PICTURE_MODES, picture
+from .modifier_flags import add_flags, apply
 from ..tables import MODES, attend_example, build, explain
 
 HELP = {
@@ -124,7 +126,17 @@ def register(sub) -> None:
                            help="drop the divisor: shares read the raw scores")
             p.add_argument("--explain", type=index_pair("--explain"), metavar="I,J",
                            help="also write out the score of query I against key J term by term")
+            add_flags(p, lse=mode != "square", dropout=False)
         p.set_defaults(func=run, mode=mode)
+
+
+def apply_modifiers(example, args):
+    """The example with the modifier flags applied to its head's policy (itself without any)."""
+    policy = example.head.policy
+    changed = apply(policy, args)
+    if changed is policy:
+        return example
+    return dataclasses.replace(example, head=example.head.with_policy(changed))
 
 
 def _check_picture_options(args, explain_at) -> None:
@@ -164,7 +176,7 @@ def run(args) -> int:
     explain_at = getattr(args, "explain", None)
     _check_picture_options(args, explain_at)
     with busy("reading the head"):
-        ex = load_source(args)
+        ex = apply_modifiers(load_source(args), args)
     if explain_at is not None and not all(1 <= v <= len(ex.x) for v in explain_at):
         raise InputError(f"--explain must name two tokens from 1 to {len(ex.x)} (got "
                          f"{explain_at[0]},{explain_at[1]})")
@@ -187,13 +199,16 @@ def run(args) -> int:
     view = View.of(args.format, n, queries, keys)
     closed = args.format in ("json", "jsonl")
     sections = [s for m in modes
-                for s in build(m, ex, trace, digits, closed_forms=closed, view=view)]
+                for s in build(m, ex, trace, digits, closed_forms=closed, view=view,
+                               lse=getattr(args, "lse", None))]
     if explain_at:
         sections.append(explain(trace, *explain_at, places=digits))
     d2 = trace.head.divisor_squared
     meta = {"example": ex.name, "mode": args.mode, "digits": digits,
             "layout": ex.head.layout, "divisor": None if d2 is None else divisor_text(d2),
             "causal": ex.head.causal}
+    if ex.head.policy.modifiers():
+        meta["policy"] = ex.head.policy.modifiers()
     for name, span in (("queries", queries), ("keys", keys)):
         if span is not None:
             meta[name] = span_text(span)

@@ -82,6 +82,9 @@ def register(sub) -> None:
                      help=f"how the spec's mask is read: {', '.join(MASK_KINDS)}")
     pol.add_argument("--gqa", type=choice("--gqa", GQA_MAPS),
                      help=f"which key/value head a query head reads: {', '.join(GQA_MAPS)}")
+    from .modifier_flags import add_flags
+    add_flags(p, lse_help="also check each row's log-sum-exp that the implementation returns "
+                          "with its output, in natural-log units (--lse 2: base 2)")
     src = p.add_argument_group("inputs")
     src.add_argument("--spec", metavar="FILE", help="a verify spec file (JSON or TOML)")
     src.add_argument("--n", type=whole("--n"), default=None, help="random inputs: queries (16)")
@@ -95,6 +98,11 @@ def register(sub) -> None:
                      help="random inputs: key/value heads (default --heads)")
     src.add_argument("--seed", type=whole("--seed", low=0), default=None,
                      help="random inputs or --search: the seed, a whole number from 0 (0)")
+    p.add_argument("--backward", action="store_true",
+                   help="check the implementation's gradients dQ, dK, dV (torch: autograd of "
+                        "SDPA; numpy: a float reference backward; module:function: "
+                        "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
+                        "exact ones, for a standard-normal dO drawn from --seed")
     out = p.add_argument_group("report")
     out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
                      help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
@@ -129,6 +137,11 @@ def _flag(name: str) -> str:
 
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
+    if args.backward:
+        for flag, bad in (("--search", args.search), ("--flops", args.flops)):
+            if bad:
+                raise InputError(f"{flag} must come without --backward (got both); the "
+                                 "backward check runs on --spec or random inputs")
     sizes = [k for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
     if args.search:
         for k in sizes:
@@ -164,7 +177,8 @@ def _policy(args, base: Policy | None) -> Policy:
     changes = {name: getattr(args, name)
                for name in ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
                if getattr(args, name) is not None}
-    return policy.replace(**changes)
+    from .modifier_flags import apply
+    return apply(policy.replace(**changes), args)
 
 
 def _fit(args, policy: Policy, problem, searching: bool):
@@ -199,7 +213,11 @@ def _inputs(args):
     """``(problem, spec policy, spec dtype)`` from --spec or the random-input options."""
     if args.spec:
         from ..spec import load_problem
-        return load_problem(args.spec)
+        problem, policy, dtype, fields = load_problem(args.spec, extras=True)
+        if fields.keep is not None and problem.dropout_keep is None:   # policy.dropout.keep
+            problem = problem.with_dropout_keep(fields.keep)
+        args.spec_lse = fields.lse
+        return problem, policy, dtype
     if args.search:
         return None, None, None
     from ..verify import random_problem
@@ -247,10 +265,16 @@ def run(args) -> int:
         raise InputError(f"--arrays must come with a module:function impl (got --impl "
                          f"{shorten(args.impl)}); the built-in implementations choose their own "
                          "arrays")
-    impl = load_impl(args.impl, arrays=args.arrays or "numpy")
+    if args.backward:
+        from ..verify.backward_impls import load_backward
+        impl = load_backward(args.impl, arrays=args.arrays or "numpy")
+    else:
+        impl = load_impl(args.impl, arrays=args.arrays or "numpy")
     problem, spec_policy, spec_dtype = _inputs(args)
     policy = _policy(args, spec_policy)
     problem = _fit(args, policy, problem, searching=bool(args.search))
+    from .modifier_flags import refuse
+    refuse(args, problem, bool(args.search))
     notes = []
     if args.dtype is not None:
         dtypes = args.dtype
@@ -272,9 +296,12 @@ def run(args) -> int:
                    runs=len(dtypes))
     else:
         check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
+    if args.backward:
+        return _run_backward(args, impl, problem, policy, dtypes, notes)
     reports = []
     for dt in dtypes:
-        rep = verify(impl, problem, policy, dt, max_ulps=args.max_ulps)
+        from .modifier_flags import lse
+        rep = verify(impl, problem, policy, dt, max_ulps=args.max_ulps, lse=lse(args))
         if args.flops:
             rep.flops = flop_counts(problem, rep.policy, dt)
         reports.append(rep)
@@ -282,5 +309,19 @@ def run(args) -> int:
                                timings=args.timings, notes=notes)
     meta = {"command": "verify", "impl": reports[0].impl, "policy": reports[0].policy.as_dict(),
             "passed": all(r.passed for r in reports)}
+    sys.stdout.write(render(sections, args.format, meta))
+    return 0 if all(r.passed for r in reports) else 1
+
+
+def _run_backward(args, impl, problem, policy: Policy, dtypes, notes) -> int:
+    """``verify --backward``: dQ, dK, dV of each dtype against the exact gradients."""
+    from ..verify.backward import verify_backward
+    from ..verify.report import backward_sections
+    reports = [verify_backward(impl, problem, policy, dt, seed=args.seed or 0,
+                               max_ulps=args.max_ulps) for dt in dtypes]
+    sections = backward_sections(reports, worst=args.worst, digits=args.digits,
+                                 timings=args.timings, notes=notes)
+    meta = {"command": "verify", "backward": True, "impl": reports[0].impl,
+            "policy": reports[0].policy.as_dict(), "passed": all(r.passed for r in reports)}
     sys.stdout.write(render(sections, args.format, meta))
     return 0 if all(r.passed for r in reports) else 1

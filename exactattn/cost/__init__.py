@@ -25,6 +25,11 @@ tables (:func:`cost_sections`, :func:`conventions_sections`) are built in
 :mod:`~exactattn.cost.report` from the figures of :mod:`~exactattn.cost.rows`
 and :mod:`~exactattn.cost.conventions`.
 
+Batched calls (``B x H x L x E``, broadcast batches, GQA groups) are derived
+and counted in :mod:`~exactattn.cost.batched`; :mod:`~exactattn.cost.audit`
+holds popular FLOP counters against the derived count (``exactattn cost
+--audit``).
+
 The names below are loaded on first use, so importing the package (or its
 light :mod:`~exactattn.cost.sizes`) does not load sympy; a counted run never
 needs it.
@@ -83,6 +88,25 @@ _EXPORTS = {
     "conventions_sections": "exactattn.cost.report",
     "cost_sections": "exactattn.cost.report",
     "crossover_text": "exactattn.cost.report",
+    "BATCH": "exactattn.cost.batched",
+    "CallRun": "exactattn.cost.batched",
+    "CallShape": "exactattn.cost.batched",
+    "broadcast_batch": "exactattn.cost.batched",
+    "call_formula": "exactattn.cost.batched",
+    "call_nests": "exactattn.cost.batched",
+    "count_call": "exactattn.cost.batched",
+    "derive_call": "exactattn.cost.batched",
+    "AUDIT_CALLS": "exactattn.cost.audit_calls",
+    "AuditCall": "exactattn.cost.audit_calls",
+    "COUNTERS": "exactattn.cost.counters",
+    "Counter": "exactattn.cost.counters",
+    "Audit": "exactattn.cost.audit",
+    "Ledger": "exactattn.cost.audit",
+    "Verdict": "exactattn.cost.audit",
+    "audit": "exactattn.cost.audit",
+    "ledger": "exactattn.cost.audit",
+    "verdict": "exactattn.cost.audit",
+    "audit_sections": "exactattn.cost.audit_report",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -103,8 +127,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers
     from ..call import ALIGNMENTS
+    from .audit import Audit, Ledger, Verdict, audit, ledger, verdict
+    from .audit_calls import AUDIT_CALLS, AuditCall
+    from .audit_report import audit_sections
+    from .batched import (BATCH, CallRun, CallShape, broadcast_batch, call_formula, call_nests,
+                          count_call, derive_call)
     from .conventions import (CONVENTION_NOTES, CONVENTIONS, Convention, ConventionComparison,
                               compare_conventions)
+    from .counters import COUNTERS, Counter
     from .counting import Run, count, count_head, count_tokens, decode_steps, run
     from .derivation import (EXTENSION_SYMBOLS, STAGES, SYMBOLS, LoopNest, derive, derive_at,
                              derive_operations, loop_nests)

@@ -210,13 +210,11 @@ def run(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "to
     if decode:
         return _decode(layers_, xi, dx, n, setup.heads is not None, ops)
     macs = _zero_macs(setup.heads is not None)
-    if setup.keys is None or setup.alignment == "top_left":
-        xq, xkv = xi[:n], xi[:m]
-    else:   # bottom_right: the queries are the last n of the m tokens
-        start = max(m - n, 0)
-        xq, xkv = xi[start:start + n], xi[:m]
-        if len(xq) < n:  # fewer keys than queries: the first queries come before the keys
-            xq = xi[:n]
+    # where the queries sit among the tokens: from the call's own diagonal offset
+    # (Policy.causal_shift: 0 for top_left, m - n for bottom_right); fewer keys
+    # than queries puts the first queries before the keys
+    start = max(setup.policy.causal_shift(n, m), 0)
+    xq, xkv = xi[start:start + n], xi[:m]
 
     def visible(i):
         return setup.policy.visible_keys(i, n, m)

@@ -130,9 +130,10 @@ def _score_pieces(setup: Setup, regime: str, M) -> list[tuple]:
     shift = setup.policy.causal_shift(n, M)
     if regime == "ge":
         return [(0, n - 1, _i + shift)]
-    if setup.alignment == "top_left":      # the queries past the last key see all m keys
-        return [(0, M - 1, _i), (M, n - 1, M - 1)]
-    return [(n - M, n - 1, _i + shift)]    # the first n - m queries see no key
+    # fewer keys than queries (shift <= 0): the queries before -shift see no key, those
+    # past m - 1 - shift see all m keys; a range that is empty for every size is dropped
+    pieces = [(-shift, M - 1 - shift, _i + shift), (M - shift, n - 1, M - 1)]
+    return [p for p in pieces if not sympy.simplify(p[0] - p[1]).is_positive]
 
 
 def _nests(setup: Setup, regime: str) -> dict[str, tuple[LoopNest, ...]]:

@@ -6,6 +6,11 @@
   value (a dyadic rational).
 * :mod:`~exactattn.models.presets`: which tensors make layer L's heads in
   ``bert``, ``gpt2`` and ``llama`` checkpoints, or in an explicit name map.
+* :mod:`~exactattn.models.run` (torch, transformers): a real model run on
+  text in float32, every attention layer's input and results captured;
+  :mod:`~exactattn.models.check`: every head of a captured layer evaluated
+  exactly and compared; :mod:`~exactattn.models.report`: their tables
+  (``exactattn model check``).
 """
 
 from .presets import ARCHS, NameMap, load_layer, preset

@@ -20,7 +20,8 @@ from fractions import Fraction
 
 from ..errors import InputError, ShapeError, shorten
 
-__all__ = ["FLOAT_DTYPES", "Tensors", "exact_matrix", "exact_row", "read_tensors"]
+__all__ = ["FLOAT_DTYPES", "Tensors", "exact_matrix", "exact_row", "read_tensors",
+           "tensors_from_state_dict"]
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -66,6 +67,19 @@ def _read_torch(path: str):
                          "(not installed); pip install torch, or save them as .safetensors "
                          "or .npz") from None
     state = torch.load(path, map_location="cpu", weights_only=True)
+    t = tensors_from_state_dict(state, path)
+    return dict(t), t.dtypes
+
+
+def tensors_from_state_dict(state, source: str) -> Tensors:
+    """A PyTorch state dict (or a module) as :class:`Tensors`, floats widened exactly.
+
+    ``source`` names where it came from (a file, a model) in messages.
+
+    Raises:
+        InputError: not a state dict.
+    """
+    import torch
     if hasattr(state, "state_dict"):
         state = state.state_dict()
     if not isinstance(state, dict):
@@ -77,7 +91,7 @@ def _read_torch(path: str):
         dtypes[k] = str(t.dtype).replace("torch.", "")
         arrays[k] = t.detach().to(torch.float64).numpy() if t.is_floating_point() \
             else t.numpy()
-    return arrays, dtypes
+    return Tensors(arrays, dtypes, source)
 
 
 def _read_safetensors(path: str):

@@ -7,7 +7,8 @@ Each ``check_*(fn, inp)`` runs ``fn`` (wrapped in an
 the property too, its exception named in one line (and chained, so
 Hypothesis shrinks the input as for any failure).  The checks that compare
 two runs are in :mod:`~exactattn.properties.invariance`; :func:`check_all`
-runs both kinds.
+runs both kinds, those that hold under the input's policy
+(:data:`exactattn.properties.rules.PROPERTIES`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ from .invariance import (check_key_bias_cancels, check_key_permutation,
                          check_shift_invariance, check_value_bias_shifts)
 from .reference import exact_outputs, exact_shares
 from .report import fail, row_text, value_text
+from .rules import PROPERTIES, active, holds
 
 __all__ = ["check_all", "check_causal_first_output", "check_identical_queries",
-           "check_matches_reference", "check_outputs_within_values", "check_rows_sum_to_one",
-           "check_share_support"]
+           "check_matches_reference", "check_outputs_within_values", "check_rows_sum_below_one",
+           "check_rows_sum_to_one", "check_share_support"]
 
 
 SUMS = "every row of shares sums to exactly 1"
+BELOW = PROPERTIES["rows sum below one"].statement
 MATCHES = "the outputs equal the exact attention"
 SUPPORT = "shares are positive on visible keys and exactly 0 on masked ones"
 IDENTICAL = "identical queries get identical rows"
@@ -72,6 +75,38 @@ def check_rows_sum_to_one(impl, inp: AttentionInput) -> None:
                            f"(empty_row={empty_row})")
     if bad:
         fail(SUMS, impl.describe(res), inp, bad)
+
+
+@property_check(BELOW)
+def check_rows_sum_below_one(impl, inp: AttentionInput) -> None:
+    """With a sink, every row of shares sums to exactly ``1 - sink share``, less than 1.
+
+    The sink joins the normaliser and carries no value, so the keys' shares
+    add up to what it leaves (a row that sees no key: 0).
+
+    Raises:
+        InputError: an input without a sink.
+        PropertyFailure: a row whose shares sum to anything else (or to 1 or more).
+
+    >>> from exactattn.call import Policy
+    >>> from exactattn.properties import reference
+    >>> check_rows_sum_below_one(reference, AttentionInput([[1]], [[1], [0]], [[3], [1]],
+    ...                                                    policy=Policy(scale=1, sink=0)))
+    """
+    if inp.policy.sink is None:
+        raise InputError("inp must have a sink (policy.sink) for this check (got none)")
+    res = _shares(impl, inp)
+    exact = exact_shares(inp, impl.empty_row_for(inp))
+    bad = []
+    for i, row in enumerate(res.rows):
+        want = sum(exact[i], Fraction(0))
+        t = total(res, row)
+        if not equals(res, t, want, Fraction(1)) or not at_most(res, t, Fraction(1), Fraction(0)) \
+                or (res.exact and t == 1):
+            bad.append(f"row {i}: shares {row_text(row)} sum to {value_text(t)}, want "
+                       f"{value_text(want)} (1 minus the sink's share)")
+    if bad:
+        fail(BELOW, impl.describe(res), inp, bad)
 
 
 @property_check(MATCHES)
@@ -131,6 +166,8 @@ def check_share_support(impl, inp: AttentionInput) -> None:
     bad = []
     for i, row in enumerate(res.rows):
         seen = inp.visible_keys(i)
+        if inp.dropout_keep is not None:       # a dropped key counts as hidden here
+            seen = [j for j in seen if inp.dropout_keep[i][j]]
         if not seen:
             continue
         for j, x in enumerate(row):
@@ -157,7 +194,8 @@ def check_share_support(impl, inp: AttentionInput) -> None:
 def _view(inp: AttentionInput, i: int) -> tuple:
     """Query i's view of the keys: (visible, additive offset) per key."""
     seen = set(inp.visible_keys(i))
-    return tuple((j in seen, Fraction(0) if inp.mask is None else inp.mask.offset(i, j))
+    return tuple((j in seen, Fraction(0) if inp.mask is None else inp.mask.offset(i, j),
+                  inp.dropout_keep is None or inp.dropout_keep[i][j])
                  for j in range(inp.n_keys))
 
 
@@ -257,6 +295,7 @@ def check_causal_first_output(impl, inp: AttentionInput) -> None:
 _FUNCTION_CHECKS = (
     ("matches reference", check_matches_reference),
     ("rows sum to one", check_rows_sum_to_one),
+    ("rows sum below one", check_rows_sum_below_one),
     ("share support", check_share_support),
     ("shift invariance", check_shift_invariance),
     ("key permutation", check_key_permutation),
@@ -270,23 +309,33 @@ _FUNCTION_CHECKS = (
 
 
 def check_all(fn, inp: AttentionInput) -> list[str]:
-    """Run every function check that applies to ``inp``; return the names of those run.
+    """Run every function check that holds under ``inp``'s policy; return the names of those run.
 
-    The permutation checks are skipped under the causal rule (it is about
-    positions); the causal-first-output check runs when the input is causal
-    and query 0 sees key 0 alone.
+    Which property holds under which modifier is the one table
+    :data:`exactattn.properties.rules.PROPERTIES` (e.g. a soft-capped head is
+    not shift-invariant; with a sink the rows sum to less than 1, checked
+    instead of summing to 1; the permutation checks skip the causal rule,
+    windows, ALiBi and RoPE); the causal-first-output check runs when the
+    input is causal and query 0 sees key 0 alone.
 
     Raises:
         PropertyFailure: the first property that fails, with its report.
+
+    >>> from exactattn.call import Policy
+    >>> from exactattn.properties import reference
+    >>> capped = AttentionInput([[1], [2]], [[1], [0]], [[3], [1]], policy=Policy(softcap="1"))
+    >>> "shift invariance" in check_all(reference, capped)
+    False
     """
     impl = as_implementation(fn)
+    on = active(inp.policy)
     ran = []
     for name, check in _FUNCTION_CHECKS:
-        if inp.policy.causal and name.endswith("permutation"):
+        if not holds(name, on):
             continue
         check(impl, inp)
         ran.append(name)
-    if _first_sees_first(inp):
+    if _first_sees_first(inp) and holds("causal first output", on):
         check_causal_first_output(impl, inp)
         ran.append("causal first output")
     return ran

@@ -31,8 +31,9 @@ def identity(n: int) -> list[list[Fraction]]:
 
 
 def column_scales(values: Sequence[Sequence[Fraction]]) -> list[Fraction]:
-    """``M`` of every column: its largest ``|value|``."""
-    return [max(abs(e) for e in column) for column in zip(*values)]
+    """``M`` of every column: its largest finite ``|value|`` (an ``inf``/``nan`` a mask hides is skipped)."""
+    return [max((abs(e) for e in column if not isinstance(e, float)), default=Fraction(0))
+            for column in zip(*values)]
 
 
 # --------------------------------------------------------------------------- exact values

@@ -166,9 +166,23 @@ class Implementation:
         mask = inp.effective_mask()
         if mask is not None and self.mask_as != "mask":
             mask = mask.as_form(self.mask_as)
+        extra = {}
+        if inp.policy.modified or inp.policy.window is not None or \
+                inp.policy.query_offset is not None:
+            extra["policy"] = inp.policy      # modifiers reach an exact function as the policy
+            if inp.dropout_keep is not None:
+                extra["dropout_keep"] = inp.dropout_keep
+            try:
+                params = inspect.signature(self.fn).parameters
+            except (TypeError, ValueError):
+                params = {}
+            if "policy" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                raise InputError(f"{self.name} must take policy= for an input with modifiers "
+                                 f"(got a function without it; policy: {inp.policy.describe()})")
         try:
             out = self.fn([list(r) for r in inp.queries], [list(r) for r in inp.keys],
-                          [list(r) for r in inp.values], mask=mask, scale=self.exact_scale(inp))
+                          [list(r) for r in inp.values], mask=mask, scale=self.exact_scale(inp),
+                          **extra)
         except Exception as e:     # the function under test failed on this input
             raise ImplRaised(e) from e
         rows = [[exact_entry(e, f"outputs[{i}][{c}]") for c, e in enumerate(r)]

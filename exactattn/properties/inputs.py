@@ -2,8 +2,13 @@
 
 Which keys a query sees comes from the call model alone:
 :meth:`~exactattn.call.Policy.visible_keys` (the causal rule and its
-alignment) narrowed by the explicit :class:`~exactattn.call.Mask`'s
-``keeps``.  The scale is the policy's (stored by the divisor squared ``D``).
+alignment, a window, a query offset) narrowed by the explicit
+:class:`~exactattn.call.Mask`'s ``keeps``.  The scale is the policy's (stored
+by the divisor squared ``D``); soft-cap, sink, ALiBi, RoPE and dropout are
+the policy's too, with the dropout keep-mask as data (``dropout_keep``).
+Keys and values may hold ``inf``/``nan`` where no query sees them (checked by
+:meth:`Problem.check_nonfinite <exactattn.verify.Problem.check_nonfinite>`,
+the one check).
 """
 
 from __future__ import annotations
@@ -17,14 +22,40 @@ from ..call import DEFAULT_SCALE, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..exact import is_symbolic, to_matrix
 from ..head import attend
-from ..verify.problem import Problem
+from ..verify.problem import Problem, nonfinite_value
 from .report import input_text
 
 __all__ = ["AttentionInput", "input_from_head"]
 
 
-def _rationals(rows, name: str, shape=(None, None)) -> list[list[Fraction]]:
-    """A matrix of ``Fraction`` entries, refusing sympy symbols with a message that fits."""
+def _nonfinite_marked(rows):
+    """The rows with ``inf``/``nan`` entries (floats or text) replaced by their Python float."""
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        return rows, False
+    out, found = [], False
+    for r in rows:
+        if isinstance(r, (str, bytes)) or not hasattr(r, "__iter__"):
+            return rows, False
+        row = []
+        for e in r:
+            bad = nonfinite_value(e)
+            found |= bad is not None
+            row.append(e if bad is None else bad)
+        out.append(row)
+    return out, found
+
+
+def _rationals(rows, name: str, shape=(None, None), nonfinite: bool = False) -> list[list]:
+    """A matrix of ``Fraction`` entries, refusing sympy symbols with a message that fits.
+
+    With ``nonfinite``, ``inf``/``nan`` entries are kept as Python floats."""
+    if nonfinite:
+        marked, found = _nonfinite_marked(rows)
+        if found:
+            finite = [[Fraction(0) if isinstance(e, float) else e for e in r] for r in marked]
+            m = _rationals(finite, name, shape)
+            return [[e if isinstance(e, float) else x for e, x in zip(r, mr)]
+                    for r, mr in zip(marked, m)]
     m = to_matrix(rows, name=name, shape=shape, symbolic=True)
     for i, r in enumerate(m):
         for j, e in enumerate(r):
@@ -41,7 +72,8 @@ class AttentionInput:
     """One input to an attention function: queries, keys, values, an explicit mask and a policy.
 
     Shapes: ``queries`` n_q x d_k, ``keys`` n_k x d_k, ``values`` n_k x d_v,
-    ``mask`` n_q x n_k (or None: no explicit mask).
+    ``mask`` n_q x n_k (or None: no explicit mask), ``dropout_keep`` n_q x
+    n_k booleans (True = kept; with ``policy.dropout``) or None.
 
     ``policy`` (:class:`~exactattn.call.Policy`) holds the scale (by the
     divisor squared ``D``; ``"default"`` is ``D = d_k``, None no scaling),
@@ -73,12 +105,13 @@ class AttentionInput:
     values: Any
     mask: Mask | None = None
     policy: Policy = Policy()
+    dropout_keep: Any = None
 
     def __post_init__(self):
         q = _rationals(self.queries, "queries")
         d_k = len(q[0])
-        k = _rationals(self.keys, "keys", (None, d_k))
-        v = _rationals(self.values, "values", (len(k), None))
+        k = _rationals(self.keys, "keys", (None, d_k), nonfinite=True)
+        v = _rationals(self.values, "values", (len(k), None), nonfinite=True)
         object.__setattr__(self, "queries", q)
         object.__setattr__(self, "keys", k)
         object.__setattr__(self, "values", v)
@@ -94,6 +127,16 @@ class AttentionInput:
         elif not isinstance(self.policy, Policy):
             raise InputError(f"policy must be an exactattn.call.Policy or None "
                              f"(got {shorten(repr(self.policy))})")
+        if self.dropout_keep is not None:
+            keep = [list(r) for r in self.dropout_keep]
+            if len(keep) != len(q) or any(len(r) != len(k) for r in keep) or \
+                    not all(isinstance(e, bool) for r in keep for e in r):
+                raise ShapeError(f"dropout_keep must be {len(q)} x {len(k)} true/false entries "
+                                 f"(got {shorten(repr(self.dropout_keep))})")
+            object.__setattr__(self, "dropout_keep", keep)
+        if any(isinstance(e, float) for r in k + v for e in r) or \
+                (self.policy.dropout is None) != (self.dropout_keep is None):
+            _ = self.reference_problem    # the one non-finite and dropout check, now
 
     n_queries = property(lambda self: len(self.queries))
     n_keys = property(lambda self: len(self.keys))
@@ -138,12 +181,23 @@ class AttentionInput:
         return Problem.from_arrays(self.queries, self.keys, self.values,
                                    None if mask is None else mask.rows,
                                    mask_kind="bool_keep" if mask is None else mask.kind,
-                                   name="attention input")
+                                   name="attention input", dropout_keep=self.dropout_keep,
+                                   labels=("queries", "keys", "values"))
+
+    @property
+    def reference_problem(self) -> Problem:
+        """:attr:`problem`, checked under the policy (non-finite entries hidden; dropout and its mask together)."""
+        from ..logits import dropout_factors
+        p = self.problem
+        p.check_nonfinite(self.policy)
+        if (self.policy.dropout is None) != (self.dropout_keep is None):
+            dropout_factors(self.policy.dropout, self.dropout_keep and [True])
+        return p
 
     def replace(self, **changes) -> "AttentionInput":
         """A copy with some fields changed (checked again)."""
         fields = dict(queries=self.queries, keys=self.keys, values=self.values,
-                      mask=self.mask, policy=self.policy)
+                      mask=self.mask, policy=self.policy, dropout_keep=self.dropout_keep)
         fields.update(changes)
         return AttentionInput(**fields)
 

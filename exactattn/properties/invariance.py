@@ -20,6 +20,7 @@ from .inputs import AttentionInput
 from .report import fail, value_text
 
 __all__ = ["check_key_bias_cancels", "check_key_permutation", "check_masked_entries_ignored",
+           "check_masked_nonfinite_ignored",
            "check_query_permutation", "check_shift_invariance", "check_value_bias_shifts",
            "read_bias"]
 
@@ -29,6 +30,7 @@ QUERY_PERMUTATION = "permuting the queries permutes the outputs"
 KEY_BIAS = "a bias on the keys cancels out of the shares"
 VALUE_BIAS = "a bias on the values shifts every output by that bias"
 MASKED = "keys and values at masked positions do not reach the outputs"
+NONFINITE = "inf or NaN values at keys no query sees do not reach the outputs"
 
 
 def _compare_outputs(prop, impl, inp, base: Result, other: Result, rows_map, shift=None):
@@ -114,7 +116,9 @@ def check_key_permutation(impl, inp: AttentionInput,
     flat = _positions_as_mask(inp)
     moved = flat.replace(keys=[inp.keys[p] for p in perm], values=[inp.values[p] for p in perm],
                          mask=None if flat.mask is None else
-                         flat.mask.select(range(inp.n_queries), perm))
+                         flat.mask.select(range(inp.n_queries), perm),
+                         dropout_keep=None if inp.dropout_keep is None else
+                         [[r[p] for p in perm] for r in inp.dropout_keep])
     _compare_outputs(f"{KEY_PERMUTATION} (keys in the order {perm})", impl, inp, impl(inp), impl(moved),
                      _in_order(inp.n_queries))
 
@@ -131,7 +135,9 @@ def check_query_permutation(impl, inp: AttentionInput,
     flat = _positions_as_mask(inp)
     moved = flat.replace(queries=[inp.queries[p] for p in perm],
                          mask=None if flat.mask is None else
-                         flat.mask.select(perm, range(inp.n_keys)))
+                         flat.mask.select(perm, range(inp.n_keys)),
+                         dropout_keep=None if inp.dropout_keep is None else
+                         [inp.dropout_keep[p] for p in perm])
     _compare_outputs(f"{QUERY_PERMUTATION} (queries in the order {perm})",
                      impl, inp, impl(inp), impl(moved), list(enumerate(perm)))
 
@@ -187,7 +193,8 @@ def check_masked_entries_ignored(impl, inp: AttentionInput, change: Fraction | i
     """Changing a key or value that query i cannot see leaves output i unchanged.
 
     For each query with a hidden key, every entry of the keys and values it
-    cannot see has ``change`` added, and its output row is compared.
+    cannot see has ``change`` added, and its output row is compared.  (For
+    ``inf`` and ``nan`` there, see :func:`check_masked_nonfinite_ignored`.)
 
     Raises:
         PropertyFailure: an output that moved when only hidden entries changed.
@@ -215,3 +222,50 @@ def check_masked_entries_ignored(impl, inp: AttentionInput, change: Fraction | i
                            f"{value_text(res.rows[i][c])} when hidden keys {hidden} changed")
     if bad:
         fail(MASKED, impl.describe(res), inp, bad)
+
+
+@property_check(NONFINITE)
+def check_masked_nonfinite_ignored(impl, inp: AttentionInput) -> int:
+    """Values of keys no query sees set to ``inf``, then ``nan``, leave every output unchanged.
+
+    Padding often holds inf or NaN; a masked key's weight is 0 and ``0 * inf``
+    is NaN, so a kernel that mixes every value with its weight fails this.
+    Not run by :func:`check_all` (PyTorch's SDPA itself returns NaN here);
+    the exact answer ignores such entries.
+
+    Returns:
+        the number of keys no query sees (0: nothing to check).
+
+    Raises:
+        PropertyFailure: an output that moved.
+
+    >>> from exactattn.call import Mask
+    >>> from exactattn.properties import reference
+    >>> check_masked_nonfinite_ignored(reference, AttentionInput([[0]], [[0], [0]], [[1], [2]],
+    ...                                                          Mask("bool_keep", [[True, False]])))
+    1
+    """
+    bad, res, base = [], None, None
+    views = [inp.visible_keys(i) for i in range(inp.n_queries)]
+    unseen = [] if inp.policy.empty_row == "uniform" and inp.policy.sink is None and \
+        not all(views) else [j for j in range(inp.n_keys) if not any(j in v for v in views)]
+    for fill in (() if bad or not unseen else ("inf", "nan")):
+        if base is None:
+            base = impl(inp)
+        moved = inp.replace(values=[[fill] * inp.d_v if j in unseen else v
+                                    for j, v in enumerate(inp.values)])
+        res = impl(moved)
+        scales = column_scales(inp.values)
+        for i in range(inp.n_queries):
+            if not inp.visible_keys(i) and inp.policy.empty_row == "nan":
+                continue
+            for c in range(inp.d_v):
+                if not same(res, res.rows[i][c], base.rows[i][c], scales[c]):
+                    bad.append(f"outputs[{i}][{c}] moved from {value_text(base.rows[i][c])} to "
+                               f"{value_text(res.rows[i][c])} when the values of keys {unseen}, "
+                               f"which no query sees, were {fill}")
+        if bad:
+            break
+    if bad:
+        fail(NONFINITE, impl.describe(res), inp, bad)
+    return len(unseen)

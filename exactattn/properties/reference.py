@@ -50,13 +50,14 @@ def exact_outputs(inp: AttentionInput, empty_row: str | None = None) -> list[lis
 
 
 def exact_shares(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
-    """The exact shares (n_q x n_k)."""
-    return exact_reference(inp, empty_row).shares()
+    """The exact weights (n_q x n_k): the shares, times the dropout factors under dropout."""
+    return exact_reference(inp, empty_row).weights()
 
 
 def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
               causal: bool = False, alignment: str = "top_left",
-              empty_row: str = "zero") -> list[list[ExpRatio]]:
+              empty_row: str = "zero", policy: Policy | None = None,
+              dropout_keep=None) -> list[list[ExpRatio]]:
     """Exact attention: ``outputs[i] = sum_j softmax_j(scale * queries[i] . keys[j] + mask[i][j]) values[j]``.
 
     The softmax is :class:`exactattn.softmax.SoftmaxRow` (closed forms, row
@@ -71,6 +72,10 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
             or a sympy ``1/sqrt(q)``.
         causal, alignment: the causal rule (:class:`~exactattn.call.Policy`).
         empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``).
+        policy: a whole :class:`~exactattn.call.Policy` with modifiers (soft-cap,
+            sink, ALiBi, RoPE, window, dropout): replaces ``causal``,
+            ``alignment`` and ``empty_row`` (``scale`` still applies).
+        dropout_keep: n_q x n_k booleans (True = kept) with ``policy.dropout``.
 
     Returns:
         n_q x d_v :class:`~exactattn.softmax.ExpRatio` entries.
@@ -90,9 +95,12 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
     ...                                  alignment="bottom_right")]
     [Fraction(3, 2), Fraction(2, 1)]
     """
-    policy = Policy(scale=policy_scale(scale), causal=causal, alignment=alignment,
-                    empty_row=empty_row)
-    return exact_outputs(AttentionInput(queries, keys, values, mask, policy))
+    if policy is None:
+        policy = Policy(scale=policy_scale(scale), causal=causal, alignment=alignment,
+                        empty_row=empty_row)
+    else:
+        policy = policy.replace(scale=policy_scale(scale))
+    return exact_outputs(AttentionInput(queries, keys, values, mask, policy, dropout_keep))
 
 
 def selector_head(queries, keys, values, *, causal: bool, scale: Any = DEFAULT_SCALE,

@@ -33,6 +33,8 @@ def entry_text(e) -> str:
     """An exact entry as it can be typed back: integers bare, other rationals as strings."""
     if e is None:
         return "'-inf'"
+    if isinstance(e, float):          # an inf or nan a mask hides
+        return repr(str(e))
     if isinstance(e, Fraction) and e.denominator == 1:
         return str(e.numerator)
     return repr(str(e))
@@ -47,18 +49,23 @@ def policy_text(policy: Policy) -> str:
     parts = []
     if policy.scale != DEFAULT_SCALE:
         parts.append(f"scale={policy.scale_text()!r}")
-    for name in ("causal", "alignment", "empty_row", "mask_kind", "gqa"):
+    for name in ("causal", "alignment", "empty_row", "mask_kind", "gqa", "window",
+                 "query_offset", "alibi", "rope", "head"):
         value = getattr(policy, name)
         if value != getattr(_DEFAULT_POLICY, name):
             parts.append(f"{name}={value!r}")
+    for name in ("softcap", "sink", "dropout"):
+        if getattr(policy, name) is not None:
+            parts.append(f"{name}={str(getattr(policy, name))!r}")
     return f"Policy({', '.join(parts)})"
 
 
 def input_text(inp) -> str:
     """An :class:`~exactattn.properties.AttentionInput` as Python that builds it again."""
+    keep = "" if inp.dropout_keep is None else f", dropout_keep={inp.dropout_keep!r}"
     return (f"AttentionInput(queries={matrix_text(inp.queries)}, keys={matrix_text(inp.keys)}, "
             f"values={matrix_text(inp.values)}, mask={inp.mask!r}, "
-            f"policy={policy_text(inp.policy)})")
+            f"policy={policy_text(inp.policy)}{keep})")
 
 
 def value_text(x) -> str:

@@ -14,10 +14,15 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.verify.formats`: float formats, rounding exact values into
   them (:func:`round_to_format`), ULP distances, text forms;
 * :mod:`~exactattn.verify.problem`: :class:`Problem`, the exact inputs;
-* :mod:`~exactattn.verify.reference`: :class:`Reference`, the exact answer;
+* :mod:`~exactattn.verify.reference`: :class:`Reference`, the exact answer
+  (every modifier of the call model through :func:`exactattn.logits.softmax_row`);
+* :mod:`~exactattn.verify.enclose`: whole-head ``arb`` enclosures of the outputs
+  and log-sum-exps, rounded to a dtype;
 * :mod:`~exactattn.verify.impls`: the implementations under test;
 * :mod:`~exactattn.verify.check`: :func:`verify`, :class:`Entry`, :class:`Report`;
 * :mod:`~exactattn.verify.search`: :func:`search`, the worst input, shrunk;
+* :mod:`~exactattn.verify.split`: :func:`check_split_merge`, a split-KV
+  kernel's per-block (output, LSE) pairs and their merge;
 * :mod:`~exactattn.verify.limits`: how much one check or search may read, hold
   and take, estimated before it starts (one place for every limit);
 * :mod:`~exactattn.verify.report`: :func:`report_sections`, the tables.
@@ -46,9 +51,11 @@ from .problem import Problem, random_problem
 from .reference import Reference
 from .report import report_sections
 from .search import SearchResult, search
+from .split import check_split_merge
 
 __all__ = ["Call", "DTYPES", "Entry", "FORMATS", "FloatFormat", "FunctionImpl", "Impl",
            "ImplRaised", "NumpyImpl", "Problem", "Reference", "Report", "SearchResult",
-           "TorchImpl", "certified_scientific", "default_max_ulps", "flop_counts",
+           "TorchImpl", "certified_scientific", "check_split_merge", "default_max_ulps",
+           "flop_counts",
            "float_format", "load_impl", "random_problem", "report_sections", "round_to_format",
            "search", "shortest_repr", "ulp_index", "ulps_between", "verify"]

@@ -17,6 +17,20 @@ checked dtype, plus the policy's ``alignment`` and ``gqa`` map);
   scale=None)``, the interface of :mod:`exactattn.properties`, with the causal
   rule folded into the mask (:meth:`Policy.fold <exactattn.call.Policy.fold>`).
 
+Modifiers of the call model reach a function as keyword arguments, each
+only when the call needs it (a function without the argument is refused
+with one line, so nothing is silently dropped): ``softcap`` and ``sink``
+(floats), ``alibi_slopes`` (float64 per query head, the exact rule's slopes
+rounded) or, to a function that derives them, ``alibi_heads`` (the model's
+head count; with ``alibi_form`` and ``head``, the first head's index, when
+taken), ``window`` (``(left, right)``, None = no limit, the query's own key
+counted), ``query_offset`` (the position of query 0, when a positional
+modifier is on and it is not 0), ``rope_theta`` and ``rope_layout``,
+``dropout_p`` and ``dropout_mask`` (booleans, True = kept), and
+``return_lse=True`` when the log-sum-exp is checked (the function then
+returns ``(output, lse)``).  In the ``mask`` convention a window and a query
+offset are folded into the mask with the causal rule.
+
 The mask arrives in ``mask_as`` form: ``bool_keep`` (True = attend),
 ``bool_drop`` (True = ignore) or ``additive`` (floats, ``-inf`` hides); None
 keeps SDPA's (boolean True = attend, or additive floats).  Arrays are numpy
@@ -47,7 +61,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..call import DEFAULT_SCALE, MASK_KINDS, Mask, Policy, float_scale
+from ..call import DEFAULT_SCALE, MASK_KINDS, Alibi, Mask, Policy, Rope, float_scale
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
@@ -67,7 +81,13 @@ class Call:
     ... x H_q x L x E; key ... x H_kv x S x E; value ... x H_kv x S x E_v;
     attn_mask None, or ... x L x S booleans (True = attend) or float64
     additive (``-inf`` hides).  ``scale`` None means the implementation's own
-    default 1/sqrt(E).
+    default 1/sqrt(E).  Modifiers (None when off): ``window``,
+    ``query_offset`` (as the policy gives it), ``softcap`` and ``sink``
+    (float64 nearest the exact value), ``alibi`` (the exact
+    :class:`~exactattn.modifiers.Alibi`) with ``head`` (the model head of
+    query head 0), ``rope`` (:class:`~exactattn.modifiers.Rope`),
+    ``dropout_p`` with ``dropout_mask`` (booleans, True = kept, the caller's
+    rank) and ``lse`` (``"e"`` or ``"2"``: return ``(output, lse)``).
     """
 
     query: np.ndarray
@@ -79,6 +99,16 @@ class Call:
     alignment: str = "top_left"
     attn_mask: np.ndarray | None = None
     gqa: str = "interleave"
+    window: tuple | None = None
+    query_offset: int | None = None
+    softcap: float | None = None
+    sink: float | None = None
+    alibi: Alibi | None = None
+    head: int = 0
+    rope: Rope | None = None
+    dropout_p: float | None = None
+    dropout_mask: np.ndarray | None = None
+    lse: str | None = None
 
     @property
     def enable_gqa(self) -> bool:
@@ -88,6 +118,54 @@ class Call:
         """L x S booleans of the causal rule under ``alignment`` (True = attend)."""
         policy = Policy(causal=True, alignment=self.alignment)
         return policy.keep(self.query.shape[-2], self.key.shape[-2])
+
+    def positions(self) -> Policy:
+        """The policy of positions: causal rule, alignment, window and query offset."""
+        return Policy(causal=self.is_causal, alignment=self.alignment, window=self.window,
+                      query_offset=self.query_offset)
+
+    @property
+    def positional(self) -> bool:
+        """True when positions hide keys or move the queries (causal, window, query offset)."""
+        return self.positions().positional
+
+    def keep(self) -> np.ndarray:
+        """L x S booleans of the positions' rule (causal, window; True = attend)."""
+        return self.positions().keep(self.query.shape[-2], self.key.shape[-2])
+
+    def query_positions(self) -> list[int]:
+        """The position of each query among the key positions 0 .. S - 1."""
+        L, S = self.query.shape[-2], self.key.shape[-2]
+        pol = self.positions()
+        return [pol.query_position(i, L, S) for i in range(L)]
+
+    def heads(self) -> int:
+        """The number of query heads (1 for an L x E call)."""
+        return self.query.shape[-3] if self.query.ndim >= 3 else 1
+
+    def alibi_slopes(self) -> np.ndarray | None:
+        """float64 ALiBi slopes of the call's query heads (model heads ``head``, ``head + 1``, ...)."""
+        if self.alibi is None:
+            return None
+        return np.array([float(self.alibi.slope(self.head + h)) for h in range(self.heads())])
+
+    def alibi_bias(self) -> np.ndarray | None:
+        """The float64 ALiBi bias, H_q x L x S (L x S for an L x E call): ``slope * distance``."""
+        if self.alibi is None:
+            return None
+        S = self.key.shape[-2]
+        dist = np.array([[self.alibi.distance(p, j) for j in range(S)]
+                         for p in self.query_positions()], dtype=np.float64)
+        bias = self.alibi_slopes()[:, None, None] * dist
+        return bias if self.query.ndim >= 3 else bias[0]
+
+    def rope_angles(self, positions) -> np.ndarray | None:
+        """float64 angles ``pos * theta^(-2k/d)``, one row per position and one column per pair."""
+        if self.rope is None:
+            return None
+        pairs = self.rope.pairs(self.query.shape[-1])
+        freq = np.array([float(self.rope.theta) ** float(e) for _, _, e in pairs])
+        return np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]
 
     def kv_index(self) -> list[int]:
         """For each query head, the key/value head it reads (``gqa`` map)."""
@@ -114,10 +192,10 @@ class Call:
         >>> call.mask_in("additive", fold=True).tolist()
         [[0.0, -inf], [0.0, 0.0]]
         """
-        policy = Policy(causal=fold and self.is_causal, alignment=self.alignment)
+        policy = self.positions() if fold else Policy()
         m = self.attn_mask
         kind = None if m is None else "bool_keep" if m.dtype == bool else "additive"
-        if not policy.causal and (m is None or form in (None, kind)):
+        if not policy.positional and (m is None or form in (None, kind)):
             return m
         L, S = self.query.shape[-2], self.key.shape[-2]
         lead = () if m is None else m.shape[:-2]
@@ -148,12 +226,13 @@ class ImplRaised(Exception):
         super().__init__(self.line)
 
 
-def make_call(problem, policy: Policy, dtype: str) -> Call:
+def make_call(problem, policy: Policy, dtype: str, lse: str | None = None) -> Call:
     """The :class:`Call` for a problem whose entries are floats of ``dtype``.
 
     The mask is handed over in SDPA's convention (``bool_drop`` inverted);
     the scale is None under the default policy, 1.0 with no scaling, else the
-    float64 nearest the exact scale.
+    float64 nearest the exact scale; soft-cap and sink are the float64
+    nearest their exact values; the dropout keep-mask comes from the problem.
     """
     rank = problem.rank
     q, k, v = (problem.floats(n) for n in ("query", "key", "value"))
@@ -172,26 +251,47 @@ def make_call(problem, policy: Policy, dtype: str) -> Call:
             mask = mask.reshape(mask.shape[4 - rank:])
     scale = None if policy.scale == DEFAULT_SCALE else \
         1.0 if policy.scale is None else float_scale(policy.scale)
-    return Call(q, k, v, dtype, scale, policy.causal, policy.alignment, mask, policy.gqa)
+    keep = problem.dropout_keep
+    if keep is not None and rank < 4:
+        keep = keep.reshape(keep.shape[4 - rank:])
+    return Call(q, k, v, dtype, scale, policy.causal, policy.alignment, mask, policy.gqa,
+                policy.window, policy.query_offset,
+                None if policy.softcap is None else float(policy.softcap),
+                None if policy.sink is None else float(policy.sink), policy.alibi, policy.head,
+                policy.rope, None if policy.dropout is None else float(policy.dropout), keep,
+                lse)
 
 
 @dataclass(frozen=True)
 class Answer:
-    """An implementation's outputs as float64 (exactly its floats), and the dtype it returned."""
+    """An implementation's outputs as float64 (exactly its floats), the dtype it returned,
+    and its log-sum-exp per row (float64, ... x H_q x L) when it was asked for."""
 
     values: np.ndarray
     dtype: str
+    lse: np.ndarray | None = None
 
 
-def read_answer(out: Any, name: str = "impl") -> Answer:
+def read_answer(out: Any, name: str = "impl", *, lse: bool = False) -> Answer:
     """Read what an implementation returned: any array ``numpy.asarray`` reads, or a torch tensor.
+
+    With ``lse`` the result must be a pair ``(output, lse)``.
 
     Raises:
         ShapeError: something that is not an array of numbers.
+        InputError: ``lse`` asked for and no pair returned.
 
     >>> read_answer(np.ones((1, 2), dtype=np.float16)).dtype
     'float16'
+    >>> read_answer((np.ones((1, 2)), np.zeros(1)), lse=True).lse.tolist()
+    [0.0]
     """
+    if lse:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise InputError(f"{name} must return (output, lse) when the log-sum-exp is checked "
+                             f"(got {shorten(type(out).__name__)}); return both, or drop --lse")
+        values = read_answer(out[0], name)
+        return Answer(values.values, values.dtype, read_answer(out[1], name).values)
     if hasattr(out, "detach"):       # a PyTorch tensor: bfloat16 has no numpy dtype
         import torch
         t = out.detach().cpu()
@@ -215,8 +315,8 @@ class Impl:
         return ""
 
     def answer(self, call: Call) -> Answer:
-        """The outputs read as float64, with the dtype they came back in."""
-        return read_answer(self(call), self.name)
+        """The outputs read as float64, with the dtype they came back in (and the lse when asked)."""
+        return read_answer(self(call), self.name, lse=call.lse is not None)
 
     def __call__(self, call: Call) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -311,8 +411,14 @@ class FunctionImpl(Impl):
         else:
             always = {}
             needed = {"attn_mask": call.mask_in(self.mask_as), "scale": call.scale,
-                      "is_causal": call.is_causal or None, "enable_gqa": call.enable_gqa or None}
+                      "is_causal": call.is_causal or None, "enable_gqa": call.enable_gqa or None,
+                      "window": call.window}
             hints = {"alignment": call.alignment, "gqa": call.gqa, "dtype": call.dtype}
+        needed.update(self._modifiers(call))
+        if call.alibi is not None:
+            hints.update(alibi_form=call.alibi.form, head=call.head)
+        if call.lse is not None:
+            hints["return_lse"] = True
         kwargs: dict = {}
         for key, val in {**always, **needed}.items():
             if val is None:
@@ -325,6 +431,23 @@ class FunctionImpl(Impl):
             kwargs[key] = val
         kwargs.update((k, v) for k, v in hints.items() if self._takes(k))
         return kwargs
+
+    def _modifiers(self, call: Call) -> dict:
+        """The modifier arguments the call needs (None: not needed)."""
+        pos = call.query_positions()[0]
+        shifted = pos != 0 and (call.alibi is not None or call.rope is not None or
+                                (call.window is not None and self.convention == "sdpa"))
+        out = {"softcap": call.softcap, "sink": call.sink,
+               "query_offset": pos if shifted else None,
+               "rope_theta": None if call.rope is None else float(call.rope.theta),
+               "rope_layout": None if call.rope is None else call.rope.layout,
+               "dropout_p": call.dropout_p, "dropout_mask": call.dropout_mask}
+        if call.alibi is not None:
+            if self._takes("alibi_heads") and not self.var_kw:
+                out["alibi_heads"] = call.alibi.heads
+            else:
+                out["alibi_slopes"] = call.alibi_slopes()
+        return out
 
     def answer(self, call: Call) -> Answer:
         """Call the function on ``call``; its outputs read as float64, with the dtype it returned.
@@ -340,11 +463,11 @@ class FunctionImpl(Impl):
             args = [conv(a) for a in (call.query, call.key, call.value)]
             kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
             out = self.fn(*args, **kwargs)
-            if hasattr(out, "detach"):
+            if call.lse is None and hasattr(out, "detach"):
                 return read_answer(out, self.name)
         except Exception as e:     # the function under test failed on this input
             raise ImplRaised(e) from e
-        return read_answer(out, self.name)
+        return read_answer(out, self.name, lse=call.lse is not None)
 
     def __call__(self, call: Call) -> np.ndarray:
         """The outputs as float64 (:meth:`answer` without the dtype)."""

@@ -59,10 +59,14 @@ class Entry:
     status: str
     reference: "Reference" = field(repr=False, default=None)
     terms_ulps: float | None = None
+    lse_base: str | None = None
 
     @property
     def exact(self):
-        """The exact output as an :class:`~exactattn.softmax.ExpRatio`."""
+        """The exact output as an :class:`~exactattn.softmax.ExpRatio` (for an lse entry,
+        ``index = (b, h, i)``, the row's :class:`~exactattn.lse.LogSumExp`)."""
+        if self.lse_base is not None:
+            return self.reference.lse(*self.index, self.lse_base)
         b, h, i, c = self.index
         return self.reference.output(b, h, i, c)
 
@@ -73,7 +77,8 @@ class Report:
 
     ``raised`` is the implementation's exception in one line (``"ValueError:
     ..."``) when it raised instead of answering; every entry is then a hard
-    failure.  ``seconds`` holds wall-clock timings (``impl``, ``exact``,
+    failure.  ``lse_entries`` (with ``lse`` the base, ``e`` or ``2``) compare
+    the implementation's log-sum-exp per row, index ``(b, h, i)``.  ``seconds`` holds wall-clock timings (``impl``, ``exact``,
     ``compare``); reports print them only when asked.
     """
 
@@ -89,13 +94,25 @@ class Report:
     notes: list = field(default_factory=list)
     flops: dict | None = None
     raised: str | None = None
+    lse: str | None = None
+    lse_entries: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return all(e.status == "ok" for e in self.entries)
+        return all(e.status == "ok" for e in self.entries + self.lse_entries)
 
     def failures(self) -> list:
-        return [e for e in self.entries if e.status != "ok"]
+        return [e for e in self.entries + self.lse_entries if e.status != "ok"]
+
+    def lse_summary(self) -> dict | None:
+        """count, max ULPs, over, hard of the log-sum-exp entries (None when not checked)."""
+        if self.lse is None:
+            return None
+        ulps = [e.ulps for e in self.lse_entries if e.ulps is not None]
+        return {"base": self.lse, "count": len(self.lse_entries),
+                "max_ulps": max(ulps) if ulps else None,
+                "over": sum(e.status == "over" for e in self.lse_entries),
+                "hard": sum(e.status == "hard" for e in self.lse_entries)}
 
     def summary(self) -> dict:
         """count, max/mean/median ULPs, max ULPs at the terms, max relative error, over, hard."""
@@ -176,15 +193,37 @@ def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
 
 
 def _run(impl, call):
-    """The implementation's outputs, or the exception it raised, in one line."""
+    """The implementation's :class:`~exactattn.verify.adapter.Answer`, or the exception it raised, in one line."""
     try:
-        return impl(call), None
+        return impl.answer(call), None
     except ImplRaised as e:
         return None, e.line
 
 
+def _lse_entries(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) -> list:
+    """The log-sum-exp of every row against the exact one (:meth:`Reference.rounded_lse`)."""
+    fmt = float_format(dtype)
+    rounded, balls = ref.rounded_lse(dtype, base, prec=prec)
+    top = ref.max_abs_exponent()
+    out = []
+    for idx in np.ndindex(*rounded.shape):
+        g, r = (math.nan if got is None else float(got[idx])), float(rounded[idx])
+        if got is None:
+            out.append(Entry(idx, r, g, None, None, "hard", ref, lse_base=base))
+            continue
+        if math.isinf(r) or math.isnan(r):     # -inf (no key) or the policy's NaN: exactly that
+            ok = g == r or (math.isnan(r) and math.isnan(g))
+            out.append(Entry(idx, r, g, 0 if ok else None, None, "ok" if ok else "hard", ref,
+                             lse_base=base))
+            continue
+        mag = max(abs(r), top if math.isfinite(top) else abs(r))
+        j = judge(g, r, balls[idx], mag, fmt, lambda: ref.lse(*idx, base), tol)
+        out.append(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, base))
+    return out
+
+
 def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "float32", *,
-           max_ulps: int | None = None, prec: int = 96) -> Report:
+           max_ulps: int | None = None, prec: int = 96, lse: str | None = None) -> Report:
     """Run ``impl`` on ``problem`` in ``dtype`` and compare every output with the exact one.
 
     The problem's entries are first rounded to ``dtype`` (counted in
@@ -198,16 +237,23 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     Args:
         impl: an :class:`~exactattn.verify.impls.Impl`, a callable, or a name
             (``numpy``, ``numpy-naive``, ``torch``, ``module:function``).
-        policy: the answer checked against (default :class:`Policy`, PyTorch's).
-            A problem with a mask is read under its own ``mask_kind``.
+        policy: the answer checked against (default :class:`Policy`, PyTorch's),
+            modifiers included (sink, ALiBi, soft-cap, window, query offset,
+            RoPE, dropout with the problem's ``dropout_keep``).  A problem
+            with a mask is read under its own ``mask_kind``.
         dtype: ``float64``, ``float32``, ``float16`` or ``bfloat16``.
+        lse: ``"e"`` or ``"2"``: the implementation returns ``(output, lse)``
+            and each row's log-sum-exp is checked too (``-inf`` for a row
+            with no key must be exactly ``-inf``).
 
     Raises:
         InputError: an unknown dtype, a dtype the implementation does not
             run, a scale that is 0 or infinity in the dtype
             (:func:`check_scale`), inputs that overflow the dtype, a problem
             estimated to take over :data:`~exactattn.verify.limits.MAX_SECONDS`
-            (:func:`~exactattn.verify.limits.check_work`).
+            (:func:`~exactattn.verify.limits.check_work`), an ``inf``/``nan``
+            key or value that a query sees (named: ``key[1][0]``), an ``lse``
+            asked for that the implementation does not return.
         ShapeError: the implementation returned the wrong shape.
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
@@ -226,27 +272,34 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     check_work(problem.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
                "narrower head")
     from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
+    if lse is not None:
+        lse = str(lse)
+        if lse not in ("e", "2"):
+            raise InputError(f"lse must be e or 2 (got {shorten(lse, quote=True)})")
     rounded_problem, moved = problem.rounded(dtype)
     sh = rounded_problem.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    call = make_call(rounded_problem, policy, dtype)
+    ref = Reference(rounded_problem, policy)     # refuses non-finite numbers a query sees
+    call = make_call(rounded_problem, policy, dtype, lse)
     t0 = time.perf_counter()
-    out, raised = _run(impl, call)
+    answer, raised = _run(impl, call)
     t1 = time.perf_counter()
+    got_lse = None
     if raised is None:
-        try:
-            got = np.asarray(out, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ShapeError(f"{impl.name}'s output must be an array of numbers "
-                             f"(got {shorten(type(out).__name__)})") from None
+        got = answer.values
         if got.size != math.prod(want) or got.shape[-2:] != want[-2:]:
             raise ShapeError(f"{impl.name}'s output must be "
                              f"{' x '.join(map(str, want[4 - problem.rank:]))} "
                              f"(got {' x '.join(map(str, got.shape))})")
         got = got.reshape(want)
+        if lse is not None:
+            if answer.lse.size != math.prod(want[:3]):
+                raise ShapeError(f"{impl.name}'s lse must be "
+                                 f"{' x '.join(map(str, want[4 - problem.rank:3]))} "
+                                 f"(got {' x '.join(map(str, answer.lse.shape))})")
+            got_lse = answer.lse.reshape(want[:3])
     else:
         got = np.full(want, math.nan)
-    ref = Reference(rounded_problem, policy)
     tol = default_max_ulps(dtype, sh["S"], sh["E"], ref.max_abs_exponent()) \
         if max_ulps is None else max_ulps
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
@@ -266,7 +319,8 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     if off_format:
         notes.append(f"outputs that were not {dtype} values: {off_format} of {len(entries)}; "
                      f"they were rounded to {dtype} before counting ULPs")
+    lse_entries = [] if lse is None else _lse_entries(ref, got_lse, dtype, lse, tol, prec)
     t3 = time.perf_counter()
     return Report(impl.name, dtype, policy, rounded_problem, entries, tol, moved, ref,
                   {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes,
-                  raised=raised)
+                  raised=raised, lse=lse, lse_entries=lse_entries)

@@ -236,7 +236,7 @@ def certified_scientific(value, digits: int = 9) -> str:
     '7.310585786e-01'
     """
     check_whole(digits, "digits", low=1, high=50)
-    if value.row.nan:
+    if value.row.nan if hasattr(value, "row") else value.nan:    # an ExpRatio, or a GradValue
         return "nan"
     q = value.rational()
     if q == 0:

@@ -4,13 +4,22 @@
   float64, float32 (or float16), the softmax with the row maximum subtracted
   (``numpy``) or without (``numpy-naive``: ``exp`` overflows past 88.7 in
   float32 and the row turns into ``inf/inf = nan``).  A row with no visible
-  key is 0/0 = NaN in both.
+  key is 0/0 = NaN in both.  Modifiers follow the one composition of
+  :func:`exactattn.logits.softmax_row`: RoPE rotates q and k (angles in
+  float64, cast to the dtype), then scale, ``cap * tanh(s / cap)``, + ALiBi
+  bias, hidden keys to ``-inf``, the sink as one more column of the softmax,
+  dropout factors ``keep / (1 - p)`` on the weights; keys no query sees are
+  left out of the mixing (so an ``inf`` there is never multiplied by 0); the
+  log-sum-exp is ``max + log(sum)`` (divided by ``log 2`` in base 2).
 * ``torch``: ``torch.nn.functional.scaled_dot_product_attention`` on the CPU
   in float64, float32, bfloat16 or float16 (optional extra ``torch``).
   ``top_left`` causal is ``is_causal=True``; ``bottom_right`` is
   ``attn_mask=causal_lower_right(L, S)``; with a mask as well the causal rule
   is folded into the mask.  GQA ``interleave`` is ``enable_gqa=True``;
-  ``tile`` repeats the key/value heads before the call.
+  ``tile`` repeats the key/value heads before the call.  RoPE rotates q and
+  k first and ALiBi, windows and query offsets travel as an additive float
+  mask; a soft-cap, a sink, dropout or a log-sum-exp (which SDPA cannot take)
+  run the same composition as ``numpy`` in torch ops, in the dtype.
 * ``module:function``: any function ``f(query, key, value, *, attn_mask=None,
   is_causal=False, scale=None, enable_gqa=False)``, called by
   :class:`~exactattn.verify.adapter.FunctionImpl` (the one adapter, shared
@@ -84,19 +93,62 @@ class NumpyImpl(Impl):
         E = q.shape[-1]
         scale = dt(1) / np.sqrt(dt(E)) if call.scale is None else dt(call.scale)
         with np.errstate(all="ignore"):
+            if call.rope is not None:
+                q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+                k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
             s = (q @ np.swapaxes(k, -1, -2)) * scale          # ... x L x S
-            if call.is_causal:
-                s = np.where(call.causal_keep(), s, dt(-np.inf))
+            if call.softcap is not None:
+                cap = dt(call.softcap)
+                s = cap * np.tanh(s / cap)
+            if call.alibi is not None:
+                s = s + call.alibi_bias().astype(dt)
+            seen = call.keep() if call.positional else None
             if call.attn_mask is not None:
-                if call.attn_mask.dtype == bool:
-                    s = np.where(call.attn_mask, s, dt(-np.inf))
-                else:
-                    s = s + call.attn_mask.astype(dt)
-            if not self.naive:
-                s = s - s.max(axis=-1, keepdims=True)
-            e = np.exp(s)
-            out = (e / e.sum(axis=-1, keepdims=True)) @ v
-        return out.astype(dt)
+                m = call.attn_mask
+                if m.dtype != bool:
+                    s = s + np.where(np.isneginf(m), 0, m).astype(dt)
+                    m = ~np.isneginf(m)
+                seen = m if seen is None else seen & m
+            if seen is not None:
+                s = np.where(seen, s, dt(-np.inf))
+                v = np.where(np.any(seen, axis=-2)[..., :, None], v, dt(0))   # keys no query sees
+            if call.sink is not None:
+                s = np.concatenate([s, np.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
+            top = s.max(axis=-1, keepdims=True) if not self.naive else dt(0)
+            e = np.exp(s - top)
+            den = e.sum(axis=-1, keepdims=True)
+            w = e / den
+            if call.sink is not None:
+                w = w[..., :-1]
+            if call.dropout_p is not None:
+                w = w * np.where(call.dropout_mask, dt(1) / (dt(1) - dt(call.dropout_p)), dt(0))
+            out = (w @ v).astype(dt)
+            if call.lse is None:
+                return out
+            lse = (top + np.log(den))[..., 0]
+            return out, (lse / np.log(dt(2)) if call.lse == "2" else lse).astype(dt)
+
+
+def rotate(x, angles, rope):
+    """RoPE in floats: ``x`` (... x n x d, a numpy array or a tensor) rotated pairwise by ``angles``.
+
+    ``angles`` is n x d/2 float64 (:meth:`Call.rope_angles`); cos and sin are
+    taken in float64 and cast to x's dtype; ``(a, b) -> (a cos - b sin, a sin + b cos)``.
+    """
+    pairs = rope.pairs(x.shape[-1])
+    ia, ib = [a for a, _, _ in pairs], [b for _, b, _ in pairs]
+    c, s = np.cos(angles), np.sin(angles)
+    if hasattr(x, "detach"):
+        import torch
+        c, s = (torch.from_numpy(np.asarray(t)).to(x.dtype) for t in (c, s))
+        out = x.clone()
+    else:
+        c, s = c.astype(x.dtype), s.astype(x.dtype)
+        out = x.copy()
+    xa, xb = x[..., ia], x[..., ib]
+    out[..., ia] = xa * c - xb * s
+    out[..., ib] = xa * s + xb * c
+    return out
 
 
 class TorchImpl(Impl):
@@ -124,10 +176,71 @@ class TorchImpl(Impl):
 
     def __call__(self, call: Call):
         import torch
-        import torch.nn.functional as F
         dt = getattr(torch, call.dtype)
         q, k, v = (torch.from_numpy(np.ascontiguousarray(a)).to(dt)
                    for a in (call.query, call.key, call.value))
+        if composed(call):
+            out, lse = self.composed(call, q, k, v)
+            out = out.to(torch.float64).numpy()
+            return out if lse is None else (out, lse.to(torch.float64).numpy())
+        return self.attend(call, q, k, v).to(torch.float64).numpy()
+
+    def composed(self, call: Call, q, k, v):
+        """``(output, lse or None)``: the one composition in torch ops, for what SDPA cannot take."""
+        import torch
+        dt = q.dtype
+        if q.dim() >= 3:
+            idx = call.kv_index()
+            k, v = k[..., idx, :, :], v[..., idx, :, :]
+        if call.rope is not None:
+            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+        scale = 1 / np.sqrt(q.shape[-1]) if call.scale is None else call.scale
+        s = (q @ k.transpose(-1, -2)) * torch.tensor(scale, dtype=dt)
+        if call.softcap is not None:
+            cap = torch.tensor(call.softcap, dtype=dt)
+            s = cap * torch.tanh(s / cap)
+        if call.alibi is not None:
+            s = s + torch.from_numpy(call.alibi_bias()).to(dt)
+        m = call.mask_in("additive", fold=True)
+        if m is not None:
+            seen = torch.from_numpy(~np.isneginf(m))
+            s = torch.where(seen, s + torch.from_numpy(np.where(np.isneginf(m), 0, m)).to(dt),
+                            torch.tensor(-np.inf, dtype=dt))
+            v = torch.where(seen.any(dim=-2)[..., :, None], v, torch.zeros((), dtype=dt))
+        if call.sink is not None:
+            s = torch.cat([s, torch.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], dim=-1)
+        top = s.amax(dim=-1, keepdim=True)
+        e = torch.exp(s - top)
+        den = e.sum(dim=-1, keepdim=True)
+        w = e / den
+        if call.sink is not None:
+            w = w[..., :-1]
+        if call.dropout_p is not None:
+            f = torch.tensor(1 / (1 - call.dropout_p), dtype=dt)
+            w = w * torch.where(torch.from_numpy(call.dropout_mask), f, torch.zeros((), dtype=dt))
+        out = w @ v
+        if call.lse is None:
+            return out, None
+        lse = (top + torch.log(den))[..., 0]
+        return out, lse / torch.log(torch.tensor(2.0, dtype=dt)) if call.lse == "2" else lse
+
+    def attend(self, call: Call, q, k, v):
+        """SDPA of the call on tensors q, k, v of its dtype: the output tensor (autograd kept).
+
+        What ``verify --backward`` differentiates (:mod:`exactattn.verify.backward`).
+
+        Raises:
+            ImplRaised: SDPA refused the call.
+        """
+        import torch
+        import torch.nn.functional as F
+        dt = getattr(torch, call.dtype)
+        if composed(call):
+            return self.composed(call, q, k, v)[0]
+        if call.rope is not None:
+            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
         kwargs: dict = {"scale": call.scale}
         if call.enable_gqa:
             if call.gqa == "interleave":
@@ -138,8 +251,9 @@ class TorchImpl(Impl):
                 shape[-3] = reps
                 k, v = k.repeat(*shape), v.repeat(*shape)
         mask = call.attn_mask
-        if call.is_causal and mask is None and (call.alignment == "top_left"
-                                                or self.lower_right_bias):
+        plain = call.window is None and call.query_offset is None and call.alibi is None
+        if call.is_causal and mask is None and plain and (call.alignment == "top_left"
+                                                          or self.lower_right_bias):
             if call.alignment == "top_left":
                 kwargs["is_causal"] = True
             else:
@@ -148,15 +262,22 @@ class TorchImpl(Impl):
                 with warnings.catch_warnings():   # "NaNs when L > S": verify checks what it gives
                     warnings.simplefilter("ignore", UserWarning)
                     kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
-        elif mask is not None or call.is_causal:
-            mask = call.mask_in(fold=True)   # SDPA takes one of the two: fold the causal rule in
+        elif mask is not None or call.positional or call.alibi is not None:
+            # SDPA takes one of the two: fold the causal rule (and a window) in; ALiBi is a bias
+            mask = call.mask_in(None if call.alibi is None else "additive", fold=True)
+            if call.alibi is not None:
+                mask = call.alibi_bias() if mask is None else mask + call.alibi_bias()
             t = torch.from_numpy(np.ascontiguousarray(mask))
             kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
         try:
-            out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+            return F.scaled_dot_product_attention(q, k, v, **kwargs)
         except Exception as e:     # e.g. a dtype or shape this build of SDPA refuses
             raise ImplRaised(e) from e
-        return out.to(torch.float64).numpy()
+
+
+def composed(call: Call) -> bool:
+    """True when the call has a modifier SDPA cannot take: soft-cap, sink, dropout, log-sum-exp."""
+    return any(x is not None for x in (call.softcap, call.sink, call.dropout_p, call.lse))
 
 
 IMPLS = ("numpy", "numpy-naive", "torch")

@@ -4,7 +4,16 @@ Shapes follow PyTorch's ``scaled_dot_product_attention``: query B x H_q x L x E,
 key B x H_kv x S x E, value B x H_kv x S x E_v; a caller may pass L x E or
 H x L x E and is handed arrays of that rank back.  The mask is an explicit
 :class:`~exactattn.call.Mask` per (batch, query head); the causal rule is not
-a mask, it is ``Policy(causal=True)``.
+a mask, it is ``Policy(causal=True)``.  A dropout keep-mask
+(``dropout_keep``, B x H_q x L x S booleans, True = kept) is data of the call
+too; ``Policy.dropout`` gives its p.
+
+Non-finite numbers: ``inf``, ``-inf`` and ``nan`` may stand in a key or a
+value (padding often holds them) and are kept as Python floats; they are
+legal only where no query sees them.  :meth:`Problem.check_nonfinite` is the
+one check, run by :class:`~exactattn.verify.Reference` once the policy is
+known; a non-finite entry a query sees is a one-line error naming it
+(``key[1][0] must be finite where a query sees it (got inf); ...``).
 
 >>> p = Problem.from_arrays([["1/2"]], [[1], [2]], [[3], [4]])
 >>> p.shape
@@ -72,10 +81,40 @@ def _object_array(flat: list, shape) -> np.ndarray:
     return out.reshape(shape)
 
 
-def _exact_array(data, name: str, floats: str | None) -> np.ndarray:
+_NONFINITE_TEXT = {"inf": math.inf, "+inf": math.inf, "infinity": math.inf,
+                   "+infinity": math.inf, "-inf": -math.inf, "-infinity": -math.inf,
+                   "nan": math.nan, "+nan": math.nan, "-nan": math.nan}
+
+
+def nonfinite_value(v) -> float | None:
+    """``inf``, ``-inf`` or ``nan`` (a Python float) when ``v`` is one, written as a float or text; else None."""
+    if isinstance(v, str):
+        return _NONFINITE_TEXT.get(v.strip().lower())
+    if isinstance(v, (float, np.floating)) and not math.isfinite(v):
+        return float(v)
+    return None
+
+
+def is_nonfinite(x) -> bool:
+    """True for an entry kept as ``inf``, ``-inf`` or ``nan`` (a Python float)."""
+    return isinstance(x, float)
+
+
+def _index_text(index) -> str:
+    return "".join(f"[{k}]" for k in index)
+
+
+def _exact_array(data, name: str, floats: str | None, nonfinite: bool = False) -> np.ndarray:
+    """Entries read exactly; with ``nonfinite`` inf and NaN are kept as Python floats."""
     arr = _as_array(data, name)
-    flat = [to_exact(v.item() if isinstance(v, np.generic) else v, name=name, floats=floats)
-            for v in arr.reshape(-1)]
+    flat = []
+    for v in arr.reshape(-1):
+        v = v.item() if isinstance(v, np.generic) else v
+        bad = nonfinite_value(v) if nonfinite else None
+        if bad is not None:
+            flat.append(bad)
+            continue
+        flat.append(to_exact(v, name=name, floats=floats))
     out = _object_array(flat, arr.shape)
     while out.ndim < 4:
         out = out[np.newaxis]
@@ -113,6 +152,9 @@ class Problem:
     ``mask_kind`` (``bool`` for boolean kinds; ``Fraction``, or None for
     ``-inf``, in an additive mask).  ``rank`` is the number of dimensions the
     caller used (2, 3 or 4); an implementation is handed arrays of that rank.
+    ``dropout_keep``: None or B x H_q x L x S ``bool`` (True = kept).
+    ``labels``: how messages name query, key and value.  Keys and values may
+    hold ``inf``/``nan`` (Python floats) where no query sees them.
     """
 
     query: np.ndarray
@@ -122,16 +164,22 @@ class Problem:
     mask_kind: str | None = None
     rank: int = 4
     name: str = "problem"
+    dropout_keep: np.ndarray | None = None
+    labels: tuple = ("query", "key", "value")
 
     @classmethod
     def from_arrays(cls, query, key, value, mask=None, *, mask_kind: str = "bool_keep",
-                    floats: str | None = None, name: str = "problem") -> "Problem":
+                    floats: str | None = None, name: str = "problem", dropout_keep=None,
+                    labels: tuple = ("query", "key", "value")) -> "Problem":
         """Read query, key, value (and a mask) given as nested lists, numpy arrays or tensors.
 
         Entries are read by :func:`exactattn.exact.to_exact`: binary floats
-        are refused unless ``floats`` says how to read them.  The mask is
-        L x S or broadcastable to B x H_q x L x S, read as a
-        :class:`~exactattn.call.Mask` of ``mask_kind``.
+        are refused unless ``floats`` says how to read them.  Keys and values
+        may hold ``inf``, ``-inf`` or ``nan`` (floats or text) where no query
+        sees them (checked with the policy, :meth:`check_nonfinite`).  The
+        mask is L x S or broadcastable to B x H_q x L x S, read as a
+        :class:`~exactattn.call.Mask` of ``mask_kind``; ``dropout_keep``
+        (booleans, True = kept) broadcasts the same way.
 
         Raises:
             ShapeError: mismatched sizes, a bad rank, GQA heads that do not divide.
@@ -146,7 +194,8 @@ class Problem:
         check_inputs(count, "query, key, value and mask",
                      "a problem is checked number by number: use fewer tokens, heads or a "
                      "narrower head")
-        q, k, v = (_exact_array(a, n, floats) for a, n in zip(arrays, ("query", "key", "value")))
+        q, k, v = (_exact_array(a, n, floats, nonfinite=n != labels[0])
+                   for a, n in zip(arrays, labels))
         B, Hq, L, E = q.shape
         if k.shape[0] != B or k.shape[3] != E:
             raise ShapeError(f"key must be {B} x H_kv x S x {E} like the query "
@@ -159,7 +208,10 @@ class Problem:
         if mask is not None:
             check_choice(mask_kind, "mask_kind", MASK_KINDS)
             m = _mask_blocks(mask, mask_kind, (B, Hq, L, k.shape[2]), floats)
-        return cls(q, k, v, m, mask_kind if mask is not None else None, rank, name)
+        keep = None if dropout_keep is None else \
+            _keep_blocks(dropout_keep, (B, Hq, L, k.shape[2]))
+        return cls(q, k, v, m, mask_kind if mask is not None else None, rank, name, keep,
+                   tuple(labels))
 
     @classmethod
     def from_scores(cls, scores, values=None, mask=None, *, mask_kind: str = "bool_keep",
@@ -231,7 +283,8 @@ class Problem:
         for b in range(B):
             for h in range(Hq):
                 Mask(kind, self.mask[b, h].tolist())   # refuses entries of the other sort
-        return Problem(self.query, self.key, self.value, self.mask, kind, self.rank, self.name)
+        return Problem(self.query, self.key, self.value, self.mask, kind, self.rank, self.name,
+                       self.dropout_keep, self.labels)
 
     def rounded(self, dtype: str) -> tuple["Problem", int]:
         """The same problem with every entry rounded to ``dtype``, and how many entries moved.
@@ -247,7 +300,7 @@ class Problem:
 
         def rnd(x, what: str, fix: str = ""):
             nonlocal moved
-            if x is None or isinstance(x, bool):
+            if x is None or isinstance(x, bool) or is_nonfinite(x):
                 return x
             f = round_to_format(x, fmt)
             if math.isinf(f):
@@ -264,7 +317,74 @@ class Problem:
             mask = arr(mask, "mask entries", "; use '-inf' to hide a key")
         return Problem(arr(self.query, "inputs"), arr(self.key, "inputs"),
                        arr(self.value, "inputs"), mask, self.mask_kind, self.rank,
-                       self.name), moved
+                       self.name, self.dropout_keep, self.labels), moved
+
+    def with_dropout_keep(self, keep) -> "Problem":
+        """The same problem with a dropout keep-mask (L x S booleans, or broadcastable to B x H_q x L x S).
+
+        Raises:
+            ShapeError, InputError: a mask of the wrong shape or with entries that are not booleans.
+        """
+        sh = self.shape
+        return Problem(self.query, self.key, self.value, self.mask, self.mask_kind, self.rank,
+                       self.name, _keep_blocks(keep, (sh["B"], sh["H_q"], sh["L"], sh["S"])),
+                       self.labels)
+
+    def nonfinite(self) -> list[tuple[int, tuple]]:
+        """Every ``inf``/``nan`` entry: ``(1 for key or 2 for value, (b, g, j, c))``."""
+        out = []
+        for a, arr in ((1, self.key), (2, self.value)):
+            flags = np.frompyfunc(is_nonfinite, 1, 1)(arr).astype(bool)
+            out += [(a, tuple(int(x) for x in idx)) for idx in zip(*np.nonzero(flags))]
+        return out
+
+    def check_nonfinite(self, policy: Policy) -> None:
+        """Refuse an ``inf``/``nan`` key or value entry that some query sees: the one check.
+
+        Key j of batch b and key/value head g may hold non-finite numbers
+        when every query of every query head reading g (the policy's GQA map)
+        has key j hidden (``Policy.keep`` with the mask); the exact answer
+        never reads it.  (Under ``empty_row=uniform`` without a sink, a query
+        that sees no key reads every value.)
+
+        Raises:
+            InputError: a non-finite entry a query sees, named in the caller's rank.
+
+        >>> Problem.from_arrays([[0]], [[0], [0]], [[1], ["inf"]], [[True, False]]).check_nonfinite(Policy())
+        >>> Problem.from_arrays([[0]], [[0], [0]], [[1], ["inf"]]).check_nonfinite(Policy())
+        Traceback (most recent call last):
+        ...
+        exactattn.errors.InputError: value[1][0] must be finite where a query sees it (got inf); inf and NaN may stand only at keys the mask or the policy hides from every query
+        """
+        bad = self.nonfinite()
+        if not bad:
+            return
+        sh = self.shape
+        seen: dict = {}
+        for a, (b, g, j, c) in bad:
+            if (b, g) not in seen:
+                heads = [h for h in range(sh["H_q"]) if policy.kv_head(h, sh["H_q"], sh["H_kv"]) == g]
+                keeps = [policy.keep(sh["L"], sh["S"], self.block_mask(b, h)) for h in heads]
+                if policy.empty_row == "uniform" and policy.sink is None:
+                    keeps = [k | ~k.any(axis=1, keepdims=True) for k in keeps]
+                seen[(b, g)] = np.logical_or.reduce([k.any(axis=0) for k in keeps])
+            if seen[(b, g)][j]:
+                x = (self.key if a == 1 else self.value)[b, g, j, c]
+                where = self.labels[a] + _index_text((b, g, j, c)[4 - self.rank:])
+                raise InputError(f"{where} must be finite where a query sees it (got {x}); inf "
+                                 "and NaN may stand only at keys the mask or the policy hides "
+                                 "from every query")
+
+    def finite(self) -> "Problem":
+        """The problem with every ``inf``/``nan`` entry replaced by 0 (after :meth:`check_nonfinite`)."""
+        bad = self.nonfinite()
+        if not bad:
+            return self
+        key, value = self.key.copy(), self.value.copy()
+        for a, idx in bad:
+            (key if a == 1 else value)[idx] = Fraction(0)
+        return Problem(self.query, key, value, self.mask, self.mask_kind, self.rank, self.name,
+                       self.dropout_keep, self.labels)
 
     def floats(self, name: str) -> np.ndarray:
         """``query``/``key``/``value`` as float64 (exact when the entries are floats), in the caller's rank."""
@@ -277,7 +397,24 @@ class Problem:
         mask = None if self.mask is None else tuple(self.mask.reshape(-1))
         return (self.query.shape, self.key.shape, self.value.shape,
                 tuple(self.query.reshape(-1)), tuple(self.key.reshape(-1)),
-                tuple(self.value.reshape(-1)), self.mask_kind, mask)
+                tuple(self.value.reshape(-1)), self.mask_kind, mask,
+                None if self.dropout_keep is None else tuple(self.dropout_keep.reshape(-1)))
+
+
+def _keep_blocks(keep, shape: tuple) -> np.ndarray:
+    """A dropout keep-mask (booleans) broadcast to B x H_q x L x S."""
+    if hasattr(keep, "detach"):
+        keep = keep.detach().cpu().numpy()
+    raw = np.array(keep, dtype=object)
+    if raw.size and not all(isinstance(x, (bool, np.bool_)) for x in raw.reshape(-1)):
+        bad = next(x for x in raw.reshape(-1) if not isinstance(x, (bool, np.bool_)))
+        raise InputError(f"dropout_keep must hold true/false entries (True = kept) (got "
+                         f"{shorten(bad, quote=True)})")
+    try:
+        return np.broadcast_to(raw.astype(bool), shape).copy()
+    except ValueError:
+        raise ShapeError(f"dropout_keep must be L x S = {shape[2]} x {shape[3]} or broadcast to "
+                         f"{_dims(shape)} (got {_dims(raw.shape)})") from None
 
 
 def random_problem(n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | None = None,

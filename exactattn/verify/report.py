@@ -15,7 +15,7 @@ from ..render import Section, plural
 from .check import Report
 from .formats import certified_scientific, shortest_repr
 
-__all__ = ["report_sections"]
+__all__ = ["backward_sections", "report_sections"]
 
 
 def _g(x, spec: str = ".3g") -> str:
@@ -40,6 +40,7 @@ def _worst_section(r: Report, worst: int, digits: int) -> Section:
         f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
         f"{r.dtype}: {r.moved_inputs} of {total}",
         f"policy: {r.policy.describe()}",
+        *_modifier_notes(r),
         f"exact: certified to {digits} significant digits; 'exact in {r.dtype}' is the exact "
         f"value correctly rounded to {r.dtype} (arb enclosures, round-to-nearest-even, "
         "subnormals, overflow to inf)",
@@ -55,6 +56,38 @@ def _worst_section(r: Report, worst: int, digits: int) -> Section:
         ["output b,h,i,c", "exact (certified)", f"exact in {r.dtype}", r.impl.split(" ")[0],
          "ULPs", "at terms", "rel. error", "status"], rows, notes,
         data={"summary": r.summary()})
+
+
+def _modifier_notes(r: Report) -> list[str]:
+    """One line per modifier: the kind of value it gives (and what dropout does to the rows)."""
+    notes = [f"{name}: {kind} ({why})" for name, kind, why in r.reference.value_kinds()]
+    if r.policy.sink is not None:
+        notes.append("sink: counted once in every row's normaliser; the keys' shares sum to "
+                     "less than 1")
+    return notes
+
+
+def _lse_section(r: Report, worst: int, digits: int) -> Section:
+    """The rows whose log-sum-exp is furthest from the exact one."""
+    def key(e):
+        return (e.status != "hard", -(e.ulps if e.ulps is not None else 0))
+    rows = []
+    for e in sorted(r.lse_entries, key=key)[:worst]:
+        exact = e.exact
+        text = "-inf" if exact.neg_inf else certified_scientific(exact, digits)
+        got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
+        rows.append([",".join(map(str, e.index)), text, shortest_repr(e.rounded, r.dtype), got,
+                     _g(e.ulps, "d"), _g(e.rel), e.status])
+    unit = "natural log" if r.lse == "e" else "base 2 (log2)"
+    s = r.lse_summary()
+    notes = [f"log-sum-exp of each row in {unit}, the sink included: certified transcendental "
+             "(exact when the row has one key); -inf for a row with no key must be -inf",
+             f"rows: {s['count']}; max ULPs {_g(s['max_ulps'], 'd')}; over tolerance "
+             f"{s['over']}; hard failures {s['hard']}"]
+    return Section(f"verify-lse-{r.dtype}", f"{r.impl} in {r.dtype}: log-sum-exp per row",
+                   ["row b,h,i", "exact (certified)", f"exact in {r.dtype}",
+                    r.impl.split(" ")[0], "ULPs", "rel. error", "status"], rows, notes,
+                   data={"summary": s})
 
 
 def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[str]) -> Section:
@@ -121,6 +154,91 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
     run to run); ``notes`` are added under the summary.
     """
     sections = [_worst_section(r, worst, digits) for r in reports]
+    sections += [_lse_section(r, worst, digits) for r in reports if r.lse is not None]
     sections.append(_summary_section(reports, timings, notes))
     sections.append(_cost_section(reports))
+    return sections
+
+
+# --------------------------------------------------------------------------- backward
+def _backward_worst(r: Report, worst: int) -> list:
+    """Hard failures, then entries over the tolerance (largest error at the terms first),
+    then the largest ULP errors: a failing report shows its failures."""
+    def key(e):
+        rank = {"hard": 0, "over": 1}.get(e.status, 2)
+        size = e.terms_ulps if rank == 1 and e.terms_ulps is not None else \
+            (e.ulps if e.ulps is not None else 0)
+        return (rank, -size)
+    return sorted(r.entries, key=key)[:worst]
+
+
+def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
+    rows = []
+    for e in _backward_worst(r, worst):
+        got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
+        rows.append([e.index[0], ",".join(map(str, e.index[1:])),
+                     certified_scientific(e.exact, digits), shortest_repr(e.rounded, r.dtype),
+                     got, _g(e.ulps, "d"), _g(e.terms_ulps, ".2f"), _g(e.rel), e.status])
+    sh = r.problem.shape
+    notes = [
+        f"problem: {r.problem.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
+        f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
+        f"{r.dtype}: {r.moved_inputs}",
+        f"policy: {r.policy.describe()}",
+        "exact: dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO with dS = P (dO V^T - D), "
+        f"D_i = dO_i . O_i, certified to {digits} significant digits; 'exact in {r.dtype}' "
+        f"is the exact value correctly rounded to {r.dtype}",
+        f"ULPs: {r.dtype} floats between the implementation's value and 'exact in {r.dtype}'; "
+        "at terms: |error| in ULPs at the size of the terms the entry adds up (dQ and dK "
+        "cancel: every row of dS sums to 0)",
+        f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt(max(L, S) + "
+        "d_k)) + 4 + ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
+        "finite is a hard failure",
+    ] + r.notes
+    return Section(
+        f"verify-backward-{r.dtype}", f"{r.impl} in {r.dtype}: the "
+        f"{plural(min(worst, len(r.entries)), 'worst gradient entry', 'worst gradient entries')}"
+        " against the exact gradients",
+        ["gradient", "b,h,i,c", "exact (certified)", f"exact in {r.dtype}",
+         r.impl.split(" ")[0], "ULPs", "at terms", "rel. error", "status"], rows, notes,
+        data={"summary": r.summary()})
+
+
+def _backward_summary_section(reports: Sequence[Report], timings: bool,
+                              notes: Sequence[str]) -> Section:
+    columns = ["dtype", "gradient", "entries", "max ULPs", "median ULPs", "max at terms",
+               "max rel. error", "over tolerance", "hard failures"]
+    if timings:
+        columns.append("seconds impl/exact")
+    rows = []
+    for r in reports:
+        names = []
+        for e in r.entries:
+            if e.index[0] not in names:
+                names.append(e.index[0])
+        for name in names:
+            part = [e for e in r.entries if e.index[0] == name]
+            ulps = sorted(e.ulps for e in part if e.ulps is not None)
+            terms = [e.terms_ulps for e in part if e.terms_ulps is not None and e.status != "hard"]
+            rels = [e.rel for e in part if e.rel is not None]
+            row = [r.dtype, name, str(len(part)), _g(ulps[-1] if ulps else None, "d"),
+                   _g(ulps[(len(ulps) - 1) // 2] if ulps else None, "d"),
+                   _g(max(terms) if terms else None, ".2f"), _g(max(rels) if rels else None),
+                   str(sum(e.status == "over" for e in part)),
+                   str(sum(e.status == "hard" for e in part))]
+            if timings:
+                row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}")
+            rows.append(row)
+    verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
+    return Section("verify-backward-summary", "Summary per dtype and gradient", columns, rows,
+                   [f"result: {verdict}", *notes])
+
+
+def backward_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 12,
+                      timings: bool = False, notes: Sequence[str] = ()) -> list:
+    """The tables of backward reports (:func:`~exactattn.verify.backward.verify_backward`):
+    the worst gradient entries of each dtype (failures first), a summary per dtype and gradient.
+    """
+    sections = [_backward_worst_section(r, worst, digits) for r in reports]
+    sections.append(_backward_summary_section(reports, timings, notes))
     return sections

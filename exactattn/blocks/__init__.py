@@ -1,0 +1,40 @@
+"""Row blocks: certified attention at any n, in bounded memory, on this machine or a Dask cluster.
+
+Every query row of an attention call is independent given the keys and
+values, so the unit of work is a block of query rows against the keys they
+can see.  A block holds O(block x n) numbers at its peak, the inputs O(n d);
+the block size comes from a memory budget; the results are the same strings
+for every block size and wherever the blocks run.
+
+The modules, in the order data flows through them:
+
+* :mod:`~exactattn.blocks.inputs`: :class:`ExactInputs`, integer numerators
+  over common denominators (from floats, rationals, a trace, a verify problem);
+* :mod:`~exactattn.blocks.rows`: :func:`certify_block`, one block's certified
+  shares and outputs (:mod:`exactattn.bulk` enclosures, exact fallbacks);
+* :mod:`~exactattn.blocks.memory`: :func:`block_rows`, the block size from a budget;
+* :mod:`~exactattn.blocks.engine`: :class:`Engine`, this process or Dask
+  (``scheduler="local"``, ``"tcp://host:8786"``, ``DASK_SCHEDULER_ADDRESS``);
+* :mod:`~exactattn.blocks.certify`: :func:`certify`, every block in row order;
+* :mod:`~exactattn.blocks.check`: :func:`check_impl`, ``verify`` in blocks.
+
+>>> from exactattn.call import Policy
+>>> x = random_inputs(6, 4, seed=0, policy=Policy(causal=True))
+>>> blocks = list(certify(x, 3, rows=4, engine=Engine("none")))
+>>> [(b.r0, b.r1, b.keys) for b in blocks], blocks[0].shares[0][:3]
+([(0, 4, (0, 4)), (4, 6, (0, 6))], ['1.000', '0.000', '0.000'])
+"""
+
+from .certify import DEFAULT_MEMORY, certify, plan
+from .check import BlockedReport, check_impl, check_outputs
+from .engine import Engine, check_scheduler, dask_available
+from .inputs import (ExactInputs, float_ints, from_floats, from_problem, from_rationals,
+                     from_trace, random_floats, random_inputs)
+from .memory import block_rows, block_spans
+from .rows import BlockResult, certify_block
+
+__all__ = ["BlockResult", "BlockedReport", "DEFAULT_MEMORY", "Engine", "ExactInputs",
+           "block_rows", "block_spans", "certify", "certify_block", "check_impl",
+           "check_outputs", "check_scheduler", "dask_available", "float_ints", "from_floats",
+           "from_problem", "from_rationals", "from_trace", "plan", "random_floats",
+           "random_inputs"]

@@ -1,0 +1,76 @@
+"""Every certified share and output of a call, block by block, in row order.
+
+:func:`certify` picks the block size from a memory budget
+(:func:`~exactattn.blocks.memory.block_rows`), runs
+:func:`~exactattn.blocks.rows.certify_block` on an
+:class:`~exactattn.blocks.engine.Engine` and yields the blocks in row order as
+they are ready, so a caller can stream rows out while later blocks are still
+being computed.  The strings are the same for every block size and every
+engine.
+
+>>> from exactattn.call import Policy
+>>> from exactattn.blocks.inputs import from_rationals
+>>> x = from_rationals([[0], [1], [2]], [[0], [1], [2]], [[1], [0], [0]], Policy(scale="none"))
+>>> [b.outputs for b in certify(x, 4, rows=2, engine=Engine("none"))]
+[[['0.3333'], ['0.0900']], [['0.0159']]]
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Iterator
+
+from ..options import check_places, check_whole
+from .engine import Engine
+from .inputs import ExactInputs
+from .memory import block_rows, block_spans
+from .rows import BlockResult, certify_block
+
+__all__ = ["DEFAULT_MEMORY", "certify", "plan"]
+
+#: the memory budget when none is given: 4 GiB for the whole run
+DEFAULT_MEMORY = 4 * 2 ** 30
+
+
+def plan(inputs: ExactInputs, engine: Engine, *, memory: int = DEFAULT_MEMORY,
+         rows: int | None = None, shares: bool = True) -> list[tuple[int, int]]:
+    """The row spans of the blocks: ``rows`` each, or as many as ``memory`` allows.
+
+    Raises:
+        InputError: ``rows`` not a positive whole number, a budget too small.
+    """
+    if rows is None:
+        rows = block_rows(memory, n_q=inputs.n_q, n_k=inputs.n_k, d_k=inputs.d_k,
+                          d_v=inputs.d_v, workers=engine.computing(), shares=shares)
+    check_whole(rows, "rows")
+    return block_spans(inputs.n_q, rows)
+
+
+def certify(inputs: ExactInputs, places: int, *, shares: bool = True,
+            memory: int = DEFAULT_MEMORY, rows: int | None = None,
+            engine: Engine | None = None,
+            on_block: Callable[[int, int], None] | None = None) -> Iterator[BlockResult]:
+    """Blocks of certified decimals (:class:`~exactattn.blocks.rows.BlockResult`), in row order.
+
+    Args:
+        places: decimal places, 0 to 50.
+        shares: also the n_k shares of every row (else outputs only).
+        memory: the budget in bytes for the whole run (all workers).
+        rows: rows per block (instead of choosing them from ``memory``).
+        engine: where blocks run (default: a local Dask cluster over this
+            machine's cores, closed when the iteration ends).
+        on_block: ``on_block(done, total)`` as each block finishes.
+
+    Raises:
+        InputError: bad places, a budget too small for one row.
+    """
+    check_places(places)
+    own = engine is None
+    engine = engine or Engine()
+    try:
+        spans = plan(inputs, engine, memory=memory, rows=rows, shares=shares)
+        task = partial(certify_block, places=places, shares=shares)
+        yield from engine.map(task, inputs, spans, on_block)
+    finally:
+        if own:
+            engine.close()

@@ -1,0 +1,332 @@
+"""verify in row blocks: a float kernel's outputs against the exact ones, in ULPs, at any n.
+
+The float implementation runs once, on the whole call (:func:`check_impl`:
+a :class:`~exactattn.verify.adapter.Call` of 1 x 1 x n x d arrays, so torch's
+CPU ``scaled_dot_product_attention`` takes its flash kernel, O(n) memory).
+Its n x d_v outputs are then compared block by block with the exact outputs,
+each correctly rounded to the dtype: enclosed in bulk
+(:func:`exactattn.bulk.block_bounds`), rounded with
+:func:`~exactattn.verify.formats.round_ball` and, where the enclosure
+straddles a rounding boundary, by the exact value
+(:meth:`Reference.round_exact <exactattn.verify.reference.Reference.round_exact>`).
+Each output is judged by :func:`exactattn.verify.compare.judge`, the one
+comparison ``verify`` uses, with ``verify``'s default tolerance
+(:func:`~exactattn.verify.formats.default_max_ulps` of the largest |scaled
+score|, found exactly in a first pass over the blocks).
+
+A block hands back a summary (counts, a histogram of ULP errors, the largest
+errors, the worst entries), never its entries, so a check of n = 131,072
+holds O(n d) at the driver.  Results are the same for every block size and
+every engine (this process, 1 or 2 Dask workers).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from ..call import DEFAULT_SCALE, Policy, float_scale
+from ..errors import InputError
+from .engine import Engine
+from .inputs import ExactInputs
+from .memory import block_rows, block_spans
+from .rows import ExactRows, block_keep, key_span, score_top
+
+__all__ = ["BlockCheck", "BlockedReport", "CHECK_DTYPES", "Worst", "check_block",
+           "check_impl", "check_outputs", "max_scaled_score"]
+
+#: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
+CHECK_DTYPES = ("float32", "float16", "bfloat16")
+_PREC = 128
+
+
+@dataclass(frozen=True, order=True)
+class Worst:
+    """One output among the worst: hard failures first, then the largest ULP error."""
+
+    rank: tuple
+    index: tuple = field(compare=False)
+    got: float = field(compare=False)
+    rounded: float = field(compare=False)
+    ulps: int | None = field(compare=False)
+    rel: float | None = field(compare=False)
+    terms_ulps: float | None = field(compare=False)
+    status: str = field(compare=False)
+
+
+@dataclass
+class BlockCheck:
+    """What one block (or several, merged) found: counts, ULP histogram, extremes, worst."""
+
+    count: int = 0
+    over: int = 0
+    hard: int = 0
+    histogram: dict = field(default_factory=dict)
+    max_rel: float | None = None
+    max_terms: float | None = None
+    worst: list = field(default_factory=list)
+    fallbacks: int = 0
+    off_format: int = 0
+
+    def add(self, other: "BlockCheck", keep: int) -> None:
+        """Fold another block's findings in (keeping the ``keep`` worst entries)."""
+        self.count += other.count
+        self.over += other.over
+        self.hard += other.hard
+        for u, n in other.histogram.items():
+            self.histogram[u] = self.histogram.get(u, 0) + n
+        self.max_rel = _largest(self.max_rel, other.max_rel)
+        self.max_terms = _largest(self.max_terms, other.max_terms)
+        self.worst = heapq.nsmallest(keep, self.worst + other.worst)
+        self.fallbacks += other.fallbacks
+        self.off_format += other.off_format
+
+
+def _largest(a, b):
+    return b if a is None else a if b is None else max(a, b)
+
+
+def max_scaled_score(inputs: ExactInputs, top: int) -> float:
+    """``top / den`` times the scale, rounded up to a float (a few digits; inf past float64)."""
+    from flint import arb
+    from ..digits import working_precision
+    from ..exponents import fmpq_of, inv_sqrt_ball
+    d2 = inputs.divisor_squared
+    with working_precision(64):
+        x = arb(fmpq_of(top)) / arb(inputs.den)
+        if d2 is not None:
+            x *= inv_sqrt_ball(d2)
+        return float(x.upper())
+
+
+def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int = 5
+                ) -> BlockCheck:
+    """Judge the outputs ``got[r0:r1]`` (``data = (inputs, got)``, got n_q x d_v float64).
+
+    Reference: Vaswani et al. 2017, sec. 3.2.1; Ziv 1991 for the rounding.
+    """
+    from flint import arb, fmpq
+    from ..bulk import block_bounds
+    from ..digits import working_precision
+    from ..verify.compare import judge
+    from ..verify.formats import float_format, round_ball
+    from ..verify.reference import Reference
+    inputs, got = data
+    fmt = float_format(dtype)
+    c0, c1 = key_span(inputs, r0, r1)
+    keep = block_keep(inputs, r0, r1, c0, c1)
+    b = None if c1 == c0 else block_bounds(
+        inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den, inputs.divisor_squared,
+        keep, inputs.v[c0:c1], inputs.v_den, 62, inputs.score_bound)
+    exact = ExactRows(inputs, r0, c0, keep)
+    empty_row = inputs.policy.empty_row
+    if b is not None:
+        vals = np.abs(inputs.v[c0:c1].astype(np.float64))
+        with np.errstate(all="ignore"):
+            mags = (b.lo.astype(np.float64) @ vals) / np.array(b.den_lo, dtype=np.float64) \
+                / float(inputs.v_den)
+    out = BlockCheck()
+    for i in range(r0, r1):
+        bulk = b is not None and not b.empty[i - r0]
+        row = None if bulk else exact.row(i)
+        for c in range(inputs.d_v):
+            value = partial(exact.output, i, c)
+            rounded = ball = None
+            if bulk:
+                at = (i - r0, c)
+                with working_precision(_PREC):
+                    ball = arb(fmpq(int(b.a_lo[at]), int(b.b_lo[at]))).union(
+                        arb(fmpq(int(b.a_hi[at]), int(b.b_hi[at]))))
+                rounded = round_ball(ball, fmt, _PREC)
+                mag = float(mags[at])
+            elif row.empty:        # the policy's answer: NaN, zeros or the mean value
+                mag = _empty_magnitude(inputs, c) if empty_row == "uniform" else 0.0
+                if empty_row == "nan":
+                    rounded = math.nan
+            else:                  # no bulk enclosure for this block: entry by entry
+                mag = _row_magnitude(exact, i, c)
+            if rounded is None:
+                rounded, ball = Reference.round_exact(value(), fmt, _PREC)
+                out.fallbacks += bulk
+            j = judge(float(got[i, c]), rounded, ball, mag, fmt, value, max_ulps)
+            _count(out, j, (i, c), float(got[i, c]), rounded, worst)
+    return out
+
+
+def _count(out: BlockCheck, j, index, got: float, rounded: float, keep: int) -> None:
+    out.count += 1
+    out.over += j.status == "over"
+    out.hard += j.status == "hard"
+    out.off_format += j.off_format
+    if j.ulps is not None:
+        out.histogram[j.ulps] = out.histogram.get(j.ulps, 0) + 1
+    if j.rel is not None:
+        out.max_rel = _largest(out.max_rel, j.rel)
+    if j.terms_ulps is not None and j.status != "hard":
+        out.max_terms = _largest(out.max_terms, j.terms_ulps)
+    rank = (j.status != "hard", -(j.ulps or 0), index)
+    if len(out.worst) >= keep and (not out.worst or not rank < out.worst[-1].rank):
+        return
+    out.worst.append(Worst(rank, index, got, rounded, j.ulps, j.rel, j.terms_ulps, j.status))
+    out.worst.sort()
+    del out.worst[keep:]
+
+
+def _empty_magnitude(inputs: ExactInputs, c: int) -> float:
+    """The mean |value| of column c (the terms of a uniform empty row)."""
+    return float(np.abs(inputs.v[:, c].astype(np.float64)).mean()) / float(inputs.v_den)
+
+
+def _row_magnitude(exact: ExactRows, i: int, c: int) -> float:
+    """``sum_j shares_ij |value_jc|`` from the exact row (a few digits)."""
+    row = exact.row(i)
+    return float(row.combine([abs(v) for v in exact.column(c)]).decimal(20))
+
+
+def _block_top(inputs: ExactInputs, r0: int, r1: int) -> int:
+    return score_top(inputs, r0, r1)
+
+
+@dataclass
+class BlockedReport:
+    """The result of a blocked check: the merged :class:`BlockCheck` and how it ran.
+
+    ``summary()`` has verify's keys (dtype, count, max/mean/median ULPs, max
+    ULPs at the terms, max relative error, over, hard).
+    """
+
+    impl: str
+    dtype: str
+    policy: Policy
+    shape: dict
+    max_ulps: int
+    found: BlockCheck
+    blocks: int
+    rows: int
+    engine: str
+    seconds: dict
+    notes: list = field(default_factory=list)
+    raised: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.raised is None and self.found.over == 0 and self.found.hard == 0
+
+    def summary(self) -> dict:
+        f = self.found
+        total = sum(f.histogram.values())
+        median = None
+        if total:
+            seen, want = 0, (total - 1) // 2
+            for u in sorted(f.histogram):
+                seen += f.histogram[u]
+                if seen > want:
+                    median = u
+                    break
+        return {"dtype": self.dtype, "count": f.count,
+                "max_ulps": max(f.histogram) if f.histogram else None,
+                "mean_ulps": sum(u * n for u, n in f.histogram.items()) / total if total else None,
+                "median_ulps": median, "max_terms_ulps": f.max_terms, "max_rel": f.max_rel,
+                "over": f.over, "hard": f.hard}
+
+
+def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
+                  max_ulps: int | None = None, memory: int = 4 * 2 ** 30,
+                  rows: int | None = None, engine: Engine | None = None, worst: int = 5,
+                  on_block=None) -> BlockedReport:
+    """Compare ``got`` (n_q x d_v floats of ``dtype``) with the exact outputs, in blocks.
+
+    ``rows`` per block, or chosen from ``memory`` (bytes, the whole run) by
+    :func:`~exactattn.blocks.memory.block_rows`; ``engine`` default: a new
+    :class:`Engine` (a local Dask cluster), closed at the end.
+
+    Raises:
+        InputError: a dtype not in :data:`CHECK_DTYPES`, a memory budget too small.
+    """
+    from ..options import check_choice, check_whole
+    from ..verify.formats import default_max_ulps
+    check_choice(dtype, "dtype", CHECK_DTYPES)
+    got = np.asarray(got, dtype=np.float64).reshape(inputs.n_q, inputs.d_v)
+    own = engine is None
+    engine = engine or Engine()
+    try:
+        if rows is None:
+            rows = block_rows(memory, n_q=inputs.n_q, n_k=inputs.n_k, d_k=inputs.d_k,
+                              d_v=inputs.d_v, workers=engine.computing(), shares=False)
+        check_whole(rows, "rows")
+        spans = block_spans(inputs.n_q, rows)
+        t0 = time.perf_counter()
+        if max_ulps is None:
+            top = max(engine.map(_block_top, inputs, spans), default=0)
+            max_ulps = default_max_ulps(dtype, inputs.n_k, inputs.d_k,
+                                        max_scaled_score(inputs, top))
+        found = BlockCheck()
+        task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst)
+        for part in engine.map(task, (inputs, got), spans, on_block):
+            found.add(part, worst)
+        seconds = {"exact": time.perf_counter() - t0}
+        notes = [engine.note] if engine.note else []
+        shape = {"L": inputs.n_q, "S": inputs.n_k, "E": inputs.d_k, "E_v": inputs.d_v}
+        return BlockedReport(impl, dtype, inputs.policy, shape, max_ulps, found, len(spans),
+                             rows, engine.describe(), seconds, notes)
+    finally:
+        if own:
+            engine.close()
+
+
+def _call_scale(policy: Policy):
+    """The scale an implementation is handed (as :func:`~exactattn.verify.adapter.make_call`)."""
+    return None if policy.scale == DEFAULT_SCALE else \
+        1.0 if policy.scale is None else float_scale(policy.scale)
+
+
+def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy | None = None,
+               **options) -> BlockedReport:
+    """Run ``impl`` once on float arrays of ``dtype`` and check every output in blocks.
+
+    Shapes: query n_q x d_k, key n_k x d_k, value n_k x d_v (numpy arrays
+    holding floats of the dtype; they are handed over as 1 x 1 x n x d).
+    ``options`` go to :func:`check_outputs`.
+
+    Raises:
+        InputError: a window or query offset (SDPA takes neither), a scale
+            that is 0 or infinite in the dtype, a dtype the impl does not run.
+    """
+    from ..verify.adapter import Call
+    from ..verify.check import check_scale
+    from ..verify.impls import ImplRaised, load_impl
+    from .inputs import from_floats
+    policy = policy or Policy()
+    if policy.window is not None or policy.query_offset is not None:
+        raise InputError("policy must have no window or query_offset for a check of a float "
+                         "implementation (got one); SDPA takes causal and alignment only")
+    impl = load_impl(impl)
+    if dtype not in impl.dtypes:
+        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
+                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
+    check_scale(policy, dtype)
+    inputs = from_floats(query, key, value, policy, name="floats")
+    arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
+    call = Call(*arrays, dtype, _call_scale(policy), policy.causal, policy.alignment,
+                None, policy.gqa)
+    t0 = time.perf_counter()
+    try:
+        got, raised = impl(call), None
+    except ImplRaised as e:
+        got, raised = None, e.line
+    t1 = time.perf_counter()
+    if raised is not None:
+        found = BlockCheck(count=inputs.n_q * inputs.d_v, hard=inputs.n_q * inputs.d_v)
+        shape = {"L": inputs.n_q, "S": inputs.n_k, "E": inputs.d_k, "E_v": inputs.d_v}
+        return BlockedReport(impl.name, dtype, policy, shape, 0, found, 0, 0, "nothing ran",
+                             {"impl": t1 - t0}, [f"hard failure: {impl.name} raised {raised}"],
+                             raised)
+    report = check_outputs(inputs, np.asarray(got, dtype=np.float64), dtype, impl=impl.name,
+                           **options)
+    report.seconds["impl"] = t1 - t0
+    return report

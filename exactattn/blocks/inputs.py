@@ -1,0 +1,229 @@
+"""The exact inputs of one attention call, as integer numerators over common denominators.
+
+A row block reads its queries, all keys and all values (or the visible
+ones) from an :class:`ExactInputs`: ``query = q / q_den`` (n_q x d_k),
+``key = k / k_den`` (n_k x d_k), ``value = v / v_den`` (n_k x d_v), numpy
+arrays of integers (int64 where every entry fits, else Python ints), the
+:class:`~exactattn.call.Policy` of the call and an optional explicit boolean
+mask.  That is what :mod:`exactattn.bulk` computes from, and what a Dask
+cluster receives once (it is small: O(n d), never O(n^2)).
+
+Binary floats are read as the dyadic rationals they are (:func:`float_ints`),
+never through decimal text and never silently: a caller hands floats only
+where the floats ARE the inputs (a float kernel's own arguments).
+
+>>> import numpy as np
+>>> float_ints(np.array([[0.75, -2.0], [0.0, 0.125]], dtype=np.float32))
+(array([[ 6, -16],
+       [ 0,   1]]), 8)
+>>> x = random_inputs(4, 2, seed=1)
+>>> x.n_q, x.d_k, x.q_den > 1, x.policy.describe()
+(4, 2, True, 'scale=1/sqrt(d_k) causal=off alignment=top_left empty_row=zero mask=bool_keep gqa=interleave')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ..call import Policy
+from ..errors import InputError, ShapeError, shorten
+from ..options import check_choice, check_whole
+
+__all__ = ["FLOAT_DTYPES", "ExactInputs", "float_ints", "from_floats", "from_problem",
+           "from_rationals", "from_trace", "random_floats", "random_inputs"]
+
+#: float dtypes random inputs are drawn in (numpy rounds to them exactly, ties to even)
+FLOAT_DTYPES = ("float64", "float32", "float16")
+_MODIFIERS = ("softcap", "sink", "alibi", "rope", "dropout")
+
+
+def float_ints(a) -> tuple[np.ndarray, int]:
+    """A float array as exact integers over one power of two: ``(ints, den)``.
+
+    Every finite binary float is ``m 2^e``; the numerators are ``m 2^(e - e_min)``
+    over ``den = 2^-e_min`` (1 when every entry is an integer).  int64 where
+    every numerator fits below 2^62, else Python ints.
+
+    Raises:
+        InputError: an entry is NaN or infinite.
+    """
+    a = np.asarray(a, dtype=np.float64)       # float16/32 -> float64 is exact
+    if not np.isfinite(a).all():
+        raise InputError(f"inputs must be finite floats (got {shorten(str(a[~np.isfinite(a)][0]))}"
+                         "); a NaN or infinite input has no exact value")
+    m, e = np.frexp(a)
+    mant = np.ldexp(m, 53).astype(np.int64)            # exact: 53 significant bits at most
+    exp = e.astype(np.int64) - 53
+    nz = mant != 0
+    if not nz.any():
+        return np.zeros(a.shape, dtype=np.int64), 1
+    low = np.where(nz, mant & -mant, 1)                 # strip trailing zero bits
+    tz = np.frexp(low.astype(np.float64))[1].astype(np.int64) - 1
+    mant, exp = mant >> tz, exp + tz
+    den_exp = max(0, -int(exp[nz].min()))
+    shift = np.where(nz, exp + den_exp, 0)
+    width = int((np.frexp(np.abs(mant).astype(np.float64))[1] + shift).max())
+    if width <= 61:
+        return mant << shift, 1 << den_exp
+    out = np.array([int(x) << int(s) for x, s in zip(mant.ravel().tolist(),
+                                                     shift.ravel().tolist())], dtype=object)
+    return out.reshape(a.shape), 1 << den_exp
+
+
+def _fraction_ints(rows) -> tuple[np.ndarray, int]:
+    from ..bulk import int_array
+    from ..kernels import common_denominator
+    rows = [list(r) for r in rows]
+    got = common_denominator(rows)
+    if got is None:
+        raise InputError("inputs must be rational numbers (got a symbolic entry); row blocks "
+                         "run on exact rationals: use attend for symbolic heads")
+    ints, den = got
+    return int_array([v for r in ints for v in r], (len(ints), len(ints[0]))), den
+
+
+@dataclass(frozen=True, eq=False)
+class ExactInputs:
+    """One call's exact inputs: numerators over common denominators, the policy, a mask.
+
+    Shapes: ``q`` n_q x d_k, ``k`` n_k x d_k, ``v`` n_k x d_v (integer
+    arrays); ``mask`` None or n_q x n_k booleans (True = the key may be seen;
+    the policy's positional rule applies on top of it).
+    """
+
+    q: np.ndarray
+    q_den: int
+    k: np.ndarray
+    k_den: int
+    v: np.ndarray
+    v_den: int
+    policy: Policy
+    mask: np.ndarray | None = None
+    name: str = "inputs"
+
+    def __post_init__(self):
+        if self.q.ndim != 2 or self.k.ndim != 2 or self.v.ndim != 2:
+            raise ShapeError("query, key and value must be matrices (got "
+                             f"{self.q.ndim}, {self.k.ndim} and {self.v.ndim} dimensions)")
+        if self.k.shape[1] != self.q.shape[1]:
+            raise ShapeError(f"key must be n_k x {self.q.shape[1]} like the query (got "
+                             f"{self.k.shape[0]} x {self.k.shape[1]})")
+        if self.v.shape[0] != self.k.shape[0]:
+            raise ShapeError(f"value must have the key's {self.k.shape[0]} rows (got "
+                             f"{self.v.shape[0]})")
+        if self.mask is not None and self.mask.shape != (self.n_q, self.n_k):
+            raise ShapeError(f"mask must be {self.n_q} x {self.n_k} (got "
+                             f"{' x '.join(map(str, self.mask.shape))})")
+        bad = [f for f in _MODIFIERS if getattr(self.policy, f) is not None]
+        if bad:
+            raise InputError(f"policy must have no {', '.join(_MODIFIERS)} for row blocks (got "
+                             f"{bad[0]}); run such heads through attend")
+
+    n_q = property(lambda self: self.q.shape[0], doc="queries")
+    n_k = property(lambda self: self.k.shape[0], doc="keys")
+    d_k = property(lambda self: self.q.shape[1], doc="query/key width")
+    d_v = property(lambda self: self.v.shape[1], doc="value width")
+
+    @property
+    def divisor_squared(self) -> Fraction | None:
+        """D, with scores divided by sqrt(D) (None: no scaling)."""
+        return self.policy.divisor_squared(self.d_k)
+
+    @property
+    def score_bound(self) -> int:
+        """``d_k max|q| max|k|``: a bound on every raw-score numerator of the call."""
+        if "_bound" not in self.__dict__:
+            top = [int(abs(a).max()) if a.size else 0 for a in (self.q, self.k)]
+            object.__setattr__(self, "_bound", self.d_k * top[0] * top[1])
+        return self.__dict__["_bound"]
+
+    @property
+    def den(self) -> int:
+        """The common denominator of the raw scores, ``q_den * k_den``."""
+        return self.q_den * self.k_den
+
+
+def from_rationals(query, key, value, policy: Policy | None = None, *, mask=None,
+                   name: str = "inputs") -> ExactInputs:
+    """Inputs from rows of ``Fraction``/``int`` entries (e.g. a trace's queries, keys, values)."""
+    (q, qd), (k, kd), (v, vd) = (_fraction_ints(m) for m in (query, key, value))
+    keep = None if mask is None else np.asarray(mask, dtype=bool)
+    return ExactInputs(q, qd, k, kd, v, vd, policy or Policy(), keep, name)
+
+
+def from_trace(trace, *, name: str = "head") -> ExactInputs:
+    """The exact queries, keys and values of a :class:`~exactattn.trace.Trace`, under its policy.
+
+    ``trace = attend(head, x, engine="fast")`` computes them with python-flint
+    products (Vaswani et al. 2017, sec. 3.2.1); the trace's policy carries the
+    empty-row answer it was run with.
+    """
+    return from_rationals(trace.queries, trace.keys, trace.values, trace.policy, name=name)
+
+
+def from_problem(problem, policy: Policy | None = None, b: int = 0, h: int = 0) -> ExactInputs:
+    """The (batch b, query head h) call of a verify :class:`~exactattn.verify.Problem`.
+
+    Raises:
+        InputError: an additive mask (row blocks take boolean masks only).
+    """
+    policy = policy or Policy()
+    kv = policy.kv_head(h, problem.shape["H_q"], problem.shape["H_kv"])
+    mask = problem.block_mask(b, h)
+    keep = None
+    if mask is not None:
+        if mask.kind == "additive":
+            raise InputError("mask must be boolean for row blocks (got an additive mask); "
+                             "check additive masks with exactattn verify")
+        keep = np.array([[mask.keeps(i, j) for j in range(problem.shape["S"])]
+                         for i in range(problem.shape["L"])], dtype=bool)
+    return from_rationals(problem.query[b, h].tolist(), problem.key[b, kv].tolist(),
+                          problem.value[b, kv].tolist(), policy, mask=keep, name=problem.name)
+
+
+def random_floats(n: int, d: int, *, seed: int = 0, dtype: str = "float32",
+                  n_keys: int | None = None, d_v: int | None = None) -> tuple:
+    """Standard-normal query, key and value rounded to ``dtype``: verify's random inputs.
+
+    The same draws as :func:`exactattn.verify.random_problem` (numpy
+    ``default_rng(seed)``: query n x d, key n_keys x d, value n_keys x d_v, in
+    that order), rounded to the dtype as ``verify`` rounds them (ties to
+    even), without its limit on the number of inputs.  Returns three numpy
+    arrays of the dtype.
+
+    Raises:
+        InputError: a size below 1, a negative seed, an unknown dtype.
+    """
+    n_keys = n if n_keys is None else n_keys
+    d_v = d if d_v is None else d_v
+    for name, value in (("n", n), ("d", d), ("n_keys", n_keys), ("d_v", d_v)):
+        check_whole(value, name)
+    check_whole(seed, "seed", low=0)
+    check_choice(dtype, "dtype", FLOAT_DTYPES)
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(shape).astype(dtype)
+                 for shape in ((n, d), (n_keys, d), (n_keys, d_v)))
+
+
+def from_floats(query, key, value, policy: Policy | None = None, *,
+                name: str = "floats") -> ExactInputs:
+    """Inputs that are binary floats (a float kernel's own arguments), read exactly.
+
+    Shapes: query n_q x d_k, key n_k x d_k, value n_k x d_v float arrays.
+
+    Raises:
+        InputError: a NaN or infinite entry.
+    """
+    (q, qd), (k, kd), (v, vd) = (float_ints(a) for a in (query, key, value))
+    return ExactInputs(q, qd, k, kd, v, vd, policy or Policy(), name=name)
+
+
+def random_inputs(n: int, d: int, *, seed: int = 0, dtype: str = "float32",
+                  n_keys: int | None = None, d_v: int | None = None,
+                  policy: Policy | None = None) -> ExactInputs:
+    """:func:`random_floats`, read exactly (:func:`from_floats`)."""
+    return from_floats(*random_floats(n, d, seed=seed, dtype=dtype, n_keys=n_keys, d_v=d_v),
+                       policy, name=f"random n={n} d={d} seed={seed} {dtype}")

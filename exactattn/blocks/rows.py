@@ -1,0 +1,192 @@
+"""One block of query rows: certified shares and outputs from the exact inputs.
+
+The unit of work is the block of query rows ``r0 .. r1 - 1`` against the keys
+those rows can see.  Which keys a query sees comes from
+:meth:`Policy.visible_keys <exactattn.call.Policy.visible_keys>` (the one
+visibility rule) and the inputs' explicit mask; a causal or windowed block
+reads only the span of keys its rows see (:func:`key_span`), so its cost is
+rows x span, not rows x n.  The block's shares and outputs are decided in bulk
+from integer enclosures (:func:`exactattn.bulk.block_bounds`); the few entries
+the enclosures leave undecided, and rows that see no key, go through the exact
+per-entry path (:class:`~exactattn.softmax.SoftmaxRow`), so every printed
+digit is the correctly rounded one.
+
+Every row is computed from its own scores only, so the strings are the same
+for every block size, and the same as :meth:`Trace.share_decimals
+<exactattn.trace.Trace.share_decimals>` gives for the whole head.
+
+Memory: about :data:`~exactattn.blocks.memory.BYTES_PER_PAIR` bytes per
+(row, key) pair of the block at its peak, plus the inputs (O(n d)).
+
+>>> from exactattn.call import Policy
+>>> from exactattn.blocks.inputs import from_rationals
+>>> x = from_rationals([[0], [1]], [[0], [1]], [[1], [0]], Policy(scale="none", causal=True))
+>>> res = certify_block(x, 1, 2, 4)
+>>> res.shares, res.outputs, res.keys
+([['0.2689', '0.7311']], [['0.2689']], (0, 2))
+>>> certify_block(x, 0, 1, 4).shares      # query 0 sees key 0 only
+[['1.0000', '0.0000']]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ..bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bits
+from ..digits import check_places, format_scaled
+from ..softmax import SoftmaxRow
+from .inputs import ExactInputs
+
+__all__ = ["BlockResult", "ExactRows", "block_keep", "certify_block", "key_span", "score_top"]
+
+
+def key_span(inputs: ExactInputs, r0: int, r1: int) -> tuple[int, int]:
+    """``(c0, c1)``: the keys ``c0 .. c1 - 1`` that any of rows r0 .. r1 - 1 sees by position.
+
+    ``(0, 0)`` when none sees a key.  From :meth:`Policy.visible_keys`, row by row.
+    """
+    lo, hi = inputs.n_k, 0
+    for i in range(r0, r1):
+        r = inputs.policy.visible_keys(i, inputs.n_q, inputs.n_k)
+        if r.stop > r.start:
+            lo, hi = min(lo, r.start), max(hi, r.stop)
+    return (lo, hi) if hi > lo else (0, 0)
+
+
+def block_keep(inputs: ExactInputs, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+    """(r1 - r0) x (c1 - c0) booleans: query i sees key j (position rule and explicit mask)."""
+    out = np.zeros((r1 - r0, c1 - c0), dtype=bool)
+    for i in range(r0, r1):
+        r = inputs.policy.visible_keys(i, inputs.n_q, inputs.n_k)
+        out[i - r0, max(r.start, c0) - c0:max(min(r.stop, c1) - c0, 0)] = True
+    if inputs.mask is not None:
+        out &= inputs.mask[r0:r1, c0:c1]
+    return out
+
+
+class ExactRows:
+    """The exact per-entry path of a block: each row's :class:`SoftmaxRow`, built on demand.
+
+    Row i's raw scores ``q_i . k_j / (q_den k_den)`` at the keys it sees
+    (None elsewhere), over all n_k keys; value columns as ``Fraction``.
+    """
+
+    def __init__(self, inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
+        self.inputs, self.r0, self.c0, self.keep = inputs, r0, c0, keep
+        self._rows: dict = {}
+        self._columns: dict = {}
+
+    def row(self, i: int) -> SoftmaxRow:
+        if i not in self._rows:
+            x = self.inputs
+            raw: list = [None] * x.n_k
+            cols = np.flatnonzero(self.keep[i - self.r0]) + self.c0
+            if len(cols):
+                nums = exact_matmul(x.q[i:i + 1], x.k[cols].T)[0].tolist()
+                for j, num in zip(cols.tolist(), nums):
+                    raw[j] = Fraction(int(num), x.den)
+            self._rows[i] = SoftmaxRow(raw, x.divisor_squared, x.policy.empty_row)
+        return self._rows[i]
+
+    def column(self, c: int) -> list[Fraction]:
+        if c not in self._columns:
+            x = self.inputs
+            self._columns[c] = [Fraction(int(v), x.v_den) for v in x.v[:, c].tolist()]
+        return self._columns[c]
+
+    def output(self, i: int, c: int):
+        """The exact output (an :class:`~exactattn.softmax.ExpRatio`) of query i, column c."""
+        return self.row(i).combine(self.column(c))
+
+
+@dataclass
+class BlockResult:
+    """Certified decimals of rows ``r0 .. r1 - 1``.
+
+    ``shares``: (r1 - r0) x n_k strings (None when not asked for);
+    ``outputs``: (r1 - r0) x d_v strings; ``keys``: the span of keys read;
+    ``fallbacks``: entries decided by the exact per-entry path.
+    """
+
+    r0: int
+    r1: int
+    shares: list | None
+    outputs: list
+    keys: tuple
+    fallbacks: int
+
+
+def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
+                  shares: bool = True) -> BlockResult:
+    """Every share (when ``shares``) and output of rows r0 .. r1 - 1, correctly rounded.
+
+    Shapes: the result's ``shares`` (r1 - r0) x n_k, ``outputs`` (r1 - r0) x
+    d_v, decimal strings with ``places`` places.
+
+    Raises:
+        InputError: ``places`` is not a whole number from 0 to 50.
+    """
+    check_places(places)
+    c0, c1 = key_span(inputs, r0, r1)
+    keep = block_keep(inputs, r0, r1, c0, c1)
+    b = None
+    if c1 > c0:
+        b = block_bounds(inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den,
+                         inputs.divisor_squared, keep, inputs.v[c0:c1], inputs.v_den,
+                         fixed_bits(places), inputs.score_bound)
+    exact = ExactRows(inputs, r0, c0, keep)
+    rows = range(r0, r1)
+    if b is None:       # infeasible tables or huge inputs: every entry on the exact path
+        share_text = [[exact.row(i).share(j).decimal(places) for j in range(inputs.n_k)]
+                      for i in rows] if shares else None
+        outputs = [[exact.output(i, c).decimal(places) for c in range(inputs.d_v)]
+                   for i in rows]
+        count = len(rows) * (inputs.d_v + (inputs.n_k if shares else 0))
+        return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
+    span, outputs, (share_cells, output_cells) = bounds_decimals(b, places, shares)
+    empty = [r0 + int(i) for i in np.flatnonzero(b.empty)]
+    count = len(output_cells)
+    for i, c in output_cells:
+        outputs[i][c] = exact.output(r0 + i, c).decimal(places)
+    share_text = None
+    if shares:
+        zero = format_scaled(0, places)
+        left, right = [zero] * c0, [zero] * (inputs.n_k - c1)
+        share_text = [left + r + right for r in span]
+        skip = set(empty)
+        for i, j in share_cells:
+            if r0 + i not in skip:
+                share_text[i][c0 + j] = exact.row(r0 + i).share(c0 + j).decimal(places)
+        for i in empty:
+            share_text[i - r0] = [exact.row(i).share(j).decimal(places)
+                                  for j in range(inputs.n_k)]
+        count += len(share_cells) - sum(b.empty) * (c1 - c0) + len(empty) * inputs.n_k
+    return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
+
+
+def score_top(inputs: ExactInputs, r0: int, r1: int) -> int:
+    """The largest |q_i . k_j| (numerators over ``inputs.den``) over visible pairs of the rows.
+
+    0 when no row sees a key.  Exact; the same for any split into blocks.
+    """
+    from ..limbs import score_split
+    c0, c1 = key_span(inputs, r0, r1)
+    keep = block_keep(inputs, r0, r1, c0, c1)
+    if not keep.any():
+        return 0
+    q, k = inputs.q[r0:r1], inputs.k[c0:c1]
+    bound = q.shape[1] * int(abs(q).max()) * int(abs(k).max())
+    shift = max(0, bound.bit_length() - 59)
+    split = score_split(q, k, shift)
+    if split is None:
+        n = exact_matmul(q, k.T)[keep]
+        return max(abs(int(x)) for x in n.tolist())
+    high, low = split[0][keep], split[1][keep]
+    top = 0
+    for pick in (np.max, np.min):
+        h = pick(high)
+        top = max(top, abs((int(h) << shift) + int(pick(low[high == h]))))
+    return top

@@ -1,0 +1,186 @@
+"""The FLOP-counter audit in words: one table, a verdict in every counter's cell.
+
+Presentation only: the figures and verdicts come from
+:func:`exactattn.cost.audit.audit`; this module turns them into one
+:class:`~exactattn.render.Section` (``cost/audit``): the call, the torch
+kernel that ran it, the derived MACs / FLOPs of each stage, the operations of
+a float softmax (counted separately), and each counter's figure with its
+verdict.
+
+>>> from exactattn.cost.audit import Verdict
+>>> verdict_text(Verdict(1920, 1632, ("full_square",)))
+'1920: full square'
+>>> verdict_text(Verdict(80, 240, ("batch_factor",), factor=Fraction(1, 3)))
+'80: batch x1/3'
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from ..digits import round_fraction
+from ..render import Section
+from .audit import ERRORS, Audit, Verdict, audit
+
+__all__ = ["FINDINGS", "audit_sections", "verdict_text"]
+
+#: each finding: (short text for a cell, what it means)
+FINDINGS = {
+    "matches": ("matches", "the derived count, exactly"),
+    "full_square": ("full square", "counts all L x S query-key pairs where the causal rule or "
+                    "the mask leaves fewer (what a dense kernel computes; the mask's "
+                    "saving is lost)"),
+    "omits_attention": ("omits attention", "leaves out the scores and the mix (an SDPA "
+                        "kernel without a formula, or products it does not patch)"),
+    "omits_linear": ("omits projections", "leaves out the projections and W_O"),
+    "batch_factor": ("batch x{factor}", "scores and mix counted at the query's batch, not "
+                     "the broadcast batch (a formula that reads the first operand's shape; "
+                     "k = query batch / broadcast batch)"),
+    "batch_factor_scores": ("scores batch x{factor}", "the scores product counted at the "
+                            "query's batch (a matmul formula that reads the first operand; "
+                            "k = query batch / broadcast batch)"),
+    "attention_twice": ("attention twice", "scores, softmax and mix counted twice (a module "
+                        "hook and the torch calls inside the module)"),
+    "softmax": ("+softmax", "adds one operation per score for the softmax"),
+    "bias": ("+bias", "adds the bias additions (one per output of each projection)"),
+    "bias_once": ("+bias once", "adds each bias once per layer, not once per token"),
+    "scale": ("+scaling", "adds the multiplications by the scale"),
+    "mask": ("+mask", "adds one addition per score for the additive mask"),
+    "unexplained": ("unexplained", "no departure tried gives this figure"),
+    "fails": ("fails", "the counter raised an error on this call"),
+    "not_installed": ("not installed", "the counter does not install or import here"),
+}
+
+
+def _factor(q: Fraction | None) -> str:
+    if q is None:
+        return "?"
+    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+
+
+def verdict_text(v: Verdict) -> str:
+    """A cell: ``figure: finding, finding`` (``counts nothing`` when a layer gets 0)."""
+    findings = list(v.findings)
+    if {"omits_attention", "omits_linear"} <= set(findings):
+        findings = ["counts nothing"] + [f for f in findings
+                                         if f not in ("omits_attention", "omits_linear")]
+    words = []
+    for f in findings:
+        short = FINDINGS[f][0] if f in FINDINGS else f
+        if f == "unexplained" and v.expected:
+            short += f" (x{round_fraction(Fraction(v.figure, v.expected), 2)})"
+        words.append(short.format(factor=_factor(v.factor)))
+    if v.figure is None:
+        return ", ".join(words)
+    figure = v.figure if isinstance(v.figure, int) else round(v.figure, 2)
+    return f"{figure}: {', '.join(words)}"
+
+
+def _stage(macs: dict, stage: str) -> str:
+    if stage not in macs:
+        return "-"
+    return f"{macs[stage]} / {2 * macs[stage]}"
+
+
+def _versions(a: Audit) -> list[str]:
+    from .counters import counter
+    parts, missing = [], []
+    for key in a.counters:
+        c = counter(key)
+        version = a.versions.get(c.distribution)
+        if all(v.findings == ("not_installed",) for (_, k, _), v in a.cells.items() if k == key):
+            missing.append(c.name)
+        else:
+            parts.append(f"{c.name} {version} ({c.convention})")
+    lines = ["counters run: " + ("; ".join(parts) if parts else "none")]
+    if missing:
+        lines.append("not installed (or not importable): " + ", ".join(missing))
+    lines.append(f"torch {a.versions.get('torch')}, transformers "
+                 f"{a.versions.get('transformers')} (BERT and GPT-2 built from small configs, "
+                 "nothing downloaded)")
+    return lines
+
+
+def _notes(a: Audit) -> list[str]:
+    from .counters import counter
+    notes = ["projections, scores, mix, W_O, total: derived MACs / FLOPs (FLOPs = 2 x MACs), "
+             "from the loops over the visible pairs; each counter's cell is its figure in its "
+             "own unit and a verdict; torch kernel: the aten op that ran the attention "
+             "(flash_attention_for_cpu is aten::_scaled_dot_product_flash_attention_for_cpu)",
+             "softmax: what a float softmax over the visible keys takes (k exponentials, "
+             "k - 1 additions, k divisions for a row of k keys), never folded into the MACs",
+             "derived = counted by running every call: "
+             + ("true" if all(L.same for L in a.ledgers) else "FALSE: " + ", ".join(
+                 L.call.key for L in a.ledgers if not L.same))]
+    notes += _versions(a)
+    used = {f for v in a.cells.values() for f in v.findings}
+    for f, (short, meaning) in FINDINGS.items():
+        if f in used:
+            kind = "error" if f in ERRORS else "convention" if f not in (
+                "matches", "not_installed") else ""
+            short = short.format(factor="k")
+            notes.append(f"{short}: {meaning}" + (f" ({kind})" if kind else ""))
+    for (call, key, unit), v in a.cells.items():
+        if v.findings == ("fails",):
+            notes.append(f"{counter(key).name} on {call} ({unit}) fails: {v.error}")
+        if v.alternatives:
+            notes.append(f"{counter(key).name} on {call} ({unit}): also fits "
+                         + "; ".join(", ".join(alt) for alt in v.alternatives))
+    skipped: dict = {}
+    for (call, key), ops in a.details.items():
+        skipped.setdefault((key, ops), []).append(call)
+    for (key, ops), calls in skipped.items():
+        notes.append(f"{counter(key).name} skipped {', '.join(ops)} on {', '.join(calls)}")
+    notes.append("calls:")
+    notes += [f"  {L.call.key}: {L.call.title}; {L.call.code}" for L in a.ledgers]
+    return notes
+
+
+def _columns(a: Audit) -> list[tuple[str, str, str]]:
+    from .counters import counter
+    return [(key, unit, f"{key} {unit}") for key in a.counters
+            for unit, _ in counter(key).readings]
+
+
+def _kernel(name: str | None) -> str:
+    return "-" if not name else name.removeprefix("_scaled_dot_product_")
+
+
+def _section(a: Audit) -> Section:
+    stages = ("projections", "scores", "mix", "out_projection")
+    cols = _columns(a)
+    kernels = bool(a.kernels)   # measured when a counter ran
+    header = ["call"] + (["torch kernel"] if kernels else []) + \
+        ["projections", "scores", "mix", "W_O", "total", "softmax (float)"] + [c[2] for c in cols]
+    rows, data = [], []
+    for L in a.ledgers:
+        key = L.call.key
+        ops = L.softmax_ops
+        cells = [key] + ([_kernel(a.kernels.get(key))] if kernels else []) + \
+            [_stage(L.macs, s) for s in stages] + \
+            [_stage(L.macs, "total"), f"exp {ops['exp']}, add {ops['add']}, div {ops['div']}"]
+        cells += [verdict_text(a.cells[(key, k, u)]) for k, u, _ in cols]
+        rows.append(cells)
+        data.append({
+            "call": key, "title": L.call.title, "code": L.call.code,
+            "kernel": a.kernels.get(key), "derived_macs": dict(L.macs),
+            "counted_macs": dict(L.counted), "dense_macs": dict(L.dense),
+            "softmax_ops": dict(ops),
+            "counters": {f"{k} {u}": {"figure": a.cells[(key, k, u)].figure,
+                                      "expected": a.cells[(key, k, u)].expected,
+                                      "findings": list(a.cells[(key, k, u)].findings),
+                                      "error": a.cells[(key, k, u)].error}
+                         for k, u, _ in cols}})
+    title = "FLOP counters audited: each counter's figure against the derived count"
+    return Section("cost/audit", title, header, rows, _notes(a),
+                   {"calls": data, "versions": dict(a.versions), "counters": list(a.counters),
+                    "same": all(L.same for L in a.ledgers)})
+
+
+def audit_sections(counters=None, calls=None, jobs: int = 2) -> list:
+    """The ``cost/audit`` table: every call derived, each installed counter's figure judged.
+
+    Args and errors as :func:`exactattn.cost.audit.audit` (``counters=[]``:
+    the derived side only).
+    """
+    return [_section(audit(counters, calls, jobs))]

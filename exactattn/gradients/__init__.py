@@ -1,0 +1,32 @@
+"""Exact gradients of attention: dQ, dK, dV of a call, and dW/db of a head, certified.
+
+The backward pass of ``O = softmax(scale Q K^T + m) V`` given an upstream
+gradient ``dO`` (Vaswani et al. 2017, sec. 3.2.1; Dao et al. 2022, Algorithm 4)::
+
+    dV = P^T dO,  dP = dO V^T,  D_i = sum_c dO_ic O_ic,  dS = P * (dP - D),
+    dQ = scale dS K,  dK = scale dS^T Q
+
+With the rational scores over one common denominator, every exponential is
+a power of one transcendental t (:mod:`~exactattn.gradients.terms`), so every
+entry is a rational function of t (times the scale): exact zero, equality,
+sign and rationality tests are polynomial identities, and every certified
+rounding ends (:class:`~exactattn.gradients.values.GradValue`).
+
+* :mod:`~exactattn.gradients.terms`: :class:`Terms`, the exponents as powers of t;
+* :mod:`~exactattn.gradients.values`: :class:`GradValue`, the exact value type;
+* :mod:`~exactattn.gradients.backward`: :func:`gradients`, :class:`Gradients`;
+* :mod:`~exactattn.gradients.weights`: :func:`head_gradients`, :class:`HeadGradients`.
+
+>>> from exactattn.call import Policy
+>>> g = gradients([[0], [0]], [[1], [2]], [[1], [3]], [[1], [1]], Policy(scale="none"))
+>>> g.dV[0][0].rational(), g.dQ[0][0].rational()      # equal scores: rational gradients
+(Fraction(1, 1), Fraction(1, 2))
+"""
+
+from .backward import BULK_PREC, GRADIENTS, Gradients, certified, gradients
+from .terms import Terms
+from .values import GradValue
+from .weights import WEIGHT_GRADIENTS, HeadGradients, head_gradients
+
+__all__ = ["BULK_PREC", "GRADIENTS", "GradValue", "Gradients", "HeadGradients", "Terms",
+           "WEIGHT_GRADIENTS", "certified", "gradients", "head_gradients"]

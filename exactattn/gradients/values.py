@@ -1,0 +1,451 @@
+"""Exact gradient entries: rational functions of one transcendental t, with certified decimals.
+
+Every entry of a gradient of one attention call is ``s * R(t)`` where ``s`` is
+1 or the scale ``1/sqrt(D)`` (dQ, dK and what is built from them, when sqrt(D)
+is irrational; a rational scale is folded into R), and ``R`` is a sum over
+normaliser classes (:mod:`exactattn.gradients.terms`)::
+
+    R = c + sum_k N_k(t) / Z_k(t)^2          (c rational, N_k polynomials)
+
+A :class:`GradValue` holds that as python-flint ``fmpq_mpoly`` numerators, built
+on demand, and decides exactly:
+
+* **zero**: no class left after collecting; one class left (its ``N/Z^2`` is a
+  non-constant rational function, never 0 at a transcendental t); otherwise
+  ``R(1) != 0`` proves ``R != 0`` (a rational function that is 0 is 0 at 1, and
+  ``Z_k(1) > 0``); otherwise an enclosure excluding 0 proves it, and as a last
+  resort every class is put over one common denominator and the numerator
+  compared with 0 (refused past :data:`MAX_TERMS` terms, with a one-line error);
+* **rational**: a class whose numerator is ``q Z^2`` is the constant q; a value
+  with no other class is rational, with exactly one other it is not (a
+  non-constant rational function of a transcendental number is
+  transcendental); with more, the only candidate is ``R(1)`` (the value at equal
+  scores) and the zero test of ``R - R(1)`` decides.  With an irrational s the
+  value is rational only when it is 0;
+* **sign**, ``==``, ``<``: the zero test, then enclosures (which always end,
+  the value being non-zero);
+* **decimals**: rationals round exactly; any other value through
+  :func:`exactattn.digits.certify` with the exact sign as its ``compare``.
+
+Arithmetic: ``+``, ``-`` and rational multiples of values of one call (what the
+weight gradients and the property checks need).
+
+Reference: Lindemann-Weierstrass (Baker 1975, Theorem 1.4); Ziv 1991 for the
+rounding loop.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import total_ordering
+
+from ..digits import arb_to_fraction, certify, fraction_text, round_fraction, tighten
+from ..errors import ExactAttnError, InputError
+
+__all__ = ["GradValue", "MAX_TERMS", "ONE", "ZERO_PREC"]
+
+#: enclosures tried (bits) before the common-denominator zero test
+ZERO_PREC = 4096
+#: the most terms the common-denominator zero test may build
+MAX_TERMS = 10 ** 6
+#: texts reduce N / Z^2 by their gcd up to this degree
+TEXT_DEGREE = 4096
+#: the atom of the constant 1
+ONE = ("one",)
+
+
+def _rational(x) -> bool:
+    return isinstance(x, (int, Fraction)) and not isinstance(x, bool)
+
+
+@total_ordering
+class GradValue:
+    """One exact gradient entry (or a rational combination of entries of one call).
+
+    ``block`` is the :class:`~exactattn.gradients.backward.Gradients` it comes
+    from, ``recipe`` maps atoms (``("dQ", i, c)``, ...) to rational
+    coefficients, ``scaled`` says whether the value carries the irrational
+    scale ``1/sqrt(D)``.  Values are immutable and compare like ``Fraction``.
+
+    >>> from exactattn.call import Policy
+    >>> from exactattn.gradients import gradients
+    >>> g = gradients([[1]], [[0], [1]], [[0], [1]], [[1]], Policy(scale="none"))
+    >>> v = g.dV[1][0]                       # e/(1 + e)
+    >>> v.text(), v.decimal(6), v > Fraction(1, 2), (v + g.dV[0][0]).rational()
+    ('t/(t + 1) where t = exp(1)', '0.731059', True, Fraction(1, 1))
+    """
+
+    __slots__ = ("block", "recipe", "scaled", "_parts", "_rational", "_zero", "_hash")
+
+    def __init__(self, block, recipe: dict, scaled: bool = False):
+        self.block = block
+        self.recipe = {a: Fraction(c) for a, c in recipe.items() if c}
+        self.scaled = scaled
+        self._parts = None
+        self._rational = False      # not computed yet (None means irrational)
+        self._zero = None
+        self._hash = None
+
+    # -- structure --------------------------------------------------------------
+    @property
+    def nan(self) -> bool:
+        """True when the value is NaN (an empty row under ``empty_row='nan'`` feeds it)."""
+        return any(self.block.atom_nan(a) for a in self.recipe)
+
+    def _check_number(self) -> None:
+        if self.nan:
+            raise InputError("value must be a number to be compared (got nan: an empty row "
+                             "under empty_row='nan' feeds it)")
+
+    def parts(self) -> tuple[Fraction, dict]:
+        """``(c, {class: N})``: the constant and the numerators over ``Z^2`` (exact, cached).
+
+        A class whose numerator is a rational multiple of ``Z^2`` is folded into c.
+        """
+        if self._parts is not None:
+            return self._parts
+        from flint import fmpq
+        terms = self.block.terms
+        merged: dict = {}
+        for atom, coef in self.recipe.items():
+            for key, poly in self.block.atom_parts(atom).items():
+                p = poly * fmpq(coef.numerator, coef.denominator)
+                merged[key] = merged[key] + p if key in merged else p
+        const = Fraction(0)
+        out = {}
+        for key, poly in merged.items():
+            if poly.is_zero():
+                continue
+            if poly.is_constant() and key == terms.one:
+                const += _fraction(poly.leading_coefficient())
+                continue
+            c = _fraction(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
+            if c and poly == terms.normaliser_squared(key) * fmpq(c.numerator, c.denominator):
+                const += c
+                continue
+            out[key] = poly
+        self._parts = (const, out)
+        return self._parts
+
+    def _at_one(self) -> Fraction:
+        """``R(1)``: the value with every generator set to 1 (every score equal)."""
+        from flint import fmpq
+        const, parts = self.parts()
+        total = const
+        for key, poly in parts.items():
+            total += _fraction(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
+        return total
+
+    def is_zero(self) -> bool:
+        """True exactly when the value is 0.
+
+        Raises:
+            ExactAttnError: neither the structure, enclosures up to
+                :data:`ZERO_PREC` bits nor a common denominator of at most
+                :data:`MAX_TERMS` terms decide it.
+        """
+        if self._zero is None:
+            self._zero = self._decide_zero()
+        return self._zero
+
+    def _decide_zero(self) -> bool:
+        self._check_number()
+        const, parts = self.parts()
+        if not parts:
+            return const == 0
+        if len(parts) == 1 or self._at_one() != 0:
+            return False
+
+        def apart(p):
+            b = self.ball(p)
+            return True if not b.contains(0) else None
+        if tighten(apart, 64, max_prec=ZERO_PREC):
+            return False
+        return self._common_denominator_zero(const, parts)
+
+    def _common_denominator_zero(self, const: Fraction, parts: dict) -> bool:
+        from flint import fmpq
+        terms = self.block.terms
+        squares = {k: terms.normaliser_squared(k) for k in parts}
+        size = max(len(p) for p in parts.values())
+        for sq in squares.values():
+            size *= len(sq)
+        if size > MAX_TERMS:
+            raise ExactAttnError(
+                f"value must be decided within {MAX_TERMS} polynomial terms (got about {size}: "
+                f"{len(parts)} normalisers cancel at equal scores and agree to {ZERO_PREC} bits); "
+                "use a smaller call")
+        total = None
+        for k, num in parts.items():
+            prod = num
+            for other, sq in squares.items():
+                if other != k:
+                    prod = prod * sq
+            total = prod if total is None else total + prod
+        if const:
+            prod = fmpq(const.numerator, const.denominator)
+            for sq in squares.values():
+                prod = prod * sq
+            total = total + prod
+        return total.is_zero()
+
+    def rational(self) -> Fraction | None:
+        """The value as a ``Fraction`` when it is rational, else None (also for NaN)."""
+        if self._rational is not False:
+            return self._rational
+        if self.nan:
+            q = None
+        elif self.scaled:
+            q = Fraction(0) if self.is_zero() else None
+        else:
+            const, parts = self.parts()
+            if not parts:
+                q = const
+            elif len(parts) == 1:
+                q = None
+            else:
+                q1 = self._at_one()
+                q = q1 if (self - q1).is_zero() else None
+        self._rational = q
+        return q
+
+    def is_rational(self) -> bool:
+        return self.rational() is not None
+
+    def as_fraction(self) -> Fraction:
+        """The value as a ``Fraction``.
+
+        Raises:
+            InputError: the value is irrational or NaN.
+        """
+        q = self.rational()
+        if q is None:
+            raise InputError(f"value must be rational to be a Fraction (got {self.text()}); "
+                             "use .decimal(places) or .ball(prec)")
+        return q
+
+    # -- numeric ------------------------------------------------------------------
+    def ball(self, prec: int):
+        """An ``arb`` enclosure of the value from enclosures at ``prec`` bits."""
+        from flint import arb
+        if self.nan:
+            return arb.nan()
+        total = arb(0)
+        for atom, coef in self.recipe.items():
+            b = self.block.atom_ball(atom, prec)
+            total += b if coef == 1 else b * _fmpq(coef)
+        return total
+
+    def sign(self) -> int:
+        """-1, 0 or 1, exactly."""
+        if self.is_zero():
+            return 0
+
+        def step(p):
+            b = self.ball(p)
+            return 1 if b > 0 else -1 if b < 0 else None
+        return tighten(step, 64)
+
+    def _minus_sign(self, q) -> int:
+        """sign(value - q) for a rational q, exactly."""
+        q = Fraction(q)
+        self._check_number()
+        if not self.scaled:
+            return (self - q).sign()
+        if q == 0:
+            return self.sign()
+        from flint import arb     # s R(t) is never a non-zero rational: enclosures decide
+
+        def step(p):
+            b = self.ball(p) - arb(_fmpq(q))
+            return 1 if b > 0 else -1 if b < 0 else None
+        return tighten(step, 64)
+
+    def _compare(self, other) -> int:
+        if _rational(other):
+            return self._minus_sign(other)
+        if not isinstance(other, GradValue):
+            return NotImplemented
+        if other.block is not self.block:
+            q1, q2 = self.rational(), other.rational()
+            if q1 is not None and q2 is not None:
+                return (q1 > q2) - (q1 < q2)
+            raise InputError("values must come from one call to be compared exactly (got two "
+                             "calls); compare their decimals instead")
+        return (self - other).sign() if self.scaled == other.scaled else \
+            self._mixed_sign(other)
+
+    def _mixed_sign(self, other: "GradValue") -> int:
+        """sign(self - other) when one carries the irrational scale and the other does not:
+        equal only when both are 0 (sqrt(D) is not a rational function of t)."""
+        self._check_number()
+        other._check_number()
+        if self.is_zero() and other.is_zero():
+            return 0
+
+        def step(p):
+            b = self.ball(p) - other.ball(p)
+            return 1 if b > 0 else -1 if b < 0 else None
+        return tighten(step, 64)
+
+    def __eq__(self, other) -> bool:
+        if not (_rational(other) or isinstance(other, GradValue)):
+            return NotImplemented
+        if self.nan or (isinstance(other, GradValue) and other.nan):
+            return False
+        return self._compare(other) == 0
+
+    def __lt__(self, other) -> bool:
+        c = self._compare(other)
+        return NotImplemented if c is NotImplemented else c < 0
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            q = self.rational()
+            self._hash = hash(q) if q is not None else id(self) if self.nan else \
+                hash(("GradValue", self.decimal(30)))
+        return self._hash
+
+    def __float__(self) -> float:
+        """A float within an ULP of the value (from an enclosure 2^-64 relative wide); nan for NaN."""
+        if self.nan:
+            return float("nan")
+        q = self.rational()
+        if q is not None:
+            return float(q)
+
+        def step(p):
+            b = self.ball(p)
+            return b.mid() if b.rad() * 2 ** 64 < abs(b.mid()) else None
+        return float(arb_to_fraction(tighten(step, 64)))
+
+    def decimal(self, places: int) -> str:
+        """Correctly rounded decimal at ``places`` places (``nan`` for NaN); always terminates."""
+        if self.nan:
+            return "nan"
+        q = self.rational()
+        if q is not None:
+            return round_fraction(q, places)
+        return certify(self.ball, places, compare=self._minus_sign)
+
+    # -- arithmetic -----------------------------------------------------------------
+    def _combine(self, other, sign: int) -> "GradValue":
+        if _rational(other):
+            if other == 0:
+                return self
+            if self.scaled:
+                raise InputError("value must not carry the scale 1/sqrt(D) to be added to a "
+                                 f"rational (got {self.text()} and {other}); add values of one kind")
+            recipe = dict(self.recipe)
+            recipe[ONE] = recipe.get(ONE, 0) + sign * Fraction(other)
+            return GradValue(self.block, recipe, False)
+        if not isinstance(other, GradValue):
+            return NotImplemented
+        if other.block is not self.block:
+            raise InputError("values must come from one call to be added exactly (got two calls)")
+        if self.scaled != other.scaled and self.recipe and other.recipe:
+            raise InputError("values must both carry the scale 1/sqrt(D) or both not to be "
+                             "added exactly (got one of each)")
+        recipe = dict(self.recipe)
+        for a, c in other.recipe.items():
+            recipe[a] = recipe.get(a, 0) + sign * c
+        return GradValue(self.block, recipe, self.scaled or other.scaled)
+
+    def __add__(self, other):
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._combine(other, -1)
+
+    def __rsub__(self, other):
+        return (-self)._combine(other, 1)
+
+    def __neg__(self) -> "GradValue":
+        return GradValue(self.block, {a: -c for a, c in self.recipe.items()}, self.scaled)
+
+    def __mul__(self, other):
+        if not _rational(other):
+            return NotImplemented
+        return GradValue(self.block, {a: c * other for a, c in self.recipe.items()}, self.scaled)
+
+    __rmul__ = __mul__
+
+    # -- views ----------------------------------------------------------------------
+    def exact(self):
+        """A ``Fraction`` when rational, else the sympy closed form."""
+        q = self.rational()
+        return q if q is not None else self.closed_form()
+
+    def closed_form(self):
+        """The sympy closed form ``s (c + sum_k N_k(t) / Z_k(t)^2)`` with t (and u) written out."""
+        import sympy
+        if self.nan:
+            return sympy.nan
+        terms = self.block.terms
+        gens = [sympy.exp(sympy.Rational(c.numerator, c.denominator) /
+                          (1 if d2 is None else sympy.sqrt(sympy.Rational(d2.numerator,
+                                                                          d2.denominator))))
+                for c, d2 in terms.generators]
+
+        def to_sympy(poly):
+            out = sympy.Integer(0)
+            for exps, coef in poly.terms():
+                c = _fraction(coef)
+                mono = sympy.Rational(c.numerator, c.denominator)
+                for g, e in zip(gens, exps):
+                    mono *= g ** int(e)
+                out += mono
+            return out
+        const, parts = self.parts()
+        value = sympy.Rational(const.numerator, const.denominator)
+        for key, num in parts.items():
+            value += to_sympy(num) / to_sympy(terms.normaliser(key)) ** 2
+        if self.scaled:
+            D = self.block.irrational_scale
+            value = value / sympy.sqrt(sympy.Rational(D.numerator, D.denominator))
+        return value
+
+    def text(self) -> str:
+        """A closed form without sympy: ``1/2``, or ``(N)/(Z)^2 + ...`` with t spelled out."""
+        if self.nan:
+            return "nan"
+        q = self.rational()
+        if q is not None:
+            return fraction_text(q)
+        const, parts = self.parts()
+        terms = self.block.terms
+        pieces = [fraction_text(const)] if const else []
+        for key, num in parts.items():
+            z = terms.normaliser(key)
+            den = terms.normaliser_squared(key)
+            if max(num.total_degree(), den.total_degree()) <= TEXT_DEGREE:
+                g = num.gcd(den)       # small degrees only: flint's gcd is dense
+                num, den = num / g, den / g
+            below = f"{_paren(z)}^2" if den == z * z else _paren(den)
+            pieces.append(f"{_paren(num)}/{below}")
+        body = " + ".join(pieces)
+        if self.scaled:
+            body = f"({body})/sqrt({self.block.irrational_scale})"
+        return f"{body} where {terms.generator_text()}"
+
+    def __repr__(self) -> str:
+        return f"GradValue({self.text()})"
+
+
+def _paren(poly) -> str:
+    text = str(poly)
+    return text if len(poly) == 1 and "*" not in text.lstrip("-") else f"({text})"
+
+
+def _fraction(q) -> Fraction:
+    """An ``fmpq`` (or int) as a ``Fraction``."""
+    if isinstance(q, (int, Fraction)):
+        return Fraction(q)
+    return Fraction(int(q.p), int(q.q))
+
+
+def _fmpq(q: Fraction):
+    from flint import fmpq
+    return fmpq(q.numerator, q.denominator)

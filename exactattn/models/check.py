@@ -1,0 +1,291 @@
+"""Every head of every layer of a real model run, exactly, against what the model computed.
+
+For one layer of a :class:`~exactattn.models.run.ModelRun`:
+
+1. the layer's exact weights (:meth:`ModelRun.layer`, a
+   :class:`~exactattn.layer.Layer`) and its input hidden states, each float32
+   read as its exact binary value (:func:`~exactattn.models.weights.exact_matrix`);
+2. each head run exactly by the fast engine (:func:`~exactattn.head.attend`):
+   queries, keys and values with their biases, exact rationals;
+3. the exact shares and head outputs from the one exact reference
+   (:class:`~exactattn.verify.reference.Reference`), enclosed in ``arb``
+   balls, and ``concat(heads) W_O + b_O`` enclosed by one ``arb_mat``
+   product (an entry's exact value, when a ball does not decide it, is the
+   :class:`~exactattn.layer.LayerValue` of :func:`~exactattn.layer.out_project`);
+4. every entry compared with the model's float32 by verify's one comparison
+   (:func:`~exactattn.verify.compare.judge`: ULPs, ULPs at the terms, relative
+   error) and certified to ``places`` decimals (:func:`~exactattn.digits.certify`
+   on the same enclosures).
+
+The terms of a probability are the row's shares (they add up to 1): its
+error at the terms is in ULPs of 1.  The terms of a head output are
+``shares_ij |values_jc|``; of an output after ``W_O``, ``|W_O[d][a d_v + c]|
+|head_a[i][c]|`` and ``|b_O[d]|``.
+
+Errors: :class:`~exactattn.errors.InputError` from the pieces (weights that
+are not there, a model without probabilities asked for them).
+
+Reference: multi-head attention, Vaswani et al. 2017, sec. 3.2.2; the ULP
+counts and the budget are verify's (:mod:`exactattn.verify.compare`,
+:func:`~exactattn.verify.formats.default_max_ulps`).  The budget is a reading
+aid for one attention call on given queries, keys and values: here the
+model's float32 projections (dot products of length d_model) add their own
+error, so head outputs may go over it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..digits import certify, working_precision
+from ..errors import InputError
+from ..head import attend
+from ..kernels import common_denominator
+from ..layer import LayerValue, out_project
+from ..verify.compare import judge
+from ..verify.formats import default_max_ulps, float_format, round_ball
+from ..verify.problem import Problem
+from ..verify.reference import Reference
+from .weights import exact_matrix
+
+__all__ = ["DTYPE", "PREC", "HeadCheck", "LayerCheck", "Worst", "check_layer", "significant"]
+
+#: the model's dtype: every comparison counts ULPs of float32
+DTYPE = "float32"
+#: bits of the enclosures every entry is first judged and certified from
+PREC = 96
+
+
+@dataclass
+class Worst:
+    """The worst errors over a group of entries (a head's probabilities, its outputs, ...).
+
+    ``ulps``, ``terms_ulps``, ``rel``: the largest of each over the group
+    (each may come from a different entry); ``cell`` the entry with the most
+    ULPs (ties: the larger error at the terms), where the model has ``got``
+    and the exact value is ``exact`` (certified, 9 significant digits).
+    ``over``: entries over the ULP ``budget`` on both counts; ``hard``: NaN
+    or infinity where the exact value is finite; ``misses``: entries whose
+    float, printed to ``places`` decimals, differs from the certified decimal;
+    ``decimals``: every entry's certified decimal by cell, when kept.
+    """
+
+    entries: int = 0
+    ulps: int = 0
+    terms_ulps: float = 0.0
+    rel: float = 0.0
+    cell: tuple | None = None
+    got: float | None = None
+    exact: str = ""
+    over: int = 0
+    hard: int = 0
+    misses: int = 0
+    budget: int = 0
+    decimals: dict | None = None
+    _key: tuple = field(default=(-1, -1.0), repr=False)
+    _value: object = field(default=None, repr=False)
+
+    def add(self, cell: tuple, got: float, j, exact, certified: str, places: int) -> None:
+        """One entry judged (``j``, a :class:`~exactattn.verify.compare.Judgement`)."""
+        self.entries += 1
+        if self.decimals is not None:
+            self.decimals[cell] = certified
+        if j.status == "hard":
+            self.hard += 1
+            key = (math.inf, math.inf)
+        else:
+            self.over += j.status == "over"
+            self.ulps = max(self.ulps, j.ulps)
+            self.terms_ulps = max(self.terms_ulps, j.terms_ulps)
+            self.rel = max(self.rel, j.rel)
+            key = (j.ulps, j.terms_ulps)
+        if key > self._key:
+            self._key, self.cell, self.got, self._value = key, cell, got, exact
+        if math.isfinite(got):
+            printed = f"{got:.{places}f}"
+            if printed.startswith("-") and not printed.strip("-0."):
+                printed = printed[1:]           # -0.0000 is 0.0000
+            self.misses += printed != certified
+        else:
+            self.misses += 1
+
+    def finish(self) -> None:
+        """Certify the worst entry's exact value to 9 significant digits."""
+        if self._value is not None:
+            self.exact = significant(self._value(), self.got)
+            self._value = None          # the layer's exact reference is let go
+
+
+def significant(value, near: float, digits: int = 9) -> str:
+    """An exact value (``.decimal(places)``) certified to about ``digits`` significant digits,
+    the places chosen from ``near`` (a float close to it).
+
+    >>> from fractions import Fraction
+    >>> from exactattn.softmax import SoftmaxRow
+    >>> significant(SoftmaxRow([Fraction(1), Fraction(0)], None).share(1), 0.27)  # 1/(1 + e)
+    '0.268941421'
+    """
+    if not near or not math.isfinite(near):
+        return value.decimal(digits)
+    lead = math.floor(math.log10(abs(near)))
+    return value.decimal(min(50, max(0, digits - 1 - lead)))
+
+
+@dataclass
+class HeadCheck:
+    """One head of a layer: its probabilities (None when the model returned none) and outputs."""
+
+    head: int
+    probs: Worst | None
+    outputs: Worst
+
+
+@dataclass
+class LayerCheck:
+    """One layer: its heads, the outputs after ``W_O`` (``projected``), the ULP budget, time."""
+
+    layer: int
+    heads: list[HeadCheck]
+    projected: Worst
+    budget: int
+    seconds: float
+    n: int
+
+    @property
+    def certified(self) -> int:
+        """How many entries were certified and compared."""
+        return sum((h.probs.entries if h.probs else 0) + h.outputs.entries
+                   for h in self.heads) + self.projected.entries
+
+
+def _certified(ball, exact, places: int) -> str:
+    """The correctly rounded decimal of a value enclosed by ``ball`` (at :data:`PREC` bits)."""
+    try:
+        return certify(lambda p: ball if p <= PREC else exact().ball(p), places)
+    except InputError:          # on a boundary past every enclosure: the exact value decides
+        return exact().decimal(places)
+
+
+def _rounded(ball, exact, fmt) -> float:
+    """The exact value rounded to ``fmt``, from its ball or, when that straddles, exactly."""
+    f = round_ball(ball, fmt, PREC)
+    return Reference.round_exact(exact(), fmt, 2 * PREC)[0] if f is None else f
+
+
+def _exact_heads(layer, x) -> Reference:
+    """The layer's heads run exactly (fast engine) and read into the one exact reference."""
+    traces = [attend(h, x, engine="fast") for h in layer.heads]
+    first = [layer.kv_of.index(g) for g in range(layer.n_kv_heads)]
+    problem = Problem.from_arrays([[t.queries for t in traces]],
+                                  [[traces[a].keys for a in first]],
+                                  [[traces[a].values for a in first]], name="layer")
+    return Reference(problem, layer.policy)
+
+
+def _probs(ref: Reference, h: int, probs, fmt, budget: int, places: int, keep: bool) -> Worst:
+    w = Worst(budget=budget, decimals={} if keep else None)
+    for i in range(ref.L):
+        row = ref.row(0, h, i)
+        balls = row.exp_balls(PREC)
+        den = row.normaliser(PREC, balls)
+        got_row = probs[i].tolist()
+        for j, g in enumerate(row.gaps):
+            def exact(row=row, j=j):
+                return row.share(j)
+            ball = exact().ball(PREC) if g is None else balls[g] / den
+            got = got_row[j]
+            jd = judge(got, _rounded(ball, exact, fmt), ball, 1.0, fmt, exact, budget)
+            w.add((i, j), got, jd, exact, _certified(ball, exact, places), places)
+    return w
+
+
+def _outputs(ref: Reference, h: int, got_block, rounded, balls, mags, fmt, budget: int,
+             places: int, keep: bool) -> Worst:
+    w = Worst(budget=budget, decimals={} if keep else None)
+    for i in range(ref.L):
+        for c in range(ref.Ev):
+            def exact(i=i, c=c):
+                return ref.output(0, h, i, c)
+            got = float(got_block[i, c])
+            ball = balls[i, c]
+            jd = judge(got, rounded[i, c], ball, float(mags[i, c]), fmt, exact, budget)
+            w.add((i, c), got, jd, exact, _certified(ball, exact, places), places)
+    return w
+
+
+def _projected(layer, ref: Reference, rounded, balls, after, fmt, budget: int,
+               places: int, keep: bool) -> Worst:
+    """``concat(heads) W_O + b_O`` enclosed by one arb_mat product, each entry judged."""
+    from flint import arb, arb_mat, fmpq, fmpq_mat, fmpz_mat
+    from ..exponents import fmpq_of
+    H, n, dv = ref.Hq, ref.L, ref.Ev
+    heads = np.concatenate([balls[h] for h in range(H)], axis=1)      # n x H d_v balls
+    W = layer.W_O                                                     # d_model x H d_v
+    d_model = len(W)
+    b = layer.b_O or [0] * d_model
+    ints, den = common_denominator(W)
+    P = arb_mat(n, H * dv, heads.ravel().tolist()) * \
+        arb_mat(fmpq_mat(fmpz_mat(ints).transpose()) * fmpq(1, den))
+    entries = P.entries()
+    w64 = np.abs(np.array(ints, dtype=np.float64)) / float(den)    # sizes, a few digits
+    mags = np.abs(np.concatenate([rounded[h] for h in range(H)], axis=1)) @ w64.T + \
+        np.abs(np.array([float(e) for e in b]))
+    w_ints = {}
+
+    def exact(i, d):
+        if d not in w_ints:
+            w_ints[d] = common_denominator([W[d]])
+        rows = [[[ref.output(0, h, i, c) for c in range(dv)]] for h in range(H)]
+        terms = out_project(w_ints[d], rows)[0][0][0]
+        return LayerValue(terms, b[d])
+    w = Worst(budget=budget, decimals={} if keep else None)
+    for i in range(n):
+        for d in range(d_model):
+            ball = entries[i * d_model + d] + arb(fmpq_of(b[d]))
+            got = float(after[i, d])
+
+            def value(i=i, d=d):
+                return exact(i, d)
+            jd = judge(got, _rounded(ball, value, fmt), ball, float(mags[i, d]), fmt, value,
+                       budget)
+            w.add((i, d), got, jd, value, _certified(ball, value, places), places)
+    return w
+
+
+def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> LayerCheck:
+    """Layer ``index`` of ``run`` (a :class:`~exactattn.models.run.ModelRun`), every entry
+    judged against the exact values and certified to ``places`` decimals (kept by cell in
+    each :attr:`Worst.decimals` when ``keep``).
+
+    Shapes: the run's layer holds x (n x d_model), probabilities (H x n x n),
+    the heads before ``W_O`` (n x H d_v) and after (n x d_model).
+    """
+    start = time.perf_counter()
+    cap = run.layers[index]
+    layer = run.layer(index)
+    ref = _exact_heads(layer, exact_matrix(cap.x))
+    fmt = float_format(DTYPE)
+    with working_precision(PREC):
+        budget = default_max_ulps(DTYPE, ref.S, ref.E, ref.max_abs_exponent())
+    rounded, balls, mags = ref.rounded_outputs(DTYPE, prec=PREC)
+    dv = ref.Ev
+    heads = []
+    with working_precision(PREC):
+        for h in range(ref.Hq):
+            probs = None if cap.probs is None else _probs(ref, h, cap.probs[h], fmt, budget,
+                                                          places, keep)
+            outs = _outputs(ref, h, cap.before[:, h * dv:(h + 1) * dv], rounded[0, h],
+                            balls[0, h], mags[0, h], fmt, budget, places, keep)
+            heads.append(HeadCheck(h, probs, outs))
+        projected = _projected(layer, ref, rounded[0], balls[0], cap.after, fmt, budget, places,
+                               keep)
+    for h in heads:
+        for w in (h.probs, h.outputs):
+            if w is not None:
+                w.finish()
+    projected.finish()
+    return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, ref.L)

@@ -1,0 +1,134 @@
+"""The tables of ``exactattn model check``: a model's float32 attention against the exact one.
+
+Presentation only: every number printed here was computed by
+:func:`~exactattn.models.check.check_layer` (or is a certified decimal of an
+exact value).  Reruns print the same bytes; wall-clock timings appear only
+when asked for (``timings=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..render import Section, plural, printable
+from ..verify.formats import shortest_repr
+from .check import DTYPE, LayerCheck, Worst
+
+__all__ = ["check_sections", "scientific", "worst_data"]
+
+
+def _g(x, spec: str) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return format(x, spec)
+
+
+def scientific(decimal: str) -> str:
+    """A certified decimal written ``d.ddde-XX`` with the same digits (presentation only).
+
+    >>> scientific("-0.0000599470151"), scientific("12.50"), scientific("0.000")
+    ('-5.99470151e-05', '1.250e+01', '0')
+    """
+    sign = "-" if decimal.startswith("-") else ""
+    whole, _, frac = decimal.lstrip("-").partition(".")
+    digits = whole + frac
+    first = next((k for k, ch in enumerate(digits) if ch != "0"), None)
+    if first is None:
+        return "0"
+    mant = digits[first:]
+    return f"{sign}{mant[0]}.{mant[1:]}e{len(whole) - 1 - first:+03d}" if len(mant) > 1 \
+        else f"{sign}{mant}e{len(whole) - 1 - first:+03d}"
+
+
+def _cell(w: Worst) -> str:
+    return "-" if w.cell is None else ",".join(str(k + 1) for k in w.cell)
+
+
+def _row(label: list[str], w: Worst) -> list[str]:
+    got = "-" if w.got is None else shortest_repr(w.got, DTYPE)
+    return label + [_g(w.ulps, "d"), _g(w.terms_ulps, ".2f"), _g(w.rel, ".2e"), _cell(w), got,
+                    scientific(w.exact) if w.exact else "-", str(w.misses), str(w.over + w.hard)]
+
+
+def worst_data(w: Worst) -> dict:
+    """A :class:`~exactattn.models.check.Worst` as JSON data (cells counted from 1)."""
+    return {"entries": w.entries, "ulps": w.ulps, "terms_ulps": w.terms_ulps, "rel": w.rel,
+            "cell": None if w.cell is None else [k + 1 for k in w.cell],
+            "model": w.got, "exact": w.exact, "misses": w.misses, "over": w.over,
+            "hard": w.hard, "budget": w.budget}
+
+
+def _columns(cell: str, places: int) -> list[str]:
+    return ["layer", "head", "ULPs", "at terms", "rel. error", f"worst ({cell})",
+            f"model ({DTYPE})", "exact (certified)", f"off at {places} places", "over"]
+
+
+def _common_notes(places: int, budgets: str) -> list[str]:
+    return [
+        f"ULPs: {DTYPE} floats between the model's value and the exact value correctly "
+        f"rounded to {DTYPE}; at terms: |error| in ULPs at the size of the terms it adds up; "
+        "rel. error: |error| / |exact|; each column is its own worst over the head",
+        "worst: the entry with the most ULPs (counted from 1), its exact value certified to "
+        f"9 significant digits; off at {places} places: entries whose float printed to "
+        f"{places} places differs from the certified decimal; over: past the ULP budget on "
+        f"both counts ({budgets}: verify's default, 2*ceil(sqrt(n + d_k)) + 4 + "
+        "ceil(max |scaled score|), made for one attention call on given queries, keys and "
+        "values: the model's float32 projections add their own error), or NaN/inf",
+    ]
+
+
+def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
+                   timings: bool = False) -> list[Section]:
+    """The probability table, the output table and a summary, from the layers checked."""
+    budgets = ", ".join(f"layer {c.layer}: {c.budget}" for c in checks)
+    sections = []
+    n = checks[0].n if checks else len(run.tokens)
+    if run.probs_returned:
+        rows, data = [], []
+        for c in checks:
+            for h in c.heads:
+                rows.append(_row([str(c.layer), str(h.head)], h.probs))
+                data.append(dict(layer=c.layer, head=h.head, **worst_data(h.probs)))
+        notes = ["probabilities: the model's attention weights (output_attentions=True) against "
+                 "the exact shares; the terms of a share are its row's shares, which add up "
+                 "to 1 (ULPs of 1)"] + _common_notes(places, budgets)
+        sections.append(Section("model/probabilities", f"{run.model}: attention probabilities, "
+                                f"{DTYPE} ({run.implementation}) vs exact",
+                                _columns("query,key", places), rows, notes, {"heads": data}))
+    rows, data = [], []
+    for c in checks:
+        for h in c.heads:
+            rows.append(_row([str(c.layer), str(h.head)], h.outputs))
+            data.append(dict(layer=c.layer, head=h.head, **worst_data(h.outputs)))
+        rows.append(_row([str(c.layer), "W_O"], c.projected))
+        data.append(dict(layer=c.layer, head="W_O", **worst_data(c.projected)))
+    notes = ["outputs: each head's outputs before W_O (the terms: shares * |values|), and "
+             "W_O: concat(heads) W_O + b_O, the attention output after the projection (the "
+             "terms: |W_O| * |heads| and |b_O|)"]
+    if not run.probs_returned:
+        notes.append(f"{run.implementation} returned no attention probabilities "
+                     "(output_attentions needs eager attention): the outputs are compared")
+    sections.append(Section("model/outputs", f"{run.model}: attention outputs, {DTYPE} "
+                            f"({run.implementation}) vs exact", _columns("token,column", places),
+                            rows, notes + _common_notes(places, budgets), {"heads": data}))
+    total = sum(c.certified for c in checks)
+    tokens = " ".join(printable(t.text) for t in run.tokens)
+    summary = [
+        f"model: {run.description}; {plural(len(run.layers), 'layer')} of "
+        f"{plural(run.heads, 'head')} ({run.kv_heads} key/value), "
+        f"{'causal' if run.causal else 'bidirectional'}, attention '{run.implementation}'",
+        f"tokens ({n}): {tokens}",
+        f"inputs: each layer's input hidden states, captured by forward hooks; {note}",
+        f"exact: every head run exactly (projections with biases, shares, outputs, W_O + b_O); "
+        f"{total:,} entries certified to {places} places and compared",
+    ]
+    if timings:
+        exact = sum(c.seconds for c in checks)
+        summary.append(f"time: the model's float32 forward pass {run.seconds:.3f} s; the exact "
+                       f"check {exact:.1f} s ({exact / run.seconds:,.0f}x)")
+    sections.append(Section("model/summary", "What was checked", [], [], summary,
+                            {"entries": total, "tokens": [t.text for t in run.tokens]}))
+    return sections

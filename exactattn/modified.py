@@ -1,0 +1,181 @@
+"""The counted step of a head under today's modifiers: sinks, ALiBi, soft-capping, RoPE, dropout.
+
+The same loops as :func:`exactattn.head.score_and_mix` (the counted score
+loop, the exact softmax rows, the counted mix), with the softmax rows built
+by the one composition, :func:`exactattn.logits.softmax_row`::
+
+    raw[i][j]   = queries[i] . keys[j]                  counted score loop (visible pairs)
+    [RoPE]        rotated[i][j] = rope_score(q_i, k_j, positions)   2 d_k products a pair
+    rows[i]     = softmax_row(raw or rotated, D, policy, i)  (scale, soft-cap, ALiBi, sink)
+    outputs[i]  = sum_j rows[i].share(j) * keep[i][j] / (1 - p) * values[j]   counted mix
+
+Keys are grouped in the mix by their softmax term (their gap in the row),
+not by their raw score: with ALiBi or RoPE two equal raw scores give
+different logits.  A dropped key (``keep`` False) is skipped in the mix; the
+kept keys' sums are multiplied by ``1/(1 - p)`` once per output entry.
+
+Exactness: rational and algebraic logits (ALiBi slopes such as 2^(-1/2))
+stay exact; soft-capped and rotated scores are certified (see
+:mod:`exactattn.reals`).
+
+Reference: Vaswani et al. 2017, sec. 3.2.1; the modifiers' sources are in
+:mod:`exactattn.modifiers` and :mod:`exactattn.logits`.
+
+>>> from exactattn.call import Policy
+>>> step = modified_step([[1], [0]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1,
+...                      None, Policy(scale=None, sink=Fraction(0)))
+>>> step.rows[0].sink_share().text(), step.outputs[0][0].decimal(6)
+('1/(2 + exp(1))', '1.940292')
+>>> step.macs
+{'scores': 4, 'mix': 4}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Iterable
+
+from .errors import InputError, ShapeError, shorten
+from .kernels import mix, score, to_fractions
+from .logits import dropout_factors, rope_score, softmax_row
+from .ratio import ExpRatio
+
+__all__ = ["Step", "check_keep", "modified_engine", "modified_step", "outputs_of"]
+
+
+def check_keep(keep: Any, policy, n_queries: int, n_keys: int) -> list[list[bool]] | None:
+    """A dropout keep-mask as n_queries x n_keys lists of bools (None without dropout).
+
+    Raises:
+        InputError: a keep-mask without ``policy.dropout``, dropout without a
+            keep-mask, an entry that is not true/false.
+        ShapeError: a keep-mask of the wrong shape.
+
+    >>> from exactattn.call import Policy
+    >>> check_keep([[1, 0]], Policy(dropout="1/2"), 1, 2)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: keep[0][0] must be true or false (got 1)
+    """
+    if keep is None:
+        if policy.dropout is not None:
+            raise InputError(f"keep must be an {n_queries} x {n_keys} keep-mask for dropout "
+                             f"p = {policy.dropout} (got none); pass keep=[[True, False, ...]]")
+        return None
+    if policy.dropout is None:
+        raise InputError("keep must come with dropout (got a keep-mask without p); set "
+                         "Policy(dropout=...) or drop the keep-mask")
+    if hasattr(keep, "tolist") and not isinstance(keep, (list, tuple)):
+        keep = keep.tolist()
+    if not isinstance(keep, (list, tuple)) or len(keep) != n_queries or not all(
+            isinstance(r, (list, tuple)) and len(r) == n_keys for r in keep):
+        raise ShapeError(f"keep must be {n_queries} x {n_keys} (one row per query, one entry "
+                         f"per key; got {shorten(keep, quote=True)})")
+    rows = []
+    for i, r in enumerate(keep):
+        for j, k in enumerate(r):
+            if not isinstance(k, bool) and not (type(k).__module__ == "numpy" and
+                                                type(k).__name__ in ("bool", "bool_")):
+                raise InputError(f"keep[{i}][{j}] must be true or false (got {shorten(k, quote=True)})")
+        rows.append([bool(k) for k in r])
+    return rows
+
+
+@dataclass
+class Step:
+    """What :func:`modified_step` computed: every intermediate and the MACs by stage.
+
+    ``raw`` n_q x n_k integers over ``q_den * k_den`` (None where hidden),
+    ``raw_fractions`` the same as ``Fraction``, ``rotated`` the RoPE scores
+    (None without RoPE), ``rows`` one :class:`~exactattn.softmax.SoftmaxRow`
+    per query, ``outputs`` n_q x d_v :class:`~exactattn.ratio.ExpRatio`
+    (after dropout), ``macs`` ``scores`` (+ ``rotation`` with RoPE) and ``mix``.
+    """
+    raw: list
+    raw_fractions: list
+    rotated: list | None
+    rows: list
+    outputs: list
+    macs: dict
+
+
+def outputs_of(rows: list, values: list[list], value_den: int, factors: list | None) -> tuple:
+    """``sum_j share_ij * factor_ij * values[j]`` through the counted mix; ``(outputs, MACs)``.
+
+    Keys are grouped by their gap in the row (equal softmax terms add their
+    values first); ``factors`` (per row, from
+    :func:`~exactattn.logits.dropout_factors`, or None) drops keys with factor 0
+    and scales the rest once per output entry.  ``values`` are integers over
+    ``value_den``.
+    """
+    groups = []
+    for k, sm in enumerate(rows):
+        f = None if factors is None else factors[k]
+        groups.append([None if g is None or (f is not None and not f[j]) else g
+                       for j, g in enumerate(sm.gaps[:sm.n_keys])])
+    slots, sums, macs = mix(groups, values)
+    outputs = []
+    for k, (sm, row_slots, per_column) in enumerate(zip(rows, slots, sums)):
+        f = None if factors is None else factors[k]
+        scale = next((x for x in f if x), Fraction(1)) if f is not None else Fraction(1)
+        outputs.append([ExpRatio({g: Fraction(a, value_den) * scale
+                                  for g, a in zip(row_slots, acc)}, sm) for acc in per_column])
+    return outputs, macs
+
+
+def modified_step(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
+                  visible: Callable[[int], Iterable[int]], q_den: int, k_den: int,
+                  value_den: int, divisor_squared: Fraction | None, policy,
+                  keep: list[list[bool]] | None = None) -> Step:
+    """The counted score loop, the modified softmax rows and the counted mix, on integers.
+
+    Shapes: queries n_q x d_k, keys n_k x d_k, values n_k x d_v (integers over
+    ``q_den``, ``k_den``, ``value_den``); ``keep`` n_q x n_k (dropout) or None.
+    ``visible(i)``: the keys query i sees (the policy's rule, and a mask).
+    """
+    n_q, n_k = len(queries), len(keys)
+    raw, score_macs = score(queries, keys, visible)
+    den = q_den * k_den
+    raw_f = [[None if a is None else Fraction(a, den) for a in r] for r in raw]
+    macs = {"scores": score_macs}
+    rotated = None
+    if policy.rope is not None:
+        qf, kf = to_fractions(queries, q_den), to_fractions(keys, k_den)
+        d_k = len(queries[0]) if queries else 0
+        rotated, count = [], 0
+        for i, r in enumerate(raw_f):
+            p = policy.query_position(i, n_q, n_k)
+            rotated.append([None if a is None else rope_score(qf[i], kf[j], policy.rope, p, j)
+                            for j, a in enumerate(r)])
+            count += 2 * d_k * sum(a is not None for a in r)
+        macs["rotation"] = count
+    source = rotated if rotated is not None else raw_f
+    rows = [softmax_row(source[i], divisor_squared, policy, i, n_q, n_k) for i in range(n_q)]
+    factors = None if keep is None else [dropout_factors(policy.dropout, r) for r in keep]
+    outputs, macs["mix"] = outputs_of(rows, values, value_den, factors)
+    return Step(raw, raw_f, rotated, rows, outputs, macs)
+
+
+def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
+    """The engine that runs a head under a modified ``policy`` exactly, or a one-line refusal.
+
+    ``engine`` as asked (``auto``, ``pencil``, ``fast``, ``symbolic``); ``symbolic``: the
+    entries hold symbols; n: the tokens.  Every engine but the symbolic one runs sinks,
+    ALiBi and soft-capping; RoPE and dropout need the pencil engine (``auto`` picks it).
+
+    Raises:
+        InputError: the symbolic engine or entries, or RoPE/dropout on the fast engine.
+    """
+    names = [name for name in ("rope", "dropout") if getattr(policy, name) is not None]
+    if symbolic or engine == "symbolic":
+        got = "symbolic entries" if symbolic else "engine 'symbolic'"
+        fix = "substitute numbers for the symbols" if symbolic else "use engine 'auto'"
+        raise InputError(f"a head with modifiers ({', '.join(policy.modifiers())}) must run on "
+                         f"the pencil or fast engine, with rational entries (got {got}); {fix}")
+    if engine == "fast" and names:
+        raise InputError(f"engine must be 'pencil' or 'auto' for {' and '.join(names)} (got "
+                         "'fast'); the fast engine has no exact path for them")
+    if engine == "auto":
+        return "pencil" if names or n <= 64 else "fast"
+    return engine

@@ -1,0 +1,282 @@
+"""Every number the page can show, computed and certified before the page is written.
+
+:func:`page_numbers` runs each sentence's head at every divisor stop and keeps
+what the page shows for its query row: the shares (certified decimals, exact
+values marked, from :meth:`~exactattn.trace.Trace.share_decimals`), the output
+(:meth:`~exactattn.trace.Trace.output_decimals`), the exact raw scores, the
+keys with the largest share, and the exact limits (the equal share 1/n as the
+divisor grows; the tied maximum as it shrinks; :func:`exactattn.sweep.divisor_limits`).
+The length stops come from the cost module (:func:`exactattn.cost.rows.cost_rows`):
+counted by running a head of the same sizes through the pencil engine's loops
+where that takes about a second (n = 1,000 at d = 2), derived from the loop
+nests above, the formula checked equal to the count; the number of scores in
+the n x n table is the number of visible pairs :meth:`Policy.pairs
+<exactattn.call.Policy.pairs>` counts.
+
+Everything here is text (certified decimals, exact rationals, whole numbers
+with thousands separators) or exact rationals kept for the picture
+(:mod:`exactattn.page.picture`); nothing is a binary float.
+
+Divisor stops: the square roots of 2^-6 .. 2^14, i.e. 1/8 to 128, each
+sqrt(2) times the one before (evenly spaced on a log scale; sqrt(2) =
+sqrt(d_k) of the bank head is one of them), plus each head's own divisor
+when it is not among them, plus ``none`` (the scores not divided).
+
+>>> from exactattn.examples import bank_river
+>>> nums = page_numbers([bank_river()])
+>>> s = nums.sentences[0]
+>>> s.at[nums.own_key]["shares"], s.at[nums.own_key]["output"]
+(['0.1941', '0.2764', '0.2764', '0.2530'], ['0.1382', '0.6044'])
+>>> s.equal, [stop.label for stop in nums.stops][:3]
+('1/4 = 0.25', ['1/8', 'sqrt(1/32)', '1/4'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Sequence
+
+from ..call import divisor_text
+from ..cells import divisor_words, exact_text, value_cell, with_decimal
+from ..digits import check_places, round_fraction
+from ..errors import InputError, shorten
+from ..head import attend
+from ..sweep import check_row, divisor_limits
+from ..tables import with_divisor
+
+__all__ = ["COMPANIONS", "DIVISOR_SQUARES", "LENGTHS", "MAX_SENTENCES", "MAX_TOKENS",
+           "PageNumbers", "Sentence", "Stop", "check_sentences", "divisor_stops", "grouped",
+           "length_numbers", "page_numbers", "with_companions"]
+
+#: the divisors squared of the slider's stops: 2^-6 .. 2^14 (divisors 1/8 .. 128, each
+#: sqrt(2) times the one before)
+DIVISOR_SQUARES = tuple(Fraction(2) ** k for k in range(-6, 15))
+#: the length slider's stops: n doubles from 1,000 to 16,000 tokens
+LENGTHS = (1000, 2000, 4000, 8000, 16000)
+#: at most this many sentences (the switch) and tokens per sentence (the picture, the table)
+MAX_SENTENCES = 8
+MAX_TOKENS = 64
+#: a built-in example that brings its companion sentence onto the same page
+COMPANIONS = {"bank-river": "bank-loan", "bank-loan": "bank-river"}
+#: the key of the "none" stop (scores not divided)
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One divisor stop: ``key`` (the slider's value, or ``none``), the divisor squared
+    (None: not divided), its ``label`` (``sqrt(2)``), its ``words`` (``sqrt(2) ~ 1.4142``,
+    certified) and whether it is a head's own divisor."""
+
+    key: str
+    divisor_squared: Fraction | None
+    label: str
+    words: str
+    own: bool
+
+
+@dataclass
+class Sentence:
+    """What the page shows of one sentence: its query row at every stop (``at[key]``).
+
+    ``at[key]`` holds ``shares`` (reader texts: ``0.2764``, ``1/4 = 0.25``,
+    ``masked``), ``decimals`` (the certified decimals alone), ``output``
+    (certified decimals, one per value column) and ``largest`` (0-based keys
+    with the largest share).  ``x``, ``query`` and ``values`` are exact
+    rationals for the picture (``query`` None unless d_k = 2, ``values`` None
+    unless d_v = 2).
+    """
+
+    name: str
+    title: str
+    words: list[str]
+    query: int                 # 0-based query row
+    raw: list[str]             # exact raw scores (``masked`` for a hidden key)
+    equal: str                 # the equal share 1/m over the m visible keys, exact
+    equal_decimal: str         # ... rounded to the page's places (where its line is drawn)
+    visible: int
+    small_limit: list[str]     # exact shares as the divisor -> 0
+    slot_names: list[str]
+    causal: bool
+    x: list[list[Fraction]]
+    query_vector: list[Fraction] | None
+    values: list[list[Fraction]] | None
+    at: dict = field(default_factory=dict)
+
+
+@dataclass
+class PageNumbers:
+    """The sentences, the divisor stops (``none`` last), the length rows and the settings."""
+
+    sentences: list[Sentence]
+    stops: list[Stop]
+    lengths: list[dict]
+    places: int
+    own_key: str
+    length_note: str
+
+
+def with_companions(names: Sequence[str]) -> list[str]:
+    """The example names with each bank sentence's companion added after it (once).
+
+    >>> with_companions(["bank-river"]), with_companions(["bank-loan", "tiny"])
+    (['bank-river', 'bank-loan'], ['bank-loan', 'bank-river', 'tiny'])
+    """
+    out: list[str] = []
+    for name in names:
+        for n in (name, COMPANIONS.get(name)):
+            if n is not None and n not in out and (n == name or n not in names):
+                out.append(n)
+    return out
+
+
+def check_sentences(examples) -> None:
+    """Refuse what the page cannot draw: not 1..8 sentences, d_model other than 2, over
+    64 tokens (one-line :class:`~exactattn.errors.InputError`)."""
+    if not 1 <= len(examples) <= MAX_SENTENCES:
+        raise InputError(f"the page must have 1 to {MAX_SENTENCES} sentences (got "
+                         f"{len(examples)}); name fewer with --example and --spec")
+    for ex in examples:
+        name = shorten(ex.name, quote=True)
+        if ex.head.d_model != 2:
+            raise InputError(f"sentence {name} must have d_model = 2 for the page's picture "
+                             f"(got {ex.head.d_model}); use bank-river, bank-loan, tiny or a "
+                             "--spec whose tokens have two numbers each")
+        if len(ex.x) > MAX_TOKENS:
+            raise InputError(f"sentence {name} must have at most {MAX_TOKENS} tokens for the "
+                             f"page (got {len(ex.x)}); cut the sentence")
+
+
+def divisor_stops(examples) -> list[Stop]:
+    """The slider's stops (ascending; keys ``0``, ``1``, ...) and ``none`` last.
+
+    The stops are :data:`DIVISOR_SQUARES` plus each head's own divisor when it
+    is not among them; a stop that is some head's own is marked ``own``.
+
+    >>> from exactattn.examples import bank_river
+    >>> [(s.key, s.label, s.own) for s in divisor_stops([bank_river()])][6:9]
+    [('6', '1', False), ('7', 'sqrt(2)', True), ('8', '2', False)]
+    """
+    own = {ex.head.divisor_squared for ex in examples}
+    squares = sorted(set(DIVISOR_SQUARES) | {d for d in own if d is not None})
+    template = examples[0].head
+    stops = []
+    for k, d2 in enumerate(squares + [None]):
+        head = with_divisor(template, d2)
+        words = "none: the scores are not divided" if d2 is None else divisor_words(head)
+        words = words.replace(" (irrational: scaled scores stay exact)", "")
+        if d2 is not None and d2 in own:
+            words += " (the head's own)"
+        stops.append(Stop(NONE if d2 is None else str(k), d2, divisor_text(d2), words,
+                          d2 in own))
+    return stops
+
+
+def grouped(k: int) -> str:
+    """A whole number with thousands separators: ``1,024,192,000``."""
+    return f"{k:,}"
+
+
+def _reader(cell: str) -> str:
+    return getattr(cell, "reader", cell)
+
+
+def _sentence(ex, stops: list[Stop], places: int, row: int | None) -> Sentence:
+    head = ex.head
+    n = len(ex.x)
+    i = check_row(ex.focus + 1 if row is None else row, n, "--row") - 1
+    base = attend(head, ex.x)
+    raw = base.raw_score_row(i)
+    small, large = divisor_limits(raw)
+    visible = sum(1 for r in raw if r is not None)
+    equal = next(q for q, r in zip(large, raw) if r is not None)
+    s = Sentence(
+        name=ex.name, title=ex.title or ex.name,
+        words=[t.text for t in ex.tokens[:n]] + [f"token {j + 1}" for j in
+                                                  range(len(ex.tokens), n)],
+        query=i, raw=["masked" if r is None else exact_text(r) for r in raw],
+        equal=with_decimal(equal, places), equal_decimal=round_fraction(equal, places),
+        visible=visible,
+        small_limit=[exact_text(q) for q in small],
+        slot_names=list(ex.slot_names) or ["x1", "x2"], causal=head.causal,
+        x=[list(r) for r in ex.x],
+        query_vector=list(base.queries[i]) if head.d_k == 2 else None,
+        values=[list(r) for r in base.values] if head.d_v == 2 else None)
+    for stop in stops:
+        trace = attend(with_divisor(head, stop.divisor_squared), ex.x)
+        decimals = trace.share_decimals(places)[i]
+        shares = [_reader(value_cell(trace.share(i, j), decimals[j], raw[j] is None))
+                  for j in range(n)]
+        s.at[stop.key] = {"shares": shares, "decimals": decimals,
+                          "output": trace.output_decimals(places)[i],
+                          "largest": trace.row(i).largest(),
+                          "sums_to_one": trace.row_sums_to_one(i)}
+    return s
+
+
+def length_numbers(head, lengths: Sequence[int] = LENGTHS) -> tuple[list[dict], str]:
+    """The length slider's rows and a note on how they were obtained.
+
+    Each row: ``n``, ``scores`` (visible pairs, i.e. entries of the score
+    table: n^2 without a causal mask), MACs of ``score_macs``, ``mix_macs``,
+    ``projection_macs`` and ``total``, ``ratio`` (total over the row before,
+    4 places, correctly rounded; ``""`` for the first), ``score_ratio`` (exact),
+    ``counted`` (True: counted by running the head; False: derived).
+
+    >>> rows, note = length_numbers(__import__("exactattn").Head(*[[[1, 0], [0, 1]]] * 3),
+    ...                             [1000, 2000])
+    >>> [(r["n"], r["scores"], r["counted"], r["score_ratio"]) for r in rows]
+    [('1,000', '1,000,000', True, ''), ('2,000', '4,000,000', False, '4')]
+    """
+    from ..cost.rows import cost_rows
+    causal = head.causal
+    costs = cost_rows(list(lengths), head.d_model, head.d_k, head.d_v, causal=causal)
+    rows, prev = [], None
+    for r in costs.rows:
+        f = r.figures
+        pairs = head.policy.pairs(r.tokens, r.tokens)
+        rows.append({
+            "n": grouped(r.tokens), "scores": grouped(pairs),
+            "score_macs": grouped(f["scores"]), "mix_macs": grouped(f["mix"]),
+            "projection_macs": grouped(f["projections"]), "total": grouped(f["total"]),
+            "ratio": "" if prev is None else round_fraction(Fraction(f["total"],
+                                                                     prev["total"]), 4),
+            "score_ratio": "" if prev is None else with_decimal(Fraction(f["scores"],
+                                                                         prev["scores"]), 4),
+            "counted": r.counted, "side": r.tokens})
+        prev = f
+    counted = [grouped(r.tokens) for r in costs.rows if r.counted]
+    check = costs.check
+    if counted and check is not None:
+        note = (f"counted at n = {', '.join(counted)} by running a head of these sizes "
+                f"(d_model = {head.d_model}, d_k = {head.d_k}, d_v = {head.d_v}) through the "
+                "pencil engine's loops; at the larger stops derived from the same loop nests "
+                f"(sympy sums; scores + mixing = {check.pairs}), the formula "
+                f"checked equal to the count at n = {grouped(check.n)} "
+                f"({'the same' if check.same else 'NOT the same'})")
+    else:
+        note = "derived from the pencil engine's loop nests (sympy sums)"
+    return rows, note
+
+
+def page_numbers(examples, *, places: int = 4, row: int | None = None,
+                 lengths: Sequence[int] = LENGTHS) -> PageNumbers:
+    """Every number of the page for ``examples`` (one sentence each), certified.
+
+    ``row`` (1-based) picks the query row of every sentence (default each
+    example's focus token); ``places`` the decimal places of shares and outputs.
+
+    Raises:
+        InputError: see :func:`check_sentences`; ``row`` outside a sentence;
+            ``places`` outside 0..50.
+    """
+    check_places(places)
+    examples = list(examples)
+    check_sentences(examples)
+    stops = divisor_stops(examples)
+    sentences = [_sentence(ex, stops, places, row) for ex in examples]
+    own = examples[0].head.divisor_squared
+    own_key = next(s.key for s in stops if s.divisor_squared == own)
+    length_rows, note = length_numbers(examples[0].head, lengths)
+    return PageNumbers(sentences, stops, length_rows, places, own_key, note)

@@ -1,0 +1,161 @@
+"""``exactattn verify --backward``: float backward passes against the exact gradients, in ULPs.
+
+A correct backward (torch autograd of SDPA, the numpy reference) passes; a deliberately
+wrong one (no D_i term, or a scale of 1/d_k in dK) fails with its worst entry shown.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from exactattn.call import Policy
+from exactattn.cli import main
+from exactattn.verify import Problem, random_problem
+from exactattn.verify.backward import (GRADS, BackwardEntry, exact_gradients, random_d_out,
+                                       verify_backward)
+from exactattn.verify.backward_impls import FunctionBackward, NumpyBackward, load_backward
+from exactattn.verify.report import backward_sections
+
+
+def _backward(query, key, value, grad_out, scale, is_causal, *, use_D=True, dk_scale=None):
+    """A float backward in numpy for one head (L x E), correct unless told otherwise."""
+    E = query.shape[-1]
+    sc = 1 / np.sqrt(query.dtype.type(E)) if scale is None else query.dtype.type(scale)
+    s = (query @ key.T) * sc
+    if is_causal:
+        s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    o = p @ value
+    dp = grad_out @ value.T
+    D = (grad_out * o).sum(axis=-1, keepdims=True) if use_D else 0
+    ds = p * (dp - D)
+    dk = ds.T @ query * (sc if dk_scale is None else query.dtype.type(dk_scale))
+    return ds @ key * sc, dk, p.T @ grad_out
+
+
+def right(query, key, value, grad_out, *, scale=None, is_causal=False):
+    return _backward(query, key, value, grad_out, scale, is_causal)
+
+
+def no_d(query, key, value, grad_out, *, scale=None, is_causal=False):
+    """Forgets the -D_i term of dS = P (dP - D)."""
+    return _backward(query, key, value, grad_out, scale, is_causal, use_D=False)
+
+
+def dk_over_d_k(query, key, value, grad_out, *, scale=None, is_causal=False):
+    """Scales dK by 1/d_k instead of 1/sqrt(d_k)."""
+    return _backward(query, key, value, grad_out, scale, is_causal,
+                     dk_scale=1 / query.shape[-1])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_correct_backward_passes(dtype):
+    p = random_problem(8, 4, seed=2)
+    for impl in ("numpy", right):
+        report = verify_backward(impl, p, Policy(causal=True), dtype)
+        assert report.passed and report.raised is None, report.summary()
+        assert [e.index[0] for e in report.entries] == ["dQ"] * 32 + ["dK"] * 32 + ["dV"] * 32
+        assert all(isinstance(e, BackwardEntry) for e in report.entries)
+    first = report.entries[0]        # causal: query 0 sees one key, so dQ_0 = 0 exactly
+    assert first.index == ("dQ", 0, 0, 0, 0) and first.exact.rational() == 0
+    assert type(first.exact.rational()) is Fraction and first.rounded == 0.0
+
+
+@pytest.mark.parametrize("wrong, grad", [(no_d, "dQ"), (dk_over_d_k, "dK")])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_wrong_backward_fails_with_its_worst_entry_shown(wrong, grad, dtype):
+    p = random_problem(8, 4, seed=2)
+    report = verify_backward(wrong, p, Policy(causal=True), dtype)
+    assert not report.passed
+    over = [e for e in report.entries if e.status == "over"]
+    assert over and {e.index[0] for e in over} <= {"dQ", "dK"} and grad in {e.index[0] for e in over}
+    if wrong is dk_over_d_k:           # everything but dK is right
+        assert all(e.status == "ok" for e in report.entries if e.index[0] != "dK")
+    section = backward_sections([report], worst=3)[0]
+    assert section.rows[0][-1] == "over" and section.rows[0][0] in ("dQ", "dK")
+    assert backward_sections([report])[-1].notes[0] == "result: FAIL"
+
+
+def test_torch_autograd_passes_for_every_dtype_with_gqa_and_a_mask():
+    pytest.importorskip("torch")
+    p = random_problem(6, 4, seed=1, heads=4, kv_heads=2)
+    for dtype in ("float64", "float32", "float16", "bfloat16"):
+        report = verify_backward("torch", p, Policy(causal=True, alignment="bottom_right"), dtype)
+        assert report.passed, (dtype, report.summary())
+        assert {e.index[0] for e in report.entries} == set(GRADS)
+        assert max(e.index[2] for e in report.entries if e.index[0] == "dK") == 1  # H_kv = 2
+    masked = Problem.from_arrays([[1, 0], [0, 1]], [[1, 1], [0, 2], [1, -1]], [[1], [2], [3]],
+                                 [["0", "-inf", "1/2"], ["-inf", "-inf", "-inf"]],
+                                 mask_kind="additive")
+    report = verify_backward("torch", masked, Policy(mask_kind="additive"), "float64",
+                             d_out=[[1], [2]])
+    assert report.passed, report.summary()
+    ex = exact_gradients(masked.rounded("float64")[0], Policy(mask_kind="additive"),
+                         [[1], [2]])
+    assert ex.value("dQ", 0, 0, 1, 0).rational() == 0        # the empty row: 0 (policy zero)
+    assert ex.value("dK", 0, 0, 1, 0).rational() == 0        # key 1 is hidden from every query
+
+
+def test_an_implementation_that_raises_or_returns_nonsense_fails_hard():
+    def broken(query, key, value, grad_out):
+        raise RuntimeError("no backward here")
+
+    def nonsense(query, key, value, grad_out):
+        return query
+    p = random_problem(3, 2, seed=0)
+    for fn in (broken, nonsense):
+        report = verify_backward(fn, p, Policy(), "float64")
+        assert not report.passed and report.raised and all(e.status == "hard"
+                                                           for e in report.entries)
+
+
+def test_d_out_is_seeded_and_checked():
+    p = random_problem(3, 2, seed=0)
+    assert np.array_equal(random_d_out(p, 4), random_d_out(p, 4))
+    assert not np.array_equal(random_d_out(p, 4), random_d_out(p, 5))
+    from exactattn.errors import ShapeError
+    with pytest.raises(ShapeError, match="d_out must be 3 x 2 like the output"):
+        verify_backward("numpy", p, Policy(), "float64", d_out=[[1, 2]])
+    assert load_backward("numpy").name == NumpyBackward().name == "numpy backward"
+    assert isinstance(load_backward(right), FunctionBackward)
+
+
+def test_cli_backward_torch_all_dtypes(capsys):
+    pytest.importorskip("torch")
+    argv = ["verify", "--backward", "--impl", "torch", "--dtype", "all", "--n", "5",
+            "--d-k", "3", "--causal"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for dtype in ("float64", "float32", "float16", "bfloat16"):
+        assert f"(CPU autograd) in {dtype}: the 5 worst gradient entries" in out
+    assert "Summary per dtype and gradient" in out and "result: PASS" in out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == out          # the same bytes on a rerun
+
+
+def test_cli_wrong_backward_fails_and_misplaced_flags_are_refused(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mybackward.py").write_text(textwrap.dedent('''
+        import numpy as np
+        def no_d(query, key, value, grad_out, *, scale=None):
+            E = query.shape[-1]
+            sc = 1 / np.sqrt(E) if scale is None else scale
+            s = (query @ key.T) * sc
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+            ds = p * (grad_out @ value.T)
+            return ds @ key * sc, ds.T @ query * sc, p.T @ grad_out
+    '''))
+    monkeypatch.chdir(tmp_path)
+    assert main(["verify", "--backward", "--impl", "mybackward:no_d", "--dtype", "float64",
+                 "--n", "4", "--d-k", "2", "--worst", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "result: FAIL" in out and " over" in out
+    for flags in (["--search", "5"], ["--flops"]):
+        assert main(["verify", "--backward", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"exactattn: error: {flags[0]} must come without --backward")

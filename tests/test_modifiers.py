@@ -173,3 +173,14 @@ def test_rope_scores_depend_on_relative_position_only():
     assert isinstance(a, Certified) and a == b
     assert rope_score(q, k, r, 4, 4) == sum(x * y for x, y in zip(q, k))
     assert rope_score(q, k, Rope(layout="interleaved"), 2, 0).decimal(6) != a.decimal(6)
+
+
+@pytest.mark.parametrize("policy", [Policy(causal=True, window=(15, 0)), Policy(window=(2, 3)),
+                                    Policy(causal=True, query_offset=5, window=(3, None))])
+def test_derived_cost_of_a_window_counts_only_visible_pairs(policy):
+    from exactattn.cost.batched import CallShape, count_call, derive_call
+    n, d = 24, 4
+    pairs = policy.pairs(n, n)
+    shape = CallShape((1, 1, n, d), (1, 1, n, d), (1, 1, n, d), policy)
+    assert derive_call(shape) == {"scores": pairs * d, "mix": pairs * d, "total": 2 * pairs * d}
+    assert count_call(shape).macs["total"] == 2 * pairs * d

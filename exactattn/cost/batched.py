@@ -224,8 +224,9 @@ def call_nests(shape: CallShape) -> dict[str, tuple[LoopNest, ...]]:
     Symbols: ``B`` (:data:`BATCH`), ``h`` query heads, ``n`` queries, ``m``
     keys (when it differs from n), ``d_k``, ``d_v``, and ``D`` with
     projections.  A GQA call loops over the h query heads: the key/value head
-    is a lookup (:meth:`Policy.kv_head`), not a loop.  An explicit mask gives
-    the nests of its rows' runs of kept keys at their numeric bounds.
+    is a lookup (:meth:`Policy.kv_head`), not a loop.  An explicit mask, a
+    sliding window or a query offset gives the nests of each row's runs of
+    visible keys (:meth:`Policy.keep`) at their numeric bounds.
     """
     n, D, d_k, d_v = SYMBOLS
     h = EXTENSION_SYMBOLS.h
@@ -239,7 +240,9 @@ def call_nests(shape: CallShape) -> dict[str, tuple[LoopNest, ...]]:
             stages.append("out_projection")
     out = {}
     for stage in stages:
-        if stage in ("scores", "mix") and shape.mask is not None:
+        if stage in ("scores", "mix") and (shape.mask is not None or
+                                           shape.policy.window is not None or
+                                           shape.policy.query_offset is not None):
             out[stage] = _mask_nests(shape, stage, d_k if stage == "scores" else d_v)
         else:
             out[stage] = tuple(_with_batch(x) for x in base[stage])

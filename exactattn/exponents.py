@@ -35,8 +35,7 @@ def fmpq_of(q: Fraction):
 
 def inv_sqrt_ball(D: Fraction):
     """An ``arb`` ball of ``1/sqrt(D)`` at the current precision (the scale of a divisor sqrt(D))."""
-    from flint import arb
-    return 1 / arb(fmpq_of(D)).sqrt()
+    return atom_ball(D)
 
 
 def unify(*polys: "ExpPoly") -> list["ExpPoly"]:

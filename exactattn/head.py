@@ -419,7 +419,7 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
 
 
 def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
-           floats: str | None = None, empty_row: str = "zero", keep=None) -> Trace:
+           floats: str | None = None, empty_row: str | None = None, keep=None) -> Trace:
     """Run ``head`` over the token rows ``x`` and record every intermediate.
 
     Shapes: ``x`` is n x d_model (one row of numbers per token).
@@ -429,7 +429,8 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
             expression, pencil up to 64 tokens, fast above), ``"pencil"``,
             ``"symbolic"`` or ``"fast"``.
         floats: how binary floats in ``x`` are read (see :mod:`exactattn.exact`).
-        empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``).
+        empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``);
+            None (the default) reads it from ``head.policy``.
         keep: the dropout keep-mask (n x n bools; True = kept), with
             ``head.policy.dropout`` set.
 
@@ -460,6 +461,8 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     """
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)} (got {shorten(engine, quote=True)})")
+    if empty_row is None:
+        empty_row = head.policy.empty_row
     Policy(empty_row=empty_row)      # the one check of the empty-row answer
     xs = _check_x(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)

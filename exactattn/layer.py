@@ -176,7 +176,8 @@ class Layer:
         policy: scale, causal rule, empty rows and the GQA map
             (:meth:`~exactattn.call.Policy.kv_head`); default ``Policy()``.
             Its modifiers apply to every head; query head a runs under
-            ``policy.replace(head=a)`` (its own ALiBi slope).
+            ``policy.replace(head=policy.head + a)`` (its own ALiBi slope; the
+            same numbering as ``verify``'s problem heads).
         sinks: one attention-sink logit per query head (exact numbers), or
             None (``policy.sink``, if any, for every head).
         floats: how binary floats are read (``"exact"``: their binary value).
@@ -214,8 +215,8 @@ class Layer:
             g = self.kv_of[a]
             head = Head(W_Q[a], W_K[g], W_V[g], b_Q=b_Q[a], b_K=b_K[g], b_V=b_V[g],
                         layout=layout, floats=floats)
-            own = policy.replace(head=a) if sinks is None else \
-                policy.replace(head=a, sink=sinks[a])
+            own = policy.replace(head=policy.head + a) if sinks is None else \
+                policy.replace(head=policy.head + a, sink=sinks[a])
             self.heads.append(head.with_policy(own))   # the default scale: 1/sqrt(d_k)
         self.policy = policy
         self.n_kv_heads = H_kv

@@ -28,6 +28,7 @@ from fractions import Fraction
 from .digits import certify, tighten
 from .errors import InputError
 from .exponents import ExpPoly
+from .ratio import row_sum_text
 from .reals import Surd, real_ball, real_decimal
 from .softmax import SoftmaxRow
 
@@ -147,14 +148,8 @@ class LogSumExp:
             return "nan"
         if self.neg_inf:
             return "-inf"
-        return f"{'log2' if self.base == '2' else 'log'}({_normaliser_text(self.row)})"
+        inner = row_sum_text(self.row, self.row.counts)
+        return f"{'log2' if self.base == '2' else 'log'}({inner})"
 
     def __repr__(self) -> str:
         return f"LogSumExp({self.text()})"
-
-
-def _normaliser_text(row: SoftmaxRow) -> str:
-    from .exponents import sum_text
-    return sum_text([(row.order_key(g), row.term_text(g), Fraction(c))
-                     for g, c in row.counts.items()])
-

@@ -23,7 +23,7 @@ from .digits import certify, fraction_text, round_fraction
 from .errors import InputError
 from .exponents import ExpPoly, fmpq_of, sum_text
 
-__all__ = ["ExpRatio"]
+__all__ = ["ExpRatio", "row_sum_text"]
 
 
 # --------------------------------------------------------------------------- the value type
@@ -252,10 +252,10 @@ class ExpRatio:
         q = self.rational()
         if q is not None:
             return fraction_text(q)
-        num = _sum_text(row, self.numerators)
+        num = row_sum_text(row, self.numerators)
         if len(self.numerators) > 1:
             num = f"({num})"
-        return f"{num}/({_sum_text(row, row.counts)})"
+        return f"{num}/({row_sum_text(row, row.counts)})"
 
     def ball(self, prec: int):
         """An ``arb`` enclosure computed at ``prec`` bits (set by the caller's context)."""
@@ -290,7 +290,8 @@ class ExpRatio:
         return f"ExpRatio({self.text()})"
 
 
-def _sum_text(row, coefficients: dict) -> str:
+def row_sum_text(row, coefficients: dict) -> str:
+    """``sum_g c_g exp(g)`` over a softmax row, written by increasing exponent."""
     return sum_text([(row.order_key(g), row.term_text(g), Fraction(c))
                      for g, c in coefficients.items()])
 

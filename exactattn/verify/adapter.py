@@ -114,11 +114,6 @@ class Call:
     def enable_gqa(self) -> bool:
         return self.query.ndim >= 3 and self.query.shape[-3] != self.key.shape[-3]
 
-    def causal_keep(self) -> np.ndarray:
-        """L x S booleans of the causal rule under ``alignment`` (True = attend)."""
-        policy = Policy(causal=True, alignment=self.alignment)
-        return policy.keep(self.query.shape[-2], self.key.shape[-2])
-
     def positions(self) -> Policy:
         """The policy of positions: causal rule, alignment, window and query offset."""
         return Policy(causal=self.is_causal, alignment=self.alignment, window=self.window,

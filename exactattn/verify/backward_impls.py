@@ -109,8 +109,8 @@ class NumpyBackward(BackwardImpl):
         scale = dt(1) / np.sqrt(dt(E)) if call.scale is None else dt(call.scale)
         with np.errstate(all="ignore"):
             s = (q @ np.swapaxes(k, -1, -2)) * scale
-            if call.is_causal:
-                s = np.where(call.causal_keep(), s, dt(-np.inf))
+            if call.positional:        # causal, window, query offset: the one rule
+                s = np.where(call.keep(), s, dt(-np.inf))
             if call.attn_mask is not None:
                 if call.attn_mask.dtype == bool:
                     s = np.where(call.attn_mask, s, dt(-np.inf))

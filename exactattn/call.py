@@ -29,15 +29,15 @@ line read it:
     softmax of all ``-inf`` gives) or ``uniform`` (1/S on every key: what a
     finite fill value such as ``finfo.min`` gives).
 ``mask_kind``
-    How an explicit :class:`Mask` is read: ``bool_keep`` (True = attend: SDPA
-    ``attn_mask``, JAX), ``bool_drop`` (True = ignore: ``nn.MultiheadAttention``
-    ``key_padding_mask``) or ``additive`` (added to the scaled scores; ``-inf``
-    hides a key).
+    How an explicit :class:`Mask` is read: ``bool_keep`` (True = attend: SDPA,
+    JAX), ``bool_drop`` (True = ignore: ``key_padding_mask``) or ``additive``.
 ``gqa``
-    Grouped-query attention, H_q query heads over H_kv key/value heads, group
-    size G = H_q / H_kv: ``interleave`` (query head h reads key/value head
-    ``h // G``: ``repeat_interleave``, SDPA ``enable_gqa``, FlashAttention,
-    JAX) or ``tile`` (head ``h % H_kv``: ``repeat``).
+    H_q query heads over H_kv key/value heads, G = H_q / H_kv: ``interleave``
+    (head h reads ``h // G``: SDPA ``enable_gqa``, FlashAttention, JAX) or
+    ``tile`` (``h % H_kv``: ``repeat``).
+modifiers
+    Sliding windows, query offsets, soft-capping, sinks, ALiBi, RoPE and
+    dropout (:mod:`exactattn.modifiers`; applied by :mod:`exactattn.logits`).
 
 Exactly one function decides which keys a query sees:
 :meth:`Policy.visible_keys`.  Masks narrow what it returns; nothing else
@@ -82,13 +82,19 @@ from .masks import MASK_KINDS, Mask
 from .modifiers import Alibi, Rope, check_window, exact_number
 from .options import check_choice
 
-__all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "PRESETS",
+__all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "MODIFIER_FIELDS",
+           "POSITION_FIELDS", "PRESETS", "SCORE_FIELDS",
            "Alibi", "Mask", "Policy", "Rope", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
 
 ALIGNMENTS = ("top_left", "bottom_right")
 EMPTY_ROWS = ("zero", "uniform", "nan")
 GQA_MAPS = ("interleave", "tile")
 DEFAULT_SCALE = "default"
+#: the modifier fields of a Policy, in the order of the one composition (see exactattn.logits);
+#: POSITION_FIELDS only move or hide keys, SCORE_FIELDS change the numbers
+POSITION_FIELDS = ("window", "query_offset")
+SCORE_FIELDS = ("rope", "softcap", "alibi", "sink", "dropout")
+MODIFIER_FIELDS = POSITION_FIELDS + SCORE_FIELDS + ("head",)
 
 PRESETS = {
     "torch": dict(alignment="top_left", empty_row="zero", mask_kind="bool_keep", gqa="interleave"),
@@ -449,7 +455,7 @@ class Policy:
     def modified(self) -> bool:
         """True when a score modifier (soft-cap, sink, ALiBi, RoPE, dropout) is on."""
         return any(getattr(self, f) is not None
-                   for f in ("softcap", "sink", "alibi", "rope", "dropout"))
+                   for f in SCORE_FIELDS)
 
     def modifiers(self) -> dict:
         """The modifier fields that are set, as JSON-ready values (empty for a plain call)."""

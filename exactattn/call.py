@@ -224,10 +224,9 @@ def divisor_text(divisor_squared: Fraction | None) -> str:
     >>> divisor_text(Fraction(4)), divisor_text(Fraction(3)), divisor_text(None)
     ('2', 'sqrt(3)', 'none')
     """
-    if divisor_squared is None:
-        return "none"
-    root = rational_sqrt(divisor_squared)
-    return str(root) if root is not None else f"sqrt({divisor_squared})"
+    root = None if divisor_squared is None else rational_sqrt(divisor_squared)
+    return "none" if divisor_squared is None else str(root) if root is not None else \
+        f"sqrt({divisor_squared})"
 
 
 # --------------------------------------------------------------------------- the policy
@@ -244,14 +243,10 @@ class Policy:
         empty_row: ``zero``, ``nan`` or ``uniform``.
         mask_kind: ``bool_keep``, ``bool_drop`` or ``additive``.
         gqa: ``interleave`` or ``tile``.
-        window: ``(left, right)``: query position p sees keys ``p - left ..
-            p + right`` (its own key always counts; None on a side = no
-            limit): FlashAttention's ``window_size``.  A causal window of w
-            keys including the query's own is ``(w - 1, 0)``.
-        query_offset: the position of query 0 (a decode step over cached keys
-            0..p has ``query_offset = p``); None: from ``alignment`` (0 for
-            ``top_left``, S - L for ``bottom_right``).  Causal, window and
-            ALiBi all read positions from :meth:`query_position`.
+        window: ``(left, right)``: position p sees keys ``p - left .. p + right``, its own key
+            counted (None side: no limit; FlashAttention's ``window_size``).
+        query_offset: the position of query 0 (decode over keys 0..p: p); None: from
+            ``alignment``.  Causal, window and ALiBi read :meth:`query_position`.
         softcap: ``cap`` of ``cap * tanh(score / cap)`` on the scaled scores, before biases and masks.
         sink: an attention-sink logit that joins each row's normaliser and
             carries no value (0 = "softmax plus one"), counted once per row.
@@ -449,13 +444,12 @@ class Policy:
     @property
     def positional(self) -> bool:
         """True when positions hide keys (causal, a window or a query offset)."""
-        return self.causal or self.window is not None or self.query_offset is not None
+        return self.causal or any(getattr(self, f) is not None for f in POSITION_FIELDS)
 
     @property
     def modified(self) -> bool:
         """True when a score modifier (soft-cap, sink, ALiBi, RoPE, dropout) is on."""
-        return any(getattr(self, f) is not None
-                   for f in SCORE_FIELDS)
+        return any(getattr(self, f) is not None for f in SCORE_FIELDS)
 
     def modifiers(self) -> dict:
         """The modifier fields that are set, as JSON-ready values (empty for a plain call)."""

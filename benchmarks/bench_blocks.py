@@ -4,6 +4,7 @@
     python3 benchmarks/bench_blocks.py --sizes 1024 2048 4096 --big 0
     python3 benchmarks/bench_blocks.py --speedup       # also 1 vs 2 workers at n = 8192
     python3 benchmarks/bench_blocks.py --overhead      # also one block vs blocks at n = 4096
+    python3 benchmarks/bench_blocks.py --breakdown 16384 256   # one block, phase by phase
 
 Each run is a fresh process (imports, the Dask cluster's start and the float
 call included): standard-normal query, key and value of n x 64 rounded to
@@ -59,6 +60,40 @@ def one(n: int, workers: int, memory: str, rows: int | None) -> dict:
             "block_s": report.seconds["exact"] * busy / report.blocks}
 
 
+def breakdown(n: int, rows: int) -> None:
+    """One block of ``rows`` x n in this process, phase by phase: the cost model of docs/scale.md."""
+    import numpy as np
+    import torch
+    from exactattn.blocks import from_floats, random_floats
+    from exactattn.blocks.check import check_block
+    from exactattn.blocks.rows import certify_block, score_top
+    from exactattn.bulk import block_bounds
+    q, k, v = random_floats(n, D, seed=0, dtype="float32")
+    x = from_floats(q, k, v)
+    got = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(a)[None, None] for a in (q, k, v)))[0, 0].double().numpy()
+    keep = np.ones((rows, n), dtype=bool)
+    score_top(x, 0, 8)                                # tables and imports, once per process
+    check_block((x, got), 0, 8, dtype="float32", max_ulps=100)
+    times = {}
+    for name, fn in (
+            ("scores (pass 1)", lambda: score_top(x, 0, rows)),
+            ("enclosures", lambda: block_bounds(x.q[:rows], x.q_den, x.k, x.k_den,
+                                                x.divisor_squared, keep, x.v, x.v_den, 62,
+                                                x.score_bound)),
+            ("check (enclosures + judge)", lambda: check_block((x, got), 0, rows,
+                                                               dtype="float32", max_ulps=100)),
+            ("certify outputs, 4 places", lambda: certify_block(x, 0, rows, 4, shares=False)),
+            ("certify shares too", lambda: certify_block(x, 0, rows, 4, shares=True))):
+        t0 = time.perf_counter()
+        fn()
+        times[name] = time.perf_counter() - t0
+        print(f"  {name:28s} {times[name]:7.2f} s  {times[name] / (rows * n) * 1e9:7.0f} ns/pair",
+              flush=True)
+    judge = times["check (enclosures + judge)"] - times["enclosures"]
+    print(f"  judging: {judge / (rows * D) * 1e6:.0f} us per output", flush=True)
+
+
 def measure(n: int, workers: int, memory: str, rows: int | None) -> dict:
     """Run :func:`one` in a fresh process; add its wall time and the tree's peak memory."""
     import psutil
@@ -97,11 +132,18 @@ def main() -> None:
     ap.add_argument("--memory", default="4GiB")
     ap.add_argument("--speedup", action="store_true", help="1 vs 2 workers at n = 8192")
     ap.add_argument("--overhead", action="store_true", help="one block vs blocks at n = 4096")
+    ap.add_argument("--breakdown", type=int, nargs=2, metavar=("N", "ROWS"),
+                    help="time the phases of one block of ROWS x N in this process, then stop")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rows", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.workers, args.memory, args.rows)))
+        return
+    if args.breakdown:
+        print(f"one block of {args.breakdown[1]} rows x {args.breakdown[0]} keys, d = {D} "
+              f"(load average {os.getloadavg()}):", flush=True)
+        breakdown(*args.breakdown)
         return
     print(f"load average before: {os.getloadavg()}  cores: {os.cpu_count()}", flush=True)
     for n in args.sizes:

@@ -322,7 +322,6 @@ __all__ += ["BlockBounds", "GAP_BITS", "block_bounds", "bounds_decimals", "fixed
 
 #: the largest gap, counted in steps of 2^shift score units, has at most this many bits
 GAP_BITS = 60
-_MIX_DROP = 8           # the mix reads the exponentials to F - 8 bits (enclosed, not rounded)
 
 
 def fixed_bits(places: int) -> int:
@@ -400,8 +399,8 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     (:func:`~exactattn.limbs.score_split`); gaps to the row maximum count
     steps of 2^shift, and each ``exp`` is enclosed between the steps around
     its gap.  ``score_bound`` bounds |N| over the whole call (default: this
-    block's ``d_k max|q| max|k|``): with it the steps are the same for every
-    block.  None when the tables are infeasible or an input too large for
+    block's ``d_k max|q| max|k|``; it must be a true bound): with it the steps
+    are the same for every block.  None when the tables are infeasible or an input too large for
     int64 limbs.
 
     >>> import numpy as np
@@ -420,7 +419,7 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     cached = _block_tables(q_den * k_den, divisor_squared, F, score_bound.bit_length() - 59)
     if cached is None:
         return None
-    split = score_split(q, k, cached[1])
+    split = score_split(q, k, cached[1], score_bound)
     if split is None:
         return None
     high, low = split
@@ -445,19 +444,16 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     del low, gaps
     if lo.dtype == object:
         den_lo, den_hi = lo.sum(axis=1), hi.sum(axis=1)
-        mid, scale = _matmul_limbs(lo, values_num, F), 1
+        mid = _matmul_limbs(lo, values_num, F)
         rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
     else:
         h, m = np.uint64(31), np.uint64((1 << 31) - 1)
         den_lo, den_hi = ((x >> h).sum(axis=1).astype(object) * (1 << 31)
                           + (x & m).sum(axis=1).astype(object) for x in (lo, hi))
-        drop = np.uint64(_MIX_DROP)
-        t_lo = (lo >> drop).astype(np.int64)
-        t_hi = ((hi + np.uint64((1 << _MIX_DROP) - 1)) >> drop).astype(np.int64)
-        mid, rad, scale = mix(t_lo, values_num), mix(t_hi - t_lo, abs(values_num)), \
-            1 << _MIX_DROP
+        mid = mix(lo.astype(np.int64), values_num)
+        rad = mix((hi - lo).astype(np.int64), abs(values_num))
     den_lo, den_hi = den_lo.astype(object)[:, None], den_hi.astype(object)[:, None]
-    a_lo, a_hi = (mid - rad) * scale, (mid + rad) * scale
+    a_lo, a_hi = mid - rad, mid + rad
     d_lo, d_hi = den_lo * values_den, den_hi * values_den
     return BlockBounds(lo, hi, F, den_lo, den_hi, a_lo, a_hi, np.where(a_lo >= 0, d_hi, d_lo),
                        np.where(a_hi <= 0, d_hi, d_lo), empty, top)

@@ -79,7 +79,7 @@ from typing import Any
 from .errors import FloatInputError, InputError, ShapeError, shorten
 from .exact import rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
-from .modifiers import Alibi, Rope, check_window, exact_number
+from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, exact_number
 from .options import check_choice
 
 __all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "MODIFIER_FIELDS",
@@ -294,15 +294,10 @@ class Policy:
                 isinstance(self.query_offset, int) and not isinstance(self.query_offset, bool)):
             raise InputError(f"query_offset must be a whole number (got "
                              f"{shorten(self.query_offset, quote=True)})")
-        for name in ("softcap", "sink", "dropout"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, exact_number(value, name))
-        if self.softcap is not None and self.softcap <= 0:
-            raise InputError(f"softcap must be positive (got {self.softcap})")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise InputError(f"dropout must be a probability from 0 up to (not including) 1 "
-                             f"(got {self.dropout})")
+        for name, check in (("softcap", check_softcap), ("sink", exact_number),
+                            ("dropout", check_dropout)):      # the modifiers' own checks
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check(getattr(self, name), name))
         if self.alibi is not None and not isinstance(self.alibi, Alibi):
             raise InputError(f"alibi must be an Alibi(heads=...) (got {shorten(self.alibi)})")
         if self.rope is not None and not isinstance(self.rope, Rope):

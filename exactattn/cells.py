@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
+from functools import lru_cache
 
 from .call import divisor_text
-from .digits import certify, format_scaled, terminating_places
+from .digits import certify
 from .exact import rational_sqrt
+from .head import scaled_score
+from .reals import Surd
 from .render import Cell
+from .rowints import fraction_texts, magnitude, with_rounded
 
 __all__ = ["KINDS", "Scaler", "divisor_words", "exact_text", "is_long", "real_cell", "real_exact",
-           "real_kind", "sci_root_text", "sci_text",
+           "real_kind", "root_text", "sci_root_text", "sci_text",
            "too_long", "value_cell", "vector", "with_decimal"]
 
 #: significant digits of a value too long to print whole
@@ -133,14 +137,6 @@ def exact_text(q) -> str:
     return str(q)
 
 
-def _rounded(num: int, den: int, places: int) -> str:
-    """``num/den`` rounded to ``places`` decimals, ties to even (as ``round_fraction``)."""
-    k, r = divmod(num * 10 ** places, den)
-    if 2 * r > den or (2 * r == den and k % 2):
-        k += 1
-    return format_scaled(k, places)
-
-
 def with_decimal(q, places: int) -> str:
     """``25/8 = 3.125`` (a terminating decimal), ``1/3 ~ 0.3333`` (rounded), ``3``.
 
@@ -153,10 +149,7 @@ def with_decimal(q, places: int) -> str:
     num, den = q.numerator, q.denominator
     if den == 1:
         return str(num)
-    t = terminating_places(den)
-    if t is not None:
-        return f"{num}/{den} = {format_scaled(num * (10 ** t // den), t)}"
-    return f"{num}/{den} ~ {_rounded(num, den, places)}"
+    return with_rounded(f"{num}/{den}", num, den, places)
 
 
 def _squarefree(m: int) -> tuple[int, int]:
@@ -175,53 +168,76 @@ def _squarefree(m: int) -> tuple[int, int]:
     return k, m
 
 
+def _root_form(value) -> tuple[Fraction, int] | None:
+    """``(c, m)`` with value = ``c*sqrt(m)``, m > 1 free of square factors, for a
+    :class:`~exactattn.reals.Surd` ``a/sqrt(D)``; None for any other value."""
+    if not isinstance(value, Surd) or value.p or len(value.terms) != 1 or \
+            not isinstance(value.terms[0][0], Fraction):
+        return None
+    (D, a), = value.terms
+    c0, m = _inverse_root(D)
+    return (a * c0, m) if m > 1 else None
+
+
+@lru_cache(maxsize=256)
+def _inverse_root(D: Fraction) -> tuple[Fraction, int]:
+    """``(c0, m)`` with ``1/sqrt(D) = c0*sqrt(m)``: 1/sqrt(p/q) = sqrt(pq)/p = k sqrt(m)/p."""
+    p, q = D.numerator, D.denominator
+    k, m = _squarefree(p * q)
+    return Fraction(k, p), m
+
+
+def root_text(value) -> str:
+    """The exact text of a scaled score as sympy spells it: ``25/16``, ``-33*sqrt(2)/50``.
+
+    ``value``: a ``Fraction``, a :class:`~exactattn.reals.Surd` (``a/sqrt(D)``
+    written ``c*sqrt(m)``; other Surds as their own text) or a sympy value.
+
+    >>> root_text(Surd(0, ((Fraction(2), Fraction(-33, 25)),))), root_text(Fraction(25, 16))
+    ('-33*sqrt(2)/50', '25/16')
+    """
+    if isinstance(value, Surd) and value.rational() is not None:
+        value = value.rational()
+    if not isinstance(value, Surd):
+        return exact_text(value)
+    form = _root_form(value)
+    return value.text() if form is None else _spelled(*form)
+
+
+def _spelled(c: Fraction, m: int) -> str:
+    """``c*sqrt(m)`` as sympy spells it: ``sqrt(2)``, ``-33*sqrt(2)/50``."""
+    if is_long(c):
+        return f"{sci_text(c)}*sqrt({m})"
+    sign, u, w = ("-" if c < 0 else ""), abs(c.numerator), c.denominator
+    body = f"sqrt({m})" if u == 1 else f"{u}*sqrt({m})"
+    return f"{sign}{body}" if w == 1 else f"{sign}{body}/{w}"
+
+
 class Scaler:
     """Raw scores divided by ``sqrt(D)`` as exact text: ``25/16`` or ``-33*sqrt(2)/50``.
 
-    ``D`` is the divisor squared (None: no divisor).  A rational divisor
-    gives rationals; an irrational one gives ``c*sqrt(m)`` with ``c``
-    rational and ``m`` free of square factors, ``1/sqrt(D) = c0*sqrt(m)``.
+    ``D`` is the divisor squared (None: no divisor).  The value is the
+    engines' (:func:`exactattn.head.scaled_score`: a ``Fraction``, a
+    :class:`~exactattn.reals.Surd` ``a/sqrt(D)`` or sympy); this class only
+    writes it (:func:`root_text`), with a certified decimal.
     """
 
     def __init__(self, divisor_squared: Fraction | None):
         self.D = divisor_squared
         self.root = None if divisor_squared is None else rational_sqrt(divisor_squared)
-        self.c0 = self.m = None
-        if divisor_squared is not None and self.root is None:
-            p, q = divisor_squared.numerator, divisor_squared.denominator
-            k, m = _squarefree(p * q)          # 1/sqrt(p/q) = sqrt(pq)/p = k sqrt(m)/p
-            self.c0, self.m = Fraction(k, p), m
 
     @property
     def rational(self) -> bool:
-        return self.m is None
+        """True when every scaled score is rational (no divisor, or a rational one)."""
+        return self.D is None or self.root is not None
 
-    def value(self, raw: Fraction):
-        """``raw / divisor``: a ``Fraction``, or the rational ``c`` of ``c*sqrt(m)``."""
-        if self.D is None:
-            return raw
-        return raw / self.root if self.root is not None else raw * self.c0
+    def value(self, raw):
+        """``raw / divisor``: :func:`exactattn.head.scaled_score`."""
+        return scaled_score(raw, self.D)
 
-    def _sympy(self, raw):
-        """``raw / divisor`` for a sympy ``raw`` (a symbolic trace), as sympy writes it."""
-        import sympy
-        if self.D is None:
-            return raw
-        D = sympy.Rational(self.D.numerator, self.D.denominator)
-        return sympy.expand(raw / sympy.sqrt(D))
-
-    def exact(self, raw: Fraction) -> str:
+    def exact(self, raw) -> str:
         """The exact text of ``raw / divisor``."""
-        if not isinstance(raw, Fraction):
-            return str(self._sympy(raw))
-        v = self.value(raw)
-        if self.m is None or v == 0:
-            return exact_text(v)
-        if is_long(v):
-            return f"{sci_text(v)}*sqrt({self.m})"
-        sign, u, w = ("-" if v < 0 else ""), abs(v.numerator), v.denominator
-        body = f"sqrt({self.m})" if u == 1 else f"{u}*sqrt({self.m})"
-        return f"{sign}{body}" if w == 1 else f"{sign}{body}/{w}"
+        return root_text(self.value(raw))
 
     def row(self, ints: list, den: int, places: int | None) -> list:
         """The cells of raw scores ``ints[j] / den`` (None where hidden stays None).
@@ -230,38 +246,36 @@ class Scaler:
         decimals (:meth:`text`).  A rational divisor writes the row from
         integers (:func:`~exactattn.rowints.fraction_texts`): no ``Fraction``.
         """
-        from .rowints import fraction_texts, magnitude
         a, b = (1, 1) if self.root is None else (self.root.numerator, self.root.denominator)
         top = magnitude(ints)
-        if self.m is None and not too_long(top * b, den * a):
+        if self.rational and not too_long(top * b, den * a):
             return fraction_texts(ints if b == 1 else [None if v is None else v * b
                                                        for v in ints], den * a, places, top * b)
+        if places is None and not self.rational:     # the text of a/sqrt(D) straight from integers
+            c0, m = _inverse_root(self.D)
+            return [None if v is None else "0" if v == 0 else _spelled(Fraction(v, den) * c0, m)
+                    for v in ints]
         one = self.exact if places is None else (lambda r: self.text(r, places))
         return [None if v is None else one(Fraction(v, den)) for v in ints]
 
-    def text(self, raw: Fraction, places: int) -> str:
+    def text(self, raw, places: int) -> str:
         """The cell of a scaled score: exact, with its decimal (certified when irrational)."""
-        if not isinstance(raw, Fraction):
-            v = self._sympy(raw)
+        v = self.value(raw)
+        if isinstance(v, Surd) and v.rational() is not None:
+            v = v.rational()
+        if isinstance(v, Fraction):
+            return with_decimal(v, places)
+        if not isinstance(v, Surd):                   # sympy: a symbolic trace
             if getattr(v, "is_Rational", False):
                 return with_decimal(Fraction(int(v.p), int(v.q)), places)
             if getattr(v, "free_symbols", None):      # a symbolic score has no decimal
                 return str(v)
             from .trace import SymbolicValue
             return f"{v} ~ {SymbolicValue(v).decimal(places)}"
-        v = self.value(raw)
-        if self.m is None or v == 0:
-            return with_decimal(v, places)
-        if is_long(v):
-            return f"{self.exact(raw)} ~ {sci_root_text(v, self.m)[1:]}"
-        return f"{self.exact(raw)} ~ {self.decimal(v, places)}"
-
-    def decimal(self, c: Fraction, places: int) -> str:
-        """``c*sqrt(m)`` correctly rounded (irrational: never on a boundary)."""
-        from flint import arb
-        from .exponents import fmpq_of
-        m = self.m
-        return certify(lambda prec: arb(fmpq_of(c)) * arb(m).sqrt(), places)
+        form = _root_form(v)
+        if form is not None and is_long(form[0]):
+            return f"{root_text(v)} ~ {sci_root_text(*form)[1:]}"
+        return f"{root_text(v)} ~ {v.decimal(places)}"
 
 
 def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False) -> str:
@@ -279,10 +293,8 @@ def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False
     text = exact_text(q)
     if q.denominator == 1 or short:
         return Cell(decimal, text)
-    t = terminating_places(q.denominator)
-    if t is not None and not is_long(q):
-        return Cell(decimal, f"{text} = {format_scaled(q.numerator * (10 ** t // q.denominator), t)}")
-    return Cell(decimal, f"{text} ~ {decimal}")
+    return Cell(decimal, with_rounded(text, q.numerator, q.denominator, rounded=decimal,
+                                      exact=not is_long(q)))
 
 
 def vector(v, limit: int | None = None) -> str:

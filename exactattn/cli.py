@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "exactattn.commands.page",
     "exactattn.commands.audit",
     "exactattn.commands.blocks",
+    "exactattn.commands.backward",
 )
 
 

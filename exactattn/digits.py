@@ -30,7 +30,8 @@ from typing import Callable
 
 from .errors import InputError
 
-__all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "format_exact",
+__all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "decide",
+           "format_exact",
            "format_scaled", "fraction_text", "round_fraction", "terminating_places",
            "tighten", "working_precision"]
 
@@ -164,6 +165,20 @@ def _decide(ball, places: int):
             return None
         return k if k % 2 == 0 else k - 1  # an exact tie: to even
     return k
+
+
+def decide(ball, places: int) -> int | None:
+    """``round(value * 10**places)`` when the enclosure ``ball`` decides it, else None.
+
+    The one rounding decision of :func:`certify` for a single ``arb`` ball, without
+    raising and without the precision loop: for callers that enclose many values at
+    once and send only the undecided ones on to :func:`certify` (or an exact path).
+
+    >>> from flint import arb
+    >>> decide(arb(2).sqrt(), 4), decide(arb("0.12345 +/- 0.001"), 4) is None
+    (14142, True)
+    """
+    return _decide(ball, places)
 
 
 def tighten(step: Callable[[int], object], prec: int, *, max_prec: int | None = None):

@@ -52,13 +52,15 @@ from typing import Any, Sequence
 from .call import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from .errors import InputError, ShapeError, shorten
 from .exact import is_symbolic, rational_sqrt, to_matrix, to_row
-from .kernels import common_denominator, mix, project, score, to_fractions
-from .modified import check_keep, modified_engine, modified_step
-from .softmax import ExpRatio, SoftmaxRow
+from .kernels import common_denominator, project, score, to_fractions
+from .logits import scaled_logit
+from .modified import check_keep, counted_step, modified_engine
+from .reals import Surd
+from .softmax import SoftmaxRow
 from .trace import Trace
 
-__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "mix_rows", "project_biased",
-           "score_and_mix", "softmax_rows"]
+__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "project_biased", "scaled_score",
+           "score_and_mix"]
 
 LAYOUTS = ("slots", "rows")
 ENGINES = ("auto", "pencil", "symbolic", "fast")
@@ -182,39 +184,47 @@ class Head:
 
     @property
     def divisor(self):
-        """The divisor, exactly: a ``Fraction`` when rational (``sqrt(4)`` -> 2),
-        a sympy ``sqrt`` otherwise (``sqrt(2)``), None for no scaling."""
+        """The divisor sqrt(D), exactly: a ``Fraction`` when rational (``sqrt(4)`` -> 2), else a
+        :class:`~exactattn.reals.Surd` (``sqrt(2)`` = 2 * 1/sqrt(2)); None for no scaling."""
         d = self.divisor_squared
         if d is None:
             return None
         root = rational_sqrt(d)
-        if root is not None:
-            return root
-        import sympy
-        return sympy.sqrt(sympy.Rational(d.numerator, d.denominator))
+        return root if root is not None else Surd(0, ((d, d),))
 
     def scale(self, raw):
-        """``raw / divisor`` exactly: a ``Fraction`` when both are rational, else sympy.
+        """``raw / divisor`` exactly (:func:`scaled_score` with this head's divisor).
 
         >>> Head([[1]], [[1]], [[1]], divisor="2").scale(Fraction(3))
         Fraction(3, 2)
         >>> Head([[1]], [[1]], [[1]], divisor="sqrt(2)").scale(Fraction(1))
-        sqrt(2)/2
+        Surd(1/sqrt(2))
         """
-        d = self.divisor
-        if d is None:
-            return raw
-        if isinstance(raw, Fraction) and isinstance(d, Fraction):
-            return raw / d
-        import sympy
-        if isinstance(raw, Fraction):
-            raw = sympy.Rational(raw.numerator, raw.denominator)
-        return sympy.expand(raw / d)
+        return scaled_score(raw, self.divisor_squared)
 
     def __repr__(self) -> str:
         return (f"Head(d_model={self.d_model}, d_k={self.d_k}, d_v={self.d_v}, "
                 f"layout={self.layout!r}, divisor={divisor_text(self.divisor_squared)}, "
                 f"causal={self.causal})")
+
+
+def scaled_score(raw, divisor_squared: Fraction | None):
+    """A raw score divided by sqrt(D), exactly; None (a hidden key) stays None.
+
+    A rational score gives :func:`~exactattn.logits.scaled_logit`'s value: a
+    ``Fraction`` when sqrt(D) is rational, else a :class:`~exactattn.reals.Surd`
+    ``a/sqrt(D)``.  A sympy score (the symbolic engine) gives sympy.
+
+    >>> scaled_score(Fraction(-33, 25), Fraction(2)).text()
+    '-(33/25)/sqrt(2)'
+    """
+    if raw is None or not type(raw).__module__.startswith("sympy"):
+        return scaled_logit(raw, divisor_squared)
+    if divisor_squared is None:
+        return raw
+    import sympy
+    D = sympy.Rational(divisor_squared.numerator, divisor_squared.denominator)
+    return sympy.expand(raw / sympy.sqrt(D))
 
 
 def _check_x(head: Head, x, floats) -> list[list]:
@@ -233,60 +243,6 @@ def _check_x(head: Head, x, floats) -> list[list]:
 def _softmax_ops(rows: list[SoftmaxRow]) -> dict:
     return {"exp": sum(r.exps for r in rows), "add": sum(r.adds for r in rows),
             "div": sum(r.divs for r in rows)}
-
-
-def softmax_rows(raw: list[list], den: int, divisor_squared, empty_row: str
-                 ) -> tuple[list[list], list[SoftmaxRow]]:
-    """Integer score rows over ``den`` as ``Fraction`` rows and their :class:`SoftmaxRow`.
-
-    Equal rows of scores (two tokens with the same numbers) share one row
-    object: the same exact shares, built once.
-    """
-    cache: dict[int, Fraction] = {}
-    seen: dict[tuple, tuple] = {}
-    fractions, rows = [], []
-    for r in raw:
-        key = tuple(r)
-        hit = seen.get(key)
-        if hit is None:
-            fr = []
-            for a in r:
-                if a is None:
-                    fr.append(None)
-                    continue
-                f = cache.get(a)
-                if f is None:
-                    f = cache[a] = Fraction(a, den)
-                fr.append(f)
-            hit = seen[key] = (fr, SoftmaxRow(fr, divisor_squared, empty_row))
-        fractions.append(list(hit[0]))
-        rows.append(hit[1])
-    return fractions, rows
-
-
-def mix_rows(rows: list[SoftmaxRow], raw: list[list], values: list[list[int]], den: int
-             ) -> tuple[list[list[ExpRatio]], int]:
-    """``outputs[i][c] = sum_j shares[i][j] values[j][c]`` exactly, through the counted mix loop.
-
-    Keys with equal integer scores share a softmax term, so they are grouped
-    by score (a hidden key is skipped; an empty row under ``uniform`` has every
-    gap 0: one group).  Returns the outputs and the MACs counted.
-    """
-    groups = []
-    for sm, ri in zip(rows, raw):
-        groups.append([None if g is None else (0 if ri[j] is None else ri[j])
-                       for j, g in enumerate(sm.gaps)])
-    slots, sums, macs = mix(groups, values)
-    outputs = []
-    for sm, ri, row_slots, per_column in zip(rows, raw, slots, sums):
-        gap_of = {}
-        for j, g in enumerate(sm.gaps):
-            if g is not None:
-                gap_of.setdefault(0 if ri[j] is None else ri[j], g)
-        gaps = [gap_of[s] for s in row_slots]
-        outputs.append([ExpRatio({g: Fraction(a, den) for g, a in zip(gaps, acc)}, sm)
-                        for acc in per_column])
-    return outputs, macs
 
 
 def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int
@@ -319,17 +275,18 @@ def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]]
 
 def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
                   visible, score_den: int, value_den: int, divisor_squared, empty_row: str):
-    """The counted score loop, the exact softmax rows and the counted mix, on integer rows.
+    """The counted score loop, the exact softmax rows and the counted mix of a plain call.
 
-    The step the pencil engine and the cost module's counted runs share.
-    Shapes: queries n_q x d_k, keys n_k x d_k, values n_k x d_v (integers over
-    their common denominators).  Returns ``(raw, raw_fractions, rows,
-    outputs, score_macs, mix_macs)``.
+    :func:`~exactattn.modified.counted_step` (the one step) without
+    modifiers, for the cost module's counted runs.  Shapes: queries n_q x d_k,
+    keys n_k x d_k, values n_k x d_v (integers over their common
+    denominators; scores over ``score_den``).  Returns ``(raw, raw_fractions,
+    rows, outputs, score_macs, mix_macs)``.
     """
-    raw, score_macs = score(queries, keys, visible)
-    raw_f, rows = softmax_rows(raw, score_den, divisor_squared, empty_row)
-    outputs, mix_macs = mix_rows(rows, raw, values, value_den)
-    return raw, raw_f, rows, outputs, score_macs, mix_macs
+    step = counted_step(queries, keys, values, visible, score_den, 1, value_den,
+                        divisor_squared, Policy(empty_row=empty_row))
+    return (step.raw, step.raw_fractions, step.rows, step.outputs, step.macs["scores"],
+            step.macs["mix"])
 
 
 def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | None:
@@ -343,30 +300,22 @@ def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | Non
         return None
     (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
     n = len(x)
-    if head.policy.modified:       # sinks, ALiBi, soft-capping, RoPE, dropout
-        policy = head.policy.replace(empty_row=empty_row)
-        step = modified_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk, dv,
-                             head.divisor_squared, policy, keep)
-        return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
-                     values=to_fractions(v, dv), raw_scores=step.raw_fractions,
-                     empty_row=empty_row, rows=step.rows, outputs=step.outputs,
-                     macs={"projections": mq + mk + mv, **step.macs},
-                     softmax_ops=_softmax_ops(step.rows), bias_adds=aq + ak + av,
-                     rotated=step.rotated, keep=keep)
-    raw, raw_f, rows, outputs, score_macs, mix_macs = score_and_mix(
-        q, k, v, lambda i: head.policy.visible_keys(i, n, n), dq * dk, dv,
-        head.divisor_squared, empty_row)
+    policy = head.policy if head.policy.empty_row == empty_row else \
+        head.policy.replace(empty_row=empty_row)
+    step = counted_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk, dv,
+                        head.divisor_squared, policy, keep)
 
     def integers():
         from .bulk import int_array
-        return (int_array([0 if a is None else a for r in raw for a in r], (n, n)), dq * dk,
-                int_array([a for r in v for a in r], (n, head.d_v)), dv)
+        return (int_array([0 if a is None else a for r in step.raw for a in r], (n, n)),
+                dq * dk, int_array([a for r in v for a in r], (n, head.d_v)), dv)
 
     return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
-                 values=to_fractions(v, dv), raw_scores=raw_f, empty_row=empty_row, rows=rows,
-                 outputs=outputs, macs={"projections": mq + mk + mv, "scores": score_macs,
-                                        "mix": mix_macs},
-                 softmax_ops=_softmax_ops(rows), integers=integers, bias_adds=aq + ak + av)
+                 values=to_fractions(v, dv), raw_scores=step.raw_fractions,
+                 empty_row=empty_row, rows=step.rows, outputs=step.outputs,
+                 macs={"projections": mq + mk + mv, **step.macs},
+                 softmax_ops=_softmax_ops(step.rows), integers=integers,
+                 bias_adds=aq + ak + av, rotated=step.rotated, keep=keep)
 
 
 def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
@@ -389,6 +338,7 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
     raw, score_macs = score(queries, keys, lambda i: head.policy.visible_keys(i, n, n))
     raw = [[None if r is None else sympy.expand(r) for r in row] for row in raw]
     div = head.divisor
+    div = div.sympy() if isinstance(div, Surd) else div
     rows, outputs, mix_macs = [], [], 0
     for i in range(n):
         visible = [j for j in range(n) if raw[i][j] is not None]

@@ -259,12 +259,6 @@ class LayerRun:
         return [[v.decimal(places) for v in row] for row in self.outputs]
 
 
-def _visible(policy: Policy, n: int, mask: Mask | None):
-    if mask is None:
-        return lambda i: policy.visible_keys(i, n, n)
-    return lambda i: [j for j in policy.visible_keys(i, n, n) if mask.keeps(i, j)]
-
-
 def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
                  floats: str | None = None, keep=None) -> LayerRun:
     """Run every head of ``layer`` over the token rows ``x``, then W_O (+ b_O), exactly.
@@ -296,7 +290,10 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
              for a, h in enumerate(layer.heads)]
     macs = {"projections": 0, "scores": 0, "mix": 0, "out_projection": 0}
     adds = 0
-    visible = _visible(layer.policy, n, mask)
+    seen = layer.policy.keep(n, n, mask)          # the one visibility rule, with the mask
+
+    def visible(i: int) -> list[int]:
+        return seen[i].nonzero()[0].tolist()
     kv_done: dict[int, tuple] = {}
     rows, head_outputs = [], []
     for a, head in enumerate(layer.heads):

@@ -58,17 +58,20 @@ def limb_digits(a, b) -> tuple[list, int]:
     return digits, w
 
 
-def score_split(q, k, shift: int):
+def score_split(q, k, shift: int, bound: int | None = None):
     """Exact scores ``q @ k.T`` cut at 2^shift: ``(high, low)`` int64 arrays, or None.
 
     ``N = high 2^shift + low`` with ``0 <= low < 2^shift`` (``low`` is 0 for
     ``shift`` 0).  Shapes: q r x d, k m x d (int64 numerators); high and low
-    r x m.  None when an entry is not int64, shift is not 0 to 62, or
-    ``|N| / 2^shift`` could reach 2^60.
+    r x m.  ``bound``: a bound on every |N| (default ``d max|q| max|k|``).
+    None when an entry is not int64, shift is not 0 to 62, or ``bound /
+    2^shift`` reaches 2^60.
     """
     import numpy as np
+    if bound is None and q.dtype != object and k.dtype != object:
+        bound = q.shape[1] * _abs_max(q) * _abs_max(k)
     if q.dtype == object or k.dtype == object or not 0 <= shift <= 62 or \
-            (q.shape[1] * _abs_max(q) * _abs_max(k)) >> shift >= _HIGH_LIMIT:
+            bound >> shift >= _HIGH_LIMIT:
         return None
     digits, w = limb_digits(q, k.T)
     t, r = divmod(shift, w)

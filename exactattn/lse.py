@@ -28,13 +28,29 @@ from fractions import Fraction
 from .digits import certify, tighten
 from .errors import InputError
 from .exponents import ExpPoly
+from .options import check_choice
 from .ratio import row_sum_text
 from .reals import Surd, real_ball, real_decimal
 from .softmax import SoftmaxRow
 
-__all__ = ["LSE_BASES", "LogSumExp"]
+__all__ = ["LSE_BASES", "LogSumExp", "check_base"]
 
 LSE_BASES = ("e", "2")
+
+
+def check_base(value, name: str = "lse base") -> str:
+    """A log-sum-exp base: ``"e"`` (natural log) or ``"2"`` (the whole number 2 reads as ``"2"``).
+
+    >>> check_base(2)
+    '2'
+    >>> check_base("10", "--lse")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: --lse must be one of e, 2 (got '10')
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return check_choice(value, name, LSE_BASES)
 
 
 class LogSumExp:
@@ -46,10 +62,7 @@ class LogSumExp:
     """
 
     def __init__(self, row: SoftmaxRow, base="e"):
-        base = str(base)
-        if base not in LSE_BASES:
-            raise InputError(f"lse base must be e or 2 (got {base!r})")
-        self.row, self.base = row, base
+        self.row, self.base = row, check_base(base)
 
     @property
     def neg_inf(self) -> bool:
@@ -61,8 +74,7 @@ class LogSumExp:
         if self.neg_inf or row.nan or row.certified or len(row.counts) != 1:
             return None
         (g, c), = row.counts.items()
-        basis, e = row.exponent(g)
-        x = Surd(e[0], tuple(zip(basis, e[1:]))) if basis else e[0]
+        x = row.logit(g)
         if self.base == "e":
             return x if c == 1 else None
         if x == 0 and c & (c - 1) == 0:

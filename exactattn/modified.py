@@ -1,8 +1,9 @@
-"""The counted step of a head under today's modifiers: sinks, ALiBi, soft-capping, RoPE, dropout.
+"""The counted step of a head: score loop, softmax rows, mix; plain or under today's modifiers.
 
-The same loops as :func:`exactattn.head.score_and_mix` (the counted score
-loop, the exact softmax rows, the counted mix), with the softmax rows built
-by the one composition, :func:`exactattn.logits.softmax_row`::
+One step for every exact engine (the pencil engine, layers, the cost
+module's counted runs): the counted score loop, the exact softmax rows
+built by the one composition, :func:`exactattn.logits.softmax_row`, and the
+counted mix::
 
     raw[i][j]   = queries[i] . keys[j]                  counted score loop (visible pairs)
     [RoPE]        rotated[i][j] = rope_score(q_i, k_j, positions)   2 d_k products a pair
@@ -22,8 +23,8 @@ Reference: Vaswani et al. 2017, sec. 3.2.1; the modifiers' sources are in
 :mod:`exactattn.modifiers` and :mod:`exactattn.logits`.
 
 >>> from exactattn.call import Policy
->>> step = modified_step([[1], [0]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1,
-...                      None, Policy(scale=None, sink=Fraction(0)))
+>>> step = counted_step([[1], [0]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1,
+...                     None, Policy(scale=None, sink=Fraction(0)))
 >>> step.rows[0].sink_share().text(), step.outputs[0][0].decimal(6)
 ('1/(2 + exp(1))', '1.940292')
 >>> step.macs
@@ -41,11 +42,16 @@ from .kernels import mix, score, to_fractions
 from .logits import dropout_factors, rope_score, softmax_row
 from .ratio import ExpRatio
 
-__all__ = ["Step", "check_keep", "modified_engine", "modified_step", "outputs_of"]
+__all__ = ["PENCIL_ONLY", "Step", "check_keep", "counted_step", "modified_engine",
+           "modified_step", "outputs_of"]
 
 
-def check_keep(keep: Any, policy, n_queries: int, n_keys: int) -> list[list[bool]] | None:
+def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep"
+               ) -> list[list[bool]] | None:
     """A dropout keep-mask as n_queries x n_keys lists of bools (None without dropout).
+
+    The one check of a keep-mask; ``name`` is how messages name it (a spec
+    file's ``dropout.keep``).
 
     Raises:
         InputError: a keep-mask without ``policy.dropout``, dropout without a
@@ -60,31 +66,32 @@ def check_keep(keep: Any, policy, n_queries: int, n_keys: int) -> list[list[bool
     """
     if keep is None:
         if policy.dropout is not None:
-            raise InputError(f"keep must be an {n_queries} x {n_keys} keep-mask for dropout "
+            raise InputError(f"{name} must be an {n_queries} x {n_keys} keep-mask for dropout "
                              f"p = {policy.dropout} (got none); pass keep=[[True, False, ...]]")
         return None
     if policy.dropout is None:
-        raise InputError("keep must come with dropout (got a keep-mask without p); set "
+        raise InputError(f"{name} must come with dropout (got a keep-mask without p); set "
                          "Policy(dropout=...) or drop the keep-mask")
     if hasattr(keep, "tolist") and not isinstance(keep, (list, tuple)):
         keep = keep.tolist()
     if not isinstance(keep, (list, tuple)) or len(keep) != n_queries or not all(
             isinstance(r, (list, tuple)) and len(r) == n_keys for r in keep):
-        raise ShapeError(f"keep must be {n_queries} x {n_keys} (one row per query, one entry "
+        raise ShapeError(f"{name} must be {n_queries} x {n_keys} (one row per query, one entry "
                          f"per key; got {shorten(keep, quote=True)})")
     rows = []
     for i, r in enumerate(keep):
         for j, k in enumerate(r):
             if not isinstance(k, bool) and not (type(k).__module__ == "numpy" and
                                                 type(k).__name__ in ("bool", "bool_")):
-                raise InputError(f"keep[{i}][{j}] must be true or false (got {shorten(k, quote=True)})")
+                raise InputError(f"{name}[{i}][{j}] must be true or false (got "
+                                 f"{shorten(k, quote=True)})")
         rows.append([bool(k) for k in r])
     return rows
 
 
 @dataclass
 class Step:
-    """What :func:`modified_step` computed: every intermediate and the MACs by stage.
+    """What :func:`counted_step` computed: every intermediate and the MACs by stage.
 
     ``raw`` n_q x n_k integers over ``q_den * k_den`` (None where hidden),
     ``raw_fractions`` the same as ``Fraction``, ``rotated`` the RoPE scores
@@ -104,10 +111,10 @@ def outputs_of(rows: list, values: list[list], value_den: int, factors: list | N
     """``sum_j share_ij * factor_ij * values[j]`` through the counted mix; ``(outputs, MACs)``.
 
     Keys are grouped by their gap in the row (equal softmax terms add their
-    values first); ``factors`` (per row, from
-    :func:`~exactattn.logits.dropout_factors`, or None) drops keys with factor 0
-    and scales the rest once per output entry.  ``values`` are integers over
-    ``value_den``.
+    values first; an empty row under ``uniform`` has every gap 0: one group);
+    ``factors`` (per row, from :func:`~exactattn.logits.dropout_factors`, or
+    None) drops keys with factor 0 and scales the rest once per output entry.
+    ``values`` are integers over ``value_den``.
     """
     groups = []
     for k, sm in enumerate(rows):
@@ -118,26 +125,49 @@ def outputs_of(rows: list, values: list[list], value_den: int, factors: list | N
     outputs = []
     for k, (sm, row_slots, per_column) in enumerate(zip(rows, slots, sums)):
         f = None if factors is None else factors[k]
-        scale = next((x for x in f if x), Fraction(1)) if f is not None else Fraction(1)
-        outputs.append([ExpRatio({g: Fraction(a, value_den) * scale
+        scale = None if f is None else next((x for x in f if x), Fraction(1))
+        outputs.append([ExpRatio({g: Fraction(a, value_den) if scale is None else
+                                  Fraction(a, value_den) * scale
                                   for g, a in zip(row_slots, acc)}, sm) for acc in per_column])
     return outputs, macs
 
 
-def modified_step(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
-                  visible: Callable[[int], Iterable[int]], q_den: int, k_den: int,
-                  value_den: int, divisor_squared: Fraction | None, policy,
-                  keep: list[list[bool]] | None = None) -> Step:
-    """The counted score loop, the modified softmax rows and the counted mix, on integers.
+def _fractions(raw: list[list], den: int) -> list[list]:
+    """Integer score rows over ``den`` as ``Fraction`` rows (each distinct integer converted once)."""
+    cache: dict[int, Fraction] = {}
+    out = []
+    for r in raw:
+        row = []
+        for a in r:
+            if a is None:
+                row.append(None)
+                continue
+            f = cache.get(a)
+            if f is None:
+                f = cache[a] = Fraction(a, den)
+            row.append(f)
+        out.append(row)
+    return out
 
+
+def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
+                 visible: Callable[[int], Iterable[int]], q_den: int, k_den: int,
+                 value_den: int, divisor_squared: Fraction | None, policy,
+                 keep: list[list[bool]] | None = None) -> Step:
+    """The counted score loop, the softmax rows and the counted mix, on integers: THE step.
+
+    Every exact engine (the pencil engine, layers, the cost module's counted
+    runs) runs a head through this one step, with or without modifiers.
     Shapes: queries n_q x d_k, keys n_k x d_k, values n_k x d_v (integers over
     ``q_den``, ``k_den``, ``value_den``); ``keep`` n_q x n_k (dropout) or None.
     ``visible(i)``: the keys query i sees (the policy's rule, and a mask).
+    ``policy``: the call (its modifiers and empty-row answer; the scale is
+    ``divisor_squared``).  Two queries with the same scores share one row
+    object when the row does not depend on the query's position (no ALiBi).
     """
     n_q, n_k = len(queries), len(keys)
     raw, score_macs = score(queries, keys, visible)
-    den = q_den * k_den
-    raw_f = [[None if a is None else Fraction(a, den) for a in r] for r in raw]
+    raw_f = _fractions(raw, q_den * k_den)
     macs = {"scores": score_macs}
     rotated = None
     if policy.rope is not None:
@@ -151,10 +181,26 @@ def modified_step(queries: list[list[int]], keys: list[list[int]], values: list[
             count += 2 * d_k * sum(a is not None for a in r)
         macs["rotation"] = count
     source = rotated if rotated is not None else raw_f
-    rows = [softmax_row(source[i], divisor_squared, policy, i, n_q, n_k) for i in range(n_q)]
+    shared: dict[tuple, object] = {}
+    rows = []
+    for i in range(n_q):
+        key = tuple(source[i]) if policy.alibi is None else None
+        row = shared.get(key) if key is not None else None
+        if row is None:
+            row = softmax_row(source[i], divisor_squared, policy, i, n_q, n_k)
+            if key is not None:
+                shared[key] = row
+        rows.append(row)
     factors = None if keep is None else [dropout_factors(policy.dropout, r) for r in keep]
     outputs, macs["mix"] = outputs_of(rows, values, value_den, factors)
     return Step(raw, raw_f, rotated, rows, outputs, macs)
+
+
+#: the former name of :func:`counted_step` (its one step serves plain and modified heads alike)
+modified_step = counted_step
+
+#: the modifier fields (of :data:`~exactattn.call.SCORE_FIELDS`) only the pencil engine runs
+PENCIL_ONLY = ("rope", "dropout")
 
 
 def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
@@ -167,7 +213,7 @@ def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
     Raises:
         InputError: the symbolic engine or entries, or RoPE/dropout on the fast engine.
     """
-    names = [name for name in ("rope", "dropout") if getattr(policy, name) is not None]
+    names = [name for name in PENCIL_ONLY if getattr(policy, name) is not None]
     if symbolic or engine == "symbolic":
         got = "symbolic entries" if symbolic else "engine 'symbolic'"
         fix = "substitute numbers for the symbols" if symbolic else "use engine 'auto'"

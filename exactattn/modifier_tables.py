@@ -36,6 +36,7 @@ hide cells (``-inf``) as in the plain tables.
 from __future__ import annotations
 
 from .cells import KINDS, real_cell, real_exact, real_kind, value_cell
+from .logits import dropout_factors
 from .reals import real_decimal
 from .render import Cell, Section
 from .score_tables import shown_note
@@ -49,7 +50,6 @@ LSE_TERMS = 16
 LSE_WIDTH = 72
 _CERTIFIED = ("~: certified transcendental, the digits correctly rounded from arb enclosures "
               "(no tolerance)")
-_ALIBI_FORMULA = {"relative": "-m (p_i - j)", "absolute": "m j", "symmetric": "-m |p_i - j|"}
 
 
 class _Grid:
@@ -178,7 +178,7 @@ def _alibi(trace, grid: _Grid, places: int) -> Section:
              f"kind: every bias is {kind} (the slope times a whole number)",
              "the bias is added to the scaled (or capped) score; -inf where the key is hidden"]
     return Section(
-        "square/alibi", f"ALiBi biases: {_ALIBI_FORMULA[alibi.form]}, slope m = "
+        "square/alibi", f"ALiBi biases: {alibi.formula('p_i')}, slope m = "
         f"{real_exact(slope)}", grid.cols, grid.rows(row_of, lambda v: real_cell(v, places)),
         notes + _positions(trace) + grid.shown,
         dict(_values(grid, row_of, places, False), heads=alibi.heads, head=h,
@@ -222,7 +222,7 @@ def _dropout(trace, places: int, view: View) -> Section:
         i = grid.toks[k]
         return [str(i + 1)] + [weight_cell(i, j) for j in grid.keys] + [total(i)]
 
-    scale = 1 / (1 - p)
+    scale = dropout_factors(p, [True])[0]              # 1/(1 - p): the one dropout rule
     notes = [f"dropout p = {p}: a kept weight is the share times 1/(1 - p) = {scale}; a dropped "
              "key gets 0",
              "rows no longer sum to 1: each sums to (the sum of its kept shares) / (1 - p)",

@@ -40,7 +40,8 @@ from .exact import to_exact
 from .options import check_choice, check_whole
 from .reals import two_power
 
-__all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_window",
+__all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_dropout",
+           "check_form", "check_layout", "check_softcap", "check_theta", "check_window",
            "exact_number"]
 
 ALIBI_FORMS = ("relative", "absolute", "symmetric")
@@ -61,14 +62,64 @@ def exact_number(value: Any, name: str) -> Fraction:
     return q
 
 
-def check_window(window: Any) -> tuple:
+def _echo(value: Any) -> str:
+    """A value as given, for a message: text quoted (``'0'``), an exact number as written (``0``)."""
+    if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
+        return str(value)
+    return shorten(value, quote=True)
+
+
+# The checks of each modifier's value: the one place each rule is written.  ``name`` is
+# how the message names the value (a Policy field, a spec field, a command-line flag).
+def check_window(window: Any, name: str = "window") -> tuple:
     """``(left, right)`` of a sliding window: whole numbers >= 0, or None for no limit."""
     w = tuple(window) if isinstance(window, (list, tuple)) else None
     if w is None or len(w) != 2 or not all(
             x is None or (isinstance(x, int) and not isinstance(x, bool) and x >= 0) for x in w):
-        raise InputError(f"window must be [left, right], whole numbers >= 0 or null "
+        raise InputError(f"{name} must be [left, right], whole numbers >= 0 or null "
                          f"(got {shorten(window, quote=True)})")
     return w
+
+
+def check_softcap(value: Any, name: str = "softcap") -> Fraction:
+    """A soft-cap: an exact positive number.
+
+    >>> check_softcap("0", "--softcap")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: --softcap must be positive (got '0')
+    """
+    q = exact_number(value, name)
+    if q <= 0:
+        raise InputError(f"{name} must be positive (got {_echo(value)})")
+    return q
+
+
+def check_dropout(value: Any, name: str = "dropout") -> Fraction:
+    """A dropout probability p: an exact number with ``0 <= p < 1``."""
+    q = exact_number(value, name)
+    if not 0 <= q < 1:
+        raise InputError(f"{name} must be a probability from 0 up to (not including) 1 "
+                         f"(got {_echo(value)})")
+    return q
+
+
+def check_theta(value: Any, name: str = "rope theta") -> Fraction:
+    """A RoPE base: an exact positive number (10000 in the paper)."""
+    q = exact_number(value, name)
+    if q <= 0:
+        raise InputError(f"{name} must be a positive number (got {_echo(value)})")
+    return q
+
+
+def check_form(value: Any, name: str = "alibi form") -> str:
+    """An ALiBi form: one of :data:`ALIBI_FORMS`."""
+    return check_choice(value, name, ALIBI_FORMS)
+
+
+def check_layout(value: Any, name: str = "rope layout") -> str:
+    """A RoPE pairing: one of :data:`ROPE_LAYOUTS`."""
+    return check_choice(value, name, ROPE_LAYOUTS)
 
 
 def _power_of_two_rule(h: int) -> list:
@@ -110,7 +161,7 @@ class Alibi:
 
     def __post_init__(self):
         object.__setattr__(self, "heads", check_whole(self.heads, "alibi heads", low=1))
-        check_choice(self.form, "alibi form", ALIBI_FORMS)
+        check_form(self.form)
 
     def slope(self, head: int):
         if not 0 <= head < self.heads:
@@ -129,6 +180,16 @@ class Alibi:
         d = query_position - key_position
         return -abs(d) if self.form == "symmetric" else -d
 
+    def formula(self, query: str = "i", key: str = "j") -> str:
+        """The bias in words, as :meth:`distance` computes it: ``-m (i - j)``, ``m j``, ``-m |i - j|``.
+
+        >>> Alibi(8).formula("p_i"), Alibi(8, "absolute").formula(), Alibi(8, "symmetric").formula()
+        ('-m (p_i - j)', 'm j', '-m |i - j|')
+        """
+        if self.form == "absolute":
+            return f"m {key}"
+        return f"-m |{query} - {key}|" if self.form == "symmetric" else f"-m ({query} - {key})"
+
     def bias(self, head: int, query_position: int, key_position: int):
         """The exact bias added to the scaled score (a ``Fraction`` or a ``Surd``)."""
         return self.slope(head) * self.distance(query_position, key_position)
@@ -142,7 +203,8 @@ class Rope:
     """Rotary position embeddings: base ``theta`` and the pairing ``layout``.
 
     Args:
-        theta: the base (10000 in the paper; 500000 in Llama 3), a positive rational.
+        theta: the base (10000 in the paper; 500000 in Llama 3), a positive exact number
+            (:func:`check_theta`; text such as ``"10000"`` is read exactly).
         layout: ``half`` (entry k with k + d/2) or ``interleaved`` (2k with 2k + 1).
     """
 
@@ -150,12 +212,8 @@ class Rope:
     layout: str = "half"
 
     def __post_init__(self):
-        theta = self.theta
-        if isinstance(theta, float) or not isinstance(theta, (int, Fraction)) or theta <= 0:
-            raise InputError(f"rope theta must be a positive whole number or fraction (got "
-                             f"{theta!r}); write it as text, e.g. \"10000\"")
-        object.__setattr__(self, "theta", Fraction(theta))
-        check_choice(self.layout, "rope layout", ROPE_LAYOUTS)
+        object.__setattr__(self, "theta", check_theta(self.theta))
+        check_layout(self.layout)
 
     def pairs(self, d: int) -> list[tuple[int, int, Fraction]]:
         """``(a, b, e)``: entries a and b rotate together by ``pos * theta^e`` (e = -2k/d).

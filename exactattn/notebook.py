@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from .cells import exact_text
 from .errors import InputError, shorten
 from .examples import Example, Token
-from .render import Section, render
+from .render import Section, reader_text, render
 from .stream import View
 from .tables import MODES, attend_example, build
 from .trace import Trace
@@ -53,10 +53,6 @@ FORMULA_KEYS = 8
 
 def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _reader(cell: str) -> str:
-    return getattr(cell, "reader", cell)
 
 
 def tables_html(sections: Sequence[Section]) -> str:
@@ -83,7 +79,7 @@ def tables_html(sections: Sequence[Section]) -> str:
                    + "</tr></thead>")
         out.append("<tbody>")
         for row in s.rows:
-            out.append("<tr>" + "".join(f"<td>{_e(_reader(c))}</td>" for c in row) + "</tr>")
+            out.append("<tr>" + "".join(f"<td>{_e(reader_text(c))}</td>" for c in row) + "</tr>")
         out.append("</tbody>")
         out.append("</table>")
         out += [f"<p><small>{_e(n)}</small></p>" for n in s.notes]

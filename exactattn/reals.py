@@ -36,7 +36,8 @@ from .errors import InputError
 from .exact import rational_sqrt
 
 __all__ = ["Certified", "Pow2", "Surd", "align", "atom_ball", "atom_ratio", "atom_text", "real_ball",
-           "real_compare", "real_decimal", "real_sign", "real_text", "softcap", "two_power"]
+           "real_compare", "real_decimal", "real_sign", "softcap_ball", "real_text", "softcap", "sympy_ball",
+           "two_power"]
 
 
 class Pow2:
@@ -134,9 +135,14 @@ class Surd:
 
     def __init__(self, p=0, terms: tuple = ()):
         self.p = Fraction(p)
+        self._hash = None
+        if len(terms) == 1:                    # one atom: nothing to merge
+            (atom, a), = terms
+            a = Fraction(a)
+            self.terms = ((atom, a),) if a else ()
+            return
         basis, (key,) = align([_Raw(terms)])   # merge dependent atoms
         self.terms = tuple((atom, a) for atom, a in zip(basis, key[1:]) if a)
-        self._hash = None
 
     # -- structure --------------------------------------------------------
     def rational(self) -> Fraction | None:
@@ -424,10 +430,62 @@ def softcap(x, cap: Fraction):
     """
     if not isinstance(x, (Surd, Certified)) and x == 0:
         return Fraction(0)
-    from flint import arb, fmpq
-    c = arb(fmpq(cap.numerator, cap.denominator))
     from .digits import fraction_text
     arg = real_text(x) if cap == 1 else f"({real_text(x)})/{fraction_text(cap)}"
     label = f"tanh({arg})" if cap == 1 else f"{fraction_text(cap)}*tanh({arg})"
-    return Certified(("softcap", cap, _key(x)), lambda prec: c * (real_ball(x, prec) / c).tanh(),
-                     label)
+    return Certified(("softcap", cap, _key(x)),
+                     lambda prec: softcap_ball(real_ball(x, prec), cap), label)
+
+
+def softcap_ball(x, cap: Fraction):
+    """``cap * tanh(x / cap)`` of an ``arb`` x, at the current working precision (the one
+    soft-cap formula every enclosure uses)."""
+    from flint import arb, fmpq
+    c = arb(fmpq(cap.numerator, cap.denominator))
+    return c * (x / c).tanh()
+
+
+_SYMPY_FUNCTIONS = ("exp", "log", "sin", "cos", "tanh", "atan", "erf", "gamma")
+
+
+def sympy_ball(e):
+    """An ``arb`` enclosure of a closed sympy number, at the current working precision.
+
+    The one reader of sympy constants into balls (the symbolic engine's
+    decimals, the proofs): rationals, ``pi``, ``E``, ``+``, ``*``, powers
+    (``sqrt`` exactly as a square root) and exp, log, sin, cos, tanh, atan,
+    erf, gamma.
+
+    Raises:
+        InputError: anything else (a free symbol, an unknown function).
+
+    >>> import sympy
+    >>> from exactattn.digits import certify
+    >>> certify(lambda prec: sympy_ball(sympy.E / (1 + sympy.sqrt(2))), 6)
+    '1.125949'
+    """
+    import sympy
+    from flint import arb, fmpq
+    if e.is_Rational:
+        return arb(fmpq(int(e.p), int(e.q)))
+    if e is sympy.E:
+        return arb(1).exp()
+    if e is sympy.pi:
+        return arb.pi()
+    if e.is_Add or e.is_Mul:
+        total = arb(0) if e.is_Add else arb(1)
+        for a in e.args:
+            total = total + sympy_ball(a) if e.is_Add else total * sympy_ball(a)
+        return total
+    if e.is_Pow:
+        base, power = e.args
+        if power.is_Integer:
+            return sympy_ball(base) ** int(power)
+        if power == sympy.Rational(1, 2):
+            return sympy_ball(base).sqrt()
+        return sympy_ball(base) ** sympy_ball(power)
+    name = getattr(e.func, "__name__", None)
+    if name in _SYMPY_FUNCTIONS and getattr(sympy, name) is e.func:
+        return getattr(sympy_ball(e.args[0]), name)()
+    raise InputError(f"value must be built from rationals, exp, log, sqrt and +, *, ** "
+                     f"to print decimals (got {e})")

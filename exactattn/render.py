@@ -49,7 +49,8 @@ from typing import IO, Any, Sequence
 from .errors import InputError
 from .stream import LazyRows, progress
 
-__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "plural", "printable", "render", "write"]
+__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "plural", "printable", "reader_text",
+           "render", "write"]
 
 FORMATS = ("text", "markdown", "latex", "json", "csv")
 #: every format :func:`write` knows: FORMATS and JSON Lines
@@ -89,7 +90,8 @@ class Cell(str):
         return self
 
 
-def _reader(cell: str) -> str:
+def reader_text(cell: str) -> str:
+    """A cell's text for readers: its :class:`Cell` ``reader``, or the cell itself."""
     return getattr(cell, "reader", cell)
 
 
@@ -125,7 +127,7 @@ def _text(sections, out: IO[str], **_) -> None:
             out.write("\n\n")
         lines = [s.title, "=" * len(s.title)]
         if s.columns:
-            grid = [s.columns] + [[_reader(c) for c in r] for r in _rows(s)]
+            grid = [s.columns] + [[reader_text(c) for c in r] for r in _rows(s)]
             widths = [max(len(r[c]) for r in grid) for c in range(len(s.columns))]
 
             def fmt(r):
@@ -133,13 +135,13 @@ def _text(sections, out: IO[str], **_) -> None:
             lines.append(fmt(grid[0]))
             lines.append("  ".join("-" * w for w in widths))
             lines.extend(fmt(r) for r in grid[1:])
-        lines.extend(_reader(n) for n in s.notes)
+        lines.extend(reader_text(n) for n in s.notes)
         out.write("\n".join(lines))
     out.write("\n")
 
 
 def _md_cell(c: str) -> str:
-    return _reader(c).replace("|", "\\|")
+    return reader_text(c).replace("|", "\\|")
 
 
 def _markdown(sections, out: IO[str], **_) -> None:
@@ -155,7 +157,7 @@ def _markdown(sections, out: IO[str], **_) -> None:
         if s.notes:
             out.write("\n")
             for n in s.notes:
-                out.write("\n" + _reader(n))
+                out.write("\n" + reader_text(n))
     out.write("\n")
 
 

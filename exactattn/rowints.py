@@ -9,8 +9,9 @@ else Python integers.  A head of 4096 tokens keeps 128 MB of integers, not 16
 million ``Fraction`` objects, and a table that shows 8 rows reads 8.
 
 :func:`fraction_texts` writes a row of such integers as exact fractions, with
-their decimals when asked: one gcd per entry, decimals correctly rounded
-(ties to even, as :func:`~exactattn.digits.round_fraction`), exact where they
+their decimals when asked (:func:`with_rounded`): one gcd per entry, decimals
+correctly rounded (ties to even, :func:`~exactattn.digits.round_fraction`;
+rows of 32 or more small entries in numpy int64, exactly), exact where they
 terminate.
 
 >>> from fractions import Fraction as F
@@ -26,9 +27,9 @@ import weakref
 from fractions import Fraction
 from math import gcd, lcm
 
-from .digits import format_scaled, terminating_places
+from .digits import format_scaled, round_fraction, terminating_places
 
-__all__ = ["ScoreRows", "fraction_texts", "magnitude", "score_rows"]
+__all__ = ["ScoreRows", "fraction_texts", "magnitude", "score_rows", "with_rounded"]
 
 _INT64 = 1 << 62
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -102,6 +103,24 @@ def fraction_texts(ints: list, den: int, places: int | None, top: int | None = N
     return [None if v is None else _text(v, den, places) for v in ints]
 
 
+def with_rounded(text: str, num: int, den: int, places: int = 0, *, rounded: str | None = None,
+                 exact: bool = True) -> str:
+    """The one spelling of an exact fraction with its decimal: ``text = 0.375`` or ``text ~ 0.3333``.
+
+    ``num/den`` in lowest terms: ``=`` and its exact decimal when that
+    terminates (and ``exact``), else ``~`` and ``rounded`` (a certified decimal
+    at hand) or ``num/den`` rounded to ``places``, ties to even
+    (:func:`~exactattn.digits.round_fraction`).
+
+    >>> with_rounded("3/8", 3, 8), with_rounded("2/3", 2, 3, 4)
+    ('3/8 = 0.375', '2/3 ~ 0.6667')
+    """
+    t = terminating_places(den) if exact else None
+    if t is not None:
+        return f"{text} = {format_scaled(num * (10 ** t // den), t)}"
+    return f"{text} ~ {round_fraction(Fraction(num, den), places) if rounded is None else rounded}"
+
+
 def _text(v: int, den: int, places: int | None) -> str:
     g = gcd(v, den)
     p, q = v // g, den // g
@@ -109,13 +128,7 @@ def _text(v: int, den: int, places: int | None) -> str:
         return str(p)
     if places is None:
         return f"{p}/{q}"
-    t = terminating_places(q)
-    if t is not None:
-        return f"{p}/{q} = {format_scaled(p * (10 ** t // q), t)}"
-    k, r = divmod(p * 10 ** places, q)
-    if 2 * r > q or (2 * r == q and k % 2):
-        k += 1
-    return f"{p}/{q} ~ {format_scaled(k, places)}"
+    return with_rounded(f"{p}/{q}", p, q, places)
 
 
 def _vector_texts(ints: list, den: int, places: int | None) -> list:

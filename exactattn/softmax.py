@@ -279,6 +279,18 @@ class SoftmaxRow:
             return (), (s / self._root,)
         return (self.divisor_squared,), (Fraction(0), s)
 
+    def logit(self, g):
+        """The absolute exponent of gap ``g`` as a value: a ``Fraction`` when rational, else a
+        :class:`~exactattn.reals.Surd`; over certified logits, the certified logit itself.
+
+        >>> SoftmaxRow([Fraction(3), Fraction(1)], Fraction(2)).logit(Fraction(-2))
+        Surd(1/sqrt(2))
+        """
+        if self.certified:
+            return g
+        basis, e = self.exponent(g)
+        return Surd(e[0], tuple(zip(basis, e[1:]))) if any(e[1:]) else Fraction(e[0])
+
     def poly(self, coefficients: dict) -> ExpPoly:
         """``sum_g c_g exp(g)`` as an exact :class:`~exactattn.exponents.ExpPoly`."""
         terms, basis = {}, ()
@@ -338,17 +350,9 @@ class SoftmaxRow:
         import sympy
         if self.certified:
             return sympy.exp(sympy.sympify(real_text(g)))
-        if self.general:
-            basis, e = self.exponent(g)
-            return sympy.exp(Surd(e[0], tuple(zip(basis, e[1:]))).sympy())
-        basis, e = self.exponent(g)
-        x = sympy.Rational(e[0].numerator, e[0].denominator)
-        if basis:
-            D = basis[0]
-            a = e[1]
-            x += sympy.Rational(a.numerator, a.denominator) / sympy.sqrt(
-                sympy.Rational(D.numerator, D.denominator))
-        return sympy.exp(x)
+        x = self.logit(g)
+        return sympy.exp(x.sympy() if isinstance(x, Surd) else
+                         sympy.Rational(x.numerator, x.denominator))
 
     def order_key(self, g):
         """A key that sorts gaps by their exponent (for writing sums in order)."""

@@ -43,6 +43,7 @@ exactattn.errors.SpecError: spec: tokens must be a non-empty list of {"x": [...]
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass
@@ -51,12 +52,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .call import Policy
+from .call import MODIFIER_FIELDS, Policy
 from .errors import ExactAttnError, ShapeError, SpecError, shorten
 from .examples import Example, Token
 from .exact import MAX_DIGITS, to_row
 from .head import Head
-from .spec_fields import MODIFIER_KEYS, CallFields, read_modifiers
+from .modified import check_keep
+from .spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
 from .verify.formats import float_format
 from .verify.problem import Problem
 
@@ -70,9 +72,9 @@ KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "d
 #: the keys of a problem spec (``exactattn verify --spec``)
 PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask")
 #: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.Policy`
-POLICY_KEYS = ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
-#: the modifiers of today's attention (:mod:`exactattn.spec_fields`) join both policy tables
-POLICY_KEYS = POLICY_KEYS + MODIFIER_KEYS
+#: (its plain fields, then its modifiers and ``lse``: :data:`~exactattn.spec_fields.MODIFIER_KEYS`)
+POLICY_KEYS = tuple(f.name for f in dataclasses.fields(Policy)
+                    if f.name not in MODIFIER_FIELDS) + MODIFIER_KEYS
 #: a head spec's ``policy`` table: its keys (causal and the divisor stay top-level keys)
 HEAD_POLICY_KEYS = ("alignment", "empty_row") + MODIFIER_KEYS
 KEYS = KEYS + ("policy",)
@@ -264,16 +266,10 @@ def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFi
         raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys "
                         f"are {', '.join(HEAD_POLICY_KEYS)}{top}")
     fields = read_modifiers(pol, where=where)
-    keep = fields.keep
-    if keep is not None and (len(keep) != n or any(len(r) != n for r in keep)):
-        raise SpecError(f"{where}: policy.dropout.keep must be {n} x {n}, one row per token and "
-                        f"one entry per key (got {len(keep)} rows of "
-                        f"{', '.join(sorted({str(len(r)) for r in keep}))})")
     plain = {k: pol[k] for k in ("alignment", "empty_row") if k in pol}
-    try:
-        policy = head.policy.replace(**plain, **fields.changes)
-    except ExactAttnError as e:
-        raise SpecError(f"{where}: policy.{e}") from None
+    policy = owned(where, lambda: head.policy.replace(**plain, **fields.changes))
+    if fields.keep is not None:
+        fields.keep = owned(where, check_keep, fields.keep, policy, n, n, "dropout.keep")
     return head.with_policy(policy), fields
 
 

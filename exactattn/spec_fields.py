@@ -14,9 +14,13 @@ take the same fields, each a field of :class:`~exactattn.call.Policy`::
                "lse": true}                      also report each row's log-sum-exp ("2": base 2)
 
 Numbers are exact: integers, or text (``"1/3"``, ``"0.1"``); a spec file
-never holds a binary float (its decimals are read from their text).  A bad
-value is one :class:`~exactattn.errors.SpecError` line naming the field
-(``policy.window``, ``policy.dropout.keep[1][0]``).
+never holds a binary float (its decimals are read from their text).  This
+module only reads the tables; each value is checked by its owner
+(:class:`~exactattn.call.Policy`, :mod:`exactattn.modifiers`,
+:func:`exactattn.lse.check_base`; the keep-mask by
+:func:`exactattn.modified.check_keep` once the call's size is known), whose
+one-line error comes through as a :class:`~exactattn.errors.SpecError`
+naming the field (``policy.window``, ``policy.dropout.p``).
 
 >>> fields = read_modifiers({"sink": "0", "alibi": {"heads": 6}, "head": 2, "lse": "2"})
 >>> fields.changes["alibi"], fields.changes["sink"], fields.lse
@@ -30,17 +34,18 @@ exactattn.errors.SpecError: spec: policy.window must be [left, right], whole num
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from .call import Policy
+from .call import MODIFIER_FIELDS, Policy
 from .errors import ExactAttnError, SpecError, shorten
-from .modifiers import ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_window, exact_number
+from .lse import check_base
+from .modifiers import Alibi, Rope, check_dropout, check_form, check_layout, check_theta
+from .options import check_whole
 
-__all__ = ["MODIFIER_KEYS", "CallFields", "read_modifiers"]
+__all__ = ["MODIFIER_KEYS", "CallFields", "owned", "read_modifiers"]
 
-#: the modifier keys of a policy table (besides the plain Policy fields)
-MODIFIER_KEYS = ("window", "query_offset", "softcap", "sink", "alibi", "head", "rope", "dropout",
-                 "lse")
+#: the modifier keys of a policy table: the Policy's modifier fields, and ``lse``
+MODIFIER_KEYS = MODIFIER_FIELDS + ("lse",)
 
 
 @dataclass
@@ -48,35 +53,28 @@ class CallFields:
     """What a policy table's modifier keys say.
 
     ``changes``: Policy fields (``window``, ``softcap``, ``alibi`` ... as
-    their types); ``keep``: the dropout keep-mask (nested lists of bools) or
-    None; ``lse``: ``"e"`` or ``"2"`` when the log-sum-exp is asked for, else None.
+    their types); ``keep``: the dropout keep-mask as given (nested lists,
+    checked with the call's size by :func:`~exactattn.modified.check_keep`)
+    or None; ``lse``: ``"e"`` or ``"2"`` when the log-sum-exp is asked for, else None.
     """
     changes: dict = field(default_factory=dict)
     keep: list | None = None
     lse: str | None = None
 
 
-def _fail(where: str, name: str, expected: str, got: Any) -> SpecError:
-    return SpecError(f"{where}: policy.{name} must be {expected} (got {shorten(got, quote=True)})")
-
-
-def _whole(value: Any, where: str, name: str, low: int | None = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
-        raise _fail(where, name, "a whole number" + (f" >= {low}" if low is not None else ""), value)
-    return value
-
-
-def _number(value: Any, where: str, name: str):
+def owned(where: str, check: Callable, *args):
+    """``check(*args)``, its one-line error naming the policy table's field (``policy.<name>``)."""
     try:
-        return exact_number(value, f"policy.{name}")
+        return check(*args)
     except ExactAttnError as e:
-        raise SpecError(f"{where}: {e}") from None
+        raise SpecError(f"{where}: policy.{e}") from None
 
 
 def _table(value: Any, where: str, name: str, keys: tuple, required: tuple) -> dict:
     shape = "{" + ", ".join(keys) + "}"
     if not isinstance(value, dict):
-        raise _fail(where, name, f"a table {shape}", value)
+        raise SpecError(f"{where}: policy.{name} must be a table {shape} "
+                        f"(got {shorten(value, quote=True)})")
     extra = sorted(set(value) - set(keys), key=str)
     if extra:
         raise SpecError(f"{where}: policy.{name} has unknown key {shorten(extra[0], quote=True)}; "
@@ -87,25 +85,13 @@ def _table(value: Any, where: str, name: str, keys: tuple, required: tuple) -> d
     return value
 
 
-def _keep(value: Any, where: str) -> list:
-    if not isinstance(value, list) or not value or not all(isinstance(r, list) for r in value):
-        raise _fail(where, "dropout.keep", "a list of rows of true/false, one row per query",
-                    value)
-    for i, r in enumerate(value):
-        for j, k in enumerate(r):
-            if not isinstance(k, bool):
-                raise _fail(where, f"dropout.keep[{i}][{j}]", "true or false", k)
-    return value
-
-
 def _lse(value: Any, where: str) -> str | None:
-    if value is True or value in ("e", "E"):
+    """``true``/``"e"``/``"E"`` -> ``"e"``, ``2``/``"2"`` -> ``"2"``, ``false``/null -> None."""
+    if value is True:
         return "e"
-    if value == 2 and not isinstance(value, bool) or value == "2":
-        return "2"
     if value is False or value is None:
         return None
-    raise _fail(where, "lse", 'true, "e" (natural log) or "2" (base 2)', value)
+    return owned(where, check_base, value.lower() if isinstance(value, str) else value, "lse")
 
 
 def read_modifiers(table: dict, *, where: str = "spec") -> CallFields:
@@ -115,46 +101,22 @@ def read_modifiers(table: dict, *, where: str = "spec") -> CallFields:
         SpecError: a malformed or out-of-range value, naming ``policy.<field>``.
     """
     out = CallFields()
-    ch = out.changes
-    if "window" in table:
-        try:
-            ch["window"] = check_window(table["window"])
-        except ExactAttnError as e:
-            raise SpecError(f"{where}: policy.{e}") from None
-    if "query_offset" in table:
-        ch["query_offset"] = _whole(table["query_offset"], where, "query_offset")
-    for name in ("softcap", "sink"):
-        if name in table:
-            ch[name] = _number(table[name], where, name)
-    if "head" in table:
-        ch["head"] = _whole(table["head"], where, "head", low=0)
+    given = {name: table[name] for name in ("window", "query_offset", "softcap", "sink", "head")
+             if name in table}
     if "alibi" in table:
         t = _table(table["alibi"], where, "alibi", ("heads", "form"), ("heads",))
-        heads = _whole(t["heads"], where, "alibi.heads", low=1)
-        form = t.get("form", "relative")
-        if form not in ALIBI_FORMS:
-            raise _fail(where, "alibi.form", f"one of {', '.join(ALIBI_FORMS)}", form)
-        ch["alibi"] = Alibi(heads, form)
+        given["alibi"] = Alibi(owned(where, check_whole, t["heads"], "alibi.heads"),
+                               owned(where, check_form, t.get("form", "relative"), "alibi.form"))
     if "rope" in table:
         t = _table(table["rope"], where, "rope", ("theta", "layout"), ())
-        theta = _number(t.get("theta", 10000), where, "rope.theta")
-        if theta <= 0:
-            raise _fail(where, "rope.theta", "a positive number", t["theta"])
-        layout = t.get("layout", "half")
-        if layout not in ROPE_LAYOUTS:
-            raise _fail(where, "rope.layout", f"one of {', '.join(ROPE_LAYOUTS)}", layout)
-        ch["rope"] = Rope(theta, layout)
+        given["rope"] = Rope(owned(where, check_theta, t.get("theta", 10000), "rope.theta"),
+                             owned(where, check_layout, t.get("layout", "half"), "rope.layout"))
     if "dropout" in table:
         t = _table(table["dropout"], where, "dropout", ("p", "keep"), ("p", "keep"))
-        ch["dropout"] = _number(t["p"], where, "dropout.p")
-        if not 0 <= ch["dropout"] < 1:
-            raise _fail(where, "dropout.p", "a probability from 0 up to (not including) 1",
-                        t["p"])
-        out.keep = _keep(t["keep"], where)
+        given["dropout"] = owned(where, check_dropout, t["p"], "dropout.p")
+        out.keep = t["keep"]
     if "lse" in table:
         out.lse = _lse(table["lse"], where)
-    try:                 # ranges the policy checks: softcap > 0, 0 <= p < 1, head < alibi heads
-        Policy(**ch)
-    except ExactAttnError as e:
-        raise SpecError(f"{where}: policy.{e}") from None
+    policy = owned(where, lambda: Policy(**given))   # the policy checks every field as a whole
+    out.changes = {name: getattr(policy, name) for name in given}
     return out

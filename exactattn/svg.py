@@ -51,7 +51,6 @@ sec. 3.2.1; the built-in worked example ``chronicle``.
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 from typing import Sequence
 
 from .call import divisor_text
@@ -292,8 +291,8 @@ def _tooltip_note(n: int, what: str) -> list[str]:
 
 def _score_grid(trace, places: int):
     """Cells, shading levels and tooltips of the score square (raw / divisor)."""
-    from .tables import exact_text
-    from .trace import SymbolicValue
+    from .cells import exact_text, root_text
+    from .reals import Surd
     n, head = trace.n, trace.head
     d2 = head.divisor_squared
     cells, floats, tips = [], [], []
@@ -306,19 +305,19 @@ def _score_grid(trace, places: int):
                 if n <= TOOLTIP_TOKENS:
                     row_t.append(f"query {i + 1}, key {j + 1}: masked")
                 continue
-            v = head.scale(raw)
-            if getattr(v, "is_Rational", False):       # 0 / sqrt(2) is exactly 0
-                v = Fraction(int(v.p), int(v.q))
-            if isinstance(v, Fraction):
-                text = exact_text(v)
-                row_f.append(float(v))
+            v = head.scale(raw)                          # a Fraction, or a Surd a/sqrt(D)
+            q = v.rational() if isinstance(v, Surd) else v     # 0 / sqrt(2) is exactly 0
+            if q is not None:
+                text = exact_text(q)
+                row_f.append(float(q))
             else:
-                text = SymbolicValue(v).decimal(places)
+                text = v.decimal(places)
                 row_f.append(float(text))
             row_c.append(text)
             if n > TOOLTIP_TOKENS:
                 continue
-            exact = exact_text(raw) + ("" if d2 is None else f" / {divisor_text(d2)} = {v}")
+            exact = exact_text(raw) + ("" if d2 is None else
+                                       f" / {divisor_text(d2)} = {root_text(v)}")
             if len(exact) > CLOSED_FORM_LIMIT:
                 exact = f"{text} (certified; the exact form is over {CLOSED_FORM_LIMIT} " \
                         "characters)"

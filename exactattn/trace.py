@@ -40,6 +40,7 @@ from .digits import certify, check_places, round_fraction
 from .errors import InputError, shorten
 from .logits import dropout_factors, logit_row, softmax_row
 from .lse import LogSumExp
+from .reals import sympy_ball
 from .softmax import SoftmaxRow
 
 __all__ = ["SymbolicValue", "Trace"]
@@ -130,7 +131,8 @@ class Trace:
         return self.raw_scores[i]
 
     def scaled_score(self, i: int, j: int):
-        """raw / divisor: a ``Fraction`` when the divisor is rational, else sympy; None if hidden."""
+        """raw / divisor: a ``Fraction`` when the divisor is rational, else an exact
+        :class:`~exactattn.reals.Surd` ``a/sqrt(D)`` (sympy in the symbolic engine); None if hidden."""
         self._check(i, j, self.n, "key index")
         r = self.raw_score_row(i)[j]
         return None if r is None else self.head.scale(r)
@@ -153,13 +155,8 @@ class Trace:
             return self._rows[i]
         row = self._row_cache.get(i)
         if row is None:
-            if self.policy.modified:
-                row = softmax_row(self._logit_source(i), self.head.divisor_squared,
-                                  self.policy, i, self.n, self.n)
-            else:
-                row = SoftmaxRow(self.raw_score_row(i), self.head.divisor_squared,
-                                 self.empty_row)
-            self._row_cache[i] = row
+            row = self._row_cache[i] = softmax_row(
+                self._logit_source(i), self.head.divisor_squared, self.policy, i, self.n, self.n)
         return row
 
     def share(self, i: int, j: int):
@@ -183,9 +180,7 @@ class Trace:
             return SymbolicValue(self._outputs[i][c])
         if self._outputs is not None:
             return self._outputs[i][c]
-        f = self._factors(i)
-        column = [r[c] for r in self.values]
-        return self.row(i).combine(column if f is None else [v * w for v, w in zip(column, f)])
+        return self._weighted(i, [r[c] for r in self.values])
 
     @property
     def outputs(self) -> list[list]:
@@ -250,26 +245,27 @@ class Trace:
                              "symbolic); run attend with engine='pencil' or 'fast'")
         return LogSumExp(self.row(i), base)
 
-    def _factors(self, i: int) -> list | None:
-        if self.keep is None:
-            return None
-        return dropout_factors(self.policy.dropout, self.keep[i])
+    def _weighted(self, i: int, column: list):
+        """``sum_j share_ij * factor_ij * column[j]``: row i's combination after dropout, its
+        factors from :func:`~exactattn.logits.dropout_factors` (none without dropout)."""
+        if self.keep is not None:
+            column = [v * w for v, w in
+                      zip(column, dropout_factors(self.policy.dropout, self.keep[i]))]
+        return self.row(i).combine(column)
 
     def weight(self, i: int, j: int):
         """Query i's weight on key j after dropout: ``share * keep / (1 - p)`` (the share
         itself without dropout)."""
         self._check(i, j, self.n, "key index")
-        f = self._factors(i)
-        if f is None:
+        if self.keep is None:
             return self.share(i, j)
-        return self.row(i).combine([f[j] if k == j else 0 for k in range(self.n)])
+        return self._weighted(i, [int(k == j) for k in range(self.n)])
 
     def weight_sum(self, i: int):
         """The sum of row i's weights after dropout: ``(sum of kept shares) / (1 - p)``,
         in general not 1 (the row's share sum without dropout)."""
         self._check(i)
-        f = self._factors(i)
-        return self.row(i).combine([1] * self.n if f is None else f)
+        return self._weighted(i, [1] * self.n)
 
     def weight_decimals(self, places: int) -> list[list[str]]:
         """Every weight after dropout, correctly rounded (n x n strings; the shares without
@@ -372,7 +368,7 @@ class SymbolicValue:
                              f"symbols {names}); substitute values for them first")
         if getattr(e, "is_Rational", False):
             return round_fraction(Fraction(int(e.p), int(e.q)), places)
-        return certify(lambda prec: _arb_of(e), places)
+        return certify(lambda prec: sympy_ball(e), places)
 
     def __eq__(self, other) -> bool:
         import sympy
@@ -384,38 +380,3 @@ class SymbolicValue:
 
     def __repr__(self) -> str:
         return f"SymbolicValue({self.expr})"
-
-
-def _arb_of(e):
-    """An ``arb`` enclosure of a closed sympy number (at the current precision)."""
-    import sympy
-    from flint import arb, fmpq
-    if e.is_Rational:
-        return arb(fmpq(int(e.p), int(e.q)))
-    if e is sympy.E:
-        return arb(1).exp()
-    if e is sympy.pi:
-        return arb.pi()
-    args = [_arb_of(a) for a in e.args]
-    if e.is_Add:
-        total = arb(0)
-        for a in args:
-            total += a
-        return total
-    if e.is_Mul:
-        total = arb(1)
-        for a in args:
-            total *= a
-        return total
-    if e.is_Pow:
-        base, power = args
-        if e.args[1].is_Integer:
-            return base ** int(e.args[1])
-        return base ** power
-    fn = {sympy.exp: "exp", sympy.log: "log", sympy.sin: "sin", sympy.cos: "cos",
-          sympy.tanh: "tanh"}.get(e.func)
-    if fn is not None:
-        return getattr(args[0], fn)()
-    raise InputError(f"value must be built from rationals, exp, log, sqrt and +, *, ** "
-                     f"to print decimals (got {e})")
-

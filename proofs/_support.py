@@ -31,6 +31,8 @@ import exactattn  # noqa: F401  (sets sympy's ground types before sympy is impor
 import sympy
 from exactattn import Head, attend
 from exactattn.digits import certify, tighten
+from exactattn.errors import InputError
+from exactattn.reals import sympy_ball
 
 __all__ = ["Report", "certified", "certified_sign", "decide_zero", "exact_attention",
            "exact_softmax", "gap_limit", "main", "rational", "reduce", "sample_point", "show",
@@ -183,37 +185,13 @@ def sample_point(expr) -> dict:
 def to_arb(expr):
     """A sympy constant expression as a python-flint ``arb`` ball (at the current precision).
 
-    Handles rationals, pi, E, +, *, powers, exp, log, sin, cos, atan, erf, gamma.
+    :func:`exactattn.reals.sympy_ball` (rationals, pi, E, +, *, powers, exp,
+    log, sin, cos, tanh, atan, erf, gamma); anything else raises ``TypeError``.
     """
-    from flint import arb, fmpq
-    if expr.is_Rational:
-        return arb(fmpq(int(expr.p), int(expr.q)))
-    if expr is sympy.pi:
-        return arb.pi()
-    if expr is sympy.E:
-        return arb(1).exp()
-    if expr.is_Add:
-        total = arb(0)
-        for a in expr.args:
-            total += to_arb(a)
-        return total
-    if expr.is_Mul:
-        total = arb(1)
-        for a in expr.args:
-            total *= to_arb(a)
-        return total
-    if expr.is_Pow:
-        base, e = expr.args
-        if e.is_Integer:
-            return to_arb(base) ** int(e)
-        if e == sympy.Rational(1, 2):
-            return to_arb(base).sqrt()
-        return to_arb(base) ** to_arb(e)
-    functions = {sympy.exp: "exp", sympy.log: "log", sympy.sin: "sin", sympy.cos: "cos",
-                 sympy.atan: "atan", sympy.erf: "erf", sympy.gamma: "gamma"}
-    if expr.func in functions:
-        return getattr(to_arb(expr.args[0]), functions[expr.func])()
-    raise TypeError(f"to_arb cannot evaluate {expr}")
+    try:
+        return sympy_ball(expr)
+    except InputError:
+        raise TypeError(f"to_arb cannot evaluate {expr}") from None
 
 
 def certified(expr, places: int = 4) -> str:

@@ -27,6 +27,13 @@ import pytest  # noqa: E402
 # an entry that matches nothing in a collected file is reported as a warning.
 # (tests/test_docs_examples.py marks its own tests slow.)
 SLOW_TESTS = [
+    "tests/test_gradients_verify.py::test_backward_search_finds_and_shrinks_a_wrong_backward",  # ~3 s
+    "tests/test_gradients_modifiers.py::test_sink_gradients_and_dsink_equal_sympy",  # ~2.5 s
+    "tests/test_gradients_modifiers.py::"
+    "test_an_irrational_slope_beside_another_irrational_scale_needs_two_generators",  # ~1.5 s
+    "tests/test_gradients_modifiers.py::test_alibi_gradients_equal_sympy",  # ~1.4 s
+    "tests/test_gradients_modifiers.py::test_dropout_gradients_equal_sympy",  # ~1.4 s
+    "tests/test_owners.py::test_sdpa_arguments_are_the_audits",  # ~1.7 s (imports torch)
     "tests/test_verify_modifiers.py::test_sink_case_right_and_faulty",  # ~1.4 s (imports torch)
     "tests/test_cost_audit.py::test_installed_counter_on_the_verified_cases",  # 3-8 s per counter
     "tests/test_cost_audit.py::test_audit_with_torch_names_the_verified_cases",  # ~17 s

@@ -153,6 +153,14 @@ def test_modifiers_are_refused():
 def test_score_top_is_the_largest_visible_score_for_any_split():
     x = from_rationals([[1], [3]], [[2], [-5]], [[0], [0]], Policy(causal=True))
     typed([score_top(x, 0, 1), score_top(x, 1, 2), score_top(x, 0, 2)], [2, 15, 15])
+    for policy in (Policy(), Policy(causal=True, window=(4, 1))):
+        x = random_inputs(30, 6, seed=7, policy=policy)
+        keep = block_keep(x, 0, 30, 0, 30)
+        exact = [abs(sum(int(a) * int(b) for a, b in zip(x.q[i].tolist(), x.k[j].tolist())))
+                 for i in range(30) for j in range(30) if keep[i, j]]
+        typed(max(score_top(x, r0, min(30, r0 + 7)) for r0 in range(0, 30, 7)), max(exact))
+    same = from_rationals([[1]] * 100, [[1]] * 100, [[0]] * 100)     # every score a tie
+    typed(score_top(same, 0, 100), 1)
 
 
 def test_random_floats_are_verifys_random_inputs():

@@ -215,11 +215,16 @@ OPTIONS = {
               {"--widths": ["4,16"], "--trials": ["30"], "--seed": ["1"], "--tokens": ["3"],
                "--digits": ["2"], "--format": ["json"], "--progress": []}),
     "prove": (["shares_positive"], {"NAME": ["row_sums_to_one"], "--list": [], "-q": []}),
+    "backward": ([], {"--example": ["tiny"], "--spec": ["SPEC"], "--format": ["json"],
+                      "--d-out": ["1,0,0,0"], "--digits": ["6"], "--sink": ["0"],
+                      "--softcap": ["1"], "--alibi": ["8"], "--head": ["1", "--alibi", "8"],
+                      "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
+                      "--rope": ["10000"]}),
 }
 
 
 #: options refused with the base arguments: -o writes pictures, and the base prints a table
-REFUSED = {("square", "-o"), ("scores", "-o")}
+REFUSED = {("square", "-o"), ("scores", "-o"), ("backward", "--softcap"), ("backward", "--rope")}
 
 
 def _options_of(command: str) -> list[str]:

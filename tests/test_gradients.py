@@ -363,10 +363,11 @@ def test_gradients_class_takes_rows_of_a_gqa_group():
     assert g.dQ[2][0].rational() == F(-2, 3)
 
 
-def test_policies_not_covered_yet_are_refused_in_one_line_and_windows_work():
-    for field, value in (("sink", F(1)), ("softcap", F(30)), ("dropout", F(1, 10))):
+def test_soft_capping_and_rope_are_refused_in_one_line_and_windows_work():
+    from exactattn.modifiers import Rope
+    for field, value in (("softcap", F(30)), ("rope", Rope())):
         with pytest.raises(InputError, match=f"policy {field} must be unset for exact gradients"):
-            gradients([[1]], [[1]], [[1]], [[1]], Policy(**{field: value}))
+            gradients([[1, 0]], [[1, 0]], [[1]], [[1]], Policy(**{field: value}))
     with pytest.raises(InputError, match="policy must be a Policy or None"):
         gradients([[1]], [[1]], [[1]], [[1]], "none")
     # a window only narrows which keys a query sees: query 2 sees keys 1 and 2

@@ -155,7 +155,90 @@ def test_cli_wrong_backward_fails_and_misplaced_flags_are_refused(tmp_path, caps
                  "--n", "4", "--d-k", "2", "--worst", "1"]) == 1
     out = capsys.readouterr().out
     assert "result: FAIL" in out and " over" in out
-    for flags in (["--search", "5"], ["--flops"]):
+    for flags in (["--flops"], ["--softcap", "2"], ["--rope", "10000"], ["--lse"]):
         assert main(["verify", "--backward", *flags]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"exactattn: error: {flags[0]} must come without --backward")
+
+
+# --------------------------------------------------------------------------- modifiers, search
+def ignores_the_sink(query, key, value, grad_out, *, scale=None, is_causal=False, sink=None):
+    """A backward that takes a sink and leaves it out of the normaliser."""
+    return _backward(query, key, value, grad_out, scale, is_causal)
+
+
+@pytest.mark.parametrize("impl", ["numpy", "numpy-naive", "torch"])
+def test_sinks_alibi_and_windows_pass_and_a_backward_that_drops_the_sink_fails(impl):
+    if impl == "torch":
+        pytest.importorskip("torch")
+    from exactattn.modifiers import Alibi
+    p = random_problem(5, 3, seed=2)
+    for policy in (Policy(sink=Fraction(1, 2)), Policy(alibi=Alibi(12), head=8, causal=True),
+                   Policy(window=(1, 1), alibi=Alibi(4, "symmetric"))):
+        rep = verify_backward(impl, p, policy, "float32")
+        assert rep.passed, (impl, policy)
+    bad = verify_backward(FunctionBackward(ignores_the_sink, name="nosink"), p,
+                          Policy(sink=Fraction(1, 2)), "float64")
+    assert not bad.passed
+    assert {e.index[0] for e in bad.entries if e.status == "over"} >= {"dQ", "dV"}
+
+
+def test_dropout_backward_passes_with_the_problem_keep_mask():
+    import json
+    from exactattn.spec import load_problem
+    keep = [[True, False, True], [True, True, False], [False, True, True]]
+    doc = {"query": [[1, 0], [0, 1], [1, 1]], "key": [[1, 2], [0, 1], [2, 0]],
+           "value": [[1], [2], [3]], "policy": {"dropout": {"p": "1/4", "keep": keep}}}
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "drop.json"
+        path.write_text(json.dumps(doc))
+        problem, policy, _, fields = load_problem(str(path), extras=True)
+    if problem.dropout_keep is None:
+        problem = problem.with_dropout_keep(fields.keep)
+    for impl in ("numpy", "torch"):
+        if impl == "torch":
+            pytest.importorskip("torch")
+        rep = verify_backward(impl, problem, policy, "float32")
+        assert rep.passed, impl
+
+
+def test_backward_search_finds_and_shrinks_a_wrong_backward():
+    from exactattn.verify.backward import search_backward
+    res = search_backward(FunctionBackward(no_d, name="no_d"), "float64", examples=8,
+                          max_size=2, seed=0)
+    assert res.score > 1000 and not res.report.passed
+    assert isinstance(res.report.entries[0], BackwardEntry)
+    sh = res.problem.shape
+    assert sh["L"] <= 2 and sh["S"] <= 2 and sh["E"] <= 2
+    # the reproducer and seed give the same report again
+    again = verify_backward(FunctionBackward(no_d, name="no_d"), res.problem, None, "float64",
+                            seed=0)
+    assert [e.ulps for e in again.entries] == [e.ulps for e in res.report.entries]
+
+
+def test_cli_backward_search_prints_a_reproducer_and_reruns_with_its_seed(tmp_path, capsys,
+                                                                          monkeypatch):
+    (tmp_path / "bwd.py").write_text(textwrap.dedent('''
+        import numpy as np
+        def no_d(query, key, value, grad_out, *, scale=None):
+            sc = 1 / np.sqrt(query.shape[-1]) if scale is None else scale
+            s = (query @ key.T) * sc
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+            ds = p * (grad_out @ value.T)
+            return ds @ key * sc, ds.T @ query * sc, p.T @ grad_out
+    '''))
+    monkeypatch.chdir(tmp_path)
+    argv = ["verify", "--backward", "--impl", "bwd:no_d", "--search", "3", "--max-size", "1",
+            "--seed", "3"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "rerun with --spec FILE --backward --seed 3" in out
+    (tmp_path / "repro.json").write_text(out[out.index("\n{") + 1:])
+    assert main(["verify", "--backward", "--impl", "bwd:no_d", "--spec", "repro.json",
+                 "--seed", "3"]) == 1
+    assert "result: FAIL" in capsys.readouterr().out
+    assert main(["verify", "--impl", "numpy", "--spec", "repro.json", "--seed", "3"]) == 2
+    assert "--seed must come without --spec" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import sympy
 
 from exactattn import Head, attend
 from exactattn.examples import chronicle
+from exactattn.reals import Surd
 
 
 def typed_equal(got, want):
@@ -109,7 +110,10 @@ def test_symbolic_entries_give_polynomial_scores():
 def test_irrational_divisor_stays_exact():
     h = Head([[1, 0]], [[1, 0]], [[1, 0]], divisor="sqrt(2)")
     t = attend(h, [[1, 0], [0, 1]])
-    assert t.scaled_scores[0][0] == 1 / sympy.sqrt(2)
+    s = t.scaled_scores[0][0]
+    assert type(s) is Surd and s == Surd(0, ((F(2), 1),)) and s.sympy() == 1 / sympy.sqrt(2)
+    assert t.scaled_scores[0][1] == 0 and type(t.scaled_scores[0][1]) is Surd
+    assert type(h.divisor) is Surd and h.divisor == 2 * Surd(0, ((F(2), 1),))
     assert t.share(0, 0).decimal(6) == "0.669762"  # e^(1/sqrt2)/(e^(1/sqrt2)+1)
 
 

@@ -98,9 +98,13 @@ def test_check_command_text_and_json(cli, tmp_path):
     assert "dyadic rationals" in out and "tokens (15): e x a c t" in out
     assert "Shares (attention weights)" in out and "time:" not in out
     assert (tmp_path / "s.svg").read_text().startswith("<svg")
-    status, out, err = _cli(cli, "--format", "json", "--attn-implementation", "sdpa")
+    status, out, err = _cli(cli, "--format", "json", "--attn-implementation", "sdpa",
+                            "--jobs", "2")
     assert status == 0, err
     doc = json.loads(out)
+    # the layers checked in two processes or in this one: the same report
+    assert _cli(cli, "--format", "json", "--attn-implementation", "sdpa", "--jobs", "1") == \
+        (0, out, "")
     assert (doc["mode"], doc["model"], doc["attn_implementation"]) == ("check", "gpt2-tiny", "sdpa")
     names = [t["name"] for t in doc["tables"]]
     assert names[:2] == ["model/outputs", "model/summary"] and "scores/shares" in names

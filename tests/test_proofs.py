@@ -22,6 +22,8 @@ from types import SimpleNamespace
 import pytest
 import sympy
 
+from exactattn.gradients.checks import softmax_backward
+
 from exactattn import cost
 from exactattn.cli import main
 from exactattn.commands import prove
@@ -113,6 +115,17 @@ def column_major_neurons(flat_weights, inputs, width, bias=0):
 
 
 BROKEN = {
+    "grad_rows_sum_to_zero": [({"backward": lambda p, d: [a * b for a, b in zip(p, d)]},
+                               "n = 1: sum_j dS_j: residual")],
+    "softmax_jacobian": [({"jacobian": lambda p: [[a * (int(j == k) - a) for k in range(len(p))]
+                                                  for j, a in enumerate(p)]},
+                          "n = 2: J = d p / d s: residual")],
+    "key_bias_gradient": [({"backward": lambda p, d: [a * b for a, b in zip(p, d)]},
+                           "n = 1: sum_j dS_j q: residual")],
+    "gradient_shift_invariance": [({"backward": lambda s, d: softmax_backward(
+        [sympy.exp(x) for x in s], d)}, "n = 1: dS(s + c) - dS(s): residual")],
+    "finite_difference": [({"gradient": lambda g, wrt, prec: g.value("dV", 0, 0).ball(prec)},
+                           "plain: dL/dQ[1][0]: gradient")],
     "row_sums_to_one": [({"softmax": unnormalised_softmax}, "n = 1: row sum - 1: row 1: residual"),
                         ({"softmax": column_softmax}, "n = 2: row sum - 1: row 1: residual")],
     "shares_positive": [({"softmax": linear_normaliser}, "not positive at a rational point")],

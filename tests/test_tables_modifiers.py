@@ -211,7 +211,7 @@ def test_modifier_flags_override_the_spec_and_errors_are_one_line(run):
 
 @pytest.mark.parametrize("policy, text", [
     ({"window": [-1, 0]}, "policy.window must be [left, right], whole numbers >= 0 or null"),
-    ({"softcap": "0"}, "policy.softcap must be positive (got 0)"),
+    ({"softcap": "0"}, "policy.softcap must be positive (got '0')"),
     ({"sink": "abc"}, "policy.sink must be a rational number (got 'abc')"),
     ({"alibi": {"heads": 6, "form": "x"}}, "policy.alibi.form must be one of relative, "),
     ({"alibi": {"form": "relative"}}, "policy.alibi.heads is missing"),
@@ -221,10 +221,12 @@ def test_modifier_flags_override_the_spec_and_errors_are_one_line(run):
     ({"rope": {"layout": "x"}}, "policy.rope.layout must be one of half, interleaved"),
     ({"dropout": {"p": "1/3"}}, "policy.dropout.keep is missing"),
     ({"dropout": {"p": "1", "keep": [[True]]}}, "policy.dropout.p must be a probability"),
-    ({"dropout": {"p": "1/3", "keep": [[True, 1]]}},
+    ({"dropout": {"p": "1/3", "keep": [[True, 1], [True, True]]}},
      "policy.dropout.keep[0][1] must be true or false (got 1)"),
     ({"dropout": {"p": "1/3", "keep": [[True]]}}, "policy.dropout.keep must be 2 x 2"),
-    ({"lse": "10"}, "policy.lse must be true, \"e\" (natural log) or \"2\" (base 2)"),
+    ({"lse": "10"}, "policy.lse must be one of e, 2 (got '10')"),
+    ({"alibi": {"heads": 0}}, "policy.alibi.heads must be a positive whole number (got 0)"),
+    ({"dropout": {"p": "1/3", "keep": "x"}}, "policy.dropout.keep must be 2 x 2"),
     ({"query_offset": "1"}, "policy.query_offset must be a whole number (got '1')"),
     ({"causal": True}, "causal and divisor are top-level keys of a head spec"),
     ({"alignment": "top-left"}, "policy.alignment must be one of top_left, bottom_right"),

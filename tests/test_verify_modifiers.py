@@ -417,11 +417,13 @@ def test_every_modifier_flag_reaches_the_report(capsys, small_spec, flags, polic
 @pytest.mark.parametrize("flags, start", [
     (["--softcap", "0"], "--softcap must be positive (got '0')"),
     (["--softcap", "0.5e"], "--softcap must be a rational number"),
-    (["--alibi", "6:sideways"], "--alibi must be HEADS or HEADS:FORM"),
+    (["--alibi", "6:sideways"], "--alibi FORM must be one of relative, absolute, symmetric"),
+    (["--alibi", "x:relative"], "--alibi must be HEADS or HEADS:FORM"),
     (["--window", "2,x"], "--window must be LEFT,RIGHT, whole numbers >= 0 or none"),
     (["--dropout", "1"], "--dropout must be a probability"),
     (["--dropout", "1/2"], "--dropout must come with a spec file that has a dropout keep-mask"),
-    (["--rope", "10:spiral"], "--rope must be THETA or THETA:LAYOUT"),
+    (["--rope", "10:spiral"], "--rope LAYOUT must be one of half, interleaved (got 'spiral')"),
+    (["--rope", "-1"], "--rope THETA must be a positive number (got '-1')"),
     (["--lse", "10"], "--lse must be one of e, 2"),
     (["--alibi", "2", "--search", "2"], "--alibi must come without --search")])
 def test_bad_modifier_flags_are_one_line(capsys, small_spec, flags, start):

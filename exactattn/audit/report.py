@@ -15,7 +15,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..call import divisor_text
-from ..cells import Scaler
+from ..cells import root_text
 from ..digits import format_exact, fraction_text
 from ..render import Section, plural, printable, render
 from ..reals import Surd
@@ -52,9 +52,8 @@ def closed_form(cell: CellVerdict, divisor_squared: Fraction | None) -> str:
         return "-inf (hidden key)"
     if isinstance(v, Fraction):
         return fraction_text(v)
-    if isinstance(v, Surd) and len(v.terms) == 1 and not v.p:   # a / sqrt(D): as the tables write it
-        (D, a), = v.terms
-        return Scaler(D).exact(a)
+    if isinstance(v, Surd):             # a / sqrt(D) as the tables write it
+        return root_text(v)
     return v.text()
 
 

@@ -188,8 +188,8 @@ def _row_magnitude(exact: ExactRows, i: int, c: int) -> float:
     return float(row.combine([abs(v) for v in exact.column(c)]).decimal(20))
 
 
-def _block_top(inputs: ExactInputs, r0: int, r1: int) -> int:
-    return score_top(inputs, r0, r1)
+def _block_top(data, r0: int, r1: int) -> int:
+    return score_top(data[0], r0, r1)
 
 
 @dataclass
@@ -261,13 +261,14 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
         check_whole(rows, "rows")
         spans = block_spans(inputs.n_q, rows)
         t0 = time.perf_counter()
+        data = (inputs, got)            # scattered once, read by both passes
         if max_ulps is None:
-            top = max(engine.map(_block_top, inputs, spans), default=0)
+            top = max(engine.map(_block_top, data, spans), default=0)
             max_ulps = default_max_ulps(dtype, inputs.n_k, inputs.d_k,
                                         max_scaled_score(inputs, top))
         found = BlockCheck()
         task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst)
-        for part in engine.map(task, (inputs, got), spans, on_block):
+        for part in engine.map(task, data, spans, on_block):
             found.add(part, worst)
         seconds = {"exact": time.perf_counter() - t0}
         notes = [engine.note] if engine.note else []

@@ -168,8 +168,8 @@ class Engine:
         from distributed import as_completed
         client = self.client
         key = id(data)
-        if key not in self._scattered:       # once per run, to every worker
-            self._scattered[key] = (data, client.scatter(data, broadcast=True, hash=False))
+        if key not in self._scattered:       # once per run, to every worker (the last data only)
+            self._scattered = {key: (data, client.scatter(data, broadcast=True, hash=False))}
         ref = self._scattered[key][1]
         ahead = _IN_FLIGHT * max(1, len(client.scheduler_info()["workers"]))
         index: dict = {}

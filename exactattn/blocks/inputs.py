@@ -134,10 +134,13 @@ class ExactInputs:
 
     @property
     def score_bound(self) -> int:
-        """``d_k max|q| max|k|``: a bound on every raw-score numerator of the call."""
+        """A bound on every |raw-score numerator| of the call: ``ceil(max|q_i| max|k_j|)``
+        with Euclidean norms (Cauchy-Schwarz), exact."""
         if "_bound" not in self.__dict__:
-            top = [int(abs(a).max()) if a.size else 0 for a in (self.q, self.k)]
-            object.__setattr__(self, "_bound", self.d_k * top[0] * top[1])
+            from math import isqrt
+            norms = [int((a.astype(object) ** 2).sum(axis=1).max()) if a.size else 0
+                     for a in (self.q, self.k)]
+            object.__setattr__(self, "_bound", isqrt(norms[0] * norms[1]) + 1)
         return self.__dict__["_bound"]
 
     @property

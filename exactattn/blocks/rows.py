@@ -37,6 +37,7 @@ import numpy as np
 
 from ..bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bits
 from ..digits import check_places, format_scaled
+from ..limbs import mix
 from ..softmax import SoftmaxRow
 from .inputs import ExactInputs
 
@@ -85,7 +86,9 @@ class ExactRows:
             raw: list = [None] * x.n_k
             cols = np.flatnonzero(self.keep[i - self.r0]) + self.c0
             if len(cols):
-                nums = exact_matmul(x.q[i:i + 1], x.k[cols].T)[0].tolist()
+                q, k = x.q[i:i + 1], x.k[cols]
+                nums = (exact_matmul(q, k.T) if q.dtype == object or k.dtype == object
+                        else mix(q, k.T))[0].tolist()
                 for j, num in zip(cols.tolist(), nums):
                     raw[j] = Fraction(int(num), x.den)
             self._rows[i] = SoftmaxRow(raw, x.divisor_squared, x.policy.empty_row)
@@ -170,23 +173,31 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
 def score_top(inputs: ExactInputs, r0: int, r1: int) -> int:
     """The largest |q_i . k_j| (numerators over ``inputs.den``) over visible pairs of the rows.
 
-    0 when no row sees a key.  Exact; the same for any split into blocks.
+    0 when no row sees a key.  Exact, and the same for any split into blocks.
+    A float64 product picks the candidates: each of its entries is within
+    ``e = gamma_(d+2) d max|q| max|k|``, ``gamma_m = m u / (1 - m u)`` with
+    ``u = 2^-53`` (the numerators rounded to float64, then a dot product in
+    any order of summation: Higham 2002, sec. 3.1), so the largest |N| is
+    among the entries within 2e of the largest float; those are computed
+    exactly.  More than 64 candidates:
+    every score exactly (:func:`~exactattn.limbs.score_split`).
     """
-    from ..limbs import score_split
     c0, c1 = key_span(inputs, r0, r1)
     keep = block_keep(inputs, r0, r1, c0, c1)
     if not keep.any():
         return 0
     q, k = inputs.q[r0:r1], inputs.k[c0:c1]
-    bound = q.shape[1] * int(abs(q).max()) * int(abs(k).max())
-    shift = max(0, bound.bit_length() - 59)
-    split = score_split(q, k, shift)
-    if split is None:
-        n = exact_matmul(q, k.T)[keep]
-        return max(abs(int(x)) for x in n.tolist())
-    high, low = split[0][keep], split[1][keep]
-    top = 0
-    for pick in (np.max, np.min):
-        h = pick(high)
-        top = max(top, abs((int(h) << shift) + int(pick(low[high == h]))))
-    return top
+    if q.dtype != object and k.dtype != object:
+        bound = inputs.score_bound
+        d = q.shape[1]
+        err = float(Fraction((d + 2) * bound, 2 ** 53 - d - 2) + 1)    # e, rounded up
+        approx = np.abs(q.astype(np.float64) @ k.T.astype(np.float64))
+        approx[~keep] = -1.0
+        top = float(approx.max())
+        slack = 2 * err + 4 * (top + err) * 2.0 ** -52        # and this subtraction's rounding
+        rows, cols = np.nonzero(approx >= top - slack)
+        if len(rows) <= 64:
+            return max(abs(sum(int(a) * int(b) for a, b in zip(q[i].tolist(), k[j].tolist())))
+                       for i, j in zip(rows.tolist(), cols.tolist()))
+    n = exact_matmul(q, k.T)[keep]
+    return max(abs(int(x)) for x in n.tolist())

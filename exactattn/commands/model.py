@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from ..errors import InputError, shorten
 from ..models.run import IMPLEMENTATIONS, MODELS
@@ -31,7 +32,7 @@ HELP = "a head or layer of a real model from its weights file, or a whole model 
 #: the options of the weights-file modes, and of ``check``
 FILE_OPTIONS = ("weights", "tokens", "arch", "names", "heads", "kv_heads", "no_rotary")
 CHECK_OPTIONS = ("text", "model", "attn_implementation", "max_tokens", "svg", "timings",
-                 "save_inputs")
+                 "save_inputs", "jobs")
 
 
 def register(sub) -> None:
@@ -79,6 +80,9 @@ def register(sub) -> None:
     c.add_argument("--save-inputs", metavar="DIR",
                    help="also write each layer's input hidden states to DIR/layerL.npy "
                         "(float32), for --tokens of the other modes")
+    c.add_argument("--jobs", type=whole("--jobs"), metavar="N",
+                   help="check the layers in N processes (default: one per CPU, at most 4 "
+                        "and one per layer; each holds one layer's exact weights)")
     c.add_argument("--timings", action="store_true",
                    help="print the wall-clock time of the forward pass and of the exact check")
     p.set_defaults(func=run)
@@ -136,7 +140,7 @@ def _check_options(args) -> None:
 
 def _check(args) -> int:
     from ..examples import Example
-    from ..models.check import check_layer
+    from ..models.check import check_layers, default_jobs
     from ..models.example import DYADIC_NOTE
     from ..models.report import check_sections
     from ..models.run import run_model
@@ -152,13 +156,15 @@ def _check(args) -> int:
             raise InputError(f"{flag} must be from 0 to {count - 1} for {model} (got {value})")
     if args.save_inputs is not None:
         _save_inputs(args.save_inputs, run_)
-    checks, chosen = [], None
-    for k in progress(range(len(run_.layers)), len(run_.layers), "layers"):
-        checks.append(check_layer(run_, k, args.digits))
-        if k == args.layer:
-            chosen = run_.layer(k).heads[args.head]
+    count = len(run_.layers)
+    jobs = args.jobs or default_jobs(count)
+    start = time.perf_counter()
+    checks = list(progress(check_layers(run_, args.digits, jobs=jobs), count, "layers"))
+    seconds = time.perf_counter() - start
+    chosen = run_.layer(args.layer).heads[args.head]
     note = DYADIC_NOTE.format(dtypes=run_.tensors.stored())
-    sections = check_sections(run_, checks, args.digits, note, timings=args.timings)
+    sections = check_sections(run_, checks, args.digits, note,
+                              seconds if args.timings else None, jobs)
     x = exact_matrix(run_.layers[args.layer].x)
     ex = Example(name=f"{model}-L{args.layer}-H{args.head}",
                  title=f"{model}: layer {args.layer}, head {args.head}", head=chosen,

@@ -21,63 +21,48 @@ policy) and is read exactly: a number is text (``--sink 0``,
 from __future__ import annotations
 
 import argparse
-from fractions import Fraction
 
+from ..call import MODIFIER_FIELDS
 from ..errors import InputError, shorten
-from ..modifiers import ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, exact_number
+from ..lse import LSE_BASES
+from ..modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
+                         check_layout, check_softcap, check_theta, exact_number)
 from ..options import choice, whole
 
 __all__ = ["FLAGS", "add_flags", "apply", "changes", "lse", "refuse"]
 
-#: the flag of each Policy field set here
-FLAGS = {"sink": "--sink", "alibi": "--alibi", "head": "--head", "softcap": "--softcap",
-         "window": "--window", "query_offset": "--query-offset", "dropout": "--dropout",
-         "rope": "--rope"}
+#: the flag of each Policy modifier field (every one of call.MODIFIER_FIELDS)
+FLAGS = {field: "--" + field.replace("_", "-") for field in MODIFIER_FIELDS}
 
 
 def _typed(flag: str, parse):
+    """An argparse type: ``parse(text)``, whose one-line error (naming ``flag``) comes through."""
     def convert(text: str):
         try:
             return parse(text.strip())
         except InputError as e:
-            raise argparse.ArgumentTypeError(str(e).replace(flag.lstrip("-").replace("-", "_"),
-                                                            flag, 1)) from None
+            raise argparse.ArgumentTypeError(str(e)) from None
     convert.__name__ = flag
     return convert
 
 
-def _number(name: str, *, positive: bool = False, probability: bool = False):
-    def parse(text: str) -> Fraction:
-        q = exact_number(text, name)
-        if positive and q <= 0:
-            raise InputError(f"{name} must be positive (got {shorten(text, quote=True)})")
-        if probability and not 0 <= q < 1:
-            raise InputError(f"{name} must be a probability from 0 up to (not including) 1 "
-                             f"(got {shorten(text, quote=True)})")
-        return q
-    return parse
-
-
 def _alibi(text: str) -> Alibi:
     heads, _, form = text.partition(":")
-    if not heads.strip().isdigit() or (form and form not in ALIBI_FORMS):
-        raise InputError(f"alibi must be HEADS or HEADS:FORM with FORM one of "
+    if not heads.strip().isdigit():
+        raise InputError(f"--alibi must be HEADS or HEADS:FORM with FORM one of "
                          f"{', '.join(ALIBI_FORMS)} (got {shorten(text, quote=True)})")
-    return Alibi(int(heads), form or "relative")
+    return Alibi(int(heads), check_form(form or "relative", "--alibi FORM"))
 
 
 def _rope(text: str) -> Rope:
     theta, _, layout = text.partition(":")
-    if layout and layout not in ROPE_LAYOUTS:
-        raise InputError(f"rope must be THETA or THETA:LAYOUT with LAYOUT one of "
-                         f"{', '.join(ROPE_LAYOUTS)} (got {shorten(text, quote=True)})")
-    return Rope(_number("rope", positive=True)(theta), layout or "half")
+    return Rope(check_theta(theta, "--rope THETA"), check_layout(layout or "half", "--rope LAYOUT"))
 
 
 def _window(text: str) -> tuple:
     parts = [t.strip().lower() for t in text.split(",")]
     if len(parts) != 2 or not all(t == "none" or (t.isdigit() and len(t) <= 12) for t in parts):
-        raise InputError(f"window must be LEFT,RIGHT, whole numbers >= 0 or none (got "
+        raise InputError(f"--window must be LEFT,RIGHT, whole numbers >= 0 or none (got "
                          f"{shorten(text, quote=True)}); e.g. 2,0")
     return tuple(None if t == "none" else int(t) for t in parts)
 
@@ -85,7 +70,8 @@ def _window(text: str) -> tuple:
 def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None = None) -> None:
     """Add the modifier flags to the parser ``p`` (a group of their own)."""
     g = p.add_argument_group("modifiers (fields of the policy; override the spec file's)")
-    g.add_argument("--sink", type=_typed("--sink", _number("sink")), metavar="S",
+    g.add_argument("--sink", type=_typed("--sink", lambda t: exact_number(t, "--sink")),
+                   metavar="S",
                    help="an attention-sink logit joining every row's normaliser, counted once "
                         "(0: softmax plus one)")
     g.add_argument("--alibi", type=_typed("--alibi", _alibi), metavar="HEADS[:FORM]",
@@ -93,7 +79,7 @@ def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None
                         f"powers of two); FORM: {', '.join(ALIBI_FORMS)} (relative)")
     g.add_argument("--head", type=whole("--head", low=0), metavar="H",
                    help="which head of the model this call is, from 0 (its ALiBi slope)")
-    g.add_argument("--softcap", type=_typed("--softcap", _number("softcap", positive=True)),
+    g.add_argument("--softcap", type=_typed("--softcap", lambda t: check_softcap(t, "--softcap")),
                    metavar="CAP", help="cap * tanh(score / cap) on the scaled scores, before "
                                        "the mask (Gemma 2); certified, not exact")
     g.add_argument("--window", type=_typed("--window", _window), metavar="LEFT,RIGHT",
@@ -103,14 +89,15 @@ def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None
     g.add_argument("--query-offset", type=whole("--query-offset", low=0), metavar="P",
                    help="the position of query 0 (a decode step over cached keys 0..P)")
     if dropout:
-        g.add_argument("--dropout", type=_typed("--dropout", _number("dropout", probability=True)),
-                       metavar="P", help="dropout p with the spec file's policy.dropout.keep "
-                                         "mask: kept weights times 1/(1-p); rows no longer sum to 1")
+        g.add_argument("--dropout", metavar="P",
+                       type=_typed("--dropout", lambda t: check_dropout(t, "--dropout")),
+                       help="dropout p with the spec file's policy.dropout.keep mask: kept "
+                            "weights times 1/(1-p); rows no longer sum to 1")
     g.add_argument("--rope", type=_typed("--rope", _rope), metavar="THETA[:LAYOUT]",
                    help=f"rotary position embeddings, base THETA; LAYOUT: "
                         f"{', '.join(ROPE_LAYOUTS)} (half); certified, not exact")
     if lse:
-        g.add_argument("--lse", nargs="?", const="e", type=choice("--lse", ("e", "2")),
+        g.add_argument("--lse", nargs="?", const="e", type=choice("--lse", LSE_BASES),
                        default=None, metavar="BASE",
                        help=lse_help or "each row's log-sum-exp, in natural-log units (--lse 2: "
                                         "base 2)")
@@ -150,14 +137,22 @@ def changes(args) -> dict:
 
 def refuse(args, problem, searching: bool) -> None:
     """Refuse modifier flags that cannot apply: dropout without a keep-mask, modifiers with
-    ``--backward`` or ``--search`` (which check the plain call)."""
+    ``--search`` (which checks the plain call), and with ``--backward`` the ones exact
+    gradients do not take (soft-capped and rotary scores, a log-sum-exp)."""
     given = [flag for field, flag in FLAGS.items() if getattr(args, field, None) is not None]
     if getattr(args, "lse", None) is not None:
         given.append("--lse")
-    for other, on in (("--search", searching), ("--backward", getattr(args, "backward", False))):
-        if on and given:
-            raise InputError(f"{given[0]} must come without {other} (got both); {other} "
-                             "checks the call without modifiers")
+    if searching and given:
+        raise InputError(f"{given[0]} must come without --search (got both); --search checks "
+                         "the call without modifiers")
+    if getattr(args, "backward", False):
+        from ..gradients.inputs import UNSUPPORTED
+        bad = [FLAGS[f] for f in UNSUPPORTED if getattr(args, f, None) is not None]
+        bad += ["--lse"] if "--lse" in given else []
+        if bad:
+            raise InputError(f"{bad[0]} must come without --backward (got both); the exact "
+                             "gradients take sinks, ALiBi, windows and dropout, not soft-capped "
+                             "or rotary scores or a log-sum-exp")
     if args.dropout is not None and (problem is None or problem.dropout_keep is None):
         raise InputError("--dropout must come with a spec file that has a dropout keep-mask "
                          "(got none); add \"policy\": {\"dropout\": {\"p\": \"1/10\", \"keep\": "

@@ -102,7 +102,8 @@ def register(sub) -> None:
                    help="check the implementation's gradients dQ, dK, dV (torch: autograd of "
                         "SDPA; numpy: a float reference backward; module:function: "
                         "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
-                        "exact ones, for a standard-normal dO drawn from --seed")
+                        "exact ones, for a standard-normal dO drawn from --seed (with --spec "
+                        "too); with --search N, search for the worst input of the backward")
     out = p.add_argument_group("report")
     out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
                      help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
@@ -137,11 +138,9 @@ def _flag(name: str) -> str:
 
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
-    if args.backward:
-        for flag, bad in (("--search", args.search), ("--flops", args.flops)):
-            if bad:
-                raise InputError(f"{flag} must come without --backward (got both); the "
-                                 "backward check runs on --spec or random inputs")
+    if args.backward and args.flops:
+        raise InputError("--flops must come without --backward (got both); the FLOP count "
+                         "is the forward's")
     sizes = [k for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
     if args.search:
         for k in sizes:
@@ -157,6 +156,8 @@ def _refuse_misplaced(args) -> None:
                         ("--max-size", args.max_size)):
             if v is not None:
                 raise InputError(f"{flag} must come with --search N (got {flag} alone)")
+        if args.backward:         # with --backward, --seed draws dO (a spec file's too)
+            sizes = [k for k in sizes if k != "seed"]
         if args.spec and sizes:
             raise InputError(f"{_flag(sizes[0])} must come without --spec (got both); the spec "
                              "file fixes the inputs")
@@ -241,19 +242,27 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     if len(dtypes) != 1:
         raise InputError(f"--dtype must name one dtype with --search (got {','.join(dtypes)})")
     check_search(args.search, args.max_size or 4, ("--search", "--max-size"))
-    res = search(impl, dtypes[0], policy, examples=args.search, seed=args.seed or 0,
-                 max_size=args.max_size or 4, measure=args.search_measure or "ulps",
-                 max_ulps=args.max_ulps)
-    sections = report_sections([res.report], worst=args.worst, digits=args.digits,
-                               timings=args.timings)
+    options = dict(examples=args.search, seed=args.seed or 0, max_size=args.max_size or 4,
+                   measure=args.search_measure or "ulps", max_ulps=args.max_ulps)
+    if args.backward:       # the same search, scored by the backward check
+        from ..verify.backward import search_backward
+        from ..verify.report import backward_sections
+        res = search_backward(impl, dtypes[0], policy, **options)
+        sections = backward_sections([res.report], worst=args.worst, digits=args.digits,
+                                     timings=args.timings)
+    else:
+        res = search(impl, dtypes[0], policy, **options)
+        sections = report_sections([res.report], worst=args.worst, digits=args.digits,
+                                   timings=args.timings)
     sys.stdout.write(render(sections, args.format, {"command": "verify", "search": args.search}))
     ulps = "ULP" if res.score == 1 else "ULPs"
     label = "hard failure" if res.score >= HARD_SCORE else \
         f"{res.score:g} {ulps if res.measure == 'ulps' else ulps + ' at the terms'}"
     shrunk = (f"shrinking stopped after {plural(res.shrink_tries, 'try', 'tries')}, the "
               "smallest reproducer yet" if res.stopped else "shrunk reproducer")
+    rerun = f"--spec FILE --backward --seed {args.seed or 0}" if args.backward else "--spec FILE"
     sys.stdout.write(f"\nsearch: {plural(res.examples, 'input')}, largest error {label} "
-                     f"({shrunk} below; save it and rerun with --spec FILE)\n")
+                     f"({shrunk} below; save it and rerun with {rerun})\n")
     sys.stdout.write(problem_text(res.problem, policy, dtypes[0]) + "\n")
     return 0 if res.report.passed else 1
 

@@ -41,10 +41,14 @@ OPS = ("softmax", "scale_scores", "scale_queries", "mask_add")
 def band_mask(n: int, window: int) -> Mask:
     """A sliding window as an explicit mask: query i sees keys i - window + 1 .. i.
 
+    The rows of ``Policy(causal=True, window=(window - 1, 0)).keep(n, n)``
+    (the one visibility rule), handed over as a mask, as the audit's torch call does.
+
     >>> band_mask(3, 2).rows
     ((True, False, False), (True, True, False), (False, True, True))
     """
-    return Mask("bool_keep", [[i - window < j <= i for j in range(n)] for i in range(n)])
+    band = Policy(causal=True, window=(window - 1, 0))
+    return Mask("bool_keep", band.keep(n, n).tolist())
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from operator import mul
 
+import numpy as np
 import sympy
 
 from ..call import Policy
@@ -57,7 +58,7 @@ _b = sympy.Symbol("b", integer=True, nonnegative=True)
 
 
 def broadcast_batch(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """The broadcast of batch shapes (NumPy's rule: aligned from the right, 1 repeats).
+    """The broadcast of batch shapes (``numpy.broadcast_shapes``: aligned from the right, 1 repeats).
 
     Raises:
         ShapeError: two dimensions differ and neither is 1.
@@ -65,16 +66,11 @@ def broadcast_batch(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     >>> broadcast_batch((1,), (3,)), broadcast_batch((2, 1), (4,)), broadcast_batch((), (5,))
     ((3,), (2, 4), (5,))
     """
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for k in range(rank):
-        dims = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0}
-        dims.discard(1)
-        if len(dims) > 1:
-            raise ShapeError(f"batch shapes must broadcast (got {' and '.join(map(str, shapes))}); "
-                             "each batch dimension must be equal or 1")
-        out.append(dims.pop() if dims else 1)
-    return tuple(out)
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(f"batch shapes must broadcast (got {' and '.join(map(str, shapes))}); "
+                         "each batch dimension must be equal or 1") from None
 
 
 def _own_index(index: tuple[int, ...], own: tuple[int, ...]) -> tuple[int, ...]:

@@ -159,17 +159,15 @@ def build(c: "AuditCall"):
     s = c.shape
     g = torch.Generator().manual_seed(0)
     if c.kind in ("sdpa", "matmul"):
+        import numpy as np
+        from ..call import Policy
+        from ..verify.adapter import policy_call
+        from ..verify.impls import sdpa_arguments
         q, k, v = (torch.randn(x, generator=g) for x in (s.query, s.key, s.value))
-        options = {}
-        if s.mask is not None:
-            options["attn_mask"] = torch.tensor(s.policy.keep(s.queries, s.keys, s.mask))
-        elif s.policy.causal and s.policy.alignment == "bottom_right":
-            from torch.nn.attention.bias import causal_lower_right
-            options["attn_mask"] = causal_lower_right(s.queries, s.keys)
-        elif s.policy.causal:
-            options["is_causal"] = True
-        if s.kv_heads != s.heads:
-            options["enable_gqa"] = True
+        mask = None if s.mask is None else Policy().keep(s.queries, s.keys, s.mask)
+        call = policy_call(*(np.zeros(x) for x in (s.query, s.key, s.value)), s.policy,
+                           "float32", attn_mask=mask)
+        q, k, v, options = sdpa_arguments(call, q, k, v)     # verify's own SDPA arguments
         return (Sdpa if c.kind == "sdpa" else Matmul)(options), (q, k, v), ("query", "key", "value")
     torch.manual_seed(0)
     D, H, L, B = s.d_model, s.heads, s.queries, s.batch_size
@@ -204,10 +202,8 @@ def _whole(value):
 def _measure(key: str, module, args, names) -> dict:
     """What counter ``key`` reports for ``module(*args)``: ``{unit: figure}`` (+ details)."""
     if key == "torch":
-        from torch.utils.flop_counter import FlopCounterMode
-        with FlopCounterMode(display=False) as mode:
-            module(*args)
-        return {"FLOPs": mode.get_total_flops()}
+        from ..verify.impls import count_flops
+        return {"FLOPs": count_flops(lambda: module(*args))}
     if key == "fvcore":
         from fvcore.nn import FlopCountAnalysis
         a = FlopCountAnalysis(module, args)

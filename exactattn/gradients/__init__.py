@@ -14,7 +14,11 @@ rounding ends (:class:`~exactattn.gradients.values.GradValue`).
 
 * :mod:`~exactattn.gradients.terms`: :class:`Terms`, the exponents as powers of t;
 * :mod:`~exactattn.gradients.values`: :class:`GradValue`, the exact value type;
-* :mod:`~exactattn.gradients.backward`: :func:`gradients`, :class:`Gradients`;
+* :mod:`~exactattn.gradients.backward`: :class:`Gradients`;
+* :mod:`~exactattn.gradients.inputs`: :func:`gradients` (from the one call model:
+  masks, windows, sinks, ALiBi, dropout), :func:`check_policy`;
+* :mod:`~exactattn.gradients.floats`: certified float64 enclosures (bulk rounding);
+* :mod:`~exactattn.gradients.checks`: the exact properties of a call's gradients;
 * :mod:`~exactattn.gradients.weights`: :func:`head_gradients`, :class:`HeadGradients`.
 
 >>> from exactattn.call import Policy
@@ -23,10 +27,12 @@ rounding ends (:class:`~exactattn.gradients.values.GradValue`).
 (Fraction(1, 1), Fraction(1, 2))
 """
 
-from .backward import BULK_PREC, GRADIENTS, Gradients, certified, gradients
+from .backward import BULK_PREC, GRADIENTS, Gradients, certified
+from .inputs import block_inputs, check_policy, gradients
 from .terms import Terms
 from .values import GradValue
 from .weights import WEIGHT_GRADIENTS, HeadGradients, head_gradients
 
 __all__ = ["BULK_PREC", "GRADIENTS", "GradValue", "Gradients", "HeadGradients", "Terms",
-           "WEIGHT_GRADIENTS", "certified", "gradients", "head_gradients"]
+           "WEIGHT_GRADIENTS", "block_inputs", "certified", "check_policy", "gradients",
+           "head_gradients"]

@@ -1,29 +1,36 @@
-"""The exact backward pass of one attention call: dQ, dK, dV (and dS, dP, D) given dO.
+"""The exact backward pass of one attention call: dQ, dK, dV (and dS, dP, D, a sink's) given dO.
 
-For one call ``O = P V`` with ``P = softmax(x)`` row by row over the visible
-keys, ``x = scale * Q K^T + m`` (m an additive mask or bias, 0 without one)
-and an upstream gradient ``dO`` (Vaswani et al. 2017, sec. 3.2.1; the
-backward pass as in Dao et al. 2022, FlashAttention, Algorithm 4)::
+For one call ``O = W V`` with shares ``P = softmax(x)`` row by row over the
+visible keys (and the sink, when there is one), ``x = scale * Q K^T + m`` (m
+an additive mask or bias, ALiBi included; 0 without one), weights ``W = P *
+M`` (``M = keep / (1 - p)`` under dropout, else 1) and an upstream gradient
+``dO`` (Vaswani et al. 2017, sec. 3.2.1; the backward pass as in Dao et al.
+2022, FlashAttention, Algorithm 4)::
 
-    dV  = P^T dO                     dP  = dO V^T
-    D_i = sum_c dO_ic O_ic = sum_j P_ij dP_ij
+    dV  = W^T dO                     dP  = M * (dO V^T)   (the gradient w.r.t. P)
+    D_i = sum_j P_ij dP_ij = sum_c dO_ic O_ic
     dS  = P * (dP - D)               (the gradient w.r.t. the logits x)
     dQ  = scale dS K                 dK  = scale dS^T Q
 
 The gradient with respect to an additive mask or bias entry ``m_ij`` is
-``dS_ij`` (0 at hidden pairs); every row of dS sums to 0 exactly.  A row that
-sees no key gives dQ = 0 and nothing to dK and dV under ``zero``; under
-``uniform`` its shares are the constant 1/S, so it adds ``dO_i / S`` to every
+``dS_ij`` (0 at hidden pairs).  A sink logit ``s`` is one more key column with
+value 0 and offset s: its ``dP`` is 0, so ``dsink = sum_i dS_i,sink = -sum_i
+P_i,sink D_i``; every row of dS, the sink's column included, sums to 0.  A row
+that sees no key gives dQ = 0 and nothing to dK and dV under ``zero``; under
+``uniform`` its shares are the constant 1/S, so it adds ``W_ij dO_i`` to every
 ``dV_j`` but nothing to dQ or dK; under ``nan`` it is NaN, and so is every
-entry of dK and dV.
+entry of dK and dV.  (With a sink no row is empty.)
 
 Every entry is a :class:`~exactattn.gradients.values.GradValue`: exact
 zero, equality, sign and rationality tests as polynomial identities in the
-one transcendental ``t`` of :mod:`~exactattn.gradients.terms`, and certified
-decimals.  :meth:`Gradients.decimals` certifies a whole matrix at once from
-``arb_mat`` products, falling back to the exact per-entry path only for the
-entries those enclosures leave undecided.
+transcendentals of :mod:`~exactattn.gradients.terms`, and certified decimals.
+:meth:`Gradients.decimals` rounds a whole matrix at once: from certified
+float64 enclosures (:mod:`~exactattn.gradients.floats`) for a plain call,
+else from ``arb_mat`` products; only the entries an enclosure leaves undecided
+take the exact per-entry path.
 
+>>> from exactattn.call import Policy
+>>> from exactattn.gradients import gradients
 >>> g = gradients([[0], [1]], [[0], [1]], [[1], [3]], [[1], [1]], Policy(scale="none"))
 >>> g.decimals("dV", 4), g.dQ[0][0].rational()
 ([['0.7689'], ['1.2311']], Fraction(1, 2))
@@ -37,55 +44,30 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..bulk import int_array
-from ..call import Policy
-from ..digits import certify, working_precision
+from ..digits import decide, format_scaled, working_precision
 from ..errors import InputError, ShapeError, shorten
-from ..exact import rational_sqrt, to_matrix
+from ..exact import rational_sqrt
 from ..exponents import fmpq_of, inv_sqrt_ball
 from .terms import Terms
 from .values import ONE, GradValue
 
-__all__ = ["BULK_PREC", "GRADIENTS", "Gradients", "UNSUPPORTED", "certified", "check_policy",
-           "gradients"]
+__all__ = ["BULK_PREC", "GRADIENTS", "Gradients", "certified"]
 
 #: the precision (bits) whole matrices are first enclosed at
 BULK_PREC = 64
 #: the matrices a call's gradients hold: name -> (rows, columns) in words
 GRADIENTS = {"dQ": "queries x E", "dK": "keys x E", "dV": "keys x E_v",
              "dS": "queries x keys", "dP": "queries x keys", "D": "queries",
-             "P": "queries x keys", "O": "queries x E_v"}
+             "P": "queries x keys", "O": "queries x E_v", "dsink": "one number"}
 _SCALED = ("dQ", "dK")
-#: policy fields whose gradients are not built yet (must be unset)
-UNSUPPORTED = ("softcap", "sink", "alibi", "rope", "dropout")
 
 
-def check_policy(policy: Policy) -> Policy:
-    """``policy`` when exact gradients cover it: scale, causal rule and windows, empty rows,
-    masks (additive ones included) and GQA; sinks, ALiBi, soft-capping, RoPE and dropout
-    are refused with one line.
+def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
+    """Decimals of a matrix from enclosures ``balls[i][j]`` (``arb``).
 
-    >>> check_policy(Policy(causal=True)).causal
-    True
-    """
-    for name in UNSUPPORTED:
-        value = getattr(policy, name, None)
-        if value is not None:
-            raise InputError(f"policy {name} must be unset for exact gradients (got "
-                             f"{shorten(str(value))}); the gradients of sinks, ALiBi, "
-                             "soft-capping, RoPE and dropout are not built yet")
-    return policy
-
-
-class _Undecided(Exception):
-    """The bulk enclosure did not decide an entry (it goes to the exact path)."""
-
-
-def certified(balls, places: int, value, *, prec: int = BULK_PREC, nan=None) -> list[list[str]]:
-    """Decimals of a matrix from enclosures ``balls[i][j]`` computed at ``prec`` bits.
-
-    Each entry goes through :func:`exactattn.digits.certify` with its bulk
-    ball; an entry the ball leaves undecided goes to ``value(i, j).decimal``
-    (the exact path).  ``nan(i, j)`` (optional) marks NaN entries.
+    Each entry is rounded by :func:`exactattn.digits.decide` from its ball; an
+    entry the ball leaves undecided goes to ``value(i, j).decimal`` (the exact
+    path).  ``nan(i, j)`` (optional) marks NaN entries.
     """
     out = []
     for i, brow in enumerate(balls):
@@ -94,15 +76,8 @@ def certified(balls, places: int, value, *, prec: int = BULK_PREC, nan=None) -> 
             if nan is not None and nan(i, j):
                 row.append("nan")
                 continue
-
-            def ball(p, b=b):
-                if p > prec:
-                    raise _Undecided
-                return b
-            try:
-                row.append(certify(ball, places))
-            except _Undecided:
-                row.append(value(i, j).decimal(places))
+            k = decide(b, places)
+            row.append(value(i, j).decimal(places) if k is None else format_scaled(k, places))
         out.append(row)
     return out
 
@@ -113,98 +88,224 @@ def _fmpq_mat(rows: Sequence[Sequence[Fraction]]):
                     [fmpq(e.numerator, e.denominator) for r in rows for e in r])
 
 
+def _fq(q: Fraction):
+    from flint import fmpq
+    return fmpq(q.numerator, q.denominator)
+
+
 class Gradients:
     """The exact gradients of one attention call (one block of query rows against one key set).
 
     Shapes: ``queries`` R x E, ``keys`` S x E, ``values`` S x E_v, ``d_out``
     R x E_v (lists of ``Fraction``); ``keep`` R x S booleans; ``offsets`` None
-    or per row None or S rationals added to the scaled scores.  A GQA group is
-    one block: the rows of every query head that reads the same keys.
+    or per row None or S numbers (``Fraction`` or
+    :class:`~exactattn.reals.Surd`) added to the scaled scores (masks, ALiBi);
+    ``sink`` None or the sink's logit; ``factors`` None or R x S dropout
+    factors ``keep / (1 - p)`` (:func:`exactattn.logits.dropout_factors`).  A
+    GQA group is one block: the rows of every query head that reads the same
+    keys.
 
     Attributes (lists of :class:`GradValue`, built on access): ``dQ`` R x E,
     ``dK`` S x E, ``dV`` S x E_v, ``dS`` R x S (also the gradient w.r.t. an
     additive mask or bias), ``dP`` R x S (rational), ``D`` R, ``P`` R x S,
-    ``O`` R x E_v.
+    ``O`` R x E_v; ``dsink`` the gradient w.r.t. the sink logit (one value).
     """
 
     def __init__(self, queries, keys, values, d_out, *, keep, offsets=None,
-                 divisor_squared: Fraction | None = None, empty_row: str = "zero"):
+                 divisor_squared: Fraction | None = None, empty_row: str = "zero",
+                 sink=None, factors=None):
+        import numpy as np
         self.R, self.E = len(queries), len(queries[0])
         self.S, self.Ev = len(keys), len(values[0])
         if tuple(keep.shape) != (self.R, self.S):
             raise ShapeError(f"keep must be {self.R} x {self.S} like queries x keys "
                              f"(got {' x '.join(map(str, keep.shape))})")
-        self._Q, self._K, self._V, self._dO = queries, keys, values, d_out
-        self._mats = [_fmpq_mat(m) for m in (queries, keys, values, d_out)]
-        Qm, Km, Vm, dOm = self._mats
-        scores = Qm * Km.transpose()
-        num, den = scores.numer_denom()
-        ints = int_array(num.entries(), (self.R, self.S))
+        self.sink = sink
+        self.empty_row = empty_row
         self.divisor_squared = divisor_squared
         root = None if divisor_squared is None else rational_sqrt(divisor_squared)
         #: D when the scale 1/sqrt(D) is irrational (carried by dQ and dK), else None
         self.irrational_scale = divisor_squared if divisor_squared is not None and root is None \
             else None
         self._scale_q = Fraction(1) if root is None else 1 / root
-        self.terms = Terms(ints, int(den), keep, offsets, divisor_squared, empty_row)
-        self._dPm = dOm * Vm.transpose()
-        self._dP = None
-        self._nan_rows = {i for i, k in enumerate(self.terms.kinds) if k == "nan"}
+        self._Q, self._K, self._V, self._dO = queries, keys, values, d_out
+        self._keep = keep
+        self._offsets = self._given_offsets = offsets
+        self._factors = self._given_factors = factors
+        #: columns of the block: the keys, then the sink's (value 0, offset the sink)
+        self.cols = self.S + (sink is not None)
+        if sink is not None:
+            zero = Fraction(0)
+            self._K = list(keys) + [[zero] * self.E]
+            self._V = list(values) + [[zero] * self.Ev]
+            self._keep = np.hstack([keep, np.ones((self.R, 1), dtype=bool)])
+            rows = offsets if offsets is not None else [None] * self.R
+            self._offsets = [list(r if r is not None else [zero] * self.S) + [sink] for r in rows]
+            if factors is not None:
+                self._factors = [list(r) + [Fraction(1)] for r in factors]
+        self._terms = None
+        self._mats = None
+        self._dPm_cache = None
         self._balls: dict = {}
-        self._parts: dict = {}
-        self._W: dict = {}
+        self._numerators = None
         self._magnitudes = None
+        self._floats = False         # not tried yet (None: not available)
+        self._nan_rows = {i for i in range(self.R) if not keep[i].any() and sink is None
+                          and empty_row == "nan"}
+
+    # -- the call, as given ----------------------------------------------------------------
+    queries = property(lambda self: self._Q, doc="R x E queries (``Fraction``)")
+    keys = property(lambda self: self._K[:self.S], doc="S x E keys (``Fraction``)")
+    values = property(lambda self: self._V[:self.S], doc="S x E_v values (``Fraction``)")
+    d_out = property(lambda self: self._dO, doc="R x E_v upstream gradient (``Fraction``)")
+    keep = property(lambda self: self._keep[:, :self.S], doc="R x S visibility (booleans)")
+    plain = property(lambda self: self.sink is None and self._factors is None and (
+        self._offsets is None or all(r is None for r in self._offsets)),
+        doc="True without offsets, sink or dropout (the float enclosures' calls)")
+    offsets = property(lambda self: self._given_offsets,
+                       doc="per row None or S offsets added to the scaled scores (None: none)")
+    factors = property(lambda self: self._given_factors,
+                       doc="R x S dropout factors keep / (1 - p), or None")
+    nan_rows = property(lambda self: frozenset(self._nan_rows),
+                        doc="the rows that see no key under empty_row='nan'")
+    scale_rational = property(lambda self: self._scale_q,
+                              doc="the rational part of the scale (1/sqrt(D) when rational)")
+
+    # -- lazily built exact pieces ---------------------------------------------------
+    @property
+    def terms(self) -> Terms:
+        """The exponents as powers of the generators (:class:`Terms`), built on first use."""
+        if self._terms is None:
+            Qm, Km = self.mats[:2]
+            num, den = (Qm * Km.transpose()).numer_denom()
+            ints = int_array(num.entries(), (self.R, self.cols))
+            self._terms = Terms(ints, int(den), self._keep, self._offsets,
+                                self.divisor_squared, self.empty_row)
+        return self._terms
+
+    @property
+    def mats(self) -> list:
+        """``fmpq_mat`` of Q, K, V and dO (K and V with the sink's zero row)."""
+        if self._mats is None:
+            self._mats = [_fmpq_mat(m) for m in (self._Q, self._K, self._V, self._dO)]
+        return self._mats
+
+    @property
+    def dP_matrix(self):
+        """``M * (dO V^T)`` as an ``fmpq_mat``: the gradient w.r.t. the shares (exact)."""
+        if self._dPm_cache is None:
+            Vm, dOm = self.mats[2:]
+            m = dOm * Vm.transpose()
+            if self._factors is not None:
+                from flint import fmpq_mat
+                m = fmpq_mat(self.R, self.cols,
+                             [m[i, j] * _fq(Fraction(self._factors[i][j]))
+                              for i in range(self.R) for j in range(self.cols)])
+            self._dPm_cache = m
+        return self._dPm_cache
+
+    def factor(self, i: int, j: int) -> Fraction:
+        """The dropout factor of pair (i, j) (1 without dropout)."""
+        return Fraction(1) if self._factors is None else Fraction(self._factors[i][j])
 
     # -- values -----------------------------------------------------------------------
     def value(self, name: str, *index: int) -> GradValue:
-        """One entry, e.g. ``value("dQ", i, c)``, ``value("D", i)``."""
+        """One entry, e.g. ``value("dQ", i, c)``, ``value("D", i)``, ``value("dsink")``."""
         if name not in GRADIENTS:
             raise InputError(f"name must be one of {', '.join(GRADIENTS)} "
                              f"(got {shorten(name, quote=True)})")
+        if name == "dsink":
+            if self.sink is None:
+                raise InputError("the call must have a sink for dsink (got none); set "
+                                 "Policy(sink=...)")
+            return GradValue(self, {("dS", i, self.S): 1 for i in range(self.R)})
         scaled = name in _SCALED and self.irrational_scale is not None
         return GradValue(self, {(name, *index): 1}, scaled)
 
     def matrix(self, name: str) -> list:
-        """Every entry of one gradient (a list for ``D``, else a list of rows)."""
+        """Every entry of one gradient (a list for ``D`` and ``dsink``, else a list of rows)."""
         rows, cols = self.shape(name)
+        if name == "dsink":
+            return [self.value(name)]
         if cols is None:
             return [self.value(name, i) for i in range(rows)]
         return [[self.value(name, i, c) for c in range(cols)] for i in range(rows)]
 
     def shape(self, name: str) -> tuple[int, int | None]:
-        """(rows, columns) of a gradient (columns None for the vector ``D``)."""
+        """(rows, columns) of a gradient (columns None for the vectors ``D`` and ``dsink``)."""
         return {"dQ": (self.R, self.E), "dK": (self.S, self.E), "dV": (self.S, self.Ev),
                 "dS": (self.R, self.S), "dP": (self.R, self.S), "D": (self.R, None),
-                "P": (self.R, self.S), "O": (self.R, self.Ev)}[name]
+                "P": (self.R, self.S), "O": (self.R, self.Ev), "dsink": (1, None)}[name]
 
     dQ = property(lambda self: self.matrix("dQ"), doc="R x E exact dQ = scale dS K")
     dK = property(lambda self: self.matrix("dK"), doc="S x E exact dK = scale dS^T Q")
-    dV = property(lambda self: self.matrix("dV"), doc="S x E_v exact dV = P^T dO")
+    dV = property(lambda self: self.matrix("dV"), doc="S x E_v exact dV = W^T dO")
     dS = property(lambda self: self.matrix("dS"), doc="R x S exact dS = P * (dP - D)")
-    dP = property(lambda self: self.matrix("dP"), doc="R x S exact dP = dO V^T (rational)")
+    dP = property(lambda self: self.matrix("dP"), doc="R x S exact dP = M * (dO V^T) (rational)")
     D = property(lambda self: self.matrix("D"), doc="R exact D_i = sum_c dO_ic O_ic")
     P = property(lambda self: self.matrix("P"), doc="R x S exact shares")
     O = property(lambda self: self.matrix("O"), doc="R x E_v exact outputs")
+    block_keys = property(lambda self: self._K, doc="the block's keys (the sink's zero row last)")
+    block_values = property(lambda self: self._V,
+                            doc="the block's values (the sink's zero row last)")
+    dsink = property(lambda self: self.value("dsink"),
+                     doc="the gradient w.r.t. the sink logit: -sum_i P_i,sink D_i")
 
     def decimals(self, name: str, places: int) -> list:
         """Every entry of one gradient, correctly rounded to ``places`` decimals, in bulk."""
+        from ..options import check_places
+        check_places(places, "places")
+        if name == "dsink":
+            return [self.value(name).decimal(places)]
+        self.value(name, 0, 0)            # the name check
+        rows, cols = self.shape(name)
+        got = self._float_decimals(name, places)
+        if got is not None:
+            return got
         balls = self.balls(BULK_PREC)[name]
-        if name == "D":
+        if cols is None:
             return [r[0] for r in certified([[b] for b in balls], places,
                                             lambda i, j: self.value(name, i),
                                             nan=lambda i, j: self.atom_nan((name, i)))]
-        rows, cols = self.shape(name)
         grid = [[balls[i, c] for c in range(cols)] for i in range(rows)]
         return certified(grid, places, lambda i, j: self.value(name, i, j),
                          nan=lambda i, j: self.atom_nan((name, i, j)))
 
-    # -- what the values ask for ----------------------------------------------------------
+    def enclosures(self) -> dict | None:
+        """Certified float64 ``(mid, rad)`` enclosures of every matrix
+        (:func:`exactattn.gradients.floats.enclose`), or None for a call they do not cover."""
+        from . import floats
+        if self._floats is False:
+            self._floats = floats.enclose(self)
+        return self._floats
+
+    def _float_decimals(self, name: str, places: int):
+        """Decimals from the certified float64 enclosures, or None where those do not apply."""
+        from . import floats
+        if self.enclosures() is None or places > floats.MAX_PLACES:
+            return None
+        mid, rad = self._floats[name]
+        rows, cols = self.shape(name)
+        texts, undecided = floats.round_balls(mid, rad, places)
+        for idx in zip(*undecided.nonzero()):
+            idx = tuple(int(x) for x in idx)
+            atom = (name, *idx)
+            texts[idx] = "nan" if self.atom_nan(atom) else \
+                self.value(name, *idx).decimal(places)
+        for i in self._nan_rows:
+            if name in ("dK", "dV"):
+                texts[...] = "nan"
+            elif name != "dP":
+                texts[i] = "nan"
+        return texts.tolist()
+
+    # -- what the values ask for ----------------------------------------------------
     def atom_nan(self, atom: tuple) -> bool:
         """True when an atom (``("dQ", i, c)``, ...) is NaN: an empty row under ``nan`` feeds it."""
         name = atom[0]
         if name in ("dK", "dV"):
             return bool(self._nan_rows)
-        if name in ("P", "O", "D", "dS", "dQ"):
+        if name in ("P", "O", "D", "dS", "dQ", "J"):
             return atom[1] in self._nan_rows
         return False
 
@@ -213,46 +314,62 @@ class Gradients:
         from flint import arb
         if atom == ONE:
             return arb(1)
+        if atom[0] == "J":
+            _, i, j, k = atom
+            P = self.balls(prec)["P"]
+            return P[i, j] * ((1 if j == k else 0) - P[i, k])
         got = self.balls(prec)[atom[0]]
         return got[atom[1]] if atom[0] == "D" else got[atom[1], atom[2]]
 
     def balls(self, prec: int) -> dict:
-        """``arb`` enclosures of every matrix at ``prec`` bits: ``arb_mat`` (a list for ``D``)."""
+        """``arb`` enclosures of every matrix at ``prec`` bits: ``arb_mat`` (a list for ``D``).
+
+        With a sink the matrices carry its column (index S) and row of ``dK``/``dV``.
+        """
         hit = self._balls.get(prec)
         if hit is not None:
             return hit
         from flint import arb, arb_mat
-        R, S = self.R, self.S
+        R, C = self.R, self.cols
         terms = self.terms
         shares = terms.shares(prec)
         with working_precision(prec):
-            dPm = arb_mat(self._dPm)
-            P = [[arb(0)] * S for _ in range(R)]
-            dS = [[arb(0)] * S for _ in range(R)]
-            D = [arb(0)] * R
+            dPm = arb_mat(self.dP_matrix)
+            flat = dPm.entries()
+            zero = arb(0)
+            P = [[zero] * C for _ in range(R)]
+            dS = [[zero] * C for _ in range(R)]
+            D = [zero] * R
             for i in range(R):
                 row = shares[i]
                 if row is None:
                     continue
                 vis = terms.visible(i)
+                dPi = [flat[i * C + j] for j in vis]
                 Pi = P[i]
-                for j, p in zip(vis, row):
+                d = arb(0)
+                for j, p, x in zip(vis, row, dPi):
                     Pi[j] = p
-                d = sum((p * dPm[i, j] for j, p in zip(vis, row)), arb(0))
+                    d += p * x
                 D[i] = d
                 if terms.kinds[i] == "ok":
                     dSi = dS[i]
-                    for j, p in zip(vis, row):
-                        dSi[j] = p * (dPm[i, j] - d)
-            Qm, Km, Vm, dOm = (arb_mat(m) for m in self._mats)
-            Pm = arb_mat(R, S, [e for r in P for e in r])
-            dSm = arb_mat(R, S, [e for r in dS for e in r])
+                    for j, p, x in zip(vis, row, dPi):
+                        dSi[j] = p * (x - d)
+            Qm, Km, Vm, dOm = (arb_mat(m) for m in self.mats)
+            Pm = arb_mat(R, C, [e for r in P for e in r])
+            if self._factors is None:
+                Wm = Pm
+            else:
+                Wm = arb_mat(R, C, [P[i][j] * arb(fmpq_of(self.factor(i, j)))
+                                    for i in range(R) for j in range(C)])
+            dSm = arb_mat(R, C, [e for r in dS for e in r])
             s = arb(fmpq_of(self._scale_q))
             if self.irrational_scale is not None:
                 s *= inv_sqrt_ball(self.irrational_scale)
-            out = {"P": Pm, "dP": dPm, "D": D, "dS": dSm, "O": Pm * Vm,
+            out = {"P": Pm, "dP": dPm, "D": D, "dS": dSm, "O": Wm * Vm,
                    "dQ": (dSm * Km) * s, "dK": (dSm.transpose() * Qm) * s,
-                   "dV": Pm.transpose() * dOm}
+                   "dV": Wm.transpose() * dOm}
         if len(self._balls) >= 4:
             self._balls.pop(min(self._balls))
         self._balls[prec] = out
@@ -261,173 +378,54 @@ class Gradients:
     def magnitudes(self) -> dict:
         """Float sizes of the terms each entry adds up (for errors in ULPs at the terms).
 
-        ``dV_jc``: sum_i P_ij |dO_ic|; ``dS_ij``: P_ij (|dP|_ij + sum_k P_ik |dP|_ik) with
-        ``|dP| = |dO| |V|^T``; ``dQ``: |scale| |dS| |K|; ``dK``: |scale| |dS|^T |Q|.
+        ``dV_jc``: sum_i W_ij |dO_ic|; ``dS_ij``: P_ij (|dP|_ij + sum_k P_ik |dP|_ik) with
+        ``|dP| = M |dO| |V|^T``; ``dQ``: |scale| |dS| |K|; ``dK``: |scale| |dS|^T |Q|.
         Numpy float64 arrays (a few digits; NaN rows count 0).
         """
         if self._magnitudes is not None:
             return self._magnitudes
         import numpy as np
-        m = self.balls(BULK_PREC)
-        P = np.array([[float(m["P"][i, j].mid()) for j in range(self.S)] for i in range(self.R)])
+        from . import floats
+        if self.enclosures() is not None:
+            P = np.array(self._floats["P"][0], dtype=np.float64)
+        else:
+            m = self.balls(BULK_PREC)["P"]
+            P = np.array([[float(m[i, j].mid()) for j in range(self.cols)]
+                          for i in range(self.R)])
         for i in self._nan_rows:
             P[i] = 0
         f = [np.array([[float(e) for e in r] for r in mat], dtype=np.float64)
              for mat in (self._Q, self._K, self._V, self._dO)]
         Q, K, V, dO = (np.abs(a) for a in f)
-        A = dO @ V.T
+        M = np.ones(P.shape) if self._factors is None else \
+            np.array([[float(x) for x in r] for r in self._factors], dtype=np.float64)
+        A = (dO @ V.T) * M
         dS = P * (A + (P * A).sum(axis=1, keepdims=True))
-        for i, k in enumerate(self.terms.kinds):
+        for i, k in enumerate(self.terms.kinds if self._floats is None else
+                              floats.row_kinds(self)):
             if k != "ok":
                 dS[i] = 0
         s = float(self._scale_q) / (1.0 if self.irrational_scale is None
                                     else float(self.irrational_scale) ** 0.5)
-        self._magnitudes = {"dQ": s * dS @ K, "dK": s * dS.T @ Q, "dV": P.T @ dO}
+        self._magnitudes = {"dQ": s * dS @ K, "dK": (s * dS.T @ Q)[:self.S],
+                            "dV": ((P * M).T @ dO)[:self.S]}
         return self._magnitudes
 
-    # -- exact numerators -------------------------------------------------------------------
-    def _dP_row(self, i: int) -> list[Fraction]:
-        if self._dP is None:
-            self._dP = {}
-        hit = self._dP.get(i)
-        if hit is None:
-            m = self._dPm
-            hit = self._dP[i] = [Fraction(int(m[i, j].p), int(m[i, j].q)) for j in range(self.S)]
-        return hit
-
-    def _row_poly(self, i: int, weights: Sequence[Fraction]):
-        """``sum_j weights[j] t^(a_ij)`` over row i's visible keys."""
-        terms = self.terms
-        coef: dict = {}
-        for j, e in zip(terms.visible(i), terms.exponents(i)):
-            w = weights[j]
-            if w:
-                coef[e] = coef.get(e, 0) + w
-        return terms.poly(coef)
-
-    def _W_row(self, i: int):
-        """``W_i = sum_j dP_ij t^(a_ij)`` (``D_i = W_i / Z_i``)."""
-        hit = self._W.get(i)
-        if hit is None:
-            hit = self._W[i] = self._row_poly(i, self._dP_row(i))
-        return hit
-
-    def _mono(self, i: int, j: int):
-        """``t^(a_ij)`` when row i's shares run over key j, else None."""
-        terms = self.terms
-        k = terms.position(i, j)
-        return None if k is None else terms.poly({terms.exponents(i)[k]: Fraction(1)})
-
+    # -- exact numerators (exactattn.gradients.parts) --------------------------------------
     def atom_parts(self, atom: tuple) -> dict:
         """``{class: N}``: the atom as ``sum N / Z^2`` (the rational scale folded in)."""
-        hit = self._parts.get(atom)
-        if hit is None:
-            hit = self._parts[atom] = self._build_parts(atom)
-        return hit
+        if self._numerators is None:
+            from .parts import Numerators
+            self._numerators = Numerators(self)
+        return self._numerators.parts(atom)
 
-    def _build_parts(self, atom: tuple) -> dict:
-        terms = self.terms
-        name = atom[0]
-        if atom == ONE:
-            return {terms.one: terms.poly({terms.one[0]: Fraction(1)})}
-        if name == "dP":
-            q = self._dP_row(atom[1])[atom[2]]
-            return {terms.one: terms.poly({terms.one[0]: q})} if q else {}
-        if name in ("dK", "dV"):
-            return self._column_parts(name, atom[1], atom[2])
-        i = atom[1]
-        kind, key = terms.kinds[i], terms.class_of(i)
-        if kind in ("zero", "nan") or (kind == "uniform" and name in ("dS", "dQ")):
-            return {}
-        Z = terms.normaliser(key)
-        if name == "P":
-            mono = self._mono(i, atom[2])
-            return {} if mono is None else {key: mono * Z}
-        if name == "O":
-            return {key: self._row_poly(i, [r[atom[2]] for r in self._V]) * Z}
-        if name == "D":
-            return {key: self._W_row(i) * Z}
-        if name == "dS":
-            mono = self._mono(i, atom[2])
-            if mono is None:
-                return {}
-            q = self._dP_row(i)[atom[2]]
-            return {key: mono * (Z * _fq(q) - self._W_row(i))}
-        # dQ_ic = scale sum_j K_jc dS_ij
-        c = atom[2]
-        dP = self._dP_row(i)
-        Kc = [r[c] for r in self._K]
-        A = self._row_poly(i, [k * d for k, d in zip(Kc, dP)])
-        B = self._row_poly(i, Kc)
-        return {key: (A * Z - B * self._W_row(i)) * _fq(self._scale_q)}
+    def row_sum(self, i: int) -> GradValue:
+        """``sum_j dS_ij`` over every column of row i (the sink's included): 0 exactly."""
+        return GradValue(self, {("dS", i, j): 1 for j in range(self.cols)})
 
-    def _column_parts(self, name: str, j: int, c: int) -> dict:
-        """dK_jc = scale sum_i Q_ic dS_ij and dV_jc = sum_i dO_ic P_ij, row class by row class."""
-        terms = self.terms
-        out: dict = {}
-        for i in range(self.R):
-            kind = terms.kinds[i]
-            if kind in ("zero", "nan") or (kind == "uniform" and name == "dK"):
-                continue
-            w = self._Q[i][c] if name == "dK" else self._dO[i][c]
-            if not w:
-                continue
-            mono = self._mono(i, j)
-            if mono is None:
-                continue
-            key = terms.class_of(i)
-            Z = terms.normaliser(key)
-            if name == "dV":
-                piece = mono * Z * _fq(w)
-            else:
-                piece = mono * (Z * _fq(self._dP_row(i)[j]) - self._W_row(i)) * \
-                    _fq(w * self._scale_q)
-            out[key] = out[key] + piece if key in out else piece
-        return out
-
-
-def _fq(q: Fraction):
-    from flint import fmpq
-    return fmpq(q.numerator, q.denominator)
-
-
-def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=None, *,
-              floats: str | None = None) -> Gradients:
-    """The exact gradients of one head's call ``softmax(scale Q K^T + mask) V`` given ``dO``.
-
-    Shapes: queries L x E, keys S x E, values S x E_v, d_out L x E_v (any
-    exact numbers :func:`~exactattn.exact.to_matrix` reads); ``mask`` an
-    L x S :class:`~exactattn.call.Mask` (an additive one adds its offsets).
-    ``policy`` gives the scale, the causal rule and the empty-row answer.
-
-    Raises:
-        ShapeError: shapes that do not match.
-        InputError, FloatInputError: entries that are not exact numbers; a policy
-            with sinks, ALiBi, soft-capping, RoPE or dropout (:func:`check_policy`).
-
-    >>> g = gradients([[1, 0]], [[1, 0], [0, 1]], [[1], [0]], [[1]], Policy(scale="1"))
-    >>> g.dV[0][0].text()
-    't/(t + 1) where t = exp(1)'
-    """
-    from ..masks import Mask
-    if policy is not None and not isinstance(policy, Policy):
-        raise InputError(f"policy must be a Policy or None (got {shorten(repr(policy))}); "
-                         "e.g. Policy(scale='none', causal=True)")
-    if mask is not None and not isinstance(mask, Mask):
-        raise InputError(f"mask must be a Mask or None (got {shorten(repr(mask))}); "
-                         "e.g. Mask('bool_keep', rows)")
-    Q = to_matrix(queries, name="queries", floats=floats)
-    E = len(Q[0])
-    K = to_matrix(keys, name="keys", shape=(None, E), floats=floats)
-    V = to_matrix(values, name="values", shape=(len(K), None), floats=floats)
-    dO = to_matrix(d_out, name="d_out", shape=(len(Q), len(V[0])), floats=floats)
-    policy = check_policy(policy or Policy())
-    L, S = len(Q), len(K)
-    if mask is not None and (mask.n_queries, mask.n_keys) != (L, S):
-        raise ShapeError(f"mask must be {L} x {S} like queries x keys "
-                         f"(got {mask.n_queries} x {mask.n_keys})")
-    offsets = None
-    if mask is not None and mask.kind == "additive":
-        offsets = [mask.offsets(i) for i in range(L)]
-    return Gradients(Q, K, V, dO, keep=policy.keep(L, S, mask), offsets=offsets,
-                     divisor_squared=policy.divisor_squared(E), empty_row=policy.empty_row)
+    def jacobian(self, i: int) -> list:
+        """Row i's softmax Jacobian ``J_jk = dP_ij / dx_ik = P_ij (delta_jk - P_ik)`` as
+        values, over every column of the block (the sink's last): symmetric, rows summing to 0,
+        and ``sum_k J_jk dP_ik = dS_ij``."""
+        return [[GradValue(self, {("J", i, j, k): 1}) for k in range(self.cols)]
+                for j in range(self.cols)]

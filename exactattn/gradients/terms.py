@@ -1,29 +1,36 @@
-"""The exponents of one attention block as powers of one (or two) transcendental numbers.
+"""The exponents of one attention block as monomials in a few transcendental numbers.
 
 Write the raw scores of a block over one common denominator, ``S_ij = N_ij /
-den`` (integers N), the scale as ``1/sqrt(D)`` and an additive mask (or bias)
-as rationals ``m_ij``.  Every visible logit ``x_ij = S_ij / sqrt(D) + m_ij`` is
-then
+den``, the scale as ``1/sqrt(D)`` and each visible pair's offset ``m_ij`` (an
+additive mask or bias, an ALiBi bias ``slope * distance``, the sink's logit):
+rationals, or exact algebraic numbers (:class:`~exactattn.reals.Surd`, such as
+an ALiBi slope ``2^(-1/2)``).  Every visible logit ``x_ij = S_ij / sqrt(D) +
+m_ij`` is then ``r_0 + sum_k r_k b_k`` with rationals r and the basis
+``b_k`` of :func:`exactattn.reals.align`: the irrational atoms ``1/sqrt(D')``
+and ``2^f`` that occur, kept linearly independent over the rationals.  One
+*coordinate* per basis element (and one for the rational part ``r_0``) is
+written over its own common denominator ``E_k``, so every exponential is a
+monomial ``t_1^(a_1) t_2^(a_2) ...`` in the *generators* ``t_k = exp(b_k / E_k)``
+(``exp(1/E_0)`` for the rational part), with whole exponents.  The common cases:
 
-* ``M_ij / E`` for integers M and one E when ``sqrt(D)`` is rational (or there
-  is no scale): every exponential is a power of ``t = exp(1/E)``;
-* ``N_ij / (den sqrt(D))`` when ``sqrt(D)`` is irrational and no row's
-  offsets differ across its keys (a constant offset cancels in the softmax):
-  powers of ``t = exp(1/(den sqrt(D)))``;
-* ``a_ij / (den sqrt(D)) + b_ij / E`` for integers a, b when ``sqrt(D)`` is
-  irrational and some row's offsets differ: monomials ``t^a u^b`` of two
-  numbers, ``u = exp(1/E)``.
+* a rational (or no) scale and rational offsets: one ``t = exp(1/E)``;
+* an irrational ``sqrt(D)`` and no offsets that differ within a row (a
+  constant offset cancels in the softmax): ``t = exp(1/(den sqrt(D)))``;
+* an irrational ``sqrt(D)`` and offsets that differ: ``t`` and ``u = exp(1/E)``;
+* an ALiBi slope ``2^f``: one more generator ``exp(2^f / E)`` (unless the
+  atom is the scale's, as ``2^(-1/2)`` under ``D = 2``, which shares ``t``).
 
-In the third case ``1/(den sqrt(D))`` and ``1/E`` are linearly independent
-over the rationals, so by the Lindemann-Weierstrass theorem t and u are
-algebraically independent: a polynomial in them is zero exactly when its
-coefficients are.  In every case a polynomial identity in t (and u) is the
-exact test of a value (:mod:`exactattn.gradients.values`).
+The exponents ``b_k / E_k`` are linearly independent over the rationals, so by
+the Lindemann-Weierstrass theorem the generators are algebraically independent:
+a polynomial in them is zero exactly when its coefficients are.  So a
+polynomial identity is the exact test of a value
+(:mod:`exactattn.gradients.values`).
 
-Each row's exponents are shifted by their minimum (so they are whole numbers
-from 0), and all of them are divided by their greatest common divisor (the
-generator grows by that factor).  Rows whose exponent multisets agree share one
-normaliser ``Z = sum_j t^(a_ij)``: a *class*.
+Each row's exponents are shifted by their minimum in every coordinate (a
+common factor of a row cancels in its shares), and each coordinate is divided
+by its greatest common divisor (the generator grows by that factor).  Rows
+whose exponent multisets agree share one normaliser ``Z = sum_j t^(a_ij)``: a
+*class*.
 
 Reference: Vaswani et al. 2017, sec. 3.2.1 (the call); Baker, *Transcendental
 Number Theory* (1975), Theorem 1.4 (Lindemann-Weierstrass).
@@ -45,13 +52,16 @@ from typing import Sequence
 from ..call import EMPTY_ROWS
 from ..digits import working_precision
 from ..exact import rational_sqrt
-from ..exponents import fmpq_of, inv_sqrt_ball
+from ..exponents import fmpq_of
 from ..options import check_choice
+from ..reals import Pow2, Surd, align, atom_ball
 
-__all__ = ["ROW_KINDS", "Terms"]
+__all__ = ["GENERATOR_NAMES", "ROW_KINDS", "Terms"]
 
 #: what a row is: ``ok`` (sees keys), or an empty row under each empty-row answer
 ROW_KINDS = ("ok", "zero", "uniform", "nan")
+#: the names of the generators in texts and polynomials, in order
+GENERATOR_NAMES = ("t", "u", "v", "w", "x", "y")
 
 
 def _gcd_all(values) -> int:
@@ -63,6 +73,47 @@ def _gcd_all(values) -> int:
     return g
 
 
+def _plain(v):
+    """A Surd without irrational terms as its ``Fraction`` (so that 0 is falsy)."""
+    return v.p if isinstance(v, Surd) and not v.terms else v
+
+
+def _coordinates(offsets, visible, kinds, divisor_squared):
+    """``(basis, scale_key, keys)``: the aligned basis, the scale's key (None when the scale
+    is rational) and per row the keys ``(p, a_1, ..)`` of its offsets relative to its first
+    visible key (None when no offset differs within the row)."""
+    root = Fraction(1) if divisor_squared is None else rational_sqrt(divisor_squared)
+    distinct: dict = {}
+    rel_rows = []
+    for i, row in enumerate(offsets or [None] * len(kinds)):
+        if row is None or kinds[i] != "ok":
+            rel_rows.append(None)
+            continue
+        base = row[visible[i][0]] or 0
+        rel = [_plain((row[j] or 0) - base) for j in visible[i]]
+        if not any(rel):
+            rel_rows.append(None)
+            continue
+        for v in rel:
+            if isinstance(v, Surd):
+                distinct.setdefault(v, None)
+        rel_rows.append(rel)
+    seeds = ([] if root is not None else [Surd(0, ((Fraction(divisor_squared), 1),))]) + \
+        list(distinct)
+    basis, keys = align(seeds)
+    scale_key = None if root is not None else keys[0]
+    table = dict(zip(distinct, keys[0 if root is not None else 1:]))
+    m = len(basis)
+    out = []
+    for rel in rel_rows:
+        if rel is None:
+            out.append(None)
+            continue
+        out.append([table[v] if isinstance(v, Surd) else (Fraction(v),) + (Fraction(0),) * m
+                    for v in rel])
+    return basis, scale_key, root, out
+
+
 class Terms:
     """The exponent structure of a block of query rows against one set of keys.
 
@@ -70,16 +121,19 @@ class Terms:
         num: R x S integer raw-score numerators (numpy int64 or object array).
         den: their common denominator.
         keep: R x S booleans, True where a query sees a key.
-        offsets: None, or per row None or S rationals added to the scaled
-            scores (an additive mask or bias; entries at hidden keys ignored).
+        offsets: None, or per row None or S numbers (``Fraction`` or
+            :class:`~exactattn.reals.Surd`) added to the scaled scores (an
+            additive mask, an ALiBi bias, a sink's logit; entries at hidden keys
+            ignored).
         divisor_squared: D (the scores are divided by sqrt(D)); None for no scale.
         empty_row: ``zero``, ``uniform`` or ``nan`` for a row that sees no key.
 
     Attributes:
-        generators: one or two ``(c, D)``: the generator is ``exp(c / sqrt(D))``
-            (``exp(c)`` when D is None).
+        generators: ``(c, atom)`` per generator: ``exp(c * atom)`` with atom
+            None (the number 1), a ``Fraction`` D' (``1/sqrt(D')``) or a
+            :class:`~exactattn.reals.Pow2` (``2^f``).
         kinds: per row, one of :data:`ROW_KINDS`.
-        paired: True with two generators.
+        paired: True with more than one generator.
 
     Under ``uniform`` an empty row has every key at exponent 0 (shares 1/S).
     """
@@ -91,69 +145,64 @@ class Terms:
         R, S = keep.shape
         self.n_rows, self.n_keys = R, S
         self.empty_row = empty_row
-        D = divisor_squared
-        root = Fraction(1) if D is None else rational_sqrt(D)
         kinds, visible = [], []
-        for i in range(R):
-            vis = np.flatnonzero(keep[i])
-            if len(vis):
+        for i, row in enumerate(np.asarray(keep, dtype=bool)):
+            vis = np.flatnonzero(row).tolist()
+            if vis:
                 kinds.append("ok")
             else:
                 kinds.append(empty_row)
-                vis = np.arange(S) if empty_row == "uniform" else vis
-            visible.append([int(j) for j in vis])
+                vis = list(range(S)) if empty_row == "uniform" else vis
+            visible.append(vis)
         self.kinds, self._visible = kinds, visible
         self._positions: dict = {}
-        # offsets relative to each row's first visible key (a constant per row cancels)
-        rel = [None] * R
-        for i in range(R):
-            row = None if offsets is None else offsets[i]
-            if row is None or kinds[i] != "ok":
+        basis, scale_key, root, rel = _coordinates(offsets, visible, kinds, divisor_squared)
+        rows_num = num.tolist()
+        ints = [[int(rows_num[i][j]) for j in visible[i]] if kinds[i] == "ok" else
+                [0] * len(visible[i]) for i in range(R)]
+        # coordinate k: 0 the rational part, k >= 1 the basis atom k - 1; score factor c_k
+        factors = [Fraction(1, den) / root if root is not None else Fraction(0)]
+        factors += [Fraction(0) if scale_key is None else scale_key[k + 1] / den
+                    for k in range(len(basis))]
+        atoms = [None] + list(basis)
+        order = [k for k in range(1, len(atoms)) if factors[k]] + [0] + \
+            [k for k in range(1, len(atoms)) if not factors[k]]
+        gens, coords = [], []
+        for k in order:
+            c = factors[k]
+            offs = [None if r is None else [key[k] for key in r] for r in rel]
+            if not c and not any(o is not None and any(o) for o in offs):
                 continue
-            base = row[visible[i][0]]
-            r = [Fraction(row[j]) - base for j in visible[i]]
-            if any(r):
-                rel[i] = r
-        has_offsets = any(r is not None for r in rel)
-        self.paired = root is None and has_offsets
-        ints = [[int(num[i, j]) for j in visible[i]] if kinds[i] == "ok" else [0] * len(visible[i])
-                for i in range(R)]
-        if root is None:            # t = exp(1/(den sqrt D)) (and u = exp(1/E) for offsets)
-            first = ints
-            gens = [(Fraction(1, den), D)]
-            second = None
-            if self.paired:
-                E = math.lcm(*[m.denominator for r in rel if r is not None for m in r])
-                second = [[0] * len(v) if r is None else [int(m * E) for m in r]
-                          for v, r in zip(visible, rel)]
-                gens.append((Fraction(1, E), None))
-        else:                       # rational exponents: one t = exp(1/E)
-            base = den * root.numerator
-            E = math.lcm(base, *[m.denominator for r in rel if r is not None for m in r]) \
-                if has_offsets else base
-            f = root.denominator * (E // base)
-            first = [[a * f + (0 if r is None else int(r[k] * E)) for k, a in enumerate(row)]
-                     for row, r in zip(ints, rel)]
-            gens = [(Fraction(1, E), None)]
-            second = None
-        coords = [first] if second is None else [first, second]
+            E = math.lcm(c.denominator, *[q.denominator for o in offs if o is not None
+                                          for q in o])
+            f = c * E                    # a whole number
+            rows = []
+            for row, o in zip(ints, offs):
+                base = [a * int(f) for a in row] if f else [0] * len(row)
+                if o is not None:
+                    base = [a + int(q * E) for a, q in zip(base, o)]
+                rows.append(base)
+            coords.append(rows)
+            gens.append((Fraction(1, E), atoms[k]))
+        if not coords:               # every row constant: one generator with exponents 0
+            coords = [[[0] * len(v) for v in visible]]
+            gens = [(Fraction(1), None)]
         # shift every row to exponents from 0, then divide by the common divisor
-        shifted = []
-        for rows in coords:
-            out = []
-            for row in rows:
-                low = min(row) if row else 0
-                out.append([a - low for a in row])
-            shifted.append(out)
-        for k, rows in enumerate(shifted):
+        for k, rows in enumerate(coords):
+            rows = [[a - min(row) for a in row] if row else row for row in rows]
             g = _gcd_all(a for row in rows for a in row)
             if g > 1:
-                shifted[k] = [[a // g for a in row] for row in rows]
-                c, d2 = gens[k]
-                gens[k] = (c * g, d2)
+                rows = [[a // g for a in row] for row in rows]
+                gens[k] = (gens[k][0] * g, gens[k][1])
+            coords[k] = rows
+        if len(gens) > len(GENERATOR_NAMES):
+            from ..errors import InputError
+            raise InputError(f"a call must need at most {len(GENERATOR_NAMES)} independent "
+                             f"exponentials for exact gradients (got {len(gens)}); use fewer "
+                             "distinct ALiBi slopes in one block")
         self.generators = gens
-        self._exps = [list(zip(*[shifted[k][i] for k in range(len(shifted))]))
-                      for i in range(R)]
+        self.paired = len(gens) > 1
+        self._exps = [list(zip(*[coords[k][i] for k in range(len(coords))])) for i in range(R)]
         self._classes: dict = {}
         self._squares: dict = {}
         self._class_of: list = []
@@ -193,7 +242,7 @@ class Terms:
         """The python-flint ``fmpq_mpoly`` context: variables ``t`` (and ``u``)."""
         if self._ctx is None:
             from flint import fmpq_mpoly_ctx
-            names = ("t", "u")[:len(self.generators)]
+            names = GENERATOR_NAMES[:len(self.generators)]
             self._ctx = fmpq_mpoly_ctx.get(names, "lex")
         return self._ctx
 
@@ -222,10 +271,23 @@ class Terms:
                                        for e, c in terms.items() if c})
 
     def generator_balls(self) -> list:
-        """``arb`` balls of the generators' exponents c / sqrt(D) at the current precision."""
+        """``arb`` balls of the generators' exponents ``c * atom`` at the current precision."""
         from flint import arb
-        return [arb(fmpq_of(c)) * (1 if d2 is None else inv_sqrt_ball(d2))
-                for c, d2 in self.generators]
+        return [arb(fmpq_of(c)) * (1 if atom is None else atom_ball(atom))
+                for c, atom in self.generators]
+
+    def generator_exponents(self) -> list:
+        """The generators' exponents ``c * atom`` as sympy numbers (t = exp of the first)."""
+        import sympy
+        out = []
+        for c, atom in self.generators:
+            x = sympy.Rational(c.numerator, c.denominator)
+            if isinstance(atom, Pow2):
+                x *= sympy.Integer(2) ** sympy.Rational(atom.f.numerator, atom.f.denominator)
+            elif atom is not None:
+                x /= sympy.sqrt(sympy.Rational(atom.numerator, atom.denominator))
+            out.append(x)
+        return out
 
     # -- numeric -------------------------------------------------------------------
     def shares(self, prec: int) -> list:
@@ -277,10 +339,14 @@ class Terms:
         't = exp(1/(3 sqrt(2)))'
         """
         parts = []
-        for name, (c, d2) in zip(("t", "u"), self.generators):
-            if d2 is None:
+        for name, (c, atom) in zip(GENERATOR_NAMES, self.generators):
+            if atom is None:
                 parts.append(f"{name} = exp({c})")
-                continue
-            under = f"sqrt({d2})" if c.denominator == 1 else f"({c.denominator} sqrt({d2}))"
-            parts.append(f"{name} = exp({c.numerator}/{under})")
+            elif isinstance(atom, Pow2):
+                lead = "" if c == 1 else f"{c}*"
+                parts.append(f"{name} = exp({lead}2^({atom.f}))")
+            else:
+                under = f"sqrt({atom})" if c.denominator == 1 else \
+                    f"({c.denominator} sqrt({atom}))"
+                parts.append(f"{name} = exp({c.numerator}/{under})")
         return ", ".join(parts)

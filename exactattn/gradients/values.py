@@ -384,10 +384,7 @@ class GradValue:
         if self.nan:
             return sympy.nan
         terms = self.block.terms
-        gens = [sympy.exp(sympy.Rational(c.numerator, c.denominator) /
-                          (1 if d2 is None else sympy.sqrt(sympy.Rational(d2.numerator,
-                                                                          d2.denominator))))
-                for c, d2 in terms.generators]
+        gens = [sympy.exp(x) for x in terms.generator_exponents()]
 
         def to_sympy(poly):
             out = sympy.Integer(0)
@@ -436,7 +433,8 @@ class GradValue:
 
 def _paren(poly) -> str:
     text = str(poly)
-    return text if len(poly) == 1 and "*" not in text.lstrip("-") else f"({text})"
+    bare = len(poly) == 1 and "*" not in text.lstrip("-") and "/" not in text
+    return text if bare else f"({text})"
 
 
 def _fraction(q) -> Fraction:

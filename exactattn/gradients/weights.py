@@ -28,7 +28,8 @@ from fractions import Fraction
 
 from ..errors import InputError, shorten
 from ..exact import to_matrix
-from .backward import BULK_PREC, Gradients, certified, check_policy
+from .backward import BULK_PREC, Gradients, certified
+from .inputs import block_inputs, check_policy
 from .values import GradValue
 
 __all__ = ["WEIGHT_GRADIENTS", "HeadGradients", "head_gradients"]
@@ -82,8 +83,10 @@ class HeadGradients:
         from flint import arb_mat, fmpq_mat
         from ..exponents import fmpq_of
         source, bias = WEIGHT_GRADIENTS[name]
-        G = self.call.balls(prec)[source]           # n x width
+        G = self.call.balls(prec)[source]           # n x width (and the sink's row last)
         n = len(self.x)
+        if G.nrows() != n:
+            G = arb_mat(n, G.ncols(), [G[i, j] for i in range(n) for j in range(G.ncols())])
         from ..digits import working_precision
         with working_precision(prec):
             if bias:
@@ -104,13 +107,13 @@ class HeadGradients:
                          nan=lambda i, j: values[i][j].nan)
 
 
-def head_gradients(head, x, d_out, *, empty_row: str = "zero",
+def head_gradients(head, x, d_out, *, empty_row: str = "zero", dropout_keep=None,
                    floats: str | None = None) -> HeadGradients:
     """The exact gradients of ``head``'s weights and biases at tokens ``x``, given ``dO``.
 
     Shapes: ``x`` n x d_model, ``d_out`` n x d_v.  The head's policy gives the
-    divisor and the causal rule; ``empty_row`` what a query that sees no key
-    gets.
+    divisor, the causal rule and any sink, ALiBi or dropout (``dropout_keep``
+    n x n booleans with it); ``empty_row`` what a query that sees no key gets.
 
     Raises:
         InputError: a symbolic head or symbolic tokens (gradients need numbers).
@@ -123,10 +126,12 @@ def head_gradients(head, x, d_out, *, empty_row: str = "zero",
     if head.symbolic:
         raise InputError("head must have numeric weights for exact gradients (got symbols); "
                          "substitute numbers first")
-    trace = attend(head, x, engine="fast", floats=floats, empty_row=empty_row)
+    check_policy(head.policy)
+    plain = head.with_policy(head.policy.replace(sink=None, alibi=None, dropout=None))
+    trace = attend(plain, x, engine="fast", floats=floats, empty_row=empty_row)
     n = trace.n
     dO = to_matrix(d_out, name="d_out", shape=(n, head.d_v), floats=floats)
-    policy = check_policy(head.policy)
-    call = Gradients(trace.queries, trace.keys, trace.values, dO, keep=policy.keep(n, n),
-                     divisor_squared=head.divisor_squared, empty_row=empty_row)
+    block = block_inputs(head.policy, n, n, dropout_keep=dropout_keep)
+    call = Gradients(trace.queries, trace.keys, trace.values, dO,
+                     divisor_squared=head.divisor_squared, empty_row=empty_row, **block)
     return HeadGradients(head, trace.x, call)

@@ -52,7 +52,8 @@ from ..verify.problem import Problem
 from ..verify.reference import Reference
 from .weights import exact_matrix
 
-__all__ = ["DTYPE", "PREC", "HeadCheck", "LayerCheck", "Worst", "check_layer", "significant"]
+__all__ = ["DTYPE", "PREC", "HeadCheck", "LayerCheck", "Worst", "check_layer", "check_layers",
+           "default_jobs", "significant"]
 
 #: the model's dtype: every comparison counts ULPs of float32
 DTYPE = "float32"
@@ -289,3 +290,42 @@ def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> Laye
                 w.finish()
     projected.finish()
     return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, ref.L)
+
+
+def default_jobs(layers: int) -> int:
+    """The processes :func:`check_layers` uses by default: one per CPU this process may run
+    on, at most one per layer and at most 4 (each holds one layer's exact weights, ~0.7 GB
+    for all-MiniLM-L6-v2)."""
+    import os
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, layers, 4))
+
+
+#: the run a forked worker of :func:`check_layers` reads (set before the workers start)
+_SHARED: dict = {}
+
+
+def _check_shared(index: int) -> LayerCheck:
+    run, places = _SHARED["run"]
+    return check_layer(run, index, places)
+
+
+def check_layers(run, places: int = 4, *, jobs: int = 1):
+    """Every layer of ``run`` checked (:func:`check_layer`), in order, as an iterator.
+
+    With ``jobs`` > 1 the layers are checked in that many forked processes
+    (the same results, in the same order); where processes cannot be forked,
+    one after another here.
+    """
+    import multiprocessing
+    count = len(run.layers)
+    if jobs <= 1 or count == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for k in range(count):
+            yield check_layer(run, k, places)
+        return
+    _SHARED["run"] = (run, places)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, count)) as pool:
+            yield from pool.imap(_check_shared, range(count))
+    finally:
+        _SHARED.clear()

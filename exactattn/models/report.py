@@ -81,8 +81,12 @@ def _common_notes(places: int, budgets: str) -> list[str]:
 
 
 def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
-                   timings: bool = False) -> list[Section]:
-    """The probability table, the output table and a summary, from the layers checked."""
+                   seconds: float | None = None, jobs: int = 1) -> list[Section]:
+    """The probability table, the output table and a summary, from the layers checked.
+
+    ``seconds``: the wall-clock time of the exact check (printed only when given, so
+    that reruns print the same bytes), run in ``jobs`` processes.
+    """
     budgets = ", ".join(f"layer {c.layer}: {c.budget}" for c in checks)
     sections = []
     n = checks[0].n if checks else len(run.tokens)
@@ -125,10 +129,11 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
         f"exact: every head run exactly (projections with biases, shares, outputs, W_O + b_O); "
         f"{total:,} entries certified to {places} places and compared",
     ]
-    if timings:
-        exact = sum(c.seconds for c in checks)
+    if seconds is not None:
+        layers = sum(c.seconds for c in checks)
         summary.append(f"time: the model's float32 forward pass {run.seconds:.3f} s; the exact "
-                       f"check {exact:.1f} s ({exact / run.seconds:,.0f}x)")
+                       f"check {seconds:.1f} s ({seconds / run.seconds:,.0f}x), in "
+                       f"{plural(jobs, 'process', 'processes')} ({layers:.1f} s of layers)")
     sections.append(Section("model/summary", "What was checked", [], [], summary,
                             {"entries": total, "tokens": [t.text for t in run.tokens]}))
     return sections

@@ -42,6 +42,7 @@ from ..cells import divisor_words, exact_text, value_cell, with_decimal
 from ..digits import check_places, round_fraction
 from ..errors import InputError, shorten
 from ..head import attend
+from ..render import reader_text
 from ..sweep import check_row, divisor_limits
 from ..tables import with_divisor
 
@@ -178,10 +179,6 @@ def grouped(k: int) -> str:
     return f"{k:,}"
 
 
-def _reader(cell: str) -> str:
-    return getattr(cell, "reader", cell)
-
-
 def _sentence(ex, stops: list[Stop], places: int, row: int | None) -> Sentence:
     head = ex.head
     n = len(ex.x)
@@ -206,7 +203,7 @@ def _sentence(ex, stops: list[Stop], places: int, row: int | None) -> Sentence:
     for stop in stops:
         trace = attend(with_divisor(head, stop.divisor_squared), ex.x)
         decimals = trace.share_decimals(places)[i]
-        shares = [_reader(value_cell(trace.share(i, j), decimals[j], raw[j] is None))
+        shares = [reader_text(value_cell(trace.share(i, j), decimals[j], raw[j] is None))
                   for j in range(n)]
         s.at[stop.key] = {"shares": shares, "decimals": decimals,
                           "output": trace.output_decimals(places)[i],

@@ -33,13 +33,14 @@ __all__ = ["check_all", "check_causal_first_output", "check_identical_queries",
            "check_rows_sum_to_one", "check_share_support"]
 
 
-SUMS = "every row of shares sums to exactly 1"
+# what each check's failure says: the property's one statement (rules.PROPERTIES)
+SUMS = PROPERTIES["rows sum to one"].statement
 BELOW = PROPERTIES["rows sum below one"].statement
-MATCHES = "the outputs equal the exact attention"
-SUPPORT = "shares are positive on visible keys and exactly 0 on masked ones"
-IDENTICAL = "identical queries get identical rows"
-WITHIN = "each output lies between the smallest and largest visible value"
-CAUSAL_FIRST = "with a causal mask the first output is its own value"
+MATCHES = PROPERTIES["matches reference"].statement
+SUPPORT = PROPERTIES["share support"].statement
+IDENTICAL = PROPERTIES["identical queries"].statement
+WITHIN = PROPERTIES["outputs within values"].statement
+CAUSAL_FIRST = PROPERTIES["causal first output"].statement
 
 
 def _shares(impl: Implementation, inp: AttentionInput) -> Result:

@@ -25,7 +25,7 @@ import inspect
 from fractions import Fraction
 from typing import Callable
 
-from ..call import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS
+from ..call import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS
 from ..errors import InputError
 from ..exact import rational_sqrt
 from ..options import check_choice
@@ -167,8 +167,7 @@ class Implementation:
         if mask is not None and self.mask_as != "mask":
             mask = mask.as_form(self.mask_as)
         extra = {}
-        if inp.policy.modified or inp.policy.window is not None or \
-                inp.policy.query_offset is not None:
+        if inp.policy.modified or any(getattr(inp.policy, f) is not None for f in POSITION_FIELDS):
             extra["policy"] = inp.policy      # modifiers reach an exact function as the policy
             if inp.dropout_keep is not None:
                 extra["dropout_keep"] = inp.dropout_keep

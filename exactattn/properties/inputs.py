@@ -148,17 +148,18 @@ class AttentionInput:
         """``D``: the scores are divided by sqrt(D) (``d_k`` by default); None for no scaling."""
         return self.policy.divisor_squared(self.d_k)
 
+    @cached_property
+    def keep(self):
+        """n_q x n_k numpy booleans, True where query i sees key j: ``Policy.keep`` with the mask."""
+        return self.policy.keep(self.n_queries, self.n_keys, self.mask)
+
     def visible_keys(self, i: int) -> list[int]:
         """The keys query i sees: the policy's visible keys that the mask keeps."""
-        keys = self.policy.visible_keys(i, self.n_queries, self.n_keys)
-        if self.mask is None:
-            return list(keys)
-        return [j for j in keys if self.mask.keeps(i, j)]
+        return self.keep[i].nonzero()[0].tolist()
 
     def visible(self, i: int, j: int) -> bool:
         """Whether query i sees key j."""
-        return j in self.policy.visible_keys(i, self.n_queries, self.n_keys) and \
-            (self.mask is None or self.mask.keeps(i, j))
+        return bool(self.keep[i, j])
 
     def effective_mask(self) -> Mask | None:
         """The explicit mask with the causal rule folded in (None: every key visible).

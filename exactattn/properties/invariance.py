@@ -14,23 +14,26 @@ from typing import Sequence
 
 from ..errors import InputError, ShapeError
 from ..exact import to_exact
+from ..verify.problem import empty_rows, keys_read
 from .compare import column_scales, plus, same
 from .implementation import Result, property_check
 from .inputs import AttentionInput
 from .report import fail, value_text
+from .rules import PROPERTIES
 
 __all__ = ["check_key_bias_cancels", "check_key_permutation", "check_masked_entries_ignored",
            "check_masked_nonfinite_ignored",
            "check_query_permutation", "check_shift_invariance", "check_value_bias_shifts",
            "read_bias"]
 
-SHIFT = "adding a constant to a row of scores changes nothing"
-KEY_PERMUTATION = "permuting keys and values together leaves the outputs unchanged"
-QUERY_PERMUTATION = "permuting the queries permutes the outputs"
-KEY_BIAS = "a bias on the keys cancels out of the shares"
-VALUE_BIAS = "a bias on the values shifts every output by that bias"
-MASKED = "keys and values at masked positions do not reach the outputs"
-NONFINITE = "inf or NaN values at keys no query sees do not reach the outputs"
+# what each check's failure says: the property's one statement (rules.PROPERTIES)
+SHIFT = PROPERTIES["shift invariance"].statement
+KEY_PERMUTATION = PROPERTIES["key permutation"].statement
+QUERY_PERMUTATION = PROPERTIES["query permutation"].statement
+KEY_BIAS = PROPERTIES["key bias cancels"].statement
+VALUE_BIAS = PROPERTIES["value bias shifts"].statement
+MASKED = PROPERTIES["masked entries ignored"].statement
+NONFINITE = PROPERTIES["masked inf/nan ignored"].statement
 
 
 def _compare_outputs(prop, impl, inp, base: Result, other: Result, rows_map, shift=None):
@@ -246,9 +249,8 @@ def check_masked_nonfinite_ignored(impl, inp: AttentionInput) -> int:
     1
     """
     bad, res, base = [], None, None
-    views = [inp.visible_keys(i) for i in range(inp.n_queries)]
-    unseen = [] if inp.policy.empty_row == "uniform" and inp.policy.sink is None and \
-        not all(views) else [j for j in range(inp.n_keys) if not any(j in v for v in views)]
+    unseen = (~keys_read(inp.policy, inp.keep).any(axis=0)).nonzero()[0].tolist()
+    empty = empty_rows(inp.policy, inp.keep)
     for fill in (() if bad or not unseen else ("inf", "nan")):
         if base is None:
             base = impl(inp)
@@ -257,7 +259,7 @@ def check_masked_nonfinite_ignored(impl, inp: AttentionInput) -> int:
         res = impl(moved)
         scales = column_scales(inp.values)
         for i in range(inp.n_queries):
-            if not inp.visible_keys(i) and inp.policy.empty_row == "nan":
+            if empty[i] and inp.policy.empty_row == "nan":
                 continue
             for c in range(inp.d_v):
                 if not same(res, res.rows[i][c], base.rows[i][c], scales[c]):

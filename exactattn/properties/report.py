@@ -10,6 +10,7 @@ exp(1)/(1 + exp(1)))``).
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 from typing import Sequence
 
@@ -45,19 +46,26 @@ def matrix_text(m: Sequence[Sequence]) -> str:
 
 
 def policy_text(policy: Policy) -> str:
-    """``Policy(...)`` with the fields that differ from the defaults, the scale as text."""
-    parts = []
-    if policy.scale != DEFAULT_SCALE:
-        parts.append(f"scale={policy.scale_text()!r}")
-    for name in ("causal", "alignment", "empty_row", "mask_kind", "gqa", "window",
-                 "query_offset", "alibi", "rope", "head"):
-        value = getattr(policy, name)
-        if value != getattr(_DEFAULT_POLICY, name):
-            parts.append(f"{name}={value!r}")
-    for name in ("softcap", "sink", "dropout"):
-        if getattr(policy, name) is not None:
-            parts.append(f"{name}={str(getattr(policy, name))!r}")
-    return f"Policy({', '.join(parts)})"
+    """``Policy(...)`` with the fields that differ from the defaults, as Python that builds it.
+
+    The scale as text (``scale='1/8'``), exact numbers as text (``sink='1/2'``,
+    after the other fields), every other field as its ``repr``.
+
+    >>> from exactattn.call import Alibi
+    >>> policy_text(Policy(scale="1/8", causal=True, sink="1/2", alibi=Alibi(8), head=3))
+    "Policy(scale='1/8', causal=True, alibi=Alibi(heads=8, form='relative'), head=3, sink='1/2')"
+    """
+    parts = [f"scale={policy.scale_text()!r}"] if policy.scale != DEFAULT_SCALE else []
+    numbers = []
+    for f in dataclasses.fields(policy):
+        value = getattr(policy, f.name)
+        if f.name == "scale" or value == getattr(_DEFAULT_POLICY, f.name):
+            continue
+        if isinstance(value, Fraction):
+            numbers.append(f"{f.name}={str(value)!r}")
+        else:
+            parts.append(f"{f.name}={value!r}")
+    return f"Policy({', '.join(parts + numbers)})"
 
 
 def input_text(inp) -> str:

@@ -38,7 +38,9 @@ from ..errors import InputError
 
 __all__ = ["MODIFIERS", "OPT_IN", "PROPERTIES", "Rule", "active", "holds"]
 
-#: the modifiers the table knows, in the docs' column order
+#: the modifiers the table knows, in the docs' column order: ``causal`` and every Policy
+#: modifier field (``call.MODIFIER_FIELDS``) a property can depend on; ``query_offset`` only
+#: moves positions and ``head`` only picks the ALiBi slope, so neither breaks one
 MODIFIERS = ("causal", "window", "softcap", "sink", "alibi", "rope", "dropout")
 
 
@@ -61,16 +63,14 @@ PROPERTIES = {
     "rows sum to one": _rule("every row of shares sums to exactly 1", ("sink", "dropout")),
     "rows sum below one": _rule("with a sink, every row of shares sums to exactly 1 minus "
                                 "the sink's share, less than 1", ("dropout",), ("sink",)),
-    "share support": _rule("weights are positive on visible kept keys, exactly 0 on hidden "
-                           "or dropped ones"),
+    "share support": _rule("shares are positive on visible keys and exactly 0 on masked ones"),
     "shift invariance": _rule("adding a constant to a row of scores changes nothing",
                               ("softcap", "sink", "rope")),
     "key permutation": _rule("permuting keys and values together leaves the outputs unchanged",
                              ("causal", "window", "alibi", "rope")),
     "query permutation": _rule("permuting the queries permutes the outputs",
                                ("causal", "window", "alibi", "rope")),
-    "identical queries": _rule("identical queries (with the same view of the keys) get "
-                               "identical rows", ("alibi", "rope")),
+    "identical queries": _rule("identical queries get identical rows", ("alibi", "rope")),
     "key bias cancels": _rule("a bias on the keys cancels out of the shares",
                               ("softcap", "sink", "rope")),
     "value bias shifts": _rule("a bias on the values shifts every output by that bias",
@@ -91,11 +91,8 @@ OPT_IN = ("masked inf/nan ignored",)
 
 def active(policy: Policy) -> frozenset:
     """The modifiers of :data:`MODIFIERS` that ``policy`` turns on."""
-    on = {"causal"} if policy.causal else set()
-    for name in MODIFIERS[1:]:
-        if getattr(policy, name) is not None:
-            on.add(name)
-    return frozenset(on)
+    on = set(policy.modifiers()) | ({"causal"} if policy.causal else set())
+    return frozenset(on & set(MODIFIERS))
 
 
 def holds(name: str, modifiers) -> bool:

@@ -61,12 +61,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..call import DEFAULT_SCALE, MASK_KINDS, Alibi, Mask, Policy, Rope, float_scale
+from ..call import (DEFAULT_SCALE, MASK_KINDS, POSITION_FIELDS, Alibi, Mask, Policy, Rope,
+                    float_scale)
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
 __all__ = ["ARRAYS", "Answer", "CONVENTIONS", "Call", "FunctionImpl", "Impl", "ImplRaised",
-           "NUMPY_DTYPES", "make_call", "read_answer"]
+           "NUMPY_DTYPES", "call_scale", "make_call", "policy_call", "read_answer"]
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 CONVENTIONS = ("sdpa", "mask")
@@ -116,8 +117,8 @@ class Call:
 
     def positions(self) -> Policy:
         """The policy of positions: causal rule, alignment, window and query offset."""
-        return Policy(causal=self.is_causal, alignment=self.alignment, window=self.window,
-                      query_offset=self.query_offset)
+        return Policy(causal=self.is_causal, alignment=self.alignment,
+                      **{f: getattr(self, f) for f in POSITION_FIELDS})
 
     @property
     def positional(self) -> bool:
@@ -221,6 +222,18 @@ class ImplRaised(Exception):
         super().__init__(self.line)
 
 
+def call_scale(policy: Policy) -> float | None:
+    """The scale an implementation is handed: None under the default (its own 1/sqrt(E)),
+    1.0 with no scaling, else the float64 nearest ``1/sqrt(D)`` (:func:`~exactattn.call.float_scale`).
+
+    >>> call_scale(Policy()), call_scale(Policy(scale="none")), call_scale(Policy(scale="1/sqrt(2)"))
+    (None, 1.0, 0.7071067811865476)
+    """
+    if policy.scale == DEFAULT_SCALE:
+        return None
+    return 1.0 if policy.scale is None else float_scale(policy.scale)
+
+
 def make_call(problem, policy: Policy, dtype: str, lse: str | None = None) -> Call:
     """The :class:`Call` for a problem whose entries are floats of ``dtype``.
 
@@ -244,17 +257,32 @@ def make_call(problem, policy: Policy, dtype: str, lse: str | None = None) -> Ca
                                 otypes=[np.float64])(m)
         if rank < 4:
             mask = mask.reshape(mask.shape[4 - rank:])
-    scale = None if policy.scale == DEFAULT_SCALE else \
-        1.0 if policy.scale is None else float_scale(policy.scale)
     keep = problem.dropout_keep
     if keep is not None and rank < 4:
         keep = keep.reshape(keep.shape[4 - rank:])
-    return Call(q, k, v, dtype, scale, policy.causal, policy.alignment, mask, policy.gqa,
-                policy.window, policy.query_offset,
-                None if policy.softcap is None else float(policy.softcap),
-                None if policy.sink is None else float(policy.sink), policy.alibi, policy.head,
-                policy.rope, None if policy.dropout is None else float(policy.dropout), keep,
-                lse)
+    return policy_call(q, k, v, policy, dtype, attn_mask=mask, dropout_mask=keep, lse=lse)
+
+
+def policy_call(query, key, value, policy: Policy, dtype: str, *, attn_mask=None,
+                dropout_mask=None, lse: str | None = None) -> Call:
+    """The :class:`Call` of float64 arrays under ``policy``: the one reading of a policy into a call.
+
+    The scale is :func:`call_scale`'s; soft-cap, sink and dropout p are the
+    float64 nearest their exact values; positions, ALiBi, RoPE and the GQA
+    map are the policy's.  ``attn_mask`` is in SDPA's convention (booleans
+    True = attend, or additive float64).
+
+    >>> c = policy_call(np.zeros((2, 1)), np.zeros((3, 1)), np.zeros((3, 1)),
+    ...                 Policy(causal=True, sink="1/2"), "float32")
+    >>> c.is_causal, c.sink, c.scale
+    (True, 0.5, None)
+    """
+    def floated(x):
+        return None if x is None else float(x)
+    return Call(query, key, value, dtype, call_scale(policy), policy.causal, policy.alignment,
+                attn_mask, policy.gqa, policy.window, policy.query_offset,
+                floated(policy.softcap), floated(policy.sink), policy.alibi, policy.head,
+                policy.rope, floated(policy.dropout), dropout_mask, lse)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,13 @@ dQ and dK are sums that cancel (every row of dS sums to 0), so a tiny entry
 of them is judged by its error at the terms: the plain ULP count of an entry
 near 0 says nothing about the kernel.
 
+The call's modifiers that exact gradients take come along: sinks, ALiBi (each
+problem head its model head's slope), windows and query offsets, dropout with
+the problem's keep-mask (:func:`exactattn.gradients.block_inputs`).  For
+float32 the exact entries are rounded from the certified float64 enclosures
+(:mod:`exactattn.gradients.floats`) where those decide them.
+:func:`search_backward` is the forward search scored by this check.
+
 >>> from exactattn.verify.problem import Problem
 >>> p = Problem.from_arrays([[0], [1]], [[0], [1]], [[1], [3]])
 >>> report = verify_backward("numpy", p, dtype="float64", d_out=[[1], [1]])
@@ -45,7 +52,7 @@ from .problem import Problem
 from .reference import Reference
 
 __all__ = ["BackwardEntry", "GRADS", "backward_tolerance", "exact_gradients", "random_d_out",
-           "verify_backward"]
+           "search_backward", "verify_backward"]
 
 #: the gradients a backward check compares, in report order
 GRADS = ("dQ", "dK", "dV")
@@ -65,8 +72,7 @@ class ExactGradients:
     """The exact gradients of every head of a problem: one block per (batch, key/value head)."""
 
     def __init__(self, problem: Problem, policy: Policy, d_out: np.ndarray):
-        from ..gradients import Gradients
-        from ..gradients.backward import check_policy
+        from ..gradients import Gradients, block_inputs, check_policy
         check_policy(policy)
         sh = problem.shape
         self.shape = sh
@@ -79,17 +85,21 @@ class ExactGradients:
         self.blocks = {}
         for b in range(sh["B"]):
             for g, hs in self.heads.items():
-                queries, dO, keep, offsets = [], [], [], []
-                for h in hs:
-                    mask = problem.block_mask(b, h)
+                queries, dO, keep, offsets, factors = [], [], [], [], []
+                for h in hs:       # problem head h is model head policy.head + h (ALiBi)
+                    hp = policy if policy.alibi is None else policy.replace(head=policy.head + h)
+                    drop = None if problem.dropout_keep is None else problem.dropout_keep[b, h]
+                    block = block_inputs(hp, L, S, problem.block_mask(b, h), drop)
                     queries += problem.query[b, h].tolist()
                     dO += d_out[b, h].tolist()
-                    keep.append(policy.keep(L, S, mask))
-                    offsets += [None if mask is None else mask.offsets(i) for i in range(L)]
+                    keep.append(block["keep"])
+                    offsets += block["offsets"] or [None] * L
+                    factors += block["factors"] or [[1] * S] * L
                 self.blocks[(b, g)] = Gradients(
                     queries, problem.key[b, g].tolist(), problem.value[b, g].tolist(), dO,
                     keep=np.concatenate(keep), offsets=offsets, divisor_squared=d2,
-                    empty_row=policy.empty_row)
+                    empty_row=policy.empty_row, sink=policy.sink,
+                    factors=None if problem.dropout_keep is None else factors)
 
     def locate(self, name: str, b: int, h: int, i: int, c: int):
         """(block, row, column) of one entry (h is the query head for dQ, else the kv head)."""
@@ -125,6 +135,10 @@ class ExactGradients:
             block, start, _ = self.locate(name, b, h, 0, 0)
             mags[b, h] = block.magnitudes()[name][start:start + shape[2]]
             todo = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
+            if fmt.name == "float32":
+                todo = self._from_floats(block, name, start, shape, (b, h), rounded, balls)
+            if not todo:
+                continue
 
             def attempt(p):
                 nonlocal todo
@@ -146,6 +160,35 @@ class ExactGradients:
                 f, ball = Reference.round_exact(block.value(name, start + i, c), fmt, 4 * prec)
                 rounded[b, h, i, c], balls[b, h, i, c] = f, ball
         return rounded, balls, mags
+
+
+    @staticmethod
+    def _from_floats(block, name, start, shape, at, rounded, balls) -> list:
+        """Round to float32 from the certified float64 enclosures
+        (:mod:`exactattn.gradients.floats`): an entry whose two ends (pushed one float64
+        outwards) round to one float32 is that float32 (rounding is monotonic); returns the
+        entries left (ends that differ, zeros of uncertain sign, NaN rows)."""
+        from flint import arb
+        got = block.enclosures()
+        cells = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
+        if got is None:
+            return cells
+        m, r = (a[start:start + shape[2]] for a in got[name])
+        with np.errstate(all="ignore"):
+            lo = np.nextafter(np.nextafter(m - r, -np.inf), -np.inf)
+            hi = np.nextafter(np.nextafter(m + r, np.inf), np.inf)
+            f_lo, f_hi = lo.astype(np.float32), hi.astype(np.float32)
+        ok = (f_lo == f_hi) & np.isfinite(f_lo) & (np.signbit(f_lo) == np.signbit(f_hi))
+        rows = np.array([block.atom_nan((name, start + i, 0)) for i in range(shape[2])])
+        ok &= ~rows[:, None]
+        left = []
+        for i, c in cells:
+            if ok[i, c]:
+                rounded[at + (i, c)] = float(f_lo[i, c])
+                balls[at + (i, c)] = arb(float(m[i, c]), float(r[i, c]))
+            else:
+                left.append((i, c))
+        return left
 
 
 def exact_gradients(problem: Problem, policy: Policy | None, d_out) -> ExactGradients:
@@ -227,7 +270,7 @@ def verify_backward(impl, problem: Problem, policy: Policy | None = None,
 
     Reference: Dao et al. 2022 (FlashAttention), Algorithm 4, for the backward pass.
     """
-    from ..gradients.backward import check_policy
+    from ..gradients import check_policy
     impl = load_backward(impl, arrays=arrays)
     fmt = float_format(dtype)
     policy = check_policy(policy or Policy())
@@ -302,3 +345,33 @@ def verify_backward(impl, problem: Problem, policy: Policy | None = None,
     t3 = time.perf_counter()
     return Report(impl.name, dtype, policy, rounded_problem, entries, tol, moved, ref,
                   {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes, raised=raised)
+
+
+def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, *,
+                    examples: int = 100, seed: int = 0, max_size: int = 4, measure: str = "ulps",
+                    max_ulps: int | None = None, arrays: str = "numpy"):
+    """The input whose dQ, dK or dV ``impl`` gets most wrong, found and shrunk by Hypothesis.
+
+    The forward search (:func:`exactattn.verify.search.search`: its inputs,
+    its two runs, its limits and scores) with every drawn problem scored by
+    :func:`verify_backward` instead of the forward check; the upstream gradient
+    of a problem is :func:`random_d_out` of ``seed`` (so the shrunk reproducer
+    runs again with ``--spec FILE --backward --seed SEED``).  Returns a
+    :class:`~exactattn.verify.search.SearchResult` whose report is a backward report.
+
+    Raises:
+        InputError: as :func:`~exactattn.verify.search.search` and :func:`verify_backward`.
+    """
+    from .search import search
+    impl = load_backward(impl, arrays=arrays)
+    fmt = float_format(dtype)
+    if dtype not in impl.dtypes:
+        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
+                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
+    from ..gradients import check_policy
+    check_policy(policy or Policy())
+
+    def check(problem: Problem) -> Report:
+        return verify_backward(impl, problem, policy, fmt.name, seed=seed, max_ulps=max_ulps)
+    return search(impl, dtype, policy, examples=examples, seed=seed, max_size=max_size,
+                  measure=measure, max_ulps=max_ulps, check=check)

@@ -9,10 +9,13 @@ gradient ``d_out`` (same rank and dtype as the output) and returns
   same call the forward check makes), any of the four dtypes;
 * ``numpy`` / ``numpy-naive``: a float reference backward in numpy (float64,
   float32, float16): the softmax with the row maximum subtracted (``numpy``)
-  or without (``numpy-naive``), then ``dV = P^T dO``, ``dP = dO V^T``,
-  ``D = rowsum(dO * O)``, ``dS = P (dP - D)``, ``dQ = scale dS K``,
-  ``dK = scale dS^T Q``; grouped heads add their dK and dV into the key/value
-  head they read.  A row with no visible key is 0/0 = NaN, as in the forward;
+  or without (``numpy-naive``), the modifiers of the forward ``numpy``
+  (ALiBi bias, windows, the sink as one more column of the softmax, dropout
+  factors ``M = keep / (1 - p)`` on the weights ``W = P M``), then ``dV = W^T
+  dO``, ``dP = M (dO V^T)``, ``D = rowsum(dO * O)``, ``dS = P (dP - D)``,
+  ``dQ = scale dS K``, ``dK = scale dS^T Q``; grouped heads add their dK and
+  dV into the key/value head they read.  A row with no visible key (and no
+  sink) is 0/0 = NaN, as in the forward;
 * ``module:function``: ``f(query, key, value, grad_out, *, attn_mask=None,
   is_causal=False, scale=None, enable_gqa=False)`` returning ``(dq, dk, dv)``,
   called through :class:`~exactattn.verify.adapter.FunctionImpl`'s argument
@@ -109,20 +112,35 @@ class NumpyBackward(BackwardImpl):
         scale = dt(1) / np.sqrt(dt(E)) if call.scale is None else dt(call.scale)
         with np.errstate(all="ignore"):
             s = (q @ np.swapaxes(k, -1, -2)) * scale
-            if call.positional:        # causal, window, query offset: the one rule
-                s = np.where(call.keep(), s, dt(-np.inf))
+            if call.alibi is not None:
+                s = s + call.alibi_bias().astype(dt)
+            seen = call.keep() if call.positional else None
             if call.attn_mask is not None:
-                if call.attn_mask.dtype == bool:
-                    s = np.where(call.attn_mask, s, dt(-np.inf))
-                else:
-                    s = s + call.attn_mask.astype(dt)
+                m = call.attn_mask
+                if m.dtype != bool:
+                    s = s + np.where(np.isneginf(m), 0, m).astype(dt)
+                    m = ~np.isneginf(m)
+                seen = m if seen is None else seen & m
+            if seen is not None:
+                s = np.where(seen, s, dt(-np.inf))
+                unseen = ~np.any(seen, axis=-2)[..., :, None]     # keys no query sees
+                v, k = np.where(unseen, dt(0), v), np.where(unseen, dt(0), k)
+            if call.sink is not None:
+                s = np.concatenate([s, np.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
             if not self.naive:
                 s = s - s.max(axis=-1, keepdims=True)
             e = np.exp(s)
             p = e / e.sum(axis=-1, keepdims=True)
-            o = p @ v
-            dv = np.swapaxes(p, -1, -2) @ do
+            if call.sink is not None:
+                p = p[..., :-1]
+            factors = None if call.dropout_p is None else \
+                np.where(call.dropout_mask, dt(1) / (dt(1) - dt(call.dropout_p)), dt(0))
+            w = p if factors is None else p * factors
+            o = w @ v
+            dv = np.swapaxes(w, -1, -2) @ do
             dp = do @ np.swapaxes(v, -1, -2)
+            if factors is not None:
+                dp = dp * factors
             dd = (do * o).sum(axis=-1, keepdims=True)
             ds = p * (dp - dd)
             dq = (ds @ k) * scale

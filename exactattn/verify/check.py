@@ -266,9 +266,7 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     """
     impl = load_impl(impl)
     fmt = float_format(dtype)
-    policy = policy or Policy()
-    if problem.mask is not None and problem.mask_kind != policy.mask_kind:
-        policy = policy.replace(mask_kind=problem.mask_kind)
+    policy = problem.policy_for(policy)
     if dtype not in impl.dtypes:
         raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
                          f"(got {dtype!r}){impl.dtype_hint(dtype)}")

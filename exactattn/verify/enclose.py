@@ -26,10 +26,12 @@ import numpy as np
 
 from ..digits import tighten, working_precision
 from ..exponents import fmpq_of, inv_sqrt_ball
-from ..reals import real_ball
+from ..reals import real_ball, softcap_ball
 from .formats import float_format, round_ball, round_to_format
+from .problem import empty_rows, keys_read
 
-__all__ = ["block_balls", "logit_entries", "max_abs_logit", "rounded_lse", "rounded_outputs"]
+__all__ = ["block_balls", "logit_entries", "max_abs_logit", "round_enclosed", "round_value",
+           "rounded_lse", "rounded_outputs"]
 
 
 def _rotated(mat_rows, positions, rope):
@@ -56,7 +58,7 @@ def logit_entries(ref, b: int, h: int) -> list:
     (:func:`block_balls` subtracts their row maximum first).  Hidden entries
     are left as the plain scaled scores: the caller skips them.
     """
-    from flint import arb, arb_mat
+    from flint import arb_mat
     pol = ref.head_policy(h)
     L, S = ref.L, ref.S
     if pol.rope is not None:
@@ -72,14 +74,14 @@ def logit_entries(ref, b: int, h: int) -> list:
     if pol.softcap is None and pol.alibi is None:
         return ents
     vis = ref.visible(b, h)
-    cap = None if pol.softcap is None else arb(fmpq_of(pol.softcap))
+    cap = pol.softcap
     slope = None if pol.alibi is None else real_ball(pol.alibi.slope(pol.head))
     for i in range(L):
         p = pol.query_position(i, L, S)
         for j in np.flatnonzero(vis[i]):
             x = ents[i * S + j]
             if cap is not None:
-                x = cap * (x / cap).tanh()
+                x = softcap_ball(x, cap)
             if slope is not None:
                 x = x + slope * pol.alibi.distance(p, int(j))
             ents[i * S + j] = x
@@ -103,14 +105,15 @@ def block_balls(ref, b: int, h: int, prec: int, magnitudes: bool = False):
     ents = logit_entries(ref, b, h)
     E = [arb(0)] * (L * S)
     tops = [0] * L
-    empty = set()
+    empty = empty_rows(pol, vis)       # no key and no sink: the policy's empty_row answer
+    reads = keys_read(pol, vis)        # uniform: an empty row reads every key, at logit 0
     for i in range(L):
-        row_vis = np.flatnonzero(vis[i])
-        if len(row_vis) == 0:
-            if pol.sink is None:
-                empty.add(i)
-                if pol.empty_row == "uniform":
-                    E[i * S:(i + 1) * S] = [arb(1)] * S
+        row_vis = np.flatnonzero(reads[i])
+        if empty[i]:
+            for j in row_vis:
+                E[i * S + j] = arb(1)
+            continue
+        if len(row_vis) == 0:          # only the sink: output 0
             continue
         offsets = ref.offsets(b, h, i)
         if offsets is not None:
@@ -133,9 +136,9 @@ def block_balls(ref, b: int, h: int, prec: int, magnitudes: bool = False):
     out = [[None] * Ev for _ in range(L)]
     lse: list = [None] * L
     for i in range(L):
-        if i in empty and pol.empty_row == "nan":
+        if empty[i] and pol.empty_row == "nan":
             continue
-        if i in empty and pol.empty_row == "zero":
+        if empty[i] and pol.empty_row == "zero":
             out[i] = [arb(0)] * Ev
             lse[i] = -math.inf
             continue
@@ -147,7 +150,7 @@ def block_balls(ref, b: int, h: int, prec: int, magnitudes: bool = False):
     M = Em * arb_mat(Va)
     mags = np.zeros((L, Ev))
     for i in range(L):
-        if out[i][0] is None or (i in empty and pol.empty_row == "zero"):
+        if out[i][0] is None or (empty[i] and pol.empty_row == "zero"):
             continue
         mags[i] = [float((M[i, c] / dens[i]).mid()) for c in range(Ev)]
     return out, lse, mags
@@ -214,6 +217,25 @@ def round_value(value, dtype, prec: int = 128):
     return tighten(step, prec)
 
 
+def round_enclosed(ball, dtype, prec: int, exact, exact_prec: int):
+    """``(float, ball)``: the float an enclosure at ``prec`` bits decides, else the exact value's.
+
+    The one "bulk ball first, exact on failure" step: ``ball`` is rounded
+    both ends (:func:`~exactattn.verify.formats.round_ball`); when they
+    differ, ``exact()`` (an ``ExpRatio`` or a log-sum-exp) is rounded by
+    :func:`round_value` from ``exact_prec`` bits.
+
+    >>> from flint import arb
+    >>> from fractions import Fraction
+    >>> from exactattn.softmax import SoftmaxRow
+    >>> third = SoftmaxRow([Fraction(0)] * 3, None).share(0)
+    >>> round_enclosed(arb(1, 1), "float32", 64, lambda: third, 128)[0]
+    0.3333333432674408
+    """
+    f = round_ball(ball, dtype, prec)
+    return (f, ball) if f is not None else round_value(exact(), dtype, exact_prec)
+
+
 def rounded_lse(ref, dtype: str, base: str, prec: int):
     """Every row's log-sum-exp correctly rounded to ``dtype``: ``(rounded, balls)``, B x H_q x L.
 
@@ -236,10 +258,8 @@ def rounded_lse(ref, dtype: str, base: str, prec: int):
                     continue
                 if base == "2":
                     x = x / log2
-                f = round_ball(x, fmt, prec)
-                if f is None:
-                    f, x = round_value(ref.lse(b, h, i, base), fmt, 2 * prec)
-                rounded[b, h, i], balls[b, h, i] = f, x
+                rounded[b, h, i], balls[b, h, i] = round_enclosed(
+                    x, fmt, prec, lambda: ref.lse(b, h, i, base), 2 * prec)
     return rounded, balls
 
 

@@ -59,7 +59,7 @@ from ..errors import InputError, shorten
 from .adapter import NUMPY_DTYPES, Call, FunctionImpl, Impl, ImplRaised, make_call
 
 __all__ = ["Call", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl", "TorchImpl",
-           "flop_counts", "load_impl", "make_call"]
+           "composed", "count_flops", "flop_counts", "load_impl", "make_call", "sdpa_arguments"]
 
 
 class NumpyImpl(Impl):
@@ -233,46 +233,65 @@ class TorchImpl(Impl):
         Raises:
             ImplRaised: SDPA refused the call.
         """
-        import torch
         import torch.nn.functional as F
-        dt = getattr(torch, call.dtype)
         if composed(call):
             return self.composed(call, q, k, v)[0]
-        if call.rope is not None:
-            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
-        kwargs: dict = {"scale": call.scale}
-        if call.enable_gqa:
-            if call.gqa == "interleave":
-                kwargs["enable_gqa"] = True
-            else:
-                reps = q.shape[-3] // k.shape[-3]
-                shape = [1] * k.dim()
-                shape[-3] = reps
-                k, v = k.repeat(*shape), v.repeat(*shape)
-        mask = call.attn_mask
-        plain = call.window is None and call.query_offset is None and call.alibi is None
-        if call.is_causal and mask is None and plain and (call.alignment == "top_left"
-                                                          or self.lower_right_bias):
-            if call.alignment == "top_left":
-                kwargs["is_causal"] = True
-            else:
-                import warnings
-                from torch.nn.attention.bias import causal_lower_right
-                with warnings.catch_warnings():   # "NaNs when L > S": verify checks what it gives
-                    warnings.simplefilter("ignore", UserWarning)
-                    kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
-        elif mask is not None or call.positional or call.alibi is not None:
-            # SDPA takes one of the two: fold the causal rule (and a window) in; ALiBi is a bias
-            mask = call.mask_in(None if call.alibi is None else "additive", fold=True)
-            if call.alibi is not None:
-                mask = call.alibi_bias() if mask is None else mask + call.alibi_bias()
-            t = torch.from_numpy(np.ascontiguousarray(mask))
-            kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
+        q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
         try:
             return F.scaled_dot_product_attention(q, k, v, **kwargs)
         except Exception as e:     # e.g. a dtype or shape this build of SDPA refuses
             raise ImplRaised(e) from e
+
+
+def sdpa_arguments(call: Call, q, k, v, *, lower_right_bias: bool = True):
+    """``(q, k, v, kwargs)``: the call in ``torch.nn.functional.scaled_dot_product_attention``'s terms.
+
+    The one translation of a call (a policy's scale, causal rule and
+    alignment, window, query offset, ALiBi, RoPE and GQA map) into SDPA's
+    arguments, for :class:`TorchImpl` and the FLOP-counter audit
+    (:mod:`exactattn.cost.counters`).  q, k, v are torch tensors of the
+    call's shapes; RoPE rotates q and k; GQA ``tile`` repeats k and v.
+    ``top_left`` causal is ``is_causal=True``; ``bottom_right`` is
+    ``causal_lower_right(L, S)`` (or, without ``lower_right_bias``, a folded
+    boolean mask); with an explicit mask, a window, a query offset or ALiBi
+    everything is folded into one ``attn_mask`` (additive under ALiBi).
+    ``scale`` is passed only when the call sets one.  Soft-caps, sinks,
+    dropout and log-sum-exps are not SDPA arguments (:func:`composed`).
+    """
+    import torch
+    dt = getattr(torch, call.dtype)
+    if call.rope is not None:
+        q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+        k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+    kwargs: dict = {} if call.scale is None else {"scale": call.scale}
+    if call.enable_gqa:
+        if call.gqa == "interleave":
+            kwargs["enable_gqa"] = True
+        else:
+            reps = q.shape[-3] // k.shape[-3]
+            shape = [1] * k.dim()
+            shape[-3] = reps
+            k, v = k.repeat(*shape), v.repeat(*shape)
+    mask = call.attn_mask
+    plain = call.window is None and call.query_offset is None and call.alibi is None
+    if call.is_causal and mask is None and plain and (call.alignment == "top_left"
+                                                      or lower_right_bias):
+        if call.alignment == "top_left":
+            kwargs["is_causal"] = True
+        else:
+            import warnings
+            from torch.nn.attention.bias import causal_lower_right
+            with warnings.catch_warnings():   # "NaNs when L > S": verify checks what it gives
+                warnings.simplefilter("ignore", UserWarning)
+                kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
+    elif mask is not None or call.positional or call.alibi is not None:
+        # SDPA takes one of the two: fold the causal rule (and a window) in; ALiBi is a bias
+        mask = call.mask_in(None if call.alibi is None else "additive", fold=True)
+        if call.alibi is not None:
+            mask = call.alibi_bias() if mask is None else mask + call.alibi_bias()
+        t = torch.from_numpy(np.ascontiguousarray(mask))
+        kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
+    return q, k, v, kwargs
 
 
 def composed(call: Call) -> bool:
@@ -377,14 +396,24 @@ def flop_counts(problem, policy: Policy, dtype: str) -> dict:
     """
     impl = TorchImpl(lower_right_bias=False)
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.utils.flop_counter import FlopCounterMode
     rounded, _ = problem.rounded(dtype)
     call = make_call(rounded, policy, dtype)
-    out = {}
-    with FlopCounterMode(display=False) as fc:
-        impl(call)
-    out["fused"] = int(fc.get_total_flops())
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
-        impl(call)
-    out["math"] = int(fc.get_total_flops())
+    out = {"fused": int(count_flops(lambda: impl(call)))}
+    with sdpa_kernel(SDPBackend.MATH):
+        out["math"] = int(count_flops(lambda: impl(call)))
     return out
+
+
+def count_flops(run) -> int:
+    """The FLOPs ``torch.utils.flop_counter.FlopCounterMode`` reports while ``run()`` runs.
+
+    The one place exactattn runs torch's counter (:func:`flop_counts`, and the
+    ``torch`` counter of the FLOP-counter audit).
+
+    Raises:
+        ImportError: torch is not installed.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as mode:
+        run()
+    return mode.get_total_flops()

@@ -35,7 +35,7 @@ from ..options import check_choice, check_whole
 from .formats import float_format, round_to_format
 from .limits import check_inputs
 
-__all__ = ["Problem", "random_problem"]
+__all__ = ["Problem", "empty_rows", "keys_read", "random_problem"]
 
 
 def _dims(shape) -> str:
@@ -257,6 +257,19 @@ class Problem:
         return {"B": B, "H_q": Hq, "H_kv": self.key.shape[1], "L": L, "S": self.key.shape[2],
                 "E": E, "E_v": self.value.shape[3]}
 
+    def policy_for(self, policy: Policy | None = None) -> Policy:
+        """The policy this problem is read under: ``policy`` (default :class:`Policy`) with the
+        problem's own ``mask_kind`` when it has a mask.
+
+        >>> p = Problem.from_arrays([[1]], [[1]], [[1]], [["-inf"]], mask_kind="additive")
+        >>> p.policy_for().mask_kind, Problem.from_arrays([[1]], [[1]], [[1]]).policy_for().mask_kind
+        ('additive', 'bool_keep')
+        """
+        policy = policy or Policy()
+        if self.mask is not None and self.mask_kind != policy.mask_kind:
+            policy = policy.replace(mask_kind=self.mask_kind)
+        return policy
+
     def block_mask(self, b: int, h: int) -> Mask | None:
         """The explicit mask of batch b, query head h (a :class:`~exactattn.call.Mask`), or None."""
         if self.mask is None:
@@ -344,8 +357,8 @@ class Problem:
         Key j of batch b and key/value head g may hold non-finite numbers
         when every query of every query head reading g (the policy's GQA map)
         has key j hidden (``Policy.keep`` with the mask); the exact answer
-        never reads it.  (Under ``empty_row=uniform`` without a sink, a query
-        that sees no key reads every value.)
+        never reads it (:func:`keys_read`: under ``empty_row=uniform`` an
+        empty row reads every value).
 
         Raises:
             InputError: a non-finite entry a query sees, named in the caller's rank.
@@ -364,10 +377,9 @@ class Problem:
         for a, (b, g, j, c) in bad:
             if (b, g) not in seen:
                 heads = [h for h in range(sh["H_q"]) if policy.kv_head(h, sh["H_q"], sh["H_kv"]) == g]
-                keeps = [policy.keep(sh["L"], sh["S"], self.block_mask(b, h)) for h in heads]
-                if policy.empty_row == "uniform" and policy.sink is None:
-                    keeps = [k | ~k.any(axis=1, keepdims=True) for k in keeps]
-                seen[(b, g)] = np.logical_or.reduce([k.any(axis=0) for k in keeps])
+                reads = [keys_read(policy, policy.keep(sh["L"], sh["S"], self.block_mask(b, h)))
+                         for h in heads]
+                seen[(b, g)] = np.logical_or.reduce([k.any(axis=0) for k in reads])
             if seen[(b, g)][j]:
                 x = (self.key if a == 1 else self.value)[b, g, j, c]
                 where = self.labels[a] + _index_text((b, g, j, c)[4 - self.rank:])
@@ -399,6 +411,38 @@ class Problem:
                 tuple(self.query.reshape(-1)), tuple(self.key.reshape(-1)),
                 tuple(self.value.reshape(-1)), self.mask_kind, mask,
                 None if self.dropout_keep is None else tuple(self.dropout_keep.reshape(-1)))
+
+
+def empty_rows(policy: Policy, keep: np.ndarray) -> np.ndarray:
+    """Which rows are empty: they see no key and the policy has no sink (the one predicate).
+
+    ``keep`` is ... x L x S booleans (``Policy.keep``, True = the query sees
+    the key); the result is ... x L.  An empty row gets the policy's
+    ``empty_row`` answer (zero, uniform or NaN); a row with a sink is never
+    empty (every key hidden: the sink takes the whole share, output 0), as in
+    :class:`~exactattn.softmax.SoftmaxRow`.
+
+    >>> keep = np.array([[True, False], [False, False]])
+    >>> empty_rows(Policy(), keep).tolist(), empty_rows(Policy(sink="0"), keep).tolist()
+    ([False, True], [False, False])
+    """
+    keep = np.asarray(keep, dtype=bool)
+    if policy.sink is not None:
+        return np.zeros(keep.shape[:-1], dtype=bool)
+    return ~keep.any(axis=-1)
+
+
+def keys_read(policy: Policy, keep: np.ndarray) -> np.ndarray:
+    """The keys each row's output reads (... x L x S booleans): the visible ones, and every key
+    of an :func:`empty_rows` row under ``empty_row=uniform`` (1/S each).
+
+    >>> keys_read(Policy(empty_row="uniform"), np.array([[True, False], [False, False]])).tolist()
+    [[True, False], [True, True]]
+    """
+    keep = np.asarray(keep, dtype=bool)
+    if policy.empty_row != "uniform":
+        return keep
+    return keep | empty_rows(policy, keep)[..., None]
 
 
 def _keep_blocks(keep, shape: tuple) -> np.ndarray:

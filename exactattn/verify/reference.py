@@ -40,7 +40,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call import Policy
+from ..call import MODIFIER_FIELDS, Policy
 from ..errors import InputError
 from ..logits import dropout_factors, rope_score, softmax_row
 from ..lse import LogSumExp
@@ -84,9 +84,7 @@ class Reference:
 
     def __init__(self, problem: Problem, policy: Policy | None = None):
         self.problem = problem
-        policy = policy or Policy()
-        if problem.mask is not None and problem.mask_kind != policy.mask_kind:
-            policy = policy.replace(mask_kind=problem.mask_kind)
+        policy = problem.policy_for(policy)
         self.policy = policy
         problem.check_nonfinite(policy)
         if (policy.dropout is None) != (problem.dropout_keep is None):
@@ -240,8 +238,8 @@ class Reference:
         """
         pol = self.policy
         out = []
-        for name in ("window", "query_offset", "sink", "alibi", "softcap", "rope", "dropout"):
-            if getattr(pol, name) is None:
+        for name in MODIFIER_VALUES:       # the table's order; its Policy fields only
+            if name not in MODIFIER_FIELDS or getattr(pol, name) is None:
                 continue
             kind, why = MODIFIER_VALUES[name]
             if name == "alibi" and all(isinstance(self.head_policy(h).alibi.slope(

@@ -96,7 +96,7 @@ def _score(report: Report, measure: str) -> float:
 
 def search(impl, dtype: str = "float32", policy: Policy | None = None, *, examples: int = 100,
            seed: int = 0, max_size: int = 4, measure: str = "ulps",
-           max_ulps: int | None = None) -> SearchResult:
+           max_ulps: int | None = None, check=None) -> SearchResult:
     """Search with Hypothesis for the input with the largest error, and shrink it to a small reproducer.
 
     A first run of ``examples`` inputs steers towards large errors (score:
@@ -106,6 +106,11 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
 
     Shrinking stops after :data:`~exactattn.verify.limits.SHRINK_TRIES`
     tries (``result.stopped``); nothing is written to disk.
+
+    ``check`` (optional) scores a drawn problem instead of :func:`verify`: a
+    function ``problem -> Report`` (the backward search,
+    :func:`exactattn.verify.backward.search_backward`, passes its own); ``impl``
+    is then used only for its ``name``.
 
     Raises:
         InputError: a bad ``examples``, ``max_size``, ``seed`` or ``measure``;
@@ -122,7 +127,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     check_whole(seed, "seed", low=0)
     check_choice(measure, "measure", ("ulps", "terms"))
     check_search(examples, max_size)
-    impl = load_impl(impl)
+    impl = load_impl(impl) if check is None else impl
     float_format(dtype)
     policy = policy or Policy()
     check_scale(policy, dtype)
@@ -144,7 +149,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     def score(p: Problem):
         key = p.key_of()
         if key not in cache:
-            r = verify(impl, p, policy, dtype, max_ulps=max_ulps)
+            r = verify(impl, p, policy, dtype, max_ulps=max_ulps) if check is None else check(p)
             cache[key] = (_score(r, measure), r)
         return cache[key]
 

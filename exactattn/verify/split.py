@@ -119,17 +119,16 @@ class SplitMerge:
 
 
 def _lse_equal(a: LogSumExp, b: LogSumExp) -> bool:
-    """Two exact log-sum-exps are equal (their normalisers, exactly; certified rows by structure)."""
+    """Two exact log-sum-exps are equal: their normalisers are, exactly (the exact sign of
+    their difference, :class:`~exactattn.exponents.ExpPoly`); over certified rows, by structure.
+
+    (LogSumExp compares only with rationals; this belongs there as ``==``.)
+    """
     if a.neg_inf or b.neg_inf:
         return a.neg_inf and b.neg_inf
     ra, rb = a.row, b.row
     if ra.certified or rb.certified:
-        def terms(r):
-            out: dict = {}
-            for g, c in r.counts.items():
-                out[g] = out.get(g, 0) + c
-            return out
-        return ra.certified and rb.certified and terms(ra) == terms(rb)
+        return ra.certified and rb.certified and ra.counts == rb.counts
     from ..exponents import ExpPoly
     one = ExpPoly((), {(Fraction(0),): Fraction(1)})
     return ra.poly(ra.counts).times_minus(one, rb.poly(rb.counts), one).sign() == 0

@@ -1,0 +1,88 @@
+"""``exactattn backward``: the backward pass of a worked example, table by table, to check by hand.
+
+The forward walkthrough (``exactattn walkthrough``) read backwards: for a
+stated upstream gradient ``--d-out`` (default: the loss "sum of the last
+output column", ``dO_i = (0, ..., 0, 1)`` for every token), the shares, ``dP
+= dO V^T``, ``D_i``, ``dS``, the closed forms, ``dQ``, ``dK``, ``dV`` and the
+weight and bias gradients (:mod:`exactattn.backward_tables`), every number
+exact or certified.  The modifier flags apply as in the table commands
+(sinks, ALiBi, windows; soft-capping and RoPE are refused with one line).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import InputError, shorten
+from ..options import places
+from ..render import FORMATS, render
+
+HELP = "the backward pass of a worked example (dO, P, dP, D, dS, dQ, dK, dV, dW) to check by hand"
+#: the most tokens the backward walkthrough prints (its closed forms grow with the call)
+MAX_TOKENS = 32
+
+
+def register(sub) -> None:
+    from .modifier_flags import add_flags
+    from .tables import add_format_option, add_source_options
+    p = sub.add_parser("backward", help=HELP, description=HELP + ".")
+    add_source_options(p)
+    p.add_argument("--d-out", metavar="ROWS",
+                   help="the upstream gradient dO: one row for every token ('0,0,0,1') or one "
+                        "row per token separated by ';' ('1,0;0,1'); exact numbers such as 1/2 "
+                        "(default: 0, ..., 0, 1 for every token)")
+    p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
+                   help="decimal places of values that are not exact (certified; default 4)")
+    add_format_option(p, FORMATS)
+    add_flags(p, lse=False, dropout=False)
+    p.set_defaults(func=run)
+
+
+def parse_d_out(text: str | None, n: int, d_v: int) -> list[list]:
+    """The ``--d-out`` rows (n x d_v), exactly; a single row is every token's.
+
+    Raises:
+        InputError: a row of the wrong width, a number that is not exact, a count of rows
+            that is neither 1 nor n.
+    """
+    from ..exact import to_matrix
+    if text is None:
+        return [[0] * (d_v - 1) + [1] for _ in range(n)]
+    rows = [r.strip() for r in text.split(";")]
+    if len(rows) not in (1, n):
+        raise InputError(f"--d-out must have 1 or {n} rows (got {len(rows)}: "
+                         f"{shorten(text, quote=True)}); separate rows with ';'")
+    cells = [[c.strip() for c in r.split(",")] for r in rows]
+    for r in cells:
+        if len(r) != d_v:
+            raise InputError(f"--d-out rows must have {d_v} numbers like the values (got "
+                             f"{len(r)}: {shorten(','.join(r), quote=True)})")
+    m = to_matrix(cells, name="--d-out")
+    return m * n if len(m) == 1 else m
+
+
+def run(args) -> int:
+    from ..backward_tables import backward_sections
+    from ..gradients import head_gradients
+    from .tables import apply_modifiers, load_source
+    for flag, field in (("--softcap", "softcap"), ("--rope", "rope")):
+        if getattr(args, field, None) is not None:
+            raise InputError(f"{flag} must come without backward (got {flag}); soft-capped and "
+                             "rotary scores are transcendental, so their gradients are not "
+                             "exact here")
+    ex = apply_modifiers(load_source(args), args)
+    n = len(ex.x)
+    if n > MAX_TOKENS:
+        raise InputError(f"the example must have at most {MAX_TOKENS} tokens for the backward "
+                         f"walkthrough (got {n}); use exactattn.gradients from Python")
+    d_out = parse_d_out(args.d_out, n, ex.head.d_v)
+    hg = head_gradients(ex.head, ex.x, d_out)
+    sections = backward_sections(ex, hg, args.digits, closed_forms=args.format == "json")
+    g = hg.call
+    meta = {"example": ex.name, "mode": "backward", "digits": args.digits,
+            "layout": ex.head.layout, "generators": g.terms.generator_text(),
+            "d_out": [[str(x) for x in r] for r in g.d_out]}
+    if ex.head.policy.modifiers():
+        meta["policy"] = ex.head.policy.modifiers()
+    sys.stdout.write(render(sections, args.format, meta))
+    return 0

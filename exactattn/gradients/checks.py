@@ -1,0 +1,344 @@
+"""The exact properties of a call's gradients, as checks usable from Python (and by ``prove``).
+
+Each ``check_*`` takes a :class:`~exactattn.gradients.backward.Gradients` and
+returns a :class:`Check` (``holds``, and one line per finding); every test is
+exact (polynomial identities in the transcendentals of the call) or, for the
+finite difference, certified by interval arithmetic:
+
+* :func:`check_rows_sum_to_zero`: ``sum_j dS_ij = 0`` for every row (the
+  sink's column included): ``sum_j P_ij (dP_ij - D_i) = D_i - D_i``;
+* :func:`check_jacobian`: the softmax Jacobian ``J = diag(p) - p p^T`` of each
+  row is symmetric, its rows sum to 0, and ``J dP = dS``;
+* :func:`check_key_bias`: the gradient of a key bias, ``sum_j dK_j = scale
+  sum_i q_i sum_j dS_ij``, is exactly 0; with a sink it is ``-scale sum_i q_i
+  dS_i,sink`` instead (the sink's logit does not move with the bias);
+* :func:`check_shift_invariance`: adding one constant to every logit of the
+  call (the sink's too) changes no gradient;
+* :func:`check_finite_difference`: ``(L(x + h) - L(x - h)) / 2h`` for the loss
+  ``L = sum dO * O``, enclosed in ``arb`` from the forward pass alone, agrees
+  with the gradient to within ``h M2`` (mean value theorem), where ``M2``
+  bounds ``|L''|`` near x: the shares of a row are a softmax whose logits move
+  along ``a x``, so ``L_i'' = E[(g - Eg)(a - Ea)^2]`` (a third joint
+  cumulant) and ``|L_i''| <= range(g) range(a)^2 / 4`` (Popoviciu), with ``g``
+  the row's weights' coefficients ``sum_c dO_ic M_ij V_jc``.
+
+:func:`softmax_backward` and :func:`softmax_jacobian` are the rules the checks
+state, written for any numbers (sympy expressions included), for the proofs.
+
+>>> from exactattn.call import Policy
+>>> from exactattn.gradients import gradients
+>>> g = gradients([[1], [2]], [[1], [0]], [[1], [3]], [[2], [1]], Policy(scale="none"))
+>>> check_rows_sum_to_zero(g).holds, check_key_bias(g).holds
+(True, True)
+>>> check_finite_difference(g, ("Q", 1, 0)).lines[0]
+'dL/dQ[1][0]: gradient -0.2100, finite difference within 2^-32 * 0.5000 + 2^-80 of it (certified)'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Sequence
+
+from .values import GradValue
+
+__all__ = ["Check", "WRT", "check_all", "check_finite_difference", "check_jacobian",
+           "check_key_bias", "check_rows_sum_to_zero", "check_shift_invariance",
+           "softmax_backward", "softmax_jacobian"]
+
+#: what a finite difference may perturb: an entry of Q, K, V, an offset m_ij, the sink
+WRT = ("Q", "K", "V", "m", "sink")
+
+
+@dataclass
+class Check:
+    """One property of one call's gradients: its statement, whether it holds, what was found."""
+    name: str
+    statement: str
+    holds: bool
+    lines: list[str] = field(default_factory=list)
+
+
+def softmax_backward(shares: Sequence, d_shares: Sequence) -> list:
+    """``dS_j = P_j (dP_j - sum_k P_k dP_k)``: the gradient w.r.t. a row's logits from the
+    gradient w.r.t. its shares (any numbers: Fraction, sympy).
+
+    >>> softmax_backward([Fraction(1, 2), Fraction(1, 2)], [1, 3])
+    [Fraction(-1, 2), Fraction(1, 2)]
+    """
+    d = sum(p * x for p, x in zip(shares, d_shares))
+    return [p * (x - d) for p, x in zip(shares, d_shares)]
+
+
+def softmax_jacobian(shares: Sequence) -> list[list]:
+    """``J_jk = P_j (delta_jk - P_k)``, i.e. ``diag(p) - p p^T`` (any numbers)."""
+    return [[p * ((1 if j == k else 0) - q) for k, q in enumerate(shares)]
+            for j, p in enumerate(shares)]
+
+
+def _rows(g) -> list[int]:
+    return [i for i in range(g.R) if i not in g.nan_rows]
+
+
+def _sum(g, recipe: dict, scaled: bool = False) -> GradValue:
+    return GradValue(g, recipe, scaled)
+
+
+def check_rows_sum_to_zero(g) -> Check:
+    """Every row of dS (the sink's column included) sums to exactly 0."""
+    bad = []
+    for i in _rows(g):
+        total = g.row_sum(i)
+        if not total.is_zero():
+            bad.append(f"row {i}: sum_j dS = {total.text()}")
+    return Check("rows sum to zero", "every row of dS sums to exactly 0", not bad,
+                 bad or [f"{len(_rows(g))} rows: sum_j dS_ij = 0 exactly"])
+
+
+def check_jacobian(g, rows: Sequence[int] | None = None) -> Check:
+    """Each row's softmax Jacobian is symmetric, its rows sum to 0, and ``J dP = dS``."""
+    bad = []
+    rows = _rows(g) if rows is None else rows
+    for i in rows:
+        J = g.jacobian(i)
+        dP = g.dP_matrix
+        n = g.cols
+        for j in range(n):
+            for k in range(j + 1, n):
+                if not (J[j][k] - J[k][j]).is_zero():
+                    bad.append(f"row {i}: J[{j}][{k}] != J[{k}][{j}]")
+            if not sum(J[j][1:], J[j][0]).is_zero():
+                bad.append(f"row {i}: row {j} of J does not sum to 0")
+            applied = _sum(g, {("J", i, j, k): Fraction(int(dP[i, k].p), int(dP[i, k].q))
+                               for k in range(n)})
+            if not (applied - g.value("dS", i, j)).is_zero():
+                bad.append(f"row {i}: (J dP)[{j}] != dS[{i}][{j}]")
+    return Check("softmax jacobian", "diag(p) - p p^T is symmetric, its rows sum to 0, and "
+                 "J dP = dS", not bad, bad or [f"rows {', '.join(map(str, rows))}: symmetric, "
+                                             "rows sum to 0, J dP = dS, exactly"])
+
+
+def check_key_bias(g) -> Check:
+    """``sum_j dK_jc`` (the key bias's gradient) is 0 exactly; with a sink, it has the sign
+    of ``-sum_i Q_ic dS_i,sink`` and is 0 exactly when that is."""
+    lines, ok = [], True
+    for c in range(g.E):
+        db = _sum(g, {("dK", j, c): 1 for j in range(g.S)}, g.irrational_scale is not None)
+        if g.sink is None:
+            if not db.is_zero():
+                ok = False
+                lines.append(f"column {c}: sum_j dK = {db.text()}, not 0")
+            continue
+        other = _sum(g, {("dS", i, g.S): -g.queries[i][c] for i in _rows(g)})
+        if db.sign() != other.sign():
+            ok = False
+            lines.append(f"column {c}: sum_j dK has sign {db.sign()}, -sum_i q_i dS_i,sink "
+                         f"sign {other.sign()}")
+    if ok:
+        lines.append(f"{g.E} columns: sum_j dK_jc = 0 exactly" if g.sink is None else
+                     f"{g.E} columns: sum_j dK_jc = -scale sum_i Q_ic dS_i,sink (signs agree; "
+                     "the sink keeps the key bias from cancelling)")
+    return Check("key bias", "the gradient of a key bias is exactly 0 (without a sink)", ok,
+                 lines)
+
+
+def _same(a: GradValue, b: GradValue) -> bool:
+    """Exact equality of values of two calls with the same generators (cross-multiplied)."""
+    ta, tb = a.block.terms, b.block.terms
+    if ta.generators != tb.generators or a.scaled != b.scaled or a.nan or b.nan:
+        return a.rational() is not None and a.rational() == b.rational()
+    from flint import fmpq
+    (ca, pa), (cb, pb) = a.parts(), b.parts()
+    keys = set(pa) | set(pb)
+    zero = ta.poly({})
+    diff = {k: pa.get(k, zero) - pb.get(k, zero) for k in keys}
+    diff = {k: v for k, v in diff.items() if not v.is_zero()}
+    const = ca - cb
+    if not diff:
+        return const == 0
+    squares = {k: ta.normaliser_squared(k) for k in diff}
+    total = None
+    for k, num in diff.items():
+        prod = num
+        for other, sq in squares.items():
+            if other != k:
+                prod = prod * sq
+        total = prod if total is None else total + prod
+    if const:
+        prod = fmpq(const.numerator, const.denominator)
+        for sq in squares.values():
+            prod = prod * sq
+        total = total + prod
+    return total.is_zero()
+
+
+def check_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
+    """The gradients of the call with ``shift`` added to every logit (and to the sink) are
+    exactly those of the call."""
+    from .backward import Gradients
+    offsets = g.offsets
+    rows = [[(x or 0) + shift for x in (r if r is not None else [0] * g.S)]
+            for r in (offsets if offsets is not None else [None] * g.R)]
+    other = Gradients(g.queries, g.keys, g.values, g.d_out, keep=g.keep, offsets=rows,
+                      divisor_squared=g.divisor_squared, empty_row=g.empty_row,
+                      sink=None if g.sink is None else g.sink + shift, factors=g.factors)
+    bad = []
+    for name in ("dQ", "dK", "dV", "dS"):
+        for a, b in zip(g.matrix(name), other.matrix(name)):
+            for x, y in zip(a, b):
+                if not _same(x, y):
+                    bad.append(f"{name}: {x.text()} != {y.text()}")
+    if g.sink is not None and not _same(g.dsink, other.dsink):
+        bad.append("dsink changed")
+    return Check("shift invariance", "adding one constant to every logit changes no gradient",
+                 not bad, bad[:5] or [f"shift {shift}: dQ, dK, dV, dS identical, exactly"])
+
+
+# --------------------------------------------------------------------------- finite differences
+def _loss_ball(g, Q, K, V, offsets, sink):
+    """``L = sum_ic dO_ic O_ic`` enclosed from the forward pass (the current arb precision)."""
+    from flint import arb
+    from ..exponents import fmpq_of, inv_sqrt_ball
+    from ..reals import real_ball
+    s = arb(fmpq_of(g.scale_rational))
+    if g.irrational_scale is not None:
+        s *= inv_sqrt_ball(g.irrational_scale)
+    keep = g.keep
+    total = arb(0)
+    for i in range(g.R):
+        vis = [j for j in range(g.S) if keep[i][j]]
+        if not vis and sink is None:
+            if g.empty_row != "uniform":
+                continue                         # zero rows add nothing (NaN rows excluded)
+            w = {j: arb(fmpq_of(Fraction(1, g.S) * g.factor(i, j))) for j in range(g.S)}
+        else:
+            x = {j: s * sum((arb(fmpq_of(Q[i][e])) * arb(fmpq_of(K[j][e]))
+                             for e in range(g.E)), arb(0))
+                 for j in vis}
+            if offsets is not None and offsets[i] is not None:
+                x = {j: v + real_ball(offsets[i][j] or 0) for j, v in x.items()}
+            e = {j: v.exp() for j, v in x.items()}
+            z = sum(e.values(), arb(0)) + (real_ball(sink).exp() if sink is not None else 0)
+            w = {j: v / z * arb(fmpq_of(g.factor(i, j))) for j, v in e.items()}
+        for c in range(g.Ev):
+            if g.d_out[i][c]:
+                o = sum((w[j] * arb(fmpq_of(V[j][c])) for j in w), arb(0))
+                total += arb(fmpq_of(g.d_out[i][c])) * o
+    return total
+
+
+def _second_derivative_bound(g, wrt) -> Fraction:
+    """A rational upper bound on ``|L''|`` along the perturbed entry (see the module doc)."""
+    kind = wrt[0]
+    if kind == "V":
+        return Fraction(0)
+    s2 = g.scale_rational ** 2 / (1 if g.irrational_scale is None else g.irrational_scale)
+    keep = g.keep
+    bound = Fraction(0)
+    for i in range(g.R):
+        vis = [j for j in range(g.S) if keep[i][j]]
+        if not vis and g.sink is None:
+            continue                             # constant rows do not move
+        gs = [sum((g.d_out[i][c] * g.factor(i, j) * g.values[j][c] for c in range(g.Ev)),
+                  Fraction(0)) for j in vis] + ([Fraction(0)] if g.sink is not None else [])
+        spread = max(gs) - min(gs)
+        if kind == "Q":
+            if i != wrt[1]:
+                continue
+            a = [g.keys[j][wrt[2]] for j in vis] + ([Fraction(0)] if g.sink is not None else [])
+            bound += spread * (max(a) - min(a)) ** 2 * s2 / 4
+        elif kind == "K":
+            if keep[i][wrt[1]]:
+                bound += spread * g.queries[i][wrt[2]] ** 2 * s2 / 4
+        elif kind == "sink" or (kind == "m" and i == wrt[1]):
+            bound += spread / 4
+    return bound
+
+
+def _gradient_of(g, wrt):
+    """The gradient entry of ``wrt`` as a :class:`GradValue`."""
+    kind = wrt[0]
+    if kind == "sink":
+        return g.dsink
+    name = {"Q": "dQ", "K": "dK", "V": "dV", "m": "dS"}[kind]
+    return g.value(name, *wrt[1:])
+
+
+def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *,
+                            gradient: Callable | None = None, prec: int = 256,
+                            places: int = 4) -> Check:
+    """The certified central difference of the loss ``sum dO * O`` agrees with the gradient.
+
+    ``wrt``: ``("Q", i, c)``, ``("K", j, c)``, ``("V", j, c)``, ``("m", i, j)`` (an
+    additive offset of a pair query i sees) or ``("sink",)``.  ``gradient(g, wrt, prec)``
+    (optional) returns the ``arb`` to test instead of the exact value (a backward under
+    test).  Holds when ``|FD - gradient| <= h M2`` is certified; fails when ``> h M2`` is.
+
+    Raises:
+        InputError: an unknown ``wrt``, an offset of a hidden pair, a NaN row.
+    """
+    from flint import arb
+    from ..digits import tighten
+    from ..errors import InputError
+    from ..exponents import fmpq_of
+    if not wrt or wrt[0] not in WRT:
+        raise InputError(f"wrt must start with one of {', '.join(WRT)} (got {wrt!r})")
+    if g.nan_rows:
+        raise InputError("the call must have no NaN rows for a finite difference (got "
+                         f"{len(g.nan_rows)}); use empty_row='zero' or 'uniform'")
+    if wrt[0] == "m" and not g.keep[wrt[1]][wrt[2]]:
+        raise InputError(f"wrt must be an offset of a pair the query sees (got {wrt!r})")
+    h = Fraction(h)
+    M2 = _second_derivative_bound(g, wrt)
+    bound = h * M2 + Fraction(1, 2 ** 80)
+    exact = _gradient_of(g, wrt)
+
+    def inputs(sign):
+        Q = [list(r) for r in g.queries]
+        K = [list(r) for r in g.keys]
+        V = [list(r) for r in g.values]
+        offsets = g.offsets
+        sink = g.sink
+        kind = wrt[0]
+        if kind in ("Q", "K", "V"):
+            M = {"Q": Q, "K": K, "V": V}[kind]
+            M[wrt[1]][wrt[2]] += sign * h
+        elif kind == "sink":
+            sink = sink + sign * h
+        else:
+            offsets = [list(r) if r is not None else [Fraction(0)] * g.S
+                       for r in (offsets or [None] * g.R)]
+            offsets[wrt[1]][wrt[2]] = (offsets[wrt[1]][wrt[2]] or 0) + sign * h
+        return Q, K, V, offsets, sink
+
+    def fd_at(p):
+        return (_loss_ball(g, *inputs(1)) - _loss_ball(g, *inputs(-1))) / arb(fmpq_of(2 * h))
+
+    def grad_at(p):
+        return gradient(g, wrt, p) if gradient is not None else exact.ball(p)
+
+    def step(p):
+        d = fd_at(p) - grad_at(p)
+        b = arb(fmpq_of(bound))
+        return True if abs(d) <= b else False if abs(d) > b else None
+    ok = bool(tighten(step, prec, max_prec=16 * prec))
+    from ..digits import certify, round_fraction
+    where = "dL/d" + ("sink" if wrt[0] == "sink" else wrt[0] + "".join(f"[{x}]" for x in wrt[1:]))
+    shown = exact.decimal(places) if gradient is None else certify(grad_at, places)
+    power = h.denominator.bit_length() - 1
+    h_text = f"2^-{power}" if h.numerator == 1 and h.denominator == 1 << power else str(h)
+    m2 = round_fraction(M2, places) if M2 else "0"
+    line = (f"{where}: gradient {shown}, finite difference within {h_text} * {m2} + 2^-80 of "
+            "it (certified)" if ok else
+            f"{where}: gradient {shown}, finite difference {certify(fd_at, places)}: further "
+            f"apart than {h_text} * {m2} + 2^-80 (certified)")
+    return Check("finite difference", "a finite difference at certified precision agrees "
+                 "with the gradient", ok, [line])
+
+
+def check_all(g, *, finite_differences: Sequence[tuple] = ()) -> list[Check]:
+    """Every check on ``g`` (the Jacobian on at most 4 rows; the finite differences named)."""
+    out = [check_rows_sum_to_zero(g), check_jacobian(g, _rows(g)[:4]), check_key_bias(g),
+           check_shift_invariance(g)]
+    out += [check_finite_difference(g, w) for w in finite_differences]
+    return out

@@ -27,6 +27,9 @@ import pytest  # noqa: E402
 # an entry that matches nothing in a collected file is reported as a warning.
 # (tests/test_docs_examples.py marks its own tests slow.)
 SLOW_TESTS = [
+    "tests/test_model_run.py::test_all_minilm_l6_v2_every_head_of_every_layer",  # 23-33 s
+    "tests/test_model_run.py::test_gpt2_tiny_eager_every_entry_certified_and_compared",  # ~5 s
+    "tests/test_model_run.py::test_check_command_text_and_json",  # 1.5-2.6 s
     "tests/test_gradients_verify.py::test_backward_search_finds_and_shrinks_a_wrong_backward",  # ~3 s
     "tests/test_gradients_modifiers.py::test_sink_gradients_and_dsink_equal_sympy",  # ~2.5 s
     "tests/test_gradients_modifiers.py::"

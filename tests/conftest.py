@@ -27,6 +27,11 @@ import pytest  # noqa: E402
 # an entry that matches nothing in a collected file is reported as a warning.
 # (tests/test_docs_examples.py marks its own tests slow.)
 SLOW_TESTS = [
+    "tests/test_blocks_dask.py::test_one_worker_two_workers_and_this_process_give_the_same_strings",
+    "tests/test_blocks_dask.py::test_a_worker_killed_mid_run_changes_nothing",
+    "tests/test_blocks_dask.py::test_the_scheduler_address_comes_from_the_environment",
+    "tests/test_blocks_dask.py::test_a_blocked_check_on_two_workers_matches_this_process",
+    "tests/test_blocks_dask.py::test_the_command_sends_blocks_to_a_cluster",
     "tests/test_model_run.py::test_all_minilm_l6_v2_every_head_of_every_layer",  # 23-33 s
     "tests/test_model_run.py::test_gpt2_tiny_eager_every_entry_certified_and_compared",  # ~5 s
     "tests/test_model_run.py::test_check_command_text_and_json",  # 1.5-2.6 s

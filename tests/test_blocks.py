@@ -193,7 +193,12 @@ def test_memory_sizes_parse_exactly():
     typed(memory()("2G"), 2 ** 31)
 
 
-def test_schedulers_are_checked():
+def test_schedulers_are_checked(monkeypatch):
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://10.1.2.3:8786")
+    with pytest.raises(InputError, match="workers must come with a local cluster .*"
+                                         "DASK_SCHEDULER_ADDRESS"):
+        Engine(None, 2)
+    typed(Engine("none").scheduler, "none")
     typed(check_scheduler("tls://a:1"), "tls://a:1")
     with pytest.raises(InputError, match="scheduler must be none, local or a Dask address"):
         check_scheduler("tcp://")

@@ -514,7 +514,7 @@ OPTIONS = {
     "--digits": ("random", ["3"]), "--timings": ("random", []), "--flops": ("random", []),
     "--format": ("random", ["markdown"]), "--search": ("random", ["3"]),
     "--search-measure": ("random", ["terms"]), "--max-size": ("random", ["2"]),
-    "--backward": ("random", []),
+    "--backward": ("random", []), "--memory": ("random", ["1GiB"]),
     "--sink": ("random", ["0"]), "--alibi": ("random", ["4"]), "--softcap": ("random", ["1"]),
     "--window": ("random", ["0,0"]), "--head": ("random", ["1", "--alibi", "4"]), "--query-offset": ("random", ["1"]),
     "--dropout": ("random", ["1/2"]), "--rope": ("random", ["10000"]), "--lse": ("random", []),

@@ -18,6 +18,12 @@ A block hands back a summary (counts, a histogram of ULP errors, the largest
 errors, the worst entries), never its entries, so a check of n = 131,072
 holds O(n d) at the driver.  Results are the same for every block size and
 every engine (this process, 1 or 2 Dask workers).
+
+>>> q = k = np.array([[0.0], [1.0]], dtype=np.float32)     # row 2: 1/(1+e), e/(1+e) of 1 and 3
+>>> report = check_impl("numpy", q, k, np.array([[1.0], [3.0]]), "float32", rows=1,
+...                     engine=Engine("none"))
+>>> report.summary()["max_ulps"], report.passed, report.blocks
+(0, True, 2)
 """
 
 from __future__ import annotations
@@ -290,19 +296,25 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
                **options) -> BlockedReport:
     """Run ``impl`` once on float arrays of ``dtype`` and check every output in blocks.
 
-    Shapes: query n_q x d_k, key n_k x d_k, value n_k x d_v (numpy arrays
-    holding floats of the dtype; they are handed over as 1 x 1 x n x d).
+    Shapes: query n_q x d_k, key n_k x d_k, value n_k x d_v (numpy arrays,
+    rounded to the dtype first, ties to even; handed over as 1 x 1 x n x d).
     ``options`` go to :func:`check_outputs`.
 
     Raises:
-        InputError: a window or query offset (SDPA takes neither), a scale
-            that is 0 or infinite in the dtype, a dtype the impl does not run.
+        InputError: a dtype other than float32 and float16, a window or query
+            offset (SDPA takes neither), a scale that is 0 or infinite in the
+            dtype, a dtype the impl does not run.
     """
     from ..verify.adapter import Call
     from ..verify.check import check_scale
     from ..verify.impls import ImplRaised, load_impl
     from .inputs import from_floats
     policy = policy or Policy()
+    if dtype not in ("float32", "float16"):
+        raise InputError(f"dtype must be float32 or float16 for a blocked check of an "
+                         f"implementation (got {dtype!r}); check other dtypes with exactattn "
+                         "verify")
+    query, key, value = (np.asarray(a).astype(dtype) for a in (query, key, value))
     if policy.window is not None or policy.query_offset is not None:
         raise InputError("policy must have no window or query_offset for a check of a float "
                          "implementation (got one); SDPA takes causal and alignment only")

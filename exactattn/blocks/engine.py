@@ -88,6 +88,10 @@ class Engine:
         if workers is not None:
             check_whole(workers, "workers")
         self.note = None
+        if workers is not None and scheduler not in ("none", "local"):
+            raise InputError(f"workers must come with a local cluster (got the scheduler "
+                             f"{shorten(scheduler)}, from {ADDRESS_VARIABLE} or given); a "
+                             "cluster at an address has its own workers")
         if scheduler not in ("none", "local") and not dask_available():
             raise InputError(f"scheduler {shorten(scheduler)} needs Dask (got none installed); "
                              "pip install 'exactattn[dask]'")

@@ -15,7 +15,7 @@ import sys
 
 from ..call import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy, parse_scale
 from ..errors import InputError, shorten
-from ..options import MAX_PLACES, choice, whole
+from ..options import MAX_PLACES, choice, memory, whole
 from ..render import FORMATS, plural, render
 
 HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
@@ -66,6 +66,9 @@ def register(sub) -> None:
     p.add_argument("--dtype", type=_dtypes, default=None, metavar="DTYPE",
                    help="float64, float32, float16, bfloat16, a comma list, or all: every "
                         "dtype the implementation runs (default float32, or the spec file's)")
+    p.add_argument("--memory", type=memory("--memory"), default=None, metavar="SIZE",
+                   help="check random inputs of any --n in row blocks within SIZE (e.g. 4GiB), "
+                        "on Dask's local scheduler (exactattn blocks for a cluster)")
     pol = p.add_argument_group("policy (what the right answer is; overrides the spec file's)")
     pol.add_argument("--like", type=choice("--like", tuple(PRESETS)),
                      help=f"set alignment, empty rows, mask kind and GQA as a library does: "
@@ -267,9 +270,31 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     return 0 if res.report.passed else 1
 
 
+def _run_blocks(args) -> int:
+    """``verify --memory SIZE``: random float inputs checked in row blocks (issue 15's engine)."""
+    for flag, bad in (("--spec", args.spec), ("--search", args.search),
+                      ("--backward", args.backward), ("--heads", args.heads),
+                      ("--flops", args.flops)):
+        if bad:
+            raise InputError(f"--memory must come without {flag} (got both); row blocks check "
+                             "one head of random inputs")
+    from ..blocks import check_impl, random_floats
+    from ..blocks.memory import size_text
+    from .blocks import write_report
+    dtype = (args.dtype or ["float32"])[0]
+    q, k, v = random_floats(args.n or 16, args.d_k or 8, seed=args.seed or 0,
+                            n_keys=args.n_keys, dtype=dtype)
+    report = check_impl(args.impl, q, k, v, dtype, _policy(args, None), memory=args.memory,
+                        max_ulps=args.max_ulps, worst=args.worst)
+    write_report(report, "json" if args.format == "json" else "text", size_text(args.memory))
+    return 0 if report.passed else 1
+
+
 def run(args) -> int:
     from ..verify import flop_counts, load_impl, report_sections, verify
     _refuse_misplaced(args)
+    if args.memory is not None:
+        return _run_blocks(args)
     if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl):
         raise InputError(f"--arrays must come with a module:function impl (got --impl "
                          f"{shorten(args.impl)}); the built-in implementations choose their own "

@@ -168,5 +168,8 @@ def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_p
         return total
     label = " + ".join(f"{real_text(c)}*cos({delta}*{theta}^({e})) + {real_text(s)}*sin({delta}*"
                        f"{theta}^({e}))" for e, c, s in terms)
-    return Certified(("rope", theta, delta, tuple(terms)), ball, label)
+    # cos is even: with no sine terms the score at -delta equals the one at delta (a query
+    # between two equal keys at equal distances), so the key carries |delta|
+    shown = abs(delta) if all(not s for _, _, s in terms) else delta
+    return Certified(("rope", theta, shown, tuple(terms)), ball, label)
 

@@ -184,3 +184,12 @@ def test_derived_cost_of_a_window_counts_only_visible_pairs(policy):
     shape = CallShape((1, 1, n, d), (1, 1, n, d), (1, 1, n, d), policy)
     assert derive_call(shape) == {"scores": pairs * d, "mix": pairs * d, "total": 2 * pairs * d}
     assert count_call(shape).macs["total"] == 2 * pairs * d
+
+
+def test_rope_tie_between_keys_at_equal_distances_is_exact():
+    """A query between two equal keys at distances -1 and +1: cos is even, the scores tie."""
+    q, k = [F(1), F(0)], [F(2), F(0)]
+    left, right = rope_score(q, k, Rope(), 3, 2), rope_score(q, k, Rope(), 3, 4)
+    assert left == right
+    row = softmax_row([left, right], None, Policy(scale=None), 0, 1, 2)
+    assert row.share(0).rational() == F(1, 2)

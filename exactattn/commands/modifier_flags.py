@@ -84,8 +84,8 @@ def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None
                                        "the mask (Gemma 2); certified, not exact")
     g.add_argument("--window", type=_typed("--window", _window), metavar="LEFT,RIGHT",
                    help="sliding window: query at position p sees keys p-LEFT .. p+RIGHT, its "
-                        "own key counted (none: no limit); causal w keys: --causal --window "
-                        "w-1,0")
+                        "own key counted (none: no limit); a causal window of w keys is "
+                        "w-1,0 on a causal head")
     g.add_argument("--query-offset", type=whole("--query-offset", low=0), metavar="P",
                    help="the position of query 0 (a decode step over cached keys 0..P)")
     if dropout:

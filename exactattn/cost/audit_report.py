@@ -48,7 +48,8 @@ FINDINGS = {
     "mask": ("+mask", "adds one addition per score for the additive mask"),
     "unexplained": ("unexplained", "no departure tried gives this figure"),
     "fails": ("fails", "the counter raised an error on this call"),
-    "not_installed": ("not installed", "the counter does not install or import here"),
+    "not_installed": ("not installed", "the counter, or what the call needs (e.g. "
+                                       "transformers), does not install or import here"),
 }
 
 

@@ -279,6 +279,9 @@ def main(argv=None) -> int:
                 module, args, names = build(call(k))
                 result = {"kernel": _kernel(module, args)} if key == "kernel" else \
                     _measure(key, module, args, names)
+        except ModuleNotFoundError as e:   # e.g. transformers, to build a BERT layer
+            emit({"call": k, "error": f"not installed: {e.name} (needed to build this call)"})
+            continue
         except Exception as e:
             emit({"call": k, "error": f"{type(e).__name__}: {shorten(str(e), 160)}"})
             return 4

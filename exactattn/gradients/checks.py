@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Sequence
 
-from .values import GradValue
+from .values import GradValue, common_denominator_zero
 
 __all__ = ["Check", "WRT", "check_all", "check_finite_difference", "check_jacobian",
            "check_key_bias", "check_rows_sum_to_zero", "check_shift_invariance",
@@ -147,7 +147,6 @@ def _same(a: GradValue, b: GradValue) -> bool:
     ta, tb = a.block.terms, b.block.terms
     if ta.generators != tb.generators or a.scaled != b.scaled or a.nan or b.nan:
         return a.rational() is not None and a.rational() == b.rational()
-    from flint import fmpq
     (ca, pa), (cb, pb) = a.parts(), b.parts()
     keys = set(pa) | set(pb)
     zero = ta.poly({})
@@ -156,20 +155,7 @@ def _same(a: GradValue, b: GradValue) -> bool:
     const = ca - cb
     if not diff:
         return const == 0
-    squares = {k: ta.normaliser_squared(k) for k in diff}
-    total = None
-    for k, num in diff.items():
-        prod = num
-        for other, sq in squares.items():
-            if other != k:
-                prod = prod * sq
-        total = prod if total is None else total + prod
-    if const:
-        prod = fmpq(const.numerator, const.denominator)
-        for sq in squares.values():
-            prod = prod * sq
-        total = total + prod
-    return total.is_zero()
+    return common_denominator_zero(ta, const, diff)
 
 
 def check_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:

@@ -164,30 +164,7 @@ class GradValue:
         return self._common_denominator_zero(const, parts)
 
     def _common_denominator_zero(self, const: Fraction, parts: dict) -> bool:
-        from flint import fmpq
-        terms = self.block.terms
-        squares = {k: terms.normaliser_squared(k) for k in parts}
-        size = max(len(p) for p in parts.values())
-        for sq in squares.values():
-            size *= len(sq)
-        if size > MAX_TERMS:
-            raise ExactAttnError(
-                f"value must be decided within {MAX_TERMS} polynomial terms (got about {size}: "
-                f"{len(parts)} normalisers cancel at equal scores and agree to {ZERO_PREC} bits); "
-                "use a smaller call")
-        total = None
-        for k, num in parts.items():
-            prod = num
-            for other, sq in squares.items():
-                if other != k:
-                    prod = prod * sq
-            total = prod if total is None else total + prod
-        if const:
-            prod = fmpq(const.numerator, const.denominator)
-            for sq in squares.values():
-                prod = prod * sq
-            total = total + prod
-        return total.is_zero()
+        return common_denominator_zero(self.block.terms, const, parts)
 
     def rational(self) -> Fraction | None:
         """The value as a ``Fraction`` when it is rational, else None (also for NaN)."""
@@ -447,3 +424,35 @@ def _fraction(q) -> Fraction:
 def _fmpq(q: Fraction):
     from flint import fmpq
     return fmpq(q.numerator, q.denominator)
+
+
+def common_denominator_zero(terms, const: Fraction, parts: dict) -> bool:
+    """True exactly when ``const + sum_k N_k / Z_k^2`` is 0 (``parts`` maps a normaliser key k
+    to N_k), over one common denominator of at most :data:`MAX_TERMS` terms.
+
+    Raises:
+        ExactAttnError: the common denominator would pass :data:`MAX_TERMS` terms.
+    """
+    from flint import fmpq
+    squares = {k: terms.normaliser_squared(k) for k in parts}
+    size = max(len(p) for p in parts.values())
+    for sq in squares.values():
+        size *= len(sq)
+    if size > MAX_TERMS:
+        raise ExactAttnError(
+            f"value must be decided within {MAX_TERMS} polynomial terms (got about {size}: "
+            f"{len(parts)} normalisers that enclosures to {ZERO_PREC} bits did not separate); "
+            "use a smaller call")
+    total = None
+    for k, num in parts.items():
+        prod = num
+        for other, sq in squares.items():
+            if other != k:
+                prod = prod * sq
+        total = prod if total is None else total + prod
+    if const:
+        prod = fmpq(const.numerator, const.denominator)
+        for sq in squares.values():
+            prod = prod * sq
+        total = total + prod
+    return total.is_zero()

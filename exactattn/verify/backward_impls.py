@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InputError, shorten
 from .adapter import NUMPY_DTYPES, Call, FunctionImpl, ImplRaised, read_answer
-from .impls import TorchImpl, load_impl
+from .impls import TorchImpl, dropout_weights, float_logits, load_impl
 
 __all__ = ["BACKWARD_IMPLS", "BackwardImpl", "FunctionBackward", "NumpyBackward",
            "TorchBackward", "load_backward"]
@@ -111,30 +111,17 @@ class NumpyBackward(BackwardImpl):
         E = q.shape[-1]
         scale = dt(1) / np.sqrt(dt(E)) if call.scale is None else dt(call.scale)
         with np.errstate(all="ignore"):
-            s = (q @ np.swapaxes(k, -1, -2)) * scale
-            if call.alibi is not None:
-                s = s + call.alibi_bias().astype(dt)
-            seen = call.keep() if call.positional else None
-            if call.attn_mask is not None:
-                m = call.attn_mask
-                if m.dtype != bool:
-                    s = s + np.where(np.isneginf(m), 0, m).astype(dt)
-                    m = ~np.isneginf(m)
-                seen = m if seen is None else seen & m
+            s, seen = float_logits(call, q, k, scale, dt)
             if seen is not None:
-                s = np.where(seen, s, dt(-np.inf))
                 unseen = ~np.any(seen, axis=-2)[..., :, None]     # keys no query sees
                 v, k = np.where(unseen, dt(0), v), np.where(unseen, dt(0), k)
-            if call.sink is not None:
-                s = np.concatenate([s, np.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
             if not self.naive:
                 s = s - s.max(axis=-1, keepdims=True)
             e = np.exp(s)
             p = e / e.sum(axis=-1, keepdims=True)
             if call.sink is not None:
                 p = p[..., :-1]
-            factors = None if call.dropout_p is None else \
-                np.where(call.dropout_mask, dt(1) / (dt(1) - dt(call.dropout_p)), dt(0))
+            factors = None if call.dropout_p is None else dropout_weights(call, dt)
             w = p if factors is None else p * factors
             o = w @ v
             dv = np.swapaxes(w, -1, -2) @ do

@@ -96,24 +96,9 @@ class NumpyImpl(Impl):
             if call.rope is not None:
                 q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
                 k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
-            s = (q @ np.swapaxes(k, -1, -2)) * scale          # ... x L x S
-            if call.softcap is not None:
-                cap = dt(call.softcap)
-                s = cap * np.tanh(s / cap)
-            if call.alibi is not None:
-                s = s + call.alibi_bias().astype(dt)
-            seen = call.keep() if call.positional else None
-            if call.attn_mask is not None:
-                m = call.attn_mask
-                if m.dtype != bool:
-                    s = s + np.where(np.isneginf(m), 0, m).astype(dt)
-                    m = ~np.isneginf(m)
-                seen = m if seen is None else seen & m
+            s, seen = float_logits(call, q, k, scale, dt)
             if seen is not None:
-                s = np.where(seen, s, dt(-np.inf))
                 v = np.where(np.any(seen, axis=-2)[..., :, None], v, dt(0))   # keys no query sees
-            if call.sink is not None:
-                s = np.concatenate([s, np.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
             top = s.max(axis=-1, keepdims=True) if not self.naive else dt(0)
             e = np.exp(s - top)
             den = e.sum(axis=-1, keepdims=True)
@@ -121,12 +106,44 @@ class NumpyImpl(Impl):
             if call.sink is not None:
                 w = w[..., :-1]
             if call.dropout_p is not None:
-                w = w * np.where(call.dropout_mask, dt(1) / (dt(1) - dt(call.dropout_p)), dt(0))
+                w = w * dropout_weights(call, dt)
             out = (w @ v).astype(dt)
             if call.lse is None:
                 return out
             lse = (top + np.log(den))[..., 0]
             return out, (lse / np.log(dt(2)) if call.lse == "2" else lse).astype(dt)
+
+
+def float_logits(call: Call, q, k, scale, dt):
+    """``(s, seen)``: the logits a numpy implementation feeds its softmax, and which keys
+    each query sees (None: all).
+
+    ``s = scale q k^T``, soft-capped, plus ALiBi biases and an additive mask, -inf where a
+    key is hidden (positions or mask), with the sink's column appended last.
+    """
+    s = (q @ np.swapaxes(k, -1, -2)) * scale          # ... x L x S
+    if call.softcap is not None:
+        cap = dt(call.softcap)
+        s = cap * np.tanh(s / cap)
+    if call.alibi is not None:
+        s = s + call.alibi_bias().astype(dt)
+    seen = call.keep() if call.positional else None
+    if call.attn_mask is not None:
+        m = call.attn_mask
+        if m.dtype != bool:
+            s = s + np.where(np.isneginf(m), 0, m).astype(dt)
+            m = ~np.isneginf(m)
+        seen = m if seen is None else seen & m
+    if seen is not None:
+        s = np.where(seen, s, dt(-np.inf))
+    if call.sink is not None:
+        s = np.concatenate([s, np.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
+    return s, seen
+
+
+def dropout_weights(call: Call, dt):
+    """The float factor of each weight under dropout: keep / (1 - p), in the dtype."""
+    return np.where(call.dropout_mask, dt(1) / (dt(1) - dt(call.dropout_p)), dt(0))
 
 
 def rotate(x, angles, rope):

@@ -18,9 +18,10 @@ import csv
 import json
 import sys
 
-from ..call import ALIGNMENTS, EMPTY_ROWS, Policy, parse_scale
+from ..call import ALIGNMENTS, EMPTY_ROWS, Policy
 from ..errors import InputError, shorten
 from ..options import choice, memory, places, whole
+from .modifier_flags import scale_type, window_type
 
 HELP = "certified shares and outputs at any length, in row blocks (local cores or a Dask cluster)"
 STREAM_FORMATS = ("csv", "json")
@@ -34,23 +35,6 @@ def _random(text: str) -> tuple[int, int, int]:
         raise argparse.ArgumentTypeError(f"--random must be N,D,SEED: tokens, head width and "
                                          f"seed, such as 4096,64,0 (got {shorten(text)!r})")
     return int(parts[0]), int(parts[1]), int(parts[2])
-
-
-def _window(text: str) -> tuple:
-    parts = [p.strip().lower() for p in text.split(",")]
-    if len(parts) != 2 or not all(p == "none" or p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"--window must be LEFT,RIGHT: keys before and after "
-                                         f"the query, a whole number or none, such as 127,0 "
-                                         f"(got {shorten(text)!r})")
-    return tuple(None if p == "none" else int(p) for p in parts)
-
-
-def _scale(text: str) -> str:
-    try:
-        parse_scale(text, name="--scale")
-    except InputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
 
 
 def _scheduler(text: str) -> str:
@@ -75,13 +59,13 @@ def register(sub) -> None:
                      default=None, help="--random: the float type the inputs are rounded to, "
                      "and the one --check runs (default float32)")
     pol = p.add_argument_group("policy (overrides the spec file's)")
-    pol.add_argument("--scale", type=_scale, help="default (1/sqrt(d_k)), a number, "
+    pol.add_argument("--scale", type=scale_type("--scale"), help="default (1/sqrt(d_k)), a number, "
                      "'1/sqrt(q)' or none")
     pol.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
                      help="hide keys after the query")
     pol.add_argument("--alignment", type=choice("--alignment", ALIGNMENTS),
                      help=f"causal alignment when queries and keys differ: {', '.join(ALIGNMENTS)}")
-    pol.add_argument("--window", type=_window, metavar="LEFT,RIGHT",
+    pol.add_argument("--window", type=window_type("--window"), metavar="LEFT,RIGHT",
                      help="a sliding window: keys LEFT before to RIGHT after the query "
                           "(none = no limit on that side); blocks skip keys outside it")
     pol.add_argument("--empty-row", type=choice("--empty-row", EMPTY_ROWS),

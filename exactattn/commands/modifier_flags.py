@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..call import MODIFIER_FIELDS
+from ..call import MODIFIER_FIELDS, parse_scale
 from ..errors import InputError, shorten
 from ..lse import LSE_BASES
 from ..modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
                          check_layout, check_softcap, check_theta, exact_number)
 from ..options import choice, whole
 
-__all__ = ["FLAGS", "add_flags", "apply", "changes", "lse", "refuse"]
+__all__ = ["FLAGS", "add_flags", "apply", "changes", "lse", "refuse", "scale_type", "window_type"]
 
 #: the flag of each Policy modifier field (every one of call.MODIFIER_FIELDS)
 FLAGS = {field: "--" + field.replace("_", "-") for field in MODIFIER_FIELDS}
@@ -67,6 +67,24 @@ def _window(text: str) -> tuple:
     return tuple(None if t == "none" else int(t) for t in parts)
 
 
+def window_type(flag: str = "--window"):
+    """An argparse type for ``LEFT,RIGHT`` sliding-window widths (``none``: no limit)."""
+    return _typed(flag, _window)
+
+
+def scale_type(flag: str = "--scale"):
+    """An argparse type for a scale (``default``, ``1/8``, ``1/sqrt(48)``, ``none``), checked by
+    :func:`~exactattn.call.parse_scale` and kept as text."""
+    def convert(text: str) -> str:
+        try:
+            parse_scale(text, name=flag)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+    convert.__name__ = flag
+    return convert
+
+
 def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None = None) -> None:
     """Add the modifier flags to the parser ``p`` (a group of their own)."""
     g = p.add_argument_group("modifiers (fields of the policy; override the spec file's)")
@@ -82,7 +100,7 @@ def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None
     g.add_argument("--softcap", type=_typed("--softcap", lambda t: check_softcap(t, "--softcap")),
                    metavar="CAP", help="cap * tanh(score / cap) on the scaled scores, before "
                                        "the mask (Gemma 2); certified, not exact")
-    g.add_argument("--window", type=_typed("--window", _window), metavar="LEFT,RIGHT",
+    g.add_argument("--window", type=window_type(), metavar="LEFT,RIGHT",
                    help="sliding window: query at position p sees keys p-LEFT .. p+RIGHT, its "
                         "own key counted (none: no limit); a causal window of w keys is "
                         "w-1,0 on a causal head")

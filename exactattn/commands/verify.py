@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..call import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy, parse_scale
+from ..call import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, choice, memory, whole
 from ..render import FORMATS, plural, render
+from .modifier_flags import scale_type
 
 HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
 
@@ -44,14 +45,6 @@ def _dtypes(text: str) -> list[str] | tuple[str, ...]:
     return names
 
 
-def _scale(text: str) -> str:
-    try:
-        parse_scale(text, name="--scale")
-    except InputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
 def register(sub) -> None:
     p = sub.add_parser("verify", help=HELP, description=HELP + ". Every output is compared with "
                        "the exact value correctly rounded to the dtype; errors in ULPs and "
@@ -73,7 +66,7 @@ def register(sub) -> None:
     pol.add_argument("--like", type=choice("--like", tuple(PRESETS)),
                      help=f"set alignment, empty rows, mask kind and GQA as a library does: "
                           f"{', '.join(PRESETS)}")
-    pol.add_argument("--scale", type=_scale,
+    pol.add_argument("--scale", type=scale_type("--scale"),
                      help="default (1/sqrt(d_k)), a number, '1/sqrt(q)' or none")
     pol.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
                      help="hide keys after the query (--no-causal turns a spec's causal off)")

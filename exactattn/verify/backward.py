@@ -44,10 +44,9 @@ from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
 from .adapter import make_call
 from .backward_impls import load_backward
-from .check import Entry, Report, check_scale
+from .check import Entry, Report, check_request
 from .compare import judge
 from .formats import default_max_ulps, float_format, round_ball
-from .limits import check_work
 from .problem import Problem
 from .reference import Reference
 
@@ -193,10 +192,7 @@ class ExactGradients:
 
 def exact_gradients(problem: Problem, policy: Policy | None, d_out) -> ExactGradients:
     """The exact dQ, dK, dV of a problem given ``d_out`` (B x H_q x L x E_v, or the problem's rank)."""
-    policy = policy or Policy()
-    if problem.mask is not None and problem.mask_kind != policy.mask_kind:
-        policy = policy.replace(mask_kind=problem.mask_kind)
-    return ExactGradients(problem, policy, _d_out_array(problem, d_out))
+    return ExactGradients(problem, problem.policy_for(policy), _d_out_array(problem, d_out))
 
 
 def _d_out_array(problem: Problem, d_out) -> np.ndarray:
@@ -272,18 +268,8 @@ def verify_backward(impl, problem: Problem, policy: Policy | None = None,
     """
     from ..gradients import check_policy
     impl = load_backward(impl, arrays=arrays)
-    fmt = float_format(dtype)
-    policy = check_policy(policy or Policy())
-    if problem.mask is not None and problem.mask_kind != policy.mask_kind:
-        policy = policy.replace(mask_kind=problem.mask_kind)
-    if dtype not in impl.dtypes:
-        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
-                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
-    if max_ulps is not None:
-        check_whole(max_ulps, "max_ulps", low=0)
-    check_scale(policy, fmt)
-    check_work(problem.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
-               "narrower head", runs=3)
+    fmt, policy = check_request(impl, problem, check_policy(policy or Policy()), dtype, max_ulps,
+                                runs=3)
     rounded_problem, moved = problem.rounded(dtype)
     dO = _round_d_out(_d_out_array(problem, random_d_out(problem, seed) if d_out is None
                                    else d_out), dtype)

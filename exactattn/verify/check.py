@@ -163,6 +163,27 @@ def _float_bounds(fmt: FloatFormat) -> tuple[Fraction, Fraction]:
             Fraction(2 ** (p + 1) - 1) * Fraction(2) ** (fmt.emax - p))
 
 
+def check_request(impl, problem: Problem, policy: Policy | None, dtype: str,
+                  max_ulps: int | None, *, runs: int = 1) -> tuple[FloatFormat, Policy]:
+    """What every check (forward or backward) refuses before it runs anything: a dtype the
+    implementation lacks, a bad ``max_ulps``, a scale the dtype can't hold, too much work.
+
+    Returns the dtype's format and the policy the problem is read under
+    (:meth:`Problem.policy_for`).
+    """
+    fmt = float_format(dtype)
+    policy = problem.policy_for(policy)
+    if dtype not in impl.dtypes:
+        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
+                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
+    if max_ulps is not None:
+        check_whole(max_ulps, "max_ulps", low=0)
+    check_scale(policy, fmt)
+    check_work(problem.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
+               "narrower head", runs=runs)
+    return fmt, policy
+
+
 def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
     """Refuse a scale that is 0 or infinity as the implementation is handed it in ``dtype``.
 
@@ -265,16 +286,7 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     Reference: Vaswani et al. 2017, sec. 3.2.1.
     """
     impl = load_impl(impl)
-    fmt = float_format(dtype)
-    policy = problem.policy_for(policy)
-    if dtype not in impl.dtypes:
-        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
-                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
-    if max_ulps is not None:
-        check_whole(max_ulps, "max_ulps", low=0)
-    check_scale(policy, fmt)
-    check_work(problem.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
-               "narrower head")
+    fmt, policy = check_request(impl, problem, policy, dtype, max_ulps)
     from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     if lse is not None:
         lse = str(lse)

@@ -83,6 +83,36 @@ MAX_BYTES = 64 * 2 ** 20
 
 
 # --------------------------------------------------------------------------- reading text
+def read_user_text(path: str | Path, *, what: str, kinds: str, limit: int = MAX_BYTES,
+                   size_fix: str = "", error: type = SpecError) -> str:
+    """The UTF-8 text of a file the user named (a BOM is dropped), read at most ``limit`` bytes.
+
+    ``what`` names the file in messages (``spec file``), ``kinds`` what to pass instead of a
+    directory (``a .json or .toml file``), ``size_fix`` what to do about a file past the limit.
+
+    Raises:
+        InputError (``error``): the file is missing, a directory, unreadable, larger than
+            ``limit`` or not UTF-8; one line naming the file.
+    """
+    p = Path(path)
+    name = repr(shorten(str(p), 200))
+    try:
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise error(f"{what} {name} must exist (got no such file); check the path") from None
+    except IsADirectoryError:
+        raise error(f"{what} {name} must be a file (got a directory); pass {kinds}") from None
+    except OSError as e:
+        raise error(f"{what} {name} must be readable (got {e.__class__.__name__})") from None
+    if len(data) > limit:
+        raise error(f"{what} {name} must be at most {limit // 2 ** 20} MiB (got more); {size_fix}")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise error(f"{what} {name} must be UTF-8 (got other bytes); save it as UTF-8") from None
+
+
 def read_text(path: str | Path) -> tuple[str, str]:
     """A spec file's text and format (``json`` or ``toml``, by suffix).
 
@@ -90,26 +120,9 @@ def read_text(path: str | Path) -> tuple[str, str]:
         SpecError: the file is missing, a directory, unreadable, not UTF-8 or
             larger than :data:`MAX_BYTES`.
     """
-    p = Path(path)
-    name = repr(shorten(str(p), 200))
-    try:
-        with open(p, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise SpecError(f"spec file {name} does not exist; check the path") from None
-    except IsADirectoryError:
-        raise SpecError(f"spec file {name} is a directory; pass a .json or .toml file") from None
-    except OSError as e:
-        raise SpecError(f"spec file {name} could not be read ({e.__class__.__name__})") from None
-    if len(data) > MAX_BYTES:
-        raise SpecError(f"spec file {name} must be at most {MAX_BYTES // 2 ** 20} MiB "
-                        f"(got more); a spec holds a few small matrices")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise SpecError(f"spec file {name} could not be read (UnicodeDecodeError); "
-                        "save it as UTF-8") from None
-    return text, ("toml" if p.suffix.lower() == ".toml" else "json")
+    text = read_user_text(path, what="spec file", kinds="a .json or .toml file",
+                          size_fix="a spec holds a few small matrices")
+    return text, ("toml" if Path(path).suffix.lower() == ".toml" else "json")
 
 
 def _toml_float(text: str) -> str:

@@ -70,7 +70,7 @@ def test_walkthrough_checkpoints(cli):
 
 @pytest.mark.parametrize("argv, pattern", [
     (["scores", "--example", "nope"], "example must be one of"),
-    (["scores", "--spec", "/nonexistent/x.json"], "does not exist"),
+    (["scores", "--spec", "/nonexistent/x.json"], r"must exist \(got no such file\)"),
     (["scores", "--format", "yaml"], r"error: --format must be one of text, markdown, latex, "
                                      r"json, csv, jsonl, svg, png \(got 'yaml'\)$"),
     (["row", "--format", "yaml"], r"error: --format must be one of text, markdown, latex, "

@@ -107,13 +107,13 @@ def test_truncated_or_bad_spec_text(text, fmt, pattern):
 
 
 def test_missing_and_unreadable_spec_files(tmp_path):
-    with pytest.raises(SpecError, match="does not exist"):
+    with pytest.raises(SpecError, match="must exist"):
         load(tmp_path / "nope.json")
-    with pytest.raises(SpecError, match="is a directory"):
+    with pytest.raises(SpecError, match=r"must be a file \(got a directory\)"):
         load(tmp_path)
     bad = tmp_path / "bin.json"
     bad.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(SpecError, match="could not be read"):
+    with pytest.raises(SpecError, match="must be UTF-8"):
         load(bad)
 
 

@@ -280,7 +280,7 @@ def test_spec_round_trip(tmp_path):
     (tmp_path / "bad.json").write_text('{"query": [[1]], "key": [[1]]}')
     with pytest.raises(SpecError, match="value is missing"):
         load_problem(tmp_path / "bad.json")
-    with pytest.raises(SpecError, match="does not exist"):
+    with pytest.raises(SpecError, match="must exist"):
         load_problem(tmp_path / "none.json")
 
 

@@ -88,28 +88,11 @@ def read_tables(path: str | Path, fmt: str | None = None) -> list[Table]:
         InputError: the file is missing, unreadable, not UTF-8, larger than
             :data:`MAX_BYTES`, holds no table, or is malformed.
     """
+    from ..spec import read_user_text
     p = Path(path)
-    name = repr(shorten(str(p), 200))
-    try:
-        with open(p, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(f"table file {name} must exist (got no such file); check the "
-                         "path") from None
-    except IsADirectoryError:
-        raise InputError(f"table file {name} must be a file (got a directory); pass a .md, "
-                         ".csv, .tex or .json file") from None
-    except OSError as e:
-        raise InputError(f"table file {name} must be readable (got {e.__class__.__name__})") \
-            from None
-    if len(data) > MAX_BYTES:
-        raise InputError(f"table file {name} must be at most {MAX_BYTES // 2 ** 20} MiB (got "
-                         "more); audit the page the tables are on")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise InputError(f"table file {name} must be UTF-8 (got other bytes); save it as "
-                         "UTF-8") from None
+    text = read_user_text(p, what="table file", kinds="a .md, .csv, .tex or .json file",
+                          limit=MAX_BYTES, size_fix="audit the page the tables are on",
+                          error=InputError)
     return parse_tables(text, fmt or _SUFFIXES.get(p.suffix.lower()),
                         where=shorten(str(p), 200))
 

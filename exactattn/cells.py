@@ -347,13 +347,12 @@ def real_kind(value) -> str:
     >>> real_kind(Fraction(1, 2)), real_kind(two_power(Fraction(1, 2))), real_kind(softcap(Fraction(1), Fraction(1)))
     ('exact rational', 'exact algebraic', 'certified transcendental')
     """
-    from .reals import Certified, Surd
+    from .reals import Surd
     if isinstance(value, (int, Fraction)):
         return KINDS[0]
     if isinstance(value, Surd):
-        return KINDS[0] if value.rational() is not None else KINDS[1]
-    if isinstance(value, Certified):
-        return KINDS[2]
+        return KINDS[0] if value.rational() is not None else \
+            KINDS[2] if value.transcendental else KINDS[1]
     rational = getattr(value, "rational", None)
     return KINDS[0] if rational is not None and rational() is not None else KINDS[2]
 
@@ -387,14 +386,14 @@ def real_cell(value, places: int) -> str:
     >>> c = real_cell(softcap(Fraction(2), Fraction(1)), 4); (str(c), c.reader)
     ('0.9640', '~0.9640')
     """
-    from .reals import Certified, Surd
+    from .reals import Surd
     if value is None:
         return "-inf"
+    if isinstance(value, Surd) and value.transcendental:
+        dec = value.decimal(places)
+        return Cell(dec, "~" + dec)
     if isinstance(value, Surd):
         q = value.rational()
         return with_decimal(q, places) if q is not None else \
             f"{value.text()} ~ {value.decimal(places)}"
-    if isinstance(value, Certified):
-        dec = value.decimal(places)
-        return Cell(dec, "~" + dec)
     return with_decimal(Fraction(value), places)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-__all__ = ["ExactAttnError", "InputError", "ShapeError", "FloatInputError", "SpecError", "shorten"]
+__all__ = ["ExactAttnError", "FloatInputError", "InputError", "ShapeError", "SpecError", "Undecided", "shorten"]
 
 
 class ExactAttnError(Exception):
@@ -30,6 +30,20 @@ class FloatInputError(InputError, TypeError):
 
 class SpecError(InputError):
     """A spec file is missing, unreadable, truncated or malformed."""
+
+
+class Undecided(InputError, ArithmeticError):
+    """A certified value could not be told from another up to a stated precision.
+
+    Raised instead of a guess: the value (a soft-capped form, say) may be exactly
+    equal to what it is compared with, and no theorem lets exactattn decide it.
+    ``what`` names the quantity, ``bits`` the precision reached.
+    """
+
+    def __init__(self, what: str, bits: int, detail: str = "could not be separated from 0"):
+        self.what, self.bits = what, bits
+        super().__init__(f"undecided at {bits} bits: {shorten(what, 160)} {detail} "
+                         f"(it may be exactly 0; no digit is certified)")
 
 
 class _Repr(reprlib.Repr):

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .errors import InputError
-from .reals import atom_ball, atom_ratio, atom_text
+from .errors import InputError, Undecided
+from .reals import atom_ball, atom_ratio, atom_text, transcendental
 
 __all__ = ["ExpPoly", "Exponent", "exponent_text", "fmpq_of", "inv_sqrt_ball", "sum_text", "unify"]
 
@@ -112,18 +112,36 @@ class ExpPoly:
         return total
 
     def sign(self) -> int:
-        """-1, 0 or 1, exactly: 0 only for the zero polynomial (Lindemann-Weierstrass)."""
+        """-1, 0 or 1: 0 for the zero polynomial.
+
+        With algebraic exponents a non-zero polynomial is a non-zero number
+        (Lindemann-Weierstrass), so its sign is exact.  Exponents over cosine, sine
+        or tanh atoms (rotary, soft-capped logits) have no such theorem: the sign of
+        a non-zero polynomial then comes from enclosures up to
+        :data:`~exactattn.digits.MAX_PREC` bits.
+
+        Raises:
+            Undecided: transcendental exponents, enclosures still astride 0 at the bound.
+        """
         if not self.terms:
             return 0
-        from .digits import tighten
+        from .digits import MAX_PREC, tighten
 
         def step(prec: int):
             b = self.ball(prec)
             return 1 if b > 0 else -1 if b < 0 else None
-        sign = tighten(step, 64, max_prec=1 << 22)
-        if sign is None:   # pragma: no cover - would need a pathological cancellation
-            raise InputError("sign could not be decided below 2^22 bits")
+        bounded = any(transcendental(atom) for atom in self.basis)
+        sign = tighten(step, 64, max_prec=MAX_PREC if bounded else 1 << 22)
+        if sign is None:
+            if bounded:
+                raise Undecided(self.text(), MAX_PREC)
+            raise InputError("sign could not be decided below 2^22 bits")  # pragma: no cover
         return sign
+
+    def text(self) -> str:
+        """The polynomial as a sum of exponentials (for messages)."""
+        return sum_text([(i, exponent_text(self.basis, e), c)
+                         for i, (e, c) in enumerate(self.terms.items())])
 
 
 class Exponent:
@@ -162,7 +180,7 @@ def exponent_text(basis: tuple, e: tuple) -> str:
         if isinstance(atom, Fraction):
             body = f"{fraction_text(a)}/sqrt({fraction_text(atom)})"
         else:
-            body = t if a == 1 else f"{fraction_text(a)}*{t}"
+            body = t if a == 1 else f"-{t}" if a == -1 else f"{fraction_text(a)}*{t}"
         parts.append(body if not parts or body.startswith("-") else "+ " + body)
     if e[0] or not parts:
         p = fraction_text(e[0])

@@ -11,9 +11,10 @@ The one order of operations (FlashAttention 2's, and Gemma 2's)::
       -> weights times keep / (1 - p)            (Policy.dropout, keep-mask)
 
 A plain call (no soft-cap, ALiBi or RoPE) takes the rational fast path of
-:class:`~exactattn.softmax.SoftmaxRow`; otherwise the logits are exact
-algebraic (:class:`~exactattn.reals.Surd`) or certified
-(:class:`~exactattn.reals.Certified`) and the row is built by
+:class:`~exactattn.softmax.SoftmaxRow`; otherwise the logits are
+:class:`~exactattn.reals.Surd` values in one canonical form (exact algebraic,
+or certified over the cosine, sine and tanh atoms of rotary and soft-capped
+scores, so equal logits are equal forms) and the row is built by
 :meth:`SoftmaxRow.of_logits`.
 
 >>> from fractions import Fraction as F
@@ -33,22 +34,19 @@ from typing import Sequence
 from .call import Policy
 from .errors import InputError
 from .exact import rational_sqrt
-from .reals import Certified, Surd, real_text, softcap
+from .reals import Surd, power_form, softcap, trig
 from .softmax import SoftmaxRow
 
 __all__ = ["LOGIT_STAGES", "dropout_factors", "logit_row", "rope_score", "scaled_logit", "softmax_row"]
 
 
 def scaled_logit(raw, divisor_squared: Fraction | None):
-    """``raw / sqrt(D)`` exactly: a ``Fraction``, a ``Surd`` (irrational divisor) or a Certified."""
+    """``raw / sqrt(D)`` exactly: a ``Fraction``, or a ``Surd`` (an irrational divisor, a rotary score)."""
     if raw is None or divisor_squared is None:
         return raw
     root = rational_sqrt(divisor_squared)
-    if isinstance(raw, Certified):
-        from .exponents import inv_sqrt_ball
-        return Certified(("scaled", raw.key, divisor_squared),
-                         lambda prec: raw.ball(prec) * inv_sqrt_ball(divisor_squared),
-                         f"({raw.label})/sqrt({divisor_squared})")
+    if isinstance(raw, Surd):
+        return raw * (1 / root) if root is not None else raw.over_sqrt(divisor_squared)
     if root is not None:
         return raw / root
     return Surd(0, ((divisor_squared, raw),))
@@ -59,7 +57,7 @@ def softmax_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy,
     """The softmax row of query i under ``policy``.
 
     Args:
-        raw: the row's raw scores (``Fraction``, or Certified for RoPE), None
+        raw: the row's raw scores (``Fraction``, or a rotary ``Surd`` for RoPE), None
             where the key is hidden (visibility is applied by the caller, from
             ``policy.visible_keys`` and the mask).
         divisor_squared: ``D`` (scores divided by sqrt(D)), or None.
@@ -68,8 +66,8 @@ def softmax_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy,
             for ALiBi come from ``policy.query_position``).
         offsets: an additive mask's rationals for this row, or None.
     """
-    certified = any(isinstance(r, Certified) for r in raw)
-    if policy.softcap is None and policy.alibi is None and not certified:
+    rotary = any(isinstance(r, Surd) for r in raw)
+    if policy.softcap is None and policy.alibi is None and not rotary:
         return SoftmaxRow(raw, divisor_squared, policy.empty_row, offsets, sink=policy.sink)
     logits = logit_row(raw, divisor_squared, policy, i, n_queries, n_keys, offsets=offsets)
     return SoftmaxRow.of_logits(logits, policy.empty_row, sink=policy.sink)
@@ -86,8 +84,8 @@ def logit_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy, i
 
     ``stage``: ``scaled`` (raw / sqrt(D)), ``capped`` (then the soft-cap, when
     set) or ``logit`` (then + ALiBi bias + additive offset: what the softmax
-    reads).  Values are ``Fraction``, :class:`~exactattn.reals.Surd` or
-    :class:`~exactattn.reals.Certified`.
+    reads).  Values are ``Fraction`` or :class:`~exactattn.reals.Surd` (algebraic, or
+    over cosine, sine and tanh atoms).
 
     >>> from exactattn.modifiers import Alibi
     >>> logit_row([Fraction(1), Fraction(0)], None, Policy(alibi=Alibi(8), query_offset=1), 0, 1, 2)
@@ -133,43 +131,38 @@ def dropout_factors(p: Fraction | None, keep: Sequence[bool] | None) -> list | N
 
 def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_position: int,
                key_position: int):
-    """The raw score of a rotated query and key: exact when the angle is 0, else certified.
+    """The raw score of a rotated query and key, exactly, in canonical form.
 
     With pairs ``(a, b)`` rotating by ``pos * w`` (``w = theta^e``), the
     score is ``sum (q_a k_a + q_b k_b) cos(phi) + (q_b k_a - q_a k_b) sin(phi)``
     with ``phi = (key_position - query_position) * w``: a function of the
-    relative position only (Su et al. 2021, sec. 3.4.2).
+    relative position only (Su et al. 2021, sec. 3.4.2).  Each angle is reduced
+    (:func:`~exactattn.reals.power_form`: ``10 * 10000^(-1/4) = 1``) and its sign
+    folded (``cos`` is even, ``sin`` odd), so equal scores are equal forms; a
+    rational score (angle 0) is a ``Fraction``.
 
     >>> from exactattn.modifiers import Rope
     >>> rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(0)], Rope(), 3, 3)
     Fraction(1, 1)
     >>> rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(0)], Rope(), 1, 0).decimal(6)
     '0.540302'
+    >>> a = rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(-1)], Rope(), 1, 0)
+    >>> a.text(), a == rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(1)], Rope(), 1, 2)
+    ('cos(1) - sin(1)', True)
     """
     delta = key_position - query_position
-    terms = []
+    p, terms = Fraction(0), []
     for a, b, e in rope.pairs(len(query)):
-        c = query[a] * key[a] + query[b] * key[b]
-        s = query[b] * key[a] - query[a] * key[b]
-        if c or s:
-            terms.append((e, Fraction(c), Fraction(s)))
-    if delta == 0 or not terms:
-        return sum((c for _, c, _ in terms), Fraction(0))
-    theta = rope.theta
-
-    def ball(prec):
-        from flint import arb, fmpq
-        total = arb(0)
-        for e, c, s in terms:
-            phi = delta * arb(fmpq(theta.numerator, theta.denominator)) ** fmpq(e.numerator,
-                                                                               e.denominator)
-            total += arb(fmpq(c.numerator, c.denominator)) * phi.cos() + \
-                arb(fmpq(s.numerator, s.denominator)) * phi.sin()
-        return total
-    label = " + ".join(f"{real_text(c)}*cos({delta}*{theta}^({e})) + {real_text(s)}*sin({delta}*"
-                       f"{theta}^({e}))" for e, c, s in terms)
-    # cos is even: with no sine terms the score at -delta equals the one at delta (a query
-    # between two equal keys at equal distances), so the key carries |delta|
-    shown = abs(delta) if all(not s for _, _, s in terms) else delta
-    return Certified(("rope", theta, shown, tuple(terms)), ball, label)
-
+        c = Fraction(query[a] * key[a] + query[b] * key[b])
+        s = Fraction(query[b] * key[a] - query[a] * key[b])
+        if not (c or s):
+            continue
+        r, radical = power_form(rope.theta, e)
+        for fn, coefficient in (("cos", c), ("sin", s)):
+            if coefficient:
+                sign, atom = trig(fn, delta * r, radical)
+                if atom is None:
+                    p += sign * coefficient
+                else:
+                    terms.append((atom, sign * coefficient))
+    return Surd(p, tuple(terms)) if terms else p

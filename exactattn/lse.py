@@ -9,8 +9,10 @@ Exactness: by the Lindemann-Weierstrass theorem ``sum_j c_j exp(x_j)`` equals
 (``lse`` is its logit) or, in base 2, ``c`` keys at logit 0 with c a power of
 two.  Those values are exact; every other lse is transcendental, never on a
 rounding boundary, and its digits are certified from enclosures (the side of
-a nearby boundary decided exactly).  Over certified logits (soft-capping,
-RoPE) the digits come from enclosures alone.
+a nearby boundary decided exactly).  Over rotary or soft-capped logits the
+digits come from enclosures, a comparison of differing forms up to a bound.
+Two log-sum-exps compare as their normalisers do, so equal values reached by
+different paths are ``==`` and hash alike.
 
 >>> from fractions import Fraction as F
 >>> from exactattn.softmax import SoftmaxRow
@@ -24,9 +26,10 @@ RoPE) the digits come from enclosures alone.
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import total_ordering
 
 from .digits import certify, tighten
-from .errors import InputError
+from .errors import InputError, Undecided
 from .exponents import ExpPoly
 from .options import check_choice
 from .ratio import row_sum_text
@@ -53,6 +56,7 @@ def check_base(value, name: str = "lse base") -> str:
     return check_choice(value, name, LSE_BASES)
 
 
+@total_ordering
 class LogSumExp:
     """``log(sum exp(logits))`` of one :class:`~exactattn.softmax.SoftmaxRow` (sink included).
 
@@ -71,7 +75,7 @@ class LogSumExp:
     def exact(self):
         """The value when it is algebraic (a Fraction or Surd), else None (transcendental)."""
         row = self.row
-        if self.neg_inf or row.nan or row.certified or len(row.counts) != 1:
+        if self.neg_inf or row.nan or len(row.counts) != 1:
             return None
         (g, c), = row.counts.items()
         x = row.logit(g)
@@ -87,7 +91,27 @@ class LogSumExp:
         return x if isinstance(x, Fraction) else None
 
     def _order(self, other) -> int:
-        """sign(lse - other) for a rational other, exactly (-inf is below every number)."""
+        """sign(lse - other) for a rational or another LogSumExp (-inf is below every number).
+
+        Two log-sum-exps in one base compare as their normalisers do (log is
+        increasing), exactly: ``log(1 + e)`` reached through a key and through a sink
+        are equal.
+        """
+        if isinstance(other, LogSumExp):
+            if self.row.nan or other.row.nan:
+                raise InputError("lse must be a number to be compared (got nan: an empty row "
+                                 "under empty_row='nan')")
+            if self.neg_inf or other.neg_inf:
+                return (not self.neg_inf) - (not other.neg_inf)
+            if self.base != other.base:
+                q = other.rational()
+                if q is not None:
+                    return self._order(q)
+                return -other._order(self.rational()) if self.rational() is not None \
+                    else self._ball_order(other)
+            one = ExpPoly((), {(Fraction(0),): Fraction(1)})
+            return self.row.poly(self.row.counts).times_minus(
+                one, other.row.poly(other.row.counts), one).sign()
         if not isinstance(other, (int, Fraction)) or isinstance(other, bool):
             return NotImplemented
         if self.row.nan:
@@ -101,8 +125,20 @@ class LogSumExp:
             return d.sign() if isinstance(d, Surd) else (d > 0) - (d < 0)
         return self._compare(Fraction(other))
 
+    def _ball_order(self, other: "LogSumExp") -> int:
+        """sign(self - other) across bases, from enclosures up to the bound."""
+        from .digits import MAX_PREC
+
+        def step(prec):
+            b = self.ball(prec) - other.ball(prec)
+            return 1 if b > 0 else -1 if b < 0 else None
+        s = tighten(step, 64, max_prec=MAX_PREC)
+        if s is None:
+            raise Undecided(f"{self.text()} - {other.text()}", MAX_PREC)
+        return s
+
     def __eq__(self, other) -> bool:
-        if self.row.nan:
+        if self.row.nan or (isinstance(other, LogSumExp) and other.row.nan):
             return False
         c = self._order(other)
         return NotImplemented if c is NotImplemented else c == 0
@@ -111,28 +147,28 @@ class LogSumExp:
         c = self._order(other)
         return NotImplemented if c is NotImplemented else c < 0
 
-    def __gt__(self, other) -> bool:
-        c = self._order(other)
-        return NotImplemented if c is NotImplemented else c > 0
-
     def __hash__(self) -> int:
         q = self.rational()
-        return hash(q) if q is not None else hash(("LogSumExp", self.base, self.text()))
+        if q is not None:
+            return hash(q)
+        if self.row.nan:
+            return id(self)
+        if self.neg_inf:
+            return hash(float("-inf"))
+        # equal values (in either base) have equal correctly rounded natural-log decimals
+        return hash(("LogSumExp", (self if self.base == "e" else LogSumExp(self.row)).decimal(30)))
 
     def ball(self, prec: int):
         from flint import arb
-        row = self.row
-        if row.certified:
-            shift = real_ball(row.max_raw, prec)
-            value = shift + row.normaliser(prec, row.exp_balls(prec)).log()
-        else:
-            value = row.poly(row.counts).ball(prec).log()
+        row = self.row      # the row maximum plus the log of the sum of exp(gaps) <= count
+        shift = real_ball(row.logit(row.zero_gap), prec)
+        value = shift + row.normaliser(prec, row.exp_balls(prec)).log()
         return value / arb(2).log() if self.base == "2" else value
 
     def _compare(self, q: Fraction) -> int:
         """sign(lse - q), exactly (the value is not q: see the module notes)."""
         row = self.row
-        if self.base == "e" and not row.certified:
+        if self.base == "e":
             exp_q = ExpPoly((), {(Fraction(q),): Fraction(1)})
             one = ExpPoly((), {(Fraction(0),): Fraction(1)})
             return row.poly(row.counts).times_minus(one, exp_q, one).sign()
@@ -141,7 +177,11 @@ class LogSumExp:
         def step(prec):
             b = self.ball(prec) - arb(fmpq(q.numerator, q.denominator))
             return 1 if b > 0 else -1 if b < 0 else None
-        return tighten(step, 64, max_prec=None if not row.certified else 1 << 16)
+        from .digits import MAX_PREC
+        s = tighten(step, 64, max_prec=None if not row.certified else MAX_PREC)
+        if s is None:
+            raise Undecided(f"{self.text()} - {q}", MAX_PREC)
+        return s
 
     def decimal(self, places: int) -> str:
         """Certified decimal at ``places`` places; ``-inf`` for a fully masked row."""

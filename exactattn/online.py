@@ -60,7 +60,6 @@ from .options import check_choice
 from .errors import InputError, ShapeError, shorten
 from .logits import softmax_row
 from .lse import LogSumExp
-from .reals import Surd
 from .softmax import ExpRatio, SoftmaxRow
 
 __all__ = ["OnlineResult", "all_splits", "block_lengths", "merge", "online_softmax", "split_rows"]
@@ -330,14 +329,6 @@ def split_rows(raw: Sequence, divisor_squared: Fraction | None, blocks, *,
     return lengths, rows, full
 
 
-def _absolute(row: SoftmaxRow, g):
-    """The exponent of gap g of ``row`` as a value (Fraction, Surd or the certified logit)."""
-    if row.certified:
-        return g
-    basis, e = row.exponent(g)
-    return Surd(e[0], tuple(zip(basis, e[1:]))) if any(e[1:]) else Fraction(e[0])
-
-
 def merge(pairs: Sequence, sink=None) -> tuple[list[ExpRatio], LogSumExp]:
     """Merge exact per-block pairs ``(outputs, lse)`` into one row's outputs and log-sum-exp.
 
@@ -370,7 +361,7 @@ def merge(pairs: Sequence, sink=None) -> tuple[list[ExpRatio], LogSumExp]:
         first = {}
         for g, c in row.counts.items():
             first[g] = len(logits)
-            logits += [_absolute(row, g)] * c
+            logits += [row.logit(g)] * c
         where.append(first)
     if sink is not None:
         logits.append(Fraction(sink))

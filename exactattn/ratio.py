@@ -104,14 +104,12 @@ class ExpRatio:
     def sign(self) -> int:
         """-1, 0 or 1, exactly (the normaliser is positive).
 
-        Over certified (transcendental) logits: 0 when every numerator
-        coefficient is 0, else from enclosures (to 2^16 bits).
+        Over rotary or soft-capped logits: 0 when every numerator coefficient is 0,
+        else from enclosures up to a bound (:meth:`ExpPoly.sign <exactattn.exponents.ExpPoly.sign>`).
         """
         self._check_number()
         if not self.row.counts or not self.numerators:
             return 0
-        if self.row.certified:
-            return _enclosure_sign(lambda prec: self.ball(prec), self.text())
         return self._polys()[0].sign()
 
     def _compare(self, other) -> int:
@@ -121,10 +119,6 @@ class ExpRatio:
             q = self.rational()
             if q is not None:
                 return (q > other) - (q < other)
-            if self.row.certified:
-                from flint import arb
-                return _enclosure_sign(lambda prec: self.ball(prec) - arb(fmpq_of(Fraction(other))),
-                                       f"{self.text()} - {other}")
             num, den = self._polys()
             one = ExpPoly((), {(Fraction(0),): Fraction(other)})
             return num.times_minus(ExpPoly((), {(Fraction(0),): Fraction(1)}), den, one).sign()
@@ -137,11 +131,12 @@ class ExpRatio:
         if not self.row.counts or not other.row.counts:   # an empty row's 0
             return self._compare(Fraction(0)) if not other.row.counts else \
                 -other._compare(Fraction(0))
-        if self.row.certified or other.row.certified:
-            if self.row.same_normaliser(other.row) and self.numerators == other.numerators:
+        if self.row.same_normaliser(other.row):
+            if self.numerators == other.numerators:
                 return 0
-            return _enclosure_sign(lambda prec: self.ball(prec) - other.ball(prec),
-                                   f"{self.text()} - {other.text()}")
+            n1, d = self._polys()
+            return n1.times_minus(ExpPoly((), {(Fraction(0),): Fraction(1)}),
+                                  other._polys()[0], ExpPoly((), {(Fraction(0),): Fraction(1)})).sign()
         n1, d1 = self._polys()
         n2, d2 = other._polys()
         return n1.times_minus(d2, n2, d1).sign()
@@ -294,17 +289,3 @@ def row_sum_text(row, coefficients: dict) -> str:
     """``sum_g c_g exp(g)`` over a softmax row, written by increasing exponent."""
     return sum_text([(row.order_key(g), row.term_text(g), Fraction(c))
                      for g, c in coefficients.items()])
-
-
-def _enclosure_sign(ball, label: str) -> int:
-    """The sign of a certified (not exactly decidable) value, from enclosures up to 2^16 bits."""
-    from .digits import MAX_PREC, tighten
-
-    def step(prec):
-        b = ball(prec)
-        return 1 if b > 0 else -1 if b < 0 else None
-    s = tighten(step, 64, max_prec=MAX_PREC)
-    if s is None:
-        raise InputError(f"the sign of {label} could not be certified below {MAX_PREC} bits "
-                         "(a certified value that may be exactly 0)")
-    return s

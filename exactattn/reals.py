@@ -1,4 +1,4 @@
-"""The real numbers a logit can be: exact algebraic (:class:`Surd`) or certified (:class:`Certified`).
+"""The real numbers a logit can be, in one canonical form (:class:`Surd`): exact algebraic or certified.
 
 A plain scaled score is a rational, or ``a/sqrt(D)`` for an irrational divisor
 sqrt(D).  The modifiers of today's attention add two more kinds:
@@ -12,11 +12,15 @@ sqrt(D).  The modifiers of today's attention add two more kinds:
   zero exactly when every coefficient is; its sign is then decided by
   enclosures, which always terminates.  (Independence: ``Q(2^(1/2^m))`` meets
   every multi-quadratic field only in ``Q(sqrt(2))``.)
-* **certified transcendental**: soft-capped scores ``cap * tanh(s / cap)``
-  and rotary-embedded (RoPE) scores.  A :class:`Certified` carries a
-  structural key (equal keys mean equal values: tanh is injective, a rotation
-  is a function of its angle) and enclosures; digits are certified from the
-  enclosures, and nothing is decided by a tolerance.
+* **certified transcendental**: rotary-embedded (RoPE) scores and soft-capped
+  scores ``cap * tanh(s / cap)``, kept in the same canonical form with atoms
+  :class:`Trig` (``cos a``, ``sin a`` of a reduced angle) and :class:`Tanh`
+  (``tanh x`` of a reduced argument), so every tie a modifier creates is an
+  equal form.  Rotary forms are zero exactly when their coefficients are
+  (Lindemann-Weierstrass); tanh forms that differ are told apart by
+  enclosures up to a bound, past which :class:`~exactattn.errors.Undecided`
+  says so rather than guess.  Digits are certified from enclosures, never
+  decided by a tolerance.
 
 >>> s = two_power(Fraction(-1, 2))            # an ALiBi slope of a 16-head model
 >>> s.text(), s.decimal(6), s * 2 == two_power(Fraction(1, 2))
@@ -30,13 +34,14 @@ sqrt(D).  The modifiers of today's attention add two more kinds:
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
-from .errors import InputError
+from .errors import InputError, Undecided
 from .exact import rational_sqrt
 
-__all__ = ["Certified", "Pow2", "Surd", "align", "atom_ball", "atom_ratio", "atom_text", "real_ball",
-           "real_compare", "real_decimal", "real_sign", "softcap_ball", "real_text", "softcap", "sympy_ball",
+__all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_ratio", "atom_text",
+           "decidable", "power_form", "real_ball", "real_compare", "real_decimal", "real_sign",
+           "real_text", "softcap", "softcap_ball", "sympy_ball", "tanh_of", "transcendental", "trig",
            "two_power"]
 
 
@@ -61,11 +66,207 @@ class Pow2:
         return f"Pow2({self.f})"
 
 
+def _radical_ball(radical):
+    from flint import arb, fmpq
+    x = arb(1)
+    for p, f in radical:
+        x *= arb(p) ** fmpq(f.numerator, f.denominator)
+    return x
+
+
+def _radical_text(r: Fraction, radical) -> str:
+    from .digits import fraction_text
+    parts = [] if r == 1 and radical else [fraction_text(r)]
+    parts += [f"{p}^({fraction_text(f)})" for p, f in radical]
+    return "*".join(parts)
+
+
+def power_form(base: Fraction, e: Fraction) -> tuple[Fraction, tuple]:
+    """``base^e`` for a positive rational base as ``(r, ((p, f), ...))``: ``r * prod p^f``.
+
+    r is rational, the primes p are increasing and every ``0 < f < 1``: the canonical
+    form of a real radical, so equal powers get equal forms
+    (``10 * 10000^(-1/4) = 1``).  By Besicovitch's theorem (1940) the products
+    ``prod p^f`` of distinct forms are linearly independent over the rationals, so
+    distinct forms are distinct numbers.
+
+    >>> power_form(Fraction(10000), Fraction(-1, 4)), power_form(Fraction(8), Fraction(1, 2))
+    ((Fraction(1, 10), ()), (Fraction(2, 1), ((2, Fraction(1, 2)),)))
+    """
+    from flint import fmpz
+    base, e = Fraction(base), Fraction(e)
+    if base <= 0:
+        raise InputError(f"a power needs a positive base (got {base})")
+    powers: dict = {}
+    for n, sign in ((base.numerator, 1), (base.denominator, -1)):
+        if n > 1:
+            for p, k in fmpz(n).factor():
+                powers[int(p)] = powers.get(int(p), 0) + sign * int(k)
+    r, radical = Fraction(1), []
+    for p in sorted(powers):
+        x = powers[p] * e
+        whole = x.numerator // x.denominator
+        r *= Fraction(p) ** whole
+        if x != whole:
+            radical.append((p, x - whole))
+    return r, tuple(radical)
+
+
+class Trig:
+    """The atom ``cos(a)`` or ``sin(a)`` of a positive algebraic angle ``a = r * prod p^f``.
+
+    The angle is in the canonical form of :func:`power_form`, so equal angles are
+    equal atoms.  ``cos(-a) = cos(a)`` and ``sin(-a) = -sin(a)``: build atoms with
+    :func:`trig`, which folds the sign.  By the Lindemann-Weierstrass theorem
+    ``1, cos(a_k), sin(a_k)`` for distinct positive algebraic angles are linearly
+    independent over the algebraic numbers (write each as ``(e^(ia) +- e^(-ia))/2``:
+    the exponents ``0, +-i a_k`` are distinct), so a rotary score is zero exactly
+    when its collected coefficients are.
+    """
+
+    __slots__ = ("fn", "r", "radical")
+
+    def __init__(self, fn: str, r: Fraction, radical: tuple = ()):
+        if fn not in ("cos", "sin") or r <= 0:
+            raise InputError(f"a trig atom needs cos or sin of a positive angle (got {fn}, {r})")
+        self.fn, self.r, self.radical = fn, Fraction(r), tuple(radical)
+
+    def _key(self):
+        return ("trig", self.fn, self.r, self.radical)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Trig) and other._key() == self._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def ball(self):
+        from flint import arb, fmpq
+        a = arb(fmpq(self.r.numerator, self.r.denominator)) * _radical_ball(self.radical)
+        return a.cos() if self.fn == "cos" else a.sin()
+
+    def text(self) -> str:
+        return f"{self.fn}({_radical_text(self.r, self.radical)})"
+
+    def sympy(self):
+        import sympy
+        a = sympy.Rational(self.r.numerator, self.r.denominator)
+        for p, f in self.radical:
+            a *= sympy.Integer(p) ** sympy.Rational(f.numerator, f.denominator)
+        return (sympy.cos if self.fn == "cos" else sympy.sin)(a)
+
+    def __repr__(self) -> str:
+        return f"Trig({self.text()})"
+
+
+def trig(fn: str, angle: Fraction, radical: tuple = ()):
+    """``(coefficient, atom)`` with ``fn(angle * prod p^f) = coefficient * atom`` (atom None: 1).
+
+    >>> trig("sin", Fraction(-1)), trig("cos", Fraction(0))
+    ((-1, Trig(sin(1))), (1, None))
+    """
+    if angle == 0:
+        return (1, None) if fn == "cos" else (0, None)
+    if angle > 0:
+        return 1, Trig(fn, angle, radical)
+    return (1 if fn == "cos" else -1), Trig(fn, -angle, radical)
+
+
+class Tanh:
+    """The atom ``tanh(x)`` of a non-zero real x in canonical form (a :class:`Surd`).
+
+    tanh is odd and injective, so the atom keeps x with a positive leading coefficient
+    (:func:`tanh_of` folds the sign) and equal arguments are equal atoms.  Unlike
+    :class:`Trig`, no theorem makes distinct tanh atoms independent, so a sum with
+    them is zero when its collected coefficients are, and otherwise its sign comes
+    from enclosures up to a bound (:meth:`Surd.sign`).
+    """
+
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Tanh) and _canonical(other.x) == _canonical(self.x)
+
+    def __hash__(self) -> int:
+        return hash(("tanh", _canonical(self.x)))
+
+    def ball(self):
+        return real_ball(self.x).tanh()
+
+    def text(self) -> str:
+        return f"tanh({real_text(self.x)})"
+
+    def sympy(self):
+        import sympy
+        x = self.x
+        return sympy.tanh(x.sympy() if isinstance(x, Surd) else sympy.Rational(x.numerator, x.denominator))
+
+    def __repr__(self) -> str:
+        return f"Tanh({real_text(self.x)})"
+
+
+def tanh_of(x) -> tuple[int, "Tanh | None"]:
+    """``(sign, atom)`` with ``tanh(x) = sign * atom`` (atom None when x = 0)."""
+    if not isinstance(x, Surd):
+        x = Fraction(x)
+        if x == 0:
+            return 0, None
+        return (1, Tanh(x)) if x > 0 else (-1, Tanh(-x))
+    if not x.terms:
+        return tanh_of(x.p)
+    form = _canonical(x)
+    if len(form) == 1:
+        return tanh_of(x.p)
+    return (1, Tanh(x)) if form[1][1] > 0 else (-1, Tanh(-x))   # the leading coefficient's sign
+
+
+class Prod:
+    """The atom ``alg * trans``: an algebraic atom (``1/sqrt(D)``, ``2^f``) times a
+    :class:`Trig` or :class:`Tanh` (a rotary score divided by an irrational sqrt(D))."""
+
+    __slots__ = ("alg", "trans")
+
+    def __init__(self, alg, trans):
+        self.alg, self.trans = alg, trans
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Prod) and other.alg == self.alg and other.trans == self.trans
+
+    def __hash__(self) -> int:
+        return hash(("prod", self.alg, self.trans))
+
+    def __repr__(self) -> str:
+        return f"Prod({atom_text(self.alg)}, {self.trans.text()})"
+
+
+TRANSCENDENTAL = (Trig, Tanh, Prod)
+
+
+def transcendental(atom) -> bool:
+    """True for an atom that is not algebraic (a cosine, sine, tanh or a product with one)."""
+    return isinstance(atom, TRANSCENDENTAL)
+
+
+def decidable(atom) -> bool:
+    """True when sums over this atom are zero exactly when their coefficients are
+    (every algebraic atom and every :class:`Trig`; not a :class:`Tanh`)."""
+    if isinstance(atom, Prod):
+        atom = atom.trans
+    return not isinstance(atom, Tanh)
+
+
 def atom_ball(atom):
     """An ``arb`` enclosure of an atom at the current precision."""
     from flint import arb, fmpq
     if isinstance(atom, Pow2):
         return arb(2) ** fmpq(atom.f.numerator, atom.f.denominator)
+    if isinstance(atom, (Trig, Tanh)):
+        return atom.ball()
+    if isinstance(atom, Prod):
+        return atom_ball(atom.alg) * atom.trans.ball()
     return 1 / arb(fmpq(atom.numerator, atom.denominator)).sqrt()
 
 
@@ -73,14 +274,73 @@ def atom_text(atom) -> str:
     from .digits import fraction_text
     if isinstance(atom, Pow2):
         return f"2^({fraction_text(atom.f)})"
+    if isinstance(atom, (Trig, Tanh)):
+        return atom.text()
+    if isinstance(atom, Prod):
+        return f"{atom.trans.text()}*{atom_text(atom.alg)}"
     return f"1/sqrt({fraction_text(atom)})"
 
 
 def atom_ratio(x, y) -> Fraction | None:
     """r with ``x = r * y`` for atoms x, y, or None (independent atoms)."""
+    if isinstance(x, Prod) or isinstance(y, Prod):
+        if isinstance(x, Prod) and isinstance(y, Prod) and x.trans == y.trans:
+            return atom_ratio(x.alg, y.alg)
+        return None
+    if isinstance(x, (Trig, Tanh)) or isinstance(y, (Trig, Tanh)):
+        return Fraction(1) if x == y else None
     if isinstance(x, Pow2) or isinstance(y, Pow2):
         return Fraction(1) if x == y else None
     return rational_sqrt(y / x)     # 1/sqrt(x) = sqrt(y/x) / sqrt(y)
+
+
+def _square_free(D: Fraction) -> tuple[Fraction, int]:
+    """``(c, m)`` with ``1/sqrt(D) = c / sqrt(m)``, m a square-free whole number."""
+    from flint import fmpz
+    a, b = D.numerator, D.denominator
+    s, m = 1, 1
+    if a * b > 1:
+        for p, k in fmpz(a * b).factor():
+            s *= int(p) ** (int(k) // 2)
+            if k % 2:
+                m *= int(p)
+    return Fraction(s * m, a), m     # 1/sqrt(a/b) = sqrt(ab)/a = s sqrt(m)/a
+
+
+def _canonical_atom(atom) -> tuple[Fraction, Any]:
+    """``(c, a)`` with ``atom = c * a`` and a the one representative of its class."""
+    if isinstance(atom, Fraction):
+        c, m = _square_free(atom)
+        return c, Fraction(m)
+    if isinstance(atom, Prod):
+        c, a = _canonical_atom(atom.alg)
+        return c, Prod(a, atom.trans)
+    return Fraction(1), atom
+
+
+def _order(atom) -> tuple:
+    if isinstance(atom, Fraction):
+        return (0, atom)
+    if isinstance(atom, Pow2):
+        return (1, atom.f)
+    if isinstance(atom, Prod):
+        return (3,) + _order(atom.trans) + _order(atom.alg)
+    if isinstance(atom, Trig):
+        return (2, 0, atom.fn, atom.r, atom.radical)
+    return (2, 1, repr(_canonical(atom.x)))
+
+
+def _canonical(x) -> tuple:
+    """A value's canonical form: ``((p,), (order, coefficient, atom), ...)``, sorted; equal
+    exact values (the same algebraic number, the same rotary or tanh form) have equal forms."""
+    if not isinstance(x, Surd):
+        return ((Fraction(x),),)
+    merged: dict = {}
+    for atom, a in x.terms:
+        c, rep = _canonical_atom(atom)
+        merged[rep] = merged.get(rep, 0) + a * c
+    terms = sorted(((_order(rep), a, rep) for rep, a in merged.items() if a), key=lambda t: t[0])
+    return ((x.p,),) + tuple((o, a) for o, a, _ in terms)
 
 
 def align(values) -> tuple[tuple, list]:
@@ -173,6 +433,25 @@ class Surd:
     def __rsub__(self, other):
         return (-self) + other
 
+    def over_sqrt(self, D: Fraction) -> "Surd":
+        """``self / sqrt(D)`` for an irrational sqrt(D), when self has no algebraic atom
+        (a rotary score): each cosine or sine term becomes a :class:`Prod` atom.
+
+        Raises:
+            InputError: self holds an algebraic atom (a product of two surds).
+        """
+        terms = [(Fraction(D), self.p)] if self.p else []
+        for atom, a in self.terms:
+            if not isinstance(atom, (Trig, Tanh)):
+                raise InputError(f"cannot divide {self.text()} by sqrt({D}) exactly here")
+            terms.append((Prod(Fraction(D), atom), a))
+        return Surd(0, tuple(terms))
+
+    @property
+    def transcendental(self) -> bool:
+        """True when a cosine, sine or tanh occurs (its digits are certified, not exact)."""
+        return any(transcendental(atom) for atom, _ in self.terms)
+
     # -- exact sign and order ------------------------------------------------
     def ball(self, prec: int = 0):
         from flint import arb, fmpq
@@ -182,15 +461,28 @@ class Surd:
         return x
 
     def sign(self) -> int:
-        """-1, 0 or 1, exactly (0 only when every coefficient is 0)."""
+        """-1, 0 or 1, exactly (0 only when every coefficient is 0).
+
+        Algebraic values: exact, always.  With a cosine or sine (Lindemann-Weierstrass:
+        a non-zero form is a non-zero number) or a tanh (no such theorem), the sign is
+        read from enclosures up to :data:`~exactattn.digits.MAX_PREC` bits.
+
+        Raises:
+            Undecided: enclosures up to that bound still contain 0.
+        """
         if not self.terms:
             return (self.p > 0) - (self.p < 0)
-        from .digits import tighten
+        from .digits import MAX_PREC, tighten
 
         def step(prec):
             b = self.ball(prec)
             return 1 if b > 0 else -1 if b < 0 else None
-        return tighten(step, 64)
+        if not self.transcendental:
+            return tighten(step, 64)
+        s = tighten(step, 64, max_prec=MAX_PREC)
+        if s is None:
+            raise Undecided(self.text(), MAX_PREC)
+        return s
 
     def _cmp(self, other) -> int:
         if isinstance(other, (int, Fraction, Surd)) and not isinstance(other, bool):
@@ -198,8 +490,14 @@ class Surd:
         return NotImplemented
 
     def __eq__(self, other) -> bool:
-        c = self._cmp(other)
-        return NotImplemented if c is NotImplemented else c == 0
+        if not isinstance(other, (int, Fraction, Surd)) or isinstance(other, bool):
+            return NotImplemented
+        d = self - other
+        if not d.terms:
+            return d.p == 0
+        if all(decidable(atom) for atom, _ in d.terms):
+            return False               # a non-zero form over independent atoms
+        return d.sign() == 0
 
     def __lt__(self, other) -> bool:
         c = self._cmp(other)
@@ -219,8 +517,8 @@ class Surd:
 
     def __hash__(self) -> int:
         if self._hash is None:
-            q = self.rational()
-            self._hash = hash(q) if q is not None else hash(("Surd", self.decimal(30)))
+            form = _canonical(self)
+            self._hash = hash(self.p) if len(form) == 1 else hash(("Surd", form))
         return self._hash
 
     # -- views ---------------------------------------------------------------
@@ -236,8 +534,9 @@ class Surd:
         parts = []
         for atom, a in self.terms:
             t = atom_text(atom)
-            if isinstance(atom, Pow2):
-                body = t if abs(a) == 1 else f"({fraction_text(abs(a))})*{t}"
+            if isinstance(atom, Pow2) or transcendental(atom):
+                body = t if abs(a) == 1 else f"({fraction_text(abs(a))})*{t}" \
+                    if abs(a).denominator != 1 else f"{abs(a)}*{t}"
             elif abs(a).numerator == 1:
                 n = abs(a).denominator
                 body = f"1/sqrt({fraction_text(atom)})" if n == 1 else \
@@ -261,6 +560,10 @@ class Surd:
             c = sympy.Rational(a.numerator, a.denominator)
             if isinstance(atom, Pow2):
                 x += c * sympy.Integer(2) ** sympy.Rational(atom.f.numerator, atom.f.denominator)
+            elif isinstance(atom, (Trig, Tanh)):
+                x += c * atom.sympy()
+            elif isinstance(atom, Prod):
+                x += c * Surd(0, ((atom.alg, 1),)).sympy() * atom.trans.sympy()
             else:
                 x += c / sympy.sqrt(sympy.Rational(atom.numerator, atom.denominator))
         return x
@@ -304,66 +607,10 @@ def two_power(r: Fraction):
     return Surd(0, ((Pow2(f), base),))
 
 
-# --------------------------------------------------------------------------- certified reals
-class Certified:
-    """A certified transcendental real: a structural ``key`` and an enclosure function.
-
-    Equal keys mean equal values (the key names how the value was built from
-    exact inputs by injective steps); distinct keys are compared by
-    enclosures only.  ``ball(prec)`` returns an ``arb`` at the current
-    working precision.
-
-    >>> x = softcap(Fraction(5), Fraction(1)); x.text(), x == softcap(Fraction(5), Fraction(1))
-    ('tanh(5)', True)
-    """
-
-    __slots__ = ("key", "_ball", "label")
-
-    def __init__(self, key: Any, ball: Callable[[int], Any], label: str):
-        self.key, self._ball, self.label = key, ball, label
-
-    def ball(self, prec: int = 0):
-        return self._ball(prec)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Certified) and other.key == self.key
-
-    def __hash__(self) -> int:
-        return hash(("Certified", self.key))
-
-    def __add__(self, other):
-        if other == 0 and not isinstance(other, Certified):
-            return self
-        if isinstance(other, (int, Fraction, Surd, Certified)) and not isinstance(other, bool):
-            return Certified(("+", self.key, _key(other)),
-                             lambda prec: self.ball(prec) + real_ball(other, prec),
-                             f"{self.label} + {real_text(other)}")
-        return NotImplemented
-
-    __radd__ = __add__
-
-    def text(self) -> str:
-        return self.label
-
-    def decimal(self, places: int) -> str:
-        from .digits import certify
-        return certify(self.ball, places)
-
-    def __repr__(self) -> str:
-        return f"Certified({self.label})"
-
-
-def _key(x):
-    if isinstance(x, Certified):
-        return x.key
-    if isinstance(x, Surd):
-        return ("surd", x.p, x.terms)
-    return ("q", Fraction(x))
-
-
+# --------------------------------------------------------------------------- any real logit
 def real_ball(x, prec: int = 0):
-    """An enclosure of a rational, :class:`Surd` or :class:`Certified` at the current precision."""
-    if isinstance(x, (Surd, Certified)):
+    """An enclosure of a rational or :class:`Surd` at the current precision."""
+    if isinstance(x, Surd):
         return x.ball(prec)
     from flint import arb, fmpq
     x = Fraction(x)
@@ -372,69 +619,52 @@ def real_ball(x, prec: int = 0):
 
 def real_text(x) -> str:
     from .digits import fraction_text
-    return x.text() if isinstance(x, (Surd, Certified)) else fraction_text(Fraction(x))
+    return x.text() if isinstance(x, Surd) else fraction_text(Fraction(x))
 
 
 def real_sign(x) -> int:
-    """The sign of a real: exact for rationals and Surds, from enclosures for Certified ones.
+    """The sign of a rational or :class:`Surd` (see :meth:`Surd.sign`).
 
     Raises:
-        InputError: a certified value whose enclosures contain 0 up to 2^16 bits.
+        Undecided: a soft-capped form whose enclosures contain 0 up to the bound.
     """
     if isinstance(x, Surd):
         return x.sign()
-    if not isinstance(x, Certified):
-        return (x > 0) - (x < 0)
-    from .digits import MAX_PREC, tighten
-
-    def step(prec):
-        b = x.ball(prec)
-        return 1 if b > 0 else -1 if b < 0 else None
-    s = tighten(step, 64, max_prec=MAX_PREC)
-    if s is None:
-        raise InputError(f"the sign of {x.label} could not be certified below {MAX_PREC} bits")
-    return s
+    return (x > 0) - (x < 0)
 
 
 def real_compare(x, y) -> int:
-    """sign(x - y) for rationals, Surds and Certified reals.
-
-    Exact unless a Certified value is involved; then equal structure gives 0
-    and otherwise enclosures decide (to 2^16 bits).
+    """sign(x - y) for rationals and Surds (see :meth:`Surd.sign`).
 
     Raises:
-        InputError: two certified values not separated below 2^16 bits.
+        Undecided: two tanh forms not separated up to the bound.
     """
-    if not isinstance(x, Certified) and not isinstance(y, Certified):
-        return real_sign(x - y)
-    if x == y:
-        return 0
-    return real_sign(Certified(("-", _key(x), _key(y)),
-                               lambda prec: real_ball(x, prec) - real_ball(y, prec),
-                               f"{real_text(x)} - ({real_text(y)})"))
+    return real_sign(x - y)
 
 
 def real_decimal(x, places: int) -> str:
-    """Certified decimal of a rational, :class:`Surd` or :class:`Certified`."""
-    if isinstance(x, (Surd, Certified)):
+    """Certified decimal of a rational or :class:`Surd`."""
+    if isinstance(x, Surd):
         return x.decimal(places)
     from .digits import round_fraction
     return round_fraction(Fraction(x), places)
 
 
 def softcap(x, cap: Fraction):
-    """``cap * tanh(x / cap)`` (Gemma 2's logit soft-capping) of an exact or certified x.
+    """``cap * tanh(x / cap)`` (Gemma 2's logit soft-capping) of an exact x, in canonical form.
 
-    tanh is injective, so the key is x's key: equal inputs give equal outputs.
-    ``softcap(0)`` is exactly ``Fraction(0)`` (so it ties exactly with a 0 logit).
+    The result is a :class:`Surd` over a :class:`Tanh` atom of the reduced argument
+    ``x / cap`` (tanh is odd and injective): equal inputs give the same form, so
+    ties that soft-capping keeps are decided exactly.  ``softcap(0)`` is exactly
+    ``Fraction(0)``.
     """
-    if not isinstance(x, (Surd, Certified)) and x == 0:
+    cap = Fraction(cap)
+    if isinstance(x, Surd) and not x.terms:
+        x = x.p
+    sign, atom = tanh_of(x / cap if not isinstance(x, Surd) else x * (1 / cap))
+    if atom is None:
         return Fraction(0)
-    from .digits import fraction_text
-    arg = real_text(x) if cap == 1 else f"({real_text(x)})/{fraction_text(cap)}"
-    label = f"tanh({arg})" if cap == 1 else f"{fraction_text(cap)}*tanh({arg})"
-    return Certified(("softcap", cap, _key(x)),
-                     lambda prec: softcap_ball(real_ball(x, prec), cap), label)
+    return Surd(0, ((atom, sign * cap),))
 
 
 def softcap_ball(x, cap: Fraction):

@@ -49,9 +49,8 @@ from typing import Sequence
 from .call import EMPTY_ROWS
 from .options import check_choice
 from .digits import arb_to_fraction, working_precision
-from .errors import InputError
 from .exact import rational_sqrt
-from .reals import Certified, Surd, align, real_ball, real_compare, real_text
+from .reals import Surd, align, real_ball, transcendental
 from .exponents import Exponent, ExpPoly, exponent_text, fmpq_of, inv_sqrt_ball
 from .ratio import ExpRatio
 
@@ -124,15 +123,16 @@ class SoftmaxRow:
     def of_logits(cls, logits: Sequence, empty_row: str = "zero", *, sink=None) -> "SoftmaxRow":
         """The softmax of logits that are already scaled and modified.
 
-        Each logit is None (hidden), a ``Fraction``, an exact algebraic
-        :class:`~exactattn.reals.Surd` (an ALiBi slope such as 2^(-1/2)) or a
-        certified :class:`~exactattn.reals.Certified` (a soft-capped or rotary
-        score).  ``sink`` is a logit that joins the normaliser and carries no
-        value (an attention sink; 0 gives "softmax plus one").
+        Each logit is None (hidden), a ``Fraction`` or a :class:`~exactattn.reals.Surd`:
+        exact algebraic (an ALiBi slope such as 2^(-1/2)) or over cosine, sine and
+        tanh atoms (a rotary or soft-capped score, in canonical form).  ``sink`` is a
+        logit that joins the normaliser and carries no value (an attention sink; 0
+        gives "softmax plus one").
 
-        With only rationals and Surds every value stays exact (decided by
-        Lindemann-Weierstrass); with a certified logit, digits come from
-        enclosures and equality from structure.
+        Equal logits are equal forms, so ties are exact.  With algebraic logits
+        every value is decided exactly (Lindemann-Weierstrass); with a cosine, sine
+        or tanh atom (``certified``), digits come from enclosures and a comparison
+        of forms that differ is bounded (:class:`~exactattn.errors.Undecided`).
 
         >>> from exactattn.reals import two_power
         >>> row = SoftmaxRow.of_logits([Fraction(0), -two_power(Fraction(-1, 2))])
@@ -152,23 +152,17 @@ class SoftmaxRow:
         if sink is not None:
             logits.append(sink)
         self.divisor_squared, self._root, self.paired, self.general = None, None, False, True
-        self.certified = any(isinstance(x, Certified) for x in logits)
         visible = [x for x in logits if x is not None]
-        if self.certified:
-            self.basis = ()
-            self.raw = logits
-            self.gaps = logits
-            self.max_raw = max((real_ball(x, 64).mid() for x in visible), default=None)
-            self.max_raw = None if self.max_raw is None else arb_to_fraction(self.max_raw)
-        else:
-            self.basis, keys = align(logits)
-            self.raw = keys
-            top = None
-            for k in keys:
-                if k is not None and (top is None or self._key_sign(k, top) > 0):
-                    top = k
-            self.max_raw = top
-            self.gaps = [None if k is None else tuple(a - b for a, b in zip(k, top)) for k in keys]
+        self.basis, keys = align(logits)
+        # cosine, sine or tanh atoms: digits from enclosures, signs of differing forms bounded
+        self.certified = any(transcendental(atom) for atom in self.basis)
+        self.raw = keys
+        top = None
+        for k in keys:
+            if k is not None and (top is None or self._key_sign(k, top) > 0):
+                top = k
+        self.max_raw = top
+        self.gaps = [None if k is None else tuple(a - b for a, b in zip(k, top)) for k in keys]
         self._count(visible)
         return self
 
@@ -235,15 +229,13 @@ class SoftmaxRow:
     def largest(self) -> list[int]:
         """The keys with the largest share (the row's maximum exponent), in order."""
         gaps = self.gaps[:self.n_keys]
-        if self.certified:
-            top = None
-            for g in gaps:
-                if g is not None and (top is None or real_compare(g, top) > 0):
-                    top = g
-            return [j for j, g in enumerate(gaps) if g is not None and real_compare(g, top) == 0]
-        top = (0, 0) if self.paired else \
-            (Fraction(0),) * (len(self.basis) + 1) if self.general else 0
-        return [j for j, g in enumerate(gaps) if g is not None and g == top]
+        return [j for j, g in enumerate(gaps) if g is not None and g == self.zero_gap]
+
+    @property
+    def zero_gap(self):
+        """The gap of the row's largest logit (0 in the gaps' own form)."""
+        return (Fraction(0), Fraction(0)) if self.paired else \
+            (Fraction(0),) * (len(self.basis) + 1) if self.general else Fraction(0)
 
     def sum_is_one(self) -> bool:
         """True: the numerators of the shares add up to the normaliser term by term.
@@ -264,10 +256,8 @@ class SoftmaxRow:
         """The absolute exponent of gap ``g`` as ``(basis, (p, a_1, ...))``: ``p + sum a_k basis[k]``.
 
         A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom.
-        Not defined over certified logits (they have no exact exponent).
+        A basis entry may also be a cosine, sine or tanh atom (rotary and soft-capped logits).
         """
-        if self.certified:
-            raise InputError("a certified (transcendental) logit has no exact exponent")
         if self.general:
             return self.basis, tuple(a + b for a, b in zip(g, self.max_raw))
         if self.paired:
@@ -281,13 +271,11 @@ class SoftmaxRow:
 
     def logit(self, g):
         """The absolute exponent of gap ``g`` as a value: a ``Fraction`` when rational, else a
-        :class:`~exactattn.reals.Surd`; over certified logits, the certified logit itself.
+        :class:`~exactattn.reals.Surd`.
 
         >>> SoftmaxRow([Fraction(3), Fraction(1)], Fraction(2)).logit(Fraction(-2))
         Surd(1/sqrt(2))
         """
-        if self.certified:
-            return g
         basis, e = self.exponent(g)
         return Surd(e[0], tuple(zip(basis, e[1:]))) if any(e[1:]) else Fraction(e[0])
 
@@ -315,11 +303,8 @@ class SoftmaxRow:
         negligible = arb(0, arb(2) ** -K)
         balls = {}
         if self.general:
-            shift = real_ball(self.max_raw, prec) if self.certified else 0
             for g in self.counts:
-                x = real_ball(g, prec) - shift if self.certified else \
-                    real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), prec)
-                balls[g] = x.exp()
+                balls[g] = real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), prec).exp()
             self._ball_cache = (prec, balls)
             return balls
         for g in self.counts:
@@ -348,8 +333,6 @@ class SoftmaxRow:
     def term(self, g):
         """The sympy closed form of ``exp`` at gap g's absolute exponent (scaled score)."""
         import sympy
-        if self.certified:
-            return sympy.exp(sympy.sympify(real_text(g)))
         x = self.logit(g)
         return sympy.exp(x.sympy() if isinstance(x, Surd) else
                          sympy.Rational(x.numerator, x.denominator))
@@ -358,14 +341,11 @@ class SoftmaxRow:
         """A key that sorts gaps by their exponent (for writing sums in order)."""
         if self.general:     # a rational within 2^-60 of the exponent: order for text only
             with working_precision(128):
-                x = real_ball(g, 128) if self.certified else \
-                    real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), 128)
+                x = real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), 128)
                 return arb_to_fraction(x.mid())
         basis, e = self.exponent(g)
         return Exponent(e[-1], e[0], basis[0]) if basis else e[0]
 
     def term_text(self, g) -> str:
         """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""
-        if self.certified:
-            return f"exp({real_text(g)})"
         return exponent_text(*self.exponent(g))

@@ -204,7 +204,7 @@ class Trace:
         """The RoPE-rotated raw score of query i and key j (the raw score without RoPE).
 
         A ``Fraction`` where the rotation angle is 0 (the query's own
-        position), else a certified :class:`~exactattn.reals.Certified`; None if hidden.
+        position), else a rotary :class:`~exactattn.reals.Surd` (over cosine and sine atoms); None if hidden.
         """
         self._check(i, j, self.n, "key index")
         return self._logit_source(i)[j]
@@ -213,7 +213,7 @@ class Trace:
         """Row i after a stage of the one composition (:func:`~exactattn.logits.logit_row`):
         ``scaled``, ``capped`` (soft-cap) or ``logit`` (+ ALiBi bias): what the softmax reads.
 
-        Values are ``Fraction``, exact algebraic ``Surd`` or certified ``Certified``; None if hidden.
+        Values are ``Fraction`` or ``Surd`` (exact algebraic, or over cosine, sine, tanh atoms); None if hidden.
         """
         self._check(i)
         return logit_row(self._logit_source(i), self.head.divisor_squared, self.policy, i,

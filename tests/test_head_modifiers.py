@@ -19,7 +19,7 @@ from exactattn.layer import Layer, attend_layer
 from exactattn.lse import LogSumExp
 from exactattn.modifiers import Alibi, Rope
 from exactattn.ratio import ExpRatio
-from exactattn.reals import Certified, Surd
+from exactattn.reals import Surd
 from exactattn.softmax import SoftmaxRow
 
 CASES = Path(__file__).parent / "data" / "cases"
@@ -130,7 +130,7 @@ def test_softcap_before_mask_case():
     assert t.share_decimals(6)[0] == c["expected"]["shares_decimal"][:2] + ["0.000000"]
     assert t.share(0, 2) == 0 and t.share(0, 2).rational() == F(0)
     capped = t.logit_row(0, "capped")
-    assert isinstance(capped[1], Certified) and capped[1].text() == "tanh(2)" and capped[2] is None
+    assert (isinstance(capped[1], Surd) and capped[1].transcendental) and capped[1].text() == "tanh(2)" and capped[2] is None
     assert t.row(0).certified and t.lse(0).decimal(6) == "1.287092"
     # equal raw scores: exactly equal shares (tanh is injective), rational 1/2
     tie = attend(posed([["3", "3"]], ["1", "2"], softcap=F(1))[0], [[1, 0], [0, 1]])
@@ -191,10 +191,10 @@ def test_rope_head_pencil_only_and_relative():
     t = attend(roped, x)
     assert t.engine == "pencil" and t.macs["rotation"] == 2 * 2 * 9
     assert t.rotated_score(1, 1) == t.raw_scores[1][1] and type(t.rotated_score(1, 1)) is F
-    assert isinstance(t.rotated_score(1, 0), Certified)
+    assert isinstance(t.rotated_score(1, 0), Surd) and t.rotated_score(1, 0).transcendental
     # the queries moved 5 positions on: query 0 is no longer at key 0's position
     shifted = attend(roped.with_policy(roped.policy.replace(query_offset=5)), x)
-    assert isinstance(shifted.rotated_score(0, 0), Certified)
+    assert isinstance(shifted.rotated_score(0, 0), Surd) and shifted.rotated_score(0, 0).transcendental
     assert t.rotated_score(0, 0) == t.raw_scores[0][0] and type(t.rotated_score(0, 0)) is F
     with pytest.raises(InputError, match=r"^engine must be 'pencil' or 'auto' for rope"):
         attend(roped, x, engine="fast")

@@ -12,7 +12,7 @@ from exactattn.errors import FloatInputError, InputError
 from exactattn.logits import dropout_factors, rope_score, softmax_row
 from exactattn.lse import LogSumExp
 from exactattn.modifiers import Alibi, Rope, alibi_slopes
-from exactattn.reals import Certified, Surd
+from exactattn.reals import Surd
 from exactattn.softmax import SoftmaxRow
 
 CASES = Path(__file__).parent / "data" / "cases"
@@ -170,7 +170,7 @@ def test_rope_scores_depend_on_relative_position_only():
     q, k = [F(1), F(2), F(0), F(1)], [F(3), F(0), F(1), F(1)]
     r = Rope()
     a, b = rope_score(q, k, r, 5, 3), rope_score(q, k, r, 9, 7)
-    assert isinstance(a, Certified) and a == b
+    assert (isinstance(a, Surd) and a.transcendental) and a == b
     assert rope_score(q, k, r, 4, 4) == sum(x * y for x, y in zip(q, k))
     assert rope_score(q, k, Rope(layout="interleaved"), 2, 0).decimal(6) != a.decimal(6)
 
@@ -193,3 +193,56 @@ def test_rope_tie_between_keys_at_equal_distances_is_exact():
     assert left == right
     row = softmax_row([left, right], None, Policy(scale=None), 0, 1, 2)
     assert row.share(0).rational() == F(1, 2)
+
+
+def test_rope_mirrored_keys_with_sines_tie_and_certify():
+    """q = (1, 0) at position 1, keys (1, -1) at 0 and (1, 1) at 2: both scores are exactly
+    cos 1 - sin 1 (the sine terms fold their signs), so the row certifies and ties."""
+    q = [F(1), F(0)]
+    left, right = rope_score(q, [F(1), F(-1)], Rope(), 1, 0), rope_score(q, [F(1), F(1)], Rope(), 1, 2)
+    assert left == right and hash(left) == hash(right) and left.text() == "cos(1) - sin(1)"
+    middle = rope_score(q, [F(-1), F(0)], Rope(), 1, 1)
+    assert middle == -1 and type(middle) is F
+    row = softmax_row([left, middle, right], None, Policy(scale=None), 0, 1, 3)
+    assert [row.share(j).decimal(6) for j in range(3)] == ["0.400454", "0.199092", "0.400454"]
+    assert row.share(0) == row.share(2) and row.largest() == [0, 2]
+
+
+def test_rope_reduced_angles_tie_across_frequency_pairs():
+    """d = 8, base 10000: pair 1 turns by 10000^(-1/4) = 1/10 per position, so a key 10 positions
+    on along pair 1 scores cos(1), as a key 1 position on along pair 0 does."""
+    e = [[F(int(i == k)) for i in range(8)] for k in range(8)]
+    q = [F(1), F(1)] + [F(0)] * 6
+    a, b = rope_score(q, e[0], Rope(), 0, 1), rope_score(q, e[1], Rope(), 0, 10)
+    assert a == b and a.text() == "cos(1)" and hash(a) == hash(b)
+    row = softmax_row([a, b], None, Policy(scale=None), 0, 1, 11)
+    assert row.share(0).rational() == F(1, 2)
+
+
+def test_softcap_alibi_and_offsets_tie_exactly():
+    """soft-cap 5 + ALiBi (8 heads, head 0, query at position 2): key 0 (bias -1) and key 1
+    (bias -1/2, offset -1/2) both have the logit 5 tanh(1/5) - 1."""
+    policy = Policy(scale=None, softcap=F(5), alibi=Alibi(8), query_offset=2)
+    row = softmax_row([F(1), F(1), F(0)], None, policy, 0, 1, 3, offsets=[F(0), F(-1, 2), F(0)])
+    s = row.shares()
+    assert s[0] == s[1] and hash(s[0]) == hash(s[1]) and not s[0] < s[1]
+    assert [x.decimal(6) for x in s] == ["0.331872", "0.331872", "0.336256"]
+    assert row.largest() == [2] and row.certified
+    # a row of only the tied keys is exactly uniform: rational shares, exact outputs
+    tied = softmax_row([F(1), F(1)], None, policy, 0, 1, 2, offsets=[F(1, 2), F(0)])
+    assert tied.share(0).rational() == F(1, 2)
+    assert tied.combine([F(1), 1 + F(1, 2 ** 23)]).rational() == 1 + F(1, 2 ** 24)
+
+
+def test_equal_log_sum_exps_compare_equal():
+    """The same row twice, and log(1 + e) reached through a key and through a sink."""
+    one = LogSumExp(SoftmaxRow([F(1), F(0)], None))
+    assert one == LogSumExp(SoftmaxRow([F(1), F(0)], None))
+    via_sink = LogSumExp(SoftmaxRow([F(1)], None, sink=F(0)))
+    assert one == via_sink and hash(one) == hash(via_sink) and not one < via_sink
+    bigger = LogSumExp(SoftmaxRow([F(2), F(0)], None))
+    assert one < bigger and bigger > via_sink and one <= via_sink and bigger >= one
+    assert LogSumExp(SoftmaxRow([None], None)) < one        # -inf below every number
+    assert LogSumExp(one.row, base=2) == LogSumExp(via_sink.row, base=2)
+    assert LogSumExp(one.row, base=2) > one                  # log2(x) > ln(x) for x > 1
+    assert len({one, via_sink, bigger}) == 2

@@ -1,4 +1,4 @@
-"""Exact algebraic (Surd) and certified (Certified) reals: exactness against sympy."""
+"""Exact algebraic and certified (cosine, sine, tanh) reals in one canonical form: exactness against sympy."""
 
 from fractions import Fraction as F
 
@@ -7,7 +7,7 @@ import sympy
 from hypothesis import given, settings, strategies as st
 
 from exactattn.errors import InputError
-from exactattn.reals import Certified, Pow2, Surd, align, real_compare, softcap, two_power
+from exactattn.reals import Pow2, Surd, align, real_compare, softcap, two_power
 
 small = st.fractions(min_value=-4, max_value=4, max_denominator=6)
 atoms = st.sampled_from([F(2), F(8), F(1, 2), F(3), F(12), F(6), Pow2(F(1, 4)), Pow2(F(3, 4)),
@@ -61,4 +61,5 @@ def test_certified_structure_and_enclosures():
     assert a == b and hash(a) == hash(b)
     assert real_compare(a, softcap(F(3), F(1))) == -1
     assert real_compare(a, F(1)) == -1 and real_compare(F(0), a) == -1
-    assert isinstance(a + F(1), Certified) and (a + F(1)).decimal(6) == "1.964028"
+    c = a + F(1)
+    assert isinstance(c, Surd) and c.transcendental and c.decimal(6) == "1.964028" and c.text() == "tanh(2) + 1"

@@ -484,3 +484,71 @@ def test_dropout_and_lse_from_the_spec_file(tmp_path, capsys):
     assert "6.00000000000e+00" in out
     rc = main(["verify", "--spec", str(spec), "--dtype", "float64", "--dropout", "1/2"])
     assert rc == 0 and "dropout=1/2" in capsys.readouterr().out
+
+
+MIDPOINT = 1 + F(1, 2 ** 24)          # halfway between 1 and the next float32
+
+
+UP = str(1 + F(1, 2 ** 23))
+
+
+@pytest.mark.parametrize("name, policy, keys, value, mask", [
+    ("rope", Policy(scale="none", rope=Rope(), query_offset=1), [[1, -1], [0, 0], [1, 1]],
+     [["1"], ["5"], [UP]], [[True, False, True]]),
+    ("softcap", Policy(scale="none", softcap="5", alibi=Alibi(8), query_offset=1,
+                       mask_kind="additive"), [[1, 0], [1, 0]], [["1"], [UP]], [["0", "-1/2"]]),
+])
+def test_verify_ends_on_a_float32_midpoint_created_by_a_tie(name, policy, keys, value, mask,
+                                                             tmp_path, capsys):
+    """Two tied logits (mirrored rotary keys; soft-capped scores whose ALiBi gap an offset
+    cancels) average values 1 and 1 + 2^-23: the exact output is the float32 midpoint
+    1 + 2^-24, rounded exactly (ties to even: 1.0) and the verdict comes at once."""
+    problem = Problem.from_arrays([[1, 0]], keys, value, mask=mask, mask_kind=policy.mask_kind)
+    ref = Reference(problem, policy)
+    assert ref.output(0, 0, 0, 0).rational() == MIDPOINT
+    rounded, _, _ = ref.rounded_outputs("float32")
+    assert rounded[0, 0, 0, 0] == 1.0
+    spec = tmp_path / f"{name}.json"
+    spec.write_text(json.dumps({"dtype": "float32", "policy": policy.as_dict(),
+                                "query": [["1", "0"]], "key": [[str(x) for x in k] for k in keys],
+                                "value": value, "mask": {"kind": policy.mask_kind, "values": mask}}))
+    assert main(["verify", "--impl", "numpy", "--spec", str(spec)]) == 0
+    assert "result: PASS" in capsys.readouterr().out
+
+
+class _Straddling:
+    """A certified value whose enclosures never leave the float32 midpoint 1 + 2^-24."""
+
+    class row:
+        certified = True
+
+    @staticmethod
+    def rational():
+        return None
+
+    @staticmethod
+    def ball(prec):
+        from flint import arb, fmpq
+        return arb(fmpq(MIDPOINT.numerator, MIDPOINT.denominator), arb(2) ** (-prec))
+
+
+def test_an_undecidable_midpoint_counts_both_neighbours():
+    from exactattn.verify.compare import judge, undecided_tie
+    from exactattn.verify.enclose import round_value
+    from exactattn.verify.formats import float_format
+    fmt = float_format("float32")
+    f, ball = round_value(_Straddling, fmt, 64)             # ends, at the bound
+    assert f in (1.0, 1 + 2 ** -23) and ball.rad() > 0
+    up = 1 + 2 ** -23
+    assert undecided_tie(1.0, up, ball, fmt) and undecided_tie(up, 1.0, ball, fmt)
+    assert not undecided_tie(1.0, 1 + 2 ** -22, ball, fmt)          # two floats apart
+    other = up if f == 1.0 else 1.0
+    j = judge(other, f, ball, 1.0, fmt, lambda: _Straddling, 0)
+    assert j.status == "ok" and j.undecided and j.ulps == 0
+    j = judge(f, f, ball, 1.0, fmt, lambda: _Straddling, 0)
+    assert j.status == "ok" and not j.undecided and j.ulps == 0
+    # an exact midpoint (a point ball) is decided: ties to even, the other neighbour is 1 ULP off
+    from flint import arb, fmpq
+    exact = arb(fmpq(MIDPOINT.numerator, MIDPOINT.denominator))
+    assert not undecided_tie(up, 1.0, exact, fmt)
+    assert judge(up, 1.0, exact, 1.0, fmt, lambda: MIDPOINT, 0).status == "over"

@@ -25,6 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..call import DEFAULT_SCALE, Policy, float_scale
+from ..digits import MAX_PREC
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
 from .compare import judge
@@ -320,7 +321,7 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
         if max_ulps is None else max_ulps
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
-    entries, off_format = [], 0
+    entries, off_format, ties = [], 0, 0
     for idx in np.ndindex(*want):
         g, r = float(got[idx]), float(rounded[idx])
         if raised is not None:
@@ -328,6 +329,7 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
             continue
         j = judge(g, r, balls[idx], float(mags[idx]), fmt, lambda: ref.output(*idx), tol)
         off_format += j.off_format
+        ties += j.undecided
         entries.append(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps))
     notes = []
     if raised is not None:
@@ -335,6 +337,10 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     if off_format:
         notes.append(f"outputs that were not {dtype} values: {off_format} of {len(entries)}; "
                      f"they were rounded to {dtype} before counting ULPs")
+    if ties:
+        notes.append(f"outputs on an undecided {dtype} midpoint: {ties} of {len(entries)}; "
+                     f"their enclosures still held the midpoint of two {dtype} neighbours at "
+                     f"{MAX_PREC} bits, so either neighbour counts as the exact rounding")
     lse_entries = [] if lse is None else _lse_entries(ref, got_lse, dtype, lse, tol, prec)
     t3 = time.perf_counter()
     return Report(impl.name, dtype, policy, rounded_problem, entries, tol, moved, ref,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
-from ..digits import tighten, working_precision
+from ..digits import MAX_PREC, tighten, working_precision
 from ..errors import InputError
 from ..exponents import fmpq_of
 from .formats import FloatFormat, round_to_format, ulps_between
@@ -145,7 +145,8 @@ class Judgement:
     when it was not one, ``off_format``) and the correctly rounded exact
     value; ``terms_ulps``: ``|got - exact|`` in ULPs at the terms' magnitude;
     ``rel``: ``|got - exact| / |exact|`` (0.0 when ``got`` is exact).  None
-    where not measured (hard failures, NaN answers).
+    where not measured (hard failures, NaN answers).  ``undecided``: the exact value
+    may be the midpoint of the result and its neighbour, so both count as exact.
     """
 
     status: str
@@ -153,6 +154,7 @@ class Judgement:
     rel: float | None = None
     terms_ulps: float | None = None
     off_format: bool = False
+    undecided: bool = False
 
 
 def _error(got: float, ball, exact: Callable):
@@ -222,6 +224,19 @@ def errors(got: float, ball, magnitude: float, fmt: FloatFormat,
     return rel, size / math.ldexp(1.0, e - fmt.precision + 1)
 
 
+def undecided_tie(got: float, rounded: float, ball, dtype) -> bool:
+    """True when the exact value may be the midpoint of ``got`` and ``rounded`` (neighbours):
+    ``ball`` (not a point) still holds that midpoint, so the rounding was not decided."""
+    from flint import arb
+    if ball is None or not (math.isfinite(got) and math.isfinite(rounded)) or got == rounded:
+        return False
+    if ulps_between(got, rounded, dtype) != 1:
+        return False
+    mid = (Fraction(got) + Fraction(rounded)) / 2
+    with working_precision(MAX_PREC):
+        return ball.rad() != 0 and ball.contains(arb(fmpq_of(mid)))
+
+
 def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
           exact: Callable, max_ulps: int) -> Judgement:
     """One output against the exact value ``rounded`` to ``fmt`` (NaN: the policy's answer is NaN).
@@ -229,18 +244,23 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     ``ball`` encloses the exact value, ``exact()`` gives it, ``magnitude`` is
     the size of its terms.  Hard (:func:`hard`) before anything is counted;
     else ``ok`` when the ULP count or the count at the terms is within
-    ``max_ulps``, ``over`` when neither is.
+    ``max_ulps``, ``over`` when neither is.  Where the exact value may be the midpoint
+    of two floats (a rotary or soft-capped output no enclosure decided,
+    :func:`undecided_tie`), either neighbour counts as the exact rounding
+    (``undecided``).
 
     >>> from flint import arb
     >>> from exactattn.verify.formats import float_format
     >>> judge(0.5, 0.5, arb(0.5), 0.5, float_format("float32"), lambda: Fraction(1, 2), 4)
-    Judgement(status='ok', ulps=0, rel=0.0, terms_ulps=0.0, off_format=False)
+    Judgement(status='ok', ulps=0, rel=0.0, terms_ulps=0.0, off_format=False, undecided=False)
     """
     if math.isnan(rounded):
         return Judgement("ok" if math.isnan(got) else "hard")
     if hard(got, rounded):
         return Judgement("hard", rel=math.inf if math.isinf(got) else None)
     gf = round_to_format(Fraction(got), fmt) if math.isfinite(got) else got
+    if undecided_tie(gf, rounded, ball, fmt):
+        return Judgement("ok", 0, 0.0, 0.0, gf != got, undecided=True)
     u = ulps_between(gf, rounded, fmt)
     rel, t = errors(got, ball, magnitude, fmt, exact)
     return Judgement("ok" if u <= max_ulps or t <= max_ulps else "over", u, rel, t, gf != got)

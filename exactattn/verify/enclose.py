@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ..digits import tighten, working_precision
+from ..digits import MAX_PREC, arb_to_fraction, tighten, working_precision
 from ..exponents import fmpq_of, inv_sqrt_ball
 from ..reals import real_ball, softcap_ball
 from .formats import float_format, round_ball, round_to_format
@@ -203,18 +203,32 @@ def round_value(value, dtype, prec: int = 128):
     """One exact value rounded to ``dtype``: ``(float, ball)``; exactly when it is rational.
 
     ``value`` has ``rational()`` (a ``Fraction`` or None) and ``ball(prec)``:
-    an :class:`~exactattn.softmax.ExpRatio` or a log-sum-exp.
+    an :class:`~exactattn.softmax.ExpRatio` or a log-sum-exp.  An algebraic row's
+    irrational value is never on a rounding boundary, so tightening ends.  Over
+    rotary or soft-capped logits no theorem says so: past
+    :data:`~exactattn.digits.MAX_PREC` bits the value may sit exactly on the midpoint
+    of two floats, and the float nearest the ball's centre comes back with a ball that
+    still holds the midpoint: :func:`~exactattn.verify.compare.judge` then counts both
+    neighbours as the exact rounding (:func:`~exactattn.verify.compare.undecided_tie`).
     """
     from flint import arb
     q = value.rational()
     if q is not None:
         return round_to_format(q, dtype), arb(fmpq_of(q))
 
-    def step(p):     # irrational: never on a rounding boundary, so this ends
+    def step(p):
         ball = value.ball(p)
         f = round_ball(ball, dtype, p)
         return None if f is None else (f, ball)
-    return tighten(step, prec)
+    row = getattr(value, "row", None)
+    if row is None or not row.certified:
+        return tighten(step, prec)
+    got = tighten(step, prec, max_prec=max(prec, MAX_PREC))
+    if got is not None:
+        return got
+    with working_precision(MAX_PREC):
+        ball = value.ball(MAX_PREC)
+        return round_to_format(arb_to_fraction(ball.mid()), dtype), ball
 
 
 def round_enclosed(ball, dtype, prec: int, exact, exact_prec: int):

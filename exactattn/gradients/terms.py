@@ -73,6 +73,17 @@ def _gcd_all(values) -> int:
     return g
 
 
+def _dot(exps, balls):
+    """``sum_k exps[k] * balls[k]``: a monomial's exponent from every generator's (a tuple of
+    one whole number per generator, checked to match their count)."""
+    from flint import arb
+    if len(exps) != len(balls):
+        from ..errors import ExactAttnError
+        raise ExactAttnError(f"an exponent tuple must have one entry per generator "
+                             f"({len(balls)}) (got {len(exps)})")
+    return sum((a * c for a, c in zip(exps, balls) if a), arb(0))
+
+
 def _plain(v):
     """A Surd without irrational terms as its ``Fraction`` (so that 0 is falsy)."""
     return v.p if isinstance(v, Surd) and not v.terms else v
@@ -311,16 +322,15 @@ class Terms:
                 exps = self._exps[i]
                 if len(cb) == 1:
                     top = max(exps)
-                    gaps = [(e[0] - top[0],) for e in exps]
-                else:
-                    xs = [e[0] * cb[0] + e[1] * cb[1] for e in exps]
-                    k = max(range(len(xs)), key=lambda j: float(xs[j].mid()))
-                    gaps = [(e[0] - exps[k][0], e[1] - exps[k][1]) for e in exps]
+                else:                    # the largest logit by its midpoint, every coordinate read
+                    xs = [_dot(e, cb) for e in exps]
+                    top = exps[max(range(len(xs)), key=lambda j: float(xs[j].mid()))]
+                gaps = [tuple(a - b for a, b in zip(e, top, strict=True)) for e in exps]
                 vals = []
                 for g in gaps:
                     v = cache.get(g)
                     if v is None:
-                        x = sum((a * c for a, c in zip(g, cb)), arb(0))
+                        x = _dot(g, cb)
                         v = cache[g] = tiny if x < limit else x.exp()
                     vals.append(v)
                 z = sum(vals, arb(0))

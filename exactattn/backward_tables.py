@@ -111,7 +111,7 @@ def backward_sections(example, hg, places: int, *, closed_forms: bool = False) -
                        {"exact": _texts(dS)} if closed_forms else {}))
     forms = [[f"D_{i + 1}", D[i].text()] for i in range(n)]
     forms += [[f"dS_{i + 1},{j + 1}", dS[i][j].text()] for i in range(n) for j in range(S)
-              if not dS[i][j].is_zero()]
+              if dS[i][j].nan or not dS[i][j].is_zero()]
     out.append(Section("backward/forms", "Closed forms of D and of the non-zero dS",
                        ["value", "closed form"], forms, [f"{gen}; dS_ij = 0 where not listed"]))
     for name, what in (("dQ", "dQ = scale dS K"), ("dK", "dK = scale dS^T Q"),

@@ -70,7 +70,9 @@ class LogSumExp:
 
     @property
     def neg_inf(self) -> bool:
-        return not self.row.counts
+        """True for a row that sees no key and has no sink: ``log 0``, under every empty-row
+        answer (``uniform`` gives such a row shares, not a normaliser)."""
+        return not self.row.counts or self.row.empty
 
     def exact(self):
         """The value when it is algebraic (a Fraction or Surd), else None (transcendental)."""

@@ -368,6 +368,9 @@ class SymbolicValue:
                              f"symbols {names}); substitute values for them first")
         if getattr(e, "is_Rational", False):
             return round_fraction(Fraction(int(e.p), int(e.q)), places)
+        import sympy
+        if e.has(sympy.nan):          # an empty row under empty_row="nan", as the pencil prints it
+            return "nan"
         return certify(lambda prec: sympy_ball(e), places)
 
     def __eq__(self, other) -> bool:

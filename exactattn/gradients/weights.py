@@ -107,13 +107,14 @@ class HeadGradients:
                          nan=lambda i, j: values[i][j].nan)
 
 
-def head_gradients(head, x, d_out, *, empty_row: str = "zero", dropout_keep=None,
+def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep=None,
                    floats: str | None = None) -> HeadGradients:
     """The exact gradients of ``head``'s weights and biases at tokens ``x``, given ``dO``.
 
     Shapes: ``x`` n x d_model, ``d_out`` n x d_v.  The head's policy gives the
     divisor, the causal rule and any sink, ALiBi or dropout (``dropout_keep``
-    n x n booleans with it); ``empty_row`` what a query that sees no key gets.
+    n x n booleans with it); ``empty_row`` what a query that sees no key gets (default:
+    the head policy's, as :func:`~exactattn.head.attend` reads it).
 
     Raises:
         InputError: a symbolic head or symbolic tokens (gradients need numbers).
@@ -127,6 +128,7 @@ def head_gradients(head, x, d_out, *, empty_row: str = "zero", dropout_keep=None
         raise InputError("head must have numeric weights for exact gradients (got symbols); "
                          "substitute numbers first")
     check_policy(head.policy)
+    empty_row = head.policy.empty_row if empty_row is None else empty_row
     plain = head.with_policy(head.policy.replace(sink=None, alibi=None, dropout=None))
     trace = attend(plain, x, engine="fast", floats=floats, empty_row=empty_row)
     n = trace.n

@@ -143,7 +143,8 @@ def block_balls(ref, b: int, h: int, prec: int, magnitudes: bool = False):
             lse[i] = -math.inf
             continue
         out[i] = [N[i, c] / dens[i] for c in range(Ev)]
-        lse[i] = dens[i].log() + arb(fmpq_of(tops[i]))
+        # a row that sees no key has no normaliser: lse = log 0, whatever its shares are
+        lse[i] = -math.inf if empty[i] else dens[i].log() + arb(fmpq_of(tops[i]))
     if not magnitudes:
         return out, lse
     Va = fmpq_mat(S, Ev, [abs(x) for x in V.entries()])

@@ -43,7 +43,7 @@ class Undecided(InputError, ArithmeticError):
     def __init__(self, what: str, bits: int, detail: str = "could not be separated from 0"):
         self.what, self.bits = what, bits
         super().__init__(f"undecided at {bits} bits: {shorten(what, 160)} {detail} "
-                         f"(it may be exactly 0; no digit is certified)")
+                         f"(no exact rule here decides it; no digit is certified)")
 
 
 class _Repr(reprlib.Repr):

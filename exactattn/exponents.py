@@ -22,7 +22,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .errors import InputError, Undecided
-from .reals import atom_ball, atom_ratio, atom_text, transcendental
+from .reals import atom_ball, atom_text, canonical_atom, transcendental
 
 __all__ = ["ExpPoly", "Exponent", "exponent_text", "fmpq_of", "inv_sqrt_ball", "sum_text", "unify"]
 
@@ -45,18 +45,19 @@ def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
     is a rational square; then ``1/sqrt(D) = sqrt(E/D) / sqrt(E)``.
     """
     basis: list = []
+    where: dict = {}          # canonical atom -> (index in basis, the basis atom's factor)
     maps = []
     for p in polys:
         mapping = []
         for D in p.basis:
-            for k, E in enumerate(basis):
-                f = atom_ratio(D, E)
-                if f is not None:
-                    mapping.append((k, f))
-                    break
-            else:
+            c, rep = canonical_atom(D)
+            found = where.get(rep)
+            if found is None:
+                where[rep] = (len(basis), c)
                 basis.append(D)
                 mapping.append((len(basis) - 1, Fraction(1)))
+            else:
+                mapping.append((found[0], c / found[1]))
         maps.append(mapping)
     basis = tuple(basis)
     return [p.rebase(basis, m) for p, m in zip(polys, maps)]

@@ -151,7 +151,7 @@ def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_p
     ('cos(1) - sin(1)', True)
     """
     delta = key_position - query_position
-    p, terms = Fraction(0), []
+    p, terms = Fraction(0), {}
     for a, b, e in rope.pairs(len(query)):
         c = Fraction(query[a] * key[a] + query[b] * key[b])
         s = Fraction(query[b] * key[a] - query[a] * key[b])
@@ -163,6 +163,7 @@ def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_p
                 sign, atom = trig(fn, delta * r, radical)
                 if atom is None:
                     p += sign * coefficient
-                else:
-                    terms.append((atom, sign * coefficient))
-    return Surd(p, tuple(terms)) if terms else p
+                else:           # pairs at one angle (theta = 1, say) add up
+                    terms[atom] = terms.get(atom, 0) + sign * coefficient
+    terms = {atom: x for atom, x in terms.items() if x}
+    return Surd.merged(p, tuple(terms.items())) if terms else p

@@ -33,7 +33,7 @@ from .errors import InputError, Undecided
 from .exponents import ExpPoly
 from .options import check_choice
 from .ratio import row_sum_text
-from .reals import Surd, real_ball, real_decimal
+from .reals import Surd, real_decimal
 from .softmax import SoftmaxRow
 
 __all__ = ["LSE_BASES", "LogSumExp", "check_base"]
@@ -163,7 +163,7 @@ class LogSumExp:
     def ball(self, prec: int):
         from flint import arb
         row = self.row      # the row maximum plus the log of the sum of exp(gaps) <= count
-        shift = real_ball(row.logit(row.zero_gap), prec)
+        shift = row.shift_ball(prec)
         value = shift + row.normaliser(prec, row.exp_balls(prec)).log()
         return value / arb(2).log() if self.base == "2" else value
 

@@ -33,34 +33,31 @@ sqrt(D).  The modifiers of today's attention add two more kinds:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from .errors import InputError, Undecided
 from .exact import rational_sqrt
 
 __all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_ratio", "atom_text",
-           "decidable", "power_form", "real_ball", "real_compare", "real_decimal", "real_sign",
-           "real_text", "softcap", "softcap_ball", "sympy_ball", "tanh_of", "transcendental", "trig",
-           "two_power"]
+           "canonical_atom", "decidable", "power_form", "real_ball", "real_compare", "real_decimal",
+           "real_sign", "real_text", "softcap", "softcap_ball", "sympy_ball", "tanh_of", "transcendental",
+           "trig", "two_power"]
 
 
+@dataclass(frozen=True, repr=False)
 class Pow2:
     """The atom ``2^f`` for ``0 < f < 1`` with a power-of-two denominator of 4 or more."""
 
-    __slots__ = ("f",)
+    f: Fraction
 
-    def __init__(self, f: Fraction):
+    def __post_init__(self):
+        f = self.f
         d = f.denominator
         if not (0 < f < 1) or d < 4 or d & (d - 1):
             raise InputError(f"2^f atom needs 0 < f < 1 with denominator 4, 8, 16, ... (got {f})")
-        self.f = f
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Pow2) and other.f == self.f
-
-    def __hash__(self) -> int:
-        return hash(("Pow2", self.f))
 
     def __repr__(self) -> str:
         return f"Pow2({self.f})"
@@ -81,6 +78,7 @@ def _radical_text(r: Fraction, radical) -> str:
     return "*".join(parts)
 
 
+@lru_cache(maxsize=4096)
 def power_form(base: Fraction, e: Fraction) -> tuple[Fraction, tuple]:
     """``base^e`` for a positive rational base as ``(r, ((p, f), ...))``: ``r * prod p^f``.
 
@@ -112,6 +110,7 @@ def power_form(base: Fraction, e: Fraction) -> tuple[Fraction, tuple]:
     return r, tuple(radical)
 
 
+@dataclass(frozen=True, repr=False)
 class Trig:
     """The atom ``cos(a)`` or ``sin(a)`` of a positive algebraic angle ``a = r * prod p^f``.
 
@@ -124,21 +123,19 @@ class Trig:
     when its collected coefficients are.
     """
 
-    __slots__ = ("fn", "r", "radical")
+    fn: str
+    r: Fraction
+    radical: tuple = ()
+    _h: int = field(init=False, compare=False, repr=False, default=0)
 
-    def __init__(self, fn: str, r: Fraction, radical: tuple = ()):
-        if fn not in ("cos", "sin") or r <= 0:
-            raise InputError(f"a trig atom needs cos or sin of a positive angle (got {fn}, {r})")
-        self.fn, self.r, self.radical = fn, Fraction(r), tuple(radical)
-
-    def _key(self):
-        return ("trig", self.fn, self.r, self.radical)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Trig) and other._key() == self._key()
+    def __post_init__(self):
+        if self.fn not in ("cos", "sin") or self.r <= 0:
+            raise InputError(f"a trig atom needs cos or sin of a positive angle (got {self.fn}, "
+                             f"{self.r})")
+        object.__setattr__(self, "_h", hash((self.fn, self.r, self.radical)))
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return self._h
 
     def ball(self):
         from flint import arb, fmpq
@@ -172,26 +169,27 @@ def trig(fn: str, angle: Fraction, radical: tuple = ()):
     return (1 if fn == "cos" else -1), Trig(fn, -angle, radical)
 
 
+@dataclass(frozen=True, repr=False)
 class Tanh:
     """The atom ``tanh(x)`` of a non-zero real x in canonical form (a :class:`Surd`).
 
     tanh is odd and injective, so the atom keeps x with a positive leading coefficient
-    (:func:`tanh_of` folds the sign) and equal arguments are equal atoms.  Unlike
-    :class:`Trig`, no theorem makes distinct tanh atoms independent, so a sum with
-    them is zero when its collected coefficients are, and otherwise its sign comes
-    from enclosures up to a bound (:meth:`Surd.sign`).
+    (:func:`tanh_of` folds the sign) and atoms compare by x's canonical ``form``.
+    Unlike :class:`Trig`, no theorem makes distinct tanh atoms independent, so a sum
+    with them is zero when its collected coefficients are, and otherwise its sign
+    comes from enclosures up to a bound (:meth:`Surd.sign`).
     """
 
-    __slots__ = ("x",)
+    x: Any = field(compare=False)
+    form: tuple = field(init=False)
+    _h: int = field(init=False, compare=False, repr=False, default=0)
 
-    def __init__(self, x):
-        self.x = x
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Tanh) and _canonical(other.x) == _canonical(self.x)
+    def __post_init__(self):
+        object.__setattr__(self, "form", _canonical(self.x))
+        object.__setattr__(self, "_h", hash(("tanh", self.form)))
 
     def __hash__(self) -> int:
-        return hash(("tanh", _canonical(self.x)))
+        return self._h
 
     def ball(self):
         return real_ball(self.x).tanh()
@@ -223,20 +221,20 @@ def tanh_of(x) -> tuple[int, "Tanh | None"]:
     return (1, Tanh(x)) if form[1][1] > 0 else (-1, Tanh(-x))   # the leading coefficient's sign
 
 
+@dataclass(frozen=True, repr=False)
 class Prod:
     """The atom ``alg * trans``: an algebraic atom (``1/sqrt(D)``, ``2^f``) times a
     :class:`Trig` or :class:`Tanh` (a rotary score divided by an irrational sqrt(D))."""
 
-    __slots__ = ("alg", "trans")
+    alg: Any
+    trans: Any
+    _h: int = field(init=False, compare=False, repr=False, default=0)
 
-    def __init__(self, alg, trans):
-        self.alg, self.trans = alg, trans
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Prod) and other.alg == self.alg and other.trans == self.trans
+    def __post_init__(self):
+        object.__setattr__(self, "_h", hash((self.alg, self.trans)))
 
     def __hash__(self) -> int:
-        return hash(("prod", self.alg, self.trans))
+        return self._h
 
     def __repr__(self) -> str:
         return f"Prod({atom_text(self.alg)}, {self.trans.text()})"
@@ -294,6 +292,7 @@ def atom_ratio(x, y) -> Fraction | None:
     return rational_sqrt(y / x)     # 1/sqrt(x) = sqrt(y/x) / sqrt(y)
 
 
+@lru_cache(maxsize=4096)
 def _square_free(D: Fraction) -> tuple[Fraction, int]:
     """``(c, m)`` with ``1/sqrt(D) = c / sqrt(m)``, m a square-free whole number."""
     from flint import fmpz
@@ -307,13 +306,13 @@ def _square_free(D: Fraction) -> tuple[Fraction, int]:
     return Fraction(s * m, a), m     # 1/sqrt(a/b) = sqrt(ab)/a = s sqrt(m)/a
 
 
-def _canonical_atom(atom) -> tuple[Fraction, Any]:
+def canonical_atom(atom) -> tuple[Fraction, Any]:
     """``(c, a)`` with ``atom = c * a`` and a the one representative of its class."""
     if isinstance(atom, Fraction):
         c, m = _square_free(atom)
         return c, Fraction(m)
     if isinstance(atom, Prod):
-        c, a = _canonical_atom(atom.alg)
+        c, a = canonical_atom(atom.alg)
         return c, Prod(a, atom.trans)
     return Fraction(1), atom
 
@@ -327,7 +326,7 @@ def _order(atom) -> tuple:
         return (3,) + _order(atom.trans) + _order(atom.alg)
     if isinstance(atom, Trig):
         return (2, 0, atom.fn, atom.r, atom.radical)
-    return (2, 1, repr(_canonical(atom.x)))
+    return (2, 1, repr(atom.form))
 
 
 def _canonical(x) -> tuple:
@@ -337,7 +336,7 @@ def _canonical(x) -> tuple:
         return ((Fraction(x),),)
     merged: dict = {}
     for atom, a in x.terms:
-        c, rep = _canonical_atom(atom)
+        c, rep = canonical_atom(atom)
         merged[rep] = merged.get(rep, 0) + a * c
     terms = sorted(((_order(rep), a, rep) for rep, a in merged.items() if a), key=lambda t: t[0])
     return ((x.p,),) + tuple((o, a) for o, a, _ in terms)
@@ -355,6 +354,7 @@ def align(values) -> tuple[tuple, list]:
     ((Fraction(2, 1),), [('1', '1'), ('0', '1'), ('3', '0')])
     """
     basis: list = []
+    where: dict = {}        # canonical atom -> (index in basis, the basis atom's factor)
     rows = []
     for v in values:
         if v is None:
@@ -363,14 +363,18 @@ def align(values) -> tuple[tuple, list]:
         p, terms = (v.p, v.terms) if isinstance(v, (Surd, _Raw)) else (Fraction(v), ())
         coeffs: dict = {}
         for atom, a in terms:
-            for k, b in enumerate(basis):
-                r = atom_ratio(atom, b)
-                if r is not None:
-                    coeffs[k] = coeffs.get(k, 0) + a * r
-                    break
-            else:
+            c, rep = canonical_atom(atom)
+            if rep == 1:                # 1/sqrt(D) of a square D: rational
+                p += a * c
+                continue
+            found = where.get(rep)
+            if found is None:
+                where[rep] = (len(basis), c)
                 basis.append(atom)
-                coeffs[len(basis) - 1] = Fraction(a)
+                coeffs[len(basis) - 1] = coeffs.get(len(basis) - 1, 0) + Fraction(a)
+            else:                       # atom = c rep = (c / c_b) basis[k]
+                k, cb = found
+                coeffs[k] = coeffs.get(k, 0) + a * (c / cb)
         rows.append((p, coeffs))
     m = len(basis)
     return tuple(basis), [None if r is None else
@@ -396,13 +400,22 @@ class Surd:
     def __init__(self, p=0, terms: tuple = ()):
         self.p = Fraction(p)
         self._hash = None
-        if len(terms) == 1:                    # one atom: nothing to merge
+        if len(terms) == 1 and not isinstance(terms[0][0], Fraction):   # nothing to merge
             (atom, a), = terms
             a = Fraction(a)
             self.terms = ((atom, a),) if a else ()
             return
-        basis, (key,) = align([_Raw(terms)])   # merge dependent atoms
+        basis, (key,) = align([_Raw(terms)])   # merge dependent atoms, square divisors
+        self.p += key[0]
         self.terms = tuple((atom, a) for atom, a in zip(basis, key[1:]) if a)
+
+    @classmethod
+    def merged(cls, p, terms) -> "Surd":
+        """A Surd from terms over atoms already independent (no two of one class): no merge."""
+        self = cls.__new__(cls)
+        self.p, self._hash = Fraction(p), None
+        self.terms = tuple((atom, Fraction(a)) for atom, a in terms if a)
+        return self
 
     # -- structure --------------------------------------------------------
     def rational(self) -> Fraction | None:
@@ -419,7 +432,7 @@ class Surd:
 
     def __mul__(self, other):
         if isinstance(other, (int, Fraction)) and not isinstance(other, bool):
-            return Surd(self.p * other, tuple((t, a * other) for t, a in self.terms))
+            return Surd.merged(self.p * other, tuple((t, a * other) for t, a in self.terms))
         return NotImplemented
 
     __rmul__ = __mul__
@@ -445,7 +458,7 @@ class Surd:
             if not isinstance(atom, (Trig, Tanh)):
                 raise InputError(f"cannot divide {self.text()} by sqrt({D}) exactly here")
             terms.append((Prod(Fraction(D), atom), a))
-        return Surd(0, tuple(terms))
+        return Surd.merged(0, terms)           # distinct Trig/Tanh atoms stay distinct
 
     @property
     def transcendental(self) -> bool:
@@ -479,10 +492,26 @@ class Surd:
             return 1 if b > 0 else -1 if b < 0 else None
         if not self.transcendental:
             return tighten(step, 64)
+        paired = self._tanh_pair()
+        if paired is not None:
+            return paired
         s = tighten(step, 64, max_prec=MAX_PREC)
         if s is None:
             raise Undecided(self.text(), MAX_PREC)
         return s
+
+    def _tanh_pair(self) -> int | None:
+        """``c (tanh x - tanh y)``, two capped logits with one cap and equal biases: tanh is
+        increasing, so the sign is ``sign(c) sign(x - y)``, exact however close the two
+        saturate (``tanh(200000) - tanh(100000)`` is about e^-200000)."""
+        if self.p or len(self.terms) != 2:
+            return None
+        (a, c1), (b, c2) = self.terms
+        if not (isinstance(a, Tanh) and isinstance(b, Tanh)) or c1 != -c2:
+            return None
+        d = a.x - b.x
+        s = d.sign() if isinstance(d, Surd) else (d > 0) - (d < 0)
+        return s if c1 > 0 else -s
 
     def _cmp(self, other) -> int:
         if isinstance(other, (int, Fraction, Surd)) and not isinstance(other, bool):

@@ -50,7 +50,7 @@ from .call import EMPTY_ROWS
 from .options import check_choice
 from .digits import arb_to_fraction, working_precision
 from .exact import rational_sqrt
-from .reals import Surd, align, real_ball, transcendental
+from .reals import Surd, align, real_ball, real_compare, real_text
 from .exponents import Exponent, ExpPoly, exponent_text, fmpq_of, inv_sqrt_ball
 from .ratio import ExpRatio
 
@@ -153,9 +153,18 @@ class SoftmaxRow:
             logits.append(sink)
         self.divisor_squared, self._root, self.paired, self.general = None, None, False, True
         visible = [x for x in logits if x is not None]
+        # a cosine, sine or tanh atom: the logits stay values (their canonical forms hash and
+        # compare exactly, so ties share one gap); digits come from enclosures, and signs of
+        # differing forms are bounded
+        self.certified = any(isinstance(x, Surd) and x.transcendental for x in visible)
+        if self.certified:
+            self.basis = ()
+            self.raw = self.gaps = logits
+            with working_precision(64):
+                self.max_raw = max(arb_to_fraction(real_ball(x, 64).mid()) for x in visible)
+            self._count(visible)
+            return self
         self.basis, keys = align(logits)
-        # cosine, sine or tanh atoms: digits from enclosures, signs of differing forms bounded
-        self.certified = any(transcendental(atom) for atom in self.basis)
         self.raw = keys
         top = None
         for k in keys:
@@ -229,13 +238,26 @@ class SoftmaxRow:
     def largest(self) -> list[int]:
         """The keys with the largest share (the row's maximum exponent), in order."""
         gaps = self.gaps[:self.n_keys]
+        if self.certified:
+            top = None
+            for g in gaps:
+                if g is not None and (top is None or real_compare(g, top) > 0):
+                    top = g
+            return [j for j, g in enumerate(gaps) if g is not None and real_compare(g, top) == 0]
         return [j for j, g in enumerate(gaps) if g is not None and g == self.zero_gap]
 
     @property
     def zero_gap(self):
-        """The gap of the row's largest logit (0 in the gaps' own form)."""
+        """The gap of the row's largest logit (0 in the gaps' own form; rows of exact gaps)."""
         return (Fraction(0), Fraction(0)) if self.paired else \
             (Fraction(0),) * (len(self.basis) + 1) if self.general else Fraction(0)
+
+    def shift_ball(self, prec: int):
+        """An enclosure of what :meth:`exp_balls` subtracts from every exponent (about the
+        row's largest logit), so ``log(normaliser) = shift + log(sum of the balls)``."""
+        if self.certified:
+            return real_ball(self.max_raw, prec)
+        return real_ball(self.logit(self.zero_gap), prec)
 
     def sum_is_one(self) -> bool:
         """True: the numerators of the shares add up to the normaliser term by term.
@@ -256,8 +278,12 @@ class SoftmaxRow:
         """The absolute exponent of gap ``g`` as ``(basis, (p, a_1, ...))``: ``p + sum a_k basis[k]``.
 
         A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom.
-        A basis entry may also be a cosine, sine or tanh atom (rotary and soft-capped logits).
+        A basis entry may also be a cosine, sine or tanh atom (rotary and soft-capped logits,
+        whose gaps are the logits themselves).
         """
+        if self.certified:
+            basis, (key,) = align([g])
+            return basis, key
         if self.general:
             return self.basis, tuple(a + b for a, b in zip(g, self.max_raw))
         if self.paired:
@@ -276,12 +302,19 @@ class SoftmaxRow:
         >>> SoftmaxRow([Fraction(3), Fraction(1)], Fraction(2)).logit(Fraction(-2))
         Surd(1/sqrt(2))
         """
+        if self.certified:
+            return g
         basis, e = self.exponent(g)
         return Surd(e[0], tuple(zip(basis, e[1:]))) if any(e[1:]) else Fraction(e[0])
 
     def poly(self, coefficients: dict) -> ExpPoly:
         """``sum_g c_g exp(g)`` as an exact :class:`~exactattn.exponents.ExpPoly`."""
         terms, basis = {}, ()
+        if self.certified:           # one basis for every logit of the sum
+            basis, keys = align(list(coefficients))
+            for key, c in zip(keys, coefficients.values()):
+                terms[key] = terms.get(key, 0) + c
+            return ExpPoly(basis, terms)
         for g, c in coefficients.items():
             basis, key = self.exponent(g)
             terms[key] = terms.get(key, 0) + c
@@ -302,6 +335,12 @@ class SoftmaxRow:
         bound = K * K * (1 if self.divisor_squared is None else self.divisor_squared)
         negligible = arb(0, arb(2) ** -K)
         balls = {}
+        if self.certified:
+            shift = real_ball(self.max_raw, prec)
+            for g in self.counts:
+                balls[g] = (real_ball(g, prec) - shift).exp()
+            self._ball_cache = (prec, balls)
+            return balls
         if self.general:
             for g in self.counts:
                 balls[g] = real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), prec).exp()
@@ -334,6 +373,8 @@ class SoftmaxRow:
         """The sympy closed form of ``exp`` at gap g's absolute exponent (scaled score)."""
         import sympy
         x = self.logit(g)
+        if self.certified and not isinstance(x, Surd):
+            return sympy.exp(sympy.Rational(x.numerator, x.denominator))
         return sympy.exp(x.sympy() if isinstance(x, Surd) else
                          sympy.Rational(x.numerator, x.denominator))
 
@@ -341,11 +382,14 @@ class SoftmaxRow:
         """A key that sorts gaps by their exponent (for writing sums in order)."""
         if self.general:     # a rational within 2^-60 of the exponent: order for text only
             with working_precision(128):
-                x = real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), 128)
+                x = real_ball(g if self.certified else
+                              Surd(g[0], tuple(zip(self.basis, g[1:]))), 128)
                 return arb_to_fraction(x.mid())
         basis, e = self.exponent(g)
         return Exponent(e[-1], e[0], basis[0]) if basis else e[0]
 
     def term_text(self, g) -> str:
         """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""
+        if self.certified:
+            return f"exp({real_text(g)})"
         return exponent_text(*self.exponent(g))

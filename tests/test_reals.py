@@ -63,3 +63,18 @@ def test_certified_structure_and_enclosures():
     assert real_compare(a, F(1)) == -1 and real_compare(F(0), a) == -1
     c = a + F(1)
     assert isinstance(c, Surd) and c.transcendental and c.decimal(6) == "1.964028" and c.text() == "tanh(2) + 1"
+
+
+def test_saturated_soft_caps_are_ordered_by_their_arguments():
+    """tanh(200000) - tanh(100000) is about e^-200000, far below any enclosure: tanh is
+    increasing, so two capped logits with one cap are ordered by their arguments."""
+    a, b = softcap(F(100), F(1, 1000)), softcap(F(200), F(1, 1000))
+    assert a < b and b > a and a != b and real_compare(b, a) == 1
+    assert softcap(F(-200), F(1, 1000)) < softcap(F(-100), F(1, 1000))
+
+
+def test_a_square_divisor_atom_is_rational():
+    """1/sqrt(4) written as an atom is 1/2: it compares, signs and hashes as the rational."""
+    x = Surd(0, ((F(4), 1),))
+    assert x == F(1, 2) and hash(x) == hash(F(1, 2)) and Surd(-F(1, 2), ((F(4), 1),)).sign() == 0
+    assert Surd(1, ((F(9), 3), (F(2), 1))) == Surd(2, ((F(2), 1),))

@@ -456,7 +456,7 @@ class Oracle:
     # ------------------------------------------------------------------ names and shapes
 
     def names(self):
-        out = ["shares"]
+        out = ["scores", "logits", "shares"]
         if self.sink is not None:
             out.append("sink_share")
         if self.dropout_p is not None:
@@ -471,6 +471,7 @@ class Oracle:
     def shape(self, name):
         B, H, L, S, E, Ev, Hkv = self.B, self.H, self.L, self.S, self.E, self.Ev, self.Hkv
         shapes = {
+            "scores": (B, H, L, S), "logits": (B, H, L, S),
             "shares": (B, H, L, S), "sink_share": (B, H, L), "weights": (B, H, L, S),
             "outputs": (B, H, L, Ev), "lse": (B, H, L),
             "dP": (B, H, L, S), "D": (B, H, L), "dS": (B, H, L, S), "dQ": (B, H, L, E),
@@ -614,11 +615,12 @@ class Oracle:
                       else iv.exp(-_iv(e) * ln2) for e in self.alibi_exp]
 
         shares, sink_share, weights, outputs, lse = [], [], [], [], []
+        scores, all_logits = [], []
         for b in range(B):
-            sb, kb, wb, ob, lb = [], [], [], [], []
+            sb, kb, wb, ob, lb, cb, gb = [], [], [], [], [], [], []
             for h in range(H):
                 g = self.kv[h]
-                sh, kh, wh, oh, lh = [], [], [], [], []
+                sh, kh, wh, oh, lh, ch, gh = [], [], [], [], [], [], []
                 for i in range(L):
                     p = self.pos[i]
                     vis = self.vis[b][h][i]
@@ -628,8 +630,12 @@ class Oracle:
                             continue
                         if rot is not None:
                             x = _sum(a * c for a, c in zip(rot[0][b][h][i], rot[1][b][g][j]))
+                            if p == j:            # angle 0: the plain dot product, exactly
+                                x = sum((a * c for a, c in zip(self.q[b][h][i], self.k[b][g][j])),
+                                        Fraction(0))
                         else:
                             x = self.raw[b][h][i][j]
+                        logits[("raw", j)] = x
                         x = _mul(x, scale)
                         if self.softcap is not None and not (isinstance(x, Fraction) and x == 0):
                             cap = _iv(self.softcap)           # Gemma 2: cap * tanh(x / cap)
@@ -644,6 +650,8 @@ class Oracle:
                             x = _add(x, _mul(slopes[h], Fraction(dist)))
                         x = _add(x, self.offset[b][h][i][j])
                         logits[j] = x
+                    ch.append([logits.pop(("raw", j), NEG_INF) for j in range(S)])
+                    gh.append([logits.get(j, NEG_INF) for j in range(S)])
                     row_sh, row_sink, row_lse = self._softmax_row(logits)
                     M = self.M[b][h][i]
                     row_w = [_mul(row_sh[j], M[j]) for j in range(S)]
@@ -652,9 +660,13 @@ class Oracle:
                     sh.append(row_sh); kh.append(row_sink); wh.append(row_w)
                     oh.append(row_out); lh.append(row_lse)
                 sb.append(sh); kb.append(kh); wb.append(wh); ob.append(oh); lb.append(lh)
+                cb.append(ch); gb.append(gh)
             shares.append(sb); sink_share.append(kb); weights.append(wb)
-            outputs.append(ob); lse.append(lb)
-        tables = {"shares": shares, "outputs": outputs, "lse": lse}
+            outputs.append(ob); lse.append(lb); scores.append(cb); all_logits.append(gb)
+        # "scores": q.k of every visible pair (rotated first under RoPE); "logits": what the
+        # softmax reads (scaled, capped, + ALiBi + offsets); -inf where the key is hidden
+        tables = {"scores": scores, "logits": all_logits, "shares": shares, "outputs": outputs,
+                  "lse": lse}
         if self.sink is not None:
             tables["sink_share"] = sink_share
         if self.dropout_p is not None:

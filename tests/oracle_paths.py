@@ -36,8 +36,8 @@ does not take the case):
 ``cli:scores``, ``cli:backward``, ``cli:square`` (only with ``cli=True``)
     ``python -m exactattn scores|backward|square --spec FILE --format json --digits N`` plus
     the modifier flags, for self-attention cases without a mask (a head spec has no mask).
-    ``square`` prints scores and logits, which the oracle has no name for: it is run for
-    crashes and refusals only.
+    ``square``'s scores (rotated under RoPE) and logits (the last table that changes them)
+    are compared with the oracle's ``scores`` and ``logits``.
 
 A refusal is an :class:`exactattn.errors.ExactAttnError` (its message kept in
 ``run.refusals``); any other exception is a crash (``run.crashes``, with the traceback).
@@ -568,7 +568,10 @@ class PackageRun:
             if doc is not None:
                 self._guard("cli:scores", _read_scores, doc, self.L, self.Ev,
                             out.setdefault("cli:scores", {}))
-            self._run_cli("cli:square", ["square", *common, *flags])
+            doc = self._run_cli("cli:square", ["square", *common, *flags])
+            if doc is not None:
+                self._guard("cli:square", _read_square, doc, self.L, places,
+                            out.setdefault("cli:square", {}))
             if self.case["d_out"] is not None and self.case["softcap"] is None \
                     and self.case["rope"] is None:
                 d_out = ";".join(",".join(r) for r in self.case["d_out"][0][0])
@@ -598,6 +601,29 @@ def _read_scores(doc: dict, n: int, Ev: int, out: dict) -> None:
     out["outputs"] = {(0, 0, i, c): o[i][c] for i in range(n) for c in range(Ev)}
     if "scores/lse" in t:
         out["lse"] = {(0, 0, i): t["scores/lse"]["data"]["lse"][i]["decimal"] for i in range(n)}
+
+
+def _read_square(doc: dict, n: int, places: int, out: dict) -> None:
+    """``square``'s scores (rotated under RoPE) and the logits the softmax reads (the scaled
+    scores when nothing else changes them; the raw ones without a divisor).  An exact value is
+    printed in full (``25/16 = 1.5625``, ``0``): padded with zeros to ``places``."""
+    t = _tables(doc)
+    scores = t.get("square/rope") or t["square/raw"]
+    logits = t.get("square/logits") or t.get("square/capped") or t.get("square/scaled") \
+        or scores
+
+    def padded(text):          # an exact value printed in full, read at ``places``
+        if text in ("-inf", "inf", "nan"):
+            return text
+        q = Fraction(text) * 10 ** places
+        k = round(q)             # ties to even, as the package rounds
+        sign = "-" if k < 0 else ""
+        digits = str(abs(k)).rjust(places + 1, "0")
+        return sign + (digits[:-places] + "." + digits[-places:] if places else digits)
+    for quantity, table in (("scores", scores), ("logits", logits)):
+        rows = table["rows"]
+        out[quantity] = {(0, 0, i, j): padded(_cell(rows[i][1 + j]))
+                         for i in range(n) for j in range(n)}
 
 
 def _cell(text: str) -> str:

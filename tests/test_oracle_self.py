@@ -50,6 +50,12 @@ def test_the_worked_example_share_row_of_token_2_is_the_readme_row():
     assert row(chronicle(), "shares", 1, 4, 4) == ["0.5800", "0.1216", "0.1769", "0.1216"]
 
 
+def test_the_worked_example_scores_and_logits_of_token_2():
+    assert row(chronicle(), "scores", 1, 4, 4) == ["3.1250", "0.0000", "0.7500", "0.0000"]
+    assert row(chronicle(), "logits", 1, 4, 4) == ["1.5625", "0.0000", "0.3750", "0.0000"]
+    assert row(chronicle(causal=True), "logits", 1, 4, 4) == ["1.5625", "0.0000", "-inf", "-inf"]
+
+
 def test_the_worked_example_backward_ds_row_is_the_docs_row():
     o = chronicle(d_out=[[[["0", "0", "0", "1"]] * 4]])
     assert row(o, "dS", 1, 4, 4) == ["-0.0513", "-0.0108", "0.0728", "-0.0108"]
@@ -223,8 +229,8 @@ def test_floats_of_a_transcendental_share_differ_by_format():
 
 def test_names_and_shapes():
     o = backward_case(sink="0")
-    assert o.names() == ["shares", "sink_share", "outputs", "lse", "dP", "D", "dS", "dQ", "dK",
-                         "dV", "d_sink"]
+    assert o.names() == ["scores", "logits", "shares", "sink_share", "outputs", "lse", "dP", "D",
+                         "dS", "dQ", "dK", "dV", "d_sink"]
     assert o.shape("dK") == (1, 1, 2, 1) and o.shape("d_sink") == (1, 1)
     assert all(o.decimal(n, ix, 2) is not None
                for n in o.names() for ix in itertools.product(*map(range, o.shape(n))))

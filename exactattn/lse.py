@@ -157,8 +157,8 @@ class LogSumExp:
             return id(self)
         if self.neg_inf:
             return hash(float("-inf"))
-        # equal values (in either base) have equal correctly rounded natural-log decimals
-        return hash(("LogSumExp", (self if self.base == "e" else LogSumExp(self.row)).decimal(30)))
+        # equal values (in either base) have equal correctly rounded decimals
+        return hash(("LogSumExp", self.decimal(30)))
 
     def ball(self, prec: int):
         from flint import arb

@@ -134,9 +134,8 @@ class ExpRatio:
         if self.row.same_normaliser(other.row):
             if self.numerators == other.numerators:
                 return 0
-            n1, d = self._polys()
-            return n1.times_minus(ExpPoly((), {(Fraction(0),): Fraction(1)}),
-                                  other._polys()[0], ExpPoly((), {(Fraction(0),): Fraction(1)})).sign()
+            one = ExpPoly((), {(Fraction(0),): Fraction(1)})     # one positive normaliser:
+            return self._polys()[0].times_minus(one, other._polys()[0], one).sign()  # numerators
         n1, d1 = self._polys()
         n2, d2 = other._polys()
         return n1.times_minus(d2, n2, d1).sign()

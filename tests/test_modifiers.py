@@ -246,3 +246,14 @@ def test_equal_log_sum_exps_compare_equal():
     assert LogSumExp(one.row, base=2) == LogSumExp(via_sink.row, base=2)
     assert LogSumExp(one.row, base=2) > one                  # log2(x) > ln(x) for x > 1
     assert len({one, via_sink, bigger}) == 2
+
+
+def test_equal_log_sum_exps_in_two_bases_hash_alike():
+    """log2(1 + 1) = 1 = ln(e): a base-2 and a natural-log lse of equal value are == and hash alike;
+    so are log2(4 e^0) and ln(e^2)."""
+    two = LogSumExp(SoftmaxRow([F(0), F(0)], None), base=2)
+    e = LogSumExp(SoftmaxRow([F(1)], None))
+    assert two == e == 1 and hash(two) == hash(e) == hash(1)
+    a = LogSumExp(SoftmaxRow([F(0), F(1)], None), base=2)
+    b = LogSumExp(SoftmaxRow([F(0), F(1)], None), base=2)
+    assert a == b and hash(a) == hash(b) and a > LogSumExp(a.row)

@@ -138,5 +138,6 @@ def backward_sections(example, hg, places: int, *, closed_forms: bool = False) -
                 "db_K is not 0: the sink's logit does not move with the key bias")
     out.append(Section("backward/biases", "Bias gradients db = sum_i d(Q|K|V)_i",
                        ["bias"] + [f"slot {s + 1}" for s in range(width)], biases,
-                       [key_note, "db_V = sum_i dO_i over the rows that see a key"]))
+                       [key_note, "db_V = sum_i dO_i over the rows that see a key" if g.sink is None
+                        else "db_V = sum_i (1 - P_i,sink) dO_i: the sink's share carries no value"]))
     return out

@@ -236,8 +236,21 @@ class SoftmaxRow:
         return [self.share(j) for j in range(self.n_keys)]
 
     def largest(self) -> list[int]:
-        """The keys with the largest share (the row's maximum exponent), in order."""
+        """The keys with the largest share, in order (a sink is not a key: when its logit is
+        the row's largest, the keys are compared among themselves, exactly).
+
+        >>> SoftmaxRow([Fraction(1), Fraction(0)], None, sink=Fraction(5)).largest()
+        [0]
+        """
         gaps = self.gaps[:self.n_keys]
+        if self.has_sink and not self.certified and \
+                not any(g is not None and g == self.zero_gap for g in gaps):
+            shares = [(j, self.share(j)) for j, g in enumerate(gaps) if g is not None]
+            top = None
+            for _, s in shares:
+                if top is None or s > top:
+                    top = s
+            return [j for j, s in shares if s == top]
         if self.certified:
             top = None
             for g in gaps:

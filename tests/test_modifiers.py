@@ -257,3 +257,13 @@ def test_equal_log_sum_exps_in_two_bases_hash_alike():
     a = LogSumExp(SoftmaxRow([F(0), F(1)], None), base=2)
     b = LogSumExp(SoftmaxRow([F(0), F(1)], None), base=2)
     assert a == b and hash(a) == hash(b) and a > LogSumExp(a.row)
+
+
+def test_the_largest_key_is_named_alike_when_the_sink_dominates():
+    """A sink whose logit tops the row is not a key: the exact row and the certified
+    (soft-capped) row both name the largest key."""
+    exact = SoftmaxRow([F(1), F(0), F(1)], None, sink=F(5))
+    capped = softmax_row([F(1), F(0), F(1)], None, Policy(scale=None, softcap=F(5), sink=F(5)),
+                         0, 1, 3)
+    assert exact.largest() == capped.largest() == [0, 2]
+    assert SoftmaxRow([None, None], None, sink=F(0)).largest() == []

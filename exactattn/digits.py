@@ -28,10 +28,10 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Callable
 
-from .errors import InputError
+from .errors import InputError, Undecided
 
 __all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "decide",
-           "format_exact",
+           "enclosure_sign", "format_exact",
            "format_scaled", "fraction_text", "round_fraction", "terminating_places",
            "tighten", "working_precision"]
 
@@ -202,6 +202,28 @@ def tighten(step: Callable[[int], object], prec: int, *, max_prec: int | None = 
         prec *= 2
     return None
 
+
+
+def enclosure_sign(ball: Callable[[int], object], what: Callable[[], str], *,
+                   bounded: bool = True) -> int:
+    """The sign of a non-zero value from its enclosures ``ball(prec)``: -1 or 1.
+
+    ``bounded``: stop at :data:`MAX_PREC` bits and raise :class:`~exactattn.errors.Undecided`
+    naming ``what()`` (for values no theorem keeps off 0: rotary and soft-capped forms);
+    unbounded only for values proven non-zero (an algebraic number, an exponential
+    polynomial with algebraic exponents).
+
+    >>> from flint import arb
+    >>> enclosure_sign(lambda prec: arb(2).sqrt() - 1, lambda: "sqrt(2) - 1")
+    1
+    """
+    def step(prec):
+        b = ball(prec)
+        return 1 if b > 0 else -1 if b < 0 else None
+    s = tighten(step, 64, max_prec=MAX_PREC if bounded else None)
+    if s is None:
+        raise Undecided(what(), MAX_PREC)
+    return s
 
 
 def certify(ball: Callable[[int], object], places: int, *,

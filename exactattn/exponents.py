@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .errors import InputError, Undecided
 from .reals import atom_ball, atom_text, canonical_atom, transcendental
 
 __all__ = ["ExpPoly", "Exponent", "exponent_text", "fmpq_of", "inv_sqrt_ball", "sum_text", "unify"]
@@ -126,18 +125,9 @@ class ExpPoly:
         """
         if not self.terms:
             return 0
-        from .digits import MAX_PREC, tighten
-
-        def step(prec: int):
-            b = self.ball(prec)
-            return 1 if b > 0 else -1 if b < 0 else None
-        bounded = any(transcendental(atom) for atom in self.basis)
-        sign = tighten(step, 64, max_prec=MAX_PREC if bounded else 1 << 22)
-        if sign is None:
-            if bounded:
-                raise Undecided(self.text(), MAX_PREC)
-            raise InputError("sign could not be decided below 2^22 bits")  # pragma: no cover
-        return sign
+        from .digits import enclosure_sign
+        return enclosure_sign(self.ball, self.text,
+                              bounded=any(transcendental(atom) for atom in self.basis))
 
     def text(self) -> str:
         """The polynomial as a sum of exponentials (for messages)."""

@@ -28,8 +28,8 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import total_ordering
 
-from .digits import certify, tighten
-from .errors import InputError, Undecided
+from .digits import certify, enclosure_sign
+from .errors import InputError
 from .exponents import ExpPoly
 from .options import check_choice
 from .ratio import row_sum_text
@@ -129,15 +129,8 @@ class LogSumExp:
 
     def _ball_order(self, other: "LogSumExp") -> int:
         """sign(self - other) across bases, from enclosures up to the bound."""
-        from .digits import MAX_PREC
-
-        def step(prec):
-            b = self.ball(prec) - other.ball(prec)
-            return 1 if b > 0 else -1 if b < 0 else None
-        s = tighten(step, 64, max_prec=MAX_PREC)
-        if s is None:
-            raise Undecided(f"{self.text()} - {other.text()}", MAX_PREC)
-        return s
+        return enclosure_sign(lambda prec: self.ball(prec) - other.ball(prec),
+                              lambda: f"{self.text()} - {other.text()}")
 
     def __eq__(self, other) -> bool:
         if self.row.nan or (isinstance(other, LogSumExp) and other.row.nan):
@@ -175,15 +168,8 @@ class LogSumExp:
             one = ExpPoly((), {(Fraction(0),): Fraction(1)})
             return row.poly(row.counts).times_minus(one, exp_q, one).sign()
         from flint import arb, fmpq
-
-        def step(prec):
-            b = self.ball(prec) - arb(fmpq(q.numerator, q.denominator))
-            return 1 if b > 0 else -1 if b < 0 else None
-        from .digits import MAX_PREC
-        s = tighten(step, 64, max_prec=None if not row.certified else MAX_PREC)
-        if s is None:
-            raise Undecided(f"{self.text()} - {q}", MAX_PREC)
-        return s
+        return enclosure_sign(lambda prec: self.ball(prec) - arb(fmpq(q.numerator, q.denominator)),
+                              lambda: f"{self.text()} - {q}", bounded=row.certified)
 
     def decimal(self, places: int) -> str:
         """Certified decimal at ``places`` places; ``-inf`` for a fully masked row."""

@@ -38,10 +38,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from .errors import InputError, Undecided
-from .exact import rational_sqrt
+from .errors import InputError
 
-__all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_ratio", "atom_text",
+__all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_text",
            "canonical_atom", "decidable", "power_form", "real_ball", "real_compare", "real_decimal",
            "real_sign", "real_text", "softcap", "softcap_ball", "sympy_ball", "tanh_of", "transcendental",
            "trig", "two_power"]
@@ -279,19 +278,6 @@ def atom_text(atom) -> str:
     return f"1/sqrt({fraction_text(atom)})"
 
 
-def atom_ratio(x, y) -> Fraction | None:
-    """r with ``x = r * y`` for atoms x, y, or None (independent atoms)."""
-    if isinstance(x, Prod) or isinstance(y, Prod):
-        if isinstance(x, Prod) and isinstance(y, Prod) and x.trans == y.trans:
-            return atom_ratio(x.alg, y.alg)
-        return None
-    if isinstance(x, (Trig, Tanh)) or isinstance(y, (Trig, Tanh)):
-        return Fraction(1) if x == y else None
-    if isinstance(x, Pow2) or isinstance(y, Pow2):
-        return Fraction(1) if x == y else None
-    return rational_sqrt(y / x)     # 1/sqrt(x) = sqrt(y/x) / sqrt(y)
-
-
 @lru_cache(maxsize=4096)
 def _square_free(D: Fraction) -> tuple[Fraction, int]:
     """``(c, m)`` with ``1/sqrt(D) = c / sqrt(m)``, m a square-free whole number."""
@@ -313,7 +299,7 @@ def canonical_atom(atom) -> tuple[Fraction, Any]:
         return c, Fraction(m)
     if isinstance(atom, Prod):
         c, a = canonical_atom(atom.alg)
-        return c, Prod(a, atom.trans)
+        return (c, atom.trans) if a == 1 else (c, Prod(a, atom.trans))   # sqrt(4): rational
     return Fraction(1), atom
 
 
@@ -485,20 +471,11 @@ class Surd:
         """
         if not self.terms:
             return (self.p > 0) - (self.p < 0)
-        from .digits import MAX_PREC, tighten
-
-        def step(prec):
-            b = self.ball(prec)
-            return 1 if b > 0 else -1 if b < 0 else None
-        if not self.transcendental:
-            return tighten(step, 64)
+        from .digits import enclosure_sign
         paired = self._tanh_pair()
         if paired is not None:
             return paired
-        s = tighten(step, 64, max_prec=MAX_PREC)
-        if s is None:
-            raise Undecided(self.text(), MAX_PREC)
-        return s
+        return enclosure_sign(self.ball, self.text, bounded=self.transcendental)
 
     def _tanh_pair(self) -> int | None:
         """``c (tanh x - tanh y)``, two capped logits with one cap and equal biases: tanh is

@@ -238,6 +238,7 @@ OWNERS = {
     "def power_form": "exactattn/reals.py",    # canonical radicals theta^e
     "def softcap": "exactattn/reals.py",
     "def tighten": "exactattn/digits.py",      # the one Ziv loop
+    "def enclosure_sign": "exactattn/digits.py",  # the one bounded sign from enclosures
     "class ExpRatio": "exactattn/ratio.py",
     "class LogSumExp": "exactattn/lse.py",
     "class Undecided": "exactattn/errors.py",

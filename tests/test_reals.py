@@ -78,3 +78,11 @@ def test_a_square_divisor_atom_is_rational():
     x = Surd(0, ((F(4), 1),))
     assert x == F(1, 2) and hash(x) == hash(F(1, 2)) and Surd(-F(1, 2), ((F(4), 1),)).sign() == 0
     assert Surd(1, ((F(9), 3), (F(2), 1))) == Surd(2, ((F(2), 1),))
+
+
+def test_a_rotary_score_over_a_square_divisor_is_its_rational_multiple():
+    """cos(1)/sqrt(4) built as a product atom is (1/2) cos(1): one form, one hash."""
+    from exactattn.reals import Prod, Trig
+    a = Surd(0, ((Prod(F(4), Trig("cos", F(1))), 1),))
+    b = Surd(0, ((Trig("cos", F(1)), F(1, 2)),))
+    assert a == b and hash(a) == hash(b)

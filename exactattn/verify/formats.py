@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..digits import certify, round_fraction, tighten, working_precision
-from ..errors import InputError
+from ..digits import MAX_PREC, certify, round_fraction, tighten, working_precision
+from ..errors import InputError, Undecided
 from ..options import check_choice, check_whole
 
 __all__ = ["DTYPES", "FORMATS", "FloatFormat", "certified_scientific", "default_max_ulps",
@@ -273,4 +273,9 @@ def _decimal_exponent(value, q: Fraction | None) -> int:
     def step(prec):
         b = value.ball(prec)
         return None if b.contains(0) else abs(b).log() / arb(10).log()
-    return math.floor(float(tighten(step, 64).mid()))
+    row = getattr(value, "row", None)
+    certified = row is not None and row.certified      # rotary, soft-capped: bounded
+    got = tighten(step, 64, max_prec=MAX_PREC if certified else None)
+    if got is None:
+        raise Undecided(f"the size of {value.text()}", MAX_PREC)
+    return math.floor(float(got.mid()))

@@ -10,9 +10,9 @@ rule.  :class:`Policy` holds what libraries disagree on, and every engine,
 the float-kernel checks, the property checks, the cost counts and the command
 line read it:
 
-``scale``
-    Stored one way: by the divisor squared ``D`` (the scores are divided by
-    ``sqrt(D)``), so ``1/sqrt(48)`` and ``sqrt(2)`` stay exact.  ``"default"``
+``divisor_squared`` (given as ``scale=`` or as ``divisor_squared=``)
+    The scale is stored one way, as the divisor squared ``D`` (the scores are
+    divided by ``sqrt(D)``), so ``1/sqrt(48)`` and ``sqrt(2)`` stay exact.  ``"default"``
     is ``D = d_k`` (of the real, unpadded head width); None means no scaling.
     :func:`parse_divisor` reads a divisor (``"2"``, ``"sqrt(2)"``, ``"none"``),
     :func:`parse_scale` a scale (``"1/8"``, ``"1/sqrt(48)"``, ``"none"``); both
@@ -59,8 +59,10 @@ xformers  top_left      zero       additive   interleave
 [[0, 1], [0, 1, 2]]
 >>> p.describe()
 'scale=1/sqrt(d_k) causal=on alignment=bottom_right empty_row=zero mask=bool_keep gqa=interleave'
->>> Policy(scale="1/8").divisor_squared(48), Policy().divisor_squared(48)
+>>> Policy(scale="1/8").divisor_squared_for(48), Policy().divisor_squared_for(48)
 (Fraction(64, 1), Fraction(48, 1))
+>>> Policy(scale=Fraction(1, 8)) == Policy(scale="1/8") == Policy(divisor_squared=Fraction(64))
+True
 >>> Policy(alignment="top-left")
 Traceback (most recent call last):
 ...
@@ -230,14 +232,19 @@ def divisor_text(divisor_squared: Fraction | None) -> str:
 
 
 # --------------------------------------------------------------------------- the policy
+_UNSET = object()
+
+
 @dataclass(frozen=True)
 class Policy:
     """What an attention call computes besides its numbers: scale, visibility, masks, GQA.
 
     Args:
-        scale: ``"default"`` (1/sqrt(d_k)), text :func:`parse_scale` reads
-            (``"1/8"``, ``"1/sqrt(48)"``, ``"none"``), or ``D`` as a ``Fraction``
-            (scale = 1/sqrt(D)); kept as ``"default"``, a ``Fraction`` D, or None.
+        divisor_squared: what is stored: ``"default"`` (D = d_k), a positive
+            ``Fraction`` D (the scores are divided by sqrt(D)), or None (no scaling).
+        scale: the scale instead, read by :func:`parse_scale` (``"1/8"``,
+            ``Fraction(1, 8)``, ``"1/sqrt(48)"``, ``"none"``, ``"default"``) into
+            ``divisor_squared``; given, it wins over ``divisor_squared``.
         causal: hide keys after the query (see ``alignment``).
         alignment: ``top_left`` or ``bottom_right``.
         empty_row: ``zero``, ``nan`` or ``uniform``.
@@ -260,7 +267,7 @@ class Policy:
         InputError: a value outside its choices, a bad scale.
     """
 
-    scale: Any = DEFAULT_SCALE
+    divisor_squared: Any = DEFAULT_SCALE
     causal: bool = False
     alignment: str = "top_left"
     empty_row: str = "zero"
@@ -274,14 +281,24 @@ class Policy:
     rope: Rope | None = None
     dropout: Fraction | None = None
     head: int = 0
+    scale: dataclasses.InitVar[Any] = _UNSET
 
-    def __post_init__(self):
-        s = self.scale
+    def __post_init__(self, scale):
+        if scale is not _UNSET:     # a spec file's number arrives as int or float: read its text
+            text = str(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) \
+                else scale
+            object.__setattr__(self, "divisor_squared", parse_scale(text))
+        s = self.divisor_squared
+        if isinstance(s, int) and not isinstance(s, bool):
+            s = Fraction(s)
+            object.__setattr__(self, "divisor_squared", s)
         if isinstance(s, Fraction):
             if s <= 0:
-                raise InputError(f"scale's divisor squared must be positive (got {s})")
+                raise InputError(f"divisor_squared must be positive (got {s})")
         elif s is not None and s != DEFAULT_SCALE:
-            object.__setattr__(self, "scale", parse_scale(s if isinstance(s, str) else str(s)))
+            raise InputError(f"divisor_squared must be 'default', a positive Fraction D (the "
+                             f"scores are divided by sqrt(D)) or None (got {shorten(s, quote=True)}); "
+                             "pass scale= to give the scale instead")
         if not isinstance(self.causal, bool):
             raise InputError(f"causal must be true or false (got {shorten(self.causal, quote=True)})")
         check_choice(self.alignment, "alignment", ALIGNMENTS)
@@ -312,18 +329,19 @@ class Policy:
         return dataclasses.replace(self, **changes)
 
     # -- the scale ------------------------------------------------------
-    def divisor_squared(self, d_k: int) -> Fraction | None:
+    def divisor_squared_for(self, d_k: int) -> Fraction | None:
         """``D`` with scores divided by sqrt(D): ``d_k`` under the default scale, None for none."""
-        return Fraction(d_k) if self.scale == DEFAULT_SCALE else self.scale
+        return Fraction(d_k) if self.divisor_squared == DEFAULT_SCALE else self.divisor_squared
 
     def scale_text(self) -> str:
         """The scale in words: ``1/sqrt(d_k)``, ``1/8``, ``1/sqrt(48)``, ``none``."""
-        if self.scale == DEFAULT_SCALE:
+        d2 = self.divisor_squared
+        if d2 == DEFAULT_SCALE:
             return "1/sqrt(d_k)"
-        if self.scale is None:
+        if d2 is None:
             return "none"
-        root = rational_sqrt(self.scale)
-        return str(1 / root) if root is not None else f"1/sqrt({self.scale})"
+        root = rational_sqrt(d2)
+        return str(1 / root) if root is not None else f"1/sqrt({d2})"
 
     # -- visibility -------------------------------------------------------
     def causal_shift(self, n_queries, n_keys):
@@ -474,8 +492,8 @@ class Policy:
 
     def as_dict(self) -> dict:
         """The policy as JSON-ready values (the ``policy`` table of a spec file)."""
-        scale = (DEFAULT_SCALE if self.scale == DEFAULT_SCALE else
-                 "none" if self.scale is None else f"1/sqrt({self.scale})")
+        d2 = self.divisor_squared
+        scale = DEFAULT_SCALE if d2 == DEFAULT_SCALE else "none" if d2 is None else f"1/sqrt({d2})"
         return {"scale": scale, "causal": self.causal, "alignment": self.alignment,
                 "empty_row": self.empty_row, "mask_kind": self.mask_kind, "gqa": self.gqa,
                 **self.modifiers()}

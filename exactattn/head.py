@@ -139,7 +139,7 @@ class Head:
             for b, name, width in ((b_Q, "b_Q", d_k), (b_K, "b_K", d_k), (b_V, "b_V", self.d_v)))
         self.symbolic = any(is_symbolic(e) for m in slots + (self.biases,) for r in m for e in r)
         d2 = Fraction(d_k) if divisor is _DEFAULT else parse_divisor(divisor, floats=floats)
-        self.policy = Policy(scale=d2, causal=causal)
+        self.policy = Policy(divisor_squared=d2, causal=causal)
 
     @property
     def biases(self) -> tuple:
@@ -155,7 +155,7 @@ class Head:
     @property
     def divisor_squared(self) -> Fraction | None:
         """``D``: the scores are divided by sqrt(D); None for no scaling."""
-        return self.policy.scale
+        return self.policy.divisor_squared
 
     @property
     def causal(self) -> bool:
@@ -167,8 +167,8 @@ class Head:
         >>> Head([[1]], [[1]], [[1]]).with_policy(Policy(scale=None, causal=True)).causal
         True
         """
-        if policy.scale == DEFAULT_SCALE:
-            policy = policy.replace(scale=Fraction(self.d_k))
+        if policy.divisor_squared == DEFAULT_SCALE:
+            policy = policy.replace(divisor_squared=Fraction(self.d_k))
         other = object.__new__(Head)
         other.__dict__.update(self.__dict__)
         other.policy = policy

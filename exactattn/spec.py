@@ -37,7 +37,7 @@ Traceback (most recent call last):
 exactattn.errors.SpecError: spec: tokens must be a non-empty list of {"x": [...]} (got [])
 >>> problem, policy, dtype = loads_problem('query = [[1_000.5]]\\nkey = [[1]]\\nvalue = [[2]]',
 ...                                        fmt="toml")
->>> problem.query[0, 0, 0, 0], policy.scale, dtype
+>>> problem.query[0, 0, 0, 0], policy.divisor_squared, dtype
 (Fraction(2001, 2), 'default', None)
 """
 
@@ -73,8 +73,9 @@ KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "d
 PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask")
 #: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.Policy`
 #: (its plain fields, then its modifiers and ``lse``: :data:`~exactattn.spec_fields.MODIFIER_KEYS`)
-POLICY_KEYS = tuple(f.name for f in dataclasses.fields(Policy)
-                    if f.name not in MODIFIER_FIELDS) + MODIFIER_KEYS
+#: (the scale is written as ``scale`` text, stored as ``divisor_squared``)
+POLICY_KEYS = ("scale",) + tuple(f.name for f in dataclasses.fields(Policy)
+                                 if f.name not in MODIFIER_FIELDS + ("divisor_squared",)) + MODIFIER_KEYS
 #: a head spec's ``policy`` table: its keys (causal and the divisor stay top-level keys)
 HEAD_POLICY_KEYS = ("alignment", "empty_row") + MODIFIER_KEYS
 KEYS = KEYS + ("policy",)

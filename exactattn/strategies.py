@@ -464,7 +464,7 @@ def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_
         queries = _draw_matrix(draw, n_q, d_k, elements)
         keys = _draw_matrix(draw, n_k, d_k, elements)
         values = _draw_matrix(draw, n_k, d_v, elements)
-        policy = policy.replace(scale=draw(scale_st))
+        policy = policy.replace(divisor_squared=draw(scale_st))
         mask = None
         if kind is not None:
             mask = _draw_mask(draw, kind, n_q, n_k, allow_empty_rows, _default_offsets(),

@@ -51,7 +51,7 @@ NEURON_TOKENS = 64
 
 def with_divisor(head: Head, divisor_squared: Fraction | None) -> Head:
     """The same head with the scores divided by sqrt(``divisor_squared``) (None: not divided)."""
-    return head.with_policy(head.policy.replace(scale=divisor_squared))
+    return head.with_policy(head.policy.replace(divisor_squared=divisor_squared))
 
 
 def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> Trace:

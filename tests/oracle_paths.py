@@ -75,7 +75,7 @@ def policy_of(case: dict):
     scale = "default" if sc == "default" else None if sc == "none" else \
         _frac(sc["divisor_squared"])
     return Policy(
-        scale=scale, causal=case["causal"], alignment=case["alignment"],
+        divisor_squared=scale, causal=case["causal"], alignment=case["alignment"],
         empty_row=case["empty_row"], gqa=case["gqa"],
         mask_kind=case["mask"]["kind"] if case["mask"] else "bool_keep",
         window=None if case["window"] is None else tuple(case["window"]),
@@ -199,7 +199,7 @@ class PackageRun:
         ok, head = self._guard("engine", Head, W_Q, W_K, W_V, layout="slots", **kw)
         if not ok:
             return
-        head = head.with_policy(pol if pol.scale == "default" else pol)
+        head = head.with_policy(pol if pol.divisor_squared == "default" else pol)
         keep = None if case["dropout"] is None else case["dropout"]["keep"][0][0]
         for engine in self.engines:
             path = f"engine:{engine}"

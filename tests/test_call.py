@@ -80,8 +80,8 @@ def test_scale_texts():
     assert Policy(scale="1/8").scale_text() == "1/8"
     assert Policy(scale="1/sqrt(48)").scale_text() == "1/sqrt(48)"
     assert Policy(scale="none").scale_text() == "none"
-    assert Policy(scale="none").divisor_squared(16) is None
-    assert Policy().divisor_squared(16) == F(16)
+    assert Policy(scale="none").divisor_squared_for(16) is None
+    assert Policy().divisor_squared_for(16) == F(16)
     assert divisor_text(F(9, 4)) == "3/2" and divisor_text(F(2)) == "sqrt(2)"
 
 

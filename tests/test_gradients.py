@@ -91,8 +91,8 @@ def check_against_sympy(Q, K, V, dO, *, scale_text="none", keep=None, offsets=No
     """Every dQ, dK, dV (and dS where there are offsets) equals sympy's derivative exactly."""
     policy = Policy(scale=scale_text)
     scale = None
-    if policy.scale is not None:
-        D = policy.divisor_squared(len(Q[0]))
+    if policy.divisor_squared is not None:
+        D = policy.divisor_squared_for(len(Q[0]))
         scale = 1 / sympy.sqrt(sympy.Rational(D.numerator, D.denominator))
     loss, sub, (q, k, v, m) = sympy_loss(Q, K, V, dO, scale=scale, keep=keep, offsets=offsets)
     mask = None

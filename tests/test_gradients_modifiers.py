@@ -117,7 +117,7 @@ def test_alibi_gradients_equal_sympy(heads, head, scale):
     slope_s = slope.sympy() if hasattr(slope, "sympy") else sympy.Rational(str(slope))
     offsets = [[slope_s * alibi.distance(i, j) for j in range(3)] for i in range(3)]
     keep = [[j <= i for j in range(3)] for i in range(3)]
-    sc = 1 if pol.scale is None else 1 / sympy.sqrt(sympy.Rational(str(pol.divisor_squared(2))))
+    sc = 1 if pol.divisor_squared is None else 1 / sympy.sqrt(sympy.Rational(str(pol.divisor_squared_for(2))))
     loss, sub, (q, k, v, _) = symbolic_loss(Q3, K3, V3, dO3, scale=sc, keep=keep,
                                             offsets=offsets)
     g = gradients(Q3, K3, V3, dO3, pol)

@@ -155,7 +155,7 @@ def test_problem_spec_toml_floats_are_text():
     assert problem.query[0, 0, 0, 0] == Fraction(2001, 2)
     assert type(problem.query[0, 0, 0, 0]) is Fraction
     assert problem.value[0, 0, 0, 0] == Fraction(1, 10)
-    assert policy.scale is None and dtype is None
+    assert policy.divisor_squared is None and dtype is None
 
 
 @pytest.mark.parametrize("text", [

@@ -373,7 +373,7 @@ def test_masked_rows_case():
 def test_an_additive_mask_keeps_its_offsets_under_an_irrational_scale():
     # scores 1, 0 divided by sqrt(2), offsets 1/2 and 0: e^(1/sqrt(2) + 1/2) / (e^(...) + 1)
     inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], Mask("additive", [["1/2", 0]]),
-                         Policy(scale=F(2)))
+                         Policy(divisor_squared=F(2)))
     out = reference(inp.queries, inp.keys, inp.values, mask=inp.mask, scale="1/sqrt(2)")[0][0]
     assert out.decimal(30) == "0.769786627016937707580178105514"
     assert P.check_all(reference, inp) == P.check_all(NUMPY, inp)
@@ -620,7 +620,7 @@ def test_irrational_scale_reaches_the_float_function_as_a_float():
     def spy(queries, keys, values, *, mask=None, scale=None):
         seen.append(scale)
         return numpy_attention(queries, keys, values, mask=mask, scale=scale)
-    P.check_matches_reference(spy, AttentionInput([[1]], [[1]], [[1]], policy=Policy(scale=F(2))))
+    P.check_matches_reference(spy, AttentionInput([[1]], [[1]], [[1]], policy=Policy(divisor_squared=F(2))))
     P.check_matches_reference(spy, AttentionInput([[1, 1]], [[1, 1]], [[1]]))
     assert seen == [math.sqrt(0.5), None]
 
@@ -694,7 +694,7 @@ def test_the_properties_adapter_is_verifys_adapter():
 
 def test_the_one_reference_gives_the_properties_their_exact_values():
     inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], Mask("additive", [["1/2", 0]]),
-                         Policy(scale=F(2)))
+                         Policy(divisor_squared=F(2)))
     ref = Reference(inp.problem, inp.policy)
     assert reference(inp.queries, inp.keys, inp.values, mask=inp.mask,
                      scale="1/sqrt(2)") == ref.outputs()

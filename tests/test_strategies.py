@@ -163,7 +163,7 @@ def test_rational_scales_are_squares(D):
 @given(eas.scales())
 def test_scales_are_what_a_policy_stores(scale):
     assert scale == DEFAULT_SCALE or (type(scale) is F and scale > 0)
-    assert Policy(scale=scale).scale == scale
+    assert Policy(divisor_squared=scale).divisor_squared == scale
 
 
 @given(st.data(), st.integers(1, 4), st.integers(1, 4))
@@ -258,7 +258,7 @@ def test_heads_shrink_to_the_smallest_failing_width():
 def test_attention_inputs_shrink_to_one_zero_token_without_mask():
     inp = find(eas.attention_inputs(), lambda i: True, settings=FIND)
     assert inp == AttentionInput([[0]], [[0]], [[0]])
-    assert inp.policy == Policy() and inp.policy.scale == DEFAULT_SCALE
+    assert inp.policy == Policy() and inp.policy.divisor_squared == DEFAULT_SCALE
 
 
 def test_attention_inputs_shrink_towards_hiding_nothing():

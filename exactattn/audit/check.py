@@ -53,7 +53,7 @@ class HeadSource:
         from ..head import attend
         head = example.head
         if no_scale:
-            head = head.with_policy(head.policy.replace(scale=None))
+            head = head.with_policy(head.policy.replace(divisor_squared=None))
         self.trace = attend(head, example.x)
         if self.trace.engine == "symbolic":
             raise InputError("spec must hold numbers to audit a table against (got symbols); "

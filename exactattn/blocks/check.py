@@ -288,8 +288,8 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
 
 def _call_scale(policy: Policy):
     """The scale an implementation is handed (as :func:`~exactattn.verify.adapter.make_call`)."""
-    return None if policy.scale == DEFAULT_SCALE else \
-        1.0 if policy.scale is None else float_scale(policy.scale)
+    return None if policy.divisor_squared == DEFAULT_SCALE else \
+        1.0 if policy.divisor_squared is None else float_scale(policy.divisor_squared)
 
 
 def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy | None = None,

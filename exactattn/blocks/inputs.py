@@ -130,7 +130,7 @@ class ExactInputs:
     @property
     def divisor_squared(self) -> Fraction | None:
         """D, with scores divided by sqrt(D) (None: no scaling)."""
-        return self.policy.divisor_squared(self.d_k)
+        return self.policy.divisor_squared_for(self.d_k)
 
     @property
     def score_bound(self) -> int:

@@ -304,7 +304,7 @@ def count_call(shape: CallShape) -> CallRun:
     L, S = shape.queries, shape.keys
     keep = shape.policy.keep(L, S, shape.mask)
     rows = [[j for j, kept in enumerate(r) if kept] for r in keep.tolist()]
-    d2 = shape.policy.divisor_squared(shape.d_k)
+    d2 = shape.policy.divisor_squared_for(shape.d_k)
     macs = {"scores": 0, "mix": 0}
     ops = {"exp": 0, "add": 0, "div": 0}
     for index in product(*(range(d) for d in shape.batch)):

@@ -143,5 +143,5 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
         raise ShapeError(f"mask must be {L} x {S} like queries x keys "
                          f"(got {mask.n_queries} x {mask.n_keys})")
     block = block_inputs(policy, L, S, mask, dropout_keep)
-    return Gradients(Q, K, V, dO, divisor_squared=policy.divisor_squared(E),
+    return Gradients(Q, K, V, dO, divisor_squared=policy.divisor_squared_for(E),
                      empty_row=policy.empty_row, **block)

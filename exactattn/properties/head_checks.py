@@ -163,7 +163,7 @@ def check_masked_entries_absent(inp: AttentionInput) -> int:
     k_sym = [[sympy.Symbol(f"k_{j}_{c}") for c in range(inp.d_k)] for j in range(inp.n_keys)]
     v_sym = [[sympy.Symbol(f"v_{j}_{c}") for c in range(inp.d_v)] for j in range(inp.n_keys)]
     head, x = selector_head(inp.queries, k_sym, v_sym, causal=inp.policy.causal,
-                            scale=inp.policy.scale, symbolic=True)
+                            scale=inp.policy.divisor_squared, symbolic=True)
     trace = attend(head, x, engine="symbolic")
     bad, checked = [], 0
     for i in range(inp.n_queries):

@@ -136,7 +136,7 @@ class Implementation:
     @staticmethod
     def exact_scale(inp):
         """An exact function's ``scale``: None (default), else a ``Fraction`` or a sympy ``1/sqrt(D)``."""
-        D = inp.policy.scale
+        D = inp.policy.divisor_squared
         if D == DEFAULT_SCALE:
             return None
         if D is None:

@@ -146,7 +146,7 @@ class AttentionInput:
     @property
     def divisor_squared(self) -> Fraction | None:
         """``D``: the scores are divided by sqrt(D) (``d_k`` by default); None for no scaling."""
-        return self.policy.divisor_squared(self.d_k)
+        return self.policy.divisor_squared_for(self.d_k)
 
     @cached_property
     def keep(self):
@@ -218,11 +218,11 @@ def input_from_head(head, x, *, floats: str | None = None) -> AttentionInput:
     >>> from exactattn.examples import chronicle
     >>> ex = chronicle()
     >>> inp = input_from_head(ex.head, ex.x)
-    >>> inp.queries[1], inp.policy.scale, inp.divisor_squared   # divisor 2 = sqrt(d_k)
+    >>> inp.queries[1], inp.policy.divisor_squared, inp.divisor_squared   # divisor 2 = sqrt(d_k)
     ([Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)], 'default', Fraction(4, 1))
     """
     trace = attend(head, x, engine="pencil", floats=floats)
     policy = head.policy
     if head.divisor_squared == head.d_k:
-        policy = policy.replace(scale=DEFAULT_SCALE)
+        policy = policy.replace(divisor_squared=DEFAULT_SCALE)
     return AttentionInput(trace.queries, trace.keys, trace.values, None, policy)

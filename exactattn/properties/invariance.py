@@ -83,7 +83,7 @@ def check_shift_invariance(impl, inp: AttentionInput, shifts: Sequence | None = 
                          f"(got {len(shifts)})")
     wide = inp.replace(queries=[list(q) + [s] for q, s in zip(inp.queries, shifts)],
                        keys=[list(k) + [Fraction(1)] for k in inp.keys],
-                       policy=inp.policy.replace(scale=inp.divisor_squared))
+                       policy=inp.policy.replace(divisor_squared=inp.divisor_squared))
     _compare_outputs(f"{SHIFT} (shifts {[str(s) for s in shifts]})", impl, inp, impl(inp), impl(wide),
                      _in_order(inp.n_queries))
 

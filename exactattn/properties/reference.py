@@ -96,10 +96,10 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
     [Fraction(3, 2), Fraction(2, 1)]
     """
     if policy is None:
-        policy = Policy(scale=policy_scale(scale), causal=causal, alignment=alignment,
+        policy = Policy(divisor_squared=policy_scale(scale), causal=causal, alignment=alignment,
                         empty_row=empty_row)
     else:
-        policy = policy.replace(scale=policy_scale(scale))
+        policy = policy.replace(divisor_squared=policy_scale(scale))
     return exact_outputs(AttentionInput(queries, keys, values, mask, policy, dropout_keep))
 
 

@@ -55,11 +55,11 @@ def policy_text(policy: Policy) -> str:
     >>> policy_text(Policy(scale="1/8", causal=True, sink="1/2", alibi=Alibi(8), head=3))
     "Policy(scale='1/8', causal=True, alibi=Alibi(heads=8, form='relative'), head=3, sink='1/2')"
     """
-    parts = [f"scale={policy.scale_text()!r}"] if policy.scale != DEFAULT_SCALE else []
+    parts = [f"scale={policy.scale_text()!r}"] if policy.divisor_squared != DEFAULT_SCALE else []
     numbers = []
     for f in dataclasses.fields(policy):
         value = getattr(policy, f.name)
-        if f.name == "scale" or value == getattr(_DEFAULT_POLICY, f.name):
+        if f.name == "divisor_squared" or value == getattr(_DEFAULT_POLICY, f.name):
             continue
         if isinstance(value, Fraction):
             numbers.append(f"{f.name}={str(value)!r}")

@@ -229,9 +229,9 @@ def call_scale(policy: Policy) -> float | None:
     >>> call_scale(Policy()), call_scale(Policy(scale="none")), call_scale(Policy(scale="1/sqrt(2)"))
     (None, 1.0, 0.7071067811865476)
     """
-    if policy.scale == DEFAULT_SCALE:
+    if policy.divisor_squared == DEFAULT_SCALE:
         return None
-    return 1.0 if policy.scale is None else float_scale(policy.scale)
+    return 1.0 if policy.divisor_squared is None else float_scale(policy.divisor_squared)
 
 
 def make_call(problem, policy: Policy, dtype: str, lse: str | None = None) -> Call:

@@ -76,7 +76,7 @@ class ExactGradients:
         sh = problem.shape
         self.shape = sh
         self.policy = policy
-        d2 = policy.divisor_squared(sh["E"])
+        d2 = policy.divisor_squared_for(sh["E"])
         L, S = sh["L"], sh["S"]
         self.heads = {g: [h for h in range(sh["H_q"]) if policy.kv_head(h, sh["H_q"],
                                                                          sh["H_kv"]) == g]

@@ -202,7 +202,7 @@ def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
     exactattn.errors.InputError: scale must round to a finite non-zero float32 (got 1000000000000000000000000000000000000000…, which rounds to inf in float32); an implementation would multiply every score by inf: rescale the query or key instead
     """
     fmt = float_format(dtype)
-    D = policy.scale
+    D = policy.divisor_squared
     if D == DEFAULT_SCALE or D is None:
         return
     lo, hi = _float_bounds(FORMATS["float64"])

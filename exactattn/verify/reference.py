@@ -93,7 +93,7 @@ class Reference:
         sh = problem.shape
         self.B, self.Hq, self.Hkv, self.L, self.S = sh["B"], sh["H_q"], sh["H_kv"], sh["L"], sh["S"]
         self.E, self.Ev = sh["E"], sh["E_v"]
-        d2 = policy.divisor_squared(self.E)
+        d2 = policy.divisor_squared_for(self.E)
         self.divisor_squared = None if d2 == 1 else d2
         self._policies = [policy if policy.alibi is None else policy.replace(head=policy.head + h)
                           for h in range(self.Hq)]

@@ -47,7 +47,7 @@ def inputs(n: int):
 
 
 def exact_seconds(exact) -> float:
-    from exactattn.call import Policy
+    from exactattn.call.policy import Policy
     from exactattn.gradients import gradients
     t0 = time.perf_counter()
     g = gradients(*exact, Policy(causal=True))
@@ -81,14 +81,15 @@ def torch_seconds(arrays) -> tuple[float, int] | None:
 
 
 def verify_seconds(n: int, backward: bool) -> tuple[float, float | None]:
-    from exactattn.call import Policy
-    from exactattn.verify import random_problem, verify
+    from exactattn.call.policy import Policy
+    from exactattn.call import Call
+    from exactattn.verify import verify
     from exactattn.verify.backward import verify_backward
-    problem = random_problem(n, D, seed=0)
-    forward = verify("numpy", problem, Policy(causal=True), "float32")
+    problem = Call.random(n, D, seed=0)
+    forward = verify("numpy", problem.with_policy(Policy(causal=True)), "float32")
     if not backward or n > 512:
         return forward.seconds["exact"], None
-    back = verify_backward("numpy", problem, Policy(causal=True), "float32")
+    back = verify_backward("numpy", problem.with_policy(Policy(causal=True)), "float32")
     return forward.seconds["exact"], back.seconds["exact"]
 
 

@@ -32,12 +32,12 @@ EXEMPT = ("softcap", "rope")
 
 def runs(n: int):
     import numpy as np
-    from exactattn.call import Policy
-    from exactattn.modifiers import Alibi, Rope
-    from exactattn.verify import Problem, random_problem
-    plain = random_problem(n, 64, seed=0)
+    from exactattn.call.policy import Policy
+    from exactattn.call.modifiers import Alibi, Rope
+    from exactattn.call import Call
+    plain = Call.random(n, 64, seed=0)
     keep = np.random.default_rng(1).random((n, n)) >= 0.1
-    dropped = Problem.from_arrays(plain.query[0, 0], plain.key[0, 0], plain.value[0, 0],
+    dropped = Call(plain.query[0, 0], plain.key[0, 0], plain.value[0, 0],
                                   dropout_keep=keep, name="dropout")
     return [
         ("plain", plain, Policy(), None),
@@ -67,7 +67,7 @@ def main() -> None:
         if only is not None and name not in only:
             continue
         t0 = time.perf_counter()
-        rep = verify(args.impl, problem, policy, "float32", lse=lse)
+        rep = verify(args.impl, problem.with_policy(policy), "float32", lse=lse)
         seconds = time.perf_counter() - t0
         base = seconds if name == "plain" else base
         ratio = seconds / base

@@ -29,11 +29,12 @@ TARGET_S = 30.0
 
 def one(n: int, d_k: int, dtype: str, impl: str) -> None:
     from exactattn.policies import Policy
-    from exactattn.verify import random_problem, verify
+    from exactattn.call import Call
+    from exactattn.verify import verify
     t0 = time.perf_counter()
-    problem = random_problem(n, d_k, seed=0)
+    problem = Call.random(n, d_k, seed=0)
     t1 = time.perf_counter()
-    report = verify(impl, problem, Policy(), dtype)
+    report = verify(impl, problem.with_policy(Policy()), dtype)
     t2 = time.perf_counter()
     s = report.summary()
     sec = report.seconds

@@ -2,9 +2,20 @@
 
 Data flows one way: tokens -> x -> queries/keys/values -> scores -> shares ->
 outputs, recorded in a :class:`Trace` that the tables, the cost module and the
-checks read.  One :class:`Policy` describes an attention call (scale, which
-keys a query sees, masks, empty rows, GQA); exact shares and outputs are
-:class:`ExpRatio` values that compare, order and hash like ``Fraction``.
+checks read.  One :class:`Call` holds an attention call's exact inputs and its
+:class:`Policy` (scale, which keys a query sees, masks, empty rows, GQA,
+modifiers); :class:`Reference` is its exact answer.  Exact shares and outputs
+are :class:`ExpRatio` values that compare, order and hash like ``Fraction``.
+
+>>> from exactattn import Call, Policy, Reference
+>>> r = Reference(Call([["1", "0"]], [["1", "0"], ["0", "1"]], [["1"], ["0"]],
+...                    policy=Policy(scale="none")))
+>>> r.share(0, 0, 0, 1).decimal(4), r.output(0, 0, 0, 0).decimal(4), r.lse(0, 0, 0).decimal(4)
+('0.2689', '0.7311', '1.3133')
+>>> r.share(0, 0, 0, 0) + r.share(0, 0, 0, 1) == 1
+True
+>>> r.gradients([["1"]]).value("dQ", 0, 0, 0, 0).decimal(4)
+'0.1966'
 """
 
 import os as _os
@@ -13,7 +24,7 @@ import os as _os
 # explicitly so results and speed never depend on what happens to be there.
 _os.environ.setdefault("SYMPY_GROUND_TYPES", "flint")
 
-from .call import Mask, Policy
+from .call.policy import Mask, Policy
 from .errors import ExactAttnError, FloatInputError, InputError, ShapeError, SpecError
 from .exact import to_exact
 from .head import Head, attend
@@ -22,7 +33,20 @@ from .trace import Trace
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # Call and Reference need numpy and python-flint: loaded on first use, so the command
+    # line's help and option errors start without them
+    if name == "Call":
+        from .call.inputs import Call
+        return Call
+    if name == "Reference":
+        from .verify.reference import Reference
+        return Reference
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
+    "Call",
     "ExactAttnError",
     "ExpRatio",
     "FloatInputError",
@@ -30,6 +54,7 @@ __all__ = [
     "InputError",
     "Mask",
     "Policy",
+    "Reference",
     "ShapeError",
     "SoftmaxRow",
     "SpecError",

@@ -31,7 +31,7 @@ This module presents; it computes nothing.
 
 from __future__ import annotations
 
-from .call import divisor_text
+from .call.policy import divisor_text
 from .cells import value_cell, vector
 from .render import Section
 

@@ -30,7 +30,7 @@ import sys
 from fractions import Fraction
 from functools import lru_cache
 
-from .call import divisor_text
+from .call.policy import divisor_text
 from .digits import certify
 from .exact import rational_sqrt
 from .head import scaled_score

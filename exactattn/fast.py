@@ -14,7 +14,7 @@ demand, and ``trace.share_decimals(places)`` certifies every share at once
 from integer enclosures (:mod:`exactattn.bulk`).  No multiply-adds are counted
 (``trace.macs`` is None): nothing is counted that did not run.
 
-Modifiers (:class:`~exactattn.call.Policy`): windows and query offsets hide
+Modifiers (:class:`~exactattn.call.policy.Policy`): windows and query offsets hide
 keys here as in every engine; a sink, ALiBi and soft-capping are applied
 exactly by the trace's rows (:func:`exactattn.logits.softmax_row`), whose
 decimals are then certified entry by entry, not in bulk.  RoPE and dropout

@@ -157,7 +157,7 @@ class LogitForms:
     sink's term, and an output's numerator is that of
     :meth:`~exactattn.trace.Trace.output` (after dropout).
 
-    >>> from exactattn.call import Policy
+    >>> from exactattn.call.policy import Policy
     >>> from exactattn.head import Head, attend
     >>> h = Head([[1]], [[1]], [[1]], divisor=None)
     >>> forms = LogitForms(attend(h.with_policy(h.policy.replace(sink=Fraction(0))), [[0], [1]]))

@@ -30,7 +30,7 @@ Three engines, agreeing exactly wherever two can run:
 
 Every engine returns the same :class:`~exactattn.trace.Trace`.  Which keys a
 query sees, the divisor and the empty-row answer come from the head's
-:class:`~exactattn.call.Policy`.
+:class:`~exactattn.call.policy.Policy`.
 
 >>> from exactattn.examples import chronicle
 >>> trace = attend(chronicle().head, chronicle().x)
@@ -49,7 +49,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Sequence
 
-from .call import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
+from .call.policy import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from .errors import InputError, ShapeError, shorten
 from .exact import is_symbolic, rational_sqrt, to_matrix, to_row
 from .kernels import common_denominator, project, score, to_fractions
@@ -88,7 +88,7 @@ class Head:
         symbolic: allow sympy symbols and expressions as entries.
 
     The divisor and the causal rule live in ``head.policy``
-    (:class:`~exactattn.call.Policy`), the one description every engine reads.
+    (:class:`~exactattn.call.policy.Policy`), the one description every engine reads.
 
     Raises:
         ShapeError: a matrix of the wrong shape, ragged rows, empty matrices.
@@ -385,7 +385,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
             ``head.policy.dropout`` set.
 
     The head's policy may carry today's modifiers (a sink, ALiBi, soft-capping,
-    a window, a query offset, RoPE, dropout; see :class:`~exactattn.call.Policy`):
+    a window, a query offset, RoPE, dropout; see :class:`~exactattn.call.policy.Policy`):
     the rows then come from :func:`exactattn.logits.softmax_row`.  The pencil
     engine runs every modifier; the fast engine runs all but RoPE and dropout
     (``auto`` hands those to the pencil engine; ``fast`` refuses them); the

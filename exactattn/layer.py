@@ -34,7 +34,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from .call import Mask, Policy
+from .call.policy import Mask, Policy
 from .digits import certify, round_fraction
 from .errors import InputError, ShapeError
 from .exact import to_matrix, to_row
@@ -174,7 +174,7 @@ class Layer:
 
     Args:
         policy: scale, causal rule, empty rows and the GQA map
-            (:meth:`~exactattn.call.Policy.kv_head`); default ``Policy()``.
+            (:meth:`~exactattn.call.policy.Policy.kv_head`); default ``Policy()``.
             Its modifiers apply to every head; query head a runs under
             ``policy.replace(head=policy.head + a)`` (its own ALiBi slope; the
             same numbering as ``verify``'s problem heads).
@@ -264,7 +264,7 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
     """Run every head of ``layer`` over the token rows ``x``, then W_O (+ b_O), exactly.
 
     Shapes: ``x`` n x d_model; ``mask`` (optional) an explicit n x n
-    :class:`~exactattn.call.Mask` without additive offsets (e.g.
+    :class:`~exactattn.call.policy.Mask` without additive offsets (e.g.
     :func:`padding_mask`), applied on top of the policy's causal rule;
     ``keep`` (with ``policy.dropout``) H x n x n dropout keep-masks, one per
     query head.

@@ -18,7 +18,7 @@ scores, so equal logits are equal forms) and the row is built by
 :meth:`SoftmaxRow.of_logits`.
 
 >>> from fractions import Fraction as F
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> row = softmax_row([F(1), F(0)], None, Policy(sink=F(0)), 0, 1, 2)
 >>> [s.decimal(4) for s in row.shares()], row.sink_share().text()
 (['0.5761', '0.2119'], '1/(2 + exp(1))')
@@ -31,7 +31,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from .call import Policy
+from .call.policy import Policy
 from .errors import InputError
 from .exact import rational_sqrt
 from .reals import Surd, power_form, softcap, trig
@@ -87,7 +87,7 @@ def logit_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy, i
     reads).  Values are ``Fraction`` or :class:`~exactattn.reals.Surd` (algebraic, or
     over cosine, sine and tanh atoms).
 
-    >>> from exactattn.modifiers import Alibi
+    >>> from exactattn.call.modifiers import Alibi
     >>> logit_row([Fraction(1), Fraction(0)], None, Policy(alibi=Alibi(8), query_offset=1), 0, 1, 2)
     [Fraction(1, 2), Fraction(0, 1)]
     """
@@ -141,7 +141,7 @@ def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_p
     folded (``cos`` is even, ``sin`` odd), so equal scores are equal forms; a
     rational score (angle 0) is a ``Fraction``.
 
-    >>> from exactattn.modifiers import Rope
+    >>> from exactattn.call.modifiers import Rope
     >>> rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(0)], Rope(), 3, 3)
     Fraction(1, 1)
     >>> rope_score([Fraction(1), Fraction(0)], [Fraction(1), Fraction(0)], Rope(), 1, 0).decimal(6)

@@ -20,9 +20,9 @@ stay exact; soft-capped and rotated scores are certified (see
 :mod:`exactattn.reals`).
 
 Reference: Vaswani et al. 2017, sec. 3.2.1; the modifiers' sources are in
-:mod:`exactattn.modifiers` and :mod:`exactattn.logits`.
+:mod:`exactattn.call.modifiers` and :mod:`exactattn.logits`.
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> step = counted_step([[1], [0]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1,
 ...                     None, Policy(scale=None, sink=Fraction(0)))
 >>> step.rows[0].sink_share().text(), step.outputs[0][0].decimal(6)
@@ -58,7 +58,7 @@ def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep
             keep-mask, an entry that is not true/false.
         ShapeError: a keep-mask of the wrong shape.
 
-    >>> from exactattn.call import Policy
+    >>> from exactattn.call.policy import Policy
     >>> check_keep([[1, 0]], Policy(dropout="1/2"), 1, 2)
     Traceback (most recent call last):
     ...
@@ -199,7 +199,7 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
 #: the former name of :func:`counted_step` (its one step serves plain and modified heads alike)
 modified_step = counted_step
 
-#: the modifier fields (of :data:`~exactattn.call.SCORE_FIELDS`) only the pencil engine runs
+#: the modifier fields (of :data:`~exactattn.call.policy.SCORE_FIELDS`) only the pencil engine runs
 PENCIL_ONLY = ("rope", "dropout")
 
 

@@ -1,6 +1,6 @@
 """Walkthrough tables of a modified head: RoPE, soft-capping, ALiBi, logits, dropout, log-sum-exp.
 
-A head whose :class:`~exactattn.call.Policy` carries today's modifiers gets
+A head whose :class:`~exactattn.call.policy.Policy` carries today's modifiers gets
 these tables besides the plain ones (:mod:`exactattn.tables`,
 :mod:`exactattn.score_tables`), each value read from the trace:
 
@@ -23,9 +23,9 @@ The sink's share is a column of ``scores/shares``; windows and causal rules
 hide cells (``-inf``) as in the plain tables.
 
 >>> from fractions import Fraction
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> from exactattn.head import Head, attend
->>> from exactattn.modifiers import Alibi
+>>> from exactattn.call.modifiers import Alibi
 >>> h = Head([[1]], [[1]], [[1]], divisor=None)
 >>> t = attend(h.with_policy(h.policy.replace(alibi=Alibi(12), head=8)), [[0], [1]])
 >>> bias = square_sections(t, 4)[0]

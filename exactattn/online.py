@@ -55,7 +55,7 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Iterator, Sequence
 
-from .call import EMPTY_ROWS, Policy
+from .call.policy import EMPTY_ROWS, Policy
 from .options import check_choice
 from .errors import InputError, ShapeError, shorten
 from .logits import softmax_row

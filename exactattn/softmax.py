@@ -46,7 +46,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from .call import EMPTY_ROWS
+from .call.policy import EMPTY_ROWS
 from .options import check_choice
 from .digits import arb_to_fraction, working_precision
 from .exact import rational_sqrt

@@ -52,15 +52,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .call import MODIFIER_FIELDS, Policy
+from .call.policy import MODIFIER_FIELDS, Policy
 from .errors import ExactAttnError, ShapeError, SpecError, shorten
 from .examples import Example, Token
 from .exact import MAX_DIGITS, to_row
 from .head import Head
 from .modified import check_keep
 from .spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
-from .verify.formats import float_format
-from .verify.problem import Problem
+from .numbers.formats import float_format
+from .call.inputs import Call
 
 __all__ = ["KEYS", "MAX_BYTES", "POLICY_KEYS", "PROBLEM_KEYS", "from_mapping", "load",
            "load_problem", "loads", "loads_problem", "parse", "problem_document",
@@ -71,7 +71,7 @@ KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "d
         "causal")
 #: the keys of a problem spec (``exactattn verify --spec``)
 PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask")
-#: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.Policy`
+#: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.policy.Policy`
 #: (its plain fields, then its modifiers and ``lse``: :data:`~exactattn.spec_fields.MODIFIER_KEYS`)
 #: (the scale is written as ``scale`` text, stored as ``divisor_squared``)
 POLICY_KEYS = ("scale",) + tuple(f.name for f in dataclasses.fields(Policy)
@@ -319,7 +319,7 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
     Keys: ``query``, ``key``, ``value`` (required; 2, 3 or 4 dimensional
     lists of exact numbers), ``mask`` (``{"kind": ..., "values": [...]}``;
     ``"-inf"`` hides a key in an additive mask), ``policy`` (the fields of
-    :class:`~exactattn.call.Policy`), ``dtype`` and ``name``.
+    :class:`~exactattn.call.policy.Policy`), ``dtype`` and ``name``.
 
     Raises:
         SpecError: a missing or unknown key, a malformed policy or mask table.
@@ -366,8 +366,8 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
         dtype = doc.get("dtype")
         if dtype is not None:
             float_format(dtype)
-        problem = Problem.from_arrays(doc["query"], doc["key"], doc["value"], mask,
-                                      mask_kind=kind, name=name, dropout_keep=fields.keep)
+        problem = Call(doc["query"], doc["key"], doc["value"], mask, policy=policy,
+                       name=name, dropout_keep=fields.keep)
         return (problem, policy, dtype, fields) if extras else (problem, policy, dtype)
     return _convert(build, where)
 
@@ -396,17 +396,15 @@ def _number_text(x) -> Any:
     return "-inf" if x is None else str(x)
 
 
-def problem_document(problem: Problem, policy: Policy | None = None,
-                     dtype: str | None = None, *, keep=None, lse: str | None = None) -> dict:
-    """A problem spec document for ``problem``: exact numbers as strings, the policy, the dtype.
+def problem_document(problem: Call, dtype: str | None = None, *, keep=None,
+                     lse: str | None = None) -> dict:
+    """A problem spec document for a :class:`~exactattn.call.Call`: exact numbers as strings,
+    its policy, the dtype.
 
-    With a mask, the policy's ``mask_kind`` is the mask's (the two always agree).
     With dropout, ``keep`` (the keep-mask, nested lists of bools) goes into
     ``policy.dropout``; ``lse`` (``"e"``/``"2"``) asks for the log-sum-exp.
     """
-    policy = policy or Policy()
-    if problem.mask is not None:
-        policy = policy.replace(mask_kind=problem.mask_kind)
+    policy = problem.policy
 
     def arr(a):
         a = a.reshape(a.shape[4 - problem.rank:]) if problem.rank < 4 else a
@@ -429,12 +427,11 @@ def problem_document(problem: Problem, policy: Policy | None = None,
     return doc
 
 
-def problem_text(problem: Problem, policy: Policy | None = None, dtype: str | None = None) -> str:
-    """A problem spec file (JSON) for ``problem``; :func:`load_problem` reads it back.
+def problem_text(problem: Call, dtype: str | None = None) -> str:
+    """A problem spec file (JSON) for a :class:`~exactattn.call.Call`; :func:`load_problem` reads it back.
 
-    >>> p = Problem.from_arrays([["1/2"]], [[1]], [[3]])
-    >>> doc = json.loads(problem_text(p, Policy(), "float32"))
+    >>> doc = json.loads(problem_text(Call([["1/2"]], [[1]], [[3]]), "float32"))
     >>> doc["query"], doc["policy"]["scale"], doc["dtype"]
     ([['1/2']], 'default', 'float32')
     """
-    return json.dumps(problem_document(problem, policy, dtype), indent=2, ensure_ascii=False)
+    return json.dumps(problem_document(problem, dtype), indent=2, ensure_ascii=False)

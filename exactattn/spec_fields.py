@@ -1,7 +1,7 @@
 """The modifier fields of a spec file's ``policy`` table, read for :mod:`exactattn.spec`.
 
 Both kinds of spec file (a head for the tables, a problem for ``verify``)
-take the same fields, each a field of :class:`~exactattn.call.Policy`::
+take the same fields, each a field of :class:`~exactattn.call.policy.Policy`::
 
     "policy": {"window": [2, 0],                 left and right widths, null = no limit
                "query_offset": 7,                the position of query 0
@@ -16,7 +16,7 @@ take the same fields, each a field of :class:`~exactattn.call.Policy`::
 Numbers are exact: integers, or text (``"1/3"``, ``"0.1"``); a spec file
 never holds a binary float (its decimals are read from their text).  This
 module only reads the tables; each value is checked by its owner
-(:class:`~exactattn.call.Policy`, :mod:`exactattn.modifiers`,
+(:class:`~exactattn.call.policy.Policy`, :mod:`exactattn.call.modifiers`,
 :func:`exactattn.lse.check_base`; the keep-mask by
 :func:`exactattn.modified.check_keep` once the call's size is known), whose
 one-line error comes through as a :class:`~exactattn.errors.SpecError`
@@ -36,10 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .call import MODIFIER_FIELDS, Policy
+from .call.policy import MODIFIER_FIELDS, Policy
 from .errors import ExactAttnError, SpecError, shorten
 from .lse import check_base
-from .modifiers import Alibi, Rope, check_dropout, check_form, check_layout, check_theta
+from .call.modifiers import Alibi, Rope, check_dropout, check_form, check_layout, check_theta
 from .options import check_whole
 
 __all__ = ["MODIFIER_KEYS", "CallFields", "owned", "read_modifiers"]

@@ -42,7 +42,7 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from .call import ALIGNMENTS, DEFAULT_SCALE, MASK_KINDS, Mask, Policy
+from .call.policy import ALIGNMENTS, DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from .errors import InputError
 from .exact import to_exact
 from .head import LAYOUTS, Head
@@ -247,7 +247,7 @@ def divisors(*, allow_default: bool = True, allow_none: bool = True,
 
 
 def scales(*, allow_default: bool = True, allow_irrational: bool = True) -> SearchStrategy:
-    """Scales as :class:`~exactattn.call.Policy` stores them: ``"default"`` or the divisor squared ``D``.
+    """Scales as :class:`~exactattn.call.policy.Policy` stores them: ``"default"`` or the divisor squared ``D``.
 
     Draws ``"default"`` (1/sqrt(d_k)) first, then ``D = (b/a)**2`` for a
     rational scale ``a/b`` (a, b <= 4), then a non-square ``D = q`` (the
@@ -355,7 +355,7 @@ def _default_offsets() -> SearchStrategy[Fraction]:
 
 def masks(*, n_queries: int, n_keys: int, kinds=MASK_KINDS, allow_empty_rows: bool = False,
           offsets: SearchStrategy | None = None) -> SearchStrategy[Mask]:
-    """Explicit masks (:class:`~exactattn.call.Mask`) for ``n_queries`` x ``n_keys`` scores, of the ``kinds`` named.
+    """Explicit masks (:class:`~exactattn.call.policy.Mask`) for ``n_queries`` x ``n_keys`` scores, of the ``kinds`` named.
 
     Boolean masks (``bool_keep``, ``bool_drop``) and additive ones (entries
     from ``offsets``, default :func:`rationals` in [-2, 2], or minus

@@ -53,7 +53,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from .call import divisor_text
+from .call.policy import divisor_text
 from .digits import check_places
 from .errors import InputError, shorten
 from .render import printable

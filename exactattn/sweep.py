@@ -44,7 +44,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from .call import divisor_text, parse_divisor
+from .call.policy import divisor_text, parse_divisor
 from .errors import InputError, shorten
 from .exact import rational_sqrt
 from .render import Cell, Section
@@ -79,7 +79,7 @@ def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
     """Divisors from ``"1/2,1,sqrt(2),4"`` (or a list): (label, divisor squared), ascending.
 
     Each is a positive exact number or ``sqrt(q)`` (see
-    :func:`exactattn.call.parse_divisor`) from 1e-1000 to 1e1000 (its square's
+    :func:`exactattn.call.policy.parse_divisor`) from 1e-1000 to 1e1000 (its square's
     numerator and denominator at most 10^2000); repeats are dropped; at most
     :data:`MAX_DIVISORS`.  ``name`` is how the caller's user spells the
     argument (``--divisors`` on the command line).

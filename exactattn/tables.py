@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .call import divisor_text
+from .call.policy import divisor_text
 from .cells import Scaler, divisor_words, exact_text, value_cell, vector, with_decimal
 from .errors import InputError
 from .head import Head, Trace, attend

@@ -14,7 +14,7 @@ answer ``.decimal(places)``, ``.exact()`` and ``.closed_form()``.
 entry at once (:mod:`exactattn.bulk`), falling back to the per-entry path only
 for the few entries the bulk intervals leave undecided.
 
-Under the modifiers of :class:`~exactattn.call.Policy` (sinks, ALiBi,
+Under the modifiers of :class:`~exactattn.call.policy.Policy` (sinks, ALiBi,
 soft-capping, RoPE, dropout) the rows come from the one composition,
 :func:`exactattn.logits.softmax_row`, and the trace adds each row's
 log-sum-exp (:meth:`Trace.lse`), the sink's share (:meth:`Trace.sink_share`),
@@ -23,7 +23,7 @@ the logits after each stage (:meth:`Trace.logit_row`), the ALiBi biases
 (:meth:`Trace.rotated_score`) and, with dropout, the weights after dropout
 (:meth:`Trace.weight`); decimals of such heads are certified entry by entry.
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> from exactattn.head import Head, attend
 >>> h = Head([[1]], [[1]], [[1]], divisor=None)
 >>> t = attend(h.with_policy(h.policy.replace(sink=Fraction(0))), [[0], [1]])

@@ -15,9 +15,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 import exactattn  # noqa: F401  (sets sympy's ground types before sympy is imported)
-from exactattn.call import Mask, Policy
+from exactattn.call.policy import Mask, Policy
 from exactattn.gradients import gradients
-from exactattn.modifiers import Alibi
+from exactattn.call.modifiers import Alibi
 
 __all__ = ["CALLS", "calls"]
 

@@ -10,7 +10,7 @@ Paths (each skipped, with the reason in ``run.skipped``, where the package docum
 does not take the case):
 
 ``reference``
-    ``Problem.from_arrays`` + ``Policy`` -> ``verify.reference.Reference``: shares, weights,
+    ``Call(..., policy=Policy(...))`` -> ``verify.reference.Reference``: shares, weights,
     outputs, lse, sink_share (``.decimal``); floats from ``rounded_outputs``/``rounded_lse``.
 ``engine:pencil``, ``engine:fast``, ``engine:symbolic``, ``engine:auto``
     ``Head`` + ``attend`` on a self-attention case (B = H = Hkv = 1, L = S): token
@@ -20,7 +20,7 @@ does not take the case):
     ``output_decimals``, ``weight_decimals``.  ``attend`` takes no explicit mask, the fast
     engine no RoPE or dropout, the symbolic engine no modifier (head.py, modified.py).
 ``blocks``
-    ``blocks.from_problem`` + ``blocks.certify(..., engine=Engine("none"))``, rows in blocks
+    ``blocks.from_call`` + ``blocks.certify(..., engine=Engine("none"))``, rows in blocks
     of 1 or 2: shares, outputs.  Row blocks take no softcap, sink, ALiBi, RoPE, dropout or
     additive mask (blocks/inputs.py).
 ``gradients``, ``gradients/bulk``
@@ -68,9 +68,9 @@ def _frac(s) -> Fraction:
 
 
 def policy_of(case: dict):
-    """The case's :class:`exactattn.call.Policy` (the mask kind from the case's mask)."""
-    from exactattn.call import Policy
-    from exactattn.modifiers import Alibi, Rope
+    """The case's :class:`exactattn.call.policy.Policy` (the mask kind from the case's mask)."""
+    from exactattn.call.policy import Policy
+    from exactattn.call.modifiers import Alibi, Rope
     sc = case["scale"]
     scale = "default" if sc == "default" else None if sc == "none" else \
         _frac(sc["divisor_squared"])
@@ -101,12 +101,12 @@ def _mask_rows(case: dict):
 
 
 def problem_of(case: dict):
-    """The case as a :class:`exactattn.verify.problem.Problem` (4-dimensional arrays)."""
-    from exactattn.verify.problem import Problem
+    """The case as a :class:`exactattn.call.Call` (4-dimensional arrays) under its policy."""
+    from exactattn.call import Call
     m = case["mask"]
-    return Problem.from_arrays(
+    return Call(
         case["query"], case["key"], case["value"], _mask_rows(case),
-        mask_kind=m["kind"] if m else "bool_keep", name="oracle case",
+        policy=policy_of(case), name="oracle case",
         dropout_keep=None if case["dropout"] is None else case["dropout"]["keep"])
 
 
@@ -174,7 +174,7 @@ class PackageRun:
         ok, self.problem = self._guard("reference", problem_of, case)
         if ok:
             from exactattn.verify.reference import Reference
-            ok, ref = self._guard("reference", Reference, self.problem, self.policy)
+            ok, ref = self._guard("reference", Reference, self.problem)
             if ok:
                 self._objects["reference"] = ref
         if is_self_attention(case):
@@ -225,12 +225,12 @@ class PackageRun:
             return
         if "reference" not in self._objects:
             return
-        from exactattn.blocks import from_problem
-        pol = self.problem.policy_for(pol)
+        from exactattn.blocks import from_call
+        pol = self.problem.with_policy(pol).policy
         inputs = {}
         for b in range(self.B):
             for h in range(self.H):
-                ok, x = self._guard("blocks", from_problem, self.problem, pol, b, h)
+                ok, x = self._guard("blocks", from_call, self.problem, b, h)
                 if not ok:
                     return
                 inputs[(b, h)] = x
@@ -250,7 +250,7 @@ class PackageRun:
             return
         from exactattn.gradients import gradients
         from exactattn.verify.backward import exact_gradients
-        pol = self.problem.policy_for(pol)
+        pol = self.problem.with_policy(pol).policy
         blocks = {}
         for b in range(self.B):
             for h in range(self.H):
@@ -277,8 +277,7 @@ class PackageRun:
                                  dropout_keep=keep)
             if ok:
                 self._objects["head_gradients"] = {(0, 0): hg.call}
-        ok, eg = self._guard("verify-backward", exact_gradients, self.problem, pol,
-                             case["d_out"])
+        ok, eg = self._guard("verify-backward", exact_gradients, self.problem, case["d_out"])
         if ok:
             self._objects["verify-backward"] = eg
 
@@ -481,7 +480,7 @@ class PackageRun:
         if ref is None:
             return out
         from exactattn.verify.reference import Reference
-        twin = Reference(self.problem, self.policy)
+        twin = Reference(self.problem)
         for b, h, i, j1, j2 in notes.get("ties", []):
             check("reference", f"share[{b},{h},{i},{j1}] == share[{b},{h},{i},{j2}]", True,
                   lambda: ref.share(b, h, i, j1) == ref.share(b, h, i, j2))

@@ -14,16 +14,17 @@ import pytest
 from hypothesis import given, strategies as st
 
 from exactattn.blocks import (Engine, certify, check_outputs, check_scheduler, float_ints,
-                              from_floats, from_problem, from_rationals, from_trace,
+                              from_floats, from_call, from_rationals, from_trace,
                               random_floats, random_inputs)
 from exactattn.blocks.memory import BYTES_PER_PAIR, block_rows, block_spans
 from exactattn.blocks.rows import ExactRows, block_keep, certify_block, key_span, score_top
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.errors import InputError
 from exactattn.head import Head, attend
 from exactattn.limbs import mix, score_split
 from exactattn.options import check_memory, memory
-from exactattn.verify import Problem, Reference, random_problem, verify
+from exactattn.verify import Reference, verify
+from exactattn.call import Call
 
 PLAIN = Engine("none")
 
@@ -133,16 +134,16 @@ def test_a_block_reads_only_the_keys_its_rows_see():
 
 def test_an_explicit_boolean_mask_matches_the_reference():
     keep = [[True, False, True], [False, False, False], [True, True, False]]
-    p = Problem.from_arrays([[1, 2], [0, 1], ["1/2", 3]], [[1, 0], [2, 1], [0, 1]],
+    p = Call([[1, 2], [0, 1], ["1/2", 3]], [[1, 0], [2, 1], [0, 1]],
                             [[1], [2], [5]], keep)
     policy = Policy(empty_row="uniform")
-    ref = Reference(p, policy)
-    shares, outputs = run_blocks(from_problem(p, policy), 2)
+    ref = Reference(p.with_policy(policy))
+    shares, outputs = run_blocks(from_call(p.with_policy(policy)), 2)
     assert outputs == [[ref.output(0, 0, i, 0).decimal(4)] for i in range(3)]
     assert shares == [[ref.share(0, 0, i, j).decimal(4) for j in range(3)] for i in range(3)]
-    additive = Problem.from_arrays([[1]], [[1]], [[1]], [[0]], mask_kind="additive")
+    additive = Call([[1]], [[1]], [[1]], [[0]], mask_kind="additive")
     with pytest.raises(InputError, match="mask must be boolean for row blocks"):
-        from_problem(additive)
+        from_call(additive)
 
 
 def test_modifiers_are_refused():
@@ -165,7 +166,7 @@ def test_score_top_is_the_largest_visible_score_for_any_split():
 
 def test_random_floats_are_verifys_random_inputs():
     q, k, v = random_floats(5, 3, seed=4, dtype="float64")
-    p = random_problem(5, 3, seed=4)
+    p = Call.random(5, 3, seed=4)
     assert [F(a) for a in q.ravel().tolist()] == list(p.query.ravel())
     assert [F(a) for a in v.ravel().tolist()] == list(p.value.ravel())
     typed(q.dtype, np.dtype("float64"))
@@ -215,7 +216,7 @@ def test_schedulers_are_checked(monkeypatch):
 def test_the_blocked_check_agrees_with_verify(policy):
     n_keys = 16 if policy.alignment == "top_left" else 12
     q, k, v = random_floats(16, 4, seed=3, n_keys=n_keys)
-    report = verify("numpy", random_problem(16, 4, seed=3, n_keys=n_keys), policy, "float32")
+    report = verify("numpy", (Call.random(16, 4, seed=3, n_keys=n_keys)).with_policy(policy), "float32")
     got = np.array([e.got for e in report.entries]).reshape(16, 4)
     want = report.summary()
     for rows in (1, 5, 16):
@@ -255,7 +256,7 @@ def test_blocks_command_checks_a_float_implementation(cli):
     rc, out, _ = cli("blocks", "--random", "12,4,0", "--check", "numpy", "--scheduler", "none",
                      "--format", "json", "--rows", "5")
     doc = json.loads(out)
-    report = verify("numpy", random_problem(12, 4, seed=0), Policy(), "float32")
+    report = verify("numpy", (Call.random(12, 4, seed=0)).with_policy(Policy()), "float32")
     typed((rc, doc["passed"], doc["blocks"]), (0, True, 3))
     typed(doc["summary"]["max_ulps"], report.summary()["max_ulps"])
 
@@ -299,8 +300,8 @@ def test_blocks_command_reads_head_and_verify_specs(cli, tmp_path):
         "policy": {"scale": "none"}, "mask": {"kind": "bool_keep",
                                               "values": [[True, True], [False, True]]}}))
     rc, out, _ = cli("blocks", "--spec", str(problem_spec), "--scheduler", "none", "--digits", "6")
-    p = Problem.from_arrays([["1/2"], [1]], [[1], [-1]], [[3], [5]], [[True, True], [False, True]])
-    ref = Reference(p, Policy(scale="none"))
+    p = Call([["1/2"], [1]], [[1], [-1]], [[3], [5]], [[True, True], [False, True]])
+    ref = Reference(p.with_policy(Policy(scale="none")))
     typed(out.splitlines()[1:], [f"output,{i + 1},{ref.output(0, 0, i, 0).decimal(6)}"
                                  for i in range(2)])
     rc, _, err = cli("blocks", "--spec", str(head_spec), "--check", "torch")

@@ -18,7 +18,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 from exactattn.blocks import Engine, certify, check_impl, random_floats, random_inputs  # noqa: E402
 from exactattn.blocks.engine import ADDRESS_VARIABLE  # noqa: E402
-from exactattn.call import Policy  # noqa: E402
+from exactattn.call.policy import Policy  # noqa: E402
 
 
 def cluster(workers=2):

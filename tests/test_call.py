@@ -4,7 +4,7 @@ from fractions import Fraction as F
 
 import pytest
 
-from exactattn.call import (ALIGNMENTS, Mask, Policy, divisor_text, parse_divisor, parse_scale,
+from exactattn.call.policy import (ALIGNMENTS, Mask, Policy, divisor_text, parse_divisor, parse_scale,
                             preset)
 from exactattn.errors import FloatInputError, InputError, ShapeError
 

@@ -18,9 +18,10 @@ from hypothesis import assume, given, strategies as st
 
 from exactattn.verify.impls import FunctionImpl, NumpyImpl
 from exactattn.online import all_splits, online_softmax
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.softmax import SoftmaxRow
-from exactattn.verify import Problem, Reference, verify
+from exactattn.verify import Reference, verify
+from exactattn.call import Call
 
 CASES = Path(__file__).parent / "data" / "cases"
 UNSCALED = Policy(scale="none")
@@ -120,8 +121,8 @@ def bottom_right_only(query, key, value, is_causal=False, scale=None):
 
 
 def _call(query, key, value, is_causal, scale, alignment):
-    from exactattn.verify.impls import Call
-    return Call(query, key, value, "float64", scale, is_causal, alignment)
+    from exactattn.verify.impls import FloatCall
+    return FloatCall(query, key, value, "float64", scale, is_causal, alignment)
 
 
 # ----------------------------------------------------------------- blockwise
@@ -154,12 +155,12 @@ def test_blockwise_equals_one_pass_for_any_row_and_split(raw, data):
 
 def test_blockwise_float_kernels_every_split():
     case = load("blockwise")
-    p = Problem.from_scores(case["input"]["scores"], case["input"]["V"])
+    p = Call.from_scores(case["input"]["scores"], case["input"]["V"])
     for split in all_splits(4):
-        good = verify(online_kernel(split), p, UNSCALED, "float64")
+        good = verify(online_kernel(split), p.with_policy(UNSCALED), "float64")
         assert good.passed, split
         assert good.entries[0].rounded == 2.0
-        bad = verify(online_kernel(split, guard=False), p, UNSCALED, "float64")
+        bad = verify(online_kernel(split, guard=False), p.with_policy(UNSCALED), "float64")
         first_block_masked = split[0] <= 2
         assert bad.passed is (not first_block_masked), split
         if first_block_masked:
@@ -171,16 +172,16 @@ def test_blockwise_float_kernels_every_split():
 def test_bool_mask_added_exact_and_faulty_variant():
     case = load("bool-mask-added")
     inp, want = case["input"], case["expected"]
-    p = Problem.from_scores(inp["scores"], mask=inp["mask"]["rows"], mask_kind=inp["mask"]["kind"])
-    ref = Reference(p, UNSCALED)
+    p = Call.from_scores(inp["scores"], mask=inp["mask"]["rows"], mask_kind=inp["mask"]["kind"])
+    ref = Reference(p.with_policy(UNSCALED))
     assert [ref.share(0, 0, 0, j).exact() for j in range(2)] == [F(x) for x in want["shares"]]
     # the faulty variant's exact values: the mask added as 1/0
-    faulty = Problem.from_scores(inp["scores"], mask=[[1, 0]], mask_kind="additive")
-    fref = Reference(faulty, UNSCALED)
+    faulty = Call.from_scores(inp["scores"], mask=[[1, 0]], mask_kind="additive")
+    fref = Reference(faulty.with_policy(UNSCALED))
     assert [fref.share(0, 0, 0, j).decimal(6) for j in range(2)] == \
         want["faulty variant (mask added as 1/0)"]
-    assert verify("numpy", p, UNSCALED, "float32").passed
-    rep = verify(FunctionImpl(mask_added_as_numbers), p, UNSCALED, "float32")
+    assert verify("numpy", p.with_policy(UNSCALED), "float32").passed
+    rep = verify(FunctionImpl(mask_added_as_numbers), p.with_policy(UNSCALED), "float32")
     assert not rep.passed
     assert rep.entries[0].rounded == 1.0 and rep.entries[0].status == "over"
 
@@ -191,9 +192,9 @@ def test_bool_mask_added_exact_and_faulty_variant():
 def test_bool_mask_added_caught_for_every_mixed_mask(row):
     scores, keep = row
     assume(any(keep))                  # an empty row is masked-rows' kind
-    p = Problem.from_scores([scores], mask=[keep], mask_kind="bool_keep")
-    assert verify("numpy", p, UNSCALED, "float64").passed
-    bad = verify(FunctionImpl(mask_added_as_numbers), p, UNSCALED, "float64")
+    p = Call.from_scores([scores], mask=[keep], mask_kind="bool_keep")
+    assert verify("numpy", p.with_policy(UNSCALED), "float64").passed
+    bad = verify(FunctionImpl(mask_added_as_numbers), p.with_policy(UNSCALED), "float64")
     assert bad.passed is all(keep)     # adding 1 to every score changes nothing
 
 
@@ -203,25 +204,25 @@ def test_causal_alignment_both_policies_and_the_wrong_one():
     case = load("causal-alignment")
     inp, want = case["input"], case["expected"]
     L, S = inp["n_queries"], inp["n_keys"]
-    p = Problem.from_arrays([[0]] * L, [[0]] * S, [[v] for v in inp["V"]])
+    p = Call([[0]] * L, [[0]] * S, [[v] for v in inp["V"]])
     for alignment, key in (("top_left", "top_left outputs"), ("bottom_right", "bottom_right outputs")):
         pol = Policy(causal=True, alignment=alignment)
-        ref = Reference(p, pol)
+        ref = Reference(p.with_policy(pol))
         for i, w in enumerate(want[key]):
             typed(ref.output(0, 0, i, 0).exact(), F(w))
-        assert verify("numpy", p, pol, "float32").passed
-    wrong = verify(FunctionImpl(top_left_only), p, Policy(causal=True, alignment="bottom_right"),
+        assert verify("numpy", p.with_policy(pol), "float32").passed
+    wrong = verify(FunctionImpl(top_left_only), p.with_policy(Policy(causal=True, alignment="bottom_right")),
                    "float32")
     assert [e.status for e in wrong.entries] == ["over", "over"]
-    wrong = verify(FunctionImpl(bottom_right_only), p, Policy(causal=True), "float32")
+    wrong = verify(FunctionImpl(bottom_right_only), p.with_policy(Policy(causal=True)), "float32")
     assert not wrong.passed
 
 
 @given(st.integers(1, 5), st.integers(1, 5), st.sampled_from(["top_left", "bottom_right"]))
 def test_causal_alignment_every_shape(L, S, alignment):
-    p = Problem.from_arrays([[0]] * L, [[0]] * S, [[j + 1] for j in range(S)])
+    p = Call([[0]] * L, [[0]] * S, [[j + 1] for j in range(S)])
     pol = Policy(causal=True, alignment=alignment)
-    ref = Reference(p, pol)
+    ref = Reference(p.with_policy(pol))
     offset = 0 if alignment == "top_left" else S - L
     for i in range(L):
         last = min(i + offset, S - 1)          # query i sees keys 0..last: mean of 1..last+1
@@ -229,15 +230,15 @@ def test_causal_alignment_every_shape(L, S, alignment):
         typed(ref.output(0, 0, i, 0).exact(), want)
     other = "bottom_right" if alignment == "top_left" else "top_left"
     fn = top_left_only if other == "top_left" else bottom_right_only
-    rep = verify(FunctionImpl(fn), p, pol, "float64")
+    rep = verify(FunctionImpl(fn), p.with_policy(pol), "float64")
     assert rep.passed is (L == S)      # the alignments differ in some row exactly when L != S
 
 
 def test_causal_alignment_torch_folds_bottom_right_without_its_bias():
     _torch()
     from exactattn.verify.impls import TorchImpl, make_call
-    p = Problem.from_arrays([[0], [1]], [[0], [1], [2]], [[1], [2], [4]])
-    call = make_call(p, Policy(causal=True, alignment="bottom_right"), "float64")
+    p = Call([[0], [1]], [[0], [1], [2]], [[1], [2], [4]])
+    call = make_call(p.with_policy(Policy(causal=True, alignment="bottom_right")), "float64")
     # lower_right_bias=False (what flop_counts uses) folds the rule into a boolean mask
     assert np.allclose(TorchImpl(lower_right_bias=False)(call), NumpyImpl()(call))
     assert np.allclose(TorchImpl()(call), NumpyImpl()(call))
@@ -249,12 +250,12 @@ def test_masked_rows_empty_row_policies():
     case = load("masked-rows")
     inp = case["input"]
     first = case["cases"][0]
-    p = Problem.from_scores(inp["scores"], inp["V"], first["mask"]["rows"],
+    p = Call.from_scores(inp["scores"], inp["V"], first["mask"]["rows"],
                             mask_kind=first["mask"]["kind"])
     want = first["expected"]
     for rule, w in want["row 1 output"].items():
         pol = UNSCALED.replace(empty_row=rule.split("=")[1])
-        ref = Reference(p, pol)
+        ref = Reference(p.with_policy(pol))
         typed(ref.output(0, 0, 0, 0).exact(), F(want["row 0 output"]))
         got = ref.output(0, 0, 1, 0)
         if w == "nan":
@@ -267,49 +268,49 @@ def test_masked_rows_torch_gives_zero():
     _torch()
     case = load("masked-rows")
     first = case["cases"][0]
-    p = Problem.from_scores(case["input"]["scores"], case["input"]["V"], first["mask"]["rows"],
+    p = Call.from_scores(case["input"]["scores"], case["input"]["V"], first["mask"]["rows"],
                             mask_kind=first["mask"]["kind"])
     # PyTorch gives zero; checked under nan or uniform it fails, and row 0 never leaks
-    rep = verify("torch", p, UNSCALED.replace(empty_row="zero"), "float32")
+    rep = verify("torch", p.with_policy(UNSCALED.replace(empty_row="zero")), "float32")
     assert rep.passed
     for rule in ("nan", "uniform"):
-        rep = verify("torch", p, UNSCALED.replace(empty_row=rule), "float32")
+        rep = verify("torch", p.with_policy(UNSCALED.replace(empty_row=rule)), "float32")
         assert [e.status for e in rep.entries] == ["ok", "hard" if rule == "nan" else "over"]
 
 
 def test_masked_rows_numpy_nan_is_a_hard_failure_under_zero():
     case = load("masked-rows")
     first = case["cases"][0]
-    p = Problem.from_scores(case["input"]["scores"], case["input"]["V"], first["mask"]["rows"],
+    p = Call.from_scores(case["input"]["scores"], case["input"]["V"], first["mask"]["rows"],
                             mask_kind=first["mask"]["kind"])
-    rep = verify("numpy", p, UNSCALED, "float32")
+    rep = verify("numpy", p.with_policy(UNSCALED), "float32")
     assert [e.status for e in rep.entries] == ["ok", "hard"]
-    assert verify("numpy", p, UNSCALED.replace(empty_row="nan"), "float32").passed
+    assert verify("numpy", p.with_policy(UNSCALED.replace(empty_row="nan")), "float32").passed
 
 
 def test_masked_rows_additive_mask():
     case = load("masked-rows")
     second = case["cases"][1]
     want = second["expected"]
-    p = Problem.from_scores(case["input"]["scores"], case["input"]["V"], second["mask"]["rows"],
+    p = Call.from_scores(case["input"]["scores"], case["input"]["V"], second["mask"]["rows"],
                             mask_kind="additive")
-    ref = Reference(p, UNSCALED)
+    ref = Reference(p.with_policy(UNSCALED))
     assert [ref.share(0, 0, 0, j).decimal(6) for j in range(2)] == want["row 0 shares"]
     assert ref.output(0, 0, 0, 0).decimal(6) == want["row 0 output"]
     typed(ref.output(0, 0, 1, 0).exact(), F(want["row 1 output"]))
-    rep = verify("numpy", p, UNSCALED, "float32")
+    rep = verify("numpy", p.with_policy(UNSCALED), "float32")
     assert rep.passed and rep.moved_inputs == 1          # 0.7 is not a float32
     # the faulty reading: the additive mask taken as a boolean keep-mask
-    as_bool = Problem.from_scores(case["input"]["scores"], case["input"]["V"],
+    as_bool = Call.from_scores(case["input"]["scores"], case["input"]["V"],
                                   [[True, True], [True, True]], mask_kind="bool_keep")
-    assert Reference(as_bool, UNSCALED).output(0, 0, 0, 0).exact() == F(2)
+    assert Reference(as_bool.with_policy(UNSCALED)).output(0, 0, 0, 0).exact() == F(2)
 
 
 @given(st.lists(st.booleans(), min_size=3, max_size=3), st.sampled_from(["zero", "uniform", "nan"]))
 def test_empty_rows_never_leak(keep_row0, rule):
     mask = [keep_row0, [False, False, False], [True, True, True]]
-    p = Problem.from_scores([[1, 2, 3]] * 3, [5, 7, 11], mask, mask_kind="bool_keep")
-    ref = Reference(p, UNSCALED.replace(empty_row=rule))
+    p = Call.from_scores([[1, 2, 3]] * 3, [5, 7, 11], mask, mask_kind="bool_keep")
+    ref = Reference(p.with_policy(UNSCALED.replace(empty_row=rule)))
     full = SoftmaxRow([F(1), F(2), F(3)], None).combine([F(5), F(7), F(11)])
     assert ref.output(0, 0, 2, 0).numerators == full.numerators
     row0 = SoftmaxRow([F(s) if k else None for s, k in zip([1, 2, 3], keep_row0)], None, rule)
@@ -321,23 +322,23 @@ def test_empty_rows_never_leak(keep_row0, rule):
 def test_overflow_exact_and_naive_float32_caught():
     case = load("overflow")
     want = case["expected"]
-    p = Problem.from_scores(case["input"]["scores"])
-    ref = Reference(p, UNSCALED)
+    p = Call.from_scores(case["input"]["scores"])
+    ref = Reference(p.with_policy(UNSCALED))
     e = sympy.E
     for j, w in enumerate([e / (e + 1), 1 / (e + 1)]):
         assert sympy.simplify(ref.share(0, 0, 0, j).closed_form() - w) == 0
         assert ref.share(0, 0, 0, j).decimal(10) == want["shares"][j]
-    assert verify("numpy", p, UNSCALED, "float32").passed
-    bad = verify("numpy-naive", p, UNSCALED, "float32")
+    assert verify("numpy", p.with_policy(UNSCALED), "float32").passed
+    bad = verify("numpy-naive", p.with_policy(UNSCALED), "float32")
     assert [x.status for x in bad.entries] == ["hard", "hard"]
     assert all(math.isnan(x.got) for x in bad.entries)
 
 
 @given(st.lists(st.integers(-200, 200), min_size=1, max_size=4))
 def test_overflow_whole_kind(scores):
-    p = Problem.from_scores([scores])
-    assert verify("numpy", p, UNSCALED, "float32").passed
-    naive = verify("numpy-naive", p, UNSCALED, "float32")
+    p = Call.from_scores([scores])
+    assert verify("numpy", p.with_policy(UNSCALED), "float32").passed
+    naive = verify("numpy-naive", p.with_policy(UNSCALED), "float32")
     if max(scores) > 89:           # exp overflows float32 (largest finite exp argument 88.72)
         assert not naive.passed
     elif -40 <= min(scores) and max(scores) <= 40:
@@ -349,27 +350,27 @@ def test_overflow_whole_kind(scores):
 def test_softmax_axis_exact_guard_and_faulty_variant():
     case = load("softmax-axis")
     inp, want = case["input"], case["expected"]
-    p = Problem.from_scores(inp["scores"], inp["V"])
-    ref = Reference(p, UNSCALED)
+    p = Call.from_scores(inp["scores"], inp["V"])
+    ref = Reference(p.with_policy(UNSCALED))
     assert [ref.share(0, 0, 0, j).decimal(6) for j in range(2)] == want["shares"]
     assert ref.output(0, 0, 0, 0).decimal(6) == want["output"]
     assert ref.row(0, 0, 0).sum_is_one() is True
     faulty = want["faulty variant (softmax over a length-1 axis)"]
-    rep = verify(FunctionImpl(softmax_over_queries), p, UNSCALED, "float32")
+    rep = verify(FunctionImpl(softmax_over_queries), p.with_policy(UNSCALED), "float32")
     assert rep.entries[0].got == float(faulty["output"]) and rep.entries[0].status == "over"
-    assert verify("numpy", p, UNSCALED, "float32").passed
+    assert verify("numpy", p.with_policy(UNSCALED), "float32").passed
 
 
 @given(st.integers(1, 4).flatmap(lambda L: st.lists(
     st.lists(st.integers(-3, 3), min_size=3, max_size=3), min_size=L, max_size=L)))
 def test_softmax_axis_whole_kind(scores):
     values = [1, 3, -2]
-    p = Problem.from_scores(scores, values)
-    ref = Reference(p, UNSCALED)
+    p = Call.from_scores(scores, values)
+    ref = Reference(p.with_policy(UNSCALED))
     for i in range(len(scores)):
         assert ref.row(0, 0, i).sum_is_one() is True
         out = F(ref.output(0, 0, i, 0).decimal(12))
         assert min(values) <= out <= max(values)
-    bad = verify(FunctionImpl(softmax_over_queries), p, UNSCALED, "float64")
+    bad = verify(FunctionImpl(softmax_over_queries), p.with_policy(UNSCALED), "float64")
     if len(scores) == 1:               # shares all 1: the output is the sum of the values, 2
         assert not bad.passed and bad.entries[0].got == 2.0

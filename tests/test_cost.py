@@ -597,7 +597,7 @@ def test_bottom_right_formula_reads_without_minus_one(cli):
 def test_derived_pairs_follow_the_one_visibility_rule(align):
     """The loop nests' symbolic bounds give, at every small size, exactly the pairs that
     Policy.visible_keys (the one rule the engines and the counted runs use) lets through."""
-    from exactattn.call import Policy
+    from exactattn.call.policy import Policy
     policy = Policy(causal=True, alignment=align)
     for k in range(1, 8):
         for keys in range(1, 10):

@@ -9,7 +9,7 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.cost import EXTENSION_SYMBOLS, SYMBOLS
 from exactattn.cost.audit import ERRORS, explanations, ledger, verdict
 from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask, call

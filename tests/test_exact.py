@@ -7,7 +7,7 @@ import pytest
 import sympy
 
 from exactattn import FloatInputError, InputError, ShapeError
-from exactattn.call import parse_divisor
+from exactattn.call.policy import parse_divisor
 from exactattn.exact import to_exact, to_matrix
 
 

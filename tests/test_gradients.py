@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import sympy
 
-from exactattn.call import Mask, Policy
+from exactattn.call.policy import Mask, Policy
 from exactattn.errors import ExactAttnError, InputError, ShapeError
 from exactattn.gradients import GradValue, Gradients, gradients, head_gradients
 from exactattn.head import Head, attend
@@ -364,7 +364,7 @@ def test_gradients_class_takes_rows_of_a_gqa_group():
 
 
 def test_soft_capping_and_rope_are_refused_in_one_line_and_windows_work():
-    from exactattn.modifiers import Rope
+    from exactattn.call.modifiers import Rope
     for field, value in (("softcap", F(30)), ("rope", Rope())):
         with pytest.raises(InputError, match=f"policy {field} must be unset for exact gradients"):
             gradients([[1, 0]], [[1, 0]], [[1]], [[1]], Policy(**{field: value}))

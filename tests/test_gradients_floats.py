@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from exactattn.call import Mask, Policy
+from exactattn.call.policy import Mask, Policy
 from exactattn.gradients import certified, gradients
 from exactattn.gradients.floats import MAX_PLACES, enclose, round_balls
 

@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exactattn.call import Mask, Policy
+from exactattn.call.policy import Mask, Policy
 from exactattn.cli import main
 from exactattn.gradients import gradients
-from exactattn.modifiers import Alibi, alibi_slopes
+from exactattn.call.modifiers import Alibi, alibi_slopes
 from exactattn.verify.backward import exact_gradients
-from exactattn.verify.problem import Problem
+from exactattn.call import Call
 from exactattn.verify.reference import Reference
 
 F = Fraction
@@ -117,8 +117,7 @@ def test_the_issues_additive_mask_case_has_the_forward_shares_and_the_right_dq()
     assert len(g.terms.generators) == 3
     assert [g.value("P", 0, j).decimal(6) for j in range(2)] == ["0.591518", "0.408482"]
     assert [g.value("P", 1, j).decimal(6) for j in range(2)] == ["0.330238", "0.669762"]
-    ref = Reference(Problem.from_arrays(Q1, K1, V1, MASK_ROWS, mask_kind="additive"),
-                    MASK_POLICY)
+    ref = Reference((Call(Q1, K1, V1, MASK_ROWS, mask_kind="additive")).with_policy(MASK_POLICY))
     assert [[ref.share(0, 0, i, j).decimal(6) for j in range(2)] for i in range(2)] == \
         g.decimals("P", 6)
     P, O, dS, dQ = mp_backward(Q1, K1, V1, DO1, mask=MASK_ROWS)
@@ -207,10 +206,10 @@ def calls(draw):
 
 
 def _check_call(q, k, v, dO, mask, kind, keep, policy):
-    problem = Problem.from_arrays(q, k, v, mask, mask_kind=kind or "bool_keep",
+    problem = Call(q, k, v, mask, mask_kind=kind or "bool_keep",
                                   dropout_keep=keep)
-    ref = Reference(problem, policy)
-    ex = exact_gradients(problem, policy, [dO])
+    ref = Reference(problem.with_policy(policy))
+    ex = exact_gradients(problem.with_policy(policy), [dO])
     hq, L, S, Ev = len(q), len(q[0]), len(k[0]), len(v[0][0])
     sink = policy.sink is not None
     for places in PLACES:
@@ -274,7 +273,7 @@ def test_many_generators_in_one_block(n_heads, head, hq, scale, sink, kind, n_ge
     dO = [[[F(1)], [F(-1)], [F(1, 2)]] for _ in range(hq)]
     mask = [["1/2", "0", "-1/3"], ["0", "-inf", "2"], ["1", "1/3", "0"]] if kind else None
     policy = Policy(scale=scale, sink=sink, alibi=Alibi(n_heads), head=head)
-    problem = Problem.from_arrays(q, k, v, mask, mask_kind=kind or "bool_keep")
-    block = exact_gradients(problem, policy, [dO]).blocks[(0, 0)]
+    problem = Call(q, k, v, mask, mask_kind=kind or "bool_keep")
+    block = exact_gradients(problem.with_policy(policy), [dO]).blocks[(0, 0)]
     assert len(block.terms.generators) == n_generators, block.terms.generator_text()
     _check_call(q, k, v, dO, mask, kind, None, policy)

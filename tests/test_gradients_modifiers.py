@@ -8,11 +8,11 @@ from fractions import Fraction
 import pytest
 import sympy
 
-from exactattn.call import Mask, Policy
+from exactattn.call.policy import Mask, Policy
 from exactattn.errors import InputError, ShapeError
 from exactattn.gradients import GradValue, gradients, head_gradients
 from exactattn.head import Head
-from exactattn.modifiers import Alibi
+from exactattn.call.modifiers import Alibi
 
 F = Fraction
 

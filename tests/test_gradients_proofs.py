@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sympy
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.cli import main
 from exactattn.commands import prove
 from exactattn.errors import InputError
@@ -133,7 +133,7 @@ def test_checks_refuse_what_they_cannot_state():
                   None)
     with pytest.raises(InputError, match="wrt must start with one of Q, K, V, m, sink"):
         check_finite_difference(g, ("X", 0, 0))
-    from exactattn.call import Mask
+    from exactattn.call.policy import Mask
     h = gradients([[1]], [[1], [2]], [[1], [0]], [[1]], Policy(),
                   Mask("bool_keep", [[True, False]]))
     with pytest.raises(InputError, match="wrt must be an offset of a pair the query sees"):

@@ -12,9 +12,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.cli import main
-from exactattn.verify import Problem, random_problem
+from exactattn.call import Call
 from exactattn.verify.backward import (GRADS, BackwardEntry, exact_gradients, random_d_out,
                                        verify_backward)
 from exactattn.verify.backward_impls import FunctionBackward, NumpyBackward, load_backward
@@ -55,9 +55,9 @@ def dk_over_d_k(query, key, value, grad_out, *, scale=None, is_causal=False):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_correct_backward_passes(dtype):
-    p = random_problem(8, 4, seed=2)
+    p = Call.random(8, 4, seed=2)
     for impl in ("numpy", right):
-        report = verify_backward(impl, p, Policy(causal=True), dtype)
+        report = verify_backward(impl, p.with_policy(Policy(causal=True)), dtype)
         assert report.passed and report.raised is None, report.summary()
         assert [e.index[0] for e in report.entries] == ["dQ"] * 32 + ["dK"] * 32 + ["dV"] * 32
         assert all(isinstance(e, BackwardEntry) for e in report.entries)
@@ -69,8 +69,8 @@ def test_a_correct_backward_passes(dtype):
 @pytest.mark.parametrize("wrong, grad", [(no_d, "dQ"), (dk_over_d_k, "dK")])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_wrong_backward_fails_with_its_worst_entry_shown(wrong, grad, dtype):
-    p = random_problem(8, 4, seed=2)
-    report = verify_backward(wrong, p, Policy(causal=True), dtype)
+    p = Call.random(8, 4, seed=2)
+    report = verify_backward(wrong, p.with_policy(Policy(causal=True)), dtype)
     assert not report.passed
     over = [e for e in report.entries if e.status == "over"]
     assert over and {e.index[0] for e in over} <= {"dQ", "dK"} and grad in {e.index[0] for e in over}
@@ -83,19 +83,19 @@ def test_a_wrong_backward_fails_with_its_worst_entry_shown(wrong, grad, dtype):
 
 def test_torch_autograd_passes_for_every_dtype_with_gqa_and_a_mask():
     pytest.importorskip("torch")
-    p = random_problem(6, 4, seed=1, heads=4, kv_heads=2)
+    p = Call.random(6, 4, seed=1, heads=4, kv_heads=2)
     for dtype in ("float64", "float32", "float16", "bfloat16"):
-        report = verify_backward("torch", p, Policy(causal=True, alignment="bottom_right"), dtype)
+        report = verify_backward("torch", p.with_policy(Policy(causal=True, alignment="bottom_right")), dtype)
         assert report.passed, (dtype, report.summary())
         assert {e.index[0] for e in report.entries} == set(GRADS)
         assert max(e.index[2] for e in report.entries if e.index[0] == "dK") == 1  # H_kv = 2
-    masked = Problem.from_arrays([[1, 0], [0, 1]], [[1, 1], [0, 2], [1, -1]], [[1], [2], [3]],
+    masked = Call([[1, 0], [0, 1]], [[1, 1], [0, 2], [1, -1]], [[1], [2], [3]],
                                  [["0", "-inf", "1/2"], ["-inf", "-inf", "-inf"]],
                                  mask_kind="additive")
-    report = verify_backward("torch", masked, Policy(mask_kind="additive"), "float64",
+    report = verify_backward("torch", masked.with_policy(Policy(mask_kind="additive")), "float64",
                              d_out=[[1], [2]])
     assert report.passed, report.summary()
-    ex = exact_gradients(masked.rounded("float64")[0], Policy(mask_kind="additive"),
+    ex = exact_gradients(masked.rounded("float64")[0].with_policy(Policy(mask_kind="additive")),
                          [[1], [2]])
     assert ex.value("dQ", 0, 0, 1, 0).rational() == 0        # the empty row: 0 (policy zero)
     assert ex.value("dK", 0, 0, 1, 0).rational() == 0        # key 1 is hidden from every query
@@ -107,20 +107,20 @@ def test_an_implementation_that_raises_or_returns_nonsense_fails_hard():
 
     def nonsense(query, key, value, grad_out):
         return query
-    p = random_problem(3, 2, seed=0)
+    p = Call.random(3, 2, seed=0)
     for fn in (broken, nonsense):
-        report = verify_backward(fn, p, Policy(), "float64")
+        report = verify_backward(fn, p.with_policy(Policy()), "float64")
         assert not report.passed and report.raised and all(e.status == "hard"
                                                            for e in report.entries)
 
 
 def test_d_out_is_seeded_and_checked():
-    p = random_problem(3, 2, seed=0)
+    p = Call.random(3, 2, seed=0)
     assert np.array_equal(random_d_out(p, 4), random_d_out(p, 4))
     assert not np.array_equal(random_d_out(p, 4), random_d_out(p, 5))
     from exactattn.errors import ShapeError
     with pytest.raises(ShapeError, match="d_out must be 3 x 2 like the output"):
-        verify_backward("numpy", p, Policy(), "float64", d_out=[[1, 2]])
+        verify_backward("numpy", p.with_policy(Policy()), "float64", d_out=[[1, 2]])
     assert load_backward("numpy").name == NumpyBackward().name == "numpy backward"
     assert isinstance(load_backward(right), FunctionBackward)
 
@@ -171,14 +171,13 @@ def ignores_the_sink(query, key, value, grad_out, *, scale=None, is_causal=False
 def test_sinks_alibi_and_windows_pass_and_a_backward_that_drops_the_sink_fails(impl):
     if impl == "torch":
         pytest.importorskip("torch")
-    from exactattn.modifiers import Alibi
-    p = random_problem(5, 3, seed=2)
+    from exactattn.call.modifiers import Alibi
+    p = Call.random(5, 3, seed=2)
     for policy in (Policy(sink=Fraction(1, 2)), Policy(alibi=Alibi(12), head=8, causal=True),
                    Policy(window=(1, 1), alibi=Alibi(4, "symmetric"))):
-        rep = verify_backward(impl, p, policy, "float32")
+        rep = verify_backward(impl, p.with_policy(policy), "float32")
         assert rep.passed, (impl, policy)
-    bad = verify_backward(FunctionBackward(ignores_the_sink, name="nosink"), p,
-                          Policy(sink=Fraction(1, 2)), "float64")
+    bad = verify_backward(FunctionBackward(ignores_the_sink, name="nosink"), p.with_policy(Policy(sink=Fraction(1, 2))), "float64")
     assert not bad.passed
     assert {e.index[0] for e in bad.entries if e.status == "over"} >= {"dQ", "dV"}
 
@@ -200,7 +199,7 @@ def test_dropout_backward_passes_with_the_problem_keep_mask():
     for impl in ("numpy", "torch"):
         if impl == "torch":
             pytest.importorskip("torch")
-        rep = verify_backward(impl, problem, policy, "float32")
+        rep = verify_backward(impl, problem.with_policy(policy), "float32")
         assert rep.passed, impl
 
 
@@ -210,10 +209,10 @@ def test_backward_search_finds_and_shrinks_a_wrong_backward():
                           max_size=2, seed=0)
     assert res.score > 1000 and not res.report.passed
     assert isinstance(res.report.entries[0], BackwardEntry)
-    sh = res.problem.shape
+    sh = res.call.shape
     assert sh["L"] <= 2 and sh["S"] <= 2 and sh["E"] <= 2
     # the reproducer and seed give the same report again
-    again = verify_backward(FunctionBackward(no_d, name="no_d"), res.problem, None, "float64",
+    again = verify_backward(FunctionBackward(no_d, name="no_d"), res.call, "float64",
                             seed=0)
     assert [e.ulps for e in again.entries] == [e.ulps for e in res.report.entries]
 

@@ -62,14 +62,14 @@ def _trace():
 
 
 def _verify(problem, dtype="float32", **policy):
-    from exactattn.call import Policy
+    from exactattn.call.policy import Policy
     from exactattn.verify import verify
-    return verify("numpy", problem, Policy(**policy), dtype)
+    return verify("numpy", problem.with_policy(Policy(**policy)), dtype)
 
 
 def _problem(query, key=((1,),), value=((1,),)):
-    from exactattn.verify import Problem
-    return Problem.from_arrays(query, key, value)
+    from exactattn.call import Call
+    return Call(query, key, value)
 
 
 def _search(**kw):
@@ -78,8 +78,8 @@ def _search(**kw):
 
 
 def _random(*args, **kw):
-    from exactattn.verify import random_problem
-    return random_problem(*args, **kw)
+    from exactattn.call import Call
+    return Call.random(*args, **kw)
 
 
 def _problem_doc(**doc):
@@ -136,7 +136,7 @@ ROWS = [
                  "rounds to 0 in float32", id="spec-policy-scale-1e-300"),
     pytest.param(lambda tmp: _verify(_problem([[1]]), scale="1e300"), InputError,
                  "scale must round to a finite non-zero float32", id="api-scale-1e300"),
-    pytest.param(lambda tmp: _search(examples=2, policy=__import__("exactattn.call").call.Policy(
+    pytest.param(lambda tmp: _search(examples=2, policy=__import__("exactattn.call.policy").call.Policy(
         scale="1e-300")), InputError, "rounds to 0 in float32", id="api-search-scale-1e-300"),
     # ... finite in float64: checked exactly
     pytest.param(("verify", "--scale", "1e300", "--dtype", "float64", "--n", "2", "--d-k", "1"),
@@ -234,7 +234,7 @@ ROWS = [
                  id="api-200k-bad-entry"),
     pytest.param(lambda tmp: _problem([[LONG]]), InputError, "query must be a number",
                  id="api-long-bad-entry"),
-    pytest.param(lambda tmp: __import__("exactattn.call").call.Policy(causal=BIG), InputError,
+    pytest.param(lambda tmp: __import__("exactattn.call.policy").call.Policy(causal=BIG), InputError,
                  "causal must be true or false", id="api-200k-causal"),
     pytest.param(("verify", "--" + LONG), 2, "verify takes no option", id="cli-long-option"),
     pytest.param(("verify", "--impl", LONG + ":f"), 2, "must be importable", id="cli-long-impl-module"),

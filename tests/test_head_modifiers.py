@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.errors import InputError, ShapeError
 from exactattn.head import Head, attend
 from exactattn.layer import Layer, attend_layer
 from exactattn.lse import LogSumExp
-from exactattn.modifiers import Alibi, Rope
+from exactattn.call.modifiers import Alibi, Rope
 from exactattn.ratio import ExpRatio
 from exactattn.reals import Surd
 from exactattn.softmax import SoftmaxRow

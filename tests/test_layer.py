@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from exactattn import Head, attend
-from exactattn.call import Mask, Policy
+from exactattn.call.policy import Mask, Policy
 from exactattn.errors import ShapeError
 from exactattn.examples import chronicle
 from exactattn.layer import Layer, LayerValue, attend_layer, padding_mask

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.errors import FloatInputError, InputError
 from exactattn.logits import dropout_factors, rope_score, softmax_row
 from exactattn.lse import LogSumExp
-from exactattn.modifiers import Alibi, Rope, alibi_slopes
+from exactattn.call.modifiers import Alibi, Rope, alibi_slopes
 from exactattn.reals import Surd
 from exactattn.softmax import SoftmaxRow
 

@@ -8,7 +8,7 @@ from fractions import Fraction as F
 import pytest
 import sympy
 
-from exactattn.call import MODIFIER_FIELDS, SCORE_FIELDS, Policy
+from exactattn.call.policy import MODIFIER_FIELDS, SCORE_FIELDS, Policy
 from exactattn.cells import Scaler, root_text, value_cell, with_decimal
 from exactattn.commands.modifier_flags import FLAGS, add_flags
 from exactattn.errors import InputError, ShapeError, SpecError
@@ -18,7 +18,7 @@ from exactattn.kernels import common_denominator
 from exactattn.logits import dropout_factors, scaled_logit
 from exactattn.lse import LSE_BASES, LogSumExp, check_base
 from exactattn.modified import PENCIL_ONLY, check_keep, counted_step, modified_step
-from exactattn.modifiers import (Alibi, Rope, check_dropout, check_form, check_layout,
+from exactattn.call.modifiers import (Alibi, Rope, check_dropout, check_form, check_layout,
                                  check_softcap, check_theta)
 from exactattn.reals import Surd, sympy_ball
 from exactattn.render import Cell, reader_text

@@ -1,6 +1,6 @@
 """Each concept has one owner: the shared helpers of verify, properties, cost and layer.
 
-Empty rows and the keys a row reads (``verify.problem.empty_rows`` / ``keys_read``), the
+Empty rows and the keys a row reads (``call.inputs.empty_rows`` / ``keys_read``), the
 policy a problem is read under, the scale and call an implementation is handed, SDPA's
 arguments (verify's, shared with the FLOP-counter audit), the "ball first, exact on
 failure" rounding step, the property statements and the modifier table's columns.
@@ -11,18 +11,19 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from exactattn.call import MODIFIER_FIELDS, Mask, Policy
+from exactattn.call.policy import MODIFIER_FIELDS, Mask, Policy
 from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask
 from exactattn.cost.batched import broadcast_batch
 from exactattn.errors import ShapeError
-from exactattn.modifiers import Alibi
+from exactattn.call.modifiers import Alibi
 from exactattn.properties import AttentionInput, checks, invariance, reference
 from exactattn.properties.rules import MODIFIERS, PROPERTIES, active
 from exactattn.softmax import SoftmaxRow
-from exactattn.verify import Problem, Reference, verify
+from exactattn.verify import Reference, verify
+from exactattn.call import Call
 from exactattn.verify.adapter import call_scale, make_call, policy_call
 from exactattn.verify.enclose import round_enclosed
-from exactattn.verify.problem import empty_rows, keys_read
+from exactattn.call.inputs import empty_rows, keys_read
 
 
 def typed(got, want):
@@ -49,33 +50,33 @@ def test_an_empty_uniform_row_reads_every_key():
 
 
 def test_the_reference_and_the_predicate_agree_on_empty_rows():
-    p = Problem.from_arrays([[1], [2]], [[1], [0], [3]], [[1], [2], [3]], KEEP.tolist())
+    p = Call([[1], [2]], [[1], [0], [3]], [[1], [2], [3]], KEEP.tolist())
     for policy in (Policy(), Policy(sink="1/2"), Policy(empty_row="uniform"),
                    Policy(empty_row="nan")):
-        ref = Reference(p, policy)
+        ref = Reference(p.with_policy(policy))
         empty = empty_rows(policy, ref.visible(0, 0)).tolist()
         typed(empty, [ref.row(0, 0, i).empty for i in range(2)])
-    typed(Reference(p, Policy(empty_row="uniform")).output(0, 0, 1, 0).exact(), F(2))
-    typed(Reference(p, Policy(sink="0")).output(0, 0, 1, 0).exact(), F(0))
+    typed(Reference(p.with_policy(Policy(empty_row="uniform"))).output(0, 0, 1, 0).exact(), F(2))
+    typed(Reference(p.with_policy(Policy(sink="0"))).output(0, 0, 1, 0).exact(), F(0))
 
 
 def test_nonfinite_values_a_uniform_empty_row_reads_are_refused():
-    p = Problem.from_arrays([[1], [2]], [[1], [0], [3]], [[1], ["inf"], [3]], KEEP.tolist())
-    p.check_nonfinite(Policy())
-    p.check_nonfinite(Policy(empty_row="uniform", sink="0"))
+    p = Call([[1], [2]], [[1], [0], [3]], [[1], ["inf"], [3]], KEEP.tolist())
+    p.with_policy(Policy()).check_nonfinite()
+    p.with_policy(Policy(empty_row="uniform", sink="0")).check_nonfinite()
     with pytest.raises(Exception, match=r"value\[1\]\[0\] must be finite where a query sees it"):
-        p.check_nonfinite(Policy(empty_row="uniform"))
+        p.with_policy(Policy(empty_row="uniform")).check_nonfinite()
 
 
 # --------------------------------------------------------------------------- the call
 def test_a_problem_is_read_under_its_own_mask_kind():
-    p = Problem.from_arrays([[1]], [[1], [2]], [[1], [2]], [[0, "-inf"]], mask_kind="additive")
-    typed(p.policy_for(Policy(causal=True)), Policy(causal=True, mask_kind="additive"))
-    typed(p.policy_for(), Policy(mask_kind="additive"))
-    plain = Problem.from_arrays([[1]], [[1]], [[1]])
-    typed(plain.policy_for(Policy(mask_kind="additive")), Policy(mask_kind="additive"))
-    typed(Reference(p, Policy()).policy.mask_kind, "additive")
-    typed(verify("numpy", p, Policy(), "float64").policy.mask_kind, "additive")
+    p = Call([[1]], [[1], [2]], [[1], [2]], [[0, "-inf"]], mask_kind="additive")
+    typed(p.with_policy(Policy(causal=True)).policy, Policy(causal=True, mask_kind="additive"))
+    typed(p.policy, Policy(mask_kind="additive"))
+    plain = Call([[1]], [[1]], [[1]])
+    typed(plain.with_policy(Policy(mask_kind="additive")).policy, Policy(mask_kind="additive"))
+    typed(Reference(p.with_policy(Policy())).policy.mask_kind, "additive")
+    typed(verify("numpy", p.with_policy(Policy()), "float64").policy.mask_kind, "additive")
 
 
 def test_the_scale_an_implementation_gets():
@@ -86,10 +87,10 @@ def test_the_scale_an_implementation_gets():
 
 
 def test_make_call_is_policy_call_of_the_problem():
-    p = Problem.from_arrays([[1], [2]], [[1], [0], [3]], [[1], [2], [3]])
+    p = Call([[1], [2]], [[1], [0], [3]], [[1], [2], [3]])
     policy = Policy(causal=True, window=(1, 0), softcap="1/2", sink="-1", alibi=Alibi(4),
                     head=2, scale="1/3")
-    a = make_call(p, policy, "float32")
+    a = make_call(p.with_policy(policy), "float32")
     b = policy_call(p.floats("query"), p.floats("key"), p.floats("value"), policy, "float32")
     for name in ("scale", "is_causal", "alignment", "gqa", "window", "query_offset", "softcap",
                  "sink", "alibi", "head", "rope", "dropout_p", "lse"):
@@ -121,8 +122,8 @@ def test_one_flop_counter():
     from exactattn.verify import flop_counts
     from exactattn.verify.impls import count_flops
     typed(count_flops(lambda: None), 0)
-    p = Problem.from_arrays([[1, 0]] * 4, [[1, 0]] * 4, [[1, 2]] * 4)
-    typed(flop_counts(p, Policy(), "float32")["math"], 2 * 2 * 4 * 4 * 2)
+    p = Call([[1, 0]] * 4, [[1, 0]] * 4, [[1, 2]] * 4)
+    typed(flop_counts(p.with_policy(Policy()), "float32")["math"], 2 * 2 * 4 * 4 * 2)
 
 
 # --------------------------------------------------------------------------- rounding
@@ -188,10 +189,10 @@ def test_a_sink_row_that_sees_nothing_is_checked_for_nonfinite_values():
 
 def test_problem_head_h_is_model_head_policy_head_plus_h_everywhere():
     from exactattn.layer import Layer
-    from exactattn.verify import random_problem
+    from exactattn.call import Call
     policy = Policy(alibi=Alibi(12), head=8)
-    p = random_problem(3, 2, heads=2)
-    ref, call = Reference(p, policy), make_call(p, policy, "float64")
+    p = Call.random(3, 2, heads=2)
+    ref, call = Reference(p.with_policy(policy)), make_call(p.with_policy(policy), "float64")
     eye = [[1, 0], [0, 1]]
     layer = Layer([eye, eye], [eye, eye], [eye, eye], [[1, 0, 0, 0], [0, 1, 0, 0]],
                   policy=policy)

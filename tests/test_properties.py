@@ -23,17 +23,18 @@ from hypothesis import example, find, given, settings
 from exactattn import Head
 from exactattn import properties as P
 from exactattn import strategies as eas
-from exactattn.call import MASK_KINDS, Mask, Policy
+from exactattn.call.policy import MASK_KINDS, Mask, Policy
 from exactattn.errors import InputError, ShapeError
 from exactattn.examples import chronicle
 from exactattn.online import all_splits, online_softmax
 from exactattn.properties import (AttentionInput, Implementation, PropertyFailure,
                                   attend_as_function, input_from_head, reference)
 from exactattn.softmax import SoftmaxRow
-from exactattn.verify import Problem, Reference, verify
-from exactattn.verify.adapter import Call, FunctionImpl, ImplRaised, make_call
+from exactattn.verify import Reference, verify
+from exactattn.call import Call
+from exactattn.verify.adapter import FloatCall, FunctionImpl, ImplRaised, make_call
 from exactattn.verify.compare import Tolerance, hard, judge, tolerance_for, within
-from exactattn.verify.formats import float_format
+from exactattn.numbers.formats import float_format
 
 CHRONICLE = chronicle()
 CHRONICLE_INPUT = input_from_head(CHRONICLE.head, CHRONICLE.x)
@@ -544,9 +545,9 @@ BAD = [
     (lambda: AttentionInput([[1]], [[1]], [[1]], Mask("bool_keep", [[True, True]])),
      "mask must be 1 x 1 (got 1 x 2)"),
     (lambda: AttentionInput([[1]], [[1]], [[1]], [[True]]),
-     "mask must be an exactattn.call.Mask or None (got [[True]])"),
+     "mask must be an exactattn.call.policy.Mask or None (got [[True]])"),
     (lambda: AttentionInput([[1]], [[1]], [[1]], policy="causal"),
-     "policy must be an exactattn.call.Policy or None (got 'causal')"),
+     "policy must be an exactattn.call.policy.Policy or None (got 'causal')"),
     (lambda: AttentionInput([[1]], [[1]], [[1]], policy=Policy(scale=0)),
      "scale must be 'default', a positive number, '1/sqrt(q)' or 'none' (got '0')"),
     (lambda: AttentionInput([[1]], [[1], [2]], [[1]]), "values must be 2 x 1 (got 1 x 1)"),
@@ -679,29 +680,29 @@ def test_the_properties_adapter_is_verifys_adapter():
     assert type(impl.function) is FunctionImpl
     assert (impl.function.convention, impl.function.mask_as) == ("mask", "bool_drop")
     # the same function checked by verify, in ULPs, under a causal bottom_right policy
-    p = Problem.from_arrays([[0], [1]], [[0], [1], [2]], [[1], [2], [4]])
+    p = Call([[0], [1]], [[0], [1], [2]], [[1], [2], [4]])
     policy = Policy(causal=True, alignment="bottom_right")
     for form in ("bool_keep", "additive"):
-        rep = verify(FunctionImpl(numpy_attention, convention="mask", mask_as=form), p, policy,
+        rep = verify(FunctionImpl(numpy_attention, convention="mask", mask_as=form), p.with_policy(policy),
                      "float64")
         assert rep.passed, rep.summary()
     # and SDPA's convention reaches the same function through its own names
     def sdpa_names(query, key, value, *, attn_mask=None, is_causal=False, scale=None):
         assert not is_causal
         return numpy_attention(query, key, value, mask=attn_mask, scale=scale)
-    assert verify(FunctionImpl(sdpa_names), p, Policy(), "float64").passed
+    assert verify(FunctionImpl(sdpa_names), p.with_policy(Policy()), "float64").passed
 
 
 def test_the_one_reference_gives_the_properties_their_exact_values():
     inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], Mask("additive", [["1/2", 0]]),
                          Policy(divisor_squared=F(2)))
-    ref = Reference(inp.problem, inp.policy)
+    ref = Reference(inp.call)
     assert reference(inp.queries, inp.keys, inp.values, mask=inp.mask,
                      scale="1/sqrt(2)") == ref.outputs()
     assert ref.offsets(0, 0, 0) == [F(1, 2), F(0)]
 
 
-CAUSAL_CALL = Call(np.zeros((2, 1)), np.zeros((3, 1)), np.zeros((3, 1)), "float64",
+CAUSAL_CALL = FloatCall(np.zeros((2, 1)), np.zeros((3, 1)), np.zeros((3, 1)), "float64",
                    is_causal=True, alignment="bottom_right",
                    attn_mask=np.array([[0.0, -math.inf, 0.0], [0.0, 0.0, 0.0]]))
 
@@ -719,7 +720,7 @@ def test_masks_reach_the_function_in_any_form_with_the_causal_rule_folded(form, 
 
 
 def test_an_additive_mask_with_offsets_cannot_arrive_as_booleans():
-    call = Call(np.zeros((1, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+    call = FloatCall(np.zeros((1, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
                 attn_mask=np.array([[0.5, 0.0]]))
     with pytest.raises(InputError, match=re.escape("mask_as must be 'additive' for an additive "
                                                    "mask with finite offsets (got 'bool_keep')")):
@@ -727,7 +728,7 @@ def test_an_additive_mask_with_offsets_cannot_arrive_as_booleans():
 
 
 def test_the_adapter_says_which_argument_a_function_lacks():
-    call = make_call(Problem.from_arrays([[1]], [[1]], [[1]]), Policy(scale=1), "float64")
+    call = make_call((Call([[1]], [[1]], [[1]])).with_policy(Policy(scale=1)), "float64")
     with pytest.raises(InputError, match=re.escape(
             "no_scale must take scale= for this call (got a function without it)")):
         FunctionImpl(lambda queries, keys, values, *, mask=None: values, convention="mask",
@@ -739,7 +740,7 @@ def test_the_adapter_says_which_argument_a_function_lacks():
 
 
 def test_the_returned_dtype_is_kept_and_sets_the_tolerance():
-    call = make_call(Problem.from_arrays([[1]], [[1]], [[1]]), Policy(), "float64")
+    call = make_call((Call([[1]], [[1]], [[1]])).with_policy(Policy()), "float64")
     answer = FunctionImpl(lambda query, key, value: value.astype(np.float16)).answer(call)
     assert (answer.values.dtype, answer.dtype) == (np.float64, "float16")
     typed_equal(tolerance_for("float64", "float32"), Tolerance(1e-5, 1e-6, "float32"))

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import exactattn.properties as P
-from exactattn.call import Mask, Policy
+from exactattn.call.policy import Mask, Policy
 from exactattn.errors import InputError
-from exactattn.modifiers import Alibi, Rope
+from exactattn.call.modifiers import Alibi, Rope
 from exactattn.properties import AttentionInput, PropertyFailure, reference
 from exactattn.properties.rules import MODIFIERS, OPT_IN, PROPERTIES, active, holds
 from exactattn.verify.reference import MODIFIER_VALUES

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.errors import InputError, ShapeError
 from exactattn.logits import softmax_row
 from exactattn.lse import LogSumExp
-from exactattn.modifiers import Alibi
+from exactattn.call.modifiers import Alibi
 from exactattn.online import all_splits, merge, split_rows
 from exactattn.softmax import ExpRatio
 from exactattn.verify.split import check_split_merge

@@ -12,7 +12,7 @@ from hypothesis import find, given, settings
 
 from exactattn import Head
 from exactattn import strategies as eas
-from exactattn.call import DEFAULT_SCALE, MASK_KINDS, Mask, Policy
+from exactattn.call.policy import DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from exactattn.errors import FloatInputError, InputError
 from exactattn.properties import AttentionInput
 

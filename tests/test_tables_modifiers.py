@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.errors import SpecError
-from exactattn.modifiers import Alibi, Rope
+from exactattn.call.modifiers import Alibi, Rope
 from exactattn.spec import HeadSpec, loads, loads_problem, problem_text
-from exactattn.verify.problem import Problem
+from exactattn.call import Call
 
 CASES = Path(__file__).parent / "data" / "cases"
 
@@ -273,12 +273,11 @@ def test_problem_spec_policy_modifiers_round_trip():
         (F(0), 3, 1, F(30), F(1, 4))
     assert fields.keep == [[True, False]] and fields.lse == "2"
     assert len(loads_problem(text)) == 3
-    again = loads_problem(problem_text(problem, policy) .replace(
+    again = loads_problem(problem_text(problem.with_policy(policy)) .replace(
         '"dropout": {\n      "p": "1/4"\n    }', '"dropout": {"p": "1/4", "keep": [[true, false]]}'),
         extras=True)
     assert again[1] == policy
     with pytest.raises(SpecError, match=r"^spec: policy.dropout.keep is missing"):
-        loads_problem(problem_text(problem, policy))
-    doc = json.loads(problem_text(Problem.from_arrays([["1"]], [["1"]], [["2"]]),
-                                  Policy(dropout="1/2"), None))
+        loads_problem(problem_text(problem.with_policy(policy)))
+    doc = json.loads(problem_text((Call([["1"]], [["1"]], [["2"]])).with_policy(Policy(dropout="1/2")), None))
     assert doc["policy"]["dropout"] == {"p": "1/2"}

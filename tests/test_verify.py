@@ -1,5 +1,5 @@
 """exactattn.verify (formats, problem, reference, impls, check, search, report), the policy
-model it reads (exactattn.call), verify's spec files (exactattn.spec) and the ``verify`` command.
+model it reads (exactattn.call.policy), verify's spec files (exactattn.spec) and the ``verify`` command.
 
 Tolerances: float implementations are judged by verify's rule (the default
 ULP tolerance); everything about the exact side is compared exactly.
@@ -17,12 +17,12 @@ from hypothesis import given, strategies as st
 
 from exactattn.cli import main
 from exactattn.errors import InputError, ShapeError, SpecError
-from exactattn.call import PRESETS, Policy, parse_scale, preset
+from exactattn.call.policy import PRESETS, Policy, parse_scale, preset
 from exactattn.softmax import SoftmaxRow
 from exactattn.spec import load_problem, problem_text
-from exactattn.verify import (Problem, Reference, certified_scientific, random_problem,
-                              round_to_format, search, ulp_index, ulps_between, verify)
-from exactattn.verify.impls import Call, FunctionImpl, NumpyImpl, load_impl, make_call
+from exactattn.verify import Reference, certified_scientific, round_to_format, search, ulp_index, ulps_between, verify
+from exactattn.call import Call
+from exactattn.verify.impls import FloatCall, FunctionImpl, NumpyImpl, load_impl, make_call
 
 
 def typed(got, want):
@@ -131,7 +131,7 @@ def test_reference_matches_the_pencil_engine_on_the_chronicle():
     from exactattn.examples import chronicle
     ex = chronicle()
     trace = attend(ex.head, ex.x)
-    p = Problem.from_arrays(trace.queries, trace.keys, trace.values)
+    p = Call(trace.queries, trace.keys, trace.values)
     ref = Reference(p)                         # default scale 1/sqrt(4): the chronicle's divisor 2
     for i in range(4):
         assert ref.row(0, 0, i).counts == trace.rows[i].counts
@@ -143,9 +143,9 @@ def test_reference_matches_the_pencil_engine_on_the_chronicle():
 
 def test_biased_row_irrational_scale_matches_sympy():
     # exponent s/sqrt(2) + m: not a rational multiple of 1/sqrt(2)
-    p = Problem.from_arrays([[1, 0]], [[1, 0], [0, 1], [1, 1]], [[1], [2], [4]],
+    p = Call([[1, 0]], [[1, 0], [0, 1], [1, 1]], [[1], [2], [4]],
                             [["1/3", "-inf", 0]], mask_kind="additive")
-    ref = Reference(p, Policy())            # d_k = 2: scale 1/sqrt(2)
+    ref = Reference(p.with_policy(Policy()))            # d_k = 2: scale 1/sqrt(2)
     row = ref.row(0, 0, 0)
     assert type(row) is SoftmaxRow and row.paired is True     # the mask is the row's offsets
     r2 = sympy.sqrt(2)
@@ -162,7 +162,7 @@ def test_biased_row_irrational_scale_matches_sympy():
 def test_rational_outputs_on_a_tie_round_exactly():
     # all scores equal: output = mean of the values, which can sit exactly on a float16 tie
     v = [[F(2049)], [F(2048)], [F(2050)], [F(2049)]]           # mean 2049: a float16 tie
-    p = Problem.from_arrays([[0]], [[0]] * 4, v)
+    p = Call([[0]], [[0]] * 4, v)
     rounded, _, _ = Reference(p).rounded_outputs("float16")
     assert rounded[0, 0, 0, 0] == 2048.0                         # ties to even
     assert round_to_format(F(2049), "float16") == 2048.0
@@ -189,7 +189,7 @@ def test_certified_scientific_is_correctly_rounded():
 @pytest.mark.parametrize("impl, dtype", [("numpy", "float64"), ("numpy", "float32"),
                                          ("numpy-naive", "float32")])
 def test_numpy_passes_on_random_inputs(impl, dtype):
-    rep = verify(impl, random_problem(12, 4, seed=3), Policy(causal=True), dtype)
+    rep = verify(impl, (Call.random(12, 4, seed=3)).with_policy(Policy(causal=True)), dtype)
     assert rep.passed is True
     s = rep.summary()
     assert s["count"] == 12 * 4 and s["hard"] == 0 and s["over"] == 0
@@ -200,80 +200,80 @@ def test_numpy_passes_on_random_inputs(impl, dtype):
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])
 def test_torch_passes_every_dtype(dtype):
     pytest.importorskip("torch")
-    p = random_problem(10, 4, seed=1, n_keys=7, heads=4, kv_heads=2)
+    p = Call.random(10, 4, seed=1, n_keys=7, heads=4, kv_heads=2)
     for pol in (Policy(), preset("flash", causal=True), Policy(gqa="tile"),
                 Policy(scale="1/sqrt(3)", causal=True)):
-        rep = verify("torch", p, pol, dtype)
+        rep = verify("torch", p.with_policy(pol), dtype)
         assert rep.passed, (pol, rep.summary())
         # standard-normal float64 inputs: none moves in float64, nearly all in the others
         assert (rep.moved_inputs == 0) is (dtype == "float64")
 
 
 def test_gqa_map_mismatch_is_caught():
-    p = random_problem(3, 2, seed=2, heads=4, kv_heads=2)
+    p = Call.random(3, 2, seed=2, heads=4, kv_heads=2)
 
     def interleave_only(query, key, value, enable_gqa=False):
         rep = np.repeat(np.arange(key.shape[-3]), query.shape[-3] // key.shape[-3])
-        call = Call(query, key[..., rep, :, :], value[..., rep, :, :], "float64")
+        call = FloatCall(query, key[..., rep, :, :], value[..., rep, :, :], "float64")
         return NumpyImpl()(call)
-    assert verify(FunctionImpl(interleave_only), p, Policy(), "float64").passed
-    assert not verify(FunctionImpl(interleave_only), p, Policy(gqa="tile"), "float64").passed
-    assert verify("numpy", p, Policy(gqa="tile"), "float64").passed
+    assert verify(FunctionImpl(interleave_only), p.with_policy(Policy()), "float64").passed
+    assert not verify(FunctionImpl(interleave_only), p.with_policy(Policy(gqa="tile")), "float64").passed
+    assert verify("numpy", p.with_policy(Policy(gqa="tile")), "float64").passed
 
 
 def test_bool_drop_is_inverted_for_the_implementation():
     mask = [[False, True, False]] * 2
-    p = Problem.from_arrays([[1], [2]], [[1], [2], [3]], [[1], [2], [4]], mask, mask_kind="bool_drop")
-    call = make_call(p, Policy(mask_kind="bool_drop"), "float64")
+    p = Call([[1], [2]], [[1], [2], [3]], [[1], [2], [4]], mask, mask_kind="bool_drop")
+    call = make_call(p.with_policy(Policy(mask_kind="bool_drop")), "float64")
     assert call.attn_mask.tolist() == [[True, False, True]] * 2
-    ref = Reference(p, Policy(mask_kind="bool_drop"))
+    ref = Reference(p.with_policy(Policy(mask_kind="bool_drop")))
     assert ref.visible(0, 0).tolist() == [[True, False, True]] * 2
-    assert verify("numpy", p, Policy(mask_kind="bool_drop"), "float32").passed
+    assert verify("numpy", p.with_policy(Policy(mask_kind="bool_drop")), "float32").passed
 
 
 def test_hard_failures_and_off_format_outputs():
-    p = random_problem(2, 2, seed=0)
+    p = Call.random(2, 2, seed=0)
 
     def nan_first(query, key, value):
         out = np.full((2, 2), 0.5)
         out[0, 0] = np.nan
         out[1, 1] = np.inf
         return out
-    rep = verify(FunctionImpl(nan_first), p, Policy(), "float64")
+    rep = verify(FunctionImpl(nan_first), p.with_policy(Policy()), "float64")
     assert [e.status for e in rep.entries][::3] == ["hard", "hard"]
     assert rep.summary()["hard"] == 2 and rep.passed is False
 
     def float64_answer(query, key, value):
-        return NumpyImpl()(Call(query.astype(np.float64), key, value, "float64"))
-    rep = verify(FunctionImpl(float64_answer), p, Policy(), "float32")
+        return NumpyImpl()(FloatCall(query.astype(np.float64), key, value, "float64"))
+    rep = verify(FunctionImpl(float64_answer), p.with_policy(Policy()), "float32")
     assert rep.passed and rep.notes[0].startswith("outputs that were not float32 values: ")
 
 
 def test_verify_errors():
-    p = random_problem(2, 2)
+    p = Call.random(2, 2)
     with pytest.raises(InputError, match="dtype must be one of float64, float32, float16 for numpy"):
-        verify("numpy", p, Policy(), "bfloat16")
+        verify("numpy", p.with_policy(Policy()), "bfloat16")
     with pytest.raises(ShapeError, match="output must be 2 x 2"):
-        verify(FunctionImpl(lambda query, key, value: np.zeros(3)), p, Policy(), "float64")
+        verify(FunctionImpl(lambda query, key, value: np.zeros(3)), p.with_policy(Policy()), "float64")
     with pytest.raises(InputError, match="must take attn_mask"):
         verify(FunctionImpl(lambda query, key, value: query),
-               Problem.from_arrays([[1]], [[1]], [[1]], [[True]]), Policy(), "float64")
+               (Call([[1]], [[1]], [[1]], [[True]])).with_policy(Policy()), "float64")
     with pytest.raises(InputError, match="impl must be numpy"):
         load_impl("cuda")
     with pytest.raises(ShapeError, match="query heads must be a multiple"):
-        Problem.from_arrays([[[1]]] * 3, [[[1]]] * 2, [[[1]]] * 2)
+        Call([[[1]]] * 3, [[[1]]] * 2, [[[1]]] * 2)
     with pytest.raises(InputError, match="binary float"):
-        Problem.from_arrays([[0.1]], [[1]], [[1]])
+        Call([[0.1]], [[1]], [[1]])
     with pytest.raises(InputError, match="inputs must fit in float16"):
-        verify("numpy", Problem.from_arrays([[70000]], [[1]], [[1]]), Policy(), "float16")
+        verify("numpy", (Call([[70000]], [[1]], [[1]])).with_policy(Policy()), "float16")
 
 
 def test_spec_round_trip(tmp_path):
-    p = Problem.from_arrays([["1/2", "-3"]], [[1, 0], [0, 1]], [[5], [7]], [["0", "-inf"]],
+    p = Call([["1/2", "-3"]], [[1, 0], [0, 1]], [[5], [7]], [["0", "-inf"]],
                             mask_kind="additive", name="rt")
     pol = Policy(scale="1/sqrt(3)", causal=True, alignment="bottom_right", mask_kind="additive")
     path = tmp_path / "rt.json"
-    path.write_text(problem_text(p, pol, "bfloat16"))
+    path.write_text(problem_text(p.with_policy(pol), "bfloat16"))
     q, qpol, dtype = load_problem(path)
     assert (q.query == p.query).all() and (q.key == p.key).all() and (q.value == p.value).all()
     assert q.mask.tolist() == p.mask.tolist() and qpol == pol and dtype == "bfloat16"
@@ -289,17 +289,17 @@ def test_spec_round_trip(tmp_path):
 def test_search_finds_and_shrinks_a_hard_failure():
     res = search("numpy-naive", "float16", examples=60, seed=1, max_size=3)
     assert res.score == float(2**63)                   # exp overflows float16 at 11.1
-    sh = res.problem.shape
+    sh = res.call.shape
     assert sh["L"] == 1 and sh["S"] <= 2 and sh["E"] <= 2 and sh["E_v"] == 1   # shrunk
     assert any(e.status == "hard" for e in res.report.entries)
-    doc = json.loads(problem_text(res.problem, Policy(), "float16"))
+    doc = json.loads(problem_text(res.call.with_policy(Policy()), "float16"))
     assert doc["dtype"] == "float16" and len(doc["query"]) == 1
 
 
 def test_search_largest_ulps_reproduces():
     res = search("numpy", "float32", examples=30, seed=0, max_size=3)
     assert res.score >= 1 and res.report.passed
-    again = verify("numpy", res.problem, Policy(), "float32")
+    again = verify("numpy", res.call.with_policy(Policy()), "float32")
     assert again.summary()["max_ulps"] == res.score
 
 
@@ -308,12 +308,12 @@ def test_search_largest_ulps_reproduces():
 def test_flop_counter_next_to_exact_macs():
     pytest.importorskip("torch")
     from exactattn.verify import flop_counts
-    p = random_problem(16, 4, seed=0, heads=2)
+    p = Call.random(16, 4, seed=0, heads=2)
     pol = Policy(causal=True)
-    fl = flop_counts(p, pol, "float32")
+    fl = flop_counts(p.with_policy(pol), "float32")
     rect = 2 * 2 * 16 * 16 * (4 + 4)                 # FLOPs of the full rectangle, both matmuls
     assert fl == {"fused": 0, "math": rect}
-    macs = Reference(p.rounded("float32")[0], pol).macs
+    macs = Reference(p.rounded("float32")[0].with_policy(pol)).macs
     assert macs == {"scores": 2 * 136 * 4, "mix": 2 * 136 * 4}   # 136 = 16*17/2 pairs a head
 
 
@@ -400,16 +400,16 @@ def test_an_impl_that_raises_is_a_hard_failure(tmp_path, monkeypatch, capsys):
 def test_an_impl_that_raises_from_python():
     def broken(query, key, value):
         raise ValueError("shapes\nmismatch")
-    rep = verify(FunctionImpl(broken), random_problem(2, 2), Policy(), "float64")
+    rep = verify(FunctionImpl(broken), (Call.random(2, 2)).with_policy(Policy()), "float64")
     typed(rep.raised, "ValueError: shapes mismatch")
     assert [e.status for e in rep.entries] == ["hard"] * 4 and rep.passed is False
 
 
 def test_a_kernel_module_in_the_current_directory_is_found(tmp_path, monkeypatch, capsys):
     (tmp_path / "mykern_here.py").write_text(
-        "from exactattn.verify.impls import Call, NumpyImpl\n"
+        "from exactattn.verify.impls import FloatCall, NumpyImpl\n"
         "def attention(query, key, value):\n"
-        "    return NumpyImpl()(Call(query, key, value, 'float32'))\n")
+        "    return NumpyImpl()(FloatCall(query, key, value, 'float32'))\n")
     monkeypatch.chdir(tmp_path)
     import sys
     assert str(tmp_path) not in sys.path
@@ -428,8 +428,8 @@ def test_reruns_are_byte_identical_and_timings_are_asked_for(capsys):
 
 
 def test_an_exact_match_has_relative_error_0(capsys, tmp_path):
-    p = Problem.from_arrays([[0], [0]], [[0], [0]], [[1], [3]])      # every output is 2
-    rep = verify("numpy", p, Policy(), "float32")
+    p = Call([[0], [0]], [[0], [0]], [[1], [3]])      # every output is 2
+    rep = verify("numpy", p.with_policy(Policy()), "float32")
     assert [(e.rel, e.terms_ulps, e.ulps) for e in rep.entries] == [(0.0, 0.0, 0)] * 2
     typed(rep.summary()["max_rel"], 0.0)
     spec = tmp_path / "eq.json"
@@ -440,8 +440,8 @@ def test_an_exact_match_has_relative_error_0(capsys, tmp_path):
     assert row.split()[-2:] == ["0", "ok"]
     # scores 1000.5 apart: the output is 3 - 2/(1 + e^1000.5), not 3; its relative error
     # (about 1e-435) is below what a float holds, so it prints 0 too, not the ball's 1e-29
-    p = Problem.from_arrays([["1000.5"]], [[1], [2]], [[1], [3]])
-    rep = verify("numpy", p, Policy(scale="none"), "float32")
+    p = Call([["1000.5"]], [[1], [2]], [[1], [3]])
+    rep = verify("numpy", p.with_policy(Policy(scale="none")), "float32")
     typed(rep.entries[0].rel, 0.0)
 
 
@@ -475,7 +475,7 @@ def test_mask_kind_flag_rereads_the_spec_mask(capsys, masked_spec):
     assert rc0 == 0 and rc in (0, 1) and err == "" and out != base
     assert "mask=bool_drop" in out
     p, pol, _ = load_problem(masked_spec)
-    drop = Reference(p.with_mask_kind("bool_drop"), pol.replace(mask_kind="bool_drop"))
+    drop = Reference(p.with_mask_kind("bool_drop").with_policy(pol.replace(mask_kind="bool_drop")))
     assert drop.visible(0, 0).tolist() == [[False, False, False], [False, False, False]]
     assert drop.visible(0, 1).tolist() == [[False, False, False], [False, False, False]]
 
@@ -601,7 +601,7 @@ def test_spec_with_a_bom_and_dev_zero(capsys, tmp_path):
 # ----------------------------------------------------------------- the call model underneath
 
 def test_with_mask_kind_rereads_and_refuses():
-    p = Problem.from_arrays([[1]], [[1], [2]], [[3], [4]], [[True, False]])
+    p = Call([[1]], [[1], [2]], [[3], [4]], [[True, False]])
     drop = p.with_mask_kind("bool_drop")
     assert (drop.mask_kind, p.mask_kind) == ("bool_drop", "bool_keep")
     assert drop.block_mask(0, 0).rows == ((True, False),)
@@ -612,15 +612,15 @@ def test_with_mask_kind_rereads_and_refuses():
 
 
 def test_scale_none_is_no_scaling_for_the_implementation():
-    p = Problem.from_arrays([[1]], [[1]], [[1]])
-    typed(make_call(p, Policy(scale="none"), "float64").scale, 1.0)
-    assert make_call(p, Policy(), "float64").scale is None
-    typed(make_call(p, Policy(scale="1/4"), "float64").scale, 0.25)
-    assert Reference(p, Policy(scale="none")).divisor_squared is None
+    p = Call([[1]], [[1]], [[1]])
+    typed(make_call(p.with_policy(Policy(scale="none")), "float64").scale, 1.0)
+    assert make_call(p.with_policy(Policy()), "float64").scale is None
+    typed(make_call(p.with_policy(Policy(scale="1/4")), "float64").scale, 0.25)
+    assert Reference(p.with_policy(Policy(scale="none"))).divisor_squared is None
 
 
 def test_call_masks_come_from_the_policy():
     q, k = np.zeros((2, 1)), np.zeros((3, 1))
-    call = Call(q, k, k, "float64", is_causal=True, alignment="bottom_right")
+    call = FloatCall(q, k, k, "float64", is_causal=True, alignment="bottom_right")
     assert call.keep().tolist() == Policy(causal=True, alignment="bottom_right") \
         .keep(2, 3).tolist() == [[True, True, False], [True, True, True]]

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exactattn.call import Policy
+from exactattn.call.policy import Policy
 from exactattn.cli import main
 from exactattn.errors import InputError
-from exactattn.modifiers import Alibi, Rope
+from exactattn.call.modifiers import Alibi, Rope
 from exactattn.softmax import ExpRatio
-from exactattn.verify import Problem, Reference, random_problem, verify
+from exactattn.verify import Reference, verify
+from exactattn.call import Call
 from exactattn.verify.adapter import FunctionImpl, make_call
 from exactattn.verify.report import report_sections
 
@@ -75,19 +76,19 @@ def sink_in_each_block(query, key, value, *, scale, sink):
 
 def test_sink_case_right_and_faulty():
     c = case("attention-sink")
-    p = Problem.from_scores(c["input"]["scores"], c["input"]["V"])
+    p = Call.from_scores(c["input"]["scores"], c["input"]["V"])
     pol = UNSCALED.replace(sink=F(c["input"]["sink_logit"]))
-    good = verify(FunctionImpl(sink_right), p, pol, "float64")
+    good = verify(FunctionImpl(sink_right), p.with_policy(pol), "float64")
     assert good.passed and exact_decimals(good) == [c["expected"]["output_decimal"]]
     assert isinstance(good.entries[0].exact, ExpRatio)
     assert good.entries[0].exact.text() == "(1 + 3*exp(1))/(2 + exp(1))"
     for fn, want in ((sink_ignored, "2.462117"), (sink_in_each_block, "1.600978")):
-        bad = verify(FunctionImpl(fn), p, pol, "float64")
+        bad = verify(FunctionImpl(fn), p.with_policy(pol), "float64")
         assert not bad.passed and f"{outputs(bad)[0]:.6f}" == want
         assert c["faulty"]["sink ignored" if fn is sink_ignored else
                            "sink counted in each of two key blocks"].endswith(want)
     for impl in BUILT_IN:
-        assert verify(impl, p, pol, "float32").passed
+        assert verify(impl, p.with_policy(pol), "float32").passed
 
 
 # ----------------------------------------------------------------------------- ALiBi
@@ -116,29 +117,29 @@ def _alibi_fn(slopes_of):
 
 def test_alibi_six_heads_right_and_faulty():
     c = case("alibi-six-heads")
-    p = Problem.from_arrays([[[0]]] * 6, [[[0], [0], [0]]], [[["1"], ["2"], ["4"]]])
+    p = Call([[[0]]] * 6, [[[0], [0], [0]]], [[["1"], ["2"], ["4"]]])
     pol = UNSCALED.replace(alibi=Alibi(6), query_offset=2)
-    good = verify(FunctionImpl(_alibi_fn(_paper_slopes)), p, pol, "float64")
+    good = verify(FunctionImpl(_alibi_fn(_paper_slopes)), p.with_policy(pol), "float64")
     assert good.passed and exact_decimals(good) == c["expected"]["output_decimal"]
     assert all(type(e.exact.rational()) is type(None) for e in good.entries)
     power_rule = _alibi_fn(lambda h: [2 ** (-8 * k / h) for k in range(1, h + 1)])
-    bad = verify(FunctionImpl(power_rule), p, pol, "float64")
+    bad = verify(FunctionImpl(power_rule), p.with_policy(pol), "float64")
     faulty = next(iter(c["faulty"].values()))
     assert not bad.passed and [f"{x:.6f}" for x in outputs(bad)] == faulty
-    assert ("alibi", "exact rational", Reference(p, pol).value_kinds()[1][2]) in \
-        Reference(p, pol).value_kinds()
+    assert ("alibi", "exact rational", Reference(p.with_policy(pol)).value_kinds()[1][2]) in \
+        Reference(p.with_policy(pol)).value_kinds()
     for impl in BUILT_IN:
-        assert verify(impl, p, pol, "float32").passed
+        assert verify(impl, p.with_policy(pol), "float32").passed
 
 
 def test_alibi_twelve_heads_is_exact_algebraic_and_checked():
-    p = random_problem(5, 4, seed=2, heads=12)
+    p = Call.random(5, 4, seed=2, heads=12)
     pol = Policy(alibi=Alibi(12), causal=True)
-    ref = Reference(p, pol)
+    ref = Reference(p.with_policy(pol))
     assert ("alibi", "exact algebraic") == ref.value_kinds()[0][:2]
     slopes_given = FunctionImpl(_alibi_fn(_paper_slopes))
-    assert verify(slopes_given, p, pol.replace(causal=False), "float64").passed
-    assert verify("numpy", p, pol, "float32").passed
+    assert verify(slopes_given, p.with_policy(pol.replace(causal=False)), "float64").passed
+    assert verify("numpy", p.with_policy(pol), "float32").passed
 
 
 def test_alibi_slopes_reach_a_function_that_takes_them():
@@ -147,7 +148,7 @@ def test_alibi_slopes_reach_a_function_that_takes_them():
     def fn(query, key, value, *, alibi_slopes, scale=None):
         got["slopes"] = alibi_slopes
         return np.zeros((query.shape[0], value.shape[1]))
-    call = make_call(random_problem(2, 2), Policy(alibi=Alibi(12), head=8), "float32")
+    call = make_call((Call.random(2, 2)).with_policy(Policy(alibi=Alibi(12), head=8)), "float32")
     FunctionImpl(fn)(call)
     assert got["slopes"].tolist() == [float(np.float32(2 ** -0.5))]     # in the call's dtype
 
@@ -165,22 +166,22 @@ def mask_then_cap(query, key, value, *, scale, softcap, attn_mask):
 
 def test_softcap_before_mask_right_and_faulty():
     c = case("softcap-before-mask")
-    p = Problem.from_scores(c["input"]["scores"], mask=c["input"]["mask_bool_keep"])
+    p = Call.from_scores(c["input"]["scores"], mask=c["input"]["mask_bool_keep"])
     pol = UNSCALED.replace(softcap=F(c["input"]["cap"]))
-    good = verify(FunctionImpl(cap_then_mask), p, pol, "float64")
+    good = verify(FunctionImpl(cap_then_mask), p.with_policy(pol), "float64")
     assert good.passed and exact_decimals(good)[:2] == c["expected"]["shares_decimal"][:2]
     assert good.entries[2].exact.rational() == F(c["expected"]["shares_decimal"][2])
-    bad = verify(FunctionImpl(mask_then_cap), p, pol, "float64")
+    bad = verify(FunctionImpl(mask_then_cap), p.with_policy(pol), "float64")
     assert not bad.passed and [f"{x:.6f}" for x in outputs(bad)] == next(iter(c["faulty"].values()))
-    kinds = dict((k, v) for k, v, _ in Reference(p, pol).value_kinds())
+    kinds = dict((k, v) for k, v, _ in Reference(p.with_policy(pol)).value_kinds())
     assert kinds == {"softcap": "certified transcendental"}
     for impl in BUILT_IN:
-        assert verify(impl, p, pol, "float32").passed
+        assert verify(impl, p.with_policy(pol), "float32").passed
 
 
 def test_softcap_ties_stay_exact():
-    p = Problem.from_scores([["3", "3"]], ["1", "2"])
-    ref = Reference(p, UNSCALED.replace(softcap="1/2"))
+    p = Call.from_scores([["3", "3"]], ["1", "2"])
+    ref = Reference(p.with_policy(UNSCALED.replace(softcap="1/2")))
     assert ref.output(0, 0, 0, 0).rational() == F(3, 2) and ref.row(0, 0, 0).certified
 
 
@@ -202,23 +203,23 @@ def with_lse(base_seen):
 
 def test_logsumexp_case_and_base_confusion():
     c = case("logsumexp")
-    p = Problem.from_scores(c["input"]["scores"], ["1", "2", "3"])
-    good = verify(FunctionImpl(with_lse("e")), p, UNSCALED, "float64", lse="e")
+    p = Call.from_scores(c["input"]["scores"], ["1", "2", "3"])
+    good = verify(FunctionImpl(with_lse("e")), p.with_policy(UNSCALED), "float64", lse="e")
     assert good.passed and good.lse_entries[0].exact.decimal(10) == c["expected"]["lse_decimal"]
     assert good.lse_entries[0].exact.text() == "log(exp(1) + exp(2) + exp(3))"
-    base2 = verify(FunctionImpl(with_lse("e")), p, UNSCALED, "float64", lse="2")
+    base2 = verify(FunctionImpl(with_lse("e")), p.with_policy(UNSCALED), "float64", lse="2")
     assert not base2.passed and base2.lse_entries[0].status == "over"
     assert base2.lse_entries[0].exact.decimal(10) == c["expected"]["lse_base2_decimal"]
-    assert verify(FunctionImpl(with_lse("2")), p, UNSCALED, "float64", lse="2").passed
-    assert not verify(FunctionImpl(with_lse("2")), p, UNSCALED, "float64", lse="e").passed
+    assert verify(FunctionImpl(with_lse("2")), p.with_policy(UNSCALED), "float64", lse="2").passed
+    assert not verify(FunctionImpl(with_lse("2")), p.with_policy(UNSCALED), "float64", lse="e").passed
     for impl in BUILT_IN:
         for base in ("e", "2"):
-            assert verify(impl, p, UNSCALED, "float32", lse=base).passed
+            assert verify(impl, p.with_policy(UNSCALED), "float32", lse=base).passed
 
 
 def test_logsumexp_of_a_fully_masked_row_is_minus_infinity():
-    p = Problem.from_scores([["1", "2"], ["0", "0"]], ["1", "2"], mask=[[True, True], [False, False]])
-    rep = verify(FunctionImpl(with_lse("e")), p, UNSCALED, "float64", lse="e")
+    p = Call.from_scores([["1", "2"], ["0", "0"]], ["1", "2"], mask=[[True, True], [False, False]])
+    rep = verify(FunctionImpl(with_lse("e")), p.with_policy(UNSCALED), "float64", lse="e")
     assert rep.passed and rep.lse_entries[1].rounded == -math.inf
     assert rep.lse_entries[1].exact.decimal(3) == "-inf"
 
@@ -226,17 +227,17 @@ def test_logsumexp_of_a_fully_masked_row_is_minus_infinity():
         out, lse = with_lse("e")(query, key, value, scale=scale, return_lse=return_lse,
                                  attn_mask=attn_mask)
         return out, np.where(np.isinf(lse), np.nan, lse)
-    bad = verify(FunctionImpl(nan_lse), p, UNSCALED, "float64", lse="e")
+    bad = verify(FunctionImpl(nan_lse), p.with_policy(UNSCALED), "float64", lse="e")
     assert [e.status for e in bad.lse_entries] == ["ok", "hard"]
 
 
 def test_lse_must_be_returned_when_asked():
-    p = Problem.from_scores([["1", "2"]], ["1", "2"])
+    p = Call.from_scores([["1", "2"]], ["1", "2"])
     def no_lse(query, key, value, *, scale):
         return softmax(query @ key.T * scale) @ value
     with pytest.raises(InputError, match=r"^no_lse must return \(output, lse\) when the "
                                          r"log-sum-exp is checked \(got ndarray\)"):
-        verify(FunctionImpl(no_lse, name="no_lse"), p, UNSCALED, "float64", lse="e")
+        verify(FunctionImpl(no_lse, name="no_lse"), p.with_policy(UNSCALED), "float64", lse="e")
 
 
 # ----------------------------------------------------------------------------- sliding windows
@@ -253,23 +254,23 @@ def _windowed(extra_before):
 def test_sliding_window_counts_the_query_itself():
     c = case("sliding-window")
     n, w = c["input"]["length"], c["input"]["window_including_self"]
-    p = Problem.from_scores([["0"] * n] * n, [str(v) for v in range(1, n + 1)])
+    p = Call.from_scores([["0"] * n] * n, [str(v) for v in range(1, n + 1)])
     pol = UNSCALED.replace(causal=True, window=(w - 1, 0))
-    good = verify(FunctionImpl(_windowed(0)), p, pol, "float64")
+    good = verify(FunctionImpl(_windowed(0)), p.with_policy(pol), "float64")
     assert good.passed
     assert [e.exact.rational() for e in good.entries] == [F(x) for x in c["expected"]["outputs"]]
-    bad = verify(FunctionImpl(_windowed(1)), p, pol, "float64")
+    bad = verify(FunctionImpl(_windowed(1)), p.with_policy(pol), "float64")
     assert not bad.passed and outputs(bad) == [float(F(x)) for x in next(iter(c["faulty"].values()))]
     for impl in BUILT_IN:
-        assert verify(impl, p, pol, "float32").passed
+        assert verify(impl, p.with_policy(pol), "float32").passed
 
 
 def test_window_with_offset_and_bottom_right():
-    p = random_problem(3, 4, seed=3, n_keys=7)
+    p = Call.random(3, 4, seed=3, n_keys=7)
     for pol in (Policy(causal=True, alignment="bottom_right", window=(2, 0)),
                 Policy(window=(1, 1), query_offset=4), Policy(window=(None, 0), query_offset=2)):
         for impl in BUILT_IN:
-            assert verify(impl, p, pol, "float32").passed, (pol, impl)
+            assert verify(impl, p.with_policy(pol), "float32").passed, (pol, impl)
 
 
 # ----------------------------------------------------------------------------- dropout
@@ -282,31 +283,31 @@ def _dropout(scale_kept):
 
 def test_dropout_kept_case_right_and_faulty():
     c = case("dropout-kept")
-    p = Problem.from_arrays([[0]], [[0]] * 3, [[v] for v in c["input"]["V"]],
+    p = Call([[0]], [[0]] * 3, [[v] for v in c["input"]["V"]],
                             dropout_keep=[c["input"]["keep"]])
     pol = UNSCALED.replace(dropout=F(c["input"]["p"]))
-    good = verify(FunctionImpl(_dropout(lambda q: 1 / (1 - q))), p, pol, "float64")
+    good = verify(FunctionImpl(_dropout(lambda q: 1 / (1 - q))), p.with_policy(pol), "float64")
     assert good.passed and good.entries[0].exact.rational() == F(c["expected"]["output"])
     ref = good.reference
     assert [str(ref.weight(0, 0, 0, j).rational()) for j in range(3)] == \
         c["expected"]["weights_after_dropout"]
     for fn, want in ((_dropout(lambda q: 1), c["faulty"]["kept shares not rescaled"]),
                      (_dropout(lambda q: 1 / q), c["faulty"]["rescaled by 1/p"])):
-        bad = verify(FunctionImpl(fn), p, pol, "float64")
+        bad = verify(FunctionImpl(fn), p.with_policy(pol), "float64")
         assert not bad.passed and outputs(bad) == [float(want)]
     notes = report_sections([good])[0].notes
     assert any("rows no longer sum to 1" in n for n in notes)
     for impl in BUILT_IN:
-        assert verify(impl, p, pol, "float32").passed
+        assert verify(impl, p.with_policy(pol), "float32").passed
 
 
 def test_dropout_needs_its_keep_mask_and_p_together():
-    p = Problem.from_arrays([[0]], [[0]] * 2, [[1], [2]])
+    p = Call([[0]], [[0]] * 2, [[1], [2]])
     with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
-        Reference(p, Policy(dropout="1/2"))
-    keep = Problem.from_arrays([[0]], [[0]] * 2, [[1], [2]], dropout_keep=[[True, False]])
+        Reference(p.with_policy(Policy(dropout="1/2")))
+    keep = Call([[0]], [[0]] * 2, [[1], [2]], dropout_keep=[[True, False]])
     with pytest.raises(InputError, match="a keep-mask without p"):
-        Reference(keep, Policy())
+        Reference(keep.with_policy(Policy()))
 
 
 # ----------------------------------------------------------------------------- non-finite entries
@@ -318,29 +319,29 @@ def mix_all(query, key, value, *, scale, attn_mask):
 
 def test_masked_nonfinite_is_ignored_exactly():
     c = case("masked-nonfinite")
-    p = Problem.from_scores(c["input"]["scores_before_mask"], c["input"]["V"],
+    p = Call.from_scores(c["input"]["scores_before_mask"], c["input"]["V"],
                             mask=c["input"]["mask_bool_keep"])
-    ref = Reference(p, UNSCALED)
+    ref = Reference(p.with_policy(UNSCALED))
     assert ref.output(0, 0, 0, 0).rational() == F(c["expected"]["output"])
     assert [s.rational() for s in ref.shares()[0]] == [F(x) for x in c["expected"]["shares"]]
-    assert verify("numpy", p, UNSCALED, "float32").passed
-    bad = verify(FunctionImpl(mix_all), p, UNSCALED, "float64")
+    assert verify("numpy", p.with_policy(UNSCALED), "float32").passed
+    bad = verify(FunctionImpl(mix_all), p.with_policy(UNSCALED), "float64")
     assert [e.status for e in bad.entries] == ["hard"] and math.isnan(outputs(bad)[0])
 
 
 def test_nonfinite_key_at_a_hidden_position_and_unmasked_errors():
-    p = Problem.from_arrays([[1, 0]], [[1, 0], ["nan", "inf"]], [[1], [2]], [[True, False]])
+    p = Call([[1, 0]], [[1, 0], ["nan", "inf"]], [[1], [2]], [[True, False]])
     assert Reference(p).output(0, 0, 0, 0).rational() == 1
-    assert verify("numpy", p, Policy(), "float32").passed
-    open_inf = Problem.from_scores([["0", "0", "0"]], ["2", "4", "inf"])
+    assert verify("numpy", p.with_policy(Policy()), "float32").passed
+    open_inf = Call.from_scores([["0", "0", "0"]], ["2", "4", "inf"])
     with pytest.raises(InputError, match=r"^value\[2\]\[0\] must be finite where a query sees "
                                          r"it \(got inf\); inf and NaN may stand only"):
-        verify("numpy", open_inf, UNSCALED, "float32")
+        verify("numpy", open_inf.with_policy(UNSCALED), "float32")
     with pytest.raises(InputError, match=r"^query must be finite \(got 'nan'\)"):
-        Problem.from_arrays([[0, "nan"]], [[0, 0]], [[1]])
-    causal = Problem.from_arrays([[0], [0]], [[0], ["inf"]], [[1], [2]])
+        Call([[0, "nan"]], [[0, 0]], [[1]])
+    causal = Call([[0], [0]], [[0], ["inf"]], [[1], [2]])
     with pytest.raises(InputError, match=r"key\[1\]\[0\] must be finite where a query sees it"):
-        Reference(causal, Policy(causal=True))      # the last query sees key 1
+        Reference(causal.with_policy(Policy(causal=True)))      # the last query sees key 1
 
 
 def test_nonfinite_from_the_cli_is_one_line(tmp_path, capsys):
@@ -361,23 +362,23 @@ def test_nonfinite_from_the_cli_is_one_line(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- RoPE
 def test_rope_is_certified_and_both_layouts_pass():
-    p = random_problem(4, 4, seed=5, n_keys=6)
+    p = Call.random(4, 4, seed=5, n_keys=6)
     for layout in ("half", "interleaved"):
         pol = Policy(rope=Rope(F(10000), layout), causal=True, alignment="bottom_right")
-        ref = Reference(p, pol)
+        ref = Reference(p.with_policy(pol))
         assert ref.row(0, 0, 0).certified
         assert dict((k, v) for k, v, _ in ref.value_kinds()) == {"rope": "certified transcendental"}
         for impl in BUILT_IN:
-            assert verify(impl, p, pol, "float32").passed, (layout, impl)
+            assert verify(impl, p.with_policy(pol), "float32").passed, (layout, impl)
     wrong = Policy(rope=Rope(F(10000), "half"))
-    swapped = make_call(p.rounded("float32")[0], Policy(rope=Rope(F(10000), "interleaved")),
+    swapped = make_call(p.rounded("float32")[0].with_policy(Policy(rope=Rope(F(10000), "interleaved"))),
                         "float32")
     from exactattn.verify.impls import NumpyImpl
 
     class Swapped(NumpyImpl):
         def __call__(self, call):
             return super().__call__(swapped)
-    assert not verify(Swapped(), p, wrong, "float32").passed
+    assert not verify(Swapped(), p.with_policy(wrong), "float32").passed
 
 
 def test_rope_reaches_a_function_as_theta_and_layout():
@@ -386,8 +387,8 @@ def test_rope_reaches_a_function_as_theta_and_layout():
     def fn(query, key, value, *, rope_theta, rope_layout, query_offset, scale=None):
         seen.update(theta=rope_theta, layout=rope_layout, offset=query_offset)
         return np.zeros((query.shape[0], value.shape[1]))
-    FunctionImpl(fn)(make_call(random_problem(2, 2), Policy(rope=Rope(F(500000)),
-                                                             query_offset=7), "float32"))
+    FunctionImpl(fn)(make_call((Call.random(2, 2)).with_policy(Policy(rope=Rope(F(500000)),
+                                                             query_offset=7)), "float32"))
     assert seen == {"theta": 500000.0, "layout": "half", "offset": 7}
 
 
@@ -396,7 +397,7 @@ def test_a_function_without_a_needed_modifier_is_refused():
         return query
     with pytest.raises(InputError, match=r"plain must take softcap= for this call \(got a "
                                          r"function without it\)"):
-        verify(FunctionImpl(plain), random_problem(2, 2), Policy(softcap="5"), "float32")
+        verify(FunctionImpl(plain), (Call.random(2, 2)).with_policy(Policy(softcap="5")), "float32")
 
 
 # ----------------------------------------------------------------------------- the CLI
@@ -456,10 +457,10 @@ def test_bad_modifier_flags_are_one_line(capsys, small_spec, flags, start):
     ids=["sink", "alibi12", "alibi5", "softcap+sink", "rope+window", "dropout", "all"])
 def test_whole_head_enclosures_round_like_the_exact_rows(policy):
     """The arb_mat path (most roundings) and the exact rows (the rest) are one composition."""
-    p = random_problem(3, 4, seed=7, n_keys=5, heads=2)
+    p = Call.random(3, 4, seed=7, n_keys=5, heads=2)
     keep = np.random.default_rng(3).random((1, 2, 3, 5)) > 0.3
-    p = Problem(p.query, p.key, p.value, dropout_keep=keep if policy.dropout else None)
-    ref = Reference(p, policy)
+    p = Call(p.query, p.key, p.value, dropout_keep=keep if policy.dropout else None)
+    ref = Reference(p.with_policy(policy))
     rounded, balls, _ = ref.rounded_outputs("float64")
     lse, _ = ref.rounded_lse("float64", "2")
     for idx in np.ndindex(*rounded.shape):
@@ -503,8 +504,8 @@ def test_verify_ends_on_a_float32_midpoint_created_by_a_tie(name, policy, keys, 
     """Two tied logits (mirrored rotary keys; soft-capped scores whose ALiBi gap an offset
     cancels) average values 1 and 1 + 2^-23: the exact output is the float32 midpoint
     1 + 2^-24, rounded exactly (ties to even: 1.0) and the verdict comes at once."""
-    problem = Problem.from_arrays([[1, 0]], keys, value, mask=mask, mask_kind=policy.mask_kind)
-    ref = Reference(problem, policy)
+    problem = Call([[1, 0]], keys, value, mask=mask, mask_kind=policy.mask_kind)
+    ref = Reference(problem.with_policy(policy))
     assert ref.output(0, 0, 0, 0).rational() == MIDPOINT
     rounded, _, _ = ref.rounded_outputs("float32")
     assert rounded[0, 0, 0, 0] == 1.0
@@ -535,7 +536,7 @@ class _Straddling:
 def test_an_undecidable_midpoint_counts_both_neighbours():
     from exactattn.verify.compare import judge, undecided_tie
     from exactattn.verify.enclose import round_value
-    from exactattn.verify.formats import float_format
+    from exactattn.numbers.formats import float_format
     fmt = float_format("float32")
     f, ball = round_value(_Straddling, fmt, 64)             # ends, at the bound
     assert f in (1.0, 1 + 2 ** -23) and ball.rad() > 0

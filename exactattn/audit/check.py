@@ -30,7 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
-from ..call import parse_divisor
+from ..call.policy import parse_divisor
 from ..errors import InputError, shorten
 from ..exact import rational_sqrt
 from ..options import check_choice

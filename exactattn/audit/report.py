@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..call import divisor_text
+from ..call.policy import divisor_text
 from ..cells import root_text
 from ..digits import format_exact, fraction_text
 from ..render import Section, plural, printable, render

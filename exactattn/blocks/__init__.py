@@ -18,7 +18,7 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.blocks.certify`: :func:`certify`, every block in row order;
 * :mod:`~exactattn.blocks.check`: :func:`check_impl`, ``verify`` in blocks.
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> x = random_inputs(6, 4, seed=0, policy=Policy(causal=True))
 >>> blocks = list(certify(x, 3, rows=4, engine=Engine("none")))
 >>> [(b.r0, b.r1, b.keys) for b in blocks], blocks[0].shares[0][:3]
@@ -28,13 +28,13 @@ The modules, in the order data flows through them:
 from .certify import DEFAULT_MEMORY, certify, plan
 from .check import BlockedReport, check_impl, check_outputs
 from .engine import Engine, check_scheduler, dask_available
-from .inputs import (ExactInputs, float_ints, from_floats, from_problem, from_rationals,
+from .inputs import (ExactInputs, float_ints, from_floats, from_call, from_rationals,
                      from_trace, random_floats, random_inputs)
 from .memory import block_rows, block_spans
 from .rows import BlockResult, certify_block
 
 __all__ = ["BlockResult", "BlockedReport", "DEFAULT_MEMORY", "Engine", "ExactInputs",
            "block_rows", "block_spans", "certify", "certify_block", "check_impl",
-           "check_outputs", "check_scheduler", "dask_available", "float_ints", "from_floats",
-           "from_problem", "from_rationals", "from_trace", "plan", "random_floats",
+           "check_outputs", "check_scheduler", "dask_available", "float_ints", "from_call",
+           "from_floats", "from_rationals", "from_trace", "plan", "random_floats",
            "random_inputs"]

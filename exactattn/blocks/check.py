@@ -1,17 +1,17 @@
 """verify in row blocks: a float kernel's outputs against the exact ones, in ULPs, at any n.
 
 The float implementation runs once, on the whole call (:func:`check_impl`:
-a :class:`~exactattn.verify.adapter.Call` of 1 x 1 x n x d arrays, so torch's
+a :class:`~exactattn.verify.adapter.FloatCall` of 1 x 1 x n x d arrays, so torch's
 CPU ``scaled_dot_product_attention`` takes its flash kernel, O(n) memory).
 Its n x d_v outputs are then compared block by block with the exact outputs,
 each correctly rounded to the dtype: enclosed in bulk
 (:func:`exactattn.bulk.block_bounds`), rounded with
-:func:`~exactattn.verify.formats.round_ball` and, where the enclosure
+:func:`~exactattn.numbers.formats.round_ball` and, where the enclosure
 straddles a rounding boundary, by the exact value
 (:meth:`Reference.round_exact <exactattn.verify.reference.Reference.round_exact>`).
 Each output is judged by :func:`exactattn.verify.compare.judge`, the one
 comparison ``verify`` uses, with ``verify``'s default tolerance
-(:func:`~exactattn.verify.formats.default_max_ulps` of the largest |scaled
+(:func:`~exactattn.numbers.formats.default_max_ulps` of the largest |scaled
 score|, found exactly in a first pass over the blocks).
 
 A block hands back a summary (counts, a histogram of ULP errors, the largest
@@ -36,7 +36,7 @@ from functools import partial
 
 import numpy as np
 
-from ..call import DEFAULT_SCALE, Policy, float_scale
+from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..errors import InputError
 from .engine import Engine
 from .inputs import ExactInputs
@@ -120,7 +120,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     from ..bulk import block_bounds
     from ..digits import working_precision
     from ..verify.compare import judge
-    from ..verify.formats import float_format, round_ball
+    from ..numbers.formats import float_format, round_ball
     from ..verify.reference import Reference
     inputs, got = data
     fmt = float_format(dtype)
@@ -255,7 +255,7 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
         InputError: a dtype not in :data:`CHECK_DTYPES`, a memory budget too small.
     """
     from ..options import check_choice, check_whole
-    from ..verify.formats import default_max_ulps
+    from ..numbers.formats import default_max_ulps
     check_choice(dtype, "dtype", CHECK_DTYPES)
     got = np.asarray(got, dtype=np.float64).reshape(inputs.n_q, inputs.d_v)
     own = engine is None
@@ -305,7 +305,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
             offset (SDPA takes neither), a scale that is 0 or infinite in the
             dtype, a dtype the impl does not run.
     """
-    from ..verify.adapter import Call
+    from ..verify.adapter import FloatCall
     from ..verify.check import check_scale
     from ..verify.impls import ImplRaised, load_impl
     from .inputs import from_floats
@@ -325,7 +325,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     check_scale(policy, dtype)
     inputs = from_floats(query, key, value, policy, name="floats")
     arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
-    call = Call(*arrays, dtype, _call_scale(policy), policy.causal, policy.alignment,
+    call = FloatCall(*arrays, dtype, _call_scale(policy), policy.causal, policy.alignment,
                 None, policy.gqa)
     t0 = time.perf_counter()
     try:

@@ -4,7 +4,7 @@ A row block reads its queries, all keys and all values (or the visible
 ones) from an :class:`ExactInputs`: ``query = q / q_den`` (n_q x d_k),
 ``key = k / k_den`` (n_k x d_k), ``value = v / v_den`` (n_k x d_v), numpy
 arrays of integers (int64 where every entry fits, else Python ints), the
-:class:`~exactattn.call.Policy` of the call and an optional explicit boolean
+:class:`~exactattn.call.policy.Policy` of the call and an optional explicit boolean
 mask.  That is what :mod:`exactattn.bulk` computes from, and what a Dask
 cluster receives once (it is small: O(n d), never O(n^2)).
 
@@ -28,11 +28,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
 
-__all__ = ["FLOAT_DTYPES", "ExactInputs", "float_ints", "from_floats", "from_problem",
+__all__ = ["FLOAT_DTYPES", "ExactInputs", "float_ints", "from_call", "from_floats",
            "from_rationals", "from_trace", "random_floats", "random_inputs"]
 
 #: float dtypes random inputs are drawn in (numpy rounds to them exactly, ties to even)
@@ -167,13 +167,13 @@ def from_trace(trace, *, name: str = "head") -> ExactInputs:
     return from_rationals(trace.queries, trace.keys, trace.values, trace.policy, name=name)
 
 
-def from_problem(problem, policy: Policy | None = None, b: int = 0, h: int = 0) -> ExactInputs:
-    """The (batch b, query head h) call of a verify :class:`~exactattn.verify.Problem`.
+def from_call(problem, b: int = 0, h: int = 0) -> ExactInputs:
+    """The (batch b, query head h) head of an exact :class:`~exactattn.call.Call`.
 
     Raises:
         InputError: an additive mask (row blocks take boolean masks only).
     """
-    policy = policy or Policy()
+    policy = problem.policy
     kv = policy.kv_head(h, problem.shape["H_q"], problem.shape["H_kv"])
     mask = problem.block_mask(b, h)
     keep = None
@@ -191,7 +191,7 @@ def random_floats(n: int, d: int, *, seed: int = 0, dtype: str = "float32",
                   n_keys: int | None = None, d_v: int | None = None) -> tuple:
     """Standard-normal query, key and value rounded to ``dtype``: verify's random inputs.
 
-    The same draws as :func:`exactattn.verify.random_problem` (numpy
+    The same draws as :meth:`exactattn.call.Call.random` (numpy
     ``default_rng(seed)``: query n x d, key n_keys x d, value n_keys x d_v, in
     that order), rounded to the dtype as ``verify`` rounds them (ties to
     even), without its limit on the number of inputs.  Returns three numpy

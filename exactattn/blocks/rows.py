@@ -2,7 +2,7 @@
 
 The unit of work is the block of query rows ``r0 .. r1 - 1`` against the keys
 those rows can see.  Which keys a query sees comes from
-:meth:`Policy.visible_keys <exactattn.call.Policy.visible_keys>` (the one
+:meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>` (the one
 visibility rule) and the inputs' explicit mask; a causal or windowed block
 reads only the span of keys its rows see (:func:`key_span`), so its cost is
 rows x span, not rows x n.  The block's shares and outputs are decided in bulk
@@ -18,7 +18,7 @@ for every block size, and the same as :meth:`Trace.share_decimals
 Memory: about :data:`~exactattn.blocks.memory.BYTES_PER_PAIR` bytes per
 (row, key) pair of the block at its peak, plus the inputs (O(n d)).
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> from exactattn.blocks.inputs import from_rationals
 >>> x = from_rationals([[0], [1]], [[0], [1]], [[1], [0]], Policy(scale="none", causal=True))
 >>> res = certify_block(x, 1, 2, 4)

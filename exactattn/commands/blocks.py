@@ -18,7 +18,7 @@ import csv
 import json
 import sys
 
-from ..call import ALIGNMENTS, EMPTY_ROWS, Policy
+from ..call.policy import ALIGNMENTS, EMPTY_ROWS, Policy
 from ..errors import InputError, shorten
 from ..options import choice, memory, places, whole
 from .modifier_flags import scale_type, window_type
@@ -134,7 +134,7 @@ def _refuse(args) -> None:
 
 def _inputs(args):
     """``(ExactInputs, floats or None, dtype)``: the exact inputs, the float arrays for --check."""
-    from ..blocks import from_floats, from_problem, from_trace, random_floats
+    from ..blocks import from_floats, from_call, from_trace, random_floats
     from ..head import attend
     from ..spec import load, load_problem, parse, read_text
     dtype = args.dtype or "float32"
@@ -169,7 +169,7 @@ def _inputs(args):
         floats = tuple(problem.floats(k).reshape(problem.shape["L" if k == "query" else "S"], -1)
                        for k in ("query", "key", "value"))
         return from_floats(*floats, policy, name=problem.name), floats, dtype
-    return from_problem(problem, policy), None, dtype
+    return from_call(problem.with_policy(policy)), None, dtype
 
 
 def run(args) -> int:

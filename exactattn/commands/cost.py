@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..call import ALIGNMENTS
+from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
 from ..errors import InputError, shorten
 from ..options import choice, whole, whole_list

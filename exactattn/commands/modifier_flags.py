@@ -1,7 +1,7 @@
 """The modifier flags every command shares: sinks, ALiBi, soft-capping, windows, offsets, dropout, RoPE, LSE.
 
 One parser for ``verify``, the table commands and ``blocks``.  Each flag
-sets one field of :class:`~exactattn.call.Policy` (over the spec file's
+sets one field of :class:`~exactattn.call.policy.Policy` (over the spec file's
 policy) and is read exactly: a number is text (``--sink 0``,
 ``--softcap 1/2``), never a binary float.
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..call import MODIFIER_FIELDS, parse_scale
+from ..call.policy import MODIFIER_FIELDS, parse_scale
 from ..errors import InputError, shorten
 from ..lse import LSE_BASES
-from ..modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
+from ..call.modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
                          check_layout, check_softcap, check_theta, exact_number)
 from ..options import choice, whole
 
@@ -74,7 +74,7 @@ def window_type(flag: str = "--window"):
 
 def scale_type(flag: str = "--scale"):
     """An argparse type for a scale (``default``, ``1/8``, ``1/sqrt(48)``, ``none``), checked by
-    :func:`~exactattn.call.parse_scale` and kept as text."""
+    :func:`~exactattn.call.policy.parse_scale` and kept as text."""
     def convert(text: str) -> str:
         try:
             parse_scale(text, name=flag)

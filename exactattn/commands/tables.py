@@ -19,7 +19,7 @@ import dataclasses
 import os
 import sys
 
-from ..call import divisor_text
+from ..call.policy import divisor_text
 from ..errors import InputError, shorten
 from ..options import choice, index_pair, places
 from ..render import ALL_FORMATS, FORMATS, write

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..call import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy
+from ..call.policy import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, choice, memory, whole
 from ..render import FORMATS, plural, render
@@ -203,7 +203,7 @@ def _fit(args, policy: Policy, problem, searching: bool):
             raise InputError(f"{source} reads the mask as {policy.mask_kind}, but {e}; add "
                              f"--mask-kind {problem.mask_kind} to read it as the spec "
                              "does") from None
-    return problem
+    return None if problem is None else problem.with_policy(policy)
 
 
 def _inputs(args):
@@ -217,23 +217,23 @@ def _inputs(args):
         return problem, policy, dtype
     if args.search:
         return None, None, None
-    from ..verify import random_problem
-    from ..verify.limits import check_work
+    from ..call import Call
+    from ..call.limits import check_work
     v = {k: (RANDOM_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k))
          for k in RANDOM_DEFAULTS}
     n_keys = v["n"] if v["n_keys"] is None else v["n_keys"]
     kv_heads = v["heads"] if v["kv_heads"] is None else v["kv_heads"]
     check_work({"B": 1, "H_q": v["heads"], "H_kv": kv_heads, "L": v["n"], "S": n_keys,
                 "E": v["d_k"], "E_v": v["d_k"]}, "the random inputs", _RANDOM_FIX)
-    problem = random_problem(v["n"], v["d_k"], seed=v["seed"], n_keys=v["n_keys"],
-                             heads=v["heads"], kv_heads=v["kv_heads"])
+    problem = Call.random(v["n"], v["d_k"], seed=v["seed"], n_keys=v["n_keys"],
+                          heads=v["heads"], kv_heads=v["kv_heads"])
     return problem, None, None
 
 
 def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     from ..spec import problem_text
     from ..verify import report_sections, search
-    from ..verify.limits import check_search
+    from ..call.limits import check_search
     from ..verify.search import HARD_SCORE
     if len(dtypes) != 1:
         raise InputError(f"--dtype must name one dtype with --search (got {','.join(dtypes)})")
@@ -259,7 +259,7 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     rerun = f"--spec FILE --backward --seed {args.seed or 0}" if args.backward else "--spec FILE"
     sys.stdout.write(f"\nsearch: {plural(res.examples, 'input')}, largest error {label} "
                      f"({shrunk} below; save it and rerun with {rerun})\n")
-    sys.stdout.write(problem_text(res.problem, policy, dtypes[0]) + "\n")
+    sys.stdout.write(problem_text(res.call, dtypes[0]) + "\n")
     return 0 if res.report.passed else 1
 
 
@@ -316,7 +316,7 @@ def run(args) -> int:
         dtypes = [spec_dtype or "float32"]
     if args.search:
         return _run_search(args, impl, policy, dtypes)
-    from ..verify.limits import check_work     # every dtype checked: one run each
+    from ..call.limits import check_work     # every dtype checked: one run each
     if args.spec:
         check_work(problem.shape, f"the problem of {shorten(args.spec)}",
                    "check a smaller problem: fewer tokens, heads or a narrower head",
@@ -324,13 +324,13 @@ def run(args) -> int:
     else:
         check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
     if args.backward:
-        return _run_backward(args, impl, problem, policy, dtypes, notes)
+        return _run_backward(args, impl, problem, dtypes, notes)
     reports = []
     for dt in dtypes:
         from .modifier_flags import lse
-        rep = verify(impl, problem, policy, dt, max_ulps=args.max_ulps, lse=lse(args))
+        rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args))
         if args.flops:
-            rep.flops = flop_counts(problem, rep.policy, dt)
+            rep.flops = flop_counts(problem, dt)
         reports.append(rep)
     sections = report_sections(reports, worst=args.worst, digits=args.digits,
                                timings=args.timings, notes=notes)
@@ -340,11 +340,11 @@ def run(args) -> int:
     return 0 if all(r.passed for r in reports) else 1
 
 
-def _run_backward(args, impl, problem, policy: Policy, dtypes, notes) -> int:
+def _run_backward(args, impl, problem, dtypes, notes) -> int:
     """``verify --backward``: dQ, dK, dV of each dtype against the exact gradients."""
     from ..verify.backward import verify_backward
     from ..verify.report import backward_sections
-    reports = [verify_backward(impl, problem, policy, dt, seed=args.seed or 0,
+    reports = [verify_backward(impl, problem, dt, seed=args.seed or 0,
                                max_ulps=args.max_ulps) for dt in dtypes]
     sections = backward_sections(reports, worst=args.worst, digits=args.digits,
                                  timings=args.timings, notes=notes)

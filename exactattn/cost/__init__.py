@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 
 #: every public name, and the module of the package that holds it
 _EXPORTS = {
-    "ALIGNMENTS": "exactattn.call",
+    "ALIGNMENTS": "exactattn.call.policy",
     "MAX_SIZE": "exactattn.cost.sizes",
     "Setup": "exactattn.cost.sizes",
     "EXTENSION_SYMBOLS": "exactattn.cost.derivation",
@@ -126,7 +126,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers
-    from ..call import ALIGNMENTS
+    from ..call.policy import ALIGNMENTS
     from .audit import Audit, Ledger, Verdict, audit, ledger, verdict
     from .audit_calls import AUDIT_CALLS, AuditCall
     from .audit_report import audit_sections

@@ -4,7 +4,7 @@ Each :class:`AuditCall` says what the torch side builds (an SDPA call, an
 explicit matmul attention, ``nn.MultiheadAttention``, a ``transformers``
 BERT self-attention layer or a GPT-2 attention block, built from small
 configs, nothing downloaded) and gives the derived side its
-:class:`~exactattn.cost.batched.CallShape` (shapes, :class:`~exactattn.call.
+:class:`~exactattn.cost.batched.CallShape` (shapes, :class:`~exactattn.call.policy.
 Policy`, explicit mask, projections).  The band mask of the windowed call
 and GPT-2's causal mask are made from the same ``Policy.keep`` rows the
 derived side reads.  Pure data: no torch here.
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError
-from ..masks import Mask
+from ..call.masks import Mask
 from ..options import check_choice
 from .batched import CallShape
 

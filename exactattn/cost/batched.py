@@ -4,11 +4,11 @@ An attention call as a library takes it (``torch.nn.functional.
 scaled_dot_product_attention``): query ``(*batch_q, H_q, L, E)``, key
 ``(*batch_kv, H_kv, S, E)``, value ``(*batch_kv, H_kv, S, E_v)``.  The batch
 dimensions broadcast (a dimension of 1 is repeated, NumPy's rule); query head
-h reads key/value head :meth:`Policy.kv_head <exactattn.call.Policy.kv_head>`
+h reads key/value head :meth:`Policy.kv_head <exactattn.call.policy.Policy.kv_head>`
 (GQA groups of H_q / H_kv); which keys a query sees is
-:meth:`Policy.visible_keys <exactattn.call.Policy.visible_keys>` narrowed by an
-explicit :class:`~exactattn.masks.Mask` (:meth:`Policy.keep
-<exactattn.call.Policy.keep>`), the same for every batch entry and head.
+:meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>` narrowed by an
+explicit :class:`~exactattn.call.masks.Mask` (:meth:`Policy.keep
+<exactattn.call.policy.Policy.keep>`), the same for every batch entry and head.
 
 Two routes, which must agree:
 
@@ -43,9 +43,9 @@ from operator import mul
 import numpy as np
 import sympy
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError, ShapeError
-from ..masks import Mask
+from ..call.masks import Mask
 from .derivation import EXTENSION_SYMBOLS, SYMBOLS, LoopNest, loop_nests
 from .sizes import size
 
@@ -95,7 +95,7 @@ class CallShape:
     Shapes: ``query`` ``(*batch_q, H_q, L, E)``, ``key`` ``(*batch_kv, H_kv, S,
     E)``, ``value`` ``(*batch_kv, H_kv, S, E_v)`` (a 2-dimensional operand is
     one head, no batch).  ``policy`` holds causal, alignment and the GQA map;
-    ``mask`` an explicit L x S :class:`~exactattn.masks.Mask` shared by every
+    ``mask`` an explicit L x S :class:`~exactattn.call.masks.Mask` shared by every
     batch entry and head.  ``d_model`` (optional) adds the projections of a
     layer (tokens of d_model numbers into H_q heads of E and H_kv heads of E
     and E_v), and ``out_projection`` its W_O (H_q E_v -> d_model).

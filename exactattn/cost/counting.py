@@ -3,7 +3,7 @@
 A counted run calls exactly what :func:`exactattn.head.attend` calls for the
 pencil engine: :func:`~exactattn.kernels.common_denominator`,
 :func:`~exactattn.kernels.project`, :func:`~exactattn.kernels.score` over the
-keys :meth:`Policy.visible_keys <exactattn.call.Policy.visible_keys>` returns,
+keys :meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>` returns,
 :func:`~exactattn.head.softmax_rows` and :func:`~exactattn.head.mix_rows`.
 The counters go up by one inside the innermost loops, at every multiply-add
 that really runs; nothing is computed from a formula.  No sympy here.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError
 from ..exact import to_matrix
 from ..head import Head, score_and_mix

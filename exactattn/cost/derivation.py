@@ -119,7 +119,7 @@ def _regimes(setup: Setup) -> tuple[str, ...]:
 def _score_pieces(setup: Setup, regime: str, M) -> list[tuple]:
     """``(first query, last query, last visible key)`` ranges of the score and mix nests.
 
-    The symbolic form of :meth:`Policy.visible_keys <exactattn.call.Policy.visible_keys>`
+    The symbolic form of :meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>`
     (which runs on ints): query i sees keys 0 .. i + shift, shift 0 (top_left)
     or m - n (bottom_right), clipped to 0 .. m - 1; tests compare the two at
     every small size.

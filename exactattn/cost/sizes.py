@@ -2,7 +2,7 @@
 
 Every route of the cost package (derived, counted, solved) reads one
 :class:`Setup`.  Which keys a query sees comes from its
-:class:`~exactattn.call.Policy` (``setup.policy.visible_keys``), the one
+:class:`~exactattn.call.policy.Policy` (``setup.policy.visible_keys``), the one
 visibility rule of the package.  No sympy here: a counted run never loads it.
 
 >>> s = Setup.make(causal=True, alignment="bottom_right", keys=6, symbolic=False)
@@ -20,7 +20,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from ..call import ALIGNMENTS, Policy
+from ..call.policy import ALIGNMENTS, Policy
 from ..errors import InputError
 from ..options import check_whole
 
@@ -63,7 +63,7 @@ def size_or_expr(value: Any, name: str):
 
 
 def policy_of(causal: Any, alignment: Any) -> Policy:
-    """The call's :class:`~exactattn.call.Policy` (its one check of ``causal`` and
+    """The call's :class:`~exactattn.call.policy.Policy` (its one check of ``causal`` and
     ``alignment``), with the fix for the retired spelling ``top-left``."""
     try:
         return Policy(causal=causal, alignment=alignment)

@@ -21,7 +21,7 @@ rounding ends (:class:`~exactattn.gradients.values.GradValue`).
 * :mod:`~exactattn.gradients.checks`: the exact properties of a call's gradients;
 * :mod:`~exactattn.gradients.weights`: :func:`head_gradients`, :class:`HeadGradients`.
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> g = gradients([[0], [0]], [[1], [2]], [[1], [3]], [[1], [1]], Policy(scale="none"))
 >>> g.dV[0][0].rational(), g.dQ[0][0].rational()      # equal scores: rational gradients
 (Fraction(1, 1), Fraction(1, 2))

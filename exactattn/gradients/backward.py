@@ -29,7 +29,7 @@ float64 enclosures (:mod:`~exactattn.gradients.floats`) for a plain call,
 else from ``arb_mat`` products; only the entries an enclosure leaves undecided
 take the exact per-entry path.
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> from exactattn.gradients import gradients
 >>> g = gradients([[0], [1]], [[0], [1]], [[1], [3]], [[1], [1]], Policy(scale="none"))
 >>> g.decimals("dV", 4), g.dQ[0][0].rational()

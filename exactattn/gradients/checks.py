@@ -25,7 +25,7 @@ finite difference, certified by interval arithmetic:
 :func:`softmax_backward` and :func:`softmax_jacobian` are the rules the checks
 state, written for any numbers (sympy expressions included), for the proofs.
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> from exactattn.gradients import gradients
 >>> g = gradients([[1], [2]], [[1], [0]], [[1], [3]], [[2], [1]], Policy(scale="none"))
 >>> check_rows_sum_to_zero(g).holds, check_key_bias(g).holds

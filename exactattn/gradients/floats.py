@@ -27,7 +27,7 @@ Used for calls without offsets, sink or dropout whose inputs fit int64 over a
 common denominator (what :func:`~exactattn.bulk.block_bounds` takes);
 :func:`enclose` returns None for any other call and the ``arb`` path runs.
 
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> from exactattn.gradients import gradients
 >>> g = gradients([[0], [1]], [[0], [1]], [[1], [3]], [[1], [1]], Policy(scale="none"))
 >>> mid, rad = enclose(g)["dV"]

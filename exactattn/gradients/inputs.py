@@ -1,11 +1,11 @@
 """From the one call model to a block of exact gradients: visibility, offsets, sink, dropout.
 
-:func:`block_inputs` reads a :class:`~exactattn.call.Policy` (and an explicit
-:class:`~exactattn.call.Mask`, and a dropout keep-mask) into what
+:func:`block_inputs` reads a :class:`~exactattn.call.policy.Policy` (and an explicit
+:class:`~exactattn.call.policy.Mask`, and a dropout keep-mask) into what
 :class:`~exactattn.gradients.backward.Gradients` takes: which keys each query
 sees (``Policy.keep``: causal rule, windows, query offset), the offsets added
 to the scaled scores (an additive mask's rationals plus the ALiBi bias
-``slope * distance``, :meth:`Alibi.bias <exactattn.modifiers.Alibi.bias>`:
+``slope * distance``, :meth:`Alibi.bias <exactattn.call.modifiers.Alibi.bias>`:
 a rational, or an exact algebraic :class:`~exactattn.reals.Surd` for slopes
 such as ``2^(-1/2)``), the sink logit, and the dropout factors ``keep / (1 -
 p)`` (:func:`exactattn.logits.dropout_factors`).
@@ -17,8 +17,8 @@ Soft-capping and RoPE are refused with one line: their logits are
 transcendental functions of the scores (tanh, cos/sin), outside the rational
 functions of a few exponentials that make every test here exact.
 
->>> from exactattn.call import Policy
->>> from exactattn.modifiers import Alibi
+>>> from exactattn.call.policy import Policy
+>>> from exactattn.call.modifiers import Alibi
 >>> b = block_inputs(Policy(scale="none", alibi=Alibi(2), query_offset=1), 1, 2)
 >>> b["offsets"], b["sink"]
 ([[Fraction(-1, 16), Fraction(0, 1)]], None)
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
 from ..exact import to_matrix
 from .backward import Gradients
@@ -107,7 +107,7 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
 
     Shapes: queries L x E, keys S x E, values S x E_v, d_out L x E_v (any
     exact numbers :func:`~exactattn.exact.to_matrix` reads); ``mask`` an
-    L x S :class:`~exactattn.call.Mask` (an additive one adds its offsets);
+    L x S :class:`~exactattn.call.policy.Mask` (an additive one adds its offsets);
     ``dropout_keep`` L x S booleans (True = kept) with ``policy.dropout``.
     ``policy`` gives the scale, the causal rule and windows, the empty-row
     answer, the sink, ALiBi (with ``policy.head``) and dropout.
@@ -125,7 +125,7 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
     >>> s.dsink.text(), s.dsink.decimal(4)                 # -P_sink D = -(1/2)(1/2)
     ('-1/4', '-0.2500')
     """
-    from ..masks import Mask
+    from ..call.masks import Mask
     if policy is not None and not isinstance(policy, Policy):
         raise InputError(f"policy must be a Policy or None (got {shorten(repr(policy))}); "
                          "e.g. Policy(scale='none', causal=True)")

@@ -49,7 +49,7 @@ import math
 from fractions import Fraction
 from typing import Sequence
 
-from ..call import EMPTY_ROWS
+from ..call.policy import EMPTY_ROWS
 from ..digits import working_precision
 from ..exact import rational_sqrt
 from ..exponents import fmpq_of

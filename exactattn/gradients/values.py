@@ -67,7 +67,7 @@ class GradValue:
     coefficients, ``scaled`` says whether the value carries the irrational
     scale ``1/sqrt(D)``.  Values are immutable and compare like ``Fraction``.
 
-    >>> from exactattn.call import Policy
+    >>> from exactattn.call.policy import Policy
     >>> from exactattn.gradients import gradients
     >>> g = gradients([[1]], [[0], [1]], [[0], [1]], [[1]], Policy(scale="none"))
     >>> v = g.dV[1][0]                       # e/(1 + e)

@@ -27,7 +27,7 @@ are not there, a model without probabilities asked for them).
 
 Reference: multi-head attention, Vaswani et al. 2017, sec. 3.2.2; the ULP
 counts and the budget are verify's (:mod:`exactattn.verify.compare`,
-:func:`~exactattn.verify.formats.default_max_ulps`).  The budget is a reading
+:func:`~exactattn.numbers.formats.default_max_ulps`).  The budget is a reading
 aid for one attention call on given queries, keys and values: here the
 model's float32 projections (dot products of length d_model) add their own
 error, so head outputs may go over it.
@@ -47,8 +47,8 @@ from ..head import attend
 from ..kernels import common_denominator
 from ..layer import LayerValue, out_project
 from ..verify.compare import judge
-from ..verify.formats import default_max_ulps, float_format, round_ball
-from ..verify.problem import Problem
+from ..numbers.formats import default_max_ulps, float_format, round_ball
+from ..call.inputs import Call
 from ..verify.reference import Reference
 from .weights import exact_matrix
 
@@ -181,10 +181,8 @@ def _exact_heads(layer, x) -> Reference:
     """The layer's heads run exactly (fast engine) and read into the one exact reference."""
     traces = [attend(h, x, engine="fast") for h in layer.heads]
     first = [layer.kv_of.index(g) for g in range(layer.n_kv_heads)]
-    problem = Problem.from_arrays([[t.queries for t in traces]],
-                                  [[traces[a].keys for a in first]],
-                                  [[traces[a].values for a in first]], name="layer")
-    return Reference(problem, layer.policy)
+    return Reference(Call([[t.queries for t in traces]], [[traces[a].keys for a in first]],
+                          [[traces[a].values for a in first]], policy=layer.policy, name="layer"))
 
 
 def _probs(ref: Reference, h: int, probs, fmt, budget: int, places: int, keep: bool) -> Worst:

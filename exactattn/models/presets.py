@@ -25,7 +25,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
 from ..layer import Layer
 from .weights import Tensors, exact_matrix, exact_row, names_hint

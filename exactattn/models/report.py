@@ -12,7 +12,7 @@ import math
 from typing import Sequence
 
 from ..render import Section, plural, printable
-from ..verify.formats import shortest_repr
+from ..numbers.formats import shortest_repr
 from .check import DTYPE, LayerCheck, Worst
 
 __all__ = ["check_sections", "scientific", "worst_data"]

@@ -36,7 +36,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError, shorten
 from ..examples import Token
 from ..layer import Layer

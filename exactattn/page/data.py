@@ -11,7 +11,7 @@ counted by running a head of the same sizes through the pencil engine's loops
 where that takes about a second (n = 1,000 at d = 2), derived from the loop
 nests above, the formula checked equal to the count; the number of scores in
 the n x n table is the number of visible pairs :meth:`Policy.pairs
-<exactattn.call.Policy.pairs>` counts.
+<exactattn.call.policy.Policy.pairs>` counts.
 
 Everything here is text (certified decimals, exact rationals, whole numbers
 with thousands separators) or exact rationals kept for the picture
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
 
-from ..call import divisor_text
+from ..call.policy import divisor_text
 from ..cells import divisor_words, exact_text, value_cell, with_decimal
 from ..digits import check_places, round_fraction
 from ..errors import InputError, shorten

@@ -8,8 +8,8 @@ that broke it.  :mod:`exactattn.strategies` draws the inputs, so the same
 generators property-test exactattn and a user's own kernel.
 
 An input (:class:`AttentionInput`) is one call of the call model
-(:mod:`exactattn.call`): queries, keys, values, an explicit
-:class:`~exactattn.call.Mask` and a :class:`~exactattn.call.Policy` (the
+(:mod:`exactattn.call.policy`): queries, keys, values, an explicit
+:class:`~exactattn.call.policy.Mask` and a :class:`~exactattn.call.policy.Policy` (the
 scale, the causal rule and its alignment, the empty-row answer).
 
 The attention-function interface
@@ -34,7 +34,7 @@ function with the defaults:
   (``"additive"``).  The causal rule arrives folded into the mask, in that
   form.  The result may be anything ``numpy.asarray`` reads, or a tensor.
 * exact functions (``exact=True``) get lists of ``Fraction``, ``scale`` as a
-  ``Fraction`` or a sympy ``1/sqrt(q)``, the :class:`~exactattn.call.Mask`
+  ``Fraction`` or a sympy ``1/sqrt(q)``, the :class:`~exactattn.call.policy.Mask`
   itself, and must return ``Fraction`` or
   :class:`~exactattn.softmax.ExpRatio` entries.  :func:`reference` (the
   softmax of :mod:`exactattn.softmax`) and :func:`attend_as_function`
@@ -99,7 +99,7 @@ exactattn.properties.PropertyFailure: property failed: every row of shares sums 
   row 1: shares [1.0, 2.718281828459045] sum to 3.718281828459045, want 1
 """
 
-from ..call import MASK_KINDS, Mask, Policy
+from ..call.policy import MASK_KINDS, Mask, Policy
 from .checks import (check_all, check_causal_first_output, check_identical_queries,
                      check_matches_reference, check_outputs_within_values,
                      check_rows_sum_below_one, check_rows_sum_to_one, check_share_support)

@@ -89,7 +89,7 @@ def check_rows_sum_below_one(impl, inp: AttentionInput) -> None:
         InputError: an input without a sink.
         PropertyFailure: a row whose shares sum to anything else (or to 1 or more).
 
-    >>> from exactattn.call import Policy
+    >>> from exactattn.call.policy import Policy
     >>> from exactattn.properties import reference
     >>> check_rows_sum_below_one(reference, AttentionInput([[1]], [[1], [0]], [[3], [1]],
     ...                                                    policy=Policy(scale=1, sink=0)))
@@ -147,7 +147,7 @@ def check_share_support(impl, inp: AttentionInput) -> None:
     Raises:
         PropertyFailure: a visible share that is not > 0, or a masked one that is not 0.
 
-    >>> from exactattn.call import Mask
+    >>> from exactattn.call.policy import Mask
     >>> from exactattn.properties import reference
     >>> keep = Mask("bool_keep", [[True, False]])
     >>> check_share_support(reference, AttentionInput([[1]], [[1], [1]], [[0], [0]], keep))
@@ -268,7 +268,7 @@ def check_causal_first_output(impl, inp: AttentionInput) -> None:
             (``top_left``, or ``bottom_right`` with as many keys as queries).
         PropertyFailure: ``outputs[0] != values[0]``.
 
-    >>> from exactattn.call import Policy
+    >>> from exactattn.call.policy import Policy
     >>> from exactattn.properties import attend_as_function, reference
     >>> check_causal_first_output(attend_as_function,
     ...     AttentionInput([[1], [2]], [[3], [4]], [[5], [6]], policy=Policy(causal=True)))
@@ -322,7 +322,7 @@ def check_all(fn, inp: AttentionInput) -> list[str]:
     Raises:
         PropertyFailure: the first property that fails, with its report.
 
-    >>> from exactattn.call import Policy
+    >>> from exactattn.call.policy import Policy
     >>> from exactattn.properties import reference
     >>> capped = AttentionInput([[1], [2]], [[1], [0]], [[3], [1]], policy=Policy(softcap="1"))
     >>> "shift invariance" in check_all(reference, capped)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from ..call import divisor_text
+from ..call.policy import divisor_text
 from ..errors import InputError, ShapeError
 from ..head import Head, attend
 from ..online import all_splits, online_softmax
@@ -148,7 +148,7 @@ def check_masked_entries_absent(inp: AttentionInput) -> int:
         PropertyFailure: a hidden key's or value's symbol in an output.
         InputError, ShapeError: a mask or shape ``attend`` does not support.
 
-    >>> from exactattn.call import Policy
+    >>> from exactattn.call.policy import Policy
     >>> check_masked_entries_absent(AttentionInput([[1], [2]], [[0], [0]], [[0], [0]],
     ...                                            policy=Policy(causal=True)))
     1

@@ -2,16 +2,16 @@
 
 ``fn(queries, keys, values, *, mask=None, scale=None) -> outputs``.  A float
 function is called by :class:`~exactattn.verify.adapter.FunctionImpl` in its
-``mask`` convention on the :class:`~exactattn.verify.adapter.Call` of the
+``mask`` convention on the :class:`~exactattn.verify.adapter.FloatCall` of the
 input (:func:`~exactattn.verify.adapter.make_call` of
-:attr:`AttentionInput.problem <exactattn.properties.AttentionInput.problem>`
+:attr:`AttentionInput.call <exactattn.properties.AttentionInput.call>`
 under the input's policy): numpy arrays of the dtype, the mask (the explicit
 one with the causal rule folded in) in the form asked for, the policy's
 scale (None for the default 1/sqrt(d_k)).  Its answer keeps the dtype it came
 back in, which sets the tolerance (:func:`~exactattn.verify.compare.tolerance_for`).
 
 An exact function (``exact=True``) gets lists of ``Fraction``, the scale as a
-``Fraction`` or a sympy ``1/sqrt(D)``, the :class:`~exactattn.call.Mask`
+``Fraction`` or a sympy ``1/sqrt(D)``, the :class:`~exactattn.call.policy.Mask`
 itself, and returns ``Fraction`` or :class:`~exactattn.softmax.ExpRatio`
 entries.  Whatever either kind raises becomes
 :class:`~exactattn.verify.adapter.ImplRaised`, which a check reports as its
@@ -25,7 +25,7 @@ import inspect
 from fractions import Fraction
 from typing import Callable
 
-from ..call import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS
+from ..call.policy import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS
 from ..errors import InputError
 from ..exact import rational_sqrt
 from ..options import check_choice
@@ -76,7 +76,7 @@ class Implementation:
         convert: applied to every array argument (e.g. ``torch.from_numpy``).
         mask_as: how the mask is passed: ``bool_keep`` (default for float
             functions), ``bool_drop``, ``additive`` or ``mask`` (the
-            :class:`~exactattn.call.Mask` itself; default for exact functions).
+            :class:`~exactattn.call.policy.Mask` itself; default for exact functions).
         empty_row: what the function gives a query that sees no key
             (``zero``, ``uniform``, ``nan``); None (default): the input
             policy's ``empty_row``.
@@ -148,7 +148,7 @@ class Implementation:
         return 1 / sympy.sqrt(sympy.Rational(D.numerator, D.denominator))
 
     def __call__(self, inp) -> Result:
-        """Call the function on ``inp`` and read its outputs (n_q x d_v).
+        """FloatCall the function on ``inp`` and read its outputs (n_q x d_v).
 
         Raises:
             ImplRaised: the function raised.
@@ -156,7 +156,7 @@ class Implementation:
         """
         if self.exact:
             return self._exact(inp)
-        answer = self.function.answer(make_call(inp.problem, inp.policy, self.dtype))
+        answer = self.function.answer(make_call(inp.call, self.dtype))
         if answer.values.shape != (inp.n_queries, inp.d_v):
             self._wrong_shape(inp, f"shape {tuple(answer.values.shape)}")
         return Result(answer.values.tolist(), False,

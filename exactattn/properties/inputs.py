@@ -1,13 +1,13 @@
 """One input to an attention function: queries, keys, values, an explicit mask and a policy.
 
 Which keys a query sees comes from the call model alone:
-:meth:`~exactattn.call.Policy.visible_keys` (the causal rule and its
+:meth:`~exactattn.call.policy.Policy.visible_keys` (the causal rule and its
 alignment, a window, a query offset) narrowed by the explicit
-:class:`~exactattn.call.Mask`'s ``keeps``.  The scale is the policy's (stored
+:class:`~exactattn.call.policy.Mask`'s ``keeps``.  The scale is the policy's (stored
 by the divisor squared ``D``); soft-cap, sink, ALiBi, RoPE and dropout are
 the policy's too, with the dropout keep-mask as data (``dropout_keep``).
 Keys and values may hold ``inf``/``nan`` where no query sees them (checked by
-:meth:`Problem.check_nonfinite <exactattn.verify.Problem.check_nonfinite>`,
+:meth:`Call.check_nonfinite <exactattn.call.Call.check_nonfinite>`,
 the one check).
 """
 
@@ -18,11 +18,11 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
-from ..call import DEFAULT_SCALE, Mask, Policy
+from ..call.policy import DEFAULT_SCALE, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..exact import is_symbolic, to_matrix
 from ..head import attend
-from ..verify.problem import Problem, nonfinite_value
+from ..call.inputs import Call, nonfinite_value
 from .report import input_text
 
 __all__ = ["AttentionInput", "input_from_head"]
@@ -75,7 +75,7 @@ class AttentionInput:
     ``mask`` n_q x n_k (or None: no explicit mask), ``dropout_keep`` n_q x
     n_k booleans (True = kept; with ``policy.dropout``) or None.
 
-    ``policy`` (:class:`~exactattn.call.Policy`) holds the scale (by the
+    ``policy`` (:class:`~exactattn.call.policy.Policy`) holds the scale (by the
     divisor squared ``D``; ``"default"`` is ``D = d_k``, None no scaling),
     the causal rule and its alignment, and what a row that sees no key gets
     (``empty_row``).  Query i sees key j when the policy's
@@ -117,7 +117,7 @@ class AttentionInput:
         object.__setattr__(self, "values", v)
         if self.mask is not None:
             if not isinstance(self.mask, Mask):
-                raise InputError(f"mask must be an exactattn.call.Mask or None "
+                raise InputError(f"mask must be an exactattn.call.policy.Mask or None "
                                  f"(got {shorten(repr(self.mask))})")
             if (self.mask.n_queries, self.mask.n_keys) != (len(q), len(k)):
                 raise ShapeError(f"mask must be {len(q)} x {len(k)} (got "
@@ -125,7 +125,7 @@ class AttentionInput:
         if self.policy is None:
             object.__setattr__(self, "policy", Policy())
         elif not isinstance(self.policy, Policy):
-            raise InputError(f"policy must be an exactattn.call.Policy or None "
+            raise InputError(f"policy must be an exactattn.call.policy.Policy or None "
                              f"(got {shorten(repr(self.policy))})")
         if self.dropout_keep is not None:
             keep = [list(r) for r in self.dropout_keep]
@@ -172,25 +172,23 @@ class AttentionInput:
         return self.policy.fold(self.mask, self.n_queries, self.n_keys)
 
     @cached_property
-    def problem(self) -> Problem:
-        """The input as a one-head :class:`~exactattn.verify.Problem` (L x E, the explicit mask with it).
-
-        What the exact reference (:class:`~exactattn.verify.Reference`) and the
-        adapter (:func:`~exactattn.verify.adapter.make_call`) read, with ``policy``.
+    def call(self) -> Call:
+        """The input as a one-head :class:`~exactattn.call.Call` (L x E, the explicit mask and the
+        policy with it): what the exact reference (:class:`~exactattn.verify.Reference`) and the
+        adapter (:func:`~exactattn.verify.adapter.make_call`) read.
         """
         mask = self.mask
-        return Problem.from_arrays(self.queries, self.keys, self.values,
-                                   None if mask is None else mask.rows,
-                                   mask_kind="bool_keep" if mask is None else mask.kind,
-                                   name="attention input", dropout_keep=self.dropout_keep,
-                                   labels=("queries", "keys", "values"))
+        return Call(self.queries, self.keys, self.values, None if mask is None else mask.rows,
+                    policy=self.policy, mask_kind=None if mask is None else mask.kind,
+                    name="attention input", dropout_keep=self.dropout_keep,
+                    labels=("queries", "keys", "values"))
 
     @property
-    def reference_problem(self) -> Problem:
-        """:attr:`problem`, checked under the policy (non-finite entries hidden; dropout and its mask together)."""
+    def reference_problem(self) -> Call:
+        """:attr:`call`, checked (non-finite entries hidden; dropout and its mask together)."""
         from ..logits import dropout_factors
-        p = self.problem
-        p.check_nonfinite(self.policy)
+        p = self.call
+        p.check_nonfinite()
         if (self.policy.dropout is None) != (self.dropout_keep is None):
             dropout_factors(self.policy.dropout, self.dropout_keep and [True])
         return p

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..errors import InputError, ShapeError
 from ..exact import to_exact
-from ..verify.problem import empty_rows, keys_read
+from ..call.inputs import empty_rows, keys_read
 from .compare import column_scales, plus, same
 from .implementation import Result, property_check
 from .inputs import AttentionInput
@@ -242,7 +242,7 @@ def check_masked_nonfinite_ignored(impl, inp: AttentionInput) -> int:
     Raises:
         PropertyFailure: an output that moved.
 
-    >>> from exactattn.call import Mask
+    >>> from exactattn.call.policy import Mask
     >>> from exactattn.properties import reference
     >>> check_masked_nonfinite_ignored(reference, AttentionInput([[0]], [[0], [0]], [[1], [2]],
     ...                                                          Mask("bool_keep", [[True, False]])))

@@ -2,8 +2,8 @@
 
 The exact values of an :class:`~exactattn.properties.AttentionInput` are
 those of :class:`exactattn.verify.Reference` (the one exact reference) for
-its one-head problem (:attr:`AttentionInput.problem
-<exactattn.properties.AttentionInput.problem>`) under its policy: one
+its one-head problem (:attr:`AttentionInput.call
+<exactattn.properties.AttentionInput.call>`) under its policy: one
 :class:`~exactattn.softmax.SoftmaxRow` per query, the mask's additive offsets
 included.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from ..call import DEFAULT_SCALE, Mask, Policy, divisor_text, parse_scale
+from ..call.policy import DEFAULT_SCALE, Mask, Policy, divisor_text, parse_scale
 from ..errors import InputError, ShapeError
 from ..exact import to_matrix
 from ..head import Head, attend
@@ -33,7 +33,7 @@ def policy_scale(scale: Any) -> Fraction | None | str:
     """The interface's ``scale`` (what the scores are multiplied by) as a policy's scale.
 
     None (the default 1/sqrt(d_k)) is ``"default"``; anything else is read by
-    :func:`~exactattn.call.parse_scale` into the divisor squared ``D``.
+    :func:`~exactattn.call.policy.parse_scale` into the divisor squared ``D``.
     """
     return DEFAULT_SCALE if scale is None else parse_scale(scale)
 
@@ -41,7 +41,7 @@ def policy_scale(scale: Any) -> Fraction | None | str:
 def exact_reference(inp: AttentionInput, empty_row: str | None = None) -> Reference:
     """The :class:`~exactattn.verify.Reference` of ``inp`` (``empty_row`` default: the policy's)."""
     policy = inp.policy if empty_row is None else inp.policy.replace(empty_row=empty_row)
-    return Reference(inp.problem, policy)
+    return Reference(inp.call.with_policy(policy))
 
 
 def exact_outputs(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
@@ -67,12 +67,12 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
     Shapes: queries n_q x d_k, keys n_k x d_k, values n_k x d_v -> n_q x d_v.
 
     Args:
-        mask: an explicit :class:`~exactattn.call.Mask` or None.
+        mask: an explicit :class:`~exactattn.call.policy.Mask` or None.
         scale: None (1/sqrt(d_k)), a positive exact number, ``"1/sqrt(q)"``
             or a sympy ``1/sqrt(q)``.
-        causal, alignment: the causal rule (:class:`~exactattn.call.Policy`).
+        causal, alignment: the causal rule (:class:`~exactattn.call.policy.Policy`).
         empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``).
-        policy: a whole :class:`~exactattn.call.Policy` with modifiers (soft-cap,
+        policy: a whole :class:`~exactattn.call.policy.Policy` with modifiers (soft-cap,
             sink, ALiBi, RoPE, window, dropout): replaces ``causal``,
             ``alignment`` and ``empty_row`` (``scale`` still applies).
         dropout_keep: n_q x n_k booleans (True = kept) with ``policy.dropout``.
@@ -82,7 +82,7 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
 
     Raises:
         ShapeError, InputError: as :class:`~exactattn.properties.AttentionInput`
-        and :class:`~exactattn.call.Policy`; FloatInputError: a binary float scale.
+        and :class:`~exactattn.call.policy.Policy`; FloatInputError: a binary float scale.
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
 
@@ -126,7 +126,7 @@ def _causal_mask(mask: Mask | None, n: int) -> bool:
     if mask is None:
         return False
     if not isinstance(mask, Mask):
-        raise InputError(f"mask must be an exactattn.call.Mask or None (got {mask!r})")
+        raise InputError(f"mask must be an exactattn.call.policy.Mask or None (got {mask!r})")
     if not mask.has_offsets:
         keep = mask.as_form("bool_keep")
         if all(all(r) for r in keep):

@@ -14,7 +14,7 @@ import dataclasses
 from fractions import Fraction
 from typing import Sequence
 
-from ..call import DEFAULT_SCALE, Policy
+from ..call.policy import DEFAULT_SCALE, Policy
 from ..softmax import ExpRatio
 
 __all__ = ["PropertyFailure", "entry_text", "fail", "failure", "head_fail", "input_text", "matrix_text",
@@ -51,7 +51,7 @@ def policy_text(policy: Policy) -> str:
     The scale as text (``scale='1/8'``), exact numbers as text (``sink='1/2'``,
     after the other fields), every other field as its ``repr``.
 
-    >>> from exactattn.call import Alibi
+    >>> from exactattn.call.policy import Alibi
     >>> policy_text(Policy(scale="1/8", causal=True, sink="1/2", alibi=Alibi(8), head=3))
     "Policy(scale='1/8', causal=True, alibi=Alibi(heads=8, form='relative'), head=3, sink='1/2')"
     """

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError
 
 __all__ = ["MODIFIERS", "OPT_IN", "PROPERTIES", "Rule", "active", "holds"]

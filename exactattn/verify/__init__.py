@@ -4,16 +4,15 @@ One attention call ``outputs = softmax(scale * query @ key^T + mask) @ value``
 (Vaswani et al. 2017, sec. 3.2.1; PyTorch ``scaled_dot_product_attention``
 shapes: query B x H_q x L x E, key B x H_kv x S x E, value B x H_kv x S x E_v)
 is run twice: once by the implementation under test in its float dtype, once
-exactly here, under a :class:`~exactattn.call.Policy` (scale, causal
+exactly here, under a :class:`~exactattn.call.policy.Policy` (scale, causal
 alignment, empty rows, mask kind, GQA map).  The report gives, for every
 output, the exact value (certified), the implementation's value, the error in
 ULPs of the output dtype and the relative error.
 
 The modules, in the order data flows through them:
 
-* :mod:`~exactattn.verify.formats`: float formats, rounding exact values into
+* :mod:`~exactattn.numbers.formats`: float formats, rounding exact values into
   them (:func:`round_to_format`), ULP distances, text forms;
-* :mod:`~exactattn.verify.problem`: :class:`Problem`, the exact inputs;
 * :mod:`~exactattn.verify.reference`: :class:`Reference`, the exact answer
   (every modifier of the call model through :func:`exactattn.logits.softmax_row`);
 * :mod:`~exactattn.verify.enclose`: whole-head ``arb`` enclosures of the outputs
@@ -23,7 +22,7 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.verify.search`: :func:`search`, the worst input, shrunk;
 * :mod:`~exactattn.verify.split`: :func:`check_split_merge`, a split-KV
   kernel's per-block (output, LSE) pairs and their merge;
-* :mod:`~exactattn.verify.limits`: how much one check or search may read, hold
+* :mod:`~exactattn.call.limits`: how much one check or search may read, hold
   and take, estimated before it starts (one place for every limit);
 * :mod:`~exactattn.verify.report`: :func:`report_sections`, the tables.
 
@@ -36,26 +35,25 @@ floats of the dtype are rounded to it first, and the report says how many
 were.  Scores are exact rationals; shares and outputs are exact closed forms;
 each is rounded to the dtype correctly (Ziv 1991; IEEE 754-2019 sec. 4.3.1).
 
->>> p = Problem.from_arrays([[0], [0]], [[0], [0]], [[1], [3]])
+>>> from exactattn.call import Call
+>>> p = Call([[0], [0]], [[0], [0]], [[1], [3]])
 >>> report = verify("numpy", p, dtype="float64")
 >>> [e.exact.decimal(4) for e in report.entries], report.passed
 (['2.0000', '2.0000'], True)
 """
 
 from .check import Entry, Report, verify
-from .formats import (DTYPES, FORMATS, FloatFormat, certified_scientific, default_max_ulps,
+from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, certified_scientific, default_max_ulps,
                       float_format, round_to_format, shortest_repr, ulp_index, ulps_between)
-from .impls import (Call, FunctionImpl, Impl, ImplRaised, NumpyImpl, TorchImpl, flop_counts,
+from .impls import (FloatCall, FunctionImpl, Impl, ImplRaised, NumpyImpl, TorchImpl, flop_counts,
                     load_impl)
-from .problem import Problem, random_problem
 from .reference import Reference
 from .report import report_sections
 from .search import SearchResult, search
 from .split import check_split_merge
 
-__all__ = ["Call", "DTYPES", "Entry", "FORMATS", "FloatFormat", "FunctionImpl", "Impl",
-           "ImplRaised", "NumpyImpl", "Problem", "Reference", "Report", "SearchResult",
-           "TorchImpl", "certified_scientific", "check_split_merge", "default_max_ulps",
-           "flop_counts",
-           "float_format", "load_impl", "random_problem", "report_sections", "round_to_format",
-           "search", "shortest_repr", "ulp_index", "ulps_between", "verify"]
+__all__ = ["DTYPES", "Entry", "FORMATS", "FloatCall", "FloatFormat", "FunctionImpl", "Impl",
+           "ImplRaised", "NumpyImpl", "Reference", "Report", "SearchResult", "TorchImpl",
+           "certified_scientific", "check_split_merge", "default_max_ulps", "float_format",
+           "flop_counts", "load_impl", "report_sections", "round_to_format", "search",
+           "shortest_repr", "ulp_index", "ulps_between", "verify"]

@@ -1,11 +1,11 @@
 """The one adapter for an attention function under test: the call it gets, how it is called, how its answer is read.
 
 Every float implementation, ``exactattn verify``'s and the property checks',
-is called with one :class:`Call` (the arguments of PyTorch's
+is called with one :class:`FloatCall` (the arguments of PyTorch's
 ``scaled_dot_product_attention`` as float64 numpy arrays holding floats of the
 checked dtype, plus the policy's ``alignment`` and ``gqa`` map);
 :func:`make_call` builds it from a :class:`~exactattn.verify.Problem` and a
-:class:`~exactattn.call.Policy`.
+:class:`~exactattn.call.policy.Policy`.
 
 :class:`FunctionImpl` calls any function in one of two conventions:
 
@@ -15,7 +15,7 @@ checked dtype, plus the policy's ``alignment`` and ``gqa`` map);
   signature takes them (or ``**kwargs``);
 * ``convention="mask"``: ``f(queries, keys, values, *, mask=None,
   scale=None)``, the interface of :mod:`exactattn.properties`, with the causal
-  rule folded into the mask (:meth:`Policy.fold <exactattn.call.Policy.fold>`).
+  rule folded into the mask (:meth:`Policy.fold <exactattn.call.policy.Policy.fold>`).
 
 Modifiers of the call model reach a function as keyword arguments, each
 only when the call needs it (a function without the argument is refused
@@ -41,8 +41,8 @@ tolerance can follow it.  Whatever the function raises becomes
 :class:`ImplRaised`, the one hard failure of an implementation.
 
 >>> import numpy as np
->>> from exactattn.verify.problem import Problem
->>> call = make_call(Problem.from_arrays([[0], [0]], [[0], [0]], [[1], [3]]), Policy(causal=True),
+>>> from exactattn.call import Call
+>>> call = make_call(Call([[0], [0]], [[0], [0]], [[1], [3]], policy=Policy(causal=True)),
 ...                  "float32")
 >>> def mean(queries, keys, values, *, mask=None, scale=None):   # the mean of the visible values
 ...     keep = mask.astype(values.dtype)
@@ -61,12 +61,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..call import (DEFAULT_SCALE, MASK_KINDS, POSITION_FIELDS, Alibi, Mask, Policy, Rope,
+from ..call.policy import (DEFAULT_SCALE, MASK_KINDS, POSITION_FIELDS, Alibi, Mask, Policy, Rope,
                     float_scale)
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
-__all__ = ["ARRAYS", "Answer", "CONVENTIONS", "Call", "FunctionImpl", "Impl", "ImplRaised",
+__all__ = ["ARRAYS", "Answer", "CONVENTIONS", "FloatCall", "FunctionImpl", "Impl", "ImplRaised",
            "NUMPY_DTYPES", "call_scale", "make_call", "policy_call", "read_answer"]
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
@@ -75,7 +75,7 @@ ARRAYS = ("numpy", "torch")
 
 
 @dataclass
-class Call:
+class FloatCall:
     """One attention call in SDPA's terms, with the policy hints an implementation may honour.
 
     Shapes (the caller's rank: L x E, H x L x E or B x H x L x E): query
@@ -85,8 +85,8 @@ class Call:
     default 1/sqrt(E).  Modifiers (None when off): ``window``,
     ``query_offset`` (as the policy gives it), ``softcap`` and ``sink``
     (float64 nearest the exact value), ``alibi`` (the exact
-    :class:`~exactattn.modifiers.Alibi`) with ``head`` (the model head of
-    query head 0), ``rope`` (:class:`~exactattn.modifiers.Rope`),
+    :class:`~exactattn.call.modifiers.Alibi`) with ``head`` (the model head of
+    query head 0), ``rope`` (:class:`~exactattn.call.modifiers.Rope`),
     ``dropout_p`` with ``dropout_mask`` (booleans, True = kept, the caller's
     rank) and ``lse`` (``"e"`` or ``"2"``: return ``(output, lse)``).
     """
@@ -177,13 +177,13 @@ class Call:
         ``form`` None keeps SDPA's convention (booleans True = attend, or
         additive float64); ``bool_keep``, ``bool_drop`` or ``additive`` (float64,
         ``-inf`` hides) rewrite it.  Folding is :meth:`Policy.fold
-        <exactattn.call.Policy.fold>` on each (batch, head) block's
-        :class:`~exactattn.call.Mask`.  Shape: the mask's, or L x S without one.
+        <exactattn.call.policy.Policy.fold>` on each (batch, head) block's
+        :class:`~exactattn.call.policy.Mask`.  Shape: the mask's, or L x S without one.
 
         Raises:
             InputError: an additive mask with finite offsets asked for as booleans.
 
-        >>> call = Call(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+        >>> call = FloatCall(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
         ...             is_causal=True)
         >>> call.mask_in("additive", fold=True).tolist()
         [[0.0, -inf], [0.0, 0.0]]
@@ -224,7 +224,7 @@ class ImplRaised(Exception):
 
 def call_scale(policy: Policy) -> float | None:
     """The scale an implementation is handed: None under the default (its own 1/sqrt(E)),
-    1.0 with no scaling, else the float64 nearest ``1/sqrt(D)`` (:func:`~exactattn.call.float_scale`).
+    1.0 with no scaling, else the float64 nearest ``1/sqrt(D)`` (:func:`~exactattn.call.policy.float_scale`).
 
     >>> call_scale(Policy()), call_scale(Policy(scale="none")), call_scale(Policy(scale="1/sqrt(2)"))
     (None, 1.0, 0.7071067811865476)
@@ -234,14 +234,15 @@ def call_scale(policy: Policy) -> float | None:
     return 1.0 if policy.divisor_squared is None else float_scale(policy.divisor_squared)
 
 
-def make_call(problem, policy: Policy, dtype: str, lse: str | None = None) -> Call:
-    """The :class:`Call` for a problem whose entries are floats of ``dtype``.
+def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
+    """The :class:`FloatCall` of an exact :class:`~exactattn.call.Call` whose entries are floats of ``dtype``.
 
     The mask is handed over in SDPA's convention (``bool_drop`` inverted);
     the scale is None under the default policy, 1.0 with no scaling, else the
     float64 nearest the exact scale; soft-cap and sink are the float64
-    nearest their exact values; the dropout keep-mask comes from the problem.
+    nearest their exact values; the dropout keep-mask comes from the call.
     """
+    problem, policy = call, call.policy
     rank = problem.rank
     q, k, v = (problem.floats(n) for n in ("query", "key", "value"))
     mask = None
@@ -264,8 +265,8 @@ def make_call(problem, policy: Policy, dtype: str, lse: str | None = None) -> Ca
 
 
 def policy_call(query, key, value, policy: Policy, dtype: str, *, attn_mask=None,
-                dropout_mask=None, lse: str | None = None) -> Call:
-    """The :class:`Call` of float64 arrays under ``policy``: the one reading of a policy into a call.
+                dropout_mask=None, lse: str | None = None) -> FloatCall:
+    """The :class:`FloatCall` of float64 arrays under ``policy``: the one reading of a policy into a call.
 
     The scale is :func:`call_scale`'s; soft-cap, sink and dropout p are the
     float64 nearest their exact values; positions, ALiBi, RoPE and the GQA
@@ -279,7 +280,7 @@ def policy_call(query, key, value, policy: Policy, dtype: str, *, attn_mask=None
     """
     def floated(x):
         return None if x is None else float(x)
-    return Call(query, key, value, dtype, call_scale(policy), policy.causal, policy.alignment,
+    return FloatCall(query, key, value, dtype, call_scale(policy), policy.causal, policy.alignment,
                 attn_mask, policy.gqa, policy.window, policy.query_offset,
                 floated(policy.softcap), floated(policy.sink), policy.alibi, policy.head,
                 policy.rope, floated(policy.dropout), dropout_mask, lse)
@@ -337,11 +338,11 @@ class Impl:
         """Why a dtype outside ``dtypes`` is not run, and the fix ("" when none is known)."""
         return ""
 
-    def answer(self, call: Call) -> Answer:
+    def answer(self, call: FloatCall) -> Answer:
         """The outputs read as float64, with the dtype they came back in (and the lse when asked)."""
         return read_answer(self(call), self.name, lse=call.lse is not None)
 
-    def __call__(self, call: Call) -> Any:  # pragma: no cover - abstract
+    def __call__(self, call: FloatCall) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -423,7 +424,7 @@ class FunctionImpl(Impl):
             return t if a.dtype == bool else t.to(dt)
         return to_tensor
 
-    def _arguments(self, call: Call) -> dict:
+    def _arguments(self, call: FloatCall) -> dict:
         """The keyword arguments of the call, as numpy arrays (converted later)."""
         if self.convention == "mask":
             if call.enable_gqa:
@@ -455,7 +456,7 @@ class FunctionImpl(Impl):
         kwargs.update((k, v) for k, v in hints.items() if self._takes(k))
         return kwargs
 
-    def _modifiers(self, call: Call) -> dict:
+    def _modifiers(self, call: FloatCall) -> dict:
         """The modifier arguments the call needs (None: not needed)."""
         pos = call.query_positions()[0]
         shifted = pos != 0 and (call.alibi is not None or call.rope is not None or
@@ -472,8 +473,8 @@ class FunctionImpl(Impl):
                 out["alibi_slopes"] = call.alibi_slopes()
         return out
 
-    def answer(self, call: Call) -> Answer:
-        """Call the function on ``call``; its outputs read as float64, with the dtype it returned.
+    def answer(self, call: FloatCall) -> Answer:
+        """FloatCall the function on ``call``; its outputs read as float64, with the dtype it returned.
 
         Raises:
             ImplRaised: the function (or ``convert``) raised.
@@ -492,6 +493,6 @@ class FunctionImpl(Impl):
             raise ImplRaised(e) from e
         return read_answer(out, self.name, lse=call.lse is not None)
 
-    def __call__(self, call: Call) -> np.ndarray:
+    def __call__(self, call: FloatCall) -> np.ndarray:
         """The outputs as float64 (:meth:`answer` without the dtype)."""
         return self.answer(call).values

@@ -23,9 +23,9 @@ float32 the exact entries are rounded from the certified float64 enclosures
 (:mod:`exactattn.gradients.floats`) where those decide them.
 :func:`search_backward` is the forward search scored by this check.
 
->>> from exactattn.verify.problem import Problem
->>> p = Problem.from_arrays([[0], [1]], [[0], [1]], [[1], [3]])
->>> report = verify_backward("numpy", p, dtype="float64", d_out=[[1], [1]])
+>>> from exactattn.call import Call
+>>> c = Call([[0], [1]], [[0], [1]], [[1], [3]])
+>>> report = verify_backward("numpy", c, dtype="float64", d_out=[[1], [1]])
 >>> report.passed, [e.index for e in report.entries][:2]
 (True, [('dQ', 0, 0, 0, 0), ('dQ', 0, 0, 1, 0)])
 """
@@ -38,17 +38,17 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call import Policy
-from ..digits import tighten
+from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
 from .adapter import make_call
 from .backward_impls import load_backward
 from .check import Entry, Report, check_request
 from .compare import judge
-from .formats import default_max_ulps, float_format, round_ball
-from .problem import Problem
+from ..numbers.formats import default_max_ulps, float_format
+from ..call.inputs import Call
 from .reference import Reference
+from ..gradients.calls import ExactGradients, d_out_array
 
 __all__ = ["BackwardEntry", "GRADS", "backward_tolerance", "exact_gradients", "random_d_out",
            "search_backward", "verify_backward"]
@@ -67,150 +67,13 @@ class BackwardEntry(Entry):
         return self.reference.value(*self.index)
 
 
-class ExactGradients:
-    """The exact gradients of every head of a problem: one block per (batch, key/value head)."""
-
-    def __init__(self, problem: Problem, policy: Policy, d_out: np.ndarray):
-        from ..gradients import Gradients, block_inputs, check_policy
-        check_policy(policy)
-        sh = problem.shape
-        self.shape = sh
-        self.policy = policy
-        d2 = policy.divisor_squared_for(sh["E"])
-        L, S = sh["L"], sh["S"]
-        self.heads = {g: [h for h in range(sh["H_q"]) if policy.kv_head(h, sh["H_q"],
-                                                                         sh["H_kv"]) == g]
-                      for g in range(sh["H_kv"])}
-        self.blocks = {}
-        for b in range(sh["B"]):
-            for g, hs in self.heads.items():
-                queries, dO, keep, offsets, factors = [], [], [], [], []
-                for h in hs:       # problem head h is model head policy.head + h (ALiBi)
-                    hp = policy if policy.alibi is None else policy.replace(head=policy.head + h)
-                    drop = None if problem.dropout_keep is None else problem.dropout_keep[b, h]
-                    block = block_inputs(hp, L, S, problem.block_mask(b, h), drop)
-                    queries += problem.query[b, h].tolist()
-                    dO += d_out[b, h].tolist()
-                    keep.append(block["keep"])
-                    offsets += block["offsets"] or [None] * L
-                    factors += block["factors"] or [[1] * S] * L
-                self.blocks[(b, g)] = Gradients(
-                    queries, problem.key[b, g].tolist(), problem.value[b, g].tolist(), dO,
-                    keep=np.concatenate(keep), offsets=offsets, divisor_squared=d2,
-                    empty_row=policy.empty_row, sink=policy.sink,
-                    factors=None if problem.dropout_keep is None else factors)
-
-    def locate(self, name: str, b: int, h: int, i: int, c: int):
-        """(block, row, column) of one entry (h is the query head for dQ, else the kv head)."""
-        if name == "dQ":
-            g = self.policy.kv_head(h, self.shape["H_q"], self.shape["H_kv"])
-            return self.blocks[(b, g)], self.heads[g].index(h) * self.shape["L"] + i, c
-        return self.blocks[(b, h)], i, c
-
-    def value(self, name: str, b: int, h: int, i: int, c: int):
-        block, row, col = self.locate(name, b, h, i, c)
-        return block.value(name, row, col)
-
-    def shape_of(self, name: str) -> tuple:
-        sh = self.shape
-        return {"dQ": (sh["B"], sh["H_q"], sh["L"], sh["E"]),
-                "dK": (sh["B"], sh["H_kv"], sh["S"], sh["E"]),
-                "dV": (sh["B"], sh["H_kv"], sh["S"], sh["E_v"])}[name]
-
-    def rounded(self, name: str, dtype, prec: int):
-        """``(floats, balls, magnitudes)`` of one gradient, correctly rounded to ``dtype``.
-
-        Whole blocks are enclosed at ``prec`` bits, then at twice that
-        (:func:`~exactattn.digits.tighten`); what is left (exact zeros, ties,
-        stragglers) is rounded entry by entry from its exact value
-        (:meth:`Reference.round_exact <exactattn.verify.reference.Reference.round_exact>`).
-        """
-        fmt = float_format(dtype)
-        shape = self.shape_of(name)
-        rounded = np.empty(shape)
-        balls = np.empty(shape, dtype=object)
-        mags = np.zeros(shape)
-        for b, h in np.ndindex(*shape[:2]):
-            block, start, _ = self.locate(name, b, h, 0, 0)
-            mags[b, h] = block.magnitudes()[name][start:start + shape[2]]
-            todo = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
-            if fmt.name == "float32":
-                todo = self._from_floats(block, name, start, shape, (b, h), rounded, balls)
-            if not todo:
-                continue
-
-            def attempt(p):
-                nonlocal todo
-                mat = block.balls(p)[name]
-                left = []
-                for i, c in todo:
-                    if block.atom_nan((name, start + i, c)):
-                        rounded[b, h, i, c] = math.nan
-                        continue
-                    f = round_ball(mat[start + i, c], fmt, p)
-                    if f is None:
-                        left.append((i, c))
-                        continue
-                    rounded[b, h, i, c], balls[b, h, i, c] = f, mat[start + i, c]
-                todo = left
-                return True if not todo else None
-            tighten(attempt, prec, max_prec=2 * prec)
-            for i, c in todo:      # exact zeros, ties and stragglers, one by one
-                f, ball = Reference.round_exact(block.value(name, start + i, c), fmt, 4 * prec)
-                rounded[b, h, i, c], balls[b, h, i, c] = f, ball
-        return rounded, balls, mags
+def exact_gradients(call: Call, d_out) -> ExactGradients:
+    """The exact dQ, dK, dV of a call given ``d_out`` (B x H_q x L x E_v, or the call's rank):
+    :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`."""
+    return Reference(call).gradients(d_out)
 
 
-    @staticmethod
-    def _from_floats(block, name, start, shape, at, rounded, balls) -> list:
-        """Round to float32 from the certified float64 enclosures
-        (:mod:`exactattn.gradients.floats`): an entry whose two ends (pushed one float64
-        outwards) round to one float32 is that float32 (rounding is monotonic); returns the
-        entries left (ends that differ, zeros of uncertain sign, NaN rows)."""
-        from flint import arb
-        got = block.enclosures()
-        cells = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
-        if got is None:
-            return cells
-        m, r = (a[start:start + shape[2]] for a in got[name])
-        with np.errstate(all="ignore"):
-            lo = np.nextafter(np.nextafter(m - r, -np.inf), -np.inf)
-            hi = np.nextafter(np.nextafter(m + r, np.inf), np.inf)
-            f_lo, f_hi = lo.astype(np.float32), hi.astype(np.float32)
-        ok = (f_lo == f_hi) & np.isfinite(f_lo) & (np.signbit(f_lo) == np.signbit(f_hi))
-        rows = np.array([block.atom_nan((name, start + i, 0)) for i in range(shape[2])])
-        ok &= ~rows[:, None]
-        left = []
-        for i, c in cells:
-            if ok[i, c]:
-                rounded[at + (i, c)] = float(f_lo[i, c])
-                balls[at + (i, c)] = arb(float(m[i, c]), float(r[i, c]))
-            else:
-                left.append((i, c))
-        return left
-
-
-def exact_gradients(problem: Problem, policy: Policy | None, d_out) -> ExactGradients:
-    """The exact dQ, dK, dV of a problem given ``d_out`` (B x H_q x L x E_v, or the problem's rank)."""
-    return ExactGradients(problem, problem.policy_for(policy), _d_out_array(problem, d_out))
-
-
-def _d_out_array(problem: Problem, d_out) -> np.ndarray:
-    from ..exact import to_exact
-    sh = problem.shape
-    want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    arr = np.array(d_out, dtype=object)
-    if arr.size != math.prod(want) or arr.shape[-2:] != want[-2:]:
-        raise ShapeError(f"d_out must be {' x '.join(map(str, want[4 - problem.rank:]))} like "
-                         f"the output (got {' x '.join(map(str, arr.shape))})")
-    flat = [to_exact(v.item() if isinstance(v, np.generic) else v, name="d_out", floats="exact")
-            for v in arr.reshape(-1)]
-    out = np.empty(len(flat), dtype=object)
-    out[:] = flat
-    return out.reshape(want)
-
-
-def random_d_out(problem: Problem, seed: int = 0) -> np.ndarray:
+def random_d_out(problem: Call, seed: int = 0) -> np.ndarray:
     """A standard-normal upstream gradient of the output's shape (numpy ``default_rng(seed)``)."""
     check_whole(seed, "seed", low=0)
     sh = problem.shape
@@ -219,7 +82,7 @@ def random_d_out(problem: Problem, seed: int = 0) -> np.ndarray:
     return out.reshape(out.shape[4 - problem.rank:]) if problem.rank < 4 else out
 
 
-def backward_tolerance(dtype: str, problem: Problem, max_score: float) -> int:
+def backward_tolerance(dtype: str, problem: Call, max_score: float) -> int:
     """The default tolerance: the forward's (:func:`default_max_ulps`) with ``max(L, S)`` keys.
 
     A backward entry adds up one more product and sum of length L or S than an
@@ -235,7 +98,7 @@ def _round_d_out(d_out: np.ndarray, dtype: str) -> np.ndarray:
     Raises:
         InputError: an entry overflows the dtype.
     """
-    from .formats import round_to_format
+    from ..numbers.formats import round_to_format
     fmt = float_format(dtype)
     flat = []
     for v in d_out.reshape(-1):
@@ -249,10 +112,9 @@ def _round_d_out(d_out: np.ndarray, dtype: str) -> np.ndarray:
     return out.reshape(d_out.shape)
 
 
-def verify_backward(impl, problem: Problem, policy: Policy | None = None,
-                    dtype: str = "float32", *, d_out=None, seed: int = 0,
+def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, seed: int = 0,
                     max_ulps: int | None = None, prec: int = 96, arrays: str = "numpy") -> Report:
-    """Run ``impl``'s backward on ``problem`` in ``dtype``; compare dQ, dK, dV with the exact ones.
+    """Run ``impl``'s backward on ``call`` in ``dtype``; compare dQ, dK, dV with the exact ones.
 
     ``d_out`` (the output's shape) defaults to :func:`random_d_out` of
     ``seed``; it is rounded to the dtype like the inputs.  Entries are
@@ -268,21 +130,22 @@ def verify_backward(impl, problem: Problem, policy: Policy | None = None,
     """
     from ..gradients import check_policy
     impl = load_backward(impl, arrays=arrays)
-    fmt, policy = check_request(impl, problem, check_policy(policy or Policy()), dtype, max_ulps,
-                                runs=3)
+    check_policy(call.policy)
+    problem = call
+    fmt, policy = check_request(impl, call, dtype, max_ulps, runs=3)
     rounded_problem, moved = problem.rounded(dtype)
-    dO = _round_d_out(_d_out_array(problem, random_d_out(problem, seed) if d_out is None
+    dO = _round_d_out(d_out_array(problem, random_d_out(problem, seed) if d_out is None
                                    else d_out), dtype)
-    call = make_call(rounded_problem, policy, dtype)
+    float_call = make_call(rounded_problem, dtype)
     grad_in = dO.astype(np.float64)
     grad_in = grad_in.reshape(grad_in.shape[4 - problem.rank:])
-    ref = Reference(rounded_problem, policy)      # refuses a non-finite entry a query sees
-    exact = ExactGradients(ref.exact_problem, policy, dO)
+    ref = Reference(rounded_problem)      # refuses a non-finite entry a query sees
+    exact = ref.gradients(dO)
     shapes = {name: exact.shape_of(name) for name in GRADS}
     t0 = time.perf_counter()
     raised = None
     try:
-        got = impl(call, grad_in)
+        got = impl(float_call, grad_in)
     except Exception as e:         # ImplRaised, or any failure of the backward under test
         from .adapter import ImplRaised
         if not isinstance(e, ImplRaised):
@@ -357,7 +220,7 @@ def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, 
     from ..gradients import check_policy
     check_policy(policy or Policy())
 
-    def check(problem: Problem) -> Report:
-        return verify_backward(impl, problem, policy, fmt.name, seed=seed, max_ulps=max_ulps)
+    def check(call: Call) -> Report:
+        return verify_backward(impl, call, fmt.name, seed=seed, max_ulps=max_ulps)
     return search(impl, dtype, policy, examples=examples, seed=seed, max_size=max_size,
                   measure=measure, max_ulps=max_ulps, check=check)

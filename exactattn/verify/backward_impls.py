@@ -1,6 +1,6 @@
 """The backward passes ``exactattn verify --backward`` checks: torch autograd, numpy, your own.
 
-Each takes one :class:`~exactattn.verify.adapter.Call` and the upstream
+Each takes one :class:`~exactattn.verify.adapter.FloatCall` and the upstream
 gradient ``d_out`` (same rank and dtype as the output) and returns
 ``(dq, dk, dv)`` shaped like query, key and value:
 
@@ -22,10 +22,10 @@ gradient ``d_out`` (same rank and dtype as the output) and returns
   rules (``alignment``, ``gqa`` and ``dtype`` when its signature takes them).
 
 >>> import numpy as np
->>> from exactattn.call import Policy
+>>> from exactattn.call.policy import Policy
 >>> from exactattn.verify.adapter import make_call
->>> from exactattn.verify.problem import Problem
->>> call = make_call(Problem.from_arrays([[0], [0]], [[0], [0]], [[1], [3]]), Policy(), "float64")
+>>> from exactattn.call import Call
+>>> call = make_call(Call([[0], [0]], [[0], [0]], [[1], [3]]), "float64")
 >>> dq, dk, dv = NumpyBackward()(call, np.array([[1.0], [1.0]]))
 >>> dv.tolist(), dq.tolist()
 ([[1.0], [1.0]], [[0.0], [0.0]])
@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError, shorten
-from .adapter import NUMPY_DTYPES, Call, FunctionImpl, ImplRaised, read_answer
+from .adapter import NUMPY_DTYPES, FloatCall, FunctionImpl, ImplRaised, read_answer
 from .impls import TorchImpl, dropout_weights, float_logits, load_impl
 
 __all__ = ["BACKWARD_IMPLS", "BackwardImpl", "FunctionBackward", "NumpyBackward",
@@ -54,7 +54,7 @@ class BackwardImpl:
     def dtype_hint(self, dtype: str) -> str:
         return ""
 
-    def __call__(self, call: Call, d_out: np.ndarray):  # pragma: no cover - abstract
+    def __call__(self, call: FloatCall, d_out: np.ndarray):  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -69,7 +69,7 @@ class TorchBackward(BackwardImpl):
         self.forward = TorchImpl()
         self.name = self.forward.name.replace("(CPU)", "backward (CPU autograd)")
 
-    def __call__(self, call: Call, d_out: np.ndarray):
+    def __call__(self, call: FloatCall, d_out: np.ndarray):
         import torch
         dt = getattr(torch, call.dtype)
         q, k, v = (torch.from_numpy(np.ascontiguousarray(a)).to(dt).requires_grad_(True)
@@ -98,7 +98,7 @@ class NumpyBackward(BackwardImpl):
     def dtype_hint(self, dtype: str) -> str:
         return "; numpy has no bfloat16, use --impl torch for it" if dtype == "bfloat16" else ""
 
-    def __call__(self, call: Call, d_out: np.ndarray):
+    def __call__(self, call: FloatCall, d_out: np.ndarray):
         if call.dtype not in self.dtypes:
             raise InputError(f"dtype must be float64, float32 or float16 for {self.name} "
                              f"(got {call.dtype!r})")
@@ -155,7 +155,7 @@ class FunctionBackward(FunctionImpl, BackwardImpl):
     'same'
     """
 
-    def __call__(self, call: Call, d_out: np.ndarray):
+    def __call__(self, call: FloatCall, d_out: np.ndarray):
         conv = self._converter(call.dtype)
         kwargs = self._arguments(call)
         try:

@@ -1,6 +1,6 @@
 """The check: run an implementation, compare every output with the exact one, in ULPs.
 
-:func:`verify` rounds the problem to the dtype, hands the implementation those
+:func:`verify` rounds the call's inputs to the dtype, hands the implementation those
 floats, computes the exact answer of the same floats (:class:`Reference`) and
 compares each output with the exact value correctly rounded to the dtype.
 The ULP error is the number of floats of the dtype between the two (0 =
@@ -8,9 +8,8 @@ correctly rounded; +0 and -0 are one float).  NaN or infinity where the exact
 value is finite is a hard failure, never a skip; so is a finite value where
 the policy's exact answer is NaN, and so is an implementation that raises.
 
->>> from exactattn.verify.problem import Problem
->>> p = Problem.from_arrays([[0], [0]], [[0], [0]], [[1], [3]])
->>> report = verify("numpy", p, dtype="float64")
+>>> from exactattn.call import Call
+>>> report = verify("numpy", Call([[0], [0]], [[0], [0]], [[1], [3]]), dtype="float64")
 >>> [e.exact.decimal(4) for e in report.entries], report.summary()["max_ulps"], report.passed
 (['2.0000', '2.0000'], 0, True)
 """
@@ -24,15 +23,15 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call import DEFAULT_SCALE, Policy, float_scale
+from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..digits import MAX_PREC
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
 from .compare import judge
-from .formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
+from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
 from .impls import ImplRaised, load_impl, make_call
-from .limits import check_work
-from .problem import Problem
+from ..call.limits import check_work
+from ..call.inputs import Call
 from .reference import Reference
 
 __all__ = ["Entry", "Report", "check_scale", "verify"]
@@ -86,7 +85,7 @@ class Report:
     impl: str
     dtype: str
     policy: Policy
-    problem: Problem
+    call: Call
     entries: list
     max_ulps: int
     moved_inputs: int
@@ -138,10 +137,10 @@ class Report:
 
     def derived_macs(self) -> tuple[int, int] | None:
         """Scores and mix MACs from :func:`exactattn.cost.derive_at` (no mask only), else None."""
-        if self.problem.mask is not None:
+        if self.call.mask is not None:
             return None
         from ..cost import derive_at
-        sh, pol = self.problem.shape, self.policy
+        sh, pol = self.call.shape, self.policy
         if pol.window is not None or pol.query_offset is not None:   # rows of visible keys
             from ..cost.batched import CallShape, derive_call
             got = derive_call(CallShape((1, sh["H_q"], sh["L"], sh["E"]),
@@ -164,23 +163,22 @@ def _float_bounds(fmt: FloatFormat) -> tuple[Fraction, Fraction]:
             Fraction(2 ** (p + 1) - 1) * Fraction(2) ** (fmt.emax - p))
 
 
-def check_request(impl, problem: Problem, policy: Policy | None, dtype: str,
-                  max_ulps: int | None, *, runs: int = 1) -> tuple[FloatFormat, Policy]:
+def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
+                  runs: int = 1) -> tuple[FloatFormat, Policy]:
     """What every check (forward or backward) refuses before it runs anything: a dtype the
     implementation lacks, a bad ``max_ulps``, a scale the dtype can't hold, too much work.
 
-    Returns the dtype's format and the policy the problem is read under
-    (:meth:`Problem.policy_for`).
+    Returns the dtype's format and the call's policy.
     """
     fmt = float_format(dtype)
-    policy = problem.policy_for(policy)
+    policy = call.policy
     if dtype not in impl.dtypes:
         raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
                          f"(got {dtype!r}){impl.dtype_hint(dtype)}")
     if max_ulps is not None:
         check_whole(max_ulps, "max_ulps", low=0)
     check_scale(policy, fmt)
-    check_work(problem.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
+    check_work(call.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
                "narrower head", runs=runs)
     return fmt, policy
 
@@ -189,7 +187,7 @@ def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
     """Refuse a scale that is 0 or infinity as the implementation is handed it in ``dtype``.
 
     The implementation gets the float64 nearest ``1/sqrt(D)``
-    (:func:`~exactattn.call.float_scale`), cast to its dtype; a scale that
+    (:func:`~exactattn.call.policy.float_scale`), cast to its dtype; a scale that
     rounds to 0 or to infinity there turns every score into 0 or NaN, so
     there is nothing to check.  Decided exactly (no float is formed first).
 
@@ -250,11 +248,13 @@ def _lse_entries(ref: Reference, got, dtype: str, base: str, tol: int, prec: int
     return out
 
 
-def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "float32", *,
+def verify(impl, call: Call, dtype: str = "float32", *,
            max_ulps: int | None = None, prec: int = 96, lse: str | None = None) -> Report:
-    """Run ``impl`` on ``problem`` in ``dtype`` and compare every output with the exact one.
+    """Run ``impl`` on ``call`` in ``dtype`` and compare every output with the exact one.
 
-    The problem's entries are first rounded to ``dtype`` (counted in
+    The call is checked under its own policy (modifiers included: sink, ALiBi,
+    soft-cap, window, query offset, RoPE, dropout with the call's
+    ``dropout_keep``).  The call's entries are first rounded to ``dtype`` (counted in
     ``report.moved_inputs``); the implementation and the exact reference both
     see those floats.  An output passes when it is a number within
     ``max_ulps`` ULPs (default :func:`default_max_ulps`) of the correctly
@@ -265,10 +265,6 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     Args:
         impl: an :class:`~exactattn.verify.impls.Impl`, a callable, or a name
             (``numpy``, ``numpy-naive``, ``torch``, ``module:function``).
-        policy: the answer checked against (default :class:`Policy`, PyTorch's),
-            modifiers included (sink, ALiBi, soft-cap, window, query offset,
-            RoPE, dropout with the problem's ``dropout_keep``).  A problem
-            with a mask is read under its own ``mask_kind``.
         dtype: ``float64``, ``float32``, ``float16`` or ``bfloat16``.
         lse: ``"e"`` or ``"2"``: the implementation returns ``(output, lse)``
             and each row's log-sum-exp is checked too (``-inf`` for a row
@@ -278,8 +274,8 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
         InputError: an unknown dtype, a dtype the implementation does not
             run, a scale that is 0 or infinity in the dtype
             (:func:`check_scale`), inputs that overflow the dtype, a problem
-            estimated to take over :data:`~exactattn.verify.limits.MAX_SECONDS`
-            (:func:`~exactattn.verify.limits.check_work`), an ``inf``/``nan``
+            estimated to take over :data:`~exactattn.call.limits.MAX_SECONDS`
+            (:func:`~exactattn.call.limits.check_work`), an ``inf``/``nan``
             key or value that a query sees (named: ``key[1][0]``), an ``lse``
             asked for that the implementation does not return.
         ShapeError: the implementation returned the wrong shape.
@@ -287,32 +283,31 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
     Reference: Vaswani et al. 2017, sec. 3.2.1.
     """
     impl = load_impl(impl)
-    fmt, policy = check_request(impl, problem, policy, dtype, max_ulps)
+    fmt, policy = check_request(impl, call, dtype, max_ulps)
     from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     if lse is not None:
         lse = str(lse)
         if lse not in ("e", "2"):
             raise InputError(f"lse must be e or 2 (got {shorten(lse, quote=True)})")
-    rounded_problem, moved = problem.rounded(dtype)
-    sh = rounded_problem.shape
+    rounded_call, moved = call.rounded(dtype)
+    sh = rounded_call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    ref = Reference(rounded_problem, policy)     # refuses non-finite numbers a query sees
-    call = make_call(rounded_problem, policy, dtype, lse)
+    ref = Reference(rounded_call)     # refuses non-finite numbers a query sees
     t0 = time.perf_counter()
-    answer, raised = _run(impl, call)
+    answer, raised = _run(impl, make_call(rounded_call, dtype, lse))
     t1 = time.perf_counter()
     got_lse = None
     if raised is None:
         got = answer.values
         if got.size != math.prod(want) or got.shape[-2:] != want[-2:]:
             raise ShapeError(f"{impl.name}'s output must be "
-                             f"{' x '.join(map(str, want[4 - problem.rank:]))} "
+                             f"{' x '.join(map(str, want[4 - call.rank:]))} "
                              f"(got {' x '.join(map(str, got.shape))})")
         got = got.reshape(want)
         if lse is not None:
             if answer.lse.size != math.prod(want[:3]):
                 raise ShapeError(f"{impl.name}'s lse must be "
-                                 f"{' x '.join(map(str, want[4 - problem.rank:3]))} "
+                                 f"{' x '.join(map(str, want[4 - call.rank:3]))} "
                                  f"(got {' x '.join(map(str, answer.lse.shape))})")
             got_lse = answer.lse.reshape(want[:3])
     else:
@@ -343,6 +338,6 @@ def verify(impl, problem: Problem, policy: Policy | None = None, dtype: str = "f
                      f"{MAX_PREC} bits, so either neighbour counts as the exact rounding")
     lse_entries = [] if lse is None else _lse_entries(ref, got_lse, dtype, lse, tol, prec)
     t3 = time.perf_counter()
-    return Report(impl.name, dtype, policy, rounded_problem, entries, tol, moved, ref,
+    return Report(impl.name, dtype, policy, rounded_call, entries, tol, moved, ref,
                   {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes,
                   raised=raised, lse=lse, lse_entries=lse_entries)

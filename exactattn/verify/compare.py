@@ -36,7 +36,7 @@ from typing import Callable
 from ..digits import MAX_PREC, tighten, working_precision
 from ..errors import InputError
 from ..exponents import fmpq_of
-from .formats import FloatFormat, round_to_format, ulps_between
+from ..numbers.formats import FloatFormat, round_to_format, ulps_between
 
 __all__ = ["Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",
            "check_tolerance", "errors", "hard", "is_exact", "judge", "tolerance_for", "within"]
@@ -250,7 +250,7 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     (``undecided``).
 
     >>> from flint import arb
-    >>> from exactattn.verify.formats import float_format
+    >>> from exactattn.numbers.formats import float_format
     >>> judge(0.5, 0.5, arb(0.5), 0.5, float_format("float32"), lambda: Fraction(1, 2), 4)
     Judgement(status='ok', ulps=0, rel=0.0, terms_ulps=0.0, off_format=False, undecided=False)
     """

@@ -27,8 +27,8 @@ import numpy as np
 from ..digits import MAX_PREC, arb_to_fraction, tighten, working_precision
 from ..exponents import fmpq_of, inv_sqrt_ball
 from ..reals import real_ball, softcap_ball
-from .formats import float_format, round_ball, round_to_format
-from .problem import empty_rows, keys_read
+from ..numbers.formats import float_format, round_ball, round_to_format
+from ..call.inputs import empty_rows, keys_read
 
 __all__ = ["block_balls", "logit_entries", "max_abs_logit", "round_enclosed", "round_value",
            "rounded_lse", "rounded_outputs"]
@@ -62,8 +62,8 @@ def logit_entries(ref, b: int, h: int) -> list:
     pol = ref.head_policy(h)
     L, S = ref.L, ref.S
     if pol.rope is not None:
-        q = ref.exact_problem.query[b, h].tolist()
-        k = ref.exact_problem.key[b, ref.kv(h)].tolist()
+        q = ref.exact_call.query[b, h].tolist()
+        k = ref.exact_call.key[b, ref.kv(h)].tolist()
         qpos = [pol.query_position(i, L, S) for i in range(L)]
         A = _rotated(q, qpos, pol.rope) * _rotated(k, list(range(S)), pol.rope).transpose()
     else:
@@ -236,7 +236,7 @@ def round_enclosed(ball, dtype, prec: int, exact, exact_prec: int):
     """``(float, ball)``: the float an enclosure at ``prec`` bits decides, else the exact value's.
 
     The one "bulk ball first, exact on failure" step: ``ball`` is rounded
-    both ends (:func:`~exactattn.verify.formats.round_ball`); when they
+    both ends (:func:`~exactattn.numbers.formats.round_ball`); when they
     differ, ``exact()`` (an ``ExpRatio`` or a log-sum-exp) is rounded by
     :func:`round_value` from ``exact_prec`` bits.
 

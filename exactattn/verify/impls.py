@@ -30,7 +30,7 @@
   ``alignment`` is called with ``is_causal=True`` and so is checked as
   whatever alignment it implements.
 
-Every implementation is called with one :class:`~exactattn.verify.adapter.Call`
+Every implementation is called with one :class:`~exactattn.verify.adapter.FloatCall`
 (:func:`~exactattn.verify.adapter.make_call`); masks reach it in SDPA's
 convention: boolean True = attend (a ``bool_drop`` mask is inverted on the
 way) or additive floats (``-inf`` hides).  An implementation that raises is a
@@ -38,8 +38,8 @@ hard failure of that input, not a crash: it raises
 :class:`~exactattn.verify.adapter.ImplRaised`, which ``verify`` turns into a
 report (``report.raised``).
 
->>> from exactattn.verify import Problem
->>> call = make_call(Problem.from_arrays([[1]], [[100], [99]], [[1], [0]]), Policy(scale="none"),
+>>> from exactattn.call import Call
+>>> call = make_call(Call([[1]], [[100], [99]], [[1], [0]], policy=Policy(scale="none")),
 ...                  "float32")
 >>> NumpyImpl(naive=True)(call).tolist(), NumpyImpl()(call).tolist()     # e/(e+1) = 0.7310585786...
 ([[nan]], [[0.7310585975646973]])
@@ -54,11 +54,11 @@ import sys
 
 import numpy as np
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError, shorten
-from .adapter import NUMPY_DTYPES, Call, FunctionImpl, Impl, ImplRaised, make_call
+from .adapter import NUMPY_DTYPES, FloatCall, FunctionImpl, Impl, ImplRaised, make_call
 
-__all__ = ["Call", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl", "TorchImpl",
+__all__ = ["FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl", "TorchImpl",
            "composed", "count_flops", "flop_counts", "load_impl", "make_call", "sdpa_arguments"]
 
 
@@ -69,7 +69,7 @@ class NumpyImpl(Impl):
         naive: exponentiate the scores as they are (no row maximum
             subtracted); the float32 ``exp`` overflows above 88.72.
 
-    Shapes: as :class:`Call`; returns ... x H_q x L x E_v in the dtype.
+    Shapes: as :class:`FloatCall`; returns ... x H_q x L x E_v in the dtype.
     """
 
     dtypes = ("float64", "float32", "float16")
@@ -81,7 +81,7 @@ class NumpyImpl(Impl):
     def dtype_hint(self, dtype: str) -> str:
         return "; numpy has no bfloat16, use --impl torch for it" if dtype == "bfloat16" else ""
 
-    def __call__(self, call: Call) -> np.ndarray:
+    def __call__(self, call: FloatCall) -> np.ndarray:
         if call.dtype not in self.dtypes:
             raise InputError(f"dtype must be float64, float32 or float16 for {self.name} "
                              f"(got {call.dtype!r})")
@@ -114,7 +114,7 @@ class NumpyImpl(Impl):
             return out, (lse / np.log(dt(2)) if call.lse == "2" else lse).astype(dt)
 
 
-def float_logits(call: Call, q, k, scale, dt):
+def float_logits(call: FloatCall, q, k, scale, dt):
     """``(s, seen)``: the logits a numpy implementation feeds its softmax, and which keys
     each query sees (None: all).
 
@@ -141,7 +141,7 @@ def float_logits(call: Call, q, k, scale, dt):
     return s, seen
 
 
-def dropout_weights(call: Call, dt):
+def dropout_weights(call: FloatCall, dt):
     """The float factor of each weight under dropout: keep / (1 - p), in the dtype."""
     return np.where(call.dropout_mask, dt(1) / (dt(1) - dt(call.dropout_p)), dt(0))
 
@@ -149,7 +149,7 @@ def dropout_weights(call: Call, dt):
 def rotate(x, angles, rope):
     """RoPE in floats: ``x`` (... x n x d, a numpy array or a tensor) rotated pairwise by ``angles``.
 
-    ``angles`` is n x d/2 float64 (:meth:`Call.rope_angles`); cos and sin are
+    ``angles`` is n x d/2 float64 (:meth:`FloatCall.rope_angles`); cos and sin are
     taken in float64 and cast to x's dtype; ``(a, b) -> (a cos - b sin, a sin + b cos)``.
     """
     pairs = rope.pairs(x.shape[-1])
@@ -191,7 +191,7 @@ class TorchImpl(Impl):
                              "pip install 'exactattn[torch]'") from None
         self.name = f"torch {torch.__version__} scaled_dot_product_attention (CPU)"
 
-    def __call__(self, call: Call):
+    def __call__(self, call: FloatCall):
         import torch
         dt = getattr(torch, call.dtype)
         q, k, v = (torch.from_numpy(np.ascontiguousarray(a)).to(dt)
@@ -202,7 +202,7 @@ class TorchImpl(Impl):
             return out if lse is None else (out, lse.to(torch.float64).numpy())
         return self.attend(call, q, k, v).to(torch.float64).numpy()
 
-    def composed(self, call: Call, q, k, v):
+    def composed(self, call: FloatCall, q, k, v):
         """``(output, lse or None)``: the one composition in torch ops, for what SDPA cannot take."""
         import torch
         dt = q.dtype
@@ -242,7 +242,7 @@ class TorchImpl(Impl):
         lse = (top + torch.log(den))[..., 0]
         return out, lse / torch.log(torch.tensor(2.0, dtype=dt)) if call.lse == "2" else lse
 
-    def attend(self, call: Call, q, k, v):
+    def attend(self, call: FloatCall, q, k, v):
         """SDPA of the call on tensors q, k, v of its dtype: the output tensor (autograd kept).
 
         What ``verify --backward`` differentiates (:mod:`exactattn.verify.backward`).
@@ -260,7 +260,7 @@ class TorchImpl(Impl):
             raise ImplRaised(e) from e
 
 
-def sdpa_arguments(call: Call, q, k, v, *, lower_right_bias: bool = True):
+def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
     """``(q, k, v, kwargs)``: the call in ``torch.nn.functional.scaled_dot_product_attention``'s terms.
 
     The one translation of a call (a policy's scale, causal rule and
@@ -311,7 +311,7 @@ def sdpa_arguments(call: Call, q, k, v, *, lower_right_bias: bool = True):
     return q, k, v, kwargs
 
 
-def composed(call: Call) -> bool:
+def composed(call: FloatCall) -> bool:
     """True when the call has a modifier SDPA cannot take: soft-cap, sink, dropout, log-sum-exp."""
     return any(x is not None for x in (call.softcap, call.sink, call.dropout_p, call.lse))
 
@@ -402,8 +402,9 @@ def load_impl(impl, *, arrays: str = "numpy") -> Impl:
     return FunctionImpl(fn, arrays=arrays, name=impl)
 
 
-def flop_counts(problem, policy: Policy, dtype: str) -> dict:
-    """FLOPs ``torch.utils.flop_counter.FlopCounterMode`` reports for the SDPA call of ``problem``.
+def flop_counts(problem, dtype: str) -> dict:
+    """FLOPs ``torch.utils.flop_counter.FlopCounterMode`` reports for the SDPA call of an exact
+    :class:`~exactattn.call.Call`.
 
     Returns ``{"fused": ..., "math": ...}``: the default CPU kernel and the
     decomposed math backend (``sdpa_kernel(SDPBackend.MATH)``).
@@ -414,7 +415,7 @@ def flop_counts(problem, policy: Policy, dtype: str) -> dict:
     impl = TorchImpl(lower_right_bias=False)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rounded, _ = problem.rounded(dtype)
-    call = make_call(rounded, policy, dtype)
+    call = make_call(rounded, dtype)
     out = {"fused": int(count_flops(lambda: impl(call)))}
     with sdpa_kernel(SDPBackend.MATH):
         out["math"] = int(count_flops(lambda: impl(call)))

@@ -2,7 +2,7 @@
 
 This is the one exact reference: ``exactattn verify``, the split-merge
 checker and the property checks (:mod:`exactattn.properties`, through
-:meth:`AttentionInput.problem <exactattn.properties.AttentionInput.problem>`)
+:attr:`AttentionInput.call <exactattn.properties.AttentionInput.call>`)
 read their exact values from :class:`Reference`.
 
 Scores ``query . key`` are exact rationals (python-flint ``fmpq_mat``), or
@@ -13,9 +13,9 @@ with RoPE the certified scores of the rotated query and key
 ALiBi with the head's slope, additive mask offsets, softmax with the sink),
 so shares and outputs are exact :class:`~exactattn.softmax.ExpRatio` values.
 Dropout multiplies each key's weight by :func:`exactattn.logits.dropout_factors`
-of the problem's keep-mask.  Which keys a query sees comes from
-:meth:`Policy.keep <exactattn.call.Policy.keep>` and the problem's explicit
-:class:`~exactattn.call.Mask`, nothing else.  Problem head h is model head
+of the call's keep-mask.  Which keys a query sees comes from
+:meth:`Policy.keep <exactattn.call.policy.Policy.keep>` and the call's explicit
+:class:`~exactattn.call.policy.Mask`, nothing else.  Call head h is model head
 ``policy.head + h`` (its ALiBi slope).
 
 :meth:`Reference.rounded_outputs` rounds every output correctly to a float
@@ -24,13 +24,13 @@ output those do not decide goes to its exact ``ExpRatio``: a rational value
 (it may sit exactly on a tie) is rounded exactly; an irrational one is never
 on a boundary, so tightening its enclosure always ends.
 
->>> from exactattn.verify.problem import Problem
->>> p = Problem.from_arrays([[0], [0]], [[0]] * 5, [[1], [2], [3], [4], [5]])
->>> Reference(p, Policy(causal=True)).output(0, 0, 1, 0).exact()
+>>> from exactattn.call import Call
+>>> c = Call([[0], [0]], [[0]] * 5, [[1], [2], [3], [4], [5]], policy=Policy(causal=True))
+>>> Reference(c).output(0, 0, 1, 0).exact()
 Fraction(3, 2)
->>> Reference(p, Policy(causal=True, alignment="bottom_right")).output(0, 0, 1, 0).exact()
+>>> Reference(c.with_policy(Policy(causal=True, alignment="bottom_right"))).output(0, 0, 1, 0).exact()
 Fraction(3, 1)
->>> Reference(p, Policy(sink="0")).output(0, 0, 0, 0).exact()          # softmax plus one
+>>> Reference(c.with_policy(Policy(sink="0"))).output(0, 0, 0, 0).exact()      # softmax plus one
 Fraction(5, 2)
 """
 
@@ -40,13 +40,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call import MODIFIER_FIELDS, Policy
+from ..call.policy import MODIFIER_FIELDS, Policy
 from ..errors import InputError
 from ..logits import dropout_factors, rope_score, softmax_row
 from ..lse import LogSumExp
 from ..softmax import ExpRatio, SoftmaxRow
 from . import enclose
-from .problem import Problem
+from ..call.inputs import Call
 
 __all__ = ["MODIFIER_VALUES", "Reference"]
 
@@ -66,31 +66,33 @@ MODIFIER_VALUES = {
 
 
 class Reference:
-    """The exact shares and outputs of a :class:`Problem` under a :class:`~exactattn.call.Policy`.
+    """The exact shares, outputs, log-sum-exps and gradients of one :class:`~exactattn.call.Call`.
 
     ``share(b, h, i, j)`` and ``output(b, h, i, c)`` are exact
     :class:`~exactattn.softmax.ExpRatio` values (certified decimals, closed
     forms, rationality); ``weight`` is the share times its dropout factor;
     ``lse(b, h, i)`` is the row's :class:`~exactattn.lse.LogSumExp`.  A
-    problem with a mask is read under its own ``mask_kind``.  ``macs``
+    call's mask is read under its policy's ``mask_kind``.  ``macs``
     counts the multiply-adds over visible pairs only: ``scores`` = pairs x E
     and ``mix`` = pairs x E_v.
 
     Raises:
         InputError: an ``inf``/``nan`` key or value a query sees
-            (:meth:`Problem.check_nonfinite`), dropout without a keep-mask or
+            (:meth:`Call.check_nonfinite <exactattn.call.Call.check_nonfinite>`), dropout without a keep-mask or
             a keep-mask without dropout, an ALiBi head past the model's heads.
     """
 
-    def __init__(self, problem: Problem, policy: Policy | None = None):
-        self.problem = problem
-        policy = problem.policy_for(policy)
-        self.policy = policy
-        problem.check_nonfinite(policy)
-        if (policy.dropout is None) != (problem.dropout_keep is None):
-            dropout_factors(policy.dropout, None if problem.dropout_keep is None else [True])
-        self.exact_problem = problem.finite()
-        sh = problem.shape
+    def __init__(self, call: Call):
+        if not isinstance(call, Call):
+            raise InputError(f"Reference takes a Call (got {type(call).__name__}); build one with "
+                             "Call(query, key, value, policy=...)")
+        self.call = call
+        self.policy = policy = call.policy
+        call.check_nonfinite()
+        if (policy.dropout is None) != (call.dropout_keep is None):
+            dropout_factors(policy.dropout, None if call.dropout_keep is None else [True])
+        self.exact_call = call.finite()
+        sh = call.shape
         self.B, self.Hq, self.Hkv, self.L, self.S = sh["B"], sh["H_q"], sh["H_kv"], sh["L"], sh["S"]
         self.E, self.Ev = sh["E"], sh["E_v"]
         d2 = policy.divisor_squared_for(self.E)
@@ -116,9 +118,9 @@ class Reference:
         return self.policy.kv_head(h, self.Hq, self.Hkv)
 
     def mask(self, b: int, h: int):
-        """The explicit :class:`~exactattn.call.Mask` of one head, or None."""
+        """The explicit :class:`~exactattn.call.policy.Mask` of one head, or None."""
         if (b, h) not in self._masks:
-            self._masks[(b, h)] = self.problem.block_mask(b, h)
+            self._masks[(b, h)] = self.call.block_mask(b, h)
         return self._masks[(b, h)]
 
     def visible(self, b: int, h: int) -> np.ndarray:
@@ -136,7 +138,7 @@ class Reference:
         """L x S dropout factors ``keep / (1 - p)`` of one head (``Fraction``), or None."""
         if self.policy.dropout is None:
             return None
-        keep = self.problem.dropout_keep[b, h]
+        keep = self.call.dropout_keep[b, h]
         return np.array([dropout_factors(self.policy.dropout, list(r)) for r in keep],
                         dtype=object)
 
@@ -147,7 +149,7 @@ class Reference:
             from flint import fmpq_mat
             from ..exponents import fmpq_of
             Q = fmpq_mat(self.L, self.E,
-                         [fmpq_of(x) for x in self.exact_problem.query[b, h].reshape(-1)])
+                         [fmpq_of(x) for x in self.exact_call.query[b, h].reshape(-1)])
             K = self.kv_mats(b, self.kv(h))[0]
             self._scores[key] = Q * K.transpose()
         return self._scores[key]
@@ -157,7 +159,7 @@ class Reference:
         if (b, g) not in self._kv:
             from flint import fmpq_mat
             from ..exponents import fmpq_of
-            p = self.exact_problem
+            p = self.exact_call
             K = fmpq_mat(self.S, self.E, [fmpq_of(x) for x in p.key[b, g].reshape(-1)])
             V = fmpq_mat(self.S, self.Ev, [fmpq_of(x) for x in p.value[b, g].reshape(-1)])
             self._kv[(b, g)] = (K, V)
@@ -169,7 +171,7 @@ class Reference:
         vis = self.visible(b, h)[i]
         pol = self.head_policy(h)
         if pol.rope is not None:
-            p = self.exact_problem
+            p = self.exact_call
             q = list(p.query[b, h, i])
             keys = p.key[b, self.kv(h)]
             pos = pol.query_position(i, self.L, self.S)
@@ -192,7 +194,7 @@ class Reference:
         """Row i's dropout factors (``keep / (1 - p)`` per key), or None without dropout."""
         if self.policy.dropout is None:
             return None
-        return dropout_factors(self.policy.dropout, list(self.problem.dropout_keep[b, h, i]))
+        return dropout_factors(self.policy.dropout, list(self.call.dropout_keep[b, h, i]))
 
     def share(self, b: int, h: int, i: int, j: int) -> ExpRatio:
         """The exact share of key j for query i of head h (before dropout)."""
@@ -207,11 +209,36 @@ class Reference:
 
     def output(self, b: int, h: int, i: int, c: int) -> ExpRatio:
         """The exact output column c of query i of head h: ``sum_j weights[i][j] value[j][c]``."""
-        vals = list(self.exact_problem.value[b, self.kv(h), :, c])
+        vals = list(self.exact_call.value[b, self.kv(h), :, c])
         f = self.factors(b, h, i)
         if f is not None:
             vals = [v * x for v, x in zip(vals, f)]
         return self.row(b, h, i).combine(vals)
+
+    def gradients(self, d_out):
+        """The exact dQ, dK and dV (and dP, dS) of the same rows, given the upstream ``d_out``.
+
+        ``d_out`` has the outputs' shape (B x H_q x L x E_v, or the call's
+        rank); entries are read exactly (floats as their exact values).  The
+        result's ``value(name, b, h, i, c)`` is one exact gradient entry
+        (``name`` one of ``dQ``, ``dK``, ``dV``; h is the query head for dQ,
+        the key/value head for dK and dV); ``blocks[(b, g)]`` holds the
+        :class:`~exactattn.gradients.Gradients` of one key/value head, with
+        ``P``, ``dP`` and ``dS``.
+
+        Raises:
+            ShapeError: ``d_out`` of the wrong shape.
+            InputError: a policy the exact gradients do not take (RoPE, soft-capping).
+
+        >>> from exactattn.call import Call
+        >>> r = Reference(Call([[0], [0]], [[0], [0]], [[1], [3]], policy=Policy(scale="none")))
+        >>> r.gradients([[1], [0]]).value("dV", 0, 0, 0, 0).exact()
+        Fraction(1, 2)
+        """
+        from ..gradients.calls import ExactGradients, d_out_array
+        if isinstance(d_out, np.ndarray) and d_out.ndim == 4 and d_out.dtype == object:
+            return ExactGradients(self.exact_call, d_out)
+        return ExactGradients(self.exact_call, d_out_array(self.call, d_out))
 
     def lse(self, b: int, h: int, i: int, base: str = "e") -> LogSumExp:
         """Row i's log-sum-exp (natural log, or base 2), the sink included; -inf for no key."""
@@ -259,7 +286,7 @@ class Reference:
         """Every output correctly rounded to ``dtype``, with its final enclosure.
 
         Returns ``(rounded, balls, magnitudes)``: ``rounded`` a float64 array
-        of the problem's output shape (B x H_q x L x E_v) holding floats of the
+        of the call's output shape (B x H_q x L x E_v) holding floats of the
         dtype (NaN where the policy's answer is NaN); ``balls`` the ``arb`` ball
         (or ``None`` for NaN) each was decided from, for the relative error;
         ``magnitudes`` the size of the terms each output adds up,

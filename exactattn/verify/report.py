@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..render import Section, plural
 from .check import Report
-from .formats import certified_scientific, shortest_repr
+from ..numbers.formats import certified_scientific, shortest_repr
 
 __all__ = ["backward_sections", "report_sections"]
 
@@ -33,10 +33,10 @@ def _worst_section(r: Report, worst: int, digits: int) -> Section:
         rows.append([",".join(map(str, e.index)), certified_scientific(e.exact, digits),
                      shortest_repr(e.rounded, r.dtype), got, _g(e.ulps, "d"),
                      _g(e.terms_ulps, ".2f"), _g(e.rel), e.status])
-    sh = r.problem.shape
-    total = sum(getattr(r.problem, n).size for n in ("query", "key", "value"))
+    sh = r.call.shape
+    total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
     notes = [
-        f"problem: {r.problem.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
+        f"problem: {r.call.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
         f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
         f"{r.dtype}: {r.moved_inputs} of {total}",
         f"policy: {r.policy.describe()}",
@@ -116,7 +116,7 @@ def _cost_section(reports: Sequence[Report]) -> Section:
              f"{macs['scores'] + macs['mix']}", f"{2 * (macs['scores'] + macs['mix'])}"]]
     notes = [f"visible pairs: {r.reference.pairs}; MACs = pairs x E (scores) + pairs x E_v "
              "(mix); FLOPs = 2 per MAC"]
-    sh = r.problem.shape
+    sh = r.call.shape
     derived = r.derived_macs()
     if derived is not None:
         rows.append(["exactattn.cost.derive_at (from the loop bounds)", str(derived[0]),
@@ -179,9 +179,9 @@ def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
         rows.append([e.index[0], ",".join(map(str, e.index[1:])),
                      certified_scientific(e.exact, digits), shortest_repr(e.rounded, r.dtype),
                      got, _g(e.ulps, "d"), _g(e.terms_ulps, ".2f"), _g(e.rel), e.status])
-    sh = r.problem.shape
+    sh = r.call.shape
     notes = [
-        f"problem: {r.problem.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
+        f"problem: {r.call.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
         f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
         f"{r.dtype}: {r.moved_inputs}",
         f"policy: {r.policy.describe()}",

@@ -9,11 +9,11 @@ infinity where the exact value is finite, or the implementation raising)
 scores 2**63.  Write the result as a spec file with
 :func:`exactattn.spec.problem_text`.
 
-Limits (:mod:`~exactattn.verify.limits`): ``max_size`` at most
-:data:`~exactattn.verify.limits.MAX_SEARCH_SIZE`; the whole search is
+Limits (:mod:`~exactattn.call.limits`): ``max_size`` at most
+:data:`~exactattn.call.limits.MAX_SEARCH_SIZE`; the whole search is
 estimated first and refused past
-:data:`~exactattn.verify.limits.MAX_SECONDS`; shrinking stops after
-:data:`~exactattn.verify.limits.SHRINK_TRIES` tries with the smallest
+:data:`~exactattn.call.limits.MAX_SECONDS`; shrinking stops after
+:data:`~exactattn.call.limits.SHRINK_TRIES` tries with the smallest
 reproducer found so far (``result.stopped``).
 
 Nothing is written to disk: no example database, and Hypothesis's cache of
@@ -29,13 +29,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..options import check_choice, check_whole
 from .check import Report, check_scale, verify
-from .formats import float_format
+from ..numbers.formats import float_format
 from .impls import load_impl
-from .limits import SHRINK_TRIES, check_search
-from .problem import Problem
+from ..call.limits import SHRINK_TRIES, check_search
+from ..call.inputs import Call
 
 __all__ = ["HARD_SCORE", "SearchResult", "search"]
 
@@ -48,11 +48,11 @@ class SearchResult:
     """The worst input a search found, shrunk: the problem, its report, and the score searched on.
 
     ``stopped`` is True when shrinking was cut off after ``shrink_tries``
-    tries (:data:`~exactattn.verify.limits.SHRINK_TRIES`): ``problem`` is then
+    tries (:data:`~exactattn.call.limits.SHRINK_TRIES`): ``call`` is then
     the smallest reproducer found by then.
     """
 
-    problem: Problem
+    call: Call
     report: Report
     score: float
     measure: str
@@ -104,7 +104,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     terms' magnitude, ``"terms"``); a second run with the same seed fails on
     any input scoring at least that much, so Hypothesis shrinks it.
 
-    Shrinking stops after :data:`~exactattn.verify.limits.SHRINK_TRIES`
+    Shrinking stops after :data:`~exactattn.call.limits.SHRINK_TRIES`
     tries (``result.stopped``); nothing is written to disk.
 
     ``check`` (optional) scores a drawn problem instead of :func:`verify`: a
@@ -114,9 +114,9 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
 
     Raises:
         InputError: a bad ``examples``, ``max_size``, ``seed`` or ``measure``;
-            ``max_size`` over :data:`~exactattn.verify.limits.MAX_SEARCH_SIZE`,
+            ``max_size`` over :data:`~exactattn.call.limits.MAX_SEARCH_SIZE`,
             or a search estimated to take over
-            :data:`~exactattn.verify.limits.MAX_SECONDS`; a scale that is 0
+            :data:`~exactattn.call.limits.MAX_SECONDS`; a scale that is 0
             or infinity in ``dtype``.
     """
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
@@ -141,15 +141,15 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     def problems(draw):
         L, S, E = (draw(st.integers(1, max_size)) for _ in range(3))
         Ev = draw(st.integers(1, 2))
-        return Problem.from_arrays(matrix(draw, L, E), matrix(draw, S, E), matrix(draw, S, Ev),
-                                   name=f"search worst case ({impl.name.split(' ')[0]}, {dtype})")
+        return Call(matrix(draw, L, E), matrix(draw, S, E), matrix(draw, S, Ev), policy=policy,
+                    name=f"search worst case ({impl.name.split(' ')[0]}, {dtype})")
 
     cache: dict = {}
 
-    def score(p: Problem):
+    def score(p: Call):
         key = p.key_of()
         if key not in cache:
-            r = verify(impl, p, policy, dtype, max_ulps=max_ulps) if check is None else check(p)
+            r = verify(impl, p, dtype, max_ulps=max_ulps) if check is None else check(p)
             cache[key] = (_score(r, measure), r)
         return cache[key]
 

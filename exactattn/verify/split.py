@@ -43,14 +43,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
 
-from ..call import Policy
+from ..call.policy import Policy
 from ..errors import InputError, ShapeError
 from ..lse import LogSumExp
 from ..online import merge, split_rows
 from ..softmax import ExpRatio
 from .compare import judge
 from .enclose import round_value
-from .formats import default_max_ulps, float_format
+from ..numbers.formats import default_max_ulps, float_format
 
 __all__ = ["Compared", "Failure", "PairCheck", "SplitMerge", "check_split_merge"]
 

@@ -3,39 +3,37 @@
 Shapes follow PyTorch's ``scaled_dot_product_attention``: query B x H_q x L x E,
 key B x H_kv x S x E, value B x H_kv x S x E_v; a caller may pass L x E or
 H x L x E and is handed arrays of that rank back.  The mask is an explicit
-:class:`~exactattn.call.Mask` per (batch, query head); the causal rule is not
+:class:`~exactattn.call.policy.Mask` per (batch, query head); the causal rule is not
 a mask, it is ``Policy(causal=True)``.  A dropout keep-mask
 (``dropout_keep``, B x H_q x L x S booleans, True = kept) is data of the call
 too; ``Policy.dropout`` gives its p.
 
 Non-finite numbers: ``inf``, ``-inf`` and ``nan`` may stand in a key or a
 value (padding often holds them) and are kept as Python floats; they are
-legal only where no query sees them.  :meth:`Problem.check_nonfinite` is the
-one check, run by :class:`~exactattn.verify.Reference` once the policy is
-known; a non-finite entry a query sees is a one-line error naming it
+legal only where no query sees them.  :meth:`Call.check_nonfinite` is the
+one check, run by :class:`~exactattn.verify.Reference`; a non-finite entry a query sees is a one-line error naming it
 (``key[1][0] must be finite where a query sees it (got inf); ...``).
 
->>> p = Problem.from_arrays([["1/2"]], [[1], [2]], [[3], [4]])
->>> p.shape
+>>> c = Call([["1/2"]], [[1], [2]], [[3], [4]])
+>>> c.shape
 {'B': 1, 'H_q': 1, 'H_kv': 1, 'L': 1, 'S': 2, 'E': 1, 'E_v': 1}
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from ..call import MASK_KINDS, Mask, Policy
+from .policy import MASK_KINDS, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..exact import to_exact
 from ..options import check_choice, check_whole
-from .formats import float_format, round_to_format
+from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs
 
-__all__ = ["Problem", "empty_rows", "keys_read", "random_problem"]
+__all__ = ["Call", "empty_rows", "keys_read"]
 
 
 def _dims(shape) -> str:
@@ -142,49 +140,52 @@ def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> np.ndarra
     return out
 
 
-@dataclass
-class Problem:
-    """The exact inputs of one attention call.
+class Call:
+    """One attention call, held exactly: query, key, value, its :class:`Policy`, an explicit mask
+    and a dropout keep-mask.  The one input of every evaluator and check.
 
-    Shapes: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value``
-    B x H_kv x S x E_v (numpy object arrays of ``Fraction``); ``mask`` None or
-    B x H_q x L x S, the entries of a :class:`~exactattn.call.Mask` of kind
-    ``mask_kind`` (``bool`` for boolean kinds; ``Fraction``, or None for
-    ``-inf``, in an additive mask).  ``rank`` is the number of dimensions the
-    caller used (2, 3 or 4); an implementation is handed arrays of that rank.
-    ``dropout_keep``: None or B x H_q x L x S ``bool`` (True = kept).
-    ``labels``: how messages name query, key and value.  Keys and values may
-    hold ``inf``/``nan`` (Python floats) where no query sees them.
+    Args:
+        query, key, value: nested lists, numpy arrays or tensors of rank 2
+            (L x E), 3 (H x L x E) or 4 (B x H x L x E), read exactly by
+            :func:`exactattn.exact.to_exact` (binary floats are refused unless
+            ``floats`` says how to read them).  Keys and values may hold
+            ``inf``, ``-inf`` or ``nan`` (floats or text) where no query sees
+            them (:meth:`check_nonfinite`, run by the reference).
+        mask: None, or L x S (broadcastable to B x H_q x L x S) entries read as
+            a :class:`~exactattn.call.policy.Mask` of ``policy.mask_kind``.
+        policy: the :class:`Policy` (default ``Policy()``); ``mask_kind``, when
+            given, replaces its mask kind.
+        dropout_keep: None or booleans (True = kept) broadcastable like the
+            mask: the keep-mask of ``policy.dropout``.
+        name: how reports name the call; ``labels``: how messages name query,
+            key and value.
+
+    Held as: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value``
+    B x H_kv x S x E_v (numpy object arrays of ``Fraction``); ``mask`` None
+    or B x H_q x L x S (``bool`` for boolean kinds; ``Fraction``, or None for
+    ``-inf``, in an additive mask); ``dropout_keep`` None or B x H_q x L x S
+    ``bool``.  ``rank`` is the number of dimensions the caller used; a float
+    implementation is handed arrays of that rank.
+
+    Raises:
+        ShapeError: mismatched sizes, a bad rank, GQA heads that do not divide.
+        InputError, FloatInputError: bad entries.
+
+    >>> c = Call([["1/2"]], [[1], [2]], [[3], [4]], policy=Policy(causal=True))
+    >>> c.shape["S"], c.policy.causal, c.query[0, 0, 0, 0]
+    (2, True, Fraction(1, 2))
     """
 
-    query: np.ndarray
-    key: np.ndarray
-    value: np.ndarray
-    mask: np.ndarray | None = None
-    mask_kind: str | None = None
-    rank: int = 4
-    name: str = "problem"
-    dropout_keep: np.ndarray | None = None
-    labels: tuple = ("query", "key", "value")
+    __slots__ = ("query", "key", "value", "mask", "policy", "rank", "name", "dropout_keep",
+                 "labels")
 
-    @classmethod
-    def from_arrays(cls, query, key, value, mask=None, *, mask_kind: str = "bool_keep",
-                    floats: str | None = None, name: str = "problem", dropout_keep=None,
-                    labels: tuple = ("query", "key", "value")) -> "Problem":
-        """Read query, key, value (and a mask) given as nested lists, numpy arrays or tensors.
-
-        Entries are read by :func:`exactattn.exact.to_exact`: binary floats
-        are refused unless ``floats`` says how to read them.  Keys and values
-        may hold ``inf``, ``-inf`` or ``nan`` (floats or text) where no query
-        sees them (checked with the policy, :meth:`check_nonfinite`).  The
-        mask is L x S or broadcastable to B x H_q x L x S, read as a
-        :class:`~exactattn.call.Mask` of ``mask_kind``; ``dropout_keep``
-        (booleans, True = kept) broadcasts the same way.
-
-        Raises:
-            ShapeError: mismatched sizes, a bad rank, GQA heads that do not divide.
-            InputError, FloatInputError: bad entries.
-        """
+    def __init__(self, query, key, value, mask=None, *, policy: Policy | None = None,
+                 mask_kind: str | None = None, floats: str | None = None, name: str = "call",
+                 dropout_keep=None, labels: tuple = ("query", "key", "value")):
+        policy = policy or Policy()
+        if mask_kind is not None and mask_kind != policy.mask_kind:
+            check_choice(mask_kind, "mask_kind", MASK_KINDS)
+            policy = policy.replace(mask_kind=mask_kind)
         arrays = [_as_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value"))]
         rank = arrays[0].ndim
         count = sum(a.size for a in arrays)
@@ -192,7 +193,7 @@ class Problem:
             q4 = (1,) * (4 - rank) + arrays[0].shape
             count += q4[0] * q4[1] * q4[2] * (1 if arrays[1].ndim < 2 else arrays[1].shape[-2])
         check_inputs(count, "query, key, value and mask",
-                     "a problem is checked number by number: use fewer tokens, heads or a "
+                     "a call is checked number by number: use fewer tokens, heads or a "
                      "narrower head")
         q, k, v = (_exact_array(a, n, floats, nonfinite=n != labels[0])
                    for a, n in zip(arrays, labels))
@@ -203,19 +204,72 @@ class Problem:
         if v.shape[:3] != k.shape[:3]:
             raise ShapeError(f"value must have the key's batch, heads and length "
                              f"{_dims(k.shape[:3])} (got {_dims(v.shape[:3])})")
-        Policy().kv_head(0, Hq, k.shape[1])       # H_q must be a multiple of H_kv
-        m = None
-        if mask is not None:
-            check_choice(mask_kind, "mask_kind", MASK_KINDS)
-            m = _mask_blocks(mask, mask_kind, (B, Hq, L, k.shape[2]), floats)
+        policy.kv_head(0, Hq, k.shape[1])       # H_q must be a multiple of H_kv
+        m = None if mask is None else \
+            _mask_blocks(mask, policy.mask_kind, (B, Hq, L, k.shape[2]), floats)
         keep = None if dropout_keep is None else \
             _keep_blocks(dropout_keep, (B, Hq, L, k.shape[2]))
-        return cls(q, k, v, m, mask_kind if mask is not None else None, rank, name, keep,
-                   tuple(labels))
+        self._set(q, k, v, m, policy, rank, name, keep, tuple(labels))
+
+    def _set(self, query, key, value, mask, policy, rank, name, dropout_keep, labels):
+        self.query, self.key, self.value, self.mask = query, key, value, mask
+        self.policy, self.rank, self.name = policy, rank, name
+        self.dropout_keep, self.labels = dropout_keep, labels
+
+    def _with(self, **changes) -> "Call":
+        """A copy with some held (already exact) parts replaced."""
+        out = object.__new__(Call)
+        out._set(*(changes.get(f, getattr(self, f)) for f in self.__slots__))
+        return out
+
+    def __repr__(self) -> str:
+        sh = self.shape
+        return (f"Call({self.name!r}, {_dims(self.query.shape[4 - self.rank:])} queries, "
+                f"{sh['S']} keys, {self.policy.describe()})")
 
     @classmethod
-    def from_scores(cls, scores, values=None, mask=None, *, mask_kind: str = "bool_keep",
-                    name: str = "scores") -> "Problem":
+    def from_arrays(cls, query, key, value, mask=None, **options) -> "Call":
+        """The same as ``Call(query, key, value, mask, **options)``."""
+        return cls(query, key, value, mask, **options)
+
+    @classmethod
+    def random(cls, n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | None = None,
+               d_v: int | None = None, heads: int = 1, kv_heads: int | None = None,
+               batch: int = 1, policy: Policy | None = None) -> "Call":
+        """Standard-normal query, key and value (numpy ``default_rng(seed)``), read as exact floats.
+
+        Shapes: query batch x heads x n x d_k, key/value batch x kv_heads x
+        n_keys x d_k (d_v); rank 4 when batch or heads exceed 1, else n x d_k.
+        Round with :meth:`rounded` (``verify`` does) to a dtype.
+
+        Raises:
+            InputError: a size below 1, a negative seed.
+
+        >>> c = Call.random(3, 2, seed=1)
+        >>> c.shape["L"], c.query[0, 0, 0, 0] == Fraction(np.random.default_rng(1).standard_normal())
+        (3, True)
+        """
+        sizes = dict(n=n, d_k=d_k, n_keys=n if n_keys is None else n_keys,
+                     d_v=d_k if d_v is None else d_v, heads=heads,
+                     kv_heads=heads if kv_heads is None else kv_heads, batch=batch)
+        for k, v in sizes.items():
+            check_whole(v, k)
+        check_whole(seed, "seed", low=0)
+        B, H, Hkv = sizes["batch"], sizes["heads"], sizes["kv_heads"]
+        check_inputs(B * H * n * d_k + B * Hkv * sizes["n_keys"] * (d_k + sizes["d_v"]),
+                     "the random query, key and value", "use fewer tokens, heads or a narrower head")
+        rng = np.random.default_rng(seed)
+        q = rng.standard_normal((B, H, n, d_k))
+        k = rng.standard_normal((B, Hkv, sizes["n_keys"], d_k))
+        v = rng.standard_normal((B, Hkv, sizes["n_keys"], sizes["d_v"]))
+        if B == 1 and H == 1 and Hkv == 1:
+            q, k, v = q[0, 0], k[0, 0], v[0, 0]
+        return cls(q, k, v, floats="exact", policy=policy,
+                   name=f"random n={n} d_k={d_k} seed={seed}")
+
+    @classmethod
+    def from_scores(cls, scores, values=None, mask=None, *, mask_kind: str | None = None,
+                    name: str = "scores", policy: Policy | None = None) -> "Call":
         """A problem whose raw scores ``query @ key^T`` are the given L x S matrix.
 
         query = the scores (``-inf`` entries replaced by 0), key = the S x S
@@ -225,11 +279,12 @@ class Problem:
         single number is a one-column value row.  Check it with
         ``Policy(scale="none")``: the scores are taken as already scaled.
 
-        >>> from exactattn.verify import Reference
-        >>> p = Problem.from_scores([["-inf", "0"]], ["9", "1"])
-        >>> Reference(p, Policy(scale="none")).output(0, 0, 0, 0).exact()
+        >>> from exactattn import Reference
+        >>> c = Call.from_scores([["-inf", "0"]], ["9", "1"], policy=Policy(scale="none"))
+        >>> Reference(c).output(0, 0, 0, 0).exact()
         Fraction(1, 1)
         """
+        mask_kind = mask_kind or (policy or Policy()).mask_kind
         rows = [list(r) for r in scores]
         S = len(rows[0]) if rows else 0
         hidden = [[isinstance(x, str) and x.strip().lower() in ("-inf", "-infinity") or
@@ -249,7 +304,7 @@ class Problem:
                 keep = mask_kind == "bool_keep"
                 mask = [[(not keep) if h else m for m, h in zip(mr, hr)]
                         for mr, hr in zip(mask, hidden)]
-        return cls.from_arrays(q, k, v, mask, mask_kind=mask_kind, name=name)
+        return cls(q, k, v, mask, mask_kind=mask_kind, name=name, policy=policy)
 
     @property
     def shape(self) -> dict:
@@ -257,26 +312,30 @@ class Problem:
         return {"B": B, "H_q": Hq, "H_kv": self.key.shape[1], "L": L, "S": self.key.shape[2],
                 "E": E, "E_v": self.value.shape[3]}
 
-    def policy_for(self, policy: Policy | None = None) -> Policy:
-        """The policy this problem is read under: ``policy`` (default :class:`Policy`) with the
-        problem's own ``mask_kind`` when it has a mask.
+    @property
+    def mask_kind(self) -> str | None:
+        """How the explicit mask is read (the policy's ``mask_kind``), or None without a mask."""
+        return None if self.mask is None else self.policy.mask_kind
 
-        >>> p = Problem.from_arrays([[1]], [[1]], [[1]], [["-inf"]], mask_kind="additive")
-        >>> p.policy_for().mask_kind, Problem.from_arrays([[1]], [[1]], [[1]]).policy_for().mask_kind
-        ('additive', 'bool_keep')
+    def with_policy(self, policy: Policy) -> "Call":
+        """The same inputs under ``policy``; a call with a mask keeps reading it as it was read
+        (its ``mask_kind``: change that with :meth:`with_mask_kind`).
+
+        >>> c = Call([[1]], [[1]], [[1]], [["-inf"]], mask_kind="additive")
+        >>> c.with_policy(Policy(causal=True)).policy.mask_kind
+        'additive'
         """
-        policy = policy or Policy()
-        if self.mask is not None and self.mask_kind != policy.mask_kind:
-            policy = policy.replace(mask_kind=self.mask_kind)
-        return policy
+        if self.mask is not None and policy.mask_kind != self.policy.mask_kind:
+            policy = policy.replace(mask_kind=self.policy.mask_kind)
+        return self._with(policy=policy)
 
     def block_mask(self, b: int, h: int) -> Mask | None:
-        """The explicit mask of batch b, query head h (a :class:`~exactattn.call.Mask`), or None."""
+        """The explicit mask of batch b, query head h (a :class:`~exactattn.call.policy.Mask`), or None."""
         if self.mask is None:
             return None
         return Mask(self.mask_kind, self.mask[b, h].tolist())
 
-    def with_mask_kind(self, kind: str) -> "Problem":
+    def with_mask_kind(self, kind: str) -> "Call":
         """The same problem with its mask read as ``kind`` (the entries as they were written).
 
         ``bool_keep`` and ``bool_drop`` swap the meaning of True; a boolean mask
@@ -285,7 +344,7 @@ class Problem:
         Raises:
             InputError: the entries do not fit ``kind`` (the message names the entry).
 
-        >>> p = Problem.from_arrays([[1]], [[1], [2]], [[3], [4]], [[True, False]])
+        >>> p = Call([[1]], [[1], [2]], [[3], [4]], [[True, False]])
         >>> p.with_mask_kind("bool_drop").block_mask(0, 0).keeps(0, 0)
         False
         """
@@ -296,10 +355,9 @@ class Problem:
         for b in range(B):
             for h in range(Hq):
                 Mask(kind, self.mask[b, h].tolist())   # refuses entries of the other sort
-        return Problem(self.query, self.key, self.value, self.mask, kind, self.rank, self.name,
-                       self.dropout_keep, self.labels)
+        return self._with(policy=self.policy.replace(mask_kind=kind))
 
-    def rounded(self, dtype: str) -> tuple["Problem", int]:
+    def rounded(self, dtype: str) -> tuple["Call", int]:
         """The same problem with every entry rounded to ``dtype``, and how many entries moved.
 
         The result holds the exact values of those floats, so the exact
@@ -328,20 +386,17 @@ class Problem:
         mask = self.mask
         if mask is not None and self.mask_kind == "additive":
             mask = arr(mask, "mask entries", "; use '-inf' to hide a key")
-        return Problem(arr(self.query, "inputs"), arr(self.key, "inputs"),
-                       arr(self.value, "inputs"), mask, self.mask_kind, self.rank,
-                       self.name, self.dropout_keep, self.labels), moved
+        return self._with(query=arr(self.query, "inputs"), key=arr(self.key, "inputs"),
+                          value=arr(self.value, "inputs"), mask=mask), moved
 
-    def with_dropout_keep(self, keep) -> "Problem":
+    def with_dropout_keep(self, keep) -> "Call":
         """The same problem with a dropout keep-mask (L x S booleans, or broadcastable to B x H_q x L x S).
 
         Raises:
             ShapeError, InputError: a mask of the wrong shape or with entries that are not booleans.
         """
         sh = self.shape
-        return Problem(self.query, self.key, self.value, self.mask, self.mask_kind, self.rank,
-                       self.name, _keep_blocks(keep, (sh["B"], sh["H_q"], sh["L"], sh["S"])),
-                       self.labels)
+        return self._with(dropout_keep=_keep_blocks(keep, (sh["B"], sh["H_q"], sh["L"], sh["S"])))
 
     def nonfinite(self) -> list[tuple[int, tuple]]:
         """Every ``inf``/``nan`` entry: ``(1 for key or 2 for value, (b, g, j, c))``."""
@@ -351,7 +406,7 @@ class Problem:
             out += [(a, tuple(int(x) for x in idx)) for idx in zip(*np.nonzero(flags))]
         return out
 
-    def check_nonfinite(self, policy: Policy) -> None:
+    def check_nonfinite(self) -> None:
         """Refuse an ``inf``/``nan`` key or value entry that some query sees: the one check.
 
         Key j of batch b and key/value head g may hold non-finite numbers
@@ -363,13 +418,14 @@ class Problem:
         Raises:
             InputError: a non-finite entry a query sees, named in the caller's rank.
 
-        >>> Problem.from_arrays([[0]], [[0], [0]], [[1], ["inf"]], [[True, False]]).check_nonfinite(Policy())
-        >>> Problem.from_arrays([[0]], [[0], [0]], [[1], ["inf"]]).check_nonfinite(Policy())
+        >>> Call([[0]], [[0], [0]], [[1], ["inf"]], [[True, False]]).check_nonfinite()
+        >>> Call([[0]], [[0], [0]], [[1], ["inf"]]).check_nonfinite()
         Traceback (most recent call last):
         ...
         exactattn.errors.InputError: value[1][0] must be finite where a query sees it (got inf); inf and NaN may stand only at keys the mask or the policy hides from every query
         """
         bad = self.nonfinite()
+        policy = self.policy
         if not bad:
             return
         sh = self.shape
@@ -387,7 +443,7 @@ class Problem:
                                  "and NaN may stand only at keys the mask or the policy hides "
                                  "from every query")
 
-    def finite(self) -> "Problem":
+    def finite(self) -> "Call":
         """The problem with every ``inf``/``nan`` entry replaced by 0 (after :meth:`check_nonfinite`)."""
         bad = self.nonfinite()
         if not bad:
@@ -395,8 +451,7 @@ class Problem:
         key, value = self.key.copy(), self.value.copy()
         for a, idx in bad:
             (key if a == 1 else value)[idx] = Fraction(0)
-        return Problem(self.query, key, value, self.mask, self.mask_kind, self.rank, self.name,
-                       self.dropout_keep, self.labels)
+        return self._with(key=key, value=value)
 
     def floats(self, name: str) -> np.ndarray:
         """``query``/``key``/``value`` as float64 (exact when the entries are floats), in the caller's rank."""
@@ -459,37 +514,3 @@ def _keep_blocks(keep, shape: tuple) -> np.ndarray:
     except ValueError:
         raise ShapeError(f"dropout_keep must be L x S = {shape[2]} x {shape[3]} or broadcast to "
                          f"{_dims(shape)} (got {_dims(raw.shape)})") from None
-
-
-def random_problem(n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | None = None,
-                   d_v: int | None = None, heads: int = 1, kv_heads: int | None = None,
-                   batch: int = 1) -> Problem:
-    """Standard-normal query, key and value (numpy ``default_rng(seed)``), read as exact floats.
-
-    Shapes: query batch x heads x n x d_k, key/value batch x kv_heads x
-    n_keys x d_k (d_v); rank 4 when batch or heads exceed 1, else n x d_k.
-    Round with :meth:`Problem.rounded` (``verify`` does) to a dtype.
-
-    Raises:
-        InputError: a size below 1, a negative seed.
-
-    >>> p = random_problem(3, 2, seed=1)
-    >>> p.shape["L"], p.query[0, 0, 0, 0] == Fraction(np.random.default_rng(1).standard_normal())
-    (3, True)
-    """
-    sizes = dict(n=n, d_k=d_k, n_keys=n if n_keys is None else n_keys,
-                 d_v=d_k if d_v is None else d_v, heads=heads,
-                 kv_heads=heads if kv_heads is None else kv_heads, batch=batch)
-    for k, v in sizes.items():
-        check_whole(v, k)
-    check_whole(seed, "seed", low=0)
-    B, H, Hkv = sizes["batch"], sizes["heads"], sizes["kv_heads"]
-    check_inputs(B * H * n * d_k + B * Hkv * sizes["n_keys"] * (d_k + sizes["d_v"]),
-                 "the random query, key and value", "use fewer tokens, heads or a narrower head")
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((B, H, n, d_k))
-    k = rng.standard_normal((B, Hkv, sizes["n_keys"], d_k))
-    v = rng.standard_normal((B, Hkv, sizes["n_keys"], sizes["d_v"]))
-    if B == 1 and H == 1 and Hkv == 1:
-        q, k, v = q[0, 0], k[0, 0], v[0, 0]
-    return Problem.from_arrays(q, k, v, floats="exact", name=f"random n={n} d_k={d_k} seed={seed}")

@@ -1,6 +1,6 @@
 """Explicit masks: which keys each query may see, and what an additive mask adds.
 
-A mask is read one of three ways (``mask_kind`` of :class:`~exactattn.call.Policy`):
+A mask is read one of three ways (``mask_kind`` of :class:`~exactattn.call.policy.Policy`):
 ``bool_keep`` (True = attend: SDPA ``attn_mask``, JAX), ``bool_drop`` (True =
 ignore: ``nn.MultiheadAttention`` ``key_padding_mask``) or ``additive`` (a
 number added to the scaled score; ``-inf`` hides the key).  The causal rule is
@@ -12,8 +12,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Sequence
 
-from .errors import InputError, ShapeError, shorten
-from .exact import to_exact
+from ..errors import InputError, ShapeError, shorten
+from ..exact import to_exact
 
 __all__ = ["MASK_KINDS", "Mask"]
 

@@ -1,6 +1,6 @@
 """Score modifiers of today's attention, as parts of the one call model.
 
-Each is a field of :class:`~exactattn.call.Policy`; this module holds their
+Each is a field of :class:`~exactattn.call.policy.Policy`; this module holds their
 types and exact rules, and computes nothing else.
 
 ALiBi (Press, Smith and Lewis 2022, "Train short, test long", sec. 3)
@@ -35,10 +35,10 @@ from fractions import Fraction
 
 from typing import Any
 
-from .errors import FloatInputError, InputError, shorten
-from .exact import to_exact
-from .options import check_choice, check_whole
-from .reals import two_power
+from ..errors import FloatInputError, InputError, shorten
+from ..exact import to_exact
+from ..options import check_choice, check_whole
+from ..reals import two_power
 
 __all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_dropout",
            "check_form", "check_layout", "check_softcap", "check_theta", "check_window",

@@ -37,7 +37,7 @@ line read it:
     ``tile`` (``h % H_kv``: ``repeat``).
 modifiers
     Sliding windows, query offsets, soft-capping, sinks, ALiBi, RoPE and
-    dropout (:mod:`exactattn.modifiers`; applied by :mod:`exactattn.logits`).
+    dropout (:mod:`exactattn.call.modifiers`; applied by :mod:`exactattn.logits`).
 
 Exactly one function decides which keys a query sees:
 :meth:`Policy.visible_keys`.  Masks narrow what it returns; nothing else
@@ -78,11 +78,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from .errors import FloatInputError, InputError, ShapeError, shorten
-from .exact import rational_sqrt, to_exact
+from ..errors import FloatInputError, InputError, ShapeError, shorten
+from ..exact import rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
 from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, exact_number
-from .options import check_choice
+from ..options import check_choice
 
 __all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "MODIFIER_FIELDS",
            "POSITION_FIELDS", "PRESETS", "SCORE_FIELDS",
@@ -257,9 +257,9 @@ class Policy:
         softcap: ``cap`` of ``cap * tanh(score / cap)`` on the scaled scores, before biases and masks.
         sink: an attention-sink logit that joins each row's normaliser and
             carries no value (0 = "softmax plus one"), counted once per row.
-        alibi: an :class:`~exactattn.modifiers.Alibi` (slopes from the head
+        alibi: an :class:`~exactattn.call.modifiers.Alibi` (slopes from the head
             count); ``head`` says which head this call is.
-        rope: a :class:`~exactattn.modifiers.Rope` rotating queries and keys.
+        rope: a :class:`~exactattn.call.modifiers.Rope` rotating queries and keys.
         dropout: p; kept weights are scaled by 1/(1 - p) (the keep-mask is data, passed with the call).
         head: the index of this call's head in its layer (ALiBi slopes).
 

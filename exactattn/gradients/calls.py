@@ -1,0 +1,160 @@
+"""The exact gradients of every head of a :class:`~exactattn.call.Call`: one block per (batch,
+key/value head), each a :class:`~exactattn.gradients.Gradients` of the call's rows.
+
+:meth:`Reference.gradients <exactattn.verify.Reference.gradients>` builds them;
+``verify --backward`` rounds them to a dtype (:meth:`ExactGradients.rounded`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..digits import tighten
+from ..errors import ShapeError
+from ..numbers.formats import float_format, round_ball
+from ..verify.enclose import round_value
+
+__all__ = ["ExactGradients", "d_out_array"]
+
+
+class ExactGradients:
+    """The exact gradients of every head of a call: one block per (batch, key/value head)."""
+
+    def __init__(self, call, d_out: np.ndarray):
+        from ..gradients import Gradients, block_inputs, check_policy
+        problem, policy = call, call.policy
+        check_policy(policy)
+        sh = problem.shape
+        self.shape = sh
+        self.policy = policy
+        d2 = policy.divisor_squared_for(sh["E"])
+        L, S = sh["L"], sh["S"]
+        self.heads = {g: [h for h in range(sh["H_q"]) if policy.kv_head(h, sh["H_q"],
+                                                                         sh["H_kv"]) == g]
+                      for g in range(sh["H_kv"])}
+        self.blocks = {}
+        for b in range(sh["B"]):
+            for g, hs in self.heads.items():
+                queries, dO, keep, offsets, factors = [], [], [], [], []
+                for h in hs:       # problem head h is model head policy.head + h (ALiBi)
+                    hp = policy if policy.alibi is None else policy.replace(head=policy.head + h)
+                    drop = None if problem.dropout_keep is None else problem.dropout_keep[b, h]
+                    block = block_inputs(hp, L, S, problem.block_mask(b, h), drop)
+                    queries += problem.query[b, h].tolist()
+                    dO += d_out[b, h].tolist()
+                    keep.append(block["keep"])
+                    offsets += block["offsets"] or [None] * L
+                    factors += block["factors"] or [[1] * S] * L
+                self.blocks[(b, g)] = Gradients(
+                    queries, problem.key[b, g].tolist(), problem.value[b, g].tolist(), dO,
+                    keep=np.concatenate(keep), offsets=offsets, divisor_squared=d2,
+                    empty_row=policy.empty_row, sink=policy.sink,
+                    factors=None if problem.dropout_keep is None else factors)
+
+    def locate(self, name: str, b: int, h: int, i: int, c: int):
+        """(block, row, column) of one entry (h is the query head for dQ, else the kv head)."""
+        if name == "dQ":
+            g = self.policy.kv_head(h, self.shape["H_q"], self.shape["H_kv"])
+            return self.blocks[(b, g)], self.heads[g].index(h) * self.shape["L"] + i, c
+        return self.blocks[(b, h)], i, c
+
+    def value(self, name: str, b: int, h: int, i: int, c: int):
+        block, row, col = self.locate(name, b, h, i, c)
+        return block.value(name, row, col)
+
+    def shape_of(self, name: str) -> tuple:
+        sh = self.shape
+        return {"dQ": (sh["B"], sh["H_q"], sh["L"], sh["E"]),
+                "dK": (sh["B"], sh["H_kv"], sh["S"], sh["E"]),
+                "dV": (sh["B"], sh["H_kv"], sh["S"], sh["E_v"])}[name]
+
+    def rounded(self, name: str, dtype, prec: int):
+        """``(floats, balls, magnitudes)`` of one gradient, correctly rounded to ``dtype``.
+
+        Whole blocks are enclosed at ``prec`` bits, then at twice that
+        (:func:`~exactattn.digits.tighten`); what is left (exact zeros, ties,
+        stragglers) is rounded entry by entry from its exact value
+        (:meth:`Reference.round_exact <exactattn.verify.reference.Reference.round_exact>`).
+        """
+        fmt = float_format(dtype)
+        shape = self.shape_of(name)
+        rounded = np.empty(shape)
+        balls = np.empty(shape, dtype=object)
+        mags = np.zeros(shape)
+        for b, h in np.ndindex(*shape[:2]):
+            block, start, _ = self.locate(name, b, h, 0, 0)
+            mags[b, h] = block.magnitudes()[name][start:start + shape[2]]
+            todo = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
+            if fmt.name == "float32":
+                todo = self._from_floats(block, name, start, shape, (b, h), rounded, balls)
+            if not todo:
+                continue
+
+            def attempt(p):
+                nonlocal todo
+                mat = block.balls(p)[name]
+                left = []
+                for i, c in todo:
+                    if block.atom_nan((name, start + i, c)):
+                        rounded[b, h, i, c] = math.nan
+                        continue
+                    f = round_ball(mat[start + i, c], fmt, p)
+                    if f is None:
+                        left.append((i, c))
+                        continue
+                    rounded[b, h, i, c], balls[b, h, i, c] = f, mat[start + i, c]
+                todo = left
+                return True if not todo else None
+            tighten(attempt, prec, max_prec=2 * prec)
+            for i, c in todo:      # exact zeros, ties and stragglers, one by one
+                f, ball = round_value(block.value(name, start + i, c), fmt, 4 * prec)
+                rounded[b, h, i, c], balls[b, h, i, c] = f, ball
+        return rounded, balls, mags
+
+
+    @staticmethod
+    def _from_floats(block, name, start, shape, at, rounded, balls) -> list:
+        """Round to float32 from the certified float64 enclosures
+        (:mod:`exactattn.gradients.floats`): an entry whose two ends (pushed one float64
+        outwards) round to one float32 is that float32 (rounding is monotonic); returns the
+        entries left (ends that differ, zeros of uncertain sign, NaN rows)."""
+        from flint import arb
+        got = block.enclosures()
+        cells = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
+        if got is None:
+            return cells
+        m, r = (a[start:start + shape[2]] for a in got[name])
+        with np.errstate(all="ignore"):
+            lo = np.nextafter(np.nextafter(m - r, -np.inf), -np.inf)
+            hi = np.nextafter(np.nextafter(m + r, np.inf), np.inf)
+            f_lo, f_hi = lo.astype(np.float32), hi.astype(np.float32)
+        ok = (f_lo == f_hi) & np.isfinite(f_lo) & (np.signbit(f_lo) == np.signbit(f_hi))
+        rows = np.array([block.atom_nan((name, start + i, 0)) for i in range(shape[2])])
+        ok &= ~rows[:, None]
+        left = []
+        for i, c in cells:
+            if ok[i, c]:
+                rounded[at + (i, c)] = float(f_lo[i, c])
+                balls[at + (i, c)] = arb(float(m[i, c]), float(r[i, c]))
+            else:
+                left.append((i, c))
+        return left
+
+
+def d_out_array(problem, d_out) -> np.ndarray:
+    from ..exact import to_exact
+    sh = problem.shape
+    want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
+    arr = np.array(d_out, dtype=object)
+    if arr.size != math.prod(want) or arr.shape[-2:] != want[-2:]:
+        raise ShapeError(f"d_out must be {' x '.join(map(str, want[4 - problem.rank:]))} like "
+                         f"the output (got {' x '.join(map(str, arr.shape))})")
+    flat = [to_exact(v.item() if isinstance(v, np.generic) else v, name="d_out", floats="exact")
+            for v in arr.reshape(-1)]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(want)
+
+

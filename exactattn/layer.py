@@ -41,7 +41,7 @@ from .exact import to_matrix, to_row
 from .exponents import fmpq_of
 from .head import Head, project_biased, score_and_mix
 from .kernels import common_denominator
-from .modified import check_keep, modified_step
+from .modified import check_keep, counted_step
 from .softmax import ExpRatio
 
 __all__ = ["Layer", "LayerRun", "LayerValue", "attend_layer", "out_project", "padding_mask",
@@ -311,7 +311,7 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
         macs["projections"] += mq
         adds += aq
         if head.policy.modified:      # sinks, ALiBi, soft-capping, RoPE, dropout
-            step = modified_step(q_ints, k_ints, v_ints, visible, dq, dk, dv,
+            step = counted_step(q_ints, k_ints, v_ints, visible, dq, dk, dv,
                                  head.divisor_squared, head.policy, keeps[a])
             r, out = step.rows, step.outputs
             for stage, count in step.macs.items():

@@ -42,8 +42,8 @@ from .kernels import mix, score, to_fractions
 from .logits import dropout_factors, rope_score, softmax_row
 from .ratio import ExpRatio
 
-__all__ = ["PENCIL_ONLY", "Step", "check_keep", "counted_step", "modified_engine",
-           "modified_step", "outputs_of"]
+__all__ = ["Step", "check_keep", "counted_step", "modified_engine",
+           "outputs_of"]
 
 
 def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep"
@@ -197,11 +197,6 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
 
 
 #: the former name of :func:`counted_step` (its one step serves plain and modified heads alike)
-modified_step = counted_step
-
-#: the modifier fields (of :data:`~exactattn.call.policy.SCORE_FIELDS`) only the pencil engine runs
-PENCIL_ONLY = ("rope", "dropout")
-
 
 def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
     """The engine that runs a head under a modified ``policy`` exactly, or a one-line refusal.
@@ -213,7 +208,7 @@ def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
     Raises:
         InputError: the symbolic engine or entries, or RoPE/dropout on the fast engine.
     """
-    names = [name for name in PENCIL_ONLY if getattr(policy, name) is not None]
+    names = policy.unsupported("fast")
     if symbolic or engine == "symbolic":
         got = "symbolic entries" if symbolic else "engine 'symbolic'"
         fix = "substitute numbers for the symbols" if symbolic else "use engine 'auto'"

@@ -206,9 +206,9 @@ class PackageRun:
             if engine == "symbolic" and pol.modified:
                 self.skipped.append((path, "the symbolic engine runs no modifier (modified.py)"))
                 continue
-            if engine == "fast" and (pol.rope is not None or pol.dropout is not None):
+            if engine == "fast" and pol.unsupported("fast"):
                 self.skipped.append((path, "the fast engine runs no RoPE or dropout "
-                                           "(modified.PENCIL_ONLY)"))
+                                           "(Policy.unsupported('fast'))"))
                 continue
             ok, trace = self._guard(path, attend, head, x, engine=engine, keep=keep)
             if ok:

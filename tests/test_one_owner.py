@@ -8,7 +8,7 @@ from fractions import Fraction as F
 import pytest
 import sympy
 
-from exactattn.call.policy import MODIFIER_FIELDS, SCORE_FIELDS, Policy
+from exactattn.call.policy import UNSUPPORTED, Policy
 from exactattn.cells import Scaler, root_text, value_cell, with_decimal
 from exactattn.commands.modifier_flags import FLAGS, add_flags
 from exactattn.errors import InputError, ShapeError, SpecError
@@ -17,7 +17,7 @@ from exactattn.head import Head, attend, scaled_score, score_and_mix
 from exactattn.kernels import common_denominator
 from exactattn.logits import dropout_factors, scaled_logit
 from exactattn.lse import LSE_BASES, LogSumExp, check_base
-from exactattn.modified import PENCIL_ONLY, check_keep, counted_step, modified_step
+from exactattn.modified import check_keep, counted_step
 from exactattn.call.modifiers import (Alibi, Rope, check_dropout, check_form, check_layout,
                                  check_softcap, check_theta)
 from exactattn.reals import Surd, sympy_ball
@@ -25,17 +25,52 @@ from exactattn.render import Cell, reader_text
 from exactattn.rowints import fraction_texts, with_rounded
 from exactattn.softmax import SoftmaxRow
 from exactattn.spec import POLICY_KEYS
-from exactattn.spec_fields import MODIFIER_KEYS, read_modifiers
+from exactattn.spec_fields import read_modifiers
 
 
 # ----------------------------------------------------------------------------- field lists
-def test_field_lists_come_from_the_call_model():
-    assert tuple(FLAGS) == MODIFIER_FIELDS
+def test_spec_keys_and_flags_stay_as_users_write_them():
+    """The spec file's policy keys and the modifier flags are what users type: a renamed Policy
+    field must not rename them."""
     assert FLAGS["query_offset"] == "--query-offset" and FLAGS["head"] == "--head"
-    assert MODIFIER_KEYS == MODIFIER_FIELDS + ("lse",)
-    assert POLICY_KEYS == ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa") + \
-        MODIFIER_KEYS
-    assert set(PENCIL_ONLY) <= set(SCORE_FIELDS)
+    assert POLICY_KEYS == ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa",
+                           "window", "query_offset", "rope", "softcap", "alibi", "sink",
+                           "dropout", "head", "lse")
+
+
+#: one value per field the capability table can name, and each path's entry point
+_SET = {"rope": Rope(), "dropout": F(1, 2), "softcap": F(5), "sink": F(0), "alibi": Alibi(2),
+        "window": (1, 0), "query_offset": 1}
+
+
+def _run_path(path: str, policy: Policy):
+    from exactattn.blocks import from_rationals
+    from exactattn.gradients import gradients
+    keep = [[True, True], [True, True]] if policy.dropout is not None else None
+    if path == "fast":
+        head = Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]]).with_policy(policy)
+        return attend(head, [[1, 0], [0, 1]], engine="fast", keep=keep)
+    if path == "gradients":
+        return gradients([[1], [0]], [[1], [2]], [[1], [0]], [[1], [1]], policy,
+                         dropout_keep=keep)
+    if path == "blocks":
+        return from_rationals([[1], [0]], [[1], [2]], [[1], [0]], policy)
+    raise AssertionError(path)
+
+
+@pytest.mark.parametrize("path, field", [(p, f) for p in ("fast", "gradients", "blocks")
+                                         for f in UNSUPPORTED[p]])
+def test_each_path_refuses_what_the_capability_table_lists(path, field):
+    policy = Policy(**{field: _SET[field]})
+    assert policy.unsupported(path) == [field]
+    with pytest.raises(InputError):
+        _run_path(path, policy)
+
+
+@pytest.mark.parametrize("path", ["fast", "gradients", "blocks"])
+def test_each_path_runs_what_the_capability_table_leaves_out(path):
+    for field in sorted(set(_SET) - set(UNSUPPORTED[path]) - {"dropout", "rope", "query_offset"}):
+        assert _run_path(path, Policy(**{field: _SET[field]})) is not None, field
 
 
 def _flag_error(*argv) -> str:
@@ -116,7 +151,6 @@ def test_one_step_for_plain_and_modified_heads():
                                                       F(4), "zero")
     assert (ms, mm) == (64, 64) and raw == step.raw and raw_f == step.raw_fractions
     assert [[o.exact() for o in r] for r in outputs] == trace.outputs
-    assert modified_step is counted_step
     same = counted_step([[1], [1]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1, None,
                         Policy(sink=F(0)))
     assert same.rows[0] is same.rows[1]         # equal rows, no position in the logits: one row

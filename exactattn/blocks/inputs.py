@@ -28,7 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call.policy import Policy
+from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
 
@@ -37,7 +37,6 @@ __all__ = ["FLOAT_DTYPES", "ExactInputs", "float_ints", "from_call", "from_float
 
 #: float dtypes random inputs are drawn in (numpy rounds to them exactly, ties to even)
 FLOAT_DTYPES = ("float64", "float32", "float16")
-_MODIFIERS = ("softcap", "sink", "alibi", "rope", "dropout")
 
 
 def float_ints(a) -> tuple[np.ndarray, int]:
@@ -117,9 +116,9 @@ class ExactInputs:
         if self.mask is not None and self.mask.shape != (self.n_q, self.n_k):
             raise ShapeError(f"mask must be {self.n_q} x {self.n_k} (got "
                              f"{' x '.join(map(str, self.mask.shape))})")
-        bad = [f for f in _MODIFIERS if getattr(self.policy, f) is not None]
+        bad = self.policy.unsupported("blocks")
         if bad:
-            raise InputError(f"policy must have no {', '.join(_MODIFIERS)} for row blocks (got "
+            raise InputError(f"policy must have no {', '.join(UNSUPPORTED['blocks'])} for row blocks (got "
                              f"{bad[0]}); run such heads through attend")
 
     n_q = property(lambda self: self.q.shape[0], doc="queries")

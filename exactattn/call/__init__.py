@@ -14,12 +14,12 @@
 """
 
 from .policy import (ALIGNMENTS, DEFAULT_SCALE, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, MODIFIER_FIELDS,
-                     POSITION_FIELDS, PRESETS, SCORE_FIELDS, Alibi, Mask, Policy, Rope,
+                     POSITION_FIELDS, PRESETS, SCORE_FIELDS, UNSUPPORTED, Alibi, Mask, Policy, Rope,
                      divisor_text, float_scale, parse_divisor, parse_scale, preset)
 
 __all__ = ["ALIGNMENTS", "Alibi", "Call", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS",
            "MODIFIER_FIELDS", "Mask", "POSITION_FIELDS", "PRESETS", "Policy", "Rope",
-           "SCORE_FIELDS", "divisor_text", "empty_rows", "float_scale", "keys_read",
+           "SCORE_FIELDS", "UNSUPPORTED", "divisor_text", "empty_rows", "float_scale", "keys_read",
            "parse_divisor", "parse_scale", "preset"]
 
 _INPUTS = ("Call", "empty_rows", "keys_read")

@@ -85,7 +85,7 @@ from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, 
 from ..options import check_choice
 
 __all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "MODIFIER_FIELDS",
-           "POSITION_FIELDS", "PRESETS", "SCORE_FIELDS",
+           "POSITION_FIELDS", "PRESETS", "SCORE_FIELDS", "UNSUPPORTED",
            "Alibi", "Mask", "Policy", "Rope", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
 
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -97,6 +97,16 @@ DEFAULT_SCALE = "default"
 POSITION_FIELDS = ("window", "query_offset")
 SCORE_FIELDS = ("rope", "softcap", "alibi", "sink", "dropout")
 MODIFIER_FIELDS = POSITION_FIELDS + SCORE_FIELDS + ("head",)
+
+#: the one capability table: the policy fields each path does not run (set ones are refused)
+UNSUPPORTED = {
+    "fast": ("rope", "dropout"),                       # the fast engine: the pencil engine runs them
+    "symbolic": MODIFIER_FIELDS,                       # sympy entries: no modifier
+    "gradients": ("softcap", "rope"),                  # exact gradients: transcendental scores
+    "blocks": ("softcap", "sink", "alibi", "rope", "dropout"),     # row blocks
+    "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
+    "search": MODIFIER_FIELDS,                         # verify --search draws the plain call
+}
 
 PRESETS = {
     "torch": dict(alignment="top_left", empty_row="zero", mask_kind="bool_keep", gqa="interleave"),
@@ -453,6 +463,16 @@ class Policy:
         if self.gqa == "interleave":
             return h // (n_query_heads // n_kv_heads)
         return h % n_kv_heads
+
+    def unsupported(self, path: str) -> list[str]:
+        """The fields set on this policy that ``path`` does not run (:data:`UNSUPPORTED`), in the
+        table's order; empty when the path runs the whole policy.
+
+        >>> Policy(rope=Rope(), sink="0").unsupported("fast"), Policy(sink="0").unsupported("gradients")
+        (['rope'], [])
+        """
+        check_choice(path, "path", tuple(UNSUPPORTED))
+        return [f for f in UNSUPPORTED[path] if f != "head" and getattr(self, f) is not None]
 
     @property
     def positional(self) -> bool:

@@ -164,8 +164,8 @@ def refuse(args, problem, searching: bool) -> None:
         raise InputError(f"{given[0]} must come without --search (got both); --search checks "
                          "the call without modifiers")
     if getattr(args, "backward", False):
-        from ..gradients.inputs import UNSUPPORTED
-        bad = [FLAGS[f] for f in UNSUPPORTED if getattr(args, f, None) is not None]
+        from ..call.policy import UNSUPPORTED
+        bad = [FLAGS[f] for f in UNSUPPORTED["gradients"] if getattr(args, f, None) is not None]
         bad += ["--lse"] if "--lse" in given else []
         if bad:
             raise InputError(f"{bad[0]} must come without --backward (got both); the exact "

@@ -33,10 +33,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..exact import to_matrix
 from .backward import Gradients
 
-__all__ = ["UNSUPPORTED", "block_inputs", "check_policy", "gradients"]
-
-#: policy fields exact gradients refuse (must be unset)
-UNSUPPORTED = ("softcap", "rope")
+__all__ = ["block_inputs", "check_policy", "gradients"]
 
 
 def check_policy(policy: Policy) -> Policy:
@@ -45,8 +42,8 @@ def check_policy(policy: Policy) -> Policy:
     >>> check_policy(Policy(causal=True, sink=Fraction(0))).causal
     True
     """
-    for name in UNSUPPORTED:
-        value = getattr(policy, name, None)
+    for name in policy.unsupported("gradients"):
+        value = getattr(policy, name)
         if value is not None:
             raise InputError(f"policy {name} must be unset for exact gradients (got "
                              f"{shorten(str(value))}); soft-capped and rotary scores are "

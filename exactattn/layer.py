@@ -35,13 +35,14 @@ from fractions import Fraction
 from typing import Sequence
 
 from .call.policy import Mask, Policy
-from .digits import certify, round_fraction
+from .digits import certify, enclosure_sign, round_fraction
 from .errors import InputError, ShapeError
 from .exact import to_matrix, to_row
 from .exponents import fmpq_of
 from .head import Head, project_biased, score_and_mix
 from .kernels import common_denominator
 from .modified import check_keep, counted_step
+from .numbers.real import Real
 from .softmax import ExpRatio
 
 __all__ = ["Layer", "LayerRun", "LayerValue", "attend_layer", "out_project", "padding_mask",
@@ -62,15 +63,20 @@ def sum_decimal(terms: Sequence, places: int, constant: Fraction = Fraction(0)) 
     return LayerValue(terms, constant).decimal(places)
 
 
-class LayerValue:
+class LayerValue(Real):
     """One layer output entry: ``constant + sum(terms)``, each term an :class:`ExpRatio`
     over its own head's normaliser (terms over different normalisers do not combine).
+
+    Compares and hashes by value (:class:`~exactattn.numbers.real.Real`): equal
+    terms and constants are equal; otherwise the sign of the difference comes
+    from enclosures, refused (:class:`~exactattn.errors.Undecided`) when they
+    cannot separate it from 0 within the precision bound.
 
     >>> from exactattn.softmax import SoftmaxRow
     >>> half = SoftmaxRow([Fraction(0), Fraction(0)], None).share(0)
     >>> v = LayerValue((half, half), Fraction(1))
-    >>> v.rational(), v.decimal(2), v.text()
-    (Fraction(2, 1), '2.00', '1 + 1/2 + 1/2')
+    >>> v.rational(), v.decimal(2), v.text(), v == 2, v == LayerValue((half, half), Fraction(1))
+    (Fraction(2, 1), '2.00', '1 + 1/2 + 1/2', True, True)
     """
 
     __slots__ = ("terms", "constant")
@@ -104,6 +110,22 @@ class LayerValue:
 
     def __float__(self) -> float:
         return float(self.decimal(20))
+
+    def _order(self, other) -> int:
+        if isinstance(other, LayerValue):
+            if self.constant == other.constant and self.terms == other.terms:
+                return 0
+            q, ball = other.rational(), other.ball
+        elif isinstance(other, (int, Fraction)) and not isinstance(other, bool):
+            q, ball = Fraction(other), None
+        else:
+            return NotImplemented
+        mine = self.rational()
+        if mine is not None and q is not None:
+            return (mine > q) - (mine < q)
+        theirs = ball or (lambda prec: fmpq_of(q))
+        return enclosure_sign(lambda prec: self.ball(prec) - theirs(prec),
+                              lambda: f"{self.text()} - ({other})")
 
     def __repr__(self) -> str:
         return f"LayerValue({self.text()})"

@@ -26,11 +26,11 @@ different paths are ``==`` and hash alike.
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import total_ordering
 
 from .digits import certify, enclosure_sign
 from .errors import InputError
 from .exponents import ExpPoly
+from .numbers.real import Real
 from .options import check_choice
 from .ratio import row_sum_text
 from .reals import Surd, real_decimal
@@ -56,8 +56,7 @@ def check_base(value, name: str = "lse base") -> str:
     return check_choice(value, name, LSE_BASES)
 
 
-@total_ordering
-class LogSumExp:
+class LogSumExp(Real):
     """``log(sum exp(logits))`` of one :class:`~exactattn.softmax.SoftmaxRow` (sink included).
 
     Args:
@@ -132,26 +131,12 @@ class LogSumExp:
         return enclosure_sign(lambda prec: self.ball(prec) - other.ball(prec),
                               lambda: f"{self.text()} - {other.text()}")
 
-    def __eq__(self, other) -> bool:
-        if self.row.nan or (isinstance(other, LogSumExp) and other.row.nan):
-            return False
-        c = self._order(other)
-        return NotImplemented if c is NotImplemented else c == 0
+    def _nan(self) -> bool:
+        return self.row.nan
 
-    def __lt__(self, other) -> bool:
-        c = self._order(other)
-        return NotImplemented if c is NotImplemented else c < 0
-
-    def __hash__(self) -> int:
-        q = self.rational()
-        if q is not None:
-            return hash(q)
-        if self.row.nan:
-            return id(self)
-        if self.neg_inf:
-            return hash(float("-inf"))
+    def _hash_value(self) -> int:
         # equal values (in either base) have equal correctly rounded decimals
-        return hash(("LogSumExp", self.decimal(30)))
+        return hash(float("-inf")) if self.neg_inf else super()._hash_value()
 
     def ball(self, prec: int):
         from flint import arb

@@ -17,18 +17,17 @@ type decides equality by structure and digits by enclosures (see
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import total_ordering
 
 from .digits import certify, fraction_text, round_fraction
 from .errors import InputError
 from .exponents import ExpPoly, fmpq_of, sum_text
+from .numbers.real import Real
 
 __all__ = ["ExpRatio", "row_sum_text"]
 
 
 # --------------------------------------------------------------------------- the value type
-@total_ordering
-class ExpRatio:
+class ExpRatio(Real):
     """An exact share or output: ``sum_g A_g exp(g) / sum_g C_g exp(g)`` over one softmax row.
 
     Behaves like ``fractions.Fraction``: immutable, ``==``/``<`` compare values
@@ -140,26 +139,11 @@ class ExpRatio:
         n2, d2 = other._polys()
         return n1.times_minus(d2, n2, d1).sign()
 
-    def __eq__(self, other) -> bool:
-        if self.row.nan or (isinstance(other, ExpRatio) and other.row.nan):
-            return False
-        c = self._compare(other)
-        return NotImplemented if c is NotImplemented else c == 0
+    def _order(self, other) -> int:
+        return self._compare(other)
 
-    def __lt__(self, other) -> bool:
-        c = self._compare(other)
-        return NotImplemented if c is NotImplemented else c < 0
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            q = self.rational()
-            if q is not None:
-                self._hash = hash(q)
-            elif self.row.nan:
-                self._hash = id(self)
-            else:   # equal values have equal correctly rounded decimals
-                self._hash = hash(("ExpRatio", self.decimal(30)))
-        return self._hash
+    def _nan(self) -> bool:
+        return self.row.nan
 
     def __float__(self) -> float:
         """The nearest binary64 float (via a certified 20-digit decimal); nan for a NaN row."""

@@ -39,6 +39,7 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import InputError
+from .numbers.real import Real
 
 __all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_text",
            "canonical_atom", "decidable", "power_form", "real_ball", "real_compare", "real_decimal",
@@ -367,7 +368,7 @@ def align(values) -> tuple[tuple, list]:
                           (r[0], *(Fraction(r[1].get(k, 0)) for k in range(m))) for r in rows]
 
 
-class Surd:
+class Surd(Real):
     """An exact real algebraic number ``p + sum_i a_i * atom_i``; behaves like ``Fraction``.
 
     ``terms`` is a tuple of ``(atom, a)``: an atom is a ``Fraction`` D (the
@@ -490,12 +491,12 @@ class Surd:
         s = d.sign() if isinstance(d, Surd) else (d > 0) - (d < 0)
         return s if c1 > 0 else -s
 
-    def _cmp(self, other) -> int:
+    def _order(self, other) -> int:
         if isinstance(other, (int, Fraction, Surd)) and not isinstance(other, bool):
             return (self - other).sign()
         return NotImplemented
 
-    def __eq__(self, other) -> bool:
+    def _equals(self, other):
         if not isinstance(other, (int, Fraction, Surd)) or isinstance(other, bool):
             return NotImplemented
         d = self - other
@@ -505,27 +506,9 @@ class Surd:
             return False               # a non-zero form over independent atoms
         return d.sign() == 0
 
-    def __lt__(self, other) -> bool:
-        c = self._cmp(other)
-        return NotImplemented if c is NotImplemented else c < 0
-
-    def __le__(self, other) -> bool:
-        c = self._cmp(other)
-        return NotImplemented if c is NotImplemented else c <= 0
-
-    def __gt__(self, other) -> bool:
-        c = self._cmp(other)
-        return NotImplemented if c is NotImplemented else c > 0
-
-    def __ge__(self, other) -> bool:
-        c = self._cmp(other)
-        return NotImplemented if c is NotImplemented else c >= 0
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            form = _canonical(self)
-            self._hash = hash(self.p) if len(form) == 1 else hash(("Surd", form))
-        return self._hash
+    def _hash_value(self) -> int:
+        form = _canonical(self)
+        return hash(self.p) if len(form) == 1 else hash(("Surd", form))
 
     # -- views ---------------------------------------------------------------
     def decimal(self, places: int) -> str:
@@ -533,7 +516,7 @@ class Surd:
         q = self.rational()
         if q is not None:
             return round_fraction(q, places)
-        return certify(self.ball, places, compare=self._cmp)
+        return certify(self.ball, places, compare=self._order)
 
     def text(self) -> str:
         from .digits import fraction_text

@@ -40,6 +40,7 @@ from .digits import certify, check_places, round_fraction
 from .errors import InputError, shorten
 from .logits import dropout_factors, logit_row, softmax_row
 from .lse import LogSumExp
+from .numbers.real import Real
 from .reals import sympy_ball
 from .softmax import SoftmaxRow
 
@@ -322,7 +323,7 @@ class Trace:
         return shares, outputs
 
 
-class SymbolicValue:
+class SymbolicValue(Real):
     """An entry of the symbolic engine: a sympy expression with the numeric views of ExpRatio.
 
     ``decimal(places)`` is certified (ball arithmetic on the expression tree,
@@ -373,13 +374,29 @@ class SymbolicValue:
             return "nan"
         return certify(lambda prec: sympy_ball(e), places)
 
-    def __eq__(self, other) -> bool:
+    def _order(self, other):
+        return NotImplemented          # symbolic entries have equality, not order
+
+    def _nan(self) -> bool:
+        import sympy
+        return isinstance(self.expr, sympy.Basic) and self.expr.has(sympy.nan)
+
+    def _equals(self, other):
         import sympy
         other = other.expr if isinstance(other, SymbolicValue) else other
         return sympy.simplify(self.expr - other) == 0
 
-    def __hash__(self) -> int:
-        return hash(self.expr)
+    def _hash_value(self) -> int:
+        # consistent with simplify-equality: a form with symbols may simplify to a number
+        import sympy
+        e = self.expr
+        if isinstance(e, sympy.Basic) and not e.is_Rational:
+            e = sympy.simplify(e)      # sin(1)**2 + cos(1)**2 is 1, and hashes as 1
+            if e.free_symbols:
+                return hash("symbolic value")
+        if getattr(e, "is_Rational", False):
+            return hash(Fraction(int(e.p), int(e.q)))
+        return hash(("real", SymbolicValue(e).decimal(30)))
 
     def __repr__(self) -> str:
         return f"SymbolicValue({self.expr})"

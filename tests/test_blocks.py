@@ -25,13 +25,9 @@ from exactattn.limbs import mix, score_split
 from exactattn.options import check_memory, memory
 from exactattn.verify import Reference, verify
 from exactattn.call import Call
+from exactattn.testing import assert_typed_equal as typed
 
 PLAIN = Engine("none")
-
-
-def typed(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
 
 
 def run_blocks(x, rows, places=4, shares=True):

@@ -22,6 +22,7 @@ from exactattn.call.policy import Policy
 from exactattn.softmax import SoftmaxRow
 from exactattn.verify import Reference, verify
 from exactattn.call import Call
+from exactattn.testing import assert_typed_equal as typed
 
 CASES = Path(__file__).parent / "data" / "cases"
 UNSCALED = Policy(scale="none")
@@ -51,11 +52,6 @@ MODIFIER_CASES = {"alibi-six-heads", "attention-sink", "dropout-kept", "logsumex
 def test_every_case_file_has_a_check(name):
     assert name in HANDLED | MODIFIER_CASES, f"{name}.json has no check in the case tests"
     assert "kind" in load(name)
-
-
-def typed(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
 
 
 def _torch():

@@ -18,32 +18,13 @@ from exactattn.cost import (CONVENTIONS, EXTENSION_SYMBOLS, SYMBOLS, conventions
                             decode_steps, derive, derive_at, derive_operations,
                             doubling_ratio, loop_nests, run)
 from exactattn.errors import InputError
+from exactattn.testing import assert_typed_equal as typed_equal
 
 n, D, d_k, d_v = SYMBOLS
 m, t, h, L = EXTENSION_SYMBOLS
 GOLDEN = Path(__file__).parent / "golden" / "cost"
 UPDATE = os.environ.get("EXACTATTN_UPDATE_GOLDEN") == "1"
 FORMATS = {"text": "txt", "markdown": "md", "latex": "tex", "json": "json", "csv": "csv"}
-
-
-def typed_equal(got, want, where="value"):
-    """``got == want`` with the same type at every level: the containers, and every
-    element of a list or tuple and every key and value of a dict, recursively
-    (``1 == 1.0 == True == Fraction(1)`` and ``(1,) != [1]`` are all told apart)."""
-    assert type(got) is type(want), (where, got, want)
-    if isinstance(want, dict):
-        assert len(got) == len(want) and got.keys() == want.keys(), (where, got, want)
-        got_keys = {k: k for k in got}  # the key object as got has it
-        for k, v in want.items():
-            typed_equal(got_keys[k], k, f"{where} key {k!r}")
-            typed_equal(got[k], v, f"{where}[{k!r}]")
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want), (where, got, want)
-        for i, (a, b) in enumerate(zip(got, want)):
-            typed_equal(a, b, f"{where}[{i}]")
-    assert got == want, (where, got, want)
-
-
 
 
 # --- the derivation from the loop nests ------------------------------------------------

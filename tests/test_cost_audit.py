@@ -2,6 +2,7 @@
 
 import json
 from fractions import Fraction
+from functools import partial
 from importlib import metadata
 
 import pytest
@@ -18,18 +19,14 @@ from exactattn.cost.batched import (BATCH, CallShape, broadcast_batch, call_form
                                     count_call, derive_call)
 from exactattn.cost.counters import COUNTERS, counter, measure_all
 from exactattn.errors import InputError, ShapeError
+from exactattn.testing import assert_typed_equal
 
 n, D, d_k, d_v = SYMBOLS
 m, h = EXTENSION_SYMBOLS.m, EXTENSION_SYMBOLS.h
 BR = Policy(causal=True, alignment="bottom_right")
 
 
-def typed_equal(got, want):
-    assert type(got) is type(want) and got == want, (got, want)
-    if isinstance(want, dict):
-        assert list(got) == list(want)
-        for k in want:
-            assert type(got[k]) is type(want[k]), (k, got[k], want[k])
+typed_equal = partial(assert_typed_equal, ordered=True)   # and every dict's keys in order
 
 
 # --- batched shapes: derived = counted ----------------------------------------------------

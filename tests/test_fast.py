@@ -14,15 +14,7 @@ from exactattn.examples import chronicle
 from exactattn.bulk import decimals, exact_matmul
 from exactattn.kernels import common_denominator
 from exactattn.trace import Trace
-
-
-def typed_rows_equal(got, want):
-    assert len(got) == len(want)
-    for g_row, w_row in zip(got, want):
-        assert len(g_row) == len(w_row)
-        for g, w in zip(g_row, w_row):
-            assert type(g) is type(w), (g, w)
-            assert g == w
+from exactattn.testing import assert_typed_equal as typed_rows_equal
 
 
 def assert_same(head, x, places=(4, 12)):

@@ -8,11 +8,7 @@ import sympy
 from exactattn import Head, attend
 from exactattn.examples import chronicle
 from exactattn.reals import Surd
-
-
-def typed_equal(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
+from exactattn.testing import assert_typed_equal as typed_equal
 
 
 @pytest.fixture(scope="module")

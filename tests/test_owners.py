@@ -24,11 +24,7 @@ from exactattn.call import Call
 from exactattn.verify.adapter import call_scale, make_call, policy_call
 from exactattn.verify.enclose import round_enclosed
 from exactattn.call.inputs import empty_rows, keys_read
-
-
-def typed(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
+from exactattn.testing import assert_typed_equal as typed
 
 
 KEEP = np.array([[True, False, True], [False, False, False]])

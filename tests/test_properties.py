@@ -35,6 +35,7 @@ from exactattn.call import Call
 from exactattn.verify.adapter import FloatCall, FunctionImpl, ImplRaised, make_call
 from exactattn.verify.compare import Tolerance, hard, judge, tolerance_for, within
 from exactattn.numbers.formats import float_format
+from exactattn.testing import assert_typed_equal as typed_equal
 
 CHRONICLE = chronicle()
 CHRONICLE_INPUT = input_from_head(CHRONICLE.head, CHRONICLE.x)
@@ -58,11 +59,6 @@ def PIN(test):
 def PIN_HEAD(test):
     """Pin the causal chronicle example, on the head engine."""
     return example((attend_as_function, CHRONICLE_CAUSAL))(test)
-
-
-def typed_equal(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
 
 
 # ---------------------------------------------------------------- float attention for the tests

@@ -25,14 +25,10 @@ from exactattn import properties as P
 from exactattn import strategies as eas
 from exactattn.examples import chronicle
 from exactattn.properties import Implementation, PropertyFailure, input_from_head
+from exactattn.testing import assert_typed_equal as typed_equal
 
 EX = chronicle()
 PAIR = (EX.head, EX.x)
-
-
-def typed_equal(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
 
 
 def weighted_sum(weights_row, token):

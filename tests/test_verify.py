@@ -23,11 +23,7 @@ from exactattn.spec import load_problem, problem_text
 from exactattn.verify import Reference, certified_scientific, round_to_format, search, ulp_index, ulps_between, verify
 from exactattn.call import Call
 from exactattn.verify.impls import FloatCall, FunctionImpl, NumpyImpl, load_impl, make_call
-
-
-def typed(got, want):
-    assert type(got) is type(want), (got, want)
-    assert got == want
+from exactattn.testing import assert_typed_equal as typed
 
 
 # ----------------------------------------------------------------- rounding into formats

@@ -37,10 +37,10 @@ rounding loop.
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import total_ordering
 
 from ..digits import arb_to_fraction, certify, fraction_text, round_fraction, tighten
 from ..errors import ExactAttnError, InputError
+from ..numbers.real import Real
 
 __all__ = ["GradValue", "MAX_TERMS", "ONE", "ZERO_PREC"]
 
@@ -58,8 +58,7 @@ def _rational(x) -> bool:
     return isinstance(x, (int, Fraction)) and not isinstance(x, bool)
 
 
-@total_ordering
-class GradValue:
+class GradValue(Real):
     """One exact gradient entry (or a rational combination of entries of one call).
 
     ``block`` is the :class:`~exactattn.gradients.backward.Gradients` it comes
@@ -265,23 +264,11 @@ class GradValue:
             return 1 if b > 0 else -1 if b < 0 else None
         return tighten(step, 64)
 
-    def __eq__(self, other) -> bool:
-        if not (_rational(other) or isinstance(other, GradValue)):
-            return NotImplemented
-        if self.nan or (isinstance(other, GradValue) and other.nan):
-            return False
-        return self._compare(other) == 0
+    def _order(self, other) -> int:
+        return self._compare(other)
 
-    def __lt__(self, other) -> bool:
-        c = self._compare(other)
-        return NotImplemented if c is NotImplemented else c < 0
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            q = self.rational()
-            self._hash = hash(q) if q is not None else id(self) if self.nan else \
-                hash(("GradValue", self.decimal(30)))
-        return self._hash
+    def _nan(self) -> bool:
+        return self.nan
 
     def __float__(self) -> float:
         """A float within an ULP of the value (from an enclosure 2^-64 relative wide); nan for NaN."""

@@ -1,0 +1,87 @@
+"""One value protocol for exact and certified reals: ``==``, ``<``, ``hash`` from one comparison.
+
+Shares, outputs, gradients, layer values, surds, log-sum-exps and symbolic
+values are all :class:`Real`: each says how it compares with another value
+(``_order``: the sign of ``self - other``, or ``NotImplemented`` for a value
+it cannot compare exactly), whether it is NaN, and its rational value when it
+has one; ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` and ``hash`` follow, in
+the way :mod:`fractions` builds its comparisons on one ``_richcmp``.
+
+The hash contract holds across every kind: a rational value hashes as its
+``Fraction`` (so ``share == Fraction(1, 2)`` and ``hash(share) ==
+hash(Fraction(1, 2))`` agree); an irrational one as its correctly rounded
+30-place decimal (equal values, equal decimals); a NaN by identity (NaN
+equals nothing, itself included).
+
+>>> from fractions import Fraction
+>>> from exactattn.softmax import SoftmaxRow
+>>> half = SoftmaxRow([Fraction(0), Fraction(0)], None).share(0)
+>>> half == Fraction(1, 2), hash(half) == hash(Fraction(1, 2)), half < 1, half >= Fraction(1, 2)
+(True, True, True, True)
+"""
+
+from __future__ import annotations
+
+__all__ = ["Real"]
+
+
+class Real:
+    """The comparison and hash of an exact value, from ``_order``, ``_nan`` and ``rational``.
+
+    Subclasses define ``_order(other)`` (-1, 0, 1 or ``NotImplemented``),
+    ``rational()`` and ``decimal(places)``; they may refine ``_nan()`` (False),
+    ``_equals(other)`` (``_order(other) == 0``: a faster test of equality) and
+    ``_hash_value()``.  A ``_hash`` slot, when the subclass has one, caches the hash.
+    """
+
+    __slots__ = ()
+
+    def _order(self, other):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def _nan(self) -> bool:
+        return False
+
+    def _equals(self, other):
+        c = self._order(other)
+        return c if c is NotImplemented else c == 0
+
+    def _hash_value(self) -> int:
+        q = self.rational()
+        if q is not None:
+            return hash(q)
+        return hash(("real", self.decimal(30)))
+
+    def __eq__(self, other):
+        if self._nan() or (isinstance(other, Real) and other._nan()):
+            return False
+        return self._equals(other)
+
+    def __lt__(self, other):
+        c = self._order(other)
+        return c if c is NotImplemented else c < 0
+
+    def __le__(self, other):
+        c = self._order(other)
+        return c if c is NotImplemented else c <= 0
+
+    def __gt__(self, other):
+        c = self._order(other)
+        return c if c is NotImplemented else c > 0
+
+    def __ge__(self, other):
+        c = self._order(other)
+        return c if c is NotImplemented else c >= 0
+
+    def __hash__(self) -> int:
+        if self._nan():
+            return id(self)
+        cached = getattr(self, "_hash", None)
+        if cached is not None:
+            return cached
+        h = self._hash_value()
+        try:
+            self._hash = h
+        except AttributeError:
+            pass
+        return h

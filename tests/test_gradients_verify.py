@@ -12,12 +12,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from exactattn.call.policy import Policy
+from exactattn.call.policy import Policy, Rope
 from exactattn.cli import main
 from exactattn.call import Call
 from exactattn.verify.backward import (GRADS, BackwardEntry, exact_gradients, random_d_out,
                                        verify_backward)
-from exactattn.verify.backward_impls import FunctionBackward, NumpyBackward, load_backward
+from exactattn.verify.backward_impls import BackwardOf, FunctionBackward, load_backward
+from exactattn.verify.impls import NumpyImpl
 from exactattn.verify.report import backward_sections
 
 
@@ -121,8 +122,25 @@ def test_d_out_is_seeded_and_checked():
     from exactattn.errors import ShapeError
     with pytest.raises(ShapeError, match="d_out must be 3 x 2 like the output"):
         verify_backward("numpy", p.with_policy(Policy()), "float64", d_out=[[1, 2]])
-    assert load_backward("numpy").name == NumpyBackward().name == "numpy backward"
+    assert load_backward("numpy").name == BackwardOf(NumpyImpl()).name == "numpy backward"
+    assert load_backward(NumpyImpl(naive=True)).name == "numpy-naive backward"
     assert isinstance(load_backward(right), FunctionBackward)
+
+
+def test_the_numpy_backward_runs_the_forwards_composition():
+    from exactattn.errors import InputError
+    from exactattn.verify.adapter import make_call
+    p = Call.random(4, 2, seed=3, heads=2, kv_heads=1).with_policy(Policy(sink=Fraction(1, 2),
+                                                                          causal=True))
+    call = make_call(p.rounded("float32")[0], "float32")
+    impl, d_out = NumpyImpl(), random_d_out(p, 0)
+    dq, _, dv = impl.backward(call, d_out)
+    assert dq.dtype == np.float32 and dv.shape == call.value.shape
+    f = impl.compose(call, *(a.astype(np.float32) for a in (call.query, call.key, call.value)))
+    assert np.array_equal(f.out, impl(call))           # the forward's output is the composition's
+    for pol in (Policy(softcap=Fraction(5)), Policy(rope=Rope())):
+        with pytest.raises(InputError, match="no softcap or rope for numpy backward"):
+            impl.backward(make_call(p.with_policy(pol).rounded("float32")[0], "float32"), d_out)
 
 
 def test_cli_backward_torch_all_dtypes(capsys):

@@ -11,6 +11,7 @@
   dropout factors ``keep / (1 - p)`` on the weights; keys no query sees are
   left out of the mixing (so an ``inf`` there is never multiplied by 0); the
   log-sum-exp is ``max + log(sum)`` (divided by ``log 2`` in base 2).
+  :meth:`NumpyImpl.backward` differentiates that same composition.
 * ``torch``: ``torch.nn.functional.scaled_dot_product_attention`` on the CPU
   in float64, float32, bfloat16 or float16 (optional extra ``torch``).
   ``top_left`` causal is ``is_causal=True``; ``bottom_right`` is
@@ -19,7 +20,9 @@
   ``tile`` repeats the key/value heads before the call.  RoPE rotates q and
   k first and ALiBi, windows and query offsets travel as an additive float
   mask; a soft-cap, a sink, dropout or a log-sum-exp (which SDPA cannot take)
-  run the same composition as ``numpy`` in torch ops, in the dtype.
+  run the same composition as ``numpy`` in torch ops, in the dtype (the
+  default scale and the dropout factor rounded once from float64, as SDPA
+  rounds its scale).  :meth:`TorchImpl.backward` is autograd of either.
 * ``module:function``: any function ``f(query, key, value, *, attn_mask=None,
   is_causal=False, scale=None, enable_gqa=False)``, called by
   :class:`~exactattn.verify.adapter.FunctionImpl` (the one adapter, shared
@@ -30,6 +33,9 @@
   ``alignment`` is called with ``is_causal=True`` and so is checked as
   whatever alignment it implements.
 
+Both are :class:`ArrayImpl` s: the composition (:meth:`ArrayImpl.compose`) is
+written once, over an array module (numpy or torch).
+
 Every implementation is called with one :class:`~exactattn.verify.adapter.FloatCall`
 (:func:`~exactattn.verify.adapter.make_call`); masks reach it in SDPA's
 convention: boolean True = attend (a ``bool_drop`` mask is inverted on the
@@ -38,7 +44,7 @@ hard failure of that input, not a crash: it raises
 :class:`~exactattn.verify.adapter.ImplRaised`, which ``verify`` turns into a
 report (``report.raised``).
 
->>> from exactattn.call import Call
+>>> from exactattn.call import Call, Policy
 >>> call = make_call(Call([[1]], [[100], [99]], [[1], [0]], policy=Policy(scale="none")),
 ...                  "float32")
 >>> NumpyImpl(naive=True)(call).tolist(), NumpyImpl()(call).tolist()     # e/(e+1) = 0.7310585786...
@@ -51,19 +57,112 @@ import importlib
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 
-from ..call.policy import Policy
 from ..errors import InputError, shorten
 from .adapter import NUMPY_DTYPES, FloatCall, FunctionImpl, Impl, ImplRaised, make_call
 
-__all__ = ["FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl", "TorchImpl",
-           "composed", "count_flops", "flop_counts", "load_impl", "make_call", "sdpa_arguments"]
+__all__ = ["ArrayImpl", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
+           "TorchImpl", "composed", "count_flops", "flop_counts", "load_impl", "make_call",
+           "rotate", "sdpa_arguments"]
 
 
-class NumpyImpl(Impl):
-    """Attention in numpy float64/float32/float16: ``softmax(scale q k^T + mask) v``.
+class ArrayImpl(Impl):
+    """Attention written once over an array module ``xp`` (numpy or torch): forward and backward.
+
+    :meth:`compose` is the one float composition of a call, in the order of
+    :func:`exactattn.logits.softmax_row`; a library supplies ``xp``,
+    :meth:`const` (a scalar of the dtype) and :meth:`array` (a numpy array as
+    one of xp's: floats in the dtype, booleans as they are).  ``in_dtype``
+    says where the default scale ``1/sqrt(E)`` and the dropout factor
+    ``1/(1 - p)`` are computed: in the dtype (numpy), or in float64 and
+    rounded once (torch, as SDPA does).  ``backward_name`` names
+    :meth:`backward`, which :func:`~exactattn.verify.backward_impls.load_backward` hands out.
+    """
+
+    xp = np
+    naive = False
+    in_dtype = True
+
+    def const(self, x, dt):
+        return dt.type(x)
+
+    def array(self, a: np.ndarray, dt):
+        return a if a.dtype == bool else a.astype(dt)
+
+    def __call__(self, call: FloatCall):
+        return self.forward(call)
+
+    def compose(self, call: FloatCall, q, k, v):
+        """The composition on q, k, v (arrays of the dtype, the call's shapes), as a namespace.
+
+        Key/value heads expanded to the query heads (``gqa`` map); RoPE
+        rotates q and k; ``s = scale q k^T``, ``cap * tanh(s / cap)``, + ALiBi
+        bias, + an additive mask's offsets, hidden keys to ``-inf``; keys no
+        query sees are zeroed in k and v (so an ``inf`` there is never
+        multiplied by 0); the sink as one more column; ``p`` the softmax (the
+        row maximum subtracted unless ``naive``), the sink's column dropped;
+        ``w = p * factors`` under dropout; ``out = w v``; ``lse`` (``max +
+        log(sum)``, over ``log 2`` in base 2) when the call asks for it.
+        """
+        xp, dt = self.xp, q.dtype
+
+        def c(x):
+            return self.const(x, dt)
+        if q.ndim >= 3:
+            idx = call.kv_index()
+            k, v = k[..., idx, :, :], v[..., idx, :, :]
+        if call.rope is not None:
+            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+        E = q.shape[-1]
+        if self.in_dtype:
+            scale = c(1) / xp.sqrt(c(E)) if call.scale is None else c(call.scale)
+        else:
+            scale = c(1 / np.sqrt(E) if call.scale is None else call.scale)
+        s = (q @ k.swapaxes(-1, -2)) * scale          # ... x L x S
+        if call.softcap is not None:
+            cap = c(call.softcap)
+            s = cap * xp.tanh(s / cap)
+        if call.alibi is not None:
+            s = s + self.array(call.alibi_bias(), dt)
+        seen = call.keep() if call.positional else None
+        m = call.attn_mask
+        if m is not None:
+            if m.dtype != bool:
+                s = s + self.array(np.where(np.isneginf(m), 0, m), dt)
+                m = ~np.isneginf(m)
+            seen = m if seen is None else seen & m
+        if seen is not None:
+            s = xp.where(self.array(seen, dt), s, c(-np.inf))
+            read = self.array(np.any(seen, axis=-2)[..., :, None], dt)    # keys some query sees
+            k, v = xp.where(read, k, c(0)), xp.where(read, v, c(0))
+        if call.sink is not None:
+            s = xp.concatenate([s, xp.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
+        top = c(0) if self.naive else xp.amax(s, axis=-1, keepdims=True)
+        e = xp.exp(s - top)
+        den = e.sum(axis=-1, keepdims=True)
+        p = e / den
+        if call.sink is not None:
+            p = p[..., :-1]
+        factors = None
+        if call.dropout_p is not None:
+            pd = call.dropout_p
+            f = c(1) / (c(1) - c(pd)) if self.in_dtype else c(1 / (1 - pd))
+            factors = xp.where(self.array(call.dropout_mask, dt), f, c(0))
+        w = p if factors is None else p * factors
+        out, lse = w @ v, None
+        if call.lse is not None:
+            lse = (top + xp.log(den))[..., 0]
+            lse = lse / xp.log(c(2)) if call.lse == "2" else lse
+        return SimpleNamespace(out=out, lse=lse, p=p, w=w, factors=factors, k=k, v=v,
+                               scale=scale)
+
+
+class NumpyImpl(ArrayImpl):
+    """Attention in numpy float64/float32/float16: ``softmax(scale q k^T + mask) v``; its backward.
 
     Args:
         naive: exponentiate the scores as they are (no row maximum
@@ -77,73 +176,59 @@ class NumpyImpl(Impl):
     def __init__(self, naive: bool = False):
         self.naive = naive
         self.name = "numpy-naive" if naive else "numpy"
+        self.backward_name = f"{self.name} backward"
 
     def dtype_hint(self, dtype: str) -> str:
         return "; numpy has no bfloat16, use --impl torch for it" if dtype == "bfloat16" else ""
 
-    def __call__(self, call: FloatCall) -> np.ndarray:
+    def _arrays(self, call: FloatCall, *arrays):
         if call.dtype not in self.dtypes:
             raise InputError(f"dtype must be float64, float32 or float16 for {self.name} "
                              f"(got {call.dtype!r})")
         dt = NUMPY_DTYPES[call.dtype]
-        q, k, v = (a.astype(dt) for a in (call.query, call.key, call.value))
-        if q.ndim >= 3:
-            idx = call.kv_index()
-            k, v = k[..., idx, :, :], v[..., idx, :, :]
-        E = q.shape[-1]
-        scale = dt(1) / np.sqrt(dt(E)) if call.scale is None else dt(call.scale)
+        return [a.astype(dt) for a in (call.query, call.key, call.value, *arrays)]
+
+    def forward(self, call: FloatCall):
+        """The outputs (``(outputs, lse)`` when the call asks for the log-sum-exp), in the dtype."""
+        q, k, v = self._arrays(call)
         with np.errstate(all="ignore"):
-            if call.rope is not None:
-                q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-                k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
-            s, seen = float_logits(call, q, k, scale, dt)
-            if seen is not None:
-                v = np.where(np.any(seen, axis=-2)[..., :, None], v, dt(0))   # keys no query sees
-            top = s.max(axis=-1, keepdims=True) if not self.naive else dt(0)
-            e = np.exp(s - top)
-            den = e.sum(axis=-1, keepdims=True)
-            w = e / den
-            if call.sink is not None:
-                w = w[..., :-1]
-            if call.dropout_p is not None:
-                w = w * dropout_weights(call, dt)
-            out = (w @ v).astype(dt)
-            if call.lse is None:
-                return out
-            lse = (top + np.log(den))[..., 0]
-            return out, (lse / np.log(dt(2)) if call.lse == "2" else lse).astype(dt)
+            f = self.compose(call, q, k, v)
+        return f.out if f.lse is None else (f.out, f.lse)
+
+    def backward(self, call: FloatCall, d_out: np.ndarray):
+        """``(dq, dk, dv)`` in the dtype, from the forward's pieces (:meth:`compose`).
+
+        ``dV = W^T dO``, ``dP = M (dO V^T)``, ``D = rowsum(dO * O)``, ``dS = P
+        (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``; grouped heads
+        add their dK and dV into the key/value head they read.
+
+        Raises:
+            InputError: a soft-cap or RoPE (this backward does not differentiate them).
+        """
+        if call.softcap is not None or call.rope is not None:
+            raise InputError(f"call must have no softcap or rope for {self.backward_name} (got "
+                             f"{'softcap' if call.softcap is not None else 'rope'})")
+        q, k, v, do = self._arrays(call, d_out)
+        with np.errstate(all="ignore"):
+            f = self.compose(call, q, k, v)
+            dv = np.swapaxes(f.w, -1, -2) @ do
+            dp = do @ np.swapaxes(f.v, -1, -2)
+            if f.factors is not None:
+                dp = dp * f.factors
+            ds = f.p * (dp - (do * f.out).sum(axis=-1, keepdims=True))
+            dq = (ds @ f.k) * f.scale
+            dk = (np.swapaxes(ds, -1, -2) @ q) * f.scale
+        if q.ndim >= 3:     # per-query-head gradients added into the key/value head each reads
+            idx = call.kv_index()
+            dk, dv = (_fold_heads(g, a.shape, idx) for g, a in ((dk, k), (dv, v)))
+        return dq, dk, dv
 
 
-def float_logits(call: FloatCall, q, k, scale, dt):
-    """``(s, seen)``: the logits a numpy implementation feeds its softmax, and which keys
-    each query sees (None: all).
-
-    ``s = scale q k^T``, soft-capped, plus ALiBi biases and an additive mask, -inf where a
-    key is hidden (positions or mask), with the sink's column appended last.
-    """
-    s = (q @ np.swapaxes(k, -1, -2)) * scale          # ... x L x S
-    if call.softcap is not None:
-        cap = dt(call.softcap)
-        s = cap * np.tanh(s / cap)
-    if call.alibi is not None:
-        s = s + call.alibi_bias().astype(dt)
-    seen = call.keep() if call.positional else None
-    if call.attn_mask is not None:
-        m = call.attn_mask
-        if m.dtype != bool:
-            s = s + np.where(np.isneginf(m), 0, m).astype(dt)
-            m = ~np.isneginf(m)
-        seen = m if seen is None else seen & m
-    if seen is not None:
-        s = np.where(seen, s, dt(-np.inf))
-    if call.sink is not None:
-        s = np.concatenate([s, np.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
-    return s, seen
-
-
-def dropout_weights(call: FloatCall, dt):
-    """The float factor of each weight under dropout: keep / (1 - p), in the dtype."""
-    return np.where(call.dropout_mask, dt(1) / (dt(1) - dt(call.dropout_p)), dt(0))
+def _fold_heads(g: np.ndarray, shape, idx: list[int]) -> np.ndarray:
+    out = np.zeros(shape, dtype=g.dtype)
+    for h, kv in enumerate(idx):
+        out[..., kv, :, :] += g[..., h, :, :]
+    return out
 
 
 def rotate(x, angles, rope):
@@ -168,8 +253,12 @@ def rotate(x, angles, rope):
     return out
 
 
-class TorchImpl(Impl):
-    """``torch.nn.functional.scaled_dot_product_attention`` on the CPU (any of the four dtypes).
+class TorchImpl(ArrayImpl):
+    """``torch.nn.functional.scaled_dot_product_attention`` on the CPU (any of the four dtypes),
+    and its autograd backward.
+
+    A call with a modifier SDPA cannot take (:func:`composed`) runs
+    :meth:`~ArrayImpl.compose` in torch ops instead.
 
     Args:
         lower_right_bias: express ``bottom_right`` causal attention as
@@ -181,6 +270,7 @@ class TorchImpl(Impl):
     """
 
     name = "torch"
+    in_dtype = False
 
     def __init__(self, *, lower_right_bias: bool = True):
         self.lower_right_bias = lower_right_bias
@@ -189,70 +279,55 @@ class TorchImpl(Impl):
         except ImportError:
             raise InputError("impl torch needs PyTorch (got none installed); "
                              "pip install 'exactattn[torch]'") from None
+        self.xp = torch
         self.name = f"torch {torch.__version__} scaled_dot_product_attention (CPU)"
+        self.backward_name = self.name.replace("(CPU)", "backward (CPU autograd)")
 
-    def __call__(self, call: FloatCall):
-        import torch
-        dt = getattr(torch, call.dtype)
-        q, k, v = (torch.from_numpy(np.ascontiguousarray(a)).to(dt)
-                   for a in (call.query, call.key, call.value))
-        if composed(call):
-            out, lse = self.composed(call, q, k, v)
-            out = out.to(torch.float64).numpy()
-            return out if lse is None else (out, lse.to(torch.float64).numpy())
-        return self.attend(call, q, k, v).to(torch.float64).numpy()
+    def const(self, x, dt):
+        return self.xp.tensor(x, dtype=dt)
 
-    def composed(self, call: FloatCall, q, k, v):
-        """``(output, lse or None)``: the one composition in torch ops, for what SDPA cannot take."""
-        import torch
-        dt = q.dtype
-        if q.dim() >= 3:
-            idx = call.kv_index()
-            k, v = k[..., idx, :, :], v[..., idx, :, :]
-        if call.rope is not None:
-            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
-        scale = 1 / np.sqrt(q.shape[-1]) if call.scale is None else call.scale
-        s = (q @ k.transpose(-1, -2)) * torch.tensor(scale, dtype=dt)
-        if call.softcap is not None:
-            cap = torch.tensor(call.softcap, dtype=dt)
-            s = cap * torch.tanh(s / cap)
-        if call.alibi is not None:
-            s = s + torch.from_numpy(call.alibi_bias()).to(dt)
-        m = call.mask_in("additive", fold=True)
-        if m is not None:
-            seen = torch.from_numpy(~np.isneginf(m))
-            s = torch.where(seen, s + torch.from_numpy(np.where(np.isneginf(m), 0, m)).to(dt),
-                            torch.tensor(-np.inf, dtype=dt))
-            v = torch.where(seen.any(dim=-2)[..., :, None], v, torch.zeros((), dtype=dt))
-        if call.sink is not None:
-            s = torch.cat([s, torch.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], dim=-1)
-        top = s.amax(dim=-1, keepdim=True)
-        e = torch.exp(s - top)
-        den = e.sum(dim=-1, keepdim=True)
-        w = e / den
-        if call.sink is not None:
-            w = w[..., :-1]
-        if call.dropout_p is not None:
-            f = torch.tensor(1 / (1 - call.dropout_p), dtype=dt)
-            w = w * torch.where(torch.from_numpy(call.dropout_mask), f, torch.zeros((), dtype=dt))
-        out = w @ v
-        if call.lse is None:
-            return out, None
-        lse = (top + torch.log(den))[..., 0]
-        return out, lse / torch.log(torch.tensor(2.0, dtype=dt)) if call.lse == "2" else lse
+    def array(self, a: np.ndarray, dt):
+        t = self.xp.from_numpy(np.ascontiguousarray(a))
+        return t if a.dtype == bool else t.to(dt)
+
+    def _tensors(self, call: FloatCall):
+        dt = getattr(self.xp, call.dtype)
+        return [self.array(a, dt) for a in (call.query, call.key, call.value)]
+
+    def forward(self, call: FloatCall):
+        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
+        q, k, v = self._tensors(call)
+        if not composed(call):
+            return self.attend(call, q, k, v).to(self.xp.float64).numpy()
+        f = self.compose(call, q, k, v)
+        out = f.out.to(self.xp.float64).numpy()
+        return out if f.lse is None else (out, f.lse.to(self.xp.float64).numpy())
+
+    def backward(self, call: FloatCall, d_out: np.ndarray):
+        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend`.
+
+        Raises:
+            ImplRaised: this build does not run the backward.
+        """
+        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
+        out = self.attend(call, q, k, v)
+        try:
+            out.backward(self.array(d_out, out.dtype))
+        except Exception as e:       # a backward this build does not run
+            raise ImplRaised(e) from e
+        return tuple(t.grad.to(self.xp.float64).numpy() for t in (q, k, v))
 
     def attend(self, call: FloatCall, q, k, v):
         """SDPA of the call on tensors q, k, v of its dtype: the output tensor (autograd kept).
 
-        What ``verify --backward`` differentiates (:mod:`exactattn.verify.backward`).
+        What :meth:`backward` differentiates.
 
         Raises:
             ImplRaised: SDPA refused the call.
         """
         import torch.nn.functional as F
         if composed(call):
-            return self.composed(call, q, k, v)[0]
+            return self.compose(call, q, k, v).out
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
         try:
             return F.scaled_dot_product_attention(q, k, v, **kwargs)

@@ -10,7 +10,7 @@ import pytest
 
 from exactattn.head import attend
 from exactattn.layer import attend_layer
-from exactattn.models.check import Worst, check_layer
+from exactattn.models.check import GroupCheck, check_layer
 from exactattn.models.run import GPT2_TINY, run_model
 from exactattn.models.weights import exact_matrix
 
@@ -26,7 +26,7 @@ def eager():
     return run_model("gpt2-tiny", TEXT)
 
 
-def _small(w: Worst, entries: int, terms: float) -> None:
+def _small(w: GroupCheck, entries: int, terms: float) -> None:
     assert type(w.ulps) is int and 0 <= w.ulps < 10 ** 6
     assert type(w.terms_ulps) is float and 0.0 <= w.terms_ulps < terms
     assert type(w.rel) is float and 0.0 <= w.rel < 1e-2

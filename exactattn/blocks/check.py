@@ -14,10 +14,11 @@ comparison ``verify`` uses, with ``verify``'s default tolerance
 (:func:`~exactattn.numbers.formats.default_max_ulps` of the largest |scaled
 score|, found exactly in a first pass over the blocks).
 
-A block hands back a summary (counts, a histogram of ULP errors, the largest
-errors, the worst entries), never its entries, so a check of n = 131,072
-holds O(n d) at the driver.  Results are the same for every block size and
-every engine (this process, 1 or 2 Dask workers).
+A block hands back a summary (a :class:`~exactattn.verify.compare.Comparison`:
+counts, a histogram of ULP errors, the largest errors, the worst entries),
+never its entries, so a check of n = 131,072 holds O(n d) at the driver.
+Results are the same for every block size and every engine (this process, 1
+or 2 Dask workers).
 
 >>> q = k = np.array([[0.0], [1.0]], dtype=np.float32)     # row 2: 1/(1+e), e/(1+e) of 1 and 3
 >>> report = check_impl("numpy", q, k, np.array([[1.0], [3.0]]), "float32", rows=1,
@@ -28,7 +29,6 @@ every engine (this process, 1 or 2 Dask workers).
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -38,12 +38,13 @@ import numpy as np
 
 from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..errors import InputError
+from ..verify.compare import Comparison
 from .engine import Engine
 from .inputs import ExactInputs
 from .memory import block_rows, block_spans
 from .rows import ExactRows, block_keep, key_span, score_top
 
-__all__ = ["BlockCheck", "BlockedReport", "CHECK_DTYPES", "Worst", "check_block",
+__all__ = ["BlockCheck", "BlockedReport", "CHECK_DTYPES", "check_block",
            "check_impl", "check_outputs", "max_scaled_score"]
 
 #: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
@@ -51,50 +52,18 @@ CHECK_DTYPES = ("float32", "float16", "bfloat16")
 _PREC = 128
 
 
-@dataclass(frozen=True, order=True)
-class Worst:
-    """One output among the worst: hard failures first, then the largest ULP error."""
-
-    rank: tuple
-    index: tuple = field(compare=False)
-    got: float = field(compare=False)
-    rounded: float = field(compare=False)
-    ulps: int | None = field(compare=False)
-    rel: float | None = field(compare=False)
-    terms_ulps: float | None = field(compare=False)
-    status: str = field(compare=False)
-
-
 @dataclass
-class BlockCheck:
-    """What one block (or several, merged) found: counts, ULP histogram, extremes, worst."""
+class BlockCheck(Comparison):
+    """What one block (or several, merged) found: a :class:`Comparison` of its outputs
+    (the worst kept as :class:`~exactattn.verify.check.Entry`, index ``(i, c)``) and how many
+    were decided by the exact per-entry path (``fallbacks``)."""
 
-    count: int = 0
-    over: int = 0
-    hard: int = 0
-    histogram: dict = field(default_factory=dict)
-    max_rel: float | None = None
-    max_terms: float | None = None
-    worst: list = field(default_factory=list)
     fallbacks: int = 0
-    off_format: int = 0
 
-    def add(self, other: "BlockCheck", keep: int) -> None:
-        """Fold another block's findings in (keeping the ``keep`` worst entries)."""
-        self.count += other.count
-        self.over += other.over
-        self.hard += other.hard
-        for u, n in other.histogram.items():
-            self.histogram[u] = self.histogram.get(u, 0) + n
-        self.max_rel = _largest(self.max_rel, other.max_rel)
-        self.max_terms = _largest(self.max_terms, other.max_terms)
-        self.worst = heapq.nsmallest(keep, self.worst + other.worst)
+    def merge(self, other: "BlockCheck") -> "BlockCheck":
+        super().merge(other)
         self.fallbacks += other.fallbacks
-        self.off_format += other.off_format
-
-
-def _largest(a, b):
-    return b if a is None else a if b is None else max(a, b)
+        return self
 
 
 def max_scaled_score(inputs: ExactInputs, top: int) -> float:
@@ -119,6 +88,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     from flint import arb, fmpq
     from ..bulk import block_bounds
     from ..digits import working_precision
+    from ..verify.check import Entry
     from ..verify.compare import judge
     from ..numbers.formats import float_format, round_ball
     from ..verify.reference import Reference
@@ -136,7 +106,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
         with np.errstate(all="ignore"):
             mags = (b.lo.astype(np.float64) @ vals) / np.array(b.den_lo, dtype=np.float64) \
                 / float(inputs.v_den)
-    out = BlockCheck()
+    out = BlockCheck(worst)
     for i in range(r0, r1):
         bulk = b is not None and not b.empty[i - r0]
         row = None if bulk else exact.row(i)
@@ -159,28 +129,10 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
             if rounded is None:
                 rounded, ball = Reference.round_exact(value(), fmt, _PREC)
                 out.fallbacks += bulk
-            j = judge(float(got[i, c]), rounded, ball, mag, fmt, value, max_ulps)
-            _count(out, j, (i, c), float(got[i, c]), rounded, worst)
+            g = float(got[i, c])
+            j = judge(g, rounded, ball, mag, fmt, value, max_ulps)
+            out.add(Entry((i, c), rounded, g, j.ulps, j.rel, j.status, None, j.terms_ulps), j)
     return out
-
-
-def _count(out: BlockCheck, j, index, got: float, rounded: float, keep: int) -> None:
-    out.count += 1
-    out.over += j.status == "over"
-    out.hard += j.status == "hard"
-    out.off_format += j.off_format
-    if j.ulps is not None:
-        out.histogram[j.ulps] = out.histogram.get(j.ulps, 0) + 1
-    if j.rel is not None:
-        out.max_rel = _largest(out.max_rel, j.rel)
-    if j.terms_ulps is not None and j.status != "hard":
-        out.max_terms = _largest(out.max_terms, j.terms_ulps)
-    rank = (j.status != "hard", -(j.ulps or 0), index)
-    if len(out.worst) >= keep and (not out.worst or not rank < out.worst[-1].rank):
-        return
-    out.worst.append(Worst(rank, index, got, rounded, j.ulps, j.rel, j.terms_ulps, j.status))
-    out.worst.sort()
-    del out.worst[keep:]
 
 
 def _empty_magnitude(inputs: ExactInputs, c: int) -> float:
@@ -202,8 +154,10 @@ def _block_top(data, r0: int, r1: int) -> int:
 class BlockedReport:
     """The result of a blocked check: the merged :class:`BlockCheck` and how it ran.
 
-    ``summary()`` has verify's keys (dtype, count, max/mean/median ULPs, max
-    ULPs at the terms, max relative error, over, hard).
+    ``found.worst`` lists the worst outputs (hard failures first, then the
+    most ULPs, ties in row order); ``summary()`` has verify's keys (dtype,
+    count, max/mean/median ULPs, max ULPs at the terms, max relative error,
+    over, hard).
     """
 
     impl: str
@@ -221,24 +175,10 @@ class BlockedReport:
 
     @property
     def passed(self) -> bool:
-        return self.raised is None and self.found.over == 0 and self.found.hard == 0
+        return self.raised is None and self.found.passed
 
     def summary(self) -> dict:
-        f = self.found
-        total = sum(f.histogram.values())
-        median = None
-        if total:
-            seen, want = 0, (total - 1) // 2
-            for u in sorted(f.histogram):
-                seen += f.histogram[u]
-                if seen > want:
-                    median = u
-                    break
-        return {"dtype": self.dtype, "count": f.count,
-                "max_ulps": max(f.histogram) if f.histogram else None,
-                "mean_ulps": sum(u * n for u, n in f.histogram.items()) / total if total else None,
-                "median_ulps": median, "max_terms_ulps": f.max_terms, "max_rel": f.max_rel,
-                "over": f.over, "hard": f.hard}
+        return {"dtype": self.dtype, **self.found.summary()}
 
 
 def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
@@ -272,10 +212,10 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
             top = max(engine.map(_block_top, data, spans), default=0)
             max_ulps = default_max_ulps(dtype, inputs.n_k, inputs.d_k,
                                         max_scaled_score(inputs, top))
-        found = BlockCheck()
+        found = BlockCheck(worst)
         task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst)
-        for part in engine.map(task, data, spans, on_block):
-            found.add(part, worst)
+        for part in engine.map(task, data, spans, on_block):     # in row order
+            found.merge(part)
         seconds = {"exact": time.perf_counter() - t0}
         notes = [engine.note] if engine.note else []
         shape = {"L": inputs.n_q, "S": inputs.n_k, "E": inputs.d_k, "E_v": inputs.d_v}

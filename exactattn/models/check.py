@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -46,14 +47,15 @@ from ..errors import InputError
 from ..head import attend
 from ..kernels import common_denominator
 from ..layer import LayerValue, out_project
-from ..verify.compare import judge
+from ..verify.check import Entry
+from ..verify.compare import Comparison, judge
 from ..numbers.formats import default_max_ulps, float_format, round_ball
 from ..call.inputs import Call
 from ..verify.reference import Reference
 from .weights import exact_matrix
 
-__all__ = ["DTYPE", "PREC", "HeadCheck", "LayerCheck", "Worst", "check_layer", "check_layers",
-           "default_jobs", "significant"]
+__all__ = ["DTYPE", "GroupCheck", "HeadCheck", "LayerCheck", "PREC", "check_layer",
+           "check_layers", "default_jobs", "significant"]
 
 #: the model's dtype: every comparison counts ULPs of float32
 DTYPE = "float32"
@@ -61,51 +63,67 @@ DTYPE = "float32"
 PREC = 96
 
 
-@dataclass
-class Worst:
-    """The worst errors over a group of entries (a head's probabilities, its outputs, ...).
+def _most_ulps(entry) -> tuple:
+    """A group's worst entry: a hard failure, else the most ULPs, then the most at the terms."""
+    return (entry.status != "hard", -(entry.ulps or 0), -(entry.terms_ulps or 0))
 
-    ``ulps``, ``terms_ulps``, ``rel``: the largest of each over the group
-    (each may come from a different entry); ``cell`` the entry with the most
-    ULPs (ties: the larger error at the terms), where the model has ``got``
-    and the exact value is ``exact`` (certified, 9 significant digits).
+
+@dataclass
+class GroupCheck(Comparison):
+    """A group of entries (a head's probabilities, its outputs, ...) compared: a
+    :class:`~exactattn.verify.compare.Comparison` that keeps the one worst entry.
+
+    ``ulps``, ``terms_ulps``, ``rel``: the largest of each over the group's
+    entries that are not hard failures (each may come from a different entry;
+    0 when there is none); ``cell`` the entry with the most ULPs (ties: the
+    larger error at the terms), where the model has ``got`` and the exact
+    value is ``exact`` (certified, 9 significant digits, by :meth:`finish`).
     ``over``: entries over the ULP ``budget`` on both counts; ``hard``: NaN
     or infinity where the exact value is finite; ``misses``: entries whose
     float, printed to ``places`` decimals, differs from the certified decimal;
     ``decimals``: every entry's certified decimal by cell, when kept.
     """
 
-    entries: int = 0
-    ulps: int = 0
-    terms_ulps: float = 0.0
-    rel: float = 0.0
-    cell: tuple | None = None
-    got: float | None = None
-    exact: str = ""
-    over: int = 0
-    hard: int = 0
+    keep: int | None = 1
+    rank: Callable = field(default=_most_ulps, repr=False)
     misses: int = 0
     budget: int = 0
     decimals: dict | None = None
-    _key: tuple = field(default=(-1, -1.0), repr=False)
+    exact: str = ""
     _value: object = field(default=None, repr=False)
 
-    def add(self, cell: tuple, got: float, j, exact, certified: str, places: int) -> None:
+    @property
+    def entries(self) -> int:
+        return self.count
+
+    @property
+    def ulps(self) -> int:
+        return 0 if self.max_ulps is None else self.max_ulps
+
+    @property
+    def terms_ulps(self) -> float:
+        return 0.0 if self.max_terms is None else self.max_terms
+
+    @property
+    def rel(self) -> float:
+        return 0.0 if self.max_rel is None else self.max_rel
+
+    @property
+    def cell(self) -> tuple | None:
+        return self.worst[0].index if self.count else None
+
+    @property
+    def got(self) -> float | None:
+        return self.worst[0].got if self.count else None
+
+    def judged(self, cell: tuple, got: float, j, exact, certified: str, places: int) -> None:
         """One entry judged (``j``, a :class:`~exactattn.verify.compare.Judgement`)."""
-        self.entries += 1
         if self.decimals is not None:
             self.decimals[cell] = certified
-        if j.status == "hard":
-            self.hard += 1
-            key = (math.inf, math.inf)
-        else:
-            self.over += j.status == "over"
-            self.ulps = max(self.ulps, j.ulps)
-            self.terms_ulps = max(self.terms_ulps, j.terms_ulps)
-            self.rel = max(self.rel, j.rel)
-            key = (j.ulps, j.terms_ulps)
-        if key > self._key:
-            self._key, self.cell, self.got, self._value = key, cell, got, exact
+        rel = None if j.status == "hard" else j.rel     # the largest over measured entries
+        entry = Entry(cell, math.nan, got, j.ulps, rel, j.status, None, j.terms_ulps)
+        if self.add(entry, j):            # the new worst: its exact value, for finish()
+            self._value = exact
         if math.isfinite(got):
             printed = f"{got:.{places}f}"
             if printed.startswith("-") and not printed.strip("-0."):
@@ -141,8 +159,8 @@ class HeadCheck:
     """One head of a layer: its probabilities (None when the model returned none) and outputs."""
 
     head: int
-    probs: Worst | None
-    outputs: Worst
+    probs: GroupCheck | None
+    outputs: GroupCheck
 
 
 @dataclass
@@ -151,7 +169,7 @@ class LayerCheck:
 
     layer: int
     heads: list[HeadCheck]
-    projected: Worst
+    projected: GroupCheck
     budget: int
     seconds: float
     n: int
@@ -185,8 +203,8 @@ def _exact_heads(layer, x) -> Reference:
                           [[traces[a].values for a in first]], policy=layer.policy, name="layer"))
 
 
-def _probs(ref: Reference, h: int, probs, fmt, budget: int, places: int, keep: bool) -> Worst:
-    w = Worst(budget=budget, decimals={} if keep else None)
+def _probs(ref: Reference, h: int, probs, fmt, budget: int, places: int, keep: bool) -> GroupCheck:
+    w = GroupCheck(budget=budget, decimals={} if keep else None)
     for i in range(ref.L):
         row = ref.row(0, h, i)
         balls = row.exp_balls(PREC)
@@ -198,13 +216,13 @@ def _probs(ref: Reference, h: int, probs, fmt, budget: int, places: int, keep: b
             ball = exact().ball(PREC) if g is None else balls[g] / den
             got = got_row[j]
             jd = judge(got, _rounded(ball, exact, fmt), ball, 1.0, fmt, exact, budget)
-            w.add((i, j), got, jd, exact, _certified(ball, exact, places), places)
+            w.judged((i, j), got, jd, exact, _certified(ball, exact, places), places)
     return w
 
 
 def _outputs(ref: Reference, h: int, got_block, rounded, balls, mags, fmt, budget: int,
-             places: int, keep: bool) -> Worst:
-    w = Worst(budget=budget, decimals={} if keep else None)
+             places: int, keep: bool) -> GroupCheck:
+    w = GroupCheck(budget=budget, decimals={} if keep else None)
     for i in range(ref.L):
         for c in range(ref.Ev):
             def exact(i=i, c=c):
@@ -212,12 +230,12 @@ def _outputs(ref: Reference, h: int, got_block, rounded, balls, mags, fmt, budge
             got = float(got_block[i, c])
             ball = balls[i, c]
             jd = judge(got, rounded[i, c], ball, float(mags[i, c]), fmt, exact, budget)
-            w.add((i, c), got, jd, exact, _certified(ball, exact, places), places)
+            w.judged((i, c), got, jd, exact, _certified(ball, exact, places), places)
     return w
 
 
 def _projected(layer, ref: Reference, rounded, balls, after, fmt, budget: int,
-               places: int, keep: bool) -> Worst:
+               places: int, keep: bool) -> GroupCheck:
     """``concat(heads) W_O + b_O`` enclosed by one arb_mat product, each entry judged."""
     from flint import arb, arb_mat, fmpq, fmpq_mat, fmpz_mat
     from ..exponents import fmpq_of
@@ -241,7 +259,7 @@ def _projected(layer, ref: Reference, rounded, balls, after, fmt, budget: int,
         rows = [[[ref.output(0, h, i, c) for c in range(dv)]] for h in range(H)]
         terms = out_project(w_ints[d], rows)[0][0][0]
         return LayerValue(terms, b[d])
-    w = Worst(budget=budget, decimals={} if keep else None)
+    w = GroupCheck(budget=budget, decimals={} if keep else None)
     for i in range(n):
         for d in range(d_model):
             ball = entries[i * d_model + d] + arb(fmpq_of(b[d]))
@@ -251,14 +269,14 @@ def _projected(layer, ref: Reference, rounded, balls, after, fmt, budget: int,
                 return exact(i, d)
             jd = judge(got, _rounded(ball, value, fmt), ball, float(mags[i, d]), fmt, value,
                        budget)
-            w.add((i, d), got, jd, value, _certified(ball, value, places), places)
+            w.judged((i, d), got, jd, value, _certified(ball, value, places), places)
     return w
 
 
 def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> LayerCheck:
     """Layer ``index`` of ``run`` (a :class:`~exactattn.models.run.ModelRun`), every entry
     judged against the exact values and certified to ``places`` decimals (kept by cell in
-    each :attr:`Worst.decimals` when ``keep``).
+    each :attr:`GroupCheck.decimals` when ``keep``).
 
     Shapes: the run's layer holds x (n x d_model), probabilities (H x n x n),
     the heads before ``W_O`` (n x H d_v) and after (n x d_model).

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..render import Section, plural, printable
 from ..numbers.formats import shortest_repr
-from .check import DTYPE, LayerCheck, Worst
+from .check import DTYPE, GroupCheck, LayerCheck
 
 __all__ = ["check_sections", "scientific", "worst_data"]
 
@@ -43,18 +43,18 @@ def scientific(decimal: str) -> str:
         else f"{sign}{mant}e{len(whole) - 1 - first:+03d}"
 
 
-def _cell(w: Worst) -> str:
+def _cell(w: GroupCheck) -> str:
     return "-" if w.cell is None else ",".join(str(k + 1) for k in w.cell)
 
 
-def _row(label: list[str], w: Worst) -> list[str]:
+def _row(label: list[str], w: GroupCheck) -> list[str]:
     got = "-" if w.got is None else shortest_repr(w.got, DTYPE)
     return label + [_g(w.ulps, "d"), _g(w.terms_ulps, ".2f"), _g(w.rel, ".2e"), _cell(w), got,
                     scientific(w.exact) if w.exact else "-", str(w.misses), str(w.over + w.hard)]
 
 
-def worst_data(w: Worst) -> dict:
-    """A :class:`~exactattn.models.check.Worst` as JSON data (cells counted from 1)."""
+def worst_data(w: GroupCheck) -> dict:
+    """A :class:`~exactattn.models.check.GroupCheck` as JSON data (cells counted from 1)."""
     return {"entries": w.entries, "ulps": w.ulps, "terms_ulps": w.terms_ulps, "rel": w.rel,
             "cell": None if w.cell is None else [k + 1 for k in w.cell],
             "model": w.got, "exact": w.exact, "misses": w.misses, "over": w.over,

@@ -44,7 +44,7 @@ from ..options import check_whole
 from .adapter import make_call
 from .backward_impls import load_backward
 from .check import Entry, Report, check_request
-from .compare import judge
+from .compare import Comparison, failures_first, judge
 from ..numbers.formats import default_max_ulps, float_format
 from ..call.inputs import Call
 from .reference import Reference
@@ -119,7 +119,9 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     ``d_out`` (the output's shape) defaults to :func:`random_d_out` of
     ``seed``; it is rounded to the dtype like the inputs.  Entries are
     :class:`BackwardEntry` (index ``(gradient, b, h, i, c)``), in the order
-    dQ, dK, dV.  The tolerance defaults to :func:`backward_tolerance`.
+    dQ, dK, dV; the report's worst put failures first
+    (:func:`~exactattn.verify.compare.failures_first`).  The tolerance
+    defaults to :func:`backward_tolerance`.
 
     Raises:
         InputError: an unknown dtype, one the implementation does not run, a
@@ -169,30 +171,29 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     prec = max(prec, fmt.precision + 64)
     exact_rounded = {name: exact.rounded(name, fmt, prec) for name in GRADS}
     t2 = time.perf_counter()
-    entries, off_format = [], 0
+    found = Comparison(None, failures_first)
     for name in GRADS:
         rounded, balls, mags = exact_rounded[name]
         for idx in np.ndindex(*shapes[name]):
             g, r = float(arrays_got[name][idx]), float(rounded[idx])
             index = (name, *idx)
             if raised is not None:
-                entries.append(BackwardEntry(index, r, g, None, None, "hard", exact))
+                found.add(BackwardEntry(index, r, g, None, None, "hard", exact))
                 continue
             j = judge(g, r, balls[idx], float(mags[idx]), fmt,
                       lambda idx=idx, name=name: exact.value(name, *idx), tol)
-            off_format += j.off_format
-            entries.append(BackwardEntry(index, r, g, j.ulps, j.rel, j.status, exact,
-                                         j.terms_ulps))
+            found.add(BackwardEntry(index, r, g, j.ulps, j.rel, j.status, exact, j.terms_ulps),
+                      j)
     notes = [f"upstream gradient dO: {'given' if d_out is not None else f'standard normal, seed {seed}'}"
              f", rounded to {dtype}"]
     if raised is not None:
         notes.append(f"hard failure: {impl.name} raised {raised}; every gradient counts as "
                      "failed")
-    if off_format:
-        notes.append(f"gradients that were not {dtype} values: {off_format} of {len(entries)}; "
-                     f"they were rounded to {dtype} before counting ULPs")
+    if found.off_format:
+        notes.append(f"gradients that were not {dtype} values: {found.off_format} of "
+                     f"{found.count}; they were rounded to {dtype} before counting ULPs")
     t3 = time.perf_counter()
-    return Report(impl.name, dtype, policy, rounded_problem, entries, tol, moved, ref,
+    return Report(impl.name, dtype, policy, rounded_problem, found, tol, moved, ref,
                   {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes, raised=raised)
 
 

@@ -27,7 +27,7 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..digits import MAX_PREC
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
-from .compare import judge
+from .compare import Comparison, judge
 from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
 from .impls import ImplRaised, load_impl, make_call
 from ..call.limits import check_work
@@ -75,18 +75,21 @@ class Entry:
 class Report:
     """The result of :func:`verify`: every output compared, a summary, the cost and timings.
 
-    ``raised`` is the implementation's exception in one line (``"ValueError:
-    ..."``) when it raised instead of answering; every entry is then a hard
-    failure.  ``lse_entries`` (with ``lse`` the base, ``e`` or ``2``) compare
-    the implementation's log-sum-exp per row, index ``(b, h, i)``.  ``seconds`` holds wall-clock timings (``impl``, ``exact``,
-    ``compare``); reports print them only when asked.
+    ``found`` holds every output's :class:`Entry` (:attr:`entries`, in index
+    order) in a :class:`~exactattn.verify.compare.Comparison`.  ``raised`` is
+    the implementation's exception in one line (``"ValueError: ..."``) when it
+    raised instead of answering; every entry is then a hard failure.
+    ``lse_found`` (with ``lse`` the base, ``e`` or ``2``; :attr:`lse_entries`)
+    compares the implementation's log-sum-exp per row, index ``(b, h, i)``.
+    ``seconds`` holds wall-clock timings (``impl``, ``exact``, ``compare``);
+    reports print them only when asked.
     """
 
     impl: str
     dtype: str
     policy: Policy
     call: Call
-    entries: list
+    found: Comparison
     max_ulps: int
     moved_inputs: int
     reference: Reference
@@ -95,11 +98,19 @@ class Report:
     flops: dict | None = None
     raised: str | None = None
     lse: str | None = None
-    lse_entries: list = field(default_factory=list)
+    lse_found: Comparison = field(default_factory=lambda: Comparison(None))
+
+    @property
+    def entries(self) -> list:
+        return self.found.kept
+
+    @property
+    def lse_entries(self) -> list:
+        return self.lse_found.kept
 
     @property
     def passed(self) -> bool:
-        return all(e.status == "ok" for e in self.entries + self.lse_entries)
+        return self.found.passed and self.lse_found.passed
 
     def failures(self) -> list:
         return [e for e in self.entries + self.lse_entries if e.status != "ok"]
@@ -108,32 +119,18 @@ class Report:
         """count, max ULPs, over, hard of the log-sum-exp entries (None when not checked)."""
         if self.lse is None:
             return None
-        ulps = [e.ulps for e in self.lse_entries if e.ulps is not None]
-        return {"base": self.lse, "count": len(self.lse_entries),
-                "max_ulps": max(ulps) if ulps else None,
-                "over": sum(e.status == "over" for e in self.lse_entries),
-                "hard": sum(e.status == "hard" for e in self.lse_entries)}
+        s = self.lse_found.summary()
+        return {"base": self.lse, **{k: s[k] for k in ("count", "max_ulps", "over", "hard")}}
 
     def summary(self) -> dict:
-        """count, max/mean/median ULPs, max ULPs at the terms, max relative error, over, hard."""
-        ulps = [e.ulps for e in self.entries if e.ulps is not None]
-        rels = [e.rel for e in self.entries if e.rel is not None]
-        terms = [e.terms_ulps for e in self.entries if e.terms_ulps is not None
-                 and e.status != "hard"]
-        return {"dtype": self.dtype, "count": len(self.entries),
-                "max_ulps": max(ulps) if ulps else None,
-                "mean_ulps": (sum(ulps) / len(ulps)) if ulps else None,
-                "median_ulps": sorted(ulps)[(len(ulps) - 1) // 2] if ulps else None,
-                "max_terms_ulps": max(terms) if terms else None,
-                "max_rel": max(rels) if rels else None,
-                "over": sum(e.status == "over" for e in self.entries),
-                "hard": sum(e.status == "hard" for e in self.entries)}
+        """dtype, count, max/mean/median ULPs, max ULPs at the terms, max relative error, over,
+        hard (:meth:`Comparison.summary <exactattn.verify.compare.Comparison.summary>`)."""
+        return {"dtype": self.dtype, **self.found.summary()}
 
     def worst(self, k: int = 5) -> list:
-        """Hard failures first, then the k largest ULP errors (ties in index order)."""
-        def key(e):
-            return (e.status != "hard", -(e.ulps if e.ulps is not None else 0))
-        return sorted(self.entries, key=key)[:k]
+        """The k worst entries in the order of ``found.rank`` (forward: hard failures first,
+        then the largest ULP errors; ties in index order)."""
+        return self.found.worst[:k]
 
     def derived_macs(self) -> tuple[int, int] | None:
         """Scores and mix MACs from :func:`exactattn.cost.derive_at` (no mask only), else None."""
@@ -226,25 +223,25 @@ def _run(impl, call):
         return None, e.line
 
 
-def _lse_entries(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) -> list:
+def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) -> Comparison:
     """The log-sum-exp of every row against the exact one (:meth:`Reference.rounded_lse`)."""
     fmt = float_format(dtype)
     rounded, balls = ref.rounded_lse(dtype, base, prec=prec)
     top = ref.max_abs_exponent()
-    out = []
+    out = Comparison(None)
     for idx in np.ndindex(*rounded.shape):
         g, r = (math.nan if got is None else float(got[idx])), float(rounded[idx])
         if got is None:
-            out.append(Entry(idx, r, g, None, None, "hard", ref, lse_base=base))
+            out.add(Entry(idx, r, g, None, None, "hard", ref, lse_base=base))
             continue
         if math.isinf(r) or math.isnan(r):     # -inf (no key) or the policy's NaN: exactly that
             ok = g == r or (math.isnan(r) and math.isnan(g))
-            out.append(Entry(idx, r, g, 0 if ok else None, None, "ok" if ok else "hard", ref,
-                             lse_base=base))
+            out.add(Entry(idx, r, g, 0 if ok else None, None, "ok" if ok else "hard", ref,
+                          lse_base=base))
             continue
         mag = max(abs(r), top if math.isfinite(top) else abs(r))
         j = judge(g, r, balls[idx], mag, fmt, lambda: ref.lse(*idx, base), tol)
-        out.append(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, base))
+        out.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, base))
     return out
 
 
@@ -316,28 +313,28 @@ def verify(impl, call: Call, dtype: str = "float32", *,
         if max_ulps is None else max_ulps
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
-    entries, off_format, ties = [], 0, 0
+    found = Comparison(None)
     for idx in np.ndindex(*want):
         g, r = float(got[idx]), float(rounded[idx])
         if raised is not None:
-            entries.append(Entry(idx, r, g, None, None, "hard", ref))
+            found.add(Entry(idx, r, g, None, None, "hard", ref))
             continue
         j = judge(g, r, balls[idx], float(mags[idx]), fmt, lambda: ref.output(*idx), tol)
-        off_format += j.off_format
-        ties += j.undecided
-        entries.append(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps))
+        found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps), j)
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {impl.name} raised {raised}; every output counts as failed")
-    if off_format:
-        notes.append(f"outputs that were not {dtype} values: {off_format} of {len(entries)}; "
-                     f"they were rounded to {dtype} before counting ULPs")
-    if ties:
-        notes.append(f"outputs on an undecided {dtype} midpoint: {ties} of {len(entries)}; "
-                     f"their enclosures still held the midpoint of two {dtype} neighbours at "
-                     f"{MAX_PREC} bits, so either neighbour counts as the exact rounding")
-    lse_entries = [] if lse is None else _lse_entries(ref, got_lse, dtype, lse, tol, prec)
+    if found.off_format:
+        notes.append(f"outputs that were not {dtype} values: {found.off_format} of "
+                     f"{found.count}; they were rounded to {dtype} before counting ULPs")
+    if found.undecided:
+        notes.append(f"outputs on an undecided {dtype} midpoint: {found.undecided} of "
+                     f"{found.count}; their enclosures still held the midpoint of two {dtype} "
+                     f"neighbours at {MAX_PREC} bits, so either neighbour counts as the exact "
+                     "rounding")
+    lse_found = Comparison(None) if lse is None else _lse_found(ref, got_lse, dtype, lse, tol,
+                                                                prec)
     t3 = time.perf_counter()
-    return Report(impl.name, dtype, policy, rounded_call, entries, tol, moved, ref,
+    return Report(impl.name, dtype, policy, rounded_call, found, tol, moved, ref,
                   {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes,
-                  raised=raised, lse=lse, lse_entries=lse_entries)
+                  raised=raised, lse=lse, lse_found=lse_found)

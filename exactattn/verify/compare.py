@@ -8,6 +8,9 @@ One module, two modes, one rule for hard failures.
   terms the output adds up (``sum_j shares_ij |value_jc|``) and the relative
   error ``|got - exact| / |exact|``; an entry passes when either count is
   within ``max_ulps``.
+* a report of many entries (verify, its backward, row blocks, model checks):
+  :class:`Comparison` counts them, keeps a histogram of their ULP errors,
+  the largest errors and the worst few, and merges with another.
 * rtol/atol (:mod:`exactattn.properties`): a :class:`Tolerance` passes
   ``got`` against an exact ``want`` when ``|got - want| <= atol + rtol * M``
   (``M`` the largest ``|value|`` of the output column, 1 for shares); two
@@ -28,8 +31,9 @@ True
 
 from __future__ import annotations
 
+import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
@@ -38,8 +42,9 @@ from ..errors import InputError
 from ..exponents import fmpq_of
 from ..numbers.formats import FloatFormat, round_to_format, ulps_between
 
-__all__ = ["Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",
-           "check_tolerance", "errors", "hard", "is_exact", "judge", "tolerance_for", "within"]
+__all__ = ["Comparison", "Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",
+           "check_tolerance", "errors", "failures_first", "hard", "is_exact", "judge",
+           "tolerance_for", "within", "worst_first"]
 
 TOLERANCES = {  # dtype -> (rtol, atol)
     "float64": (1e-12, 1e-12),
@@ -264,3 +269,149 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     u = ulps_between(gf, rounded, fmt)
     rel, t = errors(got, ball, magnitude, fmt, exact)
     return Judgement("ok" if u <= max_ulps or t <= max_ulps else "over", u, rel, t, gf != got)
+
+
+# --------------------------------------------------------------------------- many entries
+def worst_first(entry) -> tuple:
+    """The default order of :attr:`Comparison.worst`: hard failures, then the most ULPs."""
+    return (entry.status != "hard", -(entry.ulps or 0))
+
+
+def failures_first(entry) -> tuple:
+    """Hard failures, then entries over the tolerance (largest error at the terms first),
+    then the most ULPs: a failing report shows its failures."""
+    rank = {"hard": 0, "over": 1}.get(entry.status, 2)
+    size = entry.terms_ulps if rank == 1 and entry.terms_ulps is not None else entry.ulps or 0
+    return (rank, -size)
+
+
+@dataclass
+class Comparison:
+    """Entries judged in ULPs (:func:`judge`), accumulated: the report of many outputs.
+
+    An entry is anything with ``status``, ``ulps``, ``rel`` and ``terms_ulps``
+    (a :class:`~exactattn.verify.check.Entry`).  Kept: ``count``, ``over``,
+    ``hard``; a ``histogram`` of ULP counts (``{ulps: entries}``); ``max_rel``
+    (every entry's) and ``max_terms`` (ULPs at the terms, hard failures left
+    out), None until one is measured; from the judgements given with the
+    entries, ``off_format`` and ``undecided``; and the ``keep`` worst entries
+    in the order ``rank`` gives (:func:`worst_first`; ties: the one added
+    first), every entry when ``keep`` is None.  :meth:`merge` folds in another
+    comparison as if its entries were added after this one's.
+
+    >>> c = Comparison(keep=2)
+    >>> for s, u in [("ok", 1), ("over", 9), ("ok", 0), ("hard", None)]:
+    ...     _ = c.add(Judgement(s, u))
+    >>> [(e.status, e.ulps) for e in c.worst], c.summary()["median_ulps"], c.passed
+    ([('hard', None), ('over', 9)], 1, False)
+    """
+
+    keep: int | None = 5
+    rank: Callable = field(default=worst_first, repr=False)
+    count: int = 0
+    over: int = 0
+    hard: int = 0
+    histogram: dict = field(default_factory=dict)
+    max_rel: float | None = None
+    max_terms: float | None = None
+    off_format: int = 0
+    undecided: int = 0
+    #: (rank, position, entry): in order added when keep is None, else worst first
+    _kept: list = field(default_factory=list, repr=False)
+
+    def add(self, entry, judgement: Judgement | None = None) -> bool:
+        """Count one entry (and what its ``judgement`` found); True when it is kept."""
+        self.count += 1
+        self.over += entry.status == "over"
+        self.hard += entry.status == "hard"
+        if entry.ulps is not None:
+            self.histogram[entry.ulps] = self.histogram.get(entry.ulps, 0) + 1
+        if entry.rel is not None:
+            self.max_rel = _larger(self.max_rel, entry.rel)
+        if entry.terms_ulps is not None and entry.status != "hard":
+            self.max_terms = _larger(self.max_terms, entry.terms_ulps)
+        if judgement is not None:
+            self.off_format += judgement.off_format
+            self.undecided += judgement.undecided
+        return self._offer((self.rank(entry), self.count - 1, entry))
+
+    def extend(self, entries) -> "Comparison":
+        """Count every entry of ``entries``, in order; returns the comparison."""
+        for e in entries:
+            self.add(e)
+        return self
+
+    def merge(self, other: "Comparison") -> "Comparison":
+        """Fold ``other`` in, its entries counted after this one's; returns the comparison."""
+        start = self.count
+        for name in ("count", "over", "hard", "off_format", "undecided"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for u, n in other.histogram.items():
+            self.histogram[u] = self.histogram.get(u, 0) + n
+        self.max_rel = _larger(self.max_rel, other.max_rel)
+        self.max_terms = _larger(self.max_terms, other.max_terms)
+        for rank, at, e in sorted(other._kept, key=_position):
+            self._offer((rank, start + at, e))
+        return self
+
+    def _offer(self, item: tuple) -> bool:
+        kept = self._kept
+        if self.keep is None:
+            kept.append(item)
+            return True
+        if len(kept) >= self.keep and (not kept or not item[:2] < kept[-1][:2]):
+            return False
+        bisect.insort(kept, item, key=_order)
+        del kept[self.keep:]
+        return True
+
+    @property
+    def worst(self) -> list:
+        """The entries kept, worst first."""
+        return [e for _, _, e in (sorted(self._kept, key=_order) if self.keep is None
+                                  else self._kept)]
+
+    @property
+    def kept(self) -> list:
+        """The entries kept, in the order they were added (all of them when ``keep`` is None)."""
+        return [e for _, _, e in (self._kept if self.keep is None
+                                  else sorted(self._kept, key=_position))]
+
+    @property
+    def ok(self) -> int:
+        return self.count - self.over - self.hard
+
+    @property
+    def passed(self) -> bool:
+        return self.over == 0 and self.hard == 0
+
+    @property
+    def max_ulps(self) -> int | None:
+        return max(self.histogram) if self.histogram else None
+
+    def summary(self) -> dict:
+        """count, max/mean/median ULPs, max ULPs at the terms, max relative error, over, hard."""
+        h = self.histogram
+        total = sum(h.values())
+        median, seen = None, 0
+        for u in sorted(h):
+            seen += h[u]
+            if seen > (total - 1) // 2:
+                median = u
+                break
+        return {"count": self.count, "max_ulps": self.max_ulps,
+                "mean_ulps": sum(u * n for u, n in h.items()) / total if total else None,
+                "median_ulps": median, "max_terms_ulps": self.max_terms, "max_rel": self.max_rel,
+                "over": self.over, "hard": self.hard}
+
+
+def _larger(a, b):
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _order(item: tuple) -> tuple:
+    return item[:2]
+
+
+def _position(item: tuple) -> int:
+    return item[1]

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..render import Section, plural
 from .check import Report
+from .compare import Comparison
 from ..numbers.formats import certified_scientific, shortest_repr
 
 __all__ = ["backward_sections", "report_sections"]
@@ -69,10 +70,8 @@ def _modifier_notes(r: Report) -> list[str]:
 
 def _lse_section(r: Report, worst: int, digits: int) -> Section:
     """The rows whose log-sum-exp is furthest from the exact one."""
-    def key(e):
-        return (e.status != "hard", -(e.ulps if e.ulps is not None else 0))
     rows = []
-    for e in sorted(r.lse_entries, key=key)[:worst]:
+    for e in r.lse_found.worst[:worst]:
         exact = e.exact
         text = "-inf" if exact.neg_inf else certified_scientific(exact, digits)
         got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
@@ -161,20 +160,9 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
 
 
 # --------------------------------------------------------------------------- backward
-def _backward_worst(r: Report, worst: int) -> list:
-    """Hard failures, then entries over the tolerance (largest error at the terms first),
-    then the largest ULP errors: a failing report shows its failures."""
-    def key(e):
-        rank = {"hard": 0, "over": 1}.get(e.status, 2)
-        size = e.terms_ulps if rank == 1 and e.terms_ulps is not None else \
-            (e.ulps if e.ulps is not None else 0)
-        return (rank, -size)
-    return sorted(r.entries, key=key)[:worst]
-
-
 def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
     rows = []
-    for e in _backward_worst(r, worst):
+    for e in r.worst(worst):        # failures first (the backward report's rank)
         got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
         rows.append([e.index[0], ",".join(map(str, e.index[1:])),
                      certified_scientific(e.exact, digits), shortest_repr(e.rounded, r.dtype),
@@ -212,20 +200,14 @@ def _backward_summary_section(reports: Sequence[Report], timings: bool,
         columns.append("seconds impl/exact")
     rows = []
     for r in reports:
-        names = []
+        parts: dict = {}
         for e in r.entries:
-            if e.index[0] not in names:
-                names.append(e.index[0])
-        for name in names:
-            part = [e for e in r.entries if e.index[0] == name]
-            ulps = sorted(e.ulps for e in part if e.ulps is not None)
-            terms = [e.terms_ulps for e in part if e.terms_ulps is not None and e.status != "hard"]
-            rels = [e.rel for e in part if e.rel is not None]
-            row = [r.dtype, name, str(len(part)), _g(ulps[-1] if ulps else None, "d"),
-                   _g(ulps[(len(ulps) - 1) // 2] if ulps else None, "d"),
-                   _g(max(terms) if terms else None, ".2f"), _g(max(rels) if rels else None),
-                   str(sum(e.status == "over" for e in part)),
-                   str(sum(e.status == "hard" for e in part))]
+            parts.setdefault(e.index[0], Comparison(0)).add(e)
+        for name, part in parts.items():
+            s = part.summary()
+            row = [r.dtype, name, str(s["count"]), _g(s["max_ulps"], "d"),
+                   _g(s["median_ulps"], "d"), _g(s["max_terms_ulps"], ".2f"), _g(s["max_rel"]),
+                   str(s["over"]), str(s["hard"])]
             if timings:
                 row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}")
             rows.append(row)

@@ -41,6 +41,7 @@ def test_spec_keys_and_flags_stay_as_users_write_them():
 #: one value per field the capability table can name, and each path's entry point
 _SET = {"rope": Rope(), "dropout": F(1, 2), "softcap": F(5), "sink": F(0), "alibi": Alibi(2),
         "window": (1, 0), "query_offset": 1}
+_PATHS = ("fast", "gradients", "blocks", "sdpa")
 
 
 def _run_path(path: str, policy: Policy):
@@ -55,11 +56,14 @@ def _run_path(path: str, policy: Policy):
                          dropout_keep=keep)
     if path == "blocks":
         return from_rationals([[1], [0]], [[1], [2]], [[1], [0]], policy)
+    if path == "sdpa":
+        from exactattn.blocks import check_impl
+        return check_impl("numpy", [[1.0], [0.0]], [[1.0], [2.0]], [[1.0], [0.0]], "float32",
+                          policy)
     raise AssertionError(path)
 
 
-@pytest.mark.parametrize("path, field", [(p, f) for p in ("fast", "gradients", "blocks")
-                                         for f in UNSUPPORTED[p]])
+@pytest.mark.parametrize("path, field", [(p, f) for p in _PATHS for f in UNSUPPORTED[p]])
 def test_each_path_refuses_what_the_capability_table_lists(path, field):
     policy = Policy(**{field: _SET[field]})
     assert policy.unsupported(path) == [field]
@@ -67,9 +71,11 @@ def test_each_path_refuses_what_the_capability_table_lists(path, field):
         _run_path(path, policy)
 
 
-@pytest.mark.parametrize("path", ["fast", "gradients", "blocks"])
+@pytest.mark.parametrize("path", _PATHS)
 def test_each_path_runs_what_the_capability_table_leaves_out(path):
-    for field in sorted(set(_SET) - set(UNSUPPORTED[path]) - {"dropout", "rope", "query_offset"}):
+    assert _run_path(path, Policy(causal=True)) is not None
+    refused = set(UNSUPPORTED[path]) | (set(UNSUPPORTED["blocks"]) if path == "sdpa" else set())
+    for field in sorted(set(_SET) - refused - {"dropout", "rope", "query_offset"}):
         assert _run_path(path, Policy(**{field: _SET[field]})) is not None, field
 
 

@@ -255,7 +255,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
                          f"implementation (got {dtype!r}); check other dtypes with exactattn "
                          "verify")
     query, key, value = (np.asarray(a).astype(dtype) for a in (query, key, value))
-    if policy.window is not None or policy.query_offset is not None:
+    if policy.unsupported("sdpa"):
         raise InputError("policy must have no window or query_offset for a check of a float "
                          "implementation (got one); SDPA takes causal and alignment only")
     impl = load_impl(impl)

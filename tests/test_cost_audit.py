@@ -10,13 +10,15 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exactattn.call.inputs import Call
 from exactattn.call.policy import Policy
-from exactattn.cost import EXTENSION_SYMBOLS, SYMBOLS
+from exactattn.cost import (BATCH, EXTENSION_SYMBOLS, SYMBOLS, CallShape, broadcast_batch,
+                            call_formula, call_nests, count, count_call, derive, derive_at,
+                            derive_call, loop_nests)
 from exactattn.cost.audit import ERRORS, explanations, ledger, verdict
 from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask, call
 from exactattn.cost.audit_report import verdict_text
-from exactattn.cost.batched import (BATCH, CallShape, broadcast_batch, call_formula,
-                                    count_call, derive_call)
+from exactattn.cost.derivation import symbol_values
 from exactattn.cost.counters import COUNTERS, counter, measure_all
 from exactattn.errors import InputError, ShapeError
 from exactattn.testing import assert_typed_equal
@@ -99,14 +101,55 @@ def test_formulas_loop_over_batch_and_query_heads():
     assert br["scores"] == sympy.expand(BATCH * h * d_k * (n * (n + 1) / 2 + n * (m - n)))
     q, _ = SHAPES["query_broadcast"]
     assert call_formula(q)["scores"] == BATCH * h * n * m * d_k
-    assert q.values()[BATCH] == 3 and q.batch == (3,)
+    assert symbol_values(q)[BATCH] == 3 and q.batch == (3,)
     gqa, _ = SHAPES["gqa_interleave"]
-    assert gqa.values()[h] == 4 and gqa.kv_heads == 2
+    assert symbol_values(gqa)[h] == 4 and gqa.kv_heads == 2
     band, _ = SHAPES["band"]
     assert call_formula(band)["scores"] == 15 * BATCH * h * d_k
     layer = call_formula(SHAPES["layer"][0])
     assert layer["projections"] == sympy.expand(BATCH * h * n * D * (2 * d_k + d_v))
     assert layer["out_projection"] == BATCH * h * n * D * d_v
+
+
+def test_one_description_three_ways_in():
+    """Shapes, a Call and the keyword sizes all give one CallShape, read by one API."""
+    pol = Policy(causal=True, alignment="bottom_right", gqa="tile")
+    c = Call.random(3, 2, n_keys=5, d_v=3, heads=4, kv_heads=2, batch=2, policy=pol)
+    s = CallShape.of_call(c)
+    assert s == CallShape((2, 4, 3, 2), (2, 2, 5, 2), (2, 2, 5, 3), pol)
+    assert s.shape == c.shape and s.whole
+    typed_equal(derive_call(s), count_call(s).macs)
+    assert derive_call(s)["scores"] == 2 * 4 * pol.pairs(3, 5) * 2
+    keep = [[True, False], [True, True]]
+    masked = CallShape.of_call(Call([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1], [2]], keep))
+    assert masked.mask.rows == ((True, False), (True, True)) and masked.pairs() == 3
+    with pytest.raises(InputError, match="mask must be the same for every batch entry and head"):
+        CallShape.of_call(Call([[[1]], [[1]]], [[[1]], [[1]]], [[[1]], [[1]]],
+                               [[[True]], [[False]]]))
+    one = CallShape.of_sizes(6, 4, 2, 3, causal=True, keys=8, heads=2, layers=2)
+    assert one.query == (2, 6, 2) and one.value == (2, 8, 3) and one.out_projection
+    typed_equal(derive_call(one), derive_at(6, 4, 2, 3, causal=True, keys=8, heads=2, layers=2))
+    typed_equal(count_call(CallShape.of_sizes(5, 4, 4, heads=2)).macs, count(5, 4, 4, heads=2))
+
+
+def test_the_keyword_doors_are_the_one_api():
+    opts = dict(causal=True, alignment="bottom_right", keys=m, heads=h)
+    s = CallShape.of_sizes(*SYMBOLS, **opts)
+    assert not s.whole and s.keys == m and s.heads == h
+    assert derive(**opts) == call_formula(s)
+    assert loop_nests(keys_at_least_queries=True, **opts) == \
+        call_nests(s, keys_at_least_queries=True)
+
+
+def test_a_call_without_heads_or_batch_has_no_such_loop():
+    """The loops follow the operands' dimensions: no batch dimension, no B; none for heads,
+    no h (a whole-number call is written in the symbols it has)."""
+    assert call_formula(CallShape((4, 8), (10, 8), (10, 16)))["scores"] == n * m * d_k
+    assert call_formula(CallShape((2, 4, 8), (2, 4, 8), (2, 4, 8)))["mix"] == h * n ** 2 * d_v
+    typed_equal(derive_call(CallShape((2, 4, 8), (2, 4, 8), (2, 4, 8))),
+                macs(2 * 16 * 8, 2 * 16 * 8))
+    with pytest.raises(InputError, match="every size must be a whole number"):
+        derive_call(CallShape.of_sizes(*SYMBOLS))
 
 
 def test_the_counted_run_reads_the_broadcast_rows():
@@ -134,6 +177,8 @@ def test_broadcast_batch():
     (((4, 8), (4, 8), (4, 8)), {"mask": band_mask(5, 2)}, ShapeError,
      r"mask must be 4 x 4, queries x keys \(got 5 x 5\)"),
     (((4, 8), (4, 8), (4, 8)), {"out_projection": True}, InputError, "out_projection needs"),
+    (((4, 8), (4, 8), (4, 8)), {"decode": True}, InputError, "decode needs d_model"),
+    (((4, 8), (4, 8), (4, 8)), {"decode": "yes"}, InputError, "decode must be true or false"),
     (((8,), (4, 8), (4, 8)), {}, InputError, "query must have at least 2 dimensions"),
     (("4x8", (4, 8), (4, 8)), {}, InputError, "query must be a shape"),
     (((0, 8), (4, 8), (4, 8)), {}, InputError, "each dimension of query must be a positive"),

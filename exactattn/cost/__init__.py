@@ -25,10 +25,18 @@ tables (:func:`cost_sections`, :func:`conventions_sections`) are built in
 :mod:`~exactattn.cost.report` from the figures of :mod:`~exactattn.cost.rows`
 and :mod:`~exactattn.cost.conventions`.
 
-Batched calls (``B x H x L x E``, broadcast batches, GQA groups) are derived
-and counted in :mod:`~exactattn.cost.batched`; :mod:`~exactattn.cost.audit`
-holds popular FLOP counters against the derived count (``exactattn cost
---audit``).
+Every route reads one description of a call, :class:`CallShape`
+(:mod:`~exactattn.cost.sizes`): the operands' shapes (``B x H x L x E``,
+broadcast batches, GQA groups), the :class:`~exactattn.call.policy.Policy`,
+an explicit mask, and the projections, W_O, layers or decoding around the
+attention; built from shapes, from a :class:`~exactattn.call.inputs.Call`
+(:meth:`CallShape.of_call`) or from the keyword sizes of one head
+(:meth:`CallShape.of_sizes`).  One API over it: :func:`call_nests`,
+:func:`call_formula` and :func:`derive_call` (derived), :func:`count_call`
+(counted); :func:`loop_nests`, :func:`derive`, :func:`derive_at`,
+:func:`count` and :func:`run` are its front doors for one head.
+:mod:`~exactattn.cost.audit` holds popular FLOP counters against the derived
+count (``exactattn cost --audit``).
 
 The names below are loaded on first use, so importing the package (or its
 light :mod:`~exactattn.cost.sizes`) does not load sympy; a counted run never
@@ -52,23 +60,28 @@ O(n^2 d) per layer); the built-in worked example ``chronicle``.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 #: every public name, and the module of the package that holds it
 _EXPORTS = {
     "ALIGNMENTS": "exactattn.call.policy",
     "MAX_SIZE": "exactattn.cost.sizes",
-    "Setup": "exactattn.cost.sizes",
+    "CallShape": "exactattn.cost.sizes",
+    "broadcast_batch": "exactattn.cost.sizes",
+    "BATCH": "exactattn.cost.derivation",
     "EXTENSION_SYMBOLS": "exactattn.cost.derivation",
     "LoopNest": "exactattn.cost.derivation",
     "STAGES": "exactattn.cost.derivation",
     "SYMBOLS": "exactattn.cost.derivation",
+    "call_formula": "exactattn.cost.derivation",
+    "call_nests": "exactattn.cost.derivation",
     "derive": "exactattn.cost.derivation",
+    "derive_call": "exactattn.cost.derivation",
     "derive_at": "exactattn.cost.derivation",
     "derive_operations": "exactattn.cost.derivation",
     "loop_nests": "exactattn.cost.derivation",
     "Run": "exactattn.cost.counting",
     "count": "exactattn.cost.counting",
+    "count_call": "exactattn.cost.counting",
     "count_head": "exactattn.cost.counting",
     "count_tokens": "exactattn.cost.counting",
     "decode_steps": "exactattn.cost.counting",
@@ -88,14 +101,6 @@ _EXPORTS = {
     "conventions_sections": "exactattn.cost.report",
     "cost_sections": "exactattn.cost.report",
     "crossover_text": "exactattn.cost.report",
-    "BATCH": "exactattn.cost.batched",
-    "CallRun": "exactattn.cost.batched",
-    "CallShape": "exactattn.cost.batched",
-    "broadcast_batch": "exactattn.cost.batched",
-    "call_formula": "exactattn.cost.batched",
-    "call_nests": "exactattn.cost.batched",
-    "count_call": "exactattn.cost.batched",
-    "derive_call": "exactattn.cost.batched",
     "AUDIT_CALLS": "exactattn.cost.audit_calls",
     "AuditCall": "exactattn.cost.audit_calls",
     "COUNTERS": "exactattn.cost.counters",
@@ -124,21 +129,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-if TYPE_CHECKING:  # what the names are, for type checkers and readers
-    from ..call.policy import ALIGNMENTS
-    from .audit import Audit, Ledger, Verdict, audit, ledger, verdict
-    from .audit_calls import AUDIT_CALLS, AuditCall
-    from .audit_report import audit_sections
-    from .batched import (BATCH, CallRun, CallShape, broadcast_batch, call_formula, call_nests,
-                          count_call, derive_call)
-    from .conventions import (CONVENTION_NOTES, CONVENTIONS, Convention, ConventionComparison,
-                              compare_conventions)
-    from .counters import COUNTERS, Counter
-    from .counting import Run, count, count_head, count_tokens, decode_steps, run
-    from .derivation import (EXTENSION_SYMBOLS, STAGES, SYMBOLS, LoopNest, derive, derive_at,
-                             derive_operations, loop_nests)
-    from .report import conventions_sections, cost_sections, crossover_text
-    from .rows import CostRows, cost_rows, counting_work
-    from .sizes import MAX_SIZE, Setup
-    from .solve import Crossover, DoublingRatio, crossover, doubling_ratio

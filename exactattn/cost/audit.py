@@ -2,8 +2,8 @@
 
 For every call of :mod:`~exactattn.cost.audit_calls` the audit derives the
 multiply-adds of each stage from the loop nests
-(:func:`~exactattn.cost.batched.derive_call`; checked against a counted run,
-:func:`~exactattn.cost.batched.count_call`) and the operations a counter
+(:func:`~exactattn.cost.derivation.derive_call`; checked against a counted run,
+:func:`~exactattn.cost.counting.count_call`) and the operations a counter
 might add besides them: the full square a dense kernel computes under a
 causal or band mask, the batch of the query alone (a matmul counter that
 reads the first operand's shape), and elementwise operations (the softmax,
@@ -33,7 +33,8 @@ from itertools import combinations
 
 from ..errors import InputError
 from .audit_calls import AUDIT_CALLS, AuditCall, call
-from .batched import count_call, derive_call
+from .counting import count_call
+from .derivation import derive_call
 
 __all__ = ["ERRORS", "EXTRAS", "Audit", "Ledger", "Verdict", "audit", "explanations", "ledger",
            "verdict"]

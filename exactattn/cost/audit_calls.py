@@ -4,7 +4,7 @@ Each :class:`AuditCall` says what the torch side builds (an SDPA call, an
 explicit matmul attention, ``nn.MultiheadAttention``, a ``transformers``
 BERT self-attention layer or a GPT-2 attention block, built from small
 configs, nothing downloaded) and gives the derived side its
-:class:`~exactattn.cost.batched.CallShape` (shapes, :class:`~exactattn.call.policy.
+:class:`~exactattn.cost.sizes.CallShape` (shapes, :class:`~exactattn.call.policy.
 Policy`, explicit mask, projections).  The band mask of the windowed call
 and GPT-2's causal mask are made from the same ``Policy.keep`` rows the
 derived side reads.  Pure data: no torch here.
@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..call.policy import Policy
-from ..errors import InputError
 from ..call.masks import Mask
 from ..options import check_choice
-from .batched import CallShape
+from .sizes import CallShape
 
 __all__ = ["AUDIT_CALLS", "KINDS", "AuditCall", "band_mask", "call"]
 
@@ -57,7 +56,7 @@ class AuditCall:
 
     ``key`` names it (``sdpa_bottom_right``); ``title`` says it in words;
     ``kind`` is how the torch side computes it (:data:`KINDS`); ``shape`` its
-    :class:`~exactattn.cost.batched.CallShape`; ``impl`` the ``transformers``
+    :class:`~exactattn.cost.sizes.CallShape`; ``impl`` the ``transformers``
     attention implementation (``eager`` or ``sdpa``); ``ops`` the elementwise
     operations the implementation runs outside its matrix products (a
     separate softmax, a scaling of the scores or of the queries, an additive
@@ -149,6 +148,4 @@ def call(key: str) -> AuditCall:
     Raises:
         InputError: an unknown name.
     """
-    if key not in _BY_KEY:
-        raise InputError(f"call must be one of {', '.join(_BY_KEY)} (got {key!r})")
-    return _BY_KEY[key]
+    return _BY_KEY[check_choice(key, "call", tuple(_BY_KEY))]

@@ -22,14 +22,14 @@ Conventions (stated, never implied):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from .counting import estimate_seconds, run
-from .derivation import (EXTENSION_SYMBOLS, SYMBOLS, derive_at, derive_operations,
-                         symbol_values)
-from .sizes import Setup, size
+from ..call.policy import Policy
+from .counting import count_call, estimate_seconds
+from .derivation import EXTENSION_SYMBOLS, SYMBOLS, derive_call, derive_operations, symbol_values
+from .sizes import CallShape, size
 
 __all__ = ["CONVENTIONS", "CONVENTION_NOTES", "Convention", "ConventionComparison", "PairCount",
            "StageCount", "compare_conventions", "conventions_work"]
@@ -121,18 +121,20 @@ class ConventionComparison:
     softmax_ops: dict | None  # counted softmax operations (None when not run)
 
 
+def _both(shape: CallShape) -> dict[bool, CallShape]:
+    """The call without and with the causal mask."""
+    return {causal: replace(shape, policy=Policy(causal=causal)) for causal in (False, True)}
+
+
 def conventions_work(n=32, d_model=4, d_k=4, d_v=None, *, heads=None, layers=1,
                      count_limit: int = 10_000_000) -> list[tuple[int, float]]:
     """What :func:`compare_conventions` would run, known before it runs: ``(MACs, seconds)``
     for the unmasked and the causal head, or nothing when they are only derived."""
-    d_v = d_k if d_v is None else d_v
-    n, d_model, d_k, d_v = (size(v, k) for v, k in
-                            ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
     work = []
-    for causal in (False, True):
-        setup = Setup.make(causal, heads=heads, layers=layers, symbolic=False)
-        derived = derive_at(n, d_model, d_k, d_v, causal=causal, heads=heads, layers=layers)
-        work.append((derived["total"], estimate_seconds(derived, n, d_model, d_k, setup)))
+    for shape in _both(CallShape.of_sizes(n, d_model, d_k, d_v, heads=heads,
+                                          layers=layers)).values():
+        derived = derive_call(shape)
+        work.append((derived["total"], estimate_seconds(derived, shape)))
     return work if max(macs for macs, _ in work) <= size(count_limit, "count_limit") else []
 
 
@@ -157,22 +159,20 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
     >>> compare_conventions(32, count_limit=1000).pairs[1].macs
     Fraction(4224, 1)
     """
-    d_v = d_k if d_v is None else d_v
-    n, d_model, d_k, d_v = (size(v, k) for v, k in
-                            ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
+    shape = CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal, heads=heads,
+                               layers=layers)
+    n, d_model, d_k, d_v = shape.queries, shape.d_model, shape.d_k, shape.d_v
     limit = size(count_limit, "count_limit")
-    setup = Setup.make(causal, heads=heads, layers=layers, symbolic=False)
-    opts = dict(heads=heads, layers=layers)
-    plain = derive_at(n, d_model, d_k, d_v, **opts)
-    masked = derive_at(n, d_model, d_k, d_v, causal=True, **opts)
+    shapes = _both(shape)
+    plain, masked = derive_call(shapes[False]), derive_call(shapes[True])
     unmasked_total = plain["total"]
     counted = max(plain["total"], masked["total"]) <= limit
     softmax_ops = None
     if counted:
-        runs = {c: run(n, d_model, d_k, d_v, causal=c, **opts) for c in (False, True)}
+        runs = {c: count_call(s) for c, s in shapes.items()}
         plain, masked = runs[False].macs, runs[True].macs
         softmax_ops = runs[causal].softmax_ops
-    per_pair = (d_k + d_v) * (1 if heads is None else heads) * setup.layers
+    per_pair = (d_k + d_v) * shape.heads * shape.layers
     exact_causal = Fraction(n * (n + 1), 2)
     pairs = [PairCount(Fraction(n * n), Fraction(plain["scores"] + plain["mix"])),
              PairCount(exact_causal, Fraction(masked["scores"] + masked["mix"]), causal=True)]
@@ -180,13 +180,14 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
         p = Fraction(str(conv.pairs.subs(SYMBOLS.n, n)))
         pairs.append(PairCount(p, p * per_pair, conv, excess=p - exact_causal,
                                excess_macs=(p - exact_causal) * per_pair, ratio=p / exact_causal))
-    ops = derive_operations(causal, heads=None if heads is None else EXTENSION_SYMBOLS.h,
-                            layers=1 if setup.layers == 1 else EXTENSION_SYMBOLS.L)
-    vals = symbol_values(n, d_model, d_k, d_v, setup)
+    ops = derive_operations(causal, heads=EXTENSION_SYMBOLS.h if shape.out_projection else None,
+                            layers=1 if shape.layers == 1 else EXTENSION_SYMBOLS.L)
+    vals = symbol_values(shape)
     macs = masked if causal else plain
     stages = [StageCount(stage, macs[stage], int(mul.subs(vals)), int(add.subs(vals)))
               for stage, (mul, add) in ops.items() if stage != "total"]
     stages.append(StageCount("total", *(sum(getattr(s, f) for s in stages) for f in
                                         ("macs", "multiplications", "additions"))))
-    return ConventionComparison(n, d_model, d_k, d_v, causal, setup.heads, setup.layers, limit,
-                                counted, unmasked_total, pairs, stages, softmax_ops)
+    return ConventionComparison(n, d_model, d_k, d_v, causal,
+                                shape.heads if shape.out_projection else None, shape.layers,
+                                limit, counted, unmasked_total, pairs, stages, softmax_ops)

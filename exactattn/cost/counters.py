@@ -35,7 +35,8 @@ from importlib import metadata, util
 
 from typing import TYPE_CHECKING
 
-from ..errors import InputError, shorten
+from ..errors import shorten
+from ..options import check_choice
 
 if TYPE_CHECKING:
     from .audit_calls import AuditCall
@@ -93,9 +94,7 @@ def counter(key: str) -> Counter:
     Raises:
         InputError: an unknown name.
     """
-    if key not in _BY_KEY:
-        raise InputError(f"counter must be one of {', '.join(_BY_KEY)} (got {shorten(key, quote=True)})")
-    return _BY_KEY[key]
+    return _BY_KEY[check_choice(key, "counter", tuple(_BY_KEY))]
 
 
 def _version(distribution: str) -> str | None:
@@ -267,7 +266,7 @@ def main(argv=None) -> int:
     key, keys = argv[0], argv[1:]
     with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
         try:
-            import torch  # noqa: F401  (the first import is the slow one)
+            __import__("torch")   # the first import is the slow one
             if key != "kernel":
                 __import__(counter(key).module)
         except Exception as e:  # a counter that does not import is "not installed"

@@ -8,6 +8,12 @@ keys :meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>` ret
 The counters go up by one inside the innermost loops, at every multiply-add
 that really runs; nothing is computed from a formula.  No sympy here.
 
+:func:`count_call` runs one call (a :class:`~exactattn.cost.sizes.CallShape`):
+every broadcast batch entry and query head, with the projections, W_O and
+layers when the call has ``d_model``.  :func:`run`, :func:`count` and
+:func:`decode_steps` are its front doors for one head (or h heads with W_O)
+at given sizes.
+
 >>> count(4, 4, 4)
 {'projections': 192, 'scores': 64, 'mix': 64, 'total': 320}
 >>> [s["total"] for s in decode_steps(3, 4, 4)]
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import product
 
 from ..call.policy import Policy
 from ..errors import InputError
@@ -25,10 +32,10 @@ from ..exact import to_matrix
 from ..head import Head, score_and_mix
 from ..kernels import common_denominator, project
 from ..layer import out_project, sum_decimal
-from .sizes import Setup, size
+from .sizes import CallShape, size
 
-__all__ = ["LAYER_PLACES", "Run", "count", "count_head", "count_tokens", "decode_steps",
-           "estimate_seconds", "run", "sum_decimal"]
+__all__ = ["LAYER_PLACES", "Run", "count", "count_call", "count_head", "count_tokens",
+           "decode_steps", "estimate_seconds", "run", "sum_decimal"]
 
 #: a stacked layer reads the previous layer's outputs rounded to this many certified places
 LAYER_PLACES = 4
@@ -88,19 +95,24 @@ class _Layer:
     W_O: tuple | None    # (ints, den)
 
 
-def _layer(d_model, d_k, d_v, heads, index_base) -> _Layer:
+def _layer(shape: CallShape, index_base: int) -> _Layer:
     hs = []
-    for a in range(1 if heads is None else heads):
-        head = count_head(d_model, d_k, d_v, index_base + a)
+    for a in range(shape.heads):
+        head = count_head(shape.d_model, shape.d_k, shape.d_v, index_base + a)
         hs.append(([common_denominator(w) for w in (head.W_Q, head.W_K, head.W_V)],
                    head.divisor_squared))
-    W_O = None if heads is None else common_denominator(_output_weights(d_model, heads * d_v))
+    W_O = common_denominator(_output_weights(shape.d_model, shape.heads * shape.d_v)) \
+        if shape.out_projection else None
     return _Layer(hs, W_O)
 
 
 def _zero_macs(with_output: bool) -> dict:
     stages = ("projections", "scores", "mix") + (("out_projection",) if with_output else ())
     return dict.fromkeys(stages, 0)
+
+
+def _zero_ops() -> dict:
+    return {"exp": 0, "add": 0, "div": 0}
 
 
 def _out_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]:
@@ -111,9 +123,11 @@ def _out_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]:
 
 
 def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
-                   ops: dict) -> list[list]:
-    """The pencil engine's own counted step (:func:`exactattn.head.score_and_mix`), tallied."""
-    _, _, rows, out, ms, mm = score_and_mix(q, k, v, visible, score_den, value_den, d2, "zero")
+                   ops: dict, empty_row: str = "zero") -> list[list]:
+    """The pencil engine's own counted step (:func:`exactattn.head.score_and_mix`), its
+    MACs and softmax operations added to ``macs`` and ``ops``: the one tally of a run."""
+    _, _, rows, out, ms, mm = score_and_mix(q, k, v, visible, score_den, value_den, d2,
+                                            empty_row)
     macs["scores"] += ms
     macs["mix"] += mm
     for r in rows:
@@ -159,9 +173,11 @@ def _next_layer_rows(outputs: list[list[tuple]]) -> list[list[int]]:
 
 @dataclass
 class Run:
-    """A counted run: ``macs`` per stage (with ``total``), ``softmax_ops``, the
+    """A counted run: ``macs`` per stage (with ``total``), ``softmax_ops`` (the exact
+    engine's exponentials, additions and divisions: one per distinct gap), the
     exact ``outputs`` of the last layer (each a tuple of :class:`ExpRatio` whose
-    sum is the value: one per head with W_O), and per-token ``steps`` when decoding."""
+    sum is the value: one per head with W_O; empty for a call without
+    projections), and per-token ``steps`` when decoding."""
 
     macs: dict
     softmax_ops: dict
@@ -182,9 +198,111 @@ def _tokens(x, rows: int, d_model: int) -> list[list]:
     return tokens
 
 
+def _own_index(index: tuple, own: tuple) -> tuple:
+    """The entry of a tensor with batch shape ``own`` that broadcast entry ``index`` reads."""
+    tail = index[len(index) - len(own):] if own else ()
+    return tuple(0 if d == 1 else i for i, d in zip(tail, own))
+
+
+def _operand(shape: tuple, index: tuple, head: int, seed: int) -> list[list[int]]:
+    """Small whole numbers for rows of one (batch entry, head) of an operand."""
+    base = seed + 7 * sum((k + 1) * i for k, i in enumerate(index)) + 13 * head
+    return [[(3 * r + 5 * c + base) % 7 - 3 for c in range(shape[-1])]
+            for r in range(shape[-2])]
+
+
+def _visible(shape: CallShape):
+    """Which keys query i sees: :meth:`Policy.visible_keys`, or the kept keys of its row of
+    :meth:`Policy.keep` under an explicit mask."""
+    n, m, policy = shape.queries, shape.keys, shape.policy
+    if shape.mask is None:
+        return lambda i: policy.visible_keys(i, n, m)
+    return [[j for j, kept in enumerate(r) if kept]
+            for r in policy.keep(n, m, shape.mask).tolist()].__getitem__
+
+
+def _count_attention(shape: CallShape) -> Run:
+    """Scores and mix of every (broadcast batch entry, query head) on the rows it reads."""
+    visible, d2 = _visible(shape), shape.policy.divisor_squared_for(shape.d_k)
+    macs, ops = {"scores": 0, "mix": 0}, _zero_ops()
+    for index in product(*(range(d) for d in shape.batch)):
+        qi, ki = _own_index(index, shape.query[:-3]), _own_index(index, shape.key[:-3])
+        for a in range(shape.heads):
+            g = shape.policy.kv_head(a, shape.heads, shape.kv_heads)
+            q = _operand(shape.query, qi, a, 0)
+            k, v = _operand(shape.key, ki, g, 1), _operand(shape.value, ki, g, 2)
+            _score_and_mix(q, k, v, visible, 1, 1, d2, macs, ops, shape.policy.empty_row)
+    macs["total"] = macs["scores"] + macs["mix"]
+    return Run(macs, ops, [])
+
+
+def _prefill(shape: CallShape, layers_: list[_Layer], xi, dx: int, macs: dict,
+             ops: dict) -> list:
+    """Every token through every layer at once (the queries and keys of one call)."""
+    n, m = shape.queries, shape.keys
+    # where the queries sit among the tokens: from the call's own diagonal offset
+    # (Policy.causal_shift: 0 for top_left, m - n for bottom_right); fewer keys
+    # than queries puts the first queries before the keys
+    start = max(shape.policy.causal_shift(n, m), 0)
+    xq, xkv = xi[start:start + n], xi[:m]
+    visible = _visible(shape)
+    outputs, d = None, dx
+    for ell, layer in enumerate(layers_):
+        outputs = _attend_layer(layer, xq, xkv, d, visible, macs, ops)
+        if ell + 1 < len(layers_):
+            xq = xkv = _next_layer_rows(outputs)
+            d = 10 ** LAYER_PLACES
+    return outputs
+
+
+def count_call(shape: CallShape, x=None) -> Run:
+    """Run the call through the pencil engine's counted loops; returns a :class:`Run`.
+
+    Every broadcast batch entry and query head runs the engine's counted step
+    (:func:`exactattn.head.score_and_mix`).  Without ``d_model``, on small
+    whole numbers for the rows of query, key and value that the entry reads (a
+    batch dimension of 1 is read for every entry) and of the key/value head
+    :meth:`Policy.kv_head` maps the query head to.  With ``d_model``, on the
+    tokens of :func:`count_tokens` (``x``, optional, replaces them: at least
+    max(L, S) rows of d_model exact numbers) through the projections of the
+    heads of :func:`count_head`, W_O and every layer, or one token at a time
+    with a KV cache when decoding.  Nothing is computed from a formula.
+
+    Raises:
+        InputError: a size that is not a whole number; stacked layers with another key
+            length, or of heads without W_O whose d_v is not d_model.
+
+    >>> count_call(CallShape((3, 1, 2, 4), (1, 1, 5, 4), (1, 1, 5, 4))).macs
+    {'scores': 120, 'mix': 120, 'total': 240}
+    """
+    if not shape.whole:
+        raise InputError(f"every size must be a whole number to run the call "
+                         f"(got {shape.shape})")
+    if shape.d_model is None:
+        return _count_attention(shape)
+    n, m, d_model, d_v = shape.queries, shape.keys, shape.d_model, shape.d_v
+    if shape.layers > 1 and not shape.out_projection and d_v != d_model:
+        raise InputError(f"d_v must equal d_model = {d_model} to stack layers of one head "
+                         f"without W_O (got {d_v}); pass heads=1 to add W_O")
+    if shape.layers > 1 and m != n:
+        raise InputError(f"layers must be 1 when keys is set (got {shape.layers}); "
+                         "stacked layers attend over their own tokens")
+    xi, dx = common_denominator(_tokens(x, max(n, m), d_model))
+    layers_ = [_layer(shape, 7 * ell) for ell in range(shape.layers)]
+    macs, ops, steps = _zero_macs(shape.out_projection), _zero_ops(), []
+    for _ in range(shape.batch_size):     # every batch entry runs the same tokens
+        if shape.decode:
+            outputs, steps = _decode(layers_, xi, dx, n, shape.out_projection, macs, ops)
+        else:
+            outputs = _prefill(shape, layers_, xi, dx, macs, ops)
+    macs["total"] = sum(macs.values())
+    return Run(macs, ops, outputs, steps)
+
+
 def run(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "top_left",
         keys=None, heads=None, layers=1, decode: bool = False, x=None) -> Run:
-    """Run the head(s) with the pencil engine's counting loops; see :func:`count`.
+    """Run the head(s) with the pencil engine's counting loops (:func:`count_call`); see
+    :func:`count`.
 
     ``x`` (optional) replaces :func:`count_tokens`: at least max(n, keys) rows
     of d_model exact numbers.  Returns a :class:`Run`.
@@ -193,44 +311,15 @@ def run(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "to
     >>> r.macs["scores"], r.output_decimal(0, 0)
     (12, '0.0000')
     """
-    d_v = d_k if d_v is None else d_v
-    n, d_model, d_k, d_v = (size(v, k) for v, k in
-                            ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
-    setup = Setup.make(causal, alignment, keys, heads, layers, decode, symbolic=False)
-    if setup.layers > 1 and setup.heads is None and d_v != d_model:
-        raise InputError(f"d_v must equal d_model = {d_model} to stack layers of one head "
-                         f"without W_O (got {d_v}); pass heads=1 to add W_O")
-    if setup.layers > 1 and setup.keys is not None:
-        raise InputError(f"layers must be 1 when keys is set (got {setup.layers}); "
-                         "stacked layers attend over their own tokens")
-    m = n if setup.keys is None else setup.keys
-    xi, dx = common_denominator(_tokens(x, max(n, m), d_model))
-    layers_ = [_layer(d_model, d_k, d_v, setup.heads, 7 * ell) for ell in range(setup.layers)]
-    ops = {"exp": 0, "add": 0, "div": 0}
-    if decode:
-        return _decode(layers_, xi, dx, n, setup.heads is not None, ops)
-    macs = _zero_macs(setup.heads is not None)
-    # where the queries sit among the tokens: from the call's own diagonal offset
-    # (Policy.causal_shift: 0 for top_left, m - n for bottom_right); fewer keys
-    # than queries puts the first queries before the keys
-    start = max(setup.policy.causal_shift(n, m), 0)
-    xq, xkv = xi[start:start + n], xi[:m]
-
-    def visible(i):
-        return setup.policy.visible_keys(i, n, m)
-    outputs, d = None, dx
-    for ell, layer in enumerate(layers_):
-        outputs = _attend_layer(layer, xq, xkv, d, visible, macs, ops)
-        if ell + 1 < len(layers_):
-            xq = xkv = _next_layer_rows(outputs)
-            d = 10 ** LAYER_PLACES
-    macs["total"] = sum(macs.values())
-    return Run(macs, ops, outputs)
+    return count_call(CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal,
+                                         alignment=alignment, keys=keys, heads=heads,
+                                         layers=layers, decode=decode), x)
 
 
-def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, ops: dict) -> Run:
-    """Generate the n tokens one at a time, each layer keeping a KV cache per head."""
-    macs = _zero_macs(with_output)
+def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, macs: dict,
+            ops: dict) -> tuple[list, list]:
+    """Generate the n tokens one at a time, each layer keeping a KV cache per head; adds
+    to ``macs`` and returns ``(outputs, steps)``."""
     caches = [[([], []) for _ in layer.heads] for layer in layers_]
     steps, last = [], []
     for t in range(n):
@@ -245,8 +334,7 @@ def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, ops: 
         steps.append(step_macs)
         for k in macs:
             macs[k] += step_macs[k]
-    macs["total"] = sum(macs.values())
-    return Run(macs, ops, last, steps)
+    return last, steps
 
 
 def _decode_step(layer: _Layer, caches: list, row: list[list[int]], dx: int,
@@ -333,7 +421,7 @@ _PER_ROUNDED = 80e-6          # an output rounded (certified) for the next layer
 _PER_ROUNDED_TERM = 2e-6      # ... per exponential term of its row
 
 
-def estimate_seconds(figures: dict, n: int, d_model: int, d_k: int, setup: Setup) -> float:
+def estimate_seconds(figures: dict, shape: CallShape) -> float:
     """About how long :func:`run` takes for a head whose derived MACs are ``figures``.
 
     Known before anything runs, from the derived figures (``derive_at``) and
@@ -345,20 +433,21 @@ def estimate_seconds(figures: dict, n: int, d_model: int, d_k: int, setup: Setup
     layer makes them up to one per key).  A rough upper bound, in seconds on
     the project's 2-core machine.
 
-    >>> round(estimate_seconds({"total": 320, "scores": 64, "mix": 64}, 4, 4, 4, Setup()), 6)
+    >>> shape = CallShape.of_sizes(4, 4, 4)
+    >>> round(estimate_seconds({"total": 320, "scores": 64, "mix": 64}, shape), 6)
     9.6e-05
     """
-    distinct = setup.causal or setup.decode
-    late = distinct and setup.layers > 1
-    keys = n if setup.keys is None else setup.keys
-    terms = keys if late else 4
-    pairs = figures["scores"] // d_k
-    rounded = (setup.layers - 1) * n * d_model
+    n, layers = shape.queries, shape.layers
+    distinct = shape.policy.causal or shape.decode
+    late = distinct and layers > 1
+    terms = shape.keys if late else 4
+    pairs = figures["scores"] // shape.d_k
+    rounded = (layers - 1) * n * shape.d_model
     seconds = _PER_MAC * figures["total"] + _PER_PAIR * pairs
     if distinct:
         seconds += _PER_DISTINCT_PAIR * pairs
     if late:
-        share = (setup.layers - 1) / setup.layers
+        share = (layers - 1) / layers
         seconds += share * (_PER_LATE_PAIR * pairs + _PER_LATE_MIX * figures["mix"])
     seconds += _PER_TERM * figures.get("out_projection", 0) * terms
     return seconds + rounded * (_PER_ROUNDED + _PER_ROUNDED_TERM * terms)

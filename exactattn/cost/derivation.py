@@ -1,20 +1,35 @@
 """The formula derived from the loops: each stage's loop nest by its bounds, summed by sympy.
 
-:func:`loop_nests` describes the pencil engine's ``for`` loops by their bounds
-(an inner bound may depend on an outer index: the causal mask); :func:`derive`
-lets sympy sum them, giving ``3 n D d_k`` (projections, at d_v = d_k),
-``n^2 d_k`` (scores), ``n^2 d_v`` (mixing) and, with heads, ``n h d_v D``
-(the output projection W_O, stage ``out_projection``).  Deterministic: the
-expressions are cached by their :class:`~exactattn.cost.sizes.Setup`.
+:func:`call_nests` describes the pencil engine's ``for`` loops for one call (a
+:class:`~exactattn.cost.sizes.CallShape`) by their bounds (an inner bound may
+depend on an outer index: the causal mask); :func:`call_formula` lets sympy
+sum them, and :func:`derive_call` evaluates the sums at the call's sizes.  A
+call of whole numbers is written in the symbols first (``B`` batch entries,
+``h`` query heads, ``n`` queries, ``m`` keys, ``d_k``, ``d_v``, ``D``, ``L``
+layers), so one formula serves every size; a call with sympy sizes is summed
+as written.  Deterministic: the sums are cached by the call.
+
+The keyword functions are front doors that describe their call with
+:meth:`CallShape.of_sizes <exactattn.cost.sizes.CallShape.of_sizes>`:
+:func:`loop_nests` and :func:`derive` (one head, or h heads with W_O, in the
+symbols), :func:`derive_operations` and :func:`derive_at` (at given sizes).
+They give ``3 n D d_k`` (projections, at d_v = d_k), ``n^2 d_k`` (scores),
+``n^2 d_v`` (mixing) and, with heads, ``n h d_v D`` (the output projection
+W_O, stage ``out_projection``).
 
 Symbols: ``n`` tokens (queries), ``D`` = d_model, ``d_k``, ``d_v``; for the
 extensions ``m`` keys, ``t`` the position of a decoded token, ``h`` heads,
-``L`` layers.  All are positive integers.
+``L`` layers, and ``B`` (:data:`BATCH`) broadcast batch entries.  All are
+positive integers.
 
 >>> derive()["total"]
 2*D*d_k*n + D*d_v*n + d_k*n**2 + d_v*n**2
 >>> derive_at(32, 4, 4)
 {'projections': 1536, 'scores': 4096, 'mix': 4096, 'total': 9728}
+>>> from exactattn.call.policy import Policy
+>>> s = CallShape((2, 3, 4, 8), (2, 3, 4, 8), (2, 3, 4, 8), Policy(causal=True))
+>>> call_formula(s)["scores"], derive_call(s)["scores"]
+(B*d_k*h*n**2/2 + B*d_k*h*n/2, 480)
 """
 
 from __future__ import annotations
@@ -26,13 +41,14 @@ from typing import NamedTuple
 import sympy
 
 from ..errors import InputError
-from .sizes import Setup, size
+from .sizes import CallShape
 
-__all__ = ["EXTENSION_SYMBOLS", "LoopNest", "STAGES", "SYMBOLS", "branch", "derive",
-           "derive_at", "derive_operations", "derive_setup", "loop_nests", "split",
-           "symbol_values"]
+__all__ = ["BATCH", "EXTENSION_SYMBOLS", "LoopNest", "STAGES", "SYMBOLS", "branch",
+           "call_formula", "call_nests", "derive", "derive_at", "derive_call",
+           "derive_operations", "loop_nests", "split", "symbol_values", "whole_generation"]
 
-#: the stages, in order; ``out_projection`` (W_O) only with heads
+#: the stages, in order; ``projections`` only with d_model, ``out_projection`` (W_O) only
+#: with heads
 STAGES = ("projections", "scores", "mix", "out_projection")
 
 
@@ -58,10 +74,12 @@ def _positive(name: str) -> sympy.Symbol:
 SYMBOLS = Symbols(*(_positive(s) for s in ("n", "D", "d_k", "d_v")))
 #: m (key length), t (position of a decoded token), h (heads), L (layers)
 EXTENSION_SYMBOLS = ExtensionSymbols(*(_positive(s) for s in ("m", "t", "h", "L")))
+#: B, the number of broadcast batch entries (the product of the broadcast batch shape)
+BATCH = _positive("B")
 
 # loop indices of the nests (0-based, like the engine's range() loops)
-_i, _j, _s, _c, _a, _l = (sympy.Symbol(s, integer=True, nonnegative=True)
-                          for s in ("i", "j", "s", "c", "a", "l"))
+_i, _j, _s, _c, _a, _l, _b = (sympy.Symbol(s, integer=True, nonnegative=True)
+                              for s in ("i", "j", "s", "c", "a", "l", "b"))
 
 
 @dataclass(frozen=True)
@@ -104,11 +122,16 @@ class LoopNest:
                         for i, lo, hi in self.loops) + " 1 MAC"
 
 
-def _regimes(setup: Setup) -> tuple[str, ...]:
+def _headed(shape: CallShape) -> bool:
+    """The call has a head dimension: its loops run over the query heads."""
+    return len(shape.query) > 2 or len(shape.key) > 2
+
+
+def _regimes(shape: CallShape) -> tuple[str, ...]:
     """Which key-length regimes a causal nest needs: keys >= queries, keys < queries."""
-    if not setup.causal or setup.keys is None or setup.decode:
+    if not shape.policy.causal or shape.decode:
         return ("ge",)
-    diff = sympy.simplify(setup.keys - SYMBOLS.n)
+    diff = sympy.simplify(shape.keys - shape.queries)
     if diff.is_nonnegative:
         return ("ge",)
     if diff.is_negative:
@@ -116,7 +139,7 @@ def _regimes(setup: Setup) -> tuple[str, ...]:
     return ("ge", "lt")
 
 
-def _score_pieces(setup: Setup, regime: str, M) -> list[tuple]:
+def _score_pieces(shape: CallShape, regime: str) -> list[tuple]:
     """``(first query, last query, last visible key)`` ranges of the score and mix nests.
 
     The symbolic form of :meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>`
@@ -124,10 +147,10 @@ def _score_pieces(setup: Setup, regime: str, M) -> list[tuple]:
     or m - n (bottom_right), clipped to 0 .. m - 1; tests compare the two at
     every small size.
     """
-    n = SYMBOLS.n
-    if not setup.causal:
+    n, M = shape.queries, shape.keys
+    if not shape.policy.causal:
         return [(0, n - 1, M - 1)]
-    shift = setup.policy.causal_shift(n, M)
+    shift = shape.policy.causal_shift(n, M)
     if regime == "ge":
         return [(0, n - 1, _i + shift)]
     # fewer keys than queries (shift <= 0): the queries before -shift see no key, those
@@ -136,59 +159,229 @@ def _score_pieces(setup: Setup, regime: str, M) -> list[tuple]:
     return [p for p in pieces if not sympy.simplify(p[0] - p[1]).is_positive]
 
 
-def _nests(setup: Setup, regime: str) -> dict[str, tuple[LoopNest, ...]]:
+def _kept_runs(shape: CallShape) -> tuple | None:
+    """``(query, first key, last key)`` of each run of kept keys in a row of ``Policy.keep``,
+    where the call's visible keys are not one causal range (an explicit mask, a sliding
+    window or a query offset); None where they are."""
+    p = shape.policy
+    if shape.decode or (shape.mask is None and p.window is None and p.query_offset is None):
+        return None
+    if not shape.whole:
+        raise InputError(f"a mask, window or query offset needs whole-number sizes to be "
+                         f"derived (got {shape.shape})")
+    runs = []
+    for i, row in enumerate(p.keep(shape.queries, shape.keys, shape.mask).tolist()):
+        j0 = None
+        for j, kept in enumerate(row + [False]):
+            if kept and j0 is None:
+                j0 = j
+            elif not kept and j0 is not None:
+                runs.append((i, j0, j - 1))
+                j0 = None
+    return tuple(runs)
+
+
+def _in_symbols(shape: CallShape) -> CallShape:
+    """A whole-number call with its sizes written as the symbols (B, h, n, m, d_k, d_v,
+    D, L); m only where the key length differs from the queries'."""
     n, D, d_k, d_v = SYMBOLS
+    m, _, h, L = EXTENSION_SYMBOLS
+    lead = ((BATCH,) if shape.batch else ()) + ((h,) if _headed(shape) else ())
+    S = n if shape.keys == shape.queries else m
+    return CallShape(lead + (n, d_k), lead + (S, d_k), lead + (S, d_v), shape.policy, None,
+                     None if shape.d_model is None else D, shape.out_projection,
+                     1 if shape.layers == 1 else L, shape.decode)
+
+
+def _prepared(shape: CallShape) -> tuple:
+    """``(the call to sum, its regimes, its runs of kept keys)``: a whole-number call in
+    the symbols, in the one regime its sizes decide."""
+    runs = _kept_runs(shape)
+    if not shape.whole:
+        return shape, _regimes(shape), runs
+    fewer = shape.policy.causal and not shape.decode and shape.keys < shape.queries
+    return _in_symbols(shape), ("lt" if fewer else "ge",), runs
+
+
+def _nests(shape: CallShape, regime: str, runs) -> dict[str, tuple[LoopNest, ...]]:
+    n, M, D, d_k, d_v = shape.queries, shape.keys, shape.d_model, shape.d_k, shape.d_v
     t = EXTENSION_SYMBOLS.t
-    M = n if setup.keys is None else setup.keys
-    H = 1 if setup.heads is None else setup.heads
     outer: list = []
-    if setup.layers != 1:
-        outer.append((_l, 0, setup.layers - 1))
-    per_head = outer + ([(_a, 0, H - 1)] if setup.heads is not None else [])
+    prefix = ""
+    if shape.batch:
+        outer.append((_b, 0, shape.batch_size - 1))
+        prefix = "for every broadcast batch entry: "
+    if shape.layers != 1:
+        outer.append((_l, 0, shape.layers - 1))
+    per_head = outer + ([(_a, 0, shape.heads - 1)] if _headed(shape) else [])
 
     def nest(name, stage, loops, code):
         return LoopNest(name, stage, tuple(per_head if stage != "out_projection" else outer)
-                        + tuple(loops), code)
+                        + tuple(loops), prefix + code)
 
-    if setup.decode:
-        proj = (nest("queries", "projections", [(_s, 0, d_k - 1), (_c, 0, D - 1)],
-                     "q_t = W_Q x_t (the new token only)"),
-                nest("keys", "projections", [(_s, 0, d_k - 1), (_c, 0, D - 1)],
-                     "k_t = W_K x_t, appended to the cache"),
-                nest("values", "projections", [(_s, 0, d_v - 1), (_c, 0, D - 1)],
-                     "v_t = W_V x_t, appended to the cache"))
-        scores = (nest("scores", "scores", [(_j, 0, t - 1), (_c, 0, d_k - 1)],
-                       "q_t . k_j for the t cached keys"),)
-        mix = (nest("mix", "mix", [(_c, 0, d_v - 1), (_j, 0, t - 1)],
-                    "sum_j shares[j] v_j[c] over the t cached values"),)
-        rows = []
+    decode = shape.decode
+    rows = [] if decode else [(_i, 0, n - 1)]          # decoding: the one new token
+    kv_rows = [] if decode else [(_i, 0, M - 1)]
+    out: dict[str, tuple[LoopNest, ...]] = {}
+    if D is not None:
+        out["projections"] = tuple(
+            nest(name, "projections", r + [(_s, 0, width - 1), (_c, 0, D - 1)], code)
+            for name, r, width, code in (
+                ("queries", rows, d_k,
+                 "q_t = W_Q x_t (the new token only)" if decode else "queries = x W_Q"),
+                ("keys", kv_rows, d_k,
+                 "k_t = W_K x_t, appended to the cache" if decode else "keys = x W_K"),
+                ("values", kv_rows, d_v,
+                 "v_t = W_V x_t, appended to the cache" if decode else "values = x W_V")))
+    if decode:
+        out["scores"] = (nest("scores", "scores", [(_j, 0, t - 1), (_c, 0, d_k - 1)],
+                              "q_t . k_j for the t cached keys"),)
+        out["mix"] = (nest("mix", "mix", [(_c, 0, d_v - 1), (_j, 0, t - 1)],
+                           "sum_j shares[j] v_j[c] over the t cached values"),)
+    elif runs is not None:
+        out["scores"] = tuple(
+            nest("scores", "scores", [(_j, j0, j1), (_c, 0, d_k - 1)],
+                 f"query {i}: keys {j0}..{j1} (kept by the mask)") for i, j0, j1 in runs)
+        out["mix"] = tuple(
+            nest("mix", "mix", [(_j, j0, j1), (_c, 0, d_v - 1)],
+                 f"query {i}: keys {j0}..{j1} (kept by the mask)") for i, j0, j1 in runs)
     else:
-        proj = (nest("queries", "projections",
-                     [(_i, 0, n - 1), (_s, 0, d_k - 1), (_c, 0, D - 1)], "queries = x W_Q"),
-                nest("keys", "projections",
-                     [(_i, 0, M - 1), (_s, 0, d_k - 1), (_c, 0, D - 1)], "keys = x W_K"),
-                nest("values", "projections",
-                     [(_i, 0, M - 1), (_s, 0, d_v - 1), (_c, 0, D - 1)], "values = x W_V"))
-        pieces = _score_pieces(setup, regime, M)
-        scores = tuple(nest("scores", "scores", [(_i, lo, hi), (_j, 0, jh), (_c, 0, d_k - 1)],
-                            "raw[i][j] = queries[i] . keys[j], visible j only")
-                       for lo, hi, jh in pieces)
-        mix = tuple(nest("mix", "mix", [(_i, lo, hi), (_c, 0, d_v - 1), (_j, 0, jh)],
-                         "outputs[i][c] = sum_j shares[i][j] values[j][c], visible j only")
-                    for lo, hi, jh in pieces)
-        rows = [(_i, 0, n - 1)]
-    out: dict[str, tuple[LoopNest, ...]] = {"projections": proj, "scores": scores, "mix": mix}
-    if setup.heads is not None:
+        pieces = _score_pieces(shape, regime)
+        out["scores"] = tuple(
+            nest("scores", "scores", [(_i, lo, hi), (_j, 0, jh), (_c, 0, d_k - 1)],
+                 "raw[i][j] = queries[i] . keys[j], visible j only") for lo, hi, jh in pieces)
+        out["mix"] = tuple(
+            nest("mix", "mix", [(_i, lo, hi), (_c, 0, d_v - 1), (_j, 0, jh)],
+                 "outputs[i][c] = sum_j shares[i][j] values[j][c], visible j only")
+            for lo, hi, jh in pieces)
+    if shape.out_projection:
         out["out_projection"] = (nest("out_projection", "out_projection",
-                                      rows + [(_s, 0, D - 1), (_c, 0, H * d_v - 1)],
+                                      rows + [(_s, 0, D - 1), (_c, 0, shape.heads * d_v - 1)],
                                       "concat(heads) W_O: h d_v numbers into D"),)
     return out
 
 
+def call_nests(shape: CallShape, *, keys_at_least_queries: bool | None = None
+               ) -> dict[str, tuple[LoopNest, ...]]:
+    """Each stage's loop nests, by their bounds, as the pencil engine runs the call.
+
+    Returns ``{stage: (LoopNest, ...)}`` for ``projections`` (queries, keys,
+    values; with ``d_model``), ``scores``, ``mix`` and, with
+    ``out_projection``, W_O.  Outermost a loop over the ``B`` broadcast batch
+    entries (when the call has batch dimensions), then the ``L`` layers, then
+    the ``h`` *query* heads (a GQA call's key/value head is a lookup,
+    :meth:`Policy.kv_head`, not a loop).  A stage has several nests where the
+    query range splits (a causal mask with fewer keys than queries); an
+    explicit mask, a sliding window or a query offset gives one nest per run
+    of each row's visible keys (:meth:`Policy.keep`) at its numeric bounds.
+
+    Args:
+        shape: the call; a whole-number call is written in the symbols.
+        keys_at_least_queries: which regime to describe when a causal mask has
+            a symbolic key length whose order against n is unknown.
+
+    Raises:
+        InputError: an undecided regime.
+
+    >>> [str(x) for x in call_nests(CallShape((2, 4, 8), (2, 6, 8), (2, 6, 8)))["scores"]]
+    ['for a in 0..h - 1: for i in 0..n - 1: for j in 0..m - 1: for c in 0..d_k - 1: 1 MAC']
+    """
+    shape, regimes, runs = _prepared(shape)
+    if len(regimes) == 2:
+        if keys_at_least_queries is None:
+            raise InputError(f"keys_at_least_queries must be True or False when the key "
+                             f"length {shape.keys} may be above or below n (got None)")
+        regimes = ("ge",) if keys_at_least_queries else ("lt",)
+    return _nests(shape, regimes[0], runs)
+
+
+def _sum_stage(nests, what: str):
+    return sympy.expand(sympy.Add(*[getattr(x, what)() for x in nests]))
+
+
+@lru_cache(maxsize=None)
+def _formula(shape: CallShape, regimes: tuple, runs, what: str) -> tuple:
+    per_regime = [{k: _sum_stage(v, what) for k, v in _nests(shape, regime, runs).items()}
+                  for regime in regimes]
+    if len(regimes) == 1:
+        result = per_regime[0]
+    else:
+        cond = sympy.Ge(shape.keys, shape.queries)
+        result = {k: (v if v == per_regime[1][k] else
+                      sympy.Piecewise((v, cond), (per_regime[1][k], True)))
+                  for k, v in per_regime[0].items()}
+    total = sympy.Add(*result.values())
+    result["total"] = sympy.expand(total) if not total.has(sympy.Piecewise) else \
+        sympy.piecewise_fold(total)
+    return tuple(result.items())
+
+
+def call_formula(shape: CallShape, what: str = "macs") -> dict:
+    """MACs per stage (and ``total``) as sympy expressions, summed from :func:`call_nests`
+    (``what``: ``macs``, or ``additions``: k - 1 per length-k sum).
+
+    A causal mask with a key length m whose order against n is unknown gives
+    a ``Piecewise`` (m >= n, m < n).  Deterministic (cached, same expressions).
+
+    >>> from exactattn.call.policy import Policy
+    >>> s = CallShape((2, 3, 4, 8), (2, 3, 4, 8), (2, 3, 4, 8), Policy(causal=True))
+    >>> call_formula(s)["scores"]
+    B*d_k*h*n**2/2 + B*d_k*h*n/2
+    """
+    return dict(_formula(*_prepared(shape), what))
+
+
+def symbol_values(shape: CallShape) -> dict:
+    """The symbols of :func:`call_formula` at a call's sizes: ``{B, h, n, m, d_k, d_v, L[, D]}``."""
+    n, D, d_k, d_v = SYMBOLS
+    m, _, h, L = EXTENSION_SYMBOLS
+    vals = {BATCH: shape.batch_size, h: shape.heads, n: shape.queries, m: shape.keys,
+            d_k: shape.d_k, d_v: shape.d_v, L: shape.layers}
+    if shape.d_model is not None:
+        vals[D] = shape.d_model
+    return vals
+
+
+def whole_generation(exprs: dict) -> dict:
+    """Per-token figures of decoding summed over t = 1..n (the whole generation)."""
+    t = EXTENSION_SYMBOLS.t
+    return {k: sympy.summation(v, (t, 1, SYMBOLS.n)) for k, v in exprs.items()}
+
+
+def _as_int(e) -> int:
+    e = sympy.nsimplify(e)
+    if not e.is_Integer:
+        raise InputError(f"derived figure must be a whole number (got {e})")
+    return int(e)
+
+
+def derive_call(shape: CallShape) -> dict[str, int]:
+    """The derived MACs of each stage (and ``total``) at the call's sizes, as ints.
+
+    Decoding: the whole generation of n = L tokens, the per-token figures
+    summed by sympy over t = 1..n.
+
+    Raises:
+        InputError: a size that is not a whole number.
+
+    >>> derive_call(CallShape((1, 4, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)))
+    {'scores': 512, 'mix': 512, 'total': 1024}
+    """
+    if not shape.whole:
+        raise InputError(f"every size must be a whole number to evaluate the formula "
+                         f"(got {shape.shape})")
+    exprs = call_formula(shape)
+    if shape.decode:
+        exprs = whole_generation(exprs)
+    vals = symbol_values(shape)
+    return {k: _as_int(v.subs(vals)) for k, v in exprs.items()}
+
+
+# --------------------------------------------------------------------------- keyword doors
 def loop_nests(causal: bool = False, *, alignment: str = "top_left", keys=None, heads=None,
                layers=1, decode: bool = False,
                keys_at_least_queries: bool | None = None) -> dict[str, tuple[LoopNest, ...]]:
-    """Each stage's loop nests, by their bounds, as the pencil engine runs them.
+    """Each stage's loop nests (:func:`call_nests`) for one head of the symbols n, D, d_k, d_v.
 
     Returns ``{stage: (LoopNest, ...)}`` for ``projections`` (queries, keys,
     values), ``scores``, ``mix`` and, with ``heads``, ``out_projection``
@@ -215,44 +408,17 @@ def loop_nests(causal: bool = False, *, alignment: str = "top_left", keys=None, 
     >>> [str(x) for x in loop_nests(causal=True)["mix"]]
     ['for i in 0..n - 1: for c in 0..d_v - 1: for j in 0..i: 1 MAC']
     """
-    setup = Setup.make(causal, alignment, keys, heads, layers, decode)
-    regimes = _regimes(setup)
-    if len(regimes) == 2:
-        if keys_at_least_queries is None:
-            raise InputError(f"keys_at_least_queries must be True or False when the key "
-                             f"length {setup.keys} may be above or below n (got None)")
-        regimes = ("ge",) if keys_at_least_queries else ("lt",)
-    return _nests(setup, regimes[0])
+    shape = CallShape.of_sizes(*SYMBOLS, causal=causal, alignment=alignment, keys=keys,
+                               heads=heads, layers=layers, decode=decode)
+    return call_nests(shape, keys_at_least_queries=keys_at_least_queries)
 
 
-def _sum_stage(nests, what: str):
-    return sympy.expand(sympy.Add(*[getattr(x, what)() for x in nests]))
-
-
-@lru_cache(maxsize=None)
-def _derive_cached(setup: Setup, what: str) -> tuple:
-    regimes = _regimes(setup)
-    per_regime = []
-    for regime in regimes:
-        stages = _nests(setup, regime)
-        per_regime.append({k: _sum_stage(v, what) for k, v in stages.items()})
-    keys = list(per_regime[0])
-    if len(regimes) == 1:
-        result = per_regime[0]
-    else:
-        cond = sympy.Ge(setup.keys, SYMBOLS.n)
-        result = {k: (per_regime[0][k] if per_regime[0][k] == per_regime[1][k] else
-                      sympy.Piecewise((per_regime[0][k], cond), (per_regime[1][k], True)))
-                  for k in keys}
-    total = sympy.Add(*result.values())
-    result["total"] = sympy.expand(total) if not total.has(sympy.Piecewise) else \
-        sympy.piecewise_fold(total)
-    return tuple(result.items())
-
-
-def derive_setup(setup: Setup, what: str = "macs") -> dict:
-    """:func:`derive` for a checked :class:`Setup` (``what``: ``macs`` or ``additions``)."""
-    return dict(_derive_cached(setup, what))
+def _in_d_v(exprs: dict, d_v) -> dict:
+    """``exprs`` with the symbol d_v replaced by ``d_v`` (None: kept)."""
+    if d_v is None:
+        return exprs
+    return {k: (tuple(sympy.expand(e.subs(SYMBOLS.d_v, d_v)) for e in v) if isinstance(v, tuple)
+                else sympy.expand(v.subs(SYMBOLS.d_v, d_v))) for k, v in exprs.items()}
 
 
 def derive(causal: bool = False, *, d_v=None, alignment: str = "top_left", keys=None,
@@ -288,42 +454,41 @@ def derive(causal: bool = False, *, d_v=None, alignment: str = "top_left", keys=
     >>> derive(heads=EXTENSION_SYMBOLS.h, d_v=d_k)["out_projection"]
     D*d_k*h*n
     """
-    setup = Setup.make(causal, alignment, keys, heads, layers, decode)
-    result = derive_setup(setup)
-    if d_v is not None:
-        result = {k: sympy.expand(v.subs(SYMBOLS.d_v, d_v)) for k, v in result.items()}
-    return result
+    shape = CallShape.of_sizes(*SYMBOLS, causal=causal, alignment=alignment, keys=keys,
+                               heads=heads, layers=layers, decode=decode)
+    return _in_d_v(call_formula(shape), d_v)
 
 
-def derive_operations(causal: bool = False, *, d_v=None, **setup) -> dict:
+def derive_operations(causal: bool = False, *, d_v=None, **options) -> dict:
     """Exact multiplications and additions per stage, from the same loop nests.
 
     Returns ``{stage: (multiplications, additions)}``: a length-k sum takes k
     multiplications and k - 1 additions, so FLOPs = 2 x MACs counts one
-    operation too many per dot product.
+    operation too many per dot product.  ``options`` as in :func:`loop_nests`.
 
     >>> n, D, d_k, d_v = SYMBOLS
     >>> derive_operations()["scores"]
     (d_k*n**2, d_k*n**2 - n**2)
     """
-    s = Setup.make(causal, **setup)
-    mults, adds = derive_setup(s, "macs"), derive_setup(s, "additions")
-    out = {k: (mults[k], adds[k]) for k in mults}
-    if d_v is not None:
-        out = {k: tuple(sympy.expand(e.subs(SYMBOLS.d_v, d_v)) for e in v)
-               for k, v in out.items()}
-    return out
+    shape = CallShape.of_sizes(*SYMBOLS, causal=causal, **options)
+    mults, adds = call_formula(shape, "macs"), call_formula(shape, "additions")
+    return _in_d_v({k: (mults[k], adds[k]) for k in mults}, d_v)
 
 
-def symbol_values(n: int, d_model: int, d_k: int, d_v: int, setup: Setup) -> dict:
-    """The symbols at given sizes: ``{n: n, D: d_model, ..., m, L[, h]}``."""
-    n_, D, dk, dv = SYMBOLS
-    m, t, h, L = EXTENSION_SYMBOLS
-    vals = {n_: n, D: d_model, dk: d_k, dv: d_v, L: setup.layers,
-            m: n if setup.keys is None else setup.keys}
-    if setup.heads is not None:
-        vals[h] = setup.heads
-    return vals
+def derive_at(n, d_model, d_k, d_v=None, *, causal: bool = False,
+              alignment: str = "top_left", keys=None, heads=None, layers=1,
+              decode: bool = False) -> dict[str, int]:
+    """The derived MACs (:func:`derive_call`) at given sizes, as ``int`` per stage.
+
+    With ``decode=True``: the whole generation of n tokens, the per-token
+    figures summed by sympy over t = 1..n.  ``d_v`` defaults to ``d_k``.
+
+    >>> derive_at(32, 4, 4, causal=True)["scores"]
+    2112
+    """
+    return derive_call(CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal,
+                                          alignment=alignment, keys=keys, heads=heads,
+                                          layers=layers, decode=decode))
 
 
 def branch(e, values: dict):
@@ -338,47 +503,5 @@ def branch(e, values: dict):
 def split(exprs: dict) -> tuple:
     """``(pairs, linear)``: scores + mixing, and projections + W_O (expanded)."""
     pairs = exprs["scores"] + exprs["mix"]
-    linear = exprs["projections"] + exprs.get("out_projection", 0)
+    linear = exprs.get("projections", 0) + exprs.get("out_projection", 0)
     return sympy.expand(pairs), sympy.expand(linear)
-
-
-def general_setup(setup: Setup) -> Setup:
-    """``setup`` with its sizes made symbols (m, h, L), as the check and the solver read it."""
-    return Setup(setup.policy, None if setup.keys is None else EXTENSION_SYMBOLS.m,
-                 None if setup.heads is None else EXTENSION_SYMBOLS.h,
-                 1 if setup.layers == 1 else EXTENSION_SYMBOLS.L, setup.decode)
-
-
-def whole_generation(exprs: dict) -> dict:
-    """Per-token figures of decoding summed over t = 1..n (the whole generation)."""
-    t = EXTENSION_SYMBOLS.t
-    return {k: sympy.summation(v, (t, 1, SYMBOLS.n)) for k, v in exprs.items()}
-
-
-def _as_int(e) -> int:
-    e = sympy.nsimplify(e)
-    if not e.is_Integer:
-        raise InputError(f"derived figure must be a whole number (got {e})")
-    return int(e)
-
-
-def derive_at(n, d_model, d_k, d_v=None, *, causal: bool = False,
-              alignment: str = "top_left", keys=None, heads=None, layers=1,
-              decode: bool = False) -> dict[str, int]:
-    """The derived MACs (:func:`derive`) at given sizes, as ``int`` per stage.
-
-    With ``decode=True``: the whole generation of n tokens, the per-token
-    figures summed by sympy over t = 1..n.  ``d_v`` defaults to ``d_k``.
-
-    >>> derive_at(32, 4, 4, causal=True)["scores"]
-    2112
-    """
-    d_v = d_k if d_v is None else d_v
-    sizes = [size(v, name) for v, name in
-             ((n, "n"), (d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v"))]
-    setup = Setup.make(causal, alignment, keys, heads, layers, decode, symbolic=False)
-    exprs = derive_setup(general_setup(setup))
-    if decode:
-        exprs = whole_generation(exprs)
-    vals = symbol_values(*sizes, setup)
-    return {k: _as_int(v.subs(vals)) for k, v in exprs.items()}

@@ -24,7 +24,7 @@ from ..render import Section
 from .conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
 from .derivation import EXTENSION_SYMBOLS, SYMBOLS
 from .rows import CostRows, FormulaCheck, cost_rows
-from .sizes import Setup, printable_size
+from .sizes import CallShape, printable_size
 from .solve import Crossover
 
 __all__ = ["conventions_sections", "cost_sections", "crossover_text", "spell"]
@@ -109,20 +109,20 @@ def _true(flag: bool) -> str:
     return "true" if flag else "false"
 
 
-def _setup_text(d_model, d_k, d_v, setup: Setup) -> str:
-    parts = [f"D = d_model = {d_model}, d_k = {d_k}, d_v = {d_v}"]
-    parts.append("one head, no W_O" if setup.heads is None else
-                 f"{setup.heads} heads with W_O ({setup.heads} x {d_v} -> {d_model})")
-    if setup.layers != 1:
-        parts.append(f"{setup.layers} layers")
-    if setup.keys is not None:
-        parts.append(f"{setup.keys} keys")
-    if setup.decode:
+def _setup_text(s: CallShape, keys: int | None) -> str:
+    parts = [f"D = d_model = {s.d_model}, d_k = {s.d_k}, d_v = {s.d_v}"]
+    parts.append(f"{s.heads} heads with W_O ({s.heads} x {s.d_v} -> {s.d_model})"
+                 if s.out_projection else "one head, no W_O")
+    if s.layers != 1:
+        parts.append(f"{s.layers} layers")
+    if keys is not None:
+        parts.append(f"{keys} keys")
+    if s.decode:
         parts.append("decoding one token at a time with a KV cache (causal by construction: "
                      "token t attends to the t tokens so far"
-                     + ("; that is the causal mask asked for" if setup.causal else "") + ")")
-    elif setup.causal:
-        parts.append(f"causal mask ({setup.alignment})")
+                     + ("; that is the causal mask asked for" if s.policy.causal else "") + ")")
+    elif s.policy.causal:
+        parts.append(f"causal mask ({s.policy.alignment})")
     else:
         parts.append("no mask")
     return "; ".join(parts)
@@ -146,8 +146,8 @@ def _check_notes(check: FormulaCheck | None) -> list[str]:
 
 
 def _cost_section(c: CostRows) -> Section:
-    setup = c.setup
-    with_out = setup.heads is not None
+    s = c.shape
+    with_out = s.out_projection
     cols = ["tokens", "projection MACs"] + (["W_O MACs"] if with_out else []) + \
         ["pair MACs", "total", "ratio to row above", "pair share", "source"]
     out_rows, data_rows = [], []
@@ -164,7 +164,7 @@ def _cost_section(c: CostRows) -> Section:
         data_rows.append(dict(r.figures, tokens=r.tokens, pairs=r.pairs,
                               source=source.split()[0], derived=r.derived))
         prev = r.total
-    notes = [_setup_text(c.d_model, c.d_k, c.d_v, setup) + "; multiply-adds (FLOPs = 2 x MACs); "
+    notes = [_setup_text(s, c.keys) + "; multiply-adds (FLOPs = 2 x MACs); "
              f"rows of at most {c.count_limit} MACs (the count limit) are run and counted, "
              "larger ones only derived"]
     notes += _check_notes(c.check)
@@ -174,19 +174,20 @@ def _cost_section(c: CostRows) -> Section:
         d = c.doubling
         notes.append(
             f"doubling: cost(2n)/cost(n) = {sympy.sstr(d.ratio.expr)} -> {d.ratio.limit} "
-            f"as n grows; from {d.last} to {2 * d.last} tokens at D = {c.d_model}: "
+            f"as n grows; from {d.last} to {2 * d.last} tokens at D = {s.d_model}: "
             f"{_ratio_text(d.at_last)}; from 1000 to 2000 tokens "
             f"at D = 4096: {_ratio_text(d.at_large)}, not close to {d.ratio.limit}")
     cross = c.crossover
-    data = {"d_model": c.d_model, "d_k": c.d_k, "d_v": c.d_v, "causal": setup.causal,
-            "alignment": setup.alignment, "keys": setup.keys, "heads": setup.heads,
-            "layers": setup.layers, "decode": setup.decode, "count_limit": c.count_limit,
+    data = {"d_model": s.d_model, "d_k": s.d_k, "d_v": s.d_v, "causal": s.policy.causal,
+            "alignment": s.policy.alignment, "keys": c.keys,
+            "heads": s.heads if with_out else None, "layers": s.layers, "decode": s.decode,
+            "count_limit": c.count_limit,
             "rows": data_rows,
             "crossover": None if cross is None else
             {"first": cross.first, "equal_at": cross.equal_at,
              "condition": sympy.sstr(cross.condition)}}
     title = "Cost at several row lengths (multiply-adds counted in the loops)"
-    if setup.decode:
+    if s.decode:
         title = "Cost of generating n tokens with a KV cache (summed per token)"
     return Section("cost", title, cols, out_rows, notes, data)
 

@@ -1,9 +1,10 @@
 """The figures of the ``cost`` table: each row length derived, and counted when small enough.
 
-Three routes to one number, which must agree: each row is **derived**
-(:func:`~exactattn.cost.derivation.derive_at`) and, when its derived total is
-at most the count limit, **counted** by running the head
-(:func:`~exactattn.cost.counting.count`); the last counted row is checked
+Three routes to one number, which must agree: each row is one call
+(:meth:`CallShape.of_sizes <exactattn.cost.sizes.CallShape.of_sizes>`),
+**derived** (:func:`~exactattn.cost.derivation.derive_call`) and, when its
+derived total is at most the count limit, **counted** by running the head
+(:func:`~exactattn.cost.counting.count_call`); the last counted row is checked
 against the formula, and the **solved** crossover and doubling ratio close
 the table.  Presentation is in :mod:`exactattn.cost.report`.
 
@@ -14,17 +15,18 @@ the table.  Presentation is in :mod:`exactattn.cost.report`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 import sympy
 
+from ..call.policy import Policy
 from ..errors import InputError, shorten
-from .counting import count, estimate_seconds
-from .derivation import (EXTENSION_SYMBOLS, SYMBOLS, branch, derive_setup, derive_at,
-                         general_setup, split, symbol_values, whole_generation)
-from .sizes import Setup, policy_of, size
+from .counting import count_call, estimate_seconds
+from .derivation import (EXTENSION_SYMBOLS, SYMBOLS, branch, derive, derive_call, split,
+                         symbol_values, whole_generation)
+from .sizes import CallShape, size
 from .solve import Crossover, DoublingRatio, crossover, doubling_ratio
 
 __all__ = ["CostRows", "Doubling", "FormulaCheck", "RowCost", "cost_rows", "counting_work"]
@@ -95,12 +97,12 @@ class Doubling:
 
 @dataclass(frozen=True)
 class CostRows:
-    """Everything the ``cost`` table shows (see :func:`cost_rows`)."""
+    """Everything the ``cost`` table shows (see :func:`cost_rows`): ``shape`` is the call
+    of the first row (the rows differ only in n), ``keys`` the key length asked for
+    (None: each row's own)."""
 
-    d_model: int
-    d_k: int
-    d_v: int
-    setup: Setup
+    shape: CallShape
+    keys: int | None
     count_limit: int
     rows: list            # RowCost per row length
     check: FormulaCheck | None   # None: no row was small enough to run
@@ -108,15 +110,14 @@ class CostRows:
     doubling: Doubling | None    # None with a key length or decoding
 
 
-def _checked(rows, d_model, d_k, d_v, count_limit):
+def _shapes(rows, d_model, d_k, d_v, count_limit, options) -> tuple[list, int]:
+    """The call of each row (:meth:`CallShape.of_sizes`), and the count limit, checked."""
     if isinstance(rows, (str, bytes)) or not rows:
         raise InputError(f"rows must be a non-empty list of token counts "
                          f"(got {shorten(repr(rows))})")
     rows = [size(r, "each row") for r in rows]
-    d_v = d_k if d_v is None else d_v
-    d_model, d_k, d_v = (size(v, k) for v, k in
-                         ((d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
-    return rows, d_model, d_k, d_v, size(count_limit, "count_limit")
+    shapes = [CallShape.of_sizes(n, d_model, d_k, d_v, **options) for n in rows]
+    return shapes, size(count_limit, "count_limit")
 
 
 def counting_work(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *,
@@ -129,45 +130,51 @@ def counting_work(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *,
     >>> [macs for macs, seconds in counting_work([4, 8, 64], count_limit=1000)]
     [320, 896]
     """
-    rows, d_model, d_k, d_v, limit = _checked(rows, d_model, d_k, d_v, count_limit)
-    setup = Setup.make(symbolic=False, **options)
+    shapes, limit = _shapes(rows, d_model, d_k, d_v, count_limit, options)
     work, last = [], None
-    for n in rows:
-        derived = derive_at(n, d_model, d_k, d_v, **options)
+    for shape in shapes:
+        derived = derive_call(shape)
         if derived["total"] <= limit:
-            work.append((derived["total"], estimate_seconds(derived, n, d_model, d_k, setup)))
-            last = n
-    if last is not None and setup.decode:   # the check also counts the causal prefill
-        prefill = Setup(policy_of(True, "top_left"), None, setup.heads, setup.layers)
-        causal = derive_at(last, d_model, d_k, d_v, causal=True, heads=setup.heads,
-                           layers=setup.layers)
+            work.append((derived["total"], estimate_seconds(derived, shape)))
+            last = shape
+    if last is not None and last.decode:   # the check also counts the causal prefill
+        prefill = _prefill(last)
+        causal = derive_call(prefill)
         macs, seconds = work[-1]
-        work[-1] = (macs + causal["total"],
-                    seconds + estimate_seconds(causal, last, d_model, d_k, prefill))
+        work[-1] = (macs + causal["total"], seconds + estimate_seconds(causal, prefill))
     return work
 
 
-def _check(n: int, counted: dict, derived: dict, d_model: int, d_k: int, d_v: int,
-           setup: Setup) -> FormulaCheck:
-    sym = derive_setup(general_setup(setup))
-    if d_v == d_k:
+def _prefill(shape: CallShape) -> CallShape:
+    """The causal prefill of the tokens a decoding call generates."""
+    return replace(shape, policy=Policy(causal=True), decode=False)
+
+
+def _check(shape: CallShape, row: RowCost, keys) -> FormulaCheck:
+    """The formula of the table's call in the symbols (m where a key length was asked for,
+    h with heads, L with layers) at the sizes of ``shape``, the last counted row."""
+    m, _, h, L = EXTENSION_SYMBOLS
+    heads = h if shape.out_projection else None
+    layers = 1 if shape.layers == 1 else L
+    sym = derive(shape.policy.causal, alignment=shape.policy.alignment,
+                 keys=None if keys is None else m, heads=heads, layers=layers,
+                 decode=shape.decode)
+    if shape.d_v == shape.d_k:
         sym = {k: sympy.expand(v.subs(SYMBOLS.d_v, SYMBOLS.d_k)) for k, v in sym.items()}
-    if setup.decode:
+    if shape.decode:
         sym = {k: sympy.expand(v) for k, v in whole_generation(sym).items()}
-    vals = symbol_values(n, d_model, d_k, d_v, setup)
+    vals = symbol_values(shape)
     pairs, linear = split({k: branch(v, vals) for k, v in sym.items()})
     step_total = prefill = None
-    if setup.decode:
-        prefill = count(n, d_model, d_k, d_v, causal=True, heads=setup.heads,
-                        layers=setup.layers)["total"]
-        step = derive_setup(general_setup(Setup(decode=True, heads=setup.heads,
-                                                layers=setup.layers)))
+    if shape.decode:
+        prefill = count_call(_prefill(shape)).macs["total"]
+        step = derive(decode=True, heads=heads, layers=layers)
         step_total = sympy.factor(step["total"].subs(
-            {SYMBOLS.D: d_model, SYMBOLS.d_k: d_k, SYMBOLS.d_v: d_v,
-             EXTENSION_SYMBOLS.h: setup.heads or 1, EXTENSION_SYMBOLS.L: setup.layers}))
-    return FormulaCheck(n, vals, sympy.factor(linear), sympy.factor(pairs),
-                        int(linear.subs(vals)), int(pairs.subs(vals)), counted["total"],
-                        derived["total"], step_total, prefill)
+            {SYMBOLS.D: shape.d_model, SYMBOLS.d_k: shape.d_k, SYMBOLS.d_v: shape.d_v,
+             h: shape.heads, L: shape.layers}))
+    return FormulaCheck(shape.queries, vals, sympy.factor(linear), sympy.factor(pairs),
+                        int(linear.subs(vals)), int(pairs.subs(vals)), row.total,
+                        row.derived["total"], step_total, prefill)
 
 
 def cost_rows(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool = False,
@@ -186,27 +193,27 @@ def cost_rows(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool =
         InputError: an empty list of rows, a size that is not a positive whole
             number, a bad option.
     """
-    rows, d_model, d_k, d_v, limit = _checked(rows, d_model, d_k, d_v, count_limit)
-    setup = Setup.make(causal, alignment, keys, heads, layers, decode, symbolic=False)
-    opts = dict(causal=causal, alignment=alignment, keys=keys, heads=heads, layers=layers,
-                decode=decode)
+    shapes, limit = _shapes(rows, d_model, d_k, d_v, count_limit,
+                            dict(causal=causal, alignment=alignment, keys=keys, heads=heads,
+                                 layers=layers, decode=decode))
+    first = shapes[0]
+    d_model, d_k, d_v = first.d_model, first.d_k, first.d_v
     out, last = [], None
-    for n in rows:
-        derived = derive_at(n, d_model, d_k, d_v, **opts)
-        if derived["total"] <= limit:
-            out.append(RowCost(n, count(n, d_model, d_k, d_v, **opts), derived, True))
-            last = out[-1]
-        else:
-            out.append(RowCost(n, derived, derived, False))
-    check = None if last is None else \
-        _check(last.tokens, last.figures, last.derived, d_model, d_k, d_v, setup)
+    for shape in shapes:
+        derived = derive_call(shape)
+        counted = derived["total"] <= limit
+        out.append(RowCost(shape.queries, count_call(shape).macs if counted else derived,
+                           derived, counted))
+        last = (shape, out[-1]) if counted else last
+    check = None if last is None else _check(*last, keys)
     cross = doubling = None
-    if setup.keys is None:
+    if keys is None:
         cross = crossover(d_model, d_k, d_v=d_v, causal=causal, alignment=alignment,
                           heads=heads, layers=layers, decode=decode)
         if not decode:
             ratio = doubling_ratio(d_k=d_k, d_v=d_v, causal=causal, heads=heads,
                                    layers=layers)
-            doubling = Doubling(ratio, rows[-1], ratio.at(rows[-1], d_model),
+            doubling = Doubling(ratio, out[-1].tokens, ratio.at(out[-1].tokens, d_model),
                                 ratio.at(1000, 4096))
-    return CostRows(d_model, d_k, d_v, setup, limit, out, check, cross, doubling)
+    return CostRows(first, None if keys is None else first.keys, limit, out, check, cross,
+                    doubling)

@@ -18,8 +18,8 @@ from typing import Any
 import sympy
 
 from ..errors import InputError
-from .derivation import EXTENSION_SYMBOLS, SYMBOLS, derive_setup, split
-from .sizes import Setup, size, size_or_expr
+from .derivation import EXTENSION_SYMBOLS, SYMBOLS, derive, split
+from .sizes import size, size_or_expr
 
 __all__ = ["Crossover", "DoublingRatio", "crossover", "doubling_ratio"]
 
@@ -80,12 +80,12 @@ def crossover(D=None, d_k=None, *, d_v=None, causal: bool = False,
     n > 3*D/2
     """
     n_, D_, dk_, dv_ = SYMBOLS
-    setup = Setup.make(causal, alignment, None, heads, layers, decode)
+    derived = derive(causal, alignment=alignment, heads=heads, layers=layers, decode=decode)
     var = EXTENSION_SYMBOLS.t if decode else n_
     if d_v is not None and d_k is not None and d_v == d_k:
         d_v = None  # keep the symbol d_k so the condition reads n > 3*D/2
     subs = {dv_: dk_ if d_v is None else size_or_expr(d_v, "d_v")}
-    exprs = {k: sympy.expand(v.subs(subs)) for k, v in derive_setup(setup).items()}
+    exprs = {k: sympy.expand(v.subs(subs)) for k, v in derived.items()}
     pairs, linear = split(exprs)
     root = sympy.solve(sympy.cancel((pairs - linear) / var), var)
     if len(root) != 1:
@@ -161,10 +161,9 @@ def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=No
     ('2.28', 9*D/2)
     """
     n_, D_, dk_, dv_ = SYMBOLS
-    setup = Setup.make(causal, "top_left", None, heads, layers, False)
+    total = derive(causal, heads=heads, layers=layers)["total"]
     if d_v is not None and d_k is not None and d_v == d_k:
         d_v = None
-    total = derive_setup(setup)["total"]
     total = total.subs(dv_, dk_ if d_v is None else size_or_expr(d_v, "d_v"))
     subs = {}
     if d_k is not None:

@@ -139,11 +139,9 @@ class Report:
         from ..cost import derive_at
         sh, pol = self.call.shape, self.policy
         if pol.window is not None or pol.query_offset is not None:   # rows of visible keys
-            from ..cost.batched import CallShape, derive_call
-            got = derive_call(CallShape((1, sh["H_q"], sh["L"], sh["E"]),
-                                        (1, sh["H_kv"], sh["S"], sh["E"]),
-                                        (1, sh["H_kv"], sh["S"], sh["E_v"]), pol))
-            return sh["B"] * got["scores"], sh["B"] * got["mix"]
+            from ..cost import CallShape, derive_call
+            got = derive_call(CallShape.of_call(self.call))
+            return got["scores"], got["mix"]
         kwargs = {"alignment": pol.alignment} if pol.causal else {}
         try:
             got = derive_at(sh["L"], 1, sh["E"], sh["E_v"], causal=pol.causal, keys=sh["S"],

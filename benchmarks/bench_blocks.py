@@ -67,7 +67,7 @@ def breakdown(n: int, rows: int) -> None:
     from exactattn.blocks import from_floats, random_floats
     from exactattn.blocks.check import check_block
     from exactattn.blocks.rows import certify_block, score_top
-    from exactattn.bulk import block_bounds
+    from exactattn.numbers.bulk import block_bounds
     q, k, v = random_floats(n, D, seed=0, dtype="float32")
     x = from_floats(q, k, v)
     got = torch.nn.functional.scaled_dot_product_attention(

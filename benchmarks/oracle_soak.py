@@ -5,7 +5,7 @@
         --failures /tmp/oracle_failures.jsonl
     python benchmarks/oracle_soak.py --replay /tmp/oracle_failures.jsonl
 
-The same cases and the same comparison as tests/test_oracle.py (tests/oracle_cases.py,
+The same cases and the same comparison as tests/checks/test_oracle.py (tests/oracle_cases.py,
 tests/oracle_paths.py, tests/oracle.py).  Case k of seed S is drawn from
 ``random.Random(f"{S}:{k}")``, so a case does not depend on --jobs.  Each case is compared at 6
 and 12 places (3 as well on every 7th case) and in the four float formats; the command line

@@ -26,10 +26,10 @@ _os.environ.setdefault("SYMPY_GROUND_TYPES", "flint")
 
 from .call.policy import Mask, Policy
 from .errors import ExactAttnError, FloatInputError, InputError, ShapeError, SpecError
-from .exact import to_exact
-from .head import Head, attend
-from .softmax import ExpRatio, SoftmaxRow
-from .trace import Trace
+from .numbers.exact import to_exact
+from .engines.head import Head, attend
+from .numbers.softmax import ExpRatio, SoftmaxRow
+from .engines.trace import Trace
 
 __version__ = "0.1.0"
 
@@ -41,7 +41,7 @@ def __getattr__(name: str):
         from .call.inputs import Call
         return Call
     if name == "Reference":
-        from .verify.reference import Reference
+        from .reference.reference import Reference
         return Reference
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

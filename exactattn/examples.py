@@ -22,7 +22,7 @@ The others are smaller worked examples:
 
 ``tiny`` and ``self-match`` set ``compare_raw``: ``square`` and
 ``walkthrough`` print the raw self-match beside the projected scores
-(:func:`exactattn.tables.raw_match`).
+(:func:`exactattn.present.tables.raw_match`).
 
 Exactness: every entry is an integer or a decimal read from its text
 ("0.8" is exactly 4/5); no binary float is involved.
@@ -47,8 +47,8 @@ from fractions import Fraction
 from typing import Callable
 
 from .errors import InputError, shorten
-from .exact import to_matrix
-from .head import Head
+from .numbers.exact import to_matrix
+from .engines.head import Head
 
 __all__ = ["EXAMPLES", "Example", "Token", "bank_loan", "bank_river", "chronicle", "example",
            "self_match", "tiny"]
@@ -79,7 +79,7 @@ class Example:
     explain: tuple[int, int] = (1, 0)  # 0-based (query, key) for --explain by default
     source: str = ""
     #: ``square`` and ``walkthrough`` also print the raw self-match x[i] . x[j] (no
-    #: projections) beside the projected scores (:func:`exactattn.tables.raw_match`)
+    #: projections) beside the projected scores (:func:`exactattn.present.tables.raw_match`)
     compare_raw: bool = False
 
 
@@ -115,7 +115,7 @@ def tiny() -> Example:
     > -0.44: each token favours itself.  Projected, q1.k2 = 1.28 > q1.k1 = -1.32
     and q2.k1 = 1.28 > q2.k2 = -0.6: each favours the other.
 
-    >>> from exactattn.head import attend
+    >>> from exactattn.engines.head import attend
     >>> t = attend(tiny().head, tiny().x)
     >>> [[str(s) for s in row] for row in t.raw_scores]
     [['-33/25', '32/25'], ['32/25', '-3/5']]
@@ -189,7 +189,7 @@ def self_match() -> Example:
     (``v_t = e_t``, so an output row is the shares of that query).  After the
     projections each query picks the previous token (token 1 the last).
 
-    >>> from exactattn.head import attend
+    >>> from exactattn.engines.head import attend
     >>> t = attend(self_match().head, self_match().x)
     >>> [[int(s) for s in row] for row in t.raw_scores]
     [[0, 0, 0, 16], [16, 0, 0, 0], [0, 16, 0, 0], [0, 0, 16, 0]]

@@ -1,9 +1,9 @@
 """Jupyter display: a trace, an example or any tables render as HTML tables and LaTeX formulas.
 
 Two ways in, both from this presentation module (the engine's
-:class:`~exactattn.trace.Trace` knows nothing of HTML):
+:class:`~exactattn.engines.trace.Trace` knows nothing of HTML):
 
-* :func:`show` wraps a trace, an example, a :class:`~exactattn.render.Section`
+* :func:`show` wraps a trace, an example, a :class:`~exactattn.present.render.Section`
   or a list of them in a :class:`Display`, whose ``_repr_html_`` (the
   walkthrough's tables) and ``_repr_latex_`` (the share formulas of the
   first query rows) Jupyter calls.  The last line of a cell,
@@ -13,7 +13,7 @@ Two ways in, both from this presentation module (the engine's
   ``Section``, so that a bare ``trace`` at the end of a cell renders too.
 
 Every number is the tables' own: shares and outputs from the trace's bulk
-certified path (:meth:`~exactattn.trace.Trace.share_decimals`), exact values
+certified path (:meth:`~exactattn.engines.trace.Trace.share_decimals`), exact values
 marked as exact; the formulas are the exact closed forms (sympy's LaTeX
 printer) with their certified decimals.  Past 16 tokens the tables show the
 first 8 queries and keys, as the text tables do.
@@ -36,13 +36,13 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
-from .cells import exact_text
+from .present.cells import exact_text
 from .errors import InputError, shorten
 from .examples import Example, Token
-from .render import Section, reader_text, render
-from .stream import View
-from .tables import MODES, attend_example, build
-from .trace import Trace
+from .present.render import Section, reader_text, render
+from .present.stream import View
+from .present.tables import MODES, attend_example, build
+from .engines.trace import Trace
 
 __all__ = ["Display", "formulas", "load_ipython_extension", "register", "show", "tables_html"]
 
@@ -58,7 +58,7 @@ def _e(text: Any) -> str:
 def tables_html(sections: Sequence[Section]) -> str:
     """Sections as HTML tables (caption, header, rows as people read them, notes).
 
-    >>> from exactattn.render import Section
+    >>> from exactattn.present.render import Section
     >>> print(tables_html([Section("t", "T", ["a"], [["1"]], ["n"])]))
     <div class="exactattn">
     <table>

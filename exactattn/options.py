@@ -32,11 +32,14 @@ from typing import Any, Callable, Sequence
 
 from .errors import InputError, shorten
 
-__all__ = ["MAX_PLACES", "MEMORY_UNITS", "check_choice", "check_memory", "check_places",
+__all__ = ["EMPTY_ROWS", "MAX_PLACES", "MEMORY_UNITS", "check_choice", "check_memory", "check_places",
            "check_whole", "choice", "index_pair", "memory", "places", "whole", "whole_list"]
 
 #: decimal places a table, a report or a value prints: 0 to 50 everywhere
 MAX_PLACES = 50
+
+#: what a query that sees no key gets (the policy's ``empty_row``; the softmax row's answer)
+EMPTY_ROWS = ("zero", "uniform", "nan")
 
 
 def _got(value: Any) -> str:

@@ -44,8 +44,8 @@ from hypothesis.strategies import SearchStrategy
 
 from .call.policy import ALIGNMENTS, DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from .errors import InputError
-from .exact import to_exact
-from .head import LAYOUTS, Head
+from .numbers.exact import to_exact
+from .engines.head import LAYOUTS, Head
 from .properties import AttentionInput
 
 __all__ = ["DEFAULT_DIVISOR", "attention_inputs", "block_splits", "divisors", "head_inputs",
@@ -220,7 +220,7 @@ def token_rows(*, d_model: int, min_n: int = 1, max_n: int = 5,
 # --------------------------------------------------------------------------- divisors and scales
 def divisors(*, allow_default: bool = True, allow_none: bool = True,
              allow_irrational: bool = True) -> SearchStrategy:
-    """Divisors a :class:`~exactattn.head.Head` accepts: positive rationals, ``"sqrt(q)"``, None.
+    """Divisors a :class:`~exactattn.engines.head.Head` accepts: positive rationals, ``"sqrt(q)"``, None.
 
     Draws :data:`DEFAULT_DIVISOR` (leave it out: sqrt(d_k)) first, then a
     positive rational ``a/b`` (a <= 8, b <= 4), then ``"sqrt(q)"`` for a

@@ -10,7 +10,7 @@ Not a proof itself (the leading underscore keeps it out of ``exactattn prove``).
   (``attend(..., engine="symbolic")``) on a head built so that its raw
   scores are exactly that row.
 * :func:`exact_attention` runs a head with symbolic weights and tokens through
-  the same engine and returns its :class:`~exactattn.head.Trace`.
+  the same engine and returns its :class:`~exactattn.engines.head.Trace`.
 * :func:`decide_zero` reduces a residual with ``together``/``cancel`` (never
   ``simplify``, which runs for minutes on a symbolic head); when it does not
   vanish, it evaluates the residual at a rational point (``xreplace``) in
@@ -30,9 +30,9 @@ from typing import Callable, Sequence, TextIO
 import exactattn  # noqa: F401  (sets sympy's ground types before sympy is imported)
 import sympy
 from exactattn import Head, attend
-from exactattn.digits import certify, tighten
+from exactattn.numbers.digits import certify, tighten
 from exactattn.errors import InputError
-from exactattn.reals import sympy_ball
+from exactattn.numbers.reals import sympy_ball
 
 __all__ = ["Report", "certified", "certified_sign", "decide_zero", "exact_attention",
            "exact_softmax", "gap_limit", "main", "rational", "reduce", "sample_point", "show",
@@ -185,7 +185,7 @@ def sample_point(expr) -> dict:
 def to_arb(expr):
     """A sympy constant expression as a python-flint ``arb`` ball (at the current precision).
 
-    :func:`exactattn.reals.sympy_ball` (rationals, pi, E, +, *, powers, exp,
+    :func:`exactattn.numbers.reals.sympy_ball` (rationals, pi, E, +, *, powers, exp,
     log, sin, cos, tanh, atan, erf, gamma); anything else raises ``TypeError``.
     """
     try:
@@ -198,7 +198,7 @@ def certified(expr, places: int = 4) -> str:
     """The correctly rounded decimal of a constant sympy expression."""
     expr = sympy.sympify(expr)
     if expr.is_Rational:
-        from exactattn.digits import round_fraction
+        from exactattn.numbers.digits import round_fraction
         return round_fraction(Fraction(int(expr.p), int(expr.q)), places)
     return certify(lambda prec: to_arb(expr), places)
 

@@ -24,7 +24,7 @@ from fractions import Fraction
 import sympy
 
 from exactattn import cost
-from exactattn.digits import round_fraction
+from exactattn.numbers.digits import round_fraction
 from exactattn.proofs._support import Report, main
 
 CLAIM = "cost(2n)/cost(n) = (8n + 6D)/(2n + 3D), climbing towards 4"

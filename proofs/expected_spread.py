@@ -35,7 +35,7 @@ from __future__ import annotations
 import sympy
 from sympy.stats import Chi, E, Normal, variance
 
-from exactattn.digits import working_precision
+from exactattn.numbers.digits import working_precision
 from exactattn.proofs._support import Report, certified, main, to_arb
 
 CLAIM = ("the expected range of a row of n scores is E|q| E[W_n]; divided by sqrt(d_k) "

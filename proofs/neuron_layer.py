@@ -13,7 +13,7 @@ numbers.
 
 Derivation: exactattn's symbolic engine projects the tokens (queries, keys,
 values) in the slots layout and again in the rows layout; the neuron layer
-under test (``exactattn.tables.neuron_layer``, the one the project table's
+under test (``exactattn.present.tables.neuron_layer``, the one the project table's
 cross-check uses) is fed the flat weights; every difference must expand to
 0.  On the chronicle example the pencil engine's exact ``Fraction``
 projections must equal the neurons' outputs, type and value.
@@ -33,7 +33,7 @@ import sympy
 from exactattn import Head, attend
 from exactattn.examples import chronicle
 from exactattn.proofs._support import Report, main, symbols_matrix
-from exactattn.tables import neuron_layer
+from exactattn.present.tables import neuron_layer
 
 CLAIM = "the projection is a row of bias-free neurons: the same flat weights give the same numbers"
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=30, deadline=None)
-# the hostile-spec fuzzer at scale: ``python -m pytest tests/test_fuzz.py
+# the hostile-spec fuzzer at scale: ``python -m pytest tests/package/test_fuzz.py
 # --hypothesis-profile=fuzz`` (5,000 specs per command)
 settings.register_profile("fuzz", max_examples=5000, deadline=None, derandomize=False,
                           suppress_health_check=list(HealthCheck))
@@ -25,47 +25,47 @@ import pytest  # noqa: E402
 # An entry is a node id (relative to the repository root); an entry without ``[...]``
 # matches every parametrization of that test.  Remeasure and update when tests change;
 # an entry that matches nothing in a collected file is reported as a warning.
-# (tests/test_docs_examples.py marks its own tests slow.)
+# (tests/package/test_docs_examples.py marks its own tests slow.)
 SLOW_TESTS = [
-    "tests/test_blocks_dask.py::test_one_worker_two_workers_and_this_process_give_the_same_strings",
-    "tests/test_blocks_dask.py::test_a_worker_killed_mid_run_changes_nothing",
-    "tests/test_blocks_dask.py::test_the_scheduler_address_comes_from_the_environment",
-    "tests/test_blocks_dask.py::test_a_blocked_check_on_two_workers_matches_this_process",
-    "tests/test_blocks_dask.py::test_the_command_sends_blocks_to_a_cluster",
-    "tests/test_model_run.py::test_all_minilm_l6_v2_every_head_of_every_layer",  # 23-33 s
-    "tests/test_model_run.py::test_gpt2_tiny_eager_every_entry_certified_and_compared",  # ~5 s
-    "tests/test_model_run.py::test_check_command_text_and_json",  # 1.5-2.6 s
-    "tests/test_gradients_verify.py::test_backward_search_finds_and_shrinks_a_wrong_backward",  # ~3 s
-    "tests/test_gradients_modifiers.py::test_sink_gradients_and_dsink_equal_sympy",  # ~2.5 s
-    "tests/test_gradients_modifiers.py::"
+    "tests/checks/test_blocks_dask.py::test_one_worker_two_workers_and_this_process_give_the_same_strings",
+    "tests/checks/test_blocks_dask.py::test_a_worker_killed_mid_run_changes_nothing",
+    "tests/checks/test_blocks_dask.py::test_the_scheduler_address_comes_from_the_environment",
+    "tests/checks/test_blocks_dask.py::test_a_blocked_check_on_two_workers_matches_this_process",
+    "tests/checks/test_blocks_dask.py::test_the_command_sends_blocks_to_a_cluster",
+    "tests/audit/test_model_run.py::test_all_minilm_l6_v2_every_head_of_every_layer",  # 23-33 s
+    "tests/audit/test_model_run.py::test_gpt2_tiny_eager_every_entry_certified_and_compared",  # ~5 s
+    "tests/audit/test_model_run.py::test_check_command_text_and_json",  # 1.5-2.6 s
+    "tests/checks/test_gradients_verify.py::test_backward_search_finds_and_shrinks_a_wrong_backward",  # ~3 s
+    "tests/reference/test_gradients_modifiers.py::test_sink_gradients_and_dsink_equal_sympy",  # ~2.5 s
+    "tests/reference/test_gradients_modifiers.py::"
     "test_an_irrational_slope_beside_another_irrational_scale_needs_two_generators",  # ~1.5 s
-    "tests/test_gradients_modifiers.py::test_alibi_gradients_equal_sympy",  # ~1.4 s
-    "tests/test_gradients_modifiers.py::test_dropout_gradients_equal_sympy",  # ~1.4 s
-    "tests/test_owners.py::test_sdpa_arguments_are_the_audits",  # ~1.7 s (imports torch)
-    "tests/test_verify_modifiers.py::test_sink_case_right_and_faulty",  # ~1.4 s (imports torch)
-    "tests/test_cost_audit.py::test_installed_counter_on_the_verified_cases",  # 3-8 s per counter
-    "tests/test_cost_audit.py::test_audit_with_torch_names_the_verified_cases",  # ~17 s
-    "tests/test_gradients.py::test_sympy_diff_of_the_symbolic_engine_equals_the_weight_gradients",  # 2-8 s
-    "tests/test_gradients_verify.py::test_torch_autograd_passes_for_every_dtype_with_gqa_and_a_mask",  # 7 s
-    "tests/test_gradients_verify.py::test_cli_backward_torch_all_dtypes",  # ~1.3 s
-    "tests/test_page.py::test_length_stops_are_counted_or_derived_and_exact",  # ~1.4 s
-    "tests/test_page.py::test_a_spec_with_two_numbers_per_token",  # ~1.2 s
-    "tests/test_page.py::test_the_command_writes_the_page",  # ~1.5 s
-    "tests/test_page.py::test_digits_and_row",  # ~1.2 s
-    "tests/test_cases.py::test_masked_rows_torch_gives_zero",  # ~0.9 s (imports torch)
-    "tests/test_cost.py::test_derive_is_deterministic",  # ~1.1 s (two fresh interpreters)
-    "tests/test_cost.py::test_every_option_changes_the_output_or_is_refused",  # ~1.2 s
-    "tests/test_cost.py::test_every_pair_of_options_changes_the_output_or_is_refused",  # 8.7 s
-    "tests/test_proofs.py::test_broken_variant_fails[expected_spread-0]",  # ~1.2 s
-    "tests/test_proofs.py::test_plain_sympy_reference_passes[divisor_to_zero]",  # ~1.1 s
-    "tests/test_proofs.py::test_plain_sympy_reference_passes[projection_biases]",  # ~1.9 s
-    "tests/test_proofs.py::test_proof_holds_and_matches_golden[divisor_to_zero]",  # ~1.3 s
-    "tests/test_proofs.py::test_proof_holds_and_matches_golden[expected_spread]",  # ~1.8 s
-    "tests/test_proofs.py::test_proof_holds_and_matches_golden[projection_biases]",  # 1.7 s
-    "tests/test_properties.py::test_wrong_attention_fails_and_shrinks_to_a_tiny_input",  # 1.6 s
-    "tests/test_svg.py::test_a_200_token_score_square_stays_a_few_megabytes",  # ~1.0 s
-    "tests/test_svg.py::test_a_200_token_square_stays_a_few_megabytes",  # ~1.7 s each
-    "tests/test_svg.py::test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal",
+    "tests/reference/test_gradients_modifiers.py::test_alibi_gradients_equal_sympy",  # ~1.4 s
+    "tests/reference/test_gradients_modifiers.py::test_dropout_gradients_equal_sympy",  # ~1.4 s
+    "tests/package/test_owners.py::test_sdpa_arguments_are_the_audits",  # ~1.7 s (imports torch)
+    "tests/checks/test_verify_modifiers.py::test_sink_case_right_and_faulty",  # ~1.4 s (imports torch)
+    "tests/cost/test_cost_audit.py::test_installed_counter_on_the_verified_cases",  # 3-8 s per counter
+    "tests/cost/test_cost_audit.py::test_audit_with_torch_names_the_verified_cases",  # ~17 s
+    "tests/reference/test_gradients.py::test_sympy_diff_of_the_symbolic_engine_equals_the_weight_gradients",  # 2-8 s
+    "tests/checks/test_gradients_verify.py::test_torch_autograd_passes_for_every_dtype_with_gqa_and_a_mask",  # 7 s
+    "tests/checks/test_gradients_verify.py::test_cli_backward_torch_all_dtypes",  # ~1.3 s
+    "tests/present/test_page.py::test_length_stops_are_counted_or_derived_and_exact",  # ~1.4 s
+    "tests/present/test_page.py::test_a_spec_with_two_numbers_per_token",  # ~1.2 s
+    "tests/present/test_page.py::test_the_command_writes_the_page",  # ~1.5 s
+    "tests/present/test_page.py::test_digits_and_row",  # ~1.2 s
+    "tests/checks/test_cases.py::test_masked_rows_torch_gives_zero",  # ~0.9 s (imports torch)
+    "tests/cost/test_cost.py::test_derive_is_deterministic",  # ~1.1 s (two fresh interpreters)
+    "tests/cost/test_cost.py::test_every_option_changes_the_output_or_is_refused",  # ~1.2 s
+    "tests/cost/test_cost.py::test_every_pair_of_options_changes_the_output_or_is_refused",  # 8.7 s
+    "tests/package/test_proofs.py::test_broken_variant_fails[expected_spread-0]",  # ~1.2 s
+    "tests/package/test_proofs.py::test_plain_sympy_reference_passes[divisor_to_zero]",  # ~1.1 s
+    "tests/package/test_proofs.py::test_plain_sympy_reference_passes[projection_biases]",  # ~1.9 s
+    "tests/package/test_proofs.py::test_proof_holds_and_matches_golden[divisor_to_zero]",  # ~1.3 s
+    "tests/package/test_proofs.py::test_proof_holds_and_matches_golden[expected_spread]",  # ~1.8 s
+    "tests/package/test_proofs.py::test_proof_holds_and_matches_golden[projection_biases]",  # 1.7 s
+    "tests/checks/test_properties.py::test_wrong_attention_fails_and_shrinks_to_a_tiny_input",  # 1.6 s
+    "tests/present/test_svg.py::test_a_200_token_score_square_stays_a_few_megabytes",  # ~1.0 s
+    "tests/present/test_svg.py::test_a_200_token_square_stays_a_few_megabytes",  # ~1.7 s each
+    "tests/present/test_svg.py::test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal",
 ]
 
 

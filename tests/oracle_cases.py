@@ -337,7 +337,7 @@ def self_case(x_q, x_k, x_v, **policy) -> dict:
 
 
 def known_cases() -> dict[str, dict]:
-    """The four examples known wrong when this harness was written (see tests/test_oracle.py)."""
+    """The four examples known wrong when this harness was written (see tests/checks/test_oracle.py)."""
     # 1. x = [1], [0] with W_Q = W_K = W_V = [[1]]: q = k = v = x.  divisor sqrt(3), sink 1/2,
     #    ALiBi 16 heads head 0: the gradients' P for query 0 was 0.402099 0.225732 0.372169
     #    where the right shares are 0.326358 0.371576 0.302066.

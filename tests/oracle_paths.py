@@ -173,7 +173,7 @@ class PackageRun:
             return
         ok, self.problem = self._guard("reference", problem_of, case)
         if ok:
-            from exactattn.verify.reference import Reference
+            from exactattn.reference.reference import Reference
             ok, ref = self._guard("reference", Reference, self.problem)
             if ok:
                 self._objects["reference"] = ref
@@ -192,7 +192,7 @@ class PackageRun:
             for e in self.engines:
                 self.skipped.append((f"engine:{e}", "attend takes no explicit mask"))
             return
-        from exactattn.head import Head, attend
+        from exactattn.engines.head import Head, attend
         W_Q, W_K, W_V, x = head_and_tokens(case)
         div = _divisor_text(case)
         kw = {} if div is None else {"divisor": div}
@@ -479,7 +479,7 @@ class PackageRun:
             out.append((path, what, expected, got))
         if ref is None:
             return out
-        from exactattn.verify.reference import Reference
+        from exactattn.reference.reference import Reference
         twin = Reference(self.problem)
         for b, h, i, j1, j2 in notes.get("ties", []):
             check("reference", f"share[{b},{h},{i},{j1}] == share[{b},{h},{i},{j2}]", True,

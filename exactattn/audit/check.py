@@ -6,7 +6,7 @@ Two sources:
   is judged as the quantity it prints (``raw``, ``scaled``, ``shares``,
   ``outputs``, ``queries``, ``keys``, ``values``; given, or read from the
   table, see :mod:`exactattn.audit.layout`), against the exact values of
-  :func:`exactattn.head.attend`;
+  :func:`exactattn.engines.head.attend`;
 * a table of printed scores in the same file: every other table is judged
   as the softmax of those scores, read exactly as printed (``3.2`` is
   16/5), divided by ``divisor`` (none by default).
@@ -32,10 +32,10 @@ from typing import Sequence
 
 from ..call.policy import parse_divisor
 from ..errors import InputError, shorten
-from ..exact import rational_sqrt
+from ..numbers.exact import rational_sqrt
 from ..options import check_choice
-from ..softmax import SoftmaxRow
-from ..logits import scaled_logit
+from ..numbers.softmax import SoftmaxRow
+from ..reference.logits import scaled_logit
 from .judge import (EXACT_PLACES, TIES, Audit, CellVerdict, RowSum, TableAudit,
                     exact_decimal, judge_entry)
 from .layout import (KEY_QUANTITIES, OWN_NAMES, QUANTITIES, columns_of, detect_quantity,
@@ -50,7 +50,7 @@ class HeadSource:
     """The exact values of a head run on its tokens (an :class:`~exactattn.examples.Example`)."""
 
     def __init__(self, example, *, no_scale: bool = False):
-        from ..head import attend
+        from ..engines.head import attend
         head = example.head
         if no_scale:
             head = head.with_policy(head.policy.replace(divisor_squared=None))
@@ -330,7 +330,7 @@ def audit_tables(tables: Sequence[Table], *, spec=None, example: str | None = No
                              "without a spec or example (got both); the head's own divisor "
                              "applies (no_scale drops it)")
         if isinstance(spec, (str, Path)):
-            from ..spec import load
+            from ..call.spec import load
             ex, source_kind, name = load(spec), "spec", shorten(str(spec), 200)
         elif spec is not None:
             ex, source_kind, name = spec, "spec", spec.name

@@ -13,8 +13,8 @@ A printed decimal ``P`` at ``k`` places is judged against the exact value
 * ``wrong``: anything else.
 
 Every comparison is exact: rationals as ``Fraction``, shares and outputs by
-:class:`~exactattn.softmax.ExpRatio`'s exact sign, scores divided by an
-irrational divisor exactly, as :class:`~exactattn.reals.Surd` values.
+:class:`~exactattn.numbers.softmax.ExpRatio`'s exact sign, scores divided by an
+irrational divisor exactly, as :class:`~exactattn.numbers.reals.Surd` values.
 No binary float is formed.  A printed fraction (``1/2``, ``exactly 1``) is an
 exact claim: right only when equal.  ``-inf``/``masked`` claim a hidden key.
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from ..digits import format_exact, format_scaled, fraction_text, round_fraction
+from ..numbers.digits import format_exact, format_scaled, fraction_text, round_fraction
 from ..options import check_choice
 from .parse import Table
 from .printed import Printed
@@ -82,7 +82,7 @@ def judge_number(v, printed: Printed, *, ties: str = "half_even", hidden: bool =
                  ) -> tuple[str, str | None]:
     """``(verdict, right value)`` of one printed number against its exact value ``v``.
 
-    ``v``: a ``Fraction``, an ``ExpRatio``, a a :class:`~exactattn.reals.Surd` (a score over an irrational divisor), or None for
+    ``v``: a ``Fraction``, an ``ExpRatio``, a a :class:`~exactattn.numbers.reals.Surd` (a score over an irrational divisor), or None for
     a hidden key's score; ``hidden``: the key is hidden (its share is ``v`` = 0, and
     ``masked`` or ``-inf`` is right).  The right value is printed at the cell's places; for an
     exact claim it is the exact fraction (None when the value is irrational),
@@ -156,7 +156,7 @@ class CellVerdict:
     and column of the cell, ``element`` the place in a vector cell (else
     None); ``what`` names the value (``shares[2][1]``, 1-based; ``sum of row
     2``).  ``right`` is the right value at the places printed, ``exact`` the
-    exact value (``Fraction``, ``ExpRatio``, a :class:`~exactattn.reals.Surd` (a score over an irrational divisor); None for a
+    exact value (``Fraction``, ``ExpRatio``, a :class:`~exactattn.numbers.reals.Surd` (a score over an irrational divisor); None for a
     hidden key), ``exact_decimal`` it at :data:`EXACT_PLACES` or more
     (``exactly``: that decimal is the value itself).
     """

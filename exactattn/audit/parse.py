@@ -88,7 +88,7 @@ def read_tables(path: str | Path, fmt: str | None = None) -> list[Table]:
         InputError: the file is missing, unreadable, not UTF-8, larger than
             :data:`MAX_BYTES`, holds no table, or is malformed.
     """
-    from ..spec import read_user_text
+    from ..call.spec import read_user_text
     p = Path(path)
     text = read_user_text(p, what="table file", kinds="a .md, .csv, .tex or .json file",
                           limit=MAX_BYTES, size_fix="audit the page the tables are on",

@@ -2,7 +2,7 @@
 
 A cell is read as its author typed it: ``0.5800`` is the decimal 58/100
 printed at 4 places, ``3.2`` is exactly 16/5 (read by
-:func:`exactattn.exact.to_exact` from the text, never through a binary float),
+:func:`exactattn.numbers.exact.to_exact` from the text, never through a binary float),
 ``1/2`` is an exact claim (a fraction is judged exactly, not at places), and
 ``58.00%`` is 0.58 printed at 4 places.  Markup around the number is dropped:
 Markdown emphasis and code spans, LaTeX math and ``\\textbf{...}``, a Unicode
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import InputError
-from ..exact import to_exact
+from ..numbers.exact import to_exact
 
 __all__ = ["HIDDEN_WORDS", "Printed", "clean", "read_cell", "read_number"]
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..call.policy import divisor_text
-from ..cells import root_text
-from ..digits import format_exact, fraction_text
-from ..render import Section, plural, printable, render
-from ..reals import Surd
+from ..present.cells import root_text
+from ..numbers.digits import format_exact, fraction_text
+from ..present.render import Section, plural, printable, render
+from ..numbers.reals import Surd
 from .judge import VERDICTS, Audit, CellVerdict, TableAudit
 
 __all__ = ["VERDICT_WORDS", "closed_form", "exact_text", "report_sections", "report_text",

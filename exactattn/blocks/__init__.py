@@ -11,7 +11,7 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.blocks.inputs`: :class:`ExactInputs`, integer numerators
   over common denominators (from floats, rationals, a trace, a verify problem);
 * :mod:`~exactattn.blocks.rows`: :func:`certify_block`, one block's certified
-  shares and outputs (:mod:`exactattn.bulk` enclosures, exact fallbacks);
+  shares and outputs (:mod:`exactattn.numbers.bulk` enclosures, exact fallbacks);
 * :mod:`~exactattn.blocks.memory`: :func:`block_rows`, the block size from a budget;
 * :mod:`~exactattn.blocks.engine`: :class:`Engine`, this process or Dask
   (``scheduler="local"``, ``"tcp://host:8786"``, ``DASK_SCHEDULER_ADDRESS``);

@@ -5,10 +5,10 @@ a :class:`~exactattn.verify.adapter.FloatCall` of 1 x 1 x n x d arrays, so torch
 CPU ``scaled_dot_product_attention`` takes its flash kernel, O(n) memory).
 Its n x d_v outputs are then compared block by block with the exact outputs,
 each correctly rounded to the dtype: enclosed in bulk
-(:func:`exactattn.bulk.block_bounds`), rounded with
+(:func:`exactattn.numbers.bulk.block_bounds`), rounded with
 :func:`~exactattn.numbers.formats.round_ball` and, where the enclosure
 straddles a rounding boundary, by the exact value
-(:meth:`Reference.round_exact <exactattn.verify.reference.Reference.round_exact>`).
+(:meth:`Reference.round_exact <exactattn.reference.reference.Reference.round_exact>`).
 Each output is judged by :func:`exactattn.verify.compare.judge`, the one
 comparison ``verify`` uses, with ``verify``'s default tolerance
 (:func:`~exactattn.numbers.formats.default_max_ulps` of the largest |scaled
@@ -69,8 +69,9 @@ class BlockCheck(Comparison):
 def max_scaled_score(inputs: ExactInputs, top: int) -> float:
     """``top / den`` times the scale, rounded up to a float (a few digits; inf past float64)."""
     from flint import arb
-    from ..digits import working_precision
-    from ..exponents import fmpq_of, inv_sqrt_ball
+    from ..numbers.digits import working_precision
+    from ..numbers.exponents import inv_sqrt_ball
+    from ..numbers.exact import fmpq_of
     d2 = inputs.divisor_squared
     with working_precision(64):
         x = arb(fmpq_of(top)) / arb(inputs.den)
@@ -86,12 +87,12 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     Reference: Vaswani et al. 2017, sec. 3.2.1; Ziv 1991 for the rounding.
     """
     from flint import arb, fmpq
-    from ..bulk import block_bounds
-    from ..digits import working_precision
+    from ..numbers.bulk import block_bounds
+    from ..numbers.digits import working_precision
     from ..verify.check import Entry
     from ..verify.compare import judge
     from ..numbers.formats import float_format, round_ball
-    from ..verify.reference import Reference
+    from ..reference.reference import Reference
     inputs, got = data
     fmt = float_format(dtype)
     c0, c1 = key_span(inputs, r0, r1)

@@ -5,7 +5,7 @@ ones) from an :class:`ExactInputs`: ``query = q / q_den`` (n_q x d_k),
 ``key = k / k_den`` (n_k x d_k), ``value = v / v_den`` (n_k x d_v), numpy
 arrays of integers (int64 where every entry fits, else Python ints), the
 :class:`~exactattn.call.policy.Policy` of the call and an optional explicit boolean
-mask.  That is what :mod:`exactattn.bulk` computes from, and what a Dask
+mask.  That is what :mod:`exactattn.numbers.bulk` computes from, and what a Dask
 cluster receives once (it is small: O(n d), never O(n^2)).
 
 Binary floats are read as the dyadic rationals they are (:func:`float_ints`),
@@ -73,8 +73,8 @@ def float_ints(a) -> tuple[np.ndarray, int]:
 
 
 def _fraction_ints(rows) -> tuple[np.ndarray, int]:
-    from ..bulk import int_array
-    from ..kernels import common_denominator
+    from ..numbers.bulk import int_array
+    from ..numbers.exact import common_denominator
     rows = [list(r) for r in rows]
     got = common_denominator(rows)
     if got is None:
@@ -157,7 +157,7 @@ def from_rationals(query, key, value, policy: Policy | None = None, *, mask=None
 
 
 def from_trace(trace, *, name: str = "head") -> ExactInputs:
-    """The exact queries, keys and values of a :class:`~exactattn.trace.Trace`, under its policy.
+    """The exact queries, keys and values of a :class:`~exactattn.engines.trace.Trace`, under its policy.
 
     ``trace = attend(head, x, engine="fast")`` computes them with python-flint
     products (Vaswani et al. 2017, sec. 3.2.1); the trace's policy carries the

@@ -6,14 +6,14 @@ those rows can see.  Which keys a query sees comes from
 visibility rule) and the inputs' explicit mask; a causal or windowed block
 reads only the span of keys its rows see (:func:`key_span`), so its cost is
 rows x span, not rows x n.  The block's shares and outputs are decided in bulk
-from integer enclosures (:func:`exactattn.bulk.block_bounds`); the few entries
+from integer enclosures (:func:`exactattn.numbers.bulk.block_bounds`); the few entries
 the enclosures leave undecided, and rows that see no key, go through the exact
-per-entry path (:class:`~exactattn.softmax.SoftmaxRow`), so every printed
+per-entry path (:class:`~exactattn.numbers.softmax.SoftmaxRow`), so every printed
 digit is the correctly rounded one.
 
 Every row is computed from its own scores only, so the strings are the same
 for every block size, and the same as :meth:`Trace.share_decimals
-<exactattn.trace.Trace.share_decimals>` gives for the whole head.
+<exactattn.engines.trace.Trace.share_decimals>` gives for the whole head.
 
 Memory: about :data:`~exactattn.blocks.memory.BYTES_PER_PAIR` bytes per
 (row, key) pair of the block at its peak, plus the inputs (O(n d)).
@@ -35,10 +35,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bits
-from ..digits import check_places, format_scaled
-from ..limbs import mix
-from ..softmax import SoftmaxRow
+from ..numbers.bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bits
+from ..numbers.digits import check_places, format_scaled
+from ..numbers.limbs import mix
+from ..numbers.softmax import SoftmaxRow
 from .inputs import ExactInputs
 
 __all__ = ["BlockResult", "ExactRows", "block_keep", "certify_block", "key_span", "score_top"]
@@ -101,7 +101,7 @@ class ExactRows:
         return self._columns[c]
 
     def output(self, i: int, c: int):
-        """The exact output (an :class:`~exactattn.softmax.ExpRatio`) of query i, column c."""
+        """The exact output (an :class:`~exactattn.numbers.softmax.ExpRatio`) of query i, column c."""
         return self.row(i).combine(self.column(c))
 
 
@@ -180,7 +180,7 @@ def score_top(inputs: ExactInputs, r0: int, r1: int) -> int:
     any order of summation: Higham 2002, sec. 3.1), so the largest |N| is
     among the entries within 2e of the largest float; those are computed
     exactly.  More than 64 candidates:
-    every score exactly (:func:`~exactattn.limbs.score_split`).
+    every score exactly (:func:`~exactattn.numbers.limbs.score_split`).
     """
     c0, c1 = key_span(inputs, r0, r1)
     keep = block_keep(inputs, r0, r1, c0, c1)

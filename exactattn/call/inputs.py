@@ -28,7 +28,7 @@ import numpy as np
 
 from .policy import MASK_KINDS, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
-from ..exact import to_exact
+from ..numbers.exact import to_exact
 from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs
@@ -147,7 +147,7 @@ class Call:
     Args:
         query, key, value: nested lists, numpy arrays or tensors of rank 2
             (L x E), 3 (H x L x E) or 4 (B x H x L x E), read exactly by
-            :func:`exactattn.exact.to_exact` (binary floats are refused unless
+            :func:`exactattn.numbers.exact.to_exact` (binary floats are refused unless
             ``floats`` says how to read them).  Keys and values may hold
             ``inf``, ``-inf`` or ``nan`` (floats or text) where no query sees
             them (:meth:`check_nonfinite`, run by the reference).
@@ -475,7 +475,7 @@ def empty_rows(policy: Policy, keep: np.ndarray) -> np.ndarray:
     the key); the result is ... x L.  An empty row gets the policy's
     ``empty_row`` answer (zero, uniform or NaN); a row with a sink is never
     empty (every key hidden: the sink takes the whole share, output 0), as in
-    :class:`~exactattn.softmax.SoftmaxRow`.
+    :class:`~exactattn.numbers.softmax.SoftmaxRow`.
 
     >>> keep = np.array([[True, False], [False, False]])
     >>> empty_rows(Policy(), keep).tolist(), empty_rows(Policy(sink="0"), keep).tolist()

@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from ..errors import InputError, ShapeError, shorten
-from ..exact import to_exact
+from ..numbers.exact import to_exact
 
 __all__ = ["MASK_KINDS", "Mask"]
 

@@ -33,12 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import FloatInputError, InputError, shorten
-from ..exact import to_exact
+from ..numbers.exact import to_exact
 from ..options import check_choice, check_whole
-from ..reals import two_power
+from ..numbers.reals import two_power
 
 __all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_dropout",
            "check_form", "check_layout", "check_softcap", "check_theta", "check_window",
@@ -131,7 +131,7 @@ def alibi_slopes(heads: int) -> list:
     """The exact ALiBi slope of every head (Press et al. 2022, sec. 3, and the authors' code).
 
     Returns ``Fraction`` slopes where they are rational and
-    :class:`~exactattn.reals.Surd` slopes where they are not.
+    :class:`~exactattn.numbers.reals.Surd` slopes where they are not.
 
     Raises:
         InputError: heads is not a whole number from 1 to 4096.
@@ -233,3 +233,21 @@ class Rope:
 
     def text(self) -> str:
         return f"rope(theta={self.theta}, {self.layout})"
+
+
+def dropout_factors(p: Fraction | None, keep: Sequence[bool] | None) -> list | None:
+    """The factor each key's weight is multiplied by under dropout: ``keep / (1 - p)``.
+
+    None when there is no dropout.  The weights of a row then sum to
+    ``(sum of kept shares) / (1 - p)``, not 1.
+
+    Raises:
+        InputError: a keep-mask without p, or p without a keep-mask.
+    """
+    if p is None and keep is None:
+        return None
+    if p is None or keep is None:
+        raise InputError("dropout needs both p and a keep-mask (got "
+                         f"{'a keep-mask without p' if p is None else 'p without a keep-mask'})")
+    scale = 1 / (1 - Fraction(p))
+    return [scale if k else Fraction(0) for k in keep]

@@ -37,7 +37,7 @@ line read it:
     ``tile`` (``h % H_kv``: ``repeat``).
 modifiers
     Sliding windows, query offsets, soft-capping, sinks, ALiBi, RoPE and
-    dropout (:mod:`exactattn.call.modifiers`; applied by :mod:`exactattn.logits`).
+    dropout (:mod:`exactattn.call.modifiers`; applied by :mod:`exactattn.reference.logits`).
 
 Exactly one function decides which keys a query sees:
 :meth:`Policy.visible_keys`.  Masks narrow what it returns; nothing else
@@ -79,20 +79,19 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import FloatInputError, InputError, ShapeError, shorten
-from ..exact import rational_sqrt, to_exact
+from ..numbers.exact import rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
 from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, exact_number
-from ..options import check_choice
+from ..options import EMPTY_ROWS, check_choice
 
 __all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "MODIFIER_FIELDS",
            "POSITION_FIELDS", "PRESETS", "SCORE_FIELDS", "UNSUPPORTED",
            "Alibi", "Mask", "Policy", "Rope", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
 
 ALIGNMENTS = ("top_left", "bottom_right")
-EMPTY_ROWS = ("zero", "uniform", "nan")
 GQA_MAPS = ("interleave", "tile")
 DEFAULT_SCALE = "default"
-#: the modifier fields of a Policy, in the order of the one composition (see exactattn.logits);
+#: the modifier fields of a Policy, in the order of the one composition (see exactattn.reference.logits);
 #: POSITION_FIELDS only move or hide keys, SCORE_FIELDS change the numbers
 POSITION_FIELDS = ("window", "query_offset")
 SCORE_FIELDS = ("rope", "softcap", "alibi", "sink", "dropout")
@@ -154,7 +153,7 @@ def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = Non
                   ) -> Fraction | None:
     """Read a divisor and return its square ``D`` as a positive ``Fraction``, or None.
 
-    Accepted: a positive number (any form :func:`~exactattn.exact.to_exact`
+    Accepted: a positive number (any form :func:`~exactattn.numbers.exact.to_exact`
     reads), ``"sqrt(q)"`` for a positive rational q, a sympy ``sqrt(q)``, or
     ``None``/``"none"`` (no scaling).
 

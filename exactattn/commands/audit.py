@@ -20,8 +20,8 @@ import sys
 
 from ..errors import InputError
 from ..options import choice, whole
-from ..render import FORMATS
-from ..stream import parse_span
+from ..present.render import FORMATS
+from ..present.stream import parse_span
 
 HELP = "judge every printed number of a published attention table: right, truncated, ... wrong"
 #: the demo's changed cell: the worked example's output of token 1, column 4
@@ -113,8 +113,8 @@ def demo_text() -> tuple[str, str]:
     """The worked example's tables as ``walkthrough --format markdown`` prints them, and a
     copy with one cell changed (:data:`DEMO_CHANGE`)."""
     from ..examples import example
-    from ..render import render
-    from ..tables import MODES, attend_example, build
+    from ..present.render import render
+    from ..present.tables import MODES, attend_example, build
     ex = example("chronicle")
     trace = attend_example(ex)
     text = render([s for m in MODES for s in build(m, ex, trace, 4)], "markdown")
@@ -127,7 +127,7 @@ def demo_text() -> tuple[str, str]:
 def _demo(args) -> int:
     from ..audit import audit_text
     from ..audit.report import report_sections, summary_line
-    from ..render import Section, render
+    from ..present.render import Section, render
     clean_text, changed_text = demo_text()
     clean = audit_text(clean_text, example="chronicle")
     changed = audit_text(changed_text, example="chronicle")

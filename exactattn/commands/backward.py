@@ -4,7 +4,7 @@ The forward walkthrough (``exactattn walkthrough``) read backwards: for a
 stated upstream gradient ``--d-out`` (default: the loss "sum of the last
 output column", ``dO_i = (0, ..., 0, 1)`` for every token), the shares, ``dP
 = dO V^T``, ``D_i``, ``dS``, the closed forms, ``dQ``, ``dK``, ``dV`` and the
-weight and bias gradients (:mod:`exactattn.backward_tables`), every number
+weight and bias gradients (:mod:`exactattn.present.backward_tables`), every number
 exact or certified.  The modifier flags apply as in the table commands
 (sinks, ALiBi, windows; soft-capping and RoPE are refused with one line).
 """
@@ -15,7 +15,7 @@ import sys
 
 from ..errors import InputError, shorten
 from ..options import places
-from ..render import FORMATS, render
+from ..present.render import FORMATS, render
 
 HELP = "the backward pass of a worked example (dO, P, dP, D, dS, dQ, dK, dV, dW) to check by hand"
 #: the most tokens the backward walkthrough prints (its closed forms grow with the call)
@@ -45,7 +45,7 @@ def parse_d_out(text: str | None, n: int, d_v: int) -> list[list]:
         InputError: a row of the wrong width, a number that is not exact, a count of rows
             that is neither 1 nor n.
     """
-    from ..exact import to_matrix
+    from ..numbers.exact import to_matrix
     if text is None:
         return [[0] * (d_v - 1) + [1] for _ in range(n)]
     rows = [r.strip() for r in text.split(";")]
@@ -62,7 +62,7 @@ def parse_d_out(text: str | None, n: int, d_v: int) -> list[list]:
 
 
 def run(args) -> int:
-    from ..backward_tables import backward_sections
+    from ..present.backward_tables import backward_sections
     from ..gradients import head_gradients
     from .tables import apply_modifiers, load_source
     for flag, field in (("--softcap", "softcap"), ("--rope", "rope")):

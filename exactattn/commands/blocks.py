@@ -135,8 +135,8 @@ def _refuse(args) -> None:
 def _inputs(args):
     """``(ExactInputs, floats or None, dtype)``: the exact inputs, the float arrays for --check."""
     from ..blocks import from_floats, from_call, from_trace, random_floats
-    from ..head import attend
-    from ..spec import load, load_problem, parse, read_text
+    from ..engines.head import attend
+    from ..call.spec import load, load_problem, parse, read_text
     dtype = args.dtype or "float32"
     if args.random:
         n, d, seed = args.random
@@ -175,7 +175,7 @@ def _inputs(args):
 def run(args) -> int:
     from ..blocks import DEFAULT_MEMORY, Engine, certify, check_impl
     from ..blocks.memory import size_text
-    from ..stream import progress
+    from ..present.stream import progress
     _refuse(args)
     inputs, floats, dtype = _inputs(args)
     budget = args.memory or DEFAULT_MEMORY

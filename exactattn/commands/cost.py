@@ -20,7 +20,7 @@ from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
 from ..errors import InputError, shorten
 from ..options import choice, whole, whole_list
-from ..render import FORMATS, render
+from ..present.render import FORMATS, render
 
 HELP = "multiply-adds at several row lengths: counted, derived, crossover, conventions"
 

@@ -23,9 +23,9 @@ import time
 from ..errors import InputError, shorten
 from ..models.run import IMPLEMENTATIONS, MODELS
 from ..options import choice, places, whole
-from ..render import FORMATS, Section, write
-from ..stream import PAGE, View
-from ..tables import MODES, attend_example, build
+from ..present.render import FORMATS, Section, write
+from ..present.stream import PAGE, View
+from ..present.tables import MODES, attend_example, build
 
 MODEL_MODES = MODES + ("walkthrough", "layer", "check")
 HELP = "a head or layer of a real model from its weights file, or a whole model on text, exactly"
@@ -145,7 +145,7 @@ def _check(args) -> int:
     from ..models.report import check_sections
     from ..models.run import run_model
     from ..models.weights import exact_matrix
-    from ..stream import busy, progress
+    from ..present.stream import busy, progress
     model = args.model or MODELS[0]
     with busy(f"running {model}"):
         run_ = run_model(model, args.text, implementation=args.attn_implementation or "eager",
@@ -171,7 +171,7 @@ def _check(args) -> int:
                  tokens=run_.tokens, x=x, source=run_.description)
     trace = attend_example(ex)
     if args.svg is not None:
-        from ..svg import picture
+        from ..present.svg import picture
         _write_svg(args.svg, picture("scores", ex, trace, args.digits, "svg"))
     view = View.of(args.format, len(x))
     sections += build("scores", ex, trace, args.digits, closed_forms=args.format == "json",
@@ -209,7 +209,7 @@ def run(args) -> int:
     _check_options(args)
     if args.mode == "check":
         return _check(args)
-    from ..layer import attend_layer
+    from ..engines.layer import attend_layer
     from ..models.example import load_model_head
     arch = args.arch if args.names is None else _name_map(args.names)
     loaded = load_model_head(args.weights, arch, args.layer, args.head, args.tokens,

@@ -24,7 +24,7 @@ import argparse
 
 from ..call.policy import MODIFIER_FIELDS, parse_scale
 from ..errors import InputError, shorten
-from ..lse import LSE_BASES
+from ..numbers.lse import LSE_BASES
 from ..call.modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
                          check_layout, check_softcap, check_theta, exact_number)
 from ..options import choice, whole

@@ -42,7 +42,7 @@ def register(sub) -> None:
 def _sentences(args) -> list:
     from ..examples import example
     from ..page import with_companions
-    from ..spec import load
+    from ..call.spec import load
     names = args.example or ([] if args.spec else ["bank-river"])
     out = [example(name) for name in with_companions(names)]
     for path in args.spec or []:
@@ -54,7 +54,7 @@ def _sentences(args) -> list:
 
 def run(args) -> int:
     from ..page import build_page
-    from ..stream import busy
+    from ..present.stream import busy
     if args.output is not None and not args.output.strip():
         raise InputError("-o must name a file to write (got '')")
     if args.output is not None and not os.path.isdir(os.path.dirname(os.path.abspath(

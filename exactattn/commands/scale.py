@@ -7,7 +7,7 @@ import sys
 
 from ..errors import shorten
 from ..options import places, whole, whole_list
-from ..render import FORMATS
+from ..present.render import FORMATS
 from .tables import add_format_option
 
 HELP = ("why the divisor: random rows at several key widths, divided and undivided, "

@@ -13,7 +13,7 @@ HELP = "one row's shares as the divisor runs, or the counted cost as the row gro
 
 
 def _divisors(text: str) -> list[str]:
-    from ..sweep import parse_divisors
+    from ..present.sweep import parse_divisors
     try:
         return [label for label, _ in parse_divisors(text, "--divisors")]
     except InputError as e:
@@ -21,7 +21,7 @@ def _divisors(text: str) -> list[str]:
 
 
 def register(sub) -> None:
-    from ..sweep import MAX_LENGTH
+    from ..present.sweep import MAX_LENGTH
     p = sub.add_parser("sweep", help=HELP, description=HELP)
     kinds = p.add_subparsers(dest="sweep", metavar="KIND", parser_class=type(p))
     kinds.required = True
@@ -55,8 +55,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..render import render
-    from ..sweep import check_row, divisor_sweep, length_sweep
+    from ..present.render import render
+    from ..present.sweep import check_row, divisor_sweep, length_sweep
     ex = load_source(args)
     if args.kind == "divisor":
         row = None if args.row is None else check_row(args.row, len(ex.x), "--row")

@@ -22,11 +22,11 @@ import sys
 from ..call.policy import divisor_text
 from ..errors import InputError, shorten
 from ..options import choice, index_pair, places
-from ..render import ALL_FORMATS, FORMATS, write
-from ..stream import PAGE, View, busy, check_span, parse_span, span_text
-from ..svg import PICTURE_FORMATS, PICTURE_MODES, picture
+from ..present.render import ALL_FORMATS, FORMATS, write
+from ..present.stream import PAGE, View, busy, check_span, parse_span, span_text
+from ..present.svg import PICTURE_FORMATS, PICTURE_MODES, picture
 from .modifier_flags import add_flags, apply
-from ..tables import MODES, attend_example, build, explain
+from ..present.tables import MODES, attend_example, build, explain
 
 HELP = {
     "row": "the tokens and the numbers each arrives with",
@@ -58,7 +58,7 @@ def load_source(args):
     if args.spec is not None:
         if not args.spec.strip():
             raise InputError("--spec must name a JSON or TOML file (got '')")
-        from ..spec import load
+        from ..call.spec import load
         return load(args.spec)
     from ..examples import example
     return example("chronicle" if args.example is None else args.example)
@@ -188,7 +188,7 @@ def run(args) -> int:
         check_span(keys, n, "--keys")
     with busy("running the head"):
         trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
-    if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.svg)
+    if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.present.svg)
         _write_picture(picture(args.mode, ex, trace, digits, args.format), args.output)
         return 0
     if args.mode in ("scores", "walkthrough") and trace.engine != "symbolic":

@@ -16,7 +16,7 @@ import sys
 from ..call.policy import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, choice, memory, whole
-from ..render import FORMATS, plural, render
+from ..present.render import FORMATS, plural, render
 from .modifier_flags import scale_type
 
 HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
@@ -209,7 +209,7 @@ def _fit(args, policy: Policy, problem, searching: bool):
 def _inputs(args):
     """``(problem, spec policy, spec dtype)`` from --spec or the random-input options."""
     if args.spec:
-        from ..spec import load_problem
+        from ..call.spec import load_problem
         problem, policy, dtype, fields = load_problem(args.spec, extras=True)
         if fields.keep is not None and problem.dropout_keep is None:   # policy.dropout.keep
             problem = problem.with_dropout_keep(fields.keep)
@@ -231,7 +231,7 @@ def _inputs(args):
 
 
 def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
-    from ..spec import problem_text
+    from ..call.spec import problem_text
     from ..verify import report_sections, search
     from ..call.limits import check_search
     from ..verify.search import HARD_SCORE

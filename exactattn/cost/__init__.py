@@ -4,8 +4,8 @@ from the loops, the crossover solved.
 Three independent routes to one number, which must agree:
 
 * **counted** (:mod:`~exactattn.cost.counting`): :func:`count` runs the head
-  through the pencil engine's loops (:mod:`exactattn.kernels`,
-  :mod:`exactattn.head`), whose counters go up by one inside the innermost
+  through the pencil engine's loops (:mod:`exactattn.reference.kernels`,
+  :mod:`exactattn.engines.head`), whose counters go up by one inside the innermost
   loop at every multiply-add that really runs;
 * **derived** (:mod:`~exactattn.cost.derivation`): :func:`derive` describes
   each stage's loop nest by its bounds (:func:`loop_nests`, mirroring the

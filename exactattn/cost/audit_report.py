@@ -2,7 +2,7 @@
 
 Presentation only: the figures and verdicts come from
 :func:`exactattn.cost.audit.audit`; this module turns them into one
-:class:`~exactattn.render.Section` (``cost/audit``): the call, the torch
+:class:`~exactattn.present.render.Section` (``cost/audit``): the call, the torch
 kernel that ran it, the derived MACs / FLOPs of each stage, the operations of
 a float softmax (counted separately), and each counter's figure with its
 verdict.
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..digits import round_fraction
-from ..render import Section
+from ..numbers.digits import round_fraction
+from ..present.render import Section
 from .audit import ERRORS, Audit, Verdict, audit
 
 __all__ = ["FINDINGS", "audit_sections", "verdict_text"]

@@ -1,10 +1,10 @@
 """Counted runs: the head run through the pencil engine's loops, every multiply-add counted.
 
-A counted run calls exactly what :func:`exactattn.head.attend` calls for the
-pencil engine: :func:`~exactattn.kernels.common_denominator`,
-:func:`~exactattn.kernels.project`, :func:`~exactattn.kernels.score` over the
+A counted run calls exactly what :func:`exactattn.engines.head.attend` calls for the
+pencil engine: :func:`~exactattn.numbers.exact.common_denominator`,
+:func:`~exactattn.reference.kernels.project`, :func:`~exactattn.reference.kernels.score` over the
 keys :meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>` returns,
-:func:`~exactattn.head.softmax_rows` and :func:`~exactattn.head.mix_rows`.
+:func:`~exactattn.engines.head.softmax_rows` and :func:`~exactattn.engines.head.mix_rows`.
 The counters go up by one inside the innermost loops, at every multiply-add
 that really runs; nothing is computed from a formula.  No sympy here.
 
@@ -28,10 +28,11 @@ from itertools import product
 
 from ..call.policy import Policy
 from ..errors import InputError
-from ..exact import to_matrix
-from ..head import Head, score_and_mix
-from ..kernels import common_denominator, project
-from ..layer import out_project, sum_decimal
+from ..numbers.exact import to_matrix
+from ..engines.head import Head, score_and_mix
+from ..reference.kernels import project
+from ..numbers.exact import common_denominator
+from ..engines.layer import out_project, sum_decimal
 from .sizes import CallShape, size
 
 __all__ = ["LAYER_PLACES", "Run", "count", "count_call", "count_head", "count_tokens",
@@ -116,7 +117,7 @@ def _zero_ops() -> dict:
 
 
 def _out_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]:
-    """W_O through the exact layer's counted loop (:func:`exactattn.layer.out_project`)."""
+    """W_O through the exact layer's counted loop (:func:`exactattn.engines.layer.out_project`)."""
     entries, count = out_project(W_O, head_outputs)
     macs["out_projection"] += count
     return entries
@@ -124,7 +125,7 @@ def _out_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]:
 
 def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
                    ops: dict, empty_row: str = "zero") -> list[list]:
-    """The pencil engine's own counted step (:func:`exactattn.head.score_and_mix`), its
+    """The pencil engine's own counted step (:func:`exactattn.engines.head.score_and_mix`), its
     MACs and softmax operations added to ``macs`` and ``ops``: the one tally of a run."""
     _, _, rows, out, ms, mm = score_and_mix(q, k, v, visible, score_den, value_den, d2,
                                             empty_row)
@@ -259,7 +260,7 @@ def count_call(shape: CallShape, x=None) -> Run:
     """Run the call through the pencil engine's counted loops; returns a :class:`Run`.
 
     Every broadcast batch entry and query head runs the engine's counted step
-    (:func:`exactattn.head.score_and_mix`).  Without ``d_model``, on small
+    (:func:`exactattn.engines.head.score_and_mix`).  Without ``d_model``, on small
     whole numbers for the rows of query, key and value that the entry reads (a
     batch dimension of 1 is read for every entry) and of the key/value head
     :meth:`Policy.kv_head` maps the query head to.  With ``d_model``, on the
@@ -364,7 +365,7 @@ def count(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "
     ['out_projection',] 'total'}``.
 
     Runs :func:`count_head` on :func:`count_tokens` through the pencil
-    engine's loops (:mod:`exactattn.kernels`, :mod:`exactattn.head`), which
+    engine's loops (:mod:`exactattn.reference.kernels`, :mod:`exactattn.engines.head`), which
     add one at every multiply-add that runs; nothing is computed from a
     formula.  ``d_v`` defaults to ``d_k``.
 

@@ -2,7 +2,7 @@
 
 Presentation only: the figures come from :mod:`exactattn.cost.rows` and
 :mod:`exactattn.cost.conventions`; this module turns them into
-:class:`~exactattn.tables.Section` tables (rows of text, notes, JSON data).
+:class:`~exactattn.present.tables.Section` tables (rows of text, notes, JSON data).
 
 >>> s = cost_sections()[0]
 >>> [r[:6] for r in s.rows]  # doctest: +NORMALIZE_WHITESPACE
@@ -19,8 +19,8 @@ from fractions import Fraction
 
 import sympy
 
-from ..digits import round_fraction
-from ..render import Section
+from ..numbers.digits import round_fraction
+from ..present.render import Section
 from .conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
 from .derivation import EXTENSION_SYMBOLS, SYMBOLS
 from .rows import CostRows, FormulaCheck, cost_rows

@@ -151,7 +151,7 @@ def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=No
     model going from 1000 to 2000 tokens costs 2.28 times as much, not "close
     to four times": the ratio is 3.5 only at n = 9D/2 (18432 tokens).
 
-    >>> from exactattn.digits import round_fraction
+    >>> from exactattn.numbers.digits import round_fraction
     >>> r = doubling_ratio()
     >>> r.expr, r.limit
     (2*(3*D + 4*n)/(3*D + 2*n), 4)

@@ -43,11 +43,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from ..bulk import int_array
-from ..digits import decide, format_scaled, working_precision
+from ..numbers.bulk import int_array
+from ..numbers.digits import decide, format_scaled, working_precision
 from ..errors import InputError, ShapeError, shorten
-from ..exact import rational_sqrt
-from ..exponents import fmpq_of, inv_sqrt_ball
+from ..numbers.exact import rational_sqrt
+from ..numbers.exponents import inv_sqrt_ball
+from ..numbers.exact import fmpq_of
 from .terms import Terms
 from .values import ONE, GradValue
 
@@ -65,7 +66,7 @@ _SCALED = ("dQ", "dK")
 def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
     """Decimals of a matrix from enclosures ``balls[i][j]`` (``arb``).
 
-    Each entry is rounded by :func:`exactattn.digits.decide` from its ball; an
+    Each entry is rounded by :func:`exactattn.numbers.digits.decide` from its ball; an
     entry the ball leaves undecided goes to ``value(i, j).decimal`` (the exact
     path).  ``nan(i, j)`` (optional) marks NaN entries.
     """
@@ -99,9 +100,9 @@ class Gradients:
     Shapes: ``queries`` R x E, ``keys`` S x E, ``values`` S x E_v, ``d_out``
     R x E_v (lists of ``Fraction``); ``keep`` R x S booleans; ``offsets`` None
     or per row None or S numbers (``Fraction`` or
-    :class:`~exactattn.reals.Surd`) added to the scaled scores (masks, ALiBi);
+    :class:`~exactattn.numbers.reals.Surd`) added to the scaled scores (masks, ALiBi);
     ``sink`` None or the sink's logit; ``factors`` None or R x S dropout
-    factors ``keep / (1 - p)`` (:func:`exactattn.logits.dropout_factors`).  A
+    factors ``keep / (1 - p)`` (:func:`exactattn.call.modifiers.dropout_factors`).  A
     GQA group is one block: the rows of every query head that reads the same
     keys.
 

@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
-from ..digits import tighten
+from ..numbers.digits import tighten
 from ..errors import ShapeError
 from ..numbers.formats import float_format, round_ball
-from ..verify.enclose import round_value
+from ..numbers.formats import round_value
 
 __all__ = ["ExactGradients", "d_out_array"]
 
@@ -74,9 +74,9 @@ class ExactGradients:
         """``(floats, balls, magnitudes)`` of one gradient, correctly rounded to ``dtype``.
 
         Whole blocks are enclosed at ``prec`` bits, then at twice that
-        (:func:`~exactattn.digits.tighten`); what is left (exact zeros, ties,
+        (:func:`~exactattn.numbers.digits.tighten`); what is left (exact zeros, ties,
         stragglers) is rounded entry by entry from its exact value
-        (:meth:`Reference.round_exact <exactattn.verify.reference.Reference.round_exact>`).
+        (:meth:`Reference.round_exact <exactattn.reference.reference.Reference.round_exact>`).
         """
         fmt = float_format(dtype)
         shape = self.shape_of(name)
@@ -144,7 +144,7 @@ class ExactGradients:
 
 
 def d_out_array(problem, d_out) -> np.ndarray:
-    from ..exact import to_exact
+    from ..numbers.exact import to_exact
     sh = problem.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     arr = np.array(d_out, dtype=object)

@@ -184,8 +184,9 @@ def check_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
 def _loss_ball(g, Q, K, V, offsets, sink):
     """``L = sum_ic dO_ic O_ic`` enclosed from the forward pass (the current arb precision)."""
     from flint import arb
-    from ..exponents import fmpq_of, inv_sqrt_ball
-    from ..reals import real_ball
+    from ..numbers.exponents import inv_sqrt_ball
+    from ..numbers.exact import fmpq_of
+    from ..numbers.reals import real_ball
     s = arb(fmpq_of(g.scale_rational))
     if g.irrational_scale is not None:
         s *= inv_sqrt_ball(g.irrational_scale)
@@ -264,9 +265,9 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
         InputError: an unknown ``wrt``, an offset of a hidden pair, a NaN row.
     """
     from flint import arb
-    from ..digits import tighten
+    from ..numbers.digits import tighten
     from ..errors import InputError
-    from ..exponents import fmpq_of
+    from ..numbers.exact import fmpq_of
     if not wrt or wrt[0] not in WRT:
         raise InputError(f"wrt must start with one of {', '.join(WRT)} (got {wrt!r})")
     if g.nan_rows:
@@ -308,7 +309,7 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
         b = arb(fmpq_of(bound))
         return True if abs(d) <= b else False if abs(d) > b else None
     ok = bool(tighten(step, prec, max_prec=16 * prec))
-    from ..digits import certify, round_fraction
+    from ..numbers.digits import certify, round_fraction
     where = "dL/d" + ("sink" if wrt[0] == "sink" else wrt[0] + "".join(f"[{x}]" for x in wrt[1:]))
     shown = exact.decimal(places) if gradient is None else certify(grad_at, places)
     power = h.denominator.bit_length() - 1

@@ -1,7 +1,7 @@
 """Certified float64 enclosures of a plain call's gradients, to round whole matrices at once.
 
 The exponentials come from the forward pass's integer enclosures
-(:func:`exactattn.bulk.block_bounds`: ``lo / 2^F <= exp(x_ij - max_k x_ik) <=
+(:func:`exactattn.numbers.bulk.block_bounds`: ``lo / 2^F <= exp(x_ij - max_k x_ik) <=
 hi / 2^F`` and exact row sums); everything after that is midpoint-radius
 interval arithmetic in numpy float64 (Rump 1999, "Fast and parallel interval
 arithmetic", BIT 39), where every radius bounds the error of the midpoint
@@ -24,7 +24,7 @@ back to the caller's exact path, so every printed digit is the correctly
 rounded one and no float becomes a value.
 
 Used for calls without offsets, sink or dropout whose inputs fit int64 over a
-common denominator (what :func:`~exactattn.bulk.block_bounds` takes);
+common denominator (what :func:`~exactattn.numbers.bulk.block_bounds` takes);
 :func:`enclose` returns None for any other call and the ``arb`` path runs.
 
 >>> from exactattn.call.policy import Policy
@@ -57,10 +57,10 @@ def _up(x):
 def _exact(rows, common=None):
     """Floats within ``4u`` of a matrix of ``Fraction`` (plus ``2^-1074``), the radius
     :func:`_matmul` assumes of its right factor: the integers over one common denominator
-    (``common``, from :func:`exactattn.kernels.common_denominator`) divided in float64
+    (``common``, from :func:`exactattn.numbers.exact.common_denominator`) divided in float64
     (two roundings and a division), or each entry's nearest float when they do not fit."""
     import numpy as np
-    from ..bulk import int_array
+    from ..numbers.bulk import int_array
     if common is not None and common[1] < 2 ** 1000:
         ints, den = common
         a = int_array([x for r in ints for x in r], (len(ints), len(ints[0]) if ints else 0))
@@ -112,8 +112,9 @@ def _row_sum(a):
 def _scalar(q: Fraction, D: Fraction | None):
     """(mid, rad) of ``q / sqrt(D)`` (``q`` when D is None) from an arb enclosure."""
     from flint import arb
-    from ..digits import arb_to_fraction, working_precision
-    from ..exponents import fmpq_of, inv_sqrt_ball
+    from ..numbers.digits import arb_to_fraction, working_precision
+    from ..numbers.exponents import inv_sqrt_ball
+    from ..numbers.exact import fmpq_of
     with working_precision(128):
         b = arb(fmpq_of(q)) * (1 if D is None else inv_sqrt_ball(D))
         m = float(arb_to_fraction(b.mid()))
@@ -132,8 +133,8 @@ def enclose(g) -> dict | None:
     :class:`~exactattn.gradients.backward.Gradients` ``g`` (``D`` as a vector), or None
     when the call has offsets, a sink or dropout, or inputs past int64."""
     import numpy as np
-    from ..bulk import block_bounds, int_array
-    from ..kernels import common_denominator
+    from ..numbers.bulk import block_bounds, int_array
+    from ..numbers.exact import common_denominator
     if not g.plain or g.R == 0 or g.S == 0:
         return None
     keep = g.keep
@@ -183,7 +184,7 @@ def round_balls(mid, rad, places: int):
     where the enclosure decides it (numpy object array of strings), and a boolean array of
     the entries it leaves undecided (their texts are None)."""
     import numpy as np
-    from ..digits import format_scaled
+    from ..numbers.digits import format_scaled
     sc = float(10 ** places)
     with np.errstate(all="ignore"):
         x = mid * sc

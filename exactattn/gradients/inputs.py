@@ -6,9 +6,9 @@
 sees (``Policy.keep``: causal rule, windows, query offset), the offsets added
 to the scaled scores (an additive mask's rationals plus the ALiBi bias
 ``slope * distance``, :meth:`Alibi.bias <exactattn.call.modifiers.Alibi.bias>`:
-a rational, or an exact algebraic :class:`~exactattn.reals.Surd` for slopes
+a rational, or an exact algebraic :class:`~exactattn.numbers.reals.Surd` for slopes
 such as ``2^(-1/2)``), the sink logit, and the dropout factors ``keep / (1 -
-p)`` (:func:`exactattn.logits.dropout_factors`).
+p)`` (:func:`exactattn.call.modifiers.dropout_factors`).
 
 What exact gradients cover (:func:`check_policy`): every scale, the causal
 rule, windows and query offsets, empty rows, masks (additive ones included),
@@ -30,7 +30,7 @@ from fractions import Fraction
 
 from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
-from ..exact import to_matrix
+from ..numbers.exact import to_matrix
 from .backward import Gradients
 
 __all__ = ["block_inputs", "check_policy", "gradients"]
@@ -64,7 +64,7 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
         ShapeError: a keep-mask of the wrong shape.
     """
     import numpy as np
-    from ..logits import dropout_factors
+    from ..call.modifiers import dropout_factors
     check_policy(policy)
     L, S = n_queries, n_keys
     keep = policy.keep(L, S, mask)
@@ -103,7 +103,7 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
     """The exact gradients of one head's call ``softmax(scale Q K^T + mask) V`` given ``dO``.
 
     Shapes: queries L x E, keys S x E, values S x E_v, d_out L x E_v (any
-    exact numbers :func:`~exactattn.exact.to_matrix` reads); ``mask`` an
+    exact numbers :func:`~exactattn.numbers.exact.to_matrix` reads); ``mask`` an
     L x S :class:`~exactattn.call.policy.Mask` (an additive one adds its offsets);
     ``dropout_keep`` L x S booleans (True = kept) with ``policy.dropout``.
     ``policy`` gives the scale, the causal rule and windows, the empty-row

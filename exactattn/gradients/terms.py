@@ -3,10 +3,10 @@
 Write the raw scores of a block over one common denominator, ``S_ij = N_ij /
 den``, the scale as ``1/sqrt(D)`` and each visible pair's offset ``m_ij`` (an
 additive mask or bias, an ALiBi bias ``slope * distance``, the sink's logit):
-rationals, or exact algebraic numbers (:class:`~exactattn.reals.Surd`, such as
+rationals, or exact algebraic numbers (:class:`~exactattn.numbers.reals.Surd`, such as
 an ALiBi slope ``2^(-1/2)``).  Every visible logit ``x_ij = S_ij / sqrt(D) +
 m_ij`` is then ``r_0 + sum_k r_k b_k`` with rationals r and the basis
-``b_k`` of :func:`exactattn.reals.align`: the irrational atoms ``1/sqrt(D')``
+``b_k`` of :func:`exactattn.numbers.reals.align`: the irrational atoms ``1/sqrt(D')``
 and ``2^f`` that occur, kept linearly independent over the rationals.  One
 *coordinate* per basis element (and one for the rational part ``r_0``) is
 written over its own common denominator ``E_k``, so every exponential is a
@@ -50,11 +50,11 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..call.policy import EMPTY_ROWS
-from ..digits import working_precision
-from ..exact import rational_sqrt
-from ..exponents import fmpq_of
+from ..numbers.digits import working_precision
+from ..numbers.exact import rational_sqrt
+from ..numbers.exact import fmpq_of
 from ..options import check_choice
-from ..reals import Pow2, Surd, align, atom_ball
+from ..numbers.reals import Pow2, Surd, align, atom_ball
 
 __all__ = ["GENERATOR_NAMES", "ROW_KINDS", "Terms"]
 
@@ -133,7 +133,7 @@ class Terms:
         den: their common denominator.
         keep: R x S booleans, True where a query sees a key.
         offsets: None, or per row None or S numbers (``Fraction`` or
-            :class:`~exactattn.reals.Surd`) added to the scaled scores (an
+            :class:`~exactattn.numbers.reals.Surd`) added to the scaled scores (an
             additive mask, an ALiBi bias, a sink's logit; entries at hidden keys
             ignored).
         divisor_squared: D (the scores are divided by sqrt(D)); None for no scale.
@@ -142,7 +142,7 @@ class Terms:
     Attributes:
         generators: ``(c, atom)`` per generator: ``exp(c * atom)`` with atom
             None (the number 1), a ``Fraction`` D' (``1/sqrt(D')``) or a
-            :class:`~exactattn.reals.Pow2` (``2^f``).
+            :class:`~exactattn.numbers.reals.Pow2` (``2^f``).
         kinds: per row, one of :data:`ROW_KINDS`.
         paired: True with more than one generator.
 

@@ -25,7 +25,7 @@ on demand, and decides exactly:
 * **sign**, ``==``, ``<``: the zero test, then enclosures (which always end,
   the value being non-zero);
 * **decimals**: rationals round exactly; any other value through
-  :func:`exactattn.digits.certify` with the exact sign as its ``compare``.
+  :func:`exactattn.numbers.digits.certify` with the exact sign as its ``compare``.
 
 Arithmetic: ``+``, ``-`` and rational multiples of values of one call (what the
 weight gradients and the property checks need).
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..digits import arb_to_fraction, certify, fraction_text, round_fraction, tighten
+from ..numbers.digits import arb_to_fraction, certify, fraction_text, round_fraction, tighten
 from ..errors import ExactAttnError, InputError
 from ..numbers.real import Real
 

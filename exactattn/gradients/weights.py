@@ -1,7 +1,7 @@
 """Gradients with respect to a head's weights: dW_Q, dW_K, dW_V and the bias gradients.
 
 For a head given as tokens ``x`` (n x d_model) and projections (slots
-layout, :mod:`exactattn.head`): ``q_i = W_Q x_i + b_Q``, ``k_i = W_K x_i +
+layout, :mod:`exactattn.engines.head`): ``q_i = W_Q x_i + b_Q``, ``k_i = W_K x_i +
 b_K``, ``v_i = W_V x_i + b_V``, and an upstream gradient ``dO``, the chain
 rule through the projections gives, with dQ, dK, dV of the call
 (:mod:`exactattn.gradients.backward`)::
@@ -15,7 +15,7 @@ is 0 exactly: a key bias adds ``q_i . b_K`` to every score of row i, which the
 softmax cancels; and ``db_V = sum_i dO_i`` over rows that see a key (each row
 of shares sums to 1), a rational vector.
 
->>> from exactattn.head import Head
+>>> from exactattn.engines.head import Head
 >>> h = Head([[1]], [[1]], [[1]], b_K=[5], divisor="none")
 >>> g = head_gradients(h, [[0], [1]], [[1], [1]])
 >>> g.decimals("dW_Q", 4), g.db_K[0].rational(), g.db_V[0].rational()
@@ -27,7 +27,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..errors import InputError, shorten
-from ..exact import to_matrix
+from ..numbers.exact import to_matrix
 from .backward import BULK_PREC, Gradients, certified
 from .inputs import block_inputs, check_policy
 from .values import GradValue
@@ -81,13 +81,13 @@ class HeadGradients:
     def balls(self, name: str, prec: int = BULK_PREC):
         """``arb_mat`` enclosures of one weight gradient at ``prec`` bits (one row for a bias)."""
         from flint import arb_mat, fmpq_mat
-        from ..exponents import fmpq_of
+        from ..numbers.exact import fmpq_of
         source, bias = WEIGHT_GRADIENTS[name]
         G = self.call.balls(prec)[source]           # n x width (and the sink's row last)
         n = len(self.x)
         if G.nrows() != n:
             G = arb_mat(n, G.ncols(), [G[i, j] for i in range(n) for j in range(G.ncols())])
-        from ..digits import working_precision
+        from ..numbers.digits import working_precision
         with working_precision(prec):
             if bias:
                 return arb_mat(1, n, [1] * n) * G
@@ -114,7 +114,7 @@ def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep
     Shapes: ``x`` n x d_model, ``d_out`` n x d_v.  The head's policy gives the
     divisor, the causal rule and any sink, ALiBi or dropout (``dropout_keep``
     n x n booleans with it); ``empty_row`` what a query that sees no key gets (default:
-    the head policy's, as :func:`~exactattn.head.attend` reads it).
+    the head policy's, as :func:`~exactattn.engines.head.attend` reads it).
 
     Raises:
         InputError: a symbolic head or symbolic tokens (gradients need numbers).
@@ -123,7 +123,7 @@ def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep
     Reference: Vaswani et al. 2017, sec. 3.2.1; the chain rule through the
     projections (Goodfellow et al. 2016, sec. 6.5).
     """
-    from ..head import attend
+    from ..engines.head import attend
     if head.symbolic:
         raise InputError("head must have numeric weights for exact gradients (got symbols); "
                          "substitute numbers first")

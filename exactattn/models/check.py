@@ -3,18 +3,18 @@
 For one layer of a :class:`~exactattn.models.run.ModelRun`:
 
 1. the layer's exact weights (:meth:`ModelRun.layer`, a
-   :class:`~exactattn.layer.Layer`) and its input hidden states, each float32
+   :class:`~exactattn.engines.layer.Layer`) and its input hidden states, each float32
    read as its exact binary value (:func:`~exactattn.models.weights.exact_matrix`);
-2. each head run exactly by the fast engine (:func:`~exactattn.head.attend`):
+2. each head run exactly by the fast engine (:func:`~exactattn.engines.head.attend`):
    queries, keys and values with their biases, exact rationals;
 3. the exact shares and head outputs from the one exact reference
-   (:class:`~exactattn.verify.reference.Reference`), enclosed in ``arb``
+   (:class:`~exactattn.reference.reference.Reference`), enclosed in ``arb``
    balls, and ``concat(heads) W_O + b_O`` enclosed by one ``arb_mat``
    product (an entry's exact value, when a ball does not decide it, is the
-   :class:`~exactattn.layer.LayerValue` of :func:`~exactattn.layer.out_project`);
+   :class:`~exactattn.engines.layer.LayerValue` of :func:`~exactattn.engines.layer.out_project`);
 4. every entry compared with the model's float32 by verify's one comparison
    (:func:`~exactattn.verify.compare.judge`: ULPs, ULPs at the terms, relative
-   error) and certified to ``places`` decimals (:func:`~exactattn.digits.certify`
+   error) and certified to ``places`` decimals (:func:`~exactattn.numbers.digits.certify`
    on the same enclosures).
 
 The terms of a probability are the row's shares (they add up to 1): its
@@ -42,16 +42,16 @@ from typing import Callable
 
 import numpy as np
 
-from ..digits import certify, working_precision
+from ..numbers.digits import certify, working_precision
 from ..errors import InputError
-from ..head import attend
-from ..kernels import common_denominator
-from ..layer import LayerValue, out_project
+from ..engines.head import attend
+from ..numbers.exact import common_denominator
+from ..engines.layer import LayerValue, out_project
 from ..verify.check import Entry
 from ..verify.compare import Comparison, judge
 from ..numbers.formats import default_max_ulps, float_format, round_ball
 from ..call.inputs import Call
-from ..verify.reference import Reference
+from ..reference.reference import Reference
 from .weights import exact_matrix
 
 __all__ = ["DTYPE", "GroupCheck", "HeadCheck", "LayerCheck", "PREC", "check_layer",
@@ -144,7 +144,7 @@ def significant(value, near: float, digits: int = 9) -> str:
     the places chosen from ``near`` (a float close to it).
 
     >>> from fractions import Fraction
-    >>> from exactattn.softmax import SoftmaxRow
+    >>> from exactattn.numbers.softmax import SoftmaxRow
     >>> significant(SoftmaxRow([Fraction(1), Fraction(0)], None).share(1), 0.27)  # 1/(1 + e)
     '0.268941421'
     """
@@ -238,7 +238,7 @@ def _projected(layer, ref: Reference, rounded, balls, after, fmt, budget: int,
                places: int, keep: bool) -> GroupCheck:
     """``concat(heads) W_O + b_O`` enclosed by one arb_mat product, each entry judged."""
     from flint import arb, arb_mat, fmpq, fmpq_mat, fmpz_mat
-    from ..exponents import fmpq_of
+    from ..numbers.exact import fmpq_of
     H, n, dv = ref.Hq, ref.L, ref.Ev
     heads = np.concatenate([balls[h] for h in range(H)], axis=1)      # n x H d_v balls
     W = layer.W_O                                                     # d_model x H d_v

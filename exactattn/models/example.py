@@ -13,8 +13,8 @@ import os
 
 from ..errors import InputError, ShapeError, shorten
 from ..examples import Example, Token
-from ..exact import to_matrix
-from ..layer import Layer
+from ..numbers.exact import to_matrix
+from ..engines.layer import Layer
 from .presets import load_layer, preset
 from .weights import exact_matrix, read_tensors
 
@@ -51,7 +51,7 @@ def read_tokens(path: str) -> list[list]:
 
 
 class ModelHead:
-    """The loaded ``layer`` (:class:`~exactattn.layer.Layer`), the chosen ``example`` (one
+    """The loaded ``layer`` (:class:`~exactattn.engines.layer.Layer`), the chosen ``example`` (one
     head and the tokens) and ``note`` (how the stored floats were read)."""
 
     def __init__(self, layer: Layer, example: Example, note: str):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
-from ..layer import Layer
+from ..engines.layer import Layer
 from .weights import Tensors, exact_matrix, exact_row, names_hint
 
 __all__ = ["ARCHS", "NameMap", "heads_from_config", "load_layer", "preset"]
@@ -132,7 +132,7 @@ def _split(m, parts: int, axis_out: int, name: str) -> list:
 def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
                kv_heads: int | None = None, policy: Policy | None = None,
                rotary: str = "refuse") -> Layer:
-    """Layer ``layer`` of the checkpoint ``tensors`` as an exact :class:`~exactattn.layer.Layer`.
+    """Layer ``layer`` of the checkpoint ``tensors`` as an exact :class:`~exactattn.engines.layer.Layer`.
 
     Every weight is its stored binary value (a dyadic rational).  ``heads``
     (H) and ``kv_heads`` (H_kv, default H) split the projections; without

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..render import Section, plural, printable
+from ..present.render import Section, plural, printable
 from ..numbers.formats import shortest_repr
 from .check import DTYPE, GroupCheck, LayerCheck
 

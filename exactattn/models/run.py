@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from ..call.policy import Policy
 from ..errors import InputError, shorten
 from ..examples import Token
-from ..layer import Layer
+from ..engines.layer import Layer
 from .presets import load_layer
 from .weights import Tensors, tensors_from_state_dict
 

@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..digits import MAX_PREC, certify, round_fraction, tighten, working_precision
+from .exact import fmpq_of
+from .digits import MAX_PREC, arb_to_fraction, certify, round_fraction, tighten, working_precision
 from ..errors import InputError, Undecided
 from ..options import check_choice, check_whole
 
@@ -231,7 +232,7 @@ def certified_scientific(value, digits: int = 9) -> str:
     Raises:
         InputError: ``digits`` is not a whole number from 1 to 50.
 
-    >>> from exactattn.softmax import SoftmaxRow
+    >>> from exactattn.numbers.softmax import SoftmaxRow
     >>> certified_scientific(SoftmaxRow([Fraction(100), Fraction(99)], None).share(0), 10)
     '7.310585786e-01'
     """
@@ -279,3 +280,35 @@ def _decimal_exponent(value, q: Fraction | None) -> int:
     if got is None:
         raise Undecided(f"the size of {value.text()}", MAX_PREC)
     return math.floor(float(got.mid()))
+
+
+def round_value(value, dtype, prec: int = 128):
+    """One exact value rounded to ``dtype``: ``(float, ball)``; exactly when it is rational.
+
+    ``value`` has ``rational()`` (a ``Fraction`` or None) and ``ball(prec)``:
+    an :class:`~exactattn.numbers.softmax.ExpRatio` or a log-sum-exp.  An algebraic row's
+    irrational value is never on a rounding boundary, so tightening ends.  Over
+    rotary or soft-capped logits no theorem says so: past
+    :data:`~exactattn.numbers.digits.MAX_PREC` bits the value may sit exactly on the midpoint
+    of two floats, and the float nearest the ball's centre comes back with a ball that
+    still holds the midpoint: :func:`~exactattn.verify.compare.judge` then counts both
+    neighbours as the exact rounding (:func:`~exactattn.verify.compare.undecided_tie`).
+    """
+    from flint import arb
+    q = value.rational()
+    if q is not None:
+        return round_to_format(q, dtype), arb(fmpq_of(q))
+
+    def step(p):
+        ball = value.ball(p)
+        f = round_ball(ball, dtype, p)
+        return None if f is None else (f, ball)
+    row = getattr(value, "row", None)
+    if row is None or not row.certified:
+        return tighten(step, prec)
+    got = tighten(step, prec, max_prec=max(prec, MAX_PREC))
+    if got is not None:
+        return got
+    with working_precision(MAX_PREC):
+        ball = value.ball(MAX_PREC)
+        return round_to_format(arb_to_fraction(ball.mid()), dtype), ball

@@ -14,7 +14,7 @@ hash(Fraction(1, 2))`` agree); an irrational one as its correctly rounded
 equals nothing, itself included).
 
 >>> from fractions import Fraction
->>> from exactattn.softmax import SoftmaxRow
+>>> from exactattn.numbers.softmax import SoftmaxRow
 >>> half = SoftmaxRow([Fraction(0), Fraction(0)], None).share(0)
 >>> half == Fraction(1, 2), hash(half) == hash(Fraction(1, 2)), half < 1, half >= Fraction(1, 2)
 (True, True, True, True)

@@ -2,10 +2,10 @@
 
 :func:`page_numbers` runs each sentence's head at every divisor stop and keeps
 what the page shows for its query row: the shares (certified decimals, exact
-values marked, from :meth:`~exactattn.trace.Trace.share_decimals`), the output
-(:meth:`~exactattn.trace.Trace.output_decimals`), the exact raw scores, the
+values marked, from :meth:`~exactattn.engines.trace.Trace.share_decimals`), the output
+(:meth:`~exactattn.engines.trace.Trace.output_decimals`), the exact raw scores, the
 keys with the largest share, and the exact limits (the equal share 1/n as the
-divisor grows; the tied maximum as it shrinks; :func:`exactattn.sweep.divisor_limits`).
+divisor grows; the tied maximum as it shrinks; :func:`exactattn.present.sweep.divisor_limits`).
 The length stops come from the cost module (:func:`exactattn.cost.rows.cost_rows`):
 counted by running a head of the same sizes through the pencil engine's loops
 where that takes about a second (n = 1,000 at d = 2), derived from the loop
@@ -38,13 +38,13 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..call.policy import divisor_text
-from ..cells import divisor_words, exact_text, value_cell, with_decimal
-from ..digits import check_places, round_fraction
+from ..present.cells import divisor_words, exact_text, value_cell, with_decimal
+from ..numbers.digits import check_places, round_fraction
 from ..errors import InputError, shorten
-from ..head import attend
-from ..render import reader_text
-from ..sweep import check_row, divisor_limits
-from ..tables import with_divisor
+from ..engines.head import attend
+from ..present.render import reader_text
+from ..present.sweep import check_row, divisor_limits
+from ..present.tables import with_divisor
 
 __all__ = ["COMPANIONS", "DIVISOR_SQUARES", "LENGTHS", "MAX_SENTENCES", "MAX_TOKENS",
            "PageNumbers", "Sentence", "Stop", "check_sentences", "divisor_stops", "grouped",

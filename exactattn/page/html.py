@@ -26,7 +26,7 @@ from fractions import Fraction
 from importlib import resources
 
 from .. import __version__
-from ..digits import round_fraction
+from ..numbers.digits import round_fraction
 from .picture import BAR, bar_width, dot_positions, frame, picture_svg
 from .questions import questions
 

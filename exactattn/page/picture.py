@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, floor
 
-from ..cells import exact_text
-from ..digits import format_exact, round_fraction
+from ..present.cells import exact_text
+from ..numbers.digits import format_exact, round_fraction
 
 __all__ = ["BAR", "PLOT", "Frame", "bar_width", "dot_positions", "frame", "picture_svg"]
 

@@ -36,8 +36,8 @@ function with the defaults:
 * exact functions (``exact=True``) get lists of ``Fraction``, ``scale`` as a
   ``Fraction`` or a sympy ``1/sqrt(q)``, the :class:`~exactattn.call.policy.Mask`
   itself, and must return ``Fraction`` or
-  :class:`~exactattn.softmax.ExpRatio` entries.  :func:`reference` (the
-  softmax of :mod:`exactattn.softmax`) and :func:`attend_as_function`
+  :class:`~exactattn.numbers.softmax.ExpRatio` entries.  :func:`reference` (the
+  softmax of :mod:`exactattn.numbers.softmax`) and :func:`attend_as_function`
   (:func:`exactattn.attend`'s pencil engine) are the two exact functions
   shipped; every check on them is exact.
 
@@ -60,7 +60,7 @@ exactly ``0.0`` in every dtype (``exp(-inf)`` is 0 in IEEE arithmetic), and a
 visible share must be positive.
 
 Exactness: against the exact functions nothing is rounded.  Exact values are
-compared as :class:`~exactattn.softmax.ExpRatio` values: by
+compared as :class:`~exactattn.numbers.softmax.ExpRatio` values: by
 Lindemann-Weierstrass a sum of exponentials with distinct exponents is zero
 only when every coefficient is zero, and a non-zero one's sign is decided
 from ``arb`` enclosures tightened until they exclude 0.

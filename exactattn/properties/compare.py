@@ -1,6 +1,6 @@
 """How results are compared: exactly for exact functions, by verify's comparison module for float ones.
 
-Exact entries are ``Fraction`` or :class:`~exactattn.softmax.ExpRatio`; every
+Exact entries are ``Fraction`` or :class:`~exactattn.numbers.softmax.ExpRatio`; every
 comparison is the value type's own (``==``, ``<``, exact by
 Lindemann-Weierstrass).  Float results are compared by
 :mod:`exactattn.verify.compare` in its rtol/atol mode, with the result's
@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import flint  # noqa: F401  (loaded with the checks, not inside the first example Hypothesis times)
 
-from ..softmax import ExpRatio
+from ..numbers.softmax import ExpRatio
 from ..verify import compare
 from .implementation import Result
 

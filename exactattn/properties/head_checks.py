@@ -11,8 +11,8 @@ from typing import Sequence
 
 from ..call.policy import divisor_text
 from ..errors import InputError, ShapeError
-from ..head import Head, attend
-from ..online import all_splits, online_softmax
+from ..engines.head import Head, attend
+from ..reference.online import all_splits, online_softmax
 from .invariance import read_bias
 from .inputs import AttentionInput
 from .report import PropertyFailure, fail, head_fail
@@ -187,7 +187,7 @@ def check_online_softmax(raw: Sequence, divisor_squared, values=None, *, blocks=
     """The online (blockwise, running-maximum) softmax equals the one-pass softmax exactly.
 
     ``blocks`` is one split (a block size or a list of lengths); None tries
-    every split of the row (2**(n-1) of them).  See :mod:`exactattn.online`.
+    every split of the row (2**(n-1) of them).  See :mod:`exactattn.reference.online`.
 
     Returns:
         the number of splits compared.

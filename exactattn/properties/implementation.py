@@ -12,7 +12,7 @@ back in, which sets the tolerance (:func:`~exactattn.verify.compare.tolerance_fo
 
 An exact function (``exact=True``) gets lists of ``Fraction``, the scale as a
 ``Fraction`` or a sympy ``1/sqrt(D)``, the :class:`~exactattn.call.policy.Mask`
-itself, and returns ``Fraction`` or :class:`~exactattn.softmax.ExpRatio`
+itself, and returns ``Fraction`` or :class:`~exactattn.numbers.softmax.ExpRatio`
 entries.  Whatever either kind raises becomes
 :class:`~exactattn.verify.adapter.ImplRaised`, which a check reports as its
 property failing.
@@ -27,9 +27,9 @@ from typing import Callable
 
 from ..call.policy import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS
 from ..errors import InputError
-from ..exact import rational_sqrt
+from ..numbers.exact import rational_sqrt
 from ..options import check_choice
-from ..softmax import ExpRatio
+from ..numbers.softmax import ExpRatio
 from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, make_call
 from ..verify.compare import TOLERANCES, Tolerance, check_tolerance, tolerance_for
 from .reference import attend_as_function, reference

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..call.policy import DEFAULT_SCALE, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
-from ..exact import is_symbolic, to_matrix
-from ..head import attend
+from ..numbers.exact import is_symbolic, to_matrix
+from ..engines.head import attend
 from ..call.inputs import Call, nonfinite_value
 from .report import input_text
 
@@ -186,7 +186,7 @@ class AttentionInput:
     @property
     def reference_problem(self) -> Call:
         """:attr:`call`, checked (non-finite entries hidden; dropout and its mask together)."""
-        from ..logits import dropout_factors
+        from ..call.modifiers import dropout_factors
         p = self.call
         p.check_nonfinite()
         if (self.policy.dropout is None) != (self.dropout_keep is None):

@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..errors import InputError, ShapeError
-from ..exact import to_exact
+from ..numbers.exact import to_exact
 from ..call.inputs import empty_rows, keys_read
 from .compare import column_scales, plus, same
 from .implementation import Result, property_check

@@ -4,7 +4,7 @@ The exact values of an :class:`~exactattn.properties.AttentionInput` are
 those of :class:`exactattn.verify.Reference` (the one exact reference) for
 its one-head problem (:attr:`AttentionInput.call
 <exactattn.properties.AttentionInput.call>`) under its policy: one
-:class:`~exactattn.softmax.SoftmaxRow` per query, the mask's additive offsets
+:class:`~exactattn.numbers.softmax.SoftmaxRow` per query, the mask's additive offsets
 included.
 
 :func:`reference` and :func:`attend_as_function` present that reference and
@@ -19,10 +19,10 @@ from typing import Any
 
 from ..call.policy import DEFAULT_SCALE, Mask, Policy, divisor_text, parse_scale
 from ..errors import InputError, ShapeError
-from ..exact import to_matrix
-from ..head import Head, attend
-from ..softmax import ExpRatio
-from ..verify.reference import Reference
+from ..numbers.exact import to_matrix
+from ..engines.head import Head, attend
+from ..numbers.softmax import ExpRatio
+from ..reference.reference import Reference
 from .inputs import AttentionInput
 
 __all__ = ["attend_as_function", "exact_outputs", "exact_reference", "exact_shares",
@@ -60,7 +60,7 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
               dropout_keep=None) -> list[list[ExpRatio]]:
     """Exact attention: ``outputs[i] = sum_j softmax_j(scale * queries[i] . keys[j] + mask[i][j]) values[j]``.
 
-    The softmax is :class:`exactattn.softmax.SoftmaxRow` (closed forms, row
+    The softmax is :class:`exactattn.numbers.softmax.SoftmaxRow` (closed forms, row
     maximum subtracted on the rationals); an additive mask's finite entries
     are its ``offsets``.  Queries and keys may differ in number.
 
@@ -78,7 +78,7 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
         dropout_keep: n_q x n_k booleans (True = kept) with ``policy.dropout``.
 
     Returns:
-        n_q x d_v :class:`~exactattn.softmax.ExpRatio` entries.
+        n_q x d_v :class:`~exactattn.numbers.softmax.ExpRatio` entries.
 
     Raises:
         ShapeError, InputError: as :class:`~exactattn.properties.AttentionInput`

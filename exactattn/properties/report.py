@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..call.policy import DEFAULT_SCALE, Policy
-from ..softmax import ExpRatio
+from ..numbers.softmax import ExpRatio
 
 __all__ = ["PropertyFailure", "entry_text", "fail", "failure", "head_fail", "input_text", "matrix_text",
            "policy_text", "row_text", "value_text"]

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from ..digits import certify, round_fraction
-from ..exact import rational_sqrt
+from ..numbers.digits import certify, round_fraction
+from ..numbers.exact import rational_sqrt
 from ..options import check_whole
 from .limits import MAX_TOKENS, MAX_WIDTH
 

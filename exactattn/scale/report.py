@@ -16,8 +16,8 @@ import sys
 from fractions import Fraction
 from typing import Sequence
 
-from ..digits import check_places
-from ..render import Section, plural
+from ..numbers.digits import check_places
+from ..present.render import Section, plural
 from .draws import CONCENTRATED, Progress, measure
 from .expect import certify_w, expected_range, expected_std, mean_square_variance
 from .limits import DEFAULT_WIDTHS, check_counts, check_draws, parse_widths
@@ -168,7 +168,7 @@ def run(widths=DEFAULT_WIDTHS, *, trials=1000, seed=0, tokens=4, places=4, fmt="
     Raises:
         InputError: as :func:`scale_sections`.
     """
-    from ..render import render
+    from ..present.render import render
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     show = stderr.isatty() if progress is None else progress

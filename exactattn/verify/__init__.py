@@ -13,9 +13,9 @@ The modules, in the order data flows through them:
 
 * :mod:`~exactattn.numbers.formats`: float formats, rounding exact values into
   them (:func:`round_to_format`), ULP distances, text forms;
-* :mod:`~exactattn.verify.reference`: :class:`Reference`, the exact answer
-  (every modifier of the call model through :func:`exactattn.logits.softmax_row`);
-* :mod:`~exactattn.verify.enclose`: whole-head ``arb`` enclosures of the outputs
+* :mod:`~exactattn.reference.reference`: :class:`Reference`, the exact answer
+  (every modifier of the call model through :func:`exactattn.reference.logits.softmax_row`);
+* :mod:`~exactattn.reference.enclose`: whole-head ``arb`` enclosures of the outputs
   and log-sum-exps, rounded to a dtype;
 * :mod:`~exactattn.verify.impls`: the implementations under test;
 * :mod:`~exactattn.verify.check`: :func:`verify`, :class:`Entry`, :class:`Report`;
@@ -26,7 +26,7 @@ The modules, in the order data flows through them:
   and take, estimated before it starts (one place for every limit);
 * :mod:`~exactattn.verify.report`: :func:`report_sections`, the tables.
 
-Spec files (JSON or TOML) are read and written by :mod:`exactattn.spec`
+Spec files (JSON or TOML) are read and written by :mod:`exactattn.call.spec`
 (``load_problem``, ``problem_text``).
 
 Exactness: the inputs are the implementation's own inputs, floats of the
@@ -47,7 +47,7 @@ from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, certified_scientifi
                       float_format, round_to_format, shortest_repr, ulp_index, ulps_between)
 from .impls import (FloatCall, FunctionImpl, Impl, ImplRaised, NumpyImpl, TorchImpl, flop_counts,
                     load_impl)
-from .reference import Reference
+from ..reference.reference import Reference
 from .report import report_sections
 from .search import SearchResult, search
 from .split import check_split_merge

@@ -47,7 +47,7 @@ from .check import Entry, Report, check_request
 from .compare import Comparison, failures_first, judge
 from ..numbers.formats import default_max_ulps, float_format
 from ..call.inputs import Call
-from .reference import Reference
+from ..reference.reference import Reference
 from ..gradients.calls import ExactGradients, d_out_array
 
 __all__ = ["BackwardEntry", "GRADS", "backward_tolerance", "exact_gradients", "random_d_out",

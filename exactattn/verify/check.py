@@ -24,7 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..call.policy import DEFAULT_SCALE, Policy, float_scale
-from ..digits import MAX_PREC
+from ..numbers.digits import MAX_PREC
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
 from .compare import Comparison, judge
@@ -32,7 +32,7 @@ from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_form
 from .impls import ImplRaised, load_impl, make_call
 from ..call.limits import check_work
 from ..call.inputs import Call
-from .reference import Reference
+from ..reference.reference import Reference
 
 __all__ = ["Entry", "Report", "check_scale", "verify"]
 
@@ -63,8 +63,8 @@ class Entry:
 
     @property
     def exact(self):
-        """The exact output as an :class:`~exactattn.softmax.ExpRatio` (for an lse entry,
-        ``index = (b, h, i)``, the row's :class:`~exactattn.lse.LogSumExp`)."""
+        """The exact output as an :class:`~exactattn.numbers.softmax.ExpRatio` (for an lse entry,
+        ``index = (b, h, i)``, the row's :class:`~exactattn.numbers.lse.LogSumExp`)."""
         if self.lse_base is not None:
             return self.reference.lse(*self.index, self.lse_base)
         b, h, i, c = self.index

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from ..digits import MAX_PREC, tighten, working_precision
+from ..numbers.digits import MAX_PREC, tighten, working_precision
 from ..errors import InputError
-from ..exponents import fmpq_of
+from ..numbers.exact import fmpq_of
 from ..numbers.formats import FloatFormat, round_to_format, ulps_between
 
 __all__ = ["Comparison", "Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",

@@ -5,7 +5,7 @@
   (``numpy``) or without (``numpy-naive``: ``exp`` overflows past 88.7 in
   float32 and the row turns into ``inf/inf = nan``).  A row with no visible
   key is 0/0 = NaN in both.  Modifiers follow the one composition of
-  :func:`exactattn.logits.softmax_row`: RoPE rotates q and k (angles in
+  :func:`exactattn.reference.logits.softmax_row`: RoPE rotates q and k (angles in
   float64, cast to the dtype), then scale, ``cap * tanh(s / cap)``, + ALiBi
   bias, hidden keys to ``-inf``, the sink as one more column of the softmax,
   dropout factors ``keep / (1 - p)`` on the weights; keys no query sees are
@@ -73,7 +73,7 @@ class ArrayImpl(Impl):
     """Attention written once over an array module ``xp`` (numpy or torch): forward and backward.
 
     :meth:`compose` is the one float composition of a call, in the order of
-    :func:`exactattn.logits.softmax_row`; a library supplies ``xp``,
+    :func:`exactattn.reference.logits.softmax_row`; a library supplies ``xp``,
     :meth:`const` (a scalar of the dtype) and :meth:`array` (a numpy array as
     one of xp's: floats in the dtype, booleans as they are).  ``in_dtype``
     says where the default scale ``1/sqrt(E)`` and the dropout factor

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..render import Section, plural
+from ..present.render import Section, plural
 from .check import Report
 from .compare import Comparison
 from ..numbers.formats import certified_scientific, shortest_repr

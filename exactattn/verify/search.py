@@ -7,7 +7,7 @@ seed fails on any input scoring at least as much, so Hypothesis shrinks it
 (fewer tokens, narrower heads, smaller numbers).  A hard failure (NaN or
 infinity where the exact value is finite, or the implementation raising)
 scores 2**63.  Write the result as a spec file with
-:func:`exactattn.spec.problem_text`.
+:func:`exactattn.call.spec.problem_text`.
 
 Limits (:mod:`~exactattn.call.limits`): ``max_size`` at most
 :data:`~exactattn.call.limits.MAX_SEARCH_SIZE`; the whole search is

@@ -7,7 +7,7 @@ times the values) and its log-sum-exp ``lse_b``, and merge them::
     lse = log(sum_b exp(lse_b) [+ exp(sink)])      output = sum_b exp(lse_b - lse) o_b
 
 :func:`check_split_merge` checks every block's pair against the block's own
-exact row (:func:`exactattn.online.split_rows`, the one composition, only
+exact row (:func:`exactattn.reference.online.split_rows`, the one composition, only
 that block's keys) and the merged pair against the one-pass row.  The sink is
 counted in exactly one place: at the merge (``sink_at="merge"``, the
 default) or in one block (``sink_at=b``); counting it in every block is the
@@ -17,8 +17,8 @@ output 0; the merge must skip it (``exp(-inf) * NaN`` is NaN).
 
 Pairs are floats of ``dtype`` (compared in ULPs by
 :func:`exactattn.verify.compare.judge` with the exact value correctly
-rounded) or exact (:class:`~exactattn.softmax.ExpRatio` outputs with the
-:class:`~exactattn.lse.LogSumExp` of the same row, compared exactly).  The
+rounded) or exact (:class:`~exactattn.numbers.softmax.ExpRatio` outputs with the
+:class:`~exactattn.numbers.lse.LogSumExp` of the same row, compared exactly).  The
 kernel's merged pair is checked when given; otherwise its pairs are merged
 here (exactly for exact pairs; in float64, skipping ``-inf`` blocks, for
 floats) and that merge is checked.
@@ -45,11 +45,11 @@ from typing import Sequence
 
 from ..call.policy import Policy
 from ..errors import InputError, ShapeError
-from ..lse import LogSumExp
-from ..online import merge, split_rows
-from ..softmax import ExpRatio
+from ..numbers.lse import LogSumExp
+from ..reference.online import merge, split_rows
+from ..numbers.softmax import ExpRatio
 from .compare import judge
-from .enclose import round_value
+from ..numbers.formats import round_value
 from ..numbers.formats import default_max_ulps, float_format
 
 __all__ = ["Compared", "Failure", "PairCheck", "SplitMerge", "check_split_merge"]

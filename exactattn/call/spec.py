@@ -1,0 +1,437 @@
+"""Spec files (JSON or TOML): a user's head, or the inputs of one attention call for ``verify``.
+
+One reader for both kinds.  A file is read as UTF-8 (a byte-order mark is
+fine), at most :data:`MAX_BYTES`; ``.toml`` files are TOML, everything else
+JSON.  Numbers are integers, strings (``"1/2"``, ``"-0.75"``) or bare decimal
+literals, which are read from their text: ``0.1`` in the file is exactly 1/10
+(the parsers hand floats over as text, TOML's ``1_000.5`` as ``"1000.5"``, so no
+binary float is ever formed).  A key given twice, ``NaN``/``Infinity``, a
+document nested too deeply to read and a file past the size limit are
+refused with one :class:`~exactattn.errors.SpecError` line.
+
+A head spec (:func:`load`, :func:`loads`)::
+
+    {"name": "my head", "layout": "slots",
+     "tokens": [{"text": "year 4", "id": 331, "x": [0, 1, 0, "1/2"]}, ...],
+     "W_Q": [[...], ...], "W_K": [[...], ...], "W_V": [[...], ...],
+     "b_Q": [...], "b_K": [...], "b_V": [...],
+     "divisor": "2", "causal": false}
+
+The biases ``b_Q``, ``b_K`` (d_k numbers each) and ``b_V`` (d_v numbers) are
+optional and read exactly like the matrices, in either layout.
+
+A problem spec for ``exactattn verify`` (:func:`load_problem`,
+:func:`loads_problem`; written by :func:`problem_text`)::
+
+    {"name": "masked row", "dtype": "float32",
+     "policy": {"scale": "none", "causal": false, "empty_row": "zero"},
+     "query": [["0"], ["0"]], "key": [["0"], ["0"]], "value": [["1"], ["3"]],
+     "mask": {"kind": "bool_keep", "values": [[true, false], [false, false]]}}
+
+>>> ex = loads('{"tokens": [{"x": [1, 0.5]}], "W_Q": [[1, 0]], "W_K": [[0, 1]], "W_V": [[1, 1]]}')
+>>> ex.x
+[[Fraction(1, 1), Fraction(1, 2)]]
+>>> loads('{"tokens": [], "W_Q": [[1]], "W_K": [[1]], "W_V": [[1]]}')
+Traceback (most recent call last):
+...
+exactattn.errors.SpecError: spec: tokens must be a non-empty list of {"x": [...]} (got [])
+>>> problem, policy, dtype = loads_problem('query = [[1_000.5]]\\nkey = [[1]]\\nvalue = [[2]]',
+...                                        fmt="toml")
+>>> problem.query[0, 0, 0, 0], policy.divisor_squared, dtype
+(Fraction(2001, 2), 'default', None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .policy import MODIFIER_FIELDS, Policy
+from ..errors import ExactAttnError, ShapeError, SpecError, shorten
+from ..examples import Example, Token
+from ..numbers.exact import MAX_DIGITS, to_row
+from ..engines.head import Head
+from ..reference.modified import check_keep
+from .spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
+from ..numbers.formats import float_format
+from .inputs import Call
+
+__all__ = ["KEYS", "MAX_BYTES", "POLICY_KEYS", "PROBLEM_KEYS", "from_mapping", "load",
+           "load_problem", "loads", "loads_problem", "parse", "problem_document",
+           "problem_from_mapping", "problem_text", "read_text"]
+
+#: the keys of a head spec
+KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "divisor",
+        "causal")
+#: the keys of a problem spec (``exactattn verify --spec``)
+PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask")
+#: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.policy.Policy`
+#: (its plain fields, then its modifiers and ``lse``: :data:`~exactattn.call.spec_fields.MODIFIER_KEYS`)
+#: (the scale is written as ``scale`` text, stored as ``divisor_squared``)
+POLICY_KEYS = ("scale",) + tuple(f.name for f in dataclasses.fields(Policy)
+                                 if f.name not in MODIFIER_FIELDS + ("divisor_squared",)) + MODIFIER_KEYS
+#: a head spec's ``policy`` table: its keys (causal and the divisor stay top-level keys)
+HEAD_POLICY_KEYS = ("alignment", "empty_row") + MODIFIER_KEYS
+KEYS = KEYS + ("policy",)
+#: the largest spec file read, in bytes (64 MiB)
+MAX_BYTES = 64 * 2 ** 20
+
+
+# --------------------------------------------------------------------------- reading text
+def read_user_text(path: str | Path, *, what: str, kinds: str, limit: int = MAX_BYTES,
+                   size_fix: str = "", error: type = SpecError) -> str:
+    """The UTF-8 text of a file the user named (a BOM is dropped), read at most ``limit`` bytes.
+
+    ``what`` names the file in messages (``spec file``), ``kinds`` what to pass instead of a
+    directory (``a .json or .toml file``), ``size_fix`` what to do about a file past the limit.
+
+    Raises:
+        InputError (``error``): the file is missing, a directory, unreadable, larger than
+            ``limit`` or not UTF-8; one line naming the file.
+    """
+    p = Path(path)
+    name = repr(shorten(str(p), 200))
+    try:
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise error(f"{what} {name} must exist (got no such file); check the path") from None
+    except IsADirectoryError:
+        raise error(f"{what} {name} must be a file (got a directory); pass {kinds}") from None
+    except OSError as e:
+        raise error(f"{what} {name} must be readable (got {e.__class__.__name__})") from None
+    if len(data) > limit:
+        raise error(f"{what} {name} must be at most {limit // 2 ** 20} MiB (got more); {size_fix}")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise error(f"{what} {name} must be UTF-8 (got other bytes); save it as UTF-8") from None
+
+
+def read_text(path: str | Path) -> tuple[str, str]:
+    """A spec file's text and format (``json`` or ``toml``, by suffix).
+
+    Raises:
+        SpecError: the file is missing, a directory, unreadable, not UTF-8 or
+            larger than :data:`MAX_BYTES`.
+    """
+    text = read_user_text(path, what="spec file", kinds="a .json or .toml file",
+                          size_fix="a spec holds a few small matrices")
+    return text, ("toml" if Path(path).suffix.lower() == ".toml" else "json")
+
+
+def _toml_float(text: str) -> str:
+    """TOML floats are handed over as text (``1_000.5`` -> ``'1000.5'``), never as binary floats."""
+    return text.replace("_", "")
+
+
+def parse(text: str, *, fmt: str = "json", where: str = "spec") -> Any:
+    """Parse spec text (``fmt`` is ``json`` or ``toml``); floats are kept as text.
+
+    Raises:
+        SpecError: malformed text, a repeated key, ``NaN``/``Infinity``, a
+            number too long to read, nesting too deep to read, text past
+            :data:`MAX_BYTES`.
+    """
+    if len(text) > MAX_BYTES:
+        raise SpecError(f"{where} must be at most {MAX_BYTES // 2 ** 20} MiB (got more)")
+    text = text.removeprefix("\ufeff")
+
+    def pairs(items):
+        doc = {}
+        for key, value in items:
+            if key in doc:
+                raise SpecError(f"{where}: key {shorten(repr(key))} must appear once "
+                                "(got it twice); remove one")
+            doc[key] = value
+        return doc
+
+    def constant(name: str):
+        raise SpecError(f"{where}: numbers must be finite (got {name}); NaN and infinities have "
+                        "no exact value: write a finite number, or \"-inf\" (a string) to hide "
+                        "a key in an additive mask")
+
+    try:
+        if fmt == "toml":
+            return tomllib.loads(text, parse_float=_toml_float)
+        return json.loads(text, parse_float=str, parse_constant=constant,
+                          object_pairs_hook=pairs)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        other = "name it .toml" if fmt == "json" else "name it .json"
+        raise SpecError(f"{where}: not valid {fmt.upper()} ({e}); check the file is complete, "
+                        f"or if it is {'TOML' if fmt == 'json' else 'JSON'}, {other}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
+    except SpecError:        # a repeated key, NaN (raised by the hooks above)
+        raise
+    except ValueError:  # an integer literal past Python's 4300-digit limit
+        raise SpecError(f"{where}: numbers must have at most {MAX_DIGITS} digits (got an "
+                        "integer of more than 4300); rescale the inputs") from None
+
+
+def _convert(build: Callable[[], Any], where: str):
+    """Run a conversion of a parsed document, naming the file in its errors."""
+    try:
+        return build()
+    except SpecError:
+        raise
+    except ExactAttnError as e:
+        raise type(e)(f"{where}: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
+
+
+# --------------------------------------------------------------------------- head specs
+def from_mapping(doc: Any, *, where: str = "spec") -> Example:
+    """Build an :class:`Example` from a parsed head spec document.
+
+    Raises:
+        SpecError: a missing or unknown key, or a malformed token list.
+        ShapeError, InputError: bad matrices, entries or divisor (from :class:`Head`).
+    """
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
+    unknown = sorted(set(doc) - set(KEYS), key=str)
+    if unknown:
+        hint = ("; this looks like a verify spec: run it with `exactattn verify --spec`"
+                if {"query", "key", "value"} & set(doc) else "")
+        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
+                        f"{', '.join(KEYS)}" + hint)
+    for key in ("tokens", "W_Q", "W_K", "W_V"):
+        if key not in doc:
+            raise SpecError(f"{where}: {key} is missing; a spec needs tokens, W_Q, W_K and W_V")
+    tokens = doc["tokens"]
+    if not isinstance(tokens, list) or not tokens:
+        raise SpecError(f'{where}: tokens must be a non-empty list of {{"x": [...]}} '
+                        f"(got {shorten(tokens, quote=True)})")
+    labels, xs = [], []
+    for i, tok in enumerate(tokens):
+        if not isinstance(tok, dict) or "x" not in tok:
+            raise SpecError(f'{where}: tokens[{i}] must be an object with "x" '
+                            f"(got {shorten(tok, quote=True)})")
+        extra = sorted(set(tok) - {"x", "text", "id"}, key=str)
+        if extra:
+            raise SpecError(f"{where}: tokens[{i}] has unknown key "
+                            f"{shorten(extra[0], quote=True)}; use text, id, x")
+        tid = tok.get("id")
+        if tid is not None and (not isinstance(tid, int) or isinstance(tid, bool)):
+            raise SpecError(f"{where}: tokens[{i}].id must be an integer "
+                            f"(got {shorten(tid, quote=True)})")
+        labels.append(Token(str(tok.get("text", f"token {i + 1}")), tid))
+        xs.append(tok["x"])
+    causal = doc.get("causal", False)
+    kwargs = {"layout": doc.get("layout", "slots"), "causal": causal}
+    for key in ("b_Q", "b_K", "b_V"):     # optional biases, exact like the matrices
+        if key in doc:
+            if doc[key] is None:
+                raise SpecError(f"{where}: {key} must be a list of numbers (got null); leave "
+                                "it out for no bias")
+            kwargs[key] = doc[key]
+    if "divisor" in doc:
+        if doc["divisor"] is None:
+            raise SpecError(f'{where}: divisor must be a positive number, "sqrt(q)" or "none" '
+                            '(got null); leave it out for sqrt(d_k)')
+        kwargs["divisor"] = doc["divisor"]
+    head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)
+    x = []
+    for i, xi in enumerate(xs):  # name entries by their place in the file
+        r = to_row(xi, name=f"tokens[{i}].x")
+        if len(r) != head.d_model:
+            raise ShapeError(f"tokens[{i}].x (token {i + 1}) must have d_model = "
+                             f"{head.d_model} numbers (got {len(r)})")
+        x.append(r)
+    name = str(doc.get("name", "spec"))
+    if "policy" in doc:            # today's modifiers: a sink, ALiBi, soft-capping, RoPE, ...
+        head, fields = _head_policy(doc["policy"], head, len(x), where)
+        return HeadSpec(name=name, title="", head=head, tokens=labels, x=x,
+                        focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
+                        keep=fields.keep, lse=fields.lse)
+    return Example(name=name, title="", head=head, tokens=labels, x=x,
+                   focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where)
+
+
+@dataclass
+class HeadSpec(Example):
+    """A head spec with a ``policy`` table: the example, and what the call adds to it.
+
+    ``keep``: the dropout keep-mask (n x n bools; ``policy.dropout``), None
+    without dropout; ``lse``: ``"e"`` or ``"2"`` when the spec asks for each
+    row's log-sum-exp, else None.  The modifiers themselves are on
+    ``head.policy``.
+    """
+    keep: list | None = None
+    lse: str | None = None
+
+
+def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFields]:
+    """The head under a head spec's ``policy`` table, and the table's call fields."""
+    if not isinstance(pol, dict):
+        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
+    bad = sorted(set(pol) - set(HEAD_POLICY_KEYS), key=str)
+    if bad:
+        top = "; causal and divisor are top-level keys of a head spec" \
+            if bad[0] in ("causal", "scale", "divisor") else ""
+        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys "
+                        f"are {', '.join(HEAD_POLICY_KEYS)}{top}")
+    fields = read_modifiers(pol, where=where)
+    plain = {k: pol[k] for k in ("alignment", "empty_row") if k in pol}
+    policy = owned(where, lambda: head.policy.replace(**plain, **fields.changes))
+    if fields.keep is not None:
+        fields.keep = owned(where, check_keep, fields.keep, policy, n, n, "dropout.keep")
+    return head.with_policy(policy), fields
+
+
+def loads(text: str, *, fmt: str = "json", where: str = "spec") -> Example:
+    """A head from spec text (``fmt`` is ``json`` or ``toml``)."""
+    doc = parse(text, fmt=fmt, where=where)
+    try:
+        return from_mapping(doc, where=where)
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
+
+
+def load(path: str | Path) -> Example:
+    """A head from a spec file; ``.toml`` files are TOML, everything else JSON.
+
+    Raises:
+        SpecError: the file is missing, unreadable, not UTF-8, too large or malformed.
+    """
+    text, fmt = read_text(path)
+    where = shorten(str(Path(path)), 200)
+    doc = parse(text, fmt=fmt, where=where)
+    return _convert(lambda: from_mapping(doc, where=where), where)
+
+
+# --------------------------------------------------------------------------- problem specs
+def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False) -> tuple:
+    """The ``(problem, policy, dtype)`` of a parsed problem spec document.
+
+    With ``extras``, a fourth item: the policy table's
+    :class:`~exactattn.call.spec_fields.CallFields` (the dropout keep-mask as given,
+    and whether the log-sum-exp is asked for).
+
+    Keys: ``query``, ``key``, ``value`` (required; 2, 3 or 4 dimensional
+    lists of exact numbers), ``mask`` (``{"kind": ..., "values": [...]}``;
+    ``"-inf"`` hides a key in an additive mask), ``policy`` (the fields of
+    :class:`~exactattn.call.policy.Policy`), ``dtype`` and ``name``.
+
+    Raises:
+        SpecError: a missing or unknown key, a malformed policy or mask table.
+        ShapeError, InputError: bad arrays, entries or policy values.
+    """
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
+    unknown = sorted(set(doc) - set(PROBLEM_KEYS), key=str)
+    if unknown:
+        hint = ("; this looks like a head spec: run it with `exactattn walkthrough --spec`"
+                if {"tokens", "W_Q"} & set(doc) else "")
+        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
+                        f"{', '.join(PROBLEM_KEYS)}{hint}")
+    for key in ("query", "key", "value"):
+        if key not in doc:
+            raise SpecError(f"{where}: {key} is missing; a verify spec needs query, key and value")
+    pol = doc.get("policy", {})
+    if not isinstance(pol, dict):
+        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
+    bad = sorted(set(pol) - set(POLICY_KEYS), key=str)
+    if bad:
+        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys are "
+                        f"{', '.join(POLICY_KEYS)}")
+    mask, kind = None, pol.get("mask_kind", "bool_keep")
+    if "mask" in doc:
+        m = doc["mask"]
+        if not isinstance(m, dict) or "values" not in m or set(m) - {"kind", "values"}:
+            raise SpecError(f'{where}: mask must be {{"kind": ..., "values": [...]}} '
+                            f"(got {shorten(m, quote=True)})")
+        if "kind" in m and "mask_kind" in pol and m["kind"] != pol["mask_kind"]:
+            raise SpecError(f"{where}: mask.kind must agree with policy.mask_kind (got "
+                            f"{shorten(m['kind'], quote=True)} and "
+                            f"{shorten(pol['mask_kind'], quote=True)}); give one of them")
+        kind = m.get("kind", kind)
+        mask = m["values"]
+    name = doc.get("name", where)
+    if not isinstance(name, str):
+        raise SpecError(f"{where}: name must be a string (got {shorten(name, quote=True)})")
+    fields = read_modifiers({k: v for k, v in pol.items() if k in MODIFIER_KEYS}, where=where)
+    plain = {k: v for k, v in pol.items() if k not in MODIFIER_KEYS}
+
+    def build():
+        policy = Policy(**{**plain, **fields.changes, "mask_kind": kind})
+        dtype = doc.get("dtype")
+        if dtype is not None:
+            float_format(dtype)
+        problem = Call(doc["query"], doc["key"], doc["value"], mask, policy=policy,
+                       name=name, dropout_keep=fields.keep)
+        return (problem, policy, dtype, fields) if extras else (problem, policy, dtype)
+    return _convert(build, where)
+
+
+def loads_problem(text: str, *, fmt: str = "json", where: str = "spec", extras: bool = False
+                  ) -> tuple:
+    """``(problem, policy, dtype)`` from problem spec text (``fmt`` is ``json`` or ``toml``);
+    ``extras``: see :func:`problem_from_mapping`."""
+    return problem_from_mapping(parse(text, fmt=fmt, where=where), where=where, extras=extras)
+
+
+def load_problem(path: str | Path, *, extras: bool = False) -> tuple:
+    """``(problem, policy, dtype)`` from a problem spec file (JSON, or TOML by suffix).
+
+    Raises:
+        SpecError: the file is missing, unreadable, not UTF-8, too large or malformed.
+        ShapeError, InputError: bad arrays, entries or policy values (the message names the file).
+    """
+    text, fmt = read_text(path)
+    return loads_problem(text, fmt=fmt, where=shorten(str(Path(path)), 200), extras=extras)
+
+
+def _number_text(x) -> Any:
+    if isinstance(x, bool):
+        return x
+    return "-inf" if x is None else str(x)
+
+
+def problem_document(problem: Call, dtype: str | None = None, *, keep=None,
+                     lse: str | None = None) -> dict:
+    """A problem spec document for a :class:`~exactattn.call.Call`: exact numbers as strings,
+    its policy, the dtype.
+
+    With dropout, ``keep`` (the keep-mask, nested lists of bools) goes into
+    ``policy.dropout``; ``lse`` (``"e"``/``"2"``) asks for the log-sum-exp.
+    """
+    policy = problem.policy
+
+    def arr(a):
+        a = a.reshape(a.shape[4 - problem.rank:]) if problem.rank < 4 else a
+        return np.vectorize(_number_text, otypes=[object])(a).tolist()
+    doc: dict = {"name": problem.name}
+    if dtype:
+        doc["dtype"] = dtype
+    doc["policy"] = policy.as_dict()
+    if policy.dropout is not None:
+        doc["policy"]["dropout"] = {"p": str(policy.dropout)}
+        if keep is not None:
+            doc["policy"]["dropout"]["keep"] = np.asarray(keep, dtype=bool).tolist()
+    if lse is not None:
+        doc["policy"]["lse"] = lse
+    for name in ("query", "key", "value"):
+        doc[name] = arr(getattr(problem, name))
+    if problem.mask is not None:
+        doc["mask"] = {"kind": problem.mask_kind,
+                       "values": np.vectorize(_number_text, otypes=[object])(problem.mask).tolist()}
+    return doc
+
+
+def problem_text(problem: Call, dtype: str | None = None) -> str:
+    """A problem spec file (JSON) for a :class:`~exactattn.call.Call`; :func:`load_problem` reads it back.
+
+    >>> doc = json.loads(problem_text(Call([["1/2"]], [[1]], [[3]]), "float32"))
+    >>> doc["query"], doc["policy"]["scale"], doc["dtype"]
+    ([['1/2']], 'default', 'float32')
+    """
+    return json.dumps(problem_document(problem, dtype), indent=2, ensure_ascii=False)

@@ -1,0 +1,9 @@
+"""The engines layer: heads built from weights, run by the pencil, fast and symbolic engines.
+
+* :mod:`~exactattn.engines.head`: :class:`Head` and :func:`attend`;
+* :mod:`~exactattn.engines.fast`: the fast engine's bulk path;
+* :mod:`~exactattn.engines.trace`: :class:`Trace`, what every engine returns;
+* :mod:`~exactattn.engines.layer`: a layer of heads with its output projection.
+
+Row blocks on Dask are :mod:`exactattn.blocks`.
+"""

@@ -1,0 +1,438 @@
+"""One attention head, and ``attend``: tokens -> projections -> scores -> shares -> outputs.
+
+Scaled dot-product attention (Vaswani et al. 2017, sec. 3.2.1), evaluated exactly:
+
+    queries = x W_Q,  keys = x W_K,  values = x W_V          (n x d_k, n x d_k, n x d_v)
+    raw scores[i][j] = queries[i] . keys[j]                   (n x n)
+    scaled scores    = raw scores / divisor                   (divisor = sqrt(d_k) by default)
+    shares[i]        = softmax(scaled scores[i])              (n x n, each row sums to 1)
+    outputs[i]       = sum_j shares[i][j] values[j]           (n x d_v)
+
+Two weight layouts give the same numbers: ``slots`` (each matrix is d_k lists
+of d_model numbers, one per output slot, ``q = W_Q x``, as in the worked
+example) and ``rows`` (d_model lists of d_k numbers, ``q = x @ W_Q``).  PyTorch's
+``nn.Linear.weight`` is out x in and computes ``x @ W.T``: the slots layout.
+GPT-2's ``Conv1D`` weight is in x out: the rows layout.  For a square head a
+transposed load passes every shape check, so say which layout you mean.
+
+Three engines, agreeing exactly wherever two can run:
+
+* ``pencil``: explicit loops; every multiply-add (MAC) is counted where it
+  happens, inside the innermost loop.  The loops run on integers over one
+  common denominator per matrix (the same sums of products as on the
+  ``Fraction`` entries, without normalising a fraction at every step) and
+  return ``Fraction``.  Tables and :mod:`exactattn.cost` read these counts.
+* ``symbolic``: the same loops over sympy expressions; any entry of x or a
+  weight may be a symbol.  Scores are polynomials, shares ``exp`` ratios.
+* ``fast``: projections and scores as python-flint ``fmpq_mat`` products
+  (exact rationals), shares and outputs certified through ``arb``.  No
+  counters run (``trace.macs`` is None): nothing is counted that did not run.
+
+Every engine returns the same :class:`~exactattn.engines.trace.Trace`.  Which keys a
+query sees, the divisor and the empty-row answer come from the head's
+:class:`~exactattn.call.policy.Policy`.
+
+>>> from exactattn.examples import chronicle
+>>> trace = attend(chronicle().head, chronicle().x)
+>>> trace.queries[1]
+[Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)]
+>>> trace.raw_scores[1]
+[Fraction(25, 8), Fraction(0, 1), Fraction(3, 4), Fraction(0, 1)]
+>>> [trace.share(1, j).decimal(4) for j in range(4)]
+['0.5800', '0.1216', '0.1769', '0.1216']
+>>> trace.macs
+{'projections': 192, 'scores': 64, 'mix': 64}
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Sequence
+
+from ..call.policy import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
+from ..errors import InputError, ShapeError, shorten
+from ..numbers.exact import is_symbolic, rational_sqrt, to_matrix, to_row
+from ..reference.kernels import project, score, to_fractions
+from ..numbers.exact import common_denominator
+from ..reference.logits import scaled_logit
+from ..reference.modified import check_keep, counted_step, modified_engine
+from ..numbers.reals import Surd
+from ..numbers.softmax import SoftmaxRow
+from .trace import Trace
+
+__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "project_biased", "scaled_score",
+           "score_and_mix"]
+
+LAYOUTS = ("slots", "rows")
+ENGINES = ("auto", "pencil", "symbolic", "fast")
+_DEFAULT = object()
+
+
+def _transpose(m: list[list]) -> list[list]:
+    return [list(col) for col in zip(*m)]
+
+
+class Head:
+    """A single attention head: ``W_Q``, ``W_K``, ``W_V``, a divisor and a causal flag.
+
+    Shapes:
+        ``slots`` layout: W_Q, W_K are d_k x d_model, W_V is d_v x d_model.
+        ``rows`` layout:  W_Q, W_K are d_model x d_k, W_V is d_model x d_v.
+
+    Args:
+        divisor: default ``sqrt(d_k)``; any positive exact number, ``"sqrt(q)"``,
+            or ``None``/``"none"`` for no scaling.  Stored by its square
+            (``divisor_squared``) so every divisor stays exact.
+        causal: when True, query i sees keys 0..i only (top_left aligned).
+        floats: how a binary float entry is read: None (refuse), ``"exact"``
+            (its binary value) or ``"decimal"`` (its shortest repr).
+        symbolic: allow sympy symbols and expressions as entries.
+
+    The divisor and the causal rule live in ``head.policy``
+    (:class:`~exactattn.call.policy.Policy`), the one description every engine reads.
+
+    Raises:
+        ShapeError: a matrix of the wrong shape, ragged rows, empty matrices.
+        InputError: an unknown layout, a bad entry or divisor.
+        FloatInputError: a binary float with ``floats`` unset.
+
+    >>> h = Head([[1, 0]], [[0, 1]], [[1, 1]], layout="slots")
+    >>> (h.d_model, h.d_k, h.d_v, h.divisor_squared)
+    (2, 1, 1, Fraction(1, 1))
+    >>> Head([[1, 0]], [[0, 1, 2]], [[1, 1]])
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.ShapeError: W_K must be 1 x 2 in the slots layout, to match W_Q (got 1 x 3)
+    """
+
+    def __init__(self, W_Q, W_K, W_V, *, b_Q=None, b_K=None, b_V=None, layout: str = "slots",
+                 divisor: Any = _DEFAULT, causal: bool = False, floats: str | None = None,
+                 symbolic: bool = False):
+        if layout not in LAYOUTS:
+            raise InputError(f"layout must be 'slots' or 'rows' (got {shorten(layout, quote=True)})")
+        if not isinstance(causal, bool):
+            raise InputError(f"causal must be true or false (got {shorten(causal, quote=True)})")
+        self.layout = layout
+        hint = f" in the {layout} layout, to match W_Q"
+        q = to_matrix(W_Q, name="W_Q", floats=floats, symbolic=symbolic)
+        if layout == "slots":
+            d_k, d_model = len(q), len(q[0])
+            k = to_matrix(W_K, name="W_K", shape=(d_k, d_model), floats=floats,
+                          symbolic=symbolic, hint=hint)
+            v = to_matrix(W_V, name="W_V", shape=(None, d_model), floats=floats,
+                          symbolic=symbolic, hint=hint)
+            slots = (q, k, v)
+        else:
+            d_model, d_k = len(q), len(q[0])
+            k = to_matrix(W_K, name="W_K", shape=(d_model, d_k), floats=floats,
+                          symbolic=symbolic, hint=hint)
+            v = to_matrix(W_V, name="W_V", shape=(d_model, None), floats=floats,
+                          symbolic=symbolic, hint=hint)
+            slots = tuple(_transpose(m) for m in (q, k, v))
+        self.d_model = d_model
+        self.d_k = d_k
+        self.d_v = len(slots[2])
+        # Internally every matrix is kept in the slots layout: row s = output slot s.
+        self.W_Q, self.W_K, self.W_V = slots
+        self.b_Q, self.b_K, self.b_V = (
+            None if b is None else to_row(b, name=name, width=width, floats=floats,
+                                          symbolic=symbolic)
+            for b, name, width in ((b_Q, "b_Q", d_k), (b_K, "b_K", d_k), (b_V, "b_V", self.d_v)))
+        self.symbolic = any(is_symbolic(e) for m in slots + (self.biases,) for r in m for e in r)
+        d2 = Fraction(d_k) if divisor is _DEFAULT else parse_divisor(divisor, floats=floats)
+        self.policy = Policy(divisor_squared=d2, causal=causal)
+
+    @property
+    def biases(self) -> tuple:
+        """The biases given (``b_Q``, ``b_K``, ``b_V`` that are not None), as rows."""
+        return tuple(b for b in (self.b_Q, self.b_K, self.b_V) if b is not None)
+
+    def bias(self, name: str) -> list | None:
+        """``b_Q``/``b_K``/``b_V`` (a list of d_k or d_v exact numbers), or None."""
+        if name not in ("b_Q", "b_K", "b_V"):
+            raise InputError(f"name must be b_Q, b_K or b_V (got {shorten(name, quote=True)})")
+        return getattr(self, name)
+
+    @property
+    def divisor_squared(self) -> Fraction | None:
+        """``D``: the scores are divided by sqrt(D); None for no scaling."""
+        return self.policy.divisor_squared
+
+    @property
+    def causal(self) -> bool:
+        return self.policy.causal
+
+    def with_policy(self, policy: Policy) -> "Head":
+        """The same projection matrices under another policy (divisor, causal rule, ...).
+
+        >>> Head([[1]], [[1]], [[1]]).with_policy(Policy(scale=None, causal=True)).causal
+        True
+        """
+        if policy.divisor_squared == DEFAULT_SCALE:
+            policy = policy.replace(divisor_squared=Fraction(self.d_k))
+        other = object.__new__(Head)
+        other.__dict__.update(self.__dict__)
+        other.policy = policy
+        return other
+
+    def weights(self, name: str, layout: str | None = None) -> list[list]:
+        """``W_Q``/``W_K``/``W_V`` in ``layout`` (default: the layout it was given in)."""
+        layout = layout or self.layout
+        if name not in ("W_Q", "W_K", "W_V"):
+            raise InputError(f"name must be W_Q, W_K or W_V (got {shorten(name, quote=True)})")
+        m = getattr(self, name)
+        return [list(r) for r in m] if layout == "slots" else _transpose(m)
+
+    @property
+    def divisor(self):
+        """The divisor sqrt(D), exactly: a ``Fraction`` when rational (``sqrt(4)`` -> 2), else a
+        :class:`~exactattn.numbers.reals.Surd` (``sqrt(2)`` = 2 * 1/sqrt(2)); None for no scaling."""
+        d = self.divisor_squared
+        if d is None:
+            return None
+        root = rational_sqrt(d)
+        return root if root is not None else Surd(0, ((d, d),))
+
+    def scale(self, raw):
+        """``raw / divisor`` exactly (:func:`scaled_score` with this head's divisor).
+
+        >>> Head([[1]], [[1]], [[1]], divisor="2").scale(Fraction(3))
+        Fraction(3, 2)
+        >>> Head([[1]], [[1]], [[1]], divisor="sqrt(2)").scale(Fraction(1))
+        Surd(1/sqrt(2))
+        """
+        return scaled_score(raw, self.divisor_squared)
+
+    def __repr__(self) -> str:
+        return (f"Head(d_model={self.d_model}, d_k={self.d_k}, d_v={self.d_v}, "
+                f"layout={self.layout!r}, divisor={divisor_text(self.divisor_squared)}, "
+                f"causal={self.causal})")
+
+
+def scaled_score(raw, divisor_squared: Fraction | None):
+    """A raw score divided by sqrt(D), exactly; None (a hidden key) stays None.
+
+    A rational score gives :func:`~exactattn.reference.logits.scaled_logit`'s value: a
+    ``Fraction`` when sqrt(D) is rational, else a :class:`~exactattn.numbers.reals.Surd`
+    ``a/sqrt(D)``.  A sympy score (the symbolic engine) gives sympy.
+
+    >>> scaled_score(Fraction(-33, 25), Fraction(2)).text()
+    '-(33/25)/sqrt(2)'
+    """
+    if raw is None or not type(raw).__module__.startswith("sympy"):
+        return scaled_logit(raw, divisor_squared)
+    if divisor_squared is None:
+        return raw
+    import sympy
+    D = sympy.Rational(divisor_squared.numerator, divisor_squared.denominator)
+    return sympy.expand(raw / sympy.sqrt(D))
+
+
+def _check_x(head: Head, x, floats) -> list[list]:
+    if hasattr(x, "tolist") and not isinstance(x, (list, tuple)):
+        x = x.tolist()
+    if isinstance(x, (list, tuple)) and len(x) == 0:
+        raise ShapeError("x must have at least one token (got none)")
+    if isinstance(x, (list, tuple)):
+        for i, r in enumerate(x):  # name the first token of the wrong width
+            if isinstance(r, (list, tuple)) and len(r) != head.d_model:
+                raise ShapeError(
+                    f"token {i + 1} must have d_model = {head.d_model} numbers (got {len(r)})")
+    return to_matrix(x, name="x", shape=(None, head.d_model), floats=floats, symbolic=True)
+
+
+def _softmax_ops(rows: list[SoftmaxRow]) -> dict:
+    return {"exp": sum(r.exps for r in rows), "add": sum(r.adds for r in rows),
+            "div": sum(r.divs for r in rows)}
+
+
+def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int
+                   ) -> tuple[list[list[int]], int, int, int] | None:
+    """``x W^T + b`` on integers: the counted loop :func:`~exactattn.reference.kernels.project`, then
+    the bias added once per entry, after the loop.
+
+    Shapes: W d_out x d_model (slots layout), b d_out (or None), x n x d_model
+    integers over ``x_den``.  Returns ``(out, den, MACs, bias additions)``
+    (out n x d_out integers over den), or None when W or b is not rational.
+    A bias addition is one addition, not a multiply-add: it is counted apart.
+
+    >>> project_biased([[1, 2]], [Fraction(1, 2)], [[1, 1]], 1)
+    ([[7]], 2, 2, 1)
+    """
+    m = common_denominator(list(W) if b is None else list(W) + [list(b)])
+    if m is None:
+        return None
+    ints, den = m
+    out, macs = project(ints if b is None else ints[:-1], x)
+    adds = 0
+    if b is not None:
+        shift = [a * x_den for a in ints[-1]]
+        for row in out:
+            for s, a in enumerate(shift):
+                row[s] += a
+                adds += 1
+    return out, den * x_den, macs, adds
+
+
+def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
+                  visible, score_den: int, value_den: int, divisor_squared, empty_row: str):
+    """The counted score loop, the exact softmax rows and the counted mix of a plain call.
+
+    :func:`~exactattn.reference.modified.counted_step` (the one step) without
+    modifiers, for the cost module's counted runs.  Shapes: queries n_q x d_k,
+    keys n_k x d_k, values n_k x d_v (integers over their common
+    denominators; scores over ``score_den``).  Returns ``(raw, raw_fractions,
+    rows, outputs, score_macs, mix_macs)``.
+    """
+    step = counted_step(queries, keys, values, visible, score_den, 1, value_den,
+                        divisor_squared, Policy(empty_row=empty_row))
+    return (step.raw, step.raw_fractions, step.rows, step.outputs, step.macs["scores"],
+            step.macs["mix"])
+
+
+def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | None:
+    """The pencil engine on integers over common denominators (None if not all rational)."""
+    xi = common_denominator(x)
+    if xi is None:
+        return None
+    done = [project_biased(w, b, *xi) for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
+                                                   (head.W_V, head.b_V))]
+    if any(p is None for p in done):
+        return None
+    (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
+    n = len(x)
+    policy = head.policy if head.policy.empty_row == empty_row else \
+        head.policy.replace(empty_row=empty_row)
+    step = counted_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk, dv,
+                        head.divisor_squared, policy, keep)
+
+    def integers():
+        from ..numbers.bulk import int_array
+        return (int_array([0 if a is None else a for r in step.raw for a in r], (n, n)),
+                dq * dk, int_array([a for r in v for a in r], (n, head.d_v)), dv)
+
+    return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
+                 values=to_fractions(v, dv), raw_scores=step.raw_fractions,
+                 empty_row=empty_row, rows=step.rows, outputs=step.outputs,
+                 macs={"projections": mq + mk + mv, **step.macs},
+                 softmax_ops=_softmax_ops(step.rows), integers=integers,
+                 bias_adds=aq + ak + av, rotated=step.rotated, keep=keep)
+
+
+def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
+    """The same counted loops over sympy entries; shares and outputs as sympy closed forms."""
+    import sympy
+
+    def s(e):
+        return sympy.Rational(e.numerator, e.denominator) if isinstance(e, Fraction) else e
+    xs = [[s(e) for e in r] for r in x]
+    projections, macs, adds = [], 0, 0
+    for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K), (head.W_V, head.b_V)):
+        out, m = project([[s(e) for e in r] for r in W], xs)
+        if b is not None:       # the bias, added after the counted loop (not a MAC)
+            out = [[e + s(c) for e, c in zip(r, b)] for r in out]
+            adds += len(out) * len(b)
+        projections.append([[sympy.expand(e) for e in r] for r in out])
+        macs += m
+    queries, keys, values = projections
+    n = len(x)
+    raw, score_macs = score(queries, keys, lambda i: head.policy.visible_keys(i, n, n))
+    raw = [[None if r is None else sympy.expand(r) for r in row] for row in raw]
+    div = head.divisor
+    div = div.sympy() if isinstance(div, Surd) else div
+    rows, outputs, mix_macs = [], [], 0
+    for i in range(n):
+        visible = [j for j in range(n) if raw[i][j] is not None]
+        if not visible and empty_row == "uniform":
+            visible = list(range(n))
+            raw[i] = [sympy.Integer(0)] * n
+        ex = [sympy.exp(raw[i][j] if div is None else raw[i][j] / div) if j in visible
+              else sympy.Integer(0) for j in range(n)]
+        den = sympy.Add(*[ex[j] for j in visible])
+        if not visible:
+            fill = sympy.nan if empty_row == "nan" else sympy.Integer(0)
+            rows.append([fill] * n)
+            outputs.append([fill] * head.d_v)
+            continue
+        rows.append([e / den for e in ex])
+        out_row = []
+        for c in range(head.d_v):
+            acc = 0
+            for j in visible:
+                acc += ex[j] * values[j][c]
+                mix_macs += 1
+            out_row.append(acc / den)
+        outputs.append(out_row)
+    return Trace(head, "symbolic", xs, queries=queries, keys=keys, values=values,
+                 raw_scores=raw, empty_row=empty_row, rows=rows, outputs=outputs,
+                 macs={"projections": macs, "scores": score_macs, "mix": mix_macs},
+                 bias_adds=adds)
+
+
+def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
+           floats: str | None = None, empty_row: str | None = None, keep=None) -> Trace:
+    """Run ``head`` over the token rows ``x`` and record every intermediate.
+
+    Shapes: ``x`` is n x d_model (one row of numbers per token).
+
+    Args:
+        engine: ``"auto"`` (symbolic when any entry is a sympy symbol or
+            expression, pencil up to 64 tokens, fast above), ``"pencil"``,
+            ``"symbolic"`` or ``"fast"``.
+        floats: how binary floats in ``x`` are read (see :mod:`exactattn.numbers.exact`).
+        empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``);
+            None (the default) reads it from ``head.policy``.
+        keep: the dropout keep-mask (n x n bools; True = kept), with
+            ``head.policy.dropout`` set.
+
+    The head's policy may carry today's modifiers (a sink, ALiBi, soft-capping,
+    a window, a query offset, RoPE, dropout; see :class:`~exactattn.call.policy.Policy`):
+    the rows then come from :func:`exactattn.reference.logits.softmax_row`.  The pencil
+    engine runs every modifier; the fast engine runs all but RoPE and dropout
+    (``auto`` hands those to the pencil engine; ``fast`` refuses them); the
+    symbolic engine runs none.
+
+    Raises:
+        ShapeError: no tokens, ragged rows, a token of the wrong width, a
+            keep-mask of the wrong shape.
+        FloatInputError: a binary float with ``floats`` unset.
+        InputError: an unknown engine; symbols with a numeric engine; a
+            modifier the engine cannot run exactly.
+
+    Reference: Vaswani et al. 2017, sec. 3.2.1; the built-in worked example ``chronicle``.
+
+    >>> h = Head([[1]], [[1]], [[1]], divisor=None)
+    >>> t = attend(h, [[0], [1]])
+    >>> t.raw_scores
+    [[Fraction(0, 1), Fraction(0, 1)], [Fraction(0, 1), Fraction(1, 1)]]
+    >>> t.shares[0]
+    [Fraction(1, 2), Fraction(1, 2)]
+    >>> t.shares[1][1]
+    E/(1 + E)
+    """
+    if engine not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(ENGINES)} (got {shorten(engine, quote=True)})")
+    if empty_row is None:
+        empty_row = head.policy.empty_row
+    Policy(empty_row=empty_row)      # the one check of the empty-row answer
+    xs = _check_x(head, x, floats)
+    symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
+    policy = head.policy
+    keep = check_keep(keep, policy, len(xs), len(xs))
+    if policy.modified:
+        engine = modified_engine(policy, engine, symbolic, len(xs))
+    if engine == "auto":
+        engine = "symbolic" if symbolic else ("pencil" if len(xs) <= 64 else "fast")
+    elif engine != "symbolic" and symbolic:
+        raise InputError(
+            f"engine must be 'symbolic' or 'auto' for symbolic entries (got {shorten(engine, quote=True)})")
+    if engine == "symbolic":
+        return _symbolic(head, xs, empty_row)
+    if engine == "fast":
+        from .fast import attend_fast
+        return attend_fast(head, xs, empty_row)
+    trace = _pencil(head, xs, empty_row, keep)
+    if trace is None and policy.modified:      # irrational entries: refused, never dropped
+        modified_engine(policy, "symbolic", True, 0)
+    return trace or _symbolic(head, xs, empty_row)
+

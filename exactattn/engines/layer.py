@@ -1,0 +1,354 @@
+"""An attention layer, exactly: h heads (own or shared key/value heads), concatenated, times W_O.
+
+Multi-head attention (Vaswani et al. 2017, sec. 3.2.2), with grouped-query
+key/value heads (Ainslie et al. 2023) and an explicit padding mask::
+
+    head_a  = attention(x W_Q[a] + b_Q[a], x W_K[g] + b_K[g], x W_V[g] + b_V[g])
+              with g = policy.kv_head(a, H, H_kv)                  (n x d_v each)
+    outputs = concat(head_1 .. head_H) W_O + b_O                   (n x d_model)
+
+Every head runs through the pencil engine's counted step
+(:func:`~exactattn.engines.head.project_biased`, :func:`~exactattn.engines.head.score_and_mix`),
+the same loops :mod:`exactattn.cost` counts.  A key/value head shared by
+several query heads (GQA, MQA) is projected once.
+
+An output entry is a sum of exact ratios over DIFFERENT softmax normalisers
+(one per head): a :class:`LayerValue` (terms, one :class:`ExpRatio` per head,
+plus the rational bias ``b_O``), whose ``decimal(places)`` is certified on the
+sum of the enclosures (:func:`sum_decimal`).
+
+Counts: ``macs`` per stage (``projections``, ``scores``, ``mix``,
+``out_projection``); bias additions (``b_Q``, ``b_K``, ``b_V``, ``b_O``) are
+additions, not multiply-adds, and are counted apart in ``bias_adds``.
+
+>>> layer = Layer([[[1, 0]], [[0, 1]]], [[[1, 1]]], [[[1, 0]]], [[1, 0], [0, 1]], b_O=[0, 1])
+>>> run = attend_layer(layer, [[0, 0], [1, 0]])
+>>> run.output_decimals(4)
+[['0.5000', '1.5000'], ['0.7311', '1.5000']]
+>>> run.outputs[1][0], run.macs["out_projection"], run.bias_adds
+(LayerValue(exp(1)/(1 + exp(1))), 8, 4)
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+from ..call.policy import Mask, Policy
+from ..numbers.digits import certify, enclosure_sign, round_fraction
+from ..errors import InputError, ShapeError
+from ..numbers.exact import to_matrix, to_row
+from ..numbers.exact import fmpq_of
+from .head import Head, project_biased, score_and_mix
+from ..numbers.exact import common_denominator
+from ..reference.modified import check_keep, counted_step
+from ..numbers.real import Real
+from ..numbers.softmax import ExpRatio
+
+__all__ = ["Layer", "LayerRun", "LayerValue", "attend_layer", "out_project", "padding_mask",
+           "sum_decimal"]
+
+
+def sum_decimal(terms: Sequence, places: int, constant: Fraction = Fraction(0)) -> str:
+    """``constant + sum(terms)`` (exact ratios), correctly rounded to ``places`` places.
+
+    Rational when every term is (then rounded exactly); otherwise certified
+    from the sum of the terms' enclosures (:func:`~exactattn.numbers.digits.certify`).
+
+    >>> from exactattn.numbers.softmax import SoftmaxRow
+    >>> e = SoftmaxRow([Fraction(1), Fraction(0)], None).share(0)
+    >>> sum_decimal((e, e), 4), sum_decimal((), 2, Fraction(1, 8))
+    ('1.4621', '0.12')
+    """
+    return LayerValue(terms, constant).decimal(places)
+
+
+class LayerValue(Real):
+    """One layer output entry: ``constant + sum(terms)``, each term an :class:`ExpRatio`
+    over its own head's normaliser (terms over different normalisers do not combine).
+
+    Compares and hashes by value (:class:`~exactattn.numbers.real.Real`): equal
+    terms and constants are equal; otherwise the sign of the difference comes
+    from enclosures, refused (:class:`~exactattn.errors.Undecided`) when they
+    cannot separate it from 0 within the precision bound.
+
+    >>> from exactattn.numbers.softmax import SoftmaxRow
+    >>> half = SoftmaxRow([Fraction(0), Fraction(0)], None).share(0)
+    >>> v = LayerValue((half, half), Fraction(1))
+    >>> v.rational(), v.decimal(2), v.text(), v == 2, v == LayerValue((half, half), Fraction(1))
+    (Fraction(2, 1), '2.00', '1 + 1/2 + 1/2', True, True)
+    """
+
+    __slots__ = ("terms", "constant")
+
+    def __init__(self, terms: tuple, constant: Fraction = Fraction(0)):
+        self.terms = tuple(terms)
+        self.constant = Fraction(constant)
+
+    def rational(self) -> Fraction | None:
+        """The value as a ``Fraction`` when every term is rational, else None."""
+        qs = [e.rational() for e in self.terms]
+        return None if None in qs else sum(qs, self.constant)
+
+    def ball(self, prec: int):
+        from flint import arb
+        total = arb(fmpq_of(self.constant))
+        for e in self.terms:
+            total += e.ball(prec)
+        return total
+
+    def decimal(self, places: int) -> str:
+        """Correctly rounded (certified) decimal at ``places`` places."""
+        q = self.rational()
+        return round_fraction(q, places) if q is not None else certify(self.ball, places)
+
+    def text(self) -> str:
+        """The exact value as a sum of closed forms, one per head (and the bias)."""
+        parts = ([str(self.constant)] if self.constant else []) + \
+            [e.text() for e in self.terms if e.rational() != 0]
+        return " + ".join(parts) or "0"
+
+    def __float__(self) -> float:
+        return float(self.decimal(20))
+
+    def _order(self, other) -> int:
+        if isinstance(other, LayerValue):
+            if self.constant == other.constant and self.terms == other.terms:
+                return 0
+            q, ball = other.rational(), other.ball
+        elif isinstance(other, (int, Fraction)) and not isinstance(other, bool):
+            q, ball = Fraction(other), None
+        else:
+            return NotImplemented
+        mine = self.rational()
+        if mine is not None and q is not None:
+            return (mine > q) - (mine < q)
+        theirs = ball or (lambda prec: fmpq_of(q))
+        return enclosure_sign(lambda prec: self.ball(prec) - theirs(prec),
+                              lambda: f"{self.text()} - ({other})")
+
+    def __repr__(self) -> str:
+        return f"LayerValue({self.text()})"
+
+
+def out_project(W_O: tuple[list[list[int]], int], head_outputs: list) -> tuple[list[list[tuple]], int]:
+    """``outputs[i][d] = sum_(a, c) W_O[d][a d_v + c] o_a[i][c]``: one MAC per term.
+
+    ``W_O`` is (integers, denominator) in the slots layout (d_model rows of
+    H d_v).  Each head's outputs share that head's softmax normaliser, so its
+    terms combine exactly into one :class:`ExpRatio` per head; an entry is the
+    tuple of the H ratios.  A head's outputs on one row are held as integers
+    over one denominator, one column per exponential term, so a MAC is a run
+    of integer multiply-adds over the row's terms.  Returns ``(entries, MACs)``.
+    """
+    w_ints, den = W_O
+    count = 0
+    n = len(head_outputs[0])
+    result: list[list[list]] = [[[] for _ in w_ints] for _ in range(n)]
+    col = 0
+    for out in head_outputs:
+        d_v = len(out[0])
+        for i, values in enumerate(out):
+            gaps = list(dict.fromkeys(g for e in values for g in e.numerators))
+            ints, vden = common_denominator([[e.numerators.get(g, 0) for g in gaps]
+                                             for e in values])
+            for d, w in enumerate(w_ints):
+                acc = [0] * len(gaps)
+                for wc, coefficients in zip(w[col:col + d_v], ints):
+                    for k, a in enumerate(coefficients):
+                        acc[k] += wc * a
+                    count += 1
+                result[i][d].append(ExpRatio({g: Fraction(a, den * vden)
+                                              for g, a in zip(gaps, acc)}, values[0].row))
+        col += d_v
+    return [[tuple(terms) for terms in row] for row in result], count
+
+
+def padding_mask(keep: Sequence[bool]) -> Mask:
+    """The bool_keep mask of a padded batch row: every query sees the keys ``keep`` marks.
+
+    >>> padding_mask([True, True, False]).rows
+    ((True, True, False), (True, True, False), (True, True, False))
+    """
+    keep = [bool(k) if type(k).__name__ == "bool_" else k for k in keep]
+    return Mask("bool_keep", [list(keep)] * len(keep))
+
+
+def _stack(mats, name: str) -> list:
+    if hasattr(mats, "ndim") and mats.ndim == 2:
+        raise ShapeError(f"{name} must be a list of matrices, one per head (got one "
+                         f"{mats.shape[0]} x {mats.shape[1]} matrix); wrap it in a list")
+    mats = list(mats)
+    if not mats:
+        raise ShapeError(f"{name} must hold at least one head (got none)")
+    return mats
+
+
+class Layer:
+    """H query heads over H_kv key/value heads, and W_O (+ b_O).
+
+    Shapes: ``W_Q`` a list of H matrices, ``W_K``/``W_V`` lists of H_kv
+    matrices (H a multiple of H_kv; MQA is H_kv = 1), each in ``layout``
+    (see :class:`~exactattn.engines.head.Head`); ``b_Q`` (H rows), ``b_K``/``b_V``
+    (H_kv rows), optional.  ``W_O``: d_model x H d_v in the slots layout
+    (``nn.Linear.weight``), H d_v x d_model in the rows layout; ``b_O``:
+    d_model numbers.
+
+    Args:
+        policy: scale, causal rule, empty rows and the GQA map
+            (:meth:`~exactattn.call.policy.Policy.kv_head`); default ``Policy()``.
+            Its modifiers apply to every head; query head a runs under
+            ``policy.replace(head=policy.head + a)`` (its own ALiBi slope; the
+            same numbering as ``verify``'s problem heads).
+        sinks: one attention-sink logit per query head (exact numbers), or
+            None (``policy.sink``, if any, for every head).
+        floats: how binary floats are read (``"exact"``: their binary value).
+
+    ``layer.heads[a]`` is query head a as a :class:`~exactattn.engines.head.Head`
+    (with the key/value head it reads), for the single-head tables.
+    """
+
+    def __init__(self, W_Q, W_K, W_V, W_O, *, b_Q=None, b_K=None, b_V=None, b_O=None,
+                 layout: str = "slots", policy: Policy | None = None, sinks=None,
+                 floats: str | None = None):
+        policy = Policy() if policy is None else policy
+        W_Q, W_K, W_V = (_stack(m, name) for m, name in ((W_Q, "W_Q"), (W_K, "W_K"),
+                                                          (W_V, "W_V")))
+        H, H_kv = len(W_Q), len(W_K)
+        if len(W_V) != H_kv:
+            raise ShapeError(f"W_V must hold one matrix per key/value head, {H_kv} (got {len(W_V)})")
+
+        def biases(b, count, name):
+            if b is None:
+                return [None] * count
+            b = list(b)
+            if len(b) != count:
+                raise ShapeError(f"{name} must hold one bias per head, {count} (got {len(b)})")
+            return b
+        b_Q, b_K, b_V = biases(b_Q, H, "b_Q"), biases(b_K, H_kv, "b_K"), biases(b_V, H_kv, "b_V")
+        if sinks is not None:
+            sinks = list(sinks)
+            if len(sinks) != H:
+                raise ShapeError(f"sinks must hold one sink logit per query head, {H} (got "
+                                 f"{len(sinks)})")
+        self.kv_of = [policy.kv_head(a, H, H_kv) for a in range(H)]
+        self.heads = []
+        for a in range(H):
+            g = self.kv_of[a]
+            head = Head(W_Q[a], W_K[g], W_V[g], b_Q=b_Q[a], b_K=b_K[g], b_V=b_V[g],
+                        layout=layout, floats=floats)
+            own = policy.replace(head=policy.head + a) if sinks is None else \
+                policy.replace(head=policy.head + a, sink=sinks[a])
+            self.heads.append(head.with_policy(own))   # the default scale: 1/sqrt(d_k)
+        self.policy = policy
+        self.n_kv_heads = H_kv
+        d_model, width = self.heads[0].d_model, sum(h.d_v for h in self.heads)
+        shape = (d_model, width) if layout == "slots" else (width, d_model)
+        w = to_matrix(W_O, name="W_O", shape=shape, floats=floats,
+                      hint=f" in the {layout} layout (H d_v = {width}, d_model = {d_model})")
+        self.W_O = w if layout == "slots" else [list(c) for c in zip(*w)]
+        self.b_O = None if b_O is None else to_row(b_O, name="b_O", width=d_model, floats=floats)
+        self.d_model = d_model
+
+    def __repr__(self) -> str:
+        h = self.heads[0]
+        return (f"Layer(heads={len(self.heads)}, kv_heads={self.n_kv_heads}, "
+                f"d_model={self.d_model}, d_k={h.d_k}, d_v={h.d_v}, {self.policy.describe()})")
+
+
+class LayerRun:
+    """One run of a layer: per-head traces of the counted step, and the exact outputs.
+
+    ``head_shares[a][i]`` is the :class:`~exactattn.numbers.softmax.SoftmaxRow` of head
+    a, query i; ``head_outputs[a]`` n x d_v :class:`ExpRatio`; ``outputs`` n x
+    d_model :class:`LayerValue`; ``macs`` per stage; ``bias_adds`` (not MACs).
+    """
+
+    def __init__(self, layer, rows, head_outputs, outputs, macs, bias_adds):
+        self.layer = layer
+        self.head_rows = rows
+        self.head_outputs = head_outputs
+        self.outputs = outputs
+        self.macs = macs
+        self.bias_adds = bias_adds
+
+    def share(self, a: int, i: int, j: int) -> ExpRatio:
+        """Head a's exact share of key j for query i."""
+        return self.head_rows[a][i].share(j)
+
+    def output_decimals(self, places: int) -> list[list[str]]:
+        """Every output entry, correctly rounded to ``places`` places (n x d_model)."""
+        return [[v.decimal(places) for v in row] for row in self.outputs]
+
+
+def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
+                 floats: str | None = None, keep=None) -> LayerRun:
+    """Run every head of ``layer`` over the token rows ``x``, then W_O (+ b_O), exactly.
+
+    Shapes: ``x`` n x d_model; ``mask`` (optional) an explicit n x n
+    :class:`~exactattn.call.policy.Mask` without additive offsets (e.g.
+    :func:`padding_mask`), applied on top of the policy's causal rule;
+    ``keep`` (with ``policy.dropout``) H x n x n dropout keep-masks, one per
+    query head.
+
+    Raises:
+        ShapeError: tokens of the wrong width, a mask or keep-masks of the wrong size.
+        InputError: an additive mask with offsets; entries that are not rational;
+            dropout without keep-masks.
+    """
+    xs = to_matrix(x, name="x", shape=(None, layer.d_model), floats=floats)
+    n = len(xs)
+    if mask is not None:
+        if mask.n_queries != n or mask.n_keys != n:
+            raise ShapeError(f"mask must be {n} x {n} (got {mask.n_queries} x {mask.n_keys})")
+        if mask.has_offsets:
+            raise InputError("mask must hide keys only in a layer (got an additive mask "
+                             "with offsets); pass a bool_keep mask")
+    xi, dx = common_denominator(xs)
+    H = len(layer.heads)
+    if keep is not None and (hasattr(keep, "__len__") and len(keep) != H):
+        raise ShapeError(f"keep must hold one keep-mask per query head, {H} (got {len(keep)})")
+    keeps = [check_keep(None if keep is None else keep[a], h.policy, n, n)
+             for a, h in enumerate(layer.heads)]
+    macs = {"projections": 0, "scores": 0, "mix": 0, "out_projection": 0}
+    adds = 0
+    seen = layer.policy.keep(n, n, mask)          # the one visibility rule, with the mask
+
+    def visible(i: int) -> list[int]:
+        return seen[i].nonzero()[0].tolist()
+    kv_done: dict[int, tuple] = {}
+    rows, head_outputs = [], []
+    for a, head in enumerate(layer.heads):
+        g = layer.kv_of[a]
+        if g not in kv_done:           # a shared key/value head is projected once
+            k = project_biased(head.W_K, head.b_K, xi, dx)
+            v = project_biased(head.W_V, head.b_V, xi, dx)
+            if k is None or v is None:
+                raise InputError("weights must be rational numbers for an exact layer")
+            macs["projections"] += k[2] + v[2]
+            adds += k[3] + v[3]
+            kv_done[g] = (k, v)
+        (k_ints, dk, _, _), (v_ints, dv, _, _) = kv_done[g]
+        q_ints, dq, mq, aq = project_biased(head.W_Q, head.b_Q, xi, dx)
+        macs["projections"] += mq
+        adds += aq
+        if head.policy.modified:      # sinks, ALiBi, soft-capping, RoPE, dropout
+            step = counted_step(q_ints, k_ints, v_ints, visible, dq, dk, dv,
+                                 head.divisor_squared, head.policy, keeps[a])
+            r, out = step.rows, step.outputs
+            for stage, count in step.macs.items():
+                macs[stage] = macs.get(stage, 0) + count
+        else:
+            _, _, r, out, ms, mm = score_and_mix(q_ints, k_ints, v_ints, visible, dq * dk, dv,
+                                                 head.divisor_squared, layer.policy.empty_row)
+            macs["scores"] += ms
+            macs["mix"] += mm
+        rows.append(r)
+        head_outputs.append(out)
+    entries, macs["out_projection"] = out_project(common_denominator(layer.W_O), head_outputs)
+    b_O = layer.b_O or [Fraction(0)] * layer.d_model
+    if layer.b_O is not None:
+        adds += n * layer.d_model
+    outputs = [[LayerValue(terms, b) for terms, b in zip(row, b_O)] for row in entries]
+    return LayerRun(layer, rows, head_outputs, outputs, macs, adds)
+

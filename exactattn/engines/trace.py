@@ -1,0 +1,403 @@
+"""The trace of one run of a head: every intermediate, one type for every engine.
+
+A :class:`Trace` records ``x``, ``queries``, ``keys``, ``values``, the raw and
+scaled scores, the exact softmax rows, the shares and the outputs, plus the
+multiply-adds counted while they were computed (None when nothing was
+counted).  Every engine returns this one type; a matrix an engine keeps in
+another form (python-flint matrices in the fast engine) is converted on first
+access, so nothing converts what nobody reads.
+
+Shares and outputs are exact values (:class:`~exactattn.numbers.softmax.ExpRatio` for
+the numeric engines, :class:`SymbolicValue` for the symbolic one); both
+answer ``.decimal(places)``, ``.exact()`` and ``.closed_form()``.
+:meth:`Trace.share_decimals` and :meth:`Trace.output_decimals` certify every
+entry at once (:mod:`exactattn.numbers.bulk`), falling back to the per-entry path only
+for the few entries the bulk intervals leave undecided.
+
+Under the modifiers of :class:`~exactattn.call.policy.Policy` (sinks, ALiBi,
+soft-capping, RoPE, dropout) the rows come from the one composition,
+:func:`exactattn.reference.logits.softmax_row`, and the trace adds each row's
+log-sum-exp (:meth:`Trace.lse`), the sink's share (:meth:`Trace.sink_share`),
+the logits after each stage (:meth:`Trace.logit_row`), the ALiBi biases
+(:meth:`Trace.alibi_bias`), the RoPE-rotated scores
+(:meth:`Trace.rotated_score`) and, with dropout, the weights after dropout
+(:meth:`Trace.weight`); decimals of such heads are certified entry by entry.
+
+>>> from exactattn.call.policy import Policy
+>>> from exactattn.engines.head import Head, attend
+>>> h = Head([[1]], [[1]], [[1]], divisor=None)
+>>> t = attend(h.with_policy(h.policy.replace(sink=Fraction(0))), [[0], [1]])
+>>> t.sink_share(1).text(), t.lse(1).text(), t.lse(0).decimal(4)
+('1/(2 + exp(1))', 'log(2 + exp(1))', '1.0986')
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Callable
+
+from ..numbers.digits import certify, check_places, round_fraction
+from ..errors import InputError, shorten
+from ..reference.logits import logit_row, softmax_row
+from ..call.modifiers import dropout_factors
+from ..numbers.lse import LogSumExp
+from ..numbers.real import Real
+from ..numbers.reals import sympy_ball
+from ..numbers.softmax import SoftmaxRow
+
+__all__ = ["SymbolicValue", "Trace"]
+
+
+class Trace:
+    """Every intermediate of one run of :func:`~exactattn.engines.head.attend`.
+
+    Shapes: x n x d_model; queries, keys n x d_k; values n x d_v; raw_scores
+    n x n (``None`` at hidden pairs, which no engine computes); shares n x n;
+    outputs n x d_v.  ``macs`` counts multiply-adds by stage (``projections``,
+    ``scores``, ``mix``), counted inside the loops (None for the fast
+    engine: nothing is counted that did not run).  ``softmax_ops`` counts the
+    softmax's exponentials, additions and divisions separately; ``bias_adds``
+    the additions of projection biases (not MACs; None when not counted).
+
+    Indices are 0-based, as the shapes say; an index outside them raises
+    ``IndexError`` naming the bad index and the shape.
+    """
+
+    def __init__(self, head, engine: str, x: list[list], *, queries, keys, values, raw_scores,
+                 empty_row: str = "zero", rows=None, outputs=None, macs: dict | None = None,
+                 softmax_ops: dict | None = None, score_row: Callable | None = None,
+                 integers: Callable | None = None, bias_adds: int | None = None,
+                 rotated: list | None = None, keep: list | None = None):
+        self.head = head
+        self.engine = engine
+        self.x = x
+        self.empty_row = empty_row
+        policy = head.policy
+        #: the call's policy (the head's, with this run's empty-row answer)
+        self.policy = policy if policy.empty_row == empty_row else \
+            policy.replace(empty_row=empty_row)
+        #: the dropout keep-mask (n x n bools), None without dropout
+        self.keep = keep
+        self._rotated = rotated
+        self.macs = macs
+        self.softmax_ops = softmax_ops
+        self.bias_adds = bias_adds
+        self._parts: dict[str, Any] = {"queries": queries, "keys": keys, "values": values,
+                                       "raw_scores": raw_scores}
+        self._rows: list | None = rows
+        self._row_cache: dict[int, SoftmaxRow] = {}
+        self._outputs = outputs
+        self._score_row = score_row
+        self._integers = integers
+        self._decimals: dict = {}
+        #: entries the bulk intervals left undecided, decided by the exact per-entry path
+        self.fallbacks = 0
+
+    def __repr__(self) -> str:
+        return f"Trace(engine={self.engine!r}, n={self.n}, {self.head!r})"
+
+    def _part(self, name: str):
+        value = self._parts[name]
+        if callable(value):
+            value = self._parts[name] = value()
+        return value
+
+    queries = property(lambda self: self._part("queries"),
+                       doc="n x d_k exact queries (``Fraction``, sympy in the symbolic engine)")
+    keys = property(lambda self: self._part("keys"), doc="n x d_k exact keys")
+    values = property(lambda self: self._part("values"), doc="n x d_v exact values")
+    raw_scores = property(lambda self: self._part("raw_scores"),
+                          doc="n x n exact raw scores queries[i] . keys[j] (None where hidden)")
+
+    @property
+    def n(self) -> int:
+        return len(self.x)
+
+    @property
+    def divisor(self):
+        return self.head.divisor
+
+    def _check(self, i: int, j: int | None = None, width: int = 0, what: str = "") -> None:
+        checks = [("query index", i, self.n)] + ([(what, j, width)] if j is not None else [])
+        for name, v, size in checks:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < size:
+                raise IndexError(f"{name} must be from 0 to {size - 1} (got "
+                                 f"{shorten(v, quote=True)}); indices are 0-based")
+
+    # -- scores ----------------------------------------------------------
+    def raw_score_row(self, i: int) -> list:
+        """Row i of the raw scores, without converting the others."""
+        self._check(i)
+        if self._score_row is not None and callable(self._parts["raw_scores"]):
+            return self._score_row(i)
+        return self.raw_scores[i]
+
+    def scaled_score(self, i: int, j: int):
+        """raw / divisor: a ``Fraction`` when the divisor is rational, else an exact
+        :class:`~exactattn.numbers.reals.Surd` ``a/sqrt(D)`` (sympy in the symbolic engine); None if hidden."""
+        self._check(i, j, self.n, "key index")
+        r = self.raw_score_row(i)[j]
+        return None if r is None else self.head.scale(r)
+
+    @property
+    def scaled_scores(self) -> list[list]:
+        return [[self.scaled_score(i, j) for j in range(self.n)] for i in range(self.n)]
+
+    # -- softmax rows, shares, outputs ------------------------------------
+    @property
+    def rows(self) -> list:
+        """The exact softmax row of every query (:class:`SoftmaxRow`; sympy rows when symbolic)."""
+        if self._rows is None:
+            self._rows = [self.row(i) for i in range(self.n)]
+        return self._rows
+
+    def row(self, i: int):
+        self._check(i)
+        if self._rows is not None:
+            return self._rows[i]
+        row = self._row_cache.get(i)
+        if row is None:
+            row = self._row_cache[i] = softmax_row(
+                self._logit_source(i), self.head.divisor_squared, self.policy, i, self.n, self.n)
+        return row
+
+    def share(self, i: int, j: int):
+        """The exact share of key j for query i (an :class:`ExpRatio` or :class:`SymbolicValue`)."""
+        self._check(i, j, self.n, "key index")
+        if self.engine == "symbolic":
+            return SymbolicValue(self.rows[i][j])
+        return self.row(i).share(j)
+
+    @property
+    def shares(self) -> list[list]:
+        """Exact shares: ``Fraction`` where rational, sympy closed forms elsewhere."""
+        if self.engine == "symbolic":
+            return [list(r) for r in self.rows]
+        return [[self.row(i).share(j).exact() for j in range(self.n)] for i in range(self.n)]
+
+    def output(self, i: int, c: int):
+        """Output column c of query i (an :class:`ExpRatio` or :class:`SymbolicValue`)."""
+        self._check(i, c, self.head.d_v, "value column")
+        if self.engine == "symbolic":
+            return SymbolicValue(self._outputs[i][c])
+        if self._outputs is not None:
+            return self._outputs[i][c]
+        return self._weighted(i, [r[c] for r in self.values])
+
+    @property
+    def outputs(self) -> list[list]:
+        if self.engine == "symbolic":
+            return [list(r) for r in self._outputs]
+        return [[self.output(i, c).exact() for c in range(self.head.d_v)]
+                for i in range(self.n)]
+
+    def row_sums_to_one(self, i: int) -> bool:
+        if self.engine == "symbolic":
+            import sympy
+            return sympy.cancel(sympy.together(sum(self.rows[i]))) == 1
+        return self.row(i).sum_is_one()
+
+    # -- modifiers (sinks, ALiBi, soft-capping, RoPE, dropout, log-sum-exp) ---
+    def _logit_source(self, i: int) -> list:
+        """Row i's scores as the composition reads them: RoPE-rotated, else raw."""
+        return self._rotated[i] if self._rotated is not None else self.raw_score_row(i)
+
+    def rotated_score(self, i: int, j: int):
+        """The RoPE-rotated raw score of query i and key j (the raw score without RoPE).
+
+        A ``Fraction`` where the rotation angle is 0 (the query's own
+        position), else a rotary :class:`~exactattn.numbers.reals.Surd` (over cosine and sine atoms); None if hidden.
+        """
+        self._check(i, j, self.n, "key index")
+        return self._logit_source(i)[j]
+
+    def logit_row(self, i: int, stage: str = "logit") -> list:
+        """Row i after a stage of the one composition (:func:`~exactattn.reference.logits.logit_row`):
+        ``scaled``, ``capped`` (soft-cap) or ``logit`` (+ ALiBi bias): what the softmax reads.
+
+        Values are ``Fraction`` or ``Surd`` (exact algebraic, or over cosine, sine, tanh atoms); None if hidden.
+        """
+        self._check(i)
+        return logit_row(self._logit_source(i), self.head.divisor_squared, self.policy, i,
+                         self.n, self.n, stage=stage)
+
+    def alibi_bias(self, i: int, j: int):
+        """The exact ALiBi bias added to query i's logit for key j (a ``Fraction`` or
+        ``Surd``); None if the key is hidden or the policy has no ALiBi."""
+        self._check(i, j, self.n, "key index")
+        alibi = self.policy.alibi
+        if alibi is None or self.raw_score_row(i)[j] is None:
+            return None
+        return alibi.bias(self.policy.head, self.policy.query_position(i, self.n, self.n), j)
+
+    def sink_share(self, i: int):
+        """The share row i's attention sink takes (exactly 0 without a sink)."""
+        self._check(i)
+        return self.row(i).sink_share()
+
+    def lse(self, i: int, base: str = "e") -> LogSumExp:
+        """Row i's log-sum-exp (sink included), natural log or ``base="2"``; -inf if empty.
+
+        Raises:
+            InputError: a symbolic trace, or a base other than e and 2.
+        """
+        self._check(i)
+        if self.engine == "symbolic":
+            raise InputError("trace must come from a numeric engine for the log-sum-exp (got "
+                             "symbolic); run attend with engine='pencil' or 'fast'")
+        return LogSumExp(self.row(i), base)
+
+    def _weighted(self, i: int, column: list):
+        """``sum_j share_ij * factor_ij * column[j]``: row i's combination after dropout, its
+        factors from :func:`~exactattn.call.modifiers.dropout_factors` (none without dropout)."""
+        if self.keep is not None:
+            column = [v * w for v, w in
+                      zip(column, dropout_factors(self.policy.dropout, self.keep[i]))]
+        return self.row(i).combine(column)
+
+    def weight(self, i: int, j: int):
+        """Query i's weight on key j after dropout: ``share * keep / (1 - p)`` (the share
+        itself without dropout)."""
+        self._check(i, j, self.n, "key index")
+        if self.keep is None:
+            return self.share(i, j)
+        return self._weighted(i, [int(k == j) for k in range(self.n)])
+
+    def weight_sum(self, i: int):
+        """The sum of row i's weights after dropout: ``(sum of kept shares) / (1 - p)``,
+        in general not 1 (the row's share sum without dropout)."""
+        self._check(i)
+        return self._weighted(i, [1] * self.n)
+
+    def weight_decimals(self, places: int) -> list[list[str]]:
+        """Every weight after dropout, correctly rounded (n x n strings; the shares without
+        dropout)."""
+        if self.keep is None:
+            return self.share_decimals(places)
+        check_places(places)
+        return [[self.weight(i, j).decimal(places) for j in range(self.n)]
+                for i in range(self.n)]
+
+    # -- bulk certified decimals -------------------------------------------
+    def share_decimals(self, places: int) -> list[list[str]]:
+        """Every share, correctly rounded to ``places`` decimals (n x n strings).
+
+        The same strings as ``trace.share(i, j).decimal(places)`` for every
+        entry, decided in bulk from integer enclosures where the scores allow.
+
+        Raises:
+            InputError: ``places`` is not a whole number from 0 to 50.
+        """
+        return [list(r) for r in self._bulk(places)[0]]
+
+    def output_decimals(self, places: int) -> list[list[str]]:
+        """Every output, correctly rounded to ``places`` decimals (n x d_v strings).
+
+        Raises:
+            InputError: ``places`` is not a whole number from 0 to 50.
+        """
+        return [list(r) for r in self._bulk(places)[1]]
+
+    def _bulk(self, places: int):
+        check_places(places)
+        if places in self._decimals:
+            return self._decimals[places]
+        n, d_v = self.n, self.head.d_v
+        result = None
+        if self.engine != "symbolic" and self._integers is not None and not self.policy.modified:
+            from ..numbers.bulk import decimals
+            num, den, vnum, vden = self._integers()
+            keep = self.head.policy.keep(n, n)
+            result = decimals(num, den, self.head.divisor_squared, keep, vnum, vden, places)
+        if result is None:
+            shares = [[self.share(i, j).decimal(places) for j in range(n)] for i in range(n)]
+            outputs = [[self.output(i, c).decimal(places) for c in range(d_v)]
+                       for i in range(n)]
+        else:
+            shares, outputs, (share_cells, output_cells) = result
+            self.fallbacks += len(share_cells) + len(output_cells)
+            for i, j in share_cells:
+                shares[i][j] = self.share(i, j).decimal(places)
+            for i, c in output_cells:
+                outputs[i][c] = self.output(i, c).decimal(places)
+        self._decimals[places] = (shares, outputs)
+        return shares, outputs
+
+
+class SymbolicValue(Real):
+    """An entry of the symbolic engine: a sympy expression with the numeric views of ExpRatio.
+
+    ``decimal(places)`` is certified (ball arithmetic on the expression tree,
+    precision doubled until the rounding is decided); an expression with free
+    symbols has no decimal.
+
+    >>> import sympy
+    >>> SymbolicValue(sympy.E / (1 + sympy.E)).decimal(4)
+    '0.7311'
+    """
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def closed_form(self):
+        return self.expr
+
+    def rational(self) -> Fraction | None:
+        """The value as a ``Fraction`` when sympy holds it as a rational, else None."""
+        e = self.expr
+        return Fraction(int(e.p), int(e.q)) if getattr(e, "is_Rational", False) else None
+
+    def exact(self):
+        e = self.expr
+        return Fraction(int(e.p), int(e.q)) if getattr(e, "is_Rational", False) else e
+
+    def text(self) -> str:
+        return str(self.expr)
+
+    def decimal(self, places: int) -> str:
+        """Correctly rounded decimal at ``places`` places.
+
+        Raises:
+            InputError: the expression has free symbols.
+        """
+        check_places(places)
+        e = self.expr
+        if getattr(e, "free_symbols", None):
+            names = ", ".join(sorted(str(s) for s in e.free_symbols))
+            raise InputError(f"value must be a number to print decimals (got {e}, with "
+                             f"symbols {names}); substitute values for them first")
+        if getattr(e, "is_Rational", False):
+            return round_fraction(Fraction(int(e.p), int(e.q)), places)
+        import sympy
+        if e.has(sympy.nan):          # an empty row under empty_row="nan", as the pencil prints it
+            return "nan"
+        return certify(lambda prec: sympy_ball(e), places)
+
+    def _order(self, other):
+        return NotImplemented          # symbolic entries have equality, not order
+
+    def _nan(self) -> bool:
+        import sympy
+        return isinstance(self.expr, sympy.Basic) and self.expr.has(sympy.nan)
+
+    def _equals(self, other):
+        import sympy
+        other = other.expr if isinstance(other, SymbolicValue) else other
+        return sympy.simplify(self.expr - other) == 0
+
+    def _hash_value(self) -> int:
+        # consistent with simplify-equality: a form with symbols may simplify to a number
+        import sympy
+        e = self.expr
+        if isinstance(e, sympy.Basic) and not e.is_Rational:
+            e = sympy.simplify(e)      # sin(1)**2 + cos(1)**2 is 1, and hashes as 1
+            if e.free_symbols:
+                return hash("symbolic value")
+        if getattr(e, "is_Rational", False):
+            return hash(Fraction(int(e.p), int(e.q)))
+        return hash(("real", SymbolicValue(e).decimal(30)))
+
+    def __repr__(self) -> str:
+        return f"SymbolicValue({self.expr})"

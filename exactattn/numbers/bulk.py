@@ -1,0 +1,490 @@
+"""Bulk certified decimals: every share and output of a head rounded at once, from integers.
+
+With the raw scores written as integers over one common denominator,
+``s_ij = N_ij / den``, every share's numerator is ``exp(-u_ij c)`` for the
+integer gap ``u_ij = max_k N_ik - N_ij >= 0`` (over visible keys) and the one
+constant ``c = 1/(den sqrt(D))``.  Splitting ``u`` into base-2^b digits turns
+that into a product of a few table entries ``exp(-a 2^(b l) c)``; the tables
+(a few thousand entries) are enclosed by ``arb`` and rounded outwards to F-bit
+fixed-point integers.  From there the work is exact integer interval
+arithmetic over numpy arrays: products of the tables (rounded down for the
+lower end, up for the upper end), row sums, the output sums ``sum_j e_ij
+V_jc`` and the rounding decision ``k - 1/2 < 10^places * share < k + 1/2``
+compared with integer multiplications only.  Every entry whose interval
+touches a rounding boundary (about one in 10^5 at 4 places, and every exact
+tie) is handed back to the caller's exact per-entry path, so the printed
+digits are always the correctly rounded ones.
+
+Exactness: integer matrix products whose every partial sum is proved below
+2^53 run through float64 BLAS, where such integers (and their sums, in any
+order) are exact; any larger product goes through ``fmpz_mat``.  No binary
+float ever becomes a value.
+
+Possible issues: the tables need ``den sqrt(D)`` below about 2^55; past that
+:func:`decimals` returns None and the caller rounds entry by entry.
+
+>>> import numpy as np
+>>> keep = np.ones((2, 2), dtype=bool)
+>>> s, o, undecided = decimals(np.array([[0, 0], [0, 1]]), 1, None, keep,
+...                            np.array([[1], [0]]), 1, 4)
+>>> s, o, undecided
+([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']], ([], []))
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .digits import format_scaled
+
+__all__ = ["decimals", "exact_matmul", "int_array"]
+
+_EXACT_FLOAT = 1 << 53      # integers below this, and their sums, are exact in float64
+_INT64_SAFE = 1 << 62       # headroom for one more addition in int64
+_TABLE_BITS = 12            # at most 2^12 table entries per digit of a gap
+_MAX_CUT = 1 << 62          # beyond this the gaps do not fit int64
+
+
+def int_array(ints, shape):
+    """Python integers as a numpy array of ``shape``: int64 where every entry fits, else objects."""
+    import numpy as np
+    ints = [int(v) for v in ints]
+    try:
+        a = np.array(ints, dtype=np.int64)
+        big = a.size and (int(a.max()) >= _INT64_SAFE or int(a.min()) <= -_INT64_SAFE)
+    except OverflowError:
+        big = True
+    if big:
+        a = np.array(ints, dtype=object)
+    return a.reshape(shape)
+
+
+def _abs_max(a) -> int:
+    return int(abs(a).max()) if a.size else 0
+
+
+def exact_matmul(a, b):
+    """The exact integer product ``a @ b`` (numpy arrays of integers).
+
+    float64 BLAS when every product and partial sum is proved below 2^53;
+    otherwise ``fmpz_mat``.  Returns int64 or Python-int (object) arrays.
+    """
+    import numpy as np
+    from flint import fmpz_mat
+    inner = a.shape[1]
+    ma, mb = _abs_max(a), _abs_max(b)
+    if ma < _EXACT_FLOAT and mb < _EXACT_FLOAT and ma * mb * inner < _EXACT_FLOAT:
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    ma = fmpz_mat(a.shape[0], a.shape[1], [int(v) for v in a.ravel().tolist()])
+    mb = fmpz_mat(b.shape[0], b.shape[1], [int(v) for v in b.ravel().tolist()])
+    prod = ma * mb
+    return int_array(prod.entries(), (prod.nrows(), prod.ncols()))
+
+
+def _matmul_limbs(t, v, F: int):
+    """``t @ v`` exactly for non-negative fixed-point ``t`` <= 2^F (uint64 or Python ints)."""
+    import numpy as np
+    if t.dtype == object:
+        return exact_matmul(t, v).astype(object)
+    total = None
+    for shift in range(0, F + 1, 16):
+        limb = ((t >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64)
+        part = exact_matmul(limb, v).astype(object) * (1 << shift)
+        total = part if total is None else total + part
+    return total
+
+
+class _ExpTables:
+    """Integer enclosures ``lo <= 2^F exp(-u c) <= hi`` for integer gaps ``u >= 0``.
+
+    ``c = 1 / (den sqrt(D))`` (``1/den`` without a divisor).  Gaps at or past
+    ``cut`` (where ``2^F exp(-u c) < 1``) get ``[0, 1]``.  ``F = 62`` runs in
+    uint64 (each product split into 31-bit halves); larger ``F`` in Python ints.
+    """
+
+    def __init__(self, den: int, divisor_squared: Fraction | None, F: int):
+        from flint import arb
+        from .digits import working_precision
+        from .exact import fmpq_of
+        self.F = F
+        self.prec = 2 * F + 64
+        with working_precision(self.prec):
+            step = arb(den)
+            if divisor_squared is not None:
+                step *= arb(fmpq_of(divisor_squared)).sqrt()
+            self.step = step
+            bound = arb(F) * arb.const_log2() * step     # u >= F ln 2 / c => 2^F exp(-uc) <= 1
+            self.cut = int(bound.upper().floor().unique_fmpz()) + 2
+        self.feasible = self.cut < _MAX_CUT
+        if self.feasible:
+            nbits = max(self.cut.bit_length(), 1)
+            self.levels = -(-nbits // _TABLE_BITS)
+            self.bits = -(-nbits // self.levels)
+
+    def _enclose(self, gaps) -> tuple[list[int], list[int]]:
+        from flint import arb
+        from .digits import working_precision
+        one = 1 << self.F
+        lo, hi = [], []
+        with working_precision(self.prec):
+            scale, step = arb(one), self.step
+            for g in gaps:
+                if g == 0:
+                    lo.append(one)
+                    hi.append(one)
+                    continue
+                v = (arb(-g) / step).exp() * scale
+                lo.append(max(int(v.lower().floor().unique_fmpz()), 0))
+                hi.append(min(int(v.upper().ceil().unique_fmpz()), one))
+        return lo, hi
+
+    def bounds(self, u):
+        """(lo, hi) arrays of the shape of ``u`` (int64 gaps, -1 where hidden)."""
+        import numpy as np
+        F = self.F
+        dtype = np.uint64 if F == 62 else object
+        masked = u < 0
+        past = u >= self.cut
+        v = np.clip(u, 0, self.cut)
+        if u.size <= self.levels << self.bits:    # few entries: enclose each distinct gap once
+            uniq, inverse = np.unique(v, return_inverse=True)
+            lo, hi = self._enclose(int(g) for g in uniq.tolist())
+            lo = np.array(lo, dtype=dtype)[inverse.reshape(u.shape)]
+            hi = np.array(hi, dtype=dtype)[inverse.reshape(u.shape)]
+        else:
+            lo = hi = None
+            mask = (1 << self.bits) - 1
+            for level in range(self.levels):
+                shift = self.bits * level
+                size = min(1 << self.bits, (self.cut >> shift) + 1)
+                tlo, thi = self._enclose(a << shift for a in range(size))
+                digit = (v >> shift) & mask
+                dlo = np.array(tlo, dtype=dtype)[digit]
+                dhi = np.array(thi, dtype=dtype)[digit]
+                if lo is None:
+                    lo, hi = dlo, dhi
+                else:
+                    lo, hi = _mul_shift(lo, dlo, F, False), _mul_shift(hi, dhi, F, True)
+        lo[past] = 0
+        hi[past] = 1
+        lo[masked] = 0
+        hi[masked] = 0
+        return lo, hi
+
+
+def _mul_shift(a, b, F: int, up: bool):
+    """floor (or ceil when ``up``) of ``a * b / 2^F``, elementwise and exactly.
+
+    For uint64 arrays with F = 62 each factor is split into 31-bit halves so
+    that no partial product passes 2^64; nested floors (ceilings) of exact
+    quotients equal the floor (ceiling) of the whole.
+    """
+    import numpy as np
+    if a.dtype == object:
+        return -((-(a * b)) >> F) if up else (a * b) >> F
+    h, m = np.uint64(31), np.uint64((1 << 31) - 1)
+    r = np.uint64(m if up else 0)
+    a1, a0, b1, b0 = a >> h, a & m, b >> h, b & m
+    low = a0 * b0
+    low += r
+    low >>= h
+    np.multiply(a0, b1, out=a0)
+    a0 += low
+    a0 += r
+    np.multiply(b0, a1, out=b0)
+    a0 += b0
+    a0 >>= h
+    np.multiply(a1, b1, out=a1)
+    a1 += a0
+    return a1
+
+
+def _strings(k, places: int):
+    """``k / 10**places`` formatted for every entry of the integer array k."""
+    import numpy as np
+    k = np.asarray(k)
+    if k.dtype == object and k.size and max(-int(k.min()), int(k.max())) < _INT64_SAFE:
+        k = k.astype(np.int64)
+    if k.dtype != object and k.size:
+        low, high = int(k.min()), int(k.max())
+        if high - low <= k.size // 4 + 1024:     # a table of every value in range
+            table = np.array([format_scaled(v, places) for v in range(low, high + 1)],
+                             dtype=object)
+            return table[k - low]
+        uniq, inverse = np.unique(k, return_inverse=True)
+        table = np.array([format_scaled(int(v), places) for v in uniq.tolist()], dtype=object)
+        return table[inverse.reshape(k.shape)]
+    out = np.empty(k.shape, dtype=object)
+    flat = out.reshape(-1)
+    for idx, v in enumerate(k.reshape(-1).tolist()):
+        flat[idx] = format_scaled(int(v), places)
+    return out
+
+
+def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, values_den: int,
+             places: int):
+    """Shares and outputs rounded to ``places``, in bulk; None if the tables are infeasible.
+
+    Shapes: ``num`` n_q x n_k integer raw-score numerators over ``den``;
+    ``keep`` n_q x n_k booleans (True = visible; every row must see a key);
+    ``values_num`` n_k x d_v integers over ``values_den``.
+
+    Returns ``(shares, outputs, (share_cells, output_cells))``: lists of
+    strings, and the (i, j) / (i, c) cells the integer intervals could not
+    decide, which the caller must fill from the exact per-entry path.
+    """
+    import numpy as np
+    F = 62 if places <= 6 else 4 * places + 40
+    scale = 10 ** places
+    empty = ~keep.any(axis=1)          # rows that see no key: left to the per-entry path
+    if empty.any():
+        keep = keep.copy()
+        keep[empty] = True
+    tables = _ExpTables(den, divisor_squared, F)
+    if not tables.feasible:
+        return None
+    n = num.shape[0]
+
+    # gaps u_ij = max over visible k of N_ik - N_ij >= 0 (hidden: -1), clipped to the tables
+    all_visible = bool(keep.all())
+    if all_visible:
+        row_max = num.max(axis=1)
+    else:
+        low = num.min() if num.dtype != object else min(num.ravel().tolist())
+        row_max = np.where(keep, num, low).max(axis=1)
+    gaps = row_max[:, None] - num
+    if not all_visible:
+        gaps = np.where(keep, gaps, 0)         # hidden entries may lie above the row maximum
+    if gaps.dtype == object:
+        gaps = np.minimum(gaps, tables.cut).astype(np.int64)
+    if not all_visible:
+        gaps = np.where(keep, gaps, -1)
+    lo, hi = tables.bounds(gaps)       # e_ij in [lo, hi] / 2^F
+
+    # row sums, exact (uint64 entries summed as two 31-bit halves)
+    if lo.dtype == object:
+        den_lo, den_hi = lo.sum(axis=1), hi.sum(axis=1)
+    else:
+        h, m = np.uint64(31), np.uint64((1 << 31) - 1)
+        den_lo, den_hi = ((x >> h).sum(axis=1).astype(object) * (1 << 31)
+                          + (x & m).sum(axis=1).astype(object) for x in (lo, hi))
+    den_lo, den_hi = den_lo.astype(object)[:, None], den_hi.astype(object)[:, None]
+
+    # shares: decided when the whole interval lies strictly inside (k - 1/2, k + 1/2)
+    if lo.dtype == object or (2 * scale + 1) * n * (1 << 32) >= _INT64_SAFE:
+        s_lo, s_hi, d_lo, d_hi = lo, hi, den_lo, den_hi
+    else:  # 31 bits are plenty for the shares: int64 throughout
+        shift = np.uint64(F - 31)
+        s_lo = (lo >> shift).astype(np.int64)
+        s_hi = ((hi + np.uint64((1 << (F - 31)) - 1)) >> shift).astype(np.int64)
+        d_lo = s_lo.sum(axis=1)[:, None]
+        d_hi = s_hi.sum(axis=1)[:, None]
+    top = 2 * scale * s_lo
+    k = (top + d_hi) // (2 * d_hi)
+    decided = np.asarray((top > (2 * k - 1) * d_hi)
+                         & (2 * scale * s_hi < (2 * k + 1) * d_lo), dtype=bool)
+    shares = _strings(k, places).tolist()
+    decided[empty] = False
+    share_cells = [(int(i), int(j)) for i, j in zip(*np.nonzero(~decided))]
+
+    # outputs: sum_j e_ij V_jc / (vd sum_j e_ij); the sum is lo @ V, within (hi - lo) @ |V|
+    vn = values_num
+    mid = _matmul_limbs(lo, vn, F)
+    width = hi - lo
+    if width.dtype != object:
+        width = width.astype(np.int64)
+    rad = exact_matmul(width, abs(vn)).astype(object)
+    a_lo, a_hi = mid - rad, mid + rad
+    dlo, dhi = den_lo * values_den, den_hi * values_den
+    pos, neg = a_lo >= 0, a_hi <= 0
+    b_lo = np.where(pos, dhi, dlo)          # y_lo = scale a_lo / b_lo
+    b_hi = np.where(neg, dhi, dlo)          # y_hi = scale a_hi / b_hi
+    top_lo, top_hi = 2 * scale * a_lo, 2 * scale * a_hi
+    k = (top_lo + b_lo) // (2 * b_lo)
+    decided = np.asarray((top_lo > (2 * k - 1) * b_lo)
+                         & (top_hi < (2 * k + 1) * b_hi), dtype=bool)
+    outputs = _strings(k, places).tolist()
+    decided[empty] = False
+    output_cells = [(int(i), int(c)) for i, c in zip(*np.nonzero(~decided))]
+    return shares, outputs, (share_cells, output_cells)
+
+
+# --------------------------------------------------------------------------- row blocks
+# One block of query rows against the keys it may see (exactattn.blocks): the enclosures of
+# decimals(), with scores and mixes as exact limb products through BLAS (exactattn.numbers.limbs), gaps
+# counted in steps of 2^shift when the common denominator is large (float inputs: a step is
+# about 2^-55 in the exponent), the digit tables enclosed once per process, and every entry's
+# bounds from those tables alone, so that no entry depends on the rows it is computed with.
+from functools import lru_cache            # noqa: E402  (this section's own imports)
+from typing import Any, NamedTuple         # noqa: E402
+
+__all__ += ["BlockBounds", "GAP_BITS", "block_bounds", "bounds_decimals", "fixed_bits"]
+
+#: the largest gap, counted in steps of 2^shift score units, has at most this many bits
+GAP_BITS = 60
+
+
+def fixed_bits(places: int) -> int:
+    """The fixed-point bits F of the exponentials that decide ``places`` decimals."""
+    return 62 if places <= 6 else 4 * places + 40
+
+
+@lru_cache(maxsize=8)
+def _block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
+    """``(tables, shift, digit tables, lower end of one step)``, or None if infeasible."""
+    import numpy as np
+    tables = _ExpTables(den, divisor_squared, F)
+    shift = max(min_shift, tables.cut.bit_length() - GAP_BITS, 0)
+    if shift:                   # steps of 2^shift units: den sqrt(D) / 2^shift per unit exponent
+        d2 = Fraction(den, 1 << shift) ** 2 * (1 if divisor_squared is None else divisor_squared)
+        tables = _ExpTables(1, d2, F)
+    if not tables.feasible:
+        return None
+    dtype = np.uint64 if F == 62 else object
+    levels = []
+    for level in range(tables.levels):
+        at = tables.bits * level
+        size = min(1 << tables.bits, (tables.cut >> at) + 1)
+        lo, hi = tables._enclose(a << at for a in range(size))
+        levels.append((np.array(lo, dtype=dtype), np.array(hi, dtype=dtype)))
+    return tables, shift, levels, tables._enclose([1])[0][0]
+
+
+def _gap_bounds(cached, gaps):
+    """(lo, hi) / 2^F around exp(-gap step), from the digit tables only (gap -1: hidden)."""
+    import numpy as np
+    tables, _, levels, _ = cached
+    F, cut, bits = tables.F, tables.cut, tables.bits
+    v = np.clip(gaps, 0, cut)
+    lo = hi = None
+    for level, (tlo, thi) in enumerate(levels):
+        digit = (v >> (bits * level)) & ((1 << bits) - 1)
+        dlo, dhi = tlo[digit], thi[digit]
+        lo, hi = (dlo, dhi) if lo is None else (_mul_shift(lo, dlo, F, False),
+                                                _mul_shift(hi, dhi, F, True))
+    lo[gaps >= cut] = 0
+    hi[gaps >= cut] = 1
+    lo[gaps < 0] = 0
+    hi[gaps < 0] = 0
+    return lo, hi
+
+
+class BlockBounds(NamedTuple):
+    """Enclosures of a block: r x m ``lo/2^F <= e_ij <= hi/2^F`` (0 where hidden; 1 at the row
+    maximum), r x 1 exact row sums ``den_lo``/``den_hi``, r x d_v outputs in ``[a_lo/b_lo,
+    a_hi/b_hi]``; ``empty`` rows see no key (left to the per-entry path); ``top`` the largest
+    |N| over visible pairs (scores N / den)."""
+
+    lo: Any
+    hi: Any
+    F: int
+    den_lo: Any
+    den_hi: Any
+    a_lo: Any
+    a_hi: Any
+    b_lo: Any
+    b_hi: Any
+    empty: Any
+    top: int
+
+
+def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num,
+                 values_den: int, F: int = 62, score_bound: int | None = None
+                 ) -> BlockBounds | None:
+    """The enclosures of a block of query rows from the exact inputs; None: use entries.
+
+    Shapes: q r x d_k over ``q_den``, k m x d_k over ``k_den`` (int64
+    numerators), ``keep`` r x m booleans, ``values_num`` m x d_v int64 over
+    ``values_den``.  Scores ``N = q k^T`` over ``q_den k_den`` are exact
+    (:func:`~exactattn.numbers.limbs.score_split`); gaps to the row maximum count
+    steps of 2^shift, and each ``exp`` is enclosed between the steps around
+    its gap.  ``score_bound`` bounds |N| over the whole call (default: this
+    block's ``d_k max|q| max|k|``; it must be a true bound): with it the steps
+    are the same for every block.  None when the tables are infeasible or an input too large for
+    int64 limbs.
+
+    >>> import numpy as np
+    >>> b = block_bounds(np.array([[0], [1]]), 1, np.array([[0], [1]]), 1, None,
+    ...                  np.ones((2, 2), dtype=bool), np.array([[1], [0]]), 1)
+    >>> bounds_decimals(b, 4)[:2]
+    ([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']])
+    """
+    import numpy as np
+    from .limbs import mix, score_split
+    if q.dtype == object or k.dtype == object or values_num.dtype == object or \
+            keep.shape[1] == 0:
+        return None
+    if score_bound is None:
+        score_bound = q.shape[1] * _abs_max(q) * _abs_max(k)
+    cached = _block_tables(q_den * k_den, divisor_squared, F, score_bound.bit_length() - 59)
+    if cached is None:
+        return None
+    split = score_split(q, k, cached[1], score_bound)
+    if split is None:
+        return None
+    high, low = split
+    empty = ~keep.any(axis=1)
+    if empty.any():
+        keep = keep.copy()
+        keep[empty] = True
+    ends = []                # each row's largest and smallest N, as (high, low)
+    for pick, fill in ((np.max, np.iinfo(np.int64).min), (np.min, np.iinfo(np.int64).max)):
+        h = pick(np.where(keep, high, fill), axis=1)[:, None]
+        lo_fill = -1 if pick is np.max else 1 << 62
+        ends.append((h, pick(np.where(keep & (high == h), low, lo_fill), axis=1)[:, None]))
+    top = max((abs((int(h) << cached[1]) + int(x)) for hs, ls in ends
+               for h, x in zip(hs.ravel().tolist(), ls.ravel().tolist())), default=0)
+    (h_max, l_max), _ = ends
+    gaps = np.where(keep, h_max - high - (low > l_max), -1)     # floor(gap / 2^shift)
+    del high, ends
+    lo, hi = _gap_bounds(cached, gaps)
+    if cached[1]:         # a gap between two steps: its lower end one step further out
+        step = np.full(lo.shape, cached[3], dtype=lo.dtype)
+        lo = np.where(keep & (low != l_max), _mul_shift(lo, step, F, False), lo)
+    del low, gaps
+    if lo.dtype == object:
+        den_lo, den_hi = lo.sum(axis=1), hi.sum(axis=1)
+        mid = _matmul_limbs(lo, values_num, F)
+        rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
+    else:
+        h, m = np.uint64(31), np.uint64((1 << 31) - 1)
+        den_lo, den_hi = ((x >> h).sum(axis=1).astype(object) * (1 << 31)
+                          + (x & m).sum(axis=1).astype(object) for x in (lo, hi))
+        mid = mix(lo.astype(np.int64), values_num)
+        rad = mix((hi - lo).astype(np.int64), abs(values_num))
+    den_lo, den_hi = den_lo.astype(object)[:, None], den_hi.astype(object)[:, None]
+    a_lo, a_hi = mid - rad, mid + rad
+    d_lo, d_hi = den_lo * values_den, den_hi * values_den
+    return BlockBounds(lo, hi, F, den_lo, den_hi, a_lo, a_hi, np.where(a_lo >= 0, d_hi, d_lo),
+                       np.where(a_hi <= 0, d_hi, d_lo), empty, top)
+
+
+def bounds_decimals(b: BlockBounds, places: int, shares: bool = True):
+    """A block's shares (None unless ``shares``) and outputs rounded to ``places``, as
+    :func:`decimals` returns them: ``(shares, outputs, (share_cells, output_cells))`` with the
+    cells the intervals leave undecided.  ``b.F`` at least :func:`fixed_bits` of ``places``."""
+    import numpy as np
+    scale = 10 ** places
+    share_text, share_cells = None, []
+    if shares:
+        lo, hi, d_lo, d_hi = b.lo, b.hi, b.den_lo, b.den_hi
+        if lo.dtype != object and (2 * scale + 1) * lo.shape[1] * (1 << 32) < _INT64_SAFE:
+            shift = np.uint64(b.F - 31)       # 31 bits are plenty for the shares: int64
+            lo = (lo >> shift).astype(np.int64)
+            hi = ((hi + np.uint64((1 << (b.F - 31)) - 1)) >> shift).astype(np.int64)
+            d_lo, d_hi = lo.sum(axis=1)[:, None], hi.sum(axis=1)[:, None]
+        top = 2 * scale * lo
+        k = (top + d_hi) // (2 * d_hi)
+        decided = np.asarray((top > (2 * k - 1) * d_hi) & (2 * scale * hi < (2 * k + 1) * d_lo),
+                             dtype=bool)
+        share_text = _strings(k, places).tolist()
+        decided[b.empty] = False
+        share_cells = [(int(i), int(j)) for i, j in zip(*np.nonzero(~decided))]
+    top_lo, top_hi = 2 * scale * b.a_lo, 2 * scale * b.a_hi
+    k = (top_lo + b.b_lo) // (2 * b.b_lo)
+    decided = np.asarray((top_lo > (2 * k - 1) * b.b_lo) & (top_hi < (2 * k + 1) * b.b_hi),
+                         dtype=bool)
+    outputs = _strings(k, places).tolist()
+    decided[b.empty] = False
+    output_cells = [(int(i), int(c)) for i, c in zip(*np.nonzero(~decided))]
+    return share_text, outputs, (share_cells, output_cells)

@@ -1,0 +1,194 @@
+"""Exact exponents and exponential polynomials: the arithmetic behind exact shares.
+
+An exponent of a softmax term is ``p + a / sqrt(D)`` for rationals p, a and a
+rational D that is not a rational square (or just p).  Exponents of different
+rows are compared in one basis of inverse square roots: ``1/sqrt(D)`` and
+``1/sqrt(E)`` are rationally dependent exactly when E/D is a rational square.
+An :class:`ExpPoly` is ``sum_k c_k exp(e_k)`` with exact, collected terms; by
+the Lindemann-Weierstrass theorem it is zero exactly when every collected
+coefficient is zero, and otherwise its sign is decided by ball arithmetic at a
+precision that always suffices.
+
+>>> one = ExpPoly((), {(Fraction(0),): Fraction(1)})
+>>> e = ExpPoly((), {(Fraction(1),): Fraction(1)})
+>>> e.times_minus(one, one, one).sign()      # e - 1 > 0
+1
+>>> Exponent(Fraction(1), Fraction(-1, 2), Fraction(2)) < Exponent(Fraction(0), Fraction(1, 4), Fraction(2))
+True
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .exact import fmpq_of
+from .reals import atom_ball, atom_text, canonical_atom, transcendental
+
+__all__ = ["ExpPoly", "Exponent", "exponent_text", "inv_sqrt_ball", "sum_text", "unify"]
+
+
+def inv_sqrt_ball(D: Fraction):
+    """An ``arb`` ball of ``1/sqrt(D)`` at the current precision (the scale of a divisor sqrt(D))."""
+    return atom_ball(D)
+
+
+def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
+    """The polynomials rewritten over one basis of inverse square roots.
+
+    ``1/sqrt(D)`` and ``1/sqrt(E)`` are rationally dependent exactly when E/D
+    is a rational square; then ``1/sqrt(D) = sqrt(E/D) / sqrt(E)``.
+    """
+    basis: list = []
+    where: dict = {}          # canonical atom -> (index in basis, the basis atom's factor)
+    maps = []
+    for p in polys:
+        mapping = []
+        for D in p.basis:
+            c, rep = canonical_atom(D)
+            found = where.get(rep)
+            if found is None:
+                where[rep] = (len(basis), c)
+                basis.append(D)
+                mapping.append((len(basis) - 1, Fraction(1)))
+            else:
+                mapping.append((found[0], c / found[1]))
+        maps.append(mapping)
+    basis = tuple(basis)
+    return [p.rebase(basis, m) for p, m in zip(polys, maps)]
+
+
+class ExpPoly:
+    """``sum_k c_k exp(p_k + sum_i a_ki / sqrt(basis_i))`` with exact, collected terms.
+
+    ``terms`` maps an exponent ``(p, a_1, ..., a_m)`` to its non-zero rational
+    coefficient; ``basis`` holds the D values (none a rational square, no two
+    with a rational-square ratio), so distinct keys are distinct exponents.
+    """
+
+    __slots__ = ("basis", "terms")
+
+    def __init__(self, basis: tuple, terms: dict):
+        self.basis = basis
+        self.terms = {e: c for e, c in terms.items() if c != 0}
+
+    def rebase(self, basis: tuple, mapping: list) -> "ExpPoly":
+        if basis == self.basis:
+            return self
+        out: dict = {}
+        for e, c in self.terms.items():
+            key = [e[0]] + [Fraction(0)] * len(basis)
+            for a, (k, f) in zip(e[1:], mapping):
+                key[1 + k] += a * f
+            key = tuple(key)
+            out[key] = out.get(key, 0) + c
+        return ExpPoly(basis, out)
+
+    def times_minus(self, a: "ExpPoly", other: "ExpPoly", b: "ExpPoly") -> "ExpPoly":
+        """``self * a - other * b``, collected exactly."""
+        s, a, o, b = unify(self, a, other, b)
+        out: dict = {}
+        for sign, x, y in ((1, s, a), (-1, o, b)):
+            for e1, c1 in x.terms.items():
+                for e2, c2 in y.terms.items():
+                    key = tuple(u + v for u, v in zip(e1, e2))
+                    out[key] = out.get(key, 0) + sign * c1 * c2
+        return ExpPoly(s.basis, out)
+
+    def ball(self, prec: int):
+        from flint import arb
+        roots = [atom_ball(D) for D in self.basis]
+        total = arb(0)
+        for e, c in self.terms.items():
+            x = arb(fmpq_of(e[0]))
+            for a, r in zip(e[1:], roots):
+                if a:
+                    x += arb(fmpq_of(a)) * r
+            total += arb(fmpq_of(c)) * x.exp()
+        return total
+
+    def sign(self) -> int:
+        """-1, 0 or 1: 0 for the zero polynomial.
+
+        With algebraic exponents a non-zero polynomial is a non-zero number
+        (Lindemann-Weierstrass), so its sign is exact.  Exponents over cosine, sine
+        or tanh atoms (rotary, soft-capped logits) have no such theorem: the sign of
+        a non-zero polynomial then comes from enclosures up to
+        :data:`~exactattn.numbers.digits.MAX_PREC` bits.
+
+        Raises:
+            Undecided: transcendental exponents, enclosures still astride 0 at the bound.
+        """
+        if not self.terms:
+            return 0
+        from .digits import enclosure_sign
+        return enclosure_sign(self.ball, self.text,
+                              bounded=any(transcendental(atom) for atom in self.basis))
+
+    def text(self) -> str:
+        """The polynomial as a sum of exponentials (for messages)."""
+        return sum_text([(i, exponent_text(self.basis, e), c)
+                         for i, (e, c) in enumerate(self.terms.items())])
+
+
+class Exponent:
+    """An exponent ``g/sqrt(D) + m`` ordered exactly (for the row maximum)."""
+
+    __slots__ = ("g", "m", "D")
+
+    def __init__(self, g: Fraction, m: Fraction, D: Fraction):
+        self.g, self.m, self.D = g, m, D
+
+    def __lt__(self, other: "Exponent") -> bool:
+        # sign of (g1-g2)/sqrt(D) + (m1-m2), with D not a rational square
+        x, y = self.g - other.g, self.m - other.m
+        if x == 0 or y == 0 or (x > 0) == (y > 0):
+            return x < 0 or (x == 0 and y < 0)
+        return (x < 0) if x * x / self.D > y * y else (y < 0)
+
+    def __gt__(self, other: "Exponent") -> bool:
+        return other < self
+
+
+def exponent_text(basis: tuple, e: tuple) -> str:
+    """``exp(...)`` of the exponent ``e = (p, a_1, ...)`` (``p + sum a_k basis[k]``), or ``1`` for 0.
+
+    A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom.
+
+    >>> exponent_text((), (Fraction(3, 8),)), exponent_text((Fraction(2),), (Fraction(1, 2), Fraction(1)))
+    ('exp(3/8)', 'exp(1/sqrt(2) + 1/2)')
+    """
+    from .digits import fraction_text
+    parts = []
+    for atom, a in zip(basis, e[1:]):
+        if not a:
+            continue
+        t = atom_text(atom)
+        if isinstance(atom, Fraction):
+            body = f"{fraction_text(a)}/sqrt({fraction_text(atom)})"
+        else:
+            body = t if a == 1 else f"-{t}" if a == -1 else f"{fraction_text(a)}*{t}"
+        parts.append(body if not parts or body.startswith("-") else "+ " + body)
+    if e[0] or not parts:
+        p = fraction_text(e[0])
+        parts.append(p if not parts or p.startswith("-") else "+ " + p)
+    body = " ".join(parts).replace(" -", " - ").replace("- -", "- ")
+    return "1" if body == "0" else f"exp({body})"
+
+
+def sum_text(terms) -> str:
+    """A sum ``c exp(e) + ...`` written by increasing exponent; ``terms`` holds
+    ``(sort key, exponent text, rational coefficient)``.
+
+    >>> sum_text([(Fraction(1), "exp(1)", Fraction(1)), (Fraction(0), "1", Fraction(2))])
+    '2 + exp(1)'
+    """
+    from .digits import fraction_text
+    out = ""
+    for _, t, c in sorted(terms, key=lambda term: term[0]):
+        mag = abs(c)
+        body = fraction_text(mag) if t == "1" else t if mag == 1 else f"{fraction_text(mag)}*{t}"
+        if not out:
+            out = ("-" if c < 0 else "") + body
+        else:
+            out += (" - " if c < 0 else " + ") + body
+    return out or "0"

@@ -1,0 +1,406 @@
+"""Exact shares: the row-wise softmax of scaled scores, as values like ``Fraction``.
+
+For a row of raw scores ``r_j`` (rational; ``None`` where the key is hidden),
+a divisor ``sqrt(D)`` (``D`` rational, so sqrt(d_k) stays exact) and optional
+additive offsets ``m_j`` (an additive mask, a bias), the share of key j is::
+
+    shares[j] = exp(r_j / sqrt(D) + m_j) / sum_k exp(r_k / sqrt(D) + m_k)
+
+Every share and every output ``sum_j shares[j] * values[j]`` has the form
+``sum_e A_e exp(e) / sum_e C_e exp(e)`` where ``e`` runs over the distinct
+exponents of the row, ``C_e`` counts the keys at exponent e and ``A_e`` adds
+their values.  :class:`ExpRatio` holds exactly that, relative to the row's
+largest exponent (the gaps, all <= 0).  By the Lindemann-Weierstrass theorem
+the powers ``exp(e)`` for distinct algebraic e are linearly independent over
+the algebraic numbers, so:
+
+* such a ratio is rational exactly when ``A_e = q C_e`` for one rational q
+  (:meth:`ExpRatio.rational`);
+* two ratios are equal exactly when ``num1 den2 - num2 den1`` collects to the
+  zero exponential polynomial, and otherwise its sign is decided by ball
+  arithmetic at a precision that always suffices (:meth:`ExpRatio.sign`);
+* every certified rounding terminates: a value on a rounding boundary is
+  rational, and one beside it is decided by the exact sign of its distance to
+  the boundary (:meth:`ExpRatio.decimal`).
+
+Exponents are exact (rationals, or ``a / sqrt(D) + b``; see
+:mod:`exactattn.numbers.exponents`).
+
+Exactness: the values are exact; decimals are certified (correctly rounded).
+The row maximum is subtracted on the rationals, before any exponential, so no
+enclosure overflows (``exp(800)`` is never formed).
+
+Reference: Vaswani et al. 2017, "Attention is all you need", sec. 3.2.1.
+
+>>> row = SoftmaxRow([Fraction(25, 8), Fraction(0), Fraction(3, 4), Fraction(0)], Fraction(4))
+>>> row.share(0).text()
+'exp(25/16)/(2 + exp(3/8) + exp(25/16))'
+>>> [row.share(j).decimal(4) for j in range(4)]
+['0.5800', '0.1216', '0.1769', '0.1216']
+>>> row.share(1) == row.share(3), row.share(1) < row.share(2), row.sum_is_one()
+(True, True, True)
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+from ..options import EMPTY_ROWS, check_choice
+from .digits import arb_to_fraction, working_precision
+from .exact import rational_sqrt
+from .reals import Surd, align, real_ball, real_compare, real_text
+from .exponents import Exponent, ExpPoly, exponent_text, inv_sqrt_ball
+from .exact import fmpq_of
+from .ratio import ExpRatio
+
+__all__ = ["ExpRatio", "SoftmaxRow"]
+
+
+# --------------------------------------------------------------------------- rows
+class SoftmaxRow:
+    """The exact softmax of one row of raw scores divided by ``sqrt(D)``, plus offsets.
+
+    Args:
+        raw: the row's raw scores (``Fraction``); ``None`` marks a hidden key.
+        divisor_squared: ``D`` as a ``Fraction`` (the divisor is ``sqrt(D)``),
+            or None for no scaling.
+        empty_row: what a row with every key hidden gives: ``"zero"`` (shares
+            and output 0), ``"uniform"`` (1/n each) or ``"nan"``.
+        offsets: optional rationals added to the scaled scores (an additive
+            mask or bias), one per key.
+
+    ``gaps[j]`` is key j's exponent minus the row's largest, None if hidden:
+    a ``Fraction`` g (exponent ``g / sqrt(D)``, or ``g`` with no divisor) or,
+    with offsets and an irrational divisor, a pair ``(g, m)`` (exponent
+    ``g / sqrt(D) + m``).  ``counts`` maps each gap to its number of keys.
+
+    Counters (reported, not MACs): ``exps`` exponentials, ``adds`` additions
+    in the normaliser, ``divs`` divisions, one per visible share.
+    """
+
+    def __init__(self, raw: Sequence[Fraction | None], divisor_squared: Fraction | None,
+                 empty_row: str = "zero", offsets: Sequence[Fraction] | None = None, *,
+                 sink: Fraction | None = None):
+        check_choice(empty_row, "empty_row", EMPTY_ROWS)
+        raw = list(raw)
+        self.n_keys = len(raw)
+        self.empty_row = empty_row
+        self.empty = all(r is None for r in raw) and sink is None
+        self.general = self.certified = False
+        self.basis = ()
+        if self.empty and empty_row == "uniform":
+            raw, offsets = [Fraction(0)] * len(raw), None
+        if sink is not None:     # a key with raw score 0, offset s and no value
+            offsets = [Fraction(0)] * len(raw) + [Fraction(sink)] if offsets is None \
+                else list(offsets) + [Fraction(sink)]
+            raw = raw + [Fraction(0)]
+        root = None if divisor_squared is None else rational_sqrt(divisor_squared)
+        paired = False
+        if offsets is not None and any(m for r, m in zip(raw, offsets) if r is not None):
+            if divisor_squared is None:
+                raw = [None if r is None else r + m for r, m in zip(raw, offsets)]
+            elif root is not None:       # r/root + m = (r + m root)/root
+                raw = [None if r is None else r + m * root for r, m in zip(raw, offsets)]
+            else:
+                paired = True
+                raw = [None if r is None else (r, Fraction(m)) for r, m in zip(raw, offsets)]
+        self.raw = raw
+        self.divisor_squared = divisor_squared
+        self._root = root
+        self.paired = paired
+        visible = [r for r in raw if r is not None]
+        self.max_raw = (max(visible, key=self._order_key) if paired else max(visible)) \
+            if visible else None
+        if paired:
+            self.gaps = [None if r is None else (r[0] - self.max_raw[0], r[1] - self.max_raw[1])
+                         for r in raw]
+        else:
+            self.gaps = [None if r is None else r - self.max_raw for r in raw]
+        self._count(visible)
+
+    @classmethod
+    def of_logits(cls, logits: Sequence, empty_row: str = "zero", *, sink=None) -> "SoftmaxRow":
+        """The softmax of logits that are already scaled and modified.
+
+        Each logit is None (hidden), a ``Fraction`` or a :class:`~exactattn.numbers.reals.Surd`:
+        exact algebraic (an ALiBi slope such as 2^(-1/2)) or over cosine, sine and
+        tanh atoms (a rotary or soft-capped score, in canonical form).  ``sink`` is a
+        logit that joins the normaliser and carries no value (an attention sink; 0
+        gives "softmax plus one").
+
+        Equal logits are equal forms, so ties are exact.  With algebraic logits
+        every value is decided exactly (Lindemann-Weierstrass); with a cosine, sine
+        or tanh atom (``certified``), digits come from enclosures and a comparison
+        of forms that differ is bounded (:class:`~exactattn.errors.Undecided`).
+
+        >>> from exactattn.numbers.reals import two_power
+        >>> row = SoftmaxRow.of_logits([Fraction(0), -two_power(Fraction(-1, 2))])
+        >>> row.share(0).text(), row.share(0).decimal(6)
+        ('1/(exp(-1/sqrt(2)) + 1)', '0.669762')
+        >>> SoftmaxRow.of_logits([Fraction(1), Fraction(0)], sink=Fraction(0)).sink_share().text()
+        '1/(2 + exp(1))'
+        """
+        self = cls.__new__(cls)
+        check_choice(empty_row, "empty_row", EMPTY_ROWS)
+        logits = list(logits)
+        self.n_keys = len(logits)
+        self.empty_row = empty_row
+        self.empty = all(x is None for x in logits) and sink is None
+        if self.empty and empty_row == "uniform":
+            logits = [Fraction(0)] * len(logits)
+        if sink is not None:
+            logits.append(sink)
+        self.divisor_squared, self._root, self.paired, self.general = None, None, False, True
+        visible = [x for x in logits if x is not None]
+        # a cosine, sine or tanh atom: the logits stay values (their canonical forms hash and
+        # compare exactly, so ties share one gap); digits come from enclosures, and signs of
+        # differing forms are bounded
+        self.certified = any(isinstance(x, Surd) and x.transcendental for x in visible)
+        if self.certified:
+            self.basis = ()
+            self.raw = self.gaps = logits
+            with working_precision(64):
+                self.max_raw = max(arb_to_fraction(real_ball(x, 64).mid()) for x in visible)
+            self._count(visible)
+            return self
+        self.basis, keys = align(logits)
+        self.raw = keys
+        top = None
+        for k in keys:
+            if k is not None and (top is None or self._key_sign(k, top) > 0):
+                top = k
+        self.max_raw = top
+        self.gaps = [None if k is None else tuple(a - b for a, b in zip(k, top)) for k in keys]
+        self._count(visible)
+        return self
+
+    def _key_sign(self, k1: tuple, k2: tuple) -> int:
+        """sign((k1) - (k2)) for keys over the row's basis, exactly."""
+        d = tuple(a - b for a, b in zip(k1, k2))
+        if not any(d[1:]):
+            return (d[0] > 0) - (d[0] < 0)
+        return Surd(d[0], tuple(zip(self.basis, d[1:]))).sign()
+
+    def _count(self, visible) -> None:
+        counts: dict = {}
+        for g in self.gaps:
+            if g is not None:
+                counts[g] = counts.get(g, 0) + 1
+        self.counts = counts
+        self.exps = len(counts)
+        self.adds = max(len(visible) - 1, 0)
+        self.divs = len([g for g in self.gaps[:self.n_keys] if g is not None])
+
+    @property
+    def has_sink(self) -> bool:
+        return len(self.gaps) > self.n_keys
+
+    def sink_share(self) -> "ExpRatio":
+        """The share the sink takes (0 without a sink): 1 minus the keys' shares."""
+        g = self.gaps[self.n_keys] if self.has_sink else None
+        return ExpRatio({} if g is None else {g: Fraction(1)}, self)
+
+    def same_normaliser(self, other: "SoftmaxRow") -> bool:
+        """True when both rows have the same normaliser term by term (so values over them add)."""
+        return self is other or (self.counts == other.counts and self.max_raw == other.max_raw
+                                 and self.divisor_squared == other.divisor_squared
+                                 and self.paired == other.paired and self.basis == other.basis
+                                 and self.certified == other.certified)
+
+    def _order_key(self, pair):
+        """A sort key for exponents g/sqrt(D) + m that orders them exactly."""
+        return Exponent(pair[0], pair[1], self.divisor_squared)
+
+    def __len__(self) -> int:
+        return self.n_keys
+
+    @property
+    def nan(self) -> bool:
+        return self.empty and self.empty_row == "nan"
+
+    def combine(self, values: Sequence[Fraction]) -> "ExpRatio":
+        """``sum_j shares[j] * values[j]`` as an exact ratio (hidden keys skipped)."""
+        num: dict = {}
+        for g, w in zip(self.gaps, values):
+            if g is not None:
+                num[g] = num.get(g, 0) + w
+        return ExpRatio(num, self)
+
+    def share(self, j: int) -> "ExpRatio":
+        """The exact share of key ``j``."""
+        g = self.gaps[j]
+        return ExpRatio({} if g is None else {g: Fraction(1)}, self)
+
+    def shares(self) -> list["ExpRatio"]:
+        return [self.share(j) for j in range(self.n_keys)]
+
+    def largest(self) -> list[int]:
+        """The keys with the largest share, in order (a sink is not a key: when its logit is
+        the row's largest, the keys are compared among themselves, exactly).
+
+        >>> SoftmaxRow([Fraction(1), Fraction(0)], None, sink=Fraction(5)).largest()
+        [0]
+        """
+        gaps = self.gaps[:self.n_keys]
+        if self.has_sink and not self.certified and \
+                not any(g is not None and g == self.zero_gap for g in gaps):
+            shares = [(j, self.share(j)) for j, g in enumerate(gaps) if g is not None]
+            top = None
+            for _, s in shares:
+                if top is None or s > top:
+                    top = s
+            return [j for j, s in shares if s == top]
+        if self.certified:
+            top = None
+            for g in gaps:
+                if g is not None and (top is None or real_compare(g, top) > 0):
+                    top = g
+            return [j for j, g in enumerate(gaps) if g is not None and real_compare(g, top) == 0]
+        return [j for j, g in enumerate(gaps) if g is not None and g == self.zero_gap]
+
+    @property
+    def zero_gap(self):
+        """The gap of the row's largest logit (0 in the gaps' own form; rows of exact gaps)."""
+        return (Fraction(0), Fraction(0)) if self.paired else \
+            (Fraction(0),) * (len(self.basis) + 1) if self.general else Fraction(0)
+
+    def shift_ball(self, prec: int):
+        """An enclosure of what :meth:`exp_balls` subtracts from every exponent (about the
+        row's largest logit), so ``log(normaliser) = shift + log(sum of the balls)``."""
+        if self.certified:
+            return real_ball(self.max_raw, prec)
+        return real_ball(self.logit(self.zero_gap), prec)
+
+    def sum_is_one(self) -> bool:
+        """True: the numerators of the shares add up to the normaliser term by term.
+
+        Each visible key contributes ``exp(g_j)`` once to the numerators and
+        once to the normaliser, so the two sums are the same multiset of terms;
+        the check compares them exactly (it is a proof, not a float sum).
+        An empty row under the ``zero`` policy sums to 0 and returns False.
+        """
+        total: dict = {}
+        for g in self.gaps[:self.n_keys]:
+            if g is not None:
+                total[g] = total.get(g, 0) + 1
+        return bool(total) and total == self.counts
+
+    # -- exact exponents -----------------------------------------------------
+    def exponent(self, g) -> tuple[tuple, tuple]:
+        """The absolute exponent of gap ``g`` as ``(basis, (p, a_1, ...))``: ``p + sum a_k basis[k]``.
+
+        A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom.
+        A basis entry may also be a cosine, sine or tanh atom (rotary and soft-capped logits,
+        whose gaps are the logits themselves).
+        """
+        if self.certified:
+            basis, (key,) = align([g])
+            return basis, key
+        if self.general:
+            return self.basis, tuple(a + b for a, b in zip(g, self.max_raw))
+        if self.paired:
+            return (self.divisor_squared,), (g[1] + self.max_raw[1], g[0] + self.max_raw[0])
+        s = g + self.max_raw
+        if self.divisor_squared is None:
+            return (), (s,)
+        if self._root is not None:
+            return (), (s / self._root,)
+        return (self.divisor_squared,), (Fraction(0), s)
+
+    def logit(self, g):
+        """The absolute exponent of gap ``g`` as a value: a ``Fraction`` when rational, else a
+        :class:`~exactattn.numbers.reals.Surd`.
+
+        >>> SoftmaxRow([Fraction(3), Fraction(1)], Fraction(2)).logit(Fraction(-2))
+        Surd(1/sqrt(2))
+        """
+        if self.certified:
+            return g
+        basis, e = self.exponent(g)
+        return Surd(e[0], tuple(zip(basis, e[1:]))) if any(e[1:]) else Fraction(e[0])
+
+    def poly(self, coefficients: dict) -> ExpPoly:
+        """``sum_g c_g exp(g)`` as an exact :class:`~exactattn.numbers.exponents.ExpPoly`."""
+        terms, basis = {}, ()
+        if self.certified:           # one basis for every logit of the sum
+            basis, keys = align(list(coefficients))
+            for key, c in zip(keys, coefficients.values()):
+                terms[key] = terms.get(key, 0) + c
+            return ExpPoly(basis, terms)
+        for g, c in coefficients.items():
+            basis, key = self.exponent(g)
+            terms[key] = terms.get(key, 0) + c
+        return ExpPoly(basis, terms)
+
+    # -- numeric evaluation --------------------------------------------------
+    def exp_balls(self, prec: int) -> dict:
+        """``{gap: ball of exp(gap exponent)}`` at ``prec`` bits (cached per precision)."""
+        cache = getattr(self, "_ball_cache", None)
+        if cache is not None and cache[0] == prec:
+            return cache[1]
+        from flint import arb
+        inv = None if self.divisor_squared is None else inv_sqrt_ball(self.divisor_squared)
+        # a term below exp(-K) (K = prec + 64 > (prec + 64) ln 2) is enclosed by [0, 2^-K]
+        # without computing exp to the precision its exponent would need: a gap of
+        # 10^8000 costs no more than a gap of 1
+        K = prec + 64
+        bound = K * K * (1 if self.divisor_squared is None else self.divisor_squared)
+        negligible = arb(0, arb(2) ** -K)
+        balls = {}
+        if self.certified:
+            shift = real_ball(self.max_raw, prec)
+            for g in self.counts:
+                balls[g] = (real_ball(g, prec) - shift).exp()
+            self._ball_cache = (prec, balls)
+            return balls
+        if self.general:
+            for g in self.counts:
+                balls[g] = real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), prec).exp()
+            self._ball_cache = (prec, balls)
+            return balls
+        for g in self.counts:
+            if self.paired:
+                balls[g] = (arb(fmpq_of(g[0])) * inv + arb(fmpq_of(g[1]))).exp()
+            elif g < -K and g * g > bound:
+                balls[g] = negligible
+            else:
+                a = arb(fmpq_of(g))
+                balls[g] = (a if inv is None else a * inv).exp()
+        self._ball_cache = (prec, balls)
+        return balls
+
+    def normaliser(self, prec: int, balls: dict):
+        """``sum_g C_g exp(g)`` as a ball, summed once per row and precision."""
+        cache = getattr(self, "_den_cache", None)
+        if cache is not None and cache[0] == prec and cache[1] is balls:
+            return cache[2]
+        from flint import arb
+        den = arb(0)
+        for g, c in self.counts.items():
+            den += c * balls[g]
+        self._den_cache = (prec, balls, den)
+        return den
+
+    def term(self, g):
+        """The sympy closed form of ``exp`` at gap g's absolute exponent (scaled score)."""
+        import sympy
+        x = self.logit(g)
+        return sympy.exp(x.sympy() if isinstance(x, Surd) else
+                         sympy.Rational(x.numerator, x.denominator))
+
+    def order_key(self, g):
+        """A key that sorts gaps by their exponent (for writing sums in order)."""
+        if self.general:     # a rational within 2^-60 of the exponent: order for text only
+            with working_precision(128):
+                x = real_ball(g if self.certified else
+                              Surd(g[0], tuple(zip(self.basis, g[1:]))), 128)
+                return arb_to_fraction(x.mid())
+        basis, e = self.exponent(g)
+        return Exponent(e[-1], e[0], basis[0]) if basis else e[0]
+
+    def term_text(self, g) -> str:
+        """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""
+        if self.certified:
+            return f"exp({real_text(g)})"
+        return exponent_text(*self.exponent(g))

@@ -1,0 +1,399 @@
+"""The text of one table cell: exact rationals, scaled scores, shares and vectors.
+
+Every number a table prints is exact or certified:
+
+* a rational prints as a fraction, with its decimal when it terminates
+  (``25/8 = 3.125``) or a correctly rounded one when it does not (``1/3 ~
+  0.3333``);
+* a score divided by an irrational divisor prints as ``c*sqrt(m)`` (the
+  spelling sympy uses, built here without sympy) with a certified decimal;
+* a value too long to print whole (an integer past Python's 4,300-digit
+  limit on int-to-str conversion, e.g. the score of two entries ``1e2200``)
+  prints in scientific form with 16 correctly rounded significant digits,
+  marked ``~``: ``~1.000000000000000e+4400``.  It never raises.
+
+Rounding is exact (ties to even), as :func:`exactattn.numbers.digits.round_fraction`
+does it, and irrational values go through :func:`exactattn.numbers.digits.certify`.
+
+>>> from fractions import Fraction as F
+>>> with_decimal(F(25, 8), 4), with_decimal(F(1, 3), 4), with_decimal(F(3), 4)
+('25/8 = 3.125', '1/3 ~ 0.3333', '3')
+>>> exact_text(F(10) ** 4400)
+'~1.000000000000000e+4400'
+>>> Scaler(F(2)).text(F(-33, 25), 4)
+'-33*sqrt(2)/50 ~ -0.9334'
+"""
+
+from __future__ import annotations
+
+import sys
+from fractions import Fraction
+from functools import lru_cache
+
+from ..call.policy import divisor_text
+from ..numbers.digits import certify
+from ..numbers.exact import rational_sqrt
+from ..engines.head import scaled_score
+from ..numbers.reals import Surd
+from .render import Cell
+from .rowints import fraction_texts, magnitude, with_rounded
+
+__all__ = ["KINDS", "Scaler", "divisor_words", "exact_text", "is_long", "real_cell", "real_exact",
+           "real_kind", "root_text", "sci_root_text", "sci_text",
+           "too_long", "value_cell", "vector", "with_decimal"]
+
+#: significant digits of a value too long to print whole
+SCI_DIGITS = 16
+_LOG10_2 = 0.30102999566398120
+#: digits kept free below Python's limit: a decimal adds up to 50 places to a value's digits
+_MARGIN = 64
+
+
+def _digit_limit() -> int:
+    """Python's limit on the digits of an int-to-str conversion (0: none)."""
+    get = getattr(sys, "get_int_max_str_digits", None)
+    return get() if get is not None else 0
+
+
+def is_long(q) -> bool:
+    """True when the numerator or denominator of ``q`` has too many digits for ``str``."""
+    if not isinstance(q, (int, Fraction)):
+        return False
+    return too_long(q.numerator, q.denominator)
+
+
+def too_long(*ints: int) -> bool:
+    """True when any of ``ints`` has too many digits to print whole (with a decimal)."""
+    limit = _digit_limit()
+    if not limit:
+        return False
+    bits = max(abs(v).bit_length() for v in ints)
+    return bits * _LOG10_2 + 1 >= limit - _MARGIN
+
+
+def sci_text(q, digits: int = SCI_DIGITS) -> str:
+    """``q`` in scientific form with ``digits`` correctly rounded significant digits, marked ``~``.
+
+    Exact integer arithmetic throughout (no float, no int-to-str of a long
+    number), ties to even.
+
+    >>> sci_text(Fraction(-2, 3), 4), sci_text(Fraction(10) ** 5000 + 5, 4)
+    ('~-6.667e-1', '~1.000e+5000')
+    """
+    q = Fraction(q)
+    if q == 0:
+        return "0"
+    sign, x = ("-" if q < 0 else ""), abs(q)
+    e = int((x.numerator.bit_length() - x.denominator.bit_length()) * _LOG10_2)
+    while Fraction(10) ** e > x:
+        e -= 1
+    while Fraction(10) ** (e + 1) <= x:
+        e += 1
+    k = round(x * Fraction(10) ** (digits - 1 - e))    # exact, ties to even
+    return _sci(sign, k, e, digits)
+
+
+def _sci(sign: str, k: int, e: int, digits: int) -> str:
+    if k == 10 ** digits:
+        k, e = k // 10, e + 1
+    text = str(k)
+    mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+    return f"~{sign}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def sci_root_text(c: Fraction, m: int, digits: int = SCI_DIGITS) -> str:
+    """``c*sqrt(m)`` (m > 1 not a square, so irrational) in scientific form, correctly rounded.
+
+    Exact integer arithmetic on the square ``c^2 m``: never on a rounding boundary.
+
+    >>> sci_root_text(Fraction(10) ** 5000, 2, 4)
+    '~1.414e+5000'
+    """
+    from math import isqrt
+    sign, y = ("-" if c < 0 else ""), c * c * m          # value^2
+    e = int((y.numerator.bit_length() - y.denominator.bit_length()) * _LOG10_2 / 2)
+    while Fraction(10) ** (2 * e) > y:
+        e -= 1
+    while Fraction(10) ** (2 * e + 2) <= y:
+        e += 1
+    Y = y * Fraction(10) ** (2 * (digits - 1 - e))       # (value * 10^(digits-1-e))^2
+    k = isqrt(Y.numerator // Y.denominator)
+    if 4 * Y > (2 * k + 1) ** 2:
+        k += 1
+    return _sci(sign, k, e, digits)
+
+
+def exact_text(q) -> str:
+    """A rational as text: ``'25/8'``, ``'3'``, ``'-1/2'``; sympy values via ``str``.
+
+    A rational too long to print whole gives :func:`sci_text` (marked ``~``).
+    """
+    if isinstance(q, Fraction):
+        if is_long(q):
+            return sci_text(q)
+        return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+    if isinstance(q, int) and not isinstance(q, bool):
+        return sci_text(q) if is_long(q) else str(q)
+    return str(q)
+
+
+def with_decimal(q, places: int) -> str:
+    """``25/8 = 3.125`` (a terminating decimal), ``1/3 ~ 0.3333`` (rounded), ``3``.
+
+    A value too long to print whole gives its scientific form alone.
+    """
+    if not isinstance(q, Fraction):
+        return exact_text(q)
+    if is_long(q):
+        return sci_text(q)
+    num, den = q.numerator, q.denominator
+    if den == 1:
+        return str(num)
+    return with_rounded(f"{num}/{den}", num, den, places)
+
+
+def _squarefree(m: int) -> tuple[int, int]:
+    """``(k, r)`` with ``m = k^2 r``: square factors found by trial division to 2^15
+    and a whole-square test of what is left (as sympy extracts them)."""
+    k, p = 1, 2
+    while p * p <= m and p < 1 << 15:
+        while m % (p * p) == 0:
+            m //= p * p
+            k *= p
+        p += 1 if p == 2 else 2
+    from math import isqrt
+    root = isqrt(m)
+    if root * root == m:
+        return k * root, 1
+    return k, m
+
+
+def _root_form(value) -> tuple[Fraction, int] | None:
+    """``(c, m)`` with value = ``c*sqrt(m)``, m > 1 free of square factors, for a
+    :class:`~exactattn.numbers.reals.Surd` ``a/sqrt(D)``; None for any other value."""
+    if not isinstance(value, Surd) or value.p or len(value.terms) != 1 or \
+            not isinstance(value.terms[0][0], Fraction):
+        return None
+    (D, a), = value.terms
+    c0, m = _inverse_root(D)
+    return (a * c0, m) if m > 1 else None
+
+
+@lru_cache(maxsize=256)
+def _inverse_root(D: Fraction) -> tuple[Fraction, int]:
+    """``(c0, m)`` with ``1/sqrt(D) = c0*sqrt(m)``: 1/sqrt(p/q) = sqrt(pq)/p = k sqrt(m)/p."""
+    p, q = D.numerator, D.denominator
+    k, m = _squarefree(p * q)
+    return Fraction(k, p), m
+
+
+def root_text(value) -> str:
+    """The exact text of a scaled score as sympy spells it: ``25/16``, ``-33*sqrt(2)/50``.
+
+    ``value``: a ``Fraction``, a :class:`~exactattn.numbers.reals.Surd` (``a/sqrt(D)``
+    written ``c*sqrt(m)``; other Surds as their own text) or a sympy value.
+
+    >>> root_text(Surd(0, ((Fraction(2), Fraction(-33, 25)),))), root_text(Fraction(25, 16))
+    ('-33*sqrt(2)/50', '25/16')
+    """
+    if isinstance(value, Surd) and value.rational() is not None:
+        value = value.rational()
+    if not isinstance(value, Surd):
+        return exact_text(value)
+    form = _root_form(value)
+    return value.text() if form is None else _spelled(*form)
+
+
+def _spelled(c: Fraction, m: int) -> str:
+    """``c*sqrt(m)`` as sympy spells it: ``sqrt(2)``, ``-33*sqrt(2)/50``."""
+    if is_long(c):
+        return f"{sci_text(c)}*sqrt({m})"
+    sign, u, w = ("-" if c < 0 else ""), abs(c.numerator), c.denominator
+    body = f"sqrt({m})" if u == 1 else f"{u}*sqrt({m})"
+    return f"{sign}{body}" if w == 1 else f"{sign}{body}/{w}"
+
+
+class Scaler:
+    """Raw scores divided by ``sqrt(D)`` as exact text: ``25/16`` or ``-33*sqrt(2)/50``.
+
+    ``D`` is the divisor squared (None: no divisor).  The value is the
+    engines' (:func:`exactattn.engines.head.scaled_score`: a ``Fraction``, a
+    :class:`~exactattn.numbers.reals.Surd` ``a/sqrt(D)`` or sympy); this class only
+    writes it (:func:`root_text`), with a certified decimal.
+    """
+
+    def __init__(self, divisor_squared: Fraction | None):
+        self.D = divisor_squared
+        self.root = None if divisor_squared is None else rational_sqrt(divisor_squared)
+
+    @property
+    def rational(self) -> bool:
+        """True when every scaled score is rational (no divisor, or a rational one)."""
+        return self.D is None or self.root is not None
+
+    def value(self, raw):
+        """``raw / divisor``: :func:`exactattn.engines.head.scaled_score`."""
+        return scaled_score(raw, self.D)
+
+    def exact(self, raw) -> str:
+        """The exact text of ``raw / divisor``."""
+        return root_text(self.value(raw))
+
+    def row(self, ints: list, den: int, places: int | None) -> list:
+        """The cells of raw scores ``ints[j] / den`` (None where hidden stays None).
+
+        ``places`` None: exact texts (:meth:`exact`); else cells with their
+        decimals (:meth:`text`).  A rational divisor writes the row from
+        integers (:func:`~exactattn.present.rowints.fraction_texts`): no ``Fraction``.
+        """
+        a, b = (1, 1) if self.root is None else (self.root.numerator, self.root.denominator)
+        top = magnitude(ints)
+        if self.rational and not too_long(top * b, den * a):
+            return fraction_texts(ints if b == 1 else [None if v is None else v * b
+                                                       for v in ints], den * a, places, top * b)
+        if places is None and not self.rational:     # the text of a/sqrt(D) straight from integers
+            c0, m = _inverse_root(self.D)
+            return [None if v is None else "0" if v == 0 else _spelled(Fraction(v, den) * c0, m)
+                    for v in ints]
+        one = self.exact if places is None else (lambda r: self.text(r, places))
+        return [None if v is None else one(Fraction(v, den)) for v in ints]
+
+    def text(self, raw, places: int) -> str:
+        """The cell of a scaled score: exact, with its decimal (certified when irrational)."""
+        v = self.value(raw)
+        if isinstance(v, Surd) and v.rational() is not None:
+            v = v.rational()
+        if isinstance(v, Fraction):
+            return with_decimal(v, places)
+        if not isinstance(v, Surd):                   # sympy: a symbolic trace
+            if getattr(v, "is_Rational", False):
+                return with_decimal(Fraction(int(v.p), int(v.q)), places)
+            if getattr(v, "free_symbols", None):      # a symbolic score has no decimal
+                return str(v)
+            from ..engines.trace import SymbolicValue
+            return f"{v} ~ {SymbolicValue(v).decimal(places)}"
+        form = _root_form(v)
+        if form is not None and is_long(form[0]):
+            return f"{root_text(v)} ~ {sci_root_text(*form)[1:]}"
+        return f"{root_text(v)} ~ {v.decimal(places)}"
+
+
+def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False) -> str:
+    """The cell of a share or output: its certified ``decimal``; for readers, exact values marked.
+
+    ``masked``: the key is hidden from the query (the share is exactly 0).
+    An exact rational reads ``1/2 = 0.5`` (``1/3 ~ 0.3333`` when its decimal
+    does not terminate), or ``1/2`` alone with ``short`` (inside a vector).
+    """
+    if masked:
+        return Cell(decimal, "masked")
+    q = value.rational()
+    if q is None:
+        return decimal
+    text = exact_text(q)
+    if q.denominator == 1 or short:
+        return Cell(decimal, text)
+    return Cell(decimal, with_rounded(text, q.numerator, q.denominator, rounded=decimal,
+                                      exact=not is_long(q)))
+
+
+def vector(v, limit: int | None = None) -> str:
+    """``(0, 3, 1/2, 0)``: exact entries as fractions, cells as they are (for each reader).
+
+    With ``limit``, a longer vector shows its first ``limit`` entries and how
+    many more there are: ``(1, 2, ..., +56 more)``.
+    """
+    parts = [p if isinstance(p, str) else exact_text(p) for p in v]
+    tail = []
+    if limit is not None and len(parts) > limit:
+        tail = [f"... +{len(parts) - limit} more"]
+        parts = parts[:limit]
+    machine = "(" + ", ".join([str.__str__(p) for p in parts] + tail) + ")"
+    reader = "(" + ", ".join([getattr(p, "reader", p) for p in parts] + tail) + ")"
+    return machine if reader == machine else Cell(machine, reader)
+
+
+def divisor_words(head, places: int = 4) -> str:
+    """The head's divisor in words: ``'sqrt(d_k) = sqrt(4) = 2'``, ``'3'``, ``'none (unscaled)'``,
+    ``'sqrt(2) ~ 1.4142 (irrational: scaled scores stay exact)'``."""
+    d2 = head.divisor_squared
+    if d2 is None:
+        return "none (unscaled)"
+    text = divisor_text(d2)
+    of_dk = "sqrt(d_k) = " if d2 == head.d_k else ""
+    if text.startswith("sqrt("):      # irrational: the root once, then a certified decimal
+        from flint import arb
+        from ..numbers.exact import fmpq_of
+        dec = certify(lambda prec: arb(fmpq_of(d2)).sqrt(), places)
+        return f"{of_dk}{text} ~ {dec} (irrational: scaled scores stay exact)"
+    return f"{of_dk}sqrt({exact_text(d2)}) = {text}" if of_dk else text
+
+
+# --------------------------------------------------------------------------- modified heads
+#: the kinds of value a table names: what is exact and what is certified
+KINDS = ("exact rational", "exact algebraic", "certified transcendental")
+
+
+def real_kind(value) -> str:
+    """Which kind of value ``value`` is (one of :data:`KINDS`).
+
+    A ``Fraction`` (or an exact ratio that is rational) is exact rational; a
+    :class:`~exactattn.numbers.reals.Surd` (``1/sqrt(2)``, ``2^(1/4)``) exact
+    algebraic; anything else (soft-capped or rotated scores, shares and
+    log-sum-exps of a row that are not rational) transcendental, its digits
+    certified from enclosures.
+
+    >>> from exactattn.numbers.reals import softcap, two_power
+    >>> real_kind(Fraction(1, 2)), real_kind(two_power(Fraction(1, 2))), real_kind(softcap(Fraction(1), Fraction(1)))
+    ('exact rational', 'exact algebraic', 'certified transcendental')
+    """
+    from ..numbers.reals import Surd
+    if isinstance(value, (int, Fraction)):
+        return KINDS[0]
+    if isinstance(value, Surd):
+        return KINDS[0] if value.rational() is not None else \
+            KINDS[2] if value.transcendental else KINDS[1]
+    rational = getattr(value, "rational", None)
+    return KINDS[0] if rational is not None and rational() is not None else KINDS[2]
+
+
+def real_exact(value) -> str | None:
+    """The exact text of a rational, algebraic or certified value (its closed form); None stays None.
+
+    >>> from exactattn.numbers.reals import two_power
+    >>> real_exact(Fraction(-1, 4)), real_exact(-two_power(Fraction(-1, 2)))
+    ('-1/4', '-1/sqrt(2)')
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, Fraction)):
+        return exact_text(Fraction(value))
+    q = value.rational() if hasattr(value, "rational") else None
+    return exact_text(q) if q is not None else value.text()
+
+
+def real_cell(value, places: int) -> str:
+    """The cell of a rational, algebraic or certified value (``-inf`` for None: hidden).
+
+    Rationals read as :func:`with_decimal` does (``-1/2 = -0.5``); algebraic
+    values as their closed form and certified decimal (``-1/sqrt(2) ~
+    -0.7071``); certified transcendental values as their decimal, which
+    readers see marked ``~`` (not exact).
+
+    >>> from exactattn.numbers.reals import softcap, two_power
+    >>> real_cell(Fraction(-1, 2), 4), real_cell(-two_power(Fraction(-1, 2)), 4)
+    ('-1/2 = -0.5', '-1/sqrt(2) ~ -0.7071')
+    >>> c = real_cell(softcap(Fraction(2), Fraction(1)), 4); (str(c), c.reader)
+    ('0.9640', '~0.9640')
+    """
+    from ..numbers.reals import Surd
+    if value is None:
+        return "-inf"
+    if isinstance(value, Surd) and value.transcendental:
+        dec = value.decimal(places)
+        return Cell(dec, "~" + dec)
+    if isinstance(value, Surd):
+        q = value.rational()
+        return with_decimal(q, places) if q is not None else \
+            f"{value.text()} ~ {value.decimal(places)}"
+    return with_decimal(Fraction(value), places)

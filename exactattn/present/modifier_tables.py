@@ -1,0 +1,285 @@
+"""Walkthrough tables of a modified head: RoPE, soft-capping, ALiBi, logits, dropout, log-sum-exp.
+
+A head whose :class:`~exactattn.call.policy.Policy` carries today's modifiers gets
+these tables besides the plain ones (:mod:`exactattn.present.tables`,
+:mod:`exactattn.present.score_tables`), each value read from the trace:
+
+* ``square/rope``: the raw scores after rotating queries and keys by their
+  positions (:meth:`~exactattn.engines.trace.Trace.rotated_score`);
+* ``square/capped``: ``cap * tanh(scaled / cap)``, before biases and masks;
+* ``square/alibi``: the ALiBi bias of every visible pair, with the head's
+  exact slope (``1/sqrt(2)`` for head 9 of 12);
+* ``square/logits``: what the softmax reads, when it differs from the stage
+  shown last (ALiBi, or RoPE without soft-capping);
+* ``scores/dropout``: the weights after dropout (``share * keep / (1 - p)``),
+  whose rows no longer sum to 1;
+* ``scores/lse``: each row's log-sum-exp, closed form and certified digits,
+  on request.
+
+Every table says which kind of value it holds (:data:`~exactattn.present.cells.KINDS`):
+exact rational, exact algebraic or certified transcendental (digits
+correctly rounded from enclosures; readers see such cells marked ``~``).
+The sink's share is a column of ``scores/shares``; windows and causal rules
+hide cells (``-inf``) as in the plain tables.
+
+>>> from fractions import Fraction
+>>> from exactattn.call.policy import Policy
+>>> from exactattn.engines.head import Head, attend
+>>> from exactattn.call.modifiers import Alibi
+>>> h = Head([[1]], [[1]], [[1]], divisor=None)
+>>> t = attend(h.with_policy(h.policy.replace(alibi=Alibi(12), head=8)), [[0], [1]])
+>>> bias = square_sections(t, 4)[0]
+>>> bias.title, bias.rows[1]
+('ALiBi biases: -m (p_i - j), slope m = 1/sqrt(2)', ['2', '-1/sqrt(2) ~ -0.7071', '0'])
+"""
+
+from __future__ import annotations
+
+from .cells import KINDS, real_cell, real_exact, real_kind, value_cell
+from ..call.modifiers import dropout_factors
+from ..numbers.reals import real_decimal
+from .render import Cell, Section
+from .score_tables import shown_note
+from .stream import LazyRows, View, span_text
+
+__all__ = ["LSE_TERMS", "score_sections", "square_sections"]
+
+#: a row's log-sum-exp closed form is written out up to this many distinct terms
+LSE_TERMS = 16
+#: ... and printed in a table cell up to this many characters (JSON always has it)
+LSE_WIDTH = 72
+_CERTIFIED = ("~: certified transcendental, the digits correctly rounded from arb enclosures "
+              "(no tolerance)")
+
+
+class _Grid:
+    """The shown and the exported queries and keys of a square table."""
+
+    def __init__(self, trace, view: View):
+        n = trace.n
+        self.n = n
+        self.toks, self.keys = view.rows(n), view.cols(n)
+        self.data_toks = self.toks if view.queries is not None else range(n)
+        self.data_keys = self.keys if view.keys is not None else range(n)
+        self.cols = ["query"] + [f"key {j + 1}" for j in self.keys]
+        self.shown = shown_note(
+            len(self.toks) < n and f"queries {span_text(self.toks)} of {n}",
+            len(self.keys) < n and f"keys {span_text(self.keys)} of {n}",
+            "choose with --queries and --keys")
+
+    def rows(self, row_of, cell) -> LazyRows:
+        def line(k: int) -> list:
+            i = self.toks[k]
+            r = row_of(i)
+            return [str(i + 1)] + [cell(r[j]) for j in self.keys]
+        return LazyRows(len(self.toks), line)
+
+    def data(self, row_of, cell) -> LazyRows:
+        def line(k: int) -> list:
+            r = row_of(self.data_toks[k])
+            return [cell(r[j]) for j in self.data_keys]
+        return LazyRows(len(self.data_toks), line)
+
+
+def _values(grid: _Grid, row_of, places: int, kinds: bool) -> dict:
+    """The JSON data of a table of reals: exact texts, certified decimals (and kinds)."""
+    data = {"exact": grid.data(row_of, real_exact),
+            "decimal": grid.data(row_of, lambda v: None if v is None else
+                                 real_decimal(v, places))}
+    if kinds:
+        data["kind"] = grid.data(row_of, lambda v: None if v is None else real_kind(v))
+    return data
+
+
+def _positions(trace) -> list[str]:
+    """A note on where the queries sit, when a query offset or alignment moves them."""
+    policy, n = trace.policy, trace.n
+    p0 = policy.query_position(0, n, n)
+    if p0 == 0:
+        return []
+    return [f"positions: key j (numbered from 1) sits at position j - 1, query i at "
+            f"p_i = i - 1 + {p0}"]
+
+
+def square_sections(trace, places: int = 4, view: View | None = None) -> list[Section]:
+    """The score stages a modified head adds after ``square/scaled`` (none for a plain head)."""
+    policy = trace.policy
+    if policy.rope is None and policy.softcap is None and policy.alibi is None and \
+            policy.sink is None:
+        return []
+    grid = _Grid(trace, view or View())
+    cell = (lambda v: real_cell(v, places))
+    out = []
+    if policy.rope is not None:
+        rope = policy.rope
+        row_of = (lambda i: [trace.rotated_score(i, j) for j in range(grid.n)])
+        out.append(Section(
+            "square/rope", "Rotated scores (RoPE): queries[i] . keys[j] after rotating both by "
+            "their positions", grid.cols, grid.rows(row_of, cell),
+            [f"RoPE: theta = {rope.theta}, {rope.layout} layout; a pair of entries turns by "
+             "position * theta^(-2k/d_k) (Su et al. 2021, sec. 3.4)",
+             "kind: exact rational where the angle is 0 (the query's own position), certified "
+             "transcendental elsewhere (cos and sin of rational multiples)", _CERTIFIED,
+             "the softmax reads these rotated scores, not the raw ones above"]
+            + _positions(trace) + grid.shown,
+            dict(_values(grid, row_of, places, True), theta=str(rope.theta),
+                 layout=rope.layout)))
+    if policy.softcap is not None:
+        cap = policy.softcap
+        row_of = (lambda i: trace.logit_row(i, "capped"))
+        out.append(Section(
+            "square/capped", f"Capped scores: {cap}*tanh(scaled / {cap}) (soft-capping, before "
+            "biases and masks)", grid.cols, grid.rows(row_of, cell),
+            ["kind: certified transcendental (tanh of a nonzero exact score; tanh(0) = 0 "
+             "exactly); tanh is injective, so equal scaled scores give exactly equal capped "
+             "scores", _CERTIFIED,
+             "capped before the mask: a hidden key stays -inf (weight 0)"] + grid.shown,
+            dict(_values(grid, row_of, places, True), cap=str(cap))))
+    if policy.alibi is not None:
+        out.append(_alibi(trace, grid, places))
+    sink = policy.sink
+    if policy.alibi is not None or sink is not None or \
+            (policy.rope is not None and policy.softcap is None):
+        row_of = (lambda i: trace.logit_row(i, "logit"))
+        steps = ("capped " if policy.softcap is not None else "") + \
+            ("rotated" if policy.rope is not None else "scaled") + " score" + \
+            (" + ALiBi bias" if policy.alibi is not None else "")
+        rows = grid.rows(row_of, cell)
+        if sink is not None:          # the sink: one more logit in every row, with no value
+            plain, text = rows, real_cell(sink, places)
+            rows = LazyRows(len(plain), lambda k: plain[k] + [text])
+        data = _values(grid, row_of, places, True)
+        if sink is not None:
+            data["sink"] = real_exact(sink)
+        out.append(Section(
+            "square/logits", f"Logits: what the softmax reads ({steps})",
+            grid.cols + (["sink"] if sink is not None else []), rows,
+            (["kind of each value: exact rational, exact algebraic (an irrational slope or "
+              "divisor) or certified transcendental (capped or rotated)", _CERTIFIED]
+             if policy.softcap is not None or policy.rope is not None else
+             ["kind of each value: exact rational, or exact algebraic (an irrational slope or "
+              "divisor: its closed form ~ its certified decimal)"])
+            + ([f"the sink's logit {sink} joins every row's softmax and carries no value"]
+               if sink is not None else []) + grid.shown, data))
+    return out
+
+
+def _alibi(trace, grid: _Grid, places: int) -> Section:
+    policy = trace.policy
+    alibi, h = policy.alibi, policy.head
+    slope = alibi.slope(h)
+    kind = real_kind(slope)
+    slope_text = real_exact(slope)
+    if kind != KINDS[0]:
+        slope_text += f" ~ {real_decimal(slope, places)}"
+    row_of = (lambda i: [trace.alibi_bias(i, j) for j in range(grid.n)])
+    notes = [f"head {h} of {alibi.heads} ({alibi.form} form): slope m = {slope_text}, {kind}; "
+             "slopes from the head count as in Press et al. 2022 (sec. 3) and the authors' code",
+             f"kind: every bias is {kind} (the slope times a whole number)",
+             "the bias is added to the scaled (or capped) score; -inf where the key is hidden"]
+    return Section(
+        "square/alibi", f"ALiBi biases: {alibi.formula('p_i')}, slope m = "
+        f"{real_exact(slope)}", grid.cols, grid.rows(row_of, lambda v: real_cell(v, places)),
+        notes + _positions(trace) + grid.shown,
+        dict(_values(grid, row_of, places, False), heads=alibi.heads, head=h,
+             form=alibi.form, slope=real_exact(slope), kind=kind))
+
+
+def score_sections(trace, places: int = 4, view: View | None = None,
+                   lse: str | None = None) -> list[Section]:
+    """``scores/dropout`` (with dropout) and ``scores/lse`` (``lse`` = ``"e"`` or ``"2"``)."""
+    view = view or View()
+    out = []
+    if trace.keep is not None:
+        out.append(_dropout(trace, places, view))
+    if lse is not None:
+        out.append(_lse(trace, places, view, lse))
+    return out
+
+
+def _dropout(trace, places: int, view: View) -> Section:
+    policy, keep = trace.policy, trace.keep
+    p = policy.dropout
+    grid = _Grid(trace, view)
+    dec = trace.weight_decimals(places)
+    readers = view.readers
+
+    def weight_cell(i: int, j: int) -> str:
+        if not readers:
+            return dec[i][j]
+        if trace.raw_score_row(i)[j] is None:
+            return Cell(dec[i][j], "masked")
+        if not keep[i][j]:
+            return Cell(dec[i][j], "dropped")
+        return value_cell(trace.weight(i, j), dec[i][j])
+
+    def total(i: int) -> str:
+        value = trace.weight_sum(i)
+        d = value.decimal(places)
+        return value_cell(value, d) if readers else d
+
+    def line(k: int) -> list:
+        i = grid.toks[k]
+        return [str(i + 1)] + [weight_cell(i, j) for j in grid.keys] + [total(i)]
+
+    scale = dropout_factors(p, [True])[0]              # 1/(1 - p): the one dropout rule
+    notes = [f"dropout p = {p}: a kept weight is the share times 1/(1 - p) = {scale}; a dropped "
+             "key gets 0",
+             "rows no longer sum to 1: each sums to (the sum of its kept shares) / (1 - p)",
+             f"weights at {places} certified places (correctly rounded)"] + grid.shown
+    data = {"p": str(p),
+            "keep": LazyRows(len(grid.data_toks), lambda k: [keep[grid.data_toks[k]][j]
+                                                              for j in grid.data_keys]),
+            "weights_decimal": LazyRows(len(grid.data_toks), lambda k: [
+                dec[grid.data_toks[k]][j] for j in grid.data_keys]),
+            "sums": LazyRows(len(grid.data_toks), lambda k: {
+                "exact": trace.weight_sum(grid.data_toks[k]).text(),
+                "decimal": trace.weight_sum(grid.data_toks[k]).decimal(places)})}
+    return Section("scores/dropout", f"Weights after dropout: share * keep / (1 - {p})",
+                   grid.cols + ["sum"], LazyRows(len(grid.toks), line), notes, data)
+
+
+def _lse(trace, places: int, view: View, base: str) -> Section:
+    n = trace.n
+    toks = view.rows(n)
+    data_toks = toks if view.queries is not None else range(n)
+
+    def parts(i: int) -> tuple[str | None, str, str]:
+        value = trace.lse(i, base)
+        terms = len(value.row.counts)
+        form = value.text() if terms <= LSE_TERMS else None
+        d = value.decimal(places)
+        if value.neg_inf:
+            kind = "-inf (no visible key)"
+        elif d == "nan":
+            kind = "nan (no visible key)"
+        else:
+            x = value.exact()
+            kind = real_kind(x) if x is not None else KINDS[2]
+        return form, d, kind
+
+    def line(k: int) -> list:
+        i = toks[k]
+        form, d, kind = parts(i)
+        terms = len(trace.row(i).counts)
+        if form is None or len(form) > LSE_WIDTH:
+            form = f"log of {terms} terms (closed form in JSON)" if form is not None else \
+                f"log of {terms} terms" if terms else "-inf"
+        return [str(i + 1), form, d, kind]
+
+    unit = "natural-log units (nats)" if base == "e" else "base 2 (bits)"
+    notes = [f"lse_i = {'log' if base == 'e' else 'log2'}(sum_j exp(logit_ij)) over the keys "
+             f"query i sees{' and the sink' if trace.policy.sink is not None else ''}: "
+             f"{unit}; what fused kernels return beside the output",
+             "kind: exact when the row is one key (its logit); otherwise transcendental "
+             "(Lindemann-Weierstrass): the closed form is exact and the digits certified",
+             f"values at {places} certified places; -inf for a row that sees no key",
+             f"a row of more than {LSE_TERMS} distinct terms has no closed form written "
+             "out (null in JSON)"]
+    notes += shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}", None,
+                        "choose with --queries")
+    data = {"base": base, "lse": LazyRows(len(data_toks), lambda k: dict(zip(
+        ("closed_form", "decimal", "kind"), parts(data_toks[k]))))}
+    return Section("scores/lse", f"Log-sum-exp of each row, in {unit}",
+                   ["query", "log-sum-exp", "value", "kind"], LazyRows(len(toks), line),
+                   notes, data)

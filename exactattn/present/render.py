@@ -1,0 +1,322 @@
+"""Tables as text, Markdown, LaTeX, CSV or JSON: the one :class:`Section` type and its writers.
+
+Every table exactattn prints (the pencil-check modes, the sweeps, the divisor
+experiment, the cost and verify reports) is a list of :class:`Section`: a
+title, header cells, rows of string cells, notes and exact ``data``.
+:func:`render` writes them in one of :data:`FORMATS`.
+
+A cell is a ``str``; a :class:`Cell` is a ``str`` that also carries a second
+text for readers.  Machine formats (json, csv, latex) print the cell itself
+(``0.0000``, the decimal every cell of its column has); text and Markdown print
+the reader's text, which marks an exact value as exact (``masked`` for a key
+the query does not see, ``1/2 = 0.5`` for a share that is exactly 1/2).
+
+Output is deterministic: the same sections always give the same bytes.
+
+Rows and data may be lazy (:class:`~exactattn.present.stream.LazyRows`): :func:`write`
+streams them to a file row by row, so a table of n x n cells never sits in
+memory as text.  JSON is written exactly as ``json.dumps(doc, indent=2)``
+would write it, except that with ``wrap`` a list of more than ``wrap`` plain
+values goes on one line (the same JSON, n^2 numbers on n lines).  ``jsonl``
+(JSON Lines) writes one object per line for tools: the meta and the table
+names, then per table its header, each row, and each data item.
+
+>>> s = Section("demo", "Demo", ["a", "b"], [["1", Cell("0.5000", "1/2 = 0.5")]], ["a note"])
+>>> print(render([s], "markdown"))
+### Demo
+<BLANKLINE>
+| a | b |
+|---|---|
+| 1 | 1/2 = 0.5 |
+<BLANKLINE>
+a note
+<BLANKLINE>
+>>> render([s], "csv").splitlines()[1]
+'demo,1,0.5000'
+>>> render([s], "yaml")
+Traceback (most recent call last):
+...
+exactattn.errors.InputError: format must be one of text, markdown, latex, json, csv, jsonl (got 'yaml')
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import IO, Any, Sequence
+
+from ..errors import InputError
+from .stream import LazyRows, progress
+
+__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "plural", "printable", "reader_text",
+           "render", "write"]
+
+FORMATS = ("text", "markdown", "latex", "json", "csv")
+#: every format :func:`write` knows: FORMATS and JSON Lines
+ALL_FORMATS = FORMATS + ("jsonl",)
+#: a lazy table longer than this gets a progress bar (when stderr is a terminal)
+_PROGRESS_ROWS = 64
+
+
+@dataclass
+class Section:
+    """One titled table: ``columns`` (header cells), ``rows`` (string cells), notes, data.
+
+    ``name`` identifies the table in CSV and JSON (``scores/shares``);
+    ``data`` holds exact values for JSON (strings, numbers, lists, dicts).
+    ``rows`` and the lists in ``data`` may be lazy sequences, read once by
+    the writers.
+    """
+    name: str
+    title: str
+    columns: list[str]
+    rows: Sequence[list[str]]
+    notes: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class Cell(str):
+    """A cell's text for machines (the ``str`` itself) with another for readers (``reader``).
+
+    >>> c = Cell("0.0000", "masked")
+    >>> c == "0.0000", c.reader
+    (True, 'masked')
+    """
+
+    def __new__(cls, machine: str, reader: str):
+        self = super().__new__(cls, machine)
+        self.reader = reader
+        return self
+
+
+def reader_text(cell: str) -> str:
+    """A cell's text for readers: its :class:`Cell` ``reader``, or the cell itself."""
+    return getattr(cell, "reader", cell)
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 addition``, ``12 additions``: a count with its noun in the right number.
+
+    >>> plural(1, "addition"), plural(0, "addition"), plural(2, "query", "queries")
+    ('1 addition', '0 additions', '2 queries')
+    """
+    return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
+def printable(text: str) -> str:
+    """Text for a cell or a label: unprintable characters (newlines, tabs, controls) escaped.
+
+    >>> printable("a\\u0001 b\\n")
+    'a\\\\x01 b\\\\n'
+    """
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _rows(s: Section):
+    """The rows of ``s``, with a progress bar for a long lazy table."""
+    rows = s.rows
+    if isinstance(rows, LazyRows) and len(rows) > _PROGRESS_ROWS:
+        return progress(rows, len(rows), s.name)
+    return rows
+
+
+def _text(sections, out: IO[str], **_) -> None:
+    for k, s in enumerate(sections):
+        if k:
+            out.write("\n\n")
+        lines = [s.title, "=" * len(s.title)]
+        if s.columns:
+            grid = [s.columns] + [[reader_text(c) for c in r] for r in _rows(s)]
+            widths = [max(len(r[c]) for r in grid) for c in range(len(s.columns))]
+
+            def fmt(r):
+                return "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
+            lines.append(fmt(grid[0]))
+            lines.append("  ".join("-" * w for w in widths))
+            lines.extend(fmt(r) for r in grid[1:])
+        lines.extend(reader_text(n) for n in s.notes)
+        out.write("\n".join(lines))
+    out.write("\n")
+
+
+def _md_cell(c: str) -> str:
+    return reader_text(c).replace("|", "\\|")
+
+
+def _markdown(sections, out: IO[str], **_) -> None:
+    for k, s in enumerate(sections):
+        if k:
+            out.write("\n\n")
+        out.write(f"### {s.title}\n")
+        if s.columns:
+            out.write("\n| " + " | ".join(_md_cell(c) for c in s.columns) + " |")
+            out.write("\n|" + "|".join("---" for _ in s.columns) + "|")
+            for r in _rows(s):
+                out.write("\n| " + " | ".join(_md_cell(c) for c in r) + " |")
+        if s.notes:
+            out.write("\n")
+            for n in s.notes:
+                out.write("\n" + reader_text(n))
+    out.write("\n")
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                  "^": r"\textasciicircum{}", "×": r"$\times$"}
+
+
+def _tex(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def _latex(sections, out: IO[str], **_) -> None:
+    for k, s in enumerate(sections):
+        if k:
+            out.write("\n\n")
+        out.write(f"\\paragraph{{{_tex(s.title)}}}")
+        if s.columns:
+            out.write("\n\\begin{tabular}{" + "l" * len(s.columns) + "}")
+            out.write("\n" + " & ".join(_tex(c) for c in s.columns) + r" \\ \hline")
+            for r in _rows(s):
+                out.write("\n" + " & ".join(_tex(c) for c in r) + r" \\")
+            out.write("\n\\end{tabular}")
+        for n in s.notes:
+            out.write("\n" + _tex(n) + r"\par")
+    out.write("\n")
+
+
+def _csv(sections, out: IO[str], **_) -> None:
+    import csv
+    w = csv.writer(out, lineterminator="\n")
+    for k, s in enumerate(sections):
+        if k:
+            out.write("\n")
+        if s.columns:
+            w.writerow(["table"] + s.columns)
+            for r in _rows(s):
+                w.writerow([s.name] + [str.__str__(c) for c in r])
+        for n in s.notes:
+            w.writerow([s.name, "note", n])
+
+
+_SCALARS = {str, Cell, int, float, bool, type(None)}
+
+
+def _plain(value):
+    """A cell as JSON sees it: a :class:`Cell` as its machine text."""
+    return str.__str__(value) if isinstance(value, str) else value
+
+
+def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
+    """``value`` as ``json.dumps(value, indent=2)`` writes it at nesting ``level``, streamed.
+
+    ``rows``: the sequence to iterate instead of ``value`` (a progress bar).
+    """
+    if isinstance(value, dict):
+        if not value:
+            out.write("{}")
+            return
+        pad = "\n" + "  " * (level + 1)
+        out.write("{")
+        for k, (key, item) in enumerate(value.items()):
+            out.write(("," if k else "") + pad + json.dumps(key, ensure_ascii=False) + ": ")
+            _dump(item, out, level + 1, wrap)
+        out.write("\n" + "  " * level + "}")
+    elif isinstance(value, (list, tuple, LazyRows)):
+        if not len(value):
+            out.write("[]")
+            return
+        if wrap is not None and len(value) > wrap and not isinstance(value, LazyRows) and \
+                _SCALARS.issuperset(map(type, value)):
+            out.write(json.dumps(value, ensure_ascii=False))   # a Cell is its machine str
+            return
+        pad = "\n" + "  " * (level + 1)
+        out.write("[")
+        for k, item in enumerate(value if rows is None else rows):
+            out.write(("," if k else "") + pad)
+            _dump(item, out, level + 1, wrap)
+        out.write("\n" + "  " * level + "]")
+    else:
+        out.write(json.dumps(_plain(value), ensure_ascii=False))
+
+
+def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,
+          wrap: int | None = None) -> None:
+    doc = dict(meta or {})
+    doc["tables"] = [None] * len(sections)
+    head = json.dumps(doc, indent=2, ensure_ascii=False)
+    out.write(head[:head.rindex("[")])           # everything before the tables
+    out.write("[")
+    for k, s in enumerate(sections):
+        out.write(("," if k else "") + "\n    ")
+        table = {"name": s.name, "title": s.title, "columns": s.columns, "rows": s.rows,
+                 "notes": s.notes, "data": s.data}
+        pad = "\n" + "  " * 3
+        out.write("{")
+        for j, (key, item) in enumerate(table.items()):
+            out.write(("," if j else "") + pad + json.dumps(key) + ": ")
+            _dump(item, out, 3, wrap, _rows(s) if key == "rows" else None)
+        out.write("\n    }")
+    out.write("\n  ]\n}\n" if sections else "]\n}\n")
+
+
+def _jsonl(sections, out: IO[str], meta: dict[str, Any] | None = None, **_) -> None:
+    def line(obj) -> None:
+        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    line(dict(meta or {}, tables=[s.name for s in sections]))
+    for s in sections:
+        line({"table": s.name, "title": s.title, "columns": s.columns,
+              "notes": [str.__str__(n) for n in s.notes]})
+        for r in _rows(s):
+            line({"table": s.name, "row": [_plain(c) for c in r]})
+        for key, value in s.data.items():
+            if isinstance(value, (list, tuple, LazyRows)):
+                for i, item in enumerate(value):
+                    line({"table": s.name, "data": key, "index": i, "value": _jsonable(item)})
+            else:
+                line({"table": s.name, "data": key, "value": _jsonable(value)})
+
+
+def _jsonable(value):
+    """Lazy rows and cells inside a data item as plain JSON values."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, LazyRows)):
+        return [_jsonable(v) for v in value]
+    return _plain(value)
+
+
+_WRITERS = {"text": _text, "markdown": _markdown, "latex": _latex, "csv": _csv, "json": _json,
+            "jsonl": _jsonl}
+
+
+def write(sections: Sequence[Section], fmt: str, out: IO[str],
+          meta: dict[str, Any] | None = None, *, wrap: int | None = None) -> None:
+    """Write ``sections`` to ``out`` in ``fmt`` (text, markdown, latex, json, csv, jsonl),
+    row by row.
+
+    ``meta`` (JSON and JSON Lines) adds top-level fields such as the
+    example's name; ``wrap`` (JSON) puts a list of more than ``wrap`` plain
+    values on one line.
+
+    Raises:
+        InputError: an unknown format.
+    """
+    if fmt not in ALL_FORMATS:
+        raise InputError(f"format must be one of {', '.join(ALL_FORMATS)} (got {fmt!r})")
+    _WRITERS[fmt](sections, out, meta=meta, wrap=wrap)
+
+
+def render(sections: Sequence[Section], fmt: str = "text",
+           meta: dict[str, Any] | None = None, *, wrap: int | None = None) -> str:
+    """Render ``sections`` in ``fmt`` (text, markdown, latex, json, csv, jsonl) as one string.
+
+    ``meta`` (JSON only) adds top-level fields such as the example's name.
+
+    Raises:
+        InputError: an unknown format.
+    """
+    buf = io.StringIO()
+    write(sections, fmt, buf, meta, wrap=wrap)
+    return buf.getvalue()

@@ -1,0 +1,282 @@
+"""The ``scores`` tables: shares per row (sum, largest), outputs, one token in vs out, MACs.
+
+Every share and output is read from the trace's bulk certified decimals
+(:meth:`~exactattn.engines.trace.Trace.share_decimals`); rows are built as they are
+written (:class:`~exactattn.present.stream.LazyRows`), so a head of 4096 tokens
+streams its 16 million shares row by row.
+
+* ``largest``: the keys of the largest share.  Correctly rounded decimals
+  keep the order of the values, so the largest share is among the keys with
+  the largest decimal; when several keys print that decimal, their exact
+  scores decide (the largest share belongs to the largest scaled score).
+* ``sum``: a row that sees a key sums to exactly 1 (its shares are its
+  terms over their own sum, :meth:`~exactattn.numbers.softmax.SoftmaxRow.sum_is_one`);
+  a row that sees none gives the empty-row policy's answer.
+* JSON data: closed forms as text (:mod:`exactattn.present.forms`): each row states
+  its normaliser once and each share its numerator, ``share =
+  numerator / normaliser``; outputs the same over the row's normaliser.
+
+>>> from exactattn.examples import chronicle
+>>> from exactattn.engines.head import attend
+>>> ex = chronicle()
+>>> shares = scores(ex, attend(ex.head, ex.x))[0]
+>>> shares.rows[1]
+['2', '0.5800', '0.1216', '0.1769', '0.1216', 'exactly 1', '0.5800 at key 1']
+>>> shares.data["closed_forms"][1]["normaliser"]
+'2 + exp(3/8) + exp(25/16)'
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .cells import divisor_words, exact_text, value_cell, vector
+from ..errors import InputError
+from .forms import OUTPUT_TERMS, row_forms
+from .render import Cell, Section
+from .rowints import score_rows
+from .stream import LazyRows, View, span_text
+
+__all__ = ["scores", "shown_note"]
+
+
+def shown_note(rows, cols, hint: str | None) -> list[str]:
+    """``["showing tokens 1..8 of 1024 and keys 1..8 of 1024; <hint>, or ..."]``, or ``[]``
+    when nothing is cut (``rows``/``cols``: a phrase, or a false value)."""
+    parts = [p for p in (rows, cols) if p]
+    if not parts:
+        return []
+    how = f"{hint}, or use" if hint else "use"
+    return [f"showing {' and '.join(parts)}; {how} --format csv, json or jsonl for every value"]
+
+
+def _numeric(trace, what: str) -> None:
+    if trace.engine == "symbolic":
+        raise InputError(f"trace must come from a numeric engine for {what} (got symbolic); "
+                         "run attend with engine='pencil' or 'fast'")
+
+
+def largest(trace, i: int, decimals: list[str]) -> list[int]:
+    """The keys of row i's largest share, from its certified ``decimals`` and exact scores."""
+    n = trace.n
+    seen = trace.head.policy.visible_keys(i, n, n)
+    if not len(seen) or trace.policy.modified:
+        return trace.row(i).largest()      # the empty-row answer, or logits that are not scores
+    if seen.step == 1:
+        part, start = decimals[seen.start:seen.stop], seen.start
+        best = max(part)
+        top = [start + j for j, d in enumerate(part) if d == best]
+    else:   # pragma: no cover - visible_keys gives contiguous ranges
+        best = max(decimals[j] for j in seen)
+        top = [j for j in seen if decimals[j] == best]
+    if len(top) > 1:
+        ints, _ = score_rows(trace).row(i)
+        high = max(ints[j] for j in top)
+        top = [j for j in top if ints[j] == high]
+    return top
+
+
+def _total(trace, i: int) -> str:
+    n = trace.n
+    if trace.policy.sink is not None:
+        return "exactly 1 with the sink"
+    if len(trace.head.policy.visible_keys(i, n, n)):
+        return "exactly 1"
+    sm = trace.row(i)
+    if trace.row_sums_to_one(i):
+        return "exactly 1"
+    return "nan (no visible key)" if sm.nan else \
+        "exactly 0 (no visible key)" if sm.empty else "not 1"
+
+
+def _identical(trace) -> list[tuple[int, int]]:
+    """Pairs (a, b), a < b, 0-based, of tokens with the same numbers and the same score row."""
+    if trace.policy.alibi is not None or trace.policy.rope is not None:
+        return []           # positions tell equal tokens apart
+    groups: dict[tuple, list[int]] = {}
+    for i, x in enumerate(trace.x):
+        key = tuple((e.numerator, e.denominator) if isinstance(e, Fraction) else e for e in x)
+        groups.setdefault(key, []).append(i)
+    pairs = []
+    for members in groups.values():
+        if len(members) > 1:
+            raw = {i: score_rows(trace).row(i) for i in members}
+            pairs += [(a, b) for k, a in enumerate(members) for b in members[k + 1:]
+                      if raw[a] == raw[b]]
+    return sorted(pairs)
+
+
+def scores(example, trace, places: int = 4, closed_forms: bool = True,
+           view: View | None = None) -> list[Section]:
+    """Shares per row (sum, largest), the mixed outputs, one token in vs out, the MACs.
+
+    ``closed_forms`` adds each row's closed forms to the sections' data (what
+    JSON prints), as text: no sympy.  ``view`` chooses the queries and keys
+    shown (default: all); a cut view adds ``scores/rows``, each query's sum
+    and largest share.
+
+    Raises:
+        InputError: a symbolic trace (its shares have no largest key to name).
+    """
+    _numeric(trace, "the scores table")
+    view = view or View()
+    n, head = trace.n, trace.head
+    policy = head.policy
+    share_dec, output_dec = trace.share_decimals(places), trace.output_decimals(places)
+    toks, keys = view.rows(n), view.cols(n)
+    readers = view.readers
+
+    def share_cell(i: int, j: int, seen) -> str:
+        if not readers:
+            return share_dec[i][j]
+        return value_cell(trace.share(i, j), share_dec[i][j], j not in seen)
+
+    def largest_cell(i: int) -> str:
+        top = largest(trace, i, share_dec[i])
+        if not top:
+            return "-"
+        where = "key " + ", ".join(str(j + 1) for j in top)
+        if len(top) < len(policy.visible_keys(i, n, n)):
+            best = share_dec[i][top[0]]   # two distinct scores: the share is irrational
+        else:
+            best = share_cell(i, top[0], top)
+        return Cell(f"{best} at {where}", f"{getattr(best, 'reader', best)} at {where}")
+
+    sink = policy.sink is not None
+
+    def sink_cell(i: int) -> list:
+        if not sink:
+            return []
+        value = trace.sink_share(i)
+        dec = value.decimal(places)
+        return [value_cell(value, dec) if readers else dec]
+
+    def share_row(k: int) -> list[str]:
+        i = toks[k]
+        seen = policy.visible_keys(i, n, n)
+        return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + sink_cell(i) + \
+            [_total(trace, i), largest_cell(i)]
+
+    cols = ["query"] + [f"key {j + 1}" for j in keys] + (["sink"] if sink else []) + \
+        ["sum", "largest"]
+    notes = [f"divisor used for these shares: {divisor_words(head, places)}",
+             f"shares at {places} certified places (correctly rounded); "
+             "printed values may not add to 1 because of rounding"]
+    if policy.modified:
+        logits = any(getattr(policy, f) is not None for f in ("sink", "softcap", "alibi", "rope"))
+        notes.append(f"modifiers: {' '.join(f'{k}={v}' for k, v in policy.modifiers().items())}"
+                     .replace("'", "") + ("; the shares are the softmax of the logits (square)"
+                                          if logits else ""))
+    if sink:
+        notes.append(f"the sink (logit {policy.sink}) joins every row's normaliser and carries "
+                     "no value: the keys' shares add up to 1 minus the sink's share")
+    if policy.pairs(n, n) < n * n:
+        notes.append("a masked key (one the query does not see) gets a share of exactly 0")
+    for a, b in _identical(trace):
+        notes.append(f"rows {a + 1} and {b + 1} are identical: tokens {a + 1} and {b + 1} carry "
+                     "the same numbers (no positional information)")
+    notes += shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}",
+                        len(keys) < n and f"keys {span_text(keys)} of {n} (sum and largest "
+                                          "read every key)",
+                        "choose with --queries and --keys")
+    data_toks = toks if view.queries is not None else range(n)
+    data_keys = keys if view.keys is not None else range(n)
+    every_key = len(data_keys) == n
+    forms = row_forms(trace) if closed_forms else None
+
+    def share_forms(k: int) -> dict:
+        i = data_toks[k]
+        tops = forms.numerators(i)
+        return {"normaliser": forms.normaliser(i),
+                "numerators": tops if every_key else [tops[j] for j in data_keys]}
+
+    def decimals(rows, k: int) -> list[str]:
+        r = rows[data_toks[k]]
+        return list(r) if every_key else [r[j] for j in data_keys]
+
+    data: dict = {}
+    if closed_forms:
+        data["formula"] = ("shares[i][j] = closed_forms[i].numerators[j] / "
+                           "closed_forms[i].normaliser")
+        data["closed_forms"] = LazyRows(len(data_toks), share_forms)
+    data["shares_decimal"] = LazyRows(len(data_toks), lambda k: decimals(share_dec, k))
+    if sink:
+        data["sink_shares"] = LazyRows(len(data_toks), lambda k: {
+            "exact": trace.sink_share(data_toks[k]).text(),
+            "decimal": trace.sink_share(data_toks[k]).decimal(places)})
+    data["places"] = places
+    sections = [Section("scores/shares", "Shares (attention weights): softmax of each row",
+                        cols, LazyRows(len(toks), share_row), notes, data)]
+    if view.corner:
+        sections.append(Section(
+            "scores/rows", "Each query: its sum and largest share", ["query", "sum", "largest"],
+            LazyRows(n, lambda i: [str(i + 1), _total(trace, i), largest_cell(i)]),
+            [f"all {n} queries; the largest share reads every key"], {}))
+    sections.append(_outputs(trace, view, output_dec, toks, data_toks, forms))
+    sections.append(_in_out(example, trace, view, output_dec))
+    sections.append(_macs(trace))
+    return sections
+
+
+def _outputs(trace, view: View, output_dec, toks, data_toks, forms) -> Section:
+    n, d_v = trace.n, trace.head.d_v
+    slots = view.part(d_v)
+    readers = view.readers
+
+    def out_row(k: int) -> list[str]:
+        i = toks[k]
+        if not readers:
+            return [str(i + 1)] + [output_dec[i][c] for c in slots]
+        return [str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c], False)
+                               for c in slots]
+    cols = ["token"] + [f"out {c + 1}" for c in slots]
+    notes = shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
+                       len(slots) < d_v and f"columns {span_text(slots)} of {d_v}",
+                       "choose tokens with --queries")
+    if trace.keep is not None:
+        notes.insert(0, "dropout: the outputs mix the values with the weights after dropout "
+                        "(scores/dropout), not with the shares")
+    data: dict = {}
+    if forms is not None:
+        data["formula"] = ("outputs[i][c] = closed_forms[i][c] / the normaliser of row i in "
+                           f"scores/shares; a row of more than {OUTPUT_TERMS} distinct scores "
+                           "has null: outputs[i][c] = sum_j shares[i][j] * values[j][c]")
+        data["closed_forms"] = LazyRows(len(data_toks),
+                                        lambda k: forms.output_numerators(data_toks[k]))
+        data["values"] = LazyRows(n, lambda j: [exact_text(v) for v in trace.values[j]])
+    data["outputs_decimal"] = LazyRows(len(data_toks), lambda k: list(output_dec[data_toks[k]]))
+    title = "Outputs: sum_j shares[i][j] * values[j]" if trace.keep is None else \
+        "Outputs: sum_j weights[i][j] * values[j] (weights after dropout)"
+    return Section("scores/outputs", title, cols, LazyRows(len(toks), out_row), notes, data)
+
+
+def _in_out(example, trace, view: View, output_dec) -> Section:
+    f = min(example.focus, trace.n - 1)
+    d_v = trace.head.d_v
+    width = view.width(d_v)
+    out = [value_cell(trace.output(f, c), output_dec[f][c], short=True) if view.readers
+           else output_dec[f][c] for c in range(d_v)]
+    return Section(
+        "scores/in-out", f"Token {f + 1} in and out", ["", "numbers"],
+        [["in (x)", vector(trace.x[f], view.width(len(trace.x[f])))],
+         ["value", vector(trace.values[f], width)], ["out", vector(out, width)]],
+        [], {"token": f + 1})
+
+
+def _macs(trace) -> Section:
+    m = trace.macs
+    if m is None:
+        return Section("scores/macs", "Multiply-adds", ["stage", "MACs"], [],
+                       [f"the {trace.engine} engine counts nothing; see `exactattn cost` for "
+                        "the derived figures"], {})
+    total = sum(m.values())
+    rotation = [["rotation (RoPE)", str(m["rotation"])]] if "rotation" in m else []
+    notes = ["a multiply-add (MAC) is one multiplication and one addition; FLOPs = 2 x MACs"]
+    if rotation:
+        notes.append("RoPE: 2 d_k products per visible pair, besides the cos and sin of each "
+                     "angle (certified, not MACs)")
+    return Section("scores/macs", "Multiply-adds this run took (counted in the loops)",
+                   ["stage", "MACs"],
+                   [["projections", str(m["projections"])], ["scores", str(m["scores"])]] +
+                   rotation + [["mixing", str(m["mix"])], ["total", str(total)]],
+                   notes, dict(m, total=total))

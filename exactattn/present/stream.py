@@ -1,0 +1,223 @@
+"""Tables at any size: lazy rows, token selections and a progress bar.
+
+A table of a head with n tokens has n rows of up to n cells; at n = 4096 that
+is 16 million cells, too many to hold as strings.  :class:`LazyRows` is a
+read-only sequence whose row i is built when it is read and dropped after, so
+the writers of :mod:`exactattn.present.render` stream a table row by row (memory per
+row, not per table) while a small table still reads like a list
+(``rows[1]``, ``rows == [[...]]``).
+
+:func:`parse_span` reads a selection of tokens such as ``1..8`` or
+``1..4,10``; :func:`progress` wraps a long loop in a tqdm bar on stderr when
+stderr is a terminal (and only once the loop has run for two seconds), and
+:func:`busy` shows the time spent on one long step (the certified decimals of
+a whole head) the same way.
+
+>>> rows = LazyRows(3, lambda i: [str(i + 1), str((i + 1) ** 2)])
+>>> rows[2], len(rows), rows == [["1", "1"], ["2", "4"], ["3", "9"]]
+(['3', '9'], 3, True)
+>>> parse_span("1..3, 7")
+(0, 1, 2, 6)
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from ..errors import InputError, shorten
+
+__all__ = ["CORNER", "PAGE", "PEOPLE", "LazyRows", "View", "busy", "check_span", "parse_span",
+           "progress", "span_text"]
+
+#: the widest table printed whole for people (text, Markdown, LaTeX): more columns are cut
+PAGE = 16
+#: what a cut table shows by default: the first CORNER rows and columns
+CORNER = 8
+#: the formats read by people: wide tables are cut to a readable part
+PEOPLE = ("text", "markdown", "latex")
+#: seconds a loop runs before its progress bar appears
+PROGRESS_DELAY = 2.0
+
+
+class LazyRows(Sequence):
+    """A read-only sequence of ``length`` rows; row i is ``row(i)``, built each time it is read.
+
+    Equal to any list or tuple holding the same rows.  Nothing is cached: a
+    writer that reads each row once holds one row at a time.
+    """
+
+    __slots__ = ("_length", "_row")
+
+    def __init__(self, length: int, row: Callable[[int], Any]):
+        self._length = length
+        self._row = row
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._row(i) for i in range(*index.indices(self._length))]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"row must be from 0 to {self._length - 1} (got {index})")
+        return self._row(index)
+
+    def __iter__(self) -> Iterator:
+        row = self._row
+        for i in range(self._length):
+            yield row(i)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, (list, tuple, LazyRows)):
+            return NotImplemented
+        return len(other) == self._length and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyRows({self._length} rows)"
+
+
+@dataclass(frozen=True)
+class View:
+    """What the tables show: which tokens (query rows), which keys (columns), and for whom.
+
+    ``queries`` / ``keys``: sorted 0-based indices, None for every token.
+    ``people``: a format read by people (text, Markdown, LaTeX): other wide
+    axes (the numbers of a token, the columns of an output) are cut to the
+    first :data:`CORNER`.  ``readers``: cells carry a second text marking
+    exact values (text and Markdown print it).  ``corner``: the queries were
+    cut by default, so the scores add a line per query (its sum and largest).
+    """
+    queries: tuple[int, ...] | None = None
+    keys: tuple[int, ...] | None = None
+    people: bool = False
+    readers: bool = True
+    corner: bool = False
+
+    @classmethod
+    def of(cls, fmt: str, n: int, queries: Sequence[int] | None = None,
+           keys: Sequence[int] | None = None) -> "View":
+        """The view for format ``fmt`` of n tokens: past :data:`PAGE` keys, people get the
+        first :data:`CORNER` queries and keys unless ``queries``/``keys`` say otherwise."""
+        people = fmt in PEOPLE
+        corner = people and n > PAGE
+        q = tuple(queries) if queries is not None else tuple(range(CORNER)) if corner else None
+        k = tuple(keys) if keys is not None else tuple(range(CORNER)) if corner else None
+        return cls(q, k, people, fmt in ("text", "markdown"), corner and queries is None)
+
+    def rows(self, n: int) -> Sequence[int]:
+        """The query (token) indices shown, of n."""
+        return range(n) if self.queries is None else self.queries
+
+    def cols(self, n: int) -> Sequence[int]:
+        """The key indices shown, of n."""
+        return range(n) if self.keys is None else self.keys
+
+    def part(self, count: int) -> Sequence[int]:
+        """Indices shown of another axis of ``count`` (slots, output columns)."""
+        return range(CORNER) if self.people and count > PAGE else range(count)
+
+    def width(self, count: int) -> int | None:
+        """How many entries of a vector of ``count`` people see (None: all)."""
+        return CORNER if self.people and count > PAGE else None
+
+
+def parse_span(text: str) -> tuple[int, ...]:
+    """Token numbers (1-based) as sorted 0-based indices: ``"1..8"``, ``"3"``, ``"1..4,10"``.
+
+    Raises:
+        InputError: not a list of positive numbers and ``A..B`` ranges with A <= B.
+    """
+    picked: set[int] = set()
+    parts = [p.strip() for p in str(text).split(",")]
+    for part in parts:
+        low, dots, high = part.partition("..")
+        ends = (low, high) if dots else (low, low)
+        if not all(e.strip().isdigit() and len(e.strip()) <= 9 for e in ends):
+            raise InputError(f"span must be token numbers such as 1..8, 3 or 1..4,10 "
+                             f"(got {shorten(repr(text))})")
+        a, b = (int(e) for e in ends)
+        if a < 1 or b < a:
+            raise InputError(f"span must count up from 1, as in 1..8 (got {shorten(repr(text))})")
+        if b - a > 10 ** 6:
+            raise InputError(f"span must name at most a million tokens (got {shorten(repr(text))})")
+        picked.update(range(a - 1, b))
+    return tuple(sorted(picked))
+
+
+def check_span(span: Sequence[int], n: int, name: str) -> tuple[int, ...]:
+    """``span`` if every index is below ``n``; else one line naming the flag and the range."""
+    if span and span[-1] >= n:
+        raise InputError(f"{name} must name tokens from 1 to {n} (got {span_text(span)})")
+    return tuple(span)
+
+
+def span_text(span: Sequence[int]) -> str:
+    """0-based indices as the 1-based ranges a user types: ``(0, 1, 2, 6)`` -> ``1..3,7``."""
+    out, start, prev = [], None, None
+    for i in list(span) + [None]:
+        if start is not None and (i is None or i != prev + 1):
+            out.append(str(start + 1) if prev == start else f"{start + 1}..{prev + 1}")
+            start = None
+        if i is not None and start is None:
+            start = i
+        prev = i
+    return ",".join(out)
+
+
+def progress(items: Iterable, total: int, what: str) -> Iterable:
+    """``items`` with a tqdm bar on stderr when stderr is a terminal (after two seconds).
+
+    A pipe or a file on stderr gets no bar: logs stay clean.
+    """
+    stream = sys.stderr
+    if total < 2 or not _terminal():
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:   # pragma: no cover - tqdm is a dependency
+        return items
+    return tqdm(items, total=total, desc=what, unit="row", delay=PROGRESS_DELAY, leave=False,
+                file=stream, dynamic_ncols=True)
+
+
+def _terminal() -> bool:
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+@contextmanager
+def busy(what: str):
+    """A tqdm line on stderr with the time spent on one step, shown once the step has run
+    for two seconds, when stderr is a terminal; nothing otherwise."""
+    if not _terminal():
+        yield
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:   # pragma: no cover - tqdm is a dependency
+        yield
+        return
+    done = threading.Event()
+
+    def show() -> None:
+        if done.wait(PROGRESS_DELAY):
+            return
+        bar = tqdm(total=None, desc=what, bar_format="{desc}: {elapsed}", file=sys.stderr,
+                   leave=False)
+        while not done.wait(0.5):
+            bar.refresh()
+        bar.close()
+    worker = threading.Thread(target=show, daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        worker.join()

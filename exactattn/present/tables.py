@@ -1,0 +1,423 @@
+"""The pencil-check tables, built from one :class:`~exactattn.engines.trace.Trace`.
+
+Each mode returns a list of :class:`~exactattn.present.render.Section` (a titled grid
+of cells plus notes and exact data); :func:`exactattn.present.render.write` writes them
+as text, Markdown, LaTeX, CSV, JSON or JSON Lines.  Modes, in walkthrough
+order: ``row``, ``weights``, ``project``, ``square``, ``scores`` (the last in
+:mod:`exactattn.present.score_tables`).
+
+Cells show exact rationals as fractions (``25/8``) with their decimal when it
+terminates (``25/8 = 3.125``) or a rounded one when it does not (``1/3 ~
+0.3333``); see :mod:`exactattn.present.cells`.  Shares and outputs are read from the
+trace's bulk certified path (:meth:`~exactattn.engines.trace.Trace.share_decimals`,
+correctly rounded, whatever engine made the trace).  This module chooses what
+to show; every number comes from the trace.
+
+Any size: rows are built when written (:class:`~exactattn.present.stream.LazyRows`),
+and a :class:`~exactattn.present.stream.View` says which tokens and keys to show.
+Past 16 keys, people (text, Markdown, LaTeX) get a readable corner, the
+first 8 queries and keys, plus a line per query with its sum and largest
+share; the machine formats get everything, streamed.
+
+>>> from exactattn.examples import chronicle
+>>> ex = chronicle()
+>>> s = square(ex, attend_example(ex))
+>>> s[0].rows[1]
+['2', '25/8 = 3.125', '0', '3/4 = 0.75', '0']
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from ..call.policy import divisor_text
+from .cells import Scaler, divisor_words, exact_text, value_cell, vector, with_decimal
+from ..errors import InputError
+from ..engines.head import Head, Trace, attend
+from ..reference.kernels import score
+from ..numbers.exact import common_denominator
+from .modifier_tables import score_sections, square_sections
+from .render import Section, plural, printable
+from .rowints import score_rows
+from .score_tables import scores, shown_note
+from .stream import LazyRows, View, span_text
+
+__all__ = ["MODES", "Section", "View", "attend_example", "build", "divisor_words", "exact_text",
+           "explain", "neuron_layer", "raw_match", "value_cell", "with_divisor"]
+
+MODES = ("row", "weights", "project", "square", "scores")
+#: the projections of at most this many tokens are checked against bias-free neurons
+NEURON_TOKENS = 64
+
+
+def with_divisor(head: Head, divisor_squared: Fraction | None) -> Head:
+    """The same head with the scores divided by sqrt(``divisor_squared``) (None: not divided)."""
+    return head.with_policy(head.policy.replace(divisor_squared=divisor_squared))
+
+
+def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> Trace:
+    """Run an example's head on its tokens (``no_scale`` drops the divisor).
+
+    The head's policy says the empty-row answer; a spec's dropout keep-mask
+    (``example.keep``, :class:`~exactattn.call.spec.HeadSpec`) goes with the call.
+    """
+    head = with_divisor(example.head, None) if no_scale else example.head
+    return attend(head, example.x, engine=engine, empty_row=head.policy.empty_row,
+                  keep=getattr(example, "keep", None))
+
+
+def _texts(values, picked=None) -> list[str]:
+    return [exact_text(values[c]) for c in (range(len(values)) if picked is None else picked)]
+
+
+# --------------------------------------------------------------------------- the modes
+def row(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+    """The tokens: index, id, byte count, text, and the numbers each arrives with."""
+    view = view or View()
+    n, d = trace.n, trace.head.d_model
+    names = example.slot_names or [f"x{m + 1}" for m in range(d)]
+    toks, slots = view.rows(n), view.part(d)
+    cols = ["n", "id", "bytes", "text"] + [names[m] for m in slots]
+
+    def line(k: int) -> list[str]:
+        i = toks[k]
+        tok = example.tokens[i]
+        return [str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
+                printable(tok.text)] + _texts(trace.x[i], slots)
+    notes = [f"{plural(n, 'token')}, each with d_model = {plural(d, 'number')}"]
+    if example.title:
+        notes.insert(0, f"source text: {example.title}")
+    notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
+                        len(slots) < d and f"numbers {span_text(slots)} of {d}",
+                        "choose tokens with --queries")
+    every = view.rows(n) if view.queries is not None else range(n)
+    return [Section("row", "The row: tokens and their numbers", cols, LazyRows(len(toks), line),
+                    notes, {"x": LazyRows(len(every), lambda k: _texts(trace.x[every[k]]))})]
+
+
+def weights(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+    """The three matrices, one line per output slot (or per input in the rows layout)."""
+    view = view or View()
+    head = trace.head
+    out = []
+    for name in ("W_Q", "W_K", "W_V"):
+        m = head.weights(name)
+        lines, width = view.part(len(m)), view.part(len(m[0]))
+        if head.layout == "slots":
+            cols = ["slot"] + [f"x{c + 1}" for c in width]
+        else:
+            cols = ["input"] + [f"slot {c + 1}" for c in width]
+        rows = [[str(r + 1)] + _texts(m[r], width) for r in lines]
+        shape = f"{len(m)} x {len(m[0])}"
+        notes = shown_note(len(lines) < len(m) and f"lines {span_text(lines)} of {len(m)}",
+                           len(width) < len(m[0]) and f"columns {span_text(width)} of "
+                                                      f"{len(m[0])}", None)
+        data = {name: [_texts(r) for r in m]}
+        bias = head.bias("b_" + name[-1])
+        if bias is not None:
+            _bias_rows(name, bias, head.layout, cols, rows, lines, width, notes, data)
+        out.append(Section(f"weights/{name}", f"{name} ({shape}, {head.layout} layout)",
+                           cols, rows, notes, data))
+    out[-1].notes.append("slots layout: q = W_Q x, one line per output slot" if head.layout ==
+                         "slots" else "rows layout: q = x @ W_Q, one line per input number")
+    return out
+
+
+def _bias_rows(name: str, bias: list, layout: str, cols, rows, lines, width, notes,
+               data) -> None:
+    """A head's bias beside its matrix: a ``+ b_Q`` row under the rows layout (one number
+    per slot column), a ``+ b_Q`` column in the slots layout (one number per slot line)."""
+    b = "b_" + name[-1]
+    if layout == "rows":
+        rows.append([f"+ {b}"] + _texts(bias, width))
+    else:
+        cols.append(f"+ {b}")
+        for r, line in zip(lines, rows):
+            line.append(exact_text(bias[r]))
+    formula = f"{name} x + {b}" if layout == "slots" else f"x @ {name} + {b}"
+    notes.append(f"+ {b}: the bias, added to each slot once after the multiply-adds: "
+                 f"{name[-1].lower()} = {formula}")
+    data[b] = _texts(bias)
+
+
+def neuron_layer(flat_weights: list, inputs: list, width: int, bias=0) -> list:
+    """A row of bias-free neurons: neuron s returns ``sum_m w[s*D + m] x[m] + bias``.
+
+    The same flat weights as a projection matrix in the slots layout give the
+    same numbers; :func:`project` reports that cross-check.
+
+    >>> neuron_layer([1, 2, 3, 4], [1, 1], 2)
+    [3, 7]
+    """
+    d = len(inputs)
+    return [sum(flat_weights[s * d + m] * inputs[m] for m in range(d)) + bias
+            for s in range(width)]
+
+
+def _neurons_agree(trace: Trace, tokens) -> bool:
+    """The bias-free-neuron cross-check of ``tokens``' projections (on integers when it can)."""
+    head = trace.head
+    xs = [trace.x[i] for i in tokens]
+    x_ints = common_denominator(xs) if xs else None
+    same = True
+    for name, got in (("W_Q", trace.queries), ("W_K", trace.keys), ("W_V", trace.values)):
+        m = head.weights(name, "slots")
+        w_ints = common_denominator(m)
+        bias = head.bias("b_" + name[-1])
+        if bias is not None:    # the neurons read the bias-free part of each projection
+            got = {i: [v - c for v, c in zip(got[i], bias)] for i in tokens}
+        if x_ints is None or w_ints is None:
+            flat = [e for line in m for e in line]
+            for i, x in zip(tokens, xs):
+                same &= neuron_layer(flat, x, len(m)) == list(got[i])
+            continue
+        den = w_ints[1] * x_ints[1]
+        flat = [e for line in w_ints[0] for e in line]
+        for i, x in zip(tokens, x_ints[0]):
+            same &= neuron_layer(flat, x, len(m)) == [v * den for v in got[i]]
+    return same
+
+
+def project(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+    """Each token's query, key and value, and the bias-free-neuron cross-check."""
+    view = view or View()
+    head, n = trace.head, trace.n
+    toks = view.rows(n)
+    qw, vw = view.width(head.d_k), view.width(head.d_v)
+
+    def line(k: int) -> list:
+        i = toks[k]
+        return [str(i + 1), vector(trace.queries[i], qw), vector(trace.keys[i], qw),
+                vector(trace.values[i], vw)]
+    checked = list(toks[:NEURON_TOKENS])
+    same = _neurons_agree(trace, checked)
+    mults = head.d_k * head.d_model
+    which = "" if len(checked) == n else f" (tokens {span_text(checked)} of {n} checked)"
+    notes = [
+        f"one projection of one token: {plural(mults, 'multiplication')} and "
+        f"{plural(head.d_k * (head.d_model - 1), 'addition')} "
+        f"({plural(mults, 'multiply-add')})",
+        "the projection equals a row of bias-free neurons fed the same flat weights: "
+        f"the same numbers: {'true' if same else 'false'}{which}",
+    ]
+    if head.biases:
+        notes[1:] = _bias_notes(head, same, which)
+    notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
+                        (qw or vw) and f"the first {qw or vw} numbers of each vector",
+                        "choose tokens with --queries")
+    every = toks if view.queries is not None else range(n)
+
+    def exact(name):
+        return LazyRows(len(every), lambda k: _texts(getattr(trace, name)[every[k]]))
+    data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
+            "neurons_agree": same}
+    rows = LazyRows(len(toks), line)
+    if head.biases:
+        rows = _with_bias_row(rows, head, qw, vw)
+        data["biases"] = {b: None if head.bias(b) is None else _texts(head.bias(b))
+                          for b in ("b_Q", "b_K", "b_V")}
+    return [Section("project", "Projections: query, key and value of each token",
+                    ["token", "query", "key", "value"], rows, notes, data)]
+
+
+def _bias_notes(head: Head, same: bool, which: str) -> list[str]:
+    """The projection notes of a head with biases (each added once per slot, not a MAC)."""
+    given = [b for b in ("b_Q", "b_K", "b_V") if head.bias(b) is not None]
+    return [f"+ {', '.join(given)}: each bias is added once per slot after the multiply-adds "
+            "(an addition, not a multiply-add); the + bias row shows them (- for none)",
+            "the projection equals a row of neurons fed the same flat weights, plus the "
+            f"biases: the same numbers: {'true' if same else 'false'}{which}"]
+
+
+def _with_bias_row(rows: LazyRows, head: Head, qw, vw) -> LazyRows:
+    """The projection rows, then a ``+ bias`` row: b_Q, b_K, b_V under query, key, value."""
+    def vec(name, width):
+        b = head.bias(name)
+        return "-" if b is None else vector(b, width)
+    last = ["+ bias", vec("b_Q", qw), vec("b_K", qw), vec("b_V", vw)]
+    return LazyRows(len(rows) + 1, lambda k: rows[k] if k < len(rows) else last)
+
+
+def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> LazyRows:
+    """Rows ``[query, cell for each shown key]`` of raw scores through ``scale`` (``-inf``
+    where hidden); ``places`` None: the exact values alone, hidden ones None (JSON data)."""
+    every = len(keys) == trace.n
+    rows = None if trace.engine == "symbolic" else score_rows(trace)
+
+    def line(k: int) -> list:
+        i = toks[k]
+        if rows is None:          # sympy scores: each cell as sympy writes it
+            raw = trace.raw_score_row(i)
+            cells = [None if raw[j] is None else scale.exact(raw[j]) if places is None
+                     else scale.text(raw[j], places) for j in keys]
+        else:
+            ints, den = rows.row(i)
+            cells = scale.row(ints if every else [ints[j] for j in keys], den, places)
+        if places is None:
+            return cells
+        return [str(i + 1)] + ["-inf" if c is None else c for c in cells]
+    return LazyRows(len(toks), line)
+
+
+def square(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+    """Raw scores (queries x keys) and scaled scores, with the divisor stated.
+
+    ``places``: the decimals of values that are not exact (an irrational
+    scaled score, a rational whose decimal does not terminate).
+    """
+    view = view or View()
+    n, head = trace.n, trace.head
+    toks, keys = view.rows(n), view.cols(n)
+    cols = ["query"] + [f"key {j + 1}" for j in keys]
+    data_toks = toks if view.queries is not None else range(n)
+    data_keys = keys if view.keys is not None else range(n)
+    shown = shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}",
+                       len(keys) < n and f"keys {span_text(keys)} of {n}",
+                       "choose with --queries and --keys")
+    mask = " (causal: -inf above the diagonal)" if head.causal else ""
+    raw = Scaler(None)
+    out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols,
+                   _score_rows(trace, toks, keys, raw, places), list(shown),
+                   {"raw_scores": _score_rows(trace, data_toks, data_keys, raw, None)})]
+    window = head.policy.window
+    if window is not None:
+        left, right = ("any" if w is None else w for w in window)
+        out[0].notes.insert(0, f"sliding window (left, right) = ({left}, {right}): the query at "
+                               f"position p sees keys p - {left} .. p + {right}, its own key "
+                               "included; -inf where hidden")
+    d2 = head.divisor_squared
+    if d2 is None:
+        out[0].notes.append("divisor: none (unscaled); the shares read the raw scores")
+        return out
+    scale = Scaler(d2)
+    out.append(Section("square/scaled", f"Scaled scores: raw / {divisor_text(d2)}", cols,
+                       _score_rows(trace, toks, keys, scale, places),
+                       [f"divisor: {divisor_words(head, places)}"] + shown,
+                       {"divisor": divisor_text(d2),
+                        "scaled_scores": _score_rows(trace, data_toks, data_keys, scale, None)}))
+    return out
+
+
+def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
+    """The raw self-match ``x[i] . x[j]`` (no projections) beside the projected scores.
+
+    Runs the same tokens through W_Q = W_K = I (d_k = d_model) with divisor
+    sqrt(d_model) (none when ``trace`` is unscaled), and compares each token's
+    own share and favourite key with those of ``trace`` (the projected run).
+    ``square`` and ``walkthrough`` print it for examples with ``compare_raw``.
+
+    Shapes: x n x d_model; both squares n x n.
+
+    Returns two sections: ``compare/raw`` (raw scores and shares) and
+    ``compare/own`` (own share raw vs projected).
+
+    >>> from exactattn.examples import tiny
+    >>> ex = tiny()
+    >>> raw, own = raw_match(ex, attend_example(ex))
+    >>> raw.rows[0][1:3]
+    ['1', '-11/25 = -0.44']
+    >>> own.rows[0]
+    ['1', '0.7346', 'key 1', '0.1372', 'key 2']
+    """
+    head = example.head
+    d = head.d_model
+    identity = [[int(r == c) for c in range(d)] for r in range(d)]
+    divisor = None if trace.head.divisor_squared is None else f"sqrt({d})"
+    raw_head = Head(identity, identity, head.weights("W_V"), layout=head.layout,
+                    divisor=divisor, causal=head.causal)
+    raw = attend(raw_head, trace.x, engine="pencil")
+    n = trace.n
+    raw_dec, own_dec = raw.share_decimals(places), trace.share_decimals(places)
+
+    def favourite(t, i):
+        return "key " + ", ".join(str(j + 1) for j in t.row(i).largest())
+
+    def own(t, dec, i):
+        return value_cell(t.share(i, i), dec[i][i], t.raw_score_row(i)[i] is None)
+
+    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
+    raw_rows = [[str(i + 1)] + ["-inf" if v is None else with_decimal(v, places)
+                                for v in raw.raw_score_row(i)] for i in range(n)]
+    raw_sec = Section(
+        "compare/raw", "Raw self-match (no projections): x[i] . x[j]", cols, raw_rows,
+        [f"divisor for the raw shares: {divisor_words(raw_head, places)}",
+         "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
+         "itself best"],
+        {"raw_scores": [[None if v is None else exact_text(v) for v in raw.raw_score_row(i)]
+                        for i in range(n)],
+         "raw_shares_decimal": raw_dec})
+    own_rows = [[str(i + 1), own(raw, raw_dec, i), favourite(raw, i),
+                 own(trace, own_dec, i), favourite(trace, i)] for i in range(n)]
+    own_sec = Section(
+        "compare/own", "Own share: raw (x . x) vs projected (queries . keys)",
+        ["token", "own share raw", "favourite raw", "own share projected",
+         "favourite projected"], own_rows,
+        [f"shares at {places} certified places"],
+        {"own_raw": [str.__str__(r[1]) for r in own_rows],
+         "own_projected": [str.__str__(r[3]) for r in own_rows]})
+    return [raw_sec, own_sec]
+
+
+BUILDERS = {"row": row, "weights": weights, "project": project, "square": square}
+
+
+def build(mode: str, example, trace: Trace, places: int = 4, *,
+          closed_forms: bool = True, view: View | None = None,
+          lse: str | None = None) -> list[Section]:
+    """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``).
+
+    ``square`` adds the raw self-match (:func:`raw_match`) for an example with
+    ``compare_raw``.  ``view`` (default: everything) chooses the tokens and
+    keys shown; ``closed_forms`` adds the shares' and outputs' closed forms
+    (as text) to the scores' data.  A modified head adds its stages to
+    ``square`` and its dropout weights to ``scores``; ``lse`` (``"e"`` or
+    ``"2"``; default the example's ``lse``) adds each row's log-sum-exp
+    (:mod:`exactattn.present.modifier_tables`).
+    """
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if mode == "scores":
+        sections = scores(example, trace, places, closed_forms, view)
+        lse = lse if lse is not None else getattr(example, "lse", None)
+        extra = score_sections(trace, places, view, lse)
+        at = next(k for k, s in enumerate(sections) if s.name == "scores/outputs")
+        return sections[:at] + extra + sections[at:]
+    sections = BUILDERS[mode](example, trace, places, view)
+    if mode == "square":
+        sections.extend(square_sections(trace, places, view))
+    if mode == "square" and getattr(example, "compare_raw", False):
+        sections.extend(raw_match(example, trace, places))
+    return sections
+
+
+def explain(trace: Trace, query: int, key: int, places: int = 4) -> Section:
+    """The raw score of ``query`` against ``key`` (1-based) written out term by term.
+
+    >>> from exactattn.examples import chronicle
+    >>> ex = chronicle()
+    >>> explain(attend_example(ex), 2, 1).rows[0][1]
+    '0×0 + 3×1 + 1/2×1/4 + 0×1/2 = 25/8 = 3.125'
+    """
+    n = trace.n
+    for label, v in (("query", query), ("key", key)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= n:
+            raise InputError(f"{label} must be a token number from 1 to {n} (got {v!r})")
+    q, k = trace.queries[query - 1], trace.keys[key - 1]
+
+    def factor(v):
+        text = exact_text(v)
+        return f"({text})" if v < 0 else text
+    terms = " + ".join(f"{factor(a)}×{factor(b)}" for a, b in zip(q, k))
+    (value,), = score([q], [k], lambda i: range(1))[0]   # a masked pair too: the kernel's sum
+    value = Fraction(value)
+    text = f"{terms} = {with_decimal(value, places)}"
+    notes = []
+    d2 = trace.head.divisor_squared
+    if d2 is not None:
+        notes.append(f"divided by {divisor_text(d2)}: {Scaler(d2).text(value, places)}")
+    if trace.raw_score_row(query - 1)[key - 1] is None:
+        notes.append("this pair is masked (causal): the head never computes it, and its "
+                     "scaled score counts as -inf")
+    return Section("explain", f"Score of query {query} against key {key}",
+                   ["pair", "terms"], [[f"q{query}.k{key}", text]], notes,
+                   {"value": exact_text(value)})

@@ -1,0 +1,115 @@
+"""The counted loops: projection, score and mix over integers on common denominators.
+
+Every engine that counts multiply-adds (the pencil engine, the cost module's
+counted runs) calls these three loops, so a MAC is counted in one place: the
+innermost loop, where it happens.  The loops run on integers over one common
+denominator per matrix (the same sums of products as on ``Fraction`` entries,
+without normalising a fraction at every step); they work unchanged over any
+ring whose elements support ``+`` and ``*`` (sympy expressions in the
+symbolic engine).
+
+Conventions: one multiply-add (MAC) is one product added to an accumulator;
+FLOPs are 2 per MAC.  Masked pairs cost nothing: the score loop runs only over
+the keys ``visible(i)`` returns.
+
+>>> W, x = [[1, 2], [3, 4]], [[1, 1], [0, 1]]
+>>> project(W, x)
+([[3, 7], [2, 4]], 8)
+>>> score([[1, 0]], [[2, 5], [7, 1]], lambda i: range(2))
+([[2, 7]], 4)
+>>> mix([[5, 5, None]], [[1], [2], [4]])
+([(5,)], [[[3]]], 2)
+>>> from exactattn.numbers.exact import common_denominator
+>>> common_denominator([[Fraction(1, 2), 3]])
+([[1, 6]], 2)
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Hashable, Iterable, Sequence
+
+__all__ = ["mix", "project", "score", "to_fractions"]
+
+
+def to_fractions(m: Sequence[Sequence[int]], den: int) -> list[list[Fraction]]:
+    """Integers over ``den`` back as ``Fraction`` entries."""
+    return [[Fraction(a, den) for a in r] for r in m]
+
+
+def project(W: Sequence[Sequence], x: Sequence[Sequence]) -> tuple[list[list], int]:
+    """``out[i][s] = sum_m W[s][m] x[i][m]`` (slots layout); returns ``(out, MACs)``.
+
+    Shapes: W is d_out x d_model, x is n x d_model, out is n x d_out.
+    One MAC per product: n * d_out * d_model in all.
+    """
+    macs = 0
+    out = []
+    for row in x:
+        o = []
+        for w in W:
+            acc = 0
+            for wm, xm in zip(w, row):
+                acc += wm * xm
+                macs += 1
+            o.append(acc)
+        out.append(o)
+    return out, macs
+
+
+def score(queries: Sequence[Sequence], keys: Sequence[Sequence],
+          visible: Callable[[int], Iterable[int]]) -> tuple[list[list], int]:
+    """``raw[i][j] = queries[i] . keys[j]`` for j in ``visible(i)``, None elsewhere; ``(raw, MACs)``.
+
+    Shapes: queries n_q x d_k, keys n_k x d_k, raw n_q x n_k.  One MAC per
+    product over visible pairs only (a causal square costs n(n+1)/2 d_k).
+    """
+    macs = 0
+    m = len(keys)
+    raw = []
+    for i, q in enumerate(queries):
+        row: list = [None] * m
+        for j in visible(i):
+            acc = 0
+            for a, b in zip(q, keys[j]):
+                acc += a * b
+                macs += 1
+            row[j] = acc
+        raw.append(row)
+    return raw, macs
+
+
+def mix(groups: Sequence[Sequence[Hashable | None]], values: Sequence[Sequence]
+        ) -> tuple[list[tuple], list[list[list]], int]:
+    """Sums of values over keys that share a softmax term; ``(slots, sums, MACs)``.
+
+    ``groups[i][j]`` names the exponential term key j contributes to in row i
+    (keys with equal scores share one term; None = the key is masked).  For
+    each row, ``slots[i]`` lists the distinct terms in order of first use and
+    ``sums[i][c][k]`` adds ``values[j][c]`` over the keys j in term k.  An
+    output is then ``sum_k sums[i][c][k] exp(term_k) / normaliser``: one MAC
+    per visible key and value column.
+    """
+    macs = 0
+    slots_out, sums_out = [], []
+    for row in groups:
+        index: dict = {}
+        pairs = []
+        for j, g in enumerate(row):
+            if g is None:
+                continue
+            k = index.get(g)
+            if k is None:
+                k = index[g] = len(index)
+            pairs.append((j, k))
+        d_v = len(values[0]) if values else 0
+        per_column = []
+        for c in range(d_v):
+            acc = [0] * len(index)
+            for j, k in pairs:
+                acc[k] += values[j][c]
+                macs += 1
+            per_column.append(acc)
+        slots_out.append(tuple(index))
+        sums_out.append(per_column)
+    return slots_out, sums_out, macs

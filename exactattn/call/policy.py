@@ -100,11 +100,10 @@ MODIFIER_FIELDS = POSITION_FIELDS + SCORE_FIELDS + ("head",)
 #: the one capability table: the policy fields each path does not run (set ones are refused)
 UNSUPPORTED = {
     "fast": ("rope", "dropout"),                       # the fast engine: the pencil engine runs them
-    "symbolic": MODIFIER_FIELDS,                       # sympy entries: no modifier
     "gradients": ("softcap", "rope"),                  # exact gradients: transcendental scores
     "blocks": ("softcap", "sink", "alibi", "rope", "dropout"),     # row blocks
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
-    "search": MODIFIER_FIELDS,                         # verify --search draws the plain call
+    "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
 }
 
 PRESETS = {

@@ -65,7 +65,10 @@ def run(args) -> int:
     from ..present.backward_tables import backward_sections
     from ..gradients import head_gradients
     from .tables import apply_modifiers, load_source
-    for flag, field in (("--softcap", "softcap"), ("--rope", "rope")):
+    from ..call.policy import UNSUPPORTED
+    from .modifier_flags import FLAGS
+    for field in UNSUPPORTED["gradients"]:
+        flag = FLAGS[field]
         if getattr(args, field, None) is not None:
             raise InputError(f"{flag} must come without backward (got {flag}); soft-capped and "
                              "rotary scores are transcendental, so their gradients are not "

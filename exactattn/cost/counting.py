@@ -4,7 +4,7 @@ A counted run calls exactly what :func:`exactattn.engines.head.attend` calls for
 pencil engine: :func:`~exactattn.numbers.exact.common_denominator`,
 :func:`~exactattn.reference.kernels.project`, :func:`~exactattn.reference.kernels.score` over the
 keys :meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>` returns,
-:func:`~exactattn.engines.head.softmax_rows` and :func:`~exactattn.engines.head.mix_rows`.
+:func:`~exactattn.reference.modified.counted_step` (the softmax rows and the mix).
 The counters go up by one inside the innermost loops, at every multiply-add
 that really runs; nothing is computed from a formula.  No sympy here.
 

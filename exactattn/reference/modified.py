@@ -197,7 +197,6 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
     return Step(raw, raw_f, rotated, rows, outputs, macs)
 
 
-#: the former name of :func:`counted_step` (its one step serves plain and modified heads alike)
 
 def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
     """The engine that runs a head under a modified ``policy`` exactly, or a one-line refusal.

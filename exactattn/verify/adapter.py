@@ -4,8 +4,8 @@ Every float implementation, ``exactattn verify``'s and the property checks',
 is called with one :class:`FloatCall` (the arguments of PyTorch's
 ``scaled_dot_product_attention`` as float64 numpy arrays holding floats of the
 checked dtype, plus the policy's ``alignment`` and ``gqa`` map);
-:func:`make_call` builds it from a :class:`~exactattn.verify.Problem` and a
-:class:`~exactattn.call.policy.Policy`.
+:func:`make_call` builds it from an exact :class:`~exactattn.call.Call` (its inputs
+rounded to the dtype) and the call's :class:`~exactattn.call.policy.Policy`.
 
 :class:`FunctionImpl` calls any function in one of two conventions:
 

@@ -61,6 +61,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..call.policy import UNSUPPORTED
 from ..errors import InputError, shorten
 from .adapter import NUMPY_DTYPES, FloatCall, FunctionImpl, Impl, ImplRaised, make_call
 
@@ -205,9 +206,10 @@ class NumpyImpl(ArrayImpl):
         Raises:
             InputError: a soft-cap or RoPE (this backward does not differentiate them).
         """
-        if call.softcap is not None or call.rope is not None:
-            raise InputError(f"call must have no softcap or rope for {self.backward_name} (got "
-                             f"{'softcap' if call.softcap is not None else 'rope'})")
+        bad = [f for f in UNSUPPORTED["numpy_backward"] if getattr(call, f) is not None]
+        if bad:
+            raise InputError(f"call must have no {' or '.join(UNSUPPORTED['numpy_backward'])} for "
+                             f"{self.backward_name} (got {bad[0]})")
         q, k, v, do = self._arrays(call, d_out)
         with np.errstate(all="ignore"):
             f = self.compose(call, q, k, v)

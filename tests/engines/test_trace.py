@@ -69,7 +69,7 @@ ASTRONOMICAL = {
 def test_astronomical_inputs_are_decided_from_a_bound_on_the_gap(name, monkeypatch):
     # the work is bounded by precision, not by wall time: with at most 2^13 bits allowed,
     # a gap of 10^8000 must still be decided (exp is never computed to that precision)
-    from exactattn import digits
+    from exactattn.numbers import digits
     monkeypatch.setattr(digits, "MAX_PREC", 1 << 13)
     kwargs, x, (wq, wk, wv) = ASTRONOMICAL[name]
     head = Head([wq], [wk], [wv], **kwargs)

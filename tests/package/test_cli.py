@@ -647,7 +647,7 @@ def test_a_long_step_shows_its_time_on_a_terminal(monkeypatch, capsys):
     import sys as system
     import time
 
-    from exactattn import stream
+    from exactattn.present import stream
     with stream.busy("quick"):
         pass
     assert capsys.readouterr().err == ""                  # not a terminal: nothing

@@ -15,7 +15,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from exactattn import digits
+from exactattn.numbers import digits
 from exactattn.cli import main
 
 from specfuzz import spec_texts

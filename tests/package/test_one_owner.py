@@ -42,7 +42,7 @@ def test_spec_keys_and_flags_stay_as_users_write_them():
 #: one value per field the capability table can name, and each path's entry point
 _SET = {"rope": Rope(), "dropout": F(1, 2), "softcap": F(5), "sink": F(0), "alibi": Alibi(2),
         "window": (1, 0), "query_offset": 1}
-_PATHS = ("fast", "gradients", "blocks", "sdpa")
+_PATHS = ("fast", "gradients", "blocks", "sdpa", "numpy_backward")
 
 
 def _run_path(path: str, policy: Policy):
@@ -57,6 +57,13 @@ def _run_path(path: str, policy: Policy):
                          dropout_keep=keep)
     if path == "blocks":
         return from_rationals([[1], [0]], [[1], [2]], [[1], [0]], policy)
+    if path == "numpy_backward":
+        import numpy as np
+        from exactattn.call import Call
+        from exactattn.verify.impls import NumpyImpl, make_call
+        call = Call([["1"], ["0"]], [["1"], ["2"]], [["1"], ["0"]], policy=policy,
+                    dropout_keep=keep)
+        return NumpyImpl().backward(make_call(call, "float64"), np.ones((2, 1)))
     if path == "sdpa":
         from exactattn.blocks import check_impl
         return check_impl("numpy", [[1.0], [0.0]], [[1.0], [2.0]], [[1.0], [0.0]], "float32",

@@ -13,7 +13,7 @@ import pytest
 
 from exactattn.call.policy import MODIFIER_FIELDS, Mask, Policy
 from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask
-from exactattn.cost.batched import broadcast_batch
+from exactattn.cost import broadcast_batch
 from exactattn.errors import ShapeError
 from exactattn.call.modifiers import Alibi
 from exactattn.properties import AttentionInput, checks, invariance, reference

@@ -179,7 +179,7 @@ def test_rope_scores_depend_on_relative_position_only():
 @pytest.mark.parametrize("policy", [Policy(causal=True, window=(15, 0)), Policy(window=(2, 3)),
                                     Policy(causal=True, query_offset=5, window=(3, None))])
 def test_derived_cost_of_a_window_counts_only_visible_pairs(policy):
-    from exactattn.cost.batched import CallShape, count_call, derive_call
+    from exactattn.cost import CallShape, count_call, derive_call
     n, d = 24, 4
     pairs = policy.pairs(n, n)
     shape = CallShape((1, 1, n, d), (1, 1, n, d), (1, 1, n, d), policy)

@@ -35,7 +35,7 @@ from fractions import Fraction
 
 from typing import Any, Sequence
 
-from ..errors import FloatInputError, InputError, shorten
+from ..errors import FloatInputError, InputError, ShapeError, shorten
 from ..numbers.exact import to_exact
 from ..options import check_choice, check_whole
 from ..numbers.reals import two_power
@@ -251,3 +251,46 @@ def dropout_factors(p: Fraction | None, keep: Sequence[bool] | None) -> list | N
                          f"{'a keep-mask without p' if p is None else 'p without a keep-mask'})")
     scale = 1 / (1 - Fraction(p))
     return [scale if k else Fraction(0) for k in keep]
+
+
+def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep",
+               argument: str = "keep") -> list[list[bool]] | None:
+    """A dropout keep-mask as n_queries x n_keys lists of bools (None without dropout).
+
+    The one check of a keep-mask; ``name`` is how messages name it (a spec
+    file's ``dropout.keep``), ``argument`` the keyword that passes it.
+
+    Raises:
+        InputError: a keep-mask without ``policy.dropout``, dropout without a
+            keep-mask, an entry that is not true/false.
+        ShapeError: a keep-mask of the wrong shape.
+
+    >>> from exactattn.call.policy import Policy
+    >>> check_keep([[1, 0]], Policy(dropout="1/2"), 1, 2)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: keep[0][0] must be true or false (got 1)
+    """
+    if keep is None:
+        if policy.dropout is not None:
+            raise InputError(f"{name} must be an {n_queries} x {n_keys} keep-mask for dropout "
+                             f"p = {policy.dropout} (got none); pass {argument}=[[True, False, ...]]")
+        return None
+    if policy.dropout is None:
+        raise InputError(f"{name} must come with dropout (got a keep-mask without p); set "
+                         "Policy(dropout=...) or drop the keep-mask")
+    if hasattr(keep, "tolist") and not isinstance(keep, (list, tuple)):
+        keep = keep.tolist()
+    if not isinstance(keep, (list, tuple)) or len(keep) != n_queries or not all(
+            isinstance(r, (list, tuple)) and len(r) == n_keys for r in keep):
+        raise ShapeError(f"{name} must be {n_queries} x {n_keys} (one row per query, one entry "
+                         f"per key; got {shorten(keep, quote=True)})")
+    rows = []
+    for i, r in enumerate(keep):
+        for j, k in enumerate(r):
+            if not isinstance(k, bool) and not (type(k).__module__ == "numpy" and
+                                                type(k).__name__ in ("bool", "bool_")):
+                raise InputError(f"{name}[{i}][{j}] must be true or false (got "
+                                 f"{shorten(k, quote=True)})")
+        rows.append([bool(k) for k in r])
+    return rows

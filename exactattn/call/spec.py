@@ -57,7 +57,7 @@ from ..errors import ExactAttnError, ShapeError, SpecError, shorten
 from ..examples import Example, Token
 from ..numbers.exact import MAX_DIGITS, to_row
 from ..engines.head import Head
-from ..reference.modified import check_keep
+from .modifiers import check_keep
 from .spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
 from ..numbers.formats import float_format
 from .inputs import Call

@@ -18,7 +18,7 @@ never holds a binary float (its decimals are read from their text).  This
 module only reads the tables; each value is checked by its owner
 (:class:`~exactattn.call.policy.Policy`, :mod:`exactattn.call.modifiers`,
 :func:`exactattn.numbers.lse.check_base`; the keep-mask by
-:func:`exactattn.reference.modified.check_keep` once the call's size is known), whose
+:func:`exactattn.call.modifiers.check_keep` once the call's size is known), whose
 one-line error comes through as a :class:`~exactattn.errors.SpecError`
 naming the field (``policy.window``, ``policy.dropout.p``).
 
@@ -54,7 +54,7 @@ class CallFields:
 
     ``changes``: Policy fields (``window``, ``softcap``, ``alibi`` ... as
     their types); ``keep``: the dropout keep-mask as given (nested lists,
-    checked with the call's size by :func:`~exactattn.reference.modified.check_keep`)
+    checked with the call's size by :func:`~exactattn.call.modifiers.check_keep`)
     or None; ``lse``: ``"e"`` or ``"2"`` when the log-sum-exp is asked for, else None.
     """
     changes: dict = field(default_factory=dict)

@@ -55,7 +55,8 @@ from ..numbers.exact import is_symbolic, rational_sqrt, to_matrix, to_row
 from ..reference.kernels import project, score, to_fractions
 from ..numbers.exact import common_denominator
 from ..reference.logits import scaled_logit
-from ..reference.modified import check_keep, counted_step, modified_engine
+from ..reference.modified import counted_step, modified_engine
+from ..call.modifiers import check_keep
 from ..numbers.reals import Surd
 from ..numbers.softmax import SoftmaxRow
 from .trace import Trace

@@ -41,7 +41,8 @@ from ..numbers.exact import to_matrix, to_row
 from ..numbers.exact import fmpq_of
 from .head import Head, project_biased, score_and_mix
 from ..numbers.exact import common_denominator
-from ..reference.modified import check_keep, counted_step
+from ..reference.modified import counted_step
+from ..call.modifiers import check_keep
 from ..numbers.real import Real
 from ..numbers.softmax import ExpRatio
 

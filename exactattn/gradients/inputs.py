@@ -63,8 +63,7 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
             soft-cap or RoPE (:func:`check_policy`).
         ShapeError: a keep-mask of the wrong shape.
     """
-    import numpy as np
-    from ..call.modifiers import dropout_factors
+    from ..call.modifiers import check_keep, dropout_factors
     check_policy(policy)
     L, S = n_queries, n_keys
     keep = policy.keep(L, S, mask)
@@ -86,15 +85,8 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
                 row.append(b if base is None or not base[j] else b + Fraction(base[j]))
             rows.append(row)
         offsets = rows
-    factors = None
-    if policy.dropout is not None or dropout_keep is not None:
-        if dropout_keep is None:
-            dropout_factors(policy.dropout, None)        # the one-line error
-        k = np.asarray(dropout_keep, dtype=bool)
-        if k.shape != (L, S):
-            raise ShapeError(f"dropout_keep must be {L} x {S} like queries x keys (got "
-                             f"{' x '.join(map(str, k.shape))})")
-        factors = [dropout_factors(policy.dropout, list(r)) for r in k.tolist()]
+    rows = check_keep(dropout_keep, policy, L, S, name="dropout_keep", argument="dropout_keep")
+    factors = None if rows is None else [dropout_factors(policy.dropout, r) for r in rows]
     return {"keep": keep, "offsets": offsets, "sink": policy.sink, "factors": factors}
 
 

@@ -35,59 +35,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError
 from .kernels import mix, score, to_fractions
 from .logits import rope_score, softmax_row
 from ..call.modifiers import dropout_factors
 from ..numbers.ratio import ExpRatio
 
-__all__ = ["Step", "check_keep", "counted_step", "modified_engine",
+__all__ = ["Step", "counted_step", "modified_engine",
            "outputs_of"]
-
-
-def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep"
-               ) -> list[list[bool]] | None:
-    """A dropout keep-mask as n_queries x n_keys lists of bools (None without dropout).
-
-    The one check of a keep-mask; ``name`` is how messages name it (a spec
-    file's ``dropout.keep``).
-
-    Raises:
-        InputError: a keep-mask without ``policy.dropout``, dropout without a
-            keep-mask, an entry that is not true/false.
-        ShapeError: a keep-mask of the wrong shape.
-
-    >>> from exactattn.call.policy import Policy
-    >>> check_keep([[1, 0]], Policy(dropout="1/2"), 1, 2)
-    Traceback (most recent call last):
-    ...
-    exactattn.errors.InputError: keep[0][0] must be true or false (got 1)
-    """
-    if keep is None:
-        if policy.dropout is not None:
-            raise InputError(f"{name} must be an {n_queries} x {n_keys} keep-mask for dropout "
-                             f"p = {policy.dropout} (got none); pass keep=[[True, False, ...]]")
-        return None
-    if policy.dropout is None:
-        raise InputError(f"{name} must come with dropout (got a keep-mask without p); set "
-                         "Policy(dropout=...) or drop the keep-mask")
-    if hasattr(keep, "tolist") and not isinstance(keep, (list, tuple)):
-        keep = keep.tolist()
-    if not isinstance(keep, (list, tuple)) or len(keep) != n_queries or not all(
-            isinstance(r, (list, tuple)) and len(r) == n_keys for r in keep):
-        raise ShapeError(f"{name} must be {n_queries} x {n_keys} (one row per query, one entry "
-                         f"per key; got {shorten(keep, quote=True)})")
-    rows = []
-    for i, r in enumerate(keep):
-        for j, k in enumerate(r):
-            if not isinstance(k, bool) and not (type(k).__module__ == "numpy" and
-                                                type(k).__name__ in ("bool", "bool_")):
-                raise InputError(f"{name}[{i}][{j}] must be true or false (got "
-                                 f"{shorten(k, quote=True)})")
-        rows.append([bool(k) for k in r])
-    return rows
 
 
 @dataclass
@@ -195,7 +152,6 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
     factors = None if keep is None else [dropout_factors(policy.dropout, r) for r in keep]
     outputs, macs["mix"] = outputs_of(rows, values, value_den, factors)
     return Step(raw, raw_f, rotated, rows, outputs, macs)
-
 
 
 def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:

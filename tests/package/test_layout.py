@@ -286,7 +286,6 @@ LAYERS = [
 #: render their own tables.
 KNOWN_UPWARD = {
     ("exactattn.call.spec", "exactattn.engines.head"),
-    ("exactattn.call.spec", "exactattn.reference.modified"),
     ("exactattn.call.spec", "exactattn.examples"),
     ("exactattn.gradients.weights", "exactattn.engines.head"),
     ("exactattn.cost.counters", "exactattn.verify.adapter"),

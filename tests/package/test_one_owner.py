@@ -18,7 +18,8 @@ from exactattn.numbers.exact import common_denominator
 from exactattn.reference.logits import scaled_logit
 from exactattn.call.modifiers import dropout_factors
 from exactattn.numbers.lse import LSE_BASES, LogSumExp, check_base
-from exactattn.reference.modified import check_keep, counted_step
+from exactattn.reference.modified import counted_step
+from exactattn.call.modifiers import check_keep
 from exactattn.call.modifiers import (Alibi, Rope, check_dropout, check_form, check_layout,
                                  check_softcap, check_theta)
 from exactattn.numbers.reals import Surd, sympy_ball

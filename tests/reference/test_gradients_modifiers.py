@@ -180,8 +180,11 @@ def test_refusals_are_one_line():
     for field, value in (("softcap", F(30)),):
         with pytest.raises(InputError, match=f"policy {field} must be unset for exact gradients"):
             gradients([[1]], [[1]], [[1]], [[1]], Policy(**{field: value}))
-    with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
+    with pytest.raises(InputError, match=r"dropout_keep must be an 1 x 1 keep-mask for dropout "
+                       r"p = 1/10 \(got none\); pass dropout_keep="):
         gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)))
+    with pytest.raises(InputError, match="dropout_keep must come with dropout"):
+        gradients([[1]], [[1]], [[1]], [[1]], Policy(), dropout_keep=[[True]])
     with pytest.raises(ShapeError, match="dropout_keep must be 1 x 1"):
         gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)), dropout_keep=[[1, 1]])
     with pytest.raises(InputError, match="must have a sink for dsink"):

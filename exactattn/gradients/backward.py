@@ -84,14 +84,10 @@ def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
 
 
 def _fmpq_mat(rows: Sequence[Sequence[Fraction]]):
-    from flint import fmpq, fmpq_mat
+    from flint import fmpq_mat
     return fmpq_mat(len(rows), len(rows[0]),
-                    [fmpq(e.numerator, e.denominator) for r in rows for e in r])
+                    [fmpq_of(e) for r in rows for e in r])
 
-
-def _fq(q: Fraction):
-    from flint import fmpq
-    return fmpq(q.numerator, q.denominator)
 
 
 class Gradients:
@@ -200,7 +196,7 @@ class Gradients:
             if self._factors is not None:
                 from flint import fmpq_mat
                 m = fmpq_mat(self.R, self.cols,
-                             [m[i, j] * _fq(Fraction(self._factors[i][j]))
+                             [m[i, j] * fmpq_of(Fraction(self._factors[i][j]))
                               for i in range(self.R) for j in range(self.cols)])
             self._dPm_cache = m
         return self._dPm_cache

@@ -23,13 +23,10 @@ from fractions import Fraction
 from typing import Sequence
 
 from .values import ONE
+from ..numbers.exact import fmpq_of
 
 __all__ = ["Numerators"]
 
-
-def _fq(q: Fraction):
-    from flint import fmpq
-    return fmpq(q.numerator, q.denominator)
 
 
 class Numerators:
@@ -115,14 +112,14 @@ class Numerators:
             if mono is None:
                 return {}
             q = self._dP_row(i)[atom[2]]
-            return {key: mono * (Z * _fq(q) - self._W_row(i))}
+            return {key: mono * (Z * fmpq_of(q) - self._W_row(i))}
         # dQ_ic = scale sum_j K_jc dS_ij
         c = atom[2]
         dP = self._dP_row(i)
         Kc = [r[c] for r in self.g.block_keys]
         A = self._row_poly(i, [k * d for k, d in zip(Kc, dP)])
         B = self._row_poly(i, Kc)
-        return {key: (A * Z - B * self._W_row(i)) * _fq(self.g.scale_rational)}
+        return {key: (A * Z - B * self._W_row(i)) * fmpq_of(self.g.scale_rational)}
 
     def _column_parts(self, name: str, j: int, c: int) -> dict:
         """dK_jc = scale sum_i Q_ic dS_ij and dV_jc = sum_i dO_ic W_ij, row class by row class."""
@@ -141,9 +138,9 @@ class Numerators:
             key = terms.class_of(i)
             Z = terms.normaliser(key)
             if name == "dV":
-                piece = mono * Z * _fq(w)
+                piece = mono * Z * fmpq_of(w)
             else:
-                piece = mono * (Z * _fq(self._dP_row(i)[j]) - self._W_row(i)) * \
-                    _fq(w * self.g.scale_rational)
+                piece = mono * (Z * fmpq_of(self._dP_row(i)[j]) - self._W_row(i)) * \
+                    fmpq_of(w * self.g.scale_rational)
             out[key] = out[key] + piece if key in out else piece
         return out

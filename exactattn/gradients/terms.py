@@ -277,8 +277,7 @@ class Terms:
 
     def poly(self, terms: dict):
         """``{exponent tuple: Fraction}`` as an ``fmpq_mpoly`` of this block."""
-        from flint import fmpq
-        return self.context.from_dict({e: fmpq(c.numerator, c.denominator)
+        return self.context.from_dict({e: fmpq_of(c)
                                        for e, c in terms.items() if c})
 
     def generator_balls(self) -> list:

@@ -41,6 +41,7 @@ from fractions import Fraction
 from ..numbers.digits import arb_to_fraction, certify, fraction_text, round_fraction, tighten
 from ..errors import ExactAttnError, InputError
 from ..numbers.real import Real
+from ..numbers.exact import fmpq_of
 
 __all__ = ["GradValue", "MAX_TERMS", "ONE", "ZERO_PREC"]
 
@@ -108,7 +109,7 @@ class GradValue(Real):
         merged: dict = {}
         for atom, coef in self.recipe.items():
             for key, poly in self.block.atom_parts(atom).items():
-                p = poly * fmpq(coef.numerator, coef.denominator)
+                p = poly * fmpq_of(coef)
                 merged[key] = merged[key] + p if key in merged else p
         const = Fraction(0)
         out = {}
@@ -119,7 +120,7 @@ class GradValue(Real):
                 const += _fraction(poly.leading_coefficient())
                 continue
             c = _fraction(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
-            if c and poly == terms.normaliser_squared(key) * fmpq(c.numerator, c.denominator):
+            if c and poly == terms.normaliser_squared(key) * fmpq_of(c):
                 const += c
                 continue
             out[key] = poly
@@ -209,7 +210,7 @@ class GradValue(Real):
         total = arb(0)
         for atom, coef in self.recipe.items():
             b = self.block.atom_ball(atom, prec)
-            total += b if coef == 1 else b * _fmpq(coef)
+            total += b if coef == 1 else b * fmpq_of(coef)
         return total
 
     def sign(self) -> int:
@@ -233,7 +234,7 @@ class GradValue(Real):
         from flint import arb     # s R(t) is never a non-zero rational: enclosures decide
 
         def step(p):
-            b = self.ball(p) - arb(_fmpq(q))
+            b = self.ball(p) - arb(fmpq_of(q))
             return 1 if b > 0 else -1 if b < 0 else None
         return tighten(step, 64)
 
@@ -408,10 +409,6 @@ def _fraction(q) -> Fraction:
     return Fraction(int(q.p), int(q.q))
 
 
-def _fmpq(q: Fraction):
-    from flint import fmpq
-    return fmpq(q.numerator, q.denominator)
-
 
 def common_denominator_zero(terms, const: Fraction, parts: dict) -> bool:
     """True exactly when ``const + sum_k N_k / Z_k^2`` is 0 (``parts`` maps a normaliser key k
@@ -420,7 +417,6 @@ def common_denominator_zero(terms, const: Fraction, parts: dict) -> bool:
     Raises:
         ExactAttnError: the common denominator would pass :data:`MAX_TERMS` terms.
     """
-    from flint import fmpq
     squares = {k: terms.normaliser_squared(k) for k in parts}
     size = max(len(p) for p in parts.values())
     for sq in squares.values():
@@ -438,7 +434,7 @@ def common_denominator_zero(terms, const: Fraction, parts: dict) -> bool:
                 prod = prod * sq
         total = prod if total is None else total + prod
     if const:
-        prod = fmpq(const.numerator, const.denominator)
+        prod = fmpq_of(const)
         for sq in squares.values():
             prod = prod * sq
         total = total + prod

@@ -35,6 +35,7 @@ from ..options import check_choice
 from .ratio import row_sum_text
 from .reals import Surd, real_decimal
 from .softmax import SoftmaxRow
+from .exact import fmpq_of
 
 __all__ = ["LSE_BASES", "LogSumExp", "check_base"]
 
@@ -152,8 +153,8 @@ class LogSumExp(Real):
             exp_q = ExpPoly((), {(Fraction(q),): Fraction(1)})
             one = ExpPoly((), {(Fraction(0),): Fraction(1)})
             return row.poly(row.counts).times_minus(one, exp_q, one).sign()
-        from flint import arb, fmpq
-        return enclosure_sign(lambda prec: self.ball(prec) - arb(fmpq(q.numerator, q.denominator)),
+        from flint import arb
+        return enclosure_sign(lambda prec: self.ball(prec) - arb(fmpq_of(q)),
                               lambda: f"{self.text()} - {q}", bounded=row.certified)
 
     def decimal(self, places: int) -> str:

@@ -40,6 +40,7 @@ from typing import Any
 
 from ..errors import InputError
 from .real import Real
+from .exact import fmpq_of
 
 __all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_text",
            "canonical_atom", "decidable", "power_form", "real_ball", "real_compare", "real_decimal",
@@ -64,10 +65,10 @@ class Pow2:
 
 
 def _radical_ball(radical):
-    from flint import arb, fmpq
+    from flint import arb
     x = arb(1)
     for p, f in radical:
-        x *= arb(p) ** fmpq(f.numerator, f.denominator)
+        x *= arb(p) ** fmpq_of(f)
     return x
 
 
@@ -265,7 +266,7 @@ def atom_ball(atom):
         return atom.ball()
     if isinstance(atom, Prod):
         return atom_ball(atom.alg) * atom.trans.ball()
-    return 1 / arb(fmpq(atom.numerator, atom.denominator)).sqrt()
+    return 1 / arb(fmpq_of(atom)).sqrt()
 
 
 def atom_text(atom) -> str:
@@ -457,7 +458,7 @@ class Surd(Real):
         from flint import arb, fmpq
         x = arb(fmpq(self.p.numerator, self.p.denominator))
         for atom, a in self.terms:
-            x += arb(fmpq(a.numerator, a.denominator)) * atom_ball(atom)
+            x += arb(fmpq_of(a)) * atom_ball(atom)
         return x
 
     def sign(self) -> int:
@@ -601,9 +602,9 @@ def real_ball(x, prec: int = 0):
     """An enclosure of a rational or :class:`Surd` at the current precision."""
     if isinstance(x, Surd):
         return x.ball(prec)
-    from flint import arb, fmpq
+    from flint import arb
     x = Fraction(x)
-    return arb(fmpq(x.numerator, x.denominator))
+    return arb(fmpq_of(x))
 
 
 def real_text(x) -> str:
@@ -659,8 +660,8 @@ def softcap(x, cap: Fraction):
 def softcap_ball(x, cap: Fraction):
     """``cap * tanh(x / cap)`` of an ``arb`` x, at the current working precision (the one
     soft-cap formula every enclosure uses)."""
-    from flint import arb, fmpq
-    c = arb(fmpq(cap.numerator, cap.denominator))
+    from flint import arb
+    c = arb(fmpq_of(cap))
     return c * (x / c).tanh()
 
 

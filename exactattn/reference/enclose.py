@@ -36,12 +36,12 @@ __all__ = ["block_balls", "logit_entries", "max_abs_logit", "round_enclosed", "r
 
 def _rotated(mat_rows, positions, rope):
     """Rows of exact numbers rotated by RoPE at the given positions, as an ``arb_mat``."""
-    from flint import arb, arb_mat, fmpq
+    from flint import arb, arb_mat
     n, d = len(mat_rows), len(mat_rows[0])
     theta = arb(fmpq_of(rope.theta))
     out = [[arb(fmpq_of(x)) for x in r] for r in mat_rows]
     for a, b, e in rope.pairs(d):
-        w = theta ** fmpq(e.numerator, e.denominator)
+        w = theta ** fmpq_of(e)
         for i in range(n):
             phi = positions[i] * w
             c, s = phi.cos(), phi.sin()

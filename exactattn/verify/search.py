@@ -87,11 +87,11 @@ def _scratch_storage():
 
 
 def _score(report: Report, measure: str) -> float:
-    if any(e.status == "hard" for e in report.entries):
+    found = report.found          # the report's one Comparison
+    if found.hard:
         return HARD_SCORE
-    vals = [(e.ulps if measure == "ulps" else e.terms_ulps) for e in report.entries]
-    vals = [v for v in vals if v is not None]
-    return float(max(vals)) if vals else 0.0
+    worst = found.max_ulps if measure == "ulps" else found.max_terms
+    return 0.0 if worst is None else float(worst)
 
 
 def search(impl, dtype: str = "float32", policy: Policy | None = None, *, examples: int = 100,

@@ -17,6 +17,7 @@ from exactattn.call.modifiers import Alibi, Rope
 from exactattn.properties import AttentionInput, PropertyFailure, reference
 from exactattn.properties.rules import MODIFIERS, OPT_IN, PROPERTIES, active, holds
 from exactattn.reference.reference import MODIFIER_VALUES
+from alibi_paper import paper_slopes
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "modifiers.md"
 
@@ -87,14 +88,6 @@ def good_softmax(s):
     return e / e.sum(axis=1, keepdims=True)
 
 
-def paper_slopes(n):
-    def pow2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
-        return [start * start ** i for i in range(n)]
-    if math.log2(n).is_integer():
-        return pow2(n)
-    c = 2 ** math.floor(math.log2(n))
-    return pow2(c) + paper_slopes(2 * c)[0::2][:n - c]
 
 
 Q = [["1/2", 0], [1, -1], [0, 2], ["1/2", 0]]

@@ -18,6 +18,7 @@ from exactattn.verify import Reference, verify
 from exactattn.call import Call
 from exactattn.verify.adapter import FunctionImpl, make_call
 from exactattn.verify.report import report_sections
+from alibi_paper import paper_slopes
 
 CASES = Path(__file__).parents[1] / "data" / "cases"
 UNSCALED = Policy(scale="none")
@@ -92,14 +93,6 @@ def test_sink_case_right_and_faulty():
 
 
 # ----------------------------------------------------------------------------- ALiBi
-def _paper_slopes(n):
-    def pow2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
-        return [start * start ** i for i in range(n)]
-    if math.log2(n).is_integer():
-        return pow2(n)
-    c = 2 ** math.floor(math.log2(n))
-    return pow2(c) + _paper_slopes(2 * c)[0::2][:n - c]
 
 
 def _alibi_fn(slopes_of):
@@ -119,7 +112,7 @@ def test_alibi_six_heads_right_and_faulty():
     c = case("alibi-six-heads")
     p = Call([[[0]]] * 6, [[[0], [0], [0]]], [[["1"], ["2"], ["4"]]])
     pol = UNSCALED.replace(alibi=Alibi(6), query_offset=2)
-    good = verify(FunctionImpl(_alibi_fn(_paper_slopes)), p.with_policy(pol), "float64")
+    good = verify(FunctionImpl(_alibi_fn(paper_slopes)), p.with_policy(pol), "float64")
     assert good.passed and exact_decimals(good) == c["expected"]["output_decimal"]
     assert all(type(e.exact.rational()) is type(None) for e in good.entries)
     power_rule = _alibi_fn(lambda h: [2 ** (-8 * k / h) for k in range(1, h + 1)])
@@ -137,7 +130,7 @@ def test_alibi_twelve_heads_is_exact_algebraic_and_checked():
     pol = Policy(alibi=Alibi(12), causal=True)
     ref = Reference(p.with_policy(pol))
     assert ("alibi", "exact algebraic") == ref.value_kinds()[0][:2]
-    slopes_given = FunctionImpl(_alibi_fn(_paper_slopes))
+    slopes_given = FunctionImpl(_alibi_fn(paper_slopes))
     assert verify(slopes_given, p.with_policy(pol.replace(causal=False)), "float64").passed
     assert verify("numpy", p.with_policy(pol), "float32").passed
 

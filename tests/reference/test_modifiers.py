@@ -15,6 +15,7 @@ from exactattn.numbers.lse import LogSumExp
 from exactattn.call.modifiers import Alibi, Rope, alibi_slopes
 from exactattn.numbers.reals import Surd
 from exactattn.numbers.softmax import SoftmaxRow
+from alibi_paper import paper_slopes
 
 CASES = Path(__file__).parents[1] / "data" / "cases"
 
@@ -76,17 +77,9 @@ def test_alibi_slopes_six_heads_and_outputs():
 
 @pytest.mark.parametrize("heads", [12, 16, 24, 32])
 def test_alibi_slopes_are_exact_algebraic(heads):
-    import math
     slopes = alibi_slopes(heads)
 
-    def reference(n):    # the authors' float rule
-        def pow2(n):
-            start = 2 ** (-2 ** -(math.log2(n) - 3))
-            return [start * start ** i for i in range(n)]
-        if math.log2(n).is_integer():
-            return pow2(n)
-        c = 2 ** math.floor(math.log2(n))
-        return pow2(c) + reference(2 * c)[0::2][:n - c]
+    reference = paper_slopes     # the authors' float rule
     assert len(slopes) == heads
     for exact, f in zip(slopes, reference(heads)):
         assert abs(float(exact) - f) <= 1e-13 * f

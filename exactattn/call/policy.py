@@ -79,7 +79,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import FloatInputError, InputError, ShapeError, shorten
-from ..numbers.exact import rational_sqrt, to_exact
+from ..numbers.exact import fraction_of, rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
 from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, exact_number
 from ..options import EMPTY_ROWS, check_choice
@@ -133,7 +133,7 @@ def _sympy_square(value: Any, name: str) -> Fraction:
     if sq is None or not sq.is_Rational or value.is_positive is not True:
         raise InputError(
             f"{name} must be a positive rational or the square root of one (got {shorten(value, quote=True)})")
-    return Fraction(int(sq.p), int(sq.q))
+    return fraction_of(sq)
 
 
 def _positive(value: Any, name: str, bad: str, floats: str | None) -> Fraction:
@@ -337,6 +337,18 @@ class Policy:
         return dataclasses.replace(self, **changes)
 
     # -- the scale ------------------------------------------------------
+    def empty_share(self, n_keys: int) -> Fraction | None:
+        """The share each of ``n_keys`` keys gets in a row that sees none of them (and has no
+        sink): 0 under ``empty_row=zero``, ``1/n_keys`` under ``uniform``, None (NaN) under
+        ``nan``.  The row's output is the same weighted sum of values as any row's.
+
+        >>> Policy(empty_row="uniform").empty_share(4), Policy(empty_row="nan").empty_share(4)
+        (Fraction(1, 4), None)
+        """
+        if self.empty_row == "nan":
+            return None
+        return Fraction(1, n_keys) if self.empty_row == "uniform" else Fraction(0)
+
     def divisor_squared_for(self, d_k: int) -> Fraction | None:
         """``D`` with scores divided by sqrt(D): ``d_k`` under the default scale, None for none."""
         return Fraction(d_k) if self.divisor_squared == DEFAULT_SCALE else self.divisor_squared

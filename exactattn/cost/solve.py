@@ -20,6 +20,7 @@ import sympy
 from ..errors import InputError
 from .derivation import EXTENSION_SYMBOLS, SYMBOLS, derive, split
 from .sizes import size, size_or_expr
+from ..numbers.exact import fraction_of
 
 __all__ = ["Crossover", "DoublingRatio", "crossover", "doubling_ratio"]
 
@@ -133,7 +134,7 @@ class DoublingRatio:
         e = sympy.nsimplify(e)
         if not e.is_Rational:
             raise InputError(f"D must be given to evaluate {self.expr} (got {e})")
-        return Fraction(int(e.p), int(e.q))
+        return fraction_of(e)
 
     def n_for(self, ratio) -> Any:
         """The n where the ratio reaches ``ratio`` (sympy), e.g. 3.5 at n = 9D/2."""

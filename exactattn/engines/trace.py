@@ -44,6 +44,7 @@ from ..numbers.lse import LogSumExp
 from ..numbers.real import Real
 from ..numbers.reals import sympy_ball
 from ..numbers.softmax import SoftmaxRow
+from ..numbers.exact import fraction_of
 
 __all__ = ["SymbolicValue", "Trace"]
 
@@ -347,11 +348,11 @@ class SymbolicValue(Real):
     def rational(self) -> Fraction | None:
         """The value as a ``Fraction`` when sympy holds it as a rational, else None."""
         e = self.expr
-        return Fraction(int(e.p), int(e.q)) if getattr(e, "is_Rational", False) else None
+        return fraction_of(e) if getattr(e, "is_Rational", False) else None
 
     def exact(self):
         e = self.expr
-        return Fraction(int(e.p), int(e.q)) if getattr(e, "is_Rational", False) else e
+        return fraction_of(e) if getattr(e, "is_Rational", False) else e
 
     def text(self) -> str:
         return str(self.expr)
@@ -369,7 +370,7 @@ class SymbolicValue(Real):
             raise InputError(f"value must be a number to print decimals (got {e}, with "
                              f"symbols {names}); substitute values for them first")
         if getattr(e, "is_Rational", False):
-            return round_fraction(Fraction(int(e.p), int(e.q)), places)
+            return round_fraction(fraction_of(e), places)
         import sympy
         if e.has(sympy.nan):          # an empty row under empty_row="nan", as the pencil prints it
             return "nan"
@@ -396,7 +397,7 @@ class SymbolicValue(Real):
             if e.free_symbols:
                 return hash("symbolic value")
         if getattr(e, "is_Rational", False):
-            return hash(Fraction(int(e.p), int(e.q)))
+            return hash(fraction_of(e))
         return hash(("real", SymbolicValue(e).decimal(30)))
 
     def __repr__(self) -> str:

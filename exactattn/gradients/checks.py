@@ -41,6 +41,7 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 from .values import GradValue, common_denominator_zero
+from ..numbers.exact import fraction_of
 
 __all__ = ["Check", "WRT", "check_all", "check_finite_difference", "check_jacobian",
            "check_key_bias", "check_rows_sum_to_zero", "check_shift_invariance",
@@ -109,7 +110,7 @@ def check_jacobian(g, rows: Sequence[int] | None = None) -> Check:
                     bad.append(f"row {i}: J[{j}][{k}] != J[{k}][{j}]")
             if not sum(J[j][1:], J[j][0]).is_zero():
                 bad.append(f"row {i}: row {j} of J does not sum to 0")
-            applied = _sum(g, {("J", i, j, k): Fraction(int(dP[i, k].p), int(dP[i, k].q))
+            applied = _sum(g, {("J", i, j, k): fraction_of(dP[i, k])
                                for k in range(n)})
             if not (applied - g.value("dS", i, j)).is_zero():
                 bad.append(f"row {i}: (J dP)[{j}] != dS[{i}][{j}]")

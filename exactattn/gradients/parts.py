@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from .values import ONE
-from ..numbers.exact import fmpq_of
+from ..numbers.exact import fmpq_of, fraction_of
 
 __all__ = ["Numerators"]
 
@@ -43,7 +43,7 @@ class Numerators:
         hit = self._dP.get(i)
         if hit is None:
             m = self.g.dP_matrix
-            hit = self._dP[i] = [Fraction(int(m[i, j].p), int(m[i, j].q))
+            hit = self._dP[i] = [fraction_of(m[i, j])
                                  for j in range(self.g.cols)]
         return hit
 

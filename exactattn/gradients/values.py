@@ -41,7 +41,7 @@ from fractions import Fraction
 from ..numbers.digits import arb_to_fraction, certify, fraction_text, round_fraction, tighten
 from ..errors import ExactAttnError, InputError
 from ..numbers.real import Real
-from ..numbers.exact import fmpq_of
+from ..numbers.exact import fmpq_of, fraction_of
 
 __all__ = ["GradValue", "MAX_TERMS", "ONE", "ZERO_PREC"]
 
@@ -117,9 +117,9 @@ class GradValue(Real):
             if poly.is_zero():
                 continue
             if poly.is_constant() and key == terms.one:
-                const += _fraction(poly.leading_coefficient())
+                const += fraction_of(poly.leading_coefficient())
                 continue
-            c = _fraction(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
+            c = fraction_of(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
             if c and poly == terms.normaliser_squared(key) * fmpq_of(c):
                 const += c
                 continue
@@ -133,7 +133,7 @@ class GradValue(Real):
         const, parts = self.parts()
         total = const
         for key, poly in parts.items():
-            total += _fraction(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
+            total += fraction_of(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
         return total
 
     def is_zero(self) -> bool:
@@ -354,7 +354,7 @@ class GradValue(Real):
         def to_sympy(poly):
             out = sympy.Integer(0)
             for exps, coef in poly.terms():
-                c = _fraction(coef)
+                c = fraction_of(coef)
                 mono = sympy.Rational(c.numerator, c.denominator)
                 for g, e in zip(gens, exps):
                     mono *= g ** int(e)
@@ -401,12 +401,6 @@ def _paren(poly) -> str:
     bare = len(poly) == 1 and "*" not in text.lstrip("-") and "/" not in text
     return text if bare else f"({text})"
 
-
-def _fraction(q) -> Fraction:
-    """An ``fmpq`` (or int) as a ``Fraction``."""
-    if isinstance(q, (int, Fraction)):
-        return Fraction(q)
-    return Fraction(int(q.p), int(q.q))
 
 
 

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 from ..errors import FloatInputError, InputError, ShapeError, shorten
 
-__all__ = ["FLOAT_POLICIES", "MAX_DIGITS", "is_symbolic", "rational_sqrt", "to_exact", "to_matrix",
+__all__ = ["FLOAT_POLICIES", "MAX_DIGITS", "fraction_of", "is_symbolic", "rational_sqrt", "to_exact", "to_matrix",
            "to_row"]
 
 FLOAT_POLICIES = (None, "exact", "decimal")
@@ -123,7 +123,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
     if mod.startswith("sympy"):
         import sympy
         if getattr(value, "is_Rational", False):
-            return Fraction(int(value.p), int(value.q))
+            return fraction_of(value)
         if isinstance(value, sympy.Basic):
             if value.has(sympy.Float):
                 raise FloatInputError(
@@ -139,8 +139,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
                     "pass symbolic=True to allow symbols and expressions")
             return value
     if mod.startswith("flint") and type(value).__name__ in ("fmpq", "fmpz"):
-        return Fraction(int(value.p), int(value.q)) if type(value).__name__ == "fmpq" \
-            else Fraction(int(value))
+        return fraction_of(value)
     if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
         raise InputError(f"{name} must be a real number (got {shorten(repr(value))})")
     if isinstance(value, numbers.Rational):
@@ -250,6 +249,21 @@ def common_denominator(m: Sequence[Sequence]) -> tuple[list[list[int]], int] | N
                 return None
             den = math.lcm(den, e.denominator)
     return [[e.numerator * (den // e.denominator) for e in r] for r in m], den
+
+
+def fraction_of(q) -> Fraction:
+    """An exact rational from python-flint (``fmpq``, ``fmpz``) or sympy (``Rational``), or
+    an ``int``, as a ``Fraction``.
+
+    >>> from flint import fmpq
+    >>> fraction_of(fmpq(3, 6)), fraction_of(7)
+    (Fraction(1, 2), Fraction(7, 1))
+    """
+    if isinstance(q, (int, Fraction)):
+        return Fraction(q)
+    if hasattr(q, "q"):
+        return Fraction(int(q.p), int(q.q))
+    return Fraction(int(q))
 
 
 def fmpq_of(q: Fraction):

@@ -32,7 +32,7 @@ from functools import lru_cache
 
 from ..call.policy import divisor_text
 from ..numbers.digits import certify
-from ..numbers.exact import rational_sqrt
+from ..numbers.exact import fraction_of, rational_sqrt
 from ..engines.head import scaled_score
 from ..numbers.reals import Surd
 from .render import Cell
@@ -267,7 +267,7 @@ class Scaler:
             return with_decimal(v, places)
         if not isinstance(v, Surd):                   # sympy: a symbolic trace
             if getattr(v, "is_Rational", False):
-                return with_decimal(Fraction(int(v.p), int(v.q)), places)
+                return with_decimal(fraction_of(v), places)
             if getattr(v, "free_symbols", None):      # a symbolic score has no decimal
                 return str(v)
             from ..engines.trace import SymbolicValue

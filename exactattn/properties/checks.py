@@ -70,7 +70,7 @@ def check_rows_sum_to_one(impl, inp: AttentionInput) -> None:
                 bad.append(f"row {i} sees no key: shares {row_text(row)}, want nan "
                            "(empty_row=nan)")
         else:
-            want = Fraction(0) if empty_row == "zero" else Fraction(1, inp.n_keys)
+            want = inp.policy.replace(empty_row=empty_row).empty_share(inp.n_keys)
             if not all(equals(res, x, want, Fraction(1)) for x in row):
                 bad.append(f"row {i} sees no key: shares {row_text(row)}, want {want} each "
                            f"(empty_row={empty_row})")

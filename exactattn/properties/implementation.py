@@ -27,7 +27,7 @@ from typing import Callable
 
 from ..call.policy import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS
 from ..errors import InputError
-from ..numbers.exact import rational_sqrt
+from ..numbers.exact import fraction_of, rational_sqrt
 from ..options import check_choice
 from ..numbers.softmax import ExpRatio
 from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, make_call
@@ -48,7 +48,7 @@ def exact_entry(value, where: str) -> Fraction | ExpRatio:
     if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
         return Fraction(value)
     if type(value).__module__.startswith("sympy") and getattr(value, "is_Rational", False):
-        return Fraction(int(value.p), int(value.q))
+        return fraction_of(value)
     raise InputError(f"{where} must be a Fraction or an ExpRatio from an exact function "
                      f"(got {value!r})")
 

@@ -49,6 +49,7 @@ from ..numbers.softmax import ExpRatio, SoftmaxRow
 from . import enclose
 from ..numbers.formats import round_value
 from ..call.inputs import Call
+from ..numbers.exact import fraction_of
 
 __all__ = ["MODIFIER_VALUES", "Reference"]
 
@@ -180,7 +181,7 @@ class Reference:
             return [rope_score(q, list(keys[j]), pol.rope, pos, j) if vis[j] else None
                     for j in range(self.S)]
         S_mat = self.scores(b, h)
-        return [Fraction(int(S_mat[i, j].p), int(S_mat[i, j].q)) if vis[j] else None
+        return [fraction_of(S_mat[i, j]) if vis[j] else None
                 for j in range(self.S)]
 
     def row(self, b: int, h: int, i: int) -> SoftmaxRow:

@@ -64,6 +64,7 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
         ShapeError: a keep-mask of the wrong shape.
     """
     from ..call.modifiers import check_keep, dropout_factors
+    from ..reference.logits import row_offsets
     check_policy(policy)
     L, S = n_queries, n_keys
     keep = policy.keep(L, S, mask)
@@ -71,20 +72,8 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
     if mask is not None and mask.kind == "additive":
         offsets = [mask.offsets(i) for i in range(L)]
     if policy.alibi is not None:
-        cache: dict = {}
-        rows = []
-        for i in range(L):
-            p = policy.query_position(i, L, S)
-            base = None if offsets is None else offsets[i]
-            row = []
-            for j in range(S):
-                d = policy.alibi.distance(p, j)
-                b = cache.get(d)
-                if b is None:
-                    b = cache[d] = policy.alibi.bias(policy.head, p, j)
-                row.append(b if base is None or not base[j] else b + Fraction(base[j]))
-            rows.append(row)
-        offsets = rows
+        offsets = [row_offsets(policy, i, L, S, None if offsets is None else offsets[i])
+                   for i in range(L)]
     rows = check_keep(dropout_keep, policy, L, S, name="dropout_keep", argument="dropout_keep")
     factors = None if rows is None else [dropout_factors(policy.dropout, r) for r in rows]
     return {"keep": keep, "offsets": offsets, "sink": policy.sink, "factors": factors}

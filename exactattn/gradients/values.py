@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..numbers.digits import arb_to_fraction, certify, fraction_text, round_fraction, tighten
+from ..numbers.digits import arb_to_fraction, certify, enclosure_sign, fraction_text, round_fraction, tighten
 from ..errors import ExactAttnError, InputError
 from ..numbers.real import Real
 from ..numbers.exact import fmpq_of, fraction_of
@@ -217,11 +217,7 @@ class GradValue(Real):
         """-1, 0 or 1, exactly."""
         if self.is_zero():
             return 0
-
-        def step(p):
-            b = self.ball(p)
-            return 1 if b > 0 else -1 if b < 0 else None
-        return tighten(step, 64)
+        return enclosure_sign(self.ball, self.text, bounded=False)
 
     def _minus_sign(self, q) -> int:
         """sign(value - q) for a rational q, exactly."""
@@ -232,11 +228,7 @@ class GradValue(Real):
         if q == 0:
             return self.sign()
         from flint import arb     # s R(t) is never a non-zero rational: enclosures decide
-
-        def step(p):
-            b = self.ball(p) - arb(fmpq_of(q))
-            return 1 if b > 0 else -1 if b < 0 else None
-        return tighten(step, 64)
+        return enclosure_sign(lambda p: self.ball(p) - arb(fmpq_of(q)), self.text, bounded=False)
 
     def _compare(self, other) -> int:
         if _rational(other):
@@ -259,11 +251,7 @@ class GradValue(Real):
         other._check_number()
         if self.is_zero() and other.is_zero():
             return 0
-
-        def step(p):
-            b = self.ball(p) - other.ball(p)
-            return 1 if b > 0 else -1 if b < 0 else None
-        return tighten(step, 64)
+        return enclosure_sign(lambda p: self.ball(p) - other.ball(p), self.text, bounded=False)
 
     def _order(self, other) -> int:
         return self._compare(other)

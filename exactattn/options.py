@@ -32,8 +32,9 @@ from typing import Any, Callable, Sequence
 
 from .errors import InputError, shorten
 
-__all__ = ["EMPTY_ROWS", "MAX_PLACES", "MEMORY_UNITS", "check_choice", "check_memory", "check_places",
-           "check_whole", "choice", "index_pair", "memory", "places", "whole", "whole_list"]
+__all__ = ["EMPTY_ROWS", "MAX_PLACES", "MEMORY_UNITS", "argtype", "check_choice", "check_memory",
+           "check_once", "check_places", "check_whole", "check_whole_list", "choice", "index_pair",
+           "memory", "places", "whole", "whole_list"]
 
 #: decimal places a table, a report or a value prints: 0 to 50 everywhere
 MAX_PLACES = 50
@@ -79,20 +80,40 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     return value
 
 
-def _argtype(check: Callable[[Any], Any], name: str, parse: Callable[[str], Any]):
-    """An argparse ``type=`` from a parser of the text and a check of the value."""
+def argtype(check: Callable[[Any], Any], name: str, parse: Callable[[str], Any] | None = None,
+            *, echo: bool = True, reword: Callable[[str], str] | None = None):
+    """An argparse ``type=`` named ``name``: ``check`` of the value, whose InputError becomes
+    argparse's one-line error (the one wrapper of a check for ``argparse``).
+
+    ``parse`` reads the stripped text first (its ValueError or TypeError leaves the text to
+    ``check``); without it ``check`` gets the text as typed.  With ``echo`` the message's
+    ``(got ...)`` echoes what was typed; without, the message comes through as the check
+    wrote it.  ``reword`` rewrites the message last.
+
+    >>> argtype(lambda t: check_whole(int(t), "--n"), "--n", echo=False)("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --n must be a positive whole number (got 0)
+    """
     def convert(text: str):
-        try:
-            value = parse(text.strip())
-        except (ValueError, TypeError):
-            value = text
+        value = text
+        if parse is not None:
+            try:
+                value = parse(text.strip())
+            except (ValueError, TypeError):
+                value = text
         try:
             return check(value)
         except InputError as e:
-            msg = str(e).rsplit(" (got ", 1)[0] + f" (got {_got(text)})"   # echo what was typed
-            raise argparse.ArgumentTypeError(msg) from None
+            msg = _echo(e, text) if echo else str(e)
+            raise argparse.ArgumentTypeError(reword(msg) if reword else msg) from None
     convert.__name__ = name
     return convert
+
+
+def _echo(error: InputError, text: str) -> str:
+    """``error``'s message with its ``(got ...)`` echoing ``text``, what was typed."""
+    return str(error).rsplit(" (got ", 1)[0] + f" (got {_got(text)})"
 
 
 def _int(text: str) -> int:
@@ -101,9 +122,16 @@ def _int(text: str) -> int:
     return int(text)
 
 
+def _int_or_text(text: str) -> int | str:
+    try:
+        return _int(text)
+    except ValueError:
+        return text
+
+
 def whole(flag: str, *, low: int = 1, high: int | None = None):
     """An argparse type: a whole number in ``low .. high``, named ``flag`` in its errors."""
-    return _argtype(lambda v: check_whole(v, flag, low=low, high=high), flag, _int)
+    return argtype(lambda v: check_whole(v, flag, low=low, high=high), flag, _int)
 
 
 def places(flag: str = "--digits"):
@@ -113,24 +141,68 @@ def places(flag: str = "--digits"):
 
 def choice(flag: str, choices: Sequence[str]):
     """An argparse type: one of ``choices`` (use instead of ``choices=`` for one message style)."""
-    return _argtype(lambda v: check_choice(v, flag, choices), flag, str)
+    return argtype(lambda v: check_choice(v, flag, choices), flag, str)
 
 
-def whole_list(flag: str, *, low: int = 1, high: int | None = None, most: int = 64):
-    """An argparse type: a comma-separated list of at most ``most`` whole numbers.
+def check_whole_list(value: Any, name: str, *, low: int = 1, high: int | None = None,
+                     most: int | None = 64, once: str | None = None) -> list[int]:
+    """Whole numbers in ``low .. high`` from text such as ``"4, 8,16"`` or from a sequence.
+
+    At most ``most`` of them (no limit when None); with ``once`` (what one of them is
+    called) none may repeat (:func:`check_once`).  A bad entry's message echoes it as written.
+
+    >>> check_whole_list("4, 8,16", "rows")
+    [4, 8, 16]
+    >>> check_whole_list("4, x", "rows")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: rows must be a positive whole number (got 'x')
+    """
+    text = isinstance(value, str)
+    parts = value.split(",") if text else list(value)
+    if (text and not value.strip()) or not parts or (most is not None and len(parts) > most):
+        count = "" if most is None else f"1 to {most} "
+        raise InputError(f"{name} must be a comma-separated list of {count}whole numbers "
+                         f"(got {_got(value)})")
+    values = []
+    for p in parts:
+        if not isinstance(p, str):
+            values.append(check_whole(p, name, low=low, high=high))
+            continue
+        try:
+            values.append(check_whole(_int_or_text(p.strip()), name, low=low, high=high))
+        except InputError as e:
+            raise InputError(_echo(e, p.strip())) from None
+    if once is not None:
+        check_once(values, name, once, value.strip() if text else None)
+    return values
+
+
+def check_once(values: Sequence, name: str, what: str, written: str | None = None) -> list:
+    """``values`` as a list if none repeats; the message echoes ``written`` (the text as typed),
+    else the values comma-separated.
+
+    >>> check_once([4, 16, 4], "widths", "width")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: widths must list each width once (got 4,16,4); drop the repeats
+    """
+    if len(set(values)) != len(values):
+        got = shorten(",".join(map(str, values))) if written is None else _got(written)
+        raise InputError(f"{name} must list each {what} once (got {got}); drop the repeats")
+    return list(values)
+
+
+def whole_list(flag: str, *, low: int = 1, high: int | None = None, most: int = 64,
+               once: str | None = None):
+    """An argparse type: a comma-separated list of at most ``most`` whole numbers
+    (:func:`check_whole_list`).
 
     >>> whole_list("--rows")("4, 8,16")
     [4, 8, 16]
     """
-    def convert(text: str) -> list[int]:
-        parts = [p.strip() for p in text.split(",")]
-        if not text.strip() or len(parts) > most:
-            raise argparse.ArgumentTypeError(
-                f"{flag} must be a comma-separated list of 1 to {most} whole numbers "
-                f"(got {_got(text)})")
-        return [whole(flag, low=low, high=high)(p) for p in parts]
-    convert.__name__ = flag
-    return convert
+    return argtype(lambda v: check_whole_list(v, flag, low=low, high=high, most=most, once=once),
+                   flag, echo=False)
 
 
 def index_pair(flag: str):
@@ -188,4 +260,4 @@ def memory(flag: str = "--memory"):
     >>> memory()("512MiB")
     536870912
     """
-    return _argtype(lambda v: check_memory(v, flag), flag, str)
+    return argtype(lambda v: check_memory(v, flag), flag, str)

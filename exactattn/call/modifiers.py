@@ -42,7 +42,7 @@ from ..numbers.reals import two_power
 
 __all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_dropout",
            "check_form", "check_layout", "check_softcap", "check_theta", "check_window",
-           "exact_number"]
+           "exact_number", "row_offsets"]
 
 ALIBI_FORMS = ("relative", "absolute", "symmetric")
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -294,3 +294,28 @@ def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep
                                  f"{shorten(k, quote=True)})")
         rows.append([bool(k) for k in r])
     return rows
+
+
+def row_offsets(policy, i: int, n_queries: int, n_keys: int,
+                offsets: Sequence | None = None) -> list | None:
+    """What is added to row i's scaled (and soft-capped) scores: the ALiBi bias of each key
+    plus the additive mask's offset (``offsets``, None or 0 where none), exactly; None when
+    neither is set.
+
+    >>> from exactattn.call.policy import Policy
+    >>> row_offsets(Policy(alibi=Alibi(2), causal=True), 1, 2, 2, [Fraction(1, 2), None])
+    [Fraction(7, 16), Fraction(0, 1)]
+    """
+    if policy.alibi is None:
+        return None if offsets is None else [Fraction(m) if m else Fraction(0) for m in offsets]
+    p = policy.query_position(i, n_queries, n_keys)
+    biases: dict = {}
+    row = []
+    for j in range(n_keys):
+        d = policy.alibi.distance(p, j)
+        if d not in biases:
+            biases[d] = policy.alibi.bias(policy.head, p, j)
+        m = None if offsets is None else offsets[j]
+        row.append(biases[d] + Fraction(m) if m else biases[d])
+    return row
+

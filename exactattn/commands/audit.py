@@ -15,28 +15,15 @@ the worked example's own tables, then a copy with one cell changed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from ..errors import InputError
 from ..options import choice, whole
-from ..present.render import FORMATS
-from ..present.stream import parse_span
+from .flags import add_format_option, add_source_options, span_type
 
 HELP = "judge every printed number of a published attention table: right, truncated, ... wrong"
 #: the demo's changed cell: the worked example's output of token 1, column 4
 DEMO_CHANGE = ("| 1 | 0.4528 | 0.2565 | 0.2907 | 0.6453 |", "| 1 | 0.4528 | 0.2565 | 0.2907 | 0.6543 |")
-
-
-def _span(flag: str):
-    def convert(text: str) -> tuple[int, ...]:
-        try:
-            return parse_span(text)
-        except InputError as e:
-            raise argparse.ArgumentTypeError(
-                flag + str(e)[len("span"):].replace("token numbers", "numbers")) from None
-    convert.__name__ = flag
-    return convert
 
 
 def _quantities(text: str) -> list[str]:
@@ -55,12 +42,10 @@ def register(sub) -> None:
     p.add_argument("--table-format", type=choice("--table-format", TABLE_FORMATS),
                    metavar="FORMAT", help=f"how to read --table: {', '.join(TABLE_FORMATS)} "
                                           "(default: by suffix, else by content)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--spec", metavar="FILE", help="the head and tokens the tables are "
-                                                    "computed from (a JSON or TOML spec file)")
-    src.add_argument("--example", metavar="NAME",
-                     help="a built-in example: chronicle, tiny, bank-river, bank-loan, "
-                          "self-match")
+    src = add_source_options(
+        p, spec_first=True, spec_help="the head and tokens the tables are computed from (a JSON "
+                                      "or TOML spec file)",
+        example_help="a built-in example: chronicle, tiny, bank-river, bank-loan, self-match")
     src.add_argument("--scores", type=whole("--scores"), metavar="N",
                      help="the file's table N holds the printed scores: the other tables are "
                           "judged as their softmax (the default with no --spec or --example: "
@@ -74,9 +59,9 @@ def register(sub) -> None:
                    help="what the tables print: raw, scaled, shares, outputs, queries, keys or "
                         "values, or a comma list, one per table audited (default: read from "
                         "each table's title)")
-    p.add_argument("--tables", type=_span("--tables"), metavar="RANGE",
+    p.add_argument("--tables", type=span_type("--tables", "numbers"), metavar="RANGE",
                    help="the tables to audit, by number in the file: 2, 1..3 (default all)")
-    p.add_argument("--rows", type=_span("--rows"), metavar="RANGE",
+    p.add_argument("--rows", type=span_type("--rows", "numbers"), metavar="RANGE",
                    help="the tokens the printed rows are, e.g. 2 or 1..4 (default: from the "
                         "row labels, else in order)")
     p.add_argument("--ties", type=choice("--ties", TIES), default="half_even",
@@ -88,8 +73,7 @@ def register(sub) -> None:
     p.add_argument("--demo", action="store_true",
                    help="audit the worked example's tables as `walkthrough` prints them, then "
                         "a copy with one cell changed")
-    p.add_argument("--format", type=choice("--format", FORMATS), default="text",
-                   metavar="FORMAT", help=f"output format: {', '.join(FORMATS)} (default text)")
+    add_format_option(p)
     p.set_defaults(func=run)
 
 

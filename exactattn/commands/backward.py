@@ -14,8 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError, shorten
-from ..options import places
-from ..present.render import FORMATS, render
+from ..present.render import render
 
 HELP = "the backward pass of a worked example (dO, P, dP, D, dS, dQ, dK, dV, dW) to check by hand"
 #: the most tokens the backward walkthrough prints (its closed forms grow with the call)
@@ -23,17 +22,16 @@ MAX_TOKENS = 32
 
 
 def register(sub) -> None:
+    from .flags import add_digits_option, add_format_option, add_source_options
     from .modifier_flags import add_flags
-    from .tables import add_format_option, add_source_options
     p = sub.add_parser("backward", help=HELP, description=HELP + ".")
     add_source_options(p)
     p.add_argument("--d-out", metavar="ROWS",
                    help="the upstream gradient dO: one row for every token ('0,0,0,1') or one "
                         "row per token separated by ';' ('1,0;0,1'); exact numbers such as 1/2 "
                         "(default: 0, ..., 0, 1 for every token)")
-    p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
-                   help="decimal places of values that are not exact (certified; default 4)")
-    add_format_option(p, FORMATS)
+    add_digits_option(p, "decimal places of values that are not exact (certified; default 4)")
+    add_format_option(p)
     add_flags(p, lse=False, dropout=False)
     p.set_defaults(func=run)
 
@@ -64,7 +62,8 @@ def parse_d_out(text: str | None, n: int, d_v: int) -> list[list]:
 def run(args) -> int:
     from ..present.backward_tables import backward_sections
     from ..gradients import head_gradients
-    from .tables import apply_modifiers, load_source
+    from .flags import load_source
+    from .tables import apply_modifiers
     from ..call.policy import UNSUPPORTED
     from .modifier_flags import FLAGS
     for field in UNSUPPORTED["gradients"]:

@@ -18,14 +18,17 @@ import csv
 import json
 import sys
 
-from ..call.policy import ALIGNMENTS, EMPTY_ROWS, Policy
+from ..call.policy import ALIGNMENTS, Policy
 from ..errors import InputError, shorten
-from ..options import choice, memory, places, whole
-from .modifier_flags import scale_type, window_type
+from ..options import argtype, choice, memory, whole
+from .flags import add_digits_option, add_format_option
+from .modifier_flags import add_policy_flags, set_policy_flags
 
 HELP = "certified shares and outputs at any length, in row blocks (local cores or a Dask cluster)"
 STREAM_FORMATS = ("csv", "json")
 CHECK_FORMATS = ("text", "json")
+#: the policy group's flags, in --help's order
+POLICY = ("scale", "causal", "alignment", "window", "empty_row")
 
 
 def _random(text: str) -> tuple[int, int, int]:
@@ -39,10 +42,7 @@ def _random(text: str) -> tuple[int, int, int]:
 
 def _scheduler(text: str) -> str:
     from ..blocks.engine import check_scheduler
-    try:
-        return check_scheduler(text, "--scheduler")
-    except InputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return check_scheduler(text, "--scheduler")
 
 
 def register(sub) -> None:
@@ -58,25 +58,19 @@ def register(sub) -> None:
     src.add_argument("--dtype", type=choice("--dtype", ("float32", "float16", "float64")),
                      default=None, help="--random: the float type the inputs are rounded to, "
                      "and the one --check runs (default float32)")
-    pol = p.add_argument_group("policy (overrides the spec file's)")
-    pol.add_argument("--scale", type=scale_type("--scale"), help="default (1/sqrt(d_k)), a number, "
-                     "'1/sqrt(q)' or none")
-    pol.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
-                     help="hide keys after the query")
-    pol.add_argument("--alignment", type=choice("--alignment", ALIGNMENTS),
-                     help=f"causal alignment when queries and keys differ: {', '.join(ALIGNMENTS)}")
-    pol.add_argument("--window", type=window_type("--window"), metavar="LEFT,RIGHT",
-                     help="a sliding window: keys LEFT before to RIGHT after the query "
-                          "(none = no limit on that side); blocks skip keys outside it")
-    pol.add_argument("--empty-row", type=choice("--empty-row", EMPTY_ROWS),
-                     help=f"what a query that sees no key gets: {', '.join(EMPTY_ROWS)}")
+    add_policy_flags(p, "policy (overrides the spec file's)", POLICY,
+                     alignment=f"causal alignment when queries and keys differ: "
+                               f"{', '.join(ALIGNMENTS)}",
+                     window="a sliding window: keys LEFT before to RIGHT after the query "
+                            "(none = no limit on that side); blocks skip keys outside it")
     run_ = p.add_argument_group("blocks")
     run_.add_argument("--memory", type=memory("--memory"), default=None, metavar="SIZE",
                       help="memory for the whole run, all workers together, such as 4GiB or "
                            "512MiB; the block size follows from it (default 4GiB)")
     run_.add_argument("--rows", type=whole("--rows"), default=None,
                       help="query rows per block (instead of choosing them from --memory)")
-    run_.add_argument("--scheduler", type=_scheduler, default=None, metavar="ADDR",
+    run_.add_argument("--scheduler", type=argtype(_scheduler, "--scheduler", echo=False),
+                      default=None, metavar="ADDR",
                       help="local (a Dask cluster over this machine's cores; the default), "
                            "none (this process) or a Dask scheduler address such as "
                            "tcp://host:8786 (default: $DASK_SCHEDULER_ADDRESS, else local)")
@@ -85,11 +79,10 @@ def register(sub) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--show", type=choice("--show", ("outputs", "shares", "both")),
                      default="outputs", help="outputs, shares or both (default outputs)")
-    out.add_argument("--digits", type=places("--digits"), default=4,
-                     help="decimal places, certified (default 4)")
-    out.add_argument("--format", type=choice("--format", STREAM_FORMATS + ("text",)),
-                     default=None, help="csv or json (rows); text or json (--check) "
-                     "(default csv, or text with --check)")
+    add_digits_option(out, "decimal places, certified (default 4)", metavar=None)
+    add_format_option(out, STREAM_FORMATS + ("text",), default=None, metavar=None,
+                      help="csv or json (rows); text or json (--check) (default csv, or text "
+                           "with --check)")
     chk = p.add_argument_group("check a float implementation")
     chk.add_argument("--check", metavar="IMPL", default=None,
                      help="torch, numpy or module:function: run it once and compare every output "
@@ -102,9 +95,7 @@ def register(sub) -> None:
 
 
 def _policy(args, base: Policy) -> Policy:
-    changes = {k: getattr(args, k) for k in ("scale", "causal", "alignment", "window", "empty_row")
-               if getattr(args, k) is not None}
-    return base.replace(**changes)
+    return set_policy_flags(base, args, POLICY)
 
 
 def _refuse(args) -> None:

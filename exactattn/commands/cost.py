@@ -20,7 +20,8 @@ from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
 from ..errors import InputError, shorten
 from ..options import choice, whole, whole_list
-from ..present.render import FORMATS, render
+from ..present.render import render
+from .flags import add_format_option
 
 HELP = "multiply-adds at several row lengths: counted, derived, crossover, conventions"
 
@@ -114,8 +115,7 @@ def register(sub) -> None:
                    help="with --audit: which counters, comma-separated (torch, fvcore, "
                         "ptflops, ptflops_aten, thop, calflops, deepspeed; default all), or "
                         "none for the derived figures only")
-    p.add_argument("--format", type=choice("--format", FORMATS), default="text",
-                   metavar="FORMAT", help=f"output format: {', '.join(FORMATS)} (default text)")
+    add_format_option(p)
     p.set_defaults(func=run)
 
 

@@ -22,10 +22,11 @@ import time
 
 from ..errors import InputError, shorten
 from ..models.run import IMPLEMENTATIONS, MODELS
-from ..options import choice, places, whole
-from ..present.render import FORMATS, Section, write
+from ..options import choice, whole
+from ..present.render import Section, write
 from ..present.stream import PAGE, View
 from ..present.tables import MODES, attend_example, build
+from .flags import add_digits_option, add_format_option
 
 MODEL_MODES = MODES + ("walkthrough", "layer", "check")
 HELP = "a head or layer of a real model from its weights file, or a whole model on text, exactly"
@@ -60,10 +61,8 @@ def register(sub) -> None:
     p.add_argument("--no-rotary", action="store_true",
                    help="evaluate llama projections without their rotary embeddings "
                         "(not the model's scores)")
-    p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
-                   help="decimal places of shares and outputs (certified; default 4)")
-    p.add_argument("--format", type=choice("--format", FORMATS), default="text",
-                   metavar="FORMAT", help=f"output format: {', '.join(FORMATS)} (default text)")
+    add_digits_option(p, "decimal places of shares and outputs (certified; default 4)")
+    add_format_option(p)
     c = p.add_argument_group("check: a whole model on text")
     c.add_argument("--text", metavar="TEXT", help="the text the model reads (check)")
     c.add_argument("--model", type=choice("--model", MODELS), metavar="NAME",

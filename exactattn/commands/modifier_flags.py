@@ -1,4 +1,5 @@
-"""The modifier flags every command shares: sinks, ALiBi, soft-capping, windows, offsets, dropout, RoPE, LSE.
+"""The policy flags every command shares: the modifiers (sinks, ALiBi, soft-capping, windows,
+offsets, dropout, RoPE, LSE) and the policy group (scale, causal, alignment, empty rows, ...).
 
 One parser for ``verify``, the table commands and ``blocks``.  Each flag
 sets one field of :class:`~exactattn.call.policy.Policy` (over the spec file's
@@ -16,34 +17,35 @@ policy) and is read exactly: a number is text (``--sink 0``,
   file's ``policy.dropout.keep``.
 * ``--rope THETA[:half|interleaved]``: rotary position embeddings.
 * ``--lse [e|2]``: each row's log-sum-exp (natural log unless ``2``).
+
+The policy group (:func:`add_policy_flags`, read by :func:`set_policy_flags`):
+``--like`` (a library's preset), ``--scale``, ``--causal``, ``--alignment``,
+``--window``, ``--empty-row``, ``--mask-kind`` and ``--gqa``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..call.policy import MODIFIER_FIELDS, parse_scale
+from ..call.policy import (ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, MODIFIER_FIELDS, PRESETS,
+                           parse_scale)
 from ..errors import InputError, shorten
 from ..numbers.lse import LSE_BASES
 from ..call.modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
                          check_layout, check_softcap, check_theta, exact_number)
-from ..options import choice, whole
+from ..options import argtype, choice, whole
 
-__all__ = ["FLAGS", "add_flags", "apply", "changes", "lse", "refuse", "scale_type", "window_type"]
+__all__ = ["FLAGS", "add_flags", "add_policy_flags", "apply", "changes", "lse", "refuse",
+           "scale_type", "set_policy_flags", "window_type"]
 
 #: the flag of each Policy modifier field (every one of call.MODIFIER_FIELDS)
 FLAGS = {field: "--" + field.replace("_", "-") for field in MODIFIER_FIELDS}
 
 
 def _typed(flag: str, parse):
-    """An argparse type: ``parse(text)``, whose one-line error (naming ``flag``) comes through."""
-    def convert(text: str):
-        try:
-            return parse(text.strip())
-        except InputError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    convert.__name__ = flag
-    return convert
+    """An argparse type: ``parse`` of the stripped text, whose one-line error (naming ``flag``)
+    comes through as it is."""
+    return argtype(parse, flag, str, echo=False)
 
 
 def _alibi(text: str) -> Alibi:
@@ -75,50 +77,85 @@ def window_type(flag: str = "--window"):
 def scale_type(flag: str = "--scale"):
     """An argparse type for a scale (``default``, ``1/8``, ``1/sqrt(48)``, ``none``), checked by
     :func:`~exactattn.call.policy.parse_scale` and kept as text."""
-    def convert(text: str) -> str:
-        try:
-            parse_scale(text, name=flag)
-        except InputError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+    def keep(text: str) -> str:
+        parse_scale(text, name=flag)
         return text
-    convert.__name__ = flag
-    return convert
+    return argtype(keep, flag, echo=False)
+
+
+#: every policy flag's declaration, by field (``like``: a library's preset); a command's own
+#: wording of a help is passed to :func:`add_policy_flags` or :func:`add_flags`
+DECLARED = {
+    "like": dict(type=choice("--like", tuple(PRESETS)),
+                 help=f"set alignment, empty rows, mask kind and GQA as a library does: "
+                      f"{', '.join(PRESETS)}"),
+    "scale": dict(type=scale_type(), help="default (1/sqrt(d_k)), a number, '1/sqrt(q)' or none"),
+    "causal": dict(action=argparse.BooleanOptionalAction, default=None,
+                   help="hide keys after the query"),
+    "alignment": dict(type=choice("--alignment", ALIGNMENTS),
+                      help=f"causal alignment when L != S: {', '.join(ALIGNMENTS)}"),
+    "empty_row": dict(type=choice("--empty-row", EMPTY_ROWS),
+                      help=f"what a query that sees no key gets: {', '.join(EMPTY_ROWS)}"),
+    "mask_kind": dict(type=choice("--mask-kind", MASK_KINDS),
+                      help=f"how the spec's mask is read: {', '.join(MASK_KINDS)}"),
+    "gqa": dict(type=choice("--gqa", GQA_MAPS),
+                help=f"which key/value head a query head reads: {', '.join(GQA_MAPS)}"),
+    "sink": dict(type=_typed("--sink", lambda t: exact_number(t, "--sink")), metavar="S",
+                 help="an attention-sink logit joining every row's normaliser, counted once "
+                      "(0: softmax plus one)"),
+    "alibi": dict(type=_typed("--alibi", _alibi), metavar="HEADS[:FORM]",
+                  help="ALiBi slopes of a model with HEADS heads (Press et al. 2022; not only "
+                       f"powers of two); FORM: {', '.join(ALIBI_FORMS)} (relative)"),
+    "head": dict(type=whole("--head", low=0), metavar="H",
+                 help="which head of the model this call is, from 0 (its ALiBi slope)"),
+    "softcap": dict(type=_typed("--softcap", lambda t: check_softcap(t, "--softcap")),
+                    metavar="CAP", help="cap * tanh(score / cap) on the scaled scores, before "
+                                        "the mask (Gemma 2); certified, not exact"),
+    "window": dict(type=window_type(), metavar="LEFT,RIGHT",
+                   help="sliding window: query at position p sees keys p-LEFT .. p+RIGHT, its "
+                        "own key counted (none: no limit); a causal window of w keys is "
+                        "w-1,0 on a causal head"),
+    "query_offset": dict(type=whole("--query-offset", low=0), metavar="P",
+                         help="the position of query 0 (a decode step over cached keys 0..P)"),
+    "dropout": dict(type=_typed("--dropout", lambda t: check_dropout(t, "--dropout")),
+                    metavar="P", help="dropout p with the spec file's policy.dropout.keep mask: "
+                                      "kept weights times 1/(1-p); rows no longer sum to 1"),
+    "rope": dict(type=_typed("--rope", _rope), metavar="THETA[:LAYOUT]",
+                 help=f"rotary position embeddings, base THETA; LAYOUT: "
+                      f"{', '.join(ROPE_LAYOUTS)} (half); certified, not exact"),
+    "lse": dict(nargs="?", const="e", type=choice("--lse", LSE_BASES), default=None,
+                metavar="BASE", help="each row's log-sum-exp, in natural-log units (--lse 2: "
+                                     "base 2)"),
+}
+
+
+def _declare(group, fields, helps: dict) -> None:
+    for field in fields:
+        kwargs = dict(DECLARED[field])
+        kwargs["help"] = helps.get(field) or kwargs["help"]
+        group.add_argument("--" + field.replace("_", "-"), **kwargs)
 
 
 def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None = None) -> None:
     """Add the modifier flags to the parser ``p`` (a group of their own)."""
     g = p.add_argument_group("modifiers (fields of the policy; override the spec file's)")
-    g.add_argument("--sink", type=_typed("--sink", lambda t: exact_number(t, "--sink")),
-                   metavar="S",
-                   help="an attention-sink logit joining every row's normaliser, counted once "
-                        "(0: softmax plus one)")
-    g.add_argument("--alibi", type=_typed("--alibi", _alibi), metavar="HEADS[:FORM]",
-                   help="ALiBi slopes of a model with HEADS heads (Press et al. 2022; not only "
-                        f"powers of two); FORM: {', '.join(ALIBI_FORMS)} (relative)")
-    g.add_argument("--head", type=whole("--head", low=0), metavar="H",
-                   help="which head of the model this call is, from 0 (its ALiBi slope)")
-    g.add_argument("--softcap", type=_typed("--softcap", lambda t: check_softcap(t, "--softcap")),
-                   metavar="CAP", help="cap * tanh(score / cap) on the scaled scores, before "
-                                       "the mask (Gemma 2); certified, not exact")
-    g.add_argument("--window", type=window_type(), metavar="LEFT,RIGHT",
-                   help="sliding window: query at position p sees keys p-LEFT .. p+RIGHT, its "
-                        "own key counted (none: no limit); a causal window of w keys is "
-                        "w-1,0 on a causal head")
-    g.add_argument("--query-offset", type=whole("--query-offset", low=0), metavar="P",
-                   help="the position of query 0 (a decode step over cached keys 0..P)")
-    if dropout:
-        g.add_argument("--dropout", metavar="P",
-                       type=_typed("--dropout", lambda t: check_dropout(t, "--dropout")),
-                       help="dropout p with the spec file's policy.dropout.keep mask: kept "
-                            "weights times 1/(1-p); rows no longer sum to 1")
-    g.add_argument("--rope", type=_typed("--rope", _rope), metavar="THETA[:LAYOUT]",
-                   help=f"rotary position embeddings, base THETA; LAYOUT: "
-                        f"{', '.join(ROPE_LAYOUTS)} (half); certified, not exact")
-    if lse:
-        g.add_argument("--lse", nargs="?", const="e", type=choice("--lse", LSE_BASES),
-                       default=None, metavar="BASE",
-                       help=lse_help or "each row's log-sum-exp, in natural-log units (--lse 2: "
-                                        "base 2)")
+    _declare(g, ("sink", "alibi", "head", "softcap", "window", "query_offset") +
+             ("dropout",) * dropout + ("rope",) + ("lse",) * lse, {"lse": lse_help})
+
+
+def add_policy_flags(p, title: str, fields: tuple[str, ...], **helps: str) -> None:
+    """Add the policy group's flags of ``fields`` to ``p``, in that order, under ``title``
+    (``helps``: a command's own wording, by field)."""
+    _declare(p.add_argument_group(title), fields, helps)
+
+
+def set_policy_flags(policy, args, fields: tuple[str, ...]):
+    """``policy`` with the policy group's flags of ``fields`` that were given: ``--like``'s
+    preset first, then the single flags, field by field."""
+    if getattr(args, "like", None):
+        policy = policy.replace(**PRESETS[args.like])
+    return policy.replace(**{name: getattr(args, name) for name in fields
+                             if name != "like" and getattr(args, name) is not None})
 
 
 def apply(policy, args):

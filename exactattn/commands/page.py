@@ -7,7 +7,8 @@ import shlex
 import sys
 
 from ..errors import InputError, shorten
-from ..options import places, whole
+from ..options import whole
+from .flags import add_digits_option
 
 HELP = ("one self-contained HTML page with a sentence switch, divisor and length sliders, "
         "a picture and questions; every number certified beforehand")
@@ -32,8 +33,7 @@ def register(sub) -> None:
     p.add_argument("--row", type=whole("--row"), default=None, metavar="I",
                    help="the query row of every sentence, 1-based (default: each example's "
                         "focus token)")
-    p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
-                   help="decimal places of shares and outputs (certified; default 4)")
+    add_digits_option(p, "decimal places of shares and outputs (certified; default 4)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the page to PATH (default stdout)")
     p.set_defaults(func=run)

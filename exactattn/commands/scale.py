@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from ..errors import shorten
-from ..options import places, whole, whole_list
-from ..present.render import FORMATS
-from .tables import add_format_option
+from ..options import whole, whole_list
+from .flags import add_digits_option, add_format_option
 
 HELP = ("why the divisor: random rows at several key widths, divided and undivided, "
         "measured spreads beside their exact expectations")
@@ -26,20 +23,12 @@ EPILOG = ("The samples are float64 (a Monte-Carlo experiment, numpy's PCG64 gene
           "See docs/examples.md.")
 
 
-def _widths(text: str) -> list[int]:
-    from ..scale import MAX_WIDTH, MAX_WIDTHS
-    widths = whole_list("--widths", high=MAX_WIDTH, most=MAX_WIDTHS)(text)
-    if len(set(widths)) != len(widths):
-        raise argparse.ArgumentTypeError(f"--widths must list each width once (got "
-                                         f"{shorten(text.strip(), quote=True)}); drop the "
-                                         "repeats")
-    return widths
-
-
 def register(sub) -> None:
-    from ..scale import MAX_SEED, MAX_TOKENS, MAX_TRIALS
+    from ..scale import MAX_SEED, MAX_TOKENS, MAX_TRIALS, MAX_WIDTH, MAX_WIDTHS
     p = sub.add_parser("scale", help=HELP, description=HELP, epilog=EPILOG)
-    p.add_argument("--widths", type=_widths, default=[4, 16, 64, 256], metavar="LIST",
+    p.add_argument("--widths", type=whole_list("--widths", high=MAX_WIDTH, most=MAX_WIDTHS,
+                                               once="width"),
+                   default=[4, 16, 64, 256], metavar="LIST",
                    help="key widths d_k, comma-separated, each 1 to 65536 "
                         "(default 4,16,64,256)")
     p.add_argument("--trials", type=whole("--trials", low=2, high=MAX_TRIALS), default=1000,
@@ -49,9 +38,8 @@ def register(sub) -> None:
                    help="seed of the generator, a whole number from 0 to 2^64-1 (default 0)")
     p.add_argument("--tokens", type=whole("--tokens", low=2, high=MAX_TOKENS), default=4,
                    metavar="N", help="keys per row, n, 2 to 10000 (default 4)")
-    p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
-                   help="decimal places printed (default 4)")
-    add_format_option(p, FORMATS)
+    add_digits_option(p, "decimal places printed (default 4)")
+    add_format_option(p)
     p.add_argument("--progress", action="store_true",
                    help="show the progress bar on stderr even when it is not a terminal")
     p.set_defaults(func=run)

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from ..errors import InputError
-from ..options import places, whole, whole_list
-from .tables import add_format_option, add_source_options, load_source
+from ..options import argtype, whole, whole_list
+from .flags import add_digits_option, add_format_option, add_source_options, load_source
 
 HELP = "one row's shares as the divisor runs, or the counted cost as the row grows"
 
 
 def _divisors(text: str) -> list[str]:
     from ..present.sweep import parse_divisors
-    try:
-        return [label for label, _ in parse_divisors(text, "--divisors")]
-    except InputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return [label for label, _ in parse_divisors(text, "--divisors")]
 
 
 def register(sub) -> None:
@@ -33,12 +28,12 @@ def register(sub) -> None:
     add_source_options(d)
     d.add_argument("--row", type=whole("--row"), default=None, metavar="I",
                    help="the query row, 1-based (default: the example's focus token)")
-    d.add_argument("--divisors", type=_divisors, default=None, metavar="LIST",
+    d.add_argument("--divisors", type=argtype(_divisors, "--divisors", echo=False), default=None,
+                   metavar="LIST",
                    help="divisors, comma-separated, e.g. 1/2,1,sqrt(2),4, each from 1e-1000 "
                         "to 1e1000, at most 100 (default 1/8,1/4,1/2,1,2,4,8,32,128 and the "
                         "head's own)")
-    d.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
-                   help="decimal places for the shares (certified; default 4)")
+    add_digits_option(d, "decimal places for the shares (certified; default 4)")
     add_format_option(d)
     d.set_defaults(func=run, kind="divisor")
     n = kinds.add_parser("length", help="the multiply-adds counted at several row lengths: "

@@ -21,10 +21,12 @@ import sys
 
 from ..call.policy import divisor_text
 from ..errors import InputError, shorten
-from ..options import choice, index_pair, places
-from ..present.render import ALL_FORMATS, FORMATS, write
-from ..present.stream import PAGE, View, busy, check_span, parse_span, span_text
+from ..options import choice, index_pair
+from ..present.render import ALL_FORMATS, write
+from ..present.stream import PAGE, View, busy, check_span, span_text
 from ..present.svg import PICTURE_FORMATS, PICTURE_MODES, picture
+from .flags import (add_digits_option, add_format_option, add_source_options, load_source,
+                    span_type)
 from .modifier_flags import add_flags, apply
 from ..present.tables import MODES, attend_example, build, explain
 
@@ -41,44 +43,6 @@ NUMERIC_MODES = ("square", "scores", "walkthrough")
 #: the modes with a row per token (--queries) and a column per key (--keys)
 TOKEN_MODES = ("row", "project", "square", "scores", "walkthrough")
 KEY_MODES = ("square", "scores", "walkthrough")
-
-
-def add_source_options(p: argparse.ArgumentParser) -> None:
-    """--example / --spec: where the head and tokens come from."""
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--example", default=None, metavar="NAME",
-                     help="a built-in example: chronicle (the default), tiny, bank-river, "
-                          "bank-loan, self-match")
-    src.add_argument("--spec", metavar="FILE",
-                     help="a head and tokens from a JSON or TOML spec file")
-
-
-def load_source(args):
-    """The Example named by --example or --spec (chronicle by default)."""
-    if args.spec is not None:
-        if not args.spec.strip():
-            raise InputError("--spec must name a JSON or TOML file (got '')")
-        from ..call.spec import load
-        return load(args.spec)
-    from ..examples import example
-    return example("chronicle" if args.example is None else args.example)
-
-
-def add_format_option(p: argparse.ArgumentParser, formats=FORMATS) -> None:
-    """--format, checked by :func:`exactattn.options.choice`."""
-    p.add_argument("--format", type=choice("--format", formats), default="text",
-                   metavar="FORMAT", help=f"output format: {', '.join(formats)} (default text)")
-
-
-def _span(flag: str):
-    """An argparse type: token numbers such as ``1..8``, ``3`` or ``1..4,10``."""
-    def convert(text: str) -> tuple[int, ...]:
-        try:
-            return parse_span(text)
-        except InputError as e:
-            raise argparse.ArgumentTypeError(flag + str(e)[len("span"):]) from None
-    convert.__name__ = flag
-    return convert
 
 
 def _table_format(mode: str):
@@ -105,23 +69,20 @@ def register(sub) -> None:
                            help="write the picture (--format svg or png) to PATH "
                                 "instead of stdout")
         else:
-            p.add_argument("--format", type=_table_format(mode), default="text",
-                           metavar="FORMAT",
-                           help=f"output format: {', '.join(ALL_FORMATS)} (default text)")
+            add_format_option(p, ALL_FORMATS, type=_table_format(mode))
         if mode in TOKEN_MODES:
-            p.add_argument("--queries", type=_span("--queries"), metavar="RANGE",
+            p.add_argument("--queries", type=span_type("--queries"), metavar="RANGE",
                            help="the tokens (query rows) to show, e.g. 1..8 or 1..4,10 "
                                 f"(default all; past {PAGE} tokens text, markdown and latex "
                                 "show 1..8)")
         if mode in KEY_MODES:
-            p.add_argument("--keys", type=_span("--keys"), metavar="RANGE",
+            p.add_argument("--keys", type=span_type("--keys"), metavar="RANGE",
                            help="the keys (columns) of the score and share squares to show "
                                 f"(default all; past {PAGE} tokens text, markdown and latex "
                                 "show 1..8)")
         if mode in NUMERIC_MODES:
-            p.add_argument("--digits", type=places("--digits"), default=4, metavar="N",
-                           help="decimal places of values that are not exact: shares, "
-                                "outputs, irrational scores (certified; default 4)")
+            add_digits_option(p, "decimal places of values that are not exact: shares, "
+                                 "outputs, irrational scores (certified; default 4)")
             p.add_argument("--no-scale", action="store_true",
                            help="drop the divisor: shares read the raw scores")
             p.add_argument("--explain", type=index_pair("--explain"), metavar="I,J",

@@ -13,17 +13,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..call.policy import ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, PRESETS, Policy
+from ..call.policy import Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, choice, memory, whole
 from ..present.render import FORMATS, plural, render
-from .modifier_flags import scale_type
+from .flags import add_digits_option, add_format_option
+from .modifier_flags import add_policy_flags, apply, set_policy_flags
 
 HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
 
 #: the largest --max-ulps: no two float64 values are further apart, so a larger one means the same
 MAX_ULPS = 2 ** 64
 _RANDOM_FIX = "pass a smaller --n, --n-keys, --d-k or --heads, or fewer --dtype"
+#: the policy group's flags, in --help's order
+POLICY = ("like", "scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
 #: random-input sizes when neither --spec nor --search gives the inputs
 RANDOM_DEFAULTS = {"n": 16, "n_keys": None, "d_k": 8, "heads": 1, "kv_heads": None, "seed": 0}
 
@@ -62,22 +65,8 @@ def register(sub) -> None:
     p.add_argument("--memory", type=memory("--memory"), default=None, metavar="SIZE",
                    help="check random inputs of any --n in row blocks within SIZE (e.g. 4GiB), "
                         "on Dask's local scheduler (exactattn blocks for a cluster)")
-    pol = p.add_argument_group("policy (what the right answer is; overrides the spec file's)")
-    pol.add_argument("--like", type=choice("--like", tuple(PRESETS)),
-                     help=f"set alignment, empty rows, mask kind and GQA as a library does: "
-                          f"{', '.join(PRESETS)}")
-    pol.add_argument("--scale", type=scale_type("--scale"),
-                     help="default (1/sqrt(d_k)), a number, '1/sqrt(q)' or none")
-    pol.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
-                     help="hide keys after the query (--no-causal turns a spec's causal off)")
-    pol.add_argument("--alignment", type=choice("--alignment", ALIGNMENTS),
-                     help=f"causal alignment when L != S: {', '.join(ALIGNMENTS)}")
-    pol.add_argument("--empty-row", type=choice("--empty-row", EMPTY_ROWS),
-                     help=f"what a query that sees no key gets: {', '.join(EMPTY_ROWS)}")
-    pol.add_argument("--mask-kind", type=choice("--mask-kind", MASK_KINDS),
-                     help=f"how the spec's mask is read: {', '.join(MASK_KINDS)}")
-    pol.add_argument("--gqa", type=choice("--gqa", GQA_MAPS),
-                     help=f"which key/value head a query head reads: {', '.join(GQA_MAPS)}")
+    add_policy_flags(p, "policy (what the right answer is; overrides the spec file's)", POLICY,
+                     causal="hide keys after the query (--no-causal turns a spec's causal off)")
     from .modifier_flags import add_flags
     add_flags(p, lse_help="also check each row's log-sum-exp that the implementation returns "
                           "with its output, in natural-log units (--lse 2: base 2)")
@@ -105,16 +94,14 @@ def register(sub) -> None:
                      help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
                           "ceil(max |scaled score|))")
     out.add_argument("--worst", type=whole("--worst"), default=5, help="outputs listed (5)")
-    out.add_argument("--digits", type=whole("--digits", low=1, high=MAX_PLACES), default=12,
-                     help=f"significant digits of the certified exact values, 1 to {MAX_PLACES} "
-                          "(12)")
+    add_digits_option(out, f"significant digits of the certified exact values, 1 to {MAX_PLACES} "
+                           "(12)", default=12, metavar=None, low=1)
     out.add_argument("--timings", action="store_true",
                      help="add the wall-clock seconds of the implementation and the exact "
                           "side (they differ from run to run)")
     out.add_argument("--flops", action="store_true",
                      help="also report torch FlopCounterMode's count (needs torch)")
-    out.add_argument("--format", type=choice("--format", FORMATS), default="text",
-                     help=f"output format: {', '.join(FORMATS)}")
+    add_format_option(out, metavar=None, help=f"output format: {', '.join(FORMATS)}")
     se = p.add_argument_group("search")
     se.add_argument("--search", type=whole("--search"), metavar="N",
                     help="search N Hypothesis inputs for the largest error and print the shrunk "
@@ -168,14 +155,7 @@ def _refuse_misplaced(args) -> None:
 
 def _policy(args, base: Policy | None) -> Policy:
     """The spec's policy (or the default), then --like, then the single flags, field by field."""
-    policy = base or Policy()
-    if args.like:
-        policy = policy.replace(**PRESETS[args.like])
-    changes = {name: getattr(args, name)
-               for name in ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
-               if getattr(args, name) is not None}
-    from .modifier_flags import apply
-    return apply(policy.replace(**changes), args)
+    return apply(set_policy_flags(base or Policy(), args, POLICY), args)
 
 
 def _fit(args, policy: Policy, problem, searching: bool):

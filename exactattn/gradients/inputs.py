@@ -63,8 +63,7 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
             soft-cap or RoPE (:func:`check_policy`).
         ShapeError: a keep-mask of the wrong shape.
     """
-    from ..call.modifiers import check_keep, dropout_factors
-    from ..reference.logits import row_offsets
+    from ..call.modifiers import check_keep, dropout_factors, row_offsets
     check_policy(policy)
     L, S = n_queries, n_keys
     keep = policy.keep(L, S, mask)

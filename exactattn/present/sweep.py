@@ -47,6 +47,7 @@ from typing import Sequence
 from ..call.policy import divisor_text, parse_divisor
 from ..errors import InputError, shorten
 from ..numbers.exact import rational_sqrt
+from ..options import check_whole_list
 from .render import Cell, Section
 
 __all__ = ["DEFAULT_DIVISORS", "DEFAULT_LENGTHS", "MAX_DIVISORS", "MAX_DIVISOR_DIGITS",
@@ -124,17 +125,11 @@ def parse_lengths(text, name: str = "lengths") -> list[int]:
     ...
     exactattn.errors.InputError: lengths must be a comma-separated list of integers from 1 to 256 such as 4,8,16,32 (got '4,x')
     """
-    bad = (f"{name} must be a comma-separated list of integers from 1 to {MAX_LENGTH} "
-           f"such as 4,8,16,32 (got {_short(text)})")
-    parts = text.split(",") if isinstance(text, str) else list(text)
-    if any(isinstance(p, bool) or len(str(p).strip()) > 12 for p in parts):
-        raise InputError(bad)
     try:
-        values = [int(str(p).strip()) for p in parts]
-    except ValueError:
-        raise InputError(bad) from None
-    if not values or not all(1 <= v <= MAX_LENGTH for v in values):
-        raise InputError(bad)
+        values = check_whole_list(text, name, high=MAX_LENGTH, most=None)
+    except InputError:
+        raise InputError(f"{name} must be a comma-separated list of integers from 1 to "
+                         f"{MAX_LENGTH} such as 4,8,16,32 (got {_short(text)})") from None
     return sorted(set(values))
 
 

@@ -32,13 +32,14 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
+from ..call.modifiers import row_offsets
 from ..call.policy import Policy
 from ..errors import InputError
 from ..numbers.exact import rational_sqrt
 from ..numbers.reals import Surd, power_form, softcap, trig
 from ..numbers.softmax import SoftmaxRow
 
-__all__ = ["LOGIT_STAGES", "logit_row", "rope_score", "row_offsets", "scaled_logit", "softmax_row"]
+__all__ = ["LOGIT_STAGES", "logit_row", "rope_score", "scaled_logit", "softmax_row"]
 
 
 def scaled_logit(raw, divisor_squared: Fraction | None):
@@ -107,30 +108,6 @@ def logit_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy, i
             x = x + added[j]
         logits.append(x)
     return logits
-
-
-def row_offsets(policy: Policy, i: int, n_queries: int, n_keys: int,
-                offsets: Sequence | None = None) -> list | None:
-    """What is added to row i's scaled (and soft-capped) scores: the ALiBi bias of each key
-    plus the additive mask's offset (``offsets``, None or 0 where none), exactly; None when
-    neither is set.
-
-    >>> from exactattn.call.modifiers import Alibi
-    >>> row_offsets(Policy(alibi=Alibi(2), causal=True), 1, 2, 2, [Fraction(1, 2), None])
-    [Fraction(7, 16), Fraction(0, 1)]
-    """
-    if policy.alibi is None:
-        return None if offsets is None else [Fraction(m) if m else Fraction(0) for m in offsets]
-    p = policy.query_position(i, n_queries, n_keys)
-    biases: dict = {}
-    row = []
-    for j in range(n_keys):
-        d = policy.alibi.distance(p, j)
-        if d not in biases:
-            biases[d] = policy.alibi.bias(policy.head, p, j)
-        m = None if offsets is None else offsets[j]
-        row.append(biases[d] + Fraction(m) if m else biases[d])
-    return row
 
 
 def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_position: int,

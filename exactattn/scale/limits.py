@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import InputError, shorten
-from ..options import check_whole
+from ..options import check_once, check_whole, check_whole_list
 
 __all__ = ["DEFAULT_WIDTHS", "MAX_DRAWS", "MAX_SEED", "MAX_TOKENS", "MAX_TRIALS", "MAX_WIDTH",
            "MAX_WIDTHS", "check_counts", "check_draws", "check_widths", "parse_widths"]
@@ -36,10 +36,6 @@ MAX_WIDTHS = 64
 MAX_DRAWS = 200_000_000
 
 
-def _got(text) -> str:
-    return shorten(repr(text)) if not isinstance(text, str) else repr(shorten(text))
-
-
 def parse_widths(text, name: str = "widths") -> list[int]:
     """Key widths from ``"4,16,64,256"`` (or a list of ints): 1 to MAX_WIDTH, no repeats.
 
@@ -50,20 +46,12 @@ def parse_widths(text, name: str = "widths") -> list[int]:
         InputError: an empty list, a width that is not a whole number from 1
             to MAX_WIDTH, more than MAX_WIDTHS widths, a repeated width.
     """
-    bad = (f"{name} must be a comma-separated list of whole numbers from 1 to {MAX_WIDTH} "
-           f"such as 4,16,64,256 (got {_got(text)})")
-    parts = str(text).split(",") if isinstance(text, str) else list(text)
-    if not parts or (isinstance(text, str) and not text.strip()):
-        raise InputError(bad)
-    widths = []
-    for p in parts:
-        if isinstance(p, str):
-            p = p.strip()
-            p = int(p) if p.isdigit() and len(p) < 12 else p
-        try:
-            widths.append(check_whole(p, "width", high=MAX_WIDTH))
-        except InputError:
-            raise InputError(bad) from None
+    try:
+        widths = check_whole_list(text, name, high=MAX_WIDTH, most=None)
+    except InputError:
+        raise InputError(f"{name} must be a comma-separated list of whole numbers from 1 to "
+                         f"{MAX_WIDTH} such as 4,16,64,256 (got {shorten(text, quote=True)})"
+                         ) from None
     return check_widths(widths, name)
 
 
@@ -72,10 +60,7 @@ def check_widths(widths: Sequence[int], name: str = "widths") -> list[int]:
     if len(widths) > MAX_WIDTHS:
         raise InputError(f"{name} must list at most {MAX_WIDTHS} widths (got {len(widths)}); "
                          "pick a few, e.g. powers of four such as 4,16,64,256")
-    if len(set(widths)) != len(widths):
-        raise InputError(f"{name} must list each width once (got "
-                         f"{shorten(','.join(map(str, widths)))}); drop the repeats")
-    return list(widths)
+    return check_once(widths, name, "width")
 
 
 def check_counts(trials, tokens, seed) -> tuple[int, int, int]:

@@ -664,3 +664,19 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
                           "| head -c 100 > /dev/null", shell=True, capture_output=True,
                           text=True, cwd=HERE.parent)
     assert done.returncode == 0 and done.stderr == ""
+
+
+def test_shared_options_have_one_owner():
+    """--digits and --format are declared in commands/flags.py, the policy group's flags in
+    commands/modifier_flags.py, and a check's InputError becomes argparse's error only in
+    options.argtype: every command's parser reuses them."""
+    package = Path(__file__).parents[2] / "exactattn"
+    wrap = re.compile(r"except InputError as \w+:\s*\n\s*raise argparse\.ArgumentTypeError")
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert path.name == "options.py" or not wrap.search(text), path
+        if path.parent.name == "commands" and path.name != "flags.py":
+            assert not re.search(r"add_argument\(\"--(digits|format)\"", text), path
+        if path.parent.name == "commands" and path.name not in ("modifier_flags.py", "cost.py"):
+            assert not re.search(r"add_argument\(\"--(scale|causal|alignment|window|empty-row|"
+                                 r"mask-kind|gqa|like)\"", text), path

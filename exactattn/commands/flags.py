@@ -1,0 +1,68 @@
+"""The options several commands share: ``--example``/``--spec``, ``--format``, ``--digits``
+and token ranges (``--queries``, ``--keys``, ``--tables``, ``--rows``).
+
+Each is declared here once; a command passes its own wording of a help (or its own
+formats) as a parameter, so every command's ``--help`` reads as it always has.  The
+policy and modifier flags are :mod:`exactattn.commands.modifier_flags`'.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError
+from ..options import MAX_PLACES, argtype, choice, whole
+from ..present.render import FORMATS
+from ..present.stream import parse_span
+
+__all__ = ["add_digits_option", "add_format_option", "add_source_options", "load_source",
+           "span_type"]
+
+EXAMPLE_HELP = ("a built-in example: chronicle (the default), tiny, bank-river, bank-loan, "
+                "self-match")
+SPEC_HELP = "a head and tokens from a JSON or TOML spec file"
+
+
+def add_source_options(p: argparse.ArgumentParser, *, example_help: str = EXAMPLE_HELP,
+                       spec_help: str = SPEC_HELP, spec_first: bool = False):
+    """--example / --spec: where the head and tokens come from (one of them); returns their
+    mutually exclusive group, for a command's other sources."""
+    src = p.add_mutually_exclusive_group()
+    flags = [("--example", dict(default=None, metavar="NAME", help=example_help)),
+             ("--spec", dict(metavar="FILE", help=spec_help))]
+    for flag, kwargs in flags[::-1] if spec_first else flags:
+        src.add_argument(flag, **kwargs)
+    return src
+
+
+def load_source(args):
+    """The Example named by --example or --spec (chronicle by default)."""
+    if args.spec is not None:
+        if not args.spec.strip():
+            raise InputError("--spec must name a JSON or TOML file (got '')")
+        from ..call.spec import load
+        return load(args.spec)
+    from ..examples import example
+    return example("chronicle" if args.example is None else args.example)
+
+
+def add_format_option(p, formats=FORMATS, *, type=None, default: str | None = "text",
+                      metavar: str | None = "FORMAT", help: str | None = None) -> None:
+    """--format, checked by :func:`exactattn.options.choice` (or ``type``)."""
+    p.add_argument("--format", type=type or choice("--format", formats), default=default,
+                   metavar=metavar,
+                   help=help or f"output format: {', '.join(formats)} (default text)")
+
+
+def add_digits_option(p, help: str, *, default: int = 4, metavar: str | None = "N",
+                      low: int = 0) -> None:
+    """--digits: decimal places (or significant digits) from ``low`` to 50."""
+    p.add_argument("--digits", type=whole("--digits", low=low, high=MAX_PLACES),
+                   default=default, metavar=metavar, help=help)
+
+
+def span_type(flag: str, what: str = "token numbers"):
+    """An argparse type: numbers such as ``1..8``, ``3`` or ``1..4,10``
+    (:func:`~exactattn.present.stream.parse_span`), named ``flag`` (and ``what``) in its errors."""
+    return argtype(parse_span, flag, echo=False,
+                   reword=lambda m: flag + m[len("span"):].replace("token numbers", what))

@@ -42,6 +42,14 @@ class _Parser(argparse.ArgumentParser):
     list to pick from.
     """
 
+    #: what reads as a negative number, so that ``--sink -1e3`` and ``--softcap -1/2`` pass the
+    #: value (argparse's own pattern stops at ``-2.5``); no option of exactattn looks like one
+    NEGATIVE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(/\d+)?$")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self.NEGATIVE
+
     def error(self, message):
         missing = "the following arguments are required: "
         if message.startswith(missing) and self._subparsers is not None:

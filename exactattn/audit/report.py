@@ -18,6 +18,7 @@ from ..call.policy import divisor_text
 from ..present.cells import root_text
 from ..numbers.digits import format_exact, fraction_text
 from ..present.render import Section, plural, printable, render
+from ..present.rowints import with_rounded
 from ..numbers.reals import Surd
 from .judge import VERDICTS, Audit, CellVerdict, TableAudit
 
@@ -68,8 +69,8 @@ def exact_text(cell: CellVerdict) -> str:
         whole = fraction_text(v)
         if v.denominator == 1:
             return whole
-        return f"{whole} = {cell.exact_decimal}" if cell.exactly else \
-            f"{whole} ~ {cell.exact_decimal}"
+        return with_rounded(whole, v.numerator, v.denominator, rounded=cell.exact_decimal,
+                            exact=cell.exactly)
     return cell.exact_decimal if cell.exactly else f"~{cell.exact_decimal}"
 
 

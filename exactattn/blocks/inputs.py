@@ -73,15 +73,13 @@ def float_ints(a) -> tuple[np.ndarray, int]:
 
 
 def _fraction_ints(rows) -> tuple[np.ndarray, int]:
-    from ..numbers.bulk import int_array
+    from ..numbers.bulk import int_rows
     from ..numbers.exact import common_denominator
-    rows = [list(r) for r in rows]
-    got = common_denominator(rows)
+    got = common_denominator([list(r) for r in rows])
     if got is None:
         raise InputError("inputs must be rational numbers (got a symbolic entry); row blocks "
                          "run on exact rationals: use attend for symbolic heads")
-    ints, den = got
-    return int_array([v for r in ints for v in r], (len(ints), len(ints[0]))), den
+    return int_rows(got[0]), got[1]
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ..errors import InputError, ShapeError, shorten
 from ..numbers.exact import to_exact
 
-__all__ = ["MASK_KINDS", "Mask"]
+__all__ = ["MASK_KINDS", "Mask", "entry_text"]
 
 MASK_KINDS = ("bool_keep", "bool_drop", "additive")
 
@@ -38,6 +38,22 @@ def _is_minus_inf(e: Any) -> bool:
         except (TypeError, ValueError):
             return False
     return False
+
+
+def entry_text(e) -> str:
+    """An exact entry as it can be typed back: ``'-inf'`` for None (a hidden key), booleans
+    and integers bare, other rationals (and an inf or nan a mask hides) as strings.
+
+    >>> entry_text(None), entry_text(True), entry_text(Fraction(3)), entry_text(Fraction(1, 2))
+    ("'-inf'", 'True', '3', "'1/2'")
+    """
+    if e is None:
+        return "'-inf'"
+    if isinstance(e, bool):
+        return repr(e)
+    if isinstance(e, Fraction) and e.denominator == 1:
+        return str(e.numerator)
+    return repr(str(e))
 
 
 class Mask:
@@ -167,13 +183,8 @@ class Mask:
         return hash((self.kind, self.rows))
 
     def __repr__(self) -> str:
-        def text(e):
-            if e is None:
-                return "'-inf'"
-            if isinstance(e, bool):
-                return repr(e)
-            return str(e.numerator) if e.denominator == 1 else repr(str(e))
-        body = "[" + ", ".join("[" + ", ".join(text(e) for e in r) + "]" for r in self.rows) + "]"
+        body = "[" + ", ".join("[" + ", ".join(entry_text(e) for e in r) + "]"
+                               for r in self.rows) + "]"
         return f"Mask({self.kind!r}, {body})"
 
     def _repr_pretty_(self, p, cycle):  # Hypothesis's and IPython's pretty printer

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import sympy
 
-from ..numbers.digits import round_fraction
+from ..numbers.digits import fraction_text, round_fraction
 from ..present.render import Section
 from .conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
 from .derivation import EXTENSION_SYMBOLS, SYMBOLS
@@ -98,11 +98,6 @@ def crossover_text(c: Crossover) -> str:
 
 def _ratio_text(q: Fraction) -> str:
     return round_fraction(q, 2)
-
-
-def _frac(q) -> str:
-    q = Fraction(q)
-    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
 
 
 def _true(flag: bool) -> str:
@@ -235,7 +230,8 @@ def _pair_name(p: PairCount, how: str) -> tuple[str, str, str]:
         versus = "same as the count"
     else:
         sign = "+" if diff > 0 else ""
-        versus = (f"{sign}{_frac(diff)} pairs ({sign}{_frac(p.excess_macs)} MACs, "
+        versus = (f"{sign}{fraction_text(diff)} pairs "
+                  f"({sign}{fraction_text(p.excess_macs)} MACs, "
                   f"x{_ratio_text(p.ratio)}) against the causal count")
     return p.convention.name, p.convention.used_by, versus
 
@@ -246,9 +242,9 @@ def _conventions_sections(c: ConventionComparison) -> list:
     rows, data = [], []
     for p in c.pairs:
         name, used_by, versus = _pair_name(p, how)
-        rows.append([name, used_by, _frac(p.pairs), _frac(p.macs), _frac(2 * p.macs), versus])
-        data.append({"convention": name, "pairs": _frac(p.pairs), "pair_macs": _frac(p.macs),
-                     "pair_flops": _frac(2 * p.macs)})
+        pairs, macs, flops = (fraction_text(x) for x in (p.pairs, p.macs, 2 * p.macs))
+        rows.append([name, used_by, pairs, macs, flops, versus])
+        data.append({"convention": name, "pairs": pairs, "pair_macs": macs, "pair_flops": flops})
     heads = "" if c.heads is None else f", h = {c.heads} heads"
     layers = "" if c.layers == 1 else f", L = {c.layers} layers"
     pairs_sec = Section(
@@ -261,7 +257,7 @@ def _conventions_sections(c: ConventionComparison) -> list:
          f"exact rows {how} ("
          + (f"the head was run: at most {limit} MACs, the count limit)" if c.counted else
             f"not run: {c.unmasked_total} MACs are over the count limit of {limit})"),
-         f"n^2/2 undercounts the causal pairs by n/2 = {_frac(Fraction(n, 2))}; "
+         f"n^2/2 undercounts the causal pairs by n/2 = {fraction_text(Fraction(n, 2))}; "
          f"the full rectangle overcounts them by n(n-1)/2 = {n * (n - 1) // 2}"],
         {"n": n, "conventions": data, "source": how})
     orows, odata = [], {}

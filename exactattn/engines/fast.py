@@ -37,19 +37,12 @@ engine and runs them on the pencil engine under ``engine="auto"``.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Sequence
 
-from ..numbers.bulk import exact_matmul, int_array
-from ..numbers.exact import fmpq_of
+from ..numbers.bulk import exact_matmul, mat_ints
+from ..numbers.exact import fmpq_mat_of
 from .trace import Trace
 
 __all__ = ["attend_fast"]
-
-
-def _to_fmpq_mat(rows: Sequence[Sequence[Fraction]]):
-    """A list of rows of ``Fraction`` as an ``fmpq_mat`` (no float on the way)."""
-    from flint import fmpq_mat
-    return fmpq_mat(len(rows), len(rows[0]), [fmpq_of(e) for r in rows for e in r])
 
 
 def _to_fractions(m) -> list[list[Fraction]]:
@@ -61,15 +54,9 @@ def _to_fractions(m) -> list[list[Fraction]]:
     return [flat[r * cols:(r + 1) * cols] for r in range(m.nrows())]
 
 
-def _ints(m):
-    """(numerators as a numpy array, common denominator) of an ``fmpq_mat``."""
-    num, den = m.numer_denom()
-    return int_array(num.entries(), (num.nrows(), num.ncols())), int(den)
-
-
 def _biased(m, b):
     """``m`` plus the bias b on every row (``m`` itself without a bias)."""
-    return m if b is None else m + _to_fmpq_mat([b] * m.nrows())
+    return m if b is None else m + fmpq_mat_of([b] * m.nrows())
 
 
 def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trace:
@@ -87,8 +74,8 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
     >>> t.queries[1], t.share_decimals(4)[1]
     ([Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)], ['0.5800', '0.1216', '0.1769', '0.1216'])
     """
-    X = _to_fmpq_mat(xs)
-    Q, K, V = (_biased(X * _to_fmpq_mat(w).transpose(), b)
+    X = fmpq_mat_of(xs)
+    Q, K, V = (_biased(X * fmpq_mat_of(w).transpose(), b)
                for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K), (head.W_V, head.b_V)))
     n = len(xs)
     policy = head.policy
@@ -96,8 +83,8 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
 
     def integer_scores():
         if "S" not in cache:
-            qn, qd = _ints(Q)
-            kn, kd = _ints(K)
+            qn, qd = mat_ints(Q)
+            kn, kd = mat_ints(K)
             cache["S"] = (exact_matmul(qn, kn.T), qd * kd)
         return cache["S"]
 
@@ -114,7 +101,7 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
 
     def integers():
         num, den = integer_scores()
-        vnum, vden = _ints(V)
+        vnum, vden = mat_ints(V)
         return num, den, vnum, vden
 
     return Trace(head, "fast", xs, queries=lambda: _to_fractions(Q),

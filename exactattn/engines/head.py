@@ -308,9 +308,9 @@ def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | Non
                         head.divisor_squared, policy, keep)
 
     def integers():
-        from ..numbers.bulk import int_array
-        return (int_array([0 if a is None else a for r in step.raw for a in r], (n, n)),
-                dq * dk, int_array([a for r in v for a in r], (n, head.d_v)), dv)
+        from ..numbers.bulk import int_rows
+        return (int_rows([[0 if a is None else a for a in r] for r in step.raw]), dq * dk,
+                int_rows(v), dv)
 
     return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
                  values=to_fractions(v, dv), raw_scores=step.raw_fractions,

@@ -41,14 +41,13 @@ take the exact per-entry path.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Sequence
 
-from ..numbers.bulk import int_array
+from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
 from ..errors import InputError, ShapeError, shorten
 from ..numbers.exact import rational_sqrt
 from ..numbers.exponents import inv_sqrt_ball
-from ..numbers.exact import fmpq_of
+from ..numbers.exact import fmpq_mat_of, fmpq_of
 from .terms import Terms
 from .values import ONE, GradValue
 
@@ -81,12 +80,6 @@ def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
             row.append(value(i, j).decimal(places) if k is None else format_scaled(k, places))
         out.append(row)
     return out
-
-
-def _fmpq_mat(rows: Sequence[Sequence[Fraction]]):
-    from flint import fmpq_mat
-    return fmpq_mat(len(rows), len(rows[0]),
-                    [fmpq_of(e) for r in rows for e in r])
 
 
 
@@ -174,9 +167,8 @@ class Gradients:
         """The exponents as powers of the generators (:class:`Terms`), built on first use."""
         if self._terms is None:
             Qm, Km = self.mats[:2]
-            num, den = (Qm * Km.transpose()).numer_denom()
-            ints = int_array(num.entries(), (self.R, self.cols))
-            self._terms = Terms(ints, int(den), self._keep, self._offsets,
+            ints, den = mat_ints(Qm * Km.transpose())
+            self._terms = Terms(ints, den, self._keep, self._offsets,
                                 self.divisor_squared, self.empty_row)
         return self._terms
 
@@ -184,7 +176,7 @@ class Gradients:
     def mats(self) -> list:
         """``fmpq_mat`` of Q, K, V and dO (K and V with the sink's zero row)."""
         if self._mats is None:
-            self._mats = [_fmpq_mat(m) for m in (self._Q, self._K, self._V, self._dO)]
+            self._mats = [fmpq_mat_of(m) for m in (self._Q, self._K, self._V, self._dO)]
         return self._mats
 
     @property

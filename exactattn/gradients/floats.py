@@ -60,10 +60,10 @@ def _exact(rows, common=None):
     (``common``, from :func:`exactattn.numbers.exact.common_denominator`) divided in float64
     (two roundings and a division), or each entry's nearest float when they do not fit."""
     import numpy as np
-    from ..numbers.bulk import int_array
+    from ..numbers.bulk import int_rows
     if common is not None and common[1] < 2 ** 1000:
         ints, den = common
-        a = int_array([x for r in ints for x in r], (len(ints), len(ints[0]) if ints else 0))
+        a = int_rows(ints)
         if a.dtype != object:
             return a.astype(np.float64) / float(den)
     return np.array([[float(x) for x in r] for r in rows], dtype=np.float64)
@@ -133,7 +133,7 @@ def enclose(g) -> dict | None:
     :class:`~exactattn.gradients.backward.Gradients` ``g`` (``D`` as a vector), or None
     when the call has offsets, a sink or dropout, or inputs past int64."""
     import numpy as np
-    from ..numbers.bulk import block_bounds, int_array
+    from ..numbers.bulk import block_bounds, int_rows
     from ..numbers.exact import common_denominator
     if not g.plain or g.R == 0 or g.S == 0:
         return None
@@ -142,8 +142,7 @@ def enclose(g) -> dict | None:
     if any(x is None for x in got):
         return None
     (qi, qd), (ki, kd) = got
-    q = int_array([x for r in qi for x in r], (g.R, g.E))
-    k = int_array([x for r in ki for x in r], (g.S, g.E))
+    q, k = int_rows(qi), int_rows(ki)
     commons = {"Q": got[0], "K": got[1], "V": None, "dO": None}
     b = block_bounds(q, qd, k, kd, g.divisor_squared, keep,
                      np.zeros((g.S, 1), dtype=np.int64), 1)

@@ -80,8 +80,8 @@ class HeadGradients:
 
     def balls(self, name: str, prec: int = BULK_PREC):
         """``arb_mat`` enclosures of one weight gradient at ``prec`` bits (one row for a bias)."""
-        from flint import arb_mat, fmpq_mat
-        from ..numbers.exact import fmpq_of
+        from flint import arb_mat
+        from ..numbers.exact import fmpq_mat_of
         source, bias = WEIGHT_GRADIENTS[name]
         G = self.call.balls(prec)[source]           # n x width (and the sink's row last)
         n = len(self.x)
@@ -91,7 +91,7 @@ class HeadGradients:
         with working_precision(prec):
             if bias:
                 return arb_mat(1, n, [1] * n) * G
-            X = arb_mat(fmpq_mat(n, self.head.d_model, [fmpq_of(e) for r in self.x for e in r]))
+            X = arb_mat(fmpq_mat_of(self.x))
             slots = G.transpose() * X
         return slots if self.layout == "slots" else slots.transpose()
 

@@ -37,7 +37,7 @@ from fractions import Fraction
 
 from .digits import format_scaled
 
-__all__ = ["decimals", "exact_matmul", "int_array"]
+__all__ = ["decimals", "exact_matmul", "int_array", "int_rows", "mat_ints"]
 
 _EXACT_FLOAT = 1 << 53      # integers below this, and their sums, are exact in float64
 _INT64_SAFE = 1 << 62       # headroom for one more addition in int64
@@ -57,6 +57,17 @@ def int_array(ints, shape):
     if big:
         a = np.array(ints, dtype=object)
     return a.reshape(shape)
+
+
+def int_rows(rows):
+    """Rows of integers (a list of equal-length rows) as one :func:`int_array`."""
+    return int_array([v for r in rows for v in r], (len(rows), len(rows[0])))
+
+
+def mat_ints(m):
+    """``(numerators, common denominator)`` of an ``fmpq_mat``: an :func:`int_array` and an int."""
+    num, den = m.numer_denom()
+    return int_array(num.entries(), (num.nrows(), num.ncols())), int(den)
 
 
 def _abs_max(a) -> int:
@@ -234,16 +245,11 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     decide, which the caller must fill from the exact per-entry path.
     """
     import numpy as np
-    F = 62 if places <= 6 else 4 * places + 40
-    scale = 10 ** places
-    empty = ~keep.any(axis=1)          # rows that see no key: left to the per-entry path
-    if empty.any():
-        keep = keep.copy()
-        keep[empty] = True
+    F = fixed_bits(places)
+    keep, empty = _seen(keep)
     tables = _ExpTables(den, divisor_squared, F)
     if not tables.feasible:
         return None
-    n = num.shape[0]
 
     # gaps u_ij = max over visible k of N_ik - N_ij >= 0 (hidden: -1), clipped to the tables
     all_visible = bool(keep.all())
@@ -261,52 +267,13 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
         gaps = np.where(keep, gaps, -1)
     lo, hi = tables.bounds(gaps)       # e_ij in [lo, hi] / 2^F
 
-    # row sums, exact (uint64 entries summed as two 31-bit halves)
-    if lo.dtype == object:
-        den_lo, den_hi = lo.sum(axis=1), hi.sum(axis=1)
-    else:
-        h, m = np.uint64(31), np.uint64((1 << 31) - 1)
-        den_lo, den_hi = ((x >> h).sum(axis=1).astype(object) * (1 << 31)
-                          + (x & m).sum(axis=1).astype(object) for x in (lo, hi))
-    den_lo, den_hi = den_lo.astype(object)[:, None], den_hi.astype(object)[:, None]
-
-    # shares: decided when the whole interval lies strictly inside (k - 1/2, k + 1/2)
-    if lo.dtype == object or (2 * scale + 1) * n * (1 << 32) >= _INT64_SAFE:
-        s_lo, s_hi, d_lo, d_hi = lo, hi, den_lo, den_hi
-    else:  # 31 bits are plenty for the shares: int64 throughout
-        shift = np.uint64(F - 31)
-        s_lo = (lo >> shift).astype(np.int64)
-        s_hi = ((hi + np.uint64((1 << (F - 31)) - 1)) >> shift).astype(np.int64)
-        d_lo = s_lo.sum(axis=1)[:, None]
-        d_hi = s_hi.sum(axis=1)[:, None]
-    top = 2 * scale * s_lo
-    k = (top + d_hi) // (2 * d_hi)
-    decided = np.asarray((top > (2 * k - 1) * d_hi)
-                         & (2 * scale * s_hi < (2 * k + 1) * d_lo), dtype=bool)
-    shares = _strings(k, places).tolist()
-    decided[empty] = False
-    share_cells = [(int(i), int(j)) for i, j in zip(*np.nonzero(~decided))]
-
     # outputs: sum_j e_ij V_jc / (vd sum_j e_ij); the sum is lo @ V, within (hi - lo) @ |V|
-    vn = values_num
-    mid = _matmul_limbs(lo, vn, F)
     width = hi - lo
     if width.dtype != object:
         width = width.astype(np.int64)
-    rad = exact_matmul(width, abs(vn)).astype(object)
-    a_lo, a_hi = mid - rad, mid + rad
-    dlo, dhi = den_lo * values_den, den_hi * values_den
-    pos, neg = a_lo >= 0, a_hi <= 0
-    b_lo = np.where(pos, dhi, dlo)          # y_lo = scale a_lo / b_lo
-    b_hi = np.where(neg, dhi, dlo)          # y_hi = scale a_hi / b_hi
-    top_lo, top_hi = 2 * scale * a_lo, 2 * scale * a_hi
-    k = (top_lo + b_lo) // (2 * b_lo)
-    decided = np.asarray((top_lo > (2 * k - 1) * b_lo)
-                         & (top_hi < (2 * k + 1) * b_hi), dtype=bool)
-    outputs = _strings(k, places).tolist()
-    decided[empty] = False
-    output_cells = [(int(i), int(c)) for i, c in zip(*np.nonzero(~decided))]
-    return shares, outputs, (share_cells, output_cells)
+    rad = exact_matmul(width, abs(values_num)).astype(object)
+    b = _enclosed(lo, hi, F, _matmul_limbs(lo, values_num, F), rad, values_den, empty, 0)
+    return bounds_decimals(b, places)
 
 
 # --------------------------------------------------------------------------- row blocks
@@ -423,10 +390,7 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     if split is None:
         return None
     high, low = split
-    empty = ~keep.any(axis=1)
-    if empty.any():
-        keep = keep.copy()
-        keep[empty] = True
+    keep, empty = _seen(keep)
     ends = []                # each row's largest and smallest N, as (high, low)
     for pick, fill in ((np.max, np.iinfo(np.int64).min), (np.min, np.iinfo(np.int64).max)):
         h = pick(np.where(keep, high, fill), axis=1)[:, None]
@@ -443,16 +407,40 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
         lo = np.where(keep & (low != l_max), _mul_shift(lo, step, F, False), lo)
     del low, gaps
     if lo.dtype == object:
-        den_lo, den_hi = lo.sum(axis=1), hi.sum(axis=1)
         mid = _matmul_limbs(lo, values_num, F)
         rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
     else:
-        h, m = np.uint64(31), np.uint64((1 << 31) - 1)
-        den_lo, den_hi = ((x >> h).sum(axis=1).astype(object) * (1 << 31)
-                          + (x & m).sum(axis=1).astype(object) for x in (lo, hi))
         mid = mix(lo.astype(np.int64), values_num)
         rad = mix((hi - lo).astype(np.int64), abs(values_num))
-    den_lo, den_hi = den_lo.astype(object)[:, None], den_hi.astype(object)[:, None]
+    return _enclosed(lo, hi, F, mid, rad, values_den, empty, top)
+
+
+def _seen(keep):
+    """``(keep, empty)``: the rows that see no key (left to the per-entry path) marked
+    ``empty`` and given every key in a copy of ``keep``, so that their sums are not zero."""
+    empty = ~keep.any(axis=1)
+    if empty.any():
+        keep = keep.copy()
+        keep[empty] = True
+    return keep, empty
+
+
+def _row_sums(x):
+    """The exact sum of each row of x, r x 1 Python ints (uint64 summed as two 31-bit halves)."""
+    import numpy as np
+    if x.dtype == object:
+        sums = x.sum(axis=1)
+    else:
+        h, m = np.uint64(31), np.uint64((1 << 31) - 1)
+        sums = (x >> h).sum(axis=1).astype(object) * (1 << 31) + (x & m).sum(axis=1).astype(object)
+    return sums.astype(object)[:, None]
+
+
+def _enclosed(lo, hi, F: int, mid, rad, values_den: int, empty, top: int) -> BlockBounds:
+    """The :class:`BlockBounds` of entries ``[lo, hi] / 2^F`` whose output sums lie in
+    ``[mid - rad, mid + rad]`` (Python ints) over ``values_den``."""
+    import numpy as np
+    den_lo, den_hi = _row_sums(lo), _row_sums(hi)
     a_lo, a_hi = mid - rad, mid + rad
     d_lo, d_hi = den_lo * values_den, den_hi * values_den
     return BlockBounds(lo, hi, F, den_lo, den_hi, a_lo, a_hi, np.where(a_lo >= 0, d_hi, d_lo),
@@ -473,6 +461,8 @@ def bounds_decimals(b: BlockBounds, places: int, shares: bool = True):
             lo = (lo >> shift).astype(np.int64)
             hi = ((hi + np.uint64((1 << (b.F - 31)) - 1)) >> shift).astype(np.int64)
             d_lo, d_hi = lo.sum(axis=1)[:, None], hi.sum(axis=1)[:, None]
+        elif lo.dtype != object:              # uint64 times 2 * scale would wrap: Python ints
+            lo, hi = lo.astype(object), hi.astype(object)
         top = 2 * scale * lo
         k = (top + d_hi) // (2 * d_hi)
         decided = np.asarray((top > (2 * k - 1) * d_hi) & (2 * scale * hi < (2 * k + 1) * d_lo),

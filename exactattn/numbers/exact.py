@@ -270,3 +270,9 @@ def fmpq_of(q: Fraction):
     """A ``Fraction`` (or int) as python-flint's ``fmpq``."""
     from flint import fmpq
     return fmpq(q) if type(q) is int else fmpq(q.numerator, q.denominator)
+
+
+def fmpq_mat_of(rows: Sequence[Sequence]):
+    """Rows of ``Fraction`` (or int) as python-flint's ``fmpq_mat`` (no float on the way)."""
+    from flint import fmpq_mat
+    return fmpq_mat(len(rows), len(rows[0]), [fmpq_of(e) for r in rows for e in r])

@@ -33,6 +33,7 @@ from math import gcd
 from .cells import exact_text, is_long, too_long
 from ..numbers.exact import rational_sqrt
 from ..numbers.exponents import sum_text
+from ..numbers.ratio import row_sum_text
 from .rowints import score_rows
 from ..numbers.softmax import SoftmaxRow
 
@@ -168,14 +169,10 @@ class LogitForms:
     def __init__(self, trace):
         self.trace = trace
 
-    def _sum(self, row, coefficients: dict) -> str:
-        return sum_text([(row.order_key(g), row.term_text(g), Fraction(c))
-                         for g, c in coefficients.items()])
-
     def normaliser(self, i: int) -> str | None:
         """Row i's normaliser (the sink's term included); None for a row with no term."""
         row = self.trace.row(i)
-        return self._sum(row, row.counts) if row.counts else None
+        return row_sum_text(row, row.counts) if row.counts else None
 
     def numerators(self, i: int) -> list[str]:
         """``exp(logit_ij)`` for each key j (``0`` for a hidden key)."""
@@ -192,7 +189,7 @@ class LogitForms:
         if not 0 < self.terms(i) <= OUTPUT_TERMS:
             return None
         row = self.trace.row(i)
-        return [self._sum(row, self.trace.output(i, c).numerators)
+        return [row_sum_text(row, self.trace.output(i, c).numerators)
                 for c in range(self.trace.head.d_v)]
 
 

@@ -14,6 +14,7 @@ import dataclasses
 from fractions import Fraction
 from typing import Sequence
 
+from ..call.masks import entry_text
 from ..call.policy import DEFAULT_SCALE, Policy
 from ..numbers.softmax import ExpRatio
 
@@ -28,17 +29,6 @@ class PropertyFailure(AssertionError):
 
 
 PropertyFailure.__module__ = "exactattn.properties"   # where users import it from
-
-
-def entry_text(e) -> str:
-    """An exact entry as it can be typed back: integers bare, other rationals as strings."""
-    if e is None:
-        return "'-inf'"
-    if isinstance(e, float):          # an inf or nan a mask hides
-        return repr(str(e))
-    if isinstance(e, Fraction) and e.denominator == 1:
-        return str(e.numerator)
-    return repr(str(e))
 
 
 def matrix_text(m: Sequence[Sequence]) -> str:

@@ -33,6 +33,7 @@ Reference: Vaswani et al. 2017, sec. 3.2.1; the modifiers' sources are in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterable
@@ -80,14 +81,32 @@ def outputs_of(rows: list, values: list[list], value_den: int, factors: list | N
         groups.append([None if g is None or (f is not None and not f[j]) else g
                        for j, g in enumerate(sm.gaps[:sm.n_keys])])
     slots, sums, macs = mix(groups, values)
-    outputs = []
-    for k, (sm, row_slots, per_column) in enumerate(zip(rows, slots, sums)):
-        f = None if factors is None else factors[k]
+
+    def output_row(k: int) -> list:
+        sm, f = rows[k], None if factors is None else factors[k]
         scale = None if f is None else next((x for x in f if x), Fraction(1))
-        outputs.append([ExpRatio({g: Fraction(a, value_den) if scale is None else
-                                  Fraction(a, value_den) * scale
-                                  for g, a in zip(row_slots, acc)}, sm) for acc in per_column])
-    return outputs, macs
+        return [ExpRatio({g: Fraction(a, value_den) if scale is None else
+                          Fraction(a, value_den) * scale
+                          for g, a in zip(slots[k], acc)}, sm) for acc in sums[k]]
+    return _Rows(output_row, len(rows)), macs
+
+
+class _Rows(Sequence):
+    """Rows built on first reading (a table that prints no output builds none)."""
+
+    def __init__(self, build: Callable[[int], list], n: int):
+        self._build, self._n, self._rows = build, n, {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(self._n))]
+        k = range(self._n)[k]
+        if k not in self._rows:
+            self._rows[k] = self._build(k)
+        return self._rows[k]
 
 
 def _fractions(raw: list[list], den: int) -> list[list]:

@@ -21,3 +21,27 @@ def test_negative_numbers_in_any_form_after_a_space(cli, value):
 def test_a_flag_without_its_value_still_says_so(cli):
     rc, out, err = cli("scores", "--sink")
     assert (rc, out, err) == (2, "", "exactattn: error: --sink needs a value (got none)\n")
+
+
+def test_tables_that_print_no_output_build_no_output(cli, tmp_path):
+    """``row`` and ``project`` under dropout built every exact output (21 s on 94 tokens)."""
+    import json
+
+    from exactattn import Head, Policy, attend
+    n = 6
+    keep = [[(i + j) % 3 != 0 for j in range(n)] for i in range(n)]
+    head = Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 2], [3, 4]]).with_policy(
+        Policy(dropout="1/10"))
+    x = [[i, 1 - i] for i in range(n)]
+    trace = attend(head, x, engine="pencil", keep=keep)
+    assert trace._outputs._rows == {}                    # nothing built yet
+    assert trace.output(2, 1).decimal(4) == "-0.9604"     # mpmath at 40 digits: -0.96040335...
+    assert sorted(trace._outputs._rows) == [2]
+    trace.outputs
+    assert sorted(trace._outputs._rows) == list(range(n))
+    spec = {"tokens": [{"x": r} for r in x], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]],
+            "W_V": [[1, 2], [3, 4]], "policy": {"dropout": {"p": "1/10", "keep": keep}}}
+    path = tmp_path / "drop.json"
+    path.write_text(json.dumps(spec))
+    rc, out, err = cli("row", "--spec", str(path))
+    assert (rc, err) == (0, "") and out

@@ -78,8 +78,8 @@ class _Parser(argparse.ArgumentParser):
                 any(rest.startswith(f + " ") for f in named[len("argument "):].split("/")):
             message = rest
         # argparse's own messages echo a bad value whole ("invalid choice: '...'"): cut it
-        message = re.sub(r"'([^']{40})[^']+'", lambda m: repr(shorten(m.group(1) + "..", 40)),
-                         message)
+        message = re.sub(r"(?<=: |t )'([^']{40})[^']+'",
+                         lambda m: repr(shorten(m.group(1) + "..", 40)), message)
         self.exit(2, f"exactattn: error: {message}\n")
 
 

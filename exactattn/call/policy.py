@@ -161,9 +161,10 @@ def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = Non
     >>> parse_divisor("0")
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: divisor must be a positive number, 'sqrt(q)' or 'none' (got '0')
+    exactattn.errors.InputError: divisor must be a positive number, sqrt(q) for a positive rational q (such as sqrt(2)), or 'none' (got '0')
     """
-    bad = f"{name} must be a positive number, 'sqrt(q)' or 'none' (got {shorten(repr(value))})"
+    bad = (f"{name} must be a positive number, sqrt(q) for a positive rational q (such as "
+           f"sqrt(2)), or 'none' (got {shorten(repr(value))})")
     if _is_none_text(value):
         return None
     if isinstance(value, str):
@@ -188,10 +189,10 @@ def parse_scale(value: Any, *, name: str = "scale") -> Fraction | None | str:
     >>> parse_scale("-1")
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: scale must be 'default', a positive number, '1/sqrt(q)' or 'none' (got '-1')
+    exactattn.errors.InputError: scale must be 'default', a positive number, 1/sqrt(q) for a positive rational q (such as 1/sqrt(48)), or 'none' (got '-1')
     """
-    bad = (f"{name} must be 'default', a positive number, '1/sqrt(q)' or 'none' "
-           f"(got {shorten(repr(value))})")
+    bad = (f"{name} must be 'default', a positive number, 1/sqrt(q) for a positive rational q "
+           f"(such as 1/sqrt(48)), or 'none' (got {shorten(repr(value))})")
     if isinstance(value, str):
         text = value.strip().lower()
         if text == DEFAULT_SCALE:

@@ -235,7 +235,8 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
             kwargs[key] = doc[key]
     if "divisor" in doc:
         if doc["divisor"] is None:
-            raise SpecError(f'{where}: divisor must be a positive number, "sqrt(q)" or "none" '
+            raise SpecError(f'{where}: divisor must be a positive number, "sqrt(q)" for a positive '
+                            'rational q or "none" '
                             '(got null); leave it out for sqrt(d_k)')
         kwargs["divisor"] = doc["divisor"]
     head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)

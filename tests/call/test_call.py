@@ -65,8 +65,8 @@ def test_parse_scale_stores_the_divisor_squared(text, want):
 
 @pytest.mark.parametrize("bad", ["0", "-1", "sqrt(-2)", "abc", ""])
 def test_bad_divisors(bad):
-    with pytest.raises(InputError, match="divisor must be a positive number, 'sqrt\\(q\\)' or "
-                                         "'none'"):
+    with pytest.raises(InputError, match=r"divisor must be a positive number, sqrt\(q\) for a "
+                                         r"positive rational q \(such as sqrt\(2\)\), or 'none'"):
         parse_divisor(bad)
 
 

@@ -545,7 +545,8 @@ BAD = [
     (lambda: AttentionInput([[1]], [[1]], [[1]], policy="causal"),
      "policy must be an exactattn.call.policy.Policy or None (got 'causal')"),
     (lambda: AttentionInput([[1]], [[1]], [[1]], policy=Policy(scale=0)),
-     "scale must be 'default', a positive number, '1/sqrt(q)' or 'none' (got '0')"),
+     "scale must be 'default', a positive number, 1/sqrt(q) for a positive rational q (such as "
+     "1/sqrt(48)), or 'none' (got '0')"),
     (lambda: AttentionInput([[1]], [[1], [2]], [[1]]), "values must be 2 x 1 (got 1 x 1)"),
     (lambda: P.check_causal_first_output(reference, CHRONICLE_INPUT),
      "inp must be causal with query 0 seeing key 0 alone for this check (top_left, or "

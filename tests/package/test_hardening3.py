@@ -45,3 +45,17 @@ def test_tables_that_print_no_output_build_no_output(cli, tmp_path):
     path.write_text(json.dumps(spec))
     rc, out, err = cli("row", "--spec", str(path))
     assert (rc, err) == (0, "") and out
+
+
+def test_a_divisor_of_sqrt_q_says_what_q_stands_for(cli, tmp_path):
+    """``"divisor": "sqrt(q)"`` was refused by a message listing ``sqrt(q)`` as allowed."""
+    path = tmp_path / "dq.json"
+    path.write_text('{"divisor": "sqrt(q)", "tokens": [{"x": [1]}, {"x": [2]}], '
+                    '"W_Q": [[1]], "W_K": [[1]], "W_V": [[1]]}')
+    assert cli("scores", "--spec", str(path)) == (2, "", (
+        f"exactattn: error: {path}: divisor must be a positive number, sqrt(q) for a positive "
+        "rational q (such as sqrt(2)), or 'none' (got 'sqrt(q)')\n"))
+    rc, out, err = cli("verify", "--scale", "1/sqrt(q)")
+    assert (rc, out) == (2, "") and err == (
+        "exactattn: error: --scale must be 'default', a positive number, 1/sqrt(q) for a "
+        "positive rational q (such as 1/sqrt(48)), or 'none' (got '1/sqrt(q)')\n")

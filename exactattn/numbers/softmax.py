@@ -402,5 +402,6 @@ class SoftmaxRow:
     def term_text(self, g) -> str:
         """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""
         if self.certified:
-            return f"exp({real_text(g)})"
+            text = real_text(g)
+            return "1" if text == "0" else f"exp({text})"
         return exponent_text(*self.exponent(g))

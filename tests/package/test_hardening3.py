@@ -59,3 +59,68 @@ def test_a_divisor_of_sqrt_q_says_what_q_stands_for(cli, tmp_path):
     assert (rc, out) == (2, "") and err == (
         "exactattn: error: --scale must be 'default', a positive number, 1/sqrt(q) for a "
         "positive rational q (such as 1/sqrt(48)), or 'none' (got '1/sqrt(q)')\n")
+
+
+CLOSED_FORM_POLICIES = [(), ("--softcap", "1/2"), ("--sink", "1/3"), ("--alibi", "3", "--head", "1"),
+                        ("--rope", "10000"), ("--no-scale",), ("--softcap", "2", "--sink", "0"),
+                        ("--alibi", "12", "--head", "8", "--softcap", "30")]
+
+
+@pytest.mark.parametrize("flags", CLOSED_FORM_POLICIES, ids=" ".join)
+def test_every_printed_closed_form_parses_back_to_its_printed_decimal(cli, flags):
+    """A share's closed form (numerator / normaliser, as ``scores --format json`` prints
+    them) read by sympy and evaluated at 50 digits rounds to the decimal printed beside it."""
+    import json
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    import sympy
+    rc, out, err = cli("scores", "--format", "json", *flags)
+    assert (rc, err) == (0, "")
+    table = json.loads(out)["tables"][0]["data"]
+    places = table["places"]
+    for i, forms in enumerate(table["closed_forms"]):
+        den = sympy.sympify(forms["normaliser"])
+        assert "exp(0)" not in forms["normaliser"]
+        for j, num in enumerate(forms["numerators"]):
+            value = Decimal(str(sympy.N(sympy.sympify(num) / den, 50)))
+            want = value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+            assert f"{want:f}" == table["shares_decimal"][i][j], (i, j, num, forms["normaliser"])
+
+
+def _rounded(expr, places: int) -> str:
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    import sympy
+    value = Decimal(str(sympy.N(expr, 50)))
+    return f"{value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN):f}"
+
+
+@pytest.mark.parametrize("flags", CLOSED_FORM_POLICIES, ids=" ".join)
+def test_printed_output_forms_parse_back_to_their_decimals(cli, flags):
+    import json
+
+    import sympy
+    rc, out, err = cli("scores", "--format", "json", *flags)
+    tables = json.loads(out)["tables"]
+    shares, outputs = tables[0]["data"], tables[1]["data"]
+    for i, row in enumerate(outputs["closed_forms"]):
+        den = sympy.sympify(shares["closed_forms"][i]["normaliser"])
+        for c, num in enumerate(row):
+            assert _rounded(sympy.sympify(num) / den, shares["places"]) == \
+                outputs["outputs_decimal"][i][c], (i, c, num)
+
+
+@pytest.mark.parametrize("flags", [("--softcap", "1/2"), ("--softcap", "1/2", "--rope", "10000"),
+                                   ("--softcap", "3", "--no-scale")], ids=" ".join)
+def test_printed_capped_scores_parse_back_to_their_decimals(cli, flags):
+    """``1/2*tanh((25/16)/1/2)`` once read as tanh(25/32) beside the decimal of tanh(25/8)."""
+    import json
+
+    import sympy
+    rc, out, err = cli("square", "--format", "json", *flags)
+    capped = json.loads(out)["tables"][-1]
+    assert capped["name"] == "square/capped"
+    data = capped["data"]
+    for i, row in enumerate(data["exact"]):
+        for j, form in enumerate(row):
+            assert _rounded(sympy.sympify(form), 4) == data["decimal"][i][j], (i, j, form)

@@ -5,10 +5,9 @@ a :class:`~exactattn.verify.adapter.FloatCall` of 1 x 1 x n x d arrays, so torch
 CPU ``scaled_dot_product_attention`` takes its flash kernel, O(n) memory).
 Its n x d_v outputs are then compared block by block with the exact outputs,
 each correctly rounded to the dtype: enclosed in bulk
-(:func:`exactattn.numbers.bulk.block_bounds`), rounded with
-:func:`~exactattn.numbers.formats.round_ball` and, where the enclosure
-straddles a rounding boundary, by the exact value
-(:meth:`Reference.round_exact <exactattn.reference.reference.Reference.round_exact>`).
+(:func:`exactattn.numbers.bulk.block_bounds`) and rounded from the enclosure or,
+where it straddles a rounding boundary, from the exact value
+(:func:`~exactattn.numbers.formats.round_enclosed`).
 Each output is judged by :func:`exactattn.verify.compare.judge`, the one
 comparison ``verify`` uses, with ``verify``'s default tolerance
 (:func:`~exactattn.numbers.formats.default_max_ulps` of the largest |scaled
@@ -36,7 +35,7 @@ from functools import partial
 
 import numpy as np
 
-from ..call.policy import DEFAULT_SCALE, Policy, float_scale
+from ..call.policy import Policy
 from ..errors import InputError
 from ..verify.compare import Comparison
 from .engine import Engine
@@ -91,8 +90,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     from ..numbers.digits import working_precision
     from ..verify.check import Entry
     from ..verify.compare import judge
-    from ..numbers.formats import float_format, round_ball
-    from ..reference.reference import Reference
+    from ..numbers.formats import float_format, round_enclosed, round_value
     inputs, got = data
     fmt = float_format(dtype)
     c0, c1 = key_span(inputs, r0, r1)
@@ -113,23 +111,21 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
         row = None if bulk else exact.row(i)
         for c in range(inputs.d_v):
             value = partial(exact.output, i, c)
-            rounded = ball = None
+            ball = None
             if bulk:
                 at = (i - r0, c)
                 with working_precision(_PREC):
-                    ball = arb(fmpq(int(b.a_lo[at]), int(b.b_lo[at]))).union(
+                    bounds = arb(fmpq(int(b.a_lo[at]), int(b.b_lo[at]))).union(
                         arb(fmpq(int(b.a_hi[at]), int(b.b_hi[at]))))
-                rounded = round_ball(ball, fmt, _PREC)
+                rounded, ball = round_enclosed(bounds, fmt, _PREC, value, _PREC)
+                out.fallbacks += ball is not bounds        # decided by the exact value
                 mag = float(mags[at])
-            elif row.empty:        # the policy's answer: NaN, zeros or the mean value
-                mag = _empty_magnitude(inputs, c) if empty_row == "uniform" else 0.0
-                if empty_row == "nan":
-                    rounded = math.nan
-            else:                  # no bulk enclosure for this block: entry by entry
-                mag = _row_magnitude(exact, i, c)
-            if rounded is None:
-                rounded, ball = Reference.round_exact(value(), fmt, _PREC)
-                out.fallbacks += bulk
+            elif row.empty and empty_row == "nan":       # the policy's answer: NaN
+                rounded, mag = math.nan, 0.0
+            else:      # an empty row's zeros or mean value; no bulk enclosure: entry by entry
+                mag = _row_magnitude(exact, i, c) if not row.empty else \
+                    _empty_magnitude(inputs, c) if empty_row == "uniform" else 0.0
+                rounded, ball = round_value(value(), fmt, _PREC)
             g = float(got[i, c])
             j = judge(g, rounded, ball, mag, fmt, value, max_ulps)
             out.add(Entry((i, c), rounded, g, j.ulps, j.rel, j.status, None, j.terms_ulps), j)
@@ -227,12 +223,6 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
             engine.close()
 
 
-def _call_scale(policy: Policy):
-    """The scale an implementation is handed (as :func:`~exactattn.verify.adapter.make_call`)."""
-    return None if policy.divisor_squared == DEFAULT_SCALE else \
-        1.0 if policy.divisor_squared is None else float_scale(policy.divisor_squared)
-
-
 def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy | None = None,
                **options) -> BlockedReport:
     """Run ``impl`` once on float arrays of ``dtype`` and check every output in blocks.
@@ -246,7 +236,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
             offset (SDPA takes neither), a scale that is 0 or infinite in the
             dtype, a dtype the impl does not run.
     """
-    from ..verify.adapter import FloatCall
+    from ..verify.adapter import check_dtype, policy_call
     from ..verify.check import check_scale
     from ..verify.impls import ImplRaised, load_impl
     from .inputs import from_floats
@@ -260,14 +250,11 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
         raise InputError("policy must have no window or query_offset for a check of a float "
                          "implementation (got one); SDPA takes causal and alignment only")
     impl = load_impl(impl)
-    if dtype not in impl.dtypes:
-        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
-                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
+    check_dtype(impl, dtype)
     check_scale(policy, dtype)
     inputs = from_floats(query, key, value, policy, name="floats")
     arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
-    call = FloatCall(*arrays, dtype, _call_scale(policy), policy.causal, policy.alignment,
-                None, policy.gqa)
+    call = policy_call(*arrays, policy, dtype)     # no modifier: refused above and by from_floats
     t0 = time.perf_counter()
     try:
         got, raised = impl(call), None

@@ -33,7 +33,7 @@ from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs
 
-__all__ = ["Call", "empty_rows", "keys_read"]
+__all__ = ["Call", "empty_rows", "keys_read", "object_array", "reshaped", "rounded_entries"]
 
 
 def _dims(shape) -> str:
@@ -73,7 +73,12 @@ def _number_text(x: Fraction) -> str:
     return shorten(str(x))
 
 
-def _object_array(flat: list, shape) -> np.ndarray:
+def object_array(flat: list, shape) -> np.ndarray:
+    """A numpy object array of ``shape`` holding the values of ``flat`` as they are.
+
+    >>> object_array([Fraction(1, 2), None], (1, 2))
+    array([[Fraction(1, 2), None]], dtype=object)
+    """
     out = np.empty(len(flat), dtype=object)
     out[:] = flat
     return out.reshape(shape)
@@ -98,6 +103,51 @@ def is_nonfinite(x) -> bool:
     return isinstance(x, float)
 
 
+def reshaped(a: np.ndarray, want: tuple, rank: int, what: str, *, tail: bool = True,
+             like: str = "") -> np.ndarray:
+    """``a``, an array of a call's shape (its last ``rank`` dimensions), reshaped to ``want``.
+
+    Raises:
+        ShapeError: another number of entries or (with ``tail``) other last two
+            dimensions: ``"<what> must be L x E_v<like> (got ...)"``.
+
+    >>> reshaped(np.zeros((2, 3)), (1, 1, 2, 3), 2, "f's output").shape
+    (1, 1, 2, 3)
+    """
+    if a.size != math.prod(want) or (tail and a.shape[-2:] != want[-2:]):
+        raise ShapeError(f"{what} must be {' x '.join(map(str, want[len(want) - rank:]))}{like} "
+                         f"(got {' x '.join(map(str, a.shape))})")
+    return a.reshape(want)
+
+
+def rounded_entries(a: np.ndarray, dtype: str, what: str,
+                    fix: str = "") -> tuple[np.ndarray, int]:
+    """An object array's exact entries rounded to ``dtype`` (the exact values of the floats),
+    and how many moved; None, booleans and non-finite entries stay as they are.
+
+    Raises:
+        InputError: an entry overflows the dtype (the message names ``what``, then ``fix``).
+
+    >>> rounded_entries(object_array([Fraction(1, 3), None], (2,)), "bfloat16", "inputs")
+    (array([Fraction(171, 512), None], dtype=object), 1)
+    """
+    fmt = float_format(dtype)
+    moved = 0
+
+    def rnd(x):
+        nonlocal moved
+        if x is None or isinstance(x, bool) or is_nonfinite(x):
+            return x
+        f = round_to_format(x, fmt)
+        if math.isinf(f):
+            raise InputError(f"{what} must fit in {fmt.name} (got {_number_text(x)}, "
+                             f"which overflows){fix}")
+        fx = Fraction(f)
+        moved += fx != x
+        return fx
+    return object_array([rnd(x) for x in a.reshape(-1)], a.shape), moved
+
+
 def _index_text(index) -> str:
     return "".join(f"[{k}]" for k in index)
 
@@ -113,7 +163,7 @@ def _exact_array(data, name: str, floats: str | None, nonfinite: bool = False) -
             flat.append(bad)
             continue
         flat.append(to_exact(v, name=name, floats=floats))
-    out = _object_array(flat, arr.shape)
+    out = object_array(flat, arr.shape)
     while out.ndim < 4:
         out = out[np.newaxis]
     return out
@@ -136,7 +186,7 @@ def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> np.ndarra
     for b in range(B):
         for h in range(Hq):
             m = Mask(kind, raw[b, h].tolist(), floats=floats)
-            out[b, h] = _object_array([e for r in m.rows for e in r], (L, S))
+            out[b, h] = object_array([e for r in m.rows for e in r], (L, S))
     return out
 
 
@@ -366,23 +416,13 @@ class Call:
         Raises:
             InputError: an entry overflows the dtype.
         """
-        fmt = float_format(dtype)
         moved = 0
 
-        def rnd(x, what: str, fix: str = ""):
-            nonlocal moved
-            if x is None or isinstance(x, bool) or is_nonfinite(x):
-                return x
-            f = round_to_format(x, fmt)
-            if math.isinf(f):
-                raise InputError(f"{what} must fit in {fmt.name} (got {_number_text(x)}, "
-                                 f"which overflows){fix}")
-            fx = Fraction(f)
-            moved += fx != x
-            return fx
-
         def arr(a, what, fix=""):
-            return _object_array([rnd(x, what, fix) for x in a.reshape(-1)], a.shape)
+            nonlocal moved
+            out, k = rounded_entries(a, dtype, what, fix)
+            moved += k
+            return out
         mask = self.mask
         if mask is not None and self.mask_kind == "additive":
             mask = arr(mask, "mask entries", "; use '-inf' to hide a key")

@@ -7,14 +7,10 @@ key/value head), each a :class:`~exactattn.gradients.Gradients` of the call's ro
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..numbers.digits import tighten
-from ..errors import ShapeError
-from ..numbers.formats import float_format, round_ball
-from ..numbers.formats import round_value
+from ..call.inputs import object_array, reshaped
+from ..numbers.formats import float_format, round_cells
 
 __all__ = ["ExactGradients", "d_out_array"]
 
@@ -73,10 +69,9 @@ class ExactGradients:
     def rounded(self, name: str, dtype, prec: int):
         """``(floats, balls, magnitudes)`` of one gradient, correctly rounded to ``dtype``.
 
-        Whole blocks are enclosed at ``prec`` bits, then at twice that
-        (:func:`~exactattn.numbers.digits.tighten`); what is left (exact zeros, ties,
-        stragglers) is rounded entry by entry from its exact value
-        (:meth:`Reference.round_exact <exactattn.reference.reference.Reference.round_exact>`).
+        Whole blocks are enclosed at ``prec`` bits, then at twice that; what is left
+        (exact zeros, ties, stragglers) is rounded entry by entry from its exact value
+        (:func:`~exactattn.numbers.formats.round_cells`).
         """
         fmt = float_format(dtype)
         shape = self.shape_of(name)
@@ -92,27 +87,14 @@ class ExactGradients:
             if not todo:
                 continue
 
-            def attempt(p):
-                nonlocal todo
+            def balls_at(p):
                 mat = block.balls(p)[name]
-                left = []
-                for i, c in todo:
-                    if block.atom_nan((name, start + i, c)):
-                        rounded[b, h, i, c] = math.nan
-                        continue
-                    f = round_ball(mat[start + i, c], fmt, p)
-                    if f is None:
-                        left.append((i, c))
-                        continue
-                    rounded[b, h, i, c], balls[b, h, i, c] = f, mat[start + i, c]
-                todo = left
-                return True if not todo else None
-            tighten(attempt, prec, max_prec=2 * prec)
-            for i, c in todo:      # exact zeros, ties and stragglers, one by one
-                f, ball = round_value(block.value(name, start + i, c), fmt, 4 * prec)
-                rounded[b, h, i, c], balls[b, h, i, c] = f, ball
+                return lambda cell: None if block.atom_nan((name, start + cell[0], cell[1])) \
+                    else mat[start + cell[0], cell[1]]
+            round_cells(todo, balls_at, lambda cell: block.value(name, start + cell[0], cell[1]),
+                        fmt, prec, (rounded[b, h], balls[b, h]), max_prec=2 * prec,
+                        exact_prec=4 * prec)
         return rounded, balls, mags
-
 
     @staticmethod
     def _from_floats(block, name, start, shape, at, rounded, balls) -> list:
@@ -147,14 +129,10 @@ def d_out_array(problem, d_out) -> np.ndarray:
     from ..numbers.exact import to_exact
     sh = problem.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    arr = np.array(d_out, dtype=object)
-    if arr.size != math.prod(want) or arr.shape[-2:] != want[-2:]:
-        raise ShapeError(f"d_out must be {' x '.join(map(str, want[4 - problem.rank:]))} like "
-                         f"the output (got {' x '.join(map(str, arr.shape))})")
+    arr = reshaped(np.array(d_out, dtype=object), want, problem.rank, "d_out",
+                   like=" like the output")
     flat = [to_exact(v.item() if isinstance(v, np.generic) else v, name="d_out", floats="exact")
             for v in arr.reshape(-1)]
-    out = np.empty(len(flat), dtype=object)
-    out[:] = flat
-    return out.reshape(want)
+    return object_array(flat, want)
 
 

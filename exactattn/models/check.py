@@ -49,7 +49,7 @@ from ..numbers.exact import common_denominator
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import Entry
 from ..verify.compare import Comparison, judge
-from ..numbers.formats import default_max_ulps, float_format, round_ball
+from ..numbers.formats import default_max_ulps, float_format, round_enclosed
 from ..call.inputs import Call
 from ..reference.reference import Reference
 from .weights import exact_matrix
@@ -191,8 +191,7 @@ def _certified(ball, exact, places: int) -> str:
 
 def _rounded(ball, exact, fmt) -> float:
     """The exact value rounded to ``fmt``, from its ball or, when that straddles, exactly."""
-    f = round_ball(ball, fmt, PREC)
-    return Reference.round_exact(exact(), fmt, 2 * PREC)[0] if f is None else f
+    return round_enclosed(ball, fmt, PREC, exact, 2 * PREC)[0]
 
 
 def _exact_heads(layer, x) -> Reference:

@@ -8,22 +8,13 @@ when asked for (``timings=True``).
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
-from ..present.render import Section, plural, printable
-from ..numbers.formats import shortest_repr
+from ..present.render import Section, number_cell, plural, printable
+from ..numbers.formats import scientific_text, shortest_repr
 from .check import DTYPE, GroupCheck, LayerCheck
 
 __all__ = ["check_sections", "scientific", "worst_data"]
-
-
-def _g(x, spec: str) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return format(x, spec)
 
 
 def scientific(decimal: str) -> str:
@@ -39,8 +30,7 @@ def scientific(decimal: str) -> str:
     if first is None:
         return "0"
     mant = digits[first:]
-    return f"{sign}{mant[0]}.{mant[1:]}e{len(whole) - 1 - first:+03d}" if len(mant) > 1 \
-        else f"{sign}{mant}e{len(whole) - 1 - first:+03d}"
+    return scientific_text(sign, int(mant), len(whole) - 1 - first, len(mant))
 
 
 def _cell(w: GroupCheck) -> str:
@@ -49,7 +39,8 @@ def _cell(w: GroupCheck) -> str:
 
 def _row(label: list[str], w: GroupCheck) -> list[str]:
     got = "-" if w.got is None else shortest_repr(w.got, DTYPE)
-    return label + [_g(w.ulps, "d"), _g(w.terms_ulps, ".2f"), _g(w.rel, ".2e"), _cell(w), got,
+    return label + [number_cell(w.ulps, "d"), number_cell(w.terms_ulps, ".2f"),
+                    number_cell(w.rel, ".2e"), _cell(w), got,
                     scientific(w.exact) if w.exact else "-", str(w.misses), str(w.over + w.hard)]
 
 

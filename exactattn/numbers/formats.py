@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .exact import fmpq_of
-from .digits import MAX_PREC, arb_to_fraction, certify, round_fraction, tighten, working_precision
+from .digits import MAX_PREC, arb_to_fraction, certify, tighten, working_precision
 from ..errors import InputError, Undecided
 from ..options import check_choice, check_whole
 
-__all__ = ["DTYPES", "FORMATS", "FloatFormat", "certified_scientific", "default_max_ulps",
-           "float_format", "round_ball", "round_to_format", "shortest_repr",
-           "ulp_index", "ulps_between"]
+__all__ = ["DTYPES", "FORMATS", "FloatFormat", "LOG10_2", "certified_scientific",
+           "default_max_ulps", "exponent10", "float_format", "round_ball", "round_cells",
+           "round_enclosed", "round_to_format", "scientific_parts", "scientific_text",
+           "shortest_repr", "ulp_index", "ulps_between"]
 
 
 @dataclass(frozen=True)
@@ -240,36 +241,84 @@ def certified_scientific(value, digits: int = 9) -> str:
     if value.row.nan if hasattr(value, "row") else value.nan:    # an ExpRatio, or a GradValue
         return "nan"
     q = value.rational()
-    if q == 0:
-        return "0"
     if q is not None:
-        def scaled(shift):
-            return round_fraction(q * Fraction(10) ** shift, 0)
-    else:
-        from flint import arb
+        return scientific_text(*scientific_parts(q, digits), digits)
+    from flint import arb
 
-        def scaled(shift):
-            def compare(r):     # the exact sign of value - r / 10**shift
-                r = r / Fraction(10) ** shift
-                return (value > r) - (value < r)
-            return certify(lambda prec: value.ball(prec) * arb(10) ** shift, 0, compare=compare)
-    k = _decimal_exponent(value, q)
-    for _ in range(3):    # the first guess of the exponent is off by at most one
+    def scaled(shift):
+        def compare(r):     # the exact sign of value - r / 10**shift
+            r = r / Fraction(10) ** shift
+            return (value > r) - (value < r)
+        return certify(lambda prec: value.ball(prec) * arb(10) ** shift, 0, compare=compare)
+    k = _decimal_exponent(value)
+    for _ in range(4):    # the first guess of the exponent is off by at most one
         text = scaled(digits - 1 - k)
         mant = text.lstrip("-")
-        if len(mant) == digits:
-            sign = "-" if text.startswith("-") else ""
-            body = f"{mant[0]}.{mant[1:]}" if digits > 1 else mant
-            return f"{sign}{body}e{k:+03d}"
-        k += 1 if len(mant) > digits else -1
+        if mant == "1" + "0" * (digits - 1) and len(scaled(digits - k).lstrip("-")) == digits:
+            k -= 1        # a guess one too high, rounded up to 10^k: the digits are below it
+        elif len(mant) == digits:
+            return scientific_text("-" if text.startswith("-") else "", int(mant), k, digits)
+        else:
+            k += 1 if len(mant) > digits else -1
     raise InputError(f"digits could not be placed for {value}")  # pragma: no cover
 
 
-def _decimal_exponent(value, q: Fraction | None) -> int:
-    """About floor(log10 |value|) (off by at most one) for a non-zero value."""
+#: log10(2), for a first guess of a decimal exponent from bit lengths
+LOG10_2 = 0.30102999566398120
+
+
+def exponent10(x: Fraction) -> int:
+    """``floor(log10 x)`` of a positive rational, exactly (no int-to-str of a long number).
+
+    >>> exponent10(Fraction(999, 1000)), exponent10(Fraction(10) ** 5000)
+    (-1, 5000)
+    """
+    e = int((x.numerator.bit_length() - x.denominator.bit_length()) * LOG10_2)
+    while Fraction(10) ** e > x:
+        e -= 1
+    while Fraction(10) ** (e + 1) <= x:
+        e += 1
+    return e
+
+
+def scientific_parts(q, digits: int) -> tuple[str, int, int]:
+    """``(sign, k, e)`` with ``q`` correctly rounded (ties to even) to ``sign k 10^(e+1-digits)``.
+
+    ``k`` has ``digits`` digits (or is ``10^digits`` after rounding up, which
+    :func:`scientific_text` carries into the exponent); ``k = 0`` for zero.
+    Exact integer arithmetic throughout, any length.
+
+    >>> scientific_parts(Fraction(-2, 3), 4), scientific_parts(Fraction(0), 4)
+    (('-', 6667, -1), ('', 0, 0))
+    """
+    q = Fraction(q)
+    if q == 0:
+        return "", 0, 0
+    sign, x = ("-" if q < 0 else ""), abs(q)
+    e = exponent10(x)
+    return sign, round(x * Fraction(10) ** (digits - 1 - e)), e
+
+
+def scientific_text(sign: str, k: int, e: int, digits: int, *, padded: bool = True) -> str:
+    """The one spelling of ``sign k 10^(e+1-digits)`` (``k`` of ``digits`` digits) in
+    scientific form: ``d.ddde+XX`` (``padded``: the exponent has two digits at least) or
+    ``d.ddde+X``; ``k = 10^digits`` (rounded up) carries into the exponent; ``0`` for zero.
+
+    >>> scientific_text("-", 6667, -1, 4), scientific_text("", 10, 0, 1, padded=False)
+    ('-6.667e-01', '1e+1')
+    """
+    if k == 0:
+        return "0"
+    if k == 10 ** digits:
+        k, e = k // 10, e + 1
+    text = str(k)
+    body = text[0] + ("." + text[1:] if len(text) > 1 else "")
+    return f"{sign}{body}e{e:+03d}" if padded else f"{sign}{body}e{e:+d}"
+
+
+def _decimal_exponent(value) -> int:
+    """About floor(log10 |value|) (off by at most one) for an irrational value."""
     from flint import arb
-    if q is not None:
-        return len(str(abs(q.numerator))) - len(str(q.denominator))
 
     def step(prec):
         b = value.ball(prec)
@@ -312,3 +361,66 @@ def round_value(value, dtype, prec: int = 128):
     with working_precision(MAX_PREC):
         ball = value.ball(MAX_PREC)
         return round_to_format(arb_to_fraction(ball.mid()), dtype), ball
+
+
+def round_enclosed(ball, dtype, prec: int, exact, exact_prec: int):
+    """``(float, ball)``: the float an enclosure at ``prec`` bits decides, else the exact value's.
+
+    The one "bulk ball first, exact on failure" step: ``ball`` is rounded
+    both ends (:func:`round_ball`); when they differ, ``exact()`` (an
+    ``ExpRatio`` or a log-sum-exp) is rounded by :func:`round_value` from
+    ``exact_prec`` bits, and its ball comes back instead of ``ball``.
+
+    >>> from flint import arb
+    >>> from exactattn.numbers.softmax import SoftmaxRow
+    >>> third = SoftmaxRow([Fraction(0)] * 3, None).share(0)
+    >>> round_enclosed(arb(1, 1), "float32", 64, lambda: third, 128)[0]
+    0.3333333432674408
+    """
+    f = round_ball(ball, dtype, prec)
+    return (f, ball) if f is not None else round_value(exact(), dtype, exact_prec)
+
+
+def round_cells(cells, balls_at, exact, dtype, prec: int, out: tuple, *, max_prec: int,
+                exact_prec: int, left: int = 0) -> None:
+    """Cells of a block rounded to ``dtype``: whole blocks of balls first, then one by one.
+
+    ``balls_at(p)`` encloses the whole block at ``p`` bits and returns the
+    ball of a cell (None: the policy's NaN); the block is enclosed at
+    ``prec``, ``2 prec``, ... up to ``max_prec`` bits until at most ``left``
+    cells are undecided (:func:`round_ball`).  Those (rational ties and
+    stragglers) are rounded from ``exact(cell)`` by :func:`round_value` at
+    ``exact_prec`` bits.  Writes ``out = (rounded, balls)`` by cell (NaN, no ball).
+
+    >>> import numpy as np
+    >>> from flint import arb
+    >>> rounded, balls = np.zeros(2), np.empty(2, dtype=object)
+    >>> round_cells([(0,), (1,)], lambda p: lambda cell: None if cell == (1,) else arb(1) / 3,
+    ...             lambda cell: 1 / 0, "float16", 64, (rounded, balls), max_prec=128,
+    ...             exact_prec=256)
+    >>> rounded.tolist(), balls[1]
+    ([0.333251953125, nan], None)
+    """
+    fmt = float_format(dtype)
+    rounded, balls = out
+    todo = list(cells)
+
+    def attempt(p):
+        nonlocal todo
+        ball_of = balls_at(p)
+        undecided = []
+        for cell in todo:
+            ball = ball_of(cell)
+            if ball is None:       # the policy's NaN row
+                rounded[cell] = math.nan
+                continue
+            f = round_ball(ball, fmt, p)
+            if f is None:
+                undecided.append(cell)
+                continue
+            rounded[cell], balls[cell] = f, ball
+        todo = undecided
+        return True if len(todo) <= left else None
+    tighten(attempt, prec, max_prec=max_prec)
+    for cell in todo:              # rational ties and stragglers, one by one
+        rounded[cell], balls[cell] = round_value(exact(cell), fmt, exact_prec)

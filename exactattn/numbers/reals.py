@@ -44,8 +44,8 @@ from .exact import fmpq_of
 
 __all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_text",
            "canonical_atom", "decidable", "power_form", "real_ball", "real_compare", "real_decimal",
-           "real_sign", "real_text", "softcap", "softcap_ball", "sympy_ball", "tanh_of", "transcendental",
-           "trig", "two_power"]
+           "real_sign", "real_text", "softcap", "softcap_ball", "square_free", "sympy_ball", "tanh_of",
+           "transcendental", "trig", "two_power"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -281,8 +281,12 @@ def atom_text(atom) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _square_free(D: Fraction) -> tuple[Fraction, int]:
-    """``(c, m)`` with ``1/sqrt(D) = c / sqrt(m)``, m a square-free whole number."""
+def square_free(D: Fraction) -> tuple[Fraction, int]:
+    """``(c, m)`` with ``1/sqrt(D) = c / sqrt(m) = (c/m) sqrt(m)``, m a square-free whole number.
+
+    >>> square_free(Fraction(48)), square_free(Fraction(3, 2))
+    ((Fraction(1, 4), 3), (Fraction(2, 1), 6))
+    """
     from flint import fmpz
     a, b = D.numerator, D.denominator
     s, m = 1, 1
@@ -297,7 +301,7 @@ def _square_free(D: Fraction) -> tuple[Fraction, int]:
 def canonical_atom(atom) -> tuple[Fraction, Any]:
     """``(c, a)`` with ``atom = c * a`` and a the one representative of its class."""
     if isinstance(atom, Fraction):
-        c, m = _square_free(atom)
+        c, m = square_free(atom)
         return c, Fraction(m)
     if isinstance(atom, Prod):
         c, a = canonical_atom(atom.alg)

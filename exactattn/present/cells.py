@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
-from functools import lru_cache
 
 from ..call.policy import divisor_text
 from ..numbers.digits import certify
 from ..numbers.exact import fraction_of, rational_sqrt
+from ..numbers.formats import LOG10_2, exponent10, scientific_parts, scientific_text
 from ..engines.head import scaled_score
-from ..numbers.reals import Surd
+from ..numbers.reals import Surd, square_free
 from .render import Cell
 from .rowints import fraction_texts, magnitude, with_rounded
 
@@ -44,7 +44,6 @@ __all__ = ["KINDS", "Scaler", "divisor_words", "exact_text", "is_long", "real_ce
 
 #: significant digits of a value too long to print whole
 SCI_DIGITS = 16
-_LOG10_2 = 0.30102999566398120
 #: digits kept free below Python's limit: a decimal adds up to 50 places to a value's digits
 _MARGIN = 64
 
@@ -68,37 +67,21 @@ def too_long(*ints: int) -> bool:
     if not limit:
         return False
     bits = max(abs(v).bit_length() for v in ints)
-    return bits * _LOG10_2 + 1 >= limit - _MARGIN
+    return bits * LOG10_2 + 1 >= limit - _MARGIN
 
 
 def sci_text(q, digits: int = SCI_DIGITS) -> str:
     """``q`` in scientific form with ``digits`` correctly rounded significant digits, marked ``~``.
 
     Exact integer arithmetic throughout (no float, no int-to-str of a long
-    number), ties to even.
+    number), ties to even: :func:`~exactattn.numbers.formats.scientific_parts`.
 
     >>> sci_text(Fraction(-2, 3), 4), sci_text(Fraction(10) ** 5000 + 5, 4)
     ('~-6.667e-1', '~1.000e+5000')
     """
-    q = Fraction(q)
     if q == 0:
         return "0"
-    sign, x = ("-" if q < 0 else ""), abs(q)
-    e = int((x.numerator.bit_length() - x.denominator.bit_length()) * _LOG10_2)
-    while Fraction(10) ** e > x:
-        e -= 1
-    while Fraction(10) ** (e + 1) <= x:
-        e += 1
-    k = round(x * Fraction(10) ** (digits - 1 - e))    # exact, ties to even
-    return _sci(sign, k, e, digits)
-
-
-def _sci(sign: str, k: int, e: int, digits: int) -> str:
-    if k == 10 ** digits:
-        k, e = k // 10, e + 1
-    text = str(k)
-    mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-    return f"~{sign}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return "~" + scientific_text(*scientific_parts(q, digits), digits, padded=False)
 
 
 def sci_root_text(c: Fraction, m: int, digits: int = SCI_DIGITS) -> str:
@@ -111,16 +94,12 @@ def sci_root_text(c: Fraction, m: int, digits: int = SCI_DIGITS) -> str:
     """
     from math import isqrt
     sign, y = ("-" if c < 0 else ""), c * c * m          # value^2
-    e = int((y.numerator.bit_length() - y.denominator.bit_length()) * _LOG10_2 / 2)
-    while Fraction(10) ** (2 * e) > y:
-        e -= 1
-    while Fraction(10) ** (2 * e + 2) <= y:
-        e += 1
+    e = exponent10(y) // 2                               # floor(log10 |value|)
     Y = y * Fraction(10) ** (2 * (digits - 1 - e))       # (value * 10^(digits-1-e))^2
     k = isqrt(Y.numerator // Y.denominator)
     if 4 * Y > (2 * k + 1) ** 2:
         k += 1
-    return _sci(sign, k, e, digits)
+    return "~" + scientific_text(sign, k, e, digits, padded=False)
 
 
 def exact_text(q) -> str:
@@ -152,22 +131,6 @@ def with_decimal(q, places: int) -> str:
     return with_rounded(f"{num}/{den}", num, den, places)
 
 
-def _squarefree(m: int) -> tuple[int, int]:
-    """``(k, r)`` with ``m = k^2 r``: square factors found by trial division to 2^15
-    and a whole-square test of what is left (as sympy extracts them)."""
-    k, p = 1, 2
-    while p * p <= m and p < 1 << 15:
-        while m % (p * p) == 0:
-            m //= p * p
-            k *= p
-        p += 1 if p == 2 else 2
-    from math import isqrt
-    root = isqrt(m)
-    if root * root == m:
-        return k * root, 1
-    return k, m
-
-
 def _root_form(value) -> tuple[Fraction, int] | None:
     """``(c, m)`` with value = ``c*sqrt(m)``, m > 1 free of square factors, for a
     :class:`~exactattn.numbers.reals.Surd` ``a/sqrt(D)``; None for any other value."""
@@ -175,16 +138,8 @@ def _root_form(value) -> tuple[Fraction, int] | None:
             not isinstance(value.terms[0][0], Fraction):
         return None
     (D, a), = value.terms
-    c0, m = _inverse_root(D)
-    return (a * c0, m) if m > 1 else None
-
-
-@lru_cache(maxsize=256)
-def _inverse_root(D: Fraction) -> tuple[Fraction, int]:
-    """``(c0, m)`` with ``1/sqrt(D) = c0*sqrt(m)``: 1/sqrt(p/q) = sqrt(pq)/p = k sqrt(m)/p."""
-    p, q = D.numerator, D.denominator
-    k, m = _squarefree(p * q)
-    return Fraction(k, p), m
+    c, m = square_free(D)         # a/sqrt(D) = (a c / m) sqrt(m)
+    return (a * c / m, m) if m > 1 else None
 
 
 def root_text(value) -> str:
@@ -252,8 +207,8 @@ class Scaler:
             return fraction_texts(ints if b == 1 else [None if v is None else v * b
                                                        for v in ints], den * a, places, top * b)
         if places is None and not self.rational:     # the text of a/sqrt(D) straight from integers
-            c0, m = _inverse_root(self.D)
-            return [None if v is None else "0" if v == 0 else _spelled(Fraction(v, den) * c0, m)
+            c, m = square_free(self.D)
+            return [None if v is None else "0" if v == 0 else _spelled(Fraction(v, den) * c / m, m)
                     for v in ints]
         one = self.exact if places is None else (lambda r: self.text(r, places))
         return [None if v is None else one(Fraction(v, den)) for v in ints]

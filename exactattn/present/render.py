@@ -43,14 +43,15 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from typing import IO, Any, Sequence
 
 from ..errors import InputError
 from .stream import LazyRows, progress
 
-__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "plural", "printable", "reader_text",
-           "render", "write"]
+__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "number_cell", "plural", "printable",
+           "reader_text", "render", "write"]
 
 FORMATS = ("text", "markdown", "latex", "json", "csv")
 #: every format :func:`write` knows: FORMATS and JSON Lines
@@ -102,6 +103,19 @@ def plural(count: int, word: str, words: str | None = None) -> str:
     ('1 addition', '0 additions', '2 queries')
     """
     return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
+def number_cell(x, spec: str = ".3g") -> str:
+    """A measured number's cell: ``-`` for None (not measured), ``inf`` for an infinite float.
+
+    >>> number_cell(None), number_cell(float("inf"), "d"), number_cell(7, "d"), number_cell(0.012)
+    ('-', 'inf', '7', '0.012')
+    """
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return format(x, spec)
 
 
 def printable(text: str) -> str:

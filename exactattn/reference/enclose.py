@@ -24,14 +24,15 @@ import math
 
 import numpy as np
 
-from ..numbers.digits import tighten, working_precision
+from ..numbers.digits import working_precision
 from ..numbers.exponents import inv_sqrt_ball
 from ..numbers.exact import fmpq_of
 from ..numbers.reals import real_ball, softcap_ball
-from ..numbers.formats import float_format, round_ball, round_value
+from ..numbers.formats import float_format, round_cells, round_enclosed
 from ..call.inputs import empty_rows, keys_read
 
-__all__ = ["block_balls", "logit_entries", "max_abs_logit", "round_enclosed", "rounded_lse", "rounded_outputs"]
+__all__ = ["block_balls", "logit_entries", "max_abs_logit", "round_enclosed", "rounded_lse",
+           "rounded_outputs"]
 
 
 def _rotated(mat_rows, positions, rope):
@@ -168,55 +169,19 @@ def rounded_outputs(ref, dtype: str, prec: int):
     rounded = np.empty(shape, dtype=np.float64)
     balls = np.empty(shape, dtype=object)
     mags = np.zeros(shape)
+    cells = [(i, c) for i in range(ref.L) for c in range(ref.Ev)]
     for b in range(ref.B):
         for h in range(ref.Hq):
-            todo = [(i, c) for i in range(ref.L) for c in range(ref.Ev)]
-
-            def attempt(p):      # the whole block at p bits; done when <= 8 are left
-                nonlocal todo
+            def balls_at(p):      # the whole block at p bits; done when <= 8 are left
                 if p == prec:
                     blk, _, mags[b, h] = block_balls(ref, b, h, p, magnitudes=True)
                 else:
                     blk = block_balls(ref, b, h, p)[0]
-                left = []
-                for i, c in todo:
-                    ball = blk[i][c]
-                    if ball is None:   # the policy's NaN row
-                        rounded[b, h, i, c] = math.nan
-                        continue
-                    f = round_ball(ball, fmt, p)
-                    if f is None:
-                        left.append((i, c))
-                        continue
-                    rounded[b, h, i, c] = f
-                    balls[b, h, i, c] = ball
-                todo = left
-                return True if len(todo) <= 8 else None
-            tighten(attempt, prec, max_prec=4 * prec)
-            for i, c in todo:          # rational ties and stragglers, one by one
-                f, ball = round_value(ref.output(b, h, i, c), fmt, 8 * prec)
-                rounded[b, h, i, c] = f
-                balls[b, h, i, c] = ball
+                return lambda cell: blk[cell[0]][cell[1]]
+            round_cells(cells, balls_at, lambda cell: ref.output(b, h, *cell), fmt, prec,
+                        (rounded[b, h], balls[b, h]), max_prec=4 * prec, exact_prec=8 * prec,
+                        left=8)
     return rounded, balls, mags
-
-
-def round_enclosed(ball, dtype, prec: int, exact, exact_prec: int):
-    """``(float, ball)``: the float an enclosure at ``prec`` bits decides, else the exact value's.
-
-    The one "bulk ball first, exact on failure" step: ``ball`` is rounded
-    both ends (:func:`~exactattn.numbers.formats.round_ball`); when they
-    differ, ``exact()`` (an ``ExpRatio`` or a log-sum-exp) is rounded by
-    :func:`round_value` from ``exact_prec`` bits.
-
-    >>> from flint import arb
-    >>> from fractions import Fraction
-    >>> from exactattn.numbers.softmax import SoftmaxRow
-    >>> third = SoftmaxRow([Fraction(0)] * 3, None).share(0)
-    >>> round_enclosed(arb(1, 1), "float32", 64, lambda: third, 128)[0]
-    0.3333333432674408
-    """
-    f = round_ball(ball, dtype, prec)
-    return (f, ball) if f is not None else round_value(exact(), dtype, exact_prec)
 
 
 def rounded_lse(ref, dtype: str, base: str, prec: int):

@@ -67,7 +67,8 @@ from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
 __all__ = ["ARRAYS", "Answer", "CONVENTIONS", "FloatCall", "FunctionImpl", "Impl", "ImplRaised",
-           "NUMPY_DTYPES", "call_scale", "make_call", "policy_call", "read_answer"]
+           "NUMPY_DTYPES", "bfloat16_hint", "call_scale", "check_dtype", "make_call",
+           "numpy_array", "numpy_dtype", "policy_call", "read_answer", "torch_tensor"]
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 CONVENTIONS = ("sdpa", "mask")
@@ -328,6 +329,48 @@ def read_answer(out: Any, name: str = "impl", *, lse: bool = False) -> Answer:
                          f"(got {shorten(type(out).__name__)})") from None
 
 
+def check_dtype(impl, dtype: str) -> None:
+    """Refuse a dtype ``impl`` (forward or backward) does not run, with its ``dtype_hint``.
+
+    >>> check_dtype(FunctionImpl(print), "bfloat16")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: dtype must be one of float64, float32, float16 for print (got
+    'bfloat16'); numpy has no bfloat16, pass --arrays torch (arrays='torch') for it
+    """
+    if dtype not in impl.dtypes:
+        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
+                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
+
+
+def bfloat16_hint(dtype: str, fix: str) -> str:
+    """The hint for a dtype numpy arrays cannot hold: ``; numpy has no bfloat16, <fix> for it``."""
+    return f"; numpy has no bfloat16, {fix} for it" if dtype == "bfloat16" else ""
+
+
+def numpy_dtype(dtype: str, what: str, fix: str = ""):
+    """The numpy type of ``dtype`` for ``what`` (float64, float32 or float16; ``fix`` ends
+    the refusal of any other)."""
+    if dtype not in NUMPY_DTYPES:
+        raise InputError(f"dtype must be float64, float32 or float16 for {what} "
+                         f"(got {dtype!r}){fix}")
+    return NUMPY_DTYPES[dtype]
+
+
+def numpy_array(a: np.ndarray, dt) -> np.ndarray:
+    """A float64 numpy argument as the implementation gets it: floats in ``dt``, booleans
+    as they are."""
+    return a if a.dtype == bool else a.astype(dt)
+
+
+def torch_tensor(a: np.ndarray, dt):
+    """A float64 numpy argument as a torch tensor: floats in ``dt`` (a torch dtype, bfloat16
+    included), booleans as they are."""
+    import torch
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    return t if a.dtype == bool else t.to(dt)
+
+
 class Impl:
     """An implementation under test: ``impl(call) -> outputs``; ``name`` and the ``dtypes`` it runs."""
 
@@ -403,26 +446,18 @@ class FunctionImpl(Impl):
         return self.var_kw or name in self.accepts
 
     def dtype_hint(self, dtype: str) -> str:
-        if dtype == "bfloat16" and self.arrays == "numpy":
-            return "; numpy has no bfloat16, pass --arrays torch (arrays='torch') for it"
-        return ""
+        return bfloat16_hint(dtype, "pass --arrays torch (arrays='torch')") \
+            if self.arrays == "numpy" else ""
 
     def _converter(self, dtype: str) -> Callable:
         """numpy array -> the argument the function gets (floats in ``dtype``, booleans as they are)."""
         if self.arrays == "numpy":
-            if dtype not in NUMPY_DTYPES:
-                raise InputError(f"dtype must be float64, float32 or float16 for a numpy-array "
-                                 f"impl (got {dtype!r}); use arrays='torch' for bfloat16")
-            dt = NUMPY_DTYPES[dtype]
+            dt = numpy_dtype(dtype, "a numpy-array impl", "; use arrays='torch' for bfloat16")
             user = self.convert or (lambda a: a)
-            return lambda a: user(a if a.dtype == bool else a.astype(dt))
+            return lambda a: user(numpy_array(a, dt))
         import torch
         dt = getattr(torch, dtype)
-
-        def to_tensor(a):
-            t = torch.from_numpy(np.ascontiguousarray(a))
-            return t if a.dtype == bool else t.to(dt)
-        return to_tensor
+        return lambda a: torch_tensor(a, dt)
 
     def _arguments(self, call: FloatCall) -> dict:
         """The keyword arguments of the call, as numpy arrays (converted later)."""

@@ -34,19 +34,17 @@ from __future__ import annotations
 
 import math
 import time
-from fractions import Fraction
 
 import numpy as np
 
 from ..call.policy import Policy
-from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
-from .adapter import make_call
+from .adapter import check_dtype, make_call
 from .backward_impls import load_backward
 from .check import Entry, Report, check_request
 from .compare import Comparison, failures_first, judge
 from ..numbers.formats import default_max_ulps, float_format
-from ..call.inputs import Call
+from ..call.inputs import Call, reshaped, rounded_entries
 from ..reference.reference import Reference
 from ..gradients.calls import ExactGradients, d_out_array
 
@@ -92,26 +90,6 @@ def backward_tolerance(dtype: str, problem: Call, max_score: float) -> int:
     return default_max_ulps(dtype, max(sh["L"], sh["S"]), sh["E"], max_score)
 
 
-def _round_d_out(d_out: np.ndarray, dtype: str) -> np.ndarray:
-    """``d_out`` rounded to ``dtype`` (its exact values).
-
-    Raises:
-        InputError: an entry overflows the dtype.
-    """
-    from ..numbers.formats import round_to_format
-    fmt = float_format(dtype)
-    flat = []
-    for v in d_out.reshape(-1):
-        f = round_to_format(v, fmt)
-        if math.isinf(f):
-            raise InputError(f"d_out must fit in {fmt.name} (got {shorten(str(v))}, which "
-                             "overflows)")
-        flat.append(Fraction(f))
-    out = np.empty(len(flat), dtype=object)
-    out[:] = flat
-    return out.reshape(d_out.shape)
-
-
 def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, seed: int = 0,
                     max_ulps: int | None = None, prec: int = 96, arrays: str = "numpy") -> Report:
     """Run ``impl``'s backward on ``call`` in ``dtype``; compare dQ, dK, dV with the exact ones.
@@ -136,8 +114,8 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     problem = call
     fmt, policy = check_request(impl, call, dtype, max_ulps, runs=3)
     rounded_problem, moved = problem.rounded(dtype)
-    dO = _round_d_out(d_out_array(problem, random_d_out(problem, seed) if d_out is None
-                                   else d_out), dtype)
+    dO = rounded_entries(d_out_array(problem, random_d_out(problem, seed) if d_out is None
+                                     else d_out), dtype, "d_out")[0]
     float_call = make_call(rounded_problem, dtype)
     grad_in = dO.astype(np.float64)
     grad_in = grad_in.reshape(grad_in.shape[4 - problem.rank:])
@@ -159,13 +137,8 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
         if raised is not None:
             arrays_got[name] = np.full(shapes[name], math.nan)
             continue
-        a = np.asarray(got[k], dtype=np.float64)
-        want = shapes[name]
-        if a.size != math.prod(want) or a.shape[-2:] != want[-2:]:
-            raise ShapeError(f"{impl.name}'s {name} must be "
-                             f"{' x '.join(map(str, want[4 - problem.rank:]))} "
-                             f"(got {' x '.join(map(str, a.shape))})")
-        arrays_got[name] = a.reshape(want)
+        arrays_got[name] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[name],
+                                    problem.rank, f"{impl.name}'s {name}")
     tol = backward_tolerance(dtype, rounded_problem, ref.max_abs_exponent()) \
         if max_ulps is None else max_ulps
     prec = max(prec, fmt.precision + 64)
@@ -215,9 +188,7 @@ def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, 
     from .search import search
     impl = load_backward(impl, arrays=arrays)
     fmt = float_format(dtype)
-    if dtype not in impl.dtypes:
-        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
-                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
+    check_dtype(impl, dtype)
     from ..gradients import check_policy
     check_policy(policy or Policy())
 

@@ -25,13 +25,14 @@ import numpy as np
 
 from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, shorten
 from ..options import check_whole
 from .compare import Comparison, judge
 from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
+from .adapter import check_dtype
 from .impls import ImplRaised, load_impl, make_call
 from ..call.limits import check_work
-from ..call.inputs import Call
+from ..call.inputs import Call, reshaped
 from ..reference.reference import Reference
 
 __all__ = ["Entry", "Report", "check_scale", "verify"]
@@ -167,9 +168,7 @@ def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
     """
     fmt = float_format(dtype)
     policy = call.policy
-    if dtype not in impl.dtypes:
-        raise InputError(f"dtype must be one of {', '.join(impl.dtypes)} for {impl.name} "
-                         f"(got {dtype!r}){impl.dtype_hint(dtype)}")
+    check_dtype(impl, dtype)
     if max_ulps is not None:
         check_whole(max_ulps, "max_ulps", low=0)
     check_scale(policy, fmt)
@@ -293,18 +292,10 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     t1 = time.perf_counter()
     got_lse = None
     if raised is None:
-        got = answer.values
-        if got.size != math.prod(want) or got.shape[-2:] != want[-2:]:
-            raise ShapeError(f"{impl.name}'s output must be "
-                             f"{' x '.join(map(str, want[4 - call.rank:]))} "
-                             f"(got {' x '.join(map(str, got.shape))})")
-        got = got.reshape(want)
+        got = reshaped(answer.values, want, call.rank, f"{impl.name}'s output")
         if lse is not None:
-            if answer.lse.size != math.prod(want[:3]):
-                raise ShapeError(f"{impl.name}'s lse must be "
-                                 f"{' x '.join(map(str, want[4 - call.rank:3]))} "
-                                 f"(got {' x '.join(map(str, answer.lse.shape))})")
-            got_lse = answer.lse.reshape(want[:3])
+            got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
+                               tail=False)
     else:
         got = np.full(want, math.nan)
     tol = default_max_ulps(dtype, sh["S"], sh["E"], ref.max_abs_exponent()) \

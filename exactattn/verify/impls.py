@@ -63,7 +63,8 @@ import numpy as np
 
 from ..call.policy import UNSUPPORTED
 from ..errors import InputError, shorten
-from .adapter import NUMPY_DTYPES, FloatCall, FunctionImpl, Impl, ImplRaised, make_call
+from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, make_call,
+                      numpy_array, numpy_dtype, torch_tensor)
 
 __all__ = ["ArrayImpl", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
            "TorchImpl", "composed", "count_flops", "flop_counts", "load_impl", "make_call",
@@ -90,8 +91,7 @@ class ArrayImpl(Impl):
     def const(self, x, dt):
         return dt.type(x)
 
-    def array(self, a: np.ndarray, dt):
-        return a if a.dtype == bool else a.astype(dt)
+    array = staticmethod(numpy_array)
 
     def __call__(self, call: FloatCall):
         return self.forward(call)
@@ -180,13 +180,10 @@ class NumpyImpl(ArrayImpl):
         self.backward_name = f"{self.name} backward"
 
     def dtype_hint(self, dtype: str) -> str:
-        return "; numpy has no bfloat16, use --impl torch for it" if dtype == "bfloat16" else ""
+        return bfloat16_hint(dtype, "use --impl torch")
 
     def _arrays(self, call: FloatCall, *arrays):
-        if call.dtype not in self.dtypes:
-            raise InputError(f"dtype must be float64, float32 or float16 for {self.name} "
-                             f"(got {call.dtype!r})")
-        dt = NUMPY_DTYPES[call.dtype]
+        dt = numpy_dtype(call.dtype, self.name)
         return [a.astype(dt) for a in (call.query, call.key, call.value, *arrays)]
 
     def forward(self, call: FloatCall):
@@ -288,9 +285,7 @@ class TorchImpl(ArrayImpl):
     def const(self, x, dt):
         return self.xp.tensor(x, dtype=dt)
 
-    def array(self, a: np.ndarray, dt):
-        t = self.xp.from_numpy(np.ascontiguousarray(a))
-        return t if a.dtype == bool else t.to(dt)
+    array = staticmethod(torch_tensor)
 
     def _tensors(self, call: FloatCall):
         dt = getattr(self.xp, call.dtype)

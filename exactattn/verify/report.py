@@ -8,10 +8,9 @@ asked for (``timings=True``).
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
-from ..present.render import Section, plural
+from ..present.render import Section, number_cell, plural
 from .check import Report
 from .compare import Comparison
 from ..numbers.formats import certified_scientific, shortest_repr
@@ -19,44 +18,53 @@ from ..numbers.formats import certified_scientific, shortest_repr
 __all__ = ["backward_sections", "report_sections"]
 
 
-def _g(x, spec: str = ".3g") -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return format(x, spec)
+def _got(r: Report, e) -> str:
+    return "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
+
+
+def _entry_cells(r: Report, e, digits: int) -> list[str]:
+    """An entry's cells from its exact value on: exact, exact in the dtype, got, the counts."""
+    return [certified_scientific(e.exact, digits), shortest_repr(e.rounded, r.dtype), _got(r, e),
+            number_cell(e.ulps, "d"), number_cell(e.terms_ulps, ".2f"), number_cell(e.rel),
+            e.status]
+
+
+def _value_columns(r: Report) -> list[str]:
+    return ["exact (certified)", f"exact in {r.dtype}", r.impl.split(" ")[0], "ULPs",
+            "at terms", "rel. error", "status"]
+
+
+def _problem_notes(r: Report, moved: str) -> list[str]:
+    sh = r.call.shape
+    return [f"problem: {r.call.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
+            f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
+            f"{r.dtype}: {moved}",
+            f"policy: {r.policy.describe()}"]
+
+
+def _tolerance_note(r: Report, length: str) -> str:
+    return (f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt({length} + "
+            "d_k)) + 4 + ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
+            "finite is a hard failure")
 
 
 def _worst_section(r: Report, worst: int, digits: int) -> Section:
-    rows = []
-    for e in r.worst(worst):
-        got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
-        rows.append([",".join(map(str, e.index)), certified_scientific(e.exact, digits),
-                     shortest_repr(e.rounded, r.dtype), got, _g(e.ulps, "d"),
-                     _g(e.terms_ulps, ".2f"), _g(e.rel), e.status])
-    sh = r.call.shape
+    rows = [[",".join(map(str, e.index)), *_entry_cells(r, e, digits)] for e in r.worst(worst)]
     total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
     notes = [
-        f"problem: {r.call.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
-        f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
-        f"{r.dtype}: {r.moved_inputs} of {total}",
-        f"policy: {r.policy.describe()}",
+        *_problem_notes(r, f"{r.moved_inputs} of {total}"),
         *_modifier_notes(r),
         f"exact: certified to {digits} significant digits; 'exact in {r.dtype}' is the exact "
         f"value correctly rounded to {r.dtype} (arb enclosures, round-to-nearest-even, "
         "subnormals, overflow to inf)",
         f"ULPs: {r.dtype} floats between the implementation's value and 'exact in "
         f"{r.dtype}'; at terms: |error| in ULPs at sum_j shares |values| (cancellation)",
-        f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt(S + d_k)) + 4 + "
-        "ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
-        "finite is a hard failure",
+        _tolerance_note(r, "S"),
     ] + r.notes
     return Section(
         f"verify-{r.dtype}", f"{r.impl} in {r.dtype}: the "
         f"{plural(min(worst, len(r.entries)), 'worst output')} against the exact answer",
-        ["output b,h,i,c", "exact (certified)", f"exact in {r.dtype}", r.impl.split(" ")[0],
-         "ULPs", "at terms", "rel. error", "status"], rows, notes,
-        data={"summary": r.summary()})
+        ["output b,h,i,c", *_value_columns(r)], rows, notes, data={"summary": r.summary()})
 
 
 def _modifier_notes(r: Report) -> list[str]:
@@ -74,14 +82,13 @@ def _lse_section(r: Report, worst: int, digits: int) -> Section:
     for e in r.lse_found.worst[:worst]:
         exact = e.exact
         text = "-inf" if exact.neg_inf else certified_scientific(exact, digits)
-        got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
-        rows.append([",".join(map(str, e.index)), text, shortest_repr(e.rounded, r.dtype), got,
-                     _g(e.ulps, "d"), _g(e.rel), e.status])
+        rows.append([",".join(map(str, e.index)), text, shortest_repr(e.rounded, r.dtype),
+                     _got(r, e), number_cell(e.ulps, "d"), number_cell(e.rel), e.status])
     unit = "natural log" if r.lse == "e" else "base 2 (log2)"
     s = r.lse_summary()
     notes = [f"log-sum-exp of each row in {unit}, the sink included: certified transcendental "
              "(exact when the row has one key); -inf for a row with no key must be -inf",
-             f"rows: {s['count']}; max ULPs {_g(s['max_ulps'], 'd')}; over tolerance "
+             f"rows: {s['count']}; max ULPs {number_cell(s['max_ulps'], 'd')}; over tolerance "
              f"{s['over']}; hard failures {s['hard']}"]
     return Section(f"verify-lse-{r.dtype}", f"{r.impl} in {r.dtype}: log-sum-exp per row",
                    ["row b,h,i", "exact (certified)", f"exact in {r.dtype}",
@@ -89,23 +96,34 @@ def _lse_section(r: Report, worst: int, digits: int) -> Section:
                    data={"summary": s})
 
 
-def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[str]) -> Section:
-    columns = ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
-               "max rel. error", "over tolerance", "hard failures"]
+def _summary(name: str, title: str, columns: list[str], reports: Sequence[Report], rows_of,
+             timings: bool, notes: Sequence[str]) -> Section:
+    """A summary table: ``rows_of(report)`` gives each report's rows (timed when asked)."""
     if timings:
         columns.append("seconds impl/exact")
     rows = []
     for r in reports:
-        s = r.summary()
-        row = [s["dtype"], str(s["count"]), _g(s["max_ulps"], "d"), _g(s["mean_ulps"], ".2f"),
-               _g(s["median_ulps"], "d"), _g(s["max_terms_ulps"], ".2f"),
-               _g(s["max_rel"]), str(s["over"]), str(s["hard"])]
-        if timings:
-            row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}")
-        rows.append(row)
+        for row in rows_of(r):
+            if timings:
+                row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}")
+            rows.append(row)
     verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
-    return Section("verify-summary", "Summary per dtype", columns, rows,
-                   [f"result: {verdict}", *notes])
+    return Section(name, title, columns, rows, [f"result: {verdict}", *notes])
+
+
+def _counts(s: dict, mean: bool = True) -> list[str]:
+    """A summary's cells: entries, max (mean) and median ULPs, at terms, rel., over, hard."""
+    return [str(s["count"]), number_cell(s["max_ulps"], "d"),
+            *([number_cell(s["mean_ulps"], ".2f")] if mean else []),
+            number_cell(s["median_ulps"], "d"), number_cell(s["max_terms_ulps"], ".2f"),
+            number_cell(s["max_rel"]), str(s["over"]), str(s["hard"])]
+
+
+def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[str]) -> Section:
+    columns = ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
+               "max rel. error", "over tolerance", "hard failures"]
+    return _summary("verify-summary", "Summary per dtype", columns, reports,
+                    lambda r: [[r.dtype, *_counts(r.summary())]], timings, notes)
 
 
 def _cost_section(reports: Sequence[Report]) -> Section:
@@ -161,59 +179,40 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
 
 # --------------------------------------------------------------------------- backward
 def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
-    rows = []
-    for e in r.worst(worst):        # failures first (the backward report's rank)
-        got = "raised" if r.raised is not None else shortest_repr(e.got, r.dtype)
-        rows.append([e.index[0], ",".join(map(str, e.index[1:])),
-                     certified_scientific(e.exact, digits), shortest_repr(e.rounded, r.dtype),
-                     got, _g(e.ulps, "d"), _g(e.terms_ulps, ".2f"), _g(e.rel), e.status])
-    sh = r.call.shape
+    rows = [[e.index[0], ",".join(map(str, e.index[1:])), *_entry_cells(r, e, digits)]
+            for e in r.worst(worst)]        # failures first (the backward report's rank)
     notes = [
-        f"problem: {r.call.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
-        f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
-        f"{r.dtype}: {r.moved_inputs}",
-        f"policy: {r.policy.describe()}",
+        *_problem_notes(r, f"{r.moved_inputs}"),
         "exact: dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO with dS = P (dO V^T - D), "
         f"D_i = dO_i . O_i, certified to {digits} significant digits; 'exact in {r.dtype}' "
         f"is the exact value correctly rounded to {r.dtype}",
         f"ULPs: {r.dtype} floats between the implementation's value and 'exact in {r.dtype}'; "
         "at terms: |error| in ULPs at the size of the terms the entry adds up (dQ and dK "
         "cancel: every row of dS sums to 0)",
-        f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt(max(L, S) + "
-        "d_k)) + 4 + ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
-        "finite is a hard failure",
+        _tolerance_note(r, "max(L, S)"),
     ] + r.notes
     return Section(
         f"verify-backward-{r.dtype}", f"{r.impl} in {r.dtype}: the "
         f"{plural(min(worst, len(r.entries)), 'worst gradient entry', 'worst gradient entries')}"
         " against the exact gradients",
-        ["gradient", "b,h,i,c", "exact (certified)", f"exact in {r.dtype}",
-         r.impl.split(" ")[0], "ULPs", "at terms", "rel. error", "status"], rows, notes,
+        ["gradient", "b,h,i,c", *_value_columns(r)], rows, notes,
         data={"summary": r.summary()})
+
+
+def _gradient_rows(r: Report) -> list[list[str]]:
+    """One summary row per gradient (dQ, dK, dV) of a backward report."""
+    parts: dict = {}
+    for e in r.entries:
+        parts.setdefault(e.index[0], Comparison(0)).add(e)
+    return [[r.dtype, name, *_counts(part.summary(), mean=False)] for name, part in parts.items()]
 
 
 def _backward_summary_section(reports: Sequence[Report], timings: bool,
                               notes: Sequence[str]) -> Section:
     columns = ["dtype", "gradient", "entries", "max ULPs", "median ULPs", "max at terms",
                "max rel. error", "over tolerance", "hard failures"]
-    if timings:
-        columns.append("seconds impl/exact")
-    rows = []
-    for r in reports:
-        parts: dict = {}
-        for e in r.entries:
-            parts.setdefault(e.index[0], Comparison(0)).add(e)
-        for name, part in parts.items():
-            s = part.summary()
-            row = [r.dtype, name, str(s["count"]), _g(s["max_ulps"], "d"),
-                   _g(s["median_ulps"], "d"), _g(s["max_terms_ulps"], ".2f"), _g(s["max_rel"]),
-                   str(s["over"]), str(s["hard"])]
-            if timings:
-                row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}")
-            rows.append(row)
-    verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
-    return Section("verify-backward-summary", "Summary per dtype and gradient", columns, rows,
-                   [f"result: {verdict}", *notes])
+    return _summary("verify-backward-summary", "Summary per dtype and gradient", columns,
+                    reports, _gradient_rows, timings, notes)
 
 
 def backward_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 12,

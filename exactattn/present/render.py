@@ -44,6 +44,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import IO, Any, Sequence
 
@@ -90,6 +91,21 @@ class Cell(str):
         self.reader = reader
         return self
 
+
+#: a lone surrogate (UTF-8 cannot hold it): written as its JSON escape
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value, **options) -> str:
+    r"""``json.dumps(value, ensure_ascii=False, **options)`` with each lone surrogate (a spec's
+    text may hold one; UTF-8 cannot) written as its escape ``\udXXX``, so the JSON stays
+    valid and reads back to the same text.
+
+    >>> json_text({"name": "a\ud800b"})
+    '{"name": "a\\ud800b"}'
+    """
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
+                          json.dumps(value, ensure_ascii=False, **options))
 
 def reader_text(cell: str) -> str:
     """A cell's text for readers: its :class:`Cell` ``reader``, or the cell itself."""
@@ -234,7 +250,7 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
         pad = "\n" + "  " * (level + 1)
         out.write("{")
         for k, (key, item) in enumerate(value.items()):
-            out.write(("," if k else "") + pad + json.dumps(key, ensure_ascii=False) + ": ")
+            out.write(("," if k else "") + pad + json_text(key) + ": ")
             _dump(item, out, level + 1, wrap)
         out.write("\n" + "  " * level + "}")
     elif isinstance(value, (list, tuple, LazyRows)):
@@ -243,7 +259,7 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
             return
         if wrap is not None and len(value) > wrap and not isinstance(value, LazyRows) and \
                 _SCALARS.issuperset(map(type, value)):
-            out.write(json.dumps(value, ensure_ascii=False))   # a Cell is its machine str
+            out.write(json_text(value))   # a Cell is its machine str
             return
         pad = "\n" + "  " * (level + 1)
         out.write("[")
@@ -252,14 +268,14 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
             _dump(item, out, level + 1, wrap)
         out.write("\n" + "  " * level + "]")
     else:
-        out.write(json.dumps(_plain(value), ensure_ascii=False))
+        out.write(json_text(_plain(value)))
 
 
 def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,
           wrap: int | None = None) -> None:
     doc = dict(meta or {})
     doc["tables"] = [None] * len(sections)
-    head = json.dumps(doc, indent=2, ensure_ascii=False)
+    head = json_text(doc, indent=2)
     out.write(head[:head.rindex("[")])           # everything before the tables
     out.write("[")
     for k, s in enumerate(sections):
@@ -277,7 +293,7 @@ def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,
 
 def _jsonl(sections, out: IO[str], meta: dict[str, Any] | None = None, **_) -> None:
     def line(obj) -> None:
-        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        out.write(json_text(obj) + "\n")
     line(dict(meta or {}, tables=[s.name for s in sections]))
     for s in sections:
         line({"table": s.name, "title": s.title, "columns": s.columns,

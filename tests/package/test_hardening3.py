@@ -124,3 +124,21 @@ def test_printed_capped_scores_parse_back_to_their_decimals(cli, flags):
     for i, row in enumerate(data["exact"]):
         for j, form in enumerate(row):
             assert _rounded(sympy.sympify(form), 4) == data["decimal"][i][j], (i, j, form)
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "text", "csv", "markdown", "latex"])
+@pytest.mark.parametrize("mode", ["walkthrough", "scores"])
+def test_a_lone_surrogate_in_a_spec_text_is_written_in_every_format(cli, tmp_path, mode, fmt):
+    """A spec's name or token text holding a lone surrogate made JSON output a traceback."""
+    import json
+    path = tmp_path / "s.json"
+    path.write_text('{"name": "a\\ud800b", "tokens": [{"x": [1, 0], "text": "t\\udc00"}, '
+                    '{"x": [0, 1]}], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], '
+                    '"W_V": [[1, 0], [0, 1]]}')
+    rc, out, err = cli(mode, "--spec", str(path), "--format", fmt)
+    assert (rc, err) == (0, "")
+    out.encode("utf-8")                             # what stdout will have to write
+    if fmt == "json":
+        assert json.loads(out)["mode"] == mode
+    if fmt == "jsonl":
+        assert all(json.loads(line) for line in out.splitlines())

@@ -273,7 +273,7 @@ def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep
     """
     if keep is None:
         if policy.dropout is not None:
-            raise InputError(f"{name} must be an {n_queries} x {n_keys} keep-mask for dropout "
+            raise InputError(f"{name} must be a keep-mask of {n_queries} x {n_keys} for dropout "
                              f"p = {policy.dropout} (got none); pass {argument}=[[True, False, ...]]")
         return None
     if policy.dropout is None:

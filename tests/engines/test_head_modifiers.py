@@ -164,12 +164,15 @@ def test_dropout_case_weights_and_outputs():
         assert t.macs["mix"] == 8
     with pytest.raises(InputError, match=r"^engine must be 'pencil' or 'auto' for dropout"):
         attend(head, x, keep=keep, engine="fast")
-    with pytest.raises(InputError, match=r"^keep must be an 3 x 3 keep-mask for dropout"):
+    with pytest.raises(InputError, match=r"^dropout_keep must be a keep-mask of 3 x 3 for dropout"):
         attend(head, x)
-    with pytest.raises(ShapeError, match=r"^keep must be 3 x 3"):
-        attend(head, x, keep=[[True]])
-    with pytest.raises(InputError, match=r"^keep must come with dropout"):
-        attend(posed([["0", "0", "0"]], c["input"]["V"])[0], x, keep=keep)
+    with pytest.raises(ShapeError, match=r"^dropout_keep must be 3 x 3"):
+        attend(head, x, dropout_keep=[[True]])
+    with pytest.raises(InputError, match=r"^dropout_keep must come with dropout"):
+        attend(posed([["0", "0", "0"]], c["input"]["V"])[0], x, dropout_keep=keep)
+    with pytest.raises(InputError, match=r"^dropout_keep and keep are one argument"):
+        attend(head, x, dropout_keep=keep, keep=keep)
+    assert attend(head, x, dropout_keep=keep).output(0, 0) == attend(head, x, keep=keep).output(0, 0)
 
 
 def test_logsumexp_case():

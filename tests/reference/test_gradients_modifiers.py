@@ -180,7 +180,7 @@ def test_refusals_are_one_line():
     for field, value in (("softcap", F(30)),):
         with pytest.raises(InputError, match=f"policy {field} must be unset for exact gradients"):
             gradients([[1]], [[1]], [[1]], [[1]], Policy(**{field: value}))
-    with pytest.raises(InputError, match=r"dropout_keep must be an 1 x 1 keep-mask for dropout "
+    with pytest.raises(InputError, match=r"dropout_keep must be a keep-mask of 1 x 1 for dropout "
                        r"p = 1/10 \(got none\); pass dropout_keep="):
         gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)))
     with pytest.raises(InputError, match="dropout_keep must come with dropout"):

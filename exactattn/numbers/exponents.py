@@ -22,7 +22,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .exact import fmpq_of
-from .reals import atom_ball, atom_text, canonical_atom, transcendental
+from .reals import Surd, Tanh, atom_ball, atom_text, canonical_atom, tanh_parts, transcendental
 
 __all__ = ["ExpPoly", "Exponent", "exponent_text", "inv_sqrt_ball", "sum_text", "unify"]
 
@@ -120,9 +120,47 @@ class ExpPoly:
         """
         if not self.terms:
             return 0
+        cs = list(self.terms.values())
+        if all(c > 0 for c in cs) or all(c < 0 for c in cs):
+            return 1 if cs[0] > 0 else -1          # every exp(e) > 0
+        if len(cs) == 2 and cs[0] == -cs[1]:       # c (exp(e1) - exp(e2)): exp is increasing
+            e1, e2 = self.terms
+            d = tuple(u - v for u, v in zip(e1, e2))
+            s = Surd.merged(d[0], tuple(zip(self.basis, d[1:]))).sign()
+            return s if cs[0] > 0 else -s
         from .digits import enclosure_sign
-        return enclosure_sign(self.ball, self.text,
+        ball = self._sign_ball if any(isinstance(atom, Tanh) for atom in self.basis) else self.ball
+        return enclosure_sign(ball, self.text,
                               bounded=any(transcendental(atom) for atom in self.basis))
+
+    def _sign_ball(self, prec: int):
+        """An enclosure that keeps saturated tanh atoms' distance to +-1 (soft-capped logits
+        within e^-2000 of the cap): with ``tanh(x) = s (1 - tail)`` each exponent is an exact
+        part plus a small ``delta``, and terms of one exact part add as
+        ``exp(part) (sum c + sum c expm1(delta))``, each piece to relative precision."""
+        from flint import arb
+        parts = [tanh_parts(atom) if isinstance(atom, Tanh) else None for atom in self.basis]
+        roots = [atom_ball(atom) if part is None else None for atom, part in zip(self.basis, parts)]
+        groups: dict = {}
+        for e, c in self.terms.items():
+            p, key, delta = e[0], [], arb(0)
+            for a, part in zip(e[1:], parts):
+                if part is None:
+                    key.append(a)
+                elif a:
+                    p += a * part[0]
+                    delta -= arb(fmpq_of(a * part[0])) * part[1]
+            g = groups.setdefault((p, tuple(key)), [Fraction(0), arb(0)])
+            g[0] += c
+            g[1] += arb(fmpq_of(c)) * delta.expm1()
+        total = arb(0)
+        for (p, key), (c, small) in groups.items():
+            x = arb(fmpq_of(p))
+            for a, r in zip(key, (r for r in roots if r is not None)):
+                if a:
+                    x += arb(fmpq_of(a)) * r
+            total += x.exp() * (arb(fmpq_of(c)) + small)
+        return total
 
     def text(self) -> str:
         """The polynomial as a sum of exponentials (for messages)."""

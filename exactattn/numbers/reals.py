@@ -44,7 +44,7 @@ from .exact import fmpq_of
 
 __all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_text",
            "canonical_atom", "decidable", "power_form", "real_ball", "real_compare", "real_decimal",
-           "real_sign", "real_text", "softcap", "softcap_ball", "square_free", "sympy_ball", "tanh_of",
+           "real_sign", "real_text", "softcap", "softcap_ball", "square_free", "sympy_ball", "tanh_of", "tanh_parts",
            "transcendental", "trig", "two_power"]
 
 
@@ -258,15 +258,46 @@ def decidable(atom) -> bool:
 
 
 def atom_ball(atom):
-    """An ``arb`` enclosure of an atom at the current precision."""
+    """An ``arb`` enclosure of an atom at the current precision.
+
+    Each atom is enclosed once per precision (a bounded cache): a row of rotary logits
+    names the same few cosines in every gap, and ``cos(10^3000)`` costs a reduction
+    modulo pi at ten thousand bits.
+    """
+    from flint import ctx
+    return _atom_ball_at(atom, ctx.prec)
+
+
+@lru_cache(maxsize=1 << 14)
+def _atom_ball_at(atom, prec: int):
+    """:func:`atom_ball` at ``prec`` bits (the working precision; arb values are immutable)."""
     from flint import arb, fmpq
     if isinstance(atom, Pow2):
         return arb(2) ** fmpq(atom.f.numerator, atom.f.denominator)
     if isinstance(atom, (Trig, Tanh)):
         return atom.ball()
     if isinstance(atom, Prod):
-        return atom_ball(atom.alg) * atom.trans.ball()
+        return atom_ball(atom.alg) * atom_ball(atom.trans)
     return 1 / arb(fmpq_of(atom)).sqrt()
+
+
+def tanh_parts(atom):
+    """``(s, tail)`` with ``tanh(x) = s * (1 - tail)`` for a :class:`Tanh` atom whose
+    argument's sign s is known (else None): ``tail = 2/(exp(2|x|) + 1)``, enclosed with
+    relative precision however far tanh has saturated (``tanh(10^5)`` is within e^-200000
+    of 1; its tail is not lost below the ball's radius, so saturated logits still compare)."""
+    from flint import arb
+    x = atom.x
+    if isinstance(x, Surd):
+        b = x.ball()
+        s = 1 if b > 0 else -1 if b < 0 else 0
+        if not s:
+            return None
+        b = b if s > 0 else -b
+    else:
+        s, b = (1 if x > 0 else -1), arb(fmpq_of(abs(Fraction(x))))
+    e = (-2 * b).exp()
+    return s, 2 * e / (1 + e)
 
 
 def atom_text(atom) -> str:
@@ -310,6 +341,8 @@ def canonical_atom(atom) -> tuple[Fraction, Any]:
 
 
 def _order(atom) -> tuple:
+    """A sort key for canonical atoms, compared structurally: never a string of a number
+    (``repr`` of a 3,000-digit Fraction exceeds Python's int-to-string limit)."""
     if isinstance(atom, Fraction):
         return (0, atom)
     if isinstance(atom, Pow2):
@@ -318,7 +351,7 @@ def _order(atom) -> tuple:
         return (3,) + _order(atom.trans) + _order(atom.alg)
     if isinstance(atom, Trig):
         return (2, 0, atom.fn, atom.r, atom.radical)
-    return (2, 1, repr(atom.form))
+    return (2, 1, atom.form)
 
 
 def _canonical(x) -> tuple:
@@ -481,7 +514,25 @@ class Surd(Real):
         paired = self._tanh_pair()
         if paired is not None:
             return paired
-        return enclosure_sign(self.ball, self.text, bounded=self.transcendental)
+        ball = self._sign_ball if any(isinstance(atom, Tanh) for atom, _ in self.terms) \
+            else self.ball
+        return enclosure_sign(ball, self.text, bounded=self.transcendental)
+
+    def _sign_ball(self, prec: int = 0):
+        """An enclosure that keeps saturated tanh atoms' distance to +-1: each
+        ``a tanh(x) = a s - a s tail`` moves ``a s`` into the exact rational part, so
+        ``tanh(100) + tanh(101) - 2`` (about -2e^-200) is enclosed to relative precision."""
+        from flint import arb
+        p, rest, small = self.p, arb(0), arb(0)
+        for atom, a in self.terms:
+            parts = tanh_parts(atom) if isinstance(atom, Tanh) else None
+            if parts is None:
+                rest += arb(fmpq_of(a)) * atom_ball(atom)
+            else:
+                s, tail = parts
+                p += a * s
+                small -= arb(fmpq_of(a * s)) * tail
+        return (arb(fmpq_of(p)) + rest if p or rest != 0 else rest) + small
 
     def _tanh_pair(self) -> int | None:
         """``c (tanh x - tanh y)``, two capped logits with one cap and equal biases: tanh is

@@ -337,8 +337,12 @@ class SoftmaxRow:
     def exp_balls(self, prec: int) -> dict:
         """``{gap: ball of exp(gap exponent)}`` at ``prec`` bits (cached per precision)."""
         cache = getattr(self, "_ball_cache", None)
-        if cache is not None and cache[0] == prec:
-            return cache[1]
+        if cache is None:     # one dict per precision: the certified digits of a row's shares
+            cache = self._ball_cache = {}      # alternate between a few precisions
+        elif prec in cache:
+            return cache[prec]
+        elif len(cache) >= 16:        # 64 .. 2^16 bits: eleven
+            cache.pop(next(iter(cache)))
         from flint import arb
         inv = None if self.divisor_squared is None else inv_sqrt_ball(self.divisor_squared)
         # a term below exp(-K) (K = prec + 64 > (prec + 64) ln 2) is enclosed by [0, 2^-K]
@@ -352,12 +356,12 @@ class SoftmaxRow:
             shift = real_ball(self.max_raw, prec)
             for g in self.counts:
                 balls[g] = (real_ball(g, prec) - shift).exp()
-            self._ball_cache = (prec, balls)
+            cache[prec] = balls
             return balls
         if self.general:
             for g in self.counts:
                 balls[g] = real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), prec).exp()
-            self._ball_cache = (prec, balls)
+            cache[prec] = balls
             return balls
         for g in self.counts:
             if self.paired:
@@ -367,7 +371,7 @@ class SoftmaxRow:
             else:
                 a = arb(fmpq_of(g))
                 balls[g] = (a if inv is None else a * inv).exp()
-        self._ball_cache = (prec, balls)
+        cache[prec] = balls
         return balls
 
     def normaliser(self, prec: int, balls: dict):

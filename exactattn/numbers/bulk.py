@@ -236,6 +236,10 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
              places: int):
     """Shares and outputs rounded to ``places``, in bulk; None if the tables are infeasible.
 
+    A large common denominator (exact float32 or float64 inputs: ``den`` of 100 bits and
+    more) counts each gap in steps of ``2^shift`` score units, as :func:`block_bounds`
+    does: ``exp`` of a gap between two steps lies between the values at the steps around it.
+
     Shapes: ``num`` n_q x n_k integer raw-score numerators over ``den``;
     ``keep`` n_q x n_k booleans (True = visible; every row must see a key);
     ``values_num`` n_k x d_v integers over ``values_den``.
@@ -247,9 +251,12 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     import numpy as np
     F = fixed_bits(places)
     keep, empty = _seen(keep)
-    tables = _ExpTables(den, divisor_squared, F)
+    tables, shift = _ExpTables(den, divisor_squared, F), 0
     if not tables.feasible:
-        return None
+        cached = _block_tables(den, divisor_squared, F)
+        if cached is None:
+            return None
+        tables, shift, _, step_lo = cached
 
     # gaps u_ij = max over visible k of N_ik - N_ij >= 0 (hidden: -1), clipped to the tables
     all_visible = bool(keep.all())
@@ -261,11 +268,18 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     gaps = row_max[:, None] - num
     if not all_visible:
         gaps = np.where(keep, gaps, 0)         # hidden entries may lie above the row maximum
+    between = None
+    if shift:                                  # floor(gap / 2^shift), and whether it was exact
+        between = np.asarray(gaps % (1 << shift) != 0, dtype=bool)
+        gaps = gaps >> shift
     if gaps.dtype == object:
         gaps = np.minimum(gaps, tables.cut).astype(np.int64)
     if not all_visible:
         gaps = np.where(keep, gaps, -1)
     lo, hi = tables.bounds(gaps)       # e_ij in [lo, hi] / 2^F
+    if between is not None and between.any():  # its lower end one step further out
+        step = np.full(lo.shape, step_lo, dtype=lo.dtype)
+        lo = np.where(between, _mul_shift(lo, step, F, False), lo)
 
     # outputs: sum_j e_ij V_jc / (vd sum_j e_ij); the sum is lo @ V, within (hi - lo) @ |V|
     width = hi - lo

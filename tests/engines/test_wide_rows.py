@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
+import numpy as np
+
 from exactattn import Head, attend
 from exactattn.blocks.certify import certify
 from exactattn.blocks.engine import Engine
@@ -58,3 +60,30 @@ def test_row_blocks_at_six_places_on_600_keys_match_the_oracle():
             want = oracle.decimal("shares", (0, 0, i, j), 6)
             assert want is not None and want != "0.000000"
             assert shares[i][j] == want, (i, j)
+
+
+def test_float32_entries_take_the_bulk_path_with_the_oracle_s_digits():
+    """Exact float32 entries put the scores over a 100+-bit common denominator; the bulk path
+    counts gaps in steps of 2^shift instead of refusing them to the per-entry path."""
+    from exactattn.numbers import bulk
+    rng = np.random.default_rng(7)
+    n, d = 24, 4
+    x = rng.standard_normal((n, d)).astype("float32")
+    Ws = [(rng.standard_normal((d, d)) / 2).astype("float32") for _ in range(3)]
+    exact = [[Fraction(float(v)) for v in r] for r in x]
+    head = Head(*[[[Fraction(float(v)) for v in r] for r in W] for W in Ws], causal=True)
+    trace = attend(head, exact, engine="fast")
+    num, den, vnum, vden = trace._integers()
+    assert den.bit_length() > 100 and not bulk._ExpTables(den, head.divisor_squared, 62).feasible
+    got = bulk.decimals(num, den, head.divisor_squared, head.policy.keep(n, n), vnum, vden, 6)
+    assert got is not None
+    shares, outputs, (share_cells, output_cells) = got
+    assert len(share_cells) + len(output_cells) < n
+    oracle = Oracle({**_case(trace.queries, trace.keys, trace.values, d), "causal": True})
+    for i in range(0, n, 5):
+        for j in range(i + 1):
+            if (i, j) not in share_cells:
+                assert shares[i][j] == oracle.decimal("shares", (0, 0, i, j), 6), (i, j)
+        for c in range(d):
+            if (i, c) not in output_cells:
+                assert outputs[i][c] == oracle.decimal("outputs", (0, 0, i, c), 6), (i, c)

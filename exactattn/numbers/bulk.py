@@ -270,6 +270,8 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
         gaps = np.where(keep, gaps, 0)         # hidden entries may lie above the row maximum
     between = None
     if shift:                                  # floor(gap / 2^shift), and whether it was exact
+        if gaps.dtype != object and shift > 62:
+            gaps = gaps.astype(object)
         between = np.asarray(gaps % (1 << shift) != 0, dtype=bool)
         gaps = gaps >> shift
     if gaps.dtype == object:

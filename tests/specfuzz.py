@@ -2,8 +2,10 @@
 
 ``spec_texts()`` draws the text of a JSON or TOML spec file, with its suffix:
 valid specs of a few tokens, then mutations — wrong types, numbers at and past the
-caps, deep nesting, odd unicode (surrogates, control characters, BOMs), TOML quirks,
-repeated keys, every divisor form.
+caps, deep nesting, odd unicode (surrogates, control characters, BOMs) in names and
+token texts, TOML quirks, repeated keys, every divisor form, policy tables with modifiers
+at extreme magnitudes (sinks of 1e3000, soft-caps of 1e-3).  ``FLAG_VALUES`` are option
+values as a user types them, negative exponent forms among them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,25 @@ DIVISORS = st.sampled_from([
     None, "none", "2", "sqrt(2)", "sqrt(3)", "1e-4000", "sqrt(1e-4000)", "1e400", "0",
     "-1", "sqrt(-2)", "1/2", "sqrt(1/2)", "abc", 0, 2, 0.5, True, [], {}, "sqrt()",
 ])
+
+
+#: a head spec's policy table with modifiers at ordinary and extreme magnitudes
+POLICIES = st.fixed_dictionaries({}, optional={
+    "softcap": st.sampled_from(["1/10", "1/2", "30", "1e-3", "1e3", "1e200", "-1", "0", "5e10"]),
+    "sink": st.sampled_from(["0", "-1e3", "1e3", "40", "200", "-200", "1e10", "1e20", "-1e200",
+                             "1e3000", "1/3"]),
+    "alibi": st.sampled_from([{"heads": 8}, {"heads": 12, "form": "symmetric"},
+                              {"heads": 3, "form": "absolute"}, {"heads": 0}]),
+    "head": st.integers(0, 3),
+    "rope": st.sampled_from([{"theta": "10000"}, {"theta": "10000", "layout": "interleaved"},
+                             {"theta": "1"}, {"theta": "1e3000"}]),
+    "window": st.sampled_from([[1, 0], [2, 2], [0, 0], [None, 1]]),
+    "query_offset": st.integers(0, 3),
+    "lse": st.booleans(),
+})
+#: option values a user types after a flag, negative exponent forms among them
+FLAG_VALUES = st.sampled_from(["-1e3", "-2.5e-1", "-1/2", "-.5", "1e3", "40", "1e10", "1e3000",
+                               "-1e3000", "0", "1/10", "abc", ""])
 
 
 def _numbers(width: int):
@@ -68,7 +89,7 @@ def mutated_specs(draw) -> dict:
         tokens = [t for t in doc.get("tokens", []) if isinstance(t, dict)] \
             if isinstance(doc.get("tokens"), list) else []
         kind = draw(st.sampled_from(["number", "text", "divisor", "junk", "drop", "extra",
-                                     "width", "id", "big"]))
+                                     "width", "id", "big", "policy", "name"]))
         if kind in ("text", "width", "id") and not tokens:
             continue
         if kind == "number":
@@ -81,6 +102,10 @@ def mutated_specs(draw) -> dict:
                 row[draw(st.integers(0, len(row) - 1))] = draw(NUMBER_TEXTS)
         elif kind == "text":
             draw(st.sampled_from(tokens))["text"] = draw(ODD_TEXTS)
+        elif kind == "policy":
+            doc["policy"] = draw(POLICIES)
+        elif kind == "name":
+            doc["name"] = draw(ODD_TEXTS)
         elif kind == "divisor":
             doc["divisor"] = draw(DIVISORS)
         elif kind == "junk":

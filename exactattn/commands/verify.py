@@ -279,6 +279,9 @@ def run(args) -> int:
         impl = load_impl(args.impl, arrays=args.arrays or "numpy")
     problem, spec_policy, spec_dtype = _inputs(args)
     policy = _policy(args, spec_policy)
+    from ..verify.check import check_sink        # before any input is drawn or rounded
+    check_sink(policy, *(f"--{f}" if getattr(args, f, None) is not None else
+                         f"the spec file's policy.{f}" for f in ("sink", "softcap")))
     problem = _fit(args, policy, problem, searching=bool(args.search))
     from .modifier_flags import refuse
     refuse(args, problem, bool(args.search))

@@ -61,8 +61,8 @@ from ..numbers.reals import Surd
 from ..numbers.softmax import SoftmaxRow
 from .trace import Trace
 
-__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "project_biased", "scaled_score",
-           "score_and_mix"]
+__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "dropout_keep_argument",
+           "project_biased", "scaled_score", "score_and_mix"]
 
 LAYOUTS = ("slots", "rows")
 ENGINES = ("auto", "pencil", "symbolic", "fast")
@@ -370,7 +370,7 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
                  bias_adds=adds)
 
 
-def _dropout_keep(dropout_keep, keep):
+def dropout_keep_argument(dropout_keep, keep):
     """The dropout keep-mask passed by its name or by the older ``keep``, not both."""
     if keep is not None and dropout_keep is not None:
         raise InputError("dropout_keep and keep are one argument (keep is its older name); "
@@ -428,7 +428,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     xs = _check_x(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
     policy = head.policy
-    keep = check_keep(_dropout_keep(dropout_keep, keep), policy, len(xs), len(xs),
+    keep = check_keep(dropout_keep_argument(dropout_keep, keep), policy, len(xs), len(xs),
                       name="dropout_keep", argument="dropout_keep")
     if policy.modified:
         engine = modified_engine(policy, engine, symbolic, len(xs))

@@ -39,7 +39,7 @@ from ..numbers.digits import certify, enclosure_sign, round_fraction
 from ..errors import InputError, ShapeError
 from ..numbers.exact import to_matrix, to_row
 from ..numbers.exact import fmpq_of
-from .head import Head, _dropout_keep, project_biased, score_and_mix
+from .head import Head, dropout_keep_argument, project_biased, score_and_mix
 from ..numbers.exact import common_denominator
 from ..reference.modified import counted_step
 from ..call.modifiers import check_keep
@@ -307,7 +307,7 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
                              "with offsets); pass a bool_keep mask")
     xi, dx = common_denominator(xs)
     H = len(layer.heads)
-    keep = _dropout_keep(dropout_keep, keep)
+    keep = dropout_keep_argument(dropout_keep, keep)
     if keep is not None and (hasattr(keep, "__len__") and len(keep) != H):
         raise ShapeError(f"dropout_keep must hold one keep-mask per query head, {H} (got "
                          f"{len(keep)})")

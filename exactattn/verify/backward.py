@@ -41,7 +41,7 @@ from ..call.policy import Policy
 from ..options import check_whole
 from .adapter import check_dtype, make_call
 from .backward_impls import load_backward
-from .check import Entry, Report, check_request
+from .check import Entry, Report, check_request, logit_bound
 from .compare import Comparison, failures_first, judge
 from ..numbers.formats import default_max_ulps, float_format
 from ..call.inputs import Call, reshaped, rounded_entries
@@ -139,7 +139,7 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
             continue
         arrays_got[name] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[name],
                                     problem.rank, f"{impl.name}'s {name}")
-    tol = backward_tolerance(dtype, rounded_problem, ref.max_abs_exponent()) \
+    tol = backward_tolerance(dtype, rounded_problem, logit_bound(ref)) \
         if max_ulps is None else max_ulps
     prec = max(prec, fmt.precision + 64)
     exact_rounded = {name: exact.rounded(name, fmt, prec) for name in GRADS}

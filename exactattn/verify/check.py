@@ -35,7 +35,12 @@ from ..call.limits import check_work
 from ..call.inputs import Call, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["Entry", "Report", "check_scale", "verify"]
+__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "logit_bound", "verify"]
+
+#: the largest |sink| a check takes: float16's largest finite value, so the sink the float
+#: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))
+#: stay within a few ten thousand binary orders of magnitude, which rounding resolves quickly
+MAX_SINK = 65504
 
 
 @dataclass
@@ -172,6 +177,7 @@ def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
     if max_ulps is not None:
         check_whole(max_ulps, "max_ulps", low=0)
     check_scale(policy, fmt)
+    check_sink(policy)
     check_work(call.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
                "narrower head", runs=runs)
     return fmt, policy
@@ -212,6 +218,65 @@ def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
                          "query or key instead")
 
 
+def check_sink(policy: Policy, name: str = "sink", softcap_name: str = "softcap") -> None:
+    """Refuse a sink past :data:`MAX_SINK` in magnitude, or a soft-cap past it (``name`` and
+    ``softcap_name`` name them in the messages).
+
+    A float kernel is handed the sink in its dtype (float16 holds at most
+    65504; float64 nothing past about 1.8e308), and the exact outputs, about
+    ``exp(score - sink)``, would have to be rounded from numbers tens of
+    billions of binary orders of magnitude small.  Decided exactly.
+
+    >>> check_sink(Policy(sink="1e20"), "--sink")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: --sink must be from -65504 to 65504 to be checked against a float kernel (got 100000000000000000000); float16 holds no larger sink: pass one within that range
+    """
+    s = policy.sink
+    if s is not None and abs(s) > MAX_SINK:
+        raise InputError(f"{name} must be from -{MAX_SINK} to {MAX_SINK} to be checked against "
+                         f"a float kernel (got {shorten(str(s))}); float16 holds no larger sink: "
+                         "pass one within that range")
+    cap = policy.softcap                  # handed to the kernel as a float, like the sink
+    if cap is not None and cap > MAX_SINK:
+        raise InputError(f"{softcap_name} must be at most {MAX_SINK} to be "
+                         f"checked against a float kernel (got {shorten(str(cap))}); float16 "
+                         "holds no larger cap, and one that large barely moves a score: leave it out")
+
+
+def logit_bound(ref: Reference) -> float:
+    """The largest logit size the default tolerance reads: ``max |logit|`` over visible pairs
+    (scaled score, soft-cap, ALiBi, additive mask offset: :meth:`Reference.max_abs_exponent`),
+    raised to the sink when the sink is larger.
+
+    The bound (first order, ``u`` half an ULP): a kernel subtracts the row's shift
+    ``m = max(logits, sink)`` and ``exp(x - m)`` picks up a relative error of
+    ``|x - m| u`` from the subtraction, plus ``|sink| u`` on the sink's weight when the
+    sink is rounded into the dtype.  With ``T`` the largest |logit| of a pair:
+
+    * no sink, or a sink ``s <= 0``: ``m`` is the largest logit, or ``s`` when every logit
+      is below it (then ``|s| <= T``), so ``|x - m| <= 2T``: ``T`` ULPs, the term without a
+      sink.  The sink's own weight share is at most ``exp(s - m)``, and
+      ``exp(s - m) (|s| + m - s) <= T + 2/e`` half-ULPs: a negative sink (-200) moves no
+      output more than the logits do, so it does not loosen the tolerance.
+    * a sink ``s > T``: ``m = s`` and ``|x - m| <= T + s``; with the sink's rounding
+      (``s`` half-ULPs) that is about ``s + T/2`` ULPs, so the term is ``s`` (the sqrt
+      term of :func:`default_max_ulps` covers the rest).
+
+    Soft-capped logits are bounded by the cap (they enter as capped).  Without a positive
+    sink the bound is :meth:`Reference.max_abs_exponent` unchanged.
+
+    >>> from exactattn.call import Call
+    >>> c = Call.from_scores([[0, 1]], policy=Policy(scale="none"))
+    >>> [logit_bound(Reference(c.with_policy(c.policy.replace(sink=s)))) for s in ("40", "-200")]
+    [40.0, 1.0]
+    """
+    top, sink = ref.max_abs_exponent(), ref.policy.sink
+    if sink is not None and sink > 0:
+        top = max(top, float(sink))     # within MAX_SINK: a finite float
+    return top
+
+
 def _run(impl, call):
     """The implementation's :class:`~exactattn.verify.adapter.Answer`, or the exception it raised, in one line."""
     try:
@@ -224,7 +289,7 @@ def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) 
     """The log-sum-exp of every row against the exact one (:meth:`Reference.rounded_lse`)."""
     fmt = float_format(dtype)
     rounded, balls = ref.rounded_lse(dtype, base, prec=prec)
-    top = ref.max_abs_exponent()
+    top = logit_bound(ref)
     out = Comparison(None)
     for idx in np.ndindex(*rounded.shape):
         g, r = (math.nan if got is None else float(got[idx])), float(rounded[idx])
@@ -298,7 +363,7 @@ def verify(impl, call: Call, dtype: str = "float32", *,
                                tail=False)
     else:
         got = np.full(want, math.nan)
-    tol = default_max_ulps(dtype, sh["S"], sh["E"], ref.max_abs_exponent()) \
+    tol = default_max_ulps(dtype, sh["S"], sh["E"], logit_bound(ref)) \
         if max_ulps is None else max_ulps
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()

@@ -193,12 +193,11 @@ def _huge_check(fast):
 def test_huge_denominators_count_gaps_in_steps():
     # score denominator 2^120: past the integer tables' reach unit by unit, the bulk path
     # counts gaps in steps of 2^shift (as float inputs need) and agrees with the exact rows
-    from exactattn.numbers.bulk import _ExpTables
     head = Head([[F(1, 2 ** 20), 1], [1, F(3, 2 ** 20)]], [[1, 0], [F(1, 3), 1]],
                 [[1, 2], [3, 4]])
     x = [[F(1, 2 ** 40), F(2)], [F(1), F(-1, 2 ** 40)], [F(5, 2 ** 40), F(1, 3)]]
     trace = attend(head, x, engine="fast")
-    assert not _ExpTables(_integer_scores(trace)[1], head.divisor_squared, 62).feasible
+    assert _integer_scores(trace)[1].bit_length() > 100    # one table entry per unit: too many
     assert _feasible(trace)
     assert_same(head, x)
 

@@ -14,11 +14,12 @@ import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from exactattn.numbers import digits
 from exactattn.cli import main
 
-from specfuzz import spec_texts
+from specfuzz import FLAG_VALUES, spec_texts, valid_specs
 
 COMMANDS = [["walkthrough", "--format", "json"], ["walkthrough"], ["scores", "--format", "csv"],
             ["square", "--format", "markdown"], ["project", "--format", "latex"], ["row"],
@@ -28,7 +29,10 @@ COMMANDS = [["walkthrough", "--format", "json"], ["walkthrough"], ["scores", "--
 def run(argv) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
+        try:
+            code = main(argv)
+        except SystemExit as e:       # argparse's own refusals leave this way, status 2
+            code = e.code
     return code, out.getvalue(), err.getvalue()
 
 
@@ -72,6 +76,27 @@ def test_table_commands_never_give_a_traceback(command, spec, tmp_path_factory):
 def test_verify_spec_never_gives_a_traceback(spec, tmp_path_factory):
     text, suffix = spec
     _check(tmp_path_factory, text, suffix, lambda p: ["verify", "--spec", p])
+
+
+MODIFIER_FLAGS = ["--sink", "--softcap", "--query-offset", "--scale", "--digits"]
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+          deadline=None)
+@given(spec=valid_specs(), flags=st.lists(st.tuples(st.sampled_from(MODIFIER_FLAGS), FLAG_VALUES),
+                                          min_size=1, max_size=3),
+       command=st.sampled_from(COMMANDS + [["verify"], ["verify", "--dtype", "float64"]]),
+       joined=st.booleans())
+def test_modifier_flags_never_give_a_traceback(spec, flags, command, joined, tmp_path_factory):
+    """Option values as a user types them (``--sink -1e3``, ``--softcap 1e3000``), each
+    with or without ``=``, on every command: exit 0 or 2, one line."""
+    import json
+    words = [w for f, v in flags for w in ((f"{f}={v}",) if joined else (f, v))]
+    if command[0] == "verify":
+        _check(tmp_path_factory, "{}", ".json", lambda p: [*command, "--n", "4", *words])
+        return
+    words = [w for w in words if not w.startswith("--scale")]
+    _check(tmp_path_factory, json.dumps(spec), ".json", lambda p: [*command, "--spec", p, *words])
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -9,8 +9,9 @@ settings.register_profile("ci", max_examples=200, deadline=None, derandomize=Tru
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=30, deadline=None)
 # the hostile-spec fuzzer at scale: ``python -m pytest tests/package/test_fuzz.py
-# --hypothesis-profile=fuzz`` (5,000 specs per command)
-settings.register_profile("fuzz", max_examples=5000, deadline=None, derandomize=False,
+# --hypothesis-profile=fuzz`` (5,000 specs per command; EXACTATTN_FUZZ_EXAMPLES=N for N)
+settings.register_profile("fuzz", max_examples=int(os.environ.get("EXACTATTN_FUZZ_EXAMPLES", 5000)),
+                          deadline=None, derandomize=False,
                           suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
                                      "ci" if os.environ.get("CI") else "dev"))

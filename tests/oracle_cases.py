@@ -49,7 +49,7 @@ SINKS = ["0", "1/2", "-1", "2"]
 DROPOUTS = ["1/3", "1/2", "1/10"]
 #: families of cases; repeated names make them likelier under rng.choice
 KINDS = ["general", "general", "general", "self", "self", "self", "self", "positional",
-         "positional", "three_generators", "rope_tie", "softcap_tie", "hidden_rows"]
+         "positional", "three_generators", "rope_tie", "softcap_tie", "hidden_rows", "wide_rows"]
 
 Choose = Callable[[list], Any]
 
@@ -276,6 +276,14 @@ def _hidden_rows(choose: Choose) -> dict:
     return case
 
 
+def _wide_rows(choose: Choose) -> dict:
+    """One or two queries against 540 or 600 keys, no modifier: a row sum past what the bulk
+    rounding held in uint64 at 6 places (it wrapped at 537 keys and printed 0.000000)."""
+    case = _base(1, 1, 1, choose([1, 2]), choose([540, 600]), 1, 1, choose)
+    case["notes"]["kind"] = "wide_rows"
+    return case
+
+
 def draw_case(choose: Choose) -> dict:
     """One composed call; ``choose(options)`` returns one element of the list ``options``."""
     kind = choose(KINDS)
@@ -291,6 +299,8 @@ def draw_case(choose: Choose) -> dict:
         return _rope_tie(choose)
     if kind == "softcap_tie":
         return _softcap_tie(choose)
+    if kind == "wide_rows":
+        return _wide_rows(choose)
     return _hidden_rows(choose)
 
 

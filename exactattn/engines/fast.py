@@ -96,6 +96,14 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
             row[j] = Fraction(int(r[j]), den)
         return row
 
+    def score_ints(i: int) -> tuple[list, int]:
+        num, den = integer_scores()
+        r = num[i].tolist()
+        row: list = [None] * n
+        for j in policy.visible_keys(i, n, n):
+            row[j] = int(r[j])
+        return row, den
+
     def raw_scores():
         return [score_row(i) for i in range(n)]
 
@@ -107,4 +115,4 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
     return Trace(head, "fast", xs, queries=lambda: _to_fractions(Q),
                  keys=lambda: _to_fractions(K), values=lambda: _to_fractions(V),
                  raw_scores=raw_scores, empty_row=empty_row, score_row=score_row,
-                 integers=integers)
+                 score_ints=score_ints, integers=integers)

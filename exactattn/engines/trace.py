@@ -34,6 +34,7 @@ the logits after each stage (:meth:`Trace.logit_row`), the ALiBi biases
 from __future__ import annotations
 
 from fractions import Fraction
+from math import gcd, lcm
 from typing import Any, Callable
 
 from ..numbers.digits import certify, check_places, round_fraction
@@ -68,7 +69,8 @@ class Trace:
                  empty_row: str = "zero", rows=None, outputs=None, macs: dict | None = None,
                  softmax_ops: dict | None = None, score_row: Callable | None = None,
                  integers: Callable | None = None, bias_adds: int | None = None,
-                 rotated: list | None = None, keep: list | None = None):
+                 rotated: list | None = None, keep: list | None = None,
+                 score_ints: Callable | None = None):
         self.head = head
         self.engine = engine
         self.x = x
@@ -89,6 +91,7 @@ class Trace:
         self._row_cache: dict[int, SoftmaxRow] = {}
         self._outputs = outputs
         self._score_row = score_row
+        self._score_ints = score_ints
         self._integers = integers
         self._decimals: dict = {}
         #: entries the bulk intervals left undecided, decided by the exact per-entry path
@@ -132,6 +135,31 @@ class Trace:
         if self._score_row is not None and callable(self._parts["raw_scores"]):
             return self._score_row(i)
         return self.raw_scores[i]
+
+    def raw_score_ints(self, i: int) -> tuple[list, int]:
+        """Row i of the raw scores as ``(ints, den)``: score j is ``ints[j] / den`` (None
+        where hidden), ``den`` the least common denominator of the row's scores.
+
+        Rational scores only (``TypeError`` otherwise).  The fast engine writes the row
+        straight from its integer matmul, without a ``Fraction`` per entry.
+
+        >>> from exactattn import Head, attend
+        >>> attend(Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]]),
+        ...        [[1, "1/2"], [0, 3]], engine="fast").raw_score_ints(0)
+        ([5, 6], 4)
+        """
+        self._check(i)
+        if self._score_ints is not None:
+            ints, den = self._score_ints(i)
+            g = gcd(den, *[v for v in ints if v is not None])
+            return ([None if v is None else v // g for v in ints], den // g) if g > 1 \
+                else (ints, den)
+        raw = self.raw_score_row(i)
+        seen = [r for r in raw if r is not None]
+        if not all(isinstance(r, Fraction) for r in seen):
+            raise TypeError("score rows must be rational (a numeric engine's trace)")
+        den = lcm(*{r.denominator for r in seen}) if seen else 1
+        return [None if r is None else r.numerator * (den // r.denominator) for r in raw], den
 
     def scaled_score(self, i: int, j: int):
         """raw / divisor: a ``Fraction`` when the divisor is rational, else an exact
@@ -262,7 +290,7 @@ class Trace:
         self._check(i, j, self.n, "key index")
         if self.keep is None:
             return self.share(i, j)
-        return self._weighted(i, [int(k == j) for k in range(self.n)])
+        return self.row(i).share(j, dropout_factors(self.policy.dropout, self.keep[i])[j])
 
     def weight_sum(self, i: int):
         """The sum of row i's weights after dropout: ``(sum of kept shares) / (1 - p)``,
@@ -305,17 +333,24 @@ class Trace:
             return self._decimals[places]
         n, d_v = self.n, self.head.d_v
         result = None
-        if self.engine != "symbolic" and self._integers is not None and not self.policy.modified:
+        dropout = self.keep is not None     # the shares stay the softmax's; the outputs do not
+        if self.engine != "symbolic" and self._integers is not None and \
+                not self.policy.replace(dropout=None).modified:
             from ..numbers.bulk import decimals
             num, den, vnum, vden = self._integers()
             keep = self.head.policy.keep(n, n)
             result = decimals(num, den, self.head.divisor_squared, keep, vnum, vden, places)
         if result is None:
             shares = [[self.share(i, j).decimal(places) for j in range(n)] for i in range(n)]
+        if result is None or dropout:
             outputs = [[self.output(i, c).decimal(places) for c in range(d_v)]
                        for i in range(n)]
-        else:
-            shares, outputs, (share_cells, output_cells) = result
+        if result is not None:
+            shares, bulk_outputs, (share_cells, output_cells) = result
+            if dropout:
+                output_cells = []
+            else:
+                outputs = bulk_outputs
             self.fallbacks += len(share_cells) + len(output_cells)
             for i, j in share_cells:
                 shares[i][j] = self.share(i, j).decimal(places)

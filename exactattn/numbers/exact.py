@@ -28,6 +28,7 @@ exactattn.errors.FloatInputError: value is a binary float (0.1); pass '0.1' as a
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import numbers
 import re
@@ -102,6 +103,9 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
                     name)
         return Fraction(value)
     if isinstance(value, str):
+        known = _text_value(value)
+        if known is not None:
+            return known
         text = value.strip()
         _check_size(text, name)
         if not _NUMBER_TEXT.match(text):
@@ -161,6 +165,20 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
 
 #: the largest number of digits, and the largest decimal exponent, read from text
 MAX_DIGITS = 4000
+
+_SHORT_TEXT = re.compile(r"\s*([+-]?\d{1,18})(?:\s*/\s*(\d{1,18}))?\s*")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _text_value(text: str) -> Fraction | None:
+    """The value of a short integer or ``p/q`` text (``'-3/4'``, ``'5'``), or None for every
+    other text (decimals, exponents, long digits, a zero denominator), which
+    :func:`to_exact` reads on its general path.  Spec files repeat a few such texts
+    many times: each is read once."""
+    m = _SHORT_TEXT.fullmatch(text)
+    if m is None or m.group(2) is not None and int(m.group(2)) == 0:
+        return None
+    return Fraction(int(m.group(1)), int(m.group(2) or 1))
 
 
 def _check_size(text: str, name: str) -> None:

@@ -227,10 +227,10 @@ class SoftmaxRow:
                 num[g] = num.get(g, 0) + w
         return ExpRatio(num, self)
 
-    def share(self, j: int) -> "ExpRatio":
-        """The exact share of key ``j``."""
+    def share(self, j: int, factor: Fraction = Fraction(1)) -> "ExpRatio":
+        """The exact share of key ``j``, times ``factor`` (a dropout weight: ``keep / (1 - p)``)."""
         g = self.gaps[j]
-        return ExpRatio({} if g is None else {g: Fraction(1)}, self)
+        return ExpRatio({} if g is None else {g: Fraction(factor)}, self)
 
     def shares(self) -> list["ExpRatio"]:
         return [self.share(j) for j in range(self.n_keys)]

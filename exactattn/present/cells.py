@@ -46,6 +46,8 @@ __all__ = ["KINDS", "Scaler", "divisor_words", "exact_text", "is_long", "real_ce
 SCI_DIGITS = 16
 #: digits kept free below Python's limit: a decimal adds up to 50 places to a value's digits
 _MARGIN = 64
+#: fewer bits than this print whole under any limit Python allows (its least is 640 digits)
+_SHORT_BITS = 1900
 
 
 def _digit_limit() -> int:
@@ -58,15 +60,20 @@ def is_long(q) -> bool:
     """True when the numerator or denominator of ``q`` has too many digits for ``str``."""
     if not isinstance(q, (int, Fraction)):
         return False
-    return too_long(q.numerator, q.denominator)
+    num, den = q.numerator, q.denominator
+    if num.bit_length() < _SHORT_BITS and den.bit_length() < _SHORT_BITS:
+        return False
+    return too_long(num, den)
 
 
 def too_long(*ints: int) -> bool:
     """True when any of ``ints`` has too many digits to print whole (with a decimal)."""
+    bits = max(abs(v).bit_length() for v in ints)
+    if bits < _SHORT_BITS:
+        return False
     limit = _digit_limit()
     if not limit:
         return False
-    bits = max(abs(v).bit_length() for v in ints)
     return bits * LOG10_2 + 1 >= limit - _MARGIN
 
 
@@ -108,9 +115,10 @@ def exact_text(q) -> str:
     A rational too long to print whole gives :func:`sci_text` (marked ``~``).
     """
     if isinstance(q, Fraction):
-        if is_long(q):
+        num, den = q.numerator, q.denominator
+        if (num.bit_length() >= _SHORT_BITS or den.bit_length() >= _SHORT_BITS) and is_long(q):
             return sci_text(q)
-        return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+        return str(num) if den == 1 else f"{num}/{den}"
     if isinstance(q, int) and not isinstance(q, bool):
         return sci_text(q) if is_long(q) else str(q)
     return str(q)

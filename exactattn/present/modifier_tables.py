@@ -128,7 +128,8 @@ def square_sections(trace, places: int = 4, view: View | None = None) -> list[Se
         cap = policy.softcap
         row_of = (lambda i: trace.logit_row(i, "capped"))
         out.append(Section(
-            "square/capped", f"Capped scores: {cap}*tanh(scaled / {cap}) (soft-capping, before "
+            "square/capped", f"Capped scores: {cap}*tanh(scaled / "
+            f"{cap if cap.denominator == 1 else f'({cap})'}) (soft-capping, before "
             "biases and masks)", grid.cols, grid.rows(row_of, cell),
             ["kind: certified transcendental (tanh of a nonzero exact score; tanh(0) = 0 "
              "exactly); tanh is injective, so equal scaled scores give exactly equal capped "

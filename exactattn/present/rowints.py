@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import weakref
 from fractions import Fraction
-from math import gcd, lcm
+from math import gcd
 
 from ..numbers.digits import format_scaled, round_fraction, terminating_places
 
@@ -47,12 +47,7 @@ class ScoreRows:
         hit = self._rows.get(i)
         if hit is not None:
             return self._store(hit)
-        raw = self.trace.raw_score_row(i)
-        seen = [r for r in raw if r is not None]
-        if not all(isinstance(r, Fraction) for r in seen):
-            raise TypeError("score rows must be rational (a numeric engine's trace)")
-        den = lcm(*{r.denominator for r in seen}) if seen else 1
-        ints = [None if r is None else r.numerator * (den // r.denominator) for r in raw]
+        ints, den = self.trace.raw_score_ints(i)
         self._rows[i] = self._pack(ints, den)
         return ints, den
 

@@ -6,6 +6,8 @@ input, a misprinted closed form, a false alarm) and asserts the exact outcome no
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 
@@ -142,3 +144,46 @@ def test_a_lone_surrogate_in_a_spec_text_is_written_in_every_format(cli, tmp_pat
         assert json.loads(out)["mode"] == mode
     if fmt == "jsonl":
         assert all(json.loads(line) for line in out.splitlines())
+
+
+_FORM_CELL = re.compile(
+    r"(?<![\w.)(/*^])(-?(?:\d|sqrt\()[0-9/*()sqrt.+-]*) (=|~) (-?\d+(?:\.\d+)?)(?![\d./])")
+
+
+def _form_cells(text: str) -> list:
+    """Every ``closed form = decimal`` / ``closed form ~ decimal`` cell of a text, markdown or
+    LaTeX table (LaTeX's ``\\textasciitilde{}`` read as ``~``)."""
+    return _FORM_CELL.findall(text.replace(r"\textasciitilde{}", "~").replace(r"\_", "_"))
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "latex"])
+@pytest.mark.parametrize("args", [("walkthrough",), ("walkthrough", "--example", "tiny"),
+                                  ("walkthrough", "--example", "bank-river", "--digits", "6"),
+                                  ("square", "--example", "tiny", "--softcap", "2"),
+                                  ("walkthrough", "--no-scale", "--sink", "1/3"),
+                                  ("square", "--alibi", "3", "--head", "2"),
+                                  ("backward",), ("backward", "--example", "tiny")],
+                         ids=" ".join)
+def test_closed_forms_in_text_tables_parse_back_to_their_decimals(cli, fmt, args):
+    """Each cell a table prints as ``form = decimal`` (exact) or ``form ~ decimal`` (rounded),
+    read back by sympy at 50 digits: ``=`` is the exact value, ``~`` its rounding to the
+    printed places (ties to even) and not the exact value."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    import sympy
+    rc, out, err = cli(*args, "--format", fmt)
+    assert rc == 0, err
+    cells = _form_cells(out)
+    # LaTeX's backward tables print decimals alone (``-0.6000`` for -3/5)
+    assert cells or (args[0], fmt) == ("backward", "latex"), "no closed form in this table"
+    for form, how, dec in cells:
+        value = sympy.sympify(form)
+        assert value.is_real, form
+        if how == "=":
+            assert value == sympy.Rational(dec), (form, dec)
+            continue
+        places = len(dec.split(".")[1]) if "." in dec else 0
+        got = Decimal(str(sympy.N(value, 50)))
+        assert f"{got.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN):f}" == dec, \
+            (form, dec)
+        assert value != sympy.Rational(dec), (form, dec)

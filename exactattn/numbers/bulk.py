@@ -163,19 +163,30 @@ class _ExpTables:
             lo = np.array(lo, dtype=dtype)[inverse.reshape(u.shape)]
             hi = np.array(hi, dtype=dtype)[inverse.reshape(u.shape)]
         else:
-            lo = hi = None
+            # The lower ends multiply digit by digit; the upper ends are lo + e, with e
+            # bounded from the tables alone.  With t_k the true digit factors (times 2^F),
+            # lo_k <= t_k <= lo_k + d_k (d_k the widest table entry of level k), L the
+            # product of the lower ends so far and T <= L + e the true one:
+            #   T t / 2^F <= (L + e)(lo + d) / 2^F
+            #             <= floor(L lo / 2^F) + 1 + d L / 2^F + e lo / 2^F + d e / 2^F
+            #             <= floor(L lo / 2^F) + e + d + 2,
+            # since L, lo <= 2^F and d e <= 2^F.  So e grows by d + 2 per level.
+            lo, e = None, 0
             mask = (1 << self.bits) - 1
             for level in range(self.levels):
                 shift = self.bits * level
                 size = min(1 << self.bits, (self.cut >> shift) + 1)
                 tlo, thi = self._enclose(a << shift for a in range(size))
-                digit = (v >> shift) & mask
-                dlo = np.array(tlo, dtype=dtype)[digit]
-                dhi = np.array(thi, dtype=dtype)[digit]
+                d = max(b - a for a, b in zip(tlo, thi))
+                dlo = np.array(tlo, dtype=dtype)[(v >> shift) & mask]
                 if lo is None:
-                    lo, hi = dlo, dhi
+                    lo, e = dlo, d
                 else:
-                    lo, hi = _mul_shift(lo, dlo, F, False), _mul_shift(hi, dhi, F, True)
+                    lo, e = _mul_shift(lo, dlo, F, False), e + d + 2
+            if dtype is object:
+                hi = np.minimum(lo + e, 1 << F)
+            else:
+                hi = np.minimum(lo + np.uint64(e), np.uint64(1 << F))
         lo[past] = 0
         hi[past] = 1
         lo[masked] = 0

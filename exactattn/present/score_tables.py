@@ -254,8 +254,9 @@ def _in_out(example, trace, view: View, output_dec) -> Section:
     f = min(example.focus, trace.n - 1)
     d_v = trace.head.d_v
     width = view.width(d_v)
-    out = [value_cell(trace.output(f, c), output_dec[f][c], short=True) if view.readers
-           else output_dec[f][c] for c in range(d_v)]
+    shown = d_v if width is None else width     # entries past the vector's limit stay unread
+    out = [value_cell(trace.output(f, c), output_dec[f][c], short=True)
+           if view.readers and c < shown else output_dec[f][c] for c in range(d_v)]
     return Section(
         "scores/in-out", f"Token {f + 1} in and out", ["", "numbers"],
         [["in (x)", vector(trace.x[f], view.width(len(trace.x[f])))],

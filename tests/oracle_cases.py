@@ -49,7 +49,8 @@ SINKS = ["0", "1/2", "-1", "2"]
 DROPOUTS = ["1/3", "1/2", "1/10"]
 #: families of cases; repeated names make them likelier under rng.choice
 KINDS = ["general", "general", "general", "self", "self", "self", "self", "positional",
-         "positional", "three_generators", "rope_tie", "softcap_tie", "hidden_rows", "wide_rows"]
+         "positional", "three_generators", "rope_tie", "softcap_tie", "hidden_rows", "wide_rows",
+         "near_boundary"]
 
 Choose = Callable[[list], Any]
 
@@ -284,6 +285,37 @@ def _wide_rows(choose: Choose) -> dict:
     return case
 
 
+#: shares that sit next to a rounding boundary: at 6 places (…5 in the 7th) and at 4
+BOUNDARIES = ["0.1234565", "0.5000005", "0.9999995", "0.0000005", "0.12345", "0.99995"]
+
+
+def _logit_text(p: str, others: int, digits: int = 17) -> str:
+    """A rational d of ``digits`` significant digits with exp(d) / (others + exp(d)) within
+    about 10^-digits of ``p``: d = ln(others p / (1 - p)), rounded (mpmath at 60 digits, in
+    this generator only)."""
+    import mpmath
+    with mpmath.workdps(60):
+        d = mpmath.log(others * mpmath.mpf(p) / (1 - mpmath.mpf(p)))
+        return mpmath.nstr(d, digits, min_fixed=-50, max_fixed=50)
+
+
+def _near_boundary(choose: Choose) -> dict:
+    """A share within about 1e-17 or 1e-21 of a rounding boundary (and an output equal to it): two
+    equal queries against two keys (0 and d), or 100 against 100 keys or 14 against 600 (d
+    and zeros), which reach the bulk paths' digit tables (more than 8,192 exponentials);
+    L = S makes it a self-attention case, which the engines' bulk path runs too."""
+    p = choose(BOUNDARIES)
+    L, S = choose([(2, 2), (100, 100), (14, 600)])
+    case = _base(1, 1, 1, L, S, 1, 1)
+    d = _logit_text(p, S - 1, choose([17, 21]))   # within 1e-17 or 1e-21: past 2^-62 too
+    case["query"] = [[[["1"]] * L]]
+    case["key"] = [[[[d]] + [["0"]] * (S - 1)]]
+    case["value"] = [[[["1"]] + [["0"]] * (S - 1)]]
+    case["scale"] = "none"
+    case["notes"]["kind"] = f"near_boundary/{p}"
+    return case
+
+
 def draw_case(choose: Choose) -> dict:
     """One composed call; ``choose(options)`` returns one element of the list ``options``."""
     kind = choose(KINDS)
@@ -301,6 +333,8 @@ def draw_case(choose: Choose) -> dict:
         return _softcap_tie(choose)
     if kind == "wide_rows":
         return _wide_rows(choose)
+    if kind == "near_boundary":
+        return _near_boundary(choose)
     return _hidden_rows(choose)
 
 

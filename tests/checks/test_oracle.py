@@ -150,3 +150,17 @@ def test_the_failure_message_prints_the_case_as_json():
     text = rep.message()
     case = json.loads(text.splitlines()[0][len("case: "):])
     assert case["query"] == [[[["1"], ["0"]]]] and "mismatch reference shares" in text
+
+
+@pytest.mark.parametrize("size", [(2, 2), pytest.param((100, 100), marks=pytest.mark.slow),
+                                  pytest.param((14, 600), marks=pytest.mark.slow)], ids=str)
+@pytest.mark.parametrize("boundary", __import__("oracle_cases").BOUNDARIES)
+@pytest.mark.parametrize("digits", [17, 21])
+def test_shares_next_to_a_rounding_boundary(boundary, size, digits):
+    """A share within about 1e-17 or 1e-21 of a boundary at 4 or 6 places, on every path:
+    the bulk enclosures (digit tables past 8,192 exponentials, 2^-62 fixed point) must
+    round it as the oracle does."""
+    from oracle_cases import _near_boundary
+    picks = iter([boundary, size, digits])
+    rep = assert_agrees(_near_boundary(lambda options: next(picks)), (4, 6, 7))
+    assert rep.checked > 0

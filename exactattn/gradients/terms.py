@@ -200,7 +200,8 @@ class Terms:
             gens = [(Fraction(1), None)]
         # shift every row to exponents from 0, then divide by the common divisor
         for k, rows in enumerate(coords):
-            rows = [[a - min(row) for a in row] if row else row for row in rows]
+            rows = [[a - low for a in row] if row else row
+                    for row, low in ((r, min(r) if r else 0) for r in rows)]
             g = _gcd_all(a for row in rows for a in row)
             if g > 1:
                 rows = [[a // g for a in row] for row in rows]

@@ -44,3 +44,28 @@ def test_random_rationals_near_powers_of_ten_match_decimal():
         q = Fraction(10) ** e * (1 - Fraction(rng.randint(0, 10 ** 9), 10 ** (digits + 9)))
         q *= rng.choice((1, -1))
         assert certified_scientific(_value(q), digits) == _want(q, digits), (q, digits)
+
+
+@pytest.mark.parametrize("q, digits", [(Fraction(1, 8), 2), (Fraction(3, 8), 2), (Fraction(5, 16), 3),
+                                       (Fraction(-125, 1000), 2), (Fraction(25, 2), 2),
+                                       (Fraction(999995, 10 ** 6), 5)])
+def test_exact_ties_round_to_even(q, digits):
+    """A value exactly on a midpoint (0.125 at 2 digits): the enclosures alone never decide
+    it, the exact path rounds it to even (1.2e-01, not 1.3e-01)."""
+    assert certified_scientific(_value(q), digits) == _want(q, digits)
+
+
+def test_irrational_values_decided_by_enclosures_are_correctly_rounded():
+    """The enclosure-first path against mpmath at 60 digits: e/(1+e) and 1/(1+e^(1/2))."""
+    import mpmath
+    from exactattn.numbers.formats import _ball_scientific
+    mpmath.mp.dps = 60
+    for raw, want in (([Fraction(1), Fraction(0)], 1 / (1 + mpmath.e ** -1)),
+                      ([Fraction(0), Fraction(1, 2)], 1 / (1 + mpmath.e ** mpmath.mpf(0.5)))):
+        share = SoftmaxRow(raw, None).share(0)
+        for digits in (1, 5, 12, 30):
+            got = _ball_scientific(share, digits)
+            assert got is not None and got == certified_scientific(share, digits)
+            ctx = Context(prec=digits, rounding=ROUND_HALF_EVEN)
+            mant, exp = f"{ctx.plus(Decimal(mpmath.nstr(want, 55))):.{digits - 1}e}".split("e")
+            assert got == f"{mant}e{int(exp):+03d}", (digits, got)

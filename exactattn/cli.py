@@ -104,8 +104,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True  # a bare `exactattn` prints the usage, then one error line
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():
+        _add_progress_flags(command)
     parser.command_names = tuple(sub.choices)
     return parser
+
+
+def _add_progress_flags(p: argparse.ArgumentParser) -> None:
+    """``--no-progress`` on every command (and ``--quiet``, the same, where a command gives
+    ``--quiet`` no meaning of its own): no progress bar or step timer on stderr.  Bars
+    appear only when stderr is a terminal and a step runs past two seconds."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if subs:
+        for child in subs[0].choices.values():
+            _add_progress_flags(child)
+        return
+    words = ["--no-progress"] + (["--quiet"] if "--quiet" not in p._option_string_actions
+                                  else [])
+    p.add_argument(*words, dest="no_progress", action="store_true",
+                   help="no progress bar on stderr (shown only on a terminal, after 2 s)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from .present.stream import show_progress
+    show_progress(not getattr(args, "no_progress", False))
     try:
         return int(args.func(args) or 0)
     except ExactAttnError as e:

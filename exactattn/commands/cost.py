@@ -224,7 +224,9 @@ def run(args) -> int:
     _check_combinations(args)
     if args.audit:
         from ..cost.audit_report import audit_sections
-        sections = audit_sections(args.counters)
+        from ..present.stream import busy
+        with busy("running the FLOP counters on their calls"):
+            sections = audit_sections(args.counters)
         sys.stdout.write(render(sections, args.format, {"command": "cost --audit",
                                                         "unit": "MACs and FLOPs"}))
         return 0 if sections[0].data["same"] else 1

@@ -116,7 +116,8 @@ def run_proofs(names: Sequence[str] | None = None) -> list[ProofResult]:
     names = list(names) if names else proof_names()
     modules = [(n, load_proof(n)) for n in names]  # every name checked before anything runs
     results = []
-    for name, module in modules:
+    from ..present.stream import progress
+    for name, module in progress(modules, len(modules), "proofs", unit="proof"):
         stream = io.StringIO()
         try:
             verdict = "PROVED" if module.run(out=stream) else "FAILED"

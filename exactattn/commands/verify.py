@@ -309,9 +309,11 @@ def run(args) -> int:
     if args.backward:
         return _run_backward(args, impl, problem, dtypes, notes)
     reports = []
+    from ..present.stream import busy
     for dt in dtypes:
         from .modifier_flags import lse
-        rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args))
+        with busy(f"{impl.name} in {dt}: certifying {_outputs(problem):,} outputs"):
+            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args))
         if args.flops:
             rep.flops = flop_counts(problem, dt)
         reports.append(rep)
@@ -323,12 +325,22 @@ def run(args) -> int:
     return 0 if all(r.passed for r in reports) else 1
 
 
+def _outputs(problem) -> int:
+    """How many outputs a call has: B x H_q x L x E_v."""
+    sh = problem.shape
+    return sh["B"] * sh["H_q"] * sh["L"] * sh["E_v"]
+
+
 def _run_backward(args, impl, problem, dtypes, notes) -> int:
     """``verify --backward``: dQ, dK, dV of each dtype against the exact gradients."""
     from ..verify.backward import verify_backward
     from ..verify.report import backward_sections
-    reports = [verify_backward(impl, problem, dt, seed=args.seed or 0,
-                               max_ulps=args.max_ulps) for dt in dtypes]
+    from ..present.stream import busy
+    reports = []
+    for dt in dtypes:
+        with busy(f"{impl.name} backward in {dt}: certifying dQ, dK and dV"):
+            reports.append(verify_backward(impl, problem, dt, seed=args.seed or 0,
+                                           max_ulps=args.max_ulps))
     sections = backward_sections(reports, worst=args.worst, digits=args.digits,
                                  timings=args.timings, notes=notes)
     meta = {"command": "verify", "backward": True, "impl": reports[0].impl,

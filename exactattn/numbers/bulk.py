@@ -37,7 +37,7 @@ from fractions import Fraction
 
 from .digits import format_scaled
 
-__all__ = ["decimals", "exact_matmul", "int_array", "int_rows", "mat_ints"]
+__all__ = ["ExpTables", "decimals", "exact_matmul", "int_array", "int_rows", "mat_ints"]
 
 _EXACT_FLOAT = 1 << 53      # integers below this, and their sums, are exact in float64
 _INT64_SAFE = 1 << 62       # headroom for one more addition in int64
@@ -105,7 +105,7 @@ def _matmul_limbs(t, v, F: int):
     return total
 
 
-class _ExpTables:
+class ExpTables:
     """Integer enclosures ``lo <= 2^F exp(-u c) <= hi`` for integer gaps ``u >= 0``.
 
     ``c = 1 / (den sqrt(D))`` (``1/den`` without a divisor).  Gaps at or past
@@ -262,7 +262,7 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     import numpy as np
     F = fixed_bits(places)
     keep, empty = _seen(keep)
-    tables, shift = _ExpTables(den, divisor_squared, F), 0
+    tables, shift = ExpTables(den, divisor_squared, F), 0
     if not tables.feasible:
         cached = _block_tables(den, divisor_squared, F)
         if cached is None:
@@ -327,11 +327,11 @@ def fixed_bits(places: int) -> int:
 def _block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
     """``(tables, shift, digit tables, lower end of one step)``, or None if infeasible."""
     import numpy as np
-    tables = _ExpTables(den, divisor_squared, F)
+    tables = ExpTables(den, divisor_squared, F)
     shift = max(min_shift, tables.cut.bit_length() - GAP_BITS, 0)
     if shift:                   # steps of 2^shift units: den sqrt(D) / 2^shift per unit exponent
         d2 = Fraction(den, 1 << shift) ** 2 * (1 if divisor_squared is None else divisor_squared)
-        tables = _ExpTables(1, d2, F)
+        tables = ExpTables(1, d2, F)
     if not tables.feasible:
         return None
     dtype = np.uint64 if F == 62 else object

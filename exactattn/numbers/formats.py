@@ -29,7 +29,7 @@ from .digits import MAX_PREC, arb_to_fraction, certify, tighten, working_precisi
 from ..errors import InputError, Undecided
 from ..options import check_choice, check_whole
 
-__all__ = ["DTYPES", "FORMATS", "FloatFormat", "LOG10_2", "certified_scientific",
+__all__ = ["DTYPES", "FORMATS", "FloatFormat", "LOG10_2", "ball_scientific", "certified_scientific",
            "default_max_ulps", "exponent10", "float_format", "round_ball", "round_cells",
            "round_enclosed", "round_to_format", "scientific_parts", "scientific_text",
            "shortest_repr", "ulp_index", "ulps_between"]
@@ -240,7 +240,7 @@ def certified_scientific(value, digits: int = 9) -> str:
     check_whole(digits, "digits", low=1, high=50)
     if value.row.nan if hasattr(value, "row") else value.nan:    # an ExpRatio, or a GradValue
         return "nan"
-    quick = _ball_scientific(value, digits)
+    quick = ball_scientific(value, digits)
     if quick is not None:        # decided by enclosures alone: no exact algebra needed
         return quick
     q = value.rational()
@@ -319,7 +319,7 @@ def scientific_text(sign: str, k: int, e: int, digits: int, *, padded: bool = Tr
     return f"{sign}{body}e{e:+03d}" if padded else f"{sign}{body}e{e:+d}"
 
 
-def _ball_scientific(value, digits: int, precs=(64, 128, 256)) -> str | None:
+def ball_scientific(value, digits: int, precs=(64, 128, 256)) -> str | None:
     """:func:`certified_scientific`'s text when an enclosure of ``value`` decides it, else None.
 
     At each precision the ball b of the value must exclude 0; with ``k = floor(log10 |b|)``
@@ -329,7 +329,7 @@ def _ball_scientific(value, digits: int, precs=(64, 128, 256)) -> str | None:
     ``N 10^(k+1-digits)`` is the correctly rounded value.
 
     >>> from exactattn.numbers.softmax import SoftmaxRow
-    >>> _ball_scientific(SoftmaxRow([Fraction(1), Fraction(0)], None).share(0), 6)
+    >>> ball_scientific(SoftmaxRow([Fraction(1), Fraction(0)], None).share(0), 6)
     '7.31059e-01'
     """
     from flint import arb

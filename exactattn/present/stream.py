@@ -172,7 +172,7 @@ def span_text(span: Sequence[int]) -> str:
     return ",".join(out)
 
 
-def progress(items: Iterable, total: int, what: str) -> Iterable:
+def progress(items: Iterable, total: int, what: str, unit: str = "row") -> Iterable:
     """``items`` with a tqdm bar on stderr when stderr is a terminal (after two seconds).
 
     A pipe or a file on stderr gets no bar: logs stay clean.
@@ -184,12 +184,21 @@ def progress(items: Iterable, total: int, what: str) -> Iterable:
         from tqdm import tqdm
     except ImportError:   # pragma: no cover - tqdm is a dependency
         return items
-    return tqdm(items, total=total, desc=what, unit="row", delay=PROGRESS_DELAY, leave=False,
+    return tqdm(items, total=total, desc=what, unit=unit, delay=PROGRESS_DELAY, leave=False,
                 file=stream, dynamic_ncols=True)
 
 
+#: progress bars on (the default); ``--quiet`` / ``--no-progress`` turn them off
+_SHOW = [True]
+
+
+def show_progress(on: bool) -> None:
+    """Turn every progress bar and step timer on or off (the CLI's ``--no-progress``)."""
+    _SHOW[0] = bool(on)
+
+
 def _terminal() -> bool:
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return _SHOW[0] and bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 @contextmanager

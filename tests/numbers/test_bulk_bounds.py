@@ -1,6 +1,6 @@
 """The integer enclosures of the bulk path's exponentials, judged by mpmath at 200 digits.
 
-``_ExpTables.bounds`` encloses ``2^F exp(-u / (den sqrt(D)))`` for integer gaps u: digit by
+``ExpTables.bounds`` encloses ``2^F exp(-u / (den sqrt(D)))`` for integer gaps u: digit by
 digit from tables when there are many gaps, the upper ends derived from the lower ones by
 a bound proved in its comment.  Every enclosure here must hold the true value.
 """
@@ -12,14 +12,14 @@ import mpmath
 import numpy as np
 import pytest
 
-from exactattn.numbers.bulk import _ExpTables
+from exactattn.numbers.bulk import ExpTables
 
 
 @pytest.mark.parametrize("den, divisor_squared, F", [
     (1000 ** 2, Fraction(64), 62), (64 * 10 ** 4, Fraction(2), 62), (7 ** 9, None, 62),
     (1000 ** 2, Fraction(64), 4 * 8 + 40)])
 def test_many_gaps_are_enclosed(den, divisor_squared, F):
-    tables = _ExpTables(den, divisor_squared, F)
+    tables = ExpTables(den, divisor_squared, F)
     assert tables.feasible and tables.levels >= 2
     rng = random.Random(den + F)
     n = (tables.levels << tables.bits) + 500          # past the few-gaps path
@@ -44,7 +44,7 @@ def test_many_gaps_are_enclosed(den, divisor_squared, F):
 
 
 def test_masked_gaps_enclose_zero():
-    tables = _ExpTables(10 ** 6, Fraction(64), 62)
+    tables = ExpTables(10 ** 6, Fraction(64), 62)
     gaps = np.full((tables.levels << tables.bits) + 10, -1, dtype=np.int64)
     gaps[0] = 5
     lo, hi = tables.bounds(gaps)

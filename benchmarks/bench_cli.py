@@ -57,7 +57,7 @@ def make_spec(n: int, d: int = D, seed: int = 0) -> dict:
 
     def entry() -> str:
         return f"{rng.randint(-3, 3)}/{rng.randint(4, 8)}"
-    return {"name": f"random head, n = {n}",
+    return {"name": f"random head, n = {n}", "layout": "slots",
             "tokens": [{"x": [entry() for _ in range(d)]} for _ in range(n)],
             "W_Q": [[entry() for _ in range(d)] for _ in range(d)],
             "W_K": [[entry() for _ in range(d)] for _ in range(d)],

@@ -13,9 +13,10 @@ import importlib
 import re
 import sys
 from typing import Sequence
+from warnings import formatwarning as warnings_format
 
 from . import __version__
-from .errors import ExactAttnError, shorten
+from .errors import ExactAttnError, ExactAttnWarning, shorten
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -142,6 +143,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from .present.stream import show_progress
     show_progress(not getattr(args, "no_progress", False))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("once", ExactAttnWarning)
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """An :class:`ExactAttnWarning` as one line on stderr; others as Python writes them."""
+    if issubclass(category, ExactAttnWarning):
+        print(f"exactattn: warning: {message}", file=sys.stderr)
+    else:
+        print(warnings_format(message, category, filename, lineno, line), end="",
+              file=sys.stderr)
+
+
+def _run(args) -> int:
     try:
         return int(args.func(args) or 0)
     except ExactAttnError as e:

@@ -9,11 +9,17 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-__all__ = ["ExactAttnError", "FloatInputError", "InputError", "ShapeError", "SpecError", "Undecided", "shorten"]
+__all__ = ["ExactAttnError", "ExactAttnWarning", "FloatInputError", "InputError", "ShapeError",
+           "SpecError", "Undecided", "shorten"]
 
 
 class ExactAttnError(Exception):
     """Root of every error exactattn raises on purpose."""
+
+
+class ExactAttnWarning(UserWarning):
+    """Input that is read, but may not mean what was meant (a square head without a layout).
+    The CLI prints each once, as one ``exactattn: warning: ...`` line on stderr."""
 
 
 class InputError(ExactAttnError, ValueError):

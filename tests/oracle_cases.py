@@ -50,7 +50,7 @@ DROPOUTS = ["1/3", "1/2", "1/10"]
 #: families of cases; repeated names make them likelier under rng.choice
 KINDS = ["general", "general", "general", "self", "self", "self", "self", "positional",
          "positional", "three_generators", "rope_tie", "softcap_tie", "hidden_rows", "wide_rows",
-         "near_boundary"]
+         "near_boundary", "llama"]
 
 Choose = Callable[[list], Any]
 
@@ -186,6 +186,25 @@ def _three_generators(choose: Choose) -> dict:
     case["causal"] = choose([False, True])
     case["d_out"] = _maybe(choose, lambda: _numbers(choose, (1, 1, L, 1)), 2) or \
         [[[["1"] for _ in range(L)]]]
+    return case
+
+
+def _llama(choose: Choose) -> dict:
+    """The Llama path: rotary embeddings (the half layout, transformers' ``rotate_half``), query
+    heads over fewer key/value heads (GQA), causal, and a query offset (a decode step's
+    positions), no other modifier."""
+    H, Hkv = choose([(2, 1), (4, 2), (4, 1)])
+    S = choose([2, 3, 4])
+    L = choose([1, S])
+    Ev = choose([1, 2])
+    case = _base(1, H, Hkv, L, S, choose([2, 4]), Ev, choose)
+    case["notes"]["kind"] = "llama"
+    case["causal"] = True
+    case["rope"] = {"theta": choose(["10000", "500000"]), "layout": "half"}
+    case["gqa"] = choose(["interleave", "tile"])
+    case["alignment"] = choose(["bottom_right", "top_left"])
+    case["query_offset"] = _maybe(choose, lambda: choose([0, 1, S - L]), 2)
+    case["d_out"] = _maybe(choose, lambda: _numbers(choose, (1, H, L, Ev)), 2)
     return case
 
 
@@ -329,6 +348,8 @@ def draw_case(choose: Choose) -> dict:
         return _three_generators(choose)
     if kind == "rope_tie":
         return _rope_tie(choose)
+    if kind == "llama":
+        return _llama(choose)
     if kind == "softcap_tie":
         return _softcap_tie(choose)
     if kind == "wide_rows":

@@ -240,6 +240,13 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
                             '(got null); leave it out for sqrt(d_k)')
         kwargs["divisor"] = doc["divisor"]
     head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)
+    if "layout" not in doc and head.d_model == head.d_k == head.d_v > 1 and \
+            any(m != [list(r) for r in zip(*m)] for m in (head.W_Q, head.W_K, head.W_V)):
+        import warnings
+        from ..errors import ExactAttnWarning
+        warnings.warn(f'{where}: a square head without "layout" is read as "slots" (q = W_Q x, '
+                      'nn.Linear); both readings pass every shape check: write "layout": '
+                      '"slots" or "rows" (q = x @ W_Q)', ExactAttnWarning, stacklevel=2)
     x = []
     for i, xi in enumerate(xs):  # name entries by their place in the file
         r = to_row(xi, name=f"tokens[{i}].x")

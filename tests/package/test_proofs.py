@@ -308,3 +308,17 @@ def test_proofs_ship_with_the_package():
     assert "exactattn.proofs" in tool["packages"]
     assert tool["package-dir"]["exactattn.proofs"] == "proofs"
     assert (ROOT / "proofs" / "__init__.py").exists()
+
+
+def test_docs_list_every_proof_that_prove_runs():
+    """docs/proofs.md's table names every proof `exactattn prove` runs, once, and no other."""
+    import re
+    from pathlib import Path
+
+    from exactattn.commands.prove import proof_names
+    text = (Path(__file__).resolve().parents[2] / "docs" / "proofs.md").read_text()
+    table = text.split("## The proofs")[1].split("\n## ")[0]
+    listed = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    assert sorted(listed) == sorted(n.removesuffix(".py") for n in proof_names())
+    assert len(listed) == len(set(listed))
+    assert f"All {len(listed)} take" in text

@@ -104,8 +104,8 @@ def test_picture_formats_only_for_scores_and_square(cli, mode, fmt):
     rc, out, err = cli(mode, "--format", fmt)
     assert rc == 2 and out == ""
     assert err == (f"exactattn: error: --format {fmt} must be used with scores or square "
-                   f"(got {mode}); other modes print tables: use text, markdown, latex, json "
-                   "or csv\n")
+                   f"(got {mode}); other modes print tables: use text, markdown, latex, json, "
+                   "jsonl or csv\n")
 
 
 def test_png_without_matplotlib_is_a_clean_error(cli):

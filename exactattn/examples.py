@@ -81,6 +81,8 @@ class Example:
     #: ``square`` and ``walkthrough`` also print the raw self-match x[i] . x[j] (no
     #: projections) beside the projected scores (:func:`exactattn.present.tables.raw_match`)
     compare_raw: bool = False
+    #: a short name for a switch or a legend (``River``; the title is the sentence itself)
+    label: str = ""
 
 
 def chronicle() -> Example:
@@ -132,14 +134,14 @@ def tiny() -> Example:
 _MONEY_NATURE = ["money", "nature"]
 
 
-def _bank(name: str, words: list[tuple[str, str, str]], title: str) -> Example:
+def _bank(name: str, words: list[tuple[str, str, str]], title: str, label: str) -> Example:
     head = Head(W_Q=_identity(2), W_K=_identity(2), W_V=_identity(2), layout="rows")
     bank = [w for w, _, _ in words].index("bank")
     other = next(i for i, (w, _, _) in enumerate(words) if w in ("river", "money"))
     return Example(
         name=name, title=title, head=head, tokens=[Token(w) for w, _, _ in words],
         x=to_matrix([[m, n] for _, m, n in words], name="x"), slot_names=_MONEY_NATURE,
-        focus=bank, explain=(bank, other),
+        focus=bank, explain=(bank, other), label=label,
         source="words as two numbers (money, nature), 'bank' at (1/2, 1/2)")
 
 
@@ -155,7 +157,7 @@ def bank_river() -> Example:
     """
     return _bank("bank-river", [("the", "0", "0"), ("river", "0", "1"),
                                 ("bank", "1/2", "1/2"), ("flooded", "0", "3/4")],
-                 "the river bank flooded")
+                 "the river bank flooded", "River")
 
 
 def bank_loan() -> Example:
@@ -169,7 +171,7 @@ def bank_loan() -> Example:
     """
     return _bank("bank-loan", [("the", "0", "0"), ("bank", "1/2", "1/2"),
                                ("lent", "3/4", "0"), ("money", "1", "0")],
-                 "the bank lent money")
+                 "the bank lent money", "Loan")
 
 
 def _walsh(row: int, width: int = 16) -> list[int]:

@@ -92,6 +92,7 @@ class Sentence:
     name: str
     title: str
     words: list[str]
+    label: str                 # the switch's name for the sentence (River), else the name
     query: int                 # 0-based query row
     raw: list[str]             # exact raw scores (``masked`` for a hidden key)
     equal: str                 # the equal share 1/m over the m visible keys, exact
@@ -189,7 +190,7 @@ def _sentence(ex, stops: list[Stop], places: int, row: int | None) -> Sentence:
     visible = sum(1 for r in raw if r is not None)
     equal = next(q for q, r in zip(large, raw) if r is not None)
     s = Sentence(
-        name=ex.name, title=ex.title or ex.name,
+        name=ex.name, title=ex.title or ex.name, label=ex.label or ex.name,
         words=[t.text for t in ex.tokens[:n]] + [f"token {j + 1}" for j in
                                                   range(len(ex.tokens), n)],
         query=i, raw=["masked" if r is None else exact_text(r) for r in raw],

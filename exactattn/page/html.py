@@ -85,12 +85,15 @@ def script_data(nums, initial: str) -> dict:
 
 def _switch(nums) -> str:
     if len(nums.sentences) == 1:
-        return f'<p class="only-sentence">Sentence: <b>{_e(nums.sentences[0].title)}</b></p>'
+        s = nums.sentences[0]
+        return (f'<p class="only-sentence">Sentence: <b>{_e(s.label)}</b> '
+                f'<span class="sentence-text">{_e(s.title)}</span></p>')
     out = ['<fieldset id="sentence" class="switch"><legend>Sentence</legend>']
     for k, s in enumerate(nums.sentences):
         checked = " checked" if k == 0 else ""
         out.append(f'<label><input type="radio" name="sentence" id="sentence-{k}" '
-                   f'value="{k}"{checked}> {_e(s.title)}</label>')
+                   f'value="{k}"{checked}> <b>{_e(s.label)}</b>: '
+                   f'<span class="sentence-text">{_e(s.title)}</span></label>')
     out.append("</fieldset>")
     return "\n".join(out)
 

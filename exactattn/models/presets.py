@@ -245,6 +245,14 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
     (qs, bqs), (ks, bks), (vs, bvs) = (per_head(w, b, c, what) for w, b, c, what in
                                        ((w_q, b_q, heads, "W_Q"), (w_k, b_k, kv_heads, "W_K"),
                                         (w_v, b_v, kv_heads, "W_V")))
-    return Layer(qs, ks, vs, None if w_o is None else exact_matrix(w_o), b_Q=bqs, b_K=bks, b_V=bvs,
-                 b_O=None if b_o is None else exact_row(b_o), layout=names.layout,
-                 policy=policy)
+    built = Layer(qs, ks, vs, None if w_o is None else exact_matrix(w_o), b_Q=bqs, b_K=bks,
+                  b_V=bvs,
+                  b_O=None if b_o is None else exact_row(b_o), layout=names.layout,
+                  policy=policy)
+    cfg = _config(tensors.path) if names.rotary else None
+    width = (cfg or {}).get("head_dim")
+    if width is not None and width != built.heads[0].d_k:
+        raise ShapeError(f"head_dim in config.json must be {built.heads[0].d_k}, the width of "
+                         f"each of the {len(qs)} heads the weights split into (got {width}); "
+                         "pass --heads H to match the checkpoint")
+    return built

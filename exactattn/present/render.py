@@ -92,6 +92,33 @@ class Cell(str):
         return self
 
 
+class Vector(Cell):
+    """A vector cell ``(0, 3, 1/2, ... +5 more)``: the machine text, the reader text, and the
+    reader texts of the entries it shows (``parts``) with how many it left out (``more``),
+    so a text table may show fewer (:meth:`shown`).
+
+    >>> v = Vector("(1, 2, 3)", "(1, 2, 3)", ["1", "2", "3"], 0)
+    >>> v.shown(2)
+    '(1, 2, ... +1 more)'
+    """
+
+    def __new__(cls, machine: str, reader: str, parts: list[str], more: int,
+                short: list[str] | None = None):
+        self = super().__new__(cls, machine, reader)
+        self.parts, self.more = list(parts), more
+        #: the entries with long exact texts in short certified form (``~2.265e-1``)
+        self.short = list(parts) if short is None else list(short)
+        return self
+
+    def shown(self, k: int, short: bool = False) -> str:
+        """The reader text with at most ``k`` entries (``short``: long ones in short form)."""
+        parts = self.short if short else self.parts
+        if k >= len(parts) and not short:
+            return self.reader
+        left = max(len(parts) - k, 0) + self.more
+        return "(" + ", ".join(parts[:k] + ([f"... +{left} more"] if left else [])) + ")"
+
+
 #: a lone surrogate (UTF-8 cannot hold it): written as its JSON escape
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -151,23 +178,126 @@ def _rows(s: Section):
     return rows
 
 
-def _text(sections, out: IO[str], **_) -> None:
+#: text lines are kept within this many characters unless ``width`` says otherwise (0: no limit)
+TEXT_WIDTH = 160
+_WIDTH = [TEXT_WIDTH]
+
+
+def text_width(width: int | None) -> None:
+    """Set the default width of text tables (the CLI's ``--width``; None: :data:`TEXT_WIDTH`)."""
+    _WIDTH[0] = TEXT_WIDTH if width is None else width
+
+
+def _text(sections, out: IO[str], *, width: int | None = None, **_) -> None:
+    """Plain text tables.  Within ``width`` characters a line (:data:`TEXT_WIDTH` by default;
+    0 for no limit), as numpy's print options do: vectors show fewer entries, then the
+    middle columns give way to one ``...`` column, notes wrap; a table that was cut says so.
+    Markdown, CSV and JSON keep every column."""
+    limit = _WIDTH[0] if width is None else width
     for k, s in enumerate(sections):
         if k:
             out.write("\n\n")
         lines = [s.title, "=" * len(s.title)]
+        notes = [reader_text(n) for n in s.notes]
         if s.columns:
-            grid = [s.columns] + [[reader_text(c) for c in r] for r in _rows(s)]
-            widths = [max(len(r[c]) for r in grid) for c in range(len(s.columns))]
+            rows = [list(r) for r in _rows(s)]
+            grid, cut = _fitted([list(s.columns)] + rows, limit)
+            widths = [max(len(r[c]) for r in grid) for c in range(len(grid[0]))]
 
             def fmt(r):
                 return "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
             lines.append(fmt(grid[0]))
             lines.append("  ".join("-" * w for w in widths))
             lines.extend(fmt(r) for r in grid[1:])
-        lines.extend(reader_text(n) for n in s.notes)
+            if cut:
+                notes.append(f"{cut} to fit {limit} characters a line: --width 0 shows "
+                             "everything, --format csv or json every value")
+        for n in notes:
+            lines.extend(_wrapped(n, limit))
         out.write("\n".join(lines))
     out.write("\n")
+
+
+def _wrapped(note: str, limit: int) -> list[str]:
+    """A note within ``limit`` characters a line (continuations indented; a long number is
+    never split)."""
+    if not limit or len(note) <= limit:
+        return [note]
+    import textwrap
+    return textwrap.wrap(note, limit, subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False) or [note]
+
+
+#: a cell ``exact = decimal`` or ``exact ~ decimal`` (the decimal has no space)
+_EXACT_AND_DECIMAL = re.compile(r"^(\S+) ([=~]) (-?[0-9.]+)$")
+
+
+def _line_width(grid: list[list[str]]) -> int:
+    return sum(max(len(r[c]) for r in grid) for c in range(len(grid[0]))) + \
+        2 * (len(grid[0]) - 1)
+
+
+def _fitted(cells: list[list], limit: int) -> tuple[list[list[str]], str]:
+    """The grid of reader texts within ``limit`` characters a line, and what was cut ('' if
+    nothing): first vector cells show fewer entries (down to 2), then middle columns are
+    replaced by one ``...`` column (the first and last columns stay)."""
+    grid = [[reader_text(c) for c in r] for r in cells]
+    if not limit or _line_width(grid) <= limit:
+        return grid, ""
+    cut = []
+    vectors = [c for c in range(len(grid[0])) if any(isinstance(r[c], Vector) for r in cells[1:])]
+    if vectors:
+        shown = max(len(r[c].parts) for r in cells[1:] for c in vectors
+                    if isinstance(r[c], Vector))
+        short = False
+
+        def redo():
+            for r, texts in zip(cells[1:], grid[1:]):
+                for c in vectors:
+                    if isinstance(r[c], Vector):
+                        texts[c] = r[c].shown(shown, short)
+        while shown > 2 and _line_width(grid) > limit:
+            shown -= 1
+            redo()
+        if _line_width(grid) > limit:       # long exact entries in short certified form
+            short = True
+            redo()
+        while shown > 1 and _line_width(grid) > limit:
+            shown -= 1
+            redo()
+        cut.append(f"vectors show their first {plural(shown, 'entry', 'entries')}"
+                   + (" (~: long exact values rounded to 4 significant digits)" if short else ""))
+    long = max(limit // 4, 24)
+    if _line_width(grid) > limit:           # a long exact value with its decimal: the decimal
+        hits = 0
+        for texts in grid[1:]:
+            for c, t in enumerate(texts):
+                m = _EXACT_AND_DECIMAL.match(t) if len(t) > long else None
+                if m:
+                    texts[c] = ("~" if m.group(2) == "~" else "") + m.group(3)
+                    hits += 1
+        if hits:
+            cut.append(f"{plural(hits, 'long exact value')} shown by {'its' if hits == 1 else 'their'} "
+                       "decimal (~: correctly rounded)")
+    ncols = len(grid[0])
+    if _line_width(grid) > limit and ncols > 3:
+        keep_left, keep_right = 1, 1            # column 0 (the label) always stays
+        def trial(a, b):
+            idx = list(range(a + 1)) + list(range(ncols - b, ncols))
+            return [[r[c] for c in idx[:a + 1]] + ["..."] + [r[c] for c in idx[a + 1:]]
+                    for r in grid]
+        best = trial(keep_left, keep_right)
+        while keep_left + keep_right + 1 < ncols:
+            a, b = (keep_left + 1, keep_right) if keep_left <= keep_right else \
+                (keep_left, keep_right + 1)
+            t = trial(a, b)
+            if _line_width(t) > limit:
+                break
+            keep_left, keep_right, best = a, b, t
+        dropped = ncols - keep_left - keep_right - 1
+        grid = best
+        cut.append(f"{dropped} of {ncols - 1} columns left out (shown as ...)")
+    return grid, "; ".join(cut)
 
 
 def _md_cell(c: str) -> str:
@@ -322,7 +452,8 @@ _WRITERS = {"text": _text, "markdown": _markdown, "latex": _latex, "csv": _csv, 
 
 
 def write(sections: Sequence[Section], fmt: str, out: IO[str],
-          meta: dict[str, Any] | None = None, *, wrap: int | None = None) -> None:
+          meta: dict[str, Any] | None = None, *, wrap: int | None = None,
+          width: int | None = None) -> None:
     """Write ``sections`` to ``out`` in ``fmt`` (text, markdown, latex, json, csv, jsonl),
     row by row.
 
@@ -335,7 +466,8 @@ def write(sections: Sequence[Section], fmt: str, out: IO[str],
     """
     if fmt not in ALL_FORMATS:
         raise InputError(f"format must be one of {', '.join(ALL_FORMATS)} (got {fmt!r})")
-    _WRITERS[fmt](sections, out, meta=meta, wrap=wrap)
+    extra = {"width": width} if fmt == "text" else {}
+    _WRITERS[fmt](sections, out, meta=meta, wrap=wrap, **extra)
 
 
 def render(sections: Sequence[Section], fmt: str = "text",

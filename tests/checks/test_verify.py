@@ -514,6 +514,7 @@ OPTIONS = {
     "--sink": ("random", ["0"]), "--alibi": ("random", ["4"]), "--softcap": ("random", ["1"]),
     "--window": ("random", ["0,0"]), "--head": ("random", ["1", "--alibi", "4"]), "--query-offset": ("random", ["1"]),
     "--dropout": ("random", ["1/2"]), "--rope": ("random", ["10000"]), "--lse": ("random", []),
+    "--width": ("random", ["20"]),
 }
 
 

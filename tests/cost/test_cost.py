@@ -511,7 +511,7 @@ def _option_values():
     return {"--rows": ["5"], "--d-model": ["3"], "--d-k": ["2"], "--d-v": ["3"],
             "--causal": [], "--align": ["bottom_right"], "--keys": ["9"], "--heads": ["2"],
             "--layers": ["2"], "--decode": [], "--conventions": [], "--count-limit": ["1000"],
-            "--format": ["json"],
+            "--format": ["json"], "--width": ["20"],
             # the audit without counters (the derived side; running counters takes a minute);
             # --counters alone is refused: it needs --audit
             "--audit": ["--counters", "none"], "--counters": ["torch"]}

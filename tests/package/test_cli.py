@@ -246,6 +246,8 @@ def test_every_option_changes_the_output_or_is_refused(cli, tmp_path, command):
     spec = tmp_path / "other.json"
     spec.write_text(json.dumps(SPEC))
     base, values = OPTIONS[command]
+    if "--width" in _options_of(command):       # every command with --format: text width
+        values = dict(values, **{"--width": ["20"]})
     assert sorted(_options_of(command)) == sorted(values), "add the new option to OPTIONS"
     for flag, value in values.items():
         value = [str(spec) if v == "SPEC" else str(tmp_path / "out.svg") if v == "OUT" else v
@@ -446,7 +448,7 @@ def test_people_get_a_corner_and_every_query_s_largest(tmp_path, cli):
     from exactattn.engines.head import attend
     from exactattn.call.spec import load
     spec = _random_spec(tmp_path, 20)
-    rc, out, err = cli("scores", "--spec", spec)
+    rc, out, err = cli("scores", "--spec", spec, "--width", "0")
     assert rc == 0 and err == ""
     shares, rows = out.split("\n\n")[:2]
     lines = shares.splitlines()

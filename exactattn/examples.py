@@ -83,6 +83,9 @@ class Example:
     compare_raw: bool = False
     #: a short name for a switch or a legend (``River``; the title is the sentence itself)
     label: str = ""
+    #: the entries as the user typed them (``{"x": rows, "W_Q": rows, ...}``, a spec file's
+    #: texts): the tables show a typed decimal as typed (``-0.731``), never another number
+    typed: dict = field(default_factory=dict)
 
 
 def chronicle() -> Example:

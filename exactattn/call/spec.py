@@ -255,13 +255,22 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
                              f"{head.d_model} numbers (got {len(r)})")
         x.append(r)
     name = str(doc.get("name", "spec"))
+    typed = {"x": [_typed(r) for r in xs], **{w: [_typed(r) for r in doc[w]]
+                                              for w in ("W_Q", "W_K", "W_V")}}
     if "policy" in doc:            # today's modifiers: a sink, ALiBi, soft-capping, RoPE, ...
         head, fields = _head_policy(doc["policy"], head, len(x), where)
         return HeadSpec(name=name, title="", head=head, tokens=labels, x=x,
                         focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
-                        keep=fields.keep, lse=fields.lse)
+                        keep=fields.keep, lse=fields.lse, typed=typed)
     return Example(name=name, title="", head=head, tokens=labels, x=x,
-                   focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where)
+                   focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
+                   typed=typed)
+
+
+def _typed(row) -> list[str]:
+    """A row's entries as typed: text stripped, integers as written (JSON numbers arrive as
+    their text)."""
+    return [v.strip() if isinstance(v, str) else str(v) for v in row]
 
 
 @dataclass

@@ -70,6 +70,10 @@ def register(sub) -> None:
                                 "instead of stdout")
         else:
             add_format_option(p, ALL_FORMATS, type=_table_format(mode))
+        if mode in ("row", "weights", "walkthrough"):
+            p.add_argument("--fractions", action="store_true",
+                           help="show inputs typed as decimals (0.8) as exact fractions (4/5) "
+                                "instead; by default text, markdown and latex show them as typed")
         if mode in TOKEN_MODES:
             p.add_argument("--queries", type=span_type("--queries"), metavar="RANGE",
                            help="the tokens (query rows) to show, e.g. 1..8 or 1..4,10 "
@@ -158,6 +162,9 @@ def run(args) -> int:
             trace.output_decimals(digits)
     modes = MODES if args.mode == "walkthrough" else (args.mode,)
     view = View.of(args.format, n, queries, keys)
+    if getattr(args, "fractions", False):
+        import dataclasses
+        view = dataclasses.replace(view, fractions=True)
     closed = args.format in ("json", "jsonl")
     sections = [s for m in modes
                 for s in build(m, ex, trace, digits, closed_forms=closed, view=view,

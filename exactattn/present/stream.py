@@ -100,6 +100,8 @@ class View:
     people: bool = False
     readers: bool = True
     corner: bool = False
+    #: ``--fractions``: inputs typed as decimals shown as exact fractions too
+    fractions: bool = False
 
     @classmethod
     def of(cls, fmt: str, n: int, queries: Sequence[int] | None = None,

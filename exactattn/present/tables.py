@@ -28,6 +28,7 @@ share; the machine formats get everything, streamed.
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from ..call.policy import divisor_text
@@ -70,6 +71,22 @@ def _texts(values, picked=None) -> list[str]:
     return [exact_text(values[c]) for c in (range(len(values)) if picked is None else picked)]
 
 
+_DECIMAL_TEXT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+)$")
+
+
+def _typed_texts(values, typed, picked, view: View) -> list[str]:
+    """Input entries for people: a decimal the user typed as typed (``-0.731``) when it is the
+    entry's exact value, every other entry (and every one with ``--fractions``) exactly."""
+    exact = _texts(values, picked)
+    if typed is None or view.fractions or not view.people:
+        return exact
+    out = []
+    for c, text in zip(range(len(values)) if picked is None else picked, exact):
+        t = typed[c] if c < len(typed) else ""
+        out.append(t if _DECIMAL_TEXT.match(t) and Fraction(t) == values[c] else text)
+    return out
+
+
 # --------------------------------------------------------------------------- the modes
 def row(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
     """The tokens: index, id, byte count, text, and the numbers each arrives with."""
@@ -83,7 +100,9 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
         i = toks[k]
         tok = example.tokens[i]
         return [str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
-                printable(tok.text)] + _texts(trace.x[i], slots)
+                printable(tok.text)] + _typed_texts(trace.x[i], typed_x[i] if typed_x else None,
+                                                    slots, view)
+    typed_x = getattr(example, "typed", {}).get("x")
     notes = [f"{plural(n, 'token')}, each with d_model = {plural(d, 'number')}"]
     if example.title:
         notes.insert(0, f"source text: {example.title}")
@@ -107,7 +126,9 @@ def weights(example, trace: Trace, places: int = 4, view: View | None = None) ->
             cols = ["slot"] + [f"x{c + 1}" for c in width]
         else:
             cols = ["input"] + [f"slot {c + 1}" for c in width]
-        rows = [[str(r + 1)] + _texts(m[r], width) for r in lines]
+        typed = getattr(example, "typed", {}).get(name)
+        rows = [[str(r + 1)] + _typed_texts(m[r], typed[r] if typed else None, width, view)
+                for r in lines]
         shape = f"{len(m)} x {len(m[0])}"
         notes = shown_note(len(lines) < len(m) and f"lines {span_text(lines)} of {len(m)}",
                            len(width) < len(m[0]) and f"columns {span_text(width)} of "

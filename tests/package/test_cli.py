@@ -170,9 +170,9 @@ def test_explain_a_masked_pair_divides_the_raw_score(tmp_path, cli):
 
 
 # every option of every table, sweep, scale and prove command does something ----------
-SPEC = {"name": "other", "tokens": [{"text": "a", "x": [1, 0]}, {"text": "b", "x": ["1/2", 2]},
+SPEC = {"name": "other", "tokens": [{"text": "a", "x": [1, 0]}, {"text": "b", "x": ["0.5", 2]},
                                     {"text": "c", "x": [0, 1]}],
-        "W_Q": [[1, 1], [0, 1]], "W_K": [[1, 0], [1, 1]], "W_V": [[2, 0], [0, 1]],
+        "W_Q": [[1, 1], [0, 1]], "W_K": [[1, 0], [1, 1]], "W_V": [[2, 0], [0, "1.0"]],
         "divisor": "sqrt(3)", "causal": True, "layout": "slots"}
 
 #: per command: (the base arguments, {option: its value}); the options of the base
@@ -248,12 +248,16 @@ def test_every_option_changes_the_output_or_is_refused(cli, tmp_path, command):
     base, values = OPTIONS[command]
     if "--width" in _options_of(command):       # every command with --format: text width
         values = dict(values, **{"--width": ["20"]})
+    if "--fractions" in _options_of(command):   # the input tables: typed decimals as fractions
+        values = dict(values, **{"--fractions": []})
     assert sorted(_options_of(command)) == sorted(values), "add the new option to OPTIONS"
     for flag, value in values.items():
         value = [str(spec) if v == "SPEC" else str(tmp_path / "out.svg") if v == "OUT" else v
                  for v in value]
-        # a source option is compared with the default source (chronicle)
-        start = [] if flag in ("--example", "--spec") else base
+        # a source option is compared with the default source (chronicle); --fractions
+        # with a spec whose inputs were typed as decimals
+        start = [] if flag in ("--example", "--spec") else \
+            ["--spec", str(spec)] if flag == "--fractions" else base
         rc0, out0, err0 = cli(*command.split(), *start)
         args = value if flag == "NAME" else [flag, *value]
         if flag == "NAME":

@@ -48,3 +48,21 @@ def test_middle_columns_give_way_to_one_ellipsis_column():
 def test_a_vector_shows_fewer_entries_and_counts_the_rest():
     v = Vector("(1, 2, 3, ... +5 more)", "(1, 2, 3, ... +5 more)", ["1", "2", "3"], 5)
     assert v.shown(2) == "(1, 2, ... +6 more)" and v.shown(3) == v.reader
+
+
+def test_decimals_the_user_typed_are_shown_as_typed(cli, tmp_path):
+    """``-0.731`` stays ``-0.731`` in text tables (JSON keeps the exact fraction); --fractions
+    shows fractions; a typed text that is not the entry's exact value is never shown."""
+    path = tmp_path / "dec.json"
+    path.write_text('{"layout": "rows", "tokens": [{"x": [0.8, "-0.731"]}, {"x": ["1/3", 2]}], '
+                    '"W_Q": [[1, "0.5"], [0, 1]], "W_K": [[0, 1], [1, 0]], '
+                    '"W_V": [[1, 0], [0, 1]]}')
+    rc, out, _ = cli("row", "--spec", str(path))
+    assert rc == 0 and "1      7      token 1  0.8  -0.731" in out
+    assert "2      7      token 2  1/3  2" in out
+    rc, out, _ = cli("row", "--spec", str(path), "--fractions")
+    assert "4/5  -731/1000" in out
+    rc, out, _ = cli("weights", "--spec", str(path))
+    assert "1      1       0.5" in out
+    rc, out, _ = cli("row", "--spec", str(path), "--format", "json")
+    assert '"-731/1000"' in out and '"-0.731"' not in out

@@ -104,6 +104,7 @@ UNSUPPORTED = {
     "blocks": ("softcap", "sink", "alibi", "rope", "dropout"),     # row blocks
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
     "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
+    "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
 }
 
 PRESETS = {

@@ -66,7 +66,7 @@ from ..errors import InputError, shorten
 from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, make_call,
                       numpy_array, numpy_dtype, torch_tensor)
 
-__all__ = ["ArrayImpl", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
+__all__ = ["ArrayImpl", "FlexImpl", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
            "TorchImpl", "composed", "count_flops", "flop_counts", "load_impl", "make_call",
            "rotate", "sdpa_arguments"]
 
@@ -388,11 +388,112 @@ def composed(call: FloatCall) -> bool:
     return any(x is not None for x in (call.softcap, call.sink, call.dropout_p, call.lse))
 
 
-IMPLS = ("numpy", "numpy-naive", "torch")
+class FlexImpl(TorchImpl):
+    """``torch.nn.attention.flex_attention.flex_attention`` on the CPU, forward and autograd backward.
+
+    The policy becomes one ``score_mod``: the score FlexAttention hands it is
+    already ``scale q k^T``; the mod applies ``cap * tanh(s / cap)`` and adds
+    one bias tensor (ALiBi + an additive mask's offsets, ``-inf`` on every
+    key the causal rule, a window, a query offset or a boolean mask hides),
+    indexed ``[b, h, q, kv]``.  RoPE rotates q and k first; GQA ``interleave``
+    is ``enable_gqa=True``, ``tile`` repeats k and v.  The log-sum-exp is
+    ``return_lse=True`` (natural log; over ``log 2`` in base 2).  Sinks and
+    dropout are refused by name (:data:`~exactattn.call.policy.UNSUPPORTED`
+    ``["flex"]``).  On the CPU torch runs it unfused and warns once; that
+    warning is silenced here.
+
+    Raises:
+        InputError: torch is not installed, or the call has a sink or dropout.
+    """
+
+    def __init__(self):
+        super().__init__()
+        import torch
+        self.name = f"torch {torch.__version__} flex_attention (CPU)"
+        self.backward_name = self.name.replace("(CPU)", "backward (CPU autograd)")
+
+    def _refuse(self, call: FloatCall):
+        got = {"sink": call.sink, "dropout": call.dropout_p}
+        bad = [f for f in UNSUPPORTED["flex"] if got.get(f) is not None]
+        if bad:
+            raise InputError(f"call must have no {' or '.join(UNSUPPORTED['flex'])} for impl flex "
+                             f"(got {bad[0]}); use --impl torch")
+
+    def forward(self, call: FloatCall):
+        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
+        q, k, v = self._tensors(call)
+        out, lse = self.attend(call, q, k, v, with_lse=True)
+        out = out.detach().to(self.xp.float64).numpy()
+        if call.lse is None:
+            return out
+        lse = lse.detach().to(self.xp.float64)
+        if call.lse == "2":
+            lse = lse / np.log(2)
+        return out, lse.numpy()
+
+    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
+        """flex_attention of the call on tensors of its dtype: the output (and lse) tensors."""
+        import warnings
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+        self._refuse(call)
+        dt = q.dtype
+        if call.rope is not None:
+            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+        gqa = False
+        if call.enable_gqa:
+            if call.gqa == "interleave":
+                gqa = True
+            else:
+                reps = q.shape[-3] // k.shape[-3]
+                shape = [1] * k.dim()
+                shape[-3] = reps
+                k, v = k.repeat(*shape), v.repeat(*shape)
+        squeeze = q.dim()
+        while q.dim() < 4:      # flex_attention takes B x H x L x E only
+            q, k, v = q[None], k[None], v[None]
+        L, S = q.shape[-2], k.shape[-2]
+        bias = np.zeros((L, S))
+        if call.alibi is not None:
+            bias = bias + call.alibi_bias()
+        seen = call.keep() if call.positional else None
+        m = call.attn_mask
+        if m is not None:
+            if m.dtype != bool:
+                bias = bias + np.where(np.isneginf(m), 0, m)
+                m = ~np.isneginf(m)
+            seen = m if seen is None else seen & m
+        if seen is not None:
+            bias = np.where(seen, bias, -np.inf)
+        bias = np.broadcast_to(bias, (1,) * (4 - np.ndim(bias)) + np.shape(bias))
+        bias = np.broadcast_to(bias, (q.shape[0], q.shape[1], L, S))
+        b_t = torch.from_numpy(np.array(bias, copy=True)).to(dt)   # a broadcast view is read-only
+        cap = None if call.softcap is None else torch.tensor(call.softcap, dtype=dt)
+
+        def score_mod(score, b, h, qi, kv):
+            if cap is not None:
+                score = cap * torch.tanh(score / cap)
+            return score + b_t[b, h, qi, kv]
+        kwargs = {"scale": call.scale} if call.scale is not None else {}
+        try:
+            with warnings.catch_warnings():   # "flex_attention called without torch.compile()"
+                warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", FutureWarning)    # return_lse's new spelling
+                out, lse = flex_attention(q, k, v, score_mod=score_mod, enable_gqa=gqa,
+                                          return_lse=True, **kwargs)
+        except Exception as e:
+            raise ImplRaised(e) from e
+        for _ in range(4 - squeeze):
+            out, lse = out[0], lse[0]
+        return (out, lse) if with_lse else out
+
+
+IMPLS = ("numpy", "numpy-naive", "torch", "flex")
 
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_FORMS = "numpy, numpy-naive, torch or module:function"
+_FORMS = "numpy, numpy-naive, torch, flex or module:function"
 
 
 def _import(mod_name: str):
@@ -438,7 +539,7 @@ def load_impl(impl, *, arrays: str = "numpy") -> Impl:
     >>> load_impl("cuda")
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: impl must be numpy, numpy-naive, torch or module:function (got 'cuda')
+    exactattn.errors.InputError: impl must be numpy, numpy-naive, torch, flex or module:function (got 'cuda')
     >>> load_impl(".foo:bar")
     Traceback (most recent call last):
     ...
@@ -454,6 +555,8 @@ def load_impl(impl, *, arrays: str = "numpy") -> Impl:
         return NumpyImpl(naive=True)
     if impl == "torch":
         return TorchImpl()
+    if impl == "flex":
+        return FlexImpl()
     if not isinstance(impl, str) or ":" not in impl:
         raise InputError(f"impl must be {_FORMS} (got {shorten(repr(impl))})")
     mod_name, _, fn_name = impl.partition(":")

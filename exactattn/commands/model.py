@@ -179,7 +179,7 @@ def _check(args) -> int:
     if args.svg is not None:
         from ..present.svg import picture
         _write_svg(args.svg, picture("scores", ex, trace, args.digits, "svg"))
-    view = View.of(args.format, len(x))
+    view = _named(View.of(args.format, len(x)), run_.tokens)
     sections += build("scores", ex, trace, args.digits, closed_forms=args.format == "json",
                       view=view)
     sections.append(summary)
@@ -189,6 +189,18 @@ def _check(args) -> int:
             "layer": args.layer, "head": args.head, "exactness": note, "result": result}
     write(sections, args.format, sys.stdout, meta, wrap=PAGE)     # ends with the result line
     return 0 if summary.data["passed"] else 1
+
+
+def _named(view, tokens):
+    """The view with its key columns named by the tokens' texts (a model's own pieces), when
+    the tokens have texts of their own (not the default ``token N``)."""
+    import dataclasses
+
+    from ..present.render import printable
+    texts = [printable(t.text) for t in tokens]
+    if not texts or all(t == f"token {k + 1}" for k, t in enumerate(texts)):
+        return view
+    return dataclasses.replace(view, names=tuple(texts))
 
 
 def _save_inputs(folder: str, run_) -> None:
@@ -235,7 +247,7 @@ def run(args) -> int:
         sections = [_layer_section(attend_layer(loaded.layer, ex.x), args.digits)]
     else:
         trace = attend_example(ex)
-        view = View.of(args.format, len(ex.x))
+        view = _named(View.of(args.format, len(ex.x)), ex.tokens)
         modes = MODES if args.mode == "walkthrough" else (args.mode,)
         sections = [s for m in modes for s in build(m, ex, trace, args.digits,
                                                     closed_forms=args.format == "json",

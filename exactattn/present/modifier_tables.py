@@ -61,7 +61,7 @@ class _Grid:
         self.toks, self.keys = view.rows(n), view.cols(n)
         self.data_toks = self.toks if view.queries is not None else range(n)
         self.data_keys = self.keys if view.keys is not None else range(n)
-        self.cols = ["query"] + [f"key {j + 1}" for j in self.keys]
+        self.cols = ["query"] + [view.key(j) for j in self.keys]
         self.shown = shown_note(
             len(self.toks) < n and f"queries {span_text(self.toks)} of {n}",
             len(self.keys) < n and f"keys {span_text(self.keys)} of {n}",

@@ -157,7 +157,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
         return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + sink_cell(i) + \
             [_total(trace, i), largest_cell(i)]
 
-    cols = ["query"] + [f"key {j + 1}" for j in keys] + (["sink"] if sink else []) + \
+    cols = ["query"] + [view.key(j) for j in keys] + (["sink"] if sink else []) + \
         ["sum", "largest"]
     notes = [f"divisor used for these shares: {divisor_words(head, places)}",
              f"shares at {places} certified places (correctly rounded); "

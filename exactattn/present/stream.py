@@ -102,6 +102,18 @@ class View:
     corner: bool = False
     #: ``--fractions``: inputs typed as decimals shown as exact fractions too
     fractions: bool = False
+    #: the tokens' texts (a real model's pieces): key columns are named by them
+    names: tuple[str, ...] | None = None
+
+    def key(self, j: int) -> str:
+        """Key j's column name: ``key 3``, or ``3 bank`` when the tokens are named.
+
+        >>> View().key(2), View(names=("[CLS]", "the", "bank")).key(2)
+        ('key 3', '3 bank')
+        """
+        if self.names is None or j >= len(self.names):
+            return f"key {j + 1}"
+        return f"{j + 1} {self.names[j]}"
 
     @classmethod
     def of(cls, fmt: str, n: int, queries: Sequence[int] | None = None,

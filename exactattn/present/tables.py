@@ -289,7 +289,7 @@ def square(example, trace: Trace, places: int = 4, view: View | None = None) -> 
     view = view or View()
     n, head = trace.n, trace.head
     toks, keys = view.rows(n), view.cols(n)
-    cols = ["query"] + [f"key {j + 1}" for j in keys]
+    cols = ["query"] + [view.key(j) for j in keys]
     data_toks = toks if view.queries is not None else range(n)
     data_keys = keys if view.keys is not None else range(n)
     shown = shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}",

@@ -208,3 +208,11 @@ def test_check_command_fails_a_head_over_its_tolerance(cli, monkeypatch):
     doc = json.loads(out)
     assert status == 1 and doc["result"] == "result: FAIL (1 of 8 heads over their tolerance)"
     assert doc["tables"][-1]["data"]["passed"] is False
+
+
+def test_model_tables_name_their_key_columns_by_the_tokens(cli):
+    """The share and score tables of a model say which token each key is, not ``key 1``."""
+    rc, out, err = cli("model", "check", "--model", "gpt2-tiny", "--text", "abc")
+    assert rc == 0, err
+    shares = out.split("Shares (attention weights): softmax of each row\n")[1].splitlines()
+    assert shares[1].split()[:4] == ["query", "1", "a", "2"] and "3 c" in shares[1]

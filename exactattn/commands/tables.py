@@ -21,9 +21,9 @@ import sys
 
 from ..call.policy import divisor_text
 from ..errors import InputError, shorten
-from ..options import choice, index_pair
+from ..options import choice, index_pair, whole
 from ..present.render import ALL_FORMATS, write
-from ..present.stream import PAGE, View, busy, check_span, span_text
+from ..present.stream import CORNER, PAGE, View, busy, check_span, span_text
 from ..present.svg import PICTURE_FORMATS, PICTURE_MODES, picture
 from .flags import (add_digits_option, add_format_option, add_source_options, load_source,
                     span_type)
@@ -74,6 +74,11 @@ def register(sub) -> None:
             p.add_argument("--fractions", action="store_true",
                            help="show inputs typed as decimals (0.8) as exact fractions (4/5) "
                                 "instead; by default text, markdown and latex show them as typed")
+        if mode != "square":        # the square shows scores and shares only: no vectors
+            p.add_argument("--columns", type=whole("--columns"), metavar="N",
+                           help="text, markdown and latex: the first N numbers of each token, "
+                                f"weight line, projection and output (default all up to {PAGE}, "
+                                f"else {CORNER}); csv and json write every value")
         if mode in TOKEN_MODES:
             p.add_argument("--queries", type=span_type("--queries"), metavar="RANGE",
                            help="the tokens (query rows) to show, e.g. 1..8 or 1..4,10 "
@@ -163,8 +168,9 @@ def run(args) -> int:
     modes = MODES if args.mode == "walkthrough" else (args.mode,)
     view = View.of(args.format, n, queries, keys)
     if getattr(args, "fractions", False):
-        import dataclasses
         view = dataclasses.replace(view, fractions=True)
+    if getattr(args, "columns", None) is not None and view.people:
+        view = dataclasses.replace(view, columns=args.columns)
     closed = args.format in ("json", "jsonl")
     sections = [s for m in modes
                 for s in build(m, ex, trace, digits, closed_forms=closed, view=view,

@@ -104,6 +104,9 @@ class View:
     fractions: bool = False
     #: the tokens' texts (a real model's pieces): key columns are named by them
     names: tuple[str, ...] | None = None
+    #: ``--columns N``: the first N numbers of each token, weight line and output (people
+    #: formats; default 8 past 16)
+    columns: int | None = None
 
     def key(self, j: int) -> str:
         """Key j's column name: ``key 3``, or ``3 bank`` when the tokens are named.
@@ -136,10 +139,14 @@ class View:
 
     def part(self, count: int) -> Sequence[int]:
         """Indices shown of another axis of ``count`` (slots, output columns)."""
+        if self.columns is not None:
+            return range(min(self.columns, count))
         return range(CORNER) if self.people and count > PAGE else range(count)
 
     def width(self, count: int) -> int | None:
         """How many entries of a vector of ``count`` people see (None: all)."""
+        if self.columns is not None:
+            return None if self.columns >= count else self.columns
         return CORNER if self.people and count > PAGE else None
 
 

@@ -108,10 +108,13 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
         notes.insert(0, f"source text: {example.title}")
     notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
                         len(slots) < d and f"numbers {span_text(slots)} of {d}",
-                        "choose tokens with --queries")
+                        "choose tokens with --queries" + _COLUMNS * (len(slots) < d))
     every = view.rows(n) if view.queries is not None else range(n)
     return [Section("row", "The row: tokens and their numbers", cols, LazyRows(len(toks), line),
                     notes, {"x": LazyRows(len(every), lambda k: _texts(trace.x[every[k]]))})]
+
+
+_COLUMNS = " and how many numbers with --columns"
 
 
 def weights(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
@@ -132,7 +135,8 @@ def weights(example, trace: Trace, places: int = 4, view: View | None = None) ->
         shape = f"{len(m)} x {len(m[0])}"
         notes = shown_note(len(lines) < len(m) and f"lines {span_text(lines)} of {len(m)}",
                            len(width) < len(m[0]) and f"columns {span_text(width)} of "
-                                                      f"{len(m[0])}", None)
+                                                      f"{len(m[0])}",
+                           "choose how many with --columns" if len(width) < len(m[0]) else None)
         data = {name: [_texts(r) for r in m]}
         bias = head.bias("b_" + name[-1])
         if bias is not None:
@@ -225,7 +229,7 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
         notes[1:] = _bias_notes(head, same, which)
     notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
                         (qw or vw) and f"the first {qw or vw} numbers of each vector",
-                        "choose tokens with --queries")
+                        "choose tokens with --queries" + _COLUMNS * bool(qw or vw))
     every = toks if view.queries is not None else range(n)
 
     def exact(name):

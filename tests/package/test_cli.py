@@ -250,6 +250,8 @@ def test_every_option_changes_the_output_or_is_refused(cli, tmp_path, command):
         values = dict(values, **{"--width": ["20"]})
     if "--fractions" in _options_of(command):   # the input tables: typed decimals as fractions
         values = dict(values, **{"--fractions": []})
+    if "--columns" in _options_of(command):     # the vector tables: the first N numbers
+        values = dict(values, **{"--columns": ["1"]})
     assert sorted(_options_of(command)) == sorted(values), "add the new option to OPTIONS"
     for flag, value in values.items():
         value = [str(spec) if v == "SPEC" else str(tmp_path / "out.svg") if v == "OUT" else v

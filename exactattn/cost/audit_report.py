@@ -41,6 +41,23 @@ FINDINGS = {
                             "k = query batch / broadcast batch)"),
     "attention_twice": ("attention twice", "scores, softmax and mix counted twice (a module "
                         "hook and the torch calls inside the module)"),
+    "causal_half": ("n^2/2", "half the full L x S square under the causal rule (n^2/2, not "
+                    "the n(n+1)/2 pairs a causal square keeps)"),
+    "scores_only": ("scores only", "counts the scores product Q K^T alone, not the mix"),
+    "mix_only": ("mix only", "counts the mix product P V alone, not the scores"),
+    "one_product": ("one product", "counts one of the two products alone (the scores or the "
+                    "mix: at E = E_v the figure cannot tell which)"),
+    "layout_swap": ("layout swap", "reads operands laid out (B, S, H, D), as flash-attn and "
+                    "xformers take them, as (B, H, S, D): the heads and the sequence trade "
+                    "places"),
+    "kv_heads": ("at KV heads x{factor}", "counts the H_kv key/value heads where every one "
+                 "of the H_q query heads scores and mixes (GQA shares keys, not work)"),
+    "macs_as_flops": ("MACs as FLOPs", "reports the multiply-adds as FLOPs (1 per "
+                      "multiply-add, not 2)"),
+    "no_recompute": ("no recompute", "a backward without the recomputation of the scores "
+                     "that a fused kernel runs (backward = 2 x forward)"),
+    "recompute": ("recompute", "a backward with a recomputation of the scores that the math "
+                  "path does not run (it keeps P from the forward)"),
     "softmax": ("+softmax", "adds one operation per score for the softmax"),
     "bias": ("+bias", "adds the bias additions (one per output of each projection)"),
     "bias_once": ("+bias once", "adds each bias once per layer, not once per token"),

@@ -189,7 +189,8 @@ def _check_judge(args) -> None:
                          "--shape 2,5,9,9,4")
     if args.audit or args.conventions:
         flag = "--audit" if args.audit else "--conventions"
-        raise InputError(f"{flag} must be left out with --judge (got both); drop one")
+        raise InputError(f"--judge must be left out with {flag} (got both); {flag} prints "
+                         "another table: drop one")
     from ..examples import chronicle
     head = chronicle().head
     for flag, dest, default in _NOT_AUDIT:
@@ -276,7 +277,8 @@ def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = F
 def run(args) -> int:
     _check_combinations(args)
     if args.judge is not None:
-        from ..cost.judge import judge_sections, parse_shape
+        from ..cost.audit_report import judge_sections
+        from ..cost.judge import parse_shape
         sections, right = judge_sections(
             args.judge, args.call or "sdpa", parse_shape(args.shape), causal=args.causal,
             alignment=args.align or ALIGNMENTS[0], kv_heads=args.kv_heads,

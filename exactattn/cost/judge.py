@@ -8,7 +8,7 @@ B x H_kv x S x E (key) and B x H_kv x S x E_v (value).  It is built as an
 :class:`~exactattn.cost.audit_calls.AuditCall` and judged by the audit's own
 :func:`~exactattn.cost.audit.ledger` and :func:`~exactattn.cost.audit.verdict`
 (the departures tried live there, :func:`~exactattn.cost.audit.explanations`).
-Only the exact count is right (exit 0 on the command line); a figure a
+The table is :func:`~exactattn.cost.audit_report.judge_sections`.  Only the exact count is right (exit 0 on the command line); a figure a
 convention gives (the full square, n^2/2 under the causal rule) is named as a
 convention, an error as an error.
 
@@ -35,12 +35,11 @@ from fractions import Fraction
 from ..call.policy import ALIGNMENTS
 from ..errors import InputError
 from ..options import check_choice, check_whole
-from ..present.render import Section
-from .audit import ERRORS, PASSES, Ledger, Verdict, ledger, verdict
+from .audit import Ledger, Verdict, ledger, verdict
 from .audit_calls import AuditCall
 from .sizes import MAX_SIZE, CallShape, policy_of
 
-__all__ = ["JUDGE_CALLS", "Judgement", "judge", "judge_sections", "parse_shape"]
+__all__ = ["JUDGE_CALLS", "Judgement", "formula", "judge", "parse_shape"]
 
 #: the calls: (torch code, backward pass of :data:`~exactattn.cost.audit.PASSES`)
 JUDGE_CALLS = {
@@ -169,78 +168,3 @@ def formula(j: Judgement, findings: tuple) -> tuple[str, str, Fraction]:
     value = eval(numbers.replace(" x ", " * ").replace("/ 2", "/ Fraction(2)"),
                  {"Fraction": Fraction, "__builtins__": {}})
     return text, numbers, Fraction(value)
-
-
-def _kind(findings: tuple) -> str:
-    return "an error" if any(f in ERRORS for f in findings) else "a convention"
-
-
-def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[list, bool]:
-    """The ``cost/judge`` table and whether the figure is right (see :func:`judge`)."""
-    from .audit_report import FINDINGS
-    j = judge(figure, call, shape, **options)
-    L_, v, s = j.ledger, j.verdict, j.ledger.call.shape
-    causal = s.policy.causal
-    P, full = s.pairs(), s.queries * s.keys
-    rows, data = [], []
-    passes = ["forward"] + ([j.pass_, "backward_autograd" if j.pass_ == "backward"
-                             else "backward"] if j.pass_ != "forward" else [])
-    names = {"forward": "forward", "backward": "backward, scores recomputed (fused kernels)",
-             "backward_autograd": "backward, P kept (math autograd, 2 x forward)"}
-    ways = [("exact", "exactattn: the visible pairs", P)]
-    if causal:
-        ways += [("full_square", "full L x S square (torch's formula, PaLM, Megatron)", full),
-                 ("causal_half", "L x S / 2 for causal (Kaplan et al., FlashAttention)",
-                  Fraction(full, 2))]
-    B, H = s.batch_size, s.heads
-    for p in passes:
-        ws, wm = PASSES[p]
-        for key, who, pairs in ways:
-            macs = B * H * pairs * (ws * s.d_k + wm * s.d_v)
-            judged = p == (j.pass_ if options.get("backward") else "forward") and key == "exact"
-            rows.append([names[p], who, str(pairs), str(macs), str(2 * macs),
-                         "judged against" if judged else ""])
-            data.append({"pass": p, "convention": key, "pairs_per_head": str(pairs),
-                         "macs": str(macs), "flops": str(2 * macs), "judged": judged})
-    sz = j.sizes
-    notes = [f"call: {call}: {L_.call.code}",
-             f"shape: B {sz['B']}, H {sz['H_q']}, H_kv {sz['H_kv']}, L {sz['L']}, S {sz['S']}, "
-             f"E {sz['E']}, E_v {sz['E_v']}" + (f"; causal ({s.policy.alignment}), P = {P} "
-                                                "visible pairs a head" if causal else ""),
-             f"reported: {figure} FLOPs ({'backward' if options.get('backward') else 'forward'})"]
-    explained = []
-    if j.right:
-        notes.append(f"verdict: right: {figure} is the exact count")
-    elif v.findings == ("unexplained",):
-        notes.append(f"verdict: wrong: {figure} is not {v.expected}, and no departure tried "
-                     f"gives it (unexplained, x{float(Fraction(figure, v.expected)):.4g})")
-    else:
-        words = ", ".join(FINDINGS[f][0].format(factor=_factor(v.factor)) for f in v.findings)
-        notes.append(f"verdict: wrong: {figure} is not {v.expected} (right: {v.expected}); "
-                     f"{words}, {_kind(v.findings)}")
-        for f in (v.findings, *v.alternatives):
-            text, numbers, value = formula(j, f)
-            if value != figure:   # the formula must reproduce the figure exactly
-                raise AssertionError(f"formula {numbers} = {value}, not {figure}")
-            meaning = "; ".join(FINDINGS[x][1] for x in f)
-            head = "explanation" if f is v.findings else "also fits"
-            notes.append(f"{head}: {text} = {numbers} = {figure} ({meaning})")
-            explained.append({"findings": list(f), "formula": text, "numbers": numbers})
-    if L_.counted is not None:
-        notes.append("derived = counted by running the call: "
-                     + ("true" if L_.same else "FALSE"))
-    doc = {"call": call, "code": L_.call.code, "shape": sz, "causal": causal,
-           "pass": j.pass_, "figure": figure, "expected": v.expected,
-           "right": j.right, "findings": list(v.findings),
-           "alternatives": [list(a) for a in v.alternatives], "explanations": explained,
-           "conventions": data}
-    title = f"{figure} FLOPs judged for {call} on {sz['B']}x{sz['H_q']}x{sz['L']}x{sz['E']}"
-    section = Section("cost/judge", title, ["pass", "convention", "pairs a head", "MACs",
-                                             "FLOPs", ""], rows, notes, doc)
-    return [section], j.right
-
-
-def _factor(q):
-    if q is None:
-        return "?"
-    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"

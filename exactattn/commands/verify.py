@@ -15,7 +15,7 @@ import sys
 
 from ..call.policy import Policy
 from ..errors import InputError, shorten
-from ..options import MAX_PLACES, choice, memory, whole
+from ..options import MAX_PLACES, choice, memory, whole, whole_list
 from ..present.render import FORMATS, plural, render
 from .flags import add_digits_option, add_format_option
 from .modifier_flags import add_policy_flags, apply, set_policy_flags
@@ -89,6 +89,18 @@ def register(sub) -> None:
                         "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
                         "exact ones, for a standard-normal dO drawn from --seed (with --spec "
                         "too); with --search N, search for the worst input of the backward")
+    sp = p.add_argument_group("split-merge (split-KV, flash-decoding)")
+    sp.add_argument("--split-merge", action="store_true",
+                    help="check partial states: --impl returns (output, lse) on each block of "
+                         "keys (--splits), --merge combines them; every block's state and the "
+                         "merged (output, lse) are judged against the exact rows")
+    sp.add_argument("--splits", type=whole_list("--splits"), default=None, metavar="CUTS",
+                    help="split-merge: the key positions the keys are cut before, increasing "
+                         "(e.g. 3,5: blocks [0, 3), [3, 5), [5, S); default S/2)")
+    sp.add_argument("--merge", default=None, metavar="MODULE:FUNCTION",
+                    help="split-merge: your merge(states, *, sink=None) -> (output, lse); "
+                         "default: exactattn merges the states in float64, checking the "
+                         "blocks only")
     out = p.add_argument_group("report")
     out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
                      help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
@@ -121,6 +133,7 @@ def _flag(name: str) -> str:
 
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
+    _refuse_split(args)
     if args.backward and args.flops:
         raise InputError("--flops must come without --backward (got both); the FLOP count "
                          "is the forward's")
@@ -151,6 +164,31 @@ def _refuse_misplaced(args) -> None:
     if args.heads is not None and args.kv_heads is not None and args.heads % args.kv_heads:
         raise InputError(f"--heads must be a multiple of --kv-heads (got "
                          f"{shorten(str(args.heads))} and {shorten(str(args.kv_heads))})")
+
+
+def _refuse_split(args) -> None:
+    """Refuse split-merge options without --split-merge, and what --split-merge does not run."""
+    if not args.split_merge:
+        for flag, v in (("--splits", args.splits), ("--merge", args.merge)):
+            if v is not None:
+                raise InputError(f"{flag} must come with --split-merge (got {flag} alone)")
+        return
+    for flag, bad in (("--backward", args.backward), ("--search", args.search),
+                      ("--memory", args.memory), ("--flops", args.flops),
+                      ("--timings", args.timings)):
+        if bad:
+            raise InputError(f"{flag} must come without --split-merge (got both); a split-merge "
+                             "check runs the forward's blocks and their merge once")
+    if args.lse is not None:
+        raise InputError("--lse must come without --split-merge (got both); a split-merge check "
+                         "always judges every block's and the merged log-sum-exp, in natural-log "
+                         "units")
+    from ..call.policy import UNSUPPORTED
+    from .modifier_flags import FLAGS
+    for field in UNSUPPORTED["split"]:
+        if getattr(args, field, None) is not None:
+            raise InputError(f"{FLAGS[field]} must come without --split-merge (got both); a "
+                             "block's keys reach the function without their positions")
 
 
 def _policy(args, base: Policy | None) -> Policy:
@@ -268,7 +306,8 @@ def run(args) -> int:
     _refuse_misplaced(args)
     if args.memory is not None:
         return _run_blocks(args)
-    if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl):
+    if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl) \
+            and args.merge is None:
         raise InputError(f"--arrays must come with a module:function impl (got --impl "
                          f"{shorten(args.impl)}); the built-in implementations choose their own "
                          "arrays")
@@ -308,6 +347,8 @@ def run(args) -> int:
         check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
     if args.backward:
         return _run_backward(args, impl, problem, dtypes, notes)
+    if args.split_merge:
+        return _run_split(args, impl, problem, dtypes, notes)
     reports = []
     from ..present.stream import busy
     for dt in dtypes:
@@ -344,6 +385,37 @@ def _run_backward(args, impl, problem, dtypes, notes) -> int:
     sections = backward_sections(reports, worst=args.worst, digits=args.digits,
                                  timings=args.timings, notes=notes)
     meta = {"command": "verify", "backward": True, "impl": reports[0].impl,
+            "policy": reports[0].policy.as_dict(), "passed": all(r.passed for r in reports)}
+    sys.stdout.write(render(sections, args.format, meta))
+    return 0 if all(r.passed for r in reports) else 1
+
+
+def _run_split(args, impl, problem, dtypes, notes) -> int:
+    """``verify --split-merge``: each key block's (output, lse) and their merge, row by row."""
+    from ..verify.report import split_sections
+    from ..verify.split import cut_lengths, load_merge, verify_split
+    from ..present.stream import busy
+    if getattr(args, "spec_lse", None) == "2":
+        raise InputError("the spec file's policy.lse must be e for --split-merge (got 2); the "
+                         "blocks' log-sum-exps are in natural-log units")
+    S = problem.shape["S"]
+    try:
+        lengths = cut_lengths(args.splits if args.splits is not None else [S // 2], S)
+    except InputError as e:
+        raise InputError(f"--{e}") from None
+    try:
+        merge = None if args.merge is None else \
+            load_merge(args.merge, arrays=args.arrays or "numpy")
+    except InputError as e:
+        raise InputError(f"--{e}") from None
+    reports = []
+    for dt in dtypes:
+        with busy(f"{impl.name} in {dt}: {len(lengths)} key blocks, merged and certified"):
+            reports.append(verify_split(impl, problem, dt, lengths, merge=merge,
+                                        max_ulps=args.max_ulps))
+    sections = split_sections(reports, worst=args.worst, digits=args.digits, notes=notes)
+    meta = {"command": "verify", "split_merge": True, "impl": reports[0].impl,
+            "merge": reports[0].merge, "blocks": lengths,
             "policy": reports[0].policy.as_dict(), "passed": all(r.passed for r in reports)}
     sys.stdout.write(render(sections, args.format, meta))
     return 0 if all(r.passed for r in reports) else 1

@@ -314,7 +314,8 @@ def read_answer(out: Any, name: str = "impl", *, lse: bool = False) -> Answer:
     if lse:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise InputError(f"{name} must return (output, lse) when the log-sum-exp is checked "
-                             f"(got {shorten(type(out).__name__)}); return both, or drop --lse")
+                             f"(got {shorten(type(out).__name__)}); return both (asked for with "
+                             "return_lse=True), or drop --lse or --split-merge")
         values = read_answer(out[0], name)
         return Answer(values.values, values.dtype, read_answer(out[1], name).values)
     if hasattr(out, "detach"):       # a PyTorch tensor: bfloat16 has no numpy dtype

@@ -15,7 +15,7 @@ from .check import Report
 from .compare import Comparison
 from ..numbers.formats import certified_scientific, shortest_repr
 
-__all__ = ["backward_sections", "report_sections"]
+__all__ = ["backward_sections", "report_sections", "split_sections"]
 
 
 def _got(r: Report, e) -> str:
@@ -231,4 +231,88 @@ def backward_sections(reports: Sequence[Report], *, worst: int = 5, digits: int 
     """
     sections = [_backward_worst_section(r, worst, digits) for r in reports]
     sections.append(_backward_summary_section(reports, timings, notes))
+    return sections
+
+
+# --------------------------------------------------------------------------- split-merge
+def _split_exact(x, digits: int) -> str:
+    """A block's or the merge's exact value: certified, ``-inf`` for a log-sum-exp of no key."""
+    e = x.exact
+    if getattr(e, "neg_inf", False):
+        return "-inf"
+    if e.row.nan:
+        return "nan"
+    return certified_scientific(e, digits)
+
+
+def _split_worst_section(r, worst: int, digits: int) -> Section:
+    """The values furthest from the exact ones (failures first), block by block and merged."""
+    from .compare import failures_first
+    ranked = sorted(r.values(), key=lambda v: failures_first(v[3]))[:worst]
+    rows = []
+    for idx, where, what, x in ranked:
+        raised = where in r.raised or (where == "merged" and r.raised)
+        rows.append([",".join(map(str, idx)), where, what, _split_exact(x, digits),
+                     shortest_repr(x.rounded, r.dtype) if x.rounded is not None else "-",
+                     "raised" if raised else shortest_repr(x.got, r.dtype),
+                     number_cell(x.ulps, "d"), x.status])
+    sh = r.call.shape
+    total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
+    some, every = r.empty_blocks()
+    edges = [0]
+    for n in r.lengths:
+        edges.append(edges[-1] + n)
+    merge = (f"merge: {r.merge}, judged against the exact one-pass row" if r.merge else
+             "merge: none given (--merge); the states were merged here in float64, skipping "
+             "blocks at lse = -inf, so only the blocks are under test")
+    notes = [
+        *_problem_notes(r, f"{r.moved_inputs} of {total}"),
+        "blocks: " + ", ".join(f"[{a}, {b})" for a, b in zip(edges, edges[1:])) + f" of S = "
+        f"{sh['S']} keys; each block's (output, lse) against that block's own exact row, "
+        "the merged one against the whole row (the sink counted once, at the merge)",
+        merge,
+        f"rows with a block that sees no key: {some} of {len(r.rows)} (that block must give "
+        f"output 0 and lse -inf); rows that see no key at all: {every} (the merge must give "
+        f"the policy's empty row, empty_row {r.policy.empty_row}"
+        + (": output 0, lse -inf)" if r.policy.empty_row == "zero" else ")"),
+        f"exact: certified to {digits} significant digits; lse in natural-log units; 'exact "
+        f"in {r.dtype}' is the exact value correctly rounded to {r.dtype}",
+        _tolerance_note(r, "S"),
+    ]
+    for where, line in r.raised.items():
+        notes.append(f"hard failure: {r.merge if where == 'merged' else r.impl} raised {line}; "
+                     f"{'the merged' if where == 'merged' else where + chr(39) + 's'} values "
+                     "count as failed" if not line.startswith("nothing") else
+                     f"hard failure: {r.merge} was not called: a block raised; the merged "
+                     "values count as failed")
+    return Section(
+        f"verify-split-{r.dtype}", f"{r.impl} on {plural(len(r.lengths), 'key block')}, merged "
+        f"by {r.merge or 'exactattn'}, in {r.dtype}: the {plural(len(rows), 'worst value')} "
+        "against the exact rows",
+        ["row b,h,i", "where", "value", "exact (certified)", f"exact in {r.dtype}",
+         "got", "ULPs", "status"], rows, notes)
+
+
+def _split_rows(r) -> list[list[str]]:
+    """One summary row per block and one for the merge: values, max ULPs, over, hard."""
+    parts: dict = {}
+    for _, where, _, x in r.values():
+        parts.setdefault(where, []).append(x)
+    out = []
+    for where, xs in parts.items():
+        ulps = [x.ulps for x in xs if x.ulps is not None]
+        out.append([r.dtype, where, str(len(xs)), number_cell(max(ulps) if ulps else None, "d"),
+                    str(sum(x.status == "over" for x in xs)),
+                    str(sum(x.status == "hard" for x in xs))])
+    return out
+
+
+def split_sections(reports: Sequence, *, worst: int = 5, digits: int = 12,
+                   notes: Sequence[str] = ()) -> list:
+    """The tables of split-merge reports (:func:`~exactattn.verify.split.verify_split`): the
+    worst values of each dtype (failures first), a summary per dtype and block."""
+    sections = [_split_worst_section(r, worst, digits) for r in reports]
+    columns = ["dtype", "where", "values", "max ULPs", "over tolerance", "hard failures"]
+    sections.append(_summary("verify-split-summary", "Summary per dtype and block", columns,
+                             reports, _split_rows, False, notes))
     return sections

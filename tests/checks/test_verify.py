@@ -515,6 +515,8 @@ OPTIONS = {
     "--window": ("random", ["0,0"]), "--head": ("random", ["1", "--alibi", "4"]), "--query-offset": ("random", ["1"]),
     "--dropout": ("random", ["1/2"]), "--rope": ("random", ["10000"]), "--lse": ("random", []),
     "--width": ("random", ["20"]),
+    "--split-merge": ("random", []), "--splits": ("random", ["1"]),   # --splits, --merge: refused
+    "--merge": ("random", ["splitkern:merge"]),                       # without --split-merge
 }
 
 

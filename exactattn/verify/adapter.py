@@ -81,8 +81,9 @@ class FloatCall:
 
     Shapes (the caller's rank: L x E, H x L x E or B x H x L x E): query
     ... x H_q x L x E; key ... x H_kv x S x E; value ... x H_kv x S x E_v;
-    attn_mask None, or ... x L x S booleans (True = attend) or float64
-    additive (``-inf`` hides).  ``scale`` None means the implementation's own
+    attn_mask None, or booleans (True = attend) or float64 additive (``-inf``
+    hides) in the shape the caller built it, broadcastable to B x H_q x L x S
+    as SDPA's is (``L x S``, ``B x 1 x L x S``, ``1 x H_q x L x S``, ...).  ``scale`` None means the implementation's own
     default 1/sqrt(E).  Modifiers (None when off): ``window``,
     ``query_offset`` (as the policy gives it), ``softcap`` and ``sink``
     (float64 nearest the exact value), ``alibi`` (the exact
@@ -179,7 +180,9 @@ class FloatCall:
         additive float64); ``bool_keep``, ``bool_drop`` or ``additive`` (float64,
         ``-inf`` hides) rewrite it.  Folding is :meth:`Policy.fold
         <exactattn.call.policy.Policy.fold>` on each (batch, head) block's
-        :class:`~exactattn.call.policy.Mask`.  Shape: the mask's, or L x S without one.
+        :class:`~exactattn.call.policy.Mask`.  Shape: the mask's leading axes
+        with its last two broadcast to L x S (a ``1 x S`` mask folded with the
+        causal rule becomes ``L x S``), or L x S without one.
 
         Raises:
             InputError: an additive mask with finite offsets asked for as booleans.
@@ -196,6 +199,8 @@ class FloatCall:
             return m
         L, S = self.query.shape[-2], self.key.shape[-2]
         lead = () if m is None else m.shape[:-2]
+        if m is not None:
+            m = np.broadcast_to(m, lead + (L, S))
         blocks = [None] if m is None else \
             [Mask(kind, m[idx], floats="exact") for idx in np.ndindex(*lead)]
         out = []
@@ -238,7 +243,10 @@ def call_scale(policy: Policy) -> float | None:
 def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
     """The :class:`FloatCall` of an exact :class:`~exactattn.call.Call` whose entries are floats of ``dtype``.
 
-    The mask is handed over in SDPA's convention (``bool_drop`` inverted);
+    The mask is handed over in the shape the caller gave it
+    (:meth:`Call.mask_given <exactattn.call.inputs.Call.mask_given>`: a spec's
+    ``(B, 1, L, S)`` stays ``(B, 1, L, S)``, an ``L x S`` mask stays ``L x S``)
+    and in SDPA's convention (``bool_drop`` inverted);
     the scale is None under the default policy, 1.0 with no scaling, else the
     float64 nearest the exact scale; soft-cap and sink are the float64
     nearest their exact values; the dropout keep-mask comes from the call.
@@ -248,7 +256,7 @@ def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
     q, k, v = (problem.floats(n) for n in ("query", "key", "value"))
     mask = None
     if problem.mask is not None:
-        m = problem.mask
+        m = problem.mask_given()
         kind = problem.mask_kind or policy.mask_kind
         if kind == "bool_keep":
             mask = m.astype(bool)
@@ -257,8 +265,6 @@ def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
         else:
             mask = np.vectorize(lambda x: -math.inf if x is None else float(x),
                                 otypes=[np.float64])(m)
-        if rank < 4:
-            mask = mask.reshape(mask.shape[4 - rank:])
     keep = problem.dropout_keep
     if keep is not None and rank < 4:
         keep = keep.reshape(keep.shape[4 - rank:])

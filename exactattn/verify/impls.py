@@ -129,13 +129,9 @@ class ArrayImpl(Impl):
             s = cap * xp.tanh(s / cap)
         if call.alibi is not None:
             s = s + self.array(call.alibi_bias(), dt)
-        seen = call.keep() if call.positional else None
-        m = call.attn_mask
-        if m is not None:
-            if m.dtype != bool:
-                s = s + self.array(np.where(np.isneginf(m), 0, m), dt)
-                m = ~np.isneginf(m)
-            seen = m if seen is None else seen & m
+        offsets, seen = call.visibility()
+        if offsets is not None:
+            s = s + self.array(offsets, dt)
         if seen is not None:
             s = xp.where(self.array(seen, dt), s, c(-np.inf))
             read = self.array(np.any(seen, axis=-2)[..., :, None], dt)    # keys some query sees
@@ -454,18 +450,8 @@ class FlexImpl(TorchImpl):
         while q.dim() < 4:      # flex_attention takes B x H x L x E only
             q, k, v = q[None], k[None], v[None]
         L, S = q.shape[-2], k.shape[-2]
-        bias = np.zeros((L, S))
-        if call.alibi is not None:
-            bias = bias + call.alibi_bias()
-        seen = call.keep() if call.positional else None
-        m = call.attn_mask
-        if m is not None:
-            if m.dtype != bool:
-                bias = bias + np.where(np.isneginf(m), 0, m)
-                m = ~np.isneginf(m)
-            seen = m if seen is None else seen & m
-        if seen is not None:
-            bias = np.where(seen, bias, -np.inf)
+        bias = call.bias()
+        bias = np.zeros((L, S)) if bias is None else bias
         bias = np.broadcast_to(bias, (1,) * (4 - np.ndim(bias)) + np.shape(bias))
         bias = np.broadcast_to(bias, (q.shape[0], q.shape[1], L, S))
         b_t = torch.from_numpy(np.array(bias, copy=True)).to(dt)   # a broadcast view is read-only

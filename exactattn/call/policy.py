@@ -105,6 +105,7 @@ UNSUPPORTED = {
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
     "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
+    "flash_attn": ("window", "query_offset", "alibi", "sink", "dropout"),  # exactattn's flash-attn adapter
 }
 
 PRESETS = {

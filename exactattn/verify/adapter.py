@@ -272,6 +272,16 @@ class ImplRaised(Exception):
             type(error).__name__
         super().__init__(self.line)
 
+    def within(self, what: str) -> "ImplRaised":
+        """This failure, its line ending ``(in what)``: where in the implementation it raised.
+
+        >>> ImplRaised(ZeroDivisionError("division by zero")).within("score_mod m:f").line
+        'ZeroDivisionError: division by zero (in score_mod m:f)'
+        """
+        self.line = f"{self.line} (in {what})"
+        self.args = (self.line,)
+        return self
+
 
 def call_scale(policy: Policy) -> float | None:
     """The scale an implementation is handed: None under the default (its own 1/sqrt(E)),

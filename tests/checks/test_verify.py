@@ -515,6 +515,9 @@ OPTIONS = {
     "--window": ("random", ["0,0"]), "--head": ("random", ["1", "--alibi", "4"]), "--query-offset": ("random", ["1"]),
     "--dropout": ("random", ["1/2"]), "--rope": ("random", ["10000"]), "--lse": ("random", []),
     "--width": ("random", ["20"]),
+    # refused with the default --impl numpy (tests/checks/test_verify_flex.py runs them)
+    "--device": ("random", ["cuda"]), "--backend": ("random", ["math"]),
+    "--score-mod": ("random", ["m:f"]), "--mask-mod": ("random", ["m:f"]),
 }
 
 

@@ -207,3 +207,21 @@ def test_cuda_flex_passes():
     impl = load_impl("flex", device="cuda", mask_mod=lambda b, h, q, kv: q >= kv)
     assert verify(impl, call, "bfloat16").passed is True
     assert verify_backward(load_backward(impl), call, "bfloat16").passed is True
+
+
+def test_one_exact_reference_serves_every_backend_and_dtype():
+    """Entries that are floats of every dtype: one Reference, the same verdicts as fresh ones."""
+    from exactattn.reference.reference import Reference
+    q = [[0.5, -1.25], [2, 0.75], [-0.375, 1]]
+    call = Call(q, q, [[1, 2], [-0.5, 0.25], [3, -1]], floats="exact", policy=Policy(causal=True))
+    ref = Reference(call)
+    for backend in ("math", "flash"):
+        impl = load_impl("torch", backend=backend)
+        for dt in ("float32", "float16", "bfloat16"):
+            shared, fresh = verify(impl, call, dt, reference=ref), verify(impl, call, dt)
+            assert shared.reference is ref and fresh.reference is not ref
+            assert [(e.rounded, e.got, e.ulps) for e in shared.entries] == \
+                [(e.rounded, e.got, e.ulps) for e in fresh.entries]
+    assert len(ref._block_balls) == 1           # one head's enclosures, at 96 bits, kept
+    with pytest.raises(InputError, match="reference must be Reference"):
+        verify("numpy", Call.random(2, 2), "float32", reference=ref)

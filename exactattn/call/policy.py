@@ -106,6 +106,7 @@ UNSUPPORTED = {
     "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
     "split": ("alibi", "rope", "dropout"),             # split-merge: a block's keys come without positions
+    "flash_attn": ("window", "query_offset", "alibi", "sink", "dropout"),  # exactattn's flash-attn adapter
 }
 
 PRESETS = {

@@ -20,7 +20,7 @@ from ..present.render import FORMATS, plural, render
 from .flags import add_digits_option, add_format_option
 from .modifier_flags import add_policy_flags, apply, set_policy_flags
 
-HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
+HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, module:function) against the exact answer"
 
 #: the largest --max-ulps: no two float64 values are further apart, so a larger one means the same
 MAX_ULPS = 2 ** 64
@@ -54,8 +54,23 @@ def register(sub) -> None:
                        "relative error; NaN/inf where the exact value is finite, or an "
                        "implementation that raises, is a hard failure.")
     p.add_argument("--impl", default="numpy", metavar="NAME",
-                   help="numpy, numpy-naive, torch or module:function; the module is looked "
+                   help="numpy, numpy-naive, torch, flex, flash-attn or module:function; the "
+                        "module is looked "
                         "for in the current directory first (default numpy)")
+    p.add_argument("--device", type=choice("--device", ("cpu", "cuda")), default=None,
+                   help="where --impl torch, flex or flash-attn runs: cpu or cuda (default cpu; "
+                        "flash-attn cuda); the exact reference stays on the CPU")
+    p.add_argument("--backend", type=choice("--backend", ("flash", "efficient", "cudnn", "math")),
+                   default=None,
+                   help="--impl torch: the one SDPA backend allowed (torch.nn.attention."
+                        "sdpa_kernel); one torch cannot select on the device is refused by name")
+    p.add_argument("--score-mod", metavar="MODULE:FUNCTION", default=None,
+                   help="--impl flex: your score_mod(score, b, h, q_idx, kv_idx) in place of the "
+                        "policy's (the exact answer is still the policy's: --softcap, --alibi, ...)")
+    p.add_argument("--mask-mod", metavar="MODULE:FUNCTION", default=None,
+                   help="--impl flex: your mask_mod(b, h, q_idx, kv_idx) -> bool, through "
+                        "create_block_mask, in place of the policy's visible keys (--causal, "
+                        "--window, ...)")
     p.add_argument("--arrays", type=choice("--arrays", ("numpy", "torch")), default=None,
                    help="what a module:function impl is handed: numpy or torch (default numpy "
                         "arrays)")
@@ -285,7 +300,9 @@ def _run_blocks(args) -> int:
     """``verify --memory SIZE``: random float inputs checked in row blocks (issue 15's engine)."""
     for flag, bad in (("--spec", args.spec), ("--search", args.search),
                       ("--backward", args.backward), ("--heads", args.heads),
-                      ("--flops", args.flops)):
+                      ("--flops", args.flops), ("--device", args.device),
+                      ("--backend", args.backend), ("--score-mod", args.score_mod),
+                      ("--mask-mod", args.mask_mod)):
         if bad:
             raise InputError(f"--memory must come without {flag} (got both); row blocks check "
                              "one head of random inputs")
@@ -311,11 +328,7 @@ def run(args) -> int:
         raise InputError(f"--arrays must come with a module:function impl (got --impl "
                          f"{shorten(args.impl)}); the built-in implementations choose their own "
                          "arrays")
-    if args.backward:
-        from ..verify.backward_impls import load_backward
-        impl = load_backward(args.impl, arrays=args.arrays or "numpy")
-    else:
-        impl = load_impl(args.impl, arrays=args.arrays or "numpy")
+    impl = _load(args, load_impl)
     problem, spec_policy, spec_dtype = _inputs(args)
     policy = _policy(args, spec_policy)
     from ..verify.check import check_sink        # before any input is drawn or rounded
@@ -364,6 +377,32 @@ def run(args) -> int:
             "passed": all(r.passed for r in reports)}
     sys.stdout.write(render(sections, args.format, meta))
     return 0 if all(r.passed for r in reports) else 1
+
+
+#: the implementation options and the --impl values that take them
+IMPL_OPTIONS = {"device": ("torch", "flex", "flash-attn"), "backend": ("torch",),
+                "score_mod": ("flex",), "mask_mod": ("flex",)}
+
+
+def _load(args, load_impl):
+    """The implementation under test (its backward with --backward), with --device, --backend,
+    --score-mod and --mask-mod; each refused in one line where --impl does not take it."""
+    opts = {k: getattr(args, k) for k in IMPL_OPTIONS if getattr(args, k) is not None}
+    for key in opts:
+        if args.impl not in IMPL_OPTIONS[key]:
+            owners = " or ".join(f"--impl {n}" for n in IMPL_OPTIONS[key])
+            raise InputError(f"{_flag(key)} must come with {owners} (got --impl "
+                             f"{shorten(args.impl)})")
+    if opts.get("device") == "cpu" and args.impl == "flash-attn":
+        raise InputError("--device cpu must come without --impl flash-attn (got both); the "
+                         "flash_attn package runs on CUDA only")
+    impl = load_impl(args.impl, arrays=args.arrays or "numpy", **opts) if opts or \
+        args.impl == "flash-attn" else load_impl(args.impl, arrays=args.arrays or "numpy")
+    if args.backward:
+        from ..verify.backward_impls import load_backward
+        return load_backward(impl if opts or args.impl in ("flex", "flash-attn") else args.impl,
+                             arrays=args.arrays or "numpy")
+    return impl
 
 
 def _outputs(problem) -> int:

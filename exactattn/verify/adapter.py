@@ -157,6 +157,56 @@ class FloatCall:
         bias = self.alibi_slopes()[:, None, None] * dist
         return bias if self.query.ndim >= 3 else bias[0]
 
+    def visibility(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(offsets, seen)``: what the mask and the positions add to and hide from the scores.
+
+        ``offsets`` is an additive mask's finite part as float64 (``-inf``
+        entries 0; the mask's shape), None for a boolean mask or none;
+        ``seen`` the booleans (True = attend) of the causal rule, window and
+        query offset (L x S) and the mask's (a boolean mask, or an additive
+        one's non-``-inf`` entries), broadcast together; None when nothing is
+        hidden.  The one reading of visibility for the float compositions
+        (:meth:`ArrayImpl.compose <exactattn.verify.impls.ArrayImpl.compose>`,
+        :meth:`bias`).
+
+        >>> m = np.array([[0.5, -np.inf]])
+        >>> o, s = FloatCall(np.zeros((1, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+        ...                  attn_mask=m).visibility()
+        >>> o.tolist(), s.tolist()
+        ([[0.5, 0.0]], [[True, False]])
+        """
+        seen = self.keep() if self.positional else None
+        m, offsets = self.attn_mask, None
+        if m is not None:
+            if m.dtype != bool:
+                offsets = np.where(np.isneginf(m), 0, m)
+                m = ~np.isneginf(m)
+            seen = m if seen is None else seen & m
+        return offsets, seen
+
+    def bias(self, *, hidden: bool = True) -> np.ndarray | None:
+        """The float64 additive bias of the call: ALiBi + an additive mask's offsets, and with
+        ``hidden`` ``-inf`` on every key :meth:`visibility` hides; None when there is none.
+
+        Shape: broadcast of L x S, the ALiBi bias (H_q x L x S) and the mask's.
+        Summed in float64 (the kernel rounds it once to its dtype).
+
+        >>> FloatCall(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+        ...           is_causal=True).bias().tolist()
+        [[0.0, -inf], [0.0, 0.0]]
+        """
+        offsets, seen = self.visibility()
+        if not hidden:
+            seen = None
+        if self.alibi is None and offsets is None and seen is None:
+            return None
+        bias = np.zeros((self.query.shape[-2], self.key.shape[-2]))
+        if self.alibi is not None:
+            bias = bias + self.alibi_bias()
+        if offsets is not None:
+            bias = bias + offsets
+        return bias if seen is None else np.where(seen, bias, -np.inf)
+
     def rope_angles(self, positions) -> np.ndarray | None:
         """float64 angles ``pos * theta^(-2k/d)``, one row per position and one column per pair."""
         if self.rope is None:
@@ -226,6 +276,16 @@ class ImplRaised(Exception):
         self.line = f"{type(error).__name__}: {shorten(text, 200)}" if text else \
             type(error).__name__
         super().__init__(self.line)
+
+    def within(self, what: str) -> "ImplRaised":
+        """This failure, its line ending ``(in what)``: where in the implementation it raised.
+
+        >>> ImplRaised(ZeroDivisionError("division by zero")).within("score_mod m:f").line
+        'ZeroDivisionError: division by zero (in score_mod m:f)'
+        """
+        self.line = f"{self.line} (in {what})"
+        self.args = (self.line,)
+        return self
 
 
 def call_scale(policy: Policy) -> float | None:

@@ -43,7 +43,7 @@ from .impls import load_impl
 
 __all__ = ["BACKWARD_IMPLS", "BackwardImpl", "BackwardOf", "FunctionBackward", "load_backward"]
 
-BACKWARD_IMPLS = ("numpy", "numpy-naive", "torch", "flex")
+BACKWARD_IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn")
 
 
 class BackwardImpl:

@@ -308,7 +308,8 @@ def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) 
 
 
 def verify(impl, call: Call, dtype: str = "float32", *,
-           max_ulps: int | None = None, prec: int = 96, lse: str | None = None) -> Report:
+           max_ulps: int | None = None, prec: int = 96, lse: str | None = None,
+           reference: Reference | None = None) -> Report:
     """Run ``impl`` on ``call`` in ``dtype`` and compare every output with the exact one.
 
     The call is checked under its own policy (modifiers included: sink, ALiBi,
@@ -336,8 +337,15 @@ def verify(impl, call: Call, dtype: str = "float32", *,
             estimated to take over :data:`~exactattn.call.limits.MAX_SECONDS`
             (:func:`~exactattn.call.limits.check_work`), an ``inf``/``nan``
             key or value that a query sees (named: ``key[1][0]``), an ``lse``
-            asked for that the implementation does not return.
+            asked for that the implementation does not return, a ``reference``
+            whose call is not ``call`` or whose inputs move in ``dtype``.
         ShapeError: the implementation returned the wrong shape.
+
+    ``reference`` (``Reference(call)``) is the exact answer computed once and
+    shared by every check of the same call: each backend, and each dtype in
+    which the call's entries are already floats (nothing moves when rounded);
+    its enclosures are kept, so a second dtype of the same working precision
+    only rounds them.
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
     """
@@ -351,7 +359,14 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     rounded_call, moved = call.rounded(dtype)
     sh = rounded_call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    ref = Reference(rounded_call)     # refuses non-finite numbers a query sees
+    if reference is None:
+        ref = Reference(rounded_call)     # refuses non-finite numbers a query sees
+    elif reference.call is not call or moved:
+        raise InputError(f"reference must be Reference(call) of a call whose entries are "
+                         f"{dtype} floats (got {'another call' if reference.call is not call else f'{moved} entries that move in {dtype}'}); "
+                         "leave reference out to compute the exact answer of the rounded call")
+    else:
+        ref = reference
     t0 = time.perf_counter()
     answer, raised = _run(impl, make_call(rounded_call, dtype, lse))
     t1 = time.perf_counter()

@@ -517,6 +517,9 @@ OPTIONS = {
     "--width": ("random", ["20"]),
     "--split-merge": ("random", []), "--splits": ("random", ["1"]),   # --splits, --merge: refused
     "--merge": ("random", ["splitkern:merge"]),                       # without --split-merge
+    # refused with the default --impl numpy (tests/checks/test_verify_flex.py runs them)
+    "--device": ("random", ["cuda"]), "--backend": ("random", ["math"]),
+    "--score-mod": ("random", ["m:f"]), "--mask-mod": ("random", ["m:f"]),
 }
 
 

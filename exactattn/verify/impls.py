@@ -535,13 +535,16 @@ class JaxImpl(Impl):
     computes the softmax in float32 whatever the dtype and hides keys with a
     large finite negative score (an empty row is uniform: ``--like jax``).
 
-    Shapes: as :class:`FloatCall`, value as wide as key (E_v = E); returns
-    ... x H_q x L x E as float64 numpy arrays (the dtype's floats).
+    JAX takes value shaped like key; when E_v != E the narrower side gets
+    zero columns (value, or query and key with the scale of the real E
+    passed), which add exact zeros, and the output keeps its E_v columns.
+
+    Shapes: as :class:`FloatCall`; returns ... x H_q x L x E_v as float64
+    numpy arrays (the dtype's floats).
 
     Raises:
         InputError: JAX is not installed; the call has a soft-cap, a sink or
-            dropout (:data:`~exactattn.call.policy.UNSUPPORTED` ``["jax"]``);
-            E_v != E.
+            dropout (:data:`~exactattn.call.policy.UNSUPPORTED` ``["jax"]``).
     """
 
     dtypes = ("float64", "float32", "float16", "bfloat16")
@@ -565,10 +568,6 @@ class JaxImpl(Impl):
             raise InputError(f"call must have no {', '.join(UNSUPPORTED['jax'])} for impl jax "
                              f"(got {bad[0]}); jax.nn.dot_product_attention has no argument "
                              "for it, use --impl torch")
-        E, E_v = call.key.shape[-1], call.value.shape[-1]
-        if E != E_v:
-            raise InputError(f"value must be as wide as key for impl jax (got E_v = {E_v}, "
-                             f"E = {E}); jax.nn.dot_product_attention takes value shaped like key")
 
     def _arrays(self, call: FloatCall, *more):
         import jax.numpy as jnp
@@ -625,13 +624,22 @@ class JaxImpl(Impl):
         if call.enable_gqa and call.gqa == "tile":
             reps = q.shape[1] // k.shape[1]
             k, v = jnp.tile(k, (1, reps, 1, 1)), jnp.tile(v, (1, reps, 1, 1))
+        E, E_v = q.shape[-1], v.shape[-1]
+        kwargs: dict = {"scale": call.scale} if call.scale is not None else \
+            {} if E_v <= E else {"scale": 1 / np.sqrt(E)}      # JAX's default, of the real E
+
+        def widen(a, width):        # zero columns: exact zero terms in every dot product
+            return jnp.pad(a, [(0, 0)] * 3 + [(0, width - a.shape[-1])])
+        if E_v < E:
+            v = widen(v, E)
+        elif E_v > E:
+            q, k = widen(q, E_v), widen(k, E_v)
         L, S = q.shape[-2], k.shape[-2]
         bias, keep = call.alibi_bias(), call.attn_mask
         if keep is not None and keep.dtype != bool:        # additive: offsets + hidden keys
             offsets = np.where(np.isneginf(keep), 0, keep)
             bias = offsets if bias is None else bias + offsets
             keep = ~np.isneginf(keep)
-        kwargs: dict = {} if call.scale is None else {"scale": call.scale}
         if call.query_positions() == list(range(L)):       # JAX's own (top-left) positions
             if call.is_causal:
                 kwargs["is_causal"] = True
@@ -651,7 +659,7 @@ class JaxImpl(Impl):
         except Exception as e:      # a dtype or shape this JAX refuses
             raise ImplRaised(e) from e
         out, lse = got if with_lse else (got, None)
-        out = out.transpose(0, 2, 1, 3).reshape(shape)
+        out = out.transpose(0, 2, 1, 3)[..., :E_v].reshape(shape)
         if not with_lse:
             return out
         return out, lse.transpose(0, 2, 1).reshape(shape[:-1])

@@ -102,11 +102,16 @@ def test_jax_refuses_what_it_has_no_argument_for_by_name(field, policy, keep):
         JaxImpl().backward(make_call(call, "float32"), np.ones((2, 1)))
 
 
-def test_jax_refuses_a_value_narrower_than_the_key():
-    call = Call([[1, 0]], [[1, 2]], [[1]])
-    with pytest.raises(InputError, match=re.escape(
-            "value must be as wide as key for impl jax (got E_v = 1, E = 2)")):
-        verify(JaxImpl(), call, "float32")
+@pytest.mark.parametrize("E, E_v", [(4, 2), (2, 4)])
+def test_jax_takes_a_value_narrower_or_wider_than_the_key(E, E_v):
+    """JAX takes value shaped like key: the narrower side gets zero columns, exactly."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.integers(-4, 5, shape).tolist() for shape in ((3, E), (5, E), (5, E_v)))
+    call = Call(q, k, v, policy=Policy(causal=True))
+    for dtype in ("float32", "bfloat16"):
+        rep = verify(JaxImpl(), call, dtype)
+        assert rep.passed is True and rep.summary()["count"] == 3 * E_v
+        assert verify_backward(JaxImpl(), call, dtype).passed is True
 
 
 @pytest.mark.parametrize("flag", [["--softcap", "1"], ["--sink", "0"]])

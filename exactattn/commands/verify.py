@@ -20,7 +20,7 @@ from ..present.render import FORMATS, plural, render
 from .flags import add_digits_option, add_format_option
 from .modifier_flags import add_policy_flags, apply, set_policy_flags
 
-HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, module:function) against the exact answer"
+HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"
 
 #: the largest --max-ulps: no two float64 values are further apart, so a larger one means the same
 MAX_ULPS = 2 ** 64
@@ -54,8 +54,8 @@ def register(sub) -> None:
                        "relative error; NaN/inf where the exact value is finite, or an "
                        "implementation that raises, is a hard failure.")
     p.add_argument("--impl", default="numpy", metavar="NAME",
-                   help="numpy, numpy-naive, torch, flex, flash-attn or module:function; the "
-                        "module is looked "
+                   help="numpy, numpy-naive, torch, flex, flash-attn, jax (jax.nn.dot_product_attention "
+                        "on the CPU) or module:function; the module is looked "
                         "for in the current directory first (default numpy)")
     p.add_argument("--device", type=choice("--device", ("cpu", "cuda")), default=None,
                    help="where --impl torch, flex or flash-attn runs: cpu or cuda (default cpu; "
@@ -71,9 +71,9 @@ def register(sub) -> None:
                    help="--impl flex: your mask_mod(b, h, q_idx, kv_idx) -> bool, through "
                         "create_block_mask, in place of the policy's visible keys (--causal, "
                         "--window, ...)")
-    p.add_argument("--arrays", type=choice("--arrays", ("numpy", "torch")), default=None,
-                   help="what a module:function impl is handed: numpy or torch (default numpy "
-                        "arrays)")
+    p.add_argument("--arrays", type=choice("--arrays", ("numpy", "torch", "jax")), default=None,
+                   help="what a module:function impl is handed: numpy, torch or jax (default "
+                        "numpy arrays)")
     p.add_argument("--dtype", type=_dtypes, default=None, metavar="DTYPE",
                    help="float64, float32, float16, bfloat16, a comma list, or all: every "
                         "dtype the implementation runs (default float32, or the spec file's)")
@@ -100,7 +100,7 @@ def register(sub) -> None:
                      help="random inputs or --search: the seed, a whole number from 0 (0)")
     p.add_argument("--backward", action="store_true",
                    help="check the implementation's gradients dQ, dK, dV (torch: autograd of "
-                        "SDPA; numpy: a float reference backward; module:function: "
+                        "SDPA; jax: jax.vjp; numpy: a float reference backward; module:function: "
                         "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
                         "exact ones, for a standard-normal dO drawn from --seed (with --spec "
                         "too); with --search N, search for the worst input of the backward")

@@ -34,8 +34,10 @@ offset are folded into the mask with the causal rule.
 The mask arrives in ``mask_as`` form: ``bool_keep`` (True = attend),
 ``bool_drop`` (True = ignore) or ``additive`` (floats, ``-inf`` hides); None
 keeps SDPA's (boolean True = attend, or additive floats).  Arrays are numpy
-arrays of the dtype, torch tensors (``arrays="torch"``, bfloat16 included) or
-whatever ``convert`` makes of the numpy arrays.  :meth:`FunctionImpl.answer`
+arrays of the dtype, torch tensors (``arrays="torch"``, bfloat16 included), jax
+arrays (``arrays="jax"``, bfloat16 included; float64 with JAX's 64-bit mode
+switched on for that call only, :func:`jax_scope`) or whatever ``convert``
+makes of the numpy arrays.  :meth:`FunctionImpl.answer`
 reads the result with the dtype it came back in (:class:`Answer`), so a
 tolerance can follow it.  Whatever the function raises becomes
 :class:`ImplRaised`, the one hard failure of an implementation.
@@ -67,12 +69,12 @@ from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
 __all__ = ["ARRAYS", "Answer", "CONVENTIONS", "FloatCall", "FunctionImpl", "Impl", "ImplRaised",
-           "NUMPY_DTYPES", "bfloat16_hint", "call_scale", "check_dtype", "make_call",
-           "numpy_array", "numpy_dtype", "policy_call", "read_answer", "torch_tensor"]
+           "NUMPY_DTYPES", "bfloat16_hint", "call_scale", "check_dtype", "jax_array", "jax_scope",
+           "make_call", "numpy_array", "numpy_dtype", "policy_call", "read_answer", "torch_tensor"]
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 CONVENTIONS = ("sdpa", "mask")
-ARRAYS = ("numpy", "torch")
+ARRAYS = ("numpy", "torch", "jax")
 
 
 @dataclass
@@ -384,7 +386,8 @@ def read_answer(out: Any, name: str = "impl", *, lse: bool = False) -> Answer:
                              "return_lse=True), or drop --lse or --split-merge")
         values = read_answer(out[0], name)
         return Answer(values.values, values.dtype, read_answer(out[1], name).values)
-    if hasattr(out, "detach"):       # a PyTorch tensor: bfloat16 has no numpy dtype
+    if hasattr(out, "detach"):       # a PyTorch tensor: bfloat16 has no numpy dtype (a jax
+        # array's bfloat16 is ml_dtypes', which numpy.asarray reads below)
         import torch
         t = out.detach().cpu()
         return Answer(t.to(torch.float64).numpy(), str(t.dtype).replace("torch.", ""))
@@ -438,6 +441,34 @@ def torch_tensor(a: np.ndarray, dt):
     return t if a.dtype == bool else t.to(dt)
 
 
+def jax_array(a: np.ndarray, dt):
+    """A float64 numpy argument as a jax array: floats in ``dt`` (a jax dtype, bfloat16
+    included), booleans as they are.  Call it inside :func:`jax_scope` for float64."""
+    import jax.numpy as jnp
+    return jnp.asarray(a) if a.dtype == bool else jnp.asarray(a, dtype=dt)
+
+
+def jax_scope(dtype: str):
+    """The context a jax call of ``dtype`` runs in: the CPU device, and for float64 JAX's
+    64-bit mode (``jax.enable_x64(True)``, a context that changes the setting for this
+    thread only and restores it on exit; without it JAX makes every float64 array float32).
+
+    Raises:
+        InputError: JAX is not installed (``pip install 'exactattn[jax]'``).
+    """
+    import contextlib
+    try:
+        import jax
+    except ImportError:
+        raise InputError("jax arrays need JAX (got none installed); "
+                         "pip install 'exactattn[jax]'") from None
+    stack = contextlib.ExitStack()
+    stack.enter_context(jax.default_device(jax.devices("cpu")[0]))
+    if dtype == "float64":
+        stack.enter_context(jax.enable_x64(True))
+    return stack
+
+
 class Impl:
     """An implementation under test: ``impl(call) -> outputs``; ``name`` and the ``dtypes`` it runs."""
 
@@ -460,8 +491,10 @@ class FunctionImpl(Impl):
     """Any attention function, called in SDPA's convention or the properties' one.
 
     Args:
-        arrays: ``numpy`` (float64/float32/float16 arrays) or ``torch``
-            (tensors of the dtype, bfloat16 included).
+        arrays: ``numpy`` (float64/float32/float16 arrays), ``torch``
+            (tensors of the dtype, bfloat16 included) or ``jax`` (jax arrays
+            of the dtype on the CPU, bfloat16 included; float64 in JAX's
+            64-bit mode, switched on for the call only).
         convention: ``sdpa`` (``attn_mask=``, ``is_causal=``, ``scale=``,
             ``enable_gqa=``) or ``mask`` (``mask=``, ``scale=``; the causal
             rule folded into the mask).
@@ -488,14 +521,14 @@ class FunctionImpl(Impl):
         if not callable(fn):
             raise InputError(f"fn must be callable (got {shorten(repr(fn))})")
         if arrays not in ARRAYS:
-            raise InputError(f"arrays must be numpy or torch (got {arrays!r})")
+            raise InputError(f"arrays must be numpy, torch or jax (got {shorten(repr(arrays))})")
         check_choice(convention, "convention", CONVENTIONS)
         if mask_as is not None:
             check_choice(mask_as, "mask_as", MASK_KINDS)
         if convert is not None and not callable(convert):
             raise InputError(f"convert must be callable or None (got {shorten(repr(convert))})")
         if convert is not None and arrays != "numpy":
-            raise InputError("convert must be None with arrays='torch' (got a function); "
+            raise InputError(f"convert must be None with arrays={arrays!r} (got a function); "
                              "convert= works on the numpy arrays, e.g. convert=torch.from_numpy")
         self.fn, self.arrays, self.convention = fn, arrays, convention
         self.mask_as, self.convert = mask_as, convert
@@ -522,9 +555,18 @@ class FunctionImpl(Impl):
             dt = numpy_dtype(dtype, "a numpy-array impl", "; use arrays='torch' for bfloat16")
             user = self.convert or (lambda a: a)
             return lambda a: user(numpy_array(a, dt))
+        if self.arrays == "jax":
+            import jax.numpy as jnp
+            dt = getattr(jnp, dtype)
+            return lambda a: jax_array(a, dt)
         import torch
         dt = getattr(torch, dtype)
         return lambda a: torch_tensor(a, dt)
+
+    def scope(self, dtype: str):
+        """The context the function runs in: :func:`jax_scope` for jax arrays, else none."""
+        import contextlib
+        return jax_scope(dtype) if self.arrays == "jax" else contextlib.nullcontext()
 
     def _arguments(self, call: FloatCall) -> dict:
         """The keyword arguments of the call, as numpy arrays (converted later)."""
@@ -583,17 +625,18 @@ class FunctionImpl(Impl):
             InputError: see the class.
             ShapeError: the result is not an array of numbers.
         """
-        conv = self._converter(call.dtype)
         kwargs = self._arguments(call)
-        try:
-            args = [conv(a) for a in (call.query, call.key, call.value)]
-            kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
-            out = self.fn(*args, **kwargs)
-            if call.lse is None and hasattr(out, "detach"):
-                return read_answer(out, self.name)
-        except Exception as e:     # the function under test failed on this input
-            raise ImplRaised(e) from e
-        return read_answer(out, self.name, lse=call.lse is not None)
+        with self.scope(call.dtype):
+            conv = self._converter(call.dtype)
+            try:
+                args = [conv(a) for a in (call.query, call.key, call.value)]
+                kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+                out = self.fn(*args, **kwargs)
+                if call.lse is None and hasattr(out, "detach"):
+                    return read_answer(out, self.name)
+            except Exception as e:     # the function under test failed on this input
+                raise ImplRaised(e) from e
+            return read_answer(out, self.name, lse=call.lse is not None)
 
     def __call__(self, call: FloatCall) -> np.ndarray:
         """The outputs as float64 (:meth:`answer` without the dtype)."""

@@ -23,13 +23,20 @@
   run the same composition as ``numpy`` in torch ops, in the dtype (the
   default scale and the dropout factor rounded once from float64, as SDPA
   rounds its scale).  :meth:`TorchImpl.backward` is autograd of either.
+* ``flex``: torch's ``flex_attention`` on the CPU with the policy as one
+  ``score_mod`` (:class:`FlexImpl`).
+* ``jax``: ``jax.nn.dot_product_attention`` on the CPU in float32, bfloat16,
+  float16 or float64 (JAX's 64-bit mode on for that call only), optional
+  extra ``jax`` (:class:`JaxImpl`); soft-caps, sinks and dropout are refused
+  by name (it has no argument for them).
 * ``module:function``: any function ``f(query, key, value, *, attn_mask=None,
   is_causal=False, scale=None, enable_gqa=False)``, called by
   :class:`~exactattn.verify.adapter.FunctionImpl` (the one adapter, shared
   with :mod:`exactattn.properties`); it is also handed ``alignment``, ``gqa``
   and ``dtype`` when its signature takes them (or ``**kwargs``).  Arrays are
-  numpy arrays of the dtype (``arrays="numpy"``, float64/float32/float16) or
-  torch tensors (``arrays="torch"``, any dtype).  A function without
+  numpy arrays of the dtype (``arrays="numpy"``, float64/float32/float16),
+  torch tensors (``arrays="torch"``, any dtype) or jax arrays
+  (``arrays="jax"``, any dtype).  A function without
   ``alignment`` is called with ``is_causal=True`` and so is checked as
   whatever alignment it implements.
 
@@ -63,10 +70,10 @@ import numpy as np
 
 from ..call.policy import UNSUPPORTED
 from ..errors import InputError, shorten
-from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, make_call,
-                      numpy_array, numpy_dtype, torch_tensor)
+from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, jax_array,
+                      jax_scope, make_call, numpy_array, numpy_dtype, torch_tensor)
 
-__all__ = ["ArrayImpl", "BACKENDS", "DEVICES", "FlashAttnImpl", "FlexImpl", "load_function", "probe", "rope_and_heads", "torch_device", "user_mod", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
+__all__ = ["ArrayImpl", "BACKENDS", "DEVICES", "FlashAttnImpl", "FlexImpl", "JaxImpl", "load_function", "probe", "rope_and_heads", "torch_device", "user_mod", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
            "TorchImpl", "composed", "count_flops", "flop_counts", "load_impl", "make_call",
            "rotate", "sdpa_arguments"]
 
@@ -230,8 +237,15 @@ def _fold_heads(g: np.ndarray, shape, idx: list[int]) -> np.ndarray:
     return out
 
 
+def _is_jax(x) -> bool:
+    """True for a jax array (without importing jax when nothing has)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
 def rotate(x, angles, rope):
-    """RoPE in floats: ``x`` (... x n x d, a numpy array or a tensor) rotated pairwise by ``angles``.
+    """RoPE in floats: ``x`` (... x n x d, a numpy array, a tensor or a jax array) rotated
+    pairwise by ``angles``.
 
     ``angles`` is n x d/2 float64 (:meth:`FloatCall.rope_angles`); cos and sin are
     taken in float64 and cast to x's dtype; ``(a, b) -> (a cos - b sin, a sin + b cos)``.
@@ -239,6 +253,11 @@ def rotate(x, angles, rope):
     pairs = rope.pairs(x.shape[-1])
     ia, ib = [a for a, _, _ in pairs], [b for _, b, _ in pairs]
     c, s = np.cos(angles), np.sin(angles)
+    if _is_jax(x):          # jax arrays are immutable: two functional updates
+        import jax.numpy as jnp
+        c, s = jnp.asarray(c, dtype=x.dtype), jnp.asarray(s, dtype=x.dtype)
+        xa, xb = x[..., ia], x[..., ib]
+        return x.at[..., ia].set(xa * c - xb * s).at[..., ib].set(xa * s + xb * c)
     if hasattr(x, "detach"):
         import torch
         c, s = (torch.from_numpy(np.asarray(t)).to(x.device, x.dtype) for t in (c, s))
@@ -946,11 +965,167 @@ class FlashAttnImpl(TorchImpl):
         return (out, lse) if with_lse else out
 
 
-IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn")
+class JaxImpl(Impl):
+    """``jax.nn.dot_product_attention`` on the CPU (float32, bfloat16, float16, float64) and
+    its backward by ``jax.vjp``.
+
+    The call is mapped onto the function's own arguments: ``scale`` when the
+    policy sets one (else its default ``1/sqrt(E)``), ``is_causal=True`` for
+    causal attention and ``local_window_size=(left, right)`` for a window
+    when every query sits at its own index (query i at key position i:
+    JAX's causal mask is ``tril(ones(T, S))``, i.e. ``top_left``; an unbounded
+    side is ``L + S``); otherwise (``bottom_right`` with L != S, a query
+    offset) the causal rule and the window travel as its boolean ``mask``
+    (True = attend), with an explicit boolean mask and an additive mask's
+    ``-inf`` entries.  ALiBi and an additive mask's finite offsets are its
+    ``bias`` (in the dtype).  RoPE rotates q and k first, in jax ops.  Heads
+    are its ``B x T x N x H`` layout (the call's ``B x H x L x E``
+    transposed); GQA ``interleave`` is its own grouping (query head n reads
+    key/value head ``n // (N/K)``), ``tile`` repeats the key/value heads
+    first.  The log-sum-exp is ``return_residual=True`` (natural log, in the
+    dtype; over ``log 2`` in float64 for base 2).  It has no padding
+    lengths in the call model, so ``query_seq_lengths`` and
+    ``key_value_seq_lengths`` are never passed.  Run eagerly (no
+    ``jax.jit``), on the CPU device; float64 inside ``jax.enable_x64(True)``
+    for this call only (:func:`~exactattn.verify.adapter.jax_scope`).  JAX
+    computes the softmax in float32 whatever the dtype and hides keys with a
+    large finite negative score (an empty row is uniform: ``--like jax``).
+
+    JAX takes value shaped like key; when E_v != E the narrower side gets
+    zero columns (value, or query and key with the scale of the real E
+    passed), which add exact zeros, and the output keeps its E_v columns.
+
+    Shapes: as :class:`FloatCall`; returns ... x H_q x L x E_v as float64
+    numpy arrays (the dtype's floats).
+
+    Raises:
+        InputError: JAX is not installed; the call has a soft-cap, a sink or
+            dropout (:data:`~exactattn.call.policy.UNSUPPORTED` ``["jax"]``).
+    """
+
+    dtypes = ("float64", "float32", "float16", "bfloat16")
+
+    def __init__(self):
+        try:
+            import jax
+        except ImportError:
+            raise InputError("impl jax needs JAX (got none installed); "
+                             "pip install 'exactattn[jax]'") from None
+        self.name = f"jax {jax.__version__} dot_product_attention (CPU)"
+        self.backward_name = f"jax {jax.__version__} dot_product_attention backward (CPU jax.vjp)"
+
+    def __call__(self, call: FloatCall):
+        return self.forward(call)
+
+    def _refuse(self, call: FloatCall):
+        got = {"softcap": call.softcap, "sink": call.sink, "dropout": call.dropout_p}
+        bad = [f for f in UNSUPPORTED["jax"] if got.get(f) is not None]
+        if bad:
+            raise InputError(f"call must have no {', '.join(UNSUPPORTED['jax'])} for impl jax "
+                             f"(got {bad[0]}); jax.nn.dot_product_attention has no argument "
+                             "for it, use --impl torch")
+
+    def _arrays(self, call: FloatCall, *more):
+        import jax.numpy as jnp
+        dt = getattr(jnp, call.dtype)
+        return [jax_array(a, dt) for a in (call.query, call.key, call.value, *more)]
+
+    def forward(self, call: FloatCall):
+        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
+        self._refuse(call)
+        with jax_scope(call.dtype):
+            q, k, v = self._arrays(call)
+            out, lse = self.attend(call, q, k, v, with_lse=True)
+            out = np.asarray(out).astype(np.float64)
+            if call.lse is None:
+                return out
+            lse = np.asarray(lse).astype(np.float64)
+        return out, (lse / np.log(2) if call.lse == "2" else lse)
+
+    def backward(self, call: FloatCall, d_out: np.ndarray):
+        """``(dq, dk, dv)`` as float64: ``jax.vjp`` of :meth:`attend` at ``d_out`` (in the dtype).
+
+        Raises:
+            ImplRaised: JAX failed on the call.
+        """
+        import jax
+        self._refuse(call)
+        with jax_scope(call.dtype):
+            q, k, v, do = self._arrays(call, d_out)
+            try:
+                _, pull = jax.vjp(lambda q, k, v: self.attend(call, q, k, v), q, k, v)
+                grads = pull(do)
+            except ImplRaised:
+                raise
+            except Exception as e:     # a backward JAX does not run
+                raise ImplRaised(e) from e
+            return tuple(np.asarray(g).astype(np.float64) for g in grads)
+
+    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
+        """``jax.nn.dot_product_attention`` of the call on jax arrays q, k, v of its dtype and
+        shapes (inside :func:`~exactattn.verify.adapter.jax_scope`): the output array (with the
+        lse array when ``with_lse``), what :meth:`backward` differentiates.
+
+        Raises:
+            ImplRaised: JAX refused the call.
+        """
+        import jax
+        import jax.numpy as jnp
+        dt = q.dtype
+        shape = q.shape[:-1] + (v.shape[-1],)
+        q, k, v = (a.reshape((1,) * (4 - a.ndim) + a.shape) for a in (q, k, v))
+        if call.rope is not None:
+            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+        if call.enable_gqa and call.gqa == "tile":
+            reps = q.shape[1] // k.shape[1]
+            k, v = jnp.tile(k, (1, reps, 1, 1)), jnp.tile(v, (1, reps, 1, 1))
+        E, E_v = q.shape[-1], v.shape[-1]
+        kwargs: dict = {"scale": call.scale} if call.scale is not None else \
+            {} if E_v <= E else {"scale": 1 / np.sqrt(E)}      # JAX's default, of the real E
+
+        def widen(a, width):        # zero columns: exact zero terms in every dot product
+            return jnp.pad(a, [(0, 0)] * 3 + [(0, width - a.shape[-1])])
+        if E_v < E:
+            v = widen(v, E)
+        elif E_v > E:
+            q, k = widen(q, E_v), widen(k, E_v)
+        L, S = q.shape[-2], k.shape[-2]
+        bias, keep = call.alibi_bias(), call.attn_mask
+        if keep is not None and keep.dtype != bool:        # additive: offsets + hidden keys
+            offsets = np.where(np.isneginf(keep), 0, keep)
+            bias = offsets if bias is None else bias + offsets
+            keep = ~np.isneginf(keep)
+        if call.query_positions() == list(range(L)):       # JAX's own (top-left) positions
+            if call.is_causal:
+                kwargs["is_causal"] = True
+            if call.window is not None:
+                kwargs["local_window_size"] = tuple(L + S if w is None else int(w)
+                                                    for w in call.window)
+        elif call.positional:
+            keep = call.keep() if keep is None else keep & call.keep()
+
+        def four(a, dtype):
+            return None if a is None else jnp.asarray(a.reshape((1,) * (4 - a.ndim) + a.shape),
+                                                      dtype=dtype)
+        try:
+            got = jax.nn.dot_product_attention(
+                *(a.transpose(0, 2, 1, 3) for a in (q, k, v)), bias=four(bias, dt),
+                mask=four(keep, bool), return_residual=with_lse, **kwargs)
+        except Exception as e:      # a dtype or shape this JAX refuses
+            raise ImplRaised(e) from e
+        out, lse = got if with_lse else (got, None)
+        out = out.transpose(0, 2, 1, 3)[..., :E_v].reshape(shape)
+        if not with_lse:
+            return out
+        return out, lse.transpose(0, 2, 1).reshape(shape[:-1])
+
+
+IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn", "jax")
 
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_FORMS = "numpy, numpy-naive, torch, flex, flash-attn or module:function"
+_FORMS = "numpy, numpy-naive, torch, flex, flash-attn, jax or module:function"
 
 
 def _import(mod_name: str, what: str = "impl"):
@@ -1012,7 +1187,7 @@ def load_function(text: str, what: str = "impl"):
 def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
               backend: str | None = None, score_mod=None, mask_mod=None) -> Impl:
     """An :class:`Impl` from a name (``numpy``, ``numpy-naive``, ``torch``, ``flex``,
-    ``flash-attn``, ``module:function``) or a callable.
+    ``flash-attn``, ``jax``, ``module:function``) or a callable.
 
     A ``module:function`` module is looked for in the current directory first,
     as ``python -m`` and pytest do, then on ``sys.path``.  ``device``
@@ -1030,7 +1205,7 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
     >>> load_impl("cuda")
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: impl must be numpy, numpy-naive, torch, flex, flash-attn or module:function (got 'cuda')
+    exactattn.errors.InputError: impl must be numpy, numpy-naive, torch, flex, flash-attn, jax or module:function (got 'cuda')
     >>> load_impl(".foo:bar")
     Traceback (most recent call last):
     ...
@@ -1059,6 +1234,8 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
         return FlexImpl(**opts)
     if impl == "flash-attn":
         return FlashAttnImpl(**opts)
+    if impl == "jax":
+        return JaxImpl()
     if not isinstance(impl, str) or ":" not in impl:
         raise InputError(f"impl must be {_FORMS} (got {shorten(repr(impl))})")
     fn = load_function(impl, "impl")

@@ -273,12 +273,14 @@ def test_every_option_changes_the_output_or_is_refused(cli, tmp_path, command):
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["walkthrough", "--digits", "x"], ["scale", "--help"],
-                                  ["sweep", "divisor", "--row", "0"], []])
+                                  ["sweep", "divisor", "--row", "0"], [], ["verify", "--help"],
+                                  ["verify", "--impl", "jax", "--arrays", "cupy"]])
 def test_help_and_option_errors_start_without_heavy_imports(argv):
-    """--help and a one-line option error load neither sympy, numpy nor python-flint."""
+    """--help and a one-line option error load neither sympy, numpy, python-flint, torch nor jax."""
     code = ("import sys\nfrom exactattn.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in ('sympy', 'numpy', 'flint', 'mpmath') if m in sys.modules)\n"
+            "heavy = sorted(m for m in ('sympy', 'numpy', 'flint', 'mpmath', 'torch', 'jax')\n"
+            "               if m in sys.modules)\n"
             "sys.stderr.write('HEAVY=' + ','.join(heavy))\n")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                           cwd=HERE.parent)

@@ -48,6 +48,15 @@ def _dtypes(text: str) -> list[str] | tuple[str, ...]:
     return names
 
 
+def _probes(text: str) -> tuple[str, ...]:
+    from ..verify.probes import check_probes
+    try:
+        return check_probes(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(f"must be a comma list of ones, identity, positive, "
+                                         f"or none (got {shorten(text)!r})") from None
+
+
 def register(sub) -> None:
     p = sub.add_parser("verify", help=HELP, description=HELP + ". Every output is compared with "
                        "the exact value correctly rounded to the dtype; errors in ULPs and "
@@ -89,6 +98,11 @@ def register(sub) -> None:
                         "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
                         "exact ones, for a standard-normal dO drawn from --seed (with --spec "
                         "too); with --search N, search for the worst input of the backward")
+    p.add_argument("--probes", type=_probes, default=None, metavar="LIST",
+                   help="derived inputs also run through the implementation and judged on the "
+                        "plain ULP count: ones (values all 1: each output is its row's share "
+                        "sum), identity (each output is one key's share), positive (|values|: "
+                        "no cancellation); a comma list, or none (default all three)")
     out = p.add_argument_group("report")
     out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
                      help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
@@ -121,6 +135,10 @@ def _flag(name: str) -> str:
 
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
+    if args.probes is not None and (args.backward or args.memory is not None):
+        flag = "--backward" if args.backward else "--memory"
+        raise InputError(f"--probes must come without {flag} (got both); the probes are "
+                         "forward runs of the whole call")
     if args.backward and args.flops:
         raise InputError("--flops must come without --backward (got both); the FLOP count "
                          "is the forward's")
@@ -313,7 +331,8 @@ def run(args) -> int:
     for dt in dtypes:
         from .modifier_flags import lse
         with busy(f"{impl.name} in {dt}: certifying {_outputs(problem):,} outputs"):
-            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args))
+            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args),
+                         **({} if args.probes is None else {"probes": args.probes}))
         if args.flops:
             rep.flops = flop_counts(problem, dt)
         reports.append(rep)

@@ -456,6 +456,18 @@ class Call:
         return self._with(query=arr(self.query, "inputs"), key=arr(self.key, "inputs"),
                           value=arr(self.value, "inputs"), mask=mask), moved
 
+    def with_value(self, value: np.ndarray) -> "Call":
+        """The same problem with other values: ``value`` held exactly, B x H_kv x S x E_v (any
+        E_v), ``Fraction`` entries (a probe's, :mod:`exactattn.verify.probes`).
+
+        Raises:
+            ShapeError: the batch, heads or length differ from the key's.
+        """
+        if value.ndim != 4 or value.shape[:3] != self.key.shape[:3]:
+            raise ShapeError(f"value must have the key's batch, heads and length "
+                             f"{_dims(self.key.shape[:3])} (got {_dims(value.shape)})")
+        return self._with(value=value)
+
     def with_dropout_keep(self, keep) -> "Call":
         """The same problem with a dropout keep-mask (L x S booleans, or broadcastable to B x H_q x L x S).
 

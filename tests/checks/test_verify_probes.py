@@ -11,7 +11,6 @@ too large, yet every random output passes "at terms".  The ``ones`` probe
 
 from fractions import Fraction
 
-import numpy as np
 import pytest
 
 from exactattn.call import Call

@@ -71,9 +71,7 @@ FINDINGS = {
 
 
 def _factor(q: Fraction | None) -> str:
-    if q is None:
-        return "?"
-    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+    return "?" if q is None else str(q)       # Fraction's own text: 3, 1/3
 
 
 def verdict_text(v: Verdict) -> str:

@@ -126,9 +126,7 @@ class ArrayImpl(Impl):
         if q.ndim >= 3:
             idx = call.kv_index()
             k, v = k[..., idx, :, :], v[..., idx, :, :]
-        if call.rope is not None:
-            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+        q, k = rotated(call, q, k)
         E = q.shape[-1]
         if self.in_dtype:
             scale = c(1) / xp.sqrt(c(E)) if call.scale is None else c(call.scale)
@@ -519,6 +517,15 @@ def _cpu_backends() -> str:
     return " or ".join(sorted(ok, key=lambda n: n != "math")) or "none"
 
 
+def rotated(call: FloatCall, q, k):
+    """``(q, k)`` rotated by the call's RoPE (queries at their positions, keys at 0..S-1), or
+    as they are without one: numpy, torch or jax arrays, ... x L x E and ... x S x E."""
+    if call.rope is None:
+        return q, k
+    return (rotate(q, call.rope_angles(call.query_positions()), call.rope),
+            rotate(k, call.rope_angles(range(k.shape[-2])), call.rope))
+
+
 def rope_and_heads(call: FloatCall, q, k, v):
     """``(q, k, v, enable_gqa)``: RoPE applied to q and k, and the GQA map in torch's terms.
 
@@ -527,9 +534,7 @@ def rope_and_heads(call: FloatCall, q, k, v):
     and hands equal head counts.  The one translation for SDPA
     (:func:`sdpa_arguments`) and FlexAttention (:class:`FlexImpl`).
     """
-    if call.rope is not None:
-        q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-        k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+    q, k = rotated(call, q, k)
     gqa = False
     if call.enable_gqa:
         if call.gqa == "interleave":
@@ -590,7 +595,40 @@ def composed(call: FloatCall) -> bool:
     return any(x is not None for x in (call.softcap, call.sink, call.dropout_p, call.lse))
 
 
-class FlexImpl(TorchImpl):
+class _LseKernel(TorchImpl):
+    """A torch kernel whose :meth:`attend` gives ``(output, lse)`` tensors (natural log): the
+    forward and the autograd backward of :class:`FlexImpl` and :class:`FlashAttnImpl`."""
+
+    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):  # pragma: no cover
+        raise NotImplementedError
+
+    def forward(self, call: FloatCall):
+        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it;
+        the lse over ``log 2`` in base 2)."""
+        q, k, v = self._tensors(call)
+        out, lse = self.attend(call, q, k, v, with_lse=True)
+        out = self.host(out)
+        if call.lse is None:
+            return out
+        lse = self.host(lse)
+        return out, (lse / np.log(2) if call.lse == "2" else lse)
+
+    def backward(self, call: FloatCall, d_out: np.ndarray):
+        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend`.
+
+        Raises:
+            ImplRaised: the backward raised.
+        """
+        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
+        out = self.attend(call, q, k, v)
+        try:
+            out.backward(self.array(d_out, out.dtype))
+        except Exception as e:
+            raise ImplRaised(e) from e
+        return tuple(self.host(t.grad) for t in (q, k, v))
+
+
+class FlexImpl(_LseKernel):
     """``torch.nn.attention.flex_attention.flex_attention``, forward and autograd backward.
 
     The policy becomes one ``score_mod``: the score FlexAttention hands it is
@@ -652,32 +690,6 @@ class FlexImpl(TorchImpl):
         if bad:
             raise InputError(f"call must have no {' or '.join(UNSUPPORTED['flex'])} for impl flex "
                              f"(got {bad[0]}); use --impl torch")
-
-    def forward(self, call: FloatCall):
-        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
-        q, k, v = self._tensors(call)
-        out, lse = self.attend(call, q, k, v, with_lse=True)
-        out = self.host(out)
-        if call.lse is None:
-            return out
-        lse = self.host(lse)
-        if call.lse == "2":
-            lse = lse / np.log(2)
-        return out, lse
-
-    def backward(self, call: FloatCall, d_out: np.ndarray):
-        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend`.
-
-        Raises:
-            ImplRaised: the backward raised.
-        """
-        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
-        out = self.attend(call, q, k, v)
-        try:
-            out.backward(self.array(d_out, out.dtype))
-        except Exception as e:
-            raise ImplRaised(e) from e
-        return tuple(self.host(t.grad) for t in (q, k, v))
 
     def mods(self, call: FloatCall, shape, dt):
         """``(score_mod, block_mask)`` of the call on B x H x L x S: the policy's or yours.
@@ -867,7 +879,7 @@ def probe(fn, what: str, name: str, shape, dt, device) -> None:
                                    "q_idx >= kv_idx"))
 
 
-class FlashAttnImpl(TorchImpl):
+class FlashAttnImpl(_LseKernel):
     """``flash_attn.flash_attn_func`` (Dao et al., FlashAttention-2) on a CUDA device, float16 or
     bfloat16, forward and autograd backward.
 
@@ -919,26 +931,6 @@ class FlashAttnImpl(TorchImpl):
             raise InputError(f"call must have no mask, {', '.join(UNSUPPORTED['flash_attn'])} or "
                              f"top_left causal with L != S for impl flash-attn (got {bad[0]}); "
                              "use --impl torch or flex")
-
-    def forward(self, call: FloatCall):
-        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
-        q, k, v = self._tensors(call)
-        out, lse = self.attend(call, q, k, v, with_lse=True)
-        out = self.host(out)
-        if call.lse is None:
-            return out
-        lse = self.host(lse)
-        return out, (lse / np.log(2) if call.lse == "2" else lse)
-
-    def backward(self, call: FloatCall, d_out: np.ndarray):
-        """``(dq, dk, dv)`` as float64: autograd through ``flash_attn_func``."""
-        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
-        out = self.attend(call, q, k, v)
-        try:
-            out.backward(self.array(d_out, out.dtype))
-        except Exception as e:
-            raise ImplRaised(e) from e
-        return tuple(self.host(t.grad) for t in (q, k, v))
 
     def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
         """``flash_attn_func`` of the call on tensors of its dtype: the output (and lse)."""
@@ -1074,9 +1066,7 @@ class JaxImpl(Impl):
         dt = q.dtype
         shape = q.shape[:-1] + (v.shape[-1],)
         q, k, v = (a.reshape((1,) * (4 - a.ndim) + a.shape) for a in (q, k, v))
-        if call.rope is not None:
-            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+        q, k = rotated(call, q, k)
         if call.enable_gqa and call.gqa == "tile":
             reps = q.shape[1] // k.shape[1]
             k, v = jnp.tile(k, (1, reps, 1, 1)), jnp.tile(v, (1, reps, 1, 1))

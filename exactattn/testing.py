@@ -20,8 +20,8 @@ equal values of the same type at every level (``Fraction(1)``, ``1``,
 ``1.0`` and ``True`` are all told apart), with the path to the first
 difference in the message.
 
-:func:`assert_table` audits every table of a page (Markdown, CSV, LaTeX or
-JSON) against what it is computed from and fails with the cell-by-cell
+:func:`assert_table` audits every table of a page (Markdown, CSV, LaTeX,
+JSON or HTML) against what it is computed from and fails with the cell-by-cell
 report when a printed digit is not the right one::
 
     # test_tables.py in a course repository

@@ -54,6 +54,8 @@ SLOW_TESTS = [
     "tests/present/test_page.py::test_the_command_writes_the_page",  # ~1.5 s
     "tests/present/test_page.py::test_digits_and_row",  # ~1.2 s
     "tests/checks/test_cases.py::test_masked_rows_torch_gives_zero",  # ~0.9 s (imports torch)
+    "tests/checks/test_verify_jax.py::test_cli_forward_and_backward_pass_in_every_dtype",  # ~5 s
+    "tests/checks/test_verify_jax.py::test_arrays_jax_hands_jax_arrays_and_reads_jax_arrays",  # ~3 s
     "tests/cost/test_cost.py::test_derive_is_deterministic",  # ~1.1 s (two fresh interpreters)
     "tests/cost/test_cost.py::test_every_option_changes_the_output_or_is_refused",  # ~1.2 s
     "tests/cost/test_cost.py::test_every_pair_of_options_changes_the_output_or_is_refused",  # 8.7 s

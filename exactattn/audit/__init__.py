@@ -1,7 +1,7 @@
 """``exactattn audit``: which printed digits in a published attention table are wrong.
 
 Read a table as published (:mod:`~exactattn.audit.parse`: Markdown, CSV,
-LaTeX ``tabular``, JSON), say what it is computed from (a head and tokens,
+LaTeX ``tabular``, JSON, HTML), say what it is computed from (a head and tokens,
 or printed scores in the same file), and get a verdict for every printed
 number (:mod:`~exactattn.audit.judge`): right, truncated, rounded half up
 where half-even differs (or the reverse), off by one in the last digit, or

@@ -39,7 +39,8 @@ from ..reference.logits import scaled_logit
 from .judge import (EXACT_PLACES, TIES, Audit, CellVerdict, RowSum, TableAudit,
                     exact_decimal, judge_entry)
 from .layout import (KEY_QUANTITIES, OWN_NAMES, QUANTITIES, columns_of, detect_quantity,
-                     header_quantity, index_of, indices_of, projection_columns, title_label)
+                     header_quantity, index_of, indices_of, projection_columns,
+                     quantity_columns, title_label)
 from .parse import Table, parse_tables, read_tables
 from .printed import clean, read_cell
 
@@ -232,9 +233,13 @@ def judge_table(t: Table, quantity: str, found_by: str, source, *, rows=None,
         raise InputError(f"table {t.number} must have query, key and value columns of vectors "
                          "to be a projections table (got other columns)")
     n = source.size("raw" if per_column else quantity)[0]
-    targets = _rows_of(t, cols.label, source, n, rows)
     vectors = per_column is not None or (len(cols.values) == 1 and any(
         len(read_cell(r[cols.values[0]])) > 1 for r in t.rows))
+    if not vectors and quantity_columns(t, cols, source.size(quantity)[1],
+                                        source.column_names(quantity)):
+        audit.skipped = "quantity columns"      # a row per key of one query: not read
+        return audit
+    targets = _rows_of(t, cols.label, source, n, rows)
     col_index = None if vectors else _columns_of(t, cols.values, quantity, source)
     for k, (r, i) in enumerate(zip(t.rows, targets)):
         row_label = clean(r[cols.label]) if cols.label is not None else f"row {k + 1}"
@@ -394,7 +399,7 @@ def audit_tables(tables: Sequence[Table], *, spec=None, example: str | None = No
 
 
 def audit(path: str | Path, *, fmt: str | None = None, **options) -> Audit:
-    """Audit every table of the file at ``path`` (Markdown, CSV, LaTeX or JSON).
+    """Audit every table of the file at ``path`` (Markdown, CSV, LaTeX, JSON or HTML).
 
     Options: ``spec`` (a head spec file, or an Example) or ``example`` (a
     built-in example's name), or neither and ``scores`` (the number of the

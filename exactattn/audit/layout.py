@@ -32,7 +32,7 @@ from .printed import clean, read_cell
 
 __all__ = ["KEY_QUANTITIES", "LABEL_HEADERS", "OWN_NAMES", "QUANTITIES", "Columns", "columns_of",
            "detect_quantity", "header_quantity", "index_of", "indices_of", "projection_columns",
-           "title_label"]
+           "quantity_columns", "title_label"]
 
 QUANTITIES = ("raw", "scaled", "shares", "outputs", "queries", "keys", "values")
 #: quantities with a column per key (the others have a column per slot of a vector)
@@ -144,6 +144,20 @@ def header_quantity(table: Table) -> str | None:
     if heads and all(re.fullmatch(r"(out|output|outputs)\s*_?\(?\d+\)?", h) for h in heads):
         return "outputs"
     return None
+
+
+def quantity_columns(table: Table, cols: Columns, size: int, names: list[str]) -> bool:
+    """Whether the value columns are headed by quantities (``raw score``, ``share``) rather
+    than keys or slots: a table with a row per key of one query, which is not read as a
+    table with a row per query (its columns would be judged as keys, in order).
+
+    >>> t = Table(1, "Shares of query 3", ("word", "raw score", "share"), (("the", "0", "0.19"),))
+    >>> quantity_columns(t, columns_of(t), 4, ["the", "bank"])
+    True
+    """
+    headers = [table.header[c] for c in cols.values]
+    return indices_of(headers, size, names) is None and \
+        any(detect_quantity(h, divided=False) is not None for h in headers)
 
 
 def index_of(label: str, size: int, names: list[str]) -> int | None:

@@ -1,4 +1,4 @@
-"""Printed tables as published: Markdown, CSV, LaTeX ``tabular`` or JSON, several per file.
+"""Printed tables as published: Markdown, CSV, LaTeX ``tabular``, JSON or HTML, several per file.
 
 Every reader returns :class:`Table` values: a title (the heading, caption or
 line above the table), the header cells, the body rows as text.  Nothing is
@@ -21,12 +21,32 @@ converted here: :mod:`exactattn.audit.printed` reads the numbers in a cell.
   by column), a list of such tables, or ``{"tables": [{"title", "columns",
   "rows"}, ...]}`` (exactattn's own JSON).  Numbers are kept as the text they
   were written as (``0.5800`` keeps its four places).
+* HTML: every ``<table>`` with a cell, read by the standard library's
+  :mod:`html.parser` (a whole saved page is fine: the text of ``<script>``,
+  ``<style>``, ``<template>``, ``<title>`` and ``<svg>`` is no table's).
+  The header is the ``<thead>`` (else the leading rows of ``<th>`` cells,
+  else the first row; of several header rows, each column's lowest
+  non-empty cell); ``<tfoot>`` rows come last.  A cell is its text: inline
+  tags dropped, ``<br>`` a space, ``<sub>``/``<sup>`` as ``_``/``^``,
+  entities decoded (``&minus;`` is U+2212, read as a minus sign like any
+  U+2212).  ``colspan``/``rowspan`` fill the cells they cover with empty
+  text, and a spanning cell that holds a number is refused (which column it
+  belongs to is ambiguous); a row of one cell across the whole table (a
+  note, a group name) is left out.  Unclosed ``<td>``, ``<tr>`` and ``<table>``
+  close where a browser closes them.  The title is the table's
+  ``<caption>``, else its ``<figure>``'s ``<figcaption>``, else, as for
+  Markdown, the last block of text (a heading ``<h1>``..``<h6>``, a ``<p>``)
+  between the previous table and this one.
 
 >>> t, = parse_tables("Weights\\n\\n| q | k1 | k2 |\\n|---|--:|---|\\n| 1 | 0.25 | 0.75 |\\n")
 >>> t.title, t.header, t.rows
 ('Weights', ('q', 'k1', 'k2'), (('1', '0.25', '0.75'),))
 >>> [t.rows for t in parse_tables('[["a", "b"], [1, 0.50]]', "json")]
 [(('1', '0.50'),)]
+>>> t, = parse_tables("<h3>Weights</h3><table><tr><th>q<th>k<sub>1</sub>"
+...                   "<tr><td>1<td><b>&minus;0.25</b></table>")
+>>> t.title, t.header, t.rows
+('Weights', ('q', 'k_1'), (('1', '−0.25'),))
 """
 
 from __future__ import annotations
@@ -35,18 +55,19 @@ import csv
 import io
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 
 from ..errors import InputError, shorten
 
 __all__ = ["MAX_BYTES", "TABLE_FORMATS", "Table", "detect_format", "parse_tables", "read_tables"]
 
-TABLE_FORMATS = ("markdown", "csv", "latex", "json")
+TABLE_FORMATS = ("markdown", "csv", "latex", "json", "html")
 #: the largest table file read, in bytes (16 MiB): a published table is a few kilobytes
 MAX_BYTES = 16 * 2 ** 20
 _SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".csv": "csv", ".tex": "latex",
-             ".json": "json"}
+             ".json": "json", ".html": "html", ".htm": "html", ".xhtml": "html"}
 
 
 @dataclass(frozen=True)
@@ -66,23 +87,32 @@ class Table:
 
 
 def detect_format(text: str) -> str:
-    """The format of a table file's text: json, latex, markdown or csv.
+    """The format of a table file's text: json, html, latex, markdown or csv.
+
+    HTML: a text that starts with a tag and holds a ``<table``, or one that
+    holds a ``<table`` and no Markdown table.
 
     >>> detect_format("| a |\\n|---|\\n| 1 |"), detect_format("a,b\\n1,2"), detect_format("[]")
     ('markdown', 'csv', 'json')
+    >>> detect_format("<!DOCTYPE html><p>x</p><table><tr><td>1</td></tr></table>")
+    'html'
     """
     head = text.lstrip("\ufeff \t\r\n")
     if head[:1] in "[{" and head:
         return "json"
+    table = re.search(r"<table[\s>/]", text, re.IGNORECASE) is not None
+    if table and head[:1] == "<":
+        return "html"
     if re.search(r"\\begin\{(tabular|longtable)", text):
         return "latex"
     if any(_delimiter(line) for line in text.splitlines()):
         return "markdown"
-    return "csv"
+    return "html" if table else "csv"
 
 
 def read_tables(path: str | Path, fmt: str | None = None) -> list[Table]:
-    """The tables of a file; ``fmt`` None: by suffix (.md, .csv, .tex, .json), else by content.
+    """The tables of a file; ``fmt`` None: by suffix (.md, .csv, .tex, .json, .html, .htm),
+    else by content.
 
     Raises:
         InputError: the file is missing, unreadable, not UTF-8, larger than
@@ -90,7 +120,7 @@ def read_tables(path: str | Path, fmt: str | None = None) -> list[Table]:
     """
     from ..call.spec import read_user_text
     p = Path(path)
-    text = read_user_text(p, what="table file", kinds="a .md, .csv, .tex or .json file",
+    text = read_user_text(p, what="table file", kinds="a .md, .csv, .tex, .json or .html file",
                           limit=MAX_BYTES, size_fix="audit the page the tables are on",
                           error=InputError)
     return parse_tables(text, fmt or _SUFFIXES.get(p.suffix.lower()),
@@ -98,24 +128,29 @@ def read_tables(path: str | Path, fmt: str | None = None) -> list[Table]:
 
 
 def parse_tables(text: str, fmt: str | None = None, *, where: str = "table text") -> list[Table]:
-    """The tables in ``text`` (``fmt``: markdown, csv, latex, json; None: detected).
+    """The tables in ``text`` (``fmt``: markdown, csv, latex, json, html; None: detected).
 
     Raises:
-        InputError: an unknown format, malformed JSON, or no table at all.
+        InputError: an unknown format, malformed JSON, an HTML cell spanning
+            rows or columns that holds a number, or no table at all.
     """
     if fmt is None:
         fmt = detect_format(text)
     if fmt not in TABLE_FORMATS:
         raise InputError(f"table format must be one of {', '.join(TABLE_FORMATS)} (got "
                          f"{shorten(fmt, quote=True)})")
-    found = {"markdown": _markdown, "csv": _csv, "latex": _latex, "json": _json}[fmt](
+    found = {"markdown": _markdown, "csv": _csv, "latex": _latex, "json": _json,
+             "html": _html}[fmt](
         text.removeprefix("\ufeff"), where)
     tables = [Table(k + 1, *t) for k, t in enumerate(found)]
     if not tables:
         raise InputError(f"{where} must hold at least one {fmt} table (got none); "
-                         + ("a Markdown table needs a |---| line under its header"
-                            if fmt == "markdown" else "check the format"))
+                         + _NO_TABLE_FIX.get(fmt, "check the format"))
     return tables
+
+
+_NO_TABLE_FIX = {"markdown": "a Markdown table needs a |---| line under its header",
+                 "html": "an HTML table is a <table> with <tr> rows of <td> or <th> cells"}
 
 
 def _square(header: list[str], rows: list[list[str]]) -> tuple[tuple, tuple]:
@@ -368,3 +403,262 @@ def _json(text: str, where: str) -> list[tuple]:
 def _is_table(t) -> bool:
     """A list of rows (each a list or an object): one table of a list of tables."""
     return isinstance(t, list) and bool(t) and all(isinstance(r, (list, dict)) for r in t)
+
+
+# --------------------------------------------------------------------------- HTML
+#: elements whose text is no table's: scripts, styles, templates, the page's title, pictures
+_HTML_HIDDEN = frozenset({"script", "style", "template", "title", "svg"})
+#: elements that end a block of text outside a table (a title is the last block); in a
+#: cell or a caption they separate words
+_HTML_BLOCKS = frozenset({
+    "address", "article", "aside", "blockquote", "body", "dd", "details", "dialog", "div", "dl",
+    "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5",
+    "h6", "header", "hgroup", "hr", "html", "legend", "li", "main", "nav", "ol", "p", "pre",
+    "section", "summary", "ul"})
+#: the most columns and rows one cell may span (the limits browsers apply)
+_MAX_COLSPAN, _MAX_ROWSPAN = 1000, 65534
+
+
+def _collapse(parts: list[str]) -> str:
+    """Text as a browser shows it: runs of white space (``&nbsp;`` too) one space."""
+    return " ".join("".join(parts).split())
+
+
+def _span(attrs, name: str, most: int) -> int:
+    """A cell's ``colspan``/``rowspan``: a whole number, 1 when missing or unreadable
+    (``rowspan="0"``, to the end of the table, is returned as ``most``)."""
+    value = dict(attrs).get(name)
+    m = re.match(r"\s*(\d+)", value or "")
+    if not m:
+        return 1
+    n = int(m.group(1)[:9])
+    return most if n == 0 and name == "rowspan" else max(1, min(n, most))
+
+
+@dataclass
+class _HTMLCell:
+    parts: list[str]
+    colspan: int = 1
+    rowspan: int = 1
+    th: bool = False
+
+
+@dataclass
+class _HTMLTable:
+    """A table being read: its rows by group (thead, tbody, tfoot), the open row and cell."""
+    index: int
+    line: int
+    title: str
+    rows: list = field(default_factory=list)
+    group: str = "tbody"
+    row: list | None = None
+    cell: _HTMLCell | None = None
+    caption: list[str] | None = None
+    in_caption: bool = False
+
+    def end_cell(self) -> None:
+        self.in_caption = False
+        if self.cell is not None:
+            self.row.append(self.cell)
+            self.cell = None
+
+    def end_row(self) -> None:
+        self.end_cell()
+        if self.row:
+            self.rows.append((self.group, self.row))
+        self.row = None
+
+
+class _HTMLTables(HTMLParser):
+    """Every ``<table>`` of a page, in the order they start (see the module docstring)."""
+
+    def __init__(self, where: str):
+        super().__init__(convert_charrefs=True)
+        self.where = where
+        self.found: list = []            # per table: [title, header, rows, line, captioned]
+        self.open: list[_HTMLTable] = []
+        self.hidden: list[str] = []      # the hidden elements open (their text is dropped)
+        self.block: list[str] = []       # the text of the block being read, outside tables
+        self.since: list[str] = []       # the blocks since the last table ended
+        self.figures: list = []          # open <figure>s: [figcaption text, table indices]
+        self.in_figcaption = False
+
+    # ---- text
+    def _flush(self) -> None:
+        text = _collapse(self.block)
+        if text:
+            self.since.append(text)
+        self.block = []
+
+    def handle_data(self, data: str) -> None:
+        if self.hidden:
+            return
+        if self.open:
+            t = self.open[-1]
+            if t.in_caption:
+                t.caption.append(data)
+            elif t.cell is not None:
+                t.cell.parts.append(data)
+            return                      # text between cells is shown outside the table
+        self.block.append(data)
+        if self.in_figcaption and self.figures:
+            self.figures[-1][0].append(data)
+
+    # ---- tags
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if self.hidden or tag in _HTML_HIDDEN:
+            if tag in _HTML_HIDDEN:
+                self.hidden.append(tag)
+            return
+        t = self.open[-1] if self.open else None
+        if tag == "table":
+            if t is None:
+                self._flush()
+                title, self.since = _title(self.since), []
+            else:                        # a table in a cell: titled by its caption only
+                title = ""
+            index = len(self.found)
+            self.found.append(None)
+            if self.figures and t is None:
+                self.figures[-1][1].append(index)
+            self.open.append(_HTMLTable(index, self.getpos()[0], title))
+            return
+        if t is not None:
+            if tag == "caption":
+                t.end_row()
+                t.in_caption, t.caption = True, t.caption or []
+            elif tag in ("thead", "tbody", "tfoot"):
+                t.end_row()
+                t.group = tag
+            elif tag == "tr":
+                t.end_row()
+                t.row = []
+            elif tag in ("td", "th"):
+                t.end_cell()
+                if t.row is None:
+                    t.row = []
+                t.cell = _HTMLCell([], _span(attrs, "colspan", _MAX_COLSPAN),
+                                   _span(attrs, "rowspan", _MAX_ROWSPAN), tag == "th")
+            else:
+                self.handle_data(self._mark(tag))
+            return
+        if tag in _HTML_BLOCKS:
+            self._flush()
+        if tag == "figure":
+            self.figures.append([[], []])
+        elif tag == "figcaption":
+            self.in_figcaption = True
+        else:
+            self.handle_data(self._mark(tag))
+
+    @staticmethod
+    def _mark(tag: str) -> str:
+        """The text an element's start adds: a space for a block or ``<br>``, ``_`` for a
+        subscript, ``^`` for a superscript, else nothing (inline tags are dropped)."""
+        return " " if tag in _HTML_BLOCKS or tag == "br" else \
+            {"sub": "_", "sup": "^"}.get(tag, "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.hidden:
+            if tag in self.hidden:
+                while self.hidden.pop() != tag:
+                    pass
+            return
+        t = self.open[-1] if self.open else None
+        if t is not None:
+            if tag == "table":
+                self._finish(self.open.pop())
+            elif tag == "caption":
+                t.in_caption = False
+            elif tag in ("td", "th"):
+                t.end_cell()
+            elif tag == "tr":
+                t.end_row()
+            elif tag in ("thead", "tbody", "tfoot"):
+                t.end_row()
+                t.group = "tbody"
+            elif tag in _HTML_BLOCKS:
+                self.handle_data(" ")
+            return
+        if tag in _HTML_BLOCKS:
+            self._flush()
+        if tag == "figcaption":
+            self.in_figcaption = False
+        if tag == "figure" and self.figures:
+            caption, indices = self.figures.pop()
+            text = _title([_collapse(caption)])
+            for k in indices:
+                if text and self.found[k] is not None and not self.found[k][4]:
+                    self.found[k][0] = text
+
+    def close(self) -> None:
+        super().close()
+        while self.open:                 # unclosed tables end with the page
+            self._finish(self.open.pop())
+
+    # ---- one table
+    def _finish(self, t: _HTMLTable) -> None:
+        t.end_row()
+        caption = _collapse(t.caption or [])
+        head = [cells for group, cells in t.rows if group == "thead"]
+        ordered = head + [cells for group, cells in t.rows if group == "tbody"] \
+            + [cells for group, cells in t.rows if group == "tfoot"]
+        if not ordered:
+            return                       # no cell: not a table
+        grid, width = self._grid(t, ordered)
+        grid = [r[:width] for r in grid]
+        # a row of one cell across the whole table (a note, a group name) holds no number
+        # (a spanning number is refused): it is no row of the table
+        keep = [r for r, cells in enumerate(ordered)
+                if not (len(cells) == 1 and cells[0].colspan > 1 and cells[0].colspan >= width)]
+        if not keep:
+            return
+        n_head = sum(1 for r in keep if r < len(head))
+        grid, ordered = [grid[r] for r in keep], [ordered[r] for r in keep]
+        if not n_head:                   # leading rows of <th> cells, else the first row
+            while n_head < len(ordered) and all(c.th for c in ordered[n_head]):
+                n_head += 1
+            if n_head in (0, len(ordered)):
+                n_head = 1
+        header = [next((r[c] for r in reversed(grid[:n_head]) if c < len(r) and r[c]), "")
+                  for c in range(width)]
+        self.found[t.index] = [_title([caption]) if caption else t.title,
+                               *_square(header, grid[n_head:]), t.line, bool(caption)]
+
+    def _grid(self, t: _HTMLTable, ordered: list) -> tuple[list[list[str]], int]:
+        """The rows as cells, each spanning cell's text in its first slot and empty text in
+        the others, and the table's width (the columns a cell starts in: a ``colspan`` past
+        the last column adds none); a spanning cell that holds a number is refused."""
+        from .printed import read_cell
+        covered: dict[int, int] = {}     # column -> the last row a rowspan above covers
+        grid, width = [], 1
+        for r, cells in enumerate(ordered):
+            row: list[str] = []
+            for cell in cells:
+                while covered.get(len(row), -1) >= r:
+                    row.append("")
+                text = _collapse(cell.parts)
+                rowspan = min(cell.rowspan, len(ordered) - r)
+                if (cell.colspan > 1 or rowspan > 1) and read_cell(text):
+                    attr, what = (f"colspan={cell.colspan}", "column") if cell.colspan > 1 \
+                        else (f"rowspan={rowspan}", "row")
+                    raise InputError(
+                        f"{self.where}: the table on line {t.line}, row {r + 1}: a cell with "
+                        f"{attr} must not hold a number (got {shorten(text, quote=True)}); "
+                        f"which {what} the number is in is ambiguous: give each number its "
+                        "own cell")
+                if rowspan > 1:
+                    for c in range(len(row), len(row) + cell.colspan):
+                        covered[c] = r + rowspan - 1
+                width = max(width, len(row) + 1)
+                row += [text] + [""] * (cell.colspan - 1)
+            grid.append(row)             # covered slots at the end: padded by _square
+        return grid, width
+
+
+def _html(text: str, where: str) -> list[tuple]:
+    reader = _HTMLTables(where)
+    reader.feed(text)
+    reader.close()
+    return [(title, header, rows, "", line)
+            for title, header, rows, line, _ in filter(None, reader.found)]

@@ -38,6 +38,8 @@ _SKIPPED = {
     "source": "the printed scores the other tables are judged against",
     "no quantity": "not judged: its title names no quantity (pass --quantity, with --tables)",
     "no numbers": "not judged: no cell holds a number",
+    "quantity columns": "not judged: its columns are headed by quantities (a row per key of "
+                        "one query), a layout the audit does not read",
     "not shares": "not judged: its title names another quantity than the softmax of the scores",
 }
 _FOUND_BY = {"option": "as given", "name": "by its name", "title": "from its title",

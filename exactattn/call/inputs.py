@@ -170,25 +170,34 @@ def _exact_array(data, name: str, floats: str | None, nonfinite: bool = False) -
     return out
 
 
-def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> np.ndarray:
-    """The mask broadcast to B x H_q x L x S and read block by block with :class:`Mask`."""
+def _broadcast(raw: np.ndarray, shape: tuple, name: str) -> np.ndarray:
+    """``raw`` broadcast to ``shape`` (B x H_q x L x S), a read-only view.
+
+    Raises:
+        ShapeError: ``name`` cannot broadcast to it.
+    """
+    try:
+        return np.broadcast_to(raw, shape)
+    except ValueError:
+        raise ShapeError(f"{name} must be L x S = {shape[2]} x {shape[3]} or broadcast to "
+                         f"{_dims(shape)} (got {_dims(raw.shape)})") from None
+
+
+def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> tuple[np.ndarray, tuple]:
+    """The mask broadcast to B x H_q x L x S and read block by block with :class:`Mask`,
+    and the shape it was given in."""
     B, Hq, L, S = shape
     if hasattr(mask, "detach"):
         mask = mask.detach().cpu().numpy()
         if mask.dtype != bool:
             mask = mask.astype(np.float64)
-    raw = np.array(mask, dtype=object)
-    try:
-        raw = np.broadcast_to(raw, shape)
-    except ValueError:
-        raise ShapeError(f"mask must be L x S = {L} x {S} or broadcast to {_dims(shape)} "
-                         f"(got {_dims(raw.shape)})") from None
+    raw = _broadcast(np.array(mask, dtype=object), shape, "mask")
     out = np.empty(shape, dtype=object)
     for b in range(B):
         for h in range(Hq):
             m = Mask(kind, raw[b, h].tolist(), floats=floats)
             out[b, h] = object_array([e for r in m.rows for e in r], (L, S))
-    return out
+    return out, tuple(np.shape(mask))
 
 
 #: the keywords :meth:`Call.from_sdpa` takes besides SDPA's own: the :class:`Policy` fields
@@ -244,9 +253,13 @@ class Call:
     Held as: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value``
     B x H_kv x S x E_v (numpy object arrays of ``Fraction``); ``mask`` None
     or B x H_q x L x S (``bool`` for boolean kinds; ``Fraction``, or None for
-    ``-inf``, in an additive mask); ``dropout_keep`` None or B x H_q x L x S
-    ``bool``.  ``rank`` is the number of dimensions the caller used; a float
-    implementation is handed arrays of that rank.
+    ``-inf``, in an additive mask): the expanded blocks the exact reference
+    reads; ``mask_shape`` None or the shape the mask was given in (``(L, S)``,
+    ``(B, 1, L, S)``, any shape that broadcasts), the shape a float
+    implementation is handed it in (:meth:`mask_given`); ``dropout_keep``
+    None or B x H_q x L x S ``bool``.  ``rank`` is the number of dimensions
+    the caller used; a float implementation is handed query, key and value
+    of that rank.
 
     Raises:
         ShapeError: mismatched sizes, a bad rank, GQA heads that do not divide.
@@ -258,7 +271,7 @@ class Call:
     """
 
     __slots__ = ("query", "key", "value", "mask", "policy", "rank", "name", "dropout_keep",
-                 "labels")
+                 "labels", "mask_shape")
 
     def __init__(self, query, key, value, mask=None, *, policy: Policy | None = None,
                  mask_kind: str | None = None, floats: str | None = None, name: str = "call",
@@ -286,16 +299,17 @@ class Call:
             raise ShapeError(f"value must have the key's batch, heads and length "
                              f"{_dims(k.shape[:3])} (got {_dims(v.shape[:3])})")
         policy.kv_head(0, Hq, k.shape[1])       # H_q must be a multiple of H_kv
-        m = None if mask is None else \
+        m, given = (None, None) if mask is None else \
             _mask_blocks(mask, policy.mask_kind, (B, Hq, L, k.shape[2]), floats)
         keep = None if dropout_keep is None else \
             _keep_blocks(dropout_keep, (B, Hq, L, k.shape[2]))
-        self._set(q, k, v, m, policy, rank, name, keep, tuple(labels))
+        self._set(q, k, v, m, policy, rank, name, keep, tuple(labels), given)
 
-    def _set(self, query, key, value, mask, policy, rank, name, dropout_keep, labels):
+    def _set(self, query, key, value, mask, policy, rank, name, dropout_keep, labels,
+             mask_shape):
         self.query, self.key, self.value, self.mask = query, key, value, mask
         self.policy, self.rank, self.name = policy, rank, name
-        self.dropout_keep, self.labels = dropout_keep, labels
+        self.dropout_keep, self.labels, self.mask_shape = dropout_keep, labels, mask_shape
 
     def _with(self, **changes) -> "Call":
         """A copy with some held (already exact) parts replaced."""
@@ -480,6 +494,27 @@ class Call:
             return None
         return Mask(self.mask_kind, self.mask[b, h].tolist())
 
+    def mask_given(self, held: np.ndarray | None = None) -> np.ndarray | None:
+        """The mask in the shape the caller gave it (``mask_shape``): the held B x H_q x L x S
+        blocks cut back along every axis it was broadcast over.
+
+        ``held`` (default: the held mask) is any B x H_q x L x S array of the
+        same blocks, e.g. the mask rewritten in another convention; None
+        without a mask.  The one place that knows both shapes: the exact
+        reference reads the expanded blocks, a float implementation gets this.
+
+        >>> c = Call([[[[1]], [[2]]]], [[[[1], [2]]]], [[[[3], [4]]]], [[[[True, False]]]])
+        >>> c.mask.shape, c.mask_shape, c.mask_given().tolist()
+        ((1, 2, 1, 2), (1, 1, 1, 2), [[[[True, False]]]])
+        """
+        if self.mask is None:
+            return None
+        held = self.mask if held is None else held
+        shape = self.mask_shape
+        lead = (1,) * (4 - len(shape)) + shape
+        cut = tuple(slice(0, 1) if g == 1 else slice(None) for g in lead)
+        return held[cut].reshape(shape)
+
     def with_mask_kind(self, kind: str) -> "Call":
         """The same problem with its mask read as ``kind`` (the entries as they were written).
 
@@ -523,6 +558,18 @@ class Call:
             mask = arr(mask, "mask entries", "; use '-inf' to hide a key")
         return self._with(query=arr(self.query, "inputs"), key=arr(self.key, "inputs"),
                           value=arr(self.value, "inputs"), mask=mask), moved
+
+    def with_value(self, value: np.ndarray) -> "Call":
+        """The same problem with other values: ``value`` held exactly, B x H_kv x S x E_v (any
+        E_v), ``Fraction`` entries (a probe's, :mod:`exactattn.verify.probes`).
+
+        Raises:
+            ShapeError: the batch, heads or length differ from the key's.
+        """
+        if value.ndim != 4 or value.shape[:3] != self.key.shape[:3]:
+            raise ShapeError(f"value must have the key's batch, heads and length "
+                             f"{_dims(self.key.shape[:3])} (got {_dims(value.shape)})")
+        return self._with(value=value)
 
     def with_dropout_keep(self, keep) -> "Call":
         """The same problem with a dropout keep-mask (L x S booleans, or broadcastable to B x H_q x L x S).
@@ -599,7 +646,7 @@ class Call:
         mask = None if self.mask is None else tuple(self.mask.reshape(-1))
         return (self.query.shape, self.key.shape, self.value.shape,
                 tuple(self.query.reshape(-1)), tuple(self.key.reshape(-1)),
-                tuple(self.value.reshape(-1)), self.mask_kind, mask,
+                tuple(self.value.reshape(-1)), self.mask_kind, mask, self.mask_shape,
                 None if self.dropout_keep is None else tuple(self.dropout_keep.reshape(-1)))
 
 
@@ -644,8 +691,4 @@ def _keep_blocks(keep, shape: tuple) -> np.ndarray:
         bad = next(x for x in raw.reshape(-1) if not isinstance(x, (bool, np.bool_)))
         raise InputError(f"dropout_keep must hold true/false entries (True = kept) (got "
                          f"{shorten(bad, quote=True)})")
-    try:
-        return np.broadcast_to(raw.astype(bool), shape).copy()
-    except ValueError:
-        raise ShapeError(f"dropout_keep must be L x S = {shape[2]} x {shape[3]} or broadcast to "
-                         f"{_dims(shape)} (got {_dims(raw.shape)})") from None
+    return _broadcast(raw.astype(bool), shape, "dropout_keep").copy()

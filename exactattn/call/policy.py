@@ -105,6 +105,9 @@ UNSUPPORTED = {
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
     "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
+    "split": ("alibi", "rope", "dropout"),             # split-merge: a block's keys come without positions
+    "flash_attn": ("window", "query_offset", "alibi", "sink", "dropout"),  # exactattn's flash-attn adapter
+    "jax": ("softcap", "sink", "dropout"),             # jax.nn.dot_product_attention has no such argument
 }
 
 PRESETS = {

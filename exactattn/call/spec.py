@@ -440,7 +440,8 @@ def problem_document(problem: Call, dtype: str | None = None, *, keep=None,
         doc[name] = arr(getattr(problem, name))
     if problem.mask is not None:
         doc["mask"] = {"kind": problem.mask_kind,
-                       "values": np.vectorize(_number_text, otypes=[object])(problem.mask).tolist()}
+                       "values": np.vectorize(_number_text, otypes=[object])(
+                           problem.mask_given()).tolist()}
     return doc
 
 

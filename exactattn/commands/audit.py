@@ -1,7 +1,7 @@
 """``audit``: which printed digits in a published attention table are wrong.
 
 ``exactattn audit --table page.md --spec head.json`` reads every table of
-the file (Markdown, CSV, LaTeX ``tabular`` or JSON), judges each printed
+the file (Markdown, CSV, LaTeX ``tabular``, JSON or HTML), judges each printed
 number against the exact value it claims to be, and prints a verdict per
 cell: right, truncated, rounded half up where half-even differs (or the
 reverse), off by one in the last digit, or wrong, with the right value at the
@@ -37,8 +37,8 @@ def register(sub) -> None:
     p = sub.add_parser("audit", help=HELP, description=HELP + ". Exit status 1 when any cell is "
                        "not right, 2 for bad input.")
     p.add_argument("--table", metavar="FILE",
-                   help="the printed tables: Markdown, CSV, LaTeX tabular or JSON (several per "
-                        "file are fine)")
+                   help="the printed tables: Markdown, CSV, LaTeX tabular, JSON or HTML (a "
+                        "saved page is fine; several tables per file)")
     p.add_argument("--table-format", type=choice("--table-format", TABLE_FORMATS),
                    metavar="FORMAT", help=f"how to read --table: {', '.join(TABLE_FORMATS)} "
                                           "(default: by suffix, else by content)")
@@ -93,15 +93,21 @@ def _options(args) -> dict:
             "rows": args.rows}
 
 
-def demo_text() -> tuple[str, str]:
-    """The worked example's tables as ``walkthrough --format markdown`` prints them, and a
-    copy with one cell changed (:data:`DEMO_CHANGE`)."""
+def demo_sections() -> list:
+    """The worked example's tables (:class:`~exactattn.present.render.Section` values) as
+    ``walkthrough`` builds them, at 4 places."""
     from ..examples import example
-    from ..present.render import render
     from ..present.tables import MODES, attend_example, build
     ex = example("chronicle")
     trace = attend_example(ex)
-    text = render([s for m in MODES for s in build(m, ex, trace, 4)], "markdown")
+    return [s for m in MODES for s in build(m, ex, trace, 4)]
+
+
+def demo_text() -> tuple[str, str]:
+    """The worked example's tables as ``walkthrough --format markdown`` prints them, and a
+    copy with one cell changed (:data:`DEMO_CHANGE`)."""
+    from ..present.render import render
+    text = render(demo_sections(), "markdown")
     if text.count(DEMO_CHANGE[0]) != 1:     # pragma: no cover - the walkthrough changed
         raise InputError("the demo's cell must appear once in the walkthrough (got "
                          f"{text.count(DEMO_CHANGE[0])}); update DEMO_CHANGE")

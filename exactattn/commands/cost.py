@@ -5,7 +5,8 @@ the row above and the pairs' share, then the check (the derived formula against
 the count at the last row), the crossover and the doubling ratio.
 ``--conventions`` prints the exact counts next to common accounting instead;
 ``--audit`` runs the installed FLOP counters on fixed attention calls and
-judges each figure against the derived count (``--counters`` picks them).
+judges each figure against the derived count (``--counters`` picks them);
+``--judge FLOPS --call ... --shape B,H,L,S,E`` judges one reported figure.
 
 Registering the command loads neither sympy nor the cost tables (``--help``
 stays fast); they are loaded when the command runs.
@@ -115,8 +116,35 @@ def register(sub) -> None:
                    help="with --audit: which counters, comma-separated (torch, fvcore, "
                         "ptflops, ptflops_aten, thop, calflops, deepspeed; default all), or "
                         "none for the derived figures only")
+    p.add_argument("--judge", type=_flops, default=None, metavar="FLOPS",
+                   help="judge a reported FLOP figure for one SDPA call: the exact FLOPs, each "
+                        "convention's, a verdict and the departure that gives the figure; "
+                        "exit 0 right, 1 wrong; takes --call, --shape, --kv-heads, --causal, "
+                        "--align, --backward, --format")
+    p.add_argument("--call", type=choice("--call", ("sdpa", "flash", "mem_efficient", "math")),
+                   default=None, metavar="CALL",
+                   help="with --judge: sdpa (default), flash, mem_efficient or math")
+    p.add_argument("--shape", default=None, metavar="B,H,L,S,E[,E_v]",
+                   help="with --judge: batch, query heads, queries, keys, d_k[, d_v]")
+    p.add_argument("--kv-heads", type=whole("--kv-heads", high=MAX_SIZE), default=None,
+                   metavar="K", help="with --judge: key/value heads (GQA; default H)")
+    p.add_argument("--backward", action="store_true",
+                   help="with --judge: the figure is the backward pass's")
     add_format_option(p)
     p.set_defaults(func=run)
+
+
+def _flops(text: str) -> int:
+    """--judge: a FLOP figure, a whole number from 0."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"--judge must be a FLOP figure, a whole number from "
+                                         f"0 such as 12960 (got {shorten(text, quote=True)})")
+    return int(text.strip())
+
+
+_flops.__name__ = "--judge"
+_JUDGE = (("--call", "call"), ("--shape", "shape"), ("--kv-heads", "kv_heads"),
+          ("--backward", "backward"))
 
 
 #: the options --audit leaves out, with the values that mean "not given" (d_model and d_k:
@@ -149,8 +177,34 @@ def _check_audit(args) -> None:
                              f"audit runs its own fixed calls: drop {flag}")
 
 
+def _check_judge(args) -> None:
+    if args.judge is None:
+        for flag, dest in _JUDGE:
+            if getattr(args, dest) not in (None, False):
+                raise InputError(f"{flag} needs --judge (got {flag} without --judge); add "
+                                 f"--judge FLOPS or drop {flag}")
+        return
+    if args.shape is None:
+        raise InputError("--judge needs --shape B,H,L,S,E[,E_v] (got none); pass e.g. "
+                         "--shape 2,5,9,9,4")
+    if args.audit or args.conventions:
+        flag = "--audit" if args.audit else "--conventions"
+        raise InputError(f"--judge must be left out with {flag} (got both); {flag} prints "
+                         "another table: drop one")
+    from ..examples import chronicle
+    head = chronicle().head
+    for flag, dest, default in _NOT_AUDIT:
+        value = getattr(args, dest)
+        if dest in ("causal", "align", "audit", "conventions"):
+            continue
+        if value != (getattr(head, dest) if default == "head" else default):
+            raise InputError(f"{flag} must be left out with --judge (got {flag}); --shape "
+                             f"gives the sizes: drop {flag}")
+
+
 def _check_combinations(args) -> None:
     """Refuse every option that the chosen table would not use (none is ignored silently)."""
+    _check_judge(args)
     _check_audit(args)
     if args.conventions:
         fix = ("the conventions compare one prefill of n queries over the same n keys; "
@@ -222,6 +276,16 @@ def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = F
 
 def run(args) -> int:
     _check_combinations(args)
+    if args.judge is not None:
+        from ..cost.audit_report import judge_sections
+        from ..cost.judge import parse_shape
+        sections, right = judge_sections(
+            args.judge, args.call or "sdpa", parse_shape(args.shape), causal=args.causal,
+            alignment=args.align or ALIGNMENTS[0], kv_heads=args.kv_heads,
+            backward=args.backward)
+        sys.stdout.write(render(sections, args.format, {"command": "cost --judge",
+                                                        "unit": "FLOPs (2 x MACs)"}))
+        return 0 if right else 1
     if args.audit:
         from ..cost.audit_report import audit_sections
         from ..present.stream import busy

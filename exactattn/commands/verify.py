@@ -15,12 +15,12 @@ import sys
 
 from ..call.policy import Policy
 from ..errors import InputError, shorten
-from ..options import MAX_PLACES, choice, memory, whole
+from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
 from ..present.render import FORMATS, plural, render
 from .flags import add_digits_option, add_format_option
 from .modifier_flags import add_policy_flags, apply, set_policy_flags
 
-HELP = "check a float attention implementation (numpy, torch, module:function) against the exact answer"
+HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"
 
 #: the largest --max-ulps: no two float64 values are further apart, so a larger one means the same
 MAX_ULPS = 2 ** 64
@@ -48,17 +48,37 @@ def _dtypes(text: str) -> list[str] | tuple[str, ...]:
     return names
 
 
+def _check_probes(text: str) -> tuple[str, ...]:
+    from ..verify.probes import check_probes   # numpy loads only when --probes is given
+    return check_probes(text)
+
+
 def register(sub) -> None:
     p = sub.add_parser("verify", help=HELP, description=HELP + ". Every output is compared with "
                        "the exact value correctly rounded to the dtype; errors in ULPs and "
                        "relative error; NaN/inf where the exact value is finite, or an "
                        "implementation that raises, is a hard failure.")
     p.add_argument("--impl", default="numpy", metavar="NAME",
-                   help="numpy, numpy-naive, torch or module:function; the module is looked "
+                   help="numpy, numpy-naive, torch, flex, flash-attn, jax (jax.nn.dot_product_attention "
+                        "on the CPU) or module:function; the module is looked "
                         "for in the current directory first (default numpy)")
-    p.add_argument("--arrays", type=choice("--arrays", ("numpy", "torch")), default=None,
-                   help="what a module:function impl is handed: numpy or torch (default numpy "
-                        "arrays)")
+    p.add_argument("--device", type=choice("--device", ("cpu", "cuda")), default=None,
+                   help="where --impl torch, flex or flash-attn runs: cpu or cuda (default cpu; "
+                        "flash-attn cuda); the exact reference stays on the CPU")
+    p.add_argument("--backend", type=choice("--backend", ("flash", "efficient", "cudnn", "math")),
+                   default=None,
+                   help="--impl torch: the one SDPA backend allowed (torch.nn.attention."
+                        "sdpa_kernel); one torch cannot select on the device is refused by name")
+    p.add_argument("--score-mod", metavar="MODULE:FUNCTION", default=None,
+                   help="--impl flex: your score_mod(score, b, h, q_idx, kv_idx) in place of the "
+                        "policy's (the exact answer is still the policy's: --softcap, --alibi, ...)")
+    p.add_argument("--mask-mod", metavar="MODULE:FUNCTION", default=None,
+                   help="--impl flex: your mask_mod(b, h, q_idx, kv_idx) -> bool, through "
+                        "create_block_mask, in place of the policy's visible keys (--causal, "
+                        "--window, ...)")
+    p.add_argument("--arrays", type=choice("--arrays", ("numpy", "torch", "jax")), default=None,
+                   help="what a module:function impl is handed: numpy, torch or jax (default "
+                        "numpy arrays)")
     p.add_argument("--dtype", type=_dtypes, default=None, metavar="DTYPE",
                    help="float64, float32, float16, bfloat16, a comma list, or all: every "
                         "dtype the implementation runs (default float32, or the spec file's)")
@@ -85,10 +105,27 @@ def register(sub) -> None:
                      help="random inputs or --search: the seed, a whole number from 0 (0)")
     p.add_argument("--backward", action="store_true",
                    help="check the implementation's gradients dQ, dK, dV (torch: autograd of "
-                        "SDPA; numpy: a float reference backward; module:function: "
+                        "SDPA; jax: jax.vjp; numpy: a float reference backward; module:function: "
                         "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
                         "exact ones, for a standard-normal dO drawn from --seed (with --spec "
                         "too); with --search N, search for the worst input of the backward")
+    p.add_argument("--probes", type=argtype(_check_probes, "--probes", echo=False), default=None, metavar="LIST",
+                   help="derived inputs also run through the implementation and judged on the "
+                        "plain ULP count: ones (values all 1: each output is its row's share "
+                        "sum), identity (each output is one key's share), positive (|values|: "
+                        "no cancellation); a comma list, or none (default all three)")
+    sp = p.add_argument_group("split-merge (split-KV, flash-decoding)")
+    sp.add_argument("--split-merge", action="store_true",
+                    help="check partial states: --impl returns (output, lse) on each block of "
+                         "keys (--splits), --merge combines them; every block's state and the "
+                         "merged (output, lse) are judged against the exact rows")
+    sp.add_argument("--splits", type=whole_list("--splits"), default=None, metavar="CUTS",
+                    help="split-merge: the key positions the keys are cut before, increasing "
+                         "(e.g. 3,5: blocks [0, 3), [3, 5), [5, S); default S/2)")
+    sp.add_argument("--merge", default=None, metavar="MODULE:FUNCTION",
+                    help="split-merge: your merge(states, *, sink=None) -> (output, lse); "
+                         "default: exactattn merges the states in float64, checking the "
+                         "blocks only")
     out = p.add_argument_group("report")
     out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
                      help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
@@ -121,6 +158,13 @@ def _flag(name: str) -> str:
 
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
+    _refuse_split(args)
+    if args.probes is not None and (args.backward or args.memory is not None
+                                    or args.split_merge):
+        flag = ("--backward" if args.backward else "--split-merge" if args.split_merge
+                else "--memory")
+        raise InputError(f"--probes must come without {flag} (got both); the probes are "
+                         "forward runs of the whole call")
     if args.backward and args.flops:
         raise InputError("--flops must come without --backward (got both); the FLOP count "
                          "is the forward's")
@@ -151,6 +195,31 @@ def _refuse_misplaced(args) -> None:
     if args.heads is not None and args.kv_heads is not None and args.heads % args.kv_heads:
         raise InputError(f"--heads must be a multiple of --kv-heads (got "
                          f"{shorten(str(args.heads))} and {shorten(str(args.kv_heads))})")
+
+
+def _refuse_split(args) -> None:
+    """Refuse split-merge options without --split-merge, and what --split-merge does not run."""
+    if not args.split_merge:
+        for flag, v in (("--splits", args.splits), ("--merge", args.merge)):
+            if v is not None:
+                raise InputError(f"{flag} must come with --split-merge (got {flag} alone)")
+        return
+    for flag, bad in (("--backward", args.backward), ("--search", args.search),
+                      ("--memory", args.memory), ("--flops", args.flops),
+                      ("--timings", args.timings)):
+        if bad:
+            raise InputError(f"{flag} must come without --split-merge (got both); a split-merge "
+                             "check runs the forward's blocks and their merge once")
+    if args.lse is not None:
+        raise InputError("--lse must come without --split-merge (got both); a split-merge check "
+                         "always judges every block's and the merged log-sum-exp, in natural-log "
+                         "units")
+    from ..call.policy import UNSUPPORTED
+    from .modifier_flags import FLAGS
+    for field in UNSUPPORTED["split"]:
+        if getattr(args, field, None) is not None:
+            raise InputError(f"{FLAGS[field]} must come without --split-merge (got both); a "
+                             "block's keys reach the function without their positions")
 
 
 def _policy(args, base: Policy | None) -> Policy:
@@ -247,7 +316,9 @@ def _run_blocks(args) -> int:
     """``verify --memory SIZE``: random float inputs checked in row blocks (issue 15's engine)."""
     for flag, bad in (("--spec", args.spec), ("--search", args.search),
                       ("--backward", args.backward), ("--heads", args.heads),
-                      ("--flops", args.flops)):
+                      ("--flops", args.flops), ("--device", args.device),
+                      ("--backend", args.backend), ("--score-mod", args.score_mod),
+                      ("--mask-mod", args.mask_mod)):
         if bad:
             raise InputError(f"--memory must come without {flag} (got both); row blocks check "
                              "one head of random inputs")
@@ -268,15 +339,12 @@ def run(args) -> int:
     _refuse_misplaced(args)
     if args.memory is not None:
         return _run_blocks(args)
-    if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl):
+    if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl) \
+            and args.merge is None:
         raise InputError(f"--arrays must come with a module:function impl (got --impl "
                          f"{shorten(args.impl)}); the built-in implementations choose their own "
                          "arrays")
-    if args.backward:
-        from ..verify.backward_impls import load_backward
-        impl = load_backward(args.impl, arrays=args.arrays or "numpy")
-    else:
-        impl = load_impl(args.impl, arrays=args.arrays or "numpy")
+    impl = _load(args, load_impl)
     problem, spec_policy, spec_dtype = _inputs(args)
     policy = _policy(args, spec_policy)
     from ..verify.check import check_sink        # before any input is drawn or rounded
@@ -308,12 +376,15 @@ def run(args) -> int:
         check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
     if args.backward:
         return _run_backward(args, impl, problem, dtypes, notes)
+    if args.split_merge:
+        return _run_split(args, impl, problem, dtypes, notes)
     reports = []
     from ..present.stream import busy
     for dt in dtypes:
         from .modifier_flags import lse
         with busy(f"{impl.name} in {dt}: certifying {_outputs(problem):,} outputs"):
-            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args))
+            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args),
+                         **({} if args.probes is None else {"probes": args.probes}))
         if args.flops:
             rep.flops = flop_counts(problem, dt)
         reports.append(rep)
@@ -323,6 +394,32 @@ def run(args) -> int:
             "passed": all(r.passed for r in reports)}
     sys.stdout.write(render(sections, args.format, meta))
     return 0 if all(r.passed for r in reports) else 1
+
+
+#: the implementation options and the --impl values that take them
+IMPL_OPTIONS = {"device": ("torch", "flex", "flash-attn"), "backend": ("torch",),
+                "score_mod": ("flex",), "mask_mod": ("flex",)}
+
+
+def _load(args, load_impl):
+    """The implementation under test (its backward with --backward), with --device, --backend,
+    --score-mod and --mask-mod; each refused in one line where --impl does not take it."""
+    opts = {k: getattr(args, k) for k in IMPL_OPTIONS if getattr(args, k) is not None}
+    for key in opts:
+        if args.impl not in IMPL_OPTIONS[key]:
+            owners = " or ".join(f"--impl {n}" for n in IMPL_OPTIONS[key])
+            raise InputError(f"{_flag(key)} must come with {owners} (got --impl "
+                             f"{shorten(args.impl)})")
+    if opts.get("device") == "cpu" and args.impl == "flash-attn":
+        raise InputError("--device cpu must come without --impl flash-attn (got both); the "
+                         "flash_attn package runs on CUDA only")
+    impl = load_impl(args.impl, arrays=args.arrays or "numpy", **opts) if opts or \
+        args.impl == "flash-attn" else load_impl(args.impl, arrays=args.arrays or "numpy")
+    if args.backward:
+        from ..verify.backward_impls import load_backward
+        return load_backward(impl if opts or args.impl in ("flex", "flash-attn") else args.impl,
+                             arrays=args.arrays or "numpy")
+    return impl
 
 
 def _outputs(problem) -> int:
@@ -344,6 +441,37 @@ def _run_backward(args, impl, problem, dtypes, notes) -> int:
     sections = backward_sections(reports, worst=args.worst, digits=args.digits,
                                  timings=args.timings, notes=notes)
     meta = {"command": "verify", "backward": True, "impl": reports[0].impl,
+            "policy": reports[0].policy.as_dict(), "passed": all(r.passed for r in reports)}
+    sys.stdout.write(render(sections, args.format, meta))
+    return 0 if all(r.passed for r in reports) else 1
+
+
+def _run_split(args, impl, problem, dtypes, notes) -> int:
+    """``verify --split-merge``: each key block's (output, lse) and their merge, row by row."""
+    from ..verify.report import split_sections
+    from ..verify.split import cut_lengths, load_merge, verify_split
+    from ..present.stream import busy
+    if getattr(args, "spec_lse", None) == "2":
+        raise InputError("the spec file's policy.lse must be e for --split-merge (got 2); the "
+                         "blocks' log-sum-exps are in natural-log units")
+    S = problem.shape["S"]
+    try:
+        lengths = cut_lengths(args.splits if args.splits is not None else [S // 2], S)
+    except InputError as e:
+        raise InputError(f"--{e}") from None
+    try:
+        merge = None if args.merge is None else \
+            load_merge(args.merge, arrays=args.arrays or "numpy")
+    except InputError as e:
+        raise InputError(f"--{e}") from None
+    reports = []
+    for dt in dtypes:
+        with busy(f"{impl.name} in {dt}: {len(lengths)} key blocks, merged and certified"):
+            reports.append(verify_split(impl, problem, dt, lengths, merge=merge,
+                                        max_ulps=args.max_ulps))
+    sections = split_sections(reports, worst=args.worst, digits=args.digits, notes=notes)
+    meta = {"command": "verify", "split_merge": True, "impl": reports[0].impl,
+            "merge": reports[0].merge, "blocks": lengths,
             "policy": reports[0].policy.as_dict(), "passed": all(r.passed for r in reports)}
     sys.stdout.write(render(sections, args.format, meta))
     return 0 if all(r.passed for r in reports) else 1

@@ -32,18 +32,26 @@ from fractions import Fraction
 from itertools import combinations
 
 from ..errors import InputError
+from ..options import check_choice
 from .audit_calls import AUDIT_CALLS, AuditCall, call
 from .counting import count_call
 from .derivation import derive_call
+from .sizes import CallShape
 
-__all__ = ["ERRORS", "EXTRAS", "Audit", "Ledger", "Verdict", "audit", "explanations", "ledger",
+__all__ = ["ERRORS", "EXTRAS", "PASSES", "Audit", "Ledger", "Verdict", "audit", "explanations", "ledger",
            "verdict"]
 
 #: the elementwise operations a counter may add to the multiply-adds, in the order tried
 EXTRAS = ("softmax", "bias", "bias_once", "scale", "mask")
 #: findings that are errors (the rest are conventions: what else a counter chose to count)
 ERRORS = ("omits_attention", "omits_linear", "batch_factor", "batch_factor_scores",
-          "attention_twice", "bias_once", "unexplained", "fails")
+          "attention_twice", "bias_once", "scores_only", "mix_only", "one_product",
+          "layout_swap", "kv_heads", "macs_as_flops", "unexplained", "fails")
+#: how each pass weighs the scores-shaped (width E) and mix-shaped (width E_v) products:
+#: the forward runs each once; a backward runs dQ = dS K and dK = dS^T Q (E) and
+#: dV = P^T dO and dP = dO V^T (E_v), and a fused kernel (flash, mem_efficient) recomputes
+#: the scores Q K^T first (Dao et al. 2022, alg. 4)
+PASSES = {"forward": (1, 1), "backward": (3, 2), "backward_autograd": (2, 2)}
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,8 @@ class Ledger:
     query_batch: dict
     softmax_ops: dict
     extras: dict
+    swapped: dict | None = None
+    kv_heads: dict | None = None
 
     @property
     def linear(self) -> int:
@@ -77,8 +87,16 @@ class Ledger:
         return self.macs == self.counted
 
 
-def ledger(c: AuditCall) -> Ledger:
-    """Derive (and count) the figures of audit call ``c``."""
+def ledger(c: AuditCall, count_limit: int | None = None) -> Ledger:
+    """Derive (and count) the figures of audit call ``c``.
+
+    ``count_limit``: count by running the call only when its derived total is at most
+    this many MACs (None: always); a call not counted has ``counted`` None.
+    ``swapped``: scores and mix of the operands' (B, S, H, D) layout read as (B, H, S, D)
+    (heads from the query's L, queries from its H_q, keys from the key's H_kv; full
+    square, as a shape-reading formula counts), for a call of 4-dimensional operands
+    without projections; ``kv_heads``: the call at H_kv query heads (GQA calls only).
+    """
     s = c.shape
     macs = derive_call(s)
     dense_shape = dataclasses.replace(s, policy=s.policy.replace(causal=False), mask=None)
@@ -87,8 +105,12 @@ def ledger(c: AuditCall) -> Ledger:
     query_batch = derive_call(dataclasses.replace(s, key=ones + s.key[-3:],
                                                   value=ones + s.value[-3:]))
     B, H, Hkv = s.batch_size, s.heads, s.kv_heads
-    keep = s.policy.keep(s.queries, s.keys, s.mask)
-    pairs, rows = B * H * int(keep.sum()), B * H * int(keep.any(axis=1).sum())
+    if s.mask is None:   # by rows: no L x S array for a long call
+        seen = [len(s.policy.visible_keys(i, s.queries, s.keys)) for i in range(s.queries)]
+        pairs, rows = B * H * sum(seen), B * H * sum(1 for k in seen if k)
+    else:
+        keep = s.policy.keep(s.queries, s.keys, s.mask)
+        pairs, rows = B * H * int(keep.sum()), B * H * int(keep.any(axis=1).sum())
     scores = B * H * dense_shape.pairs()
     width = (H * s.d_k, Hkv * s.d_k, Hkv * s.d_v)
     out = s.d_model if s.out_projection else 0
@@ -105,8 +127,17 @@ def ledger(c: AuditCall) -> Ledger:
         extras["bias"] = B * (s.queries * width[0] + s.keys * (width[1] + width[2])
                               + s.queries * out)
         extras["bias_once"] = sum(width) + out
-    return Ledger(c, macs, count_call(s).macs, dense, query_batch,
-                  {"exp": pairs, "add": pairs - rows, "div": pairs}, extras)
+    swapped = kv = None
+    if s.d_model is None and len(s.query) == len(s.key) == 4:
+        q, k, v = s.query, s.key, s.value
+        swapped = derive_call(CallShape(q[:1] + (q[2], q[1], q[3]), k[:1] + (q[2], k[1], k[3]),
+                                        v[:1] + (q[2], v[1], v[3])))
+    if Hkv != H:
+        kv = derive_call(dataclasses.replace(s, query=s.query[:-3] + (Hkv,) + s.query[-2:]))
+    counted = count_call(s).macs if count_limit is None or macs["total"] <= count_limit \
+        else None
+    return Ledger(c, macs, counted, dense, query_batch,
+                  {"exp": pairs, "add": pairs - rows, "div": pairs}, extras, swapped, kv)
 
 
 @dataclass(frozen=True)
@@ -133,17 +164,30 @@ class Verdict:
         return any(f in ERRORS for f in self.findings)
 
 
-def _attention(L: Ledger) -> list[tuple[str | None, int]]:
-    exact = L.macs["scores"] + L.macs["mix"]
-    options = [(None, exact), ("full_square", L.dense["scores"] + L.dense["mix"]),
-               ("batch_factor", L.query_batch["scores"] + L.query_batch["mix"]),
-               ("batch_factor_scores", L.query_batch["scores"] + L.macs["mix"]),
-               ("attention_twice", 2 * exact), ("omits_attention", 0)]
-    seen, out = set(), []
-    for name, value in options:   # a departure that changes nothing is no departure
-        if value not in seen:
-            seen.add(value)
-            out.append((name, value))
+def _attention(L: Ledger) -> list[tuple[str | None, int, int]]:
+    """The ways of counting the scores and the mix: ``(finding, scores MACs, mix MACs)``,
+    the exact count first."""
+    m, d = L.macs, L.dense
+    options = [(None, m["scores"], m["mix"]), ("full_square", d["scores"], d["mix"])]
+    if L.call.shape.policy.causal:   # n^2/2: half the full square (Fractions when odd)
+        options.append(("causal_half", Fraction(d["scores"], 2), Fraction(d["mix"], 2)))
+    options += [("batch_factor", L.query_batch["scores"], L.query_batch["mix"]),
+                ("batch_factor_scores", L.query_batch["scores"], m["mix"]),
+                ("attention_twice", 2 * m["scores"], 2 * m["mix"])]
+    if m["scores"] == m["mix"]:   # E = E_v: the figure cannot tell which product
+        options.append(("one_product", m["scores"], 0))
+    else:
+        options += [("scores_only", m["scores"], 0), ("mix_only", 0, m["mix"])]
+    if L.swapped is not None:
+        options.append(("layout_swap", L.swapped["scores"], L.swapped["mix"]))
+    if L.kv_heads is not None:
+        options.append(("kv_heads", L.kv_heads["scores"], L.kv_heads["mix"]))
+    options.append(("omits_attention", 0, 0))
+    exact, out, seen = m["scores"] + m["mix"], [], set()
+    for name, a, b in options:   # a departure that changes nothing is no departure
+        if (name is None or a + b != exact) and (a, b) not in seen:
+            seen.add((a, b))
+            out.append((name, a, b))
     return out
 
 
@@ -151,31 +195,62 @@ def _linear(L: Ledger) -> list[tuple[str | None, int]]:
     return [(None, L.linear)] + ([("omits_linear", 0)] if L.linear else [])
 
 
-def explanations(L: Ledger, per_mac: int) -> list[tuple[int, tuple]]:
+def _passes(backward: str | None) -> list[tuple[str | None, int, int]]:
+    """The pass counted (:data:`PASSES`) and its departure: a backward without the
+    recomputation of the scores (``no_recompute``, backward = 2 x forward) or with it
+    (``recompute``)."""
+    if backward is None:
+        return [(None, *PASSES["forward"])]
+    check_choice(backward, "backward", ("backward", "backward_autograd"))
+    other = "backward_autograd" if backward == "backward" else "backward"
+    return [(None, *PASSES[backward]),
+            ("no_recompute" if backward == "backward" else "recompute", *PASSES[other])]
+
+
+def explanations(L: Ledger, per_mac: int, backward: str | None = None
+                 ) -> list[tuple[int, tuple]]:
     """Every total a counter could reach by departing from the derived count, with its
     findings: ``[(total, findings), ...]`` in the order :func:`verdict` tries them.
 
-    Tried: the scores and mix exact, over the full square, at the query's
-    batch (both products, or the scores only), twice (with the softmax, when
-    it is counted), or left out; the linear stages as they are or left out;
-    any of :data:`EXTRAS` added once.  Totals are in the reading's unit (``per_mac`` operations per MAC,
-    the extras one each).
+    Tried: the scores and mix exact, over the full square, half the full square
+    (causal), at the query's batch (both products, or the scores only), twice,
+    one product alone, the (B, S, H, D) layout read as (B, H, S, D), at the
+    key/value heads, or left out; the linear stages as they are or left out;
+    any of :data:`EXTRAS` added once; a FLOP reading (``per_mac`` 2) also as
+    the MACs (``macs_as_flops``).  ``backward`` (``backward``: a fused kernel's,
+    the scores recomputed; ``backward_autograd``: the math path's) judges the
+    backward pass instead (its products weighed by :data:`PASSES`, no
+    extras, no linear stages).  Totals are in the reading's unit (``per_mac``
+    operations per MAC, the extras one each).
+
+    Raises:
+        InputError: a backward of a call with projections.
     """
-    extras = [(k, v) for k, v in L.extras.items() if v]
+    if backward is not None and L.linear:
+        raise InputError("backward must be left unset for a call with projections (got "
+                         f"{backward!r}); the backward counts the attention alone")
+    extras = [] if backward else [(k, v) for k, v in L.extras.items() if v]
+    units = [(None, per_mac)] + ([("macs_as_flops", 1)] if per_mac == 2 else [])
     out = []
-    for att, a in _attention(L):
-        for lin, b in _linear(L):
-            for size in range(len(extras) + 1):
-                for chosen in combinations(extras, size):
-                    names = tuple(e for e, _ in chosen)
-                    total = per_mac * (a + b) + sum(v for _, v in chosen)
-                    if att == "attention_twice" and "softmax" in names:
-                        total += L.extras["softmax"]   # the softmax went twice too
-                    out.append((total, tuple(f for f in (att, lin) if f) + names))
+    for unit, per in units:
+        for pass_, ws, wm in _passes(backward):
+            for att, a, m in _attention(L):
+                for lin, b in _linear(L):
+                    if unit and not a + m + b:
+                        continue   # nothing counted: the unit changes nothing
+                    for size in range(len(extras) + 1):
+                        for chosen in combinations(extras, size):
+                            names = tuple(e for e, _ in chosen)
+                            total = per * (ws * a + wm * m + b) + sum(v for _, v in chosen)
+                            if att == "attention_twice" and "softmax" in names:
+                                total += L.extras["softmax"]   # the softmax went twice too
+                            out.append((total, tuple(f for f in (att, pass_, lin, unit) if f)
+                                        + names))
     return out
 
 
-def verdict(L: Ledger, figure, per_mac: int, error: str | None = None) -> Verdict:
+def verdict(L: Ledger, figure, per_mac: int, error: str | None = None,
+            backward: str | None = None) -> Verdict:
     """Explain ``figure`` (a reading of ``per_mac`` operations per multiply-add) by the
     fewest departures from the derived count (:func:`explanations`; a doubled
     attention counts as two; ties go to the first tried, and the other
@@ -188,18 +263,22 @@ def verdict(L: Ledger, figure, per_mac: int, error: str | None = None) -> Verdic
     >>> verdict(L, 0, 1).findings, verdict(L, 4481, 1).findings
     (('omits_attention', 'omits_linear'), ('unexplained',))
     """
-    expected = per_mac * L.macs["total"]
+    ws, wm = PASSES[backward or "forward"]
+    expected = per_mac * (ws * L.macs["scores"] + wm * L.macs["mix"] + L.linear)
     if figure is None:
         error = error or "no figure"
         return Verdict(None, expected, ("not_installed" if error.startswith("not installed")
                                         else "fails",), error=error)
     if figure == expected:
         return Verdict(figure, expected, ("matches",))
-    fits = [f for total, f in explanations(L, per_mac) if total == figure]
+    fits = [f for total, f in explanations(L, per_mac, backward) if total == figure]
     if not fits:
         return Verdict(figure, expected, ("unexplained",))
     least = min(map(_cost, fits))
-    best, *others = [f for f in fits if _cost(f) == least]
+    best = next(f for f in fits if _cost(f) == least)
+    # other stories of the same figure, up to two departures (full square as MACs-as-FLOPs
+    # is n^2/2 in FLOPs, always): named, never dropped
+    others = sorted((f for f in fits if f != best and _cost(f) <= max(least, 2)), key=_cost)
     alternatives: list = []
     for f in others:   # a different story, not the same count under another name
         if _kind(f, L) != _kind(best, L) and _kind(f, L) not in map(lambda a: _kind(a, L),
@@ -208,6 +287,8 @@ def verdict(L: Ledger, figure, per_mac: int, error: str | None = None) -> Verdic
     factor = None
     if "batch_factor" in best or "batch_factor_scores" in best:
         factor = Fraction(L.query_batch["scores"], L.macs["scores"])
+    if "kv_heads" in best:
+        factor = Fraction(L.kv_heads["scores"], L.macs["scores"])
     return Verdict(figure, expected, best, factor, alternatives=tuple(alternatives))
 
 

@@ -20,9 +20,9 @@ from fractions import Fraction
 
 from ..numbers.digits import round_fraction
 from ..present.render import Section
-from .audit import ERRORS, Audit, Verdict, audit
+from .audit import ERRORS, PASSES, Audit, Verdict, audit
 
-__all__ = ["FINDINGS", "audit_sections", "verdict_text"]
+__all__ = ["FINDINGS", "audit_sections", "judge_sections", "verdict_text"]
 
 #: each finding: (short text for a cell, what it means)
 FINDINGS = {
@@ -41,6 +41,23 @@ FINDINGS = {
                             "k = query batch / broadcast batch)"),
     "attention_twice": ("attention twice", "scores, softmax and mix counted twice (a module "
                         "hook and the torch calls inside the module)"),
+    "causal_half": ("n^2/2", "half the full L x S square under the causal rule (n^2/2, not "
+                    "the n(n+1)/2 pairs a causal square keeps)"),
+    "scores_only": ("scores only", "counts the scores product Q K^T alone, not the mix"),
+    "mix_only": ("mix only", "counts the mix product P V alone, not the scores"),
+    "one_product": ("one product", "counts one of the two products alone (the scores or the "
+                    "mix: at E = E_v the figure cannot tell which)"),
+    "layout_swap": ("layout swap", "reads operands laid out (B, S, H, D), as flash-attn and "
+                    "xformers take them, as (B, H, S, D): the heads and the sequence trade "
+                    "places"),
+    "kv_heads": ("at KV heads x{factor}", "counts the H_kv key/value heads where every one "
+                 "of the H_q query heads scores and mixes (GQA shares keys, not work)"),
+    "macs_as_flops": ("MACs as FLOPs", "reports the multiply-adds as FLOPs (1 per "
+                      "multiply-add, not 2)"),
+    "no_recompute": ("no recompute", "a backward without the recomputation of the scores "
+                     "that a fused kernel runs (backward = 2 x forward)"),
+    "recompute": ("recompute", "a backward with a recomputation of the scores that the math "
+                  "path does not run (it keeps P from the forward)"),
     "softmax": ("+softmax", "adds one operation per score for the softmax"),
     "bias": ("+bias", "adds the bias additions (one per output of each projection)"),
     "bias_once": ("+bias once", "adds each bias once per layer, not once per token"),
@@ -54,9 +71,7 @@ FINDINGS = {
 
 
 def _factor(q: Fraction | None) -> str:
-    if q is None:
-        return "?"
-    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+    return "?" if q is None else str(q)       # Fraction's own text: 3, 1/3
 
 
 def verdict_text(v: Verdict) -> str:
@@ -185,3 +200,72 @@ def audit_sections(counters=None, calls=None, jobs: int = 2) -> list:
     the derived side only).
     """
     return [_section(audit(counters, calls, jobs))]
+
+
+def _kind(findings: tuple) -> str:
+    return "an error" if any(f in ERRORS for f in findings) else "a convention"
+
+
+def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[list, bool]:
+    """The ``cost/judge`` table and whether the figure is right (see :func:`~exactattn.cost.judge.judge`)."""
+    from .judge import formula, judge
+    j = judge(figure, call, shape, **options)
+    L_, v, s = j.ledger, j.verdict, j.ledger.call.shape
+    causal = s.policy.causal
+    P, full = s.pairs(), s.queries * s.keys
+    rows, data = [], []
+    passes = ["forward"] + ([j.pass_, "backward_autograd" if j.pass_ == "backward"
+                             else "backward"] if j.pass_ != "forward" else [])
+    names = {"forward": "forward", "backward": "backward, scores recomputed (fused kernels)",
+             "backward_autograd": "backward, P kept (math autograd, 2 x forward)"}
+    ways = [("exact", "exactattn: the visible pairs", P)]
+    if causal:
+        ways += [("full_square", "full L x S square (torch's formula, PaLM, Megatron)", full),
+                 ("causal_half", "L x S / 2 for causal (Kaplan et al., FlashAttention)",
+                  Fraction(full, 2))]
+    B, H = s.batch_size, s.heads
+    for p in passes:
+        ws, wm = PASSES[p]
+        for key, who, pairs in ways:
+            macs = B * H * pairs * (ws * s.d_k + wm * s.d_v)
+            judged = p == (j.pass_ if options.get("backward") else "forward") and key == "exact"
+            rows.append([names[p], who, str(pairs), str(macs), str(2 * macs),
+                         "judged against" if judged else ""])
+            data.append({"pass": p, "convention": key, "pairs_per_head": str(pairs),
+                         "macs": str(macs), "flops": str(2 * macs), "judged": judged})
+    sz = j.sizes
+    notes = [f"call: {call}: {L_.call.code}",
+             f"shape: B {sz['B']}, H {sz['H_q']}, H_kv {sz['H_kv']}, L {sz['L']}, S {sz['S']}, "
+             f"E {sz['E']}, E_v {sz['E_v']}" + (f"; causal ({s.policy.alignment}), P = {P} "
+                                                "visible pairs a head" if causal else ""),
+             f"reported: {figure} FLOPs ({'backward' if options.get('backward') else 'forward'})"]
+    explained = []
+    if j.right:
+        notes.append(f"verdict: right: {figure} is the exact count")
+    elif v.findings == ("unexplained",):
+        notes.append(f"verdict: wrong: {figure} is not {v.expected}, and no departure tried "
+                     f"gives it (unexplained, x{float(Fraction(figure, v.expected)):.4g})")
+    else:
+        words = ", ".join(FINDINGS[f][0].format(factor=_factor(v.factor)) for f in v.findings)
+        notes.append(f"verdict: wrong: {figure} is not {v.expected} (right: {v.expected}); "
+                     f"{words}, {_kind(v.findings)}")
+        for f in (v.findings, *v.alternatives):
+            text, numbers, value = formula(j, f)
+            if value != figure:   # the formula must reproduce the figure exactly
+                raise AssertionError(f"formula {numbers} = {value}, not {figure}")
+            meaning = "; ".join(FINDINGS[x][1] for x in f)
+            head = "explanation" if f is v.findings else "also fits"
+            notes.append(f"{head}: {text} = {numbers} = {figure} ({meaning})")
+            explained.append({"findings": list(f), "formula": text, "numbers": numbers})
+    if L_.counted is not None:
+        notes.append("derived = counted by running the call: "
+                     + ("true" if L_.same else "FALSE"))
+    doc = {"call": call, "code": L_.call.code, "shape": sz, "causal": causal,
+           "pass": j.pass_, "figure": figure, "expected": v.expected,
+           "right": j.right, "findings": list(v.findings),
+           "alternatives": [list(a) for a in v.alternatives], "explanations": explained,
+           "conventions": data}
+    title = f"{figure} FLOPs judged for {call} on {sz['B']}x{sz['H_q']}x{sz['L']}x{sz['E']}"
+    section = Section("cost/judge", title, ["pass", "convention", "pairs a head", "MACs",
+                                             "FLOPs", ""], rows, notes, doc)
+    return [section], j.right

@@ -98,6 +98,16 @@ def block_balls(ref, b: int, h: int, prec: int, magnitudes: bool = False):
     sink under ``empty_row=zero``, None for NaN rows), ``mags`` the L x E_v
     floats ``sum_j weights_ij |value_jc|``.  Call under ``working_precision(prec)``.
     """
+    cache = ref.__dict__.setdefault("_block_balls", {})     # shared by dtypes and backends
+    got = cache.get((b, h, prec))
+    if got is not None and (len(got) == 3 or not magnitudes):
+        return got if magnitudes else got[:2]
+    out = _block_balls(ref, b, h, prec, magnitudes)
+    cache[(b, h, prec)] = out if magnitudes else out[:2]
+    return out
+
+
+def _block_balls(ref, b: int, h: int, prec: int, magnitudes: bool):
     from flint import arb, arb_mat, fmpq_mat
     L, S, Ev = ref.L, ref.S, ref.Ev
     pol = ref.head_policy(h)

@@ -21,7 +21,8 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.verify.check`: :func:`verify`, :class:`Entry`, :class:`Report`;
 * :mod:`~exactattn.verify.search`: :func:`search`, the worst input, shrunk;
 * :mod:`~exactattn.verify.split`: :func:`check_split_merge`, a split-KV
-  kernel's per-block (output, LSE) pairs and their merge;
+  kernel's per-block (output, LSE) pairs and their merge; :func:`verify_split`,
+  a kernel's blocks and merge run on a whole call (``verify --split-merge``);
 * :mod:`~exactattn.call.limits`: how much one check or search may read, hold
   and take, estimated before it starts (one place for every limit);
 * :mod:`~exactattn.verify.report`: :func:`report_sections`, the tables.
@@ -50,10 +51,10 @@ from .impls import (FloatCall, FunctionImpl, Impl, ImplRaised, NumpyImpl, TorchI
 from ..reference.reference import Reference
 from .report import report_sections
 from .search import SearchResult, search
-from .split import check_split_merge
+from .split import check_split_merge, verify_split
 
 __all__ = ["DTYPES", "Entry", "FORMATS", "FloatCall", "FloatFormat", "FunctionImpl", "Impl",
            "ImplRaised", "NumpyImpl", "Reference", "Report", "SearchResult", "TorchImpl",
            "certified_scientific", "check_split_merge", "default_max_ulps", "float_format",
            "flop_counts", "load_impl", "report_sections", "round_to_format", "search",
-           "shortest_repr", "ulp_index", "ulps_between", "verify"]
+           "shortest_repr", "ulp_index", "ulps_between", "verify", "verify_split"]

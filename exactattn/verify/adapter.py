@@ -34,8 +34,10 @@ offset are folded into the mask with the causal rule.
 The mask arrives in ``mask_as`` form: ``bool_keep`` (True = attend),
 ``bool_drop`` (True = ignore) or ``additive`` (floats, ``-inf`` hides); None
 keeps SDPA's (boolean True = attend, or additive floats).  Arrays are numpy
-arrays of the dtype, torch tensors (``arrays="torch"``, bfloat16 included) or
-whatever ``convert`` makes of the numpy arrays.  :meth:`FunctionImpl.answer`
+arrays of the dtype, torch tensors (``arrays="torch"``, bfloat16 included), jax
+arrays (``arrays="jax"``, bfloat16 included; float64 with JAX's 64-bit mode
+switched on for that call only, :func:`jax_scope`) or whatever ``convert``
+makes of the numpy arrays.  :meth:`FunctionImpl.answer`
 reads the result with the dtype it came back in (:class:`Answer`), so a
 tolerance can follow it.  Whatever the function raises becomes
 :class:`ImplRaised`, the one hard failure of an implementation.
@@ -67,12 +69,12 @@ from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
 __all__ = ["ARRAYS", "Answer", "CONVENTIONS", "FloatCall", "FunctionImpl", "Impl", "ImplRaised",
-           "NUMPY_DTYPES", "bfloat16_hint", "call_scale", "check_dtype", "make_call",
-           "numpy_array", "numpy_dtype", "policy_call", "read_answer", "torch_tensor"]
+           "NUMPY_DTYPES", "bfloat16_hint", "call_scale", "check_dtype", "jax_array", "jax_scope",
+           "make_call", "numpy_array", "numpy_dtype", "policy_call", "read_answer", "torch_tensor"]
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 CONVENTIONS = ("sdpa", "mask")
-ARRAYS = ("numpy", "torch")
+ARRAYS = ("numpy", "torch", "jax")
 
 
 @dataclass
@@ -81,8 +83,9 @@ class FloatCall:
 
     Shapes (the caller's rank: L x E, H x L x E or B x H x L x E): query
     ... x H_q x L x E; key ... x H_kv x S x E; value ... x H_kv x S x E_v;
-    attn_mask None, or ... x L x S booleans (True = attend) or float64
-    additive (``-inf`` hides).  ``scale`` None means the implementation's own
+    attn_mask None, or booleans (True = attend) or float64 additive (``-inf``
+    hides) in the shape the caller built it, broadcastable to B x H_q x L x S
+    as SDPA's is (``L x S``, ``B x 1 x L x S``, ``1 x H_q x L x S``, ...).  ``scale`` None means the implementation's own
     default 1/sqrt(E).  Modifiers (None when off): ``window``,
     ``query_offset`` (as the policy gives it), ``softcap`` and ``sink``
     (float64 nearest the exact value), ``alibi`` (the exact
@@ -156,6 +159,56 @@ class FloatCall:
         bias = self.alibi_slopes()[:, None, None] * dist
         return bias if self.query.ndim >= 3 else bias[0]
 
+    def visibility(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(offsets, seen)``: what the mask and the positions add to and hide from the scores.
+
+        ``offsets`` is an additive mask's finite part as float64 (``-inf``
+        entries 0; the mask's shape), None for a boolean mask or none;
+        ``seen`` the booleans (True = attend) of the causal rule, window and
+        query offset (L x S) and the mask's (a boolean mask, or an additive
+        one's non-``-inf`` entries), broadcast together; None when nothing is
+        hidden.  The one reading of visibility for the float compositions
+        (:meth:`ArrayImpl.compose <exactattn.verify.impls.ArrayImpl.compose>`,
+        :meth:`bias`).
+
+        >>> m = np.array([[0.5, -np.inf]])
+        >>> o, s = FloatCall(np.zeros((1, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+        ...                  attn_mask=m).visibility()
+        >>> o.tolist(), s.tolist()
+        ([[0.5, 0.0]], [[True, False]])
+        """
+        seen = self.keep() if self.positional else None
+        m, offsets = self.attn_mask, None
+        if m is not None:
+            if m.dtype != bool:
+                offsets = np.where(np.isneginf(m), 0, m)
+                m = ~np.isneginf(m)
+            seen = m if seen is None else seen & m
+        return offsets, seen
+
+    def bias(self, *, hidden: bool = True) -> np.ndarray | None:
+        """The float64 additive bias of the call: ALiBi + an additive mask's offsets, and with
+        ``hidden`` ``-inf`` on every key :meth:`visibility` hides; None when there is none.
+
+        Shape: broadcast of L x S, the ALiBi bias (H_q x L x S) and the mask's.
+        Summed in float64 (the kernel rounds it once to its dtype).
+
+        >>> FloatCall(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
+        ...           is_causal=True).bias().tolist()
+        [[0.0, -inf], [0.0, 0.0]]
+        """
+        offsets, seen = self.visibility()
+        if not hidden:
+            seen = None
+        if self.alibi is None and offsets is None and seen is None:
+            return None
+        bias = np.zeros((self.query.shape[-2], self.key.shape[-2]))
+        if self.alibi is not None:
+            bias = bias + self.alibi_bias()
+        if offsets is not None:
+            bias = bias + offsets
+        return bias if seen is None else np.where(seen, bias, -np.inf)
+
     def rope_angles(self, positions) -> np.ndarray | None:
         """float64 angles ``pos * theta^(-2k/d)``, one row per position and one column per pair."""
         if self.rope is None:
@@ -179,7 +232,9 @@ class FloatCall:
         additive float64); ``bool_keep``, ``bool_drop`` or ``additive`` (float64,
         ``-inf`` hides) rewrite it.  Folding is :meth:`Policy.fold
         <exactattn.call.policy.Policy.fold>` on each (batch, head) block's
-        :class:`~exactattn.call.policy.Mask`.  Shape: the mask's, or L x S without one.
+        :class:`~exactattn.call.policy.Mask`.  Shape: the mask's leading axes
+        with its last two broadcast to L x S (a ``1 x S`` mask folded with the
+        causal rule becomes ``L x S``), or L x S without one.
 
         Raises:
             InputError: an additive mask with finite offsets asked for as booleans.
@@ -196,6 +251,8 @@ class FloatCall:
             return m
         L, S = self.query.shape[-2], self.key.shape[-2]
         lead = () if m is None else m.shape[:-2]
+        if m is not None:
+            m = np.broadcast_to(m, lead + (L, S))
         blocks = [None] if m is None else \
             [Mask(kind, m[idx], floats="exact") for idx in np.ndindex(*lead)]
         out = []
@@ -222,6 +279,16 @@ class ImplRaised(Exception):
             type(error).__name__
         super().__init__(self.line)
 
+    def within(self, what: str) -> "ImplRaised":
+        """This failure, its line ending ``(in what)``: where in the implementation it raised.
+
+        >>> ImplRaised(ZeroDivisionError("division by zero")).within("score_mod m:f").line
+        'ZeroDivisionError: division by zero (in score_mod m:f)'
+        """
+        self.line = f"{self.line} (in {what})"
+        self.args = (self.line,)
+        return self
+
 
 def call_scale(policy: Policy) -> float | None:
     """The scale an implementation is handed: None under the default (its own 1/sqrt(E)),
@@ -238,7 +305,10 @@ def call_scale(policy: Policy) -> float | None:
 def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
     """The :class:`FloatCall` of an exact :class:`~exactattn.call.Call` whose entries are floats of ``dtype``.
 
-    The mask is handed over in SDPA's convention (``bool_drop`` inverted);
+    The mask is handed over in the shape the caller gave it
+    (:meth:`Call.mask_given <exactattn.call.inputs.Call.mask_given>`: a spec's
+    ``(B, 1, L, S)`` stays ``(B, 1, L, S)``, an ``L x S`` mask stays ``L x S``)
+    and in SDPA's convention (``bool_drop`` inverted);
     the scale is None under the default policy, 1.0 with no scaling, else the
     float64 nearest the exact scale; soft-cap and sink are the float64
     nearest their exact values; the dropout keep-mask comes from the call.
@@ -248,7 +318,7 @@ def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
     q, k, v = (problem.floats(n) for n in ("query", "key", "value"))
     mask = None
     if problem.mask is not None:
-        m = problem.mask
+        m = problem.mask_given()
         kind = problem.mask_kind or policy.mask_kind
         if kind == "bool_keep":
             mask = m.astype(bool)
@@ -257,8 +327,6 @@ def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
         else:
             mask = np.vectorize(lambda x: -math.inf if x is None else float(x),
                                 otypes=[np.float64])(m)
-        if rank < 4:
-            mask = mask.reshape(mask.shape[4 - rank:])
     keep = problem.dropout_keep
     if keep is not None and rank < 4:
         keep = keep.reshape(keep.shape[4 - rank:])
@@ -314,10 +382,12 @@ def read_answer(out: Any, name: str = "impl", *, lse: bool = False) -> Answer:
     if lse:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise InputError(f"{name} must return (output, lse) when the log-sum-exp is checked "
-                             f"(got {shorten(type(out).__name__)}); return both, or drop --lse")
+                             f"(got {shorten(type(out).__name__)}); return both (asked for with "
+                             "return_lse=True), or drop --lse or --split-merge")
         values = read_answer(out[0], name)
         return Answer(values.values, values.dtype, read_answer(out[1], name).values)
-    if hasattr(out, "detach"):       # a PyTorch tensor: bfloat16 has no numpy dtype
+    if hasattr(out, "detach"):       # a PyTorch tensor: bfloat16 has no numpy dtype (a jax
+        # array's bfloat16 is ml_dtypes', which numpy.asarray reads below)
         import torch
         t = out.detach().cpu()
         return Answer(t.to(torch.float64).numpy(), str(t.dtype).replace("torch.", ""))
@@ -371,6 +441,34 @@ def torch_tensor(a: np.ndarray, dt):
     return t if a.dtype == bool else t.to(dt)
 
 
+def jax_array(a: np.ndarray, dt):
+    """A float64 numpy argument as a jax array: floats in ``dt`` (a jax dtype, bfloat16
+    included), booleans as they are.  Call it inside :func:`jax_scope` for float64."""
+    import jax.numpy as jnp
+    return jnp.asarray(a) if a.dtype == bool else jnp.asarray(a, dtype=dt)
+
+
+def jax_scope(dtype: str):
+    """The context a jax call of ``dtype`` runs in: the CPU device, and for float64 JAX's
+    64-bit mode (``jax.enable_x64(True)``, a context that changes the setting for this
+    thread only and restores it on exit; without it JAX makes every float64 array float32).
+
+    Raises:
+        InputError: JAX is not installed (``pip install 'exactattn[jax]'``).
+    """
+    import contextlib
+    try:
+        import jax
+    except ImportError:
+        raise InputError("jax arrays need JAX (got none installed); "
+                         "pip install 'exactattn[jax]'") from None
+    stack = contextlib.ExitStack()
+    stack.enter_context(jax.default_device(jax.devices("cpu")[0]))
+    if dtype == "float64":
+        stack.enter_context(jax.enable_x64(True))
+    return stack
+
+
 class Impl:
     """An implementation under test: ``impl(call) -> outputs``; ``name`` and the ``dtypes`` it runs."""
 
@@ -393,8 +491,10 @@ class FunctionImpl(Impl):
     """Any attention function, called in SDPA's convention or the properties' one.
 
     Args:
-        arrays: ``numpy`` (float64/float32/float16 arrays) or ``torch``
-            (tensors of the dtype, bfloat16 included).
+        arrays: ``numpy`` (float64/float32/float16 arrays), ``torch``
+            (tensors of the dtype, bfloat16 included) or ``jax`` (jax arrays
+            of the dtype on the CPU, bfloat16 included; float64 in JAX's
+            64-bit mode, switched on for the call only).
         convention: ``sdpa`` (``attn_mask=``, ``is_causal=``, ``scale=``,
             ``enable_gqa=``) or ``mask`` (``mask=``, ``scale=``; the causal
             rule folded into the mask).
@@ -421,14 +521,14 @@ class FunctionImpl(Impl):
         if not callable(fn):
             raise InputError(f"fn must be callable (got {shorten(repr(fn))})")
         if arrays not in ARRAYS:
-            raise InputError(f"arrays must be numpy or torch (got {arrays!r})")
+            raise InputError(f"arrays must be numpy, torch or jax (got {shorten(repr(arrays))})")
         check_choice(convention, "convention", CONVENTIONS)
         if mask_as is not None:
             check_choice(mask_as, "mask_as", MASK_KINDS)
         if convert is not None and not callable(convert):
             raise InputError(f"convert must be callable or None (got {shorten(repr(convert))})")
         if convert is not None and arrays != "numpy":
-            raise InputError("convert must be None with arrays='torch' (got a function); "
+            raise InputError(f"convert must be None with arrays={arrays!r} (got a function); "
                              "convert= works on the numpy arrays, e.g. convert=torch.from_numpy")
         self.fn, self.arrays, self.convention = fn, arrays, convention
         self.mask_as, self.convert = mask_as, convert
@@ -455,9 +555,18 @@ class FunctionImpl(Impl):
             dt = numpy_dtype(dtype, "a numpy-array impl", "; use arrays='torch' for bfloat16")
             user = self.convert or (lambda a: a)
             return lambda a: user(numpy_array(a, dt))
+        if self.arrays == "jax":
+            import jax.numpy as jnp
+            dt = getattr(jnp, dtype)
+            return lambda a: jax_array(a, dt)
         import torch
         dt = getattr(torch, dtype)
         return lambda a: torch_tensor(a, dt)
+
+    def scope(self, dtype: str):
+        """The context the function runs in: :func:`jax_scope` for jax arrays, else none."""
+        import contextlib
+        return jax_scope(dtype) if self.arrays == "jax" else contextlib.nullcontext()
 
     def _arguments(self, call: FloatCall) -> dict:
         """The keyword arguments of the call, as numpy arrays (converted later)."""
@@ -516,17 +625,18 @@ class FunctionImpl(Impl):
             InputError: see the class.
             ShapeError: the result is not an array of numbers.
         """
-        conv = self._converter(call.dtype)
         kwargs = self._arguments(call)
-        try:
-            args = [conv(a) for a in (call.query, call.key, call.value)]
-            kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
-            out = self.fn(*args, **kwargs)
-            if call.lse is None and hasattr(out, "detach"):
-                return read_answer(out, self.name)
-        except Exception as e:     # the function under test failed on this input
-            raise ImplRaised(e) from e
-        return read_answer(out, self.name, lse=call.lse is not None)
+        with self.scope(call.dtype):
+            conv = self._converter(call.dtype)
+            try:
+                args = [conv(a) for a in (call.query, call.key, call.value)]
+                kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+                out = self.fn(*args, **kwargs)
+                if call.lse is None and hasattr(out, "detach"):
+                    return read_answer(out, self.name)
+            except Exception as e:     # the function under test failed on this input
+                raise ImplRaised(e) from e
+            return read_answer(out, self.name, lse=call.lse is not None)
 
     def __call__(self, call: FloatCall) -> np.ndarray:
         """The outputs as float64 (:meth:`answer` without the dtype)."""

@@ -133,7 +133,7 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     t1 = time.perf_counter()
     note = (f"upstream gradient dO: {'given' if d_out is not None else f'standard normal, seed {seed}'}"
             f", rounded to {dtype}")
-    return _judged(impl.name, rounded_problem, ref, exact, got, dtype, max_ulps, prec,
+    return _report(impl.name, rounded_problem, ref, exact, got, dtype, max_ulps, prec,
                    moved=moved, raised=raised, note=note, impl_seconds=t1 - t0)
 
 
@@ -191,11 +191,11 @@ def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
     if hasattr(d_out, "detach") or hasattr(d_out, "__array__"):    # a tensor or an array
         d_out = read_answer(d_out, "d_out").values      # floats widened exactly to float64
     exact = ref.gradients(d_out_array(call, d_out))
-    return _judged("gradients", call, ref, exact, [a.values for a in answers], dtype,
+    return _report("gradients", call, ref, exact, [a.values for a in answers], dtype,
                    max_ulps, prec, note="upstream gradient dO: given, read exactly")
 
 
-def _judged(name: str, problem: Call, ref: Reference, exact: ExactGradients, got,
+def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got,
             dtype: str, max_ulps: int | None, prec: int, *, moved: int = 0,
             raised: str | None = None, note: str = "", impl_seconds: float = 0.0) -> Report:
     """The report of gradients ``got`` (``(dq, dk, dv)`` float arrays in the problem's rank;

@@ -1,4 +1,4 @@
-"""The backward passes ``exactattn verify --backward`` checks: torch autograd, numpy, your own.
+"""The backward passes ``exactattn verify --backward`` checks: torch autograd, jax.vjp, numpy, your own.
 
 Each takes one :class:`~exactattn.verify.adapter.FloatCall` and the upstream
 gradient ``d_out`` (same rank and dtype as the output) and returns
@@ -7,6 +7,9 @@ gradient ``d_out`` (same rank and dtype as the output) and returns
 * ``torch``: autograd through ``scaled_dot_product_attention`` on the CPU
   (:meth:`TorchImpl.backward <exactattn.verify.impls.TorchImpl.backward>`,
   through the same call the forward check makes), any of the four dtypes;
+* ``jax``: ``jax.vjp`` of ``jax.nn.dot_product_attention`` on the CPU
+  (:meth:`JaxImpl.backward <exactattn.verify.impls.JaxImpl.backward>`, the
+  forward check's own call), float64, float32, bfloat16 or float16;
 * ``numpy`` / ``numpy-naive``: a float reference backward in numpy (float64,
   float32, float16), :meth:`NumpyImpl.backward
   <exactattn.verify.impls.NumpyImpl.backward>`: the forward's own pieces (the
@@ -43,7 +46,7 @@ from .impls import load_impl
 
 __all__ = ["BACKWARD_IMPLS", "BackwardImpl", "BackwardOf", "FunctionBackward", "load_backward"]
 
-BACKWARD_IMPLS = ("numpy", "numpy-naive", "torch", "flex")
+BACKWARD_IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn", "jax")
 
 
 class BackwardImpl:
@@ -86,22 +89,25 @@ class FunctionBackward(FunctionImpl, BackwardImpl):
     """
 
     def __call__(self, call: FloatCall, d_out: np.ndarray):
-        conv = self._converter(call.dtype)
         kwargs = self._arguments(call)
-        try:
-            args = [conv(a) for a in (call.query, call.key, call.value, d_out)]
-            kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
-            got = self.fn(*args, **kwargs)
-            if not isinstance(got, (tuple, list)) or len(got) != 3:
-                raise TypeError(f"a backward must return (dq, dk, dv) (got "
-                                f"{shorten(type(got).__name__)})")
-            return tuple(read_answer(g, self.name).values for g in got)
-        except Exception as e:      # the function under test failed on this input
-            raise ImplRaised(e) from e
+        with self.scope(call.dtype):
+            conv = self._converter(call.dtype)
+            try:
+                args = [conv(a) for a in (call.query, call.key, call.value, d_out)]
+                kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v
+                          for k, v in kwargs.items()}
+                got = self.fn(*args, **kwargs)
+                if not isinstance(got, (tuple, list)) or len(got) != 3:
+                    raise TypeError(f"a backward must return (dq, dk, dv) (got "
+                                    f"{shorten(type(got).__name__)})")
+                return tuple(read_answer(g, self.name).values for g in got)
+            except Exception as e:      # the function under test failed on this input
+                raise ImplRaised(e) from e
 
 
 def load_backward(impl, *, arrays: str = "numpy") -> BackwardImpl:
-    """A :class:`BackwardImpl` from ``numpy``, ``numpy-naive``, ``torch``, ``module:function``, a
+    """A :class:`BackwardImpl` from ``numpy``, ``numpy-naive``, ``torch``, ``flex``, ``jax``,
+    ``module:function``, a
     callable, or an :class:`~exactattn.verify.adapter.Impl` with a ``backward`` method.
 
     Raises:

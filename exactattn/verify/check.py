@@ -30,6 +30,7 @@ from ..options import check_whole
 from .compare import Comparison, judge
 from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
 from .adapter import check_dtype
+from .probes import PROBES, Probe, check_probes, probe_values
 from .impls import ImplRaised, load_impl, make_call
 from ..call.limits import check_work
 from ..call.inputs import Call, reshaped
@@ -106,6 +107,8 @@ class Report:
     raised: str | None = None
     lse: str | None = None
     lse_found: Comparison = field(default_factory=lambda: Comparison(None))
+    #: the probes run (:class:`ProbeRun`), in :data:`~exactattn.verify.probes.PROBES` order
+    probes: list = field(default_factory=list)
 
     @property
     def entries(self) -> list:
@@ -117,7 +120,8 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return self.found.passed and self.lse_found.passed
+        return self.found.passed and self.lse_found.passed and \
+            all(p.passed for p in self.probes)
 
     def failures(self) -> list:
         return [e for e in self.entries + self.lse_entries if e.status != "ok"]
@@ -311,7 +315,8 @@ def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) 
 
 
 def verify(impl, call: Call, dtype: str = "float32", *,
-           max_ulps: int | None = None, prec: int = 96, lse: str | None = None) -> Report:
+           max_ulps: int | None = None, prec: int = 96, lse: str | None = None,
+           reference: Reference | None = None, probes=PROBES) -> Report:
     """Run ``impl`` on ``call`` in ``dtype`` and compare every output with the exact one.
 
     The call is checked under its own policy (modifiers included: sink, ALiBi,
@@ -331,16 +336,27 @@ def verify(impl, call: Call, dtype: str = "float32", *,
         lse: ``"e"`` or ``"2"``: the implementation returns ``(output, lse)``
             and each row's log-sum-exp is checked too (``-inf`` for a row
             with no key must be exactly ``-inf``).
+        probes: the derived inputs also run (:mod:`~exactattn.verify.probes`: values all
+            ones, identity columns, ``|values|``; default all, ``()`` or ``"none"`` for
+            none), each judged on the plain ULP count (``report.probes``); the report
+            passes only when every probe does.
 
     Raises:
-        InputError: an unknown dtype, a dtype the implementation does not
+        InputError: an unknown dtype, an unknown probe, a dtype the implementation does not
             run, a scale that is 0 or infinity in the dtype
             (:func:`check_scale`), inputs that overflow the dtype, a problem
             estimated to take over :data:`~exactattn.call.limits.MAX_SECONDS`
             (:func:`~exactattn.call.limits.check_work`), an ``inf``/``nan``
             key or value that a query sees (named: ``key[1][0]``), an ``lse``
-            asked for that the implementation does not return.
+            asked for that the implementation does not return, a ``reference``
+            whose call is not ``call`` or whose inputs move in ``dtype``.
         ShapeError: the implementation returned the wrong shape.
+
+    ``reference`` (``Reference(call)``) is the exact answer computed once and
+    shared by every check of the same call: each backend, and each dtype in
+    which the call's entries are already floats (nothing moves when rounded);
+    its enclosures are kept, so a second dtype of the same working precision
+    only rounds them.
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
     """
@@ -351,10 +367,18 @@ def verify(impl, call: Call, dtype: str = "float32", *,
         lse = str(lse)
         if lse not in ("e", "2"):
             raise InputError(f"lse must be e or 2 (got {shorten(lse, quote=True)})")
+    probes = check_probes(probes)
     rounded_call, moved = call.rounded(dtype)
     sh = rounded_call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    ref = Reference(rounded_call)     # refuses non-finite numbers a query sees
+    if reference is None:
+        ref = Reference(rounded_call)     # refuses non-finite numbers a query sees
+    elif reference.call is not call or moved:
+        raise InputError(f"reference must be Reference(call) of a call whose entries are "
+                         f"{dtype} floats (got {'another call' if reference.call is not call else f'{moved} entries that move in {dtype}'}); "
+                         "leave reference out to compute the exact answer of the rounded call")
+    else:
+        ref = reference
     t0 = time.perf_counter()
     answer, raised = _run(impl, make_call(rounded_call, dtype, lse))
     t1 = time.perf_counter()
@@ -364,8 +388,10 @@ def verify(impl, call: Call, dtype: str = "float32", *,
         if lse is not None:
             got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
                                tail=False)
-    return _judged(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
-                   raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0)
+    return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
+                   raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
+                   run_probes=lambda fmt, tol: _probe_runs(impl, rounded_call, probes, dtype,
+                                                           fmt, tol, prec, want, lse))
 
 
 def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int | None = None,
@@ -377,7 +403,10 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     read as their exact binary values; inputs of another dtype than the
     outputs are fine), and every output is judged as :func:`verify` judges it
     (:func:`~exactattn.verify.compare.judge`, the default tolerance
-    :func:`~exactattn.numbers.formats.default_max_ulps`).
+    :func:`~exactattn.numbers.formats.default_max_ulps`).  It runs no probes
+    (:mod:`~exactattn.verify.probes`): there is no kernel to hand the probes'
+    values to, only the outputs the caller already has (``report.probes`` is
+    empty); :func:`verify` runs them.
 
     Args:
         call: the exact inputs and policy (shapes as :class:`~exactattn.call.Call`).
@@ -412,33 +441,28 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     ref = Reference(call)            # refuses non-finite numbers a query sees
     values = reshaped(answer.values, (sh["B"], sh["H_q"], sh["L"], sh["E_v"]), call.rank,
                       name)
-    return _judged(name, call, ref, values, dtype, max_ulps, prec)
+    return _report(name, call, ref, values, dtype, max_ulps, prec)
 
 
-def _judged(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,
+def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,
             prec: int, *, moved: int = 0, raised: str | None = None, lse: str | None = None,
-            got_lse=None, impl_seconds: float = 0.0) -> Report:
+            got_lse=None, impl_seconds: float = 0.0, run_probes=None) -> Report:
     """The report of outputs ``got`` (B x H_q x L x E_v float64; None when the
     implementation raised: every output a hard failure) against ``ref``, the exact answer
-    of ``call``: the one judging loop of :func:`verify` and :func:`verify_outputs`."""
+    of ``call``, of :func:`verify` and :func:`verify_outputs`: the outputs judged by
+    :func:`_judged`, the notes, the log-sum-exp (``lse``, ``got_lse``) and the probes
+    (``run_probes(fmt, tol)`` gives the probe runs and their seconds; None: no probes)."""
     fmt = float_format(dtype)
     sh = call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    if got is None:
-        got = np.full(want, math.nan)
     t1 = time.perf_counter()
     tol = default_max_ulps(dtype, sh["S"], sh["E"], logit_bound(ref)) \
         if max_ulps is None else max_ulps
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
-    found = Comparison(None)
-    for idx in np.ndindex(*want):
-        g, r = float(got[idx]), float(rounded[idx])
-        if raised is not None:
-            found.add(Entry(idx, r, g, None, None, "hard", ref))
-            continue
-        j = judge(g, r, balls[idx], float(mags[idx]), fmt, lambda: ref.output(*idx), tol)
-        found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps), j)
+    found = _judged(got, want, (rounded, balls, mags), ref.output, ref, fmt, tol)
+    probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
+        run_probes(fmt, tol)
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every output counts as failed")
@@ -454,5 +478,91 @@ def _judged(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                                                                 prec)
     t3 = time.perf_counter()
     return Report(name, dtype, call.policy, call, found, tol, moved, ref,
-                  {"impl": impl_seconds, "exact": t2 - t1, "compare": t3 - t2}, notes,
-                  raised=raised, lse=lse, lse_found=lse_found)
+                  {"impl": impl_seconds + probe_seconds["impl"],
+                   "exact": t2 - t1 + probe_seconds["exact"],
+                   "compare": t3 - t2 - sum(probe_seconds.values())}, notes,
+                  raised=raised, lse=lse, lse_found=lse_found, probes=probed)
+
+
+def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
+            at_terms: bool = True, column: int = 0, known=None) -> Comparison:
+    """Every output of ``got`` (``shape``; None: the implementation raised) judged against
+    the correctly rounded exact values ``exact = (rounded, balls, magnitudes)``; ``output(b,
+    h, i, c)`` gives an exact value, ``column`` is where this output's columns start in them;
+    ``known(rounded)``, when given, is the exact value when it is known without ``output``."""
+    rounded, balls, mags = exact
+    found = Comparison(None)
+    entry_ref = ref if column == 0 else _Columns(ref, column)
+    for idx in np.ndindex(*shape):
+        at = idx[:3] + (idx[3] + column,)
+        r = float(rounded[at])
+        if got is None:
+            found.add(Entry(idx, r, math.nan, None, None, "hard", entry_ref))
+            continue
+        g = float(got[idx])
+        k = None if known is None else known(r)
+        j = judge(g, r, balls[at], float(mags[at]), fmt,
+                  (lambda: output(*at)) if k is None else (lambda: k), tol, at_terms=at_terms)
+        found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, entry_ref, j.terms_ulps), j)
+    return found
+
+
+class _Columns:
+    """A reference whose outputs are columns ``column..`` of another's (a probe's part of the
+    probes' joint reference); everything else is the other's."""
+
+    def __init__(self, ref, column: int):
+        self._ref, self._column = ref, column
+
+    def output(self, b: int, h: int, i: int, c: int):
+        return self._ref.output(b, h, i, c + self._column)
+
+    def __getattr__(self, name):
+        return getattr(self._ref, name)
+
+
+@dataclass
+class ProbeRun:
+    """One probe (:mod:`~exactattn.verify.probes`) run through the implementation: the probe,
+    its outputs judged on the plain ULP count (``found``), and what the implementation raised."""
+
+    probe: Probe
+    found: Comparison
+    raised: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.found.passed
+
+
+def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, tol: int,
+                prec: int, want: tuple, lse: str | None) -> tuple[list, float]:
+    """Every probe of ``call`` run and judged; and the seconds the implementation took.
+
+    The exact side is one reference of every probe's values side by side (one set of
+    exponentials for all of them).  An implementation that returns ``(output, lse)``
+    (``lse`` given) is called the same way; the probes judge its outputs only (the
+    log-sum-exp does not depend on the values)."""
+    seconds = {"impl": 0.0, "exact": 0.0}
+    if not probes:
+        return [], seconds
+    plist = probe_values(call, probes)
+    t = time.perf_counter()
+    joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
+    exact = joint.rounded_outputs(dtype, prec=prec)
+    seconds["exact"] = time.perf_counter() - t
+    runs, column = [], 0
+    for p in plist:
+        t = time.perf_counter()
+        answer, raised = _run(impl, make_call(call.with_value(p.value), dtype, lse))
+        seconds["impl"] += time.perf_counter() - t
+        shape = want[:3] + (p.value.shape[3],)
+        got = None if raised is not None else \
+            reshaped(answer.values, shape, call.rank, f"{impl.name}'s output on the "
+                     f"{p.label} probe")
+        known = None if p.known(call.policy, 1.0) is None else \
+            (lambda r, p=p: p.known(call.policy, r))
+        runs.append(ProbeRun(p, _judged(got, shape, exact, joint.output, joint, fmt, tol,
+                                        at_terms=False, column=column, known=known), raised))
+        column += p.value.shape[3]
+    return runs, seconds

@@ -23,13 +23,20 @@
   run the same composition as ``numpy`` in torch ops, in the dtype (the
   default scale and the dropout factor rounded once from float64, as SDPA
   rounds its scale).  :meth:`TorchImpl.backward` is autograd of either.
+* ``flex``: torch's ``flex_attention`` on the CPU with the policy as one
+  ``score_mod`` (:class:`FlexImpl`).
+* ``jax``: ``jax.nn.dot_product_attention`` on the CPU in float32, bfloat16,
+  float16 or float64 (JAX's 64-bit mode on for that call only), optional
+  extra ``jax`` (:class:`JaxImpl`); soft-caps, sinks and dropout are refused
+  by name (it has no argument for them).
 * ``module:function``: any function ``f(query, key, value, *, attn_mask=None,
   is_causal=False, scale=None, enable_gqa=False)``, called by
   :class:`~exactattn.verify.adapter.FunctionImpl` (the one adapter, shared
   with :mod:`exactattn.properties`); it is also handed ``alignment``, ``gqa``
   and ``dtype`` when its signature takes them (or ``**kwargs``).  Arrays are
-  numpy arrays of the dtype (``arrays="numpy"``, float64/float32/float16) or
-  torch tensors (``arrays="torch"``, any dtype).  A function without
+  numpy arrays of the dtype (``arrays="numpy"``, float64/float32/float16),
+  torch tensors (``arrays="torch"``, any dtype) or jax arrays
+  (``arrays="jax"``, any dtype).  A function without
   ``alignment`` is called with ``is_causal=True`` and so is checked as
   whatever alignment it implements.
 
@@ -63,10 +70,10 @@ import numpy as np
 
 from ..call.policy import UNSUPPORTED
 from ..errors import InputError, shorten
-from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, make_call,
-                      numpy_array, numpy_dtype, torch_tensor)
+from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, jax_array,
+                      jax_scope, make_call, numpy_array, numpy_dtype, torch_tensor)
 
-__all__ = ["ArrayImpl", "FlexImpl", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
+__all__ = ["ArrayImpl", "BACKENDS", "DEVICES", "FlashAttnImpl", "FlexImpl", "JaxImpl", "load_function", "probe", "rope_and_heads", "torch_device", "user_mod", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
            "TorchImpl", "composed", "count_flops", "flop_counts", "load_impl", "make_call",
            "rotate", "sdpa_arguments"]
 
@@ -92,6 +99,10 @@ class ArrayImpl(Impl):
         return dt.type(x)
 
     array = staticmethod(numpy_array)
+
+    def full(self, shape, x, dt):
+        """An array of ``shape`` filled with ``x`` in the dtype (on the library's device)."""
+        return self.xp.full(shape, x, dtype=dt)
 
     def __call__(self, call: FloatCall):
         return self.forward(call)
@@ -129,19 +140,15 @@ class ArrayImpl(Impl):
             s = cap * xp.tanh(s / cap)
         if call.alibi is not None:
             s = s + self.array(call.alibi_bias(), dt)
-        seen = call.keep() if call.positional else None
-        m = call.attn_mask
-        if m is not None:
-            if m.dtype != bool:
-                s = s + self.array(np.where(np.isneginf(m), 0, m), dt)
-                m = ~np.isneginf(m)
-            seen = m if seen is None else seen & m
+        offsets, seen = call.visibility()
+        if offsets is not None:
+            s = s + self.array(offsets, dt)
         if seen is not None:
             s = xp.where(self.array(seen, dt), s, c(-np.inf))
             read = self.array(np.any(seen, axis=-2)[..., :, None], dt)    # keys some query sees
             k, v = xp.where(read, k, c(0)), xp.where(read, v, c(0))
         if call.sink is not None:
-            s = xp.concatenate([s, xp.full(s.shape[:-1] + (1,), call.sink, dtype=dt)], -1)
+            s = xp.concatenate([s, self.full(s.shape[:-1] + (1,), call.sink, dt)], -1)
         top = c(0) if self.naive else xp.amax(s, axis=-1, keepdims=True)
         e = xp.exp(s - top)
         den = e.sum(axis=-1, keepdims=True)
@@ -230,8 +237,15 @@ def _fold_heads(g: np.ndarray, shape, idx: list[int]) -> np.ndarray:
     return out
 
 
+def _is_jax(x) -> bool:
+    """True for a jax array (without importing jax when nothing has)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
 def rotate(x, angles, rope):
-    """RoPE in floats: ``x`` (... x n x d, a numpy array or a tensor) rotated pairwise by ``angles``.
+    """RoPE in floats: ``x`` (... x n x d, a numpy array, a tensor or a jax array) rotated
+    pairwise by ``angles``.
 
     ``angles`` is n x d/2 float64 (:meth:`FloatCall.rope_angles`); cos and sin are
     taken in float64 and cast to x's dtype; ``(a, b) -> (a cos - b sin, a sin + b cos)``.
@@ -239,9 +253,14 @@ def rotate(x, angles, rope):
     pairs = rope.pairs(x.shape[-1])
     ia, ib = [a for a, _, _ in pairs], [b for _, b, _ in pairs]
     c, s = np.cos(angles), np.sin(angles)
+    if _is_jax(x):          # jax arrays are immutable: two functional updates
+        import jax.numpy as jnp
+        c, s = jnp.asarray(c, dtype=x.dtype), jnp.asarray(s, dtype=x.dtype)
+        xa, xb = x[..., ia], x[..., ib]
+        return x.at[..., ia].set(xa * c - xb * s).at[..., ib].set(xa * s + xb * c)
     if hasattr(x, "detach"):
         import torch
-        c, s = (torch.from_numpy(np.asarray(t)).to(x.dtype) for t in (c, s))
+        c, s = (torch.from_numpy(np.asarray(t)).to(x.device, x.dtype) for t in (c, s))
         out = x.clone()
     else:
         c, s = c.astype(x.dtype), s.astype(x.dtype)
@@ -252,26 +271,74 @@ def rotate(x, angles, rope):
     return out
 
 
+#: --backend names: torch.nn.attention.SDPBackend members (``sdpa_kernel`` allows only that one)
+BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+            "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+DEVICES = ("cpu", "cuda")
+
+
+def torch_device(device: str):
+    """The ``torch.device`` of ``cpu`` or ``cuda`` (``cuda:N``), refused where torch cannot use it.
+
+    Raises:
+        InputError: another name, or CUDA on a machine where
+            ``torch.cuda.is_available()`` is false (the message says so).
+
+    >>> torch_device("cpu").type
+    'cpu'
+    """
+    import torch
+    text = str(device)
+    if text != "cpu" and not re.match(r"^cuda(:[0-9]+)?$", text):
+        raise InputError(f"device must be cpu or cuda (got {shorten(text, quote=True)})")
+    if text.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(f"device {text}: torch.cuda.is_available() is false on this machine "
+                             f"(torch {torch.__version__}); run on a machine with a CUDA GPU, "
+                             "or use device cpu")
+        index = int(text.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise InputError(f"device {text} must name one of the {torch.cuda.device_count()} "
+                             f"CUDA devices (got index {index})")
+    return torch.device(text)
+
+
+def _device_label(device) -> str:
+    return "CPU" if device.type == "cpu" else f"CUDA {device}"
+
+
 class TorchImpl(ArrayImpl):
-    """``torch.nn.functional.scaled_dot_product_attention`` on the CPU (any of the four dtypes),
-    and its autograd backward.
+    """``torch.nn.functional.scaled_dot_product_attention`` on the CPU or a CUDA device (any of the
+    four dtypes), and its autograd backward.
 
     A call with a modifier SDPA cannot take (:func:`composed`) runs
-    :meth:`~ArrayImpl.compose` in torch ops instead.
+    :meth:`~ArrayImpl.compose` in torch ops instead.  Inputs are moved to the
+    device and the results read back to the CPU as float64 (exactly their floats).
 
     Args:
         lower_right_bias: express ``bottom_right`` causal attention as
             ``causal_lower_right(L, S)`` (default); False folds it into a
             boolean mask instead (``FlopCounterMode`` cannot trace the bias).
+        device: ``cpu`` (default), ``cuda`` or ``cuda:N`` (:func:`torch_device`).
+        backend: None (torch chooses), or ``flash``, ``efficient``, ``cudnn``,
+            ``math``: that ``SDPBackend`` alone, through
+            ``torch.nn.attention.sdpa_kernel``.  ``dtypes`` are then the ones
+            torch selects it for on the device (probed on a 1 x 1 x 4 x 8
+            call); a call it cannot take is refused by name
+            (:class:`~exactattn.errors.InputError`), never reported as a wrong
+            answer.  A backend needs a call SDPA takes as it is (no
+            soft-cap, sink, dropout or log-sum-exp: :func:`composed`).
 
     Raises:
-        InputError: torch is not installed (``pip install 'exactattn[torch]'``).
+        InputError: torch is not installed (``pip install 'exactattn[torch]'``),
+            a device torch cannot use, a backend it selects for no dtype there.
     """
 
     name = "torch"
     in_dtype = False
 
-    def __init__(self, *, lower_right_bias: bool = True):
+    def __init__(self, *, lower_right_bias: bool = True, device: str = "cpu",
+                 backend: str | None = None):
         self.lower_right_bias = lower_right_bias
         try:
             import torch
@@ -279,13 +346,60 @@ class TorchImpl(ArrayImpl):
             raise InputError("impl torch needs PyTorch (got none installed); "
                              "pip install 'exactattn[torch]'") from None
         self.xp = torch
-        self.name = f"torch {torch.__version__} scaled_dot_product_attention (CPU)"
-        self.backward_name = self.name.replace("(CPU)", "backward (CPU autograd)")
+        self.device = torch_device(device)
+        where = _device_label(self.device)
+        self.backend = None
+        if backend is not None:
+            self._select(backend)
+        kernel = "scaled_dot_product_attention" + ("" if backend is None else f" [{backend}]")
+        self.name = f"torch {torch.__version__} {kernel} ({where})"
+        self.backward_name = self.name.replace(f"({where})", f"backward ({where} autograd)")
+
+    def _select(self, backend: str) -> None:
+        """Probe which dtypes torch selects ``backend`` for on the device; refuse it if none."""
+        import warnings
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        if backend not in BACKENDS:
+            raise InputError(f"backend must be {', '.join(BACKENDS)} (got "
+                             f"{shorten(str(backend), quote=True)})")
+        self.backend = getattr(SDPBackend, BACKENDS[backend])
+        self.backend_name = backend
+        ok, why = [], {}
+        for dt in ("float64", "float32", "float16", "bfloat16"):
+            q = torch.ones(1, 1, 4, 8, dtype=getattr(torch, dt), device=self.device)
+            try:
+                with warnings.catch_warnings(record=True) as caught, sdpa_kernel(self.backend):
+                    warnings.simplefilter("always")
+                    F.scaled_dot_product_attention(q, q, q)
+                ok.append(dt)
+            except RuntimeError as e:
+                why[dt] = _kernel_reason(e, caught)
+        if not ok:
+            raise InputError(f"backend {backend}: torch {torch.__version__} cannot select "
+                             f"SDPBackend.{BACKENDS[backend]} on {_device_label(self.device)} "
+                             f"for any dtype (torch: {why['float32']}); use backend "
+                             f"{_cpu_backends() if self.device.type == 'cpu' else 'math'} here")
+        self.dtypes, self._why = tuple(ok), why
+
+    def dtype_hint(self, dtype: str) -> str:
+        why = getattr(self, "_why", {}).get(dtype)
+        return "" if why is None else (f"; torch cannot select SDPBackend."
+                                       f"{BACKENDS[self.backend_name]} for it here ({why})")
 
     def const(self, x, dt):
-        return self.xp.tensor(x, dtype=dt)
+        return self.xp.tensor(x, dtype=dt, device=self.device)
 
-    array = staticmethod(torch_tensor)
+    def array(self, a, dt):
+        return torch_tensor(a, dt).to(self.device)
+
+    def full(self, shape, x, dt):
+        return self.xp.full(shape, x, dtype=dt, device=self.device)
+
+    def host(self, t) -> np.ndarray:
+        """A result tensor read back to the CPU as float64 numpy (exactly its floats)."""
+        return t.detach().to("cpu").to(self.xp.float64).numpy()
 
     def _tensors(self, call: FloatCall):
         dt = getattr(self.xp, call.dtype)
@@ -295,10 +409,11 @@ class TorchImpl(ArrayImpl):
         """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
         q, k, v = self._tensors(call)
         if not composed(call):
-            return self.attend(call, q, k, v).to(self.xp.float64).numpy()
+            return self.host(self.attend(call, q, k, v))
+        self._refuse_backend(call)
         f = self.compose(call, q, k, v)
-        out = f.out.to(self.xp.float64).numpy()
-        return out if f.lse is None else (out, f.lse.to(self.xp.float64).numpy())
+        out = self.host(f.out)
+        return out if f.lse is None else (out, self.host(f.lse))
 
     def backward(self, call: FloatCall, d_out: np.ndarray):
         """``(dq, dk, dv)`` as float64: autograd through :meth:`attend`.
@@ -309,10 +424,43 @@ class TorchImpl(ArrayImpl):
         q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
         out = self.attend(call, q, k, v)
         try:
-            out.backward(self.array(d_out, out.dtype))
-        except Exception as e:       # a backward this build does not run
+            with self._kernel():
+                out.backward(self.array(d_out, out.dtype))
+        except RuntimeError as e:       # a backward this build does not run
+            raise self._raised(e, call) from e
+        except Exception as e:
             raise ImplRaised(e) from e
-        return tuple(t.grad.to(self.xp.float64).numpy() for t in (q, k, v))
+        return tuple(self.host(t.grad) for t in (q, k, v))
+
+    def _refuse_backend(self, call: FloatCall) -> None:
+        if self.backend is not None:
+            got = next(f for f in ("softcap", "sink", "dropout_p", "lse")
+                       if getattr(call, f) is not None)
+            raise InputError(f"backend {self.backend_name} must run a call SDPA takes as it is "
+                             f"(got {got.replace('_p', '')}, which SDPA has no argument for); "
+                             "drop --backend to check torch's composition in torch ops")
+
+    def _kernel(self):
+        """``sdpa_kernel(backend)`` when a backend is chosen, else a no-op context."""
+        import contextlib
+        if self.backend is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+        return sdpa_kernel(self.backend)
+
+    def _raised(self, e: Exception, call: FloatCall, caught=()) -> Exception:
+        """SDPA's RuntimeError: a refusal by name when the chosen backend cannot take the call
+        (``No available kernel``), else the implementation's failure (:class:`ImplRaised`)."""
+        text = str(e)
+        if self.backend is not None and ("No available kernel" in text or
+                                         "No viable backend" in text):
+            import torch
+            return InputError(f"backend {self.backend_name}: torch {torch.__version__} cannot "
+                              f"select SDPBackend.{BACKENDS[self.backend_name]} for this call in "
+                              f"{call.dtype} on {_device_label(self.device)} (torch: "
+                              f"{_kernel_reason(e, caught)}); use another backend, or drop "
+                              "--backend")
+        return ImplRaised(e)
 
     def attend(self, call: FloatCall, q, k, v):
         """SDPA of the call on tensors q, k, v of its dtype: the output tensor (autograd kept).
@@ -321,15 +469,77 @@ class TorchImpl(ArrayImpl):
 
         Raises:
             ImplRaised: SDPA refused the call.
+            InputError: the chosen backend cannot take the call.
         """
+        import warnings
         import torch.nn.functional as F
         if composed(call):
+            self._refuse_backend(call)
             return self.compose(call, q, k, v).out
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
+        rank = q.dim()
+        if self.backend is not None:      # the fused kernels take B x H x L x E only
+            while q.dim() < 4:
+                q, k, v = q[None], k[None], v[None]
         try:
-            return F.scaled_dot_product_attention(q, k, v, **kwargs)
-        except Exception as e:     # e.g. a dtype or shape this build of SDPA refuses
+            with warnings.catch_warnings(record=True) as caught, self._kernel():
+                if self.backend is not None:
+                    warnings.simplefilter("always")
+                out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+            return out.reshape(out.shape[4 - rank:]) if out.dim() > rank else out
+        except RuntimeError as e:     # e.g. a dtype or shape this build of SDPA refuses
+            raise self._raised(e, call, caught) from e
+        except Exception as e:
             raise ImplRaised(e) from e
+
+
+def _kernel_reason(e: Exception, caught=()) -> str:
+    """Why torch selected no kernel: its first warning about the kernel, else the error, one line."""
+    for w in caught:
+        text = " ".join(str(w.message).split())
+        if "not used because" in text or "requires" in text or "support" in text:
+            return shorten(text, 160)
+    return shorten(" ".join(str(e).split()), 160)
+
+
+def _cpu_backends() -> str:
+    """The backends torch selects on the CPU, probed: ``math or flash`` with torch 2.13."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    ok = []
+    for name, member in BACKENDS.items():
+        q = torch.ones(1, 1, 4, 8)
+        try:
+            with sdpa_kernel(getattr(SDPBackend, member)):
+                F.scaled_dot_product_attention(q, q, q)
+            ok.append(name)
+        except RuntimeError:
+            pass
+    return " or ".join(sorted(ok, key=lambda n: n != "math")) or "none"
+
+
+def rope_and_heads(call: FloatCall, q, k, v):
+    """``(q, k, v, enable_gqa)``: RoPE applied to q and k, and the GQA map in torch's terms.
+
+    GQA ``interleave`` is torch's ``enable_gqa=True`` (query head h reads key
+    head ``h // (H_q / H_kv)``); ``tile`` repeats k and v (``h % H_kv``)
+    and hands equal head counts.  The one translation for SDPA
+    (:func:`sdpa_arguments`) and FlexAttention (:class:`FlexImpl`).
+    """
+    if call.rope is not None:
+        q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+        k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+    gqa = False
+    if call.enable_gqa:
+        if call.gqa == "interleave":
+            gqa = True
+        else:
+            reps = q.shape[-3] // k.shape[-3]
+            shape = [1] * k.dim()
+            shape[-3] = reps
+            k, v = k.repeat(*shape), v.repeat(*shape)
+    return q, k, v, gqa
 
 
 def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
@@ -349,18 +559,10 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
     """
     import torch
     dt = getattr(torch, call.dtype)
-    if call.rope is not None:
-        q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-        k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+    q, k, v, gqa = rope_and_heads(call, q, k, v)
     kwargs: dict = {} if call.scale is None else {"scale": call.scale}
-    if call.enable_gqa:
-        if call.gqa == "interleave":
-            kwargs["enable_gqa"] = True
-        else:
-            reps = q.shape[-3] // k.shape[-3]
-            shape = [1] * k.dim()
-            shape[-3] = reps
-            k, v = k.repeat(*shape), v.repeat(*shape)
+    if gqa:
+        kwargs["enable_gqa"] = True
     mask = call.attn_mask
     plain = call.window is None and call.query_offset is None and call.alibi is None
     if call.is_causal and mask is None and plain and (call.alignment == "top_left"
@@ -378,7 +580,7 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
         mask = call.mask_in(None if call.alibi is None else "additive", fold=True)
         if call.alibi is not None:
             mask = call.alibi_bias() if mask is None else mask + call.alibi_bias()
-        t = torch.from_numpy(np.ascontiguousarray(mask))
+        t = torch.from_numpy(np.ascontiguousarray(mask)).to(q.device)
         kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
     return q, k, v, kwargs
 
@@ -389,28 +591,60 @@ def composed(call: FloatCall) -> bool:
 
 
 class FlexImpl(TorchImpl):
-    """``torch.nn.attention.flex_attention.flex_attention`` on the CPU, forward and autograd backward.
+    """``torch.nn.attention.flex_attention.flex_attention``, forward and autograd backward.
 
     The policy becomes one ``score_mod``: the score FlexAttention hands it is
     already ``scale q k^T``; the mod applies ``cap * tanh(s / cap)`` and adds
     one bias tensor (ALiBi + an additive mask's offsets, ``-inf`` on every
-    key the causal rule, a window, a query offset or a boolean mask hides),
+    key the causal rule, a window, a query offset or a boolean mask hides:
+    :meth:`FloatCall.bias <exactattn.verify.adapter.FloatCall.bias>`),
     indexed ``[b, h, q, kv]``.  RoPE rotates q and k first; GQA ``interleave``
     is ``enable_gqa=True``, ``tile`` repeats k and v.  The log-sum-exp is
     ``return_lse=True`` (natural log; over ``log 2`` in base 2).  Sinks and
     dropout are refused by name (:data:`~exactattn.call.policy.UNSUPPORTED`
     ``["flex"]``).  On the CPU torch runs it unfused and warns once; that
-    warning is silenced here.
+    warning is silenced here.  On CUDA it runs ``torch.compile(flex_attention)``,
+    the fused kernel.
+
+    Your own modifiers (``module:function`` text or callables) take the
+    policy's place, while the exact answer stays the policy's:
+
+    * ``score_mod(score, b, h, q_idx, kv_idx) -> score`` replaces the
+      policy's score_mod (soft-cap, ALiBi, an additive mask's offsets); the
+      keys the policy hides are then hidden by a block mask of its visible
+      keys (``create_block_mask``);
+    * ``mask_mod(b, h, q_idx, kv_idx) -> bool`` (True = attend) replaces the
+      policy's visibility (causal rule, window, query offset, the mask's
+      hidden keys), through ``create_block_mask`` on the device.
+
+    Before the kernel runs, each of your functions is evaluated on every
+    ``(b, h, q_idx, kv_idx)`` of the call under ``torch.func.vmap``, as
+    FlexAttention evaluates it; one that raises, returns no tensor, or
+    returns the wrong shape or dtype (a score_mod: floating scores; a
+    mask_mod: booleans) is a hard failure of the check
+    (:class:`~exactattn.verify.adapter.ImplRaised`, its message in the
+    report), not a traceback.
 
     Raises:
-        InputError: torch is not installed, or the call has a sink or dropout.
+        InputError: torch is not installed, the call has a sink or dropout, a
+            function cannot be loaded or does not take its arguments.
+
+    >>> impl = FlexImpl(score_mod=lambda s, b, h, q, kv: s)
+    >>> impl.name.endswith("flex_attention (CPU) with score_mod <lambda>")
+    True
     """
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, *, score_mod=None, mask_mod=None, device: str = "cpu"):
+        super().__init__(device=device)
         import torch
-        self.name = f"torch {torch.__version__} flex_attention (CPU)"
-        self.backward_name = self.name.replace("(CPU)", "backward (CPU autograd)")
+        self.score_mod = user_mod(score_mod, "score_mod")
+        self.mask_mod = user_mod(mask_mod, "mask_mod")
+        where = _device_label(self.device)
+        mods = " and ".join(f"{what} {mod[1]}" for what, mod in
+                            (("score_mod", self.score_mod), ("mask_mod", self.mask_mod)) if mod)
+        self.name = f"torch {torch.__version__} flex_attention ({where})" + \
+            (f" with {mods}" if mods else "")
+        self.backward_name = self.name.replace(f"({where})", f"backward ({where} autograd)")
 
     def _refuse(self, call: FloatCall):
         got = {"sink": call.sink, "dropout": call.dropout_p}
@@ -423,65 +657,99 @@ class FlexImpl(TorchImpl):
         """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
         q, k, v = self._tensors(call)
         out, lse = self.attend(call, q, k, v, with_lse=True)
-        out = out.detach().to(self.xp.float64).numpy()
+        out = self.host(out)
         if call.lse is None:
             return out
-        lse = lse.detach().to(self.xp.float64)
+        lse = self.host(lse)
         if call.lse == "2":
             lse = lse / np.log(2)
-        return out, lse.numpy()
+        return out, lse
+
+    def backward(self, call: FloatCall, d_out: np.ndarray):
+        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend`.
+
+        Raises:
+            ImplRaised: the backward raised.
+        """
+        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
+        out = self.attend(call, q, k, v)
+        try:
+            out.backward(self.array(d_out, out.dtype))
+        except Exception as e:
+            raise ImplRaised(e) from e
+        return tuple(self.host(t.grad) for t in (q, k, v))
+
+    def mods(self, call: FloatCall, shape, dt):
+        """``(score_mod, block_mask)`` of the call on B x H x L x S: the policy's or yours.
+
+        Raises:
+            ImplRaised: your function failed on the call (see the class).
+        """
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask
+        dev = self.device
+
+        def indexed(a, dtype):      # a [b, h, q, kv] table of the whole call
+            a = np.broadcast_to(a, (1,) * (4 - np.ndim(a)) + np.shape(a))
+            return torch.from_numpy(np.array(np.broadcast_to(a, shape), copy=True)).to(dev, dtype)
+        if self.score_mod is None and self.mask_mod is None:     # the policy in one score_mod
+            hidden, mask_fn = True, None
+        else:
+            hidden = False
+            if self.mask_mod is not None:
+                mask_fn = self.mask_mod[0]
+                probe(mask_fn, "mask_mod", self.mask_mod[1], shape, dt, dev)
+            else:
+                seen = call.visibility()[1]
+                mask_fn = None
+                if seen is not None:
+                    seen_t = indexed(seen, torch.bool)
+
+                    def mask_fn(b, h, qi, kv):
+                        return seen_t[b, h, qi, kv]
+        if self.score_mod is not None:
+            score_fn = self.score_mod[0]
+            probe(score_fn, "score_mod", self.score_mod[1], shape, dt, dev)
+        else:
+            bias = call.bias(hidden=hidden)
+            b_t = None if bias is None else indexed(bias, dt)
+            cap = None if call.softcap is None else torch.tensor(call.softcap, dtype=dt,
+                                                                 device=dev)
+            score_fn = None
+            if cap is not None or b_t is not None:
+                def score_fn(score, b, h, qi, kv):
+                    if cap is not None:
+                        score = cap * torch.tanh(score / cap)
+                    return score if b_t is None else score + b_t[b, h, qi, kv]
+        block = None
+        if mask_fn is not None:
+            try:
+                block = create_block_mask(mask_fn, shape[0], shape[1], shape[2], shape[3],
+                                          device=str(dev))
+            except Exception as e:      # probed already: torch's own refusal of the mask
+                raise ImplRaised(e).within(f"create_block_mask of {self._mask_label()}") from e
+        return score_fn, block
+
+    def _mask_label(self) -> str:
+        return f"mask_mod {self.mask_mod[1]}" if self.mask_mod else "the policy's visible keys"
 
     def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
         """flex_attention of the call on tensors of its dtype: the output (and lse) tensors."""
         import warnings
-        import torch
-        from torch.nn.attention.flex_attention import flex_attention
         self._refuse(call)
-        dt = q.dtype
-        if call.rope is not None:
-            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
-            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
-        gqa = False
-        if call.enable_gqa:
-            if call.gqa == "interleave":
-                gqa = True
-            else:
-                reps = q.shape[-3] // k.shape[-3]
-                shape = [1] * k.dim()
-                shape[-3] = reps
-                k, v = k.repeat(*shape), v.repeat(*shape)
+        q, k, v, gqa = rope_and_heads(call, q, k, v)
         squeeze = q.dim()
         while q.dim() < 4:      # flex_attention takes B x H x L x E only
             q, k, v = q[None], k[None], v[None]
-        L, S = q.shape[-2], k.shape[-2]
-        bias = np.zeros((L, S))
-        if call.alibi is not None:
-            bias = bias + call.alibi_bias()
-        seen = call.keep() if call.positional else None
-        m = call.attn_mask
-        if m is not None:
-            if m.dtype != bool:
-                bias = bias + np.where(np.isneginf(m), 0, m)
-                m = ~np.isneginf(m)
-            seen = m if seen is None else seen & m
-        if seen is not None:
-            bias = np.where(seen, bias, -np.inf)
-        bias = np.broadcast_to(bias, (1,) * (4 - np.ndim(bias)) + np.shape(bias))
-        bias = np.broadcast_to(bias, (q.shape[0], q.shape[1], L, S))
-        b_t = torch.from_numpy(np.array(bias, copy=True)).to(dt)   # a broadcast view is read-only
-        cap = None if call.softcap is None else torch.tensor(call.softcap, dtype=dt)
-
-        def score_mod(score, b, h, qi, kv):
-            if cap is not None:
-                score = cap * torch.tanh(score / cap)
-            return score + b_t[b, h, qi, kv]
+        shape = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
+        score_fn, block = self.mods(call, shape, q.dtype)
         kwargs = {"scale": call.scale} if call.scale is not None else {}
         try:
             with warnings.catch_warnings():   # "flex_attention called without torch.compile()"
                 warnings.simplefilter("ignore", UserWarning)
                 warnings.simplefilter("ignore", FutureWarning)    # return_lse's new spelling
-                out, lse = flex_attention(q, k, v, score_mod=score_mod, enable_gqa=gqa,
-                                          return_lse=True, **kwargs)
+                out, lse = _flex(self.device)(q, k, v, score_mod=score_fn, block_mask=block,
+                                              enable_gqa=gqa, return_lse=True, **kwargs)
         except Exception as e:
             raise ImplRaised(e) from e
         for _ in range(4 - squeeze):
@@ -489,14 +757,378 @@ class FlexImpl(TorchImpl):
         return (out, lse) if with_lse else out
 
 
-IMPLS = ("numpy", "numpy-naive", "torch", "flex")
+_COMPILED: dict = {}
+
+
+def _flex(device):
+    """flex_attention as it runs on ``device``: eager on the CPU, ``torch.compile``'d on CUDA."""
+    from torch.nn.attention.flex_attention import flex_attention
+    if device.type == "cpu":
+        return flex_attention
+    if "cuda" not in _COMPILED:
+        import torch
+        _COMPILED["cuda"] = torch.compile(flex_attention)
+    return _COMPILED["cuda"]
+
+
+#: the arguments of a user's FlexAttention modifier, by kind
+MOD_ARGS = {"score_mod": ("score", "b", "h", "q_idx", "kv_idx"),
+            "mask_mod": ("b", "h", "q_idx", "kv_idx")}
+
+
+def user_mod(mod, what: str):
+    """``(function, name)`` of a FlexAttention ``score_mod``/``mask_mod``, or None for None.
+
+    ``mod`` is a callable or ``module:function`` text (loaded by
+    :func:`load_function`, with its messages); the function must take the
+    kind's positional arguments (:data:`MOD_ARGS`).
+
+    Raises:
+        InputError: text that does not load, something not callable, a
+            function that cannot take the arguments.
+
+    >>> user_mod(lambda b, h, q, kv: q >= kv, "mask_mod")[1]
+    '<lambda>'
+    >>> user_mod(lambda s: s, "score_mod")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: score_mod <lambda> must take (score, b, h, q_idx, kv_idx) (got a function of (s)); write def score_mod(score, b, h, q_idx, kv_idx)
+    """
+    import inspect
+    if mod is None:
+        return None
+    if isinstance(mod, str):
+        fn, name = load_function(mod, what), mod
+    elif callable(mod):
+        fn, name = mod, getattr(mod, "__name__", None) or repr(mod)
+    else:
+        raise InputError(f"{what} must be a function or module:function (got "
+                         f"{shorten(repr(mod))})")
+    if not callable(fn):
+        raise InputError(f"{what} {name!r} must be callable (got {type(fn).__name__})")
+    want = MOD_ARGS[what]
+    try:
+        sig = inspect.signature(fn)
+        sig.bind(*want)
+    except ValueError:          # no signature to read (a builtin): FlexAttention will tell
+        return fn, name
+    except TypeError:
+        got = ", ".join(str(p) for p in sig.parameters.values())
+        raise InputError(f"{what} {name} must take ({', '.join(want)}) (got a function of "
+                         f"({got})); write def {what}({', '.join(want)})") from None
+    return fn, name
+
+
+class _BadResult(Exception):
+    """A user's modifier returned something FlexAttention cannot use (probe's own finding)."""
+
+
+def probe(fn, what: str, name: str, shape, dt, device) -> None:
+    """Evaluate a user's ``score_mod``/``mask_mod`` on every ``(b, h, q_idx, kv_idx)`` of a
+    B x H x L x S call, under nested ``torch.func.vmap`` as FlexAttention does (scores 0 of
+    the dtype ``dt``); a failure is the check's hard failure, said in one line.
+
+    Raises:
+        ImplRaised: the function raised (``score_mod m:f raised ZeroDivisionError: ...``),
+            returned no tensor, or the wrong shape or dtype.
+    """
+    import torch
+    from torch.func import vmap
+
+    def checked(*args):
+        out = fn(*args)
+        if not isinstance(out, torch.Tensor):
+            raise _BadResult(f"a {type(out).__name__}, not a tensor")
+        return out
+    score = what == "score_mod"
+    f = checked
+    for axis in (3, 2, 1, 0):        # innermost kv, then q, h, b
+        dims = tuple(0 if k == axis else None for k in range(4))
+        f = vmap(f, in_dims=((0,) if score else ()) + dims, out_dims=0)
+    idx = [torch.arange(n, device=device) for n in shape]
+    args = ([torch.zeros(shape, dtype=dt, device=device)] if score else []) + idx
+    try:
+        out = f(*args)
+    except _BadResult as e:
+        raise ImplRaised(TypeError(f"{what} {name} returned {e}")) from None
+    except Exception as e:         # the user's function failed on the call's indices
+        raise ImplRaised(e).within(f"{what} {name}") from e
+    one = tuple(out.shape[4:])
+    if one:
+        raise ImplRaised(ValueError(
+            f"{what} {name} must return one {'score' if score else 'boolean'} per (b, h, q_idx, "
+            f"kv_idx) (got a tensor of shape {one} for each)"))
+    if score and not out.dtype.is_floating_point:
+        raise ImplRaised(TypeError(f"score_mod {name} must return floating-point scores (got "
+                                   f"{str(out.dtype).replace('torch.', '')})"))
+    if not score and out.dtype != torch.bool:
+        raise ImplRaised(TypeError(f"mask_mod {name} must return booleans, True = attend (got "
+                                   f"{str(out.dtype).replace('torch.', '')}); compare, e.g. "
+                                   "q_idx >= kv_idx"))
+
+
+class FlashAttnImpl(TorchImpl):
+    """``flash_attn.flash_attn_func`` (Dao et al., FlashAttention-2) on a CUDA device, float16 or
+    bfloat16, forward and autograd backward.
+
+    Layout: the package takes B x L x H x E, so the call's B x H x L x E
+    arrays are transposed on the way in and out.  It runs the scale
+    (``softmax_scale``), causal attention aligned ``bottom_right`` (the
+    package's rule; ``top_left`` only when L == S, where the two agree), a
+    soft-cap (``softcap``), GQA ``interleave`` natively (``tile`` repeats k
+    and v), RoPE (q and k rotated first) and the log-sum-exp
+    (``return_attn_probs=True``).  Masks and the modifiers in
+    :data:`~exactattn.call.policy.UNSUPPORTED` ``["flash_attn"]`` are refused
+    by name: this adapter does not translate them.
+
+    Raises:
+        InputError: no CUDA, the flash_attn package not installed, a call it
+            does not translate.
+    """
+
+    dtypes = ("float16", "bfloat16")
+
+    def __init__(self, *, device: str = "cuda"):
+        super().__init__(device=device)
+        if self.device.type != "cuda":
+            raise InputError(f"impl flash-attn must run on a CUDA device (got device {device}); "
+                             "use device cuda")
+        try:
+            import flash_attn
+        except ImportError:
+            raise InputError("impl flash-attn needs the flash_attn package (got none "
+                             "installed); pip install flash-attn --no-build-isolation on a "
+                             "CUDA machine") from None
+        self.name = (f"flash-attn {flash_attn.__version__} flash_attn_func "
+                     f"({_device_label(self.device)})")
+        self.backward_name = self.name.replace("flash_attn_func", "flash_attn_func backward")
+
+    def dtype_hint(self, dtype: str) -> str:
+        return "; flash-attn runs float16 and bfloat16 only"
+
+    def _refuse(self, call: FloatCall) -> None:
+        got = {"window": call.window, "query_offset": call.query_offset, "alibi": call.alibi,
+               "sink": call.sink, "dropout": call.dropout_p}
+        bad = [f for f in UNSUPPORTED["flash_attn"] if got.get(f) is not None]
+        if call.attn_mask is not None:
+            bad.insert(0, "mask")
+        L, S = call.query.shape[-2], call.key.shape[-2]
+        if call.is_causal and call.alignment == "top_left" and L != S:
+            bad.insert(0, "top_left causal with L != S")
+        if bad:
+            raise InputError(f"call must have no mask, {', '.join(UNSUPPORTED['flash_attn'])} or "
+                             f"top_left causal with L != S for impl flash-attn (got {bad[0]}); "
+                             "use --impl torch or flex")
+
+    def forward(self, call: FloatCall):
+        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
+        q, k, v = self._tensors(call)
+        out, lse = self.attend(call, q, k, v, with_lse=True)
+        out = self.host(out)
+        if call.lse is None:
+            return out
+        lse = self.host(lse)
+        return out, (lse / np.log(2) if call.lse == "2" else lse)
+
+    def backward(self, call: FloatCall, d_out: np.ndarray):
+        """``(dq, dk, dv)`` as float64: autograd through ``flash_attn_func``."""
+        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
+        out = self.attend(call, q, k, v)
+        try:
+            out.backward(self.array(d_out, out.dtype))
+        except Exception as e:
+            raise ImplRaised(e) from e
+        return tuple(self.host(t.grad) for t in (q, k, v))
+
+    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
+        """``flash_attn_func`` of the call on tensors of its dtype: the output (and lse)."""
+        from flash_attn import flash_attn_func
+        self._refuse(call)
+        # tile repeats k and v; interleave is the package's own grouping (h // (H_q / H_kv))
+        q, k, v, _ = rope_and_heads(call, q, k, v)
+        squeeze = q.dim()
+        while q.dim() < 4:
+            q, k, v = q[None], k[None], v[None]
+        E = q.shape[-1]
+        scale = 1 / np.sqrt(E) if call.scale is None else call.scale
+        kwargs = {"softmax_scale": scale, "causal": bool(call.is_causal)}
+        if call.softcap is not None:
+            kwargs["softcap"] = call.softcap
+        try:
+            got = flash_attn_func(*(t.transpose(-3, -2) for t in (q, k, v)),
+                                  return_attn_probs=True, **kwargs)
+        except Exception as e:
+            raise ImplRaised(e) from e
+        out, lse = got[0].transpose(-3, -2), got[1]
+        for _ in range(4 - squeeze):
+            out, lse = out[0], lse[0]
+        return (out, lse) if with_lse else out
+
+
+class JaxImpl(Impl):
+    """``jax.nn.dot_product_attention`` on the CPU (float32, bfloat16, float16, float64) and
+    its backward by ``jax.vjp``.
+
+    The call is mapped onto the function's own arguments: ``scale`` when the
+    policy sets one (else its default ``1/sqrt(E)``), ``is_causal=True`` for
+    causal attention and ``local_window_size=(left, right)`` for a window
+    when every query sits at its own index (query i at key position i:
+    JAX's causal mask is ``tril(ones(T, S))``, i.e. ``top_left``; an unbounded
+    side is ``L + S``); otherwise (``bottom_right`` with L != S, a query
+    offset) the causal rule and the window travel as its boolean ``mask``
+    (True = attend), with an explicit boolean mask and an additive mask's
+    ``-inf`` entries.  ALiBi and an additive mask's finite offsets are its
+    ``bias`` (in the dtype).  RoPE rotates q and k first, in jax ops.  Heads
+    are its ``B x T x N x H`` layout (the call's ``B x H x L x E``
+    transposed); GQA ``interleave`` is its own grouping (query head n reads
+    key/value head ``n // (N/K)``), ``tile`` repeats the key/value heads
+    first.  The log-sum-exp is ``return_residual=True`` (natural log, in the
+    dtype; over ``log 2`` in float64 for base 2).  It has no padding
+    lengths in the call model, so ``query_seq_lengths`` and
+    ``key_value_seq_lengths`` are never passed.  Run eagerly (no
+    ``jax.jit``), on the CPU device; float64 inside ``jax.enable_x64(True)``
+    for this call only (:func:`~exactattn.verify.adapter.jax_scope`).  JAX
+    computes the softmax in float32 whatever the dtype and hides keys with a
+    large finite negative score (an empty row is uniform: ``--like jax``).
+
+    JAX takes value shaped like key; when E_v != E the narrower side gets
+    zero columns (value, or query and key with the scale of the real E
+    passed), which add exact zeros, and the output keeps its E_v columns.
+
+    Shapes: as :class:`FloatCall`; returns ... x H_q x L x E_v as float64
+    numpy arrays (the dtype's floats).
+
+    Raises:
+        InputError: JAX is not installed; the call has a soft-cap, a sink or
+            dropout (:data:`~exactattn.call.policy.UNSUPPORTED` ``["jax"]``).
+    """
+
+    dtypes = ("float64", "float32", "float16", "bfloat16")
+
+    def __init__(self):
+        try:
+            import jax
+        except ImportError:
+            raise InputError("impl jax needs JAX (got none installed); "
+                             "pip install 'exactattn[jax]'") from None
+        self.name = f"jax {jax.__version__} dot_product_attention (CPU)"
+        self.backward_name = f"jax {jax.__version__} dot_product_attention backward (CPU jax.vjp)"
+
+    def __call__(self, call: FloatCall):
+        return self.forward(call)
+
+    def _refuse(self, call: FloatCall):
+        got = {"softcap": call.softcap, "sink": call.sink, "dropout": call.dropout_p}
+        bad = [f for f in UNSUPPORTED["jax"] if got.get(f) is not None]
+        if bad:
+            raise InputError(f"call must have no {', '.join(UNSUPPORTED['jax'])} for impl jax "
+                             f"(got {bad[0]}); jax.nn.dot_product_attention has no argument "
+                             "for it, use --impl torch")
+
+    def _arrays(self, call: FloatCall, *more):
+        import jax.numpy as jnp
+        dt = getattr(jnp, call.dtype)
+        return [jax_array(a, dt) for a in (call.query, call.key, call.value, *more)]
+
+    def forward(self, call: FloatCall):
+        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
+        self._refuse(call)
+        with jax_scope(call.dtype):
+            q, k, v = self._arrays(call)
+            out, lse = self.attend(call, q, k, v, with_lse=True)
+            out = np.asarray(out).astype(np.float64)
+            if call.lse is None:
+                return out
+            lse = np.asarray(lse).astype(np.float64)
+        return out, (lse / np.log(2) if call.lse == "2" else lse)
+
+    def backward(self, call: FloatCall, d_out: np.ndarray):
+        """``(dq, dk, dv)`` as float64: ``jax.vjp`` of :meth:`attend` at ``d_out`` (in the dtype).
+
+        Raises:
+            ImplRaised: JAX failed on the call.
+        """
+        import jax
+        self._refuse(call)
+        with jax_scope(call.dtype):
+            q, k, v, do = self._arrays(call, d_out)
+            try:
+                _, pull = jax.vjp(lambda q, k, v: self.attend(call, q, k, v), q, k, v)
+                grads = pull(do)
+            except ImplRaised:
+                raise
+            except Exception as e:     # a backward JAX does not run
+                raise ImplRaised(e) from e
+            return tuple(np.asarray(g).astype(np.float64) for g in grads)
+
+    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
+        """``jax.nn.dot_product_attention`` of the call on jax arrays q, k, v of its dtype and
+        shapes (inside :func:`~exactattn.verify.adapter.jax_scope`): the output array (with the
+        lse array when ``with_lse``), what :meth:`backward` differentiates.
+
+        Raises:
+            ImplRaised: JAX refused the call.
+        """
+        import jax
+        import jax.numpy as jnp
+        dt = q.dtype
+        shape = q.shape[:-1] + (v.shape[-1],)
+        q, k, v = (a.reshape((1,) * (4 - a.ndim) + a.shape) for a in (q, k, v))
+        if call.rope is not None:
+            q = rotate(q, call.rope_angles(call.query_positions()), call.rope)
+            k = rotate(k, call.rope_angles(range(k.shape[-2])), call.rope)
+        if call.enable_gqa and call.gqa == "tile":
+            reps = q.shape[1] // k.shape[1]
+            k, v = jnp.tile(k, (1, reps, 1, 1)), jnp.tile(v, (1, reps, 1, 1))
+        E, E_v = q.shape[-1], v.shape[-1]
+        kwargs: dict = {"scale": call.scale} if call.scale is not None else \
+            {} if E_v <= E else {"scale": 1 / np.sqrt(E)}      # JAX's default, of the real E
+
+        def widen(a, width):        # zero columns: exact zero terms in every dot product
+            return jnp.pad(a, [(0, 0)] * 3 + [(0, width - a.shape[-1])])
+        if E_v < E:
+            v = widen(v, E)
+        elif E_v > E:
+            q, k = widen(q, E_v), widen(k, E_v)
+        L, S = q.shape[-2], k.shape[-2]
+        bias, keep = call.alibi_bias(), call.attn_mask
+        if keep is not None and keep.dtype != bool:        # additive: offsets + hidden keys
+            offsets = np.where(np.isneginf(keep), 0, keep)
+            bias = offsets if bias is None else bias + offsets
+            keep = ~np.isneginf(keep)
+        if call.query_positions() == list(range(L)):       # JAX's own (top-left) positions
+            if call.is_causal:
+                kwargs["is_causal"] = True
+            if call.window is not None:
+                kwargs["local_window_size"] = tuple(L + S if w is None else int(w)
+                                                    for w in call.window)
+        elif call.positional:
+            keep = call.keep() if keep is None else keep & call.keep()
+
+        def four(a, dtype):
+            return None if a is None else jnp.asarray(a.reshape((1,) * (4 - a.ndim) + a.shape),
+                                                      dtype=dtype)
+        try:
+            got = jax.nn.dot_product_attention(
+                *(a.transpose(0, 2, 1, 3) for a in (q, k, v)), bias=four(bias, dt),
+                mask=four(keep, bool), return_residual=with_lse, **kwargs)
+        except Exception as e:      # a dtype or shape this JAX refuses
+            raise ImplRaised(e) from e
+        out, lse = got if with_lse else (got, None)
+        out = out.transpose(0, 2, 1, 3)[..., :E_v].reshape(shape)
+        if not with_lse:
+            return out
+        return out, lse.transpose(0, 2, 1).reshape(shape[:-1])
+
+
+IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn", "jax")
 
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_FORMS = "numpy, numpy-naive, torch, flex or module:function"
+_FORMS = "numpy, numpy-naive, torch, flex, flash-attn, jax or module:function"
 
 
-def _import(mod_name: str):
+def _import(mod_name: str, what: str = "impl"):
     """Import a module the way ``python -m`` does: the current directory comes first on the path.
 
     The directory is put on ``sys.path`` only while the module is imported.
@@ -510,41 +1142,84 @@ def _import(mod_name: str):
     except ModuleNotFoundError as e:
         if e.name and mod_name.split(".")[0] == e.name.split(".")[0]:
             raise InputError(
-                f"impl module {shorten(mod_name, quote=True)} must be importable (got no module "
+                f"{what} module {shorten(mod_name, quote=True)} must be importable (got no module "
                 f"{shorten(e.name, quote=True)}); run from the folder holding "
                 f"{shorten(mod_name.split('.')[0])}.py or put that folder "
                 "on PYTHONPATH") from None
-        raise InputError(f"impl module {shorten(mod_name, quote=True)} must import cleanly (got "
+        raise InputError(f"{what} module {shorten(mod_name, quote=True)} must import cleanly (got "
                          f"{ImplRaised(e).line})") from None
     except Exception as e:       # the module itself fails: a syntax error, its own imports
-        raise InputError(f"impl module {shorten(mod_name, quote=True)} must import cleanly (got "
+        raise InputError(f"{what} module {shorten(mod_name, quote=True)} must import cleanly (got "
                          f"{ImplRaised(e).line})") from None
     finally:
         if added and cwd in sys.path:
             sys.path.remove(cwd)
 
 
-def load_impl(impl, *, arrays: str = "numpy") -> Impl:
-    """An :class:`Impl` from a name (``numpy``, ``numpy-naive``, ``torch``, ``module:function``) or a callable.
+def load_function(text: str, what: str = "impl"):
+    """The function ``module:function`` names (``what`` names it in the messages).
+
+    The module is looked for in the current directory first, as ``python
+    -m`` and pytest do, then on ``sys.path``; ``function`` may be dotted
+    (``Class.method``).
+
+    Raises:
+        InputError: a malformed name, a module that cannot be imported, no
+            such function there.
+
+    >>> load_function("math:sqrt", "score_mod")(4.0)
+    2.0
+    """
+    mod_name, _, fn_name = text.partition(":")
+    if not _DOTTED.match(mod_name) or not _DOTTED.match(fn_name):
+        raise InputError(f"{what} must be module:function with a module name such as mykern or "
+                         "pkg.kernels and a function name such as attention "
+                         f"(got {shorten(repr(text))})")
+    fn = _import(mod_name, what)
+    for part in fn_name.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise InputError(f"{what} {text!r} must name a function in {mod_name} "
+                             f"(got no {fn_name!r} there)")
+    return fn
+
+
+def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
+              backend: str | None = None, score_mod=None, mask_mod=None) -> Impl:
+    """An :class:`Impl` from a name (``numpy``, ``numpy-naive``, ``torch``, ``flex``,
+    ``flash-attn``, ``jax``, ``module:function``) or a callable.
 
     A ``module:function`` module is looked for in the current directory first,
-    as ``python -m`` and pytest do, then on ``sys.path``.
+    as ``python -m`` and pytest do, then on ``sys.path``.  ``device``
+    (``cpu``/``cuda``) goes to ``torch``, ``flex`` and ``flash-attn``;
+    ``backend`` to ``torch``; ``score_mod`` and ``mask_mod`` to ``flex``
+    (:class:`FlexImpl`).
 
     Raises:
         InputError: an unknown name, a malformed ``module:function``, a module
-            or function that cannot be loaded.
+            or function that cannot be loaded, an option the implementation
+            does not take.
 
     >>> load_impl("numpy").name, load_impl("numpy-naive").name
     ('numpy', 'numpy-naive')
     >>> load_impl("cuda")
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: impl must be numpy, numpy-naive, torch, flex or module:function (got 'cuda')
+    exactattn.errors.InputError: impl must be numpy, numpy-naive, torch, flex, flash-attn, jax or module:function (got 'cuda')
     >>> load_impl(".foo:bar")
     Traceback (most recent call last):
     ...
     exactattn.errors.InputError: impl must be module:function with a module name such as mykern or pkg.kernels and a function name such as attention (got '.foo:bar')
     """
+    takes = {"torch": ("device", "backend"), "flex": ("device", "score_mod", "mask_mod"),
+             "flash-attn": ("device",)}
+    given = {"device": device, "backend": backend, "score_mod": score_mod, "mask_mod": mask_mod}
+    for key, val in given.items():
+        if val is not None and key not in takes.get(impl if isinstance(impl, str) else "", ()):
+            owners = [n for n, t in takes.items() if key in t]
+            raise InputError(f"{key} must come with impl {' or '.join(owners)} (got impl "
+                             f"{shorten(getattr(impl, 'name', impl) if not isinstance(impl, str) else impl, quote=True)})")
+    opts = {k: v for k, v in given.items() if v is not None}
     if isinstance(impl, Impl):
         return impl
     if callable(impl):
@@ -554,22 +1229,16 @@ def load_impl(impl, *, arrays: str = "numpy") -> Impl:
     if impl == "numpy-naive":
         return NumpyImpl(naive=True)
     if impl == "torch":
-        return TorchImpl()
+        return TorchImpl(**opts)
     if impl == "flex":
-        return FlexImpl()
+        return FlexImpl(**opts)
+    if impl == "flash-attn":
+        return FlashAttnImpl(**opts)
+    if impl == "jax":
+        return JaxImpl()
     if not isinstance(impl, str) or ":" not in impl:
         raise InputError(f"impl must be {_FORMS} (got {shorten(repr(impl))})")
-    mod_name, _, fn_name = impl.partition(":")
-    if not _DOTTED.match(mod_name) or not _DOTTED.match(fn_name):
-        raise InputError("impl must be module:function with a module name such as mykern or "
-                         "pkg.kernels and a function name such as attention "
-                         f"(got {shorten(repr(impl))})")
-    fn = _import(mod_name)
-    for part in fn_name.split("."):
-        fn = getattr(fn, part, None)
-        if fn is None:
-            raise InputError(f"impl {impl!r} must name a function in {mod_name} "
-                             f"(got no {fn_name!r} there)")
+    fn = load_function(impl, "impl")
     if isinstance(fn, Impl):
         return fn
     if not callable(fn):

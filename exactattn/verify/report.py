@@ -16,7 +16,7 @@ from .compare import Comparison, failures_first
 from ..numbers.formats import certified_scientific, float_format, shortest_repr
 
 __all__ = ["backward_sections", "failure_digits", "failure_section", "failure_summary",
-           "report_sections"]
+           "report_sections", "split_sections"]
 
 
 def _got(r: Report, e) -> str:
@@ -77,6 +77,40 @@ def _worst_section(r: Report, worst: int, digits: int) -> Section:
         ["output b,h,i,c", *_value_columns(r)], rows, notes, data={"summary": r.summary()})
 
 
+def _probe_section(r: Report, worst: int, digits: int) -> Section:
+    """One row per probe (derived values run through the implementation), then the worst
+    probe outputs when a probe failed."""
+    rows = []
+    for run in r.probes:
+        s = run.found.summary()
+        rows.append([run.probe.label, str(s["count"]), number_cell(s["max_ulps"], "d"),
+                     number_cell(s["median_ulps"], "d"), number_cell(s["max_rel"]),
+                     str(s["over"]), str(s["hard"]), "PASS" if run.passed else "FAIL"])
+    notes = [f"{name}: {what}" for name, what in dict((run.probe.name, run.probe.what)
+                                                        for run in r.probes).items()]
+    notes.append(f"every term of a probe's output is non-negative, so it passes on the plain "
+                 f"ULP count alone (within {plural(r.max_ulps, 'ULP')}): no cancellation can "
+                 "make up for a wrong normaliser")
+    raised = [f"hard failure on the {run.probe.label} probe: {r.impl} raised {run.raised}"
+              for run in r.probes if run.raised is not None]
+    bad = sorted((e for run in r.probes if not run.passed for e in run.found.worst
+                  if e.status != "ok"), key=lambda e: (e.status != "hard", -(e.ulps or 0)))[:worst]
+    where = {id(e): run.probe.label for run in r.probes for e in run.found.worst}
+    if bad:
+        notes.append("the worst probe outputs:")
+        for e in bad:
+            cells = _entry_cells(r, e, digits)
+            notes.append(f"  {where[id(e)]}, output {','.join(map(str, e.index))}: exact "
+                         f"{cells[0]}, exact in {r.dtype} {cells[1]}, got {cells[2]}, "
+                         f"{cells[3]} ULPs, {e.status}")
+    return Section(f"verify-probes-{r.dtype}", f"{r.impl} in {r.dtype}: probes (derived values)",
+                   ["probe", "outputs", "max ULPs", "median ULPs", "max rel. error",
+                    "over tolerance", "hard failures", "result"], rows, notes + raised,
+                   data={"probes": {run.probe.label: {**run.found.summary(),
+                                                      "passed": run.passed}
+                                    for run in r.probes}})
+
+
 def _modifier_notes(r: Report) -> list[str]:
     """One line per modifier: the kind of value it gives (and what dropout does to the rows)."""
     notes = [f"{name}: {kind} ({why})" for name, kind, why in r.reference.value_kinds()]
@@ -132,8 +166,19 @@ def _counts(s: dict, mean: bool = True) -> list[str]:
 def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[str]) -> Section:
     columns = ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
                "max rel. error", "over tolerance", "hard failures"]
-    return _summary("verify-summary", "Summary per dtype", columns, reports,
-                    lambda r: [[r.dtype, *_counts(r.summary())]], timings, notes)
+    if not any(r.probes for r in reports):
+        return _summary("verify-summary", "Summary per dtype", columns, reports,
+                        lambda r: [[r.dtype, *_counts(r.summary())]], timings, notes)
+    return _summary("verify-summary", "Summary per dtype", columns + ["probes"], reports,
+                    lambda r: [[r.dtype, *_counts(r.summary()), _probes_cell(r)]], timings,
+                    notes)
+
+
+def _probes_cell(r: Report) -> str:
+    """``6 pass``, ``2 of 6 fail`` or ``none``: the probes of one report."""
+    failed = sum(not p.passed for p in r.probes)
+    return "none" if not r.probes else f"{len(r.probes)} pass" if not failed else \
+        f"{failed} of {len(r.probes)} fail"
 
 
 def _cost_section(reports: Sequence[Report]) -> Section:
@@ -182,6 +227,7 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
     """
     sections = [_worst_section(r, worst, digits) for r in reports]
     sections += [_lse_section(r, worst, digits) for r in reports if r.lse is not None]
+    sections += [_probe_section(r, worst, digits) for r in reports if r.probes]
     sections.append(_summary_section(reports, timings, notes))
     sections.append(_cost_section(reports))
     return sections
@@ -282,3 +328,87 @@ def failure_section(r: Report, worst: int = 5, digits: int | None = None) -> Sec
                    f"the {plural(len(rows), 'worst entry', 'worst entries')} outside the "
                    "tolerance", ["index", *_value_columns(r)], rows, notes,
                    data={"summary": r.summary()})
+
+
+# --------------------------------------------------------------------------- split-merge
+def _split_exact(x, digits: int) -> str:
+    """A block's or the merge's exact value: certified, ``-inf`` for a log-sum-exp of no key."""
+    e = x.exact
+    if getattr(e, "neg_inf", False):
+        return "-inf"
+    if e.row.nan:
+        return "nan"
+    return certified_scientific(e, digits)
+
+
+def _split_worst_section(r, worst: int, digits: int) -> Section:
+    """The values furthest from the exact ones (failures first), block by block and merged."""
+    from .compare import failures_first
+    ranked = sorted(r.values(), key=lambda v: failures_first(v[3]))[:worst]
+    rows = []
+    for idx, where, what, x in ranked:
+        raised = where in r.raised or (where == "merged" and r.raised)
+        rows.append([",".join(map(str, idx)), where, what, _split_exact(x, digits),
+                     shortest_repr(x.rounded, r.dtype) if x.rounded is not None else "-",
+                     "raised" if raised else shortest_repr(x.got, r.dtype),
+                     number_cell(x.ulps, "d"), x.status])
+    sh = r.call.shape
+    total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
+    some, every = r.empty_blocks()
+    edges = [0]
+    for n in r.lengths:
+        edges.append(edges[-1] + n)
+    merge = (f"merge: {r.merge}, judged against the exact one-pass row" if r.merge else
+             "merge: none given (--merge); the states were merged here in float64, skipping "
+             "blocks at lse = -inf, so only the blocks are under test")
+    notes = [
+        *_problem_notes(r, f"{r.moved_inputs} of {total}"),
+        "blocks: " + ", ".join(f"[{a}, {b})" for a, b in zip(edges, edges[1:])) + f" of S = "
+        f"{sh['S']} keys; each block's (output, lse) against that block's own exact row, "
+        "the merged one against the whole row (the sink counted once, at the merge)",
+        merge,
+        f"rows with a block that sees no key: {some} of {len(r.rows)} (that block must give "
+        f"output 0 and lse -inf); rows that see no key at all: {every} (the merge must give "
+        f"the policy's empty row, empty_row {r.policy.empty_row}"
+        + (": output 0, lse -inf)" if r.policy.empty_row == "zero" else ")"),
+        f"exact: certified to {digits} significant digits; lse in natural-log units; 'exact "
+        f"in {r.dtype}' is the exact value correctly rounded to {r.dtype}",
+        _tolerance_note(r, "S"),
+    ]
+    for where, line in r.raised.items():
+        notes.append(f"hard failure: {r.merge if where == 'merged' else r.impl} raised {line}; "
+                     f"{'the merged' if where == 'merged' else where + chr(39) + 's'} values "
+                     "count as failed" if not line.startswith("nothing") else
+                     f"hard failure: {r.merge} was not called: a block raised; the merged "
+                     "values count as failed")
+    return Section(
+        f"verify-split-{r.dtype}", f"{r.impl} on {plural(len(r.lengths), 'key block')}, merged "
+        f"by {r.merge or 'exactattn'}, in {r.dtype}: the {plural(len(rows), 'worst value')} "
+        "against the exact rows",
+        ["row b,h,i", "where", "value", "exact (certified)", f"exact in {r.dtype}",
+         "got", "ULPs", "status"], rows, notes)
+
+
+def _split_rows(r) -> list[list[str]]:
+    """One summary row per block and one for the merge: values, max ULPs, over, hard."""
+    parts: dict = {}
+    for _, where, _, x in r.values():
+        parts.setdefault(where, []).append(x)
+    out = []
+    for where, xs in parts.items():
+        ulps = [x.ulps for x in xs if x.ulps is not None]
+        out.append([r.dtype, where, str(len(xs)), number_cell(max(ulps) if ulps else None, "d"),
+                    str(sum(x.status == "over" for x in xs)),
+                    str(sum(x.status == "hard" for x in xs))])
+    return out
+
+
+def split_sections(reports: Sequence, *, worst: int = 5, digits: int = 12,
+                   notes: Sequence[str] = ()) -> list:
+    """The tables of split-merge reports (:func:`~exactattn.verify.split.verify_split`): the
+    worst values of each dtype (failures first), a summary per dtype and block."""
+    sections = [_split_worst_section(r, worst, digits) for r in reports]
+    columns = ["dtype", "where", "values", "max ULPs", "over tolerance", "hard failures"]
+    sections.append(_summary("verify-split-summary", "Summary per dtype and block", columns,
+                             reports, _split_rows, False, notes))
+    return sections

@@ -43,8 +43,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
 
-from ..call.policy import Policy
-from ..errors import InputError, ShapeError
+import numpy as np
+
+from ..call.policy import UNSUPPORTED, Policy
+from ..errors import InputError, ShapeError, shorten
 from ..numbers.lse import LogSumExp
 from ..reference.online import merge, split_rows
 from ..numbers.softmax import ExpRatio
@@ -52,7 +54,12 @@ from .compare import judge
 from ..numbers.formats import round_value
 from ..numbers.formats import default_max_ulps, float_format
 
-__all__ = ["Compared", "Failure", "PairCheck", "SplitMerge", "check_split_merge"]
+__all__ = ["Compared", "Failure", "FunctionMerge", "PairCheck", "SplitMerge", "SplitReport",
+           "check_split_merge", "cut_lengths", "load_merge", "lse_dtype", "verify_split"]
+
+#: what a split-merge check of a call refuses: a block's keys reach the kernel without their
+#: positions (ALiBi, RoPE), and the blocks carry no dropout keep-mask
+UNSUPPORTED_SPLIT = UNSUPPORTED["split"]
 
 
 @dataclass
@@ -62,12 +69,18 @@ class Compared:
     ``status`` is ``ok``, ``over`` (floats past the tolerance; ``ulps`` says
     how far), ``hard`` (NaN or infinity where the exact value is finite, or
     the reverse) or ``differs`` (an exact value that is not the exact one).
+    For floats, ``rounded`` is the exact value correctly rounded to the dtype,
+    ``terms_ulps`` and ``rel`` the judge's other two counts
+    (:func:`~exactattn.verify.compare.judge`).
     """
 
     exact: object
     got: object
     status: str
     ulps: int | None = None
+    rounded: float | None = None
+    terms_ulps: float | None = None
+    rel: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -133,12 +146,13 @@ def _float_compare(exact, got: float, fmt, tol: int, magnitude: float) -> Compar
     got = float(got)
     if isinstance(exact, LogSumExp) and (exact.neg_inf or exact.row.nan):
         ok = got == -math.inf if exact.neg_inf else math.isnan(got)
-        return Compared(exact, got, "ok" if ok else "hard", 0 if ok else None)
+        return Compared(exact, got, "ok" if ok else "hard", 0 if ok else None,
+                        -math.inf if exact.neg_inf else math.nan)
     if isinstance(exact, ExpRatio) and exact.row.nan:
-        return Compared(exact, got, "ok" if math.isnan(got) else "hard")
+        return Compared(exact, got, "ok" if math.isnan(got) else "hard", rounded=math.nan)
     rounded, ball = round_value(exact, fmt, 128)
     j = judge(got, rounded, ball, magnitude, fmt, lambda: exact, tol)
-    return Compared(exact, got, j.status, j.ulps)
+    return Compared(exact, got, j.status, j.ulps, float(rounded), j.terms_ulps, j.rel)
 
 
 def _float_merge(pairs, sink) -> tuple[list[float], float]:
@@ -220,3 +234,279 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
     m = PairCheck("merged", [compare(e, g) for e, g in zip(full_out, merged[0])],
                   compare(full_lse, merged[1], mag))
     return SplitMerge(checks, m, sink_at, lengths, merged_here, tol)
+
+
+# --------------------------------------------------------------------------- a kernel's call
+class FunctionMerge:
+    """Your merge of partial states: ``merge(states, *, sink=None) -> (output, lse)``.
+
+    ``states`` is a list with one ``(output, lse)`` per key block, in key
+    order, as the partial function returned them: ``output`` ... x L x E_v in
+    the checked dtype, ``lse`` ... x L (natural log, ``-inf`` for a row that
+    sees no key of the block) in float32, or float64 for a float64 check (the
+    dtype FlashAttention keeps its ``softmax_lse`` in); numpy arrays or torch
+    tensors (``arrays``), as the partial function is handed its arguments.
+    ``sink`` (a float) is passed only when the policy has a sink: the merge
+    counts it once (``lse = log(sum_b exp(lse_b) + exp(sink))``).
+
+    Raises:
+        InputError: a merge without ``sink=`` for a call with a sink; a result
+            that is not a pair (see :func:`~exactattn.verify.adapter.read_answer`).
+        ImplRaised: the merge raised.
+
+    >>> import numpy as np
+    >>> m = FunctionMerge(lambda states: states[0], name="first")
+    >>> out = m([(np.ones((1, 1)), np.zeros(1))], "float64")
+    >>> out.values.tolist(), out.lse.tolist()
+    ([[1.0]], [0.0])
+    """
+
+    def __init__(self, fn, *, arrays: str = "numpy", name: str | None = None):
+        from .adapter import FunctionImpl
+        self.adapter = FunctionImpl(fn, arrays=arrays, name=name)
+        self.fn, self.name = fn, self.adapter.name
+
+    def __call__(self, states, dtype: str, sink: float | None = None):
+        from .adapter import ImplRaised, read_answer
+        kwargs = {}
+        if sink is not None:
+            if not self.adapter._takes("sink"):
+                raise InputError(f"{self.name} must take sink= for this call (got a function "
+                                 "without it); add the argument, the merge counts the sink once")
+            kwargs["sink"] = sink
+        outs = self.adapter._converter(dtype)
+        lses = self.adapter._converter(lse_dtype(dtype))
+        try:
+            got = self.fn([(outs(o), lses(l)) for o, l in states], **kwargs)
+        except Exception as e:      # the merge under test failed on this input
+            raise ImplRaised(e) from e
+        return read_answer(got, self.name, lse=True)
+
+
+def lse_dtype(dtype: str) -> str:
+    """The dtype a merge gets the blocks' log-sum-exps in: float64 for float64, else float32.
+
+    >>> lse_dtype("bfloat16"), lse_dtype("float64")
+    ('float32', 'float64')
+    """
+    return "float64" if dtype == "float64" else "float32"
+
+
+def load_merge(merge, *, arrays: str = "numpy") -> FunctionMerge:
+    """A :class:`FunctionMerge` from a callable or a ``module:function`` name.
+
+    Raises:
+        InputError: a name that is not ``module:function``, a function that cannot be loaded.
+
+    >>> load_merge("numpy")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: merge must be module:function, your merge of the blocks' (output, lse) states (got 'numpy')
+    """
+    if isinstance(merge, FunctionMerge):
+        return merge
+    if callable(merge):
+        return FunctionMerge(merge, arrays=arrays)
+    if not isinstance(merge, str) or ":" not in merge:
+        raise InputError("merge must be module:function, your merge of the blocks' (output, "
+                         f"lse) states (got {shorten(repr(merge))})")
+    from .impls import load_impl
+    try:
+        got = load_impl(merge, arrays=arrays)
+    except InputError as e:          # load_impl's messages name the impl
+        text = str(e)
+        raise InputError("merge" + text[4:] if text.startswith("impl") else text) from None
+    return FunctionMerge(got.fn, arrays=arrays, name=got.name)
+
+
+def cut_lengths(cuts: Sequence[int], n: int) -> list[int]:
+    """Block lengths of ``n`` keys cut before each key in ``cuts`` (increasing, 1 to n - 1).
+
+    >>> cut_lengths([3, 5], 8)
+    [3, 2, 3]
+    >>> cut_lengths([3, 3], 8)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: splits must be increasing key positions from 1 to 7 (got 3,3); each block holds at least one key, e.g. 4 cuts 8 keys into [0, 4), [4, 8)
+    """
+    cuts = list(cuts)
+    edges = [0, *cuts, n]
+    if any(isinstance(c, bool) or not isinstance(c, int) for c in cuts) or \
+            any(a >= b for a, b in zip(edges, edges[1:])):
+        text = ",".join(map(str, cuts))
+        if n < 2:
+            raise InputError(f"splits must cut a row of at least 2 keys (got {text} for "
+                             f"{n} key); check more keys")
+        raise InputError(f"splits must be increasing key positions from 1 to {n - 1} (got "
+                         f"{text}); each block holds at least one key, e.g. {n // 2} cuts "
+                         f"{n} keys into [0, {n // 2}), [{n // 2}, {n})")
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
+@dataclass
+class SplitReport:
+    """A split-merge check of a whole call: each row's :class:`SplitMerge`, index ``(b, h, i)``.
+
+    ``impl`` names the partial function, ``merge`` the merge (None: the
+    states were merged here, in float64); ``lengths`` are the blocks;
+    ``raised`` maps ``block b`` or ``merged`` to what raised there (those
+    values count as hard failures); ``max_ulps`` is the tolerance.
+    """
+
+    impl: str
+    merge: str | None
+    dtype: str
+    policy: Policy
+    call: object
+    lengths: list
+    rows: dict
+    max_ulps: int
+    moved_inputs: int
+    raised: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows.values())
+
+    def values(self) -> list[tuple]:
+        """Every value compared: ``(index, where, what, Compared)``, rows in order."""
+        out = []
+        for idx, res in self.rows.items():
+            for pair in res.blocks + [res.merged]:
+                out += [(idx, pair.where, f"output {c}", x) for c, x in enumerate(pair.out)]
+                out.append((idx, pair.where, "lse", pair.lse))
+        return out
+
+    def failures(self) -> list[tuple]:
+        """The values that failed, as :meth:`values` gives them."""
+        return [v for v in self.values() if not v[3].ok]
+
+    def empty_blocks(self) -> tuple[int, int]:
+        """``(rows with a block that sees no key, rows that see no key at all)``."""
+        some = sum(any(p.lse.exact.neg_inf for p in r.blocks) for r in self.rows.values())
+        every = sum(all(p.lse.exact.neg_inf for p in r.blocks) for r in self.rows.values())
+        return some, every
+
+
+def _nan_pair(shape_out, shape_lse):
+    return np.full(shape_out, math.nan), np.full(shape_lse, math.nan)
+
+
+def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
+                 max_ulps: int | None = None, arrays: str = "numpy") -> SplitReport:
+    """Run ``impl`` on each key block of ``call``, merge the states, judge every row exactly.
+
+    The split-KV (flash-decoding) contract: ``impl`` is an attention
+    function that returns ``(output, lse)`` (``return_lse=True``, the same
+    contract as ``verify(..., lse="e")``) and is called once per block of
+    keys with the whole query, that block's keys and values and that block's
+    columns of the mask (the causal rule, window and query offset folded in:
+    booleans, True = attend, or additive floats), its own sink never (the
+    sink is counted at the merge).  ``merge`` (a :class:`FunctionMerge`, a
+    callable or ``module:function``) combines the states; without it they
+    are merged here in float64 (skipping ``lse = -inf`` blocks), so only the
+    blocks are under test.  Every row ``(b, h, i)`` is then checked by
+    :func:`check_split_merge`: each block's pair against the block's own
+    exact row and the merged pair against the exact one-pass row, under the
+    call's policy (a row that sees no key at all is the policy's
+    ``empty_row``: output 0 and ``lse = -inf`` under ``zero``).
+
+    Shapes: ``call`` as :func:`~exactattn.verify.check.verify` takes it;
+    ``blocks`` a block size or block lengths adding up to S.  The inputs
+    are first rounded to ``dtype``; the tolerance defaults to verify's
+    (:func:`~exactattn.numbers.formats.default_max_ulps` with S keys, d_k and
+    the largest logit).  Whatever ``impl`` or ``merge`` raises becomes a hard
+    failure of what it should have produced (``report.raised``).
+
+    Raises:
+        InputError: a policy with ALiBi, RoPE or dropout (a block's keys reach
+            the function without their positions), bad ``blocks``, the
+            refusals of :func:`~exactattn.verify.check.verify`.
+        ShapeError: a block's output or lse, or the merged pair, of the wrong shape.
+
+    Reference: Dao, Haziza, Massa and Sizov 2023, "Flash-Decoding for long-context inference".
+
+    >>> from exactattn.call import Call
+    >>> c = Call([[1]], [[0], [1]], [[0], [1]], policy=Policy(scale="none"))
+    >>> rep = verify_split("numpy", c, "float64", [1, 1])
+    >>> rep.passed, rep.rows[0, 0, 0].merged.out[0].exact.decimal(6)
+    (True, '0.731059')
+    """
+    import dataclasses
+
+    from ..call.inputs import reshaped
+    from ..reference.online import block_lengths
+    from ..reference.reference import Reference
+    from .check import check_request, logit_bound
+    from .impls import ImplRaised, load_impl, make_call
+    impl = load_impl(impl, arrays=arrays)
+    merger = None if merge is None else load_merge(merge, arrays=arrays)
+    bad = call.policy.unsupported("split")
+    if bad:
+        raise InputError(f"policy must have no {' or '.join(UNSUPPORTED_SPLIT)} for a "
+                         f"split-merge check (got {bad[0]}); a block's keys reach the function "
+                         "without their positions: check the call without it")
+    fmt, policy = check_request(impl, call, dtype, max_ulps, runs=2)
+    rounded_call, moved = call.rounded(dtype)
+    sh = rounded_call.shape
+    lengths = block_lengths(blocks, sh["S"])
+    ref = Reference(rounded_call)
+    whole = make_call(rounded_call, dtype, "e")
+    folded = whole.mask_in(None, fold=True) \
+        if whole.attn_mask is not None or whole.positional else None
+    want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
+    rank = call.rank
+    raised: dict = {}
+    states, start = [], 0
+    for b, n in enumerate(lengths):
+        part = dataclasses.replace(
+            whole, key=whole.key[..., start:start + n, :], value=whole.value[..., start:start + n, :],
+            attn_mask=None if folded is None else folded[..., start:start + n],
+            is_causal=False, window=None, query_offset=None, sink=None)
+        where = f"block {b} [{start}, {start + n})"
+        try:
+            ans = impl.answer(part)
+            states.append((reshaped(ans.values, want, rank, f"{impl.name}'s output on {where}"),
+                           reshaped(ans.lse, want[:3], rank - 1, f"{impl.name}'s lse on {where}",
+                                    tail=False)))
+        except ImplRaised as e:
+            raised[where] = e.line
+            states.append(_nan_pair(want, want[:3]))
+        start += n
+    merged = None
+    if merger is not None:
+        if raised:
+            raised["merged"] = "nothing: a block raised, so there was nothing to merge"
+            merged = _nan_pair(want, want[:3])
+        else:
+            shaped = [(o.reshape(o.shape[4 - rank:]), l.reshape(l.shape[4 - rank:]))
+                      for o, l in states]
+            sink = None if policy.sink is None else float(policy.sink)
+            try:
+                ans = merger(shaped, dtype, sink)
+                merged = (reshaped(ans.values, want, rank, f"{merger.name}'s output"),
+                          reshaped(ans.lse, want[:3], rank - 1, f"{merger.name}'s lse",
+                                   tail=False))
+            except ImplRaised as e:
+                raised["merged"] = e.line
+                merged = _nan_pair(want, want[:3])
+    tol = default_max_ulps(dtype, sh["S"], sh["E"], logit_bound(ref)) \
+        if max_ulps is None else max_ulps
+    rows = {}
+    for b, h, i in np.ndindex(*want[:3]):
+        g = ref.kv(h)
+        values = [list(v) for v in ref.exact_call.value[b, g]]
+        pairs = [([float(x) for x in o[b, h, i]], float(l[b, h, i])) for o, l in states]
+        got = None if merged is None else \
+            ([float(x) for x in merged[0][b, h, i]], float(merged[1][b, h, i]))
+        res = check_split_merge(ref.raw_row(b, h, i), ref.divisor_squared, values, lengths,
+                                pairs, merged=got, policy=ref.head_policy(h), i=i,
+                                n_queries=sh["L"], offsets=ref.offsets(b, h, i), dtype=dtype,
+                                max_ulps=tol)
+        for pair in res.blocks + [res.merged]:
+            if pair.where in raised or (pair.where == "merged" and raised):
+                for x in pair.out + [pair.lse]:      # what raised produced nothing
+                    x.status, x.ulps = "hard", None
+        rows[b, h, i] = res
+    return SplitReport(impl.name, None if merger is None else merger.name, dtype, policy,
+                       rounded_call, lengths, rows, tol, moved, raised)

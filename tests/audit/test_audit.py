@@ -344,7 +344,7 @@ def test_bad_input_from_python_raises_input_error():
     with pytest.raises(InputError, match="spec and example must not both be given"):
         audit(printed("two-token-head"), spec=CASES / "two-token-head.json", example="tiny")
     with pytest.raises(InputError, match="table format must be one of"):
-        audit_text("a,b", fmt="html")
+        audit_text("a,b", fmt="xml")
     with pytest.raises(InputError, match="must be valid JSON"):
         audit_text("[1, ", fmt="json")
 

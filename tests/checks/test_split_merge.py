@@ -16,6 +16,7 @@ from exactattn.call.modifiers import Alibi
 from exactattn.reference.online import all_splits, merge, split_rows
 from exactattn.numbers.softmax import ExpRatio
 from exactattn.verify.split import check_split_merge
+from exactattn.testing import assert_typed_equal as typed
 
 CASES = Path(__file__).parents[1] / "data" / "cases"
 
@@ -147,3 +148,269 @@ def test_merge_needs_pairs_from_one_row_and_blocks_must_fit():
         check_split_merge([F(1), F(2)], None, [[1], [1]], 1, [([1.0], 0.0)])
     with pytest.raises(InputError, match="sink_at must be 'merge' or a block index from 0 to 1"):
         split_rows([F(1), F(2)], None, 1, sink_at=2)
+
+
+# ----------------------------------------------------------------------------- a kernel's call
+KERNEL = '''
+import numpy as np
+
+def partial(query, key, value, *, attn_mask=None, scale=None, enable_gqa=False,
+            return_lse=False, **kw):
+    """One block's (output, lse); a row that sees no key of the block: (0, -inf)."""
+    if enable_gqa:
+        r = query.shape[-3] // key.shape[-3]
+        key, value = np.repeat(key, r, axis=-3), np.repeat(value, r, axis=-3)
+    s = query @ np.swapaxes(key, -1, -2) * (1 / np.sqrt(query.shape[-1]) if scale is None
+                                            else scale)
+    if attn_mask is not None:
+        s = np.where(attn_mask, s, -np.inf) if attn_mask.dtype == bool else s + attn_mask
+    top = s.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0)
+    w = np.exp(s - top)
+    den = w.sum(axis=-1, keepdims=True)
+    some = den > 0
+    out = np.where(some, (w @ value) / np.where(some, den, 1), 0)
+    lse = np.where(some, top + np.log(np.where(some, den, 1)), -np.inf)[..., 0]
+    return out.astype(value.dtype), lse.astype(value.dtype)
+
+def merge(states, sink=None):
+    """lse = log(sum_b exp(lse_b) [+ exp(sink)]), out = sum_b exp(lse_b - lse) out_b;
+    blocks at -inf skipped, a row with none left is (0, -inf)."""
+    lses = [l.astype(np.float64) for _, l in states] + ([np.full_like(states[0][1], sink, np.float64)] if sink is not None else [])
+    top = np.max(lses, axis=0)
+    top = np.where(np.isfinite(top), top, 0)
+    tot = sum(np.exp(l - top) for l in lses)
+    lse = np.where(tot > 0, top + np.log(np.where(tot > 0, tot, 1)), -np.inf)
+    at = np.where(np.isfinite(lse), lse, 0)
+    out = sum(np.where(np.isfinite(l), np.exp(l.astype(np.float64) - at), 0)[..., None] * o
+              for o, l in states)
+    return out.astype(states[0][0].dtype), lse.astype(states[0][1].dtype)
+
+def no_rescale(states):
+    """Averages the blocks' outputs: no exp(lse_b - lse) weights."""
+    lses = np.stack([l for _, l in states])
+    top = lses.max(axis=0)
+    return sum(o for o, _ in states) / len(states), top + np.log(np.exp(lses - top).sum(axis=0))
+
+def textbook(states):
+    """The textbook merge without a guard: two blocks at -inf give -inf - (-inf) = NaN."""
+    lses = np.stack([l for _, l in states])
+    top = lses.max(axis=0)
+    with np.errstate(invalid="ignore"):
+        lse = top + np.log(np.exp(lses - top).sum(axis=0))
+        return sum(np.exp(l - lse)[..., None] * o for o, l in states), lse
+
+def kinds(states):
+    """Says what it was handed, by failing: the array types and dtypes."""
+    raise TypeError(" ".join(f"{type(o).__name__}:{o.dtype}/{type(l).__name__}:{l.dtype}"
+                             for o, l in states))
+
+def broken(states):
+    raise RuntimeError("merge kernel not built")
+
+def partial_broken(query, key, value, **kw):
+    raise RuntimeError("partial kernel not built")
+'''
+
+TWO_KEYS = {"name": "two keys", "dtype": "float32", "policy": {"scale": "none"},
+            "query": [["1"]], "key": [["0"], ["1"]], "value": [["0"], ["1"]]}
+#: query 1 sees no key: both blocks of --splits 1 are empty for it
+MASKED = {"name": "a masked row", "dtype": "float32", "policy": {"scale": "none"},
+          "query": [["1"], ["0"]], "key": [["0"], ["1"]], "value": [["0"], ["1"]],
+          "mask": {"kind": "bool_keep", "values": [[True, True], [False, False]]}}
+
+
+@pytest.fixture
+def kernel(tmp_path, monkeypatch):
+    """A kernel module ``splitkern`` in the current directory; spec files beside it."""
+    (tmp_path / "splitkern.py").write_text(KERNEL)
+    (tmp_path / "two.json").write_text(json.dumps(TWO_KEYS))
+    (tmp_path / "masked.json").write_text(json.dumps(MASKED))
+    monkeypatch.chdir(tmp_path)
+    import sys
+    sys.modules.pop("splitkern", None)
+    yield tmp_path
+    sys.modules.pop("splitkern", None)
+
+
+def split_cli(capsys, *argv):
+    from exactattn.cli import main
+    rc = main(["verify", "--split-merge", "--impl", "splitkern:partial", "--width", "0", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def table_rows(out: str, title_start: str) -> list[list[str]]:
+    """The rows of the text table whose title starts with ``title_start``, cells split on 2+ spaces."""
+    import re
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(title_start))
+    rows = []
+    for line in lines[at + 4:]:
+        if not line.strip() or not line[0].isdigit() and not line.startswith("float"):
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    return rows
+
+
+def test_a_right_merge_passes_with_empty_blocks(kernel, capsys):
+    rc, out, err = split_cli(capsys, "--merge", "splitkern:merge", "--causal", "--n", "8",
+                             "--d-k", "4", "--splits", "4")
+    assert (rc, err) == (0, "") and "result: PASS" in out
+    assert "rows with a block that sees no key: 4 of 8 (that block must give output 0 and lse " \
+           "-inf); rows that see no key at all: 0" in out
+    assert [r[1] for r in table_rows(out, "Summary per dtype and block")] == \
+        ["block 0 [0, 4)", "block 1 [4, 8)", "merged"]
+    rc, out, err = split_cli(capsys, "--merge", "splitkern:merge", "--causal", "--heads", "4",
+                             "--kv-heads", "2", "--n", "5", "--n-keys", "7", "--alignment",
+                             "bottom_right", "--d-k", "2", "--splits", "3,5", "--dtype",
+                             "float64,float32")
+    assert (rc, err) == (0, "") and "result: PASS" in out
+    assert "rows with a block that sees no key: 12 of 20" in out
+    assert len(table_rows(out, "Summary per dtype and block")) == 8
+
+
+def test_a_merge_without_the_rescale_fails_at_the_exact_value(kernel, capsys):
+    rc, out, err = split_cli(capsys, "--merge", "splitkern:no_rescale", "--spec", "two.json",
+                             "--splits", "1")
+    assert (rc, err) == (1, "") and "result: FAIL" in out
+    worst = table_rows(out, "splitkern:partial on 2 key blocks")[0]
+    # exact e/(1 + e); the average of the blocks' 0 and 1 is 1/2, (e/(1+e) - 1/2) 2^24 ULPs off
+    assert worst == ["0,0,0", "merged", "output 0", "7.31058578630e-01", "0.7310586", "0.5",
+                     "3876520", "over"]
+    import numpy as np                        # float32 ULPs in [1/2, 1) are 2^-24
+    assert (np.float32(math.e / (1 + math.e)) - np.float32(0.5)) * 2 ** 24 == 3876520
+    summary = table_rows(out, "Summary per dtype and block")
+    assert summary[-1] == ["float32", "merged", "2", "3876520", "1", "0"]
+
+
+def test_two_empty_blocks_merged_to_nan_fail_hard(kernel, capsys):
+    rc, out, err = split_cli(capsys, "--merge", "splitkern:textbook", "--spec", "masked.json",
+                             "--splits", "1")
+    assert (rc, err) == (1, "")
+    rows = table_rows(out, "splitkern:partial on 2 key blocks")
+    # the defined answer of a row that sees no key is verify's: empty_row zero, output 0, lse -inf
+    assert rows[:2] == [["0,0,1", "merged", "output 0", "0", "0", "nan", "-", "hard"],
+                        ["0,0,1", "merged", "lse", "-inf", "-inf", "nan", "-", "hard"]]
+    assert "rows that see no key at all: 1 (the merge must give the policy's empty row, " \
+           "empty_row zero: output 0, lse -inf)" in out
+    rc, out, _ = split_cli(capsys, "--merge", "splitkern:merge", "--spec", "masked.json",
+                           "--splits", "1")
+    assert rc == 0 and "result: PASS" in out
+    rc, out, _ = split_cli(capsys, "--merge", "splitkern:merge", "--spec", "masked.json",
+                           "--splits", "1", "--empty-row", "nan")      # one rule: the policy's
+    assert rc == 1 and table_rows(out, "splitkern")[0][:6] == \
+        ["0,0,1", "merged", "output 0", "nan", "nan", "0"]
+
+
+def test_a_function_that_raises_is_a_hard_failure(kernel, capsys):
+    rc, out, err = split_cli(capsys, "--merge", "splitkern:broken", "--spec", "two.json",
+                             "--splits", "1")
+    assert (rc, err) == (1, "") and "Traceback" not in out
+    assert out.count("hard failure: splitkern:broken raised RuntimeError: merge kernel not "
+                     "built; the merged values count as failed\n") == 1
+    assert table_rows(out, "Summary per dtype and block")[-1] == \
+        ["float32", "merged", "2", "-", "0", "2"]
+    from exactattn.cli import main
+    rc = main(["verify", "--split-merge", "--impl", "splitkern:partial_broken", "--merge",
+               "splitkern:merge", "--spec", "two.json", "--splits", "1"])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (1, "") and "Traceback" not in out
+    assert "hard failure: splitkern:partial_broken raised RuntimeError: partial kernel not " \
+           "built; block 0 [0, 1)'s values count as failed" in out
+    assert "hard failure: splitkern:merge was not called: a block raised" in out
+    assert [r[-1] for r in table_rows(out, "Summary per dtype and block")] == ["2", "2", "2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--splits", "1,1"], "--splits must be increasing key positions from 1 to 1 (got 1,1); "
+                          "each block holds at least one key, e.g. 1 cuts 2 keys into [0, 1), "
+                          "[1, 2)"),
+    (["--splits", "2"], "--splits must be increasing key positions from 1 to 1 (got 2)"),
+    (["--splits", "x"], "--splits must be a positive whole number (got 'x')"),
+    (["--splits", "0"], "--splits must be"),
+    (["--merge", "numpy"], "--merge must be module:function, your merge of the blocks' "
+                           "(output, lse) states (got 'numpy')"),
+    (["--merge", "splitkern:nothere"], "--merge 'splitkern:nothere' must name a function in "
+                                       "splitkern"),
+    (["--lse"], "--lse must come without --split-merge (got both)"),
+    (["--alibi", "8"], "--alibi must come without --split-merge (got both); a block's keys "
+                       "reach the function without their positions"),
+    (["--backward"], "--backward must come without --split-merge (got both)"),
+    (["--search", "3"], "--search must come without --split-merge (got both)"),
+    (["--merge", "splitkern:merge", "--sink", "0", "--splits", "1"], None),
+])
+def test_bad_split_options_are_one_line(kernel, capsys, argv, message):
+    try:
+        rc, out, err = split_cli(capsys, "--spec", "two.json", *argv)
+    except SystemExit as e:
+        rc, (out, err) = e.code, capsys.readouterr()
+    if message is None:                       # the kernel's merge takes sink=: a sink runs
+        assert rc == 0 and "result: PASS" in out, err
+        return
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("exactattn: error: ") and message in err, err
+
+
+def test_split_options_need_split_merge(kernel, capsys):
+    from exactattn.cli import main
+    for argv, flag in ((["--splits", "1"], "--splits"), (["--merge", "splitkern:merge"],
+                                                         "--merge")):
+        rc = main(["verify", *argv])
+        out, err = capsys.readouterr()
+        assert (rc, out) == (2, "") and err == \
+            f"exactattn: error: {flag} must come with --split-merge (got {flag} alone)\n"
+
+
+def test_each_split_option_changes_the_report(kernel, capsys):
+    base = ("--causal", "--n", "4", "--d-k", "2")
+    from exactattn.cli import main
+    assert main(["verify", *base]) == 0
+    plain = capsys.readouterr()
+    runs = [split_cli(capsys, *base), split_cli(capsys, *base, "--splits", "1,3"),
+            split_cli(capsys, *base, "--merge", "splitkern:merge")]
+    assert [r[0] for r in runs] == [0, 0, 0]
+    outs = [plain.out] + [r[1] for r in runs]
+    assert len(set(outs)) == 4
+    assert "merge: none given (--merge); the states were merged here in float64" in outs[1]
+    assert "blocks: [0, 1), [1, 3), [3, 4) of S = 4 keys" in outs[2]
+    assert "merge: splitkern:merge, judged against the exact one-pass row" in outs[3]
+
+
+def test_the_merge_is_handed_the_states_in_the_documented_dtypes(kernel, capsys):
+    rc, out, _ = split_cli(capsys, "--merge", "splitkern:kinds", "--spec", "two.json",
+                           "--splits", "1", "--dtype", "float16")
+    assert rc == 1 and "raised TypeError: ndarray:float16/ndarray:float32 " \
+                       "ndarray:float16/ndarray:float32;" in out
+    pytest.importorskip("torch")
+    from exactattn.cli import main                # a built-in partial, your merge on tensors
+    rc = main(["verify", "--split-merge", "--impl", "numpy", "--merge", "splitkern:kinds",
+               "--spec", "two.json", "--splits", "1", "--dtype", "float64", "--arrays", "torch"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "raised TypeError: Tensor:torch.float64/Tensor:torch.float64 " in out
+
+
+def test_verify_split_from_python_float64_and_a_sink():
+    from exactattn.call import Call
+    from exactattn.verify.split import FunctionMerge, SplitReport, verify_split
+    import numpy as np
+    space: dict = {}
+    exec(KERNEL, space)
+    c = Call([[1]], [[0], [1]], [[0], [1]], policy=Policy(scale="none", sink=F(0)))
+    rep = verify_split(space["partial"], c, "float64", [1, 1], merge=space["merge"])
+    assert isinstance(rep, SplitReport) and rep.passed and rep.raised == {}
+    m = rep.rows[0, 0, 0].merged
+    assert m.out[0].exact.decimal(9) == "0.576116885" and m.lse.exact.text() == "log(2 + exp(1))"
+    typed(m.out[0].rounded, float(m.out[0].exact.decimal(20)))
+    bad = verify_split(space["partial"], c, "float64", [1, 1],
+                       merge=lambda states, sink=None: space["merge"](states))  # sink dropped
+    assert [(i, w, what, x.status) for i, w, what, x in bad.failures()] == \
+        [((0, 0, 0), "merged", "output 0", "over"), ((0, 0, 0), "merged", "lse", "over")]
+    with pytest.raises(InputError, match="must take sink= for this call"):
+        verify_split(space["partial"], c, "float64", [1, 1], merge=space["no_rescale"])
+    with pytest.raises(InputError, match="policy must have no alibi or rope or dropout for a "
+                                         "split-merge check \\(got alibi\\)"):
+        verify_split("numpy", c.with_policy(Policy(alibi=Alibi(8))), "float64", [1, 1])
+    got = FunctionMerge(lambda states: states[-1])([(np.zeros((1, 1)), np.zeros(1)),
+                                                    (np.ones((1, 1)), np.ones(1))], "float32")
+    assert got.dtype == "float32" and got.lse.tolist() == [1.0]

@@ -508,6 +508,7 @@ OPTIONS = {
     "--d-k": ("random", ["3"]), "--heads": ("random", ["2"]), "--kv-heads": ("random", ["1"]),
     "--seed": ("random", ["1"]), "--max-ulps": ("random", ["0"]), "--worst": ("random", ["1"]),
     "--digits": ("random", ["3"]), "--timings": ("random", []), "--flops": ("random", []),
+    "--probes": ("random", ["ones"]),
     "--format": ("random", ["markdown"]), "--search": ("random", ["3"]),
     "--search-measure": ("random", ["terms"]), "--max-size": ("random", ["2"]),
     "--backward": ("random", []), "--memory": ("random", ["1GiB"]),
@@ -515,6 +516,11 @@ OPTIONS = {
     "--window": ("random", ["0,0"]), "--head": ("random", ["1", "--alibi", "4"]), "--query-offset": ("random", ["1"]),
     "--dropout": ("random", ["1/2"]), "--rope": ("random", ["10000"]), "--lse": ("random", []),
     "--width": ("random", ["20"]),
+    "--split-merge": ("random", []), "--splits": ("random", ["1"]),   # --splits, --merge: refused
+    "--merge": ("random", ["splitkern:merge"]),                       # without --split-merge
+    # refused with the default --impl numpy (tests/checks/test_verify_flex.py runs them)
+    "--device": ("random", ["cuda"]), "--backend": ("random", ["math"]),
+    "--score-mod": ("random", ["m:f"]), "--mask-mod": ("random", ["m:f"]),
 }
 
 

@@ -190,7 +190,7 @@ OPTIONS = {
                 "--sink": ["0"], "--softcap": ["1"], "--alibi": ["8"],
                 "--head": ["1", "--alibi", "8"],
                 "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
-                "--rope": ["10000"], "--rope": ["10000:interleaved"],}),
+                "--rope": ["10000:interleaved"]}),
     "scores": (["--example", "tiny"],
                {"--example": ["self-match"], "--spec": ["SPEC"], "--format": ["latex"],
                 "--digits": ["6"], "--no-scale": [], "--explain": ["2,1"], "-o": ["OUT"],
@@ -198,7 +198,7 @@ OPTIONS = {
                 "--sink": ["0"], "--softcap": ["1"], "--alibi": ["8"],
                 "--head": ["1", "--alibi", "8"],
                 "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
-                "--rope": ["10000"], "--rope": ["10000:interleaved"],}),
+                "--rope": ["10000:interleaved"]}),
     "walkthrough": (["--example", "tiny"],
                     {"--example": ["bank-loan"], "--spec": ["SPEC"], "--format": ["csv"],
                      "--digits": ["2"], "--no-scale": [], "--explain": ["1,1"],
@@ -206,7 +206,7 @@ OPTIONS = {
                      "--sink": ["0"], "--softcap": ["1"], "--alibi": ["8"],
                      "--head": ["1", "--alibi", "8"],
                      "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
-                     "--rope": ["10000"], "--rope": ["10000:interleaved"],}),
+                     "--rope": ["10000:interleaved"]}),
     "sweep divisor": ([], {"--example": ["tiny"], "--spec": ["SPEC"], "--row": ["1"],
                            "--divisors": ["1,3"], "--digits": ["6"], "--format": ["json"]}),
     "sweep length": (["--lengths", "2,4"], {"--example": ["tiny"], "--spec": ["SPEC"],
@@ -273,12 +273,14 @@ def test_every_option_changes_the_output_or_is_refused(cli, tmp_path, command):
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["walkthrough", "--digits", "x"], ["scale", "--help"],
-                                  ["sweep", "divisor", "--row", "0"], []])
+                                  ["sweep", "divisor", "--row", "0"], [], ["verify", "--help"],
+                                  ["verify", "--impl", "jax", "--arrays", "cupy"]])
 def test_help_and_option_errors_start_without_heavy_imports(argv):
-    """--help and a one-line option error load neither sympy, numpy nor python-flint."""
+    """--help and a one-line option error load neither sympy, numpy, python-flint, torch nor jax."""
     code = ("import sys\nfrom exactattn.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in ('sympy', 'numpy', 'flint', 'mpmath') if m in sys.modules)\n"
+            "heavy = sorted(m for m in ('sympy', 'numpy', 'flint', 'mpmath', 'torch', 'jax')\n"
+            "               if m in sys.modules)\n"
             "sys.stderr.write('HEAVY=' + ','.join(heavy))\n")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                           cwd=HERE.parent)

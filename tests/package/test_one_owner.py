@@ -3,6 +3,7 @@ cell texts.  The parsers (flags, spec fields) pass their names in and let the ow
 one-line error through; the engines share one step."""
 
 import argparse
+import importlib.util
 from fractions import Fraction as F
 
 import pytest
@@ -43,7 +44,8 @@ def test_spec_keys_and_flags_stay_as_users_write_them():
 #: one value per field the capability table can name, and each path's entry point
 _SET = {"rope": Rope(), "dropout": F(1, 2), "softcap": F(5), "sink": F(0), "alibi": Alibi(2),
         "window": (1, 0), "query_offset": 1}
-_PATHS = ("fast", "gradients", "blocks", "sdpa", "numpy_backward")
+_PATHS = ("fast", "gradients", "blocks", "sdpa", "numpy_backward") + \
+    (("jax",) if importlib.util.find_spec("jax") else ())
 
 
 def _run_path(path: str, policy: Policy):
@@ -65,6 +67,12 @@ def _run_path(path: str, policy: Policy):
         call = Call([["1"], ["0"]], [["1"], ["2"]], [["1"], ["0"]], policy=policy,
                     dropout_keep=keep)
         return NumpyImpl().backward(make_call(call, "float64"), np.ones((2, 1)))
+    if path == "jax":
+        from exactattn.call import Call
+        from exactattn.verify import verify
+        call = Call([["1"], ["0"]], [["1"], ["2"]], [["1"], ["0"]], policy=policy,
+                    dropout_keep=keep)
+        return verify("jax", call, "float32")
     if path == "sdpa":
         from exactattn.blocks import check_impl
         return check_impl("numpy", [[1.0], [0.0]], [[1.0], [2.0]], [[1.0], [0.0]], "float32",

@@ -1,0 +1,100 @@
+"""`exactattn cost --judge`: one reported FLOP figure judged, exact values and exit codes."""
+
+import json
+
+import pytest
+
+from exactattn.cost.judge import formula, judge, parse_shape
+
+
+def _run(cli, *argv):
+    rc, out, err = cli("cost", "--no-progress", *argv)
+    return rc, out, err
+
+
+def test_counted_twice_sdpa(cli):
+    # B 2, H 5, L = S = 9, E = E_v = 4: 2 x 2 x 5 x 81 x 8 = 12960 FLOPs; twice: 25920
+    rc, out, _ = _run(cli, "--judge", "25920", "--call", "sdpa", "--shape", "2,5,9,9,4")
+    assert rc == 1
+    assert "verdict: wrong: 25920 is not 12960 (right: 12960); attention twice, an error" in out
+    assert "2 x 2 x B x H x L x S x (E + E_v) = 2 x 2 x 2 x 5 x 9 x 9 x (4 + 4) = 25920" in out
+
+
+def test_layout_swap_flash(cli):
+    # right 2 x 1 x 2 x 36 x 8 = 1152; (B,S,H,D) read as (B,H,S,D): 2 x 1 x 6 x 2 x 2 x 8 = 384
+    rc, out, _ = _run(cli, "--judge", "384", "--call", "flash", "--shape", "1,2,6,6,4")
+    assert rc == 1
+    assert "verdict: wrong: 384 is not 1152 (right: 1152); layout swap, an error" in out
+    assert "2 x B x L x H x H_kv x (E + E_v) = 2 x 1 x 6 x 2 x 2 x (4 + 4) = 384" in out
+
+
+def test_right_figure_exits_0(cli):
+    rc, out, _ = _run(cli, "--judge", "12960", "--shape", "2,5,9,9,4")
+    assert rc == 0 and "verdict: right: 12960 is the exact count" in out
+
+
+def test_causal_halving():
+    # causal 8 x 8: 36 pairs a head, exact 2 x 1 x 1 x 36 x 8 = 576; n^2/2: 2 x 32 x 8 = 512
+    j = judge(512, "sdpa", (1, 1, 8, 8, 4, 4), causal=True)
+    assert (j.verdict.expected, j.verdict.findings) == (576, ("causal_half",))
+    assert j.verdict.alternatives == (("full_square", "macs_as_flops"),)
+    assert formula(j, j.verdict.findings)[1:] == ("2 x 1 x 1 x (8 x 8 / 2) x (4 + 4)", 512)
+    assert judge(1024, "sdpa", (1, 1, 8, 8, 4, 4), causal=True).verdict.findings == \
+        ("full_square",)
+
+
+def test_kv_heads():
+    # H 8 over 2 KV heads, L = S = 4, E 4: exact 2 x 8 x 16 x 8 = 2048; at 2 heads 512
+    right = judge(2048, "sdpa", (1, 8, 4, 4, 4), kv_heads=2)
+    assert right.right and right.sizes["H_kv"] == 2
+    v = judge(512, "sdpa", (1, 8, 4, 4, 4), kv_heads=2).verdict
+    assert (v.findings, str(v.factor)) == (("kv_heads",), "1/4")
+
+
+def test_macs_reported_as_flops():
+    # E 4, E_v 6 so one product alone differs: MACs 1 x 2 x 25 x 10 = 500, FLOPs 1000
+    v = judge(500, "mem_efficient", (1, 2, 5, 5, 4, 6)).verdict
+    assert (v.expected, v.findings, v.alternatives) == (1000, ("macs_as_flops",), ())
+
+
+def test_backward():
+    # fused: 2 x B H P (3E + 2E_v) = 2 x 2 x 36 x 20 = 2880; math keeps P: 2 x 2 x 36 x 16
+    assert judge(2880, "flash", (1, 2, 6, 6, 4), backward=True).right
+    assert judge(2304, "math", (1, 2, 6, 6, 4), backward=True).right
+    assert judge(2304, "flash", (1, 2, 6, 6, 4), backward=True).verdict.findings == \
+        ("no_recompute",)
+
+
+def test_unexplained(cli):
+    rc, out, _ = _run(cli, "--judge", "12961", "--shape", "2,5,9,9,4")
+    assert rc == 1 and "no departure tried gives it (unexplained" in out
+
+
+def test_json(cli):
+    rc, out, _ = _run(cli, "--judge", "384", "--call", "flash", "--shape", "1,2,6,6,4",
+                      "--format", "json")
+    doc = json.loads(out)
+    data = doc["tables"][0]["data"]
+    assert (data["expected"], data["findings"], data["right"]) == (1152, ["layout_swap"], False)
+    assert data["explanations"][0]["numbers"] == "2 x 1 x 6 x 2 x 2 x (4 + 4)"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--judge", "abc", "--shape", "2,5,9,9,4"], "--judge must be a FLOP figure"),
+    (["--judge", "-3", "--shape", "2,5,9,9,4"], "--judge must be a FLOP figure"),
+    (["--judge", "1", "--shape", "2,5,9"], "--shape must be B,H,L,S,E"),
+    (["--judge", "1", "--call", "foo", "--shape", "2,5,9,9,4"], "--call must be one of"),
+    (["--judge", "1", "--shape", "1,8,4,4,4", "--kv-heads", "3"],
+     "--kv-heads must divide the query heads H = 8 (got 3)"),
+    (["--judge", "1"], "--judge needs --shape"),
+    (["--call", "flash"], "--call needs --judge"),
+    (["--judge", "1", "--shape", "2,5,9,9,4", "--rows", "4"], "--rows must be left out"),
+])
+def test_bad_input_one_line_exit_2(cli, argv, message):
+    rc, out, err = _run(cli, *argv)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_parse_shape():
+    assert parse_shape("1,2,3,4,5,6") == (1, 2, 3, 4, 5, 6)

@@ -102,9 +102,9 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None,
             worst entries: index in ``actual``, the exact value certified, the
             exact value correctly rounded to the dtype, the value got, ULPs,
             ULPs at the terms, status.
-        TypeError: a keyword that is not one of the above (named).
-        InputError: bad shapes or entries, ``actual`` of a dtype that is not
-            float64, float32, float16 or bfloat16; one line.
+        InputError: a keyword that is not one of the above (named), bad shapes or
+            entries, ``actual`` of a dtype that is not float64, float32, float16 or
+            bfloat16; one line.
 
     >>> import numpy as np
     >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])
@@ -156,7 +156,7 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
         AssertionError: a gradient entry outside the tolerance; the message as
             :func:`assert_attention_close`'s, each index naming its gradient
             (``dV[1, 0]``).
-        TypeError, InputError: as :func:`assert_attention_close`.
+        InputError: as :func:`assert_attention_close`.
 
     >>> import numpy as np
     >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])

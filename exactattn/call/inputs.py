@@ -356,10 +356,10 @@ class Call:
           (the keep-mask of ``dropout``).
 
         Raises:
-            TypeError: a keyword that is not one of these (named).
+            InputError: a keyword that is not one of these (named); bad entries, a bad
+                scale or policy value.
             ShapeError: a bad rank, sizes that do not match, head counts that
                 differ without ``enable_gqa``.
-            InputError: bad entries, a bad scale or policy value.
 
         >>> c = Call.from_sdpa(np.zeros((2, 1), np.float32), np.zeros((2, 1)),
         ...                    np.array([[1.0], [0.5]], np.float16), is_causal=True)
@@ -368,8 +368,8 @@ class Call:
         """
         unknown = [k for k in policy if k not in SDPA_POLICY_KEYS]
         if unknown:
-            raise TypeError(f"unexpected keyword argument {unknown[0]!r}; the policy keywords "
-                            f"are {', '.join(SDPA_POLICY_KEYS)}")
+            raise InputError(f"unknown keyword {shorten(unknown[0], quote=True)}: the keywords "
+                             f"besides SDPA's are {', '.join(SDPA_POLICY_KEYS)}")
         for flag, given in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
             if not isinstance(given, (bool, np.bool_)):
                 raise InputError(f"{flag} must be True or False (got {shorten(given, quote=True)})")

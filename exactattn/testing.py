@@ -59,7 +59,7 @@ __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_tab
            "assert_typed_equal"]
 
 
-def assert_attention_close(actual, query, key, value, *, attn_mask=None,
+def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout_p=0.0,
                            is_causal: bool = False, scale=None, enable_gqa: bool = False,
                            max_ulps: int | None = None, worst: int = 5, **policy):
     """Raise ``AssertionError`` unless ``actual`` is the attention of ``query``, ``key``,
@@ -69,12 +69,15 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None,
     (read by :meth:`Call.from_sdpa <exactattn.call.inputs.Call.from_sdpa>`):
     query L x E, H_q x L x E or B x H_q x L x E; key and value ... x S x E and
     ... x S x E_v; ``actual`` ... x H_q x L x E_v.  Numpy arrays, torch tensors
-    (bfloat16 included) or anything ``numpy.asarray`` reads (jax arrays).  The
+    (bfloat16 included) or anything ``numpy.asarray`` reads (jax arrays; a
+    list of Python floats is float64, so its output is judged in float64).  The
     inputs are the exact inputs: a float's entries are its exact binary value,
     never rounded, so inputs of another dtype than ``actual`` are fine.
 
     * ``attn_mask``: booleans (True = attend) or additive numbers (``-inf`` hides),
       broadcastable to B x H_q x L x S; ``is_causal``: top-left, as SDPA.
+    * ``dropout_p``: 0 only (SDPA's keep-mask is random); a dropout is
+      ``dropout="1/10"`` with the kernel's keep-mask ``dropout_keep``.
     * ``scale``: None for ``1/sqrt(E)`` exactly; a float is the exact value of
       that float (what the kernel was handed).
     * ``enable_gqa``: query head h reads key/value head ``h // (H_q / H_kv)``.
@@ -122,8 +125,8 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None,
     from .call import Call
     from .verify.check import verify_outputs
     check_whole(worst, "worst", low=1)
-    call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                          scale=scale, enable_gqa=enable_gqa, **policy)
+    call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
     report = verify_outputs(call, actual, max_ulps=max_ulps, name="actual")
     if not report.passed:
         raise AssertionError(_failure_text(report, "outputs", worst))
@@ -131,8 +134,8 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None,
 
 
 def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, attn_mask=None,
-                                 is_causal: bool = False, scale=None, enable_gqa: bool = False,
-                                 max_ulps: int | None = None, worst: int = 5, **policy):
+                                 dropout_p=0.0, is_causal: bool = False, scale=None,
+                                 enable_gqa: bool = False, max_ulps: int | None = None, worst: int = 5, **policy):
     """Raise ``AssertionError`` unless ``actual_grads = (dq, dk, dv)`` are the gradients of
     the attention of ``query``, ``key``, ``value`` against the upstream gradient ``grad_out``,
     within the tolerance in ULPs of their dtype; else return the report.
@@ -168,8 +171,8 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
     from .call import Call
     from .verify.backward import verify_gradients
     check_whole(worst, "worst", low=1)
-    call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                          scale=scale, enable_gqa=enable_gqa, **policy)
+    call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
     report = verify_gradients(call, actual_grads, grad_out, max_ulps=max_ulps)
     if not report.passed:
         raise AssertionError(_failure_text(report, "gradient entries", worst))

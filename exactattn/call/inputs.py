@@ -328,8 +328,9 @@ class Call:
         return cls(query, key, value, mask, **options)
 
     @classmethod
-    def from_sdpa(cls, query, key, value, *, attn_mask=None, is_causal: bool = False,
-                  scale=None, enable_gqa: bool = False, name: str = "call",
+    def from_sdpa(cls, query, key, value, *, attn_mask=None, dropout_p=0.0,
+                  is_causal: bool = False, scale=None, enable_gqa: bool = False,
+                  name: str = "call",
                   **policy) -> "Call":
         """The call ``torch.nn.functional.scaled_dot_product_attention(query, key, value,
         attn_mask=..., is_causal=..., scale=..., enable_gqa=...)`` makes, read exactly.
@@ -343,6 +344,9 @@ class Call:
 
         * ``attn_mask``: booleans (True = attend) or numbers added to the scaled
           scores (``-inf`` hides), broadcastable to B x H_q x L x S.
+        * ``dropout_p``: 0 only: SDPA's dropout draws its keep-mask at random, so
+          the exact answer needs the mask the kernel used: pass ``dropout``
+          (exact, ``"1/10"``) and ``dropout_keep`` instead.
         * ``is_causal``: query i sees keys ``j <= i`` (top-left, as SDPA).
         * ``scale``: None for ``1/sqrt(E)`` (exactly); a float is the exact
           value of that float, the scale the kernel was handed; text such as
@@ -373,6 +377,11 @@ class Call:
         for flag, given in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
             if not isinstance(given, (bool, np.bool_)):
                 raise InputError(f"{flag} must be True or False (got {shorten(given, quote=True)})")
+        if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
+                dropout_p, (int, float, np.integer, np.floating)) or dropout_p != 0:
+            raise InputError(f"dropout_p must be 0 (got {shorten(dropout_p, quote=True)}): SDPA "
+                             "draws its keep-mask at random; pass dropout=p (exact, e.g. "
+                             "\"1/10\") and the kernel's keep-mask as dropout_keep=")
         keep = policy.pop("dropout_keep", None)
         if attn_mask is not None and not hasattr(attn_mask, "detach"):
             attn_mask = _sdpa_array(attn_mask, "attn_mask")

@@ -279,3 +279,53 @@ def test_gradients_of_mixed_dtypes_and_policies_without_exact_gradients_are_refu
     with pytest.raises(InputError) as info:
         assert_attention_grads_close(grads, q, k, v, d_out, softcap="30")
     assert "\n" not in str(info.value)
+
+
+def _dropout_attention(keep_scale):
+    """Attention with dropout p = 1/4 on float32 inputs, computed in float64 through autograd;
+    ``keep_scale`` is what the kept weights are multiplied by (4/3 right)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g).double().requires_grad_() for _ in range(3))
+    keep = torch.rand(1, 2, 6, 6, generator=g) > 0.25
+    out = (torch.softmax(q @ k.transpose(-1, -2) / 2, -1) * keep * keep_scale) @ v
+    d_out = torch.randn(out.shape, generator=g).float()
+    out.backward(d_out.double())
+    grads = tuple(t.grad.float() for t in (q, k, v))
+    return out.detach().float(), (q.detach(), k.detach(), v.detach()), keep, d_out, grads
+
+
+def test_dropout_with_the_kernels_keep_mask():
+    out, (q, k, v), keep, d_out, grads = _dropout_attention(4 / 3)
+    assert assert_attention_close(out, q, k, v, dropout="1/4", dropout_keep=keep).passed
+    assert assert_attention_grads_close(grads, q, k, v, d_out, dropout="1/4",
+                                        dropout_keep=keep).passed
+    with pytest.raises(AssertionError):
+        assert_attention_close(out, q, k, v)            # the same output without the dropout
+
+
+def test_a_dv_that_misses_the_dropout_scale_is_named():
+    _, (q, k, v), keep, d_out, right = _dropout_attention(4 / 3)
+    _, _, _, _, wrong = _dropout_attention(1.0)          # kept weights not scaled by 1/(1 - p)
+    grads = (right[0], right[1], wrong[2])
+    with pytest.raises(AssertionError) as info:
+        assert_attention_grads_close(grads, q, k, v, d_out, dropout="1/4", dropout_keep=keep)
+    message = str(info.value)
+    assert message.startswith("gradients: 48 of 144 gradient entries outside the tolerance")
+    rows = [line.split() for line in message.splitlines() if line.startswith("d")]
+    assert len(rows) == 5 and all(r[0] == "dV[0," for r in rows)
+    assert {r[-2] for r in rows} == {"0.25"}            # each off by the missing factor 3/4
+
+
+def test_sdpa_dropout_p_zero_is_taken_and_a_random_dropout_refused():
+    out, q, k, v = _sdpa()
+    assert assert_attention_close(out, q, k, v, dropout_p=0.0).passed
+    with pytest.raises(InputError, match=r"^dropout_p must be 0 \(got 0\.1\): SDPA draws its "
+                                         r"keep-mask at random; pass dropout=p"):
+        assert_attention_close(out, q, k, v, dropout_p=0.1)
+
+
+def test_a_list_of_python_floats_is_a_float64_output():
+    report = assert_attention_close([[4 / 3], [4 / 3]], Q, K, V, max_ulps=0)
+    assert report.dtype == "float64"
+    with pytest.raises(AssertionError, match="in float64"):
+        assert_attention_close(np.full((2, 1), F32_4_3).tolist(), Q, K, V)

@@ -1,4 +1,19 @@
-"""Test helpers for authors' own docs: keep published attention tables honest in CI.
+"""Test helpers: attention kernels' outputs against the exact answer, published tables in CI.
+
+:func:`assert_attention_close` is the assertion for a kernel's test suite,
+in place of "compare to a float32 reference within a fudge factor": it takes
+the output a test already has and SDPA's own arguments, computes the exact
+answer of exactly those inputs and fails unless every output is within the
+tolerance of ``exactattn verify``, in ULPs of the output's dtype, with the
+worst entries in the message.  :func:`assert_attention_grads_close` does the
+same for dQ, dK and dV::
+
+    # test_my_kernel.py
+    from exactattn.testing import assert_attention_close
+
+    def test_my_kernel_bfloat16():
+        q, k, v = (torch.randn(2, 4, 64, 32, dtype=torch.bfloat16) for _ in range(3))
+        assert_attention_close(my_attention(q, k, v, is_causal=True), q, k, v, is_causal=True)
 
 :func:`assert_typed_equal` is the equality the test suite means by "exact":
 equal values of the same type at every level (``Fraction(1)``, ``1``,
@@ -38,8 +53,137 @@ import numpy as np
 
 from .audit import Audit, audit
 from .audit.report import report_text, summary_line
+from .options import check_whole
 
-__all__ = ["assert_table", "assert_typed_equal"]
+__all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_table",
+           "assert_typed_equal"]
+
+
+def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout_p=0.0,
+                           is_causal: bool = False, scale=None, enable_gqa: bool = False,
+                           max_ulps: int | None = None, worst: int = 5, **policy):
+    """Raise ``AssertionError`` unless ``actual`` is the attention of ``query``, ``key``,
+    ``value`` within the tolerance, in ULPs of ``actual``'s dtype; else return the report.
+
+    The arguments are those of ``torch.nn.functional.scaled_dot_product_attention``
+    (read by :meth:`Call.from_sdpa <exactattn.call.inputs.Call.from_sdpa>`):
+    query L x E, H_q x L x E or B x H_q x L x E; key and value ... x S x E and
+    ... x S x E_v; ``actual`` ... x H_q x L x E_v.  Numpy arrays, torch tensors
+    (bfloat16 included) or anything ``numpy.asarray`` reads (jax arrays; a
+    list of Python floats is float64, so its output is judged in float64).  The
+    inputs are the exact inputs: a float's entries are its exact binary value,
+    never rounded, so inputs of another dtype than ``actual`` are fine.
+
+    * ``attn_mask``: booleans (True = attend) or additive numbers (``-inf`` hides),
+      broadcastable to B x H_q x L x S; ``is_causal``: top-left, as SDPA.
+    * ``dropout_p``: 0 only (SDPA's keep-mask is random); a dropout is
+      ``dropout="1/10"`` with the kernel's keep-mask ``dropout_keep``.
+    * ``scale``: None for ``1/sqrt(E)`` exactly; a float is the exact value of
+      that float (what the kernel was handed).
+    * ``enable_gqa``: query head h reads key/value head ``h // (H_q / H_kv)``.
+    * ``policy``: modifiers by their :class:`~exactattn.call.policy.Policy`
+      names (``softcap``, ``sink``, ``window``, ``alibi``, ``rope``,
+      ``query_offset``, ``alignment``, ``empty_row``, ``gqa``, ``dropout`` with
+      ``dropout_keep``, ``head``: :data:`~exactattn.call.inputs.SDPA_POLICY_KEYS`),
+      exact numbers (``softcap="30"``, ``sink=0``).
+    * ``max_ulps``: the tolerance (default: :func:`~exactattn.numbers.formats.default_max_ulps`,
+      ``2 ceil(sqrt(S + E)) + 4 + ceil(max |logit|)``, as ``exactattn verify``);
+      an output passes when its ULP count from the exact value correctly rounded
+      to the dtype, or its error in ULPs at the size of the terms it adds up, is
+      within it.  NaN or infinity where the exact value is finite always fails.
+    * ``worst``: how many failing entries the message shows.
+
+    The judge is :func:`exactattn.verify.check.verify_outputs` (that of
+    ``exactattn verify``).  Reference: Vaswani et al. 2017, sec. 3.2.1.
+
+    Returns:
+        The :class:`~exactattn.verify.check.Report` (``.entries``, ``.summary()``).
+
+    Raises:
+        AssertionError: an output outside the tolerance.  The message: one
+            line (k of N outputs outside the tolerance, the rule), then the
+            worst entries: index in ``actual``, the exact value certified, the
+            exact value correctly rounded to the dtype, the value got, ULPs,
+            ULPs at the terms, status.
+        InputError: a keyword that is not one of the above (named), bad shapes or
+            entries, ``actual`` of a dtype that is not float64, float32, float16 or
+            bfloat16; one line.
+
+    >>> import numpy as np
+    >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])
+    >>> assert_attention_close(np.float32([[2], [2]]), q, k, v).summary()["max_ulps"]
+    0
+    >>> assert_attention_close(np.float32([[1], [3]]), q, k, v, is_causal=True)  # row 1: (1 + 3)/2
+    Traceback (most recent call last):
+    ...
+    AssertionError: actual: 1 of 2 outputs outside the tolerance in float32 (tolerance 8 ULPs ...
+    ...
+    [1, 0]  2.0000000000e+00   2                 3       4194304  4194304.00  0.5         over
+    ...
+    """
+    __tracebackhide__ = True      # pytest shows the message, not this frame
+    from .call import Call
+    from .verify.check import verify_outputs
+    check_whole(worst, "worst", low=1)
+    call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
+    report = verify_outputs(call, actual, max_ulps=max_ulps, name="actual")
+    if not report.passed:
+        raise AssertionError(_failure_text(report, "outputs", worst))
+    return report
+
+
+def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, attn_mask=None,
+                                 dropout_p=0.0, is_causal: bool = False, scale=None,
+                                 enable_gqa: bool = False, max_ulps: int | None = None, worst: int = 5, **policy):
+    """Raise ``AssertionError`` unless ``actual_grads = (dq, dk, dv)`` are the gradients of
+    the attention of ``query``, ``key``, ``value`` against the upstream gradient ``grad_out``,
+    within the tolerance in ULPs of their dtype; else return the report.
+
+    ``dq`` is shaped like ``query``, ``dk`` like ``key``, ``dv`` like ``value``,
+    ``grad_out`` like the output (... x H_q x L x E_v), all read exactly;
+    the three gradients must be of one dtype (that of the backward pass:
+    ``q.grad``, ``k.grad``, ``v.grad`` after ``out.backward(grad_out)``).  Every
+    other argument is :func:`assert_attention_close`'s (soft-caps and RoPE are
+    refused: their exact gradients are transcendental).  The tolerance defaults
+    to :func:`~exactattn.verify.backward.backward_tolerance` (the forward's with
+    ``max(L, S)`` keys); grouped query heads add into the dK and dV they share.
+    The judge is :func:`exactattn.verify.backward.verify_gradients`.
+    Reference: Dao et al. 2022 (FlashAttention), Algorithm 4.
+
+    Returns:
+        The :class:`~exactattn.verify.check.Report`; entries indexed
+        ``(gradient, b, h, i, c)``.
+
+    Raises:
+        AssertionError: a gradient entry outside the tolerance; the message as
+            :func:`assert_attention_close`'s, each index naming its gradient
+            (``dV[1, 0]``).
+        InputError: as :func:`assert_attention_close`.
+
+    >>> import numpy as np
+    >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])
+    >>> grads = (np.zeros((2, 1)), np.zeros((2, 1)), np.full((2, 1), 0.5))   # dV = P^T dO
+    >>> assert_attention_grads_close(grads, q, k, v, [[1.0], [0.0]]).passed
+    True
+    """
+    __tracebackhide__ = True
+    from .call import Call
+    from .verify.backward import verify_gradients
+    check_whole(worst, "worst", low=1)
+    call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
+    report = verify_gradients(call, actual_grads, grad_out, max_ulps=max_ulps)
+    if not report.passed:
+        raise AssertionError(_failure_text(report, "gradient entries", worst))
+    return report
+
+
+def _failure_text(report, what: str, worst: int) -> str:
+    """The message of a failed assertion: the summary line, then the worst entries' table."""
+    from .present.render import render
+    from .verify.report import failure_section, failure_summary
+    return failure_summary(report, what) + "\n\n" + render([failure_section(report, worst)])
 
 
 def assert_table(path: str | Path, spec=None, quantity=None, **options) -> Audit:

@@ -33,7 +33,8 @@ from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs
 
-__all__ = ["Call", "empty_rows", "keys_read", "object_array", "reshaped", "rounded_entries"]
+__all__ = ["Call", "SDPA_POLICY_KEYS", "empty_rows", "keys_read", "object_array", "reshaped",
+           "rounded_entries"]
 
 
 def _dims(shape) -> str:
@@ -199,6 +200,36 @@ def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> tuple[np.
     return out, tuple(np.shape(mask))
 
 
+#: the keywords :meth:`Call.from_sdpa` takes besides SDPA's own: the :class:`Policy` fields
+#: SDPA has no argument for, and the dropout keep-mask
+SDPA_POLICY_KEYS = ("alignment", "empty_row", "gqa", "window", "query_offset", "softcap", "sink",
+                    "alibi", "rope", "dropout", "head", "dropout_keep")
+
+
+def _sdpa_array(data, name: str) -> np.ndarray:
+    """An array argument as numpy: floats widened exactly to float64 (bfloat16 included),
+    booleans and other entries as they are."""
+    arr = np.asarray(data)
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        raise InputError(f"{name} must be float64 or narrower (got {arr.dtype.name}); "
+                         "float64 cannot hold its entries exactly")
+    if arr.dtype.kind == "f" or arr.dtype.name == "bfloat16":
+        return arr.astype(np.float64)
+    return arr
+
+
+def _sdpa_scale(scale):
+    """SDPA's ``scale`` for :class:`Policy`: a float as its exact value, text and exact numbers
+    as :func:`~exactattn.call.policy.parse_scale` reads them."""
+    if isinstance(scale, (bool, np.bool_)):
+        raise InputError(f"scale must be None or a positive number (got {scale!r})")
+    if isinstance(scale, (float, np.floating)):
+        if not (math.isfinite(scale) and scale > 0):
+            raise InputError(f"scale must be a positive finite number (got {float(scale)!r})")
+        return Fraction(float(scale))
+    return scale
+
+
 class Call:
     """One attention call, held exactly: query, key, value, its :class:`Policy`, an explicit mask
     and a dropout keep-mask.  The one input of every evaluator and check.
@@ -295,6 +326,79 @@ class Call:
     def from_arrays(cls, query, key, value, mask=None, **options) -> "Call":
         """The same as ``Call(query, key, value, mask, **options)``."""
         return cls(query, key, value, mask, **options)
+
+    @classmethod
+    def from_sdpa(cls, query, key, value, *, attn_mask=None, dropout_p=0.0,
+                  is_causal: bool = False, scale=None, enable_gqa: bool = False,
+                  name: str = "call",
+                  **policy) -> "Call":
+        """The call ``torch.nn.functional.scaled_dot_product_attention(query, key, value,
+        attn_mask=..., is_causal=..., scale=..., enable_gqa=...)`` makes, read exactly.
+
+        The one reading of SDPA's arguments into a call.  Arrays (numpy, torch
+        tensors of any float dtype, bfloat16 included, or anything
+        ``numpy.asarray`` reads, such as jax arrays) are the exact inputs: a
+        float's entries are read as their exact binary values, never rounded.
+        Shapes as SDPA: query L x E, H_q x L x E or B x H_q x L x E; key and
+        value ... x S x E and ... x S x E_v.
+
+        * ``attn_mask``: booleans (True = attend) or numbers added to the scaled
+          scores (``-inf`` hides), broadcastable to B x H_q x L x S.
+        * ``dropout_p``: 0 only: SDPA's dropout draws its keep-mask at random, so
+          the exact answer needs the mask the kernel used: pass ``dropout``
+          (exact, ``"1/10"``) and ``dropout_keep`` instead.
+        * ``is_causal``: query i sees keys ``j <= i`` (top-left, as SDPA).
+        * ``scale``: None for ``1/sqrt(E)`` (exactly); a float is the exact
+          value of that float, the scale the kernel was handed; text such as
+          ``"1/sqrt(48)"`` or a ``Fraction`` as :func:`~exactattn.call.policy.parse_scale` reads it.
+        * ``enable_gqa``: H_q a multiple of H_kv, query head h reads key/value
+          head ``h // (H_q / H_kv)``; without it the head counts must be equal.
+        * ``policy``: what SDPA has no argument for, by the :class:`Policy`
+          field names (:data:`SDPA_POLICY_KEYS`: ``alignment``, ``empty_row``,
+          ``gqa``, ``window``, ``query_offset``, ``softcap``, ``sink``,
+          ``alibi``, ``rope``, ``dropout``, ``head``) and ``dropout_keep``
+          (the keep-mask of ``dropout``).
+
+        Raises:
+            InputError: a keyword that is not one of these (named); bad entries, a bad
+                scale or policy value.
+            ShapeError: a bad rank, sizes that do not match, head counts that
+                differ without ``enable_gqa``.
+
+        >>> c = Call.from_sdpa(np.zeros((2, 1), np.float32), np.zeros((2, 1)),
+        ...                    np.array([[1.0], [0.5]], np.float16), is_causal=True)
+        >>> c.policy.causal, c.value[0, 0, 1, 0], c.rank
+        (True, Fraction(1, 2), 2)
+        """
+        unknown = [k for k in policy if k not in SDPA_POLICY_KEYS]
+        if unknown:
+            raise InputError(f"unknown keyword {shorten(unknown[0], quote=True)}: the keywords "
+                             f"besides SDPA's are {', '.join(SDPA_POLICY_KEYS)}")
+        for flag, given in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+            if not isinstance(given, (bool, np.bool_)):
+                raise InputError(f"{flag} must be True or False (got {shorten(given, quote=True)})")
+        if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(
+                dropout_p, (int, float, np.integer, np.floating)) or dropout_p != 0:
+            raise InputError(f"dropout_p must be 0 (got {shorten(dropout_p, quote=True)}): SDPA "
+                             "draws its keep-mask at random; pass dropout=p (exact, e.g. "
+                             "\"1/10\") and the kernel's keep-mask as dropout_keep=")
+        keep = policy.pop("dropout_keep", None)
+        if attn_mask is not None and not hasattr(attn_mask, "detach"):
+            attn_mask = _sdpa_array(attn_mask, "attn_mask")
+        kind = None if attn_mask is None else \
+            "bool_keep" if str(attn_mask.dtype) in ("bool", "torch.bool") else "additive"
+        options = {} if scale is None else {"scale": _sdpa_scale(scale)}
+        pol = Policy(causal=bool(is_causal), mask_kind=kind or "bool_keep", **options, **policy)
+        q, k, v = (a if hasattr(a, "detach") else _sdpa_array(a, n)
+                   for a, n in ((query, "query"), (key, "key"), (value, "value")))
+        call = cls(q, k, v, attn_mask, policy=pol, floats="exact", name=name,
+                   dropout_keep=keep)
+        sh = call.shape
+        if not enable_gqa and sh["H_q"] != sh["H_kv"]:
+            raise ShapeError(f"key and value must have the query's {sh['H_q']} heads without "
+                             f"enable_gqa (got {sh['H_kv']}); pass enable_gqa=True for grouped "
+                             "query heads")
+        return call
 
     @classmethod
     def random(cls, n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | None = None,

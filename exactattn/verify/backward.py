@@ -49,7 +49,7 @@ from ..reference.reference import Reference
 from ..gradients.calls import ExactGradients, d_out_array
 
 __all__ = ["BackwardEntry", "GRADS", "backward_tolerance", "exact_gradients", "random_d_out",
-           "search_backward", "verify_backward"]
+           "search_backward", "verify_backward", "verify_gradients"]
 
 #: the gradients a backward check compares, in report order
 GRADS = ("dQ", "dK", "dV")
@@ -112,7 +112,7 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     impl = load_backward(impl, arrays=arrays)
     check_policy(call.policy)
     problem = call
-    fmt, policy = check_request(impl, call, dtype, max_ulps, runs=3)
+    check_request(impl, call, dtype, max_ulps, runs=3)
     rounded_problem, moved = problem.rounded(dtype)
     dO = rounded_entries(d_out_array(problem, random_d_out(problem, seed) if d_out is None
                                      else d_out), dtype, "d_out")[0]
@@ -121,7 +121,6 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     grad_in = grad_in.reshape(grad_in.shape[4 - problem.rank:])
     ref = Reference(rounded_problem)      # refuses a non-finite entry a query sees
     exact = ref.gradients(dO)
-    shapes = {name: exact.shape_of(name) for name in GRADS}
     t0 = time.perf_counter()
     raised = None
     try:
@@ -132,42 +131,115 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
             raise
         got, raised = None, e.line
     t1 = time.perf_counter()
+    note = (f"upstream gradient dO: {'given' if d_out is not None else f'standard normal, seed {seed}'}"
+            f", rounded to {dtype}")
+    return _report(impl.name, rounded_problem, ref, exact, got, dtype, max_ulps, prec,
+                   moved=moved, raised=raised, note=note, impl_seconds=t1 - t0)
+
+
+def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
+                     max_ulps: int | None = None, prec: int = 96) -> Report:
+    """Judge gradients a float backward already returned against the exact dQ, dK, dV of ``call``.
+
+    :func:`verify_backward` without running anything and without rounding:
+    the call's entries and ``d_out`` are taken as they are (a float32
+    array's entries read as their exact binary values), and every entry is
+    judged as :func:`verify_backward` judges it (the default tolerance
+    :func:`backward_tolerance`).
+
+    Args:
+        grads: ``(dq, dk, dv)``, shaped like query, key and value in the call's
+            rank: numpy arrays, torch tensors (bfloat16 included) or anything
+            ``numpy.asarray`` reads, all of one float dtype.
+        d_out: the upstream gradient, shaped like the output (read exactly).
+        dtype: the dtype the entries are judged in; default: the gradients' own.
+
+    Raises:
+        InputError: gradients of different dtypes or of a dtype that is not a
+            float format, a policy exact gradients do not cover (soft-cap, RoPE),
+            a problem past the limits.
+        ShapeError: a gradient or ``d_out`` of the wrong shape.
+
+    >>> from exactattn.call import Call
+    >>> c = Call([[0], [1]], [[0], [1]], [[1], [3]])   # query 0 sees shares 1/2, 1/2; dO_1 = 0
+    >>> r = verify_gradients(c, ([[0.5], [0.0]], [[0.0], [0.0]], [[0.5], [0.5]]), [[1], [0]])
+    >>> r.dtype, r.passed, [str(e.exact.exact()) for e in r.entries]
+    ('float64', True, ['1/2', '0', '0', '0', '1/2', '1/2'])
+
+    Reference: Dao et al. 2022 (FlashAttention), Algorithm 4, for the backward pass.
+    """
+    from ..errors import InputError, ShapeError, shorten
+    from ..gradients import check_policy
+    from ..numbers.formats import FORMATS
+    from .adapter import read_answer
+    if not isinstance(grads, (tuple, list)) or len(grads) != 3:
+        raise ShapeError(f"grads must be (dq, dk, dv), three arrays (got "
+                         f"{shorten(type(grads).__name__)}); pass the three gradients in order")
+    answers = [read_answer(g, name) for g, name in zip(grads, GRADS)]
+    dtypes = [a.dtype for a in answers]
+    if dtype is None:
+        if len(set(dtypes)) != 1:
+            raise InputError(f"dQ, dK and dV must be of one dtype (got {', '.join(dtypes)}); "
+                             "pass the gradients as the backward returned them")
+        dtype = dtypes[0]
+    if dtype not in FORMATS:
+        raise InputError(f"the gradients must be float64, float32, float16 or bfloat16 arrays "
+                         f"(got dtype {shorten(str(dtype))}); pass the backward's own arrays")
+    check_policy(call.policy)
+    check_request(None, call, dtype, max_ulps, runs=3)
+    ref = Reference(call)          # refuses a non-finite entry a query sees
+    if hasattr(d_out, "detach") or hasattr(d_out, "__array__"):    # a tensor or an array
+        d_out = read_answer(d_out, "d_out").values      # floats widened exactly to float64
+    exact = ref.gradients(d_out_array(call, d_out))
+    return _report("gradients", call, ref, exact, [a.values for a in answers], dtype,
+                   max_ulps, prec, note="upstream gradient dO: given, read exactly")
+
+
+def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got,
+            dtype: str, max_ulps: int | None, prec: int, *, moved: int = 0,
+            raised: str | None = None, note: str = "", impl_seconds: float = 0.0) -> Report:
+    """The report of gradients ``got`` (``(dq, dk, dv)`` float arrays in the problem's rank;
+    None when the implementation raised: every entry a hard failure) against ``exact``:
+    the one judging loop of :func:`verify_backward` and :func:`verify_gradients`."""
+    fmt = float_format(dtype)
+    shapes = {name_: exact.shape_of(name_) for name_ in GRADS}
     arrays_got = {}
-    for k, name in enumerate(GRADS):
+    for k, grad in enumerate(GRADS):
         if raised is not None:
-            arrays_got[name] = np.full(shapes[name], math.nan)
+            arrays_got[grad] = np.full(shapes[grad], math.nan)
             continue
-        arrays_got[name] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[name],
-                                    problem.rank, f"{impl.name}'s {name}")
-    tol = backward_tolerance(dtype, rounded_problem, logit_bound(ref)) \
+        arrays_got[grad] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[grad],
+                                    problem.rank, f"{name}'s {grad}")
+    t1 = time.perf_counter()
+    tol = backward_tolerance(dtype, problem, logit_bound(ref)) \
         if max_ulps is None else max_ulps
     prec = max(prec, fmt.precision + 64)
-    exact_rounded = {name: exact.rounded(name, fmt, prec) for name in GRADS}
+    exact_rounded = {grad: exact.rounded(grad, fmt, prec) for grad in GRADS}
     t2 = time.perf_counter()
     found = Comparison(None, failures_first)
-    for name in GRADS:
-        rounded, balls, mags = exact_rounded[name]
-        for idx in np.ndindex(*shapes[name]):
-            g, r = float(arrays_got[name][idx]), float(rounded[idx])
-            index = (name, *idx)
+    for grad in GRADS:
+        rounded, balls, mags = exact_rounded[grad]
+        for idx in np.ndindex(*shapes[grad]):
+            g, r = float(arrays_got[grad][idx]), float(rounded[idx])
+            index = (grad, *idx)
             if raised is not None:
                 found.add(BackwardEntry(index, r, g, None, None, "hard", exact))
                 continue
             j = judge(g, r, balls[idx], float(mags[idx]), fmt,
-                      lambda idx=idx, name=name: exact.value(name, *idx), tol)
+                      lambda idx=idx, grad=grad: exact.value(grad, *idx), tol)
             found.add(BackwardEntry(index, r, g, j.ulps, j.rel, j.status, exact, j.terms_ulps),
                       j)
-    notes = [f"upstream gradient dO: {'given' if d_out is not None else f'standard normal, seed {seed}'}"
-             f", rounded to {dtype}"]
+    notes = [note] if note else []
     if raised is not None:
-        notes.append(f"hard failure: {impl.name} raised {raised}; every gradient counts as "
+        notes.append(f"hard failure: {name} raised {raised}; every gradient counts as "
                      "failed")
     if found.off_format:
         notes.append(f"gradients that were not {dtype} values: {found.off_format} of "
                      f"{found.count}; they were rounded to {dtype} before counting ULPs")
     t3 = time.perf_counter()
-    return Report(impl.name, dtype, policy, rounded_problem, found, tol, moved, ref,
-                  {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes, raised=raised)
+    return Report(name, dtype, problem.policy, problem, found, tol, moved, ref,
+                  {"impl": impl_seconds, "exact": t2 - t1, "compare": t3 - t2}, notes,
+                  raised=raised)
 
 
 def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, *,

@@ -36,7 +36,8 @@ from ..call.limits import check_work
 from ..call.inputs import Call, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "logit_bound", "verify"]
+__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "logit_bound", "verify",
+           "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
 #: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))
@@ -171,13 +172,15 @@ def _float_bounds(fmt: FloatFormat) -> tuple[Fraction, Fraction]:
 def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
                   runs: int = 1) -> tuple[FloatFormat, Policy]:
     """What every check (forward or backward) refuses before it runs anything: a dtype the
-    implementation lacks, a bad ``max_ulps``, a scale the dtype can't hold, too much work.
+    implementation lacks (``impl`` None: outputs already computed), a bad ``max_ulps``, a
+    scale the dtype can't hold, too much work.
 
     Returns the dtype's format and the call's policy.
     """
     fmt = float_format(dtype)
     policy = call.policy
-    check_dtype(impl, dtype)
+    if impl is not None:
+        check_dtype(impl, dtype)
     if max_ulps is not None:
         check_whole(max_ulps, "max_ulps", low=0)
     check_scale(policy, fmt)
@@ -358,7 +361,7 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     Reference: Vaswani et al. 2017, sec. 3.2.1.
     """
     impl = load_impl(impl)
-    fmt, policy = check_request(impl, call, dtype, max_ulps)
+    check_request(impl, call, dtype, max_ulps)
     from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     if lse is not None:
         lse = str(lse)
@@ -379,24 +382,90 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     t0 = time.perf_counter()
     answer, raised = _run(impl, make_call(rounded_call, dtype, lse))
     t1 = time.perf_counter()
-    got_lse = None
+    got = got_lse = None
     if raised is None:
         got = reshaped(answer.values, want, call.rank, f"{impl.name}'s output")
         if lse is not None:
             got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
                                tail=False)
-    else:
-        got = None
+    return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
+                   raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
+                   run_probes=lambda fmt, tol: _probe_runs(impl, rounded_call, probes, dtype,
+                                                           fmt, tol, prec, want, lse))
+
+
+def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int | None = None,
+                   prec: int = 96, name: str = "outputs") -> Report:
+    """Judge outputs a float kernel already returned against the exact answer of ``call``.
+
+    :func:`verify` without running anything and without rounding: the call's
+    entries are the kernel's inputs as they are (a float32 array's entries
+    read as their exact binary values; inputs of another dtype than the
+    outputs are fine), and every output is judged as :func:`verify` judges it
+    (:func:`~exactattn.verify.compare.judge`, the default tolerance
+    :func:`~exactattn.numbers.formats.default_max_ulps`).  It runs no probes
+    (:mod:`~exactattn.verify.probes`): there is no kernel to hand the probes'
+    values to, only the outputs the caller already has (``report.probes`` is
+    empty); :func:`verify` runs them.
+
+    Args:
+        call: the exact inputs and policy (shapes as :class:`~exactattn.call.Call`).
+        got: the outputs, ... x H_q x L x E_v in the call's rank: a numpy array,
+            a torch tensor (bfloat16 included) or anything ``numpy.asarray`` reads.
+        dtype: the dtype the outputs are judged in; default: ``got``'s own
+            (float64, float32, float16 or bfloat16).
+        name: how the report names the outputs.
+
+    Raises:
+        InputError: ``got`` of a dtype that is not a float format (named), a
+            bad ``max_ulps``, a problem past the limits, an ``inf``/``nan`` a
+            query sees.
+        ShapeError: ``got`` of the wrong shape.
+
+    >>> from exactattn.call import Call
+    >>> c = Call([[0], [0]], [[0], [0]], [[1], [3]])
+    >>> r = verify_outputs(c, np.array([[2.0], [2.0]], dtype=np.float32))
+    >>> r.dtype, r.passed, r.summary()["max_ulps"]
+    ('float32', True, 0)
+    """
+    from .adapter import read_answer
+    answer = read_answer(got, name)
+    dtype = answer.dtype if dtype is None else dtype
+    if dtype not in FORMATS:
+        raise InputError(f"{name} must be an array of float64, float32, float16 or bfloat16 "
+                         f"(got dtype {shorten(str(dtype))}); compare the kernel's own output "
+                         "array, not a converted copy")
+    check_request(None, call, dtype, max_ulps)
+    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
+    sh = call.shape
+    ref = Reference(call)            # refuses non-finite numbers a query sees
+    values = reshaped(answer.values, (sh["B"], sh["H_q"], sh["L"], sh["E_v"]), call.rank,
+                      name)
+    return _report(name, call, ref, values, dtype, max_ulps, prec)
+
+
+def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,
+            prec: int, *, moved: int = 0, raised: str | None = None, lse: str | None = None,
+            got_lse=None, impl_seconds: float = 0.0, run_probes=None) -> Report:
+    """The report of outputs ``got`` (B x H_q x L x E_v float64; None when the
+    implementation raised: every output a hard failure) against ``ref``, the exact answer
+    of ``call``, of :func:`verify` and :func:`verify_outputs`: the outputs judged by
+    :func:`_judged`, the notes, the log-sum-exp (``lse``, ``got_lse``) and the probes
+    (``run_probes(fmt, tol)`` gives the probe runs and their seconds; None: no probes)."""
+    fmt = float_format(dtype)
+    sh = call.shape
+    want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
+    t1 = time.perf_counter()
     tol = default_max_ulps(dtype, sh["S"], sh["E"], logit_bound(ref)) \
         if max_ulps is None else max_ulps
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
     found = _judged(got, want, (rounded, balls, mags), ref.output, ref, fmt, tol)
-    probed, probe_seconds = _probe_runs(impl, rounded_call, probes, dtype, fmt, tol, prec, want,
-                                        lse)
+    probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
+        run_probes(fmt, tol)
     notes = []
     if raised is not None:
-        notes.append(f"hard failure: {impl.name} raised {raised}; every output counts as failed")
+        notes.append(f"hard failure: {name} raised {raised}; every output counts as failed")
     if found.off_format:
         notes.append(f"outputs that were not {dtype} values: {found.off_format} of "
                      f"{found.count}; they were rounded to {dtype} before counting ULPs")
@@ -408,8 +477,8 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     lse_found = Comparison(None) if lse is None else _lse_found(ref, got_lse, dtype, lse, tol,
                                                                 prec)
     t3 = time.perf_counter()
-    return Report(impl.name, dtype, policy, rounded_call, found, tol, moved, ref,
-                  {"impl": t1 - t0 + probe_seconds["impl"],
+    return Report(name, dtype, call.policy, call, found, tol, moved, ref,
+                  {"impl": impl_seconds + probe_seconds["impl"],
                    "exact": t2 - t1 + probe_seconds["exact"],
                    "compare": t3 - t2 - sum(probe_seconds.values())}, notes,
                   raised=raised, lse=lse, lse_found=lse_found, probes=probed)

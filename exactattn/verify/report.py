@@ -12,10 +12,11 @@ from typing import Sequence
 
 from ..present.render import Section, number_cell, plural
 from .check import Report
-from .compare import Comparison
-from ..numbers.formats import certified_scientific, shortest_repr
+from .compare import Comparison, failures_first
+from ..numbers.formats import certified_scientific, float_format, shortest_repr
 
-__all__ = ["backward_sections", "report_sections", "split_sections"]
+__all__ = ["backward_sections", "failure_digits", "failure_section", "failure_summary",
+           "report_sections", "split_sections"]
 
 
 def _got(r: Report, e) -> str:
@@ -278,6 +279,55 @@ def backward_sections(reports: Sequence[Report], *, worst: int = 5, digits: int 
     sections = [_backward_worst_section(r, worst, digits) for r in reports]
     sections.append(_backward_summary_section(reports, timings, notes))
     return sections
+
+
+# --------------------------------------------------------------------------- failures only
+def failure_digits(dtype: str) -> int:
+    """Significant digits that show an exact value past its ``dtype`` rounding: the dtype's
+    decimal precision ``ceil(p log10 2)`` plus 3 (float16 7, bfloat16 6, float32 11, float64 19).
+
+    >>> [failure_digits(d) for d in ("float16", "bfloat16", "float32", "float64")]
+    [7, 6, 11, 19]
+    """
+    p = float_format(dtype).precision
+    return -(-p * 30103 // 100000) + 3
+
+
+def _failure_index(r: Report, e) -> str:
+    """An entry's index in the caller's rank: ``[i, c]`` for an L x E_v output, ``dV[j, c]``
+    for a gradient entry."""
+    grad = e.index[0] if isinstance(e.index[0], str) else ""
+    idx = e.index[1:] if grad else e.index
+    return f"{grad}[{', '.join(map(str, idx[len(idx) - r.call.rank:]))}]"
+
+
+def failure_summary(r: Report, what: str = "outputs") -> str:
+    """One line: how many of the report's entries are outside the tolerance, and the rule.
+
+    ``<impl>: k of N <what> outside the tolerance in <dtype> (T ULPs by either count: ...)``.
+    """
+    bad = r.found.over + r.found.hard
+    hard = f", {r.found.hard} of them NaN/inf or raised" if r.found.hard else ""
+    return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
+            f"{hard} (tolerance {plural(r.max_ulps, 'ULP')} by either count: {r.dtype} floats "
+            f"from the exact value correctly rounded to {r.dtype}, or |error| in ULPs at the "
+            "size of the terms; NaN or inf where the exact value is finite fails outright)")
+
+
+def failure_section(r: Report, worst: int = 5, digits: int | None = None) -> Section:
+    """The ``worst`` entries outside the tolerance (hard failures first, then the largest
+    errors at the terms), each with its exact value certified to ``digits`` significant
+    digits (default :func:`failure_digits`), the exact value correctly rounded to the
+    dtype, the value got and the errors; the index in the caller's rank."""
+    digits = failure_digits(r.dtype) if digits is None else digits
+    bad = sorted((e for e in r.entries if e.status != "ok"), key=failures_first)[:worst]
+    rows = [[_failure_index(r, e), *_entry_cells(r, e, digits)] for e in bad]
+    length = "max(L, S)" if bad and isinstance(bad[0].index[0], str) else "S"
+    notes = [f"policy: {r.policy.describe()}", _tolerance_note(r, length)] + r.notes
+    return Section(f"failures-{r.dtype}",
+                   f"the {plural(len(rows), 'worst entry', 'worst entries')} outside the "
+                   "tolerance", ["index", *_value_columns(r)], rows, notes,
+                   data={"summary": r.summary()})
 
 
 # --------------------------------------------------------------------------- split-merge

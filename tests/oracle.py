@@ -357,7 +357,7 @@ class Oracle:
             self.alibi_exp = [exps[self.head + h] for h in range(H)]
 
         rope = case.get("rope")
-        self.rope_theta, self.rope_layout = None, None
+        self.rope_theta, self.rope_layout, self.rope_dims = None, None, None
         if rope is not None:
             if not isinstance(rope, dict) or "theta" not in rope:
                 raise ValueError("rope must be {'theta': ..., 'layout': ...}")
@@ -367,8 +367,9 @@ class Oracle:
             self.rope_layout = rope.get("layout", "half")
             if self.rope_layout not in ("half", "interleaved"):
                 raise ValueError(f"rope.layout: unknown {self.rope_layout!r}")
-            if E % 2:
-                raise ValueError("rope needs an even query width")
+            self.rope_dims = rope.get("dims") or E      # partial rotary: the first dims entries
+            if self.rope_dims % 2 or self.rope_dims > E:
+                raise ValueError("rope needs an even rotated width within the query width")
 
         dropout = case.get("dropout")
         self.dropout_p, self.keep = None, None
@@ -574,15 +575,17 @@ class Oracle:
         """RoPE (Su et al. 2021, eq. 34): pair k turns by pos * theta^(-2k/E); ``half`` pairs
         entry k with k + E/2 (GPT-NeoX), ``interleaved`` pairs 2k with 2k + 1 (the paper).
         Returns rotated queries [b][h][i][e] and keys [b][hkv][j][e] as intervals."""
-        E = self.E
-        half = E // 2
+        E, R = self.E, self.rope_dims
+        half = R // 2
         log_theta = iv.log(_iv(self.rope_theta))
-        freq = [iv.exp(-(_iv(Fraction(2 * k, E))) * log_theta) for k in range(half)]
+        freq = [iv.exp(-(_iv(Fraction(2 * k, R))) * log_theta) for k in range(half)]
         pairs = ([(k, k + half) for k in range(half)] if self.rope_layout == "half"
                  else [(2 * k, 2 * k + 1) for k in range(half)])
 
         def turn(vec, pos):
-            out = [None] * E
+            out = [_iv(vec[a]) for a in range(E)]       # entries past R pass through
+            for a in range(R):
+                out[a] = None
             for k, (a, b) in enumerate(pairs):
                 phi = iv.mpf(pos) * freq[k]
                 c, s = iv.cos(phi), iv.sin(phi)

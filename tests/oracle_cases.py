@@ -13,7 +13,7 @@ A case is the oracle's dict (every number a string of an exact rational)::
      "mask": None | {"kind": ..., "rows": [B][H][L][S]}, "window": None | [l, r],
      "query_offset": None | int, "softcap": None | "5", "sink": None | "1/2",
      "alibi": None | {"heads": 16, "form": ...}, "head": 0,
-     "rope": None | {"theta": ..., "layout": ...},
+     "rope": None | {"theta": ..., "layout": ..., "dims": (optional) the rotated width},
      "dropout": None | {"p": ..., "keep": [B][H][L][S]}, "d_out": None | [B][H][L][Ev],
      "notes": {...}}
 
@@ -197,10 +197,13 @@ def _llama(choose: Choose) -> dict:
     S = choose([2, 3, 4])
     L = choose([1, S])
     Ev = choose([1, 2])
-    case = _base(1, H, Hkv, L, S, choose([2, 4]), Ev, choose)
+    E = choose([2, 4])
+    case = _base(1, H, Hkv, L, S, E, Ev, choose)
     case["notes"]["kind"] = "llama"
     case["causal"] = True
     case["rope"] = {"theta": choose(["10000", "500000"]), "layout": "half"}
+    if E == 4 and choose([False, True]):       # partial rotary (NeoX, Phi): entries 2, 3 unturned
+        case["rope"]["dims"] = 2
     case["gqa"] = choose(["interleave", "tile"])
     case["alignment"] = choose(["bottom_right", "top_left"])
     case["query_offset"] = _maybe(choose, lambda: choose([0, 1, S - L]), 2)

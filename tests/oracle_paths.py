@@ -85,7 +85,8 @@ def policy_of(case: dict):
         alibi=None if case["alibi"] is None else Alibi(case["alibi"]["heads"],
                                                       case["alibi"]["form"]),
         rope=None if case["rope"] is None else Rope(_frac(case["rope"]["theta"]),
-                                                    case["rope"]["layout"]),
+                                                    case["rope"]["layout"],
+                                                    case["rope"].get("dims")),
         dropout=None if case["dropout"] is None else _frac(case["dropout"]["p"]),
         head=case["head"])
 

@@ -41,7 +41,7 @@ from ..options import check_choice, check_whole
 from ..numbers.reals import two_power
 
 __all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_dropout",
-           "check_form", "check_layout", "check_softcap", "check_theta", "check_window",
+           "check_form", "check_layout", "check_rope_dims", "check_softcap", "check_theta", "check_window",
            "exact_number", "row_offsets"]
 
 ALIBI_FORMS = ("relative", "absolute", "symmetric")
@@ -200,39 +200,68 @@ class Alibi:
 
 @dataclass(frozen=True)
 class Rope:
-    """Rotary position embeddings: base ``theta`` and the pairing ``layout``.
+    """Rotary position embeddings: base ``theta``, the pairing ``layout`` and the rotated width.
 
     Args:
         theta: the base (10000 in the paper; 500000 in Llama 3), a positive exact number
             (:func:`check_theta`; text such as ``"10000"`` is read exactly).
-        layout: ``half`` (entry k with k + d/2) or ``interleaved`` (2k with 2k + 1).
+        layout: ``half`` (entry k with k + r/2) or ``interleaved`` (2k with 2k + 1).
+        dims: the rotated width r, an even whole number (None: the whole head, r = d_k).
+            Partial rotary (GPT-NeoX, Phi, StableLM: ``rotary_ndims = head_dim *
+            partial_rotary_factor``) turns the first r entries of each query and key with
+            frequencies ``theta^(-2k/r)`` and passes the other ``d_k - r`` through unturned.
     """
 
     theta: Fraction = Fraction(10000)
     layout: str = "half"
+    dims: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "theta", check_theta(self.theta))
         check_layout(self.layout)
+        if self.dims is not None:
+            check_rope_dims(self.dims)
 
     def pairs(self, d: int) -> list[tuple[int, int, Fraction]]:
-        """``(a, b, e)``: entries a and b rotate together by ``pos * theta^e`` (e = -2k/d).
+        """``(a, b, e)``: entries a and b rotate together by ``pos * theta^e`` (e = -2k/r, r the
+        rotated width); entries in no pair pass through.
 
         Raises:
-            InputError: d is odd.
+            InputError: the rotated width is odd, or wider than d.
 
         >>> Rope(layout="interleaved").pairs(4)
         [(0, 1, Fraction(0, 1)), (2, 3, Fraction(-1, 2))]
+        >>> Rope(dims=2).pairs(4)                  # entries 2 and 3 pass through
+        [(0, 1, Fraction(0, 1))]
         """
-        if d % 2:
+        r = d if self.dims is None else self.dims
+        if r > d:
+            raise InputError(f"rope dims must be at most the head width d_k = {d} (got {r}); "
+                             "rotate fewer entries or leave dims out")
+        if r % 2:
             raise InputError(f"rope needs an even head width (got d_k = {d})")
-        half = d // 2
+        half = r // 2
         if self.layout == "half":
-            return [(k, k + half, Fraction(-2 * k, d)) for k in range(half)]
-        return [(2 * k, 2 * k + 1, Fraction(-2 * k, d)) for k in range(half)]
+            return [(k, k + half, Fraction(-2 * k, r)) for k in range(half)]
+        return [(2 * k, 2 * k + 1, Fraction(-2 * k, r)) for k in range(half)]
 
     def text(self) -> str:
-        return f"rope(theta={self.theta}, {self.layout})"
+        dims = "" if self.dims is None else f", dims={self.dims}"
+        return f"rope(theta={self.theta}, {self.layout}{dims})"
+
+
+def check_rope_dims(value: Any, name: str = "rope dims") -> int:
+    """A rotated width: an even whole number >= 2.
+
+    >>> check_rope_dims(3)
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: rope dims must be an even whole number >= 2 (got 3); rotary pairs take two entries each
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value % 2:
+        raise InputError(f"{name} must be an even whole number >= 2 (got {_echo(value)}); "
+                         "rotary pairs take two entries each")
+    return value
 
 
 def dropout_factors(p: Fraction | None, keep: Sequence[bool] | None) -> list | None:

@@ -513,6 +513,8 @@ class Policy:
             out["alibi"] = {"heads": self.alibi.heads, "form": self.alibi.form}
         if self.rope is not None:
             out["rope"] = {"theta": str(self.rope.theta), "layout": self.rope.layout}
+            if self.rope.dims is not None:
+                out["rope"]["dims"] = self.rope.dims
         if self.head:
             out["head"] = self.head
         return out

@@ -39,7 +39,8 @@ from typing import Any, Callable
 from .policy import MODIFIER_FIELDS, Policy
 from ..errors import ExactAttnError, SpecError, shorten
 from ..numbers.lse import check_base
-from .modifiers import Alibi, Rope, check_dropout, check_form, check_layout, check_theta
+from .modifiers import (Alibi, Rope, check_dropout, check_form, check_layout, check_rope_dims,
+                        check_theta)
 from ..options import check_whole
 
 __all__ = ["MODIFIER_KEYS", "CallFields", "owned", "read_modifiers"]
@@ -108,9 +109,11 @@ def read_modifiers(table: dict, *, where: str = "spec") -> CallFields:
         given["alibi"] = Alibi(owned(where, check_whole, t["heads"], "alibi.heads"),
                                owned(where, check_form, t.get("form", "relative"), "alibi.form"))
     if "rope" in table:
-        t = _table(table["rope"], where, "rope", ("theta", "layout"), ())
+        t = _table(table["rope"], where, "rope", ("theta", "layout", "dims"), ())
         given["rope"] = Rope(owned(where, check_theta, t.get("theta", 10000), "rope.theta"),
-                             owned(where, check_layout, t.get("layout", "half"), "rope.layout"))
+                             owned(where, check_layout, t.get("layout", "half"), "rope.layout"),
+                             None if t.get("dims") is None else
+                             owned(where, check_rope_dims, t["dims"], "rope.dims"))
     if "dropout" in table:
         t = _table(table["dropout"], where, "dropout", ("p", "keep"), ("p", "keep"))
         given["dropout"] = owned(where, check_dropout, t["p"], "dropout.p")

@@ -32,7 +32,8 @@ from ..call.policy import (ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, MODIFIE
 from ..errors import InputError, shorten
 from ..numbers.lse import LSE_BASES
 from ..call.modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
-                         check_layout, check_softcap, check_theta, exact_number)
+                         check_layout, check_rope_dims, check_softcap, check_theta,
+                         exact_number)
 from ..options import argtype, choice, whole
 
 __all__ = ["FLAGS", "add_flags", "add_policy_flags", "apply", "changes", "lse", "refuse",
@@ -57,8 +58,13 @@ def _alibi(text: str) -> Alibi:
 
 
 def _rope(text: str) -> Rope:
-    theta, _, layout = text.partition(":")
-    return Rope(check_theta(theta, "--rope THETA"), check_layout(layout or "half", "--rope LAYOUT"))
+    theta, _, rest = text.partition(":")
+    layout, _, dims = rest.partition(":")
+    if dims and not dims.strip().isdigit():
+        raise InputError(f"--rope DIMS must be an even whole number (got {shorten(dims, quote=True)}); "
+                         "e.g. --rope 10000:half:32 turns the first 32 entries of each head")
+    return Rope(check_theta(theta, "--rope THETA"), check_layout(layout or "half", "--rope LAYOUT"),
+                check_rope_dims(int(dims), "--rope DIMS") if dims else None)
 
 
 def _window(text: str) -> tuple:
@@ -120,9 +126,10 @@ DECLARED = {
     "dropout": dict(type=_typed("--dropout", lambda t: check_dropout(t, "--dropout")),
                     metavar="P", help="dropout p with the spec file's policy.dropout.keep mask: "
                                       "kept weights times 1/(1-p); rows no longer sum to 1"),
-    "rope": dict(type=_typed("--rope", _rope), metavar="THETA[:LAYOUT]",
+    "rope": dict(type=_typed("--rope", _rope), metavar="THETA[:LAYOUT[:DIMS]]",
                  help=f"rotary position embeddings, base THETA; LAYOUT: "
-                      f"{', '.join(ROPE_LAYOUTS)} (half); certified, not exact"),
+                      f"{', '.join(ROPE_LAYOUTS)} (half); DIMS: turn only the first DIMS "
+                      "entries of each head (partial rotary; default all); certified, not exact"),
     "lse": dict(nargs="?", const="e", type=choice("--lse", LSE_BASES), default=None,
                 metavar="BASE", help="each row's log-sum-exp, in natural-log units (--lse 2: "
                                      "base 2)"),

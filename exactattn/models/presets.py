@@ -15,8 +15,9 @@ H_kv key/value heads) comes from ``heads=``/``kv_heads=`` or a ``config.json``
 beside the weights.  An explicit :class:`NameMap` names other checkpoints.
 
 Llama heads rotate queries and keys by position (rotary embeddings): the base comes from
-the ``config.json`` beside the weights (:func:`rope_from_config`; a rope scaling or a
-partial rotary factor is refused by name), or from the policy given; ``rotary="ignore"``
+the ``config.json`` beside the weights (:func:`rope_from_config`: a partial rotary factor
+turns the first ``int(head_dim * f)`` entries; a rope scaling is refused by name), or from
+the policy given; ``rotary="ignore"``
 evaluates the projections without the rotation (then the scores are NOT the model's).
 """
 
@@ -155,11 +156,16 @@ def rope_from_config(cfg: dict, where: str = "config.json"):
 
     Raises:
         InputError: a rope scaling (``rope_type`` other than ``default``: linear, dynamic,
-            yarn, llama3, ...) or a partial rotary factor other than 1, refused by name
-            (exactattn rotates every entry with the plain frequencies only).
+            yarn, llama3, ...), refused by name (exactattn implements the plain frequencies
+            only); a partial rotary factor that does not turn an even number of entries.
+
+    A ``partial_rotary_factor`` f < 1 turns the first ``int(head_dim * f)`` entries (as
+    transformers computes ``rotary_ndims``); the rest pass through.
 
     >>> rope_from_config({"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})
-    Rope(theta=Fraction(500000, 1), layout='half')
+    Rope(theta=Fraction(500000, 1), layout='half', dims=None)
+    >>> rope_from_config({"head_dim": 64, "partial_rotary_factor": 0.25}).dims
+    16
     """
     from fractions import Fraction
     from ..call.policy import Rope
@@ -172,13 +178,25 @@ def rope_from_config(cfg: dict, where: str = "config.json"):
                          f"(got {shorten(str(kind), quote=True)}); exactattn does not implement "
                          "scaled rotary frequencies: pass --no-rotary to evaluate without them")
     partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1))
+    dims = None
     if partial not in (1, 1.0, None):
-        raise InputError(f"partial_rotary_factor must be 1 in {where} (got {shorten(partial)}); "
-                         "exactattn rotates every entry of a head")
+        head_dim = cfg.get("head_dim") or (
+            cfg["hidden_size"] // cfg["num_attention_heads"]
+            if cfg.get("hidden_size") and cfg.get("num_attention_heads") else None)
+        ok = isinstance(partial, (int, float)) and not isinstance(partial, bool) and 0 < partial < 1
+        if not ok or not head_dim:
+            raise InputError(f"partial_rotary_factor must be a number in (0, 1] with head_dim "
+                             f"(or hidden_size and num_attention_heads) in {where} (got "
+                             f"{shorten(partial)}, head width {head_dim}); fix config.json")
+        dims = int(head_dim * partial)    # transformers: int(head_dim * partial_rotary_factor)
+        if dims < 2 or dims % 2:
+            raise InputError(f"partial_rotary_factor must turn an even number of entries in "
+                             f"{where} (got {shorten(partial)} x head_dim {head_dim} = {dims}); "
+                             "fix config.json")
     theta = params.get("rope_theta", cfg.get("rope_theta", 10000))
     if isinstance(theta, float):
         theta = Fraction(repr(theta))     # the decimal the config file holds, exactly
-    return Rope(theta, "half")
+    return Rope(theta, "half", dims)
 
 
 def _split(m, parts: int, axis_out: int, name: str) -> list:

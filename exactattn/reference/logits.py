@@ -132,8 +132,10 @@ def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_p
     ('cos(1) - sin(1)', True)
     """
     delta = key_position - query_position
-    p, terms = Fraction(0), {}
-    for a, b, e in rope.pairs(len(query)):
+    pairs = rope.pairs(len(query))
+    r = 2 * len(pairs)                  # a partial rotary's unturned entries add plainly
+    p, terms = Fraction(sum(query[a] * key[a] for a in range(r, len(query)))), {}
+    for a, b, e in pairs:
         c = Fraction(query[a] * key[a] + query[b] * key[b])
         s = Fraction(query[b] * key[a] - query[a] * key[b])
         if not (c or s):

@@ -25,8 +25,8 @@ rounded) or, to a function that derives them, ``alibi_heads`` (the model's
 head count; with ``alibi_form`` and ``head``, the first head's index, when
 taken), ``window`` (``(left, right)``, None = no limit, the query's own key
 counted), ``query_offset`` (the position of query 0, when a positional
-modifier is on and it is not 0), ``rope_theta`` and ``rope_layout``,
-``dropout_p`` and ``dropout_mask`` (booleans, True = kept), and
+modifier is on and it is not 0), ``rope_theta`` and ``rope_layout`` (and ``rope_dims``, the
+rotated width, under partial rotary), ``dropout_p`` and ``dropout_mask`` (booleans, True = kept), and
 ``return_lse=True`` when the log-sum-exp is checked (the function then
 returns ``(output, lse)``).  In the ``mask`` convention a window and a query
 offset are folded into the mask with the causal rule.
@@ -609,6 +609,7 @@ class FunctionImpl(Impl):
                "query_offset": pos if shifted else None,
                "rope_theta": None if call.rope is None else float(call.rope.theta),
                "rope_layout": None if call.rope is None else call.rope.layout,
+               "rope_dims": None if call.rope is None else call.rope.dims,
                "dropout_p": call.dropout_p, "dropout_mask": call.dropout_mask}
         if call.alibi is not None:
             if self._takes("alibi_heads") and not self.var_kw:

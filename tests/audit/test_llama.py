@@ -167,7 +167,13 @@ def test_saved_inputs_walk_through_with_their_token_texts(cli, tmp_path, eager):
     ({"rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2.0}},
      "rope scaling must be the plain rotary (rope_type default) in config.json (got 'linear')"),
     ({"rope_theta": 1e4, "partial_rotary_factor": 0.5},
-     "partial_rotary_factor must be 1 in config.json (got 0.5)")])
+     "partial_rotary_factor must be a number in (0, 1] with head_dim (or hidden_size and "
+     "num_attention_heads) in config.json (got 0.5, head width None)"),
+    ({"head_dim": 10, "partial_rotary_factor": 0.5},
+     "partial_rotary_factor must turn an even number of entries in config.json (got 0.5 x "
+     "head_dim 10 = 5)"),
+    ({"head_dim": 8, "partial_rotary_factor": "half"},
+     "partial_rotary_factor must be a number in (0, 1]")])
 def test_rotary_settings_it_does_not_implement_are_refused_by_name(cfg, message):
     with pytest.raises(InputError) as e:
         rope_from_config(cfg)
@@ -175,6 +181,11 @@ def test_rotary_settings_it_does_not_implement_are_refused_by_name(cfg, message)
 
 
 def test_rotary_settings_are_read_exactly():
+    # partial rotary (GPT-NeoX, Phi): transformers turns int(head_dim * factor) entries
+    assert rope_from_config({"head_dim": 64, "partial_rotary_factor": 0.25}) == Rope(10000, "half", 16)
+    assert rope_from_config({"hidden_size": 256, "num_attention_heads": 4,
+                             "rope_parameters": {"partial_rotary_factor": 0.5}}).dims == 32
+    assert rope_from_config({"head_dim": 64, "partial_rotary_factor": 1.0}).dims is None
     assert rope_from_config({"rope_theta": 500000.0}) == Rope(500000, "half")
     assert rope_from_config({}) == Rope(10000, "half")
     assert rope_from_config({"rope_parameters": {"rope_theta": 1e6, "rope_type": "default"},

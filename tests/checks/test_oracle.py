@@ -164,3 +164,14 @@ def test_shares_next_to_a_rounding_boundary(boundary, size, digits):
     picks = iter([boundary, size, digits])
     rep = assert_agrees(_near_boundary(lambda options: next(picks)), (4, 6, 7))
     assert rep.checked > 0
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_partial_rotary_passes_the_last_entries_through(layout):
+    # d_k = 4, the first 2 entries turned (NeoX/Phi partial rotary), entries 3 and 4 plain:
+    # every path against the oracle, causal, a query at positions 0..2
+    x = [["1", "0", "1/2", "-1"], ["0", "1", "2", "1/4"], ["1", "1", "-1", "0"]]
+    v = [["1"], ["-2"], ["3"]]
+    case = self_case(x, x, v, causal=True, rope={"theta": "10000", "layout": layout, "dims": 2})
+    rep = assert_agrees(case)
+    assert rep.checked > 50 and not rep.allowed_refusals, (rep.checked, rep.skipped)

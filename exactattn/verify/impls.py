@@ -886,6 +886,8 @@ class FlashAttnImpl(TorchImpl):
             does not translate.
     """
 
+    takes_mask = False
+
     dtypes = ("float16", "bfloat16")
 
     def __init__(self, *, device: str = "cuda"):

@@ -206,29 +206,38 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     entry = st.integers(-64, 64).map(lambda k: Fraction(k, 8))
     forms = MASK_FORMS if masks else (None,)
 
-    def array(draw, shape):
+    layouts = [(hq, hkv) for hq in range(1, top_heads + 1) for hkv in _divisors(hq)
+               if (heads is None or hq == heads) and (kv_heads is None or hkv == kv_heads)
+               and (grouped or hkv == hq)]
+    top = (max_batch, top_heads, max_size)    # every array is drawn at its largest, then cut
+
+    def block(draw, cols):
+        shape = top + (cols,)
         flat = draw(st.lists(entry, min_size=math.prod(shape), max_size=math.prod(shape)))
         return object_array(flat, shape)
 
     @st.composite
     def problems(draw):
         B = draw(st.integers(1, max_batch))
-        Hq = heads if heads is not None else draw(st.integers(1, max_heads))
-        Hkv = kv_heads if kv_heads is not None else \
-            draw(st.sampled_from(_divisors(Hq))) if grouped else Hq
+        Hq, Hkv = draw(st.sampled_from(layouts))      # simplest first: shrinks to fewer heads
         L, S, E = (draw(st.integers(1, max_size)) for _ in range(3))
         Ev = draw(st.integers(1, 2))
         form = draw(st.sampled_from(forms))
+        # every entry keeps its place when a size shrinks, so Hypothesis can cut batches,
+        # heads, tokens and columns one at a time and the rest of the input stays as it was
+        q, k, v = (block(draw, cols) for cols in (max_size, max_size, 2))
         mask = None
         if form is not None:
+            flags = draw(st.lists(st.booleans(), min_size=math.prod(top) * max_size,
+                                  max_size=math.prod(top) * max_size))
             shape = mask_form_shape(form, B, Hq, L, S)
-            hidden = draw(st.lists(st.booleans(), min_size=math.prod(shape),
-                                   max_size=math.prod(shape)))
-            mask = object_array(_mask_entries(hidden, policy.mask_kind), shape)
-        single = B == Hq == Hkv == 1 and (mask is None or mask.ndim <= 2)
-        lead_q, lead_kv = ((), ()) if single else ((B, Hq), (B, Hkv))
-        return Call(array(draw, lead_q + (L, E)), array(draw, lead_kv + (S, E)),
-                    array(draw, lead_kv + (S, Ev)), mask, policy=policy,
+            cut = tuple(slice(0, n) for n in (1,) * (4 - len(shape)) + shape)
+            mask = object_array(_mask_entries(flags, policy.mask_kind), top + (max_size,))
+            mask = mask[cut].reshape(shape)
+        q, k, v = q[:B, :Hq, :L, :E], k[:B, :Hkv, :S, :E], v[:B, :Hkv, :S, :Ev]
+        if B == Hq == Hkv == 1 and (mask is None or mask.ndim <= 2):   # one head: L x E
+            q, k, v = q[0, 0], k[0, 0], v[0, 0]
+        return Call(q, k, v, mask, policy=policy,
                     name=f"search worst case ({impl.name.split(' ')[0]}, {dtype})")
 
     cache: dict = {}

@@ -103,7 +103,6 @@ def _mask_rows(case: dict):
 def problem_of(case: dict):
     """The case as a :class:`exactattn.call.Call` (4-dimensional arrays) under its policy."""
     from exactattn.call import Call
-    m = case["mask"]
     return Call(
         case["query"], case["key"], case["value"], _mask_rows(case),
         policy=policy_of(case), name="oracle case",

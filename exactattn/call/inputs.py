@@ -169,6 +169,19 @@ def _exact_array(data, name: str, floats: str | None, nonfinite: bool = False) -
     return out
 
 
+def _broadcast(raw: np.ndarray, shape: tuple, name: str) -> np.ndarray:
+    """``raw`` broadcast to ``shape`` (B x H_q x L x S), a read-only view.
+
+    Raises:
+        ShapeError: ``name`` cannot broadcast to it.
+    """
+    try:
+        return np.broadcast_to(raw, shape)
+    except ValueError:
+        raise ShapeError(f"{name} must be L x S = {shape[2]} x {shape[3]} or broadcast to "
+                         f"{_dims(shape)} (got {_dims(raw.shape)})") from None
+
+
 def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> tuple[np.ndarray, tuple]:
     """The mask broadcast to B x H_q x L x S and read block by block with :class:`Mask`,
     and the shape it was given in."""
@@ -177,12 +190,7 @@ def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> tuple[np.
         mask = mask.detach().cpu().numpy()
         if mask.dtype != bool:
             mask = mask.astype(np.float64)
-    raw = np.array(mask, dtype=object)
-    try:
-        raw = np.broadcast_to(raw, shape)
-    except ValueError:
-        raise ShapeError(f"mask must be L x S = {L} x {S} or broadcast to {_dims(shape)} "
-                         f"(got {_dims(raw.shape)})") from None
+    raw = _broadcast(np.array(mask, dtype=object), shape, "mask")
     out = np.empty(shape, dtype=object)
     for b in range(B):
         for h in range(Hq):
@@ -456,6 +464,18 @@ class Call:
         return self._with(query=arr(self.query, "inputs"), key=arr(self.key, "inputs"),
                           value=arr(self.value, "inputs"), mask=mask), moved
 
+    def with_value(self, value: np.ndarray) -> "Call":
+        """The same problem with other values: ``value`` held exactly, B x H_kv x S x E_v (any
+        E_v), ``Fraction`` entries (a probe's, :mod:`exactattn.verify.probes`).
+
+        Raises:
+            ShapeError: the batch, heads or length differ from the key's.
+        """
+        if value.ndim != 4 or value.shape[:3] != self.key.shape[:3]:
+            raise ShapeError(f"value must have the key's batch, heads and length "
+                             f"{_dims(self.key.shape[:3])} (got {_dims(value.shape)})")
+        return self._with(value=value)
+
     def with_dropout_keep(self, keep) -> "Call":
         """The same problem with a dropout keep-mask (L x S booleans, or broadcastable to B x H_q x L x S).
 
@@ -576,8 +596,4 @@ def _keep_blocks(keep, shape: tuple) -> np.ndarray:
         bad = next(x for x in raw.reshape(-1) if not isinstance(x, (bool, np.bool_)))
         raise InputError(f"dropout_keep must hold true/false entries (True = kept) (got "
                          f"{shorten(bad, quote=True)})")
-    try:
-        return np.broadcast_to(raw.astype(bool), shape).copy()
-    except ValueError:
-        raise ShapeError(f"dropout_keep must be L x S = {shape[2]} x {shape[3]} or broadcast to "
-                         f"{_dims(shape)} (got {_dims(raw.shape)})") from None
+    return _broadcast(raw.astype(bool), shape, "dropout_keep").copy()

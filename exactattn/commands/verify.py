@@ -15,7 +15,7 @@ import sys
 
 from ..call.policy import Policy
 from ..errors import InputError, shorten
-from ..options import MAX_PLACES, choice, memory, whole, whole_list
+from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
 from ..present.render import FORMATS, plural, render
 from .flags import add_digits_option, add_format_option
 from .modifier_flags import add_policy_flags, apply, set_policy_flags
@@ -46,6 +46,11 @@ def _dtypes(text: str) -> list[str] | tuple[str, ...]:
             raise argparse.ArgumentTypeError(
                 f"--dtype must name each dtype once (got {n} twice); drop the repeat")
     return names
+
+
+def _check_probes(text: str) -> tuple[str, ...]:
+    from ..verify.probes import check_probes   # numpy loads only when --probes is given
+    return check_probes(text)
 
 
 def register(sub) -> None:
@@ -104,6 +109,11 @@ def register(sub) -> None:
                         "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
                         "exact ones, for a standard-normal dO drawn from --seed (with --spec "
                         "too); with --search N, search for the worst input of the backward")
+    p.add_argument("--probes", type=argtype(_check_probes, "--probes", echo=False), default=None, metavar="LIST",
+                   help="derived inputs also run through the implementation and judged on the "
+                        "plain ULP count: ones (values all 1: each output is its row's share "
+                        "sum), identity (each output is one key's share), positive (|values|: "
+                        "no cancellation); a comma list, or none (default all three)")
     sp = p.add_argument_group("split-merge (split-KV, flash-decoding)")
     sp.add_argument("--split-merge", action="store_true",
                     help="check partial states: --impl returns (output, lse) on each block of "
@@ -154,6 +164,12 @@ def _flag(name: str) -> str:
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
     _refuse_split(args)
+    if args.probes is not None and (args.backward or args.memory is not None
+                                    or args.split_merge):
+        flag = ("--backward" if args.backward else "--split-merge" if args.split_merge
+                else "--memory")
+        raise InputError(f"--probes must come without {flag} (got both); the probes are "
+                         "forward runs of the whole call")
     if args.backward and args.flops:
         raise InputError("--flops must come without --backward (got both); the FLOP count "
                          "is the forward's")
@@ -399,7 +415,8 @@ def run(args) -> int:
     for dt in dtypes:
         from .modifier_flags import lse
         with busy(f"{impl.name} in {dt}: certifying {_outputs(problem):,} outputs"):
-            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args))
+            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args),
+                         **({} if args.probes is None else {"probes": args.probes}))
         if args.flops:
             rep.flops = flop_counts(problem, dt)
         reports.append(rep)

@@ -78,6 +78,10 @@ def _round_scaled(man: int, exp: int, den: int, fmt: FloatFormat) -> float:
     t = exp - e
     if (man << t if t >= 0 else man) < (den if t >= 0 else den << -t):
         e -= 1
+    if e > fmt.emax:
+        return math.inf * sign
+    if e < fmt.emin - fmt.precision - 1:           # below half the smallest subnormal
+        return 0.0 * sign
     E = max(e, fmt.emin)
     q = E - fmt.precision + 1                      # the exponent of one ULP
     # k = round(man * 2**(exp - q) / den), ties to even, exactly
@@ -388,11 +392,21 @@ def round_value(value, dtype, prec: int = 128):
     if q is not None:
         return round_to_format(q, dtype), arb(fmpq_of(q))
 
+    row = getattr(value, "row", None)
+    # an exact sign: not over rotary or soft-capped logits, where it comes from enclosures
+    sign = None if row is not None and row.certified else getattr(value, "sign", None)
+
     def step(p):
         ball = value.ball(p)
         f = round_ball(ball, dtype, p)
+        if f is None and sign is not None and ball.is_finite() and \
+                round_ball(arb(ball.lower()), dtype, p) == 0 == \
+                round_ball(arb(ball.upper()), dtype, p):
+            # the ball holds 0 and both ends round to a zero: an exponentially small value
+            # (a share below 2^-(prec+64) is enclosed by a ball around 0) rounds to the
+            # zero of its exact sign, which no enclosure around 0 would ever decide
+            f = math.copysign(0.0, sign())
         return None if f is None else (f, ball)
-    row = getattr(value, "row", None)
     if row is None or not row.certified:
         return tighten(step, prec)
     got = tighten(step, prec, max_prec=max(prec, MAX_PREC))

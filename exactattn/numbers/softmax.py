@@ -58,6 +58,23 @@ __all__ = ["ExpRatio", "SoftmaxRow"]
 
 
 # --------------------------------------------------------------------------- rows
+class _Gap(Fraction):
+    """A score gap: a ``Fraction`` whose hash is computed once (a row's gaps key the
+    numerators of every output over it, so each is hashed once per output otherwise)."""
+
+    __slots__ = ("_hash",)
+
+    def __hash__(self):
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = h = Fraction.__hash__(self)
+            return h
+
+    def __repr__(self):
+        return f"Fraction({self.numerator}, {self.denominator})"
+
+
 class SoftmaxRow:
     """The exact softmax of one row of raw scores divided by ``sqrt(D)``, plus offsets.
 
@@ -116,7 +133,7 @@ class SoftmaxRow:
             self.gaps = [None if r is None else (r[0] - self.max_raw[0], r[1] - self.max_raw[1])
                          for r in raw]
         else:
-            self.gaps = [None if r is None else r - self.max_raw for r in raw]
+            self.gaps = [None if r is None else _Gap(r - self.max_raw) for r in raw]
         self._count(visible)
 
     @classmethod
@@ -224,7 +241,8 @@ class SoftmaxRow:
         num: dict = {}
         for g, w in zip(self.gaps, values):
             if g is not None:
-                num[g] = num.get(g, 0) + w
+                a = num.get(g)
+                num[g] = w if a is None else a + w
         return ExpRatio(num, self)
 
     def share(self, j: int, factor: Fraction = Fraction(1)) -> "ExpRatio":

@@ -30,6 +30,7 @@ from ..options import check_whole
 from .compare import Comparison, judge
 from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
 from .adapter import check_dtype
+from .probes import PROBES, Probe, check_probes, probe_values
 from .impls import ImplRaised, load_impl, make_call
 from ..call.limits import check_work
 from ..call.inputs import Call, reshaped
@@ -105,6 +106,8 @@ class Report:
     raised: str | None = None
     lse: str | None = None
     lse_found: Comparison = field(default_factory=lambda: Comparison(None))
+    #: the probes run (:class:`ProbeRun`), in :data:`~exactattn.verify.probes.PROBES` order
+    probes: list = field(default_factory=list)
 
     @property
     def entries(self) -> list:
@@ -116,7 +119,8 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return self.found.passed and self.lse_found.passed
+        return self.found.passed and self.lse_found.passed and \
+            all(p.passed for p in self.probes)
 
     def failures(self) -> list:
         return [e for e in self.entries + self.lse_entries if e.status != "ok"]
@@ -309,7 +313,7 @@ def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) 
 
 def verify(impl, call: Call, dtype: str = "float32", *,
            max_ulps: int | None = None, prec: int = 96, lse: str | None = None,
-           reference: Reference | None = None) -> Report:
+           reference: Reference | None = None, probes=PROBES) -> Report:
     """Run ``impl`` on ``call`` in ``dtype`` and compare every output with the exact one.
 
     The call is checked under its own policy (modifiers included: sink, ALiBi,
@@ -329,9 +333,13 @@ def verify(impl, call: Call, dtype: str = "float32", *,
         lse: ``"e"`` or ``"2"``: the implementation returns ``(output, lse)``
             and each row's log-sum-exp is checked too (``-inf`` for a row
             with no key must be exactly ``-inf``).
+        probes: the derived inputs also run (:mod:`~exactattn.verify.probes`: values all
+            ones, identity columns, ``|values|``; default all, ``()`` or ``"none"`` for
+            none), each judged on the plain ULP count (``report.probes``); the report
+            passes only when every probe does.
 
     Raises:
-        InputError: an unknown dtype, a dtype the implementation does not
+        InputError: an unknown dtype, an unknown probe, a dtype the implementation does not
             run, a scale that is 0 or infinity in the dtype
             (:func:`check_scale`), inputs that overflow the dtype, a problem
             estimated to take over :data:`~exactattn.call.limits.MAX_SECONDS`
@@ -356,6 +364,7 @@ def verify(impl, call: Call, dtype: str = "float32", *,
         lse = str(lse)
         if lse not in ("e", "2"):
             raise InputError(f"lse must be e or 2 (got {shorten(lse, quote=True)})")
+    probes = check_probes(probes)
     rounded_call, moved = call.rounded(dtype)
     sh = rounded_call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
@@ -377,19 +386,14 @@ def verify(impl, call: Call, dtype: str = "float32", *,
             got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
                                tail=False)
     else:
-        got = np.full(want, math.nan)
+        got = None
     tol = default_max_ulps(dtype, sh["S"], sh["E"], logit_bound(ref)) \
         if max_ulps is None else max_ulps
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
-    found = Comparison(None)
-    for idx in np.ndindex(*want):
-        g, r = float(got[idx]), float(rounded[idx])
-        if raised is not None:
-            found.add(Entry(idx, r, g, None, None, "hard", ref))
-            continue
-        j = judge(g, r, balls[idx], float(mags[idx]), fmt, lambda: ref.output(*idx), tol)
-        found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps), j)
+    found = _judged(got, want, (rounded, balls, mags), ref.output, ref, fmt, tol)
+    probed, probe_seconds = _probe_runs(impl, rounded_call, probes, dtype, fmt, tol, prec, want,
+                                        lse)
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {impl.name} raised {raised}; every output counts as failed")
@@ -405,5 +409,91 @@ def verify(impl, call: Call, dtype: str = "float32", *,
                                                                 prec)
     t3 = time.perf_counter()
     return Report(impl.name, dtype, policy, rounded_call, found, tol, moved, ref,
-                  {"impl": t1 - t0, "exact": t2 - t1, "compare": t3 - t2}, notes,
-                  raised=raised, lse=lse, lse_found=lse_found)
+                  {"impl": t1 - t0 + probe_seconds["impl"],
+                   "exact": t2 - t1 + probe_seconds["exact"],
+                   "compare": t3 - t2 - sum(probe_seconds.values())}, notes,
+                  raised=raised, lse=lse, lse_found=lse_found, probes=probed)
+
+
+def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
+            at_terms: bool = True, column: int = 0, known=None) -> Comparison:
+    """Every output of ``got`` (``shape``; None: the implementation raised) judged against
+    the correctly rounded exact values ``exact = (rounded, balls, magnitudes)``; ``output(b,
+    h, i, c)`` gives an exact value, ``column`` is where this output's columns start in them;
+    ``known(rounded)``, when given, is the exact value when it is known without ``output``."""
+    rounded, balls, mags = exact
+    found = Comparison(None)
+    entry_ref = ref if column == 0 else _Columns(ref, column)
+    for idx in np.ndindex(*shape):
+        at = idx[:3] + (idx[3] + column,)
+        r = float(rounded[at])
+        if got is None:
+            found.add(Entry(idx, r, math.nan, None, None, "hard", entry_ref))
+            continue
+        g = float(got[idx])
+        k = None if known is None else known(r)
+        j = judge(g, r, balls[at], float(mags[at]), fmt,
+                  (lambda: output(*at)) if k is None else (lambda: k), tol, at_terms=at_terms)
+        found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, entry_ref, j.terms_ulps), j)
+    return found
+
+
+class _Columns:
+    """A reference whose outputs are columns ``column..`` of another's (a probe's part of the
+    probes' joint reference); everything else is the other's."""
+
+    def __init__(self, ref, column: int):
+        self._ref, self._column = ref, column
+
+    def output(self, b: int, h: int, i: int, c: int):
+        return self._ref.output(b, h, i, c + self._column)
+
+    def __getattr__(self, name):
+        return getattr(self._ref, name)
+
+
+@dataclass
+class ProbeRun:
+    """One probe (:mod:`~exactattn.verify.probes`) run through the implementation: the probe,
+    its outputs judged on the plain ULP count (``found``), and what the implementation raised."""
+
+    probe: Probe
+    found: Comparison
+    raised: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.found.passed
+
+
+def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, tol: int,
+                prec: int, want: tuple, lse: str | None) -> tuple[list, float]:
+    """Every probe of ``call`` run and judged; and the seconds the implementation took.
+
+    The exact side is one reference of every probe's values side by side (one set of
+    exponentials for all of them).  An implementation that returns ``(output, lse)``
+    (``lse`` given) is called the same way; the probes judge its outputs only (the
+    log-sum-exp does not depend on the values)."""
+    seconds = {"impl": 0.0, "exact": 0.0}
+    if not probes:
+        return [], seconds
+    plist = probe_values(call, probes)
+    t = time.perf_counter()
+    joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
+    exact = joint.rounded_outputs(dtype, prec=prec)
+    seconds["exact"] = time.perf_counter() - t
+    runs, column = [], 0
+    for p in plist:
+        t = time.perf_counter()
+        answer, raised = _run(impl, make_call(call.with_value(p.value), dtype, lse))
+        seconds["impl"] += time.perf_counter() - t
+        shape = want[:3] + (p.value.shape[3],)
+        got = None if raised is not None else \
+            reshaped(answer.values, shape, call.rank, f"{impl.name}'s output on the "
+                     f"{p.label} probe")
+        known = None if p.known(call.policy, 1.0) is None else \
+            (lambda r, p=p: p.known(call.policy, r))
+        runs.append(ProbeRun(p, _judged(got, shape, exact, joint.output, joint, fmt, tol,
+                                        at_terms=False, column=column, known=known), raised))
+        column += p.value.shape[3]
+    return runs, seconds

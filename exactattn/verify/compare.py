@@ -162,6 +162,18 @@ class Judgement:
     undecided: bool = False
 
 
+def _arb():
+    """python-flint's ``arb``, imported on first use (one lookup per entry after that)."""
+    global _ARB
+    if _ARB is None:
+        from flint import arb
+        _ARB = arb
+    return _ARB
+
+
+_ARB = None
+
+
 def _error(got: float, ball, exact: Callable):
     """``got - exact`` and ``exact`` as ``arb`` balls tight enough for 3 significant digits.
 
@@ -170,7 +182,7 @@ def _error(got: float, ball, exact: Callable):
     error is known to a thousandth of itself, or known to be below 2**-1100.
     ``got`` must differ from the exact value (see :func:`is_exact`).
     """
-    from flint import arb
+    arb = _arb()
     tiny = arb(fmpq_of(_TINY))
 
     def settled(x):
@@ -188,7 +200,7 @@ def _error(got: float, ball, exact: Callable):
 def is_exact(got: float, ball, exact: Callable) -> bool:
     """True when ``got`` is the exact value itself (asked of ``exact()`` only when the
     enclosure ``ball`` allows it, so a rational output computed without error reads 0, not 2e-29)."""
-    from flint import arb
+    arb = _arb()
     if ball is None or not math.isfinite(got):
         return False
     with working_precision(96):
@@ -232,7 +244,7 @@ def errors(got: float, ball, magnitude: float, fmt: FloatFormat,
 def undecided_tie(got: float, rounded: float, ball, dtype) -> bool:
     """True when the exact value may be the midpoint of ``got`` and ``rounded`` (neighbours):
     ``ball`` (not a point) still holds that midpoint, so the rounding was not decided."""
-    from flint import arb
+    arb = _arb()
     if ball is None or not (math.isfinite(got) and math.isfinite(rounded)) or got == rounded:
         return False
     if ulps_between(got, rounded, dtype) != 1:
@@ -243,13 +255,14 @@ def undecided_tie(got: float, rounded: float, ball, dtype) -> bool:
 
 
 def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
-          exact: Callable, max_ulps: int) -> Judgement:
+          exact: Callable, max_ulps: int, *, at_terms: bool = True) -> Judgement:
     """One output against the exact value ``rounded`` to ``fmt`` (NaN: the policy's answer is NaN).
 
     ``ball`` encloses the exact value, ``exact()`` gives it, ``magnitude`` is
     the size of its terms.  Hard (:func:`hard`) before anything is counted;
     else ``ok`` when the ULP count or the count at the terms is within
-    ``max_ulps``, ``over`` when neither is.  Where the exact value may be the midpoint
+    ``max_ulps``, ``over`` when neither is; with ``at_terms=False`` (a probe's entry,
+    whose terms are all non-negative) the ULP count alone decides.  Where the exact value may be the midpoint
     of two floats (a rotary or soft-capped output no enclosure decided,
     :func:`undecided_tie`), either neighbour counts as the exact rounding
     (``undecided``).
@@ -268,7 +281,8 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
         return Judgement("ok", 0, 0.0, 0.0, gf != got, undecided=True)
     u = ulps_between(gf, rounded, fmt)
     rel, t = errors(got, ball, magnitude, fmt, exact)
-    return Judgement("ok" if u <= max_ulps or t <= max_ulps else "over", u, rel, t, gf != got)
+    ok = u <= max_ulps or (at_terms and t <= max_ulps)
+    return Judgement("ok" if ok else "over", u, rel, t, gf != got)
 
 
 # --------------------------------------------------------------------------- many entries

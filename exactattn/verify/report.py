@@ -76,6 +76,40 @@ def _worst_section(r: Report, worst: int, digits: int) -> Section:
         ["output b,h,i,c", *_value_columns(r)], rows, notes, data={"summary": r.summary()})
 
 
+def _probe_section(r: Report, worst: int, digits: int) -> Section:
+    """One row per probe (derived values run through the implementation), then the worst
+    probe outputs when a probe failed."""
+    rows = []
+    for run in r.probes:
+        s = run.found.summary()
+        rows.append([run.probe.label, str(s["count"]), number_cell(s["max_ulps"], "d"),
+                     number_cell(s["median_ulps"], "d"), number_cell(s["max_rel"]),
+                     str(s["over"]), str(s["hard"]), "PASS" if run.passed else "FAIL"])
+    notes = [f"{name}: {what}" for name, what in dict((run.probe.name, run.probe.what)
+                                                        for run in r.probes).items()]
+    notes.append(f"every term of a probe's output is non-negative, so it passes on the plain "
+                 f"ULP count alone (within {plural(r.max_ulps, 'ULP')}): no cancellation can "
+                 "make up for a wrong normaliser")
+    raised = [f"hard failure on the {run.probe.label} probe: {r.impl} raised {run.raised}"
+              for run in r.probes if run.raised is not None]
+    bad = sorted((e for run in r.probes if not run.passed for e in run.found.worst
+                  if e.status != "ok"), key=lambda e: (e.status != "hard", -(e.ulps or 0)))[:worst]
+    where = {id(e): run.probe.label for run in r.probes for e in run.found.worst}
+    if bad:
+        notes.append("the worst probe outputs:")
+        for e in bad:
+            cells = _entry_cells(r, e, digits)
+            notes.append(f"  {where[id(e)]}, output {','.join(map(str, e.index))}: exact "
+                         f"{cells[0]}, exact in {r.dtype} {cells[1]}, got {cells[2]}, "
+                         f"{cells[3]} ULPs, {e.status}")
+    return Section(f"verify-probes-{r.dtype}", f"{r.impl} in {r.dtype}: probes (derived values)",
+                   ["probe", "outputs", "max ULPs", "median ULPs", "max rel. error",
+                    "over tolerance", "hard failures", "result"], rows, notes + raised,
+                   data={"probes": {run.probe.label: {**run.found.summary(),
+                                                      "passed": run.passed}
+                                    for run in r.probes}})
+
+
 def _modifier_notes(r: Report) -> list[str]:
     """One line per modifier: the kind of value it gives (and what dropout does to the rows)."""
     notes = [f"{name}: {kind} ({why})" for name, kind, why in r.reference.value_kinds()]
@@ -131,8 +165,19 @@ def _counts(s: dict, mean: bool = True) -> list[str]:
 def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[str]) -> Section:
     columns = ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
                "max rel. error", "over tolerance", "hard failures"]
-    return _summary("verify-summary", "Summary per dtype", columns, reports,
-                    lambda r: [[r.dtype, *_counts(r.summary())]], timings, notes)
+    if not any(r.probes for r in reports):
+        return _summary("verify-summary", "Summary per dtype", columns, reports,
+                        lambda r: [[r.dtype, *_counts(r.summary())]], timings, notes)
+    return _summary("verify-summary", "Summary per dtype", columns + ["probes"], reports,
+                    lambda r: [[r.dtype, *_counts(r.summary()), _probes_cell(r)]], timings,
+                    notes)
+
+
+def _probes_cell(r: Report) -> str:
+    """``6 pass``, ``2 of 6 fail`` or ``none``: the probes of one report."""
+    failed = sum(not p.passed for p in r.probes)
+    return "none" if not r.probes else f"{len(r.probes)} pass" if not failed else \
+        f"{failed} of {len(r.probes)} fail"
 
 
 def _cost_section(reports: Sequence[Report]) -> Section:
@@ -181,6 +226,7 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
     """
     sections = [_worst_section(r, worst, digits) for r in reports]
     sections += [_lse_section(r, worst, digits) for r in reports if r.lse is not None]
+    sections += [_probe_section(r, worst, digits) for r in reports if r.probes]
     sections.append(_summary_section(reports, timings, notes))
     sections.append(_cost_section(reports))
     return sections

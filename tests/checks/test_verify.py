@@ -510,6 +510,7 @@ OPTIONS = {
     "--d-k": ("random", ["3"]), "--heads": ("random", ["2"]), "--kv-heads": ("random", ["1"]),
     "--seed": ("random", ["1"]), "--max-ulps": ("random", ["0"]), "--worst": ("random", ["1"]),
     "--digits": ("random", ["3"]), "--timings": ("random", []), "--flops": ("random", []),
+    "--probes": ("random", ["ones"]),
     "--format": ("random", ["markdown"]), "--search": ("random", ["3"]),
     "--search-measure": ("random", ["terms"]), "--max-size": ("random", ["2"]),
     "--max-batch": ("random", ["1"]), "--max-heads": ("random", ["1"]),   # refused without --search

@@ -61,7 +61,9 @@ def test_model_code_that_broadcasts_its_own_mask_passes_unmodified(model, capsys
     assert main(["verify", "--impl", "model_attn:attention", "--spec", "gqa.json"]) == 0
     out = capsys.readouterr().out
     assert "result: PASS" in out and "B=2 H_q=4 H_kv=2 L=1 S=2" in out
-    assert model.SEEN == [(2, 1, 1, 2)]                  # the spec's shape, not 2 x 4 x 1 x 2
+    # the main run and four probes (ones, identity keys 1 and 2, positive) each see
+    # the spec's mask shape, not 2 x 4 x 1 x 2
+    assert model.SEEN == [(2, 1, 1, 2)] * 5
 
 
 def test_a_mask_broadcast_over_the_wrong_axis_fails(model, capsys):

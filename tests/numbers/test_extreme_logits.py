@@ -138,3 +138,23 @@ def test_rotary_rows_with_a_huge_entry_reuse_their_balls(cli, tmp_path):
     rc, out, err = cli("scores", "--spec", path, "--rope", "10000:half")
     assert rc == 0, err
     assert time.perf_counter() - t < 8
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("coefficient, zero", [(1, "+0"), (-3, "-0")])
+def test_an_exponentially_small_output_rounds_to_the_zero_of_its_sign(dtype, coefficient, zero):
+    """exp(-2 * 10^600) / (1 + exp(-2 * 10^600)) is enclosed by a ball around 0 at every
+    precision; its float is the zero of its exact sign (it once tightened until the precision
+    overflowed)."""
+    import math
+    from exactattn.numbers.formats import round_value
+    from exactattn.numbers.ratio import ExpRatio
+    gap = F(-2 * 10**600)
+    row = SoftmaxRow([F(0), gap], None)
+    value = ExpRatio({gap: F(coefficient)}, row)
+    with mpmath.workdps(30):      # the oracle: e^-(2 10^600) is below every float's half-ULP
+        assert mpmath.exp(mpmath.mpf(int(gap))) < mpmath.mpf(2) ** -1100
+    got, ball = round_value(value, dtype)
+    assert type(got) is float and got == 0.0
+    assert math.copysign(1, got) == (1 if zero == "+0" else -1)
+    assert ball.contains(0)

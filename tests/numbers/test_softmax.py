@@ -161,3 +161,17 @@ def test_svg_of_a_head_with_4400_digit_scores(tmp_path):
     out = tmp_path / "s.svg"
     assert main(["scores", "--spec", str(spec), "--format", "svg", "-o", str(out)]) == 0
     ET.parse(out)
+
+
+def test_a_rows_gaps_are_fractions_that_hash_and_print_as_fractions():
+    from fractions import Fraction
+    import pickle
+    from exactattn.numbers.softmax import SoftmaxRow
+    row = SoftmaxRow([Fraction(1, 3), Fraction(-2, 7), None], None)
+    g = row.gaps[1]
+    assert g == Fraction(-13, 21) and isinstance(g, Fraction) and row.gaps[2] is None
+    assert hash(g) == hash(Fraction(-13, 21)) == hash(g)          # cached, the same value
+    assert repr(g) == "Fraction(-13, 21)" and pickle.loads(pickle.dumps(g)) == g
+    assert {Fraction(-13, 21): 1}[g] == 1
+    out = row.combine([Fraction(1), Fraction(1)])                  # the two shares add to 1
+    assert out.rational() == 1 and type(out.rational()) is Fraction

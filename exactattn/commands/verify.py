@@ -319,7 +319,8 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
         sections = backward_sections([res.report], worst=args.worst, digits=args.digits,
                                      timings=args.timings)
     else:
-        res = search(impl, dtypes[0], policy, **options)
+        res = search(impl, dtypes[0], policy, **options,
+                     **({} if args.probes is None else {"probes": args.probes}))
         sections = report_sections([res.report], worst=args.worst, digits=args.digits,
                                    timings=args.timings)
     sys.stdout.write(render(sections, args.format, {"command": "verify", "search": args.search}))

@@ -49,6 +49,7 @@ from ..options import check_choice, check_whole
 from .check import Report, check_scale, check_sink, verify
 from ..numbers.formats import float_format
 from .impls import load_impl
+from .probes import PROBES, check_probes
 from ..call.limits import SHRINK_TRIES, check_search
 from ..call.inputs import Call, object_array
 from ..errors import InputError
@@ -145,7 +146,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
            seed: int = 0, max_size: int = 4, measure: str = "ulps",
            max_ulps: int | None = None, check=None, max_batch: int = 2, max_heads: int = 4,
            heads: int | None = None, kv_heads: int | None = None,
-           masks: bool | None = None) -> SearchResult:
+           masks: bool | None = None, probes=PROBES) -> SearchResult:
     """Search with Hypothesis for the input with the largest error, and shrink it to a small reproducer.
 
     A first run of ``examples`` inputs steers towards large errors (score:
@@ -167,9 +168,13 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     :func:`exactattn.verify.backward.search_backward`, passes its own); ``impl``
     is then used only for its ``name``, ``takes_mask`` and ``takes_gqa``.
 
+    ``probes`` are the derived inputs every drawn input also runs
+    (:mod:`~exactattn.verify.probes`; ``"none"`` or ``()``: none), as in
+    :func:`verify`: an input whose probe fails is a failing input.
+
     Raises:
         InputError: a bad ``examples``, ``max_size``, ``max_batch``,
-            ``max_heads``, ``heads``, ``kv_heads``, ``seed`` or ``measure``;
+            ``max_heads``, ``heads``, ``kv_heads``, ``seed``, ``measure`` or ``probes``;
             a bound over :data:`~exactattn.call.limits.MAX_SEARCH_SIZE`,
             or a search estimated to take over
             :data:`~exactattn.call.limits.MAX_SECONDS`; ``heads`` not a
@@ -190,6 +195,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
             check_whole(v, name)
     check_whole(seed, "seed", low=0)
     check_choice(measure, "measure", ("ulps", "terms"))
+    probes = check_probes(probes)
     if kv_heads is not None and heads is None:
         raise InputError(f"kv_heads must come with heads (got kv_heads={kv_heads} alone)")
     if heads is not None and kv_heads is not None and heads % kv_heads:
@@ -245,7 +251,8 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     def score(p: Call):
         key = p.key_of()
         if key not in cache:
-            r = verify(impl, p, dtype, max_ulps=max_ulps) if check is None else check(p)
+            r = verify(impl, p, dtype, max_ulps=max_ulps, probes=probes) if check is None \
+                else check(p)
             cache[key] = (_score(r, measure), r)
         return cache[key]
 

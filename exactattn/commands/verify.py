@@ -338,6 +338,10 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     largest = max(res.score, res.unshrunk_score)
     smallest = "" if res.score >= largest else \
         f"; the smallest failing input has {label(res.score)}"
+    probed = [p.probe.label for p in getattr(res.report, "probes", []) if not p.passed]
+    if probed:        # a probe fails where the outputs may not: say so beside the score
+        fails = f"fails {plural(len(probed), 'probe')} ({', '.join(probed)})"
+        smallest += f" on its outputs and {fails}" if smallest else f"; the reproducer {fails}"
     sys.stdout.write(f"\nsearch: {plural(res.examples, 'input')}, largest error "
                      f"{label(largest)}{smallest}; shape {shape} ({shrunk} below; save it and "
                      f"rerun with {rerun})\n")

@@ -180,9 +180,10 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
             :data:`~exactattn.call.limits.MAX_SECONDS`; ``heads`` not a
             multiple of ``kv_heads``; a scale that is 0 or infinity in ``dtype``.
 
-    >>> res = search("numpy", "float64", examples=3, max_size=1, max_batch=1, max_heads=1)
-    >>> res.report.passed, res.call.shape["B"], res.goal
-    (True, 1, 'worst')
+    >>> res = search("numpy", "float64", examples=3, max_size=1, max_batch=1, max_heads=1,
+    ...              masks=False)
+    >>> res.report.passed, res.call.shape["B"], res.goal, res.call.mask
+    (True, 1, 'worst', None)
     """
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
     from hypothesis import seed as hseed

@@ -9,8 +9,8 @@ the work starts, so that no run goes on for long or fills the memory:
   is estimated before it runs (:func:`estimate`, from the sizes alone) and
   refused past :data:`MAX_SECONDS` or :data:`MAX_MEMORY` bytes;
 * a search (:func:`~exactattn.verify.search.search`, ``verify --search``)
-  draws L, S and E up to :data:`MAX_SEARCH_SIZE` (Hypothesis cannot draw
-  much larger lists), shrinks for at most :data:`SHRINK_TRIES` tries, and
+  draws L, S and E, batches and heads up to :data:`MAX_SEARCH_SIZE`
+  (Hypothesis cannot draw much larger lists), shrinks for at most :data:`SHRINK_TRIES` tries, and
   its whole run is estimated (:func:`search_seconds`) and held to
   :data:`MAX_SECONDS` too.
 
@@ -159,42 +159,63 @@ def check_inputs(count: int, what: str, fix: str) -> int:
     return count
 
 
-def search_seconds(examples: int, max_size: int) -> Fraction:
+def search_seconds(examples: int, max_size: int, max_batch: int = 1, max_heads: int = 1,
+                   masks: bool = False) -> Fraction:
     """About how long a search of ``examples`` inputs of sizes up to ``max_size`` takes.
 
     Two runs of ``examples`` inputs (explore, then find again) and at most
-    :data:`SHRINK_TRIES` shrinking tries, each priced at the largest input.
+    :data:`SHRINK_TRIES` shrinking tries, each priced at the largest input:
+    ``max_batch`` batches of ``max_heads`` query and key/value heads, with a
+    full B x H_q x L x S mask drawn when ``masks``.
+
+    >>> float(search_seconds(100, 4)), float(search_seconds(100, 4, 2, 4, True))
+    (3.62112, 13.70496)
     """
     s = max_size
-    shape = {"B": 1, "H_q": 1, "H_kv": 1, "L": s, "S": s, "E": s, "E_v": 2}
-    per_try = _PER_TRY + _PER_DRAW * (2 * s * s + 2 * s) + _nanoseconds(shape)
+    shape = {"B": max_batch, "H_q": max_heads, "H_kv": max_heads, "L": s, "S": s, "E": s,
+             "E_v": 2}
+    inputs, pairs, _ = _counts(shape)
+    drawn = inputs + (pairs if masks else 0)
+    per_try = _PER_TRY + _PER_DRAW * drawn + _nanoseconds(shape)
     return Fraction((2 * examples + SHRINK_TRIES) * per_try, 10 ** 9)
 
 
-def check_search(examples: int, max_size: int, names: tuple[str, str] = ("examples", "max_size")
-                 ) -> Fraction:
-    """The estimated seconds of a search, if ``max_size`` and the estimate are within the limits.
+def check_search(examples: int, max_size: int, names: tuple = ("examples", "max_size"), *,
+                 max_batch: int = 1, max_heads: int = 1, masks: bool = False) -> Fraction:
+    """The estimated seconds of a search, if its bounds and the estimate are within the limits.
 
-    ``names`` spell the two arguments as the caller's user does (``--search``,
-    ``--max-size`` on the command line).
+    ``names`` spell the arguments as the caller's user does (``--search``,
+    ``--max-size``, then optionally ``--max-batch`` and ``--max-heads`` on the
+    command line); ``max_batch`` and ``max_heads`` are the largest B and H_q
+    drawn, ``masks`` whether a mask is drawn too (:func:`search_seconds`).
 
     Raises:
-        InputError: ``max_size`` over :data:`MAX_SEARCH_SIZE`, or an estimate
-            over :data:`MAX_SECONDS`.
+        InputError: ``max_size``, ``max_batch`` or ``max_heads`` over
+            :data:`MAX_SEARCH_SIZE`, or an estimate over :data:`MAX_SECONDS`.
     """
-    n_examples, n_size = names
-    if max_size > MAX_SEARCH_SIZE:
-        raise InputError(f"{n_size} must be at most {MAX_SEARCH_SIZE} (got {_count(max_size)}); a "
-                         "search draws small inputs and shrinks them: search longer rows "
-                         "with a spec file instead")
-    seconds = search_seconds(examples, max_size)
+    names = tuple(names) + ("max_batch", "max_heads")[len(names) - 2:]
+    n_examples, n_size, n_batch, n_heads = names
+    for name, bound in ((n_size, max_size), (n_batch, max_batch), (n_heads, max_heads)):
+        if bound > MAX_SEARCH_SIZE:
+            raise InputError(f"{name} must be at most {MAX_SEARCH_SIZE} (got {_count(bound)}); "
+                             "a search draws small inputs and shrinks them: check larger "
+                             "calls with a spec file instead")
+    shape = (max_size, max_batch, max_heads, masks)
+    seconds = search_seconds(examples, *shape)
     if seconds > MAX_SECONDS:
-        shrinking = search_seconds(0, max_size)
-        most = math.floor((MAX_SECONDS - shrinking) / (search_seconds(1, max_size) - shrinking))
+        shrinking = search_seconds(0, *shape)
+        most = math.floor((MAX_SECONDS - shrinking) / (search_seconds(1, *shape) - shrinking))
+        smaller = " or ".join(f"a smaller {n}" for n, b in ((n_size, max_size),
+                              (n_batch, max_batch), (n_heads, max_heads)) if b > 1)
         fix = (f"pass {n_examples} {most} or fewer" if most >= 1 else
-               f"pass a smaller {n_size}")
+               f"pass {smaller or 'a smaller ' + n_size}")
         raise InputError(f"{n_examples} must take at most about {MAX_SECONDS} s with "
-                         f"{n_size} {max_size} (got {_count(examples)}: about "
-                         f"{duration(seconds)}); "
-                         f"{fix}")
+                         f"{n_size} {max_size}{_bounds(names, max_batch, max_heads)} (got "
+                         f"{_count(examples)}: about {duration(seconds)}); {fix}")
     return seconds
+
+
+def _bounds(names: tuple, max_batch: int, max_heads: int) -> str:
+    """`` --max-batch 2 --max-heads 4`` for the bounds past 1 (as the message's user spells them)."""
+    return "".join(f", {n} {b}" for n, b in ((names[2], max_batch), (names[3], max_heads))
+                   if b > 1)

@@ -149,6 +149,11 @@ def register(sub) -> None:
     se.add_argument("--max-size", type=whole("--max-size"), default=None,
                     help="search: largest L, S and E (4); a search draws small inputs, so "
                          "sizes past a few dozen are refused")
+    se.add_argument("--max-batch", type=whole("--max-batch"), default=None,
+                    help="search: largest batch B (2)")
+    se.add_argument("--max-heads", type=whole("--max-heads"), default=None,
+                    help="search: largest number of query heads (4); the key/value heads are "
+                         "drawn among its divisors (--heads and --kv-heads fix them instead)")
     p.set_defaults(func=run)
 
 
@@ -171,16 +176,20 @@ def _refuse_misplaced(args) -> None:
     sizes = [k for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
     if args.search:
         for k in sizes:
-            if k != "seed":
+            if k not in ("seed", "heads", "kv_heads"):
                 raise InputError(f"{_flag(k)} must come without --search (got both); the "
                                  "search draws its own inputs, sized by --max-size")
+        if args.heads is not None and args.max_heads is not None:
+            raise InputError("--max-heads must come without --heads (got both); --heads fixes "
+                             "the query heads of every input the search draws")
         for flag, bad in (("--spec", args.spec), ("--flops", args.flops)):
             if bad:
                 raise InputError(f"{flag} must come without --search (got both); the search "
                                  "draws its own inputs")
     else:
         for flag, v in (("--search-measure", args.search_measure),
-                        ("--max-size", args.max_size)):
+                        ("--max-size", args.max_size), ("--max-batch", args.max_batch),
+                        ("--max-heads", args.max_heads)):
             if v is not None:
                 raise InputError(f"{flag} must come with --search N (got {flag} alone)")
         if args.backward:         # with --backward, --seed draws dO (a spec file's too)
@@ -232,17 +241,21 @@ def _fit(args, policy: Policy, problem, searching: bool):
     if args.alignment is not None and not policy.causal:
         raise InputError(f"--alignment must come with causal attention (got --alignment "
                          f"{args.alignment} without it); add --causal")
-    heads = (1, 1) if searching else (problem.shape["H_q"], problem.shape["H_kv"])
+    if searching:     # the most query heads drawn, and the key/value heads when fixed
+        top = args.heads or (4 if args.max_heads is None else args.max_heads)
+        heads = (top, args.kv_heads or (1 if top > 1 else top))
+    else:
+        heads = (problem.shape["H_q"], problem.shape["H_kv"])
     if args.gqa is not None and heads[0] == heads[1]:
         fix = ("give the spec's key and value fewer heads than its query" if args.spec else
-               "the search draws one head" if searching else "add e.g. --heads 4 --kv-heads 2")
+               "pass --max-heads 2 or more, or --heads 4 --kv-heads 2" if searching else
+               "add e.g. --heads 4 --kv-heads 2")
         raise InputError(f"--gqa must come with more query heads than key/value heads (got "
                          f"{heads[0]} and {heads[1]}); {fix}")
     has_mask = not searching and problem.mask is not None
-    if args.mask_kind is not None and not has_mask:
-        raise InputError(f"--mask-kind must come with a spec file that has a mask (got "
-                         f"{'--search' if searching else 'no mask'}); it says how that mask "
-                         "is read")
+    if args.mask_kind is not None and not has_mask and not searching:
+        raise InputError("--mask-kind must come with a spec file that has a mask, or with "
+                         "--search (got no mask); it says how that mask is read")
     if has_mask and policy.mask_kind != problem.mask_kind:
         source = (f"--mask-kind {args.mask_kind}" if args.mask_kind is not None
                   else f"--like {args.like}")
@@ -286,9 +299,19 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     from ..verify.search import HARD_SCORE
     if len(dtypes) != 1:
         raise InputError(f"--dtype must name one dtype with --search (got {','.join(dtypes)})")
-    check_search(args.search, args.max_size or 4, ("--search", "--max-size"))
-    options = dict(examples=args.search, seed=args.seed or 0, max_size=args.max_size or 4,
-                   measure=args.search_measure or "ulps", max_ulps=args.max_ulps)
+    if args.mask_kind is not None and not getattr(impl, "takes_mask", True):
+        raise InputError(f"--mask-kind must come with an implementation that takes a mask "
+                         f"(got --impl {shorten(args.impl)}, which takes none); the search "
+                         "draws masks only for one that does")
+    bounds = dict(max_size=args.max_size or 4,
+                  max_batch=2 if args.max_batch is None else args.max_batch,
+                  max_heads=4 if args.max_heads is None else args.max_heads)
+    check_search(args.search, bounds["max_size"], ("--search", "--max-size", "--max-batch",
+                 "--max-heads" if args.heads is None else "--heads"),
+                 max_batch=bounds["max_batch"], max_heads=args.heads or bounds["max_heads"],
+                 masks=getattr(impl, "takes_mask", True))
+    options = dict(examples=args.search, seed=args.seed or 0, measure=args.search_measure or "ulps",
+                   max_ulps=args.max_ulps, heads=args.heads, kv_heads=args.kv_heads, **bounds)
     if args.backward:       # the same search, scored by the backward check
         from ..verify.backward import search_backward
         from ..verify.report import backward_sections
@@ -296,18 +319,32 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
         sections = backward_sections([res.report], worst=args.worst, digits=args.digits,
                                      timings=args.timings)
     else:
-        res = search(impl, dtypes[0], policy, **options)
+        res = search(impl, dtypes[0], policy, **options,
+                     **({} if args.probes is None else {"probes": args.probes}))
         sections = report_sections([res.report], worst=args.worst, digits=args.digits,
                                    timings=args.timings)
     sys.stdout.write(render(sections, args.format, {"command": "verify", "search": args.search}))
-    ulps = "ULP" if res.score == 1 else "ULPs"
-    label = "hard failure" if res.score >= HARD_SCORE else \
-        f"{res.score:g} {ulps if res.measure == 'ulps' else ulps + ' at the terms'}"
+    def label(score):
+        ulps = "ULP" if score == 1 else "ULPs"
+        return "hard failure" if score >= HARD_SCORE else \
+            f"{score:g} {ulps if res.measure == 'ulps' else ulps + ' at the terms'}"
     shrunk = (f"shrinking stopped after {plural(res.shrink_tries, 'try', 'tries')}, the "
               "smallest reproducer yet" if res.stopped else "shrunk reproducer")
     rerun = f"--spec FILE --backward --seed {args.seed or 0}" if args.backward else "--spec FILE"
-    sys.stdout.write(f"\nsearch: {plural(res.examples, 'input')}, largest error {label} "
-                     f"({shrunk} below; save it and rerun with {rerun})\n")
+    sh = res.call.shape
+    shape = " ".join(f"{k}={sh[k]}" for k in sh) + \
+        ("" if res.call.mask_shape is None else
+         f" mask {'x'.join(map(str, res.call.mask_shape))}")
+    largest = max(res.score, res.unshrunk_score)
+    smallest = "" if res.score >= largest else \
+        f"; the smallest failing input has {label(res.score)}"
+    probed = [p.probe.label for p in getattr(res.report, "probes", []) if not p.passed]
+    if probed:        # a probe fails where the outputs may not: say so beside the score
+        fails = f"fails {plural(len(probed), 'probe')} ({', '.join(probed)})"
+        smallest += f" on its outputs and {fails}" if smallest else f"; the reproducer {fails}"
+    sys.stdout.write(f"\nsearch: {plural(res.examples, 'input')}, largest error "
+                     f"{label(largest)}{smallest}; shape {shape} ({shrunk} below; save it and "
+                     f"rerun with {rerun})\n")
     sys.stdout.write(problem_text(res.call, dtypes[0]) + "\n")
     return 0 if res.report.passed else 1
 

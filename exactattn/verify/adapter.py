@@ -470,10 +470,16 @@ def jax_scope(dtype: str):
 
 
 class Impl:
-    """An implementation under test: ``impl(call) -> outputs``; ``name`` and the ``dtypes`` it runs."""
+    """An implementation under test: ``impl(call) -> outputs``; ``name`` and the ``dtypes`` it runs.
+
+    ``takes_mask`` and ``takes_gqa`` say whether it can be handed an explicit
+    mask and fewer key/value heads than query heads (what a search may draw).
+    """
 
     name = "impl"
     dtypes: tuple = ("float64", "float32", "float16", "bfloat16")
+    takes_mask = True
+    takes_gqa = True
 
     def dtype_hint(self, dtype: str) -> str:
         """Why a dtype outside ``dtypes`` is not run, and the fix ("" when none is known)."""
@@ -541,6 +547,8 @@ class FunctionImpl(Impl):
             params = {}
         self.var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
         self.accepts = set(params)
+        self.takes_mask = self._takes("mask" if convention == "mask" else "attn_mask")
+        self.takes_gqa = convention == "sdpa" and self._takes("enable_gqa")
 
     def _takes(self, name: str) -> bool:
         return self.var_kw or name in self.accepts

@@ -244,11 +244,13 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
 
 def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, *,
                     examples: int = 100, seed: int = 0, max_size: int = 4, measure: str = "ulps",
-                    max_ulps: int | None = None, arrays: str = "numpy"):
+                    max_ulps: int | None = None, arrays: str = "numpy", **shapes):
     """The input whose dQ, dK or dV ``impl`` gets most wrong, found and shrunk by Hypothesis.
 
     The forward search (:func:`exactattn.verify.search.search`: its inputs,
-    its two runs, its limits and scores) with every drawn problem scored by
+    its two runs, its limits, its shapes and scores: ``shapes`` are its
+    ``max_batch``, ``max_heads``, ``heads``, ``kv_heads`` and ``masks``) with
+    every drawn problem scored by
     :func:`verify_backward` instead of the forward check; the upstream gradient
     of a problem is :func:`random_d_out` of ``seed`` (so the shrunk reproducer
     runs again with ``--spec FILE --backward --seed SEED``).  Returns a
@@ -267,4 +269,4 @@ def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, 
     def check(call: Call) -> Report:
         return verify_backward(impl, call, fmt.name, seed=seed, max_ulps=max_ulps)
     return search(impl, dtype, policy, examples=examples, seed=seed, max_size=max_size,
-                  measure=measure, max_ulps=max_ulps, check=check)
+                  measure=measure, max_ulps=max_ulps, check=check, **shapes)

@@ -50,10 +50,13 @@ BACKWARD_IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn", "jax")
 
 
 class BackwardImpl:
-    """A backward pass under test: ``impl(call, d_out) -> (dq, dk, dv)``; ``name`` and ``dtypes``."""
+    """A backward pass under test: ``impl(call, d_out) -> (dq, dk, dv)``; ``name`` and ``dtypes``;
+    ``takes_mask`` and ``takes_gqa`` as :class:`~exactattn.verify.adapter.Impl`'s."""
 
     name = "backward"
     dtypes: tuple = ("float64", "float32", "float16", "bfloat16")
+    takes_mask = True
+    takes_gqa = True
 
     def dtype_hint(self, dtype: str) -> str:
         return ""
@@ -70,6 +73,7 @@ class BackwardOf(BackwardImpl):
     def __init__(self, impl):
         self.impl, self.dtypes = impl, impl.dtypes
         self.name = getattr(impl, "backward_name", f"{impl.name} backward")
+        self.takes_mask, self.takes_gqa = impl.takes_mask, impl.takes_gqa
 
     def dtype_hint(self, dtype: str) -> str:
         return self.impl.dtype_hint(dtype)

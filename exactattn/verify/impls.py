@@ -898,6 +898,8 @@ class FlashAttnImpl(_LseKernel):
             does not translate.
     """
 
+    takes_mask = False
+
     dtypes = ("float16", "bfloat16")
 
     def __init__(self, *, device: str = "cuda"):

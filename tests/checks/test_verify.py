@@ -293,7 +293,8 @@ def test_search_finds_and_shrinks_a_hard_failure():
 
 
 def test_search_largest_ulps_reproduces():
-    res = search("numpy", "float32", examples=30, seed=0, max_size=3)
+    # no masks: numpy's float reference gives NaN on a row that sees no key (a hard failure)
+    res = search("numpy", "float32", examples=30, seed=0, max_size=3, masks=False)
     assert res.score >= 1 and res.report.passed
     again = verify("numpy", res.call.with_policy(Policy()), "float32")
     assert again.summary()["max_ulps"] == res.score
@@ -338,7 +339,8 @@ def test_cli_failure_exit_1_and_bad_input_exit_2(tmp_path, capsys):
 
 
 def test_cli_search_prints_a_spec(capsys):
-    assert main(["verify", "--impl", "numpy", "--search", "15", "--max-size", "2"]) == 0
+    pytest.importorskip("torch")
+    assert main(["verify", "--impl", "torch", "--search", "15", "--max-size", "2"]) == 0
     out = capsys.readouterr().out
     spec = out[out.index("{\n"):]
     doc = json.loads(spec)
@@ -511,6 +513,7 @@ OPTIONS = {
     "--probes": ("random", ["ones"]),
     "--format": ("random", ["markdown"]), "--search": ("random", ["3"]),
     "--search-measure": ("random", ["terms"]), "--max-size": ("random", ["2"]),
+    "--max-batch": ("random", ["1"]), "--max-heads": ("random", ["1"]),   # refused without --search
     "--backward": ("random", []), "--memory": ("random", ["1GiB"]),
     "--sink": ("random", ["0"]), "--alibi": ("random", ["4"]), "--softcap": ("random", ["1"]),
     "--window": ("random", ["0,0"]), "--head": ("random", ["1", "--alibi", "4"]), "--query-offset": ("random", ["1"]),

@@ -53,6 +53,7 @@ import numpy as np
 
 from .audit import Audit, audit
 from .audit.report import report_text, summary_line
+from .errors import InputError
 from .options import check_whole
 
 __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_table",
@@ -61,9 +62,17 @@ __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_tab
 
 def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout_p=0.0,
                            is_causal: bool = False, scale=None, enable_gqa: bool = False,
-                           max_ulps: int | None = None, worst: int = 5, **policy):
+                           max_ulps: int | None = None, worst: int = 5, score_mod=None,
+                           mask_mod=None, **policy):
     """Raise ``AssertionError`` unless ``actual`` is the attention of ``query``, ``key``,
     ``value`` within the tolerance, in ULPs of ``actual``'s dtype; else return the report.
+
+    With ``score_mod`` or ``mask_mod`` (FlexAttention's: ``score_mod(score, b, h, q_idx,
+    kv_idx)``, ``mask_mod(b, h, q_idx, kv_idx) -> bool``, callables or ``module:function``
+    text), pass ``actual=None``: torch's ``flex_attention`` runs your functions on the inputs,
+    in the query's dtype, and its outputs are judged against the exact answer of the policy
+    the other keywords describe (``softcap="30"`` for a soft-capping score_mod), as ``exactattn
+    verify --impl flex --score-mod`` does, probes included.
 
     The arguments are those of ``torch.nn.functional.scaled_dot_product_attention``
     (read by :meth:`Call.from_sdpa <exactattn.call.inputs.Call.from_sdpa>`):
@@ -127,10 +136,30 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     check_whole(worst, "worst", low=1)
     call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
-    report = verify_outputs(call, actual, max_ulps=max_ulps, name="actual")
+    if score_mod is not None or mask_mod is not None:
+        report = _flex_report(actual, call, query, score_mod, mask_mod, max_ulps)
+    elif actual is None:
+        raise InputError("actual must be the kernel's output (got None); pass the output, or "
+                         "score_mod=/mask_mod= to run them in FlexAttention")
+    else:
+        report = verify_outputs(call, actual, max_ulps=max_ulps, name="actual")
     if not report.passed:
         raise AssertionError(_failure_text(report, "outputs", worst))
     return report
+
+
+def _flex_report(actual, call, query, score_mod, mask_mod, max_ulps):
+    """verify's report of torch's flex_attention with your score_mod/mask_mod on ``call``, in
+    the dtype of ``query`` (a torch tensor or a numpy array)."""
+    from .verify.adapter import read_answer
+    from .verify.check import verify
+    from .verify.impls import FlexImpl
+    if actual is not None:
+        raise InputError("actual must be None with score_mod or mask_mod (got an output); "
+                         "FlexAttention computes the output from your functions")
+    dtype = read_answer(query, "query").dtype
+    impl = FlexImpl(score_mod=score_mod, mask_mod=mask_mod)
+    return verify(impl, call, dtype, max_ulps=max_ulps)
 
 
 def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, attn_mask=None,

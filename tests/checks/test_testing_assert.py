@@ -329,3 +329,45 @@ def test_a_list_of_python_floats_is_a_float64_output():
     assert report.dtype == "float64"
     with pytest.raises(AssertionError, match="in float64"):
         assert_attention_close(np.full((2, 1), F32_4_3).tolist(), Q, K, V)
+
+
+# ---------------------------------------------------------------- FlexAttention score_mod/mask_mod
+def _capped(cap):
+    import torch
+
+    def right(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    def wrong(score, b, h, q_idx, kv_idx):          # caps without dividing
+        return cap * torch.tanh(score)
+    return right, wrong
+
+
+def test_a_score_mod_is_judged_against_the_exact_policy():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g) * 3 for _ in range(3))
+    right, wrong = _capped(2.0)
+    rep = assert_attention_close(None, q, k, v, softcap="2", score_mod=right)
+    assert rep.passed and rep.dtype == "float32" and "score_mod right" in rep.impl
+    with pytest.raises(AssertionError, match=r"outputs outside the tolerance in float32"):
+        assert_attention_close(None, q, k, v, softcap="2", score_mod=wrong)
+
+
+def test_a_mask_mod_is_judged_against_the_exact_causal_rule():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 1, 5, 4, generator=g) for _ in range(3))
+    assert assert_attention_close(None, q, k, v, is_causal=True,
+                                  mask_mod=lambda b, h, i, j: i >= j).passed
+    with pytest.raises(AssertionError, match="outside the tolerance"):    # the next key leaks
+        assert_attention_close(None, q, k, v, is_causal=True, mask_mod=lambda b, h, i, j: i >= j - 1)
+
+
+def test_score_mod_wants_no_actual_and_actual_none_wants_a_mod():
+    pytest.importorskip("torch")
+    q = k = v = np.zeros((2, 1), dtype=np.float32)
+    with pytest.raises(InputError, match=r"actual must be None with score_mod or mask_mod \(got an output\)"):
+        assert_attention_close(np.zeros((2, 1), np.float32), q, k, v, score_mod=lambda s, b, h, i, j: s)
+    with pytest.raises(InputError, match=r"actual must be the kernel's output \(got None\)"):
+        assert_attention_close(None, q, k, v)

@@ -28,7 +28,7 @@ TARGET_S = 30.0
 
 
 def one(n: int, d_k: int, dtype: str, impl: str) -> None:
-    from exactattn.policies import Policy
+    from exactattn.call.policy import Policy
     from exactattn.call import Call
     from exactattn.verify import verify
     t0 = time.perf_counter()

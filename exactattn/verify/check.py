@@ -270,8 +270,11 @@ def logit_bound(ref: Reference) -> float:
       (``s`` half-ULPs) that is about ``s + T/2`` ULPs, so the term is ``s`` (the sqrt
       term of :func:`default_max_ulps` covers the rest).
 
-    Soft-capped logits are bounded by the cap (they enter as capped).  Without a positive
-    sink the bound is :meth:`Reference.max_abs_exponent` unchanged.
+    Soft-capped logits are bounded by the cap (they enter as capped), but ``cap * tanh(s /
+    cap)`` rounds three more times, each an error of about the capped logit's size in
+    half-ULPs (``tanh'`` is at most 1, and ``|s| sech^2(s / cap) <= cap``): under a soft-cap
+    the bound is three times the largest capped logit.  Otherwise, without a positive sink, the
+    bound is :meth:`Reference.max_abs_exponent` unchanged.
 
     >>> from exactattn.call import Call
     >>> c = Call.from_scores([[0, 1]], policy=Policy(scale="none"))
@@ -279,6 +282,8 @@ def logit_bound(ref: Reference) -> float:
     [40.0, 1.0]
     """
     top, sink = ref.max_abs_exponent(), ref.policy.sink
+    if ref.policy.softcap is not None:  # s / cap, tanh and cap * t: three more roundings
+        top = 3 * top
     if sink is not None and sink > 0:
         top = max(top, float(sink))     # within MAX_SINK: a finite float
     return top
@@ -485,11 +490,12 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
 
 
 def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
-            at_terms: bool = True, column: int = 0, known=None) -> Comparison:
+            at_terms: bool = True, column: int = 0, known=None, extra=None) -> Comparison:
     """Every output of ``got`` (``shape``; None: the implementation raised) judged against
     the correctly rounded exact values ``exact = (rounded, balls, magnitudes)``; ``output(b,
     h, i, c)`` gives an exact value, ``column`` is where this output's columns start in them;
-    ``known(rounded)``, when given, is the exact value when it is known without ``output``."""
+    ``known(rounded)``, when given, is the exact value when it is known without ``output``;
+    ``extra``, when given, ULPs added to ``tol`` per entry (indexed like ``exact``)."""
     rounded, balls, mags = exact
     found = Comparison(None)
     entry_ref = ref if column == 0 else _Columns(ref, column)
@@ -501,8 +507,9 @@ def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol:
             continue
         g = float(got[idx])
         k = None if known is None else known(r)
+        t = tol if extra is None else tol + int(extra[at])
         j = judge(g, r, balls[at], float(mags[at]), fmt,
-                  (lambda: output(*at)) if k is None else (lambda: k), tol, at_terms=at_terms)
+                  (lambda: output(*at)) if k is None else (lambda: k), t, at_terms=at_terms)
         found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, entry_ref, j.terms_ulps), j)
     return found
 
@@ -551,7 +558,7 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
     joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
     exact = joint.rounded_outputs(dtype, prec=prec)
     seconds["exact"] = time.perf_counter() - t
-    runs, column = [], 0
+    runs, column, top = [], 0, None
     for p in plist:
         t = time.perf_counter()
         answer, raised = _run(impl, make_call(call.with_value(p.value), dtype, lse))
@@ -562,7 +569,42 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
                      f"{p.label} probe")
         known = None if p.known(call.policy, 1.0) is None else \
             (lambda r, p=p: p.known(call.policy, r))
+        gaps = None
+        if p.name == "identity":            # a share's error grows with its gap
+            top = _top_shares(joint, want[:3]) if top is None else top
+            gaps = _gap_ulps(exact[2], top)
+            if call.policy.softcap is not None:     # cap * tanh: tanh's own error times cap
+                gaps = gaps + 8 * math.ceil(joint.max_abs_exponent())
         runs.append(ProbeRun(p, _judged(got, shape, exact, joint.output, joint, fmt, tol,
-                                        at_terms=False, column=column, known=known), raised))
+                                        at_terms=False, column=column, known=known,
+                                        extra=gaps), raised))
         column += p.value.shape[3]
     return runs, seconds
+
+
+def _gap_ulps(shares: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """The identity probe's allowance per share: ``ceil(2 ln(p_max / p_j))`` ULPs.
+
+    A share ``exp(x_j - m) / sum`` computed in floats is off, relatively, by the rounding of
+    the difference ``x_j - m`` (about its gap ``g = ln(p_max / p_j)`` half-ULPs) and of ``x_j``
+    itself (up to ``|m| + g`` more): about ``2 g`` ULPs past what the tolerance's logit term
+    covers.  Under a soft-cap the caller adds ``8 ceil(max |capped logit|)``: a float
+    ``tanh`` is a few ULPs off, and ``cap * tanh`` carries that times the cap into every
+    logit (measured: up to 330 ULPs on shares of a correct float32 FlexAttention soft-cap at
+    cap 30).  The row's largest shares (``g`` near 0) keep the plain tolerance, so a
+    normaliser off by a factor still fails.  ``shares``: the exact shares as float64
+    (B x H x L x columns)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.log(top[..., None] / shares)
+    g = np.where(np.isfinite(g) & (g > 0), g, 0.0)
+    return np.ceil(2 * g).astype(np.int64)
+
+
+def _top_shares(ref: Reference, rows: tuple) -> np.ndarray:
+    """The largest share of every row (B x H_q x L floats; 0 for a row that sees no key)."""
+    out = np.zeros(rows)
+    for b, h, i in np.ndindex(*rows):
+        row = ref.row(b, h, i)
+        keys = [] if row.nan else row.largest()
+        out[b, h, i] = float(row.share(keys[0])) if keys else 0.0
+    return out

@@ -53,9 +53,10 @@ def _problem_notes(r: Report, moved: str) -> list[str]:
 
 
 def _tolerance_note(r: Report, length: str) -> str:
+    cap = ", the last tripled under a soft-cap" if r.policy.softcap is not None else ""
     return (f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt({length} + "
-            "d_k)) + 4 + ceil(max |scaled score|) unless set): 'ok at terms' is past it in ULPs "
-            "and within it at terms; NaN/inf where the exact value is finite is a hard failure")
+            f"d_k)) + 4 + ceil(max |scaled score|){cap} unless set): 'ok at terms' is past it in "
+            "ULPs and within it at terms; NaN/inf where the exact value is finite is a hard failure")
 
 
 def _worst_section(r: Report, worst: int, digits: int) -> Section:
@@ -91,6 +92,11 @@ def _probe_section(r: Report, worst: int, digits: int) -> Section:
     notes.append(f"every term of a probe's output is non-negative, so it passes on the plain "
                  f"ULP count alone (within {plural(r.max_ulps, 'ULP')}): no cancellation can "
                  "make up for a wrong normaliser")
+    if any(run.probe.name == "identity" for run in r.probes):
+        notes.append("identity outputs are shares: each is allowed 2 more ULPs per unit of "
+                     "its gap ln(largest share of its row / share) (a small share's float "
+                     "error grows with its gap), and under a soft-cap 8 more per unit of the "
+                     "largest capped logit (a float tanh's error, times the cap)")
     raised = [f"hard failure on the {run.probe.label} probe: {r.impl} raised {run.raised}"
               for run in r.probes if run.raised is not None]
     bad = sorted((e for run in r.probes if not run.passed for e in run.found.worst

@@ -22,9 +22,9 @@ reference read the same numbers.  On a probe every term an output adds is
 non-negative, so its error in ULPs at the size of its terms is its plain ULP
 error: a probe entry passes on the plain count alone, and no cancellation
 can make up for a wrong normaliser.  An identity output is one share, whose
-float error grows with its gap ``g = ln(largest share of its row / share)``
-(``exp`` of a difference of two rounded logits), so it is allowed
-``ceil(2 g)`` more ULPs (and ``8 ceil(max |capped logit|)`` more under a
+float error grows with its gap to the largest share of its row (``exp`` of
+a difference of two rounded logits), so it is allowed ``ceil(2 ln(1 / p))``
+more ULPs (and ``8 ceil(max |capped logit|)`` more under a
 soft-cap, where a float ``tanh``'s error is carried times the cap into every
 logit); the largest shares of a row keep the plain tolerance, so a
 normaliser off by a factor fails.

@@ -94,8 +94,8 @@ def _probe_section(r: Report, worst: int, digits: int) -> Section:
                  "make up for a wrong normaliser")
     if any(run.probe.name == "identity" for run in r.probes):
         notes.append("identity outputs are shares: each is allowed 2 more ULPs per unit of "
-                     "its gap ln(largest share of its row / share) (a small share's float "
-                     "error grows with its gap), and under a soft-cap 8 more per unit of the "
+                     "ln(1 / share), which bounds its gap to the row's largest share (a small "
+                     "share's float error grows with its gap), and under a soft-cap 8 more per unit of the "
                      "largest capped logit (a float tanh's error, times the cap)")
     raised = [f"hard failure on the {run.probe.label} probe: {r.impl} raised {run.raised}"
               for run in r.probes if run.raised is not None]

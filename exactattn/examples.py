@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from .errors import InputError, shorten
+from .options import check_choice
 from .numbers.exact import to_matrix
 from .engines.head import Head
 
@@ -220,6 +220,4 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
 
 def example(name: str) -> Example:
     """Build the built-in example called ``name``."""
-    if name not in EXAMPLES:
-        raise InputError(f"example must be one of {', '.join(sorted(EXAMPLES))} (got {shorten(name, quote=True)})")
-    return EXAMPLES[name]()
+    return EXAMPLES[check_choice(name, "example", sorted(EXAMPLES))]()

@@ -60,6 +60,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from ..errors import InputError, shorten
+from ..options import check_choice
 
 __all__ = ["MAX_BYTES", "TABLE_FORMATS", "Table", "detect_format", "parse_tables", "read_tables"]
 
@@ -136,9 +137,7 @@ def parse_tables(text: str, fmt: str | None = None, *, where: str = "table text"
     """
     if fmt is None:
         fmt = detect_format(text)
-    if fmt not in TABLE_FORMATS:
-        raise InputError(f"table format must be one of {', '.join(TABLE_FORMATS)} (got "
-                         f"{shorten(fmt, quote=True)})")
+    check_choice(fmt, "table format", TABLE_FORMATS)
     found = {"markdown": _markdown, "csv": _csv, "latex": _latex, "json": _json,
              "html": _html}[fmt](
         text.removeprefix("\ufeff"), where)

@@ -623,7 +623,7 @@ class Call:
         seen: dict = {}
         for a, (b, g, j, c) in bad:
             if (b, g) not in seen:
-                heads = [h for h in range(sh["H_q"]) if policy.kv_head(h, sh["H_q"], sh["H_kv"]) == g]
+                heads = policy.query_heads(g, sh["H_q"], sh["H_kv"])
                 reads = [keys_read(policy, policy.keep(sh["L"], sh["S"], self.block_mask(b, h)))
                          for h in heads]
                 seen[(b, g)] = np.logical_or.reduce([k.any(axis=0) for k in reads])

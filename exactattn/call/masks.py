@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from ..errors import InputError, ShapeError, shorten
+from ..options import check_choice
 from ..numbers.exact import to_exact
 
 __all__ = ["MASK_KINDS", "Mask", "entry_text"]
@@ -21,9 +22,7 @@ MASK_KINDS = ("bool_keep", "bool_drop", "additive")
 
 
 def _check_kind(name: str, value: Any) -> str:
-    if not isinstance(value, str) or value not in MASK_KINDS:
-        raise InputError(f"{name} must be one of {', '.join(MASK_KINDS)} (got {shorten(value, quote=True)})")
-    return value
+    return check_choice(value, name, MASK_KINDS)
 
 
 def _is_minus_inf(e: Any) -> bool:

@@ -479,6 +479,27 @@ class Policy:
             return h // (n_query_heads // n_kv_heads)
         return h % n_kv_heads
 
+    def query_heads(self, g: int, n_query_heads: int, n_kv_heads: int) -> list[int]:
+        """The query heads that read key/value head g under the GQA map (:meth:`kv_head`), in order.
+
+        Raises:
+            ShapeError: H_q is not a multiple of H_kv.
+
+        >>> Policy().query_heads(1, 4, 2), Policy(gqa="tile").query_heads(1, 4, 2)
+        ([2, 3], [1, 3])
+        """
+        return [h for h in range(n_query_heads) if self.kv_head(h, n_query_heads, n_kv_heads) == g]
+
+    def for_head(self, h: int) -> "Policy":
+        """The policy of query head h of a call: under ALiBi ``head`` moves to ``self.head + h``
+        (the model head whose slope it takes); without ALiBi this policy itself.
+
+        >>> from .modifiers import Alibi
+        >>> Policy(alibi=Alibi(8), head=2).for_head(3).head, Policy(head=2).for_head(3).head
+        (5, 2)
+        """
+        return self if self.alibi is None else self.replace(head=self.head + h)
+
     def unsupported(self, path: str) -> list[str]:
         """The fields set on this policy that ``path`` does not run (:data:`UNSUPPORTED`), in the
         table's order; empty when the path runs the whole policy.

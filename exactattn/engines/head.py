@@ -51,6 +51,7 @@ from typing import Any, Sequence
 
 from ..call.policy import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from ..errors import InputError, ShapeError, shorten
+from ..options import check_choice
 from ..numbers.exact import is_symbolic, rational_sqrt, to_matrix, to_row
 from ..reference.kernels import project, score, to_fractions
 from ..numbers.exact import common_denominator
@@ -420,8 +421,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     >>> t.shares[1][1]
     E/(1 + E)
     """
-    if engine not in ENGINES:
-        raise InputError(f"engine must be one of {', '.join(ENGINES)} (got {shorten(engine, quote=True)})")
+    check_choice(engine, "engine", ENGINES)
     if empty_row is None:
         empty_row = head.policy.empty_row
     Policy(empty_row=empty_row)      # the one check of the empty-row answer

@@ -44,7 +44,8 @@ from fractions import Fraction
 
 from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, ShapeError
+from ..options import check_choice
 from ..numbers.exact import rational_sqrt
 from ..numbers.exponents import inv_sqrt_ball
 from ..numbers.exact import fmpq_mat_of, fmpq_of
@@ -200,9 +201,7 @@ class Gradients:
     # -- values -----------------------------------------------------------------------
     def value(self, name: str, *index: int) -> GradValue:
         """One entry, e.g. ``value("dQ", i, c)``, ``value("D", i)``, ``value("dsink")``."""
-        if name not in GRADIENTS:
-            raise InputError(f"name must be one of {', '.join(GRADIENTS)} "
-                             f"(got {shorten(name, quote=True)})")
+        check_choice(name, "name", tuple(GRADIENTS))
         if name == "dsink":
             if self.sink is None:
                 raise InputError("the call must have a sink for dsink (got none); set "

@@ -27,15 +27,13 @@ class ExactGradients:
         self.policy = policy
         d2 = policy.divisor_squared_for(sh["E"])
         L, S = sh["L"], sh["S"]
-        self.heads = {g: [h for h in range(sh["H_q"]) if policy.kv_head(h, sh["H_q"],
-                                                                         sh["H_kv"]) == g]
-                      for g in range(sh["H_kv"])}
+        self.heads = {g: policy.query_heads(g, sh["H_q"], sh["H_kv"]) for g in range(sh["H_kv"])}
         self.blocks = {}
         for b in range(sh["B"]):
             for g, hs in self.heads.items():
                 queries, dO, keep, offsets, factors = [], [], [], [], []
                 for h in hs:       # problem head h is model head policy.head + h (ALiBi)
-                    hp = policy if policy.alibi is None else policy.replace(head=policy.head + h)
+                    hp = policy.for_head(h)
                     drop = None if problem.dropout_keep is None else problem.dropout_keep[b, h]
                     block = block_inputs(hp, L, S, problem.block_mask(b, h), drop)
                     queries += problem.query[b, h].tolist()

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..errors import InputError, shorten
+from ..errors import InputError
+from ..options import check_choice
 from ..numbers.exact import to_matrix
 from .backward import BULK_PREC, Gradients, certified
 from .inputs import block_inputs, check_policy
@@ -58,9 +59,7 @@ class HeadGradients:
 
     def matrix(self, name: str) -> list:
         """One weight gradient as values (a list for a bias)."""
-        if name not in WEIGHT_GRADIENTS:
-            raise InputError(f"name must be one of {', '.join(WEIGHT_GRADIENTS)} "
-                             f"(got {shorten(name, quote=True)})")
+        check_choice(name, "name", tuple(WEIGHT_GRADIENTS))
         source, bias = WEIGHT_GRADIENTS[name]
         n, d_model, width = len(self.x), self.head.d_model, self._widths(source)
         scaled = source in ("dQ", "dK") and self.call.irrational_scale is not None

@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..call.policy import Policy, Rope
 from ..errors import InputError, shorten
@@ -158,16 +159,20 @@ def _minilm(torch, transformers, implementation: str):
             model.config.max_position_embeddings)
 
 
+def _byte_tokens(torch, text: str, limit: int | None):
+    """The tiny models' tokenizer: one token per UTF-8 byte of ``text`` (the first ``limit``),
+    its id the byte; the model's ``input_ids`` (1 x n) and the tokens."""
+    data = text.encode("utf-8")[:limit]
+    ids = torch.tensor([list(data)])
+    return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
+
+
 def _gpt2_tiny(torch, transformers, implementation: str):
     cfg = dict(GPT2_TINY)
     torch.manual_seed(cfg.pop("seed"))
     config = transformers.GPT2Config(**cfg, attn_implementation=implementation)
     model = transformers.GPT2Model(config)
-
-    def encode(text, limit):
-        data = text.encode("utf-8")[:limit]
-        ids = torch.tensor([list(data)])
-        return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
+    encode = partial(_byte_tokens, torch)
     blocks = [(b.attn, b.attn.c_proj, (b.attn.c_attn,)) for b in model.h]
     return model, encode, blocks, "gpt2", True, "gpt2-tiny (seed 0, no download)", \
         config.n_positions
@@ -178,11 +183,7 @@ def _llama_tiny(torch, transformers, implementation: str):
     torch.manual_seed(cfg.pop("seed"))
     config = transformers.LlamaConfig(**cfg, attn_implementation=implementation)
     model = transformers.LlamaModel(config)
-
-    def encode(text, limit):
-        data = text.encode("utf-8")[:limit]
-        ids = torch.tensor([list(data)])
-        return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
+    encode = partial(_byte_tokens, torch)
     blocks = [(b.self_attn, b.self_attn.o_proj,
                (b.self_attn.q_proj, b.self_attn.k_proj, b.self_attn.v_proj)) for b in model.layers]
     return model, encode, blocks, "llama", True, "llama-tiny (seed 0, no download)", \

@@ -56,6 +56,7 @@ from typing import Sequence
 from ..call.policy import divisor_text
 from ..numbers.digits import check_places
 from ..errors import InputError, shorten
+from ..options import check_choice
 from .render import printable
 
 __all__ = ["PICTURE_FORMATS", "PICTURE_MODES", "SVG_NS", "heatmap", "picture", "png", "score_svg",
@@ -411,9 +412,7 @@ def picture(mode: str, example, trace, places: int, fmt: str) -> str | bytes:
     Raises:
         InputError: a mode without a picture or an unknown picture format.
     """
-    if fmt not in PICTURE_FORMATS:
-        raise InputError(f"format must be one of {', '.join(PICTURE_FORMATS)} "
-                         f"(got {shorten(fmt, quote=True)})")
+    check_choice(fmt, "format", PICTURE_FORMATS)
     if mode not in PICTURE_MODES:
         raise InputError(f"--format {fmt} must be used with scores or square (got "
                          f"{shorten(mode)}); other modes print tables: use text, markdown, "

@@ -100,8 +100,7 @@ class Reference:
         self.E, self.Ev = sh["E"], sh["E_v"]
         d2 = policy.divisor_squared_for(self.E)
         self.divisor_squared = None if d2 == 1 else d2
-        self._policies = [policy if policy.alibi is None else policy.replace(head=policy.head + h)
-                          for h in range(self.Hq)]
+        self._policies = [policy.for_head(h) for h in range(self.Hq)]
         self._scores: dict = {}
         self._rows: dict = {}
         self._kv: dict = {}

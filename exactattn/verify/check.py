@@ -36,8 +36,8 @@ from ..call.limits import check_work
 from ..call.inputs import Call, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "logit_bound", "verify",
-           "verify_outputs"]
+__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "logit_bound", "tolerance",
+           "verify", "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
 #: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))
@@ -289,6 +289,21 @@ def logit_bound(ref: Reference) -> float:
     return top
 
 
+def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
+    """The ULP tolerance of a forward check of ``ref`` in ``dtype``: ``max_ulps`` when given,
+    else :func:`~exactattn.numbers.formats.default_max_ulps` with the call's S keys, its d_k and
+    :func:`logit_bound` (the one default rule of :func:`verify` and the split-merge check).
+
+    >>> from exactattn.call import Call
+    >>> ref = Reference(Call.from_scores([[0, 1]], policy=Policy(scale="none")))
+    >>> tolerance(ref, "float32"), tolerance(ref, "float32", 3)
+    (9, 3)
+    """
+    if max_ulps is not None:
+        return max_ulps
+    return default_max_ulps(dtype, ref.S, ref.E, logit_bound(ref))
+
+
 def _run(impl, call):
     """The implementation's :class:`~exactattn.verify.adapter.Answer`, or the exception it raised, in one line."""
     try:
@@ -461,8 +476,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     sh = call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     t1 = time.perf_counter()
-    tol = default_max_ulps(dtype, sh["S"], sh["E"], logit_bound(ref)) \
-        if max_ulps is None else max_ulps
+    tol = tolerance(ref, dtype, max_ulps)
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
     found = _judged(got, want, (rounded, balls, mags), ref.output, ref, fmt, tol)

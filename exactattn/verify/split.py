@@ -437,7 +437,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     from ..call.inputs import reshaped
     from ..reference.online import block_lengths
     from ..reference.reference import Reference
-    from .check import check_request, logit_bound
+    from .check import check_request, tolerance
     from .impls import ImplRaised, load_impl, make_call
     impl = load_impl(impl, arrays=arrays)
     merger = None if merge is None else load_merge(merge, arrays=arrays)
@@ -490,8 +490,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
             except ImplRaised as e:
                 raised["merged"] = e.line
                 merged = _nan_pair(want, want[:3])
-    tol = default_max_ulps(dtype, sh["S"], sh["E"], logit_bound(ref)) \
-        if max_ulps is None else max_ulps
+    tol = tolerance(ref, dtype, max_ulps)
     rows = {}
     for b, h, i in np.ndindex(*want[:3]):
         g = ref.kv(h)

@@ -72,9 +72,23 @@ SLOW_TESTS = [
 ]
 
 
+#: the package's doctests (module.object) that run an optional extra's kernel, and the
+#: package each needs: without it (``pip install -e '.[test]'`` alone) they skip, naming it
+DOCTESTS_NEED = {
+    "exactattn.verify.impls.FlexImpl": "torch",
+    "exactattn.verify.impls.torch_device": "torch",
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m/-k deselect, so that -m "not slow" sees the marks
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests named in :data:`SLOW_TESTS` ``slow``."""
+    """Mark the tests named in :data:`SLOW_TESTS` ``slow``; skip the doctests of
+    :data:`DOCTESTS_NEED` whose package is not installed."""
+    import importlib.util
+    for item in items:
+        need = DOCTESTS_NEED.get(item.name)
+        if need and importlib.util.find_spec(need) is None:
+            item.add_marker(pytest.mark.skip(reason=f"needs {need}: pip install -e '.[{need}]'"))
     slow = set(SLOW_TESTS)
     matched = set()
     for item in items:

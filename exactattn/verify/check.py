@@ -358,8 +358,8 @@ def verify(impl, call: Call, dtype: str = "float32", *,
             with no key must be exactly ``-inf``).
         probes: the derived inputs also run (:mod:`~exactattn.verify.probes`: values all
             ones, identity columns, ``|values|``; default all, ``()`` or ``"none"`` for
-            none), each judged on the plain ULP count (``report.probes``); the report
-            passes only when every probe does.
+            none), each judged on the plain ULP count (identity shares with an allowance
+            for their gap; ``report.probes``); the report passes only when every probe does.
 
     Raises:
         InputError: an unknown dtype, an unknown probe, a dtype the implementation does not
@@ -545,7 +545,8 @@ class _Columns:
 @dataclass
 class ProbeRun:
     """One probe (:mod:`~exactattn.verify.probes`) run through the implementation: the probe,
-    its outputs judged on the plain ULP count (``found``), and what the implementation raised."""
+    its outputs judged on the plain ULP count (``found``; identity shares with their gap's
+    allowance), and what the implementation raised."""
 
     probe: Probe
     found: Comparison
@@ -557,8 +558,9 @@ class ProbeRun:
 
 
 def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, tol: int,
-                prec: int, want: tuple, lse: str | None) -> tuple[list, float]:
-    """Every probe of ``call`` run and judged; and the seconds the implementation took.
+                prec: int, want: tuple, lse: str | None) -> tuple[list, dict]:
+    """Every probe of ``call`` run and judged (identity shares with
+    :func:`_share_allowance`); and the seconds the implementation and the exact side took.
 
     The exact side is one reference of every probe's values side by side (one set of
     exponentials for all of them).  An implementation that returns ``(output, lse)``
@@ -572,6 +574,7 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
     joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
     exact = joint.rounded_outputs(dtype, prec=prec)
     seconds["exact"] = time.perf_counter() - t
+    allowance = _share_allowance(joint, exact[2]) if "identity" in probes else None
     runs, column = [], 0
     for p in plist:
         t = time.perf_counter()
@@ -583,32 +586,30 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
                      f"{p.label} probe")
         known = None if p.known(call.policy, 1.0) is None else \
             (lambda r, p=p: p.known(call.policy, r))
-        gaps = None
-        if p.name == "identity":            # a share's error grows with its gap
-            gaps = _gap_ulps(exact[2])
-            if call.policy.softcap is not None:     # cap * tanh: tanh's own error times cap
-                gaps = gaps + 8 * math.ceil(joint.max_abs_exponent())
         runs.append(ProbeRun(p, _judged(got, shape, exact, joint.output, joint, fmt, tol,
                                         at_terms=False, column=column, known=known,
-                                        extra=gaps), raised))
+                                        extra=allowance if p.name == "identity" else None),
+                             raised))
         column += p.value.shape[3]
     return runs, seconds
 
 
-def _gap_ulps(shares: np.ndarray) -> np.ndarray:
-    """The identity probe's allowance per share ``p``: ``ceil(2 ln(1 / p))`` ULPs.
+def _share_allowance(ref: Reference, shares: np.ndarray) -> np.ndarray:
+    """The identity probe's allowance per share ``p``: ``ceil(2 ln(1 / p))`` ULPs, plus
+    ``8 ceil(max |capped logit|)`` under a soft-cap.
 
     A share ``exp(x_j - m) / sum`` computed in floats is off, relatively, by the rounding of
     the difference ``x_j - m`` (about its gap ``g = ln(p_max / p)`` half-ULPs) and of ``x_j``
     itself (up to ``|m| + g`` more): about ``2 g`` ULPs past what the tolerance's logit term
     covers; ``ln(1 / p) = g + ln(1 / p_max)`` bounds the gap without finding each row's
-    largest share (at most ``ln S`` more).  Under a soft-cap the caller adds
-    ``8 ceil(max |capped logit|)``: a float ``tanh`` is a few ULPs off, and ``cap * tanh``
+    largest share (at most ``ln S`` more).  Under a soft-cap a float ``tanh`` is a few ULPs
+    off, and ``cap * tanh``
     carries that times the cap into every logit (measured: up to 330 ULPs on shares of a
     correct float32 FlexAttention soft-cap at cap 30).  A row's largest shares keep close to
     the plain tolerance, so a normaliser off by a factor still fails.  ``shares``: the exact
-    shares as float64 (B x H x L x columns)."""
+    shares as float64 (B x H x L x columns), of the call ``ref``."""
     with np.errstate(divide="ignore"):
         g = -np.log(shares)
     g = np.where(np.isfinite(g) & (g > 0), g, 0.0)
-    return np.ceil(2 * g).astype(np.int64)
+    cap = 0 if ref.policy.softcap is None else 8 * math.ceil(ref.max_abs_exponent())
+    return np.ceil(2 * g).astype(np.int64) + cap

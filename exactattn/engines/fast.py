@@ -83,8 +83,8 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
 
     def integer_scores():
         if "S" not in cache:
-            qn, qd = mat_ints(Q)
-            kn, kd = mat_ints(K)
+            qn, qd = ints("queries")
+            kn, kd = ints("keys")
             cache["S"] = (exact_matmul(qn, kn.T), qd * kd)
         return cache["S"]
 
@@ -107,12 +107,17 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
     def raw_scores():
         return [score_row(i) for i in range(n)]
 
+    def ints(name: str):
+        if name not in cache:
+            cache[name] = mat_ints({"queries": Q, "keys": K, "values": V}[name])
+        return cache[name]
+
     def integers():
         num, den = integer_scores()
-        vnum, vden = mat_ints(V)
+        vnum, vden = ints("values")
         return num, den, vnum, vden
 
     return Trace(head, "fast", xs, queries=lambda: _to_fractions(Q),
                  keys=lambda: _to_fractions(K), values=lambda: _to_fractions(V),
                  raw_scores=raw_scores, empty_row=empty_row, score_row=score_row,
-                 score_ints=score_ints, integers=integers)
+                 score_ints=score_ints, integers=integers, part_ints=ints)

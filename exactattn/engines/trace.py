@@ -70,7 +70,7 @@ class Trace:
                  softmax_ops: dict | None = None, score_row: Callable | None = None,
                  integers: Callable | None = None, bias_adds: int | None = None,
                  rotated: list | None = None, keep: list | None = None,
-                 score_ints: Callable | None = None):
+                 score_ints: Callable | None = None, part_ints: Callable | None = None):
         self.head = head
         self.engine = engine
         self.x = x
@@ -92,6 +92,8 @@ class Trace:
         self._outputs = outputs
         self._score_row = score_row
         self._score_ints = score_ints
+        self._part_ints = part_ints
+        self._columns: dict[int, list] = {}
         self._integers = integers
         self._decimals: dict = {}
         #: entries the bulk intervals left undecided, decided by the exact per-entry path
@@ -112,6 +114,39 @@ class Trace:
     values = property(lambda self: self._part("values"), doc="n x d_v exact values")
     raw_scores = property(lambda self: self._part("raw_scores"),
                           doc="n x n exact raw scores queries[i] . keys[j] (None where hidden)")
+
+    def vector(self, name: str, i: int) -> list:
+        """Row i of ``queries``, ``keys`` or ``values`` (by that name), without converting
+        the other rows (the fast engine keeps them as one integer matrix).
+
+        Raises:
+            InputError: ``name`` is not one of the three.
+            IndexError: ``i`` is outside 0 to n - 1.
+
+        >>> from exactattn.examples import chronicle
+        >>> from exactattn.engines.head import attend
+        >>> ex = chronicle()
+        >>> attend(ex.head, ex.x, engine="fast").vector("queries", 1)
+        [Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)]
+        """
+        if name not in ("queries", "keys", "values"):
+            raise InputError(f"name must be 'queries', 'keys' or 'values' (got "
+                             f"{shorten(name, quote=True)})")
+        self._check(i)
+        if self._part_ints is not None and callable(self._parts[name]):
+            num, den = self._part_ints(name)
+            return [Fraction(v, den) for v in num[i].tolist()]
+        return list(self._part(name)[i])
+
+    def _value_column(self, c: int) -> list:
+        """Column c of the values (kept: every output of that column reads it)."""
+        if c not in self._columns:
+            if self._part_ints is not None and callable(self._parts["values"]):
+                num, den = self._part_ints("values")
+                self._columns[c] = [Fraction(v, den) for v in num[:, c].tolist()]
+            else:
+                self._columns[c] = [r[c] for r in self.values]
+        return self._columns[c]
 
     @property
     def n(self) -> int:
@@ -211,7 +246,7 @@ class Trace:
             return SymbolicValue(self._outputs[i][c])
         if self._outputs is not None:
             return self._outputs[i][c]
-        return self._weighted(i, [r[c] for r in self.values])
+        return self._weighted(i, self._value_column(c))
 
     @property
     def outputs(self) -> list[list]:

@@ -47,6 +47,11 @@ _NUMBER_TEXT = re.compile(
 )
 
 
+def _check_floats(floats) -> None:
+    if floats not in FLOAT_POLICIES:
+        raise InputError(f"floats must be None, 'exact' or 'decimal' (got {shorten(floats, quote=True)})")
+
+
 def _fail_float(value: float, name: str) -> None:
     raise FloatInputError(
         f"{name} is a binary float ({value!r}); pass {str(value)!r} as a string "
@@ -82,8 +87,7 @@ def to_exact(value: Any, *, name: str = "value", floats: str | None = None,
     ...
     exactattn.errors.InputError: x[0][1] must be a number such as 3, '1/2' or '-0.75' (got 'abc')
     """
-    if floats not in FLOAT_POLICIES:
-        raise InputError(f"floats must be None, 'exact' or 'decimal' (got {shorten(floats, quote=True)})")
+    _check_floats(floats)
     if isinstance(value, bool):
         raise InputError(f"{name} must be a number, not a bool (got {shorten(value, quote=True)})")
     if isinstance(value, Fraction):
@@ -200,7 +204,10 @@ def to_row(values: Any, *, name: str, width: int | None = None,
             not isinstance(values, Iterable):
         raise ShapeError(f"{name} must be a list of numbers (got {shorten(repr(values))}); "
                          "a dict or a set has no order of its own")
-    row = [to_exact(v, name=f"{name}[{j}]", floats=floats, symbolic=symbolic)
+    _check_floats(floats)
+    # short integer and p/q texts (most of a spec file) are read from one cache first
+    row = [known if type(v) is str and (known := _text_value(v)) is not None else
+           to_exact(v, name=f"{name}[{j}]", floats=floats, symbolic=symbolic)
            for j, v in enumerate(values)]
     if width is not None and len(row) != width:
         raise ShapeError(f"{name} must have {width} numbers (got {len(row)})")

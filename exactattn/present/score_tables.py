@@ -93,16 +93,17 @@ def _identical(trace) -> list[tuple[int, int]]:
     """Pairs (a, b), a < b, 0-based, of tokens with the same numbers and the same score row."""
     if trace.policy.alibi is not None or trace.policy.rope is not None:
         return []           # positions tell equal tokens apart
+    xs = trace.x
     groups: dict[tuple, list[int]] = {}
-    for i, x in enumerate(trace.x):
-        key = tuple((e.numerator, e.denominator) if isinstance(e, Fraction) else e for e in x)
-        groups.setdefault(key, []).append(i)
+    for i, x in enumerate(xs):     # a cheap first cut: equal tokens share their ends
+        groups.setdefault((x[0], x[-1]) if x else (), []).append(i)
     pairs = []
     for members in groups.values():
-        if len(members) > 1:
-            raw = {i: score_rows(trace).row(i) for i in members}
-            pairs += [(a, b) for k, a in enumerate(members) for b in members[k + 1:]
-                      if raw[a] == raw[b]]
+        for k, a in enumerate(members):
+            same = [b for b in members[k + 1:] if xs[b] == xs[a]]
+            if same:
+                raw = score_rows(trace).row(a)
+                pairs += [(a, b) for b in same if score_rows(trace).row(b) == raw]
     return sorted(pairs)
 
 
@@ -260,7 +261,7 @@ def _in_out(example, trace, view: View, output_dec) -> Section:
     return Section(
         "scores/in-out", f"Token {f + 1} in and out", ["", "numbers"],
         [["in (x)", vector(trace.x[f], view.width(len(trace.x[f])))],
-         ["value", vector(trace.values[f], width)], ["out", vector(out, width)]],
+         ["value", vector(trace.vector("values", f), width)], ["out", vector(out, width)]],
         [], {"token": f + 1})
 
 

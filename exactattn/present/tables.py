@@ -185,7 +185,8 @@ def _neurons_agree(trace: Trace, tokens) -> bool:
     xs = [trace.x[i] for i in tokens]
     x_ints = common_denominator(xs) if xs else None
     same = True
-    for name, got in (("W_Q", trace.queries), ("W_K", trace.keys), ("W_V", trace.values)):
+    for name, part in (("W_Q", "queries"), ("W_K", "keys"), ("W_V", "values")):
+        got = {i: trace.vector(part, i) for i in tokens}
         m = head.weights(name, "slots")
         w_ints = common_denominator(m)
         bias = head.bias("b_" + name[-1])
@@ -212,8 +213,8 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
 
     def line(k: int) -> list:
         i = toks[k]
-        return [str(i + 1), vector(trace.queries[i], qw), vector(trace.keys[i], qw),
-                vector(trace.values[i], vw)]
+        return [str(i + 1), vector(trace.vector("queries", i), qw),
+                vector(trace.vector("keys", i), qw), vector(trace.vector("values", i), vw)]
     checked = list(toks[:NEURON_TOKENS])
     same = _neurons_agree(trace, checked)
     mults = head.d_k * head.d_model
@@ -233,7 +234,7 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
     every = toks if view.queries is not None else range(n)
 
     def exact(name):
-        return LazyRows(len(every), lambda k: _texts(getattr(trace, name)[every[k]]))
+        return LazyRows(len(every), lambda k: _texts(trace.vector(name, every[k])))
     data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
             "neurons_agree": same}
     rows = LazyRows(len(toks), line)
@@ -427,7 +428,7 @@ def explain(trace: Trace, query: int, key: int, places: int = 4) -> Section:
     for label, v in (("query", query), ("key", key)):
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= n:
             raise InputError(f"{label} must be a token number from 1 to {n} (got {v!r})")
-    q, k = trace.queries[query - 1], trace.keys[key - 1]
+    q, k = trace.vector("queries", query - 1), trace.vector("keys", key - 1)
 
     def factor(v):
         text = exact_text(v)

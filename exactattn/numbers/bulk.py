@@ -149,6 +149,37 @@ class ExpTables:
                 hi.append(min(int(v.upper().ceil().unique_fmpz()), one))
         return lo, hi
 
+    def digit_table(self, level: int):
+        """``(lo, hi)`` arrays enclosing ``2^F exp(-(a << bits level) c)`` for every digit
+        ``a`` of a level (uint64 for F = 62, else Python ints).
+
+        Built by doubling: entries m to 2m - 1 are entries 0 to m - 1 times the entry at
+        m, which is enclosed by one arb exponential; each product is floored (lo) or
+        ceiled (hi), so every lo stays below and every hi above the true value, at most
+        one unit per doubling away from it.
+
+        >>> t = ExpTables(1, None, 62)
+        >>> lo, hi = t.digit_table(0)
+        >>> int(lo[0]) == int(hi[0]) == 2**62, bool((lo <= hi).all()), len(lo) == t.cut + 1
+        (True, True, True)
+        """
+        import numpy as np
+        F, at = self.F, self.bits * level
+        size = min(1 << self.bits, (self.cut >> at) + 1)
+        dtype = np.uint64 if F == 62 else object
+        one = 1 << F
+        lo, hi = np.array([one], dtype=dtype), np.array([one], dtype=dtype)
+        m = 1
+        while m < size:
+            (f_lo,), (f_hi,) = self._enclose([m << at])
+            take = min(m, size - m)
+            lo = np.concatenate([lo, _mul_shift(lo[:take], np.full(take, f_lo, dtype=dtype),
+                                                F, False)])
+            hi = np.concatenate([hi, np.minimum(_mul_shift(
+                hi[:take], np.full(take, f_hi, dtype=dtype), F, True), one)])
+            m *= 2
+        return lo, hi
+
     def bounds(self, u):
         """(lo, hi) arrays of the shape of ``u`` (int64 gaps, -1 where hidden)."""
         import numpy as np
@@ -175,10 +206,9 @@ class ExpTables:
             mask = (1 << self.bits) - 1
             for level in range(self.levels):
                 shift = self.bits * level
-                size = min(1 << self.bits, (self.cut >> shift) + 1)
-                tlo, thi = self._enclose(a << shift for a in range(size))
-                d = max(b - a for a, b in zip(tlo, thi))
-                dlo = np.array(tlo, dtype=dtype)[(v >> shift) & mask]
+                tlo, thi = self.digit_table(level)
+                d = int((thi - tlo).max())
+                dlo = tlo[(v >> shift) & mask]
                 if lo is None:
                     lo, e = dlo, d
                 else:
@@ -326,7 +356,6 @@ def fixed_bits(places: int) -> int:
 @lru_cache(maxsize=8)
 def _block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
     """``(tables, shift, digit tables, lower end of one step)``, or None if infeasible."""
-    import numpy as np
     tables = ExpTables(den, divisor_squared, F)
     shift = max(min_shift, tables.cut.bit_length() - GAP_BITS, 0)
     if shift:                   # steps of 2^shift units: den sqrt(D) / 2^shift per unit exponent
@@ -334,13 +363,7 @@ def _block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
         tables = ExpTables(1, d2, F)
     if not tables.feasible:
         return None
-    dtype = np.uint64 if F == 62 else object
-    levels = []
-    for level in range(tables.levels):
-        at = tables.bits * level
-        size = min(1 << tables.bits, (tables.cut >> at) + 1)
-        lo, hi = tables._enclose(a << at for a in range(size))
-        levels.append((np.array(lo, dtype=dtype), np.array(hi, dtype=dtype)))
+    levels = [tables.digit_table(level) for level in range(tables.levels)]
     return tables, shift, levels, tables._enclose([1])[0][0]
 
 

@@ -39,7 +39,9 @@ def test_many_gaps_are_enclosed(den, divisor_squared, F):
         true = mpmath.mpf(one) * mpmath.exp(-u * c)
         a, b = int(lo[k]), int(hi[k])
         assert 0 <= a <= true <= b <= one, (u, a, b)
-        assert b - a <= 2 + 4 * tables.levels, (u, a, b)
+        # a digit-table entry is at most 2 bits units off each side (one floor or ceiling
+        # per doubling); the levels' product adds 2 more per level
+        assert b - a <= tables.levels * (4 * tables.bits + 2), (u, a, b)
     assert int(lo[0]) == int(hi[0]) == one              # exp(0) = 1 exactly
 
 
@@ -49,3 +51,24 @@ def test_masked_gaps_enclose_zero():
     gaps[0] = 5
     lo, hi = tables.bounds(gaps)
     assert int(lo[1]) == int(hi[1]) == 0 and int(lo[0]) <= int(hi[0])
+
+
+@pytest.mark.parametrize("den, divisor_squared, F", [
+    (1000 ** 2, Fraction(64), 62), (7 ** 9, None, 4 * 8 + 40)])
+def test_every_digit_table_entry_encloses_its_exponential(den, divisor_squared, F):
+    tables = ExpTables(den, divisor_squared, F)
+    one = 1 << F
+    mpmath.mp.dps = 200
+    c = 1 / (mpmath.mpf(den) * (1 if divisor_squared is None else
+                               mpmath.sqrt(mpmath.mpf(divisor_squared.numerator) /
+                                           divisor_squared.denominator)))
+    for level in (0, 1):
+        lo, hi = tables.digit_table(level)
+        assert len(lo) == len(hi) == min(1 << tables.bits,
+                                         (tables.cut >> (tables.bits * level)) + 1)
+        assert lo.dtype == (np.uint64 if F == 62 else object)
+        for a in range(0, len(lo), 7):
+            true = mpmath.mpf(one) * mpmath.exp(-(a << (tables.bits * level)) * c)
+            x, y = int(lo[a]), int(hi[a])
+            assert 0 <= x <= true <= y <= one, (level, a, x, y)
+            assert y - x <= 4 * tables.bits, (level, a, x, y)

@@ -20,20 +20,22 @@ from .errors import ExactAttnError, ExactAttnWarning, shorten
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
-#: subcommand modules, in the order their commands are listed in --help
-COMMAND_MODULES = (
-    "exactattn.commands.tables",
-    "exactattn.commands.cost",
-    "exactattn.commands.scale",
-    "exactattn.commands.sweep",
-    "exactattn.commands.prove",
-    "exactattn.commands.verify",
-    "exactattn.commands.model",
-    "exactattn.commands.page",
-    "exactattn.commands.audit",
-    "exactattn.commands.blocks",
-    "exactattn.commands.backward",
-)
+#: subcommand modules and the commands each registers, in the order --help lists them
+#: (a run of one command imports its module only: the start-up of every command)
+COMMAND_MODULES = {
+    "exactattn.commands.tables": ("row", "weights", "project", "square", "scores",
+                                  "walkthrough"),
+    "exactattn.commands.cost": ("cost",),
+    "exactattn.commands.scale": ("scale",),
+    "exactattn.commands.sweep": ("sweep",),
+    "exactattn.commands.prove": ("prove",),
+    "exactattn.commands.verify": ("verify",),
+    "exactattn.commands.model": ("model",),
+    "exactattn.commands.page": ("page",),
+    "exactattn.commands.audit": ("audit",),
+    "exactattn.commands.blocks": ("blocks",),
+    "exactattn.commands.backward": ("backward",),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,7 +96,10 @@ def _unknown(args, extra: list[str]) -> str:
     return f"{cmd} takes no argument {shorten(extra[0])!r} (got {got}); {help_}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given a known ``command``, of the commands its
+    module registers (the others are not imported); ``parser.command_names`` lists every
+    command either way."""
     parser = _Parser(
         prog="exactattn",
         description="Attention heads evaluated in exact arithmetic: worked tables with "
@@ -103,11 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"exactattn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True  # a bare `exactattn` prints the usage, then one error line
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
-    for command in sub.choices.values():
-        _add_progress_flags(command)
-    parser.command_names = tuple(sub.choices)
+    known = any(command in commands for commands in COMMAND_MODULES.values())
+    for name, commands in COMMAND_MODULES.items():
+        if not known or command in commands:
+            importlib.import_module(name).register(sub)
+    for p in sub.choices.values():
+        _add_progress_flags(p)
+    parser.command_names = tuple(c for commands in COMMAND_MODULES.values() for c in commands)
     return parser
 
 
@@ -133,8 +140,8 @@ def _add_progress_flags(p: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 a check failed, 2 bad input)."""
-    parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
     commands = set(parser.command_names)
     if words and words[0].startswith("-") and words[0] not in ("-h", "--help", "--version") \
             and not commands.intersection(words):

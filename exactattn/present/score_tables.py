@@ -127,9 +127,19 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     toks, keys = view.rows(n), view.cols(n)
     readers = view.readers
 
+    spread: dict[int, bool] = {}
+
     def share_cell(i: int, j: int, seen) -> str:
         if not readers:
             return share_dec[i][j]
+        if j in seen and not policy.modified:
+            # two distinct scores in a row make each of its shares irrational
+            # (Lindemann-Weierstrass): the reader's cell is the decimal, no exact row needed
+            if i not in spread:
+                ints = trace.raw_score_ints(i)[0]
+                spread[i] = len({ints[k] for k in seen}) > 1
+            if spread[i]:
+                return share_dec[i][j]
         return value_cell(trace.share(i, j), share_dec[i][j], j not in seen)
 
     def largest_cell(i: int) -> str:

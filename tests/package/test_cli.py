@@ -287,6 +287,31 @@ def test_help_and_option_errors_start_without_heavy_imports(argv):
     assert done.stderr.rstrip().endswith("HEAVY="), done.stderr[-300:]
 
 
+def test_the_command_map_names_what_each_module_registers():
+    """cli.COMMAND_MODULES lists, per module, exactly the commands its register() adds, in
+    order; a run of one command builds the parser of its module alone."""
+    import argparse
+    import importlib
+
+    from exactattn.cli import COMMAND_MODULES, build_parser
+    for name, commands in COMMAND_MODULES.items():
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name).register(sub)
+        assert tuple(sub.choices) == commands, name
+    full = build_parser()
+    every = tuple(c for cs in COMMAND_MODULES.values() for c in cs)
+    assert tuple(next(a for a in full._actions if a.dest == "command").choices) == every
+    one = build_parser("walkthrough")
+    assert tuple(next(a for a in one._actions if a.dest == "command").choices) == \
+        COMMAND_MODULES["exactattn.commands.tables"]
+    assert one.command_names == full.command_names == every
+    argv = ["walkthrough", "--digits", "6", "--queries", "2..3"]
+    assert {k: v for k, v in vars(one.parse_args(argv)).items() if k != "func"} == \
+        {k: v for k, v in vars(full.parse_args(argv)).items() if k != "func"}
+    typo = build_parser("walkthroug")                  # a typo: every command, to suggest from
+    assert tuple(next(a for a in typo._actions if a.dest == "command").choices) == every
+
+
 def _causal_spec(tmp_path) -> str:
     import json
     doc = json.loads((DATA / "chronicle_slots.json").read_text())

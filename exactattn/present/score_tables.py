@@ -28,7 +28,6 @@ streams its 16 million shares row by row.
 
 from __future__ import annotations
 
-
 from .cells import divisor_words, exact_text, value_cell, vector
 from ..errors import InputError
 from .forms import OUTPUT_TERMS, row_forms

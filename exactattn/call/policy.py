@@ -75,6 +75,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 from typing import Any
 
@@ -515,9 +516,10 @@ class Policy:
         """True when positions hide keys (causal, a window or a query offset)."""
         return self.causal or any(getattr(self, f) is not None for f in POSITION_FIELDS)
 
-    @property
+    @cached_property
     def modified(self) -> bool:
-        """True when a score modifier (soft-cap, sink, ALiBi, RoPE, dropout) is on."""
+        """True when a score modifier (soft-cap, sink, ALiBi, RoPE, dropout) is on (asked
+        once per row by the tables: kept)."""
         return any(getattr(self, f) is not None for f in SCORE_FIELDS)
 
     def modifiers(self) -> dict:

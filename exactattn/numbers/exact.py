@@ -205,8 +205,10 @@ def to_row(values: Any, *, name: str, width: int | None = None,
         raise ShapeError(f"{name} must be a list of numbers (got {shorten(repr(values))}); "
                          "a dict or a set has no order of its own")
     _check_floats(floats)
-    # short integer and p/q texts (most of a spec file) are read from one cache first
-    row = [known if type(v) is str and (known := _text_value(v)) is not None else
+    # a Fraction is kept as it is; short integer and p/q texts (most of a spec file) are
+    # read from one cache first
+    row = [v if type(v) is Fraction else
+           known if type(v) is str and (known := _text_value(v)) is not None else
            to_exact(v, name=f"{name}[{j}]", floats=floats, symbolic=symbolic)
            for j, v in enumerate(values)]
     if width is not None and len(row) != width:

@@ -176,6 +176,32 @@ def ulp_index(x: float, dtype: str | FloatFormat) -> int:
     return idx if x > 0 else -idx
 
 
+def ulp_indices(x, dtype: str | FloatFormat):
+    """:func:`ulp_index` of every entry of a float64 array: ``(indices, valid)``, int64
+    indices and a bool array that is False where an entry is NaN, infinite or not a float
+    of ``dtype`` (its index there is 0 and means nothing).
+
+    >>> import numpy as np
+    >>> idx, ok = ulp_indices(np.array([1.0, -0.0, 0.1, 2.0**-149]), "float32")
+    >>> idx.tolist(), ok.tolist()
+    ([1065353216, 0, 0, 1], [True, True, False, True])
+    """
+    import numpy as np
+    fmt = float_format(dtype)
+    p = fmt.precision
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    finite = np.isfinite(a)
+    a = np.where(finite, a, 0.0)
+    _, e = np.frexp(a)
+    E = np.maximum(e.astype(np.int64) - 1, fmt.emin)
+    k = np.ldexp(a, (p - 1 - E).astype(np.int32))
+    valid = finite & (k == np.floor(k)) & (E <= fmt.emax)
+    idx = np.where(a == 0, 0, ((E - fmt.emin) << (p - 1)) + np.where(valid, k, 0).astype(np.int64))
+    idx = np.where(valid, np.where(x < 0, -idx, idx), 0)
+    return idx, valid
+
+
 def ulps_between(a: float, b: float, dtype: str | FloatFormat) -> int:
     """How many floats of ``dtype`` lie between a and b (0 when equal).
 

@@ -27,7 +27,7 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, shorten
 from ..options import check_whole
-from .compare import Comparison, judge
+from .compare import Comparison, clearly_ok, judge
 from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
 from .adapter import check_dtype
 from .probes import PROBES, Probe, check_probes, probe_values
@@ -513,6 +513,11 @@ def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol:
     rounded, balls, mags = exact
     found = Comparison(None)
     entry_ref = ref if column == 0 else _Columns(ref, column)
+    if got is not None:       # the entries clearly within the tolerance, judged at once
+        part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
+        allowed = tol if extra is None else tol + np.asarray(extra[part], dtype=np.int64)
+        clear, c_ulps, c_rel, c_terms = clearly_ok(got, rounded[part], balls[part], mags[part],
+                                                   fmt, allowed)
     for idx in np.ndindex(*shape):
         at = idx[:3] + (idx[3] + column,)
         r = float(rounded[at])
@@ -520,6 +525,10 @@ def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol:
             found.add(Entry(idx, r, math.nan, None, None, "hard", entry_ref))
             continue
         g = float(got[idx])
+        if clear[idx]:
+            found.add(Entry(idx, r, g, int(c_ulps[idx]), float(c_rel[idx]), "ok", entry_ref,
+                            float(c_terms[idx])))
+            continue
         k = None if known is None else known(r)
         t = tol if extra is None else tol + int(extra[at])
         j = judge(g, r, balls[at], float(mags[at]), fmt,

@@ -40,7 +40,7 @@ from typing import Callable
 from ..numbers.digits import MAX_PREC, tighten, working_precision
 from ..errors import InputError
 from ..numbers.exact import fmpq_of
-from ..numbers.formats import FloatFormat, round_to_format, ulps_between
+from ..numbers.formats import FloatFormat, round_to_format, ulp_indices, ulps_between
 
 __all__ = ["Comparison", "Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",
            "check_tolerance", "errors", "failures_first", "hard", "is_exact", "judge",
@@ -283,6 +283,77 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     rel, t = errors(got, ball, magnitude, fmt, exact)
     ok = u <= max_ulps or (at_terms and t <= max_ulps)
     return Judgement("ok" if ok else "over", u, rel, t, gf != got)
+
+
+def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps):
+    """The entries :func:`judge` would find ``ok`` on the ULP count alone, found at once.
+
+    ``got``, ``rounded``, ``magnitudes``: float64 arrays of one shape; ``balls`` an object
+    array of ``arb`` enclosures (None for NaN); ``max_ulps`` an int or an int array of
+    that shape.  Returns ``(clear, ulps, rel, terms_ulps)``: ``clear`` is True where the
+    entry is a finite float of the format within ``max_ulps`` of a finite ``rounded``,
+    cannot be an undecided tie, and its error ``|got - exact|`` is known from float64 to
+    at least 2^-20 of itself; there ``ulps`` is exact (the count :func:`judge` makes) and
+    ``rel``, ``terms_ulps`` are :func:`errors`' measures to about six digits.  Every other
+    entry is left to :func:`judge` (``clear`` False, the arrays meaningless there).
+
+    Only formats of at most 24 bits are cleared (a float64 kernel's errors sit at float64's
+    own resolution): for float64 ``clear`` is all False.
+
+    >>> import numpy as np
+    >>> from flint import arb
+    >>> from exactattn.numbers.formats import float_format
+    >>> balls = np.array([arb(1) / 3, arb(1) / 3], dtype=object)
+    >>> third = float(np.float32(1 / 3))
+    >>> clear, ulps, rel, _ = clearly_ok(np.array([third, 0.5]), np.array([third, third]),
+    ...                                  balls, np.array([1 / 3, 1 / 3]), float_format("float32"), 4)
+    >>> clear.tolist(), int(ulps[0]), float(rel[0]) < 2**-24
+    ([True, False], 0, True)
+    """
+    import numpy as np
+    got = np.asarray(got, dtype=np.float64)
+    shape = got.shape
+    none = np.zeros(shape, dtype=bool)
+    if fmt.precision > 24 or got.size == 0:
+        return none, np.zeros(shape, np.int64), np.zeros(shape), np.zeros(shape)
+    rounded = np.asarray(rounded, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ig, g_ok = ulp_indices(got, fmt)
+        ir, r_ok = ulp_indices(rounded, fmt)
+        ulps = np.abs(ig - ir)
+        clear = g_ok & r_ok & (ulps <= max_ulps)
+        mid = np.zeros(shape)
+        rad = np.full(shape, np.inf)
+        flat = balls.reshape(-1)
+        at = np.flatnonzero(clear)
+        mids, rads = [], []
+        for k in at.tolist():
+            b = flat[k]
+            if b is None or not b.is_finite():
+                mids.append(0.0)
+                rads.append(math.inf)
+            else:
+                mids.append(float(b.mid()))
+                rads.append(float(b.rad()))
+        mid.reshape(-1)[at] = mids
+        rad.reshape(-1)[at] = rads
+        # sigma bounds |exact - mid|: the ball's radius (its float conversion widened) and
+        # the rounding of its midpoint to float64 (one ULP of float64, rounding mode aside)
+        sigma = rad * (1 + 2.0 ** -40) + 2 * np.spacing(np.abs(mid)) + 2.0 ** -1074
+        err = np.abs(got - mid)
+        known = np.isfinite(sigma) & (err > sigma * 2.0 ** 20) & \
+            (np.abs(mid) > sigma * 2.0 ** 20)
+        # a tie can be undecided only one ULP apart, with the midpoint inside the ball
+        half = (got + rounded) / 2
+        tie = (ulps == 1) & ~(np.abs(half - mid) > sigma)
+        clear &= known & ~tie
+        rel = err / np.where(clear, np.abs(mid), 1.0)
+        mag = np.asarray(magnitudes, dtype=np.float64)
+        _, e = np.frexp(np.where(mag > 0, mag, 1.0))
+        unit = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
+                              - fmt.precision + 1).astype(np.int32))
+        terms = np.where(mag > 0, err / unit, np.inf)
+    return clear, ulps, rel, terms
 
 
 # --------------------------------------------------------------------------- many entries

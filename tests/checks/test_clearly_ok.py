@@ -1,0 +1,119 @@
+"""verify's judge at once (``compare.clearly_ok``): the entries it clears are judged as the
+per-entry judge judges them, and every entry it cannot be sure of is left to that judge.
+
+The per-entry judge (``compare.judge``) is the reference here: each verify below runs twice,
+once with ``clearly_ok`` clearing nothing, and the two reports must agree entry by entry.
+"""
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from flint import arb
+
+import exactattn.verify.check as check
+from exactattn.call import Call
+from exactattn.numbers.formats import float_format, round_to_format, ulp_index, ulp_indices
+from exactattn.verify.check import verify
+from exactattn.verify.compare import clearly_ok
+
+F32 = float_format("float32")
+
+
+def _nothing(got, rounded, balls, mags, fmt, allowed):
+    none = np.zeros(np.shape(got), dtype=bool)
+    return none, none.astype(np.int64), none.astype(float), none.astype(float)
+
+
+@pytest.mark.parametrize("impl, dtype, shape, kw", [
+    ("numpy", "float32", (1, 2, 24, 8), {}),
+    ("numpy", "float32", (2, 1, 16, 4), {"is_causal": True}),
+    ("numpy", "float16", (1, 1, 16, 8), {}),
+    ("torch", "bfloat16", (1, 1, 12, 4), {}),
+    ("numpy-naive", "float16", (1, 1, 20, 8), {}),        # fails: entries over the tolerance
+    ("numpy", "float64", (1, 1, 8, 4), {}),               # nothing cleared at float64
+    ("numpy", "float32", (1, 1, 12, 4), {"scale": 3.0}),  # a wrong scale read: failures
+])
+def test_the_report_is_the_per_entry_judge_s(monkeypatch, impl, dtype, shape, kw):
+    if impl == "torch":
+        pytest.importorskip("torch")
+    rng = np.random.default_rng(sum(shape))
+    q, k, v = (2 * rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    call = Call.from_sdpa(q, k, v, **kw)
+    fast = verify(impl, call, dtype)
+    monkeypatch.setattr(check, "clearly_ok", _nothing)
+    slow = verify(impl, call, dtype)
+    assert fast.passed == slow.passed
+    for a, b in [(fast.found, slow.found)] + [(p.found, r.found) for p, r in
+                                             zip(fast.probes, slow.probes)]:
+        assert [(e.index, repr(e.got), e.rounded, e.ulps, e.status) for e in a.kept] == \
+            [(e.index, repr(e.got), e.rounded, e.ulps, e.status) for e in b.kept]
+        assert (a.count, a.over, a.hard, a.histogram, a.off_format, a.undecided) == \
+            (b.count, b.over, b.hard, b.histogram, b.off_format, b.undecided)
+        for x, y in zip(a.kept, b.kept):     # the slow path knows rel to 1/1024 of itself
+            for m, n in ((x.rel, y.rel), (x.terms_ulps, y.terms_ulps)):
+                assert m == n or math.isclose(m, n, rel_tol=2e-3), (x, y)
+
+
+def _one(got: float, exact, *, rounded=None, mag=None, tol=4, fmt=F32):
+    ball = exact if isinstance(exact, arb) else arb(exact)
+    r = round_to_format(Fraction(float(ball.mid())), fmt) if rounded is None else rounded
+    clear, ulps, rel, terms = clearly_ok(np.array([got]), np.array([r]),
+                                         np.array([ball], dtype=object),
+                                         np.array([abs(float(ball.mid())) if mag is None
+                                                   else mag]), fmt, tol)
+    return bool(clear[0]), int(ulps[0]), float(rel[0]), float(terms[0])
+
+
+def test_a_plain_entry_is_cleared_with_the_judge_s_counts():
+    third = arb(1) / 3
+    got = float(np.float32(1 / 3)) + 2 ** -25        # one float32 ULP (2^-25 at 1/3) away
+    clear, ulps, rel, terms = _one(got, third)
+    assert clear and ulps == ulp_index(got, "float32") - ulp_index(round_to_format(
+        Fraction(1, 3), "float32"), "float32") == 1
+    assert math.isclose(rel, abs(got - 1 / 3) * 3, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["exact", "tie", "over", "off-format", "nan", "zero",
+                                  "wide ball"])
+def test_what_is_left_to_the_per_entry_judge(case):
+    one = float(np.float32(1.0))
+    step = 2.0 ** -23
+    if case == "exact":        # got is the exact value: the judge reads 0 error, exactly
+        assert not _one(0.5, arb(0.5))[0]
+    elif case == "tie":        # a tight ball still holding the midpoint of two floats
+        mid = arb(one + step / 2, step * 2.0 ** -30)
+        assert not _one(one + step, mid, rounded=one)[0]
+    elif case == "over":
+        assert not _one(one + 9 * step, arb(1) + arb(1) / 10 ** 12, tol=4)[0]
+    elif case == "off-format":  # not a float32: the judge rounds it and says so
+        assert not _one(1 + 2.0 ** -40, arb(1) + arb(1) / 10 ** 9)[0]
+    elif case == "nan":
+        assert not _one(math.nan, arb(1) / 3)[0]
+    elif case == "zero":       # the exact value is 0: relative error infinite
+        assert not _one(2.0 ** -30, arb(0))[0]
+    elif case == "wide ball":  # the error is not known to 2^-20 of itself from this ball
+        assert not _one(one + step, arb(1, step))[0]
+
+
+def test_float64_is_never_cleared():
+    clear = clearly_ok(np.array([1 / 3]), np.array([1 / 3]), np.array([arb(1) / 3]),
+                       np.array([1 / 3]), float_format("float64"), 4)[0]
+    assert clear.tolist() == [False]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_ulp_indices_are_ulp_index(dtype):
+    fmt = float_format(dtype)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(400) * 10.0 ** rng.integers(-8, 8, 400)
+    x = np.array([round_to_format(Fraction(float(v)), fmt) for v in x] +
+                 [0.0, -0.0, 2.0 ** (fmt.emin - fmt.precision + 1), -(2.0 ** fmt.emin), 0.1,
+                  math.inf, math.nan])
+    idx, valid = ulp_indices(x, fmt)
+    for v, i, ok in zip(x.tolist(), idx.tolist(), valid.tolist()):
+        finite_in = math.isfinite(v) and round_to_format(Fraction(v), fmt) == v
+        assert ok == finite_in, v
+        if ok:
+            assert i == ulp_index(v, fmt), v

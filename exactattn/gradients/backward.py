@@ -310,12 +310,17 @@ class Gradients:
         return got[atom[1]] if atom[0] == "D" else got[atom[1], atom[2]]
 
     def balls(self, prec: int) -> dict:
-        """``arb`` enclosures of every matrix at ``prec`` bits: ``arb_mat`` (a list for ``D``).
+        """``arb`` enclosures of every matrix at ``prec`` bits or more: ``arb_mat`` (a list for
+        ``D``); the enclosures of the nearest precision at or above ``prec`` computed so far
+        (four are kept) when there are any.
 
         With a sink the matrices carry its column (index S) and row of ``dK``/``dV``.
         """
-        hit = self._balls.get(prec)
-        if hit is not None:
+        # enclosures at more bits are enclosures at ``prec`` too (tighter): the nearest kept
+        above = [p for p in self._balls if p >= prec]
+        if above:
+            near = min(above)
+            hit = self._balls[near] = self._balls.pop(near)    # now the most recently used
             return hit
         from flint import arb, arb_mat
         R, C = self.R, self.cols
@@ -358,8 +363,8 @@ class Gradients:
             out = {"P": Pm, "dP": dPm, "D": D, "dS": dSm, "O": Wm * Vm,
                    "dQ": (dSm * Km) * s, "dK": (dSm.transpose() * Qm) * s,
                    "dV": Wm.transpose() * dOm}
-        if len(self._balls) >= 4:
-            self._balls.pop(min(self._balls))
+        if len(self._balls) >= 4:   # the least recently used goes (a report's entries ask
+            self._balls.pop(next(iter(self._balls)))    # 64, 128, 256 bits each in turn)
         self._balls[prec] = out
         return out
 

@@ -517,7 +517,7 @@ def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol:
         part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
         allowed = tol if extra is None else tol + np.asarray(extra[part], dtype=np.int64)
         clear, c_ulps, c_rel, c_terms = clearly_ok(got, rounded[part], balls[part], mags[part],
-                                                   fmt, allowed)
+                                                   fmt, allowed, at_terms=at_terms)
     for idx in np.ndindex(*shape):
         at = idx[:3] + (idx[3] + column,)
         r = float(rounded[at])

@@ -285,16 +285,20 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     return Judgement("ok" if ok else "over", u, rel, t, gf != got)
 
 
-def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps):
-    """The entries :func:`judge` would find ``ok`` on the ULP count alone, found at once.
+def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps, *,
+               at_terms: bool = False):
+    """The entries :func:`judge` would find ``ok``, found at once: on the ULP count, or with
+    ``at_terms`` on the count at the terms (then with a margin of 2^-9 of it).
 
     ``got``, ``rounded``, ``magnitudes``: float64 arrays of one shape; ``balls`` an object
     array of ``arb`` enclosures (None for NaN); ``max_ulps`` an int or an int array of
     that shape.  Returns ``(clear, ulps, rel, terms_ulps)``: ``clear`` is True where the
-    entry is a finite float of the format within ``max_ulps`` of a finite ``rounded``,
+    entry is a finite float of the format within ``max_ulps`` of a finite ``rounded``
+    (or, with ``at_terms``, whose count at the terms is below ``max_ulps (1 - 2^-9)``),
     cannot be an undecided tie, and its error ``|got - exact|`` is known from float64 to
-    at least 2^-20 of itself; there ``ulps`` is exact (the count :func:`judge` makes) and
-    ``rel``, ``terms_ulps`` are :func:`errors`' measures to about six digits.  Every other
+    2^-10 of itself (as :func:`errors` knows it); there ``ulps`` is exact (the count
+    :func:`judge` makes) and ``rel``, ``terms_ulps`` are :func:`errors`' measures to three
+    digits.  Every other
     entry is left to :func:`judge` (``clear`` False, the arrays meaningless there).
 
     Only formats of at most 24 bits are cleared (a float64 kernel's errors sit at float64's
@@ -321,7 +325,9 @@ def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps):
         ig, g_ok = ulp_indices(got, fmt)
         ir, r_ok = ulp_indices(rounded, fmt)
         ulps = np.abs(ig - ir)
-        clear = g_ok & r_ok & (ulps <= max_ulps)
+        clear = g_ok & r_ok
+        if not at_terms:
+            clear &= ulps <= max_ulps
         mid = np.zeros(shape)
         rad = np.full(shape, np.inf)
         flat = balls.reshape(-1)
@@ -341,8 +347,8 @@ def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps):
         # the rounding of its midpoint to float64 (one ULP of float64, rounding mode aside)
         sigma = rad * (1 + 2.0 ** -40) + 2 * np.spacing(np.abs(mid)) + 2.0 ** -1074
         err = np.abs(got - mid)
-        known = np.isfinite(sigma) & (err > sigma * 2.0 ** 20) & \
-            (np.abs(mid) > sigma * 2.0 ** 20)
+        known = np.isfinite(sigma) & (err > sigma * 2.0 ** 10) & \
+            (np.abs(mid) > sigma * 2.0 ** 10)
         # a tie can be undecided only one ULP apart, with the midpoint inside the ball
         half = (got + rounded) / 2
         tie = (ulps == 1) & ~(np.abs(half - mid) > sigma)
@@ -353,6 +359,8 @@ def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps):
         unit = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
                               - fmt.precision + 1).astype(np.int32))
         terms = np.where(mag > 0, err / unit, np.inf)
+        if at_terms:     # err is known to 2^-10 of itself: a margin of 2^-9 decides
+            clear &= (ulps <= max_ulps) | (terms * (1 + 2.0 ** -9) <= max_ulps)
     return clear, ulps, rel, terms
 
 

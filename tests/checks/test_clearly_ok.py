@@ -21,7 +21,7 @@ from exactattn.verify.compare import clearly_ok
 F32 = float_format("float32")
 
 
-def _nothing(got, rounded, balls, mags, fmt, allowed):
+def _nothing(got, rounded, balls, mags, fmt, allowed, **_):
     none = np.zeros(np.shape(got), dtype=bool)
     return none, none.astype(np.int64), none.astype(float), none.astype(float)
 
@@ -117,3 +117,36 @@ def test_ulp_indices_are_ulp_index(dtype):
         assert ok == finite_in, v
         if ok:
             assert i == ulp_index(v, fmt), v
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_backward_report_is_the_per_entry_judge_s(monkeypatch, dtype, causal):
+    import exactattn.verify.backward as backward
+    from exactattn.call.policy import Policy
+    call = Call.random(12, 4, seed=5).with_policy(Policy(causal=causal))
+    fast = backward.verify_backward("numpy", call, dtype)
+    monkeypatch.setattr(backward, "clearly_ok", _nothing)
+    slow = backward.verify_backward("numpy", call, dtype)
+    assert fast.passed == slow.passed
+    a, b = fast.found, slow.found
+    assert [(e.index, repr(e.got), e.rounded, e.ulps, e.status) for e in a.kept] == \
+        [(e.index, repr(e.got), e.rounded, e.ulps, e.status) for e in b.kept]
+    assert (a.count, a.over, a.histogram) == (b.count, b.over, b.histogram)
+    for x, y in zip(a.kept, b.kept):
+        assert x.rel == y.rel or math.isclose(x.rel, y.rel, rel_tol=2e-3), (x, y)
+
+
+def test_at_the_terms_an_entry_over_the_ulp_count_is_cleared_with_a_margin():
+    # an output of 2^-20 whose terms are of size 1: 64 float32 ULPs off at its own size,
+    # a fraction of one ULP at the size of its terms
+    exact = arb(2) ** -20 + arb(1) / 10 ** 12
+    got = float(np.float32(2.0 ** -20)) + 64 * 2.0 ** -43
+    args = (np.array([got]), np.array([round_to_format(Fraction(2, 2 ** 21), F32)]),
+            np.array([exact], dtype=object), np.array([1.0]), F32, 4)
+    clear, ulps, _, terms = clearly_ok(*args)
+    assert not clear[0] and int(ulps[0]) > 4
+    clear, _, _, terms = clearly_ok(*args, at_terms=True)
+    assert clear[0] and terms[0] < 1
+    wide = (args[0], args[1], args[2], np.array([2.0 ** -20]), F32, 4)   # terms: itself
+    assert not clearly_ok(*wide, at_terms=True)[0][0]

@@ -134,8 +134,8 @@ def register(sub) -> None:
     add_digits_option(out, f"significant digits of the certified exact values, 1 to {MAX_PLACES} "
                            "(12)", default=12, metavar=None, low=1)
     out.add_argument("--timings", action="store_true",
-                     help="add the wall-clock seconds of the implementation and the exact "
-                          "side (they differ from run to run)")
+                     help="add the wall-clock seconds of the implementation, the exact side "
+                          "and the judging of every output (they differ from run to run)")
     out.add_argument("--flops", action="store_true",
                      help="also report torch FlopCounterMode's count (needs torch)")
     add_format_option(out, metavar=None, help=f"output format: {', '.join(FORMATS)}")

@@ -150,12 +150,13 @@ def _summary(name: str, title: str, columns: list[str], reports: Sequence[Report
              timings: bool, notes: Sequence[str]) -> Section:
     """A summary table: ``rows_of(report)`` gives each report's rows (timed when asked)."""
     if timings:
-        columns.append("seconds impl/exact")
+        columns.append("seconds impl/exact/judge")
     rows = []
     for r in reports:
         for row in rows_of(r):
             if timings:
-                row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}")
+                row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}/"
+                           f"{r.seconds.get('compare', 0.0):.2f}")
             rows.append(row)
     verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
     return Section(name, title, columns, rows, [f"result: {verdict}", *notes])

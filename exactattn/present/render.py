@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import IO, Any, Sequence
 
-from ..errors import InputError
+from ..options import check_choice
 from .stream import LazyRows, progress
 
 __all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "number_cell", "plural", "printable",
@@ -464,8 +464,7 @@ def write(sections: Sequence[Section], fmt: str, out: IO[str],
     Raises:
         InputError: an unknown format.
     """
-    if fmt not in ALL_FORMATS:
-        raise InputError(f"format must be one of {', '.join(ALL_FORMATS)} (got {fmt!r})")
+    check_choice(fmt, "format", ALL_FORMATS)
     extra = {"width": width} if fmt == "text" else {}
     _WRITERS[fmt](sections, out, meta=meta, wrap=wrap, **extra)
 

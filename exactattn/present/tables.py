@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from ..options import check_choice
 from ..call.policy import divisor_text
 from .cells import Scaler, divisor_words, exact_text, value_cell, vector, with_decimal
 from ..errors import InputError
@@ -400,8 +401,7 @@ def build(mode: str, example, trace: Trace, places: int = 4, *,
     ``"2"``; default the example's ``lse``) adds each row's log-sum-exp
     (:mod:`exactattn.present.modifier_tables`).
     """
-    if mode not in MODES:
-        raise InputError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    check_choice(mode, "mode", MODES)
     if mode == "scores":
         sections = scores(example, trace, places, closed_forms, view)
         lse = lse if lse is not None else getattr(example, "lse", None)

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..options import check_choice
 from ..call.policy import Policy
-from ..errors import InputError
 
 __all__ = ["MODIFIERS", "OPT_IN", "PROPERTIES", "Rule", "active", "holds"]
 
@@ -101,8 +101,7 @@ def holds(name: str, modifiers) -> bool:
     Raises:
         InputError: an unknown property name.
     """
-    if name not in PROPERTIES:
-        raise InputError(f"property must be one of {', '.join(PROPERTIES)} (got {name!r})")
+    check_choice(name, "property", tuple(PROPERTIES))
     rule = PROPERTIES[name]
     modifiers = frozenset(modifiers)
     return rule.requires <= modifiers and not (rule.breaks & modifiers)

@@ -32,9 +32,9 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
+from ..options import check_choice
 from ..call.modifiers import row_offsets
 from ..call.policy import Policy
-from ..errors import InputError
 from ..numbers.exact import rational_sqrt
 from ..numbers.reals import Surd, power_form, softcap, trig
 from ..numbers.softmax import SoftmaxRow
@@ -93,8 +93,7 @@ def logit_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy, i
     >>> logit_row([Fraction(1), Fraction(0)], None, Policy(alibi=Alibi(8), query_offset=1), 0, 1, 2)
     [Fraction(1, 2), Fraction(0, 1)]
     """
-    if stage not in LOGIT_STAGES:
-        raise InputError(f"stage must be one of {', '.join(LOGIT_STAGES)} (got {stage!r})")
+    check_choice(stage, "stage", LOGIT_STAGES)
     added = row_offsets(policy, i, n_queries, n_keys, offsets) if stage == "logit" else None
     logits = []
     for j, r in enumerate(raw):

@@ -48,10 +48,9 @@ from ..errors import InputError
 from ..engines.head import attend
 from ..numbers.exact import common_denominator, to_matrix
 from ..engines.layer import LayerValue, out_project
-from ..verify.check import Entry
+from ..verify.check import Entry, tolerance
 from ..verify.compare import Comparison, judge
-from ..numbers.formats import (default_max_ulps, float_format, round_enclosed,
-                               round_to_format, ulps_between)
+from ..numbers.formats import float_format, round_enclosed, round_to_format, ulps_between
 from ..call.inputs import Call
 from ..call.policy import Policy
 from ..reference.reference import Reference
@@ -367,8 +366,7 @@ def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> Laye
     chain = _exact_heads(layer, traces)
     dv = model.Ev
     with working_precision(PREC):
-        budget = default_max_ulps(DTYPE, model.S, model.E, model.max_abs_exponent())
-        chain_budget = default_max_ulps(DTYPE, chain.S, chain.E, chain.max_abs_exponent())
+        budget, chain_budget = tolerance(model, DTYPE), tolerance(chain, DTYPE)
     m_rounded, m_balls, m_mags = model.rounded_outputs(DTYPE, prec=PREC)
     rounded, balls, mags = chain.rounded_outputs(DTYPE, prec=PREC)
     heads = []

@@ -515,7 +515,7 @@ def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol:
     entry_ref = ref if column == 0 else _Columns(ref, column)
     if got is not None:       # the entries clearly within the tolerance, judged at once
         part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
-        allowed = tol if extra is None else tol + np.asarray(extra[part], dtype=np.int64)
+        allowed = tol if extra is None else np.asarray(extra[part], dtype=object) + tol
         clear, c_ulps, c_rel, c_terms = clearly_ok(got, rounded[part], balls[part], mags[part],
                                                    fmt, allowed, at_terms=at_terms)
     for idx in np.ndindex(*shape):

@@ -38,7 +38,8 @@ from fractions import Fraction
 
 from ..errors import InputError
 
-__all__ = ["MAX_INPUTS", "MAX_MEMORY", "MAX_SEARCH_SIZE", "MAX_SECONDS", "SHRINK_TRIES",
+__all__ = ["MAX_INPUTS", "MAX_MEMORY", "MAX_SEARCH_SIZE", "MAX_SECONDS", "PASSING_SHRINK_TRIES",
+           "SHRINK_TRIES",
            "check_inputs", "check_search", "check_work", "duration", "estimate", "search_seconds"]
 
 #: the longest one verify run (a check, or a whole search) may take, estimated up front
@@ -51,6 +52,8 @@ MAX_INPUTS = 2 ** 20
 MAX_SEARCH_SIZE = 32
 #: the most inputs a search tries while shrinking its worst case (then it keeps the smallest yet)
 SHRINK_TRIES = 1000
+#: the same when no drawn input failed: a passing worst case is only shrunk to show its error
+PASSING_SHRINK_TRIES = 100
 
 # costs in nanoseconds (integers, so that astronomically large sizes stay exact)
 _PER_INPUT = 8_000           # an input read as an exact rational and rounded to the dtype

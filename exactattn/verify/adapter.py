@@ -92,7 +92,8 @@ class FloatCall:
     :class:`~exactattn.call.modifiers.Alibi`) with ``head`` (the model head of
     query head 0), ``rope`` (:class:`~exactattn.call.modifiers.Rope`),
     ``dropout_p`` with ``dropout_mask`` (booleans, True = kept, the caller's
-    rank) and ``lse`` (``"e"`` or ``"2"``: return ``(output, lse)``).
+    rank), ``lse`` (``"e"`` or ``"2"``: return ``(output, lse)``) and ``empty_row``
+    (what a query that sees no key gives: ``zero``, ``uniform`` or ``nan``).
     """
 
     query: np.ndarray
@@ -114,6 +115,7 @@ class FloatCall:
     dropout_p: float | None = None
     dropout_mask: np.ndarray | None = None
     lse: str | None = None
+    empty_row: str = "zero"
 
     @property
     def enable_gqa(self) -> bool:
@@ -352,7 +354,7 @@ def policy_call(query, key, value, policy: Policy, dtype: str, *, attn_mask=None
     return FloatCall(query, key, value, dtype, call_scale(policy), policy.causal, policy.alignment,
                 attn_mask, policy.gqa, policy.window, policy.query_offset,
                 floated(policy.softcap), floated(policy.sink), policy.alibi, policy.head,
-                policy.rope, floated(policy.dropout), dropout_mask, lse)
+                policy.rope, floated(policy.dropout), dropout_mask, lse, policy.empty_row)
 
 
 @dataclass(frozen=True)

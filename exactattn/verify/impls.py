@@ -115,7 +115,9 @@ class ArrayImpl(Impl):
         bias, + an additive mask's offsets, hidden keys to ``-inf``; keys no
         query sees are zeroed in k and v (so an ``inf`` there is never
         multiplied by 0); the sink as one more column; ``p`` the softmax (the
-        row maximum subtracted unless ``naive``), the sink's column dropped;
+        row maximum subtracted unless ``naive``), the sink's column dropped, a
+        query that sees no key given the call's empty row (shares 0 under
+        ``zero``, 1/S under ``uniform``, NaN under ``nan``; ``naive``: 0/0, NaN);
         ``w = p * factors`` under dropout; ``out = w v``; ``lse`` (``max +
         log(sum)``, over ``log 2`` in base 2) when the call asks for it.
         """
@@ -141,10 +143,17 @@ class ArrayImpl(Impl):
         offsets, seen = call.visibility()
         if offsets is not None:
             s = s + self.array(offsets, dt)
+        # queries that see no key (and no sink) answer as the policy's empty row says; the
+        # naive kernel keeps the textbook 0/0 = NaN (the masked-rows bug of public reports)
+        empty = None if seen is None or call.sink is not None or self.naive else \
+            ~np.any(seen, axis=-1, keepdims=True)
+        if empty is not None and not empty.any():
+            empty = None
         if seen is not None:
             s = xp.where(self.array(seen, dt), s, c(-np.inf))
-            read = self.array(np.any(seen, axis=-2)[..., :, None], dt)    # keys some query sees
-            k, v = xp.where(read, k, c(0)), xp.where(read, v, c(0))
+            if empty is None or call.empty_row != "uniform":    # a uniform row reads every key
+                read = self.array(np.any(seen, axis=-2)[..., :, None], dt)   # keys seen
+                k, v = xp.where(read, k, c(0)), xp.where(read, v, c(0))
         if call.sink is not None:
             s = xp.concatenate([s, self.full(s.shape[:-1] + (1,), call.sink, dt)], -1)
         top = c(0) if self.naive else xp.amax(s, axis=-1, keepdims=True)
@@ -153,6 +162,10 @@ class ArrayImpl(Impl):
         p = e / den
         if call.sink is not None:
             p = p[..., :-1]
+        if empty is not None:
+            hit = self.array(empty, dt)
+            fill = {"zero": c(0), "uniform": c(1) / c(p.shape[-1])}.get(call.empty_row, c(np.nan))
+            p = xp.where(hit, fill, p)
         factors = None
         if call.dropout_p is not None:
             pd = call.dropout_p
@@ -161,7 +174,11 @@ class ArrayImpl(Impl):
         w = p if factors is None else p * factors
         out, lse = w @ v, None
         if call.lse is not None:
-            lse = (top + xp.log(den))[..., 0]
+            lse = top + xp.log(den)
+            if empty is not None:     # a row that sees no key: -inf (uniform rows too), or NaN
+                lse = xp.where(self.array(empty, dt),
+                               c(np.nan) if call.empty_row == "nan" else c(-np.inf), lse)
+            lse = lse[..., 0]
             lse = lse / xp.log(c(2)) if call.lse == "2" else lse
         return SimpleNamespace(out=out, lse=lse, p=p, w=w, factors=factors, k=k, v=v,
                                scale=scale)

@@ -50,7 +50,7 @@ from .check import Report, check_scale, check_sink, verify
 from ..numbers.formats import float_format
 from .impls import load_impl
 from .probes import PROBES, check_probes
-from ..call.limits import SHRINK_TRIES, check_search
+from ..call.limits import PASSING_SHRINK_TRIES, SHRINK_TRIES, check_search
 from ..call.inputs import Call, object_array
 from ..errors import InputError
 
@@ -161,7 +161,8 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     :data:`MASK_FORMS` when ``masks`` (default: when ``impl.takes_mask``).
 
     Shrinking stops after :data:`~exactattn.call.limits.SHRINK_TRIES`
-    tries (``result.stopped``); nothing is written to disk.
+    tries (:data:`~exactattn.call.limits.PASSING_SHRINK_TRIES` when no drawn input failed;
+    ``result.stopped``); nothing is written to disk.
 
     ``check`` (optional) scores a drawn problem instead of :func:`verify`: a
     function ``problem -> Report`` (the backward search,
@@ -273,6 +274,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
 
     last: dict = {}
     tries = {"n": 0, "shrinking": False}
+    limit = {"n": SHRINK_TRIES}
     goal = {"g": "worst"}
 
     def as_bad(s: float, r) -> bool:
@@ -288,7 +290,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     def shrink(p):
         if tries["shrinking"]:
             tries["n"] += 1
-            if tries["n"] > SHRINK_TRIES:
+            if tries["n"] > limit["n"]:
                 raise _Enough()
         s, r = score(p)
         target(s, label=measure)
@@ -301,6 +303,8 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
         explore()
         goal["g"] = "hard" if best["score"] >= HARD_SCORE else \
             "fail" if best["failed"] else "worst"
+        if goal["g"] == "worst":
+            limit["n"] = PASSING_SHRINK_TRIES
         try:
             shrink()
         except (_Found, _Enough):
@@ -311,6 +315,6 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
                 raise
     final = last.get("problem") or best["problem"]
     s, report = score(final)
-    stopped = tries["n"] > SHRINK_TRIES
+    stopped = tries["n"] > limit["n"]
     return SearchResult(final, report, s, measure, examples, best["score"], stopped,
-                        min(tries["n"], SHRINK_TRIES), goal["g"])
+                        min(tries["n"], limit["n"]), goal["g"])

@@ -275,13 +275,18 @@ def test_masked_rows_torch_gives_zero():
 
 
 def test_masked_rows_numpy_nan_is_a_hard_failure_under_zero():
+    """The textbook kernel (numpy-naive: 0/0 on a row that sees no key) fails hard under
+    empty_row=zero and passes under nan; numpy answers each policy's empty row."""
     case = load("masked-rows")
     first = case["cases"][0]
     p = Call.from_scores(case["input"]["scores"], case["input"]["V"], first["mask"]["rows"],
                             mask_kind=first["mask"]["kind"])
-    rep = verify("numpy", p.with_policy(UNSCALED), "float32")
+    rep = verify("numpy-naive", p.with_policy(UNSCALED), "float32")
     assert [e.status for e in rep.entries] == ["ok", "hard"]
-    assert verify("numpy", p.with_policy(UNSCALED.replace(empty_row="nan")), "float32").passed
+    assert verify("numpy-naive", p.with_policy(UNSCALED.replace(empty_row="nan")),
+                  "float32").passed
+    for rule in ("zero", "nan", "uniform"):
+        assert verify("numpy", p.with_policy(UNSCALED.replace(empty_row=rule)), "float32").passed
 
 
 def test_masked_rows_additive_mask():

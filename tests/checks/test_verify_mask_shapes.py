@@ -105,3 +105,24 @@ def test_a_mask_broadcast_over_the_queries_folds_to_l_x_s():
                      is_causal=True, attn_mask=np.array([[False, True]]))   # 1 x S
     assert call.mask_in("bool_keep", fold=True).tolist() == [[False, False], [False, True]]
     assert call.mask_in().tolist() == [[False, True]]     # unfolded: as given
+
+
+@pytest.mark.parametrize("empty_row, want", [("zero", 0.0), ("uniform", 1.0), ("nan", None)])
+@pytest.mark.parametrize("impl", ["numpy"])
+def test_the_numpy_kernel_gives_a_query_that_sees_no_key_the_policy_s_empty_row(
+        impl, empty_row, want):
+    import math
+
+    import numpy as np
+
+    from exactattn.call import Call
+    from exactattn.verify.check import verify
+    q = np.array([[[[0.5], [1.0]]]])
+    k = np.array([[[[1.0], [3.0]]]])
+    v = np.array([[[[2.0], [0.0]]]])
+    call = Call.from_sdpa(q, k, v, attn_mask=np.array([[True, True], [False, False]]))
+    call = call.with_policy(call.policy.replace(empty_row=empty_row))
+    report = verify(impl, call, "float32", probes="none", lse="e")
+    got = {e.index: e.got for e in report.found.kept}[(0, 0, 1, 0)]
+    assert report.passed, report.summary()
+    assert math.isnan(got) if want is None else got == want

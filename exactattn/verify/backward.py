@@ -32,7 +32,6 @@ float32 the exact entries are rounded from the certified float64 enclosures
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -41,8 +40,8 @@ from ..call.policy import Policy
 from ..options import check_whole
 from .adapter import check_dtype, make_call
 from .backward_impls import load_backward
-from .check import Entry, Report, check_request, logit_bound
-from .compare import Comparison, clearly_ok, failures_first, judge
+from .check import Entry, Report, _judged, check_request, logit_bound
+from .compare import Comparison, failures_first
 from ..numbers.formats import default_max_ulps, float_format
 from ..call.inputs import Call, reshaped, rounded_entries
 from ..reference.reference import Reference
@@ -206,7 +205,7 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     arrays_got = {}
     for k, grad in enumerate(GRADS):
         if raised is not None:
-            arrays_got[grad] = np.full(shapes[grad], math.nan)
+            arrays_got[grad] = None       # every entry a hard failure
             continue
         arrays_got[grad] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[grad],
                                     problem.rank, f"{name}'s {grad}")
@@ -218,23 +217,11 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     t2 = time.perf_counter()
     found = Comparison(None, failures_first)
     for grad in GRADS:
-        rounded, balls, mags = exact_rounded[grad]
-        clear, c_ulps, c_rel, c_terms = clearly_ok(arrays_got[grad], rounded, balls, mags,
-                                                   fmt, tol, at_terms=True)
-        for idx in np.ndindex(*shapes[grad]):
-            g, r = float(arrays_got[grad][idx]), float(rounded[idx])
-            index = (grad, *idx)
-            if raised is not None:
-                found.add(BackwardEntry(index, r, g, None, None, "hard", exact))
-                continue
-            if clear[idx]:      # clearly within the tolerance: judged at once
-                found.add(BackwardEntry(index, r, g, int(c_ulps[idx]), float(c_rel[idx]), "ok",
-                                        exact, float(c_terms[idx])))
-                continue
-            j = judge(g, r, balls[idx], float(mags[idx]), fmt,
-                      lambda idx=idx, grad=grad: exact.value(grad, *idx), tol)
-            found.add(BackwardEntry(index, r, g, j.ulps, j.rel, j.status, exact, j.terms_ulps),
-                      j)
+        def entry(idx, r, g, ulps, rel, status, terms=None, grad=grad):
+            return BackwardEntry((grad, *idx), r, g, ulps, rel, status, exact, terms)
+        _judged(arrays_got[grad], shapes[grad],
+                exact_rounded[grad], lambda *idx, grad=grad: exact.value(grad, *idx), exact,
+                fmt, tol, found=found, entry=entry)
     notes = [note] if note else []
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every gradient counts as "

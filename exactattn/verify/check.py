@@ -504,15 +504,23 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
 
 
 def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
-            at_terms: bool = True, column: int = 0, known=None, extra=None) -> Comparison:
+            at_terms: bool = True, column: int = 0, known=None, extra=None,
+            found: Comparison | None = None, entry=None) -> Comparison:
     """Every output of ``got`` (``shape``; None: the implementation raised) judged against
     the correctly rounded exact values ``exact = (rounded, balls, magnitudes)``; ``output(b,
     h, i, c)`` gives an exact value, ``column`` is where this output's columns start in them;
     ``known(rounded)``, when given, is the exact value when it is known without ``output``;
-    ``extra``, when given, ULPs added to ``tol`` per entry (indexed like ``exact``)."""
+    ``extra``, when given, ULPs added to ``tol`` per entry (indexed like ``exact``).
+
+    The entries are added to ``found`` (default: a new ``Comparison(None)``), each made by
+    ``entry(idx, rounded, got, ulps, rel, status, terms_ulps)`` (default: an :class:`Entry`
+    on ``ref``); the one judging loop of the forward, its probes and the backward."""
     rounded, balls, mags = exact
-    found = Comparison(None)
+    found = Comparison(None) if found is None else found
     entry_ref = ref if column == 0 else _Columns(ref, column)
+    if entry is None:
+        def entry(idx, r, g, ulps, rel, status, terms=None):
+            return Entry(idx, r, g, ulps, rel, status, entry_ref, terms)
     if got is not None:       # the entries clearly within the tolerance, judged at once
         part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
         allowed = tol if extra is None else np.asarray(extra[part], dtype=object) + tol
@@ -522,18 +530,18 @@ def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol:
         at = idx[:3] + (idx[3] + column,)
         r = float(rounded[at])
         if got is None:
-            found.add(Entry(idx, r, math.nan, None, None, "hard", entry_ref))
+            found.add(entry(idx, r, math.nan, None, None, "hard"))
             continue
         g = float(got[idx])
         if clear[idx]:
-            found.add(Entry(idx, r, g, int(c_ulps[idx]), float(c_rel[idx]), "ok", entry_ref,
+            found.add(entry(idx, r, g, int(c_ulps[idx]), float(c_rel[idx]), "ok",
                             float(c_terms[idx])))
             continue
         k = None if known is None else known(r)
         t = tol if extra is None else tol + int(extra[at])
         j = judge(g, r, balls[at], float(mags[at]), fmt,
                   (lambda: output(*at)) if k is None else (lambda: k), t, at_terms=at_terms)
-        found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, entry_ref, j.terms_ulps), j)
+        found.add(entry(idx, r, g, j.ulps, j.rel, j.status, j.terms_ulps), j)
     return found
 
 

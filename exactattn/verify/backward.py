@@ -40,7 +40,7 @@ from ..call.policy import Policy
 from ..options import check_whole
 from .adapter import check_dtype, make_call
 from .backward_impls import load_backward
-from .check import Entry, Report, _judged, check_request, logit_bound
+from .check import Entry, Report, check_request, judge_entries, logit_bound
 from .compare import Comparison, failures_first
 from ..numbers.formats import default_max_ulps, float_format
 from ..call.inputs import Call, reshaped, rounded_entries
@@ -219,9 +219,9 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     for grad in GRADS:
         def entry(idx, r, g, ulps, rel, status, terms=None, grad=grad):
             return BackwardEntry((grad, *idx), r, g, ulps, rel, status, exact, terms)
-        _judged(arrays_got[grad], shapes[grad],
-                exact_rounded[grad], lambda *idx, grad=grad: exact.value(grad, *idx), exact,
-                fmt, tol, found=found, entry=entry)
+        judge_entries(arrays_got[grad], shapes[grad],
+                      exact_rounded[grad], lambda *idx, grad=grad: exact.value(grad, *idx),
+                      exact, fmt, tol, found=found, entry=entry)
     notes = [note] if note else []
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every gradient counts as "

@@ -36,8 +36,8 @@ from ..call.limits import check_work
 from ..call.inputs import Call, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "logit_bound", "tolerance",
-           "verify", "verify_outputs"]
+__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "judge_entries",
+           "logit_bound", "tolerance", "verify", "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
 #: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))
@@ -470,7 +470,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     """The report of outputs ``got`` (B x H_q x L x E_v float64; None when the
     implementation raised: every output a hard failure) against ``ref``, the exact answer
     of ``call``, of :func:`verify` and :func:`verify_outputs`: the outputs judged by
-    :func:`_judged`, the notes, the log-sum-exp (``lse``, ``got_lse``) and the probes
+    :func:`judge_entries`, the notes, the log-sum-exp (``lse``, ``got_lse``) and the probes
     (``run_probes(fmt, tol)`` gives the probe runs and their seconds; None: no probes)."""
     fmt = float_format(dtype)
     sh = call.shape
@@ -479,7 +479,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     tol = tolerance(ref, dtype, max_ulps)
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
-    found = _judged(got, want, (rounded, balls, mags), ref.output, ref, fmt, tol)
+    found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt, tol)
     probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
         run_probes(fmt, tol)
     notes = []
@@ -503,9 +503,9 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                   raised=raised, lse=lse, lse_found=lse_found, probes=probed)
 
 
-def _judged(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
-            at_terms: bool = True, column: int = 0, known=None, extra=None,
-            found: Comparison | None = None, entry=None) -> Comparison:
+def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
+                  at_terms: bool = True, column: int = 0, known=None, extra=None,
+                  found: Comparison | None = None, entry=None) -> Comparison:
     """Every output of ``got`` (``shape``; None: the implementation raised) judged against
     the correctly rounded exact values ``exact = (rounded, balls, magnitudes)``; ``output(b,
     h, i, c)`` gives an exact value, ``column`` is where this output's columns start in them;
@@ -603,9 +603,10 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
                      f"{p.label} probe")
         known = None if p.known(call.policy, 1.0) is None else \
             (lambda r, p=p: p.known(call.policy, r))
-        runs.append(ProbeRun(p, _judged(got, shape, exact, joint.output, joint, fmt, tol,
-                                        at_terms=False, column=column, known=known,
-                                        extra=allowance if p.name == "identity" else None),
+        runs.append(ProbeRun(p, judge_entries(got, shape, exact, joint.output, joint, fmt, tol,
+                                              at_terms=False, column=column, known=known,
+                                              extra=allowance if p.name == "identity"
+                                              else None),
                              raised))
         column += p.value.shape[3]
     return runs, seconds

@@ -126,7 +126,7 @@ def test_the_backward_report_is_the_per_entry_judge_s(monkeypatch, dtype, causal
     from exactattn.call.policy import Policy
     call = Call.random(12, 4, seed=5).with_policy(Policy(causal=causal))
     fast = backward.verify_backward("numpy", call, dtype)
-    import exactattn.verify.check as check       # the backward judges with check._judged
+    import exactattn.verify.check as check       # the backward judges with check.judge_entries
     monkeypatch.setattr(check, "clearly_ok", _nothing)
     slow = backward.verify_backward("numpy", call, dtype)
     assert fast.passed == slow.passed

@@ -239,6 +239,7 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
                             'rational q or "none" '
                             '(got null); leave it out for sqrt(d_k)')
         kwargs["divisor"] = doc["divisor"]
+    _check_w_q(doc, xs, kwargs["layout"])
     head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)
     if "layout" not in doc and head.d_model == head.d_k == head.d_v > 1 and \
             any(m != [list(r) for r in zip(*m)] for m in (head.W_Q, head.W_K, head.W_V)):
@@ -252,7 +253,7 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
         r = to_row(xi, name=f"tokens[{i}].x")
         if len(r) != head.d_model:
             raise ShapeError(f"tokens[{i}].x (token {i + 1}) must have d_model = "
-                             f"{head.d_model} numbers (got {len(r)})")
+                             f"{head.d_model} numbers, the weights' d_model (got {len(r)})")
         x.append(r)
     name = str(doc.get("name", "spec"))
     typed = {"x": [_typed(r) for r in xs], **{w: [_typed(r) for r in doc[w]]
@@ -265,6 +266,27 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
     return Example(name=name, title="", head=head, tokens=labels, x=x,
                    focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
                    typed=typed)
+
+
+def _check_w_q(doc: dict, xs: list, layout: str) -> None:
+    """Refuse a W_Q whose d_model differs from the tokens' when W_K and W_V agree with the
+    tokens (the Head would blame W_K for not matching W_Q)."""
+    def d_model(m):
+        if not isinstance(m, list) or not m or not all(isinstance(r, list) for r in m):
+            return None
+        widths = {len(r) for r in m}
+        return None if len(widths) != 1 else (widths.pop() if layout == "slots" else len(m))
+    widths = {len(x) for x in xs if isinstance(x, list)}
+    if len(widths) != 1 or len(xs) == 0:
+        return
+    w = widths.pop()
+    q = d_model(doc["W_Q"])
+    if q is not None and q != w and d_model(doc["W_K"]) == d_model(doc["W_V"]) == w:
+        m = doc["W_Q"]
+        shape = f"{len(m)} x {len(m[0])}"
+        want = f"{len(m)} x {w}" if layout == "slots" else f"{w} x {len(m[0])}"
+        raise ShapeError(f"W_Q must be {want} in the {layout} layout, to match the tokens' "
+                         f"d_model = {w} (got {shape})")
 
 
 def _typed(row) -> list[str]:

@@ -235,3 +235,19 @@ def test_fast_engine_agrees_on_self_match():
     assert fast.raw_scores == pencil.raw_scores
     assert [fast.share(1, j).decimal(6) for j in range(4)] == \
         [pencil.share(1, j).decimal(6) for j in range(4)]
+
+
+@pytest.mark.parametrize("layout, W_Q, message", [
+    ("rows", [[1, 0, 1]], "W_Q must be 2 x 3 in the rows layout, to match the tokens' "
+                          "d_model = 2 (got 1 x 3)"),
+    ("slots", [[1, 0, 1], [0, 1, 0]], "W_Q must be 2 x 2 in the slots layout, to match the "
+                                      "tokens' d_model = 2 (got 2 x 3)"),
+])
+def test_a_w_q_that_does_not_fit_the_tokens_is_the_one_named(layout, W_Q, message):
+    from exactattn.call.spec import from_mapping
+    from exactattn.errors import ShapeError
+    doc = {"layout": layout, "tokens": [{"x": [1, 2]}, {"x": [0, 1]}], "W_Q": W_Q,
+           "W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]]}
+    with pytest.raises(ShapeError) as e:
+        from_mapping(doc)
+    assert str(e.value).endswith(message)

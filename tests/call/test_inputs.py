@@ -81,7 +81,7 @@ GOOD = {"tokens": [{"x": [1, 0]}], "W_Q": I2, "W_K": I2, "W_V": I2}
     ({**GOOD, "layout": "cols"}, InputError, "layout must be"),
     ({**GOOD, "divisor": 0}, InputError, "divisor must be"),
     ({**GOOD, "tokens": [{"x": [1, 0, 1]}]}, ShapeError,
-     r"tokens\[0\].x \(token 1\) must have d_model = 2 numbers \(got 3\)"),
+     r"tokens\[0\].x \(token 1\) must have d_model = 2 numbers, the weights' d_model \(got 3\)"),
     ({**GOOD, "tokens": [{"x": [1, "one"]}]}, InputError, r"tokens\[0\].x\[1\] must be a number"),
     ([1, 2], SpecError, "top level must be"),
 ])

@@ -45,15 +45,6 @@ from .trace import Trace
 __all__ = ["attend_fast"]
 
 
-def _to_fractions(m) -> list[list[Fraction]]:
-    """An ``fmpq_mat`` as lists of ``Fraction`` (the slow step this module defers)."""
-    num, den = m.numer_denom()
-    d = int(den)
-    cols = m.ncols()
-    flat = [Fraction(int(v), d) for v in num.entries()]
-    return [flat[r * cols:(r + 1) * cols] for r in range(m.nrows())]
-
-
 def _biased(m, b):
     """``m`` plus the bias b on every row (``m`` itself without a bias)."""
     return m if b is None else m + fmpq_mat_of([b] * m.nrows())
@@ -117,7 +108,11 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
         vnum, vden = ints("values")
         return num, den, vnum, vden
 
-    return Trace(head, "fast", xs, queries=lambda: _to_fractions(Q),
-                 keys=lambda: _to_fractions(K), values=lambda: _to_fractions(V),
+    def fractions(name: str) -> list[list[Fraction]]:    # the slow step this module defers
+        num, den = ints(name)
+        return [[Fraction(v, den) for v in r] for r in num.tolist()]
+
+    return Trace(head, "fast", xs, queries=lambda: fractions("queries"),
+                 keys=lambda: fractions("keys"), values=lambda: fractions("values"),
                  raw_scores=raw_scores, empty_row=empty_row, score_row=score_row,
                  score_ints=score_ints, integers=integers, part_ints=ints)

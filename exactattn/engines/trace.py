@@ -133,20 +133,25 @@ class Trace:
             raise InputError(f"name must be 'queries', 'keys' or 'values' (got "
                              f"{shorten(name, quote=True)})")
         self._check(i)
-        if self._part_ints is not None and callable(self._parts[name]):
-            num, den = self._part_ints(name)
-            return [Fraction(v, den) for v in num[i].tolist()]
-        return list(self._part(name)[i])
+        ints = self._unconverted(name)
+        if ints is None:
+            return list(self._part(name)[i])
+        num, den = ints
+        return [Fraction(v, den) for v in num[i].tolist()]
 
     def _value_column(self, c: int) -> list:
         """Column c of the values (kept: every output of that column reads it)."""
         if c not in self._columns:
-            if self._part_ints is not None and callable(self._parts["values"]):
-                num, den = self._part_ints("values")
-                self._columns[c] = [Fraction(v, den) for v in num[:, c].tolist()]
-            else:
-                self._columns[c] = [r[c] for r in self.values]
+            ints = self._unconverted("values")
+            self._columns[c] = [r[c] for r in self.values] if ints is None else \
+                [Fraction(v, ints[1]) for v in ints[0][:, c].tolist()]
         return self._columns[c]
+
+    def _unconverted(self, name: str):
+        """``(numerators, den)`` of a part the engine still keeps as integers, else None."""
+        if self._part_ints is None or not callable(self._parts[name]):
+            return None
+        return self._part_ints(name)
 
     @property
     def n(self) -> int:

@@ -155,8 +155,8 @@ class ExpTables:
 
         Built by doubling: entries m to 2m - 1 are entries 0 to m - 1 times the entry at
         m, which is enclosed by one arb exponential; each product is floored (lo) or
-        ceiled (hi), so every lo stays below and every hi above the true value, at most
-        one unit per doubling away from it.
+        ceiled (hi), so every lo stays below and every hi above the true value: entry a is
+        at most ``2 popcount(a) - 1`` units of 2^-F from it on each side.
 
         >>> t = ExpTables(1, None, 62)
         >>> lo, hi = t.digit_table(0)

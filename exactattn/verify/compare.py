@@ -298,8 +298,8 @@ def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps, *,
     cannot be an undecided tie, and its error ``|got - exact|`` is known from float64 to
     2^-10 of itself (as :func:`errors` knows it); there ``ulps`` is exact (the count
     :func:`judge` makes) and ``rel``, ``terms_ulps`` are :func:`errors`' measures to three
-    digits.  Every other
-    entry is left to :func:`judge` (``clear`` False, the arrays meaningless there).
+    digits.  Every other entry is left to :func:`judge` (``clear`` False, the arrays
+    meaningless there).
 
     Only formats of at most 24 bits are cleared (a float64 kernel's errors sit at float64's
     own resolution): for float64 ``clear`` is all False.

@@ -132,17 +132,22 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     """
     __tracebackhide__ = True      # pytest shows the message, not this frame
     from .call import Call
-    from .verify.check import verify_outputs
+    from .call.inputs import sdpa_floats
+    from .verify.check import verify_floats
     check_whole(worst, "worst", low=1)
-    call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
-                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
+    sdpa = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                enable_gqa=enable_gqa, **policy)
     if score_mod is not None or mask_mod is not None:
-        report = _flex_report(actual, call, query, score_mod, mask_mod, max_ulps)
+        report = _flex_report(actual, Call.from_sdpa(query, key, value, **sdpa), query,
+                              score_mod, mask_mod, max_ulps)
     elif actual is None:
+        Call.from_sdpa(query, key, value, **sdpa)      # bad inputs are named first
         raise InputError("actual must be the kernel's output (got None); pass the output, or "
                          "score_mod=/mask_mod= to run them in FlexAttention")
     else:
-        report = verify_outputs(call, actual, max_ulps=max_ulps, name="actual")
+        report = verify_floats(actual, sdpa_floats(query, key, value, **sdpa),
+                               lambda: Call.from_sdpa(query, key, value, **sdpa),
+                               max_ulps=max_ulps, name="actual")
     if not report.passed:
         raise AssertionError(_failure_text(report, "outputs", worst))
     return report

@@ -153,9 +153,21 @@ def _index_text(index) -> str:
     return "".join(f"[{k}]" for k in index)
 
 
+def _fractions(flat: np.ndarray) -> list:
+    """The exact values of finite float64 entries as ``Fraction``s, built from their integer
+    ratios (already in lowest terms: a power-of-two denominator over an odd numerator)."""
+    make = getattr(Fraction, "_from_coprime_ints", None)   # Python 3.12 on
+    if make is None:
+        return [Fraction(n, d, _normalize=False) for n, d in map(float.as_integer_ratio, flat.tolist())]
+    return [make(n, d) for n, d in map(float.as_integer_ratio, flat.tolist())]
+
+
 def _exact_array(data, name: str, floats: str | None, nonfinite: bool = False) -> np.ndarray:
     """Entries read exactly; with ``nonfinite`` inf and NaN are kept as Python floats."""
     arr = _as_array(data, name)
+    if arr.dtype.kind == "f" and floats == "exact" and np.isfinite(arr).all():
+        out = object_array(_fractions(arr.astype(np.float64).reshape(-1)), arr.shape)
+        return out.reshape((1,) * (4 - out.ndim) + out.shape)
     flat = []
     for v in arr.reshape(-1):
         v = v.item() if isinstance(v, np.generic) else v
@@ -198,6 +210,52 @@ def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> tuple[np.
             m = Mask(kind, raw[b, h].tolist(), floats=floats)
             out[b, h] = object_array([e for r in m.rows for e in r], (L, S))
     return out, tuple(np.shape(mask))
+
+
+#: the policy keywords the bulk judge takes (the others change the logits themselves)
+BULK_POLICY_KEYS = ("alignment", "empty_row", "gqa", "window", "query_offset", "sink", "head")
+
+
+def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                enable_gqa=False, **policy):
+    """SDPA's arguments as :func:`exactattn.reference.bound.enclose_outputs` takes them:
+    ``(query, key, value, policy, keep, offsets, rank)``, float64 arrays B x H x n x E (exact
+    copies) and the rank the caller used,
+    or None when only :meth:`Call.from_sdpa` reads them (entries that are not floats or not
+    finite, a mask of NaN or ``+inf``, a keyword past :data:`BULK_POLICY_KEYS`, shapes it
+    refuses): that reading is the one that names a bad input.
+    """
+    if any(k not in BULK_POLICY_KEYS for k in policy) or type(is_causal) is not bool or \
+            type(enable_gqa) is not bool or type(dropout_p) not in (int, float) or dropout_p != 0:
+        return None
+    arrays = []
+    for a in (query, key, value):
+        a = a.detach().cpu().double().numpy() if hasattr(a, "detach") else np.asarray(a)
+        if a.dtype.kind != "f" or a.dtype.itemsize > 8 or a.ndim not in (2, 3, 4) or \
+                a.ndim != np.ndim(query) or 0 in a.shape or not np.isfinite(a).all():
+            return None
+        arrays.append(a.astype(np.float64).reshape((1,) * (4 - a.ndim) + a.shape))
+    q, k, v = arrays
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3] or \
+            q.shape[1] % k.shape[1] or (not enable_gqa and q.shape[1] != k.shape[1]):
+        return None
+    keep = offsets = None
+    if attn_mask is not None:
+        m = attn_mask.detach().cpu().numpy() if hasattr(attn_mask, "detach") else np.asarray(attn_mask)
+        if m.dtype == bool:
+            keep = m
+        elif m.dtype.kind == "f" and not (np.isnan(m).any() or (m == np.inf).any()):
+            offsets = m.astype(np.float64)
+        else:
+            return None
+        try:
+            np.broadcast_to(m, q.shape[:3] + (k.shape[2],))
+        except ValueError:
+            return None
+    options = {} if scale is None else {"scale": _sdpa_scale(scale)}
+    pol = Policy(causal=is_causal, mask_kind="bool_keep" if offsets is None else "additive",
+                 **options, **policy)
+    return q, k, v, pol, keep, offsets, np.ndim(query)
 
 
 #: the keywords :meth:`Call.from_sdpa` takes besides SDPA's own: the :class:`Policy` fields

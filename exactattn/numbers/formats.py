@@ -31,7 +31,7 @@ from ..options import check_choice, check_whole
 
 __all__ = ["DTYPES", "FORMATS", "FloatFormat", "LOG10_2", "ball_scientific", "certified_scientific",
            "default_max_ulps", "exponent10", "float_format", "round_ball", "round_cells",
-           "round_enclosed", "round_to_format", "scientific_parts", "scientific_text",
+           "round_enclosed", "round_array", "round_to_format", "scientific_parts", "scientific_text",
            "shortest_repr", "ulp_index", "ulps_between"]
 
 
@@ -200,6 +200,31 @@ def ulp_indices(x, dtype: str | FloatFormat):
     idx = np.where(a == 0, 0, ((E - fmt.emin) << (p - 1)) + np.where(valid, k, 0).astype(np.int64))
     idx = np.where(valid, np.where(x < 0, -idx, idx), 0)
     return idx, valid
+
+
+def round_array(x, dtype: str | FloatFormat):
+    """Every entry of a float64 array rounded to the nearest float of ``dtype`` (ties to even,
+    subnormals, overflow to infinity), as float64: :func:`round_to_format` over an array.
+
+    >>> import numpy as np
+    >>> round_array(np.array([1 + 2.0**-8, 1 + 3 * 2.0**-9, 2.0**-134]), "bfloat16").tolist()
+    [1.0, 1.0078125, 0.0]
+    >>> round_array(np.array([65519.0, -65520.0]), "float16").tolist()
+    [65504.0, -inf]
+    """
+    import numpy as np
+    fmt = float_format(dtype)
+    p = fmt.precision
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    finite = np.isfinite(a)
+    _, e = np.frexp(np.where(finite, a, 0.0))
+    E = np.maximum(e.astype(np.int64) - 1, fmt.emin)
+    shift = (p - 1 - E).astype(np.int32)
+    y = np.ldexp(np.rint(np.ldexp(np.where(finite, a, 0.0), shift)), -shift)
+    largest = math.ldexp(2 - 2.0 ** (1 - p), fmt.emax)
+    y = np.where(finite, np.where(y > largest, np.inf, y), a)
+    return np.copysign(y, x)
 
 
 def ulps_between(a: float, b: float, dtype: str | FloatFormat) -> int:

@@ -36,8 +36,8 @@ from ..call.limits import check_work
 from ..call.inputs import Call, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["MAX_SINK", "Entry", "Report", "check_scale", "check_sink", "judge_entries",
-           "logit_bound", "tolerance", "verify", "verify_outputs"]
+__all__ = ["MAX_SINK", "Deferred", "Entry", "Report", "bulk_report", "check_scale", "check_sink", "judge_entries",
+           "logit_bound", "tolerance", "verify", "verify_floats", "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
 #: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))
@@ -281,11 +281,15 @@ def logit_bound(ref: Reference) -> float:
     >>> [logit_bound(Reference(c.with_policy(c.policy.replace(sink=s)))) for s in ("40", "-200")]
     [40.0, 1.0]
     """
-    top, sink = ref.max_abs_exponent(), ref.policy.sink
-    if ref.policy.softcap is not None:  # s / cap, tanh and cap * t: three more roundings
+    return _logit_bound(ref.max_abs_exponent(), ref.policy)
+
+
+def _logit_bound(top: float, policy: Policy) -> float:
+    """:func:`logit_bound` from the largest |logit| ``top`` of a call of ``policy``."""
+    if policy.softcap is not None:  # s / cap, tanh and cap * t: three more roundings
         top = 3 * top
-    if sink is not None and sink > 0:
-        top = max(top, float(sink))     # within MAX_SINK: a finite float
+    if policy.sink is not None and policy.sink > 0:
+        top = max(top, float(policy.sink))     # within MAX_SINK: a finite float
     return top
 
 
@@ -448,13 +452,7 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     >>> r.dtype, r.passed, r.summary()["max_ulps"]
     ('float32', True, 0)
     """
-    from .adapter import read_answer
-    answer = read_answer(got, name)
-    dtype = answer.dtype if dtype is None else dtype
-    if dtype not in FORMATS:
-        raise InputError(f"{name} must be an array of float64, float32, float16 or bfloat16 "
-                         f"(got dtype {shorten(str(dtype))}); compare the kernel's own output "
-                         "array, not a converted copy")
+    answer, dtype = _outputs(got, dtype, name)
     check_request(None, call, dtype, max_ulps)
     from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     sh = call.shape
@@ -462,6 +460,148 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     values = reshaped(answer.values, (sh["B"], sh["H_q"], sh["L"], sh["E_v"]), call.rank,
                       name)
     return _report(name, call, ref, values, dtype, max_ulps, prec)
+
+
+class Deferred:
+    """A :class:`Call` or :class:`Reference` built on first use: a report the bulk judge
+    decided reads neither unless an entry is left to the exact path or its exact value is asked."""
+
+    def __init__(self, make):
+        self._make, self._value = make, None
+
+    def built(self):
+        if self._value is None:
+            self._value = self._make()
+        return self._value
+
+    def __getattr__(self, name):
+        return getattr(self.built(), name)
+
+
+def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None, make_call,
+                prec: int = 96) -> Report | None:
+    """:func:`verify_outputs`' report decided from float64 enclosures of the exact outputs
+    (:func:`exactattn.reference.bound.enclose_outputs`, :func:`~exactattn.verify.compare.decide`),
+    or None where they do not apply (a format of more than 24 bits, a policy the bound does
+    not take, a row with no bound, a default tolerance the enclosure of ``max |logit|`` does
+    not decide).
+
+    ``got``: the outputs, float64 B x H_q x L x E_v; ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'
+    ``(query, key, value, policy, keep, offsets, rank)``; ``make_call()`` builds the exact
+    :class:`Call`, only when an entry is left to the exact path or the report's call is read.
+    Entries the enclosures decide get the status, ULP count and errors :func:`judge` would
+    give; the rest are judged by it on the exact values (``report.notes`` counts them)."""
+    from ..numbers.formats import round_ball
+    from ..reference.bound import RowBalls, enclose_outputs, supported
+    from .compare import decide
+    q, k, v, policy, keep, offsets, _ = floats
+    fmt = float_format(dtype)
+    if fmt.precision > 24 or supported(policy) is not None:
+        return None
+    t0 = time.perf_counter()
+    mid, rad, mag, top = enclose_outputs(q, k, v, policy, keep, offsets)
+    if top is None:
+        return None
+    if max_ulps is None:
+        tol = default_max_ulps(dtype, k.shape[2], q.shape[3], _logit_bound(top[1], policy))
+        if tol != default_max_ulps(dtype, k.shape[2], q.shape[3], _logit_bound(top[0], policy)):
+            return None
+    else:
+        check_whole(max_ulps, "max_ulps", low=0)
+        tol = max_ulps
+    check_scale(policy, fmt)
+    check_sink(policy)
+    status, rounded, ulps, rel, terms = (a.reshape(-1) for a in
+                                         decide(got, mid, rad, mag, fmt, tol))
+    t1 = time.perf_counter()
+    call = Deferred(make_call)
+    ref = Deferred(lambda: Reference(call.built()))
+    flat_got, shape = got.reshape(-1), got.shape
+    found = Comparison(None)
+    sharp = status == 0
+    if sharp.any():      # a rough entry that may hold a summary's maximum: judged exactly
+        top_rel, top_terms = rel[sharp].max(), terms[sharp].max()
+        status[(status == 4) & ((rel >= top_rel) | (terms >= top_terms))] = 3
+    else:
+        status[status == 4] = 3
+    ok = np.flatnonzero((status == 0) | (status == 4))
+
+    def make(i, p=ok):     # a rough entry's errors are below what float64 resolves: None
+        k, sharp_ = p[i], status[p[i]] == 0
+        return Entry(tuple(int(x) for x in np.unravel_index(k, shape)), float(rounded[k]),
+                     float(flat_got[k]), int(ulps[k]), float(rel[k]) if sharp_ else None, "ok",
+                     ref, float(terms[k]) if sharp_ else None)
+    found.add_many(ok, ulps[ok], rel[ok], terms[ok], make)
+    left, rows, row_cache = 0, RowBalls(q, k, v, policy, keep, offsets), {}
+    for p in np.flatnonzero((status != 0) & (status != 4)).tolist():
+        idx, g, r = tuple(int(i) for i in np.unravel_index(p, shape)), float(flat_got[p]), \
+            float(rounded[p])
+        j = None
+        if status[p] == 1:
+            e = Entry(idx, r, g, int(ulps[p]), float(rel[p]), "over", ref, float(terms[p]))
+        elif status[p] == 2:
+            e = Entry(idx, r, g, None, math.inf if math.isinf(g) else None, "hard", ref)
+        else:
+            left += 1
+            if idx[:3] not in row_cache:
+                row_cache[idx[:3]] = rows.outputs(*idx[:3])
+            ball, m = row_cache[idx[:3]][0][idx[3]], row_cache[idx[:3]][1][idx[3]]
+            r = round_ball(ball, fmt, rows.prec)
+            if r is None:       # a tie or an exact float: the exact value decides
+                r, ball = Reference.round_exact(ref.output(*idx), fmt, max(prec, 128))
+            j = judge(g, r, ball, m, fmt, lambda idx=idx: ref.output(*idx), tol)
+            e = Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps)
+        found.add(e, j, position=p)
+    notes = [f"outputs left to the exact path: {left} of {found.count} (the rest decided "
+             "from float64 enclosures with a proved error bound)"] if left else []
+    notes += _output_notes(found, dtype)
+    t2 = time.perf_counter()
+    return Report(name, dtype, policy, call, found, tol, 0, ref,
+                  {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes)
+
+
+def _output_notes(found: Comparison, dtype: str) -> list:
+    """The notes of outputs that were not floats of ``dtype``, or on an undecided midpoint."""
+    notes = []
+    if found.off_format:
+        notes.append(f"outputs that were not {dtype} values: {found.off_format} of "
+                     f"{found.count}; they were rounded to {dtype} before counting ULPs")
+    if found.undecided:
+        notes.append(f"outputs on an undecided {dtype} midpoint: {found.undecided} of "
+                     f"{found.count}; their enclosures still held the midpoint of two {dtype} "
+                     f"neighbours at {MAX_PREC} bits, so either neighbour counts as the exact "
+                     "rounding")
+    return notes
+
+
+def _outputs(got, dtype: str | None, name: str):
+    """A kernel's outputs read (:func:`~exactattn.verify.adapter.read_answer`) and the dtype
+    they are judged in (default their own), refused unless a float format."""
+    from .adapter import read_answer
+    answer = read_answer(got, name)
+    dtype = answer.dtype if dtype is None else dtype
+    if dtype not in FORMATS:
+        raise InputError(f"{name} must be an array of float64, float32, float16 or bfloat16 "
+                         f"(got dtype {shorten(str(dtype))}); compare the kernel's own output "
+                         "array, not a converted copy")
+    return answer, dtype
+
+
+def verify_floats(got, floats: tuple | None, make_call, *, max_ulps: int | None = None,
+                  name: str = "outputs") -> Report:
+    """:func:`verify_outputs` of the call ``make_call()`` builds, whose inputs ``floats``
+    (:func:`~exactattn.call.inputs.sdpa_floats`, or None) also are as float64 arrays: the
+    bulk judge (:func:`bulk_report`) where it applies, without building the call unless
+    needed; else :func:`verify_outputs` on the call."""
+    if floats is not None:
+        answer, dtype = _outputs(got, None, name)
+        q, k, v, rank = floats[0], floats[1], floats[2], floats[6]
+        want = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+        values = reshaped(answer.values, want, rank, name)
+        report = bulk_report(name, values, floats, dtype, max_ulps, make_call)
+        if report is not None:
+            return report
+    return verify_outputs(make_call(), got, max_ulps=max_ulps, name=name)
 
 
 def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,
@@ -485,14 +625,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every output counts as failed")
-    if found.off_format:
-        notes.append(f"outputs that were not {dtype} values: {found.off_format} of "
-                     f"{found.count}; they were rounded to {dtype} before counting ULPs")
-    if found.undecided:
-        notes.append(f"outputs on an undecided {dtype} midpoint: {found.undecided} of "
-                     f"{found.count}; their enclosures still held the midpoint of two {dtype} "
-                     f"neighbours at {MAX_PREC} bits, so either neighbour counts as the exact "
-                     "rounding")
+    notes += _output_notes(found, dtype)
     lse_found = Comparison(None) if lse is None else _lse_found(ref, got_lse, dtype, lse, tol,
                                                                 prec)
     t3 = time.perf_counter()

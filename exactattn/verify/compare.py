@@ -40,10 +40,10 @@ from typing import Callable
 from ..numbers.digits import MAX_PREC, tighten, working_precision
 from ..errors import InputError
 from ..numbers.exact import fmpq_of
-from ..numbers.formats import FloatFormat, round_to_format, ulp_indices, ulps_between
+from ..numbers.formats import FloatFormat, round_array, round_to_format, ulp_indices, ulps_between
 
 __all__ = ["Comparison", "Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",
-           "check_tolerance", "errors", "failures_first", "hard", "is_exact", "judge",
+           "check_tolerance", "decide", "errors", "failures_first", "hard", "is_exact", "judge",
            "tolerance_for", "within", "worst_first"]
 
 TOLERANCES = {  # dtype -> (rtol, atol)
@@ -367,6 +367,54 @@ def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps, *,
     return clear, ulps, rel, terms
 
 
+def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps: int):
+    """The verdicts :func:`judge` would give, decided from float64 enclosures ``[mid - rad,
+    mid + rad]`` of the exact values (:func:`exactattn.reference.bound.enclose_outputs`).
+
+    ``got``, ``mid``, ``rad``, ``magnitudes``: float64 arrays of one shape.  Returns
+    ``(status, rounded, ulps, rel, terms_ulps)``: ``status`` 0 (ok), 1 (over), 2 (hard),
+    3 (undecided: left to :func:`judge`) or 4 (ok on the ULP count, but the error is not known
+    to 2^-10 of itself: ``rel`` and ``terms_ulps`` are upper bounds), the rest as :func:`judge`
+    measures them where decided.  An entry is decided when both ends of its enclosure (rounded outwards) round to
+    one float of ``fmt`` (that float is then the exact value correctly rounded), ``got`` is a
+    float of ``fmt`` (or NaN/infinity: hard), its error is known to 2^-10 of itself (or the
+    ULP count alone passes it: status 4), its magnitude's binade is certain, and the count at the terms is not within 2^-9 of
+    ``max_ulps``.  With ``rad`` finite and these margins, :func:`judge` on the exact value
+    gives the same status and ULP count (the count is exact; ``rel`` and ``terms_ulps``
+    agree to three digits).
+    """
+    import numpy as np
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = np.nextafter(mid - rad, -np.inf)
+        hi = np.nextafter(mid + rad, np.inf)
+        rounded = round_array(lo, fmt)
+        same = (rounded == round_array(hi, fmt)) & np.isfinite(rounded) & np.isfinite(rad)
+        ig, g_ok = ulp_indices(got, fmt)
+        ir, _ = ulp_indices(np.where(same, rounded, 0.0), fmt)
+        ulps = np.abs(ig - ir)
+        dist = np.abs(got - mid)
+        sigma = rad + 2.0 ** -52 * dist + 2.0 ** -1074
+        known = (dist > sigma * 2.0 ** 10) & (np.abs(mid) > rad * 2.0 ** 10)
+        _, e_lo = np.frexp(magnitudes * (1 - 2.0 ** -30))
+        _, e_hi = np.frexp(magnitudes * (1 + 2.0 ** -30))
+        unit = np.ldexp(1.0, (np.maximum(e_hi.astype(np.int64) - 1, fmt.emin)
+                              - fmt.precision + 1).astype(np.int32))
+        positive = magnitudes > 0
+        terms = np.where(positive, dist / unit, np.inf)
+        rel = dist / np.where(known, np.abs(mid), 1.0)
+        ok = ulps <= max_ulps
+        near = np.abs(terms - max_ulps) <= terms * 2.0 ** -9
+        judged = same & g_ok & (e_lo == e_hi) & (ok | (known & ~near))
+        ok |= terms <= max_ulps
+        hard_ = same & ~np.isfinite(got)
+        rough = judged & ~known
+        # where the error is not known to 2^-10: its upper ends, for the summary's maxima
+        rel = np.where(rough, (dist + sigma) / np.maximum(np.abs(mid) - rad, 2.0 ** -1074), rel)
+        terms = np.where(rough & positive, (dist + sigma) / unit, terms)
+    status = np.where(hard_, 2, np.where(judged, np.where(ok, np.where(known, 0, 4), 1), 3))
+    return status, rounded, ulps, rel, terms
+
+
 # --------------------------------------------------------------------------- many entries
 def worst_first(entry) -> tuple:
     """The default order of :attr:`Comparison.worst`: hard failures, then the most ULPs."""
@@ -414,9 +462,12 @@ class Comparison:
     undecided: int = 0
     #: (rank, position, entry): in order added when keep is None, else worst first
     _kept: list = field(default_factory=list, repr=False)
+    #: (positions, make) of entries counted by add_many, not built yet (keep None)
+    _bulk: list = field(default_factory=list, repr=False)
 
-    def add(self, entry, judgement: Judgement | None = None) -> bool:
-        """Count one entry (and what its ``judgement`` found); True when it is kept."""
+    def add(self, entry, judgement: Judgement | None = None, position: int | None = None) -> bool:
+        """Count one entry (and what its ``judgement`` found); True when it is kept.
+        ``position`` orders it among the entries kept (default: the order added)."""
         self.count += 1
         self.over += entry.status == "over"
         self.hard += entry.status == "hard"
@@ -429,7 +480,38 @@ class Comparison:
         if judgement is not None:
             self.off_format += judgement.off_format
             self.undecided += judgement.undecided
-        return self._offer((self.rank(entry), self.count - 1, entry))
+        return self._offer((self.rank(entry), self.count - 1 if position is None else position,
+                            entry))
+
+    def add_many(self, positions, ulps, rel, terms, make) -> None:
+        """Count entries judged ``ok`` at once (:func:`decide`): ``positions``, ``ulps``,
+        ``rel``, ``terms`` arrays of one length; ``make(k)`` builds the k-th one's entry,
+        called only for the entries kept (every one when ``keep`` is None, on first use)."""
+        import numpy as np
+        n = len(positions)
+        if n == 0:
+            return
+        self.count += n
+        for u, c in zip(*np.unique(ulps, return_counts=True)):
+            self.histogram[int(u)] = self.histogram.get(int(u), 0) + int(c)
+        self.max_rel = _larger(self.max_rel, float(np.max(rel)))
+        self.max_terms = _larger(self.max_terms, float(np.max(terms)))
+        if self.keep is None:
+            self._bulk.append((positions, make))
+            return
+        for k in np.lexsort((positions, -ulps))[:self.keep].tolist():
+            e = make(k)
+            self._offer((self.rank(e), int(positions[k]), e))
+
+    def _settle(self) -> None:
+        """The entries :meth:`add_many` left to build, built and kept in position order."""
+        if self._bulk:
+            for positions, make in self._bulk:
+                for k, p in enumerate(positions.tolist()):
+                    e = make(k)
+                    self._kept.append((self.rank(e), p, e))
+            self._bulk.clear()
+            self._kept.sort(key=_position)
 
     def extend(self, entries) -> "Comparison":
         """Count every entry of ``entries``, in order; returns the comparison."""
@@ -440,6 +522,7 @@ class Comparison:
     def merge(self, other: "Comparison") -> "Comparison":
         """Fold ``other`` in, its entries counted after this one's; returns the comparison."""
         start = self.count
+        other._settle()
         for name in ("count", "over", "hard", "off_format", "undecided"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for u, n in other.histogram.items():
@@ -464,12 +547,14 @@ class Comparison:
     @property
     def worst(self) -> list:
         """The entries kept, worst first."""
+        self._settle()
         return [e for _, _, e in (sorted(self._kept, key=_order) if self.keep is None
                                   else self._kept)]
 
     @property
     def kept(self) -> list:
         """The entries kept, in the order they were added (all of them when ``keep`` is None)."""
+        self._settle()
         return [e for _, _, e in (self._kept if self.keep is None
                                   else sorted(self._kept, key=_position))]
 

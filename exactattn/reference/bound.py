@@ -1,0 +1,230 @@
+"""The outputs of one attention call enclosed at float64 speed, with a proved error bound.
+
+:func:`enclose_outputs` computes every output ``o = sum_j w_j v_j / sum_j w_j`` in float64
+over whole heads (numpy matrix products and ``exp``) and a radius per entry that bounds
+``|o_computed - o_exact|`` for the exact inputs (binary floats, read as their exact values).
+A check that only needs "is this output within k ULPs of the exact value" decides almost
+every entry from these enclosures (:func:`exactattn.verify.check.bulk_report`); the exact
+path computes only the entries whose enclosure straddles a rounding boundary of the dtype or
+the tolerance.
+
+The bound (``u = 2^-53``, ``gamma_n = n u / (1 - n u)``, Higham 2002, sec. 3.1, Theorem 3.1:
+it holds for any order of summation, blocked or fused, as BLAS uses):
+
+1. A logit ``x = scale * q.k`` (plus an additive mask offset) is computed with an error
+   ``delta <= scale (gamma_{E+8} sum_i |q_i||k_i| + 4 E 2^-1021)`` (the scale's own three
+   roundings and the product's, and an absolute term for underflow, flushed to zero
+   included); ``sum_i |q_i||k_i| <= |q|_2 |k|_2`` (Cauchy-Schwarz), taken from the rows'
+   norms.  An offset adds ``2u |x|``; a sink ``s`` rounded to float64 is off by ``2u |s|``.
+2. With ``m`` the row's largest computed logit, ``d_j = fl(x_j - m)`` is off from the exact
+   ``x_j - m`` by ``tau_j = delta_j + u |d_j|``, and ``fl(exp(d_j)) = w_j (1 + rho_j)`` where
+   ``w_j = exp(x_j - m)`` and ``|rho_j| <= r_j = expm1(tau_j) + epsilon`` (``epsilon``:
+   :data:`EXP_ERROR`, the platform's ``exp``, checked at first use by :func:`exp_checked`).
+   Keys with ``d_j < -708`` are counted as an absolute error instead (their weights are
+   below ``2^-1020``, while the row's largest weight is at least 1/2).
+3. The normaliser and the two sums ``sum_j w_j v_j`` and ``sum_j w_j |v_j|`` are matrix
+   products over S (+1 for a sink) terms: with ``R = max_j r_j`` and ``eta = R +
+   gamma_{S+1} (1 + R) + zeta``, ``zeta = (S + 1) 2^-1017``, the quotient obeys
+   ``|o_computed - o| <= 3 (eta + u) a + 2 zeta (max|v| + 1)`` where ``a`` is the computed
+   ``sum_j p_j |v_j|`` (the terms' magnitude).  Derivation: ``|N~ - N| <= eta A``,
+   ``|D~ - D| <= eta D``, so ``|N~/D~ - N/D| <= 2 eta a / (1 - eta)``, one more rounding for
+   the quotient, and ``a <= a~ (1 + 3 eta + 2u)``; valid while every ``tau_j`` and ``eta``
+   are at most 2^-10 (else the row's radius is infinite and the exact path decides it).
+
+Rows that see no key, non-finite inputs or logits, and policies with RoPE, soft-cap, ALiBi
+or dropout are not enclosed here (:func:`supported` says why); the caller takes the exact
+path for them.
+
+>>> import numpy as np
+>>> from exactattn.call.policy import Policy
+>>> q, k, v = np.zeros((1, 1, 2, 1)), np.zeros((1, 1, 2, 1)), np.array([[[[1.0], [3.0]]]])
+>>> mid, rad, mag, top = enclose_outputs(q, k, v, Policy(causal=True))
+>>> mid.ravel().tolist(), bool((rad < 1e-12).all()), mag.ravel().tolist()
+([1.0, 2.0], True, [1.0, 2.0])
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..call.policy import Policy
+
+__all__ = ["EXP_ERROR", "RowBalls", "enclose_outputs", "exp_checked", "supported"]
+
+U = 2.0 ** -53
+#: the relative error assumed of float64 ``numpy.exp`` (glibc and numpy's SIMD kernels are
+#: within 4 ULPs, 2^-50; this leaves a factor 64): checked on the running machine
+EXP_ERROR = 2.0 ** -44
+_VALID = 2.0 ** -10          # the bound's first-order terms are valid below this
+_EXP_OK: bool | None = None
+
+
+def gamma(n: int) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)``, rounded up."""
+    return n * U / (1 - n * U) * (1 + 2.0 ** -40)
+
+
+def exp_checked() -> bool:
+    """True when ``numpy.exp`` is within :data:`EXP_ERROR` / 16 of the exact exponential on
+    4,097 points of ``[-708, 0]`` (arb at 128 bits), checked once per process."""
+    global _EXP_OK
+    if _EXP_OK is None:
+        from flint import arb, ctx
+        xs = np.concatenate([-np.linspace(0.0, 708.0, 4096) * (1 + 2.0 ** -30), [-2.0 ** -30]])
+        got = np.exp(xs)
+        old, ctx.prec = ctx.prec, 128
+        try:
+            worst = max(abs(float(((arb(g) - arb(x).exp()) / arb(x).exp()).mid()))
+                        for x, g in zip(xs.tolist(), got.tolist()))
+        finally:
+            ctx.prec = old
+        _EXP_OK = worst <= EXP_ERROR / 16
+    return _EXP_OK
+
+
+def supported(policy: Policy) -> str | None:
+    """None when :func:`enclose_outputs` encloses calls of ``policy``, else what it does not take."""
+    for name in ("rope", "softcap", "alibi", "dropout"):
+        if getattr(policy, name) is not None:
+            return name
+    if policy.divisor_squared is not None and not isinstance(policy.divisor_squared, str):
+        d = float(policy.divisor_squared)
+        if not (0 < d < math.inf and 0 < 1 / math.sqrt(d) < math.inf):
+            return "a scale past float64"
+    return None if exp_checked() else "numpy.exp less accurate than assumed"
+
+
+def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None):
+    """Every output of a call enclosed: ``(mid, rad, mag, top)``.
+
+    Shapes: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value`` B x H_kv x S x
+    E_v, float64 (exact copies of the inputs); ``keep`` None or booleans broadcastable to
+    B x H_q x L x S (True = the query sees the key; the policy's positions are applied
+    too); ``offsets`` None or float64 offsets added to the scaled scores, broadcastable
+    like ``keep`` (``-inf`` hides).  ``mid``, ``rad`` and ``mag`` are B x H_q x L x E_v:
+    the exact output lies in ``[mid - rad, mid + rad]`` (``rad`` is ``inf`` where no bound
+    holds), ``mag`` is ``sum_j p_j |v_j|`` to about 2^-40 of itself.  ``top`` is
+    ``(lo, hi)``, bounds of the largest ``|logit|`` over visible pairs (sink aside), or
+    None when some row has no bound.  The policy must be :func:`supported`.
+    """
+    B, Hq, L, E = query.shape
+    Hkv, S, Ev = key.shape[1], key.shape[2], value.shape[3]
+    d2 = policy.divisor_squared_for(E)
+    scale = 1.0 if d2 is None else 1 / math.sqrt(float(d2))
+    base = policy.keep(L, S)
+    sink = None if policy.sink is None else float(policy.sink)
+    n = S + (sink is not None)
+    mid = np.empty((B, Hq, L, Ev))
+    rad, mag = np.empty_like(mid), np.empty_like(mid)
+    top = [0.0, 0.0]
+    q_norm = np.sqrt(np.einsum("bhle,bhle->bhl", query, query)) * (1 + 2.0 ** -30)
+    k_norm = np.sqrt(np.einsum("bhse,bhse->bhs", key, key)) * (1 + 2.0 ** -30)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        for b in range(B):
+            for h in range(Hq):
+                g = policy.kv_head(h, Hq, Hkv)
+                vis = base if keep is None else base & np.broadcast_to(keep, (B, Hq, L, S))[b, h]
+                x = (query[b, h] @ key[b, g].T) * scale
+                delta = scale * (1 + 2.0 ** -30) * (
+                    gamma(E + 8) * np.outer(q_norm[b, h], k_norm[b, g]) + 4 * E * 2.0 ** -1021)
+                if offsets is not None:
+                    off = np.broadcast_to(offsets, (B, Hq, L, S))[b, h]
+                    vis = vis & (off != -np.inf)
+                    x = x + np.where(vis, off, 0.0)
+                    delta = delta + 2 * U * np.abs(x)
+                out = _softmax_mix(np.where(vis, x, -np.inf), delta, vis, value[b, g], sink, n)
+                mid[b, h], rad[b, h], mag[b, h] = out
+                if vis.any():
+                    ax = np.abs(np.where(vis, x, 0.0))
+                    top = [max(top[0], float(np.max(ax - delta))), max(top[1], float(np.max(ax + delta)))]
+    bounded = bool(np.isfinite(rad).all()) and math.isfinite(top[1])
+    return mid, rad, mag, (tuple(top) if bounded else None)
+
+
+def _softmax_mix(x, delta, vis, V, sink, n):
+    """One head's outputs, radii and magnitudes (step 2 and 3 of the module's bound)."""
+    m = x.max(axis=1)
+    if sink is not None:
+        m = np.maximum(m, sink)
+    d = x - m[:, None]
+    tau = np.where(vis, delta + U * (1 + 2.0 ** -30) * np.abs(d), 0.0)
+    e = np.where(vis, np.exp(d), 0.0)
+    r = np.where(vis & (d >= -708), np.expm1(tau) * (1 + 2.0 ** -20) + EXP_ERROR, 0.0)
+    R, tau_max = r.max(axis=1), tau.max(axis=1)
+    D = e.sum(axis=1)
+    if sink is not None:
+        ds = sink - m
+        ts = 2 * U * abs(sink) + U * (1 + 2.0 ** -30) * np.abs(ds) + 2.0 ** -1074
+        D = D + np.exp(ds)
+        R = np.maximum(R, np.where(ds >= -708, np.expm1(ts) * (1 + 2.0 ** -20) + EXP_ERROR, 0.0))
+        tau_max = np.maximum(tau_max, ts)
+    zeta = (n + 1) * 2.0 ** -1017
+    eta = R + gamma(n + 1) * (1 + R) + zeta
+    out = (e @ V) / D[:, None]
+    mag = (e @ np.abs(V)) / D[:, None]
+    kappa = 2 * zeta * (float(np.max(np.abs(V), initial=0.0)) + 1)
+    rad = (3 * (eta + U))[:, None] * mag + kappa
+    ok = np.isfinite(m) & (tau_max <= _VALID) & (eta <= _VALID) & vis.any(axis=1)
+    rad = np.where(ok[:, None] & np.isfinite(out) & np.isfinite(mag), rad, np.inf)
+    return out, rad, mag
+
+
+class RowBalls:
+    """Single rows of the same call enclosed in ``arb`` balls at ``prec`` bits, from the exact
+    float inputs (``arb`` of a float is exact): what decides the entries whose float64
+    enclosure straddled a rounding boundary, without reading the whole call exactly.
+
+    ``outputs(b, h, i)`` gives row i's E_v balls (the same composition as the module's: the
+    scaled scores plus offsets, hidden keys left out, the sink in the normaliser) and the
+    terms' magnitudes; the key and value matrices are converted once per head.
+    """
+
+    def __init__(self, query, key, value, policy: Policy, keep=None, offsets=None, prec: int = 128):
+        self.q, self.k, self.v, self.policy, self.prec = query, key, value, policy, prec
+        B, Hq, L, _ = query.shape
+        S = key.shape[2]
+        self.vis = np.broadcast_to(policy.keep(L, S), (B, Hq, L, S))
+        if keep is not None:
+            self.vis = self.vis & np.broadcast_to(keep, (B, Hq, L, S))
+        self.offsets = None if offsets is None else np.broadcast_to(offsets, (B, Hq, L, S))
+        self._mats: dict = {}
+
+    def _head(self, b: int, g: int):
+        from flint import arb_mat
+        if (b, g) not in self._mats:
+            K, V = self.k[b, g], self.v[b, g]
+            self._mats[(b, g)] = tuple(arb_mat(*M.shape, M.reshape(-1).tolist())
+                                       for M in (K.T, V, np.abs(V)))
+        return self._mats[(b, g)]
+
+    def outputs(self, b: int, h: int, i: int):
+        from flint import arb, arb_mat
+        from ..numbers.digits import working_precision
+        from ..numbers.exact import fmpq_of
+        from ..numbers.exponents import inv_sqrt_ball
+        pol = self.policy
+        Hq, Hkv, E = self.q.shape[1], self.k.shape[1], self.q.shape[3]
+        KT, V, Va = self._head(b, pol.kv_head(h, Hq, Hkv))
+        vis = self.vis[b, h, i]
+        with working_precision(self.prec):
+            x = (arb_mat(1, E, self.q[b, h, i].tolist()) * KT).entries()
+            d2 = pol.divisor_squared_for(E)
+            if d2 is not None:
+                scale = inv_sqrt_ball(d2)
+                x = [t * scale for t in x]
+            if self.offsets is not None:
+                x = [t + arb(o) if seen else t for t, o, seen in
+                     zip(x, self.offsets[b, h, i].tolist(), vis.tolist())]
+            seen = np.flatnonzero(vis).tolist()
+            top = arb(max(float(x[j].mid()) for j in seen))
+            w = [arb(0)] * len(x)
+            for j in seen:
+                w[j] = (x[j] - top).exp()
+            D = sum((w[j] for j in seen), arb(0))
+            if pol.sink is not None:
+                D += (arb(fmpq_of(pol.sink)) - top).exp()
+            W = arb_mat(1, len(w), w)
+            N, A = (W * V).entries(), (W * Va).entries()
+            return [t / D for t in N], [float((a / D).mid()) for a in A]

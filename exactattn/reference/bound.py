@@ -14,8 +14,8 @@ it holds for any order of summation, blocked or fused, as BLAS uses):
 1. A logit ``x = scale * q.k`` (plus an additive mask offset) is computed with an error
    ``delta <= scale (gamma_{E+8} sum_i |q_i||k_i| + 4 E 2^-1021)`` (the scale's own three
    roundings and the product's, and an absolute term for underflow, flushed to zero
-   included); ``sum_i |q_i||k_i| <= |q|_2 |k|_2`` (Cauchy-Schwarz), taken from the rows'
-   norms.  An offset adds ``2u |x|``; a sink ``s`` rounded to float64 is off by ``2u |s|``.
+   included); ``sum_i |q_i||k_i| <= |q|_2 |k|_2`` (Cauchy-Schwarz), taken per row from the
+   query's norm and the head's largest key norm.  An offset adds ``2u |x|``; a sink ``s`` rounded to float64 is off by ``2u |s|``.
 2. With ``m`` the row's largest computed logit, ``d_j = fl(x_j - m)`` is off from the exact
    ``x_j - m`` by ``tau_j = delta_j + u |d_j|``, and ``fl(exp(d_j)) = w_j (1 + rho_j)`` where
    ``w_j = exp(x_j - m)`` and ``|rho_j| <= r_j = expm1(tau_j) + epsilon`` (``epsilon``:
@@ -120,39 +120,44 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None):
     rad, mag = np.empty_like(mid), np.empty_like(mid)
     top = [0.0, 0.0]
     q_norm = np.sqrt(np.einsum("bhle,bhle->bhl", query, query)) * (1 + 2.0 ** -30)
-    k_norm = np.sqrt(np.einsum("bhse,bhse->bhs", key, key)) * (1 + 2.0 ** -30)
+    k_top = np.sqrt(np.einsum("bhse,bhse->bhs", key, key)).max(axis=2, initial=0.0) * (1 + 2.0 ** -30)
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for b in range(B):
             for h in range(Hq):
                 g = policy.kv_head(h, Hq, Hkv)
                 vis = base if keep is None else base & np.broadcast_to(keep, (B, Hq, L, S))[b, h]
                 x = (query[b, h] @ key[b, g].T) * scale
-                delta = scale * (1 + 2.0 ** -30) * (
-                    gamma(E + 8) * np.outer(q_norm[b, h], k_norm[b, g]) + 4 * E * 2.0 ** -1021)
+                # step 1 per row: the largest delta_j of the row (|k_j| <= the head's largest)
+                delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8) * q_norm[b, h] * k_top[b, g]
+                                                    + 4 * E * 2.0 ** -1021)
                 if offsets is not None:
                     off = np.broadcast_to(offsets, (B, Hq, L, S))[b, h]
                     vis = vis & (off != -np.inf)
                     x = x + np.where(vis, off, 0.0)
-                    delta = delta + 2 * U * np.abs(x)
-                out = _softmax_mix(np.where(vis, x, -np.inf), delta, vis, value[b, g], sink, n)
+                x = np.where(vis, x, -np.inf)
+                x_top, x_low = x.max(axis=1), np.where(vis, x, np.inf).min(axis=1)
+                ax = np.maximum(np.abs(x_top), np.abs(x_low))       # max_j |x_j|, seen keys
+                if offsets is not None:
+                    delta = delta + 2 * U * (1 + 2.0 ** -30) * ax
+                out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n)
                 mid[b, h], rad[b, h], mag[b, h] = out
-                if vis.any():
-                    ax = np.abs(np.where(vis, x, 0.0))
-                    top = [max(top[0], float(np.max(ax - delta))), max(top[1], float(np.max(ax + delta)))]
+                seen = vis.any(axis=1)
+                if seen.any():
+                    top = [max(top[0], float(np.max((ax - delta)[seen]))),
+                           max(top[1], float(np.max((ax + delta)[seen])))]
     bounded = bool(np.isfinite(rad).all()) and math.isfinite(top[1])
     return mid, rad, mag, (tuple(top) if bounded else None)
 
 
-def _softmax_mix(x, delta, vis, V, sink, n):
-    """One head's outputs, radii and magnitudes (step 2 and 3 of the module's bound)."""
-    m = x.max(axis=1)
-    if sink is not None:
-        m = np.maximum(m, sink)
-    d = x - m[:, None]
-    tau = np.where(vis, delta + U * (1 + 2.0 ** -30) * np.abs(d), 0.0)
-    e = np.where(vis, np.exp(d), 0.0)
-    r = np.where(vis & (d >= -708), np.expm1(tau) * (1 + 2.0 ** -20) + EXP_ERROR, 0.0)
-    R, tau_max = r.max(axis=1), tau.max(axis=1)
+def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n):
+    """One head's outputs, radii and magnitudes (step 2 and 3 of the module's bound), the
+    bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)`` (rounding is
+    monotone, so ``|fl(x_j - m)| <= fl(m - min_j x_j)``) and ``r_j <= R = expm1(max tau) +
+    epsilon`` (``expm1`` is increasing)."""
+    m = x_top if sink is None else np.maximum(x_top, sink)
+    e = np.exp(x - m[:, None])                 # hidden keys: exp(-inf) = 0
+    tau_max = (delta + U * (m - x_low)) * (1 + 2.0 ** -30)
+    R = np.expm1(tau_max) * (1 + 2.0 ** -20) + EXP_ERROR
     D = e.sum(axis=1)
     if sink is not None:
         ds = sink - m
@@ -172,13 +177,13 @@ def _softmax_mix(x, delta, vis, V, sink, n):
 
 
 class RowBalls:
-    """Single rows of the same call enclosed in ``arb`` balls at ``prec`` bits, from the exact
-    float inputs (``arb`` of a float is exact): what decides the entries whose float64
+    """Single outputs of the same call enclosed in ``arb`` balls at ``prec`` bits, from the
+    exact float inputs (``arb`` of a float is exact): what decides the entries whose float64
     enclosure straddled a rounding boundary, without reading the whole call exactly.
 
-    ``outputs(b, h, i)`` gives row i's E_v balls (the same composition as the module's: the
-    scaled scores plus offsets, hidden keys left out, the sink in the normaliser) and the
-    terms' magnitudes; the key and value matrices are converted once per head.
+    ``balls(entries)`` gives ``{(b, h, i, c): ball}`` (the same composition as the module's:
+    the scaled scores plus offsets, hidden keys left out, the sink in the normaliser), the
+    rows of one head as one ``arb_mat`` product; a head's keys are converted once.
     """
 
     def __init__(self, query, key, value, policy: Policy, keep=None, offsets=None, prec: int = 128):
@@ -189,42 +194,45 @@ class RowBalls:
         if keep is not None:
             self.vis = self.vis & np.broadcast_to(keep, (B, Hq, L, S))
         self.offsets = None if offsets is None else np.broadcast_to(offsets, (B, Hq, L, S))
-        self._mats: dict = {}
+        self._keys: dict = {}
 
-    def _head(self, b: int, g: int):
-        from flint import arb_mat
-        if (b, g) not in self._mats:
-            K, V = self.k[b, g], self.v[b, g]
-            self._mats[(b, g)] = tuple(arb_mat(*M.shape, M.reshape(-1).tolist())
-                                       for M in (K.T, V, np.abs(V)))
-        return self._mats[(b, g)]
-
-    def outputs(self, b: int, h: int, i: int):
+    def balls(self, entries) -> dict:
         from flint import arb, arb_mat
         from ..numbers.digits import working_precision
         from ..numbers.exact import fmpq_of
         from ..numbers.exponents import inv_sqrt_ball
-        pol = self.policy
-        Hq, Hkv, E = self.q.shape[1], self.k.shape[1], self.q.shape[3]
-        KT, V, Va = self._head(b, pol.kv_head(h, Hq, Hkv))
-        vis = self.vis[b, h, i]
+        pol, (_, Hq, _, E), (_, Hkv, S, _) = self.policy, self.q.shape, self.k.shape
+        groups: dict = {}
+        for b, h, i, c in entries:
+            groups.setdefault((b, h), {}).setdefault(i, set()).add(c)
+        found = {}
         with working_precision(self.prec):
-            x = (arb_mat(1, E, self.q[b, h, i].tolist()) * KT).entries()
             d2 = pol.divisor_squared_for(E)
-            if d2 is not None:
-                scale = inv_sqrt_ball(d2)
-                x = [t * scale for t in x]
-            if self.offsets is not None:
-                x = [t + arb(o) if seen else t for t, o, seen in
-                     zip(x, self.offsets[b, h, i].tolist(), vis.tolist())]
-            seen = np.flatnonzero(vis).tolist()
-            top = arb(max(float(x[j].mid()) for j in seen))
-            w = [arb(0)] * len(x)
-            for j in seen:
-                w[j] = (x[j] - top).exp()
-            D = sum((w[j] for j in seen), arb(0))
-            if pol.sink is not None:
-                D += (arb(fmpq_of(pol.sink)) - top).exp()
-            W = arb_mat(1, len(w), w)
-            N, A = (W * V).entries(), (W * Va).entries()
-            return [t / D for t in N], [float((a / D).mid()) for a in A]
+            scale = arb(1) if d2 is None else inv_sqrt_ball(d2)
+            sink = None if pol.sink is None else arb(fmpq_of(pol.sink))
+            for (b, h), rows in groups.items():
+                g = pol.kv_head(h, Hq, Hkv)
+                if (b, g) not in self._keys:
+                    self._keys[(b, g)] = arb_mat(E, S, self.k[b, g].T.reshape(-1).tolist())
+                I, cols = sorted(rows), sorted(set().union(*rows.values()))
+                X = arb_mat(len(I), E, self.q[b, h, I].reshape(-1).tolist()) * self._keys[(b, g)]
+                near = (self.q[b, h, I] @ self.k[b, g].T) * float(scale.mid())
+                W, D = arb_mat(len(I), S), []
+                for r, i in enumerate(I):
+                    seen = np.flatnonzero(self.vis[b, h, i]).tolist()
+                    x = [X[r, j] * scale for j in seen]
+                    if self.offsets is not None:
+                        off = self.offsets[b, h, i]
+                        x = [t + arb(float(off[j])) for t, j in zip(x, seen)]
+                        near[r] += np.where(np.isfinite(off), off, 0.0)
+                    top = arb(float(np.max(near[r, seen])))
+                    total = arb(0) if sink is None else (sink - top).exp()
+                    for t, j in zip(x, seen):
+                        W[r, j] = w = (t - top).exp()
+                        total += w
+                    D.append(total)
+                N = W * arb_mat(S, len(cols), self.v[b, g][:, cols].reshape(-1).tolist())
+                for r, i in enumerate(I):
+                    for c in rows[i]:
+                        found[(b, h, i, c)] = N[r, cols.index(c)] / D[r]
+        return found

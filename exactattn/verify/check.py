@@ -532,7 +532,10 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
                      float(flat_got[k]), int(ulps[k]), float(rel[k]) if sharp_ else None, "ok",
                      ref, float(terms[k]) if sharp_ else None)
     found.add_many(ok, ulps[ok], rel[ok], terms[ok], make)
-    left, rows, row_cache = 0, RowBalls(q, k, v, policy, keep, offsets), {}
+    rows = RowBalls(q, k, v, policy, keep, offsets)
+    undecided = np.flatnonzero(status == 3)
+    balls = rows.balls([tuple(int(i) for i in np.unravel_index(p, shape)) for p in undecided])
+    flat_mag = mag.reshape(-1)
     for p in np.flatnonzero((status != 0) & (status != 4)).tolist():
         idx, g, r = tuple(int(i) for i in np.unravel_index(p, shape)), float(flat_got[p]), \
             float(rounded[p])
@@ -542,10 +545,7 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
         elif status[p] == 2:
             e = Entry(idx, r, g, None, math.inf if math.isinf(g) else None, "hard", ref)
         else:
-            left += 1
-            if idx[:3] not in row_cache:
-                row_cache[idx[:3]] = rows.outputs(*idx[:3])
-            ball, m = row_cache[idx[:3]][0][idx[3]], row_cache[idx[:3]][1][idx[3]]
+            ball, m = balls[idx], float(flat_mag[p])
             r = round_ball(ball, fmt, rows.prec)
             if r is None:       # a tie or an exact float: the exact value decides
                 r, ball = Reference.round_exact(ref.output(*idx), fmt, max(prec, 128))
@@ -553,8 +553,8 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
                       ref.output(*idx), tol)
             e = Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps)
         found.add(e, j, position=p)
-    notes = [f"outputs left to the exact path: {left} of {found.count} (the rest decided "
-             "from float64 enclosures with a proved error bound)"] if left else []
+    notes = [f"outputs left to the exact path: {len(undecided)} of {found.count} (the rest "
+             "decided from float64 enclosures with a proved error bound)"] if len(undecided) else []
     notes += _output_notes(found, dtype)
     t2 = time.perf_counter()
     return Report(name, dtype, policy, call, found, tol, 0, ref,

@@ -14,8 +14,8 @@ it holds for any order of summation, blocked or fused, as BLAS uses):
 1. A logit ``x = scale * q.k`` (plus an additive mask offset) is computed with an error
    ``delta <= scale (gamma_{E+8} sum_i |q_i||k_i| + 4 E 2^-1021)`` (the scale's own three
    roundings and the product's, and an absolute term for underflow, flushed to zero
-   included); ``sum_i |q_i||k_i| <= |q|_2 |k|_2`` (Cauchy-Schwarz), taken per row from the
-   query's norm and the head's largest key norm.  An offset adds ``2u |x|``; a sink ``s`` rounded to float64 is off by ``2u |s|``.
+   included); ``sum_i |q_i||k_i|`` is the product ``|Q| |K|^T`` computed in float64 (off by
+   at most ``gamma_E`` of itself), its row's largest entry taken for every key of the row.  An offset adds ``2u |x|``; a sink ``s`` rounded to float64 is off by ``2u |s|``.
 2. With ``m`` the row's largest computed logit, ``d_j = fl(x_j - m)`` is off from the exact
    ``x_j - m`` by ``tau_j = delta_j + u |d_j|``, and ``fl(exp(d_j)) = w_j (1 + rho_j)`` where
    ``w_j = exp(x_j - m)`` and ``|rho_j| <= r_j = expm1(tau_j) + epsilon`` (``epsilon``:
@@ -25,10 +25,13 @@ it holds for any order of summation, blocked or fused, as BLAS uses):
 3. The normaliser and the two sums ``sum_j w_j v_j`` and ``sum_j w_j |v_j|`` are matrix
    products over S (+1 for a sink) terms: with ``R = max_j r_j`` and ``eta = R +
    gamma_{S+1} (1 + R) + zeta``, ``zeta = (S + 1) 2^-1017``, the quotient obeys
-   ``|o_computed - o| <= 3 (eta + u) a + 2 zeta (max|v| + 1)`` where ``a`` is the computed
-   ``sum_j p_j |v_j|`` (the terms' magnitude).  Derivation: ``|N~ - N| <= eta A``,
-   ``|D~ - D| <= eta D``, so ``|N~/D~ - N/D| <= 2 eta a / (1 - eta)``, one more rounding for
-   the quotient, and ``a <= a~ (1 + 3 eta + 2u)``; valid while every ``tau_j`` and ``eta``
+   ``|o_computed - o| <= (2 eta + u)(1 + 2^-7) a + 2 zeta (max|v| + 1)`` where ``a`` is the
+   computed ``sum_j p_j |v_j|`` (the terms' magnitude).  Derivation: ``N~ = sum_j w_j v_j (1 +
+   alpha_j)`` and ``D~ = sum_j w_j (1 + beta_j)`` with ``|alpha_j|, |beta_j| <= eta``, so
+   ``N~/D~ - N/D = (sum_j p_j v_j alpha_j - o sum_j p_j beta_j) D / D~`` is at most ``2 eta a
+   / (1 - eta)`` (``|o| <= a``), one more rounding for the quotient, and ``a <= a~ (1 + 3 eta
+   + 2u)``; with ``eta <= 2^-10`` the factors ``1/(1 - eta)`` and ``1 + 3 eta + 2u`` together
+   are below ``1 + 2^-7``; valid while every ``tau_j`` and ``eta``
    are at most 2^-10 (else the row's radius is infinite and the exact path decides it).
 
 Rows that see no key, non-finite inputs or logits, and policies with RoPE, soft-cap, ALiBi
@@ -55,8 +58,9 @@ __all__ = ["EXP_ERROR", "RowBalls", "enclose_outputs", "exp_checked", "supported
 
 U = 2.0 ** -53
 #: the relative error assumed of float64 ``numpy.exp`` (glibc and numpy's SIMD kernels are
-#: within 4 ULPs, 2^-50; this leaves a factor 64): checked on the running machine
-EXP_ERROR = 2.0 ** -44
+#: within 4 ULPs, 2^-50; this leaves a factor 8): checked on the running machine, which must
+#: be within a sixteenth of it (2^-51; measured here: 2^-52.8)
+EXP_ERROR = 2.0 ** -47
 _VALID = 2.0 ** -10          # the bound's first-order terms are valid below this
 _EXP_OK: bool | None = None
 
@@ -119,16 +123,15 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None):
     mid = np.empty((B, Hq, L, Ev))
     rad, mag = np.empty_like(mid), np.empty_like(mid)
     top = [0.0, 0.0]
-    q_norm = np.sqrt(np.einsum("bhle,bhle->bhl", query, query)) * (1 + 2.0 ** -30)
-    k_top = np.sqrt(np.einsum("bhse,bhse->bhs", key, key)).max(axis=2, initial=0.0) * (1 + 2.0 ** -30)
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for b in range(B):
             for h in range(Hq):
                 g = policy.kv_head(h, Hq, Hkv)
                 vis = base if keep is None else base & np.broadcast_to(keep, (B, Hq, L, S))[b, h]
                 x = (query[b, h] @ key[b, g].T) * scale
-                # step 1 per row: the largest delta_j of the row (|k_j| <= the head's largest)
-                delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8) * q_norm[b, h] * k_top[b, g]
+                # step 1 per row: the largest delta_j of the row
+                sizes = (np.abs(query[b, h]) @ np.abs(key[b, g]).T).max(axis=1, initial=0.0)
+                delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8) * (1 + gamma(E)) * sizes
                                                     + 4 * E * 2.0 ** -1021)
                 if offsets is not None:
                     off = np.broadcast_to(offsets, (B, Hq, L, S))[b, h]
@@ -170,7 +173,7 @@ def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n):
     out = (e @ V) / D[:, None]
     mag = (e @ np.abs(V)) / D[:, None]
     kappa = 2 * zeta * (float(np.max(np.abs(V), initial=0.0)) + 1)
-    rad = (3 * (eta + U))[:, None] * mag + kappa
+    rad = ((2 * eta + U) * (1 + 2.0 ** -7))[:, None] * mag + kappa
     ok = np.isfinite(m) & (tau_max <= _VALID) & (eta <= _VALID) & vis.any(axis=1)
     rad = np.where(ok[:, None] & np.isfinite(out) & np.isfinite(mag), rad, np.inf)
     return out, rad, mag

@@ -101,3 +101,28 @@ def test_inputs_the_bulk_judge_leaves_to_the_exact_reading():
     assert sdpa_floats(q, q, np.array([[1.0], [np.inf]])) is None     # named by Call
     assert sdpa_floats([[0.0]], [[0.0]], [[1]]) is None
     assert sdpa_floats(q, q, q, softcap="30") is None
+
+
+@pytest.mark.parametrize("size, kw", [
+    (1.0, dict()), (4.0, dict(is_causal=True)), (3.0, dict(sink="5/2")),
+    (2.0, dict(scale=1.5, window=(2, 1))), (1.0, dict(attn_mask="offsets")),
+    (0.001, dict()),
+])
+def test_enclosures_hold_the_exact_outputs(size, kw):
+    """The proved radius holds every exact output (computed from its definition in arb),
+    on large logits (up to about 50), a sink, offsets, and values near zero."""
+    from flint import arb
+    from exactattn.reference.reference import Reference
+    rng = np.random.default_rng(11)
+    q, k, v = (size * rng.standard_normal((1, 2, 9, 6)) for _ in range(3))
+    if kw.get("attn_mask") == "offsets":
+        kw = dict(attn_mask=rng.standard_normal((9, 9)) * 3)
+    mid, rad, _, _ = enclose_outputs(*sdpa_floats(q, k, v, **kw)[:6])
+    ref = Reference(Call.from_sdpa(q, k, v, **kw))
+    worst = 0.0
+    for idx in np.ndindex(mid.shape):
+        _, ball = Reference.round_exact(ref.output(*idx), "float64", 160)
+        err = float(abs(ball - arb(float(mid[idx]))).upper())
+        assert err <= rad[idx], (idx, err, rad[idx])
+        worst = max(worst, err / rad[idx])
+    assert 0 < worst <= 1

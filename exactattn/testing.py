@@ -133,6 +133,7 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     __tracebackhide__ = True      # pytest shows the message, not this frame
     from .call import Call
     from .call.inputs import sdpa_floats
+    from .present.stream import progress
     from .verify.check import verify_floats
     check_whole(worst, "worst", low=1)
     sdpa = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
@@ -147,7 +148,8 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     else:
         report = verify_floats(actual, sdpa_floats(query, key, value, **sdpa),
                                lambda: Call.from_sdpa(query, key, value, **sdpa),
-                               max_ulps=max_ulps, name="actual")
+                               max_ulps=max_ulps, name="actual", each=lambda heads, n:
+                               progress(heads, n, "exactattn: heads judged", "head"))
     if not report.passed:
         raise AssertionError(_failure_text(report, "outputs", worst))
     return report

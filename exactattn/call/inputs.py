@@ -258,6 +258,35 @@ def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     return q, k, v, pol, keep, offsets, np.ndim(query)
 
 
+def call_floats(call: "Call"):
+    """A call's inputs as :func:`sdpa_floats` gives them, when every entry is a float64 value
+    (a call rounded to a binary format): ``(query, key, value, policy, keep, offsets, rank)``;
+    None when one is not (or not finite), or with a dropout keep-mask."""
+    def floats(a, hide=False):
+        out = []
+        for x in a.reshape(-1).tolist():
+            if hide and x == -math.inf:
+                out.append(x)
+                continue
+            d = getattr(x, "denominator", 0) if type(x) in (Fraction, int) else 0
+            if not d or d & (d - 1) or d > 2 ** 1022 or abs(x.numerator).bit_length() > 53:
+                return None
+            out.append(float(x))     # exact: 53 bits over a power of two, a normal float64
+        return np.array(out, dtype=np.float64).reshape(a.shape)
+    q, k, v = (floats(a) for a in (call.query, call.key, call.value))
+    if q is None or k is None or v is None or call.dropout_keep is not None:
+        return None
+    kind, keep, offsets = call.mask_kind, None, None
+    if kind == "additive":
+        offsets = floats(call.mask, hide=True)
+        if offsets is None:
+            return None
+    elif kind is not None:
+        keep = np.array(call.mask.tolist(), dtype=bool)
+        keep = keep if kind == "bool_keep" else ~keep
+    return q, k, v, call.policy, keep, offsets, call.rank
+
+
 #: the keywords :meth:`Call.from_sdpa` takes besides SDPA's own: the :class:`Policy` fields
 #: SDPA has no argument for, and the dropout keep-mask
 SDPA_POLICY_KEYS = ("alignment", "empty_row", "gqa", "window", "query_offset", "softcap", "sink",

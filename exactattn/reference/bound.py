@@ -100,7 +100,8 @@ def supported(policy: Policy) -> str | None:
     return None if exp_checked() else "numpy.exp less accurate than assumed"
 
 
-def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None):
+def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
+                    each=lambda heads, total: heads):
     """Every output of a call enclosed: ``(mid, rad, mag, top)``.
 
     Shapes: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value`` B x H_kv x S x
@@ -111,7 +112,8 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None):
     the exact output lies in ``[mid - rad, mid + rad]`` (``rad`` is ``inf`` where no bound
     holds), ``mag`` is ``sum_j p_j |v_j|`` to about 2^-40 of itself.  ``top`` is
     ``(lo, hi)``, bounds of the largest ``|logit|`` over visible pairs (sink aside), or
-    None when some row has no bound.  The policy must be :func:`supported`.
+    None when some row has no bound.  The policy must be :func:`supported`.  ``each(heads,
+    total)`` wraps the loop over the B x H_q heads (a progress bar).
     """
     B, Hq, L, E = query.shape
     Hkv, S, Ev = key.shape[1], key.shape[2], value.shape[3]
@@ -124,30 +126,29 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None):
     rad, mag = np.empty_like(mid), np.empty_like(mid)
     top = [0.0, 0.0]
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-        for b in range(B):
-            for h in range(Hq):
-                g = policy.kv_head(h, Hq, Hkv)
-                vis = base if keep is None else base & np.broadcast_to(keep, (B, Hq, L, S))[b, h]
-                x = (query[b, h] @ key[b, g].T) * scale
-                # step 1 per row: the largest delta_j of the row
-                sizes = (np.abs(query[b, h]) @ np.abs(key[b, g]).T).max(axis=1, initial=0.0)
-                delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8) * (1 + gamma(E)) * sizes
-                                                    + 4 * E * 2.0 ** -1021)
-                if offsets is not None:
-                    off = np.broadcast_to(offsets, (B, Hq, L, S))[b, h]
-                    vis = vis & (off != -np.inf)
-                    x = x + np.where(vis, off, 0.0)
-                x = np.where(vis, x, -np.inf)
-                x_top, x_low = x.max(axis=1), np.where(vis, x, np.inf).min(axis=1)
-                ax = np.maximum(np.abs(x_top), np.abs(x_low))       # max_j |x_j|, seen keys
-                if offsets is not None:
-                    delta = delta + 2 * U * (1 + 2.0 ** -30) * ax
-                out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n)
-                mid[b, h], rad[b, h], mag[b, h] = out
-                seen = vis.any(axis=1)
-                if seen.any():
-                    top = [max(top[0], float(np.max((ax - delta)[seen]))),
-                           max(top[1], float(np.max((ax + delta)[seen])))]
+        for b, h in each(((b, h) for b in range(B) for h in range(Hq)), B * Hq):
+            g = policy.kv_head(h, Hq, Hkv)
+            vis = base if keep is None else base & np.broadcast_to(keep, (B, Hq, L, S))[b, h]
+            x = (query[b, h] @ key[b, g].T) * scale
+            # step 1 per row: the largest delta_j of the row
+            sizes = (np.abs(query[b, h]) @ np.abs(key[b, g]).T).max(axis=1, initial=0.0)
+            delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8) * (1 + gamma(E)) * sizes
+                                                + 4 * E * 2.0 ** -1021)
+            if offsets is not None:
+                off = np.broadcast_to(offsets, (B, Hq, L, S))[b, h]
+                vis = vis & (off != -np.inf)
+                x = x + np.where(vis, off, 0.0)
+            x = np.where(vis, x, -np.inf)
+            x_top, x_low = x.max(axis=1), np.where(vis, x, np.inf).min(axis=1)
+            ax = np.maximum(np.abs(x_top), np.abs(x_low))       # max_j |x_j|, seen keys
+            if offsets is not None:
+                delta = delta + 2 * U * (1 + 2.0 ** -30) * ax
+            out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n)
+            mid[b, h], rad[b, h], mag[b, h] = out
+            seen = vis.any(axis=1)
+            if seen.any():
+                top = [max(top[0], float(np.max((ax - delta)[seen]))),
+                       max(top[1], float(np.max((ax + delta)[seen])))]
     bounded = bool(np.isfinite(rad).all()) and math.isfinite(top[1])
     return mid, rad, mag, (tuple(top) if bounded else None)
 
@@ -176,6 +177,12 @@ def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n):
     rad = ((2 * eta + U) * (1 + 2.0 ** -7))[:, None] * mag + kappa
     ok = np.isfinite(m) & (tau_max <= _VALID) & (eta <= _VALID) & vis.any(axis=1)
     rad = np.where(ok[:, None] & np.isfinite(out) & np.isfinite(mag), rad, np.inf)
+    # exact outputs: 0 where every key the row sees has value 0 (a probe's columns); a row
+    # that sees one key and no sink gives that key's value (its weight exp(0) = 1 = the sum)
+    exact = ((vis.sum(axis=1) == 1) & (sink is None))[:, None]
+    if (V == 0).any():
+        exact = exact | ((vis.astype(np.float64) @ (V != 0).astype(np.float64)) == 0)
+    rad = np.where(exact & np.isfinite(rad), 0.0, rad)
     return out, rad, mag
 
 

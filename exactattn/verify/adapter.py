@@ -304,7 +304,7 @@ def call_scale(policy: Policy) -> float | None:
     return 1.0 if policy.divisor_squared is None else float_scale(policy.divisor_squared)
 
 
-def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
+def make_call(call, dtype: str, lse: str | None = None, arrays: tuple | None = None) -> FloatCall:
     """The :class:`FloatCall` of an exact :class:`~exactattn.call.Call` whose entries are floats of ``dtype``.
 
     The mask is handed over in the shape the caller gave it
@@ -313,11 +313,13 @@ def make_call(call, dtype: str, lse: str | None = None) -> FloatCall:
     and in SDPA's convention (``bool_drop`` inverted);
     the scale is None under the default policy, 1.0 with no scaling, else the
     float64 nearest the exact scale; soft-cap and sink are the float64
-    nearest their exact values; the dropout keep-mask comes from the call.
+    nearest their exact values; the dropout keep-mask comes from the call.  ``arrays``: the
+    call's query, key and value as float64 B x H x n x E arrays already (exact copies).
     """
     problem, policy = call, call.policy
     rank = problem.rank
-    q, k, v = (problem.floats(n) for n in ("query", "key", "value"))
+    q, k, v = (problem.floats(n) for n in ("query", "key", "value")) if arrays is None else \
+        (a.reshape(a.shape[4 - rank:]) for a in arrays)
     mask = None
     if problem.mask is not None:
         m = problem.mask_given()

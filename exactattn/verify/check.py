@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -33,7 +33,7 @@ from .adapter import check_dtype
 from .probes import PROBES, Probe, check_probes, probe_values
 from .impls import ImplRaised, load_impl, make_call
 from ..call.limits import check_work
-from ..call.inputs import Call, reshaped
+from ..call.inputs import Call, call_floats, reshaped
 from ..reference.reference import Reference
 
 __all__ = ["MAX_SINK", "Deferred", "Entry", "Report", "bulk_report", "check_scale", "check_sink", "judge_entries",
@@ -412,6 +412,17 @@ def verify(impl, call: Call, dtype: str = "float32", *,
         if lse is not None:
             got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
                                tail=False)
+    floats = call_floats(rounded_call) if raised is None and lse is None else None
+    report = None if floats is None else bulk_report(impl.name, got, floats, dtype, max_ulps,
+                                                     lambda: rounded_call, prec, ref=ref)
+    if report is not None:
+        probed, spent = _bulk_probes(impl, rounded_call, floats, probes, dtype,
+                                     report.max_ulps, prec, want) or \
+            _probe_runs(impl, rounded_call, probes, dtype, float_format(dtype), report.max_ulps,
+                        prec, want, lse)
+        seconds = {"impl": t1 - t0 + spent["impl"], "exact": report.seconds["exact"] +
+                   spent["exact"], "compare": report.seconds["compare"]}
+        return replace(report, moved_inputs=moved, probes=probed, seconds=seconds)
     return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
                    raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
                    run_probes=lambda fmt, tol: _probe_runs(impl, rounded_call, probes, dtype,
@@ -459,7 +470,10 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     ref = Reference(call)            # refuses non-finite numbers a query sees
     values = reshaped(answer.values, (sh["B"], sh["H_q"], sh["L"], sh["E_v"]), call.rank,
                       name)
-    return _report(name, call, ref, values, dtype, max_ulps, prec)
+    floats = call_floats(call)
+    report = None if floats is None else bulk_report(name, values, floats, dtype, max_ulps,
+                                                     lambda: call, prec, ref=ref)
+    return report or _report(name, call, ref, values, dtype, max_ulps, prec)
 
 
 class Deferred:
@@ -479,7 +493,7 @@ class Deferred:
 
 
 def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None, make_call,
-                prec: int = 96) -> Report | None:
+                prec: int = 96, ref: Reference | None = None, each=None) -> Report | None:
     """:func:`verify_outputs`' report decided from float64 enclosures of the exact outputs
     (:func:`exactattn.reference.bound.enclose_outputs`, :func:`~exactattn.verify.compare.decide`),
     or None where they do not apply (a format of more than 24 bits, a policy the bound does
@@ -490,16 +504,16 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     ``(query, key, value, policy, keep, offsets, rank)``; ``make_call()`` builds the exact
     :class:`Call`, only when an entry is left to the exact path or the report's call is read.
     Entries the enclosures decide get the status, ULP count and errors :func:`judge` would
-    give; the rest are judged by it on the exact values (``report.notes`` counts them)."""
-    from ..numbers.formats import round_ball
+    give; the rest are judged by it on the exact values (``report.notes`` counts them).
+    ``each(heads, total)`` wraps the loop over the heads (a caller's progress bar)."""
     from ..reference.bound import RowBalls, enclose_outputs, supported
-    from .compare import decide
     q, k, v, policy, keep, offsets, _ = floats
     fmt = float_format(dtype)
     if fmt.precision > 24 or supported(policy) is not None:
         return None
     t0 = time.perf_counter()
-    mid, rad, mag, top = enclose_outputs(q, k, v, policy, keep, offsets)
+    mid, rad, mag, top = enclose_outputs(q, k, v, policy, keep, offsets,
+                                         *(() if each is None else (each,)))
     if top is None:
         return None
     if max_ulps is None:
@@ -511,11 +525,34 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
         tol = max_ulps
     check_scale(policy, fmt)
     check_sink(policy)
-    status, rounded, ulps, rel, terms = (a.reshape(-1) for a in
-                                         decide(got, mid, rad, mag, fmt, tol))
     t1 = time.perf_counter()
     call = Deferred(make_call)
-    ref = Deferred(lambda: Reference(call.built()))
+    ref = Deferred(lambda: Reference(call.built())) if ref is None else ref
+    rows = RowBalls(q, k, v, policy, keep, offsets)
+    found, left = bulk_judged(got, (mid, rad, mag), rows, fmt, tol, ref, prec)
+    notes = _output_notes(found, dtype) + ([
+        f"outputs left to the exact path: {left} of {found.count} (the rest decided "
+        "from float64 enclosures with a proved error bound)"] if left else [])
+    t2 = time.perf_counter()
+    return Report(name, dtype, policy, call, found, tol, 0, ref,
+                  {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes)
+
+
+def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
+                at_terms: bool = True, column: int = 0, known=None) -> tuple:
+    """``(found, left)``: the outputs ``got`` (float64, B x H_q x L x w) judged from their
+    enclosures ``enclosed = (mid, rad, mag)`` (:func:`~exactattn.verify.compare.decide`), the
+    entries they leave open (``left`` of them) enclosed again in ``arb`` by ``rows`` (a
+    :class:`~exactattn.reference.bound.RowBalls` whose value columns ``column..`` these are)
+    and judged by :func:`judge` as :func:`judge_entries` judges them (``at_terms``, ``known``,
+    ``tol`` an int or an array of ``got``'s shape); ``ref.output`` only where a tie or an exact
+    float needs the exact value."""
+    from ..numbers.formats import round_ball
+    from .compare import decide
+    mid, rad, mag = enclosed
+    status, rounded, ulps, rel, terms = (a.reshape(-1) for a in
+                                         decide(got, mid, rad, mag, fmt, tol, at_terms))
+    tols = np.broadcast_to(tol, got.shape).reshape(-1)
     flat_got, shape = got.reshape(-1), got.shape
     found = Comparison(None)
     sharp = status == 0
@@ -532,9 +569,12 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
                      float(flat_got[k]), int(ulps[k]), float(rel[k]) if sharp_ else None, "ok",
                      ref, float(terms[k]) if sharp_ else None)
     found.add_many(ok, ulps[ok], rel[ok], terms[ok], make)
-    rows = RowBalls(q, k, v, policy, keep, offsets)
     undecided = np.flatnonzero(status == 3)
-    balls = rows.balls([tuple(int(i) for i in np.unravel_index(p, shape)) for p in undecided])
+
+    def at(p):        # an entry's index in rows' value columns
+        b, h, i, c = (int(x) for x in np.unravel_index(p, shape))
+        return b, h, i, c + column
+    balls = rows.balls([at(p) for p in undecided])
     flat_mag = mag.reshape(-1)
     for p in np.flatnonzero((status != 0) & (status != 4)).tolist():
         idx, g, r = tuple(int(i) for i in np.unravel_index(p, shape)), float(flat_got[p]), \
@@ -545,30 +585,18 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
         elif status[p] == 2:
             e = Entry(idx, r, g, None, math.inf if math.isinf(g) else None, "hard", ref)
         else:
-            ball, m = balls[idx], float(flat_mag[p])
+            ball, m = balls[at(p)], float(flat_mag[p])
             r = round_ball(ball, fmt, rows.prec)
+            k = None if r is None or known is None else known(r)
             if r is None:       # a tie or an exact float: the exact value decides
                 r, ball = Reference.round_exact(ref.output(*idx), fmt, max(prec, 128))
-            j = judge(g, r, ball, m, fmt, lambda idx=idx: _one_key(rows, v, idx) or
-                      ref.output(*idx), tol)
+
+            def exact(idx=idx, k=k):
+                return k if k is not None else ref.output(*idx)
+            j = judge(g, r, ball, m, fmt, exact, int(tols[p]), at_terms=at_terms)
             e = Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps)
         found.add(e, j, position=p)
-    notes = [f"outputs left to the exact path: {len(undecided)} of {found.count} (the rest "
-             "decided from float64 enclosures with a proved error bound)"] if len(undecided) else []
-    notes += _output_notes(found, dtype)
-    t2 = time.perf_counter()
-    return Report(name, dtype, policy, call, found, tol, 0, ref,
-                  {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes)
-
-
-def _one_key(rows, value, idx):
-    """The exact output of a row that sees one key and no sink (its value), else None."""
-    b, h, i, c = idx
-    seen = np.flatnonzero(rows.vis[b, h, i])
-    if rows.policy.sink is not None or len(seen) != 1:
-        return None
-    g = rows.policy.kv_head(h, rows.q.shape[1], rows.k.shape[1])
-    return Fraction(float(value[b, g, seen[0], c]))
+    return found, len(undecided)
 
 
 def _output_notes(found: Comparison, dtype: str) -> list:
@@ -599,7 +627,7 @@ def _outputs(got, dtype: str | None, name: str):
 
 
 def verify_floats(got, floats: tuple | None, make_call, *, max_ulps: int | None = None,
-                  name: str = "outputs") -> Report:
+                  name: str = "outputs", each=None) -> Report:
     """:func:`verify_outputs` of the call ``make_call()`` builds, whose inputs ``floats``
     (:func:`~exactattn.call.inputs.sdpa_floats`, or None) also are as float64 arrays: the
     bulk judge (:func:`bulk_report`) where it applies, without building the call unless
@@ -609,7 +637,7 @@ def verify_floats(got, floats: tuple | None, make_call, *, max_ulps: int | None 
         q, k, v, rank = floats[0], floats[1], floats[2], floats[6]
         want = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         values = reshaped(answer.values, want, rank, name)
-        report = bulk_report(name, values, floats, dtype, max_ulps, make_call)
+        report = bulk_report(name, values, floats, dtype, max_ulps, make_call, each=each)
         if report is not None:
             return report
     return verify_outputs(make_call(), got, max_ulps=max_ulps, name=name)
@@ -752,6 +780,66 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
                                               extra=allowance if p.name == "identity"
                                               else None),
                              raised))
+        column += p.value.shape[3]
+    return runs, seconds
+
+
+def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol: int,
+                 prec: int, want: tuple):
+    """:func:`_probe_runs` decided from float64 enclosures (:func:`bulk_judged`) of every
+    probe's outputs side by side, or None where they do not decide it (a row without a
+    bound, an identity allowance the enclosure does not fix, a probe run that raised)."""
+    from ..reference.bound import RowBalls, enclose_outputs
+    seconds = {"impl": 0.0, "exact": 0.0}
+    if not probes:
+        return [], seconds
+    fmt, plist = float_format(dtype), probe_values(call, probes)
+    t = time.perf_counter()
+    values = np.concatenate([p.value for p in plist], axis=3)
+    V = np.array([float(x) for x in values.reshape(-1).tolist()]).reshape(values.shape)
+    q, k, _, policy, keep, offsets, _ = floats
+    mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets)
+    if top is None:
+        return None
+    allowance = None
+    if "identity" in probes:      # _share_allowance at both ends of the shares' enclosures
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ends = [np.ceil(2 * np.where(np.isfinite(g) & (g > 0), g, 0.0)).astype(np.int64)
+                    for g in (-np.log(np.where(rad == 0, mid, np.nextafter(mid - rad, -np.inf))),
+                              -np.log(np.where(rad == 0, mid, np.nextafter(mid + rad, np.inf))))]
+        column = 0
+        for p in plist:
+            part = np.s_[..., column:column + p.value.shape[3]]
+            if p.name == "identity" and (ends[0][part] != ends[1][part]).any():
+                return None
+            column += p.value.shape[3]
+        allowance = ends[0]
+    joint = Deferred(lambda: Reference(call.with_value(values)))
+    rows = RowBalls(q, k, V, policy, keep, offsets)
+    seconds["exact"] = time.perf_counter() - t
+    runs, column = [], 0
+    for p in plist:
+        t = time.perf_counter()
+        shape, part = want[:3] + (p.value.shape[3],), np.s_[..., column:column + p.value.shape[3]]
+        answer, raised = _run(impl, make_call(call.with_value(p.value), dtype, None,
+                                              (q, k, V[part])))
+        seconds["impl"] += time.perf_counter() - t
+        if raised is not None:
+            return None
+        got = reshaped(answer.values, shape, call.rank,
+                       f"{impl.name}'s output on the {p.label} probe")
+        t = time.perf_counter()
+        m, r, a = mid[part], rad[part], mag[part]
+        if p.known(policy, 1.0) is not None:    # every output exactly 1 or 0 (its magnitude too)
+            exact = np.where(np.abs(m - 1) <= r, 1.0, np.where(np.abs(m) <= r, 0.0, np.nan))
+            m, r, a = (np.where(np.isnan(exact), x, y) for x, y in ((m, exact), (r, 0.0),
+                                                                  (a, exact)))
+        found, _ = bulk_judged(got, (m, r, a), rows, fmt,
+                               tol + allowance[part] if p.name == "identity" else tol,
+                               _Columns(joint, column), prec, at_terms=False, column=column,
+                               known=lambda r, p=p: p.known(policy, r))
+        seconds["exact"] += time.perf_counter() - t
+        runs.append(ProbeRun(p, found))
         column += p.value.shape[3]
     return runs, seconds
 

@@ -367,7 +367,7 @@ def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps, *,
     return clear, ulps, rel, terms
 
 
-def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps: int):
+def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool = True):
     """The verdicts :func:`judge` would give, decided from float64 enclosures ``[mid - rad,
     mid + rad]`` of the exact values (:func:`exactattn.reference.bound.enclose_outputs`).
 
@@ -381,7 +381,9 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps: int):
     ULP count alone passes it: status 4), its magnitude's binade is certain, and the count at the terms is not within 2^-9 of
     ``max_ulps``.  With ``rad`` finite and these margins, :func:`judge` on the exact value
     gives the same status and ULP count (the count is exact; ``rel`` and ``terms_ulps``
-    agree to three digits).
+    agree to three digits).  ``max_ulps``: an int or an int array of ``got``'s shape; with
+    ``at_terms=False`` (a probe's entries) the ULP count alone decides, as in :func:`judge`.
+    Where ``rad`` is 0, the value ``mid`` and its magnitude are exact.
     """
     import numpy as np
     with np.errstate(invalid="ignore", over="ignore"):
@@ -394,18 +396,21 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps: int):
         ulps = np.abs(ig - ir)
         dist = np.abs(got - mid)
         sigma = rad + 2.0 ** -52 * dist + 2.0 ** -1074
-        known = (dist > sigma * 2.0 ** 10) & (np.abs(mid) > rad * 2.0 ** 10)
-        _, e_lo = np.frexp(magnitudes * (1 - 2.0 ** -30))
-        _, e_hi = np.frexp(magnitudes * (1 + 2.0 ** -30))
+        exact = (rad == 0) & (dist == 0)        # got is the exact value: no error at all
+        known = (dist > sigma * 2.0 ** 10) & (np.abs(mid) > rad * 2.0 ** 10) | exact
+        slack = np.where(rad == 0, 0.0, 2.0 ** -30)      # rad 0: value and magnitude exact
+        _, e_lo = np.frexp(magnitudes * (1 - slack))
+        _, e_hi = np.frexp(magnitudes * (1 + slack))
         unit = np.ldexp(1.0, (np.maximum(e_hi.astype(np.int64) - 1, fmt.emin)
                               - fmt.precision + 1).astype(np.int32))
         positive = magnitudes > 0
-        terms = np.where(positive, dist / unit, np.inf)
-        rel = dist / np.where(known, np.abs(mid), 1.0)
+        terms = np.where(exact, 0.0, np.where(positive, dist / unit, np.inf))
+        rel = np.where(exact, 0.0, dist / np.where(known & ~exact, np.abs(mid), 1.0))
         ok = ulps <= max_ulps
         near = np.abs(terms - max_ulps) <= terms * 2.0 ** -9
-        judged = same & g_ok & (e_lo == e_hi) & (ok | (known & ~near))
-        ok |= terms <= max_ulps
+        judged = same & g_ok & (e_lo == e_hi) & (ok | (known & ~near) | (not at_terms))
+        if at_terms:
+            ok |= terms <= max_ulps
         hard_ = same & ~np.isfinite(got)
         rough = judged & ~known
         # where the error is not known to 2^-10: its upper ends, for the summary's maxima

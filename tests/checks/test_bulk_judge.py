@@ -124,5 +124,39 @@ def test_enclosures_hold_the_exact_outputs(size, kw):
         _, ball = Reference.round_exact(ref.output(*idx), "float64", 160)
         err = float(abs(ball - arb(float(mid[idx]))).upper())
         assert err <= rad[idx], (idx, err, rad[idx])
-        worst = max(worst, err / rad[idx])
+        worst = max(worst, err / rad[idx]) if rad[idx] else worst
     assert 0 < worst <= 1
+
+
+def _same_entries(xs, ys):
+    assert len(xs) == len(ys)
+    for x, y in zip(xs, ys):
+        assert (x.index, x.status, x.ulps, x.rounded, x.got) == \
+            (y.index, y.status, y.ulps, y.rounded, y.got)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("policy", [dict(), dict(causal=True), dict(sink="1/2"),
+                                    dict(causal=True, window=(3, 0)), dict(gqa="interleave")])
+def test_verify_bulk_and_exact_agree_with_probes(monkeypatch, dtype, policy):
+    """verify's outputs and every probe's entries: the bulk judge and the exact path agree."""
+    from exactattn.call.policy import Policy
+    from exactattn.verify import check
+    heads = 2 if policy.get("gqa") else 1
+    call = Call.random(10, 4, seed=5).with_policy(Policy(**policy))
+    if heads == 2:
+        rng = np.random.default_rng(5)
+        q = rng.standard_normal((1, 4, 10, 4))
+        k, v = (rng.standard_normal((1, 2, 10, 4)) for _ in range(2))
+        call = Call(q, k, v, floats="exact", policy=Policy(**policy))
+    with monkeypatch.context() as m:      # the bulk run reads no exact table
+        m.setattr(check.Reference, "rounded_outputs", None)
+        bulk = check.verify("numpy", call, dtype)
+    assert bulk.probes and all(p.found.count for p in bulk.probes)
+    monkeypatch.setattr(check, "bulk_report", lambda *a, **k: None)
+    exact = check.verify("numpy", call, dtype)
+    _same_entries(bulk.entries, exact.entries)
+    assert [p.probe.label for p in bulk.probes] == [p.probe.label for p in exact.probes]
+    for x, y in zip(bulk.probes, exact.probes):
+        _same_entries(x.found.kept, y.found.kept)
+    assert bulk.passed == exact.passed and bulk.max_ulps == exact.max_ulps

@@ -222,6 +222,7 @@ def test_one_exact_reference_serves_every_backend_and_dtype():
             assert shared.reference is ref and fresh.reference is not ref
             assert [(e.rounded, e.got, e.ulps) for e in shared.entries] == \
                 [(e.rounded, e.got, e.ulps) for e in fresh.entries]
-    assert len(ref._block_balls) == 1           # one head's enclosures, at 96 bits, kept
+    # the bulk judge decides most entries from floats; what the exact side encloses, once
+    assert len(getattr(ref, "_block_balls", {})) <= 1
     with pytest.raises(InputError, match="reference must be Reference"):
         verify("numpy", Call.random(2, 2), "float32", reference=ref)

@@ -27,7 +27,7 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, shorten
 from ..options import check_whole
-from .compare import Comparison, clearly_ok, judge
+from .compare import Comparison, decide, judge
 from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
 from .adapter import check_dtype
 from .probes import PROBES, Probe, check_probes, probe_values
@@ -36,7 +36,7 @@ from ..call.limits import check_work
 from ..call.inputs import Call, call_floats, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["MAX_SINK", "Deferred", "Entry", "Report", "bulk_report", "check_scale", "check_sink", "judge_entries",
+__all__ = ["MAX_SINK", "Deferred", "Entry", "Report", "bulk_report", "check_scale", "cleared", "check_sink", "judge_entries",
            "logit_bound", "tolerance", "verify", "verify_floats", "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
@@ -675,6 +675,33 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                   raised=raised, lse=lse, lse_found=lse_found, probes=probed)
 
 
+def cleared(got, balls, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool) -> tuple:
+    """``(clear, ulps, rel, terms_ulps)``: the entries of ``got`` that
+    :func:`~exactattn.verify.compare.decide` finds ok on float64 enclosures of the ``arb``
+    ``balls`` (an object array, None for NaN), with the counts :func:`judge` would give there;
+    every other entry is left to :func:`judge` (``clear`` False, the arrays meaningless).
+    ``magnitudes`` are the judge's own (float64, taken as exact).
+    An enclosure holds its ball: the midpoint's rounding to float64 and the radius (a 30-bit
+    magnitude, converted exactly, widened by 2^-40 all the same) are added to it."""
+    from flint import arb
+    flat = balls.reshape(-1)
+    mid, rad = np.zeros(flat.shape), np.full(flat.shape, np.inf)
+    for i, b in enumerate(flat.tolist()):
+        if b is not None and b.is_finite():
+            m = float(b.mid())
+            mid[i] = m
+            rad[i] = float(b.rad()) * (1 + 2.0 ** -40) + (
+                0.0 if arb(m) == b.mid() else np.spacing(abs(m)) + 2.0 ** -1074)
+    cap = np.asarray(max_ulps, dtype=object)     # past 2^62 (hostile scores): every count
+    max_ulps = np.where(cap > 1 << 62, 1 << 62, cap).astype(np.int64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        status, _, ulps, rel, terms = decide(np.asarray(got, dtype=np.float64),
+                                             mid.reshape(got.shape), rad.reshape(got.shape),
+                                             np.asarray(magnitudes, dtype=np.float64), fmt,
+                                             max_ulps, at_terms, slack=0.0)
+    return status == 0, ulps, rel, terms
+
+
 def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
                   at_terms: bool = True, column: int = 0, known=None, extra=None,
                   found: Comparison | None = None, entry=None) -> Comparison:
@@ -696,8 +723,8 @@ def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat
     if got is not None:       # the entries clearly within the tolerance, judged at once
         part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
         allowed = tol if extra is None else np.asarray(extra[part], dtype=object) + tol
-        clear, c_ulps, c_rel, c_terms = clearly_ok(got, rounded[part], balls[part], mags[part],
-                                                   fmt, allowed, at_terms=at_terms)
+        clear, c_ulps, c_rel, c_terms = cleared(got, balls[part], mags[part], fmt, allowed,
+                                                at_terms)
     for idx in np.ndindex(*shape):
         at = idx[:3] + (idx[3] + column,)
         r = float(rounded[at])

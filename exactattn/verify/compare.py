@@ -285,89 +285,8 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     return Judgement("ok" if ok else "over", u, rel, t, gf != got)
 
 
-def clearly_ok(got, rounded, balls, magnitudes, fmt: FloatFormat, max_ulps, *,
-               at_terms: bool = False):
-    """The entries :func:`judge` would find ``ok``, found at once: on the ULP count, or with
-    ``at_terms`` on the count at the terms (then with a margin of 2^-9 of it).
-
-    ``got``, ``rounded``, ``magnitudes``: float64 arrays of one shape; ``balls`` an object
-    array of ``arb`` enclosures (None for NaN); ``max_ulps`` an int or an int array of
-    that shape.  Returns ``(clear, ulps, rel, terms_ulps)``: ``clear`` is True where the
-    entry is a finite float of the format within ``max_ulps`` of a finite ``rounded``
-    (or, with ``at_terms``, whose count at the terms is below ``max_ulps (1 - 2^-9)``),
-    cannot be an undecided tie, and its error ``|got - exact|`` is known from float64 to
-    2^-10 of itself (as :func:`errors` knows it); there ``ulps`` is exact (the count
-    :func:`judge` makes) and ``rel``, ``terms_ulps`` are :func:`errors`' measures to three
-    digits.  Every other entry is left to :func:`judge` (``clear`` False, the arrays
-    meaningless there).
-
-    Only formats of at most 24 bits are cleared (a float64 kernel's errors sit at float64's
-    own resolution): for float64 ``clear`` is all False.
-
-    >>> import numpy as np
-    >>> from flint import arb
-    >>> from exactattn.numbers.formats import float_format
-    >>> balls = np.array([arb(1) / 3, arb(1) / 3], dtype=object)
-    >>> third = float(np.float32(1 / 3))
-    >>> clear, ulps, rel, _ = clearly_ok(np.array([third, 0.5]), np.array([third, third]),
-    ...                                  balls, np.array([1 / 3, 1 / 3]), float_format("float32"), 4)
-    >>> clear.tolist(), int(ulps[0]), float(rel[0]) < 2**-24
-    ([True, False], 0, True)
-    """
-    import numpy as np
-    got = np.asarray(got, dtype=np.float64)
-    shape = got.shape
-    none = np.zeros(shape, dtype=bool)
-    if fmt.precision > 24 or got.size == 0:
-        return none, np.zeros(shape, np.int64), np.zeros(shape), np.zeros(shape)
-    rounded = np.asarray(rounded, dtype=np.float64)
-    # a tolerance past 2^62 (hostile scores) allows every count of these formats (< 2^33)
-    cap = np.asarray(max_ulps, dtype=object)
-    max_ulps = np.where(cap > 1 << 62, 1 << 62, cap).astype(np.int64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ig, g_ok = ulp_indices(got, fmt)
-        ir, r_ok = ulp_indices(rounded, fmt)
-        ulps = np.abs(ig - ir)
-        clear = g_ok & r_ok
-        if not at_terms:
-            clear &= ulps <= max_ulps
-        mid = np.zeros(shape)
-        rad = np.full(shape, np.inf)
-        flat = balls.reshape(-1)
-        at = np.flatnonzero(clear)
-        mids, rads = [], []
-        for k in at.tolist():
-            b = flat[k]
-            if b is None or not b.is_finite():
-                mids.append(0.0)
-                rads.append(math.inf)
-            else:
-                mids.append(float(b.mid()))
-                rads.append(float(b.rad()))
-        mid.reshape(-1)[at] = mids
-        rad.reshape(-1)[at] = rads
-        # sigma bounds |exact - mid|: the ball's radius (its float conversion widened) and
-        # the rounding of its midpoint to float64 (one ULP of float64, rounding mode aside)
-        sigma = rad * (1 + 2.0 ** -40) + 2 * np.spacing(np.abs(mid)) + 2.0 ** -1074
-        err = np.abs(got - mid)
-        known = np.isfinite(sigma) & (err > sigma * 2.0 ** 10) & \
-            (np.abs(mid) > sigma * 2.0 ** 10)
-        # a tie can be undecided only one ULP apart, with the midpoint inside the ball
-        half = (got + rounded) / 2
-        tie = (ulps == 1) & ~(np.abs(half - mid) > sigma)
-        clear &= known & ~tie
-        rel = err / np.where(clear, np.abs(mid), 1.0)
-        mag = np.asarray(magnitudes, dtype=np.float64)
-        _, e = np.frexp(np.where(mag > 0, mag, 1.0))
-        unit = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
-                              - fmt.precision + 1).astype(np.int32))
-        terms = np.where(mag > 0, err / unit, np.inf)
-        if at_terms:     # err is known to 2^-10 of itself: a margin of 2^-9 decides
-            clear &= (ulps <= max_ulps) | (terms * (1 + 2.0 ** -9) <= max_ulps)
-    return clear, ulps, rel, terms
-
-
-def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool = True):
+def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool = True,
+           slack: float = 2.0 ** -30):
     """The verdicts :func:`judge` would give, decided from float64 enclosures ``[mid - rad,
     mid + rad]`` of the exact values (:func:`exactattn.reference.bound.enclose_outputs`).
 
@@ -383,7 +302,8 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool
     gives the same status and ULP count (the count is exact; ``rel`` and ``terms_ulps``
     agree to three digits).  ``max_ulps``: an int or an int array of ``got``'s shape; with
     ``at_terms=False`` (a probe's entries) the ULP count alone decides, as in :func:`judge`.
-    Where ``rad`` is 0, the value ``mid`` and its magnitude are exact.
+    ``magnitudes`` are known within a factor ``1 +- slack`` (0: exact, as they are where
+    ``rad`` is 0).
     """
     import numpy as np
     with np.errstate(invalid="ignore", over="ignore"):
@@ -398,7 +318,7 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool
         sigma = rad + 2.0 ** -52 * dist + 2.0 ** -1074
         exact = (rad == 0) & (dist == 0)        # got is the exact value: no error at all
         known = (dist > sigma * 2.0 ** 10) & (np.abs(mid) > rad * 2.0 ** 10) | exact
-        slack = np.where(rad == 0, 0.0, 2.0 ** -30)      # rad 0: value and magnitude exact
+        slack = np.where(rad == 0, 0.0, slack)      # rad 0: value and magnitude exact
         _, e_lo = np.frexp(magnitudes * (1 - slack))
         _, e_hi = np.frexp(magnitudes * (1 + slack))
         unit = np.ldexp(1.0, (np.maximum(e_hi.astype(np.int64) - 1, fmt.emin)

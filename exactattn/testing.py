@@ -63,7 +63,7 @@ __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_tab
 def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout_p=0.0,
                            is_causal: bool = False, scale=None, enable_gqa: bool = False,
                            max_ulps: int | None = None, worst: int = 5, score_mod=None,
-                           mask_mod=None, **policy):
+                           mask_mod=None, accumulation: str = "float32", **policy):
     """Raise ``AssertionError`` unless ``actual`` is the attention of ``query``, ``key``,
     ``value`` within the tolerance, in ULPs of ``actual``'s dtype; else return the report.
 
@@ -95,11 +95,18 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
       ``query_offset``, ``alignment``, ``empty_row``, ``gqa``, ``dropout`` with
       ``dropout_keep``, ``head``: :data:`~exactattn.call.inputs.SDPA_POLICY_KEYS`),
       exact numbers (``softcap="30"``, ``sink=0``).
-    * ``max_ulps``: the tolerance (default: :func:`~exactattn.numbers.formats.default_max_ulps`,
-      ``2 ceil(sqrt(S + E)) + 4 + ceil(max |logit|)``, as ``exactattn verify``);
-      an output passes when its ULP count from the exact value correctly rounded
-      to the dtype, or its error in ULPs at the size of the terms it adds up, is
-      within it.  NaN or infinity where the exact value is finite always fails.
+    * ``accumulation``: what the kernel accumulates in (``float32``, the default, or
+      ``float16``/``bfloat16``/``float64``).  By default each output's tolerance is the
+      proved error of a correct kernel of ``actual``'s dtype accumulating in it
+      (:func:`~exactattn.verify.check.proved_tolerance`: products, sums, ``exp`` and the
+      division rounded there, online softmax or a split-KV merge allowed, the weights
+      rounded to the dtype before they meet the values), in ULPs at the size of the terms
+      the output adds up; with RoPE, ALiBi or dropout it is
+      :func:`~exactattn.numbers.formats.default_max_ulps`.
+    * ``max_ulps``: a tolerance of your own instead: an output passes when its ULP count
+      from the exact value correctly rounded to the dtype, or its error in ULPs at the
+      size of the terms, is within it.  NaN or infinity where the exact value is finite
+      always fails.
     * ``worst``: how many failing entries the message shows.
 
     The judge is :func:`exactattn.verify.check.verify_outputs` (that of
@@ -125,7 +132,7 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     >>> assert_attention_close(np.float32([[1], [3]]), q, k, v, is_causal=True)  # row 1: (1 + 3)/2
     Traceback (most recent call last):
     ...
-    AssertionError: actual: 1 of 2 outputs outside the tolerance in float32 (tolerance 8 ULPs ...
+    AssertionError: actual: 1 of 2 outputs outside the tolerance in float32 (tolerance per output, ...
     ...
     [1, 0]  2.0000000000e+00   2                 3       4194304  4194304.00  0.5         over
     ...
@@ -148,7 +155,8 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     else:
         report = verify_floats(actual, sdpa_floats(query, key, value, **sdpa),
                                lambda: Call.from_sdpa(query, key, value, **sdpa),
-                               max_ulps=max_ulps, name="actual", each=lambda heads, n:
+                               max_ulps=max_ulps, name="actual", accumulation=accumulation,
+                               each=lambda heads, n:
                                progress(heads, n, "exactattn: heads judged", "head"))
     if not report.passed:
         raise AssertionError(_failure_text(report, "outputs", worst))

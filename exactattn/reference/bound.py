@@ -49,12 +49,14 @@ path for them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..call.policy import Policy
 
-__all__ = ["EXP_ERROR", "RowBalls", "enclose_outputs", "exp_checked", "supported"]
+__all__ = ["EXP_ERROR", "FLOAT64", "Arithmetic", "RowBalls", "enclose_outputs", "exp_checked",
+           "kernel_arithmetic", "supported"]
 
 U = 2.0 ** -53
 #: the relative error assumed of float64 ``numpy.exp`` (glibc and numpy's SIMD kernels are
@@ -65,9 +67,66 @@ _VALID = 2.0 ** -10          # the bound's first-order terms are valid below thi
 _EXP_OK: bool | None = None
 
 
-def gamma(n: int) -> float:
-    """Higham's ``gamma_n = n u / (1 - n u)``, rounded up."""
-    return n * U / (1 - n * U) * (1 + 2.0 ** -40)
+def gamma(n: int, u: float = U) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)``, rounded up (``inf`` from ``n u >= 1/2``)."""
+    return n * u / (1 - n * u) * (1 + 2.0 ** -40) if n * u < 0.5 else math.inf
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """How the outputs the bound is about are computed (the module's steps with these units).
+
+    ``u``: the unit roundoff of every product, sum, ``exp`` argument and quotient;
+    ``exp_error``: the relative error of ``exp``; ``logit``: the relative error per logit
+    of the roundings after the dot product (scale, offset, soft-cap, a base-2 conversion),
+    in units of ``u``; ``sums``: how many roundings each weight sees in the sums, per key
+    (2: online softmax's rescaling too); ``merge``: the weights are merged through a
+    log-sum-exp (split-KV), adding ``4 u (max|x| + log S + 2)``; ``weights``: the relative
+    rounding of the weights before they meet the values (P rounded to the kernel's dtype)
+    and ``tiny`` the absolute one there (half that dtype's smallest subnormal);
+    ``underflow``: the absolute error of a weight that underflows; ``store``: the relative
+    rounding of the scores when they are stored in a coarser dtype (and of the queries and
+    keys scaled there), with the products still summed in ``u``.
+    """
+
+    u: float = U
+    exp_error: float = EXP_ERROR
+    logit: float = 0.0
+    sums: int = 1
+    merge: bool = False
+    weights: float = 0.0
+    tiny: float = 0.0
+    underflow: float = 2.0 ** -1017
+    store: float = 0.0
+
+
+#: the float64 evaluation of :func:`enclose_outputs`
+FLOAT64 = Arithmetic()
+
+
+def kernel_arithmetic(dtype: str, accumulation: str = "float32") -> Arithmetic:
+    """The arithmetic of a correct kernel with outputs in ``dtype`` that accumulates in
+    ``accumulation``: every product, sum, ``exp`` (within 16 units) and quotient rounded in
+    it, online softmax and a split-KV merge allowed, the unnormalised weights rounded to
+    ``dtype`` before they meet the values (FlashAttention's P).  An ``accumulation`` coarser than
+    ``dtype`` is taken as ``dtype``.  An ``accumulation`` of float16 or bfloat16 is a kernel
+    that stores its scores and weights in it (and may scale the queries and keys there, as
+    PyTorch's math backend does), its products summed in float32 inside each matrix product.
+
+    >>> a = kernel_arithmetic("float16")
+    >>> a.u == 2.0 ** -24, a.weights == 2.0 ** -11, a.tiny == 2.0 ** -25, a.store
+    (True, True, True, 0.0)
+    >>> kernel_arithmetic("float16", "float16").store == 2.0 ** -11
+    True
+    """
+    from ..numbers.formats import float_format
+    out, acc = float_format(dtype), float_format(accumulation)
+    acc = out if out.precision > acc.precision else acc
+    sums = acc if acc.precision >= 24 else float_format("float32")
+    u = 2.0 ** -sums.precision
+    return Arithmetic(u, 16 * u, 16.0, 2, True, 2.0 ** -out.precision,
+                      2.0 ** (out.emin - out.precision), 2.0 ** (sums.emin + 4),
+                      0.0 if acc is sums else 2.0 ** -acc.precision)
 
 
 def exp_checked() -> bool:
@@ -94,14 +153,17 @@ def supported(policy: Policy) -> str | None:
         if getattr(policy, name) is not None:
             return name
     if policy.divisor_squared is not None and not isinstance(policy.divisor_squared, str):
-        d = float(policy.divisor_squared)
+        try:
+            d = float(policy.divisor_squared)
+        except OverflowError:
+            d = math.inf
         if not (0 < d < math.inf and 0 < 1 / math.sqrt(d) < math.inf):
             return "a scale past float64"
     return None if exp_checked() else "numpy.exp less accurate than assumed"
 
 
 def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
-                    each=lambda heads, total: heads):
+                    each=lambda heads, total: heads, arith: Arithmetic = FLOAT64):
     """Every output of a call enclosed: ``(mid, rad, mag, top)``.
 
     Shapes: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value`` B x H_kv x S x
@@ -113,7 +175,10 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     holds), ``mag`` is ``sum_j p_j |v_j|`` to about 2^-40 of itself.  ``top`` is
     ``(lo, hi)``, bounds of the largest ``|logit|`` over visible pairs (sink aside), or
     None when some row has no bound.  The policy must be :func:`supported`.  ``each(heads,
-    total)`` wraps the loop over the B x H_q heads (a progress bar).
+    total)`` wraps the loop over the B x H_q heads (a progress bar).  With another
+    ``arith`` (:func:`kernel_arithmetic`), ``rad`` bounds how far a correct kernel of that
+    arithmetic may be from the exact output (to the float64 evaluation's own error, which a
+    caller's margin covers); there a soft-cap is taken too (``tanh`` within 16 units).
     """
     B, Hq, L, E = query.shape
     Hkv, S, Ev = key.shape[1], key.shape[2], value.shape[3]
@@ -121,6 +186,7 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     scale = 1.0 if d2 is None else 1 / math.sqrt(float(d2))
     base = policy.keep(L, S)
     sink = None if policy.sink is None else float(policy.sink)
+    cap = None if policy.softcap is None or arith is FLOAT64 else float(policy.softcap)
     n = S + (sink is not None)
     mid = np.empty((B, Hq, L, Ev))
     rad, mag = np.empty_like(mid), np.empty_like(mid)
@@ -132,8 +198,10 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
             x = (query[b, h] @ key[b, g].T) * scale
             # step 1 per row: the largest delta_j of the row
             sizes = (np.abs(query[b, h]) @ np.abs(key[b, g]).T).max(axis=1, initial=0.0)
-            delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8) * (1 + gamma(E)) * sizes
+            delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8, arith.u) * (1 + gamma(E)) * sizes
                                                 + 4 * E * 2.0 ** -1021)
+            if cap is not None:        # |d/ds c tanh(s/c)| <= 1: the score's error carries over
+                x = cap * np.tanh(x / cap)
             if offsets is not None:
                 off = np.broadcast_to(offsets, (B, Hq, L, S))[b, h]
                 vis = vis & (off != -np.inf)
@@ -141,9 +209,11 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
             x = np.where(vis, x, -np.inf)
             x_top, x_low = x.max(axis=1), np.where(vis, x, np.inf).min(axis=1)
             ax = np.maximum(np.abs(x_top), np.abs(x_low))       # max_j |x_j|, seen keys
-            if offsets is not None:
-                delta = delta + 2 * U * (1 + 2.0 ** -30) * ax
-            out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n)
+            if offsets is not None or arith.logit:
+                delta = delta + (arith.logit or 2) * arith.u * (1 + 2.0 ** -30) * ax
+            if arith.store:       # the score stored, after q and k scaled, in the coarse dtype
+                delta = delta + arith.store * (1 + 2.0 ** -20) * (ax + 3 * scale * sizes)
+            out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n, arith)
             mid[b, h], rad[b, h], mag[b, h] = out
             seen = vis.any(axis=1)
             if seen.any():
@@ -153,29 +223,41 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     return mid, rad, mag, (tuple(top) if bounded else None)
 
 
-def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n):
-    """One head's outputs, radii and magnitudes (step 2 and 3 of the module's bound), the
-    bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)`` (rounding is
-    monotone, so ``|fl(x_j - m)| <= fl(m - min_j x_j)``) and ``r_j <= R = expm1(max tau) +
-    epsilon`` (``expm1`` is increasing)."""
+def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n, arith: Arithmetic = FLOAT64):
+    """One head's outputs, radii and magnitudes (step 2 and 3 of the module's bound, in
+    ``arith``), the bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)``
+    (rounding is monotone, so ``|fl(x_j - m)| <= fl(m - min_j x_j)``) and ``r_j <= R =
+    expm1(max tau) + epsilon`` (``expm1`` is increasing)."""
+    u, first = arith.u, arith is FLOAT64
     m = x_top if sink is None else np.maximum(x_top, sink)
     e = np.exp(x - m[:, None])                 # hidden keys: exp(-inf) = 0
-    tau_max = (delta + U * (m - x_low)) * (1 + 2.0 ** -30)
-    R = np.expm1(tau_max) * (1 + 2.0 ** -20) + EXP_ERROR
+    tau_max = (delta + (1 if first else 2) * u * (m - x_low)) * (1 + 2.0 ** -30)
+    R = np.expm1(tau_max) * (1 + 2.0 ** -20) + arith.exp_error
     D = e.sum(axis=1)
     if sink is not None:
         ds = sink - m
-        ts = 2 * U * abs(sink) + U * (1 + 2.0 ** -30) * np.abs(ds) + 2.0 ** -1074
+        ts = 2 * u * abs(sink) + u * (1 + 2.0 ** -30) * np.abs(ds) + 2.0 ** -1074
         D = D + np.exp(ds)
-        R = np.maximum(R, np.where(ds >= -708, np.expm1(ts) * (1 + 2.0 ** -20) + EXP_ERROR, 0.0))
+        R = np.maximum(R, np.where(ds >= -708, np.expm1(ts) * (1 + 2.0 ** -20) + arith.exp_error,
+                                   0.0))
         tau_max = np.maximum(tau_max, ts)
-    zeta = (n + 1) * 2.0 ** -1017
-    eta = R + gamma(n + 1) * (1 + R) + zeta
+    if arith.merge:
+        R = R + 4 * u * (np.maximum(np.abs(m), np.abs(x_low)) + math.log(n) + 2)
+    zeta = (n + 1) * arith.underflow
+    eta = R + gamma(arith.sums * (n + 1), u) * (1 + R) + zeta
     out = (e @ V) / D[:, None]
     mag = (e @ np.abs(V)) / D[:, None]
-    kappa = 2 * zeta * (float(np.max(np.abs(V), initial=0.0)) + 1)
-    rad = ((2 * eta + U) * (1 + 2.0 ** -7))[:, None] * mag + kappa
-    ok = np.isfinite(m) & (tau_max <= _VALID) & (eta <= _VALID) & vis.any(axis=1)
+    vmax = float(np.max(np.abs(V), initial=0.0))
+    kappa = 2 * zeta * (vmax + 1) + (n * arith.tiny * vmax / D)[:, None]
+    if first:
+        rad = ((2 * eta + u) * (1 + 2.0 ** -7))[:, None] * mag + kappa
+        valid = _VALID
+    else:      # the same derivation without first-order factors: the numerator's terms
+        eta_n = eta + arith.weights * (1 + eta)       # also see P rounded, 1/(1 - eta) kept
+        grow = (1 + eta_n) / ((1 - eta) * (1 - u)) * (1 + 2.0 ** -20)
+        rad = (((eta_n + eta) / (1 - eta) + u) * grow)[:, None] * mag + kappa
+        valid = 1 / 8
+    ok = np.isfinite(m) & (tau_max <= valid) & (eta <= valid) & vis.any(axis=1)
     rad = np.where(ok[:, None] & np.isfinite(out) & np.isfinite(mag), rad, np.inf)
     # exact outputs: 0 where every key the row sees has value 0 (a probe's columns); a row
     # that sees one key and no sink gives that key's value (its weight exp(0) = 1 = the sum)

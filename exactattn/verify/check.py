@@ -37,7 +37,7 @@ from ..call.inputs import Call, call_floats, reshaped
 from ..reference.reference import Reference
 
 __all__ = ["MAX_SINK", "Deferred", "Entry", "Report", "bulk_report", "check_scale", "cleared", "check_sink", "judge_entries",
-           "logit_bound", "tolerance", "verify", "verify_floats", "verify_outputs"]
+           "logit_bound", "proved_tolerance", "tolerance", "verify", "verify_floats", "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
 #: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))
@@ -109,6 +109,9 @@ class Report:
     lse_found: Comparison = field(default_factory=lambda: Comparison(None))
     #: the probes run (:class:`ProbeRun`), in :data:`~exactattn.verify.probes.PROBES` order
     probes: list = field(default_factory=list)
+    #: the outputs' tolerance when it is per entry (:func:`proved_tolerance`), in words;
+    #: ``max_ulps`` is then the probes' and the log-sum-exp's
+    bound: str | None = None
 
     @property
     def entries(self) -> list:
@@ -308,6 +311,50 @@ def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
     return default_max_ulps(dtype, ref.S, ref.E, logit_bound(ref))
 
 
+def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32"):
+    """``(max_ulps, words)``: per output (B x H_q x L x E_v int64), the error a correct
+    kernel may make in ULPs at the size of the terms, rounded up, or None with why not.
+
+    The kernel (:func:`~exactattn.reference.bound.kernel_arithmetic`): outputs in ``dtype``,
+    every product, sum, ``exp``, ``tanh`` and quotient rounded in ``accumulation`` (online
+    softmax and split-KV merges allowed), the weights rounded to ``dtype`` before they meet
+    the values; its error is at most the module bound of :mod:`exactattn.reference.bound`
+    in that arithmetic, ``rad``, and the output's own rounding adds half a ULP:
+    ``max_ulps = ceil(rad (1 + 2^-20) / unit + 1/2)``, ``unit`` the ULP of ``dtype`` at the
+    terms' magnitude (its lower binade where float64 leaves it in doubt).  Where the bound
+    does not hold (``gamma_n`` past 2^-10: a coarse ``accumulation`` over many keys) the
+    entry allows every float.  ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'.
+
+    >>> from exactattn.call.inputs import sdpa_floats
+    >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])
+    >>> proved_tolerance(sdpa_floats(q, k, v), "float16")[0].ravel().tolist()
+    [2, 2]
+    """
+    from ..numbers.formats import DTYPES, ulp_index
+    from ..options import check_choice
+    from ..reference.bound import enclose_outputs, kernel_arithmetic, supported
+    check_choice(accumulation, "accumulation", DTYPES)
+    q, k, v, policy, keep, offsets, _ = floats
+    why = supported(policy.replace(softcap=None))
+    if why is not None:
+        return None, f"no proved bound with {why} yet"
+    fmt, arith = float_format(dtype), kernel_arithmetic(dtype, accumulation)
+    _, rad, mag, _ = enclose_outputs(q, k, v, policy, keep, offsets, arith=arith)
+    most = min(2 * ulp_index(math.inf, fmt), 1 << 62)     # every float of the format
+    with np.errstate(invalid="ignore", over="ignore"):
+        _, e = np.frexp(mag * (1 - 2.0 ** -30))
+        unit = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
+                              - fmt.precision + 1).astype(np.int32))
+        t = np.ceil(rad * (1 + 2.0 ** -20) / unit + 0.5)
+    tol = np.where(np.isfinite(t) & (t < most), t, most).astype(np.int64)
+    acc = "float64" if fmt.precision > 24 else accumulation
+    void = int((tol == most).sum())
+    words = (f"per output, the proved error of a correct {dtype} kernel accumulating in {acc} "
+             f"(P rounded to {dtype}), in ULPs at the terms: {tol.min()} to {tol.max()}"
+             + (f"; no bound for {void} outputs (every float allowed)" if void else ""))
+    return tol, words
+
+
 def _run(impl, call):
     """The implementation's :class:`~exactattn.verify.adapter.Answer`, or the exception it raised, in one line."""
     try:
@@ -340,18 +387,21 @@ def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) 
 
 def verify(impl, call: Call, dtype: str = "float32", *,
            max_ulps: int | None = None, prec: int = 96, lse: str | None = None,
-           reference: Reference | None = None, probes=PROBES) -> Report:
+           reference: Reference | None = None, probes=PROBES,
+           accumulation: str = "float32") -> Report:
     """Run ``impl`` on ``call`` in ``dtype`` and compare every output with the exact one.
 
     The call is checked under its own policy (modifiers included: sink, ALiBi,
     soft-cap, window, query offset, RoPE, dropout with the call's
     ``dropout_keep``).  The call's entries are first rounded to ``dtype`` (counted in
     ``report.moved_inputs``); the implementation and the exact reference both
-    see those floats.  An output passes when it is a number within
-    ``max_ulps`` ULPs (default :func:`default_max_ulps`) of the correctly
-    rounded exact value; NaN or infinity where the exact value is finite is a
-    hard failure, and an implementation that raises fails every output hard
-    (``report.raised`` says what it raised).
+    see those floats.  An output passes when it is a number within its
+    tolerance of the correctly rounded exact value: by default the proved error of a
+    correct kernel that accumulates in ``accumulation`` (:func:`proved_tolerance`, in
+    ULPs at the size of the terms; :func:`default_max_ulps` for RoPE, ALiBi and dropout,
+    the probes and the log-sum-exp), else ``max_ulps`` ULPs by either count; NaN or
+    infinity where the exact value is finite is a hard failure, and an implementation
+    that raises fails every output hard (``report.raised`` says what it raised).
 
     Args:
         impl: an :class:`~exactattn.verify.impls.Impl`, a callable, or a name
@@ -414,7 +464,8 @@ def verify(impl, call: Call, dtype: str = "float32", *,
                                tail=False)
     floats = call_floats(rounded_call) if raised is None and lse is None else None
     report = None if floats is None else bulk_report(impl.name, got, floats, dtype, max_ulps,
-                                                     lambda: rounded_call, prec, ref=ref)
+                                                     lambda: rounded_call, prec, ref=ref,
+                                                     accumulation=accumulation)
     if report is not None:
         probed, spent = _bulk_probes(impl, rounded_call, floats, probes, dtype,
                                      report.max_ulps, prec, want) or \
@@ -426,11 +477,12 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
                    raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
                    run_probes=lambda fmt, tol: _probe_runs(impl, rounded_call, probes, dtype,
-                                                           fmt, tol, prec, want, lse))
+                                                           fmt, tol, prec, want, lse),
+                   accumulation=accumulation)
 
 
 def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int | None = None,
-                   prec: int = 96, name: str = "outputs") -> Report:
+                   prec: int = 96, name: str = "outputs", accumulation: str = "float32") -> Report:
     """Judge outputs a float kernel already returned against the exact answer of ``call``.
 
     :func:`verify` without running anything and without rounding: the call's
@@ -438,7 +490,7 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     read as their exact binary values; inputs of another dtype than the
     outputs are fine), and every output is judged as :func:`verify` judges it
     (:func:`~exactattn.verify.compare.judge`, the default tolerance
-    :func:`~exactattn.numbers.formats.default_max_ulps`).  It runs no probes
+    :func:`proved_tolerance` for a kernel accumulating in ``accumulation``).  It runs no probes
     (:mod:`~exactattn.verify.probes`): there is no kernel to hand the probes'
     values to, only the outputs the caller already has (``report.probes`` is
     empty); :func:`verify` runs them.
@@ -472,8 +524,10 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
                       name)
     floats = call_floats(call)
     report = None if floats is None else bulk_report(name, values, floats, dtype, max_ulps,
-                                                     lambda: call, prec, ref=ref)
-    return report or _report(name, call, ref, values, dtype, max_ulps, prec)
+                                                     lambda: call, prec, ref=ref,
+                                                     accumulation=accumulation)
+    return report or _report(name, call, ref, values, dtype, max_ulps, prec,
+                             accumulation=accumulation)
 
 
 class Deferred:
@@ -493,7 +547,8 @@ class Deferred:
 
 
 def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None, make_call,
-                prec: int = 96, ref: Reference | None = None, each=None) -> Report | None:
+                prec: int = 96, ref: Reference | None = None, each=None,
+                accumulation: str = "float32") -> Report | None:
     """:func:`verify_outputs`' report decided from float64 enclosures of the exact outputs
     (:func:`exactattn.reference.bound.enclose_outputs`, :func:`~exactattn.verify.compare.decide`),
     or None where they do not apply (a format of more than 24 bits, a policy the bound does
@@ -525,17 +580,21 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
         tol = max_ulps
     check_scale(policy, fmt)
     check_sink(policy)
+    each_tol, bound = (tol, None) if max_ulps is not None else \
+        proved_tolerance(floats, dtype, accumulation)
+    each_tol = tol if each_tol is None else each_tol
     t1 = time.perf_counter()
     call = Deferred(make_call)
     ref = Deferred(lambda: Reference(call.built())) if ref is None else ref
     rows = RowBalls(q, k, v, policy, keep, offsets)
-    found, left = bulk_judged(got, (mid, rad, mag), rows, fmt, tol, ref, prec)
+    found, left = bulk_judged(got, (mid, rad, mag), rows, fmt, each_tol, ref, prec)
     notes = _output_notes(found, dtype) + ([
         f"outputs left to the exact path: {left} of {found.count} (the rest decided "
         "from float64 enclosures with a proved error bound)"] if left else [])
     t2 = time.perf_counter()
     return Report(name, dtype, policy, call, found, tol, 0, ref,
-                  {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes)
+                  {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes,
+                  bound=bound if max_ulps is None and each_tol is not tol else None)
 
 
 def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
@@ -627,7 +686,7 @@ def _outputs(got, dtype: str | None, name: str):
 
 
 def verify_floats(got, floats: tuple | None, make_call, *, max_ulps: int | None = None,
-                  name: str = "outputs", each=None) -> Report:
+                  name: str = "outputs", each=None, accumulation: str = "float32") -> Report:
     """:func:`verify_outputs` of the call ``make_call()`` builds, whose inputs ``floats``
     (:func:`~exactattn.call.inputs.sdpa_floats`, or None) also are as float64 arrays: the
     bulk judge (:func:`bulk_report`) where it applies, without building the call unless
@@ -637,15 +696,18 @@ def verify_floats(got, floats: tuple | None, make_call, *, max_ulps: int | None 
         q, k, v, rank = floats[0], floats[1], floats[2], floats[6]
         want = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         values = reshaped(answer.values, want, rank, name)
-        report = bulk_report(name, values, floats, dtype, max_ulps, make_call, each=each)
+        report = bulk_report(name, values, floats, dtype, max_ulps, make_call, each=each,
+                             accumulation=accumulation)
         if report is not None:
             return report
-    return verify_outputs(make_call(), got, max_ulps=max_ulps, name=name)
+    return verify_outputs(make_call(), got, max_ulps=max_ulps, name=name,
+                          accumulation=accumulation)
 
 
 def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,
             prec: int, *, moved: int = 0, raised: str | None = None, lse: str | None = None,
-            got_lse=None, impl_seconds: float = 0.0, run_probes=None) -> Report:
+            got_lse=None, impl_seconds: float = 0.0, run_probes=None,
+            accumulation: str = "float32") -> Report:
     """The report of outputs ``got`` (B x H_q x L x E_v float64; None when the
     implementation raised: every output a hard failure) against ``ref``, the exact answer
     of ``call``, of :func:`verify` and :func:`verify_outputs`: the outputs judged by
@@ -656,9 +718,13 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     t1 = time.perf_counter()
     tol = tolerance(ref, dtype, max_ulps)
+    floats = None if max_ulps is not None or got is None else call_floats(call)
+    each, bound = (None, None) if floats is None else \
+        proved_tolerance(floats, dtype, accumulation)
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
-    found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt, tol)
+    found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt,
+                          tol if each is None else 0, extra=each)
     probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
         run_probes(fmt, tol)
     notes = []
@@ -672,7 +738,8 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                   {"impl": impl_seconds + probe_seconds["impl"],
                    "exact": t2 - t1 + probe_seconds["exact"],
                    "compare": t3 - t2 - sum(probe_seconds.values())}, notes,
-                  raised=raised, lse=lse, lse_found=lse_found, probes=probed)
+                  raised=raised, lse=lse, lse_found=lse_found, probes=probed,
+                  bound=None if each is None else bound)
 
 
 def cleared(got, balls, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool) -> tuple:

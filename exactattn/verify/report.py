@@ -34,7 +34,7 @@ def _status(r: Report, e) -> str:
     """``ok``, ``ok at terms`` (past the tolerance in ULPs, within it at the size of the
     terms: cancellation), ``over`` or ``hard``."""
     if e.status == "ok" and e.ulps is not None and r.max_ulps is not None and \
-            e.ulps > r.max_ulps:
+            e.ulps > r.max_ulps and getattr(r, "bound", None) is None:
         return "ok at terms"
     return e.status
 
@@ -53,6 +53,9 @@ def _problem_notes(r: Report, moved: str) -> list[str]:
 
 
 def _tolerance_note(r: Report, length: str) -> str:
+    if getattr(r, "bound", None) is not None:
+        return (f"tolerance: {r.bound}; NaN/inf where the exact value is finite is a hard "
+                "failure")
     cap = ", the last tripled under a soft-cap" if r.policy.softcap is not None else ""
     return (f"tolerance: {plural(r.max_ulps, 'ULP')} by either count (2*ceil(sqrt({length} + "
             f"d_k)) + 4 + ceil(max |scaled score|){cap} unless set): 'ok at terms' is past it in "
@@ -315,6 +318,10 @@ def failure_summary(r: Report, what: str = "outputs") -> str:
     """
     bad = r.found.over + r.found.hard
     hard = f", {r.found.hard} of them NaN/inf or raised" if r.found.hard else ""
+    if getattr(r, "bound", None) is not None:
+        return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
+                f"{hard} (tolerance {r.bound}; NaN or inf where the exact value is finite "
+                "fails outright)")
     return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
             f"{hard} (tolerance {plural(r.max_ulps, 'ULP')} by either count: {r.dtype} floats "
             f"from the exact value correctly rounded to {r.dtype}, or |error| in ULPs at the "

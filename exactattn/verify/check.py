@@ -532,14 +532,18 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
 
 class Deferred:
     """A :class:`Call` or :class:`Reference` built on first use: a report the bulk judge
-    decided reads neither unless an entry is left to the exact path or its exact value is asked."""
+    decided reads neither unless an entry is left to the exact path or its exact value is asked.
+    Built past :data:`~exactattn.call.limits.MAX_INPUTS` (the bulk judge already took the
+    shape; what is asked of it here is a few entries: a failure's message, a tie)."""
 
     def __init__(self, make):
         self._make, self._value = make, None
 
     def built(self):
         if self._value is None:
-            self._value = self._make()
+            from ..call import limits
+            with limits.lifted():
+                self._value = self._make()
         return self._value
 
     def __getattr__(self, name):

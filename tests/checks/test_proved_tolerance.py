@@ -1,0 +1,127 @@
+"""The default tolerance is the proved error of a correct kernel: correct kernels of every
+kind the bound admits pass on adversarial inputs (large logits, many keys, sinks, soft-cap,
+online softmax, split-KV), and the faults the old sqrt(S) rule let by in float16 fail."""
+
+import numpy as np
+import pytest
+
+from exactattn.call.inputs import sdpa_floats
+from exactattn.testing import assert_attention_close
+from exactattn.verify.check import proved_tolerance
+
+F32 = np.float32
+
+
+def _scores(q, k, scale, causal, softcap):
+    s = np.einsum("hle,hse->hls", q.astype(F32), k.astype(F32)) * F32(scale)
+    if softcap is not None:
+        s = F32(softcap) * np.tanh(s / F32(softcap))
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf).astype(F32)
+    return s
+
+
+def flash(q, k, v, *, scale, causal=False, softcap=None, sink=None, dtype=np.float16,
+          block=None, splits=1):
+    """FlashAttention in float32 with P rounded to ``dtype`` before P @ V: optionally online
+    over key blocks, or split over the keys with a log-sum-exp merge."""
+    s = _scores(q, k, scale, causal, softcap)
+    S = s.shape[-1]
+    edges = np.linspace(0, S, splits + 1).astype(int)
+    parts = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        m = np.full(s.shape[:-1], -np.inf, F32)
+        l, acc = np.zeros(s.shape[:-1], F32), np.zeros(s.shape[:-1] + v.shape[-1:], F32)
+        for c in range(a, b, block or (b - a)):
+            t = s[..., c:c + (block or (b - a))]
+            t = t[..., :max(0, min(t.shape[-1], b - c))]
+            m_new = np.maximum(m, t.max(axis=-1)).astype(F32)
+            safe = np.where(np.isfinite(m_new), m_new, F32(0))
+            alpha = np.exp((m - safe).astype(F32)).astype(F32)
+            p = np.exp((t - safe[..., None]).astype(F32)).astype(F32)
+            pv = p.astype(dtype).astype(F32)
+            l = (l * alpha + p.sum(axis=-1, dtype=F32)).astype(F32)
+            acc = (acc * alpha[..., None] + np.einsum("hls,hse->hle", pv,
+                                                       v[..., c:c + t.shape[-1], :].astype(F32))).astype(F32)
+            m = m_new
+        parts.append((m, l, acc))
+    if sink is not None:
+        parts.append((np.full(s.shape[:-1], F32(sink)), np.ones(s.shape[:-1], F32),
+                      np.zeros(s.shape[:-1] + v.shape[-1:], F32)))
+    lse = [(m + np.log(l)).astype(F32) for m, l, _ in parts]
+    top = np.max(lse, axis=0)
+    out = sum(np.exp((x - top).astype(F32))[..., None] * (acc / l[..., None])
+              for x, (_, l, acc) in zip(lse, parts))
+    return (out / sum(np.exp((x - top).astype(F32)) for x in lse)[..., None]).astype(dtype)
+
+
+def _inputs(seed, H=2, L=32, S=64, E=16, big=1.0, dtype=np.float16):
+    rng = np.random.default_rng(seed)
+    return tuple((rng.standard_normal((H, n, E)) * f).astype(dtype)
+                 for n, f in ((L, big), (S, big), (S, 1.0)))
+
+
+CASES = {
+    "plain": dict(),
+    "large logits": dict(big=3.0),
+    "4096 keys": dict(L=4, S=4096, E=8),
+    "causal online": dict(causal=True, block=16),
+    "split-KV": dict(splits=4),
+    "sink": dict(sink=1.5),
+    "soft-cap": dict(softcap=5.0, big=3.0),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_correct_float16_kernel_passes_the_proved_tolerance(case, seed):
+    kw = dict(CASES[case])
+    shape = {n: kw.pop(n) for n in ("big", "L", "S", "E") if n in kw}
+    q, k, v = _inputs(seed, **shape)
+    scale = 1 / np.sqrt(q.shape[-1])
+    out = flash(q, k, v, scale=scale, **kw)
+    policy = {n: str(kw[n]) for n in ("sink", "softcap") if n in kw}
+    report = assert_attention_close(out, q, k, v, is_causal=kw.get("causal", False), **policy)
+    assert report.bound.startswith("per output, the proved error of a correct float16 kernel "
+                                   "accumulating in float32")
+
+
+def test_a_float16_tolerance_is_a_few_ulps_where_the_old_rule_allowed_139():
+    q, k, v = _inputs(0, L=4, S=4096, E=8)
+    tol, words = proved_tolerance(sdpa_floats(q, k, v), "float16")
+    assert tol.dtype == np.int64 and tol.shape == (1, 2, 4, 8)
+    assert (int(tol.min()), int(tol.max())) == (3, 4)
+    assert words.endswith("in ULPs at the terms: 3 to 4")
+
+
+def test_faults_the_old_rule_let_by_fail():
+    q, k, v = _inputs(1, L=32, S=64, E=64)
+    scale = 1 / np.sqrt(64)
+    with pytest.raises(AssertionError, match="outside the tolerance in float16"):
+        assert_attention_close(flash(q, k, v, scale=scale * 1.01), q, k, v)
+    q, k, v = _inputs(1, L=8, S=4096, E=64)     # 1,049,600 inputs: past the exact path's limit,
+    s = _scores(q, k, scale, False, None)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    total = np.zeros(p.shape[:-1], np.float16)
+    for j in range(p.shape[-1]):                     # the normaliser summed in float16
+        total = (total + p[..., j].astype(np.float16)).astype(np.float16)
+    running = (np.einsum("hls,hse->hle", p, v.astype(F32)) / total[..., None]).astype(np.float16)
+    with pytest.raises(AssertionError, match="outside the tolerance in float16"):
+        assert_attention_close(running, q, k, v)     # and the message still certifies its digits
+
+
+def test_scores_stored_in_float16_pass_when_declared():
+    q, k, v = _inputs(2, big=2.0)
+    s = _scores(q, k, 1 / 4, False, None).astype(np.float16).astype(F32)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = (p / p.sum(axis=-1, keepdims=True)).astype(np.float16).astype(F32)
+    out = np.einsum("hls,hse->hle", p, v.astype(F32)).astype(np.float16)
+    report = assert_attention_close(out, q, k, v, accumulation="float16")
+    assert "accumulating in float16" in report.bound
+
+
+def test_a_bad_accumulation_is_named():
+    from exactattn.errors import InputError
+    q, k, v = _inputs(0)
+    with pytest.raises(InputError, match="accumulation"):
+        assert_attention_close(flash(q, k, v, scale=0.25), q, k, v, accumulation="int8")

@@ -128,8 +128,14 @@ def register(sub) -> None:
                          "blocks only")
     out = p.add_argument_group("report")
     out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
-                     help="tolerance in ULPs (default 2*ceil(sqrt(S + d_k)) + 4 + "
-                          "ceil(max |scaled score|))")
+                     help="tolerance in ULPs by either count (default: per output, the "
+                          "proved error of a correct kernel accumulating in --accumulation; "
+                          "2*ceil(sqrt(S + d_k)) + 4 + ceil(max |scaled score|) for the "
+                          "probes, the log-sum-exp, RoPE, ALiBi and dropout)")
+    out.add_argument("--accumulation", choices=("float32", "float16", "bfloat16", "float64"),
+                     default="float32",
+                     help="what the kernel accumulates in (float32); float16/bfloat16: its "
+                          "scores and weights are stored in that dtype")
     out.add_argument("--worst", type=whole("--worst"), default=5, help="outputs listed (5)")
     add_digits_option(out, f"significant digits of the certified exact values, 1 to {MAX_PLACES} "
                            "(12)", default=12, metavar=None, low=1)
@@ -423,6 +429,7 @@ def run(args) -> int:
         from .modifier_flags import lse
         with busy(f"{impl.name} in {dt}: certifying {_outputs(problem):,} outputs"):
             rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args),
+                         accumulation=args.accumulation,
                          **({} if args.probes is None else {"probes": args.probes}))
         if args.flops:
             rep.flops = flop_counts(problem, dt)

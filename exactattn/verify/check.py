@@ -348,8 +348,10 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32"):
         t = np.ceil(rad * (1 + 2.0 ** -20) / unit + 0.5)
     tol = np.where(np.isfinite(t) & (t < most), t, most).astype(np.int64)
     acc = "float64" if fmt.precision > 24 else accumulation
+    how = f"accumulating in {acc}" if arith.store == 0 else \
+        f"storing its scores and weights in {acc}, summing in float32"
     void = int((tol == most).sum())
-    words = (f"per output, the proved error of a correct {dtype} kernel accumulating in {acc} "
+    words = (f"per output, the proved error of a correct {dtype} kernel {how} "
              f"(P rounded to {dtype}), in ULPs at the terms: {tol.min()} to {tol.max()}"
              + (f"; no bound for {void} outputs (every float allowed)" if void else ""))
     return tol, words

@@ -117,7 +117,7 @@ def test_scores_stored_in_float16_pass_when_declared():
     p = (p / p.sum(axis=-1, keepdims=True)).astype(np.float16).astype(F32)
     out = np.einsum("hls,hse->hle", p, v.astype(F32)).astype(np.float16)
     report = assert_attention_close(out, q, k, v, accumulation="float16")
-    assert "accumulating in float16" in report.bound
+    assert "storing its scores and weights in float16, summing in float32" in report.bound
 
 
 def test_a_bad_accumulation_is_named():

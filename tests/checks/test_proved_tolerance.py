@@ -125,3 +125,17 @@ def test_a_bad_accumulation_is_named():
     q, k, v = _inputs(0)
     with pytest.raises(InputError, match="accumulation"):
         assert_attention_close(flash(q, k, v, scale=0.25), q, k, v, accumulation="int8")
+
+
+@pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])
+def test_float8_inputs_are_read_exactly(fp8):
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 32, 16, generator=g).to(getattr(torch, fp8)) for _ in range(3))
+    wide = [t.to(torch.bfloat16) for t in (q, k, v)]       # float8 -> bfloat16 is exact
+    assert all(torch.equal(w.to(torch.float64), t.to(torch.float64)) for w, t in zip(wide, (q, k, v)))
+    out = torch.nn.functional.scaled_dot_product_attention(*wide)
+    report = assert_attention_close(out, q, k, v)
+    assert report.dtype == "bfloat16" and report.found.count == 2 * 32 * 16
+    with pytest.raises(AssertionError):          # other queries: the output is judged wrong
+        assert_attention_close(out, (q.to(torch.float32) * 1.5).to(getattr(torch, fp8)), k, v)

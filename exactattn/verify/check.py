@@ -68,6 +68,8 @@ class Entry:
     reference: "Reference" = field(repr=False, default=None)
     terms_ulps: float | None = None
     lse_base: str | None = None
+    #: the entry's own tolerance in ULPs at the terms (:func:`proved_tolerance`), else None
+    tolerance: int | None = None
 
     @property
     def exact(self):
@@ -660,6 +662,8 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
                 return k if k is not None else ref.output(*idx)
             j = judge(g, r, ball, m, fmt, exact, int(tols[p]), at_terms=at_terms)
             e = Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps)
+        if np.ndim(tol):
+            e.tolerance = int(tols[p])
         found.add(e, j, position=p)
     return found, len(undecided)
 
@@ -792,7 +796,8 @@ def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat
     entry_ref = ref if column == 0 else _Columns(ref, column)
     if entry is None:
         def entry(idx, r, g, ulps, rel, status, terms=None):
-            return Entry(idx, r, g, ulps, rel, status, entry_ref, terms)
+            own = None if extra is None or tol else int(extra[idx[:3] + (idx[3] + column,)])
+            return Entry(idx, r, g, ulps, rel, status, entry_ref, terms, tolerance=own)
     if got is not None:       # the entries clearly within the tolerance, judged at once
         part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
         allowed = tol if extra is None else np.asarray(extra[part], dtype=object) + tol

@@ -27,21 +27,26 @@ def _entry_cells(r: Report, e, digits: int) -> list[str]:
     """An entry's cells from its exact value on: exact, exact in the dtype, got, the counts."""
     return [certified_scientific(e.exact, digits), shortest_repr(e.rounded, r.dtype), _got(r, e),
             number_cell(e.ulps, "d"), number_cell(e.terms_ulps, ".2f"), number_cell(e.rel),
-            _status(r, e)]
+            _status(r, e)] + ([number_cell(e.tolerance, "d")] if _per_entry(r) else [])
+
+
+def _per_entry(r) -> bool:
+    """True when the report's outputs have tolerances of their own (a proved bound)."""
+    return getattr(r, "bound", None) is not None
 
 
 def _status(r: Report, e) -> str:
     """``ok``, ``ok at terms`` (past the tolerance in ULPs, within it at the size of the
     terms: cancellation), ``over`` or ``hard``."""
     if e.status == "ok" and e.ulps is not None and r.max_ulps is not None and \
-            e.ulps > r.max_ulps and getattr(r, "bound", None) is None:
+            e.ulps > r.max_ulps and not _per_entry(r):
         return "ok at terms"
     return e.status
 
 
 def _value_columns(r: Report) -> list[str]:
     return ["exact (certified)", f"exact in {r.dtype}", r.impl.split(" ")[0], "ULPs",
-            "at terms", "rel. error", "status"]
+            "at terms", "rel. error", "status"] + (["allowed"] if _per_entry(r) else [])
 
 
 def _problem_notes(r: Report, moved: str) -> list[str]:
@@ -53,7 +58,7 @@ def _problem_notes(r: Report, moved: str) -> list[str]:
 
 
 def _tolerance_note(r: Report, length: str) -> str:
-    if getattr(r, "bound", None) is not None:
+    if _per_entry(r):
         return (f"tolerance: {r.bound}; NaN/inf where the exact value is finite is a hard "
                 "failure")
     cap = ", the last tripled under a soft-cap" if r.policy.softcap is not None else ""
@@ -318,7 +323,7 @@ def failure_summary(r: Report, what: str = "outputs") -> str:
     """
     bad = r.found.over + r.found.hard
     hard = f", {r.found.hard} of them NaN/inf or raised" if r.found.hard else ""
-    if getattr(r, "bound", None) is not None:
+    if _per_entry(r):
         return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
                 f"{hard} (tolerance {r.bound}; NaN or inf where the exact value is finite "
                 "fails outright)")

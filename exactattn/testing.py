@@ -213,8 +213,11 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
     """
     __tracebackhide__ = True
     from .call import Call
+    from .call.inputs import rectangular
     from .verify.backward import verify_gradients
     check_whole(worst, "worst", low=1)
+    if not hasattr(grad_out, "detach"):
+        rectangular(grad_out, "grad_out")          # a ragged list, named
     call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
     report = verify_gradients(call, actual_grads, grad_out, max_ulps=max_ulps)

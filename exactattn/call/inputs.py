@@ -33,8 +33,8 @@ from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs
 
-__all__ = ["Call", "SDPA_POLICY_KEYS", "empty_rows", "keys_read", "object_array", "reshaped",
-           "rounded_entries"]
+__all__ = ["Call", "SDPA_POLICY_KEYS", "empty_rows", "keys_read", "object_array", "rectangular",
+           "reshaped", "rounded_entries"]
 
 
 def _dims(shape) -> str:
@@ -64,6 +64,15 @@ def _as_array(data, name: str) -> np.ndarray:
         raise ShapeError(f"{name} must have at least one entry in every dimension "
                          f"(got {_dims(arr.shape)})")
     return arr
+
+
+def rectangular(data, name: str) -> np.ndarray:
+    """``numpy.asarray(data)``; a ragged list refused in one line naming ``name``, as
+    :class:`Call` refuses it (``query must be rectangular: ...``)."""
+    try:
+        return np.asarray(data)
+    except ValueError:
+        return _as_array(data, name)
 
 
 def _number_text(x: Fraction) -> str:
@@ -230,7 +239,10 @@ def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
         return None
     arrays = []
     for a in (query, key, value):
-        a = a.detach().cpu().double().numpy() if hasattr(a, "detach") else np.asarray(a)
+        try:
+            a = a.detach().cpu().double().numpy() if hasattr(a, "detach") else np.asarray(a)
+        except ValueError:              # a ragged list: Call.from_sdpa names it
+            return None
         if a.dtype.kind != "f" or a.dtype.itemsize > 8 or a.ndim not in (2, 3, 4) or \
                 a.ndim != np.ndim(query) or 0 in a.shape or not np.isfinite(a).all():
             return None
@@ -241,7 +253,11 @@ def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
         return None
     keep = offsets = None
     if attn_mask is not None:
-        m = attn_mask.detach().cpu().numpy() if hasattr(attn_mask, "detach") else np.asarray(attn_mask)
+        try:
+            m = attn_mask.detach().cpu().numpy() if hasattr(attn_mask, "detach") else \
+                np.asarray(attn_mask)
+        except ValueError:
+            return None
         if m.dtype == bool:
             keep = m
         elif m.dtype.kind == "f" and not (np.isnan(m).any() or (m == np.inf).any()):
@@ -295,8 +311,8 @@ SDPA_POLICY_KEYS = ("alignment", "empty_row", "gqa", "window", "query_offset", "
 
 def _sdpa_array(data, name: str) -> np.ndarray:
     """An array argument as numpy: floats widened exactly to float64 (bfloat16 included),
-    booleans and other entries as they are."""
-    arr = np.asarray(data)
+    booleans and other entries as they are; a ragged list refused, named."""
+    arr = rectangular(data, name)
     if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
         raise InputError(f"{name} must be float64 or narrower (got {arr.dtype.name}); "
                          "float64 cannot hold its entries exactly")

@@ -395,9 +395,12 @@ def read_answer(out: Any, name: str = "impl", *, lse: bool = False) -> Answer:
         import torch
         t = out.detach().cpu()
         return Answer(t.to(torch.float64).numpy(), str(t.dtype).replace("torch.", ""))
+    from ..call.inputs import rectangular
     try:
-        arr = np.asarray(out)
+        arr = rectangular(out, f"{name}'s output")     # a ragged list: named as Call names it
         return Answer(arr.astype(np.float64), arr.dtype.name)
+    except InputError:
+        raise
     except (TypeError, ValueError):
         raise ShapeError(f"{name}'s output must be an array of numbers "
                          f"(got {shorten(type(out).__name__)})") from None

@@ -282,6 +282,40 @@ def test_gradients_of_mixed_dtypes_and_policies_without_exact_gradients_are_refu
     assert "\n" not in str(info.value)
 
 
+RAGGED = [[1.0, 2.0], [3.0]]
+ROW = [[1.0, 2.0]]
+
+
+def _ragged(name: str) -> str:
+    return f"{name} must be rectangular: rows of equal length holding numbers (got a ragged list)"
+
+
+@pytest.mark.parametrize("args, name", [
+    ((np.float32(ROW), RAGGED, ROW, ROW), "query"),
+    ((np.float32(ROW), ROW, RAGGED, ROW), "key"),
+    ((np.float32(ROW), ROW, ROW, RAGGED), "value"),
+    ((RAGGED, ROW, ROW, ROW), "actual's output"),
+])
+def test_a_ragged_list_is_refused_in_one_line_naming_the_argument(args, name):
+    with pytest.raises(ShapeError) as info:
+        assert_attention_close(*args)
+    assert str(info.value) == _ragged(name)
+    with pytest.raises(ShapeError) as info:
+        assert_attention_close(np.float32(ROW), ROW, ROW, ROW, attn_mask=[[True], [True, False]])
+    assert str(info.value) == _ragged("attn_mask")
+
+
+@pytest.mark.parametrize("grads, q, grad_out, name", [
+    ((ROW, ROW, ROW), RAGGED, ROW, "query"),
+    ((RAGGED, ROW, ROW), ROW, ROW, "dQ's output"),
+    ((ROW, ROW, ROW), ROW, RAGGED, "grad_out"),
+])
+def test_a_ragged_list_is_refused_by_the_gradients_assertion(grads, q, grad_out, name):
+    with pytest.raises(ShapeError) as info:
+        assert_attention_grads_close(grads, q, ROW, ROW, grad_out)
+    assert str(info.value) == _ragged(name)
+
+
 def _dropout_attention(keep_scale):
     """Attention with dropout p = 1/4 on float32 inputs, computed in float64 through autograd;
     ``keep_scale`` is what the kept weights are multiplied by (4/3 right)."""

@@ -70,7 +70,7 @@ __all__ = ["KEYS", "MAX_BYTES", "POLICY_KEYS", "PROBLEM_KEYS", "from_mapping", "
 KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "divisor",
         "causal")
 #: the keys of a problem spec (``exactattn verify --spec``)
-PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask")
+PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask", "dropout_keep")
 #: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.policy.Policy`
 #: (its plain fields, then its modifiers and ``lse``: :data:`~exactattn.call.spec_fields.MODIFIER_KEYS`)
 #: (the scale is written as ``scale`` text, stored as ``divisor_squared``)
@@ -357,8 +357,9 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
 
     Keys: ``query``, ``key``, ``value`` (required; 2, 3 or 4 dimensional
     lists of exact numbers), ``mask`` (``{"kind": ..., "values": [...]}``;
-    ``"-inf"`` hides a key in an additive mask), ``policy`` (the fields of
-    :class:`~exactattn.call.policy.Policy`), ``dtype`` and ``name``.
+    ``"-inf"`` hides a key in an additive mask), ``dropout_keep`` (the dropout keep-mask,
+    booleans as :class:`~exactattn.call.Call` takes them; or ``policy.dropout.keep``),
+    ``policy`` (the fields of :class:`~exactattn.call.policy.Policy`), ``dtype`` and ``name``.
 
     Raises:
         SpecError: a missing or unknown key, a malformed policy or mask table.
@@ -398,6 +399,11 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
     if not isinstance(name, str):
         raise SpecError(f"{where}: name must be a string (got {shorten(name, quote=True)})")
     fields = read_modifiers({k: v for k, v in pol.items() if k in MODIFIER_KEYS}, where=where)
+    if doc.get("dropout_keep") is not None:
+        if fields.keep is not None:
+            raise SpecError(f"{where}: dropout_keep must come without policy.dropout.keep (got "
+                            "both); give the keep-mask once")
+        fields.keep = doc["dropout_keep"]
     plain = {k: v for k, v in pol.items() if k not in MODIFIER_KEYS}
 
     def build():

@@ -480,6 +480,24 @@ def test_dropout_and_lse_from_the_spec_file(tmp_path, capsys):
     assert rc == 0 and "dropout=1/2" in capsys.readouterr().out
 
 
+
+def test_dropout_reads_the_spec_files_dropout_keep(tmp_path, capsys):
+    """docs/modifiers.md: ``--dropout P`` with the spec file's ``dropout_keep`` (the keep-mask
+    is data of the call, as ``Call(..., dropout_keep=...)``)."""
+    c = case("dropout-kept")
+    doc = {"query": [["0"]], "key": [["0"]] * 3, "value": [[v] for v in c["input"]["V"]],
+           "policy": {"scale": "none"}, "dropout_keep": [c["input"]["keep"]]}
+    spec = tmp_path / "keep.json"
+    spec.write_text(json.dumps(doc))
+    rc = main(["verify", "--spec", str(spec), "--dtype", "float64", "--dropout", c["input"]["p"]])
+    out = capsys.readouterr().out
+    assert rc == 0 and "dropout=1/3" in out and "6.00000000000e+00" in out
+    doc["policy"]["dropout"] = {"p": "1/3", "keep": [c["input"]["keep"]]}
+    spec.write_text(json.dumps(doc))
+    assert main(["verify", "--spec", str(spec)]) == 2
+    assert capsys.readouterr().err == (f"exactattn: error: {spec}: dropout_keep must come without "
+                                       "policy.dropout.keep (got both); give the keep-mask once\n")
+
 MIDPOINT = 1 + F(1, 2 ** 24)          # halfway between 1 and the next float32
 
 

@@ -45,9 +45,11 @@ class _Parser(argparse.ArgumentParser):
     list to pick from.
     """
 
-    #: what reads as a negative number, so that ``--sink -1e3`` and ``--softcap -1/2`` pass the
-    #: value (argparse's own pattern stops at ``-2.5``); no option of exactattn looks like one
-    NEGATIVE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(/\d+)?$")
+    #: what reads as a value though it starts with '-': a negative number (``--sink -1e3``,
+    #: ``--softcap -1/2``; argparse's own pattern stops at ``-2.5``) or a list or matrix that
+    #: starts with one (``--d-out '-1,0;0,1'``, ``--window -1,0``), as Python 3.13's argparse
+    #: reads it; no option of exactattn looks like one
+    NEGATIVE = re.compile(r"^-\.?\d")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

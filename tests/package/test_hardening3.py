@@ -20,6 +20,24 @@ def test_negative_numbers_in_any_form_after_a_space(cli, value):
     assert out != cli("scores", "--sink=0")[1]
 
 
+def test_a_matrix_or_list_starting_with_a_negative_number_is_a_value(cli):
+    """``--d-out '-1,0;0,1'`` is the matrix, as ``--d-out=-1,0;0,1`` always was."""
+    rc, out, err = cli("backward", "--example", "tiny", "--d-out", "-1,0;0,1")
+    assert (rc, err) == (0, "") and "1      (-1, 0)" in out
+    assert (rc, out, err) == cli("backward", "--example", "tiny", "--d-out=-1,0;0,1")
+    for argv, message in [
+            (("scores", "--window", "-1,0"), "--window must be LEFT,RIGHT, whole numbers >= 0 "
+                                             "or none (got '-1,0'); e.g. 2,0"),
+            (("cost", "--rows", "-1,2"), "--rows must be a whole number from 1 to "
+                                         "1000000000000 (got '-1')"),
+            (("scores", "--explain", "-1,2"), "--explain must be a positive whole number "
+                                              "(got '-1')"),
+            (("scores", "--queries", "-1..3"), "--queries must be token numbers such as 1..8, 3 "
+                                               "or 1..4,10 (got '-1..3')"),
+            (("verify", "--splits", "-3,5"), "--splits must be a positive whole number (got '-3')")]:
+        assert cli(*argv) == (2, "", f"exactattn: error: {message}\n")
+
+
 def test_a_flag_without_its_value_still_says_so(cli):
     rc, out, err = cli("scores", "--sink")
     assert (rc, out, err) == (2, "", "exactattn: error: --sink needs a value (got none)\n")

@@ -167,7 +167,7 @@ def _summary(name: str, title: str, columns: list[str], reports: Sequence[Report
                            f"{r.seconds.get('compare', 0.0):.2f}")
             rows.append(row)
     verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
-    return Section(name, title, columns, rows, [f"result: {verdict}", *notes])
+    return Section(name, title, columns, rows, [*notes, f"result: {verdict}"])   # last: | tail -1
 
 
 def _counts(s: dict, mean: bool = True) -> list[str]:
@@ -232,7 +232,8 @@ def _cost_section(reports: Sequence[Report]) -> Section:
 
 def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 12,
                     timings: bool = False, notes: Sequence[str] = ()) -> list:
-    """The tables of one or more reports: the worst outputs of each, a summary per dtype, the cost.
+    """The tables of one or more reports: the worst outputs of each, the cost, a summary per
+    dtype ending on the ``result:`` line (the last line of the text).
 
     Exact values are printed with ``digits`` significant digits (1 to 50),
     certified (correctly rounded); "exact in <dtype>" is the correctly
@@ -243,8 +244,8 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
     sections = [_worst_section(r, worst, digits) for r in reports]
     sections += [_lse_section(r, worst, digits) for r in reports if r.lse is not None]
     sections += [_probe_section(r, worst, digits) for r in reports if r.probes]
-    sections.append(_summary_section(reports, timings, notes))
     sections.append(_cost_section(reports))
+    sections.append(_summary_section(reports, timings, notes))
     return sections
 
 

@@ -323,6 +323,21 @@ def test_cli_numpy_report(capsys):
     assert "exact in float32" in out and "Cost of the call" in out
 
 
+def test_cli_result_is_the_last_line_of_the_text(tmp_path, capsys):
+    """``exactattn verify ... | tail -1`` is the verdict: the cost table comes before the
+    summary, the summary's notes before its ``result:`` line."""
+    assert main(["verify", "--n", "2", "--d-k", "1", "--dtype", "all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.index("Cost of the call") < lines.index("Summary per dtype")
+    assert lines[-2:] == ["bfloat16 skipped: numpy does not run it; numpy has no bfloat16, use "
+                          "--impl torch for it", "result: PASS"]
+    spec = tmp_path / "of.json"
+    spec.write_text(json.dumps({"query": [["1"]], "key": [["100"], ["99"]],
+                                "value": [["1"], ["0"]], "policy": {"scale": "none"}}))
+    assert main(["verify", "--impl", "numpy-naive", "--spec", str(spec)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "result: FAIL"
+
+
 def test_cli_failure_exit_1_and_bad_input_exit_2(tmp_path, capsys):
     spec = tmp_path / "of.json"
     spec.write_text(json.dumps({"query": [["1"]], "key": [["100"], ["99"]],

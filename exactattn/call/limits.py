@@ -10,7 +10,8 @@ the work starts, so that no run goes on for long or fills the memory:
   refused past :data:`MAX_SECONDS` or :data:`MAX_MEMORY` bytes;
 * a search (:func:`~exactattn.verify.search.search`, ``verify --search``)
   draws L, S and E, batches and heads up to :data:`MAX_SEARCH_SIZE`
-  (Hypothesis cannot draw much larger lists), shrinks for at most :data:`SHRINK_TRIES` tries, and
+  (Hypothesis cannot draw much larger lists), shrinks for at most :data:`SHRINK_TRIES` tries
+  (:data:`PASSING_SHRINK_TRIES` when no drawn input failed), and
   its whole run is estimated (:func:`search_seconds`) and held to
   :data:`MAX_SECONDS` too.
 

@@ -27,8 +27,9 @@ Limits (:mod:`~exactattn.call.limits`): ``max_size`` at most
 :data:`~exactattn.call.limits.MAX_SEARCH_SIZE`; the whole search is
 estimated first and refused past
 :data:`~exactattn.call.limits.MAX_SECONDS`; shrinking stops after
-:data:`~exactattn.call.limits.SHRINK_TRIES` tries with the smallest
-reproducer found so far (``result.stopped``).
+:data:`~exactattn.call.limits.SHRINK_TRIES` tries
+(:data:`~exactattn.call.limits.PASSING_SHRINK_TRIES` when no drawn input failed) with the
+smallest reproducer found so far (``result.stopped``).
 
 Nothing is written to disk: no example database, and Hypothesis's cache of
 the constants it reads from local modules goes to a temporary directory,
@@ -78,7 +79,8 @@ class SearchResult:
     """The worst input a search found, shrunk: the problem, its report, and the score searched on.
 
     ``stopped`` is True when shrinking was cut off after ``shrink_tries``
-    tries (:data:`~exactattn.call.limits.SHRINK_TRIES`): ``call`` is then
+    tries (:data:`~exactattn.call.limits.SHRINK_TRIES`; ``PASSING_SHRINK_TRIES`` when the goal
+    is ``worst``): ``call`` is then
     the smallest reproducer found by then.  ``goal`` says what was shrunk:
     ``hard`` (the smallest hard failure), ``fail`` (the smallest input the
     check fails; ``score`` may be below ``unshrunk_score``, the largest seen)

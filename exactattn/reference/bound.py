@@ -213,7 +213,8 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
                 delta = delta + (arith.logit or 2) * arith.u * (1 + 2.0 ** -30) * ax
             if arith.store:       # the score stored, after q and k scaled, in the coarse dtype
                 delta = delta + arith.store * (1 + 2.0 ** -20) * (ax + 3 * scale * sizes)
-            out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n, arith)
+            out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n, arith,
+                               "zero" if sink is not None else policy.empty_row)
             mid[b, h], rad[b, h], mag[b, h] = out
             seen = vis.any(axis=1)
             if seen.any():
@@ -223,11 +224,15 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     return mid, rad, mag, (tuple(top) if bounded else None)
 
 
-def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n, arith: Arithmetic = FLOAT64):
+def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n, arith: Arithmetic = FLOAT64,
+                 fill: str = "nan"):
     """One head's outputs, radii and magnitudes (step 2 and 3 of the module's bound, in
     ``arith``), the bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)``
     (rounding is monotone, so ``|fl(x_j - m)| <= fl(m - min_j x_j)``) and ``r_j <= R =
-    expm1(max tau) + epsilon`` (``expm1`` is increasing)."""
+    expm1(max tau) + epsilon`` (``expm1`` is increasing).  A row that sees no key takes
+    ``fill`` (the policy's ``empty_row``; ``zero`` with a sink): 0 exactly, the mean of the
+    values (a sum of S terms and a weight ``1/S``: ``gamma_{S+1} + w`` of the mean of
+    ``|v|``), or NaN, left unbounded."""
     u, first = arith.u, arith is FLOAT64
     m = x_top if sink is None else np.maximum(x_top, sink)
     e = np.exp(x - m[:, None])                 # hidden keys: exp(-inf) = 0
@@ -265,6 +270,13 @@ def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n, arith: Arithmetic = FL
     if (V == 0).any():
         exact = exact | ((vis.astype(np.float64) @ (V != 0).astype(np.float64)) == 0)
     rad = np.where(exact & np.isfinite(rad), 0.0, rad)
+    empty = ~vis.any(axis=1)
+    if empty.any() and fill != "nan" and V.shape[0]:
+        uniform = fill == "uniform"
+        out[empty] = V.mean(axis=0) if uniform else 0.0
+        mag[empty] = np.abs(V).mean(axis=0) if uniform else 0.0
+        grow = gamma(arith.sums * (V.shape[0] + 1), u) + arith.weights + gamma(V.shape[0] + 1)
+        rad[empty] = mag[empty] * grow * (1 + 2.0 ** -20) if uniform else 0.0
     return out, rad, mag
 
 
@@ -312,6 +324,12 @@ class RowBalls:
                 W, D = arb_mat(len(I), S), []
                 for r, i in enumerate(I):
                     seen = np.flatnonzero(self.vis[b, h, i]).tolist()
+                    if not seen:      # an empty row: 0, or every key at weight 1 (uniform)
+                        fill = sink is None and pol.empty_row == "uniform"
+                        for j in range(S if fill else 0):
+                            W[r, j] = arb(1)
+                        D.append(arb(S if fill else 1))
+                        continue
                     x = [X[r, j] * scale for j in seen]
                     if self.offsets is not None:
                         off = self.offsets[b, h, i]

@@ -313,7 +313,8 @@ def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
     return default_max_ulps(dtype, ref.S, ref.E, logit_bound(ref))
 
 
-def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32"):
+def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
+                     fallback: int | None = None):
     """``(max_ulps, words)``: per output (B x H_q x L x E_v int64), the error a correct
     kernel may make in ULPs at the size of the terms, rounded up, or None with why not.
 
@@ -324,8 +325,8 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32"):
     in that arithmetic, ``rad``, and the output's own rounding adds half a ULP:
     ``max_ulps = ceil(rad (1 + 2^-20) / unit + 1/2)``, ``unit`` the ULP of ``dtype`` at the
     terms' magnitude (its lower binade where float64 leaves it in doubt).  Where the bound
-    does not hold (``gamma_n`` past 2^-10: a coarse ``accumulation`` over many keys) the
-    entry allows every float.  ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'.
+    does not hold (``eta`` past 1/8: a coarse ``accumulation`` over many keys) the entry
+    takes ``fallback`` (the default rule, :func:`tolerance`; None: every float).  ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'.
 
     >>> from exactattn.call.inputs import sdpa_floats
     >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])
@@ -348,14 +349,16 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32"):
         unit = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
                               - fmt.precision + 1).astype(np.int32))
         t = np.ceil(rad * (1 + 2.0 ** -20) / unit + 0.5)
-    tol = np.where(np.isfinite(t) & (t < most), t, most).astype(np.int64)
+    void = int((~(np.isfinite(t) & (t < most))).sum())
+    tol = np.where(np.isfinite(t) & (t < most), t, most if fallback is None else fallback)
+    tol = tol.astype(np.int64)
     acc = "float64" if fmt.precision > 24 else accumulation
     how = f"accumulating in {acc}" if arith.store == 0 else \
         f"storing its scores and weights in {acc}, summing in float32"
-    void = int((tol == most).sum())
+    rest = "every float allowed" if fallback is None else f"the default rule, {fallback} ULPs"
     words = (f"per output, the proved error of a correct {dtype} kernel {how} "
              f"(P rounded to {dtype}), in ULPs at the terms: {tol.min()} to {tol.max()}"
-             + (f"; no bound for {void} outputs (every float allowed)" if void else ""))
+             + (f"; no bound for {void} outputs ({rest})" if void else ""))
     return tol, words
 
 
@@ -589,7 +592,7 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     check_scale(policy, fmt)
     check_sink(policy)
     each_tol, bound = (tol, None) if max_ulps is not None else \
-        proved_tolerance(floats, dtype, accumulation)
+        proved_tolerance(floats, dtype, accumulation, tol)
     each_tol = tol if each_tol is None else each_tol
     t1 = time.perf_counter()
     call = Deferred(make_call)
@@ -730,7 +733,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     tol = tolerance(ref, dtype, max_ulps)
     floats = None if max_ulps is not None or got is None else call_floats(call)
     each, bound = (None, None) if floats is None else \
-        proved_tolerance(floats, dtype, accumulation)
+        proved_tolerance(floats, dtype, accumulation, tol)
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
     found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt,

@@ -50,7 +50,9 @@ def test_one_worker_two_workers_and_this_process_give_the_same_strings(plain):
     assert len(plain) == 8 and plain[0][2][0][:2] == ["1.0000", "0.0000"]
 
 
-def test_a_worker_killed_mid_run_changes_nothing(plain):
+def test_a_worker_killed_mid_run_changes_nothing():
+    with Engine("none") as engine:      # 32 blocks of 4 rows: one is always in flight
+        plain = blocks(INPUTS, engine, rows=4)
     with cluster() as c:
         with Client(c) as client:
             pids = client.run(os.getpid)           # worker address -> process id
@@ -64,7 +66,7 @@ def test_a_worker_killed_mid_run_changes_nothing(plain):
                 os.kill(pids[busy[0]], signal.SIGKILL)
                 killed.append(pids[busy[0]])
         with Engine(c.scheduler_address) as engine:
-            got = blocks(INPUTS, engine, on_block=kill)
+            got = blocks(INPUTS, engine, rows=4, on_block=kill)
         assert len(killed) == 1
         with pytest.raises(ProcessLookupError):
             os.kill(killed[0], 0)                  # that process is gone

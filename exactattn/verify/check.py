@@ -474,17 +474,19 @@ def verify(impl, call: Call, dtype: str = "float32", *,
                                                      lambda: rounded_call, prec, ref=ref,
                                                      accumulation=accumulation)
     if report is not None:
+        acc = None if report.bound is None else accumulation
         probed, spent = _bulk_probes(impl, rounded_call, floats, probes, dtype,
-                                     report.max_ulps, prec, want) or \
+                                     report.max_ulps, prec, want, acc) or \
             _probe_runs(impl, rounded_call, probes, dtype, float_format(dtype), report.max_ulps,
-                        prec, want, lse)
+                        prec, want, lse, acc)
         seconds = {"impl": t1 - t0 + spent["impl"], "exact": report.seconds["exact"] +
                    spent["exact"], "compare": report.seconds["compare"]}
         return replace(report, moved_inputs=moved, probes=probed, seconds=seconds)
     return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
                    raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
-                   run_probes=lambda fmt, tol: _probe_runs(impl, rounded_call, probes, dtype,
-                                                           fmt, tol, prec, want, lse),
+                   run_probes=lambda fmt, tol, acc: _probe_runs(impl, rounded_call, probes,
+                                                                dtype, fmt, tol, prec, want,
+                                                                lse, acc),
                    accumulation=accumulation)
 
 
@@ -725,7 +727,8 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     implementation raised: every output a hard failure) against ``ref``, the exact answer
     of ``call``, of :func:`verify` and :func:`verify_outputs`: the outputs judged by
     :func:`judge_entries`, the notes, the log-sum-exp (``lse``, ``got_lse``) and the probes
-    (``run_probes(fmt, tol)`` gives the probe runs and their seconds; None: no probes)."""
+    (``run_probes(fmt, tol, accumulation)`` gives the probe runs and their seconds, proved
+    tolerances when ``accumulation`` is not None; None: no probes)."""
     fmt = float_format(dtype)
     sh = call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
@@ -739,7 +742,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt,
                           tol if each is None else 0, extra=each)
     probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
-        run_probes(fmt, tol)
+        run_probes(fmt, tol, None if each is None else accumulation)
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every output counts as failed")
@@ -854,10 +857,24 @@ class ProbeRun:
         return self.found.passed
 
 
+def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: int):
+    """The probes' outputs' proved tolerance (:func:`proved_tolerance` of the call with the
+    probes' values side by side), or None (``accumulation`` None: the default rule).  A
+    probe's values are 0, 1 or ``|v|``: no output cancels, so its error at the terms is its
+    plain ULP count (at the lower binade, as the tolerance counts it).  A probe output
+    fails only past both this and the default rule: past the proof, it is no correct kernel
+    of that arithmetic; within the default rule, a kernel summing in its own dtype passes."""
+    if accumulation is None or floats is None:
+        return None
+    return proved_tolerance(floats[:2] + (values,) + floats[3:], dtype, accumulation, tol)[0]
+
+
 def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, tol: int,
-                prec: int, want: tuple, lse: str | None) -> tuple[list, dict]:
+                prec: int, want: tuple, lse: str | None,
+                accumulation: str | None = None) -> tuple[list, dict]:
     """Every probe of ``call`` run and judged (identity shares with
-    :func:`_share_allowance`); and the seconds the implementation and the exact side took.
+    :func:`_share_allowance`; each output within its proved tolerance instead with an
+    ``accumulation``); and the seconds the implementation and the exact side took.
 
     The exact side is one reference of every probe's values side by side (one set of
     exponentials for all of them).  An implementation that returns ``(output, lse)``
@@ -872,6 +889,9 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
     exact = joint.rounded_outputs(dtype, prec=prec)
     seconds["exact"] = time.perf_counter() - t
     allowance = _share_allowance(joint, exact[2]) if "identity" in probes else None
+    proved = _probe_tolerance(call_floats(call), np.concatenate(
+        [np.array([float(x) for x in p.value.reshape(-1).tolist()]).reshape(p.value.shape)
+         for p in plist], axis=3), dtype, accumulation, tol)
     runs, column = [], 0
     for p in plist:
         t = time.perf_counter()
@@ -883,17 +903,19 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
                      f"{p.label} probe")
         known = None if p.known(call.policy, 1.0) is None else \
             (lambda r, p=p: p.known(call.policy, r))
-        runs.append(ProbeRun(p, judge_entries(got, shape, exact, joint.output, joint, fmt, tol,
+        extra = allowance if p.name == "identity" else None
+        if proved is not None:
+            extra = np.maximum(proved, tol + (0 if extra is None else np.asarray(extra)))
+        runs.append(ProbeRun(p, judge_entries(got, shape, exact, joint.output, joint, fmt,
+                                              0 if proved is not None else tol,
                                               at_terms=False, column=column, known=known,
-                                              extra=allowance if p.name == "identity"
-                                              else None),
-                             raised))
+                                              extra=extra), raised))
         column += p.value.shape[3]
     return runs, seconds
 
 
 def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol: int,
-                 prec: int, want: tuple):
+                 prec: int, want: tuple, accumulation: str | None = None):
     """:func:`_probe_runs` decided from float64 enclosures (:func:`bulk_judged`) of every
     probe's outputs side by side, or None where they do not decide it (a row without a
     bound, an identity allowance the enclosure does not fix, a probe run that raised)."""
@@ -909,7 +931,7 @@ def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol
     mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets)
     if top is None:
         return None
-    allowance = None
+    allowance, proved = None, _probe_tolerance(floats, V, dtype, accumulation, tol)
     if "identity" in probes:      # _share_allowance at both ends of the shares' enclosures
         with np.errstate(divide="ignore", invalid="ignore"):
             ends = [np.ceil(2 * np.where(np.isfinite(g) & (g > 0), g, 0.0)).astype(np.int64)
@@ -942,8 +964,9 @@ def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol
             exact = np.where(np.abs(m - 1) <= r, 1.0, np.where(np.abs(m) <= r, 0.0, np.nan))
             m, r, a = (np.where(np.isnan(exact), x, y) for x, y in ((m, exact), (r, 0.0),
                                                                   (a, exact)))
-        found, _ = bulk_judged(got, (m, r, a), rows, fmt,
-                               tol + allowance[part] if p.name == "identity" else tol,
+        each = tol + allowance[part] if p.name == "identity" else tol
+        each = each if proved is None else np.maximum(proved[part], each)
+        found, _ = bulk_judged(got, (m, r, a), rows, fmt, each,
                                _Columns(joint, column), prec, at_terms=False, column=column,
                                known=lambda r, p=p: p.known(policy, r))
         seconds["exact"] += time.perf_counter() - t

@@ -98,8 +98,10 @@ def _probe_section(r: Report, worst: int, digits: int) -> Section:
     notes = [f"{name}: {what}" for name, what in dict((run.probe.name, run.probe.what)
                                                         for run in r.probes).items()]
     notes.append(f"every term of a probe's output is non-negative, so it passes on the plain "
-                 f"ULP count alone (within {plural(r.max_ulps, 'ULP')}): no cancellation can "
-                 "make up for a wrong normaliser")
+                 f"ULP count alone (within {plural(r.max_ulps, 'ULP')}"
+                 + ("" if r.bound is None else ", or the proved error of a correct kernel on "
+                    "the probe's values where that is larger") +
+                 "): no cancellation can make up for a wrong normaliser")
     if any(run.probe.name == "identity" for run in r.probes):
         notes.append("identity outputs are shares: each is allowed 2 more ULPs per unit of "
                      "ln(1 / share), which bounds its gap to the row's largest share (a small "

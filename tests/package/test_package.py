@@ -35,11 +35,6 @@ def test_version_matches_pyproject():
     assert meta["scripts"]["exactattn"] == "exactattn.cli:main"
 
 
-#: pages another owner is rewriting; docs/verify.md still says ``pip install 'exactattn[torch]'``
-#: (lines 191, 194) and is to be brought to the quick start's form by its owner
-OTHERS_PAGES = ("verify.md",)
-
-
 def test_docs_install_extras_as_the_quick_start_does():
     """Every ``pip install`` of an extra in README.md and docs/*.md is the quick start's form,
     ``pip install -e '.[extra]'`` (a source checkout), of an extra pyproject.toml defines."""
@@ -49,8 +44,7 @@ def test_docs_install_extras_as_the_quick_start_does():
         "optional-dependencies"]
     readme = (ROOT / "README.md").read_text()
     assert "python3 -m pip install -e '.[test]'" in readme        # the quick start's form
-    pages = [ROOT / "README.md"] + [p for p in sorted((ROOT / "docs").glob("*.md"))
-                                    if p.name not in OTHERS_PAGES]
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
     found = []
     for page in pages:
         for spec in re.findall(r"pip\s+install\s+((?:-e\s+)?'?[\w.-]*\[[^\]]*\]'?)",

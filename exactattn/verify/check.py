@@ -326,7 +326,8 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
     ``max_ulps = ceil(rad (1 + 2^-20) / unit + 1/2)``, ``unit`` the ULP of ``dtype`` at the
     terms' magnitude (its lower binade where float64 leaves it in doubt).  Where the bound
     does not hold (``eta`` past 1/8: a coarse ``accumulation`` over many keys) the entry
-    takes ``fallback`` (the default rule, :func:`tolerance`; None: every float).  ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'.
+    takes ``fallback`` (the default rule, :func:`tolerance`; None: every float).
+    ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'.
 
     >>> from exactattn.call.inputs import sdpa_floats
     >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])
@@ -857,6 +858,13 @@ class ProbeRun:
         return self.found.passed
 
 
+def _float_values(plist) -> np.ndarray:
+    """Every probe's values side by side (B x H_kv x S x sum of widths), as float64 (exact:
+    they are 0, 1 or a float's absolute value)."""
+    values = np.concatenate([p.value for p in plist], axis=3)
+    return np.array([float(x) for x in values.reshape(-1).tolist()]).reshape(values.shape)
+
+
 def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: int):
     """The probes' outputs' proved tolerance (:func:`proved_tolerance` of the call with the
     probes' values side by side), or None (``accumulation`` None: the default rule).  A
@@ -889,9 +897,8 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
     exact = joint.rounded_outputs(dtype, prec=prec)
     seconds["exact"] = time.perf_counter() - t
     allowance = _share_allowance(joint, exact[2]) if "identity" in probes else None
-    proved = _probe_tolerance(call_floats(call), np.concatenate(
-        [np.array([float(x) for x in p.value.reshape(-1).tolist()]).reshape(p.value.shape)
-         for p in plist], axis=3), dtype, accumulation, tol)
+    proved = None if accumulation is None else \
+        _probe_tolerance(call_floats(call), _float_values(plist), dtype, accumulation, tol)
     runs, column = [], 0
     for p in plist:
         t = time.perf_counter()
@@ -925,8 +932,7 @@ def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol
         return [], seconds
     fmt, plist = float_format(dtype), probe_values(call, probes)
     t = time.perf_counter()
-    values = np.concatenate([p.value for p in plist], axis=3)
-    V = np.array([float(x) for x in values.reshape(-1).tolist()]).reshape(values.shape)
+    values, V = np.concatenate([p.value for p in plist], axis=3), _float_values(plist)
     q, k, _, policy, keep, offsets, _ = floats
     mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets)
     if top is None:

@@ -19,9 +19,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
 
 import pytest  # noqa: E402
 
-# Tests that take about a second or more, marked ``slow`` so that a quick loop can leave
-# them out: ``python -m pytest -m "not slow" -q``.  The plain ``python -m pytest`` still
-# runs everything.  Measured with ``python -m pytest -q --durations=0`` (dev profile, no
+# Tests that take about a second or more, marked ``slow``: the plain ``python -m pytest``
+# (pyproject's addopts: ``-m "not slow" -n auto``) leaves them out, ``python -m pytest -m
+# slow`` runs them (``.ci/run`` runs both).  Measured with ``python -m pytest -q --durations=0`` (dev profile, no
 # CI) on a 2-core machine, twice: every test whose call took >= 0.9 s in both runs.
 # An entry is a node id (relative to the repository root); an entry without ``[...]``
 # matches every parametrization of that test.  Remeasure and update when tests change;
@@ -69,7 +69,36 @@ SLOW_TESTS = [
     "tests/present/test_svg.py::test_a_200_token_score_square_stays_a_few_megabytes",  # ~1.0 s
     "tests/present/test_svg.py::test_a_200_token_square_stays_a_few_megabytes",  # ~1.7 s each
     "tests/present/test_svg.py::test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal",
+    # remeasured 2026-12-04 (-n 2, quick layer): 1.5-12 s each
+    "tests/checks/test_verify.py::test_search_finds_and_shrinks_a_hard_failure",  # ~12 s
+    "tests/checks/test_verify.py::test_search_largest_ulps_reproduces",
+    "tests/checks/test_verify.py::test_an_impl_that_raises_is_a_hard_failure",
+    "tests/checks/test_verify.py::test_every_option_changes_the_report_or_is_refused",
+    "tests/checks/test_verify.py::test_cli_search_prints_a_spec",
+    "tests/checks/test_search_shapes.py::test_a_search_whose_worst_input_passes_says_so",
+    "tests/checks/test_search_shapes.py::test_cli_batch_mask_reproducer_keeps_the_mask_shape",
+    "tests/checks/test_search_shapes.py::test_cli_fixed_heads_find_the_tiling_bug_without_probes",
+    "tests/checks/test_search_shapes.py::test_a_batch_mask_bug_is_found_with_two_batches_and_a_padding_mask",
+    "tests/checks/test_search_shapes.py::test_heads_and_kv_heads_fix_the_heads_and_find_the_tiling_bug",
+    "tests/checks/test_verify_probes.py::test_a_float32_running_sum_and_numpy_pass_every_probe",
+    "tests/checks/test_verify_probes.py::test_a_float16_running_sum_fails_on_its_outputs_and_on_the_probes",
+    "tests/checks/test_proved_tolerance.py::test_faults_the_old_rule_let_by_fail",
+    "tests/checks/test_oracle.py::test_every_path_agrees_with_the_oracle",
+    "tests/numbers/test_extreme_logits.py::test_saturated_shares_compare_exactly",
+    "tests/numbers/test_extreme_logits.py::test_saturated_output_on_a_rounding_boundary",
+    "tests/package/test_layout.py::test_no_private_names_imported_across_modules",
 ]
+
+#: test files whose every test needs a heavy resource: marked with it and ``slow``, so
+#: ``-m jax`` (or dask, models, browser, subprocess) runs one resource's tests
+RESOURCE_FILES = {
+    "tests/checks/test_verify_jax.py": "jax",
+    "tests/checks/test_blocks_dask.py": "dask",
+    "tests/audit/test_model_run.py": "models",
+    "tests/audit/test_llama.py": "models",
+    "tests/present/test_browser.py": "browser",
+    "tests/package/test_docs_examples.py": "subprocess",
+}
 
 
 #: the package's doctests (module.object) that run an optional extra's kernel, and the
@@ -92,6 +121,10 @@ def pytest_collection_modifyitems(config, items):
     slow = set(SLOW_TESTS)
     matched = set()
     for item in items:
+        resource = RESOURCE_FILES.get(item.nodeid.split("::", 1)[0])
+        if resource:
+            item.add_marker(getattr(pytest.mark, resource))
+            item.add_marker(pytest.mark.slow)
         base = item.nodeid.split("[", 1)[0]
         for key in (item.nodeid, base):
             if key in slow:

@@ -230,9 +230,50 @@ class GradValue(Real):
         from flint import arb     # s R(t) is never a non-zero rational: enclosures decide
         return enclosure_sign(lambda p: self.ball(p) - arb(fmpq_of(q)), self.text, bounded=False)
 
+    def _exp_polys(self):
+        """``(num, den)``: the unscaled value ``R`` as a ratio of exponential polynomials
+        (:class:`~exactattn.numbers.exponents.ExpPoly`, the forward's form), ``den > 0``:
+        each generator's monomial ``t^a`` is ``exp(a c atom)``."""
+        from ..numbers.exponents import ExpPoly
+        const, parts = self.parts()
+        num, den = fmpq_of(const), 1
+        for key, poly in parts.items():
+            z2 = self.block.terms.normaliser_squared(key)
+            num, den = num * z2 + poly * den, den * z2
+        gens = self.block.terms.generators
+        basis = tuple(atom for _, atom in gens if atom is not None)
+        where = [None if atom is None else basis.index(atom) for _, atom in gens]
+
+        def exp_poly(p):
+            if not hasattr(p, "monoms"):          # no class: a rational constant
+                return ExpPoly(basis, {(Fraction(0),) * (1 + len(basis)): fraction_of(p)})
+            out: dict = {}
+            for exps, c in zip(p.monoms(), p.coeffs()):
+                key = [Fraction(0)] * (1 + len(basis))
+                for a, (f, _), k in zip(exps, gens, where):
+                    key[0 if k is None else 1 + k] += int(a) * f
+                out[tuple(key)] = out.get(tuple(key), 0) + fraction_of(c)
+            return ExpPoly(basis, out)
+        return exp_poly(num), exp_poly(den)
+
+    def _forward_sign(self, other) -> int:
+        """sign(self - other) for a forward value (:class:`~exactattn.numbers.ratio.ExpRatio`):
+        cross-multiplied in the forward's exponential polynomials, decided exactly; with the
+        irrational scale, equal only when both are 0 (sqrt(D) is no ratio of them)."""
+        if self.scaled:
+            return self._mixed_sign(other)
+        self._check_number()
+        other._check_number()
+        num, den = self._exp_polys()
+        n2, d2 = other._polys()
+        return num.times_minus(d2, n2, den).sign()
+
     def _compare(self, other) -> int:
         if _rational(other):
             return self._minus_sign(other)
+        from ..numbers.ratio import ExpRatio
+        if isinstance(other, ExpRatio):
+            return self._forward_sign(other)
         if not isinstance(other, GradValue):
             return NotImplemented
         if other.block is not self.block:
@@ -244,12 +285,13 @@ class GradValue(Real):
         return (self - other).sign() if self.scaled == other.scaled else \
             self._mixed_sign(other)
 
-    def _mixed_sign(self, other: "GradValue") -> int:
-        """sign(self - other) when one carries the irrational scale and the other does not:
-        equal only when both are 0 (sqrt(D) is not a rational function of t)."""
+    def _mixed_sign(self, other) -> int:
+        """sign(self - other) when one carries the irrational scale and the other (a
+        GradValue or a forward value) does not: equal only when both are 0 (sqrt(D) is
+        algebraic, so not a ratio of polynomials in the generators)."""
         self._check_number()
         other._check_number()
-        if self.is_zero() and other.is_zero():
+        if self.is_zero() and other.sign() == 0:
             return 0
         return enclosure_sign(lambda p: self.ball(p) - other.ball(p), self.text, bounded=False)
 

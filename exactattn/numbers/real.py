@@ -3,7 +3,8 @@
 Shares, outputs, gradients, layer values, surds, log-sum-exps and symbolic
 values are all :class:`Real`: each says how it compares with another value
 (``_order``: the sign of ``self - other``, or ``NotImplemented`` for a value
-it cannot compare exactly), whether it is NaN, and its rational value when it
+it cannot compare exactly; two kinds that cannot compare either way refuse ``==``
+with an :class:`~exactattn.errors.InputError` rather than say False), whether it is NaN, and its rational value when it
 has one; ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` and ``hash`` follow, in
 the way :mod:`fractions` builds its comparisons on one ``_richcmp``.
 
@@ -21,6 +22,8 @@ equals nothing, itself included).
 """
 
 from __future__ import annotations
+
+from ..errors import InputError
 
 __all__ = ["Real"]
 
@@ -55,7 +58,14 @@ class Real:
     def __eq__(self, other):
         if self._nan() or (isinstance(other, Real) and other._nan()):
             return False
-        return self._equals(other)
+        c = self._equals(other)
+        if c is NotImplemented and isinstance(other, Real):
+            c = other._equals(self)
+            if c is NotImplemented:   # never Python's identity fallback: that would say False
+                raise InputError(f"values must be of kinds that compare exactly (got "
+                                 f"{type(self).__name__} and {type(other).__name__}); "
+                                 "compare their decimals")
+        return c
 
     def __lt__(self, other):
         c = self._order(other)

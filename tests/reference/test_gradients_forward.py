@@ -8,7 +8,7 @@ together, so they compose every modifier the gradients take (irrational and rati
 scales, sinks, additive offsets with ``-inf`` entries, ALiBi with 12/16/24/32 heads whose
 slopes are ``2^(-1/2)``- and ``2^(-1/4)``-type, several slopes in one GQA block, dropout,
 the causal rule, windows, empty rows) and compare the certified decimals of ``P`` and
-``O`` at 6 and 15 places.  The issue's two cases (a sink, then an additive offset, beside
+``O`` at 6 and 15 places, and the values themselves (``==``, ``<``, ``hash``).  The issue's two cases (a sink, then an additive offset, beside
 an irrational scale and an irrational ALiBi slope: three generators, of which the ball
 evaluation once read two) are pinned with their numbers, and their dQ is checked against
 a plain mpmath computation of the chain rule written out here, not the package's algebra.
@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exactattn.call.policy import Mask, Policy
+from exactattn.errors import InputError
 from exactattn.cli import main
 from exactattn.gradients import gradients
 from exactattn.call.modifiers import Alibi, alibi_slopes
@@ -229,6 +230,18 @@ def _check_call(q, k, v, dO, mask, kind, keep, policy):
                 assert [block.value("O", start + i, c).decimal(places)
                         for c in range(Ev)] == want_o, (places, h, i, "O")
                 assert O[start + i] == want_o, (places, h, i, "O bulk")
+    for h in range(hq):          # and as values: the two algebras' == and < agree exactly
+        block, start, _ = ex.locate("dQ", 0, h, 0, 0)
+        for i in range(L):
+            if ref.row(0, h, i).nan:
+                continue
+            for j in range(S):
+                p, share = block.value("P", start + i, j), ref.share(0, h, i, j)
+                assert p == share and share == p and hash(p) == hash(share), (h, i, j)
+                other = ref.share(0, h, i, (j + 1) % S)
+                assert (p < other, p > other) == (share < other, share > other), (h, i, j)
+            for c in range(Ev):
+                assert block.value("O", start + i, c) == ref.output(0, h, i, c), (h, i, c, "O")
     if hq == 1:                  # the public entry point builds the same call
         g = gradients(q[0], k[0], v[0], dO[0], policy,
                       None if mask is None else Mask(kind, mask),
@@ -277,3 +290,23 @@ def test_many_generators_in_one_block(n_heads, head, hq, scale, sink, kind, n_ge
     block = exact_gradients(problem.with_policy(policy), [dO]).blocks[(0, 0)]
     assert len(block.terms.generators) == n_generators, block.terms.generator_text()
     _check_call(q, k, v, dO, mask, kind, None, policy)
+
+
+def test_a_share_and_the_backwards_p_of_it_are_one_value():
+    """Two equal exact values compare equal whichever algebra holds them; a scaled
+    gradient entry (dQ carries 1/sqrt(2)) equals no share; kinds that cannot compare
+    refuse instead of saying False."""
+    call = Call([[1, 0], [0, 1]], [[1, 0], [0, 1], [1, 1]], [[1], [0], [2]],
+                policy=Policy(scale="1"))
+    ref = Reference(call)
+    g = ref.gradients([[1], [1]])
+    share, p = ref.share(0, 0, 0, 0), g.value("P", 0, 0, 0, 0)
+    assert (share.text(), p.text()) == ("exp(1)/(1 + 2*exp(1))", "(2*t)/(4*t + 2) where t = exp(1)")
+    assert share == p and p == share and not share != p and share <= p and not share < p
+    assert p > ref.share(0, 0, 0, 1) and ref.share(0, 0, 0, 1) < p
+    assert ref.output(0, 0, 0, 0) == g.value("O", 0, 0, 0, 0) > g.value("O", 0, 0, 1, 0)
+    scaled = Reference(call.with_policy(Policy())).gradients([[1], [1]]).value("dQ", 0, 0, 0, 0)
+    assert scaled.scaled and scaled != share and (scaled < share) == (float(scaled) < float(share))
+    with pytest.raises(InputError, match="^values must be of kinds that compare exactly "
+                                         r"\(got ExpRatio and LogSumExp\); compare"):
+        share == ref.lse(0, 0, 0)

@@ -1,0 +1,106 @@
+"""The package's size, layer by layer, kept by a test.
+
+A *code line* is a line of a ``.py`` file that holds a token other than a comment,
+and is not part of a docstring (a string statement at the top of a module, class or
+function body).  Blank lines, comments and docstrings are free.
+
+Each layer has a **ceiling**: the count it may not pass.  A ceiling only moves with an
+issue's line budget (say which beside the number); when a change deletes more than
+:data:`SLACK` lines under a ceiling, the test asks for the ceiling to come down to the
+new count, so deletions stay deleted.  Each layer also has a **target**: what a refactor
+onto one row algebra, one input and one composition can credibly reach (about 14,800 in
+all, 11,000 of them in the core layers).  The test prints the distance to the targets;
+it fails only on the ceilings.
+
+The layers are those of tests/package/test_layout.py's ``LAYERS`` (which also decides
+which layer may import which), except that ``gradients/`` splits three ways, as its
+modules belong: its algebra (values, terms, parts) to numbers, its checks to checks,
+the rest to reference.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from pathlib import Path
+
+from test_layout import ROOT, package_modules
+
+#: layer -> (folders and modules of exactattn/ it holds, ceiling, target)
+BUDGET = {
+    "base": (("errors", "options", "__init__"), 200, 200),
+    # numbers: +40 for issue 43's share == P (a gradient entry compares with a forward value);
+    # they go with the one row algebra
+    "numbers": (("numbers", "gradients/values", "gradients/terms", "gradients/parts"), 2820, 1800),
+    "call": (("call", "examples"), 1600, 1100),
+    "reference": (("reference", "gradients"), 1610, 1000),
+    "engines": (("engines", "blocks"), 1410, 900),
+    "checks": (("verify", "properties", "strategies", "testing", "gradients/checks"), 4700, 2900),
+    "cost": (("cost",), 2150, 1500),
+    "present": (("present", "page", "scale", "notebook"), 3140, 2300),
+    "audit": (("audit", "models"), 2250, 1700),
+    "commands": (("commands", "cli", "__main__"), 2110, 1400),
+}
+#: the core layers (their targets add to 11,700; without blocks, page and scale, about 11,000)
+CORE = ("base", "numbers", "call", "reference", "engines", "checks", "cost", "present")
+#: how far under its ceiling a layer may fall before the ceiling must come down
+SLACK = 60
+
+
+def code_lines(source: str) -> int:
+    """The code lines of one module's source (see the module docstring).
+
+    >>> code_lines('\"\"\"Doc.\"\"\"\\n\\n# note\\nx = 1  # one\\ny = (2,\\n     3)\\n')
+    3
+    """
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        for statement in body if isinstance(body, list) else []:
+            if (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                    and isinstance(statement.value.value, str)):
+                docstrings.update(range(statement.lineno, statement.end_lineno + 1))
+    free = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+            tokenize.DEDENT, tokenize.ENDMARKER}
+    lines: set[int] = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in free:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines - docstrings)
+
+
+def layer_of(path: Path) -> str:
+    """The budget layer of one file of exactattn/ (the longest matching entry wins)."""
+    rel = path.relative_to(ROOT / "exactattn").with_suffix("").as_posix()
+    best = None
+    for layer, (entries, _, _) in BUDGET.items():
+        for entry in entries:
+            if (rel == entry or rel.startswith(entry + "/")) and (best is None or len(entry) > len(best[1])):
+                best = (layer, entry)
+    assert best is not None, f"exactattn/{rel}.py is in no layer: add it to BUDGET"
+    return best[0]
+
+
+def counts() -> dict[str, int]:
+    """Code lines per layer, over every module of exactattn/ (proofs/ is outside the count)."""
+    found = dict.fromkeys(BUDGET, 0)
+    for path, _ in package_modules().values():
+        if (ROOT / "exactattn") in path.parents:
+            found[layer_of(path)] += code_lines(path.read_text(encoding="utf-8"))
+    return found
+
+
+def test_every_layer_is_under_its_ceiling_and_the_ceilings_follow_deletions(capsys):
+    found = counts()
+    over = {k: (n, BUDGET[k][1]) for k, n in found.items() if n > BUDGET[k][1]}
+    slack = {k: (n, BUDGET[k][1]) for k, n in found.items() if n < BUDGET[k][1] - SLACK}
+    with capsys.disabled():
+        total, core = sum(found.values()), sum(found[k] for k in CORE)
+        print(f"\ncode lines: {total} (target {sum(b[2] for b in BUDGET.values())}), "
+              f"core {core} (target {sum(BUDGET[k][2] for k in CORE)})")
+    assert not over, "over the ceiling (a ceiling rises only with an issue's budget): " + ", ".join(
+        f"{k} {n} > {c}" for k, (n, c) in over.items())
+    assert not slack, "lines deleted: lower the ceiling in BUDGET to the count: " + ", ".join(
+        f"{k} {c} -> {n}" for k, (n, c) in slack.items())
+

@@ -6,10 +6,12 @@ title, header cells, rows of string cells, notes and exact ``data``.
 :func:`render` writes them in one of :data:`FORMATS`.
 
 A cell is a ``str``; a :class:`Cell` is a ``str`` that also carries a second
-text for readers.  Machine formats (json, csv, latex) print the cell itself
-(``0.0000``, the decimal every cell of its column has); text and Markdown print
-the reader's text, which marks an exact value as exact (``masked`` for a key
-the query does not see, ``1/2 = 0.5`` for a share that is exactly 1/2).
+text for readers.  Machine formats (json, csv) print the cell itself
+(``0.0000``, the decimal every cell of its column has); text, Markdown and
+LaTeX print the reader's text, which marks an exact value as exact (``masked``
+for a key the query does not see, ``1/2 = 0.5`` for a share that is exactly
+1/2).  LaTeX writes a number or closed form as math (:func:`latex_cell`:
+``$\\frac{1}{2} = 0.5$``), so a table compiles in a plain ``article``.
 
 Output is deterministic: the same sections always give the same bytes.
 
@@ -41,6 +43,7 @@ exactattn.errors.InputError: format must be one of text, markdown, latex, json, 
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -51,8 +54,8 @@ from typing import IO, Any, Sequence
 from ..options import check_choice
 from .stream import LazyRows, progress
 
-__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "number_cell", "plural", "printable",
-           "reader_text", "render", "write"]
+__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "latex_cell", "number_cell", "plural",
+           "printable", "reader_text", "render", "write"]
 
 FORMATS = ("text", "markdown", "latex", "json", "csv")
 #: every format :func:`write` knows: FORMATS and JSON Lines
@@ -330,6 +333,133 @@ def _tex(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
+#: the names a math cell may hold; any other word (``masked``, ``key``) keeps a cell text
+_MATH_NAMES = ("sqrt", "tanh", "exp", "log", "cos", "sin", "inf", "d_k", "d_v", "pi", "t")
+#: a closed form sympy may read: ASCII names, digits, operators (no decimal point: a
+#: decimal prints verbatim, never re-rounded)
+_FORM = re.compile(r"[A-Za-z0-9_()/*^+\- ]{1,400}")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)(?:e([+-]?\d+))?")
+_FRACTION = re.compile(r"(-?)(\d+)/(\d+)")
+_MATH_WORD = rf"(?:{'|'.join(sorted(_MATH_NAMES, key=len, reverse=True))}|[0-9.()/*^+=~,-])+"
+#: a run of words of a note that may be math: ``sqrt(d_k) = sqrt(4) = 2``
+_MATH_RUN = re.compile(rf"(?<!\S){_MATH_WORD}(?: {_MATH_WORD})*(?=[;:]?(?:\s|$))")
+
+
+def _folded(product):
+    r"""A product with its integer factors and integer reciprocals (what ``25/8`` reads as,
+    unevaluated) folded into one rational, so sympy prints ``\frac{1}{16}``, not
+    ``1 \cdot \frac{1}{16}``."""
+    import sympy
+    num, den, rest = 1, 1, []
+    for a in product.args:
+        if a.is_Integer:
+            num *= int(a)
+        elif a.is_Pow and a.base.is_Integer and a.exp == -1:
+            den *= int(a.base)
+        else:
+            rest.append(a)
+    q = sympy.Rational(num, den)
+    if not rest:
+        return q
+    if q == 1 and len(rest) == 1:
+        return rest[0]
+    return sympy.Mul(*([] if q == 1 else [q]), *rest)
+
+
+@functools.lru_cache(maxsize=4096)
+def _form(text: str) -> str | None:
+    """The closed form ``text`` as sympy's LaTeX (the printed form kept), or None."""
+    if not _FORM.fullmatch(text) or not set(_NAME.findall(text)) <= set(_MATH_NAMES) or \
+            re.search(r"(?<!\d)0\d", text):
+        return None
+    import sympy
+    from sympy.parsing.sympy_parser import parse_expr
+    try:
+        expr = parse_expr(text.replace("^", "**"), evaluate=False, local_dict={
+            "inf": sympy.oo, "t": sympy.Symbol("t"), "d_k": sympy.Symbol("d_k"),
+            "d_v": sympy.Symbol("d_v")})
+        if not isinstance(expr, sympy.Expr):
+            return None
+        with sympy.evaluate(False):
+            expr = expr.replace(lambda e: e.is_Mul, _folded)
+        return sympy.latex(expr, order="none")
+    except Exception:       # anything sympy cannot read stays text
+        return None
+
+
+def _math(text: str, entry: bool = False) -> str | None:
+    """The math-mode LaTeX of a cell's text (no ``$``), or None when it is not math.
+
+    ``A = B`` and ``A ~ B`` are read part by part; decimals print verbatim; a vector's
+    fractions print as typed (``(0, 1/2)``: an ``entry``), any other closed form via sympy.
+    """
+    parts = re.split(r" ([=~]) ", text)
+    if len(parts) > 1:
+        out = [(r"\approx" if p == "~" else "=") if k % 2 else _math(p, entry)
+               for k, p in enumerate(parts)]
+        return None if None in out else " ".join(out)
+    if text.startswith("~"):
+        body = _math(text[1:], entry)
+        return None if body is None else r"\approx " + body
+    number = _NUMBER.fullmatch(text)
+    if number:
+        return number[1] if number[2] is None else \
+            rf"{number[1]} \times 10^{{{int(number[2])}}}"
+    if text[:1] + text[-1:] in ("()", "[]") and ", " in text:
+        entries = [_math(p, True) for p in text[1:-1].split(", ")]
+        return None if None in entries else text[0] + ", ".join(entries) + text[-1]
+    fraction = _FRACTION.fullmatch(text)
+    if fraction and entry:
+        return text
+    if fraction:        # what sympy prints for a fraction, without its parser (a big table)
+        return ("- " if fraction[1] else "") + rf"\frac{{{fraction[2]}}}{{{fraction[3]}}}"
+    return _form(text)
+
+
+def latex_cell(cell: str) -> str:
+    r"""A cell as LaTeX: its reader's text (:func:`reader_text`) as math when it is a number
+    or a closed form, else as escaped text.
+
+    Closed forms are printed by sympy (``sympy.latex``) from the text read unevaluated,
+    so the printed form is kept; ``A = B`` and ``A ~ B`` are read part by part (``~``:
+    ``\approx``); decimals keep their digits; ``X where t = Y`` is two spans.  Text that
+    is not math (``masked``, ``0.5800 at key 1``) is escaped.  It never raises.
+
+    >>> latex_cell("25/8 = 3.125"), latex_cell("-inf"), latex_cell(Cell("0.0000", "masked"))
+    ('$\\frac{25}{8} = 3.125$', '$-\\infty$', 'masked')
+    >>> latex_cell("sqrt(2)/4 ~ 0.3536"), latex_cell("(0, 3, 1/2, 0)"), latex_cell("d_k")
+    ('$\\frac{\\sqrt{2}}{4} \\approx 0.3536$', '$(0, 3, 1/2, 0)$', '$d_{k}$')
+    """
+    text = reader_text(cell)
+    math = None if text == "t" else _math(text)      # a lone t is a token's text
+    if math is not None:
+        return f"${math}$"
+    if " where " in text:
+        a, b = text.split(" where ", 1)
+        if _math(a) is not None and _math(b) is not None:
+            return f"${_math(a)}$ where ${_math(b)}$"
+    return _tex(text)
+
+
+def _note(text: str) -> str:
+    r"""A note as LaTeX: each run of math words that needs math (a fraction or a function:
+    ``sqrt(d_k) = sqrt(4) = 2``) as math, a lone ``~`` as ``$\approx$``, the rest escaped
+    text."""
+    out, last = [], 0
+    for m in _MATH_RUN.finditer(text):
+        run = re.fullmatch(r"(?:[=~+*] )*(.*?)[=~+*,;: ]*", m.group())
+        start, body = m.start() + run.start(1), run.group(1)
+        if m.group() == "~":            # the mark of a rounded value, named in prose
+            start, body = m.start(), "~"
+        math = r"\approx" if body == "~" else \
+            _math(body) if re.search(r"/|[a-z]\(", body) else None
+        if math is not None:
+            out += [_tex(text[last:start]), f"${math}$"]
+            last = start + len(body)
+    return "".join(out) + _tex(text[last:])
+
+
 def _latex(sections, out: IO[str], **_) -> None:
     for k, s in enumerate(sections):
         if k:
@@ -337,12 +467,12 @@ def _latex(sections, out: IO[str], **_) -> None:
         out.write(f"\\paragraph{{{_tex(s.title)}}}")
         if s.columns:
             out.write("\n\\begin{tabular}{" + "l" * len(s.columns) + "}")
-            out.write("\n" + " & ".join(_tex(c) for c in s.columns) + r" \\ \hline")
+            out.write("\n" + " & ".join(latex_cell(c) for c in s.columns) + r" \\ \hline")
             for r in _rows(s):
-                out.write("\n" + " & ".join(_tex(c) for c in r) + r" \\")
+                out.write("\n" + " & ".join(latex_cell(c) for c in r) + r" \\")
             out.write("\n\\end{tabular}")
         for n in s.notes:
-            out.write("\n" + _tex(n) + r"\par")
+            out.write("\n" + _note(reader_text(n)) + r"\par")
     out.write("\n")
 
 

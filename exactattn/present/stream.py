@@ -127,7 +127,7 @@ class View:
         corner = people and n > PAGE
         q = tuple(queries) if queries is not None else tuple(range(CORNER)) if corner else None
         k = tuple(keys) if keys is not None else tuple(range(CORNER)) if corner else None
-        return cls(q, k, people, fmt in ("text", "markdown"), corner and queries is None)
+        return cls(q, k, people, fmt in PEOPLE, corner and queries is None)
 
     def rows(self, n: int) -> Sequence[int]:
         """The query (token) indices shown, of n."""

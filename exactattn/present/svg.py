@@ -14,8 +14,10 @@ whose own ``<title>`` names the query.
 Tooltips: a cell's ``<title>`` gives the exact value when it is short, at most
 :data:`CLOSED_FORM_LIMIT` (200) characters: ``1/4 exactly``, or the closed
 form with its certified decimal, ``exp(25/16)/(2 + exp(3/8) + exp(25/16)) ~
-0.5800 (certified)``.  A longer closed form (a row with many distinct score
-gaps has one exp term per gap) is replaced by the certified decimal.  A square
+0.5800 (certified)``, each exponent written as the score table writes that
+scaled score (``exp(sqrt(3)/2)`` over the divisor sqrt(3)).  A longer closed
+form (a row with many distinct score gaps has one exp term per gap) is
+replaced by the certified decimal.  A square
 of more than :data:`TOOLTIP_TOKENS` (50) tokens has tooltips per row only
 (naming the query; a note under the picture says so), so a 200-token square
 is about 4.3 MB at 4 places (it was 51 MB with every closed form written out);
@@ -226,10 +228,24 @@ def _share_tip(share, dec: str) -> str:
     if q is not None and len(f"{q} exactly") <= CLOSED_FORM_LIMIT:
         return f"{q} exactly"
     if q is None and 9 * len(share.row.counts) <= CLOSED_FORM_LIMIT:
-        form = share.text()
+        form = _spelled_form(share)
         if len(form) <= CLOSED_FORM_LIMIT:
             return f"{form} ~ {dec} (certified)"
     return f"{dec} (certified; the closed form is over {CLOSED_FORM_LIMIT} characters)"
+
+
+def _spelled_form(share) -> str:
+    """The share's closed form (:meth:`~exactattn.numbers.ratio.ExpRatio.text`) with each
+    exponent over an irrational divisor spelled as the score table spells that scaled
+    score (:func:`~exactattn.present.cells.root_text`): ``exp(sqrt(3)/2)``, not
+    ``exp(3/2/sqrt(3))``."""
+    from .cells import root_text
+    form, row = share.text(), share.row
+    for g in row.counts:
+        term = row.term_text(g)
+        if "sqrt(" in term:
+            form = form.replace(term, f"exp({root_text(row.logit(g))})")
+    return form
 
 
 def _share_grid(trace, places: int):

@@ -348,7 +348,9 @@ def test_text_and_markdown_mark_exact_values_as_exact(cli, tmp_path):
     assert forms["numerators"][1:] == ["0", "0", "0"]
     assert forms["normaliser"] == forms["numerators"][0]
     _, tex, _ = cli("scores", "--spec", spec, "--format", "latex")
-    assert "1 & 1.0000 & 0.0000 & 0.0000 & 0.0000 & exactly 1 & 1.0000 at key 1 \\\\" in tex
+    # LaTeX is for people too: the reader's text, numbers as math (tests/present/test_latex.py)
+    assert "\n$1$ & $1$ & masked & masked & masked & exactly 1 & 1 at key 1 \\\\\n" in tex
+    assert "\n$2$ & $0.1733$ & $0.8267$ & $0$ & $\\frac{1}{2} = 0.5$ \\\\\n" in tex
 
 
 def test_equal_scores_give_exact_rational_shares(cli, tmp_path):
@@ -568,7 +570,9 @@ def test_values_too_long_to_print_whole_print_in_scientific_form(cli):
                     rc, out, err = cli(mode, "--spec", str(path), "--format", fmt)
                     assert rc == 0 and err == "", (divisor, mode, fmt, err[-300:])
                     if mode in ("square", "walkthrough"):
-                        assert "1.000000000000000e+4400" in out, (divisor, mode, fmt)
+                        big = "1.000000000000000 \\times 10^{4400}" if fmt == "latex" else \
+                            "1.000000000000000e+4400"
+                        assert big in out, (divisor, mode, fmt)
 
 
 def test_scientific_forms_are_exact_roundings():

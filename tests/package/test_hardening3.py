@@ -170,12 +170,13 @@ _FORM_CELL = re.compile(
 
 
 def _form_cells(text: str) -> list:
-    """Every ``closed form = decimal`` / ``closed form ~ decimal`` cell of a text, markdown or
-    LaTeX table (LaTeX's ``\\textasciitilde{}`` read as ``~``)."""
-    return _FORM_CELL.findall(text.replace(r"\textasciitilde{}", "~").replace(r"\_", "_"))
+    """Every ``closed form = decimal`` / ``closed form ~ decimal`` cell of a text or markdown
+    table."""
+    return _FORM_CELL.findall(text)
 
 
-@pytest.mark.parametrize("fmt", ["text", "markdown", "latex"])
+# LaTeX prints these forms as math via sympy, its decimals verbatim: tests/present/test_latex.py
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
 @pytest.mark.parametrize("args", [("walkthrough",), ("walkthrough", "--example", "tiny"),
                                   ("walkthrough", "--example", "bank-river", "--digits", "6"),
                                   ("square", "--example", "tiny", "--softcap", "2"),
@@ -193,8 +194,7 @@ def test_closed_forms_in_text_tables_parse_back_to_their_decimals(cli, fmt, args
     rc, out, err = cli(*args, "--format", fmt)
     assert rc == 0, err
     cells = _form_cells(out)
-    # LaTeX's backward tables print decimals alone (``-0.6000`` for -3/5)
-    assert cells or (args[0], fmt) == ("backward", "latex"), "no closed form in this table"
+    assert cells, "no closed form in this table"
     for form, how, dec in cells:
         value = sympy.sympify(form)
         assert value.is_real, form

@@ -286,3 +286,24 @@ def test_score_tooltips_up_to_50_tokens():
     # token 2 = (1/2, 0, 0, -1/3), token 1 = (-6, -5/2, -3, -2/3): raw -3 + 2/9 = -25/9
     assert cell(root, 2, 1).find("svg:title", NS).text == "query 2, key 1: -25/9 / 2 = -25/18"
     assert cell(root, 2, 1).find("svg:text", NS).text == "-25/18"
+
+
+def test_tooltips_spell_exponents_as_the_score_table_spells_the_scaled_scores():
+    """Over the divisor sqrt(3) a raw score 3/2 is the scaled score sqrt(3)/2 in the score
+    square; the share's tooltip said exp(3/2/sqrt(3))."""
+    from fractions import Fraction as F
+
+    from exactattn.examples import Example, Token
+    ex = Example(name="three", title="", head=Head([[1]], [[1]], [[1]], divisor="sqrt(3)"),
+                 tokens=[Token("a"), Token("b")], x=[[F(1)], [F(3, 2)]])
+    t = attend_example(ex)
+    shares, scores = ET.fromstring(share_svg(ex, t)), ET.fromstring(score_svg(ex, t))
+    assert cell(scores, 1, 2).find("svg:title", NS).text == \
+        "query 1, key 2: 3/2 / sqrt(3) = sqrt(3)/2"
+    assert cell(shares, 1, 2).find("svg:title", NS).text == (
+        "share of key 2 for query 1: exp(sqrt(3)/2)/(exp(sqrt(3)/3) + exp(sqrt(3)/2)) "
+        "~ 0.5717 (certified)")
+    tiny = example("tiny")
+    tip = cell(ET.fromstring(share_svg(tiny, attend_example(tiny))), 1, 1).find("svg:title", NS)
+    assert tip.text == ("share of key 1 for query 1: exp(-33*sqrt(2)/50)/(exp(-33*sqrt(2)/50) "
+                        "+ exp(16*sqrt(2)/25)) ~ 0.1372 (certified)")

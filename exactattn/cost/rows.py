@@ -179,13 +179,15 @@ def _check(shape: CallShape, row: RowCost, keys) -> FormulaCheck:
 
 def cost_rows(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool = False,
               alignment: str = "top_left", keys=None, heads=None, layers=1,
-              decode: bool = False, count_limit: int = 10_000_000) -> CostRows:
+              decode: bool = False, count_limit: int = 10_000_000,
+              solve: bool = True) -> CostRows:
     """The same head at several row lengths: derived, counted up to ``count_limit`` MACs.
 
     Each row's figures are counted by running the head when its derived total
     is at most ``count_limit``, else only derived.  The check compares the
     formula with the count at the last counted row; without a key length the
-    crossover is solved and, unless decoding, the doubling ratio.
+    crossover is solved and, unless decoding, the doubling ratio (``solve=False``: neither,
+    a third of a second of sympy saved).
 
     Units: MACs (FLOPs = 2 x MACs).
 
@@ -207,7 +209,7 @@ def cost_rows(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool =
         last = (shape, out[-1]) if counted else last
     check = None if last is None else _check(*last, keys)
     cross = doubling = None
-    if keys is None:
+    if keys is None and solve:
         cross = crossover(d_model, d_k, d_v=d_v, causal=causal, alignment=alignment,
                           heads=heads, layers=layers, decode=decode)
         if not decode:

@@ -7,9 +7,9 @@ values marked, from :meth:`~exactattn.engines.trace.Trace.share_decimals`), the 
 keys with the largest share, and the exact limits (the equal share 1/n as the
 divisor grows; the tied maximum as it shrinks; :func:`exactattn.present.sweep.divisor_limits`).
 The length stops come from the cost module (:func:`exactattn.cost.rows.cost_rows`):
-counted by running a head of the same sizes through the pencil engine's loops
-where that takes about a second (n = 1,000 at d = 2), derived from the loop
-nests above, the formula checked equal to the count; the number of scores in
+derived from the pencil engine's loop nests, the formula checked equal to the
+MACs counted by running a head of the same sizes through those loops at n = 16
+(:data:`COUNTED_AT`; a stop at or below it is counted too); the number of scores in
 the n x n table is the number of visible pairs :meth:`Policy.pairs
 <exactattn.call.policy.Policy.pairs>` counts.
 
@@ -55,6 +55,9 @@ __all__ = ["COMPANIONS", "DIVISOR_SQUARES", "LENGTHS", "MAX_SENTENCES", "MAX_TOK
 DIVISOR_SQUARES = tuple(Fraction(2) ** k for k in range(-6, 15))
 #: the length slider's stops: n doubles from 1,000 to 16,000 tokens
 LENGTHS = (1000, 2000, 4000, 8000, 16000)
+#: the length at which the head is run through the counted loops to check the formula (a
+#: count at n = 1,000 takes a second; the formula is the same function of n)
+COUNTED_AT = 16
 #: at most this many sentences (the switch) and tokens per sentence (the picture, the table)
 MAX_SENTENCES = 8
 MAX_TOKENS = 64
@@ -220,18 +223,23 @@ def length_numbers(head, lengths: Sequence[int] = LENGTHS) -> tuple[list[dict], 
     table: n^2 without a causal mask), MACs of ``score_macs``, ``mix_macs``,
     ``projection_macs`` and ``total``, ``ratio`` (total over the row before,
     4 places, correctly rounded; ``""`` for the first), ``score_ratio`` (exact),
-    ``counted`` (True: counted by running the head; False: derived).
+    ``counted`` (True: counted by running the head; False: derived).  The head is
+    run at :data:`COUNTED_AT` tokens and at every stop up to it; the note says where.
 
     >>> rows, note = length_numbers(__import__("exactattn").Head(*[[[1, 0], [0, 1]]] * 3),
-    ...                             [1000, 2000])
+    ...                             [8, 2000])
     >>> [(r["n"], r["scores"], r["counted"], r["score_ratio"]) for r in rows]
-    [('1,000', '1,000,000', True, ''), ('2,000', '4,000,000', False, '4')]
+    [('8', '64', True, ''), ('2,000', '4,000,000', False, '62500')]
+    >>> note.split(" by ")[0]
+    'counted at n = 8, 16'
     """
     from ..cost.rows import cost_rows
-    causal = head.causal
-    costs = cost_rows(list(lengths), head.d_model, head.d_k, head.d_v, causal=causal)
+    causal, n = head.causal, COUNTED_AT
+    limit = n * head.d_model * (2 * head.d_k + head.d_v) + n * n * (head.d_k + head.d_v)
+    costs = cost_rows(sorted({n, *lengths}), head.d_model, head.d_k, head.d_v, causal=causal,
+                      count_limit=limit, solve=False)
     rows, prev = [], None
-    for r in costs.rows:
+    for r in (r for r in costs.rows if r.tokens in lengths):
         f = r.figures
         pairs = head.policy.pairs(r.tokens, r.tokens)
         rows.append({
@@ -249,7 +257,7 @@ def length_numbers(head, lengths: Sequence[int] = LENGTHS) -> tuple[list[dict], 
     if counted and check is not None:
         note = (f"counted at n = {', '.join(counted)} by running a head of these sizes "
                 f"(d_model = {head.d_model}, d_k = {head.d_k}, d_v = {head.d_v}) through the "
-                "pencil engine's loops; at the larger stops derived from the same loop nests "
+                "pencil engine's loops; at every stop above, derived from the same loop nests "
                 f"(sympy sums; scores + mixing = {check.pairs}), the formula "
                 f"checked equal to the count at n = {grouped(check.n)} "
                 f"({'the same' if check.same else 'NOT the same'})")

@@ -136,12 +136,13 @@ def test_length_stops_are_counted_or_derived_and_exact():
     assert [r["n"] for r in rows] == ["1,000", "2,000", "4,000", "8,000", "16,000"]
     assert [r["scores"] for r in rows] == ["1,000,000", "4,000,000", "16,000,000",
                                            "64,000,000", "256,000,000"]
-    assert [r["counted"] for r in rows] == [True, False, False, False, False]
+    assert [r["counted"] for r in rows] == [False] * 5
     assert rows[0]["total"] == f"{count(1000, 2, 2)['total']:,}" == "4,012,000"
     assert rows[-1]["score_macs"] == f"{derive_at(16000, 2, 2)['scores']:,}" == "512,000,000"
     assert [r["score_ratio"] for r in rows] == ["", "4", "4", "4", "4"]
     assert [r["ratio"] for r in rows] == ["", "3.9940", "3.9970", "3.9985", "3.9993"]
-    assert "the same" in note and "counted at n = 1,000" in note
+    assert note.startswith("counted at n = 16 by running a head of these sizes")
+    assert "the formula checked equal to the count at n = 16 (the same)" in note
     assert tuple(LENGTHS) == (1000, 2000, 4000, 8000, 16000)
 
 
@@ -271,7 +272,8 @@ def test_a_causal_head_counts_the_visible_pairs():
     assert [(r["scores"], r["score_macs"], r["counted"]) for r in rows] == [
         ("10", "20", True), ("36", "72", True)]           # n(n+1)/2 pairs, d_k = 2
     assert rows[1]["score_ratio"] == "18/5 = 3.6"
-    assert "checked equal to the count at n = 8 (the same)" in note
+    assert "checked equal to the count at n = 16 (the same)" in note
+    assert note.startswith("counted at n = 4, 8, 16 by")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -307,3 +309,12 @@ def test_api_errors():
         page_numbers([tiny()], places=-1)
     stops = divisor_stops([example("tiny")])
     assert [s.key for s in stops][-1] == "none" and sum(s.own for s in stops) == 1
+
+
+def test_the_length_rows_leave_the_crossover_unsolved():
+    from exactattn.cost.rows import cost_rows
+    solved, unsolved = cost_rows([4, 8], 2, 2), cost_rows([4, 8], 2, 2, solve=False)
+    assert solved.crossover is not None and solved.doubling is not None
+    assert unsolved.crossover is None and unsolved.doubling is None
+    assert [r.figures for r in unsolved.rows] == [r.figures for r in solved.rows]
+    assert unsolved.check == solved.check

@@ -27,7 +27,10 @@ import importlib
 import importlib.resources
 import importlib.util
 import io
+import multiprocessing
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -108,25 +111,33 @@ class ProofResult:
 
 
 def run_proofs(names: Sequence[str] | None = None) -> list[ProofResult]:
-    """Run the named proofs (all by default) and collect their reports and verdicts.
+    """Run the named proofs (all by default) and collect their reports and verdicts, in
+    the order named; on a machine with several cores, in one forked process a core.
 
     A proof that raises is reported as ``ERROR`` with the exception's one-line
     message, never hidden.
     """
     names = list(names) if names else proof_names()
-    modules = [(n, load_proof(n)) for n in names]  # every name checked before anything runs
-    results = []
+    for n in names:  # every name checked (and imported, so forked workers share it) first
+        load_proof(n)
     from ..present.stream import progress
-    for name, module in progress(modules, len(modules), "proofs", unit="proof"):
-        stream = io.StringIO()
-        try:
-            verdict = "PROVED" if module.run(out=stream) else "FAILED"
-        except Exception as e:  # a crashing proof is a failed proof, said so
-            print(f"  verdict: ERROR ({type(e).__name__}: {e})", file=stream)
-            verdict = "ERROR"
-        results.append(ProofResult(module.__name__.rsplit(".", 1)[-1], claim_of(module),
-                                   verdict, stream.getvalue()))
-    return results
+    jobs = min(len(names), os.cpu_count() or 1)
+    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return list(progress(map(_prove, names), len(names), "proofs", unit="proof"))
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(progress(pool.map(_prove, names), len(names), "proofs", unit="proof"))
+
+
+def _prove(name: str) -> ProofResult:
+    """One proof, run to its verdict."""
+    module, stream = load_proof(name), io.StringIO()
+    try:
+        verdict = "PROVED" if module.run(out=stream) else "FAILED"
+    except Exception as e:  # a crashing proof is a failed proof, said so
+        print(f"  verdict: ERROR ({type(e).__name__}: {e})", file=stream)
+        verdict = "ERROR"
+    return ProofResult(module.__name__.rsplit(".", 1)[-1], claim_of(module), verdict,
+                       stream.getvalue())
 
 
 def register(sub) -> None:

@@ -117,14 +117,11 @@ def run_proofs(names: Sequence[str] | None = None) -> list[ProofResult]:
     A proof that raises is reported as ``ERROR`` with the exception's one-line
     message, never hidden.
     """
-    names = list(names) if names else proof_names()
-    for n in names:  # every name checked (and imported, so forked workers share it) first
-        load_proof(n)
-    from ..present.stream import progress
-    jobs = min(len(names), os.cpu_count() or 1)
-    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return list(progress(map(_prove, names), len(names), "proofs", unit="proof"))
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    names = [load_proof(n).__name__.rsplit(".", 1)[-1] for n in names or proof_names()]
+    from ..present.stream import progress  # every name checked and imported (forks share it)
+    fork = "fork" in multiprocessing.get_all_start_methods()
+    with ProcessPoolExecutor(min(len(names), os.cpu_count() or 1),
+                             mp_context=multiprocessing.get_context("fork" if fork else None)) as pool:
         return list(progress(pool.map(_prove, names), len(names), "proofs", unit="proof"))
 
 
@@ -136,8 +133,7 @@ def _prove(name: str) -> ProofResult:
     except Exception as e:  # a crashing proof is a failed proof, said so
         print(f"  verdict: ERROR ({type(e).__name__}: {e})", file=stream)
         verdict = "ERROR"
-    return ProofResult(module.__name__.rsplit(".", 1)[-1], claim_of(module), verdict,
-                       stream.getvalue())
+    return ProofResult(name, claim_of(module), verdict, stream.getvalue())
 
 
 def register(sub) -> None:
@@ -167,11 +163,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--quiet must be used without --list (got both); --list prints "
                          "only the names and claims")
     if args.list:
-        names = args.names or proof_names()
-        mods = [load_proof(n) for n in names]
-        width = max(len(n) for n in names)
-        for n, m in zip(names, mods):
-            sys.stdout.write(f"{n[:-3] if n.endswith('.py') else n:<{width}}  {claim_of(m)}\n")
+        mods = {m.__name__.rsplit(".", 1)[-1]: m for m in map(load_proof, args.names or proof_names())}
+        width = max(map(len, mods))
+        for n, m in mods.items():
+            sys.stdout.write(f"{n:<{width}}  {claim_of(m)}\n")
         return 0
     results = run_proofs(args.names)
     _write(sys.stdout, results, args.quiet)

@@ -65,7 +65,7 @@ def exact_number(value: Any, name: str) -> Fraction:
 def _echo(value: Any) -> str:
     """A value as given, for a message: text quoted (``'0'``), an exact number as written (``0``)."""
     if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
-        return str(value)
+        return shorten(str(value))
     return shorten(value, quote=True)
 
 
@@ -105,10 +105,13 @@ def check_dropout(value: Any, name: str = "dropout") -> Fraction:
 
 
 def check_theta(value: Any, name: str = "rope theta") -> Fraction:
-    """A RoPE base: an exact positive number (10000 in the paper)."""
+    """A RoPE base: an exact positive number (10000 in the paper) in a float64's normal range."""
     q = exact_number(value, name)
     if q <= 0:
         raise InputError(f"{name} must be a positive number (got {_echo(value)})")
+    if not Fraction(1, 2 ** 1022) <= q <= 2 ** 1024 - 2 ** 971:       # float64's normal range
+        raise InputError(f"{name} must be from 2^-1022 to about 1.8e308, a float64's range (got "
+                         f"{_echo(value)}); no float kernel holds this base: use one such as 10000")
     return q
 
 

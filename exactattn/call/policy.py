@@ -267,7 +267,7 @@ class Policy:
         window: ``(left, right)``: position p sees keys ``p - left .. p + right``, its own key
             counted (None side: no limit; FlashAttention's ``window_size``).
         query_offset: the position of query 0 (decode over keys 0..p: p); None: from
-            ``alignment``.  Causal, window and ALiBi read :meth:`query_position`.
+            ``alignment``; at most 2^53 in size.  Causal, window and ALiBi read :meth:`query_position`.
         softcap: ``cap`` of ``cap * tanh(score / cap)`` on the scaled scores, before biases and masks.
         sink: an attention-sink logit that joins each row's normaliser and
             carries no value (0 = "softmax plus one"), counted once per row.
@@ -325,6 +325,9 @@ class Policy:
                 isinstance(self.query_offset, int) and not isinstance(self.query_offset, bool)):
             raise InputError(f"query_offset must be a whole number (got "
                              f"{shorten(self.query_offset, quote=True)})")
+        if self.query_offset is not None and abs(self.query_offset) > 2 ** 53:
+            raise InputError(f"query_offset must be from -2^53 to 2^53 (got {shorten(str(self.query_offset))}"
+                             "); a float64 holds no position past 2^53: give a smaller one")
         for name, check in (("softcap", check_softcap), ("sink", exact_number),
                             ("dropout", check_dropout)):      # the modifiers' own checks
             if getattr(self, name) is not None:

@@ -193,8 +193,11 @@ def _error(got: float, ball, exact: Callable):
         return None
     with working_precision(96):
         found = settled(ball)
-    return found or tighten(lambda p: settled(exact().ball(p)), 128, max_prec=1 << 16) \
-        or (arb(0), ball)
+    x = None if found else exact()      # an ExpRatio, or a known output's Fraction (1 on the
+    if isinstance(x, Fraction):         # ones probe): that one is exact, no ball to tighten
+        with working_precision(96):
+            return settled(arb(fmpq_of(x))) or (arb(0), ball)
+    return found or tighten(lambda p: settled(x.ball(p)), 128, max_prec=1 << 16) or (arb(0), ball)
 
 
 def is_exact(got: float, ball, exact: Callable) -> bool:

@@ -163,7 +163,7 @@ def supported(policy: Policy) -> str | None:
 
 
 def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
-                    each=lambda heads, total: heads, arith: Arithmetic = FLOAT64):
+                    each=lambda heads, total: heads, arith: Arithmetic | tuple = FLOAT64):
     """Every output of a call enclosed: ``(mid, rad, mag, top)``.
 
     Shapes: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value`` B x H_kv x S x
@@ -178,18 +178,20 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     total)`` wraps the loop over the B x H_q heads (a progress bar).  With another
     ``arith`` (:func:`kernel_arithmetic`), ``rad`` bounds how far a correct kernel of that
     arithmetic may be from the exact output (to the float64 evaluation's own error, which a
-    caller's margin covers); there a soft-cap is taken too (``tanh`` within 16 units).
+    caller's margin covers); there a soft-cap is taken too (``tanh`` within 16 units).  A
+    tuple of arithmetics gives a tuple of radii, one each, from one pass over the heads.
     """
+    ariths = arith if isinstance(arith, tuple) else (arith,)
     B, Hq, L, E = query.shape
     Hkv, S, Ev = key.shape[1], key.shape[2], value.shape[3]
     d2 = policy.divisor_squared_for(E)
     scale = 1.0 if d2 is None else 1 / math.sqrt(float(d2))
     base = policy.keep(L, S)
     sink = None if policy.sink is None else float(policy.sink)
-    cap = None if policy.softcap is None or arith is FLOAT64 else float(policy.softcap)
+    cap = None if policy.softcap is None or FLOAT64 in ariths else float(policy.softcap)
     n = S + (sink is not None)
     mid = np.empty((B, Hq, L, Ev))
-    rad, mag = np.empty_like(mid), np.empty_like(mid)
+    rads, mag = np.empty((len(ariths),) + mid.shape), np.empty_like(mid)
     top = [0.0, 0.0]
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for b, h in each(((b, h) for b in range(B) for h in range(Hq)), B * Hq):
@@ -198,8 +200,6 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
             x = (query[b, h] @ key[b, g].T) * scale
             # step 1 per row: the largest delta_j of the row
             sizes = (np.abs(query[b, h]) @ np.abs(key[b, g]).T).max(axis=1, initial=0.0)
-            delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8, arith.u) * (1 + gamma(E)) * sizes
-                                                + 4 * E * 2.0 ** -1021)
             if cap is not None:        # |d/ds c tanh(s/c)| <= 1: the score's error carries over
                 x = cap * np.tanh(x / cap)
             if offsets is not None:
@@ -209,40 +209,64 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
             x = np.where(vis, x, -np.inf)
             x_top, x_low = x.max(axis=1), np.where(vis, x, np.inf).min(axis=1)
             ax = np.maximum(np.abs(x_top), np.abs(x_low))       # max_j |x_j|, seen keys
-            if offsets is not None or arith.logit:
-                delta = delta + (arith.logit or 2) * arith.u * (1 + 2.0 ** -30) * ax
-            if arith.store:       # the score stored, after q and k scaled, in the coarse dtype
-                delta = delta + arith.store * (1 + 2.0 ** -20) * (ax + 3 * scale * sizes)
-            out = _softmax_mix(x, x_top, x_low, delta, vis, value[b, g], sink, n, arith,
-                               "zero" if sink is not None else policy.empty_row)
-            mid[b, h], rad[b, h], mag[b, h] = out
+            deltas = []
+            for a in ariths:
+                delta = scale * (1 + 2.0 ** -30) * (gamma(E + 8, a.u) * (1 + gamma(E)) * sizes
+                                                    + 4 * E * 2.0 ** -1021)
+                if offsets is not None or a.logit:
+                    delta = delta + (a.logit or 2) * a.u * (1 + 2.0 ** -30) * ax
+                if a.store:   # the score stored, after q and k scaled, in the coarse dtype
+                    delta = delta + a.store * (1 + 2.0 ** -20) * (ax + 3 * scale * sizes)
+                deltas.append(delta)
+            mid[b, h], mag[b, h], rads[:, b, h] = _softmax_mix(
+                x, x_top, x_low, deltas, vis, value[b, g], sink, n, ariths,
+                "zero" if sink is not None else policy.empty_row)
             seen = vis.any(axis=1)
             if seen.any():
-                top = [max(top[0], float(np.max((ax - delta)[seen]))),
-                       max(top[1], float(np.max((ax + delta)[seen])))]
-    bounded = bool(np.isfinite(rad).all()) and math.isfinite(top[1])
-    return mid, rad, mag, (tuple(top) if bounded else None)
+                top = [max(top[0], float(np.max((ax - deltas[0])[seen]))),
+                       max(top[1], float(np.max((ax + deltas[0])[seen])))]
+    bounded = bool(np.isfinite(rads[0]).all()) and math.isfinite(top[1])
+    return mid, tuple(rads) if isinstance(arith, tuple) else rads[0], mag, \
+        (tuple(top) if bounded else None)
 
 
-def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n, arith: Arithmetic = FLOAT64,
-                 fill: str = "nan"):
-    """One head's outputs, radii and magnitudes (step 2 and 3 of the module's bound, in
-    ``arith``), the bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)``
+def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fill: str = "nan"):
+    """One head's outputs, magnitudes and radii, one per arithmetic of ``ariths`` with its
+    logits' errors ``deltas`` (step 2 and 3 of the module's bound, in that arithmetic), the
+    bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)``
     (rounding is monotone, so ``|fl(x_j - m)| <= fl(m - min_j x_j)``) and ``r_j <= R =
     expm1(max tau) + epsilon`` (``expm1`` is increasing).  A row that sees no key takes
     ``fill`` (the policy's ``empty_row``; ``zero`` with a sink): 0 exactly, the mean of the
     values (a sum of S terms and a weight ``1/S``: ``gamma_{S+1} + w`` of the mean of
     ``|v|``), or NaN, left unbounded."""
-    u, first = arith.u, arith is FLOAT64
     m = x_top if sink is None else np.maximum(x_top, sink)
     e = np.exp(x - m[:, None])                 # hidden keys: exp(-inf) = 0
+    D = e.sum(axis=1) + (0.0 if sink is None else np.exp(sink - m))
+    out = (e @ V) / D[:, None]
+    mag = (e @ np.abs(V)) / D[:, None]
+    vmax = float(np.max(np.abs(V), initial=0.0))
+    # exact outputs: 0 where every key the row sees has value 0 (a probe's columns); a row
+    # that sees one key and no sink gives that key's value (its weight exp(0) = 1 = the sum)
+    exact = ((vis.sum(axis=1) == 1) & (sink is None))[:, None]
+    if (V == 0).any():
+        exact = exact | ((vis.astype(np.float64) @ (V != 0).astype(np.float64)) == 0)
+    empty = ~vis.any(axis=1)
+    if empty.any() and fill != "nan" and V.shape[0]:
+        out[empty] = V.mean(axis=0) if fill == "uniform" else 0.0
+        mag[empty] = np.abs(V).mean(axis=0) if fill == "uniform" else 0.0
+    return out, mag, [_radius(delta, a, m, x_low, sink, n, D, mag, vmax, vis, out, exact,
+                              empty, fill, V.shape[0]) for delta, a in zip(deltas, ariths)]
+
+
+def _radius(delta, arith: Arithmetic, m, x_low, sink, n, D, mag, vmax, vis, out, exact, empty,
+            fill, S):
+    """One arithmetic's radii of a head's outputs (:func:`_softmax_mix`)."""
+    u, first = arith.u, arith is FLOAT64
     tau_max = (delta + (1 if first else 2) * u * (m - x_low)) * (1 + 2.0 ** -30)
     R = np.expm1(tau_max) * (1 + 2.0 ** -20) + arith.exp_error
-    D = e.sum(axis=1)
     if sink is not None:
         ds = sink - m
         ts = 2 * u * abs(sink) + u * (1 + 2.0 ** -30) * np.abs(ds) + 2.0 ** -1074
-        D = D + np.exp(ds)
         R = np.maximum(R, np.where(ds >= -708, np.expm1(ts) * (1 + 2.0 ** -20) + arith.exp_error,
                                    0.0))
         tau_max = np.maximum(tau_max, ts)
@@ -250,9 +274,6 @@ def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n, arith: Arithmetic = FL
         R = R + 4 * u * (np.maximum(np.abs(m), np.abs(x_low)) + math.log(n) + 2)
     zeta = (n + 1) * arith.underflow
     eta = R + gamma(arith.sums * (n + 1), u) * (1 + R) + zeta
-    out = (e @ V) / D[:, None]
-    mag = (e @ np.abs(V)) / D[:, None]
-    vmax = float(np.max(np.abs(V), initial=0.0))
     kappa = 2 * zeta * (vmax + 1) + (n * arith.tiny * vmax / D)[:, None]
     if first:
         rad = ((2 * eta + u) * (1 + 2.0 ** -7))[:, None] * mag + kappa
@@ -264,20 +285,11 @@ def _softmax_mix(x, x_top, x_low, delta, vis, V, sink, n, arith: Arithmetic = FL
         valid = 1 / 8
     ok = np.isfinite(m) & (tau_max <= valid) & (eta <= valid) & vis.any(axis=1)
     rad = np.where(ok[:, None] & np.isfinite(out) & np.isfinite(mag), rad, np.inf)
-    # exact outputs: 0 where every key the row sees has value 0 (a probe's columns); a row
-    # that sees one key and no sink gives that key's value (its weight exp(0) = 1 = the sum)
-    exact = ((vis.sum(axis=1) == 1) & (sink is None))[:, None]
-    if (V == 0).any():
-        exact = exact | ((vis.astype(np.float64) @ (V != 0).astype(np.float64)) == 0)
     rad = np.where(exact & np.isfinite(rad), 0.0, rad)
-    empty = ~vis.any(axis=1)
-    if empty.any() and fill != "nan" and V.shape[0]:
-        uniform = fill == "uniform"
-        out[empty] = V.mean(axis=0) if uniform else 0.0
-        mag[empty] = np.abs(V).mean(axis=0) if uniform else 0.0
-        grow = gamma(arith.sums * (V.shape[0] + 1), u) + arith.weights + gamma(V.shape[0] + 1)
-        rad[empty] = mag[empty] * grow * (1 + 2.0 ** -20) if uniform else 0.0
-    return out, rad, mag
+    if empty.any() and fill != "nan" and S:
+        grow = gamma(arith.sums * (S + 1), u) + arith.weights + gamma(S + 1)
+        rad[empty] = mag[empty] * grow * (1 + 2.0 ** -20) if fill == "uniform" else 0.0
+    return rad
 
 
 class RowBalls:

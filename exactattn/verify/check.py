@@ -314,7 +314,7 @@ def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
 
 
 def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
-                     fallback: int | None = None):
+                     fallback: int | None = None, enclosed: tuple | None = None):
     """``(max_ulps, words)``: per output (B x H_q x L x E_v int64), the error a correct
     kernel may make in ULPs at the size of the terms, rounded up, or None with why not.
 
@@ -327,7 +327,8 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
     terms' magnitude (its lower binade where float64 leaves it in doubt).  Where the bound
     does not hold (``eta`` past 1/8: a coarse ``accumulation`` over many keys) the entry
     takes ``fallback`` (the default rule, :func:`tolerance`; None: every float).
-    ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'.
+    ``floats``: :func:`~exactattn.call.inputs.sdpa_floats`'; ``enclosed``: the kernel's
+    ``(rad, mag)`` where the caller's own pass of the enclosure took its arithmetic too.
 
     >>> from exactattn.call.inputs import sdpa_floats
     >>> q, k, v = np.zeros((2, 1)), np.zeros((2, 1)), np.array([[1.0], [3.0]])
@@ -343,7 +344,8 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
     if why is not None:
         return None, f"no proved bound with {why} yet"
     fmt, arith = float_format(dtype), kernel_arithmetic(dtype, accumulation)
-    _, rad, mag, _ = enclose_outputs(q, k, v, policy, keep, offsets, arith=arith)
+    rad, mag = enclosed if enclosed and enclosed[0] is not None else \
+        enclose_outputs(q, k, v, policy, keep, offsets, arith=arith)[1:3]
     most = min(2 * ulp_index(math.inf, fmt), 1 << 62)     # every float of the format
     with np.errstate(invalid="ignore", over="ignore"):
         _, e = np.frexp(mag * (1 - 2.0 ** -30))
@@ -582,7 +584,9 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
         return None
     t0 = time.perf_counter()
     mid, rad, mag, top = enclose_outputs(q, k, v, policy, keep, offsets,
-                                         *(() if each is None else (each,)))
+                                         *(() if each is None else (each,)),
+                                         arith=_with_kernel(dtype, accumulation, max_ulps))
+    rad, kernel = rad if isinstance(rad, tuple) else (rad, None)
     if top is None:
         return None
     if max_ulps is None:
@@ -595,7 +599,7 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     check_scale(policy, fmt)
     check_sink(policy)
     each_tol, bound = (tol, None) if max_ulps is not None else \
-        proved_tolerance(floats, dtype, accumulation, tol)
+        proved_tolerance(floats, dtype, accumulation, tol, (kernel, mag))
     each_tol = tol if each_tol is None else each_tol
     t1 = time.perf_counter()
     call = Deferred(make_call)
@@ -609,6 +613,17 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     return Report(name, dtype, policy, call, found, tol, 0, ref,
                   {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes,
                   bound=bound if max_ulps is None and each_tol is not tol else None)
+
+
+def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):
+    """The arithmetics of one pass of the enclosure: float64's, and a correct kernel's when a
+    proved tolerance is wanted (``accumulation`` given, no ``max_ulps``)."""
+    from ..numbers.formats import DTYPES
+    from ..options import check_choice
+    from ..reference.bound import FLOAT64, kernel_arithmetic
+    if accumulation is None or max_ulps is not None:
+        return FLOAT64
+    return FLOAT64, kernel_arithmetic(dtype, check_choice(accumulation, "accumulation", DTYPES))
 
 
 def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
@@ -865,7 +880,8 @@ def _float_values(plist) -> np.ndarray:
     return np.array([float(x) for x in values.reshape(-1).tolist()]).reshape(values.shape)
 
 
-def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: int):
+def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: int,
+                     enclosed: tuple | None = None):
     """The probes' outputs' proved tolerance (:func:`proved_tolerance` of the call with the
     probes' values side by side), or None (``accumulation`` None: the default rule).  A
     probe's values are 0, 1 or ``|v|``: no output cancels, so its error at the terms is its
@@ -874,7 +890,8 @@ def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: 
     of that arithmetic; within the default rule, a kernel summing in its own dtype passes."""
     if accumulation is None or floats is None:
         return None
-    return proved_tolerance(floats[:2] + (values,) + floats[3:], dtype, accumulation, tol)[0]
+    return proved_tolerance(floats[:2] + (values,) + floats[3:], dtype, accumulation, tol,
+                            enclosed)[0]
 
 
 def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, tol: int,
@@ -934,10 +951,13 @@ def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol
     t = time.perf_counter()
     values, V = np.concatenate([p.value for p in plist], axis=3), _float_values(plist)
     q, k, _, policy, keep, offsets, _ = floats
-    mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets)
+    mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets,
+                                         arith=_with_kernel(dtype, accumulation))
+    rad, kernel = rad if isinstance(rad, tuple) else (rad, None)
     if top is None:
         return None
-    allowance, proved = None, _probe_tolerance(floats, V, dtype, accumulation, tol)
+    allowance, proved = None, _probe_tolerance(floats, V, dtype, accumulation, tol,
+                                               (kernel, mag))
     if "identity" in probes:      # _share_allowance at both ends of the shares' enclosures
         with np.errstate(divide="ignore", invalid="ignore"):
             ends = [np.ceil(2 * np.where(np.isfinite(g) & (g > 0), g, 0.0)).astype(np.int64)

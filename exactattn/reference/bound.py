@@ -80,7 +80,8 @@ class Arithmetic:
     ``exp_error``: the relative error of ``exp``; ``logit``: the relative error per logit
     of the roundings after the dot product (scale, offset, soft-cap, a base-2 conversion),
     in units of ``u``; ``sums``: how many roundings each weight sees in the sums, per key
-    (2: online softmax's rescaling too); ``merge``: the weights are merged through a
+    (3: online softmax's rescaling products too, and the ``exp`` of each rescaling factor,
+    at most one per 16 keys, each within 16 units); ``merge``: the weights are merged through a
     log-sum-exp (split-KV), adding ``4 u (max|x| + log S + 2)``; ``weights``: the relative
     rounding of the weights before they meet the values (P rounded to the kernel's dtype)
     and ``tiny`` the absolute one there (half that dtype's smallest subnormal);
@@ -124,7 +125,7 @@ def kernel_arithmetic(dtype: str, accumulation: str = "float32") -> Arithmetic:
     acc = out if out.precision > acc.precision else acc
     sums = acc if acc.precision >= 24 else float_format("float32")
     u = 2.0 ** -sums.precision
-    return Arithmetic(u, 16 * u, 16.0, 2, True, 2.0 ** -out.precision,
+    return Arithmetic(u, 16 * u, 16.0, 3, True, 2.0 ** -out.precision,
                       2.0 ** (out.emin - out.precision), 2.0 ** (sums.emin + 4),
                       0.0 if acc is sums else 2.0 ** -acc.precision)
 
@@ -163,7 +164,8 @@ def supported(policy: Policy) -> str | None:
 
 
 def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
-                    each=lambda heads, total: heads, arith: Arithmetic | tuple = FLOAT64):
+                    each=lambda heads, total: heads, arith: Arithmetic | tuple = FLOAT64,
+                    got=None, fmt=None):
     """Every output of a call enclosed: ``(mid, rad, mag, top)``.
 
     Shapes: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value`` B x H_kv x S x
@@ -180,6 +182,10 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     arithmetic may be from the exact output (to the float64 evaluation's own error, which a
     caller's margin covers); there a soft-cap is taken too (``tanh`` within 16 units).  A
     tuple of arithmetics gives a tuple of radii, one each, from one pass over the heads.
+    With ``got`` (a kernel's outputs, floats of the format ``fmt``, shaped like ``mid``) and
+    ``arith = (FLOAT64, kernel)``, a fifth item: per row (B x H_q x L), how far the row's
+    error is past what a correct kernel of that arithmetic can make along it
+    (:func:`_row_excess`: above 1, no correct kernel gives these outputs; 0 where not judged).
     """
     ariths = arith if isinstance(arith, tuple) else (arith,)
     B, Hq, L, E = query.shape
@@ -192,6 +198,7 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     n = S + (sink is not None)
     mid = np.empty((B, Hq, L, Ev))
     rads, mag = np.empty((len(ariths),) + mid.shape), np.empty_like(mid)
+    excess = np.zeros((B, Hq, L))
     top = [0.0, 0.0]
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for b, h in each(((b, h) for b in range(B) for h in range(Hq)), B * Hq):
@@ -218,19 +225,21 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
                 if a.store:   # the score stored, after q and k scaled, in the coarse dtype
                     delta = delta + a.store * (1 + 2.0 ** -20) * (ax + 3 * scale * sizes)
                 deltas.append(delta)
-            mid[b, h], mag[b, h], rads[:, b, h] = _softmax_mix(
+            mid[b, h], mag[b, h], rads[:, b, h], excess[b, h] = _softmax_mix(
                 x, x_top, x_low, deltas, vis, value[b, g], sink, n, ariths,
-                "zero" if sink is not None else policy.empty_row)
+                "zero" if sink is not None else policy.empty_row,
+                None if got is None else (got[b, h], fmt))
             seen = vis.any(axis=1)
             if seen.any():
                 top = [max(top[0], float(np.max((ax - deltas[0])[seen]))),
                        max(top[1], float(np.max((ax + deltas[0])[seen])))]
     bounded = bool(np.isfinite(rads[0]).all()) and math.isfinite(top[1])
-    return mid, tuple(rads) if isinstance(arith, tuple) else rads[0], mag, \
-        (tuple(top) if bounded else None)
+    return (mid, tuple(rads) if isinstance(arith, tuple) else rads[0], mag,
+            tuple(top) if bounded else None) + ((excess,) if got is not None else ())
 
 
-def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fill: str = "nan"):
+def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fill: str = "nan",
+                 got=None):
     """One head's outputs, magnitudes and radii, one per arithmetic of ``ariths`` with its
     logits' errors ``deltas`` (step 2 and 3 of the module's bound, in that arithmetic), the
     bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)``
@@ -238,7 +247,8 @@ def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fi
     expm1(max tau) + epsilon`` (``expm1`` is increasing).  A row that sees no key takes
     ``fill`` (the policy's ``empty_row``; ``zero`` with a sink): 0 exactly, the mean of the
     values (a sum of S terms and a weight ``1/S``: ``gamma_{S+1} + w`` of the mean of
-    ``|v|``), or NaN, left unbounded."""
+    ``|v|``), or NaN, left unbounded.  ``got``: ``(outputs, format)`` of a kernel, whose rows
+    :func:`_row_excess` judges against the last arithmetic (else the excess is 0)."""
     m = x_top if sink is None else np.maximum(x_top, sink)
     e = np.exp(x - m[:, None])                 # hidden keys: exp(-inf) = 0
     D = e.sum(axis=1) + (0.0 if sink is None else np.exp(sink - m))
@@ -254,8 +264,53 @@ def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fi
     if empty.any() and fill != "nan" and V.shape[0]:
         out[empty] = V.mean(axis=0) if fill == "uniform" else 0.0
         mag[empty] = np.abs(V).mean(axis=0) if fill == "uniform" else 0.0
-    return out, mag, [_radius(delta, a, m, x_low, sink, n, D, mag, vmax, vis, out, exact,
-                              empty, fill, V.shape[0]) for delta, a in zip(deltas, ariths)]
+    found = [_radius(delta, a, m, x_low, sink, n, D, mag, vmax, vis, out, exact, empty, fill,
+                     V.shape[0]) for delta, a in zip(deltas, ariths)]
+    excess = 0.0 if got is None else _row_excess(*got, out, found[0][0], mag, e / D[:, None], V,
+                                                 ariths[-1], n, *found[-1][1:])
+    return out, mag, [f[0] for f in found], excess
+
+
+def _row_excess(got, fmt, mid, rad, mag, p, V, arith: Arithmetic, n, eta, eta_n, kappa):
+    """Per row, how far a kernel's outputs ``got`` (L x E_v floats of ``fmt``) are past what a
+    correct kernel of ``arith`` can give: ``|w.e|`` over its proved most (above 1: no correct
+    kernel), 0 where not judged.  ``mid``, ``rad``: the exact outputs' float64 enclosure;
+    ``p``: the shares and ``mag`` the terms' magnitudes (float64, within ``2^-8`` of
+    themselves where ``rad`` is finite: the enclosure's ``eta`` is at most ``2^-10`` there).
+
+    The theorem (a correct kernel as in :func:`kernel_arithmetic`; ``delta_j`` the relative
+    error key ``j``'s weight carries into every value column alike, from its logit, ``exp``,
+    online rescaling, a merge and P's rounding to the dtype, ``|delta_j| <= eta_N``; ``theta``
+    the normaliser's, ``|theta| <= eta``; ``beta_jc`` the products' and sums' roundings of the
+    numerator, ``|beta_jc| <= gamma_{sums (S+1)}``; ``d_c`` the division's and the output's own
+    roundings): the error is ``e = (V^T (p o delta) + a - theta o) / (1 + theta) + d`` with
+    ``|a_c| <= (1 + eta_N) gamma a_c``, so for every vector ``w``
+
+        ``|w.e| <= (eta_N sum_j p_j |w.v_j| + theta |w.o| + sum_c |w_c| |a_c|) / (1 - eta)
+        + sum_c |w_c| |d_c|``,
+
+    ``|d_c| <= h_c + u (|got_c| + h_c)``, ``h_c`` half the dtype's spacing at ``got_c``.  A
+    per-entry tolerance must allow every ``delta_j`` at its most with one sign; along ``w =
+    e`` (less its part along ``o``) the shared ``delta_j`` must also explain the error's
+    direction, which weights rounded coarser than the dtype (bfloat16 P in a float16 kernel)
+    cannot.  Every float64 sum here is widened: products by ``gamma_{E_v + 1}``, ``p`` and
+    ``a`` by ``2^-8``, the totals by ``2^-20``."""
+    from ..numbers.formats import float_format, ulp_indices
+    fmt, u, Ev = float_format(fmt), arith.u, V.shape[1]
+    dev = got - mid
+    w = dev - ((dev * mid).sum(axis=1) / np.maximum((mid * mid).sum(axis=1), 2.0 ** -1000))[:, None] * mid
+    aw, g = np.abs(w), gamma(Ev + 1)
+    shared = eta_n * (((p * np.abs(w @ V.T)).sum(axis=1) + g * (aw * mag).sum(axis=1)) * (1 + 2.0 ** -8))
+    along_o = eta * (np.abs((w * mid).sum(axis=1)) + (aw * rad).sum(axis=1) + g * (aw * np.abs(mid)).sum(axis=1))
+    sums = (((1 + eta_n) * gamma(arith.sums * (n + 1), u) + 2 * u)[:, None] * mag * (1 + 2.0 ** -8) + kappa)
+    _, e = np.frexp(np.abs(got))
+    half = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin) - fmt.precision).astype(np.int32))
+    last = (aw * (half + u * (np.abs(got) + half) * (1 + 2.0 ** -20))).sum(axis=1)
+    most = ((shared + along_o + (aw * sums).sum(axis=1)) / (1 - eta) + last) * (1 + 2.0 ** -20)
+    seen = np.abs((w * dev).sum(axis=1)) - g * (aw * np.abs(dev)).sum(axis=1) - (aw * rad).sum(axis=1)
+    judged = np.isfinite(rad).all(axis=1) & (eta <= 1 / 8) & np.isfinite(got).all(axis=1) & \
+        (most > 0) & ulp_indices(got, fmt)[1].all(axis=1)
+    return np.where(judged, np.maximum(seen, 0.0) / np.where(judged, most, 1.0), 0.0)
 
 
 def _radius(delta, arith: Arithmetic, m, x_low, sink, n, D, mag, vmax, vis, out, exact, empty,
@@ -277,7 +332,7 @@ def _radius(delta, arith: Arithmetic, m, x_low, sink, n, D, mag, vmax, vis, out,
     kappa = 2 * zeta * (vmax + 1) + (n * arith.tiny * vmax / D)[:, None]
     if first:
         rad = ((2 * eta + u) * (1 + 2.0 ** -7))[:, None] * mag + kappa
-        valid = _VALID
+        valid, eta_n = _VALID, eta
     else:      # the same derivation without first-order factors: the numerator's terms
         eta_n = eta + arith.weights * (1 + eta)       # also see P rounded, 1/(1 - eta) kept
         grow = (1 + eta_n) / ((1 - eta) * (1 - u)) * (1 + 2.0 ** -20)
@@ -289,7 +344,7 @@ def _radius(delta, arith: Arithmetic, m, x_low, sink, n, D, mag, vmax, vis, out,
     if empty.any() and fill != "nan" and S:
         grow = gamma(arith.sums * (S + 1), u) + arith.weights + gamma(S + 1)
         rad[empty] = mag[empty] * grow * (1 + 2.0 ** -20) if fill == "uniform" else 0.0
-    return rad
+    return rad, eta, eta_n, kappa
 
 
 class RowBalls:

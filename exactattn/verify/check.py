@@ -114,6 +114,9 @@ class Report:
     #: the outputs' tolerance when it is per entry (:func:`proved_tolerance`), in words;
     #: ``max_ulps`` is then the probes' and the log-sum-exp's
     bound: str | None = None
+    #: rows whose errors no correct kernel makes (:func:`~exactattn.reference.bound._row_excess`
+    #: above 1): ``((b, h, i), excess)``, the largest first
+    rows_past: list = field(default_factory=list)
 
     @property
     def entries(self) -> list:
@@ -125,7 +128,7 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return self.found.passed and self.lse_found.passed and \
+        return self.found.passed and self.lse_found.passed and not self.rows_past and \
             all(p.passed for p in self.probes)
 
     def failures(self) -> list:
@@ -583,9 +586,10 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     if fmt.precision > 24 or supported(policy) is not None:
         return None
     t0 = time.perf_counter()
-    mid, rad, mag, top = enclose_outputs(q, k, v, policy, keep, offsets,
-                                         *(() if each is None else (each,)),
-                                         arith=_with_kernel(dtype, accumulation, max_ulps))
+    arith = _with_kernel(dtype, accumulation, max_ulps)
+    mid, rad, mag, top, *excess = enclose_outputs(
+        q, k, v, policy, keep, offsets, *(() if each is None else (each,)), arith=arith,
+        got=got if isinstance(arith, tuple) else None, fmt=fmt)
     rad, kernel = rad if isinstance(rad, tuple) else (rad, None)
     if top is None:
         return None
@@ -609,10 +613,19 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     notes = _output_notes(found, dtype) + ([
         f"outputs left to the exact path: {left} of {found.count} (the rest decided "
         "from float64 enclosures with a proved error bound)"] if left else [])
+    past = sorted(((tuple(int(x) for x in i), float(excess[0][tuple(i)]))
+                   for i in np.argwhere(excess[0] > 1)), key=lambda r: -r[1]) if excess else []
+    if past:
+        notes.append(f"rows no correct {dtype} kernel gives: {len(past)} of {excess[0].size}; "
+                     f"the worst, b,h,i = {','.join(map(str, past[0][0]))}, is off along its own "
+                     f"direction {past[0][1]:.3g} times what the errors a correct kernel's weights "
+                     "share over the value columns allow (weights rounded coarser than "
+                     f"{dtype}, or another error common to the row's columns)")
     t2 = time.perf_counter()
     return Report(name, dtype, policy, call, found, tol, 0, ref,
                   {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes,
-                  bound=bound if max_ulps is None and each_tol is not tol else None)
+                  bound=bound if max_ulps is None and each_tol is not tol else None,
+                  rows_past=past)
 
 
 def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):

@@ -326,6 +326,8 @@ def failure_summary(r: Report, what: str = "outputs") -> str:
     """
     bad = r.found.over + r.found.hard
     hard = f", {r.found.hard} of them NaN/inf or raised" if r.found.hard else ""
+    hard += f"; {len(r.rows_past)} rows no correct kernel gives (see the notes)" if getattr(
+        r, "rows_past", None) else ""
     if _per_entry(r):
         return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
                 f"{hard} (tolerance {r.bound}; NaN or inf where the exact value is finite "

@@ -76,7 +76,7 @@ def test_a_softcap_without_the_division_fails_with_the_exact_value(mods, capsys)
     assert (rc, err) == (1, "") and doc["passed"] is False
     row = _worst(doc)
     assert row[0] == "0,0,2,2" and row[1] == "5.13003040971e-02" and row[3] == "-0.4762603"
-    assert row[-2:] == ["over", "96"]      # the proved tolerance of a soft-capped float32 kernel
+    assert row[-2:] == ["over", "103"]      # the proved tolerance of a soft-capped float32 kernel
 
 
 def test_alibi_score_mod_right_passes_wrong_sign_fails(mods, capsys):

@@ -34,9 +34,11 @@ BUDGET = {
     # they go with the one row algebra
     "numbers": (("numbers", "gradients/values", "gradients/terms", "gradients/parts"), 2820, 1800),
     "call": (("call", "examples"), 1600, 1100),
-    "reference": (("reference", "gradients"), 1610, 1000),
+    # reference: +25 for issue 42's row rule (bound._row_excess: the weights' shared errors)
+    "reference": (("reference", "gradients"), 1635, 1000),
     "engines": (("engines", "blocks"), 1410, 900),
-    "checks": (("verify", "properties", "strategies", "testing", "gradients/checks"), 4700, 2900),
+    # checks: +15 for issue 42's row rule (Report.rows_past, its note and summary)
+    "checks": (("verify", "properties", "strategies", "testing", "gradients/checks"), 4715, 2900),
     "cost": (("cost",), 2150, 1500),
     # present: +95 for issue 46's LaTeX as math (render.latex_cell) and the SVG tooltips' spelling
     "present": (("present", "page", "scale", "notebook"), 3235, 2300),

@@ -281,12 +281,12 @@ def _row_excess(got, fmt, mid, rad, mag, p, V, arith: Arithmetic, n, eta, eta_n,
     The theorem (a correct kernel as in :func:`kernel_arithmetic`; ``delta_j`` the relative
     error key ``j``'s weight carries into every value column alike, from its logit, ``exp``,
     online rescaling, a merge and P's rounding to the dtype, ``|delta_j| <= eta_N``; ``theta``
-    the normaliser's, ``|theta| <= eta``; ``beta_jc`` the products' and sums' roundings of the
+    the normaliser's, ``|theta| <= eta_N`` (it may sum the rounded P); ``beta_jc`` the products' and sums' roundings of the
     numerator, ``|beta_jc| <= gamma_{sums (S+1)}``; ``d_c`` the division's and the output's own
     roundings): the error is ``e = (V^T (p o delta) + a - theta o) / (1 + theta) + d`` with
     ``|a_c| <= (1 + eta_N) gamma a_c``, so for every vector ``w``
 
-        ``|w.e| <= (eta_N sum_j p_j |w.v_j| + theta |w.o| + sum_c |w_c| |a_c|) / (1 - eta)
+        ``|w.e| <= (eta_N (sum_j p_j |w.v_j| + |w.o|) + sum_c |w_c| |a_c|) / (1 - eta_N)
         + sum_c |w_c| |d_c|``,
 
     ``|d_c| <= h_c + u (|got_c| + h_c)``, ``h_c`` half the dtype's spacing at ``got_c``.  A
@@ -301,12 +301,12 @@ def _row_excess(got, fmt, mid, rad, mag, p, V, arith: Arithmetic, n, eta, eta_n,
     w = dev - ((dev * mid).sum(axis=1) / np.maximum((mid * mid).sum(axis=1), 2.0 ** -1000))[:, None] * mid
     aw, g = np.abs(w), gamma(Ev + 1)
     shared = eta_n * (((p * np.abs(w @ V.T)).sum(axis=1) + g * (aw * mag).sum(axis=1)) * (1 + 2.0 ** -8))
-    along_o = eta * (np.abs((w * mid).sum(axis=1)) + (aw * rad).sum(axis=1) + g * (aw * np.abs(mid)).sum(axis=1))
+    along_o = eta_n * (np.abs((w * mid).sum(axis=1)) + (aw * rad).sum(axis=1) + g * (aw * np.abs(mid)).sum(axis=1))
     sums = (((1 + eta_n) * gamma(arith.sums * (n + 1), u) + 2 * u)[:, None] * mag * (1 + 2.0 ** -8) + kappa)
     _, e = np.frexp(np.abs(got))
     half = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin) - fmt.precision).astype(np.int32))
     last = (aw * (half + u * (np.abs(got) + half) * (1 + 2.0 ** -20))).sum(axis=1)
-    most = ((shared + along_o + (aw * sums).sum(axis=1)) / (1 - eta) + last) * (1 + 2.0 ** -20)
+    most = ((shared + along_o + (aw * sums).sum(axis=1)) / (1 - eta_n) + last) * (1 + 2.0 ** -20)
     seen = np.abs((w * dev).sum(axis=1)) - g * (aw * np.abs(dev)).sum(axis=1) - (aw * rad).sum(axis=1)
     judged = np.isfinite(rad).all(axis=1) & (eta <= 1 / 8) & np.isfinite(got).all(axis=1) & \
         (most > 0) & ulp_indices(got, fmt)[1].all(axis=1)
@@ -329,7 +329,9 @@ def _radius(delta, arith: Arithmetic, m, x_low, sink, n, D, mag, vmax, vis, out,
         R = R + 4 * u * (np.maximum(np.abs(m), np.abs(x_low)) + math.log(n) + 2)
     zeta = (n + 1) * arith.underflow
     eta = R + gamma(arith.sums * (n + 1), u) * (1 + R) + zeta
-    kappa = 2 * zeta * (vmax + 1) + (n * arith.tiny * vmax / D)[:, None]
+    # a weight rounded to a subnormal of the dtype: before the division (P, D >= 1), or after
+    # it where the kernel stores its normalised weights in the dtype (accumulation=float16)
+    kappa = 2 * zeta * (vmax + 1) + (n * arith.tiny * vmax / (np.ones_like(D) if arith.store else D))[:, None]
     if first:
         rad = ((2 * eta + u) * (1 + 2.0 ** -7))[:, None] * mag + kappa
         valid, eta_n = _VALID, eta

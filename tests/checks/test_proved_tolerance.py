@@ -176,3 +176,31 @@ def test_probes_of_a_correct_float32_kernel_on_large_logits_pass():
     assert report.passed and [run.passed for run in report.probes] == [True] * 4
     identity = [run.found for run in report.probes if run.probe.name == "identity"]
     assert max(f.max_ulps for f in identity) > 44
+
+
+def test_a_normaliser_summed_from_the_rounded_weights_passes_the_row_rule():
+    # P just above and below float16's midpoint past 1/2: each rounds by 2^-12 of itself, the
+    # normaliser summed from the rounded P too, two equal value columns (a row of one direction)
+    mid = 0.5 + 2.0 ** -12
+    up, down = (np.float32(np.log(mid * (1 + f * 2.0 ** -21))) for f in (1, -1))
+    q = np.ones((1, 1, 1), F32)
+    k = np.array([0.0] + [up] * 30 + [down], F32).reshape(1, 32, 1)
+    v = np.zeros((1, 32, 2), np.float16)
+    v[0, 31, :] = 1.990234375
+    p = np.exp(k[0, :, 0] - k.max()).astype(F32).astype(np.float16).astype(F32)
+    out = ((p @ v[0].astype(F32)) / p.sum(dtype=F32)).astype(np.float16).reshape(1, 1, 2)
+    assert assert_attention_close(out, q, k, v, scale=1.0).rows_past == []
+
+
+def test_normalised_weights_stored_subnormal_in_float16_pass_when_declared():
+    torch = pytest.importorskip("torch")
+    # 64 keys at logit 0 (value 0), 200 at -12 (column 0) and 200 at -11 (column 1): their
+    # normalised float16 weights are subnormal, each off by up to 2^-25 absolutely
+    k = torch.tensor([0.0] * 64 + [-12.0] * 200 + [-11.0] * 200, dtype=torch.half).reshape(1, 1, -1, 1)
+    q = torch.ones(1, 1, 1, 1, dtype=torch.half)
+    v = torch.zeros(1, 1, 464, 2, dtype=torch.half)
+    v[0, 0, 64:264, 0] = 1
+    v[0, 0, 264:, 1] = 1
+    out = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v     # PyTorch's half composition
+    report = assert_attention_close(out, q, k, v, scale=1.0, accumulation="float16")
+    assert report.passed and report.rows_past == []

@@ -166,7 +166,7 @@ def _check(args) -> int:
     start = time.perf_counter()
     checks = list(progress(check_layers(run_, args.digits, jobs=jobs), count, "layers"))
     seconds = time.perf_counter() - start
-    chosen = run_.layer(args.layer).heads[args.head]
+    chosen = run_.head(args.layer, args.head)
     note = DYADIC_NOTE.format(dtypes=run_.tensors.stored())
     sections = check_sections(run_, checks, args.digits, note,
                               seconds if args.timings else None, jobs)

@@ -3,22 +3,27 @@
 For one layer of a :class:`~exactattn.models.run.ModelRun`:
 
 1. **the verdict**: the attention operation on the model's own float32 q, k, v
-   (its projections, each float read as its exact binary value by
-   :func:`~exactattn.numbers.exact.to_matrix` with ``floats="exact"``), evaluated by the
+   (its projections, each float read as its exact binary value), evaluated by the
    one exact reference (:class:`~exactattn.reference.reference.Reference`) under the
    layer's policy (causal, GQA, RoPE: the rotation is applied exactly), against the
-   model's probabilities and head outputs, per head, by verify's one comparison
-   (:func:`~exactattn.verify.compare.judge`) and verify's default tolerance
-   (:func:`~exactattn.numbers.formats.default_max_ulps`).  A head is over its tolerance
-   when an entry is over on both ULP counts, or NaN/inf (:attr:`HeadCheck.over`);
+   model's probabilities and head outputs, per head, by verify's comparison and verify's
+   default tolerance (:func:`~exactattn.numbers.formats.default_max_ulps`).  The shares
+   are outputs too: each value matrix is followed by the n x n identity.  A head is over
+   its tolerance when an entry is over on both ULP counts, or NaN/inf (:attr:`HeadCheck.over`);
 2. **the drift**, reported and not judged: the model's float q, k, v against the exact
-   projections ``x W + b`` of the layer's input (:class:`Drift`), and its head outputs
-   before and after ``W_O`` against the exact chain from x (:attr:`HeadCheck.chain`,
-   :attr:`LayerCheck.projected`: ``concat(heads) W_O + b_O`` enclosed by one ``arb_mat``
-   product; an entry's exact value, when a ball does not decide it, is the
-   :class:`~exactattn.engines.layer.LayerValue` of :func:`~exactattn.engines.layer.out_project`);
-3. every entry certified to ``places`` decimals (:func:`~exactattn.numbers.digits.certify`
-   on the same enclosures).
+   projections ``x W + b`` of the layer's input (integer matrix products over powers of
+   two, :class:`Drift`), and its head outputs before and after ``W_O`` against the exact
+   chain from x (:attr:`HeadCheck.chain`, :attr:`LayerCheck.projected`:
+   ``concat(heads) W_O + b_O`` enclosed by one ``arb_mat`` product; an entry's exact value,
+   when a ball does not decide it, is the :class:`~exactattn.engines.layer.LayerValue` of
+   :func:`~exactattn.engines.layer.out_project`);
+3. every entry judged and certified to ``places`` decimals from ``arb`` balls of a whole
+   head (:func:`~exactattn.reference.enclose.block_balls`): verify's bulk decision
+   (:func:`~exactattn.verify.compare.decide`) on float64 enclosures of the balls decides
+   almost every entry, with the counts :func:`~exactattn.verify.compare.judge` gives; the
+   judge takes the rest and every entry that may hold a group's largest error.  A
+   certified decimal comes from the enclosure where it decides the rounding with a proved
+   margin (:func:`decimal_index`), else from :func:`~exactattn.numbers.digits.certify`.
 
 The terms of a probability are the row's shares (they add up to 1): its
 error at the terms is in ULPs of 1.  The terms of a head output are
@@ -39,22 +44,24 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from fractions import Fraction
+from functools import partial
 
 import numpy as np
 
-from ..numbers.digits import certify, working_precision
+from ..blocks.inputs import float_ints
+from ..numbers.bulk import exact_matmul
+from ..numbers.digits import certify, format_scaled, round_fraction, working_precision
 from ..errors import InputError
-from ..engines.head import attend
-from ..numbers.exact import common_denominator, to_matrix
 from ..engines.layer import LayerValue, out_project
-from ..verify.check import Entry, tolerance
-from ..verify.compare import Comparison, judge
-from ..numbers.formats import float_format, round_enclosed, round_to_format, ulps_between
+from ..verify.check import tolerance
+from ..verify.compare import decide, judge
+from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
+                               ulp_indices)
 from ..call.inputs import Call
-from ..call.policy import Policy
+from ..reference.enclose import block_balls
 from ..reference.reference import Reference
-from .weights import exact_matrix
+from .presets import layer_arrays, preset
 
 __all__ = ["DTYPE", "Drift", "GroupCheck", "HeadCheck", "LayerCheck", "PREC", "check_layer",
            "check_layers", "default_jobs", "significant"]
@@ -65,80 +72,129 @@ DTYPE = "float32"
 PREC = 96
 
 
-def _most_ulps(entry) -> tuple:
-    """A group's worst entry: a hard failure, else the most ULPs, then the most at the terms."""
-    return (entry.status != "hard", -(entry.ulps or 0), -(entry.terms_ulps or 0))
-
-
 @dataclass
-class GroupCheck(Comparison):
-    """A group of entries (a head's probabilities, its outputs, ...) compared: a
-    :class:`~exactattn.verify.compare.Comparison` that keeps the one worst entry.
+class GroupCheck:
+    """A group of entries (a head's probabilities, its outputs, ...) compared, as
+    :func:`~exactattn.verify.compare.judge` judges each entry.
 
     ``ulps``, ``terms_ulps``, ``rel``: the largest of each over the group's
     entries that are not hard failures (each may come from a different entry;
     0 when there is none); ``cell`` the entry with the most ULPs (ties: the
-    larger error at the terms), where the model has ``got`` and the exact
-    value is ``exact`` (certified, 9 significant digits, by :meth:`finish`).
+    larger error at the terms, then the first), where the model has ``got`` and the exact
+    value is ``exact`` (certified, 9 significant digits).
     ``over``: entries over the ULP ``budget`` on both counts; ``hard``: NaN
     or infinity where the exact value is finite; ``misses``: entries whose
     float, printed to ``places`` decimals, differs from the certified decimal;
     ``decimals``: every entry's certified decimal by cell, when kept.
     """
 
-    keep: int | None = 1
-    rank: Callable = field(default=_most_ulps, repr=False)
-    misses: int = 0
-    budget: int = 0
+    entries: int
+    ulps: int
+    terms_ulps: float
+    rel: float
+    cell: tuple | None
+    got: float | None
+    exact: str
+    misses: int
+    over: int
+    hard: int
+    budget: int
     decimals: dict | None = None
-    exact: str = ""
-    _value: object = field(default=None, repr=False)
 
-    @property
-    def entries(self) -> int:
-        return self.count
 
-    @property
-    def ulps(self) -> int:
-        return 0 if self.max_ulps is None else self.max_ulps
+def _enclosed(balls) -> tuple:
+    """``(mid, rad)``: float64 enclosures ``[mid - rad, mid + rad]`` of ``arb`` balls (an object
+    array; None or not finite: ``rad`` inf).  The midpoint's rounding to float64 is added to
+    the radius (a 30-bit magnitude, converted exactly, widened by 2^-40 all the same), unless
+    the ball is a float64 point."""
+    from flint import arb
+    flat = balls.reshape(-1).tolist()
+    live = [b is not None and b.is_finite() for b in flat]
+    mid = np.array([float(b.mid()) if f else 0.0 for b, f in zip(flat, live)])
+    rad = np.array([float(b.rad()) if f else math.inf for b, f in zip(flat, live)])
+    point = [f and r == 0 and arb(m) == b.mid() for b, f, m, r in zip(flat, live, mid.tolist(),
+                                                                       rad.tolist())]
+    rad = np.where(point, 0.0, rad * (1 + 2.0 ** -40) + np.spacing(np.abs(mid)) + 2.0 ** -1074)
+    return mid.reshape(balls.shape), rad.reshape(balls.shape)
 
-    @property
-    def terms_ulps(self) -> float:
-        return 0.0 if self.max_terms is None else self.max_terms
 
-    @property
-    def rel(self) -> float:
-        return 0.0 if self.max_rel is None else self.max_rel
+def decimal_index(lo, hi, places: int):
+    """``round(x 10^places)`` for every ``x`` in ``[lo, hi]`` (float64 arrays) where one integer
+    is that for all of them, else NaN.  Decided in float64 with a margin: ``a = fl(lo 10^p)``
+    is within ``2^-53 |a| + 2^-1075`` of ``lo 10^p`` (``10^p`` is exact for p <= 15), and
+    ``m = 2^-48 |a| + 2^-1000`` covers that error and the rounding of ``fl(a - m)``, so
+    ``fl(a - m) > k - 1/2`` proves ``lo 10^p > k - 1/2`` (the same at ``hi``); ``k +- 1/2``
+    are exact below 2^50."""
+    if places > 15:
+        return np.full(np.shape(lo), np.nan)
+    s = 10.0 ** places
+    with np.errstate(invalid="ignore", over="ignore"):
+        a, b = lo * s, hi * s
+        k = np.rint(a)
+        margin = 2.0 ** -48 * np.maximum(np.abs(a), np.abs(b)) + 2.0 ** -1000
+        ok = (k - 0.5 < a - margin) & (b + margin < k + 0.5) & (np.abs(k) < 2.0 ** 50)
+    return np.where(ok, k, np.nan)
 
-    @property
-    def cell(self) -> tuple | None:
-        return self.worst[0].index if self.count else None
 
-    @property
-    def got(self) -> float | None:
-        return self.worst[0].got if self.count else None
+def _top(a) -> float:
+    """The largest entry of a float array that is not NaN (0.0 when there is none)."""
+    return float(np.nanmax(a)) if (~np.isnan(a)).any() else 0.0
 
-    def judged(self, cell: tuple, got: float, j, exact, certified: str, places: int) -> None:
-        """One entry judged (``j``, a :class:`~exactattn.verify.compare.Judgement`)."""
-        if self.decimals is not None:
-            self.decimals[cell] = certified
-        rel = None if j.status == "hard" else j.rel     # the largest over measured entries
-        entry = Entry(cell, math.nan, got, j.ulps, rel, j.status, None, j.terms_ulps)
-        if self.add(entry, j):            # the new worst: its exact value, for finish()
-            self._value = exact
-        if math.isfinite(got):
-            printed = f"{got:.{places}f}"
-            if printed.startswith("-") and not printed.strip("-0."):
-                printed = printed[1:]           # -0.0000 is 0.0000
-            self.misses += printed != certified
+
+def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bool) -> GroupCheck:
+    """One group judged: the model's floats ``got`` (a float64 array) against exact values
+    enclosed by ``balls`` (``arb``, at :data:`PREC` bits), their terms of size ``mags``,
+    ``exact(*cell)`` the value itself.  Verify's bulk decision
+    (:func:`~exactattn.verify.compare.decide`, on float64 enclosures of the balls) gives each
+    entry it decides as ok the counts :func:`~exactattn.verify.compare.judge` would; every
+    other entry is judged by it.  The certified decimals at ``places``: from the enclosures
+    where they decide the rounding (:func:`decimal_index`), else
+    :func:`~exactattn.numbers.digits.certify`."""
+    mid, rad = _enclosed(balls)
+    status, _, ulps, rel, terms = decide(got, mid, rad, mags, fmt, budget, slack=0.0)
+    codes = np.zeros(got.shape, dtype=np.int8)
+
+    def rejudge(where):
+        for k in np.flatnonzero(where).tolist():
+            value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
+            j = judge(float(got.flat[k]), round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0],
+                      ball, float(mags.flat[k]), fmt, value, budget)
+            codes.flat[k] = ("ok", "over", "hard").index(j.status)
+            ulps.flat[k] = -1 if j.ulps is None else j.ulps
+            rel.flat[k] = math.nan if j.rel is None or j.status == "hard" else j.rel
+            terms.flat[k] = math.nan if j.terms_ulps is None else j.terms_ulps
+    rejudge(status != 0)
+    # decide's errors and the judge's are known to about 2^-9 of themselves: an entry within
+    # 2^-6 of a maximum (or of the top error at the terms among the most ULPs: the worst
+    # entry) is judged again, so the group's figures are the judge's own
+    near = np.zeros(got.shape, dtype=bool)
+    for size in (rel, terms, np.where(ulps == ulps.max(), terms, np.nan)):
+        near |= (size > 0) & (size >= _top(size) * (1 - 2.0 ** -6))
+    rejudge(near & (status == 0))
+    at = decimal_index(np.nextafter(mid - rad, -np.inf), np.nextafter(mid + rad, np.inf),
+                       places)
+    own = decimal_index(got, got, places)
+    open_ = np.isnan(at) | np.isnan(own)
+    misses, decimals = int(((at != own) & ~open_).sum()), {}
+    for k in (range(got.size) if keep else np.flatnonzero(open_).tolist()):
+        cell, ball = tuple(map(int, np.unravel_index(k, got.shape))), balls.flat[k]
+        if math.isnan(at.flat[k]):
+            try:
+                certified = certify(lambda p: ball if p <= PREC else exact(*cell).ball(p), places)
+            except InputError:      # on a boundary past every enclosure: the exact value
+                certified = exact(*cell).decimal(places)
         else:
-            self.misses += 1
-
-    def finish(self) -> None:
-        """Certify the worst entry's exact value to 9 significant digits."""
-        if self._value is not None:
-            self.exact = significant(self._value(), self.got)
-            self._value = None          # the layer's exact reference is let go
+            certified = format_scaled(int(at.flat[k]), places)
+        decimals[cell], g = certified, float(got.flat[k])
+        if open_.flat[k]:          # the float as printed (ties to even, no -0.0000)
+            misses += not math.isfinite(g) or round_fraction(Fraction(g), places) != certified
+    first = np.lexsort((-np.nan_to_num(terms, nan=0.0).ravel(), -np.maximum(ulps, 0).ravel(),
+                        codes.ravel() != 2))[0]
+    worst = tuple(map(int, np.unravel_index(first, got.shape)))
+    g = float(got[worst])
+    return GroupCheck(got.size, max(int(ulps.max()), 0), _top(terms), _top(rel), worst, g,
+                      significant(exact(*worst), g), misses, int((codes == 1).sum()),
+                      int((codes == 2).sum()), budget, decimals if keep else None)
 
 
 def significant(value, near: float, digits: int = 9) -> str:
@@ -201,50 +257,6 @@ class LayerCheck:
         return sum(h.over for h in self.heads)
 
 
-def _certified(ball, exact, places: int) -> str:
-    """The correctly rounded decimal of a value enclosed by ``ball`` (at :data:`PREC` bits)."""
-    try:
-        return certify(lambda p: ball if p <= PREC else exact().ball(p), places)
-    except InputError:          # on a boundary past every enclosure: the exact value decides
-        return exact().decimal(places)
-
-
-def _rounded(ball, exact, fmt) -> float:
-    """The exact value rounded to ``fmt``, from its ball or, when that straddles, exactly."""
-    return round_enclosed(ball, fmt, PREC, exact, 2 * PREC)[0]
-
-
-def _exact_traces(layer, x) -> list:
-    """The layer's heads projected exactly (fast engine): queries, keys, values, rationals."""
-    plain = Policy()          # the projections alone: the policy enters in the Reference
-    return [attend(h.with_policy(plain), x, engine="fast") for h in layer.heads]
-
-
-def _exact_heads(layer, traces) -> Reference:
-    """The exact projections of ``traces`` read into the one exact reference."""
-    first = [layer.kv_of.index(g) for g in range(layer.n_kv_heads)]
-    return Reference(Call([[t.queries for t in traces]], [[traces[a].keys for a in first]],
-                          [[traces[a].values for a in first]], policy=layer.policy, name="layer"))
-
-
-def _heads_of(a, parts: int, what: str) -> list:
-    """A float array n x (parts d) as ``parts`` exact n x d matrices: each float read as its
-    binary value (:func:`~exactattn.numbers.exact.to_matrix`, ``floats="exact"``)."""
-    d = a.shape[1] // parts
-    return [to_matrix(a[:, h * d:(h + 1) * d].astype("float64").tolist(),
-                      name=f"the model's {what} of head {h}", floats="exact")
-            for h in range(parts)]
-
-
-def _model_heads(layer, cap) -> Reference:
-    """The attention operation on the model's own float q, k, v (its projections, before any
-    rotary embedding: the policy applies it exactly), read exactly."""
-    H, G = len(layer.heads), layer.n_kv_heads
-    return Reference(Call([_heads_of(cap.q, H, "queries")], [_heads_of(cap.k, G, "keys")],
-                          [_heads_of(cap.v, G, "values")], policy=layer.policy,
-                          name="model inputs"))
-
-
 @dataclass
 class Drift:
     """How far the model's float projections are from the exact ones, for one of q, k, v:
@@ -257,86 +269,72 @@ class Drift:
     off: int
 
 
-def _drift(name: str, got, exact_heads: list, fmt) -> Drift:
-    width = len(exact_heads[0][0])
-    ulps = off = count = 0
-    for h, rows in enumerate(exact_heads):
-        block = got[:, h * width:(h + 1) * width].tolist()
-        for i, row in enumerate(rows):
-            for c, q in enumerate(row):
-                u = ulps_between(float(block[i][c]), round_to_format(q, fmt), fmt)
-                ulps, off, count = max(ulps, u), off + (u != 0), count + 1
-    return Drift(name, count, ulps, off)
+def projection_drift(name: str, got, exact, fmt) -> Drift:
+    """The model's float projection ``got`` against the exact one (``Fraction`` entries)
+    correctly rounded: from its nearest float64 (``float`` of a ``Fraction`` rounds
+    correctly) where both float64 neighbours of that round to one float (the exact value
+    lies between them), else exactly."""
+    near = np.array([float(q) for q in exact.ravel().tolist()])
+    rounded = round_array(np.nextafter(near, -np.inf), fmt)
+    for k in np.flatnonzero(rounded != round_array(np.nextafter(near, np.inf), fmt)).tolist():
+        rounded[k] = round_to_format(exact.flat[k], fmt)
+    ulps = np.abs(ulp_indices(got.ravel(), fmt)[0] - ulp_indices(rounded, fmt)[0])
+    return Drift(name, ulps.size, int(ulps.max()), int((ulps != 0).sum()))
 
 
-def _probs(ref: Reference, h: int, probs, fmt, budget: int, places: int, keep: bool) -> GroupCheck:
-    w = GroupCheck(budget=budget, decimals={} if keep else None)
-    for i in range(ref.L):
-        row = ref.row(0, h, i)
-        balls = row.exp_balls(PREC)
-        den = row.normaliser(PREC, balls)
-        got_row = probs[i].tolist()
-        for j, g in enumerate(row.gaps):
-            def exact(row=row, j=j):
-                return row.share(j)
-            ball = exact().ball(PREC) if g is None else balls[g] / den
-            got = got_row[j]
-            jd = judge(got, _rounded(ball, exact, fmt), ball, 1.0, fmt, exact, budget)
-            w.judged((i, j), got, jd, exact, _certified(ball, exact, places), places)
-    return w
+def _projection(x, w, b, rows: bool):
+    """``x W + b`` exactly (``Fraction`` entries), ``W`` as stored (``rows``: d_in x d_out,
+    else nn.Linear's d_out x d_in), from integer products over powers of two, every float
+    read as its binary value (:func:`~exactattn.blocks.inputs.float_ints`)."""
+    X, xd = float_ints(x)
+    W, wd = float_ints(w if rows else w.T)
+    num, den = exact_matmul(X, W).astype(object), xd * wd
+    if b is not None:
+        B, bd = float_ints(b)
+        num, den = num * bd + B.astype(object) * den, den * bd
+    return np.array([Fraction(t, den) for t in num.ravel().tolist()],
+                    dtype=object).reshape(num.shape)
 
 
-def _outputs(ref: Reference, h: int, got_block, rounded, balls, mags, fmt, budget: int,
-             places: int, keep: bool) -> GroupCheck:
-    w = GroupCheck(budget=budget, decimals={} if keep else None)
-    for i in range(ref.L):
-        for c in range(ref.Ev):
-            def exact(i=i, c=c):
-                return ref.output(0, h, i, c)
-            got = float(got_block[i, c])
-            ball = balls[i, c]
-            jd = judge(got, rounded[i, c], ball, float(mags[i, c]), fmt, exact, budget)
-            w.judged((i, c), got, jd, exact, _certified(ball, exact, places), places)
-    return w
+def _reference(parts: list, policy, name: str, floats: str | None = None) -> Reference:
+    """The one exact reference of the call whose queries, keys and values are the n x (heads
+    d) arrays ``parts`` = ``[(array, heads)] * 3``, split into heads."""
+    split = [a.reshape(len(a), h, -1).transpose(1, 0, 2)[None] for a, h in parts]
+    return Reference(Call(*split, policy=policy, name=name, floats=floats))
 
 
-def _projected(layer, ref: Reference, rounded, balls, after, fmt, budget: int,
+def _balls(ref: Reference) -> tuple:
+    """Every output of ``ref`` as an ``arb`` ball at :data:`PREC` bits and the size of its
+    terms, H x L x E_v object and float64 arrays
+    (:func:`~exactattn.reference.enclose.block_balls`)."""
+    with working_precision(PREC):
+        got = [block_balls(ref, 0, h, PREC, magnitudes=True) for h in range(ref.Hq)]
+    return np.array([g[0] for g in got], dtype=object), np.array([g[2] for g in got])
+
+
+def _projected(ref: Reference, balls, w_o, b_o, rows: bool, after, fmt, budget: int,
                places: int, keep: bool) -> GroupCheck:
     """``concat(heads) W_O + b_O`` enclosed by one arb_mat product, each entry judged."""
     from flint import arb, arb_mat, fmpq, fmpq_mat, fmpz_mat
-    from ..numbers.exact import fmpq_of
     H, n, dv = ref.Hq, ref.L, ref.Ev
-    heads = np.concatenate([balls[h] for h in range(H)], axis=1)      # n x H d_v balls
-    W = layer.W_O                                                     # d_model x H d_v
-    d_model = len(W)
-    b = layer.b_O or [0] * d_model
-    ints, den = common_denominator(W)
-    P = arb_mat(n, H * dv, heads.ravel().tolist()) * \
-        arb_mat(fmpq_mat(fmpz_mat(ints).transpose()) * fmpq(1, den))
-    entries = P.entries()
-    w64 = np.abs(np.array(ints, dtype=np.float64)) / float(den)    # sizes, a few digits
-    mags = np.abs(np.concatenate([rounded[h] for h in range(H)], axis=1)) @ w64.T + \
-        np.abs(np.array([float(e) for e in b]))
-    w_ints = {}
+    heads = np.concatenate(list(balls), axis=1)                       # n x H d_v balls
+    W = w_o if rows else w_o.T                                        # H d_v x d_model
+    b = np.zeros(W.shape[1]) if b_o is None else b_o
+    ints, den = float_ints(W)
+    with working_precision(PREC):
+        P = arb_mat(n, H * dv, heads.ravel().tolist()) * \
+            arb_mat(fmpq_mat(fmpz_mat(ints.tolist())) * fmpq(1, den))
+        P += arb_mat(n, len(b), [arb(float(e)) for e in b] * n)
+    out = np.array(P.entries(), dtype=object).reshape(n, len(b))
+    mags = np.abs(round_array(_enclosed(heads)[0], fmt)) @ np.abs(W) + np.abs(b)   # sizes
 
     def exact(i, d):
-        if d not in w_ints:
-            w_ints[d] = common_denominator([W[d]])
-        rows = [[[ref.output(0, h, i, c) for c in range(dv)]] for h in range(H)]
-        terms = out_project(w_ints[d], rows)[0][0][0]
-        return LayerValue(terms, b[d])
-    w = GroupCheck(budget=budget, decimals={} if keep else None)
-    for i in range(n):
-        for d in range(d_model):
-            ball = entries[i * d_model + d] + arb(fmpq_of(b[d]))
-            got = float(after[i, d])
-
-            def value(i=i, d=d):
-                return exact(i, d)
-            jd = judge(got, _rounded(ball, value, fmt), ball, float(mags[i, d]), fmt, value,
-                       budget)
-            w.judged((i, d), got, jd, value, _certified(ball, value, places), places)
-    return w
+        column, cd = float_ints(W[:, d])
+        rows_ = [[[ref.output(0, h, i, c) for c in range(dv)]] for h in range(H)]
+        return LayerValue(out_project(([column.tolist()], cd), rows_)[0][0][0],
+                          Fraction(float(b[d])))
+    return judge_group(after.astype(np.float64), out, mags, exact, fmt, budget, places,
+                       keep)
 
 
 def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> LayerCheck:
@@ -347,54 +345,49 @@ def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> Laye
     The verdict (:attr:`HeadCheck.probs`, :attr:`HeadCheck.outputs`) judges the attention
     operation on the model's own float q, k, v; the drift (:attr:`HeadCheck.chain`,
     :attr:`LayerCheck.projected`, :attr:`LayerCheck.drift`) compares the model with the exact
-    chain from the layer's input x.
+    chain from the layer's input x: its projections ``x W + b`` (integers over a power of
+    two), the exact attention on them, ``W_O`` and ``b_O``.
 
     Shapes: the run's layer holds x (n x d_model), q (n x H d_k), k (n x H_kv d_k),
     v (n x H_kv d_v), probabilities (H x n x n), the heads before ``W_O`` (n x H d_v) and
     after (n x d_model).
     """
     start = time.perf_counter()
-    cap = run.layers[index]
-    layer = run.layer(index)
-    fmt = float_format(DTYPE)
-    traces = _exact_traces(layer, exact_matrix(cap.x))
-    first = [layer.kv_of.index(g) for g in range(layer.n_kv_heads)]
-    drift = [_drift("q", cap.q, [t.queries for t in traces], fmt),
-             _drift("k", cap.k, [traces[a].keys for a in first], fmt),
-             _drift("v", cap.v, [traces[a].values for a in first], fmt)]
-    model = _model_heads(layer, cap)
-    chain = _exact_heads(layer, traces)
-    dv = model.Ev
+    cap, fmt, H, G = run.layers[index], float_format(DTYPE), run.heads, run.kv_heads
+    rows = preset(run.arch).layout == "rows"
+    ws, bs, w_o, b_o = layer_arrays(run.tensors, run.arch, index)
+    exact = [_projection(cap.x, w, b, rows) for w, b in zip(ws, bs)]
+    drift = [projection_drift(name, got, e, fmt)
+             for name, got, e in zip("qkv", (cap.q, cap.k, cap.v), exact)]
+    n, dv = len(cap.x), cap.v.shape[1] // G
+    v = cap.v if cap.probs is None else np.concatenate(     # shares: outputs on the identity
+        [np.hstack([cap.v[:, g * dv:(g + 1) * dv], np.eye(n)]) for g in range(G)], axis=1)
+    model = _reference([(cap.q, H), (cap.k, G), (v, G)], run.policy, "model inputs", "exact")
+    chain = _reference(list(zip(exact, (H, G, G))), run.policy, "layer")
     with working_precision(PREC):
         budget, chain_budget = tolerance(model, DTYPE), tolerance(chain, DTYPE)
-    m_rounded, m_balls, m_mags = model.rounded_outputs(DTYPE, prec=PREC)
-    rounded, balls, mags = chain.rounded_outputs(DTYPE, prec=PREC)
+    (m_balls, m_mags), (balls, mags) = _balls(model), _balls(chain)
     heads = []
-    with working_precision(PREC):
-        for h in range(model.Hq):
-            got = cap.before[:, h * dv:(h + 1) * dv]
-            probs = None if cap.probs is None else _probs(model, h, cap.probs[h], fmt, budget,
-                                                          places, keep)
-            outs = _outputs(model, h, got, m_rounded[0, h], m_balls[0, h], m_mags[0, h], fmt,
-                            budget, places, keep)
-            along = _outputs(chain, h, got, rounded[0, h], balls[0, h], mags[0, h], fmt,
-                             chain_budget, places, keep)
-            heads.append(HeadCheck(h, probs, outs, along))
-        projected = _projected(layer, chain, rounded[0], balls[0], cap.after, fmt,
-                               chain_budget, places, keep)
-    for h in heads:
-        for w in (h.probs, h.outputs, h.chain):
-            if w is not None:
-                w.finish()
-    projected.finish()
-    return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, model.L,
-                      drift, chain_budget)
+    for h in range(model.Hq):
+        got = cap.before[:, h * dv:(h + 1) * dv].astype(np.float64)
+        probs = None if cap.probs is None else judge_group(
+            cap.probs[h].astype(np.float64), m_balls[h, :, dv:], np.ones((model.L, model.L)),
+            partial(model.share, 0, h), fmt, budget, places, keep)
+        outs, along = (judge_group(got, b[h, :, :dv], m[h, :, :dv], partial(ref.output, 0, h),
+                                   fmt, tol, places, keep)
+                       for ref, b, m, tol in ((model, m_balls, m_mags, budget),
+                                              (chain, balls, mags, chain_budget)))
+        heads.append(HeadCheck(h, probs, outs, along))
+    projected = _projected(chain, balls, w_o, b_o, rows, cap.after, fmt, chain_budget, places,
+                           keep)
+    return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, n, drift,
+                      chain_budget)
 
 
 def default_jobs(layers: int) -> int:
     """The processes :func:`check_layers` uses by default: one per CPU this process may run
-    on, at most one per layer and at most 4 (each holds one layer's exact weights, ~0.7 GB
-    for all-MiniLM-L6-v2)."""
+    on, at most one per layer and at most 4 (each a fork of the process that ran the
+    model)."""
     import os
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(cpus or 1, layers, 4))

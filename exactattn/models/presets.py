@@ -29,10 +29,12 @@ from dataclasses import dataclass
 
 from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
+from ..engines.head import Head
 from ..engines.layer import Layer
 from .weights import Tensors, exact_matrix, exact_row, names_hint
 
-__all__ = ["ARCHS", "NameMap", "heads_from_config", "load_layer", "preset", "rope_from_config"]
+__all__ = ["ARCHS", "NameMap", "heads_from_config", "layer_arrays", "load_head", "load_layer",
+           "preset", "rope_from_config"]
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,49 @@ def _split(m, parts: int, axis_out: int, name: str) -> list:
             for a in range(parts)]
 
 
+def layer_arrays(tensors: Tensors, arch, layer: int, out_projection: bool = True) -> tuple:
+    """Layer ``layer``'s float arrays as stored (in the name map's layout, not split into
+    heads): ``((W_Q, W_K, W_V), (b_Q, b_K, b_V), W_O, b_O)``, a bias None where the map or
+    the file has none, W_O and b_O None unless ``out_projection``.
+
+    Raises:
+        InputError: an unknown arch, a tensor name that is not there.
+        ShapeError: a fused projection that does not split in three.
+    """
+    names = preset(arch)
+    out_axis = 0 if names.layout == "slots" else 1
+    if names.fused is not None:
+        fused = _find(tensors, names.fused, layer, field="fused")
+        ws = _split(fused, 3, out_axis, names.fused.format(layer=layer))
+        fb = _find(tensors, names.fused_bias, layer, required=False)
+        bs = (None,) * 3 if fb is None else tuple(fb[k * len(fb) // 3:(k + 1) * len(fb) // 3]
+                                                  for k in range(3))
+    else:
+        ws = tuple(_find(tensors, t, layer, field=f)
+                   for t, f in ((names.q, "q"), (names.k, "k"), (names.v, "v")))
+        bs = tuple(_find(tensors, t, layer, required=False)
+                   for t in (names.q_bias, names.k_bias, names.v_bias))
+    w_o = _find(tensors, names.o, layer, field="o") if out_projection else None
+    b_o = _find(tensors, names.o_bias, layer, required=False) if out_projection else None
+    return ws, bs, w_o, b_o
+
+
+def load_head(tensors: Tensors, arch, layer: int, head: int, *, heads: int, kv_heads: int,
+              policy: Policy) -> Head:
+    """Query head ``head`` of layer ``layer`` alone, as :func:`load_layer` builds it
+    (``layer.heads[head]``, the policy's ``head`` advanced by ``head``), reading only its own
+    weights and those of its key/value head."""
+    names = preset(arch)
+    axis, g = 0 if names.layout == "slots" else 1, policy.kv_head(head, heads, kv_heads)
+    ws, bs, _, _ = layer_arrays(tensors, names, layer, out_projection=False)
+    picks = ((heads, head, "W_Q"), (kv_heads, g, "W_K"), (kv_heads, g, "W_V"))
+    mats = [exact_matrix(_split(w, c, axis, what)[k]) for w, (c, k, what) in zip(ws, picks)]
+    b_q, b_k, b_v = (None if b is None else exact_row(_split(b, c, 0, what + " bias")[k])
+                     for b, (c, k, what) in zip(bs, picks))
+    return Head(*mats, b_Q=b_q, b_K=b_k, b_V=b_v, layout=names.layout).with_policy(
+        policy.replace(head=policy.head + head))
+
+
 def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
                kv_heads: int | None = None, policy: Policy | None = None,
                rotary: str = "refuse", out_projection: bool = True) -> Layer:
@@ -241,20 +286,8 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
                              "weights); pass --heads H")
     kv_heads = kv_heads or heads
     out_axis = 0 if names.layout == "slots" else 1
-    if names.fused is not None:
-        fused = _find(tensors, names.fused, layer, field="fused")
-        w_q, w_k, w_v = _split(fused, 3, out_axis, names.fused.format(layer=layer))
-        fb = _find(tensors, names.fused_bias, layer, required=False)
-        b_q, b_k, b_v = (None,) * 3 if fb is None else (fb[:len(fb) // 3],
-                                                        fb[len(fb) // 3:2 * len(fb) // 3],
-                                                        fb[2 * len(fb) // 3:])
-    else:
-        w_q, w_k, w_v = (_find(tensors, t, layer, field=f)
-                         for t, f in ((names.q, "q"), (names.k, "k"), (names.v, "v")))
-        b_q, b_k, b_v = (_find(tensors, t, layer, required=False)
-                         for t in (names.q_bias, names.k_bias, names.v_bias))
-    w_o = _find(tensors, names.o, layer, field="o") if out_projection else None
-    b_o = _find(tensors, names.o_bias, layer, required=False) if out_projection else None
+    (w_q, w_k, w_v), (b_q, b_k, b_v), w_o, b_o = layer_arrays(tensors, names, layer,
+                                                              out_projection)
 
     def per_head(w, b, count, what):
         ws = [exact_matrix(m) for m in _split(w, count, out_axis, what)]

@@ -41,14 +41,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 from ..call.policy import Policy, Rope
 from ..errors import InputError, shorten
 from ..examples import Token
+from ..engines.head import Head
 from ..engines.layer import Layer
-from .presets import load_layer, rope_from_config
+from .presets import load_head, load_layer, rope_from_config
 from .weights import Tensors, tensors_from_state_dict
 
 __all__ = ["IMPLEMENTATIONS", "MODELS", "LayerCapture", "ModelRun", "run_model"]
@@ -105,22 +106,28 @@ class ModelRun:
     description: str
     #: the rotary embedding the model applies to queries and keys (None: none)
     rope: Rope | None = None
-    _layers: dict = field(default_factory=dict, repr=False)
 
     @property
     def probs_returned(self) -> bool:
         """True when the attention implementation returned its probabilities."""
         return all(c.probs is not None for c in self.layers)
 
+    @property
+    def policy(self) -> Policy:
+        """Every layer's policy: causal or not, the rotary embedding."""
+        return Policy(causal=self.causal, rope=self.rope)
+
     def layer(self, index: int) -> Layer:
-        """Layer ``index`` (0-based) with its exact weights (:func:`~exactattn.models.load_layer`),
-        the last one built kept (a layer of all-MiniLM-L6-v2 holds 590k exact weights)."""
-        if index not in self._layers:
-            self._layers = {index: load_layer(self.tensors, self.arch, index, heads=self.heads,
-                                              kv_heads=self.kv_heads,
-                                              policy=Policy(causal=self.causal,
-                                                            rope=self.rope))}
-        return self._layers[index]
+        """Layer ``index`` (0-based) with its exact weights (:func:`~exactattn.models.load_layer`;
+        a layer of all-MiniLM-L6-v2 holds 590k of them)."""
+        return load_layer(self.tensors, self.arch, index, heads=self.heads,
+                          kv_heads=self.kv_heads, policy=self.policy)
+
+    def head(self, index: int, a: int) -> Head:
+        """Query head ``a`` of layer ``index`` as :meth:`layer` holds it, its weights alone
+        read exactly (:func:`~exactattn.models.presets.load_head`)."""
+        return load_head(self.tensors, self.arch, index, a, heads=self.heads,
+                         kv_heads=self.kv_heads, policy=self.policy)
 
 
 def _imports():

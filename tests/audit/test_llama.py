@@ -85,16 +85,12 @@ def test_llama_tiny_verdict_on_the_models_own_q_k_v(eager):
 @pytest.mark.slow
 def test_without_the_rotation_the_probabilities_are_far_off(eager):
     from exactattn.models.check import check_layer
-    from exactattn.call.policy import Policy
-    from exactattn.models.presets import load_layer
     run = eager
-    saved = run._layers
-    run._layers = {0: load_layer(run.tensors, "llama", 0, heads=4, kv_heads=2,
-                                 policy=Policy(causal=True), rotary="ignore")}
+    saved, run.rope = run.rope, None          # the exact side without the rotation
     try:
         check = check_layer(run, 0, 4)
     finally:
-        run._layers = saved
+        run.rope = saved
     assert max(h.probs.rel for h in check.heads) > 1e-2
     assert check.over == 4
 

@@ -112,16 +112,19 @@ class ProofResult:
 
 def run_proofs(names: Sequence[str] | None = None) -> list[ProofResult]:
     """Run the named proofs (all by default) and collect their reports and verdicts, in
-    the order named; on a machine with several cores, in one forked process a core.
+    the order named; on a machine with several cores, in one forked process a core (one
+    process when JAX or torch is loaded: forking a multithreaded runtime is unsafe).
 
     A proof that raises is reported as ``ERROR`` with the exception's one-line
     message, never hidden.
     """
     names = [load_proof(n).__name__.rsplit(".", 1)[-1] for n in names or proof_names()]
     from ..present.stream import progress  # every name checked and imported (forks share it)
-    fork = "fork" in multiprocessing.get_all_start_methods()
+    # forked workers inherit the imported proofs; not where a multithreaded runtime is loaded
+    if "fork" not in multiprocessing.get_all_start_methods() or {"jax", "torch"} & set(sys.modules):
+        return list(progress(map(_prove, names), len(names), "proofs", unit="proof"))
     with ProcessPoolExecutor(min(len(names), os.cpu_count() or 1),
-                             mp_context=multiprocessing.get_context("fork" if fork else None)) as pool:
+                             mp_context=multiprocessing.get_context("fork")) as pool:
         return list(progress(pool.map(_prove, names), len(names), "proofs", unit="proof"))
 
 
@@ -165,8 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         mods = {m.__name__.rsplit(".", 1)[-1]: m for m in map(load_proof, args.names or proof_names())}
         width = max(map(len, mods))
-        for n, m in mods.items():
-            sys.stdout.write(f"{n:<{width}}  {claim_of(m)}\n")
+        sys.stdout.writelines(f"{n:<{width}}  {claim_of(m)}\n" for n, m in mods.items())
         return 0
     results = run_proofs(args.names)
     _write(sys.stdout, results, args.quiet)

@@ -224,7 +224,8 @@ def length_numbers(head, lengths: Sequence[int] = LENGTHS) -> tuple[list[dict], 
     ``projection_macs`` and ``total``, ``ratio`` (total over the row before,
     4 places, correctly rounded; ``""`` for the first), ``score_ratio`` (exact),
     ``counted`` (True: counted by running the head; False: derived).  The head is
-    run at :data:`COUNTED_AT` tokens and at every stop up to it; the note says where.
+    run at :data:`COUNTED_AT` tokens and at every stop of no more MACs than a head without
+    a causal mask has there; the note says where.
 
     >>> rows, note = length_numbers(__import__("exactattn").Head(*[[[1, 0], [0, 1]]] * 3),
     ...                             [8, 2000])

@@ -174,7 +174,8 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     too); ``offsets`` None or float64 offsets added to the scaled scores, broadcastable
     like ``keep`` (``-inf`` hides).  ``mid``, ``rad`` and ``mag`` are B x H_q x L x E_v:
     the exact output lies in ``[mid - rad, mid + rad]`` (``rad`` is ``inf`` where no bound
-    holds), ``mag`` is ``sum_j p_j |v_j|`` to about 2^-40 of itself.  ``top`` is
+    holds), ``mag`` is ``sum_j p_j |v_j|`` within ``4 rad / mag`` of itself (``3 eta + 2u``:
+    at most 2^-8 where ``rad`` is finite, about 2^-40 on usual inputs).  ``top`` is
     ``(lo, hi)``, bounds of the largest ``|logit|`` over visible pairs (sink aside), or
     None when some row has no bound.  The policy must be :func:`supported`.  ``each(heads,
     total)`` wraps the loop over the B x H_q heads (a progress bar).  With another
@@ -194,7 +195,7 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
     scale = 1.0 if d2 is None else 1 / math.sqrt(float(d2))
     base = policy.keep(L, S)
     sink = None if policy.sink is None else float(policy.sink)
-    cap = None if policy.softcap is None or FLOAT64 in ariths else float(policy.softcap)
+    cap = None if policy.softcap is None or ariths[0] is FLOAT64 else float(policy.softcap)
     n = S + (sink is not None)
     mid = np.empty((B, Hq, L, Ev))
     rads, mag = np.empty((len(ariths),) + mid.shape), np.empty_like(mid)

@@ -425,7 +425,7 @@ class Comparison:
         self.max_rel = _larger(self.max_rel, float(np.max(rel)))
         self.max_terms = _larger(self.max_terms, float(np.max(terms)))
         if self.keep is None:
-            self._bulk.append((positions, make))
+            self._bulk.append((positions, make, ulps))
             return
         for k in np.lexsort((positions, -ulps))[:self.keep].tolist():
             e = make(k)
@@ -434,7 +434,7 @@ class Comparison:
     def _settle(self) -> None:
         """The entries :meth:`add_many` left to build, built and kept in position order."""
         if self._bulk:
-            for positions, make in self._bulk:
+            for positions, make, _ in self._bulk:
                 for k, p in enumerate(positions.tolist()):
                     e = make(k)
                     self._kept.append((self.rank(e), p, e))
@@ -478,6 +478,25 @@ class Comparison:
         self._settle()
         return [e for _, _, e in (sorted(self._kept, key=_order) if self.keep is None
                                   else self._kept)]
+
+    @property
+    def failures(self) -> list:
+        """The entries kept that are not ok, in the order added (entries judged ok at once,
+        :meth:`add_many`, are not built)."""
+        return [e for _, _, e in sorted(self._kept, key=_position) if e.status != "ok"]
+
+    def top(self, k: int) -> list:
+        """:attr:`worst`'s first ``k``, building only the entries judged ok at once that can be
+        among them (an ok entry ranks by its ULP count alone, under both ranks here)."""
+        import numpy as np
+        if self.keep is not None or not self._bulk or self.rank not in (worst_first, failures_first):
+            return self.worst[:k]
+        items = list(self._kept)
+        for positions, make, ulps in self._bulk:
+            for j in np.lexsort((positions, -ulps))[:k].tolist():
+                e = make(j)
+                items.append((self.rank(e), int(positions[j]), e))
+        return [e for _, _, e in sorted(items, key=_order)[:k]]
 
     @property
     def kept(self) -> list:

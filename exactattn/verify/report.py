@@ -68,7 +68,7 @@ def _tolerance_note(r: Report, length: str) -> str:
 
 
 def _worst_section(r: Report, worst: int, digits: int) -> Section:
-    rows = [[",".join(map(str, e.index)), *_entry_cells(r, e, digits)] for e in r.worst(worst)]
+    rows = [[",".join(map(str, e.index)), *_entry_cells(r, e, digits)] for e in r.found.top(worst)]
     total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
     notes = [
         *_problem_notes(r, f"{r.moved_inputs} of {total}"),
@@ -109,9 +109,10 @@ def _probe_section(r: Report, worst: int, digits: int) -> Section:
                      "largest capped logit (a float tanh's error, times the cap)")
     raised = [f"hard failure on the {run.probe.label} probe: {r.impl} raised {run.raised}"
               for run in r.probes if run.raised is not None]
-    bad = sorted((e for run in r.probes if not run.passed for e in run.found.worst
-                  if e.status != "ok"), key=lambda e: (e.status != "hard", -(e.ulps or 0)))[:worst]
-    where = {id(e): run.probe.label for run in r.probes for e in run.found.worst}
+    failed = [(run.probe.label, e) for run in r.probes if not run.passed
+              for e in run.found.failures]
+    bad = [e for _, e in sorted(failed, key=lambda p: (p[1].status != "hard", -(p[1].ulps or 0)))[:worst]]
+    where = {id(e): label for label, e in failed}
     if bad:
         notes.append("the worst probe outputs:")
         for e in bad:

@@ -151,3 +151,25 @@ def test_at_the_terms_an_entry_over_the_ulp_count_is_cleared_with_a_margin():
     assert clear[0] and terms[0] < 1
     wide = (args[0], args[1], np.array([2.0 ** -20]), F32, 4)   # terms: itself
     assert not cleared(*wide, True)[0][0]
+
+
+def test_the_worst_few_are_built_without_building_every_entry_judged_at_once():
+    from exactattn.verify.compare import Comparison, Judgement, failures_first
+    built = []
+
+    def make(k):
+        built.append(k)
+        return Judgement("ok", int(ulps[k]), 0.0, float(ulps[k]))
+    for rank in (None, failures_first):
+        ulps = np.array([3, 9, 1, 9, 4])
+        c = Comparison(None) if rank is None else Comparison(None, rank=rank)
+        c.add(Judgement("over", 2, 0.1, 7.0))
+        c.add(Judgement("hard", None))
+        c.add_many(np.arange(2, 7), ulps, np.zeros(5), ulps.astype(float), make)
+        built.clear()
+        top = c.top(3)
+        assert len(built) == 3 and [(e.status, e.ulps) for e in c.failures] == [("over", 2), ("hard", None)]
+        assert [(e.status, e.ulps) for e in top] == [(e.status, e.ulps) for e in c.worst[:3]]
+        assert [(e.status, e.ulps) for e in top] == (
+            [("hard", None), ("ok", 9), ("ok", 9)] if rank is None else
+            [("hard", None), ("over", 2), ("ok", 9)])

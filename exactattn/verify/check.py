@@ -358,12 +358,13 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
     void = int((~(np.isfinite(t) & (t < most))).sum())
     tol = np.where(np.isfinite(t) & (t < most), t, most if fallback is None else fallback)
     tol = tol.astype(np.int64)
-    acc = "float64" if fmt.precision > 24 else accumulation
+    acc = dtype if fmt.precision > float_format(accumulation).precision else accumulation
     how = f"accumulating in {acc}" if arith.store == 0 else \
         f"storing its scores and weights in {acc}, summing in float32"
     rest = "every float allowed" if fallback is None else f"the default rule, {fallback} ULPs"
     words = (f"per output, the proved error of a correct {dtype} kernel {how} "
-             f"(P rounded to {dtype}), in ULPs at the terms: {tol.min()} to {tol.max()}"
+             f"(P rounded to {dtype}), in ULPs at the terms: {tol.min()}"
+             + (f" to {tol.max()}" if tol.max() != tol.min() else "")
              + (f"; no bound for {void} outputs ({rest})" if void else ""))
     return tol, words
 
@@ -585,6 +586,8 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     fmt = float_format(dtype)
     if fmt.precision > 24 or supported(policy) is not None:
         return None
+    check_scale(policy, fmt)
+    check_sink(policy)            # before the float64 enclosure reads them as floats
     t0 = time.perf_counter()
     arith = _with_kernel(dtype, accumulation, max_ulps)
     mid, rad, mag, top, *excess = enclose_outputs(
@@ -600,8 +603,6 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     else:
         check_whole(max_ulps, "max_ulps", low=0)
         tol = max_ulps
-    check_scale(policy, fmt)
-    check_sink(policy)
     each_tol, bound = (tol, None) if max_ulps is not None else \
         proved_tolerance(floats, dtype, accumulation, tol, (kernel, mag))
     each_tol = tol if each_tol is None else each_tol
@@ -618,9 +619,9 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     if past:
         notes.append(f"rows no correct {dtype} kernel gives: {len(past)} of {excess[0].size}; "
                      f"the worst, b,h,i = {','.join(map(str, past[0][0]))}, is off along its own "
-                     f"direction {past[0][1]:.3g} times what the errors a correct kernel's weights "
-                     "share over the value columns allow (weights rounded coarser than "
-                     f"{dtype}, or another error common to the row's columns)")
+                     f"direction {past[0][1]:.3g} times what a correct kernel's weight errors, "
+                     "shared by the row's value columns, allow (weights rounded coarser than "
+                     f"{dtype} do this, as does any error common to a row's columns)")
     t2 = time.perf_counter()
     return Report(name, dtype, policy, call, found, tol, 0, ref,
                   {"impl": 0.0, "exact": t1 - t0, "compare": t2 - t1}, notes,
@@ -634,9 +635,11 @@ def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):
     from ..numbers.formats import DTYPES
     from ..options import check_choice
     from ..reference.bound import FLOAT64, kernel_arithmetic
+    if accumulation is not None:
+        check_choice(accumulation, "accumulation", DTYPES)
     if accumulation is None or max_ulps is not None:
         return FLOAT64
-    return FLOAT64, kernel_arithmetic(dtype, check_choice(accumulation, "accumulation", DTYPES))
+    return FLOAT64, kernel_arithmetic(dtype, accumulation)
 
 
 def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
@@ -651,8 +654,10 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
     from ..numbers.formats import round_ball
     from .compare import decide
     mid, rad, mag = enclosed
+    with np.errstate(divide="ignore", invalid="ignore"):    # mag within 3 eta + 2u <= 4 rad/mag
+        slack = np.where(mag > 0, np.maximum(4 * rad / np.where(mag > 0, mag, 1.0), 2.0 ** -30), 0.0)
     status, rounded, ulps, rel, terms = (a.reshape(-1) for a in
-                                         decide(got, mid, rad, mag, fmt, tol, at_terms))
+                                         decide(got, mid, rad, mag, fmt, tol, at_terms, slack))
     tols = np.broadcast_to(tol, got.shape).reshape(-1)
     flat_got, shape = got.reshape(-1), got.shape
     found = Comparison(None)
@@ -668,7 +673,8 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
         k, sharp_ = p[i], status[p[i]] == 0
         return Entry(tuple(int(x) for x in np.unravel_index(k, shape)), float(rounded[k]),
                      float(flat_got[k]), int(ulps[k]), float(rel[k]) if sharp_ else None, "ok",
-                     ref, float(terms[k]) if sharp_ else None)
+                     ref, float(terms[k]) if sharp_ else None,
+                     tolerance=int(tols[k]) if np.ndim(tol) else None)
     found.add_many(ok, ulps[ok], rel[ok], terms[ok], make)
     undecided = np.flatnonzero(status == 3)
 
@@ -762,7 +768,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     sh = call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     t1 = time.perf_counter()
-    tol = tolerance(ref, dtype, max_ulps)
+    tol, _ = tolerance(ref, dtype, max_ulps), _with_kernel(dtype, accumulation, max_ulps)
     floats = None if max_ulps is not None or got is None else call_floats(call)
     each, bound = (None, None) if floats is None else \
         proved_tolerance(floats, dtype, accumulation, tol)

@@ -327,12 +327,12 @@ def failure_summary(r: Report, what: str = "outputs") -> str:
     """
     bad = r.found.over + r.found.hard
     hard = f", {r.found.hard} of them NaN/inf or raised" if r.found.hard else ""
-    hard += f"; {len(r.rows_past)} rows no correct kernel gives (see the notes)" if getattr(
-        r, "rows_past", None) else ""
     if _per_entry(r):
+        rows = f"; and {len(r.rows_past)} rows past the row rule (the notes)" if getattr(
+            r, "rows_past", None) else ""
         return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
                 f"{hard} (tolerance {r.bound}; NaN or inf where the exact value is finite "
-                "fails outright)")
+                f"fails outright){rows}")
     return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
             f"{hard} (tolerance {plural(r.max_ulps, 'ULP')} by either count: {r.dtype} floats "
             f"from the exact value correctly rounded to {r.dtype}, or |error| in ULPs at the "
@@ -345,13 +345,14 @@ def failure_section(r: Report, worst: int = 5, digits: int | None = None) -> Sec
     digits (default :func:`failure_digits`), the exact value correctly rounded to the
     dtype, the value got and the errors; the index in the caller's rank."""
     digits = failure_digits(r.dtype) if digits is None else digits
-    bad = sorted((e for e in r.entries if e.status != "ok"), key=failures_first)[:worst]
+    bad = sorted(r.found.failures, key=failures_first)[:worst]
     rows = [[_failure_index(r, e), *_entry_cells(r, e, digits)] for e in bad]
     length = "max(L, S)" if bad and isinstance(bad[0].index[0], str) else "S"
     notes = [f"policy: {r.policy.describe()}", _tolerance_note(r, length)] + r.notes
-    return Section(f"failures-{r.dtype}",
-                   f"the {plural(len(rows), 'worst entry', 'worst entries')} outside the "
-                   "tolerance", ["index", *_value_columns(r)], rows, notes,
+    title = f"the {plural(len(rows), 'worst entry', 'worst entries')} outside the tolerance" \
+        if rows or not getattr(r, "rows_past", None) else \
+        "no entry outside its own tolerance: the rows past the row rule are in the notes"
+    return Section(f"failures-{r.dtype}", title, ["index", *_value_columns(r)], rows, notes,
                    data={"summary": r.summary()})
 
 

@@ -85,6 +85,7 @@ def test_a_correct_float16_kernel_passes_the_proved_tolerance(case, seed):
     assert report.bound.startswith("per output, the proved error of a correct float16 kernel "
                                    "accumulating in float32")
     assert report.rows_past == []
+    assert all(type(e.tolerance) is int for e in report.found.top(5))   # each its own allowance
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -101,7 +102,7 @@ def test_weights_rounded_to_bfloat16_in_a_float16_kernel_fail_on_their_rows(seed
     assert not report.passed and len(report.rows_past) == [29, 31, 28, 32][seed]
     assert all(x > 1 for _, x in report.rows_past) and report.rows_past[0][1] > 1.5
     assert any(n.startswith("rows no correct float16 kernel gives: ") for n in report.notes)
-    with pytest.raises(AssertionError, match=r"rows no correct kernel gives \(see the notes\)"):
+    with pytest.raises(AssertionError, match=r"; and \d+ rows past the row rule \(the notes\)"):
         assert_attention_close(bad, q, k, v, scale=0.25)
 
 
@@ -110,7 +111,7 @@ def test_a_float16_tolerance_is_a_few_ulps_where_the_old_rule_allowed_139():
     tol, words = proved_tolerance(sdpa_floats(q, k, v), "float16")
     assert tol.dtype == np.int64 and tol.shape == (1, 2, 4, 8)
     assert (int(tol.min()), int(tol.max())) == (4, 4)
-    assert words.endswith("in ULPs at the terms: 4 to 4")
+    assert words.endswith("in ULPs at the terms: 4")
 
 
 def test_faults_the_old_rule_let_by_fail():

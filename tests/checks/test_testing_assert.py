@@ -56,7 +56,7 @@ def test_an_entry_many_ulps_off_is_named_with_its_exact_value_float_got_and_ulps
     assert message.splitlines()[0].startswith(
         "actual: 1 of 2 outputs outside the tolerance in float32 (tolerance per output, the "
         "proved error of a correct float32 kernel accumulating in float32 (P rounded to "
-        "float32), in ULPs at the terms: 56 to 56;")
+        "float32), in ULPs at the terms: 56;")
     # index, exact value, exact in float32, got, ULPs, ULPs at the terms (|got - 4/3| is
     # 100 1/3 ULPs: the rounded value is 1/3 ULP above 4/3), relative error, status
     assert _row(message, "[1, 0]") == ["[1, 0]", "1.3333333333e+00", "1.3333334", "1.3333453",

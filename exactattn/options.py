@@ -159,7 +159,7 @@ def check_whole_list(value: Any, name: str, *, low: int = 1, high: int | None = 
     exactattn.errors.InputError: rows must be a positive whole number (got 'x')
     """
     text = isinstance(value, str)
-    parts = value.split(",") if text else list(value)
+    parts = value.split(",") if text else list(value) if hasattr(value, "__iter__") else []
     if (text and not value.strip()) or not parts or (most is not None and len(parts) > most):
         count = "" if most is None else f"1 to {most} "
         raise InputError(f"{name} must be a comma-separated list of {count}whole numbers "

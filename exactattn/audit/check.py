@@ -33,7 +33,7 @@ from typing import Sequence
 from ..call.policy import parse_divisor
 from ..errors import InputError, shorten
 from ..numbers.exact import rational_sqrt
-from ..options import check_choice
+from ..options import check_choice, check_whole_list
 from ..numbers.softmax import SoftmaxRow
 from ..reference.logits import scaled_logit
 from .judge import (EXACT_PLACES, TIES, Audit, CellVerdict, RowSum, TableAudit,
@@ -302,7 +302,7 @@ def judge_table(t: Table, quantity: str, found_by: str, source, *, rows=None,
 def _quantities(quantity, count: int) -> list[str | None]:
     if quantity is None:
         return [None] * count
-    qs = [quantity] if isinstance(quantity, str) else list(quantity)
+    qs = list(quantity) if isinstance(quantity, (list, tuple)) else [quantity]
     for q in qs:
         check_choice(q, "quantity", QUANTITIES + ("projections",))
     if len(qs) == 1:
@@ -319,13 +319,16 @@ def audit_tables(tables: Sequence[Table], *, spec=None, example: str | None = No
                  no_scale: bool = False, ties: str = "half_even") -> Audit:
     """Audit parsed tables (see :func:`audit` for the arguments)."""
     check_choice(ties, "ties", TIES)
+    which, rows = (v if v is None else check_whole_list(v, name, low=low, most=None)
+                   for v, name, low in ((which, "which", 1), (rows, "rows", 0)))
+    check_choice(str(no_scale) if isinstance(no_scale, bool) else no_scale, "no_scale", ("True", "False"))
     if spec is not None and example is not None:
         raise InputError("spec and example must not both be given (got both); a table is "
                          "computed from one head")
     numbers = [t.number for t in tables]
     for name, picked in (("tables", which or []), ("scores", [] if scores is None else [scores])):
         for k in picked:
-            if k not in numbers:
+            if isinstance(k, bool) or k not in numbers:
                 raise InputError(f"{name} must be table numbers from 1 to {len(tables)}, the "
                                  f"tables of the file (got {k})")
     head_given = spec is not None or example is not None
@@ -334,7 +337,7 @@ def audit_tables(tables: Sequence[Table], *, spec=None, example: str | None = No
             raise InputError(f"{'scores' if scores is not None else 'divisor'} must come "
                              "without a spec or example (got both); the head's own divisor "
                              "applies (no_scale drops it)")
-        if isinstance(spec, (str, Path)):
+        if spec is not None and not hasattr(spec, "head"):    # a path, not an Example
             from ..call.spec import load
             ex, source_kind, name = load(spec), "spec", shorten(str(spec), 200)
         elif spec is not None:
@@ -392,8 +395,8 @@ def audit_tables(tables: Sequence[Table], *, spec=None, example: str | None = No
         results.append(judge_table(t, q, found_by, source, rows=rows, ties=ties))
     results.sort(key=lambda a: a.table.number)
     if not any(a.cells for a in results):
-        raise InputError("the file must hold a table the audit can judge (got none: "
-                         + "; ".join(f"table {a.table.number}: {a.skipped}" for a in results)
+        raise InputError("the file must hold a table the audit can judge (got none: " + shorten(
+            "; ".join(f"table {a.table.number}: {a.skipped}" for a in results), 120)
                          + "); pass quantity (--quantity) and pick tables with --tables")
     return Audit(results, source_kind, name, D, ties)
 
@@ -415,6 +418,8 @@ def audit(path: str | Path, *, fmt: str | None = None, **options) -> Audit:
             quantity named (too many rows or columns, labels that name no
             token), or no table to judge.
     """
+    for k in options:         # a misspelt option named, not a TypeError
+        check_choice(k, "option", tuple(audit_tables.__kwdefaults__))
     return audit_tables(read_tables(path, fmt), **options)
 
 

@@ -120,10 +120,10 @@ def read_tables(path: str | Path, fmt: str | None = None) -> list[Table]:
             :data:`MAX_BYTES`, holds no table, or is malformed.
     """
     from ..call.spec import read_user_text
-    p = Path(path)
-    text = read_user_text(p, what="table file", kinds="a .md, .csv, .tex, .json or .html file",
+    text = read_user_text(path, what="table file", kinds="a .md, .csv, .tex, .json or .html file",
                           limit=MAX_BYTES, size_fix="audit the page the tables are on",
                           error=InputError)
+    p = Path(path)
     return parse_tables(text, fmt or _SUFFIXES.get(p.suffix.lower()),
                         where=shorten(str(p), 200))
 

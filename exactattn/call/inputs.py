@@ -208,10 +208,8 @@ def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> tuple[np.
     """The mask broadcast to B x H_q x L x S and read block by block with :class:`Mask`,
     and the shape it was given in."""
     B, Hq, L, S = shape
-    if hasattr(mask, "detach"):
-        mask = mask.detach().cpu().numpy()
-        if mask.dtype != bool:
-            mask = mask.astype(np.float64)
+    if hasattr(mask, "detach"):     # booleans or floats (bfloat16 too), each exactly
+        mask = mask.detach().cpu().tolist()
     raw = _broadcast(np.array(mask, dtype=object), shape, "mask")
     out = np.empty(shape, dtype=object)
     for b in range(B):
@@ -256,7 +254,7 @@ def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
         try:
             m = attn_mask.detach().cpu().numpy() if hasattr(attn_mask, "detach") else \
                 np.asarray(attn_mask)
-        except ValueError:
+        except (ValueError, TypeError):     # ragged, or a bfloat16 tensor: the exact path
             return None
         if m.dtype == bool:
             keep = m
@@ -797,7 +795,7 @@ def keys_read(policy: Policy, keep: np.ndarray) -> np.ndarray:
 def _keep_blocks(keep, shape: tuple) -> np.ndarray:
     """A dropout keep-mask (booleans) broadcast to B x H_q x L x S."""
     if hasattr(keep, "detach"):
-        keep = keep.detach().cpu().numpy()
+        keep = keep.detach().cpu().tolist()
     raw = np.array(keep, dtype=object)
     if raw.size and not all(isinstance(x, (bool, np.bool_)) for x in raw.reshape(-1)):
         bad = next(x for x in raw.reshape(-1) if not isinstance(x, (bool, np.bool_)))

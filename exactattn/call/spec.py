@@ -95,6 +95,8 @@ def read_user_text(path: str | Path, *, what: str, kinds: str, limit: int = MAX_
         InputError (``error``): the file is missing, a directory, unreadable, larger than
             ``limit`` or not UTF-8; one line naming the file.
     """
+    if not isinstance(path, str) and not hasattr(path, "__fspath__"):    # bytes, a number, a dict
+        raise error(f"{what} must be a path (got {shorten(path)}); pass a file name")
     p = Path(path)
     name = repr(shorten(str(p), 200))
     try:

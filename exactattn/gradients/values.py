@@ -39,7 +39,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..numbers.digits import arb_to_fraction, certify, enclosure_sign, fraction_text, round_fraction, tighten
-from ..errors import ExactAttnError, InputError
+from ..errors import ExactAttnError, InputError, Undecided
 from ..numbers.real import Real
 from ..numbers.exact import fmpq_of, fraction_of
 
@@ -214,10 +214,16 @@ class GradValue(Real):
         return total
 
     def sign(self) -> int:
-        """-1, 0 or 1, exactly."""
+        """-1, 0 or 1, exactly: from enclosures up to MAX_PREC bits, else from the numerator's
+        exponential polynomial (the denominator and the scale are positive): a value whose every
+        term is below 2^-MAX_PREC (scores astronomically apart, each share enclosed by [0, 2^-K])
+        would need as many bits as the gap itself."""
         if self.is_zero():
             return 0
-        return enclosure_sign(self.ball, self.text, bounded=False)
+        try:
+            return enclosure_sign(self.ball, self.text)
+        except Undecided:
+            return self._exp_polys()[0].sign()
 
     def _minus_sign(self, q) -> int:
         """sign(value - q) for a rational q, exactly."""

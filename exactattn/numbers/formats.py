@@ -26,7 +26,7 @@ from fractions import Fraction
 
 from .exact import fmpq_of
 from .digits import MAX_PREC, arb_to_fraction, certify, tighten, working_precision
-from ..errors import InputError, Undecided
+from ..errors import InputError
 from ..options import check_choice, check_whole
 
 __all__ = ["DTYPES", "FORMATS", "FloatFormat", "LOG10_2", "ball_scientific", "certified_scientific",
@@ -283,7 +283,8 @@ def shortest_repr(x: float, dtype: str | FloatFormat) -> str:
 def certified_scientific(value, digits: int = 9) -> str:
     """An exact value (an ``ExpRatio``) to ``digits`` significant digits, correctly rounded.
 
-    Written ``d.ddde+XX``; ``0`` for zero, ``nan`` for an empty row's NaN.
+    Written ``d.ddde+XX``; ``0`` for zero, ``nan`` for an empty row's NaN; ``|x|<1e-N`` for
+    a value its enclosures up to MAX_PREC bits do not separate from 0 (the bound they certify).
 
     Raises:
         InputError: ``digits`` is not a whole number from 1 to 50.
@@ -309,6 +310,10 @@ def certified_scientific(value, digits: int = 9) -> str:
             return (value > r) - (value < r)
         return certify(lambda prec: value.ball(prec) * arb(10) ** shift, 0, compare=compare)
     k = _decimal_exponent(value)
+    if k is None:         # no digit within MAX_PREC bits: the bound its enclosure certifies
+        with working_precision(64):
+            top = abs(value.ball(MAX_PREC)).upper().log_base(10).upper()
+        return f"|x|<1e{math.floor(float(top.mid())) + 1}"
     for _ in range(4):    # the first guess of the exponent is off by at most one
         text = scaled(digits - 1 - k)
         mant = text.lstrip("-")
@@ -411,19 +416,17 @@ def ball_scientific(value, digits: int, precs=(64, 128, 256)) -> str | None:
     return None
 
 
-def _decimal_exponent(value) -> int:
-    """About floor(log10 |value|) (off by at most one) for an irrational value."""
-    from flint import arb
-
+def _decimal_exponent(value) -> int | None:
+    """About floor(log10 |value|) (off by at most one) for an irrational value; None when its
+    enclosures up to MAX_PREC bits hold 0: a rotary or soft-capped value no theorem keeps off
+    0, or one whose every term is below exp(-MAX_PREC) (scores astronomically apart, whose
+    exponentials :meth:`~exactattn.numbers.softmax.SoftmaxRow.exp_balls` encloses by [0, 2^-K]:
+    no precision short of the gap itself would place its first digit)."""
     def step(prec):
         b = value.ball(prec)
-        return None if b.contains(0) else abs(b).log() / arb(10).log()
-    row = getattr(value, "row", None)
-    certified = row is not None and row.certified      # rotary, soft-capped: bounded
-    got = tighten(step, 64, max_prec=MAX_PREC if certified else None)
-    if got is None:
-        raise Undecided(f"the size of {value.text()}", MAX_PREC)
-    return math.floor(float(got.mid()))
+        return None if b.contains(0) else abs(b).log_base(10)
+    got = tighten(step, 64, max_prec=MAX_PREC)
+    return None if got is None else math.floor(float(got.mid()))
 
 
 def round_value(value, dtype, prec: int = 128):

@@ -131,9 +131,12 @@ def missing_modules(code: str) -> list[str]:
 
 
 def reader_env() -> dict[str, str]:
-    """The environment of a reader: none of the suite's Hypothesis or pytest settings."""
+    """The environment of a reader: none of the suite's Hypothesis or pytest settings; torch
+    on one thread (a float model's results depend on its thread count, and the docs show
+    one thread's)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("HYPOTHESIS_PROFILE", "CI", "PYTEST_ADDOPTS")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return env
 

@@ -172,7 +172,7 @@ def test_the_length_slider_shows_the_counts(page):
         assert page.inner_text("#length-scores") == f"{n * n:,}"
         assert page.inner_text("#length-score-macs") == f"{figures['scores']:,}"
         assert page.inner_text("#length-total") == f"{figures['total']:,}"
-        assert page.inner_text("#length-how") == ("counted" if stop == 0 else "derived")
+        assert page.inner_text("#length-how") == "derived"     # the count is at n = 16
         assert page.inner_text("#length-score-ratio") == ("\u2014" if stop == 0 else "x 4")
         sides.append(page.get_attribute("#score-square", "width"))
     assert sides == ["10.0", "20.0", "40.0", "80.0", "160.0"]

@@ -26,9 +26,10 @@ import numpy as np
 from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, shorten
-from ..options import check_whole
+from ..options import check_choice, check_whole
 from .compare import Comparison, decide, judge
-from ..numbers.formats import FORMATS, FloatFormat, default_max_ulps, float_format, round_to_format
+from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, default_max_ulps, float_format,
+                               round_to_format)
 from .adapter import check_dtype
 from .probes import PROBES, Probe, check_probes, probe_values
 from .impls import ImplRaised, load_impl, make_call
@@ -338,10 +339,9 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
     >>> proved_tolerance(sdpa_floats(q, k, v), "float16")[0].ravel().tolist()
     [2, 2]
     """
-    from ..numbers.formats import DTYPES, ulp_index
-    from ..options import check_choice
+    from ..numbers.formats import ulp_index
     from ..reference.bound import enclose_outputs, kernel_arithmetic, supported
-    check_choice(accumulation, "accumulation", DTYPES)
+    _check_accumulation(accumulation)
     q, k, v, policy, keep, offsets, _ = floats
     why = supported(policy.replace(softcap=None))
     if why is not None:
@@ -629,14 +629,16 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
                   rows_past=past)
 
 
+def _check_accumulation(accumulation: str | None):
+    """Refuse an ``accumulation`` that is not a float format (None: not asked), on every path."""
+    return None if accumulation is None else check_choice(accumulation, "accumulation", DTYPES)
+
+
 def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):
     """The arithmetics of one pass of the enclosure: float64's, and a correct kernel's when a
     proved tolerance is wanted (``accumulation`` given, no ``max_ulps``)."""
-    from ..numbers.formats import DTYPES
-    from ..options import check_choice
     from ..reference.bound import FLOAT64, kernel_arithmetic
-    if accumulation is not None:
-        check_choice(accumulation, "accumulation", DTYPES)
+    _check_accumulation(accumulation)
     if accumulation is None or max_ulps is not None:
         return FLOAT64
     return FLOAT64, kernel_arithmetic(dtype, accumulation)
@@ -768,7 +770,8 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     sh = call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     t1 = time.perf_counter()
-    tol, _ = tolerance(ref, dtype, max_ulps), _with_kernel(dtype, accumulation, max_ulps)
+    tol = tolerance(ref, dtype, max_ulps)
+    _check_accumulation(accumulation)
     floats = None if max_ulps is not None or got is None else call_floats(call)
     each, bound = (None, None) if floats is None else \
         proved_tolerance(floats, dtype, accumulation, tol)

@@ -145,6 +145,9 @@ def test_a_bad_accumulation_is_named():
     q, k, v = _inputs(0)
     with pytest.raises(InputError, match="accumulation"):
         assert_attention_close(flash(q, k, v, scale=0.25), q, k, v, accumulation="int8")
+    with pytest.raises(InputError, match="accumulation"):     # with a tolerance of one's own too
+        assert_attention_close(flash(q, k, v, scale=0.25), q, k, v, accumulation="int8",
+                               max_ulps=3)
 
 
 @pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])

@@ -10,7 +10,7 @@ import reprlib
 from typing import Any
 
 __all__ = ["ExactAttnError", "ExactAttnWarning", "FloatInputError", "InputError", "ShapeError",
-           "SpecError", "Undecided", "shorten"]
+           "SpecError", "Undecided"]
 
 
 class ExactAttnError(Exception):

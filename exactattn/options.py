@@ -32,10 +32,6 @@ from typing import Any, Callable, Sequence
 
 from .errors import InputError, shorten
 
-__all__ = ["EMPTY_ROWS", "MAX_PLACES", "MEMORY_UNITS", "argtype", "check_choice", "check_memory",
-           "check_once", "check_places", "check_whole", "check_whole_list", "choice", "index_pair",
-           "memory", "places", "whole", "whole_list"]
-
 #: decimal places a table, a report or a value prints: 0 to 50 everywhere
 MAX_PLACES = 50
 

@@ -26,8 +26,6 @@ from .inputs import ExactInputs
 from .memory import block_rows, block_spans
 from .rows import BlockResult, certify_block
 
-__all__ = ["DEFAULT_MEMORY", "certify", "plan"]
-
 #: the memory budget when none is given: 4 GiB for the whole run
 DEFAULT_MEMORY = 4 * 2 ** 30
 

@@ -43,9 +43,6 @@ from .inputs import ExactInputs
 from .memory import block_rows, block_spans
 from .rows import ExactRows, block_keep, key_span, score_top
 
-__all__ = ["BlockCheck", "BlockedReport", "CHECK_DTYPES", "check_block",
-           "check_impl", "check_outputs", "max_scaled_score"]
-
 #: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
 CHECK_DTYPES = ("float32", "float16", "bfloat16")
 _PREC = 128

@@ -34,8 +34,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import InputError, shorten
 
-__all__ = ["ADDRESS_VARIABLE", "Engine", "check_scheduler", "dask_available"]
-
 #: the environment variable Dask reads for a scheduler address
 ADDRESS_VARIABLE = "DASK_SCHEDULER_ADDRESS"
 _IN_FLIGHT = 2                    # blocks submitted per worker ahead of the results read

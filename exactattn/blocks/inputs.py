@@ -32,8 +32,7 @@ from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
 
-__all__ = ["FLOAT_DTYPES", "ExactInputs", "float_ints", "from_call", "from_floats",
-           "from_rationals", "from_trace", "random_floats", "random_inputs"]
+__all__ = ["float_ints"]
 
 #: float dtypes random inputs are drawn in (numpy rounds to them exactly, ties to even)
 FLOAT_DTYPES = ("float64", "float32", "float16")

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from ..errors import InputError
 
-__all__ = ["BYTES_PER_PAIR", "PROCESS_BYTES", "block_rows", "block_spans", "size_text"]
-
 #: peak bytes per (row, key) pair of a block (measured: 121; see the module text)
 BYTES_PER_PAIR = 128
 #: bytes one process holds before any block: interpreter, numpy, python-flint, exactattn

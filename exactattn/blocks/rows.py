@@ -41,8 +41,6 @@ from ..numbers.limbs import mix
 from ..numbers.softmax import SoftmaxRow
 from .inputs import ExactInputs
 
-__all__ = ["BlockResult", "ExactRows", "block_keep", "certify_block", "key_span", "score_top"]
-
 
 def key_span(inputs: ExactInputs, r0: int, r1: int) -> tuple[int, int]:
     """``(c0, c1)``: the keys ``c0 .. c1 - 1`` that any of rows r0 .. r1 - 1 sees by position.

@@ -28,10 +28,6 @@ from .reference import exact_outputs, exact_shares
 from .report import fail, row_text, value_text
 from .rules import PROPERTIES, active, holds
 
-__all__ = ["check_all", "check_causal_first_output", "check_identical_queries",
-           "check_matches_reference", "check_outputs_within_values", "check_rows_sum_below_one",
-           "check_rows_sum_to_one", "check_share_support"]
-
 
 # what each check's failure says: the property's one statement (rules.PROPERTIES)
 SUMS = PROPERTIES["rows sum to one"].statement

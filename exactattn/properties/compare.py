@@ -21,9 +21,6 @@ from ..numbers.softmax import ExpRatio
 from ..verify import compare
 from .implementation import Result
 
-__all__ = ["at_least", "at_most", "column_scales", "equals", "exact_sum", "identity", "is_nan",
-           "plus", "same", "sign", "total"]
-
 
 def identity(n: int) -> list[list[Fraction]]:
     """The n x n identity: as values, it makes a function's outputs its shares."""

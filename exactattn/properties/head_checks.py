@@ -18,9 +18,6 @@ from .inputs import AttentionInput
 from .report import PropertyFailure, fail, head_fail
 from .reference import selector_head
 
-__all__ = ["check_bias_cancels", "check_cost", "check_identical_tokens",
-           "check_masked_entries_absent", "check_online_softmax"]
-
 
 def check_identical_tokens(head, x) -> int:
     """Two tokens with the same numbers get the same row of shares and the same output (no positions).

@@ -35,9 +35,6 @@ from ..verify.compare import TOLERANCES, Tolerance, check_tolerance, tolerance_f
 from .reference import attend_as_function, reference
 from .report import PropertyFailure, failure
 
-__all__ = ["MASK_FORMS", "TOLERANCES", "Implementation", "Result", "as_implementation",
-           "exact_entry", "property_check"]
-
 MASK_FORMS = (*MASK_KINDS, "mask")
 
 

@@ -25,8 +25,6 @@ from ..engines.head import attend
 from ..call.inputs import Call, nonfinite_value
 from .report import input_text
 
-__all__ = ["AttentionInput", "input_from_head"]
-
 
 def _nonfinite_marked(rows):
     """The rows with ``inf``/``nan`` entries (floats or text) replaced by their Python float."""

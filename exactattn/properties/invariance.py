@@ -21,11 +21,6 @@ from .inputs import AttentionInput
 from .report import fail, value_text
 from .rules import PROPERTIES
 
-__all__ = ["check_key_bias_cancels", "check_key_permutation", "check_masked_entries_ignored",
-           "check_masked_nonfinite_ignored",
-           "check_query_permutation", "check_shift_invariance", "check_value_bias_shifts",
-           "read_bias"]
-
 # what each check's failure says: the property's one statement (rules.PROPERTIES)
 SHIFT = PROPERTIES["shift invariance"].statement
 KEY_PERMUTATION = PROPERTIES["key permutation"].statement

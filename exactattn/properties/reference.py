@@ -25,9 +25,6 @@ from ..numbers.softmax import ExpRatio
 from ..reference.reference import Reference
 from .inputs import AttentionInput
 
-__all__ = ["attend_as_function", "exact_outputs", "exact_reference", "exact_shares",
-           "policy_scale", "reference", "selector_head"]
-
 
 def policy_scale(scale: Any) -> Fraction | None | str:
     """The interface's ``scale`` (what the scores are multiplied by) as a policy's scale.

@@ -18,9 +18,6 @@ from ..call.masks import entry_text
 from ..call.policy import DEFAULT_SCALE, Policy
 from ..numbers.softmax import ExpRatio
 
-__all__ = ["PropertyFailure", "entry_text", "fail", "failure", "head_fail", "input_text", "matrix_text",
-           "policy_text", "row_text", "value_text"]
-
 _DEFAULT_POLICY = Policy()
 
 

@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from ..options import check_choice
 from ..call.policy import Policy
 
-__all__ = ["MODIFIERS", "OPT_IN", "PROPERTIES", "Rule", "active", "holds"]
-
 #: the modifiers the table knows, in the docs' column order: ``causal`` and every Policy
 #: modifier field (``call.MODIFIER_FIELDS``) a property can depend on; ``query_offset`` only
 #: moves positions and ``head`` only picks the ALiBi slope, so neither breaks one

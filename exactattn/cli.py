@@ -18,8 +18,6 @@ from warnings import formatwarning as warnings_format
 from . import __version__
 from .errors import ExactAttnError, ExactAttnWarning, shorten
 
-__all__ = ["COMMAND_MODULES", "build_parser", "main"]
-
 #: subcommand modules and the commands each registers, in the order --help lists them
 #: (a run of one command imports its module only: the start-up of every command)
 COMMAND_MODULES = {

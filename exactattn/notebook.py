@@ -44,7 +44,7 @@ from .present.stream import View
 from .present.tables import MODES, attend_example, build
 from .engines.trace import Trace
 
-__all__ = ["Display", "formulas", "load_ipython_extension", "register", "show", "tables_html"]
+__all__ = ["register", "show", "tables_html"]
 
 #: the formulas show at most this many query rows and keys per row
 FORMULA_ROWS = 4

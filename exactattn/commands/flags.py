@@ -15,9 +15,6 @@ from ..options import MAX_PLACES, argtype, choice, whole
 from ..present.render import FORMATS
 from ..present.stream import parse_span
 
-__all__ = ["add_digits_option", "add_format_option", "add_source_options", "load_source",
-           "span_type"]
-
 EXAMPLE_HELP = ("a built-in example: chronicle (the default), tiny, bank-river, bank-loan, "
                 "self-match")
 SPEC_HELP = "a head and tokens from a JSON or TOML spec file"

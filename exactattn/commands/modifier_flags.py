@@ -36,9 +36,6 @@ from ..call.modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_drop
                          exact_number)
 from ..options import argtype, choice, whole
 
-__all__ = ["FLAGS", "add_flags", "add_policy_flags", "apply", "changes", "lse", "refuse",
-           "scale_type", "set_policy_flags", "window_type"]
-
 #: the flag of each Policy modifier field (every one of call.MODIFIER_FIELDS)
 FLAGS = {field: "--" + field.replace("_", "-") for field in MODIFIER_FIELDS}
 

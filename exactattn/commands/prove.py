@@ -38,9 +38,6 @@ from typing import Sequence, TextIO
 
 from ..errors import InputError, shorten
 
-__all__ = ["ProofResult", "load_proof", "proof_names", "proofs_package", "register",
-           "run_proofs"]
-
 PACKAGE = "exactattn.proofs"
 HELP = "run the symbolic proofs of the claims about attention and list the verdicts"
 

@@ -38,8 +38,7 @@ from .data import (COMPANIONS, DIVISOR_SQUARES, LENGTHS, MAX_SENTENCES, MAX_TOKE
                    page_numbers, with_companions)
 from .html import page_html
 
-__all__ = ["COMPANIONS", "DIVISOR_SQUARES", "LENGTHS", "MAX_SENTENCES", "MAX_TOKENS",
-           "PageNumbers", "build_page", "page_html", "page_numbers", "with_companions"]
+__all__ = ["build_page", "page_numbers"]
 
 
 def build_page(examples, *, places: int = 4, row: int | None = None,

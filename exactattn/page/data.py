@@ -46,10 +46,6 @@ from ..present.render import reader_text
 from ..present.sweep import check_row, divisor_limits
 from ..present.tables import with_divisor
 
-__all__ = ["COMPANIONS", "DIVISOR_SQUARES", "LENGTHS", "MAX_SENTENCES", "MAX_TOKENS",
-           "PageNumbers", "Sentence", "Stop", "check_sentences", "divisor_stops", "grouped",
-           "length_numbers", "page_numbers", "with_companions"]
-
 #: the divisors squared of the slider's stops: 2^-6 .. 2^14 (divisors 1/8 .. 128, each
 #: sqrt(2) times the one before)
 DIVISOR_SQUARES = tuple(Fraction(2) ** k for k in range(-6, 15))

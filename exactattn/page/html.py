@@ -30,8 +30,6 @@ from ..numbers.digits import round_fraction
 from .picture import BAR, bar_width, dot_positions, frame, picture_svg
 from .questions import questions
 
-__all__ = ["CSP", "page_html", "script_data"]
-
 #: no network request of any kind; inline script and style only; images from data: URLs
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
        "img-src data:; base-uri 'none'; form-action 'none'")

@@ -34,8 +34,6 @@ from math import ceil, floor
 from ..present.cells import exact_text
 from ..numbers.digits import format_exact, round_fraction
 
-__all__ = ["BAR", "PLOT", "Frame", "bar_width", "dot_positions", "frame", "picture_svg"]
-
 #: the side of the plotting square and the margins around it, in pixels
 PLOT = 360
 _LEFT, _TOP, _RIGHT, _BOTTOM = 50, 30, 90, 50

@@ -13,8 +13,6 @@ computed here, only chosen and worded.
 
 from __future__ import annotations
 
-__all__ = ["questions"]
-
 
 def _join(words: list[str]) -> str:
     quoted = list(words)

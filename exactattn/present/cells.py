@@ -38,10 +38,6 @@ from ..numbers.reals import Surd, square_free
 from .render import Cell, Vector
 from .rowints import fraction_texts, magnitude, with_rounded
 
-__all__ = ["KINDS", "Scaler", "divisor_words", "exact_text", "is_long", "real_cell", "real_exact",
-           "real_kind", "root_text", "sci_root_text", "sci_text",
-           "too_long", "value_cell", "vector", "with_decimal"]
-
 #: significant digits of a value too long to print whole
 SCI_DIGITS = 16
 #: digits kept free below Python's limit: a decimal adds up to 50 places to a value's digits

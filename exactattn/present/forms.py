@@ -37,8 +37,6 @@ from ..numbers.ratio import row_sum_text
 from .rowints import score_rows
 from ..numbers.softmax import SoftmaxRow
 
-__all__ = ["OUTPUT_TERMS", "LogitForms", "RowForms", "row_forms"]
-
 #: an output's numerator is written out for rows of at most this many distinct scores
 OUTPUT_TERMS = 16
 

@@ -42,8 +42,6 @@ from .render import Cell, Section
 from .score_tables import shown_note
 from .stream import LazyRows, View, span_text
 
-__all__ = ["LSE_TERMS", "score_sections", "square_sections"]
-
 #: a row's log-sum-exp closed form is written out up to this many distinct terms
 LSE_TERMS = 16
 #: ... and printed in a table cell up to this many characters (JSON always has it)

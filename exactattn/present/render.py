@@ -54,8 +54,7 @@ from typing import IO, Any, Sequence
 from ..options import check_choice
 from .stream import LazyRows, progress
 
-__all__ = ["ALL_FORMATS", "FORMATS", "Cell", "Section", "latex_cell", "number_cell", "plural",
-           "printable", "reader_text", "render", "write"]
+__all__ = ["Section", "render"]
 
 FORMATS = ("text", "markdown", "latex", "json", "csv")
 #: every format :func:`write` knows: FORMATS and JSON Lines

@@ -29,8 +29,6 @@ from math import gcd
 
 from ..numbers.digits import format_scaled, round_fraction, terminating_places
 
-__all__ = ["ScoreRows", "fraction_texts", "magnitude", "score_rows", "with_rounded"]
-
 _INT64 = 1 << 62
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -35,8 +35,6 @@ from .render import Cell, Section
 from .rowints import score_rows
 from .stream import LazyRows, View, span_text
 
-__all__ = ["scores", "shown_note"]
-
 
 def shown_note(rows, cols, hint: str | None) -> list[str]:
     """``["showing tokens 1..8 of 1024 and keys 1..8 of 1024; <hint>, or ..."]``, or ``[]``

@@ -30,9 +30,6 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import InputError, shorten
 
-__all__ = ["CORNER", "PAGE", "PEOPLE", "LazyRows", "View", "busy", "check_span", "parse_span",
-           "progress", "span_text"]
-
 #: the widest table printed whole for people (text, Markdown, LaTeX): more columns are cut
 PAGE = 16
 #: what a cut table shows by default: the first CORNER rows and columns
@@ -218,8 +215,16 @@ def show_progress(on: bool) -> None:
     _SHOW[0] = bool(on)
 
 
+def progress_shown(stream=None, shown: bool | None = None) -> bool:
+    """Whether a bar goes to ``stream`` (default stderr): ``shown`` None when it is a
+    terminal, True always; ``--no-progress`` (:func:`show_progress`) never."""
+    if shown is None:
+        shown = getattr(sys.stderr if stream is None else stream, "isatty", lambda: False)()
+    return _SHOW[0] and bool(shown)
+
+
 def _terminal() -> bool:
-    return _SHOW[0] and bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return progress_shown()
 
 
 @contextmanager
@@ -251,3 +256,37 @@ def busy(what: str):
     finally:
         done.set()
         worker.join()
+
+
+class WorkBar:
+    """A one-line bar on ``stream`` (stderr, never stdout), filled by the work done.
+
+    The divisor experiment's: a row of width d_k costs d_k (tokens + 1) draws, so
+    the bar advances by work (``draws``), not by rows (a row at d_k = 256 takes 64
+    times one at d_k = 4); the text counts rows.  Redrawn about 100 times in all.
+    Shown where :func:`progress_shown` says.
+    """
+
+    def __init__(self, what: str, rows: int, draws: int, stream, width: int = 30):
+        self.what, self.rows, self.draws, self.stream, self.width = what, rows, draws, stream, width
+        self.done_rows = self.done_draws = 0
+        self.next_at = 0
+
+    def advance(self, label: str, rows: int, draws: int) -> None:
+        self.done_rows += rows
+        self.done_draws += draws
+        if self.done_draws < self.next_at and self.done_rows != self.rows:
+            return
+        self.next_at = self.done_draws + max(1, self.draws // 100)
+        filled = self.width * self.done_draws // self.draws
+        self.stream.write(f"\r{self.what} [{'#' * filled}{'.' * (self.width - filled)}] "
+                          f"{self.done_rows}/{self.rows} {label}")
+        if self.done_rows == self.rows:
+            self.stream.write("\n")
+        self.stream.flush()
+
+    def abandon(self) -> None:
+        """End the bar's line (an interrupted run), so what follows starts a new line."""
+        if self.done_rows != self.rows:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -61,9 +61,6 @@ from ..errors import InputError, shorten
 from ..options import check_choice
 from .render import printable
 
-__all__ = ["PICTURE_FORMATS", "PICTURE_MODES", "SVG_NS", "heatmap", "picture", "png", "score_svg",
-           "share_svg"]
-
 SVG_NS = "http://www.w3.org/2000/svg"
 #: output formats that draw a picture instead of rendering tables
 PICTURE_FORMATS = ("svg", "png")

@@ -50,10 +50,6 @@ from ..numbers.exact import rational_sqrt
 from ..options import check_whole_list
 from .render import Cell, Section
 
-__all__ = ["DEFAULT_DIVISORS", "DEFAULT_LENGTHS", "MAX_DIVISORS", "MAX_DIVISOR_DIGITS",
-           "MAX_LENGTH", "check_row", "divisor_limits", "divisor_sweep", "length_sweep",
-           "parse_divisors", "parse_lengths"]
-
 DEFAULT_DIVISORS = ("1/8", "1/4", "1/2", "1", "2", "4", "8", "32", "128")
 DEFAULT_LENGTHS = (4, 8, 16, 32, 64)
 #: the pencil engine counts every multiply-add in Python loops; keep it to this many tokens

@@ -44,9 +44,6 @@ from .rowints import score_rows
 from .score_tables import scores, shown_note
 from .stream import LazyRows, View, span_text
 
-__all__ = ["MODES", "Section", "View", "attend_example", "build", "divisor_words", "exact_text",
-           "explain", "neuron_layer", "raw_match", "value_cell", "with_divisor"]
-
 MODES = ("row", "weights", "project", "square", "scores")
 #: the projections of at most this many tokens are checked against bias-free neurons
 NEURON_TOKENS = 64

@@ -75,8 +75,3 @@ from .limits import (DEFAULT_WIDTHS, MAX_DRAWS, MAX_SEED, MAX_TOKENS, MAX_TRIALS
                      MAX_WIDTHS, check_draws, check_widths, parse_widths)
 from .report import BAND_SE, run, scale_sections
 
-__all__ = ["BAND_SE", "CONCENTRATED", "DEFAULT_WIDTHS", "MAX_DRAWS", "MAX_SEED", "MAX_TOKENS",
-           "MAX_TRIALS", "MAX_WIDTH", "MAX_WIDTHS", "ScaleResult", "certify_w", "check_draws",
-           "check_widths", "expected_range", "expected_range_ball", "expected_std",
-           "expected_w", "mean_square_variance", "measure", "parse_widths", "run",
-           "scale_sections"]

@@ -22,8 +22,6 @@ from typing import Callable, Iterator
 from ..options import check_whole
 from .limits import MAX_WIDTH, check_counts, check_draws
 
-__all__ = ["CONCENTRATED", "Progress", "ScaleResult", "generator", "measure", "score_blocks"]
-
 #: a row "concentrates" when one token gets more than this share
 CONCENTRATED = 0.99
 #: numbers drawn at a time (8 MB of float64)
@@ -44,39 +42,6 @@ class ScaleResult:
     mean_square: float
     mean_biggest_share: float
     concentrated: int
-
-
-class Progress:
-    """A one-line progress bar on stderr (never stdout), filled by the draws done.
-
-    Each row of width d_k costs d_k (tokens + 1) draws, so the bar advances by
-    work, not by rows (a row at d_k = 256 takes 64 times one at d_k = 4); the
-    text counts rows.  Redrawn about 100 times in all.
-    """
-
-    def __init__(self, rows: int, draws: int, stream, width: int = 30):
-        self.rows, self.draws, self.stream, self.width = rows, draws, stream, width
-        self.done_rows = self.done_draws = 0
-        self.next_at = 0
-
-    def advance(self, label: str, rows: int, draws: int) -> None:
-        self.done_rows += rows
-        self.done_draws += draws
-        if self.done_draws < self.next_at and self.done_rows != self.rows:
-            return
-        self.next_at = self.done_draws + max(1, self.draws // 100)
-        filled = self.width * self.done_draws // self.draws
-        self.stream.write(f"\rscale [{'#' * filled}{'.' * (self.width - filled)}] "
-                          f"{self.done_rows}/{self.rows} {label}")
-        if self.done_rows == self.rows:
-            self.stream.write("\n")
-        self.stream.flush()
-
-    def abandon(self) -> None:
-        """End the bar's line (an interrupted run), so what follows starts a new line."""
-        if self.done_rows != self.rows:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def generator(seed: int, d_k: int, tokens: int):

@@ -26,9 +26,6 @@ from ..numbers.exact import rational_sqrt
 from ..options import check_whole
 from .limits import MAX_TOKENS, MAX_WIDTH
 
-__all__ = ["certify_w", "expected_range", "expected_range_ball", "expected_std", "expected_w",
-           "mean_square_variance"]
-
 _W_CACHE: dict = {}
 
 

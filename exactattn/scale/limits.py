@@ -20,9 +20,6 @@ from typing import Sequence
 from ..errors import InputError, shorten
 from ..options import check_once, check_whole, check_whole_list
 
-__all__ = ["DEFAULT_WIDTHS", "MAX_DRAWS", "MAX_SEED", "MAX_TOKENS", "MAX_TRIALS", "MAX_WIDTH",
-           "MAX_WIDTHS", "check_counts", "check_draws", "check_widths", "parse_widths"]
-
 DEFAULT_WIDTHS = (4, 16, 64, 256)
 #: the largest key width d_k, rows per width, keys per row and seed accepted
 MAX_WIDTH = 65_536

@@ -18,11 +18,10 @@ from typing import Sequence
 
 from ..numbers.digits import check_places
 from ..present.render import Section, plural
-from .draws import CONCENTRATED, Progress, measure
+from ..present.stream import WorkBar, progress_shown
+from .draws import CONCENTRATED, measure
 from .expect import certify_w, expected_range, expected_std, mean_square_variance
 from .limits import DEFAULT_WIDTHS, check_counts, check_draws, parse_widths
-
-__all__ = ["BAND_SE", "run", "scale_sections"]
 
 #: half-width of a confidence band, in standard errors
 BAND_SE = 3
@@ -52,7 +51,8 @@ def scale_sections(widths: Sequence[int] = DEFAULT_WIDTHS, *, trials: int = 1000
     trials, tokens, seed = check_counts(trials, tokens, seed)
     check_places(places)
     draws = check_draws(trials, widths, tokens)
-    bar = Progress(trials * len(widths), draws, progress_stream) if progress_stream else None
+    bar = WorkBar("scale", trials * len(widths), draws, progress_stream) if progress_stream \
+        else None
     try:
         return _sections(widths, trials, seed, tokens, places, bar)
     except BaseException:
@@ -163,7 +163,9 @@ def run(widths=DEFAULT_WIDTHS, *, trials=1000, seed=0, tokens=4, places=4, fmt="
     measurement landed in its band.  Bad arguments raise.
 
     ``progress``: None shows the bar on ``stderr`` only when it is a terminal;
-    True always, False never.  Nothing but the tables goes to ``stdout``.
+    True always, False never; the CLI's ``--no-progress`` never
+    (:func:`~exactattn.present.stream.progress_shown`).  Nothing but the tables goes to
+    ``stdout``.
 
     Raises:
         InputError: as :func:`scale_sections`.
@@ -171,7 +173,7 @@ def run(widths=DEFAULT_WIDTHS, *, trials=1000, seed=0, tokens=4, places=4, fmt="
     from ..present.render import render
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    show = stderr.isatty() if progress is None else progress
+    show = progress_shown(stderr, progress)
     sections = scale_sections(widths, trials=trials, seed=seed, tokens=tokens, places=places,
                               progress_stream=stderr if show else None)
     data = sections[0].data

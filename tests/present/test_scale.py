@@ -158,6 +158,9 @@ def test_progress_goes_to_stderr_only(cli):
     assert err0 == "" and plain == shown
     assert err1.startswith("\rscale [") and err1.endswith("30/30 (d_k = 4)\n")
     assert err1.count("\n") == 1
+    # --no-progress turns the bar off, as on every command (the one switch of present.stream)
+    _, quiet, err2 = cli("scale", "--widths", "4", "--trials", "30", "--progress", "--no-progress")
+    assert err2 == "" and quiet == plain
 
 
 def test_progress_fills_by_draws_not_rows(cli, monkeypatch):

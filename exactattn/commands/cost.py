@@ -50,7 +50,7 @@ _alignment.__name__ = "--align"
 
 def _counters(text: str) -> list[str]:
     """--counters: comma-separated counter names, or ``none`` (the derived side only)."""
-    from ..cost.counters import COUNTERS
+    from ..audit.counters import COUNTERS
     names = [c.key for c in COUNTERS]
     parts = [p.strip() for p in text.split(",")]
     if parts == ["none"]:
@@ -277,7 +277,7 @@ def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = F
 def run(args) -> int:
     _check_combinations(args)
     if args.judge is not None:
-        from ..cost.audit_report import judge_sections
+        from ..audit.flops import judge_sections
         from ..cost.judge import parse_shape
         sections, right = judge_sections(
             args.judge, args.call or "sdpa", parse_shape(args.shape), causal=args.causal,
@@ -287,7 +287,7 @@ def run(args) -> int:
                                                         "unit": "FLOPs (2 x MACs)"}))
         return 0 if right else 1
     if args.audit:
-        from ..cost.audit_report import audit_sections
+        from ..audit.flops import audit_sections
         from ..present.stream import busy
         with busy("running the FLOP counters on their calls"):
             sections = audit_sections(args.counters)
@@ -296,7 +296,7 @@ def run(args) -> int:
         return 0 if sections[0].data["same"] else 1
     if args.conventions:
         from ..cost.conventions import conventions_work
-        from ..cost.report import conventions_sections
+        from .cost_tables import conventions_sections
         n = 32 if args.rows is None else args.rows[0]
         options = dict(heads=args.heads, layers=args.layers, count_limit=args.count_limit)
         _check_work(conventions_work(n, args.d_model, args.d_k, args.d_v, **options),
@@ -304,7 +304,7 @@ def run(args) -> int:
         sections = conventions_sections(n, args.d_model, args.d_k, args.d_v,
                                         causal=args.causal, **options)
     else:
-        from ..cost.report import cost_sections
+        from .cost_tables import cost_sections
         from ..cost.rows import counting_work
         rows = [4, 8, 16, 32] if args.rows is None else args.rows
         options = dict(causal=args.causal, alignment=args.align or ALIGNMENTS[0],

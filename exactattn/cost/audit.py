@@ -11,7 +11,8 @@ the scaling, an additive mask, biases).  :func:`verdict` then explains a
 counter's figure by the fewest departures from the exact count: ``matches``,
 or a list of findings such as ``full_square``, ``omits_attention``,
 ``batch_factor``, ``softmax``.  A figure nothing explains is
-``unexplained``.  Presentation is in :mod:`~exactattn.cost.audit_report`.
+``unexplained``.  The counters are run, and their figures judged and presented, by
+:mod:`exactattn.audit.flops`.
 
 Units: MACs; a reading in FLOPs is held against 2 x MACs.
 
@@ -33,13 +34,12 @@ from itertools import combinations
 
 from ..errors import InputError
 from ..options import check_choice
-from .audit_calls import AUDIT_CALLS, AuditCall, call
+from .audit_calls import AuditCall, call
 from .counting import count_call
 from .derivation import derive_call
 from .sizes import CallShape
 
-__all__ = ["ERRORS", "EXTRAS", "PASSES", "Audit", "Ledger", "Verdict", "audit", "explanations", "ledger",
-           "verdict"]
+__all__ = ["explanations", "ledger", "verdict"]
 
 #: the elementwise operations a counter may add to the multiply-adds, in the order tried
 EXTRAS = ("softmax", "bias", "bias_once", "scale", "mask")
@@ -302,54 +302,3 @@ def _kind(findings: tuple, L: Ledger) -> tuple:
     apart only by their size."""
     return tuple(sorted(str(L.extras[f]) if f in ("softmax", "scale", "mask") else f
                         for f in findings))
-
-
-@dataclass(frozen=True)
-class Audit:
-    """Everything the audit table shows.
-
-    ``ledgers``: one :class:`Ledger` per call; ``counters``: the counter
-    keys run; ``cells``: ``{(call, counter, unit): Verdict}``; ``kernels``:
-    ``{call: torch kernel}``; ``versions``: installed versions (None: not
-    installed); ``details``: ``{(call, counter): (skipped op, ...)}``.
-    """
-
-    ledgers: list
-    counters: list
-    cells: dict
-    kernels: dict
-    versions: dict
-    details: dict
-
-
-def audit(counters=None, calls=None, jobs: int = 2) -> Audit:
-    """Derive every call, run each installed counter on it, and judge each figure.
-
-    Args:
-        counters: counter keys (:data:`~exactattn.cost.counters.COUNTERS`;
-            default all; an empty list runs none: the derived side only).
-        calls: call keys (default all of :data:`AUDIT_CALLS`).
-        jobs: counters run at once, each in its own interpreter.
-
-    Raises:
-        InputError: an unknown counter or call.
-    """
-    from .counters import COUNTERS, counter, measure_all, versions
-    chosen = [c.key for c in COUNTERS] if counters is None else [counter(k).key for k in counters]
-    picked = list(AUDIT_CALLS) if calls is None else [call(k) for k in calls]
-    if not picked:
-        raise InputError("calls must name at least one call (got none)")
-    ledgers = [ledger(c) for c in picked]
-    measured = measure_all(chosen, [c.key for c in picked], jobs) if chosen else {}
-    cells, details = {}, {}
-    for L in ledgers:
-        for key in chosen:
-            m = measured[(key, L.call.key)]
-            if m.details:
-                details[(L.call.key, key)] = m.details
-            for unit, per_mac in counter(key).readings:
-                figure = None if m.figures is None else m.figures.get(unit)
-                cells[(L.call.key, key, unit)] = verdict(L, figure, per_mac, m.error)
-    kernels = {k: m.figures["kernel"] for (c, k), m in measured.items()
-               if c == "kernel" and m.figures}
-    return Audit(ledgers, chosen, cells, kernels, versions(), details)

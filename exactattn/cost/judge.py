@@ -8,8 +8,8 @@ B x H_kv x S x E (key) and B x H_kv x S x E_v (value).  It is built as an
 :class:`~exactattn.cost.audit_calls.AuditCall` and judged by the audit's own
 :func:`~exactattn.cost.audit.ledger` and :func:`~exactattn.cost.audit.verdict`
 (the departures tried live there, :func:`~exactattn.cost.audit.explanations`).
-The table is :func:`~exactattn.cost.audit_report.judge_sections`.  Only the exact count is right (exit 0 on the command line); a figure a
-convention gives (the full square, n^2/2 under the causal rule) is named as a
+The table is :func:`~exactattn.audit.flops.judge_sections`.  Only the exact count is
+right (exit 0 on the command line); a figure a convention gives (the full square, n^2/2 under the causal rule) is named as a
 convention, an error as an error.
 
 Units: FLOPs = 2 x MACs.  Forward: B H P (E + E_v) MACs for P visible pairs a
@@ -19,10 +19,10 @@ B H P (3E + 2E_v) MACs; ``math`` keeps P from the forward: B H P (2E + 2E_v)
 (Dao et al. 2022, alg. 4; torch's registered SDPA backward formula counts the
 five products).
 
->>> j = judge(25920, "sdpa", (2, 5, 9, 9, 4))
+>>> j = judge_figure(25920, "sdpa", (2, 5, 9, 9, 4))
 >>> j.verdict.expected, j.verdict.findings
 (12960, ('attention_twice',))
->>> judge(384, "flash", (1, 2, 6, 6, 4)).verdict.findings
+>>> judge_figure(384, "flash", (1, 2, 6, 6, 4)).verdict.findings
 ('layout_swap',)
 """
 
@@ -38,8 +38,6 @@ from ..options import check_choice, check_whole
 from .audit import Ledger, Verdict, ledger, verdict
 from .audit_calls import AuditCall
 from .sizes import MAX_SIZE, CallShape, policy_of
-
-__all__ = ["JUDGE_CALLS", "Judgement", "formula", "judge", "parse_shape"]
 
 #: the calls: (torch code, backward pass of :data:`~exactattn.cost.audit.PASSES`)
 JUDGE_CALLS = {
@@ -77,7 +75,7 @@ def parse_shape(text: str) -> tuple:
 
 
 @dataclass(frozen=True)
-class Judgement:
+class JudgedFigure:
     """A figure judged: the call, its :class:`~exactattn.cost.audit.Ledger`, the
     :class:`~exactattn.cost.audit.Verdict` and the pass (``forward``, or the call's
     backward of :data:`~exactattn.cost.audit.PASSES`)."""
@@ -94,9 +92,9 @@ class Judgement:
         return self.verdict.findings == ("matches",)
 
 
-def judge(figure: int, call: str, shape: tuple, *, causal: bool = False,
-          alignment: str = "top_left", kv_heads: int | None = None,
-          backward: bool = False) -> Judgement:
+def judge_figure(figure: int, call: str, shape: tuple, *, causal: bool = False,
+                 alignment: str = "top_left", kv_heads: int | None = None,
+                 backward: bool = False) -> JudgedFigure:
     """Judge ``figure`` (FLOPs) for ``call`` on ``shape`` = (B, H, L, S, E[, E_v]).
 
     Raises:
@@ -124,17 +122,17 @@ def judge(figure: int, call: str, shape: tuple, *, causal: bool = False,
     L_ = ledger(c, count_limit=COUNT_LIMIT)
     pass_ = bwd if backward else "forward"
     v = verdict(L_, figure, 2, backward=bwd if backward else None)
-    return Judgement(call, {**s.shape}, L_, v, pass_)
+    return JudgedFigure(call, {**s.shape}, L_, v, pass_)
 
 
 _WIDTH = {"forward": ("E", "E_v"), "backward": ("3 x E", "2 x E_v"),
           "backward_autograd": ("2 x E", "2 x E_v")}
 
 
-def formula(j: Judgement, findings: tuple) -> tuple[str, str, Fraction]:
+def formula(j: JudgedFigure, findings: tuple) -> tuple[str, str, Fraction]:
     """The FLOPs of ``findings`` as a formula in the sizes, with the numbers, and its value.
 
-    >>> formula(judge(384, "flash", (1, 2, 6, 6, 4)), ("layout_swap",))[:2]
+    >>> formula(judge_figure(384, "flash", (1, 2, 6, 6, 4)), ("layout_swap",))[:2]
     ('2 x B x L x H x H_kv x (E + E_v)', '2 x 1 x 6 x 2 x 2 x (4 + 4)')
     """
     pass_ = j.pass_

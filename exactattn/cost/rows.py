@@ -6,7 +6,7 @@ Three routes to one number, which must agree: each row is one call
 derived total is at most the count limit, **counted** by running the head
 (:func:`~exactattn.cost.counting.count_call`); the last counted row is checked
 against the formula, and the **solved** crossover and doubling ratio close
-the table.  Presentation is in :mod:`exactattn.cost.report`.
+the table.  ``exactattn cost`` puts them in words (:mod:`exactattn.commands.cost_tables`).
 
 >>> c = cost_rows([4, 8])
 >>> [(r.tokens, r.total, r.counted) for r in c.rows], c.check.same

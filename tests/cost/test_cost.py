@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exactattn import Head, attend
-from exactattn.cost import (CONVENTIONS, EXTENSION_SYMBOLS, SYMBOLS, conventions_sections,
-                            cost_sections, count, count_head, count_tokens, crossover,
-                            decode_steps, derive, derive_at, derive_operations,
+from exactattn.commands.cost_tables import conventions_sections, cost_sections
+from exactattn.cost import (EXTENSION_SYMBOLS, SYMBOLS, count, count_head, count_tokens,
+                            crossover, decode_steps, derive, derive_at, derive_operations,
                             doubling_ratio, loop_nests, run)
+from exactattn.cost.conventions import CONVENTIONS
 from exactattn.errors import InputError
 from exactattn.testing import assert_typed_equal as typed_equal
 
@@ -608,7 +609,7 @@ def test_a_counted_run_is_the_pencil_engine():
 
 
 def test_stage_names():
-    from exactattn.cost import STAGES
+    from exactattn.cost.derivation import STAGES
     assert STAGES == ("projections", "scores", "mix", "out_projection")
     assert list(count(2, 4, 2, heads=2)) == ["projections", "scores", "mix", "out_projection",
                                              "total"]
@@ -616,12 +617,14 @@ def test_stage_names():
 
 
 def test_the_cost_package_layout():
-    """The old names keep working from the package; presentation lives apart."""
+    """The documented names keep working from the package; presentation lives apart."""
     import exactattn.cost as cost
-    from exactattn.cost import report, rows
+    from exactattn.commands import cost_tables
+    from exactattn.cost import rows
     assert cost.derive is derive and cost.count is count and cost.run is run
-    assert cost.cost_sections is report.cost_sections and cost.cost_rows is rows.cost_rows
-    assert cost.ALIGNMENTS == ("top_left", "bottom_right")
+    assert cost_tables.cost_sections is cost_sections and cost.rows.cost_rows is rows.cost_rows
+    assert "cost_sections" not in cost.__all__ and not hasattr(cost, "Section")
+    assert cost.sizes.ALIGNMENTS == ("top_left", "bottom_right")
     assert set(cost.__all__) <= set(dir(cost))
     with pytest.raises(AttributeError):
         cost.no_such_name  # noqa: B018

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from exactattn.call.inputs import Call
 from exactattn.call.policy import Policy
-from exactattn.cost import (BATCH, EXTENSION_SYMBOLS, SYMBOLS, CallShape, broadcast_batch,
-                            call_formula, call_nests, count, count_call, derive, derive_at,
-                            derive_call, loop_nests)
+from exactattn.audit.counters import COUNTERS, counter, measure_all
+from exactattn.audit.flops import verdict_text
+from exactattn.cost import (EXTENSION_SYMBOLS, SYMBOLS, CallShape, call_formula, call_nests,
+                            count, count_call, derive, derive_at, derive_call, loop_nests)
 from exactattn.cost.audit import ERRORS, explanations, ledger, verdict
 from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask, call
-from exactattn.cost.audit_report import verdict_text
-from exactattn.cost.derivation import symbol_values
-from exactattn.cost.counters import COUNTERS, counter, measure_all
+from exactattn.cost.derivation import BATCH, symbol_values
+from exactattn.cost.sizes import broadcast_batch
 from exactattn.errors import InputError, ShapeError
 from exactattn.testing import assert_typed_equal
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from exactattn.cost.judge import formula, judge, parse_shape
+from exactattn.cost.judge import formula, judge_figure as judge, parse_shape
 
 
 def _run(cli, *argv):

@@ -282,16 +282,12 @@ LAYERS = [
 
 #: import edges that still go up a layer (importer -> imported): the debt, which may only
 #: shrink.  A head spec builds a Head (engines); the weight gradients project through a
-#: Head; the FLOP-counter audit (cost) runs the float references (checks); three reports
+#: Head; three reports
 #: render their own tables.
 KNOWN_UPWARD = {
     ("exactattn.call.spec", "exactattn.engines.head"),
     ("exactattn.call.spec", "exactattn.examples"),
     ("exactattn.gradients.weights", "exactattn.engines.head"),
-    ("exactattn.cost.counters", "exactattn.verify.adapter"),
-    ("exactattn.cost.counters", "exactattn.verify.impls"),
-    ("exactattn.cost.report", "exactattn.present.render"),
-    ("exactattn.cost.audit_report", "exactattn.present.render"),
     ("exactattn.verify.report", "exactattn.present.render"),
 }
 

@@ -98,7 +98,7 @@ def test_make_call_is_policy_call_of_the_problem():
 def test_sdpa_arguments_are_the_audits():
     torch = pytest.importorskip("torch")
     from torch.nn.attention.bias import CausalBias
-    from exactattn.cost.counters import build
+    from exactattn.audit.counters import build
     want = {"sdpa_top_left": {"is_causal": True}, "sdpa_bottom_right": {"attn_mask": CausalBias},
             "sdpa_window": {"attn_mask": torch.Tensor}, "sdpa_gqa": {"enable_gqa": True}}
     for c in AUDIT_CALLS:

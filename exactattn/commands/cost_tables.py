@@ -2,7 +2,8 @@
 
 Presentation only: the figures come from :mod:`exactattn.cost.rows` and
 :mod:`exactattn.cost.conventions`; this module turns them into
-:class:`~exactattn.present.tables.Section` tables (rows of text, notes, JSON data).
+:class:`~exactattn.present.render.Section` tables (rows of text, notes, JSON data)
+for ``exactattn cost``.
 
 >>> s = cost_sections()[0]
 >>> [r[:6] for r in s.rows]  # doctest: +NORMALIZE_WHITESPACE
@@ -21,13 +22,11 @@ import sympy
 
 from ..numbers.digits import fraction_text, round_fraction
 from ..present.render import Section
-from .conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
-from .derivation import EXTENSION_SYMBOLS, SYMBOLS
-from .rows import CostRows, FormulaCheck, cost_rows
-from .sizes import CallShape, printable_size
-from .solve import Crossover
-
-__all__ = ["conventions_sections", "cost_sections", "crossover_text", "spell"]
+from ..cost.conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
+from ..cost.derivation import EXTENSION_SYMBOLS, SYMBOLS
+from ..cost.rows import CostRows, FormulaCheck, cost_rows
+from ..cost.sizes import CallShape, printable_size
+from ..cost.solve import Crossover
 
 # the order symbols are written in: n, m, t, h, L, D, d_k, d_v
 _ORDER = {s: k for k, s in enumerate(

@@ -1,11 +1,15 @@
-"""The FLOP-counter audit in words: one table, a verdict in every counter's cell.
+"""The FLOP-counter audit: each installed counter run on the audit's calls, each figure
+judged, and the tables in words.
 
-Presentation only: the figures and verdicts come from
-:func:`exactattn.cost.audit.audit`; this module turns them into one
-:class:`~exactattn.present.render.Section` (``cost/audit``): the call, the torch
-kernel that ran it, the derived MACs / FLOPs of each stage, the operations of
-a float softmax (counted separately), and each counter's figure with its
-verdict.
+:func:`audit_counters` derives every call of :mod:`~exactattn.cost.audit_calls`
+(:func:`~exactattn.cost.audit.ledger`), runs each counter on it
+(:mod:`~exactattn.audit.counters`, each in its own interpreter) and judges each
+figure (:func:`~exactattn.cost.audit.verdict`).  :func:`audit_sections` turns
+that into one :class:`~exactattn.present.render.Section` (``cost/audit``): the
+call, the torch kernel that ran it, the derived MACs / FLOPs of each stage, the
+operations of a float softmax (counted separately), and each counter's figure
+with its verdict.  :func:`judge_sections` is the ``cost/judge`` table of one
+reported figure (:func:`~exactattn.cost.judge.judge_figure`).
 
 >>> from exactattn.cost.audit import Verdict
 >>> verdict_text(Verdict(1920, 1632, ("full_square",)))
@@ -16,13 +20,66 @@ verdict.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
+from ..cost.audit import ERRORS, PASSES, Verdict, ledger, verdict
+from ..cost.audit_calls import AUDIT_CALLS, call
+from ..errors import InputError
 from ..numbers.digits import round_fraction
 from ..present.render import Section
-from .audit import ERRORS, PASSES, Audit, Verdict, audit
+from .counters import COUNTERS, counter, measure_all, versions
 
-__all__ = ["FINDINGS", "audit_sections", "judge_sections", "verdict_text"]
+
+@dataclass(frozen=True)
+class CounterAudit:
+    """Everything the audit table shows.
+
+    ``ledgers``: one :class:`~exactattn.cost.audit.Ledger` per call; ``counters``:
+    the counter keys run; ``cells``: ``{(call, counter, unit): Verdict}``;
+    ``kernels``: ``{call: torch kernel}``; ``versions``: installed versions (None:
+    not installed); ``details``: ``{(call, counter): (skipped op, ...)}``.
+    """
+
+    ledgers: list
+    counters: list
+    cells: dict
+    kernels: dict
+    versions: dict
+    details: dict
+
+
+def audit_counters(counters=None, calls=None, jobs: int = 2) -> CounterAudit:
+    """Derive every call, run each installed counter on it, and judge each figure.
+
+    Args:
+        counters: counter keys (:data:`~exactattn.audit.counters.COUNTERS`;
+            default all; an empty list runs none: the derived side only).
+        calls: call keys (default all of :data:`~exactattn.cost.audit_calls.AUDIT_CALLS`).
+        jobs: counters run at once, each in its own interpreter.
+
+    Raises:
+        InputError: an unknown counter or call.
+    """
+    chosen = [c.key for c in COUNTERS] if counters is None else [counter(k).key for k in counters]
+    picked = list(AUDIT_CALLS) if calls is None else [call(k) for k in calls]
+    if not picked:
+        raise InputError("calls must name at least one call (got none)")
+    ledgers = [ledger(c) for c in picked]
+    measured = measure_all(chosen, [c.key for c in picked], jobs) if chosen else {}
+    cells, details = {}, {}
+    for L in ledgers:
+        for key in chosen:
+            m = measured[(key, L.call.key)]
+            if m.details:
+                details[(L.call.key, key)] = m.details
+            for unit, per_mac in counter(key).readings:
+                figure = None if m.figures is None else m.figures.get(unit)
+                cells[(L.call.key, key, unit)] = verdict(L, figure, per_mac, m.error)
+    kernels = {k: m.figures["kernel"] for (c, k), m in measured.items()
+               if c == "kernel" and m.figures}
+    return CounterAudit(ledgers, chosen, cells, kernels, versions(), details)
+
 
 #: each finding: (short text for a cell, what it means)
 FINDINGS = {
@@ -98,8 +155,7 @@ def _stage(macs: dict, stage: str) -> str:
     return f"{macs[stage]} / {2 * macs[stage]}"
 
 
-def _versions(a: Audit) -> list[str]:
-    from .counters import counter
+def _versions(a: CounterAudit) -> list[str]:
     parts, missing = [], []
     for key in a.counters:
         c = counter(key)
@@ -117,8 +173,7 @@ def _versions(a: Audit) -> list[str]:
     return lines
 
 
-def _notes(a: Audit) -> list[str]:
-    from .counters import counter
+def _notes(a: CounterAudit) -> list[str]:
     notes = ["projections, scores, mix, W_O, total: derived MACs / FLOPs (FLOPs = 2 x MACs), "
              "from the loops over the visible pairs; each counter's cell is its figure in its "
              "own unit and a verdict; torch kernel: the aten op that ran the attention "
@@ -152,8 +207,7 @@ def _notes(a: Audit) -> list[str]:
     return notes
 
 
-def _columns(a: Audit) -> list[tuple[str, str, str]]:
-    from .counters import counter
+def _columns(a: CounterAudit) -> list[tuple[str, str, str]]:
     return [(key, unit, f"{key} {unit}") for key in a.counters
             for unit, _ in counter(key).readings]
 
@@ -162,7 +216,7 @@ def _kernel(name: str | None) -> str:
     return "-" if not name else name.removeprefix("_scaled_dot_product_")
 
 
-def _section(a: Audit) -> Section:
+def _section(a: CounterAudit) -> Section:
     stages = ("projections", "scores", "mix", "out_projection")
     cols = _columns(a)
     kernels = bool(a.kernels)   # measured when a counter ran
@@ -196,10 +250,10 @@ def _section(a: Audit) -> Section:
 def audit_sections(counters=None, calls=None, jobs: int = 2) -> list:
     """The ``cost/audit`` table: every call derived, each installed counter's figure judged.
 
-    Args and errors as :func:`exactattn.cost.audit.audit` (``counters=[]``:
+    Args and errors as :func:`audit_counters` (``counters=[]``:
     the derived side only).
     """
-    return [_section(audit(counters, calls, jobs))]
+    return [_section(audit_counters(counters, calls, jobs))]
 
 
 def _kind(findings: tuple) -> str:
@@ -207,9 +261,10 @@ def _kind(findings: tuple) -> str:
 
 
 def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[list, bool]:
-    """The ``cost/judge`` table and whether the figure is right (see :func:`~exactattn.cost.judge.judge`)."""
-    from .judge import formula, judge
-    j = judge(figure, call, shape, **options)
+    """The ``cost/judge`` table and whether the figure is right (see
+    :func:`~exactattn.cost.judge.judge_figure`)."""
+    from ..cost.judge import formula, judge_figure
+    j = judge_figure(figure, call, shape, **options)
     L_, v, s = j.ledger, j.verdict, j.ledger.call.shape
     causal = s.policy.causal
     P, full = s.pairs(), s.queries * s.keys

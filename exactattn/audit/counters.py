@@ -5,10 +5,10 @@ Counters (all optional; the ``counters`` extra installs them): torch's
 and ``aten`` backends), thop's ``profile``, calflops' ``calculate_flops`` and
 DeepSpeed's ``get_model_profile``.  Several of them patch torch functions
 while they count and leave them patched when the model raises, so every
-counter runs in its own interpreter (``python -m exactattn.cost.counters``),
+counter runs in its own interpreter (``python -m exactattn.audit.counters``),
 and a call that fails ends that interpreter: the next call starts a fresh one.
 The figures come back as JSON lines; nothing here judges them (that is
-:mod:`exactattn.cost.audit`).
+:mod:`exactattn.audit.flops`, by the verdicts of :mod:`exactattn.cost.audit`).
 
 Nothing imports torch or a counter until a child interpreter runs; the
 parent reads versions from the installed distributions' metadata.  The
@@ -39,9 +39,7 @@ from ..errors import shorten
 from ..options import check_choice
 
 if TYPE_CHECKING:
-    from .audit_calls import AuditCall
-
-__all__ = ["COUNTERS", "Counter", "Measurement", "counter", "main", "measure_all", "versions"]
+    from ..cost.audit_calls import AuditCall
 
 #: the prefix of the lines a child interpreter reports on (counters print too)
 MARK = "@@exactattn-audit "
@@ -246,7 +244,7 @@ def _kernel(module, args) -> str:
 
 
 def main(argv=None) -> int:
-    """Child interpreter: ``python -m exactattn.cost.counters COUNTER CALL...``.
+    """Child interpreter: ``python -m exactattn.audit.counters COUNTER CALL...``.
 
     Prints one marked JSON line per call (its figures, or its error) and
     stops at the first error: a counter that failed may leave torch patched.
@@ -261,7 +259,7 @@ def main(argv=None) -> int:
         out.write(MARK + json.dumps(record) + "\n")
         out.flush()
 
-    from .audit_calls import call
+    from ..cost.audit_calls import call
     warnings.simplefilter("ignore")
     key, keys = argv[0], argv[1:]
     with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
@@ -355,7 +353,7 @@ def measure_all(counters=None, calls=None, jobs: int = 2, *,
     installed and some counter runs).
     Returns ``{(counter, call): Measurement}``.
     """
-    from .audit_calls import AUDIT_CALLS, call
+    from ..cost.audit_calls import AUDIT_CALLS, call
     keys = [c.key for c in AUDIT_CALLS] if calls is None else [call(k).key for k in calls]
     wanted = [c.key for c in COUNTERS] if counters is None else [counter(k).key for k in counters]
     results: dict[tuple[str, str], Measurement] = {}

@@ -9,8 +9,9 @@ policy and modifier flags are :mod:`exactattn.commands.modifier_flags`'.
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ..errors import InputError
+from ..errors import InputError, shorten
 from ..options import MAX_PLACES, argtype, choice, whole
 from ..present.render import FORMATS
 from ..present.stream import parse_span
@@ -35,12 +36,17 @@ def add_source_options(p: argparse.ArgumentParser, *, example_help: str = EXAMPL
 def load_source(args):
     """The Example named by --example or --spec (chronicle by default)."""
     if args.spec is not None:
-        if not args.spec.strip():
-            raise InputError("--spec must name a JSON or TOML file (got '')")
-        from ..call.spec import load
-        return load(args.spec)
+        return load_spec(args.spec)
     from ..examples import example
     return example("chronicle" if args.example is None else args.example)
+
+
+def load_spec(path: str):
+    """The Example of one ``--spec`` file."""
+    if not path.strip():
+        raise InputError("--spec must name a JSON or TOML file (got '')")
+    from ..call.spec import load
+    return load(path)
 
 
 def add_format_option(p, formats=FORMATS, *, type=None, default: str | None = "text",
@@ -63,3 +69,24 @@ def span_type(flag: str, what: str = "token numbers"):
     (:func:`~exactattn.present.stream.parse_span`), named ``flag`` (and ``what``) in its errors."""
     return argtype(parse_span, flag, echo=False,
                    reword=lambda m: flag + m[len("span"):].replace("token numbers", what))
+
+
+def check_output(path: str | None) -> None:
+    """``-o PATH``: refuse an empty name before any work is done."""
+    if path is not None and not path.strip():
+        raise InputError("-o must name a file to write (got '')")
+
+
+def write_output(data, path: str | None) -> None:
+    """``data`` (text, or bytes: a PNG) to stdout (``path`` None) or to the file ``path``;
+    a file that cannot be written is one line naming ``-o``."""
+    binary = isinstance(data, bytes)
+    if path is None:
+        (getattr(sys.stdout, "buffer", sys.stdout) if binary else sys.stdout).write(data)
+        return
+    try:
+        with open(path, "wb") as f:
+            f.write(data if binary else data.encode("utf-8"))
+    except OSError as e:
+        raise InputError(f"-o must name a file that can be written (got "
+                         f"{shorten(repr(path))}: {e.strerror})") from None

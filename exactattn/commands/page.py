@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 
 from ..errors import InputError, shorten
 from ..options import whole
-from .flags import add_digits_option
+from .flags import add_digits_option, check_output, load_spec, write_output
 
 HELP = ("one self-contained HTML page with a sentence switch, divisor and length sliders, "
         "a picture and questions; every number certified beforehand")
@@ -42,21 +41,15 @@ def register(sub) -> None:
 def _sentences(args) -> list:
     from ..examples import example
     from ..page import with_companions
-    from ..call.spec import load
     names = args.example or ([] if args.spec else ["bank-river"])
-    out = [example(name) for name in with_companions(names)]
-    for path in args.spec or []:
-        if not path.strip():
-            raise InputError("--spec must name a JSON or TOML file (got '')")
-        out.append(load(path))
-    return out
+    return [example(name) for name in with_companions(names)] + \
+        [load_spec(path) for path in args.spec or []]
 
 
 def run(args) -> int:
     from ..page import build_page
     from ..present.stream import busy
-    if args.output is not None and not args.output.strip():
-        raise InputError("-o must name a file to write (got '')")
+    check_output(args.output)
     if args.output is not None and not os.path.isdir(os.path.dirname(os.path.abspath(
             args.output))):   # known before the numbers are computed
         raise InputError(f"-o must name a file that can be written (got "
@@ -65,15 +58,7 @@ def run(args) -> int:
     command = "exactattn " + " ".join(shlex.quote(a) for a in _command_words(args))
     with busy("certifying the page's numbers"):
         text = build_page(sentences, places=args.digits, row=args.row, command=command)
-    if args.output is None:
-        sys.stdout.write(text)
-        return 0
-    try:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise InputError(f"-o must name a file that can be written (got "
-                         f"{shorten(repr(args.output))}: {e.strerror})") from None
+    write_output(text, args.output)
     return 0
 
 

@@ -27,10 +27,7 @@ import importlib
 import importlib.resources
 import importlib.util
 import io
-import multiprocessing
-import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -116,13 +113,9 @@ def run_proofs(names: Sequence[str] | None = None) -> list[ProofResult]:
     message, never hidden.
     """
     names = [load_proof(n).__name__.rsplit(".", 1)[-1] for n in names or proof_names()]
-    from ..present.stream import progress  # every name checked and imported (forks share it)
-    # forked workers inherit the imported proofs; not where a multithreaded runtime is loaded
-    if "fork" not in multiprocessing.get_all_start_methods() or {"jax", "torch"} & set(sys.modules):
-        return list(progress(map(_prove, names), len(names), "proofs", unit="proof"))
-    with ProcessPoolExecutor(min(len(names), os.cpu_count() or 1),
-                             mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(progress(pool.map(_prove, names), len(names), "proofs", unit="proof"))
+    from ..present.stream import forked_map, progress  # every name checked and imported
+    jobs = 1 if {"jax", "torch"} & set(sys.modules) else None   # forks share the imports
+    return list(progress(forked_map(_prove, names, jobs), len(names), "proofs", unit="proof"))
 
 
 def _prove(name: str) -> ProofResult:

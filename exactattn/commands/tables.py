@@ -20,13 +20,13 @@ import os
 import sys
 
 from ..call.policy import divisor_text
-from ..errors import InputError, shorten
+from ..errors import InputError
 from ..options import choice, index_pair, whole
 from ..present.render import ALL_FORMATS, write
 from ..present.stream import CORNER, PAGE, View, busy, check_span, span_text
 from ..present.svg import PICTURE_FORMATS, PICTURE_MODES, picture
-from .flags import (add_digits_option, add_format_option, add_source_options, load_source,
-                    span_type)
+from .flags import (add_digits_option, add_format_option, add_source_options, check_output,
+                    load_source, span_type, write_output)
 from .modifier_flags import add_flags, apply
 from ..present.tables import MODES, attend_example, build, explain
 
@@ -118,27 +118,10 @@ def _check_picture_options(args, explain_at) -> None:
     if output is not None and not picture:
         raise InputError(f"-o must be used with --format svg or png (got --format "
                          f"{args.format}); tables go to stdout: redirect them with >")
-    if output is not None and not output.strip():
-        raise InputError("-o must name a file to write (got '')")
+    check_output(output)
     if args.format == "png" and output is None and sys.stdout.isatty():
         raise InputError("-o must name a file for --format png (got a terminal on stdout); "
                          "pass -o shares.png or redirect stdout to a file")
-
-
-def _write_picture(data, output: str | None) -> None:
-    binary = isinstance(data, bytes)
-    if output is None:
-        if binary:
-            getattr(sys.stdout, "buffer", sys.stdout).write(data)
-        else:
-            sys.stdout.write(data)
-        return
-    try:
-        with open(output, "wb") as f:
-            f.write(data if binary else data.encode("utf-8"))
-    except OSError as e:
-        raise InputError(f"-o must name a file that can be written (got "
-                         f"{shorten(repr(output))}: {e.strerror})") from None
 
 
 def run(args) -> int:
@@ -159,7 +142,7 @@ def run(args) -> int:
     with busy("running the head"):
         trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
     if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.present.svg)
-        _write_picture(picture(args.mode, ex, trace, digits, args.format), args.output)
+        write_output(picture(args.mode, ex, trace, digits, args.format), args.output)
         return 0
     if args.mode in ("scores", "walkthrough") and trace.engine != "symbolic":
         with busy(f"certifying {n * n:,} shares and {n * trace.head.d_v:,} outputs"):

@@ -290,3 +290,21 @@ class WorkBar:
         if self.done_rows != self.rows:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def forked_map(fn: Callable, items: Sequence, jobs: int | None = None) -> Iterator:
+    """``map(fn, items)``, in order, in ``jobs`` forked processes (default one a core, at most
+    one an item); one after another here where processes cannot be forked or ``jobs`` <= 1.
+
+    Workers are forks: they inherit what this process has imported and set, and ``fn`` is
+    a module-level function (sent by name).  Where a multithreaded runtime is loaded (JAX,
+    torch), forking is unsafe: a caller passes ``jobs=1`` there.
+    """
+    import multiprocessing
+    import os
+    jobs = min(len(items), (os.cpu_count() or 1) if jobs is None else jobs)
+    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield from map(fn, items)
+        return
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap(fn, items)

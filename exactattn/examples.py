@@ -50,8 +50,7 @@ from .options import check_choice
 from .numbers.exact import to_matrix
 from .engines.head import Head
 
-__all__ = ["EXAMPLES", "Example", "Token", "bank_loan", "bank_river", "chronicle", "example",
-           "self_match", "tiny"]
+__all__ = ["Example", "chronicle", "example"]
 
 
 @dataclass(frozen=True)

@@ -13,21 +13,14 @@
 1
 """
 
-from .policy import (ALIGNMENTS, DEFAULT_SCALE, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, MODIFIER_FIELDS,
-                     POSITION_FIELDS, PRESETS, SCORE_FIELDS, UNSUPPORTED, Alibi, Mask, Policy, Rope,
-                     divisor_text, float_scale, parse_divisor, parse_scale, preset)
+from .policy import Policy, preset
 
-__all__ = ["ALIGNMENTS", "Alibi", "Call", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS",
-           "MODIFIER_FIELDS", "Mask", "POSITION_FIELDS", "PRESETS", "Policy", "Rope",
-           "SCORE_FIELDS", "UNSUPPORTED", "divisor_text", "empty_rows", "float_scale", "keys_read",
-           "parse_divisor", "parse_scale", "preset"]
-
-_INPUTS = ("Call", "empty_rows", "keys_read")
+__all__ = ["Call", "Policy", "preset"]
 
 
 def __getattr__(name: str):
     # the inputs need numpy: loaded on first use, so `exactattn --help` starts without it
-    if name in _INPUTS:
-        from . import inputs
-        return getattr(inputs, name)
+    if name == "Call":
+        from .inputs import Call
+        return Call
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

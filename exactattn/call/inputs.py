@@ -28,13 +28,12 @@ import numpy as np
 
 from .policy import MASK_KINDS, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
-from ..numbers.exact import to_exact
+from ..numbers.exact import to_exact, to_matrix
 from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs
 
-__all__ = ["Call", "SDPA_POLICY_KEYS", "empty_rows", "keys_read", "object_array", "rectangular",
-           "reshaped", "rounded_entries"]
+__all__ = ["Call"]
 
 
 def _dims(shape) -> str:
@@ -108,11 +107,6 @@ def nonfinite_value(v) -> float | None:
     return None
 
 
-def is_nonfinite(x) -> bool:
-    """True for an entry kept as ``inf``, ``-inf`` or ``nan`` (a Python float)."""
-    return isinstance(x, float)
-
-
 def reshaped(a: np.ndarray, want: tuple, rank: int, what: str, *, tail: bool = True,
              like: str = "") -> np.ndarray:
     """``a``, an array of a call's shape (its last ``rank`` dimensions), reshaped to ``want``.
@@ -146,7 +140,7 @@ def rounded_entries(a: np.ndarray, dtype: str, what: str,
 
     def rnd(x):
         nonlocal moved
-        if x is None or isinstance(x, bool) or is_nonfinite(x):
+        if x is None or isinstance(x, (bool, float)):   # float: inf or nan, kept
             return x
         f = round_to_format(x, fmt)
         if math.isinf(f):
@@ -156,10 +150,6 @@ def rounded_entries(a: np.ndarray, dtype: str, what: str,
         moved += fx != x
         return fx
     return object_array([rnd(x) for x in a.reshape(-1)], a.shape), moved
-
-
-def _index_text(index) -> str:
-    return "".join(f"[{k}]" for k in index)
 
 
 def _fractions(flat: np.ndarray) -> list:
@@ -424,11 +414,6 @@ class Call:
                 f"{sh['S']} keys, {self.policy.describe()})")
 
     @classmethod
-    def from_arrays(cls, query, key, value, mask=None, **options) -> "Call":
-        """The same as ``Call(query, key, value, mask, **options)``."""
-        return cls(query, key, value, mask, **options)
-
-    @classmethod
     def from_sdpa(cls, query, key, value, *, attn_mask=None, dropout_p=0.0,
                   is_causal: bool = False, scale=None, enable_gqa: bool = False,
                   name: str = "call",
@@ -500,6 +485,40 @@ class Call:
                              f"enable_gqa (got {sh['H_kv']}); pass enable_gqa=True for grouped "
                              "query heads")
         return call
+
+    @classmethod
+    def of_head(cls, head, x, *, floats: str | None = None, dropout_keep=None,
+                name: str = "head") -> "Call":
+        """The call a :class:`~exactattn.engines.head.Head` makes on the token rows ``x``.
+
+        ``x`` is n x d_model (read by :func:`head_tokens`); query, key and value are the
+        projections ``x W_Q^T + b_Q``, ``x W_K^T + b_K``, ``x W_V^T + b_V`` (slots layout),
+        computed exactly (python-flint ``fmpq_mat``), n x d_k, n x d_k and n x d_v, under
+        ``head.policy``; ``dropout_keep`` n x n booleans with ``policy.dropout``.
+
+        Raises:
+            ShapeError: no tokens, a token of the wrong width.
+            InputError: symbols in the head or the tokens (a call holds numbers).
+
+        >>> from exactattn import Head
+        >>> c = Call.of_head(Head([[1, 0]], [[0, 1]], [[1, 1]], b_V=[1]), [[1, "1/2"], [0, 2]])
+        >>> c.query[0, 0, :, 0].tolist(), c.value[0, 0, :, 0].tolist(), c.policy.divisor_squared
+        ([Fraction(1, 1), Fraction(0, 1)], [Fraction(5, 2), Fraction(3, 1)], Fraction(1, 1))
+        """
+        from ..numbers.exact import fmpq_mat_of, fraction_of, is_symbolic
+        xs = head_tokens(head, x, floats)
+        if head.symbolic or any(is_symbolic(e) for r in xs for e in r):
+            raise InputError("head and tokens must hold numbers for a call (got symbols); "
+                             "substitute numbers first")
+        X = fmpq_mat_of(xs)
+
+        def project(W, b):
+            m = X * fmpq_mat_of(W).transpose()
+            m = m if b is None else m + fmpq_mat_of([b] * len(xs))
+            return [[fraction_of(m[i, j]) for j in range(m.ncols())] for i in range(len(xs))]
+        q, k, v = (project(W, b) for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
+                                              (head.W_V, head.b_V)))
+        return cls(q, k, v, policy=head.policy, dropout_keep=dropout_keep, name=name)
 
     @classmethod
     def random(cls, n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | None = None,
@@ -694,7 +713,7 @@ class Call:
         """Every ``inf``/``nan`` entry: ``(1 for key or 2 for value, (b, g, j, c))``."""
         out = []
         for a, arr in ((1, self.key), (2, self.value)):
-            flags = np.frompyfunc(is_nonfinite, 1, 1)(arr).astype(bool)
+            flags = np.frompyfunc(lambda x: isinstance(x, float), 1, 1)(arr).astype(bool)
             out += [(a, tuple(int(x) for x in idx)) for idx in zip(*np.nonzero(flags))]
         return out
 
@@ -730,7 +749,7 @@ class Call:
                 seen[(b, g)] = np.logical_or.reduce([k.any(axis=0) for k in reads])
             if seen[(b, g)][j]:
                 x = (self.key if a == 1 else self.value)[b, g, j, c]
-                where = self.labels[a] + _index_text((b, g, j, c)[4 - self.rank:])
+                where = self.labels[a] + "".join(f"[{k}]" for k in (b, g, j, c)[4 - self.rank:])
                 raise InputError(f"{where} must be finite where a query sees it (got {x}); inf "
                                  "and NaN may stand only at keys the mask or the policy hides "
                                  "from every query")
@@ -758,6 +777,25 @@ class Call:
                 tuple(self.query.reshape(-1)), tuple(self.key.reshape(-1)),
                 tuple(self.value.reshape(-1)), self.mask_kind, mask, self.mask_shape,
                 None if self.dropout_keep is None else tuple(self.dropout_keep.reshape(-1)))
+
+
+def head_tokens(head, x, floats: str | None = None) -> list[list]:
+    """A head's token rows ``x`` read exactly (sympy symbols kept): n x ``head.d_model``.
+
+    Raises:
+        ShapeError: no tokens, ragged rows, a token of the wrong width (named by its place).
+        FloatInputError: a binary float with ``floats`` unset.
+    """
+    if hasattr(x, "tolist") and not isinstance(x, (list, tuple)):
+        x = x.tolist()
+    if isinstance(x, (list, tuple)) and len(x) == 0:
+        raise ShapeError("x must have at least one token (got none)")
+    if isinstance(x, (list, tuple)):
+        for i, r in enumerate(x):  # name the first token of the wrong width
+            if isinstance(r, (list, tuple)) and len(r) != head.d_model:
+                raise ShapeError(
+                    f"token {i + 1} must have d_model = {head.d_model} numbers (got {len(r)})")
+    return to_matrix(x, name="x", shape=(None, head.d_model), floats=floats, symbolic=True)
 
 
 def empty_rows(policy: Policy, keep: np.ndarray) -> np.ndarray:

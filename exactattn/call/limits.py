@@ -41,10 +41,6 @@ from fractions import Fraction
 
 from ..errors import InputError
 
-__all__ = ["MAX_INPUTS", "MAX_MEMORY", "MAX_SEARCH_SIZE", "MAX_SECONDS", "PASSING_SHRINK_TRIES",
-           "SHRINK_TRIES",
-           "check_inputs", "check_search", "check_work", "duration", "estimate", "search_seconds"]
-
 #: the longest one verify run (a check, or a whole search) may take, estimated up front
 MAX_SECONDS = 60
 #: the most memory one check may hold, estimated up front (bytes)
@@ -106,7 +102,6 @@ def duration(seconds) -> str:
                        ("minutes", 60)):
         if seconds >= 2 * size:
             return f"{_lead(int(seconds // size))} {unit}"
-    return f"{math.ceil(seconds)} s"  # pragma: no cover
 
 
 def _dims(shape: dict) -> str:
@@ -229,13 +224,10 @@ def check_search(examples: int, max_size: int, names: tuple = ("examples", "max_
                               (n_batch, max_batch), (n_heads, max_heads)) if b > 1)
         fix = (f"pass {n_examples} {most} or fewer" if most >= 1 else
                f"pass {smaller or 'a smaller ' + n_size}")
+        bounds = "".join(f", {n} {b}" for n, b in ((n_batch, max_batch), (n_heads, max_heads))
+                         if b > 1)
         raise InputError(f"{n_examples} must take at most about {MAX_SECONDS} s with "
-                         f"{n_size} {max_size}{_bounds(names, max_batch, max_heads)} (got "
+                         f"{n_size} {max_size}{bounds} (got "
                          f"{_count(examples)}: about {duration(seconds)}); {fix}")
     return seconds
 
-
-def _bounds(names: tuple, max_batch: int, max_heads: int) -> str:
-    """`` --max-batch 2 --max-heads 4`` for the bounds past 1 (as the message's user spells them)."""
-    return "".join(f", {n} {b}" for n, b in ((names[2], max_batch), (names[3], max_heads))
-                   if b > 1)

@@ -16,7 +16,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 from ..numbers.exact import to_exact
 
-__all__ = ["MASK_KINDS", "Mask", "entry_text"]
+__all__ = ["Mask"]
 
 MASK_KINDS = ("bool_keep", "bool_drop", "additive")
 

@@ -40,9 +40,7 @@ from ..numbers.exact import to_exact
 from ..options import check_choice, check_whole
 from ..numbers.reals import two_power
 
-__all__ = ["ALIBI_FORMS", "ROPE_LAYOUTS", "Alibi", "Rope", "alibi_slopes", "check_dropout",
-           "check_form", "check_layout", "check_rope_dims", "check_softcap", "check_theta", "check_window",
-           "exact_number", "row_offsets"]
+__all__ = ["Alibi", "Rope", "alibi_slopes"]
 
 ALIBI_FORMS = ("relative", "absolute", "symmetric")
 ROPE_LAYOUTS = ("half", "interleaved")

@@ -85,9 +85,7 @@ from .masks import MASK_KINDS, Mask
 from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, exact_number
 from ..options import EMPTY_ROWS, check_choice
 
-__all__ = ["ALIGNMENTS", "DEFAULT_SCALE", "EMPTY_ROWS", "GQA_MAPS", "MASK_KINDS", "MODIFIER_FIELDS",
-           "POSITION_FIELDS", "PRESETS", "SCORE_FIELDS", "UNSUPPORTED",
-           "Alibi", "Mask", "Policy", "Rope", "divisor_text", "float_scale", "parse_divisor", "parse_scale", "preset"]
+__all__ = ["Alibi", "Mask", "Policy", "Rope", "UNSUPPORTED", "preset"]
 
 ALIGNMENTS = ("top_left", "bottom_right")
 GQA_MAPS = ("interleave", "tile")

@@ -62,9 +62,7 @@ from .spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
 from ..numbers.formats import float_format
 from .inputs import Call
 
-__all__ = ["KEYS", "MAX_BYTES", "POLICY_KEYS", "PROBLEM_KEYS", "from_mapping", "load",
-           "load_problem", "loads", "loads_problem", "parse", "problem_document",
-           "problem_from_mapping", "problem_text", "read_text"]
+__all__ = ["load_problem", "problem_text"]
 
 #: the keys of a head spec
 KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "divisor",

@@ -43,8 +43,6 @@ from .modifiers import (Alibi, Rope, check_dropout, check_form, check_layout, ch
                         check_theta)
 from ..options import check_whole
 
-__all__ = ["MODIFIER_KEYS", "CallFields", "owned", "read_modifiers"]
-
 #: the modifier keys of a policy table: the Policy's modifier fields, and ``lse``
 MODIFIER_KEYS = MODIFIER_FIELDS + ("lse",)
 

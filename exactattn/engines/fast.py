@@ -42,8 +42,6 @@ from ..numbers.bulk import exact_matmul, mat_ints
 from ..numbers.exact import fmpq_mat_of
 from .trace import Trace
 
-__all__ = ["attend_fast"]
-
 
 def _biased(m, b):
     """``m`` plus the bias b on every row (``m`` itself without a bias)."""

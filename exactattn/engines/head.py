@@ -62,8 +62,7 @@ from ..numbers.reals import Surd
 from ..numbers.softmax import SoftmaxRow
 from .trace import Trace
 
-__all__ = ["ENGINES", "LAYOUTS", "Head", "Trace", "attend", "dropout_keep_argument",
-           "project_biased", "scaled_score", "score_and_mix"]
+__all__ = ["Head", "Trace", "attend"]
 
 LAYOUTS = ("slots", "rows")
 ENGINES = ("auto", "pencil", "symbolic", "fast")
@@ -230,19 +229,6 @@ def scaled_score(raw, divisor_squared: Fraction | None):
     return sympy.expand(raw / sympy.sqrt(D))
 
 
-def _check_x(head: Head, x, floats) -> list[list]:
-    if hasattr(x, "tolist") and not isinstance(x, (list, tuple)):
-        x = x.tolist()
-    if isinstance(x, (list, tuple)) and len(x) == 0:
-        raise ShapeError("x must have at least one token (got none)")
-    if isinstance(x, (list, tuple)):
-        for i, r in enumerate(x):  # name the first token of the wrong width
-            if isinstance(r, (list, tuple)) and len(r) != head.d_model:
-                raise ShapeError(
-                    f"token {i + 1} must have d_model = {head.d_model} numbers (got {len(r)})")
-    return to_matrix(x, name="x", shape=(None, head.d_model), floats=floats, symbolic=True)
-
-
 def _softmax_ops(rows: list[SoftmaxRow]) -> dict:
     return {"exp": sum(r.exps for r in rows), "add": sum(r.adds for r in rows),
             "div": sum(r.divs for r in rows)}
@@ -371,14 +357,6 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
                  bias_adds=adds)
 
 
-def dropout_keep_argument(dropout_keep, keep):
-    """The dropout keep-mask passed by its name or by the older ``keep``, not both."""
-    if keep is not None and dropout_keep is not None:
-        raise InputError("dropout_keep and keep are one argument (keep is its older name); "
-                         "pass dropout_keep only")
-    return keep if dropout_keep is None else dropout_keep
-
-
 def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
            floats: str | None = None, empty_row: str | None = None, dropout_keep=None,
            keep=None) -> Trace:
@@ -425,10 +403,14 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     if empty_row is None:
         empty_row = head.policy.empty_row
     Policy(empty_row=empty_row)      # the one check of the empty-row answer
-    xs = _check_x(head, x, floats)
+    from ..call.inputs import head_tokens
+    xs = head_tokens(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
     policy = head.policy
-    keep = check_keep(dropout_keep_argument(dropout_keep, keep), policy, len(xs), len(xs),
+    if keep is not None and dropout_keep is not None:
+        raise InputError("dropout_keep and keep are one argument (keep is its older name); "
+                         "pass dropout_keep only")
+    keep = check_keep(keep if dropout_keep is None else dropout_keep, policy, len(xs), len(xs),
                       name="dropout_keep", argument="dropout_keep")
     if policy.modified:
         engine = modified_engine(policy, engine, symbolic, len(xs))

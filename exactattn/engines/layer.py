@@ -39,15 +39,14 @@ from ..numbers.digits import certify, enclosure_sign, round_fraction
 from ..errors import InputError, ShapeError
 from ..numbers.exact import to_matrix, to_row
 from ..numbers.exact import fmpq_of
-from .head import Head, dropout_keep_argument, project_biased, score_and_mix
+from .head import Head, project_biased, score_and_mix
 from ..numbers.exact import common_denominator
 from ..reference.modified import counted_step
 from ..call.modifiers import check_keep
 from ..numbers.real import Real
 from ..numbers.softmax import ExpRatio
 
-__all__ = ["Layer", "LayerRun", "LayerValue", "attend_layer", "out_project", "padding_mask",
-           "sum_decimal"]
+__all__ = ["Layer", "LayerValue", "attend_layer", "out_project", "padding_mask"]
 
 
 def sum_decimal(terms: Sequence, places: int, constant: Fraction = Fraction(0)) -> str:
@@ -286,14 +285,14 @@ class LayerRun:
 
 
 def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
-                 floats: str | None = None, dropout_keep=None, keep=None) -> LayerRun:
+                 floats: str | None = None, dropout_keep=None) -> LayerRun:
     """Run every head of ``layer`` over the token rows ``x``, then W_O (+ b_O), exactly.
 
     Shapes: ``x`` n x d_model; ``mask`` (optional) an explicit n x n
     :class:`~exactattn.call.policy.Mask` without additive offsets (e.g.
     :func:`padding_mask`), applied on top of the policy's causal rule;
     ``dropout_keep`` (with ``policy.dropout``) H x n x n dropout keep-masks, one per
-    query head (``keep`` is its older name, still read).
+    query head.
 
     Raises:
         ShapeError: tokens of the wrong width, a mask or keep-masks of the wrong size.
@@ -310,12 +309,12 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
                              "with offsets); pass a bool_keep mask")
     xi, dx = common_denominator(xs)
     H = len(layer.heads)
-    keep = dropout_keep_argument(dropout_keep, keep)
-    if keep is not None and (hasattr(keep, "__len__") and len(keep) != H):
+    if hasattr(dropout_keep, "__len__") and len(dropout_keep) != H:
         raise ShapeError(f"dropout_keep must hold one keep-mask per query head, {H} (got "
-                         f"{len(keep)})")
-    keeps = [check_keep(None if keep is None else keep[a], h.policy, n, n, name="dropout_keep",
-                        argument="dropout_keep") for a, h in enumerate(layer.heads)]
+                         f"{len(dropout_keep)})")
+    keeps = [check_keep(None if dropout_keep is None else dropout_keep[a], h.policy, n, n,
+                        name="dropout_keep", argument="dropout_keep")
+             for a, h in enumerate(layer.heads)]
     macs = {"projections": 0, "scores": 0, "mix": 0, "out_projection": 0}
     adds = 0
     seen = layer.policy.keep(n, n, mask)          # the one visibility rule, with the mask

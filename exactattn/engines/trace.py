@@ -47,7 +47,7 @@ from ..numbers.reals import sympy_ball
 from ..numbers.softmax import SoftmaxRow
 from ..numbers.exact import fraction_of
 
-__all__ = ["SymbolicValue", "Trace"]
+__all__ = ["Trace"]
 
 
 class Trace:

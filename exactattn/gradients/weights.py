@@ -122,17 +122,17 @@ def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep
     Reference: Vaswani et al. 2017, sec. 3.2.1; the chain rule through the
     projections (Goodfellow et al. 2016, sec. 6.5).
     """
-    from ..engines.head import attend
+    from ..call.inputs import Call, head_tokens
     if head.symbolic:
         raise InputError("head must have numeric weights for exact gradients (got symbols); "
                          "substitute numbers first")
     check_policy(head.policy)
     empty_row = head.policy.empty_row if empty_row is None else empty_row
-    plain = head.with_policy(head.policy.replace(sink=None, alibi=None, dropout=None))
-    trace = attend(plain, x, engine="fast", floats=floats, empty_row=empty_row)
-    n = trace.n
-    dO = to_matrix(d_out, name="d_out", shape=(n, head.d_v), floats=floats)
-    block = block_inputs(head.policy, n, n, dropout_keep=dropout_keep)
-    call = Gradients(trace.queries, trace.keys, trace.values, dO,
-                     divisor_squared=head.divisor_squared, empty_row=empty_row, **block)
-    return HeadGradients(head, trace.x, call)
+    plain = head.with_policy(head.policy.replace(empty_row=empty_row))    # checks empty_row
+    xs = head_tokens(head, x, floats)
+    call = Call.of_head(plain, xs)
+    q, k, v = (a[0, 0].tolist() for a in (call.query, call.key, call.value))
+    dO = to_matrix(d_out, name="d_out", shape=(len(xs), head.d_v), floats=floats)
+    block = block_inputs(head.policy, len(xs), len(xs), dropout_keep=dropout_keep)
+    return HeadGradients(head, xs, Gradients(q, k, v, dO, divisor_squared=head.divisor_squared,
+                                             empty_row=empty_row, **block))

@@ -35,7 +35,7 @@ take the exact per-entry path.
 >>> g.decimals("dV", 4), g.dQ[0][0].rational()
 ([['0.7689'], ['1.2311']], Fraction(1, 2))
 >>> g.dS[1][0].text()
-'(-2*t)/(t + 1)^2 where t = exp(1)'
+'-2*exp(1)/(1 + exp(1))^2'
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
 
     >>> g = gradients([[1, 0]], [[1, 0], [0, 1]], [[1], [0]], [[1]], Policy(scale="1"))
     >>> g.dV[0][0].text()
-    't/(t + 1) where t = exp(1)'
+    'exp(1)/(1 + exp(1))'
     >>> s = gradients([[0]], [[0]], [[1]], [[1]], Policy(scale="none", sink=Fraction(0)))
     >>> s.dsink.text(), s.dsink.decimal(4)                 # -P_sink D = -(1/2)(1/2)
     ('-1/4', '-0.2500')

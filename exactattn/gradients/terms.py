@@ -50,11 +50,12 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..call.policy import EMPTY_ROWS
-from ..numbers.digits import working_precision
+from ..numbers.digits import arb_to_fraction, working_precision
+from ..numbers.exponents import exponent_text, sum_text
 from ..numbers.exact import rational_sqrt
-from ..numbers.exact import fmpq_of
+from ..numbers.exact import fmpq_of, fraction_of
 from ..options import check_choice
-from ..numbers.reals import Pow2, Surd, align, atom_ball
+from ..numbers.reals import Pow2, Surd, align, atom_ball, real_ball
 
 __all__ = ["GENERATOR_NAMES", "ROW_KINDS", "Terms"]
 
@@ -87,6 +88,17 @@ def _dot(exps, balls):
 def _plain(v):
     """A Surd without irrational terms as its ``Fraction`` (so that 0 is falsy)."""
     return v.p if isinstance(v, Surd) and not v.terms else v
+
+
+def _term(atom, x):
+    """``x * atom`` as an exact value (``x`` itself for the atom None, the number 1)."""
+    return Fraction(x) if atom is None else Surd(0, ((atom, Fraction(x)),))
+
+
+def _base(offsets, i: int, visible):
+    """The offset of row i's first visible key (what its relative offsets are taken from)."""
+    row = None if offsets is None else offsets[i]
+    return Fraction(0) if row is None or not visible else _plain(row[visible[0]] or Fraction(0))
 
 
 def _coordinates(offsets, visible, kinds, divisor_squared):
@@ -198,10 +210,16 @@ class Terms:
         if not coords:               # every row constant: one generator with exponents 0
             coords = [[[0] * len(v) for v in visible]]
             gens = [(Fraction(1), None)]
-        # shift every row to exponents from 0, then divide by the common divisor
+        # shift every row to exponents from 0 (each row's shift kept: its texts print absolute
+        # exponents), then divide by the common divisor
+        shifts = [_base(offsets, i, visible[i]) if kinds[i] == "ok" else Fraction(0)
+                  for i in range(R)]
         for k, rows in enumerate(coords):
-            rows = [[a - low for a in row] if row else row
-                    for row, low in ((r, min(r) if r else 0) for r in rows)]
+            lows = [min(r) if r else 0 for r in rows]
+            for i, low in enumerate(lows):
+                if low:
+                    shifts[i] = shifts[i] + _term(gens[k][1], low * gens[k][0])
+            rows = [[a - low for a in row] if row else row for row, low in zip(rows, lows)]
             g = _gcd_all(a for row in rows for a in row)
             if g > 1:
                 rows = [[a // g for a in row] for row in rows]
@@ -214,6 +232,8 @@ class Terms:
                              "distinct ALiBi slopes in one block")
         self.generators = gens
         self.paired = len(gens) > 1
+        self._shifts = shifts
+        self._first = None
         self._exps = [list(zip(*[coords[k][i] for k in range(len(coords))])) for i in range(R)]
         self._classes: dict = {}
         self._squares: dict = {}
@@ -287,19 +307,6 @@ class Terms:
         return [arb(fmpq_of(c)) * (1 if atom is None else atom_ball(atom))
                 for c, atom in self.generators]
 
-    def generator_exponents(self) -> list:
-        """The generators' exponents ``c * atom`` as sympy numbers (t = exp of the first)."""
-        import sympy
-        out = []
-        for c, atom in self.generators:
-            x = sympy.Rational(c.numerator, c.denominator)
-            if isinstance(atom, Pow2):
-                x *= sympy.Integer(2) ** sympy.Rational(atom.f.numerator, atom.f.denominator)
-            elif atom is not None:
-                x /= sympy.sqrt(sympy.Rational(atom.numerator, atom.denominator))
-            out.append(x)
-        return out
-
     # -- numeric -------------------------------------------------------------------
     def shares(self, prec: int) -> list:
         """Per row, the ``arb`` balls of its shares over :meth:`visible` (None for zero/NaN
@@ -339,6 +346,51 @@ class Terms:
             self._balls.pop(min(self._balls))
         self._balls[prec] = out
         return out
+
+    def part_text(self, key, num) -> str:
+        """``N / Z^2`` of class ``key`` in the forward's ``exp(...)`` form, every exponent
+        absolute (the row's shift put back): ``M/(Z)`` when Z divides N, as the forward writes
+        a share or an output, else ``N/(Z)^2`` with the squared normaliser kept factored.
+
+        >>> import numpy as np
+        >>> terms = Terms(np.array([[2, 1]]), 1, np.ones((1, 2), dtype=bool), None, None, "zero")
+        >>> key = terms.class_of(0)
+        >>> terms.part_text(key, terms.poly({(1,): 2})), terms.part_text(key, terms.normaliser(key) * terms.poly({(1,): 1}))
+        ('2*exp(3)/(exp(1) + exp(2))^2', 'exp(2)/(exp(1) + exp(2))')
+        """
+        z = self.normaliser(key)
+        m, r = divmod(num, z)
+        i = self._class_rows().get(key)
+        num, shifts, power = (m, 1, "") if r.is_zero() else (num, 2, "^2")
+        top = self._sum_text(i, num, shifts)
+        return f"{f'({top})' if len(num) > 1 else top}/({self._sum_text(i, z, 1)}){power}"
+
+    def _class_rows(self) -> dict:
+        """The first row of each class (whose shift the class's texts use)."""
+        if self._first is None:
+            self._first = {}
+            for i, key in enumerate(self._class_of):
+                self._first.setdefault(key, i)
+        return self._first
+
+    def _sum_text(self, i, poly, shifts: int) -> str:
+        """``sum c t^e`` as ``sum c exp(x)``: x the exact exponent of the monomial in row i,
+        the row's shift counted ``shifts`` times (``N`` over ``Z^2`` is of degree 2 in it)."""
+        items = []
+        for exps, c in poly.terms():
+            x = Fraction(0) if i is None else self._shifts[i] * shifts
+            for (f, atom), a in zip(self.generators, exps):
+                if a:
+                    x = x + _term(atom, int(a) * f)
+            x = _plain(x)
+            if isinstance(x, Surd):
+                basis, (e,) = align([x])
+                with working_precision(128):
+                    order = arb_to_fraction(real_ball(x, 128).mid())
+            else:
+                basis, e, order = (), (x,), x
+            items.append((order, exponent_text(basis, e), fraction_of(c)))
+        return sum_text(items)
 
     def generator_text(self) -> str:
         """``t = exp(1/16)`` (and ``u = ...``): what the polynomials' variables stand for.

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..numbers.digits import arb_to_fraction, certify, enclosure_sign, fraction_text, round_fraction, tighten
+from ..numbers.digits import arb_to_fraction, enclosure_sign, fraction_text, tighten
 from ..errors import ExactAttnError, InputError, Undecided
 from ..numbers.real import Real
+from ..options import check_choice
 from ..numbers.exact import fmpq_of, fraction_of
 
 __all__ = ["GradValue", "MAX_TERMS", "ONE", "ZERO_PREC"]
@@ -53,6 +54,8 @@ MAX_TERMS = 10 ** 6
 TEXT_DEGREE = 4096
 #: the atom of the constant 1
 ONE = ("one",)
+#: the printed forms of a value: the forward's ``exp(...)`` form, or over the generators
+TEXT_STYLES = ("exp", "generators")
 
 
 def _rational(x) -> bool:
@@ -72,7 +75,9 @@ class GradValue(Real):
     >>> g = gradients([[1]], [[0], [1]], [[0], [1]], [[1]], Policy(scale="none"))
     >>> v = g.dV[1][0]                       # e/(1 + e)
     >>> v.text(), v.decimal(6), v > Fraction(1, 2), (v + g.dV[0][0]).rational()
-    ('t/(t + 1) where t = exp(1)', '0.731059', True, Fraction(1, 1))
+    ('exp(1)/(1 + exp(1))', '0.731059', True, Fraction(1, 1))
+    >>> v.text(style="generators")
+    't/(t + 1) where t = exp(1)'
     """
 
     __slots__ = ("block", "recipe", "scaled", "_parts", "_rational", "_zero", "_hash")
@@ -184,21 +189,6 @@ class GradValue(Real):
                 q1 = self._at_one()
                 q = q1 if (self - q1).is_zero() else None
         self._rational = q
-        return q
-
-    def is_rational(self) -> bool:
-        return self.rational() is not None
-
-    def as_fraction(self) -> Fraction:
-        """The value as a ``Fraction``.
-
-        Raises:
-            InputError: the value is irrational or NaN.
-        """
-        q = self.rational()
-        if q is None:
-            raise InputError(f"value must be rational to be a Fraction (got {self.text()}); "
-                             "use .decimal(places) or .ball(prec)")
         return q
 
     # -- numeric ------------------------------------------------------------------
@@ -320,15 +310,6 @@ class GradValue(Real):
             return b.mid() if b.rad() * 2 ** 64 < abs(b.mid()) else None
         return float(arb_to_fraction(tighten(step, 64)))
 
-    def decimal(self, places: int) -> str:
-        """Correctly rounded decimal at ``places`` places (``nan`` for NaN); always terminates."""
-        if self.nan:
-            return "nan"
-        q = self.rational()
-        if q is not None:
-            return round_fraction(q, places)
-        return certify(self.ball, places, compare=self._minus_sign)
-
     # -- arithmetic -----------------------------------------------------------------
     def _combine(self, other, sign: int) -> "GradValue":
         if _rational(other):
@@ -374,39 +355,19 @@ class GradValue(Real):
     __rmul__ = __mul__
 
     # -- views ----------------------------------------------------------------------
-    def exact(self):
-        """A ``Fraction`` when rational, else the sympy closed form."""
-        q = self.rational()
-        return q if q is not None else self.closed_form()
-
     def closed_form(self):
-        """The sympy closed form ``s (c + sum_k N_k(t) / Z_k(t)^2)`` with t (and u) written out."""
+        """The sympy closed form: :meth:`text` read by sympy (every number in it exact)."""
         import sympy
-        if self.nan:
-            return sympy.nan
-        terms = self.block.terms
-        gens = [sympy.exp(x) for x in terms.generator_exponents()]
+        return sympy.sympify(self.text().replace("^", "**"))
 
-        def to_sympy(poly):
-            out = sympy.Integer(0)
-            for exps, coef in poly.terms():
-                c = fraction_of(coef)
-                mono = sympy.Rational(c.numerator, c.denominator)
-                for g, e in zip(gens, exps):
-                    mono *= g ** int(e)
-                out += mono
-            return out
-        const, parts = self.parts()
-        value = sympy.Rational(const.numerator, const.denominator)
-        for key, num in parts.items():
-            value += to_sympy(num) / to_sympy(terms.normaliser(key)) ** 2
-        if self.scaled:
-            D = self.block.irrational_scale
-            value = value / sympy.sqrt(sympy.Rational(D.numerator, D.denominator))
-        return value
-
-    def text(self) -> str:
-        """A closed form without sympy: ``1/2``, or ``(N)/(Z)^2 + ...`` with t spelled out."""
+    def text(self, style: str = "exp") -> str:
+        """The closed form without sympy: a rational as itself (``1/2``); by default in the
+        forward's ``exp(...)`` form, each ``N/Z^2`` with its squared normaliser kept factored
+        (``2*exp(1)/(1 + exp(1))^2``) and a share or an output written as the forward writes
+        it (``exp(1)/(1 + 2*exp(1))``); ``style="generators"``: polynomials in the generators
+        with ``where t = ...`` (``(2*t)/(t + 1)^2 where t = exp(1)``), shorter over a whole
+        table of one call."""
+        check_choice(style, "style", TEXT_STYLES)
         if self.nan:
             return "nan"
         q = self.rational()
@@ -416,6 +377,9 @@ class GradValue(Real):
         terms = self.block.terms
         pieces = [fraction_text(const)] if const else []
         for key, num in parts.items():
+            if style == "exp":
+                pieces.append(terms.part_text(key, num))
+                continue
             z = terms.normaliser(key)
             den = terms.normaliser_squared(key)
             if max(num.total_degree(), den.total_degree()) <= TEXT_DEGREE:
@@ -423,10 +387,13 @@ class GradValue(Real):
                 num, den = num / g, den / g
             below = f"{_paren(z)}^2" if den == z * z else _paren(den)
             pieces.append(f"{_paren(num)}/{below}")
-        body = " + ".join(pieces)
+        body = pieces[0]
+        for piece in pieces[1:]:
+            body += f" - {piece[1:]}" if style == "exp" and piece.startswith("-") else \
+                f" + {piece}"
         if self.scaled:
             body = f"({body})/sqrt({self.block.irrational_scale})"
-        return f"{body} where {terms.generator_text()}"
+        return body if style == "exp" else f"{body} where {terms.generator_text()}"
 
     def __repr__(self) -> str:
         return f"GradValue({self.text()})"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .digits import certify, fraction_text, round_fraction
+from .digits import fraction_text
 from ..errors import InputError
 from .exponents import ExpPoly, sum_text
 from .exact import fmpq_of
@@ -77,21 +77,6 @@ class ExpRatio(Real):
                 return None
         return q
 
-    def is_rational(self) -> bool:
-        return self.rational() is not None
-
-    def as_fraction(self) -> Fraction:
-        """The value as a ``Fraction``.
-
-        Raises:
-            InputError: the value is irrational (transcendental) or NaN.
-        """
-        q = self.rational()
-        if q is None:
-            raise InputError(f"value must be rational to be a Fraction (got {self.text()}); "
-                             "use .decimal(places) or .ball(prec)")
-        return q
-
     def _polys(self) -> tuple[ExpPoly, ExpPoly]:
         row = self.row
         return row.poly(self.numerators), row.poly(row.counts)
@@ -146,13 +131,6 @@ class ExpRatio(Real):
     def _nan(self) -> bool:
         return self.row.nan
 
-    def __float__(self) -> float:
-        """The nearest binary64 float (via a certified 20-digit decimal); nan for a NaN row."""
-        if self.row.nan:
-            return float("nan")
-        q = self.rational()
-        return float(q) if q is not None else float(self.decimal(20))
-
     # -- arithmetic over one normaliser ----------------------------------------
     def __add__(self, other):
         """``self + other`` exactly, for a rational other or an ExpRatio over the same normaliser.
@@ -201,11 +179,6 @@ class ExpRatio(Real):
         return (-self) + other
 
     # -- views ---------------------------------------------------------------
-    def exact(self):
-        """The exact value: a ``Fraction`` when rational, else a sympy expression."""
-        q = self.rational()
-        return q if q is not None else self.closed_form()
-
     def closed_form(self):
         """The sympy closed form, written with the scaled scores (not the gaps)."""
         import sympy
@@ -250,20 +223,6 @@ class ExpRatio(Real):
         for g, a in self.numerators.items():
             num += arb(fmpq_of(Fraction(a))) * balls[g]
         return num / den
-
-    def decimal(self, places: int) -> str:
-        """Correctly rounded decimal at ``places`` places ("nan" for a NaN row).
-
-        Always terminates: rationals round exactly (ties to even); any other
-        value is decided from enclosures, or, when it lies extremely close to
-        a rounding boundary, by the exact sign of its distance to it.
-        """
-        if self.row.nan:
-            return "nan"
-        q = self.rational()
-        if q is not None:
-            return round_fraction(q, places)
-        return certify(self.ball, places, compare=self._compare)
 
     def __repr__(self) -> str:
         return f"ExpRatio({self.text()})"

@@ -24,6 +24,7 @@ equals nothing, itself included).
 from __future__ import annotations
 
 from ..errors import InputError
+from .digits import certify, round_fraction
 
 __all__ = ["Real"]
 
@@ -32,12 +33,55 @@ class Real:
     """The comparison and hash of an exact value, from ``_order``, ``_nan`` and ``rational``.
 
     Subclasses define ``_order(other)`` (-1, 0, 1 or ``NotImplemented``),
-    ``rational()`` and ``decimal(places)``; they may refine ``_nan()`` (False),
-    ``_equals(other)`` (``_order(other) == 0``: a faster test of equality) and
+    ``rational()`` and ``ball(prec)``; they may refine ``_nan()`` (False),
+    ``_equals(other)`` (``_order(other) == 0``: a faster test of equality),
+    ``_minus_sign(q)`` (``sign(self - q)`` for a rational q: ``_order``) and
     ``_hash_value()``.  A ``_hash`` slot, when the subclass has one, caches the hash.
+    The conversions follow: :meth:`decimal`, ``float()``, :meth:`as_fraction`,
+    :meth:`is_rational`, :meth:`exact` (with the subclass's ``closed_form()``).
     """
 
     __slots__ = ()
+
+    def _minus_sign(self, q) -> int:
+        return self._order(q)
+
+    def decimal(self, places: int) -> str:
+        """Correctly rounded decimal at ``places`` places (``nan`` for NaN); always terminates:
+        rationals round exactly (ties to even), any other value from enclosures or, on a
+        rounding boundary's doorstep, by the exact sign of its distance to it."""
+        if self._nan():
+            return "nan"
+        q = self.rational()
+        return round_fraction(q, places) if q is not None else \
+            certify(self.ball, places, compare=self._minus_sign)
+
+    def __float__(self) -> float:
+        """The nearest binary64 float (via a certified 20-digit decimal); nan for NaN."""
+        if self._nan():
+            return float("nan")
+        q = self.rational()
+        return float(q) if q is not None else float(self.decimal(20))
+
+    def is_rational(self) -> bool:
+        return self.rational() is not None
+
+    def as_fraction(self):
+        """The value as a ``Fraction``.
+
+        Raises:
+            InputError: the value is irrational (transcendental) or NaN.
+        """
+        q = self.rational()
+        if q is None:
+            raise InputError(f"value must be rational to be a Fraction (got {self.text()}); "
+                             "use .decimal(places) or .ball(prec)")
+        return q
+
+    def exact(self):
+        """The exact value: a ``Fraction`` when rational, else a sympy expression."""
+        q = self.rational()
+        return q if q is not None else self.closed_form()
 
     def _order(self, other):  # pragma: no cover - every subclass defines it
         raise NotImplementedError

@@ -567,13 +567,6 @@ class Surd(Real):
         return hash(self.p) if len(form) == 1 else hash(("Surd", form))
 
     # -- views ---------------------------------------------------------------
-    def decimal(self, places: int) -> str:
-        from .digits import certify, round_fraction
-        q = self.rational()
-        if q is not None:
-            return round_fraction(q, places)
-        return certify(self.ball, places, compare=self._order)
-
     def text(self) -> str:
         from .digits import fraction_text
         parts = []
@@ -612,9 +605,6 @@ class Surd(Real):
             else:
                 x += c / sympy.sqrt(sympy.Rational(atom.numerator, atom.denominator))
         return x
-
-    def __float__(self) -> float:
-        return float(self.decimal(20))
 
     def __repr__(self) -> str:
         return f"Surd({self.text()})"

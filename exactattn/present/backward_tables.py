@@ -61,6 +61,11 @@ def _texts(values) -> list:
     return [[v.text() for v in r] for r in values]
 
 
+def _over(value, gen: str) -> str:
+    """A value over the generators, their ``where`` left to the table's note (which says it once)."""
+    return value.text(style="generators").removesuffix(f" where {gen}")
+
+
 def backward_sections(example, hg, places: int, *, closed_forms: bool = False) -> list[Section]:
     """The backward walkthrough of ``example`` from its :class:`HeadGradients` ``hg``.
 
@@ -109,8 +114,8 @@ def backward_sections(example, hg, places: int, *, closed_forms: bool = False) -
                      f"{g.dsink.decimal(places)}")
     out.append(Section("backward/dS", "dS = P * (dP - D); every row sums to 0", h, rows, notes,
                        {"exact": _texts(dS)} if closed_forms else {}))
-    forms = [[f"D_{i + 1}", D[i].text()] for i in range(n)]
-    forms += [[f"dS_{i + 1},{j + 1}", dS[i][j].text()] for i in range(n) for j in range(S)
+    forms = [[f"D_{i + 1}", _over(D[i], gen)] for i in range(n)]
+    forms += [[f"dS_{i + 1},{j + 1}", _over(dS[i][j], gen)] for i in range(n) for j in range(S)
               if dS[i][j].nan or not dS[i][j].is_zero()]
     out.append(Section("backward/forms", "Closed forms of D and of the non-zero dS",
                        ["value", "closed form"], forms, [f"{gen}; dS_ij = 0 where not listed"]))

@@ -53,6 +53,7 @@ MATH_COMMANDS = {"frac", "sqrt", "approx", "infty", "times", "left", "right", "t
     ("[7.7470, 8.4678]", "$[7.7470, 8.4678]$"),
     ("(2*t^16 + 3)/(4*t^16 + 4) where t = exp(1/16)",
      r"$\frac{2 t^{16} + 3}{4 t^{16} + 4}$ where $t = e^{\frac{1}{16}}$"),
+    ("2*exp(1)/(1 + exp(1))^2", r"$\frac{2 e^{1}}{\left(1 + e^{1}\right)^{2}}$"),   # a gradient
     ("masked", "masked"),
     ("sees no key", "sees no key"),
     ("0.5800 at key 1", "0.5800 at key 1"),

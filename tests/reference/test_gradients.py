@@ -137,7 +137,7 @@ def test_sympy_diff_irrational_scale_with_offsets_uses_two_generators():
     g = check_against_sympy([[1, 0], [1, 1]], [[1, 2], [0, 1]], [[1], [2]], [[1], [1]],
                             scale_text="default", offsets=offsets)
     assert g.terms.paired and len(g.terms.generators) == 2
-    assert "u = exp(1/6)" in g.dV[0][0].text()
+    assert "u = exp(1/6)" in g.dV[0][0].text(style="generators")
 
 
 def _symbol_matrix(name, rows, cols, values, sub):
@@ -248,8 +248,8 @@ def test_shift_invariance_a_row_constant_offset_changes_nothing():
     shifted = gradients(Q, K, V, dO, Policy(scale="1/3"),
                         Mask("additive", [["5/7", "5/7", "5/7"], [-2, -2, -2]]))
     for name in ("dQ", "dK", "dV", "dS"):
-        assert [[v.text() for v in r] for r in plain.matrix(name)] == \
-            [[v.text() for v in r] for r in shifted.matrix(name)]
+        assert [[v.text(style="generators") for v in r] for r in plain.matrix(name)] == \
+            [[v.text(style="generators") for v in r] for r in shifted.matrix(name)]
 
 
 def test_a_rational_value_exactly_on_a_rounding_boundary_rounds_to_even():

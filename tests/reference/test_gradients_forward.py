@@ -97,8 +97,10 @@ def test_the_issues_sink_case_has_the_forward_shares_and_the_right_dq():
         ["0.326358", "0.371576", "0.302066"]
     assert [g.value("P", 1, j).decimal(6) for j in range(3)] == \
         ["0.156939", "0.318290", "0.524771"]
-    assert g.value("P", 0, 0).text() == \
+    assert g.value("P", 0, 0).text(style="generators") == \
         "t/(t + u + v) where t = exp(1/sqrt(3)), u = exp(1/2), v = exp(1/sqrt(2))"
+    assert g.value("P", 0, 0).text() == \
+        "exp(1/sqrt(3))/(exp(1/2) + exp(1/sqrt(3)) + exp(1/sqrt(2)))"     # as the forward prints it
     P, O, dS, dQ = mp_backward(Q1, K1, V1, DO1, sink=F(1, 2))
     for places in PLACES:
         for name, want in (("P", P), ("dS", dS)):
@@ -301,7 +303,8 @@ def test_a_share_and_the_backwards_p_of_it_are_one_value():
     ref = Reference(call)
     g = ref.gradients([[1], [1]])
     share, p = ref.share(0, 0, 0, 0), g.value("P", 0, 0, 0, 0)
-    assert (share.text(), p.text()) == ("exp(1)/(1 + 2*exp(1))", "(2*t)/(4*t + 2) where t = exp(1)")
+    assert share.text() == p.text() == "exp(1)/(1 + 2*exp(1))"
+    assert p.text(style="generators") == "(2*t)/(4*t + 2) where t = exp(1)"
     assert share == p and p == share and not share != p and share <= p and not share < p
     assert p > ref.share(0, 0, 0, 1) and ref.share(0, 0, 0, 1) < p
     assert ref.output(0, 0, 0, 0) == g.value("O", 0, 0, 0, 0) > g.value("O", 0, 0, 1, 0)
@@ -310,3 +313,33 @@ def test_a_share_and_the_backwards_p_of_it_are_one_value():
     with pytest.raises(InputError, match="^values must be of kinds that compare exactly "
                                          r"\(got ExpRatio and LogSumExp\); compare"):
         share == ref.lse(0, 0, 0)
+
+
+@pytest.mark.parametrize("policy, additive", [
+    (Policy(scale="none", alibi=Alibi(12), head=8, causal=True), False),
+    (Policy(), True), (Policy(scale="1"), False), (Policy(sink=F(1, 3)), True),
+    (Policy(alibi=Alibi(4), head=1), True), (Policy(causal=True, empty_row="uniform"), False),
+])
+def test_the_backward_prints_in_the_forwards_form(policy, additive):
+    """P and O print exactly as the forward's shares and outputs; every gradient's exp(...)
+    text, read by sympy, is its value (to 22 places)."""
+    import sympy
+    q = [[F(1), F(-1, 2)], [F(0), F(3, 4)], [F(2), F(1, 3)]]
+    k = [[F(1, 2), F(1)], [F(-1), F(2, 3)], [F(0), F(-3, 2)]]
+    v = [[F(1)], [F(-2)], [F(3, 2)]]
+    mask = [["1/2", "0", "-1/3"], ["0", "-inf", "2"], ["1", "1/3", "0"]] if additive else None
+    call = Call(q, k, v, mask, mask_kind="additive", policy=policy) if additive else \
+        Call(q, k, v, policy=policy)
+    ref = Reference(call)
+    g = ref.gradients([[1], [F(-1, 2)], [2]])
+    for i in range(3):
+        assert [ref.share(0, 0, i, j).text() for j in range(3)] == \
+            [g.value("P", 0, 0, i, j).text() for j in range(3)]
+        assert ref.output(0, 0, i, 0).text() == g.value("O", 0, 0, i, 0).text()
+    block = g.blocks[(0, 0)]
+    for name in ("dQ", "dK", "dV", "dS", "D"):
+        for value in (x for r in block.matrix(name) for x in (r if isinstance(r, list) else [r])):
+            text = value.text()
+            assert "where" not in text and "t" not in text.replace("sqrt", "")
+            got = sympy.N(sympy.sympify(text.replace("^", "**")), 30)
+            assert abs(got - sympy.Float(value.decimal(25), 30)) < sympy.Float("1e-22"), text

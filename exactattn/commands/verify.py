@@ -300,7 +300,8 @@ def _inputs(args):
 
 def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
     from ..call.spec import problem_text
-    from ..verify import report_sections, search
+    from ..testing.report import report_sections
+    from ..verify import search
     from ..call.limits import check_search
     from ..verify.search import HARD_SCORE
     if len(dtypes) != 1:
@@ -320,7 +321,7 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
                    max_ulps=args.max_ulps, heads=args.heads, kv_heads=args.kv_heads, **bounds)
     if args.backward:       # the same search, scored by the backward check
         from ..verify.backward import search_backward
-        from ..verify.report import backward_sections
+        from ..testing.report import backward_sections
         res = search_backward(impl, dtypes[0], policy, **options)
         sections = backward_sections([res.report], worst=args.worst, digits=args.digits,
                                      timings=args.timings)
@@ -380,7 +381,8 @@ def _run_blocks(args) -> int:
 
 
 def run(args) -> int:
-    from ..verify import flop_counts, load_impl, report_sections, verify
+    from ..testing.report import report_sections
+    from ..verify import flop_counts, load_impl, verify
     _refuse_misplaced(args)
     if args.memory is not None:
         return _run_blocks(args)
@@ -477,7 +479,7 @@ def _outputs(problem) -> int:
 def _run_backward(args, impl, problem, dtypes, notes) -> int:
     """``verify --backward``: dQ, dK, dV of each dtype against the exact gradients."""
     from ..verify.backward import verify_backward
-    from ..verify.report import backward_sections
+    from ..testing.report import backward_sections
     from ..present.stream import busy
     reports = []
     for dt in dtypes:
@@ -494,7 +496,7 @@ def _run_backward(args, impl, problem, dtypes, notes) -> int:
 
 def _run_split(args, impl, problem, dtypes, notes) -> int:
     """``verify --split-merge``: each key block's (output, lse) and their merge, row by row."""
-    from ..verify.report import split_sections
+    from ..testing.report import split_sections
     from ..verify.split import cut_lengths, load_merge, verify_split
     from ..present.stream import busy
     if getattr(args, "spec_lse", None) == "2":

@@ -16,4 +16,4 @@
 from .presets import ARCHS, NameMap, load_layer, preset
 from .weights import read_tensors
 
-__all__ = ["ARCHS", "NameMap", "load_layer", "preset", "read_tensors"]
+__all__ = ["NameMap", "load_layer", "preset", "read_tensors"]

@@ -55,16 +55,13 @@ from ..numbers.digits import certify, format_scaled, round_fraction, working_pre
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import tolerance
-from ..verify.compare import decide, judge
+from ..verify.compare import decide, enclosures, judge
 from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
                                ulp_indices)
 from ..call.inputs import Call
 from ..reference.enclose import block_balls
 from ..reference.reference import Reference
 from .presets import layer_arrays, preset
-
-__all__ = ["DTYPE", "Drift", "GroupCheck", "HeadCheck", "LayerCheck", "PREC", "check_layer",
-           "check_layers", "default_jobs", "significant"]
 
 #: the model's dtype: every comparison counts ULPs of float32
 DTYPE = "float32"
@@ -102,22 +99,6 @@ class GroupCheck:
     decimals: dict | None = None
 
 
-def _enclosed(balls) -> tuple:
-    """``(mid, rad)``: float64 enclosures ``[mid - rad, mid + rad]`` of ``arb`` balls (an object
-    array; None or not finite: ``rad`` inf).  The midpoint's rounding to float64 is added to
-    the radius (a 30-bit magnitude, converted exactly, widened by 2^-40 all the same), unless
-    the ball is a float64 point."""
-    from flint import arb
-    flat = balls.reshape(-1).tolist()
-    live = [b is not None and b.is_finite() for b in flat]
-    mid = np.array([float(b.mid()) if f else 0.0 for b, f in zip(flat, live)])
-    rad = np.array([float(b.rad()) if f else math.inf for b, f in zip(flat, live)])
-    point = [f and r == 0 and arb(m) == b.mid() for b, f, m, r in zip(flat, live, mid.tolist(),
-                                                                       rad.tolist())]
-    rad = np.where(point, 0.0, rad * (1 + 2.0 ** -40) + np.spacing(np.abs(mid)) + 2.0 ** -1074)
-    return mid.reshape(balls.shape), rad.reshape(balls.shape)
-
-
 def decimal_index(lo, hi, places: int):
     """``round(x 10^places)`` for every ``x`` in ``[lo, hi]`` (float64 arrays) where one integer
     is that for all of them, else NaN.  Decided in float64 with a margin: ``a = fl(lo 10^p)``
@@ -150,7 +131,7 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
     other entry is judged by it.  The certified decimals at ``places``: from the enclosures
     where they decide the rounding (:func:`decimal_index`), else
     :func:`~exactattn.numbers.digits.certify`."""
-    mid, rad = _enclosed(balls)
+    mid, rad = enclosures(balls)
     status, _, ulps, rel, terms = decide(got, mid, rad, mags, fmt, budget, slack=0.0)
     codes = np.zeros(got.shape, dtype=np.int8)
 
@@ -326,7 +307,7 @@ def _projected(ref: Reference, balls, w_o, b_o, rows: bool, after, fmt, budget: 
             arb_mat(fmpq_mat(fmpz_mat(ints.tolist())) * fmpq(1, den))
         P += arb_mat(n, len(b), [arb(float(e)) for e in b] * n)
     out = np.array(P.entries(), dtype=object).reshape(n, len(b))
-    mags = np.abs(round_array(_enclosed(heads)[0], fmt)) @ np.abs(W) + np.abs(b)   # sizes
+    mags = np.abs(round_array(enclosures(heads)[0], fmt)) @ np.abs(W) + np.abs(b)   # sizes
 
     def exact(i, d):
         column, cd = float_ints(W[:, d])

@@ -18,9 +18,6 @@ from ..engines.layer import Layer
 from .presets import load_layer, preset
 from .weights import exact_matrix, read_tensors
 
-__all__ = ["TOKEN_TEXTS", "ModelHead", "load_model_head", "read_token_texts", "read_tokens",
-           "save_token_texts"]
-
 #: the file beside saved inputs that names their tokens (``model check --save-inputs``)
 TOKEN_TEXTS = "tokens.json"
 

@@ -33,9 +33,6 @@ from ..engines.head import Head
 from ..engines.layer import Layer
 from .weights import Tensors, exact_matrix, exact_row, names_hint
 
-__all__ = ["ARCHS", "NameMap", "heads_from_config", "layer_arrays", "load_head", "load_layer",
-           "preset", "rope_from_config"]
-
 
 @dataclass(frozen=True)
 class NameMap:

@@ -14,8 +14,6 @@ from ..present.render import Section, number_cell, plural, printable
 from ..numbers.formats import scientific_text, shortest_repr
 from .check import DTYPE, GroupCheck, LayerCheck
 
-__all__ = ["check_sections", "result_line", "scientific", "worst_data"]
-
 
 def scientific(decimal: str) -> str:
     """A certified decimal written ``d.ddde-XX`` with the same digits (presentation only).

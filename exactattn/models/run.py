@@ -52,8 +52,6 @@ from ..engines.layer import Layer
 from .presets import load_head, load_layer, rope_from_config
 from .weights import Tensors, tensors_from_state_dict
 
-__all__ = ["IMPLEMENTATIONS", "MODELS", "LayerCapture", "ModelRun", "run_model"]
-
 MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny", "llama-tiny")
 IMPLEMENTATIONS = ("eager", "sdpa")
 #: the tiny GPT-2: small enough for a test, causal, with a fixed seed

@@ -20,9 +20,6 @@ from fractions import Fraction
 
 from ..errors import InputError, ShapeError, shorten
 
-__all__ = ["FLOAT_DTYPES", "Tensors", "exact_matrix", "exact_row", "read_tensors",
-           "tensors_from_state_dict"]
-
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 

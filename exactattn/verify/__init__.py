@@ -25,7 +25,8 @@ The modules, in the order data flows through them:
   a kernel's blocks and merge run on a whole call (``verify --split-merge``);
 * :mod:`~exactattn.call.limits`: how much one check or search may read, hold
   and take, estimated before it starts (one place for every limit);
-* :mod:`~exactattn.verify.report`: :func:`report_sections`, the tables.
+* :mod:`exactattn.testing.report`: :func:`~exactattn.testing.report.report_sections`, the
+  tables (built beside the renderer's layer, which verify does not import).
 
 Spec files (JSON or TOML) are read and written by :mod:`exactattn.call.spec`
 (``load_problem``, ``problem_text``).
@@ -49,12 +50,8 @@ from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, certified_scientifi
 from .impls import (FloatCall, FunctionImpl, Impl, ImplRaised, NumpyImpl, TorchImpl, flop_counts,
                     load_impl)
 from ..reference.reference import Reference
-from .report import report_sections
 from .search import SearchResult, search
 from .split import check_split_merge, verify_split
 
-__all__ = ["DTYPES", "Entry", "FORMATS", "FloatCall", "FloatFormat", "FunctionImpl", "Impl",
-           "ImplRaised", "NumpyImpl", "Reference", "Report", "SearchResult", "TorchImpl",
-           "certified_scientific", "check_split_merge", "default_max_ulps", "float_format",
-           "flop_counts", "load_impl", "report_sections", "round_to_format", "search",
-           "shortest_repr", "ulp_index", "ulps_between", "verify", "verify_split"]
+__all__ = ["FunctionImpl", "Impl", "Reference", "SearchResult", "check_split_merge", "load_impl",
+           "round_to_format", "search", "verify", "verify_split"]

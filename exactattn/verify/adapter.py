@@ -68,9 +68,7 @@ from ..call.policy import (DEFAULT_SCALE, MASK_KINDS, POSITION_FIELDS, Alibi, Ma
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
-__all__ = ["ARRAYS", "Answer", "CONVENTIONS", "FloatCall", "FunctionImpl", "Impl", "ImplRaised",
-           "NUMPY_DTYPES", "bfloat16_hint", "call_scale", "check_dtype", "jax_array", "jax_scope",
-           "make_call", "numpy_array", "numpy_dtype", "policy_call", "read_answer", "torch_tensor"]
+__all__ = ["FunctionImpl"]
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 CONVENTIONS = ("sdpa", "mask")

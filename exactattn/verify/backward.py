@@ -47,8 +47,7 @@ from ..call.inputs import Call, reshaped, rounded_entries
 from ..reference.reference import Reference
 from ..gradients.calls import ExactGradients, d_out_array
 
-__all__ = ["BackwardEntry", "GRADS", "backward_tolerance", "exact_gradients", "random_d_out",
-           "search_backward", "verify_backward", "verify_gradients"]
+__all__ = ["search_backward", "verify_backward"]
 
 #: the gradients a backward check compares, in report order
 GRADS = ("dQ", "dK", "dV")

@@ -44,8 +44,6 @@ from ..errors import InputError, shorten
 from .adapter import FloatCall, FunctionImpl, Impl, ImplRaised, read_answer
 from .impls import load_impl
 
-__all__ = ["BACKWARD_IMPLS", "BackwardImpl", "BackwardOf", "FunctionBackward", "load_backward"]
-
 BACKWARD_IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn", "jax")
 
 

@@ -27,7 +27,7 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, shorten
 from ..options import check_choice, check_whole
-from .compare import Comparison, decide, judge
+from .compare import Comparison, decide, enclosures, judge, ulp_unit
 from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, default_max_ulps, float_format,
                                round_to_format)
 from .adapter import check_dtype
@@ -37,8 +37,7 @@ from ..call.limits import check_work
 from ..call.inputs import Call, call_floats, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["MAX_SINK", "Deferred", "Entry", "Report", "bulk_report", "check_scale", "cleared", "check_sink", "judge_entries",
-           "logit_bound", "proved_tolerance", "tolerance", "verify", "verify_floats", "verify_outputs"]
+__all__ = ["Report", "verify", "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
 #: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))
@@ -351,9 +350,7 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
         enclose_outputs(q, k, v, policy, keep, offsets, arith=arith)[1:3]
     most = min(2 * ulp_index(math.inf, fmt), 1 << 62)     # every float of the format
     with np.errstate(invalid="ignore", over="ignore"):
-        _, e = np.frexp(mag * (1 - 2.0 ** -30))
-        unit = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
-                              - fmt.precision + 1).astype(np.int32))
+        unit = ulp_unit(mag * (1 - 2.0 ** -30), fmt)
         t = np.ceil(rad * (1 + 2.0 ** -20) / unit + 0.5)
     void = int((~(np.isfinite(t) & (t < most))).sum())
     tol = np.where(np.isfinite(t) & (t < most), t, most if fallback is None else fallback)
@@ -482,18 +479,15 @@ def verify(impl, call: Call, dtype: str = "float32", *,
                                                      accumulation=accumulation)
     if report is not None:
         acc = None if report.bound is None else accumulation
-        probed, spent = _bulk_probes(impl, rounded_call, floats, probes, dtype,
-                                     report.max_ulps, prec, want, acc) or \
-            _probe_runs(impl, rounded_call, probes, dtype, float_format(dtype), report.max_ulps,
-                        prec, want, lse, acc)
+        probed, spent = _probe_runs(impl, rounded_call, probes, dtype, report.max_ulps, prec,
+                                    want, None, acc, floats)
         seconds = {"impl": t1 - t0 + spent["impl"], "exact": report.seconds["exact"] +
                    spent["exact"], "compare": report.seconds["compare"]}
         return replace(report, moved_inputs=moved, probes=probed, seconds=seconds)
     return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
                    raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
-                   run_probes=lambda fmt, tol, acc: _probe_runs(impl, rounded_call, probes,
-                                                                dtype, fmt, tol, prec, want,
-                                                                lse, acc),
+                   run_probes=lambda tol, acc: _probe_runs(impl, rounded_call, probes, dtype,
+                                                           tol, prec, want, lse, acc),
                    accumulation=accumulation)
 
 
@@ -764,7 +758,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     implementation raised: every output a hard failure) against ``ref``, the exact answer
     of ``call``, of :func:`verify` and :func:`verify_outputs`: the outputs judged by
     :func:`judge_entries`, the notes, the log-sum-exp (``lse``, ``got_lse``) and the probes
-    (``run_probes(fmt, tol, accumulation)`` gives the probe runs and their seconds, proved
+    (``run_probes(tol, accumulation)`` gives the probe runs and their seconds, proved
     tolerances when ``accumulation`` is not None; None: no probes)."""
     fmt = float_format(dtype)
     sh = call.shape
@@ -780,7 +774,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt,
                           tol if each is None else 0, extra=each)
     probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
-        run_probes(fmt, tol, None if each is None else accumulation)
+        run_probes(tol, None if each is None else accumulation)
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every output counts as failed")
@@ -803,21 +797,14 @@ def cleared(got, balls, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool) 
     every other entry is left to :func:`judge` (``clear`` False, the arrays meaningless).
     ``magnitudes`` are the judge's own (float64, taken as exact).
     An enclosure holds its ball: the midpoint's rounding to float64 and the radius (a 30-bit
-    magnitude, converted exactly, widened by 2^-40 all the same) are added to it."""
-    from flint import arb
-    flat = balls.reshape(-1)
-    mid, rad = np.zeros(flat.shape), np.full(flat.shape, np.inf)
-    for i, b in enumerate(flat.tolist()):
-        if b is not None and b.is_finite():
-            m = float(b.mid())
-            mid[i] = m
-            rad[i] = float(b.rad()) * (1 + 2.0 ** -40) + (
-                0.0 if arb(m) == b.mid() else np.spacing(abs(m)) + 2.0 ** -1074)
+    magnitude, converted exactly, widened by 2^-40 all the same) are added to it
+    (:func:`~exactattn.verify.compare.enclosures`)."""
+    mid, rad = enclosures(balls)
     cap = np.asarray(max_ulps, dtype=object)     # past 2^62 (hostile scores): every count
     max_ulps = np.where(cap > 1 << 62, 1 << 62, cap).astype(np.int64)
     with np.errstate(invalid="ignore", over="ignore"):
         status, _, ulps, rel, terms = decide(np.asarray(got, dtype=np.float64),
-                                             mid.reshape(got.shape), rad.reshape(got.shape),
+                                             mid, rad,
                                              np.asarray(magnitudes, dtype=np.float64), fmt,
                                              max_ulps, at_terms, slack=0.0)
     return status == 0, ulps, rel, terms
@@ -916,14 +903,17 @@ def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: 
                             enclosed)[0]
 
 
-def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, tol: int,
-                prec: int, want: tuple, lse: str | None,
-                accumulation: str | None = None) -> tuple[list, dict]:
-    """Every probe of ``call`` run and judged (identity shares with
-    :func:`_share_allowance`; each output within its proved tolerance instead with an
-    ``accumulation``); and the seconds the implementation and the exact side took.
+def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int, want: tuple,
+                lse: str | None = None, accumulation: str | None = None,
+                floats: tuple | None = None) -> tuple[list, dict]:
+    """Every probe of ``call`` run through the implementation once and judged (identity
+    shares with :func:`_share_allowance`; each output within its proved tolerance instead
+    with an ``accumulation``); and the seconds the implementation and the exact side took.
 
-    The exact side is one reference of every probe's values side by side (one set of
+    Judged from float64 enclosures of every probe's outputs side by side
+    (:func:`_bulk_probes`) where the call's ``floats``
+    (:func:`~exactattn.call.inputs.sdpa_floats`) are given and they decide it, else on one
+    exact reference of every probe's values side by side (:func:`_exact_probes`: one set of
     exponentials for all of them).  An implementation that returns ``(output, lse)``
     (``lse`` given) is called the same way; the probes judge its outputs only (the
     log-sum-exp does not depend on the values)."""
@@ -931,47 +921,61 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, fmt: FloatFormat, t
     if not probes:
         return [], seconds
     plist = probe_values(call, probes)
+    V = None if floats is None else _float_values(plist)
+    got, raised, column = [], [], 0
+    for p in plist:
+        width = p.value.shape[3]
+        arrays = None if V is None else (floats[0], floats[1], V[..., column:column + width])
+        t = time.perf_counter()
+        answer, why = _run(impl, make_call(call.with_value(p.value), dtype, lse, arrays))
+        seconds["impl"] += time.perf_counter() - t
+        got.append(None if why is not None else reshaped(
+            answer.values, want[:3] + (width,), call.rank,
+            f"{impl.name}'s output on the {p.label} probe"))
+        raised.append(why)
+        column += width
+    runs = None if V is None or any(raised) else \
+        _bulk_probes(call, floats, plist, V, got, dtype, tol, prec, accumulation, seconds)
+    return runs or _exact_probes(call, plist, got, raised, want, dtype, tol, prec,
+                                 accumulation, seconds), seconds
+
+
+def _exact_probes(call: Call, plist: list, got: list, raised: list, want: tuple, dtype: str,
+                  tol: int, prec: int, accumulation: str | None, seconds: dict) -> list:
+    """The probes' outputs ``got`` judged by :func:`judge_entries` on one exact reference of
+    every probe's values side by side."""
     t = time.perf_counter()
     joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
     exact = joint.rounded_outputs(dtype, prec=prec)
-    seconds["exact"] = time.perf_counter() - t
-    allowance = _share_allowance(joint, exact[2]) if "identity" in probes else None
+    allowance = _share_allowance(joint, exact[2]) if any(p.name == "identity" for p in plist) \
+        else None
     proved = None if accumulation is None else \
         _probe_tolerance(call_floats(call), _float_values(plist), dtype, accumulation, tol)
     runs, column = [], 0
-    for p in plist:
-        t = time.perf_counter()
-        answer, raised = _run(impl, make_call(call.with_value(p.value), dtype, lse))
-        seconds["impl"] += time.perf_counter() - t
-        shape = want[:3] + (p.value.shape[3],)
-        got = None if raised is not None else \
-            reshaped(answer.values, shape, call.rank, f"{impl.name}'s output on the "
-                     f"{p.label} probe")
+    for p, g, why in zip(plist, got, raised):
         known = None if p.known(call.policy, 1.0) is None else \
             (lambda r, p=p: p.known(call.policy, r))
         extra = allowance if p.name == "identity" else None
         if proved is not None:
             extra = np.maximum(proved, tol + (0 if extra is None else np.asarray(extra)))
-        runs.append(ProbeRun(p, judge_entries(got, shape, exact, joint.output, joint, fmt,
+        runs.append(ProbeRun(p, judge_entries(g, want[:3] + (p.value.shape[3],), exact, joint.output, joint,
+                                              float_format(dtype),
                                               0 if proved is not None else tol,
                                               at_terms=False, column=column, known=known,
-                                              extra=extra), raised))
+                                              extra=extra), why))
         column += p.value.shape[3]
-    return runs, seconds
+    seconds["exact"] += time.perf_counter() - t
+    return runs
 
 
-def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol: int,
-                 prec: int, want: tuple, accumulation: str | None = None):
-    """:func:`_probe_runs` decided from float64 enclosures (:func:`bulk_judged`) of every
-    probe's outputs side by side, or None where they do not decide it (a row without a
-    bound, an identity allowance the enclosure does not fix, a probe run that raised)."""
+def _bulk_probes(call: Call, floats: tuple, plist: list, V, got: list, dtype: str, tol: int,
+                 prec: int, accumulation: str | None, seconds: dict) -> list | None:
+    """The probes' outputs ``got`` decided from float64 enclosures (:func:`bulk_judged`) of
+    every probe's outputs side by side (``V``: their values as float64), or None where they
+    do not decide it (a row without a bound, an identity allowance the enclosure does not
+    fix)."""
     from ..reference.bound import RowBalls, enclose_outputs
-    seconds = {"impl": 0.0, "exact": 0.0}
-    if not probes:
-        return [], seconds
-    fmt, plist = float_format(dtype), probe_values(call, probes)
-    t = time.perf_counter()
-    values, V = np.concatenate([p.value for p in plist], axis=3), _float_values(plist)
+    fmt, t = float_format(dtype), time.perf_counter()
     q, k, _, policy, keep, offsets, _ = floats
     mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets,
                                          arith=_with_kernel(dtype, accumulation))
@@ -980,7 +984,7 @@ def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol
         return None
     allowance, proved = None, _probe_tolerance(floats, V, dtype, accumulation, tol,
                                                (kernel, mag))
-    if "identity" in probes:      # _share_allowance at both ends of the shares' enclosures
+    if any(p.name == "identity" for p in plist):   # _share_allowance at both ends of the shares
         with np.errstate(divide="ignore", invalid="ignore"):
             ends = [np.ceil(2 * np.where(np.isfinite(g) & (g > 0), g, 0.0)).astype(np.int64)
                     for g in (-np.log(np.where(rad == 0, mid, np.nextafter(mid - rad, -np.inf))),
@@ -992,21 +996,12 @@ def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol
                 return None
             column += p.value.shape[3]
         allowance = ends[0]
+    values = np.concatenate([p.value for p in plist], axis=3)
     joint = Deferred(lambda: Reference(call.with_value(values)))
     rows = RowBalls(q, k, V, policy, keep, offsets)
-    seconds["exact"] = time.perf_counter() - t
     runs, column = [], 0
-    for p in plist:
-        t = time.perf_counter()
-        shape, part = want[:3] + (p.value.shape[3],), np.s_[..., column:column + p.value.shape[3]]
-        answer, raised = _run(impl, make_call(call.with_value(p.value), dtype, None,
-                                              (q, k, V[part])))
-        seconds["impl"] += time.perf_counter() - t
-        if raised is not None:
-            return None
-        got = reshaped(answer.values, shape, call.rank,
-                       f"{impl.name}'s output on the {p.label} probe")
-        t = time.perf_counter()
+    for p, g in zip(plist, got):
+        part = np.s_[..., column:column + p.value.shape[3]]
         m, r, a = mid[part], rad[part], mag[part]
         if p.known(policy, 1.0) is not None:    # every output exactly 1 or 0 (its magnitude too)
             exact = np.where(np.abs(m - 1) <= r, 1.0, np.where(np.abs(m) <= r, 0.0, np.nan))
@@ -1014,13 +1009,13 @@ def _bulk_probes(impl, call: Call, floats: tuple, probes: tuple, dtype: str, tol
                                                                   (a, exact)))
         each = tol + allowance[part] if p.name == "identity" else tol
         each = each if proved is None else np.maximum(proved[part], each)
-        found, _ = bulk_judged(got, (m, r, a), rows, fmt, each,
+        found, _ = bulk_judged(g, (m, r, a), rows, fmt, each,
                                _Columns(joint, column), prec, at_terms=False, column=column,
                                known=lambda r, p=p: p.known(policy, r))
-        seconds["exact"] += time.perf_counter() - t
         runs.append(ProbeRun(p, found))
         column += p.value.shape[3]
-    return runs, seconds
+    seconds["exact"] += time.perf_counter() - t
+    return runs
 
 
 def _share_allowance(ref: Reference, shares: np.ndarray) -> np.ndarray:

@@ -42,9 +42,7 @@ from ..errors import InputError
 from ..numbers.exact import fmpq_of
 from ..numbers.formats import FloatFormat, round_array, round_to_format, ulp_indices, ulps_between
 
-__all__ = ["Comparison", "Judgement", "TOLERANCES", "Tolerance", "agree", "at_least", "at_most",
-           "check_tolerance", "decide", "errors", "failures_first", "hard", "is_exact", "judge",
-           "tolerance_for", "within", "worst_first"]
+__all__ = ["Comparison", "decide", "judge"]
 
 TOLERANCES = {  # dtype -> (rtol, atol)
     "float64": (1e-12, 1e-12),
@@ -288,6 +286,32 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     return Judgement("ok" if ok else "over", u, rel, t, gf != got)
 
 
+def ulp_unit(magnitudes, fmt: FloatFormat):
+    """One ULP of ``fmt`` at each of ``magnitudes`` (float64 array): ``2^(e - p + 1)`` with
+    ``e`` the binade's exponent, at least ``fmt.emin``: the unit of every count at the terms."""
+    import numpy as np
+    _, e = np.frexp(magnitudes)
+    return np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
+                          - fmt.precision + 1).astype(np.int32))
+
+
+def enclosures(balls) -> tuple:
+    """``(mid, rad)``: float64 enclosures ``[mid - rad, mid + rad]`` of ``arb`` balls (an object
+    array; None or not finite: ``rad`` inf), each holding its ball: the radius (a 30-bit
+    magnitude, converted exactly) widened by 2^-40 and by 2^-1074, and the midpoint's
+    rounding to float64 added unless it is a float64; a float64 point keeps ``rad`` 0."""
+    import numpy as np
+    from flint import arb
+    flat = balls.reshape(-1).tolist()
+    live = [b is not None and b.is_finite() for b in flat]
+    mid = np.array([float(b.mid()) if f else 0.0 for b, f in zip(flat, live)])
+    rad = np.array([float(b.rad()) if f else math.inf for b, f in zip(flat, live)])
+    held = np.array([f and arb(m) == b.mid() for b, f, m in zip(flat, live, mid.tolist())], bool)
+    rad = np.where(held & (rad == 0), 0.0, rad * (1 + 2.0 ** -40) + 2.0 ** -1074 +
+                   np.where(held, 0.0, np.spacing(np.abs(mid))))
+    return mid.reshape(balls.shape), rad.reshape(balls.shape)
+
+
 def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool = True,
            slack: float = 2.0 ** -30):
     """The verdicts :func:`judge` would give, decided from float64 enclosures ``[mid - rad,
@@ -324,8 +348,7 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool
         slack = np.where(rad == 0, 0.0, slack)      # rad 0: value and magnitude exact
         _, e_lo = np.frexp(magnitudes * (1 - slack))
         _, e_hi = np.frexp(magnitudes * (1 + slack))
-        unit = np.ldexp(1.0, (np.maximum(e_hi.astype(np.int64) - 1, fmt.emin)
-                              - fmt.precision + 1).astype(np.int32))
+        unit = ulp_unit(magnitudes * (1 + slack), fmt)
         positive = magnitudes > 0
         terms = np.where(exact, 0.0, np.where(positive, dist / unit, np.inf))
         rel = np.where(exact, 0.0, dist / np.where(known & ~exact, np.abs(mid), 1.0))

@@ -73,9 +73,7 @@ from ..errors import InputError, shorten
 from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, jax_array,
                       jax_scope, make_call, numpy_array, numpy_dtype, torch_tensor)
 
-__all__ = ["ArrayImpl", "BACKENDS", "DEVICES", "FlashAttnImpl", "FlexImpl", "JaxImpl", "load_function", "probe", "rope_and_heads", "torch_device", "user_mod", "FloatCall", "FunctionImpl", "IMPLS", "Impl", "ImplRaised", "NumpyImpl",
-           "TorchImpl", "composed", "count_flops", "flop_counts", "load_impl", "make_call",
-           "rotate", "sdpa_arguments"]
+__all__ = ["FlexImpl", "load_impl"]
 
 
 class ArrayImpl(Impl):

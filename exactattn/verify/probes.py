@@ -51,8 +51,6 @@ import numpy as np
 from ..errors import InputError
 from ..options import check_choice
 
-__all__ = ["IDENTITY_BLOCKS", "PROBES", "Probe", "check_probes", "probe_values"]
-
 #: the probes verify runs by default, in this order
 PROBES = ("ones", "identity", "positive")
 

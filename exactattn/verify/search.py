@@ -55,8 +55,6 @@ from ..call.limits import PASSING_SHRINK_TRIES, SHRINK_TRIES, check_search
 from ..call.inputs import Call, object_array
 from ..errors import InputError
 
-__all__ = ["HARD_SCORE", "MASK_FORMS", "SearchResult", "mask_form_shape", "search"]
-
 #: the score of a hard failure: above any ULP count
 HARD_SCORE = float(2 ** 63)
 #: the mask shapes a search draws (None: no mask), simplest first, so that shrinking

@@ -54,8 +54,7 @@ from .compare import judge
 from ..numbers.formats import round_value
 from ..numbers.formats import default_max_ulps, float_format
 
-__all__ = ["Compared", "Failure", "FunctionMerge", "PairCheck", "SplitMerge", "SplitReport",
-           "check_split_merge", "cut_lengths", "load_merge", "lse_dtype", "verify_split"]
+__all__ = ["check_split_merge", "verify_split"]
 
 #: what a split-merge check of a call refuses: a block's keys reach the kernel without their
 #: positions (ALiBi, RoPE), and the blocks carry no dropout keep-mask

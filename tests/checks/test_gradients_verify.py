@@ -19,7 +19,7 @@ from exactattn.verify.backward import (GRADS, BackwardEntry, exact_gradients, ra
                                        verify_backward)
 from exactattn.verify.backward_impls import BackwardOf, FunctionBackward, load_backward
 from exactattn.verify.impls import NumpyImpl
-from exactattn.verify.report import backward_sections
+from exactattn.testing.report import backward_sections
 
 
 def _backward(query, key, value, grad_out, scale, is_causal, *, use_D=True, dk_scale=None):

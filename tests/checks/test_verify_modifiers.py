@@ -17,7 +17,7 @@ from exactattn.numbers.softmax import ExpRatio
 from exactattn.verify import Reference, verify
 from exactattn.call import Call
 from exactattn.verify.adapter import FunctionImpl, make_call
-from exactattn.verify.report import report_sections
+from exactattn.testing.report import report_sections
 from alibi_paper import paper_slopes
 
 CASES = Path(__file__).parents[1] / "data" / "cases"

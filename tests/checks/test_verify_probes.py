@@ -113,6 +113,23 @@ def test_the_api_reports_each_probe_and_fails_the_report_on_one(kernel):
     assert verify(kernel.sums_to_two, call, "float32", probes=()).probes == []
 
 
+def test_a_probe_that_raises_fails_hard_and_each_probe_runs_the_kernel_once(kernel):
+    call = Call([[1, 0], [0, 1], [1, 1]], [[1, 2], [0, 1], [2, 0]], [[1, -1], [2, 3], [-4, 1]])
+    seen = []
+
+    def raises_on_ones(query, key, value, *, attn_mask=None, scale=None, enable_gqa=False):
+        seen.append(value.copy())
+        if (value == 1).all():
+            raise ValueError("no ones here")
+        return kernel.running32(query, key, value, scale=scale)
+    report = verify(raises_on_ones, call, "float32")
+    assert len(seen) == 1 + len(report.probes) == 5       # the call, then each probe once
+    assert [(run.passed, run.raised) for run in report.probes] == [
+        (False, "ValueError: no ones here"), (True, None), (True, None), (True, None)]
+    assert report.found.passed and not report.passed
+    assert {e.status for e in report.probes[0].found.kept} == {"hard"}
+
+
 def test_probe_values_of_a_small_call_are_exact():
     c = Call([[0], [1]], [[0], [1], [2]], [[-1], [2], [3]])
     got = {p.label: p.value[0, 0, :, 0].tolist() for p in probe_values(c)}

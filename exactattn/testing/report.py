@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..present.render import Section, number_cell, plural
-from .check import Report
-from .compare import Comparison, failures_first
+from ..verify.check import Report
+from ..verify.compare import Comparison, failures_first
 from ..numbers.formats import certified_scientific, float_format, shortest_repr
 
-__all__ = ["backward_sections", "failure_digits", "failure_section", "failure_summary",
-           "report_sections", "split_sections"]
+__all__ = ["report_sections"]
 
 
 def _got(r: Report, e) -> str:
@@ -369,7 +368,7 @@ def _split_exact(x, digits: int) -> str:
 
 def _split_worst_section(r, worst: int, digits: int) -> Section:
     """The values furthest from the exact ones (failures first), block by block and merged."""
-    from .compare import failures_first
+    from ..verify.compare import failures_first
     ranked = sorted(r.values(), key=lambda v: failures_first(v[3]))[:worst]
     rows = []
     for idx, where, what, x in ranked:

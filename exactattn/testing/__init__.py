@@ -48,13 +48,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .audit import Audit, audit
-from .audit.report import report_text, summary_line
-from .errors import InputError
-from .options import check_whole
+from ..errors import InputError
+from ..options import check_whole
+
+if TYPE_CHECKING:
+    from ..audit import Audit
 
 __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_table",
            "assert_typed_equal"]
@@ -138,10 +140,10 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     ...
     """
     __tracebackhide__ = True      # pytest shows the message, not this frame
-    from .call import Call
-    from .call.inputs import sdpa_floats
-    from .present.stream import progress
-    from .verify.check import verify_floats
+    from ..call import Call
+    from ..call.inputs import sdpa_floats
+    from ..present.stream import progress
+    from ..verify.check import verify_floats
     check_whole(worst, "worst", low=1)
     sdpa = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                 enable_gqa=enable_gqa, **policy)
@@ -166,9 +168,9 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
 def _flex_report(actual, call, query, score_mod, mask_mod, max_ulps):
     """verify's report of torch's flex_attention with your score_mod/mask_mod on ``call``, in
     the dtype of ``query`` (a torch tensor or a numpy array)."""
-    from .verify.adapter import read_answer
-    from .verify.check import verify
-    from .verify.impls import FlexImpl
+    from ..verify.adapter import read_answer
+    from ..verify.check import verify
+    from ..verify.impls import FlexImpl
     if actual is not None:
         raise InputError("actual must be None with score_mod or mask_mod (got an output); "
                          "FlexAttention computes the output from your functions")
@@ -212,9 +214,9 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
     True
     """
     __tracebackhide__ = True
-    from .call import Call
-    from .call.inputs import rectangular
-    from .verify.backward import verify_gradients
+    from ..call import Call
+    from ..call.inputs import rectangular
+    from ..verify.backward import verify_gradients
     check_whole(worst, "worst", low=1)
     if not hasattr(grad_out, "detach"):
         rectangular(grad_out, "grad_out")          # a ragged list, named
@@ -228,8 +230,8 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
 
 def _failure_text(report, what: str, worst: int) -> str:
     """The message of a failed assertion: the summary line, then the worst entries' table."""
-    from .present.render import render
-    from .verify.report import failure_section, failure_summary
+    from ..present.render import render
+    from .report import failure_section, failure_summary
     return failure_summary(report, what) + "\n\n" + render([failure_section(report, worst)])
 
 
@@ -253,6 +255,8 @@ def assert_table(path: str | Path, spec=None, quantity=None, **options) -> Audit
         InputError: the file or the spec cannot be read, or no table can be judged.
     """
     __tracebackhide__ = True      # pytest shows the report, not this frame
+    from ..audit import audit
+    from ..audit.report import report_text, summary_line
     result = audit(path, spec=spec, quantity=quantity, **options)
     if not result.clean:
         line = summary_line(result).replace("audit: ", "", 1)

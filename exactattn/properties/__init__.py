@@ -7,10 +7,11 @@ with a readable report: the property, the function, the input and the rows
 that broke it.  :mod:`exactattn.strategies` draws the inputs, so the same
 generators property-test exactattn and a user's own kernel.
 
-An input (:class:`AttentionInput`) is one call of the call model
-(:mod:`exactattn.call.policy`): queries, keys, values, an explicit
-:class:`~exactattn.call.policy.Mask` and a :class:`~exactattn.call.policy.Policy` (the
-scale, the causal rule and its alignment, the empty-row answer).
+An input is one head's :class:`~exactattn.call.Call` (checked there, once):
+queries, keys, values, an explicit :class:`~exactattn.call.policy.Mask` and a
+:class:`~exactattn.call.policy.Policy` (the scale, the causal rule and its
+alignment, the empty-row answer, the modifiers); :func:`AttentionInput` builds
+one from those.
 
 The attention-function interface
 --------------------------------
@@ -74,11 +75,10 @@ The exact values are :class:`exactattn.verify.Reference`'s; a float function
 is called by :class:`exactattn.verify.adapter.FunctionImpl` (``mask``
 convention) and compared by :mod:`exactattn.verify.compare` (rtol/atol mode).
 
-Modules: :mod:`~exactattn.properties.inputs` (the input),
-:mod:`~exactattn.properties.reference` (the exact reference and the exact
-functions), :mod:`~exactattn.properties.implementation` (calling a function),
-:mod:`~exactattn.properties.compare`, :mod:`~exactattn.properties.checks`
-(checks of one run), :mod:`~exactattn.properties.invariance` (checks
+Modules: :mod:`~exactattn.properties.inputs` (building and reading the input),
+:mod:`~exactattn.properties.reference` (the exact functions),
+:mod:`~exactattn.properties.implementation` (calling a function and comparing
+its results), :mod:`~exactattn.properties.checks` (checks of one run), :mod:`~exactattn.properties.invariance` (checks
 comparing two runs), :mod:`~exactattn.properties.head_checks` (checks of
 exactattn itself), :mod:`~exactattn.properties.rules` (which property holds
 under which modifier: the one table :func:`check_all` and docs/modifiers.md

@@ -13,8 +13,9 @@ from ..call.policy import divisor_text
 from ..errors import InputError, ShapeError
 from ..engines.head import Head, attend
 from ..reference.online import all_splits, online_softmax
+from ..call.inputs import Call
 from .invariance import read_bias
-from .inputs import AttentionInput
+from .inputs import matrices, sizes, visible
 from .report import PropertyFailure, fail, head_fail
 from .reference import selector_head
 
@@ -129,7 +130,7 @@ def check_cost(head, x) -> dict[str, int]:
     return counted
 
 
-def check_masked_entries_absent(inp: AttentionInput) -> int:
+def check_masked_entries_absent(inp: Call) -> int:
     """No key or value at a masked position appears in any output, proved with sympy symbols.
 
     Every key and value entry is replaced by a symbol (``k_j_c``, ``v_j_c``)
@@ -146,29 +147,30 @@ def check_masked_entries_absent(inp: AttentionInput) -> int:
         InputError, ShapeError: a mask or shape ``attend`` does not support.
 
     >>> from exactattn.call.policy import Policy
+    >>> from exactattn.properties import AttentionInput
     >>> check_masked_entries_absent(AttentionInput([[1], [2]], [[0], [0]], [[0], [0]],
     ...                                            policy=Policy(causal=True)))
     1
     """
     import sympy
-    if inp.n_queries != inp.n_keys:
+    n_q, n_k, d_k, d_v = sizes(inp)
+    if n_q != n_k:
         raise ShapeError(f"keys must number as many as queries for exactattn.attend, "
-                         f"{inp.n_queries} (got {inp.n_keys})")
+                         f"{n_q} (got {n_k})")
     if inp.mask is not None:
         raise InputError(f"mask must be None for exactattn.attend, which knows the causal rule "
-                         f"only (got {inp.mask!r})")
-    k_sym = [[sympy.Symbol(f"k_{j}_{c}") for c in range(inp.d_k)] for j in range(inp.n_keys)]
-    v_sym = [[sympy.Symbol(f"v_{j}_{c}") for c in range(inp.d_v)] for j in range(inp.n_keys)]
-    head, x = selector_head(inp.queries, k_sym, v_sym, causal=inp.policy.causal,
+                         f"only (got {inp.block_mask(0, 0)!r})")
+    k_sym = [[sympy.Symbol(f"k_{j}_{c}") for c in range(d_k)] for j in range(n_k)]
+    v_sym = [[sympy.Symbol(f"v_{j}_{c}") for c in range(d_v)] for j in range(n_k)]
+    head, x = selector_head(matrices(inp)[0], k_sym, v_sym, causal=inp.policy.causal,
                             scale=inp.policy.divisor_squared, symbolic=True)
     trace = attend(head, x, engine="symbolic")
     bad, checked = [], 0
-    for i in range(inp.n_queries):
-        seen = inp.visible_keys(i)
-        hidden = [j for j in range(inp.n_keys) if j not in seen]
+    for i, seen in enumerate(visible(inp)):
+        hidden = [j for j in range(n_k) if j not in seen]
         symbols = {s for j in hidden for s in k_sym[j] + v_sym[j]}
         checked += len(hidden)
-        for c in range(inp.d_v):
+        for c in range(d_v):
             leak = sympy.sympify(trace.outputs[i][c]).free_symbols & symbols
             if leak:
                 bad.append(f"outputs[{i}][{c}] contains {sorted(map(str, leak))}, entries of "

@@ -3,9 +3,8 @@
 ``fn(queries, keys, values, *, mask=None, scale=None) -> outputs``.  A float
 function is called by :class:`~exactattn.verify.adapter.FunctionImpl` in its
 ``mask`` convention on the :class:`~exactattn.verify.adapter.FloatCall` of the
-input (:func:`~exactattn.verify.adapter.make_call` of
-:attr:`AttentionInput.call <exactattn.properties.AttentionInput.call>`
-under the input's policy): numpy arrays of the dtype, the mask (the explicit
+input (:func:`~exactattn.verify.adapter.make_call` of the input's
+:class:`~exactattn.call.Call`): numpy arrays of the dtype, the mask (the explicit
 one with the causal rule folded in) in the form asked for, the policy's
 scale (None for the default 1/sqrt(d_k)).  Its answer keeps the dtype it came
 back in, which sets the tolerance (:func:`~exactattn.verify.compare.tolerance_for`).
@@ -15,23 +14,31 @@ An exact function (``exact=True``) gets lists of ``Fraction``, the scale as a
 itself, and returns ``Fraction`` or :class:`~exactattn.numbers.softmax.ExpRatio`
 entries.  Whatever either kind raises becomes
 :class:`~exactattn.verify.adapter.ImplRaised`, which a check reports as its
-property failing.
+property failing.  A :class:`Result` compares itself: exactly for exact entries
+(``Fraction`` or :class:`~exactattn.numbers.softmax.ExpRatio`, decided by
+Lindemann-Weierstrass), by :mod:`exactattn.verify.compare`'s rtol/atol mode
+for floats.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import math
 from fractions import Fraction
 from typing import Callable
+
+import flint  # noqa: F401  (loaded with the checks, not inside the first example Hypothesis times)
 
 from ..call.policy import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS
 from ..errors import InputError
 from ..numbers.exact import fraction_of, rational_sqrt
 from ..options import check_choice
 from ..numbers.softmax import ExpRatio
+from ..verify import compare
 from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, make_call
 from ..verify.compare import TOLERANCES, Tolerance, check_tolerance, tolerance_for
+from .inputs import dropout_keep, effective_mask, matrices, sizes
 from .reference import attend_as_function, reference
 from .report import PropertyFailure, failure
 
@@ -50,13 +57,62 @@ def exact_entry(value, where: str) -> Fraction | ExpRatio:
                      f"(got {value!r})")
 
 
+def _nan(x) -> bool:
+    return isinstance(x, ExpRatio) and x.row.nan
+
+
+def sign(x) -> int:
+    """-1, 0 or 1 of an exact entry."""
+    return x.sign() if isinstance(x, ExpRatio) else (x > 0) - (x < 0)
+
+
 class Result:
-    """One call's outputs (n_q x d_v): exact entries, or floats with the :class:`Tolerance` they get."""
+    """One call's outputs (n_q x d_v): exact entries, or floats with the :class:`Tolerance` they
+    get; and how entries of it compare (``M``: the column's magnitude)."""
 
     __slots__ = ("rows", "exact", "tolerance")
 
     def __init__(self, rows, exact: bool, tolerance: Tolerance | None = None):
         self.rows, self.exact, self.tolerance = rows, exact, tolerance
+
+    def is_nan(self, x) -> bool:
+        return _nan(x) if self.exact else math.isnan(x)
+
+    def same(self, a, b, M) -> bool:
+        """Two results of the function agree: exactly, or within twice the tolerance."""
+        if self.exact:
+            return not _nan(a) and not _nan(b) and a == b
+        return compare.agree(a, b, M, self.tolerance)
+
+    def equals(self, got, want, M) -> bool:
+        """A result equals an exact value (``Fraction`` or ``ExpRatio``)."""
+        if self.exact:
+            return not _nan(got) and got == want
+        return compare.within(got, want, M, self.tolerance)
+
+    def at_least(self, got, lo, M) -> bool:
+        if self.exact:
+            return not _nan(got) and got >= lo
+        return compare.at_least(got, lo, M, self.tolerance)
+
+    def at_most(self, got, hi, M) -> bool:
+        if self.exact:
+            return not _nan(got) and got <= hi
+        return compare.at_most(got, hi, M, self.tolerance)
+
+    def plus(self, a, q: Fraction):
+        """A result plus a rational: exactly, or in floats."""
+        return a + q if self.exact else a + float(q)
+
+    def total(self, xs):
+        """The sum of results: exactly (one softmax normaliser), or ``math.fsum``."""
+        return sum(xs, Fraction(0)) if self.exact else math.fsum(xs)
+
+
+def column_scales(values) -> list[Fraction]:
+    """``M`` of every column: its largest finite ``|value|`` (an ``inf``/``nan`` a mask hides is skipped)."""
+    return [max((abs(e) for e in column if not isinstance(e, float)), default=Fraction(0))
+            for column in zip(*values)]
 
 
 class Implementation:
@@ -153,21 +209,22 @@ class Implementation:
         """
         if self.exact:
             return self._exact(inp)
-        answer = self.function.answer(make_call(inp.call, self.dtype))
-        if answer.values.shape != (inp.n_queries, inp.d_v):
+        n_q, _, _, d_v = sizes(inp)
+        answer = self.function.answer(make_call(inp, self.dtype))
+        if answer.values.shape != (n_q, d_v):
             self._wrong_shape(inp, f"shape {tuple(answer.values.shape)}")
         return Result(answer.values.tolist(), False,
                       tolerance_for(answer.dtype, self.dtype, self.rtol, self.atol))
 
     def _exact(self, inp) -> Result:
-        mask = inp.effective_mask()
+        mask = effective_mask(inp)
         if mask is not None and self.mask_as != "mask":
             mask = mask.as_form(self.mask_as)
         extra = {}
         if inp.policy.modified or any(getattr(inp.policy, f) is not None for f in POSITION_FIELDS):
             extra["policy"] = inp.policy      # modifiers reach an exact function as the policy
             if inp.dropout_keep is not None:
-                extra["dropout_keep"] = inp.dropout_keep
+                extra["dropout_keep"] = dropout_keep(inp)
             try:
                 params = inspect.signature(self.fn).parameters
             except (TypeError, ValueError):
@@ -176,19 +233,19 @@ class Implementation:
                 raise InputError(f"{self.name} must take policy= for an input with modifiers "
                                  f"(got a function without it; policy: {inp.policy.describe()})")
         try:
-            out = self.fn([list(r) for r in inp.queries], [list(r) for r in inp.keys],
-                          [list(r) for r in inp.values], mask=mask, scale=self.exact_scale(inp),
-                          **extra)
+            out = self.fn(*matrices(inp), mask=mask, scale=self.exact_scale(inp), **extra)
         except Exception as e:     # the function under test failed on this input
             raise ImplRaised(e) from e
         rows = [[exact_entry(e, f"outputs[{i}][{c}]") for c, e in enumerate(r)]
                 for i, r in enumerate(out)]
-        if len(rows) != inp.n_queries or any(len(r) != inp.d_v for r in rows):
+        n_q, _, _, d_v = sizes(inp)
+        if len(rows) != n_q or any(len(r) != d_v for r in rows):
             self._wrong_shape(inp, f"{len(rows)} x {[len(r) for r in rows]}")
         return Result(rows, True)
 
     def _wrong_shape(self, inp, got: str):
-        raise PropertyFailure(f"outputs must be {inp.n_queries} x {inp.d_v} (got {got})\n"
+        n_q, _, _, d_v = sizes(inp)
+        raise PropertyFailure(f"outputs must be {n_q} x {d_v} (got {got})\n"
                               f"  function: {self.name}\n  input: {inp!r}")
 
 

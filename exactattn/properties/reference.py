@@ -1,15 +1,9 @@
-"""The exact reference of an input, and the two exact attention functions exactattn ships.
+"""The two exact attention functions exactattn ships.
 
-The exact values of an :class:`~exactattn.properties.AttentionInput` are
-those of :class:`exactattn.verify.Reference` (the one exact reference) for
-its one-head problem (:attr:`AttentionInput.call
-<exactattn.properties.AttentionInput.call>`) under its policy: one
-:class:`~exactattn.numbers.softmax.SoftmaxRow` per query, the mask's additive offsets
-included.
-
-:func:`reference` and :func:`attend_as_function` present that reference and
-the head engine through the attention-function interface
-``fn(queries, keys, values, *, mask=None, scale=None)``.
+:func:`reference` presents :class:`exactattn.verify.Reference` (the one exact
+reference, which the checks read too) and :func:`attend_as_function` the head
+engine through the attention-function interface ``fn(queries, keys, values,
+*, mask=None, scale=None)``.
 """
 
 from __future__ import annotations
@@ -33,22 +27,6 @@ def policy_scale(scale: Any) -> Fraction | None | str:
     :func:`~exactattn.call.policy.parse_scale` into the divisor squared ``D``.
     """
     return DEFAULT_SCALE if scale is None else parse_scale(scale)
-
-
-def exact_reference(inp: AttentionInput, empty_row: str | None = None) -> Reference:
-    """The :class:`~exactattn.verify.Reference` of ``inp`` (``empty_row`` default: the policy's)."""
-    policy = inp.policy if empty_row is None else inp.policy.replace(empty_row=empty_row)
-    return Reference(inp.call.with_policy(policy))
-
-
-def exact_outputs(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
-    """``outputs[i][c] = sum_j shares[i][j] values[j][c]``, exactly (n_q x d_v)."""
-    return exact_reference(inp, empty_row).outputs()
-
-
-def exact_shares(inp: AttentionInput, empty_row: str | None = None) -> list[list[ExpRatio]]:
-    """The exact weights (n_q x n_k): the shares, times the dropout factors under dropout."""
-    return exact_reference(inp, empty_row).weights()
 
 
 def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
@@ -97,7 +75,7 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
                         empty_row=empty_row)
     else:
         policy = policy.replace(divisor_squared=policy_scale(scale))
-    return exact_outputs(AttentionInput(queries, keys, values, mask, policy, dropout_keep))
+    return Reference(AttentionInput(queries, keys, values, mask, policy, dropout_keep)).outputs()
 
 
 def selector_head(queries, keys, values, *, causal: bool, scale: Any = DEFAULT_SCALE,

@@ -17,6 +17,7 @@ from typing import Sequence
 from ..call.masks import entry_text
 from ..call.policy import DEFAULT_SCALE, Policy
 from ..numbers.softmax import ExpRatio
+from .inputs import dropout_keep, matrices
 
 _DEFAULT_POLICY = Policy()
 
@@ -56,11 +57,15 @@ def policy_text(policy: Policy) -> str:
 
 
 def input_text(inp) -> str:
-    """An :class:`~exactattn.properties.AttentionInput` as Python that builds it again."""
-    keep = "" if inp.dropout_keep is None else f", dropout_keep={inp.dropout_keep!r}"
-    return (f"AttentionInput(queries={matrix_text(inp.queries)}, keys={matrix_text(inp.keys)}, "
-            f"values={matrix_text(inp.values)}, mask={inp.mask!r}, "
-            f"policy={policy_text(inp.policy)}{keep})")
+    """A one-head :class:`~exactattn.call.Call` as the Python that builds it again
+    (:func:`~exactattn.properties.AttentionInput`; the mask carries its own kind)."""
+    q, k, v = matrices(inp)
+    keep = dropout_keep(inp)
+    keep = "" if keep is None else f", dropout_keep={keep!r}"
+    policy = inp.policy.replace(mask_kind=_DEFAULT_POLICY.mask_kind)
+    return (f"AttentionInput(queries={matrix_text(q)}, keys={matrix_text(k)}, "
+            f"values={matrix_text(v)}, mask={inp.block_mask(0, 0)!r}, "
+            f"policy={policy_text(policy)}{keep})")
 
 
 def value_text(x) -> str:
@@ -81,7 +86,7 @@ def row_text(row: Sequence) -> str:
 
 def failure(prop: str, function: str, inp, lines: list[str]) -> PropertyFailure:
     """The :class:`PropertyFailure` of a function check: the property, the function, the input, the lines."""
-    text = [f"property failed: {prop}", f"  function: {function}", f"  input: {inp!r}"]
+    text = [f"property failed: {prop}", f"  function: {function}", f"  input: {input_text(inp)}"]
     return PropertyFailure("\n".join(text + [f"  {line}" for line in lines]))
 
 

@@ -20,6 +20,7 @@ import pytest
 import sympy
 from hypothesis import example, find, given, settings
 
+from exactattn.properties import inputs as PI
 from exactattn import Head
 from exactattn import properties as P
 from exactattn import strategies as eas
@@ -39,7 +40,7 @@ from exactattn.testing import assert_typed_equal as typed_equal
 
 CHRONICLE = chronicle()
 CHRONICLE_INPUT = input_from_head(CHRONICLE.head, CHRONICLE.x)
-CHRONICLE_CAUSAL = CHRONICLE_INPUT.replace(policy=CHRONICLE_INPUT.policy.replace(causal=True))
+CHRONICLE_CAUSAL = PI.replace(CHRONICLE_INPUT, policy=CHRONICLE_INPUT.policy.replace(causal=True))
 CHRONICLE_PAIR = (CHRONICLE.head, CHRONICLE.x)
 
 # reference on anything; the head engine on self-attention without a mask, causal or not
@@ -118,8 +119,8 @@ def test_shares_positive_where_visible_and_exactly_zero_where_masked(case):
 def test_adding_a_constant_to_a_score_row_changes_nothing(case, data):
     fn, inp = case
     shifts = None if data is None else \
-        data.draw(st.lists(eas.rationals(min_value=-50, max_value=50), min_size=inp.n_queries,
-                           max_size=inp.n_queries), label="shifts")
+        data.draw(st.lists(eas.rationals(min_value=-50, max_value=50), min_size=PI.sizes(inp)[0],
+                           max_size=PI.sizes(inp)[0]), label="shifts")
     P.check_shift_invariance(fn, inp, shifts)
 
 
@@ -127,7 +128,7 @@ def test_adding_a_constant_to_a_score_row_changes_nothing(case, data):
 @example((reference, CHRONICLE_INPUT), None)
 def test_permuting_keys_and_values_together_leaves_outputs_unchanged(case, data):
     fn, inp = case
-    perm = None if data is None else data.draw(st.permutations(range(inp.n_keys)), label="perm")
+    perm = None if data is None else data.draw(st.permutations(range(PI.sizes(inp)[1])), label="perm")
     P.check_key_permutation(fn, inp, perm)
 
 
@@ -135,7 +136,7 @@ def test_permuting_keys_and_values_together_leaves_outputs_unchanged(case, data)
 @example((attend_as_function, CHRONICLE_INPUT), None)
 def test_permuting_queries_permutes_outputs(case, data):
     fn, inp = case
-    perm = None if data is None else data.draw(st.permutations(range(inp.n_queries)), label="perm")
+    perm = None if data is None else data.draw(st.permutations(range(PI.sizes(inp)[0])), label="perm")
     P.check_query_permutation(fn, inp, perm)
 
 
@@ -143,13 +144,13 @@ def test_permuting_queries_permutes_outputs(case, data):
 @example((reference, CHRONICLE_INPUT), None)
 def test_identical_queries_get_identical_rows(case, data):
     fn, inp = case
-    if data is not None and inp.mask is None and not inp.policy.causal:   # a duplicate to check
-        a = data.draw(st.integers(0, inp.n_queries - 1), label="copied query")
-        queries = inp.queries + [inp.queries[a]]
-        keys, values = inp.keys, inp.values
+    if data is not None and inp.block_mask(0, 0) is None and not inp.policy.causal:   # a duplicate to check
+        a = data.draw(st.integers(0, PI.sizes(inp)[0] - 1), label="copied query")
+        queries, keys, values = PI.matrices(inp)
+        queries = queries + [queries[a]]
         if fn is attend_as_function:               # self-attention: the token is copied whole
             keys, values = keys + [keys[a]], values + [values[a]]
-        inp = inp.replace(queries=queries, keys=keys, values=values)
+        inp = PI.replace(inp, queries=queries, keys=keys, values=values)
         assert P.check_identical_queries(fn, inp) >= 1
     else:
         P.check_identical_queries(fn, inp)
@@ -170,7 +171,7 @@ def test_two_tokens_with_the_same_numbers_get_the_same_row(pair, data):
 def test_a_key_bias_cancels(case, data):
     fn, inp = case
     bias = None if data is None else data.draw(
-        st.lists(eas.rationals(), min_size=inp.d_k, max_size=inp.d_k), label="key bias")
+        st.lists(eas.rationals(), min_size=PI.sizes(inp)[2], max_size=PI.sizes(inp)[2]), label="key bias")
     P.check_key_bias_cancels(fn, inp, bias)
 
 
@@ -179,7 +180,7 @@ def test_a_key_bias_cancels(case, data):
 def test_a_value_bias_shifts_every_output_by_itself(case, data):
     fn, inp = case
     bias = None if data is None else data.draw(
-        st.lists(eas.rationals(), min_size=inp.d_v, max_size=inp.d_v), label="value bias")
+        st.lists(eas.rationals(), min_size=PI.sizes(inp)[3], max_size=PI.sizes(inp)[3]), label="value bias")
     P.check_value_bias_shifts(fn, inp, bias)
 
 
@@ -225,7 +226,7 @@ def test_keys_and_values_at_masked_positions_do_not_reach_the_outputs(inp):
                             mask_kinds=(None,), causal=True))
 @example(CHRONICLE_CAUSAL)
 def test_masked_keys_and_values_appear_in_no_output_symbolically(inp):
-    n = inp.n_queries
+    n = PI.sizes(inp)[0]
     assert P.check_masked_entries_absent(inp) == n * (n - 1) // 2
 
 
@@ -290,10 +291,10 @@ def _fails(fn, inp) -> bool:
 ])
 def test_wrong_attention_fails_and_shrinks_to_a_tiny_input(wrong, reported):
     inp = find(eas.attention_inputs(), lambda i: _fails(wrong, i), settings=SHRINK)
-    assert inp.n_queries <= 2 and inp.n_keys <= 2
-    assert inp.d_k <= 2 and inp.d_v <= 2
-    assert inp.mask is None and inp.policy == Policy()
-    entries = [e for m in (inp.queries, inp.keys, inp.values) for r in m for e in r]
+    assert PI.sizes(inp)[0] <= 2 and PI.sizes(inp)[1] <= 2
+    assert PI.sizes(inp)[2] <= 2 and PI.sizes(inp)[3] <= 2
+    assert inp.block_mask(0, 0) is None and inp.policy == Policy()
+    entries = [e for m in PI.matrices(inp) for r in m for e in r]
     assert set(entries) <= {0, 1, -1}, inp          # shrunk to zero (or unit) weights
     with pytest.raises(PropertyFailure, match="^" + re.escape(reported)):
         P.check_all(wrong, inp)
@@ -316,9 +317,9 @@ def test_the_falsifying_report_is_readable():
 def test_softmax_axis_case():
     # scores (2, 0), V (1, 3): shares 0.880797, 0.119203, output 1.238406
     inp = AttentionInput([[2]], [[1], [0]], [[1], [3]], policy=Policy(scale=1))
-    out = reference(inp.queries, inp.keys, inp.values, scale=1)
+    out = reference(*PI.matrices(inp), scale=1)
     assert out[0][0].decimal(6) == "1.238406"
-    shares = reference(inp.queries, inp.keys, [[1, 0], [0, 1]], scale=1)[0]
+    shares = reference(PI.matrices(inp)[0], PI.matrices(inp)[1], [[1, 0], [0, 1]], scale=1)[0]
     assert [s.decimal(6) for s in shares] == ["0.880797", "0.119203"]
     assert wrong_axis(np.array([[2.0]]), np.array([[1.0], [0.0]]), np.array([[1.0], [3.0]]),
                       scale=1.0).tolist() == [[4.0]]                     # the faulty variant
@@ -330,7 +331,7 @@ def test_bool_mask_added_case():
     # a boolean keep mask added as 1/0 masks nothing: 0.731059, 0.268941 instead of 1, 0
     inp = AttentionInput([[0]], [[0], [0]], [[1, 0], [0, 1]], Mask("bool_keep", [[True, False]]),
                          Policy(scale=1))
-    shares = reference(inp.queries, inp.keys, inp.values, mask=inp.mask, scale=1)[0]
+    shares = reference(*PI.matrices(inp), mask=inp.block_mask(0, 0), scale=1)[0]
     assert [s.exact() for s in shares] == [F(1), F(0)]
 
     def mask_added(queries, keys, values, *, mask=None, scale=None):
@@ -371,7 +372,7 @@ def test_an_additive_mask_keeps_its_offsets_under_an_irrational_scale():
     # scores 1, 0 divided by sqrt(2), offsets 1/2 and 0: e^(1/sqrt(2) + 1/2) / (e^(...) + 1)
     inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], Mask("additive", [["1/2", 0]]),
                          Policy(divisor_squared=F(2)))
-    out = reference(inp.queries, inp.keys, inp.values, mask=inp.mask, scale="1/sqrt(2)")[0][0]
+    out = reference(*PI.matrices(inp), mask=inp.block_mask(0, 0), scale="1/sqrt(2)")[0][0]
     assert out.decimal(30) == "0.769786627016937707580178105514"
     assert P.check_all(reference, inp) == P.check_all(NUMPY, inp)
 
@@ -381,17 +382,17 @@ def test_the_causal_rule_and_an_explicit_mask_combine():
     inp = AttentionInput([[0], [0]], [[0]] * 3, [[1], [2], [4]], keep,
                          Policy(causal=True, alignment="bottom_right"))
     # bottom_right: query 0 sees keys 0 and 1, query 1 every key; the mask hides key 0 from query 1
-    assert [inp.visible_keys(i) for i in range(2)] == [[0, 1], [1, 2]]
-    assert [[inp.visible(i, j) for j in range(3)] for i in range(2)] == \
+    assert [PI.visible(inp)[i] for i in range(2)] == [[0, 1], [1, 2]]
+    assert [[bool(PI.keep(inp)[i, j]) for j in range(3)] for i in range(2)] == \
         [[True, True, False], [False, True, True]]
-    assert inp.effective_mask() == Mask("bool_keep", [[True, True, False], [False, True, True]])
-    out = reference(inp.queries, inp.keys, inp.values, mask=keep, causal=True,
+    assert PI.effective_mask(inp) == Mask("bool_keep", [[True, True, False], [False, True, True]])
+    out = reference(*PI.matrices(inp), mask=keep, causal=True,
                     alignment="bottom_right")
     for got, want in zip((row[0].exact() for row in out), [F(3, 2), F(3)]):
         typed_equal(got, want)
-    additive = inp.replace(mask=Mask("additive", [["1/2", 0, 0], [0, "-inf", 0]]),
+    additive = PI.replace(inp, mask=Mask("additive", [["1/2", 0, 0], [0, "-inf", 0]]),
                            policy=Policy(causal=True))
-    assert additive.effective_mask() == Mask("additive", [["1/2", None, None], [0, None, None]])
+    assert PI.effective_mask(additive) == Mask("additive", [["1/2", None, None], [0, None, None]])
     assert P.check_all(NUMPY, additive)[-1] == "causal first output"
 
 
@@ -463,10 +464,10 @@ def test_a_query_bias_does_not_cancel():
     # b_q . k_j varies with j, so the shares move (the proofs' claim covers key biases only)
     plain = CHRONICLE_INPUT
     b_q = [F(1), F(0), F(0), F(0)]
-    assert [sum(b * k for b, k in zip(b_q, key)) for key in plain.keys] == [0, 1, 0, 1]
-    moved = plain.replace(queries=[[a + b for a, b in zip(q, b_q)] for q in plain.queries])
-    base = reference(plain.queries, plain.keys, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
-    other = reference(moved.queries, moved.keys, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    assert [sum(b * k for b, k in zip(b_q, key)) for key in PI.matrices(plain)[1]] == [0, 1, 0, 1]
+    moved = PI.replace(plain, queries=[[a + b for a, b in zip(q, b_q)] for q in PI.matrices(plain)[0]])
+    base = reference(PI.matrices(plain)[0], PI.matrices(plain)[1], [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    other = reference(PI.matrices(moved)[0], PI.matrices(moved)[1], [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
     assert base[1][0].decimal(4) == "0.5800"      # the chronicle share
     assert other[1][0].decimal(4) == "0.5010"     # scaled scores 25/16, 1/2, 3/8, 1/2
     assert other[1][0].closed_form() == sympy.exp(F(25, 16)) / (
@@ -551,8 +552,8 @@ BAD = [
     (lambda: P.check_causal_first_output(reference, CHRONICLE_INPUT),
      "inp must be causal with query 0 seeing key 0 alone for this check (top_left, or "
      "bottom_right with as many keys as queries) (got causal=off, query 0 sees keys [0, 1, 2, 3])"),
-    (lambda: P.check_causal_first_output(reference, CHRONICLE_CAUSAL.replace(
-        keys=CHRONICLE_CAUSAL.keys * 2, values=CHRONICLE_CAUSAL.values * 2,
+    (lambda: P.check_causal_first_output(reference, PI.replace(CHRONICLE_CAUSAL,
+        keys=PI.matrices(CHRONICLE_CAUSAL)[1] * 2, values=PI.matrices(CHRONICLE_CAUSAL)[2] * 2,
         policy=Policy(causal=True, alignment="bottom_right"))),
      "inp must be causal with query 0 seeing key 0 alone for this check (top_left, or "
      "bottom_right with as many keys as queries) (got causal=on, query 0 sees keys [0, 1, 2, 3, 4])"),
@@ -662,7 +663,7 @@ def test_a_function_that_raises_fails_the_property_with_the_exception_named():
 
 def test_a_raising_function_shrinks_like_any_failure():
     inp = find(eas.attention_inputs(), lambda i: _fails(raises_for_two_keys, i), settings=SHRINK)
-    assert (inp.n_queries, inp.n_keys, inp.d_k, inp.d_v) == (1, 2, 1, 1)
+    assert PI.sizes(inp) == (1, 2, 1, 1)
 
 
 def test_an_exact_function_that_raises_fails_the_property():
@@ -693,8 +694,8 @@ def test_the_properties_adapter_is_verifys_adapter():
 def test_the_one_reference_gives_the_properties_their_exact_values():
     inp = AttentionInput([[1]], [[1], [0]], [[1], [0]], Mask("additive", [["1/2", 0]]),
                          Policy(divisor_squared=F(2)))
-    ref = Reference(inp.call)
-    assert reference(inp.queries, inp.keys, inp.values, mask=inp.mask,
+    ref = Reference(inp)
+    assert reference(*PI.matrices(inp), mask=inp.block_mask(0, 0),
                      scale="1/sqrt(2)") == ref.outputs()
     assert ref.offsets(0, 0, 0) == [F(1, 2), F(0)]
 

@@ -10,10 +10,12 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import find, given, settings
 
+from exactattn.properties import inputs as PI
 from exactattn import Head
 from exactattn import strategies as eas
 from exactattn.call.policy import DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from exactattn.errors import FloatInputError, InputError
+from exactattn.call import Call
 from exactattn.properties import AttentionInput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,45 +191,46 @@ def test_empty_rows_appear_when_allowed():
 
 @given(eas.attention_inputs(max_n=3, max_d_k=2, max_d_v=3))
 def test_attention_inputs_are_consistent(inp):
-    assert isinstance(inp, AttentionInput) and isinstance(inp.policy, Policy)
-    assert 1 <= inp.n_queries <= 3 and 1 <= inp.n_keys <= 3
-    assert inp.d_k <= 2 and inp.d_v <= 3
-    assert all(inp.visible_keys(i) for i in range(inp.n_queries))
-    assert all(type(e) is F for m in (inp.queries, inp.keys, inp.values) for r in m for e in r)
+    assert isinstance(inp, Call) and isinstance(inp.policy, Policy)
+    assert 1 <= PI.sizes(inp)[0] <= 3 and 1 <= PI.sizes(inp)[1] <= 3
+    assert PI.sizes(inp)[2] <= 2 and PI.sizes(inp)[3] <= 3
+    assert all(PI.visible(inp)[i] for i in range(PI.sizes(inp)[0]))
+    assert all(type(e) is F for m in PI.matrices(inp) for r in m for e in r)
 
 
 @given(eas.attention_inputs(max_n=4, causal=True))
 def test_the_causal_rule_is_drawn_in_both_alignments(inp):
-    n_q, n_k = inp.n_queries, inp.n_keys
+    n_q, n_k = PI.sizes(inp)[:2]
     shift = 0 if inp.policy.alignment == "top_left" else n_k - n_q   # an independent rule
     for i in range(n_q):
         for j in range(n_k):
             by_position = j <= i + shift
-            by_mask = inp.mask is None or inp.mask.keeps(i, j)
-            assert inp.visible(i, j) == (by_position and by_mask)
-    assert all(inp.visible_keys(i) for i in range(n_q))
+            by_mask = inp.block_mask(0, 0) is None or inp.block_mask(0, 0).keeps(i, j)
+            assert bool(PI.keep(inp)[i, j]) == (by_position and by_mask)
+    assert all(PI.visible(inp)[i] for i in range(n_q))
 
 
 def test_every_alignment_is_drawn():
     for alignment in ("top_left", "bottom_right"):
         small = eas.attention_inputs(max_n=2, max_d_k=1, max_d_v=1, mask_kinds=(None,))
         inp = find(small, lambda i: i.policy.causal and i.policy.alignment == alignment
-                   and i.n_keys > i.n_queries, settings=FIND)
+                   and PI.sizes(i)[1] > PI.sizes(i)[0], settings=FIND)
         assert inp.policy == Policy(causal=True, alignment=alignment)
-        assert (inp.n_queries, inp.n_keys) == (1, 2)
+        assert (PI.sizes(inp)[0], PI.sizes(inp)[1]) == (1, 2)
 
 
 def test_additive_masks_keep_their_offsets_under_an_irrational_scale():
     small = eas.attention_inputs(max_n=2, max_d_k=1, max_d_v=1, mask_kinds=("additive",),
                                  causal=False, scales=st.just(F(2)))
-    inp = find(small, lambda i: i.mask.has_offsets, settings=FIND)
-    assert inp.mask.kind == "additive" and inp.divisor_squared == F(2)
+    inp = find(small, lambda i: i.block_mask(0, 0).has_offsets, settings=FIND)
+    assert inp.block_mask(0, 0).kind == "additive"
+    assert inp.policy.divisor_squared_for(PI.sizes(inp)[2]) == F(2)
 
 
 @given(eas.attention_inputs(self_attention=True, mask_kinds=(None,), causal=True,
                             alignments=("bottom_right",)))
 def test_self_attention_inputs_are_square(inp):
-    assert inp.n_queries == inp.n_keys
+    assert PI.sizes(inp)[0] == PI.sizes(inp)[1]
     assert inp.policy.causal and inp.policy.alignment == "bottom_right"
 
 
@@ -257,13 +260,13 @@ def test_heads_shrink_to_the_smallest_failing_width():
 
 def test_attention_inputs_shrink_to_one_zero_token_without_mask():
     inp = find(eas.attention_inputs(), lambda i: True, settings=FIND)
-    assert inp == AttentionInput([[0]], [[0]], [[0]])
+    assert inp.key_of() == AttentionInput([[0]], [[0]], [[0]]).key_of()
     assert inp.policy == Policy() and inp.policy.divisor_squared == DEFAULT_SCALE
 
 
 def test_attention_inputs_shrink_towards_hiding_nothing():
     inp = find(eas.attention_inputs(mask_kinds=("bool_drop",)), lambda i: True, settings=FIND)
-    assert inp.mask == Mask("bool_drop", [[False]])
+    assert inp.block_mask(0, 0) == Mask("bool_drop", [[False]])
 
 
 def test_block_splits_shrink_to_one_block():

@@ -11,6 +11,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
+from exactattn.properties import inputs as PI
 from exactattn.call.policy import MODIFIER_FIELDS, Mask, Policy
 from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask
 from exactattn.cost import broadcast_batch
@@ -139,11 +140,12 @@ def test_visibility_is_the_policys_keep():
     inp = AttentionInput([[0]] * 3, [[0]] * 3, [[1], [2], [3]],
                          Mask("bool_keep", [[True, False, True]] * 3),
                          Policy(causal=True, window=(1, 0)))
-    typed(inp.keep.tolist(), Policy(causal=True, window=(1, 0)).keep(3, 3, inp.mask).tolist())
-    typed(inp.visible_keys(2), [2])
-    typed(inp.visible_keys(1), [0])
-    typed(inp.visible(1, 0), True)
-    typed(inp.visible(1, 1), False)
+    typed(PI.keep(inp).tolist(),
+          Policy(causal=True, window=(1, 0)).keep(3, 3, inp.block_mask(0, 0)).tolist())
+    typed(PI.visible(inp)[2], [2])
+    typed(PI.visible(inp)[1], [0])
+    typed(bool(PI.keep(inp)[1, 0]), True)
+    typed(bool(PI.keep(inp)[1, 1]), False)
 
 
 def test_a_band_mask_is_a_causal_window():

@@ -29,7 +29,7 @@ from ..call.masks import Mask
 from ..options import check_choice
 from .sizes import CallShape
 
-__all__ = ["AUDIT_CALLS", "KINDS", "AuditCall", "band_mask", "call"]
+__all__ = ["call"]
 
 #: how the torch side computes a call
 KINDS = ("sdpa", "matmul", "mha", "bert", "gpt2")

@@ -31,9 +31,6 @@ from .counting import count_call, estimate_seconds
 from .derivation import EXTENSION_SYMBOLS, SYMBOLS, derive_call, derive_operations, symbol_values
 from .sizes import CallShape, size
 
-__all__ = ["CONVENTIONS", "CONVENTION_NOTES", "Convention", "ConventionComparison", "PairCount",
-           "StageCount", "compare_conventions", "conventions_work"]
-
 
 @dataclass(frozen=True)
 class Convention:

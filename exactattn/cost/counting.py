@@ -35,9 +35,6 @@ from ..numbers.exact import common_denominator
 from ..engines.layer import out_project, sum_decimal
 from .sizes import CallShape, size
 
-__all__ = ["LAYER_PLACES", "Run", "count", "count_call", "count_head", "count_tokens",
-           "decode_steps", "estimate_seconds", "run", "sum_decimal"]
-
 #: a stacked layer reads the previous layer's outputs rounded to this many certified places
 LAYER_PLACES = 4
 
@@ -116,13 +113,6 @@ def _zero_ops() -> dict:
     return {"exp": 0, "add": 0, "div": 0}
 
 
-def _out_projection(W_O, head_outputs: list, macs: dict) -> list[list[tuple]]:
-    """W_O through the exact layer's counted loop (:func:`exactattn.engines.layer.out_project`)."""
-    entries, count = out_project(W_O, head_outputs)
-    macs["out_projection"] += count
-    return entries
-
-
 def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
                    ops: dict, empty_row: str = "zero") -> list[list]:
     """The pencil engine's own counted step (:func:`exactattn.engines.head.score_and_mix`), its
@@ -154,15 +144,26 @@ def _dens(weights, dx: int) -> tuple[int, int]:
     return dq * dk * dx * dx, dv * dx
 
 
-def _attend_layer(layer: _Layer, xq, xkv, dx: int, visible, macs: dict,
-                  ops: dict) -> list[list[tuple]]:
-    """One layer: every head, then W_O (a value is a tuple of exact ratios, one per head)."""
-    head_outputs = [_score_and_mix(*_project_head(weights, xq, xkv, macs), visible,
-                                   *_dens(weights, dx), d2, macs, ops)
-                    for weights, d2 in layer.heads]
+def _attend_layer(layer: _Layer, xq, xkv, dx: int, visible, macs: dict, ops: dict,
+                  caches: list | None = None) -> list[list[tuple]]:
+    """One layer: every head, then W_O through the exact layer's counted loop
+    (:func:`exactattn.engines.layer.out_project`; a value is a tuple of exact ratios, one
+    per head).  Decoding (``caches``: a KV cache per head): the new keys and values are
+    projected once, appended, and the queries attend over the cache."""
+    head_outputs = []
+    for a, (weights, d2) in enumerate(layer.heads):
+        q, k, v = _project_head(weights, xq, xkv, macs)
+        if caches is not None:
+            caches[a][0].extend(k)
+            caches[a][1].extend(v)
+            k, v = caches[a]
+        head_outputs.append(_score_and_mix(q, k, v, visible, *_dens(weights, dx), d2, macs,
+                                           ops))
     if layer.W_O is None:
         return [[(e,) for e in row] for row in head_outputs[0]]
-    return _out_projection(layer.W_O, head_outputs, macs)
+    entries, count = out_project(layer.W_O, head_outputs)
+    macs["out_projection"] += count
+    return entries
 
 
 def _next_layer_rows(outputs: list[list[tuple]]) -> list[list[int]]:
@@ -326,8 +327,10 @@ def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, macs:
     for t in range(n):
         step_macs = _zero_macs(with_output)
         row, d = [xi[t]], dx
+        # one query over the t + 1 cached keys: a bottom_right causal call
+        visible = [_DECODING.visible_keys(0, 1, t + 1)].__getitem__
         for ell, layer in enumerate(layers_):
-            row_out = _decode_step(layer, caches[ell], row, d, step_macs, ops)
+            row_out = _attend_layer(layer, row, row, d, visible, step_macs, ops, caches[ell])
             if ell + 1 < len(layers_):
                 row, d = _next_layer_rows(row_out), 10 ** LAYER_PLACES
         last.append(row_out[0])
@@ -336,27 +339,6 @@ def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, macs:
         for k in macs:
             macs[k] += step_macs[k]
     return last, steps
-
-
-def _decode_step(layer: _Layer, caches: list, row: list[list[int]], dx: int,
-                 macs: dict, ops: dict) -> list[list[tuple]]:
-    """One new token through one layer: project it, append to the KV cache, attend.
-
-    The new key and value are projected once and appended; the query attends
-    over the t cached keys (one query, t keys: a bottom_right causal call).
-    """
-    head_outputs = []
-    for (weights, d2), (cache_k, cache_v) in zip(layer.heads, caches):
-        q, k, v = _project_head(weights, row, row, macs)
-        cache_k.extend(k)
-        cache_v.extend(v)
-        t = len(cache_k)
-        head_outputs.append(_score_and_mix(q, cache_k, cache_v,
-                                           lambda i: _DECODING.visible_keys(i, 1, t),
-                                           *_dens(weights, dx), d2, macs, ops))
-    if layer.W_O is None:
-        return [[(e,) for e in head_outputs[0][0]]]
-    return _out_projection(layer.W_O, head_outputs, macs)
 
 
 def count(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "top_left",

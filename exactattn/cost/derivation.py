@@ -43,9 +43,7 @@ import sympy
 from ..errors import InputError
 from .sizes import CallShape
 
-__all__ = ["BATCH", "EXTENSION_SYMBOLS", "LoopNest", "STAGES", "SYMBOLS", "branch",
-           "call_formula", "call_nests", "derive", "derive_at", "derive_call",
-           "derive_operations", "loop_nests", "split", "symbol_values", "whole_generation"]
+__all__ = ["EXTENSION_SYMBOLS", "SYMBOLS"]
 
 #: the stages, in order; ``projections`` only with d_model, ``out_projection`` (W_O) only
 #: with heads

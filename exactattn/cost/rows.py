@@ -29,7 +29,7 @@ from .derivation import (EXTENSION_SYMBOLS, SYMBOLS, branch, derive, derive_call
 from .sizes import CallShape, size
 from .solve import Crossover, DoublingRatio, crossover, doubling_ratio
 
-__all__ = ["CostRows", "Doubling", "FormulaCheck", "RowCost", "cost_rows", "counting_work"]
+__all__ = ["cost_rows"]
 
 
 @dataclass(frozen=True)

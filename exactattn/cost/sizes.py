@@ -40,8 +40,7 @@ from ..call.policy import ALIGNMENTS, Policy
 from ..errors import InputError, ShapeError
 from ..options import check_whole
 
-__all__ = ["MAX_SIZE", "CallShape", "broadcast_batch", "policy_of", "printable_size", "size",
-           "size_or_expr"]
+__all__ = ["CallShape"]
 
 #: the largest size (tokens, keys, a width, heads, layers) a cost table prints: its figures
 #: stay far below the 4300 digits Python turns into text

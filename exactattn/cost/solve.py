@@ -22,8 +22,6 @@ from .derivation import EXTENSION_SYMBOLS, SYMBOLS, derive, split
 from .sizes import size, size_or_expr
 from ..numbers.exact import fraction_of
 
-__all__ = ["Crossover", "DoublingRatio", "crossover", "doubling_ratio"]
-
 
 @dataclass(frozen=True)
 class Crossover:

@@ -7,6 +7,10 @@ Every number a table prints is exact or certified:
   0.3333``);
 * a score divided by an irrational divisor prints as ``c*sqrt(m)`` (the
   spelling sympy uses, built here without sympy) with a certified decimal;
+* a row of integers over one denominator (a trace's raw scores,
+  :mod:`exactattn.present.rowints`) prints entry by entry the same way, with
+  one gcd per entry, decimals rounded in numpy int64 when every product fits
+  (:func:`fraction_texts`);
 * a value too long to print whole (an integer past Python's 4,300-digit
   limit on int-to-str conversion, e.g. the score of two entries ``1e2200``)
   prints in scientific form with 16 correctly rounded significant digits,
@@ -28,15 +32,15 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
+from math import gcd
 
 from ..call.policy import divisor_text
-from ..numbers.digits import certify
+from ..numbers.digits import certify, format_scaled, round_fraction, terminating_places
 from ..numbers.exact import fraction_of, rational_sqrt
 from ..numbers.formats import LOG10_2, exponent10, scientific_parts, scientific_text
 from ..engines.head import scaled_score
 from ..numbers.reals import Surd, square_free
 from .render import Cell, Vector
-from .rowints import fraction_texts, magnitude, with_rounded
 
 #: significant digits of a value too long to print whole
 SCI_DIGITS = 16
@@ -44,6 +48,8 @@ SCI_DIGITS = 16
 _MARGIN = 64
 #: fewer bits than this print whole under any limit Python allows (its least is 640 digits)
 _SHORT_BITS = 1900
+#: rows whose integers stay below this are reduced and rounded in numpy int64
+INT64 = 1 << 62
 
 
 def _digit_limit() -> int:
@@ -71,6 +77,93 @@ def too_long(*ints: int) -> bool:
     if not limit:
         return False
     return bits * LOG10_2 + 1 >= limit - _MARGIN
+
+
+def magnitude(ints: list) -> int:
+    """The largest ``|v|`` of the integers (None skipped; 0 for none)."""
+    seen = [v for v in ints if v is not None]
+    return max(max(seen), -min(seen)) if seen else 0
+
+
+def fraction_texts(ints: list, den: int, places: int | None, top: int | None = None) -> list:
+    """``ints[j] / den`` as exact texts (``3/8``, ``1``), with ``= 0.375`` / ``~ 0.3333``
+    decimals when ``places`` is given; None stays None.  Entries must be short enough
+    to print (see :func:`is_long`).
+
+    >>> fraction_texts([3, -1, 8, None], 8, 4)
+    ['3/8 = 0.375', '-1/8 = -0.125', '1', None]
+    >>> fraction_texts([1, 2], 3, 4), fraction_texts([1, 2], 3, None)
+    (['1/3 ~ 0.3333', '2/3 ~ 0.6667'], ['1/3', '2/3'])
+
+    A row whose integers (times ``10**places``) fit in 62 bits is reduced and
+    rounded with numpy, exactly; others entry by entry in Python integers.
+    """
+    scale = 1 if places is None else 10 ** places
+    top = magnitude(ints) if top is None else top
+    if len(ints) >= 32 and den < INT64 and top * scale < INT64 // 4:
+        return _vector_texts(ints, den, places)
+    return [None if v is None else _text(v, den, places) for v in ints]
+
+
+def with_rounded(text: str, num: int, den: int, places: int = 0, *, rounded: str | None = None,
+                 exact: bool = True) -> str:
+    """The one spelling of an exact fraction with its decimal: ``text = 0.375`` or ``text ~ 0.3333``.
+
+    ``num/den`` in lowest terms: ``=`` and its exact decimal when that
+    terminates (and ``exact``), else ``~`` and ``rounded`` (a certified decimal
+    at hand) or ``num/den`` rounded to ``places``, ties to even
+    (:func:`~exactattn.numbers.digits.round_fraction`).
+
+    >>> with_rounded("3/8", 3, 8), with_rounded("2/3", 2, 3, 4)
+    ('3/8 = 0.375', '2/3 ~ 0.6667')
+    """
+    t = terminating_places(den) if exact else None
+    if t is not None:
+        return f"{text} = {format_scaled(num * (10 ** t // den), t)}"
+    return f"{text} ~ {round_fraction(Fraction(num, den), places) if rounded is None else rounded}"
+
+
+def _text(v: int, den: int, places: int | None) -> str:
+    g = gcd(v, den)
+    p, q = v // g, den // g
+    if q == 1:
+        return str(p)
+    if places is None:
+        return f"{p}/{q}"
+    return with_rounded(f"{p}/{q}", p, q, places)
+
+
+def _vector_texts(ints: list, den: int, places: int | None) -> list:
+    """:func:`fraction_texts` of a row in int64 (every product proved below 2^62)."""
+    import numpy as np
+    a = np.array([0 if v is None else v for v in ints], dtype=np.int64)
+    g = np.gcd(a, np.int64(den))
+    p, q = a // g, np.int64(den) // g
+    ps, qs = p.tolist(), q.tolist()
+    if places is None:
+        out = [str(x) if y == 1 else f"{x}/{y}" for x, y in zip(ps, qs)]
+    else:
+        scale = 10 ** places
+        num = p * scale
+        k = num // q                                     # floor
+        r = num - k * q
+        k += (2 * r > q) | ((2 * r == q) & (k % 2 == 1))  # to nearest, ties to even
+        sign = np.where(k < 0, "-", "").tolist()
+        whole, frac = np.divmod(np.abs(k), scale)
+        exact = [u for u in np.unique(q).tolist() if u == 1 or terminating_places(u) is not None]
+        special = np.isin(q, exact).tolist() if exact else [False] * len(ps)
+        if places:
+            out = [f"{x}/{y} ~ {s}{w}.{f:0{places}d}" for x, y, s, w, f in
+                   zip(ps, qs, sign, whole.tolist(), frac.tolist())]
+        else:
+            out = [f"{x}/{y} ~ {s}{w}" for x, y, s, w in zip(ps, qs, sign, whole.tolist())]
+        for j, hit in enumerate(special):
+            if hit:
+                out[j] = _text(ps[j], qs[j], places)
+    for j, v in enumerate(ints):
+        if v is None:
+            out[j] = None
+    return out
 
 
 def sci_text(q, digits: int = SCI_DIGITS) -> str:

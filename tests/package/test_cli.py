@@ -610,8 +610,7 @@ def test_row_texts_match_the_cell_texts():
     import random
     from fractions import Fraction as F
 
-    from exactattn.present.cells import Scaler, exact_text, with_decimal
-    from exactattn.present.rowints import fraction_texts
+    from exactattn.present.cells import Scaler, exact_text, fraction_texts, with_decimal
     rng = random.Random(1)
     for _ in range(200):
         den = rng.choice([1, 2, 3, 8, 40, 705600, 497871360000])

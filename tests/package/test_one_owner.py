@@ -9,8 +9,9 @@ from fractions import Fraction as F
 import pytest
 import sympy
 
-from exactattn.call.policy import UNSUPPORTED, Policy
-from exactattn.present.cells import Scaler, root_text, value_cell, with_decimal
+from exactattn.call.policy import SCORE_FIELDS, UNSUPPORTED, Policy
+from exactattn.present.cells import (Scaler, fraction_texts, root_text, value_cell, with_decimal,
+                                     with_rounded)
 from exactattn.commands.modifier_flags import FLAGS, add_flags
 from exactattn.errors import InputError, ShapeError, SpecError
 from exactattn.examples import chronicle
@@ -25,7 +26,6 @@ from exactattn.call.modifiers import (Alibi, Rope, check_dropout, check_form, ch
                                  check_softcap, check_theta)
 from exactattn.numbers.reals import Surd, sympy_ball
 from exactattn.present.render import Cell, reader_text
-from exactattn.present.rowints import fraction_texts, with_rounded
 from exactattn.numbers.softmax import SoftmaxRow
 from exactattn.call.spec import POLICY_KEYS
 from exactattn.call.spec_fields import read_modifiers
@@ -91,7 +91,7 @@ def test_each_path_refuses_what_the_capability_table_lists(path, field):
 @pytest.mark.parametrize("path", _PATHS)
 def test_each_path_runs_what_the_capability_table_leaves_out(path):
     assert _run_path(path, Policy(causal=True)) is not None
-    refused = set(UNSUPPORTED[path]) | (set(UNSUPPORTED["blocks"]) if path == "sdpa" else set())
+    refused = set(UNSUPPORTED[path]) | (set(SCORE_FIELDS) if path == "sdpa" else set())
     for field in sorted(set(_SET) - refused - {"dropout", "rope", "query_offset"}):
         assert _run_path(path, Policy(**{field: _SET[field]})) is not None, field
 

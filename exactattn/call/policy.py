@@ -100,7 +100,7 @@ MODIFIER_FIELDS = POSITION_FIELDS + SCORE_FIELDS + ("head",)
 UNSUPPORTED = {
     "fast": ("rope", "dropout"),                       # the fast engine: the pencil engine runs them
     "gradients": ("softcap", "rope"),                  # exact gradients: transcendental scores
-    "blocks": ("softcap", "sink", "alibi", "rope", "dropout"),     # row blocks
+    "blocks": ("dropout",),                            # row blocks: no keep-mask in their inputs
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
     "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask

@@ -187,6 +187,23 @@ def _convert(build: Callable[[], Any], where: str):
         raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
 
 
+def _top_level(doc: Any, where: str, keys: tuple, required: tuple, kind: str, other: set,
+               other_kind: str) -> None:
+    """Refuse a document that is not a table of ``keys`` holding ``required``, in one line (a
+    hint when it holds keys of the ``other`` kind of spec)."""
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
+    unknown = sorted(set(doc) - set(keys), key=str)
+    if unknown:
+        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
+                        f"{', '.join(keys)}" + (f"; this looks like {other_kind}"
+                                                if other & set(doc) else ""))
+    for key in required:
+        if key not in doc:
+            raise SpecError(f"{where}: {key} is missing; {kind} needs {', '.join(required[:-1])} "
+                            f"and {required[-1]}")
+
+
 # --------------------------------------------------------------------------- head specs
 def from_mapping(doc: Any, *, where: str = "spec") -> Example:
     """Build an :class:`Example` from a parsed head spec document.
@@ -195,17 +212,8 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
         SpecError: a missing or unknown key, or a malformed token list.
         ShapeError, InputError: bad matrices, entries or divisor (from :class:`Head`).
     """
-    if not isinstance(doc, dict):
-        raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
-    unknown = sorted(set(doc) - set(KEYS), key=str)
-    if unknown:
-        hint = ("; this looks like a verify spec: run it with `exactattn verify --spec`"
-                if {"query", "key", "value"} & set(doc) else "")
-        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
-                        f"{', '.join(KEYS)}" + hint)
-    for key in ("tokens", "W_Q", "W_K", "W_V"):
-        if key not in doc:
-            raise SpecError(f"{where}: {key} is missing; a spec needs tokens, W_Q, W_K and W_V")
+    _top_level(doc, where, KEYS, ("tokens", "W_Q", "W_K", "W_V"), "a spec",
+               {"query", "key", "value"}, "a verify spec: run it with `exactattn verify --spec`")
     tokens = doc["tokens"]
     if not isinstance(tokens, list) or not tokens:
         raise SpecError(f'{where}: tokens must be a non-empty list of {{"x": [...]}} '
@@ -262,7 +270,7 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
         head, fields = _head_policy(doc["policy"], head, len(x), where)
         return HeadSpec(name=name, title="", head=head, tokens=labels, x=x,
                         focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
-                        keep=fields.keep, lse=fields.lse, typed=typed)
+                        dropout_keep=fields.dropout_keep, lse=fields.lse, typed=typed)
     return Example(name=name, title="", head=head, tokens=labels, x=x,
                    focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
                    typed=typed)
@@ -299,13 +307,14 @@ def _typed(row) -> list[str]:
 class HeadSpec(Example):
     """A head spec with a ``policy`` table: the example, and what the call adds to it.
 
-    ``keep``: the dropout keep-mask (n x n bools; ``policy.dropout``), None
+    ``dropout_keep``: the dropout keep-mask (n x n bools; ``policy.dropout``), None
     without dropout; ``lse``: ``"e"`` or ``"2"`` when the spec asks for each
     row's log-sum-exp, else None.  The modifiers themselves are on
     ``head.policy``.
     """
-    keep: list | None = None
+    dropout_keep: list | None = None
     lse: str | None = None
+    keep = property(lambda self: self.dropout_keep)     # its older name, still read
 
 
 def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFields]:
@@ -321,8 +330,8 @@ def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFi
     fields = read_modifiers(pol, where=where)
     plain = {k: pol[k] for k in ("alignment", "empty_row") if k in pol}
     policy = owned(where, lambda: head.policy.replace(**plain, **fields.changes))
-    if fields.keep is not None:
-        fields.keep = owned(where, check_keep, fields.keep, policy, n, n, "dropout.keep")
+    if fields.dropout_keep is not None:
+        fields.dropout_keep = owned(where, check_keep, fields.dropout_keep, policy, n, n, "dropout.keep")
     return head.with_policy(policy), fields
 
 
@@ -365,17 +374,8 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
         SpecError: a missing or unknown key, a malformed policy or mask table.
         ShapeError, InputError: bad arrays, entries or policy values.
     """
-    if not isinstance(doc, dict):
-        raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
-    unknown = sorted(set(doc) - set(PROBLEM_KEYS), key=str)
-    if unknown:
-        hint = ("; this looks like a head spec: run it with `exactattn walkthrough --spec`"
-                if {"tokens", "W_Q"} & set(doc) else "")
-        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
-                        f"{', '.join(PROBLEM_KEYS)}{hint}")
-    for key in ("query", "key", "value"):
-        if key not in doc:
-            raise SpecError(f"{where}: {key} is missing; a verify spec needs query, key and value")
+    _top_level(doc, where, PROBLEM_KEYS, ("query", "key", "value"), "a verify spec",
+               {"tokens", "W_Q"}, "a head spec: run it with `exactattn walkthrough --spec`")
     pol = doc.get("policy", {})
     if not isinstance(pol, dict):
         raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
@@ -400,10 +400,10 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
         raise SpecError(f"{where}: name must be a string (got {shorten(name, quote=True)})")
     fields = read_modifiers({k: v for k, v in pol.items() if k in MODIFIER_KEYS}, where=where)
     if doc.get("dropout_keep") is not None:
-        if fields.keep is not None:
+        if fields.dropout_keep is not None:
             raise SpecError(f"{where}: dropout_keep must come without policy.dropout.keep (got "
                             "both); give the keep-mask once")
-        fields.keep = doc["dropout_keep"]
+        fields.dropout_keep = doc["dropout_keep"]
     plain = {k: v for k, v in pol.items() if k not in MODIFIER_KEYS}
 
     def build():
@@ -412,7 +412,7 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
         if dtype is not None:
             float_format(dtype)
         problem = Call(doc["query"], doc["key"], doc["value"], mask, policy=policy,
-                       name=name, dropout_keep=fields.keep)
+                       name=name, dropout_keep=fields.dropout_keep)
         return (problem, policy, dtype, fields) if extras else (problem, policy, dtype)
     return _convert(build, where)
 
@@ -441,43 +441,25 @@ def _number_text(x) -> Any:
     return "-inf" if x is None else str(x)
 
 
-def problem_document(problem: Call, dtype: str | None = None, *, keep=None,
-                     lse: str | None = None) -> dict:
-    """A problem spec document for a :class:`~exactattn.call.Call`: exact numbers as strings,
-    its policy, the dtype.
-
-    With dropout, ``keep`` (the keep-mask, nested lists of bools) goes into
-    ``policy.dropout``; ``lse`` (``"e"``/``"2"``) asks for the log-sum-exp.
-    """
-    policy = problem.policy
-
-    def arr(a):
-        a = a.reshape(a.shape[4 - problem.rank:]) if problem.rank < 4 else a
-        return np.vectorize(_number_text, otypes=[object])(a).tolist()
-    doc: dict = {"name": problem.name}
-    if dtype:
-        doc["dtype"] = dtype
-    doc["policy"] = policy.as_dict()
-    if policy.dropout is not None:
-        doc["policy"]["dropout"] = {"p": str(policy.dropout)}
-        if keep is not None:
-            doc["policy"]["dropout"]["keep"] = np.asarray(keep, dtype=bool).tolist()
-    if lse is not None:
-        doc["policy"]["lse"] = lse
-    for name in ("query", "key", "value"):
-        doc[name] = arr(getattr(problem, name))
-    if problem.mask is not None:
-        doc["mask"] = {"kind": problem.mask_kind,
-                       "values": np.vectorize(_number_text, otypes=[object])(
-                           problem.mask_given()).tolist()}
-    return doc
-
-
 def problem_text(problem: Call, dtype: str | None = None) -> str:
-    """A problem spec file (JSON) for a :class:`~exactattn.call.Call`; :func:`load_problem` reads it back.
+    """A problem spec file (JSON) for a :class:`~exactattn.call.Call`: exact numbers as strings,
+    its policy, the dtype (a dropout's p without its keep-mask); :func:`load_problem` reads it
+    back.
 
     >>> doc = json.loads(problem_text(Call([["1/2"]], [[1]], [[3]]), "float32"))
     >>> doc["query"], doc["policy"]["scale"], doc["dtype"]
     ([['1/2']], 'default', 'float32')
     """
-    return json.dumps(problem_document(problem, dtype), indent=2, ensure_ascii=False)
+    text = np.vectorize(_number_text, otypes=[object])
+
+    def arr(a):
+        return text(a.reshape(a.shape[4 - problem.rank:]) if problem.rank < 4 else a).tolist()
+    doc: dict = {"name": problem.name, **({"dtype": dtype} if dtype else {}),
+                 "policy": problem.policy.as_dict()}
+    if problem.policy.dropout is not None:
+        doc["policy"]["dropout"] = {"p": str(problem.policy.dropout)}
+    for name in ("query", "key", "value"):
+        doc[name] = arr(getattr(problem, name))
+    if problem.mask is not None:
+        doc["mask"] = {"kind": problem.mask_kind, "values": text(problem.mask_given()).tolist()}
+    return json.dumps(doc, indent=2, ensure_ascii=False)

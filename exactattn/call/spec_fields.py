@@ -52,13 +52,14 @@ class CallFields:
     """What a policy table's modifier keys say.
 
     ``changes``: Policy fields (``window``, ``softcap``, ``alibi`` ... as
-    their types); ``keep``: the dropout keep-mask as given (nested lists,
+    their types); ``dropout_keep``: the dropout keep-mask as given (nested lists,
     checked with the call's size by :func:`~exactattn.call.modifiers.check_keep`)
     or None; ``lse``: ``"e"`` or ``"2"`` when the log-sum-exp is asked for, else None.
     """
     changes: dict = field(default_factory=dict)
-    keep: list | None = None
+    dropout_keep: list | None = None
     lse: str | None = None
+    keep = property(lambda self: self.dropout_keep)     # its older name, still read
 
 
 def owned(where: str, check: Callable, *args):
@@ -115,7 +116,7 @@ def read_modifiers(table: dict, *, where: str = "spec") -> CallFields:
     if "dropout" in table:
         t = _table(table["dropout"], where, "dropout", ("p", "keep"), ("p", "keep"))
         given["dropout"] = owned(where, check_dropout, t["p"], "dropout.p")
-        out.keep = t["keep"]
+        out.dropout_keep = t["keep"]
     if "lse" in table:
         out.lse = _lse(table["lse"], where)
     policy = owned(where, lambda: Policy(**given))   # the policy checks every field as a whole

@@ -304,7 +304,7 @@ def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | Non
                  empty_row=empty_row, rows=step.rows, outputs=step.outputs,
                  macs={"projections": mq + mk + mv, **step.macs},
                  softmax_ops=_softmax_ops(step.rows), integers=integers,
-                 bias_adds=aq + ak + av, rotated=step.rotated, keep=keep)
+                 bias_adds=aq + ak + av, rotated=step.rotated, dropout_keep=keep)
 
 
 def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:

@@ -8,7 +8,7 @@ key/value heads (Ainslie et al. 2023) and an explicit padding mask::
     outputs = concat(head_1 .. head_H) W_O + b_O                   (n x d_model)
 
 Every head runs through the pencil engine's counted step
-(:func:`~exactattn.engines.head.project_biased`, :func:`~exactattn.engines.head.score_and_mix`),
+(:func:`~exactattn.engines.head.project_biased`, :func:`~exactattn.reference.modified.counted_step`),
 the same loops :mod:`exactattn.cost` counts.  A key/value head shared by
 several query heads (GQA, MQA) is projected once.
 
@@ -39,7 +39,7 @@ from ..numbers.digits import certify, enclosure_sign, round_fraction
 from ..errors import InputError, ShapeError
 from ..numbers.exact import to_matrix, to_row
 from ..numbers.exact import fmpq_of
-from .head import Head, project_biased, score_and_mix
+from .head import Head, project_biased
 from ..numbers.exact import common_denominator
 from ..reference.modified import counted_step
 from ..call.modifiers import check_keep
@@ -337,19 +337,12 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
         q_ints, dq, mq, aq = project_biased(head.W_Q, head.b_Q, xi, dx)
         macs["projections"] += mq
         adds += aq
-        if head.policy.modified:      # sinks, ALiBi, soft-capping, RoPE, dropout
-            step = counted_step(q_ints, k_ints, v_ints, visible, dq, dk, dv,
-                                 head.divisor_squared, head.policy, keeps[a])
-            r, out = step.rows, step.outputs
-            for stage, count in step.macs.items():
-                macs[stage] = macs.get(stage, 0) + count
-        else:
-            _, _, r, out, ms, mm = score_and_mix(q_ints, k_ints, v_ints, visible, dq * dk, dv,
-                                                 head.divisor_squared, layer.policy.empty_row)
-            macs["scores"] += ms
-            macs["mix"] += mm
-        rows.append(r)
-        head_outputs.append(out)
+        step = counted_step(q_ints, k_ints, v_ints, visible, dq, dk, dv, head.divisor_squared,
+                            head.policy, keeps[a])      # sinks, ALiBi, soft-cap, RoPE, dropout
+        for stage, count in step.macs.items():
+            macs[stage] = macs.get(stage, 0) + count
+        rows.append(step.rows)
+        head_outputs.append(step.outputs)
     if layer.W_O is None:
         raise InputError("W_O must be given to run a whole layer (got a layer built without "
                          "its output projection); build it with W_O")

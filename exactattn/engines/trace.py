@@ -69,7 +69,7 @@ class Trace:
                  empty_row: str = "zero", rows=None, outputs=None, macs: dict | None = None,
                  softmax_ops: dict | None = None, score_row: Callable | None = None,
                  integers: Callable | None = None, bias_adds: int | None = None,
-                 rotated: list | None = None, keep: list | None = None,
+                 rotated: list | None = None, dropout_keep: list | None = None,
                  score_ints: Callable | None = None, part_ints: Callable | None = None):
         self.head = head
         self.engine = engine
@@ -80,7 +80,7 @@ class Trace:
         self.policy = policy if policy.empty_row == empty_row else \
             policy.replace(empty_row=empty_row)
         #: the dropout keep-mask (n x n bools), None without dropout
-        self.keep = keep
+        self.dropout_keep = dropout_keep
         self._rotated = rotated
         self.macs = macs
         self.softmax_ops = softmax_ops
@@ -98,6 +98,9 @@ class Trace:
         self._decimals: dict = {}
         #: entries the bulk intervals left undecided, decided by the exact per-entry path
         self.fallbacks = 0
+
+    #: the older name of :attr:`dropout_keep`, still read
+    keep = property(lambda self: self.dropout_keep)
 
     def __repr__(self) -> str:
         return f"Trace(engine={self.engine!r}, n={self.n}, {self.head!r})"
@@ -319,18 +322,18 @@ class Trace:
     def _weighted(self, i: int, column: list):
         """``sum_j share_ij * factor_ij * column[j]``: row i's combination after dropout, its
         factors from :func:`~exactattn.call.modifiers.dropout_factors` (none without dropout)."""
-        if self.keep is not None:
+        if self.dropout_keep is not None:
             column = [v * w for v, w in
-                      zip(column, dropout_factors(self.policy.dropout, self.keep[i]))]
+                      zip(column, dropout_factors(self.policy.dropout, self.dropout_keep[i]))]
         return self.row(i).combine(column)
 
     def weight(self, i: int, j: int):
         """Query i's weight on key j after dropout: ``share * keep / (1 - p)`` (the share
         itself without dropout)."""
         self._check(i, j, self.n, "key index")
-        if self.keep is None:
+        if self.dropout_keep is None:
             return self.share(i, j)
-        return self.row(i).share(j, dropout_factors(self.policy.dropout, self.keep[i])[j])
+        return self.row(i).share(j, dropout_factors(self.policy.dropout, self.dropout_keep[i])[j])
 
     def weight_sum(self, i: int):
         """The sum of row i's weights after dropout: ``(sum of kept shares) / (1 - p)``,
@@ -341,7 +344,7 @@ class Trace:
     def weight_decimals(self, places: int) -> list[list[str]]:
         """Every weight after dropout, correctly rounded (n x n strings; the shares without
         dropout)."""
-        if self.keep is None:
+        if self.dropout_keep is None:
             return self.share_decimals(places)
         check_places(places)
         return [[self.weight(i, j).decimal(places) for j in range(self.n)]
@@ -373,7 +376,7 @@ class Trace:
             return self._decimals[places]
         n, d_v = self.n, self.head.d_v
         result = None
-        dropout = self.keep is not None     # the shares stay the softmax's; the outputs do not
+        dropout = self.dropout_keep is not None     # the shares stay the softmax's; the outputs do not
         if self.engine != "symbolic" and self._integers is not None and \
                 not self.policy.replace(dropout=None).modified:
             from ..numbers.bulk import decimals

@@ -281,13 +281,11 @@ LAYERS = [
 ]
 
 #: import edges that still go up a layer (importer -> imported): the debt, which may only
-#: shrink.  A head spec builds a Head (engines); the weight gradients project through a
-#: Head; two reports
+#: shrink.  A head spec builds a Head (engines); two reports
 #: render their own tables.
 KNOWN_UPWARD = {
     ("exactattn.call.spec", "exactattn.engines.head"),
     ("exactattn.call.spec", "exactattn.examples"),
-    ("exactattn.gradients.weights", "exactattn.engines.head"),
 }
 
 

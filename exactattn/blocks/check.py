@@ -35,13 +35,13 @@ from functools import partial
 
 import numpy as np
 
-from ..call.policy import Policy
+from ..call.policy import SCORE_FIELDS, Policy
 from ..errors import InputError
 from ..verify.compare import Comparison
 from .engine import Engine
 from .inputs import ExactInputs
 from .memory import block_rows, block_spans
-from .rows import ExactRows, block_keep, key_span, score_top
+from .rows import block_keep, exact_rows, key_span, score_top
 
 #: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
 CHECK_DTYPES = ("float32", "float16", "bfloat16")
@@ -92,10 +92,10 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     fmt = float_format(dtype)
     c0, c1 = key_span(inputs, r0, r1)
     keep = block_keep(inputs, r0, r1, c0, c1)
-    b = None if c1 == c0 else block_bounds(
+    b = None if c1 == c0 or inputs.policy.modified else block_bounds(
         inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den, inputs.divisor_squared,
         keep, inputs.v[c0:c1], inputs.v_den, 62, inputs.score_bound)
-    exact = ExactRows(inputs, r0, c0, keep)
+    exact_row, column = exact_rows(inputs, r0, c0, keep)
     empty_row = inputs.policy.empty_row
     if b is not None:
         vals = np.abs(inputs.v[c0:c1].astype(np.float64))
@@ -105,9 +105,9 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     out = BlockCheck(worst)
     for i in range(r0, r1):
         bulk = b is not None and not b.empty[i - r0]
-        row = None if bulk else exact.row(i)
+        row = None if bulk else exact_row(i)
         for c in range(inputs.d_v):
-            value = partial(exact.output, i, c)
+            value = partial(_output, exact_row, column, i, c)
             ball = None
             if bulk:
                 at = (i - r0, c)
@@ -120,7 +120,8 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
             elif row.empty and empty_row == "nan":       # the policy's answer: NaN
                 rounded, mag = math.nan, 0.0
             else:      # an empty row's zeros or mean value; no bulk enclosure: entry by entry
-                mag = _row_magnitude(exact, i, c) if not row.empty else \
+                mag = float(row.combine([abs(v) for v in column(c)]).decimal(20)) \
+                    if not row.empty else \
                     _empty_magnitude(inputs, c) if empty_row == "uniform" else 0.0
                 rounded, ball = round_value(value(), fmt, _PREC)
             g = float(got[i, c])
@@ -134,10 +135,9 @@ def _empty_magnitude(inputs: ExactInputs, c: int) -> float:
     return float(np.abs(inputs.v[:, c].astype(np.float64)).mean()) / float(inputs.v_den)
 
 
-def _row_magnitude(exact: ExactRows, i: int, c: int) -> float:
-    """``sum_j shares_ij |value_jc|`` from the exact row (a few digits)."""
-    row = exact.row(i)
-    return float(row.combine([abs(v) for v in exact.column(c)]).decimal(20))
+def _output(row, column, i: int, c: int):
+    """The exact output of query i, column c."""
+    return row(i).combine(column(c))
 
 
 def _block_top(data, r0: int, r1: int) -> int:
@@ -246,12 +246,17 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     if policy.unsupported("sdpa"):
         raise InputError("policy must have no window or query_offset for a check of a float "
                          "implementation (got one); SDPA takes causal and alignment only")
+    if policy.modified:
+        raise InputError(f"policy must have no {', '.join(SCORE_FIELDS)} for a blocked check of "
+                         f"an implementation (got "
+                         f"{', '.join(f for f in SCORE_FIELDS if getattr(policy, f) is not None)}"
+                         "); check modified calls with exactattn verify")
     impl = load_impl(impl)
     check_dtype(impl, dtype)
     check_scale(policy, dtype)
     inputs = from_floats(query, key, value, policy, name="floats")
     arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
-    call = policy_call(*arrays, policy, dtype)     # no modifier: refused above and by from_floats
+    call = policy_call(*arrays, policy, dtype)     # no modifier: refused above
     t0 = time.perf_counter()
     try:
         got, raised = impl(call), None

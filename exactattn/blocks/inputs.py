@@ -169,7 +169,7 @@ def from_call(problem, b: int = 0, h: int = 0) -> ExactInputs:
     Raises:
         InputError: an additive mask (row blocks take boolean masks only).
     """
-    policy = problem.policy
+    policy = problem.policy.for_head(h)
     kv = policy.kv_head(h, problem.shape["H_q"], problem.shape["H_kv"])
     mask = problem.block_mask(b, h)
     keep = None

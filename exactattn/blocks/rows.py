@@ -8,8 +8,10 @@ reads only the span of keys its rows see (:func:`key_span`), so its cost is
 rows x span, not rows x n.  The block's shares and outputs are decided in bulk
 from integer enclosures (:func:`exactattn.numbers.bulk.block_bounds`); the few entries
 the enclosures leave undecided, and rows that see no key, go through the exact
-per-entry path (:class:`~exactattn.numbers.softmax.SoftmaxRow`), so every printed
-digit is the correctly rounded one.
+per-entry path (:func:`exact_row`: the row :class:`~exactattn.verify.Reference`
+builds, through the one composition of the modifiers), so every printed digit is
+the correctly rounded one.  The enclosures know the plain softmax: a call with
+soft-capping, a sink, ALiBi or RoPE has every entry on the exact path.
 
 Every row is computed from its own scores only, so the strings are the same
 for every block size, and the same as :meth:`Trace.share_decimals
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
 
 import numpy as np
 
@@ -39,6 +42,7 @@ from ..numbers.bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bi
 from ..numbers.digits import check_places, format_scaled
 from ..numbers.limbs import mix
 from ..numbers.softmax import SoftmaxRow
+from ..reference.logits import rope_score, softmax_row
 from .inputs import ExactInputs
 
 
@@ -66,41 +70,38 @@ def block_keep(inputs: ExactInputs, r0: int, r1: int, c0: int, c1: int) -> np.nd
     return out
 
 
-class ExactRows:
-    """The exact per-entry path of a block: each row's :class:`SoftmaxRow`, built on demand.
+def exact_row(inputs: ExactInputs, i: int, cols: np.ndarray) -> SoftmaxRow:
+    """Query i's exact softmax row, seeing keys ``cols``, as :class:`~exactattn.verify.Reference`
+    builds it: raw scores (exact, or rotary under RoPE) through
+    :func:`~exactattn.reference.logits.softmax_row`, the one composition of the modifiers."""
+    x, policy = inputs, inputs.policy
+    raw: list = [None] * x.n_k
+    if policy.rope is not None:
+        q = [Fraction(int(a), x.q_den) for a in x.q[i].tolist()]
+        at = policy.query_position(i, x.n_q, x.n_k)
+        for j in cols.tolist():
+            key = [Fraction(int(a), x.k_den) for a in x.k[j].tolist()]
+            raw[j] = rope_score(q, key, policy.rope, at, j)
+    elif len(cols):
+        q, k = x.q[i:i + 1], x.k[cols]
+        nums = (exact_matmul(q, k.T) if q.dtype == object or k.dtype == object
+                else mix(q, k.T))[0].tolist()
+        for j, num in zip(cols.tolist(), nums):
+            raw[j] = Fraction(int(num), x.den)
+    return softmax_row(raw, x.divisor_squared, policy, i, x.n_q, x.n_k)
 
-    Row i's raw scores ``q_i . k_j / (q_den k_den)`` at the keys it sees
-    (None elsewhere), over all n_k keys; value columns as ``Fraction``.
-    """
 
-    def __init__(self, inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
-        self.inputs, self.r0, self.c0, self.keep = inputs, r0, c0, keep
-        self._rows: dict = {}
-        self._columns: dict = {}
+def exact_rows(inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
+    """The exact per-entry path of a block: ``(row, column)``, row i's :func:`exact_row` and
+    value column c as ``Fraction``, each built once on demand."""
+    @cache
+    def row(i: int) -> SoftmaxRow:
+        return exact_row(inputs, i, np.flatnonzero(keep[i - r0]) + c0)
 
-    def row(self, i: int) -> SoftmaxRow:
-        if i not in self._rows:
-            x = self.inputs
-            raw: list = [None] * x.n_k
-            cols = np.flatnonzero(self.keep[i - self.r0]) + self.c0
-            if len(cols):
-                q, k = x.q[i:i + 1], x.k[cols]
-                nums = (exact_matmul(q, k.T) if q.dtype == object or k.dtype == object
-                        else mix(q, k.T))[0].tolist()
-                for j, num in zip(cols.tolist(), nums):
-                    raw[j] = Fraction(int(num), x.den)
-            self._rows[i] = SoftmaxRow(raw, x.divisor_squared, x.policy.empty_row)
-        return self._rows[i]
-
-    def column(self, c: int) -> list[Fraction]:
-        if c not in self._columns:
-            x = self.inputs
-            self._columns[c] = [Fraction(int(v), x.v_den) for v in x.v[:, c].tolist()]
-        return self._columns[c]
-
-    def output(self, i: int, c: int):
-        """The exact output (an :class:`~exactattn.numbers.softmax.ExpRatio`) of query i, column c."""
-        return self.row(i).combine(self.column(c))
+    @cache
+    def column(c: int) -> list[Fraction]:
+        return [Fraction(int(v), inputs.v_den) for v in inputs.v[:, c].tolist()]
+    return row, column
 
 
 @dataclass
@@ -134,16 +135,16 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
     c0, c1 = key_span(inputs, r0, r1)
     keep = block_keep(inputs, r0, r1, c0, c1)
     b = None
-    if c1 > c0:
+    if c1 > c0 and not inputs.policy.modified:      # the enclosures know the plain softmax
         b = block_bounds(inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den,
                          inputs.divisor_squared, keep, inputs.v[c0:c1], inputs.v_den,
                          fixed_bits(places), inputs.score_bound)
-    exact = ExactRows(inputs, r0, c0, keep)
+    row, column = exact_rows(inputs, r0, c0, keep)
     rows = range(r0, r1)
-    if b is None:       # infeasible tables or huge inputs: every entry on the exact path
-        share_text = [[exact.row(i).share(j).decimal(places) for j in range(inputs.n_k)]
+    if b is None:       # modifiers, infeasible tables or huge inputs: every entry exactly
+        share_text = [[row(i).share(j).decimal(places) for j in range(inputs.n_k)]
                       for i in rows] if shares else None
-        outputs = [[exact.output(i, c).decimal(places) for c in range(inputs.d_v)]
+        outputs = [[row(i).combine(column(c)).decimal(places) for c in range(inputs.d_v)]
                    for i in rows]
         count = len(rows) * (inputs.d_v + (inputs.n_k if shares else 0))
         return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
@@ -151,7 +152,7 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
     empty = [r0 + int(i) for i in np.flatnonzero(b.empty)]
     count = len(output_cells)
     for i, c in output_cells:
-        outputs[i][c] = exact.output(r0 + i, c).decimal(places)
+        outputs[i][c] = row(r0 + i).combine(column(c)).decimal(places)
     share_text = None
     if shares:
         zero = format_scaled(0, places)
@@ -160,9 +161,9 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
         skip = set(empty)
         for i, j in share_cells:
             if r0 + i not in skip:
-                share_text[i][c0 + j] = exact.row(r0 + i).share(c0 + j).decimal(places)
+                share_text[i][c0 + j] = row(r0 + i).share(c0 + j).decimal(places)
         for i in empty:
-            share_text[i - r0] = [exact.row(i).share(j).decimal(places)
+            share_text[i - r0] = [row(i).share(j).decimal(places)
                                   for j in range(inputs.n_k)]
         count += len(share_cells) - sum(b.empty) * (c1 - c0) + len(empty) * inputs.n_k
     return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)

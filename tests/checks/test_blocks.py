@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from exactattn.blocks import (Engine, certify, check_outputs, check_scheduler, float_ints,
+from exactattn.blocks import (Engine, certify, check_impl, check_outputs, check_scheduler, float_ints,
                               from_floats, from_call, from_rationals, from_trace,
                               random_floats, random_inputs)
 from exactattn.blocks.memory import BYTES_PER_PAIR, block_rows, block_spans
-from exactattn.blocks.rows import ExactRows, block_keep, certify_block, key_span, score_top
+from exactattn.blocks.rows import (block_keep, certify_block, exact_row, exact_rows, key_span,
+                                   score_top)
+from exactattn.call.modifiers import Alibi, Rope
 from exactattn.call.policy import Policy
 from exactattn.errors import InputError
 from exactattn.engines.head import Head, attend
@@ -108,12 +110,12 @@ def test_blocks_match_the_whole_head_for_every_block_size(policy):
 def test_float_inputs_match_the_exact_entries_at_4_and_8_places():
     x = random_inputs(24, 8, seed=2, policy=Policy(causal=True, window=(6, 0)))
     keep = block_keep(x, 0, 24, 0, 24)
-    exact = ExactRows(x, 0, 0, keep)
+    row, column = exact_rows(x, 0, 0, keep)
     for places in (4, 8):
         shares, outputs = run_blocks(x, 5, places)
-        assert shares == [[exact.row(i).share(j).decimal(places) for j in range(24)]
+        assert shares == [[row(i).share(j).decimal(places) for j in range(24)]
                           for i in range(24)]
-        assert outputs == [[exact.output(i, c).decimal(places) for c in range(8)]
+        assert outputs == [[row(i).combine(column(c)).decimal(places) for c in range(8)]
                            for i in range(24)]
         assert run_blocks(x, 1, places) == run_blocks(x, 24, places) == (shares, outputs)
 
@@ -142,9 +144,39 @@ def test_an_explicit_boolean_mask_matches_the_reference():
         from_call(additive)
 
 
-def test_modifiers_are_refused():
-    with pytest.raises(InputError, match="policy must have no softcap, sink"):
-        from_rationals([[1]], [[1]], [[1]], Policy(sink=F(0)))
+def test_dropout_is_refused():
+    with pytest.raises(InputError, match="policy must have no dropout for row blocks"):
+        from_rationals([[1]], [[1]], [[1]], Policy(dropout=F(1, 2)))
+    with pytest.raises(InputError, match="policy must have no rope, softcap, alibi, sink, "
+                                         "dropout for a blocked check"):
+        check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", Policy(softcap=F(5)))
+
+
+MODIFIED = [Policy(scale="none", softcap="2"), Policy(sink="1/2", causal=True),
+            Policy(alibi=Alibi(4), head=1, causal=True, window=(2, 0)),
+            Policy(rope=Rope(), causal=True), Policy(softcap="3", sink="-1", empty_row="uniform"),
+            Policy(alibi=Alibi(2), sink="0", query_offset=1, causal=True, empty_row="nan")]
+
+
+@pytest.mark.parametrize("policy", MODIFIED, ids=lambda p: p.describe()[:60])
+def test_a_modified_calls_blocks_are_the_references_rows_exactly(policy):
+    call = Call([[[1, 0], [2, "1/2"], [0, 1], [1, 1], ["-1", 3]]] * 2,
+                [[[1, 2], [0, 1], [3, 0], ["1/2", 1], [1, 1]]] * 2,
+                [[[1, 0], [2, 1], [5, 3], [0, "1/4"], [1, 1]]] * 2,
+                [[True, True, False, True, True]] * 5, policy=policy)
+    ref = Reference(call)
+    for h in (0, 1):
+        x = from_call(call, 0, h)
+        keep = block_keep(x, 0, 5, 0, 5)
+        for i in range(5):
+            row, want = exact_row(x, i, np.flatnonzero(keep[i])), ref.row(0, h, i)
+            assert [row.share(j) for j in range(5)] == [want.share(j) for j in range(5)]
+            assert [row.combine([F(v) for v in col]) for col in zip(*call.value[0, h])] == \
+                [ref.output(0, h, i, c) for c in range(2)]
+        for rows in (1, 2, 5):
+            assert run_blocks(x, rows, 6) == (
+                [[ref.share(0, h, i, j).decimal(6) for j in range(5)] for i in range(5)],
+                [[ref.output(0, h, i, c).decimal(6) for c in range(2)] for i in range(5)])
 
 
 def test_score_top_is_the_largest_visible_score_for_any_split():

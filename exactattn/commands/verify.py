@@ -167,37 +167,45 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _both(pairs, other: str, why: str, *, named_first: bool = True) -> None:
+    """Refuse the first flag of ``pairs`` (``(flag, given)``) that is given beside ``other``:
+    ``flag must come without other`` (``named_first`` False: ``other must come without flag``)."""
+    for flag, given in pairs:
+        if given:
+            a, b = (flag, other) if named_first else (other, flag)
+            raise InputError(f"{a} must come without {b} (got both); {why}")
+
+
+def _alone(pairs, other: str) -> None:
+    """Refuse the first flag of ``pairs`` (``(flag, value)``) given without ``other``."""
+    for flag, value in pairs:
+        if value is not None:
+            raise InputError(f"{flag} must come with {other} (got {flag} alone)")
+
+
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
     _refuse_split(args)
-    if args.probes is not None and (args.backward or args.memory is not None
-                                    or args.split_merge):
-        flag = ("--backward" if args.backward else "--split-merge" if args.split_merge
-                else "--memory")
-        raise InputError(f"--probes must come without {flag} (got both); the probes are "
-                         "forward runs of the whole call")
+    if args.probes is not None:
+        _both((("--backward", args.backward), ("--split-merge", args.split_merge),
+               ("--memory", args.memory is not None)), "--probes",
+              "the probes are forward runs of the whole call", named_first=False)
     if args.backward and args.flops:
         raise InputError("--flops must come without --backward (got both); the FLOP count "
                          "is the forward's")
     sizes = [k for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
     if args.search:
-        for k in sizes:
-            if k not in ("seed", "heads", "kv_heads"):
-                raise InputError(f"{_flag(k)} must come without --search (got both); the "
-                                 "search draws its own inputs, sized by --max-size")
+        _both(((_flag(k), k not in ("seed", "heads", "kv_heads")) for k in sizes), "--search",
+              "the search draws its own inputs, sized by --max-size")
         if args.heads is not None and args.max_heads is not None:
             raise InputError("--max-heads must come without --heads (got both); --heads fixes "
                              "the query heads of every input the search draws")
-        for flag, bad in (("--spec", args.spec), ("--flops", args.flops)):
-            if bad:
-                raise InputError(f"{flag} must come without --search (got both); the search "
-                                 "draws its own inputs")
+        _both((("--spec", args.spec), ("--flops", args.flops)), "--search",
+              "the search draws its own inputs")
     else:
-        for flag, v in (("--search-measure", args.search_measure),
-                        ("--max-size", args.max_size), ("--max-batch", args.max_batch),
-                        ("--max-heads", args.max_heads)):
-            if v is not None:
-                raise InputError(f"{flag} must come with --search N (got {flag} alone)")
+        _alone((("--search-measure", args.search_measure), ("--max-size", args.max_size),
+                ("--max-batch", args.max_batch), ("--max-heads", args.max_heads)),
+               "--search N")
         if args.backward:         # with --backward, --seed draws dO (a spec file's too)
             sizes = [k for k in sizes if k != "seed"]
         if args.spec and sizes:
@@ -215,26 +223,18 @@ def _refuse_misplaced(args) -> None:
 def _refuse_split(args) -> None:
     """Refuse split-merge options without --split-merge, and what --split-merge does not run."""
     if not args.split_merge:
-        for flag, v in (("--splits", args.splits), ("--merge", args.merge)):
-            if v is not None:
-                raise InputError(f"{flag} must come with --split-merge (got {flag} alone)")
-        return
-    for flag, bad in (("--backward", args.backward), ("--search", args.search),
-                      ("--memory", args.memory), ("--flops", args.flops),
-                      ("--timings", args.timings)):
-        if bad:
-            raise InputError(f"{flag} must come without --split-merge (got both); a split-merge "
-                             "check runs the forward's blocks and their merge once")
+        return _alone((("--splits", args.splits), ("--merge", args.merge)), "--split-merge")
+    _both((("--backward", args.backward), ("--search", args.search), ("--memory", args.memory),
+           ("--flops", args.flops), ("--timings", args.timings)), "--split-merge",
+          "a split-merge check runs the forward's blocks and their merge once")
     if args.lse is not None:
         raise InputError("--lse must come without --split-merge (got both); a split-merge check "
                          "always judges every block's and the merged log-sum-exp, in natural-log "
                          "units")
     from ..call.policy import UNSUPPORTED
     from .modifier_flags import FLAGS
-    for field in UNSUPPORTED["split"]:
-        if getattr(args, field, None) is not None:
-            raise InputError(f"{FLAGS[field]} must come without --split-merge (got both); a "
-                             "block's keys reach the function without their positions")
+    _both(((FLAGS[f], getattr(args, f, None) is not None) for f in UNSUPPORTED["split"]),
+          "--split-merge", "a block's keys reach the function without their positions")
 
 
 def _policy(args, base: Policy | None) -> Policy:
@@ -360,14 +360,11 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
 
 def _run_blocks(args) -> int:
     """``verify --memory SIZE``: random float inputs checked in row blocks (issue 15's engine)."""
-    for flag, bad in (("--spec", args.spec), ("--search", args.search),
-                      ("--backward", args.backward), ("--heads", args.heads),
-                      ("--flops", args.flops), ("--device", args.device),
-                      ("--backend", args.backend), ("--score-mod", args.score_mod),
-                      ("--mask-mod", args.mask_mod)):
-        if bad:
-            raise InputError(f"--memory must come without {flag} (got both); row blocks check "
-                             "one head of random inputs")
+    _both((("--spec", args.spec), ("--search", args.search), ("--backward", args.backward),
+           ("--heads", args.heads), ("--flops", args.flops), ("--device", args.device),
+           ("--backend", args.backend), ("--score-mod", args.score_mod),
+           ("--mask-mod", args.mask_mod)), "--memory",
+          "row blocks check one head of random inputs", named_first=False)
     from ..blocks import check_impl, random_floats
     from ..blocks.memory import size_text
     from .blocks import write_report
@@ -444,18 +441,15 @@ def run(args) -> int:
     return 0 if all(r.passed for r in reports) else 1
 
 
-#: the implementation options and the --impl values that take them
-IMPL_OPTIONS = {"device": ("torch", "flex", "flash-attn"), "backend": ("torch",),
-                "score_mod": ("flex",), "mask_mod": ("flex",)}
-
-
 def _load(args, load_impl):
     """The implementation under test (its backward with --backward), with --device, --backend,
     --score-mod and --mask-mod; each refused in one line where --impl does not take it."""
-    opts = {k: getattr(args, k) for k in IMPL_OPTIONS if getattr(args, k) is not None}
+    from ..verify.impls import TAKES
+    opts = {k: getattr(args, k) for k in ("device", "backend", "score_mod", "mask_mod")
+            if getattr(args, k) is not None}
     for key in opts:
-        if args.impl not in IMPL_OPTIONS[key]:
-            owners = " or ".join(f"--impl {n}" for n in IMPL_OPTIONS[key])
+        if key not in TAKES.get(args.impl, ()):
+            owners = " or ".join(f"--impl {n}" for n, t in TAKES.items() if key in t)
             raise InputError(f"{_flag(key)} must come with {owners} (got --impl "
                              f"{shorten(args.impl)})")
     if opts.get("device") == "cpu" and args.impl == "flash-attn":

@@ -76,6 +76,37 @@ from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, 
 __all__ = ["FlexImpl", "load_impl"]
 
 
+#: what each built-in kernel imports: (module, the library as its refusal names it, the fix)
+NEEDS = {"torch": ("torch", "PyTorch", "pip install 'exactattn[torch]'"),
+         "jax": ("jax", "JAX", "pip install 'exactattn[jax]'"),
+         "flash-attn": ("flash_attn", "the flash_attn package", "pip install flash-attn "
+                        "--no-build-isolation on a CUDA machine")}
+#: the options of :func:`load_impl` each built-in kernel takes
+TAKES = {"torch": ("device", "backend"), "flex": ("device", "score_mod", "mask_mod"),
+         "flash-attn": ("device",)}
+
+
+def _need(impl: str):
+    """The library kernel ``impl`` runs on (:data:`NEEDS`), imported; refused when absent."""
+    module, what, fix = NEEDS[impl]
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise InputError(f"impl {impl} needs {what} (got none installed); {fix}") from None
+
+
+def _refuse(call: FloatCall, path: str, who: str, fix: str = "", listed: str | None = None,
+            bad=()) -> None:
+    """Refuse ``call`` for ``who`` when it sets a field the policy's capability table lists
+    (:data:`~exactattn.call.policy.UNSUPPORTED` ``[path]``); ``bad``: what else was found."""
+    names = UNSUPPORTED[path]
+    bad = [*bad, *(f for f in names if getattr(call, "dropout_p" if f == "dropout" else f)
+                   is not None)]
+    if bad:
+        raise InputError(f"call must have no {listed or ' or '.join(names)} for {who} "
+                         f"(got {bad[0]}){fix}")
+
+
 class ArrayImpl(Impl):
     """Attention written once over an array module ``xp`` (numpy or torch): forward and backward.
 
@@ -223,10 +254,7 @@ class NumpyImpl(ArrayImpl):
         Raises:
             InputError: a soft-cap or RoPE (this backward does not differentiate them).
         """
-        bad = [f for f in UNSUPPORTED["numpy_backward"] if getattr(call, f) is not None]
-        if bad:
-            raise InputError(f"call must have no {' or '.join(UNSUPPORTED['numpy_backward'])} for "
-                             f"{self.backward_name} (got {bad[0]})")
+        _refuse(call, "numpy_backward", self.backward_name)
         q, k, v, do = self._arrays(call, d_out)
         with np.errstate(all="ignore"):
             f = self.compose(call, q, k, v)
@@ -353,12 +381,7 @@ class TorchImpl(ArrayImpl):
     def __init__(self, *, lower_right_bias: bool = True, device: str = "cpu",
                  backend: str | None = None):
         self.lower_right_bias = lower_right_bias
-        try:
-            import torch
-        except ImportError:
-            raise InputError("impl torch needs PyTorch (got none installed); "
-                             "pip install 'exactattn[torch]'") from None
-        self.xp = torch
+        self.xp = torch = _need("torch")
         self.device = torch_device(device)
         where = _device_label(self.device)
         self.backend = None
@@ -612,7 +635,8 @@ def composed(call: FloatCall) -> bool:
 
 class _LseKernel(TorchImpl):
     """A torch kernel whose :meth:`attend` gives ``(output, lse)`` tensors (natural log): the
-    forward and the autograd backward of :class:`FlexImpl` and :class:`FlashAttnImpl`."""
+    forward of :class:`FlexImpl` and :class:`FlashAttnImpl` (their backward is
+    :meth:`TorchImpl.backward`, autograd through :meth:`attend`)."""
 
     def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):  # pragma: no cover
         raise NotImplementedError
@@ -620,27 +644,14 @@ class _LseKernel(TorchImpl):
     def forward(self, call: FloatCall):
         """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it;
         the lse over ``log 2`` in base 2)."""
-        q, k, v = self._tensors(call)
-        out, lse = self.attend(call, q, k, v, with_lse=True)
-        out = self.host(out)
-        if call.lse is None:
-            return out
-        lse = self.host(lse)
-        return out, (lse / np.log(2) if call.lse == "2" else lse)
+        out, lse = self.attend(call, *self._tensors(call), with_lse=True)
+        return _pair(call, self.host(out), self.host(lse))
 
-    def backward(self, call: FloatCall, d_out: np.ndarray):
-        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend`.
 
-        Raises:
-            ImplRaised: the backward raised.
-        """
-        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
-        out = self.attend(call, q, k, v)
-        try:
-            out.backward(self.array(d_out, out.dtype))
-        except Exception as e:
-            raise ImplRaised(e) from e
-        return tuple(self.host(t.grad) for t in (q, k, v))
+def _pair(call: FloatCall, out, lse):
+    """``out``, or ``(out, lse)`` when the call asks for the log-sum-exp (natural log ``lse``
+    over ``log 2`` in base 2)."""
+    return out if call.lse is None else (out, lse / np.log(2) if call.lse == "2" else lse)
 
 
 class FlexImpl(_LseKernel):
@@ -699,13 +710,6 @@ class FlexImpl(_LseKernel):
             (f" with {mods}" if mods else "")
         self.backward_name = self.name.replace(f"({where})", f"backward ({where} autograd)")
 
-    def _refuse(self, call: FloatCall):
-        got = {"sink": call.sink, "dropout": call.dropout_p}
-        bad = [f for f in UNSUPPORTED["flex"] if got.get(f) is not None]
-        if bad:
-            raise InputError(f"call must have no {' or '.join(UNSUPPORTED['flex'])} for impl flex "
-                             f"(got {bad[0]}); use --impl torch")
-
     def mods(self, call: FloatCall, shape, dt):
         """``(score_mod, block_mask)`` of the call on B x H x L x S: the policy's or yours.
 
@@ -763,7 +767,7 @@ class FlexImpl(_LseKernel):
     def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
         """flex_attention of the call on tensors of its dtype: the output (and lse) tensors."""
         import warnings
-        self._refuse(call)
+        _refuse(call, "flex", "impl flex", "; use --impl torch")
         q, k, v, gqa = rope_and_heads(call, q, k, v)
         squeeze = q.dim()
         while q.dim() < 4:      # flex_attention takes B x H x L x E only
@@ -922,12 +926,7 @@ class FlashAttnImpl(_LseKernel):
         if self.device.type != "cuda":
             raise InputError(f"impl flash-attn must run on a CUDA device (got device {device}); "
                              "use device cuda")
-        try:
-            import flash_attn
-        except ImportError:
-            raise InputError("impl flash-attn needs the flash_attn package (got none "
-                             "installed); pip install flash-attn --no-build-isolation on a "
-                             "CUDA machine") from None
+        flash_attn = _need("flash-attn")
         self.name = (f"flash-attn {flash_attn.__version__} flash_attn_func "
                      f"({_device_label(self.device)})")
         self.backward_name = self.name.replace("flash_attn_func", "flash_attn_func backward")
@@ -935,24 +934,15 @@ class FlashAttnImpl(_LseKernel):
     def dtype_hint(self, dtype: str) -> str:
         return "; flash-attn runs float16 and bfloat16 only"
 
-    def _refuse(self, call: FloatCall) -> None:
-        got = {"window": call.window, "query_offset": call.query_offset, "alibi": call.alibi,
-               "sink": call.sink, "dropout": call.dropout_p}
-        bad = [f for f in UNSUPPORTED["flash_attn"] if got.get(f) is not None]
-        if call.attn_mask is not None:
-            bad.insert(0, "mask")
-        L, S = call.query.shape[-2], call.key.shape[-2]
-        if call.is_causal and call.alignment == "top_left" and L != S:
-            bad.insert(0, "top_left causal with L != S")
-        if bad:
-            raise InputError(f"call must have no mask, {', '.join(UNSUPPORTED['flash_attn'])} or "
-                             f"top_left causal with L != S for impl flash-attn (got {bad[0]}); "
-                             "use --impl torch or flex")
-
     def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
         """``flash_attn_func`` of the call on tensors of its dtype: the output (and lse)."""
         from flash_attn import flash_attn_func
-        self._refuse(call)
+        skewed = call.is_causal and call.alignment == "top_left" and \
+            call.query.shape[-2] != call.key.shape[-2]
+        _refuse(call, "flash_attn", "impl flash-attn", "; use --impl torch or flex",
+                f"mask, {', '.join(UNSUPPORTED['flash_attn'])} or top_left causal with L != S",
+                [w for w, hit in (("top_left causal with L != S", skewed),
+                                  ("mask", call.attn_mask is not None)) if hit])
         # tile repeats k and v; interleave is the package's own grouping (h // (H_q / H_kv))
         q, k, v, _ = rope_and_heads(call, q, k, v)
         squeeze = q.dim()
@@ -1015,11 +1005,7 @@ class JaxImpl(Impl):
     dtypes = ("float64", "float32", "float16", "bfloat16")
 
     def __init__(self):
-        try:
-            import jax
-        except ImportError:
-            raise InputError("impl jax needs JAX (got none installed); "
-                             "pip install 'exactattn[jax]'") from None
+        jax = _need("jax")
         self.name = f"jax {jax.__version__} dot_product_attention (CPU)"
         self.backward_name = f"jax {jax.__version__} dot_product_attention backward (CPU jax.vjp)"
 
@@ -1027,12 +1013,8 @@ class JaxImpl(Impl):
         return self.forward(call)
 
     def _refuse(self, call: FloatCall):
-        got = {"softcap": call.softcap, "sink": call.sink, "dropout": call.dropout_p}
-        bad = [f for f in UNSUPPORTED["jax"] if got.get(f) is not None]
-        if bad:
-            raise InputError(f"call must have no {', '.join(UNSUPPORTED['jax'])} for impl jax "
-                             f"(got {bad[0]}); jax.nn.dot_product_attention has no argument "
-                             "for it, use --impl torch")
+        _refuse(call, "jax", "impl jax", "; jax.nn.dot_product_attention has no argument for "
+                "it, use --impl torch", ", ".join(UNSUPPORTED["jax"]))
 
     def _arrays(self, call: FloatCall, *more):
         import jax.numpy as jnp
@@ -1043,13 +1025,8 @@ class JaxImpl(Impl):
         """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
         self._refuse(call)
         with jax_scope(call.dtype):
-            q, k, v = self._arrays(call)
-            out, lse = self.attend(call, q, k, v, with_lse=True)
-            out = np.asarray(out).astype(np.float64)
-            if call.lse is None:
-                return out
-            lse = np.asarray(lse).astype(np.float64)
-        return out, (lse / np.log(2) if call.lse == "2" else lse)
+            out, lse = self.attend(call, *self._arrays(call), with_lse=True)
+            return _pair(call, *(np.asarray(a).astype(np.float64) for a in (out, lse)))
 
     def backward(self, call: FloatCall, d_out: np.ndarray):
         """``(dq, dk, dv)`` as float64: ``jax.vjp`` of :meth:`attend` at ``d_out`` (in the dtype).
@@ -1218,12 +1195,10 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
     ...
     exactattn.errors.InputError: impl must be module:function with a module name such as mykern or pkg.kernels and a function name such as attention (got '.foo:bar')
     """
-    takes = {"torch": ("device", "backend"), "flex": ("device", "score_mod", "mask_mod"),
-             "flash-attn": ("device",)}
     given = {"device": device, "backend": backend, "score_mod": score_mod, "mask_mod": mask_mod}
     for key, val in given.items():
-        if val is not None and key not in takes.get(impl if isinstance(impl, str) else "", ()):
-            owners = [n for n, t in takes.items() if key in t]
+        if val is not None and key not in TAKES.get(impl if isinstance(impl, str) else "", ()):
+            owners = [n for n, t in TAKES.items() if key in t]
             raise InputError(f"{key} must come with impl {' or '.join(owners)} (got impl "
                              f"{shorten(getattr(impl, 'name', impl) if not isinstance(impl, str) else impl, quote=True)})")
     opts = {k: v for k, v in given.items() if v is not None}
@@ -1231,18 +1206,10 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
         return impl
     if callable(impl):
         return FunctionImpl(impl, arrays=arrays)
-    if impl == "numpy":
-        return NumpyImpl()
-    if impl == "numpy-naive":
-        return NumpyImpl(naive=True)
-    if impl == "torch":
-        return TorchImpl(**opts)
-    if impl == "flex":
-        return FlexImpl(**opts)
-    if impl == "flash-attn":
-        return FlashAttnImpl(**opts)
-    if impl == "jax":
-        return JaxImpl()
+    makers = {"numpy": NumpyImpl, "numpy-naive": lambda: NumpyImpl(naive=True),
+              "torch": TorchImpl, "flex": FlexImpl, "flash-attn": FlashAttnImpl, "jax": JaxImpl}
+    if isinstance(impl, str) and impl in makers:
+        return makers[impl](**opts)
     if not isinstance(impl, str) or ":" not in impl:
         raise InputError(f"impl must be {_FORMS} (got {shorten(repr(impl))})")
     fn = load_function(impl, "impl")

@@ -39,8 +39,7 @@ from .cells import KINDS, real_cell, real_exact, real_kind, value_cell
 from ..call.modifiers import dropout_factors
 from ..numbers.reals import real_decimal
 from .render import Cell, Section
-from .score_tables import shown_note
-from .stream import LazyRows, View, span_text
+from .stream import Grid, LazyRows, View, shown_note, span_text
 
 #: a row's log-sum-exp closed form is written out up to this many distinct terms
 LSE_TERMS = 16
@@ -50,36 +49,7 @@ _CERTIFIED = ("~: certified transcendental, the digits correctly rounded from ar
               "(no tolerance)")
 
 
-class _Grid:
-    """The shown and the exported queries and keys of a square table."""
-
-    def __init__(self, trace, view: View):
-        n = trace.n
-        self.n = n
-        self.toks, self.keys = view.rows(n), view.cols(n)
-        self.data_toks = self.toks if view.queries is not None else range(n)
-        self.data_keys = self.keys if view.keys is not None else range(n)
-        self.cols = ["query"] + [view.key(j) for j in self.keys]
-        self.shown = shown_note(
-            len(self.toks) < n and f"queries {span_text(self.toks)} of {n}",
-            len(self.keys) < n and f"keys {span_text(self.keys)} of {n}",
-            "choose with --queries and --keys")
-
-    def rows(self, row_of, cell) -> LazyRows:
-        def line(k: int) -> list:
-            i = self.toks[k]
-            r = row_of(i)
-            return [str(i + 1)] + [cell(r[j]) for j in self.keys]
-        return LazyRows(len(self.toks), line)
-
-    def data(self, row_of, cell) -> LazyRows:
-        def line(k: int) -> list:
-            r = row_of(self.data_toks[k])
-            return [cell(r[j]) for j in self.data_keys]
-        return LazyRows(len(self.data_toks), line)
-
-
-def _values(grid: _Grid, row_of, places: int, kinds: bool) -> dict:
+def _values(grid: Grid, row_of, places: int, kinds: bool) -> dict:
     """The JSON data of a table of reals: exact texts, certified decimals (and kinds)."""
     data = {"exact": grid.data(row_of, real_exact),
             "decimal": grid.data(row_of, lambda v: None if v is None else
@@ -105,7 +75,7 @@ def square_sections(trace, places: int = 4, view: View | None = None) -> list[Se
     if policy.rope is None and policy.softcap is None and policy.alibi is None and \
             policy.sink is None:
         return []
-    grid = _Grid(trace, view or View())
+    grid = Grid(trace.n, view or View())
     cell = (lambda v: real_cell(v, places))
     out = []
     if policy.rope is not None:
@@ -163,7 +133,7 @@ def square_sections(trace, places: int = 4, view: View | None = None) -> list[Se
     return out
 
 
-def _alibi(trace, grid: _Grid, places: int) -> Section:
+def _alibi(trace, grid: Grid, places: int) -> Section:
     policy = trace.policy
     alibi, h = policy.alibi, policy.head
     slope = alibi.slope(h)
@@ -199,7 +169,7 @@ def score_sections(trace, places: int = 4, view: View | None = None,
 def _dropout(trace, places: int, view: View) -> Section:
     policy, keep = trace.policy, trace.keep
     p = policy.dropout
-    grid = _Grid(trace, view)
+    grid = Grid(trace.n, view)
     dec = trace.weight_decimals(places)
     readers = view.readers
 
@@ -227,13 +197,11 @@ def _dropout(trace, places: int, view: View) -> Section:
              "rows no longer sum to 1: each sums to (the sum of its kept shares) / (1 - p)",
              f"weights at {places} certified places (correctly rounded)"] + grid.shown
     data = {"p": str(p),
-            "keep": LazyRows(len(grid.data_toks), lambda k: [keep[grid.data_toks[k]][j]
-                                                              for j in grid.data_keys]),
-            "weights_decimal": LazyRows(len(grid.data_toks), lambda k: [
-                dec[grid.data_toks[k]][j] for j in grid.data_keys]),
-            "sums": LazyRows(len(grid.data_toks), lambda k: {
-                "exact": trace.weight_sum(grid.data_toks[k]).text(),
-                "decimal": trace.weight_sum(grid.data_toks[k]).decimal(places)})}
+            "keep": grid.data(lambda i: keep[i], lambda v: v),
+            "weights_decimal": grid.data(lambda i: dec[i], lambda v: v),
+            "sums": LazyRows(len(grid.toks), lambda k: {
+                "exact": trace.weight_sum(grid.toks[k]).text(),
+                "decimal": trace.weight_sum(grid.toks[k]).decimal(places)})}
     return Section("scores/dropout", f"Weights after dropout: share * keep / (1 - {p})",
                    grid.cols + ["sum"], LazyRows(len(grid.toks), line), notes, data)
 
@@ -241,7 +209,6 @@ def _dropout(trace, places: int, view: View) -> Section:
 def _lse(trace, places: int, view: View, base: str) -> Section:
     n = trace.n
     toks = view.rows(n)
-    data_toks = toks if view.queries is not None else range(n)
 
     def parts(i: int) -> tuple[str | None, str, str]:
         value = trace.lse(i, base)
@@ -277,8 +244,8 @@ def _lse(trace, places: int, view: View, base: str) -> Section:
              "out (null in JSON)"]
     notes += shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}", None,
                         "choose with --queries")
-    data = {"base": base, "lse": LazyRows(len(data_toks), lambda k: dict(zip(
-        ("closed_form", "decimal", "kind"), parts(data_toks[k]))))}
+    data = {"base": base, "lse": LazyRows(len(toks), lambda k: dict(zip(
+        ("closed_form", "decimal", "kind"), parts(toks[k]))))}
     return Section("scores/lse", f"Log-sum-exp of each row, in {unit}",
                    ["query", "log-sum-exp", "value", "kind"], LazyRows(len(toks), line),
                    notes, data)

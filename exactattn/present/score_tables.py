@@ -33,17 +33,7 @@ from ..errors import InputError
 from .forms import OUTPUT_TERMS, row_forms
 from .render import Cell, Section
 from .rowints import score_rows
-from .stream import LazyRows, View, span_text
-
-
-def shown_note(rows, cols, hint: str | None) -> list[str]:
-    """``["showing tokens 1..8 of 1024 and keys 1..8 of 1024; <hint>, or ..."]``, or ``[]``
-    when nothing is cut (``rows``/``cols``: a phrase, or a false value)."""
-    parts = [p for p in (rows, cols) if p]
-    if not parts:
-        return []
-    how = f"{hint}, or use" if hint else "use"
-    return [f"showing {' and '.join(parts)}; {how} --format csv, json or jsonl for every value"]
+from .stream import Grid, LazyRows, View, span_text, shown_note
 
 
 def _numeric(trace, what: str) -> None:
@@ -120,7 +110,8 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     n, head = trace.n, trace.head
     policy = head.policy
     share_dec, output_dec = trace.share_decimals(places), trace.output_decimals(places)
-    toks, keys = view.rows(n), view.cols(n)
+    grid = Grid(n, view, " (sum and largest read every key)")
+    toks, keys = grid.toks, grid.keys
     readers = view.readers
 
     spread: dict[int, bool] = {}
@@ -164,8 +155,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
         return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + sink_cell(i) + \
             [_total(trace, i), largest_cell(i)]
 
-    cols = ["query"] + [view.key(j) for j in keys] + (["sink"] if sink else []) + \
-        ["sum", "largest"]
+    cols = grid.cols + (["sink"] if sink else []) + ["sum", "largest"]
     notes = [f"divisor used for these shares: {divisor_words(head, places)}",
              f"shares at {places} certified places (correctly rounded); "
              "printed values may not add to 1 because of rounding"]
@@ -182,35 +172,30 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     for a, b in _identical(trace):
         notes.append(f"rows {a + 1} and {b + 1} are identical: tokens {a + 1} and {b + 1} carry "
                      "the same numbers (no positional information)")
-    notes += shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}",
-                        len(keys) < n and f"keys {span_text(keys)} of {n} (sum and largest "
-                                          "read every key)",
-                        "choose with --queries and --keys")
-    data_toks = toks if view.queries is not None else range(n)
-    data_keys = keys if view.keys is not None else range(n)
-    every_key = len(data_keys) == n
+    notes += grid.shown
+    every_key = len(keys) == n
     forms = row_forms(trace) if closed_forms else None
 
     def share_forms(k: int) -> dict:
-        i = data_toks[k]
+        i = toks[k]
         tops = forms.numerators(i)
         return {"normaliser": forms.normaliser(i),
-                "numerators": tops if every_key else [tops[j] for j in data_keys]}
+                "numerators": tops if every_key else [tops[j] for j in keys]}
 
     def decimals(rows, k: int) -> list[str]:
-        r = rows[data_toks[k]]
-        return list(r) if every_key else [r[j] for j in data_keys]
+        r = rows[toks[k]]
+        return list(r) if every_key else [r[j] for j in keys]
 
     data: dict = {}
     if closed_forms:
         data["formula"] = ("shares[i][j] = closed_forms[i].numerators[j] / "
                            "closed_forms[i].normaliser")
-        data["closed_forms"] = LazyRows(len(data_toks), share_forms)
-    data["shares_decimal"] = LazyRows(len(data_toks), lambda k: decimals(share_dec, k))
+        data["closed_forms"] = LazyRows(len(toks), share_forms)
+    data["shares_decimal"] = LazyRows(len(toks), lambda k: decimals(share_dec, k))
     if sink:
-        data["sink_shares"] = LazyRows(len(data_toks), lambda k: {
-            "exact": trace.sink_share(data_toks[k]).text(),
-            "decimal": trace.sink_share(data_toks[k]).decimal(places)})
+        data["sink_shares"] = LazyRows(len(toks), lambda k: {
+            "exact": trace.sink_share(toks[k]).text(),
+            "decimal": trace.sink_share(toks[k]).decimal(places)})
     data["places"] = places
     sections = [Section("scores/shares", "Shares (attention weights): softmax of each row",
                         cols, LazyRows(len(toks), share_row), notes, data)]
@@ -219,13 +204,13 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
             "scores/rows", "Each query: its sum and largest share", ["query", "sum", "largest"],
             LazyRows(n, lambda i: [str(i + 1), _total(trace, i), largest_cell(i)]),
             [f"all {n} queries; the largest share reads every key"], {}))
-    sections.append(_outputs(trace, view, output_dec, toks, data_toks, forms))
+    sections.append(_outputs(trace, view, output_dec, toks, forms))
     sections.append(_in_out(example, trace, view, output_dec))
     sections.append(_macs(trace))
     return sections
 
 
-def _outputs(trace, view: View, output_dec, toks, data_toks, forms) -> Section:
+def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
     n, d_v = trace.n, trace.head.d_v
     slots = view.part(d_v)
     readers = view.readers
@@ -248,10 +233,9 @@ def _outputs(trace, view: View, output_dec, toks, data_toks, forms) -> Section:
         data["formula"] = ("outputs[i][c] = closed_forms[i][c] / the normaliser of row i in "
                            f"scores/shares; a row of more than {OUTPUT_TERMS} distinct scores "
                            "has null: outputs[i][c] = sum_j shares[i][j] * values[j][c]")
-        data["closed_forms"] = LazyRows(len(data_toks),
-                                        lambda k: forms.output_numerators(data_toks[k]))
+        data["closed_forms"] = LazyRows(len(toks), lambda k: forms.output_numerators(toks[k]))
         data["values"] = LazyRows(n, lambda j: [exact_text(v) for v in trace.values[j]])
-    data["outputs_decimal"] = LazyRows(len(data_toks), lambda k: list(output_dec[data_toks[k]]))
+    data["outputs_decimal"] = LazyRows(len(toks), lambda k: list(output_dec[toks[k]]))
     title = "Outputs: sum_j shares[i][j] * values[j]" if trace.keep is None else \
         "Outputs: sum_j weights[i][j] * values[j] (weights after dropout)"
     return Section("scores/outputs", title, cols, LazyRows(len(toks), out_row), notes, data)

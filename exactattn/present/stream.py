@@ -190,6 +190,45 @@ def span_text(span: Sequence[int]) -> str:
     return ",".join(out)
 
 
+def shown_note(rows, cols, hint: str | None) -> list[str]:
+    """``["showing tokens 1..8 of 1024 and keys 1..8 of 1024; <hint>, or ..."]``, or ``[]``
+    when nothing is cut (``rows``/``cols``: a phrase, or a false value)."""
+    parts = [p for p in (rows, cols) if p]
+    if not parts:
+        return []
+    how = f"{hint}, or use" if hint else "use"
+    return [f"showing {' and '.join(parts)}; {how} --format csv, json or jsonl for every value"]
+
+
+class Grid:
+    """The queries (rows) and keys (columns) a square table of n tokens shows under ``view``:
+    its column names, its note on what is cut (``keys_note`` said after the keys), and its
+    rows, built when written.  The machine formats' data read the same queries and keys."""
+
+    def __init__(self, n: int, view: View, keys_note: str = ""):
+        self.n, self.toks, self.keys = n, view.rows(n), view.cols(n)
+        self.cols = ["query"] + [view.key(j) for j in self.keys]
+        self.shown = shown_note(
+            len(self.toks) < n and f"queries {span_text(self.toks)} of {n}",
+            len(self.keys) < n and f"keys {span_text(self.keys)} of {n}{keys_note}",
+            "choose with --queries and --keys")
+
+    def rows(self, row_of, cell) -> LazyRows:
+        """``[query, cell(row_of(i)[j]) for each key shown]`` for each query shown."""
+        def line(k: int) -> list:
+            i = self.toks[k]
+            r = row_of(i)
+            return [str(i + 1)] + [cell(r[j]) for j in self.keys]
+        return LazyRows(len(self.toks), line)
+
+    def data(self, row_of, cell) -> LazyRows:
+        """The same cells without the query number (the JSON data)."""
+        def line(k: int) -> list:
+            r = row_of(self.toks[k])
+            return [cell(r[j]) for j in self.keys]
+        return LazyRows(len(self.toks), line)
+
+
 def progress(items: Iterable, total: int, what: str, unit: str = "row") -> Iterable:
     """``items`` with a tqdm bar on stderr when stderr is a terminal (after two seconds).
 

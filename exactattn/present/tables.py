@@ -41,8 +41,8 @@ from ..numbers.exact import common_denominator
 from .modifier_tables import score_sections, square_sections
 from .render import Section, plural, printable
 from .rowints import score_rows
-from .score_tables import scores, shown_note
-from .stream import LazyRows, View, span_text
+from .score_tables import scores
+from .stream import Grid, LazyRows, View, shown_note, span_text
 
 MODES = ("row", "weights", "project", "square", "scores")
 #: the projections of at most this many tokens are checked against bias-free neurons
@@ -107,9 +107,8 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
     notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
                         len(slots) < d and f"numbers {span_text(slots)} of {d}",
                         "choose tokens with --queries" + _COLUMNS * (len(slots) < d))
-    every = view.rows(n) if view.queries is not None else range(n)
     return [Section("row", "The row: tokens and their numbers", cols, LazyRows(len(toks), line),
-                    notes, {"x": LazyRows(len(every), lambda k: _texts(trace.x[every[k]]))})]
+                    notes, {"x": LazyRows(len(toks), lambda k: _texts(trace.x[toks[k]]))})]
 
 
 _COLUMNS = " and how many numbers with --columns"
@@ -229,10 +228,9 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
     notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
                         (qw or vw) and f"the first {qw or vw} numbers of each vector",
                         "choose tokens with --queries" + _COLUMNS * bool(qw or vw))
-    every = toks if view.queries is not None else range(n)
 
     def exact(name):
-        return LazyRows(len(every), lambda k: _texts(trace.vector(name, every[k])))
+        return LazyRows(len(toks), lambda k: _texts(trace.vector(name, toks[k])))
     data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
             "neurons_agree": same}
     rows = LazyRows(len(toks), line)
@@ -291,18 +289,13 @@ def square(example, trace: Trace, places: int = 4, view: View | None = None) -> 
     """
     view = view or View()
     n, head = trace.n, trace.head
-    toks, keys = view.rows(n), view.cols(n)
-    cols = ["query"] + [view.key(j) for j in keys]
-    data_toks = toks if view.queries is not None else range(n)
-    data_keys = keys if view.keys is not None else range(n)
-    shown = shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}",
-                       len(keys) < n and f"keys {span_text(keys)} of {n}",
-                       "choose with --queries and --keys")
+    grid = Grid(n, view)
+    toks, keys, cols, shown = grid.toks, grid.keys, grid.cols, grid.shown
     mask = " (causal: -inf above the diagonal)" if head.causal else ""
     raw = Scaler(None)
     out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols,
                    _score_rows(trace, toks, keys, raw, places), list(shown),
-                   {"raw_scores": _score_rows(trace, data_toks, data_keys, raw, None)})]
+                   {"raw_scores": _score_rows(trace, toks, keys, raw, None)})]
     window = head.policy.window
     if window is not None:
         left, right = ("any" if w is None else w for w in window)
@@ -318,7 +311,7 @@ def square(example, trace: Trace, places: int = 4, view: View | None = None) -> 
                        _score_rows(trace, toks, keys, scale, places),
                        [f"divisor: {divisor_words(head, places)}"] + shown,
                        {"divisor": divisor_text(d2),
-                        "scaled_scores": _score_rows(trace, data_toks, data_keys, scale, None)}))
+                        "scaled_scores": _score_rows(trace, toks, keys, scale, None)}))
     return out
 
 

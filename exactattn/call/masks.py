@@ -21,10 +21,6 @@ __all__ = ["Mask"]
 MASK_KINDS = ("bool_keep", "bool_drop", "additive")
 
 
-def _check_kind(name: str, value: Any) -> str:
-    return check_choice(value, name, MASK_KINDS)
-
-
 def _is_minus_inf(e: Any) -> bool:
     """True for None, ``"-inf"`` and a binary float (Python or numpy) equal to minus infinity."""
     if e is None:
@@ -81,7 +77,7 @@ class Mask:
 
     def __init__(self, kind: str, rows, *, n_queries: int | None = None,
                  n_keys: int | None = None, floats: str | None = None):
-        _check_kind("kind", kind)
+        check_choice(kind, "kind", MASK_KINDS)
         self.kind = kind
         if hasattr(rows, "tolist") and not isinstance(rows, (list, tuple)):
             rows = rows.tolist()
@@ -159,7 +155,7 @@ class Mask:
             InputError: an unknown form; an additive mask with finite
                 non-zero entries asked for as booleans.
         """
-        _check_kind("form", form)
+        check_choice(form, "form", MASK_KINDS)
         keep = [[self.keeps(i, j) for j in range(self.n_keys)] for i in range(self.n_queries)]
         if form == "additive":
             if self.kind == "additive":

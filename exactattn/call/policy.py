@@ -100,7 +100,7 @@ MODIFIER_FIELDS = POSITION_FIELDS + SCORE_FIELDS + ("head",)
 UNSUPPORTED = {
     "fast": ("rope", "dropout"),                       # the fast engine: the pencil engine runs them
     "gradients": ("softcap", "rope"),                  # exact gradients: transcendental scores
-    "blocks": ("dropout",),                            # row blocks: no keep-mask in their inputs
+    "blocks": (),                                      # row blocks run every modifier
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
     "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
@@ -313,10 +313,9 @@ class Policy:
                              "pass scale= to give the scale instead")
         if not isinstance(self.causal, bool):
             raise InputError(f"causal must be true or false (got {shorten(self.causal, quote=True)})")
-        check_choice(self.alignment, "alignment", ALIGNMENTS)
-        check_choice(self.empty_row, "empty_row", EMPTY_ROWS)
-        check_choice(self.mask_kind, "mask_kind", MASK_KINDS)
-        check_choice(self.gqa, "gqa", GQA_MAPS)
+        for name, choices in (("alignment", ALIGNMENTS), ("empty_row", EMPTY_ROWS),
+                              ("mask_kind", MASK_KINDS), ("gqa", GQA_MAPS)):
+            check_choice(getattr(self, name), name, choices)
         if self.window is not None:
             object.__setattr__(self, "window", check_window(self.window))
         if self.query_offset is not None and not (

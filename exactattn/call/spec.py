@@ -126,11 +126,6 @@ def read_text(path: str | Path) -> tuple[str, str]:
     return text, ("toml" if Path(path).suffix.lower() == ".toml" else "json")
 
 
-def _toml_float(text: str) -> str:
-    """TOML floats are handed over as text (``1_000.5`` -> ``'1000.5'``), never as binary floats."""
-    return text.replace("_", "")
-
-
 def parse(text: str, *, fmt: str = "json", where: str = "spec") -> Any:
     """Parse spec text (``fmt`` is ``json`` or ``toml``); floats are kept as text.
 
@@ -159,7 +154,8 @@ def parse(text: str, *, fmt: str = "json", where: str = "spec") -> Any:
 
     try:
         if fmt == "toml":
-            return tomllib.loads(text, parse_float=_toml_float)
+            # TOML floats are handed over as text (1_000.5 -> '1000.5'), never as binary floats
+            return tomllib.loads(text, parse_float=lambda t: t.replace("_", ""))
         return json.loads(text, parse_float=str, parse_constant=constant,
                           object_pairs_hook=pairs)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:

@@ -50,7 +50,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from ..call.policy import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, shorten
 from ..options import check_choice
 from ..numbers.exact import is_symbolic, rational_sqrt, to_matrix, to_row
 from ..reference.kernels import project, score, to_fractions
@@ -59,7 +59,6 @@ from ..reference.logits import scaled_logit
 from ..reference.modified import counted_step, modified_engine
 from ..call.modifiers import check_keep
 from ..numbers.reals import Surd
-from ..numbers.softmax import SoftmaxRow
 from .trace import Trace
 
 __all__ = ["Head", "Trace", "attend"]
@@ -229,11 +228,6 @@ def scaled_score(raw, divisor_squared: Fraction | None):
     return sympy.expand(raw / sympy.sqrt(D))
 
 
-def _softmax_ops(rows: list[SoftmaxRow]) -> dict:
-    return {"exp": sum(r.exps for r in rows), "add": sum(r.adds for r in rows),
-            "div": sum(r.divs for r in rows)}
-
-
 def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int
                    ) -> tuple[list[list[int]], int, int, int] | None:
     """``x W^T + b`` on integers: the counted loop :func:`~exactattn.reference.kernels.project`, then
@@ -303,7 +297,8 @@ def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | Non
                  values=to_fractions(v, dv), raw_scores=step.raw_fractions,
                  empty_row=empty_row, rows=step.rows, outputs=step.outputs,
                  macs={"projections": mq + mk + mv, **step.macs},
-                 softmax_ops=_softmax_ops(step.rows), integers=integers,
+                 softmax_ops={op: sum(getattr(r, op + "s") for r in step.rows)
+                              for op in ("exp", "add", "div")}, integers=integers,
                  bias_adds=aq + ak + av, rotated=step.rotated, dropout_keep=keep)
 
 

@@ -157,6 +157,22 @@ class Trace:
         return self._part_ints(name)
 
     @property
+    def call(self):
+        """This run as a :class:`~exactattn.call.Call` (:meth:`Call.of_head
+        <exactattn.call.Call.of_head>`: the head's projections of ``x`` under this run's
+        policy, with its dropout keep-mask): what :class:`~exactattn.reference.Reference`,
+        ``verify`` and the gradients read.  Numeric engines only (a call holds numbers).
+
+        >>> from exactattn import Head, Reference, attend
+        >>> t = attend(Head([[1]], [[1]], [[1]], divisor=None), [[0], [1]])
+        >>> Reference(t.call).share(0, 0, 1, 1) == t.share(1, 1)
+        True
+        """
+        from ..call.inputs import Call
+        return Call.of_head(self.head.with_policy(self.policy), self.x,
+                            dropout_keep=self.dropout_keep)
+
+    @property
     def n(self) -> int:
         return len(self.x)
 

@@ -105,3 +105,33 @@ def test_values_within_e_to_the_minus_gap_of_a_boundary_print_from_the_cli(
     out = capsys.readouterr().out
     row, value = cell
     assert any(line.split()[:2] == [row, value] for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("engine", ["pencil", "fast"])
+@pytest.mark.parametrize("changes", [{}, {"causal": True, "sink": F(0)}, {"window": (1, 0)},
+                                     {"empty_row": "uniform", "causal": True,
+                                      "query_offset": -1}])
+def test_a_trace_is_a_call_and_agrees_with_its_reference(engine, changes):
+    """Call.of_head: the trace's head and tokens as one Call; every share, output and lse of
+    the trace equals the Reference of that call, entry by entry."""
+    from exactattn import Reference
+    ex = chronicle()
+    head = ex.head.with_policy(ex.head.policy.replace(**changes))
+    t = attend(head, ex.x, engine=engine)
+    c = t.call
+    assert c.shape == {"B": 1, "H_q": 1, "H_kv": 1, "L": 4, "S": 4, "E": 4, "E_v": 4}
+    assert c.query[0, 0].tolist() == t.queries and c.value[0, 0].tolist() == t.values
+    r = Reference(c)
+    for i in range(4):
+        assert [r.share(0, 0, i, j) for j in range(4)] == [t.share(i, j) for j in range(4)]
+        assert [r.output(0, 0, i, k) for k in range(4)] == [t.output(i, k) for k in range(4)]
+        assert r.lse(0, 0, i) == t.lse(i)
+
+
+def test_a_head_with_symbols_is_no_call():
+    import sympy
+    from exactattn.errors import InputError
+    t = attend(Head([[sympy.Symbol("a")]], [[1]], [[1]], symbolic=True), [[1]])
+    with pytest.raises(InputError, match=r"^head and tokens must hold numbers for a call \(got "
+                                         r"symbols\); substitute numbers first$"):
+        t.call

@@ -8,13 +8,13 @@ where half-even differs (or the reverse), off by one in the last digit, or
 wrong, each with the right value at the places printed and the exact value.
 :mod:`~exactattn.audit.report` presents the verdicts;
 :func:`exactattn.testing.assert_table` fails a test with them.
+
+:mod:`~exactattn.audit.flops` audits the FLOP counters the same way
+(``exactattn cost --audit``): each counter run on fixed calls
+(:mod:`~exactattn.audit.counters`), each figure judged against the derived count.
 """
 
-from .check import HeadSource, ScoreSource, audit, audit_tables, audit_text
-from .judge import TIES, VERDICTS, Audit, CellVerdict, RowSum, TableAudit, judge_number
-from .layout import QUANTITIES
-from .parse import TABLE_FORMATS, Table, parse_tables, read_tables
+from .check import audit, audit_text
+from .judge import Audit
 
-__all__ = ["QUANTITIES", "TABLE_FORMATS", "TIES", "VERDICTS", "Audit", "CellVerdict",
-           "HeadSource", "RowSum", "ScoreSource", "Table", "TableAudit", "audit",
-           "audit_tables", "audit_text", "judge_number", "parse_tables", "read_tables"]
+__all__ = ["Audit", "audit", "audit_text"]

@@ -44,8 +44,6 @@ from .layout import (KEY_QUANTITIES, OWN_NAMES, QUANTITIES, columns_of, detect_q
 from .parse import Table, parse_tables, read_tables
 from .printed import clean, read_cell
 
-__all__ = ["HeadSource", "ScoreSource", "audit", "audit_tables", "audit_text"]
-
 
 class HeadSource:
     """The exact values of a head run on its tokens (an :class:`~exactattn.examples.Example`)."""

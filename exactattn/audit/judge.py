@@ -37,9 +37,6 @@ from ..options import check_choice
 from .parse import Table
 from .printed import Printed
 
-__all__ = ["EXACT_PLACES", "TIES", "VERDICTS", "Audit", "CellVerdict", "RowSum",
-           "TableAudit", "exact_decimal", "judge_entry", "judge_number"]
-
 #: the verdicts, best first
 VERDICTS = ("right", "truncated", "half_up", "half_even", "off_by_one", "wrong")
 #: the rules for an exact tie: the right value's (the other one names a verdict)

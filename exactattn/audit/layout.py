@@ -30,10 +30,6 @@ from dataclasses import dataclass
 from .parse import Table
 from .printed import clean, read_cell
 
-__all__ = ["KEY_QUANTITIES", "LABEL_HEADERS", "OWN_NAMES", "QUANTITIES", "Columns", "columns_of",
-           "detect_quantity", "header_quantity", "index_of", "indices_of", "projection_columns",
-           "quantity_columns", "title_label"]
-
 QUANTITIES = ("raw", "scaled", "shares", "outputs", "queries", "keys", "values")
 #: quantities with a column per key (the others have a column per slot of a vector)
 KEY_QUANTITIES = ("raw", "scaled", "shares")

@@ -62,8 +62,6 @@ from pathlib import Path
 from ..errors import InputError, shorten
 from ..options import check_choice
 
-__all__ = ["MAX_BYTES", "TABLE_FORMATS", "Table", "detect_format", "parse_tables", "read_tables"]
-
 TABLE_FORMATS = ("markdown", "csv", "latex", "json", "html")
 #: the largest table file read, in bytes (16 MiB): a published table is a few kilobytes
 MAX_BYTES = 16 * 2 ** 20
@@ -170,25 +168,20 @@ def _delimiter(line: str) -> bool:
     return "|" in line and bool(_DELIMITER.match(line))
 
 
+#: one cell and the pipe after it: ``\\|`` and code spans (to the closing backtick, else to
+#: the end of the line) are the cell's
+_CELL = re.compile(r"((?:\\\||`[^`]*`?|[^|`])*)(\|?)")
+
+
 def _cells(line: str) -> list[str]:
     """The cells of a pipe-table row: ``\\|`` and pipes in code spans stay in their cell."""
-    cells, cur, code, k = [], "", False, 0
-    s = line.strip()
-    while k < len(s):
-        ch = s[k]
-        if ch == "\\" and k + 1 < len(s) and s[k + 1] == "|":
-            cur += "|"
-            k += 2
-            continue
-        if ch == "`":
-            code = not code
-        if ch == "|" and not code:
-            cells.append(cur)
-            cur = ""
-        else:
-            cur += ch
-        k += 1
-    cells.append(cur)
+    s, pos, cells = line.strip(), 0, []
+    while True:
+        m = _CELL.match(s, pos)
+        cells.append(m.group(1).replace("\\|", "|"))
+        if not m.group(2):
+            break
+        pos = m.end()
     if s.startswith("|"):
         cells = cells[1:]
     if s.endswith("|") and not s.endswith("\\|") and cells:

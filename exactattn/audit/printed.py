@@ -32,8 +32,6 @@ from fractions import Fraction
 from ..errors import InputError
 from ..numbers.exact import to_exact
 
-__all__ = ["HIDDEN_WORDS", "Printed", "clean", "read_cell", "read_number"]
-
 #: cell texts that claim a hidden key (a causal or padding mask): no number, no share
 HIDDEN_WORDS = ("-inf", "-infinity", "-∞", "masked")
 

@@ -22,9 +22,6 @@ from ..present.rowints import with_rounded
 from ..numbers.reals import Surd
 from .judge import VERDICTS, Audit, CellVerdict, TableAudit
 
-__all__ = ["VERDICT_WORDS", "closed_form", "exact_text", "report_sections", "report_text",
-           "summary_line"]
-
 #: each verdict in words
 VERDICT_WORDS = {
     "right": "right",

@@ -27,13 +27,14 @@ DEMO_CHANGE = ("| 1 | 0.4528 | 0.2565 | 0.2907 | 0.6453 |", "| 1 | 0.4528 | 0.25
 
 
 def _quantities(text: str) -> list[str]:
-    from ..audit import QUANTITIES
+    from ..audit.layout import QUANTITIES
     check = choice("--quantity", QUANTITIES)
     return [check(part) for part in text.split(",")]
 
 
 def register(sub) -> None:
-    from ..audit import TABLE_FORMATS, TIES
+    from ..audit.judge import TIES
+    from ..audit.parse import TABLE_FORMATS
     p = sub.add_parser("audit", help=HELP, description=HELP + ". Exit status 1 when any cell is "
                        "not right, 2 for bad input.")
     p.add_argument("--table", metavar="FILE",

@@ -99,10 +99,6 @@ def _ratio_text(q: Fraction) -> str:
     return round_fraction(q, 2)
 
 
-def _true(flag: bool) -> str:
-    return "true" if flag else "false"
-
-
 def _setup_text(s: CallShape, keys: int | None) -> str:
     parts = [f"D = d_model = {s.d_model}, d_k = {s.d_k}, d_v = {s.d_v}"]
     parts.append(f"{s.heads} heads with W_O ({s.heads} x {s.d_v} -> {s.d_model})"
@@ -131,11 +127,11 @@ def _check_notes(check: FormulaCheck | None) -> list[str]:
         lines.append(f"  {spell(e)} = {spell(e, check.values)} = {v}")
     lines.append(f"  sum = {check.total}")
     lines.append(f"  counted by the head = {check.counted_total}")
-    lines.append(f"  same: {_true(check.same)}")
+    lines.append(f"  same: {str(check.same).lower()}")
     if check.step_total is not None:
         lines.append(f"  token t costs {spell(check.step_total)} MACs; summed over the "
                      f"generation = causal prefill count ({check.prefill_total}): "
-                     f"{_true(check.prefill_same)}")
+                     f"{str(check.prefill_same).lower()}")
     return lines
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from exactattn.audit import (Audit, CellVerdict, audit, audit_text, judge_number, parse_tables)
+from exactattn.audit import Audit, audit, audit_text
+from exactattn.audit.judge import CellVerdict, judge_number
+from exactattn.audit.parse import parse_tables
 from exactattn.audit.judge import exact_decimal
 from exactattn.reference.logits import scaled_logit
 from exactattn.numbers.reals import Surd

@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from exactattn.audit import Audit, audit, audit_text, parse_tables
-from exactattn.audit.parse import detect_format
+from exactattn.audit import Audit, audit, audit_text
+from exactattn.audit.parse import detect_format, parse_tables
 from exactattn.audit.report import report_text
 from exactattn.commands.audit import DEMO_CHANGE, demo_sections, demo_text
 from exactattn.errors import InputError

@@ -95,7 +95,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     b = None if c1 == c0 or inputs.policy.modified else block_bounds(
         inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den, inputs.divisor_squared,
         keep, inputs.v[c0:c1], inputs.v_den, 62, inputs.score_bound)
-    exact_row, column = exact_rows(inputs, r0, c0, keep)
+    exact_row, values = exact_rows(inputs, r0, c0, keep)
     empty_row = inputs.policy.empty_row
     if b is not None:
         vals = np.abs(inputs.v[c0:c1].astype(np.float64))
@@ -107,7 +107,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
         bulk = b is not None and not b.empty[i - r0]
         row = None if bulk else exact_row(i)
         for c in range(inputs.d_v):
-            value = partial(_output, exact_row, column, i, c)
+            value = partial(_output, exact_row, values, i, c)
             ball = None
             if bulk:
                 at = (i - r0, c)
@@ -120,7 +120,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
             elif row.empty and empty_row == "nan":       # the policy's answer: NaN
                 rounded, mag = math.nan, 0.0
             else:      # an empty row's zeros or mean value; no bulk enclosure: entry by entry
-                mag = float(row.combine([abs(v) for v in column(c)]).decimal(20)) \
+                mag = float(row.combine([abs(v) for v in values(i, c)]).decimal(20)) \
                     if not row.empty else \
                     _empty_magnitude(inputs, c) if empty_row == "uniform" else 0.0
                 rounded, ball = round_value(value(), fmt, _PREC)
@@ -135,9 +135,9 @@ def _empty_magnitude(inputs: ExactInputs, c: int) -> float:
     return float(np.abs(inputs.v[:, c].astype(np.float64)).mean()) / float(inputs.v_den)
 
 
-def _output(row, column, i: int, c: int):
+def _output(row, values, i: int, c: int):
     """The exact output of query i, column c."""
-    return row(i).combine(column(c))
+    return row(i).combine(values(i, c))
 
 
 def _block_top(data, r0: int, r1: int) -> int:

@@ -28,7 +28,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..call.policy import UNSUPPORTED, Policy
+from ..call.modifiers import dropout_factors
+from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
 
@@ -87,7 +88,8 @@ class ExactInputs:
 
     Shapes: ``q`` n_q x d_k, ``k`` n_k x d_k, ``v`` n_k x d_v (integer
     arrays); ``mask`` None or n_q x n_k booleans (True = the key may be seen;
-    the policy's positional rule applies on top of it).
+    the policy's positional rule applies on top of it); ``dropout_keep`` None
+    or n_q x n_k booleans, the keep-mask of ``policy.dropout``.
     """
 
     q: np.ndarray
@@ -99,6 +101,7 @@ class ExactInputs:
     policy: Policy
     mask: np.ndarray | None = None
     name: str = "inputs"
+    dropout_keep: np.ndarray | None = None
 
     def __post_init__(self):
         if self.q.ndim != 2 or self.k.ndim != 2 or self.v.ndim != 2:
@@ -110,13 +113,13 @@ class ExactInputs:
         if self.v.shape[0] != self.k.shape[0]:
             raise ShapeError(f"value must have the key's {self.k.shape[0]} rows (got "
                              f"{self.v.shape[0]})")
-        if self.mask is not None and self.mask.shape != (self.n_q, self.n_k):
-            raise ShapeError(f"mask must be {self.n_q} x {self.n_k} (got "
-                             f"{' x '.join(map(str, self.mask.shape))})")
-        bad = self.policy.unsupported("blocks")
-        if bad:
-            raise InputError(f"policy must have no {', '.join(UNSUPPORTED['blocks'])} for row blocks (got "
-                             f"{bad[0]}); run such heads through attend")
+        for name in ("mask", "dropout_keep"):
+            m = getattr(self, name)
+            if m is not None and m.shape != (self.n_q, self.n_k):
+                raise ShapeError(f"{name} must be {self.n_q} x {self.n_k} (got "
+                                 f"{' x '.join(map(str, m.shape))})")
+        if (self.policy.dropout is None) != (self.dropout_keep is None):
+            dropout_factors(self.policy.dropout, None if self.dropout_keep is None else [True])
 
     n_q = property(lambda self: self.q.shape[0], doc="queries")
     n_k = property(lambda self: self.k.shape[0], doc="keys")
@@ -146,11 +149,11 @@ class ExactInputs:
 
 
 def from_rationals(query, key, value, policy: Policy | None = None, *, mask=None,
-                   name: str = "inputs") -> ExactInputs:
+                   name: str = "inputs", dropout_keep=None) -> ExactInputs:
     """Inputs from rows of ``Fraction``/``int`` entries (e.g. a trace's queries, keys, values)."""
     (q, qd), (k, kd), (v, vd) = (_fraction_ints(m) for m in (query, key, value))
-    keep = None if mask is None else np.asarray(mask, dtype=bool)
-    return ExactInputs(q, qd, k, kd, v, vd, policy or Policy(), keep, name)
+    keep, dropped = (None if m is None else np.asarray(m, dtype=bool) for m in (mask, dropout_keep))
+    return ExactInputs(q, qd, k, kd, v, vd, policy or Policy(), keep, name, dropped)
 
 
 def from_trace(trace, *, name: str = "head") -> ExactInputs:
@@ -180,7 +183,9 @@ def from_call(problem, b: int = 0, h: int = 0) -> ExactInputs:
         keep = np.array([[mask.keeps(i, j) for j in range(problem.shape["S"])]
                          for i in range(problem.shape["L"])], dtype=bool)
     return from_rationals(problem.query[b, h].tolist(), problem.key[b, kv].tolist(),
-                          problem.value[b, kv].tolist(), policy, mask=keep, name=problem.name)
+                          problem.value[b, kv].tolist(), policy, mask=keep, name=problem.name,
+                          dropout_keep=None if problem.dropout_keep is None else
+                          problem.dropout_keep[b, h])
 
 
 def random_floats(n: int, d: int, *, seed: int = 0, dtype: str = "float32",

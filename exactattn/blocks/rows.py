@@ -11,7 +11,7 @@ the enclosures leave undecided, and rows that see no key, go through the exact
 per-entry path (:func:`exact_row`: the row :class:`~exactattn.verify.Reference`
 builds, through the one composition of the modifiers), so every printed digit is
 the correctly rounded one.  The enclosures know the plain softmax: a call with
-soft-capping, a sink, ALiBi or RoPE has every entry on the exact path.
+soft-capping, a sink, ALiBi, RoPE or dropout has every entry on the exact path.
 
 Every row is computed from its own scores only, so the strings are the same
 for every block size, and the same as :meth:`Trace.share_decimals
@@ -38,6 +38,7 @@ from functools import cache
 
 import numpy as np
 
+from ..call.modifiers import dropout_factors
 from ..numbers.bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bits
 from ..numbers.digits import check_places, format_scaled
 from ..numbers.limbs import mix
@@ -92,8 +93,9 @@ def exact_row(inputs: ExactInputs, i: int, cols: np.ndarray) -> SoftmaxRow:
 
 
 def exact_rows(inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
-    """The exact per-entry path of a block: ``(row, column)``, row i's :func:`exact_row` and
-    value column c as ``Fraction``, each built once on demand."""
+    """The exact per-entry path of a block: ``(row, values)``, row i's :func:`exact_row` and
+    the value column c row i weighs (times its dropout factors under dropout, as
+    :meth:`Reference.output <exactattn.verify.Reference.output>`), built once on demand."""
     @cache
     def row(i: int) -> SoftmaxRow:
         return exact_row(inputs, i, np.flatnonzero(keep[i - r0]) + c0)
@@ -101,7 +103,13 @@ def exact_rows(inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
     @cache
     def column(c: int) -> list[Fraction]:
         return [Fraction(int(v), inputs.v_den) for v in inputs.v[:, c].tolist()]
-    return row, column
+
+    def values(i: int, c: int) -> list:
+        if inputs.dropout_keep is None:
+            return column(c)
+        factors = dropout_factors(inputs.policy.dropout, inputs.dropout_keep[i].tolist())
+        return [v * f for v, f in zip(column(c), factors)]
+    return row, values
 
 
 @dataclass
@@ -139,12 +147,12 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
         b = block_bounds(inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den,
                          inputs.divisor_squared, keep, inputs.v[c0:c1], inputs.v_den,
                          fixed_bits(places), inputs.score_bound)
-    row, column = exact_rows(inputs, r0, c0, keep)
+    row, values = exact_rows(inputs, r0, c0, keep)
     rows = range(r0, r1)
     if b is None:       # modifiers, infeasible tables or huge inputs: every entry exactly
         share_text = [[row(i).share(j).decimal(places) for j in range(inputs.n_k)]
                       for i in rows] if shares else None
-        outputs = [[row(i).combine(column(c)).decimal(places) for c in range(inputs.d_v)]
+        outputs = [[row(i).combine(values(i, c)).decimal(places) for c in range(inputs.d_v)]
                    for i in rows]
         count = len(rows) * (inputs.d_v + (inputs.n_k if shares else 0))
         return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
@@ -152,7 +160,7 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
     empty = [r0 + int(i) for i in np.flatnonzero(b.empty)]
     count = len(output_cells)
     for i, c in output_cells:
-        outputs[i][c] = row(r0 + i).combine(column(c)).decimal(places)
+        outputs[i][c] = row(r0 + i).combine(values(r0 + i, c)).decimal(places)
     share_text = None
     if shares:
         zero = format_scaled(0, places)

@@ -110,12 +110,12 @@ def test_blocks_match_the_whole_head_for_every_block_size(policy):
 def test_float_inputs_match_the_exact_entries_at_4_and_8_places():
     x = random_inputs(24, 8, seed=2, policy=Policy(causal=True, window=(6, 0)))
     keep = block_keep(x, 0, 24, 0, 24)
-    row, column = exact_rows(x, 0, 0, keep)
+    row, values = exact_rows(x, 0, 0, keep)
     for places in (4, 8):
         shares, outputs = run_blocks(x, 5, places)
         assert shares == [[row(i).share(j).decimal(places) for j in range(24)]
                           for i in range(24)]
-        assert outputs == [[row(i).combine(column(c)).decimal(places) for c in range(8)]
+        assert outputs == [[row(i).combine(values(i, c)).decimal(places) for c in range(8)]
                            for i in range(24)]
         assert run_blocks(x, 1, places) == run_blocks(x, 24, places) == (shares, outputs)
 
@@ -144,9 +144,11 @@ def test_an_explicit_boolean_mask_matches_the_reference():
         from_call(additive)
 
 
-def test_dropout_is_refused():
-    with pytest.raises(InputError, match="policy must have no dropout for row blocks"):
+def test_dropout_needs_its_keep_mask_and_a_blocked_check_no_modifier():
+    with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
         from_rationals([[1]], [[1]], [[1]], Policy(dropout=F(1, 2)))
+    with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
+        from_rationals([[1]], [[1]], [[1]], Policy(), dropout_keep=[[True]])
     with pytest.raises(InputError, match="policy must have no rope, softcap, alibi, sink, "
                                          "dropout for a blocked check"):
         check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", Policy(softcap=F(5)))
@@ -155,7 +157,8 @@ def test_dropout_is_refused():
 MODIFIED = [Policy(scale="none", softcap="2"), Policy(sink="1/2", causal=True),
             Policy(alibi=Alibi(4), head=1, causal=True, window=(2, 0)),
             Policy(rope=Rope(), causal=True), Policy(softcap="3", sink="-1", empty_row="uniform"),
-            Policy(alibi=Alibi(2), sink="0", query_offset=1, causal=True, empty_row="nan")]
+            Policy(alibi=Alibi(2), sink="0", query_offset=1, causal=True, empty_row="nan"),
+            Policy(dropout="1/3", softcap="4", empty_row="uniform")]
 
 
 @pytest.mark.parametrize("policy", MODIFIED, ids=lambda p: p.describe()[:60])
@@ -163,7 +166,10 @@ def test_a_modified_calls_blocks_are_the_references_rows_exactly(policy):
     call = Call([[[1, 0], [2, "1/2"], [0, 1], [1, 1], ["-1", 3]]] * 2,
                 [[[1, 2], [0, 1], [3, 0], ["1/2", 1], [1, 1]]] * 2,
                 [[[1, 0], [2, 1], [5, 3], [0, "1/4"], [1, 1]]] * 2,
-                [[True, True, False, True, True]] * 5, policy=policy)
+                [[True, True, False, True, True]] * 5, policy=policy,
+                dropout_keep=None if policy.dropout is None else
+                [[True, False, True, True, False], [False] * 5, [True] * 5, [True, True, False,
+                 False, True], [False, True, True, True, True]])
     ref = Reference(call)
     for h in (0, 1):
         x = from_call(call, 0, h)
@@ -171,7 +177,8 @@ def test_a_modified_calls_blocks_are_the_references_rows_exactly(policy):
         for i in range(5):
             row, want = exact_row(x, i, np.flatnonzero(keep[i])), ref.row(0, h, i)
             assert [row.share(j) for j in range(5)] == [want.share(j) for j in range(5)]
-            assert [row.combine([F(v) for v in col]) for col in zip(*call.value[0, h])] == \
+            _, values = exact_rows(x, 0, 0, keep)
+            assert [row.combine(values(i, c)) for c in range(2)] == \
                 [ref.output(0, h, i, c) for c in range(2)]
         for rows in (1, 2, 5):
             assert run_blocks(x, rows, 6) == (

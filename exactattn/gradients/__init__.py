@@ -33,6 +33,4 @@ from .terms import Terms
 from .values import GradValue
 from .weights import WEIGHT_GRADIENTS, HeadGradients, head_gradients
 
-__all__ = ["BULK_PREC", "GRADIENTS", "GradValue", "Gradients", "HeadGradients", "Terms",
-           "WEIGHT_GRADIENTS", "block_inputs", "certified", "check_policy", "gradients",
-           "head_gradients"]
+__all__ = ["GradValue", "gradients", "head_gradients"]

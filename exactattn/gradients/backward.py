@@ -49,10 +49,9 @@ from ..options import check_choice
 from ..numbers.exact import rational_sqrt
 from ..numbers.exponents import inv_sqrt_ball
 from ..numbers.exact import fmpq_mat_of, fmpq_of
-from .terms import Terms
+from .terms import Terms, row_kinds
 from .values import ONE, GradValue
 
-__all__ = ["BULK_PREC", "GRADIENTS", "Gradients", "certified"]
 
 #: the precision (bits) whole matrices are first enclosed at
 BULK_PREC = 64
@@ -141,8 +140,9 @@ class Gradients:
         self._numerators = None
         self._magnitudes = None
         self._floats = False         # not tried yet (None: not available)
-        self._nan_rows = {i for i in range(self.R) if not keep[i].any() and sink is None
-                          and empty_row == "nan"}
+        #: per row ``ok``, or the empty-row answer of a row that sees no key
+        self.kinds = row_kinds(self._keep, empty_row)
+        self._nan_rows = {i for i, k in enumerate(self.kinds) if k == "nan"}
 
     # -- the call, as given ----------------------------------------------------------------
     queries = property(lambda self: self._Q, doc="R x E queries (``Fraction``)")
@@ -378,7 +378,6 @@ class Gradients:
         if self._magnitudes is not None:
             return self._magnitudes
         import numpy as np
-        from . import floats
         if self.enclosures() is not None:
             P = np.array(self._floats["P"][0], dtype=np.float64)
         else:
@@ -394,8 +393,7 @@ class Gradients:
             np.array([[float(x) for x in r] for r in self._factors], dtype=np.float64)
         A = (dO @ V.T) * M
         dS = P * (A + (P * A).sum(axis=1, keepdims=True))
-        for i, k in enumerate(self.terms.kinds if self._floats is None else
-                              floats.row_kinds(self)):
+        for i, k in enumerate(self.kinds):
             if k != "ok":
                 dS[i] = 0
         s = float(self._scale_q) / (1.0 if self.irrational_scale is None

@@ -12,8 +12,6 @@ import numpy as np
 from ..call.inputs import object_array, reshaped
 from ..numbers.formats import float_format, round_cells
 
-__all__ = ["ExactGradients", "d_out_array"]
-
 
 class ExactGradients:
     """The exact gradients of every head of a call: one block per (batch, key/value head)."""

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-__all__ = ["MAX_PLACES", "enclose", "round_balls", "row_kinds"]
 
 #: the most places decided from float64 enclosures (past this the arb path runs)
 MAX_PLACES = 10
@@ -122,12 +121,6 @@ def _scalar(q: Fraction, D: Fraction | None):
     return m, _up(r + 2 * _U * abs(m))
 
 
-def row_kinds(g) -> list[str]:
-    """Each row's kind (``ok``, or the empty-row answer) from visibility alone."""
-    keep = g.keep
-    return ["ok" if keep[i].any() else g.empty_row for i in range(g.R)]
-
-
 def enclose(g) -> dict | None:
     """``{name: (mid, rad)}`` numpy float64 enclosures of every matrix of
     :class:`~exactattn.gradients.backward.Gradients` ``g`` (``D`` as a vector), or None
@@ -155,7 +148,7 @@ def enclose(g) -> dict | None:
     p_hi = b.hi.astype(np.float64) / z_lo * _UP + _TINY
     p_hi[~keep] = 0.0
     p_lo[~keep] = 0.0
-    kinds = row_kinds(g)
+    kinds = g.kinds
     for i, kind in enumerate(kinds):
         if kind != "ok":
             p_lo[i] = p_hi[i] = (1.0 / g.S) if kind == "uniform" else 0.0

@@ -33,8 +33,6 @@ from ..errors import InputError, ShapeError, shorten
 from ..numbers.exact import to_matrix
 from .backward import Gradients
 
-__all__ = ["block_inputs", "check_policy", "gradients"]
-
 
 def check_policy(policy: Policy) -> Policy:
     """``policy`` when exact gradients cover it; soft-capping and RoPE are refused with one line.

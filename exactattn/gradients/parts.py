@@ -25,9 +25,6 @@ from typing import Sequence
 from .values import ONE
 from ..numbers.exact import fmpq_of, fraction_of
 
-__all__ = ["Numerators"]
-
-
 
 class Numerators:
     """The numerator polynomials of every atom of one :class:`~exactattn.gradients.Gradients`

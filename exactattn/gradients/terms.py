@@ -57,7 +57,6 @@ from ..numbers.exact import fmpq_of, fraction_of
 from ..options import check_choice
 from ..numbers.reals import Pow2, Surd, align, atom_ball, real_ball
 
-__all__ = ["GENERATOR_NAMES", "ROW_KINDS", "Terms"]
 
 #: what a row is: ``ok`` (sees keys), or an empty row under each empty-row answer
 ROW_KINDS = ("ok", "zero", "uniform", "nan")
@@ -88,6 +87,15 @@ def _dot(exps, balls):
 def _plain(v):
     """A Surd without irrational terms as its ``Fraction`` (so that 0 is falsy)."""
     return v.p if isinstance(v, Surd) and not v.terms else v
+
+
+def row_kinds(keep, empty_row: str) -> list[str]:
+    """Each row's kind: ``ok`` when it sees a key (a sink's column counts: a row with a sink is
+    never empty), else the empty-row answer (``zero``, ``uniform``, ``nan``): the one place
+    the backward reads it from."""
+    import numpy as np
+    check_choice(empty_row, "empty_row", EMPTY_ROWS)
+    return ["ok" if seen else empty_row for seen in np.asarray(keep, dtype=bool).any(axis=-1)]
 
 
 def _term(atom, x):
@@ -164,19 +172,12 @@ class Terms:
     def __init__(self, num, den: int, keep, offsets: Sequence | None, divisor_squared,
                  empty_row: str):
         import numpy as np
-        check_choice(empty_row, "empty_row", EMPTY_ROWS)
         R, S = keep.shape
         self.n_rows, self.n_keys = R, S
         self.empty_row = empty_row
-        kinds, visible = [], []
-        for i, row in enumerate(np.asarray(keep, dtype=bool)):
-            vis = np.flatnonzero(row).tolist()
-            if vis:
-                kinds.append("ok")
-            else:
-                kinds.append(empty_row)
-                vis = list(range(S)) if empty_row == "uniform" else vis
-            visible.append(vis)
+        kinds = row_kinds(keep, empty_row)
+        visible = [list(range(S)) if k == "uniform" else np.flatnonzero(row).tolist()
+                   for k, row in zip(kinds, np.asarray(keep, dtype=bool))]
         self.kinds, self._visible = kinds, visible
         self._positions: dict = {}
         basis, scale_key, root, rel = _coordinates(offsets, visible, kinds, divisor_squared)

@@ -44,7 +44,6 @@ from ..numbers.real import Real
 from ..options import check_choice
 from ..numbers.exact import fmpq_of, fraction_of
 
-__all__ = ["GradValue", "MAX_TERMS", "ONE", "ZERO_PREC"]
 
 #: enclosures tried (bits) before the common-denominator zero test
 ZERO_PREC = 4096

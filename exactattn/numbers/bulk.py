@@ -37,7 +37,7 @@ from fractions import Fraction
 
 from .digits import format_scaled
 
-__all__ = ["ExpTables", "decimals", "exact_matmul", "int_array", "int_rows", "mat_ints"]
+__all__ = ["block_bounds", "exact_matmul"]
 
 _EXACT_FLOAT = 1 << 53      # integers below this, and their sums, are exact in float64
 _INT64_SAFE = 1 << 62       # headroom for one more addition in int64
@@ -341,8 +341,6 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
 # bounds from those tables alone, so that no entry depends on the rows it is computed with.
 from functools import lru_cache            # noqa: E402  (this section's own imports)
 from typing import Any, NamedTuple         # noqa: E402
-
-__all__ += ["BlockBounds", "GAP_BITS", "block_bounds", "bounds_decimals", "fixed_bits"]
 
 #: the largest gap, counted in steps of 2^shift score units, has at most this many bits
 GAP_BITS = 60

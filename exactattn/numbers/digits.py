@@ -30,10 +30,7 @@ from typing import Callable
 
 from ..errors import InputError, Undecided
 
-__all__ = ["MAX_PREC", "SIDED_PREC", "arb_to_fraction", "certify", "check_places", "decide",
-           "enclosure_sign", "format_exact",
-           "format_scaled", "fraction_text", "round_fraction", "terminating_places",
-           "tighten", "working_precision"]
+__all__ = ["certify", "decide", "tighten"]
 
 START_PREC = 64
 MAX_PREC = 1 << 16

@@ -37,8 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from ..errors import FloatInputError, InputError, ShapeError, shorten
 
-__all__ = ["FLOAT_POLICIES", "MAX_DIGITS", "fraction_of", "is_symbolic", "rational_sqrt", "to_exact", "to_matrix",
-           "to_row"]
+__all__ = ["to_exact"]
 
 FLOAT_POLICIES = (None, "exact", "decimal")
 

@@ -24,8 +24,6 @@ from fractions import Fraction
 from .exact import fmpq_of
 from .reals import Surd, Tanh, atom_ball, atom_text, canonical_atom, tanh_parts, transcendental
 
-__all__ = ["ExpPoly", "Exponent", "exponent_text", "inv_sqrt_ball", "sum_text", "unify"]
-
 
 def inv_sqrt_ball(D: Fraction):
     """An ``arb`` ball of ``1/sqrt(D)`` at the current precision (the scale of a divisor sqrt(D))."""

@@ -29,10 +29,7 @@ from .digits import MAX_PREC, arb_to_fraction, certify, tighten, working_precisi
 from ..errors import InputError
 from ..options import check_choice, check_whole
 
-__all__ = ["DTYPES", "FORMATS", "FloatFormat", "LOG10_2", "ball_scientific", "certified_scientific",
-           "default_max_ulps", "exponent10", "float_format", "round_ball", "round_cells",
-           "round_enclosed", "round_array", "round_to_format", "scientific_parts", "scientific_text",
-           "shortest_repr", "ulp_index", "ulps_between"]
+__all__ = ["round_to_format", "ulp_index"]
 
 
 @dataclass(frozen=True)

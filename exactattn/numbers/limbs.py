@@ -25,7 +25,6 @@ True
 
 from __future__ import annotations
 
-__all__ = ["limb_digits", "mix", "score_split"]
 
 #: the scores' high parts stay below 2^60 (headroom for differences in int64)
 _HIGH_LIMIT = 1 << 60

@@ -37,7 +37,6 @@ from .reals import Surd, real_decimal
 from .softmax import SoftmaxRow
 from .exact import fmpq_of
 
-__all__ = ["LSE_BASES", "LogSumExp", "check_base"]
 
 LSE_BASES = ("e", "2")
 

@@ -24,7 +24,7 @@ from .exponents import ExpPoly, sum_text
 from .exact import fmpq_of
 from .real import Real
 
-__all__ = ["ExpRatio", "row_sum_text"]
+__all__ = ["ExpRatio"]
 
 
 # --------------------------------------------------------------------------- the value type

@@ -42,10 +42,7 @@ from ..errors import InputError
 from .real import Real
 from .exact import fmpq_of
 
-__all__ = ["Pow2", "Prod", "Surd", "Tanh", "Trig", "align", "atom_ball", "atom_text",
-           "canonical_atom", "decidable", "power_form", "real_ball", "real_compare", "real_decimal",
-           "real_sign", "real_text", "softcap", "softcap_ball", "square_free", "sympy_ball", "tanh_of", "tanh_parts",
-           "transcendental", "trig", "two_power"]
+__all__ = ["Surd"]
 
 
 @dataclass(frozen=True, repr=False)

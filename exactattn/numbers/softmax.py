@@ -99,15 +99,10 @@ class SoftmaxRow:
     def __init__(self, raw: Sequence[Fraction | None], divisor_squared: Fraction | None,
                  empty_row: str = "zero", offsets: Sequence[Fraction] | None = None, *,
                  sink: Fraction | None = None):
-        check_choice(empty_row, "empty_row", EMPTY_ROWS)
-        raw = list(raw)
-        self.n_keys = len(raw)
-        self.empty_row = empty_row
-        self.empty = all(r is None for r in raw) and sink is None
+        raw = self._answer(raw, empty_row, sink)
+        offsets = None if self.empty else offsets
         self.general = self.certified = False
         self.basis = ()
-        if self.empty and empty_row == "uniform":
-            raw, offsets = [Fraction(0)] * len(raw), None
         if sink is not None:     # a key with raw score 0, offset s and no value
             offsets = [Fraction(0)] * len(raw) + [Fraction(sink)] if offsets is None \
                 else list(offsets) + [Fraction(sink)]
@@ -159,13 +154,7 @@ class SoftmaxRow:
         '1/(2 + exp(1))'
         """
         self = cls.__new__(cls)
-        check_choice(empty_row, "empty_row", EMPTY_ROWS)
-        logits = list(logits)
-        self.n_keys = len(logits)
-        self.empty_row = empty_row
-        self.empty = all(x is None for x in logits) and sink is None
-        if self.empty and empty_row == "uniform":
-            logits = [Fraction(0)] * len(logits)
+        logits = self._answer(logits, empty_row, sink)
         if sink is not None:
             logits.append(sink)
         self.divisor_squared, self._root, self.paired, self.general = None, None, False, True
@@ -191,6 +180,15 @@ class SoftmaxRow:
         self.gaps = [None if k is None else tuple(a - b for a, b in zip(k, top)) for k in keys]
         self._count(visible)
         return self
+
+    def _answer(self, values, empty_row: str, sink) -> list:
+        """The row's values, or what an empty row (every key hidden, no sink) reads under
+        ``empty_row``: a ``uniform`` row sees every key at 0 (shares 1/n), the others none."""
+        check_choice(empty_row, "empty_row", EMPTY_ROWS)
+        values = list(values)
+        self.n_keys, self.empty_row = len(values), empty_row
+        self.empty = all(x is None for x in values) and sink is None
+        return [Fraction(0)] * len(values) if self.empty and empty_row == "uniform" else values
 
     def _key_sign(self, k1: tuple, k2: tuple) -> int:
         """sign((k1) - (k2)) for keys over the row's basis, exactly."""

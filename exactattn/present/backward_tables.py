@@ -35,8 +35,6 @@ from ..call.policy import divisor_text
 from .cells import value_cell, vector
 from .render import Section
 
-__all__ = ["backward_sections"]
-
 
 def _grid(values, decimals, label: str, first: str = "token") -> tuple[list, list]:
     """Header and rows of a matrix of values (1-based row labels), exact ones marked."""

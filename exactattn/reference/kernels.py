@@ -29,8 +29,6 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Callable, Hashable, Iterable, Sequence
 
-__all__ = ["mix", "project", "score", "to_fractions"]
-
 
 def to_fractions(m: Sequence[Sequence[int]], den: int) -> list[list[Fraction]]:
     """Integers over ``den`` back as ``Fraction`` entries."""

@@ -39,7 +39,7 @@ from ..numbers.exact import rational_sqrt
 from ..numbers.reals import Surd, power_form, softcap, trig
 from ..numbers.softmax import SoftmaxRow
 
-__all__ = ["LOGIT_STAGES", "logit_row", "rope_score", "scaled_logit", "softmax_row"]
+__all__ = ["softmax_row"]
 
 
 def scaled_logit(raw, divisor_squared: Fraction | None):

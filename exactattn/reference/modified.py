@@ -44,9 +44,6 @@ from .logits import rope_score, softmax_row
 from ..call.modifiers import dropout_factors
 from ..numbers.ratio import ExpRatio
 
-__all__ = ["Step", "counted_step", "modified_engine",
-           "outputs_of"]
-
 
 @dataclass
 class Step:

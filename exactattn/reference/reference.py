@@ -51,7 +51,7 @@ from ..numbers.formats import round_value
 from ..call.inputs import Call
 from ..numbers.exact import fraction_of
 
-__all__ = ["MODIFIER_VALUES", "Reference"]
+__all__ = ["Reference"]
 
 #: the kind of value each modifier gives (the docs' exactness table is checked against it)
 MODIFIER_VALUES = {

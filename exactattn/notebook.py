@@ -33,13 +33,12 @@ $$\\begin{aligned}
 
 from __future__ import annotations
 
-import html
-from typing import Any, Sequence
+from typing import Sequence
 
 from .present.cells import exact_text
 from .errors import InputError, shorten
 from .examples import Example, Token
-from .present.render import Section, reader_text, render
+from .present.render import Section, html_text as _e, reader_text, render
 from .present.stream import View
 from .present.tables import MODES, attend_example, build
 from .engines.trace import Trace
@@ -49,10 +48,6 @@ __all__ = ["register", "show", "tables_html"]
 #: the formulas show at most this many query rows and keys per row
 FORMULA_ROWS = 4
 FORMULA_KEYS = 8
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def tables_html(sections: Sequence[Section]) -> str:

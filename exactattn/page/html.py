@@ -20,13 +20,13 @@ Element ids the browser test reads: ``sentence-K`` (the switch),
 
 from __future__ import annotations
 
-import html
 import json
 from fractions import Fraction
 from importlib import resources
 
 from .. import __version__
 from ..numbers.digits import round_fraction
+from ..present.render import html_text as _e
 from .picture import BAR, bar_width, dot_positions, frame, picture_svg
 from .questions import questions
 
@@ -35,10 +35,6 @@ CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline
        "img-src data:; base-uri 'none'; form-action 'none'")
 #: the side of the score square at the longest length stop, in pixels
 _SQUARE = 160
-
-
-def _e(text) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def _asset(name: str) -> str:

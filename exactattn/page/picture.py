@@ -26,13 +26,13 @@ a number: the numbers are in the page's table, as text.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, floor
 
 from ..present.cells import exact_text
 from ..numbers.digits import format_exact, round_fraction
+from ..present.render import html_text as _e
 
 #: the side of the plotting square and the margins around it, in pixels
 PLOT = 360
@@ -117,10 +117,6 @@ def dot_positions(sentence, f: Frame) -> dict | None:
         cx, cy = f.px(Fraction(at["output"][0]), Fraction(at["output"][1]))
         out[key] = {"cx": cx, "cy": cy}
     return out
-
-
-def _e(text) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def _axes(f: Frame, names: list[str]) -> list[str]:

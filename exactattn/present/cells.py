@@ -406,7 +406,6 @@ def real_kind(value) -> str:
     >>> real_kind(Fraction(1, 2)), real_kind(two_power(Fraction(1, 2))), real_kind(softcap(Fraction(1), Fraction(1)))
     ('exact rational', 'exact algebraic', 'certified transcendental')
     """
-    from ..numbers.reals import Surd
     if isinstance(value, (int, Fraction)):
         return KINDS[0]
     if isinstance(value, Surd):
@@ -445,7 +444,6 @@ def real_cell(value, places: int) -> str:
     >>> c = real_cell(softcap(Fraction(2), Fraction(1)), 4); (str(c), c.reader)
     ('0.9640', '~0.9640')
     """
-    from ..numbers.reals import Surd
     if value is None:
         return "-inf"
     if isinstance(value, Surd) and value.transcendental:

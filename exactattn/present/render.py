@@ -44,6 +44,7 @@ exactattn.errors.InputError: format must be one of text, markdown, latex, json, 
 from __future__ import annotations
 
 import functools
+import html
 import io
 import json
 import math
@@ -135,6 +136,11 @@ def json_text(value, **options) -> str:
     """
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
                           json.dumps(value, ensure_ascii=False, **options))
+
+def html_text(text) -> str:
+    """Any value as ``str`` writes it, escaped for HTML (quotes included)."""
+    return html.escape(str(text), quote=True)
+
 
 def reader_text(cell: str) -> str:
     """A cell's text for readers: its :class:`Cell` ``reader``, or the cell itself."""

@@ -62,11 +62,6 @@ MAX_DIVISORS = 100
 MAX_DIVISOR_DIGITS = 1000
 
 
-def _short(text) -> str:
-    """A text (or any value) cut to 40 characters (plus an ellipsis) and quoted, for messages."""
-    return shorten(text, quote=True)
-
-
 def _in_range(divisor_squared: Fraction) -> bool:
     bound = 10 ** (2 * MAX_DIVISOR_DIGITS)
     return max(divisor_squared.numerator, divisor_squared.denominator) <= bound
@@ -92,7 +87,7 @@ def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
         [str(p).strip() for p in text]
     if not parts or not all(parts):
         raise InputError(f"{name} must be a comma-separated list such as 1/2,1,2,4 "
-                         f"(got {_short(text)})")
+                         f"(got {shorten(text, quote=True)})")
     if len(parts) > MAX_DIVISORS:
         raise InputError(f"{name} must list at most {MAX_DIVISORS} divisors (got {len(parts)}); "
                          "a few per power of ten show the whole sweep")
@@ -104,7 +99,7 @@ def parse_divisors(text, name: str = "divisors") -> list[tuple[str, Fraction]]:
             sq = None
         if sq is None or not _in_range(sq):
             raise InputError(f"{name} must be positive numbers or sqrt(q) from 1e-1000 to "
-                             f"1e1000, comma-separated, such as 1/2,1,2,4 (got {_short(p)})")
+                             f"1e1000, comma-separated, such as 1/2,1,2,4 (got {shorten(p, quote=True)})")
         out.setdefault(sq, p)
     return [(label, sq) for sq, label in sorted(out.items())]
 
@@ -125,7 +120,7 @@ def parse_lengths(text, name: str = "lengths") -> list[int]:
         values = check_whole_list(text, name, high=MAX_LENGTH, most=None)
     except InputError:
         raise InputError(f"{name} must be a comma-separated list of integers from 1 to "
-                         f"{MAX_LENGTH} such as 4,8,16,32 (got {_short(text)})") from None
+                         f"{MAX_LENGTH} such as 4,8,16,32 (got {shorten(text, quote=True)})") from None
     return sorted(set(values))
 
 

@@ -152,20 +152,21 @@ def rounded_entries(a: np.ndarray, dtype: str, what: str,
     return object_array([rnd(x) for x in a.reshape(-1)], a.shape), moved
 
 
-def _fractions(flat: np.ndarray) -> list:
-    """The exact values of finite float64 entries as ``Fraction``s, built from their integer
-    ratios (already in lowest terms: a power-of-two denominator over an odd numerator)."""
+def _fractions(ratios) -> list:
+    """``Fraction``s from ``(numerator, denominator)`` pairs already in lowest terms (a float's
+    integer ratio, a python-flint ``fmpq``'s), built without normalising them again."""
     make = getattr(Fraction, "_from_coprime_ints", None)   # Python 3.12 on
     if make is None:
-        return [Fraction(n, d, _normalize=False) for n, d in map(float.as_integer_ratio, flat.tolist())]
-    return [make(n, d) for n, d in map(float.as_integer_ratio, flat.tolist())]
+        return [Fraction(n, d, _normalize=False) for n, d in ratios]
+    return [make(n, d) for n, d in ratios]
 
 
 def _exact_array(data, name: str, floats: str | None, nonfinite: bool = False) -> np.ndarray:
     """Entries read exactly; with ``nonfinite`` inf and NaN are kept as Python floats."""
     arr = _as_array(data, name)
     if arr.dtype.kind == "f" and floats == "exact" and np.isfinite(arr).all():
-        out = object_array(_fractions(arr.astype(np.float64).reshape(-1)), arr.shape)
+        out = object_array(_fractions(map(float.as_integer_ratio,
+                                          arr.astype(np.float64).reshape(-1).tolist())), arr.shape)
         return out.reshape((1,) * (4 - out.ndim) + out.shape)
     flat = []
     for v in arr.reshape(-1):
@@ -505,20 +506,24 @@ class Call:
         >>> c.query[0, 0, :, 0].tolist(), c.value[0, 0, :, 0].tolist(), c.policy.divisor_squared
         ([Fraction(1, 1), Fraction(0, 1)], [Fraction(5, 2), Fraction(3, 1)], Fraction(1, 1))
         """
-        from ..numbers.exact import fmpq_mat_of, fraction_of, is_symbolic
+        from ..numbers.exact import fmpq_mat_of, is_symbolic
         xs = head_tokens(head, x, floats)
         if head.symbolic or any(is_symbolic(e) for r in xs for e in r):
             raise InputError("head and tokens must hold numbers for a call (got symbols); "
                              "substitute numbers first")
-        X = fmpq_mat_of(xs)
+        X, n = fmpq_mat_of(xs), len(xs)
 
-        def project(W, b):
+        def project(W, b):        # exact already: held as they are, not read again
             m = X * fmpq_mat_of(W).transpose()
-            m = m if b is None else m + fmpq_mat_of([b] * len(xs))
-            return [[fraction_of(m[i, j]) for j in range(m.ncols())] for i in range(len(xs))]
-        q, k, v = (project(W, b) for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
-                                              (head.W_V, head.b_V)))
-        return cls(q, k, v, policy=head.policy, dropout_keep=dropout_keep, name=name)
+            m = m if b is None else m + fmpq_mat_of([b] * n)
+            return object_array(_fractions((int(e.p), int(e.q)) for e in m.entries()),
+                                (1, 1, n, m.ncols()))
+        keep = None if dropout_keep is None else _keep_blocks(dropout_keep, (1, 1, n, n))
+        call = object.__new__(cls)
+        call._set(*(project(W, b) for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
+                                               (head.W_V, head.b_V))),
+                  None, head.policy, 2, name, keep, ("query", "key", "value"), None)
+        return call
 
     @classmethod
     def random(cls, n: int = 8, d_k: int = 4, *, seed: int = 0, n_keys: int | None = None,

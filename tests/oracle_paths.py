@@ -21,8 +21,8 @@ does not take the case):
     engine no RoPE or dropout, the symbolic engine no modifier (head.py, modified.py).
 ``blocks``
     ``blocks.from_call`` + ``blocks.certify(..., engine=Engine("none"))``, rows in blocks
-    of 1 or 2: shares, outputs.  Row blocks take no softcap, sink, ALiBi, RoPE, dropout or
-    additive mask (blocks/inputs.py).
+    of 1 or 2: shares, outputs.  Row blocks take every modifier, not an additive mask
+    (blocks/inputs.py).
 ``gradients``, ``gradients/bulk``
     ``exactattn.gradients.gradients(...)`` per (batch, query head): P (shares), O (outputs),
     dP, D, dS, dQ, d_sink, and dK, dV when every key/value head has one query head;
@@ -216,10 +216,6 @@ class PackageRun:
 
     def _build_blocks(self) -> None:
         case, pol = self.case, self.policy
-        bad = [f for f in ("softcap", "sink", "alibi", "rope", "dropout") if case[f] is not None]
-        if bad:
-            self.skipped.append(("blocks", f"row blocks take no {bad[0]} (blocks/inputs.py)"))
-            return
         if case["mask"] is not None and case["mask"]["kind"] == "additive":
             self.skipped.append(("blocks", "row blocks take boolean masks only"))
             return

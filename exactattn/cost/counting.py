@@ -301,8 +301,7 @@ def count_call(shape: CallShape, x=None) -> Run:
     return Run(macs, ops, outputs, steps)
 
 
-def run(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "top_left",
-        keys=None, heads=None, layers=1, decode: bool = False, x=None) -> Run:
+def run(n, d_model, d_k, d_v=None, *, x=None, **options) -> Run:
     """Run the head(s) with the pencil engine's counting loops (:func:`count_call`); see
     :func:`count`.
 
@@ -313,9 +312,7 @@ def run(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "to
     >>> r.macs["scores"], r.output_decimal(0, 0)
     (12, '0.0000')
     """
-    return count_call(CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal,
-                                         alignment=alignment, keys=keys, heads=heads,
-                                         layers=layers, decode=decode), x)
+    return count_call(CallShape.of_sizes(n, d_model, d_k, d_v, **options), x)
 
 
 def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, macs: dict,
@@ -341,8 +338,7 @@ def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, macs:
     return last, steps
 
 
-def count(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "top_left",
-          keys=None, heads=None, layers=1, decode: bool = False) -> dict[str, int]:
+def count(n, d_model, d_k, d_v=None, **options) -> dict[str, int]:
     """MACs counted by running the head: ``{'projections', 'scores', 'mix',
     ['out_projection',] 'total'}``.
 
@@ -382,8 +378,7 @@ def count(n, d_model, d_k, d_v=None, *, causal: bool = False, alignment: str = "
     ...
     exactattn.errors.InputError: n must be a positive whole number (got 0)
     """
-    return run(n, d_model, d_k, d_v, causal=causal, alignment=alignment, keys=keys,
-               heads=heads, layers=layers, decode=decode).macs
+    return run(n, d_model, d_k, d_v, **options).macs
 
 
 def decode_steps(n, d_model, d_k, d_v=None, *, heads=None, layers=1) -> list[dict[str, int]]:

@@ -376,9 +376,8 @@ def derive_call(shape: CallShape) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- keyword doors
-def loop_nests(causal: bool = False, *, alignment: str = "top_left", keys=None, heads=None,
-               layers=1, decode: bool = False,
-               keys_at_least_queries: bool | None = None) -> dict[str, tuple[LoopNest, ...]]:
+def loop_nests(causal: bool = False, *, keys_at_least_queries: bool | None = None,
+               **options) -> dict[str, tuple[LoopNest, ...]]:
     """Each stage's loop nests (:func:`call_nests`) for one head of the symbols n, D, d_k, d_v.
 
     Returns ``{stage: (LoopNest, ...)}`` for ``projections`` (queries, keys,
@@ -388,7 +387,8 @@ def loop_nests(causal: bool = False, *, alignment: str = "top_left", keys=None, 
 
     Args:
         causal: skip the masked pairs: query i sees key j <= i (top_left) or
-            j <= i + m - n (bottom_right, the last query sees every key).
+            j <= i + m - n (bottom_right, the last query sees every key);
+            ``alignment`` picks which.
         keys: the key length m (int or sympy expression; default n).
         heads: h heads of (d_k, d_v) each plus the output projection W_O
             (h d_v -> D); None for one head without W_O.
@@ -406,8 +406,7 @@ def loop_nests(causal: bool = False, *, alignment: str = "top_left", keys=None, 
     >>> [str(x) for x in loop_nests(causal=True)["mix"]]
     ['for i in 0..n - 1: for c in 0..d_v - 1: for j in 0..i: 1 MAC']
     """
-    shape = CallShape.of_sizes(*SYMBOLS, causal=causal, alignment=alignment, keys=keys,
-                               heads=heads, layers=layers, decode=decode)
+    shape = CallShape.of_sizes(*SYMBOLS, causal=causal, **options)
     return call_nests(shape, keys_at_least_queries=keys_at_least_queries)
 
 
@@ -419,8 +418,7 @@ def _in_d_v(exprs: dict, d_v) -> dict:
                 else sympy.expand(v.subs(SYMBOLS.d_v, d_v))) for k, v in exprs.items()}
 
 
-def derive(causal: bool = False, *, d_v=None, alignment: str = "top_left", keys=None,
-           heads=None, layers=1, decode: bool = False) -> dict:
+def derive(causal: bool = False, *, d_v=None, **options) -> dict:
     """MACs of each stage, summed by sympy from the loop nests (:func:`loop_nests`).
 
     Returns ``{'projections', 'scores', 'mix', ['out_projection',] 'total'}``
@@ -452,9 +450,7 @@ def derive(causal: bool = False, *, d_v=None, alignment: str = "top_left", keys=
     >>> derive(heads=EXTENSION_SYMBOLS.h, d_v=d_k)["out_projection"]
     D*d_k*h*n
     """
-    shape = CallShape.of_sizes(*SYMBOLS, causal=causal, alignment=alignment, keys=keys,
-                               heads=heads, layers=layers, decode=decode)
-    return _in_d_v(call_formula(shape), d_v)
+    return _in_d_v(call_formula(CallShape.of_sizes(*SYMBOLS, causal=causal, **options)), d_v)
 
 
 def derive_operations(causal: bool = False, *, d_v=None, **options) -> dict:
@@ -473,20 +469,17 @@ def derive_operations(causal: bool = False, *, d_v=None, **options) -> dict:
     return _in_d_v({k: (mults[k], adds[k]) for k in mults}, d_v)
 
 
-def derive_at(n, d_model, d_k, d_v=None, *, causal: bool = False,
-              alignment: str = "top_left", keys=None, heads=None, layers=1,
-              decode: bool = False) -> dict[str, int]:
+def derive_at(n, d_model, d_k, d_v=None, **options) -> dict[str, int]:
     """The derived MACs (:func:`derive_call`) at given sizes, as ``int`` per stage.
 
     With ``decode=True``: the whole generation of n tokens, the per-token
-    figures summed by sympy over t = 1..n.  ``d_v`` defaults to ``d_k``.
+    figures summed by sympy over t = 1..n.  ``d_v`` defaults to ``d_k``; ``options``
+    (causal, alignment, keys, heads, layers, decode) as in :func:`loop_nests`.
 
     >>> derive_at(32, 4, 4, causal=True)["scores"]
     2112
     """
-    return derive_call(CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal,
-                                          alignment=alignment, keys=keys, heads=heads,
-                                          layers=layers, decode=decode))
+    return derive_call(CallShape.of_sizes(n, d_model, d_k, d_v, **options))
 
 
 def branch(e, values: dict):

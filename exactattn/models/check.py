@@ -55,7 +55,7 @@ from ..numbers.digits import certify, format_scaled, round_fraction, working_pre
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import tolerance
-from ..verify.compare import decide, enclosures, judge
+from ..verify.compare import cleared, enclosures, judge, rejudge
 from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
                                ulp_indices)
 from ..call.inputs import Call
@@ -131,27 +131,20 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
     other entry is judged by it.  The certified decimals at ``places``: from the enclosures
     where they decide the rounding (:func:`decimal_index`), else
     :func:`~exactattn.numbers.digits.certify`."""
-    mid, rad = enclosures(balls)
-    status, _, ulps, rel, terms = decide(got, mid, rad, mags, fmt, budget, slack=0.0)
-    codes = np.zeros(got.shape, dtype=np.int8)
-
-    def rejudge(where):
-        for k in np.flatnonzero(where).tolist():
-            value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
-            j = judge(float(got.flat[k]), round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0],
-                      ball, float(mags.flat[k]), fmt, value, budget)
-            codes.flat[k] = ("ok", "over", "hard").index(j.status)
-            ulps.flat[k] = -1 if j.ulps is None else j.ulps
-            rel.flat[k] = math.nan if j.rel is None or j.status == "hard" else j.rel
-            terms.flat[k] = math.nan if j.terms_ulps is None else j.terms_ulps
-    rejudge(status != 0)
+    def judge_at(k):
+        value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
+        return judge(float(got.flat[k]), round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0],
+                     ball, float(mags.flat[k]), fmt, value, budget)
+    clear, ulps, rel, terms, mid, rad = cleared(got, balls, mags, fmt, budget)
+    codes, judged = np.zeros(got.shape, dtype=np.int8), {}
+    rejudge(~clear, judge_at, judged, codes, ulps, rel, terms)
     # decide's errors and the judge's are known to about 2^-9 of themselves: an entry within
     # 2^-6 of a maximum (or of the top error at the terms among the most ULPs: the worst
     # entry) is judged again, so the group's figures are the judge's own
     near = np.zeros(got.shape, dtype=bool)
     for size in (rel, terms, np.where(ulps == ulps.max(), terms, np.nan)):
         near |= (size > 0) & (size >= _top(size) * (1 - 2.0 ** -6))
-    rejudge(near & (status == 0))
+    rejudge(near & clear, judge_at, judged, codes, ulps, rel, terms)
     at = decimal_index(np.nextafter(mid - rad, -np.inf), np.nextafter(mid + rad, np.inf),
                        places)
     own = decimal_index(got, got, places)

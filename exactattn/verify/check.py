@@ -27,7 +27,8 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, shorten
 from ..options import check_choice, check_whole
-from .compare import Comparison, decide, enclosures, judge, ulp_unit
+from .compare import Comparison, decide, judge, rejudge, ulp_unit
+from . import compare
 from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, default_max_ulps, float_format,
                                round_to_format)
 from .adapter import check_dtype
@@ -648,7 +649,6 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
     ``tol`` an int or an array of ``got``'s shape); ``ref.output`` only where a tie or an exact
     float needs the exact value."""
     from ..numbers.formats import round_ball
-    from .compare import decide
     mid, rad, mag = enclosed
     with np.errstate(divide="ignore", invalid="ignore"):    # mag within 3 eta + 2u <= 4 rad/mag
         slack = np.where(mag > 0, np.maximum(4 * rad / np.where(mag > 0, mag, 1.0), 2.0 ** -30), 0.0)
@@ -790,26 +790,6 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                   bound=None if each is None else bound)
 
 
-def cleared(got, balls, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool) -> tuple:
-    """``(clear, ulps, rel, terms_ulps)``: the entries of ``got`` that
-    :func:`~exactattn.verify.compare.decide` finds ok on float64 enclosures of the ``arb``
-    ``balls`` (an object array, None for NaN), with the counts :func:`judge` would give there;
-    every other entry is left to :func:`judge` (``clear`` False, the arrays meaningless).
-    ``magnitudes`` are the judge's own (float64, taken as exact).
-    An enclosure holds its ball: the midpoint's rounding to float64 and the radius (a 30-bit
-    magnitude, converted exactly, widened by 2^-40 all the same) are added to it
-    (:func:`~exactattn.verify.compare.enclosures`)."""
-    mid, rad = enclosures(balls)
-    cap = np.asarray(max_ulps, dtype=object)     # past 2^62 (hostile scores): every count
-    max_ulps = np.where(cap > 1 << 62, 1 << 62, cap).astype(np.int64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        status, _, ulps, rel, terms = decide(np.asarray(got, dtype=np.float64),
-                                             mid, rad,
-                                             np.asarray(magnitudes, dtype=np.float64), fmt,
-                                             max_ulps, at_terms, slack=0.0)
-    return status == 0, ulps, rel, terms
-
-
 def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
                   at_terms: bool = True, column: int = 0, known=None, extra=None,
                   found: Comparison | None = None, entry=None) -> Comparison:
@@ -832,24 +812,28 @@ def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat
     if got is not None:       # the entries clearly within the tolerance, judged at once
         part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
         allowed = tol if extra is None else np.asarray(extra[part], dtype=object) + tol
-        clear, c_ulps, c_rel, c_terms = cleared(got, balls[part], mags[part], fmt, allowed,
-                                                at_terms)
-    for idx in np.ndindex(*shape):
-        at = idx[:3] + (idx[3] + column,)
-        r = float(rounded[at])
+
+        def judge_at(k):
+            idx = tuple(int(x) for x in np.unravel_index(k, shape))
+            at = idx[:3] + (idx[3] + column,)
+            r = float(rounded[at])
+            x = None if known is None else known(r)
+            return judge(float(got[idx]), r, balls[at], float(mags[at]), fmt,
+                         (lambda: output(*at)) if x is None else (lambda: x),
+                         tol if extra is None else tol + int(extra[at]), at_terms=at_terms)
+        clear, ulps, rel, terms, _, _ = compare.cleared(got, balls[part], mags[part], fmt,
+                                                        allowed, at_terms)
+        judged = rejudge(~clear, judge_at, {})
+    for k, idx in enumerate(np.ndindex(*shape)):
+        r = float(rounded[idx[:3] + (idx[3] + column,)])
         if got is None:
             found.add(entry(idx, r, math.nan, None, None, "hard"))
-            continue
-        g = float(got[idx])
-        if clear[idx]:
-            found.add(entry(idx, r, g, int(c_ulps[idx]), float(c_rel[idx]), "ok",
-                            float(c_terms[idx])))
-            continue
-        k = None if known is None else known(r)
-        t = tol if extra is None else tol + int(extra[at])
-        j = judge(g, r, balls[at], float(mags[at]), fmt,
-                  (lambda: output(*at)) if k is None else (lambda: k), t, at_terms=at_terms)
-        found.add(entry(idx, r, g, j.ulps, j.rel, j.status, j.terms_ulps), j)
+        elif k in judged:
+            j = judged[k]
+            found.add(entry(idx, r, float(got[idx]), j.ulps, j.rel, j.status, j.terms_ulps), j)
+        else:
+            found.add(entry(idx, r, float(got[idx]), int(ulps[idx]), float(rel[idx]), "ok",
+                            float(terms[idx])))
     return found
 
 

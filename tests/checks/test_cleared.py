@@ -1,4 +1,4 @@
-"""verify's judge at once (``check.cleared``, on ``compare.decide``): the entries it clears are judged as the
+"""verify's judge at once (``compare.cleared``, on ``compare.decide``): the entries it clears are judged as the
 per-entry judge judges them, and every entry it cannot be sure of is left to that judge.
 
 The per-entry judge (``compare.judge``) is the reference here: each verify below runs twice,
@@ -12,18 +12,19 @@ import numpy as np
 import pytest
 from flint import arb
 
-import exactattn.verify.check as check
+import exactattn.verify.compare as compare
 from exactattn.call import Call
 from exactattn.numbers.formats import float_format, round_to_format, ulp_index, ulp_indices
 from exactattn.verify.check import verify
-from exactattn.verify.check import cleared
+from exactattn.verify.compare import cleared, enclosures
 
 F32 = float_format("float32")
 
 
 def _nothing(got, balls, mags, fmt, allowed, at_terms):
     none = np.zeros(np.shape(got), dtype=bool)
-    return none, none.astype(np.int64), none.astype(float), none.astype(float)
+    return (none, none.astype(np.int64), none.astype(float), none.astype(float),
+            *enclosures(balls))
 
 
 @pytest.mark.parametrize("impl, dtype, shape, kw", [
@@ -42,7 +43,7 @@ def test_the_report_is_the_per_entry_judge_s(monkeypatch, impl, dtype, shape, kw
     q, k, v = (2 * rng.standard_normal(shape).astype(np.float32) for _ in range(3))
     call = Call.from_sdpa(q, k, v, **kw)
     fast = verify(impl, call, dtype)
-    monkeypatch.setattr(check, "cleared", _nothing)
+    monkeypatch.setattr(compare, "cleared", _nothing)
     slow = verify(impl, call, dtype)
     assert fast.passed == slow.passed
     for a, b in [(fast.found, slow.found)] + [(p.found, r.found) for p, r in
@@ -59,9 +60,9 @@ def test_the_report_is_the_per_entry_judge_s(monkeypatch, impl, dtype, shape, kw
 def _one(got: float, exact, *, rounded=None, mag=None, tol=4, fmt=F32):
     ball = exact if isinstance(exact, arb) else arb(exact)
     r = round_to_format(Fraction(float(ball.mid())), fmt) if rounded is None else rounded
-    clear, ulps, rel, terms = cleared(np.array([got]), np.array([ball], dtype=object),
-                                      np.array([abs(float(ball.mid())) if mag is None
-                                                else mag]), fmt, tol, False)
+    clear, ulps, rel, terms, _, _ = cleared(np.array([got]), np.array([ball], dtype=object),
+                                            np.array([abs(float(ball.mid())) if mag is None
+                                                      else mag]), fmt, tol, False)
     return bool(clear[0]), int(ulps[0]), float(rel[0]), float(terms[0])
 
 
@@ -127,8 +128,8 @@ def test_the_backward_report_is_the_per_entry_judge_s(monkeypatch, dtype, causal
     from exactattn.call.policy import Policy
     call = Call.random(12, 4, seed=5).with_policy(Policy(causal=causal))
     fast = backward.verify_backward("numpy", call, dtype)
-    import exactattn.verify.check as check       # the backward judges with check.judge_entries
-    monkeypatch.setattr(check, "cleared", _nothing)
+    # the backward judges with check.judge_entries, on compare.settle
+    monkeypatch.setattr(compare, "cleared", _nothing)
     slow = backward.verify_backward("numpy", call, dtype)
     assert fast.passed == slow.passed
     a, b = fast.found, slow.found
@@ -145,9 +146,9 @@ def test_at_the_terms_an_entry_over_the_ulp_count_is_cleared_with_a_margin():
     exact = arb(2) ** -20 + arb(1) / 10 ** 12
     got = float(np.float32(2.0 ** -20)) + 64 * 2.0 ** -43
     args = (np.array([got]), np.array([exact], dtype=object), np.array([1.0]), F32, 4)
-    clear, ulps, _, terms = cleared(*args, False)
+    clear, ulps, _, terms = cleared(*args, False)[:4]
     assert not clear[0] and int(ulps[0]) > 4
-    clear, _, _, terms = cleared(*args, True)
+    clear, _, _, terms = cleared(*args, True)[:4]
     assert clear[0] and terms[0] < 1
     wide = (args[0], args[1], np.array([2.0 ** -20]), F32, 4)   # terms: itself
     assert not cleared(*wide, True)[0][0]

@@ -368,7 +368,6 @@ def _split_exact(x, digits: int) -> str:
 
 def _split_worst_section(r, worst: int, digits: int) -> Section:
     """The values furthest from the exact ones (failures first), block by block and merged."""
-    from ..verify.compare import failures_first
     ranked = sorted(r.values(), key=lambda v: failures_first(v[3]))[:worst]
     rows = []
     for idx, where, what, x in ranked:
@@ -418,14 +417,9 @@ def _split_rows(r) -> list[list[str]]:
     """One summary row per block and one for the merge: values, max ULPs, over, hard."""
     parts: dict = {}
     for _, where, _, x in r.values():
-        parts.setdefault(where, []).append(x)
-    out = []
-    for where, xs in parts.items():
-        ulps = [x.ulps for x in xs if x.ulps is not None]
-        out.append([r.dtype, where, str(len(xs)), number_cell(max(ulps) if ulps else None, "d"),
-                    str(sum(x.status == "over" for x in xs)),
-                    str(sum(x.status == "hard" for x in xs))])
-    return out
+        parts.setdefault(where, Comparison(0)).add(x)
+    return [[r.dtype, where, str(c.count), number_cell(c.max_ulps, "d"), str(c.over), str(c.hard)]
+            for where, c in parts.items()]
 
 
 def split_sections(reports: Sequence, *, worst: int = 5, digits: int = 12,

@@ -359,7 +359,7 @@ class GradValue(Real):
         import sympy
         return sympy.sympify(self.text().replace("^", "**"))
 
-    def text(self, style: str = "exp") -> str:
+    def _text(self, style: str = "exp") -> str:
         """The closed form without sympy: a rational as itself (``1/2``); by default in the
         forward's ``exp(...)`` form, each ``N/Z^2`` with its squared normaliser kept factored
         (``2*exp(1)/(1 + exp(1))^2``) and a share or an output written as the forward writes
@@ -367,11 +367,6 @@ class GradValue(Real):
         with ``where t = ...`` (``(2*t)/(t + 1)^2 where t = exp(1)``), shorter over a whole
         table of one call."""
         check_choice(style, "style", TEXT_STYLES)
-        if self.nan:
-            return "nan"
-        q = self.rational()
-        if q is not None:
-            return fraction_text(q)
         const, parts = self.parts()
         terms = self.block.terms
         pieces = [fraction_text(const)] if const else []

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .digits import certify, enclosure_sign
+from .digits import enclosure_sign
 from ..errors import InputError
 from .exponents import ExpPoly
 from .real import Real
 from ..options import check_choice
 from .ratio import row_sum_text
-from .reals import Surd, real_decimal
+from .reals import Surd
 from .softmax import SoftmaxRow
 from .exact import fmpq_of
 
@@ -157,15 +157,9 @@ class LogSumExp(Real):
                               lambda: f"{self.text()} - {q}", bounded=row.certified)
 
     def decimal(self, places: int) -> str:
-        """Certified decimal at ``places`` places; ``-inf`` for a fully masked row."""
-        if self.row.nan:
-            return "nan"
-        if self.neg_inf:
-            return "-inf"
-        x = self.exact()
-        if x is not None:
-            return real_decimal(x, places)
-        return certify(self.ball, places, compare=self._compare)
+        """Certified decimal at ``places`` places (:meth:`Real.decimal`); ``-inf`` for a fully
+        masked row."""
+        return "-inf" if self.neg_inf and not self.row.nan else super().decimal(places)
 
     def text(self) -> str:
         """The closed form: ``log(exp(1) + exp(2) + exp(3))`` (``log2(...)`` in base 2)."""

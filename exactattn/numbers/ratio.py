@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .digits import fraction_text
 from ..errors import InputError
 from .exponents import ExpPoly, sum_text
 from .exact import fmpq_of
@@ -192,18 +191,13 @@ class ExpRatio(Real):
         den = sympy.Add(*[c * row.term(g) for g, c in row.counts.items()])
         return num / den
 
-    def text(self) -> str:
+    def _text(self) -> str:
         """The closed form as a string, built without sympy: ``exp(1)/(1 + exp(1))``.
 
-        Rational values print as themselves (``1/2``); terms are listed by
-        increasing exponent, the scores written scaled.
+        Rational values print as themselves (``1/2``, :meth:`Real.text`); terms are
+        listed by increasing exponent, the scores written scaled.
         """
         row = self.row
-        if row.nan:
-            return "nan"
-        q = self.rational()
-        if q is not None:
-            return fraction_text(q)
         num = row_sum_text(row, self.numerators)
         if len(self.numerators) > 1:
             num = f"({num})"

@@ -24,7 +24,7 @@ equals nothing, itself included).
 from __future__ import annotations
 
 from ..errors import InputError
-from .digits import certify, round_fraction
+from .digits import certify, fraction_text, round_fraction
 
 __all__ = ["Real"]
 
@@ -38,13 +38,22 @@ class Real:
     ``_minus_sign(q)`` (``sign(self - q)`` for a rational q: ``_order``) and
     ``_hash_value()``.  A ``_hash`` slot, when the subclass has one, caches the hash.
     The conversions follow: :meth:`decimal`, ``float()``, :meth:`as_fraction`,
-    :meth:`is_rational`, :meth:`exact` (with the subclass's ``closed_form()``).
+    :meth:`is_rational`, :meth:`exact` (with the subclass's ``closed_form()``) and
+    :meth:`text` (with its ``_text()`` for an irrational value).
     """
 
     __slots__ = ()
 
     def _minus_sign(self, q) -> int:
         return self._order(q)
+
+    def text(self, *args, **kwargs) -> str:
+        """The closed form: ``nan``, a rational as itself (``1/2``), else the subclass's
+        ``_text`` (which takes the arguments, such as a printed style)."""
+        if self._nan():
+            return "nan"
+        q = self.rational()
+        return fraction_text(q) if q is not None else self._text(*args, **kwargs)
 
     def decimal(self, places: int) -> str:
         """Correctly rounded decimal at ``places`` places (``nan`` for NaN); always terminates:

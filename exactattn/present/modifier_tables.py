@@ -159,7 +159,7 @@ def score_sections(trace, places: int = 4, view: View | None = None,
     """``scores/dropout`` (with dropout) and ``scores/lse`` (``lse`` = ``"e"`` or ``"2"``)."""
     view = view or View()
     out = []
-    if trace.keep is not None:
+    if trace.dropout_keep is not None:
         out.append(_dropout(trace, places, view))
     if lse is not None:
         out.append(_lse(trace, places, view, lse))
@@ -167,7 +167,7 @@ def score_sections(trace, places: int = 4, view: View | None = None,
 
 
 def _dropout(trace, places: int, view: View) -> Section:
-    policy, keep = trace.policy, trace.keep
+    policy, keep = trace.policy, trace.dropout_keep
     p = policy.dropout
     grid = Grid(trace.n, view)
     dec = trace.weight_decimals(places)

@@ -137,6 +137,7 @@ def json_text(value, **options) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
                           json.dumps(value, ensure_ascii=False, **options))
 
+
 def html_text(text) -> str:
     """Any value as ``str`` writes it, escaped for HTML (quotes included)."""
     return html.escape(str(text), quote=True)

@@ -225,7 +225,7 @@ def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
     notes = shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
                        len(slots) < d_v and f"columns {span_text(slots)} of {d_v}",
                        "choose tokens with --queries")
-    if trace.keep is not None:
+    if trace.dropout_keep is not None:
         notes.insert(0, "dropout: the outputs mix the values with the weights after dropout "
                         "(scores/dropout), not with the shares")
     data: dict = {}
@@ -236,7 +236,7 @@ def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
         data["closed_forms"] = LazyRows(len(toks), lambda k: forms.output_numerators(toks[k]))
         data["values"] = LazyRows(n, lambda j: [exact_text(v) for v in trace.values[j]])
     data["outputs_decimal"] = LazyRows(len(toks), lambda k: list(output_dec[toks[k]]))
-    title = "Outputs: sum_j shares[i][j] * values[j]" if trace.keep is None else \
+    title = "Outputs: sum_j shares[i][j] * values[j]" if trace.dropout_keep is None else \
         "Outputs: sum_j weights[i][j] * values[j] (weights after dropout)"
     return Section("scores/outputs", title, cols, LazyRows(len(toks), out_row), notes, data)
 

@@ -58,11 +58,11 @@ def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> 
     """Run an example's head on its tokens (``no_scale`` drops the divisor).
 
     The head's policy says the empty-row answer; a spec's dropout keep-mask
-    (``example.keep``, :class:`~exactattn.call.spec.HeadSpec`) goes with the call.
+    (``example.dropout_keep``, :class:`~exactattn.call.spec.HeadSpec`) goes with the call.
     """
     head = with_divisor(example.head, None) if no_scale else example.head
     return attend(head, example.x, engine=engine, empty_row=head.policy.empty_row,
-                  keep=getattr(example, "keep", None))
+                  dropout_keep=getattr(example, "dropout_keep", None))
 
 
 def _texts(values, picked=None) -> list[str]:

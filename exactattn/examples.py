@@ -42,49 +42,15 @@ exactattn.errors.InputError: example must be one of bank-loan, bank-river, chron
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
 from .options import check_choice
 from .numbers.exact import to_matrix
 from .engines.head import Head
+from .call.spec import Example, Token
 
 __all__ = ["Example", "chronicle", "example"]
-
-
-@dataclass(frozen=True)
-class Token:
-    """A token's label: its text and (optional) vocabulary id."""
-    text: str
-    id: int | None = None
-
-    @property
-    def nbytes(self) -> int:
-        """Its UTF-8 length (a lone surrogate, which UTF-8 cannot hold, counts 3 bytes)."""
-        return len(self.text.encode("utf-8", "surrogatepass"))
-
-
-@dataclass
-class Example:
-    """A named head with its tokens and their numbers (x: n x d_model)."""
-    name: str
-    title: str
-    head: Head
-    tokens: list[Token]
-    x: list[list]
-    slot_names: list[str] = field(default_factory=list)
-    focus: int = 1  # 0-based query shown "in vs out" in the scores table
-    explain: tuple[int, int] = (1, 0)  # 0-based (query, key) for --explain by default
-    source: str = ""
-    #: ``square`` and ``walkthrough`` also print the raw self-match x[i] . x[j] (no
-    #: projections) beside the projected scores (:func:`exactattn.present.tables.raw_match`)
-    compare_raw: bool = False
-    #: a short name for a switch or a legend (``River``; the title is the sentence itself)
-    label: str = ""
-    #: the entries as the user typed them (``{"x": rows, "W_Q": rows, ...}``, a spec file's
-    #: texts): the tables show a typed decimal as typed (``-0.731``), never another number
-    typed: dict = field(default_factory=dict)
 
 
 def chronicle() -> Example:

@@ -18,7 +18,9 @@ A head spec (:func:`load`, :func:`loads`)::
      "divisor": "2", "causal": false}
 
 The biases ``b_Q``, ``b_K`` (d_k numbers each) and ``b_V`` (d_v numbers) are
-optional and read exactly like the matrices, in either layout.
+optional and read exactly like the matrices, in either layout.  A head spec is
+read into an :class:`Example` (its head, :class:`Token` labels and token rows),
+the type of the built-in examples too (:mod:`exactattn.examples`).
 
 A problem spec for ``exactattn verify`` (:func:`load_problem`,
 :func:`loads_problem`; written by :func:`problem_text`)::
@@ -46,21 +48,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 
 from .policy import MODIFIER_FIELDS, Policy
 from ..errors import ExactAttnError, ShapeError, SpecError, shorten
-from ..examples import Example, Token
 from ..numbers.exact import MAX_DIGITS, to_row
 from ..engines.head import Head
 from .modifiers import check_keep
 from .spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
 from ..numbers.formats import float_format
-from .inputs import Call
 
 __all__ = ["load_problem", "problem_text"]
 
@@ -79,6 +78,41 @@ HEAD_POLICY_KEYS = ("alignment", "empty_row") + MODIFIER_KEYS
 KEYS = KEYS + ("policy",)
 #: the largest spec file read, in bytes (64 MiB)
 MAX_BYTES = 64 * 2 ** 20
+
+
+# --------------------------------------------------------------------------- head specs' values
+@dataclass(frozen=True)
+class Token:
+    """A token's label: its text and (optional) vocabulary id."""
+    text: str
+    id: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Its UTF-8 length (a lone surrogate, which UTF-8 cannot hold, counts 3 bytes)."""
+        return len(self.text.encode("utf-8", "surrogatepass"))
+
+
+@dataclass
+class Example:
+    """A named head with its tokens and their numbers (x: n x d_model)."""
+    name: str
+    title: str
+    head: Head
+    tokens: list[Token]
+    x: list[list]
+    slot_names: list[str] = field(default_factory=list)
+    focus: int = 1  # 0-based query shown "in vs out" in the scores table
+    explain: tuple[int, int] = (1, 0)  # 0-based (query, key) for --explain by default
+    source: str = ""
+    #: ``square`` and ``walkthrough`` also print the raw self-match x[i] . x[j] (no
+    #: projections) beside the projected scores (:func:`exactattn.present.tables.raw_match`)
+    compare_raw: bool = False
+    #: a short name for a switch or a legend (``River``; the title is the sentence itself)
+    label: str = ""
+    #: the entries as the user typed them (``{"x": rows, "W_Q": rows, ...}``, a spec file's
+    #: texts): the tables show a typed decimal as typed (``-0.731``), never another number
+    typed: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- reading text
@@ -407,6 +441,7 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
         dtype = doc.get("dtype")
         if dtype is not None:
             float_format(dtype)
+        from .inputs import Call     # numpy: loaded with the first problem, not for --help
         problem = Call(doc["query"], doc["key"], doc["value"], mask, policy=policy,
                        name=name, dropout_keep=fields.dropout_keep)
         return (problem, policy, dtype, fields) if extras else (problem, policy, dtype)
@@ -442,10 +477,12 @@ def problem_text(problem: Call, dtype: str | None = None) -> str:
     its policy, the dtype (a dropout's p without its keep-mask); :func:`load_problem` reads it
     back.
 
+    >>> from exactattn.call import Call
     >>> doc = json.loads(problem_text(Call([["1/2"]], [[1]], [[3]]), "float32"))
     >>> doc["query"], doc["policy"]["scale"], doc["dtype"]
     ([['1/2']], 'default', 'float32')
     """
+    import numpy as np
     text = np.vectorize(_number_text, otypes=[object])
 
     def arr(a):

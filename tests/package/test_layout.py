@@ -285,7 +285,6 @@ LAYERS = [
 #: render their own tables.
 KNOWN_UPWARD = {
     ("exactattn.call.spec", "exactattn.engines.head"),
-    ("exactattn.call.spec", "exactattn.examples"),
 }
 
 

@@ -120,14 +120,13 @@ class SplitMerge:
     def passed(self) -> bool:
         return not self.failures()
 
+    def values(self) -> list[tuple]:
+        """Every value compared: ``(where, what, Compared)``, the blocks in order, then the merge."""
+        return [(p.where, what, x) for p in self.blocks + [self.merged]
+                for what, x in [*((f"output {c}", x) for c, x in enumerate(p.out)), ("lse", p.lse)]]
+
     def failures(self) -> list[Failure]:
-        out = []
-        for pair in self.blocks + [self.merged]:
-            out += [Failure(pair.where, f"output {c}", x) for c, x in enumerate(pair.out)
-                    if not x.ok]
-            if not pair.lse.ok:
-                out.append(Failure(pair.where, "lse", pair.lse))
-        return out
+        return [Failure(*v) for v in self.values() if not v[2].ok]
 
 
 def _exact_compare(exact, got) -> Compared:
@@ -369,12 +368,7 @@ class SplitReport:
 
     def values(self) -> list[tuple]:
         """Every value compared: ``(index, where, what, Compared)``, rows in order."""
-        out = []
-        for idx, res in self.rows.items():
-            for pair in res.blocks + [res.merged]:
-                out += [(idx, pair.where, f"output {c}", x) for c, x in enumerate(pair.out)]
-                out.append((idx, pair.where, "lse", pair.lse))
-        return out
+        return [(idx, *v) for idx, res in self.rows.items() for v in res.values()]
 
     def failures(self) -> list[tuple]:
         """The values that failed, as :meth:`values` gives them."""

@@ -120,3 +120,43 @@ def test_masks_are_values():
     assert a == Mask("bool_keep", [[True, False]]) and hash(a) == hash(Mask("bool_keep", [[True, False]]))
     assert repr(a) == "Mask('bool_keep', [[True, False]])"
     assert a.select([0], [1, 0]).rows == ((False, True),)
+
+
+def test_a_head_and_its_tokens_become_one_call():
+    """Call.of_head: the exact projections x W^T + b of either layout, the head's policy, rank 2,
+    and the dropout keep-mask; attend's trace holds the same numbers."""
+    from exactattn import Head, attend
+    from exactattn.call import Call
+    head = Head([[1, 2], [0, 1]], [[1, 0], [1, 1]], [[1, 1], ["1/2", 0]], b_Q=[1, 0], b_V=[0, "1/3"],
+                layout="rows", divisor="3")
+    x = [[1, "1/2"], [2, -1]]
+    c = Call.of_head(head, x, name="h")
+    assert (c.rank, c.name, c.policy, c.mask, c.dropout_keep) == (2, "h", head.policy, None, None)
+    assert c.query[0, 0].tolist() == [[F(2), F(5, 2)], [F(3), F(3)]]
+    assert c.key[0, 0].tolist() == [[F(3, 2), F(1, 2)], [F(1), F(-1)]]
+    assert c.value[0, 0].tolist() == [[F(5, 4), F(4, 3)], [F(3, 2), F(7, 3)]]
+    t = attend(head, x)
+    assert (t.queries, t.keys, t.values) == tuple(a[0, 0].tolist() for a in (c.query, c.key, c.value))
+    dropped = head.with_policy(head.policy.replace(dropout=F(1, 2)))
+    keep = Call.of_head(dropped, x, dropout_keep=[[True, False], [True, True]]).dropout_keep
+    assert keep.shape == (1, 1, 2, 2) and keep.tolist() == [[[[True, False], [True, True]]]]
+
+
+@pytest.mark.parametrize("x, kind, message", [
+    ([], ShapeError, r"^x must have at least one token \(got none\)$"),
+    ([[1, 2], [1]], ShapeError, r"^token 2 must have d_model = 2 numbers \(got 1\)$"),
+    ([[1, 0.5]], FloatInputError, r"^x\[0\]\[1\] "),
+])
+def test_a_head_call_refuses_tokens_as_attend_does(x, kind, message):
+    from exactattn import Head
+    from exactattn.call import Call
+    with pytest.raises(kind, match=message):
+        Call.of_head(Head([[1, 0]], [[0, 1]], [[1, 1]]), x)
+
+
+def test_a_head_call_refuses_a_keep_mask_of_another_shape():
+    from exactattn import Head
+    from exactattn.call import Call
+    with pytest.raises(ShapeError, match=r"^dropout_keep must be L x S = 1 x 1 or broadcast to "
+                                         r"1 x 1 x 1 x 1 \(got 2\)$"):
+        Call.of_head(Head([[1]], [[1]], [[1]]), [[1]], dropout_keep=[True, False])

@@ -28,7 +28,7 @@ from .. import __version__
 from ..numbers.digits import round_fraction
 from ..present.render import html_text as _e
 from .picture import BAR, bar_width, dot_positions, frame, picture_svg
-from .questions import questions
+from .questions import questions, vector_text
 
 #: no network request of any kind; inline script and style only; images from data: URLs
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -39,10 +39,6 @@ _SQUARE = 160
 
 def _asset(name: str) -> str:
     return resources.files("exactattn.page").joinpath(name).read_text(encoding="utf-8")
-
-
-def _vector(values) -> str:
-    return "(" + ", ".join(values) + ")"
 
 
 def _largest(s, key: str) -> str:
@@ -63,7 +59,7 @@ def script_data(nums, initial: str) -> dict:
         dots = dot_positions(s, f)
         sentences[str(k)] = {"at": {
             key: {"shares": at["shares"], "bars": [bar_width(d) for d in at["decimals"]],
-                  "output": _vector(at["output"]), "largest": _largest(s, key),
+                  "output": vector_text(at["output"]), "largest": _largest(s, key),
                   "dot": None if dots is None else dots[key]}
             for key, at in s.at.items()}}
     lengths = {str(k): {name: r[name] for name in ("n", "scores", "score_macs", "mix_macs",
@@ -137,7 +133,7 @@ def _share_table(k: int, s, key: str, hidden: bool) -> str:
  {s.visible} words "{_e(word)}" sees (the dashed line): where the shares go as the divisor
  grows.</td></tr></tfoot>
 </table>
-<p class="output">Output of "{_e(word)}": <b id="output-{k}">{_e(_vector(at["output"]))}</b>
+<p class="output">Output of "{_e(word)}": <b id="output-{k}">{_e(vector_text(at["output"]))}</b>
  <span class="small">(the values weighted by the shares, summed; the orange dot)</span></p>
 <p class="small">Largest share: <span id="largest-{k}">{_e(_largest(s, key))}</span>.
  Each row of shares sums to exactly 1 (checked exactly, not from the decimals).</p>

@@ -21,7 +21,8 @@ def _join(words: list[str]) -> str:
     return ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _vector(values: list[str]) -> str:
+def vector_text(values: list[str]) -> str:
+    """``(0.1382, 0.6044)``: a vector's entries as one text."""
     return "(" + ", ".join(values) + ")"
 
 
@@ -65,8 +66,8 @@ def questions(nums) -> list[tuple[str, str]]:
         same = "the same word" if other == word else f'"{other}"'
         out.append((f'Flip the switch to {t.label} ("{t.title}"). Where does the orange dot (the output of '
                     f'"{other}") go, and why?',
-                    f"From {_vector(s.at[own.key]['output'])} to "
-                    f"{_vector(t.at[own.key]['output'])} at divisor {own.label}. The output is "
+                    f"From {vector_text(s.at[own.key]['output'])} to "
+                    f"{vector_text(t.at[own.key]['output'])} at divisor {own.label}. The output is "
                     f"the values weighted by the shares, so {same} moves toward the words it "
                     f"now shares most with: {_join([t.words[j] for j in t.at[own.key]['largest']])}."))
     rows = nums.lengths

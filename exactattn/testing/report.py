@@ -368,11 +368,11 @@ def _split_exact(x, digits: int) -> str:
 
 def _split_worst_section(r, worst: int, digits: int) -> Section:
     """The values furthest from the exact ones (failures first), block by block and merged."""
-    ranked = sorted(r.values(), key=lambda v: failures_first(v[3]))[:worst]
+    ranked = sorted(r.values(), key=lambda v: failures_first(v[1]))[:worst]
     rows = []
-    for idx, where, what, x in ranked:
-        raised = where in r.raised or (where == "merged" and r.raised)
-        rows.append([",".join(map(str, idx)), where, what, _split_exact(x, digits),
+    for idx, x in ranked:
+        raised = x.where in r.raised or (x.where == "merged" and r.raised)
+        rows.append([",".join(map(str, idx)), x.where, x.what, _split_exact(x, digits),
                      shortest_repr(x.rounded, r.dtype) if x.rounded is not None else "-",
                      "raised" if raised else shortest_repr(x.got, r.dtype),
                      number_cell(x.ulps, "d"), x.status])
@@ -416,8 +416,8 @@ def _split_worst_section(r, worst: int, digits: int) -> Section:
 def _split_rows(r) -> list[list[str]]:
     """One summary row per block and one for the merge: values, max ULPs, over, hard."""
     parts: dict = {}
-    for _, where, _, x in r.values():
-        parts.setdefault(where, Comparison(0)).add(x)
+    for _, x in r.values():
+        parts.setdefault(x.where, Comparison(0)).add(x)
     return [[r.dtype, where, str(c.count), number_cell(c.max_ulps, "d"), str(c.over), str(c.hard)]
             for where, c in parts.items()]
 

@@ -27,12 +27,12 @@ floats) and that merge is checked.
 >>> import math
 >>> res = check_split_merge([None, None, F(0), F(0)], None, [[9], [9], [1], [3]], 2,
 ...                         [([0.0], -math.inf), ([2.0], math.log(2))], dtype="float64")
->>> res.passed, res.merged.out[0].exact.rational()
+>>> res.passed, res.value("merged", "output 0").exact.rational()
 (True, Fraction(2, 1))
 >>> bad = check_split_merge([None, None, F(0), F(0)], None, [[9], [9], [1], [3]], 2,
 ...                         [([math.nan], -math.inf), ([2.0], math.log(2))],
 ...                         merged=([math.nan], math.log(2)), dtype="float64")
->>> [(f.where, f.what, f.compared.status) for f in bad.failures()]
+>>> [(f.where, f.what, f.status) for f in bad.failures()]
 [('block 0 [0, 2)', 'output 0', 'hard'), ('merged', 'output 0', 'hard')]
 """
 
@@ -50,7 +50,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..numbers.lse import LogSumExp
 from ..reference.online import merge, split_rows
 from ..numbers.softmax import ExpRatio
-from .compare import judge
+from .compare import Comparison, judge
 from ..numbers.formats import round_value
 from ..numbers.formats import default_max_ulps, float_format
 
@@ -63,11 +63,14 @@ UNSUPPORTED_SPLIT = UNSUPPORTED["split"]
 
 @dataclass
 class Compared:
-    """One value compared: ``exact`` (an ExpRatio or LogSumExp), ``got`` and the verdict.
+    """One value compared, a :class:`~exactattn.verify.compare.Comparison` entry: ``where``
+    (``block 1 [2, 4)`` or ``merged``), ``what`` (``output c`` or ``lse``), ``exact`` (an
+    ExpRatio or LogSumExp), ``got`` and the verdict.
 
     ``status`` is ``ok``, ``over`` (floats past the tolerance; ``ulps`` says
     how far), ``hard`` (NaN or infinity where the exact value is finite, or
-    the reverse) or ``differs`` (an exact value that is not the exact one).
+    the reverse, or what should have produced it raised) or ``differs`` (an
+    exact value that is not the exact one).
     For floats, ``rounded`` is the exact value correctly rounded to the dtype,
     ``terms_ulps`` and ``rel`` the judge's other two counts
     (:func:`~exactattn.verify.compare.judge`).
@@ -80,6 +83,8 @@ class Compared:
     rounded: float | None = None
     terms_ulps: float | None = None
     rel: float | None = None
+    where: str = ""
+    what: str = ""
 
     @property
     def ok(self) -> bool:
@@ -87,29 +92,12 @@ class Compared:
 
 
 @dataclass
-class PairCheck:
-    """A block's (or the merge's) pair: each output column and the lse, compared."""
-
-    where: str
-    out: list
-    lse: Compared
-
-
-@dataclass
-class Failure:
-    """``where`` (``block 1 [2, 4)`` or ``merged``), ``what`` (``output c`` or ``lse``), the comparison."""
-
-    where: str
-    what: str
-    compared: Compared
-
-
-@dataclass
 class SplitMerge:
-    """Every block's pair and the merged pair, checked; ``sink_at`` says where the sink counts."""
+    """Every block's pair and the merged pair, checked (``found``: every value, blocks in
+    order, then the merge, each pair its outputs then its lse); ``sink_at`` says where the
+    sink counts."""
 
-    blocks: list
-    merged: PairCheck
+    found: Comparison
     sink_at: object
     lengths: list
     merged_here: bool
@@ -120,13 +108,18 @@ class SplitMerge:
     def passed(self) -> bool:
         return not self.failures()
 
-    def values(self) -> list[tuple]:
-        """Every value compared: ``(where, what, Compared)``, the blocks in order, then the merge."""
-        return [(p.where, what, x) for p in self.blocks + [self.merged]
-                for what, x in [*((f"output {c}", x) for c, x in enumerate(p.out)), ("lse", p.lse)]]
+    def values(self) -> list[Compared]:
+        """Every value compared, in order."""
+        return self.found.kept
 
-    def failures(self) -> list[Failure]:
-        return [Failure(*v) for v in self.values() if not v[2].ok]
+    def value(self, where: str, what: str) -> Compared:
+        """The value ``what`` (``output c`` or ``lse``) of ``where`` (``block b [s, e)`` or
+        ``merged``)."""
+        return next(x for x in self.values() if (x.where, x.what) == (where, what))
+
+    def failures(self) -> list[Compared]:
+        """The values that are not ok, in order (an exact value that differs among them)."""
+        return [x for x in self.values() if not x.ok]
 
 
 def _exact_compare(exact, got) -> Compared:
@@ -171,7 +164,7 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
                       pairs: Sequence, *, merged=None, policy: Policy | None = None,
                       i: int = 0, n_queries: int = 1, offsets: Sequence | None = None,
                       sink_at="merge", dtype: str = "float32",
-                      max_ulps: int | None = None) -> SplitMerge:
+                      max_ulps: int | None = None, raised=()) -> SplitMerge:
     """Check a kernel's per-block ``(output, lse)`` pairs and their merge against exact rows.
 
     Shapes: ``raw`` n raw scores of one query (None = hidden); ``values``
@@ -180,7 +173,8 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
     kernel's ``(outputs, lse)`` or None (then the pairs are merged here).
     ``policy`` supplies the sink, soft-cap, ALiBi (query i of
     ``n_queries``) and ``empty_row`` of the one-pass row; lse values are in
-    natural-log units.
+    natural-log units.  ``raised`` names the places (``block b [s, e)``, ``merged``) whose
+    producer raised: their values count as hard failures.
 
     Raises:
         ShapeError: pairs that do not match the blocks or the values.
@@ -217,21 +211,31 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
             return _float_compare(e, g, fmt, tol, mag)
         if merged is None:
             merged = _float_merge(pairs, sink)
-    checks = []
+    found = Comparison(keep=None)
+
+    def pair(where, exact_out, outs, exact_lse, lse, mag):
+        for c, (e, g) in enumerate(zip(exact_out, outs)):
+            found.add(_placed(compare(e, g), where, f"output {c}", raised))
+        found.add(_placed(compare(exact_lse, lse, mag), where, "lse", raised))
     start = 0
     for b, (row, (outs, lse)) in enumerate(zip(rows, pairs)):
         exact_lse = LogSumExp(row)
         mag = max(1.0, abs(float(exact_lse.decimal(6)))) if not exact_lse.neg_inf else 1.0
-        checks.append(PairCheck(f"block {b} [{start}, {start + lengths[b]})",
-                                [compare(e, g) for e, g in zip(block_out[b], outs)],
-                                compare(exact_lse, lse, mag)))
+        pair(f"block {b} [{start}, {start + lengths[b]})", block_out[b], outs, exact_lse, lse, mag)
         start += lengths[b]
     full_lse = LogSumExp(full)
     full_out = [full.combine(list(col)) for col in cols]
     mag = max(1.0, abs(float(full_lse.decimal(6)))) if not (full_lse.neg_inf or full.nan) else 1.0
-    m = PairCheck("merged", [compare(e, g) for e, g in zip(full_out, merged[0])],
-                  compare(full_lse, merged[1], mag))
-    return SplitMerge(checks, m, sink_at, lengths, merged_here, tol)
+    pair("merged", full_out, merged[0], full_lse, merged[1], mag)
+    return SplitMerge(found, sink_at, lengths, merged_here, tol)
+
+
+def _placed(x: Compared, where: str, what: str, raised) -> Compared:
+    """``x`` at ``where``/``what``; a hard failure when what should have produced it raised."""
+    x.where, x.what = where, what
+    if where in raised:
+        x.status, x.ulps = "hard", None
+    return x
 
 
 # --------------------------------------------------------------------------- a kernel's call
@@ -367,18 +371,18 @@ class SplitReport:
         return all(r.passed for r in self.rows.values())
 
     def values(self) -> list[tuple]:
-        """Every value compared: ``(index, where, what, Compared)``, rows in order."""
-        return [(idx, *v) for idx, res in self.rows.items() for v in res.values()]
+        """Every value compared: ``(index, Compared)``, rows in order."""
+        return [(idx, x) for idx, res in self.rows.items() for x in res.values()]
 
     def failures(self) -> list[tuple]:
         """The values that failed, as :meth:`values` gives them."""
-        return [v for v in self.values() if not v[3].ok]
+        return [v for v in self.values() if not v[1].ok]
 
     def empty_blocks(self) -> tuple[int, int]:
         """``(rows with a block that sees no key, rows that see no key at all)``."""
-        some = sum(any(p.lse.exact.neg_inf for p in r.blocks) for r in self.rows.values())
-        every = sum(all(p.lse.exact.neg_inf for p in r.blocks) for r in self.rows.values())
-        return some, every
+        empty = [[x.exact.neg_inf for x in r.values() if x.what == "lse" and x.where != "merged"]
+                 for r in self.rows.values()]
+        return sum(map(any, empty)), sum(map(all, empty))
 
 
 def _nan_pair(shape_out, shape_lse):
@@ -422,7 +426,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     >>> from exactattn.call import Call
     >>> c = Call([[1]], [[0], [1]], [[0], [1]], policy=Policy(scale="none"))
     >>> rep = verify_split("numpy", c, "float64", [1, 1])
-    >>> rep.passed, rep.rows[0, 0, 0].merged.out[0].exact.decimal(6)
+    >>> rep.passed, rep.rows[0, 0, 0].value("merged", "output 0").exact.decimal(6)
     (True, '0.731059')
     """
     import dataclasses
@@ -484,6 +488,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
                 raised["merged"] = e.line
                 merged = _nan_pair(want, want[:3])
     tol = tolerance(ref, dtype, max_ulps)
+    dead = {*raised, "merged"} if raised else ()      # what raised produced nothing
     rows = {}
     for b, h, i in np.ndindex(*want[:3]):
         g = ref.kv(h)
@@ -494,11 +499,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
         res = check_split_merge(ref.raw_row(b, h, i), ref.divisor_squared, values, lengths,
                                 pairs, merged=got, policy=ref.head_policy(h), i=i,
                                 n_queries=sh["L"], offsets=ref.offsets(b, h, i), dtype=dtype,
-                                max_ulps=tol)
-        for pair in res.blocks + [res.merged]:
-            if pair.where in raised or (pair.where == "merged" and raised):
-                for x in pair.out + [pair.lse]:      # what raised produced nothing
-                    x.status, x.ulps = "hard", None
+                                max_ulps=tol, raised=dead)
         rows[b, h, i] = res
     return SplitReport(impl.name, None if merger is None else merger.name, dtype, policy,
                        rounded_call, lengths, rows, tol, moved, raised)

@@ -51,10 +51,10 @@ def test_blockwise_case_exact_and_float():
     assert lengths == [2, 2] and LogSumExp(rows[0]).decimal(3) == "-inf"
     exact = check_split_merge(raw, None, values, 2, exact_pairs(rows, values))
     assert exact.passed and exact.merged_here
-    assert exact.merged.out[0].got.rational() == F(c["expected"]["output"])
-    assert isinstance(exact.merged.out[0].got, ExpRatio)
+    assert exact.value("merged", "output 0").got.rational() == F(c["expected"]["output"])
+    assert isinstance(exact.value("merged", "output 0").got, ExpRatio)
     floats = check_split_merge(raw, None, values, 2, float_pairs(rows, values), dtype="float64")
-    assert floats.passed and floats.merged.out[0].got == 2.0
+    assert floats.passed and floats.value("merged", "output 0").got == 2.0
 
 
 def test_blockwise_nan_for_an_empty_block_is_caught():
@@ -63,7 +63,7 @@ def test_blockwise_nan_for_an_empty_block_is_caught():
     pairs = [([math.nan], -math.inf), ([2.0], math.log(2))]
     naive_merge = ([0.0 * math.nan + 2.0], math.log(2))        # exp(-inf) * NaN = NaN
     res = check_split_merge(raw, None, values, 2, pairs, merged=naive_merge, dtype="float64")
-    assert [(f.where, f.what, f.compared.status) for f in res.failures()] == \
+    assert [(f.where, f.what, f.status) for f in res.failures()] == \
         [("block 0 [0, 2)", "output 0", "hard"), ("merged", "output 0", "hard")]
     careful = check_split_merge(raw, None, values, 2, pairs, dtype="float64")   # merged here
     assert [f.where for f in careful.failures()] == ["block 0 [0, 2)"]
@@ -79,7 +79,7 @@ def test_every_split_merges_to_the_one_pass_row_exactly():
             res = check_split_merge(raw, F(4), values, split, exact_pairs(rows, values),
                                     policy=pol, sink_at=where)
             assert res.passed, (split, where)
-            assert res.merged.out[1].got == full.combine([v[1] for v in values])
+            assert res.value("merged", "output 1").got == full.combine([v[1] for v in values])
 
 
 # ----------------------------------------------------------------------------- sinks in splits
@@ -90,8 +90,8 @@ def test_sink_counted_in_each_block_is_caught():
     good = check_split_merge(raw, None, values, 1, exact_pairs(split_rows(raw, None, 1,
                                                                           policy=pol)[1], values),
                              policy=pol)
-    assert good.passed and good.merged.out[0].got.decimal(6) == c["expected"]["output_decimal"]
-    assert good.merged.lse.got.text() == "log(2 + exp(1))"
+    assert good.passed and good.value("merged", "output 0").got.decimal(6) == c["expected"]["output_decimal"]
+    assert good.value("merged", "lse").got.text() == "log(2 + exp(1))"
     twice = [softmax_row([r if j == b else None for j, r in enumerate(raw)], None,
                          pol.replace(empty_row="zero"), 0, 1, 2) for b in range(2)]
     kernel = exact_pairs(twice, values)          # the kernel merges without a sink of its own
@@ -100,11 +100,11 @@ def test_sink_counted_in_each_block_is_caught():
     assert {(f.where, f.what) for f in bad.failures()} == {
         ("block 0 [0, 1)", "output 0"), ("block 0 [0, 1)", "lse"), ("block 1 [1, 2)", "output 0"),
         ("block 1 [1, 2)", "lse"), ("merged", "output 0"), ("merged", "lse")}
-    got = bad.merged.out[0].got
+    got = bad.value("merged", "output 0").got
     assert got.decimal(6) == "1.600978" and c["faulty"]["sink counted in each of two key "
                                                         "blocks"].endswith(got.decimal(6))
     floats = check_split_merge(raw, None, values, 1, float_pairs(twice, values), policy=pol,
-                               merged=([float(got)], float(bad.merged.lse.got.decimal(20))),
+                               merged=([float(got)], float(bad.value("merged", "lse").got.decimal(20))),
                                dtype="float64")
     assert ("merged", "output 0") in {(f.where, f.what) for f in floats.failures()}
 
@@ -399,12 +399,13 @@ def test_verify_split_from_python_float64_and_a_sink():
     c = Call([[1]], [[0], [1]], [[0], [1]], policy=Policy(scale="none", sink=F(0)))
     rep = verify_split(space["partial"], c, "float64", [1, 1], merge=space["merge"])
     assert isinstance(rep, SplitReport) and rep.passed and rep.raised == {}
-    m = rep.rows[0, 0, 0].merged
-    assert m.out[0].exact.decimal(9) == "0.576116885" and m.lse.exact.text() == "log(2 + exp(1))"
-    typed(m.out[0].rounded, float(m.out[0].exact.decimal(20)))
+    m = rep.rows[0, 0, 0]
+    out, lse = m.value("merged", "output 0"), m.value("merged", "lse")
+    assert out.exact.decimal(9) == "0.576116885" and lse.exact.text() == "log(2 + exp(1))"
+    typed(out.rounded, float(out.exact.decimal(20)))
     bad = verify_split(space["partial"], c, "float64", [1, 1],
                        merge=lambda states, sink=None: space["merge"](states))  # sink dropped
-    assert [(i, w, what, x.status) for i, w, what, x in bad.failures()] == \
+    assert [(i, x.where, x.what, x.status) for i, x in bad.failures()] == \
         [((0, 0, 0), "merged", "output 0", "over"), ((0, 0, 0), "merged", "lse", "over")]
     with pytest.raises(InputError, match="must take sink= for this call"):
         verify_split(space["partial"], c, "float64", [1, 1], merge=space["no_rescale"])

@@ -55,8 +55,7 @@ import numpy as np
 
 from ..call.policy import Policy
 
-__all__ = ["EXP_ERROR", "FLOAT64", "Arithmetic", "RowBalls", "enclose_outputs", "exp_checked",
-           "kernel_arithmetic", "supported"]
+__all__ = ["enclose_outputs", "kernel_arithmetic"]
 
 U = 2.0 ** -53
 #: the relative error assumed of float64 ``numpy.exp`` (glibc and numpy's SIMD kernels are

@@ -31,8 +31,7 @@ from ..numbers.reals import real_ball, softcap_ball
 from ..numbers.formats import float_format, round_cells, round_enclosed
 from ..call.inputs import empty_rows, keys_read
 
-__all__ = ["block_balls", "logit_entries", "max_abs_logit", "round_enclosed", "rounded_lse",
-           "rounded_outputs"]
+__all__ = ["block_balls"]
 
 
 def _rotated(mat_rows, positions, rope):

@@ -38,7 +38,7 @@ from ..call.limits import check_work
 from ..call.inputs import Call, call_floats, reshaped
 from ..reference.reference import Reference
 
-__all__ = ["Report", "verify", "verify_outputs"]
+__all__ = ["verify", "verify_outputs"]
 
 #: the largest |sink| a check takes: float16's largest finite value, so the sink the float
 #: kernel is handed is finite in every dtype, and the exact outputs (about exp(score - sink))

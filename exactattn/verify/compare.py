@@ -42,7 +42,7 @@ from ..errors import InputError
 from ..numbers.exact import fmpq_of
 from ..numbers.formats import FloatFormat, round_array, round_to_format, ulp_indices, ulps_between
 
-__all__ = ["Comparison", "decide", "judge"]
+__all__ = ["decide", "judge"]
 
 TOLERANCES = {  # dtype -> (rtol, atol)
     "float64": (1e-12, 1e-12),

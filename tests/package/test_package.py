@@ -53,3 +53,31 @@ def test_docs_install_extras_as_the_quick_start_does():
             assert re.fullmatch(r"-e\s+'\.\[(\w+)\]'", spec), f"{page.name}: {spec}"
             assert re.search(r"\[(\w+)\]", spec).group(1) in extras, f"{page.name}: {spec}"
     assert len(found) >= 8
+
+
+#: the most names all ``__all__`` lists may hold together: the public surface is what users
+#: import (the README, docs/ and the top-level names); internal helpers are not listed
+MAX_PUBLIC_NAMES = 300
+
+
+def public_names() -> dict[str, int]:
+    """``{module: names in its __all__}`` for every module of exactattn that has one."""
+    import ast
+    import importlib
+    found = {}
+    for path in sorted((ROOT / "exactattn").rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+                parts = path.relative_to(ROOT).with_suffix("").parts
+                module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                if isinstance(node.value, (ast.List, ast.Tuple)):
+                    found[module] = len(node.value.elts)
+                else:  # a computed list (exactattn.cost's): read it from the module
+                    found[module] = len(importlib.import_module(module).__all__)
+    return found
+
+
+def test_the_public_surface_is_at_most_300_names():
+    names = public_names()
+    assert names["exactattn"] == len(exactattn.__all__)
+    assert sum(names.values()) <= MAX_PUBLIC_NAMES, sorted(names.items(), key=lambda kv: -kv[1])[:10]

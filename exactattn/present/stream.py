@@ -237,10 +237,7 @@ def progress(items: Iterable, total: int, what: str, unit: str = "row") -> Itera
     stream = sys.stderr
     if total < 2 or not _terminal():
         return items
-    try:
-        from tqdm import tqdm
-    except ImportError:   # pragma: no cover - tqdm is a dependency
-        return items
+    from tqdm import tqdm     # a dependency, imported only when a bar is shown
     return tqdm(items, total=total, desc=what, unit=unit, delay=PROGRESS_DELAY, leave=False,
                 file=stream, dynamic_ncols=True)
 
@@ -273,11 +270,7 @@ def busy(what: str):
     if not _terminal():
         yield
         return
-    try:
-        from tqdm import tqdm
-    except ImportError:   # pragma: no cover - tqdm is a dependency
-        yield
-        return
+    from tqdm import tqdm
     done = threading.Event()
 
     def show() -> None:

@@ -99,9 +99,6 @@ class Trace:
         #: entries the bulk intervals left undecided, decided by the exact per-entry path
         self.fallbacks = 0
 
-    #: the older name of :attr:`dropout_keep`, still read
-    keep = property(lambda self: self.dropout_keep)
-
     def __repr__(self) -> str:
         return f"Trace(engine={self.engine!r}, n={self.n}, {self.head!r})"
 

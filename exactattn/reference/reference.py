@@ -1,8 +1,7 @@
 """The exact answer of one attention call: shares and outputs as exact values, rounded to a dtype.
 
 This is the one exact reference: ``exactattn verify``, the split-merge
-checker and the property checks (:mod:`exactattn.properties`, through
-:attr:`AttentionInput.call <exactattn.properties.AttentionInput.call>`)
+checker, the property checks (:mod:`exactattn.properties`) and row blocks
 read their exact values from :class:`Reference`.
 
 Scores ``query . key`` are exact rationals (python-flint ``fmpq_mat``), or

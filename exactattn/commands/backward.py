@@ -78,7 +78,7 @@ def run(args) -> int:
         raise InputError(f"the example must have at most {MAX_TOKENS} tokens for the backward "
                          f"walkthrough (got {n}); use exactattn.gradients from Python")
     d_out = parse_d_out(args.d_out, n, ex.head.d_v)
-    hg = head_gradients(ex.head, ex.x, d_out, dropout_keep=getattr(ex, "keep", None))
+    hg = head_gradients(ex.head, ex.x, d_out, dropout_keep=getattr(ex, "dropout_keep", None))
     sections = backward_sections(ex, hg, args.digits, closed_forms=args.format == "json")
     g = hg.call
     meta = {"example": ex.name, "mode": "backward", "digits": args.digits,

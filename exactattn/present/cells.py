@@ -296,7 +296,7 @@ class Scaler:
 
         ``places`` None: exact texts (:meth:`exact`); else cells with their
         decimals (:meth:`text`).  A rational divisor writes the row from
-        integers (:func:`~exactattn.present.rowints.fraction_texts`): no ``Fraction``.
+        integers (:func:`~exactattn.present.cells.fraction_texts`): no ``Fraction``.
         """
         a, b = (1, 1) if self.root is None else (self.root.numerator, self.root.denominator)
         top = magnitude(ints)

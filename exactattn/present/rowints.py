@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import weakref
 
-from .cells import INT64 as _INT64, with_rounded  # noqa: F401 (with_rounded: audit.report's)
+X
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import weakref
 
-X
+from .cells import INT64 as _INT64
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

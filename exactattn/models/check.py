@@ -12,7 +12,7 @@ For one layer of a :class:`~exactattn.models.run.ModelRun`:
    its tolerance when an entry is over on both ULP counts, or NaN/inf (:attr:`HeadCheck.over`);
 2. **the drift**, reported and not judged: the model's float q, k, v against the exact
    projections ``x W + b`` of the layer's input (integer matrix products over powers of
-   two, :class:`Drift`), and its head outputs before and after ``W_O`` against the exact
+   two, :func:`projection_drift`), and its head outputs before and after ``W_O`` against the exact
    chain from x (:attr:`HeadCheck.chain`, :attr:`LayerCheck.projected`:
    ``concat(heads) W_O + b_O`` enclosed by one ``arb_mat`` product; an entry's exact value,
    when a ball does not decide it, is the :class:`~exactattn.engines.layer.LayerValue` of
@@ -55,7 +55,7 @@ from ..numbers.digits import certify, format_scaled, round_fraction, working_pre
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import tolerance
-from ..verify.compare import cleared, enclosures, judge, rejudge
+from ..verify.compare import Comparison, cleared, enclosures, judge, rejudge
 from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
                                ulp_indices)
 from ..call.inputs import Call
@@ -207,7 +207,8 @@ class HeadCheck:
 class LayerCheck:
     """One layer: its heads, the outputs after ``W_O`` (``projected``, from the exact chain),
     the ULP budget of the heads' verdict (``chain_budget``: of the exact chain), the drift of
-    the model's projections (``drift``: q, k, v), time."""
+    the model's projections (``drift``: ``{"q": Comparison, "k": ..., "v": ...}``,
+    :func:`projection_drift`), time."""
 
     layer: int
     heads: list[HeadCheck]
@@ -215,7 +216,7 @@ class LayerCheck:
     budget: int
     seconds: float
     n: int
-    drift: list[Drift] = field(default_factory=list)
+    drift: dict = field(default_factory=dict)
     chain_budget: int = 0
 
     @property
@@ -231,29 +232,21 @@ class LayerCheck:
         return sum(h.over for h in self.heads)
 
 
-@dataclass
-class Drift:
-    """How far the model's float projections are from the exact ones, for one of q, k, v:
-    the most ULPs (of :data:`DTYPE`) between a model entry and the exact projection
-    correctly rounded, and how many entries are not that correct rounding."""
-
-    name: str
-    entries: int
-    ulps: int
-    off: int
-
-
-def projection_drift(name: str, got, exact, fmt) -> Drift:
-    """The model's float projection ``got`` against the exact one (``Fraction`` entries)
-    correctly rounded: from its nearest float64 (``float`` of a ``Fraction`` rounds
-    correctly) where both float64 neighbours of that round to one float (the exact value
-    lies between them), else exactly."""
+def projection_drift(got, exact, fmt) -> Comparison:
+    """How far the model's float projection ``got`` is from the exact one (``Fraction``
+    entries) correctly rounded: each entry's ULPs (of ``fmt``) counted in a
+    :class:`~exactattn.verify.compare.Comparison` (``max_ulps``; ``histogram[0]`` the entries
+    that are that correct rounding).  The rounding from the entry's nearest float64
+    (``float`` of a ``Fraction`` rounds correctly) where both float64 neighbours of that
+    round to one float (the exact value lies between them), else exactly."""
     near = np.array([float(q) for q in exact.ravel().tolist()])
     rounded = round_array(np.nextafter(near, -np.inf), fmt)
     for k in np.flatnonzero(rounded != round_array(np.nextafter(near, np.inf), fmt)).tolist():
         rounded[k] = round_to_format(exact.flat[k], fmt)
     ulps = np.abs(ulp_indices(got.ravel(), fmt)[0] - ulp_indices(rounded, fmt)[0])
-    return Drift(name, ulps.size, int(ulps.max()), int((ulps != 0).sum()))
+    found = Comparison(keep=0)
+    found.add_many(np.arange(ulps.size), ulps, None, None, None)
+    return found
 
 
 def _projection(x, w, b, rows: bool):
@@ -331,8 +324,8 @@ def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> Laye
     rows = preset(run.arch).layout == "rows"
     ws, bs, w_o, b_o = layer_arrays(run.tensors, run.arch, index)
     exact = [_projection(cap.x, w, b, rows) for w, b in zip(ws, bs)]
-    drift = [projection_drift(name, got, e, fmt)
-             for name, got, e in zip("qkv", (cap.q, cap.k, cap.v), exact)]
+    drift = {name: projection_drift(got, e, fmt)
+             for name, got, e in zip("qkv", (cap.q, cap.k, cap.v), exact)}
     n, dv = len(cap.x), cap.v.shape[1] // G
     v = cap.v if cap.probs is None else np.concatenate(     # shares: outputs on the identity
         [np.hstack([cap.v[:, g * dv:(g + 1) * dv], np.eye(n)]) for g in range(G)], axis=1)

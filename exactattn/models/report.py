@@ -155,15 +155,15 @@ def _drift_section(run, checks: Sequence[LayerCheck]) -> Section:
         chain = max((h.chain for h in c.heads if h.chain is not None),
                     key=lambda w: (w.ulps, w.terms_ulps), default=None)
         cells = [str(c.layer)]
-        for d in c.drift:
-            cells.append(f"{d.ulps} ({d.off}/{d.entries})")
+        drift = {name: {"ulps": d.max_ulps, "off": d.count - d.histogram.get(0, 0),
+                        "entries": d.count} for name, d in c.drift.items()}
+        cells += [f"{d['ulps']} ({d['off']}/{d['entries']})" for d in drift.values()]
         for w in (chain, c.projected):
             cells += ["-", "-"] if w is None else [number_cell(w.ulps, "d"),
                                                    number_cell(w.rel, ".2e")]
         rows.append(cells)
         data.append({"layer": c.layer,
-                     "projections": {d.name: {"ulps": d.ulps, "off": d.off, "entries": d.entries}
-                                     for d in c.drift},
+                     "projections": drift,
                      "heads": None if chain is None else worst_data(chain),
                      "W_O": worst_data(c.projected)})
     notes = ["q, k, v: the model's float32 projections (before any rotary embedding) against "

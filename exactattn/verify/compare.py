@@ -473,8 +473,9 @@ class Comparison:
 
     def add_many(self, positions, ulps, rel, terms, make) -> None:
         """Count entries judged ``ok`` at once (:func:`decide`): ``positions``, ``ulps``,
-        ``rel``, ``terms`` arrays of one length; ``make(k)`` builds the k-th one's entry,
-        called only for the entries kept (every one when ``keep`` is None, on first use)."""
+        ``rel``, ``terms`` arrays of one length (``rel`` and ``terms`` None: not measured);
+        ``make(k)`` builds the k-th one's entry, called only for the entries kept (every one
+        when ``keep`` is None, on first use)."""
         import numpy as np
         n = len(positions)
         if n == 0:
@@ -482,8 +483,8 @@ class Comparison:
         self.count += n
         for u, c in zip(*np.unique(ulps, return_counts=True)):
             self.histogram[int(u)] = self.histogram.get(int(u), 0) + int(c)
-        self.max_rel = _larger(self.max_rel, float(np.max(rel)))
-        self.max_terms = _larger(self.max_terms, float(np.max(terms)))
+        self.max_rel = _larger(self.max_rel, None if rel is None else float(np.max(rel)))
+        self.max_terms = _larger(self.max_terms, None if terms is None else float(np.max(terms)))
         if self.keep is None:
             self._bulk.append((positions, make, ulps))
             return

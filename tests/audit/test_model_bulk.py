@@ -47,11 +47,11 @@ def test_drift_rounds_every_projection_correctly_ties_included():
         nums += [int(mid), int(mid) + 1, int(mid) - 1] if mid.denominator == 1 else [int(mid)]
     exact = np.array([Fraction(v, den) for v in nums], dtype=object).reshape(1, -1)
     got = np.array([round_to_format(q, F32) for q in exact[0]], dtype=np.float32)
-    assert projection_drift("q", got, exact, F32).ulps == 0
+    assert projection_drift(got, exact, F32).max_ulps == 0
     moved = got.copy()
     moved[0] = np.nextafter(moved[0], np.float32(np.inf))
-    d = projection_drift("q", moved, exact, F32)
-    assert (d.ulps, d.off, d.entries) == (1, 1, len(nums))
+    d = projection_drift(moved, exact, F32)
+    assert (d.max_ulps, d.count - d.histogram[0], d.count) == (1, 1, len(nums))
 
 
 def _per_entry(got, balls, mags, exact, budget, places):

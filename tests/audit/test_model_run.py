@@ -47,7 +47,7 @@ def test_gpt2_tiny_eager_every_entry_certified_and_compared(eager):
         check = check_layer(eager, k, 4, keep=True)
         assert (check.layer, check.n, len(check.heads)) == (k, n, H)
         assert check.certified == H * n * n + 2 * H * n * (d // H) + n * d
-        assert check.over == 0 and [d.entries for d in check.drift] == [n * d] * 3
+        assert check.over == 0 and [d.count for d in check.drift.values()] == [n * d] * 3
         for h in check.heads:
             _small(h.probs, n * n, 32.0)
             _small(h.outputs, n * (d // H), check.budget)       # the verdict: within tolerance

@@ -48,7 +48,7 @@ from typing import Callable
 from .options import check_choice
 from .numbers.exact import to_matrix
 from .engines.head import Head
-from .call.spec import Example, Token
+from .engines.spec import Example, Token
 
 __all__ = ["Example", "chronicle", "example"]
 

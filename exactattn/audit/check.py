@@ -336,7 +336,7 @@ def audit_tables(tables: Sequence[Table], *, spec=None, example: str | None = No
                              "without a spec or example (got both); the head's own divisor "
                              "applies (no_scale drops it)")
         if spec is not None and not hasattr(spec, "head"):    # a path, not an Example
-            from ..call.spec import load
+            from ..engines.spec import load
             ex, source_kind, name = load(spec), "spec", shorten(str(spec), 200)
         elif spec is not None:
             ex, source_kind, name = spec, "spec", spec.name

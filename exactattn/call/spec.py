@@ -1,26 +1,14 @@
-"""Spec files (JSON or TOML): a user's head, or the inputs of one attention call for ``verify``.
+"""Spec files (JSON or TOML): the reader, and the inputs of one attention call for ``verify``.
 
-One reader for both kinds.  A file is read as UTF-8 (a byte-order mark is
-fine), at most :data:`MAX_BYTES`; ``.toml`` files are TOML, everything else
+One reader for both kinds of spec file: the problem specs here, and the head specs
+that :mod:`exactattn.engines.spec` builds into a head.  A file is read as UTF-8 (a
+byte-order mark is fine), at most :data:`MAX_BYTES`; ``.toml`` files are TOML, everything else
 JSON.  Numbers are integers, strings (``"1/2"``, ``"-0.75"``) or bare decimal
 literals, which are read from their text: ``0.1`` in the file is exactly 1/10
 (the parsers hand floats over as text, TOML's ``1_000.5`` as ``"1000.5"``, so no
 binary float is ever formed).  A key given twice, ``NaN``/``Infinity``, a
 document nested too deeply to read and a file past the size limit are
 refused with one :class:`~exactattn.errors.SpecError` line.
-
-A head spec (:func:`load`, :func:`loads`)::
-
-    {"name": "my head", "layout": "slots",
-     "tokens": [{"text": "year 4", "id": 331, "x": [0, 1, 0, "1/2"]}, ...],
-     "W_Q": [[...], ...], "W_K": [[...], ...], "W_V": [[...], ...],
-     "b_Q": [...], "b_K": [...], "b_V": [...],
-     "divisor": "2", "causal": false}
-
-The biases ``b_Q``, ``b_K`` (d_k numbers each) and ``b_V`` (d_v numbers) are
-optional and read exactly like the matrices, in either layout.  A head spec is
-read into an :class:`Example` (its head, :class:`Token` labels and token rows),
-the type of the built-in examples too (:mod:`exactattn.examples`).
 
 A problem spec for ``exactattn verify`` (:func:`load_problem`,
 :func:`loads_problem`; written by :func:`problem_text`)::
@@ -30,13 +18,6 @@ A problem spec for ``exactattn verify`` (:func:`load_problem`,
      "query": [["0"], ["0"]], "key": [["0"], ["0"]], "value": [["1"], ["3"]],
      "mask": {"kind": "bool_keep", "values": [[true, false], [false, false]]}}
 
->>> ex = loads('{"tokens": [{"x": [1, 0.5]}], "W_Q": [[1, 0]], "W_K": [[0, 1]], "W_V": [[1, 1]]}')
->>> ex.x
-[[Fraction(1, 1), Fraction(1, 2)]]
->>> loads('{"tokens": [], "W_Q": [[1]], "W_K": [[1]], "W_V": [[1]]}')
-Traceback (most recent call last):
-...
-exactattn.errors.SpecError: spec: tokens must be a non-empty list of {"x": [...]} (got [])
 >>> problem, policy, dtype = loads_problem('query = [[1_000.5]]\\nkey = [[1]]\\nvalue = [[2]]',
 ...                                        fmt="toml")
 >>> problem.query[0, 0, 0, 0], policy.divisor_squared, dtype
@@ -48,24 +29,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 
 from .policy import MODIFIER_FIELDS, Policy
-from ..errors import ExactAttnError, ShapeError, SpecError, shorten
-from ..numbers.exact import MAX_DIGITS, to_row
-from ..engines.head import Head
-from .modifiers import check_keep
-from .spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
+from ..errors import ExactAttnError, SpecError, shorten
+from ..numbers.exact import MAX_DIGITS
+from .spec_fields import MODIFIER_KEYS, read_modifiers
 from ..numbers.formats import float_format
 
 __all__ = ["load_problem", "problem_text"]
 
-#: the keys of a head spec
-KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "divisor",
-        "causal")
 #: the keys of a problem spec (``exactattn verify --spec``)
 PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask", "dropout_keep")
 #: the keys of a problem spec's ``policy`` table: the fields of :class:`~exactattn.call.policy.Policy`
@@ -73,46 +48,8 @@ PROBLEM_KEYS = ("name", "dtype", "policy", "query", "key", "value", "mask", "dro
 #: (the scale is written as ``scale`` text, stored as ``divisor_squared``)
 POLICY_KEYS = ("scale",) + tuple(f.name for f in dataclasses.fields(Policy)
                                  if f.name not in MODIFIER_FIELDS + ("divisor_squared",)) + MODIFIER_KEYS
-#: a head spec's ``policy`` table: its keys (causal and the divisor stay top-level keys)
-HEAD_POLICY_KEYS = ("alignment", "empty_row") + MODIFIER_KEYS
-KEYS = KEYS + ("policy",)
 #: the largest spec file read, in bytes (64 MiB)
 MAX_BYTES = 64 * 2 ** 20
-
-
-# --------------------------------------------------------------------------- head specs' values
-@dataclass(frozen=True)
-class Token:
-    """A token's label: its text and (optional) vocabulary id."""
-    text: str
-    id: int | None = None
-
-    @property
-    def nbytes(self) -> int:
-        """Its UTF-8 length (a lone surrogate, which UTF-8 cannot hold, counts 3 bytes)."""
-        return len(self.text.encode("utf-8", "surrogatepass"))
-
-
-@dataclass
-class Example:
-    """A named head with its tokens and their numbers (x: n x d_model)."""
-    name: str
-    title: str
-    head: Head
-    tokens: list[Token]
-    x: list[list]
-    slot_names: list[str] = field(default_factory=list)
-    focus: int = 1  # 0-based query shown "in vs out" in the scores table
-    explain: tuple[int, int] = (1, 0)  # 0-based (query, key) for --explain by default
-    source: str = ""
-    #: ``square`` and ``walkthrough`` also print the raw self-match x[i] . x[j] (no
-    #: projections) beside the projected scores (:func:`exactattn.present.tables.raw_match`)
-    compare_raw: bool = False
-    #: a short name for a switch or a legend (``River``; the title is the sentence itself)
-    label: str = ""
-    #: the entries as the user typed them (``{"x": rows, "W_Q": rows, ...}``, a spec file's
-    #: texts): the tables show a typed decimal as typed (``-0.731``), never another number
-    typed: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- reading text
@@ -205,7 +142,7 @@ def parse(text: str, *, fmt: str = "json", where: str = "spec") -> Any:
                         "integer of more than 4300); rescale the inputs") from None
 
 
-def _convert(build: Callable[[], Any], where: str):
+def convert(build: Callable[[], Any], where: str):
     """Run a conversion of a parsed document, naming the file in its errors."""
     try:
         return build()
@@ -217,7 +154,7 @@ def _convert(build: Callable[[], Any], where: str):
         raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
 
 
-def _top_level(doc: Any, where: str, keys: tuple, required: tuple, kind: str, other: set,
+def check_top_level(doc: Any, where: str, keys: tuple, required: tuple, kind: str, other: set,
                other_kind: str) -> None:
     """Refuse a document that is not a table of ``keys`` holding ``required``, in one line (a
     hint when it holds keys of the ``other`` kind of spec)."""
@@ -232,158 +169,6 @@ def _top_level(doc: Any, where: str, keys: tuple, required: tuple, kind: str, ot
         if key not in doc:
             raise SpecError(f"{where}: {key} is missing; {kind} needs {', '.join(required[:-1])} "
                             f"and {required[-1]}")
-
-
-# --------------------------------------------------------------------------- head specs
-def from_mapping(doc: Any, *, where: str = "spec") -> Example:
-    """Build an :class:`Example` from a parsed head spec document.
-
-    Raises:
-        SpecError: a missing or unknown key, or a malformed token list.
-        ShapeError, InputError: bad matrices, entries or divisor (from :class:`Head`).
-    """
-    _top_level(doc, where, KEYS, ("tokens", "W_Q", "W_K", "W_V"), "a spec",
-               {"query", "key", "value"}, "a verify spec: run it with `exactattn verify --spec`")
-    tokens = doc["tokens"]
-    if not isinstance(tokens, list) or not tokens:
-        raise SpecError(f'{where}: tokens must be a non-empty list of {{"x": [...]}} '
-                        f"(got {shorten(tokens, quote=True)})")
-    labels, xs = [], []
-    for i, tok in enumerate(tokens):
-        if not isinstance(tok, dict) or "x" not in tok:
-            raise SpecError(f'{where}: tokens[{i}] must be an object with "x" '
-                            f"(got {shorten(tok, quote=True)})")
-        extra = sorted(set(tok) - {"x", "text", "id"}, key=str)
-        if extra:
-            raise SpecError(f"{where}: tokens[{i}] has unknown key "
-                            f"{shorten(extra[0], quote=True)}; use text, id, x")
-        tid = tok.get("id")
-        if tid is not None and (not isinstance(tid, int) or isinstance(tid, bool)):
-            raise SpecError(f"{where}: tokens[{i}].id must be an integer "
-                            f"(got {shorten(tid, quote=True)})")
-        labels.append(Token(str(tok.get("text", f"token {i + 1}")), tid))
-        xs.append(tok["x"])
-    causal = doc.get("causal", False)
-    kwargs = {"layout": doc.get("layout", "slots"), "causal": causal}
-    for key in ("b_Q", "b_K", "b_V"):     # optional biases, exact like the matrices
-        if key in doc:
-            if doc[key] is None:
-                raise SpecError(f"{where}: {key} must be a list of numbers (got null); leave "
-                                "it out for no bias")
-            kwargs[key] = doc[key]
-    if "divisor" in doc:
-        if doc["divisor"] is None:
-            raise SpecError(f'{where}: divisor must be a positive number, "sqrt(q)" for a positive '
-                            'rational q or "none" '
-                            '(got null); leave it out for sqrt(d_k)')
-        kwargs["divisor"] = doc["divisor"]
-    _check_w_q(doc, xs, kwargs["layout"])
-    head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)
-    if "layout" not in doc and head.d_model == head.d_k == head.d_v > 1 and \
-            any(m != [list(r) for r in zip(*m)] for m in (head.W_Q, head.W_K, head.W_V)):
-        import warnings
-        from ..errors import ExactAttnWarning
-        warnings.warn(f'{where}: a square head without "layout" is read as "slots" (q = W_Q x, '
-                      'nn.Linear); both readings pass every shape check: write "layout": '
-                      '"slots" or "rows" (q = x @ W_Q)', ExactAttnWarning, stacklevel=2)
-    x = []
-    for i, xi in enumerate(xs):  # name entries by their place in the file
-        r = to_row(xi, name=f"tokens[{i}].x")
-        if len(r) != head.d_model:
-            raise ShapeError(f"tokens[{i}].x (token {i + 1}) must have d_model = "
-                             f"{head.d_model} numbers, the weights' d_model (got {len(r)})")
-        x.append(r)
-    name = str(doc.get("name", "spec"))
-    typed = {"x": [_typed(r) for r in xs], **{w: [_typed(r) for r in doc[w]]
-                                              for w in ("W_Q", "W_K", "W_V")}}
-    if "policy" in doc:            # today's modifiers: a sink, ALiBi, soft-capping, RoPE, ...
-        head, fields = _head_policy(doc["policy"], head, len(x), where)
-        return HeadSpec(name=name, title="", head=head, tokens=labels, x=x,
-                        focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
-                        dropout_keep=fields.dropout_keep, lse=fields.lse, typed=typed)
-    return Example(name=name, title="", head=head, tokens=labels, x=x,
-                   focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
-                   typed=typed)
-
-
-def _check_w_q(doc: dict, xs: list, layout: str) -> None:
-    """Refuse a W_Q whose d_model differs from the tokens' when W_K and W_V agree with the
-    tokens (the Head would blame W_K for not matching W_Q)."""
-    def d_model(m):
-        if not isinstance(m, list) or not m or not all(isinstance(r, list) for r in m):
-            return None
-        widths = {len(r) for r in m}
-        return None if len(widths) != 1 else (widths.pop() if layout == "slots" else len(m))
-    widths = {len(x) for x in xs if isinstance(x, list)}
-    if len(widths) != 1 or len(xs) == 0:
-        return
-    w = widths.pop()
-    q = d_model(doc["W_Q"])
-    if q is not None and q != w and d_model(doc["W_K"]) == d_model(doc["W_V"]) == w:
-        m = doc["W_Q"]
-        shape = f"{len(m)} x {len(m[0])}"
-        want = f"{len(m)} x {w}" if layout == "slots" else f"{w} x {len(m[0])}"
-        raise ShapeError(f"W_Q must be {want} in the {layout} layout, to match the tokens' "
-                         f"d_model = {w} (got {shape})")
-
-
-def _typed(row) -> list[str]:
-    """A row's entries as typed: text stripped, integers as written (JSON numbers arrive as
-    their text)."""
-    return [v.strip() if isinstance(v, str) else str(v) for v in row]
-
-
-@dataclass
-class HeadSpec(Example):
-    """A head spec with a ``policy`` table: the example, and what the call adds to it.
-
-    ``dropout_keep``: the dropout keep-mask (n x n bools; ``policy.dropout``), None
-    without dropout; ``lse``: ``"e"`` or ``"2"`` when the spec asks for each
-    row's log-sum-exp, else None.  The modifiers themselves are on
-    ``head.policy``.
-    """
-    dropout_keep: list | None = None
-    lse: str | None = None
-    keep = property(lambda self: self.dropout_keep)     # its older name, still read
-
-
-def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFields]:
-    """The head under a head spec's ``policy`` table, and the table's call fields."""
-    if not isinstance(pol, dict):
-        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
-    bad = sorted(set(pol) - set(HEAD_POLICY_KEYS), key=str)
-    if bad:
-        top = "; causal and divisor are top-level keys of a head spec" \
-            if bad[0] in ("causal", "scale", "divisor") else ""
-        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys "
-                        f"are {', '.join(HEAD_POLICY_KEYS)}{top}")
-    fields = read_modifiers(pol, where=where)
-    plain = {k: pol[k] for k in ("alignment", "empty_row") if k in pol}
-    policy = owned(where, lambda: head.policy.replace(**plain, **fields.changes))
-    if fields.dropout_keep is not None:
-        fields.dropout_keep = owned(where, check_keep, fields.dropout_keep, policy, n, n, "dropout.keep")
-    return head.with_policy(policy), fields
-
-
-def loads(text: str, *, fmt: str = "json", where: str = "spec") -> Example:
-    """A head from spec text (``fmt`` is ``json`` or ``toml``)."""
-    doc = parse(text, fmt=fmt, where=where)
-    try:
-        return from_mapping(doc, where=where)
-    except RecursionError:
-        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
-
-
-def load(path: str | Path) -> Example:
-    """A head from a spec file; ``.toml`` files are TOML, everything else JSON.
-
-    Raises:
-        SpecError: the file is missing, unreadable, not UTF-8, too large or malformed.
-    """
-    text, fmt = read_text(path)
-    where = shorten(str(Path(path)), 200)
-    doc = parse(text, fmt=fmt, where=where)
-    return _convert(lambda: from_mapping(doc, where=where), where)
 
 
 # --------------------------------------------------------------------------- problem specs
@@ -404,7 +189,7 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
         SpecError: a missing or unknown key, a malformed policy or mask table.
         ShapeError, InputError: bad arrays, entries or policy values.
     """
-    _top_level(doc, where, PROBLEM_KEYS, ("query", "key", "value"), "a verify spec",
+    check_top_level(doc, where, PROBLEM_KEYS, ("query", "key", "value"), "a verify spec",
                {"tokens", "W_Q"}, "a head spec: run it with `exactattn walkthrough --spec`")
     pol = doc.get("policy", {})
     if not isinstance(pol, dict):
@@ -445,7 +230,7 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
         problem = Call(doc["query"], doc["key"], doc["value"], mask, policy=policy,
                        name=name, dropout_keep=fields.dropout_keep)
         return (problem, policy, dtype, fields) if extras else (problem, policy, dtype)
-    return _convert(build, where)
+    return convert(build, where)
 
 
 def loads_problem(text: str, *, fmt: str = "json", where: str = "spec", extras: bool = False

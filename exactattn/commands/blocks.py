@@ -21,7 +21,7 @@ import sys
 from ..call.policy import ALIGNMENTS, Policy
 from ..errors import InputError, shorten
 from ..options import argtype, choice, memory, whole
-from .flags import add_digits_option, add_format_option
+from .flags import add_digits_option, add_format_option, load_spec
 from .modifier_flags import add_policy_flags, set_policy_flags
 
 HELP = "certified shares and outputs at any length, in row blocks (local cores or a Dask cluster)"
@@ -127,7 +127,7 @@ def _inputs(args):
     """``(ExactInputs, floats or None, dtype)``: the exact inputs, the float arrays for --check."""
     from ..blocks import from_floats, from_call, from_trace, random_floats
     from ..engines.head import attend
-    from ..call.spec import load, load_problem, parse, read_text
+    from ..call.spec import load_problem, parse, read_text
     dtype = args.dtype or "float32"
     if args.random:
         n, d, seed = args.random
@@ -141,7 +141,7 @@ def _inputs(args):
         if args.check:
             raise InputError("--check must come with --random or a verify spec (got a head "
                              "spec); a float implementation takes query, key and value")
-        ex = load(args.spec)
+        ex = load_spec(args.spec)
         head = ex.head.with_policy(_policy(args, ex.head.policy))
         trace = attend(head, ex.x, engine="fast", empty_row=head.policy.empty_row)
         return from_trace(trace, name=ex.name), None, dtype

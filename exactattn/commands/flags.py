@@ -45,7 +45,7 @@ def load_spec(path: str):
     """The Example of one ``--spec`` file."""
     if not path.strip():
         raise InputError("--spec must name a JSON or TOML file (got '')")
-    from ..call.spec import load
+    from ..engines.spec import load
     return load(path)
 
 

@@ -201,7 +201,7 @@ SPEC = {"tokens": [{"text": "a", "x": [1, "1/2"]}, {"text": "b", "x": [0, 2]}],
 
 @pytest.mark.parametrize("layout", ["slots", "rows"])
 def test_spec_biases_are_exact_in_both_layouts(layout):
-    from exactattn.call.spec import loads
+    from exactattn.engines.spec import loads
     ex = loads(json.dumps(dict(SPEC, layout=layout)))
     assert ex.head.b_Q == [F(1, 2), F(1, 10)] and ex.head.b_K is None
     assert ex.head.b_V == [F(1), F(-3, 4)]
@@ -216,7 +216,7 @@ def test_spec_biases_are_exact_in_both_layouts(layout):
 
 def test_spec_bias_errors_name_the_key():
     from exactattn.errors import ShapeError, SpecError
-    from exactattn.call.spec import loads
+    from exactattn.engines.spec import loads
     with pytest.raises(ShapeError, match="b_Q must have 2 numbers"):
         loads(json.dumps(dict(SPEC, b_Q=[1, 2, 3])))
     with pytest.raises(SpecError, match="b_V must be a list of numbers \\(got null\\)"):
@@ -224,7 +224,7 @@ def test_spec_bias_errors_name_the_key():
 
 
 def _tables(spec: dict, mode: str):
-    from exactattn.call.spec import loads
+    from exactattn.engines.spec import loads
     from exactattn.present.tables import attend_example, build
     ex = loads(json.dumps(spec))
     return build(mode, ex, attend_example(ex))

@@ -244,7 +244,7 @@ def test_fast_engine_agrees_on_self_match():
                                       "tokens' d_model = 2 (got 2 x 3)"),
 ])
 def test_a_w_q_that_does_not_fit_the_tokens_is_the_one_named(layout, W_Q, message):
-    from exactattn.call.spec import from_mapping
+    from exactattn.engines.spec import from_mapping
     from exactattn.errors import ShapeError
     doc = {"layout": layout, "tokens": [{"x": [1, 2]}, {"x": [0, 1]}], "W_Q": W_Q,
            "W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]]}

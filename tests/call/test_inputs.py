@@ -8,7 +8,7 @@ import pytest
 
 from exactattn import FloatInputError, Head, InputError, ShapeError, SpecError, attend
 from exactattn.examples import chronicle
-from exactattn.call.spec import load, loads
+from exactattn.engines.spec import load, loads
 
 DATA = Path(__file__).parents[1] / "data"
 I2 = [[1, 0], [0, 1]]

@@ -325,7 +325,7 @@ def test_blocks_command_reads_head_and_verify_specs(cli, tmp_path):
         "divisor": "none", "causal": True}))
     rc, out, _ = cli("blocks", "--spec", str(head_spec), "--scheduler", "none", "--show",
                      "shares", "--rows", "2")
-    from exactattn.call.spec import load
+    from exactattn.engines.spec import load
     ex = load(head_spec)
     want = attend(ex.head, ex.x, engine="fast").share_decimals(4)
     typed([line.split(",")[2:] for line in out.splitlines()[1:]], want)

@@ -33,10 +33,13 @@ BUDGET = {
     # numbers: +40 for issue 43's share == P (a gradient entry compares with a forward value);
     # they go with the one row algebra
     "numbers": (("numbers", "gradients/values", "gradients/terms", "gradients/parts"), 2778, 1800),
-    "call": (("call", "examples"), 1584, 1100),
+    # call: -141 moved to engines (the head specs: call/spec.py -> engines/spec.py), issue 43
+    "call": (("call", "examples"), 1443, 960),
     # reference: +25 for issue 42's row rule (bound._row_excess: the weights' shared errors)
     "reference": (("reference", "gradients"), 1621, 1000),
-    "engines": (("engines", "blocks"), 1410, 900),
+    # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
+    # raise (the call ceiling fell by as much; target +140 from call's)
+    "engines": (("engines", "blocks"), 1551, 1040),
     # checks: +15 for issue 42's row rule (Report.rows_past, its note and summary); +12 for
     # issue 41's worst entries without building every entry (Comparison.top, .failures); +7 for
     # a review of both: the magnitudes' proved slack, ok entries' tolerances, accumulation checked

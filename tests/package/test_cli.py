@@ -422,7 +422,7 @@ def _traces(tmp_path):
     causal rows, equal scores (rational shares), pencil and fast engines."""
     from exactattn.examples import example
     from exactattn.engines.head import attend
-    from exactattn.call.spec import load
+    from exactattn.engines.spec import load
     out = [attend(example(name).head, example(name).x) for name in
            ("chronicle", "tiny", "bank-river", "self-match")]
     for seed, extra in enumerate([{}, {"divisor": "sqrt(3/2)", "causal": True},
@@ -481,7 +481,7 @@ def test_json_imports_no_sympy_and_states_each_normaliser_once(tmp_path):
 
 def test_people_get_a_corner_and_every_query_s_largest(tmp_path, cli):
     from exactattn.engines.head import attend
-    from exactattn.call.spec import load
+    from exactattn.engines.spec import load
     spec = _random_spec(tmp_path, 20)
     rc, out, err = cli("scores", "--spec", spec, "--width", "0")
     assert rc == 0 and err == ""
@@ -511,7 +511,7 @@ def test_people_get_a_corner_and_every_query_s_largest(tmp_path, cli):
 def test_queries_and_keys_choose_the_part_shown(tmp_path, cli):
     import json
     from exactattn.engines.head import attend
-    from exactattn.call.spec import load
+    from exactattn.engines.spec import load
     spec = _random_spec(tmp_path, 20)
     rc, out, _ = cli("scores", "--spec", spec, "--queries", "2..3,19", "--keys", "1,5",
                      "--format", "json")

@@ -88,13 +88,13 @@ def _problem_doc(**doc):
 
 
 def _head_doc(token):
-    from exactattn.call.spec import from_mapping
+    from exactattn.engines.spec import from_mapping
     return from_mapping({"tokens": [token], "W_Q": [[1]], "W_K": [[1]], "W_V": [[1]]})
 
 
 def _svg_with_control_characters(tmp):
     """Token texts holding control characters, <, & and a lone surrogate: well-formed XML."""
-    from exactattn.call.spec import loads
+    from exactattn.engines.spec import loads
     from exactattn.present.svg import score_svg, share_svg
     from exactattn.present.tables import attend_example
     ex = loads('{"tokens": [{"text": "a\\u0001b\\u0000\\ud800<&>\\"", "x": [1, 0]}, '

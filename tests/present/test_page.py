@@ -21,7 +21,7 @@ from exactattn.page import LENGTHS, build_page, page_numbers, with_companions
 from exactattn.page.data import DIVISOR_SQUARES, divisor_stops, length_numbers
 from exactattn.page.html import CSP, page_html, script_data
 from exactattn.page.picture import frame
-from exactattn.call.spec import load
+from exactattn.engines.spec import load
 from exactattn.present.tables import with_divisor
 
 

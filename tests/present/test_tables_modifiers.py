@@ -10,7 +10,8 @@ import pytest
 from exactattn.call.policy import Policy
 from exactattn.errors import SpecError
 from exactattn.call.modifiers import Alibi, Rope
-from exactattn.call.spec import HeadSpec, loads, loads_problem, problem_text
+from exactattn.call.spec import loads_problem, problem_text
+from exactattn.engines.spec import HeadSpec, loads
 from exactattn.call import Call
 
 CASES = Path(__file__).parents[1] / "data" / "cases"

@@ -123,11 +123,10 @@ class SplitMerge:
 
 
 def _exact_compare(exact, got) -> Compared:
-    if isinstance(exact, LogSumExp):
-        if not isinstance(got, LogSumExp):
-            raise InputError(f"an exact pair's lse must be a LogSumExp (got {type(got).__name__})")
-        return Compared(exact, got, "ok" if exact == got else "differs")
-    if not isinstance(got, (ExpRatio, Fraction, int)) or isinstance(got, bool):
+    if isinstance(exact, LogSumExp) and not isinstance(got, LogSumExp):
+        raise InputError(f"an exact pair's lse must be a LogSumExp (got {type(got).__name__})")
+    if not isinstance(exact, LogSumExp) and (not isinstance(got, (ExpRatio, Fraction, int))
+                                             or isinstance(got, bool)):
         raise InputError(f"an exact pair's output must be an ExpRatio or a Fraction (got "
                          f"{type(got).__name__})")
     return Compared(exact, got, "ok" if exact == got else "differs")
@@ -193,7 +192,6 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
                          "long")
     exact = isinstance(pairs[0][1], LogSumExp)
     cols = list(zip(*values))
-    block_out = [[r.combine(list(col)) for col in cols] for r in rows]
     sink = policy.sink if sink_at == "merge" else None
     merged_here = merged is None
     if exact:
@@ -213,20 +211,17 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
             merged = _float_merge(pairs, sink)
     found = Comparison(keep=None)
 
-    def pair(where, exact_out, outs, exact_lse, lse, mag):
-        for c, (e, g) in enumerate(zip(exact_out, outs)):
-            found.add(_placed(compare(e, g), where, f"output {c}", raised))
+    def pair(where, row, outs, lse):        # a row's pair against the row's exact values
+        for c, (col, g) in enumerate(zip(cols, outs)):
+            found.add(_placed(compare(row.combine(list(col)), g), where, f"output {c}", raised))
+        exact_lse = LogSumExp(row)
+        mag = 1.0 if exact_lse.neg_inf or row.nan else max(1.0, abs(float(exact_lse.decimal(6))))
         found.add(_placed(compare(exact_lse, lse, mag), where, "lse", raised))
     start = 0
     for b, (row, (outs, lse)) in enumerate(zip(rows, pairs)):
-        exact_lse = LogSumExp(row)
-        mag = max(1.0, abs(float(exact_lse.decimal(6)))) if not exact_lse.neg_inf else 1.0
-        pair(f"block {b} [{start}, {start + lengths[b]})", block_out[b], outs, exact_lse, lse, mag)
+        pair(f"block {b} [{start}, {start + lengths[b]})", row, outs, lse)
         start += lengths[b]
-    full_lse = LogSumExp(full)
-    full_out = [full.combine(list(col)) for col in cols]
-    mag = max(1.0, abs(float(full_lse.decimal(6)))) if not (full_lse.neg_inf or full.nan) else 1.0
-    pair("merged", full_out, merged[0], full_lse, merged[1], mag)
+    pair("merged", full, *merged)
     return SplitMerge(found, sink_at, lengths, merged_here, tol)
 
 

@@ -191,7 +191,6 @@ class HeadSpec(Example):
     """
     dropout_keep: list | None = None
     lse: str | None = None
-    keep = property(lambda self: self.dropout_keep)     # its older name, still read
 
 
 def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFields]:

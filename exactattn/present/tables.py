@@ -58,7 +58,7 @@ def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> 
     """Run an example's head on its tokens (``no_scale`` drops the divisor).
 
     The head's policy says the empty-row answer; a spec's dropout keep-mask
-    (``example.dropout_keep``, :class:`~exactattn.call.spec.HeadSpec`) goes with the call.
+    (``example.dropout_keep``, :class:`~exactattn.engines.spec.HeadSpec`) goes with the call.
     """
     head = with_divisor(example.head, None) if no_scale else example.head
     return attend(head, example.x, engine=engine, empty_row=head.policy.empty_row,

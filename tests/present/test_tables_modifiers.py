@@ -248,7 +248,7 @@ def test_head_spec_policy_table_builds_the_head():
         "dropout": {"p": "0.1", "keep": [[True, False], [True, True]]}})
     ex = loads(json.dumps(doc))
     p = ex.head.policy
-    assert isinstance(ex, HeadSpec) and ex.lse == "2" and ex.keep[0] == [True, False]
+    assert isinstance(ex, HeadSpec) and ex.lse == "2" and ex.dropout_keep[0] == [True, False]
     assert (p.sink, p.softcap, p.dropout, p.head, p.window, p.empty_row) == \
         (F(1, 2), F(1, 2), F(1, 10), 1, (None, 0), "nan")
     assert p.alibi == Alibi(2, "symmetric") and p.rope == Rope(F(500000), "half")

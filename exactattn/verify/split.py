@@ -102,7 +102,6 @@ class SplitMerge:
     lengths: list
     merged_here: bool
     max_ulps: int | None = None
-    notes: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:

@@ -59,7 +59,6 @@ class CallFields:
     changes: dict = field(default_factory=dict)
     dropout_keep: list | None = None
     lse: str | None = None
-    keep = property(lambda self: self.dropout_keep)     # its older name, still read
 
 
 def owned(where: str, check: Callable, *args):

@@ -279,8 +279,8 @@ def _inputs(args):
     if args.spec:
         from ..call.spec import load_problem
         problem, policy, dtype, fields = load_problem(args.spec, extras=True)
-        if fields.keep is not None and problem.dropout_keep is None:   # policy.dropout.keep
-            problem = problem.with_dropout_keep(fields.keep)
+        if fields.dropout_keep is not None and problem.dropout_keep is None:   # policy.dropout.keep
+            problem = problem.with_dropout_keep(fields.dropout_keep)
         args.spec_lse = fields.lse
         return problem, policy, dtype
     if args.search:

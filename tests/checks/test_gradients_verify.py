@@ -213,7 +213,7 @@ def test_dropout_backward_passes_with_the_problem_keep_mask():
         path.write_text(json.dumps(doc))
         problem, policy, _, fields = load_problem(str(path), extras=True)
     if problem.dropout_keep is None:
-        problem = problem.with_dropout_keep(fields.keep)
+        problem = problem.with_dropout_keep(fields.dropout_keep)
     for impl in ("numpy", "torch"):
         if impl == "torch":
             pytest.importorskip("torch")

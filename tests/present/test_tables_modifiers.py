@@ -272,7 +272,7 @@ def test_problem_spec_policy_modifiers_round_trip():
     problem, policy, dtype, fields = loads_problem(text, extras=True)
     assert (policy.sink, policy.head, policy.query_offset, policy.softcap, policy.dropout) == \
         (F(0), 3, 1, F(30), F(1, 4))
-    assert fields.keep == [[True, False]] and fields.lse == "2"
+    assert fields.dropout_keep == [[True, False]] and fields.lse == "2"
     assert len(loads_problem(text)) == 3
     again = loads_problem(problem_text(problem.with_policy(policy)) .replace(
         '"dropout": {\n      "p": "1/4"\n    }', '"dropout": {"p": "1/4", "keep": [[true, false]]}'),

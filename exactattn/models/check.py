@@ -376,15 +376,9 @@ def check_layers(run, places: int = 4, *, jobs: int = 1):
     (the same results, in the same order); where processes cannot be forked,
     one after another here.
     """
-    import multiprocessing
-    count = len(run.layers)
-    if jobs <= 1 or count == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        for k in range(count):
-            yield check_layer(run, k, places)
-        return
+    from ..present.stream import forked_map
     _SHARED["run"] = (run, places)
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, count)) as pool:
-            yield from pool.imap(_check_shared, range(count))
+        yield from forked_map(_check_shared, range(len(run.layers)), jobs)
     finally:
         _SHARED.clear()

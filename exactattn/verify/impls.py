@@ -591,7 +591,7 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
     The one translation of a call (a policy's scale, causal rule and
     alignment, window, query offset, ALiBi, RoPE and GQA map) into SDPA's
     arguments, for :class:`TorchImpl` and the FLOP-counter audit
-    (:mod:`exactattn.cost.counters`).  q, k, v are torch tensors of the
+    (:mod:`exactattn.audit.counters`).  q, k, v are torch tensors of the
     call's shapes; RoPE rotates q and k; GQA ``tile`` repeats k and v.
     ``top_left`` causal is ``is_causal=True``; ``bottom_right`` is
     ``causal_lower_right(L, S)`` (or, without ``lower_right_bias``, a folded

@@ -120,7 +120,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
             elif row.empty and empty_row == "nan":       # the policy's answer: NaN
                 rounded, mag = math.nan, 0.0
             else:      # an empty row's zeros or mean value; no bulk enclosure: entry by entry
-                mag = float(row.combine([abs(v) for v in values(i, c)]).decimal(20)) \
+                mag = float(row.combine([abs(v) for v in values(i, c)])) \
                     if not row.empty else \
                     _empty_magnitude(inputs, c) if empty_row == "uniform" else 0.0
                 rounded, ball = round_value(value(), fmt, _PREC)

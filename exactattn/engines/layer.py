@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..call.policy import Mask, Policy
-from ..numbers.digits import certify, enclosure_sign, round_fraction
+from ..numbers.digits import enclosure_sign
 from ..errors import InputError, ShapeError
 from ..numbers.exact import to_matrix, to_row
 from ..numbers.exact import fmpq_of
@@ -97,19 +97,11 @@ class LayerValue(Real):
             total += e.ball(prec)
         return total
 
-    def decimal(self, places: int) -> str:
-        """Correctly rounded (certified) decimal at ``places`` places."""
-        q = self.rational()
-        return round_fraction(q, places) if q is not None else certify(self.ball, places)
-
     def text(self) -> str:
         """The exact value as a sum of closed forms, one per head (and the bias)."""
         parts = ([str(self.constant)] if self.constant else []) + \
             [e.text() for e in self.terms if e.rational() != 0]
         return " + ".join(parts) or "0"
-
-    def __float__(self) -> float:
-        return float(self.decimal(20))
 
     def _order(self, other) -> int:
         if isinstance(other, LayerValue):

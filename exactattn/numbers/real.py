@@ -66,11 +66,11 @@ class Real:
             certify(self.ball, places, compare=self._minus_sign)
 
     def __float__(self) -> float:
-        """The nearest binary64 float (via a certified 20-digit decimal); nan for NaN."""
+        """The nearest binary64 float (correctly rounded, however small); nan for NaN."""
         if self._nan():
             return float("nan")
-        q = self.rational()
-        return float(q) if q is not None else float(self.decimal(20))
+        from .formats import round_value
+        return round_value(self, "float64")[0]
 
     def is_rational(self) -> bool:
         return self.rational() is not None

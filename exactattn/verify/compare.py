@@ -375,6 +375,10 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool
         hi = np.nextafter(mid + rad, np.inf)
         rounded = round_array(lo, fmt)
         same = (rounded == round_array(hi, fmt)) & np.isfinite(rounded) & np.isfinite(rad)
+        # a zero takes the exact value's sign (an exact 0 is +0); a ball around 0 has none
+        below, above = mid + rad < 0, (mid - rad > 0) | ((mid == 0) & (rad == 0))
+        same &= (rounded != 0) | below | above
+        rounded = np.where(rounded == 0, np.where(below, -0.0, 0.0), rounded)
         ig, g_ok = ulp_indices(got, fmt)
         ir, _ = ulp_indices(np.where(same, rounded, 0.0), fmt)
         ulps = np.abs(ig - ir)

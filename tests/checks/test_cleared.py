@@ -174,3 +174,15 @@ def test_the_worst_few_are_built_without_building_every_entry_judged_at_once():
         assert [(e.status, e.ulps) for e in top] == (
             [("hard", None), ("ok", 9), ("ok", 9)] if rank is None else
             [("hard", None), ("over", 2), ("ok", 9)])
+
+
+def test_a_zero_decided_in_bulk_carries_the_exact_value_s_sign():
+    """Both ends of an enclosure rounding to a zero decide the rounded value only when the
+    enclosure also decides its sign: an exact 0 is +0, a tiny negative value -0, and a ball
+    around 0 is left to the per-entry judge (it once came back as -0.0 for a positive value)."""
+    f = float_format("float16")
+    mid = np.array([1e-12, -1e-12, 0.0, 1e-12])
+    rad = np.array([2e-13, 2e-13, 0.0, 2e-12])
+    status, rounded, *_ = compare.decide(np.zeros(4), mid, rad, np.full(4, 1.5), f, 2)
+    assert status.tolist() == [4, 4, 0, 3]
+    assert [math.copysign(1.0, r) for r in rounded[:3]] == [1.0, -1.0, 1.0]

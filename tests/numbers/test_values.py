@@ -56,3 +56,15 @@ def test_nan_equals_nothing_not_even_itself():
     share = row.share(0)
     assert share != share and share != F(0)
     assert LogSumExp(row) != LogSumExp(row)
+
+
+def test_float_is_the_correctly_rounded_binary64_however_small():
+    """``float(value)`` is the nearest binary64 float of the exact value, not of a
+    20-place decimal (which made a share of 8.8e-27 read 0.0)."""
+    ref = Reference(Call([["1"]], [["0"], ["-60"]], [["1"], ["0"]], policy=Policy(scale="none")))
+    share = ref.share(0, 0, 0, 1)                      # exp(-60)/(exp(-60) + 1)
+    assert float(share) == 8.75651076269652e-27 and type(float(share)) is float
+    assert float(ref.output(0, 0, 0, 0)) == 1.0        # 1/(1 + exp(-60)) rounds to 1
+    dq = ref.gradients([["1"]]).value("dQ", 0, 0, 0, 0)   # 60*exp(-60)/(exp(-60) + 1)^2
+    assert float(dq) == 5.253906457617913e-25
+    assert float(Surd(0, ((F(2), F(1, 10**30)),))) == 7.071067811865475e-31    # 1/(10^30 sqrt(2))

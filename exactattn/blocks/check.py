@@ -186,11 +186,16 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
     :class:`Engine` (a local Dask cluster), closed at the end.
 
     Raises:
-        InputError: a dtype not in :data:`CHECK_DTYPES`, a memory budget too small.
+        InputError: a dtype not in :data:`CHECK_DTYPES`, a memory budget too small, a
+        modified call without ``max_ulps`` (the default tolerance reads plain scores only).
     """
     from ..options import check_choice, check_whole
     from ..numbers.formats import default_max_ulps
     check_choice(dtype, "dtype", CHECK_DTYPES)
+    if max_ulps is None and inputs.policy.modified:
+        raise InputError(f"max_ulps must be given for a blocked check of a call with "
+                         f"{', '.join(f for f in SCORE_FIELDS if getattr(inputs.policy, f) is not None)} (got none: the default tolerance reads "
+                         "plain scores only); pass max_ulps=, or check it with exactattn verify")
     got = np.asarray(got, dtype=np.float64).reshape(inputs.n_q, inputs.d_v)
     own = engine is None
     engine = engine or Engine()

@@ -341,3 +341,17 @@ def test_blocks_command_reads_head_and_verify_specs(cli, tmp_path):
                                  for i in range(2)])
     rc, _, err = cli("blocks", "--spec", str(head_spec), "--check", "torch")
     assert rc == 2 and "--check must come with --random or a verify spec" in err
+
+
+def test_a_modified_call_s_blocked_check_asks_for_its_tolerance():
+    """The blocked check's default tolerance reads plain scores only (a sink of 40 needs 50
+    ULPs where it would give 11): under a score modifier it is asked for, not guessed."""
+    import numpy as np
+    from exactattn.blocks.check import check_outputs
+    from exactattn.blocks.inputs import from_floats
+    from exactattn.call.policy import Policy
+    from exactattn.errors import InputError
+    q = np.ones((2, 2), dtype=np.float32)
+    with pytest.raises(InputError, match=r"^max_ulps must be given for a blocked check of a call "
+                                         r"with sink \(got none: .*exactattn verify$"):
+        check_outputs(from_floats(q, q, q, Policy(sink="40")), q, "float32")

@@ -48,7 +48,7 @@ def read_tokens(path: str) -> list[list]:
         a = a[0]
     if a.ndim != 2:
         raise ShapeError(f"tokens must be n x d_model (got shape {a.shape})")
-    return exact_matrix(a)
+    return exact_matrix(a, "tokens")
 
 
 def save_token_texts(path: str, tokens, source: str) -> None:

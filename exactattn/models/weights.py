@@ -172,7 +172,7 @@ def exact_row(a) -> list[Fraction]:
     return [Fraction(*v.as_integer_ratio()) for v in a.astype("float64").tolist()]
 
 
-def exact_matrix(a) -> list[list[Fraction]]:
+def exact_matrix(a, name: str = "weight") -> list[list[Fraction]]:
     """A 2-D float array as rows of exact ``Fraction`` entries (binary values, no rounding).
 
     >>> import numpy as np
@@ -180,5 +180,10 @@ def exact_matrix(a) -> list[list[Fraction]]:
     [[Fraction(13421773, 134217728)]]
     """
     if getattr(a, "ndim", None) != 2:
-        raise ShapeError(f"weight must be a 2-D array (got shape {getattr(a, 'shape', None)})")
+        raise ShapeError(f"{name} must be a 2-D array (got shape {getattr(a, 'shape', None)})")
+    import numpy as np
+    bad = np.argwhere(~np.isfinite(a.astype("float64")))
+    if len(bad):
+        i, j = bad[0].tolist()
+        raise InputError(f"{name} must be finite (got {float(a[i, j])} at row {i}, column {j})")
     return [exact_row(r) for r in a]

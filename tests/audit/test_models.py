@@ -312,3 +312,12 @@ def test_llama_config_head_dim_must_match_the_heads(tmp_path):
     with pytest.raises(ShapeError, match=r"head_dim in config.json must be 2, the width of each "
                                          r"of the 2 heads the weights split into \(got 4\)"):
         load_layer(tensors, "llama", 0, out_projection=False)
+
+
+def test_non_finite_tokens_and_weights_are_refused_in_one_line(tmp_path):
+    from exactattn.models.example import read_tokens
+    np.save(tmp_path / "x.npy", np.array([[1.0, np.nan]], dtype=np.float32))
+    with pytest.raises(InputError, match=r"^tokens must be finite \(got nan at row 0, column 1\)$"):
+        read_tokens(str(tmp_path / "x.npy"))
+    with pytest.raises(InputError, match=r"^weight must be finite \(got -inf at row 1, column 0\)$"):
+        exact_matrix(np.array([[0.5], [-np.inf]]))

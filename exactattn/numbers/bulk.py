@@ -36,6 +36,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .digits import format_scaled
+from .limbs import abs_max
 
 __all__ = ["block_bounds", "exact_matmul"]
 
@@ -70,10 +71,6 @@ def mat_ints(m):
     return int_array(num.entries(), (num.nrows(), num.ncols())), int(den)
 
 
-def _abs_max(a) -> int:
-    return int(abs(a).max()) if a.size else 0
-
-
 def exact_matmul(a, b):
     """The exact integer product ``a @ b`` (numpy arrays of integers).
 
@@ -83,7 +80,7 @@ def exact_matmul(a, b):
     import numpy as np
     from flint import fmpz_mat
     inner = a.shape[1]
-    ma, mb = _abs_max(a), _abs_max(b)
+    ma, mb = abs_max(a), abs_max(b)
     if ma < _EXACT_FLOAT and mb < _EXACT_FLOAT and ma * mb * inner < _EXACT_FLOAT:
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
     ma = fmpz_mat(a.shape[0], a.shape[1], [int(v) for v in a.ravel().tolist()])
@@ -430,7 +427,7 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
             keep.shape[1] == 0:
         return None
     if score_bound is None:
-        score_bound = q.shape[1] * _abs_max(q) * _abs_max(k)
+        score_bound = q.shape[1] * abs_max(q) * abs_max(k)
     cached = _block_tables(q_den * k_den, divisor_squared, F, score_bound.bit_length() - 59)
     if cached is None:
         return None

@@ -27,7 +27,7 @@ from fractions import Fraction
 from .exact import fmpq_of
 from .digits import MAX_PREC, arb_to_fraction, certify, tighten, working_precision
 from ..errors import InputError
-from ..options import check_choice, check_whole
+from ..options import MAX_PLACES, check_choice, check_whole
 
 __all__ = ["round_to_format", "ulp_index"]
 
@@ -290,7 +290,7 @@ def certified_scientific(value, digits: int = 9) -> str:
     >>> certified_scientific(SoftmaxRow([Fraction(100), Fraction(99)], None).share(0), 10)
     '7.310585786e-01'
     """
-    check_whole(digits, "digits", low=1, high=50)
+    check_whole(digits, "digits", low=1, high=MAX_PLACES)
     if value.row.nan if hasattr(value, "row") else value.nan:    # an ExpRatio, or a GradValue
         return "nan"
     quick = ball_scientific(value, digits)

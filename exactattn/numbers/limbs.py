@@ -30,7 +30,8 @@ from __future__ import annotations
 _HIGH_LIMIT = 1 << 60
 
 
-def _abs_max(a) -> int:
+def abs_max(a) -> int:
+    """The largest |entry| of an integer array, as an int (0 when empty)."""
     return int(abs(a).max()) if a.size else 0
 
 
@@ -45,7 +46,7 @@ def limb_digits(a, b) -> tuple[list, int]:
     w = (52 - b.shape[0].bit_length()) // 2
 
     def limbs(x):
-        count = max(1, -(-(_abs_max(x).bit_length() + 1) // w))
+        count = max(1, -(-(abs_max(x).bit_length() + 1) // w))
         return [((x >> (w * i)) & ((1 << w) - 1) if i < count - 1 else x >> (w * i))
                 .astype(np.float64) for i in range(count)]
     la, lb = limbs(a), limbs(b)
@@ -68,7 +69,7 @@ def score_split(q, k, shift: int, bound: int | None = None):
     """
     import numpy as np
     if bound is None and q.dtype != object and k.dtype != object:
-        bound = q.shape[1] * _abs_max(q) * _abs_max(k)
+        bound = q.shape[1] * abs_max(q) * abs_max(k)
     if q.dtype == object or k.dtype == object or not 0 <= shift <= 62 or \
             bound >> shift >= _HIGH_LIMIT:
         return None

@@ -376,8 +376,7 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool
         rounded = round_array(lo, fmt)
         same = (rounded == round_array(hi, fmt)) & np.isfinite(rounded) & np.isfinite(rad)
         # a zero takes the exact value's sign (an exact 0 is +0); a ball around 0 has none
-        below, above = mid + rad < 0, (mid - rad > 0) | ((mid == 0) & (rad == 0))
-        same &= (rounded != 0) | below | above
+        same &= (rounded != 0) | (below := mid + rad < 0) | (mid - rad > 0) | (mid == 0) & (rad == 0)
         rounded = np.where(rounded == 0, np.where(below, -0.0, 0.0), rounded)
         ig, g_ok = ulp_indices(got, fmt)
         ir, _ = ulp_indices(np.where(same, rounded, 0.0), fmt)
@@ -398,12 +397,11 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool
         judged = same & g_ok & (e_lo == e_hi) & (ok | (known & ~near) | (not at_terms))
         if at_terms:
             ok |= terms <= max_ulps
-        hard_ = same & ~np.isfinite(got)
         rough = judged & ~known
         # where the error is not known to 2^-10: its upper ends, for the summary's maxima
         rel = np.where(rough, (dist + sigma) / np.maximum(np.abs(mid) - rad, 2.0 ** -1074), rel)
         terms = np.where(rough & positive, (dist + sigma) / unit, terms)
-    status = np.where(hard_, 2, np.where(judged, np.where(ok, np.where(known, 0, 4), 1), 3))
+    status = np.where(same & ~np.isfinite(got), 2, np.where(judged, np.where(ok, np.where(known, 0, 4), 1), 3))
     return status, rounded, ulps, rel, terms
 
 

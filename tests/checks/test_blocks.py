@@ -352,6 +352,6 @@ def test_a_modified_call_s_blocked_check_asks_for_its_tolerance():
     from exactattn.call.policy import Policy
     from exactattn.errors import InputError
     q = np.ones((2, 2), dtype=np.float32)
-    with pytest.raises(InputError, match=r"^max_ulps must be given for a blocked check of a call "
-                                         r"with sink \(got none: .*exactattn verify$"):
+    with pytest.raises(InputError, match=r"^max_ulps must be given for a blocked check of a "
+                                         r"modified call \(got none: .*exactattn verify$"):
         check_outputs(from_floats(q, q, q, Policy(sink="40")), q, "float32")

@@ -69,71 +69,38 @@ def _positions(trace) -> list[str]:
             f"p_i = i - 1 + {p0}"]
 
 
-def square_sections(trace, places: int = 4, view: View | None = None) -> list[Section]:
-    """The score stages a modified head adds after ``square/scaled`` (none for a plain head)."""
-    policy = trace.policy
-    if policy.rope is None and policy.softcap is None and policy.alibi is None and \
-            policy.sink is None:
-        return []
-    grid = Grid(trace.n, view or View())
-    cell = (lambda v: real_cell(v, places))
-    out = []
-    if policy.rope is not None:
-        rope = policy.rope
-        row_of = (lambda i: [trace.rotated_score(i, j) for j in range(grid.n)])
-        out.append(Section(
-            "square/rope", "Rotated scores (RoPE): queries[i] . keys[j] after rotating both by "
-            "their positions", grid.cols, grid.rows(row_of, cell),
+def grid_section(grid: Grid, name: str, title: str, rows, notes: list, data: dict,
+                 more: tuple = ()) -> Section:
+    """The one builder of the square tables: a query column and the grid's keys (then the
+    ``more`` columns), ``rows`` built when written, ``notes`` then the grid's cut note."""
+    return Section(name, title, grid.cols + list(more), rows, notes + grid.shown, data)
+
+
+def _rope(trace, grid: Grid, places: int):
+    rope = trace.policy.rope
+    return ("Rotated scores (RoPE): queries[i] . keys[j] after rotating both by their positions",
+            lambda i: [trace.rotated_score(i, j) for j in range(grid.n)],
             [f"RoPE: theta = {rope.theta}, {rope.layout} layout; a pair of entries turns by "
              "position * theta^(-2k/d_k) (Su et al. 2021, sec. 3.4)",
              "kind: exact rational where the angle is 0 (the query's own position), certified "
              "transcendental elsewhere (cos and sin of rational multiples)", _CERTIFIED,
              "the softmax reads these rotated scores, not the raw ones above"]
-            + _positions(trace) + grid.shown,
-            dict(_values(grid, row_of, places, True), theta=str(rope.theta),
-                 layout=rope.layout)))
-    if policy.softcap is not None:
-        cap = policy.softcap
-        row_of = (lambda i: trace.logit_row(i, "capped"))
-        out.append(Section(
-            "square/capped", f"Capped scores: {cap}*tanh(scaled / "
+            + _positions(trace), True, dict(theta=str(rope.theta), layout=rope.layout))
+
+
+def _capped(trace, grid: Grid, places: int):
+    cap = trace.policy.softcap
+    return (f"Capped scores: {cap}*tanh(scaled / "
             f"{cap if cap.denominator == 1 else f'({cap})'}) (soft-capping, before "
-            "biases and masks)", grid.cols, grid.rows(row_of, cell),
+            "biases and masks)", lambda i: trace.logit_row(i, "capped"),
             ["kind: certified transcendental (tanh of a nonzero exact score; tanh(0) = 0 "
              "exactly); tanh is injective, so equal scaled scores give exactly equal capped "
              "scores", _CERTIFIED,
-             "capped before the mask: a hidden key stays -inf (weight 0)"] + grid.shown,
-            dict(_values(grid, row_of, places, True), cap=str(cap))))
-    if policy.alibi is not None:
-        out.append(_alibi(trace, grid, places))
-    sink = policy.sink
-    if policy.alibi is not None or sink is not None or \
-            (policy.rope is not None and policy.softcap is None):
-        row_of = (lambda i: trace.logit_row(i, "logit"))
-        steps = ("capped " if policy.softcap is not None else "") + \
-            ("rotated" if policy.rope is not None else "scaled") + " score" + \
-            (" + ALiBi bias" if policy.alibi is not None else "")
-        rows = grid.rows(row_of, cell)
-        if sink is not None:          # the sink: one more logit in every row, with no value
-            plain, text = rows, real_cell(sink, places)
-            rows = LazyRows(len(plain), lambda k: plain[k] + [text])
-        data = _values(grid, row_of, places, True)
-        if sink is not None:
-            data["sink"] = real_exact(sink)
-        out.append(Section(
-            "square/logits", f"Logits: what the softmax reads ({steps})",
-            grid.cols + (["sink"] if sink is not None else []), rows,
-            (["kind of each value: exact rational, exact algebraic (an irrational slope or "
-              "divisor) or certified transcendental (capped or rotated)", _CERTIFIED]
-             if policy.softcap is not None or policy.rope is not None else
-             ["kind of each value: exact rational, or exact algebraic (an irrational slope or "
-              "divisor: its closed form ~ its certified decimal)"])
-            + ([f"the sink's logit {sink} joins every row's softmax and carries no value"]
-               if sink is not None else []) + grid.shown, data))
-    return out
+             "capped before the mask: a hidden key stays -inf (weight 0)"], True,
+            dict(cap=str(cap)))
 
 
-def _alibi(trace, grid: Grid, places: int) -> Section:
+def _alibi(trace, grid: Grid, places: int):
     policy = trace.policy
     alibi, h = policy.alibi, policy.head
     slope = alibi.slope(h)
@@ -141,17 +108,61 @@ def _alibi(trace, grid: Grid, places: int) -> Section:
     slope_text = real_exact(slope)
     if kind != KINDS[0]:
         slope_text += f" ~ {real_decimal(slope, places)}"
-    row_of = (lambda i: [trace.alibi_bias(i, j) for j in range(grid.n)])
     notes = [f"head {h} of {alibi.heads} ({alibi.form} form): slope m = {slope_text}, {kind}; "
              "slopes from the head count as in Press et al. 2022 (sec. 3) and the authors' code",
              f"kind: every bias is {kind} (the slope times a whole number)",
              "the bias is added to the scaled (or capped) score; -inf where the key is hidden"]
-    return Section(
-        "square/alibi", f"ALiBi biases: {alibi.formula('p_i')}, slope m = "
-        f"{real_exact(slope)}", grid.cols, grid.rows(row_of, lambda v: real_cell(v, places)),
-        notes + _positions(trace) + grid.shown,
-        dict(_values(grid, row_of, places, False), heads=alibi.heads, head=h,
-             form=alibi.form, slope=real_exact(slope), kind=kind))
+    return (f"ALiBi biases: {alibi.formula('p_i')}, slope m = {real_exact(slope)}",
+            lambda i: [trace.alibi_bias(i, j) for j in range(grid.n)],
+            notes + _positions(trace), False,
+            dict(heads=alibi.heads, head=h, form=alibi.form, slope=real_exact(slope), kind=kind))
+
+
+def _logits(trace, grid: Grid, places: int):
+    policy = trace.policy
+    sink, cert = policy.sink, policy.softcap is not None or policy.rope is not None
+    steps = ("capped " if policy.softcap is not None else "") + \
+        ("rotated" if policy.rope is not None else "scaled") + " score" + \
+        (" + ALiBi bias" if policy.alibi is not None else "")
+    return (f"Logits: what the softmax reads ({steps})", lambda i: trace.logit_row(i, "logit"),
+            (["kind of each value: exact rational, exact algebraic (an irrational slope or "
+              "divisor) or certified transcendental (capped or rotated)", _CERTIFIED] if cert
+             else ["kind of each value: exact rational, or exact algebraic (an irrational slope "
+                   "or divisor: its closed form ~ its certified decimal)"])
+            + ([f"the sink's logit {sink} joins every row's softmax and carries no value"]
+               if sink is not None else []), True,
+            {} if sink is None else {"sink": real_exact(sink)})
+
+
+#: the score stages a modified head adds, in order: (name, when it is shown, its parts)
+_STAGES = (
+    ("square/rope", lambda p: p.rope is not None, _rope),
+    ("square/capped", lambda p: p.softcap is not None, _capped),
+    ("square/alibi", lambda p: p.alibi is not None, _alibi),
+    ("square/logits", lambda p: p.alibi is not None or p.sink is not None or
+     (p.rope is not None and p.softcap is None), _logits),
+)
+
+
+def square_sections(trace, places: int = 4, view: View | None = None) -> list[Section]:
+    """The score stages a modified head adds after ``square/scaled`` (none for a plain head):
+    each a table of reals over the grid (:data:`_STAGES`, built by :func:`grid_section`)."""
+    policy = trace.policy
+    grid = Grid(trace.n, view or View())
+    out = []
+    for name, shown, parts in _STAGES:
+        if not shown(policy):
+            continue
+        title, row_of, notes, kinds, extra = parts(trace, grid, places)
+        rows = grid.rows(row_of, lambda v: real_cell(v, places))
+        sink = policy.sink if name == "square/logits" else None
+        if sink is not None:          # the sink: one more logit in every row, with no value
+            plain, text = rows, real_cell(sink, places)
+            rows = LazyRows(len(plain), lambda k: plain[k] + [text])
+        out.append(grid_section(grid, name, title, rows, notes,
+                                dict(_values(grid, row_of, places, kinds), **extra),
+                                ("sink",) if sink is not None else ()))
+    return out
 
 
 def score_sections(trace, places: int = 4, view: View | None = None,
@@ -195,15 +206,15 @@ def _dropout(trace, places: int, view: View) -> Section:
     notes = [f"dropout p = {p}: a kept weight is the share times 1/(1 - p) = {scale}; a dropped "
              "key gets 0",
              "rows no longer sum to 1: each sums to (the sum of its kept shares) / (1 - p)",
-             f"weights at {places} certified places (correctly rounded)"] + grid.shown
+             f"weights at {places} certified places (correctly rounded)"]
     data = {"p": str(p),
             "keep": grid.data(lambda i: keep[i], lambda v: v),
             "weights_decimal": grid.data(lambda i: dec[i], lambda v: v),
             "sums": LazyRows(len(grid.toks), lambda k: {
                 "exact": trace.weight_sum(grid.toks[k]).text(),
                 "decimal": trace.weight_sum(grid.toks[k]).decimal(places)})}
-    return Section("scores/dropout", f"Weights after dropout: share * keep / (1 - {p})",
-                   grid.cols + ["sum"], LazyRows(len(grid.toks), line), notes, data)
+    return grid_section(grid, "scores/dropout", f"Weights after dropout: share * keep / "
+                        f"(1 - {p})", LazyRows(len(grid.toks), line), notes, data, ("sum",))
 
 
 def _lse(trace, places: int, view: View, base: str) -> Section:

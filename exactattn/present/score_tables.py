@@ -31,6 +31,7 @@ from __future__ import annotations
 from .cells import divisor_words, exact_text, value_cell, vector
 from ..errors import InputError
 from .forms import OUTPUT_TERMS, row_forms
+from .modifier_tables import grid_section
 from .render import Cell, Section
 from .rowints import score_rows
 from .stream import Grid, LazyRows, View, span_text, shown_note
@@ -155,7 +156,6 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
         return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + sink_cell(i) + \
             [_total(trace, i), largest_cell(i)]
 
-    cols = grid.cols + (["sink"] if sink else []) + ["sum", "largest"]
     notes = [f"divisor used for these shares: {divisor_words(head, places)}",
              f"shares at {places} certified places (correctly rounded); "
              "printed values may not add to 1 because of rounding"]
@@ -172,7 +172,6 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     for a, b in _identical(trace):
         notes.append(f"rows {a + 1} and {b + 1} are identical: tokens {a + 1} and {b + 1} carry "
                      "the same numbers (no positional information)")
-    notes += grid.shown
     every_key = len(keys) == n
     forms = row_forms(trace) if closed_forms else None
 
@@ -197,8 +196,9 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
             "exact": trace.sink_share(toks[k]).text(),
             "decimal": trace.sink_share(toks[k]).decimal(places)})
     data["places"] = places
-    sections = [Section("scores/shares", "Shares (attention weights): softmax of each row",
-                        cols, LazyRows(len(toks), share_row), notes, data)]
+    sections = [grid_section(grid, "scores/shares", "Shares (attention weights): softmax of "
+                             "each row", LazyRows(len(toks), share_row), notes, data,
+                             ("sink",) * sink + ("sum", "largest"))]
     if view.corner:
         sections.append(Section(
             "scores/rows", "Each query: its sum and largest share", ["query", "sum", "largest"],

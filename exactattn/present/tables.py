@@ -38,7 +38,7 @@ from ..errors import InputError
 from ..engines.head import Head, Trace, attend
 from ..reference.kernels import score
 from ..numbers.exact import common_denominator
-from .modifier_tables import score_sections, square_sections
+from .modifier_tables import grid_section, score_sections, square_sections
 from .render import Section, plural, printable
 from .rowints import score_rows
 from .score_tables import scores
@@ -290,12 +290,12 @@ def square(example, trace: Trace, places: int = 4, view: View | None = None) -> 
     view = view or View()
     n, head = trace.n, trace.head
     grid = Grid(n, view)
-    toks, keys, cols, shown = grid.toks, grid.keys, grid.cols, grid.shown
+    toks, keys = grid.toks, grid.keys
     mask = " (causal: -inf above the diagonal)" if head.causal else ""
     raw = Scaler(None)
-    out = [Section("square/raw", f"Raw scores: queries[i] . keys[j]{mask}", cols,
-                   _score_rows(trace, toks, keys, raw, places), list(shown),
-                   {"raw_scores": _score_rows(trace, toks, keys, raw, None)})]
+    out = [grid_section(grid, "square/raw", f"Raw scores: queries[i] . keys[j]{mask}",
+                        _score_rows(trace, toks, keys, raw, places), [],
+                        {"raw_scores": _score_rows(trace, toks, keys, raw, None)})]
     window = head.policy.window
     if window is not None:
         left, right = ("any" if w is None else w for w in window)
@@ -307,11 +307,11 @@ def square(example, trace: Trace, places: int = 4, view: View | None = None) -> 
         out[0].notes.append("divisor: none (unscaled); the shares read the raw scores")
         return out
     scale = Scaler(d2)
-    out.append(Section("square/scaled", f"Scaled scores: raw / {divisor_text(d2)}", cols,
-                       _score_rows(trace, toks, keys, scale, places),
-                       [f"divisor: {divisor_words(head, places)}"] + shown,
-                       {"divisor": divisor_text(d2),
-                        "scaled_scores": _score_rows(trace, toks, keys, scale, None)}))
+    out.append(grid_section(grid, "square/scaled", f"Scaled scores: raw / {divisor_text(d2)}",
+                            _score_rows(trace, toks, keys, scale, places),
+                            [f"divisor: {divisor_words(head, places)}"],
+                            {"divisor": divisor_text(d2),
+                             "scaled_scores": _score_rows(trace, toks, keys, scale, None)}))
     return out
 
 

@@ -39,7 +39,7 @@ from .cells import KINDS, real_cell, real_exact, real_kind, value_cell
 from ..call.modifiers import dropout_factors
 from ..numbers.reals import real_decimal
 from .render import Cell, Section
-from .stream import Grid, LazyRows, View, shown_note, span_text
+from .stream import Grid, LazyRows, View, shown_note
 
 #: a row's log-sum-exp closed form is written out up to this many distinct terms
 LSE_TERMS = 16
@@ -253,8 +253,7 @@ def _lse(trace, places: int, view: View, base: str) -> Section:
              f"values at {places} certified places; -inf for a row that sees no key",
              f"a row of more than {LSE_TERMS} distinct terms has no closed form written "
              "out (null in JSON)"]
-    notes += shown_note(len(toks) < n and f"queries {span_text(toks)} of {n}", None,
-                        "choose with --queries")
+    notes += shown_note("choose with --queries", ("queries", toks, n))
     data = {"base": base, "lse": LazyRows(len(toks), lambda k: dict(zip(
         ("closed_form", "decimal", "kind"), parts(toks[k]))))}
     return Section("scores/lse", f"Log-sum-exp of each row, in {unit}",

@@ -34,7 +34,7 @@ from .forms import OUTPUT_TERMS, row_forms
 from .modifier_tables import grid_section
 from .render import Cell, Section
 from .rowints import score_rows
-from .stream import Grid, LazyRows, View, span_text, shown_note
+from .stream import Grid, LazyRows, View, shown_note
 
 
 def _numeric(trace, what: str) -> None:
@@ -222,9 +222,8 @@ def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
         return [str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c], False)
                                for c in slots]
     cols = ["token"] + [f"out {c + 1}" for c in slots]
-    notes = shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
-                       len(slots) < d_v and f"columns {span_text(slots)} of {d_v}",
-                       "choose tokens with --queries")
+    notes = shown_note("choose tokens with --queries", ("tokens", toks, n),
+                       ("columns", slots, d_v))
     if trace.dropout_keep is not None:
         notes.insert(0, "dropout: the outputs mix the values with the weights after dropout "
                         "(scores/dropout), not with the shares")

@@ -190,10 +190,17 @@ def span_text(span: Sequence[int]) -> str:
     return ",".join(out)
 
 
-def shown_note(rows, cols, hint: str | None) -> list[str]:
+def shown_note(hint: str | None, *cuts) -> list[str]:
     """``["showing tokens 1..8 of 1024 and keys 1..8 of 1024; <hint>, or ..."]``, or ``[]``
-    when nothing is cut (``rows``/``cols``: a phrase, or a false value)."""
-    parts = [p for p in (rows, cols) if p]
+    when nothing is cut.  Each cut is ``(word, shown, total)`` (said when fewer than
+    ``total`` indices are shown), a phrase, or a false value.
+
+    >>> shown_note(None, ("tokens", range(2), 5), ("keys", range(5), 5), None)
+    ['showing tokens 1..2 of 5; use --format csv, json or jsonl for every value']
+    """
+    parts = [f"{c[0]} {span_text(c[1])} of {c[2]}" if isinstance(c, tuple) else c
+             for c in cuts if not isinstance(c, tuple) or len(c[1]) < c[2]]
+    parts = [p for p in parts if p]
     if not parts:
         return []
     how = f"{hint}, or use" if hint else "use"
@@ -208,10 +215,8 @@ class Grid:
     def __init__(self, n: int, view: View, keys_note: str = ""):
         self.n, self.toks, self.keys = n, view.rows(n), view.cols(n)
         self.cols = ["query"] + [view.key(j) for j in self.keys]
-        self.shown = shown_note(
-            len(self.toks) < n and f"queries {span_text(self.toks)} of {n}",
-            len(self.keys) < n and f"keys {span_text(self.keys)} of {n}{keys_note}",
-            "choose with --queries and --keys")
+        keys = len(self.keys) < n and f"keys {span_text(self.keys)} of {n}{keys_note}"
+        self.shown = shown_note("choose with --queries and --keys", ("queries", self.toks, n), keys)
 
     def rows(self, row_of, cell) -> LazyRows:
         """``[query, cell(row_of(i)[j]) for each key shown]`` for each query shown."""

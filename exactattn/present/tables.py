@@ -104,9 +104,8 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
     notes = [f"{plural(n, 'token')}, each with d_model = {plural(d, 'number')}"]
     if example.title:
         notes.insert(0, f"source text: {example.title}")
-    notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
-                        len(slots) < d and f"numbers {span_text(slots)} of {d}",
-                        "choose tokens with --queries" + _COLUMNS * (len(slots) < d))
+    notes += shown_note("choose tokens with --queries" + _COLUMNS * (len(slots) < d),
+                        ("tokens", toks, n), ("numbers", slots, d))
     return [Section("row", "The row: tokens and their numbers", cols, LazyRows(len(toks), line),
                     notes, {"x": LazyRows(len(toks), lambda k: _texts(trace.x[toks[k]]))})]
 
@@ -130,10 +129,8 @@ def weights(example, trace: Trace, places: int = 4, view: View | None = None) ->
         rows = [[str(r + 1)] + _typed_texts(m[r], typed[r] if typed else None, width, view)
                 for r in lines]
         shape = f"{len(m)} x {len(m[0])}"
-        notes = shown_note(len(lines) < len(m) and f"lines {span_text(lines)} of {len(m)}",
-                           len(width) < len(m[0]) and f"columns {span_text(width)} of "
-                                                      f"{len(m[0])}",
-                           "choose how many with --columns" if len(width) < len(m[0]) else None)
+        notes = shown_note("choose how many with --columns" if len(width) < len(m[0]) else None,
+                           ("lines", lines, len(m)), ("columns", width, len(m[0])))
         data = {name: [_texts(r) for r in m]}
         bias = head.bias("b_" + name[-1])
         if bias is not None:
@@ -225,9 +222,9 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
     ]
     if head.biases:
         notes[1:] = _bias_notes(head, same, which)
-    notes += shown_note(len(toks) < n and f"tokens {span_text(toks)} of {n}",
-                        (qw or vw) and f"the first {qw or vw} numbers of each vector",
-                        "choose tokens with --queries" + _COLUMNS * bool(qw or vw))
+    notes += shown_note("choose tokens with --queries" + _COLUMNS * bool(qw or vw),
+                        ("tokens", toks, n), (qw or vw) and f"the first {qw or vw} numbers of "
+                                                           "each vector")
 
     def exact(name):
         return LazyRows(len(toks), lambda k: _texts(trace.vector(name, toks[k])))

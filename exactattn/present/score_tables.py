@@ -261,13 +261,15 @@ def _macs(trace) -> Section:
                        [f"the {trace.engine} engine counts nothing; see `exactattn cost` for "
                         "the derived figures"], {})
     total = sum(m.values())
-    rotation = [["rotation (RoPE)", str(m["rotation"])]] if "rotation" in m else []
     notes = ["a multiply-add (MAC) is one multiplication and one addition; FLOPs = 2 x MACs"]
-    if rotation:
+    if "rotation" in m:
         notes.append("RoPE: 2 d_k products per visible pair, besides the cos and sin of each "
                      "angle (certified, not MACs)")
+    rows = [[label, str(m[key])] for label, key in _STAGES if key in m]
     return Section("scores/macs", "Multiply-adds this run took (counted in the loops)",
-                   ["stage", "MACs"],
-                   [["projections", str(m["projections"])], ["scores", str(m["scores"])]] +
-                   rotation + [["mixing", str(m["mix"])], ["total", str(total)]],
-                   notes, dict(m, total=total))
+                   ["stage", "MACs"], rows + [["total", str(total)]], notes, dict(m, total=total))
+
+
+#: the rows of scores/macs: (label, the stage's key in Trace.macs), in order
+_STAGES = (("projections", "projections"), ("scores", "scores"), ("rotation (RoPE)", "rotation"),
+           ("mixing", "mix"))

@@ -349,17 +349,15 @@ def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
     def own(t, dec, i):
         return value_cell(t.share(i, i), dec[i][i], t.raw_score_row(i)[i] is None)
 
-    cols = ["query"] + [f"key {j + 1}" for j in range(n)]
-    raw_rows = [[str(i + 1)] + ["-inf" if v is None else with_decimal(v, places)
-                                for v in raw.raw_score_row(i)] for i in range(n)]
-    raw_sec = Section(
-        "compare/raw", "Raw self-match (no projections): x[i] . x[j]", cols, raw_rows,
+    grid = Grid(n, View())
+    raw_sec = grid_section(
+        grid, "compare/raw", "Raw self-match (no projections): x[i] . x[j]",
+        grid.rows(raw.raw_score_row, lambda v: "-inf" if v is None else with_decimal(v, places)),
         [f"divisor for the raw shares: {divisor_words(raw_head, places)}",
          "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
          "itself best"],
-        {"raw_scores": [[None if v is None else exact_text(v) for v in raw.raw_score_row(i)]
-                        for i in range(n)],
-         "raw_shares_decimal": raw_dec})
+        {"raw_scores": grid.data(raw.raw_score_row, lambda v: None if v is None else
+                                 exact_text(v)), "raw_shares_decimal": raw_dec})
     own_rows = [[str(i + 1), own(raw, raw_dec, i), favourite(raw, i),
                  own(trace, own_dec, i), favourite(trace, i)] for i in range(n)]
     own_sec = Section(

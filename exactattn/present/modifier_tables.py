@@ -198,8 +198,7 @@ def _dropout(trace, places: int, view: View) -> Section:
         d = value.decimal(places)
         return value_cell(value, d) if readers else d
 
-    def line(k: int) -> list:
-        i = grid.toks[k]
+    def line(i: int) -> list:
         return [str(i + 1)] + [weight_cell(i, j) for j in grid.keys] + [total(i)]
 
     scale = dropout_factors(p, [True])[0]              # 1/(1 - p): the one dropout rule
@@ -214,7 +213,7 @@ def _dropout(trace, places: int, view: View) -> Section:
                 "exact": trace.weight_sum(grid.toks[k]).text(),
                 "decimal": trace.weight_sum(grid.toks[k]).decimal(places)})}
     return grid_section(grid, "scores/dropout", f"Weights after dropout: share * keep / "
-                        f"(1 - {p})", LazyRows(len(grid.toks), line), notes, data, ("sum",))
+                        f"(1 - {p})", LazyRows.over(grid.toks, line), notes, data, ("sum",))
 
 
 def _lse(trace, places: int, view: View, base: str) -> Section:
@@ -235,8 +234,7 @@ def _lse(trace, places: int, view: View, base: str) -> Section:
             kind = real_kind(x) if x is not None else KINDS[2]
         return form, d, kind
 
-    def line(k: int) -> list:
-        i = toks[k]
+    def line(i: int) -> list:
         form, d, kind = parts(i)
         terms = len(trace.row(i).counts)
         if form is None or len(form) > LSE_WIDTH:
@@ -257,5 +255,5 @@ def _lse(trace, places: int, view: View, base: str) -> Section:
     data = {"base": base, "lse": LazyRows(len(toks), lambda k: dict(zip(
         ("closed_form", "decimal", "kind"), parts(toks[k]))))}
     return Section("scores/lse", f"Log-sum-exp of each row, in {unit}",
-                   ["query", "log-sum-exp", "value", "kind"], LazyRows(len(toks), line),
+                   ["query", "log-sum-exp", "value", "kind"], LazyRows.over(toks, line),
                    notes, data)

@@ -150,8 +150,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
         dec = value.decimal(places)
         return [value_cell(value, dec) if readers else dec]
 
-    def share_row(k: int) -> list[str]:
-        i = toks[k]
+    def share_row(i: int) -> list[str]:
         seen = policy.visible_keys(i, n, n)
         return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + sink_cell(i) + \
             [_total(trace, i), largest_cell(i)]
@@ -175,8 +174,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     every_key = len(keys) == n
     forms = row_forms(trace) if closed_forms else None
 
-    def share_forms(k: int) -> dict:
-        i = toks[k]
+    def share_forms(i: int) -> dict:
         tops = forms.numerators(i)
         return {"normaliser": forms.normaliser(i),
                 "numerators": tops if every_key else [tops[j] for j in keys]}
@@ -189,7 +187,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     if closed_forms:
         data["formula"] = ("shares[i][j] = closed_forms[i].numerators[j] / "
                            "closed_forms[i].normaliser")
-        data["closed_forms"] = LazyRows(len(toks), share_forms)
+        data["closed_forms"] = LazyRows.over(toks, share_forms)
     data["shares_decimal"] = LazyRows(len(toks), lambda k: decimals(share_dec, k))
     if sink:
         data["sink_shares"] = LazyRows(len(toks), lambda k: {
@@ -197,7 +195,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
             "decimal": trace.sink_share(toks[k]).decimal(places)})
     data["places"] = places
     sections = [grid_section(grid, "scores/shares", "Shares (attention weights): softmax of "
-                             "each row", LazyRows(len(toks), share_row), notes, data,
+                             "each row", LazyRows.over(toks, share_row), notes, data,
                              ("sink",) * sink + ("sum", "largest"))]
     if view.corner:
         sections.append(Section(
@@ -215,8 +213,7 @@ def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
     slots = view.part(d_v)
     readers = view.readers
 
-    def out_row(k: int) -> list[str]:
-        i = toks[k]
+    def out_row(i: int) -> list[str]:
         if not readers:
             return [str(i + 1)] + [output_dec[i][c] for c in slots]
         return [str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c], False)
@@ -237,7 +234,7 @@ def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
     data["outputs_decimal"] = LazyRows(len(toks), lambda k: list(output_dec[toks[k]]))
     title = "Outputs: sum_j shares[i][j] * values[j]" if trace.dropout_keep is None else \
         "Outputs: sum_j weights[i][j] * values[j] (weights after dropout)"
-    return Section("scores/outputs", title, cols, LazyRows(len(toks), out_row), notes, data)
+    return Section("scores/outputs", title, cols, LazyRows.over(toks, out_row), notes, data)
 
 
 def _in_out(example, trace, view: View, output_dec) -> Section:

@@ -53,6 +53,11 @@ class LazyRows(Sequence):
         self._length = length
         self._row = row
 
+    @classmethod
+    def over(cls, picked: Sequence[int], row: Callable[[int], Any]) -> "LazyRows":
+        """One row per picked index (a token shown): row k is ``row(picked[k])``."""
+        return cls(len(picked), lambda k: row(picked[k]))
+
     def __len__(self) -> int:
         return self._length
 

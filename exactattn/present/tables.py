@@ -94,8 +94,7 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
     toks, slots = view.rows(n), view.part(d)
     cols = ["n", "id", "bytes", "text"] + [names[m] for m in slots]
 
-    def line(k: int) -> list[str]:
-        i = toks[k]
+    def line(i: int) -> list[str]:
         tok = example.tokens[i]
         return [str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
                 printable(tok.text)] + _typed_texts(trace.x[i], typed_x[i] if typed_x else None,
@@ -106,7 +105,7 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
         notes.insert(0, f"source text: {example.title}")
     notes += shown_note("choose tokens with --queries" + _COLUMNS * (len(slots) < d),
                         ("tokens", toks, n), ("numbers", slots, d))
-    return [Section("row", "The row: tokens and their numbers", cols, LazyRows(len(toks), line),
+    return [Section("row", "The row: tokens and their numbers", cols, LazyRows.over(toks, line),
                     notes, {"x": LazyRows(len(toks), lambda k: _texts(trace.x[toks[k]]))})]
 
 
@@ -205,8 +204,7 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
     toks = view.rows(n)
     qw, vw = view.width(head.d_k), view.width(head.d_v)
 
-    def line(k: int) -> list:
-        i = toks[k]
+    def line(i: int) -> list:
         return [str(i + 1), vector(trace.vector("queries", i), qw),
                 vector(trace.vector("keys", i), qw), vector(trace.vector("values", i), vw)]
     checked = list(toks[:NEURON_TOKENS])
@@ -230,7 +228,7 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
         return LazyRows(len(toks), lambda k: _texts(trace.vector(name, toks[k])))
     data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
             "neurons_agree": same}
-    rows = LazyRows(len(toks), line)
+    rows = LazyRows.over(toks, line)
     if head.biases:
         rows = _with_bias_row(rows, head, qw, vw)
         data["biases"] = {b: None if head.bias(b) is None else _texts(head.bias(b))
@@ -263,8 +261,7 @@ def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> 
     every = len(keys) == trace.n
     rows = None if trace.engine == "symbolic" else score_rows(trace)
 
-    def line(k: int) -> list:
-        i = toks[k]
+    def line(i: int) -> list:
         if rows is None:          # sympy scores: each cell as sympy writes it
             raw = trace.raw_score_row(i)
             cells = [None if raw[j] is None else scale.exact(raw[j]) if places is None
@@ -275,7 +272,7 @@ def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> 
         if places is None:
             return cells
         return [str(i + 1)] + ["-inf" if c is None else c for c in cells]
-    return LazyRows(len(toks), line)
+    return LazyRows.over(toks, line)
 
 
 def square(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:

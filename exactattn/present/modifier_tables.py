@@ -209,9 +209,9 @@ def _dropout(trace, places: int, view: View) -> Section:
     data = {"p": str(p),
             "keep": grid.data(lambda i: keep[i], lambda v: v),
             "weights_decimal": grid.data(lambda i: dec[i], lambda v: v),
-            "sums": LazyRows(len(grid.toks), lambda k: {
-                "exact": trace.weight_sum(grid.toks[k]).text(),
-                "decimal": trace.weight_sum(grid.toks[k]).decimal(places)})}
+            "sums": LazyRows.over(grid.toks, lambda i: {
+                "exact": trace.weight_sum(i).text(),
+                "decimal": trace.weight_sum(i).decimal(places)})}
     return grid_section(grid, "scores/dropout", f"Weights after dropout: share * keep / "
                         f"(1 - {p})", LazyRows.over(grid.toks, line), notes, data, ("sum",))
 
@@ -252,8 +252,8 @@ def _lse(trace, places: int, view: View, base: str) -> Section:
              f"a row of more than {LSE_TERMS} distinct terms has no closed form written "
              "out (null in JSON)"]
     notes += shown_note("choose with --queries", ("queries", toks, n))
-    data = {"base": base, "lse": LazyRows(len(toks), lambda k: dict(zip(
-        ("closed_form", "decimal", "kind"), parts(toks[k]))))}
+    data = {"base": base, "lse": LazyRows.over(toks, lambda i: dict(zip(
+        ("closed_form", "decimal", "kind"), parts(i))))}
     return Section("scores/lse", f"Log-sum-exp of each row, in {unit}",
                    ["query", "log-sum-exp", "value", "kind"], LazyRows.over(toks, line),
                    notes, data)

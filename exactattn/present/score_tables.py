@@ -179,8 +179,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
         return {"normaliser": forms.normaliser(i),
                 "numerators": tops if every_key else [tops[j] for j in keys]}
 
-    def decimals(rows, k: int) -> list[str]:
-        r = rows[toks[k]]
+    def decimals(r) -> list[str]:
         return list(r) if every_key else [r[j] for j in keys]
 
     data: dict = {}
@@ -188,11 +187,10 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
         data["formula"] = ("shares[i][j] = closed_forms[i].numerators[j] / "
                            "closed_forms[i].normaliser")
         data["closed_forms"] = LazyRows.over(toks, share_forms)
-    data["shares_decimal"] = LazyRows(len(toks), lambda k: decimals(share_dec, k))
+    data["shares_decimal"] = LazyRows.over(toks, lambda i: decimals(share_dec[i]))
     if sink:
-        data["sink_shares"] = LazyRows(len(toks), lambda k: {
-            "exact": trace.sink_share(toks[k]).text(),
-            "decimal": trace.sink_share(toks[k]).decimal(places)})
+        data["sink_shares"] = LazyRows.over(toks, lambda i: {
+            "exact": trace.sink_share(i).text(), "decimal": trace.sink_share(i).decimal(places)})
     data["places"] = places
     sections = [grid_section(grid, "scores/shares", "Shares (attention weights): softmax of "
                              "each row", LazyRows.over(toks, share_row), notes, data,
@@ -229,9 +227,9 @@ def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
         data["formula"] = ("outputs[i][c] = closed_forms[i][c] / the normaliser of row i in "
                            f"scores/shares; a row of more than {OUTPUT_TERMS} distinct scores "
                            "has null: outputs[i][c] = sum_j shares[i][j] * values[j][c]")
-        data["closed_forms"] = LazyRows(len(toks), lambda k: forms.output_numerators(toks[k]))
+        data["closed_forms"] = LazyRows.over(toks, forms.output_numerators)
         data["values"] = LazyRows(n, lambda j: [exact_text(v) for v in trace.values[j]])
-    data["outputs_decimal"] = LazyRows(len(toks), lambda k: list(output_dec[toks[k]]))
+    data["outputs_decimal"] = LazyRows.over(toks, lambda i: list(output_dec[i]))
     title = "Outputs: sum_j shares[i][j] * values[j]" if trace.dropout_keep is None else \
         "Outputs: sum_j weights[i][j] * values[j] (weights after dropout)"
     return Section("scores/outputs", title, cols, LazyRows.over(toks, out_row), notes, data)

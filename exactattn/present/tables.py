@@ -106,7 +106,7 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
     notes += shown_note("choose tokens with --queries" + _COLUMNS * (len(slots) < d),
                         ("tokens", toks, n), ("numbers", slots, d))
     return [Section("row", "The row: tokens and their numbers", cols, LazyRows.over(toks, line),
-                    notes, {"x": LazyRows(len(toks), lambda k: _texts(trace.x[toks[k]]))})]
+                    notes, {"x": LazyRows.over(toks, lambda i: _texts(trace.x[i]))})]
 
 
 _COLUMNS = " and how many numbers with --columns"
@@ -225,7 +225,7 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
                                                            "each vector")
 
     def exact(name):
-        return LazyRows(len(toks), lambda k: _texts(trace.vector(name, toks[k])))
+        return LazyRows.over(toks, lambda i: _texts(trace.vector(name, i)))
     data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
             "neurons_agree": same}
     rows = LazyRows.over(toks, line)

@@ -17,7 +17,7 @@ does not take the case):
     ``x_i = concat(q_i, k_i, v_i)`` and selector matrices (slots layout), so the head's
     projections are the case's queries, keys and values exactly; ``trace.share(i, j)``,
     ``weight``, ``output``, ``sink_share``, ``lse``.  ``.../bulk``: ``trace.share_decimals``,
-    ``output_decimals``, ``weight_decimals``.  ``attend`` takes no explicit mask, the fast
+    ``output_decimals``, ``dropped_decimals``.  ``attend`` takes no explicit mask, the fast
     engine no RoPE or dropout, the symbolic engine no modifier (head.py, modified.py).
 ``blocks``
     ``blocks.from_call`` + ``blocks.certify(..., engine=Engine("none"))``, rows in blocks
@@ -309,7 +309,7 @@ class PackageRun:
                             return
                         if self.case["dropout"] is not None:
                             self._put(out, path, "weights", (b, h, i, j),
-                                      lambda: ref.weight(b, h, i, j).decimal(places))
+                                      lambda: ref.dropped_share(b, h, i, j).decimal(places))
                     for c in range(Ev):
                         self._put(out, path, "outputs", (b, h, i, c),
                                   lambda: ref.output(b, h, i, c).decimal(places))
@@ -329,7 +329,7 @@ class PackageRun:
                     return
                 if self.case["dropout"] is not None:
                     self._put(out, path, "weights", (0, 0, i, j),
-                              lambda: trace.weight(i, j).decimal(places))
+                              lambda: trace.dropped_share(i, j).decimal(places))
             for c in range(Ev):
                 self._put(out, path, "outputs", (0, 0, i, c),
                           lambda: trace.output(i, c).decimal(places))
@@ -348,7 +348,7 @@ class PackageRun:
             out.setdefault(bulk, {})["outputs"] = {
                 (0, 0, i, c): outputs[i][c] for i in range(L) for c in range(Ev)}
         if self.case["dropout"] is not None:
-            ok, w = self._guard(bulk, trace.weight_decimals, places)
+            ok, w = self._guard(bulk, trace.dropped_decimals, places)
             if ok:
                 out.setdefault(bulk, {})["weights"] = {
                     (0, 0, i, j): w[i][j] for i in range(L) for j in range(L)}

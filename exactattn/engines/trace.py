@@ -340,7 +340,7 @@ class Trace:
                       zip(column, dropout_factors(self.policy.dropout, self.dropout_keep[i]))]
         return self.row(i).combine(column)
 
-    def weight(self, i: int, j: int):
+    def dropped_share(self, i: int, j: int):
         """Query i's weight on key j after dropout: ``share * keep / (1 - p)`` (the share
         itself without dropout)."""
         self._check(i, j, self.n, "key index")
@@ -348,19 +348,19 @@ class Trace:
             return self.share(i, j)
         return self.row(i).share(j, dropout_factors(self.policy.dropout, self.dropout_keep[i])[j])
 
-    def weight_sum(self, i: int):
+    def dropped_sum(self, i: int):
         """The sum of row i's weights after dropout: ``(sum of kept shares) / (1 - p)``,
         in general not 1 (the row's share sum without dropout)."""
         self._check(i)
         return self._weighted(i, [1] * self.n)
 
-    def weight_decimals(self, places: int) -> list[list[str]]:
+    def dropped_decimals(self, places: int) -> list[list[str]]:
         """Every weight after dropout, correctly rounded (n x n strings; the shares without
         dropout)."""
         if self.dropout_keep is None:
             return self.share_decimals(places)
         check_places(places)
-        return [[self.weight(i, j).decimal(places) for j in range(self.n)]
+        return [[self.dropped_share(i, j).decimal(places) for j in range(self.n)]
                 for i in range(self.n)]
 
     # -- bulk certified decimals -------------------------------------------

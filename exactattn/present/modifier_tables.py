@@ -181,7 +181,7 @@ def _dropout(trace, places: int, view: View) -> Section:
     policy, keep = trace.policy, trace.dropout_keep
     p = policy.dropout
     grid = Grid(trace.n, view)
-    dec = trace.weight_decimals(places)
+    dec = trace.dropped_decimals(places)
     readers = view.readers
 
     def weight_cell(i: int, j: int) -> str:
@@ -191,10 +191,10 @@ def _dropout(trace, places: int, view: View) -> Section:
             return Cell(dec[i][j], "masked")
         if not keep[i][j]:
             return Cell(dec[i][j], "dropped")
-        return value_cell(trace.weight(i, j), dec[i][j])
+        return value_cell(trace.dropped_share(i, j), dec[i][j])
 
     def total(i: int) -> str:
-        value = trace.weight_sum(i)
+        value = trace.dropped_sum(i)
         d = value.decimal(places)
         return value_cell(value, d) if readers else d
 
@@ -210,8 +210,8 @@ def _dropout(trace, places: int, view: View) -> Section:
             "keep": grid.data(lambda i: keep[i], lambda v: v),
             "weights_decimal": grid.data(lambda i: dec[i], lambda v: v),
             "sums": LazyRows.over(grid.toks, lambda i: {
-                "exact": trace.weight_sum(i).text(),
-                "decimal": trace.weight_sum(i).decimal(places)})}
+                "exact": trace.dropped_sum(i).text(),
+                "decimal": trace.dropped_sum(i).decimal(places)})}
     return grid_section(grid, "scores/dropout", f"Weights after dropout: share * keep / "
                         f"(1 - {p})", LazyRows.over(grid.toks, line), notes, data, ("sum",))
 

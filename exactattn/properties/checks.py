@@ -104,7 +104,7 @@ def check_rows_sum_below_one(impl, inp: Call) -> None:
     if inp.policy.sink is None:
         raise InputError("inp must have a sink (policy.sink) for this check (got none)")
     res = _shares(impl, inp)
-    exact = _exact(inp, impl.empty_row_for(inp)).weights()
+    exact = _exact(inp, impl.empty_row_for(inp)).dropped_shares()
     bad = []
     for i, row in enumerate(res.rows):
         want = sum(exact[i], Fraction(0))
@@ -187,7 +187,7 @@ def check_share_support(impl, inp: Call) -> None:
                     ok = math.isfinite(x) and x > 0
                     if x == 0.0:  # underflow is no fault when the exact share is below atol
                         if exact is None:
-                            exact = _exact(inp).weights()
+                            exact = _exact(inp).dropped_shares()
                         ok = float(exact[i][j]) <= res.tolerance.atol
                 if not ok:
                     bad.append(f"shares[{i}][{j}] = {value_text(x)} for a visible key, want > 0")

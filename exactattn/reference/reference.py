@@ -201,7 +201,7 @@ class Reference:
         """The exact share of key j for query i of head h (before dropout)."""
         return self.row(b, h, i).share(j)
 
-    def weight(self, b: int, h: int, i: int, j: int) -> ExpRatio:
+    def dropped_share(self, b: int, h: int, i: int, j: int) -> ExpRatio:
         """The weight key j's value gets: the share times its dropout factor (the share without dropout)."""
         f = self.factors(b, h, i)
         s = self.share(b, h, i, j)
@@ -249,11 +249,11 @@ class Reference:
         """Every exact share of one head (L x S)."""
         return [self.row(b, h, i).shares() for i in range(self.L)]
 
-    def weights(self, b: int = 0, h: int = 0) -> list[list[ExpRatio]]:
+    def dropped_shares(self, b: int = 0, h: int = 0) -> list[list[ExpRatio]]:
         """Every weight of one head (L x S): the shares times the dropout factors."""
         if self.policy.dropout is None:
             return self.shares(b, h)
-        return [[self.weight(b, h, i, j) for j in range(self.S)] for i in range(self.L)]
+        return [[self.dropped_share(b, h, i, j) for j in range(self.S)] for i in range(self.L)]
 
     def outputs(self, b: int = 0, h: int = 0) -> list[list[ExpRatio]]:
         """Every exact output of one head (L x E_v)."""

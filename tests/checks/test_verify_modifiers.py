@@ -282,7 +282,7 @@ def test_dropout_kept_case_right_and_faulty():
     good = verify(FunctionImpl(_dropout(lambda q: 1 / (1 - q))), p.with_policy(pol), "float64")
     assert good.passed and good.entries[0].exact.rational() == F(c["expected"]["output"])
     ref = good.reference
-    assert [str(ref.weight(0, 0, 0, j).rational()) for j in range(3)] == \
+    assert [str(ref.dropped_share(0, 0, 0, j).rational()) for j in range(3)] == \
         c["expected"]["weights_after_dropout"]
     for fn, want in ((_dropout(lambda q: 1), c["faulty"]["kept shares not rescaled"]),
                      (_dropout(lambda q: 1 / q), c["faulty"]["rescaled by 1/p"])):

@@ -66,7 +66,7 @@ def test_attention_sink_case():
     out = t.output(0, 0)
     assert isinstance(out, ExpRatio) and out.text() == "(1 + 3*exp(1))/(2 + exp(1))"
     assert t.output_decimals(6)[0] == [c["expected"]["output_decimal"]]
-    assert t.weight_sum(0) + t.sink_share(0) == 1 and not t.row_sums_to_one(0)
+    assert t.dropped_sum(0) + t.sink_share(0) == 1 and not t.row_sums_to_one(0)
     assert t.macs == {"projections": 20, "scores": 8, "mix": 4}
     # the faulty variant (sink ignored) is another number
     plain = attend(posed(c["input"]["scores"], c["input"]["V"])[0], x)
@@ -155,12 +155,12 @@ def test_dropout_case_weights_and_outputs():
     for engine in ("auto", "pencil"):
         t = attend(head, x, keep=keep, engine=engine)
         assert t.engine == "pencil"
-        weights = [t.weight(0, j).rational() for j in range(3)]
+        weights = [t.dropped_share(0, j).rational() for j in range(3)]
         assert [str(w) for w in weights] == c["expected"]["weights_after_dropout"]
         assert t.output(0, 0).rational() == F(c["expected"]["output"])
         assert t.share(0, 1).rational() == F(1, 3)        # the share before dropout
-        assert t.weight_sum(0).rational() == 1 and t.weight_sum(1).rational() == F(3, 2)
-        assert t.weight_decimals(2)[0] == ["0.50", "0.00", "0.50"]
+        assert t.dropped_sum(0).rational() == 1 and t.dropped_sum(1).rational() == F(3, 2)
+        assert t.dropped_decimals(2)[0] == ["0.50", "0.00", "0.50"]
         assert t.macs["mix"] == 8
     with pytest.raises(InputError, match=r"^engine must be 'pencil' or 'auto' for dropout"):
         attend(head, x, keep=keep, engine="fast")
@@ -219,5 +219,5 @@ def test_plain_policy_fields_keep_the_plain_path():
     t = attend(head, x)
     assert not t.policy.modified and isinstance(t.row(0), SoftmaxRow)
     assert t.share_decimals(4) == attend(head, x, engine="fast").share_decimals(4)
-    assert t.weight(1, 1) == t.share(1, 1) and t.weight_decimals(4) == t.share_decimals(4)
+    assert t.dropped_share(1, 1) == t.share(1, 1) and t.dropped_decimals(4) == t.share_decimals(4)
     assert t.alibi_bias(0, 0) is None and t.sink_share(0) == 0

@@ -189,9 +189,9 @@ def test_trace_rows_and_dropout_weights_follow_the_one_rule():
     t = attend(h.with_policy(policy), [[0], [1]], keep=keep)
     f = dropout_factors(F(1, 3), keep[1])
     assert f == [F(3, 2), F(3, 2)]
-    assert t.weight(1, 0) == t.row(1).combine([f[0], 0]) and t.weight(1, 0).decimal(6) == "0.403412"
+    assert t.dropped_share(1, 0) == t.row(1).combine([f[0], 0]) and t.dropped_share(1, 0).decimal(6) == "0.403412"
     assert t.output(1, 0) == t.row(1).combine([0 * f[0], 1 * f[1]])
-    assert t.weight_sum(1).rational() == F(3, 2) and t.weight(0, 1).rational() == 0
+    assert t.dropped_sum(1).rational() == F(3, 2) and t.dropped_share(0, 1).rational() == 0
     plain = attend(h, [[0], [1]])
     assert plain.row(1).counts == SoftmaxRow([F(0), F(1)], None).counts
 

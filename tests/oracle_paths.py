@@ -210,7 +210,7 @@ class PackageRun:
                 self.skipped.append((path, "the fast engine runs no RoPE or dropout "
                                            "(Policy.unsupported('fast'))"))
                 continue
-            ok, trace = self._guard(path, attend, head, x, engine=engine, keep=keep)
+            ok, trace = self._guard(path, attend, head, x, engine=engine, dropout_keep=keep)
             if ok:
                 self._objects[path] = trace
 

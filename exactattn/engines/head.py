@@ -353,8 +353,7 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
 
 
 def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
-           floats: str | None = None, empty_row: str | None = None, dropout_keep=None,
-           keep=None) -> Trace:
+           floats: str | None = None, empty_row: str | None = None, dropout_keep=None) -> Trace:
     """Run ``head`` over the token rows ``x`` and record every intermediate.
 
     Shapes: ``x`` is n x d_model (one row of numbers per token).
@@ -367,7 +366,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
         empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``);
             None (the default) reads it from ``head.policy``.
         dropout_keep: the dropout keep-mask (n x n bools; True = kept), with
-            ``head.policy.dropout`` set.  ``keep`` is its older name, still read.
+            ``head.policy.dropout`` set.
 
     The head's policy may carry today's modifiers (a sink, ALiBi, soft-capping,
     a window, a query offset, RoPE, dropout; see :class:`~exactattn.call.policy.Policy`):
@@ -402,10 +401,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     xs = head_tokens(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
     policy = head.policy
-    if keep is not None and dropout_keep is not None:
-        raise InputError("dropout_keep and keep are one argument (keep is its older name); "
-                         "pass dropout_keep only")
-    keep = check_keep(keep if dropout_keep is None else dropout_keep, policy, len(xs), len(xs),
+    keep = check_keep(dropout_keep, policy, len(xs), len(xs),
                       name="dropout_keep", argument="dropout_keep")
     if policy.modified:
         engine = modified_engine(policy, engine, symbolic, len(xs))

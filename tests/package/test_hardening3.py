@@ -53,7 +53,7 @@ def test_tables_that_print_no_output_build_no_output(cli, tmp_path):
     head = Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 2], [3, 4]]).with_policy(
         Policy(dropout="1/10"))
     x = [[i, 1 - i] for i in range(n)]
-    trace = attend(head, x, engine="pencil", keep=keep)
+    trace = attend(head, x, engine="pencil", dropout_keep=keep)
     assert trace._outputs._rows == {}                    # nothing built yet
     assert trace.output(2, 1).decimal(4) == "-0.9604"     # mpmath at 40 digits: -0.96040335...
     assert sorted(trace._outputs._rows) == [2]

@@ -54,7 +54,7 @@ def _run_path(path: str, policy: Policy):
     keep = [[True, True], [True, True]] if policy.dropout is not None else None
     if path == "fast":
         head = Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]]).with_policy(policy)
-        return attend(head, [[1, 0], [0, 1]], engine="fast", keep=keep)
+        return attend(head, [[1, 0], [0, 1]], engine="fast", dropout_keep=keep)
     if path == "gradients":
         return gradients([[1], [0]], [[1], [2]], [[1], [0]], [[1], [1]], policy,
                          dropout_keep=keep)
@@ -186,7 +186,7 @@ def test_trace_rows_and_dropout_weights_follow_the_one_rule():
     h = Head([[1]], [[1]], [[1]], divisor=None)
     policy = h.policy.replace(dropout=F(1, 3))
     keep = [[True, False], [True, True]]
-    t = attend(h.with_policy(policy), [[0], [1]], keep=keep)
+    t = attend(h.with_policy(policy), [[0], [1]], dropout_keep=keep)
     f = dropout_factors(F(1, 3), keep[1])
     assert f == [F(3, 2), F(3, 2)]
     assert t.dropped_share(1, 0) == t.row(1).combine([f[0], 0]) and t.dropped_share(1, 0).decimal(6) == "0.403412"

@@ -37,7 +37,7 @@ from ..options import check_choice, check_whole_list
 from ..numbers.softmax import SoftmaxRow
 from ..reference.logits import scaled_logit
 from .judge import (EXACT_PLACES, TIES, Audit, CellVerdict, RowSum, TableAudit,
-                    exact_decimal, judge_entry)
+                    exact_decimal, judge_entry, places_rank)
 from .layout import (KEY_QUANTITIES, OWN_NAMES, QUANTITIES, columns_of, detect_quantity,
                      header_quantity, index_of, indices_of, projection_columns,
                      quantity_columns, title_label)
@@ -45,7 +45,20 @@ from .parse import Table, parse_tables, read_tables
 from .printed import clean, read_cell
 
 
-class HeadSource:
+class _Source:
+    """What a table is judged against: ``size``, ``value`` and the sum of a row."""
+    names: list[str] = []
+
+    def column_names(self, quantity: str) -> list[str]:
+        return []
+
+    def total(self, quantity: str, i: int):
+        """The exact sum of row i of ``quantity`` (hidden keys left out)."""
+        values = (self.value(quantity, i, j)[0] for j in range(self.size(quantity)[1]))
+        return sum((v for v in values if v is not None), Fraction(0))
+
+
+class HeadSource(_Source):
     """The exact values of a head run on its tokens (an :class:`~exactattn.examples.Example`)."""
 
     def __init__(self, example, *, no_scale: bool = False):
@@ -88,19 +101,13 @@ class HeadSource:
         return {"queries": t.queries, "keys": t.keys, "values": t.values}[quantity][i][j], False
 
     def total(self, quantity: str, i: int):
-        """The exact sum of row i of ``quantity`` (hidden keys left out)."""
         if quantity == "scaled" and self.D is not None and self.root is None:
             raw = sum((r for r in self.trace.raw_score_row(i) if r is not None), Fraction(0))
             return raw if raw == 0 else scaled_logit(raw, self.D)
-        total = Fraction(0)
-        for j in range(self.size(quantity)[1]):
-            v = self.value(quantity, i, j)[0]
-            if v is not None:
-                total = total + v
-        return total
+        return super().total(quantity, i)
 
 
-class ScoreSource:
+class ScoreSource(_Source):
     """The softmax of a printed score table, each score read exactly as printed."""
 
     def __init__(self, table: Table, divisor_squared: Fraction | None):
@@ -126,23 +133,12 @@ class ScoreSource:
                 raise InputError(f"score table {table.number}, row {k + 1} must show a key "
                                  "(got every key hidden)")
             self.rows.append(SoftmaxRow(raw, divisor_squared))
-        self.names: list[str] = []
 
     def size(self, quantity: str) -> tuple[int, int]:
         return len(self.rows), self.width
 
-    def column_names(self, quantity: str) -> list[str]:
-        return []
-
     def value(self, quantity: str, i: int, j: int):
-        row = self.rows[i]
-        return row.share(j), row.gaps[j] is None
-
-    def total(self, quantity: str, i: int):
-        total = Fraction(0)
-        for j in range(self.width):
-            total = total + self.rows[i].share(j)
-        return total
+        return self.rows[i].share(j), self.rows[i].gaps[j] is None
 
 
 # --------------------------------------------------------------------------- one table
@@ -208,14 +204,8 @@ def _verdict(t, k, c, e, row_label, what, v, forms, ties, hidden=False):
 def _printed_value(forms):
     """The value a cell prints for a sum of printed cells, and its places: its most precise
     reading (a hidden key adds exactly 0: places None, like an exact fraction)."""
-    best = None
-    for p in forms:
-        if p.hidden:
-            return Fraction(0), None
-        if best is None or (p.places is not None and (best.places is None
-                                                      or p.places > best.places)):
-            best = p
-    return best.value, best.places
+    best = max(forms, key=places_rank)
+    return (Fraction(0), None) if any(p.hidden for p in forms) else (best.value, best.places)
 
 
 def judge_table(t: Table, quantity: str, found_by: str, source, *, rows=None,
@@ -248,25 +238,20 @@ def judge_table(t: Table, quantity: str, found_by: str, source, *, rows=None,
                 complete = False
                 continue
             q = per_column[c] if per_column else quantity
-            if vectors:
-                width = source.size(q)[1]
-                if len(entries) > width:
-                    raise InputError(f"table {t.number}, row {k + 1}: a vector of {q} must have "
-                                     f"at most {width} numbers (got {len(entries)})")
-                for e, forms in enumerate(entries):
-                    v, hidden = source.value(q, i, e)
-                    audit.cells.append(_verdict(t, k, c, e, row_label,
-                                                f"{q}[{i + 1}][{e + 1}]", v, forms, ties,
-                                                hidden))
-                continue
-            if len(entries) > 1:
+            if vectors and len(entries) > source.size(q)[1]:
+                raise InputError(f"table {t.number}, row {k + 1}: a vector of {q} must have "
+                                 f"at most {source.size(q)[1]} numbers (got {len(entries)})")
+            if not vectors and len(entries) > 1:
                 raise InputError(f"table {t.number}, row {k + 1}, column "
                                  f"{shorten(t.header[c], quote=True)} must hold one number (got "
                                  f"{shorten(r[c], quote=True)})")
-            j = col_index[m]
-            v, hidden = source.value(q, i, j)
-            audit.cells.append(_verdict(t, k, c, None, row_label, f"{q}[{i + 1}][{j + 1}]",
-                                        v, entries[0], ties, hidden))
+            for e, forms in enumerate(entries):
+                j = e if vectors else col_index[m]
+                v, hidden = source.value(q, i, j)
+                audit.cells.append(_verdict(t, k, c, e if vectors else None, row_label,
+                                            f"{q}[{i + 1}][{j + 1}]", v, forms, ties, hidden))
+            if vectors:
+                continue
             value, places = _printed_value(entries[0])
             printed_total += value
             places_seen.append(places)
@@ -279,10 +264,8 @@ def judge_table(t: Table, quantity: str, found_by: str, source, *, rows=None,
             printed_forms = tuple(p for p in forms if p.places is not None)
             what = f"sum of {quantity} row {i + 1}"
             if exact_forms:
-                total = source.total(quantity, i)
-                if total is not None:
-                    audit.cells.append(_verdict(t, k, c, None, row_label, what, total,
-                                                exact_forms, ties))
+                audit.cells.append(_verdict(t, k, c, None, row_label, what,
+                                            source.total(quantity, i), exact_forms, ties))
             if printed_forms:
                 audit.cells.append(_verdict(t, k, c, None, row_label,
                                             f"{what} (of the printed cells)", printed_total,

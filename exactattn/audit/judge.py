@@ -119,15 +119,14 @@ def judge_entry(v, forms: tuple[Printed, ...], *, ties: str = "half_even", hidde
     """The verdict of one printed number given in one or more forms (``25/8 = 3.125``):
     right when every form is right, else the first form that is not; the form decided on.
     """
-    decided = None
-    for p in forms:
-        verdict, right = judge_number(v, p, ties=ties, hidden=hidden)
-        if verdict != "right":
-            return verdict, right, p
-        if decided is None or (p.places is not None and (decided[2].places is None or
-                                                         p.places > decided[2].places)):
-            decided = (verdict, right, p)
-    return decided
+    judged = [(*judge_number(v, p, ties=ties, hidden=hidden), p) for p in forms]
+    return next((j for j in judged if j[0] != "right"), None) or \
+        max(judged, key=lambda j: places_rank(j[2]))
+
+
+def places_rank(p: Printed) -> int:
+    """Orders a number's readings by their places, an exact claim (no places) lowest."""
+    return -1 if p.places is None else p.places
 
 
 def exact_decimal(v, places: int) -> tuple[str | None, bool]:

@@ -57,6 +57,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from itertools import groupby
 from pathlib import Path
 
 from ..errors import InputError, shorten
@@ -226,20 +227,14 @@ def _markdown(text: str, where: str) -> list[tuple]:
 
 # --------------------------------------------------------------------------- CSV
 def _csv(text: str, where: str) -> list[tuple]:
-    blocks, cur, start = [], [], 1
-    lines = text.splitlines()
-    for k, line in enumerate(lines + [""]):
-        if line.strip():
-            if not cur:
-                start = k + 1
-            cur.append(line)
-        elif cur:
-            blocks.append((start, cur))
-            cur = []
     found = []
-    for start, block in blocks:
+    for blank, block in groupby(enumerate(text.splitlines(), 1), lambda k: not k[1].strip()):
+        if blank:
+            continue
+        block = list(block)
+        start = block[0][0]
         try:
-            rows = list(csv.reader(io.StringIO("\n".join(block))))
+            rows = list(csv.reader(io.StringIO("\n".join(line for _, line in block))))
         except csv.Error as e:
             raise InputError(f"{where}: line {start} must be CSV (got {e})") from None
         header, body, name = rows[0], rows[1:], ""
@@ -333,15 +328,9 @@ class _Number(str):
 
 
 def _json_cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
     if isinstance(v, list):          # a vector: (0, 1/2, 0.75), each entry as written
         return "(" + ", ".join(_json_cell(x) for x in v) + ")"
-    if isinstance(v, dict):
-        return json.dumps(v)
-    return str(v)
+    return "" if v is None else str(v) if isinstance(v, str) else json.dumps(v)  # true, {...}
 
 
 def _json_rows(rows, where: str, title: str = "", name: str = "", columns=None) -> tuple:
@@ -352,12 +341,9 @@ def _json_rows(rows, where: str, title: str = "", name: str = "", columns=None) 
         header = list(columns or dict.fromkeys(k for r in rows for k in r))
         body = [[_json_cell(r.get(c)) for c in header] for r in rows]
     elif all(isinstance(r, list) for r in rows):
-        if columns is not None:
-            header, body = list(columns), rows
-        elif any(isinstance(c, _Number) for c in rows[0]):
-            header, body = [f"column {c + 1}" for c in range(len(rows[0]))], rows
-        else:
-            header, body = rows[0], rows[1:]
+        header, body = (list(columns), rows) if columns is not None else \
+            ([f"column {c + 1}" for c in range(len(rows[0]))], rows) \
+            if any(isinstance(c, _Number) for c in rows[0]) else (rows[0], rows[1:])
         body = [[_json_cell(c) for c in r] for r in body]
     else:
         raise InputError(f"{where}: rows must be all lists or all objects (got "
@@ -387,14 +373,10 @@ def _json(text: str, where: str) -> list[tuple]:
             out.append(_json_rows(t["rows"], where, str(t.get("title", t.get("name", ""))),
                                   str(t.get("name", "")), t.get("columns")))
         return out
-    if isinstance(doc, list) and doc and all(_is_table(t) for t in doc):
+    if isinstance(doc, list) and doc and all(      # a list of tables, each a list of rows
+            isinstance(t, list) and t and all(isinstance(r, (list, dict)) for r in t) for t in doc):
         return [_json_rows(t, where) for t in doc]
     return [_json_rows(doc, where)]
-
-
-def _is_table(t) -> bool:
-    """A list of rows (each a list or an object): one table of a list of tables."""
-    return isinstance(t, list) and bool(t) and all(isinstance(r, (list, dict)) for r in t)
 
 
 # --------------------------------------------------------------------------- HTML
@@ -498,9 +480,9 @@ class _HTMLTables(HTMLParser):
 
     # ---- tags
     def handle_starttag(self, tag: str, attrs) -> None:
-        if self.hidden or tag in _HTML_HIDDEN:
-            if tag in _HTML_HIDDEN:
-                self.hidden.append(tag)
+        if tag in _HTML_HIDDEN:
+            self.hidden.append(tag)
+        if self.hidden:
             return
         t = self.open[-1] if self.open else None
         if tag == "table":
@@ -516,15 +498,14 @@ class _HTMLTables(HTMLParser):
             self.open.append(_HTMLTable(index, self.getpos()[0], title))
             return
         if t is not None:
-            if tag == "caption":
+            if tag in ("caption", "thead", "tbody", "tfoot", "tr"):
                 t.end_row()
-                t.in_caption, t.caption = True, t.caption or []
-            elif tag in ("thead", "tbody", "tfoot"):
-                t.end_row()
-                t.group = tag
-            elif tag == "tr":
-                t.end_row()
-                t.row = []
+                if tag == "caption":
+                    t.in_caption, t.caption = True, t.caption or []
+                elif tag == "tr":
+                    t.row = []
+                else:
+                    t.group = tag
             elif tag in ("td", "th"):
                 t.end_cell()
                 if t.row is None:
@@ -564,11 +545,9 @@ class _HTMLTables(HTMLParser):
                 t.in_caption = False
             elif tag in ("td", "th"):
                 t.end_cell()
-            elif tag == "tr":
+            elif tag in ("tr", "thead", "tbody", "tfoot"):
                 t.end_row()
-            elif tag in ("thead", "tbody", "tfoot"):
-                t.end_row()
-                t.group = "tbody"
+                t.group = "tbody" if tag != "tr" else t.group
             elif tag in _HTML_BLOCKS:
                 self.handle_data(" ")
             return

@@ -137,15 +137,6 @@ def _config(weights_path: str) -> dict | None:
     return cfg
 
 
-def heads_from_config(weights_path: str) -> tuple[int | None, int | None]:
-    """(H, H_kv) from a ``config.json`` beside the weights, (None, None) without one."""
-    cfg = _config(weights_path)
-    if cfg is None:
-        return None, None
-    h = cfg.get("num_attention_heads", cfg.get("n_head"))
-    return h, cfg.get("num_key_value_heads", h)
-
-
 def rope_from_config(cfg: dict, where: str = "config.json"):
     """The :class:`~exactattn.call.policy.Rope` a Llama-family config describes.
 
@@ -235,20 +226,29 @@ def layer_arrays(tensors: Tensors, arch, layer: int, out_projection: bool = True
     return ws, bs, w_o, b_o
 
 
+def _heads(ws, bs, counts: tuple, picks: tuple, axis: int) -> list:
+    """Per projection (Q, K, V): the exact matrices and bias rows (None: no bias) of the
+    heads ``picks[p]`` (None: all) of its weight split into ``counts[p]`` heads."""
+    out = []
+    for w, b, count, pick, what in zip(ws, bs, counts, picks, ("W_Q", "W_K", "W_V")):
+        chosen = range(count) if pick is None else (pick,)
+        m, r = _split(w, count, axis, what), b if b is None else _split(b, count, 0, what + " bias")
+        out.append(([exact_matrix(m[k]) for k in chosen], r and [exact_row(r[k]) for k in chosen]))
+    return out
+
+
 def load_head(tensors: Tensors, arch, layer: int, head: int, *, heads: int, kv_heads: int,
               policy: Policy) -> Head:
     """Query head ``head`` of layer ``layer`` alone, as :func:`load_layer` builds it
     (``layer.heads[head]``, the policy's ``head`` advanced by ``head``), reading only its own
     weights and those of its key/value head."""
     names = preset(arch)
-    axis, g = 0 if names.layout == "slots" else 1, policy.kv_head(head, heads, kv_heads)
+    g = policy.kv_head(head, heads, kv_heads)
     ws, bs, _, _ = layer_arrays(tensors, names, layer, out_projection=False)
-    picks = ((heads, head, "W_Q"), (kv_heads, g, "W_K"), (kv_heads, g, "W_V"))
-    mats = [exact_matrix(_split(w, c, axis, what)[k]) for w, (c, k, what) in zip(ws, picks)]
-    b_q, b_k, b_v = (None if b is None else exact_row(_split(b, c, 0, what + " bias")[k])
-                     for b, (c, k, what) in zip(bs, picks))
-    return Head(*mats, b_Q=b_q, b_K=b_k, b_V=b_v, layout=names.layout).with_policy(
-        policy.replace(head=policy.head + head))
+    (q, b_q), (k, b_k), (v, b_v) = _heads(ws, bs, (heads, kv_heads, kv_heads), (head, g, g),
+                                          0 if names.layout == "slots" else 1)
+    return Head(q[0], k[0], v[0], b_Q=b_q and b_q[0], b_K=b_k and b_k[0], b_V=b_v and b_v[0],
+                layout=names.layout).with_policy(policy.replace(head=policy.head + head))
 
 
 def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
@@ -267,8 +267,8 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
         ShapeError: a projection that does not split into the heads.
     """
     names = preset(arch)
+    cfg = _config(tensors.path) if names.rotary or heads is None else None
     if names.rotary and rotary != "ignore" and (policy is None or policy.rope is None):
-        cfg = _config(tensors.path)
         if cfg is None:
             raise InputError("rotary position embeddings must be applied to llama queries and "
                              "keys (got no config.json beside the weights to read them from); "
@@ -276,29 +276,19 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
                              "the projections without them (not the model's scores)")
         policy = (policy or Policy(causal=True)).replace(rope=rope_from_config(cfg))
     if heads is None:
-        heads, cfg_kv = heads_from_config(tensors.path)
-        kv_heads = kv_heads or cfg_kv
+        heads = (cfg or {}).get("num_attention_heads", (cfg or {}).get("n_head"))
+        kv_heads = kv_heads or (cfg or {}).get("num_key_value_heads", heads)
         if heads is None:
             raise InputError("heads must be given (got none, and no config.json beside the "
                              "weights); pass --heads H")
     kv_heads = kv_heads or heads
-    out_axis = 0 if names.layout == "slots" else 1
-    (w_q, w_k, w_v), (b_q, b_k, b_v), w_o, b_o = layer_arrays(tensors, names, layer,
-                                                              out_projection)
-
-    def per_head(w, b, count, what):
-        ws = [exact_matrix(m) for m in _split(w, count, out_axis, what)]
-        bs = None if b is None else [exact_row(v) for v in _split(b, count, 0, what + " bias")]
-        return ws, bs
-    (qs, bqs), (ks, bks), (vs, bvs) = (per_head(w, b, c, what) for w, b, c, what in
-                                       ((w_q, b_q, heads, "W_Q"), (w_k, b_k, kv_heads, "W_K"),
-                                        (w_v, b_v, kv_heads, "W_V")))
+    ws, bs, w_o, b_o = layer_arrays(tensors, names, layer, out_projection)
+    (qs, bqs), (ks, bks), (vs, bvs) = _heads(ws, bs, (heads, kv_heads, kv_heads), (None,) * 3,
+                                             0 if names.layout == "slots" else 1)
     built = Layer(qs, ks, vs, None if w_o is None else exact_matrix(w_o), b_Q=bqs, b_K=bks,
-                  b_V=bvs,
-                  b_O=None if b_o is None else exact_row(b_o), layout=names.layout,
+                  b_V=bvs, b_O=None if b_o is None else exact_row(b_o), layout=names.layout,
                   policy=policy)
-    cfg = _config(tensors.path) if names.rotary else None
-    width = (cfg or {}).get("head_dim")
+    width = (cfg or {}).get("head_dim") if names.rotary else None
     if width is not None and width != built.heads[0].d_k:
         raise ShapeError(f"head_dim in config.json must be {built.heads[0].d_k}, the width of "
                          f"each of the {len(qs)} heads the weights split into (got {width}); "

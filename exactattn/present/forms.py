@@ -28,10 +28,8 @@ from __future__ import annotations
 
 from collections import Counter
 from fractions import Fraction
-from math import gcd
 
-from .cells import exact_text, is_long, too_long
-from ..numbers.exact import rational_sqrt
+from .cells import Scaler, exact_text, is_long
 from ..numbers.exponents import sum_text
 from ..numbers.ratio import row_sum_text
 from .rowints import score_rows
@@ -53,8 +51,7 @@ class RowForms:
         d2 = trace.head.divisor_squared
         #: a row whose maximum is 0: its term_text(s) is exp of the scaled score s
         self._unit = SoftmaxRow([Fraction(0)], d2)
-        self._root = None if d2 is None else rational_sqrt(d2)
-        self._rational = d2 is None or self._root is not None
+        self._scaler = Scaler(d2)
         self._last: tuple | None = None
         self._terms: dict[int, int] = {}
         self._values: list | None = None
@@ -62,30 +59,17 @@ class RowForms:
     def _texts(self, distinct: list[int], L: int) -> list[str]:
         """``exp(...)`` of each raw score ``v / L`` divided by the divisor.
 
-        A rational divisor (or none) gives ``exp(p/q)`` (``1`` for 0), as
-        :func:`~exactattn.numbers.exponents.exponent_text` writes a rational exponent,
-        built from integers; an irrational one goes through
+        A rational divisor (or none) gives ``exp(p/q)`` (``1`` for 0), the scaled score as
+        the score table writes it (:meth:`~exactattn.present.cells.Scaler.row`, from
+        integers); an irrational one goes through
         :meth:`~exactattn.numbers.softmax.SoftmaxRow.term_text`.
         """
-        if not self._rational:
-            term = self._unit.term_text
-            D = self.trace.head.divisor_squared
-            return [f"exp({exact_text(Fraction(v, L))}/sqrt({D}))"
-                    if is_long(Fraction(v, L)) else term(Fraction(v, L)) for v in distinct]
-        if self._root is not None:       # v / (L root) = v b / (L a) for root = a/b
-            scale, L = self._root.denominator, L * self._root.numerator
-        else:
-            scale = 1
-        if distinct and too_long(max(-distinct[0], distinct[-1]) * scale, L):
-            # too long to print whole: ~ leading digits
-            return [f"exp({exact_text(Fraction(v * scale, L))})" if v else "1" for v in distinct]
-        out = []
-        for v in distinct:
-            p = v * scale
-            g = gcd(p, L)
-            p, q = p // g, L // g
-            out.append("1" if p == 0 else f"exp({p})" if q == 1 else f"exp({p}/{q})")
-        return out
+        if self._scaler.rational:
+            return ["1" if t == "0" else f"exp({t})" for t in self._scaler.row(distinct, L, None)]
+        term = self._unit.term_text
+        D = self.trace.head.divisor_squared
+        return [f"exp({exact_text(Fraction(v, L))}/sqrt({D}))"
+                if is_long(Fraction(v, L)) else term(Fraction(v, L)) for v in distinct]
 
     def _row(self, i: int):
         """``(texts, counts, keys)`` of row i: the distinct exponents (increasing), their

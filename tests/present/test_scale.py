@@ -12,7 +12,6 @@ from flint import arb
 from sympy.stats import ChiSquared, E
 
 from exactattn import scale
-from exactattn.scale import draws, report
 from exactattn.numbers.digits import certify
 from exactattn.errors import InputError
 from exactattn.scale import (MAX_DRAWS, certify_w, check_draws, expected_range, expected_w,
@@ -109,7 +108,7 @@ def test_divided_is_undivided_over_sqrt_dk():
 
 
 def test_flag_and_exit_0_when_outside(cli, monkeypatch):
-    monkeypatch.setattr(report, "BAND_SE", 0)
+    monkeypatch.setattr(scale, "BAND_SE", 0)
     rc, out, err = cli("scale", "--widths", "4", "--trials", "20")
     assert rc == 0 and err == ""
     assert " NO" in out and "4 of 4 measurements lie outside their band (NO)" in out
@@ -172,7 +171,7 @@ def test_progress_fills_by_draws_not_rows(cli, monkeypatch):
     assert bar["10/20 (d_k = 4)"] == "#" * 6 + "." * 24
     assert bar["20/20 (d_k = 16)"] == "#" * 30
     # blocks of 2 rows (4 x 5 draws each at d_k = 4): the bar advances block by block
-    monkeypatch.setattr(draws, "BLOCK", 40)
+    monkeypatch.setattr(scale, "BLOCK", 40)
     _, _, err = cli("scale", "--widths", "4", "--trials", "10", "--progress")
     frames = err.rstrip("\n").split("\r")[1:]
     assert [f.split("] ")[1] for f in frames] == [f"{k}/10 (d_k = 4)" for k in (2, 4, 6, 8, 10)]
@@ -183,10 +182,10 @@ def test_blocks_cut_one_stream(monkeypatch, d_k, tokens, block):
     """The block size changes neither the draws nor the scores (a long row draws its keys a
     block at a time, in the same order)."""
     import numpy as np
-    whole = np.concatenate(list(draws.score_blocks(draws.generator(5, d_k, tokens), d_k, tokens,
+    whole = np.concatenate(list(scale.score_blocks(scale.generator(5, d_k, tokens), d_k, tokens,
                                                    9)))
-    monkeypatch.setattr(draws, "BLOCK", block)
-    cut = list(draws.score_blocks(draws.generator(5, d_k, tokens), d_k, tokens, 9))
+    monkeypatch.setattr(scale, "BLOCK", block)
+    cut = list(scale.score_blocks(scale.generator(5, d_k, tokens), d_k, tokens, 9))
     assert len(cut) > 1 and np.array_equal(np.concatenate(cut), whole)
     assert whole.shape == (9, tokens) and whole.dtype == np.float64
 
@@ -200,7 +199,7 @@ def test_draws_are_independent_standard_normals():
 def test_an_interrupted_progress_bar_ends_its_line(cli, monkeypatch):
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(report, "expected_range", stop)
+    monkeypatch.setattr(scale, "expected_range", stop)
     rc, out, err = cli("scale", "--widths", "4,16", "--trials", "10", "--progress")
     assert rc == 130 and out == ""
     assert err.endswith("10/20 (d_k = 4)\nexactattn: interrupted\n")

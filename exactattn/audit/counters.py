@@ -168,23 +168,20 @@ def build(c: "AuditCall"):
         return (Sdpa if c.kind == "sdpa" else Matmul)(options), (q, k, v), ("query", "key", "value")
     torch.manual_seed(0)
     D, H, L, B = s.d_model, s.heads, s.queries, s.batch_size
-    mask = None
+    mask, x = None, torch.randn(*((L, B) if c.kind == "mha" else (B, L)), D, generator=g)
     if c.kind == "mha":
         inner = torch.nn.MultiheadAttention(D, H)
-        x = torch.randn(L, B, D, generator=g)
     elif c.kind == "bert":
         from transformers import BertConfig
         from transformers.models.bert.modeling_bert import BertSelfAttention
         inner = BertSelfAttention(BertConfig(hidden_size=D, num_attention_heads=H,
                                              intermediate_size=4 * D, num_hidden_layers=1,
                                              attn_implementation=c.impl))
-        x = torch.randn(B, L, D, generator=g)
     else:
         from transformers import GPT2Config
         from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
         inner = GPT2Attention(GPT2Config(n_embd=D, n_head=H, n_positions=max(16, L),
                                          n_layer=1, attn_implementation=c.impl), layer_idx=0)
-        x = torch.randn(B, L, D, generator=g)
         if c.impl == "eager":   # the additive causal mask GPT2Model hands its eager attention
             keep = torch.tensor(s.policy.keep(L, L))
             mask = torch.zeros(L, L).masked_fill(~keep, torch.finfo(torch.float32).min)[None, None]
@@ -252,12 +249,10 @@ def main(argv=None) -> int:
     """
     import warnings
     argv = sys.argv[1:] if argv is None else argv
-    out = sys.stdout
-    noise = io.StringIO()
+    out, noise = sys.stdout, io.StringIO()
 
     def emit(record):
-        out.write(MARK + json.dumps(record) + "\n")
-        out.flush()
+        print(MARK + json.dumps(record), file=out, flush=True)
 
     from ..cost.audit_calls import call
     warnings.simplefilter("ignore")
@@ -300,11 +295,9 @@ class Measurement:
 
 
 def _child_env() -> dict:
-    env = dict(os.environ)
-    env.update(PYTHONWARNINGS="ignore", TRANSFORMERS_VERBOSITY="error",
-               TOKENIZERS_PARALLELISM="false", DS_ACCELERATOR="cpu")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
+    return {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONWARNINGS": "ignore",
+            "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
+            "DS_ACCELERATOR": "cpu"}
 
 
 def _run_child(key: str, keys: list[str]) -> list[dict]:
@@ -333,12 +326,9 @@ def _measure_counter(key: str, keys: list[str]) -> dict[str, Measurement]:
                     done[k] = Measurement(key, k, None, "not installed: " + r["import_error"])
                 return done
             k = r["call"]
-            if "error" in r:
-                done[k] = Measurement(key, k, None, r["error"])
-            else:
-                details = tuple(r.get("skipped", ()))
-                figures = {u: v for u, v in r.items() if u not in ("call", "skipped")}
-                done[k] = Measurement(key, k, figures, None, details)
+            done[k] = Measurement(key, k, None, r["error"]) if "error" in r else Measurement(
+                key, k, {u: v for u, v in r.items() if u not in ("call", "skipped")}, None,
+                tuple(r.get("skipped", ())))
         pending = [k for k in pending if k not in done]
     return done
 

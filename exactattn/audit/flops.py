@@ -226,21 +226,19 @@ def _section(a: CounterAudit) -> Section:
     for L in a.ledgers:
         key = L.call.key
         ops = L.softmax_ops
-        cells = [key] + ([_kernel(a.kernels.get(key))] if kernels else []) + \
-            [_stage(L.macs, s) for s in stages] + \
-            [_stage(L.macs, "total"), f"exp {ops['exp']}, add {ops['add']}, div {ops['div']}"]
-        cells += [verdict_text(a.cells[(key, k, u)]) for k, u, _ in cols]
-        rows.append(cells)
+        judged = {label: a.cells[(key, k, u)] for k, u, label in cols}
+        rows.append([key] + ([_kernel(a.kernels.get(key))] if kernels else []) +
+                    [_stage(L.macs, s) for s in stages + ("total",)] +
+                    [f"exp {ops['exp']}, add {ops['add']}, div {ops['div']}"] +
+                    [verdict_text(v) for v in judged.values()])
         data.append({
             "call": key, "title": L.call.title, "code": L.call.code,
             "kernel": a.kernels.get(key), "derived_macs": dict(L.macs),
             "counted_macs": dict(L.counted), "dense_macs": dict(L.dense),
             "softmax_ops": dict(ops),
-            "counters": {f"{k} {u}": {"figure": a.cells[(key, k, u)].figure,
-                                      "expected": a.cells[(key, k, u)].expected,
-                                      "findings": list(a.cells[(key, k, u)].findings),
-                                      "error": a.cells[(key, k, u)].error}
-                         for k, u, _ in cols}})
+            "counters": {label: {"figure": v.figure, "expected": v.expected,
+                                 "findings": list(v.findings), "error": v.error}
+                         for label, v in judged.items()}})
     title = "FLOP counters audited: each counter's figure against the derived count"
     return Section("cost/audit", title, header, rows, _notes(a),
                    {"calls": data, "versions": dict(a.versions), "counters": list(a.counters),

@@ -45,19 +45,14 @@ _FOUND_BY = {"option": "as given", "name": "by its name", "title": "from its tit
              "scores": "as the softmax of the printed scores"}
 
 
-def closed_form(cell: CellVerdict, divisor_squared: Fraction | None) -> str:
-    """The exact value of a cell as a closed form (``exp(1)/(1 + exp(1))``, ``25/8``)."""
-    v = cell.exact
-    if v is None:
-        return "-inf (hidden key)"
-    if isinstance(v, Fraction):
-        return fraction_text(v)
-    if isinstance(v, Surd):             # a / sqrt(D) as the tables write it
-        return root_text(v)
-    return v.text()
+def _closed_form(v) -> str:
+    """The exact value of a cell as a closed form (``exp(1)/(1 + exp(1))``, ``25/8``; a score
+    over sqrt(D) as the tables write it)."""
+    return "-inf (hidden key)" if v is None else fraction_text(v) if isinstance(v, Fraction) \
+        else root_text(v) if isinstance(v, Surd) else v.text()
 
 
-def exact_text(cell: CellVerdict) -> str:
+def _exact_cell(cell: CellVerdict) -> str:
     """The exact value for readers: ``25/8 = 3.125``, ``1/3 ~ 0.3333333333``, ``~0.5799772562``."""
     v = cell.exact
     if v is None:
@@ -73,10 +68,13 @@ def exact_text(cell: CellVerdict) -> str:
     return cell.exact_decimal if cell.exactly else f"~{cell.exact_decimal}"
 
 
+def _parts(counts: dict[str, int], verdicts=VERDICTS) -> str:
+    return ", ".join(f"{counts[v]} {VERDICT_WORDS[v]}" for v in verdicts if counts[v])
+
+
 def _counts_text(counts: dict[str, int]) -> str:
     total = sum(counts.values())
-    parts = [f"{counts[v]} {VERDICT_WORDS[v]}" for v in VERDICTS if counts[v]]
-    return f"{plural(total, 'cell')}: " + ", ".join(parts) if total else "no cells"
+    return f"{plural(total, 'cell')}: {_parts(counts)}" if total else "no cells"
 
 
 def summary_line(audit: Audit) -> str:
@@ -84,10 +82,8 @@ def summary_line(audit: Audit) -> str:
     counts = audit.counts
     total = sum(counts.values())
     bad = total - counts["right"]
-    if not bad:
-        return f"audit: all {plural(total, 'cell')} right"
-    parts = [f"{counts[v]} {VERDICT_WORDS[v]}" for v in VERDICTS[1:] if counts[v]]
-    return f"audit: {bad} of {plural(total, 'cell')} not right ({', '.join(parts)})"
+    return f"audit: {bad} of {plural(total, 'cell')} not right ({_parts(counts, VERDICTS[1:])})" \
+        if bad else f"audit: all {plural(total, 'cell')} right"
 
 
 def _title(t: TableAudit) -> str:
@@ -103,7 +99,7 @@ def _table_section(t: TableAudit, audit: Audit, only_not_right: bool,
     rows, data = [], []
     for c in t.cells:
         column = printable(c.column_label) + ("" if c.element is None else f" [{c.element + 1}]")
-        form = closed_form(c, audit.divisor_squared)
+        form = _closed_form(c.exact)
         data.append({"row": c.row_label, "column": c.column_label, "element": c.element,
                      "value": c.what, "printed": c.printed, "places": c.places,
                      "verdict": c.verdict, "right": c.right, "exact": form,
@@ -112,14 +108,13 @@ def _table_section(t: TableAudit, audit: Audit, only_not_right: bool,
             continue
         rows.append([printable(c.row_label), column, c.what, printable(c.printed),
                      VERDICT_WORDS[c.verdict], "-" if c.right is None else c.right,
-                     exact_text(c)] + ([form] if closed_forms else []))
+                     _exact_cell(c)] + ([form] if closed_forms else []))
     notes = [f"judged as {quantity} ({_FOUND_BY.get(t.found_by, t.found_by)}); "
              f"{_counts_text(t.counts)}"]
     for s in t.row_sums:
-        total = format_exact(s.total)
-        slack = format_exact(s.slack)
-        notes.append(f"row {printable(s.row_label)}: the printed shares add up to {total}; "
-                     f"rounding each to its places moves a sum of 1 by at most {slack}"
+        notes.append(f"row {printable(s.row_label)}: the printed shares add up to "
+                     f"{format_exact(s.total)}; rounding each to its places moves a sum of 1 "
+                     f"by at most {format_exact(s.slack)}"
                      + (" (within it: a sum check alone would not catch this row)"
                         if s.within else " (beyond it: these cannot be one row's rounded "
                                          "shares)"))
@@ -128,11 +123,10 @@ def _table_section(t: TableAudit, audit: Audit, only_not_right: bool,
 
 
 def _source_words(audit: Audit) -> str:
+    d = audit.divisor_squared
     if audit.source == "printed scores":
-        d = audit.divisor_squared
         return (f"computed from: the printed scores of table {audit.name} (read exactly as "
                 f"printed), divided by {'nothing' if d is None else divisor_text(d)}")
-    d = audit.divisor_squared
     return (f"computed from: {audit.source} {printable(audit.name)} (divisor "
             f"{'none' if d is None else divisor_text(d)})")
 
@@ -148,16 +142,15 @@ def report_sections(audit: Audit, *, only_not_right: bool = False,
     shown = [t for t in judged if not only_not_right or t.counts["right"] < len(t.cells)]
     sections = [_table_section(t, audit, only_not_right, closed_forms) for t in shown]
     counts = audit.counts
-    rows = [[VERDICT_WORDS[v], str(counts[v])] for v in VERDICTS]
-    rows.append(["all", str(sum(counts.values()))])
+    rows = [[VERDICT_WORDS[v], str(counts[v])] for v in VERDICTS] + \
+        [["all", str(sum(counts.values()))]]
     notes = [_source_words(audit)]
     notes += [f"{_title(t)}: {_SKIPPED[t.skipped] if t.skipped else _counts_text(t.counts)}"
               for t in audit.tables if t.skipped or (t in judged and t not in shown)]
     rule = "half-even" if audit.ties == "half_even" else "half-up (away from zero)"
-    notes.append(f"right value: the exact value correctly rounded at the places the cell "
-                 f"prints, an exact tie {rule}; a printed fraction is judged exactly; a "
-                 "printed sum against the sum of the printed cells of its row")
-    notes.append(summary_line(audit))
+    notes += [f"right value: the exact value correctly rounded at the places the cell "
+              f"prints, an exact tie {rule}; a printed fraction is judged exactly; a "
+              "printed sum against the sum of the printed cells of its row", summary_line(audit)]
     sections.append(Section("summary", "Summary: cells per verdict", ["verdict", "cells"], rows,
                             notes, {"counts": counts, "clean": audit.clean}))
     return sections

@@ -136,10 +136,9 @@ def _check_options(args) -> None:
         raise InputError(f"{extra[0]} must be used with check (got {args.mode}); "
                          f"`exactattn model check --text ...` runs a whole model")
     for flag, value in (("--weights", args.weights), ("--tokens", args.tokens),
-                        ("--arch", args.arch or args.names)):
+                        ("--arch or --names", args.arch or args.names)):
         if value is None:
-            what = "--arch or --names" if flag == "--arch" else flag
-            raise InputError(f"{what} must be given with {args.mode} (got none); see "
+            raise InputError(f"{flag} must be given with {args.mode} (got none); see "
                              "`exactattn model --help`")
 
 
@@ -235,16 +234,15 @@ def run(args) -> int:
     from ..engines.layer import attend_layer
     from ..models.example import load_model_head
     arch = args.arch if args.names is None else _name_map(args.names)
-    loaded = load_model_head(args.weights, arch, args.layer, args.head, args.tokens,
-                             heads=args.heads, kv_heads=args.kv_heads,
-                             rotary="ignore" if args.no_rotary else "refuse",
-                             out_projection=args.mode == "layer")
-    ex = loaded.example
+    layer, ex, note = load_model_head(args.weights, arch, args.layer, args.head, args.tokens,
+                                      heads=args.heads, kv_heads=args.kv_heads,
+                                      rotary="ignore" if args.no_rotary else "refuse",
+                                      out_projection=args.mode == "layer")
     meta = {"example": ex.name, "mode": args.mode, "digits": args.digits,
             "weights": args.weights, "layer": args.layer, "head": args.head,
-            "exactness": loaded.note}
+            "exactness": note}
     if args.mode == "layer":
-        sections = [_layer_section(attend_layer(loaded.layer, ex.x), args.digits)]
+        sections = [_layer_section(attend_layer(layer, ex.x), args.digits)]
     else:
         trace = attend_example(ex)
         view = _named(View.of(args.format, len(ex.x)), ex.tokens)
@@ -252,6 +250,6 @@ def run(args) -> int:
         sections = [s for m in modes for s in build(m, ex, trace, args.digits,
                                                     closed_forms=args.format == "json",
                                                     view=view)]
-    sections[0].notes.append(loaded.note)
+    sections[0].notes.append(note)
     write(sections, args.format, sys.stdout, meta, wrap=PAGE)
     return 0

@@ -98,18 +98,13 @@ def read_token_texts(path: str, n: int) -> list[Token] | None:
     return [Token(t, i if isinstance(i, int) else None) for t, i in zip(texts, ids)]
 
 
-class ModelHead:
-    """The loaded ``layer`` (:class:`~exactattn.engines.layer.Layer`), the chosen ``example`` (one
-    head and the tokens) and ``note`` (how the stored floats were read)."""
-
-    def __init__(self, layer: Layer, example: Example, note: str):
-        self.layer, self.example, self.note = layer, example, note
-
-
 def load_model_head(weights: str, arch, layer: int, head: int, tokens: str, *,
                     heads: int | None = None, kv_heads: int | None = None,
-                    rotary: str = "refuse", out_projection: bool = False) -> ModelHead:
-    """Layer ``layer``'s head ``head`` (0-based) of the checkpoint ``weights`` on ``tokens``.
+                    rotary: str = "refuse", out_projection: bool = False
+                    ) -> tuple[Layer, Example, str]:
+    """Layer ``layer``'s head ``head`` (0-based) of the checkpoint ``weights`` on ``tokens``:
+    the loaded layer (:class:`~exactattn.engines.layer.Layer`), an example of the one head on
+    the tokens, and how the stored floats were read (a note).
 
     The tokens are labelled by their texts when the tokens file carries them (a JSON
     ``"tokens"`` list) or has a :data:`TOKEN_TEXTS` beside it (:func:`read_token_texts`),
@@ -136,4 +131,4 @@ def load_model_head(weights: str, arch, layer: int, head: int, tokens: str, *,
                  title=f"{os.path.basename(weights)}: {label} layer {layer}, head {head}",
                  head=built.heads[head], tokens=labels,
                  x=x, source=weights)
-    return ModelHead(built, ex, DYADIC_NOTE.format(dtypes=tensors.stored()))
+    return built, ex, DYADIC_NOTE.format(dtypes=tensors.stored())

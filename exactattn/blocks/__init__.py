@@ -8,8 +8,8 @@ for every block size and wherever the blocks run.
 
 The modules, in the order data flows through them:
 
-* :mod:`~exactattn.blocks.inputs`: :class:`ExactInputs`, integer numerators
-  over common denominators (from floats, rationals, a trace, a verify problem);
+* :mod:`~exactattn.blocks.inputs`: one head's exact inputs as integer numerators
+  over common denominators (from a :class:`~exactattn.call.Call`, or from floats);
 * :mod:`~exactattn.blocks.rows`: :func:`certify_block`, one block's certified
   shares and outputs (:mod:`exactattn.numbers.bulk` enclosures, exact fallbacks);
 * :mod:`~exactattn.blocks.memory`: :func:`block_rows`, the block size from a budget;
@@ -28,10 +28,9 @@ The modules, in the order data flows through them:
 from .certify import DEFAULT_MEMORY, certify, plan
 from .check import BlockedReport, check_impl, check_outputs
 from .engine import Engine, check_scheduler, dask_available
-from .inputs import (ExactInputs, float_ints, from_floats, from_call, from_rationals,
-                     from_trace, random_floats, random_inputs)
+from .inputs import float_ints, from_call, from_floats, random_floats, random_inputs
 from .memory import block_rows, block_spans
 from .rows import BlockResult, certify_block
 
 __all__ = ["BlockResult", "BlockedReport", "Engine", "certify", "check_impl", "from_call",
-           "from_floats", "from_rationals", "from_trace", "random_inputs"]
+           "from_floats", "random_inputs"]

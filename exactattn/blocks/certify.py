@@ -8,9 +8,9 @@ they are ready, so a caller can stream rows out while later blocks are still
 being computed.  The strings are the same for every block size and every
 engine.
 
->>> from exactattn.call.policy import Policy
->>> from exactattn.blocks.inputs import from_rationals
->>> x = from_rationals([[0], [1], [2]], [[0], [1], [2]], [[1], [0], [0]], Policy(scale="none"))
+>>> from exactattn.call import Call, Policy
+>>> from exactattn.blocks.inputs import from_call
+>>> x = from_call(Call([[0], [1], [2]], [[0], [1], [2]], [[1], [0], [0]], policy=Policy(scale="none")))
 >>> [b.outputs for b in certify(x, 4, rows=2, engine=Engine("none"))]
 [[['0.3333'], ['0.0900']], [['0.0159']]]
 """

@@ -40,8 +40,7 @@ from ..errors import InputError
 from ..verify.compare import Comparison
 from .engine import Engine
 from .inputs import ExactInputs
-from .memory import block_rows, block_spans
-from .rows import block_keep, exact_rows, key_span, score_top
+from .rows import block, score_top
 
 #: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
 CHECK_DTYPES = ("float32", "float16", "bfloat16")
@@ -83,19 +82,13 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     Reference: Vaswani et al. 2017, sec. 3.2.1; Ziv 1991 for the rounding.
     """
     from flint import arb, fmpq
-    from ..numbers.bulk import block_bounds
     from ..numbers.digits import working_precision
     from ..verify.check import Entry
     from ..verify.compare import judge
     from ..numbers.formats import float_format, round_enclosed, round_value
     inputs, got = data
     fmt = float_format(dtype)
-    c0, c1 = key_span(inputs, r0, r1)
-    keep = block_keep(inputs, r0, r1, c0, c1)
-    b = None if c1 == c0 or inputs.policy.modified else block_bounds(
-        inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den, inputs.divisor_squared,
-        keep, inputs.v[c0:c1], inputs.v_den, 62, inputs.score_bound)
-    exact_row, values = exact_rows(inputs, r0, c0, keep)
+    c0, c1, b, exact_row, values = block(inputs, r0, r1, 62)
     empty_row = inputs.policy.empty_row
     if b is not None:
         vals = np.abs(inputs.v[c0:c1].astype(np.float64))
@@ -189,8 +182,9 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
         InputError: a dtype not in :data:`CHECK_DTYPES`, a memory budget too small, a
         modified call without ``max_ulps`` (the default tolerance reads plain scores only).
     """
-    from ..options import check_choice, check_whole
+    from ..options import check_choice
     from ..numbers.formats import default_max_ulps
+    from .certify import plan
     check_choice(dtype, "dtype", CHECK_DTYPES)
     if max_ulps is None and inputs.policy.modified:
         raise InputError("max_ulps must be given for a blocked check of a modified call (got none: the "
@@ -199,11 +193,7 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
     own = engine is None
     engine = engine or Engine()
     try:
-        if rows is None:
-            rows = block_rows(memory, n_q=inputs.n_q, n_k=inputs.n_k, d_k=inputs.d_k,
-                              d_v=inputs.d_v, workers=engine.computing(), shares=False)
-        check_whole(rows, "rows")
-        spans = block_spans(inputs.n_q, rows)
+        spans = plan(inputs, engine, memory=memory, rows=rows, shares=False)
         t0 = time.perf_counter()
         data = (inputs, got)            # scattered once, read by both passes
         if max_ulps is None:
@@ -218,7 +208,7 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
         notes = [engine.note] if engine.note else []
         shape = {"L": inputs.n_q, "S": inputs.n_k, "E": inputs.d_k, "E_v": inputs.d_v}
         return BlockedReport(impl, dtype, inputs.policy, shape, max_ulps, found, len(spans),
-                             rows, engine.describe(), seconds, notes)
+                             rows or spans[0][1] - spans[0][0], engine.describe(), seconds, notes)
     finally:
         if own:
             engine.close()

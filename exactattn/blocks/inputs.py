@@ -1,4 +1,4 @@
-"""The exact inputs of one attention call, as integer numerators over common denominators.
+"""The exact inputs of one attention head, as integer numerators over common denominators.
 
 A row block reads its queries, all keys and all values (or the visible
 ones) from an :class:`ExactInputs`: ``query = q / q_den`` (n_q x d_k),
@@ -6,7 +6,9 @@ ones) from an :class:`ExactInputs`: ``query = q / q_den`` (n_q x d_k),
 arrays of integers (int64 where every entry fits, else Python ints), the
 :class:`~exactattn.call.policy.Policy` of the call and an optional explicit boolean
 mask.  That is what :mod:`exactattn.numbers.bulk` computes from, and what a Dask
-cluster receives once (it is small: O(n d), never O(n^2)).
+cluster receives once (it is small: O(n d), never O(n^2)).  It is built from a
+:class:`~exactattn.call.Call` (:func:`from_call`, which validated it) or from binary
+floats (:func:`from_floats`).
 
 Binary floats are read as the dyadic rationals they are (:func:`float_ints`),
 never through decimal text and never silently: a caller hands floats only
@@ -30,7 +32,7 @@ import numpy as np
 
 from ..call.modifiers import dropout_factors
 from ..call.policy import Policy
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, shorten
 from ..options import check_choice, check_whole
 
 __all__ = ["float_ints"]
@@ -72,16 +74,6 @@ def float_ints(a) -> tuple[np.ndarray, int]:
     return out.reshape(a.shape), 1 << den_exp
 
 
-def _fraction_ints(rows) -> tuple[np.ndarray, int]:
-    from ..numbers.bulk import int_rows
-    from ..numbers.exact import common_denominator
-    got = common_denominator([list(r) for r in rows])
-    if got is None:
-        raise InputError("inputs must be rational numbers (got a symbolic entry); row blocks "
-                         "run on exact rationals: use attend for symbolic heads")
-    return int_rows(got[0]), got[1]
-
-
 @dataclass(frozen=True, eq=False)
 class ExactInputs:
     """One call's exact inputs: numerators over common denominators, the policy, a mask.
@@ -102,24 +94,6 @@ class ExactInputs:
     mask: np.ndarray | None = None
     name: str = "inputs"
     dropout_keep: np.ndarray | None = None
-
-    def __post_init__(self):
-        if self.q.ndim != 2 or self.k.ndim != 2 or self.v.ndim != 2:
-            raise ShapeError("query, key and value must be matrices (got "
-                             f"{self.q.ndim}, {self.k.ndim} and {self.v.ndim} dimensions)")
-        if self.k.shape[1] != self.q.shape[1]:
-            raise ShapeError(f"key must be n_k x {self.q.shape[1]} like the query (got "
-                             f"{self.k.shape[0]} x {self.k.shape[1]})")
-        if self.v.shape[0] != self.k.shape[0]:
-            raise ShapeError(f"value must have the key's {self.k.shape[0]} rows (got "
-                             f"{self.v.shape[0]})")
-        for name in ("mask", "dropout_keep"):
-            m = getattr(self, name)
-            if m is not None and m.shape != (self.n_q, self.n_k):
-                raise ShapeError(f"{name} must be {self.n_q} x {self.n_k} (got "
-                                 f"{' x '.join(map(str, m.shape))})")
-        if (self.policy.dropout is None) != (self.dropout_keep is None):
-            dropout_factors(self.policy.dropout, None if self.dropout_keep is None else [True])
 
     n_q = property(lambda self: self.q.shape[0], doc="queries")
     n_k = property(lambda self: self.k.shape[0], doc="keys")
@@ -148,44 +122,32 @@ class ExactInputs:
         return self.q_den * self.k_den
 
 
-def from_rationals(query, key, value, policy: Policy | None = None, *, mask=None,
-                   name: str = "inputs", dropout_keep=None) -> ExactInputs:
-    """Inputs from rows of ``Fraction``/``int`` entries (e.g. a trace's queries, keys, values)."""
-    (q, qd), (k, kd), (v, vd) = (_fraction_ints(m) for m in (query, key, value))
-    keep, dropped = (None if m is None else np.asarray(m, dtype=bool) for m in (mask, dropout_keep))
-    return ExactInputs(q, qd, k, kd, v, vd, policy or Policy(), keep, name, dropped)
-
-
-def from_trace(trace, *, name: str = "head") -> ExactInputs:
-    """The exact queries, keys and values of a :class:`~exactattn.engines.trace.Trace`, under its policy.
-
-    ``trace = attend(head, x, engine="fast")`` computes them with python-flint
-    products (Vaswani et al. 2017, sec. 3.2.1); the trace's policy carries the
-    empty-row answer it was run with.
-    """
-    return from_rationals(trace.queries, trace.keys, trace.values, trace.policy, name=name)
-
-
-def from_call(problem, b: int = 0, h: int = 0) -> ExactInputs:
+def from_call(call, b: int = 0, h: int = 0) -> ExactInputs:
     """The (batch b, query head h) head of an exact :class:`~exactattn.call.Call`.
 
     Raises:
-        InputError: an additive mask (row blocks take boolean masks only).
+        InputError: an additive mask (row blocks take boolean masks only); dropout without
+            its keep-mask, or a keep-mask without dropout; an ``inf`` or ``nan`` a query sees.
     """
-    policy = problem.policy.for_head(h)
-    kv = policy.kv_head(h, problem.shape["H_q"], problem.shape["H_kv"])
-    mask = problem.block_mask(b, h)
+    from ..numbers.bulk import int_rows
+    from ..numbers.exact import common_denominator
+    policy = call.policy.for_head(h)
+    kv = policy.kv_head(h, call.shape["H_q"], call.shape["H_kv"])
+    mask, dropped = call.block_mask(b, h), call.dropout_keep
+    if (policy.dropout is None) != (dropped is None):
+        dropout_factors(policy.dropout, None if dropped is None else [True])
     keep = None
     if mask is not None:
         if mask.kind == "additive":
             raise InputError("mask must be boolean for row blocks (got an additive mask); "
                              "check additive masks with exactattn verify")
-        keep = np.array([[mask.keeps(i, j) for j in range(problem.shape["S"])]
-                         for i in range(problem.shape["L"])], dtype=bool)
-    return from_rationals(problem.query[b, h].tolist(), problem.key[b, kv].tolist(),
-                          problem.value[b, kv].tolist(), policy, mask=keep, name=problem.name,
-                          dropout_keep=None if problem.dropout_keep is None else
-                          problem.dropout_keep[b, h])
+        keep = policy.keep(call.shape["L"], call.shape["S"], mask)
+    call.check_nonfinite()         # inf and NaN only where no query looks: read as 0
+    call = call.finite()
+    (q, qd), (k, kd), (v, vd) = ((int_rows(m[0]), m[1]) for m in (common_denominator(
+        a.tolist()) for a in (call.query[b, h], call.key[b, kv], call.value[b, kv])))
+    return ExactInputs(q, qd, k, kd, v, vd, policy, keep, call.name,
+                       None if dropped is None else dropped[b, h])
 
 
 def random_floats(n: int, d: int, *, seed: int = 0, dtype: str = "float32",

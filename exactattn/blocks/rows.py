@@ -20,9 +20,9 @@ for every block size, and the same as :meth:`Trace.share_decimals
 Memory: about :data:`~exactattn.blocks.memory.BYTES_PER_PAIR` bytes per
 (row, key) pair of the block at its peak, plus the inputs (O(n d)).
 
->>> from exactattn.call.policy import Policy
->>> from exactattn.blocks.inputs import from_rationals
->>> x = from_rationals([[0], [1]], [[0], [1]], [[1], [0]], Policy(scale="none", causal=True))
+>>> from exactattn.call import Call, Policy
+>>> from exactattn.blocks.inputs import from_call
+>>> x = from_call(Call([[0], [1]], [[0], [1]], [[1], [0]], policy=Policy(scale="none", causal=True)))
 >>> res = certify_block(x, 1, 2, 4)
 >>> res.shares, res.outputs, res.keys
 ([['0.2689', '0.7311']], [['0.2689']], (0, 2))
@@ -43,6 +43,7 @@ from ..numbers.bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bi
 from ..numbers.digits import check_places, format_scaled
 from ..numbers.limbs import mix
 from ..numbers.softmax import SoftmaxRow
+from ..reference.bound import gamma
 from ..reference.logits import rope_score, softmax_row
 from .inputs import ExactInputs
 
@@ -112,6 +113,19 @@ def exact_rows(inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
     return row, values
 
 
+def block(inputs: ExactInputs, r0: int, r1: int, bits: int):
+    """What rows r0 .. r1 - 1 are decided from: ``(c0, c1, bounds, row, values)``, the span of
+    keys they see, their bulk enclosures at ``bits`` (:func:`~exactattn.numbers.bulk.block_bounds`;
+    None when no row sees a key, or under a modifier: the enclosures know the plain softmax)
+    and the exact per-entry path (:func:`exact_rows`)."""
+    c0, c1 = key_span(inputs, r0, r1)
+    keep = block_keep(inputs, r0, r1, c0, c1)
+    b = None if c1 == c0 or inputs.policy.modified else block_bounds(
+        inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den, inputs.divisor_squared,
+        keep, inputs.v[c0:c1], inputs.v_den, bits, inputs.score_bound)
+    return (c0, c1, b) + exact_rows(inputs, r0, c0, keep)
+
+
 @dataclass
 class BlockResult:
     """Certified decimals of rows ``r0 .. r1 - 1``.
@@ -140,40 +154,27 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
         InputError: ``places`` is not a whole number from 0 to 50.
     """
     check_places(places)
-    c0, c1 = key_span(inputs, r0, r1)
-    keep = block_keep(inputs, r0, r1, c0, c1)
-    b = None
-    if c1 > c0 and not inputs.policy.modified:      # the enclosures know the plain softmax
-        b = block_bounds(inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den,
-                         inputs.divisor_squared, keep, inputs.v[c0:c1], inputs.v_den,
-                         fixed_bits(places), inputs.score_bound)
-    row, values = exact_rows(inputs, r0, c0, keep)
-    rows = range(r0, r1)
+    c0, c1, b, row, values = block(inputs, r0, r1, fixed_bits(places))
+    n, n_k = r1 - r0, inputs.n_k
     if b is None:       # modifiers, infeasible tables or huge inputs: every entry exactly
-        share_text = [[row(i).share(j).decimal(places) for j in range(inputs.n_k)]
-                      for i in rows] if shares else None
-        outputs = [[row(i).combine(values(i, c)).decimal(places) for c in range(inputs.d_v)]
-                   for i in rows]
-        count = len(rows) * (inputs.d_v + (inputs.n_k if shares else 0))
-        return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
-    span, outputs, (share_cells, output_cells) = bounds_decimals(b, places, shares)
-    empty = [r0 + int(i) for i in np.flatnonzero(b.empty)]
-    count = len(output_cells)
+        span, outputs, empty = [[]] * n, [[None] * inputs.d_v for _ in range(n)], range(n)
+        share_cells, output_cells = [], [(i, c) for i in range(n) for c in range(inputs.d_v)]
+    else:
+        span, outputs, (share_cells, output_cells) = bounds_decimals(b, places, shares)
+        empty = np.flatnonzero(b.empty).tolist()
     for i, c in output_cells:
         outputs[i][c] = row(r0 + i).combine(values(r0 + i, c)).decimal(places)
-    share_text = None
+    share_text, count = None, len(output_cells)
     if shares:
         zero = format_scaled(0, places)
-        left, right = [zero] * c0, [zero] * (inputs.n_k - c1)
-        share_text = [left + r + right for r in span]
+        share_text = [[zero] * c0 + r + [zero] * (n_k - c1) for r in span]
         skip = set(empty)
+        share_cells = [(i, j) for i, j in share_cells if i not in skip]
         for i, j in share_cells:
-            if r0 + i not in skip:
-                share_text[i][c0 + j] = row(r0 + i).share(c0 + j).decimal(places)
+            share_text[i][c0 + j] = row(r0 + i).share(c0 + j).decimal(places)
         for i in empty:
-            share_text[i - r0] = [row(i).share(j).decimal(places)
-                                  for j in range(inputs.n_k)]
-        count += len(share_cells) - sum(b.empty) * (c1 - c0) + len(empty) * inputs.n_k
+            share_text[i] = [row(r0 + i).share(j).decimal(places) for j in range(n_k)]
+        count += len(share_cells) + len(empty) * n_k
     return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
 
 
@@ -195,9 +196,7 @@ def score_top(inputs: ExactInputs, r0: int, r1: int) -> int:
         return 0
     q, k = inputs.q[r0:r1], inputs.k[c0:c1]
     if q.dtype != object and k.dtype != object:
-        bound = inputs.score_bound
-        d = q.shape[1]
-        err = float(Fraction((d + 2) * bound, 2 ** 53 - d - 2) + 1)    # e, rounded up
+        err = gamma(q.shape[1] + 2) * inputs.score_bound + 1     # e, rounded up
         approx = np.abs(q.astype(np.float64) @ k.T.astype(np.float64))
         approx[~keep] = -1.0
         top = float(approx.max())

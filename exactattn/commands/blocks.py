@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import sys
+from itertools import chain
 
 from ..call.policy import ALIGNMENTS, Policy
 from ..errors import InputError, shorten
@@ -94,10 +95,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _policy(args, base: Policy) -> Policy:
-    return set_policy_flags(base, args, POLICY)
-
-
 def _refuse(args) -> None:
     if (args.spec is None) == (args.random is None):
         raise InputError("blocks needs --spec FILE or --random N,D,SEED (got "
@@ -124,15 +121,15 @@ def _refuse(args) -> None:
 
 
 def _inputs(args):
-    """``(ExactInputs, floats or None, dtype)``: the exact inputs, the float arrays for --check."""
-    from ..blocks import from_floats, from_call, from_trace, random_floats
-    from ..engines.head import attend
+    """``(inputs, floats or None, dtype)``: the exact inputs, the float arrays for --check."""
+    from ..blocks import from_floats, from_call, random_floats
+    from ..call import Call
     from ..call.spec import load_problem, parse, read_text
     dtype = args.dtype or "float32"
     if args.random:
         n, d, seed = args.random
         floats = random_floats(n, d, seed=seed, dtype=dtype)
-        policy = _policy(args, Policy())
+        policy = set_policy_flags(Policy(), args, POLICY)
         name = f"random n={n} d={d} seed={seed} {dtype}"
         return from_floats(*floats, policy, name=name), floats, dtype
     text, fmt = read_text(args.spec)
@@ -142,15 +139,15 @@ def _inputs(args):
             raise InputError("--check must come with --random or a verify spec (got a head "
                              "spec); a float implementation takes query, key and value")
         ex = load_spec(args.spec)
-        head = ex.head.with_policy(_policy(args, ex.head.policy))
-        trace = attend(head, ex.x, engine="fast", empty_row=head.policy.empty_row)
-        return from_trace(trace, name=ex.name), None, dtype
+        head = ex.head.with_policy(set_policy_flags(ex.head.policy, args, POLICY))
+        return from_call(Call.of_head(head, ex.x, name=ex.name,
+                                      dropout_keep=getattr(ex, "dropout_keep", None))), None, dtype
     problem, spec_policy, spec_dtype = load_problem(args.spec)
     sh = problem.shape
     if sh["B"] * sh["H_q"] != 1:
         raise InputError(f"spec must hold one head for blocks (got B={sh['B']}, H_q="
                          f"{sh['H_q']}); check several heads with exactattn verify")
-    policy = _policy(args, spec_policy or Policy())
+    policy = set_policy_flags(spec_policy or Policy(), args, POLICY)
     dtype = args.dtype or spec_dtype or "float32"
     if args.check:
         if problem.mask is not None:
@@ -182,7 +179,7 @@ def run(args) -> int:
                          engine=engine)
         first = next(blocks)
         total = -(-inputs.n_q // (first.r1 - first.r0))
-        shown = progress(_chain(first, blocks), total, f"blocks of {first.r1 - first.r0} rows")
+        shown = progress(chain([first], blocks), total, f"blocks of {first.r1 - first.r0} rows")
         head = {"command": "blocks", "inputs": inputs.name, "policy": inputs.policy.as_dict(),
                 "digits": args.digits, "n_queries": inputs.n_q, "n_keys": inputs.n_k,
                 "d_v": inputs.d_v, "rows_per_block": first.r1 - first.r0, "blocks": total,
@@ -191,11 +188,6 @@ def run(args) -> int:
             print(f"exactattn: note: {engine.note}", file=sys.stderr)
         (_write_json if args.format == "json" else _write_csv)(shown, head, args.show)
     return 0
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
 
 
 def _write_csv(blocks, head: dict, show: str) -> None:

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from exactattn.blocks import (Engine, certify, check_impl, check_outputs, check_scheduler, float_ints,
-                              from_floats, from_call, from_rationals, from_trace,
-                              random_floats, random_inputs)
+                              from_floats, from_call, random_floats, random_inputs)
 from exactattn.blocks.memory import BYTES_PER_PAIR, block_rows, block_spans
 from exactattn.blocks.rows import (block_keep, certify_block, exact_row, exact_rows, key_span,
                                    score_top)
@@ -102,7 +101,7 @@ def test_blocks_match_the_whole_head_for_every_block_size(policy):
     head, x = small_head(policy)
     trace = attend(head, x, engine="fast", empty_row=policy.empty_row)
     want = (trace.share_decimals(4), trace.output_decimals(4))
-    inputs = from_trace(trace)
+    inputs = from_call(trace.call)
     for rows in (1, 3, 4, 11):
         assert run_blocks(inputs, rows) == want
 
@@ -146,9 +145,9 @@ def test_an_explicit_boolean_mask_matches_the_reference():
 
 def test_dropout_needs_its_keep_mask_and_a_blocked_check_no_modifier():
     with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
-        from_rationals([[1]], [[1]], [[1]], Policy(dropout=F(1, 2)))
+        from_call(Call([[1]], [[1]], [[1]], policy=Policy(dropout=F(1, 2))))
     with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
-        from_rationals([[1]], [[1]], [[1]], Policy(), dropout_keep=[[True]])
+        from_call(Call([[1]], [[1]], [[1]], dropout_keep=[[True]]))
     with pytest.raises(InputError, match="policy must have no rope, softcap, alibi, sink, "
                                          "dropout for a blocked check"):
         check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", Policy(softcap=F(5)))
@@ -187,7 +186,7 @@ def test_a_modified_calls_blocks_are_the_references_rows_exactly(policy):
 
 
 def test_score_top_is_the_largest_visible_score_for_any_split():
-    x = from_rationals([[1], [3]], [[2], [-5]], [[0], [0]], Policy(causal=True))
+    x = from_call(Call([[1], [3]], [[2], [-5]], [[0], [0]], policy=Policy(causal=True)))
     typed([score_top(x, 0, 1), score_top(x, 1, 2), score_top(x, 0, 2)], [2, 15, 15])
     for policy in (Policy(), Policy(causal=True, window=(4, 1))):
         x = random_inputs(30, 6, seed=7, policy=policy)
@@ -195,7 +194,7 @@ def test_score_top_is_the_largest_visible_score_for_any_split():
         exact = [abs(sum(int(a) * int(b) for a, b in zip(x.q[i].tolist(), x.k[j].tolist())))
                  for i in range(30) for j in range(30) if keep[i, j]]
         typed(max(score_top(x, r0, min(30, r0 + 7)) for r0 in range(0, 30, 7)), max(exact))
-    same = from_rationals([[1]] * 100, [[1]] * 100, [[0]] * 100)     # every score a tie
+    same = from_call(Call([[1]] * 100, [[1]] * 100, [[0]] * 100))     # every score a tie
     typed(score_top(same, 0, 100), 1)
 
 

@@ -49,7 +49,8 @@ _PATHS = ("fast", "gradients", "blocks", "sdpa", "numpy_backward") + \
 
 
 def _run_path(path: str, policy: Policy):
-    from exactattn.blocks import from_rationals
+    from exactattn.blocks import from_call
+    from exactattn.call import Call
     from exactattn.gradients import gradients
     keep = [[True, True], [True, True]] if policy.dropout is not None else None
     if path == "fast":
@@ -59,7 +60,7 @@ def _run_path(path: str, policy: Policy):
         return gradients([[1], [0]], [[1], [2]], [[1], [0]], [[1], [1]], policy,
                          dropout_keep=keep)
     if path == "blocks":
-        return from_rationals([[1], [0]], [[1], [2]], [[1], [0]], policy)
+        return from_call(Call([[1], [0]], [[1], [2]], [[1], [0]], policy=policy))
     if path == "numpy_backward":
         import numpy as np
         from exactattn.call import Call

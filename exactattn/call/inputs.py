@@ -22,6 +22,7 @@ one check, run by :class:`~exactattn.verify.Reference`; a non-finite entry a que
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -93,20 +94,6 @@ def object_array(flat: list, shape) -> np.ndarray:
     return out.reshape(shape)
 
 
-_NONFINITE_TEXT = {"inf": math.inf, "+inf": math.inf, "infinity": math.inf,
-                   "+infinity": math.inf, "-inf": -math.inf, "-infinity": -math.inf,
-                   "nan": math.nan, "+nan": math.nan, "-nan": math.nan}
-
-
-def nonfinite_value(v) -> float | None:
-    """``inf``, ``-inf`` or ``nan`` (a Python float) when ``v`` is one, written as a float or text; else None."""
-    if isinstance(v, str):
-        return _NONFINITE_TEXT.get(v.strip().lower())
-    if isinstance(v, (float, np.floating)) and not math.isfinite(v):
-        return float(v)
-    return None
-
-
 def reshaped(a: np.ndarray, want: tuple, rank: int, what: str, *, tail: bool = True,
              like: str = "") -> np.ndarray:
     """``a``, an array of a call's shape (its last ``rank`` dimensions), reshaped to ``want``.
@@ -161,35 +148,39 @@ def _fractions(ratios) -> list:
     return [make(n, d) for n, d in ratios]
 
 
-def _exact_array(data, name: str, floats: str | None, nonfinite: bool = False) -> np.ndarray:
-    """Entries read exactly; with ``nonfinite`` inf and NaN are kept as Python floats."""
-    arr = _as_array(data, name)
+def _exact_array(arr: np.ndarray, name: str, floats: str | None, nonfinite: bool) -> np.ndarray:
+    """An array's entries read exactly, B x H x n x E; with ``nonfinite``, ``inf`` and ``nan``
+    (floats, or text such as ``-Infinity``) kept as Python floats."""
     if arr.dtype.kind == "f" and floats == "exact" and np.isfinite(arr).all():
-        out = object_array(_fractions(map(float.as_integer_ratio,
-                                          arr.astype(np.float64).reshape(-1).tolist())), arr.shape)
-        return out.reshape((1,) * (4 - out.ndim) + out.shape)
-    flat = []
-    for v in arr.reshape(-1):
-        v = v.item() if isinstance(v, np.generic) else v
-        bad = nonfinite_value(v) if nonfinite else None
-        if bad is not None:
-            flat.append(bad)
-            continue
-        flat.append(to_exact(v, name=name, floats=floats))
-    out = object_array(flat, arr.shape)
-    while out.ndim < 4:
-        out = out[np.newaxis]
-    return out
+        flat = _fractions(map(float.as_integer_ratio, arr.astype(np.float64).reshape(-1).tolist()))
+    else:
+        flat = []
+        for v in (v.item() if isinstance(v, np.generic) else v for v in arr.reshape(-1)):
+            if nonfinite and (isinstance(v, float) and not math.isfinite(v) or isinstance(v, str)
+                              and re.fullmatch(r"\s*[+-]?(inf|infinity|nan)\s*", v, re.I)):
+                flat.append(float(v))
+            else:
+                flat.append(to_exact(v, name=name, floats=floats))
+    return object_array(flat, (1,) * (4 - arr.ndim) + arr.shape)
 
 
-def _broadcast(raw: np.ndarray, shape: tuple, name: str) -> np.ndarray:
-    """``raw`` broadcast to ``shape`` (B x H_q x L x S), a read-only view.
+def _blocks(data, shape: tuple, name: str, bools: bool = False) -> np.ndarray:
+    """A mask or a dropout keep-mask (``bools``: True/False entries only) broadcast to
+    ``shape`` (B x H_q x L x S), a read-only view; a tensor's entries read exactly.
 
     Raises:
-        ShapeError: ``name`` cannot broadcast to it.
+        InputError: ``bools`` and an entry that is not a boolean.
+        ShapeError: ``name`` cannot broadcast to ``shape``.
     """
+    if hasattr(data, "detach"):     # booleans or floats (bfloat16 too), each exactly
+        data = data.detach().cpu().tolist()
+    raw = np.array(data, dtype=object)
+    bad = [x for x in raw.reshape(-1) if not isinstance(x, (bool, np.bool_))] if bools else []
+    if bad:
+        raise InputError(f"{name} must hold true/false entries (True = kept) (got "
+                         f"{shorten(bad[0], quote=True)})")
     try:
-        return np.broadcast_to(raw, shape)
+        return np.broadcast_to(raw.astype(bool) if bools else raw, shape)
     except ValueError:
         raise ShapeError(f"{name} must be L x S = {shape[2]} x {shape[3]} or broadcast to "
                          f"{_dims(shape)} (got {_dims(raw.shape)})") from None
@@ -198,16 +189,11 @@ def _broadcast(raw: np.ndarray, shape: tuple, name: str) -> np.ndarray:
 def _mask_blocks(mask, kind: str, shape: tuple, floats: str | None) -> tuple[np.ndarray, tuple]:
     """The mask broadcast to B x H_q x L x S and read block by block with :class:`Mask`,
     and the shape it was given in."""
-    B, Hq, L, S = shape
-    if hasattr(mask, "detach"):     # booleans or floats (bfloat16 too), each exactly
-        mask = mask.detach().cpu().tolist()
-    raw = _broadcast(np.array(mask, dtype=object), shape, "mask")
-    out = np.empty(shape, dtype=object)
-    for b in range(B):
-        for h in range(Hq):
-            m = Mask(kind, raw[b, h].tolist(), floats=floats)
-            out[b, h] = object_array([e for r in m.rows for e in r], (L, S))
-    return out, tuple(np.shape(mask))
+    raw, out = _blocks(mask, shape, "mask"), np.empty(shape, dtype=object)
+    for b, h in np.ndindex(shape[:2]):
+        m = Mask(kind, raw[b, h].tolist(), floats=floats)
+        out[b, h] = object_array([e for r in m.rows for e in r], shape[2:])
+    return out, tuple(mask.shape) if hasattr(mask, "shape") else np.shape(mask)
 
 
 #: the policy keywords the bulk judge takes (the others change the logits themselves)
@@ -257,9 +243,7 @@ def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
             np.broadcast_to(m, q.shape[:3] + (k.shape[2],))
         except ValueError:
             return None
-    options = {} if scale is None else {"scale": _sdpa_scale(scale)}
-    pol = Policy(causal=is_causal, mask_kind="bool_keep" if offsets is None else "additive",
-                 **options, **policy)
+    pol = _sdpa_policy(is_causal, scale, "bool_keep" if offsets is None else "additive", policy)
     return q, k, v, pol, keep, offsets, np.ndim(query)
 
 
@@ -310,16 +294,17 @@ def _sdpa_array(data, name: str) -> np.ndarray:
     return arr
 
 
-def _sdpa_scale(scale):
-    """SDPA's ``scale`` for :class:`Policy`: a float as its exact value, text and exact numbers
-    as :func:`~exactattn.call.policy.parse_scale` reads them."""
+def _sdpa_policy(is_causal, scale, mask_kind: str, policy: dict) -> Policy:
+    """The :class:`Policy` of SDPA's arguments: ``scale`` a float as its exact value, text and
+    exact numbers as :func:`~exactattn.call.policy.parse_scale` reads them."""
     if isinstance(scale, (bool, np.bool_)):
         raise InputError(f"scale must be None or a positive number (got {scale!r})")
     if isinstance(scale, (float, np.floating)):
         if not (math.isfinite(scale) and scale > 0):
             raise InputError(f"scale must be a positive finite number (got {float(scale)!r})")
-        return Fraction(float(scale))
-    return scale
+        scale = Fraction(float(scale))
+    return Policy(causal=bool(is_causal), mask_kind=mask_kind,
+                  **({} if scale is None else {"scale": scale}), **policy)
 
 
 class Call:
@@ -381,8 +366,7 @@ class Call:
         check_inputs(count, "query, key, value and mask",
                      "a call is checked number by number: use fewer tokens, heads or a "
                      "narrower head")
-        q, k, v = (_exact_array(a, n, floats, nonfinite=n != labels[0])
-                   for a, n in zip(arrays, labels))
+        q, k, v = (_exact_array(a, n, floats, n != labels[0]) for a, n in zip(arrays, labels))
         B, Hq, L, E = q.shape
         if k.shape[0] != B or k.shape[3] != E:
             raise ShapeError(f"key must be {B} x H_kv x S x {E} like the query "
@@ -394,7 +378,7 @@ class Call:
         m, given = (None, None) if mask is None else \
             _mask_blocks(mask, policy.mask_kind, (B, Hq, L, k.shape[2]), floats)
         keep = None if dropout_keep is None else \
-            _keep_blocks(dropout_keep, (B, Hq, L, k.shape[2]))
+            _blocks(dropout_keep, (B, Hq, L, k.shape[2]), "dropout_keep", True).copy()
         self._set(q, k, v, m, policy, rank, name, keep, tuple(labels), given)
 
     def _set(self, query, key, value, mask, policy, rank, name, dropout_keep, labels,
@@ -474,8 +458,7 @@ class Call:
             attn_mask = _sdpa_array(attn_mask, "attn_mask")
         kind = None if attn_mask is None else \
             "bool_keep" if str(attn_mask.dtype) in ("bool", "torch.bool") else "additive"
-        options = {} if scale is None else {"scale": _sdpa_scale(scale)}
-        pol = Policy(causal=bool(is_causal), mask_kind=kind or "bool_keep", **options, **policy)
+        pol = _sdpa_policy(is_causal, scale, kind or "bool_keep", policy)
         q, k, v = (a if hasattr(a, "detach") else _sdpa_array(a, n)
                    for a, n in ((query, "query"), (key, "key"), (value, "value")))
         call = cls(q, k, v, attn_mask, policy=pol, floats="exact", name=name,
@@ -518,7 +501,7 @@ class Call:
             m = m if b is None else m + fmpq_mat_of([b] * n)
             return object_array(_fractions((int(e.p), int(e.q)) for e in m.entries()),
                                 (1, 1, n, m.ncols()))
-        keep = None if dropout_keep is None else _keep_blocks(dropout_keep, (1, 1, n, n))
+        keep = None if dropout_keep is None else _blocks(dropout_keep, (1, 1, n, n), "dropout_keep", True).copy()
         call = object.__new__(cls)
         call._set(*(project(W, b) for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
                                                (head.W_V, head.b_V))),
@@ -712,7 +695,8 @@ class Call:
             ShapeError, InputError: a mask of the wrong shape or with entries that are not booleans.
         """
         sh = self.shape
-        return self._with(dropout_keep=_keep_blocks(keep, (sh["B"], sh["H_q"], sh["L"], sh["S"])))
+        return self._with(dropout_keep=_blocks(keep, (sh["B"], sh["H_q"], sh["L"], sh["S"]),
+                                                     "dropout_keep", True).copy())
 
     def nonfinite(self) -> list[tuple[int, tuple]]:
         """Every ``inf``/``nan`` entry: ``(1 for key or 2 for value, (b, g, j, c))``."""
@@ -834,14 +818,3 @@ def keys_read(policy: Policy, keep: np.ndarray) -> np.ndarray:
         return keep
     return keep | empty_rows(policy, keep)[..., None]
 
-
-def _keep_blocks(keep, shape: tuple) -> np.ndarray:
-    """A dropout keep-mask (booleans) broadcast to B x H_q x L x S."""
-    if hasattr(keep, "detach"):
-        keep = keep.detach().cpu().tolist()
-    raw = np.array(keep, dtype=object)
-    if raw.size and not all(isinstance(x, (bool, np.bool_)) for x in raw.reshape(-1)):
-        bad = next(x for x in raw.reshape(-1) if not isinstance(x, (bool, np.bool_)))
-        raise InputError(f"dropout_keep must hold true/false entries (True = kept) (got "
-                         f"{shorten(bad, quote=True)})")
-    return _broadcast(raw.astype(bool), shape, "dropout_keep").copy()

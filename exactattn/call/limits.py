@@ -101,32 +101,25 @@ def duration(seconds) -> str:
     for unit, size in (("years", 365 * 86400), ("days", 86400), ("hours", 3600),
                        ("minutes", 60)):
         if seconds >= 2 * size:
-            return f"{_lead(int(seconds // size))} {unit}"
+            return f"{_count(int(seconds // size), lead=True)} {unit}"
 
 
 def _dims(shape: dict) -> str:
-    names = [k for k in ("B", "H_q", "H_kv") if shape[k] != 1]
-    names += ["L", "S", "E", "E_v"]
+    names = [k for k in ("B", "H_q", "H_kv") if shape[k] != 1] + ["L", "S", "E", "E_v"]
     return " ".join(f"{k}={_count(shape[k])}" for k in names)
 
 
 def _gib(size: int) -> str:
     gib = Fraction(size, 2 ** 30)
-    return f"{float(gib):.1f} GiB" if gib < 10 else f"{_lead(int(gib))} GiB"
+    return f"{float(gib):.1f} GiB" if gib < 10 else f"{_count(int(gib), lead=True)} GiB"
 
 
-def _lead(count: int) -> str:
-    """``count`` to one significant figure, rounded down: 2345 -> 2000 (a power of ten past
-    10**15, so that no huge number is written out)."""
+def _count(count: int, lead: bool = False) -> str:
+    """A whole number written out (``lead``: to one significant figure, rounded down: 2345 ->
+    2000), past 10**15 as a power of ten, so that no huge number is written out."""
     if count >= 10 ** 15:
         return f"more than 10^{math.floor((count.bit_length() - 1) * math.log10(2))}"
-    digits = str(count)
-    return str(int(digits[0]) * 10 ** (len(digits) - 1))
-
-
-def _count(count: int) -> str:
-    """A whole number written out, or past 10**15 as a power of ten."""
-    return str(count) if count < 10 ** 15 else _lead(count)
+    return str(int(str(count)[0]) * 10 ** (len(str(count)) - 1)) if lead else str(count)
 
 
 def check_work(shape: dict, what: str, fix: str, *, runs: int = 1) -> tuple[Fraction, int]:
@@ -139,8 +132,7 @@ def check_work(shape: dict, what: str, fix: str, *, runs: int = 1) -> tuple[Frac
     Raises:
         InputError: the estimate is over either limit.
     """
-    seconds, size = estimate(shape)
-    seconds, size = seconds * runs, size * runs      # each run's report keeps its reference
+    seconds, size = (x * runs for x in estimate(shape))   # each run's report keeps its reference
     if seconds > MAX_SECONDS or size > MAX_MEMORY:
         raise InputError(f"{what} must take at most about {MAX_SECONDS} s and "
                          f"{MAX_MEMORY // 2 ** 30} GiB to check exactly (got {_dims(shape)}: "

@@ -87,30 +87,20 @@ def _output_weights(d_model: int, width: int) -> list[list[Fraction]]:
     return [[Fraction((d + 2 * c) % 5 - 2, 2) for c in range(width)] for d in range(d_model)]
 
 
-@dataclass
-class _Layer:
-    heads: list          # per head: (W_Q, W_K, W_V as (ints, den)), divisor_squared
-    W_O: tuple | None    # (ints, den)
-
-
-def _layer(shape: CallShape, index_base: int) -> _Layer:
-    hs = []
-    for a in range(shape.heads):
-        head = count_head(shape.d_model, shape.d_k, shape.d_v, index_base + a)
-        hs.append(([common_denominator(w) for w in (head.W_Q, head.W_K, head.W_V)],
-                   head.divisor_squared))
+def _layer(shape: CallShape, index_base: int) -> tuple[list, tuple | None]:
+    """One layer of :func:`count_head` heads: per head its (W_Q, W_K, W_V as (ints, den)) and
+    divisor squared; W_O as (ints, den), or None."""
+    heads = [count_head(shape.d_model, shape.d_k, shape.d_v, index_base + a)
+             for a in range(shape.heads)]
     W_O = common_denominator(_output_weights(shape.d_model, shape.heads * shape.d_v)) \
         if shape.out_projection else None
-    return _Layer(hs, W_O)
+    return [([common_denominator(w) for w in (h.W_Q, h.W_K, h.W_V)], h.divisor_squared)
+            for h in heads], W_O
 
 
 def _zero_macs(with_output: bool) -> dict:
     stages = ("projections", "scores", "mix") + (("out_projection",) if with_output else ())
     return dict.fromkeys(stages, 0)
-
-
-def _zero_ops() -> dict:
-    return {"exp": 0, "add": 0, "div": 0}
 
 
 def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
@@ -128,40 +118,27 @@ def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: d
     return out
 
 
-def _project_head(weights, xq, xkv, macs: dict) -> tuple:
-    """Counted projections of one head: queries of ``xq``, keys and values of ``xkv``."""
-    (wq, _), (wk, _), (wv, _) = weights
-    q, mq = project(wq, xq)
-    k, mk = project(wk, xkv)
-    v, mv = project(wv, xkv)
-    macs["projections"] += mq + mk + mv
-    return q, k, v
-
-
-def _dens(weights, dx: int) -> tuple[int, int]:
-    """The common denominators of the raw scores and of the values."""
-    (_, dq), (_, dk), (_, dv) = weights
-    return dq * dk * dx * dx, dv * dx
-
-
-def _attend_layer(layer: _Layer, xq, xkv, dx: int, visible, macs: dict, ops: dict,
+def _attend_layer(layer: tuple, xq, xkv, dx: int, visible, macs: dict, ops: dict,
                   caches: list | None = None) -> list[list[tuple]]:
-    """One layer: every head, then W_O through the exact layer's counted loop
+    """One layer: every head's counted projections (queries of ``xq``, keys and values of
+    ``xkv``) and step, then W_O through the exact layer's counted loop
     (:func:`exactattn.engines.layer.out_project`; a value is a tuple of exact ratios, one
     per head).  Decoding (``caches``: a KV cache per head): the new keys and values are
     projected once, appended, and the queries attend over the cache."""
+    heads, W_O = layer
     head_outputs = []
-    for a, (weights, d2) in enumerate(layer.heads):
-        q, k, v = _project_head(weights, xq, xkv, macs)
+    for a, (((wq, dq), (wk, dk), (wv, dv)), d2) in enumerate(heads):
+        (q, mq), (k, mk), (v, mv) = project(wq, xq), project(wk, xkv), project(wv, xkv)
+        macs["projections"] += mq + mk + mv
         if caches is not None:
             caches[a][0].extend(k)
             caches[a][1].extend(v)
             k, v = caches[a]
-        head_outputs.append(_score_and_mix(q, k, v, visible, *_dens(weights, dx), d2, macs,
-                                           ops))
-    if layer.W_O is None:
+        head_outputs.append(_score_and_mix(q, k, v, visible, dq * dk * dx * dx, dv * dx, d2,
+                                           macs, ops))
+    if W_O is None:
         return [[(e,) for e in row] for row in head_outputs[0]]
-    entries, count = out_project(layer.W_O, head_outputs)
+    entries, count = out_project(W_O, head_outputs)
     macs["out_projection"] += count
     return entries
 
@@ -226,7 +203,7 @@ def _visible(shape: CallShape):
 def _count_attention(shape: CallShape) -> Run:
     """Scores and mix of every (broadcast batch entry, query head) on the rows it reads."""
     visible, d2 = _visible(shape), shape.policy.divisor_squared_for(shape.d_k)
-    macs, ops = {"scores": 0, "mix": 0}, _zero_ops()
+    macs, ops = {"scores": 0, "mix": 0}, dict.fromkeys(("exp", "add", "div"), 0)
     for index in product(*(range(d) for d in shape.batch)):
         qi, ki = _own_index(index, shape.query[:-3]), _own_index(index, shape.key[:-3])
         for a in range(shape.heads):
@@ -238,23 +215,27 @@ def _count_attention(shape: CallShape) -> Run:
     return Run(macs, ops, [])
 
 
-def _prefill(shape: CallShape, layers_: list[_Layer], xi, dx: int, macs: dict,
-             ops: dict) -> list:
+def _stacked(layers_: list, xq, xkv, d: int, visible, macs: dict, ops: dict,
+             caches: list | None = None) -> list:
+    """The rows ``xq`` (over ``xkv``) through every layer: layer l+1 reads layer l's outputs
+    rounded (:func:`_next_layer_rows`); ``caches``: a KV cache per layer and head."""
+    for ell, layer in enumerate(layers_):
+        outputs = _attend_layer(layer, xq, xkv, d, visible, macs, ops,
+                                None if caches is None else caches[ell])
+        if ell + 1 < len(layers_):
+            xq = xkv = _next_layer_rows(outputs)
+            d = 10 ** LAYER_PLACES
+    return outputs
+
+
+def _prefill(shape: CallShape, layers_: list, xi, dx: int, macs: dict, ops: dict) -> list:
     """Every token through every layer at once (the queries and keys of one call)."""
     n, m = shape.queries, shape.keys
     # where the queries sit among the tokens: from the call's own diagonal offset
     # (Policy.causal_shift: 0 for top_left, m - n for bottom_right); fewer keys
     # than queries puts the first queries before the keys
     start = max(shape.policy.causal_shift(n, m), 0)
-    xq, xkv = xi[start:start + n], xi[:m]
-    visible = _visible(shape)
-    outputs, d = None, dx
-    for ell, layer in enumerate(layers_):
-        outputs = _attend_layer(layer, xq, xkv, d, visible, macs, ops)
-        if ell + 1 < len(layers_):
-            xq = xkv = _next_layer_rows(outputs)
-            d = 10 ** LAYER_PLACES
-    return outputs
+    return _stacked(layers_, xi[start:start + n], xi[:m], dx, _visible(shape), macs, ops)
 
 
 def count_call(shape: CallShape, x=None) -> Run:
@@ -291,7 +272,7 @@ def count_call(shape: CallShape, x=None) -> Run:
                          "stacked layers attend over their own tokens")
     xi, dx = common_denominator(_tokens(x, max(n, m), d_model))
     layers_ = [_layer(shape, 7 * ell) for ell in range(shape.layers)]
-    macs, ops, steps = _zero_macs(shape.out_projection), _zero_ops(), []
+    macs, ops, steps = _zero_macs(shape.out_projection), dict.fromkeys(("exp", "add", "div"), 0), []
     for _ in range(shape.batch_size):     # every batch entry runs the same tokens
         if shape.decode:
             outputs, steps = _decode(layers_, xi, dx, n, shape.out_projection, macs, ops)
@@ -315,22 +296,18 @@ def run(n, d_model, d_k, d_v=None, *, x=None, **options) -> Run:
     return count_call(CallShape.of_sizes(n, d_model, d_k, d_v, **options), x)
 
 
-def _decode(layers_: list[_Layer], xi, dx: int, n: int, with_output: bool, macs: dict,
+def _decode(layers_: list, xi, dx: int, n: int, with_output: bool, macs: dict,
             ops: dict) -> tuple[list, list]:
     """Generate the n tokens one at a time, each layer keeping a KV cache per head; adds
     to ``macs`` and returns ``(outputs, steps)``."""
-    caches = [[([], []) for _ in layer.heads] for layer in layers_]
+    caches = [[([], []) for _ in heads] for heads, _ in layers_]
     steps, last = [], []
     for t in range(n):
         step_macs = _zero_macs(with_output)
-        row, d = [xi[t]], dx
         # one query over the t + 1 cached keys: a bottom_right causal call
         visible = [_DECODING.visible_keys(0, 1, t + 1)].__getitem__
-        for ell, layer in enumerate(layers_):
-            row_out = _attend_layer(layer, row, row, d, visible, step_macs, ops, caches[ell])
-            if ell + 1 < len(layers_):
-                row, d = _next_layer_rows(row_out), 10 ** LAYER_PLACES
-        last.append(row_out[0])
+        last.append(_stacked(layers_, [xi[t]], [xi[t]], dx, visible, step_macs, ops,
+                             caches)[0])
         step_macs["total"] = sum(step_macs.values())
         steps.append(step_macs)
         for k in macs:

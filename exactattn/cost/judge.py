@@ -155,9 +155,10 @@ def formula(j: JudgedFigure, findings: tuple) -> tuple[str, str, Fraction]:
         body = "2 x " + body
     unit = "1" if "macs_as_flops" in findings else "2"
     text = "0" if "omits_attention" in findings else f"{unit} x {body}"
-    for f in ("softmax", "scale"):
+    for f in ("softmax", "scale"):   # a doubled attention ran its softmax twice too
         if f in findings:
-            text += " + B x H x L x S"
+            text += " + 2 x B x H x L x S" if f == "softmax" and "attention_twice" in findings \
+                else " + B x H x L x S"
     sz = j.sizes
     values = {"B": sz["B"], "H_kv": sz["H_kv"], "H": sz["H_q"], "L": sz["L"], "S": sz["S"],
               "E_v": sz["E_v"], "E": sz["E"],

@@ -98,3 +98,12 @@ def test_bad_input_one_line_exit_2(cli, argv, message):
 
 def test_parse_shape():
     assert parse_shape("1,2,3,4,5,6") == (1, 2, 3, 4, 5, 6)
+
+
+def test_the_formula_of_a_doubled_attention_counts_its_softmax_twice():
+    # the explanation adds the softmax once per attention run; its formula did so once only
+    # (and the judge's own check of the formula failed on the figure)
+    j = judge(10, "sdpa", (1, 1, 1, 1, 1), causal=True, alignment="bottom_right")
+    assert j.verdict.findings == ("attention_twice", "softmax")
+    assert formula(j, j.verdict.findings)[1:] == (
+        "2 x 2 x 1 x 1 x 1 x (1 + 1) + 2 x 1 x 1 x 1 x 1", 10)

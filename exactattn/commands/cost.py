@@ -20,7 +20,7 @@ import sys
 from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
 from ..errors import InputError, shorten
-from ..options import choice, whole, whole_list
+from ..options import argtype, choice, whole, whole_list
 from ..present.render import render
 from .flags import add_format_option
 
@@ -53,17 +53,10 @@ def _counters(text: str) -> list[str]:
     from ..audit.counters import COUNTERS
     names = [c.key for c in COUNTERS]
     parts = [p.strip() for p in text.split(",")]
-    if parts == ["none"]:
-        return []
-    bad = [p for p in parts if p not in names]
-    if bad or len(set(parts)) != len(parts):
-        raise argparse.ArgumentTypeError(
-            f"--counters must be a comma-separated list of {', '.join(names)}, or none "
-            f"(got {shorten(text, quote=True)})")
-    return parts
-
-
-_counters.__name__ = "--counters"
+    if parts != ["none"] and (set(parts) - set(names) or len(set(parts)) != len(parts)):
+        raise InputError(f"--counters must be a comma-separated list of {', '.join(names)}, "
+                         f"or none (got {shorten(text, quote=True)})")
+    return [] if parts == ["none"] else parts
 
 
 def register(sub) -> None:
@@ -112,11 +105,11 @@ def register(sub) -> None:
                         "ptflops, thop, calflops, DeepSpeed) on fixed attention calls and "
                         "modules, each figure judged against the derived count; takes "
                         "--counters and --format only")
-    p.add_argument("--counters", type=_counters, default=None, metavar="LIST",
+    p.add_argument("--counters", type=argtype(_counters, "--counters", echo=False), default=None, metavar="LIST",
                    help="with --audit: which counters, comma-separated (torch, fvcore, "
                         "ptflops, ptflops_aten, thop, calflops, deepspeed; default all), or "
                         "none for the derived figures only")
-    p.add_argument("--judge", type=_flops, default=None, metavar="FLOPS",
+    p.add_argument("--judge", type=argtype(_flops, "--judge", echo=False), default=None, metavar="FLOPS",
                    help="judge a reported FLOP figure for one SDPA call: the exact FLOPs, each "
                         "convention's, a verdict and the departure that gives the figure; "
                         "exit 0 right, 1 wrong; takes --call, --shape, --kv-heads, --causal, "
@@ -137,12 +130,9 @@ def register(sub) -> None:
 def _flops(text: str) -> int:
     """--judge: a FLOP figure, a whole number from 0."""
     if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"--judge must be a FLOP figure, a whole number from "
-                                         f"0 such as 12960 (got {shorten(text, quote=True)})")
+        raise InputError(f"--judge must be a FLOP figure, a whole number from 0 such as 12960 "
+                         f"(got {shorten(text, quote=True)})")
     return int(text.strip())
-
-
-_flops.__name__ = "--judge"
 _JUDGE = (("--call", "call"), ("--shape", "shape"), ("--kv-heads", "kv_heads"),
           ("--backward", "backward"))
 
@@ -157,6 +147,16 @@ _NOT_AUDIT = (("--rows", "rows", None), ("--d-k", "d_k", "head"), ("--d-v", "d_v
                                                         10_000_000))
 
 
+def _given(args, skip: tuple = ()) -> tuple | None:
+    """The first option of :data:`_NOT_AUDIT` given a value other than its default:
+    ``(flag, value)``, or None."""
+    from ..examples import chronicle
+    head = chronicle().head
+    return next(((flag, getattr(args, dest)) for flag, dest, default in _NOT_AUDIT
+                 if dest not in skip and getattr(args, dest) != (
+                     getattr(head, dest) if default == "head" else default)), None)
+
+
 def _check_audit(args) -> None:
     if args.audit and args.conventions:
         raise InputError("--audit must be left out with --conventions (got both); they print "
@@ -166,15 +166,13 @@ def _check_audit(args) -> None:
             raise InputError("--counters needs --audit (got --counters without --audit); "
                              "add --audit or drop --counters")
         return
-    from ..examples import chronicle
-    head = chronicle().head
-    for flag, dest, default in _NOT_AUDIT:
-        value = getattr(args, dest)
-        if value != (getattr(head, dest) if default == "head" else default):
-            shown = "" if isinstance(value, bool) else " " + (
-                ",".join(map(str, value)) if isinstance(value, list) else str(value))
-            raise InputError(f"{flag} must be left out with --audit (got {flag}{shown}); the "
-                             f"audit runs its own fixed calls: drop {flag}")
+    given = _given(args)
+    if given:
+        flag, value = given
+        shown = "" if isinstance(value, bool) else " " + (
+            ",".join(map(str, value)) if isinstance(value, list) else str(value))
+        raise InputError(f"{flag} must be left out with --audit (got {flag}{shown}); the "
+                         f"audit runs its own fixed calls: drop {flag}")
 
 
 def _check_judge(args) -> None:
@@ -191,15 +189,10 @@ def _check_judge(args) -> None:
         flag = "--audit" if args.audit else "--conventions"
         raise InputError(f"--judge must be left out with {flag} (got both); {flag} prints "
                          "another table: drop one")
-    from ..examples import chronicle
-    head = chronicle().head
-    for flag, dest, default in _NOT_AUDIT:
-        value = getattr(args, dest)
-        if dest in ("causal", "align", "audit", "conventions"):
-            continue
-        if value != (getattr(head, dest) if default == "head" else default):
-            raise InputError(f"{flag} must be left out with --judge (got {flag}); --shape "
-                             f"gives the sizes: drop {flag}")
+    given = _given(args, ("causal", "align", "conventions"))
+    if given:
+        raise InputError(f"{given[0]} must be left out with --judge (got {given[0]}); --shape "
+                         f"gives the sizes: drop {given[0]}")
 
 
 def _check_combinations(args) -> None:
@@ -207,17 +200,14 @@ def _check_combinations(args) -> None:
     _check_judge(args)
     _check_audit(args)
     if args.conventions:
-        fix = ("the conventions compare one prefill of n queries over the same n keys; "
-               "drop {flag}, or drop --conventions for the table that uses it")
-        if args.decode:
-            raise InputError("--decode must be left out with --conventions (got both); "
-                             + fix.format(flag="--decode"))
-        if args.keys is not None:
-            raise InputError(f"--keys must be left out with --conventions (got --keys "
-                             f"{args.keys}); " + fix.format(flag="--keys"))
-        if args.align is not None:
-            raise InputError(f"--align must be left out with --conventions (got --align "
-                             f"{args.align}); " + fix.format(flag="--align"))
+        for flag, got in (("--decode", args.decode and "both"),
+                          ("--keys", args.keys is not None and f"--keys {args.keys}"),
+                          ("--align", args.align is not None and f"--align {args.align}")):
+            if got:
+                raise InputError(f"{flag} must be left out with --conventions (got {got}); the "
+                                 "conventions compare one prefill of n queries over the same n "
+                                 f"keys; drop {flag}, or drop --conventions for the table that "
+                                 "uses it")
         if args.rows is not None and len(args.rows) != 1:
             listed = ",".join(map(str, args.rows))
             raise InputError(f"--rows must be one token count with --conventions (got "

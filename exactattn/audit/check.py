@@ -89,13 +89,8 @@ class HeadSource(_Source):
             r = t.raw_score_row(i)[j]
             if quantity == "shares":
                 return t.share(i, j), r is None
-            if r is None:
-                return None, True
-            if quantity == "raw" or self.D is None:
-                return r, False
-            if self.root is not None or r == 0:
-                return r / (self.root or 1), False
-            return scaled_logit(r, self.D), False
+            scaled = quantity == "scaled" and r is not None and r != 0     # 0 stays 0
+            return (t.scaled_score(i, j) if scaled else r), r is None
         if quantity == "outputs":
             return t.output(i, j), False
         return {"queries": t.queries, "keys": t.keys, "values": t.values}[quantity][i][j], False

@@ -47,17 +47,13 @@ EXACT_PLACES = 10
 
 # --------------------------------------------------------------------------- one number
 def _rational(v) -> Fraction | None:
-    if isinstance(v, Fraction):
-        return v
-    return v.rational()
+    return v if isinstance(v, Fraction) else v.rational()
 
 
 def _sign(v, q: Fraction) -> int:
     """The exact sign of ``v - q``."""
     r = _rational(v)
-    if r is not None:
-        return (r > q) - (r < q)
-    return (v - q).sign()
+    return (v - q).sign() if r is None else (r > q) - (r < q)
 
 
 def _rounded(v, places: int, ties: str) -> tuple[str, str | None]:
@@ -104,10 +100,8 @@ def judge_number(v, printed: Printed, *, ties: str = "half_even", hidden: bool =
         return "right", right
     if other is not None and P == Fraction(other):
         return ("half_up" if ties == "half_even" else "half_even"), right
-    ulp = Fraction(1, 10 ** k)
-    below = _sign(v, 0) >= 0
-    if (below and _sign(v, P) >= 0 and _sign(v, P + ulp) < 0) or \
-            (not below and _sign(v, P) <= 0 and _sign(v, P - ulp) > 0):
+    ulp, s = Fraction(1, 10 ** k), 1 if _sign(v, 0) >= 0 else -1     # s: toward zero is down
+    if s * _sign(v, P) >= 0 and s * _sign(v, P + s * ulp) < 0:
         return "truncated", right
     if abs(P - R) == ulp:
         return "off_by_one", right

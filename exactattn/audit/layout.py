@@ -64,8 +64,7 @@ class Columns:
 
 def _is_sum(header: str) -> bool:
     h = clean(header).lower()
-    return h in ("sum", "row sum", "total", "row total", "σ", "∑", "sum of row") or \
-        h.startswith("sum ") or h.startswith("σ") or h.startswith("∑")
+    return h in ("sum", "row sum", "total", "row total") or h.startswith(("sum ", "σ", "∑"))
 
 
 def columns_of(table: Table) -> Columns:
@@ -83,26 +82,17 @@ def columns_of(table: Table) -> Columns:
         if first in LABEL_HEADERS or any(w in first for w in ("query", "token", "\\")) or \
                 any(r[0].strip() and not read_cell(r[0]) for r in table.rows):
             label = 0
-    sums, values = [], []
-    for c in range(width):
-        if c == label:
-            continue
-        if _is_sum(table.header[c]):
-            sums.append(c)
-        elif any(read_cell(r[c]) for r in table.rows):
-            values.append(c)
-    return Columns(label, tuple(values), tuple(sums))
+    sums = tuple(c for c in range(width) if c != label and _is_sum(table.header[c]))
+    return Columns(label, tuple(c for c in range(width) if c != label and c not in sums and any(
+        read_cell(r[c]) for r in table.rows)), sums)
 
 
 def projection_columns(table: Table, cols: Columns) -> dict[int, str] | None:
     """``{column: queries|keys|values}`` for a table of query/key/value vectors, else None."""
-    found = {}
-    for c in cols.values:
-        q = _PROJECTION_HEADERS.get(clean(table.header[c]).lower())
-        if q is None or not any(len(read_cell(r[c])) > 1 for r in table.rows):
-            return None
-        found[c] = q
-    return found or None
+    found = {c: _PROJECTION_HEADERS.get(clean(table.header[c]).lower()) for c in cols.values}
+    vectors = all(q is not None and any(len(read_cell(r[c])) > 1 for r in table.rows)
+                  for c, q in found.items())
+    return found if found and vectors else None
 
 
 def detect_quantity(title: str, name: str = "", *, divided: bool) -> str | None:
@@ -116,16 +106,10 @@ def detect_quantity(title: str, name: str = "", *, divided: bool) -> str | None:
     low = clean(title).lower()
     if not low or any(w in low for w in _NOT_ATTENTION):
         return None
-    best = None
-    for word, quantity in _KEYWORDS:
-        m = re.search(r"\b" + re.escape(word), low)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), quantity)
-    if best is None:
-        return None
-    if best[1] == "score":
-        return None if divided else "raw"
-    return best[1]
+    found = [(m.start(), q) for word, q in _KEYWORDS
+             if (m := re.search(r"\b" + re.escape(word), low))]
+    best = min(found, key=lambda f: f[0], default=(0, None))[1]      # the earliest word
+    return (None if divided else "raw") if best == "score" else best
 
 
 def header_quantity(table: Table) -> str | None:

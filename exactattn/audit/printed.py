@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import takewhile
 
 from ..errors import InputError
 from ..numbers.exact import to_exact
@@ -71,11 +72,8 @@ def clean(text: str) -> str:
         for word, plain in _LATEX_WORDS.items():
             t = t.replace(word, plain)
         for _ in range(4):   # nested wrappers: \textbf{\num{0.5}}
-            t, n = _LATEX_WRAPPERS.subn(r"\1", t)
-            if not n:
-                break
-        t = re.sub(r"\\[,;:! ]", "", t)
-        t = t.replace("$", "").replace("{", "").replace("}", "")
+            t = _LATEX_WRAPPERS.sub(r"\1", t)
+        t = re.sub(r"\\[,;:! ]|[${}]", "", t)      # thin spaces, math and braces
     t = t.strip()
     for mark in ("**", "__", "`", "*", "_"):
         while len(t) > 2 * len(mark) and t.startswith(mark) and t.endswith(mark):
@@ -97,24 +95,17 @@ def read_number(text: str) -> Printed | None:
         return None
     body = t[:-1].rstrip() if t.endswith("%") else t
     shift = 2 if body is not t else 0
-    if _FRACTION.match(body) and not shift:
-        try:
-            return Printed(t, to_exact(body, name="cell"), None)
-        except InputError:      # 1/0
-            return None
-    m = _DECIMAL.match(body)
-    if not m:
+    fraction = _FRACTION.match(body) and not shift      # an exact claim: no places
+    m = None if fraction else _DECIMAL.match(body)
+    if not (fraction or m):
         return None
-    if m.group(4) is not None:
-        places = len(m.group(4))
-    else:
-        places = len(m.group(2) or "") - int(m.group(3) or 0)
-    places += shift
-    if places < 0:
+    places = None if fraction else shift + (len(m.group(4)) if m.group(4) is not None else
+                                            len(m.group(2) or "") - int(m.group(3) or 0))
+    if places is not None and places < 0:
         return None
     try:
         value = to_exact(body, name="cell")
-    except InputError:          # more digits than exact.MAX_DIGITS
+    except InputError:          # 1/0, or more digits than exact.MAX_DIGITS
         return None
     return Printed(t, value / 100 if shift else value, places)
 
@@ -137,12 +128,7 @@ def read_cell(text: str) -> list[tuple[Printed, ...]]:
     """
     t = clean(text)
     if len(t) > 2 and t[0] in "([" and t[-1] in ")]" and "," in t:
-        entries = []
-        for part in t[1:-1].split(","):
-            forms = _forms(clean(part))
-            if not forms:     # "... +56 more": the elements shown end here
-                break
-            entries.append(forms)
-        return entries
+        # a vector; at an element that is no number ("... +56 more") the elements shown end
+        return list(takewhile(bool, (_forms(clean(part)) for part in t[1:-1].split(","))))
     forms = _forms(t)
     return [forms] if forms else []

@@ -58,10 +58,9 @@ _NON_SQUARES = (2, 3, 5, 6, 7, 8, 10, 11, 12)
 
 
 # --------------------------------------------------------------------------- argument checks
-def _size(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise InputError(f"{name} must be {what} (got {value!r})")
+def _size(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer (got {value!r})")
     return value
 
 
@@ -191,11 +190,7 @@ def matrices(*, rows: int, columns: int,
     _size("rows", rows)
     _size("columns", columns)
     elements = _strategy("elements", elements, _default_rationals)
-
-    @st.composite
-    def draw_matrix(draw):
-        return _draw_matrix(draw, rows, columns, elements)
-    return draw_matrix()
+    return st.composite(lambda draw: _draw_matrix(draw, rows, columns, elements))()
 
 
 def token_rows(*, d_model: int, min_n: int = 1, max_n: int = 5,
@@ -210,11 +205,8 @@ def token_rows(*, d_model: int, min_n: int = 1, max_n: int = 5,
     _size("d_model", d_model)
     lo, hi = _sizes("min_n", min_n, "max_n", max_n)
     elements = _strategy("elements", elements, _default_rationals)
-
-    @st.composite
-    def draw_rows(draw):
-        return _draw_matrix(draw, draw(st.integers(lo, hi)), d_model, elements)
-    return draw_rows()
+    return st.composite(lambda draw: _draw_matrix(draw, draw(st.integers(lo, hi)), d_model,
+                                                  elements))()
 
 
 # --------------------------------------------------------------------------- divisors and scales
@@ -338,9 +330,7 @@ def head_inputs(*, min_n: int = 1, max_n: int = 5, heads: SearchStrategy | None 
     @st.composite
     def draw_pair(draw):
         head = draw(head_st)
-        n = draw(st.integers(lo, hi))
-        x = _draw_matrix(draw, n, head.d_model, elements)
-        return head, x
+        return head, _draw_matrix(draw, draw(st.integers(lo, hi)), head.d_model, elements)
     return draw_pair()
 
 
@@ -377,13 +367,9 @@ def masks(*, n_queries: int, n_keys: int, kinds=MASK_KINDS, allow_empty_rows: bo
     kind_st = st.sampled_from(_choices("kinds", kinds, MASK_KINDS, _CAUSAL_HINT))
     allow_empty_rows = _flag("allow_empty_rows", allow_empty_rows)
     offsets = _strategy("offsets", offsets, _default_offsets)
-    every_key = range(n_keys)
-
-    @st.composite
-    def draw_mask(draw):
-        return _draw_mask(draw, draw(kind_st), n_queries, n_keys, allow_empty_rows, offsets,
-                          lambda i: every_key)
-    return draw_mask()
+    return st.composite(lambda draw: _draw_mask(draw, draw(kind_st), n_queries, n_keys,
+                                                allow_empty_rows, offsets,
+                                                lambda i: range(n_keys)))()
 
 
 _HIDDEN_OR_OFFSET: dict = {}
@@ -485,13 +471,7 @@ def block_splits(*, n: int) -> SearchStrategy[list[int]]:
     """
     _size("n", n)
 
-    def lengths(cuts: list[bool]) -> list[int]:
-        out, run = [], 1
-        for cut in cuts:
-            if cut:
-                out.append(run)
-                run = 1
-            else:
-                run += 1
-        return out + [run]
+    def lengths(cuts: list[bool]) -> list[int]:     # a cut after key i: a block ends at i + 1
+        edges = [0, *(i + 1 for i, cut in enumerate(cuts) if cut), n]
+        return [b - a for a, b in zip(edges, edges[1:])]
     return st.lists(st.booleans(), min_size=n - 1, max_size=n - 1).map(lengths)

@@ -79,10 +79,6 @@ def _rows(g) -> list[int]:
     return [i for i in range(g.R) if i not in g.nan_rows]
 
 
-def _sum(g, recipe: dict, scaled: bool = False) -> GradValue:
-    return GradValue(g, recipe, scaled)
-
-
 def check_rows_sum_to_zero(g) -> Check:
     """Every row of dS (the sink's column included) sums to exactly 0."""
     bad = []
@@ -108,8 +104,7 @@ def check_jacobian(g, rows: Sequence[int] | None = None) -> Check:
                     bad.append(f"row {i}: J[{j}][{k}] != J[{k}][{j}]")
             if not sum(J[j][1:], J[j][0]).is_zero():
                 bad.append(f"row {i}: row {j} of J does not sum to 0")
-            applied = _sum(g, {("J", i, j, k): fraction_of(dP[i, k])
-                               for k in range(n)})
+            applied = GradValue(g, {("J", i, j, k): fraction_of(dP[i, k]) for k in range(n)})
             if not (applied - g.value("dS", i, j)).is_zero():
                 bad.append(f"row {i}: (J dP)[{j}] != dS[{i}][{j}]")
     return Check("softmax jacobian", "diag(p) - p p^T is symmetric, its rows sum to 0, and "
@@ -122,13 +117,13 @@ def check_key_bias(g) -> Check:
     of ``-sum_i Q_ic dS_i,sink`` and is 0 exactly when that is."""
     lines, ok = [], True
     for c in range(g.E):
-        db = _sum(g, {("dK", j, c): 1 for j in range(g.S)}, g.irrational_scale is not None)
+        db = GradValue(g, {("dK", j, c): 1 for j in range(g.S)}, g.irrational_scale is not None)
         if g.sink is None:
             if not db.is_zero():
                 ok = False
                 lines.append(f"column {c}: sum_j dK = {db.text()}, not 0")
             continue
-        other = _sum(g, {("dS", i, g.S): -g.queries[i][c] for i in _rows(g)})
+        other = GradValue(g, {("dS", i, g.S): -g.queries[i][c] for i in _rows(g)})
         if db.sign() != other.sign():
             ok = False
             lines.append(f"column {c}: sum_j dK has sign {db.sign()}, -sum_i q_i dS_i,sink "

@@ -101,15 +101,12 @@ class Result:
             return not _nan(got) and got == want
         return compare.within(got, want, M, self.tolerance)
 
-    def at_least(self, got, lo, M) -> bool:
+    def between(self, got, lo, hi, M) -> bool:
+        """``lo <= got <= hi`` (``lo`` None: no lower bound), exactly or within the tolerance."""
         if self.exact:
-            return not _nan(got) and got >= lo
-        return compare.at_least(got, lo, M, self.tolerance)
-
-    def at_most(self, got, hi, M) -> bool:
-        if self.exact:
-            return not _nan(got) and got <= hi
-        return compare.at_most(got, hi, M, self.tolerance)
+            return not _nan(got) and (lo is None or got >= lo) and got <= hi
+        return (lo is None or compare.at_least(got, lo, M, self.tolerance)) and \
+            compare.at_most(got, hi, M, self.tolerance)
 
     def plus(self, a, q: Fraction):
         """A result plus a rational: exactly, or in floats."""
@@ -372,8 +369,8 @@ def check_rows_sum_below_one(impl, inp: Call) -> None:
     for i, row in enumerate(res.rows):
         want = sum(exact[i], Fraction(0))
         t = res.total(row)
-        if not res.equals(t, want, Fraction(1)) or not res.at_most(t, Fraction(1), Fraction(0)) \
-                or (res.exact and t == 1):
+        below = res.between(t, None, Fraction(1), Fraction(0)) and not (res.exact and t == 1)
+        if not (res.equals(t, want, Fraction(1)) and below):
             bad.append(f"row {i}: shares {row_text(row)} sum to {value_text(t)}, want "
                        f"{value_text(want)} (1 minus the sink's share)")
     _fail("rows sum below one", impl, res, inp, bad)
@@ -517,7 +514,7 @@ def check_outputs_within_values(impl, inp: Call) -> None:
         for c, got in enumerate(row):
             col = [values[j][c] for j in seen]
             lo, hi = min(col), max(col)
-            if not (res.at_least(got, lo, scales[c]) and res.at_most(got, hi, scales[c])):
+            if not res.between(got, lo, hi, scales[c]):
                 bad.append(f"outputs[{i}][{c}] = {value_text(got)} lies outside [{lo}, {hi}], "
                            f"the visible values of column {c}")
     _fail("outputs within values", impl, res, inp, bad)

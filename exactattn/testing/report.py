@@ -183,12 +183,10 @@ def _counts(s: dict, mean: bool = True) -> list[str]:
 def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[str]) -> Section:
     columns = ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
                "max rel. error", "over tolerance", "hard failures"]
-    if not any(r.probes for r in reports):
-        return _summary("verify-summary", "Summary per dtype", columns, reports,
-                        lambda r: [[r.dtype, *_counts(r.summary())]], timings, notes)
-    return _summary("verify-summary", "Summary per dtype", columns + ["probes"], reports,
-                    lambda r: [[r.dtype, *_counts(r.summary()), _probes_cell(r)]], timings,
-                    notes)
+    probes = any(r.probes for r in reports)       # a probes column when any report has them
+    return _summary("verify-summary", "Summary per dtype", columns + ["probes"] * probes, reports,
+                    lambda r: [[r.dtype, *_counts(r.summary()), *[_probes_cell(r)] * probes]],
+                    timings, notes)
 
 
 def _probes_cell(r: Report) -> str:
@@ -273,20 +271,18 @@ def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
         data={"summary": r.summary()})
 
 
+def _parts(pairs) -> dict:
+    """``(key, entry)`` pairs counted by key, one :class:`Comparison` each, in order met."""
+    parts: dict = {}
+    for key, e in pairs:
+        parts.setdefault(key, Comparison(0)).add(e)
+    return parts
+
+
 def _gradient_rows(r: Report) -> list[list[str]]:
     """One summary row per gradient (dQ, dK, dV) of a backward report."""
-    parts: dict = {}
-    for e in r.entries:
-        parts.setdefault(e.index[0], Comparison(0)).add(e)
-    return [[r.dtype, name, *_counts(part.summary(), mean=False)] for name, part in parts.items()]
-
-
-def _backward_summary_section(reports: Sequence[Report], timings: bool,
-                              notes: Sequence[str]) -> Section:
-    columns = ["dtype", "gradient", "entries", "max ULPs", "median ULPs", "max at terms",
-               "max rel. error", "over tolerance", "hard failures"]
-    return _summary("verify-backward-summary", "Summary per dtype and gradient", columns,
-                    reports, _gradient_rows, timings, notes)
+    return [[r.dtype, name, *_counts(part.summary(), mean=False)]
+            for name, part in _parts((e.index[0], e) for e in r.entries).items()]
 
 
 def backward_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 12,
@@ -294,9 +290,11 @@ def backward_sections(reports: Sequence[Report], *, worst: int = 5, digits: int 
     """The tables of backward reports (:func:`~exactattn.verify.backward.verify_backward`):
     the worst gradient entries of each dtype (failures first), a summary per dtype and gradient.
     """
-    sections = [_backward_worst_section(r, worst, digits) for r in reports]
-    sections.append(_backward_summary_section(reports, timings, notes))
-    return sections
+    columns = ["dtype", "gradient", "entries", "max ULPs", "median ULPs", "max at terms",
+               "max rel. error", "over tolerance", "hard failures"]
+    return [*(_backward_worst_section(r, worst, digits) for r in reports),
+            _summary("verify-backward-summary", "Summary per dtype and gradient", columns,
+                     reports, _gradient_rows, timings, notes)]
 
 
 # --------------------------------------------------------------------------- failures only
@@ -324,18 +322,16 @@ def failure_summary(r: Report, what: str = "outputs") -> str:
 
     ``<impl>: k of N <what> outside the tolerance in <dtype> (T ULPs by either count: ...)``.
     """
-    bad = r.found.over + r.found.hard
     hard = f", {r.found.hard} of them NaN/inf or raised" if r.found.hard else ""
+    head = (f"{r.impl}: {r.found.over + r.found.hard} of {r.found.count} {what} outside the "
+            f"tolerance in {r.dtype}{hard} (tolerance ")
     if _per_entry(r):
         rows = f"; and {len(r.rows_past)} rows past the row rule (the notes)" if getattr(
             r, "rows_past", None) else ""
-        return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
-                f"{hard} (tolerance {r.bound}; NaN or inf where the exact value is finite "
-                f"fails outright){rows}")
-    return (f"{r.impl}: {bad} of {r.found.count} {what} outside the tolerance in {r.dtype}"
-            f"{hard} (tolerance {plural(r.max_ulps, 'ULP')} by either count: {r.dtype} floats "
-            f"from the exact value correctly rounded to {r.dtype}, or |error| in ULPs at the "
-            "size of the terms; NaN or inf where the exact value is finite fails outright)")
+        return f"{head}{r.bound}; NaN or inf where the exact value is finite fails outright){rows}"
+    return (f"{head}{plural(r.max_ulps, 'ULP')} by either count: {r.dtype} floats from the exact "
+            f"value correctly rounded to {r.dtype}, or |error| in ULPs at the size of the terms; "
+            "NaN or inf where the exact value is finite fails outright)")
 
 
 def failure_section(r: Report, worst: int = 5, digits: int | None = None) -> Section:
@@ -415,11 +411,8 @@ def _split_worst_section(r, worst: int, digits: int) -> Section:
 
 def _split_rows(r) -> list[list[str]]:
     """One summary row per block and one for the merge: values, max ULPs, over, hard."""
-    parts: dict = {}
-    for _, x in r.values():
-        parts.setdefault(x.where, Comparison(0)).add(x)
     return [[r.dtype, where, str(c.count), number_cell(c.max_ulps, "d"), str(c.over), str(c.hard)]
-            for where, c in parts.items()]
+            for where, c in _parts((x.where, x) for _, x in r.values()).items()]
 
 
 def split_sections(reports: Sequence, *, worst: int = 5, digits: int = 12,

@@ -212,12 +212,11 @@ def _markdown(text: str, where: str) -> list[tuple]:
             continue
         if "|" in line and k + 1 < len(lines) and _delimiter(lines[k + 1]) \
                 and len(_cells(line)) == len(_cells(lines[k + 1])):
-            header = _cells(line)
-            body, j = [], k + 2
+            j = k + 2
             while j < len(lines) and lines[j].strip() and "|" in lines[j]:
-                body.append(_cells(lines[j]))
                 j += 1
-            found.append((_title(since), *_square(header, body), "", k + 1))
+            found.append((_title(since), *_square(_cells(line), [_cells(r) for r in lines[k + 2:j]]),
+                          "", k + 1))
             since, k = [], j
             continue
         since.append(line)
@@ -269,26 +268,20 @@ def _group(text: str, k: int) -> int:
 
 
 def _latex_title(before: str, env: str) -> str:
-    cap = re.findall(r"\\caption\*?\{((?:[^{}]|\{[^{}]*\})*)\}", env)
-    if cap:
-        return cap[-1].strip()
-    heads = re.findall(r"\\(?:paragraph|(?:sub)*section)\*?\{((?:[^{}]|\{[^{}]*\})*)\}", before)
-    if heads:
-        return heads[-1].strip()
+    for command, where in (("caption", env), ("paragraph|(?:sub)*section", before)):
+        found = re.findall(rf"\\(?:{command})\*?\{{((?:[^{{}}]|\{{[^{{}}]*\}})*)\}}", where)
+        if found:
+            return found[-1].strip()
     lines = [ln.strip() for ln in before.splitlines()
              if ln.strip() and not ln.strip().startswith("\\")]
     return lines[-1].rstrip("\\").strip() if lines else ""
 
 
 def _split_cells(row: str) -> list[str]:
-    cells = re.split(r"(?<!\\)&", row)
     out = []
-    for c in cells:
+    for c in re.split(r"(?<!\\)&", row):
         m = _MULTI.search(c)
-        if m:
-            out += [m.group(2)] + [""] * (int(m.group(1)) - 1)
-        else:
-            out.append(c)
+        out += [m.group(2)] + [""] * (int(m.group(1)) - 1) if m else [c]
     return out
 
 
@@ -298,14 +291,12 @@ def _latex(text: str, where: str) -> list[tuple]:
     for m in _BEGIN.finditer(text):
         if m.start() < pos:
             continue
-        env = m.group(1)
-        k = m.end()
+        env, k, line = m.group(1), m.end(), text.count("\n", 0, m.start()) + 1
         if env in ("tabular*", "tabularx"):
             k = _group(text, k)                                 # the width
         k = _group(text, k)                                     # the column spec
         end = text.find(f"\\end{{{env}}}", k)
         if end < 0:
-            line = text.count("\n", 0, m.start()) + 1
             raise InputError(f"{where}: \\begin{{{env}}} on line {line} must have its "
                              f"\\end{{{env}}} (got none)")
         outer_start = text.rfind("\\begin{table", pos, m.start())
@@ -316,8 +307,7 @@ def _latex(text: str, where: str) -> list[tuple]:
         rows = [_split_cells(r.replace("\n", " ")) for r in re.split(r"\\\\(?:\[[^]]*\])?", body)]
         rows = [r for r in rows if any(c.strip() for c in r)]
         if rows:
-            found.append((title, *_square(rows[0], rows[1:]), "",
-                          text.count("\n", 0, m.start()) + 1))
+            found.append((title, *_square(rows[0], rows[1:]), "", line))
         pos = end
     return found
 
@@ -401,11 +391,8 @@ def _collapse(parts: list[str]) -> str:
 def _span(attrs, name: str, most: int) -> int:
     """A cell's ``colspan``/``rowspan``: a whole number, 1 when missing or unreadable
     (``rowspan="0"``, to the end of the table, is returned as ``most``)."""
-    value = dict(attrs).get(name)
-    m = re.match(r"\s*(\d+)", value or "")
-    if not m:
-        return 1
-    n = int(m.group(1)[:9])
+    m = re.match(r"\s*(\d+)", dict(attrs).get(name) or "")
+    n = int(m.group(1)[:9]) if m else 1
     return most if n == 0 and name == "rowspan" else max(1, min(n, most))
 
 
@@ -571,9 +558,8 @@ class _HTMLTables(HTMLParser):
     def _finish(self, t: _HTMLTable) -> None:
         t.end_row()
         caption = _collapse(t.caption or [])
-        head = [cells for group, cells in t.rows if group == "thead"]
-        ordered = head + [cells for group, cells in t.rows if group == "tbody"] \
-            + [cells for group, cells in t.rows if group == "tfoot"]
+        ordered = [cells for g in ("thead", "tbody", "tfoot") for group, cells in t.rows if group == g]
+        heads = sum(group == "thead" for group, _ in t.rows)
         if not ordered:
             return                       # no cell: not a table
         grid, width = self._grid(t, ordered)
@@ -584,7 +570,7 @@ class _HTMLTables(HTMLParser):
                 if not (len(cells) == 1 and cells[0].colspan > 1 and cells[0].colspan >= width)]
         if not keep:
             return
-        n_head = sum(1 for r in keep if r < len(head))
+        n_head = sum(1 for r in keep if r < heads)
         grid, ordered = [grid[r] for r in keep], [ordered[r] for r in keep]
         if not n_head:                   # leading rows of <th> cells, else the first row
             while n_head < len(ordered) and all(c.th for c in ordered[n_head]):

@@ -29,7 +29,6 @@ DYADIC_NOTE = ("weights and tokens stored as binary floats ({dtypes}) are read a
 def read_tokens(path: str) -> list[list]:
     """Token rows (n x d_model) from ``.npy``, ``.npz`` (its only or first array) or ``.json``
     (a list of rows; numbers as strings are read exactly, binary floats as their binary values)."""
-    import numpy as np
     if not isinstance(path, str) or not os.path.isfile(path):
         raise InputError(f"tokens must name a file that exists (got {shorten(repr(path))})")
     if path.endswith(".json"):
@@ -37,13 +36,9 @@ def read_tokens(path: str) -> list[list]:
             doc = json.load(f)
         rows = doc.get("x") if isinstance(doc, dict) else doc
         return to_matrix(rows, name="tokens", floats="exact")
-    if path.endswith(".npy"):
-        a = np.load(path, allow_pickle=False)
-    elif path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as z:
-            a = z[z.files[0]]
-    else:
+    if not path.endswith((".npy", ".npz")):
         raise InputError(f"tokens must be a .npy, .npz or .json file (got {shorten(repr(path))})")
+    a = next(iter(read_tensors(path).values()))     # an .npz's first array
     if a.ndim == 3 and a.shape[0] == 1:
         a = a[0]
     if a.ndim != 2:

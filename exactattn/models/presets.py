@@ -90,31 +90,25 @@ def preset(arch) -> NameMap:
     return ARCHS[arch]
 
 
-def _find(tensors: Tensors, template: str | None, layer: int, required: bool = True,
-          field: str = "weight"):
-    """The tensor ``template`` names for ``layer``; ``field`` (``q``, ``o_bias``, ...) names the
-    name map's field in messages.
+def _find(tensors: Tensors, template: str | None, layer: int, field: str | None = None):
+    """The tensor ``template`` names for ``layer`` (the name, or one name ending in it);
+    ``field`` (``q``, ``fused``, ...) names the name map's field of a required tensor (None: an
+    optional one, None when the map or the file has none).
 
     Raises:
         InputError: a required tensor without a name in the map, or not in the file (the
-            names that are there are listed).
+            names that are there are listed); a name that several names end in.
     """
-    if template is None:
-        if not required:
-            return None
-        raise InputError(f"name map field {field} must name a tensor (got none); names in "
-                         f"{os.path.basename(tensors.path)}: {names_hint(tensors, field)}")
-    name = template.format(layer=layer)
-    if name in tensors:
-        return tensors[name]
-    found = [k for k in tensors if k.endswith("." + name)]
-    if len(found) == 1:
-        return tensors[found[0]]
+    name = template and template.format(layer=layer)
+    found = [name] if name in tensors else [k for k in tensors if name and k.endswith("." + name)]
     if len(found) > 1:
         raise InputError(f"tensor {name} must be found once (got {len(found)}: "
                          f"{shorten(', '.join(found))})")
-    if not required:
-        return None
+    if found or field is None:
+        return tensors[found[0]] if found else None
+    if template is None:
+        raise InputError(f"name map field {field} must name a tensor (got none); names in "
+                         f"{os.path.basename(tensors.path)}: {names_hint(tensors, field)}")
     raise InputError(f"tensor must be named {name} (or end in it) for {field} in "
                      f"{os.path.basename(tensors.path)} (got no such name); names there: "
                      f"{names_hint(tensors, name)}")
@@ -211,18 +205,18 @@ def layer_arrays(tensors: Tensors, arch, layer: int, out_projection: bool = True
     names = preset(arch)
     out_axis = 0 if names.layout == "slots" else 1
     if names.fused is not None:
-        fused = _find(tensors, names.fused, layer, field="fused")
+        fused = _find(tensors, names.fused, layer, "fused")
         ws = _split(fused, 3, out_axis, names.fused.format(layer=layer))
-        fb = _find(tensors, names.fused_bias, layer, required=False)
+        fb = _find(tensors, names.fused_bias, layer)
         bs = (None,) * 3 if fb is None else tuple(fb[k * len(fb) // 3:(k + 1) * len(fb) // 3]
                                                   for k in range(3))
     else:
-        ws = tuple(_find(tensors, t, layer, field=f)
+        ws = tuple(_find(tensors, t, layer, f)
                    for t, f in ((names.q, "q"), (names.k, "k"), (names.v, "v")))
-        bs = tuple(_find(tensors, t, layer, required=False)
+        bs = tuple(_find(tensors, t, layer)
                    for t in (names.q_bias, names.k_bias, names.v_bias))
-    w_o = _find(tensors, names.o, layer, field="o") if out_projection else None
-    b_o = _find(tensors, names.o_bias, layer, required=False) if out_projection else None
+    w_o = _find(tensors, names.o, layer, "o") if out_projection else None
+    b_o = _find(tensors, names.o_bias, layer) if out_projection else None
     return ws, bs, w_o, b_o
 
 

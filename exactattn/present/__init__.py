@@ -1,7 +1,6 @@
 """The presentation layer: every number written as text, and the tables and pictures.
 
-* :mod:`~exactattn.present.cells`, :mod:`~exactattn.present.rowints`,
-  :mod:`~exactattn.present.forms`: numbers as table cells and closed forms;
+* :mod:`~exactattn.present.cells`: numbers as table cells and closed forms;
 * :mod:`~exactattn.present.tables`, :mod:`~exactattn.present.score_tables`,
   :mod:`~exactattn.present.modifier_tables`, :mod:`~exactattn.present.backward_tables`:
   the pencil-check tables;

@@ -12,7 +12,7 @@ streams its 16 million shares row by row.
 * ``sum``: a row that sees a key sums to exactly 1 (its shares are its
   terms over their own sum, :meth:`~exactattn.numbers.softmax.SoftmaxRow.sum_is_one`);
   a row that sees none gives the empty-row policy's answer.
-* JSON data: closed forms as text (:mod:`exactattn.present.forms`): each row states
+* JSON data: closed forms as text (:class:`~exactattn.present.cells.RowForms`): each row states
   its normaliser once and each share its numerator, ``share =
   numerator / normaliser``; outputs the same over the row's normaliser.
 
@@ -28,12 +28,11 @@ streams its 16 million shares row by row.
 
 from __future__ import annotations
 
-from .cells import divisor_words, exact_text, value_cell, vector
+from .cells import (OUTPUT_TERMS, divisor_words, exact_text, row_forms, score_rows, value_cell,
+                    vector)
 from ..errors import InputError
-from .forms import OUTPUT_TERMS, row_forms
 from .modifier_tables import grid_section
 from .render import Cell, Section
-from .rowints import score_rows
 from .stream import Grid, LazyRows, View, shown_note
 
 

@@ -33,14 +33,14 @@ from fractions import Fraction
 
 from ..options import check_choice
 from ..call.policy import divisor_text
-from .cells import Scaler, divisor_words, exact_text, value_cell, vector, with_decimal
+from .cells import (Scaler, divisor_words, exact_text, score_rows, value_cell, vector,
+                    with_decimal)
 from ..errors import InputError
 from ..engines.head import Head, Trace, attend
 from ..reference.kernels import score
 from ..numbers.exact import common_denominator
 from .modifier_tables import grid_section, score_sections, square_sections
 from .render import Section, plural, printable
-from .rowints import score_rows
 from .score_tables import scores
 from .stream import Grid, LazyRows, View, shown_note, span_text
 

@@ -437,7 +437,7 @@ def _traces(tmp_path):
 
 
 def test_closed_forms_are_the_core_texts_built_without_sympy(tmp_path):
-    from exactattn.present.forms import OUTPUT_TERMS, RowForms
+    from exactattn.present.cells import OUTPUT_TERMS, RowForms
     for trace in _traces(tmp_path):
         forms = RowForms(trace)
         for i in range(trace.n):

@@ -245,25 +245,59 @@ def _spelled_form(share) -> str:
     return form
 
 
-def _share_grid(trace, places: int):
-    """Cells, shading levels and tooltips of the share square, from the bulk certified shares."""
-    n = trace.n
+def _grid(trace, places: int, mode: str):
+    """Cells, shading levels and tooltips of the share square (``mode`` scores: the bulk
+    certified shares) or the score square (``square``: raw / divisor), checked first."""
+    check_places(places)
+    if trace.engine == "symbolic":
+        raise InputError("trace must come from a numeric engine for a picture (got symbolic)")
+    n, tip = trace.n, trace.n <= TOOLTIP_TOKENS
+    cell = _share_cell(trace, places) if mode == "scores" else _score_cell(trace, places)
+    got = [[cell(i, j, raw, tip) for j, raw in enumerate(trace.raw_score_row(i))]
+           for i in range(n)]
+    cells, levels, tips = ([[c[k] for c in r] for r in got] for k in range(3))
+    if mode != "scores":    # shading from the smallest score in the square to the largest
+        seen = [f for r in levels for f in r if f is not None]
+        lo, hi = (min(seen), max(seen)) if seen else (0.0, 0.0)
+        levels = [[None if f is None else (0.5 if hi == lo else (f - lo) / (hi - lo))
+                   for f in r] for r in levels]
+    return cells, levels, (tips if tip else None)
+
+
+def _share_cell(trace, places: int):
+    """A share's cell: (its certified decimal, the decimal as a float, its tooltip)."""
     decimals = trace.share_decimals(places)
-    cells, levels, tips = [], [], []
-    for i in range(n):
-        raw = trace.raw_score_row(i)
-        row_c, row_l, row_t = [], [], []
-        for j in range(n):
-            dec, masked = decimals[i][j], raw[j] is None
-            row_c.append("masked" if masked else dec)
-            row_l.append(None if masked or dec == "nan" else float(dec))
-            if n <= TOOLTIP_TOKENS:
-                row_t.append(f"share of key {j + 1} for query {i + 1}: " +
-                             ("0 (masked)" if masked else _share_tip(trace.share(i, j), dec)))
-        cells.append(row_c)
-        levels.append(row_l)
-        tips.append(row_t)
-    return cells, levels, (tips if n <= TOOLTIP_TOKENS else None)
+
+    def cell(i: int, j: int, raw, tip: bool):
+        dec, where = decimals[i][j], f"share of key {j + 1} for query {i + 1}: "
+        if raw is None:
+            return "masked", None, where + "0 (masked)"
+        return (dec, None if dec == "nan" else float(dec),
+                tip and where + _share_tip(trace.share(i, j), dec))
+    return cell
+
+
+def _score_cell(trace, places: int):
+    """A scaled score's cell: (exact, or its certified decimal, as a float, its tooltip)."""
+    from .cells import exact_text, root_text
+    from ..numbers.reals import Surd
+    head = trace.head
+    d2 = head.divisor_squared
+
+    def cell(i: int, j: int, raw, tip: bool):
+        where = f"query {i + 1}, key {j + 1}: "
+        if raw is None:
+            return "-inf", None, where + "masked"
+        v = head.scale(raw)                                 # a Fraction, or a Surd a/sqrt(D)
+        q = v.rational() if isinstance(v, Surd) else v      # 0 / sqrt(2) is exactly 0
+        text = v.decimal(places) if q is None else exact_text(q)
+        if not tip:
+            return text, float(text if q is None else q), None
+        exact = exact_text(raw) + ("" if d2 is None else f" / {divisor_text(d2)} = {root_text(v)}")
+        if len(exact) > CLOSED_FORM_LIMIT:
+            exact = f"{text} (certified; the exact form is over {CLOSED_FORM_LIMIT} characters)"
+        return text, float(text if q is None else q), where + exact
+    return cell
 
 
 def share_svg(example, trace, places: int = 4) -> str:
@@ -282,68 +316,7 @@ def share_svg(example, trace, places: int = 4) -> str:
     >>> "0.8628" in share_svg(tiny(), attend_example(tiny()))
     True
     """
-    check_places(places)
-    _numeric(trace)
-    cells, levels, tips = _share_grid(trace, places)
-    d2 = trace.head.divisor_squared
-    div = "no divisor" if d2 is None else f"divisor {divisor_text(d2)}"
-    title = f"Shares: softmax(queries . keys / divisor), {example.name} ({div})"
-    notes = ["each row sums to exactly 1",
-             f"shares at {places} certified places (correctly rounded); the shading is a "
-             "picture, not a number"] + _tooltip_note(trace.n, "shares")
-    labels = _labels(example, trace.n)
-    return heatmap(cells, levels, labels, labels, title=title, tooltips=tips, notes=notes)
-
-
-def _tooltip_note(n: int, what: str) -> list[str]:
-    if n <= TOOLTIP_TOKENS:
-        return []
-    return [f"{n} tokens: the tooltips name the query only (cells have their own, with the "
-            f"exact value, up to {TOOLTIP_TOKENS} tokens); the exact {what} are in the json "
-            "format"]
-
-
-def _score_grid(trace, places: int):
-    """Cells, shading levels and tooltips of the score square (raw / divisor)."""
-    from .cells import exact_text, root_text
-    from ..numbers.reals import Surd
-    n, head = trace.n, trace.head
-    d2 = head.divisor_squared
-    cells, floats, tips = [], [], []
-    for i in range(n):
-        row_c, row_f, row_t = [], [], []
-        for j, raw in enumerate(trace.raw_score_row(i)):
-            if raw is None:
-                row_c.append("-inf")
-                row_f.append(None)
-                if n <= TOOLTIP_TOKENS:
-                    row_t.append(f"query {i + 1}, key {j + 1}: masked")
-                continue
-            v = head.scale(raw)                          # a Fraction, or a Surd a/sqrt(D)
-            q = v.rational() if isinstance(v, Surd) else v     # 0 / sqrt(2) is exactly 0
-            if q is not None:
-                text = exact_text(q)
-                row_f.append(float(q))
-            else:
-                text = v.decimal(places)
-                row_f.append(float(text))
-            row_c.append(text)
-            if n > TOOLTIP_TOKENS:
-                continue
-            exact = exact_text(raw) + ("" if d2 is None else
-                                       f" / {divisor_text(d2)} = {root_text(v)}")
-            if len(exact) > CLOSED_FORM_LIMIT:
-                exact = f"{text} (certified; the exact form is over {CLOSED_FORM_LIMIT} " \
-                        "characters)"
-            row_t.append(f"query {i + 1}, key {j + 1}: {exact}")
-        cells.append(row_c)
-        floats.append(row_f)
-        tips.append(row_t)
-    seen = [f for r in floats for f in r if f is not None]
-    lo, hi = (min(seen), max(seen)) if seen else (0.0, 0.0)
-    levels = [[None if f is None else (0.5 if hi == lo else (f - lo) / (hi - lo)) for f in r]
-              for r in floats]
-    return cells, levels, (tips if n <= TOOLTIP_TOKENS else None)
+    return _svg("scores", example, trace, places)
 
 
 def score_svg(example, trace, places: int = 4) -> str:
@@ -359,22 +332,29 @@ def score_svg(example, trace, places: int = 4) -> str:
     >>> "25/16" in score_svg(chronicle(), attend_example(chronicle()))
     True
     """
-    check_places(places)
-    _numeric(trace)
-    cells, levels, tips = _score_grid(trace, places)
-    d2 = trace.head.divisor_squared
-    kind = "raw scores (no divisor)" if d2 is None else \
-        f"scaled scores: raw / {divisor_text(d2)}"
-    labels = _labels(example, trace.n)
-    return heatmap(cells, levels, labels, labels, title=f"Scores: {kind}, {example.name}",
-                   tooltips=tips, notes=["shading runs from the smallest score (white) to "
-                                         "the largest (dark blue)"]
-                   + _tooltip_note(trace.n, "scores"))
+    return _svg("square", example, trace, places)
 
 
-def _numeric(trace) -> None:
-    if trace.engine == "symbolic":
-        raise InputError("trace must come from a numeric engine for a picture (got symbolic)")
+def _svg(mode: str, example, trace, places: int) -> str:
+    cells, levels, tips = _grid(trace, places, mode)
+    n, d2 = trace.n, trace.head.divisor_squared
+    if mode == "scores":
+        div = "no divisor" if d2 is None else f"divisor {divisor_text(d2)}"
+        title, what = f"Shares: softmax(queries . keys / divisor), {example.name} ({div})", "shares"
+        notes = ["each row sums to exactly 1",
+                 f"shares at {places} certified places (correctly rounded); the shading is a "
+                 "picture, not a number"]
+    else:
+        kind = "raw scores (no divisor)" if d2 is None else \
+            f"scaled scores: raw / {divisor_text(d2)}"
+        title, what = f"Scores: {kind}, {example.name}", "scores"
+        notes = ["shading runs from the smallest score (white) to the largest (dark blue)"]
+    if n > TOOLTIP_TOKENS:
+        notes.append(f"{n} tokens: the tooltips name the query only (cells have their own, with "
+                     f"the exact value, up to {TOOLTIP_TOKENS} tokens); the exact {what} are in "
+                     "the json format")
+    labels = _labels(example, n)
+    return heatmap(cells, levels, labels, labels, title=title, tooltips=tips, notes=notes)
 
 
 def png(example, trace, places: int = 4, mode: str = "scores") -> bytes:
@@ -392,10 +372,7 @@ def png(example, trace, places: int = 4, mode: str = "scores") -> bytes:
     import io
 
     import matplotlib.pyplot as plt
-    check_places(places)
-    _numeric(trace)
-    grid_of = _share_grid if mode == "scores" else _score_grid
-    cells, levels, _ = grid_of(trace, places)
+    cells, levels, _ = _grid(trace, places, mode)
     n = trace.n
     labels = _labels(example, n)
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * n, 1.0 + 0.9 * n), dpi=100)

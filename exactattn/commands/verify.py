@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..call.policy import Policy
+from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
 from ..present.render import FORMATS, plural, render
-from .flags import add_digits_option, add_format_option
-from .modifier_flags import add_policy_flags, apply, set_policy_flags
+from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply, set_policy_flags
 
 HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"
 
@@ -53,164 +52,172 @@ def _check_probes(text: str) -> tuple[str, ...]:
     return check_probes(text)
 
 
+#: verify's own options, in --help's order, by group (None: no group; a ``(title, fields,
+#: helps)`` group is the shared policy or modifier flags): flag -> (type, help); a type is a
+#: tuple of choices, ``whole`` and the like (called with the flag), True (a switch), a dict of
+#: argparse's own keywords
+OPTIONS = (
+    (None, {
+        "--impl": ({"default": "numpy", "metavar": "NAME"}, "numpy, numpy-naive, torch, flex, "
+                   "flash-attn, jax (jax.nn.dot_product_attention on the CPU) or module:function; "
+                   "the module is looked for in the current directory first (default numpy)"),
+        "--device": (("cpu", "cuda"), "where --impl torch, flex or flash-attn runs: cpu or cuda "
+                     "(default cpu; flash-attn cuda); the exact reference stays on the CPU"),
+        "--backend": (("flash", "efficient", "cudnn", "math"), "--impl torch: the one SDPA "
+                      "backend allowed (torch.nn.attention.sdpa_kernel); one torch cannot select "
+                      "on the device is refused by name"),
+        "--score-mod": ({"metavar": "MODULE:FUNCTION"}, "--impl flex: your score_mod(score, b, h, "
+                        "q_idx, kv_idx) in place of the policy's (the exact answer is still the "
+                        "policy's: --softcap, --alibi, ...)"),
+        "--mask-mod": ({"metavar": "MODULE:FUNCTION"}, "--impl flex: your mask_mod(b, h, q_idx, "
+                       "kv_idx) -> bool, through create_block_mask, in place of the policy's "
+                       "visible keys (--causal, --window, ...)"),
+        "--arrays": (("numpy", "torch", "jax"), "what a module:function impl is handed: numpy, "
+                     "torch or jax (default numpy arrays)"),
+        "--dtype": ({"type": _dtypes, "metavar": "DTYPE"}, "float64, float32, float16, bfloat16, "
+                    "a comma list, or all: every dtype the implementation runs (default float32, "
+                    "or the spec file's)"),
+        "--memory": ({"type": memory("--memory"), "metavar": "SIZE"}, "check random inputs of any "
+                     "--n in row blocks within SIZE (e.g. 4GiB), on Dask's local scheduler "
+                     "(exactattn blocks for a cluster)")}),
+    (("policy (what the right answer is; overrides the spec file's)", POLICY,
+      {"causal": "hide keys after the query (--no-causal turns a spec's causal off)"}), None),
+    (("modifiers", None, {"lse": "also check each row's log-sum-exp that the implementation "
+                                 "returns with its output, in natural-log units (--lse 2: "
+                                 "base 2)"}), None),
+    ("inputs", {
+        "--spec": ({"metavar": "FILE"}, "a verify spec file (JSON or TOML)"),
+        "--n": (whole, "random inputs: queries (16)"),
+        "--n-keys": (whole, "random inputs: keys (default --n)"),
+        "--d-k": (whole, "random inputs: head width (8)"),
+        "--heads": (whole, "random inputs: query heads (1)"),
+        "--kv-heads": (whole, "random inputs: key/value heads (default --heads)"),
+        "--seed": (lambda f: whole(f, low=0), "random inputs or --search: the seed, a whole "
+                   "number from 0 (0)")}),
+    (None, {
+        "--backward": (True, "check the implementation's gradients dQ, dK, dV "
+                       "(torch: autograd of SDPA; jax: jax.vjp; numpy: a float reference "
+                       "backward; module:function: f(query, key, value, grad_out, ...) -> (dq, "
+                       "dk, dv)) against the exact ones, for a standard-normal dO drawn from "
+                       "--seed (with --spec too); with --search N, search for the worst input of "
+                       "the backward"),
+        "--probes": ({"type": argtype(_check_probes, "--probes", echo=False),
+                      "metavar": "LIST"}, "derived inputs also run through the implementation "
+                     "and judged on the plain ULP count: ones (values all 1: each output is its "
+                     "row's share sum), identity (each output is one key's share), positive "
+                     "(|values|: no cancellation); a comma list, or none (default all three)")}),
+    ("split-merge (split-KV, flash-decoding)", {
+        "--split-merge": (True, "check partial states: --impl returns "
+                          "(output, lse) on each block of keys (--splits), --merge combines them; "
+                          "every block's state and the merged (output, lse) are judged against "
+                          "the exact rows"),
+        "--splits": ({"type": whole_list("--splits"), "metavar": "CUTS"}, "split-merge: the key "
+                     "positions the keys are cut before, increasing (e.g. 3,5: blocks [0, 3), [3, "
+                     "5), [5, S); default S/2)"),
+        "--merge": ({"metavar": "MODULE:FUNCTION"}, "split-merge: your merge(states, *, "
+                    "sink=None) -> (output, lse); default: exactattn merges the states in "
+                    "float64, checking the blocks only")}),
+    ("report", {
+        "--max-ulps": (lambda f: whole(f, low=0, high=MAX_ULPS), "tolerance in ULPs by either "
+                       "count (default: per output, the proved error of a correct kernel "
+                       "accumulating in --accumulation; 2*ceil(sqrt(S + d_k)) + 4 + ceil(max "
+                       "|scaled score|) for the probes, the log-sum-exp, RoPE, ALiBi and dropout)"),
+        "--accumulation": ({"choices": ("float32", "float16", "bfloat16", "float64"),
+                            "default": "float32"}, "what the kernel accumulates in (float32); "
+                           "float16/bfloat16: its scores and weights are stored in that dtype"),
+        "--worst": ({"type": whole("--worst"), "default": 5}, "outputs listed (5)"),
+        "--digits": ({"type": whole("--digits", low=1, high=MAX_PLACES), "default": 12},
+                     f"significant digits of the certified exact values, 1 to {MAX_PLACES} (12)"),
+        "--timings": (True, "add the wall-clock seconds of the "
+                      "implementation, the exact side and the judging of every output (they "
+                      "differ from run to run)"),
+        "--flops": (True, "also report torch FlopCounterMode's count (needs "
+                    "torch)"),
+        "--format": ({"type": choice("--format", FORMATS), "default": "text"},
+                     f"output format: {', '.join(FORMATS)}")}),
+    ("search", {
+        "--search": ({"type": whole("--search"), "metavar": "N"}, "search N Hypothesis inputs for "
+                     "the largest error and print the shrunk reproducer as a spec file (the "
+                     "search is estimated first and refused past about a minute)"),
+        "--search-measure": (("ulps", "terms"), "what the search maximises: ulps or terms (ulps)"),
+        "--max-size": (whole, "search: largest L, S and E (4); a search draws small inputs, so "
+                       "sizes past a few dozen are refused"),
+        "--max-batch": (whole, "search: largest batch B (2)"),
+        "--max-heads": (whole, "search: largest number of query heads (4); the key/value heads "
+                        "are drawn among its divisors (--heads and --kv-heads fix them instead)")}),
+)
+
+
 def register(sub) -> None:
     p = sub.add_parser("verify", help=HELP, description=HELP + ". Every output is compared with "
                        "the exact value correctly rounded to the dtype; errors in ULPs and "
                        "relative error; NaN/inf where the exact value is finite, or an "
                        "implementation that raises, is a hard failure.")
-    p.add_argument("--impl", default="numpy", metavar="NAME",
-                   help="numpy, numpy-naive, torch, flex, flash-attn, jax (jax.nn.dot_product_attention "
-                        "on the CPU) or module:function; the module is looked "
-                        "for in the current directory first (default numpy)")
-    p.add_argument("--device", type=choice("--device", ("cpu", "cuda")), default=None,
-                   help="where --impl torch, flex or flash-attn runs: cpu or cuda (default cpu; "
-                        "flash-attn cuda); the exact reference stays on the CPU")
-    p.add_argument("--backend", type=choice("--backend", ("flash", "efficient", "cudnn", "math")),
-                   default=None,
-                   help="--impl torch: the one SDPA backend allowed (torch.nn.attention."
-                        "sdpa_kernel); one torch cannot select on the device is refused by name")
-    p.add_argument("--score-mod", metavar="MODULE:FUNCTION", default=None,
-                   help="--impl flex: your score_mod(score, b, h, q_idx, kv_idx) in place of the "
-                        "policy's (the exact answer is still the policy's: --softcap, --alibi, ...)")
-    p.add_argument("--mask-mod", metavar="MODULE:FUNCTION", default=None,
-                   help="--impl flex: your mask_mod(b, h, q_idx, kv_idx) -> bool, through "
-                        "create_block_mask, in place of the policy's visible keys (--causal, "
-                        "--window, ...)")
-    p.add_argument("--arrays", type=choice("--arrays", ("numpy", "torch", "jax")), default=None,
-                   help="what a module:function impl is handed: numpy, torch or jax (default "
-                        "numpy arrays)")
-    p.add_argument("--dtype", type=_dtypes, default=None, metavar="DTYPE",
-                   help="float64, float32, float16, bfloat16, a comma list, or all: every "
-                        "dtype the implementation runs (default float32, or the spec file's)")
-    p.add_argument("--memory", type=memory("--memory"), default=None, metavar="SIZE",
-                   help="check random inputs of any --n in row blocks within SIZE (e.g. 4GiB), "
-                        "on Dask's local scheduler (exactattn blocks for a cluster)")
-    add_policy_flags(p, "policy (what the right answer is; overrides the spec file's)", POLICY,
-                     causal="hide keys after the query (--no-causal turns a spec's causal off)")
-    from .modifier_flags import add_flags
-    add_flags(p, lse_help="also check each row's log-sum-exp that the implementation returns "
-                          "with its output, in natural-log units (--lse 2: base 2)")
-    src = p.add_argument_group("inputs")
-    src.add_argument("--spec", metavar="FILE", help="a verify spec file (JSON or TOML)")
-    src.add_argument("--n", type=whole("--n"), default=None, help="random inputs: queries (16)")
-    src.add_argument("--n-keys", type=whole("--n-keys"), default=None,
-                     help="random inputs: keys (default --n)")
-    src.add_argument("--d-k", type=whole("--d-k"), default=None,
-                     help="random inputs: head width (8)")
-    src.add_argument("--heads", type=whole("--heads"), default=None,
-                     help="random inputs: query heads (1)")
-    src.add_argument("--kv-heads", type=whole("--kv-heads"), default=None,
-                     help="random inputs: key/value heads (default --heads)")
-    src.add_argument("--seed", type=whole("--seed", low=0), default=None,
-                     help="random inputs or --search: the seed, a whole number from 0 (0)")
-    p.add_argument("--backward", action="store_true",
-                   help="check the implementation's gradients dQ, dK, dV (torch: autograd of "
-                        "SDPA; jax: jax.vjp; numpy: a float reference backward; module:function: "
-                        "f(query, key, value, grad_out, ...) -> (dq, dk, dv)) against the "
-                        "exact ones, for a standard-normal dO drawn from --seed (with --spec "
-                        "too); with --search N, search for the worst input of the backward")
-    p.add_argument("--probes", type=argtype(_check_probes, "--probes", echo=False), default=None, metavar="LIST",
-                   help="derived inputs also run through the implementation and judged on the "
-                        "plain ULP count: ones (values all 1: each output is its row's share "
-                        "sum), identity (each output is one key's share), positive (|values|: "
-                        "no cancellation); a comma list, or none (default all three)")
-    sp = p.add_argument_group("split-merge (split-KV, flash-decoding)")
-    sp.add_argument("--split-merge", action="store_true",
-                    help="check partial states: --impl returns (output, lse) on each block of "
-                         "keys (--splits), --merge combines them; every block's state and the "
-                         "merged (output, lse) are judged against the exact rows")
-    sp.add_argument("--splits", type=whole_list("--splits"), default=None, metavar="CUTS",
-                    help="split-merge: the key positions the keys are cut before, increasing "
-                         "(e.g. 3,5: blocks [0, 3), [3, 5), [5, S); default S/2)")
-    sp.add_argument("--merge", default=None, metavar="MODULE:FUNCTION",
-                    help="split-merge: your merge(states, *, sink=None) -> (output, lse); "
-                         "default: exactattn merges the states in float64, checking the "
-                         "blocks only")
-    out = p.add_argument_group("report")
-    out.add_argument("--max-ulps", type=whole("--max-ulps", low=0, high=MAX_ULPS), default=None,
-                     help="tolerance in ULPs by either count (default: per output, the "
-                          "proved error of a correct kernel accumulating in --accumulation; "
-                          "2*ceil(sqrt(S + d_k)) + 4 + ceil(max |scaled score|) for the "
-                          "probes, the log-sum-exp, RoPE, ALiBi and dropout)")
-    out.add_argument("--accumulation", choices=("float32", "float16", "bfloat16", "float64"),
-                     default="float32",
-                     help="what the kernel accumulates in (float32); float16/bfloat16: its "
-                          "scores and weights are stored in that dtype")
-    out.add_argument("--worst", type=whole("--worst"), default=5, help="outputs listed (5)")
-    add_digits_option(out, f"significant digits of the certified exact values, 1 to {MAX_PLACES} "
-                           "(12)", default=12, metavar=None, low=1)
-    out.add_argument("--timings", action="store_true",
-                     help="add the wall-clock seconds of the implementation, the exact side "
-                          "and the judging of every output (they differ from run to run)")
-    out.add_argument("--flops", action="store_true",
-                     help="also report torch FlopCounterMode's count (needs torch)")
-    add_format_option(out, metavar=None, help=f"output format: {', '.join(FORMATS)}")
-    se = p.add_argument_group("search")
-    se.add_argument("--search", type=whole("--search"), metavar="N",
-                    help="search N Hypothesis inputs for the largest error and print the shrunk "
-                         "reproducer as a spec file (the search is estimated first and "
-                         "refused past about a minute)")
-    se.add_argument("--search-measure", type=choice("--search-measure", ("ulps", "terms")),
-                    default=None, help="what the search maximises: ulps or terms (ulps)")
-    se.add_argument("--max-size", type=whole("--max-size"), default=None,
-                    help="search: largest L, S and E (4); a search draws small inputs, so "
-                         "sizes past a few dozen are refused")
-    se.add_argument("--max-batch", type=whole("--max-batch"), default=None,
-                    help="search: largest batch B (2)")
-    se.add_argument("--max-heads", type=whole("--max-heads"), default=None,
-                    help="search: largest number of query heads (4); the key/value heads are "
-                         "drawn among its divisors (--heads and --kv-heads fix them instead)")
+    for group, flags in OPTIONS:
+        if isinstance(group, tuple):       # the shared policy (fields) or modifier flags
+            title, fields, helps = group
+            if fields is None:
+                add_flags(p, lse_help=helps["lse"])
+            else:
+                add_policy_flags(p, title, fields, **helps)
+            continue
+        g = p if group is None else p.add_argument_group(group)
+        for flag, (kind, text) in flags.items():
+            kw = dict(kind) if isinstance(kind, dict) else {"action": "store_true"} if kind is \
+                True else {"type": choice(flag, kind) if isinstance(kind, tuple) else kind(flag)}
+            g.add_argument(flag, help=text, **kw)
     p.set_defaults(func=run)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+#: the flags each option cannot come with, in the order they are checked: ``(flags, needed)``
+#: refuses ``FLAG must come with NEEDED``; ``(flags, others, why[, when])`` refuses the first of
+#: ``flags`` given beside one of ``others`` (when the flag ``when`` is given, or ``!when`` is not)
+RULES = (
+    ("--splits --merge", "--split-merge"),
+    ("--backward --search --memory --flops --timings", "--split-merge",
+     "a split-merge check runs the forward's blocks and their merge once"),
+    ("--lse", "--split-merge", "a split-merge check always judges every block's and the merged "
+     "log-sum-exp, in natural-log units"),
+    (" ".join(FLAGS[f] for f in UNSUPPORTED["split"]), "--split-merge",
+     "a block's keys reach the function without their positions"),
+    ("--probes", "--backward --split-merge --memory",
+     "the probes are forward runs of the whole call"),
+    ("--flops", "--backward", "the FLOP count is the forward's"),
+    ("--n --n-keys --d-k", "--search", "the search draws its own inputs, sized by --max-size"),
+    ("--max-heads", "--heads", "--heads fixes the query heads of every input the search draws",
+     "--search"),
+    ("--spec --flops", "--search", "the search draws its own inputs"),
+    ("--search-measure --max-size --max-batch --max-heads", "--search N"),
+    ("--n --n-keys --d-k --heads --kv-heads", "--spec", "the spec file fixes the inputs"),
+    ("--seed", "--spec", "the spec file fixes the inputs", "!--backward"),   # else it draws dO
+)
+#: what ``--memory`` (row blocks of random inputs) refuses, after every rule
+BLOCKS = ("--memory", "--spec --search --backward --heads --flops --device --backend --score-mod "
+          "--mask-mod", "row blocks check one head of random inputs")
 
 
-def _both(pairs, other: str, why: str, *, named_first: bool = True) -> None:
-    """Refuse the first flag of ``pairs`` (``(flag, given)``) that is given beside ``other``:
-    ``flag must come without other`` (``named_first`` False: ``other must come without flag``)."""
-    for flag, given in pairs:
-        if given:
-            a, b = (flag, other) if named_first else (other, flag)
-            raise InputError(f"{a} must come without {b} (got both); {why}")
+def _given(args, flag: str) -> bool:
+    value = getattr(args, flag.split()[0][2:].replace("-", "_"), None)
+    return value is not None and value is not False
 
 
-def _alone(pairs, other: str) -> None:
-    """Refuse the first flag of ``pairs`` (``(flag, value)``) given without ``other``."""
-    for flag, value in pairs:
-        if value is not None:
-            raise InputError(f"{flag} must come with {other} (got {flag} alone)")
+def _refuse(args, rules) -> None:
+    """Refuse the first flag that breaks one of ``rules`` (:data:`RULES`'s form)."""
+    for flags, others, *why in rules:
+        for flag in flags.split():
+            if not why and _given(args, flag) and not _given(args, others):
+                raise InputError(f"{flag} must come with {others} (got {flag} alone)")
+            if not why or not _given(args, flag) or (len(why) > 1 and _given(
+                    args, why[1].lstrip("!")) == why[1].startswith("!")):
+                continue
+            for other in others.split():
+                if _given(args, other):
+                    raise InputError(f"{flag} must come without {other} (got both); {why[0]}")
 
 
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
-    _refuse_split(args)
-    if args.probes is not None:
-        _both((("--backward", args.backward), ("--split-merge", args.split_merge),
-               ("--memory", args.memory is not None)), "--probes",
-              "the probes are forward runs of the whole call", named_first=False)
-    if args.backward and args.flops:
-        raise InputError("--flops must come without --backward (got both); the FLOP count "
-                         "is the forward's")
-    sizes = [k for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
-    if args.search:
-        _both(((_flag(k), k not in ("seed", "heads", "kv_heads")) for k in sizes), "--search",
-              "the search draws its own inputs, sized by --max-size")
-        if args.heads is not None and args.max_heads is not None:
-            raise InputError("--max-heads must come without --heads (got both); --heads fixes "
-                             "the query heads of every input the search draws")
-        _both((("--spec", args.spec), ("--flops", args.flops)), "--search",
-              "the search draws its own inputs")
-    else:
-        _alone((("--search-measure", args.search_measure), ("--max-size", args.max_size),
-                ("--max-batch", args.max_batch), ("--max-heads", args.max_heads)),
-               "--search N")
-        if args.backward:         # with --backward, --seed draws dO (a spec file's too)
-            sizes = [k for k in sizes if k != "seed"]
-        if args.spec and sizes:
-            raise InputError(f"{_flag(sizes[0])} must come without --spec (got both); the spec "
-                             "file fixes the inputs")
+    _refuse(args, RULES)
     if args.kv_heads is not None and args.heads is None:
         raise InputError(f"--kv-heads must come with --heads (got --kv-heads "
                          f"{shorten(str(args.kv_heads))} "
@@ -218,23 +225,7 @@ def _refuse_misplaced(args) -> None:
     if args.heads is not None and args.kv_heads is not None and args.heads % args.kv_heads:
         raise InputError(f"--heads must be a multiple of --kv-heads (got "
                          f"{shorten(str(args.heads))} and {shorten(str(args.kv_heads))})")
-
-
-def _refuse_split(args) -> None:
-    """Refuse split-merge options without --split-merge, and what --split-merge does not run."""
-    if not args.split_merge:
-        return _alone((("--splits", args.splits), ("--merge", args.merge)), "--split-merge")
-    _both((("--backward", args.backward), ("--search", args.search), ("--memory", args.memory),
-           ("--flops", args.flops), ("--timings", args.timings)), "--split-merge",
-          "a split-merge check runs the forward's blocks and their merge once")
-    if args.lse is not None:
-        raise InputError("--lse must come without --split-merge (got both); a split-merge check "
-                         "always judges every block's and the merged log-sum-exp, in natural-log "
-                         "units")
-    from ..call.policy import UNSUPPORTED
-    from .modifier_flags import FLAGS
-    _both(((FLAGS[f], getattr(args, f, None) is not None) for f in UNSUPPORTED["split"]),
-          "--split-merge", "a block's keys reach the function without their positions")
+    _refuse(args, (BLOCKS,))
 
 
 def _policy(args, base: Policy | None) -> Policy:
@@ -360,11 +351,6 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
 
 def _run_blocks(args) -> int:
     """``verify --memory SIZE``: random float inputs checked in row blocks (issue 15's engine)."""
-    _both((("--spec", args.spec), ("--search", args.search), ("--backward", args.backward),
-           ("--heads", args.heads), ("--flops", args.flops), ("--device", args.device),
-           ("--backend", args.backend), ("--score-mod", args.score_mod),
-           ("--mask-mod", args.mask_mod)), "--memory",
-          "row blocks check one head of random inputs", named_first=False)
     from ..blocks import check_impl, random_floats
     from ..blocks.memory import size_text
     from .blocks import write_report
@@ -418,27 +404,47 @@ def run(args) -> int:
                    runs=len(dtypes))
     else:
         check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
+    digits = dict(worst=args.worst, digits=args.digits)
     if args.backward:
-        return _run_backward(args, impl, problem, dtypes, notes)
+        from ..testing.report import backward_sections
+        from ..verify.backward import verify_backward
+        reports = _each(dtypes, lambda dt: f"{impl.name} backward in {dt}: certifying dQ, dK and "
+                        "dV", lambda dt: verify_backward(impl, problem, dt, seed=args.seed or 0,
+                                                         max_ulps=args.max_ulps))
+        return _write(args, reports, backward_sections(reports, **digits, timings=args.timings,
+                                                       notes=notes), {"backward": True})
     if args.split_merge:
         return _run_split(args, impl, problem, dtypes, notes)
-    reports = []
+    from .modifier_flags import lse
+    reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: certifying {_outputs(problem):,} "
+                    "outputs", lambda dt: verify(impl, problem, dt, max_ulps=args.max_ulps,
+                                                  lse=lse(args), accumulation=args.accumulation,
+                                                  **({} if args.probes is None else
+                                                     {"probes": args.probes})))
+    for rep, dt in zip(reports, dtypes * bool(args.flops)):
+        rep.flops = flop_counts(problem, dt)
+    return _write(args, reports, report_sections(reports, **digits, timings=args.timings,
+                                                 notes=notes))
+
+
+def _each(dtypes, label, check) -> list:
+    """``check(dtype)`` of each dtype, in order, each under its progress line ``label(dtype)``."""
     from ..present.stream import busy
+    reports = []
     for dt in dtypes:
-        from .modifier_flags import lse
-        with busy(f"{impl.name} in {dt}: certifying {_outputs(problem):,} outputs"):
-            rep = verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args),
-                         accumulation=args.accumulation,
-                         **({} if args.probes is None else {"probes": args.probes}))
-        if args.flops:
-            rep.flops = flop_counts(problem, dt)
-        reports.append(rep)
-    sections = report_sections(reports, worst=args.worst, digits=args.digits,
-                               timings=args.timings, notes=notes)
-    meta = {"command": "verify", "impl": reports[0].impl, "policy": reports[0].policy.as_dict(),
-            "passed": all(r.passed for r in reports)}
+        with busy(label(dt)):
+            reports.append(check(dt))
+    return reports
+
+
+def _write(args, reports, sections, head=None, **more) -> int:
+    """Print the sections with the run's meta data (``head`` and ``more`` around the impl);
+    the exit status: 0 when every report passed."""
+    passed = all(r.passed for r in reports)
+    meta = {"command": "verify", **(head or {}), "impl": reports[0].impl, **more,
+            "policy": reports[0].policy.as_dict(), "passed": passed}
     sys.stdout.write(render(sections, args.format, meta))
-    return 0 if all(r.passed for r in reports) else 1
+    return 0 if passed else 1
 
 
 def _load(args, load_impl):
@@ -450,7 +456,7 @@ def _load(args, load_impl):
     for key in opts:
         if key not in TAKES.get(args.impl, ()):
             owners = " or ".join(f"--impl {n}" for n, t in TAKES.items() if key in t)
-            raise InputError(f"{_flag(key)} must come with {owners} (got --impl "
+            raise InputError(f"--{key.replace('_', '-')} must come with {owners} (got --impl "
                              f"{shorten(args.impl)})")
     if opts.get("device") == "cpu" and args.impl == "flash-attn":
         raise InputError("--device cpu must come without --impl flash-attn (got both); the "
@@ -470,29 +476,10 @@ def _outputs(problem) -> int:
     return sh["B"] * sh["H_q"] * sh["L"] * sh["E_v"]
 
 
-def _run_backward(args, impl, problem, dtypes, notes) -> int:
-    """``verify --backward``: dQ, dK, dV of each dtype against the exact gradients."""
-    from ..verify.backward import verify_backward
-    from ..testing.report import backward_sections
-    from ..present.stream import busy
-    reports = []
-    for dt in dtypes:
-        with busy(f"{impl.name} backward in {dt}: certifying dQ, dK and dV"):
-            reports.append(verify_backward(impl, problem, dt, seed=args.seed or 0,
-                                           max_ulps=args.max_ulps))
-    sections = backward_sections(reports, worst=args.worst, digits=args.digits,
-                                 timings=args.timings, notes=notes)
-    meta = {"command": "verify", "backward": True, "impl": reports[0].impl,
-            "policy": reports[0].policy.as_dict(), "passed": all(r.passed for r in reports)}
-    sys.stdout.write(render(sections, args.format, meta))
-    return 0 if all(r.passed for r in reports) else 1
-
-
 def _run_split(args, impl, problem, dtypes, notes) -> int:
     """``verify --split-merge``: each key block's (output, lse) and their merge, row by row."""
     from ..testing.report import split_sections
     from ..verify.split import cut_lengths, load_merge, verify_split
-    from ..present.stream import busy
     if getattr(args, "spec_lse", None) == "2":
         raise InputError("the spec file's policy.lse must be e for --split-merge (got 2); the "
                          "blocks' log-sum-exps are in natural-log units")
@@ -506,14 +493,9 @@ def _run_split(args, impl, problem, dtypes, notes) -> int:
             load_merge(args.merge, arrays=args.arrays or "numpy")
     except InputError as e:
         raise InputError(f"--{e}") from None
-    reports = []
-    for dt in dtypes:
-        with busy(f"{impl.name} in {dt}: {len(lengths)} key blocks, merged and certified"):
-            reports.append(verify_split(impl, problem, dt, lengths, merge=merge,
-                                        max_ulps=args.max_ulps))
-    sections = split_sections(reports, worst=args.worst, digits=args.digits, notes=notes)
-    meta = {"command": "verify", "split_merge": True, "impl": reports[0].impl,
-            "merge": reports[0].merge, "blocks": lengths,
-            "policy": reports[0].policy.as_dict(), "passed": all(r.passed for r in reports)}
-    sys.stdout.write(render(sections, args.format, meta))
-    return 0 if all(r.passed for r in reports) else 1
+    reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: {len(lengths)} key blocks, merged "
+                    "and certified", lambda dt: verify_split(impl, problem, dt, lengths,
+                                                             merge=merge, max_ulps=args.max_ulps))
+    return _write(args, reports, split_sections(reports, worst=args.worst, digits=args.digits,
+                                                notes=notes), {"split_merge": True},
+                  merge=reports[0].merge, blocks=lengths)

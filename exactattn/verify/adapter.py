@@ -631,8 +631,12 @@ class FunctionImpl(Impl):
                 out["alibi_slopes"] = call.alibi_slopes()
         return out
 
-    def answer(self, call: FloatCall) -> Answer:
+    def answer(self, call: FloatCall, *more, read: Callable | None = None) -> Answer:
         """FloatCall the function on ``call``; its outputs read as float64, with the dtype it returned.
+
+        ``more``: arrays handed after query, key and value (a backward's ``grad_out``),
+        converted like them; ``read``: what reads the result instead (inside the guard, so
+        its own refusal is the function's failure).
 
         Raises:
             ImplRaised: the function (or ``convert``) raised.
@@ -643,9 +647,11 @@ class FunctionImpl(Impl):
         with self.scope(call.dtype):
             conv = self._converter(call.dtype)
             try:
-                args = [conv(a) for a in (call.query, call.key, call.value)]
+                args = [conv(a) for a in (call.query, call.key, call.value, *more)]
                 kwargs = {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
                 out = self.fn(*args, **kwargs)
+                if read is not None:
+                    return read(out)
                 if call.lse is None and hasattr(out, "detach"):
                     return read_answer(out, self.name)
             except Exception as e:     # the function under test failed on this input

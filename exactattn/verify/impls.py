@@ -393,25 +393,16 @@ class TorchImpl(ArrayImpl):
 
     def _select(self, backend: str) -> None:
         """Probe which dtypes torch selects ``backend`` for on the device; refuse it if none."""
-        import warnings
         import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention import SDPBackend
         if backend not in BACKENDS:
             raise InputError(f"backend must be {', '.join(BACKENDS)} (got "
                              f"{shorten(str(backend), quote=True)})")
         self.backend = getattr(SDPBackend, BACKENDS[backend])
         self.backend_name = backend
-        ok, why = [], {}
-        for dt in ("float64", "float32", "float16", "bfloat16"):
-            q = torch.ones(1, 1, 4, 8, dtype=getattr(torch, dt), device=self.device)
-            try:
-                with warnings.catch_warnings(record=True) as caught, sdpa_kernel(self.backend):
-                    warnings.simplefilter("always")
-                    F.scaled_dot_product_attention(q, q, q)
-                ok.append(dt)
-            except RuntimeError as e:
-                why[dt] = _kernel_reason(e, caught)
+        why = {dt: _refusal(backend, dt, self.device) for dt in
+               ("float64", "float32", "float16", "bfloat16")}
+        ok = [dt for dt, w in why.items() if w is None]
         if not ok:
             raise InputError(f"backend {backend}: torch {torch.__version__} cannot select "
                              f"SDPBackend.{BACKENDS[backend]} on {_device_label(self.device)} "
@@ -515,14 +506,13 @@ class TorchImpl(ArrayImpl):
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
         rank = q.dim()
         if self.backend is not None:      # the fused kernels take B x H x L x E only
-            while q.dim() < 4:
-                q, k, v = q[None], k[None], v[None]
+            q, k, v = _four(q, k, v)
         try:
             with warnings.catch_warnings(record=True) as caught, self._kernel():
                 if self.backend is not None:
                     warnings.simplefilter("always")
                 out = F.scaled_dot_product_attention(q, k, v, **kwargs)
-            return out.reshape(out.shape[4 - rank:]) if out.dim() > rank else out
+            return _unfour(rank, out)[0] if out.dim() > rank else out
         except RuntimeError as e:     # e.g. a dtype or shape this build of SDPA refuses
             raise self._raised(e, call, caught) from e
         except Exception as e:
@@ -538,20 +528,27 @@ def _kernel_reason(e: Exception, caught=()) -> str:
     return shorten(" ".join(str(e).split()), 160)
 
 
-def _cpu_backends() -> str:
-    """The backends torch selects on the CPU, probed: ``math or flash`` with torch 2.13."""
+def _refusal(backend: str, dtype: str, device) -> str | None:
+    """Why torch selects no ``backend`` kernel for a 1 x 1 x 4 x 8 call of ``dtype`` on
+    ``device`` (:func:`_kernel_reason`), or None when it selects one."""
+    import warnings
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    ok = []
-    for name, member in BACKENDS.items():
-        q = torch.ones(1, 1, 4, 8)
-        try:
-            with sdpa_kernel(getattr(SDPBackend, member)):
-                F.scaled_dot_product_attention(q, q, q)
-            ok.append(name)
-        except RuntimeError:
-            pass
+    q = torch.ones(1, 1, 4, 8, dtype=getattr(torch, dtype), device=device)
+    try:
+        with warnings.catch_warnings(record=True) as caught, \
+                sdpa_kernel(getattr(SDPBackend, BACKENDS[backend])):
+            warnings.simplefilter("always")
+            F.scaled_dot_product_attention(q, q, q)
+    except RuntimeError as e:
+        return _kernel_reason(e, caught)
+    return None
+
+
+def _cpu_backends() -> str:
+    """The backends torch selects on the CPU, probed: ``math or flash`` with torch 2.13."""
+    ok = [name for name in BACKENDS if _refusal(name, "float32", "cpu") is None]
     return " or ".join(sorted(ok, key=lambda n: n != "math")) or "none"
 
 
@@ -646,6 +643,16 @@ class _LseKernel(TorchImpl):
         the lse over ``log 2`` in base 2)."""
         out, lse = self.attend(call, *self._tensors(call), with_lse=True)
         return _pair(call, self.host(out), self.host(lse))
+
+
+def _four(*arrays) -> list:
+    """Arrays (numpy, torch or jax) of ... x n x d as the fused kernels' B x H x n x d."""
+    return [a.reshape((1,) * (4 - a.ndim) + tuple(a.shape)) for a in arrays]
+
+
+def _unfour(rank: int, *arrays) -> list:
+    """A fused kernel's 4-D results (3-D for a log-sum-exp) back at the call's ``rank``."""
+    return [a.reshape(a.shape[4 - rank:]) for a in arrays]
 
 
 def _pair(call: FloatCall, out, lse):
@@ -769,9 +776,8 @@ class FlexImpl(_LseKernel):
         import warnings
         _refuse(call, "flex", "impl flex", "; use --impl torch")
         q, k, v, gqa = rope_and_heads(call, q, k, v)
-        squeeze = q.dim()
-        while q.dim() < 4:      # flex_attention takes B x H x L x E only
-            q, k, v = q[None], k[None], v[None]
+        rank = q.dim()
+        q, k, v = _four(q, k, v)       # flex_attention takes B x H x L x E only
         shape = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
         score_fn, block = self.mods(call, shape, q.dtype)
         kwargs = {"scale": call.scale} if call.scale is not None else {}
@@ -783,8 +789,7 @@ class FlexImpl(_LseKernel):
                                               enable_gqa=gqa, return_lse=True, **kwargs)
         except Exception as e:
             raise ImplRaised(e) from e
-        for _ in range(4 - squeeze):
-            out, lse = out[0], lse[0]
+        out, lse = _unfour(rank, out, lse)
         return (out, lse) if with_lse else out
 
 
@@ -945,9 +950,8 @@ class FlashAttnImpl(_LseKernel):
                                   ("mask", call.attn_mask is not None)) if hit])
         # tile repeats k and v; interleave is the package's own grouping (h // (H_q / H_kv))
         q, k, v, _ = rope_and_heads(call, q, k, v)
-        squeeze = q.dim()
-        while q.dim() < 4:
-            q, k, v = q[None], k[None], v[None]
+        rank = q.dim()
+        q, k, v = _four(q, k, v)
         E = q.shape[-1]
         scale = 1 / np.sqrt(E) if call.scale is None else call.scale
         kwargs = {"softmax_scale": scale, "causal": bool(call.is_causal)}
@@ -958,9 +962,7 @@ class FlashAttnImpl(_LseKernel):
                                   return_attn_probs=True, **kwargs)
         except Exception as e:
             raise ImplRaised(e) from e
-        out, lse = got[0].transpose(-3, -2), got[1]
-        for _ in range(4 - squeeze):
-            out, lse = out[0], lse[0]
+        out, lse = _unfour(rank, got[0].transpose(-3, -2), got[1])
         return (out, lse) if with_lse else out
 
 
@@ -1059,7 +1061,7 @@ class JaxImpl(Impl):
         import jax.numpy as jnp
         dt = q.dtype
         shape = q.shape[:-1] + (v.shape[-1],)
-        q, k, v = (a.reshape((1,) * (4 - a.ndim) + a.shape) for a in (q, k, v))
+        q, k, v = _four(q, k, v)
         q, k = rotated(call, q, k)
         if call.enable_gqa and call.gqa == "tile":
             reps = q.shape[1] // k.shape[1]
@@ -1090,8 +1092,7 @@ class JaxImpl(Impl):
             keep = call.keep() if keep is None else keep & call.keep()
 
         def four(a, dtype):
-            return None if a is None else jnp.asarray(a.reshape((1,) * (4 - a.ndim) + a.shape),
-                                                      dtype=dtype)
+            return None if a is None else jnp.asarray(_four(a)[0], dtype=dtype)
         try:
             got = jax.nn.dot_product_attention(
                 *(a.transpose(0, 2, 1, 3) for a in (q, k, v)), bias=four(bias, dt),

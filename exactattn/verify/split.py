@@ -379,10 +379,6 @@ class SplitReport:
         return sum(map(any, empty)), sum(map(all, empty))
 
 
-def _nan_pair(shape_out, shape_lse):
-    return np.full(shape_out, math.nan), np.full(shape_lse, math.nan)
-
-
 def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
                  max_ulps: int | None = None, arrays: str = "numpy") -> SplitReport:
     """Run ``impl`` on each key block of ``call``, merge the states, judge every row exactly.
@@ -448,6 +444,16 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     rank = call.rank
     raised: dict = {}
+    nan = np.full(want, math.nan), np.full(want[:3], math.nan)
+
+    def state(where: str, name: str, run, on: str = ""):     # an (output, lse) or NaN
+        try:
+            ans = run()
+            return (reshaped(ans.values, want, rank, f"{name}'s output{on}"),
+                    reshaped(ans.lse, want[:3], rank - 1, f"{name}'s lse{on}", tail=False))
+        except ImplRaised as e:
+            raised[where] = e.line
+            return nan
     states, start = [], 0
     for b, n in enumerate(lengths):
         part = dataclasses.replace(
@@ -455,32 +461,18 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
             attn_mask=None if folded is None else folded[..., start:start + n],
             is_causal=False, window=None, query_offset=None, sink=None)
         where = f"block {b} [{start}, {start + n})"
-        try:
-            ans = impl.answer(part)
-            states.append((reshaped(ans.values, want, rank, f"{impl.name}'s output on {where}"),
-                           reshaped(ans.lse, want[:3], rank - 1, f"{impl.name}'s lse on {where}",
-                                    tail=False)))
-        except ImplRaised as e:
-            raised[where] = e.line
-            states.append(_nan_pair(want, want[:3]))
+        states.append(state(where, impl.name, lambda: impl.answer(part), f" on {where}"))
         start += n
     merged = None
     if merger is not None:
         if raised:
             raised["merged"] = "nothing: a block raised, so there was nothing to merge"
-            merged = _nan_pair(want, want[:3])
+            merged = nan
         else:
             shaped = [(o.reshape(o.shape[4 - rank:]), l.reshape(l.shape[4 - rank:]))
                       for o, l in states]
             sink = None if policy.sink is None else float(policy.sink)
-            try:
-                ans = merger(shaped, dtype, sink)
-                merged = (reshaped(ans.values, want, rank, f"{merger.name}'s output"),
-                          reshaped(ans.lse, want[:3], rank - 1, f"{merger.name}'s lse",
-                                   tail=False))
-            except ImplRaised as e:
-                raised["merged"] = e.line
-                merged = _nan_pair(want, want[:3])
+            merged = state("merged", merger.name, lambda: merger(shaped, dtype, sink))
     tol = tolerance(ref, dtype, max_ulps)
     dead = {*raised, "merged"} if raised else ()      # what raised produced nothing
     rows = {}

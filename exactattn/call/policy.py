@@ -85,7 +85,7 @@ from .masks import MASK_KINDS, Mask
 from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, exact_number
 from ..options import EMPTY_ROWS, check_choice
 
-__all__ = ["Alibi", "Mask", "Policy", "Rope", "UNSUPPORTED", "preset"]
+__all__ = ["Policy", "UNSUPPORTED", "preset"]
 
 ALIGNMENTS = ("top_left", "bottom_right")
 GQA_MAPS = ("interleave", "tile")
@@ -121,10 +121,6 @@ PRESETS = {
 
 
 # --------------------------------------------------------------------------- the scale
-def _is_none_text(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip().lower() == "none")
-
-
 def _sympy_square(value: Any, name: str) -> Fraction:
     """The square of a positive sympy number whose square is rational, as a ``Fraction``."""
     import sympy
@@ -168,12 +164,17 @@ def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = Non
     """
     bad = (f"{name} must be a positive number, sqrt(q) for a positive rational q (such as "
            f"sqrt(2)), or 'none' (got {shorten(repr(value))})")
-    if _is_none_text(value):
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         return None
     if isinstance(value, str):
         m = re.match(r"^\s*sqrt\s*\((.*)\)\s*$", value)
         if m:
             return _positive(m.group(1), name, bad, floats)
+    return _square(value, name, bad, floats)
+
+
+def _square(value: Any, name: str, bad: str, floats: str | None = None) -> Fraction:
+    """The square of a positive exact number, or of a sympy number whose square is rational."""
     if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
         return _sympy_square(value, name)
     d = _positive(value, name, bad, floats)
@@ -207,10 +208,7 @@ def parse_scale(value: Any, *, name: str = "scale") -> Fraction | None | str:
             return _positive(m.group(1), name, bad, None)
     elif value is None:
         return None
-    if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
-        return 1 / _sympy_square(value, name)
-    s = _positive(value, name, bad, None)
-    return 1 / (s * s)
+    return 1 / _square(value, name, bad)
 
 
 def float_scale(divisor_squared: Fraction | None) -> float:

@@ -39,7 +39,7 @@ from .counting import count_call
 from .derivation import derive_call
 from .sizes import CallShape
 
-__all__ = ["explanations", "ledger", "verdict"]
+__all__ = ["ledger", "verdict"]
 
 #: the elementwise operations a counter may add to the multiply-adds, in the order tried
 EXTRAS = ("softmax", "bias", "bias_once", "scale", "mask")

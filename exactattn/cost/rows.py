@@ -29,8 +29,6 @@ from .derivation import (EXTENSION_SYMBOLS, SYMBOLS, branch, derive, derive_call
 from .sizes import CallShape, size
 from .solve import Crossover, DoublingRatio, crossover, doubling_ratio
 
-__all__ = ["cost_rows"]
-
 
 @dataclass(frozen=True)
 class RowCost:

@@ -78,17 +78,12 @@ def size_or_expr(value: Any, name: str):
     return sympy.Integer(size(value, name))
 
 
-def _sympy(value: Any, *, integer: bool = True) -> bool:
-    """``value`` is a sympy number or expression (``integer=False``: and not an integer)."""
-    sympy = sys.modules.get("sympy")   # not loaded: the value cannot be a sympy object
-    return sympy is not None and isinstance(value, sympy.Basic) and (integer or
-                                                                     not value.is_Integer)
-
-
 def _size(value: Any, name: str):
     """A size of a :class:`CallShape`: a sympy one kept (checked positive), anything else a
     positive whole number."""
-    return size_or_expr(value, name) if _sympy(value) else size(value, name)
+    sympy = sys.modules.get("sympy")   # not loaded: the value cannot be a sympy object
+    symbolic = sympy is not None and isinstance(value, sympy.Basic)
+    return size_or_expr(value, name) if symbolic else size(value, name)
 
 
 def policy_of(causal: Any, alignment: Any) -> Policy:
@@ -221,21 +216,19 @@ class CallShape:
         Raises:
             InputError: a bad flag, alignment or size; keys with decode.
         """
-        conv = size_or_expr if any(_sympy(v, integer=False) for v in (n, d_model, d_k, d_v)) \
-            else size
-        n, d_model, d_k = (conv(v, k) for v, k in ((n, "n"), (d_model, "d_model"),
-                                                     (d_k, "d_k")))
-        d_v = d_k if d_v is None else conv(d_v, "d_v")
+        n, d_model, d_k = (_size(v, k) for v, k in ((n, "n"), (d_model, "d_model"),
+                                                      (d_k, "d_k")))
+        d_v = d_k if d_v is None else _size(d_v, "d_v")
         policy, decode = policy_of(causal, alignment), _decode_flag(decode)
         if keys is not None:
-            keys = conv(keys, "keys")
+            keys = _size(keys, "keys")
             if decode:
                 raise InputError("keys must be left unset with decode (got "
                                  f"{keys}); decoding sets its own key length t")
         S = n if keys is None else keys
-        lead = () if heads is None else (conv(heads, "heads"),)
+        lead = () if heads is None else (_size(heads, "heads"),)
         return cls(lead + (n, d_k), lead + (S, d_k), lead + (S, d_v), policy, None, d_model,
-                   heads is not None, conv(layers, "layers"), decode)
+                   heads is not None, _size(layers, "layers"), decode)
 
     @classmethod
     def of_call(cls, call) -> "CallShape":

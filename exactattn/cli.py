@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import re
 import sys
 from typing import Sequence
@@ -179,7 +180,11 @@ def _run(args) -> int:
     except ExactAttnError as e:
         print(f"exactattn: error: {e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. `exactattn walkthrough | head`
+    except BrokenPipeError:  # e.g. `exactattn walkthrough | head`: ends quietly
+        try:   # stdout's last buffer must not raise again at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
         return 0
     except KeyboardInterrupt:
         print("exactattn: interrupted", file=sys.stderr)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 
 from ..call.policy import divisor_text
@@ -169,19 +168,6 @@ def run(args) -> int:
     for name, span in (("queries", queries), ("keys", keys)):
         if span is not None:
             meta[name] = span_text(span)
-    _stream(sections, args.format, meta)
+    write(sections, args.format, sys.stdout, meta, wrap=PAGE)   # row by row, as built
+    sys.stdout.flush()
     return 0
-
-
-def _stream(sections, fmt: str, meta: dict) -> None:
-    """Write the tables to stdout as they are built; a closed pipe (``| head``) ends quietly."""
-    try:
-        write(sections, fmt, sys.stdout, meta, wrap=PAGE)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        try:   # stdout's last buffer must not raise again at exit
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-        raise

@@ -100,9 +100,8 @@ def _refuse(args) -> None:
         raise InputError("blocks needs --spec FILE or --random N,D,SEED (got "
                          f"{'both' if args.spec else 'neither'}); see `exactattn blocks --help`")
     if args.check is None:
-        for flag, bad in (("--max-ulps", args.max_ulps is not None),):
-            if bad:
-                raise InputError(f"{flag} must come with --check IMPL (got {flag} alone)")
+        if args.max_ulps is not None:
+            raise InputError("--max-ulps must come with --check IMPL (got --max-ulps alone)")
         if args.format == "text":
             raise InputError("--format must be csv or json for rows (got text); text is for "
                              "--check")

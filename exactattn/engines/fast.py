@@ -78,12 +78,8 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
         return cache["S"]
 
     def score_row(i: int) -> list:
-        num, den = integer_scores()
-        r = num[i].tolist()
-        row: list = [None] * n
-        for j in policy.visible_keys(i, n, n):
-            row[j] = Fraction(int(r[j]), den)
-        return row
+        ints, den = score_ints(i)
+        return [None if v is None else Fraction(v, den) for v in ints]
 
     def score_ints(i: int) -> tuple[list, int]:
         num, den = integer_scores()

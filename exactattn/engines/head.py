@@ -325,27 +325,20 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
     div = div.sympy() if isinstance(div, Surd) else div
     rows, outputs, mix_macs = [], [], 0
     for i in range(n):
-        visible = [j for j in range(n) if raw[i][j] is not None]
-        if not visible and empty_row == "uniform":
-            visible = list(range(n))
-            raw[i] = [sympy.Integer(0)] * n
-        ex = [sympy.exp(raw[i][j] if div is None else raw[i][j] / div) if j in visible
-              else sympy.Integer(0) for j in range(n)]
-        den = sympy.Add(*[ex[j] for j in visible])
-        if not visible:
+        seen = [j for j in range(n) if raw[i][j] is not None]
+        if not seen and empty_row == "uniform":      # every key at score 0
+            seen, raw[i] = list(range(n)), [sympy.Integer(0)] * n
+        if not seen:
             fill = sympy.nan if empty_row == "nan" else sympy.Integer(0)
             rows.append([fill] * n)
             outputs.append([fill] * head.d_v)
             continue
-        rows.append([e / den for e in ex])
-        out_row = []
-        for c in range(head.d_v):
-            acc = 0
-            for j in visible:
-                acc += ex[j] * values[j][c]
-                mix_macs += 1
-            out_row.append(acc / den)
-        outputs.append(out_row)
+        ex = {j: sympy.exp(raw[i][j] if div is None else raw[i][j] / div) for j in seen}
+        den = sympy.Add(*ex.values())
+        rows.append([ex[j] / den if j in ex else sympy.Integer(0) for j in range(n)])
+        outputs.append([sympy.Add(*[ex[j] * values[j][c] for j in seen]) / den
+                        for c in range(head.d_v)])
+        mix_macs += len(seen) * head.d_v           # one MAC per seen key and value column
     return Trace(head, "symbolic", xs, queries=queries, keys=keys, values=values,
                  raw_scores=raw, empty_row=empty_row, rows=rows, outputs=outputs,
                  macs={"projections": macs, "scores": score_macs, "mix": mix_macs},

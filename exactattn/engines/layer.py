@@ -31,6 +31,7 @@ additions, not multiply-adds, and are counted apart in ``bias_adds``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
@@ -46,7 +47,7 @@ from ..call.modifiers import check_keep
 from ..numbers.real import Real
 from ..numbers.softmax import ExpRatio
 
-__all__ = ["Layer", "LayerValue", "attend_layer", "out_project", "padding_mask"]
+__all__ = ["Layer", "LayerValue", "attend_layer", "out_project"]
 
 
 def sum_decimal(terms: Sequence, places: int, constant: Fraction = Fraction(0)) -> str:
@@ -251,6 +252,7 @@ class Layer:
                 f"d_model={self.d_model}, d_k={h.d_k}, d_v={h.d_v}, {self.policy.describe()})")
 
 
+@dataclass
 class LayerRun:
     """One run of a layer: per-head traces of the counted step, and the exact outputs.
 
@@ -259,13 +261,12 @@ class LayerRun:
     d_model :class:`LayerValue`; ``macs`` per stage; ``bias_adds`` (not MACs).
     """
 
-    def __init__(self, layer, rows, head_outputs, outputs, macs, bias_adds):
-        self.layer = layer
-        self.head_rows = rows
-        self.head_outputs = head_outputs
-        self.outputs = outputs
-        self.macs = macs
-        self.bias_adds = bias_adds
+    layer: Layer
+    head_rows: list
+    head_outputs: list
+    outputs: list
+    macs: dict
+    bias_adds: int
 
     def share(self, a: int, i: int, j: int) -> ExpRatio:
         """Head a's exact share of key j for query i."""

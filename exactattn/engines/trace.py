@@ -37,7 +37,7 @@ from fractions import Fraction
 from math import gcd, lcm
 from typing import Any, Callable
 
-from ..numbers.digits import certify, check_places, round_fraction
+from ..numbers.digits import certify, check_places
 from ..errors import InputError, shorten
 from ..reference.logits import logit_row, softmax_row
 from ..call.modifiers import dropout_factors
@@ -441,15 +441,15 @@ class SymbolicValue(Real):
         e = self.expr
         return fraction_of(e) if getattr(e, "is_Rational", False) else None
 
-    def exact(self):
-        e = self.expr
-        return fraction_of(e) if getattr(e, "is_Rational", False) else e
-
-    def text(self) -> str:
+    def _text(self) -> str:
         return str(self.expr)
 
+    def ball(self, prec: int):
+        return sympy_ball(self.expr)
+
     def decimal(self, places: int) -> str:
-        """Correctly rounded decimal at ``places`` places.
+        """Correctly rounded decimal at ``places`` places (``nan`` for an empty row under
+        ``empty_row="nan"``, as the pencil prints it).
 
         Raises:
             InputError: the expression has free symbols.
@@ -460,12 +460,9 @@ class SymbolicValue(Real):
             names = ", ".join(sorted(str(s) for s in e.free_symbols))
             raise InputError(f"value must be a number to print decimals (got {e}, with "
                              f"symbols {names}); substitute values for them first")
-        if getattr(e, "is_Rational", False):
-            return round_fraction(fraction_of(e), places)
-        import sympy
-        if e.has(sympy.nan):          # an empty row under empty_row="nan", as the pencil prints it
-            return "nan"
-        return certify(lambda prec: sympy_ball(e), places)
+        if self.rational() is not None or self._nan():
+            return super().decimal(places)
+        return certify(self.ball, places)
 
     def _order(self, other):
         return NotImplemented          # symbolic entries have equality, not order

@@ -30,6 +30,7 @@ from ..numbers.exact import fmpq_of
 from ..numbers.reals import real_ball, softcap_ball
 from ..numbers.formats import float_format, round_cells, round_enclosed
 from ..call.inputs import empty_rows, keys_read
+from .logits import modified_row
 
 __all__ = ["block_balls"]
 
@@ -73,18 +74,15 @@ def logit_entries(ref, b: int, h: int) -> list:
     ents = A.entries()
     if pol.softcap is None and pol.alibi is None:
         return ents
-    vis = ref.visible(b, h)
-    cap = pol.softcap
+    vis = ref.visible(b, h).tolist()
     slope = None if pol.alibi is None else real_ball(pol.alibi.slope(pol.head))
-    for i in range(L):
-        p = pol.query_position(i, L, S)
-        for j in np.flatnonzero(vis[i]):
-            x = ents[i * S + j]
-            if cap is not None:
-                x = softcap_ball(x, cap)
-            if slope is not None:
-                x = x + slope * pol.alibi.distance(p, int(j))
-            ents[i * S + j] = x
+    for i in range(L):           # the one order (exactattn.reference.logits.modified_row)
+        p, row = pol.query_position(i, L, S), ents[i * S:(i + 1) * S]
+        added = None if slope is None else \
+            [slope * pol.alibi.distance(p, j) if v else None for j, v in enumerate(vis[i])]
+        done = modified_row([x if v else None for x, v in zip(row, vis[i])], pol, added,
+                            softcap_ball)
+        ents[i * S:(i + 1) * S] = [x if v else e for x, e, v in zip(done, row, vis[i])]
     return ents
 
 

@@ -94,19 +94,27 @@ def logit_row(raw: Sequence, divisor_squared: Fraction | None, policy: Policy, i
     [Fraction(1, 2), Fraction(0, 1)]
     """
     check_choice(stage, "stage", LOGIT_STAGES)
+    scaled = [scaled_logit(r, divisor_squared) for r in raw]
+    if stage == "scaled":
+        return scaled
     added = row_offsets(policy, i, n_queries, n_keys, offsets) if stage == "logit" else None
-    logits = []
-    for j, r in enumerate(raw):
-        if r is None:
-            logits.append(None)
-            continue
-        x = scaled_logit(r, divisor_squared)
-        if stage != "scaled" and policy.softcap is not None:
-            x = softcap(x, policy.softcap)
-        if added is not None and added[j]:
+    return modified_row(scaled, policy, added, softcap)
+
+
+def modified_row(scaled: Sequence, policy: Policy, added: Sequence | None, cap) -> list:
+    """The one order after the scaling, over any context: each seen scaled score soft-capped
+    (``cap(x, policy.softcap)``: :func:`~exactattn.numbers.reals.softcap` on exact forms,
+    :func:`~exactattn.numbers.reals.softcap_ball` on ``arb`` balls), then ``added[j]`` (the
+    ALiBi bias, and the additive offset where the context adds it here) added; a hidden key
+    (None) stays None."""
+    out = []
+    for j, x in enumerate(scaled):
+        if x is not None and policy.softcap is not None:
+            x = cap(x, policy.softcap)
+        if x is not None and added is not None and added[j]:
             x = x + added[j]
-        logits.append(x)
-    return logits
+        out.append(x)
+    return out
 
 
 def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_position: int,

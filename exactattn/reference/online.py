@@ -51,6 +51,7 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
 from typing import Iterator, Sequence
@@ -62,7 +63,7 @@ from .logits import softmax_row
 from ..numbers.lse import LogSumExp
 from ..numbers.softmax import ExpRatio, SoftmaxRow
 
-__all__ = ["OnlineResult", "all_splits", "block_lengths", "merge", "online_softmax", "split_rows"]
+__all__ = ["merge", "split_rows"]
 
 
 def all_splits(n: int) -> Iterator[list[int]]:
@@ -92,10 +93,6 @@ def block_lengths(blocks, n: int) -> list[int]:
     >>> block_lengths(2, 5), block_lengths([1, 4], 5)
     ([2, 2, 1], [1, 4])
     """
-    return _block_lengths(blocks, n)
-
-
-def _block_lengths(blocks, n: int) -> list[int]:
     if isinstance(blocks, bool):
         raise InputError(f"blocks must be a positive integer or a list of block lengths "
                          f"(got {shorten(blocks, quote=True)})")
@@ -118,6 +115,7 @@ def _block_lengths(blocks, n: int) -> list[int]:
     return lengths
 
 
+@dataclass(repr=False)
 class OnlineResult:
     """What the online pass produced: the final state, the outputs and its counters.
 
@@ -135,16 +133,14 @@ class OnlineResult:
         raw, divisor_squared, values, empty_row: the inputs.
     """
 
-    def __init__(self, row: SoftmaxRow, outputs: list[ExpRatio], blocks: list[int],
-                 rescales: int, raw: list, divisor_squared, values: list[list], empty_row: str):
-        self.row = row
-        self.outputs = outputs
-        self.blocks = blocks
-        self.rescales = rescales
-        self.raw = raw
-        self.divisor_squared = divisor_squared
-        self.values = values
-        self.empty_row = empty_row
+    row: SoftmaxRow
+    outputs: list[ExpRatio]
+    blocks: list[int]
+    rescales: int
+    raw: list
+    divisor_squared: Fraction | None
+    values: list[list]
+    empty_row: str
 
     def shares(self) -> list[ExpRatio]:
         """The shares, ``exp((r_j - m)/s) / l`` with the final running state.
@@ -234,7 +230,7 @@ def online_softmax(raw: Sequence[Fraction | None], divisor_squared: Fraction | N
     if len({len(v) for v in values}) != 1:
         raise ShapeError(f"values must have rows of equal length (got lengths {[len(v) for v in values]})")
     d_v = len(values[0])
-    lengths = _block_lengths(blocks, n)
+    lengths = block_lengths(blocks, n)
 
     m: Fraction | None = None           # running maximum; None = nothing seen yet
     norm: dict[Fraction, int] = {}      # l   = sum_g norm[g] exp(g/s), gaps against m
@@ -314,7 +310,7 @@ def split_rows(raw: Sequence, divisor_squared: Fraction | None, blocks, *,
     policy = policy or Policy()
     raw = list(raw)
     n = len(raw)
-    lengths = _block_lengths(blocks, n)
+    lengths = block_lengths(blocks, n)
     if sink_at != "merge" and (isinstance(sink_at, bool) or not isinstance(sink_at, int)
                                or not 0 <= sink_at < len(lengths)):
         raise InputError(f"sink_at must be 'merge' or a block index from 0 to "

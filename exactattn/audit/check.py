@@ -47,7 +47,7 @@ from .printed import clean, read_cell
 
 class _Source:
     """What a table is judged against: ``size``, ``value`` and the sum of a row."""
-    names: list[str] = []
+    names: tuple = ()
 
     def column_names(self, quantity: str) -> list[str]:
         return []

@@ -415,10 +415,10 @@ class _HTMLTable:
     row: list | None = None
     cell: _HTMLCell | None = None
     caption: list[str] | None = None
-    in_caption: bool = False
+    sink: list[str] | None = None      # where text goes: the open cell's, the caption's
 
     def end_cell(self) -> None:
-        self.in_caption = False
+        self.sink = None
         if self.cell is not None:
             self.row.append(self.cell)
             self.cell = None
@@ -455,11 +455,8 @@ class _HTMLTables(HTMLParser):
         if self.hidden:
             return
         if self.open:
-            t = self.open[-1]
-            if t.in_caption:
-                t.caption.append(data)
-            elif t.cell is not None:
-                t.cell.parts.append(data)
+            if self.open[-1].sink is not None:
+                self.open[-1].sink.append(data)
             return                      # text between cells is shown outside the table
         self.block.append(data)
         if self.in_figcaption and self.figures:
@@ -488,7 +485,7 @@ class _HTMLTables(HTMLParser):
             if tag in ("caption", "thead", "tbody", "tfoot", "tr"):
                 t.end_row()
                 if tag == "caption":
-                    t.in_caption, t.caption = True, t.caption or []
+                    t.caption = t.sink = t.caption or []
                 elif tag == "tr":
                     t.row = []
                 else:
@@ -499,6 +496,7 @@ class _HTMLTables(HTMLParser):
                     t.row = []
                 t.cell = _HTMLCell([], _span(attrs, "colspan", _MAX_COLSPAN),
                                    _span(attrs, "rowspan", _MAX_ROWSPAN), tag == "th")
+                t.sink = t.cell.parts
             else:
                 self.handle_data(self._mark(tag))
             return
@@ -528,8 +526,8 @@ class _HTMLTables(HTMLParser):
         if t is not None:
             if tag == "table":
                 self._finish(self.open.pop())
-            elif tag == "caption":
-                t.in_caption = False
+            elif tag == "caption" and t.sink is t.caption:
+                t.sink = None
             elif tag in ("td", "th"):
                 t.end_cell()
             elif tag in ("tr", "thead", "tbody", "tfoot"):

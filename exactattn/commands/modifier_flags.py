@@ -72,27 +72,15 @@ def _window(text: str) -> tuple:
     return tuple(None if t == "none" else int(t) for t in parts)
 
 
-def window_type(flag: str = "--window"):
-    """An argparse type for ``LEFT,RIGHT`` sliding-window widths (``none``: no limit)."""
-    return _typed(flag, _window)
-
-
-def scale_type(flag: str = "--scale"):
-    """An argparse type for a scale (``default``, ``1/8``, ``1/sqrt(48)``, ``none``), checked by
-    :func:`~exactattn.call.policy.parse_scale` and kept as text."""
-    def keep(text: str) -> str:
-        parse_scale(text, name=flag)
-        return text
-    return argtype(keep, flag, echo=False)
-
-
 #: every policy flag's declaration, by field (``like``: a library's preset); a command's own
 #: wording of a help is passed to :func:`add_policy_flags` or :func:`add_flags`
 DECLARED = {
     "like": dict(type=choice("--like", tuple(PRESETS)),
                  help=f"set alignment, empty rows, mask kind and GQA as a library does: "
                       f"{', '.join(PRESETS)}"),
-    "scale": dict(type=scale_type(), help="default (1/sqrt(d_k)), a number, '1/sqrt(q)' or none"),
+    # a scale (default, 1/8, 1/sqrt(48), none) checked by parse_scale and kept as text
+    "scale": dict(type=argtype(lambda t: (parse_scale(t, name="--scale"), t)[1], "--scale",
+                               echo=False), help="default (1/sqrt(d_k)), a number, '1/sqrt(q)' or none"),
     "causal": dict(action=argparse.BooleanOptionalAction, default=None,
                    help="hide keys after the query"),
     "alignment": dict(type=choice("--alignment", ALIGNMENTS),
@@ -114,7 +102,7 @@ DECLARED = {
     "softcap": dict(type=_typed("--softcap", lambda t: check_softcap(t, "--softcap")),
                     metavar="CAP", help="cap * tanh(score / cap) on the scaled scores, before "
                                         "the mask (Gemma 2); certified, not exact"),
-    "window": dict(type=window_type(), metavar="LEFT,RIGHT",
+    "window": dict(type=_typed("--window", _window), metavar="LEFT,RIGHT",
                    help="sliding window: query at position p sees keys p-LEFT .. p+RIGHT, its "
                         "own key counted (none: no limit); a causal window of w keys is "
                         "w-1,0 on a causal head"),
@@ -186,12 +174,7 @@ def apply(policy, args):
 
 def changes(args) -> dict:
     """The Policy fields the modifier flags set (only those given)."""
-    out = {}
-    for field, flag in FLAGS.items():
-        value = getattr(args, field, None)
-        if value is not None:
-            out[field] = value
-    return out
+    return {field: getattr(args, field) for field in FLAGS if getattr(args, field, None) is not None}
 
 
 def refuse(args, problem, searching: bool) -> None:

@@ -62,25 +62,12 @@ from __future__ import annotations
 import importlib
 
 #: every public name, and the module of the package that holds it
-_EXPORTS = {
-    "CallShape": "exactattn.cost.sizes",
-    "EXTENSION_SYMBOLS": "exactattn.cost.derivation",
-    "SYMBOLS": "exactattn.cost.derivation",
-    "call_formula": "exactattn.cost.derivation",
-    "call_nests": "exactattn.cost.derivation",
-    "derive": "exactattn.cost.derivation",
-    "derive_call": "exactattn.cost.derivation",
-    "derive_at": "exactattn.cost.derivation",
-    "derive_operations": "exactattn.cost.derivation",
-    "loop_nests": "exactattn.cost.derivation",
-    "Run": "exactattn.cost.counting",
-    "count": "exactattn.cost.counting",
-    "count_call": "exactattn.cost.counting",
-    "decode_steps": "exactattn.cost.counting",
-    "run": "exactattn.cost.counting",
-    "crossover": "exactattn.cost.solve",
-    "doubling_ratio": "exactattn.cost.solve",
-}
+_EXPORTS = {name: "exactattn.cost." + module for module, names in (
+    ("sizes", "CallShape"),
+    ("derivation", "EXTENSION_SYMBOLS SYMBOLS call_formula call_nests derive derive_call derive_at "
+                   "derive_operations loop_nests"),
+    ("counting", "Run count count_call decode_steps run"),
+    ("solve", "crossover doubling_ratio")) for name in names.split()}
 
 __all__ = sorted(_EXPORTS)
 

@@ -178,7 +178,7 @@ class Implementation:
         self.mask_as, self.empty_row = mask_as, empty_row
         self.rtol, self.atol = check_tolerance("rtol", rtol), check_tolerance("atol", atol)
         self.name = name or getattr(fn, "__name__", None) or repr(fn)
-        self.function = None if exact else FunctionImpl(
+        self.function = FunctionImpl(    # an exact function's is read for the arguments it takes
             fn, convention="mask", mask_as="bool_keep" if mask_as == "mask" else mask_as,
             convert=convert, name=self.name)
 
@@ -233,11 +233,7 @@ class Implementation:
             extra["policy"] = inp.policy      # modifiers reach an exact function as the policy
             if inp.dropout_keep is not None:
                 extra["dropout_keep"] = dropout_keep(inp)
-            try:
-                params = inspect.signature(self.fn).parameters
-            except (TypeError, ValueError):
-                params = {}
-            if "policy" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            if not (self.function.var_kw or "policy" in self.function.accepts):
                 raise InputError(f"{self.name} must take policy= for an input with modifiers "
                                  f"(got a function without it; policy: {inp.policy.describe()})")
         try:

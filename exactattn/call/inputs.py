@@ -570,16 +570,11 @@ class Call:
         if values is None:
             values = k
         v = [list(x) if isinstance(x, (list, tuple)) else [x] for x in values]
-        if any(any(hr) for hr in hidden):
+        if any(map(any, hidden)):     # hidden keys: folded into the mask, as its kind hides
             if mask is None:
-                mask_kind = "additive"
-                mask = [["-inf" if h else 0 for h in hr] for hr in hidden]
-            elif mask_kind == "additive":
-                mask = [["-inf" if h else m for m, h in zip(mr, hr)] for mr, hr in zip(mask, hidden)]
-            else:
-                keep = mask_kind == "bool_keep"
-                mask = [[(not keep) if h else m for m, h in zip(mr, hr)]
-                        for mr, hr in zip(mask, hidden)]
+                mask_kind, mask = "additive", [[0] * S for _ in rows]
+            hide = "-inf" if mask_kind == "additive" else mask_kind != "bool_keep"
+            mask = [[hide if h else m for m, h in zip(mr, hr)] for mr, hr in zip(mask, hidden)]
         return cls(q, k, v, mask, mask_kind=mask_kind, name=name, policy=policy)
 
     @property

@@ -201,8 +201,9 @@ def check_search(examples: int, max_size: int, names: tuple = ("examples", "max_
             :data:`MAX_SEARCH_SIZE`, or an estimate over :data:`MAX_SECONDS`.
     """
     names = tuple(names) + ("max_batch", "max_heads")[len(names) - 2:]
-    n_examples, n_size, n_batch, n_heads = names
-    for name, bound in ((n_size, max_size), (n_batch, max_batch), (n_heads, max_heads)):
+    n_examples, n_size = names[:2]
+    sizes = list(zip(names[1:], (max_size, max_batch, max_heads)))    # (name, bound)
+    for name, bound in sizes:
         if bound > MAX_SEARCH_SIZE:
             raise InputError(f"{name} must be at most {MAX_SEARCH_SIZE} (got {_count(bound)}); "
                              "a search draws small inputs and shrinks them: check larger "
@@ -212,12 +213,10 @@ def check_search(examples: int, max_size: int, names: tuple = ("examples", "max_
     if seconds > MAX_SECONDS:
         shrinking = search_seconds(0, *shape)
         most = math.floor((MAX_SECONDS - shrinking) / (search_seconds(1, *shape) - shrinking))
-        smaller = " or ".join(f"a smaller {n}" for n, b in ((n_size, max_size),
-                              (n_batch, max_batch), (n_heads, max_heads)) if b > 1)
+        smaller = " or ".join(f"a smaller {n}" for n, b in sizes if b > 1)
         fix = (f"pass {n_examples} {most} or fewer" if most >= 1 else
                f"pass {smaller or 'a smaller ' + n_size}")
-        bounds = "".join(f", {n} {b}" for n, b in ((n_batch, max_batch), (n_heads, max_heads))
-                         if b > 1)
+        bounds = "".join(f", {n} {b}" for n, b in sizes[1:] if b > 1)
         raise InputError(f"{n_examples} must take at most about {MAX_SECONDS} s with "
                          f"{n_size} {max_size}{bounds} (got "
                          f"{_count(examples)}: about {duration(seconds)}); {fix}")

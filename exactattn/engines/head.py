@@ -115,20 +115,12 @@ class Head:
         self.layout = layout
         hint = f" in the {layout} layout, to match W_Q"
         q = to_matrix(W_Q, name="W_Q", floats=floats, symbolic=symbolic)
-        if layout == "slots":
-            d_k, d_model = len(q), len(q[0])
-            k = to_matrix(W_K, name="W_K", shape=(d_k, d_model), floats=floats,
+        step = 1 if layout == "slots" else -1          # the rows layout: each shape transposed
+        d_k, d_model = (len(q), len(q[0]))[::step]
+        k, v = (to_matrix(w, name=name, shape=(rows, d_model)[::step], floats=floats,
                           symbolic=symbolic, hint=hint)
-            v = to_matrix(W_V, name="W_V", shape=(None, d_model), floats=floats,
-                          symbolic=symbolic, hint=hint)
-            slots = (q, k, v)
-        else:
-            d_model, d_k = len(q), len(q[0])
-            k = to_matrix(W_K, name="W_K", shape=(d_model, d_k), floats=floats,
-                          symbolic=symbolic, hint=hint)
-            v = to_matrix(W_V, name="W_V", shape=(d_model, None), floats=floats,
-                          symbolic=symbolic, hint=hint)
-            slots = tuple(_transpose(m) for m in (q, k, v))
+                for w, name, rows in ((W_K, "W_K", d_k), (W_V, "W_V", None)))
+        slots = (q, k, v) if step == 1 else tuple(_transpose(m) for m in (q, k, v))
         self.d_model = d_model
         self.d_k = d_k
         self.d_v = len(slots[2])

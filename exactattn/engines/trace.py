@@ -87,8 +87,7 @@ class Trace:
         self.bias_adds = bias_adds
         self._parts: dict[str, Any] = {"queries": queries, "keys": keys, "values": values,
                                        "raw_scores": raw_scores}
-        self._rows: list | None = rows
-        self._row_cache: dict[int, SoftmaxRow] = {}
+        self._rows: dict = {} if rows is None else dict(enumerate(rows))
         self._outputs = outputs
         self._score_row = score_row
         self._score_ints = score_ints
@@ -232,25 +231,20 @@ class Trace:
     @property
     def rows(self) -> list:
         """The exact softmax row of every query (:class:`SoftmaxRow`; sympy rows when symbolic)."""
-        if self._rows is None:
-            self._rows = [self.row(i) for i in range(self.n)]
-        return self._rows
+        return [self.row(i) for i in range(self.n)]
 
     def row(self, i: int):
         self._check(i)
-        if self._rows is not None:
-            return self._rows[i]
-        row = self._row_cache.get(i)
-        if row is None:
-            row = self._row_cache[i] = softmax_row(
-                self._logit_source(i), self.head.divisor_squared, self.policy, i, self.n, self.n)
-        return row
+        if i not in self._rows:
+            self._rows[i] = softmax_row(self._logit_source(i), self.head.divisor_squared,
+                                        self.policy, i, self.n, self.n)
+        return self._rows[i]
 
     def share(self, i: int, j: int):
         """The exact share of key j for query i (an :class:`ExpRatio` or :class:`SymbolicValue`)."""
         self._check(i, j, self.n, "key index")
         if self.engine == "symbolic":
-            return SymbolicValue(self.rows[i][j])
+            return SymbolicValue(self.row(i)[j])
         return self.row(i).share(j)
 
     @property
@@ -279,7 +273,7 @@ class Trace:
     def row_sums_to_one(self, i: int) -> bool:
         if self.engine == "symbolic":
             import sympy
-            return sympy.cancel(sympy.together(sum(self.rows[i]))) == 1
+            return sympy.cancel(sympy.together(sum(self.row(i)))) == 1
         return self.row(i).sum_is_one()
 
     # -- modifiers (sinks, ALiBi, soft-capping, RoPE, dropout, log-sum-exp) ---

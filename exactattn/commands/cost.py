@@ -233,10 +233,6 @@ def _check_combinations(args) -> None:
                          "--heads 1 to add W_O")
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} minutes"
-
-
 def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = False) -> None:
     """Refuse, before anything runs, a command that would count for over MAX_SECONDS.
 
@@ -261,7 +257,8 @@ def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = F
     raise InputError(
         f"--count-limit must leave at most about {MAX_SECONDS} s of counting (got "
         f"--count-limit {limit}: {sum(m for m, _ in work)} MACs to count by running the "
-        f"head, about {_duration(seconds)}); {fix}")
+        f"head, about {f'{seconds:.0f} s' if seconds < 120 else f'{seconds / 60:.0f} minutes'}); "
+        f"{fix}")
 
 
 def run(args) -> int:

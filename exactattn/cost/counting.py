@@ -82,18 +82,14 @@ def count_tokens(n: int, d_model: int) -> list[list[Fraction]]:
     return [[Fraction((i + m) % 3 - 1) for m in range(d_model)] for i in range(n)]
 
 
-def _output_weights(d_model: int, width: int) -> list[list[Fraction]]:
-    """W_O in the slots layout: D rows of h d_v numbers."""
-    return [[Fraction((d + 2 * c) % 5 - 2, 2) for c in range(width)] for d in range(d_model)]
-
-
 def _layer(shape: CallShape, index_base: int) -> tuple[list, tuple | None]:
     """One layer of :func:`count_head` heads: per head its (W_Q, W_K, W_V as (ints, den)) and
     divisor squared; W_O as (ints, den), or None."""
     heads = [count_head(shape.d_model, shape.d_k, shape.d_v, index_base + a)
              for a in range(shape.heads)]
-    W_O = common_denominator(_output_weights(shape.d_model, shape.heads * shape.d_v)) \
-        if shape.out_projection else None
+    W_O = common_denominator([[Fraction((d + 2 * c) % 5 - 2, 2)     # slots: D rows of h d_v
+                               for c in range(shape.heads * shape.d_v)]
+                              for d in range(shape.d_model)]) if shape.out_projection else None
     return [([common_denominator(w) for w in (h.W_Q, h.W_K, h.W_V)], h.divisor_squared)
             for h in heads], W_O
 

@@ -293,13 +293,10 @@ def call_nests(shape: CallShape, *, keys_at_least_queries: bool | None = None
     return _nests(shape, regimes[0], runs)
 
 
-def _sum_stage(nests, what: str):
-    return sympy.expand(sympy.Add(*[getattr(x, what)() for x in nests]))
-
-
 @lru_cache(maxsize=None)
 def _formula(shape: CallShape, regimes: tuple, runs, what: str) -> tuple:
-    per_regime = [{k: _sum_stage(v, what) for k, v in _nests(shape, regime, runs).items()}
+    per_regime = [{k: sympy.expand(sympy.Add(*[getattr(x, what)() for x in v]))
+                   for k, v in _nests(shape, regime, runs).items()}
                   for regime in regimes]
     if len(regimes) == 1:
         result = per_regime[0]

@@ -134,15 +134,13 @@ def exp_checked() -> bool:
     4,097 points of ``[-708, 0]`` (arb at 128 bits), checked once per process."""
     global _EXP_OK
     if _EXP_OK is None:
-        from flint import arb, ctx
+        from flint import arb
+        from ..numbers.digits import working_precision
         xs = np.concatenate([-np.linspace(0.0, 708.0, 4096) * (1 + 2.0 ** -30), [-2.0 ** -30]])
         got = np.exp(xs)
-        old, ctx.prec = ctx.prec, 128
-        try:
+        with working_precision(128):
             worst = max(abs(float(((arb(g) - arb(x).exp()) / arb(x).exp()).mid()))
                         for x, g in zip(xs.tolist(), got.tolist()))
-        finally:
-            ctx.prec = old
         _EXP_OK = worst <= EXP_ERROR / 16
     return _EXP_OK
 

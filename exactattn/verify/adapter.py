@@ -494,8 +494,9 @@ class Impl:
         """The outputs read as float64, with the dtype they came back in (and the lse when asked)."""
         return read_answer(self(call), self.name, lse=call.lse is not None)
 
-    def __call__(self, call: FloatCall) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def __call__(self, call: FloatCall) -> Any:
+        """The outputs (``(outputs, lse)`` when the call asks for them): :meth:`forward`'s."""
+        return self.forward(call)
 
 
 class FunctionImpl(Impl):

@@ -133,9 +133,6 @@ class ArrayImpl(Impl):
         """An array of ``shape`` filled with ``x`` in the dtype (on the library's device)."""
         return self.xp.full(shape, x, dtype=dt)
 
-    def __call__(self, call: FloatCall):
-        return self.forward(call)
-
     def compose(self, call: FloatCall, q, k, v):
         """The composition on q, k, v (arrays of the dtype, the call's shapes), as a namespace.
 
@@ -381,14 +378,17 @@ class TorchImpl(ArrayImpl):
     def __init__(self, *, lower_right_bias: bool = True, device: str = "cpu",
                  backend: str | None = None):
         self.lower_right_bias = lower_right_bias
-        self.xp = torch = _need("torch")
+        self.xp = _need("torch")
         self.device = torch_device(device)
-        where = _device_label(self.device)
         self.backend = None
         if backend is not None:
             self._select(backend)
-        kernel = "scaled_dot_product_attention" + ("" if backend is None else f" [{backend}]")
-        self.name = f"torch {torch.__version__} {kernel} ({where})"
+        self._named("scaled_dot_product_attention" + ("" if backend is None else f" [{backend}]"))
+
+    def _named(self, kernel: str, tail: str = "") -> None:
+        """``torch <version> <kernel> (<device>)<tail>``, and its autograd backward's name."""
+        where = _device_label(self.device)
+        self.name = f"torch {self.xp.__version__} {kernel} ({where}){tail}"
         self.backward_name = self.name.replace(f"({where})", f"backward ({where} autograd)")
 
     def _select(self, backend: str) -> None:
@@ -707,15 +707,11 @@ class FlexImpl(_LseKernel):
 
     def __init__(self, *, score_mod=None, mask_mod=None, device: str = "cpu"):
         super().__init__(device=device)
-        import torch
         self.score_mod = user_mod(score_mod, "score_mod")
         self.mask_mod = user_mod(mask_mod, "mask_mod")
-        where = _device_label(self.device)
         mods = " and ".join(f"{what} {mod[1]}" for what, mod in
                             (("score_mod", self.score_mod), ("mask_mod", self.mask_mod)) if mod)
-        self.name = f"torch {torch.__version__} flex_attention ({where})" + \
-            (f" with {mods}" if mods else "")
-        self.backward_name = self.name.replace(f"({where})", f"backward ({where} autograd)")
+        self._named("flex_attention", f" with {mods}" if mods else "")
 
     def mods(self, call: FloatCall, shape, dt):
         """``(score_mod, block_mask)`` of the call on B x H x L x S: the policy's or yours.
@@ -1010,9 +1006,6 @@ class JaxImpl(Impl):
         jax = _need("jax")
         self.name = f"jax {jax.__version__} dot_product_attention (CPU)"
         self.backward_name = f"jax {jax.__version__} dot_product_attention backward (CPU jax.vjp)"
-
-    def __call__(self, call: FloatCall):
-        return self.forward(call)
 
     def _refuse(self, call: FloatCall):
         _refuse(call, "jax", "impl jax", "; jax.nn.dot_product_attention has no argument for "

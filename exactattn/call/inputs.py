@@ -26,6 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .masks import is_minus_inf
 from .policy import MASK_KINDS, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..numbers.exact import to_exact, to_matrix
@@ -565,8 +566,7 @@ class Call:
         mask_kind = mask_kind or (policy or Policy()).mask_kind
         rows = [list(r) for r in scores]
         S = len(rows[0]) if rows else 0
-        hidden = [[isinstance(x, str) and x.strip().lower() in ("-inf", "-infinity") or
-                   (isinstance(x, float) and x == -math.inf) for x in r] for r in rows]
+        hidden = [[x is not None and is_minus_inf(x) for x in r] for r in rows]
         q = [[0 if h else x for x, h in zip(r, hr)] for r, hr in zip(rows, hidden)]
         k = [[int(i == j) for j in range(S)] for i in range(S)]
         if values is None:

@@ -21,7 +21,7 @@ __all__ = ["Mask"]
 MASK_KINDS = ("bool_keep", "bool_drop", "additive")
 
 
-def _is_minus_inf(e: Any) -> bool:
+def is_minus_inf(e: Any) -> bool:
     """True for None, ``"-inf"`` and a binary float (Python or numpy) equal to minus infinity."""
     if e is None:
         return True
@@ -94,7 +94,7 @@ class Mask:
                         raise InputError(f"{where} must be a number or '-inf' for an additive "
                                          f"mask (got {shorten(e, quote=True)}); a boolean mask needs mask_kind "
                                          "bool_keep or bool_drop")
-                    if _is_minus_inf(e):
+                    if is_minus_inf(e):
                         row.append(None)
                     else:
                         if hasattr(e, "item"):

@@ -89,6 +89,11 @@ def _flag(name: str, value: Any, allow_none: bool = False) -> bool | None:
     return value
 
 
+def _one_of(*options: tuple) -> SearchStrategy:
+    """One of the ``(strategy, on)`` options that are on, drawn in order (shrinking to the first)."""
+    return st.one_of(*(strategy for strategy, on in options if on))
+
+
 def _choices(name: str, value: Any, allowed: tuple, hint: str = "") -> tuple:
     try:
         chosen = tuple(value)
@@ -227,15 +232,11 @@ def divisors(*, allow_default: bool = True, allow_none: bool = True,
     ...
     exactattn.errors.InputError: allow_none must be True or False (got 'yes')
     """
-    options = []
-    if _flag("allow_default", allow_default):
-        options.append(st.just(DEFAULT_DIVISOR))
-    options.append(st.builds(Fraction, st.integers(1, 8), st.integers(1, 4)))
-    if _flag("allow_irrational", allow_irrational):
-        options.append(st.sampled_from(_NON_SQUARES).map(lambda q: f"sqrt({q})"))
-    if _flag("allow_none", allow_none):
-        options.append(st.none())
-    return st.one_of(*options)
+    return _one_of((st.just(DEFAULT_DIVISOR), _flag("allow_default", allow_default)),
+                   (st.builds(Fraction, st.integers(1, 8), st.integers(1, 4)), True),
+                   (st.sampled_from(_NON_SQUARES).map(lambda q: f"sqrt({q})"),
+                    _flag("allow_irrational", allow_irrational)),
+                   (st.none(), _flag("allow_none", allow_none)))
 
 
 def scales(*, allow_default: bool = True, allow_irrational: bool = True) -> SearchStrategy:
@@ -253,13 +254,11 @@ def scales(*, allow_default: bool = True, allow_irrational: bool = True) -> Sear
     ...
     exactattn.errors.InputError: allow_irrational must be True or False (got 1)
     """
-    options = []
-    if _flag("allow_default", allow_default):
-        options.append(st.just(DEFAULT_SCALE))
-    options.append(st.builds(lambda a, b: Fraction(b, a) ** 2, st.integers(1, 4), st.integers(1, 4)))
-    if _flag("allow_irrational", allow_irrational):
-        options.append(st.sampled_from(_NON_SQUARES).map(Fraction))
-    return st.one_of(*options)
+    return _one_of((st.just(DEFAULT_SCALE), _flag("allow_default", allow_default)),
+                   (st.builds(lambda a, b: Fraction(b, a) ** 2, st.integers(1, 4),
+                              st.integers(1, 4)), True),
+                   (st.sampled_from(_NON_SQUARES).map(Fraction),
+                    _flag("allow_irrational", allow_irrational)))
 
 
 # the defaults of options that share a strategy's name

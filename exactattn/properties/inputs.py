@@ -217,11 +217,9 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
     ...                                  alignment="bottom_right")]
     [Fraction(3, 2), Fraction(2, 1)]
     """
-    if policy is None:
-        policy = Policy(divisor_squared=policy_scale(scale), causal=causal, alignment=alignment,
-                        empty_row=empty_row)
-    else:
-        policy = policy.replace(divisor_squared=policy_scale(scale))
+    D = policy_scale(scale)
+    policy = Policy(divisor_squared=D, causal=causal, alignment=alignment, empty_row=empty_row) \
+        if policy is None else policy.replace(divisor_squared=D)
     return Reference(AttentionInput(queries, keys, values, mask, policy, dropout_keep)).outputs()
 
 

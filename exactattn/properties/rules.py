@@ -47,39 +47,35 @@ class Rule:
     """A property: what it says, the modifiers it needs and those it does not survive."""
 
     statement: str
-    breaks: frozenset = frozenset()
-    requires: frozenset = frozenset()
-
-
-def _rule(statement: str, breaks=(), requires=()) -> Rule:
-    return Rule(statement, frozenset(breaks), frozenset(requires))
+    breaks: tuple = ()
+    requires: tuple = ()
 
 
 #: property name (as check_all reports it) -> its rule; ``OPT_IN`` ones are not run by check_all
 PROPERTIES = {
-    "matches reference": _rule("the outputs equal the exact attention"),
-    "rows sum to one": _rule("every row of shares sums to exactly 1", ("sink", "dropout")),
-    "rows sum below one": _rule("with a sink, every row of shares sums to exactly 1 minus "
+    "matches reference": Rule("the outputs equal the exact attention"),
+    "rows sum to one": Rule("every row of shares sums to exactly 1", ("sink", "dropout")),
+    "rows sum below one": Rule("with a sink, every row of shares sums to exactly 1 minus "
                                 "the sink's share, less than 1", ("dropout",), ("sink",)),
-    "share support": _rule("shares are positive on visible keys and exactly 0 on masked ones"),
-    "shift invariance": _rule("adding a constant to a row of scores changes nothing",
+    "share support": Rule("shares are positive on visible keys and exactly 0 on masked ones"),
+    "shift invariance": Rule("adding a constant to a row of scores changes nothing",
                               ("softcap", "sink", "rope")),
-    "key permutation": _rule("permuting keys and values together leaves the outputs unchanged",
+    "key permutation": Rule("permuting keys and values together leaves the outputs unchanged",
                              ("causal", "window", "alibi", "rope")),
-    "query permutation": _rule("permuting the queries permutes the outputs",
+    "query permutation": Rule("permuting the queries permutes the outputs",
                                ("causal", "window", "alibi", "rope")),
-    "identical queries": _rule("identical queries get identical rows", ("alibi", "rope")),
-    "key bias cancels": _rule("a bias on the keys cancels out of the shares",
+    "identical queries": Rule("identical queries get identical rows", ("alibi", "rope")),
+    "key bias cancels": Rule("a bias on the keys cancels out of the shares",
                               ("softcap", "sink", "rope")),
-    "value bias shifts": _rule("a bias on the values shifts every output by that bias",
+    "value bias shifts": Rule("a bias on the values shifts every output by that bias",
                                ("sink", "dropout")),
-    "outputs within values": _rule("each output lies between the smallest and largest "
+    "outputs within values": Rule("each output lies between the smallest and largest "
                                    "visible value", ("sink", "dropout")),
-    "masked entries ignored": _rule("keys and values at masked positions do not reach the "
+    "masked entries ignored": Rule("keys and values at masked positions do not reach the "
                                     "outputs"),
-    "causal first output": _rule("with a causal mask the first output is its own value",
+    "causal first output": Rule("with a causal mask the first output is its own value",
                                  ("sink", "dropout"), ("causal",)),
-    "masked inf/nan ignored": _rule("inf or NaN values at keys no query sees do not reach the "
+    "masked inf/nan ignored": Rule("inf or NaN values at keys no query sees do not reach the "
                                     "outputs"),
 }
 
@@ -102,4 +98,4 @@ def holds(name: str, modifiers) -> bool:
     check_choice(name, "property", tuple(PROPERTIES))
     rule = PROPERTIES[name]
     modifiers = frozenset(modifiers)
-    return rule.requires <= modifiers and not (rule.breaks & modifiers)
+    return modifiers.issuperset(rule.requires) and modifiers.isdisjoint(rule.breaks)

@@ -11,6 +11,7 @@ without ``--search``) are refused rather than ignored.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from ..call.policy import UNSUPPORTED, Policy
@@ -416,11 +417,11 @@ def run(args) -> int:
     if args.split_merge:
         return _run_split(args, impl, problem, dtypes, notes)
     from .modifier_flags import lse
-    reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: certifying {_outputs(problem):,} "
-                    "outputs", lambda dt: verify(impl, problem, dt, max_ulps=args.max_ulps,
-                                                  lse=lse(args), accumulation=args.accumulation,
-                                                  **({} if args.probes is None else
-                                                     {"probes": args.probes})))
+    outputs = math.prod(problem.shape[k] for k in ("B", "H_q", "L", "E_v"))
+    probes = {} if args.probes is None else {"probes": args.probes}
+    reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: certifying {outputs:,} outputs",
+                    lambda dt: verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args),
+                                      accumulation=args.accumulation, **probes))
     for rep, dt in zip(reports, dtypes * bool(args.flops)):
         rep.flops = flop_counts(problem, dt)
     return _write(args, reports, report_sections(reports, **digits, timings=args.timings,
@@ -461,19 +462,12 @@ def _load(args, load_impl):
     if opts.get("device") == "cpu" and args.impl == "flash-attn":
         raise InputError("--device cpu must come without --impl flash-attn (got both); the "
                          "flash_attn package runs on CUDA only")
-    impl = load_impl(args.impl, arrays=args.arrays or "numpy", **opts) if opts or \
-        args.impl == "flash-attn" else load_impl(args.impl, arrays=args.arrays or "numpy")
+    impl = load_impl(args.impl, arrays=args.arrays or "numpy", **opts)
     if args.backward:
         from ..verify.backward_impls import load_backward
         return load_backward(impl if opts or args.impl in ("flex", "flash-attn") else args.impl,
                              arrays=args.arrays or "numpy")
     return impl
-
-
-def _outputs(problem) -> int:
-    """How many outputs a call has: B x H_q x L x E_v."""
-    sh = problem.shape
-    return sh["B"] * sh["H_q"] * sh["L"] * sh["E_v"]
 
 
 def _run_split(args, impl, problem, dtypes, notes) -> int:
@@ -484,13 +478,10 @@ def _run_split(args, impl, problem, dtypes, notes) -> int:
         raise InputError("the spec file's policy.lse must be e for --split-merge (got 2); the "
                          "blocks' log-sum-exps are in natural-log units")
     S = problem.shape["S"]
-    try:
+    try:       # the library's refusals, named as flags
         lengths = cut_lengths(args.splits if args.splits is not None else [S // 2], S)
-    except InputError as e:
-        raise InputError(f"--{e}") from None
-    try:
-        merge = None if args.merge is None else \
-            load_merge(args.merge, arrays=args.arrays or "numpy")
+        merge = None if args.merge is None else load_merge(args.merge, arrays=args.arrays or
+                                                           "numpy")
     except InputError as e:
         raise InputError(f"--{e}") from None
     reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: {len(lengths)} key blocks, merged "

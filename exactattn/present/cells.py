@@ -348,6 +348,13 @@ def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False
                                       exact=not is_long(q)))
 
 
+def certified_cell(value, places: int, readers: bool = True) -> str:
+    """The cell of a certified value (a sink's share, a row's sum after dropout): its decimal
+    at ``places``, for readers an exact value marked (:func:`value_cell`)."""
+    decimal = value.decimal(places)
+    return value_cell(value, decimal) if readers else decimal
+
+
 def vector(v, limit: int | None = None) -> str:
     """``(0, 3, 1/2, 0)``: exact entries as fractions, cells as they are (for each reader).
 

@@ -35,7 +35,7 @@ hide cells (``-inf``) as in the plain tables.
 
 from __future__ import annotations
 
-from .cells import KINDS, real_cell, real_exact, real_kind, value_cell
+from .cells import KINDS, certified_cell, real_cell, real_exact, real_kind, value_cell
 from ..call.modifiers import dropout_factors
 from ..numbers.reals import real_decimal
 from .render import Cell, Section
@@ -193,13 +193,9 @@ def _dropout(trace, places: int, view: View) -> Section:
             return Cell(dec[i][j], "dropped")
         return value_cell(trace.dropped_share(i, j), dec[i][j])
 
-    def total(i: int) -> str:
-        value = trace.dropped_sum(i)
-        d = value.decimal(places)
-        return value_cell(value, d) if readers else d
-
     def line(i: int) -> list:
-        return [str(i + 1)] + [weight_cell(i, j) for j in grid.keys] + [total(i)]
+        return [str(i + 1)] + [weight_cell(i, j) for j in grid.keys] + \
+            [certified_cell(trace.dropped_sum(i), places, readers)]
 
     scale = dropout_factors(p, [True])[0]              # 1/(1 - p): the one dropout rule
     notes = [f"dropout p = {p}: a kept weight is the share times 1/(1 - p) = {scale}; a dropped "

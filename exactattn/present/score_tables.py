@@ -28,8 +28,8 @@ streams its 16 million shares row by row.
 
 from __future__ import annotations
 
-from .cells import (OUTPUT_TERMS, divisor_words, exact_text, row_forms, score_rows, value_cell,
-                    vector)
+from .cells import (OUTPUT_TERMS, certified_cell, divisor_words, exact_text, row_forms, score_rows,
+                    value_cell, vector)
 from ..errors import InputError
 from .modifier_tables import grid_section
 from .render import Cell, Section
@@ -142,16 +142,10 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
 
     sink = policy.sink is not None
 
-    def sink_cell(i: int) -> list:
-        if not sink:
-            return []
-        value = trace.sink_share(i)
-        dec = value.decimal(places)
-        return [value_cell(value, dec) if readers else dec]
-
     def share_row(i: int) -> list[str]:
         seen = policy.visible_keys(i, n, n)
-        return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + sink_cell(i) + \
+        return [str(i + 1)] + [share_cell(i, j, seen) for j in keys] + \
+            ([certified_cell(trace.sink_share(i), places, readers)] if sink else []) + \
             [_total(trace, i), largest_cell(i)]
 
     notes = [f"divisor used for these shares: {divisor_words(head, places)}",
@@ -170,23 +164,14 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     for a, b in _identical(trace):
         notes.append(f"rows {a + 1} and {b + 1} are identical: tokens {a + 1} and {b + 1} carry "
                      "the same numbers (no positional information)")
-    every_key = len(keys) == n
     forms = row_forms(trace) if closed_forms else None
-
-    def share_forms(i: int) -> dict:
-        tops = forms.numerators(i)
-        return {"normaliser": forms.normaliser(i),
-                "numerators": tops if every_key else [tops[j] for j in keys]}
-
-    def decimals(r) -> list[str]:
-        return list(r) if every_key else [r[j] for j in keys]
-
     data: dict = {}
     if closed_forms:
         data["formula"] = ("shares[i][j] = closed_forms[i].numerators[j] / "
                            "closed_forms[i].normaliser")
-        data["closed_forms"] = LazyRows.over(toks, share_forms)
-    data["shares_decimal"] = LazyRows.over(toks, lambda i: decimals(share_dec[i]))
+        data["closed_forms"] = LazyRows.over(toks, lambda i: {
+            "normaliser": forms.normaliser(i), "numerators": grid.picked(forms.numerators(i))})
+    data["shares_decimal"] = LazyRows.over(toks, lambda i: grid.picked(share_dec[i]))
     if sink:
         data["sink_shares"] = LazyRows.over(toks, lambda i: {
             "exact": trace.sink_share(i).text(), "decimal": trace.sink_share(i).decimal(places)})

@@ -231,6 +231,10 @@ class Grid:
             return [str(i + 1)] + [cell(r[j]) for j in self.keys]
         return LazyRows(len(self.toks), line)
 
+    def picked(self, row: Sequence) -> list:
+        """The entries of a full row at the keys shown."""
+        return list(row) if len(self.keys) == self.n else [row[j] for j in self.keys]
+
     def data(self, row_of, cell) -> LazyRows:
         """The same cells without the query number (the JSON data)."""
         def line(k: int) -> list:

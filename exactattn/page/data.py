@@ -43,8 +43,7 @@ from ..numbers.digits import check_places, round_fraction
 from ..errors import InputError, shorten
 from ..engines.head import attend
 from ..present.render import reader_text
-from ..present.sweep import check_row, divisor_limits
-from ..present.tables import with_divisor
+from ..present.sweep import check_row, divisor_limits, with_divisor
 
 #: the divisors squared of the slider's stops: 2^-6 .. 2^14 (divisors 1/8 .. 128, each
 #: sqrt(2) times the one before)

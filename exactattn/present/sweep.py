@@ -48,6 +48,7 @@ from ..call.policy import divisor_text, parse_divisor
 from ..errors import InputError, shorten
 from ..numbers.exact import rational_sqrt
 from ..options import check_whole_list
+from .cells import exact_text, value_cell
 from .render import Cell, Section
 
 DEFAULT_DIVISORS = ("1/8", "1/4", "1/2", "1", "2", "4", "8", "32", "128")
@@ -140,6 +141,11 @@ def check_row(row, n: int, name: str = "row") -> int:
     return row
 
 
+def with_divisor(head, divisor_squared: Fraction | None):
+    """The same head with the scores divided by sqrt(``divisor_squared``) (None: not divided)."""
+    return head.with_policy(head.policy.replace(divisor_squared=divisor_squared))
+
+
 def _closed_text(expr, divisor_squared: Fraction) -> str:
     """A closed form as text.  sympy's default printer orders the terms of a sum by
     evaluating them, which takes seconds for exp(10**1000); past 10**60 the terms are
@@ -204,7 +210,6 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
     """
     from ..numbers.digits import check_places
     from ..engines.head import attend
-    from .tables import exact_text, value_cell, with_divisor
     check_places(places)
     head = example.head
     n = len(example.x)
@@ -272,7 +277,6 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
 
 
 def _per(value: Fraction, unit: str) -> str:
-    from .tables import exact_text
     return f"{exact_text(value)} MAC{'' if value == 1 else 's'} per {unit}"
 
 
@@ -290,7 +294,6 @@ def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list[Section]:
     """
     from ..numbers.digits import round_fraction
     from ..engines.head import attend
-    from .tables import exact_text
     ns = parse_lengths(lengths)
     head = example.head
     rows, data = [], []

@@ -35,7 +35,6 @@ from ..options import check_choice
 from ..call.policy import divisor_text
 from .cells import (Scaler, divisor_words, exact_text, score_rows, value_cell, vector,
                     with_decimal)
-from ..errors import InputError
 from ..engines.head import Head, Trace, attend
 from ..reference.kernels import score
 from ..numbers.exact import common_denominator
@@ -43,15 +42,11 @@ from .modifier_tables import grid_section, score_sections, square_sections
 from .render import Section, plural, printable
 from .score_tables import scores
 from .stream import Grid, LazyRows, View, shown_note, span_text
+from .sweep import check_row, with_divisor
 
 MODES = ("row", "weights", "project", "square", "scores")
 #: the projections of at most this many tokens are checked against bias-free neurons
 NEURON_TOKENS = 64
-
-
-def with_divisor(head: Head, divisor_squared: Fraction | None) -> Head:
-    """The same head with the scores divided by sqrt(``divisor_squared``) (None: not divided)."""
-    return head.with_policy(head.policy.replace(divisor_squared=divisor_squared))
 
 
 def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> Trace:
@@ -116,46 +111,35 @@ def weights(example, trace: Trace, places: int = 4, view: View | None = None) ->
     """The three matrices, one line per output slot (or per input in the rows layout)."""
     view = view or View()
     head = trace.head
+    slots = head.layout == "slots"
     out = []
     for name in ("W_Q", "W_K", "W_V"):
-        m = head.weights(name)
+        m, b = head.weights(name), "b_" + name[-1]
+        bias = head.bias(b)
         lines, width = view.part(len(m)), view.part(len(m[0]))
-        if head.layout == "slots":
-            cols = ["slot"] + [f"x{c + 1}" for c in width]
-        else:
-            cols = ["input"] + [f"slot {c + 1}" for c in width]
+        cols = ["slot" if slots else "input"] + [f"x{c + 1}" if slots else f"slot {c + 1}"
+                                                  for c in width]
         typed = getattr(example, "typed", {}).get(name)
         rows = [[str(r + 1)] + _typed_texts(m[r], typed[r] if typed else None, width, view)
                 for r in lines]
-        shape = f"{len(m)} x {len(m[0])}"
         notes = shown_note("choose how many with --columns" if len(width) < len(m[0]) else None,
                            ("lines", lines, len(m)), ("columns", width, len(m[0])))
         data = {name: [_texts(r) for r in m]}
-        bias = head.bias("b_" + name[-1])
-        if bias is not None:
-            _bias_rows(name, bias, head.layout, cols, rows, lines, width, notes, data)
-        out.append(Section(f"weights/{name}", f"{name} ({shape}, {head.layout} layout)",
-                           cols, rows, notes, data))
-    out[-1].notes.append("slots layout: q = W_Q x, one line per output slot" if head.layout ==
-                         "slots" else "rows layout: q = x @ W_Q, one line per input number")
+        if bias is not None:    # a + b_Q column in the slots layout (one number a slot line),
+            if slots:           # a + b_Q row in the rows layout (one number a slot column)
+                cols.append(f"+ {b}")
+                for r, line in zip(lines, rows):
+                    line.append(exact_text(bias[r]))
+            else:
+                rows.append([f"+ {b}"] + _texts(bias, width))
+            notes.append(f"+ {b}: the bias, added to each slot once after the multiply-adds: "
+                         f"{name[-1].lower()} = {f'{name} x' if slots else f'x @ {name}'} + {b}")
+            data[b] = _texts(bias)
+        out.append(Section(f"weights/{name}", f"{name} ({len(m)} x {len(m[0])}, {head.layout} "
+                           "layout)", cols, rows, notes, data))
+    out[-1].notes.append("slots layout: q = W_Q x, one line per output slot" if slots else
+                         "rows layout: q = x @ W_Q, one line per input number")
     return out
-
-
-def _bias_rows(name: str, bias: list, layout: str, cols, rows, lines, width, notes,
-               data) -> None:
-    """A head's bias beside its matrix: a ``+ b_Q`` row under the rows layout (one number
-    per slot column), a ``+ b_Q`` column in the slots layout (one number per slot line)."""
-    b = "b_" + name[-1]
-    if layout == "rows":
-        rows.append([f"+ {b}"] + _texts(bias, width))
-    else:
-        cols.append(f"+ {b}")
-        for r, line in zip(lines, rows):
-            line.append(exact_text(bias[r]))
-    formula = f"{name} x + {b}" if layout == "slots" else f"x @ {name} + {b}"
-    notes.append(f"+ {b}: the bias, added to each slot once after the multiply-adds: "
-                 f"{name[-1].lower()} = {formula}")
-    data[b] = _texts(bias)
 
 
 def neuron_layer(flat_weights: list, inputs: list, width: int, bias=0) -> list:
@@ -211,15 +195,19 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
     same = _neurons_agree(trace, checked)
     mults = head.d_k * head.d_model
     which = "" if len(checked) == n else f" (tokens {span_text(checked)} of {n} checked)"
+    given = [b for b in ("b_Q", "b_K", "b_V") if head.bias(b) is not None]
     notes = [
         f"one projection of one token: {plural(mults, 'multiplication')} and "
         f"{plural(head.d_k * (head.d_model - 1), 'addition')} "
         f"({plural(mults, 'multiply-add')})",
-        "the projection equals a row of bias-free neurons fed the same flat weights: "
+        f"the projection equals a row of {'neurons' if head.biases else 'bias-free neurons'} "
+        f"fed the same flat weights{', plus the biases' if head.biases else ''}: "
         f"the same numbers: {'true' if same else 'false'}{which}",
     ]
     if head.biases:
-        notes[1:] = _bias_notes(head, same, which)
+        notes.insert(1, f"+ {', '.join(given)}: each bias is added once per slot after the "
+                        "multiply-adds (an addition, not a multiply-add); the + bias row shows "
+                        "them (- for none)")
     notes += shown_note("choose tokens with --queries" + _COLUMNS * bool(qw or vw),
                         ("tokens", toks, n), (qw or vw) and f"the first {qw or vw} numbers of "
                                                            "each vector")
@@ -229,30 +217,14 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
     data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
             "neurons_agree": same}
     rows = LazyRows.over(toks, line)
-    if head.biases:
-        rows = _with_bias_row(rows, head, qw, vw)
+    if head.biases:     # a + bias row: b_Q, b_K, b_V under query, key, value (- for none)
+        last = ["+ bias"] + ["-" if head.bias(b) is None else vector(head.bias(b), w)
+                             for b, w in (("b_Q", qw), ("b_K", qw), ("b_V", vw))]
+        rows = LazyRows(len(toks) + 1, lambda k: line(toks[k]) if k < len(toks) else last)
         data["biases"] = {b: None if head.bias(b) is None else _texts(head.bias(b))
                           for b in ("b_Q", "b_K", "b_V")}
     return [Section("project", "Projections: query, key and value of each token",
                     ["token", "query", "key", "value"], rows, notes, data)]
-
-
-def _bias_notes(head: Head, same: bool, which: str) -> list[str]:
-    """The projection notes of a head with biases (each added once per slot, not a MAC)."""
-    given = [b for b in ("b_Q", "b_K", "b_V") if head.bias(b) is not None]
-    return [f"+ {', '.join(given)}: each bias is added once per slot after the multiply-adds "
-            "(an addition, not a multiply-add); the + bias row shows them (- for none)",
-            "the projection equals a row of neurons fed the same flat weights, plus the "
-            f"biases: the same numbers: {'true' if same else 'false'}{which}"]
-
-
-def _with_bias_row(rows: LazyRows, head: Head, qw, vw) -> LazyRows:
-    """The projection rows, then a ``+ bias`` row: b_Q, b_K, b_V under query, key, value."""
-    def vec(name, width):
-        b = head.bias(name)
-        return "-" if b is None else vector(b, width)
-    last = ["+ bias", vec("b_Q", qw), vec("b_K", qw), vec("b_V", vw)]
-    return LazyRows(len(rows) + 1, lambda k: rows[k] if k < len(rows) else last)
 
 
 def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> LazyRows:
@@ -406,10 +378,7 @@ def explain(trace: Trace, query: int, key: int, places: int = 4) -> Section:
     >>> explain(attend_example(ex), 2, 1).rows[0][1]
     '0×0 + 3×1 + 1/2×1/4 + 0×1/2 = 25/8 = 3.125'
     """
-    n = trace.n
-    for label, v in (("query", query), ("key", key)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= n:
-            raise InputError(f"{label} must be a token number from 1 to {n} (got {v!r})")
+    check_row(query, trace.n, "query"), check_row(key, trace.n, "key")
     q, k = trace.vector("queries", query - 1), trace.vector("keys", key - 1)
 
     def factor(v):

@@ -31,7 +31,7 @@ from exactattn.engines.head import attend  # noqa: E402
 from exactattn.page import build_page  # noqa: E402
 from exactattn.page.data import DIVISOR_SQUARES  # noqa: E402
 from exactattn.page.picture import Frame  # noqa: E402
-from exactattn.present.tables import with_divisor  # noqa: E402
+from exactattn.present.sweep import with_divisor  # noqa: E402
 
 CHROMIUM = os.environ.get("EXACTATTN_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

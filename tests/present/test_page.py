@@ -22,7 +22,7 @@ from exactattn.page.data import DIVISOR_SQUARES, divisor_stops, length_numbers
 from exactattn.page.html import CSP, page_html, script_data
 from exactattn.page.picture import frame
 from exactattn.engines.spec import load
-from exactattn.present.tables import with_divisor
+from exactattn.present.sweep import with_divisor
 
 
 #: short length stops keep the fixtures quick; the real ones (1,000 .. 16,000) are checked

@@ -6,14 +6,13 @@ gradient ``dO`` (Vaswani et al. 2017, sec. 3.2.1; Dao et al. 2022, Algorithm 4):
     dV = P^T dO,  dP = dO V^T,  D_i = sum_c dO_ic O_ic,  dS = P * (dP - D),
     dQ = scale dS K,  dK = scale dS^T Q
 
-With the rational scores over one common denominator, every exponential is
-a power of one transcendental t (:mod:`~exactattn.gradients.terms`), so every
-entry is a rational function of t (times the scale): exact zero, equality,
-sign and rationality tests are polynomial identities, and every certified
-rounding ends (:class:`~exactattn.gradients.values.GradValue`).
+Every entry is a constant plus a sum over the rows' normalisers ``Z`` of ``N / Z^2``
+(times the scale), over the forward's own softmax rows: one exact value type with the
+shares, :class:`~exactattn.numbers.ratio.ExpRatio` (exact zero, equality, sign and
+rationality tests, and every certified rounding ends).
 
-* :mod:`~exactattn.gradients.terms`: :class:`Terms`, the exponents as powers of t;
-* :mod:`~exactattn.gradients.values`: :class:`GradValue`, the exact value type;
+* :mod:`~exactattn.gradients.terms`: :class:`Terms`, the exponents as powers of a few
+  generators ``t, u, ...`` (the printed view ``text(style="generators")``);
 * :mod:`~exactattn.gradients.backward`: :class:`Gradients`;
 * :mod:`~exactattn.gradients.inputs`: :func:`gradients` (from the one call model:
   masks, windows, sinks, ALiBi, dropout), :func:`check_policy`;
@@ -30,7 +29,6 @@ rounding ends (:class:`~exactattn.gradients.values.GradValue`).
 from .backward import BULK_PREC, GRADIENTS, Gradients, certified
 from .inputs import block_inputs, check_policy, gradients
 from .terms import Terms
-from .values import GradValue
 from .weights import WEIGHT_GRADIENTS, HeadGradients, head_gradients
 
-__all__ = ["GradValue", "gradients", "head_gradients"]
+__all__ = ["gradients", "head_gradients"]

@@ -21,9 +21,9 @@ that sees no key gives dQ = 0 and nothing to dK and dV under ``zero``; under
 ``dV_j`` but nothing to dQ or dK; under ``nan`` it is NaN, and so is every
 entry of dK and dV.  (With a sink no row is empty.)
 
-Every entry is a :class:`~exactattn.gradients.values.GradValue`: exact
-zero, equality, sign and rationality tests as polynomial identities in the
-transcendentals of :mod:`~exactattn.gradients.terms`, and certified decimals.
+Every entry is an :class:`~exactattn.numbers.ratio.ExpRatio` over the forward's
+softmax rows (:mod:`~exactattn.gradients.parts`), the shares' own value type: exact
+zero, equality, sign and rationality tests, and certified decimals.
 :meth:`Gradients.decimals` rounds a whole matrix at once: from certified
 float64 enclosures (:mod:`~exactattn.gradients.floats`) for a plain call,
 else from ``arb_mat`` products; only the entries an enclosure leaves undecided
@@ -49,8 +49,8 @@ from ..options import check_choice
 from ..numbers.exact import rational_sqrt
 from ..numbers.exponents import inv_sqrt_ball
 from ..numbers.exact import fmpq_mat_of, fmpq_of
+from ..numbers.ratio import ONE, ExpRatio
 from .terms import Terms, row_kinds
-from .values import ONE, GradValue
 
 
 #: the precision (bits) whole matrices are first enclosed at
@@ -95,7 +95,7 @@ class Gradients:
     GQA group is one block: the rows of every query head that reads the same
     keys.
 
-    Attributes (lists of :class:`GradValue`, built on access): ``dQ`` R x E,
+    Attributes (lists of :class:`~exactattn.numbers.ratio.ExpRatio`, built on access): ``dQ`` R x E,
     ``dK`` S x E, ``dV`` S x E_v, ``dS`` R x S (also the gradient w.r.t. an
     additive mask or bias), ``dP`` R x S (rational), ``D`` R, ``P`` R x S,
     ``O`` R x E_v; ``dsink`` the gradient w.r.t. the sink logit (one value).
@@ -199,16 +199,16 @@ class Gradients:
         return Fraction(1) if self._factors is None else Fraction(self._factors[i][j])
 
     # -- values -----------------------------------------------------------------------
-    def value(self, name: str, *index: int) -> GradValue:
+    def value(self, name: str, *index: int) -> ExpRatio:
         """One entry, e.g. ``value("dQ", i, c)``, ``value("D", i)``, ``value("dsink")``."""
         check_choice(name, "name", tuple(GRADIENTS))
         if name == "dsink":
             if self.sink is None:
                 raise InputError("the call must have a sink for dsink (got none); set "
                                  "Policy(sink=...)")
-            return GradValue(self, {("dS", i, self.S): 1 for i in range(self.R)})
+            return ExpRatio({("dS", i, self.S): 1 for i in range(self.R)}, self)
         scaled = name in _SCALED and self.irrational_scale is not None
-        return GradValue(self, {(name, *index): 1}, scaled)
+        return ExpRatio({(name, *index): 1}, self, scaled)
 
     def matrix(self, name: str) -> list:
         """Every entry of one gradient (a list for ``D`` and ``dsink``, else a list of rows)."""
@@ -410,13 +410,13 @@ class Gradients:
             self._numerators = Numerators(self)
         return self._numerators.parts(atom)
 
-    def row_sum(self, i: int) -> GradValue:
+    def row_sum(self, i: int) -> ExpRatio:
         """``sum_j dS_ij`` over every column of row i (the sink's included): 0 exactly."""
-        return GradValue(self, {("dS", i, j): 1 for j in range(self.cols)})
+        return ExpRatio({("dS", i, j): 1 for j in range(self.cols)}, self)
 
     def jacobian(self, i: int) -> list:
         """Row i's softmax Jacobian ``J_jk = dP_ij / dx_ik = P_ij (delta_jk - P_ik)`` as
         values, over every column of the block (the sink's last): symmetric, rows summing to 0,
         and ``sum_k J_jk dP_ik = dS_ij``."""
-        return [[GradValue(self, {("J", i, j, k): 1}) for k in range(self.cols)]
+        return [[ExpRatio({("J", i, j, k): 1}, self) for k in range(self.cols)]
                 for j in range(self.cols)]

@@ -12,7 +12,7 @@ and ``W_i = sum_j dP_ij t^(a_ij)`` (so ``D_i = W_i / Z_i``)::
 and the columns ``dK_jc = scale sum_i Q_ic dS_ij``, ``dV_jc = sum_i dO_ic M_ij P_ij``
 summed class by class (rows with one normaliser add their numerators).  A
 rational scale is folded into the numerators; an irrational one is carried by
-:class:`~exactattn.gradients.values.GradValue` (``scaled``).
+:class:`~exactattn.numbers.ratio.ExpRatio` (``scaled``).
 
 Reference: Dao et al. 2022 (FlashAttention), Algorithm 4, for the backward pass.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from .values import ONE
 from ..numbers.exact import fmpq_of, fraction_of
+from ..numbers.ratio import ONE
 
 
 class Numerators:

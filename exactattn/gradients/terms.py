@@ -22,9 +22,10 @@ monomial ``t_1^(a_1) t_2^(a_2) ...`` in the *generators* ``t_k = exp(b_k / E_k)`
 
 The exponents ``b_k / E_k`` are linearly independent over the rationals, so by
 the Lindemann-Weierstrass theorem the generators are algebraically independent:
-a polynomial in them is zero exactly when its coefficients are.  So a
-polynomial identity is the exact test of a value
-(:mod:`exactattn.gradients.values`).
+a polynomial in them is zero exactly when its coefficients are.  The values
+themselves are decided over the forward's rows (:mod:`exactattn.gradients.parts`);
+the generators give their printed view ``text(style="generators")`` and the classes
+of rows that share a normaliser.
 
 Each row's exponents are shifted by their minimum in every coordinate (a
 common factor of a row cancels in its shares), and each coordinate is divided
@@ -51,7 +52,7 @@ from typing import Sequence
 
 from ..call.policy import EMPTY_ROWS
 from ..numbers.digits import arb_to_fraction, working_precision
-from ..numbers.exponents import exponent_text, sum_text
+from ..numbers.exponents import ExpPoly, exponent_text, sum_text
 from ..numbers.exact import rational_sqrt
 from ..numbers.exact import fmpq_of, fraction_of
 from ..options import check_choice
@@ -392,6 +393,19 @@ class Terms:
                 basis, e, order = (), (x,), x
             items.append((order, exponent_text(basis, e), fraction_of(c)))
         return sum_text(items)
+
+    def exp_poly(self, poly) -> ExpPoly:
+        """A polynomial in the generators as an :class:`~exactattn.numbers.exponents.ExpPoly`
+        (each monomial ``t^a`` is ``exp(a c atom)``): the form every exact value shares."""
+        basis = tuple(atom for _, atom in self.generators if atom is not None)
+        where = [None if atom is None else basis.index(atom) for _, atom in self.generators]
+        out: dict = {}
+        for exps, c in zip(poly.monoms(), poly.coeffs()):
+            key = [Fraction(0)] * (1 + len(basis))
+            for a, (f, _), k in zip(exps, self.generators, where):
+                key[0 if k is None else 1 + k] += int(a) * f
+            out[tuple(key)] = out.get(tuple(key), 0) + fraction_of(c)
+        return ExpPoly(basis, out)
 
     def generator_text(self) -> str:
         """``t = exp(1/16)`` (and ``u = ...``): what the polynomials' variables stand for.

@@ -31,7 +31,7 @@ from ..options import check_choice
 from ..numbers.exact import to_matrix
 from .backward import BULK_PREC, Gradients, certified
 from .inputs import block_inputs, check_policy
-from .values import GradValue
+from ..numbers.ratio import ExpRatio
 
 __all__ = ["WEIGHT_GRADIENTS", "HeadGradients", "head_gradients"]
 
@@ -45,7 +45,7 @@ class HeadGradients:
 
     ``dW_Q``, ``dW_K``, ``dW_V``: in the head's layout (slots: d_out x
     d_model; rows: d_model x d_out); ``db_Q``, ``db_K``, ``db_V``: one value
-    per output slot.  Every entry is a :class:`GradValue`.
+    per output slot.  Every entry is an :class:`~exactattn.numbers.ratio.ExpRatio`.
     """
 
     def __init__(self, head, x: list[list[Fraction]], call: Gradients):
@@ -64,10 +64,10 @@ class HeadGradients:
         n, d_model, width = len(self.x), self.head.d_model, self._widths(source)
         scaled = source in ("dQ", "dK") and self.call.irrational_scale is not None
         if bias:
-            return [GradValue(self.call, {(source, i, s): 1 for i in range(n)}, scaled)
+            return [ExpRatio({(source, i, s): 1 for i in range(n)}, self.call, scaled)
                     for s in range(width)]
-        slots = [[GradValue(self.call, {(source, i, s): self.x[i][m] for i in range(n)},
-                            scaled) for m in range(d_model)] for s in range(width)]
+        slots = [[ExpRatio({(source, i, s): self.x[i][m] for i in range(n)}, self.call,
+                           scaled) for m in range(d_model)] for s in range(width)]
         return slots if self.layout == "slots" else [list(c) for c in zip(*slots)]
 
     dW_Q = property(lambda self: self.matrix("dW_Q"), doc="dL/dW_Q in the head's layout")

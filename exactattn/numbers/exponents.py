@@ -11,7 +11,7 @@ precision that always suffices.
 
 >>> one = ExpPoly((), {(Fraction(0),): Fraction(1)})
 >>> e = ExpPoly((), {(Fraction(1),): Fraction(1)})
->>> e.times_minus(one, one, one).sign()      # e - 1 > 0
+>>> (e - one).sign()      # e - 1 > 0
 1
 >>> Exponent(Fraction(1), Fraction(-1, 2), Fraction(2)) < Exponent(Fraction(0), Fraction(1, 4), Fraction(2))
 True
@@ -20,6 +20,7 @@ True
 from __future__ import annotations
 
 from fractions import Fraction
+from operator import add
 
 from .exact import fmpq_of
 from .reals import Surd, Tanh, atom_ball, atom_text, canonical_atom, tanh_parts, transcendental
@@ -36,6 +37,8 @@ def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
     ``1/sqrt(D)`` and ``1/sqrt(E)`` are rationally dependent exactly when E/D
     is a rational square; then ``1/sqrt(D) = sqrt(E/D) / sqrt(E)``.
     """
+    if all(p.basis == polys[0].basis for p in polys):
+        return list(polys)
     basis: list = []
     where: dict = {}          # canonical atom -> (index in basis, the basis atom's factor)
     maps = []
@@ -81,15 +84,31 @@ class ExpPoly:
             out[key] = out.get(key, 0) + c
         return ExpPoly(basis, out)
 
-    def times_minus(self, a: "ExpPoly", other: "ExpPoly", b: "ExpPoly") -> "ExpPoly":
-        """``self * a - other * b``, collected exactly."""
-        s, a, o, b = unify(self, a, other, b)
+    # -- the ring: +, -, *, exact division (terms collected, bases unified) ----------------
+    def __add__(self, other: "ExpPoly") -> "ExpPoly":
+        s, o = unify(self, other)
+        out = dict(s.terms)
+        for e, c in o.terms.items():
+            out[e] = out.get(e, 0) + c
+        return ExpPoly(s.basis, out)
+
+    def __neg__(self) -> "ExpPoly":
+        return ExpPoly(self.basis, {e: -c for e, c in self.terms.items()})
+
+    def __sub__(self, other: "ExpPoly") -> "ExpPoly":
+        return self + (-other)
+
+    def __mul__(self, other) -> "ExpPoly":
+        """The product with another polynomial or a rational."""
+        if not isinstance(other, ExpPoly):
+            return self if other == 1 else \
+                ExpPoly(self.basis, {e: c * other for e, c in self.terms.items()})
+        s, o = unify(self, other)
         out: dict = {}
-        for sign, x, y in ((1, s, a), (-1, o, b)):
-            for e1, c1 in x.terms.items():
-                for e2, c2 in y.terms.items():
-                    key = tuple(u + v for u, v in zip(e1, e2))
-                    out[key] = out.get(key, 0) + sign * c1 * c2
+        for e1, c1 in s.terms.items():
+            for e2, c2 in o.terms.items():
+                key = (e1[0] + e2[0],) if len(e1) == 1 else tuple(map(add, e1, e2))
+                out[key] = out.get(key, 0) + c1 * c2
         return ExpPoly(s.basis, out)
 
     def ball(self, prec: int):

@@ -291,7 +291,7 @@ def certified_scientific(value, digits: int = 9) -> str:
     '7.310585786e-01'
     """
     check_whole(digits, "digits", low=1, high=MAX_PLACES)
-    if value.row.nan if hasattr(value, "row") else value.nan:    # an ExpRatio, or a GradValue
+    if value._nan():
         return "nan"
     quick = ball_scientific(value, digits)
     if quick is not None:        # decided by enclosures alone: no exact algebra needed

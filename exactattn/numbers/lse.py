@@ -110,9 +110,7 @@ class LogSumExp(Real):
                     return self._order(q)
                 return -other._order(self.rational()) if self.rational() is not None \
                     else self._ball_order(other)
-            one = ExpPoly((), {(Fraction(0),): Fraction(1)})
-            return self.row.poly(self.row.counts).times_minus(
-                one, other.row.poly(other.row.counts), one).sign()
+            return (self.row.poly(self.row.counts) - other.row.poly(other.row.counts)).sign()
         if not isinstance(other, (int, Fraction)) or isinstance(other, bool):
             return NotImplemented
         if self.row.nan:
@@ -149,9 +147,7 @@ class LogSumExp(Real):
         """sign(lse - q), exactly (the value is not q: see the module notes)."""
         row = self.row
         if self.base == "e":
-            exp_q = ExpPoly((), {(Fraction(q),): Fraction(1)})
-            one = ExpPoly((), {(Fraction(0),): Fraction(1)})
-            return row.poly(row.counts).times_minus(one, exp_q, one).sign()
+            return (row.poly(row.counts) - ExpPoly((), {(Fraction(q),): Fraction(1)})).sign()
         from flint import arb
         return enclosure_sign(lambda prec: self.ball(prec) - arb(fmpq_of(q)),
                               lambda: f"{self.text()} - {q}", bounded=row.certified)

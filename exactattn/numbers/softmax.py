@@ -349,6 +349,25 @@ class SoftmaxRow:
             terms[key] = terms.get(key, 0) + c
         return ExpPoly(basis, terms)
 
+    def rel(self, coefficients: dict) -> ExpPoly:
+        """``sum_g c_g exp(g)`` over the gaps themselves (the row's largest logit, a factor of
+        every term, left out; over rotary or soft-capped logits, the logits) as an ExpPoly."""
+        D, root = self.divisor_squared, self._root
+        if self.certified:
+            return self.poly(coefficients)
+        if self.general:
+            return ExpPoly(self.basis, coefficients)
+        if self.paired:
+            return ExpPoly((D,), {(g[1], g[0]): c for g, c in coefficients.items()})
+        if D is not None and root is None:
+            return ExpPoly((D,), {(Fraction(0), g): c for g, c in coefficients.items()})
+        return ExpPoly((), {(g if root is None else g / root,): c
+                            for g, c in coefficients.items()})
+
+    def class_poly(self) -> ExpPoly:
+        """The normaliser ``Z = sum_g C_g exp(g)`` over the gaps (:meth:`rel`)."""
+        return self.rel(self.counts)
+
     # -- numeric evaluation --------------------------------------------------
     def exp_balls(self, prec: int) -> dict:
         """``{gap: ball of exp(gap exponent)}`` at ``prec`` bits (cached per precision)."""

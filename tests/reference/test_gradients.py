@@ -17,7 +17,8 @@ import sympy
 
 from exactattn.call.policy import Mask, Policy
 from exactattn.errors import ExactAttnError, InputError, ShapeError
-from exactattn.gradients import GradValue, Gradients, gradients, head_gradients
+from exactattn.numbers.ratio import ExpRatio
+from exactattn.gradients import Gradients, gradients, head_gradients
 from exactattn.engines.head import Head, attend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def _split(arg):
     return sympy.Rational(r0), sympy.Rational(r1), roots[0]
 
 
-def assert_exactly_equal(expr, value: GradValue):
+def assert_exactly_equal(expr, value: ExpRatio):
     """sympy ``expr`` equals ``value`` as a rational function of exp(rational) and
     exp(rational * sqrt(q)) (two independent transcendentals)."""
     diff = sympy.expand(expr) - value.closed_form()
@@ -312,7 +313,7 @@ def test_head_gradients_layouts_and_biases():
     assert [v.rational() for v in slots.db_K] == [0, 0]
     assert [v.rational() for v in slots.db_V] == [2, 0]         # sum_i dO_i
     assert slots.decimals("db_V", 2) == ["2.00", "0.00"]
-    assert slots.call.R == 3 and isinstance(slots.dW_Q[0][0], GradValue)
+    assert slots.call.R == 3 and isinstance(slots.dW_Q[0][0], ExpRatio)
 
 
 def test_one_line_errors():
@@ -337,12 +338,12 @@ def test_one_line_errors():
 
 
 def test_an_identity_too_large_to_decide_is_a_one_line_error(monkeypatch):
-    from exactattn.gradients import values
+    from exactattn.numbers import ratio
     keep = Mask("bool_keep", [[True, True, False, False], [True] * 4])
     g = gradients([[1], [1]], [[0], [1], [2], [3]], [[1], [0], [0], [0]], [[1], [-1]],
                   Policy(scale="none"), keep)
-    monkeypatch.setattr(values, "MAX_TERMS", 2)
-    monkeypatch.setattr(values, "ZERO_PREC", 128)
+    monkeypatch.setattr(ratio, "MAX_TERMS", 2)
+    monkeypatch.setattr(ratio, "ZERO_PREC", 128)
     with pytest.raises(ExactAttnError, match="value must be decided within 2 polynomial terms"):
         (g.P[1][0] + g.P[1][2] - g.P[0][0]).is_zero()
 

@@ -10,14 +10,15 @@ import sympy
 
 from exactattn.call.policy import Mask, Policy
 from exactattn.errors import InputError, ShapeError
-from exactattn.gradients import GradValue, gradients, head_gradients
+from exactattn.numbers.ratio import ExpRatio
+from exactattn.gradients import gradients, head_gradients
 from exactattn.engines.head import Head
 from exactattn.call.modifiers import Alibi
 
 F = Fraction
 
 
-def assert_exactly_equal(expr, value: GradValue):
+def assert_exactly_equal(expr, value: ExpRatio):
     """sympy ``expr`` equals ``value`` as a rational function of the exponentials.
 
     Each exp(sum_k c_k a_k) (a_k = 1, sqrt(2), 2**(1/4), ...: sympy's canonical
@@ -88,8 +89,8 @@ def test_sink_gradients_and_dsink_equal_sympy():
     check(g, loss, sub, (q, k, v))
     assert_exactly_equal(sympy.diff(loss, s).xreplace(sub), g.dsink)
     # dsink = -sum_i P_i,sink D_i, and every row of dS (the sink's column included) sums to 0
-    total = sum((g.value("P", i, 3) * 0 for i in range(3)), g.dsink)   # a GradValue
-    assert isinstance(total, GradValue) and g.dsink.sign() == -1
+    total = sum((g.value("P", i, 3) * 0 for i in range(3)), g.dsink)   # a gradient value
+    assert isinstance(total, ExpRatio) and g.dsink.sign() == -1
     for i in range(3):
         row = sum(g.dS[i][1:], g.dS[i][0]) + g.value("dS", i, 3)
         assert row.is_zero()

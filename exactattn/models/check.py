@@ -206,7 +206,7 @@ class HeadCheck:
 @dataclass
 class LayerCheck:
     """One layer: its heads, the outputs after ``W_O`` (``projected``, from the exact chain),
-    the ULP budget of the heads' verdict (``chain_budget``: of the exact chain), the drift of
+    the ULP budget of the heads' verdict (the exact chain's: its groups' own), the drift of
     the model's projections (``drift``: ``{"q": Comparison, "k": ..., "v": ...}``,
     :func:`projection_drift`), time."""
 
@@ -217,7 +217,6 @@ class LayerCheck:
     seconds: float
     n: int
     drift: dict = field(default_factory=dict)
-    chain_budget: int = 0
 
     @property
     def certified(self) -> int:
@@ -347,8 +346,7 @@ def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> Laye
         heads.append(HeadCheck(h, probs, outs, along))
     projected = _projected(chain, balls, w_o, b_o, rows, cap.after, fmt, chain_budget, places,
                            keep)
-    return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, n, drift,
-                      chain_budget)
+    return LayerCheck(index, heads, projected, budget, time.perf_counter() - start, n, drift)
 
 
 def default_jobs(layers: int) -> int:

@@ -195,15 +195,8 @@ def _blocks(model, arch: str) -> list:
 def _qkv(outs: list) -> list:
     """q, k, v from the projections' outputs: three, or one fused (GPT-2's ``c_attn``) split
     in three equal parts."""
-    if len(outs) == 3:
-        return outs
-    (fused,) = outs
-    d = fused.shape[1] // 3
-    return [fused[:, a * d:(a + 1) * d].copy() for a in range(3)]
-
-
-def _hidden(args, kwargs):
-    return kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    import numpy as np
+    return outs if len(outs) == 3 else [p.copy() for p in np.split(outs[0], 3, axis=1)]
 
 
 def run_model(model: str, text: str, *, implementation: str = "eager",
@@ -239,7 +232,7 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
     hooks = []
     for k, (attn, proj, qkv) in enumerate(blocks):
         def pre(mod, args, kwargs, k=k):
-            got[k]["x"] = _hidden(args, kwargs)
+            got[k]["x"] = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
 
         def post(mod, args, kwargs, out, k=k):
             got[k]["probs"] = out[1] if isinstance(out, tuple) and len(out) > 1 else None

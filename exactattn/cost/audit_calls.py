@@ -31,12 +31,6 @@ from .sizes import CallShape
 
 __all__ = ["call"]
 
-#: how the torch side computes a call
-KINDS = ("sdpa", "matmul", "mha", "bert", "gpt2")
-#: the elementwise operations an implementation runs besides its matrix products
-OPS = ("softmax", "scale_scores", "scale_queries", "mask_add")
-
-
 def band_mask(n: int, window: int) -> Mask:
     """A sliding window as an explicit mask: query i sees keys i - window + 1 .. i.
 
@@ -55,13 +49,14 @@ class AuditCall:
     """One call of the audit.
 
     ``key`` names it (``sdpa_bottom_right``); ``title`` says it in words;
-    ``kind`` is how the torch side computes it (:data:`KINDS`); ``shape`` its
-    :class:`~exactattn.cost.sizes.CallShape`; ``impl`` the ``transformers``
-    attention implementation (``eager`` or ``sdpa``); ``ops`` the elementwise
-    operations the implementation runs outside its matrix products (a
-    separate softmax, a scaling of the scores or of the queries, an additive
-    mask); ``bias`` whether its projections add biases; ``code`` the torch
-    call, as a person would write it.
+    ``kind`` is how the torch side computes it (``sdpa``, ``matmul``, ``mha``,
+    ``bert`` or ``gpt2``); ``shape`` its :class:`~exactattn.cost.sizes.CallShape`;
+    ``impl`` the ``transformers`` attention implementation (``eager`` or
+    ``sdpa``); ``ops`` the elementwise operations the implementation runs
+    outside its matrix products (``softmax``, ``scale_scores``,
+    ``scale_queries``, ``mask_add``: a separate softmax, a scaling of the
+    scores or of the queries, an additive mask); ``bias`` whether its
+    projections add biases; ``code`` the torch call, as a person would write it.
     """
 
     key: str
@@ -72,11 +67,6 @@ class AuditCall:
     impl: str = ""
     ops: tuple = ()
     bias: bool = False
-
-    def __post_init__(self):
-        check_choice(self.kind, "kind", KINDS)
-        for op in self.ops:
-            check_choice(op, "each op", OPS)
 
     @property
     def module(self) -> bool:

@@ -23,6 +23,19 @@ from .sizes import size, size_or_expr
 from ..numbers.exact import fraction_of
 
 
+def _d_v(d_k, d_v):
+    """What the symbol d_v becomes: the symbol d_k when d_v is not given or equals d_k (so the
+    crossover's condition reads n > 3*D/2), else the size d_v."""
+    return SYMBOLS.d_k if d_v is None or (d_k is not None and d_v == d_k) else \
+        size_or_expr(d_v, "d_v")
+
+
+def _whole(heads, layers) -> dict:
+    """The symbols h and L at the heads and layers given as whole numbers."""
+    return {s: v for s, v in ((EXTENSION_SYMBOLS.h, heads), (EXTENSION_SYMBOLS.L, layers))
+            if isinstance(v, int)}
+
+
 @dataclass(frozen=True)
 class Crossover:
     """Where the pairs (scores + mixing) pass the linear stages (projections, W_O).
@@ -81,10 +94,7 @@ def crossover(D=None, d_k=None, *, d_v=None, causal: bool = False,
     n_, D_, dk_, dv_ = SYMBOLS
     derived = derive(causal, alignment=alignment, heads=heads, layers=layers, decode=decode)
     var = EXTENSION_SYMBOLS.t if decode else n_
-    if d_v is not None and d_k is not None and d_v == d_k:
-        d_v = None  # keep the symbol d_k so the condition reads n > 3*D/2
-    subs = {dv_: dk_ if d_v is None else size_or_expr(d_v, "d_v")}
-    exprs = {k: sympy.expand(v.subs(subs)) for k, v in derived.items()}
+    exprs = {k: sympy.expand(v.subs(dv_, _d_v(d_k, d_v))) for k, v in derived.items()}
     pairs, linear = split(exprs)
     root = sympy.solve(sympy.cancel((pairs - linear) / var), var)
     if len(root) != 1:
@@ -98,8 +108,7 @@ def crossover(D=None, d_k=None, *, d_v=None, causal: bool = False,
             d_k = vals[D_]
     if d_k is not None:
         vals[dk_] = size_or_expr(d_k, "d_k")
-    vals.update({s: v for s, v in ((EXTENSION_SYMBOLS.h, heads), (EXTENSION_SYMBOLS.L, layers))
-                 if isinstance(v, int)})
+    vals.update(_whole(heads, layers))
     threshold = sympy.nsimplify(general.subs(vals))
     pairs, linear = pairs.subs(vals), linear.subs(vals)
     if threshold.is_number:
@@ -160,17 +169,10 @@ def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=No
     ('2.28', 9*D/2)
     """
     n_, D_, dk_, dv_ = SYMBOLS
-    total = derive(causal, heads=heads, layers=layers)["total"]
-    if d_v is not None and d_k is not None and d_v == d_k:
-        d_v = None
-    total = total.subs(dv_, dk_ if d_v is None else size_or_expr(d_v, "d_v"))
-    subs = {}
+    total = derive(causal, heads=heads, layers=layers)["total"].subs(dv_, _d_v(d_k, d_v))
+    subs = _whole(heads, layers)
     if d_k is not None:
         subs[dk_] = size_or_expr(d_k, "d_k")
-    if isinstance(heads, int):
-        subs[EXTENSION_SYMBOLS.h] = heads
-    if isinstance(layers, int):
-        subs[EXTENSION_SYMBOLS.L] = layers
     total = total.subs(subs)
     if D is not None:
         total = total.subs(D_, size_or_expr(D, "D"))

@@ -109,13 +109,15 @@ class CostRows:
 
 
 def _shapes(rows, d_model, d_k, d_v, count_limit, options) -> tuple[list, int]:
-    """The call of each row (:meth:`CallShape.of_sizes`), and the count limit, checked."""
+    """The call of each row (:meth:`CallShape.of_sizes`) with its derived figures, and the
+    count limit, checked."""
     if isinstance(rows, (str, bytes)) or not rows:
         raise InputError(f"rows must be a non-empty list of token counts "
                          f"(got {shorten(repr(rows))})")
     rows = [size(r, "each row") for r in rows]
     shapes = [CallShape.of_sizes(n, d_model, d_k, d_v, **options) for n in rows]
-    return shapes, size(count_limit, "count_limit")
+    limit = size(count_limit, "count_limit")
+    return [(s, derive_call(s)) for s in shapes], limit
 
 
 def counting_work(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *,
@@ -130,8 +132,7 @@ def counting_work(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *,
     """
     shapes, limit = _shapes(rows, d_model, d_k, d_v, count_limit, options)
     work, last = [], None
-    for shape in shapes:
-        derived = derive_call(shape)
+    for shape, derived in shapes:
         if derived["total"] <= limit:
             work.append((derived["total"], estimate_seconds(derived, shape)))
             last = shape
@@ -156,9 +157,7 @@ def _check(shape: CallShape, row: RowCost, keys) -> FormulaCheck:
     layers = 1 if shape.layers == 1 else L
     sym = derive(shape.policy.causal, alignment=shape.policy.alignment,
                  keys=None if keys is None else m, heads=heads, layers=layers,
-                 decode=shape.decode)
-    if shape.d_v == shape.d_k:
-        sym = {k: sympy.expand(v.subs(SYMBOLS.d_v, SYMBOLS.d_k)) for k, v in sym.items()}
+                 decode=shape.decode, d_v=SYMBOLS.d_k if shape.d_v == shape.d_k else None)
     if shape.decode:
         sym = {k: sympy.expand(v) for k, v in whole_generation(sym).items()}
     vals = symbol_values(shape)
@@ -196,11 +195,10 @@ def cost_rows(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool =
     shapes, limit = _shapes(rows, d_model, d_k, d_v, count_limit,
                             dict(causal=causal, alignment=alignment, keys=keys, heads=heads,
                                  layers=layers, decode=decode))
-    first = shapes[0]
+    first = shapes[0][0]
     d_model, d_k, d_v = first.d_model, first.d_k, first.d_v
     out, last = [], None
-    for shape in shapes:
-        derived = derive_call(shape)
+    for shape, derived in shapes:
         counted = derived["total"] <= limit
         out.append(RowCost(shape.queries, count_call(shape).macs if counted else derived,
                            derived, counted))

@@ -90,11 +90,10 @@ class _Parser(argparse.ArgumentParser):
 def _unknown(args, extra: list[str]) -> str:
     """The message for arguments a command does not take (e.g. ``weights --digits 7``)."""
     cmd = " ".join(filter(None, [args.command, getattr(args, "sweep", None)]))
-    got = shorten(" ".join(extra))
-    help_ = f"see `exactattn {cmd} --help` for its options"
-    if extra[0].startswith("-"):
-        return f"{cmd} takes no option {shorten(extra[0].split('=')[0])} (got {got}); {help_}"
-    return f"{cmd} takes no argument {shorten(extra[0])!r} (got {got}); {help_}"
+    what = f"option {shorten(extra[0].split('=')[0])}" if extra[0].startswith("-") else \
+        f"argument {shorten(extra[0])!r}"
+    return (f"{cmd} takes no {what} (got {shorten(' '.join(extra))}); see `exactattn {cmd} "
+            "--help` for its options")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -38,23 +38,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _sentences(args) -> list:
-    from ..examples import example
-    from ..page import with_companions
-    names = args.example or ([] if args.spec else ["bank-river"])
-    return [example(name) for name in with_companions(names)] + \
-        [load_spec(path) for path in args.spec or []]
-
-
 def run(args) -> int:
-    from ..page import build_page
+    from ..examples import example
+    from ..page import build_page, with_companions
     from ..present.stream import busy
     check_output(args.output)
     if args.output is not None and not os.path.isdir(os.path.dirname(os.path.abspath(
             args.output))):   # known before the numbers are computed
         raise InputError(f"-o must name a file that can be written (got "
                          f"{shorten(repr(args.output))}: its folder does not exist)")
-    sentences = _sentences(args)
+    names = args.example or ([] if args.spec else ["bank-river"])
+    sentences = [example(name) for name in with_companions(names)] + \
+        [load_spec(path) for path in args.spec or []]
     command = "exactattn " + " ".join(shlex.quote(a) for a in _command_words(args))
     with busy("certifying the page's numbers"):
         text = build_page(sentences, places=args.digits, row=args.row, command=command)

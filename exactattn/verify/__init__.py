@@ -44,11 +44,9 @@ each is rounded to the dtype correctly (Ziv 1991; IEEE 754-2019 sec. 4.3.1).
 (['2.0000', '2.0000'], True)
 """
 
-from .check import Entry, Report, verify
-from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, certified_scientific, default_max_ulps,
-                      float_format, round_to_format, shortest_repr, ulp_index, ulps_between)
-from .impls import (FloatCall, FunctionImpl, Impl, ImplRaised, NumpyImpl, TorchImpl, flop_counts,
-                    load_impl)
+from .check import verify
+from ..numbers.formats import DTYPES, certified_scientific, round_to_format, ulp_index, ulps_between
+from .impls import FunctionImpl, Impl, flop_counts, load_impl
 from ..reference.reference import Reference
 from .search import SearchResult, search
 from .split import check_split_merge, verify_split

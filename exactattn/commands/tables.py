@@ -101,11 +101,9 @@ def register(sub) -> None:
 
 def apply_modifiers(example, args):
     """The example with the modifier flags applied to its head's policy (itself without any)."""
-    policy = example.head.policy
-    changed = apply(policy, args)
-    if changed is policy:
-        return example
-    return dataclasses.replace(example, head=example.head.with_policy(changed))
+    changed = apply(example.head.policy, args)
+    return example if changed is example.head.policy else \
+        dataclasses.replace(example, head=example.head.with_policy(changed))
 
 
 def _check_picture_options(args, explain_at) -> None:
@@ -134,10 +132,9 @@ def run(args) -> int:
                          f"{explain_at[0]},{explain_at[1]})")
     n = len(ex.x)
     queries, keys = getattr(args, "queries", None), getattr(args, "keys", None)
-    if queries is not None:
-        check_span(queries, n, "--queries")
-    if keys is not None:
-        check_span(keys, n, "--keys")
+    for span, flag in ((queries, "--queries"), (keys, "--keys")):
+        if span is not None:
+            check_span(span, n, flag)
     with busy("running the head"):
         trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
     if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.present.svg)

@@ -89,10 +89,8 @@ def load_proof(name: str) -> ModuleType:
 
 def claim_of(module: ModuleType) -> str:
     """A proof's claim in one line: its ``CLAIM``, else the first line of its docstring."""
-    claim = getattr(module, "CLAIM", None)
-    if claim:
-        return claim
-    return module.__doc__.strip().splitlines()[0] if module.__doc__ else ""
+    return getattr(module, "CLAIM", None) or (
+        module.__doc__.strip().splitlines()[0] if module.__doc__ else "")
 
 
 @dataclass

@@ -26,9 +26,8 @@ rationality tests, and every certified rounding ends).
 (Fraction(1, 1), Fraction(1, 2))
 """
 
-from .backward import BULK_PREC, GRADIENTS, Gradients, certified
+from .backward import Gradients, certified
 from .inputs import block_inputs, check_policy, gradients
-from .terms import Terms
-from .weights import WEIGHT_GRADIENTS, HeadGradients, head_gradients
+from .weights import head_gradients
 
 __all__ = ["gradients", "head_gradients"]

@@ -33,7 +33,6 @@ from .backward import BULK_PREC, Gradients, certified
 from .inputs import block_inputs, check_policy
 from ..numbers.ratio import ExpRatio
 
-__all__ = ["WEIGHT_GRADIENTS", "HeadGradients", "head_gradients"]
 
 #: name -> (the call gradient it comes from, True for a bias)
 WEIGHT_GRADIENTS = {"dW_Q": ("dQ", False), "dW_K": ("dK", False), "dW_V": ("dV", False),

@@ -225,7 +225,7 @@ class ExpRatio(Real):
         (:class:`ExpPoly`), so that values of any two sources combine."""
         const, parts = self.parts()
         if self.forward:
-            return sign * const, [(self.source.class_poly(), n * sign, 1) for n in parts.values()]
+            return sign * const, [(self.source.rel(self.source.counts), n * sign, 1) for n in parts.values()]
         terms = self.source.terms
         return sign * const, [(terms.exp_poly(terms.normaliser(k)), terms.exp_poly(n) * sign, 2)
                               for k, n in parts.items()]

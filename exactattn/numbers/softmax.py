@@ -337,17 +337,18 @@ class SoftmaxRow:
         return Surd(e[0], tuple(zip(basis, e[1:]))) if any(e[1:]) else Fraction(e[0])
 
     def poly(self, coefficients: dict) -> ExpPoly:
-        """``sum_g c_g exp(g)`` as an exact :class:`~exactattn.numbers.exponents.ExpPoly`."""
-        terms, basis = {}, ()
+        """``sum_g c_g exp(g)`` as an exact :class:`~exactattn.numbers.exponents.ExpPoly`, over
+        the absolute exponents (the scaled scores)."""
         if self.certified:           # one basis for every logit of the sum
             basis, keys = align(list(coefficients))
+            terms: dict = {}
             for key, c in zip(keys, coefficients.values()):
                 terms[key] = terms.get(key, 0) + c
             return ExpPoly(basis, terms)
-        for g, c in coefficients.items():
-            basis, key = self.exponent(g)
-            terms[key] = terms.get(key, 0) + c
-        return ExpPoly(basis, terms)
+        if not coefficients:
+            return ExpPoly((), {})
+        basis, top = self.exponent(self.zero_gap)
+        return self.rel(coefficients) * ExpPoly(basis, {top: Fraction(1)})
 
     def rel(self, coefficients: dict) -> ExpPoly:
         """``sum_g c_g exp(g)`` over the gaps themselves (the row's largest logit, a factor of
@@ -363,10 +364,6 @@ class SoftmaxRow:
             return ExpPoly((D,), {(Fraction(0), g): c for g, c in coefficients.items()})
         return ExpPoly((), {(g if root is None else g / root,): c
                             for g, c in coefficients.items()})
-
-    def class_poly(self) -> ExpPoly:
-        """The normaliser ``Z = sum_g C_g exp(g)`` over the gaps (:meth:`rel`)."""
-        return self.rel(self.counts)
 
     # -- numeric evaluation --------------------------------------------------
     def exp_balls(self, prec: int) -> dict:

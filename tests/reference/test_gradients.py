@@ -378,3 +378,16 @@ def test_soft_capping_and_rope_are_refused_in_one_line_and_windows_work():
     assert g.dS[2][0].rational() == 0 and g.dQ[0][0].rational() == 0
     check_against_sympy([[1], [2], [3]], [[1], [2], [3]], [[1], [2], [3]], [[1], [1], [1]],
                         keep=[[True, False, False], [True, True, False], [False, True, True]])
+
+
+def test_values_of_two_calls_compare_exactly():
+    """Values of two calls are one kind of value: they compare exactly (keys moved by one
+    vector move each query's scores by a constant: P, dS, dV and dQ do not change)."""
+    g = gradients([[1, 0], [2, 1]], [[1, 1], [0, 1]], [[1], [3]], [[2], [1]], Policy(scale="none"))
+    h = gradients([[1, 0], [2, 1]], [[2, 1], [1, 1]], [[1], [3]], [[2], [1]], Policy(scale="none"))
+    for name in ("P", "dS", "dV"):
+        for a, b in zip(g.matrix(name), h.matrix(name)):
+            assert all(x == y and hash(x) == hash(y) for x, y in zip(a, b))
+    assert g.P[0][0] != h.P[1][0] and (g.P[0][0] < h.P[1][0]) == (float(g.P[0][0]) < float(h.P[1][0]))
+    # dQ = dS K: the keys' shared move adds dS_i . (1, 0) = 0 (every row of dS sums to 0)
+    assert g.dQ[0][0] == h.dQ[0][0] and g.dQ[0][0].text() != h.dQ[0][0].text()

@@ -100,7 +100,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
         bulk = b is not None and not b.empty[i - r0]
         row = None if bulk else exact_row(i)
         for c in range(inputs.d_v):
-            value = partial(_output, exact_row, values, i, c)
+            value = partial(lambda i, c: exact_row(i).combine(values(i, c)), i, c)   # exact output
             ball = None
             if bulk:
                 at = (i - r0, c)
@@ -126,11 +126,6 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
 def _empty_magnitude(inputs: ExactInputs, c: int) -> float:
     """The mean |value| of column c (the terms of a uniform empty row)."""
     return float(np.abs(inputs.v[:, c].astype(np.float64)).mean()) / float(inputs.v_den)
-
-
-def _output(row, values, i: int, c: int):
-    """The exact output of query i, column c."""
-    return row(i).combine(values(i, c))
 
 
 def _block_top(data, r0: int, r1: int) -> int:

@@ -383,29 +383,28 @@ class Trace:
             return self._decimals[places]
         n, d_v = self.n, self.head.d_v
         result = None
-        dropout = self.dropout_keep is not None     # the shares stay the softmax's; the outputs do not
         if self.engine != "symbolic" and self._integers is not None and \
                 not self.policy.replace(dropout=None).modified:
             from ..numbers.bulk import decimals
             num, den, vnum, vden = self._integers()
             keep = self.head.policy.keep(n, n)
             result = decimals(num, den, self.head.divisor_squared, keep, vnum, vden, places)
+
+        def every(width: int):          # a grid to fill and all its cells, entry by entry
+            return [[None] * width for _ in range(n)], [(i, c) for i in range(n)
+                                                          for c in range(width)]
         if result is None:
-            shares = [[self.share(i, j).decimal(places) for j in range(n)] for i in range(n)]
-        if result is None or dropout:
-            outputs = [[self.output(i, c).decimal(places) for c in range(d_v)]
-                       for i in range(n)]
-        if result is not None:
-            shares, bulk_outputs, (share_cells, output_cells) = result
+            (shares, share_cells), (outputs, output_cells) = every(n), every(d_v)
+        else:
+            shares, outputs, (share_cells, output_cells) = result
+            dropout = self.dropout_keep is not None     # the shares stay the softmax's; the outputs do not
+            self.fallbacks += len(share_cells) + (0 if dropout else len(output_cells))
             if dropout:
-                output_cells = []
-            else:
-                outputs = bulk_outputs
-            self.fallbacks += len(share_cells) + len(output_cells)
-            for i, j in share_cells:
-                shares[i][j] = self.share(i, j).decimal(places)
-            for i, c in output_cells:
-                outputs[i][c] = self.output(i, c).decimal(places)
+                outputs, output_cells = every(d_v)
+        for i, j in share_cells:
+            shares[i][j] = self.share(i, j).decimal(places)
+        for i, c in output_cells:
+            outputs[i][c] = self.output(i, c).decimal(places)
         self._decimals[places] = (shares, outputs)
         return shares, outputs
 

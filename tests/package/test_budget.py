@@ -40,7 +40,7 @@ BUDGET = {
     "reference": (("reference", "gradients"), 1621, 1000),
     # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
     # raise (the call ceiling fell by as much; target +140 from call's)
-    "engines": (("engines", "blocks"), 1484, 1040),
+    "engines": (("engines", "blocks"), 1452, 1040),
     # checks: +15 for issue 42's row rule (Report.rows_past, its note and summary); +12 for
     # issue 41's worst entries without building every entry (Comparison.top, .failures); +7 for
     # a review of both: the magnitudes' proved slack, ok entries' tolerances, accumulation checked;

@@ -127,11 +127,8 @@ def conventions_work(n=32, d_model=4, d_k=4, d_v=None, *, heads=None, layers=1,
                      count_limit: int = 10_000_000) -> list[tuple[int, float]]:
     """What :func:`compare_conventions` would run, known before it runs: ``(MACs, seconds)``
     for the unmasked and the causal head, or nothing when they are only derived."""
-    work = []
-    for shape in _both(CallShape.of_sizes(n, d_model, d_k, d_v, heads=heads,
-                                          layers=layers)).values():
-        derived = derive_call(shape)
-        work.append((derived["total"], estimate_seconds(derived, shape)))
+    shapes = _both(CallShape.of_sizes(n, d_model, d_k, d_v, heads=heads, layers=layers))
+    work = [(d["total"], estimate_seconds(d, s)) for s in shapes.values() for d in [derive_call(s)]]
     return work if max(macs for macs, _ in work) <= size(count_limit, "count_limit") else []
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 from typing import NamedTuple
 
 import sympy
@@ -169,13 +170,11 @@ def _kept_runs(shape: CallShape) -> tuple | None:
                          f"derived (got {shape.shape})")
     runs = []
     for i, row in enumerate(p.keep(shape.queries, shape.keys, shape.mask).tolist()):
-        j0 = None
-        for j, kept in enumerate(row + [False]):
-            if kept and j0 is None:
-                j0 = j
-            elif not kept and j0 is not None:
-                runs.append((i, j0, j - 1))
-                j0 = None
+        j = 0
+        for kept, run in groupby(row):
+            k = len(list(run))
+            runs += [(i, j, j + k - 1)] if kept else []
+            j += k
     return tuple(runs)
 
 

@@ -95,10 +95,6 @@ def crossover_text(c: Crossover) -> str:
     return text
 
 
-def _ratio_text(q: Fraction) -> str:
-    return round_fraction(q, 2)
-
-
 def _setup_text(s: CallShape, keys: int | None) -> str:
     parts = [f"D = d_model = {s.d_model}, d_k = {s.d_k}, d_v = {s.d_v}"]
     parts.append(f"{s.heads} heads with W_O ({s.heads} x {s.d_v} -> {s.d_model})"
@@ -145,7 +141,7 @@ def _cost_section(c: CostRows) -> Section:
     for r in c.rows:
         source = "counted" if r.counted else \
             f"derived (not run: over {c.count_limit} MACs)"
-        ratio = "-" if prev is None else _ratio_text(Fraction(r.total, prev))
+        ratio = "-" if prev is None else round_fraction(Fraction(r.total, prev), 2)
         share = round_fraction(Fraction(100 * r.pairs, r.total), 1) + "%"
         cells = [str(r.tokens), str(r.figures["projections"])]
         if with_out:
@@ -165,8 +161,8 @@ def _cost_section(c: CostRows) -> Section:
         notes.append(
             f"doubling: cost(2n)/cost(n) = {sympy.sstr(d.ratio.expr)} -> {d.ratio.limit} "
             f"as n grows; from {d.last} to {2 * d.last} tokens at D = {s.d_model}: "
-            f"{_ratio_text(d.at_last)}; from 1000 to 2000 tokens "
-            f"at D = 4096: {_ratio_text(d.at_large)}, not close to {d.ratio.limit}")
+            f"{round_fraction(d.at_last, 2)}; from 1000 to 2000 tokens "
+            f"at D = 4096: {round_fraction(d.at_large, 2)}, not close to {d.ratio.limit}")
     cross = c.crossover
     data = {"d_model": s.d_model, "d_k": s.d_k, "d_v": s.d_v, "causal": s.policy.causal,
             "alignment": s.policy.alignment, "keys": c.keys,
@@ -227,7 +223,7 @@ def _pair_name(p: PairCount, how: str) -> tuple[str, str, str]:
         sign = "+" if diff > 0 else ""
         versus = (f"{sign}{fraction_text(diff)} pairs "
                   f"({sign}{fraction_text(p.excess_macs)} MACs, "
-                  f"x{_ratio_text(p.ratio)}) against the causal count")
+                  f"x{round_fraction(p.ratio, 2)}) against the causal count")
     return p.convention.name, p.convention.used_by, versus
 
 

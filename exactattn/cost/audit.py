@@ -115,14 +115,10 @@ def ledger(c: AuditCall, count_limit: int | None = None) -> Ledger:
     width = (H * s.d_k, Hkv * s.d_k, Hkv * s.d_v)
     out = s.d_model if s.out_projection else 0
     extras = dict.fromkeys(EXTRAS, 0)
-    if "softmax" in c.ops:
-        extras["softmax"] = scores
-    if "scale_scores" in c.ops:
-        extras["scale"] = scores
-    if "scale_queries" in c.ops:
-        extras["scale"] = B * s.queries * H * s.d_k
-    if "mask_add" in c.ops:
-        extras["mask"] = scores
+    for op, extra, size in (("softmax", "softmax", scores), ("scale_scores", "scale", scores),
+                            ("scale_queries", "scale", B * s.queries * H * s.d_k),
+                            ("mask_add", "mask", scores)):
+        extras[extra] = size if op in c.ops else extras[extra]
     if c.bias:
         extras["bias"] = B * (s.queries * width[0] + s.keys * (width[1] + width[2])
                               + s.queries * out)

@@ -363,9 +363,8 @@ class Call:
         arrays = [_as_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value"))]
         rank = arrays[0].ndim
         count = sum(a.size for a in arrays)
-        if mask is not None:   # the mask is read once per batch and query head
-            q4 = (1,) * (4 - rank) + arrays[0].shape
-            count += q4[0] * q4[1] * q4[2] * (1 if arrays[1].ndim < 2 else arrays[1].shape[-2])
+        if mask is not None:   # the mask is read once per batch and query head: B H_q L S
+            count += math.prod(arrays[0].shape[:-1]) * arrays[1].shape[-2]
         check_inputs(count, "query, key, value and mask",
                      "a call is checked number by number: use fewer tokens, heads or a "
                      "narrower head")
@@ -753,8 +752,8 @@ class Call:
     def floats(self, name: str) -> np.ndarray:
         """``query``/``key``/``value`` as float64 (exact when the entries are floats), in the caller's rank."""
         arr = getattr(self, name)
-        out = np.array([float(x) for x in arr.reshape(-1)], dtype=np.float64).reshape(arr.shape)
-        return out.reshape(arr.shape[4 - self.rank:]) if self.rank < 4 else out
+        return np.array([float(x) for x in arr.reshape(-1)],
+                        dtype=np.float64).reshape(arr.shape[4 - self.rank:])
 
     def key_of(self) -> tuple:
         """The problem's contents as a hashable tuple (equal problems, equal keys)."""

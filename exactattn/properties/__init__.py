@@ -77,9 +77,9 @@ convention) and compared by :mod:`exactattn.verify.compare` (rtol/atol mode).
 
 Modules: :mod:`~exactattn.properties.inputs` (building and reading the input,
 the exact functions, the failure text), :mod:`~exactattn.properties.checks`
-(calling a function, comparing its results, the checks of one run and of two),
-:mod:`~exactattn.properties.head_checks` (checks of exactattn itself) and
-:mod:`~exactattn.properties.rules` (which property holds under which modifier:
+(calling a function, comparing its results, the checks of one run and of two,
+and those of exactattn itself: its head engine, its cost counts, its online
+softmax) and :mod:`~exactattn.properties.rules` (which property holds under which modifier:
 the one table :func:`check_all` and docs/modifiers.md read).
 
 >>> inp = AttentionInput([[0], [1]], [[0], [1]], [[1], [3]], policy=Policy(scale=1))
@@ -98,15 +98,14 @@ exactattn.properties.PropertyFailure: property failed: every row of shares sums 
 """
 
 from ..call.policy import MASK_KINDS, Mask, Policy
-from .checks import (MASK_FORMS, TOLERANCES, Implementation, check_all,
-                     check_causal_first_output, check_identical_queries, check_key_bias_cancels,
-                     check_key_permutation, check_masked_entries_ignored,
+from .checks import (MASK_FORMS, TOLERANCES, Implementation, check_all, check_bias_cancels,
+                     check_causal_first_output, check_cost, check_identical_queries,
+                     check_identical_tokens, check_key_bias_cancels, check_key_permutation,
+                     check_masked_entries_absent, check_masked_entries_ignored,
                      check_masked_nonfinite_ignored, check_matches_reference,
-                     check_outputs_within_values, check_query_permutation,
+                     check_online_softmax, check_outputs_within_values, check_query_permutation,
                      check_rows_sum_below_one, check_rows_sum_to_one, check_share_support,
                      check_shift_invariance, check_value_bias_shifts)
-from .head_checks import (check_bias_cancels, check_cost, check_identical_tokens,
-                          check_masked_entries_absent, check_online_softmax)
 from .inputs import AttentionInput, PropertyFailure, attend_as_function, input_from_head, reference
 from .rules import OPT_IN, PROPERTIES, holds
 

@@ -99,16 +99,13 @@ def tiny() -> Example:
         source="the two-token, width-two head", compare_raw=True)
 
 
-_MONEY_NATURE = ["money", "nature"]
-
-
 def _bank(name: str, words: list[tuple[str, str, str]], title: str, label: str) -> Example:
     head = Head(W_Q=_identity(2), W_K=_identity(2), W_V=_identity(2), layout="rows")
     bank = [w for w, _, _ in words].index("bank")
     other = next(i for i, (w, _, _) in enumerate(words) if w in ("river", "money"))
     return Example(
         name=name, title=title, head=head, tokens=[Token(w) for w, _, _ in words],
-        x=to_matrix([[m, n] for _, m, n in words], name="x"), slot_names=_MONEY_NATURE,
+        x=to_matrix([[m, n] for _, m, n in words], name="x"), slot_names=["money", "nature"],
         focus=bank, explain=(bank, other), label=label,
         source="words as two numbers (money, nature), 'bank' at (1/2, 1/2)")
 
@@ -142,11 +139,6 @@ def bank_loan() -> Example:
                  "the bank lent money", "Loan")
 
 
-def _walsh(row: int, width: int = 16) -> list[int]:
-    """Row ``row`` of the Sylvester-Hadamard matrix: (-1)^popcount(row & m)."""
-    return [-1 if bin(row & m).count("1") % 2 else 1 for m in range(width)]
-
-
 def self_match() -> Example:
     """Four rows of width 16, raw against two different projections.
 
@@ -164,7 +156,8 @@ def self_match() -> Example:
     >>> [[int(s) for s in row] for row in t.raw_scores]
     [[0, 0, 0, 16], [16, 0, 0, 0], [0, 16, 0, 0], [0, 0, 16, 0]]
     """
-    rows = [_walsh(r) for r in (1, 2, 4, 8)]
+    # rows 1, 2, 4, 8 of the Sylvester-Hadamard matrix of width 16: (-1)^popcount(row & m)
+    rows = [[-1 if bin(r & m).count("1") % 2 else 1 for m in range(16)] for r in (1, 2, 4, 8)]
     n = len(rows)
     d_model = len(rows[0])
     W_Q = [[Fraction(rows[c][m], 4) for c in range(n)] for m in range(d_model)]

@@ -59,7 +59,7 @@ class BackwardEntry(Entry):
 
     @property
     def exact(self):
-        """The exact gradient entry as a :class:`~exactattn.gradients.GradValue`."""
+        """The exact gradient entry as a :class:`~exactattn.numbers.ratio.ExpRatio`."""
         return self.reference.value(*self.index)
 
 

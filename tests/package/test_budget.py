@@ -32,7 +32,7 @@ BUDGET = {
     "base": (("errors", "options", "__init__"), 200, 200),
     # numbers: one value class for shares and gradients (ExpRatio; GradValue and the share == P
     # bridge gone), issue 43: 2778 -> 2733
-    "numbers": (("numbers", "gradients/values", "gradients/terms", "gradients/parts"), 2733, 1800),
+    "numbers": (("numbers", "gradients/terms", "gradients/parts"), 2733, 1800),
     # call: -141 moved to engines (the head specs: call/spec.py -> engines/spec.py), issue 43
     # call: 1443 -> 1405 by deletions (one reader of masks and keep-masks, one SDPA policy), issue 43
     "call": (("call", "examples"), 1405, 960),

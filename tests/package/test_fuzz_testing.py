@@ -264,7 +264,7 @@ def test_assert_attention_grads_close_passes_fails_or_refuses_in_one_line(data):
 def test_a_thousand_inputs_to_each_attention_assertion(case):
     """The slow layer's count: 1,000 drawn inputs (or the profile's, when larger).  The
     gradients' assertion keeps the quick layer's count: at 1,000 it draws gradients near
-    1e308 whose exact rounding (GradValue.ball, precision doubled per step) ran past ten
+    1e308 whose exact rounding (ExpRatio.ball, precision doubled per step) ran past ten
     minutes in CI; that path has no precision limit yet."""
     count = max(1000, settings.default.max_examples)
     given(data=st.data())(settings(SETTINGS, max_examples=count)(case))()

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .data import (COMPANIONS, DIVISOR_SQUARES, LENGTHS, MAX_SENTENCES, MAX_TOKENS, PageNumbers,
-                   page_numbers, with_companions)
+from .data import LENGTHS, page_numbers, with_companions
 from .html import page_html
 
 __all__ = ["build_page", "page_numbers"]

@@ -64,12 +64,7 @@ def _digit_limit() -> int:
 
 def is_long(q) -> bool:
     """True when the numerator or denominator of ``q`` has too many digits for ``str``."""
-    if not isinstance(q, (int, Fraction)):
-        return False
-    num, den = q.numerator, q.denominator
-    if num.bit_length() < _SHORT_BITS and den.bit_length() < _SHORT_BITS:
-        return False
-    return too_long(num, den)
+    return isinstance(q, (int, Fraction)) and too_long(q.numerator, q.denominator)
 
 
 def too_long(*ints: int) -> bool:

@@ -218,17 +218,10 @@ def _lse(trace, places: int, view: View, base: str) -> Section:
 
     def parts(i: int) -> tuple[str | None, str, str]:
         value = trace.lse(i, base)
-        terms = len(value.row.counts)
-        form = value.text() if terms <= LSE_TERMS else None
         d = value.decimal(places)
-        if value.neg_inf:
-            kind = "-inf (no visible key)"
-        elif d == "nan":
-            kind = "nan (no visible key)"
-        else:
-            x = value.exact()
-            kind = real_kind(x) if x is not None else KINDS[2]
-        return form, d, kind
+        kind = "-inf (no visible key)" if value.neg_inf else "nan (no visible key)" \
+            if d == "nan" else real_kind(value.exact())    # None: certified transcendental
+        return value.text() if len(value.row.counts) <= LSE_TERMS else None, d, kind
 
     def line(i: int) -> list:
         form, d, kind = parts(i)

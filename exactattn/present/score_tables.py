@@ -36,12 +36,6 @@ from .render import Cell, Section
 from .stream import Grid, LazyRows, View, shown_note
 
 
-def _numeric(trace, what: str) -> None:
-    if trace.engine == "symbolic":
-        raise InputError(f"trace must come from a numeric engine for {what} (got symbolic); "
-                         "run attend with engine='pencil' or 'fast'")
-
-
 def largest(trace, i: int, decimals: list[str]) -> list[int]:
     """The keys of row i's largest share, from its certified ``decimals`` and exact scores."""
     n = trace.n
@@ -105,7 +99,9 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     Raises:
         InputError: a symbolic trace (its shares have no largest key to name).
     """
-    _numeric(trace, "the scores table")
+    if trace.engine == "symbolic":
+        raise InputError("trace must come from a numeric engine for the scores table (got "
+                         "symbolic); run attend with engine='pencil' or 'fast'")
     view = view or View()
     n, head = trace.n, trace.head
     policy = head.policy

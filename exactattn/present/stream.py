@@ -249,7 +249,7 @@ def progress(items: Iterable, total: int, what: str, unit: str = "row") -> Itera
     A pipe or a file on stderr gets no bar: logs stay clean.
     """
     stream = sys.stderr
-    if total < 2 or not _terminal():
+    if total < 2 or not progress_shown():
         return items
     from tqdm import tqdm     # a dependency, imported only when a bar is shown
     return tqdm(items, total=total, desc=what, unit=unit, delay=PROGRESS_DELAY, leave=False,
@@ -273,15 +273,11 @@ def progress_shown(stream=None, shown: bool | None = None) -> bool:
     return _SHOW[0] and bool(shown)
 
 
-def _terminal() -> bool:
-    return progress_shown()
-
-
 @contextmanager
 def busy(what: str):
     """A tqdm line on stderr with the time spent on one step, shown once the step has run
     for two seconds, when stderr is a terminal; nothing otherwise."""
-    if not _terminal():
+    if not progress_shown():
         yield
         return
     from tqdm import tqdm

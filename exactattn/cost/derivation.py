@@ -236,12 +236,10 @@ def _nests(shape: CallShape, regime: str, runs) -> dict[str, tuple[LoopNest, ...
         out["mix"] = (nest("mix", "mix", [(_c, 0, d_v - 1), (_j, 0, t - 1)],
                            "sum_j shares[j] v_j[c] over the t cached values"),)
     elif runs is not None:
-        out["scores"] = tuple(
-            nest("scores", "scores", [(_j, j0, j1), (_c, 0, d_k - 1)],
-                 f"query {i}: keys {j0}..{j1} (kept by the mask)") for i, j0, j1 in runs)
-        out["mix"] = tuple(
-            nest("mix", "mix", [(_j, j0, j1), (_c, 0, d_v - 1)],
-                 f"query {i}: keys {j0}..{j1} (kept by the mask)") for i, j0, j1 in runs)
+        for stage, width in (("scores", d_k), ("mix", d_v)):
+            out[stage] = tuple(nest(stage, stage, [(_j, j0, j1), (_c, 0, width - 1)],
+                                    f"query {i}: keys {j0}..{j1} (kept by the mask)")
+                               for i, j0, j1 in runs)
     else:
         pieces = _score_pieces(shape, regime)
         out["scores"] = tuple(

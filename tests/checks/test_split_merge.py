@@ -415,3 +415,19 @@ def test_verify_split_from_python_float64_and_a_sink():
     got = FunctionMerge(lambda states: states[-1])([(np.zeros((1, 1)), np.zeros(1)),
                                                     (np.ones((1, 1)), np.ones(1))], "float32")
     assert got.dtype == "float32" and got.lse.tolist() == [1.0]
+
+
+def test_the_default_tolerance_is_verifys_rule_with_the_rows_largest_logit():
+    """check_split_merge's default is verify's (check.tolerance): the row's largest |logit|
+    enters it, so a correct kernel's 20-ULP lse at scores near 40 is within it, not over."""
+    from exactattn.numbers.formats import default_max_ulps
+    raw = [F(40), F(0), F(38), F(1)]
+    rows, full = split_rows(raw, None, 2, policy=Policy(scale="none"))[1:]
+    pairs = float_pairs(rows, [[1], [2], [3], [4]])
+    got = check_split_merge(raw, None, [[1], [2], [3], [4]], 2, pairs, dtype="float32",
+                            policy=Policy(scale="none"))
+    typed(got.max_ulps, default_max_ulps("float32", 4, 1, 40.0))
+    typed(got.max_ulps, 50)
+    off = [(o, math.nextafter(l, math.inf) * (1 + 19 * 2.0 ** -23)) for o, l in pairs[:1]]
+    assert check_split_merge(raw, None, [[1], [2], [3], [4]], 2, off + pairs[1:],
+                             dtype="float32", policy=Policy(scale="none")).found.over == 0

@@ -29,12 +29,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
 
 from .policy import MODIFIER_FIELDS, Policy
 from ..errors import ExactAttnError, SpecError, shorten
+from ..numbers.digits import fraction_text
 from ..numbers.exact import MAX_DIGITS
 from .spec_fields import MODIFIER_KEYS, read_modifiers
 from ..numbers.formats import float_format
@@ -254,6 +256,12 @@ def load_problem(path: str | Path, *, extras: bool = False) -> tuple:
 def _number_text(x) -> Any:
     if isinstance(x, bool):
         return x
+    if isinstance(x, (int, Fraction)):      # past Python's int-to-str digit limit too
+        text = fraction_text(x)
+        if len(text) > MAX_DIGITS and "/" not in text:   # 9e3000 reads back as it was given
+            digits = text.rstrip("0")
+            text = f"{digits}e{len(text) - len(digits)}"
+        return text
     return "-inf" if x is None else str(x)
 
 

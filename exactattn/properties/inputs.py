@@ -34,6 +34,7 @@ from ..call.masks import entry_text
 from ..call.policy import DEFAULT_SCALE, Mask, Policy, divisor_text, parse_scale
 from ..engines.head import Head, attend
 from ..errors import InputError, ShapeError, shorten
+from ..numbers.digits import fraction_text
 from ..numbers.exact import is_symbolic, to_matrix
 from ..numbers.softmax import ExpRatio
 from ..reference.reference import Reference
@@ -345,9 +346,9 @@ def value_text(x) -> str:
         if x.row.nan:
             return "nan"
         q = x.rational()
-        return str(q) if q is not None else f"{float(x):.12g} (exactly {x.text()})"
+        return fraction_text(q) if q is not None else f"{float(x):.12g} (exactly {x.text()})"
     if isinstance(x, Fraction):
-        return str(x)
+        return fraction_text(x)
     return repr(x)
 
 

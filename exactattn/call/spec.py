@@ -225,8 +225,7 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
 
     def build():
         policy = Policy(**{**plain, **fields.changes, "mask_kind": kind})
-        dtype = doc.get("dtype")
-        if dtype is not None:
+        if (dtype := doc.get("dtype")) is not None:
             float_format(dtype)
         from .inputs import Call     # numpy: loaded with the first problem, not for --help
         problem = Call(doc["query"], doc["key"], doc["value"], mask, policy=policy,
@@ -254,15 +253,11 @@ def load_problem(path: str | Path, *, extras: bool = False) -> tuple:
 
 
 def _number_text(x) -> Any:
-    if isinstance(x, bool):
-        return x
-    if isinstance(x, (int, Fraction)):      # past Python's int-to-str digit limit too
-        text = fraction_text(x)
-        if len(text) > MAX_DIGITS and "/" not in text:   # 9e3000 reads back as it was given
-            digits = text.rstrip("0")
-            text = f"{digits}e{len(text) - len(digits)}"
-        return text
-    return "-inf" if x is None else str(x)
+    if isinstance(x, bool) or x is None:
+        return "-inf" if x is None else x
+    text = fraction_text(x) if isinstance(x, (int, Fraction)) else str(x)
+    digits = text.rstrip("0")      # past MAX_DIGITS, 9e3000 reads back as it was given
+    return f"{digits}e{len(text) - len(digits)}" if len(text) > MAX_DIGITS and "/" not in text else text
 
 
 def problem_text(problem: Call, dtype: str | None = None) -> str:

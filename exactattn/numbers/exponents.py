@@ -13,8 +13,6 @@ precision that always suffices.
 >>> e = ExpPoly((), {(Fraction(1),): Fraction(1)})
 >>> (e - one).sign()      # e - 1 > 0
 1
->>> Exponent(Fraction(1), Fraction(-1, 2), Fraction(2)) < Exponent(Fraction(0), Fraction(1, 4), Fraction(2))
-True
 """
 
 from __future__ import annotations
@@ -183,25 +181,6 @@ class ExpPoly:
         """The polynomial as a sum of exponentials (for messages)."""
         return sum_text([(i, exponent_text(self.basis, e), c)
                          for i, (e, c) in enumerate(self.terms.items())])
-
-
-class Exponent:
-    """An exponent ``g/sqrt(D) + m`` ordered exactly (for the row maximum)."""
-
-    __slots__ = ("g", "m", "D")
-
-    def __init__(self, g: Fraction, m: Fraction, D: Fraction):
-        self.g, self.m, self.D = g, m, D
-
-    def __lt__(self, other: "Exponent") -> bool:
-        # sign of (g1-g2)/sqrt(D) + (m1-m2), with D not a rational square
-        x, y = self.g - other.g, self.m - other.m
-        if x == 0 or y == 0 or (x > 0) == (y > 0):
-            return x < 0 or (x == 0 and y < 0)
-        return (x < 0) if x * x / self.D > y * y else (y < 0)
-
-    def __gt__(self, other: "Exponent") -> bool:
-        return other < self
 
 
 def exponent_text(basis: tuple, e: tuple) -> str:

@@ -50,7 +50,7 @@ from ..options import EMPTY_ROWS, check_choice
 from .digits import arb_to_fraction, working_precision
 from .exact import rational_sqrt
 from .reals import Surd, align, real_ball, real_compare, real_text
-from .exponents import Exponent, ExpPoly, exponent_text, inv_sqrt_ball
+from .exponents import ExpPoly, exponent_text, inv_sqrt_ball
 from .exact import fmpq_of
 from .ratio import ExpRatio
 
@@ -88,9 +88,10 @@ class SoftmaxRow:
             mask or bias), one per key.
 
     ``gaps[j]`` is key j's exponent minus the row's largest, None if hidden:
-    a ``Fraction`` g (exponent ``g / sqrt(D)``, or ``g`` with no divisor) or,
-    with offsets and an irrational divisor, a pair ``(g, m)`` (exponent
-    ``g / sqrt(D) + m``).  ``counts`` maps each gap to its number of keys.
+    a ``Fraction`` g (exponent ``g / sqrt(D)``, or ``g`` with no divisor); with
+    offsets and an irrational divisor the logits ``r / sqrt(D) + m`` are exact
+    values and the row is one of :meth:`of_logits`.  ``counts`` maps each gap to
+    its number of keys.
 
     Counters (reported, not MACs): ``exps`` exponentials, ``adds`` additions
     in the normaliser, ``divs`` divisions, one per visible share.
@@ -108,27 +109,21 @@ class SoftmaxRow:
                 else list(offsets) + [Fraction(sink)]
             raw = raw + [Fraction(0)]
         root = None if divisor_squared is None else rational_sqrt(divisor_squared)
-        paired = False
         if offsets is not None and any(m for r, m in zip(raw, offsets) if r is not None):
             if divisor_squared is None:
                 raw = [None if r is None else r + m for r, m in zip(raw, offsets)]
             elif root is not None:       # r/root + m = (r + m root)/root
                 raw = [None if r is None else r + m * root for r, m in zip(raw, offsets)]
-            else:
-                paired = True
-                raw = [None if r is None else (r, Fraction(m)) for r, m in zip(raw, offsets)]
+            else:                        # r/sqrt(D) + m: logits keyed (m, r) over the basis (1/sqrt(D))
+                self._logits(None, (divisor_squared,), [None if r is None else (Fraction(m), r)
+                                                        for r, m in zip(raw, offsets)])
+                return
         self.raw = raw
         self.divisor_squared = divisor_squared
         self._root = root
-        self.paired = paired
         visible = [r for r in raw if r is not None]
-        self.max_raw = (max(visible, key=self._order_key) if paired else max(visible)) \
-            if visible else None
-        if paired:
-            self.gaps = [None if r is None else (r[0] - self.max_raw[0], r[1] - self.max_raw[1])
-                         for r in raw]
-        else:
-            self.gaps = [None if r is None else _Gap(r - self.max_raw) for r in raw]
+        self.max_raw = max(visible) if visible else None
+        self.gaps = [None if r is None else _Gap(r - self.max_raw) for r in raw]
         self._count(visible)
 
     @classmethod
@@ -157,20 +152,30 @@ class SoftmaxRow:
         logits = self._answer(logits, empty_row, sink)
         if sink is not None:
             logits.append(sink)
-        self.divisor_squared, self._root, self.paired, self.general = None, None, False, True
-        visible = [x for x in logits if x is not None]
-        # a cosine, sine or tanh atom: the logits stay values (their canonical forms hash and
-        # compare exactly, so ties share one gap); digits come from enclosures, and signs of
-        # differing forms are bounded
-        self.certified = any(isinstance(x, Surd) and x.transcendental for x in visible)
-        if self.certified:
-            self.basis = ()
-            self.raw = self.gaps = logits
-            with working_precision(64):
-                self.max_raw = max(arb_to_fraction(real_ball(x, 64).mid()) for x in visible)
-            self._count(visible)
-            return self
-        self.basis, keys = align(logits)
+        self._logits(logits)
+        return self
+
+    def _logits(self, logits: list | None, basis: tuple = (), keys: list | None = None) -> None:
+        """The row of exact logits (sink included), or of their ``keys`` over ``basis``
+        (:func:`~exactattn.numbers.reals.align`'s form): gaps over one basis."""
+        self.divisor_squared, self._root, self.general = None, None, True
+        self.certified = False
+        if keys is None:
+            visible = [x for x in logits if x is not None]
+            # a cosine, sine or tanh atom: the logits stay values (their canonical forms hash
+            # and compare exactly, so ties share one gap); digits come from enclosures, and
+            # signs of differing forms are bounded
+            self.certified = any(isinstance(x, Surd) and x.transcendental for x in visible)
+            if self.certified:
+                self.basis = ()
+                self.raw = self.gaps = logits
+                with working_precision(64):
+                    self.max_raw = max(arb_to_fraction(real_ball(x, 64).mid()) for x in visible)
+                self._count(visible)
+                return
+            basis, keys = align(logits)
+        visible = [k for k in keys if k is not None]
+        self.basis = basis
         self.raw = keys
         top = None
         for k in keys:
@@ -179,7 +184,6 @@ class SoftmaxRow:
         self.max_raw = top
         self.gaps = [None if k is None else tuple(a - b for a, b in zip(k, top)) for k in keys]
         self._count(visible)
-        return self
 
     def _answer(self, values, empty_row: str, sink) -> list:
         """The row's values, or what an empty row (every key hidden, no sink) reads under
@@ -195,7 +199,7 @@ class SoftmaxRow:
         d = tuple(a - b for a, b in zip(k1, k2))
         if not any(d[1:]):
             return (d[0] > 0) - (d[0] < 0)
-        return Surd(d[0], tuple(zip(self.basis, d[1:]))).sign()
+        return Surd.merged(d[0], tuple(zip(self.basis, d[1:]))).sign()
 
     def _count(self, visible) -> None:
         counts: dict = {}
@@ -220,12 +224,8 @@ class SoftmaxRow:
         """True when both rows have the same normaliser term by term (so values over them add)."""
         return self is other or (self.counts == other.counts and self.max_raw == other.max_raw
                                  and self.divisor_squared == other.divisor_squared
-                                 and self.paired == other.paired and self.basis == other.basis
+                                 and self.general == other.general and self.basis == other.basis
                                  and self.certified == other.certified)
-
-    def _order_key(self, pair):
-        """A sort key for exponents g/sqrt(D) + m that orders them exactly."""
-        return Exponent(pair[0], pair[1], self.divisor_squared)
 
     def __len__(self) -> int:
         return self.n_keys
@@ -278,8 +278,7 @@ class SoftmaxRow:
     @property
     def zero_gap(self):
         """The gap of the row's largest logit (0 in the gaps' own form; rows of exact gaps)."""
-        return (Fraction(0), Fraction(0)) if self.paired else \
-            (Fraction(0),) * (len(self.basis) + 1) if self.general else Fraction(0)
+        return (Fraction(0),) * (len(self.basis) + 1) if self.general else Fraction(0)
 
     def shift_ball(self, prec: int):
         """An enclosure of what :meth:`exp_balls` subtracts from every exponent (about the
@@ -315,8 +314,6 @@ class SoftmaxRow:
             return basis, key
         if self.general:
             return self.basis, tuple(a + b for a, b in zip(g, self.max_raw))
-        if self.paired:
-            return (self.divisor_squared,), (g[1] + self.max_raw[1], g[0] + self.max_raw[0])
         s = g + self.max_raw
         if self.divisor_squared is None:
             return (), (s,)
@@ -358,8 +355,6 @@ class SoftmaxRow:
             return self.poly(coefficients)
         if self.general:
             return ExpPoly(self.basis, coefficients)
-        if self.paired:
-            return ExpPoly((D,), {(g[1], g[0]): c for g, c in coefficients.items()})
         if D is not None and root is None:
             return ExpPoly((D,), {(Fraction(0), g): c for g, c in coefficients.items()})
         return ExpPoly((), {(g if root is None else g / root,): c
@@ -392,13 +387,11 @@ class SoftmaxRow:
             return balls
         if self.general:
             for g in self.counts:
-                balls[g] = real_ball(Surd(g[0], tuple(zip(self.basis, g[1:]))), prec).exp()
+                balls[g] = real_ball(Surd.merged(g[0], tuple(zip(self.basis, g[1:]))), prec).exp()
             cache[prec] = balls
             return balls
         for g in self.counts:
-            if self.paired:
-                balls[g] = (arb(fmpq_of(g[0])) * inv + arb(fmpq_of(g[1]))).exp()
-            elif g < -K and g * g > bound:
+            if g < -K and g * g > bound:
                 balls[g] = negligible
             else:
                 a = arb(fmpq_of(g))
@@ -430,10 +423,9 @@ class SoftmaxRow:
         if self.general:     # a rational within 2^-60 of the exponent: order for text only
             with working_precision(128):
                 x = real_ball(g if self.certified else
-                              Surd(g[0], tuple(zip(self.basis, g[1:]))), 128)
+                              Surd.merged(g[0], tuple(zip(self.basis, g[1:]))), 128)
                 return arb_to_fraction(x.mid())
-        basis, e = self.exponent(g)
-        return Exponent(e[-1], e[0], basis[0]) if basis else e[0]
+        return g      # the exponent is g / sqrt(D) or g (no offsets here: they make logits)
 
     def term_text(self, g) -> str:
         """``exp(...)`` of gap g's absolute exponent, written with the scaled score."""

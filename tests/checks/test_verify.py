@@ -143,7 +143,7 @@ def test_biased_row_irrational_scale_matches_sympy():
                             [["1/3", "-inf", 0]], mask_kind="additive")
     ref = Reference(p.with_policy(Policy()))            # d_k = 2: scale 1/sqrt(2)
     row = ref.row(0, 0, 0)
-    assert type(row) is SoftmaxRow and row.paired is True     # the mask is the row's offsets
+    assert type(row) is SoftmaxRow and row.general is True     # the mask makes the logits exact values
     r2 = sympy.sqrt(2)
     e0, e2 = sympy.exp(1 / r2 + sympy.Rational(1, 3)), sympy.exp(1 / r2)
     want = (1 * e0 + 4 * e2) / (e0 + e2)

@@ -82,13 +82,13 @@ def test_nan_rows_are_not_numbers():
 
 def test_offsets_with_a_rational_divisor_fold_into_the_scores():
     a = row(1, 0, D=4, offsets=[F(1, 2), 0])     # 1/2 + 1/2 = 1 vs 0
-    assert not a.paired
+    assert not a.general
     assert a.share(0) == row(1, 0).share(0)
 
 
 def test_offsets_with_an_irrational_divisor_stay_exact():
     a = row(1, 0, D=2, offsets=["1/2", 0])       # exp(1/sqrt(2) + 1/2)
-    assert a.paired
+    assert a.general       # the logits r/sqrt(2) + m are exact values
     assert a.share(0).text() == "exp(1/sqrt(2) + 1/2)/(1 + exp(1/sqrt(2) + 1/2))"
     assert a.share(0).decimal(6) == "0.769787"
     assert a.largest() == [0]

@@ -21,7 +21,7 @@ from fractions import Fraction
 from operator import add
 
 from .exact import fmpq_of
-from .reals import Surd, Tanh, atom_ball, atom_text, canonical_atom, tanh_parts, transcendental
+from .reals import Surd, Tanh, align, atom_ball, atom_text, tanh_parts, transcendental
 
 
 def inv_sqrt_ball(D: Fraction):
@@ -37,23 +37,12 @@ def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
     """
     if all(p.basis == polys[0].basis for p in polys):
         return list(polys)
-    basis: list = []
-    where: dict = {}          # canonical atom -> (index in basis, the basis atom's factor)
-    maps = []
+    basis, keys = align([Surd.merged(0, ((atom, 1),)) for p in polys for atom in p.basis])
+    out, k = [], 0
     for p in polys:
-        mapping = []
-        for D in p.basis:
-            c, rep = canonical_atom(D)
-            found = where.get(rep)
-            if found is None:
-                where[rep] = (len(basis), c)
-                basis.append(D)
-                mapping.append((len(basis) - 1, Fraction(1)))
-            else:
-                mapping.append((found[0], c / found[1]))
-        maps.append(mapping)
-    basis = tuple(basis)
-    return [p.rebase(basis, m) for p, m in zip(polys, maps)]
+        out.append(p.rebase(basis, keys[k:k + len(p.basis)]))
+        k += len(p.basis)
+    return out
 
 
 class ExpPoly:
@@ -70,14 +59,17 @@ class ExpPoly:
         self.basis = basis
         self.terms = {e: c for e, c in terms.items() if c != 0}
 
-    def rebase(self, basis: tuple, mapping: list) -> "ExpPoly":
+    def rebase(self, basis: tuple, keys: list) -> "ExpPoly":
+        """The polynomial over ``basis``, its atom k being ``keys[k]`` there (:func:`align`'s form)."""
         if basis == self.basis:
             return self
+        sparse = [[(i, y) for i, y in enumerate(k) if y] for k in keys]
         out: dict = {}
         for e, c in self.terms.items():
             key = [e[0]] + [Fraction(0)] * len(basis)
-            for a, (k, f) in zip(e[1:], mapping):
-                key[1 + k] += a * f
+            for a, pairs in zip(e[1:], sparse):
+                for i, y in pairs:
+                    key[i] += a * y
             key = tuple(key)
             out[key] = out.get(key, 0) + c
         return ExpPoly(basis, out)

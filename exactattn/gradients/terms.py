@@ -65,24 +65,11 @@ ROW_KINDS = ("ok", "zero", "uniform", "nan")
 GENERATOR_NAMES = ("t", "u", "v", "w", "x", "y")
 
 
-def _gcd_all(values) -> int:
-    g = 0
-    for v in values:
-        g = math.gcd(g, int(v))
-        if g == 1:
-            break
-    return g
-
-
 def _dot(exps, balls):
     """``sum_k exps[k] * balls[k]``: a monomial's exponent from every generator's (a tuple of
     one whole number per generator, checked to match their count)."""
     from flint import arb
-    if len(exps) != len(balls):
-        from ..errors import ExactAttnError
-        raise ExactAttnError(f"an exponent tuple must have one entry per generator "
-                             f"({len(balls)}) (got {len(exps)})")
-    return sum((a * c for a, c in zip(exps, balls) if a), arb(0))
+    return sum((a * c for a, c in zip(exps, balls, strict=True) if a), arb(0))
 
 
 def _plain(v):
@@ -222,7 +209,7 @@ class Terms:
                 if low:
                     shifts[i] = shifts[i] + _term(gens[k][1], low * gens[k][0])
             rows = [[a - low for a in row] if row else row for row, low in zip(rows, lows)]
-            g = _gcd_all(a for row in rows for a in row)
+            g = math.gcd(*(a for row in rows for a in row))
             if g > 1:
                 rows = [[a // g for a in row] for row in rows]
                 gens[k] = (gens[k][0] * g, gens[k][1])

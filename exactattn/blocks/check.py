@@ -65,13 +65,13 @@ def max_scaled_score(inputs: ExactInputs, top: int) -> float:
     """``top / den`` times the scale, rounded up to a float (a few digits; inf past float64)."""
     from flint import arb
     from ..numbers.digits import working_precision
-    from ..numbers.exponents import inv_sqrt_ball
+    from ..numbers.reals import atom_ball
     from ..numbers.exact import fmpq_of
     d2 = inputs.divisor_squared
     with working_precision(64):
         x = arb(fmpq_of(top)) / arb(inputs.den)
         if d2 is not None:
-            x *= inv_sqrt_ball(d2)
+            x *= atom_ball(d2)
         return float(x.upper())
 
 

@@ -47,7 +47,7 @@ from ..numbers.digits import decide, format_scaled, working_precision
 from ..errors import InputError, ShapeError
 from ..options import check_choice
 from ..numbers.exact import rational_sqrt
-from ..numbers.exponents import inv_sqrt_ball
+from ..numbers.reals import atom_ball
 from ..numbers.exact import fmpq_mat_of, fmpq_of
 from ..numbers.ratio import ONE, ExpRatio
 from .terms import Terms, row_kinds
@@ -359,7 +359,7 @@ class Gradients:
             dSm = arb_mat(R, C, [e for r in dS for e in r])
             s = arb(fmpq_of(self._scale_q))
             if self.irrational_scale is not None:
-                s *= inv_sqrt_ball(self.irrational_scale)
+                s *= atom_ball(self.irrational_scale)
             out = {"P": Pm, "dP": dPm, "D": D, "dS": dSm, "O": Wm * Vm,
                    "dQ": (dSm * Km) * s, "dK": (dSm.transpose() * Qm) * s,
                    "dV": Wm.transpose() * dOm}

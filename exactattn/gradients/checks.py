@@ -162,12 +162,12 @@ def check_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
 def _loss_ball(g, Q, K, V, offsets, sink):
     """``L = sum_ic dO_ic O_ic`` enclosed from the forward pass (the current arb precision)."""
     from flint import arb
-    from ..numbers.exponents import inv_sqrt_ball
+    from ..numbers.reals import atom_ball
     from ..numbers.exact import fmpq_of
     from ..numbers.reals import real_ball
     s = arb(fmpq_of(g.scale_rational))
     if g.irrational_scale is not None:
-        s *= inv_sqrt_ball(g.irrational_scale)
+        s *= atom_ball(g.irrational_scale)
     keep = g.keep
     total = arb(0)
     for i in range(g.R):

@@ -112,10 +112,10 @@ def _scalar(q: Fraction, D: Fraction | None):
     """(mid, rad) of ``q / sqrt(D)`` (``q`` when D is None) from an arb enclosure."""
     from flint import arb
     from ..numbers.digits import arb_to_fraction, working_precision
-    from ..numbers.exponents import inv_sqrt_ball
+    from ..numbers.reals import atom_ball
     from ..numbers.exact import fmpq_of
     with working_precision(128):
-        b = arb(fmpq_of(q)) * (1 if D is None else inv_sqrt_ball(D))
+        b = arb(fmpq_of(q)) * (1 if D is None else atom_ball(D))
         m = float(arb_to_fraction(b.mid()))
         r = float(arb_to_fraction(b.rad()))
     return m, _up(r + 2 * _U * abs(m))

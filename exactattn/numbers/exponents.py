@@ -24,11 +24,6 @@ from .exact import fmpq_of
 from .reals import Surd, Tanh, align, atom_ball, atom_text, tanh_parts, transcendental
 
 
-def inv_sqrt_ball(D: Fraction):
-    """An ``arb`` ball of ``1/sqrt(D)`` at the current precision (the scale of a divisor sqrt(D))."""
-    return atom_ball(D)
-
-
 def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
     """The polynomials rewritten over one basis of inverse square roots.
 

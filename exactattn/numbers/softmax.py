@@ -49,8 +49,8 @@ from typing import Sequence
 from ..options import EMPTY_ROWS, check_choice
 from .digits import arb_to_fraction, working_precision
 from .exact import rational_sqrt
-from .reals import Surd, align, real_ball, real_compare, real_text
-from .exponents import ExpPoly, exponent_text, inv_sqrt_ball
+from .reals import Surd, align, atom_ball, real_ball, real_compare, real_text
+from .exponents import ExpPoly, exponent_text
 from .exact import fmpq_of
 from .ratio import ExpRatio
 
@@ -371,7 +371,7 @@ class SoftmaxRow:
         elif len(cache) >= 16:        # 64 .. 2^16 bits: eleven
             cache.pop(next(iter(cache)))
         from flint import arb
-        inv = None if self.divisor_squared is None else inv_sqrt_ball(self.divisor_squared)
+        inv = None if self.divisor_squared is None else atom_ball(self.divisor_squared)
         # a term below exp(-K) (K = prec + 64 > (prec + 64) ln 2) is enclosed by [0, 2^-K]
         # without computing exp to the precision its exponent would need: a gap of
         # 10^8000 costs no more than a gap of 1

@@ -371,7 +371,7 @@ class RowBalls:
         from flint import arb, arb_mat
         from ..numbers.digits import working_precision
         from ..numbers.exact import fmpq_of
-        from ..numbers.exponents import inv_sqrt_ball
+        from ..numbers.reals import atom_ball
         pol, (_, Hq, _, E), (_, Hkv, S, _) = self.policy, self.q.shape, self.k.shape
         groups: dict = {}
         for b, h, i, c in entries:
@@ -379,7 +379,7 @@ class RowBalls:
         found = {}
         with working_precision(self.prec):
             d2 = pol.divisor_squared_for(E)
-            scale = arb(1) if d2 is None else inv_sqrt_ball(d2)
+            scale = arb(1) if d2 is None else atom_ball(d2)
             sink = None if pol.sink is None else arb(fmpq_of(pol.sink))
             for (b, h), rows in groups.items():
                 g = pol.kv_head(h, Hq, Hkv)

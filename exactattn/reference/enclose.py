@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ..numbers.digits import working_precision
-from ..numbers.exponents import inv_sqrt_ball
+from ..numbers.reals import atom_ball
 from ..numbers.exact import fmpq_of
 from ..numbers.reals import real_ball, softcap_ball
 from ..numbers.formats import float_format, round_cells, round_enclosed
@@ -70,7 +70,7 @@ def logit_entries(ref, b: int, h: int) -> list:
     else:
         A = arb_mat(ref.scores(b, h))
     if ref.divisor_squared is not None:
-        A = A * inv_sqrt_ball(ref.divisor_squared)
+        A = A * atom_ball(ref.divisor_squared)
     ents = A.entries()
     if pol.softcap is None and pol.alibi is None:
         return ents

@@ -39,7 +39,7 @@ def no_d(shares, d_shares):
 def gradient_without_d(g, wrt, prec):
     """dQ_ic = scale sum_j P_ij dP_ij K_jc (no D_i); every other entry exact."""
     from flint import arb
-    from exactattn.numbers.exponents import inv_sqrt_ball
+    from exactattn.numbers.reals import atom_ball
     from exactattn.numbers.exact import fmpq_of
     if wrt[0] != "Q":
         return (g.dsink if wrt[0] == "sink" else
@@ -48,7 +48,7 @@ def gradient_without_d(g, wrt, prec):
     i, c = wrt[1:]
     s = arb(fmpq_of(g.scale_rational))
     if g.irrational_scale is not None:
-        s *= inv_sqrt_ball(g.irrational_scale)
+        s *= atom_ball(g.irrational_scale)
     return s * sum((b["P"][i, j] * b["dP"][i, j] * arb(fmpq_of(g.keys[j][c]))
                     for j in range(g.S)), arb(0))
 

@@ -290,10 +290,10 @@ def logit_bound(ref: Reference) -> float:
     >>> [logit_bound(Reference(c.with_policy(c.policy.replace(sink=s)))) for s in ("40", "-200")]
     [40.0, 1.0]
     """
-    return _logit_bound(ref.max_abs_exponent(), ref.policy)
+    return logit_bound_from(ref.max_abs_exponent(), ref.policy)
 
 
-def _logit_bound(top: float, policy: Policy) -> float:
+def logit_bound_from(top: float, policy: Policy) -> float:
     """:func:`logit_bound` from the largest |logit| ``top`` of a call of ``policy``."""
     if policy.softcap is not None:  # s / cap, tanh and cap * t: three more roundings
         top = 3 * top
@@ -592,8 +592,8 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     if top is None:
         return None
     if max_ulps is None:
-        tol = default_max_ulps(dtype, k.shape[2], q.shape[3], _logit_bound(top[1], policy))
-        if tol != default_max_ulps(dtype, k.shape[2], q.shape[3], _logit_bound(top[0], policy)):
+        tol = default_max_ulps(dtype, k.shape[2], q.shape[3], logit_bound_from(top[1], policy))
+        if tol != default_max_ulps(dtype, k.shape[2], q.shape[3], logit_bound_from(top[0], policy)):
             return None
     else:
         check_whole(max_ulps, "max_ulps", low=0)

@@ -203,10 +203,10 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
         fmt = float_format(dtype)
         scale = max([float(abs(x)) for r in values for x in r] + [1.0])
         if max_ulps is None:        # verify's default rule (check.tolerance), d_k unknown: 1
-            from .check import _logit_bound
+            from .check import logit_bound_from
             top = max([abs(float(full.logit(g))) for g in full.gaps[:len(full)] if g is not None],
                       default=0.0)
-            max_ulps = default_max_ulps(dtype, len(full), 1, _logit_bound(top, policy))
+            max_ulps = default_max_ulps(dtype, len(full), 1, logit_bound_from(top, policy))
         tol = max_ulps
 
         def compare(e, g, mag=scale):

@@ -24,8 +24,7 @@ HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, 
 
 #: the largest --max-ulps: no two float64 values are further apart, so a larger one means the same
 MAX_ULPS = 2 ** 64
-_RANDOM_FIX = ("pass a smaller --n, --n-keys, --d-k or --heads, or fewer --dtype; or, for a forward "
-               "check of one head, --memory SIZE checks its rows in blocks")
+_RANDOM_FIX = "pass a smaller --n, --n-keys, --d-k or --heads, fewer --dtype, or --memory SIZE"
 #: the policy group's flags, in --help's order
 POLICY = ("like", "scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
 #: random-input sizes when neither --spec nor --search gives the inputs

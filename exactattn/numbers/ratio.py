@@ -156,8 +156,6 @@ class ExpRatio(Real):
         self._zero = None
         self._hash = None
 
-    block = property(lambda self: self.source, doc="the source: a gradients block (or a row)")
-
     @property
     def row(self):
         """The softmax row of a share or an output (none for a gradient entry)."""
@@ -168,7 +166,7 @@ class ExpRatio(Real):
     @property
     def numerators(self) -> dict:
         """Over a row: gap -> ``A_g`` (none for a gradient entry)."""
-        return self.recipe if self.row is not None else None
+        return self.recipe if self.forward else None
 
     @property
     def nan(self) -> bool:
@@ -365,7 +363,7 @@ class ExpRatio(Real):
         """sign(self - other) when one carries the irrational scale and the other does not:
         equal only when both are 0 (sqrt(D) is algebraic, so not a ratio of exponential
         polynomials)."""
-        if self.sign() == 0 and other.sign() == 0:
+        if self.is_zero() and other.is_zero():
             return 0
         return enclosure_sign(lambda p: self.ball(p) - other.ball(p), self.text, bounded=False)
 

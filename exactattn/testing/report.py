@@ -184,16 +184,18 @@ def _summary_section(reports: Sequence[Report], timings: bool, notes: Sequence[s
     columns = ["dtype", "outputs", "max ULPs", "mean ULPs", "median ULPs", "max at terms",
                "max rel. error", "over tolerance", "hard failures"]
     probes = any(r.probes for r in reports)       # a probes column when any report has them
-    return _summary("verify-summary", "Summary per dtype", columns + ["probes"] * probes, reports,
-                    lambda r: [[r.dtype, *_counts(r.summary()), *[_probes_cell(r)] * probes]],
-                    timings, notes)
+    lse = any(r.lse is not None for r in reports)     # an lse column when the rows' lse is checked
+    return _summary("verify-summary", "Summary per dtype", columns + ["probes"] * probes +
+                    ["lse rows"] * lse, reports, lambda r: [[
+                        r.dtype, *_counts(r.summary()), *[_passed_cell(len(r.probes), sum(
+                            not p.passed for p in r.probes))] * probes,
+                        *[_passed_cell(r.lse_found.count, r.lse_found.over + r.lse_found.hard)]
+                        * lse]], timings, notes)
 
 
-def _probes_cell(r: Report) -> str:
-    """``6 pass``, ``2 of 6 fail`` or ``none``: the probes of one report."""
-    failed = sum(not p.passed for p in r.probes)
-    return "none" if not r.probes else f"{len(r.probes)} pass" if not failed else \
-        f"{failed} of {len(r.probes)} fail"
+def _passed_cell(total: int, failed: int) -> str:
+    """``6 pass``, ``2 of 6 fail`` or ``none``: a report's probes, or its rows' log-sum-exps."""
+    return "none" if not total else f"{total} pass" if not failed else f"{failed} of {total} fail"
 
 
 def _cost_section(reports: Sequence[Report]) -> Section:

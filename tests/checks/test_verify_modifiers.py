@@ -210,6 +210,22 @@ def test_logsumexp_case_and_base_confusion():
             assert verify(impl, p.with_policy(UNSCALED), "float32", lse=base).passed
 
 
+def test_the_summary_counts_the_rows_whose_lse_fails():
+    # the outputs are right and only the log-sum-exps are off (base e read as base 2): the
+    # summary's lse column counts them (it showed 0 over tolerance beside result: FAIL)
+    p = Call.from_scores([["1", "2", "3"], ["0", "1", "0"]], ["1", "2", "3"]).with_policy(UNSCALED)
+    row = ["float64", "2", "0", "0.00", "0", "0.43", "7.46e-17", "0", "0", "5 pass"]
+    for base, cell, verdict in (("e", "2 pass", "PASS"), ("2", "2 of 2 fail", "FAIL")):
+        summary = report_sections([verify(FunctionImpl(with_lse("e")), p, "float64", lse=base)])[-1]
+        assert summary.columns[-3:] == ["hard failures", "probes", "lse rows"]
+        assert (summary.rows, summary.notes) == ([row + [cell]], [f"result: {verdict}"])
+
+    def plain(query, key, value, *, scale):           # no --lse: no lse column
+        return with_lse("e")(query, key, value, scale=scale, return_lse=True)[0]
+    summary = report_sections([verify(FunctionImpl(plain), p, "float64")])[-1]
+    assert (summary.columns[-1], summary.rows) == ("probes", [row])
+
+
 def test_logsumexp_of_a_fully_masked_row_is_minus_infinity():
     p = Call.from_scores([["1", "2"], ["0", "0"]], ["1", "2"], mask=[[True, True], [False, False]])
     rep = verify(FunctionImpl(with_lse("e")), p.with_policy(UNSCALED), "float64", lse="e")

@@ -107,6 +107,9 @@ FINDINGS = {
     "layout_swap": ("layout swap", "reads operands laid out (B, S, H, D), as flash-attn and "
                     "xformers take them, as (B, H, S, D): the heads and the sequence trade "
                     "places"),
+    "image_layout": ("(B, C, H, W) read", "reads each 4-d operand (B, H, L, E) as an image "
+                     "block (B, C, H, W), as a vision block's formula does: the heads as "
+                     "channels, a head's L x E entries as pixels, attention over the pixels"),
     "kv_heads": ("at KV heads x{factor}", "counts the H_kv key/value heads where every one "
                  "of the H_q query heads scores and mixes (GQA shares keys, not work)"),
     "macs_as_flops": ("MACs as FLOPs", "reports the multiply-adds as FLOPs (1 per "
@@ -264,6 +267,7 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
     from ..cost.judge import formula, judge_figure
     j = judge_figure(figure, call, shape, **options)
     L_, v, s = j.ledger, j.verdict, j.ledger.call.shape
+    unit = "FLOPs" if j.per_mac == 2 else "MACs"
     causal = s.policy.causal
     P, full = s.pairs(), s.queries * s.keys
     rows, data = [], []
@@ -291,7 +295,7 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
              f"shape: B {sz['B']}, H {sz['H_q']}, H_kv {sz['H_kv']}, L {sz['L']}, S {sz['S']}, "
              f"E {sz['E']}, E_v {sz['E_v']}" + (f"; causal ({s.policy.alignment}), P = {P} "
                                                 "visible pairs a head" if causal else ""),
-             f"reported: {figure} FLOPs ({'backward' if options.get('backward') else 'forward'})"]
+             f"reported: {figure} {unit} ({'backward' if options.get('backward') else 'forward'})"]
     explained = []
     if j.right:
         notes.append(f"verdict: right: {figure} is the exact count")
@@ -318,7 +322,7 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
            "right": j.right, "findings": list(v.findings),
            "alternatives": [list(a) for a in v.alternatives], "explanations": explained,
            "conventions": data}
-    title = f"{figure} FLOPs judged for {call} on {sz['B']}x{sz['H_q']}x{sz['L']}x{sz['E']}"
+    title = f"{figure} {unit} judged for {call} on {sz['B']}x{sz['H_q']}x{sz['L']}x{sz['E']}"
     section = Section("cost/judge", title, ["pass", "convention", "pairs a head", "MACs",
                                              "FLOPs", ""], rows, notes, doc)
     return [section], j.right

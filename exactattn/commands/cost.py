@@ -113,7 +113,7 @@ def register(sub) -> None:
                    help="judge a reported FLOP figure for one SDPA call: the exact FLOPs, each "
                         "convention's, a verdict and the departure that gives the figure; "
                         "exit 0 right, 1 wrong; takes --call, --shape, --kv-heads, --causal, "
-                        "--align, --backward, --format")
+                        "--align, --backward, --unit, --format")
     p.add_argument("--call", type=choice("--call", ("sdpa", "flash", "mem_efficient", "math")),
                    default=None, metavar="CALL",
                    help="with --judge: sdpa (default), flash, mem_efficient or math")
@@ -123,6 +123,9 @@ def register(sub) -> None:
                    metavar="K", help="with --judge: key/value heads (GQA; default H)")
     p.add_argument("--backward", action="store_true",
                    help="with --judge: the figure is the backward pass's")
+    p.add_argument("--unit", type=choice("--unit", ("flops", "macs")), default=None,
+                   metavar="UNIT", help="with --judge: the figure's unit, flops (default) or "
+                   "macs (multiply-adds, as thop and ptflops print; 1 MAC = 2 FLOPs)")
     add_format_option(p)
     p.set_defaults(func=run)
 
@@ -134,7 +137,7 @@ def _flops(text: str) -> int:
                          f"(got {shorten(text, quote=True)})")
     return int(text.strip())
 _JUDGE = (("--call", "call"), ("--shape", "shape"), ("--kv-heads", "kv_heads"),
-          ("--backward", "backward"))
+          ("--backward", "backward"), ("--unit", "unit"))
 
 
 #: the options --audit leaves out, with the values that mean "not given" (d_model and d_k:
@@ -269,9 +272,9 @@ def run(args) -> int:
         sections, right = judge_sections(
             args.judge, args.call or "sdpa", parse_shape(args.shape), causal=args.causal,
             alignment=args.align or ALIGNMENTS[0], kv_heads=args.kv_heads,
-            backward=args.backward)
-        sys.stdout.write(render(sections, args.format, {"command": "cost --judge",
-                                                        "unit": "FLOPs (2 x MACs)"}))
+            backward=args.backward, unit=args.unit or "flops")
+        sys.stdout.write(render(sections, args.format, {"command": "cost --judge", "unit": (
+            "MACs (FLOPs = 2 x MACs)" if args.unit == "macs" else "FLOPs (2 x MACs)")}))
         return 0 if right else 1
     if args.audit:
         from ..audit.flops import audit_sections

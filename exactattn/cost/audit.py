@@ -46,7 +46,7 @@ EXTRAS = ("softmax", "bias", "bias_once", "scale", "mask")
 #: findings that are errors (the rest are conventions: what else a counter chose to count)
 ERRORS = ("omits_attention", "omits_linear", "batch_factor", "batch_factor_scores",
           "attention_twice", "bias_once", "scores_only", "mix_only", "one_product",
-          "layout_swap", "kv_heads", "macs_as_flops", "unexplained", "fails")
+          "layout_swap", "image_layout", "kv_heads", "macs_as_flops", "unexplained", "fails")
 #: how each pass weighs the scores-shaped (width E) and mix-shaped (width E_v) products:
 #: the forward runs each once; a backward runs dQ = dS K and dK = dS^T Q (E) and
 #: dV = P^T dO and dP = dO V^T (E_v), and a fused kernel (flash, mem_efficient) recomputes
@@ -163,7 +163,7 @@ class Verdict:
 def _attention(L: Ledger) -> list[tuple[str | None, int, int]]:
     """The ways of counting the scores and the mix: ``(finding, scores MACs, mix MACs)``,
     the exact count first."""
-    m, d = L.macs, L.dense
+    m, d, s = L.macs, L.dense, L.call.shape
     options = [(None, m["scores"], m["mix"]), ("full_square", d["scores"], d["mix"])]
     if L.call.shape.policy.causal:   # n^2/2: half the full square (Fractions when odd)
         options.append(("causal_half", Fraction(d["scores"], 2), Fraction(d["mix"], 2)))
@@ -174,8 +174,10 @@ def _attention(L: Ledger) -> list[tuple[str | None, int, int]]:
         options.append(("one_product", m["scores"], 0))
     else:
         options += [("scores_only", m["scores"], 0), ("mix_only", 0, m["mix"])]
-    if L.swapped is not None:
-        options.append(("layout_swap", L.swapped["scores"], L.swapped["mix"]))
+    if L.swapped is not None:   # 4-d operands, also read as (B, C, H, W): L x E pixels a head
+        (_, H, Lq, E), (_, Hkv, S, _), Ev, B = s.query, s.key, s.value[-1], s.batch_size
+        options += [("layout_swap", L.swapped["scores"], L.swapped["mix"]),
+                    ("image_layout", B * H * Lq * E * S * E, B * Hkv * Lq * E * S * Ev)]
     if L.kv_heads is not None:
         options.append(("kv_heads", L.kv_heads["scores"], L.kv_heads["mix"]))
     options.append(("omits_attention", 0, 0))
@@ -210,8 +212,8 @@ def explanations(L: Ledger, per_mac: int, backward: str | None = None
 
     Tried: the scores and mix exact, over the full square, half the full square
     (causal), at the query's batch (both products, or the scores only), twice,
-    one product alone, the (B, S, H, D) layout read as (B, H, S, D), at the
-    key/value heads, or left out; the linear stages as they are or left out;
+    one product alone, the (B, S, H, D) layout read as (B, H, S, D), a (B, H, L, E)
+    operand read as an image block (B, C, H, W), at the key/value heads, or left out; the linear stages as they are or left out;
     any of :data:`EXTRAS` added once; a FLOP reading (``per_mac`` 2) also as
     the MACs (``macs_as_flops``).  ``backward`` (``backward``: a fused kernel's,
     the scores recomputed; ``backward_autograd``: the math path's) judges the

@@ -85,6 +85,8 @@ class JudgedFigure:
     ledger: Ledger
     verdict: Verdict
     pass_: str
+    #: the figure's unit: 2 for FLOPs, 1 for MACs (multiply-adds)
+    per_mac: int = 2
 
     @property
     def right(self) -> bool:
@@ -94,8 +96,9 @@ class JudgedFigure:
 
 def judge_figure(figure: int, call: str, shape: tuple, *, causal: bool = False,
                  alignment: str = "top_left", kv_heads: int | None = None,
-                 backward: bool = False) -> JudgedFigure:
-    """Judge ``figure`` (FLOPs) for ``call`` on ``shape`` = (B, H, L, S, E[, E_v]).
+                 backward: bool = False, unit: str = "flops") -> JudgedFigure:
+    """Judge ``figure`` (FLOPs, or MACs with ``unit="macs"``: 1 MAC = 2 FLOPs) for ``call``
+    on ``shape`` = (B, H, L, S, E[, E_v]).
 
     Raises:
         InputError: a figure that is not a whole number from 0, an unknown call, a
@@ -104,6 +107,7 @@ def judge_figure(figure: int, call: str, shape: tuple, *, causal: bool = False,
     if isinstance(figure, bool) or not isinstance(figure, int) or figure < 0:
         raise InputError(f"the FLOP figure must be a whole number from 0 (got {figure!r})")
     check_choice(call, "--call", tuple(JUDGE_CALLS))
+    per_mac = 2 if check_choice(unit, "--unit", ("flops", "macs")) == "flops" else 1
     B, H, L, S, E, *rest = shape
     Ev = rest[0] if rest else E
     Hkv = H if kv_heads is None else check_whole(kv_heads, "--kv-heads", high=MAX_SIZE)
@@ -121,8 +125,8 @@ def judge_figure(figure: int, call: str, shape: tuple, *, causal: bool = False,
                   f"v {B}x{Hkv}x{S}x{Ev}", "sdpa", s, code.format(causal=flag), ops=ops)
     L_ = ledger(c, count_limit=COUNT_LIMIT)
     pass_ = bwd if backward else "forward"
-    v = verdict(L_, figure, 2, backward=bwd if backward else None)
-    return JudgedFigure(call, {**s.shape}, L_, v, pass_)
+    v = verdict(L_, figure, per_mac, backward=bwd if backward else None)
+    return JudgedFigure(call, {**s.shape}, L_, v, pass_, per_mac)
 
 
 _WIDTH = {"forward": ("E", "E_v"), "backward": ("3 x E", "2 x E_v"),
@@ -130,7 +134,7 @@ _WIDTH = {"forward": ("E", "E_v"), "backward": ("3 x E", "2 x E_v"),
 
 
 def formula(j: JudgedFigure, findings: tuple) -> tuple[str, str, Fraction]:
-    """The FLOPs of ``findings`` as a formula in the sizes, with the numbers, and its value.
+    """The figure of ``findings`` (in the judged unit) as a formula in the sizes, with the numbers, and its value.
 
     >>> formula(judge_figure(384, "flash", (1, 2, 6, 6, 4)), ("layout_swap",))[:2]
     ('2 x B x L x H x H_kv x (E + E_v)', '2 x 1 x 6 x 2 x 2 x (4 + 4)')
@@ -151,10 +155,12 @@ def formula(j: JudgedFigure, findings: tuple) -> tuple[str, str, Fraction]:
     body = f"B x {heads} x {pairs} x {w}"
     if "layout_swap" in findings:
         body = f"B x L x H x H_kv x {w}"
+    if "image_layout" in findings:   # each product over its own operands' channels
+        body = f"B x L x E x S x ({we.replace('E', 'H x E')} + {wv.replace('E_v', 'H_kv x E_v')})"
     if "attention_twice" in findings:
         body = "2 x " + body
-    unit = "1" if "macs_as_flops" in findings else "2"
-    text = "0" if "omits_attention" in findings else f"{unit} x {body}"
+    unit = "1 x " if "macs_as_flops" in findings else "2 x " * (j.per_mac == 2)
+    text = "0" if "omits_attention" in findings else f"{unit}{body}"
     for f in ("softmax", "scale"):   # a doubled attention ran its softmax twice too
         if f in findings:
             text += " + 2 x B x H x L x S" if f == "softmax" and "attention_twice" in findings \

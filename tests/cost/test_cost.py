@@ -518,7 +518,7 @@ def _option_values():
             "--audit": ["--counters", "none"], "--counters": ["torch"],
             # a figure judged; the judge's options alone are refused: they need --judge
             "--judge": ["12960", "--shape", "2,5,9,9,4"], "--call": ["flash"],
-            "--shape": ["2,5,9,9,4"], "--kv-heads": ["2"], "--backward": []}
+            "--shape": ["2,5,9,9,4"], "--kv-heads": ["2"], "--backward": [], "--unit": ["macs"]}
 
 
 def test_every_option_changes_the_output_or_is_refused(cli):

@@ -107,3 +107,53 @@ def test_the_formula_of_a_doubled_attention_counts_its_softmax_twice():
     assert j.verdict.findings == ("attention_twice", "softmax")
     assert formula(j, j.verdict.findings)[1:] == (
         "2 x 2 x 1 x 1 x 1 x (1 + 1) + 2 x 1 x 1 x 1 x 1", 10)
+
+
+def test_unit_macs_reads_the_figure_as_multiply_adds(cli):
+    # B 2, H 5, L = S = 9, E = E_v = 4: 2 x 5 x 81 x 8 = 6480 MACs = 12960 FLOPs
+    rc, out, _ = _run(cli, "--judge", "6480", "--shape", "2,5,9,9,4", "--unit", "macs")
+    assert rc == 0 and out.startswith("6480 MACs judged for sdpa on 2x5x9x4\n")
+    assert "reported: 6480 MACs (forward)\nverdict: right: 6480 is the exact count\n" in out
+    flops = _run(cli, "--judge", "6480", "--shape", "2,5,9,9,4")
+    assert flops[0] == 1 and "6480 is not 12960 (right: 12960)" in flops[1]
+    # the explanations in MACs: no factor 2 in the formula
+    j = judge(1152, "flash", (1, 2, 6, 6, 4), unit="macs")   # right 576; twice: 1152
+    assert (j.verdict.expected, j.verdict.findings, j.per_mac) == (576, ("attention_twice",), 1)
+    assert formula(j, j.verdict.findings) == (
+        "2 x B x H x L x S x (E + E_v)", "2 x 1 x 2 x 6 x 6 x (4 + 4)", 1152)
+    assert judge(2880 // 2, "flash", (1, 2, 6, 6, 4), backward=True, unit="macs").right
+    rc, out, _ = _run(cli, "--judge", "6480", "--shape", "2,5,9,9,4", "--unit", "macs",
+                      "--format", "json")
+    assert json.loads(out)["unit"] == "MACs (FLOPs = 2 x MACs)"
+    assert json.loads(_run(cli, "--judge", "1", "--shape", "1,1,1,1,1", "--format", "json")[1]
+                      )["unit"] == "FLOPs (2 x MACs)"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--unit", "macs"], "--unit needs --judge (got --unit without --judge)"),
+    (["--judge", "1", "--shape", "2,5,9,9,4", "--unit", "gmacs"],
+     "--unit must be one of flops, macs (got 'gmacs')"),
+])
+def test_bad_unit_one_line_exit_2(cli, argv, message):
+    rc, out, err = _run(cli, *argv)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_a_block_read_as_b_c_h_w_is_explained(cli):
+    # q, k, v 2 x 3 x 5 x 4 read as images (B, C, H, W): 5 x 4 = 20 pixels of 3 channels;
+    # a product 2 x 3 x 20 x 20 = 2400 MACs, both 4800 MACs = 9600 FLOPs (right: 2400 FLOPs)
+    rc, out, _ = _run(cli, "--judge", "9600", "--shape", "2,3,5,5,4")
+    assert rc == 1
+    assert "verdict: wrong: 9600 is not 2400 (right: 2400); (B, C, H, W) read, an error" in out
+    assert ("explanation: 2 x B x L x E x S x (H x E + H_kv x E_v) = 2 x 2 x 5 x 4 x 5 x "
+            "(3 x 4 + 3 x 4) = 9600 (reads each 4-d operand (B, H, L, E) as an image block") in out
+    # GQA, E 2, E_v 3: scores 1 x 4 x (3 x 2) x (5 x 2) = 240, mix 1 x 2 x (3 x 2) x (5 x 3) = 180
+    j = judge(420, "flash", (1, 4, 3, 5, 2, 3), kv_heads=2, unit="macs")
+    assert (j.verdict.expected, j.verdict.findings, j.verdict.alternatives) == (
+        300, ("image_layout",), ())   # right: 1 x 4 x 15 x (2 + 3)
+    assert formula(j, j.verdict.findings)[1:] == ("1 x 3 x 2 x 5 x (4 x 2 + 2 x 3)", 420)
+    # backward (fused): 3 scores-shaped and 2 mix-shaped products, each read that way
+    j = judge(2 * (3 * 2400 + 2 * 2400), "sdpa", (2, 3, 5, 5, 4), backward=True)
+    assert j.verdict.findings == ("image_layout",)
+    assert formula(j, j.verdict.findings)[0] == \
+        "2 x B x L x E x S x (3 x H x E + 2 x H_kv x E_v)"

@@ -25,12 +25,9 @@ The modules, in the order data flows through them:
 ([(0, 4, (0, 4)), (4, 6, (0, 6))], ['1.000', '0.000', '0.000'])
 """
 
-from .certify import DEFAULT_MEMORY, certify, plan
-from .check import BlockedReport, check_impl, check_outputs
-from .engine import Engine, check_scheduler, dask_available
+from .certify import DEFAULT_MEMORY, certify
+from .check import check_impl, check_outputs
+from .engine import Engine, check_scheduler
 from .inputs import float_ints, from_call, from_floats, random_floats, random_inputs
-from .memory import block_rows, block_spans
-from .rows import BlockResult, certify_block
 
-__all__ = ["BlockResult", "BlockedReport", "Engine", "certify", "check_impl", "from_call",
-           "from_floats", "random_inputs"]
+__all__ = ["Engine", "certify", "check_impl", "from_call", "from_floats", "random_inputs"]

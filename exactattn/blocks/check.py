@@ -9,7 +9,10 @@ each correctly rounded to the dtype: enclosed in bulk
 where it straddles a rounding boundary, from the exact value
 (:func:`~exactattn.numbers.formats.round_enclosed`).
 Each output is judged by :func:`exactattn.verify.compare.judge`, the one
-comparison ``verify`` uses, with ``verify``'s default tolerance
+comparison ``verify`` uses, with ``verify``'s tolerance: per output, the proved error
+of a correct kernel accumulating in float32, in ULPs at the terms
+(:func:`~exactattn.verify.check.proved_tolerance` over the block's rows, :func:`proved_block`),
+and where no bound holds the default rule
 (:func:`~exactattn.numbers.formats.default_max_ulps` of the largest |scaled
 score|, found exactly in a first pass over the blocks).
 
@@ -37,10 +40,15 @@ import numpy as np
 
 from ..call.policy import SCORE_FIELDS, Policy
 from ..errors import InputError
-from ..verify.compare import Comparison
+from ..numbers.digits import working_precision
+from ..numbers.exact import fmpq_of
+from ..numbers.formats import float_format, round_enclosed, round_value
+from ..numbers.reals import atom_ball
+from ..verify.check import Entry, proved_tolerance
+from ..verify.compare import Comparison, judge
 from .engine import Engine
 from .inputs import ExactInputs
-from .rows import block, score_top
+from .rows import block, block_keep, score_top
 
 #: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
 CHECK_DTYPES = ("float32", "float16", "bfloat16")
@@ -54,19 +62,21 @@ class BlockCheck(Comparison):
     were decided by the exact per-entry path (``fallbacks``)."""
 
     fallbacks: int = 0
+    #: the least and the most of the proved per-output tolerances (None: one tolerance)
+    proved: tuple | None = None
 
     def merge(self, other: "BlockCheck") -> "BlockCheck":
         super().merge(other)
         self.fallbacks += other.fallbacks
+        if other.proved is not None:
+            mine = self.proved or other.proved
+            self.proved = (min(mine[0], other.proved[0]), max(mine[1], other.proved[1]))
         return self
 
 
 def max_scaled_score(inputs: ExactInputs, top: int) -> float:
     """``top / den`` times the scale, rounded up to a float (a few digits; inf past float64)."""
     from flint import arb
-    from ..numbers.digits import working_precision
-    from ..numbers.reals import atom_ball
-    from ..numbers.exact import fmpq_of
     d2 = inputs.divisor_squared
     with working_precision(64):
         x = arb(fmpq_of(top)) / arb(inputs.den)
@@ -75,27 +85,46 @@ def max_scaled_score(inputs: ExactInputs, top: int) -> float:
         return float(x.upper())
 
 
-def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int = 5
-                ) -> BlockCheck:
-    """Judge the outputs ``got[r0:r1]`` (``data = (inputs, got)``, got n_q x d_v float64).
+def proved_block(inputs: ExactInputs, r0: int, r1: int, dtype: str, fallback: int):
+    """Per output of rows r0 .. r1 - 1 ((r1 - r0) x d_v), verify's proved tolerance
+    (:func:`~exactattn.verify.check.proved_tolerance`: the error a correct ``dtype`` kernel
+    accumulating in float32 may make, in ULPs at the terms), or None where the inputs are not
+    binary floats.  Each row's bound reads its own scores and the call's n_k keys only, so it is
+    the same for every block size and the same as ``verify``'s on the whole call;
+    ``fallback`` (the default rule) where no bound holds."""
+    parts = ((inputs.q[r0:r1], inputs.q_den), (inputs.k, inputs.k_den), (inputs.v, inputs.v_den))
+    if any(a.dtype == object or d & (d - 1) or d > 2 ** 960 for a, d in parts):
+        return None
+    floats = [a.astype(np.float64) for a, _ in parts]
+    if any(not np.array_equal(f.astype(np.int64), a) for f, (a, _) in zip(floats, parts)):
+        return None                # a numerator of more than 53 bits: not a float
+    keep = block_keep(inputs, r0, r1, 0, inputs.n_k)         # the rows' own positions
+    policy = inputs.policy.replace(causal=False, window=None, query_offset=None)
+    return proved_tolerance((*(f[None, None] / d for f, (_, d) in zip(floats, parts)), policy,
+                             keep[None, None], None, 2), dtype, fallback=fallback)[0][0, 0]
+
+
+def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int = 5,
+                proved: bool = False) -> BlockCheck:
+    """Judge the outputs ``got[r0:r1]`` (``data = (inputs, got)``, got n_q x d_v float64)
+    within ``max_ulps``, or with ``proved`` within :func:`proved_block`'s tolerances
+    (``max_ulps`` where none holds).
 
     Reference: Vaswani et al. 2017, sec. 3.2.1; Ziv 1991 for the rounding.
     """
     from flint import arb, fmpq
-    from ..numbers.digits import working_precision
-    from ..verify.check import Entry
-    from ..verify.compare import judge
-    from ..numbers.formats import float_format, round_enclosed, round_value
     inputs, got = data
     fmt = float_format(dtype)
+    tol = proved_block(inputs, r0, r1, dtype, max_ulps) if proved else None
     c0, c1, b, exact_row, values = block(inputs, r0, r1, 62)
-    empty_row = inputs.policy.empty_row
     if b is not None:
         vals = np.abs(inputs.v[c0:c1].astype(np.float64))
         with np.errstate(all="ignore"):
             mags = (b.lo.astype(np.float64) @ vals) / np.array(b.den_lo, dtype=np.float64) \
                 / float(inputs.v_den)
     out = BlockCheck(worst)
+    if tol is not None:
+        out.proved = (int(tol.min()), int(tol.max()))
     for i in range(r0, r1):
         bulk = b is not None and not b.empty[i - r0]
         row = None if bulk else exact_row(i)
@@ -110,22 +139,16 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
                 rounded, ball = round_enclosed(bounds, fmt, _PREC, value, _PREC)
                 out.fallbacks += ball is not bounds        # decided by the exact value
                 mag = float(mags[at])
-            elif row.empty and empty_row == "nan":       # the policy's answer: NaN
+            elif row.nan:      # a row that sees no key under the policy's answer NaN
                 rounded, mag = math.nan, 0.0
-            else:      # an empty row's zeros or mean value; no bulk enclosure: entry by entry
-                mag = float(row.combine([abs(v) for v in values(i, c)])) \
-                    if not row.empty else \
-                    _empty_magnitude(inputs, c) if empty_row == "uniform" else 0.0
+            else:      # the row's own answer (an empty row's too): entry by entry
+                mag = float(row.combine([abs(v) for v in values(i, c)]))
                 rounded, ball = round_value(value(), fmt, _PREC)
             g = float(got[i, c])
-            j = judge(g, rounded, ball, mag, fmt, value, max_ulps)
+            j = judge(g, rounded, ball, mag, fmt, value,
+                      max_ulps if tol is None else int(tol[i - r0, c]))
             out.add(Entry((i, c), rounded, g, j.ulps, j.rel, j.status, None, j.terms_ulps), j)
     return out
-
-
-def _empty_magnitude(inputs: ExactInputs, c: int) -> float:
-    """The mean |value| of column c (the terms of a uniform empty row)."""
-    return float(np.abs(inputs.v[:, c].astype(np.float64)).mean()) / float(inputs.v_den)
 
 
 def _block_top(data, r0: int, r1: int) -> int:
@@ -191,18 +214,18 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
         spans = plan(inputs, engine, memory=memory, rows=rows, shares=False)
         t0 = time.perf_counter()
         data = (inputs, got)            # scattered once, read by both passes
-        if max_ulps is None:
+        proved = max_ulps is None       # verify's rule: the proved bound, else the default
+        if proved:
             top = max(engine.map(_block_top, data, spans), default=0)
             max_ulps = default_max_ulps(dtype, inputs.n_k, inputs.d_k,
                                         max_scaled_score(inputs, top))
         found = BlockCheck(worst)
-        task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst)
+        task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst, proved=proved)
         for part in engine.map(task, data, spans, on_block):     # in row order
             found.merge(part)
         seconds = {"exact": time.perf_counter() - t0}
         notes = [engine.note] if engine.note else []
-        shape = {"L": inputs.n_q, "S": inputs.n_k, "E": inputs.d_k, "E_v": inputs.d_v}
-        return BlockedReport(impl, dtype, inputs.policy, shape, max_ulps, found, len(spans),
+        return BlockedReport(impl, dtype, inputs.policy, inputs.shape, max_ulps, found, len(spans),
                              rows or spans[0][1] - spans[0][0], engine.describe(), seconds, notes)
     finally:
         if own:
@@ -254,8 +277,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     t1 = time.perf_counter()
     if raised is not None:
         found = BlockCheck(count=inputs.n_q * inputs.d_v, hard=inputs.n_q * inputs.d_v)
-        shape = {"L": inputs.n_q, "S": inputs.n_k, "E": inputs.d_k, "E_v": inputs.d_v}
-        return BlockedReport(impl.name, dtype, policy, shape, 0, found, 0, 0, "nothing ran",
+        return BlockedReport(impl.name, dtype, policy, inputs.shape, 0, found, 0, 0, "nothing ran",
                              {"impl": t1 - t0}, [f"hard failure: {impl.name} raised {raised}"],
                              raised)
     report = check_outputs(inputs, np.asarray(got, dtype=np.float64), dtype, impl=impl.name,

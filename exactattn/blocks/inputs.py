@@ -99,6 +99,8 @@ class ExactInputs:
     n_k = property(lambda self: self.k.shape[0], doc="keys")
     d_k = property(lambda self: self.q.shape[1], doc="query/key width")
     d_v = property(lambda self: self.v.shape[1], doc="value width")
+    #: the sizes by the names verify's reports use
+    shape = property(lambda self: {"L": self.n_q, "S": self.n_k, "E": self.d_k, "E_v": self.d_v})
 
     @property
     def divisor_squared(self) -> Fraction | None:

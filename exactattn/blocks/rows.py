@@ -53,12 +53,9 @@ def key_span(inputs: ExactInputs, r0: int, r1: int) -> tuple[int, int]:
 
     ``(0, 0)`` when none sees a key.  From :meth:`Policy.visible_keys`, row by row.
     """
-    lo, hi = inputs.n_k, 0
-    for i in range(r0, r1):
-        r = inputs.policy.visible_keys(i, inputs.n_q, inputs.n_k)
-        if r.stop > r.start:
-            lo, hi = min(lo, r.start), max(hi, r.stop)
-    return (lo, hi) if hi > lo else (0, 0)
+    seen = [r for r in (inputs.policy.visible_keys(i, inputs.n_q, inputs.n_k)
+                        for i in range(r0, r1)) if r.stop > r.start]
+    return (min(r.start for r in seen), max(r.stop for r in seen)) if seen else (0, 0)
 
 
 def block_keep(inputs: ExactInputs, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:

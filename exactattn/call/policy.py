@@ -107,6 +107,7 @@ UNSUPPORTED = {
     "split": ("alibi", "rope", "dropout"),             # split-merge: a block's keys come without positions
     "flash_attn": ("window", "query_offset", "alibi", "sink", "dropout"),  # exactattn's flash-attn adapter
     "jax": ("softcap", "sink", "dropout"),             # jax.nn.dot_product_attention has no such argument
+    "enclose": ("rope", "softcap", "alibi", "dropout"),  # the float64 enclosure (reference.bound)
 }
 
 PRESETS = {

@@ -225,7 +225,8 @@ def write_report(report, fmt: str, budget: str) -> None:
     s = report.summary()
     doc = {"command": "blocks", "check": report.impl, "dtype": report.dtype,
            "policy": report.policy.as_dict(), "shape": report.shape,
-           "tolerance_ulps": report.max_ulps, "passed": report.passed, "summary": s,
+           "tolerance_ulps": report.max_ulps, "proved_ulps": report.found.proved,
+           "passed": report.passed, "summary": s,
            "fallbacks": report.found.fallbacks, "blocks": report.blocks,
            "rows_per_block": report.rows, "memory": budget, "engine": report.engine,
            "worst": [{"query": w.index[0] + 1, "column": w.index[1] + 1, "got": w.got,
@@ -241,7 +242,7 @@ def write_report(report, fmt: str, budget: str) -> None:
              f"E_v={sh['E_v']}, {report.policy.describe()}",
              f"blocks: {report.blocks} of {report.rows} rows on {report.engine} "
              f"(memory {budget})",
-             f"outputs: {s['count']}, over {report.max_ulps} ULPs: {s['over']}, hard: {s['hard']}"
+             f"outputs: {s['count']}, over {_tolerance(report)}: {s['over']}, hard: {s['hard']}"
              f"  -> {'PASS' if report.passed else 'FAIL'}",
              f"ULPs: max {s['max_ulps']}, median {s['median_ulps']}, mean "
              f"{_g(s['mean_ulps'])}; at the terms: max {_g(s['max_terms_ulps'])}; relative "
@@ -253,6 +254,15 @@ def write_report(report, fmt: str, budget: str) -> None:
                      f"rounded {w['exact_rounded']!r}, {w['ulps']} ULPs ({w['status']})")
     lines += [f"note: {n}" for n in report.notes]
     sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _tolerance(report) -> str:
+    """The tolerance in words: the proved bound's range, or one number of ULPs."""
+    if report.found.proved is None:
+        return f"{report.max_ulps} ULPs"
+    lo, hi = report.found.proved
+    return (f"the proved bound ({lo}{f' to {hi}' if hi != lo else ''} ULPs at the terms; "
+            f"{report.max_ulps} where none holds)")
 
 
 def _g(x) -> str:

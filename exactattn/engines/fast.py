@@ -48,7 +48,7 @@ def _biased(m, b):
     return m if b is None else m + fmpq_mat_of([b] * m.nrows())
 
 
-def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trace:
+def attend_fast(head, xs: list[list[Fraction]]) -> Trace:
     """Run ``head`` over validated token rows ``xs`` with python-flint matrices.
 
     Shapes: ``xs`` is n x d_model (``Fraction`` entries, as
@@ -108,5 +108,5 @@ def attend_fast(head, xs: list[list[Fraction]], empty_row: str = "zero") -> Trac
 
     return Trace(head, "fast", xs, queries=lambda: fractions("queries"),
                  keys=lambda: fractions("keys"), values=lambda: fractions("values"),
-                 raw_scores=raw_scores, empty_row=empty_row, score_row=score_row,
+                 raw_scores=raw_scores, score_row=score_row,
                  score_ints=score_ints, integers=integers, part_ints=ints)

@@ -264,7 +264,7 @@ def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[
             step.macs["mix"])
 
 
-def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | None:
+def _pencil(head: Head, x: list[list], keep=None) -> Trace | None:
     """The pencil engine on integers over common denominators (None if not all rational)."""
     xi = common_denominator(x)
     if xi is None:
@@ -274,9 +274,7 @@ def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | Non
     if any(p is None for p in done):
         return None
     (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
-    n = len(x)
-    policy = head.policy if head.policy.empty_row == empty_row else \
-        head.policy.replace(empty_row=empty_row)
+    n, policy = len(x), head.policy
     step = counted_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk, dv,
                         head.divisor_squared, policy, keep)
 
@@ -287,14 +285,14 @@ def _pencil(head: Head, x: list[list], empty_row: str, keep=None) -> Trace | Non
 
     return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
                  values=to_fractions(v, dv), raw_scores=step.raw_fractions,
-                 empty_row=empty_row, rows=step.rows, outputs=step.outputs,
+                 rows=step.rows, outputs=step.outputs,
                  macs={"projections": mq + mk + mv, **step.macs},
                  softmax_ops={op: sum(getattr(r, op + "s") for r in step.rows)
                               for op in ("exp", "add", "div")}, integers=integers,
                  bias_adds=aq + ak + av, rotated=step.rotated, dropout_keep=keep)
 
 
-def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
+def _symbolic(head: Head, x: list[list]) -> Trace:
     """The same counted loops over sympy entries; shares and outputs as sympy closed forms."""
     import sympy
 
@@ -315,7 +313,7 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
     raw = [[None if r is None else sympy.expand(r) for r in row] for row in raw]
     div = head.divisor
     div = div.sympy() if isinstance(div, Surd) else div
-    rows, outputs, mix_macs = [], [], 0
+    rows, outputs, mix_macs, empty_row = [], [], 0, head.policy.empty_row
     for i in range(n):
         seen = [j for j in range(n) if raw[i][j] is not None]
         if not seen and empty_row == "uniform":      # every key at score 0
@@ -332,7 +330,7 @@ def _symbolic(head: Head, x: list[list], empty_row: str) -> Trace:
                         for c in range(head.d_v)])
         mix_macs += len(seen) * head.d_v           # one MAC per seen key and value column
     return Trace(head, "symbolic", xs, queries=queries, keys=keys, values=values,
-                 raw_scores=raw, empty_row=empty_row, rows=rows, outputs=outputs,
+                 raw_scores=raw, rows=rows, outputs=outputs,
                  macs={"projections": macs, "scores": score_macs, "mix": mix_macs},
                  bias_adds=adds)
 
@@ -379,9 +377,8 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     E/(1 + E)
     """
     check_choice(engine, "engine", ENGINES)
-    if empty_row is None:
-        empty_row = head.policy.empty_row
-    Policy(empty_row=empty_row)      # the one check of the empty-row answer
+    if empty_row not in (None, head.policy.empty_row):   # this run's answer, checked by Policy
+        head = head.with_policy(head.policy.replace(empty_row=empty_row))
     from ..call.inputs import head_tokens
     xs = head_tokens(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
@@ -396,12 +393,12 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
         raise InputError(
             f"engine must be 'symbolic' or 'auto' for symbolic entries (got {shorten(engine, quote=True)})")
     if engine == "symbolic":
-        return _symbolic(head, xs, empty_row)
+        return _symbolic(head, xs)
     if engine == "fast":
         from .fast import attend_fast
-        return attend_fast(head, xs, empty_row)
-    trace = _pencil(head, xs, empty_row, keep)
+        return attend_fast(head, xs)
+    trace = _pencil(head, xs, keep)
     if trace is None and policy.modified:      # irrational entries: refused, never dropped
         modified_engine(policy, "symbolic", True, 0)
-    return trace or _symbolic(head, xs, empty_row)
+    return trace or _symbolic(head, xs)
 

@@ -230,8 +230,7 @@ class Layer:
             g = self.kv_of[a]
             head = Head(W_Q[a], W_K[g], W_V[g], b_Q=b_Q[a], b_K=b_K[g], b_V=b_V[g],
                         layout=layout, floats=floats)
-            own = policy.replace(head=policy.head + a) if sinks is None else \
-                policy.replace(head=policy.head + a, sink=sinks[a])
+            own = policy.replace(head=policy.head + a, **({} if sinks is None else {"sink": sinks[a]}))
             self.heads.append(head.with_policy(own))   # the default scale: 1/sqrt(d_k)
         self.policy = policy
         self.n_kv_heads = H_kv

@@ -66,7 +66,7 @@ class Trace:
     """
 
     def __init__(self, head, engine: str, x: list[list], *, queries, keys, values, raw_scores,
-                 empty_row: str = "zero", rows=None, outputs=None, macs: dict | None = None,
+                 rows=None, outputs=None, macs: dict | None = None,
                  softmax_ops: dict | None = None, score_row: Callable | None = None,
                  integers: Callable | None = None, bias_adds: int | None = None,
                  rotated: list | None = None, dropout_keep: list | None = None,
@@ -74,11 +74,9 @@ class Trace:
         self.head = head
         self.engine = engine
         self.x = x
-        self.empty_row = empty_row
-        policy = head.policy
-        #: the call's policy (the head's, with this run's empty-row answer)
-        self.policy = policy if policy.empty_row == empty_row else \
-            policy.replace(empty_row=empty_row)
+        #: the call's policy (the head's: :func:`~exactattn.engines.head.attend` puts this run's
+        #: empty-row answer in it)
+        self.policy = head.policy
         #: the dropout keep-mask (n x n bools), None without dropout
         self.dropout_keep = dropout_keep
         self._rotated = rotated

@@ -148,7 +148,7 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
              f"shares at {places} certified places (correctly rounded); "
              "printed values may not add to 1 because of rounding"]
     if policy.modified:
-        logits = any(getattr(policy, f) is not None for f in ("sink", "softcap", "alibi", "rope"))
+        logits = policy.replace(dropout=None).modified      # a score field besides dropout
         notes.append(f"modifiers: {' '.join(f'{k}={v}' for k, v in policy.modifiers().items())}"
                      .replace("'", "") + ("; the shares are the softmax of the logits (square)"
                                           if logits else ""))

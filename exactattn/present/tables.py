@@ -56,8 +56,7 @@ def attend_example(example, *, no_scale: bool = False, engine: str = "auto") -> 
     (``example.dropout_keep``, :class:`~exactattn.engines.spec.HeadSpec`) goes with the call.
     """
     head = with_divisor(example.head, None) if no_scale else example.head
-    return attend(head, example.x, engine=engine, empty_row=head.policy.empty_row,
-                  dropout_keep=getattr(example, "dropout_keep", None))
+    return attend(head, example.x, engine=engine, dropout_keep=getattr(example, "dropout_keep", None))
 
 
 def _texts(values, picked=None) -> list[str]:

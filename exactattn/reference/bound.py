@@ -34,9 +34,9 @@ it holds for any order of summation, blocked or fused, as BLAS uses):
    are below ``1 + 2^-7``; valid while every ``tau_j`` and ``eta``
    are at most 2^-10 (else the row's radius is infinite and the exact path decides it).
 
-Rows that see no key, non-finite inputs or logits, and policies with RoPE, soft-cap, ALiBi
-or dropout are not enclosed here (:func:`supported` says why); the caller takes the exact
-path for them.
+Non-finite inputs or logits, and the policy fields the capability table lists for
+``"enclose"`` (:data:`~exactattn.call.policy.UNSUPPORTED`: RoPE, soft-cap, ALiBi, dropout)
+are not enclosed here (:func:`supported` says why); the caller takes the exact path for them.
 
 >>> import numpy as np
 >>> from exactattn.call.policy import Policy
@@ -146,10 +146,11 @@ def exp_checked() -> bool:
 
 
 def supported(policy: Policy) -> str | None:
-    """None when :func:`enclose_outputs` encloses calls of ``policy``, else what it does not take."""
-    for name in ("rope", "softcap", "alibi", "dropout"):
-        if getattr(policy, name) is not None:
-            return name
+    """None when :func:`enclose_outputs` encloses calls of ``policy``, else what it does not take
+    (the first of ``policy.unsupported("enclose")``, then the scale and ``exp``)."""
+    bad = policy.unsupported("enclose")
+    if bad:
+        return bad[0]
     if policy.divisor_squared is not None and not isinstance(policy.divisor_squared, str):
         try:
             d = float(policy.divisor_squared)
@@ -225,7 +226,7 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
                 deltas.append(delta)
             mid[b, h], mag[b, h], rads[:, b, h], excess[b, h] = _softmax_mix(
                 x, x_top, x_low, deltas, vis, value[b, g], sink, n, ariths,
-                "zero" if sink is not None else policy.empty_row,
+                0 if sink is not None else policy.empty_share(max(S, 1)),
                 None if got is None else (got[b, h], fmt))
             seen = vis.any(axis=1)
             if seen.any():
@@ -236,16 +237,16 @@ def enclose_outputs(query, key, value, policy: Policy, keep=None, offsets=None,
             tuple(top) if bounded else None) + ((excess,) if got is not None else ())
 
 
-def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fill: str = "nan",
-                 got=None):
+def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fill=None, got=None):
     """One head's outputs, magnitudes and radii, one per arithmetic of ``ariths`` with its
     logits' errors ``deltas`` (step 2 and 3 of the module's bound, in that arithmetic), the
     bound's terms taken per row: ``tau_j <= delta + u fl(m - min_j x_j)``
     (rounding is monotone, so ``|fl(x_j - m)| <= fl(m - min_j x_j)``) and ``r_j <= R =
     expm1(max tau) + epsilon`` (``expm1`` is increasing).  A row that sees no key takes
-    ``fill`` (the policy's ``empty_row``; ``zero`` with a sink): 0 exactly, the mean of the
-    values (a sum of S terms and a weight ``1/S``: ``gamma_{S+1} + w`` of the mean of
-    ``|v|``), or NaN, left unbounded.  ``got``: ``(outputs, format)`` of a kernel, whose rows
+    ``fill``, each key's share there (:meth:`Policy.empty_share
+    <exactattn.call.policy.Policy.empty_share>`; 0 with a sink): 0 exactly, ``1/S``: the mean
+    of the values (a sum of S terms and a weight ``1/S``: ``gamma_{S+1} + w`` of the mean of
+    ``|v|``), or None: NaN, left unbounded.  ``got``: ``(outputs, format)`` of a kernel, whose rows
     :func:`_row_excess` judges against the last arithmetic (else the excess is 0)."""
     m = x_top if sink is None else np.maximum(x_top, sink)
     e = np.exp(x - m[:, None])                 # hidden keys: exp(-inf) = 0
@@ -259,9 +260,9 @@ def _softmax_mix(x, x_top, x_low, deltas, vis, V, sink, n, ariths=(FLOAT64,), fi
     if (V == 0).any():
         exact = exact | ((vis.astype(np.float64) @ (V != 0).astype(np.float64)) == 0)
     empty = ~vis.any(axis=1)
-    if empty.any() and fill != "nan" and V.shape[0]:
-        out[empty] = V.mean(axis=0) if fill == "uniform" else 0.0
-        mag[empty] = np.abs(V).mean(axis=0) if fill == "uniform" else 0.0
+    if empty.any() and fill is not None and V.shape[0]:
+        out[empty] = V.mean(axis=0) if fill else 0.0
+        mag[empty] = np.abs(V).mean(axis=0) if fill else 0.0
     found = [_radius(delta, a, m, x_low, sink, n, D, mag, vmax, vis, out, exact, empty, fill,
                      V.shape[0]) for delta, a in zip(deltas, ariths)]
     excess = 0.0 if got is None else _row_excess(*got, out, found[0][0], mag, e / D[:, None], V,
@@ -341,9 +342,9 @@ def _radius(delta, arith: Arithmetic, m, x_low, sink, n, D, mag, vmax, vis, out,
     ok = np.isfinite(m) & (tau_max <= valid) & (eta <= valid) & vis.any(axis=1)
     rad = np.where(ok[:, None] & np.isfinite(out) & np.isfinite(mag), rad, np.inf)
     rad = np.where(exact & np.isfinite(rad), 0.0, rad)
-    if empty.any() and fill != "nan" and S:
+    if empty.any() and fill is not None and S:
         grow = gamma(arith.sums * (S + 1), u) + arith.weights + gamma(S + 1)
-        rad[empty] = mag[empty] * grow * (1 + 2.0 ** -20) if fill == "uniform" else 0.0
+        rad[empty] = mag[empty] * grow * (1 + 2.0 ** -20) if fill else 0.0
     return rad, eta, eta_n, kappa
 
 
@@ -391,8 +392,8 @@ class RowBalls:
                 W, D = arb_mat(len(I), S), []
                 for r, i in enumerate(I):
                     seen = np.flatnonzero(self.vis[b, h, i]).tolist()
-                    if not seen:      # an empty row: 0, or every key at weight 1 (uniform)
-                        fill = sink is None and pol.empty_row == "uniform"
+                    if not seen:      # an empty row: 0, or every key at weight 1 (1/S each)
+                        fill = sink is None and pol.empty_share(max(S, 1))
                         for j in range(S if fill else 0):
                             W[r, j] = arb(1)
                         D.append(arb(S if fill else 1))

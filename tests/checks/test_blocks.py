@@ -267,6 +267,36 @@ def test_the_blocked_check_agrees_with_verify(policy):
         check_outputs(from_floats(q, k, v, policy), got, "float64", engine=PLAIN)
 
 
+def test_the_blocked_check_judges_with_verify_s_proved_bound():
+    """An output 60 ULPs off (29.8 at the terms) is within what a correct float32 kernel may
+    make there (331, proved): verify passes it, and so does the blocked check, for every block
+    size; the old fixed rule (19 ULPs, still the fallback and what max_ulps= sets) failed it."""
+    from exactattn.blocks.check import proved_block
+    from exactattn.verify.check import verify_outputs
+    q, k, v = random_floats(16, 4, seed=3)
+    x = from_floats(q, k, v, Policy())
+    call = Call.random(16, 4, seed=3).rounded("float32")[0]
+    exact = verify_outputs(call, np.zeros((1, 1, 16, 4)), "float32")
+    bad = np.array([e.rounded for e in exact.entries], dtype=np.float32).reshape(16, 4)
+    for _ in range(60):
+        bad[5, 2] = np.nextafter(bad[5, 2], np.float32(np.inf))
+    bad = bad.astype(np.float64)
+    tol = proved_block(x, 0, 16, "float32", 19)
+    typed((int(tol[5, 2]), int(tol.min()), int(tol.max())), (331, 142, 470))
+    typed(proved_block(x, 4, 8, "float32", 19).tolist(), tol[4:8].tolist())
+    report = verify_outputs(call, bad.reshape(1, 1, 16, 4), "float32")
+    typed((report.passed, report.max_ulps, report.summary()["max_ulps"]), (True, 19, 60))
+    for rows in (1, 5, 16):
+        mine = check_outputs(x, bad, "float32", rows=rows, engine=PLAIN)
+        typed((mine.passed, mine.max_ulps, mine.found.proved, mine.summary()["over"]),
+              (True, 19, (142, 470), 0))
+    old = check_outputs(x, bad, "float32", rows=4, engine=PLAIN, max_ulps=19)
+    typed((old.passed, old.found.proved, old.summary()["over"]), (False, None, 1))
+    for not_floats in ("1/3", 2 ** 60 + 1, "1e-400"):     # no float kernel takes these inputs
+        assert proved_block(from_call(Call([[not_floats]], [[1]], [[1]])), 0, 1, "float32", 19) is None
+    typed(proved_block(from_call(Call([["1/2"]], [[1]], [[3]])), 0, 1, "float32", 19).tolist(), [[1]])
+
+
 # ----------------------------------------------------------------- the command
 def test_blocks_command_streams_csv_and_json(cli):
     rc, out, err = cli("blocks", "--random", "5,3,1", "--scheduler", "none", "--digits", "3",
@@ -293,6 +323,14 @@ def test_blocks_command_checks_a_float_implementation(cli):
     report = verify("numpy", (Call.random(12, 4, seed=0)).with_policy(Policy()), "float32")
     typed((rc, doc["passed"], doc["blocks"]), (0, True, 3))
     typed(doc["summary"]["max_ulps"], report.summary()["max_ulps"])
+    typed((doc["tolerance_ulps"], len(doc["proved_ulps"])), (report.max_ulps, 2))
+    rc, out, _ = cli("blocks", "--random", "12,4,0", "--check", "numpy", "--scheduler", "none")
+    lo, hi = doc["proved_ulps"]
+    assert f"over the proved bound ({lo} to {hi} ULPs at the terms; {report.max_ulps} where " \
+           "none holds): 0, hard: 0  -> PASS" in out.splitlines()[2]
+    rc, out, _ = cli("blocks", "--random", "12,4,0", "--check", "numpy", "--scheduler", "none",
+                     "--max-ulps", "3")
+    assert ", over 3 ULPs: " in out.splitlines()[2]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -97,6 +97,14 @@ def test_each_path_runs_what_the_capability_table_leaves_out(path):
         assert _run_path(path, Policy(**{field: _SET[field]})) is not None, field
 
 
+def test_the_float64_enclosure_reads_the_capability_table():
+    from exactattn.reference.bound import supported
+    for field in UNSUPPORTED["enclose"]:
+        assert supported(Policy(**{field: _SET[field]})) == field
+    assert supported(Policy(rope=Rope(), softcap=F(5))) == "rope"       # the table's order
+    assert supported(Policy(causal=True, sink=F(0), window=(1, 0), query_offset=1)) is None
+
+
 def _flag_error(*argv) -> str:
     p = argparse.ArgumentParser(exit_on_error=False)
     add_flags(p)

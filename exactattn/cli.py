@@ -29,6 +29,7 @@ COMMAND_MODULES = {
     "exactattn.commands.sweep": ("sweep",),
     "exactattn.commands.prove": ("prove",),
     "exactattn.commands.verify": ("verify",),
+    "exactattn.commands.identify": ("identify",),
     "exactattn.commands.model": ("model",),
     "exactattn.commands.page": ("page",),
     "exactattn.commands.audit": ("audit",),

@@ -1,0 +1,272 @@
+"""Which conventions a float attention kernel implements, decided exactly on small probes.
+
+:func:`identify` runs the kernel on one small exact input per convention (the
+*probe*), built so that every candidate convention gives a different answer,
+by far more than any float error.  Each candidate is a
+:class:`~exactattn.call.policy.Policy` (or a log-sum-exp base), so its answer
+is the certified exact answer of :class:`~exactattn.reference.reference.Reference`;
+the kernel's outputs are judged against each candidate by :func:`verify` (the
+proved tolerance of ``exactattn verify``, every entry decided with certified
+enclosures).  A candidate is *found* only when the kernel is within the
+tolerance of it and provably outside it for every other candidate; two
+candidates that both pass are reported ``undecided``, never guessed, and a
+kernel that passes none is reported as implementing none of them.
+
+The conventions, in the order they are probed (a scale found first is used
+by the later probes whose scores it moves):
+
+=============  ===========================================================================
+scale          ``1/sqrt(d_k)``, ``1/d_k``, ``1`` or the declared number
+alignment      causal with L != S: ``none`` (causal ignored), ``top_left``, ``bottom_right``
+window         window (2, 1): each bound inclusive or exclusive, or the two swapped
+gqa            4 query heads over 2: ``interleave`` (h // 2) or ``tile`` (h % 2)
+empty_row      a row whose mask hides every key: ``zero``, ``nan`` or ``uniform``
+lse_base       the log-sum-exp returned: base ``e`` or ``2``
+lse_sink       whether a sink enters the log-sum-exp: ``in`` or ``out``
+softcap        ``cap*tanh(s/cap)`` on the scaled scores, on the raw scores, or not at all
+alibi          the bias's form (``relative``, ``symmetric``) and slopes: the paper's rule for
+               h heads (6 unless declared), or the first h of the next power of two's
+rope_layout    ``half`` or ``interleaved`` pairs
+rope_base      the declared base, 10000, 500000 or 1000000
+=============  ===========================================================================
+
+A convention the kernel cannot be asked about (no ``attn_mask``, ``window``,
+``enable_gqa`` or ``sink`` argument, no log-sum-exp returned, a modifier the
+library refuses) is reported as such, not as a difference.
+
+>>> found = identify("numpy", conventions=("scale", "alignment"))
+>>> print(found.text())
+identify: numpy in float32, each convention decided exactly (within the proved tolerance of one candidate's certified answer, outside every other's)
+scale      declared 1/sqrt(d_k)  found 1/sqrt(d_k)  ok
+alignment  declared top_left     found top_left     ok
+>>> found.exit_status
+0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ..call.inputs import Call
+from ..call.modifiers import Alibi, Rope
+from ..call.policy import Policy
+from ..errors import InputError, ShapeError, shorten
+from ..numbers.exact import rational_sqrt
+from .adapter import Impl, ImplRaised, check_dtype, make_call
+from .check import verify
+from .impls import load_impl
+
+CONVENTIONS = ("scale", "alignment", "window", "gqa", "empty_row", "lse_base", "lse_sink",
+               "softcap", "alibi", "rope_layout", "rope_base")
+
+
+@dataclass
+class Found:
+    """One convention's answer: ``status`` is ``ok``, ``DIFFERS``, ``undecided``, ``raised``
+    or ``cannot be asked``; ``passed`` lists the candidates the kernel matched."""
+
+    name: str
+    declared: str
+    found: str | None
+    status: str
+    why: str = ""
+    passed: list = field(default_factory=list)
+
+
+@dataclass
+class Identification:
+    """What :func:`identify` found: one :class:`Found` per convention probed."""
+
+    impl: str
+    dtype: str
+    rows: list
+
+    @property
+    def agrees(self) -> bool:
+        """True when every convention that could be asked is the declared one."""
+        return all(r.status in ("ok", "cannot be asked") for r in self.rows)
+
+    @property
+    def exit_status(self) -> int:
+        return 0 if self.agrees else 1
+
+    def found(self, name: str) -> str | None:
+        """The candidate found for the convention ``name`` (None: none decided)."""
+        return next(r.found for r in self.rows if r.name == name)
+
+    def text(self) -> str:
+        """One line per convention: ``NAME  declared X  found Y  ok|DIFFERS``."""
+        w = [max(len(getattr(r, a) or "") for r in self.rows) for a in ("name", "declared")]
+        wf = max(len(r.found or "") for r in self.rows)
+        lines = [f"identify: {self.impl} in {self.dtype}, each convention decided exactly "
+                 "(within the proved tolerance of one candidate's certified answer, outside "
+                 "every other's)"]
+        for r in self.rows:
+            head = f"{r.name:<{w[0]}}  declared {r.declared:<{w[1]}}"
+            tail = f"found {r.found or '-':<{wf}}  {r.status}" if r.status != \
+                "cannot be asked" else r.status
+            lines.append(f"{head}  {tail}" + (f" ({r.why})" if r.why else ""))
+        return "\n".join(lines)
+
+
+def _call(q, k, v, policy: Policy, mask=None) -> Call:
+    return Call(q, k, v, mask, policy=policy.replace(mask_kind="bool_keep"), name="probe")
+
+
+def _scale_label(policy: Policy) -> str:
+    return "1" if policy.divisor_squared is None else policy.scale_text()
+
+
+def _probes(P: Policy, lse: str, found: dict):
+    """Each probe: ``(name, declared label, kernel call, kernel lse, candidates, judged part)``,
+    candidates ``[(label, exact call, lse base, value)]``; ``found`` (filled as probes
+    decide) carries the scale and the log-sum-exp base into the later probes."""
+    def scaled(pol):                        # the exact side under the scale found
+        return pol if "scale" not in found else pol.replace(divisor_squared=found["scale"])
+    d_k = next(d for d in (4, 9) if P.divisor_squared not in (d, d * d))
+    labels = {"1/sqrt(d_k)": "default", "1/d_k": Fraction(d_k * d_k), "1": None}
+    declared = "1/sqrt(d_k)" if P.divisor_squared == "default" else _scale_label(P)
+    if declared not in labels:
+        labels[declared] = P.divisor_squared
+    base = P.replace(causal=False, window=None, query_offset=None, alibi=None, rope=None,
+                     softcap=None, sink=None, alignment="top_left")
+    ones = [[1] * d_k]
+    call = _call(ones, [[0] * d_k, [1] * d_k], [[0], [1]], base)
+    yield ("scale", declared, call, None, [(lab, call.with_policy(base.replace(
+        divisor_squared=d)), None, d) for lab, d in labels.items()], "outputs")
+    zero = [[0]] * 6
+    call = _call(zero[:2], zero[:4], [[1], [2], [4], [8]],
+                 base.replace(causal=True, alignment=P.alignment))
+    cands = [("none", base)] + [(a, base.replace(causal=True, alignment=a))
+                                for a in ("top_left", "bottom_right")]
+    yield ("alignment", P.alignment, call, None, [(lab, call.with_policy(p), None, lab)
+                                                 for lab, p in cands], "outputs")
+    call = _call(zero, zero, [[2 ** j] for j in range(6)], base.replace(window=(2, 1)))
+    cands = {"inclusive": (2, 1), "left exclusive": (1, 1), "right exclusive": (2, 0),
+             "exclusive": (1, 0), "swapped": (1, 2)}
+    yield ("window", "inclusive", call, None, [(lab, call.with_policy(base.replace(window=w)),
+                                                None, lab) for lab, w in cands.items()],
+           "outputs")
+    call = _call([[[0]]] * 4, [[[0]]] * 2, [[[1]], [[2]]], base.replace(gqa=P.gqa))
+    yield ("gqa", P.gqa, call, None, [(g, call.with_policy(base.replace(gqa=g)), None, g)
+                                      for g in ("interleave", "tile")], "outputs")
+    call = _call([[0], [0]], [[0], [0]], [[1], [3]], base.replace(empty_row=P.empty_row),
+                 mask=[[False, False], [True, True]])
+    yield ("empty_row", P.empty_row, call, None, [(e, call.with_policy(base.replace(
+        empty_row=e)), None, e) for e in ("zero", "nan", "uniform")], "outputs")
+    call = _call([[0]], [[0], [0]], [[1], [2]], base)
+    yield ("lse_base", lse, call, lse, [(b, call, b, b) for b in ("e", "2")], "lse")
+    sink = base.replace(sink=P.sink if P.sink is not None else Fraction(0))
+    call = _call([[0]], [[0], [0]], [[1], [2]], sink)
+    yield ("lse_sink", "in", call, lse, [(lab, call.with_policy(p), found.get("lse_base", lse),
+                                          lab) for lab, p in (("in", sink), ("out", base))],
+           "lse")
+    cap = P.softcap if P.softcap is not None else Fraction(1)
+    pol = scaled(base.replace(softcap=cap))
+    call = _call(ones, [[0] * d_k, [1] * d_k], [[0], [1]], base.replace(softcap=cap))
+    cands = [("cap*tanh(s/cap)", pol), ("none", pol.replace(softcap=None))]
+    root = rational_sqrt(pol.divisor_squared_for(d_k) or Fraction(1))
+    if root not in (None, 1):               # scale * cap * tanh(q.k / cap): a cap of cap * scale
+        cands.insert(1, ("before the scale", pol.replace(softcap=cap / root)))
+    yield ("softcap", "cap*tanh(s/cap)", call, None,
+           [(lab, call.with_policy(p), None, lab) for lab, p in cands], "outputs")
+    a = P.alibi or Alibi(6)
+    h, form = a.heads, a.form
+    other = "symmetric" if form != "symmetric" else "relative"
+    n = 1 << h.bit_length()
+    rules = [(f"{h} heads", h)] + ([] if h & (h - 1) == 0 else [(f"first {h} of {n}", n)])
+    call = _call([[[0]] * 3] * h, [[[0]] * 3] * h, [[[1], [2], [4]]] * h,
+                 base.replace(alibi=Alibi(h, form)))
+    yield ("alibi", f"{form}, {h} heads", call, None, [(f"{f}, {r}", call.with_policy(
+        base.replace(alibi=Alibi(m, f))), None, (f, m)) for r, m in rules for f in (form, other)],
+        "outputs")
+    r = P.rope or Rope()
+    q, k = [0, 0, 4, 0], [4, 0, 0, 0]       # pair 0: entries 0, 2 (half) or 0, 1 (interleaved)
+    call = _call([q, [0] * 4], [[0] * 4, k], [[0], [1]], scaled(base.replace(rope=r)))
+    yield ("rope_layout", r.layout, call.with_policy(base.replace(rope=r)), None,
+           [(lay, call.with_policy(scaled(base.replace(rope=Rope(r.theta, lay)))), None, lay)
+            for lay in ("half", "interleaved")], "outputs")
+    lay = found.get("rope_layout", r.layout)
+    i, j, _ = Rope(layout=lay).pairs(4)[1]
+    q, k = [0] * 4, [0] * 4
+    q[j], k[i] = 8, 8                       # the score 64 sin(7 theta^(-1/2))
+    thetas = dict.fromkeys((r.theta, Fraction(10000), Fraction(500000), Fraction(10 ** 6)))
+    call = _call([q] + [[0] * 4] * 7, [[0] * 4] * 7 + [k], [[0]] * 7 + [[1]],
+                 scaled(base.replace(rope=Rope(r.theta, lay))))
+    yield ("rope_base", str(r.theta), call.with_policy(base.replace(rope=Rope(r.theta, lay))),
+           None, [(str(t), call.with_policy(scaled(base.replace(rope=Rope(t, lay)))), None, t)
+                  for t in thetas], "outputs")
+
+
+class _Replay(Impl):
+    """The kernel's one answer, handed to :func:`verify` under each candidate."""
+
+    def __init__(self, answer, name: str):
+        self.stored, self.name = answer, name
+
+    def answer(self, call):
+        return self.stored
+
+
+def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse: str = "e",
+             conventions=CONVENTIONS, arrays: str = "numpy") -> Identification:
+    """Find which conventions ``impl`` implements (see the module), declared ``policy``'s.
+
+    Args:
+        impl: a kernel as :func:`~exactattn.verify.impls.load_impl` takes it: ``numpy``,
+            ``torch``, ``jax``, ``flex``, ``module:function`` or a callable in SDPA's
+            convention (``f(query, key, value, *, attn_mask=None, is_causal=False,
+            scale=None, enable_gqa=False, ...)``, handed ``window``, ``sink``,
+            ``softcap``, ``alibi_slopes``, ``rope_theta``, ``rope_layout`` and
+            ``return_lse`` as :class:`~exactattn.verify.adapter.FunctionImpl` does).
+        policy: the declared conventions (default: SDPA's, ``Policy()``); its ``scale``,
+            ``alignment``, ``gqa``, ``empty_row``, ``softcap``, ``sink``, ``alibi`` and
+            ``rope`` are what the kernel is handed and what it is expected to do.
+        lse: the declared log-sum-exp base (``e`` or ``2``).
+        conventions: the names to probe (default all, :data:`CONVENTIONS`).
+
+    Raises:
+        InputError: an unknown convention or ``lse``, a dtype the kernel does not run.
+    """
+    P = policy or Policy()
+    impl = load_impl(impl, arrays=arrays)
+    check_dtype(impl, dtype)
+    if lse not in ("e", "2"):
+        raise InputError(f"lse must be e or 2 (got {shorten(lse, quote=True)})")
+    bad = [c for c in conventions if c not in CONVENTIONS]
+    if bad or not conventions:
+        raise InputError(f"conventions must name some of {', '.join(CONVENTIONS)} (got "
+                         f"{shorten(bad[0] if bad else 'none', quote=True)})")
+    rows, found = [], {}
+    for name, declared, call, want, cands, part in _probes(P, lse, found):
+        if name not in conventions:
+            continue
+        try:
+            answer = impl.answer(make_call(call, dtype, want))
+        except InputError as e:         # an argument or output the kernel does not have
+            rows.append(Found(name, declared, None, "cannot be asked", shorten(
+                str(e).split(" (got")[0], 100)))
+            continue
+        except ImplRaised as e:
+            rows.append(Found(name, declared, None, "raised", e.line))
+            continue
+        try:
+            reps = [(verify(_Replay(answer, impl.name), exact, dtype, lse=base, probes=()),
+                     label, value) for label, exact, base, value in cands]
+        except ShapeError as e:         # an output of the wrong shape: the kernel's failure
+            rows.append(Found(name, declared, None, "raised", str(e)))
+            continue
+        passed = [(label, value) for rep, label, value in reps
+                  if (rep.lse_found if part == "lse" else rep.found).passed]
+        if len(passed) == 1:
+            found[name] = passed[0][1]
+            rows.append(Found(name, declared, passed[0][0],
+                              "ok" if passed[0][0] == declared else "DIFFERS", passed=passed))
+        elif passed:
+            rows.append(Found(name, declared, "undecided", "undecided",
+                              " or ".join(p[0] for p in passed), passed))
+        else:
+            rows.append(Found(name, declared, "none of the candidates", "DIFFERS",
+                              ", ".join(c[0] for c in cands)))
+    return Identification(impl.name, dtype, rows)

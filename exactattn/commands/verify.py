@@ -48,6 +48,16 @@ def _dtypes(text: str) -> list[str] | tuple[str, ...]:
     return names
 
 
+def _check_invariance(text: str) -> tuple[str, ...]:
+    from ..verify.invariance import KINDS
+    names = tuple(t.strip() for t in text.split(","))
+    bad = [n for n in names if n not in KINDS]
+    if bad:
+        raise InputError(f"--invariance must be a comma list of {', '.join(KINDS)} (got "
+                         f"{shorten(bad[0], quote=True)})")
+    return names
+
+
 def _check_probes(text: str) -> tuple[str, ...]:
     from ..verify.probes import check_probes   # numpy loads only when --probes is given
     return check_probes(text)
@@ -106,7 +116,12 @@ OPTIONS = (
                       "metavar": "LIST"}, "derived inputs also run through the implementation "
                      "and judged on the plain ULP count: ones (values all 1: each output is its "
                      "row's share sum), identity (each output is one key's share), positive "
-                     "(|values|: no cancellation); a comma list, or none (default all three)")}),
+                     "(|values|: no cancellation); a comma list, or none (default all three)"),
+        "--invariance": ({"type": argtype(_check_invariance, "--invariance", echo=False),
+                          "metavar": "LIST"}, "rerun the call's rows inside other batches (batch), "
+                         "with padded keys and queries (pad) and with num_splits 1, 2, 4 (split, "
+                         "for a function that takes it): bitwise identical, the ULPs between the "
+                         "runs and each run's ULPs from the exact value; a comma list")}),
     ("split-merge (split-KV, flash-decoding)", {
         "--split-merge": (True, "check partial states: --impl returns "
                           "(output, lse) on each block of keys (--splits), --merge combines them; "
@@ -181,6 +196,8 @@ RULES = (
      "log-sum-exp, in natural-log units"),
     (" ".join(FLAGS[f] for f in UNSUPPORTED["split"]), "--split-merge",
      "a block's keys reach the function without their positions"),
+    ("--invariance", "--backward --split-merge --search --memory --probes --flops --lse",
+     "the invariance check reruns the forward's outputs"),
     ("--probes", "--backward --split-merge --memory",
      "the probes are forward runs of the whole call"),
     ("--flops", "--backward", "the FLOP count is the forward's"),
@@ -405,6 +422,8 @@ def run(args) -> int:
                    runs=len(dtypes))
     else:
         check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
+    if args.invariance:
+        return _run_invariance(args, impl, problem, dtypes, notes)
     digits = dict(worst=args.worst, digits=args.digits)
     if args.backward:
         from ..testing.report import backward_sections
@@ -490,3 +509,28 @@ def _run_split(args, impl, problem, dtypes, notes) -> int:
     return _write(args, reports, split_sections(reports, worst=args.worst, digits=args.digits,
                                                 notes=notes), {"split_merge": True},
                   merge=reports[0].merge, blocks=lengths)
+
+
+def _run_invariance(args, impl, problem, dtypes, notes) -> int:
+    """``verify --invariance``: the call's rows rerun in other batches, paddings and KV splits."""
+    from ..present.render import Section
+    from ..verify.invariance import check_invariance
+    reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: the rows rerun", lambda dt:
+                    check_invariance(impl, problem, dt, args.invariance, seed=args.seed or 0,
+                                     max_ulps=args.max_ulps, accumulation=args.accumulation))
+
+    def row(r):
+        if r.got is None:
+            return [r.label, "-", "-", "-", f"cannot be asked: {r.why}"]
+        return [r.label, "identical" if r.same else "differs", "NaN" if r.ulps is None else
+                str(r.ulps), str(r.report.summary()["max_ulps"]),
+                "within" if r.report.passed else "past"]
+    sections = [Section(f"invariance/{rep.dtype}", f"{rep.impl} in {rep.dtype}: the call's rows "
+                        "rerun", ["run", "bitwise", "ULPs from the first run", "max ULPs from "
+                                  "exact", "tolerance"], [row(r) for r in rep.runs],
+                        notes + [rep.verdict()], {"verdict": rep.verdict()}) for rep in reports]
+    passed = all(rep.passed for rep in reports)
+    sys.stdout.write(render(sections, args.format, {"command": "verify", "impl": impl.name,
+                                                    "invariance": list(args.invariance),
+                                                    "passed": passed}))
+    return 0 if passed else 1

@@ -54,18 +54,20 @@ import numpy as np
 
 from ..errors import InputError
 from ..options import check_whole
+from ..verify.identify import identify
 
 if TYPE_CHECKING:
     from ..audit import Audit
 
 __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_table",
-           "assert_typed_equal"]
+           "assert_typed_equal", "identify"]
 
 
 def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout_p=0.0,
                            is_causal: bool = False, scale=None, enable_gqa: bool = False,
                            max_ulps: int | None = None, worst: int = 5, score_mod=None,
-                           mask_mod=None, accumulation: str = "float32", **policy):
+                           mask_mod=None, accumulation: str = "float32", invariance=None,
+                           **policy):
     """Raise ``AssertionError`` unless ``actual`` is the attention of ``query``, ``key``,
     ``value`` within the tolerance, in ULPs of ``actual``'s dtype; else return the report.
 
@@ -110,6 +112,11 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
       size of the terms, is within it.  NaN or infinity where the exact value is finite
       always fails.
     * ``worst``: how many failing entries the message shows.
+    * ``invariance``: the kernel (a function in SDPA's convention, or a name ``exactattn
+      verify --impl`` takes): it is rerun on the same rows inside other batches, with padded
+      keys and queries and, when it takes ``num_splits``, with 1, 2 and 4 splits
+      (:func:`~exactattn.verify.invariance.check_invariance`), and the assertion fails unless
+      every run's outputs are bitwise those of the first and within the tolerance.
 
     The judge is :func:`exactattn.verify.check.verify_outputs` (that of
     ``exactattn verify``).  Reference: Vaswani et al. 2017, sec. 3.2.1.
@@ -162,6 +169,14 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
                                progress(heads, n, "exactattn: heads judged", "head"))
     if not report.passed:
         raise AssertionError(_failure_text(report, "outputs", worst))
+    if invariance is not None:
+        from ..verify.invariance import check_invariance
+        inv = check_invariance(invariance, Call.from_sdpa(query, key, value, **sdpa), report.dtype,
+                               arrays="torch" if hasattr(query, "detach") else "numpy")
+        if not inv.passed:
+            raise AssertionError(f"{inv.impl}: {inv.verdict()}; " + "; ".join(
+                f"{r.label}: {'NaN' if r.ulps is None else r.ulps} ULPs from the first run"
+                for r in inv.done if not r.same or not r.report.passed))
     return report
 
 

@@ -143,14 +143,12 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
     name = str(doc.get("name", "spec"))
     typed = {"x": [_typed(r) for r in xs], **{w: [_typed(r) for r in doc[w]]
                                               for w in ("W_Q", "W_K", "W_V")}}
+    common = dict(name=name, title="", tokens=labels, x=x, focus=min(1, len(x) - 1),
+                  explain=(min(1, len(x) - 1), 0), source=where, typed=typed)
     if "policy" in doc:            # today's modifiers: a sink, ALiBi, soft-capping, RoPE, ...
         head, fields = _head_policy(doc["policy"], head, len(x), where)
-        return HeadSpec(name=name, title="", head=head, tokens=labels, x=x,
-                        focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
-                        dropout_keep=fields.dropout_keep, lse=fields.lse, typed=typed)
-    return Example(name=name, title="", head=head, tokens=labels, x=x,
-                   focus=min(1, len(x) - 1), explain=(min(1, len(x) - 1), 0), source=where,
-                   typed=typed)
+        return HeadSpec(head=head, dropout_keep=fields.dropout_keep, lse=fields.lse, **common)
+    return Example(head=head, **common)
 
 
 def _check_w_q(doc: dict, xs: list, layout: str) -> None:

@@ -148,6 +148,14 @@ def _iv(x):
     return x
 
 
+def _hull(xs):
+    """The smallest interval holding every interval of ``xs`` (ends compared exactly)."""
+    lo, hi = xs[0].a, xs[0].b
+    for x in xs[1:]:
+        lo, hi = (x.a if x.a < lo else lo), (x.b if x.b > hi else hi)
+    return iv.mpf([lo, hi])
+
+
 def _is_nan(x):
     return isinstance(x, str) and x == NAN
 
@@ -358,6 +366,7 @@ class Oracle:
 
         rope = case.get("rope")
         self.rope_theta, self.rope_layout, self.rope_dims = None, None, None
+        self.rope_scaling = None if rope is None else rope.get("scaling")
         if rope is not None:
             if not isinstance(rope, dict) or "theta" not in rope:
                 raise ValueError("rope must be {'theta': ..., 'layout': ...}")
@@ -577,8 +586,8 @@ class Oracle:
         Returns rotated queries [b][h][i][e] and keys [b][hkv][j][e] as intervals."""
         E, R = self.E, self.rope_dims
         half = R // 2
-        log_theta = iv.log(_iv(self.rope_theta))
-        freq = [iv.exp(-(_iv(Fraction(2 * k, R))) * log_theta) for k in range(half)]
+        freq, gain = self._rope_frequencies()
+        self._gain = gain       # the angle-0 shortcut below multiplies the turned part by gain^2
         pairs = ([(k, k + half) for k in range(half)] if self.rope_layout == "half"
                  else [(2 * k, 2 * k + 1) for k in range(half)])
 
@@ -588,7 +597,7 @@ class Oracle:
                 out[a] = None
             for k, (a, b) in enumerate(pairs):
                 phi = iv.mpf(pos) * freq[k]
-                c, s = iv.cos(phi), iv.sin(phi)
+                c, s = _mul(gain, iv.cos(phi)), _mul(gain, iv.sin(phi))
                 x, y = _iv(vec[a]), _iv(vec[b])
                 out[a] = x * c - y * s
                 out[b] = x * s + y * c
@@ -599,6 +608,75 @@ class Oracle:
         kr = [[[turn(self.k[b][g][j], j) for j in range(self.S)]
                for g in range(self.Hkv)] for b in range(self.B)]
         return qr, kr
+
+    def _rope_frequencies(self):
+        """Each rotated pair's inverse frequency and the factor of cos and sin, as transformers'
+        ``modeling_rope_utils`` defines them (``ROPE_INIT_FUNCTIONS``: linear, dynamic NTK at
+        ``max(position_ids) + 1``, llama3, yarn with its attention factor; ``inv_freq`` given as
+        data).  A band or a floor the intervals do not decide yet takes the hull of both answers,
+        so the enclosure stays true and the ladder's next precision narrows it."""
+        R, sc = self.rope_dims, dict(self.rope_scaling or {})
+        kind = sc.pop("rope_type", None) or sc.pop("type", None) or \
+            ("inv_freq" if "inv_freq" in sc else "default")
+        num = {k: _rational(v, "rope.scaling." + k) for k, v in sc.items()
+               if k not in ("inv_freq", "truncate") and v is not None}
+        theta, f = _iv(self.rope_theta), _iv(num.get("factor", Fraction(1)))
+
+        def inverse(base):                 # base^(-2k/R), k = 0 .. R/2 - 1
+            return [iv.exp(-_iv(Fraction(2 * k, R)) * iv.log(base)) for k in range(R // 2)]
+        inv, gain = inverse(theta), Fraction(1)
+        if kind == "linear":
+            inv = [w / f for w in inv]
+        elif kind == "inv_freq":
+            inv = [_iv(_rational(x, "rope.scaling.inv_freq")) for x in sc["inv_freq"]]
+        elif kind == "dynamic":
+            m = num["max_position_embeddings"]
+            seq = max(max(self.S, max(self.pos) + 1 if self.L else 0), m)
+            x = num["factor"] * seq / m - (num["factor"] - 1)
+            inv = inverse(theta * iv.exp(_iv(Fraction(R, R - 2)) * iv.log(_iv(x))))
+        elif kind == "llama3":
+            lf, hf, old = (num[k] for k in ("low_freq_factor", "high_freq_factor",
+                                            "original_max_position_embeddings"))
+            out = []
+            for w in inv:
+                wave = 2 * iv.pi / w
+                smooth = (_iv(old) / wave - _iv(lf)) / _iv(hf - lf)
+                options = {"high": w, "low": w / f, "mid": (1 - smooth) * w / f + smooth * w}
+                above_low, below_high = wave > _iv(old / lf), wave < _iv(old / hf)
+                # where(wave > old/lf, w/f, w), then the blend where neither wave < old/hf
+                # nor wave > old/lf; True, False or None (not decided at this precision)
+                picks = [p for p, ok in (("low", above_low is not False),
+                                         ("high", above_low is not True and below_high is not False),
+                                         ("mid", above_low is not True and below_high is not True))
+                         if ok]
+                out.append(_hull([options[p] for p in picks]))
+            inv = out
+        elif kind == "yarn":
+            omp = num["original_max_position_embeddings"]
+            fast, slow = num.get("beta_fast") or 32, num.get("beta_slow") or 1
+
+            def corr(n):                  # find_correction_dim
+                return _iv(R) * iv.log(_iv(omp) / (_iv(n) * 2 * iv.pi)) / (2 * iv.log(theta))
+            lows = {max(math.floor(e), 0) for e in _ends(corr(fast))}
+            highs = {min(math.ceil(e), R - 1) for e in _ends(corr(slow))}
+            rows = []
+            for low in lows:
+                for high in highs:
+                    ramp = [Fraction(k > low) if low == high else
+                            min(max(Fraction(k - low, high - low), Fraction(0)), Fraction(1))
+                            for k in range(R // 2)]
+                    rows.append([w / f * _iv(r) + w * _iv(1 - r) for w, r in zip(inv, ramp)])
+            inv = [_hull(list(col)) for col in zip(*rows)]
+            if num.get("attention_factor") is not None:
+                gain = num["attention_factor"]
+            elif num.get("factor", 1) > 1:
+                def mscale(m):            # yarn_get_mscale
+                    return 1 + _iv(Fraction(m) / 10) * iv.log(f)
+                m, m2 = num.get("mscale"), num.get("mscale_all_dim")
+                gain = mscale(m) / mscale(m2) if m and m2 else mscale(1)
+        elif kind != "default":
+            raise ValueError(f"rope.scaling: unknown rope_type {kind!r}")
+        return inv, gain
 
     def _scale_value(self):
         """1/sqrt(D): a Fraction when D is a rational square, else an interval."""
@@ -633,8 +711,10 @@ class Oracle:
                             continue
                         if rot is not None:
                             x = _sum(a * c for a, c in zip(rot[0][b][h][i], rot[1][b][g][j]))
-                            if p == j:            # angle 0: the plain dot product, exactly
-                                x = sum((a * c for a, c in zip(self.q[b][h][i], self.k[b][g][j])),
+                            if p == j and isinstance(self._gain, Fraction):   # angle 0: exact
+                                x = sum((a * c * (self._gain ** 2 if e < self.rope_dims else 1)
+                                         for e, (a, c) in enumerate(zip(self.q[b][h][i],
+                                                                        self.k[b][g][j]))),
                                         Fraction(0))
                         else:
                             x = self.raw[b][h][i][j]

@@ -13,8 +13,10 @@ A case is the oracle's dict (every number a string of an exact rational)::
      "mask": None | {"kind": ..., "rows": [B][H][L][S]}, "window": None | [l, r],
      "query_offset": None | int, "softcap": None | "5", "sink": None | "1/2",
      "alibi": None | {"heads": 16, "form": ...}, "head": 0,
-     "rope": None | {"theta": ..., "layout": ..., "dims": (optional) the rotated width},
+     "rope": None | {"theta": ..., "layout": ..., "dims": (optional) the rotated width,
+                     "scaling": (optional) transformers' rope scaling dict},
      "dropout": None | {"p": ..., "keep": [B][H][L][S]}, "d_out": None | [B][H][L][Ev],
+     "d_lse": None | [B][H][L] (the upstream gradient of an LSE output),
      "notes": {...}}
 
 ``notes`` is not part of the oracle's interface (:func:`oracle_case` drops it): ``kind`` (which
@@ -44,6 +46,21 @@ ALIBI_HEADS = [8, 2, 6, 12, 16, 24, 32]
 IRRATIONAL_ALIBI_HEADS = [16, 12, 24, 32]
 ALIBI_FORMS = ["relative", "absolute", "symmetric"]
 THETAS = ["10000", "100", "2", "1/2", "500000"]
+#: RoPE scalings as transformers writes them (linear, dynamic NTK, llama3's bands and blend,
+#: yarn's ramp and attention factor); ``inv_freq``: frequencies given as data
+SCALINGS = [{"rope_type": "linear", "factor": "5/2"},
+            {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+             "original_max_position_embeddings": 16},
+            {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 64},
+            {"rope_type": "dynamic", "factor": "2", "max_position_embeddings": 2},
+            {"rope_type": "llama3", "factor": "3/2", "low_freq_factor": "1/2",
+             "high_freq_factor": 2, "original_max_position_embeddings": 8},
+            {"rope_type": "yarn", "factor": 16, "original_max_position_embeddings": 32,
+             "beta_fast": 8, "beta_slow": "1/2", "mscale": 1, "mscale_all_dim": "1/2"},
+            {"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 16,
+             "attention_factor": "6/5"},
+            {"rope_type": "linear", "factor": "1/2"},
+            {"inv_freq": ["3/2", "1/3"]}]
 SOFTCAPS = ["5", "2", "1/2", "30"]
 SINKS = ["0", "1/2", "-1", "2"]
 DROPOUTS = ["1/3", "1/2", "1/10"]
@@ -78,7 +95,7 @@ def _base(B=1, H=1, Hkv=1, L=1, S=1, E=1, Ev=1, choose: Choose | None = None) ->
             "scale": "default", "causal": False, "alignment": "top_left", "empty_row": "zero",
             "gqa": "interleave", "mask": None, "window": None, "query_offset": None,
             "softcap": None, "sink": None, "alibi": None, "head": 0, "rope": None,
-            "dropout": None, "d_out": None, "notes": {"kind": "plain", "ties": []}}
+            "dropout": None, "d_out": None, "d_lse": None, "notes": {"kind": "plain", "ties": []}}
 
 
 def dims(case: dict) -> tuple:
@@ -131,10 +148,25 @@ def _modifiers(choose: Choose, case: dict, *, rope_ok: bool) -> None:
     if rope_ok and E % 2 == 0:
         case["rope"] = _maybe(choose, lambda: {"theta": choose(THETAS),
                                               "layout": choose(["half", "interleaved"])}, 4)
+        if case["rope"] is not None:
+            _scaling(choose, case["rope"], E)
     case["dropout"] = _maybe(choose, lambda: {
         "p": choose(DROPOUTS),
         "keep": _grid(choose, (B, H, L, S), lambda: choose([True, True, False]))}, 4)
     case["d_out"] = _maybe(choose, lambda: _numbers(choose, (B, H, L, Ev)), 2)
+    if case["d_out"] is not None:          # an LSE output's upstream gradient, at times
+        case["d_lse"] = _maybe(choose, lambda: _numbers(choose, (B, H, L)), 3)
+
+
+def _scaling(choose: Choose, rope: dict, rotated: int) -> None:
+    """A scaling on about two ropes in three (dynamic NTK needs a rotated width of 4 or more;
+    ``inv_freq`` gives one frequency per rotated pair)."""
+    scaling = copy.deepcopy(choose([None] + SCALINGS)) if choose([False, True, True]) else None
+    if scaling is None or (scaling.get("rope_type") == "dynamic" and rotated < 4):
+        return
+    if "inv_freq" in scaling:
+        scaling["inv_freq"] = scaling["inv_freq"][:rotated // 2]
+    rope["scaling"] = scaling
 
 
 def _general(choose: Choose, self_attention: bool) -> dict:
@@ -204,6 +236,7 @@ def _llama(choose: Choose) -> dict:
     case["rope"] = {"theta": choose(["10000", "500000"]), "layout": "half"}
     if E == 4 and choose([False, True]):       # partial rotary (NeoX, Phi): entries 2, 3 unturned
         case["rope"]["dims"] = 2
+    _scaling(choose, case["rope"], case["rope"].get("dims", E))
     case["gqa"] = choose(["interleave", "tile"])
     case["alignment"] = choose(["bottom_right", "top_left"])
     case["query_offset"] = _maybe(choose, lambda: choose([0, 1, S - L]), 2)

@@ -86,7 +86,8 @@ def policy_of(case: dict):
                                                       case["alibi"]["form"]),
         rope=None if case["rope"] is None else Rope(_frac(case["rope"]["theta"]),
                                                     case["rope"]["layout"],
-                                                    case["rope"].get("dims")),
+                                                    case["rope"].get("dims"),
+                                                    case["rope"].get("scaling")),
         dropout=None if case["dropout"] is None else _frac(case["dropout"]["p"]),
         head=case["head"])
 
@@ -218,6 +219,9 @@ class PackageRun:
         case, pol = self.case, self.policy
         if case["mask"] is not None and case["mask"]["kind"] == "additive":
             self.skipped.append(("blocks", "row blocks take boolean masks only"))
+            return
+        if ((case["rope"] or {}).get("scaling") or {}).get("rope_type") == "dynamic":
+            self.skipped.append(("blocks", "a dynamic rope reads the whole call's length"))
             return
         if "reference" not in self._objects:
             return
@@ -531,6 +535,8 @@ class PackageRun:
             flags += [f"--query-offset={case['query_offset']}"]
         if case["rope"] is not None:
             flags += ["--rope", f"{case['rope']['theta']}:{case['rope']['layout']}"]
+            if case["rope"].get("scaling"):
+                flags += ["--rope-scaling", json.dumps(case["rope"]["scaling"])]
         return spec, flags
 
     def _run_cli(self, path, args) -> dict | None:

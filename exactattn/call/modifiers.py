@@ -19,6 +19,8 @@ Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer", sec. 3.4)
     ``half`` pairs entry k with k + d/2 (GPT-NeoX, Llama in transformers),
     ``interleaved`` pairs 2k with 2k + 1 (the paper, GPT-J).  The rotated
     entries are transcendental, so the scores are certified, not exact.
+    A :class:`RopeScaling` changes the frequencies as transformers'
+    ``modeling_rope_utils`` does (linear, dynamic NTK, llama3, yarn, or given ones).
 
 >>> alibi_slopes(6)
 [Fraction(1, 4), Fraction(1, 16), Fraction(1, 64), Fraction(1, 256), Fraction(1, 2), Fraction(1, 8)]
@@ -30,15 +32,16 @@ Fraction(-3, 2)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 
 from typing import Any, Sequence
 
 from ..errors import FloatInputError, InputError, ShapeError, shorten
 from ..numbers.exact import to_exact
 from ..options import check_choice, check_whole
-from ..numbers.reals import two_power
+from ..numbers.reals import angle_ball, power_form, two_power
 
 __all__ = ["Alibi", "Rope", "alibi_slopes"]
 
@@ -216,12 +219,67 @@ class Rope:
     theta: Fraction = Fraction(10000)
     layout: str = "half"
     dims: int | None = None
+    #: the frequencies' scaling: a :class:`RopeScaling` or transformers' dict (None: plain)
+    scaling: Any = None
 
     def __post_init__(self):
         object.__setattr__(self, "theta", check_theta(self.theta))
         check_layout(self.layout)
         if self.dims is not None:
             check_rope_dims(self.dims)
+        object.__setattr__(self, "scaling", check_scaling(self.scaling))
+
+    def frequencies(self, d: int) -> list[tuple[int, int, tuple]]:
+        """``(a, b, w)``: entries a and b turn by ``pos * w``, w exact in the form
+        ``(r, radical)`` of :func:`~exactattn.numbers.reals.power_form` (``r * prod p^f``), or
+        ``(r, radical, (r2, radical2))`` adding ``r2 * prod p2^f2 / pi`` (llama3's blend).
+
+        >>> Rope(scaling={"rope_type": "linear", "factor": 4}).frequencies(4)
+        [(0, 2, (Fraction(1, 4), ())), (1, 3, (Fraction(1, 400), ()))]
+        """
+        return _frequencies(self, d)
+
+    @property
+    def gain(self):
+        """What the rotated part of each score is multiplied by: yarn's attention factor
+        squared, a ``Fraction`` or ``(f, m, m2)`` for ``((1 + m ln(f)/10)/(1 + m2 ln(f)/10))^2``
+        (:func:`~exactattn.numbers.reals.gain_ball`); 1 for every other rope."""
+        s = self.scaling
+        get = dict(s.params).get if s is not None and s.rope_type == "yarn" else {}.get
+        if get("attention_factor") is not None:
+            return get("attention_factor") ** 2
+        f, m, m2 = get("factor", 1), get("mscale"), get("mscale_all_dim")
+        if f <= 1 or (m and m2 and m == m2):
+            return Fraction(1)
+        return (f, m, m2) if m and m2 else (f, Fraction(1), Fraction(0))
+
+    def for_call(self, policy, n_queries: int, n_keys: int) -> "Rope":
+        """This rope in one call: a dynamic scaling's sequence length bound to the call's
+        (its largest position + 1, as transformers reads ``max(position_ids) + 1``)."""
+        last = policy.query_position(n_queries - 1, n_queries, n_keys) + 1 if n_queries else 0
+        return self.at_length(max(n_keys, last))
+
+    def at_length(self, n: int) -> "Rope":
+        """This rope at sequence length n (only a dynamic scaling reads it)."""
+        if self.scaling is None or self.scaling.rope_type != "dynamic":
+            return self
+        return replace(self, scaling=replace(self.scaling, length=n))
+
+    def float_frequencies(self, d: int) -> list[float]:
+        """The frequencies in float64 (a float kernel's ``inv_freq``), from enclosures."""
+        from ..numbers.digits import working_precision
+        with working_precision(128):
+            return [float(angle_ball(*w).mid()) for _, _, w in self.frequencies(d)]
+
+    def float_gain(self) -> float:
+        """The factor of cos and sin in float64: yarn's attention factor (1 otherwise)."""
+        from flint import arb
+        from ..numbers.digits import working_precision
+        from ..numbers.reals import gain_ball
+        with working_precision(128):
+            g = self.gain
+            g = arb(g.numerator) / g.denominator if isinstance(g, Fraction) else gain_ball(g)
+            return float(g.sqrt().mid())
 
     def pairs(self, d: int) -> list[tuple[int, int, Fraction]]:
         """``(a, b, e)``: entries a and b rotate together by ``pos * theta^e`` (e = -2k/r, r the
@@ -248,7 +306,167 @@ class Rope:
 
     def text(self) -> str:
         dims = "" if self.dims is None else f", dims={self.dims}"
-        return f"rope(theta={self.theta}, {self.layout}{dims})"
+        scaled = "" if self.scaling is None else ", " + self.scaling.text()
+        return f"rope(theta={self.theta}, {self.layout}{dims}{scaled})"
+
+
+#: transformers' rope scalings (``ROPE_INIT_FUNCTIONS``) with their (required, optional) keys;
+#: ``inv_freq``: the frequencies given as data, one per rotated pair
+ROPE_SCALINGS = {
+    "linear": (("factor",), ()),
+    "dynamic": (("factor", "max_position_embeddings"), ()),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position_embeddings"), ()),
+    "yarn": (("factor", "original_max_position_embeddings"),
+             ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate")),
+    "inv_freq": (("inv_freq",), ()),
+}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A RoPE scaling as transformers' ``rope_scaling`` (``rope_parameters``) defines it.
+
+    ``rope_type``: a key of :data:`ROPE_SCALINGS`; ``params``: its keys and exact values,
+    sorted; ``length``: a dynamic scaling's sequence length, bound per call
+    (:meth:`Rope.for_call`).  Build it from transformers' dict with :func:`check_scaling`.
+    """
+
+    rope_type: str
+    params: tuple = ()
+    length: int | None = None
+
+    def to_dict(self) -> dict:
+        """transformers' dict, numbers as exact text (a spec file's ``rope.scaling``)."""
+        return {"rope_type": self.rope_type, **{k: [str(x) for x in v] if k == "inv_freq"
+                                                else str(v) for k, v in self.params}}
+
+    def text(self) -> str:
+        return self.rope_type + "".join(
+            f" {k}={'[...]' if k == 'inv_freq' else v}" for k, v in self.params)
+
+
+def check_scaling(value: Any, name: str = "rope scaling") -> RopeScaling | None:
+    """transformers' scaling dict (``{"rope_type": "llama3", "factor": 8, ...}``; the old key
+    ``type`` too; null values left out) as a :class:`RopeScaling`; ``default``: None.
+
+    >>> check_scaling({"rope_type": "llama3", "factor": 8})
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: rope scaling llama3 needs low_freq_factor; add it (its keys: factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)
+    """
+    if value is None or isinstance(value, RopeScaling):
+        return value
+    if not isinstance(value, dict):
+        raise InputError(f"{name} must be a table such as {{\"rope_type\": \"linear\", "
+                         f"\"factor\": 2}} (got {shorten(value, quote=True)})")
+    t = {k: v for k, v in value.items() if v is not None and k not in ("rope_type", "type")}
+    kind = value.get("rope_type") or value.get("type") or ("inv_freq" if "inv_freq" in t else None)
+    kind = check_choice(kind, f"{name} rope_type", ("default",) + tuple(ROPE_SCALINGS))
+    keys = ROPE_SCALINGS.get(kind, ((), ()))
+    for key in t:
+        if key not in keys[0] + keys[1]:
+            raise InputError(f"{name} {kind} has unknown key {shorten(key, quote=True)}; its "
+                             f"keys are {', '.join(keys[0] + keys[1]) or 'none'}")
+    for key in keys[0]:
+        if key not in t:
+            raise InputError(f"{name} {kind} needs {key}; add it (its keys: "
+                             f"{', '.join(keys[0] + keys[1])})")
+    if kind == "default":
+        return None
+    params = {}
+    for key, v in t.items():
+        if key == "truncate":
+            if v is not True:
+                raise InputError(f"{name} yarn truncate must be true (got {_echo(v)}): without "
+                                 "it the ramp's ends are logarithms, not exact; leave it out")
+            continue
+        given = v if key == "inv_freq" else [v]
+        if not isinstance(given, list) or not given:
+            raise InputError(f"{name} inv_freq must be a list of exact numbers, one per rotated "
+                             f"pair (got {shorten(v, quote=True)})")
+        qs = [exact_number(x, f"{name} {key}") for x in given]
+        if any(q <= 0 for q in qs) and not (key.startswith("mscale") and qs == [0]):
+            raise InputError(f"{name} {key} must be positive (got {_echo(v)})")
+        params[key] = tuple(qs) if key == "inv_freq" else qs[0]
+    if kind == "llama3" and params["low_freq_factor"] >= params["high_freq_factor"]:
+        raise InputError(f"{name} llama3 needs low_freq_factor < high_freq_factor (got "
+                         f"{params['low_freq_factor']} and {params['high_freq_factor']})")
+    return RopeScaling(kind, tuple(sorted(params.items())))
+
+
+def _band(w: tuple, wavelength: Fraction) -> int:
+    """The sign of ``2 pi / w - wavelength``, certified (never 0: pi is transcendental)."""
+    from flint import arb
+    from ..numbers.digits import enclosure_sign
+    from ..numbers.exact import fmpq_of
+    return enclosure_sign(lambda prec: 2 * arb.pi() / angle_ball(*w) - arb(fmpq_of(wavelength)),
+                          lambda: f"a rotary wavelength against {wavelength}")
+
+
+def _correction(n: Fraction, r: int, theta: Fraction, omp: Fraction, up: bool) -> int:
+    """yarn's ``floor`` (``ceil`` when up) of ``r ln(omp / (2 pi n)) / (2 ln theta)``, certified."""
+    from flint import arb
+    from ..numbers.digits import tighten
+    from ..numbers.exact import fmpq_of
+
+    def step(prec):
+        x = r * (arb(fmpq_of(omp / n)) / (2 * arb.pi())).log() / (2 * arb(fmpq_of(theta)).log())
+        x = x.ceil() if up else x.floor()
+        return int(x.unique_fmpz()) if x.rad() == 0 else None
+    got = tighten(step, 64, max_prec=1 << 16)
+    if got is None:
+        raise InputError(f"rope scaling yarn: the correction range of beta {n} is not decided "
+                         "up to 65536 bits; exactattn does not guess it")
+    return got
+
+
+@lru_cache(maxsize=256)
+def _frequencies(rope: Rope, d: int) -> list:
+    """:meth:`Rope.frequencies`, once per rope and width (llama3's bands, yarn's range)."""
+    pairs, s = rope.pairs(d), rope.scaling
+    base = [power_form(rope.theta, e) for _, _, e in pairs]
+    kind, get = (s and s.rope_type), (dict(s.params) if s else {}).get
+    f, r = get("factor"), 2 * len(pairs)
+    if kind == "linear":
+        base = [(w / f, rad) for w, rad in base]
+    elif kind == "inv_freq":
+        if len(get("inv_freq")) != len(pairs):
+            raise InputError(f"rope scaling inv_freq must give one frequency per rotated pair "
+                             f"({len(pairs)} here; got {len(get('inv_freq'))})")
+        base = [(w, ()) for w in get("inv_freq")]
+    elif kind == "dynamic":
+        if s.length is None or r == 2:
+            raise InputError("rope scaling dynamic needs a rotated width of 4 or more and the "
+                             "call's length (evaluate the whole call: Reference)")
+        m = get("max_position_embeddings")
+        x = f * max(s.length, m) / m - (f - 1)
+        base = [power_form(rope.theta, e, x, Fraction(-2 * k, r - 2))
+                for k, (_, _, e) in enumerate(pairs)]
+    elif kind == "llama3":
+        lf, hf, L = get("low_freq_factor"), get("high_freq_factor"), \
+            get("original_max_position_embeddings")
+        a, b = 1 / f - (1 - 1 / f) * lf / (hf - lf), (1 - 1 / f) * L / (2 * (hf - lf))
+        for k, (w, (_, _, e)) in enumerate(zip(base, pairs)):
+            if _band(w, L / hf) < 0:
+                continue                              # the high band: unchanged
+            if _band(w, L / lf) > 0:
+                base[k] = (w[0] / f, w[1])            # the low band: divided by factor
+            else:                                     # the blend: a w + b w^2 / pi
+                r2, rad2 = power_form(rope.theta, 2 * e)
+                base[k] = (a * w[0], w[1], (b * r2, rad2) if b else ())
+    elif kind == "yarn":
+        if rope.theta == 1:
+            raise InputError("rope scaling yarn needs theta other than 1 (its range divides by "
+                             "log(theta))")
+        omp = get("original_max_position_embeddings")
+        low = max(_correction(get("beta_fast", 32), r, rope.theta, omp, False), 0)
+        high = min(_correction(get("beta_slow", 1), r, rope.theta, omp, True), r - 1)
+        for k, (w, rad) in enumerate(base):
+            ramp = Fraction(k > low) if low == high else \
+                min(max(Fraction(k - low, high - low), Fraction(0)), Fraction(1))
+            base[k] = ((ramp / f + 1 - ramp) * w, rad)
+    return [(a, b, w) for (a, b, _), w in zip(pairs, base)]
 
 
 def check_rope_dims(value: Any, name: str = "rope dims") -> int:

@@ -9,7 +9,8 @@ take the same fields, each a field of :class:`~exactattn.call.policy.Policy`::
                "sink": "0",                      an attention-sink logit
                "alibi": {"heads": 12, "form": "relative"},   slopes from the head count
                "head": 3,                        which head this is (ALiBi slopes)
-               "rope": {"theta": "10000", "layout": "half"},
+               "rope": {"theta": "10000", "layout": "half",
+                        "scaling": {"rope_type": "llama3", "factor": 8, ...}},  transformers' keys
                "dropout": {"p": "1/10", "keep": [[true, false, ...], ...]},
                "lse": true}                      also report each row's log-sum-exp ("2": base 2)
 
@@ -40,7 +41,7 @@ from .policy import MODIFIER_FIELDS, Policy
 from ..errors import ExactAttnError, SpecError, shorten
 from ..numbers.lse import check_base
 from .modifiers import (Alibi, Rope, check_dropout, check_form, check_layout, check_rope_dims,
-                        check_theta)
+                        check_scaling, check_theta)
 from ..options import check_whole
 
 #: the modifier keys of a policy table: the Policy's modifier fields, and ``lse``
@@ -107,11 +108,12 @@ def read_modifiers(table: dict, *, where: str = "spec") -> CallFields:
         given["alibi"] = Alibi(owned(where, check_whole, t["heads"], "alibi.heads"),
                                owned(where, check_form, t.get("form", "relative"), "alibi.form"))
     if "rope" in table:
-        t = _table(table["rope"], where, "rope", ("theta", "layout", "dims"), ())
+        t = _table(table["rope"], where, "rope", ("theta", "layout", "dims", "scaling"), ())
         given["rope"] = Rope(owned(where, check_theta, t.get("theta", 10000), "rope.theta"),
                              owned(where, check_layout, t.get("layout", "half"), "rope.layout"),
                              None if t.get("dims") is None else
-                             owned(where, check_rope_dims, t["dims"], "rope.dims"))
+                             owned(where, check_rope_dims, t["dims"], "rope.dims"),
+                             owned(where, check_scaling, t.get("scaling"), "rope.scaling"))
     if "dropout" in table:
         t = _table(table["dropout"], where, "dropout", ("p", "keep"), ("p", "keep"))
         given["dropout"] = owned(where, check_dropout, t["p"], "dropout.p")

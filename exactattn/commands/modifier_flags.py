@@ -15,7 +15,8 @@ policy) and is read exactly: a number is text (``--sink 0``,
 * ``--query-offset P``: query 0 sits at position P (a decode step).
 * ``--dropout P``: kept weights times 1/(1 - P); the keep-mask is the spec
   file's ``policy.dropout.keep``.
-* ``--rope THETA[:half|interleaved]``: rotary position embeddings.
+* ``--rope THETA[:half|interleaved]``: rotary position embeddings; ``--rope-scaling JSON``
+  their scaling as transformers writes it (``{"rope_type": "llama3", "factor": 8, ...}``).
 * ``--lse [e|2]``: each row's log-sum-exp (natural log unless ``2``).
 
 The policy group (:func:`add_policy_flags`, read by :func:`set_policy_flags`):
@@ -26,14 +27,16 @@ The policy group (:func:`add_policy_flags`, read by :func:`set_policy_flags`):
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import replace
 
 from ..call.policy import (ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, MODIFIER_FIELDS, PRESETS,
                            parse_scale)
 from ..errors import InputError, shorten
 from ..numbers.lse import LSE_BASES
 from ..call.modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
-                         check_layout, check_rope_dims, check_softcap, check_theta,
-                         exact_number)
+                         check_layout, check_rope_dims, check_scaling, check_softcap,
+                         check_theta, exact_number)
 from ..options import argtype, choice, whole
 
 #: the flag of each Policy modifier field (every one of call.MODIFIER_FIELDS)
@@ -52,6 +55,15 @@ def _alibi(text: str) -> Alibi:
         raise InputError(f"--alibi must be HEADS or HEADS:FORM with FORM one of "
                          f"{', '.join(ALIBI_FORMS)} (got {shorten(text, quote=True)})")
     return Alibi(int(heads), check_form(form or "relative", "--alibi FORM"))
+
+
+def _scaling(text: str):
+    try:
+        table = json.loads(text, parse_float=str)       # decimals read from their text
+    except ValueError:
+        raise InputError(f"--rope-scaling must be a JSON table such as '{{\"rope_type\": "
+                         f"\"linear\", \"factor\": 2}}' (got {shorten(text, quote=True)})") from None
+    return check_scaling(table, "--rope-scaling")
 
 
 def _rope(text: str) -> Rope:
@@ -115,6 +127,10 @@ DECLARED = {
                  help=f"rotary position embeddings, base THETA; LAYOUT: "
                       f"{', '.join(ROPE_LAYOUTS)} (half); DIMS: turn only the first DIMS "
                       "entries of each head (partial rotary; default all); certified, not exact"),
+    "rope_scaling": dict(type=_typed("--rope-scaling", _scaling), metavar="JSON",
+                         help="the rope's scaling as transformers writes it, e.g. "
+                              "'{\"rope_type\": \"llama3\", \"factor\": 8, ...}' (linear, "
+                              "dynamic, llama3, yarn; or {\"inv_freq\": [...]})"),
     "lse": dict(nargs="?", const="e", type=choice("--lse", LSE_BASES), default=None,
                 metavar="BASE", help="each row's log-sum-exp, in natural-log units (--lse 2: "
                                      "base 2)"),
@@ -132,7 +148,8 @@ def add_flags(p, *, lse: bool = True, dropout: bool = True, lse_help: str | None
     """Add the modifier flags to the parser ``p`` (a group of their own)."""
     g = p.add_argument_group("modifiers (fields of the policy; override the spec file's)")
     _declare(g, ("sink", "alibi", "head", "softcap", "window", "query_offset") +
-             ("dropout",) * dropout + ("rope",) + ("lse",) * lse, {"lse": lse_help})
+             ("dropout",) * dropout + ("rope", "rope_scaling") + ("lse",) * lse,
+             {"lse": lse_help})
 
 
 def add_policy_flags(p, title: str, fields: tuple[str, ...], **helps: str) -> None:
@@ -158,9 +175,15 @@ def apply(policy, args):
             with nothing that reads positions.
     """
     given = changes(args)
-    if not given:
+    scaling = getattr(args, "rope_scaling", None)
+    if not given and scaling is None:
         return policy
     out = policy.replace(**given)
+    if scaling is not None:
+        if out.rope is None:
+            raise InputError("--rope-scaling must come with --rope THETA or a spec's rope (got "
+                             "--rope-scaling alone); it scales the rotary frequencies")
+        out = out.replace(rope=replace(out.rope, scaling=scaling))
     if "head" in given and out.alibi is None:
         raise InputError(f"--head must come with --alibi (got --head {given['head']} alone); "
                          "the head's index sets its ALiBi slope")

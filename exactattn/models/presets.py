@@ -16,8 +16,8 @@ beside the weights.  An explicit :class:`NameMap` names other checkpoints.
 
 Llama heads rotate queries and keys by position (rotary embeddings): the base comes from
 the ``config.json`` beside the weights (:func:`rope_from_config`: a partial rotary factor
-turns the first ``int(head_dim * f)`` entries; a rope scaling is refused by name), or from
-the policy given; ``rotary="ignore"``
+turns the first ``int(head_dim * f)`` entries; a rope scaling as transformers defines it),
+or from the policy given; ``rotary="ignore"``
 evaluates the projections without the rotation (then the scores are NOT the model's).
 """
 
@@ -138,29 +138,39 @@ def rope_from_config(cfg: dict, where: str = "config.json"):
     width from ``head_dim`` (or ``hidden_size / num_attention_heads``); the pairing is
     transformers' ``rotate_half`` (the ``half`` layout).
 
+    A rope scaling (``rope_scaling``, or ``rope_parameters``' ``rope_type``: linear,
+    dynamic, llama3, yarn) becomes the rope's :class:`~exactattn.call.modifiers.RopeScaling`,
+    its floats read as the decimals the file holds.
+
     Raises:
-        InputError: a rope scaling (``rope_type`` other than ``default``: linear, dynamic,
-            yarn, llama3, ...), refused by name (exactattn implements the plain frequencies
-            only); a partial rotary factor that does not turn an even number of entries.
+        InputError: a rope scaling exactattn does not take (longrope, say) or a malformed one;
+            a partial rotary factor that does not turn an even number of entries.
 
     A ``partial_rotary_factor`` f < 1 turns the first ``int(head_dim * f)`` entries (as
     transformers computes ``rotary_ndims``); the rest pass through.
 
     >>> rope_from_config({"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})
-    Rope(theta=Fraction(500000, 1), layout='half', dims=None)
+    Rope(theta=Fraction(500000, 1), layout='half', dims=None, scaling=None)
     >>> rope_from_config({"head_dim": 64, "partial_rotary_factor": 0.25}).dims
     16
     """
     from fractions import Fraction
     from ..call.policy import Rope
+    from ..call.modifiers import check_scaling
     params = dict(cfg.get("rope_parameters") or {})
-    scaling = cfg.get("rope_scaling") or {}
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or \
-        "default"
-    if kind != "default":
-        raise InputError(f"rope scaling must be the plain rotary (rope_type default) in {where} "
-                         f"(got {shorten(str(kind), quote=True)}); exactattn does not implement "
-                         "scaled rotary frequencies: pass --no-rotary to evaluate without them")
+    scaling = {k: Fraction(repr(v)) if isinstance(v, float) else v      # the file's decimals
+               for k, v in {**(cfg.get("rope_scaling") or {}), **params}.items()
+               if k not in ("rope_theta", "partial_rotary_factor")}
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind == "dynamic":      # transformers reads the config's max_position_embeddings
+        scaling.setdefault("max_position_embeddings", cfg.get("max_position_embeddings"))
+    if kind == "yarn" and scaling.get("factor") is None and cfg.get("max_position_embeddings"):
+        scaling["factor"] = Fraction(cfg["max_position_embeddings"]) / \
+            scaling.get("original_max_position_embeddings", 1)
+    try:
+        scaling = check_scaling(scaling) if scaling else None
+    except InputError as e:
+        raise InputError(f"{e} in {where}; fix it or pass --no-rotary") from None
     partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1))
     dims = None
     if partial not in (1, 1.0, None):
@@ -180,7 +190,7 @@ def rope_from_config(cfg: dict, where: str = "config.json"):
     theta = params.get("rope_theta", cfg.get("rope_theta", 10000))
     if isinstance(theta, float):
         theta = Fraction(repr(theta))     # the decimal the config file holds, exactly
-    return Rope(theta, "half", dims)
+    return Rope(theta, "half", dims, scaling)
 
 
 def _split(m, parts: int, axis_out: int, name: str) -> list:

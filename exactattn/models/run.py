@@ -31,7 +31,9 @@ Models (:data:`MODELS`), no download:
   UTF-8 bytes as its tokens;
 * ``llama-tiny``: a Llama built from a small ``LlamaConfig`` with torch's seed fixed
   (2 layers of 4 query heads over 2 key/value heads, d_model 64, d_k 16, rotary base
-  10000 applied by transformers' ``rotate_half``: the ``half`` layout), UTF-8 bytes as tokens.
+  10000 applied by transformers' ``rotate_half``: the ``half`` layout), UTF-8 bytes as tokens;
+* ``llama3-tiny``: the same Llama with Llama 3's rope scaling (``rope_type`` llama3, factor 8,
+  low and high frequency factors 1 and 4, an original context of 64 positions).
 
 The weights are read from the model's own state dict, so the exact side sees
 the numbers the float side ran with (float32: dyadic rationals, exactly).
@@ -52,7 +54,7 @@ from ..engines.layer import Layer
 from .presets import ARCHS, load_head, load_layer, rope_from_config
 from .weights import Tensors, tensors_from_state_dict
 
-MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny", "llama-tiny")
+MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny", "llama-tiny", "llama3-tiny")
 IMPLEMENTATIONS = ("eager", "sdpa")
 #: the tiny GPT-2: small enough for a test, causal, with a fixed seed
 GPT2_TINY = {"n_layer": 2, "n_head": 4, "n_embd": 32, "n_positions": 128, "vocab_size": 256,
@@ -65,6 +67,11 @@ LLAMA_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
               "max_position_embeddings": 128, "rope_theta": 10000.0, "initializer_range": 0.2,
               "seed": 0}
+#: the tiny Llama with Llama 3's rope scaling (factor 8; at an original context of 64 positions
+#: its 8 frequencies fall in all three bands: kept, blended, divided by 8)
+LLAMA3_TINY = {**LLAMA_TINY, "rope_parameters": {
+    "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}
 
 
 @dataclass
@@ -169,14 +176,14 @@ def _byte_tokens(torch, text: str, limit: int | None):
     return {"input_ids": ids}, [Token(bytes([b]).decode("latin-1"), b) for b in data]
 
 
-def _tiny(torch, transformers, implementation: str, arch: str):
-    """gpt2-tiny or llama-tiny: built from its small config with torch's seed fixed."""
-    cfg = dict(GPT2_TINY if arch == "gpt2" else LLAMA_TINY)
+def _tiny(torch, transformers, implementation: str, arch: str, name: str = ""):
+    """gpt2-tiny, llama-tiny or llama3-tiny: built from its small config with torch's seed fixed."""
+    cfg = dict(GPT2_TINY if arch == "gpt2" else LLAMA3_TINY if name else LLAMA_TINY)
     torch.manual_seed(cfg.pop("seed"))
     kind = "GPT2" if arch == "gpt2" else "Llama"
     config = getattr(transformers, kind + "Config")(**cfg, attn_implementation=implementation)
     return getattr(transformers, kind + "Model")(config), partial(_byte_tokens, torch), arch, \
-        True, f"{arch}-tiny (seed 0, no download)", config.max_position_embeddings
+        True, f"{name or arch + '-tiny'} (seed 0, no download)", config.max_position_embeddings
 
 
 def _blocks(model, arch: str) -> list:
@@ -218,7 +225,8 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
         raise InputError(f"--text must hold some words (got {shorten(repr(text))})")
     torch, transformers = _imports()
     build = {MODELS[0]: _minilm, MODELS[1]: partial(_tiny, arch="gpt2"),
-             MODELS[2]: partial(_tiny, arch="llama")}[model]
+             MODELS[2]: partial(_tiny, arch="llama"),
+             MODELS[3]: partial(_tiny, arch="llama", name=MODELS[3])}[model]
     net, encode, arch, causal, source, most = build(torch, transformers, implementation)
     blocks = _blocks(net, arch)
     if max_tokens is not None and max_tokens > most:

@@ -77,8 +77,9 @@ def _radical_text(r: Fraction, radical) -> str:
 
 
 @lru_cache(maxsize=4096)
-def power_form(base: Fraction, e: Fraction) -> tuple[Fraction, tuple]:
-    """``base^e`` for a positive rational base as ``(r, ((p, f), ...))``: ``r * prod p^f``.
+def power_form(base: Fraction, e: Fraction, *more) -> tuple[Fraction, tuple]:
+    """``base^e`` for a positive rational base as ``(r, ((p, f), ...))``: ``r * prod p^f``;
+    ``more`` = ``base2, e2, ...`` multiplies in further powers (an NTK-scaled RoPE base).
 
     r is rational, the primes p are increasing and every ``0 < f < 1``: the canonical
     form of a real radical, so equal powers get equal forms
@@ -90,22 +91,48 @@ def power_form(base: Fraction, e: Fraction) -> tuple[Fraction, tuple]:
     ((Fraction(1, 10), ()), (Fraction(2, 1), ((2, Fraction(1, 2)),)))
     """
     from flint import fmpz
-    base, e = Fraction(base), Fraction(e)
-    if base <= 0:
-        raise InputError(f"a power needs a positive base (got {base})")
     powers: dict = {}
-    for n, sign in ((base.numerator, 1), (base.denominator, -1)):
-        if n > 1:
-            for p, k in fmpz(n).factor():
-                powers[int(p)] = powers.get(int(p), 0) + sign * int(k)
+    given = (base, e) + more
+    for base, e in zip(given[::2], given[1::2]):
+        base, e = Fraction(base), Fraction(e)
+        if base <= 0:
+            raise InputError(f"a power needs a positive base (got {base})")
+        for n, sign in ((base.numerator, 1), (base.denominator, -1)):
+            if n > 1:
+                for p, k in fmpz(n).factor():
+                    powers[int(p)] = powers.get(int(p), 0) + sign * int(k) * e
     r, radical = Fraction(1), []
     for p in sorted(powers):
-        x = powers[p] * e
+        x = Fraction(powers[p])
         whole = x.numerator // x.denominator
         r *= Fraction(p) ** whole
         if x != whole:
             radical.append((p, x - whole))
     return r, tuple(radical)
+
+
+def angle_ball(r: Fraction, radical: tuple = (), over_pi: tuple = ()):
+    """An ``arb`` enclosure of ``r * prod p^f``, plus ``r2 * prod p2^f2 / pi`` when
+    ``over_pi = (r2, radical2)`` (a rotary frequency in Llama 3's blended band)."""
+    from flint import arb
+    a = arb(fmpq_of(r)) * _radical_ball(radical)
+    return a + arb(fmpq_of(over_pi[0])) * _radical_ball(over_pi[1]) / arb.pi() if over_pi else a
+
+
+def gain_ball(gain: tuple):
+    """YaRN's attention factor squared: ``c^2`` with ``c = (1 + m ln(f)/10) / (1 + m2 ln(f)/10)``
+    for ``gain = (f, m, m2)`` (transformers' ``yarn_get_mscale`` ratio; m2 = 0: no divisor)."""
+    from flint import arb
+    f, m, m2 = (arb(fmpq_of(x)) for x in gain)
+    c = (1 + m * f.log() / 10) / (1 + m2 * f.log() / 10)
+    return c * c
+
+
+def gain_text(gain: tuple) -> str:
+    from .digits import fraction_text
+    f, m, m2 = gain
+    one = [f"(1 + ({fraction_text(x / 10)})*log({fraction_text(f)}))" for x in (m, m2) if x]
+    return f"{one[0]}^2" if len(one) == 1 else f"({one[0]}/{one[1]})^2"
 
 
 @dataclass(frozen=True, repr=False)
@@ -119,52 +146,77 @@ class Trig:
     independent over the algebraic numbers (write each as ``(e^(ia) +- e^(-ia))/2``:
     the exponents ``0, +-i a_k`` are distinct), so a rotary score is zero exactly
     when its collected coefficients are.
+
+    Two extensions for scaled RoPE: ``over_pi = (r2, radical2)`` adds ``r2 * prod p2^f2 / pi``
+    to the angle (Llama 3's blended band), and ``gain = (f, m, m2)`` multiplies the atom by
+    YaRN's attention factor squared (:func:`gain_ball`; r = 0 with cos: the factor alone).
+    No theorem covers these, so sums over them are decided by enclosures up to a bound
+    (:func:`decidable` is False), as tanh forms are.
     """
 
     fn: str
     r: Fraction
     radical: tuple = ()
+    over_pi: tuple = ()
+    gain: tuple = ()
     _h: int = field(init=False, compare=False, repr=False, default=0)
 
     def __post_init__(self):
-        if self.fn not in ("cos", "sin") or self.r <= 0:
+        if self.fn not in ("cos", "sin") or not (self.r > 0 or self.over_pi or self.gain):
             raise InputError(f"a trig atom needs cos or sin of a positive angle (got {self.fn}, "
                              f"{self.r})")
-        object.__setattr__(self, "_h", hash((self.fn, self.r, self.radical)))
+        object.__setattr__(self, "_h", hash((self.fn, self.r, self.radical, self.over_pi,
+                                             self.gain)))
 
     def __hash__(self) -> int:
         return self._h
 
     def ball(self):
-        from flint import arb, fmpq
-        a = arb(fmpq(self.r.numerator, self.r.denominator)) * _radical_ball(self.radical)
-        return a.cos() if self.fn == "cos" else a.sin()
+        a = angle_ball(self.r, self.radical, self.over_pi)
+        x = a.cos() if self.fn == "cos" else a.sin()
+        return x * gain_ball(self.gain) if self.gain else x
 
     def text(self) -> str:
-        return f"{self.fn}({_radical_text(self.r, self.radical)})"
+        angle = _radical_text(self.r, self.radical)
+        if self.over_pi:
+            angle = (f"{angle} + " if self.r else "") + f"{_radical_text(*self.over_pi)}/pi"
+        t = f"{self.fn}({angle})" if self.r or self.over_pi else ""
+        return t if not self.gain else f"{gain_text(self.gain)}*{t}" if t else gain_text(self.gain)
 
     def sympy(self):
         import sympy
-        a = sympy.Rational(self.r.numerator, self.r.denominator)
-        for p, f in self.radical:
-            a *= sympy.Integer(p) ** sympy.Rational(f.numerator, f.denominator)
-        return (sympy.cos if self.fn == "cos" else sympy.sin)(a)
+
+        def power(r, radical):
+            a = sympy.Rational(r.numerator, r.denominator)
+            for p, f in radical:
+                a *= sympy.Integer(p) ** sympy.Rational(f.numerator, f.denominator)
+            return a
+        a = power(self.r, self.radical) + (power(*self.over_pi) / sympy.pi if self.over_pi else 0)
+        x = (sympy.cos if self.fn == "cos" else sympy.sin)(a)
+        if self.gain:
+            f, m, m2 = (sympy.Rational(v.numerator, v.denominator) for v in self.gain)
+            x *= ((1 + m * sympy.log(f) / 10) / (1 + m2 * sympy.log(f) / 10)) ** 2
+        return x
 
     def __repr__(self) -> str:
         return f"Trig({self.text()})"
 
 
-def trig(fn: str, angle: Fraction, radical: tuple = ()):
-    """``(coefficient, atom)`` with ``fn(angle * prod p^f) = coefficient * atom`` (atom None: 1).
+def trig(fn: str, delta: int, freq: tuple = (Fraction(1), ()), gain: tuple = ()):
+    """``(coefficient, atom)`` with ``fn(delta * w) [* gain] = coefficient * atom`` (atom None:
+    1) for a positive frequency ``w = freq``'s ``r * prod p^f`` (plus ``r2 * prod p2^f2 / pi``
+    when ``freq = (r, radical, (r2, radical2))``).
 
-    >>> trig("sin", Fraction(-1)), trig("cos", Fraction(0))
+    >>> trig("sin", -1), trig("cos", 0)
     ((-1, Trig(sin(1))), (1, None))
     """
-    if angle == 0:
-        return (1, None) if fn == "cos" else (0, None)
-    if angle > 0:
-        return 1, Trig(fn, angle, radical)
-    return (1 if fn == "cos" else -1), Trig(fn, -angle, radical)
+    r, radical, *pi = freq
+    if delta == 0:
+        return (0, None) if fn == "sin" else \
+            (1, Trig("cos", Fraction(0), gain=gain) if gain else None)
+    k = abs(delta)
+    over = (k * pi[0][0], pi[0][1]) if pi and pi[0] else ()
+    return (-1 if fn == "sin" and delta < 0 else 1), Trig(fn, k * r, radical, over, gain)
 
 
 @dataclass(frozen=True, repr=False)
@@ -248,10 +300,12 @@ def transcendental(atom) -> bool:
 
 def decidable(atom) -> bool:
     """True when sums over this atom are zero exactly when their coefficients are
-    (every algebraic atom and every :class:`Trig`; not a :class:`Tanh`)."""
+    (every algebraic atom and every :class:`Trig` of an algebraic angle; not a :class:`Tanh`,
+    nor a Trig with a pi part or a gain)."""
     if isinstance(atom, Prod):
         atom = atom.trans
-    return not isinstance(atom, Tanh)
+    return not isinstance(atom, Tanh) and not (isinstance(atom, Trig) and
+                                               (atom.over_pi or atom.gain))
 
 
 def atom_ball(atom):
@@ -347,7 +401,8 @@ def _order(atom) -> tuple:
     if isinstance(atom, Prod):
         return (3,) + _order(atom.trans) + _order(atom.alg)
     if isinstance(atom, Trig):
-        return (2, 0, atom.fn, atom.r, atom.radical)
+        return (2, 0, atom.fn, atom.r, atom.radical) + \
+            ((atom.over_pi, atom.gain) if atom.over_pi or atom.gain else ())
     return (2, 1, atom.form)
 
 

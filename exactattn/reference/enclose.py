@@ -21,13 +21,14 @@ sec. 3.4.2 for the rotation; Ziv 1991 for the rounding loop.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 from ..numbers.digits import working_precision
 from ..numbers.reals import atom_ball
 from ..numbers.exact import fmpq_of
-from ..numbers.reals import real_ball, softcap_ball
+from ..numbers.reals import angle_ball, gain_ball, real_ball, softcap_ball
 from ..numbers.formats import float_format, round_cells, round_enclosed
 from ..call.inputs import empty_rows, keys_read
 from .logits import modified_row
@@ -39,13 +40,14 @@ def _rotated(mat_rows, positions, rope):
     """Rows of exact numbers rotated by RoPE at the given positions, as an ``arb_mat``."""
     from flint import arb, arb_mat
     n, d = len(mat_rows), len(mat_rows[0])
-    theta = arb(fmpq_of(rope.theta))
+    g = rope.gain                   # yarn's attention factor multiplies cos and sin
+    g = (arb(fmpq_of(g)) if isinstance(g, Fraction) else gain_ball(g)).sqrt()
     out = [[arb(fmpq_of(x)) for x in r] for r in mat_rows]
-    for a, b, e in rope.pairs(d):
-        w = theta ** fmpq_of(e)
+    for a, b, w in rope.frequencies(d):
+        w = angle_ball(*w)
         for i in range(n):
             phi = positions[i] * w
-            c, s = phi.cos(), phi.sin()
+            c, s = g * phi.cos(), g * phi.sin()
             xa, xb = out[i][a], out[i][b]
             out[i][a], out[i][b] = xa * c - xb * s, xa * s + xb * c
     return arb_mat(n, d, [x for r in out for x in r])

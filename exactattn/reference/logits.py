@@ -36,7 +36,7 @@ from ..options import check_choice
 from ..call.modifiers import row_offsets
 from ..call.policy import Policy
 from ..numbers.exact import rational_sqrt
-from ..numbers.reals import Surd, power_form, softcap, trig
+from ..numbers.reals import Surd, softcap, trig
 from ..numbers.softmax import SoftmaxRow
 
 __all__ = ["softmax_row"]
@@ -139,18 +139,19 @@ def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_p
     ('cos(1) - sin(1)', True)
     """
     delta = key_position - query_position
-    pairs = rope.pairs(len(query))
+    pairs = rope.frequencies(len(query))
     r = 2 * len(pairs)                  # a partial rotary's unturned entries add plainly
     p, terms = Fraction(sum(query[a] * key[a] for a in range(r, len(query)))), {}
-    for a, b, e in pairs:
-        c = Fraction(query[a] * key[a] + query[b] * key[b])
-        s = Fraction(query[b] * key[a] - query[a] * key[b])
+    gain = rope.gain                    # yarn's attention factor squared: the rotated part's
+    g, gain = (gain, ()) if isinstance(gain, Fraction) else (1, gain)
+    for a, b, w in pairs:
+        c = g * Fraction(query[a] * key[a] + query[b] * key[b])
+        s = g * Fraction(query[b] * key[a] - query[a] * key[b])
         if not (c or s):
             continue
-        r, radical = power_form(rope.theta, e)
         for fn, coefficient in (("cos", c), ("sin", s)):
             if coefficient:
-                sign, atom = trig(fn, delta * r, radical)
+                sign, atom = trig(fn, delta, w, gain)
                 if atom is None:
                     p += sign * coefficient
                 else:           # pairs at one angle (theta = 1, say) add up

@@ -147,10 +147,10 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
     if policy.rope is not None:
         qf, kf = to_fractions(queries, q_den), to_fractions(keys, k_den)
         d_k = len(queries[0]) if queries else 0
-        rotated, count = [], 0
+        rotated, count, rope = [], 0, policy.rope.for_call(policy, n_q, n_k)
         for i, r in enumerate(raw_f):
             p = policy.query_position(i, n_q, n_k)
-            rotated.append([None if a is None else rope_score(qf[i], kf[j], policy.rope, p, j)
+            rotated.append([None if a is None else rope_score(qf[i], kf[j], rope, p, j)
                             for j, a in enumerate(r)])
             count += 2 * d_k * sum(a is not None for a in r)
         macs["rotation"] = count

@@ -215,6 +215,10 @@ class FloatCall:
             return None
         pairs = self.rope.pairs(self.query.shape[-1])
         freq = np.array([float(self.rope.theta) ** float(e) for _, _, e in pairs])
+        if self.rope.scaling is not None:       # scaled: the certified frequencies, rounded
+            L, S = self.query.shape[-2], self.key.shape[-2]
+            rope = self.rope.for_call(self.positions(), L, S)
+            freq = np.array(rope.float_frequencies(self.query.shape[-1]))
         return np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]
 
     def kv_index(self) -> list[int]:

@@ -291,6 +291,8 @@ def rotate(x, angles, rope):
     pairs = rope.pairs(x.shape[-1])
     ia, ib = [a for a, _, _ in pairs], [b for _, b, _ in pairs]
     c, s = np.cos(angles), np.sin(angles)
+    if rope.scaling is not None:      # yarn's attention factor multiplies cos and sin
+        c, s = c * rope.float_gain(), s * rope.float_gain()
     if _is_jax(x):          # jax arrays are immutable: two functional updates
         import jax.numpy as jnp
         c, s = jnp.asarray(c, dtype=x.dtype), jnp.asarray(s, dtype=x.dtype)

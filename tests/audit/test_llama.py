@@ -149,19 +149,22 @@ def test_saved_inputs_walk_through_with_their_token_texts(cli, tmp_path, eager):
     status, out, err = cli("model", "row", *base)
     assert status == 2 and len(err.strip().splitlines()) == 1
     assert "must name the 19 token rows of the tokens file (got 2 texts)" in err
-    # a rope scaling exactattn does not implement: refused by name
+    # a malformed rope scaling: refused in one line naming the missing key
     cfg_doc = json.loads((tmp_path / "config.json").read_text())
     cfg_doc["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}
     (tmp_path / "config.json").write_text(json.dumps(cfg_doc))
     status, out, err = cli("model", "row", *base)
-    assert status == 2 and len(err.strip().splitlines()) == 1 and "(got 'llama3')" in err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and \
+        "rope scaling llama3 needs low_freq_factor" in err
 
 
 @pytest.mark.parametrize("cfg, message", [
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}},
-     "rope scaling must be the plain rotary (rope_type default) in config.json (got 'llama3')"),
-    ({"rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2.0}},
-     "rope scaling must be the plain rotary (rope_type default) in config.json (got 'linear')"),
+     "rope scaling llama3 needs factor; add it (its keys: factor, low_freq_factor, "
+     "high_freq_factor, original_max_position_embeddings) in config.json"),
+    ({"rope_theta": 1e4, "rope_scaling": {"type": "longrope", "factor": 2.0}},
+     "rope scaling rope_type must be one of default, linear, dynamic, llama3, yarn, inv_freq "
+     "(got 'longrope') in config.json"),
     ({"rope_theta": 1e4, "partial_rotary_factor": 0.5},
      "partial_rotary_factor must be a number in (0, 1] with head_dim (or hidden_size and "
      "num_attention_heads) in config.json (got 0.5, head width None)"),
@@ -183,6 +186,12 @@ def test_rotary_settings_are_read_exactly():
                              "rope_parameters": {"partial_rotary_factor": 0.5}}).dims == 32
     assert rope_from_config({"head_dim": 64, "partial_rotary_factor": 1.0}).dims is None
     assert rope_from_config({"rope_theta": 500000.0}) == Rope(500000, "half")
+    # a scaling (transformers' keys; the old key "type" too), its floats read as written
+    assert rope_from_config({"rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2.5}}) \
+        == Rope(10000, "half", None, {"rope_type": "linear", "factor": "5/2"})
+    assert rope_from_config({"max_position_embeddings": 64, "rope_parameters": {
+        "rope_type": "dynamic", "factor": 2.0}}).scaling.params == \
+        (("factor", 2), ("max_position_embeddings", 64))
     assert rope_from_config({}) == Rope(10000, "half")
     assert rope_from_config({"rope_parameters": {"rope_theta": 1e6, "rope_type": "default"},
                              "rope_scaling": None}) == Rope(10 ** 6, "half")

@@ -190,7 +190,8 @@ OPTIONS = {
                 "--sink": ["0"], "--softcap": ["1"], "--alibi": ["8"],
                 "--head": ["1", "--alibi", "8"],
                 "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
-                "--rope": ["10000:interleaved"]}),
+                "--rope": ["10000:interleaved"],
+                "--rope-scaling": ['{"rope_type": "linear", "factor": 2}', "--rope", "10000:interleaved"]}),
     "scores": (["--example", "tiny"],
                {"--example": ["self-match"], "--spec": ["SPEC"], "--format": ["latex"],
                 "--digits": ["6"], "--no-scale": [], "--explain": ["2,1"], "-o": ["OUT"],
@@ -198,7 +199,8 @@ OPTIONS = {
                 "--sink": ["0"], "--softcap": ["1"], "--alibi": ["8"],
                 "--head": ["1", "--alibi", "8"],
                 "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
-                "--rope": ["10000:interleaved"]}),
+                "--rope": ["10000:interleaved"],
+                "--rope-scaling": ['{"rope_type": "linear", "factor": 2}', "--rope", "10000:interleaved"]}),
     "walkthrough": (["--example", "tiny"],
                     {"--example": ["bank-loan"], "--spec": ["SPEC"], "--format": ["csv"],
                      "--digits": ["2"], "--no-scale": [], "--explain": ["1,1"],
@@ -206,7 +208,8 @@ OPTIONS = {
                      "--sink": ["0"], "--softcap": ["1"], "--alibi": ["8"],
                      "--head": ["1", "--alibi", "8"],
                      "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
-                     "--rope": ["10000:interleaved"]}),
+                     "--rope": ["10000:interleaved"],
+                "--rope-scaling": ['{"rope_type": "linear", "factor": 2}', "--rope", "10000:interleaved"]}),
     "sweep divisor": ([], {"--example": ["tiny"], "--spec": ["SPEC"], "--row": ["1"],
                            "--divisors": ["1,3"], "--digits": ["6"], "--format": ["json"]}),
     "sweep length": (["--lengths", "2,4"], {"--example": ["tiny"], "--spec": ["SPEC"],
@@ -219,12 +222,14 @@ OPTIONS = {
                       "--d-out": ["1,0,0,0"], "--digits": ["6"], "--sink": ["0"],
                       "--softcap": ["1"], "--alibi": ["8"], "--head": ["1", "--alibi", "8"],
                       "--window": ["0,0"], "--query-offset": ["1", "--window", "1,0"],
-                      "--rope": ["10000"]}),
+                      "--rope": ["10000"],
+                      "--rope-scaling": ['{"rope_type": "linear", "factor": 2}']}),
 }
 
 
 #: options refused with the base arguments: -o writes pictures, and the base prints a table
-REFUSED = {("square", "-o"), ("scores", "-o"), ("backward", "--softcap"), ("backward", "--rope")}
+REFUSED = {("square", "-o"), ("scores", "-o"), ("backward", "--softcap"), ("backward", "--rope"),
+           ("backward", "--rope-scaling")}     # a scaling needs a rope
 
 
 def _options_of(command: str) -> list[str]:

@@ -99,7 +99,7 @@ MODIFIER_FIELDS = POSITION_FIELDS + SCORE_FIELDS + ("head",)
 #: the one capability table: the policy fields each path does not run (set ones are refused)
 UNSUPPORTED = {
     "fast": ("rope", "dropout"),                       # the fast engine: the pencil engine runs them
-    "gradients": ("softcap", "rope"),                  # exact gradients: transcendental scores
+    "gradients": (),                                   # gradients: every modifier (certified)
     "blocks": (),                                      # row blocks run every modifier
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
     "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)

@@ -6,7 +6,8 @@ output column", ``dO_i = (0, ..., 0, 1)`` for every token), the shares, ``dP
 = dO V^T``, ``D_i``, ``dS``, the closed forms, ``dQ``, ``dK``, ``dV`` and the
 weight and bias gradients (:mod:`exactattn.present.backward_tables`), every number
 exact or certified.  The modifier flags apply as in the table commands
-(sinks, ALiBi, windows; soft-capping and RoPE are refused with one line).
+(sinks, ALiBi, windows; soft-capping and RoPE are refused with one line: their
+gradients are certified decimals, with no closed form to print).
 """
 
 from __future__ import annotations
@@ -64,14 +65,13 @@ def run(args) -> int:
     from ..gradients import head_gradients
     from .flags import load_source
     from .tables import apply_modifiers
-    from ..call.policy import UNSUPPORTED
     from .modifier_flags import FLAGS
-    for field in UNSUPPORTED["gradients"]:
+    for field in ("softcap", "rope"):          # the walkthrough prints closed forms
         flag = FLAGS[field]
         if getattr(args, field, None) is not None:
             raise InputError(f"{flag} must come without backward (got {flag}); soft-capped and "
-                             "rotary scores are transcendental, so their gradients are not "
-                             "exact here")
+                             "rotary gradients have no closed form to print: use verify "
+                             "--backward or exactattn.gradients for their certified decimals")
     ex = apply_modifiers(load_source(args), args)
     n = len(ex.x)
     if n > MAX_TOKENS:

@@ -213,11 +213,9 @@ def refuse(args, problem, searching: bool) -> None:
     if getattr(args, "backward", False):
         from ..call.policy import UNSUPPORTED
         bad = [FLAGS[f] for f in UNSUPPORTED["gradients"] if getattr(args, f, None) is not None]
-        bad += ["--lse"] if "--lse" in given else []
         if bad:
-            raise InputError(f"{bad[0]} must come without --backward (got both); the exact "
-                             "gradients take sinks, ALiBi, windows and dropout, not soft-capped "
-                             "or rotary scores or a log-sum-exp")
+            raise InputError(f"{bad[0]} must come without --backward (got both); the "
+                             "gradients do not take it")
     if args.dropout is not None and (problem is None or problem.dropout_keep is None):
         raise InputError("--dropout must come with a spec file that has a dropout keep-mask "
                          "(got none); add \"policy\": {\"dropout\": {\"p\": \"1/10\", \"keep\": "

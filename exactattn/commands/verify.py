@@ -425,17 +425,17 @@ def run(args) -> int:
     if args.invariance:
         return _run_invariance(args, impl, problem, dtypes, notes)
     digits = dict(worst=args.worst, digits=args.digits)
+    from .modifier_flags import lse
     if args.backward:
         from ..testing.report import backward_sections
         from ..verify.backward import verify_backward
         reports = _each(dtypes, lambda dt: f"{impl.name} backward in {dt}: certifying dQ, dK and "
                         "dV", lambda dt: verify_backward(impl, problem, dt, seed=args.seed or 0,
-                                                         max_ulps=args.max_ulps))
+                                                         max_ulps=args.max_ulps, lse=lse(args)))
         return _write(args, reports, backward_sections(reports, **digits, timings=args.timings,
                                                        notes=notes), {"backward": True})
     if args.split_merge:
         return _run_split(args, impl, problem, dtypes, notes)
-    from .modifier_flags import lse
     outputs = math.prod(problem.shape[k] for k in ("B", "H_q", "L", "E_v"))
     probes = {} if args.probes is None else {"probes": args.probes}
     reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: certifying {outputs:,} outputs",

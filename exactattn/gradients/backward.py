@@ -83,6 +83,13 @@ def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
 
 
 
+def _shares(row, prec: int) -> list:
+    """The ``arb`` shares of a softmax row over its visible keys (the sink's last)."""
+    balls = row.exp_balls(prec)
+    den = row.normaliser(prec, balls)
+    return [balls[g] / den for g in row.gaps if g is not None]
+
+
 class Gradients:
     """The exact gradients of one attention call (one block of query rows against one key set).
 
@@ -91,9 +98,20 @@ class Gradients:
     or per row None or S numbers (``Fraction`` or
     :class:`~exactattn.numbers.reals.Surd`) added to the scaled scores (masks, ALiBi);
     ``sink`` None or the sink's logit; ``factors`` None or R x S dropout
-    factors ``keep / (1 - p)`` (:func:`exactattn.call.modifiers.dropout_factors`).  A
-    GQA group is one block: the rows of every query head that reads the same
-    keys.
+    factors ``keep / (1 - p)`` (:func:`exactattn.call.modifiers.dropout_factors`); ``d_lse``
+    None or R upstream gradients of the rows' log-sum-exps (``d lse_i / d x_ij = P_ij``, so
+    ``dS_ij = P_ij (dP_ij - D_i + dlse_i)``).  A GQA group is one block: the rows of every
+    query head that reads the same keys.
+
+    ``policy`` with a soft-cap or RoPE (``positions`` the rows' query positions): the logits
+    are transcendental, so the block is ``certified``: ``rows`` are the forward's softmax rows
+    of its queries (:meth:`Reference.row <exactattn.verify.Reference.row>`: the one
+    composition) and ``rotate`` the forward's rotation of ``arb`` rows
+    (:func:`exactattn.reference.enclose.rotated_balls`), both handed in by
+    :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`; values come from
+    enclosures, ``dQ = R_i^T scale sum_j dS_ij f_ij R_j k_j`` (``f = 1 - tanh^2(s / cap)``,
+    R the rotation at a position; likewise dK), and signs are bounded
+    (:class:`~exactattn.errors.Undecided` past the bound).
 
     Attributes (lists of :class:`~exactattn.numbers.ratio.ExpRatio`, built on access): ``dQ`` R x E,
     ``dK`` S x E, ``dV`` S x E_v, ``dS`` R x S (also the gradient w.r.t. an
@@ -103,7 +121,8 @@ class Gradients:
 
     def __init__(self, queries, keys, values, d_out, *, keep, offsets=None,
                  divisor_squared: Fraction | None = None, empty_row: str = "zero",
-                 sink=None, factors=None):
+                 sink=None, factors=None, policy=None, positions=None, d_lse=None, rows=None,
+                 rotate=None):
         import numpy as np
         self.R, self.E = len(queries), len(queries[0])
         self.S, self.Ev = len(keys), len(values[0])
@@ -129,10 +148,21 @@ class Gradients:
             self._K = list(keys) + [[zero] * self.E]
             self._V = list(values) + [[zero] * self.Ev]
             self._keep = np.hstack([keep, np.ones((self.R, 1), dtype=bool)])
-            rows = offsets if offsets is not None else [None] * self.R
-            self._offsets = [list(r if r is not None else [zero] * self.S) + [sink] for r in rows]
+            given = offsets if offsets is not None else [None] * self.R
+            self._offsets = [list(r if r is not None else [zero] * self.S) + [sink] for r in given]
             if factors is not None:
                 self._factors = [list(r) + [Fraction(1)] for r in factors]
+        self.policy = policy
+        #: True over rotary or soft-capped logits (values from enclosures, signs bounded)
+        self.certified = policy is not None and (policy.softcap, policy.rope) != (None, None)
+        self.positions = positions or [policy.query_position(i, self.R, self.S)
+                                       for i in range(self.R)] if policy is not None else None
+        self._dlse = None if d_lse is None else [Fraction(x) for x in d_lse]
+        if self.certified and rows is None:
+            raise InputError(f"policy {'softcap' if policy.softcap else 'rope'} must come with the "
+                             "forward's rows for gradients (got none); use Reference(Call(q, k, "
+                             "v, policy=...)).gradients(d_out), which certifies them")
+        self.rows, self._rotate, self._capped = rows, rotate, None
         self._terms = None
         self._mats = None
         self._dPm_cache = None
@@ -151,8 +181,9 @@ class Gradients:
     d_out = property(lambda self: self._dO, doc="R x E_v upstream gradient (``Fraction``)")
     keep = property(lambda self: self._keep[:, :self.S], doc="R x S visibility (booleans)")
     plain = property(lambda self: self.sink is None and self._factors is None and (
-        self._offsets is None or all(r is None for r in self._offsets)),
-        doc="True without offsets, sink or dropout (the float enclosures' calls)")
+        self._offsets is None or all(r is None for r in self._offsets)) and not (
+        self.certified or self._dlse), doc="True without offsets, sink, dropout, soft-cap, "
+        "RoPE or dlse (the float enclosures' calls)")
     offsets = property(lambda self: self._given_offsets,
                        doc="per row None or S offsets added to the scaled scores (None: none)")
     factors = property(lambda self: self._given_factors,
@@ -194,19 +225,32 @@ class Gradients:
             self._dPm_cache = m
         return self._dPm_cache
 
+    def _visible(self, i: int) -> list:
+        """The columns row i's shares run over (every key for a ``uniform`` empty row)."""
+        if not self.certified:
+            return self.terms.visible(i)
+        import numpy as np
+        return list(range(self.cols)) if self.kinds[i] == "uniform" else \
+            np.flatnonzero(self._keep[i]).tolist()
+
+    def d_lse(self, i: int) -> Fraction:
+        """Row i's upstream gradient of its log-sum-exp (0 without one)."""
+        return Fraction(0) if self._dlse is None else self._dlse[i]
+
     def factor(self, i: int, j: int) -> Fraction:
         """The dropout factor of pair (i, j) (1 without dropout)."""
         return Fraction(1) if self._factors is None else Fraction(self._factors[i][j])
 
     # -- values -----------------------------------------------------------------------
-    def value(self, name: str, *index: int) -> ExpRatio:
-        """One entry, e.g. ``value("dQ", i, c)``, ``value("D", i)``, ``value("dsink")``."""
+    def value(self, name: str, *index: int, rows=None) -> ExpRatio:
+        """One entry, e.g. ``value("dQ", i, c)``, ``value("D", i)``, ``value("dsink")`` (over
+        ``rows``, default every row: one query head's rows of a GQA block)."""
         check_choice(name, "name", tuple(GRADIENTS))
         if name == "dsink":
             if self.sink is None:
                 raise InputError("the call must have a sink for dsink (got none); set "
                                  "Policy(sink=...)")
-            return ExpRatio({("dS", i, self.S): 1 for i in range(self.R)}, self)
+            return ExpRatio({("dS", i, self.S): 1 for i in rows or range(self.R)}, self)
         scaled = name in _SCALED and self.irrational_scale is not None
         return ExpRatio({(name, *index): 1}, self, scaled)
 
@@ -324,9 +368,11 @@ class Gradients:
             return hit
         from flint import arb, arb_mat
         R, C = self.R, self.cols
-        terms = self.terms
-        shares = terms.shares(prec)
+        shares = None if self.certified else self.terms.shares(prec)
         with working_precision(prec):
+            if shares is None:          # the forward's certified rows
+                shares = [None if k in ("zero", "nan") else _shares(row, prec)
+                          for k, row in zip(self.kinds, self.rows)]
             dPm = arb_mat(self.dP_matrix)
             flat = dPm.entries()
             zero = arb(0)
@@ -337,7 +383,7 @@ class Gradients:
                 row = shares[i]
                 if row is None:
                     continue
-                vis = terms.visible(i)
+                vis = self._visible(i)
                 dPi = [flat[i * C + j] for j in vis]
                 Pi = P[i]
                 d = arb(0)
@@ -345,8 +391,10 @@ class Gradients:
                     Pi[j] = p
                     d += p * x
                 D[i] = d
-                if terms.kinds[i] == "ok":
+                if self.kinds[i] == "ok":
                     dSi = dS[i]
+                    if self._dlse is not None:
+                        d = d - arb(fmpq_of(self._dlse[i]))
                     for j, p, x in zip(vis, row, dPi):
                         dSi[j] = p * (x - d)
             Qm, Km, Vm, dOm = (arb_mat(m) for m in self.mats)
@@ -360,13 +408,40 @@ class Gradients:
             s = arb(fmpq_of(self._scale_q))
             if self.irrational_scale is not None:
                 s *= atom_ball(self.irrational_scale)
+            dQ, dK = self._chain(dSm, s) if self.certified else \
+                ((dSm * Km) * s, (dSm.transpose() * Qm) * s)
             out = {"P": Pm, "dP": dPm, "D": D, "dS": dSm, "O": Wm * Vm,
-                   "dQ": (dSm * Km) * s, "dK": (dSm.transpose() * Qm) * s,
-                   "dV": Wm.transpose() * dOm}
+                   "dQ": dQ, "dK": dK, "dV": Wm.transpose() * dOm}
         if len(self._balls) >= 4:   # the least recently used goes (a report's entries ask
             self._balls.pop(next(iter(self._balls)))    # 64, 128, 256 bits each in turn)
         self._balls[prec] = out
         return out
+
+    def _chain(self, dS, s) -> tuple:
+        """dQ and dK of a certified block: each dS_ij times ``f_ij = 1 - tanh^2(s_ij / cap)``
+        (``cap tanh(x / cap)``'s derivative; s the scaled score), the queries and keys rotated
+        to their positions and the results turned back (``R^T``): at the current precision."""
+        from flint import arb, arb_mat
+        from ..numbers.reals import softcap_ball
+        pol, keys, rotated_balls = self.policy, list(range(self.cols)), self._rotate
+        if pol.rope is None:
+            Qr, Kr = (arb_mat(m) for m in self.mats[:2])
+        else:
+            Qr, Kr = rotated_balls(self._Q, self.positions, pol.rope), \
+                rotated_balls(self._K, keys, pol.rope)
+        if pol.softcap is not None:
+            x, c = (Qr * Kr.transpose()) * s, arb(fmpq_of(pol.softcap))
+            f = [1 - (softcap_ball(x[i, j], pol.softcap) / c) ** 2
+                 for i in range(self.R) for j in keys]
+            self._capped = [float(b.mid()) for b in f]
+            dS = arb_mat(self.R, self.cols, [a * b for a, b in zip(dS.entries(), f)])
+        dQ, dK = (dS * Kr) * s, (dS.transpose() * Qr) * s
+        if pol.rope is None:
+            return dQ, dK
+        def back(m, positions):
+            rows = [[m[i, c] for c in range(m.ncols())] for i in range(m.nrows())]
+            return rotated_balls(rows, [-p for p in positions], pol.rope)
+        return back(dQ, self.positions), back(dK, keys)
 
     def magnitudes(self) -> dict:
         """Float sizes of the terms each entry adds up (for errors in ULPs at the terms).
@@ -392,14 +467,26 @@ class Gradients:
         M = np.ones(P.shape) if self._factors is None else \
             np.array([[float(x) for x in r] for r in self._factors], dtype=np.float64)
         A = (dO @ V.T) * M
-        dS = P * (A + (P * A).sum(axis=1, keepdims=True))
+        lse = np.abs(np.array([float(self.d_lse(i)) for i in range(self.R)]))[:, None]
+        dS = P * (A + (P * A).sum(axis=1, keepdims=True) + lse)
         for i, k in enumerate(self.kinds):
             if k != "ok":
                 dS[i] = 0
         s = float(self._scale_q) / (1.0 if self.irrational_scale is None
                                     else float(self.irrational_scale) ** 0.5)
-        self._magnitudes = {"dQ": s * dS @ K, "dK": (s * dS.T @ Q)[:self.S],
-                            "dV": ((P * M).T @ dO)[:self.S]}
+        pairs = [] if not self.certified or self.policy.rope is None else \
+            [p[:2] for p in self.policy.rope.pairs(self.E)]
+        for a, b in pairs:        # a rotation mixes a pair: |R x|_a <= |x_a| + |x_b|
+            for m in (Q, K):
+                m[:, a] = m[:, b] = m[:, a] + m[:, b]
+        # the soft-cap's factor 1 - tanh^2 adds up terms of size 1 + tanh^2 = 2 - f
+        dSf = dS if self._capped is None else dS * (2 - np.reshape(self._capped, dS.shape))
+        dQ, dK = s * dSf @ K, s * dSf.T @ Q
+        for a, b in pairs:
+            for m in (dQ, dK):
+                m[:, a] = m[:, b] = m[:, a] + m[:, b]
+        self._magnitudes = {"dQ": dQ, "dK": dK[:self.S], "dV": ((P * M).T @ dO)[:self.S],
+                            "dS": dS}
         return self._magnitudes
 
     # -- exact numerators (exactattn.gradients.parts) --------------------------------------

@@ -10,12 +10,12 @@ a rational, or an exact algebraic :class:`~exactattn.numbers.reals.Surd` for slo
 such as ``2^(-1/2)``), the sink logit, and the dropout factors ``keep / (1 -
 p)`` (:func:`exactattn.call.modifiers.dropout_factors`).
 
-What exact gradients cover (:func:`check_policy`): every scale, the causal
-rule, windows and query offsets, empty rows, masks (additive ones included),
-GQA, sinks, ALiBi (every form, rational and irrational slopes) and dropout.
-Soft-capping and RoPE are refused with one line: their logits are
-transcendental functions of the scores (tanh, cos/sin), outside the rational
-functions of a few exponentials that make every test here exact.
+What gradients cover (:func:`check_policy`): every scale, the causal rule, windows
+and query offsets, empty rows, masks (additive ones included), GQA, sinks, ALiBi
+(every form, rational and irrational slopes) and dropout, exactly; soft-capping and
+RoPE (any layout, partial rotary), whose logits are transcendental functions of the
+scores (tanh, cos/sin), certified: decimals and comparisons from enclosures, a
+bounded refusal where they cannot decide (:class:`~exactattn.gradients.Gradients`).
 
 >>> from exactattn.call.policy import Policy
 >>> from exactattn.call.modifiers import Alibi
@@ -77,7 +77,7 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
 
 
 def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=None, *,
-              dropout_keep=None, floats: str | None = None) -> Gradients:
+              dropout_keep=None, floats: str | None = None, d_lse=None) -> Gradients:
     """The exact gradients of one head's call ``softmax(scale Q K^T + mask) V`` given ``dO``.
 
     Shapes: queries L x E, keys S x E, values S x E_v, d_out L x E_v (any
@@ -85,7 +85,8 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
     L x S :class:`~exactattn.call.policy.Mask` (an additive one adds its offsets);
     ``dropout_keep`` L x S booleans (True = kept) with ``policy.dropout``.
     ``policy`` gives the scale, the causal rule and windows, the empty-row
-    answer, the sink, ALiBi (with ``policy.head``) and dropout.
+    answer, the sink, ALiBi (with ``policy.head``), dropout, the soft-cap and RoPE;
+    ``d_lse`` (L exact numbers) the upstream gradient of each row's natural log-sum-exp.
 
     Raises:
         ShapeError: shapes that do not match.
@@ -118,5 +119,7 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
         raise ShapeError(f"mask must be {L} x {S} like queries x keys "
                          f"(got {mask.n_queries} x {mask.n_keys})")
     block = block_inputs(policy, L, S, mask, dropout_keep)
+    lse = None if d_lse is None else \
+        to_matrix([d_lse], name="d_lse", shape=(1, L), floats=floats)[0]
     return Gradients(Q, K, V, dO, divisor_squared=policy.divisor_squared_for(E),
-                     empty_row=policy.empty_row, **block)
+                     empty_row=policy.empty_row, policy=policy, d_lse=lse, **block)

@@ -9,6 +9,7 @@ and ``W_i = sum_j dP_ij t^(a_ij)`` (so ``D_i = W_i / Z_i``)::
                                                   B_ic = sum_j K_jc t^(a_ij)
     J_ijk = t^(a_ij) (delta_jk Z_i - t^(a_ik)) / Z_i^2   (the softmax Jacobian)
 
+(with an upstream ``dlse_i``, ``dP_ij + dlse_i`` in dS's and A's place of ``dP_ij``, W kept)
 and the columns ``dK_jc = scale sum_i Q_ic dS_ij``, ``dV_jc = sum_i dO_ic M_ij P_ij``
 summed class by class (rows with one normaliser add their numerators).  A
 rational scale is folded into the numerators; an irrational one is carried by
@@ -108,13 +109,14 @@ class Numerators:
             mono = self._mono(i, atom[2])
             if mono is None:
                 return {}
-            q = self._dP_row(i)[atom[2]]
+            q = self._dP_row(i)[atom[2]] + self.g.d_lse(i)
             return {key: mono * (Z * fmpq_of(q) - self._W_row(i))}
         # dQ_ic = scale sum_j K_jc dS_ij
         c = atom[2]
         dP = self._dP_row(i)
         Kc = [r[c] for r in self.g.block_keys]
-        A = self._row_poly(i, [k * d for k, d in zip(Kc, dP)])
+        lse = self.g.d_lse(i)
+        A = self._row_poly(i, [k * (d + lse) for k, d in zip(Kc, dP)])
         B = self._row_poly(i, Kc)
         return {key: (A * Z - B * self._W_row(i)) * fmpq_of(self.g.scale_rational)}
 
@@ -137,7 +139,8 @@ class Numerators:
             if name == "dV":
                 piece = mono * Z * fmpq_of(w)
             else:
-                piece = mono * (Z * fmpq_of(self._dP_row(i)[j]) - self._W_row(i)) * \
+                q = self._dP_row(i)[j] + self.g.d_lse(i)
+                piece = mono * (Z * fmpq_of(q) - self._W_row(i)) * \
                     fmpq_of(w * self.g.scale_rational)
             out[key] = out[key] + piece if key in out else piece
         return out

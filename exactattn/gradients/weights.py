@@ -110,7 +110,7 @@ def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep
     """The exact gradients of ``head``'s weights and biases at tokens ``x``, given ``dO``.
 
     Shapes: ``x`` n x d_model, ``d_out`` n x d_v.  The head's policy gives the
-    divisor, the causal rule and any sink, ALiBi or dropout (``dropout_keep``
+    divisor, the causal rule and any sink, ALiBi, soft-cap, RoPE or dropout (``dropout_keep``
     n x n booleans with it); ``empty_row`` what a query that sees no key gets (default:
     the head policy's, as :func:`~exactattn.engines.head.attend` reads it).
 
@@ -134,4 +134,4 @@ def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep
     dO = to_matrix(d_out, name="d_out", shape=(len(xs), head.d_v), floats=floats)
     block = block_inputs(head.policy, len(xs), len(xs), dropout_keep=dropout_keep)
     return HeadGradients(head, xs, Gradients(q, k, v, dO, divisor_squared=head.divisor_squared,
-                                             empty_row=empty_row, **block))
+                                             empty_row=empty_row, policy=plain.policy, **block))

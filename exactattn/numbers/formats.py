@@ -445,7 +445,8 @@ def round_value(value, dtype, prec: int = 128):
 
     row = getattr(value, "row", None)
     # an exact sign: not over rotary or soft-capped logits, where it comes from enclosures
-    sign = None if row is not None and row.certified else getattr(value, "sign", None)
+    certified = getattr(value, "certified", row is not None and row.certified)
+    sign = None if certified else getattr(value, "sign", None)
 
     def step(p):
         ball = value.ball(p)
@@ -458,7 +459,7 @@ def round_value(value, dtype, prec: int = 128):
             # zero of its exact sign, which no enclosure around 0 would ever decide
             f = math.copysign(0.0, sign())
         return None if f is None else (f, ball)
-    if row is None or not row.certified:
+    if not certified:
         return tighten(step, prec)
     got = tighten(step, prec, max_prec=max(prec, MAX_PREC))
     if got is not None:

@@ -49,7 +49,8 @@ from fractions import Fraction
 
 from ..errors import ExactAttnError, InputError, Undecided
 from ..options import check_choice
-from .digits import enclosure_sign, fraction_text, tighten
+from .digits import MAX_PREC, arb_to_fraction, enclosure_sign, fraction_text, tighten, \
+    working_precision
 from .exponents import ExpPoly, sum_text
 from .exact import fmpq_of, fraction_of
 from .real import Real
@@ -178,6 +179,29 @@ class ExpRatio(Real):
     def _nan(self) -> bool:
         return self.nan
 
+    #: True for a gradient entry over rotary or soft-capped logits (a certified block)
+    _enclosed = property(lambda self: not self.forward and self.source.certified)
+    certified = property(lambda self: self.source.certified,
+                         doc="True over rotary or soft-capped logits: signs from enclosures")
+
+    def _bounded(self, other=0) -> int:
+        """sign(self - other) of a certified block's entry: 0 when an enclosure is exactly 0
+        (a hidden key's entry, equal recipes), else from enclosures up to MAX_PREC bits.
+
+        Raises:
+            Undecided: the enclosures still hold 0 at MAX_PREC bits (no theorem decides it).
+        """
+        from flint import arb
+
+        def step(p):
+            b = self.ball(p) - (other.ball(p) if isinstance(other, ExpRatio) else
+                                arb(fmpq_of(Fraction(other))))
+            return 0 if b.is_zero() else 1 if b > 0 else -1 if b < 0 else None
+        s = tighten(step, 64, max_prec=MAX_PREC)
+        if s is None:
+            raise Undecided("a gradient entry over rotary or soft-capped logits", MAX_PREC)
+        return s
+
     def _check_number(self) -> None:
         if self.nan:
             raise InputError("value must be a number to be compared (got nan: an empty row "
@@ -246,7 +270,7 @@ class ExpRatio(Real):
             return self.sign() == 0
         if self._zero is None:
             self._check_number()
-            self._zero = self._is(Fraction(0))
+            self._zero = self._bounded() == 0 if self._enclosed else self._is(Fraction(0))
         return self._zero
 
     def _is(self, q: Fraction) -> bool:
@@ -275,6 +299,10 @@ class ExpRatio(Real):
             q = None
         elif self.forward:
             q = self._row_rational()
+        elif self._enclosed:         # an exact enclosure is the value (a hidden key's 0)
+            with working_precision(64):
+                b = self.ball(64)
+            q = arb_to_fraction(b.mid()) if b.is_exact() and b.is_finite() else None
         elif self.scaled:
             q = Fraction(0) if self.is_zero() else None
         else:
@@ -314,6 +342,8 @@ class ExpRatio(Real):
         if self.forward:
             const, parts = self.parts()
             return parts[self.source].sign() if parts else 0
+        if self._enclosed:
+            return self._bounded()
         if self.is_zero():
             return 0
         try:
@@ -325,6 +355,8 @@ class ExpRatio(Real):
         """sign(value - q) for a rational q, exactly."""
         self._check_number()
         q = Fraction(q)
+        if self._enclosed:
+            return self._bounded(q)
         if self.forward or not self.scaled:
             r = self.rational()
             if r is not None:
@@ -344,6 +376,9 @@ class ExpRatio(Real):
             return NotImplemented
         self._check_number()
         other._check_number()
+        if self._enclosed or other._enclosed:      # one block: the difference's recipe first
+            same = self.source is other.source and self.scaled == other.scaled
+            return (self - other)._bounded() if same else self._bounded(other)
         if not self.forward and self.source is other.source and self.scaled == other.scaled:
             return (self - other).sign()
         q1, q2 = self.rational(), other.rational()
@@ -488,6 +523,9 @@ class ExpRatio(Real):
             if len(self.recipe) > 1:
                 num = f"({num})"
             return f"{num}/({row_sum_text(row, row.counts)})"
+        if self._enclosed:
+            raise InputError("value must be over exact logits to be written in closed form (got "
+                             "a gradient over rotary or soft-capped scores); use .decimal(places)")
         const, parts = self.parts()
         terms = self.source.terms
         pieces = [fraction_text(const)] if const else []
@@ -511,6 +549,9 @@ class ExpRatio(Real):
         return body if style == "exp" else f"{body} where {terms.generator_text()}"
 
     def __repr__(self) -> str:
+        if self._enclosed and self.rational() is None:     # no closed form: its enclosure
+            with working_precision(64):
+                return f"ExpRatio(in {self.ball(64).str(10)})"
         return f"ExpRatio({self.text()})"
 
 

@@ -36,13 +36,14 @@ from .logits import modified_row
 __all__ = ["block_balls"]
 
 
-def _rotated(mat_rows, positions, rope):
-    """Rows of exact numbers rotated by RoPE at the given positions, as an ``arb_mat``."""
+def rotated_balls(mat_rows, positions, rope):
+    """Rows of exact numbers (or ``arb`` balls) rotated by RoPE at the given positions, as an
+    ``arb_mat`` (negative positions turn back: the backward's ``R^T``)."""
     from flint import arb, arb_mat
     n, d = len(mat_rows), len(mat_rows[0])
     g = rope.gain                   # yarn's attention factor multiplies cos and sin
     g = (arb(fmpq_of(g)) if isinstance(g, Fraction) else gain_ball(g)).sqrt()
-    out = [[arb(fmpq_of(x)) for x in r] for r in mat_rows]
+    out = [[x if isinstance(x, arb) else arb(fmpq_of(x)) for x in r] for r in mat_rows]
     for a, b, w in rope.frequencies(d):
         w = angle_ball(*w)
         for i in range(n):
@@ -68,7 +69,8 @@ def logit_entries(ref, b: int, h: int) -> list:
         q = ref.exact_call.query[b, h].tolist()
         k = ref.exact_call.key[b, ref.kv(h)].tolist()
         qpos = [pol.query_position(i, L, S) for i in range(L)]
-        A = _rotated(q, qpos, pol.rope) * _rotated(k, list(range(S)), pol.rope).transpose()
+        A = rotated_balls(q, qpos, pol.rope) * \
+            rotated_balls(k, list(range(S)), pol.rope).transpose()
     else:
         A = arb_mat(ref.scores(b, h))
     if ref.divisor_squared is not None:

@@ -218,8 +218,10 @@ class Reference:
             vals = [v * x for v, x in zip(vals, f)]
         return self.row(b, h, i).combine(vals)
 
-    def gradients(self, d_out):
-        """The exact dQ, dK and dV (and dP, dS) of the same rows, given the upstream ``d_out``.
+    def gradients(self, d_out, d_lse=None):
+        """The exact dQ, dK and dV (and dP, dS) of the same rows, given the upstream ``d_out``
+        (and ``d_lse``, B x H_q x L exact numbers: the upstream gradient of the rows' natural
+        log-sum-exps).
 
         ``d_out`` has the outputs' shape (B x H_q x L x E_v, or the call's
         rank); entries are read exactly (floats as their exact values).  The
@@ -231,7 +233,6 @@ class Reference:
 
         Raises:
             ShapeError: ``d_out`` of the wrong shape.
-            InputError: a policy the exact gradients do not take (RoPE, soft-capping).
 
         >>> from exactattn.call import Call
         >>> r = Reference(Call([[0], [0]], [[0], [0]], [[1], [3]], policy=Policy(scale="none")))
@@ -239,9 +240,11 @@ class Reference:
         Fraction(1, 2)
         """
         from ..gradients.calls import ExactGradients, d_out_array
-        if isinstance(d_out, np.ndarray) and d_out.ndim == 4 and d_out.dtype == object:
-            return ExactGradients(self.exact_call, d_out)
-        return ExactGradients(self.exact_call, d_out_array(self.call, d_out))
+        if not (isinstance(d_out, np.ndarray) and d_out.ndim == 4 and d_out.dtype == object):
+            d_out = d_out_array(self.call, d_out)
+        certified = (self.policy.softcap, self.policy.rope) != (None, None)
+        return ExactGradients(self.exact_call, d_out, d_lse, rotate=enclose.rotated_balls,
+                              rows_of=self.row if certified else None, bound=self.head_policy(0))
 
     def lse(self, b: int, h: int, i: int, base: str = "e") -> LogSumExp:
         """Row i's log-sum-exp (natural log, or base 2), the sink included; -inf for no key."""

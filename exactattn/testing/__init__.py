@@ -196,7 +196,8 @@ def _flex_report(actual, call, query, score_mod, mask_mod, max_ulps):
 
 def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, attn_mask=None,
                                  dropout_p=0.0, is_causal: bool = False, scale=None,
-                                 enable_gqa: bool = False, max_ulps: int | None = None, worst: int = 5, **policy):
+                                 enable_gqa: bool = False, max_ulps: int | None = None, worst: int = 5,
+                                 grad_lse=None, **policy):
     """Raise ``AssertionError`` unless ``actual_grads = (dq, dk, dv)`` are the gradients of
     the attention of ``query``, ``key``, ``value`` against the upstream gradient ``grad_out``,
     within the tolerance in ULPs of their dtype; else return the report.
@@ -204,9 +205,12 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
     ``dq`` is shaped like ``query``, ``dk`` like ``key``, ``dv`` like ``value``,
     ``grad_out`` like the output (... x H_q x L x E_v), all read exactly;
     the three gradients must be of one dtype (that of the backward pass:
-    ``q.grad``, ``k.grad``, ``v.grad`` after ``out.backward(grad_out)``).  Every
-    other argument is :func:`assert_attention_close`'s (soft-caps and RoPE are
-    refused: their exact gradients are transcendental).  The tolerance defaults
+    ``q.grad``, ``k.grad``, ``v.grad`` after ``out.backward(grad_out)``); with a
+    ``sink``, ``(dq, dk, dv, dsink)`` has dsink judged too (one per batch and query
+    head); ``grad_lse`` (... x H_q x L) is the upstream gradient of the rows' natural
+    log-sum-exps when the forward returned them.  Every other argument is
+    :func:`assert_attention_close`'s (soft-caps and RoPE included: their gradients
+    are certified from enclosures).  The tolerance defaults
     to :func:`~exactattn.verify.backward.backward_tolerance` (the forward's with
     ``max(L, S)`` keys); grouped query heads add into the dK and dV they share.
     The judge is :func:`exactattn.verify.backward.verify_gradients`.
@@ -237,7 +241,7 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
         rectangular(grad_out, "grad_out")          # a ragged list, named
     call = Call.from_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, **policy)
-    report = verify_gradients(call, actual_grads, grad_out, max_ulps=max_ulps)
+    report = verify_gradients(call, actual_grads, grad_out, max_ulps=max_ulps, d_lse=grad_lse)
     if not report.passed:
         raise AssertionError(_failure_text(report, "gradient entries", worst))
     return report

@@ -16,9 +16,15 @@ dQ and dK are sums that cancel (every row of dS sums to 0), so a tiny entry
 of them is judged by its error at the terms: the plain ULP count of an entry
 near 0 says nothing about the kernel.
 
-The call's modifiers that exact gradients take come along: sinks, ALiBi (each
-problem head its model head's slope), windows and query offsets, dropout with
-the problem's keep-mask (:func:`exactattn.gradients.block_inputs`).  For
+Every modifier of the call comes along: sinks, ALiBi (each problem head its
+model head's slope), windows and query offsets, dropout with the problem's
+keep-mask (:func:`exactattn.gradients.block_inputs`), soft-caps and RoPE (their
+gradients certified from enclosures: ``dS`` times ``1 - tanh^2(s / cap)``, the
+rotations undone).  With ``lse`` the implementation also returns each row's
+natural log-sum-exp, and its backward gets an upstream ``dlse`` (``dS_ij += P_ij
+dlse_i``).  A backward that returns ``dsink`` too (with a sink) has it judged
+(one entry per batch and query head: the sum over its rows).  Gradients of the
+wrong shape fail every entry, as a raise does.  For
 float32 the exact entries are rounded from the certified float64 enclosures
 (:mod:`exactattn.gradients.floats`) where those decide them.
 :func:`search_backward` is the forward search scored by this check.
@@ -49,7 +55,7 @@ from ..gradients.calls import ExactGradients, d_out_array
 
 __all__ = ["search_backward", "verify_backward"]
 
-#: the gradients a backward check compares, in report order
+#: the gradients a backward check compares, in report order (and ``dsink`` when returned)
 GRADS = ("dQ", "dK", "dV")
 
 
@@ -63,19 +69,23 @@ class BackwardEntry(Entry):
         return self.reference.value(*self.index)
 
 
-def exact_gradients(call: Call, d_out) -> ExactGradients:
-    """The exact dQ, dK, dV of a call given ``d_out`` (B x H_q x L x E_v, or the call's rank):
-    :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`."""
-    return Reference(call).gradients(d_out)
+def exact_gradients(call: Call, d_out, d_lse=None) -> ExactGradients:
+    """The exact dQ, dK, dV of a call given ``d_out`` (B x H_q x L x E_v, or the call's rank)
+    and ``d_lse`` (None, or B x H_q x L): :meth:`Reference.gradients
+    <exactattn.verify.Reference.gradients>`."""
+    return Reference(call).gradients(d_out, None if d_lse is None else
+                                     d_out_array(call, d_lse, "d_lse"))
 
 
-def random_d_out(problem: Call, seed: int = 0) -> np.ndarray:
-    """A standard-normal upstream gradient of the output's shape (numpy ``default_rng(seed)``)."""
+def random_d_out(problem: Call, seed: int = 0, lse: bool = False) -> np.ndarray:
+    """A standard-normal upstream gradient of the output's shape (numpy ``default_rng(seed +
+    1)``), or with ``lse`` of the rows' log-sum-exps (``default_rng(seed + 2)``)."""
     check_whole(seed, "seed", low=0)
     sh = problem.shape
-    rng = np.random.default_rng(seed + 1)
-    out = rng.standard_normal((sh["B"], sh["H_q"], sh["L"], sh["E_v"]))
-    return out.reshape(out.shape[4 - problem.rank:]) if problem.rank < 4 else out
+    rng = np.random.default_rng(seed + 1 + lse)
+    out = rng.standard_normal((sh["B"], sh["H_q"], sh["L"]) + (() if lse else (sh["E_v"],)))
+    keep = problem.rank - lse
+    return out.reshape(out.shape[out.ndim - keep:]) if keep < out.ndim else out
 
 
 def backward_tolerance(dtype: str, problem: Call, max_score: float) -> int:
@@ -89,11 +99,13 @@ def backward_tolerance(dtype: str, problem: Call, max_score: float) -> int:
 
 
 def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, seed: int = 0,
-                    max_ulps: int | None = None, prec: int = 96, arrays: str = "numpy") -> Report:
+                    max_ulps: int | None = None, prec: int = 96, arrays: str = "numpy",
+                    lse: str | None = None) -> Report:
     """Run ``impl``'s backward on ``call`` in ``dtype``; compare dQ, dK, dV with the exact ones.
 
     ``d_out`` (the output's shape) defaults to :func:`random_d_out` of
-    ``seed``; it is rounded to the dtype like the inputs.  Entries are
+    ``seed``; it is rounded to the dtype like the inputs (with ``lse="e"``, the rows'
+    ``dlse`` too: :func:`random_d_out` with ``lse``, handed after ``d_out``).  Entries are
     :class:`BackwardEntry` (index ``(gradient, b, h, i, c)``), in the order
     dQ, dK, dV; the report's worst put failures first
     (:func:`~exactattn.verify.compare.failures_first`).  The tolerance
@@ -101,28 +113,33 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
 
     Raises:
         InputError: an unknown dtype, one the implementation does not run, a
-            scale that is 0 or infinity in the dtype, inputs past the limits.
-        ShapeError: gradients of the wrong shape, a ``d_out`` of the wrong shape.
+            scale that is 0 or infinity in the dtype, inputs past the limits, a base-2 lse.
+        ShapeError: a ``d_out`` of the wrong shape.
 
     Reference: Dao et al. 2022 (FlashAttention), Algorithm 4, for the backward pass.
     """
-    from ..gradients import check_policy
+    from ..errors import InputError
+    if lse not in (None, "e"):
+        raise InputError(f"lse must be 'e' for a backward check (got {lse!r}); a base-2 "
+                         "log-sum-exp's gradient carries 1/ln 2: check the natural one")
     impl = load_backward(impl, arrays=arrays)
-    check_policy(call.policy)
     problem = call
     check_request(impl, call, dtype, max_ulps, runs=3)
     rounded_problem, moved = problem.rounded(dtype)
     dO = rounded_entries(d_out_array(problem, random_d_out(problem, seed) if d_out is None
                                      else d_out), dtype, "d_out")[0]
-    float_call = make_call(rounded_problem, dtype)
-    grad_in = dO.astype(np.float64)
-    grad_in = grad_in.reshape(grad_in.shape[4 - problem.rank:])
+    float_call = make_call(rounded_problem, dtype, lse)
+    grad_in = [dO.astype(np.float64)]
+    dl = None if lse is None else rounded_entries(
+        d_out_array(problem, random_d_out(problem, seed, lse=True), "d_lse"), dtype, "d_lse")[0]
+    grad_in += [] if dl is None else [dl.astype(np.float64)]
+    grad_in = [g.reshape(g.shape[4 - problem.rank:]) for g in grad_in]
     ref = Reference(rounded_problem)      # refuses a non-finite entry a query sees
-    exact = ref.gradients(dO)
+    exact = ref.gradients(dO, dl)
     t0 = time.perf_counter()
     raised = None
     try:
-        got = impl(float_call, grad_in)
+        got = impl(float_call, *grad_in)
     except Exception as e:         # ImplRaised, or any failure of the backward under test
         from .adapter import ImplRaised
         if not isinstance(e, ImplRaised):
@@ -130,13 +147,13 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
         got, raised = None, e.line
     t1 = time.perf_counter()
     note = (f"upstream gradient dO: {'given' if d_out is not None else f'standard normal, seed {seed}'}"
-            f", rounded to {dtype}")
+            f"{'' if dl is None else ' (dlse too)'}, rounded to {dtype}")
     return _report(impl.name, rounded_problem, ref, exact, got, dtype, max_ulps, prec,
                    moved=moved, raised=raised, note=note, impl_seconds=t1 - t0)
 
 
 def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
-                     max_ulps: int | None = None, prec: int = 96) -> Report:
+                     max_ulps: int | None = None, prec: int = 96, d_lse=None) -> Report:
     """Judge gradients a float backward already returned against the exact dQ, dK, dV of ``call``.
 
     :func:`verify_backward` without running anything and without rounding:
@@ -148,15 +165,16 @@ def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
     Args:
         grads: ``(dq, dk, dv)``, shaped like query, key and value in the call's
             rank: numpy arrays, torch tensors (bfloat16 included) or anything
-            ``numpy.asarray`` reads, all of one float dtype.
+            ``numpy.asarray`` reads, all of one float dtype; with a sink, ``(dq, dk,
+            dv, dsink)`` has dsink judged too (one per batch and query head).
         d_out: the upstream gradient, shaped like the output (read exactly).
+        d_lse: None, or the upstream gradient of the rows' natural log-sum-exps.
         dtype: the dtype the entries are judged in; default: the gradients' own.
 
     Raises:
         InputError: gradients of different dtypes or of a dtype that is not a
-            float format, a policy exact gradients do not cover (soft-cap, RoPE),
-            a problem past the limits.
-        ShapeError: a gradient or ``d_out`` of the wrong shape.
+            float format, a problem past the limits.
+        ShapeError: a ``d_out`` of the wrong shape.
 
     >>> from exactattn.call import Call
     >>> c = Call([[0], [1]], [[0], [1]], [[1], [3]])   # query 0 sees shares 1/2, 1/2; dO_1 = 0
@@ -167,13 +185,12 @@ def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
     Reference: Dao et al. 2022 (FlashAttention), Algorithm 4, for the backward pass.
     """
     from ..errors import InputError, ShapeError, shorten
-    from ..gradients import check_policy
     from ..numbers.formats import FORMATS
     from .adapter import read_answer
-    if not isinstance(grads, (tuple, list)) or len(grads) != 3:
+    if not isinstance(grads, (tuple, list)) or len(grads) not in (3, 4):
         raise ShapeError(f"grads must be (dq, dk, dv), three arrays (got "
                          f"{shorten(type(grads).__name__)}); pass the three gradients in order")
-    answers = [read_answer(g, name) for g, name in zip(grads, GRADS)]
+    answers = [read_answer(g, name) for g, name in zip(grads, GRADS + ("dsink",))]
     dtypes = [a.dtype for a in answers]
     if dtype is None:
         if len(set(dtypes)) != 1:
@@ -183,12 +200,12 @@ def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
     if dtype not in FORMATS:
         raise InputError(f"the gradients must be float64, float32, float16 or bfloat16 arrays "
                          f"(got dtype {shorten(str(dtype))}); pass the backward's own arrays")
-    check_policy(call.policy)
     check_request(None, call, dtype, max_ulps, runs=3)
     ref = Reference(call)          # refuses a non-finite entry a query sees
-    if hasattr(d_out, "detach") or hasattr(d_out, "__array__"):    # a tensor or an array
-        d_out = read_answer(d_out, "d_out").values      # floats widened exactly to float64
-    exact = ref.gradients(d_out_array(call, d_out))
+    d_out, d_lse = (read_answer(d, n).values if hasattr(d, "detach") or hasattr(d, "__array__")
+                    else d for d, n in ((d_out, "d_out"), (d_lse, "d_lse")))   # exact floats
+    exact = ref.gradients(d_out_array(call, d_out),
+                          None if d_lse is None else d_out_array(call, d_lse, "d_lse"))
     return _report("gradients", call, ref, exact, [a.values for a in answers], dtype,
                    max_ulps, prec, note="upstream gradient dO: given, read exactly")
 
@@ -199,23 +216,27 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     """The report of gradients ``got`` (``(dq, dk, dv)`` float arrays in the problem's rank;
     None when the implementation raised: every entry a hard failure) against ``exact``:
     the one judging loop of :func:`verify_backward` and :func:`verify_gradients`."""
+    from ..errors import ShapeError
     fmt = float_format(dtype)
-    shapes = {name_: exact.shape_of(name_) for name_ in GRADS}
-    arrays_got = {}
-    for k, grad in enumerate(GRADS):
-        if raised is not None:
-            arrays_got[grad] = None       # every entry a hard failure
-            continue
-        arrays_got[grad] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[grad],
-                                    problem.rank, f"{name}'s {grad}")
+    grads = GRADS + (("dsink",) if raised is None and len(got) > 3 and problem.policy.sink
+                     is not None else ())
+    shapes = {name_: exact.shape_of(name_) for name_ in grads}
+    arrays_got = dict.fromkeys(grads)       # None: every entry a hard failure
+    try:
+        for k, grad in enumerate(grads if raised is None else ()):
+            arrays_got[grad] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[grad],
+                                        problem.rank if k < 3 else 4, f"{name}'s {grad}",
+                                        tail=k < 3)
+    except ShapeError as e:          # a failure of this case, not a bad input
+        arrays_got, raised = dict.fromkeys(grads), f"gradients of the wrong shape ({e})"
     t1 = time.perf_counter()
     tol = backward_tolerance(dtype, problem, logit_bound(ref)) \
         if max_ulps is None else max_ulps
     prec = max(prec, fmt.precision + 64)
-    exact_rounded = {grad: exact.rounded(grad, fmt, prec) for grad in GRADS}
+    exact_rounded = {grad: exact.rounded(grad, fmt, prec) for grad in grads}
     t2 = time.perf_counter()
     found = Comparison(None, failures_first)
-    for grad in GRADS:
+    for grad in grads:
         def entry(idx, r, g, ulps, rel, status, terms=None, grad=grad):
             return BackwardEntry((grad, *idx), r, g, ulps, rel, status, exact, terms)
         judge_entries(arrays_got[grad], shapes[grad],
@@ -255,8 +276,6 @@ def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, 
     impl = load_backward(impl, arrays=arrays)
     fmt = float_format(dtype)
     check_dtype(impl, dtype)
-    from ..gradients import check_policy
-    check_policy(policy or Policy())
 
     def check(call: Call) -> Report:
         return verify_backward(impl, call, fmt.name, seed=seed, max_ulps=max_ulps)

@@ -1,8 +1,9 @@
 """The backward passes ``exactattn verify --backward`` checks: torch autograd, jax.vjp, numpy, your own.
 
 Each takes one :class:`~exactattn.verify.adapter.FloatCall` and the upstream
-gradient ``d_out`` (same rank and dtype as the output) and returns
-``(dq, dk, dv)`` shaped like query, key and value:
+gradient ``d_out`` (same rank and dtype as the output; for a call that returns
+its log-sum-exp, ``d_lse`` too) and returns ``(dq, dk, dv)`` shaped like query,
+key and value (and ``dsink`` after them, when it differentiates a sink):
 
 * ``torch``: autograd through ``scaled_dot_product_attention`` on the CPU
   (:meth:`TorchImpl.backward <exactattn.verify.impls.TorchImpl.backward>`,
@@ -20,9 +21,12 @@ gradient ``d_out`` (same rank and dtype as the output) and returns
   ``dS = P (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``; grouped
   heads add their dK and dV into the key/value head they read.  A row with
   no visible key (and no sink) is 0/0 = NaN, as in the forward; a soft-cap
-  or RoPE is refused (exact gradients refuse them too);
+  or RoPE is refused (torch's autograd differentiates them);
 * ``module:function``: ``f(query, key, value, grad_out, *, attn_mask=None,
-  is_causal=False, scale=None, enable_gqa=False)`` returning ``(dq, dk, dv)``,
+  is_causal=False, scale=None, enable_gqa=False)`` (``f(query, key, value,
+  grad_out, grad_lse, ...)`` when the call returns its log-sum-exp, with
+  ``return_lse=True`` when it takes that) returning ``(dq, dk, dv)`` or ``(dq,
+  dk, dv, dsink)``,
   called through :class:`~exactattn.verify.adapter.FunctionImpl`'s argument
   rules (``alignment``, ``gqa`` and ``dtype`` when its signature takes them).
 
@@ -59,7 +63,8 @@ class BackwardImpl:
     def dtype_hint(self, dtype: str) -> str:
         return ""
 
-    def __call__(self, call: FloatCall, d_out: np.ndarray):  # pragma: no cover - abstract
+    def __call__(self, call: FloatCall, d_out: np.ndarray,
+                 d_lse=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -76,7 +81,11 @@ class BackwardOf(BackwardImpl):
     def dtype_hint(self, dtype: str) -> str:
         return self.impl.dtype_hint(dtype)
 
-    def __call__(self, call: FloatCall, d_out: np.ndarray):
+    def __call__(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
+        if d_lse is not None:
+            raise InputError(f"{self.name} must be checked without lse (got one); it takes dO "
+                             "only: pass a module:function backward f(query, key, value, "
+                             "grad_out, grad_lse, ...)")
         return self.impl.backward(call, d_out)
 
 
@@ -90,11 +99,11 @@ class FunctionBackward(FunctionImpl, BackwardImpl):
     'same'
     """
 
-    def __call__(self, call: FloatCall, d_out: np.ndarray):
-        return self.answer(call, d_out, read=self._grads)
+    def __call__(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
+        return self.answer(call, d_out, *[d for d in [d_lse] if d is not None], read=self._grads)
 
     def _grads(self, got) -> tuple:
-        if not isinstance(got, (tuple, list)) or len(got) != 3:
+        if not isinstance(got, (tuple, list)) or len(got) not in (3, 4):
             raise TypeError(f"a backward must return (dq, dk, dv) (got "
                             f"{shorten(type(got).__name__)})")
         return tuple(read_answer(g, self.name).values for g in got)

@@ -173,10 +173,16 @@ def test_cli_wrong_backward_fails_and_misplaced_flags_are_refused(tmp_path, caps
                  "--n", "4", "--d-k", "2", "--worst", "1"]) == 1
     out = capsys.readouterr().out
     assert "result: FAIL" in out and " over" in out
-    for flags in (["--flops"], ["--softcap", "2"], ["--rope", "10000"], ["--lse"]):
+    assert main(["verify", "--backward", "--flops"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("exactattn: error: --flops must come without --backward")
+    # soft-caps, RoPE and --lse are checked now: the numpy backward refuses what it does not run
+    for flags, text in ((["--softcap", "2"], "call must have no softcap or rope for numpy backward"),
+                        (["--rope", "10000"], "call must have no softcap or rope for numpy backward"),
+                        (["--lse"], "numpy backward must be checked without lse (got one)")):
         assert main(["verify", "--backward", *flags]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"exactattn: error: {flags[0]} must come without --backward")
+        assert err.startswith(f"exactattn: error: {text}"), err
 
 
 # --------------------------------------------------------------------------- modifiers, search

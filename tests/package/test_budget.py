@@ -33,14 +33,17 @@ BUDGET = {
     # numbers: one value class for shares and gradients (ExpRatio; GradValue and the share == P
     # bridge gone), issue 43: 2778 -> 2733
     # numbers: +34 for issue 44's RoPE scalings (trig atoms with a pi part and yarn's gain)
-    "numbers": (("numbers", "gradients/terms", "gradients/parts"), 2767, 1800),
+    # numbers: +34 for issue 44's backward of every modifier (a certified block's entries: signs
+    # from enclosures, bounded)
+    "numbers": (("numbers", "gradients/terms", "gradients/parts"), 2801, 1800),
     # call: -141 moved to engines (the head specs: call/spec.py -> engines/spec.py), issue 43
     # call: 1443 -> 1405 by deletions (one reader of masks and keep-masks, one SDPA policy), issue 43
     # call: +160 for issue 44's RoPE scalings (RopeScaling: its checks and exact frequencies)
     "call": (("call", "examples"), 1565, 960),
     # reference: +25 for issue 42's row rule (bound._row_excess: the weights' shared errors)
     # reference: +6 for issue 44's RoPE scalings (the scaled frequencies, gain, dynamic length)
-    "reference": (("reference", "gradients"), 1627, 1000),
+    # reference: +83 for issue 44's backward of every modifier (soft-cap, RoPE, dlse, dsink)
+    "reference": (("reference", "gradients"), 1710, 1000),
     # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
     # raise (the call ceiling fell by as much; target +140 from call's)
     "engines": (("engines", "blocks"), 1452, 1040),
@@ -51,7 +54,8 @@ BUDGET = {
     # checks: +325 for issue 45's identify/invariance (verify/identify.py, verify/invariance.py,
     # testing's invariance keyword)
     # checks: +6 for issue 44's RoPE scalings (float kernels' scaled inv_freq and yarn's factor)
-    "checks": (("verify", "properties", "strategies", "testing", "gradients/checks"), 4750, 2900),
+    # checks: +15 for issue 44's backward of every modifier (dlse, dsink, wrong shapes failed)
+    "checks": (("verify", "properties", "strategies", "testing", "gradients/checks"), 4765, 2900),
     # cost: the FLOP-counter audit's running side and its table (counters, flops: 509 lines)
     # moved to audit, the cost tables' words (222) to commands, issue 43: a move, no ceiling
     # raise (targets moved with them: -400 to audit, -150 to commands)

@@ -364,11 +364,25 @@ def test_gradients_class_takes_rows_of_a_gqa_group():
     assert g.dQ[2][0].rational() == F(-2, 3)
 
 
-def test_soft_capping_and_rope_are_refused_in_one_line_and_windows_work():
+def test_soft_capping_and_rope_are_certified_through_the_reference_and_windows_work():
+    from exactattn.call import Call
     from exactattn.call.modifiers import Rope
-    for field, value in (("softcap", F(30)), ("rope", Rope())):
-        with pytest.raises(InputError, match=f"policy {field} must be unset for exact gradients"):
+    from exactattn.reference.reference import Reference
+    for field, value in (("softcap", F(30)), ("rope", Rope())):      # one key: P = 1, dS = 0
+        with pytest.raises(InputError, match=f"^policy {field} must come with the forward's "
+                           r"rows for gradients \(got none\); use Reference"):
             gradients([[1, 0]], [[1, 0]], [[1]], [[1]], Policy(**{field: value}))
+        call = Call([[1, 0]], [[1, 0]], [[1]], policy=Policy(**{field: value}))
+        g = Reference(call).gradients([[1]]).blocks[(0, 0)]
+        assert g.certified and [g.decimals(n, 6)[0][0] for n in ("dV", "dQ")] == \
+            ["1.000000", "0.000000"]
+        two = Reference(Call([[1, 0]], [[1, 0], [0, 1]], [[1], [2]], policy=call.policy))
+        dV = two.gradients([[1]]).blocks[(0, 0)].dV           # the shares: they sum to 1
+        assert (dV[0][0] + dV[1][0]).decimal(12) == "1.000000000000"
+        with pytest.raises(InputError, match="^value must be over exact logits to be written "
+                                             "in closed form") as info:
+            dV[0][0].text()
+        assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="policy must be a Policy or None"):
         gradients([[1]], [[1]], [[1]], [[1]], "none")
     # a window only narrows which keys a query sees: query 2 sees keys 1 and 2

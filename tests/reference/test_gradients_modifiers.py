@@ -14,6 +14,8 @@ from exactattn.numbers.ratio import ExpRatio
 from exactattn.gradients import gradients, head_gradients
 from exactattn.engines.head import Head
 from exactattn.call.modifiers import Alibi
+from exactattn.call import Call
+from exactattn.reference.reference import Reference
 
 F = Fraction
 
@@ -179,9 +181,11 @@ def test_modified_head_gradients_match_the_call():
 
 
 def test_refusals_are_one_line():
-    for field, value in (("softcap", F(30)),):
-        with pytest.raises(InputError, match=f"policy {field} must be unset for exact gradients"):
-            gradients([[1]], [[1]], [[1]], [[1]], Policy(**{field: value}))
+    with pytest.raises(InputError, match="^value must be over exact logits to be written in "
+                       r"closed form \(got a gradient over rotary or soft-capped scores\); use "
+                       r"\.decimal\(places\)$"):
+        Reference(Call([[1]], [[1]], [[2]], policy=Policy(softcap=F(30)))).gradients(
+            [[1]]).value("dV", 0, 0, 0, 0).text()
     with pytest.raises(InputError, match=r"dropout_keep must be a keep-mask of 1 x 1 for dropout "
                        r"p = 1/10 \(got none\); pass dropout_keep="):
         gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)))

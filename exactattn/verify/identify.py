@@ -268,5 +268,5 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
                               " or ".join(p[0] for p in passed), passed))
         else:
             rows.append(Found(name, declared, "none of the candidates", "DIFFERS",
-                              ", ".join(c[0] for c in cands)))
+                              "; ".join(c[0] for c in cands)))
     return Identification(impl.name, dtype, rows)

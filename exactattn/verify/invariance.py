@@ -192,7 +192,7 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
     if "pad" in kinds:
         moved = fc.alignment == "bottom_right" and fc.query_offset is None and (
             fc.is_causal or fc.window is not None or fc.alibi is not None or fc.rope is not None)
-        why = "under bottom_right the queries' positions move with the lengths" if moved else \
+        why = "bottom_right moves the queries with the lengths" if moved else \
             "" if impl.takes_mask else f"{impl.name} takes no mask"
         mk = np.full((B, H, L, S), open_) if m is None else m
         keys = [np.concatenate([a, _filler(rng, a.shape[:2] + (5, a.shape[3]))], 2)

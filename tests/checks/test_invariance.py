@@ -103,9 +103,9 @@ def test_each_batch_entry_alone_and_padding_under_bottom_right_cannot_be_asked()
         ("among other rows (batch 17, from 5)", True, ""),
         ("num_splits 1, 2, 4", False, "numpy takes no num_splits="),
         ("keys padded by 5 (masked)", False,
-         "under bottom_right the queries' positions move with the lengths"),
+         "bottom_right moves the queries with the lengths"),
         ("queries padded by 5", False,
-         "under bottom_right the queries' positions move with the lengths")]
+         "bottom_right moves the queries with the lengths")]
 
 
 def test_the_assertion_keyword_fails_a_batch_variant_kernel():

@@ -21,7 +21,10 @@ Rules, each from its textbook definition (the source is cited where the rule is 
 * attention sinks (Xiao et al. 2023; "softmax plus one": one extra term in the normaliser);
 * backward (Dao et al. 2022, FlashAttention, Algorithm 4 / Appendix B.2):
   ``dV = W^T dO``, ``dP = M * (dO V^T)``, ``D_i = sum_j P_ij dP_ij``, ``dS = P * (dP - D)``,
-  ``dQ = scale dS K``, ``dK = scale dS^T Q``;
+  ``dQ = scale dS K``, ``dK = scale dS^T Q``; by the chain rule through the other steps: an
+  upstream ``d_lse`` adds ``P_ij d_lse_i`` to dS (``d lse_i / d x_ij = P_ij``), a soft-cap
+  multiplies dS by ``d(cap tanh(s / cap))/ds = 1 - tanh^2(s / cap)``, and RoPE's score
+  ``(R_i q_i).(R_j k_j)`` gives ``dQ_i = R_i^T scale sum_j dS_ij R_j k_j`` (likewise dK);
 * binary rounding (IEEE 754-2019, sec. 4.3.1 and 7.4): round to nearest, ties to even,
   gradual underflow, overflow to infinity.
 
@@ -398,10 +401,12 @@ class Oracle:
             self.d_out, shape = _nested(case["d_out"], 4, "d_out", _rational)
             if shape != (B, H, L, Ev):
                 raise ValueError(f"d_out has shape {shape}, expected {(B, H, L, Ev)}")
-        # the backward pass is defined only where the logits are rational functions of exp
-        # (no soft-capping, no rotation), as the package's docs/gradients.md states
-        self.backward = (self.d_out is not None and self.softcap is None
-                         and self.rope_theta is None)
+        self.d_lse = None
+        if case.get("d_lse") is not None:
+            self.d_lse, shape = _nested(case["d_lse"], 3, "d_lse", _rational)
+            if shape != (B, H, L):
+                raise ValueError(f"d_lse has shape {shape}, expected {(B, H, L)}")
+        self.backward = self.d_out is not None
         self._exact_parts()
 
     def _exact_parts(self):
@@ -602,6 +607,7 @@ class Oracle:
                 out[a] = x * c - y * s
                 out[b] = x * s + y * c
             return out
+        self._turn = turn       # the backward turns back by -pos: R^T
 
         qr = [[[turn(self.q[b][h][i], self.pos[i]) for i in range(self.L)]
                for h in range(self.H)] for b in range(self.B)]
@@ -789,11 +795,27 @@ class Oracle:
 
     def _backward(self, fw):
         """Dao et al. 2022, Algorithm 4, with the dropout factors M kept from the forward pass:
-        dV = W^T dO, dP = M * (dO V^T), D_i = sum_j P_ij dP_ij, dS = P * (dP - D),
-        dQ = scale dS K, dK = scale dS^T Q; the sink's column has dP = 0, so dS_sink = -P_sink D
-        and d_sink = sum_i dS_i,sink.  GQA: dK and dV of a kv head add over its query heads."""
+        dV = W^T dO, dP = M * (dO V^T), D_i = sum_j P_ij dP_ij, dS = P * (dP - D + d_lse),
+        dQ = scale dS K, dK = scale dS^T Q; the sink's column has dP = 0, so dS_sink =
+        P_sink (d_lse - D) and d_sink = sum_i dS_i,sink.  GQA: dK and dV of a kv head add over
+        its query heads.  Through a soft-cap, dQ and dK read dS_ij (1 - tanh^2(s_ij / cap)),
+        s the scaled score; under RoPE they are sums of rotated keys and queries, turned
+        back (R^T) at the query's and the key's positions."""
         B, H, L, S, E, Ev, Hkv = self.B, self.H, self.L, self.S, self.E, self.Ev, self.Hkv
         scale = self._scale_value()
+        rot = self._rotated() if self.rope_theta is not None else None
+        dKr = [[[[Fraction(0)] * E for _ in range(S)] for _ in range(Hkv)] for _ in range(B)]
+
+        def capped(row_dS, raw):     # dS times 1 - tanh^2(s / cap) at every visible key
+            if self.softcap is None:
+                return row_dS
+            out = []
+            for d, r in zip(row_dS, raw):
+                s = _mul(r, scale) if r != NEG_INF else Fraction(0)
+                t = Fraction(0) if isinstance(s, Fraction) and s == 0 else \
+                    _tanh(_iv(s) / _iv(self.softcap))
+                out.append(_mul(d, _add(Fraction(1), _mul(Fraction(-1), _mul(t, t)))))
+            return out
         shares, weights = fw["shares"], fw.get("weights")
         sink_share = fw.get("sink_share")
         dP, Dt, dS, dQ, d_sink = [], [], [], [], []
@@ -813,6 +835,7 @@ class Oracle:
                     vis = self.vis[b][h][i]
                     row_dP = [M[j] * sum((x * y for x, y in zip(dO, self.v[b][g][j])), Fraction(0))
                               for j in range(S)]
+                    g_lse = Fraction(0) if self.d_lse is None else self.d_lse[b][h][i]
                     empty = not any(vis) and self.sink is None
                     if empty and self.empty_row == "nan":
                         row_D, row_dS = NAN, [NAN] * S
@@ -822,22 +845,33 @@ class Oracle:
                         row_dS = [Fraction(0)] * S
                     else:
                         row_D = _sum(_mul(P[j], row_dP[j]) for j in range(S) if vis[j])
-                        row_dS = [_mul(P[j], _add(row_dP[j], _mul(Fraction(-1), row_D)))
+                        row_dS = [_mul(P[j], _add(_add(row_dP[j], g_lse), _mul(Fraction(-1), row_D)))
                                   if vis[j] else Fraction(0) for j in range(S)]
                     if self.sink is not None:
-                        total_sink = _add(total_sink, _mul(Fraction(-1),
-                                                           _mul(sink_share[b][h][i], row_D)))
-                    row_dQ = [_mul(scale, _sum(_mul(row_dS[j], self.k[b][g][j][e]) for j in range(S)))
+                        total_sink = _add(total_sink, _mul(sink_share[b][h][i],
+                                                           _add(g_lse, _mul(Fraction(-1), row_D))))
+                    row_dT = capped(row_dS, fw["scores"][b][h][i])
+                    keys = self.k[b][g] if rot is None else rot[1][b][g]
+                    query = self.q[b][h][i] if rot is None else rot[0][b][h][i]
+                    row_dQ = [_mul(scale, _sum(_mul(row_dT[j], keys[j][e]) for j in range(S)))
                               for e in range(E)]
+                    if rot is not None and not any(_is_nan(x) for x in row_dQ):
+                        row_dQ = self._turn(row_dQ, -self.pos[i])
                     for j in range(S):
                         for e in range(E):
-                            dK[b][g][j][e] = _add(dK[b][g][j][e],
-                                                  _mul(scale, _mul(row_dS[j], self.q[b][h][i][e])))
+                            dKr[b][g][j][e] = _add(dKr[b][g][j][e],
+                                                   _mul(scale, _mul(row_dT[j], query[e])))
                         for c in range(Ev):
                             dV[b][g][j][c] = _add(dV[b][g][j][c], _mul(W[j], dO[c]))
                     ph.append(row_dP); dh.append(row_D); sh.append(row_dS); qh.append(row_dQ)
                 pb.append(ph); db.append(dh); sb.append(sh); qb.append(qh); kb.append(total_sink)
             dP.append(pb); Dt.append(db); dS.append(sb); dQ.append(qb); d_sink.append(kb)
+        for b in range(B):
+            for g in range(Hkv):
+                for j in range(S):
+                    nan = any(_is_nan(x) for x in dKr[b][g][j])
+                    dK[b][g][j] = dKr[b][g][j] if rot is None or nan else \
+                        self._turn(dKr[b][g][j], -j)
         out = {"dP": dP, "D": Dt, "dS": dS, "dQ": dQ, "dK": dK, "dV": dV}
         if self.sink is not None:
             out["d_sink"] = d_sink

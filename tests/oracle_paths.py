@@ -240,19 +240,19 @@ class PackageRun:
         case, pol = self.case, self.policy
         if case["d_out"] is None:
             return
-        for f in ("softcap", "rope"):
-            if case[f] is not None:
-                # documented: exact gradients refuse soft-capping and RoPE (gradients/inputs.py)
-                for path in ("gradients", "verify-backward"):
-                    self.skipped.append((path, f"exact gradients refuse {f} (documented)"))
-                return
+        d_lse = case.get("d_lse")
         if "reference" not in self._objects:
             return
         from exactattn.gradients import gradients
         from exactattn.verify.backward import exact_gradients
         pol = self.problem.with_policy(pol).policy
         blocks = {}
-        for b in range(self.B):
+        certified = case["softcap"] is not None or case["rope"] is not None
+        if certified:         # documented: certified through Reference.gradients, which
+            for path in ("gradients", "head_gradients"):    # hands the forward's rows in
+                self.skipped.append((path, "soft-capped and rotary gradients need the "
+                                           "forward's rows (documented)"))
+        for b in range(self.B * (not certified)):
             for h in range(self.H):
                 g = pol.kv_head(h, self.H, self.Hkv)
                 hp = pol if pol.alibi is None else pol.replace(head=pol.head + h)
@@ -260,13 +260,15 @@ class PackageRun:
                 ok, grad = self._guard(
                     "gradients", gradients, case["query"][b][h], case["key"][b][g],
                     case["value"][b][g], case["d_out"][b][h], hp, self.problem.block_mask(b, h),
-                    dropout_keep=keep)
+                    dropout_keep=keep, d_lse=None if d_lse is None else d_lse[b][h])
                 if not ok:
                     break
                 blocks[(b, h)] = grad
         else:
-            self._objects["gradients"] = blocks
-        if is_self_attention(case) and case["mask"] is None and "engine:pencil" in self._objects:
+            if not certified:
+                self._objects["gradients"] = blocks
+        if is_self_attention(case) and case["mask"] is None and "engine:pencil" in self._objects \
+                and d_lse is None and not certified:
             # the head's weight gradients (docs/gradients.md): their call block is the same
             # Gradients; empty_row passed explicitly (its default is "zero", not the policy's)
             from exactattn.gradients import head_gradients
@@ -277,7 +279,8 @@ class PackageRun:
                                  dropout_keep=keep)
             if ok:
                 self._objects["head_gradients"] = {(0, 0): hg.call}
-        ok, eg = self._guard("verify-backward", exact_gradients, self.problem, case["d_out"])
+        ok, eg = self._guard("verify-backward", exact_gradients, self.problem, case["d_out"],
+                             d_lse)
         if ok:
             self._objects["verify-backward"] = eg
 
@@ -423,6 +426,10 @@ class PackageRun:
                         d[(b, first, r, c)] = s
 
     def _verify_backward(self, path, eg, places, out) -> None:
+        for b in range(self.B * (self.case["sink"] is not None)):
+            for h in range(self.H):
+                self._put(out, path, "d_sink", (b, h),
+                          lambda: eg.value("dsink", b, h, 0, 0).decimal(places))
         for name, heads, rows, cols in (("dQ", self.H, self.L, self.E),
                                         ("dK", self.Hkv, self.S, self.E),
                                         ("dV", self.Hkv, self.S, self.Ev)):
@@ -574,7 +581,7 @@ class PackageRun:
                 self._guard("cli:square", _read_square, doc, self.L, places,
                             out.setdefault("cli:square", {}))
             if self.case["d_out"] is not None and self.case["softcap"] is None \
-                    and self.case["rope"] is None:
+                    and self.case["rope"] is None and self.case.get("d_lse") is None:
                 d_out = ";".join(",".join(r) for r in self.case["d_out"][0][0])
                 doc = self._run_cli("cli:backward", ["backward", *common, *flags,
                                                      f"--d-out={d_out}"])

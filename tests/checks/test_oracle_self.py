@@ -181,11 +181,53 @@ def test_gqa_gradients_of_a_kv_head_add_over_its_query_heads():
     assert two.decimal("dK", (0, 0, 1, 0), 4) == "0.7864"
 
 
-def test_softcap_and_rope_have_no_gradients():
-    o = backward_case(softcap="5")
-    assert "dQ" not in o.names()
-    with pytest.raises(ValueError):
-        o.decimal("dQ", (0, 0, 0, 0), 4)
+def _loss(q, k, v, d_out, d_lse, cap=None, theta=None):
+    """sum dO . O + sum dlse lse of one head, in mpmath at the working precision: what the
+    oracle's gradients differentiate (soft-cap, then RoPE of d = 2 at positions 0, 1, ...)."""
+    import mpmath
+
+    def turn(x, p):
+        if theta is None:
+            return x
+        c, s = mpmath.cos(p), mpmath.sin(p)       # d = 2: one pair, frequency 1
+        return [x[0] * c - x[1] * s, x[0] * s + x[1] * c]
+    total = 0
+    for i, qi in enumerate(q):
+        logits = [sum(a * b for a, b in zip(turn(qi, i), turn(kj, j))) for j, kj in enumerate(k)]
+        logits = [cap * mpmath.tanh(x / cap) if cap else x for x in logits]
+        z = sum(mpmath.exp(x) for x in logits)
+        out = [sum(mpmath.exp(x) / z * vj[c] for x, vj in zip(logits, v)) for c in range(len(v[0]))]
+        total += sum(a * b for a, b in zip(d_out[i], out)) + d_lse[i] * mpmath.log(z)
+    return total
+
+
+@pytest.mark.parametrize("policy", [dict(softcap="2"), dict(rope={"theta": "10000"}),
+                                    dict(softcap="3", rope={"theta": "10000",
+                                                            "layout": "interleaved"})])
+def test_softcap_rope_and_lse_gradients_are_derivatives_of_the_forward(policy):
+    """The oracle's dQ and dK under a soft-cap, RoPE and an LSE output equal mpmath's numerical
+    derivative of sum dO . O + sum dlse lse (no exactattn, no intervals: a third way)."""
+    import mpmath
+    q, k, v = [[1, 2], [-1, 1]], [[1, 0], [2, -1], [0, 1]], [[1], [2], [-1]]
+    d_out, d_lse = [[1], [3]], [1, -2]
+    o = one(q, k, v, scale="none", d_out=[[[[str(x) for x in r] for r in d_out]]],
+            d_lse=[[[str(x) for x in d_lse]]], **policy)
+    cap = mpmath.mpf(policy["softcap"]) if "softcap" in policy else None
+    theta = policy.get("rope")
+    assert theta is None or theta.get("layout", "half") in ("half", "interleaved")   # d = 2
+    with mpmath.workdps(40):
+        for name, rows in (("dQ", q), ("dK", k)):
+            for i in range(len(rows)):
+                for e in range(2):
+                    def f(x, name=name, i=i, e=e):
+                        qq, kk = [list(map(mpmath.mpf, r)) for r in q], \
+                            [list(map(mpmath.mpf, r)) for r in k]
+                        (qq if name == "dQ" else kk)[i][e] = x
+                        return _loss(qq, kk, v, d_out, d_lse, cap, theta)
+                    want = mpmath.nstr(mpmath.diff(f, rows[i][e]), 15, min_fixed=-1,
+                                       max_fixed=1)
+                    got = o.decimal(name, (0, 0, i, e), 10)
+                    assert abs(float(got) - float(want)) < 1e-9, (name, i, e, got, want)
 
 
 # ---------------------------------------------------------------- rounding and undecided values

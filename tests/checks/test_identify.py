@@ -187,11 +187,31 @@ def test_the_command_prints_one_line_per_convention_and_exits_by_agreement(capsy
     out = capsys.readouterr().out.splitlines()
     assert rc == 0 and out[1:] == ["scale      declared 1/sqrt(d_k)   found 1/sqrt(d_k)   ok",
                                    "alignment  declared bottom_right  found bottom_right  ok"]
+    assert main(["identify", "--impl", "numpy-naive", "--conventions", "empty_row"]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "empty_row  declared zero  found nan  DIFFERS"]
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_jax_has_uniform_empty_rows_and_cannot_be_asked_about_a_softcap(capsys):
+    pytest.importorskip("jax")
     assert main(["identify", "--impl", "jax", "--conventions", "empty_row,softcap"]) == 1
     assert capsys.readouterr().out.splitlines()[1:] == [
         "empty_row  declared zero             found uniform  DIFFERS",
         "softcap    declared cap*tanh(s/cap)  cannot be asked (call must have no softcap, sink, "
         "dropout for impl jax)"]
+
+
+@pytest.mark.slow
+def test_torch_sdpa_has_its_own_conventions_and_differs_from_a_declared_jax():
+    pytest.importorskip("torch")
+    found = identify("torch")
+    assert {r.name: (r.found, r.status) for r in found.rows} == \
+        {n: (v, "ok") for n, v in RIGHT.items()}
+    found = identify("torch", Policy(empty_row="uniform"), conventions=("empty_row",))
+    assert [(r.declared, r.found, r.status) for r in found.rows] == [
+        ("uniform", "zero", "DIFFERS")]
 
 
 @pytest.mark.parametrize("argv,message", [

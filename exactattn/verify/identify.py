@@ -51,7 +51,7 @@ from fractions import Fraction
 from ..call.inputs import Call
 from ..call.modifiers import Alibi, Rope
 from ..call.policy import Policy
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, ShapeError, Undecided, shorten
 from ..numbers.exact import rational_sqrt
 from .adapter import Impl, ImplRaised, check_dtype, make_call
 from .check import verify
@@ -244,6 +244,9 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
             continue
         try:
             answer = impl.answer(make_call(call, dtype, want))
+        except ShapeError as e:         # it returned something that is not an array of numbers
+            rows.append(Found(name, declared, None, "raised", str(e)))
+            continue
         except InputError as e:         # an argument or output the kernel does not have
             rows.append(Found(name, declared, None, "cannot be asked", shorten(
                 str(e).split(" (got")[0], 100)))
@@ -251,14 +254,21 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
         except ImplRaised as e:
             rows.append(Found(name, declared, None, "raised", e.line))
             continue
-        try:
-            reps = [(verify(_Replay(answer, impl.name), exact, dtype, lse=base, probes=()),
-                     label, value) for label, exact, base, value in cands]
-        except ShapeError as e:         # an output of the wrong shape: the kernel's failure
-            rows.append(Found(name, declared, None, "raised", str(e)))
+        passed, wrong = [], None
+        for label, exact, base, value in cands:
+            try:
+                rep = verify(_Replay(answer, impl.name), exact, dtype, lse=base, probes=())
+                ok = (rep.lse_found if part == "lse" else rep.found).passed
+            except Undecided:           # not provably outside this candidate: not separated
+                ok = True
+            except ShapeError as e:     # an output of the wrong shape: the kernel's failure
+                wrong = str(e)
+                break
+            if ok:
+                passed.append((label, value))
+        if wrong is not None:
+            rows.append(Found(name, declared, None, "raised", wrong))
             continue
-        passed = [(label, value) for rep, label, value in reps
-                  if (rep.lse_found if part == "lse" else rep.found).passed]
         if len(passed) == 1:
             found[name] = passed[0][1]
             rows.append(Found(name, declared, passed[0][0],

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError, shorten
+from ..errors import InputError, ShapeError, shorten
 from ..numbers.formats import ulp_index
 from .adapter import FunctionImpl, ImplRaised, make_call
 from .check import check_request, verify_outputs
@@ -151,6 +151,8 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
         """The kernel on these arrays; the call's rows of its outputs, B x H x L x E_v."""
         try:
             out = kernel.answer(dataclasses.replace(fc, query=q, key=k, value=v, attn_mask=m))
+        except ShapeError as e:     # not an array of numbers: the kernel's failure
+            return Run(label, why=f"raised {e}")
         except InputError as e:
             return Run(label, why=shorten(str(e).split(" (got")[0], 100))
         except ImplRaised as e:

@@ -181,6 +181,12 @@ def test_two_candidates_a_probe_cannot_separate_are_undecided_never_guessed():
         ("none of the candidates", "DIFFERS"), (None, "raised")]
     assert found.rows[1].why.endswith("output must be 4 x 1 x 1 (got 2 x 1 x 1)")
 
+    def words(query, key, value, **_):
+        return "attention"
+    found = identify(words, conventions=("scale",))
+    assert [(r.found, r.status) for r in found.rows] == [(None, "raised")]
+    assert found.rows[0].why.endswith("words's output must be an array of numbers (got str)")
+
 
 def test_the_command_prints_one_line_per_convention_and_exits_by_agreement(capsys):
     rc = main(["identify", "--conventions", "scale,alignment", "--alignment", "bottom_right"])

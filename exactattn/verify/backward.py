@@ -243,6 +243,10 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
                       exact_rounded[grad], lambda *idx, grad=grad: exact.value(grad, *idx),
                       exact, fmt, tol, found=found, entry=entry)
     notes = [note] if note else []
+    if (problem.policy.softcap, problem.policy.rope) != (None, None):
+        notes.append("soft-cap, RoPE: dQ_i = R_i^T scale sum_j dS_ij f_ij R_j k_j and dK "
+                     "likewise, f = 1 - tanh^2(s / cap) (1 without a cap), R_p the rotation at "
+                     "position p; certified from enclosures")
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every gradient counts as "
                      "failed")

@@ -143,7 +143,7 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
     S = k.shape[2]
     m = None if fc.attn_mask is None else np.broadcast_to(
         fc.attn_mask.reshape((1,) * (4 - fc.attn_mask.ndim) + fc.attn_mask.shape),
-        (B, H, L, S))
+        (B, H, L, S)).copy()
     rng = np.random.default_rng(seed)
     open_, shut = (True, False) if m is None or m.dtype == bool else (0.0, -math.inf)
 

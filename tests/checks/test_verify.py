@@ -526,7 +526,7 @@ OPTIONS = {
     "--seed": ("random", ["1"]), "--max-ulps": ("random", ["0"]),
     "--accumulation": ("float16", ["float16"]), "--worst": ("random", ["1"]),
     "--digits": ("random", ["3"]), "--timings": ("random", []), "--flops": ("random", []),
-    "--probes": ("random", ["ones"]),
+    "--probes": ("random", ["ones"]), "--invariance": ("random", ["batch"]),
     "--format": ("random", ["markdown"]), "--search": ("random", ["3"]),
     "--search-measure": ("random", ["terms"]), "--max-size": ("random", ["2"]),
     "--max-batch": ("random", ["1"]), "--max-heads": ("random", ["1"]),   # refused without --search

@@ -81,6 +81,8 @@ class Identification:
     impl: str
     dtype: str
     rows: list
+    #: the declared values the probes use (``sink 1/2, softcap 30``), "" when none is given
+    values: str = ""
 
     @property
     def agrees(self) -> bool:
@@ -99,7 +101,8 @@ class Identification:
         """One line per convention: ``NAME  declared X  found Y  ok|DIFFERS``."""
         w = [max(len(getattr(r, a) or "") for r in self.rows) for a in ("name", "declared")]
         wf = max(len(r.found or "") for r in self.rows)
-        lines = [f"identify: {self.impl} in {self.dtype}, each convention decided exactly "
+        given = f" with {self.values}" if self.values else ""
+        lines = [f"identify: {self.impl} in {self.dtype}{given}, each convention decided exactly "
                  "(within the proved tolerance of one candidate's certified answer, outside "
                  "every other's)"]
         for r in self.rows:
@@ -279,4 +282,5 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
         else:
             rows.append(Found(name, declared, "none of the candidates", "DIFFERS",
                               "; ".join(c[0] for c in cands)))
-    return Identification(impl.name, dtype, rows)
+    return Identification(impl.name, dtype, rows, ", ".join(
+        f"{f} {getattr(P, f)}" for f in ("sink", "softcap") if getattr(P, f) is not None))

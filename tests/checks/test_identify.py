@@ -233,3 +233,32 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     assert rc == 2
     err = capsys.readouterr().err
     assert err.startswith(f"exactattn: error: {message}") and err.count("\n") == 1
+
+
+#: every identify option: the arguments that give it a value (after ``--conventions scale``)
+OPTIONS = {"--impl": ["numpy-naive"], "--arrays": ["torch"], "--device": ["cpu"],
+           "--backend": ["math"], "--dtype": ["float64"], "--conventions": ["gqa"],
+           "--like": ["flash"], "--scale": ["1/8"], "--alignment": ["bottom_right"],
+           "--empty-row": ["nan"], "--gqa": ["tile"], "--sink": ["1/2"], "--alibi": ["12"],
+           "--softcap": ["30"], "--rope": ["500000"], "--lse": ["2"]}
+
+
+def test_every_identify_option_changes_the_output_or_is_refused(capsys):
+    from exactattn.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    flags = {s for a in sub.choices["identify"]._actions if a.dest not in ("help", "no_progress")
+             for s in a.option_strings}
+    assert flags == set(OPTIONS)
+    every = ["--conventions", "scale,alignment,empty_row,gqa,lse_base,lse_sink,softcap,alibi,"
+             "rope_base"]
+    assert main(["identify", *every]) == 0
+    out0 = capsys.readouterr().out
+    for flag, value in OPTIONS.items():
+        try:
+            rc = main(["identify", *every, flag, *value])
+        except SystemExit as e:
+            rc = e.code
+        out, err = capsys.readouterr()
+        assert (rc == 2 and out == "" and err.count("\n") == 1) or \
+            (rc in (0, 1) and out != out0), (flag, rc, err)
+

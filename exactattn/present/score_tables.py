@@ -42,13 +42,9 @@ def largest(trace, i: int, decimals: list[str]) -> list[int]:
     seen = trace.head.policy.visible_keys(i, n, n)
     if not len(seen) or trace.policy.modified:
         return trace.row(i).largest()      # the empty-row answer, or logits that are not scores
-    if seen.step == 1:
-        part, start = decimals[seen.start:seen.stop], seen.start
-        best = max(part)
-        top = [start + j for j, d in enumerate(part) if d == best]
-    else:   # pragma: no cover - visible_keys gives contiguous ranges
-        best = max(decimals[j] for j in seen)
-        top = [j for j in seen if decimals[j] == best]
+    part = decimals[seen.start:seen.stop]      # visible_keys: a contiguous range
+    best = max(part)
+    top = [seen.start + j for j, d in enumerate(part) if d == best]
     if len(top) > 1:
         ints, _ = score_rows(trace).row(i)
         high = max(ints[j] for j in top)

@@ -152,6 +152,18 @@ def test_every_zoo_kernel_has_its_one_changed_convention_found_and_nothing_else(
     assert found.exit_status == 1
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_the_zoo_in_float16_and_float64(dtype):
+    """The same zoo with the probes in float16 (11-bit significands) and float64: every
+    kernel's conventions found as it has them."""
+    for name, value in CHANGES:
+        found = identify(_kernel({name: value}), dtype=dtype)
+        assert [(r.name, r.found) for r in found.rows if r.status != "cannot be asked"] == [
+            (r.name, value if r.name == name else RIGHT[r.name]) for r in found.rows
+            if r.status != "cannot be asked"]
+
+
 def test_the_declared_policy_is_what_a_kernel_is_held_to():
     """A kernel that does bottom_right agrees once bottom_right is declared; declared 1/8 and
     the ALiBi rule for 12 heads (not a power of two) are probed as declared."""

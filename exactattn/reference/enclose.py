@@ -147,12 +147,10 @@ def _block_balls(ref, b: int, h: int, prec: int, magnitudes: bool):
     N = Em * arb_mat(V)
     out = [[None] * Ev for _ in range(L)]
     lse: list = [None] * L
+    share = pol.empty_share(max(S, 1))   # a key's share in a row that sees none (None: NaN)
+    dens = [arb(1) if e and not share else d for d, e in zip(dens, empty)]   # zeros: 0 / 1
     for i in range(L):
-        if empty[i] and pol.empty_row == "nan":
-            continue
-        if empty[i] and pol.empty_row == "zero":
-            out[i] = [arb(0)] * Ev
-            lse[i] = -math.inf
+        if empty[i] and share is None:
             continue
         out[i] = [N[i, c] / dens[i] for c in range(Ev)]
         # a row that sees no key has no normaliser: lse = log 0, whatever its shares are
@@ -163,7 +161,7 @@ def _block_balls(ref, b: int, h: int, prec: int, magnitudes: bool):
     M = Em * arb_mat(Va)
     mags = np.zeros((L, Ev))
     for i in range(L):
-        if out[i][0] is None or (empty[i] and pol.empty_row == "zero"):
+        if out[i][0] is None:
             continue
         mags[i] = [float((M[i, c] / dens[i]).mid()) for c in range(Ev)]
     return out, lse, mags

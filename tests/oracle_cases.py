@@ -259,6 +259,7 @@ def _rope_tie(choose: Choose) -> dict:
     k[p - 1] = ["1", "-1"]
     k[p + 1] = ["1", "1"]
     case["rope"] = {"theta": choose(THETAS), "layout": choose(["half", "interleaved"])}
+    _scaling(choose, case["rope"], 2)          # the mirror holds at any frequency and gain
     case["scale"] = choose(["default", "none", {"divisor_squared": "3"}])
     how = choose(["plain", "window", "mask"])
     if how == "window":                        # keys p-1, p, p+1 only

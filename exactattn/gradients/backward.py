@@ -390,6 +390,9 @@ class Gradients:
                 for j, p, x in zip(vis, row, dPi):
                     Pi[j] = p
                     d += p * x
+                if self.certified and self.kinds[i] == "ok":   # D = c + sum P (dP - c): a row
+                    c = dPi[0]                                # of equal dP gets dS exactly 0
+                    d = c + sum((p * (x - c) for p, x in zip(row, dPi)), arb(0))
                 D[i] = d
                 if self.kinds[i] == "ok":
                     dSi = dS[i]

@@ -42,8 +42,8 @@ BUDGET = {
     "call": (("call", "examples"), 1565, 960),
     # reference: +25 for issue 42's row rule (bound._row_excess: the weights' shared errors)
     # reference: +6 for issue 44's RoPE scalings (the scaled frequencies, gain, dynamic length)
-    # reference: +83 for issue 44's backward of every modifier (soft-cap, RoPE, dlse, dsink)
-    "reference": (("reference", "gradients"), 1710, 1000),
+    # reference: +86 for issue 44's backward of every modifier (soft-cap, RoPE, dlse, dsink)
+    "reference": (("reference", "gradients"), 1713, 1000),
     # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
     # raise (the call ceiling fell by as much; target +140 from call's)
     "engines": (("engines", "blocks"), 1452, 1040),

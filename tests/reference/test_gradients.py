@@ -376,6 +376,12 @@ def test_soft_capping_and_rope_are_certified_through_the_reference_and_windows_w
         g = Reference(call).gradients([[1]]).blocks[(0, 0)]
         assert g.certified and [g.decimals(n, 6)[0][0] for n in ("dV", "dQ")] == \
             ["1.000000", "0.000000"]
+        # equal values: dP is constant along each row, so dS, dQ and dK are exactly 0 (an
+        # enclosure of exactly 0, not one that holds 0: no bounded search, no refusal)
+        same = Reference(Call([[1, 2], [0, 1]], [[1, 0], [0, 1], [2, 1]], [[3]] * 3,
+                              policy=call.policy)).gradients([[1], [2]])
+        assert all(same.value(n, 0, 0, i, c).rational() == 0 for n in ("dQ", "dK")
+                   for i in range(2) for c in range(2))
         two = Reference(Call([[1, 0]], [[1, 0], [0, 1]], [[1], [2]], policy=call.policy))
         dV = two.gradients([[1]]).blocks[(0, 0)].dV           # the shares: they sum to 1
         assert (dV[0][0] + dV[1][0]).decimal(12) == "1.000000000000"

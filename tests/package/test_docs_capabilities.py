@@ -22,9 +22,9 @@ COLUMNS = {"window": "window", "query_offset": "query offset", "rope": "RoPE",
 #: a row of the pages -> its path in UNSUPPORTED (None: the forward, which runs every field)
 ROWS = {
     "forward: `Reference`, the tables, `verify`": None,
-    "exact backward: `gradients`, `verify --backward`": "gradients",
+    "exact backward: `Reference(...).gradients`, `verify --backward`": "gradients",
     "numpy float backward: `verify --impl numpy --backward`": "numpy_backward",
-    "row blocks: `blocks`, `verify --memory`": "blocks",
+    "row blocks: `blocks`, `exactattn.blocks.certify`": "blocks",
     "split-merge: `verify --split-merge`": "split",
     "fast engine: `engine=\"fast\"`": "fast",
     "flex: `verify --impl flex`": "flex",
@@ -33,7 +33,8 @@ ROWS = {
 }
 #: paths of UNSUPPORTED the pages leave out, and why
 NOT_SHOWN = {
-    "sdpa": "the blocked check of a float implementation (blocks.check_impl): it refuses every "
+    "sdpa": "the blocked check of a float implementation (blocks --check, verify --memory: "
+            "blocks.check_impl): it refuses every "
             "score modifier besides (policy.modified), which its row does not list, so a row "
             "here would say yes where it refuses",
     "enclose": "not a path a user picks: the float64 enclosure behind verify's proved "

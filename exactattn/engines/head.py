@@ -313,13 +313,14 @@ def _symbolic(head: Head, x: list[list]) -> Trace:
     raw = [[None if r is None else sympy.expand(r) for r in row] for row in raw]
     div = head.divisor
     div = div.sympy() if isinstance(div, Surd) else div
-    rows, outputs, mix_macs, empty_row = [], [], 0, head.policy.empty_row
+    rows, outputs, mix_macs = [], [], 0
+    share = head.policy.empty_share(n)       # a key's share in a row that sees none (None: NaN)
     for i in range(n):
         seen = [j for j in range(n) if raw[i][j] is not None]
-        if not seen and empty_row == "uniform":      # every key at score 0
+        if not seen and share:                # 1/n each: every key at score 0
             seen, raw[i] = list(range(n)), [sympy.Integer(0)] * n
         if not seen:
-            fill = sympy.nan if empty_row == "nan" else sympy.Integer(0)
+            fill = sympy.nan if share is None else sympy.Integer(0)
             rows.append([fill] * n)
             outputs.append([fill] * head.d_v)
             continue

@@ -35,7 +35,8 @@ from .backward import Gradients
 
 
 def check_policy(policy: Policy) -> Policy:
-    """``policy`` when exact gradients cover it; soft-capping and RoPE are refused with one line.
+    """``policy`` when the gradients cover it (a field named in ``UNSUPPORTED["gradients"]``,
+    none today, is refused with one line).
 
     >>> check_policy(Policy(causal=True, sink=Fraction(0))).causal
     True
@@ -43,9 +44,8 @@ def check_policy(policy: Policy) -> Policy:
     for name in policy.unsupported("gradients"):
         value = getattr(policy, name)
         if value is not None:
-            raise InputError(f"policy {name} must be unset for exact gradients (got "
-                             f"{shorten(str(value))}); soft-capped and rotary scores are "
-                             "transcendental, so their gradients are not exact here")
+            raise InputError(f"policy {name} must be unset for gradients (got "
+                             f"{shorten(str(value))}); the gradients do not take it")
     return policy
 
 
@@ -57,8 +57,7 @@ def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
     n_queries x n_keys booleans (True = kept) when ``policy.dropout`` is set.
 
     Raises:
-        InputError: dropout without a keep-mask or a keep-mask without dropout; a
-            soft-cap or RoPE (:func:`check_policy`).
+        InputError: dropout without a keep-mask or a keep-mask without dropout.
         ShapeError: a keep-mask of the wrong shape.
     """
     from ..call.modifiers import check_keep, dropout_factors, row_offsets
@@ -91,8 +90,9 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
     Raises:
         ShapeError: shapes that do not match.
         InputError, FloatInputError: entries that are not exact numbers; a policy
-            with soft-capping or RoPE (:func:`check_policy`); dropout without its
-            keep-mask.
+            with soft-capping or RoPE (their gradients need the forward's rows: use
+            :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`); dropout
+            without its keep-mask.
 
     >>> g = gradients([[1, 0]], [[1, 0], [0, 1]], [[1], [0]], [[1]], Policy(scale="1"))
     >>> g.dV[0][0].text()

@@ -146,10 +146,9 @@ class View:
         return range(CORNER) if self.people and count > PAGE else range(count)
 
     def width(self, count: int) -> int | None:
-        """How many entries of a vector of ``count`` people see (None: all)."""
-        if self.columns is not None:
-            return None if self.columns >= count else self.columns
-        return CORNER if self.people and count > PAGE else None
+        """How many entries of a vector of ``count`` people see (None: all): :meth:`part`'s."""
+        shown = len(self.part(count))
+        return None if shown == count else shown
 
 
 def parse_span(text: str) -> tuple[int, ...]:
@@ -225,11 +224,8 @@ class Grid:
 
     def rows(self, row_of, cell) -> LazyRows:
         """``[query, cell(row_of(i)[j]) for each key shown]`` for each query shown."""
-        def line(k: int) -> list:
-            i = self.toks[k]
-            r = row_of(i)
-            return [str(i + 1)] + [cell(r[j]) for j in self.keys]
-        return LazyRows(len(self.toks), line)
+        data = self.data(row_of, cell)
+        return LazyRows(len(self.toks), lambda k: [str(self.toks[k] + 1)] + data[k])
 
     def picked(self, row: Sequence) -> list:
         """The entries of a full row at the keys shown."""

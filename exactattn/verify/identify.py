@@ -18,16 +18,18 @@ by the later probes whose scores it moves):
 =============  ===========================================================================
 scale          ``1/sqrt(d_k)``, ``1/d_k``, ``1`` or the declared number
 alignment      causal with L != S: ``none`` (causal ignored), ``top_left``, ``bottom_right``
-window         window (2, 1): each bound inclusive or exclusive, or the two swapped
+window         window (2, 1): each bound inclusive or exclusive, the two swapped, or ``none``
+               (the window ignored)
 gqa            4 query heads over 2: ``interleave`` (h // 2) or ``tile`` (h % 2)
 empty_row      a row whose mask hides every key: ``zero``, ``nan`` or ``uniform``
 lse_base       the log-sum-exp returned: base ``e`` or ``2``
 lse_sink       whether a sink enters the log-sum-exp: ``in`` or ``out``
 softcap        ``cap*tanh(s/cap)`` on the scaled scores, on the raw scores, or not at all
 alibi          the bias's form (``relative``, ``symmetric``) and slopes: the paper's rule for
-               h heads (6 unless declared), or the first h of the next power of two's
-rope_layout    ``half`` or ``interleaved`` pairs
-rope_base      the declared base, 10000, 500000 or 1000000
+               h heads (6 unless declared), or the first h of the next power of two's;
+               or ``none`` (no bias added)
+rope_layout    ``half`` or ``interleaved`` pairs, or ``none`` (the rotation not applied)
+rope_base      the declared base, 10000, 500000 or 1000000, or ``none``
 =============  ===========================================================================
 
 A convention the kernel cannot be asked about (no ``attn_mask``, ``window``,
@@ -49,7 +51,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..call.inputs import Call
-from ..call.modifiers import Alibi, Rope
+from ..call.modifiers import ROPE_LAYOUTS, Alibi, Rope
 from ..call.policy import Policy
 from ..errors import InputError, ShapeError, Undecided, shorten
 from ..numbers.exact import rational_sqrt
@@ -147,7 +149,7 @@ def _probes(P: Policy, lse: str, found: dict):
                                                  for lab, p in cands], "outputs")
     call = _call(zero, zero, [[2 ** j] for j in range(6)], base.replace(window=(2, 1)))
     cands = {"inclusive": (2, 1), "left exclusive": (1, 1), "right exclusive": (2, 0),
-             "exclusive": (1, 0), "swapped": (1, 2)}
+             "exclusive": (1, 0), "swapped": (1, 2), "none": None}
     yield ("window", "inclusive", call, None, [(lab, call.with_policy(base.replace(window=w)),
                                                 None, lab) for lab, w in cands.items()],
            "outputs")
@@ -182,15 +184,16 @@ def _probes(P: Policy, lse: str, found: dict):
     call = _call([[[0]] * 3] * h, [[[0]] * 3] * h, [[[1], [2], [4]]] * h,
                  base.replace(alibi=Alibi(h, form)))
     yield ("alibi", f"{form}, {h} heads", call, None, [(f"{f}, {r}", call.with_policy(
-        base.replace(alibi=Alibi(m, f))), None, (f, m)) for r, m in rules for f in (form, other)],
-        "outputs")
+        base.replace(alibi=Alibi(m, f))), None, (f, m)) for r, m in rules for f in (form, other)]
+        + [("none", call.with_policy(base), None, None)], "outputs")
     r = P.rope or Rope()
-    q, k = [0, 0, 4, 0], [4, 0, 0, 0]       # pair 0: entries 0, 2 (half) or 0, 1 (interleaved)
+    q, k = [0, -2, 4, 0], [4, 0, 0, 0]      # scores 16 sin(1) (half), -8 sin(1) (interleaved), 0
     call = _call([q, [0] * 4], [[0] * 4, k], [[0], [1]], scaled(base.replace(rope=r)))
     yield ("rope_layout", r.layout, call.with_policy(base.replace(rope=r)), None,
            [(lay, call.with_policy(scaled(base.replace(rope=Rope(r.theta, lay)))), None, lay)
-            for lay in ("half", "interleaved")], "outputs")
-    lay = found.get("rope_layout", r.layout)
+            for lay in ("half", "interleaved")] + [("none", call.with_policy(scaled(base)), None,
+                                                    None)], "outputs")
+    lay = found.get("rope_layout") if found.get("rope_layout") in ROPE_LAYOUTS else r.layout
     i, j, _ = Rope(layout=lay).pairs(4)[1]
     q, k = [0] * 4, [0] * 4
     q[j], k[i] = 8, 8                       # the score 64 sin(7 theta^(-1/2))
@@ -199,7 +202,8 @@ def _probes(P: Policy, lse: str, found: dict):
                  scaled(base.replace(rope=Rope(r.theta, lay))))
     yield ("rope_base", str(r.theta), call.with_policy(base.replace(rope=Rope(r.theta, lay))),
            None, [(str(t), call.with_policy(scaled(base.replace(rope=Rope(t, lay)))), None, t)
-                  for t in thetas], "outputs")
+                  for t in thetas] + [("none", call.with_policy(scaled(base)), None, None)],
+           "outputs")
 
 
 class _Replay(Impl):

@@ -537,6 +537,8 @@ class Policy:
             out["rope"] = {"theta": str(self.rope.theta), "layout": self.rope.layout}
             if self.rope.dims is not None:
                 out["rope"]["dims"] = self.rope.dims
+            if self.rope.scaling is not None:      # transformers' dict: a spec file reads it back
+                out["rope"]["scaling"] = self.rope.scaling.to_dict()
         if self.head:
             out["head"] = self.head
         return out

@@ -78,14 +78,16 @@ def grid_section(grid: Grid, name: str, title: str, rows, notes: list, data: dic
 
 def _rope(trace, grid: Grid, places: int):
     rope = trace.policy.rope
+    scaled = {} if rope.scaling is None else {"scaling": rope.scaling.to_dict()}
     return ("Rotated scores (RoPE): queries[i] . keys[j] after rotating both by their positions",
             lambda i: [trace.rotated_score(i, j) for j in range(grid.n)],
             [f"RoPE: theta = {rope.theta}, {rope.layout} layout; a pair of entries turns by "
-             "position * theta^(-2k/d_k) (Su et al. 2021, sec. 3.4)",
+             "position * theta^(-2k/d_k) (Su et al. 2021, sec. 3.4)" + (
+                 f"; frequencies scaled: {rope.scaling.text()}" if scaled else ""),
              "kind: exact rational where the angle is 0 (the query's own position), certified "
              "transcendental elsewhere (cos and sin of rational multiples)", _CERTIFIED,
              "the softmax reads these rotated scores, not the raw ones above"]
-            + _positions(trace), True, dict(theta=str(rope.theta), layout=rope.layout))
+            + _positions(trace), True, dict(theta=str(rope.theta), layout=rope.layout, **scaled))
 
 
 def _capped(trace, grid: Grid, places: int):

@@ -63,6 +63,37 @@ def test_a_scaled_score_prints_its_pi_and_log_terms():
     assert ref.share(0, 0, 1, 1).text().startswith("exp((1 + (1/10)*log(4))^2)")
 
 
+
+@pytest.mark.parametrize("k", range(len(SCALINGS)))
+def test_a_problem_file_keeps_the_scaling(k):
+    # problem_text wrote the rope without its scaling: the file read back checked the plain rope
+    from exactattn.call.spec import loads_problem, problem_text
+    call = Call(X, X, V, policy=Policy(rope=Rope(scaling=SCALINGS[k]), causal=True))
+    back, policy, _ = loads_problem(problem_text(call))
+    assert back.policy == call.policy and policy.rope.scaling == check_scaling(SCALINGS[k])
+    outputs = [[Reference(c).output(0, 0, i, 0).decimal(12) for i in range(4)]
+               for c in (call, back, call.with_policy(Policy(rope=Rope(), causal=True)))]
+    assert outputs[0] == outputs[1] != outputs[2]
+
+
+def test_the_reports_name_the_scaling(tmp_path, capsys):
+    from exactattn.cli import main
+    assert Policy(rope=Rope(scaling=LLAMA3)).describe().endswith(
+        "rope={theta: 10000, layout: half, scaling: {rope_type: llama3, factor: 8, "
+        "high_freq_factor: 4, low_freq_factor: 1, original_max_position_embeddings: 16}}")
+    assert Policy(rope=Rope()).describe().endswith("rope={theta: 10000, layout: half}")
+    spec = {"tokens": [{"x": r} for r in X], "W_Q": np.eye(4, dtype=int).tolist(),
+            "W_K": np.eye(4, dtype=int).tolist(), "W_V": [[1, 0, 2, 1]], "causal": True,
+            "policy": {"rope": {"theta": "10000", "scaling": LLAMA3}}}
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    assert main(["square", "--spec", str(tmp_path / "s.json"), "--width", "200"]) == 0
+    assert main(["scores", "--spec", str(tmp_path / "s.json"), "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "(Su et al. 2021, sec. 3.4); frequencies scaled: llama3 factor=8 high_freq_factor=4 " \
+           "low_freq_factor=1\n  original_max_position_embeddings=16\n" in out
+    assert "modifiers: rope={theta: 10000, layout: half, scaling: {rope_type: llama3, factor: 8," in out
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"rope_type": "llama3", "factor": 8}, "rope scaling llama3 needs low_freq_factor; add it"),
     ({"rope_type": "linear", "factor": 2, "beta": 1}, "rope scaling linear has unknown key 'beta';"

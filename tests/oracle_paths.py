@@ -220,9 +220,6 @@ class PackageRun:
         if case["mask"] is not None and case["mask"]["kind"] == "additive":
             self.skipped.append(("blocks", "row blocks take boolean masks only"))
             return
-        if ((case["rope"] or {}).get("scaling") or {}).get("rope_type") == "dynamic":
-            self.skipped.append(("blocks", "a dynamic rope reads the whole call's length"))
-            return
         if "reference" not in self._objects:
             return
         from exactattn.blocks import from_call

@@ -385,6 +385,8 @@ class Call:
 
     def _set(self, query, key, value, mask, policy, rank, name, dropout_keep, labels,
              mask_shape):
+        rope = policy.rope and policy.rope.for_call(policy, query.shape[2], key.shape[2])
+        policy = policy if rope is policy.rope else policy.replace(rope=rope)  # dynamic: L bound
         self.query, self.key, self.value, self.mask = query, key, value, mask
         self.policy, self.rank, self.name = policy, rank, name
         self.dropout_keep, self.labels, self.mask_shape = dropout_keep, labels, mask_shape

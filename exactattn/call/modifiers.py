@@ -438,7 +438,7 @@ def _frequencies(rope: Rope, d: int) -> list:
     elif kind == "dynamic":
         if s.length is None or r == 2:
             raise InputError("rope scaling dynamic needs a rotated width of 4 or more and the "
-                             "call's length (evaluate the whole call: Reference)")
+                             "call's length (a Call binds it: build one)")
         m = get("max_position_embeddings")
         x = f * max(s.length, m) / m - (f - 1)
         base = [power_form(rope.theta, e, x, Fraction(-2 * k, r - 2))

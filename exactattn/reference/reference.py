@@ -99,9 +99,7 @@ class Reference:
         self.E, self.Ev = sh["E"], sh["E_v"]
         d2 = policy.divisor_squared_for(self.E)
         self.divisor_squared = None if d2 == 1 else d2
-        self._policies = [p if p.rope is None else    # a dynamic rope's length: this call's
-                          p.replace(rope=p.rope.for_call(p, self.L, self.S))
-                          for p in (policy.for_head(h) for h in range(self.Hq))]
+        self._policies = [policy.for_head(h) for h in range(self.Hq)]  # a dynamic rope: bound by Call
         self._scores: dict = {}
         self._rows: dict = {}
         self._kv: dict = {}

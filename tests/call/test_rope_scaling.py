@@ -94,6 +94,25 @@ def test_the_reports_name_the_scaling(tmp_path, capsys):
     assert "modifiers: rope={theta: 10000, layout: half, scaling: {rope_type: llama3, factor: 8," in out
 
 
+
+@pytest.mark.parametrize("layout, offset", [("half", None), ("interleaved", 5)])
+def test_a_dynamic_rope_is_bound_once_by_the_call_for_every_path(layout, offset):
+    # the call's length (its largest position + 1) is bound where the Call is built: row
+    # blocks and verify's backward took the unbound rope and refused it
+    dyn = SCALINGS[3]
+    assert dyn["rope_type"] == "dynamic"
+    call = Call(X, X, V, policy=Policy(rope=Rope(scaling=dyn), query_offset=offset))
+    assert call.policy.rope.scaling.length == (4 if offset is None else 9)
+    case = self_case(X, X, V, query_offset=offset,
+                     rope={"theta": "10000", "layout": layout, "scaling": dyn},
+                     d_out=[[[["1"], ["-1/2"], ["2"], ["0"]]]], d_lse=[[["1/3", "0", "-1", "2"]]])
+    rep = compare(case, (6, 12))
+    assert not rep.failed, rep.message()
+    results = rep.run.results(6)
+    assert len(results["blocks"]["outputs"]) == 4 and len(results["verify-backward"]["dQ"]) == 16
+    assert not [s for s in rep.skipped if s[0] in ("blocks", "verify-backward")]
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"rope_type": "llama3", "factor": 8}, "rope scaling llama3 needs low_freq_factor; add it"),
     ({"rope_type": "linear", "factor": 2, "beta": 1}, "rope scaling linear has unknown key 'beta';"

@@ -40,11 +40,13 @@ BUDGET = {
     # call: 1443 -> 1405 by deletions (one reader of masks and keep-masks, one SDPA policy), issue 43
     # call: +160 for issue 44's RoPE scalings (RopeScaling: its checks and exact frequencies)
     # call: +1 for issue 44's scaling kept in a problem file (Policy.modifiers writes it)
-    "call": (("call", "examples"), 1566, 960),
+    # call: +2 for issue 44's dynamic rope bound once by Call (moved from Reference: -2 there)
+    "call": (("call", "examples"), 1568, 960),
     # reference: +25 for issue 42's row rule (bound._row_excess: the weights' shared errors)
     # reference: +6 for issue 44's RoPE scalings (the scaled frequencies, gain, dynamic length)
     # reference: +86 for issue 44's backward of every modifier (soft-cap, RoPE, dlse, dsink)
-    "reference": (("reference", "gradients"), 1713, 1000),
+    # reference: -2, issue 44: a dynamic rope's length bound by Call, not by Reference
+    "reference": (("reference", "gradients"), 1711, 1000),
     # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
     # raise (the call ceiling fell by as much; target +140 from call's)
     "engines": (("engines", "blocks"), 1452, 1040),

@@ -336,10 +336,11 @@ class RopeScaling:
     params: tuple = ()
     length: int | None = None
 
-    def to_dict(self) -> dict:
-        """transformers' dict, numbers as exact text (a spec file's ``rope.scaling``)."""
-        return {"rope_type": self.rope_type, **{k: [str(x) for x in v] if k == "inv_freq"
-                                                else str(v) for k, v in self.params}}
+    def to_dict(self, number: Any = str) -> dict:
+        """transformers' dict, numbers as exact text (a spec file's ``rope.scaling``) or as
+        ``number`` makes them (a float kernel's ``rope_scaling``)."""
+        return {"rope_type": self.rope_type, **{k: [number(x) for x in v] if k == "inv_freq"
+                                                else number(v) for k, v in self.params}}
 
     def text(self) -> str:
         return self.rope_type + "".join(

@@ -26,7 +26,9 @@ head count; with ``alibi_form`` and ``head``, the first head's index, when
 taken), ``window`` (``(left, right)``, None = no limit, the query's own key
 counted), ``query_offset`` (the position of query 0, when a positional
 modifier is on and it is not 0), ``rope_theta`` and ``rope_layout`` (and ``rope_dims``, the
-rotated width, under partial rotary), ``dropout_p`` and ``dropout_mask`` (booleans, True = kept), and
+rotated width, under partial rotary; ``rope_scaling``, transformers' dict with whole numbers as
+ints and the others as floats, under a scaling), ``dropout_p`` and ``dropout_mask``
+(booleans, True = kept), and
 ``return_lse=True`` when the log-sum-exp is checked (the function then
 returns ``(output, lse)``).  In the ``mask`` convention a window and a query
 offset are folded into the mask with the causal rule.
@@ -628,6 +630,8 @@ class FunctionImpl(Impl):
                "rope_theta": None if call.rope is None else float(call.rope.theta),
                "rope_layout": None if call.rope is None else call.rope.layout,
                "rope_dims": None if call.rope is None else call.rope.dims,
+               "rope_scaling": None if call.rope is None or call.rope.scaling is None else
+               call.rope.scaling.to_dict(lambda q: int(q) if q.denominator == 1 else float(q)),
                "dropout_p": call.dropout_p, "dropout_mask": call.dropout_mask}
         if call.alibi is not None:
             if self._takes("alibi_heads") and not self.var_kw:

@@ -222,3 +222,38 @@ def test_frequencies_match_transformers_rope_init_functions(k):
     assert np.allclose(inv.numpy().astype(np.float64), ours, rtol=3e-7, atol=0), (inv, ours)
     assert abs(float(factor) - rope.float_gain()) < 1e-6
     assert inv.dtype == torch.float32
+
+
+def test_a_kernel_that_scales_by_itself_is_handed_rope_scaling():
+    # a kernel taking rope_theta and rope_layout got no scaling: a correct one failed
+    from exactattn.verify import verify
+    from exactattn.verify.adapter import FunctionImpl
+    cfg = {**LLAMA3, "factor": 32}
+    seen = []
+
+    def table(theta, d, scaling):           # transformers' llama3 table (plain: no scaling)
+        return _inv_freq(theta, d, scaling) if scaling else 1.0 / theta ** (np.arange(0, d, 2) / d)
+
+    def scaled(query, key, value, *, scale=None, is_causal=False, rope_theta, rope_layout,
+               rope_scaling):
+        seen.append((rope_theta, rope_layout, rope_scaling))
+        return _kernel(table(rope_theta, query.shape[-1], rope_scaling))(query, key, value)
+
+    def ignored(query, key, value, *, scale=None, is_causal=False, rope_theta, rope_layout,
+                rope_scaling):
+        return _kernel(table(rope_theta, query.shape[-1], None))(query, key, value)
+
+    def unscaled(query, key, value, *, scale=None, is_causal=False, rope_theta, rope_layout):
+        return _kernel(table(rope_theta, query.shape[-1], None))(query, key, value)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.integers(-4, 5, (12, w)).astype(np.float64) / 2 for w in (8, 8, 2))
+    call = Call(q, k, v, policy=Policy(rope=Rope(10000, "half", None, cfg), causal=True),
+                floats="exact")
+    assert verify(FunctionImpl(scaled), call, "float64").passed
+    assert seen[0] == (10000.0, "half", {"rope_type": "llama3", "factor": 32, "high_freq_factor": 4,
+                                         "low_freq_factor": 1,
+                                         "original_max_position_embeddings": 16})
+    assert not verify(FunctionImpl(ignored), call, "float64").passed
+    with pytest.raises(InputError, match=r"\.unscaled must take rope_scaling= for this call \(got a "
+                                         r"function without it\)"):
+        verify(FunctionImpl(unscaled), call, "float64")

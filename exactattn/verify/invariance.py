@@ -14,7 +14,8 @@ and reads back the call's rows of every run.  Each run is compared bitwise with
 the first, in ULPs of the dtype (:func:`~exactattn.numbers.formats.ulp_index`),
 and with the exact answer (:func:`~exactattn.verify.check.verify_outputs`, the
 tolerance of ``exactattn verify``).  The filler entries are multiples of 1/8
-from ``seed``, exact in every dtype.  A kind a kernel cannot be asked about (no
+of a power of two from ``seed``, exact in every dtype, of both signs and up to 2 to 4 times
+the call's largest entry (a kernel that reads a tensor-wide maximum moves).  A kind a kernel cannot be asked about (no
 mask, no ``num_splits``; padding under ``bottom_right`` alignment, where the
 queries' positions move with the lengths) is reported as such.
 
@@ -108,10 +109,6 @@ class InvarianceReport:
                "tolerance)"
 
 
-def _filler(rng, shape) -> np.ndarray:
-    return rng.integers(-8, 9, size=shape) / 8
-
-
 def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: int = 0,
                      max_ulps: int | None = None, accumulation: str = "float32",
                      arrays: str = "numpy") -> InvarianceReport:
@@ -145,6 +142,10 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
         fc.attn_mask.reshape((1,) * (4 - fc.attn_mask.ndim) + fc.attn_mask.shape),
         (B, H, L, S)).copy()
     rng = np.random.default_rng(seed)
+    top = 2.0 ** (math.frexp(max(1.0, *(np.abs(a).max(initial=0) for a in (q, k, v))))[1] + 1)
+
+    def _filler(rng, shape):      # both signs, up to 2 to 4 times the call's largest entry
+        return rng.integers(-8, 9, size=shape) / 8 * top
     open_, shut = (True, False) if m is None or m.dtype == bool else (0.0, -math.inf)
 
     def run(label, q, k, v, m, rows=slice(None), queries=slice(None), kernel=impl):

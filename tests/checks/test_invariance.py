@@ -51,7 +51,31 @@ def splits(query, key, value, *, num_splits=1, scale=None):
     return sum(e[..., p] @ value[..., p, :] for p in parts) / den
 
 
+def global_max(query, key, value, *, attn_mask=None, scale=None):
+    """Subtracts the largest score of the whole tensor, not of each row."""
+    s = _scores(query, key, scale, attn_mask)
+    e = np.exp(s - s.max())
+    return (e / e.sum(-1, keepdims=True)) @ value
+
+
+def tensor_grid(query, key, value, *, attn_mask=None, scale=None):
+    """Rounds the queries to a grid set by the tensor-wide largest |query|."""
+    top = np.abs(query).max()
+    return invariant((np.round(query / top * 2**20) * top / 2**20).astype(query.dtype), key,
+                     value, attn_mask=attn_mask, scale=scale)
+
+
 CALL = Call.random(16, 8, seed=0, n_keys=64)
+
+
+@pytest.mark.parametrize("kernel", [global_max, tensor_grid])
+def test_a_kernel_reading_a_tensor_wide_maximum_moves_among_larger_rows(kernel):
+    rep = check_invariance(kernel, CALL, kinds=("batch", "pad"))
+    assert [(r.label, r.same) for r in rep.runs] == [
+        ("as given", True), ("among other rows (batch 4, from 1)", False),
+        ("among other rows (batch 16, from 5)", False), ("keys padded by 5 (masked)", True),
+        ("queries padded by 5", False)]
+    assert rep.verdict().startswith("invariance: differs by up to ")
 
 
 def test_an_invariant_kernel_is_bitwise_identical_in_every_run():

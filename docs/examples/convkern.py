@@ -92,6 +92,11 @@ interleaved = partial(attention, layout="interleaved")     # RoPE pairs (2k, 2k 
 llama3_base = partial(attention, theta=500000.0)           # RoPE base 500000 whatever is asked
 
 
+def ignores_mask(query, key, value, *, attn_mask=None, scale=None):
+    """Takes attn_mask and never applies it."""
+    return attention(query, key, value, scale=scale)
+
+
 def batch_variant(query, key, value, *, attn_mask=None, scale=None):
     """In the inputs' dtype; the normaliser summed left to right when the batch holds more than
     two entries (another reduction order for another batch size: not batch-invariant)."""

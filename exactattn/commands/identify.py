@@ -14,12 +14,12 @@ from __future__ import annotations
 import sys
 
 from ..options import choice
-from .modifier_flags import DECLARED, FLAGS, add_policy_flags, apply, set_policy_flags
+from .modifier_flags import DECLARED, add_policy_flags, apply, set_policy_flags
 
 HELP = "find which conventions a float attention kernel implements (scale, causal alignment, " \
        "window, GQA, empty rows, LSE, soft-cap, ALiBi, RoPE), decided exactly"
 POLICY = ("like", "scale", "alignment", "empty_row", "gqa")
-MODIFIERS = ("sink", "alibi", "softcap", "rope", "lse")
+MODIFIERS = ("sink", "alibi", "softcap", "rope", "rope_scaling", "lse")
 
 
 def _conventions(text: str) -> tuple:
@@ -56,7 +56,7 @@ def register(sub) -> None:
     add_policy_flags(p, "declared policy (what the kernel should do; SDPA's by default)", POLICY)
     g = p.add_argument_group("declared modifiers (the probes' values)")
     for field in MODIFIERS:
-        g.add_argument(FLAGS.get(field, "--lse"), **DECLARED[field])
+        g.add_argument("--" + field.replace("_", "-"), **DECLARED[field])
     p.set_defaults(func=run)
 
 

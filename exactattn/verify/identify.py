@@ -47,7 +47,7 @@ alignment  declared top_left     found top_left     ok
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from ..call.inputs import Call
@@ -115,31 +115,32 @@ class Identification:
         return "\n".join(lines)
 
 
-def _call(q, k, v, policy: Policy, mask=None) -> Call:
-    return Call(q, k, v, mask, policy=policy.replace(mask_kind="bool_keep"), name="probe")
+def _call(q, k, v, policy: Policy, mask=None, kind="bool_keep") -> Call:
+    return Call(q, k, v, mask, policy=policy.replace(mask_kind=kind), name="probe")
 
 
-def _scale_label(policy: Policy) -> str:
-    return "1" if policy.divisor_squared is None else policy.scale_text()
+def _at(rule, d: int):
+    """A scale rule found (``default``, ``1/d_k``, a divisor squared, None) at d_k = d."""
+    return Fraction(d * d) if rule == "1/d_k" else rule
 
 
 def _probes(P: Policy, lse: str, found: dict):
     """Each probe: ``(name, declared label, kernel call, kernel lse, candidates, judged part)``,
     candidates ``[(label, exact call, lse base, value)]``; ``found`` (filled as probes
-    decide) carries the scale and the log-sum-exp base into the later probes."""
-    def scaled(pol):                        # the exact side under the scale found
-        return pol if "scale" not in found else pol.replace(divisor_squared=found["scale"])
+    decide) carries the scale (as a rule, applied at each probe's d_k) and the log-sum-exp
+    base into the later probes."""
+    def scaled(pol, d):                     # the exact side under the scale found
+        return pol if "scale" not in found else pol.replace(divisor_squared=_at(found["scale"], d))
     d_k = next(d for d in (4, 9) if P.divisor_squared not in (d, d * d))
-    labels = {"1/sqrt(d_k)": "default", "1/d_k": Fraction(d_k * d_k), "1": None}
-    declared = "1/sqrt(d_k)" if P.divisor_squared == "default" else _scale_label(P)
-    if declared not in labels:
-        labels[declared] = P.divisor_squared
+    rules = {"1/sqrt(d_k)": "default", "1/d_k": "1/d_k", "1": None}
+    declared = P.scale_text().replace("none", "1")
+    rules.setdefault(declared, P.divisor_squared)
     base = P.replace(causal=False, window=None, query_offset=None, alibi=None, rope=None,
                      softcap=None, sink=None, alignment="top_left")
     ones = [[1] * d_k]
-    call = _call(ones, [[0] * d_k, [1] * d_k], [[0], [1]], base)
+    call = _call(ones, [[0] * d_k, [1] * d_k], [[0, 0], [1, 1]], base)   # d_v = 2, not d_k
     yield ("scale", declared, call, None, [(lab, call.with_policy(base.replace(
-        divisor_squared=d)), None, d) for lab, d in labels.items()], "outputs")
+        divisor_squared=_at(d, d_k))), None, d) for lab, d in rules.items()], "outputs")
     zero = [[0]] * 6
     call = _call(zero[:2], zero[:4], [[1], [2], [4], [8]],
                  base.replace(causal=True, alignment=P.alignment))
@@ -147,19 +148,22 @@ def _probes(P: Policy, lse: str, found: dict):
                                 for a in ("top_left", "bottom_right")]
     yield ("alignment", P.alignment, call, None, [(lab, call.with_policy(p), None, lab)
                                                  for lab, p in cands], "outputs")
-    call = _call(zero, zero, [[2 ** j] for j in range(6)], base.replace(window=(2, 1)))
-    cands = {"inclusive": (2, 1), "left exclusive": (1, 1), "right exclusive": (2, 0),
-             "exclusive": (1, 0), "swapped": (1, 2), "none": None}
+    call = _call(zero, zero, [[2 ** j] for j in range(6)], base.replace(window=(3, 2)))
+    cands = {"inclusive": (3, 2), "left exclusive": (2, 2), "right exclusive": (3, 1),
+             "exclusive": (2, 1), "swapped": (2, 3), "causal": (3, 0), "none": None}
     yield ("window", "inclusive", call, None, [(lab, call.with_policy(base.replace(window=w)),
                                                 None, lab) for lab, w in cands.items()],
            "outputs")
-    call = _call([[[0]]] * 4, [[[0]]] * 2, [[[1]], [[2]]], base.replace(gqa=P.gqa))
+    call = _call([[[0]]] * 6, [[[0]]] * 3, [[[1]], [[2]], [[4]]], base.replace(gqa=P.gqa))
     yield ("gqa", P.gqa, call, None, [(g, call.with_policy(base.replace(gqa=g)), None, g)
                                       for g in ("interleave", "tile")], "outputs")
-    call = _call([[0], [0]], [[0], [0]], [[1], [3]], base.replace(empty_row=P.empty_row),
-                 mask=[[False, False], [True, True]])
+    qkv = [[0], [0]], [[0]] * 3, [[1], [3], [9]]
+    mask = [[False] * 3, [True, True, False]]      # row 0 sees no key, row 1 two of three
+    call = _call(*qkv, base.replace(empty_row=P.empty_row), mask=mask)
     yield ("empty_row", P.empty_row, call, None, [(e, call.with_policy(base.replace(
-        empty_row=e)), None, e) for e in ("zero", "nan", "uniform")], "outputs")
+        empty_row=e)), None, e) for e in ("zero", "nan", "uniform")] + [
+        ("mask ignored", _call(*qkv, base), None, None),
+        ("mask inverted", _call(*qkv, base, mask, "bool_drop"), None, None)], "outputs")
     call = _call([[0]], [[0], [0]], [[1], [2]], base)
     yield ("lse_base", lse, call, lse, [(b, call, b, b) for b in ("e", "2")], "lse")
     sink = base.replace(sink=P.sink if P.sink is not None else Fraction(0))
@@ -167,8 +171,8 @@ def _probes(P: Policy, lse: str, found: dict):
     yield ("lse_sink", "in", call, lse, [(lab, call.with_policy(p), found.get("lse_base", lse),
                                           lab) for lab, p in (("in", sink), ("out", base))],
            "lse")
-    cap = P.softcap if P.softcap is not None else Fraction(1)
-    pol = scaled(base.replace(softcap=cap))
+    cap = P.softcap if P.softcap is not None else Fraction(2)    # at 1, tanh(s) = 1*tanh(s/1)
+    pol = scaled(base.replace(softcap=cap), d_k)
     call = _call(ones, [[0] * d_k, [1] * d_k], [[0], [1]], base.replace(softcap=cap))
     cands = [("cap*tanh(s/cap)", pol), ("none", pol.replace(softcap=None))]
     root = rational_sqrt(pol.divisor_squared_for(d_k) or Fraction(1))
@@ -186,24 +190,32 @@ def _probes(P: Policy, lse: str, found: dict):
     yield ("alibi", f"{form}, {h} heads", call, None, [(f"{f}, {r}", call.with_policy(
         base.replace(alibi=Alibi(m, f))), None, (f, m)) for r, m in rules for f in (form, other)]
         + [("none", call.with_policy(base), None, None)], "outputs")
+    # RoPE: the query at position 1, the key at 2 (8): rotating the query matters; under
+    # partial rotary the head is twice the rotated width, so a kernel turning all of it differs
     r = P.rope or Rope()
-    q, k = [0, -2, 4, 0], [4, 0, 0, 0]      # scores 16 sin(1) (half), -8 sin(1) (interleaved), 0
-    call = _call([q, [0] * 4], [[0] * 4, k], [[0], [1]], scaled(base.replace(rope=r)))
-    yield ("rope_layout", r.layout, call.with_policy(base.replace(rope=r)), None,
-           [(lay, call.with_policy(scaled(base.replace(rope=Rope(r.theta, lay)))), None, lay)
-            for lay in ("half", "interleaved")] + [("none", call.with_policy(scaled(base)), None,
-                                                    None)], "outputs")
-    lay = found.get("rope_layout") if found.get("rope_layout") in ROPE_LAYOUTS else r.layout
-    i, j, _ = Rope(layout=lay).pairs(4)[1]
-    q, k = [0] * 4, [0] * 4
-    q[j], k[i] = 8, 8                       # the score 64 sin(7 theta^(-1/2))
+    d = 4 if r.dims is None else max(4, 2 * r.dims)
+    w = r.dims or d
+    q, k, z = [0] * d, [0] * d, [0] * d
+    q[1], q[w // 2], k[0] = -1, 2, 2        # scores 4 sin(1) (half), -2 sin(1) (interleaved), 0
+    q[d // 2] += 1 if r.dims else 0         # an entry the declared rope leaves unturned
+    call = _call([z, q, z], [z, z, k], [[0], [0], [1]], base.replace(rope=r))
+    yield ("rope_layout", r.layout, call, None,
+           [(lay, call.with_policy(scaled(base.replace(rope=replace(r, layout=lay)), d)), None,
+             lay) for lay in ("half", "interleaved")] + [("none", call.with_policy(scaled(
+               base, d)), None, None)], "outputs")
+    lay = replace(r, layout=found.get("rope_layout") if found.get("rope_layout") in
+                  ROPE_LAYOUTS else r.layout)
+    i, j, _ = lay.pairs(d)[min(1, w // 2 - 1)]
+    q, k = [0] * d, [0] * d
+    q[j], k[i] = 8, 8                       # the score 64 sin(7 theta^(-2/w))
+    if r.dims:                              # turned only by a kernel that ignores dims
+        q[i + d // 2] = 1
     thetas = dict.fromkeys((r.theta, Fraction(10000), Fraction(500000), Fraction(10 ** 6)))
-    call = _call([q] + [[0] * 4] * 7, [[0] * 4] * 7 + [k], [[0]] * 7 + [[1]],
-                 scaled(base.replace(rope=Rope(r.theta, lay))))
-    yield ("rope_base", str(r.theta), call.with_policy(base.replace(rope=Rope(r.theta, lay))),
-           None, [(str(t), call.with_policy(scaled(base.replace(rope=Rope(t, lay)))), None, t)
-                  for t in thetas] + [("none", call.with_policy(scaled(base)), None, None)],
-           "outputs")
+    call = _call([z, q] + [z] * 7, [z] * 8 + [k], [[0]] * 8 + [[1]], base.replace(rope=lay))
+    yield ("rope_base", str(r.theta), call, None,
+           [(str(t), call.with_policy(scaled(base.replace(rope=replace(lay, theta=t)), d)),
+             None, t) for t in thetas] + [("none", call.with_policy(scaled(base, d)), None,
+                                           None)], "outputs")
 
 
 class _Replay(Impl):

@@ -32,7 +32,23 @@ CHANGES = [("scale", "1/d_k"), ("scale", "1"), ("alignment", "none"),
            ("lse_sink", "out"), ("softcap", "before the scale"), ("softcap", "none"),
            ("alibi", "symmetric, 6 heads"), ("alibi", "relative, first 6 of 8"),
            ("rope_layout", "interleaved"), ("rope_base", "500000"), ("rope_base", "1000000"),
-           ("window", "none"), ("alibi", "none"), ("rope_layout", "none")]
+           ("window", "none"), ("alibi", "none"), ("rope_layout", "none"),
+           ("softcap", "tanh(s/cap)"), ("rope_layout", "keys only"), ("empty_row", "mask ignored"),
+           ("empty_row", "mask inverted"), ("gqa", "h // H_kv"), ("gqa", "h % group"),
+           ("window", "causal"), ("scale", "1/sqrt(d_v)")]
+NONE = "none of the candidates"
+#: what identify finds where a change moves other conventions too, or is no candidate
+FINDS = {("rope_layout", "none"): {"rope_base": "none"},
+         ("softcap", "tanh(s/cap)"): {"softcap": NONE},
+         ("rope_layout", "keys only"): {"rope_layout": NONE, "rope_base": NONE},
+         ("gqa", "h // H_kv"): {"gqa": NONE}, ("gqa", "h % group"): {"gqa": NONE},
+         ("scale", "1/sqrt(d_v)"): dict.fromkeys(("scale", "softcap", "rope_layout", "rope_base"),
+                                                NONE)}
+
+
+def _finds(name, value):
+    """Every convention as identify must find it in the kernel with ``name`` changed to ``value``."""
+    return {**RIGHT, name: value, **FINDS.get((name, value), {})}
 
 
 def _slopes(h):
@@ -56,30 +72,36 @@ def _rotate(x, pos, theta, layout):
 
 def zoo_kernel(query, key, value, *, attn_mask=None, is_causal=False, scale=None,
                enable_gqa=False, window=None, softcap=None, sink=None, alibi_slopes=None,
-               rope_theta=None, rope_layout=None, return_lse=False, conv=None, heads_rule=None):
+               rope_theta=None, rope_layout=None, rope_dims=None, rope_scaling=None,
+               return_lse=False, conv=None, heads_rule=None):
     c = dict(RIGHT, **(conv or {}))
     dt = query.dtype
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (query, key, value))
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     if q.ndim >= 3 and q.shape[-3] != k.shape[-3]:
-        g = q.shape[-3] // k.shape[-3]
-        if c["gqa"] == "tile":
-            k, v = np.tile(k, (g, 1, 1)), np.tile(v, (g, 1, 1))
-        else:
-            k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
+        H, Hk = q.shape[-3], k.shape[-3]
+        g = H // Hk
+        idx = [{"interleave": h // g, "tile": h % Hk, "h // H_kv": min(h // Hk, Hk - 1),
+                "h % group": h % g}[c["gqa"]] for h in range(H)]
+        k, v = k[..., idx, :, :], v[..., idx, :, :]
     i, j = np.arange(L)[:, None], np.arange(S)[None, :]
     if rope_theta is not None and c["rope_layout"] != "none":
         theta = {"10000": rope_theta, "500000": 5e5, "1000000": 1e6}[c["rope_base"]]
-        layout = c["rope_layout"] if c["rope_layout"] != "half" else rope_layout
-        q = _rotate(q, np.arange(L, dtype=float), theta, layout)
-        k = _rotate(k, np.arange(S, dtype=float), theta, layout)
+        layout = c["rope_layout"] if c["rope_layout"] == "interleaved" else rope_layout
+        r = rope_dims if rope_dims and c.get("rope_dims") != "ignored" else E   # partial rotary
+        f = rope_scaling["factor"] if rope_scaling and c.get("rope_scaling") != "ignored" else 1
+        if c["rope_layout"] != "keys only":
+            q[..., :r] = _rotate(q[..., :r], np.arange(L) / f, theta, layout)
+        k[..., :r] = _rotate(k[..., :r], np.arange(S) / f, theta, layout)
     if scale is None:
-        scale = {"1/sqrt(d_k)": 1 / math.sqrt(E), "1/d_k": 1 / E, "1": 1.0}[c["scale"]]
+        scale = {"1/sqrt(d_k)": 1 / math.sqrt(E), "1/d_k": 1 / E, "1": 1.0,
+                 "1/sqrt(d_v)": 1 / math.sqrt(v.shape[-1])}[c["scale"]]
     raw = q @ np.swapaxes(k, -1, -2)
     s = raw * scale
     if softcap is not None:
         s = {"cap*tanh(s/cap)": softcap * np.tanh(s / softcap),
-             "before the scale": scale * softcap * np.tanh(raw / softcap), "none": s}[c["softcap"]]
+             "before the scale": scale * softcap * np.tanh(raw / softcap), "none": s,
+             "tanh(s/cap)": np.tanh(s / softcap)}[c["softcap"]]
     if (alibi_slopes is not None or heads_rule) and c["alibi"] != "none":
         h = q.shape[-3]
         m = np.array(_slopes(8)[:h] if c["alibi"].endswith("of 8") else
@@ -93,11 +115,12 @@ def zoo_kernel(query, key, value, *, attn_mask=None, is_causal=False, scale=None
         left, right = window
         if c["window"] == "swapped":
             left, right = right, left
+        right = 0 if c["window"] == "causal" else right
         lo = i - left + (c["window"] in ("left exclusive", "exclusive"))
         hi = i + right - (c["window"] in ("right exclusive", "exclusive"))
         keep &= (j >= lo) & (j <= hi)
-    if attn_mask is not None:
-        keep = keep & attn_mask
+    if attn_mask is not None and c["empty_row"] != "mask ignored":
+        keep = keep & (~attn_mask if c["empty_row"] == "mask inverted" else attn_mask)
     s = np.where(keep, s, -np.inf)
     cols = s if sink is None else np.concatenate([s, np.full(s.shape[:-1] + (1,), sink)], -1)
     top = np.max(cols, axis=-1, keepdims=True)
@@ -107,7 +130,7 @@ def zoo_kernel(query, key, value, *, attn_mask=None, is_causal=False, scale=None
     den = e.sum(-1, keepdims=True)
     with np.errstate(invalid="ignore"):
         p = (e / den)[..., :S]
-    fill = {"zero": 0.0, "nan": np.nan, "uniform": 1 / S}[c["empty_row"]]
+    fill = {"zero": 0.0, "nan": np.nan}.get(c["empty_row"], 1 / S)   # a mask misread: uniform
     p = np.where(empty, fill, p)
     out = (p @ v).astype(dt)
     if not return_lse:
@@ -138,7 +161,7 @@ def test_the_zoo_kernel_without_a_change_is_found_right_in_every_convention():
 
 @pytest.mark.parametrize("name,value", CHANGES, ids=[f"{n}={v}" for n, v in CHANGES])
 def test_every_zoo_kernel_has_its_one_changed_convention_found_and_nothing_else(name, value):
-    """23 kernels x 11 conventions (a modifier ignored among them): the changed one DIFFERS with the kernel's own value, every
+    """31 kernels x 11 conventions (a modifier ignored among them): the changed one DIFFERS with the kernel's own value, every
     other convention is found as the kernel has it (never one it does not have)."""
     conv = {name: value}
     found = identify(_kernel(conv))
@@ -147,10 +170,9 @@ def test_every_zoo_kernel_has_its_one_changed_convention_found_and_nothing_else(
             assert "of 8" in value and r.name not in ("scale", "alignment", "gqa", "empty_row",
                                                      "alibi")
             continue
-        ignored = r.name == "rope_base" and conv.get("rope_layout") == "none"
-        truth = value if r.name == name or ignored else RIGHT[r.name]
+        truth = _finds(name, value)[r.name]
         assert (r.name, r.found) == (r.name, truth)
-        assert r.status == ("DIFFERS" if r.name == name or ignored else "ok")
+        assert r.status == ("DIFFERS" if truth != RIGHT[r.name] else "ok")
     assert found.exit_status == 1
 
 
@@ -162,8 +184,8 @@ def test_the_zoo_in_float16_and_float64(dtype):
     for name, value in CHANGES:
         found = identify(_kernel({name: value}), dtype=dtype)
         assert [(r.name, r.found) for r in found.rows if r.status != "cannot be asked"] == [
-            (r.name, value if r.name == name or (r.name, name, value) == ("rope_base", "rope_layout", "none")
-             else RIGHT[r.name]) for r in found.rows if r.status != "cannot be asked"]
+            (r.name, _finds(name, value)[r.name]) for r in found.rows
+            if r.status != "cannot be asked"]
 
 
 def test_the_declared_policy_is_what_a_kernel_is_held_to():
@@ -176,6 +198,31 @@ def test_the_declared_policy_is_what_a_kernel_is_held_to():
     found = identify("numpy", Policy(scale="1/8", alibi=Alibi(12)), conventions=("scale", "alibi"))
     assert [(r.declared, r.found, r.status) for r in found.rows] == [
         ("1/8", "1/8", "ok"), ("relative, 12 heads", "relative, 12 heads", "ok")]
+
+
+def test_a_declared_scale_partial_rotary_and_scaling_are_kept_in_every_candidate():
+    """A kernel that scales by 1/d_k whatever it is handed, under a declared 1/2: found 1/d_k
+    (the rule, applied at each probe's d_k), its soft-cap and RoPE right.  Under a declared
+    partial rotary or linear scaling the zoo kernel is right, and one that ignores rope_dims
+    or rope_scaling is none of the candidates."""
+    def one_over_d(query, key, value, *, scale=None, softcap=None, rope_theta=None,
+                   rope_layout=None):
+        return zoo_kernel(query, key, value, softcap=softcap, rope_theta=rope_theta,
+                          rope_layout=rope_layout, conv={"scale": "1/d_k"})
+    found = identify(one_over_d, Policy(scale="1/2"),
+                     conventions=("scale", "softcap", "rope_layout", "rope_base"))
+    assert [(r.found, r.status) for r in found.rows] == [
+        ("1/d_k", "DIFFERS"), ("cap*tanh(s/cap)", "ok"), ("half", "ok"), ("10000", "ok")]
+    from exactattn.call.modifiers import Rope
+    rope = ("rope_layout", "rope_base")
+    for declared, field in ((Rope(dims=4), "rope_dims"), (Rope(layout="interleaved", dims=4),
+                            "rope_dims"), (Rope(scaling={"rope_type": "linear", "factor": 2}),
+                                           "rope_scaling")):
+        P = Policy(rope=declared)
+        assert [(r.found, r.status) for r in identify(_kernel(), P, conventions=rope).rows] == \
+            [(declared.layout, "ok"), ("10000", "ok")]
+        assert [r.found for r in identify(_kernel({field: "ignored"}), P, conventions=rope).rows
+                ] == [declared.layout if declared.layout == "interleaved" else NONE, NONE]
 
 
 def test_two_candidates_a_probe_cannot_separate_are_undecided_never_guessed():
@@ -193,7 +240,7 @@ def test_two_candidates_a_probe_cannot_separate_are_undecided_never_guessed():
     found = identify(mean, conventions=("scale", "gqa"))
     assert [(r.found, r.status) for r in found.rows] == [
         ("none of the candidates", "DIFFERS"), (None, "raised")]
-    assert found.rows[1].why.endswith("output must be 4 x 1 x 1 (got 2 x 1 x 1)")
+    assert found.rows[1].why.endswith("output must be 6 x 1 x 1 (got 3 x 1 x 1)")
 
     def words(query, key, value, **_):
         return "attention"
@@ -254,7 +301,8 @@ OPTIONS = {"--impl": ["numpy-naive"], "--arrays": ["torch"], "--device": ["cpu"]
            "--backend": ["math"], "--dtype": ["float64"], "--conventions": ["gqa"],
            "--like": ["flash"], "--scale": ["1/8"], "--alignment": ["bottom_right"],
            "--empty-row": ["nan"], "--gqa": ["tile"], "--sink": ["1/2"], "--alibi": ["12"],
-           "--softcap": ["30"], "--rope": ["500000"], "--lse": ["2"]}
+           "--softcap": ["30"], "--rope": ["500000"], "--lse": ["2"],
+           "--rope-scaling": ['{"rope_type": "linear", "factor": 2}']}
 
 
 def test_every_identify_option_changes_the_output_or_is_refused(capsys):

@@ -172,6 +172,7 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     if invariance is not None:
         from ..verify.invariance import check_invariance
         inv = check_invariance(invariance, Call.from_sdpa(query, key, value, **sdpa), report.dtype,
+                               max_ulps=max_ulps, accumulation=accumulation,
                                arrays="torch" if hasattr(query, "detach") else "numpy")
         if not inv.passed:
             raise AssertionError(f"{inv.impl}: {inv.verdict()}; " + "; ".join(

@@ -99,14 +99,14 @@ class InvarianceReport:
         return top
 
     def verdict(self) -> str:
-        """``invariance: bitwise identical``, or ``... differs by up to N ULPs (within|past the
-        tolerance)``."""
+        """``invariance: bitwise identical`` (`` (past the tolerance)`` added when past it), or
+        ``... differs by up to N ULPs (within|past the tolerance)``."""
+        past = "" if self.within else " (past the tolerance)"
         if self.identical:
-            return "invariance: bitwise identical"
+            return "invariance: bitwise identical" + past
         n = self.spread()
         size = "NaN beside a number" if n is None else f"up to {n} ULP{'s' * (n != 1)}"
-        return f"invariance: differs by {size} ({'within' if self.within else 'past'} the " \
-               "tolerance)"
+        return f"invariance: differs by {size}{past or ' (within the tolerance)'}"
 
 
 def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: int = 0,

@@ -143,6 +143,26 @@ def test_the_assertion_keyword_fails_a_batch_variant_kernel():
         assert_attention_close(out, q, k, v, invariance=variant)
 
 
+def off(query, key, value, *, scale=None):
+    """Invariant but 2^-12 off: past the default tolerance, within 10^6 ULPs."""
+    return invariant(query, key, value, scale=scale) + np.float32(2 ** -12)
+
+
+def test_the_assertion_keyword_takes_the_callers_tolerance():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 16, 8)).astype(np.float32) for _ in range(3))
+    out = off(q, k, v)
+    assert assert_attention_close(out, q, k, v, max_ulps=10 ** 6, invariance=off).passed
+    assert assert_attention_close(out, q, k, v, accumulation="float64", max_ulps=10 ** 6,
+                                  invariance=off).passed
+    with pytest.raises(AssertionError, match=r"^actual: \d+ of 128"):
+        assert_attention_close(out, q, k, v, invariance=off)
+    rep = check_invariance(off, CALL, kinds=("batch",))
+    assert rep.verdict() == "invariance: bitwise identical (past the tolerance)"
+    assert check_invariance(off, CALL, kinds=("batch",), max_ulps=10 ** 6).verdict() == \
+        "invariance: bitwise identical"
+
+
 def test_verify_invariance_prints_the_runs_and_the_verdict(capsys):
     rc = main(["verify", "--impl", "test_invariance:variant", "--n-keys", "64",
                "--invariance", "batch,pad"])

@@ -83,13 +83,6 @@ def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
 
 
 
-def _shares(row, prec: int) -> list:
-    """The ``arb`` shares of a softmax row over its visible keys (the sink's last)."""
-    balls = row.exp_balls(prec)
-    den = row.normaliser(prec, balls)
-    return [balls[g] / den for g in row.gaps if g is not None]
-
-
 class Gradients:
     """The exact gradients of one attention call (one block of query rows against one key set).
 
@@ -224,14 +217,6 @@ class Gradients:
                               for i in range(self.R) for j in range(self.cols)])
             self._dPm_cache = m
         return self._dPm_cache
-
-    def _visible(self, i: int) -> list:
-        """The columns row i's shares run over (every key for a ``uniform`` empty row)."""
-        if not self.certified:
-            return self.terms.visible(i)
-        import numpy as np
-        return list(range(self.cols)) if self.kinds[i] == "uniform" else \
-            np.flatnonzero(self._keep[i]).tolist()
 
     def d_lse(self, i: int) -> Fraction:
         """Row i's upstream gradient of its log-sum-exp (0 without one)."""
@@ -370,9 +355,6 @@ class Gradients:
         R, C = self.R, self.cols
         shares = None if self.certified else self.terms.shares(prec)
         with working_precision(prec):
-            if shares is None:          # the forward's certified rows
-                shares = [None if k in ("zero", "nan") else _shares(row, prec)
-                          for k, row in zip(self.kinds, self.rows)]
             dPm = arb_mat(self.dP_matrix)
             flat = dPm.entries()
             zero = arb(0)
@@ -380,10 +362,13 @@ class Gradients:
             dS = [[zero] * C for _ in range(R)]
             D = [zero] * R
             for i in range(R):
-                row = shares[i]
-                if row is None:
+                if self.kinds[i] in ("zero", "nan"):
                     continue
-                vis = self._visible(i)
+                if shares is None:      # the forward's certified row: its keys and shares
+                    vis = [j for j, g in enumerate(self.rows[i].gaps) if g is not None]
+                    row = [self.rows[i].share(j).ball(prec) for j in vis]
+                else:
+                    vis, row = self.terms.visible(i), shares[i]
                 dPi = [flat[i * C + j] for j in vis]
                 Pi = P[i]
                 d = arb(0)
@@ -479,15 +464,13 @@ class Gradients:
                                     else float(self.irrational_scale) ** 0.5)
         pairs = [] if not self.certified or self.policy.rope is None else \
             [p[:2] for p in self.policy.rope.pairs(self.E)]
-        for a, b in pairs:        # a rotation mixes a pair: |R x|_a <= |x_a| + |x_b|
-            for m in (Q, K):
-                m[:, a] = m[:, b] = m[:, a] + m[:, b]
+        mix = np.eye(self.E)      # a rotation mixes a pair: |R x|_a <= |x_a| + |x_b|
+        for a, b in pairs:
+            mix[a, b] = mix[b, a] = 1
+        Q, K = Q @ mix, K @ mix
         # the soft-cap's factor 1 - tanh^2 adds up terms of size 1 + tanh^2 = 2 - f
         dSf = dS if self._capped is None else dS * (2 - np.reshape(self._capped, dS.shape))
-        dQ, dK = s * dSf @ K, s * dSf.T @ Q
-        for a, b in pairs:
-            for m in (dQ, dK):
-                m[:, a] = m[:, b] = m[:, a] + m[:, b]
+        dQ, dK = s * dSf @ K @ mix, s * dSf.T @ Q @ mix
         self._magnitudes = {"dQ": dQ, "dK": dK[:self.S], "dV": ((P * M).T @ dO)[:self.S],
                             "dS": dS}
         return self._magnitudes

@@ -119,12 +119,20 @@ def angle_ball(r: Fraction, radical: tuple = (), over_pi: tuple = ()):
     return a + arb(fmpq_of(over_pi[0])) * _radical_ball(over_pi[1]) / arb.pi() if over_pi else a
 
 
-def gain_ball(gain: tuple):
-    """YaRN's attention factor squared: ``c^2`` with ``c = (1 + m ln(f)/10) / (1 + m2 ln(f)/10)``
-    for ``gain = (f, m, m2)`` (transformers' ``yarn_get_mscale`` ratio; m2 = 0: no divisor)."""
+def gain_ball(gain):
+    """A rope's gain as a ball (the one reading of it): a ``Fraction`` itself, ``(f, m, m2)``
+    YaRN's attention factor squared (:func:`yarn_gain`)."""
     from flint import arb
-    f, m, m2 = (arb(fmpq_of(x)) for x in gain)
-    c = (1 + m * f.log() / 10) / (1 + m2 * f.log() / 10)
+    if isinstance(gain, Fraction):
+        return arb(fmpq_of(gain))
+    return yarn_gain(*(arb(fmpq_of(x)) for x in gain), log=lambda f: f.log())
+
+
+def yarn_gain(f, m, m2, log):
+    """YaRN's attention factor squared over any numbers (``arb`` balls, sympy): ``c^2`` with
+    ``c = (1 + m log(f)/10) / (1 + m2 log(f)/10)`` (transformers' ``yarn_get_mscale`` ratio;
+    m2 = 0: no divisor)."""
+    c = (1 + m * log(f) / 10) / (1 + m2 * log(f) / 10)
     return c * c
 
 
@@ -194,8 +202,7 @@ class Trig:
         a = power(self.r, self.radical) + (power(*self.over_pi) / sympy.pi if self.over_pi else 0)
         x = (sympy.cos if self.fn == "cos" else sympy.sin)(a)
         if self.gain:
-            f, m, m2 = (sympy.Rational(v.numerator, v.denominator) for v in self.gain)
-            x *= ((1 + m * sympy.log(f) / 10) / (1 + m2 * sympy.log(f) / 10)) ** 2
+            x *= yarn_gain(*(sympy.Rational(v.numerator, v.denominator) for v in self.gain), sympy.log)
         return x
 
     def __repr__(self) -> str:

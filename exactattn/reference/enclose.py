@@ -21,7 +21,6 @@ sec. 3.4.2 for the rotation; Ziv 1991 for the rounding loop.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -41,8 +40,7 @@ def rotated_balls(mat_rows, positions, rope):
     ``arb_mat`` (negative positions turn back: the backward's ``R^T``)."""
     from flint import arb, arb_mat
     n, d = len(mat_rows), len(mat_rows[0])
-    g = rope.gain                   # yarn's attention factor multiplies cos and sin
-    g = (arb(fmpq_of(g)) if isinstance(g, Fraction) else gain_ball(g)).sqrt()
+    g = gain_ball(rope.gain).sqrt()     # yarn's attention factor multiplies cos and sin
     out = [[x if isinstance(x, arb) else arb(fmpq_of(x)) for x in r] for r in mat_rows]
     for a, b, w in rope.frequencies(d):
         w = angle_ball(*w)

@@ -102,7 +102,7 @@ UNSUPPORTED = {
     "gradients": (),                                   # gradients: every modifier (certified)
     "blocks": (),                                      # row blocks run every modifier
     "sdpa": ("window", "query_offset"),                # a blocked check hands SDPA's arguments only
-    "numpy_backward": ("softcap", "rope"),             # the numpy float backward (torch's autograd runs them)
+    "numpy_backward": (),                              # the numpy float backward: every modifier
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
     "split": ("alibi", "rope", "dropout"),             # split-merge: a block's keys come without positions
     "flash_attn": ("window", "query_offset", "alibi", "sink", "dropout"),  # exactattn's flash-attn adapter

@@ -7,10 +7,12 @@ key and value (and ``dsink`` after them, when it differentiates a sink):
 
 * ``torch``: autograd through ``scaled_dot_product_attention`` on the CPU
   (:meth:`TorchImpl.backward <exactattn.verify.impls.TorchImpl.backward>`,
-  through the same call the forward check makes), any of the four dtypes;
+  through the same call the forward check makes; with ``d_lse``, of ``sum dO O + sum
+  dlse lse`` through torch's composition), any of the four dtypes;
 * ``jax``: ``jax.vjp`` of ``jax.nn.dot_product_attention`` on the CPU
   (:meth:`JaxImpl.backward <exactattn.verify.impls.JaxImpl.backward>`, the
-  forward check's own call), float64, float32, bfloat16 or float16;
+  forward check's own call), float64, float32, bfloat16 or float16; no ``d_lse``
+  (its log-sum-exp residual carries no gradient), nor for ``flex`` and ``flash-attn``;
 * ``numpy`` / ``numpy-naive``: a float reference backward in numpy (float64,
   float32, float16), :meth:`NumpyImpl.backward
   <exactattn.verify.impls.NumpyImpl.backward>`: the forward's own pieces (the
@@ -19,9 +21,10 @@ key and value (and ``dsink`` after them, when it differentiates a sink):
   softmax, dropout factors ``M = keep / (1 - p)`` on the weights ``W = P
   M``), then ``dV = W^T dO``, ``dP = M (dO V^T)``, ``D = rowsum(dO * O)``,
   ``dS = P (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``; grouped
-  heads add their dK and dV into the key/value head they read.  A row with
-  no visible key (and no sink) is 0/0 = NaN, as in the forward; a soft-cap
-  or RoPE is refused (torch's autograd differentiates them);
+  heads add their dK and dV into the key/value head they read; ``dS`` times ``1 -
+  tanh^2(s / cap)`` under a soft-cap, ``+ P dlse`` with ``d_lse``, and under RoPE q and k
+  rotated, dQ and dK turned back by ``R^T``.  A row with
+  no visible key (and no sink) is 0/0 = NaN, as in the forward;
 * ``module:function``: ``f(query, key, value, grad_out, *, attn_mask=None,
   is_causal=False, scale=None, enable_gqa=False)`` (``f(query, key, value,
   grad_out, grad_lse, ...)`` when the call returns its log-sum-exp, with
@@ -82,11 +85,11 @@ class BackwardOf(BackwardImpl):
         return self.impl.dtype_hint(dtype)
 
     def __call__(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
-        if d_lse is not None:
+        if d_lse is not None and not getattr(self.impl, "lse_backward", False):
             raise InputError(f"{self.name} must be checked without lse (got one); it takes dO "
-                             "only: pass a module:function backward f(query, key, value, "
-                             "grad_out, grad_lse, ...)")
-        return self.impl.backward(call, d_out)
+                             "only: check numpy's or torch's, or pass a module:function backward "
+                             "f(query, key, value, grad_out, grad_lse, ...)")
+        return self.impl.backward(call, d_out, *[d for d in [d_lse] if d is not None])
 
 
 class FunctionBackward(FunctionImpl, BackwardImpl):

@@ -123,6 +123,7 @@ class ArrayImpl(Impl):
     xp = np
     naive = False
     in_dtype = True
+    lse_backward = True     # its backward takes dlse (a kernel of its own: False)
 
     def const(self, x, dt):
         return dt.type(x)
@@ -161,8 +162,8 @@ class ArrayImpl(Impl):
         else:
             scale = c(1 / np.sqrt(E) if call.scale is None else call.scale)
         s = (q @ k.swapaxes(-1, -2)) * scale          # ... x L x S
-        if call.softcap is not None:
-            cap = c(call.softcap)
+        cap = None if call.softcap is None else c(call.softcap)
+        if cap is not None:
             s = cap * xp.tanh(s / cap)
         if call.alibi is not None:
             s = s + self.array(call.alibi_bias(), dt)
@@ -206,8 +207,8 @@ class ArrayImpl(Impl):
                                c(np.nan) if call.empty_row == "nan" else c(-np.inf), lse)
             lse = lse[..., 0]
             lse = lse / xp.log(c(2)) if call.lse == "2" else lse
-        return SimpleNamespace(out=out, lse=lse, p=p, w=w, factors=factors, k=k, v=v,
-                               scale=scale)
+        return SimpleNamespace(out=out, lse=lse, p=p, w=w, factors=factors, q=q, k=k, v=v,
+                               scale=scale, cap=cap)
 
 
 class NumpyImpl(ArrayImpl):
@@ -241,27 +242,30 @@ class NumpyImpl(ArrayImpl):
             f = self.compose(call, q, k, v)
         return f.out if f.lse is None else (f.out, f.lse)
 
-    def backward(self, call: FloatCall, d_out: np.ndarray):
+    def backward(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
         """``(dq, dk, dv)`` in the dtype, from the forward's pieces (:meth:`compose`).
 
         ``dV = W^T dO``, ``dP = M (dO V^T)``, ``D = rowsum(dO * O)``, ``dS = P
-        (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``; grouped heads
+        (dP - D + dlse)`` (``d_lse``: the rows' natural log-sum-exps' upstream gradient),
+        times ``1 - tanh^2(s / cap)`` under a soft-cap, ``dQ = scale dS K``, ``dK = scale dS^T
+        Q`` (q and k rotated under RoPE, and dQ and dK turned back by R^T); grouped heads
         add their dK and dV into the key/value head they read.
-
-        Raises:
-            InputError: a soft-cap or RoPE (this backward does not differentiate them).
         """
         _refuse(call, "numpy_backward", self.backward_name)
-        q, k, v, do = self._arrays(call, d_out)
+        q, k, v, do, *dl = self._arrays(call, d_out, *([] if d_lse is None else [d_lse]))
         with np.errstate(all="ignore"):
             f = self.compose(call, q, k, v)
             dv = np.swapaxes(f.w, -1, -2) @ do
             dp = do @ np.swapaxes(f.v, -1, -2)
             if f.factors is not None:
                 dp = dp * f.factors
-            ds = f.p * (dp - (do * f.out).sum(axis=-1, keepdims=True))
-            dq = (ds @ f.k) * f.scale
-            dk = (np.swapaxes(ds, -1, -2) @ q) * f.scale
+            dp = dp - (do * f.out).sum(axis=-1, keepdims=True)
+            ds = f.p * (dp + dl[0][..., None] if dl else dp)
+            if call.softcap is not None:        # (cap tanh(s / cap))' = 1 - tanh^2(s / cap)
+                t = np.tanh((f.q @ np.swapaxes(f.k, -1, -2)) * f.scale / f.cap)
+                ds = ds * (1 - t * t)
+            dq, dk = rotated(call, (ds @ f.k) * f.scale,
+                             (np.swapaxes(ds, -1, -2) @ f.q) * f.scale, -1)
         if q.ndim >= 3:     # per-query-head gradients added into the key/value head each reads
             idx = call.kv_index()
             dk, dv = (_fold_heads(g, a.shape, idx) for g, a in ((dk, k), (dv, v)))
@@ -444,17 +448,21 @@ class TorchImpl(ArrayImpl):
         out = self.host(f.out)
         return out if f.lse is None else (out, self.host(f.lse))
 
-    def backward(self, call: FloatCall, d_out: np.ndarray):
-        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend`.
+    def backward(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
+        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend` (of ``sum dO O + sum
+        dlse lse`` with ``d_lse``, the rows' natural log-sum-exps' upstream gradient).
 
         Raises:
             ImplRaised: this build does not run the backward.
         """
+        import torch
         q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
-        out = self.attend(call, q, k, v)
+        out = self.attend(call, q, k, v, with_lse=d_lse is not None)
+        outs = (out,) if d_lse is None else out
         try:
             with self._kernel():
-                out.backward(self.array(d_out, out.dtype))
+                torch.autograd.backward(outs, [self.array(g, o.dtype)
+                                               for g, o in zip((d_out, d_lse), outs)])
         except RuntimeError as e:       # a backward this build does not run
             raise self._raised(e, call) from e
         except Exception as e:
@@ -491,8 +499,9 @@ class TorchImpl(ArrayImpl):
                               "--backend")
         return ImplRaised(e)
 
-    def attend(self, call: FloatCall, q, k, v):
-        """SDPA of the call on tensors q, k, v of its dtype: the output tensor (autograd kept).
+    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
+        """SDPA of the call on tensors q, k, v of its dtype: the output tensor (autograd kept;
+        with the lse tensor when ``with_lse``, from the composition).
 
         What :meth:`backward` differentiates.
 
@@ -504,7 +513,8 @@ class TorchImpl(ArrayImpl):
         import torch.nn.functional as F
         if composed(call):
             self._refuse_backend(call)
-            return self.compose(call, q, k, v).out
+            f = self.compose(call, q, k, v)
+            return (f.out, f.lse) if with_lse else f.out
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
         rank = q.dim()
         if self.backend is not None:      # the fused kernels take B x H x L x E only
@@ -554,13 +564,14 @@ def _cpu_backends() -> str:
     return " or ".join(sorted(ok, key=lambda n: n != "math")) or "none"
 
 
-def rotated(call: FloatCall, q, k):
+def rotated(call: FloatCall, q, k, turn: int = 1):
     """``(q, k)`` rotated by the call's RoPE (queries at their positions, keys at 0..S-1), or
-    as they are without one: numpy, torch or jax arrays, ... x L x E and ... x S x E."""
+    as they are without one: numpy, torch or jax arrays, ... x L x E and ... x S x E.
+    ``turn=-1`` turns them back (``R^T``, with yarn's factor: a gradient through the rotation)."""
     if call.rope is None:
         return q, k
-    return (rotate(q, call.rope_angles(call.query_positions()), call.rope),
-            rotate(k, call.rope_angles(range(k.shape[-2])), call.rope))
+    return (rotate(q, turn * call.rope_angles(call.query_positions()), call.rope),
+            rotate(k, turn * call.rope_angles(range(k.shape[-2])), call.rope))
 
 
 def rope_and_heads(call: FloatCall, q, k, v):
@@ -636,6 +647,8 @@ class _LseKernel(TorchImpl):
     """A torch kernel whose :meth:`attend` gives ``(output, lse)`` tensors (natural log): the
     forward of :class:`FlexImpl` and :class:`FlashAttnImpl` (their backward is
     :meth:`TorchImpl.backward`, autograd through :meth:`attend`)."""
+
+    lse_backward = False    # flex's and flash-attn's lse: no gradient through it checked
 
     def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):  # pragma: no cover
         raise NotImplementedError

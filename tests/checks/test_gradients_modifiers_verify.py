@@ -179,3 +179,25 @@ def test_a_search_goes_on_past_gradients_of_the_wrong_shape():
     res = search_backward(short_dv, "float64", examples=3, max_size=2, seed=1)
     assert not res.report.passed
     assert res.report.raised.startswith("gradients of the wrong shape (")
+
+
+def test_torchs_own_backward_takes_dlse():
+    """Autograd of sum dO O + sum dlse lse through torch's composition (it refused --lse); a
+    composition whose lse carries no gradient fails."""
+    from exactattn.verify.impls import TorchImpl
+    for pol in (Policy(), Policy(softcap="2", sink="1/2", rope=Rope(), causal=True)):
+        assert verify_backward("torch", _call(pol), "float64", lse="e").passed
+
+    class Detached(TorchImpl):
+        def compose(self, call, q, k, v):
+            f = super().compose(call, q, k, v)
+            f.lse = None if f.lse is None else f.lse.detach() + 0 * f.lse     # no gradient
+            return f
+    assert not verify_backward(Detached(), _call(Policy()), "float64", lse="e").passed
+
+
+def test_jaxs_backward_refuses_dlse_in_one_line():
+    pytest.importorskip("jax")
+    with pytest.raises(Exception, match=r"dot_product_attention backward \(CPU jax.vjp\) must be "
+                                        r"checked without lse \(got one\); it takes dO only"):
+        verify_backward("jax", _call(Policy()), "float32", lse="e")

@@ -128,7 +128,6 @@ def test_d_out_is_seeded_and_checked():
 
 
 def test_the_numpy_backward_runs_the_forwards_composition():
-    from exactattn.errors import InputError
     from exactattn.verify.adapter import make_call
     p = Call.random(4, 2, seed=3, heads=2, kv_heads=1).with_policy(Policy(sink=Fraction(1, 2),
                                                                           causal=True))
@@ -138,9 +137,8 @@ def test_the_numpy_backward_runs_the_forwards_composition():
     assert dq.dtype == np.float32 and dv.shape == call.value.shape
     f = impl.compose(call, *(a.astype(np.float32) for a in (call.query, call.key, call.value)))
     assert np.array_equal(f.out, impl(call))           # the forward's output is the composition's
-    for pol in (Policy(softcap=Fraction(5)), Policy(rope=Rope())):
-        with pytest.raises(InputError, match="no softcap or rope for numpy backward"):
-            impl.backward(make_call(p.with_policy(pol).rounded("float32")[0], "float32"), d_out)
+    for pol in (Policy(softcap=Fraction(5)), Policy(rope=Rope())):   # 1 - tanh^2, R^T
+        assert verify_backward(impl, p.with_policy(pol), "float32").passed
 
 
 def test_cli_backward_torch_all_dtypes(capsys):
@@ -176,13 +174,10 @@ def test_cli_wrong_backward_fails_and_misplaced_flags_are_refused(tmp_path, caps
     assert main(["verify", "--backward", "--flops"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("exactattn: error: --flops must come without --backward")
-    # soft-caps, RoPE and --lse are checked now: the numpy backward refuses what it does not run
-    for flags, text in ((["--softcap", "2"], "call must have no softcap or rope for numpy backward"),
-                        (["--rope", "10000"], "call must have no softcap or rope for numpy backward"),
-                        (["--lse"], "numpy backward must be checked without lse (got one)")):
-        assert main(["verify", "--backward", *flags]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith(f"exactattn: error: {text}"), err
+    # soft-caps, RoPE and --lse: the numpy backward runs them (1 - tanh^2, R^T, P dlse)
+    for flags in (["--softcap", "2"], ["--rope", "10000"], ["--lse"]):
+        assert main(["verify", "--backward", *flags]) == 0
+        assert "result: PASS" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- modifiers, search
@@ -265,3 +260,37 @@ def test_cli_backward_search_prints_a_reproducer_and_reruns_with_its_seed(tmp_pa
     assert "result: FAIL" in capsys.readouterr().out
     assert main(["verify", "--impl", "numpy", "--spec", "repro.json", "--seed", "3"]) == 2
     assert "--seed must come without --spec" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_numpy_backward_differentiates_soft_caps_rope_and_the_lse(dtype, monkeypatch):
+    # the numpy backward refused a soft-cap and RoPE, every built-in backward refused --lse
+    from exactattn.verify import impls
+    llama3 = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+              "original_max_position_embeddings": 16}
+    yarn = {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4}
+    cases = [Policy(softcap="2", causal=True), Policy(rope=Rope(dims=2), sink="1/2"),
+             Policy(rope=Rope(layout="interleaved", scaling=llama3), softcap="5", gqa="tile"),
+             Policy(rope=Rope(scaling=yarn), window=(2, 0), query_offset=1)]
+    for pol in cases:
+        call = Call.random(5, 4, seed=2, heads=2, kv_heads=1, policy=pol)
+        for lse in (None, "e"):
+            assert verify_backward("numpy", call, dtype, lse=lse).passed, (pol, lse)
+
+    class NoCapFactor(NumpyImpl):       # FlashAttention's soft-cap bug: dS without 1 - tanh^2
+        def compose(self, call, q, k, v):
+            f = super().compose(call, q, k, v)
+            f.cap = None if f.cap is None else q.dtype.type(np.inf)       # tanh(s / inf) = 0
+            return f
+    assert not verify_backward(NoCapFactor(), Call.random(5, 4, seed=1, policy=cases[0]),
+                               dtype).passed
+
+    class NoLse(NumpyImpl):             # dlse dropped
+        def backward(self, call, d_out, d_lse=None):
+            return super().backward(call, d_out)
+    assert not verify_backward(NoLse(), Call.random(5, 4, seed=1), dtype, lse="e").passed
+    turned = impls.rotated                # dQ and dK left unturned (no R^T)
+    monkeypatch.setattr(impls, "rotated",
+                        lambda call, q, k, turn=1: (q, k) if turn == -1 else turned(call, q, k))
+    assert not verify_backward("numpy", Call.random(5, 4, seed=1, policy=cases[1]),
+                               dtype).passed

@@ -32,6 +32,7 @@ Fraction(-3, 2)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
@@ -51,6 +52,9 @@ ROPE_LAYOUTS = ("half", "interleaved")
 
 def exact_number(value: Any, name: str) -> Fraction:
     """A modifier's number read exactly (``"1/3"``, 0.5 refused as a binary float)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{name} must be finite (got {value!r}); NaN and infinities have no "
+                         "exact value: write a finite number")
     if isinstance(value, float):
         raise FloatInputError(f"{name} must be exact (got the binary float {value!r}); "
                               f"write it as text, e.g. \"{Fraction(value).limit_denominator(1000)}\"")

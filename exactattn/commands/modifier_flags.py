@@ -57,10 +57,15 @@ def _alibi(text: str) -> Alibi:
     return Alibi(int(heads), check_form(form or "relative", "--alibi FORM"))
 
 
+def _finite(name: str):
+    raise InputError(f"--rope-scaling numbers must be finite (got {name}); NaN and infinities "
+                     "have no exact value: write a finite number")
+
+
 def _scaling(text: str):
-    try:
-        table = json.loads(text, parse_float=str)       # decimals read from their text
-    except ValueError:
+    try:       # decimals read from their text, Infinity and NaN refused
+        table = json.loads(text, parse_float=str, parse_constant=_finite)
+    except json.JSONDecodeError:
         raise InputError(f"--rope-scaling must be a JSON table such as '{{\"rope_type\": "
                          f"\"linear\", \"factor\": 2}}' (got {shorten(text, quote=True)})") from None
     return check_scaling(table, "--rope-scaling")

@@ -130,6 +130,27 @@ def test_a_bad_scaling_is_one_line_naming_the_key(bad, message):
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("make", [
+    lambda x: Rope("10000", scaling={"rope_type": "linear", "factor": x}),
+    lambda x: Policy(softcap=x)])
+@pytest.mark.parametrize("x", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_float_is_one_line_naming_it(make, x):
+    with pytest.raises(InputError) as e:
+        make(x)
+    assert str(e.value).endswith(f"must be finite (got {x!r}); NaN and infinities have no exact "
+                                 "value: write a finite number")
+
+
+@pytest.mark.parametrize("word", ["Infinity", "-Infinity", "NaN"])
+def test_the_command_line_scaling_refuses_non_finite_numbers(capsys, word):
+    from exactattn.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["verify", "--n", "4", "--d-k", "4", "--rope", "10000", "--rope-scaling",
+              f'{{"rope_type": "linear", "factor": {word}}}', "--probes", "none"])
+    assert e.value.code == 2 and capsys.readouterr().err == f"exactattn: error: --rope-scaling numbers must be " \
+        f"finite (got {word}); NaN and infinities have no exact value: write a finite number\n"
+
+
 def test_spec_and_command_line_take_the_scaling(tmp_path):
     from exactattn.cli import main
     spec = {"tokens": [{"x": [1, 0, 1, 1]}, {"x": [0, 1, 1, 0]}, {"x": [1, 1, 0, 1]}],

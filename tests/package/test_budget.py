@@ -41,7 +41,8 @@ BUDGET = {
     # call: +160 for issue 44's RoPE scalings (RopeScaling: its checks and exact frequencies)
     # call: +1 for issue 44's scaling kept in a problem file (Policy.modifiers writes it)
     # call: +2 for issue 44's dynamic rope bound once by Call (moved from Reference: -2 there)
-    "call": (("call", "examples"), 1568, 960),
+    # call: +4 for issue 44's review: NaN and infinities refused in one line (exact_number)
+    "call": (("call", "examples"), 1572, 960),
     # reference: +25 for issue 42's row rule (bound._row_excess: the weights' shared errors)
     # reference: +6 for issue 44's RoPE scalings (the scaled frequencies, gain, dynamic length)
     # reference: +86 for issue 44's backward of every modifier (soft-cap, RoPE, dlse, dsink)

@@ -230,7 +230,7 @@ class Reference:
         ``P``, ``dP`` and ``dS``.
 
         Raises:
-            ShapeError: ``d_out`` of the wrong shape.
+            ShapeError: ``d_out`` or ``d_lse`` of the wrong shape.
 
         >>> from exactattn.call import Call
         >>> r = Reference(Call([[0], [0]], [[0], [0]], [[1], [3]], policy=Policy(scale="none")))
@@ -238,8 +238,8 @@ class Reference:
         Fraction(1, 2)
         """
         from ..gradients.calls import ExactGradients, d_out_array
-        if not (isinstance(d_out, np.ndarray) and d_out.ndim == 4 and d_out.dtype == object):
-            d_out = d_out_array(self.call, d_out)
+        d_out = d_out_array(self.call, d_out)
+        d_lse = None if d_lse is None else d_out_array(self.call, d_lse, "d_lse")
         certified = (self.policy.softcap, self.policy.rope) != (None, None)
         return ExactGradients(self.exact_call, d_out, d_lse, rotate=enclose.rotated_balls,
                               rows_of=self.row if certified else None, bound=self.head_policy(0))

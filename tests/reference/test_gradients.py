@@ -411,3 +411,18 @@ def test_values_of_two_calls_compare_exactly():
     assert g.P[0][0] != h.P[1][0] and (g.P[0][0] < h.P[1][0]) == (float(g.P[0][0]) < float(h.P[1][0]))
     # dQ = dS K: the keys' shared move adds dS_i . (1, 0) = 0 (every row of dS sums to 0)
     assert g.dQ[0][0] == h.dQ[0][0] and g.dQ[0][0].text() != h.dQ[0][0].text()
+
+
+
+@pytest.mark.parametrize("d_lse, shape", [([[[1, 2, 3]]], "1 x 1 x 3"), ([1], "1"),
+                                          (np.zeros((1, 1, 3), dtype=object), "1 x 1 x 3")])
+def test_reference_gradients_read_d_lse_like_the_log_sum_exp(d_lse, shape):
+    from exactattn import Call
+    from exactattn.verify import Reference
+    ref = Reference(Call([[0, 1], [1, 0]], [[0, 1], [1, 0]], [[1], [3]]))
+    with pytest.raises(ShapeError) as e:
+        ref.gradients([[1], [1]], d_lse)
+    assert str(e.value) == f"d_lse must be 2 like the log-sum-exp (got {shape})"
+    dq = [ref.gradients([[1], [1]], d).value("dQ", 0, 0, 0, 0).exact()
+          for d in ([1, 2], [[[1, 2]]], np.array([1, 2]), None, [0, 0])]
+    assert dq[0] == dq[1] == dq[2] != dq[3] == dq[4]

@@ -18,12 +18,14 @@ by the later probes whose scores it moves):
 =============  ===========================================================================
 scale          ``1/sqrt(d_k)``, ``1/d_k``, ``1`` or the declared number
 alignment      causal with L != S: ``none`` (causal ignored), ``top_left``, ``bottom_right``
-window         window (2, 1): each bound inclusive or exclusive, the two swapped, or ``none``
-               (the window ignored)
-gqa            4 query heads over 2: ``interleave`` (h // 2) or ``tile`` (h % 2)
-empty_row      a row whose mask hides every key: ``zero``, ``nan`` or ``uniform``
+window         window (3, 2): each bound inclusive or exclusive, the two swapped, ``causal``
+               (the right bound taken as 0) or ``none`` (the window ignored)
+gqa            6 query heads over 3: ``interleave`` (h // 2) or ``tile`` (h % 3)
+empty_row      a row whose mask hides every key: ``zero``, ``nan`` or ``uniform`` (the other
+               row hides one key: ``mask ignored`` and ``mask inverted`` are neither)
 lse_base       the log-sum-exp returned: base ``e`` or ``2``
-lse_sink       whether a sink enters the log-sum-exp: ``in`` or ``out``
+lse_sink       whether a sink enters the log-sum-exp: ``in`` or ``out`` (the outputs judged
+               too: ``sink ignored``, in neither)
 softcap        ``cap*tanh(s/cap)`` on the scaled scores, on the raw scores, or not at all
 alibi          the bias's form (``relative``, ``symmetric``) and slopes: the paper's rule for
                h heads (6 unless declared), or the first h of the next power of two's;
@@ -126,7 +128,8 @@ def _at(rule, d: int):
 
 def _probes(P: Policy, lse: str, found: dict):
     """Each probe: ``(name, declared label, kernel call, kernel lse, candidates, judged part)``,
-    candidates ``[(label, exact call, lse base, value)]``; ``found`` (filled as probes
+    candidates ``[(label, exact call, lse base, value)]`` (a pair of calls: the outputs judged
+    against the first, the log-sum-exp against the second); ``found`` (filled as probes
     decide) carries the scale (as a rule, applied at each probe's d_k) and the log-sum-exp
     base into the later probes."""
     def scaled(pol, d):                     # the exact side under the scale found
@@ -164,13 +167,14 @@ def _probes(P: Policy, lse: str, found: dict):
         empty_row=e)), None, e) for e in ("zero", "nan", "uniform")] + [
         ("mask ignored", _call(*qkv, base), None, None),
         ("mask inverted", _call(*qkv, base, mask, "bool_drop"), None, None)], "outputs")
-    call = _call([[0]], [[0], [0]], [[1], [2]], base)
-    yield ("lse_base", lse, call, lse, [(b, call, b, b) for b in ("e", "2")], "lse")
+    call = _call([[1]], [[0], [1]], [[1], [2]], base)    # scores 0 and 1: log(S) is neither
+    yield ("lse_base", lse, call, lse, [(b, call.with_policy(scaled(base, 1)), b, b)
+                                        for b in ("e", "2")], "lse")
     sink = base.replace(sink=P.sink if P.sink is not None else Fraction(0))
     call = _call([[0]], [[0], [0]], [[1], [2]], sink)
-    yield ("lse_sink", "in", call, lse, [(lab, call.with_policy(p), found.get("lse_base", lse),
-                                          lab) for lab, p in (("in", sink), ("out", base))],
-           "lse")
+    out = call.with_policy(base)            # "out": the outputs with the sink, the lse without
+    yield ("lse_sink", "in", call, lse, [(lab, c, found.get("lse_base", lse), lab) for lab, c in (
+        ("in", call), ("out", (call, out)), ("sink ignored", out))], "both")
     cap = P.softcap if P.softcap is not None else Fraction(2)    # at 1, tanh(s) = 1*tanh(s/1)
     pol = scaled(base.replace(softcap=cap), d_k)
     call = _call(ones, [[0] * d_k, [1] * d_k], [[0], [1]], base.replace(softcap=cap))
@@ -228,6 +232,20 @@ class _Replay(Impl):
         return self.stored
 
 
+def ask(impl: Impl, call) -> tuple:
+    """``(answer, None, "")``, or ``(None, status, why)`` when the kernel has no answer to the
+    float ``call``: ``raised`` (it raised, or answered no array of numbers) or ``cannot be
+    asked`` (an argument or output it does not have), ``why`` its one line."""
+    try:
+        return impl.answer(call), None, ""
+    except ShapeError as e:
+        return None, "raised", str(e)
+    except InputError as e:
+        return None, "cannot be asked", shorten(str(e).split(" (got")[0], 100)
+    except ImplRaised as e:
+        return None, "raised", e.line
+
+
 def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse: str = "e",
              conventions=CONVENTIONS, arrays: str = "numpy") -> Identification:
     """Find which conventions ``impl`` implements (see the module), declared ``policy``'s.
@@ -261,23 +279,17 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
     for name, declared, call, want, cands, part in _probes(P, lse, found):
         if name not in conventions:
             continue
-        try:
-            answer = impl.answer(make_call(call, dtype, want))
-        except ShapeError as e:         # it returned something that is not an array of numbers
-            rows.append(Found(name, declared, None, "raised", str(e)))
-            continue
-        except InputError as e:         # an argument or output the kernel does not have
-            rows.append(Found(name, declared, None, "cannot be asked", shorten(
-                str(e).split(" (got")[0], 100)))
-            continue
-        except ImplRaised as e:
-            rows.append(Found(name, declared, None, "raised", e.line))
+        answer, status, why = ask(impl, make_call(call, dtype, want))
+        if status:
+            rows.append(Found(name, declared, None, status, why))
             continue
         passed, wrong = [], None
         for label, exact, base, value in cands:
             try:
-                rep = verify(_Replay(answer, impl.name), exact, dtype, lse=base, probes=())
-                ok = (rep.lse_found if part == "lse" else rep.found).passed
+                two = exact if isinstance(exact, tuple) else (exact, exact)
+                ok = all(getattr(verify(_Replay(answer, impl.name), two[a == "lse_found"], dtype,
+                                        lse=base, probes=()), a).passed for a in
+                         {"outputs": ["found"], "lse": ["lse_found"]}.get(part, ["found", "lse_found"]))
             except Undecided:           # not provably outside this candidate: not separated
                 ok = True
             except ShapeError as e:     # an output of the wrong shape: the kernel's failure
@@ -299,4 +311,4 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
             rows.append(Found(name, declared, "none of the candidates", "DIFFERS",
                               "; ".join(c[0] for c in cands)))
     return Identification(impl.name, dtype, rows, ", ".join(
-        f"{f} {getattr(P, f)}" for f in ("sink", "softcap") if getattr(P, f) is not None))
+        f"{k} {v}" for k, v in P.modifiers().items() if k in ("sink", "softcap")))

@@ -35,13 +35,15 @@ CHANGES = [("scale", "1/d_k"), ("scale", "1"), ("alignment", "none"),
            ("window", "none"), ("alibi", "none"), ("rope_layout", "none"),
            ("softcap", "tanh(s/cap)"), ("rope_layout", "keys only"), ("empty_row", "mask ignored"),
            ("empty_row", "mask inverted"), ("gqa", "h // H_kv"), ("gqa", "h % group"),
-           ("window", "causal"), ("scale", "1/sqrt(d_v)")]
+           ("window", "causal"), ("scale", "1/sqrt(d_v)"), ("lse_sink", "sink ignored"),
+           ("lse_base", "log(S)")]
 NONE = "none of the candidates"
 #: what identify finds where a change moves other conventions too, or is no candidate
 FINDS = {("rope_layout", "none"): {"rope_base": "none"},
          ("softcap", "tanh(s/cap)"): {"softcap": NONE},
          ("rope_layout", "keys only"): {"rope_layout": NONE, "rope_base": NONE},
-         ("gqa", "h // H_kv"): {"gqa": NONE}, ("gqa", "h % group"): {"gqa": NONE},
+         ("gqa", "h // H_kv"): {"gqa": NONE}, ("lse_base", "log(S)"): {"lse_base": NONE,
+                                                                       "lse_sink": "out"}, ("gqa", "h % group"): {"gqa": NONE},
          ("scale", "1/sqrt(d_v)"): dict.fromkeys(("scale", "softcap", "rope_layout", "rope_base"),
                                                 NONE)}
 
@@ -122,7 +124,7 @@ def zoo_kernel(query, key, value, *, attn_mask=None, is_causal=False, scale=None
     if attn_mask is not None and c["empty_row"] != "mask ignored":
         keep = keep & (~attn_mask if c["empty_row"] == "mask inverted" else attn_mask)
     s = np.where(keep, s, -np.inf)
-    cols = s if sink is None else np.concatenate([s, np.full(s.shape[:-1] + (1,), sink)], -1)
+    cols = s if sink is None or c["lse_sink"] == "sink ignored" else np.concatenate([s, np.full(s.shape[:-1] + (1,), sink)], -1)
     top = np.max(cols, axis=-1, keepdims=True)
     empty = ~np.isfinite(top)
     top = np.where(empty, 0, top)
@@ -138,6 +140,8 @@ def zoo_kernel(query, key, value, *, attn_mask=None, is_causal=False, scale=None
     es = np.exp(s - top).sum(-1, keepdims=True)
     with np.errstate(divide="ignore"):
         lse = (top + np.log(den if c["lse_sink"] == "in" else es))[..., 0]
+    if c["lse_base"] == "log(S)":                    # the count of keys, not the scores
+        lse = np.full(lse.shape, math.log(S))
     return out, (lse / math.log(2) if c["lse_base"] == "2" else lse).astype(dt)
 
 
@@ -161,7 +165,7 @@ def test_the_zoo_kernel_without_a_change_is_found_right_in_every_convention():
 
 @pytest.mark.parametrize("name,value", CHANGES, ids=[f"{n}={v}" for n, v in CHANGES])
 def test_every_zoo_kernel_has_its_one_changed_convention_found_and_nothing_else(name, value):
-    """31 kernels x 11 conventions (a modifier ignored among them): the changed one DIFFERS with the kernel's own value, every
+    """33 kernels x 11 conventions (a modifier ignored among them): the changed one DIFFERS with the kernel's own value, every
     other convention is found as the kernel has it (never one it does not have)."""
     conv = {name: value}
     found = identify(_kernel(conv))

@@ -270,20 +270,20 @@ class Rope:
         return replace(self, scaling=replace(self.scaling, length=n))
 
     def float_frequencies(self, d: int) -> list[float]:
-        """The frequencies in float64 (a float kernel's ``inv_freq``), from enclosures."""
+        """The frequencies in float64 (a float kernel's ``inv_freq``): ``theta ** e`` in floats
+        as a kernel computes them, or under a scaling the exact ones rounded (from enclosures)."""
+        if self.scaling is None:
+            return [float(self.theta) ** float(e) for _, _, e in self.pairs(d)]
         from ..numbers.digits import working_precision
         with working_precision(128):
             return [float(angle_ball(*w).mid()) for _, _, w in self.frequencies(d)]
 
     def float_gain(self) -> float:
         """The factor of cos and sin in float64: yarn's attention factor (1 otherwise)."""
-        from flint import arb
         from ..numbers.digits import working_precision
         from ..numbers.reals import gain_ball
         with working_precision(128):
-            g = self.gain
-            g = arb(g.numerator) / g.denominator if isinstance(g, Fraction) else gain_ball(g)
-            return float(g.sqrt().mid())
+            return float(gain_ball(self.gain).sqrt().mid())
 
     def pairs(self, d: int) -> list[tuple[int, int, Fraction]]:
         """``(a, b, e)``: entries a and b rotate together by ``pos * theta^e`` (e = -2k/r, r the

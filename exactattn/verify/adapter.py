@@ -215,12 +215,8 @@ class FloatCall:
         """float64 angles ``pos * theta^(-2k/d)``, one row per position and one column per pair."""
         if self.rope is None:
             return None
-        pairs = self.rope.pairs(self.query.shape[-1])
-        freq = np.array([float(self.rope.theta) ** float(e) for _, _, e in pairs])
-        if self.rope.scaling is not None:       # scaled: the certified frequencies, rounded
-            L, S = self.query.shape[-2], self.key.shape[-2]
-            rope = self.rope.for_call(self.positions(), L, S)
-            freq = np.array(rope.float_frequencies(self.query.shape[-1]))
+        rope = self.rope.for_call(self.positions(), self.query.shape[-2], self.key.shape[-2])
+        freq = np.array(rope.float_frequencies(self.query.shape[-1]))
         return np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]
 
     def kv_index(self) -> list[int]:
@@ -294,6 +290,21 @@ class ImplRaised(Exception):
         self.line = f"{self.line} (in {what})"
         self.args = (self.line,)
         return self
+
+
+def failure(error: Exception) -> tuple[str, str]:
+    """How a kernel's failure on a call reads: ``("raised", line)`` when it raised or returned
+    something that is not an array of numbers, ``("cannot be asked", line)`` when the call
+    needs an argument or output it does not have (the refusal up to its ``(got ...)``).
+
+    >>> failure(ImplRaised(ZeroDivisionError("division by zero")))
+    ('raised', 'ZeroDivisionError: division by zero')
+    """
+    if isinstance(error, ImplRaised):
+        return "raised", error.line
+    if isinstance(error, ShapeError):
+        return "raised", str(error)
+    return "cannot be asked", shorten(str(error).split(" (got")[0], 100)
 
 
 def call_scale(policy: Policy) -> float | None:

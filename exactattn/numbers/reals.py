@@ -123,9 +123,15 @@ def gain_ball(gain):
     """A rope's gain as a ball (the one reading of it): a ``Fraction`` itself, ``(f, m, m2)``
     YaRN's attention factor squared (:func:`yarn_gain`)."""
     from flint import arb
-    if isinstance(gain, Fraction):
-        return arb(fmpq_of(gain))
-    return yarn_gain(*(arb(fmpq_of(x)) for x in gain), log=lambda f: f.log())
+    q, yarn = gain_parts(gain)
+    return yarn_gain(*(arb(fmpq_of(x)) for x in yarn), log=lambda f: f.log()) if yarn else \
+        arb(fmpq_of(q))
+
+
+def gain_parts(gain) -> tuple:
+    """A rope's gain (:attr:`Rope.gain <exactattn.call.modifiers.Rope.gain>`) read once, as
+    ``(q, yarn)``: a rational factor q (1 beside yarn's) and yarn's ``(f, m, m2)`` or ()."""
+    return (gain, ()) if isinstance(gain, Fraction) else (Fraction(1), gain)
 
 
 def yarn_gain(f, m, m2, log):

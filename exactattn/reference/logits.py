@@ -36,7 +36,7 @@ from ..options import check_choice
 from ..call.modifiers import row_offsets
 from ..call.policy import Policy
 from ..numbers.exact import rational_sqrt
-from ..numbers.reals import Surd, softcap, trig
+from ..numbers.reals import Surd, gain_parts, softcap, trig
 from ..numbers.softmax import SoftmaxRow
 
 __all__ = ["softmax_row"]
@@ -142,8 +142,7 @@ def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_p
     pairs = rope.frequencies(len(query))
     r = 2 * len(pairs)                  # a partial rotary's unturned entries add plainly
     p, terms = Fraction(sum(query[a] * key[a] for a in range(r, len(query)))), {}
-    gain = rope.gain                    # yarn's attention factor squared: the rotated part's
-    g, gain = (gain, ()) if isinstance(gain, Fraction) else (1, gain)
+    g, gain = gain_parts(rope.gain)     # yarn's attention factor squared: the rotated part's
     for a, b, w in pairs:
         c = g * Fraction(query[a] * key[a] + query[b] * key[b])
         s = g * Fraction(query[b] * key[a] - query[a] * key[b])

@@ -11,13 +11,14 @@ same rows
   ``num_splits`` (FlashAttention's split-KV decoding),
 
 and reads back the call's rows of every run.  Each run is compared bitwise with
-the first, in ULPs of the dtype (:func:`~exactattn.numbers.formats.ulp_index`),
+the first, in ULPs of the dtype (:func:`~exactattn.numbers.formats.ulps_between`),
 and with the exact answer (:func:`~exactattn.verify.check.verify_outputs`, the
 tolerance of ``exactattn verify``).  The filler entries are multiples of 1/8
-of a power of two from ``seed``, exact in every dtype, of both signs and up to 2 to 4 times
-the call's largest entry (a kernel that reads a tensor-wide maximum moves).  A kind a kernel cannot be asked about (no
-mask, no ``num_splits``; padding under ``bottom_right`` alignment, where the
-queries' positions move with the lengths) is reported as such.
+of a power of two from ``seed``, exact in every dtype, of both signs and up to 2
+to 4 times the call's largest entry (a kernel that reads a tensor-wide maximum
+moves).  A kind a kernel cannot be asked about (no mask, no ``num_splits``;
+padding under ``bottom_right`` alignment, where the queries' positions move with
+the lengths) is reported as such.
 
 >>> from exactattn.call import Call
 >>> rep = check_invariance("numpy", Call.random(4, 3, seed=1), kinds=("batch",))
@@ -27,6 +28,7 @@ queries' positions move with the lengths) is reported as such.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -34,11 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError, ShapeError, shorten
-from ..numbers.formats import ulp_index
-from .adapter import FunctionImpl, ImplRaised, make_call
+from ..errors import InputError, shorten
+from ..numbers.formats import ulps_between
+from .adapter import FunctionImpl, ImplRaised, failure, make_call
 from .check import check_request, verify_outputs
-from .impls import load_impl
+from .impls import _four, load_impl
 
 KINDS = ("batch", "split", "pad")
 
@@ -88,15 +90,11 @@ class InvarianceReport:
         """The largest ULP difference between any two runs, entry by entry (None: NaN beside
         a number)."""
         got = np.stack([r.got for r in self.done]).reshape(len(self.done), -1)
-        top = 0
-        for col in got.T:
-            if np.isnan(col).any():
-                if not np.isnan(col).all():
-                    return None
-                continue
-            idx = [ulp_index(float(x), self.dtype) for x in col]
-            top = max(top, max(idx) - min(idx))
-        return top
+        nan = np.isnan(got)
+        if (nan.any(0) != nan.all(0)).any():
+            return None
+        return max((ulps_between(float(c.min()), float(c.max()), self.dtype)
+                    for c in got[:, ~nan[0]].T), default=0)
 
     def verdict(self) -> str:
         """``invariance: bitwise identical`` (`` (past the tolerance)`` added when past it), or
@@ -134,13 +132,9 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
     check_request(impl, call, dtype, max_ulps)
     rounded, _ = call.rounded(dtype)
     fc = make_call(rounded, dtype)
-    shape = (1,) * (4 - fc.query.ndim)
-    q, k, v = (a.reshape(shape + a.shape) for a in (fc.query, fc.key, fc.value))
-    B, H, L, _ = q.shape
-    S = k.shape[2]
-    m = None if fc.attn_mask is None else np.broadcast_to(
-        fc.attn_mask.reshape((1,) * (4 - fc.attn_mask.ndim) + fc.attn_mask.shape),
-        (B, H, L, S)).copy()
+    q, k, v = _four(fc.query, fc.key, fc.value)
+    (B, H, L, _), S = q.shape, k.shape[2]
+    m = None if fc.attn_mask is None else np.broadcast_to(*_four(fc.attn_mask), (B, H, L, S)).copy()
     rng = np.random.default_rng(seed)
     top = 2.0 ** (math.frexp(max(1.0, *(np.abs(a).max(initial=0) for a in (q, k, v))))[1] + 1)
 
@@ -152,12 +146,9 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
         """The kernel on these arrays; the call's rows of its outputs, B x H x L x E_v."""
         try:
             out = kernel.answer(dataclasses.replace(fc, query=q, key=k, value=v, attn_mask=m))
-        except ShapeError as e:     # not an array of numbers: the kernel's failure
-            return Run(label, why=f"raised {e}")
-        except InputError as e:
-            return Run(label, why=shorten(str(e).split(" (got")[0], 100))
-        except ImplRaised as e:
-            return Run(label, why=f"raised {e.line}")
+        except (InputError, ImplRaised) as e:
+            how, line = failure(e)
+            return Run(label, why=line if how == "cannot be asked" else f"raised {line}")
         return Run(label, out.values.reshape(q.shape[:3] + (-1,))[rows, :, queries])
 
     def among(more, n):           # filler batch entries: ``more`` before the rows, the rest after
@@ -186,15 +177,14 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
     if "split" in kinds:
         if isinstance(impl, FunctionImpl) and "num_splits" in impl.accepts:
             for n in (1, 2, 4):
-                kernel = FunctionImpl(functools.partial(impl.fn, num_splits=n), arrays=impl.arrays,
-                                      convention=impl.convention, mask_as=impl.mask_as,
-                                      convert=impl.convert, name=impl.name)
+                kernel = copy.copy(impl)
+                kernel.fn = functools.partial(impl.fn, num_splits=n)
                 runs.append(run(f"num_splits={n}", q, k, v, m, kernel=kernel))
         else:
             runs.append(Run("num_splits 1, 2, 4", why=f"{impl.name} takes no num_splits="))
     if "pad" in kinds:
         moved = fc.alignment == "bottom_right" and fc.query_offset is None and (
-            fc.is_causal or fc.window is not None or fc.alibi is not None or fc.rope is not None)
+            fc.positional or (fc.alibi, fc.rope) != (None, None))
         why = "bottom_right moves the queries with the lengths" if moved else \
             "" if impl.takes_mask else f"{impl.name} takes no mask"
         mk = np.full((B, H, L, S), open_) if m is None else m

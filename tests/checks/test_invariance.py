@@ -194,3 +194,22 @@ def test_bad_invariance_flags_are_one_line_and_exit_2(capsys, argv, message):
     except SystemExit as e:
         rc = e.code
     assert rc == 2 and capsys.readouterr().err == f"exactattn: error: {message}\n"
+
+
+def test_a_kernel_that_raises_or_answers_nan_in_other_batches():
+    def raises(query, key, value, *, scale=None):
+        if query.shape[0] > 2:
+            raise ValueError("too many\nentries")
+        return invariant(query, key, value, scale=scale)
+
+    def nan_row(query, key, value, *, scale=None):
+        out = invariant(query, key, value, scale=scale)
+        return np.where(query.shape[0] > 2, np.float32(np.nan), out)
+
+    rep = check_invariance(raises, CALL, kinds=("batch",))
+    assert [r.why for r in rep.runs] == ["", "raised ValueError: too many entries",
+                                         "raised ValueError: too many entries"]
+    assert rep.verdict() == "invariance: bitwise identical"
+    rep = check_invariance(nan_row, CALL, kinds=("batch",))
+    assert rep.spread() is None and [r.ulps for r in rep.runs] == [0, None, None]
+    assert rep.verdict() == "invariance: differs by NaN beside a number (past the tolerance)"

@@ -195,9 +195,10 @@ def _probes(P: Policy, lse: str, found: dict):
         base.replace(alibi=Alibi(m, f))), None, (f, m)) for r, m in rules for f in (form, other)]
         + [("none", call.with_policy(base), None, None)], "outputs")
     # RoPE: the query at position 1, the key at 2 (8): rotating the query matters; under
-    # partial rotary the head is twice the rotated width, so a kernel turning all of it differs
+    # partial rotary the head is twice the rotated width, so a kernel turning all of it differs;
+    # under a scaling 16 wide, its lowest frequency in the band llama3 scales
     r = P.rope or Rope()
-    d = 4 if r.dims is None else max(4, 2 * r.dims)
+    d = max(4, 2 * (r.dims or 0), 16 if r.scaling else 0)
     w = r.dims or d
     q, k, z = [0] * d, [0] * d, [0] * d
     q[1], q[w // 2], k[0] = -1, 2, 2        # scores 4 sin(1) (half), -2 sin(1) (interleaved), 0
@@ -209,9 +210,9 @@ def _probes(P: Policy, lse: str, found: dict):
                base, d)), None, None)], "outputs")
     lay = replace(r, layout=found.get("rope_layout") if found.get("rope_layout") in
                   ROPE_LAYOUTS else r.layout)
-    i, j, _ = lay.pairs(d)[min(1, w // 2 - 1)]
+    i, j, _ = lay.pairs(d)[-1 if r.scaling else min(1, w // 2 - 1)]   # a scaled band: the lowest
     q, k = [0] * d, [0] * d
-    q[j], k[i] = 8, 8                       # the score 64 sin(7 theta^(-2/w))
+    q[j] = k[i] = 32 if r.scaling else 8    # the score 64 sin(7 theta^(-2/w)) unscaled
     if r.dims:                              # turned only by a kernel that ignores dims
         q[i + d // 2] = 1
     thetas = dict.fromkeys((r.theta, Fraction(10000), Fraction(500000), Fraction(10 ** 6)))

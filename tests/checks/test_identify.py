@@ -208,7 +208,8 @@ def test_a_declared_scale_partial_rotary_and_scaling_are_kept_in_every_candidate
     """A kernel that scales by 1/d_k whatever it is handed, under a declared 1/2: found 1/d_k
     (the rule, applied at each probe's d_k), its soft-cap and RoPE right.  Under a declared
     partial rotary or linear scaling the zoo kernel is right, and one that ignores rope_dims
-    or rope_scaling is none of the candidates."""
+    or rope_scaling is none of the candidates (llama3 leaves the layout probe's frequency 1
+    alone; the base probe's lowest frequency is in the band it scales)."""
     def one_over_d(query, key, value, *, scale=None, softcap=None, rope_theta=None,
                    rope_layout=None):
         return zoo_kernel(query, key, value, softcap=softcap, rope_theta=rope_theta,
@@ -227,6 +228,12 @@ def test_a_declared_scale_partial_rotary_and_scaling_are_kept_in_every_candidate
             [(declared.layout, "ok"), ("10000", "ok")]
         assert [r.found for r in identify(_kernel({field: "ignored"}), P, conventions=rope).rows
                 ] == [declared.layout if declared.layout == "interleaved" else NONE, NONE]
+    llama3 = Policy(rope=Rope(scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
+                                       "high_freq_factor": 4,
+                                       "original_max_position_embeddings": 8192}))
+    assert [r.found for r in identify("numpy", llama3, conventions=rope).rows] == ["half", "10000"]
+    assert [r.found for r in identify(_kernel({"rope_scaling": "ignored"}), llama3,
+                                      conventions=rope).rows] == ["half", NONE]  # w = 1: unscaled
 
 
 def test_two_candidates_a_probe_cannot_separate_are_undecided_never_guessed():

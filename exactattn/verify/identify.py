@@ -134,7 +134,7 @@ def _probes(P: Policy, lse: str, found: dict):
     base into the later probes."""
     def scaled(pol, d):                     # the exact side under the scale found
         return pol if "scale" not in found else pol.replace(divisor_squared=_at(found["scale"], d))
-    d_k = next(d for d in (4, 9) if P.divisor_squared not in (d, d * d))
+    d_k = next(d for d in (9, 4) if P.divisor_squared not in (d, d * d))   # 2/4 = 1/sqrt(4)
     rules = {"1/sqrt(d_k)": "default", "1/d_k": "1/d_k", "1": None}
     declared = P.scale_text().replace("none", "1")
     rules.setdefault(declared, P.divisor_squared)

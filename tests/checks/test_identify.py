@@ -36,11 +36,12 @@ CHANGES = [("scale", "1/d_k"), ("scale", "1"), ("alignment", "none"),
            ("softcap", "tanh(s/cap)"), ("rope_layout", "keys only"), ("empty_row", "mask ignored"),
            ("empty_row", "mask inverted"), ("gqa", "h // H_kv"), ("gqa", "h % group"),
            ("window", "causal"), ("scale", "1/sqrt(d_v)"), ("lse_sink", "sink ignored"),
-           ("lse_base", "log(S)")]
+           ("lse_base", "log(S)"), ("scale", "2/d_k")]
 NONE = "none of the candidates"
 #: what identify finds where a change moves other conventions too, or is no candidate
 FINDS = {("rope_layout", "none"): {"rope_base": "none"},
          ("softcap", "tanh(s/cap)"): {"softcap": NONE},
+         ("scale", "2/d_k"): {"scale": NONE, "softcap": NONE, "lse_base": NONE},  # 1/2 at d_k 4
          ("rope_layout", "keys only"): {"rope_layout": NONE, "rope_base": NONE},
          ("gqa", "h // H_kv"): {"gqa": NONE}, ("lse_base", "log(S)"): {"lse_base": NONE,
                                                                        "lse_sink": "out"}, ("gqa", "h % group"): {"gqa": NONE},
@@ -97,7 +98,7 @@ def zoo_kernel(query, key, value, *, attn_mask=None, is_causal=False, scale=None
         k[..., :r] = _rotate(k[..., :r], np.arange(S) / f, theta, layout)
     if scale is None:
         scale = {"1/sqrt(d_k)": 1 / math.sqrt(E), "1/d_k": 1 / E, "1": 1.0,
-                 "1/sqrt(d_v)": 1 / math.sqrt(v.shape[-1])}[c["scale"]]
+                 "1/sqrt(d_v)": 1 / math.sqrt(v.shape[-1]), "2/d_k": 2 / E}[c["scale"]]
     raw = q @ np.swapaxes(k, -1, -2)
     s = raw * scale
     if softcap is not None:
@@ -165,7 +166,7 @@ def test_the_zoo_kernel_without_a_change_is_found_right_in_every_convention():
 
 @pytest.mark.parametrize("name,value", CHANGES, ids=[f"{n}={v}" for n, v in CHANGES])
 def test_every_zoo_kernel_has_its_one_changed_convention_found_and_nothing_else(name, value):
-    """33 kernels x 11 conventions (a modifier ignored among them): the changed one DIFFERS with the kernel's own value, every
+    """34 kernels x 11 conventions (a modifier ignored among them): the changed one DIFFERS with the kernel's own value, every
     other convention is found as the kernel has it (never one it does not have)."""
     conv = {name: value}
     found = identify(_kernel(conv))

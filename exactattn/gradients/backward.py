@@ -407,10 +407,11 @@ class Gradients:
 
     def _chain(self, dS, s) -> tuple:
         """dQ and dK of a certified block: each dS_ij times ``f_ij = 1 - tanh^2(s_ij / cap)``
-        (``cap tanh(x / cap)``'s derivative; s the scaled score), the queries and keys rotated
-        to their positions and the results turned back (``R^T``): at the current precision."""
+        (``cap tanh(x / cap)``'s derivative; s the scaled score: the tanh atom of the forward
+        row's logit, none where s = 0), the queries and keys rotated to their positions and the
+        results turned back (``R^T``): at the current precision."""
         from flint import arb, arb_mat
-        from ..numbers.reals import softcap_ball
+        from ..numbers.reals import Tanh
         pol, keys, rotated_balls = self.policy, list(range(self.cols)), self._rotate
         if pol.rope is None:
             Qr, Kr = (arb_mat(m) for m in self.mats[:2])
@@ -418,9 +419,9 @@ class Gradients:
             Qr, Kr = rotated_balls(self._Q, self.positions, pol.rope), \
                 rotated_balls(self._K, keys, pol.rope)
         if pol.softcap is not None:
-            x, c = (Qr * Kr.transpose()) * s, arb(fmpq_of(pol.softcap))
-            f = [1 - (softcap_ball(x[i, j], pol.softcap) / c) ** 2
-                 for i in range(self.R) for j in keys]
+            f = [1 - sum((atom_ball(a) ** 2 for a, _ in getattr(row.gaps[j] if row.certified else
+                          None, "terms", ()) if isinstance(a, Tanh)), arb(0))
+                 for row in self.rows for j in keys]
             self._capped = [float(b.mid()) for b in f]
             dS = arb_mat(self.R, self.cols, [a * b for a, b in zip(dS.entries(), f)])
         dQ, dK = (dS * Kr) * s, (dS.transpose() * Qr) * s

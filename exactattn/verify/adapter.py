@@ -292,21 +292,6 @@ class ImplRaised(Exception):
         return self
 
 
-def failure(error: Exception) -> tuple[str, str]:
-    """How a kernel's failure on a call reads: ``("raised", line)`` when it raised or returned
-    something that is not an array of numbers, ``("cannot be asked", line)`` when the call
-    needs an argument or output it does not have (the refusal up to its ``(got ...)``).
-
-    >>> failure(ImplRaised(ZeroDivisionError("division by zero")))
-    ('raised', 'ZeroDivisionError: division by zero')
-    """
-    if isinstance(error, ImplRaised):
-        return "raised", error.line
-    if isinstance(error, ShapeError):
-        return "raised", str(error)
-    return "cannot be asked", shorten(str(error).split(" (got")[0], 100)
-
-
 def call_scale(policy: Policy) -> float | None:
     """The scale an implementation is handed: None under the default (its own 1/sqrt(E)),
     1.0 with no scaling, else the float64 nearest ``1/sqrt(D)`` (:func:`~exactattn.call.policy.float_scale`).

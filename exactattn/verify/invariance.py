@@ -38,8 +38,9 @@ import numpy as np
 
 from ..errors import InputError, shorten
 from ..numbers.formats import ulps_between
-from .adapter import FunctionImpl, ImplRaised, failure, make_call
+from .adapter import FunctionImpl, make_call
 from .check import check_request, verify_outputs
+from .identify import ask
 from .impls import _four, load_impl
 
 KINDS = ("batch", "split", "pad")
@@ -144,11 +145,9 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
 
     def run(label, q, k, v, m, rows=slice(None), queries=slice(None), kernel=impl):
         """The kernel on these arrays; the call's rows of its outputs, B x H x L x E_v."""
-        try:
-            out = kernel.answer(dataclasses.replace(fc, query=q, key=k, value=v, attn_mask=m))
-        except (InputError, ImplRaised) as e:
-            how, line = failure(e)
-            return Run(label, why=line if how == "cannot be asked" else f"raised {line}")
+        out, how, why = ask(kernel, dataclasses.replace(fc, query=q, key=k, value=v, attn_mask=m))
+        if out is None:
+            return Run(label, why=why if how == "cannot be asked" else f"raised {why}")
         return Run(label, out.values.reshape(q.shape[:3] + (-1,))[rows, :, queries])
 
     def among(more, n):           # filler batch entries: ``more`` before the rows, the rest after

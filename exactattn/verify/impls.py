@@ -518,7 +518,7 @@ class TorchImpl(ArrayImpl):
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
         rank = q.dim()
         if self.backend is not None:      # the fused kernels take B x H x L x E only
-            q, k, v = _four(q, k, v)
+            q, k, v = four_d(q, k, v)
         try:
             with warnings.catch_warnings(record=True) as caught, self._kernel():
                 if self.backend is not None:
@@ -660,7 +660,7 @@ class _LseKernel(TorchImpl):
         return _pair(call, self.host(out), self.host(lse))
 
 
-def _four(*arrays) -> list:
+def four_d(*arrays) -> list:
     """Arrays (numpy, torch or jax) of ... x n x d as the fused kernels' B x H x n x d."""
     return [a.reshape((1,) * (4 - a.ndim) + tuple(a.shape)) for a in arrays]
 
@@ -788,7 +788,7 @@ class FlexImpl(_LseKernel):
         _refuse(call, "flex", "impl flex", "; use --impl torch")
         q, k, v, gqa = rope_and_heads(call, q, k, v)
         rank = q.dim()
-        q, k, v = _four(q, k, v)       # flex_attention takes B x H x L x E only
+        q, k, v = four_d(q, k, v)       # flex_attention takes B x H x L x E only
         shape = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
         score_fn, block = self.mods(call, shape, q.dtype)
         kwargs = {"scale": call.scale} if call.scale is not None else {}
@@ -962,7 +962,7 @@ class FlashAttnImpl(_LseKernel):
         # tile repeats k and v; interleave is the package's own grouping (h // (H_q / H_kv))
         q, k, v, _ = rope_and_heads(call, q, k, v)
         rank = q.dim()
-        q, k, v = _four(q, k, v)
+        q, k, v = four_d(q, k, v)
         E = q.shape[-1]
         scale = 1 / np.sqrt(E) if call.scale is None else call.scale
         kwargs = {"softmax_scale": scale, "causal": bool(call.is_causal)}
@@ -1069,7 +1069,7 @@ class JaxImpl(Impl):
         import jax.numpy as jnp
         dt = q.dtype
         shape = q.shape[:-1] + (v.shape[-1],)
-        q, k, v = _four(q, k, v)
+        q, k, v = four_d(q, k, v)
         q, k = rotated(call, q, k)
         if call.enable_gqa and call.gqa == "tile":
             reps = q.shape[1] // k.shape[1]
@@ -1100,7 +1100,7 @@ class JaxImpl(Impl):
             keep = call.keep() if keep is None else keep & call.keep()
 
         def four(a, dtype):
-            return None if a is None else jnp.asarray(_four(a)[0], dtype=dtype)
+            return None if a is None else jnp.asarray(four_d(a)[0], dtype=dtype)
         try:
             got = jax.nn.dot_product_attention(
                 *(a.transpose(0, 2, 1, 3) for a in (q, k, v)), bias=four(bias, dt),

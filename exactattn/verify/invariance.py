@@ -41,7 +41,7 @@ from ..numbers.formats import ulps_between
 from .adapter import FunctionImpl, make_call
 from .check import check_request, verify_outputs
 from .identify import ask
-from .impls import _four, load_impl
+from .impls import four_d, load_impl
 
 KINDS = ("batch", "split", "pad")
 
@@ -133,9 +133,9 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
     check_request(impl, call, dtype, max_ulps)
     rounded, _ = call.rounded(dtype)
     fc = make_call(rounded, dtype)
-    q, k, v = _four(fc.query, fc.key, fc.value)
+    q, k, v = four_d(fc.query, fc.key, fc.value)
     (B, H, L, _), S = q.shape, k.shape[2]
-    m = None if fc.attn_mask is None else np.broadcast_to(*_four(fc.attn_mask), (B, H, L, S)).copy()
+    m = None if fc.attn_mask is None else np.broadcast_to(*four_d(fc.attn_mask), (B, H, L, S)).copy()
     rng = np.random.default_rng(seed)
     top = 2.0 ** (math.frexp(max(1.0, *(np.abs(a).max(initial=0) for a in (q, k, v))))[1] + 1)
 

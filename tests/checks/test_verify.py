@@ -534,6 +534,7 @@ OPTIONS = {
     "--sink": ("random", ["0"]), "--alibi": ("random", ["4"]), "--softcap": ("random", ["1"]),
     "--window": ("random", ["0,0"]), "--head": ("random", ["1", "--alibi", "4"]), "--query-offset": ("random", ["1"]),
     "--dropout": ("random", ["1/2"]), "--rope": ("random", ["10000"]), "--lse": ("random", []),
+    "--rope-scaling": ("random", ['{"rope_type": "linear", "factor": 2}']),   # refused without --rope
     "--width": ("random", ["20"]),
     "--split-merge": ("random", []), "--splits": ("random", ["1"]),   # --splits, --merge: refused
     "--merge": ("random", ["splitkern:merge"]),                       # without --split-merge

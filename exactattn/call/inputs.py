@@ -107,7 +107,7 @@ def reshaped(a: np.ndarray, want: tuple, rank: int, what: str, *, tail: bool = T
     """
     if a.size != math.prod(want) or (tail and a.shape[-2:] != want[-2:]):
         raise ShapeError(f"{what} must be {' x '.join(map(str, want[len(want) - rank:]))}{like} "
-                         f"(got {' x '.join(map(str, a.shape))})")
+                         f"(got {' x '.join(map(str, a.shape)) or 'a single value'})")
     return a.reshape(want)
 
 

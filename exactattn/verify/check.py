@@ -25,7 +25,7 @@ import numpy as np
 
 from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
-from ..errors import InputError, shorten
+from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
 from .compare import Comparison, decide, judge, rejudge, ulp_unit
 from . import compare
@@ -469,11 +469,15 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     answer, raised = _run(impl, make_call(rounded_call, dtype, lse))
     t1 = time.perf_counter()
     got = got_lse = None
-    if raised is None:
-        got = reshaped(answer.values, want, call.rank, f"{impl.name}'s output")
-        if lse is not None:
-            got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
-                               tail=False)
+    try:
+        if raised is None:
+            got = reshaped(answer.values, want, call.rank, f"{impl.name}'s output")
+            if lse is not None:
+                got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
+                                   tail=False)
+    except ShapeError as e:          # a failure of this case, not a bad input (as the backward)
+        got = got_lse = None
+        raised = f"an answer of the wrong shape: {e}"
     floats = call_floats(rounded_call) if raised is None and lse is None else None
     report = None if floats is None else bulk_report(impl.name, got, floats, dtype, max_ulps,
                                                      lambda: rounded_call, prec, ref=ref,
@@ -913,9 +917,13 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
         t = time.perf_counter()
         answer, why = _run(impl, make_call(call.with_value(p.value), dtype, lse, arrays))
         seconds["impl"] += time.perf_counter() - t
-        got.append(None if why is not None else reshaped(
-            answer.values, want[:3] + (width,), call.rank,
-            f"{impl.name}'s output on the {p.label} probe"))
+        try:
+            got.append(None if why is not None else reshaped(
+                answer.values, want[:3] + (width,), call.rank,
+                f"{impl.name}'s output on the {p.label} probe"))
+        except ShapeError as e:      # a failure of this probe, not a bad input
+            got.append(None)
+            why = f"an answer of the wrong shape: {e}"
         raised.append(why)
         column += width
     runs = None if V is None or any(raised) else \

@@ -288,13 +288,15 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
         for label, exact, base, value in cands:
             try:
                 two = exact if isinstance(exact, tuple) else (exact, exact)
-                ok = all(getattr(verify(_Replay(answer, impl.name), two[a == "lse_found"], dtype,
-                                        lse=base, probes=()), a).passed for a in
-                         {"outputs": ["found"], "lse": ["lse_found"]}.get(part, ["found", "lse_found"]))
+                reps = [(a, verify(_Replay(answer, impl.name), two[a == "lse_found"], dtype,
+                                   lse=base, probes=())) for a in
+                        {"outputs": ["found"], "lse": ["lse_found"]}.get(part, ["found", "lse_found"])]
+                ok = all(getattr(rep, a).passed for a, rep in reps)
             except Undecided:           # not provably outside this candidate: not separated
                 ok = True
-            except ShapeError as e:     # an output of the wrong shape: the kernel's failure
-                wrong = str(e)
+                reps = []
+            wrong = next((rep.raised for _, rep in reps if rep.raised), None)
+            if wrong is not None:       # an output of the wrong shape: the kernel's failure
                 break
             if ok:
                 passed.append((label, value))

@@ -73,8 +73,7 @@ def exact_gradients(call: Call, d_out, d_lse=None) -> ExactGradients:
     """The exact dQ, dK, dV of a call given ``d_out`` (B x H_q x L x E_v, or the call's rank)
     and ``d_lse`` (None, or B x H_q x L): :meth:`Reference.gradients
     <exactattn.verify.Reference.gradients>`."""
-    return Reference(call).gradients(d_out, None if d_lse is None else
-                                     d_out_array(call, d_lse, "d_lse"))
+    return Reference(call).gradients(d_out, d_lse)
 
 
 def random_d_out(problem: Call, seed: int = 0, lse: bool = False) -> np.ndarray:
@@ -204,8 +203,7 @@ def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
     ref = Reference(call)          # refuses a non-finite entry a query sees
     d_out, d_lse = (read_answer(d, n).values if hasattr(d, "detach") or hasattr(d, "__array__")
                     else d for d, n in ((d_out, "d_out"), (d_lse, "d_lse")))   # exact floats
-    exact = ref.gradients(d_out_array(call, d_out),
-                          None if d_lse is None else d_out_array(call, d_lse, "d_lse"))
+    exact = ref.gradients(d_out, d_lse)                  # read (and shapes checked) there
     return _report("gradients", call, ref, exact, [a.values for a in answers], dtype,
                    max_ulps, prec, note="upstream gradient dO: given, read exactly")
 

@@ -46,7 +46,7 @@ from .call.policy import ALIGNMENTS, DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from .errors import InputError
 from .numbers.exact import to_exact
 from .engines.head import LAYOUTS, Head
-from .properties import AttentionInput
+from .call.inputs import Call
 
 __all__ = ["DEFAULT_DIVISOR", "attention_inputs", "block_splits", "divisors", "head_inputs",
            "heads", "masks", "matrices", "rationals", "scales", "token_rows"]
@@ -399,8 +399,9 @@ def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_
                      causal: bool | None = None, alignments=ALIGNMENTS,
                      self_attention: bool = False, allow_empty_rows: bool = False,
                      scales: SearchStrategy | None = None,
-                     elements: SearchStrategy | None = None) -> SearchStrategy[AttentionInput]:
-    """Whole inputs to an attention function: queries, keys, values, an explicit mask and a policy.
+                     elements: SearchStrategy | None = None) -> SearchStrategy[Call]:
+    """Whole inputs to an attention function: one-head :class:`~exactattn.call.Call` objects
+    (queries, keys, values, an explicit mask and a policy).
 
     Draws the mask kind from ``mask_kinds`` (None = no explicit mask), the
     causal rule (drawn when ``causal`` is None) and, when causal, its
@@ -450,11 +451,11 @@ def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_
         keys = _draw_matrix(draw, n_k, d_k, elements)
         values = _draw_matrix(draw, n_k, d_v, elements)
         policy = policy.replace(divisor_squared=draw(scale_st))
-        mask = None
-        if kind is not None:
-            mask = _draw_mask(draw, kind, n_q, n_k, allow_empty_rows, _default_offsets(),
-                              lambda i: policy.visible_keys(i, n_q, n_k))
-        return AttentionInput(queries, keys, values, mask, policy)
+        if kind is None:
+            return Call(queries, keys, values, policy=policy)
+        mask = _draw_mask(draw, kind, n_q, n_k, allow_empty_rows, _default_offsets(),
+                          lambda i: policy.visible_keys(i, n_q, n_k))
+        return Call(queries, keys, values, mask.rows, policy=policy, mask_kind=kind)
     return draw_input()
 
 

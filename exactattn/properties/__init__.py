@@ -10,8 +10,9 @@ generators property-test exactattn and a user's own kernel.
 An input is one head's :class:`~exactattn.call.Call` (checked there, once):
 queries, keys, values, an explicit :class:`~exactattn.call.policy.Mask` and a
 :class:`~exactattn.call.policy.Policy` (the scale, the causal rule and its
-alignment, the empty-row answer, the modifiers); :func:`AttentionInput` builds
-one from those.
+alignment, the empty-row answer, the modifiers), such as
+``Call(queries, keys, values, mask_rows, policy=...)`` or
+``Call.of_head(head, x)`` builds.
 
 The attention-function interface
 --------------------------------
@@ -82,7 +83,8 @@ and those of exactattn itself: its head engine, its cost counts, its online
 softmax) and :mod:`~exactattn.properties.rules` (which property holds under which modifier:
 the one table :func:`check_all` and docs/modifiers.md read).
 
->>> inp = AttentionInput([[0], [1]], [[0], [1]], [[1], [3]], policy=Policy(scale=1))
+>>> from exactattn import Call
+>>> inp = Call([[0], [1]], [[0], [1]], [[1], [3]], policy=Policy(scale=1))
 >>> check_rows_sum_to_one(reference, inp)      # exact: the shares sum to 1, not 0.9999
 >>> def unnormalised(queries, keys, values, *, mask=None, scale=None):
 ...     import numpy as np
@@ -92,7 +94,7 @@ Traceback (most recent call last):
 ...
 exactattn.properties.PropertyFailure: property failed: every row of shares sums to exactly 1
   function: unnormalised (float; rtol=1e-12, atol=1e-12 from float64; |got - exact| <= atol + rtol*M)
-  input: AttentionInput(queries=[[0], [1]], keys=[[0], [1]], values=[[1], [3]], mask=None, policy=Policy(scale='1'))
+  input: Call([[0], [1]], [[0], [1]], [[1], [3]], policy=Policy(scale='1'))
   row 0: shares [1.0, 1.0] sum to 2.0, want 1
   row 1: shares [1.0, 2.718281828459045] sum to 3.718281828459045, want 1
 """
@@ -106,14 +108,14 @@ from .checks import (MASK_FORMS, TOLERANCES, Implementation, check_all, check_bi
                      check_online_softmax, check_outputs_within_values, check_query_permutation,
                      check_rows_sum_below_one, check_rows_sum_to_one, check_share_support,
                      check_shift_invariance, check_value_bias_shifts)
-from .inputs import AttentionInput, PropertyFailure, attend_as_function, input_from_head, reference
+from .inputs import PropertyFailure, attend_as_function, reference
 from .rules import OPT_IN, PROPERTIES, holds
 
-__all__ = ["AttentionInput", "Implementation", "PropertyFailure", "attend_as_function",
+__all__ = ["Implementation", "PropertyFailure", "attend_as_function",
            "check_all", "check_bias_cancels", "check_causal_first_output", "check_cost",
            "check_identical_queries", "check_identical_tokens", "check_key_bias_cancels",
            "check_key_permutation", "check_masked_entries_absent",
            "check_masked_entries_ignored", "check_masked_nonfinite_ignored",
            "check_matches_reference", "check_online_softmax", "check_outputs_within_values",
            "check_query_permutation", "check_rows_sum_to_one", "check_share_support",
-           "check_shift_invariance", "check_value_bias_shifts", "input_from_head", "reference"]
+           "check_shift_invariance", "check_value_bias_shifts", "reference"]

@@ -281,6 +281,7 @@ def property_check(name: str):
         @functools.wraps(check)
         def run(fn, inp, *args, **kwargs):
             impl = as_implementation(fn)
+            inp.check_nonfinite()
             try:
                 return check(impl, inp, *args, **kwargs)
             except ImplRaised as e:
@@ -356,8 +357,9 @@ def check_rows_sum_below_one(impl, inp: Call) -> None:
         PropertyFailure: a row whose shares sum to anything else (or to 1 or more).
 
     >>> from exactattn.call.policy import Policy
-    >>> from exactattn.properties import AttentionInput, reference
-    >>> check_rows_sum_below_one(reference, AttentionInput([[1]], [[1], [0]], [[3], [1]],
+    >>> from exactattn import Call
+    >>> from exactattn.properties import reference
+    >>> check_rows_sum_below_one(reference, Call([[1]], [[1], [0]], [[3], [1]],
     ...                                                    policy=Policy(scale=1, sink=0)))
     """
     if inp.policy.sink is None:
@@ -411,19 +413,19 @@ def check_share_support(impl, inp: Call) -> None:
     Raises:
         PropertyFailure: a visible share that is not > 0, or a masked one that is not 0.
 
-    >>> from exactattn.call.policy import Mask
-    >>> from exactattn.properties import AttentionInput, reference
-    >>> keep = Mask("bool_keep", [[True, False]])
-    >>> check_share_support(reference, AttentionInput([[1]], [[1], [1]], [[0], [0]], keep))
+    >>> from exactattn import Call
+    >>> from exactattn.properties import reference
+    >>> keep = [[True, False]]
+    >>> check_share_support(reference, Call([[1]], [[1], [1]], [[0], [0]], keep))
     >>> def ignores_mask(queries, keys, values, *, mask=None, scale=None):
     ...     return reference(queries, keys, values, scale=scale)
     >>> check_share_support(Implementation(ignores_mask, exact=True),
-    ...                     AttentionInput([[1]], [[1], [1]], [[0], [0]], keep))
+    ...                     Call([[1]], [[1], [1]], [[0], [0]], keep))
     Traceback (most recent call last):
     ...
     exactattn.properties.PropertyFailure: property failed: shares are positive on visible keys and exactly 0 on masked ones
       function: ignores_mask (exact)
-      input: AttentionInput(queries=[[1]], keys=[[1], [1]], values=[[0], [0]], mask=Mask('bool_keep', [[True, False]]), policy=Policy())
+      input: Call([[1]], [[1], [1]], [[0], [0]], [[True, False]], policy=Policy())
       shares[0][1] = 1/2 for a masked key, want exactly 0
     """
     res = _shares(impl, inp)
@@ -533,10 +535,11 @@ def check_causal_first_output(impl, inp: Call) -> None:
         PropertyFailure: ``outputs[0] != values[0]``.
 
     >>> from exactattn.call.policy import Policy
-    >>> from exactattn.properties import AttentionInput, attend_as_function, reference
+    >>> from exactattn import Call
+    >>> from exactattn.properties import attend_as_function, reference
     >>> check_causal_first_output(attend_as_function,
-    ...     AttentionInput([[1], [2]], [[3], [4]], [[5], [6]], policy=Policy(causal=True)))
-    >>> check_causal_first_output(reference, AttentionInput([[1]], [[1]], [[1]]))
+    ...     Call([[1], [2]], [[3], [4]], [[5], [6]], policy=Policy(causal=True)))
+    >>> check_causal_first_output(reference, Call([[1]], [[1]], [[1]]))
     Traceback (most recent call last):
     ...
     exactattn.errors.InputError: inp must be causal with query 0 seeing key 0 alone for this check (top_left, or bottom_right with as many keys as queries) (got causal=off, query 0 sees keys [0])
@@ -682,8 +685,9 @@ def check_key_bias_cancels(impl, inp: Call, bias: Sequence | None = None) -> Non
     Raises:
         PropertyFailure: an output that changed.
 
-    >>> from exactattn.properties import AttentionInput, reference
-    >>> check_key_bias_cancels(reference, AttentionInput([[1, 2]], [[0, 1], [1, 0]], [[1], [3]]),
+    >>> from exactattn import Call
+    >>> from exactattn.properties import reference
+    >>> check_key_bias_cancels(reference, Call([[1, 2]], [[0, 1], [1, 0]], [[1], [3]]),
     ...                        bias=[5, -1])
     """
     b = read_bias(bias, sizes(inp)[2], "bias")
@@ -698,8 +702,9 @@ def check_value_bias_shifts(impl, inp: Call, bias: Sequence | None = None) -> No
     Raises:
         PropertyFailure: ``outputs'[i] != outputs[i] + bias`` for a row that sees a key.
 
-    >>> from exactattn.properties import AttentionInput, reference
-    >>> check_value_bias_shifts(reference, AttentionInput([[1]], [[1], [2]], [[0], [3]]), ["1/2"])
+    >>> from exactattn import Call
+    >>> from exactattn.properties import reference
+    >>> check_value_bias_shifts(reference, Call([[1]], [[1], [2]], [[0], [3]]), ["1/2"])
     """
     b = read_bias(bias, sizes(inp)[3], "bias")
     moved = replace(inp, values=[[a + e for a, e in zip(v, b)] for v in matrices(inp)[2]])
@@ -755,10 +760,10 @@ def check_masked_nonfinite_ignored(impl, inp: Call) -> int:
     Raises:
         PropertyFailure: an output that moved.
 
-    >>> from exactattn.call.policy import Mask
-    >>> from exactattn.properties import AttentionInput, reference
-    >>> check_masked_nonfinite_ignored(reference, AttentionInput([[0]], [[0], [0]], [[1], [2]],
-    ...                                                          Mask("bool_keep", [[True, False]])))
+    >>> from exactattn import Call
+    >>> from exactattn.properties import reference
+    >>> check_masked_nonfinite_ignored(reference, Call([[0]], [[0], [0]], [[1], [2]],
+    ...                                                [[True, False]]))
     1
     """
     bad, res, seen = [], None, keep(inp)
@@ -799,8 +804,9 @@ def check_all(fn, inp: Call) -> list[str]:
         PropertyFailure: the first property that fails, with its report.
 
     >>> from exactattn.call.policy import Policy
-    >>> from exactattn.properties import AttentionInput, reference
-    >>> capped = AttentionInput([[1], [2]], [[1], [0]], [[3], [1]], policy=Policy(softcap="1"))
+    >>> from exactattn import Call
+    >>> from exactattn.properties import reference
+    >>> capped = Call([[1], [2]], [[1], [0]], [[3], [1]], policy=Policy(softcap="1"))
     >>> "shift invariance" in check_all(reference, capped)
     False
     """
@@ -944,8 +950,8 @@ def check_masked_entries_absent(inp: Call) -> int:
         InputError, ShapeError: a mask or shape ``attend`` does not support.
 
     >>> from exactattn.call.policy import Policy
-    >>> from exactattn.properties import AttentionInput
-    >>> check_masked_entries_absent(AttentionInput([[1], [2]], [[0], [0]], [[0], [0]],
+    >>> from exactattn import Call
+    >>> check_masked_entries_absent(Call([[1], [2]], [[0], [0]], [[0], [0]],
     ...                                            policy=Policy(causal=True)))
     1
     """

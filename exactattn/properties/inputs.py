@@ -6,9 +6,10 @@ keys, values, an explicit :class:`~exactattn.call.policy.Mask`, a
 the causal rule and its alignment, a window, soft-cap, sink, ALiBi, RoPE,
 dropout, the empty-row answer) and the dropout keep-mask.  ``Call`` checks it,
 once: shapes, entries, and ``inf``/``nan`` only where no query sees them
-(:meth:`Call.check_nonfinite <exactattn.call.Call.check_nonfinite>`).
-:func:`AttentionInput` builds one from the checks' arguments; the functions
-below read one back as the checks use it.
+(:meth:`Call.check_nonfinite <exactattn.call.Call.check_nonfinite>`, run by
+every check).  :func:`one_head` builds one from the checks' parts (a
+:class:`~exactattn.call.policy.Mask` object); the functions below read one
+back as the checks use it.
 
 The two exact attention functions exactattn ships: :func:`reference` presents
 :class:`exactattn.verify.Reference` (the one exact reference, which the checks
@@ -29,78 +30,29 @@ import dataclasses
 from fractions import Fraction
 from typing import Any, Sequence
 
-from ..call.inputs import Call, rectangular
+from ..call.inputs import Call
 from ..call.masks import entry_text
 from ..call.policy import DEFAULT_SCALE, Mask, Policy, divisor_text, parse_scale
 from ..engines.head import Head, attend
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, ShapeError
 from ..numbers.digits import fraction_text
-from ..numbers.exact import is_symbolic, to_matrix
+from ..numbers.exact import to_matrix
 from ..numbers.softmax import ExpRatio
 from ..reference.reference import Reference
 
 
-def _matrix_shape(m, name: str, rows=None, cols=None) -> tuple:
-    """``m``'s rows x columns, refused in the checks' words when they are not ``rows`` x ``cols``."""
-    shape = rectangular(m, name).shape
-    if len(shape) == 2 and (rows or shape[0], cols or shape[1]) != shape:
-        raise ShapeError(f"{name} must be {rows or shape[0]} x {cols or shape[1]} "
-                         f"(got {shape[0]} x {shape[1]})")
-    return shape
+def one_head(queries, keys, values, mask: Mask | None = None, policy: Policy | None = None,
+             dropout_keep=None) -> Call:
+    """The one-head :class:`~exactattn.call.Call` of the checks' parts (``mask`` a
+    :class:`~exactattn.call.policy.Mask` or None), checked by ``Call``.
 
-
-def AttentionInput(queries, keys, values, mask: Mask | None = None, policy: Policy | None = None,
-                   dropout_keep=None) -> Call:
-    """One input to an attention function, as the one-head :class:`~exactattn.call.Call` it is.
-
-    Shapes: ``queries`` n_q x d_k, ``keys`` n_k x d_k, ``values`` n_k x d_v,
-    ``mask`` an n_q x n_k :class:`~exactattn.call.policy.Mask` or None,
-    ``dropout_keep`` n_q x n_k booleans (True = kept; with ``policy.dropout``)
-    or None.  Query i sees key j when the policy's ``visible_keys(i, n_q,
-    n_k)`` holds j and the mask keeps (i, j).
-
-    Raises:
-        ShapeError: sizes that do not fit together; InputError: bad entries
-        (symbols included: the checks are exact over rationals), a mask or
-        policy of the wrong type.
-
-    >>> inp = AttentionInput([[1, 0]], [[1, 0], [0, 1]], [["1/2"], [2]])
-    >>> inp.shape["L"], inp.shape["S"], inp.policy.divisor_squared_for(inp.shape["E"])
-    (1, 2, Fraction(2, 1))
-    >>> AttentionInput([[1, 0]], [[1]], [[1]])
+    >>> one_head([[1, 0]], [[1]], [[1]])
     Traceback (most recent call last):
     ...
-    exactattn.errors.ShapeError: keys must be 1 x 2 (got 1 x 1)
+    exactattn.errors.ShapeError: key must be 1 x H_kv x S x 2 like the query (got 1 x 1 x 1 x 1)
     """
-    if mask is not None and not isinstance(mask, Mask):
-        raise InputError(f"mask must be an exactattn.call.policy.Mask or None "
-                         f"(got {shorten(repr(mask))})")
-    if policy is None:
-        policy = Policy()
-    elif not isinstance(policy, Policy):
-        raise InputError(f"policy must be an exactattn.call.policy.Policy or None "
-                         f"(got {shorten(repr(policy))})")
-    n_q, d_k = _matrix_shape(queries, "queries")[:2]
-    n_k = _matrix_shape(keys, "keys", cols=d_k)[0]
-    _matrix_shape(values, "values", rows=n_k)
-    if mask is not None and (mask.n_queries, mask.n_keys) != (n_q, n_k):
-        raise ShapeError(f"mask must be {n_q} x {n_k} (got {mask.n_queries} x {mask.n_keys})")
-    for name, m in (("queries", queries), ("keys", keys), ("values", values)):
-        for i, r in enumerate(m):
-            for j, e in enumerate(r):
-                if is_symbolic(e):
-                    raise InputError(
-                        f"{name}[{i}][{j}] must be a rational number (got {shorten(str(e))}); "
-                        "the properties' inputs and reference are exact over rationals: for "
-                        "symbols, run a head with exactattn.attend(head, x, engine='symbolic')")
-    call = Call(queries, keys, values, None if mask is None else mask.rows, policy=policy,
-                mask_kind=None if mask is None else mask.kind, name="attention input",
-                dropout_keep=dropout_keep, labels=("queries", "keys", "values"))
-    call.check_nonfinite()
-    if (policy.dropout is None) != (dropout_keep is None):
-        from ..call.modifiers import dropout_factors
-        dropout_factors(policy.dropout, dropout_keep and [True])
-    return call
+    return Call(queries, keys, values, None if mask is None else mask.rows, policy=policy,
+                mask_kind=None if mask is None else mask.kind, dropout_keep=dropout_keep)
 
 
 def matrices(call: Call) -> tuple[list, list, list]:
@@ -141,31 +93,12 @@ def effective_mask(call: Call) -> Mask | None:
 
 
 def replace(call: Call, **changes) -> Call:
-    """A copy of a one-head call with some of :func:`AttentionInput`'s arguments changed (checked again)."""
+    """A copy of a one-head call with some of :func:`one_head`'s arguments changed (checked again)."""
     q, k, v = matrices(call)
     fields = dict(queries=q, keys=k, values=v, mask=call.block_mask(0, 0), policy=call.policy,
                   dropout_keep=dropout_keep(call))
     fields.update(changes)
-    return AttentionInput(**fields)
-
-
-def input_from_head(head, x, *, floats: str | None = None) -> Call:
-    """The attention input a head sees for tokens ``x``: its queries, keys, values and policy.
-
-    The policy is the head's (causal top_left for a causal head), with the
-    scale ``"default"`` when the divisor is the default sqrt(d_k).
-
-    >>> from exactattn.examples import chronicle
-    >>> ex = chronicle()
-    >>> inp = input_from_head(ex.head, ex.x)
-    >>> matrices(inp)[0][1], inp.policy.divisor_squared   # divisor 2 = sqrt(d_k)
-    ([Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)], 'default')
-    """
-    trace = attend(head, x, engine="pencil", floats=floats)
-    policy = head.policy
-    if head.divisor_squared == head.d_k:
-        policy = policy.replace(divisor_squared=DEFAULT_SCALE)
-    return AttentionInput(trace.queries, trace.keys, trace.values, None, policy)
+    return one_head(**fields)
 
 
 def policy_scale(scale: Any) -> Fraction | None | str:
@@ -204,7 +137,7 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
         n_q x d_v :class:`~exactattn.numbers.softmax.ExpRatio` entries.
 
     Raises:
-        ShapeError, InputError: as :class:`~exactattn.properties.AttentionInput`
+        ShapeError, InputError: as :class:`~exactattn.call.Call`
         and :class:`~exactattn.call.policy.Policy`; FloatInputError: a binary float scale.
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
@@ -221,7 +154,7 @@ def reference(queries, keys, values, *, mask: Mask | None = None, scale=None,
     D = policy_scale(scale)
     policy = Policy(divisor_squared=D, causal=causal, alignment=alignment, empty_row=empty_row) \
         if policy is None else policy.replace(divisor_squared=D)
-    return Reference(AttentionInput(queries, keys, values, mask, policy, dropout_keep)).outputs()
+    return Reference(one_head(queries, keys, values, mask, policy, dropout_keep)).outputs()
 
 
 def selector_head(queries, keys, values, *, causal: bool, scale: Any = DEFAULT_SCALE,
@@ -328,16 +261,17 @@ def policy_text(policy: Policy) -> str:
     return f"Policy({', '.join(parts + numbers)})"
 
 
-def input_text(inp) -> str:
-    """A one-head :class:`~exactattn.call.Call` as the Python that builds it again
-    (:func:`~exactattn.properties.AttentionInput`; the mask carries its own kind)."""
-    q, k, v = matrices(inp)
-    keep = dropout_keep(inp)
+def input_text(inp: Call) -> str:
+    """A one-head :class:`~exactattn.call.Call` as the Python that builds it again (the mask's
+    kind is the policy's ``mask_kind``).
+
+    >>> input_text(Call([[1]], [[1], [2]], [[0], [3]], [["0", "-inf"]], mask_kind="additive"))
+    "Call([[1]], [[1], [2]], [[0], [3]], [[0, '-inf']], policy=Policy(mask_kind='additive'))"
+    """
+    mask, keep = inp.block_mask(0, 0), dropout_keep(inp)
+    parts = [matrix_text(m) for m in matrices(inp) + (() if mask is None else (mask.rows,))]
     keep = "" if keep is None else f", dropout_keep={keep!r}"
-    policy = inp.policy.replace(mask_kind=_DEFAULT_POLICY.mask_kind)
-    return (f"AttentionInput(queries={matrix_text(q)}, keys={matrix_text(k)}, "
-            f"values={matrix_text(v)}, mask={inp.block_mask(0, 0)!r}, "
-            f"policy={policy_text(policy)}{keep})")
+    return f"Call({', '.join(parts)}, policy={policy_text(inp.policy)}{keep})"
 
 
 def value_text(x) -> str:

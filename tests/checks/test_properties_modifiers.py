@@ -15,7 +15,8 @@ from exactattn.properties import inputs as PI
 from exactattn.call.policy import Mask, Policy
 from exactattn.errors import InputError
 from exactattn.call.modifiers import Alibi, Rope
-from exactattn.properties import AttentionInput, PropertyFailure, reference
+from exactattn.call import Call
+from exactattn.properties import PropertyFailure, reference
 from exactattn.properties.inputs import input_text
 from exactattn.properties.rules import MODIFIERS, OPT_IN, PROPERTIES, active, holds
 from exactattn.reference.reference import MODIFIER_VALUES
@@ -112,7 +113,7 @@ KEEP = [[True, False, True, True], [True, True, True, False], [False, True, True
 
 def inp_of(name, mask=None):
     pol = POLICIES[name]
-    return AttentionInput(Q, K, V, mask, pol, KEEP if pol.dropout is not None else None)
+    return PI.one_head(Q, K, V, mask, pol, KEEP if pol.dropout is not None else None)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -170,7 +171,7 @@ def test_with_a_sink_rows_sum_to_less_than_one_exactly():
 
 
 # ----------------------------------------------------------------------------- faulty variants
-CASE_SCORES = AttentionInput([[0, 2, 5]], [[1, 0, 0], [0, 1, 0], [0, 0, 1]], [[1, 0, 0],
+CASE_SCORES = PI.one_head([[0, 2, 5]], [[1, 0, 0], [0, 1, 0], [0, 0, 1]], [[1, 0, 0],
                              [0, 1, 0], [0, 0, 1]], Mask("bool_keep", [[True, True, False]]),
                              Policy(scale="none"))
 
@@ -183,7 +184,7 @@ CASE_SCORES = AttentionInput([[0, 2, 5]], [[1, 0, 0], [0, 1, 0], [0, 0, 1]], [[1
      "the outputs equal the exact attention"),
     (dict(p=lambda p: 0.0), inp_of("dropout"), "the outputs equal the exact attention"),
     (dict(p=lambda p: 1 - p), inp_of("dropout"), "the outputs equal the exact attention"),
-    (dict(mix_all=True), AttentionInput([[0]], [[0], [0], [0]], [[2], [4], ["inf"]],
+    (dict(mix_all=True), PI.one_head([[0]], [[0], [0], [0]], [[2], [4], ["inf"]],
                                         Mask("bool_keep", [[True, True, False]])),
      "the outputs equal the exact attention"),
 ])
@@ -195,7 +196,7 @@ def test_faulty_variants_are_caught(fault, inp, prop):
 def test_the_right_variants_pass_the_same_inputs():
     P.check_all(variant(slopes=paper_slopes), inp_of("alibi"))
     P.check_all(variant(), PI.replace(CASE_SCORES, policy=Policy(scale="none", softcap="1")))
-    P.check_all(variant(), AttentionInput([[0]], [[0], [0], [0]], [[2], [4], ["inf"]],
+    P.check_all(variant(), PI.one_head([[0]], [[0], [0], [0]], [[2], [4], ["inf"]],
                                           Mask("bool_keep", [[True, True, False]])))
 
 
@@ -204,7 +205,7 @@ def test_window_faulty_variant_is_caught():
         n = len(queries)
         wider = mask | np.eye(n, k=-3, dtype=bool)       # w keys before plus itself
         return good(queries, keys, values, mask=wider, scale=scale)
-    inp = AttentionInput([[0]] * 5, [[0]] * 5, [[1], [2], [3], [4], [5]],
+    inp = PI.one_head([[0]] * 5, [[0]] * 5, [[1], [2], [3], [4], [5]],
                          policy=Policy(scale="none", causal=True, window=(2, 0)))
     P.check_all(good, inp)
     with pytest.raises(PropertyFailure, match=r"outputs\[3\]\[0\] = 2.5, exact 3\n  "
@@ -215,7 +216,7 @@ def test_window_faulty_variant_is_caught():
 
 
 def test_zero_times_inf_is_caught_on_finite_inputs_too():
-    inp = AttentionInput([[1], [0]], [[0], [1], [2]], [[1], [2], [3]],
+    inp = PI.one_head([[1], [0]], [[0], [1], [2]], [[1], [2], [3]],
                          Mask("bool_keep", [[True, True, False], [True, False, False]]))
     assert P.check_masked_nonfinite_ignored(good, inp) == 1
     with pytest.raises(PropertyFailure, match="inf or NaN values at keys no query sees"):
@@ -224,17 +225,17 @@ def test_zero_times_inf_is_caught_on_finite_inputs_too():
 
 
 def test_nonfinite_entries_a_query_sees_are_refused_by_name():
-    with pytest.raises(InputError, match=r"^keys\[1\]\[0\] must be finite where a query sees "
+    with pytest.raises(InputError, match=r"^key\[1\]\[0\] must be finite where a query sees "
                                          r"it \(got inf\)"):
-        AttentionInput([[0]], [[0], ["inf"]], [[1], [2]])
-    inp = AttentionInput([[0]], [[0], ["inf"]], [[1], [2]], Mask("bool_keep", [[True, False]]))
+        P.check_all(reference, Call([[0]], [[0], ["inf"]], [[1], [2]]))   # refused before a run
+    inp = Call([[0]], [[0], ["inf"]], [[1], [2]], [[True, False]])
     assert PI.matrices(inp)[1][1][0] == math.inf
-    assert "keys=[[0], ['inf']]" in input_text(inp)
+    assert "Call([[0]], [[0], ['inf']]," in input_text(inp)
 
 
 def test_modified_input_reprs_type_back():
     inp = inp_of("dropout")
-    again = eval(input_text(inp), {"AttentionInput": AttentionInput, "Policy": Policy,
+    again = eval(input_text(inp), {"Call": Call, "Policy": Policy,
                                    "Mask": Mask, "Alibi": Alibi, "Rope": Rope, "Fraction": F})
     assert again.key_of() == inp.key_of() and again.policy == inp.policy
     alibi = inp_of("alibi")

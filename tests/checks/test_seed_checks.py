@@ -24,7 +24,9 @@ from exactattn import Head, ShapeError, attend
 from exactattn import properties as P
 from exactattn import strategies as eas
 from exactattn.examples import chronicle
-from exactattn.properties import Implementation, PropertyFailure, input_from_head
+from exactattn.call import Call
+from exactattn.properties import Implementation, PropertyFailure
+from exactattn.properties import inputs as PI
 from exactattn.testing import assert_typed_equal as typed_equal
 
 EX = chronicle()
@@ -92,7 +94,7 @@ def test_3_every_attention_row_is_shares_of_one():
     printed = [trace.share(1, j).decimal(4) for j in range(4)]
     assert printed == ["0.5800", "0.1216", "0.1769", "0.1216"]
     assert sum(F(p) for p in printed) == F("1.0001")           # the printed digits: rounding
-    P.check_rows_sum_to_one(P.attend_as_function, input_from_head(EX.head, EX.x))
+    P.check_rows_sum_to_one(P.attend_as_function, Call.of_head(EX.head, EX.x))
 
 
 @given(eas.head_inputs())
@@ -152,7 +154,7 @@ def test_6_the_softmax_survives_a_score_no_float_can_raise_e_to():
     assert trace.share(1, 0).closed_form() == sympy.exp(800) / (sympy.exp(800) + sympy.exp(1600))
     assert trace.share(1, 0).decimal(50) == "0." + "0" * 50       # e^-800 / (1 + e^-800)
     assert trace.row_sums_to_one(1)
-    inp = input_from_head(head, x)
+    inp = Call.of_head(head, x)
     P.check_share_support(P.attend_as_function, inp)              # yet exactly positive
     with np.errstate(over="ignore"):  # the overflow is the point: float64 cannot hold e^800
         assert np.exp(-800.0) == 0.0 and np.isinf(np.exp(800.0))
@@ -166,7 +168,7 @@ def test_6_the_softmax_survives_a_score_no_float_can_raise_e_to():
 @example([F(800), F(801)])
 def test_6_scores_of_800_and_beyond_in_float_paths(scores):
     # one query of 1 against keys holding the scores: scaled scores = the scores
-    inp = P.AttentionInput([[1]], [[s] for s in scores], [[k] for k in range(len(scores))],
+    inp = PI.one_head([[1]], [[s] for s in scores], [[k] for k in range(len(scores))],
                            policy=P.Policy(scale=1))
     P.check_matches_reference(numpy_attention, inp)
     P.check_rows_sum_to_one(Implementation(numpy_attention), inp)

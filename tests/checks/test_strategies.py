@@ -16,7 +16,6 @@ from exactattn import strategies as eas
 from exactattn.call.policy import DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from exactattn.errors import FloatInputError, InputError
 from exactattn.call import Call
-from exactattn.properties import AttentionInput
 
 ROOT = Path(__file__).resolve().parents[2]
 FIND = settings(database=None, max_examples=500)
@@ -260,7 +259,7 @@ def test_heads_shrink_to_the_smallest_failing_width():
 
 def test_attention_inputs_shrink_to_one_zero_token_without_mask():
     inp = find(eas.attention_inputs(), lambda i: True, settings=FIND)
-    assert inp.key_of() == AttentionInput([[0]], [[0]], [[0]]).key_of()
+    assert inp.key_of() == PI.one_head([[0]], [[0]], [[0]]).key_of()
     assert inp.policy == Policy() and inp.policy.divisor_squared == DEFAULT_SCALE
 
 

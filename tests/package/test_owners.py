@@ -17,7 +17,7 @@ from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask
 from exactattn.cost import broadcast_batch
 from exactattn.errors import ShapeError
 from exactattn.call.modifiers import Alibi
-from exactattn.properties import AttentionInput, checks, reference
+from exactattn.properties import checks, reference
 from exactattn.properties.rules import MODIFIERS, PROPERTIES, active
 from exactattn.numbers.softmax import SoftmaxRow
 from exactattn.verify import Reference, verify
@@ -137,7 +137,7 @@ def test_ball_first_exact_on_failure():
 
 # --------------------------------------------------------------------------- visibility
 def test_visibility_is_the_policys_keep():
-    inp = AttentionInput([[0]] * 3, [[0]] * 3, [[1], [2], [3]],
+    inp = PI.one_head([[0]] * 3, [[0]] * 3, [[1], [2], [3]],
                          Mask("bool_keep", [[True, False, True]] * 3),
                          Policy(causal=True, window=(1, 0)))
     typed(PI.keep(inp).tolist(),
@@ -179,7 +179,7 @@ def test_the_table_columns_are_the_policy_modifier_fields():
 
 
 def test_a_sink_row_that_sees_nothing_is_checked_for_nonfinite_values():
-    inp = AttentionInput([[0], [0]], [[0], [0]], [[1], [2]],
+    inp = PI.one_head([[0], [0]], [[0], [0]], [[1], [2]],
                          Mask("bool_keep", [[True, False], [False, False]]),
                          Policy(sink="0", empty_row="nan"))
     typed(checks.check_masked_nonfinite_ignored(reference, inp), 1)

@@ -13,7 +13,7 @@
   (``exactattn model check``).
 """
 
-from .presets import NameMap, load_layer
+from .presets import load_layer
 from .weights import read_tensors
 
-__all__ = ["NameMap", "load_layer", "read_tensors"]
+__all__ = ["load_layer", "read_tensors"]

@@ -320,7 +320,7 @@ def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> Laye
     """
     start = time.perf_counter()
     cap, fmt, H, G = run.layers[index], float_format(DTYPE), run.heads, run.kv_heads
-    rows = preset(run.arch).layout == "rows"
+    rows = preset(run.arch)["layout"] == "rows"
     ws, bs, w_o, b_o = layer_arrays(run.tensors, run.arch, index)
     exact = [_projection(cap.x, w, b, rows) for w, b in zip(ws, bs)]
     drift = {name: projection_drift(got, e, fmt)

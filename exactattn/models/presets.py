@@ -12,7 +12,7 @@ arch         query weight (layer L)                        layout      biases   
 in x out.  Any prefix before these names (``bert.``, ``transformer.``,
 ``model.``) is found.  A head count the weights cannot tell (H query heads,
 H_kv key/value heads) comes from ``heads=``/``kv_heads=`` or a ``config.json``
-beside the weights.  An explicit :class:`NameMap` names other checkpoints.
+beside the weights.  An explicit name map (a dict of :data:`FIELDS`) names other checkpoints.
 
 Llama heads rotate queries and keys by position (rotary embeddings): the base comes from
 the ``config.json`` beside the weights (:func:`rope_from_config`: a partial rotary factor
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
 from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
@@ -34,60 +33,39 @@ from ..engines.layer import Layer
 from .weights import Tensors, exact_matrix, exact_row, names_hint
 
 
-@dataclass(frozen=True)
-class NameMap:
-    """Tensor names for layer ``{layer}``: ``q``, ``k``, ``v``, ``o`` weights (or ``fused``,
-    Q|K|V side by side on the output axis), their ``*_bias``, the weights' ``layout``."""
-
-    q: str | None = None
-    k: str | None = None
-    v: str | None = None
-    o: str | None = None
-    q_bias: str | None = None
-    k_bias: str | None = None
-    v_bias: str | None = None
-    o_bias: str | None = None
-    fused: str | None = None
-    fused_bias: str | None = None
-    layout: str = "slots"
-    rotary: bool = False
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "NameMap":
-        """A map from JSON-like fields; unknown fields are refused by name."""
-        fields = set(cls.__dataclass_fields__)
-        bad = sorted(set(d) - fields)
-        if bad:
-            raise InputError(f"name map fields must be among {', '.join(sorted(fields))} "
-                             f"(got {shorten(', '.join(bad))})")
-        return cls(**d)
-
-
+#: a name map's fields and their defaults: the tensor names of layer ``{layer}`` (``q``, ``k``,
+#: ``v``, ``o`` weights, or ``fused``: Q|K|V side by side on the output axis; their ``*_bias``),
+#: the weights' ``layout`` and whether the heads rotate queries and keys (``rotary``)
+FIELDS = {**dict.fromkeys(("q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "o_bias", "fused",
+                           "fused_bias")), "layout": "slots", "rotary": False}
 _BERT = "encoder.layer.{layer}.attention."
 _LLAMA = "layers.{layer}.self_attn."
+#: each architecture's name map: the fields it sets
 ARCHS = {
-    "bert": NameMap(q=_BERT + "self.query.weight", k=_BERT + "self.key.weight",
-                    v=_BERT + "self.value.weight", o=_BERT + "output.dense.weight",
-                    q_bias=_BERT + "self.query.bias", k_bias=_BERT + "self.key.bias",
-                    v_bias=_BERT + "self.value.bias", o_bias=_BERT + "output.dense.bias"),
-    "gpt2": NameMap(fused="h.{layer}.attn.c_attn.weight", fused_bias="h.{layer}.attn.c_attn.bias",
-                    o="h.{layer}.attn.c_proj.weight", o_bias="h.{layer}.attn.c_proj.bias",
-                    layout="rows"),
-    "llama": NameMap(q=_LLAMA + "q_proj.weight", k=_LLAMA + "k_proj.weight",
-                     v=_LLAMA + "v_proj.weight", o=_LLAMA + "o_proj.weight", rotary=True),
+    "bert": {"q": _BERT + "self.query.weight", "k": _BERT + "self.key.weight",
+             "v": _BERT + "self.value.weight", "o": _BERT + "output.dense.weight",
+             "q_bias": _BERT + "self.query.bias", "k_bias": _BERT + "self.key.bias",
+             "v_bias": _BERT + "self.value.bias", "o_bias": _BERT + "output.dense.bias"},
+    "gpt2": {"fused": "h.{layer}.attn.c_attn.weight", "fused_bias": "h.{layer}.attn.c_attn.bias",
+             "o": "h.{layer}.attn.c_proj.weight", "o_bias": "h.{layer}.attn.c_proj.bias",
+             "layout": "rows"},
+    "llama": {"q": _LLAMA + "q_proj.weight", "k": _LLAMA + "k_proj.weight",
+              "v": _LLAMA + "v_proj.weight", "o": _LLAMA + "o_proj.weight", "rotary": True},
 }
 
 
-def preset(arch) -> NameMap:
-    """The :class:`NameMap` of ``arch`` (a name in :data:`ARCHS`, a dict, or a NameMap)."""
-    if isinstance(arch, NameMap):
-        return arch
+def preset(arch) -> dict:
+    """The name map of ``arch`` (a name in :data:`ARCHS`, or a dict of :data:`FIELDS`), every
+    field filled (a field not given: its default); unknown fields are refused by name."""
     if isinstance(arch, dict):
-        return NameMap.from_dict(arch)
-    if arch not in ARCHS:
+        bad = sorted(set(arch) - set(FIELDS))
+        if bad:
+            raise InputError(f"name map fields must be among {', '.join(sorted(FIELDS))} "
+                             f"(got {shorten(', '.join(bad))})")
+    elif not isinstance(arch, str) or arch not in ARCHS:
         raise InputError(f"arch must be one of {', '.join(ARCHS)} or a name map "
                          f"(got {shorten(arch, quote=True)})")
-    return ARCHS[arch]
+    return {**FIELDS, **(arch if isinstance(arch, dict) else ARCHS[arch])}
 
 
 def _find(tensors: Tensors, template: str | None, layer: int, field: str | None = None):
@@ -213,20 +191,20 @@ def layer_arrays(tensors: Tensors, arch, layer: int, out_projection: bool = True
         ShapeError: a fused projection that does not split in three.
     """
     names = preset(arch)
-    out_axis = 0 if names.layout == "slots" else 1
-    if names.fused is not None:
-        fused = _find(tensors, names.fused, layer, "fused")
-        ws = _split(fused, 3, out_axis, names.fused.format(layer=layer))
-        fb = _find(tensors, names.fused_bias, layer)
+    out_axis = 0 if names["layout"] == "slots" else 1
+    if names["fused"] is not None:
+        fused = _find(tensors, names["fused"], layer, "fused")
+        ws = _split(fused, 3, out_axis, names["fused"].format(layer=layer))
+        fb = _find(tensors, names["fused_bias"], layer)
         bs = (None,) * 3 if fb is None else tuple(fb[k * len(fb) // 3:(k + 1) * len(fb) // 3]
                                                   for k in range(3))
     else:
         ws = tuple(_find(tensors, t, layer, f)
-                   for t, f in ((names.q, "q"), (names.k, "k"), (names.v, "v")))
+                   for t, f in ((names["q"], "q"), (names["k"], "k"), (names["v"], "v")))
         bs = tuple(_find(tensors, t, layer)
-                   for t in (names.q_bias, names.k_bias, names.v_bias))
-    w_o = _find(tensors, names.o, layer, "o") if out_projection else None
-    b_o = _find(tensors, names.o_bias, layer) if out_projection else None
+                   for t in (names["q_bias"], names["k_bias"], names["v_bias"]))
+    w_o = _find(tensors, names["o"], layer, "o") if out_projection else None
+    b_o = _find(tensors, names["o_bias"], layer) if out_projection else None
     return ws, bs, w_o, b_o
 
 
@@ -250,9 +228,9 @@ def load_head(tensors: Tensors, arch, layer: int, head: int, *, heads: int, kv_h
     g = policy.kv_head(head, heads, kv_heads)
     ws, bs, _, _ = layer_arrays(tensors, names, layer, out_projection=False)
     (q, b_q), (k, b_k), (v, b_v) = _heads(ws, bs, (heads, kv_heads, kv_heads), (head, g, g),
-                                          0 if names.layout == "slots" else 1)
+                                          0 if names["layout"] == "slots" else 1)
     return Head(q[0], k[0], v[0], b_Q=b_q and b_q[0], b_K=b_k and b_k[0], b_V=b_v and b_v[0],
-                layout=names.layout).with_policy(policy.replace(head=policy.head + head))
+                layout=names["layout"]).with_policy(policy.replace(head=policy.head + head))
 
 
 def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
@@ -271,8 +249,8 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
         ShapeError: a projection that does not split into the heads.
     """
     names = preset(arch)
-    cfg = _config(tensors.path) if names.rotary or heads is None else None
-    if names.rotary and rotary != "ignore" and (policy is None or policy.rope is None):
+    cfg = _config(tensors.path) if names["rotary"] or heads is None else None
+    if names["rotary"] and rotary != "ignore" and (policy is None or policy.rope is None):
         if cfg is None:
             raise InputError("rotary position embeddings must be applied to llama queries and "
                              "keys (got no config.json beside the weights to read them from); "
@@ -288,11 +266,11 @@ def load_layer(tensors: Tensors, arch, layer: int, *, heads: int | None = None,
     kv_heads = kv_heads or heads
     ws, bs, w_o, b_o = layer_arrays(tensors, names, layer, out_projection)
     (qs, bqs), (ks, bks), (vs, bvs) = _heads(ws, bs, (heads, kv_heads, kv_heads), (None,) * 3,
-                                             0 if names.layout == "slots" else 1)
+                                             0 if names["layout"] == "slots" else 1)
     built = Layer(qs, ks, vs, None if w_o is None else exact_matrix(w_o), b_Q=bqs, b_K=bks,
-                  b_V=bvs, b_O=None if b_o is None else exact_row(b_o), layout=names.layout,
+                  b_V=bvs, b_O=None if b_o is None else exact_row(b_o), layout=names["layout"],
                   policy=policy)
-    width = (cfg or {}).get("head_dim") if names.rotary else None
+    width = (cfg or {}).get("head_dim") if names["rotary"] else None
     if width is not None and width != built.heads[0].d_k:
         raise ShapeError(f"head_dim in config.json must be {built.heads[0].d_k}, the width of "
                          f"each of the {len(qs)} heads the weights split into (got {width}); "

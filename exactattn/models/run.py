@@ -51,7 +51,7 @@ from ..errors import InputError, shorten
 from ..examples import Token
 from ..engines.head import Head
 from ..engines.layer import Layer
-from .presets import ARCHS, load_head, load_layer, rope_from_config
+from .presets import load_head, load_layer, preset, rope_from_config
 from .weights import Tensors, tensors_from_state_dict
 
 MODELS = ("all-MiniLM-L6-v2", "gpt2-tiny", "llama-tiny", "llama3-tiny")
@@ -190,12 +190,12 @@ def _blocks(model, arch: str) -> list:
     """Per layer: the attention module, its W_O module and its q, k, v modules (GPT-2's one
     fused module), found by the arch's tensor names (:data:`~exactattn.models.presets.ARCHS`:
     the attention module holds the query weight)."""
-    names = ARCHS[arch]
+    names = preset(arch)
 
     def module(template: str, layer: int, up: int = 1):
         return model.get_submodule(template.format(layer=layer).rsplit(".", up)[0])
-    qkv = (names.fused,) if names.fused else (names.q, names.k, names.v)
-    return [(module(qkv[0], k, 2), module(names.o, k), [module(t, k) for t in qkv])
+    qkv = (names["fused"],) if names["fused"] else (names["q"], names["k"], names["v"])
+    return [(module(qkv[0], k, 2), module(names["o"], k), [module(t, k) for t in qkv])
             for k in range(model.config.num_hidden_layers)]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from exactattn.errors import InputError
 from exactattn.engines.layer import attend_layer
-from exactattn.models import NameMap, load_layer, read_tensors
+from exactattn.models import load_layer, read_tensors
 from exactattn.models.weights import exact_matrix
 
 torch = pytest.importorskip("torch", reason="torch builds the float references (nn.Linear)")
@@ -80,12 +80,12 @@ def test_bert_slots_layout_against_nn_linear(tmp_path, suffix):
     run = attend_layer(layer, exact_matrix(X))
     _close(run, want)
     # the same square weights read transposed pass the shape checks but not the reference
-    wrong = load_layer(tensors, NameMap(q=p + "self.query.weight", k=p + "self.key.weight",
-                                        v=p + "self.value.weight", o=p + "output.dense.weight",
-                                        q_bias=p + "self.query.bias",
-                                        k_bias=p + "self.key.bias",
-                                        v_bias=p + "self.value.bias",
-                                        o_bias=p + "output.dense.bias", layout="rows"), 1, heads=H)
+    wrong = load_layer(tensors, dict(q=p + "self.query.weight", k=p + "self.key.weight",
+                                     v=p + "self.value.weight", o=p + "output.dense.weight",
+                                     q_bias=p + "self.query.bias",
+                                     k_bias=p + "self.key.bias",
+                                     v_bias=p + "self.value.bias",
+                                     o_bias=p + "output.dense.bias", layout="rows"), 1, heads=H)
     got = np.array([[float(e) for e in r] for r in attend_layer(wrong, exact_matrix(X)).outputs])
     assert not np.allclose(got, want.numpy(), atol=1e-3)
     # the weights are their float32 values exactly (dyadic rationals)
@@ -146,6 +146,10 @@ def test_heads_from_config_and_wrong_names_listed(tmp_path):
         load_layer(tensors, "gpt2", 3)
     with pytest.raises(InputError, match="arch must be one of bert, gpt2, llama"):
         load_layer(tensors, "t5", 0)
+    with pytest.raises(InputError, match=r"arch must be one of .* \(got \['q'\]\)"):
+        load_layer(tensors, ["q"], 0)       # a JSON name map that is not an object
+    with pytest.raises(InputError, match=r"name map fields must be among fused, .* \(got kk\)"):
+        load_layer(tensors, {"fused": "h.{layer}.attn.c_attn.weight", "kk": 1}, 0)
 
 
 def test_readers_keep_exact_binary_values(tmp_path):
@@ -288,7 +292,7 @@ def test_one_head_needs_only_q_k_v_and_a_layer_names_the_missing_w_o(tmp_path, c
     assert err.strip().endswith(
         "name map field o must name a tensor (got none); names in qkv.npz: " +
         ", ".join(sorted(t)))
-    layer = load_layer(read_tensors(str(tmp_path / "qkv.npz")), NameMap(**names), 0, heads=2,
+    layer = load_layer(read_tensors(str(tmp_path / "qkv.npz")), names, 0, heads=2,
                        out_projection=False)
     assert layer.W_O is None and layer.b_O is None and len(layer.heads) == 2
     with pytest.raises(InputError, match="W_O must be given to run a whole layer"):

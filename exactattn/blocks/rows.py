@@ -44,7 +44,7 @@ from ..numbers.digits import check_places, format_scaled
 from ..numbers.limbs import mix
 from ..numbers.softmax import SoftmaxRow
 from ..reference.bound import gamma
-from ..reference.logits import rope_score, softmax_row
+from ..reference.logits import rope_row, softmax_row
 from .inputs import ExactInputs
 
 
@@ -76,11 +76,9 @@ def exact_row(inputs: ExactInputs, i: int, cols: np.ndarray) -> SoftmaxRow:
     x, policy = inputs, inputs.policy
     raw: list = [None] * x.n_k
     if policy.rope is not None:
-        q = [Fraction(int(a), x.q_den) for a in x.q[i].tolist()]
-        at = policy.query_position(i, x.n_q, x.n_k)
-        for j in cols.tolist():
-            key = [Fraction(int(a), x.k_den) for a in x.k[j].tolist()]
-            raw[j] = rope_score(q, key, policy.rope, at, j)
+        raw = rope_row([Fraction(int(a), x.q_den) for a in x.q[i].tolist()],
+                       lambda j: [Fraction(int(a), x.k_den) for a in x.k[j].tolist()],
+                       cols.tolist(), policy, i, x.n_q, x.n_k)
     elif len(cols):
         q, k = x.q[i:i + 1], x.k[cols]
         nums = (exact_matmul(q, k.T) if q.dtype == object or k.dtype == object

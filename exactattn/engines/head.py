@@ -264,19 +264,29 @@ def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[
             step.macs["mix"])
 
 
-def _pencil(head: Head, x: list[list], keep=None) -> Trace | None:
-    """The pencil engine on integers over common denominators (None if not all rational)."""
+def pencil(head: Head, x: list[list], keep=None, visible=None, shared: list | None = None
+            ) -> Trace | None:
+    """The pencil engine on integers over common denominators (None if not all rational).
+
+    ``visible(i)``: the keys query i sees (default: the policy's rule); ``shared``: the key
+    and value projections of a key/value head several query heads read (a layer's GQA),
+    filled by the first and counted there only."""
     xi = common_denominator(x)
     if xi is None:
         return None
-    done = [project_biased(w, b, *xi) for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
-                                                   (head.W_V, head.b_V))]
+    kv = shared or [project_biased(w, b, *xi) for w, b in ((head.W_K, head.b_K),
+                                                           (head.W_V, head.b_V))]
+    done = [project_biased(head.W_Q, head.b_Q, *xi)] + kv
     if any(p is None for p in done):
         return None
     (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
+    if shared:                      # projected (and counted) by the first head that read them
+        mk = mv = ak = av = 0
+    elif shared is not None:
+        shared.extend(kv)
     n, policy = len(x), head.policy
-    step = counted_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk, dv,
-                        head.divisor_squared, policy, keep)
+    step = counted_step(q, k, v, visible or (lambda i: policy.visible_keys(i, n, n)), dq, dk,
+                        dv, head.divisor_squared, policy, keep)
 
     def integers():
         from ..numbers.bulk import int_rows
@@ -398,7 +408,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     if engine == "fast":
         from .fast import attend_fast
         return attend_fast(head, xs)
-    trace = _pencil(head, xs, keep)
+    trace = pencil(head, xs, keep)
     if trace is None and policy.modified:      # irrational entries: refused, never dropped
         modified_engine(policy, "symbolic", True, 0)
     return trace or _symbolic(head, xs)

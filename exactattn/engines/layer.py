@@ -7,10 +7,10 @@ key/value heads (Ainslie et al. 2023) and an explicit padding mask::
               with g = policy.kv_head(a, H, H_kv)                  (n x d_v each)
     outputs = concat(head_1 .. head_H) W_O + b_O                   (n x d_model)
 
-Every head runs through the pencil engine's counted step
-(:func:`~exactattn.engines.head.project_biased`, :func:`~exactattn.reference.modified.counted_step`),
-the same loops :mod:`exactattn.cost` counts.  A key/value head shared by
-several query heads (GQA, MQA) is projected once.
+Every head runs through the pencil engine (:func:`~exactattn.engines.head.pencil`: its
+projections and :func:`~exactattn.reference.modified.counted_step`), the same loops
+:mod:`exactattn.cost` counts.  A key/value head shared by several query heads (GQA, MQA)
+is projected once.
 
 An output entry is a sum of exact ratios over DIFFERENT softmax normalisers
 (one per head): a :class:`LayerValue` (terms, one :class:`ExpRatio` per head,
@@ -38,11 +38,8 @@ from typing import Sequence
 from ..call.policy import Mask, Policy
 from ..numbers.digits import enclosure_sign
 from ..errors import InputError, ShapeError
-from ..numbers.exact import to_matrix, to_row
-from ..numbers.exact import fmpq_of
-from .head import Head, project_biased
-from ..numbers.exact import common_denominator
-from ..reference.modified import counted_step
+from ..numbers.exact import common_denominator, fmpq_of, to_matrix, to_row
+from .head import Head, pencil
 from ..call.modifiers import check_keep
 from ..numbers.real import Real
 from ..numbers.softmax import ExpRatio
@@ -299,7 +296,6 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
         if mask.has_offsets:
             raise InputError("mask must hide keys only in a layer (got an additive mask "
                              "with offsets); pass a bool_keep mask")
-    xi, dx = common_denominator(xs)
     H = len(layer.heads)
     if hasattr(dropout_keep, "__len__") and len(dropout_keep) != H:
         raise ShapeError(f"dropout_keep must hold one keep-mask per query head, {H} (got "
@@ -307,34 +303,18 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
     keeps = [check_keep(None if dropout_keep is None else dropout_keep[a], h.policy, n, n,
                         name="dropout_keep", argument="dropout_keep")
              for a, h in enumerate(layer.heads)]
-    macs = {"projections": 0, "scores": 0, "mix": 0, "out_projection": 0}
-    adds = 0
     seen = layer.policy.keep(n, n, mask)          # the one visibility rule, with the mask
-
-    def visible(i: int) -> list[int]:
-        return seen[i].nonzero()[0].tolist()
-    kv_done: dict[int, tuple] = {}
-    rows, head_outputs = [], []
-    for a, head in enumerate(layer.heads):
-        g = layer.kv_of[a]
-        if g not in kv_done:           # a shared key/value head is projected once
-            k = project_biased(head.W_K, head.b_K, xi, dx)
-            v = project_biased(head.W_V, head.b_V, xi, dx)
-            if k is None or v is None:
-                raise InputError("weights must be rational numbers for an exact layer")
-            macs["projections"] += k[2] + v[2]
-            adds += k[3] + v[3]
-            kv_done[g] = (k, v)
-        (k_ints, dk, _, _), (v_ints, dv, _, _) = kv_done[g]
-        q_ints, dq, mq, aq = project_biased(head.W_Q, head.b_Q, xi, dx)
-        macs["projections"] += mq
-        adds += aq
-        step = counted_step(q_ints, k_ints, v_ints, visible, dq, dk, dv, head.divisor_squared,
-                            head.policy, keeps[a])      # sinks, ALiBi, soft-cap, RoPE, dropout
-        for stage, count in step.macs.items():
+    shared: dict[int, list] = {}                  # a shared key/value head is projected once
+    traces = [pencil(head, xs, keeps[a], lambda i: seen[i].nonzero()[0].tolist(),
+                      shared.setdefault(layer.kv_of[a], [])) for a, head in enumerate(layer.heads)]
+    if None in traces:
+        raise InputError("weights must be rational numbers for an exact layer")
+    macs = {"projections": 0, "scores": 0, "mix": 0, "out_projection": 0}
+    for t in traces:          # sinks, ALiBi, soft-cap, RoPE, dropout: each head's counted step
+        for stage, count in t.macs.items():
             macs[stage] = macs.get(stage, 0) + count
-        rows.append(step.rows)
-        head_outputs.append(step.outputs)
+    adds = sum(t.bias_adds for t in traces)
+    rows, head_outputs = [t.rows for t in traces], [t._outputs for t in traces]
     if layer.W_O is None:
         raise InputError("W_O must be given to run a whole layer (got a layer built without "
                          "its output projection); build it with W_O")

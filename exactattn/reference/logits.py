@@ -117,6 +117,19 @@ def modified_row(scaled: Sequence, policy: Policy, added: Sequence | None, cap) 
     return out
 
 
+def rope_row(query: Sequence[Fraction], key, cols, policy: Policy, i: int, n_queries: int,
+             n_keys: int) -> list:
+    """Row i's rotary raw scores (:func:`rope_score`) over the keys ``cols``, None elsewhere:
+    query i at ``policy.query_position(i, n_queries, n_keys)``, key j (``key(j)``, its exact
+    entries) at j, under ``policy.rope`` bound to the call (:meth:`Rope.for_call
+    <exactattn.call.modifiers.Rope.for_call>`: a dynamic scaling's length)."""
+    rope = policy.rope.for_call(policy, n_queries, n_keys)
+    at, row = policy.query_position(i, n_queries, n_keys), [None] * n_keys
+    for j in cols:
+        row[j] = rope_score(query, key(j), rope, at, j)
+    return row
+
+
 def rope_score(query: Sequence[Fraction], key: Sequence[Fraction], rope, query_position: int,
                key_position: int):
     """The raw score of a rotated query and key, exactly, in canonical form.

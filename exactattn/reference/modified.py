@@ -40,7 +40,7 @@ from typing import Callable, Iterable
 
 from ..errors import InputError
 from .kernels import mix, score, to_fractions
-from .logits import rope_score, softmax_row
+from .logits import rope_row, softmax_row
 from ..call.modifiers import dropout_factors
 from ..numbers.ratio import ExpRatio
 
@@ -146,14 +146,10 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
     rotated = None
     if policy.rope is not None:
         qf, kf = to_fractions(queries, q_den), to_fractions(keys, k_den)
-        d_k = len(queries[0]) if queries else 0
-        rotated, count, rope = [], 0, policy.rope.for_call(policy, n_q, n_k)
-        for i, r in enumerate(raw_f):
-            p = policy.query_position(i, n_q, n_k)
-            rotated.append([None if a is None else rope_score(qf[i], kf[j], rope, p, j)
-                            for j, a in enumerate(r)])
-            count += 2 * d_k * sum(a is not None for a in r)
-        macs["rotation"] = count
+        seen = [[j for j, a in enumerate(r) if a is not None] for r in raw_f]
+        rotated = [rope_row(qf[i], kf.__getitem__, seen[i], policy, i, n_q, n_k)
+                   for i in range(n_q)]
+        macs["rotation"] = 2 * len(qf[0] if qf else ()) * sum(map(len, seen))
     source = rotated if rotated is not None else raw_f
     shared: dict[tuple, object] = {}
     rows = []

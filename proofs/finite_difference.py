@@ -25,7 +25,7 @@ sec. 1.2 (finite differences); Popoviciu's inequality on variances (1935).
 
 from __future__ import annotations
 
-from exactattn.gradients.checks import check_finite_difference
+from exactattn.properties.gradients import check_finite_difference
 from exactattn.proofs._gradients import calls
 from exactattn.proofs._support import Report, main
 

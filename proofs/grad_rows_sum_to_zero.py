@@ -11,7 +11,7 @@ more column with dP = 0.
 
 Derivation: for n = 1..5 the row's shares come from exactattn's symbolic
 engine and dS from the backward rule under test (by default
-``exactattn.gradients.checks.softmax_backward``); the row sum is put over one
+``exactattn.properties.gradients.softmax_backward``); the row sum is put over one
 denominator and cancelled.  For n = 1..3 the rule is also checked to be the
 gradient itself: dS_k = d/ds_k sum_j dP_j P_j (sympy's ``diff``).  Then
 exactattn's exact gradients of three concrete calls (an irrational scale,
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sympy
 
-from exactattn.gradients.checks import check_rows_sum_to_zero, softmax_backward
+from exactattn.properties.gradients import check_rows_sum_to_zero, softmax_backward
 from exactattn.proofs._gradients import calls
 from exactattn.proofs._support import Report, decide_zero, exact_softmax, main
 

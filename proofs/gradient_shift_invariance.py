@@ -9,7 +9,7 @@ Assumptions: real scores, shift and dP (free symbols here).
 
 Derivation: for n = 1..5 the backward under test (by default the shares
 of exactattn's symbolic engine fed to
-``exactattn.gradients.checks.softmax_backward``) is applied to a symbolic row
+``exactattn.properties.gradients.softmax_backward``) is applied to a symbolic row
 and to the same row plus c, and each difference is cancelled to 0.  Then
 exactattn's exact gradients of the concrete calls, shifted by 7/3 (an
 additive offset on every pair, the sink's logit too), equal the unshifted
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sympy
 
-from exactattn.gradients.checks import check_shift_invariance, softmax_backward
+from exactattn.properties.gradients import check_gradient_shift_invariance, softmax_backward
 from exactattn.proofs._gradients import calls
 from exactattn.proofs._support import Report, decide_zero, exact_softmax, main
 
@@ -52,7 +52,7 @@ def run(backward=exact_backward, *, out=None) -> bool:
                      (bad[0] if bad else f"residual 0 for entries 1..{n}"))
     report.say("exactattn's exact gradients (exactattn.gradients) of concrete calls:")
     for label, g in calls():
-        ch = check_shift_invariance(g)
+        ch = check_gradient_shift_invariance(g)
         report.check(label, ch.holds, ch.lines[0])
     return report.finish()
 

@@ -11,7 +11,7 @@ a sink's logit does not move with the bias, so with a sink the gradient is
 
 Derivation: for n = 1..4 keys of width 2, with scores s_j = q . (k_j + b),
 the shares come from exactattn's symbolic engine, dS from the backward rule
-under test (by default ``exactattn.gradients.checks.softmax_backward``) and
+under test (by default ``exactattn.properties.gradients.softmax_backward``) and
 dL/db = sum_j dS_j q (each score moves by q along b); each component is
 cancelled to 0, and sympy's ``diff`` of sum_j dP_j P_j by b agrees.  Then
 exactattn's exact gradients of the concrete calls: sum_j dK_j = 0 exactly
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sympy
 
-from exactattn.gradients.checks import check_key_bias, softmax_backward
+from exactattn.properties.gradients import check_key_bias, softmax_backward
 from exactattn.proofs._gradients import calls
 from exactattn.proofs._support import Report, decide_zero, exact_softmax, main
 

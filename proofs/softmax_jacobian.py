@@ -10,7 +10,7 @@ Assumptions: real scores (free symbols here); a row of visible keys.
 
 Derivation: for n = 1..4 the shares come from exactattn's symbolic engine;
 the Jacobian under test (by default
-``exactattn.gradients.checks.softmax_jacobian``) is compared entry by entry
+``exactattn.properties.gradients.softmax_jacobian``) is compared entry by entry
 with sympy's ``diff`` of the shares, then J - J^T and each row sum are put
 over one denominator and cancelled.  Then exactattn's exact gradients of
 three concrete calls (the sink's column included) have, on every row, a
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sympy
 
-from exactattn.gradients.checks import check_jacobian, softmax_jacobian
+from exactattn.properties.gradients import check_jacobian, softmax_jacobian
 from exactattn.proofs._gradients import calls
 from exactattn.proofs._support import Report, decide_zero, exact_softmax, main
 

@@ -50,9 +50,10 @@ from ..reference.reference import Reference
 from ..verify import compare
 from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, make_call
 from ..verify.compare import TOLERANCES, Tolerance, check_tolerance, tolerance_for
-from .inputs import (PropertyFailure, attend_as_function, dropout_keep, effective_mask, failure,
-                     head_fail, keep, matrices, reference, replace, row_text, selector_head,
-                     sizes, value_text, visible)
+from .inputs import (Check, PropertyFailure, attend_as_function, dropout_keep, effective_mask,
+                     failure, head_fail, input_text, keep, matrices, reference, replace, row_text,
+                     selector_head, sizes, value_text, visible)
+from .gradients import check_gradients
 from .rules import OPT_IN, PROPERTIES, active, holds
 
 
@@ -252,8 +253,8 @@ class Implementation:
 
     def _wrong_shape(self, inp, got: str):
         n_q, _, _, d_v = sizes(inp)
-        raise PropertyFailure(f"outputs must be {n_q} x {d_v} (got {got})\n"
-                              f"  function: {self.name}\n  input: {inp!r}")
+        raise failure("output shape", f"outputs must be {n_q} x {d_v} (got {got})", self.name,
+                      inp, [])
 
 
 def as_implementation(fn) -> Implementation:
@@ -285,7 +286,8 @@ def property_check(name: str):
             try:
                 return check(impl, inp, *args, **kwargs)
             except ImplRaised as e:
-                raise failure(prop, impl.describe(), inp, [f"{impl.name} raised {e.line}"]) from e
+                raise failure(name, prop, impl.describe(), inp,
+                              [f"{impl.name} raised {e.line}"]) from e
         sig = inspect.signature(check)
         first, *rest = sig.parameters.values()
         run.__signature__ = sig.replace(parameters=[first.replace(name="fn"), *rest])
@@ -298,7 +300,7 @@ def _fail(name: str, impl: Implementation, res: Result, inp: Call, bad: list[str
           detail: str = "") -> None:
     """Raise property ``name``'s :class:`PropertyFailure` when ``bad`` holds lines."""
     if bad:
-        raise failure(PROPERTIES[name].statement + detail, impl.describe(res), inp, bad)
+        raise failure(name, PROPERTIES[name].statement + detail, impl.describe(res), inp, bad)
 
 
 def _shares(impl: Implementation, inp: Call) -> Result:
@@ -790,8 +792,12 @@ def check_masked_nonfinite_ignored(impl, inp: Call) -> int:
     return len(unseen)
 
 
-def check_all(fn, inp: Call) -> list[str]:
+def check_all(fn, inp: Call, *, d_out=None, finite_differences: Sequence[tuple] = ()) -> list[str]:
     """Run every function check that holds under ``inp``'s policy; return the names of those run.
+
+    With ``d_out`` (n_q x d_v, the upstream gradient), the checks of exactattn's exact
+    gradients of ``inp`` run too (:func:`~exactattn.properties.gradients.check_gradients`,
+    with the ``finite_differences`` named there).
 
     Which property holds under which modifier is the one table
     :data:`exactattn.properties.rules.PROPERTIES` (e.g. a soft-capped head is
@@ -815,6 +821,13 @@ def check_all(fn, inp: Call) -> list[str]:
            and (name != "causal first output" or _first_sees_first(inp))]
     for name in ran:
         CHECKS[name](impl, inp)
+    if d_out is not None:
+        g = Reference(inp).gradients(d_out).blocks[(0, 0)]
+        for check in check_gradients(g, finite_differences=finite_differences):
+            if not check.holds:
+                raise PropertyFailure(check, "function: exactattn's exact gradients",
+                                      f"input: {input_text(inp)}", f"d_out: {d_out!r}")
+            ran.append(check.name)
     return ran
 
 
@@ -853,7 +866,8 @@ def check_identical_tokens(head, x) -> int:
                 bad.append(f"tokens {a} and {b} are identical but outputs[{a}][{c}] != "
                            f"outputs[{b}][{c}]")
     if bad:
-        head_fail("two tokens with the same numbers get the same row", head, x, bad)
+        head_fail("identical tokens", "two tokens with the same numbers get the same row", head,
+                  x, bad)
     return len(pairs)
 
 
@@ -896,8 +910,8 @@ def check_bias_cancels(head, x, *, key_bias: Sequence | None = None,
                 if biased.output(i, c) != plain.output(i, c) + b_v[c]:
                     bad.append(f"outputs[{i}][{c}] did not shift by value bias {b_v[c]}")
     if bad:
-        head_fail("a key bias cancels and a value bias shifts the outputs by itself", head, x,
-                  bad)
+        head_fail("bias cancels", "a key bias cancels and a value bias shifts the outputs by "
+                  "itself", head, x, bad)
 
 
 def check_cost(head, x) -> dict[str, int]:
@@ -929,7 +943,7 @@ def check_cost(head, x) -> dict[str, int]:
     bad = [f"{stage}: counted {counted.get(stage)} MACs, derived {derived[stage]} "
            f"({formulas[stage]})" for stage in derived if counted.get(stage) != derived[stage]]
     if bad:
-        head_fail("the counted cost equals the derived formula", head, x, bad)
+        head_fail("cost", "the counted cost equals the derived formula", head, x, bad)
     return counted
 
 
@@ -979,8 +993,8 @@ def check_masked_entries_absent(inp: Call) -> int:
                 bad.append(f"outputs[{i}][{c}] contains {sorted(map(str, leak))}, entries of "
                            f"keys or values query {i} cannot see")
     if bad:
-        raise failure("keys and values at masked positions appear in no output",
-                      "exactattn.attend (symbolic)", inp, bad)
+        raise failure("masked entries absent", "keys and values at masked positions appear in "
+                      "no output", "exactattn.attend (symbolic)", inp, bad)
     return checked
 
 
@@ -1005,13 +1019,12 @@ def check_online_softmax(raw: Sequence, divisor_squared, values=None, *, blocks=
         res = online_softmax(raw, divisor_squared, values, blocks=split, empty_row=empty_row)
         if not res.equals_one_pass():
             ref, outs = res.one_pass()
-            raise PropertyFailure("\n".join([
-                "property failed: the online softmax equals the one-pass softmax exactly",
-                f"  raw scores: {['-inf' if r is None else str(r) for r in raw]}, "
-                f"divisor squared {divisor_squared}",
-                f"  blocks: {res.blocks}",
-                f"  online: max {res.row.max_raw}, normaliser {res.row.counts}, "
-                f"outputs {[o.numerators for o in res.outputs]}",
-                f"  one pass: max {ref.max_raw}, normaliser {ref.counts}, "
-                f"outputs {[o.numerators for o in outs]}"]))
+            raise PropertyFailure(Check(
+                "online softmax", "the online softmax equals the one-pass softmax exactly", False,
+                [f"raw scores: {['-inf' if r is None else str(r) for r in raw]}, "
+                 f"divisor squared {divisor_squared}", f"blocks: {res.blocks}",
+                 f"online: max {res.row.max_raw}, normaliser {res.row.counts}, "
+                 f"outputs {[o.numerators for o in res.outputs]}",
+                 f"one pass: max {ref.max_raw}, normaliser {ref.counts}, "
+                 f"outputs {[o.numerators for o in outs]}"]))
     return len(splits)

@@ -27,6 +27,7 @@ rational and otherwise as its float followed by its closed form
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Sequence
 
@@ -227,8 +228,26 @@ def attend_as_function(queries, keys, values, *, mask: Mask | None = None, scale
 _DEFAULT_POLICY = Policy()
 
 
+@dataclass
+class Check:
+    """One property checked once: its name, its statement, whether it holds, one line per finding.
+
+    The one result of the property checks: the gradient checks return it, a function check
+    raises it as a :class:`PropertyFailure` when it does not hold."""
+    name: str
+    statement: str
+    holds: bool
+    lines: list[str] = field(default_factory=list)
+
+
 class PropertyFailure(AssertionError):
-    """A property of attention does not hold for one function on one input."""
+    """A property of attention does not hold: ``check`` (a :class:`Check`) says which, the
+    report names where (the function and its input, or exactattn's head) and what broke."""
+
+    def __init__(self, check: Check, *where: str):
+        self.check = check
+        super().__init__("\n".join([f"property failed: {check.statement}",
+                                     *(f"  {x}" for x in (*where, *check.lines))]))
 
 
 PropertyFailure.__module__ = "exactattn.properties"   # where users import it from
@@ -290,14 +309,13 @@ def row_text(row: Sequence) -> str:
     return "[" + ", ".join(value_text(x) for x in row) + "]"
 
 
-def failure(prop: str, function: str, inp, lines: list[str]) -> PropertyFailure:
+def failure(name: str, prop: str, function: str, inp, lines: list[str]) -> PropertyFailure:
     """The :class:`PropertyFailure` of a function check: the property, the function, the input, the lines."""
-    text = [f"property failed: {prop}", f"  function: {function}", f"  input: {input_text(inp)}"]
-    return PropertyFailure("\n".join(text + [f"  {line}" for line in lines]))
+    return PropertyFailure(Check(name, prop, False, lines), f"function: {function}",
+                           f"input: {input_text(inp)}")
 
 
-def head_fail(prop: str, head, x, lines: list[str]):
+def head_fail(name: str, prop: str, head, x, lines: list[str]):
     """Raise the :class:`PropertyFailure` for a check of exactattn's own head engine."""
-    text = [f"property failed: {prop}", "  function: exactattn.attend (exact)",
-            f"  head: {head!r}", f"  x: {matrix_text(x)}"]
-    raise PropertyFailure("\n".join(text + [f"  {line}" for line in lines]))
+    raise PropertyFailure(Check(name, prop, False, lines), "function: exactattn.attend (exact)",
+                          f"head: {head!r}", f"x: {matrix_text(x)}")

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import sympy
 
-from exactattn.gradients.checks import softmax_backward
+from exactattn.properties.gradients import softmax_backward
 
 from exactattn import cost
 from exactattn.cli import main

@@ -3,7 +3,7 @@
 Each proof holds and prints its golden report (tests/golden/proofs/NAME.txt, shared
 with tests/package/test_proofs.py), and fails on a deliberately broken backward: one that
 leaves out D_i, a wrong Jacobian, a backward that reads the unnormalised exponentials.
-The Python checks (exactattn.gradients.checks) fail the same way on broken inputs.
+The Python checks (exactattn.properties.gradients) fail the same way on broken inputs.
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from exactattn.cli import main
 from exactattn.commands import prove
 from exactattn.errors import InputError
 from exactattn.gradients import gradients
-from exactattn.gradients.checks import (Check, check_all, check_finite_difference,
-                                        check_jacobian, check_key_bias, check_rows_sum_to_zero,
-                                        check_shift_invariance, softmax_backward,
-                                        softmax_jacobian)
+from exactattn import Call, Reference
+from exactattn.properties import check_all, reference
+from exactattn.properties.gradients import (Check, check_finite_difference,
+                                            check_gradient_shift_invariance, check_gradients,
+                                            check_jacobian, check_key_bias,
+                                            check_rows_sum_to_zero, softmax_backward,
+                                            softmax_jacobian)
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "proofs"
 NAMES = ["finite_difference", "grad_rows_sum_to_zero", "gradient_shift_invariance",
@@ -113,11 +116,15 @@ def test_rules_for_any_numbers():
 
 
 def test_checks_hold_on_a_call_and_report_exactly():
-    g = gradients([[1, 0], [0, 2]], [[1, 1], [2, 0]], [[1], [3]], [[1], [-1]], Policy())
-    checks = check_all(g, finite_differences=[("Q", 0, 1), ("K", 1, 0)])
+    call = Call([[1, 0], [0, 2]], [[1, 1], [2, 0]], [[1], [3]], policy=Policy())
+    g = Reference(call).gradients([[1], [-1]]).blocks[(0, 0)]
+    checks = check_gradients(g, finite_differences=[("Q", 0, 1), ("K", 1, 0)])
     assert [type(c) for c in checks] == [Check] * 6 and all(c.holds for c in checks)
     assert checks[0].lines == ["2 rows: sum_j dS_ij = 0 exactly"]
     assert checks[2].lines == ["2 columns: sum_j dK_jc = 0 exactly"]
+    # the one check_all: the function checks, then these on the call's exact gradients
+    ran = check_all(reference, call, d_out=[[1], [-1]], finite_differences=[("Q", 0, 1)])
+    assert ran[-5:] == [c.name for c in checks[:5]] and "matches reference" in ran
 
 
 def test_a_check_fails_on_a_broken_gradient():
@@ -140,4 +147,4 @@ def test_checks_refuse_what_they_cannot_state():
     with pytest.raises(InputError, match="wrt must be an offset of a pair the query sees"):
         check_finite_difference(h, ("m", 0, 1))
     assert check_rows_sum_to_zero(h).holds and check_jacobian(h).holds
-    assert check_key_bias(h).holds and check_shift_invariance(h).holds
+    assert check_key_bias(h).holds and check_gradient_shift_invariance(h).holds

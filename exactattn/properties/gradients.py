@@ -1,7 +1,10 @@
-"""The exact properties of a call's gradients, as checks usable from Python (and by ``prove``).
+"""The exact properties of a call's gradients: the property checks of exactattn's backward.
 
-Each ``check_*`` takes a :class:`~exactattn.gradients.backward.Gradients` and
-returns a :class:`Check` (``holds``, and one line per finding); every test is
+Each ``check_*`` takes the exact gradients of one call (one block of
+:meth:`Reference(call).gradients(d_out) <exactattn.verify.Reference.gradients>`,
+read through its public methods) and returns a
+:class:`~exactattn.properties.inputs.Check`, the one result of every property
+check (``holds``, and one line per finding); every test is
 exact (polynomial identities in the transcendentals of the call) or, for the
 finite difference, certified by interval arithmetic:
 
@@ -12,7 +15,7 @@ finite difference, certified by interval arithmetic:
 * :func:`check_key_bias`: the gradient of a key bias, ``sum_j dK_j = scale
   sum_i q_i sum_j dS_ij``, is exactly 0; with a sink it is ``-scale sum_i q_i
   dS_i,sink`` instead (the sink's logit does not move with the bias);
-* :func:`check_shift_invariance`: adding one constant to every logit of the
+* :func:`check_gradient_shift_invariance`: adding one constant to every logit of the
   call (the sink's too) changes no gradient;
 * :func:`check_finite_difference`: ``(L(x + h) - L(x - h)) / 2h`` for the loss
   ``L = sum dO * O``, enclosed in ``arb`` from the forward pass alone, agrees
@@ -25,9 +28,9 @@ finite difference, certified by interval arithmetic:
 :func:`softmax_backward` and :func:`softmax_jacobian` are the rules the checks
 state, written for any numbers (sympy expressions included), for the proofs.
 
->>> from exactattn.call.policy import Policy
->>> from exactattn.gradients import gradients
->>> g = gradients([[1], [2]], [[1], [0]], [[1], [3]], [[2], [1]], Policy(scale="none"))
+>>> from exactattn import Call, Policy, Reference
+>>> call = Call([[1], [2]], [[1], [0]], [[1], [3]], policy=Policy(scale="none"))
+>>> g = Reference(call).gradients([[2], [1]]).blocks[(0, 0)]
 >>> check_rows_sum_to_zero(g).holds, check_key_bias(g).holds
 (True, True)
 >>> check_finite_difference(g, ("Q", 1, 0)).lines[0]
@@ -36,26 +39,13 @@ state, written for any numbers (sympy expressions included), for the proofs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Sequence
 
-from ..numbers.ratio import ExpRatio
-from ..numbers.exact import fraction_of
-
-__all__ = ["check_all", "check_finite_difference"]
+from .inputs import Check
 
 #: what a finite difference may perturb: an entry of Q, K, V, an offset m_ij, the sink
 WRT = ("Q", "K", "V", "m", "sink")
-
-
-@dataclass
-class Check:
-    """One property of one call's gradients: its statement, whether it holds, what was found."""
-    name: str
-    statement: str
-    holds: bool
-    lines: list[str] = field(default_factory=list)
 
 
 def softmax_backward(shares: Sequence, d_shares: Sequence) -> list:
@@ -86,7 +76,7 @@ def check_rows_sum_to_zero(g) -> Check:
         total = g.row_sum(i)
         if not total.is_zero():
             bad.append(f"row {i}: sum_j dS = {total.text()}")
-    return Check("rows sum to zero", "every row of dS sums to exactly 0", not bad,
+    return Check("gradient rows sum to zero", "every row of dS sums to exactly 0", not bad,
                  bad or [f"{len(_rows(g))} rows: sum_j dS_ij = 0 exactly"])
 
 
@@ -96,18 +86,18 @@ def check_jacobian(g, rows: Sequence[int] | None = None) -> Check:
     rows = _rows(g) if rows is None else rows
     for i in rows:
         J = g.jacobian(i)
-        dP = g.dP_matrix
-        n = g.cols
+        n = len(J)                      # the keys, and the sink's column (its dP is 0)
+        dP = [g.value("dP", i, k).rational() for k in range(g.S)]
         for j in range(n):
             for k in range(j + 1, n):
                 if not (J[j][k] - J[k][j]).is_zero():
                     bad.append(f"row {i}: J[{j}][{k}] != J[{k}][{j}]")
             if not sum(J[j][1:], J[j][0]).is_zero():
                 bad.append(f"row {i}: row {j} of J does not sum to 0")
-            applied = ExpRatio({("J", i, j, k): fraction_of(dP[i, k]) for k in range(n)}, g)
+            applied = sum(J[j][k] * dP[k] for k in range(g.S))
             if not (applied - g.value("dS", i, j)).is_zero():
                 bad.append(f"row {i}: (J dP)[{j}] != dS[{i}][{j}]")
-    return Check("softmax jacobian", "diag(p) - p p^T is symmetric, its rows sum to 0, and "
+    return Check("gradient jacobian", "diag(p) - p p^T is symmetric, its rows sum to 0, and "
                  "J dP = dS", not bad, bad or [f"rows {', '.join(map(str, rows))}: symmetric, "
                                              "rows sum to 0, J dP = dS, exactly"])
 
@@ -117,13 +107,13 @@ def check_key_bias(g) -> Check:
     of ``-sum_i Q_ic dS_i,sink`` and is 0 exactly when that is."""
     lines, ok = [], True
     for c in range(g.E):
-        db = ExpRatio({("dK", j, c): 1 for j in range(g.S)}, g, g.irrational_scale is not None)
+        db = sum(g.value("dK", j, c) for j in range(g.S))
         if g.sink is None:
             if not db.is_zero():
                 ok = False
                 lines.append(f"column {c}: sum_j dK = {db.text()}, not 0")
             continue
-        other = ExpRatio({("dS", i, g.S): -g.queries[i][c] for i in _rows(g)}, g)
+        other = sum(-g.queries[i][c] * g.value("dS", i, g.S) for i in _rows(g))
         if db.sign() != other.sign():
             ok = False
             lines.append(f"column {c}: sum_j dK has sign {db.sign()}, -sum_i q_i dS_i,sink "
@@ -132,18 +122,17 @@ def check_key_bias(g) -> Check:
         lines.append(f"{g.E} columns: sum_j dK_jc = 0 exactly" if g.sink is None else
                      f"{g.E} columns: sum_j dK_jc = -scale sum_i Q_ic dS_i,sink (signs agree; "
                      "the sink keeps the key bias from cancelling)")
-    return Check("key bias", "the gradient of a key bias is exactly 0 (without a sink)", ok,
+    return Check("gradient key bias", "the gradient of a key bias is exactly 0 (without a sink)", ok,
                  lines)
 
 
-def check_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
+def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
     """The gradients of the call with ``shift`` added to every logit (and to the sink) are
     exactly those of the call."""
-    from .backward import Gradients
     offsets = g.offsets
     rows = [[(x or 0) + shift for x in (r if r is not None else [0] * g.S)]
             for r in (offsets if offsets is not None else [None] * g.R)]
-    other = Gradients(g.queries, g.keys, g.values, g.d_out, keep=g.keep, offsets=rows,
+    other = type(g)(g.queries, g.keys, g.values, g.d_out, keep=g.keep, offsets=rows,
                       divisor_squared=g.divisor_squared, empty_row=g.empty_row,
                       sink=None if g.sink is None else g.sink + shift, factors=g.factors)
     bad = []
@@ -154,7 +143,7 @@ def check_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
                     bad.append(f"{name}: {x.text()} != {y.text()}")
     if g.sink is not None and not g.dsink == other.dsink:
         bad.append("dsink changed")
-    return Check("shift invariance", "adding one constant to every logit changes no gradient",
+    return Check("gradient shift invariance", "adding one constant to every logit changes no gradient",
                  not bad, bad[:5] or [f"shift {shift}: dQ, dK, dV, dS identical, exactly"])
 
 
@@ -297,13 +286,12 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
             "it (certified)" if ok else
             f"{where}: gradient {shown}, finite difference {certify(fd_at, places)}: further "
             f"apart than {h_text} * {m2} + 2^-80 (certified)")
-    return Check("finite difference", "a finite difference at certified precision agrees "
+    return Check("gradient finite difference", "a finite difference at certified precision agrees "
                  "with the gradient", ok, [line])
 
 
-def check_all(g, *, finite_differences: Sequence[tuple] = ()) -> list[Check]:
+def check_gradients(g, *, finite_differences: Sequence[tuple] = ()) -> list[Check]:
     """Every check on ``g`` (the Jacobian on at most 4 rows; the finite differences named)."""
     out = [check_rows_sum_to_zero(g), check_jacobian(g, _rows(g)[:4]), check_key_bias(g),
-           check_shift_invariance(g)]
-    out += [check_finite_difference(g, w) for w in finite_differences]
-    return out
+           check_gradient_shift_invariance(g)]
+    return out + [check_finite_difference(g, w) for w in finite_differences]

@@ -39,8 +39,8 @@ from typing import Callable, Sequence
 import flint  # noqa: F401  (loaded with the checks, not inside the first example Hypothesis times)
 
 from ..call.inputs import Call, empty_rows, keys_read
-from ..call.policy import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS, divisor_text
-from ..engines.head import Head, attend
+from ..call.policy import DEFAULT_SCALE, EMPTY_ROWS, MASK_KINDS, POSITION_FIELDS
+from ..engines.head import attend
 from ..errors import InputError, ShapeError
 from ..numbers.exact import fraction_of, rational_sqrt, to_exact
 from ..numbers.softmax import ExpRatio
@@ -562,26 +562,29 @@ def check_causal_first_output(impl, inp: Call) -> None:
     _fail("causal first output", impl, res, inp, bad)
 
 
-def _compare_outputs(name: str, detail: str, impl, inp: Call, moved: Call, rows_map=None,
-                     shift=None):
-    """Rows of ``impl(moved)`` against those of ``impl(inp)`` (+ ``shift``): ``other[i]``
-    against ``base[src]`` for ``(i, src)`` in ``rows_map`` (default: in order).
-
-    Rows of ``inp`` (the base input) that see no key are skipped.
-    """
-    base, other, bad = impl(inp), impl(moved), []
-    scales = column_scales(matrices(inp)[2])
-    seen = visible(inp)
-    for i, src in rows_map or [(i, i) for i in range(len(seen))]:
-        if not seen[src]:
-            continue
+def _unmoved(impl, base: Result, moved: Call, pairs, scales, why: str = "", shift=None) -> tuple:
+    """``(other, bad)``: ``other = impl(moved)``'s rows against ``base``'s (+ ``shift``),
+    ``other[i]`` against ``base[src]`` for ``(i, src)`` in ``pairs``; ``bad`` one line per
+    entry that moved (``M``: ``scales``, widened by the shift)."""
+    other, bad = impl(moved), []
+    for i, src in pairs:
         for c, M in enumerate(scales):
             want, got = base.rows[src][c], other.rows[i][c]
             if shift is not None:
-                want = base.plus(want, shift[c])
-                M = M + abs(shift[c])
+                want, M = base.plus(want, shift[c]), M + abs(shift[c])
             if not other.same(got, want, M):
-                bad.append(f"outputs[{i}][{c}] = {value_text(got)}, want {value_text(want)}")
+                bad.append(f"outputs[{i}][{c}] = {value_text(got)}, want {value_text(want)}{why}")
+    return other, bad
+
+
+def _compare_outputs(name: str, detail: str, impl, inp: Call, moved: Call, rows_map=None,
+                     shift=None):
+    """:func:`_unmoved` of ``impl(inp)`` and ``moved`` over ``rows_map`` (default: in order),
+    rows of ``inp`` that see no key skipped; fails property ``name``."""
+    seen = visible(inp)
+    pairs = [(i, src) for i, src in rows_map or enumerate(range(len(seen))) if seen[src]]
+    other, bad = _unmoved(impl, impl(inp), moved, pairs, column_scales(matrices(inp)[2]),
+                          shift=shift)
     _fail(name, impl, other, inp, bad, detail)
 
 
@@ -738,12 +741,10 @@ def check_masked_entries_ignored(impl, inp: Call, change: Fraction | int = 7) ->
         moved_values = [[e + delta for e in v] if j in hidden else v for j, v in enumerate(values)]
         moved = replace(inp, values=moved_values, keys=[[e + delta for e in k] if j in hidden
                                                         else k for j, k in enumerate(keys)])
-        res = impl(moved)
         scales = [max(a, b) for a, b in zip(column_scales(values), column_scales(moved_values))]
-        for c, M in enumerate(scales):
-            if not res.same(res.rows[i][c], base.rows[i][c], M):
-                bad.append(f"outputs[{i}][{c}] moved from {value_text(base.rows[i][c])} to "
-                           f"{value_text(res.rows[i][c])} when hidden keys {hidden} changed")
+        res, more = _unmoved(impl, base, moved, [(i, i)], scales,
+                             f" when hidden keys {hidden} changed")
+        bad += more
     _fail("masked entries ignored", impl, res, inp, bad)
 
 
@@ -777,15 +778,10 @@ def check_masked_nonfinite_ignored(impl, inp: Call) -> int:
     for fill in ("inf", "nan") if unseen else ():
         moved = replace(inp, values=[[fill] * len(v) if j in unseen else v
                                      for j, v in enumerate(values)])
-        res = impl(moved)
-        for i in range(len(empty)):
-            if empty[i] and inp.policy.empty_row == "nan":
-                continue
-            for c, M in enumerate(scales):
-                if not res.same(res.rows[i][c], base.rows[i][c], M):
-                    bad.append(f"outputs[{i}][{c}] moved from {value_text(base.rows[i][c])} to "
-                               f"{value_text(res.rows[i][c])} when the values of keys {unseen}, "
-                               f"which no query sees, were {fill}")
+        rows = [(i, i) for i in range(len(empty)) if not (empty[i] and
+                                                           inp.policy.empty_row == "nan")]
+        res, bad = _unmoved(impl, base, moved, rows, scales, f" when the values of keys "
+                            f"{unseen}, which no query sees, were {fill}")
         if bad:
             break
     _fail("masked inf/nan ignored", impl, res, inp, bad)
@@ -836,15 +832,29 @@ def check_all(fn, inp: Call, *, d_out=None, finite_differences: Sequence[tuple] 
 # exactly: every comparison is between exact values.
 
 
+def _head_input(head, x, *, identity: bool = False) -> Call:
+    """The call ``head`` makes on ``x`` (values = the n x n identity with ``identity``, so the
+    outputs are the shares), for :func:`~exactattn.properties.attend_as_function` to run."""
+    inp = Call.of_head(head, x)
+    n = sizes(inp)[0]
+    return replace(inp, values=[[int(i == j) for j in range(n)] for i in range(n)]) if identity \
+        else inp
+
+
 def check_identical_tokens(head, x) -> int:
     """Two tokens with the same numbers get the same row of shares and the same output (no positions).
 
+    :func:`check_identical_queries` on the head's call (:meth:`Call.of_head
+    <exactattn.call.Call.of_head>`), its outputs and its shares, run by the head engine
+    (:func:`~exactattn.properties.attend_as_function`): identical tokens have identical
+    queries.
+
     Returns:
-        the number of pairs of identical tokens compared.
+        the number of pairs of identical queries compared.
 
     Raises:
         InputError: a causal head (its rows differ by position on purpose).
-        PropertyFailure: identical tokens with different rows.
+        PropertyFailure: identical queries with different rows.
 
     >>> from exactattn.examples import chronicle
     >>> check_identical_tokens(chronicle().head, chronicle().x)    # tokens 2 and 4
@@ -852,32 +862,8 @@ def check_identical_tokens(head, x) -> int:
     """
     if head.causal:
         raise InputError("head must not be causal for this check (got causal=True)")
-    trace = attend(head, x, engine="pencil")
-    n = trace.n
-    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if trace.x[a] == trace.x[b]]
-    bad = []
-    for a, b in pairs:
-        for j in range(n):
-            if trace.share(a, j) != trace.share(b, j):
-                bad.append(f"tokens {a} and {b} are identical but shares[{a}][{j}] != "
-                           f"shares[{b}][{j}]")
-        for c in range(head.d_v):
-            if trace.output(a, c) != trace.output(b, c):
-                bad.append(f"tokens {a} and {b} are identical but outputs[{a}][{c}] != "
-                           f"outputs[{b}][{c}]")
-    if bad:
-        head_fail("identical tokens", "two tokens with the same numbers get the same row", head,
-                  x, bad)
-    return len(pairs)
-
-
-def _biased_head(head, query_bias, key_bias, value_bias) -> Head:
-    """The head with biases, as a head over ``x ++ [1]`` whose extra weight column is the bias."""
-    def widen(W, b):
-        return [list(r) + [e] for r, e in zip(W, b)]
-    return Head(widen(head.W_Q, query_bias), widen(head.W_K, key_bias),
-                widen(head.W_V, value_bias), layout="slots", causal=head.causal,
-                divisor=divisor_text(head.divisor_squared))
+    check_identical_queries(attend_as_function, _head_input(head, x))
+    return check_identical_queries(attend_as_function, _head_input(head, x, identity=True))
 
 
 def check_bias_cancels(head, x, *, key_bias: Sequence | None = None,
@@ -889,29 +875,15 @@ def check_bias_cancels(head, x, *, key_bias: Sequence | None = None,
     constant added to a row.  With ``v_j = W_V x_j + b_v`` each output gains
     ``sum_j shares[i][j] b_v = b_v``.  A *query* bias adds ``b_q . k_j``,
     which depends on j, so it does not cancel (see the tests for a head
-    where it moves the shares).  The biased head is built exactly, as a head
-    over ``x ++ [1]`` whose extra weight column is the bias.
+    where it moves the shares).  :func:`check_key_bias_cancels` on the head's
+    shares and :func:`check_value_bias_shifts` on its outputs, run by the head
+    engine (:func:`~exactattn.properties.attend_as_function`).
 
     Raises:
         PropertyFailure: shares that moved, or outputs not shifted by ``value_bias``.
     """
-    b_k = read_bias(key_bias, head.d_k, "key_bias")
-    b_v = read_bias(value_bias, head.d_v, "value_bias")
-    plain = attend(head, x, engine="pencil")
-    biased_head = _biased_head(head, [Fraction(0)] * head.d_k, b_k, b_v)
-    biased = attend(biased_head, [list(r) + [Fraction(1)] for r in plain.x], engine="pencil")
-    bad = []
-    for i in range(plain.n):
-        for j in range(plain.n):
-            if plain.share(i, j) != biased.share(i, j):
-                bad.append(f"shares[{i}][{j}] changed under key bias {[str(e) for e in b_k]}")
-        if not plain.row(i).empty:
-            for c in range(head.d_v):
-                if biased.output(i, c) != plain.output(i, c) + b_v[c]:
-                    bad.append(f"outputs[{i}][{c}] did not shift by value bias {b_v[c]}")
-    if bad:
-        head_fail("bias cancels", "a key bias cancels and a value bias shifts the outputs by "
-                  "itself", head, x, bad)
+    check_key_bias_cancels(attend_as_function, _head_input(head, x, identity=True), key_bias)
+    check_value_bias_shifts(attend_as_function, _head_input(head, x), value_bias)
 
 
 def check_cost(head, x) -> dict[str, int]:

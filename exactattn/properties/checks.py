@@ -788,7 +788,8 @@ def check_masked_nonfinite_ignored(impl, inp: Call) -> int:
     return len(unseen)
 
 
-def check_all(fn, inp: Call, *, d_out=None, finite_differences: Sequence[tuple] = ()) -> list[str]:
+def check_all(fn, inp: Call, *, d_out=None,
+              finite_differences: Sequence[tuple] = ()) -> list[str]:
     """Run every function check that holds under ``inp``'s policy; return the names of those run.
 
     With ``d_out`` (n_q x d_v, the upstream gradient), the checks of exactattn's exact

@@ -42,6 +42,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Callable, Sequence
 
+from flint import arb
+
+from ..errors import InputError
+from ..numbers.digits import certify, round_fraction, tighten
+from ..numbers.exact import fmpq_of
+from ..numbers.reals import atom_ball, real_ball
 from .inputs import Check
 
 #: what a finite difference may perturb: an entry of Q, K, V, an offset m_ij, the sink
@@ -122,8 +128,8 @@ def check_key_bias(g) -> Check:
         lines.append(f"{g.E} columns: sum_j dK_jc = 0 exactly" if g.sink is None else
                      f"{g.E} columns: sum_j dK_jc = -scale sum_i Q_ic dS_i,sink (signs agree; "
                      "the sink keeps the key bias from cancelling)")
-    return Check("gradient key bias", "the gradient of a key bias is exactly 0 (without a sink)", ok,
-                 lines)
+    return Check("gradient key bias",
+                 "the gradient of a key bias is exactly 0 (without a sink)", ok, lines)
 
 
 def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
@@ -143,17 +149,13 @@ def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Chec
                     bad.append(f"{name}: {x.text()} != {y.text()}")
     if g.sink is not None and not g.dsink == other.dsink:
         bad.append("dsink changed")
-    return Check("gradient shift invariance", "adding one constant to every logit changes no gradient",
-                 not bad, bad[:5] or [f"shift {shift}: dQ, dK, dV, dS identical, exactly"])
+    return Check("gradient shift invariance",
+                 "adding one constant to every logit changes no gradient", not bad, bad[:5] or [f"shift {shift}: dQ, dK, dV, dS identical, exactly"])
 
 
 # --------------------------------------------------------------------------- finite differences
 def _loss_ball(g, Q, K, V, offsets, sink):
     """``L = sum_ic dO_ic O_ic`` enclosed from the forward pass (the current arb precision)."""
-    from flint import arb
-    from ..numbers.reals import atom_ball
-    from ..numbers.exact import fmpq_of
-    from ..numbers.reals import real_ball
     s = arb(fmpq_of(g.scale_rational))
     if g.irrational_scale is not None:
         s *= atom_ball(g.irrational_scale)
@@ -231,10 +233,6 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
     Raises:
         InputError: an unknown ``wrt``, an offset of a hidden pair, a NaN row.
     """
-    from flint import arb
-    from ..numbers.digits import tighten
-    from ..errors import InputError
-    from ..numbers.exact import fmpq_of
     if not wrt or wrt[0] not in WRT:
         raise InputError(f"wrt must start with one of {', '.join(WRT)} (got {wrt!r})")
     if g.nan_rows:
@@ -276,7 +274,6 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
         b = arb(fmpq_of(bound))
         return True if abs(d) <= b else False if abs(d) > b else None
     ok = bool(tighten(step, prec, max_prec=16 * prec))
-    from ..numbers.digits import certify, round_fraction
     where = "dL/d" + ("sink" if wrt[0] == "sink" else wrt[0] + "".join(f"[{x}]" for x in wrt[1:]))
     shown = exact.decimal(places) if gradient is None else certify(grad_at, places)
     power = h.denominator.bit_length() - 1

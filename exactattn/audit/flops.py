@@ -265,14 +265,14 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
     """The ``cost/judge`` table and whether the figure is right (see
     :func:`~exactattn.cost.judge.judge_figure`)."""
     from ..cost.judge import formula, judge_figure
-    j = judge_figure(figure, call, shape, **options)
-    L_, v, s = j.ledger, j.verdict, j.ledger.call.shape
-    unit = "FLOPs" if j.per_mac == 2 else "MACs"
+    v = judge_figure(figure, call, shape, **options)
+    L_, s = v.ledger, v.ledger.call.shape
+    unit = "FLOPs" if v.per_mac == 2 else "MACs"
     causal = s.policy.causal
     P, full = s.pairs(), s.queries * s.keys
     rows, data = [], []
-    passes = ["forward"] + ([j.pass_, "backward_autograd" if j.pass_ == "backward"
-                             else "backward"] if j.pass_ != "forward" else [])
+    passes = ["forward"] + ([v.pass_, "backward_autograd" if v.pass_ == "backward"
+                             else "backward"] if v.pass_ != "forward" else [])
     names = {"forward": "forward", "backward": "backward, scores recomputed (fused kernels)",
              "backward_autograd": "backward, P kept (math autograd, 2 x forward)"}
     ways = [("exact", "exactattn: the visible pairs", P)]
@@ -285,19 +285,19 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
         ws, wm = PASSES[p]
         for key, who, pairs in ways:
             macs = B * H * pairs * (ws * s.d_k + wm * s.d_v)
-            judged = p == (j.pass_ if options.get("backward") else "forward") and key == "exact"
+            judged = p == (v.pass_ if options.get("backward") else "forward") and key == "exact"
             rows.append([names[p], who, str(pairs), str(macs), str(2 * macs),
                          "judged against" if judged else ""])
             data.append({"pass": p, "convention": key, "pairs_per_head": str(pairs),
                          "macs": str(macs), "flops": str(2 * macs), "judged": judged})
-    sz = j.sizes
+    sz = s.shape
     notes = [f"call: {call}: {L_.call.code}",
              f"shape: B {sz['B']}, H {sz['H_q']}, H_kv {sz['H_kv']}, L {sz['L']}, S {sz['S']}, "
              f"E {sz['E']}, E_v {sz['E_v']}" + (f"; causal ({s.policy.alignment}), P = {P} "
                                                 "visible pairs a head" if causal else ""),
              f"reported: {figure} {unit} ({'backward' if options.get('backward') else 'forward'})"]
     explained = []
-    if j.right:
+    if v.right:
         notes.append(f"verdict: right: {figure} is the exact count")
     elif v.findings == ("unexplained",):
         notes.append(f"verdict: wrong: {figure} is not {v.expected}, and no departure tried "
@@ -307,7 +307,7 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
         notes.append(f"verdict: wrong: {figure} is not {v.expected} (right: {v.expected}); "
                      f"{words}, {_kind(v.findings)}")
         for f in (v.findings, *v.alternatives):
-            text, numbers, value = formula(j, f)
+            text, numbers, value = formula(v, f)
             if value != figure:   # the formula must reproduce the figure exactly
                 raise AssertionError(f"formula {numbers} = {value}, not {figure}")
             meaning = "; ".join(FINDINGS[x][1] for x in f)
@@ -318,11 +318,11 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
         notes.append("derived = counted by running the call: "
                      + ("true" if L_.same else "FALSE"))
     doc = {"call": call, "code": L_.call.code, "shape": sz, "causal": causal,
-           "pass": j.pass_, "figure": figure, "expected": v.expected,
-           "right": j.right, "findings": list(v.findings),
+           "pass": v.pass_, "figure": figure, "expected": v.expected,
+           "right": v.right, "findings": list(v.findings),
            "alternatives": [list(a) for a in v.alternatives], "explanations": explained,
            "conventions": data}
     title = f"{figure} {unit} judged for {call} on {sz['B']}x{sz['H_q']}x{sz['L']}x{sz['E']}"
     section = Section("cost/judge", title, ["pass", "convention", "pairs a head", "MACs",
                                              "FLOPs", ""], rows, notes, doc)
-    return [section], j.right
+    return [section], v.right

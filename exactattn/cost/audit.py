@@ -28,7 +28,8 @@ Units: MACs; a reading in FLOPs is held against 2 x MACs.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from fractions import Fraction
 from itertools import combinations
 
@@ -153,6 +154,16 @@ class Verdict:
     factor: Fraction | None = None
     error: str | None = None
     alternatives: tuple = ()
+    #: the :class:`Ledger` judged against, the pass (``forward``, or a backward of
+    #: :data:`PASSES`) and the reading's unit: 2 operations per MAC (FLOPs) or 1 (MACs)
+    ledger: Ledger | None = field(default=None, compare=False, repr=False)
+    pass_: str = "forward"
+    per_mac: int = 2
+
+    @property
+    def right(self) -> bool:
+        """The figure is the exact count."""
+        return self.findings == ("matches",)
 
     @property
     def is_error(self) -> bool:
@@ -262,16 +273,17 @@ def verdict(L: Ledger, figure, per_mac: int, error: str | None = None,
     (('omits_attention', 'omits_linear'), ('unexplained',))
     """
     ws, wm = PASSES[backward or "forward"]
+    judged = partial(Verdict, ledger=L, pass_=backward or "forward", per_mac=per_mac)
     expected = per_mac * (ws * L.macs["scores"] + wm * L.macs["mix"] + L.linear)
     if figure is None:
         error = error or "no figure"
-        return Verdict(None, expected, ("not_installed" if error.startswith("not installed")
-                                        else "fails",), error=error)
+        return judged(None, expected, ("not_installed" if error.startswith("not installed")
+                                       else "fails",), error=error)
     if figure == expected:
-        return Verdict(figure, expected, ("matches",))
+        return judged(figure, expected, ("matches",))
     fits = [f for total, f in explanations(L, per_mac, backward) if total == figure]
     if not fits:
-        return Verdict(figure, expected, ("unexplained",))
+        return judged(figure, expected, ("unexplained",))
     least = min(map(_cost, fits))
     best = next(f for f in fits if _cost(f) == least)
     # other stories of the same figure, up to two departures (full square as MACs-as-FLOPs
@@ -287,7 +299,7 @@ def verdict(L: Ledger, figure, per_mac: int, error: str | None = None,
         factor = Fraction(L.query_batch["scores"], L.macs["scores"])
     if "kv_heads" in best:
         factor = Fraction(L.kv_heads["scores"], L.macs["scores"])
-    return Verdict(figure, expected, best, factor, alternatives=tuple(alternatives))
+    return judged(figure, expected, best, factor, alternatives=tuple(alternatives))
 
 
 def _cost(findings: tuple) -> int:

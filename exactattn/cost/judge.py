@@ -20,22 +20,21 @@ B H P (3E + 2E_v) MACs; ``math`` keeps P from the forward: B H P (2E + 2E_v)
 five products).
 
 >>> j = judge_figure(25920, "sdpa", (2, 5, 9, 9, 4))
->>> j.verdict.expected, j.verdict.findings
+>>> j.expected, j.findings
 (12960, ('attention_twice',))
->>> judge_figure(384, "flash", (1, 2, 6, 6, 4)).verdict.findings
+>>> judge_figure(384, "flash", (1, 2, 6, 6, 4)).findings
 ('layout_swap',)
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from fractions import Fraction
 
 from ..call.policy import ALIGNMENTS
 from ..errors import InputError
 from ..options import check_choice, check_whole
-from .audit import Ledger, Verdict, ledger, verdict
+from .audit import Verdict, ledger, verdict
 from .audit_calls import AuditCall
 from .sizes import MAX_SIZE, CallShape, policy_of
 
@@ -74,29 +73,9 @@ def parse_shape(text: str) -> tuple:
     return tuple(dims) if len(dims) == 6 else (*dims, dims[4])
 
 
-@dataclass(frozen=True)
-class JudgedFigure:
-    """A figure judged: the call, its :class:`~exactattn.cost.audit.Ledger`, the
-    :class:`~exactattn.cost.audit.Verdict` and the pass (``forward``, or the call's
-    backward of :data:`~exactattn.cost.audit.PASSES`)."""
-
-    call: str
-    sizes: dict
-    ledger: Ledger
-    verdict: Verdict
-    pass_: str
-    #: the figure's unit: 2 for FLOPs, 1 for MACs (multiply-adds)
-    per_mac: int = 2
-
-    @property
-    def right(self) -> bool:
-        """The figure is the exact count."""
-        return self.verdict.findings == ("matches",)
-
-
 def judge_figure(figure: int, call: str, shape: tuple, *, causal: bool = False,
                  alignment: str = "top_left", kv_heads: int | None = None,
-                 backward: bool = False, unit: str = "flops") -> JudgedFigure:
+                 backward: bool = False, unit: str = "flops") -> Verdict:
     """Judge ``figure`` (FLOPs, or MACs with ``unit="macs"``: 1 MAC = 2 FLOPs) for ``call``
     on ``shape`` = (B, H, L, S, E[, E_v]).
 
@@ -123,17 +102,15 @@ def judge_figure(figure: int, call: str, shape: tuple, *, causal: bool = False,
     ops = ("softmax", "scale_scores") if call == "math" else ("softmax",)
     c = AuditCall("judge", f"{call}, q {B}x{H}x{L}x{E}, k {B}x{Hkv}x{S}x{E}, "
                   f"v {B}x{Hkv}x{S}x{Ev}", "sdpa", s, code.format(causal=flag), ops=ops)
-    L_ = ledger(c, count_limit=COUNT_LIMIT)
-    pass_ = bwd if backward else "forward"
-    v = verdict(L_, figure, per_mac, backward=bwd if backward else None)
-    return JudgedFigure(call, {**s.shape}, L_, v, pass_, per_mac)
+    return verdict(ledger(c, count_limit=COUNT_LIMIT), figure, per_mac,
+                   backward=bwd if backward else None)
 
 
 _WIDTH = {"forward": ("E", "E_v"), "backward": ("3 x E", "2 x E_v"),
           "backward_autograd": ("2 x E", "2 x E_v")}
 
 
-def formula(j: JudgedFigure, findings: tuple) -> tuple[str, str, Fraction]:
+def formula(j: Verdict, findings: tuple) -> tuple[str, str, Fraction]:
     """The figure of ``findings`` (in the judged unit) as a formula in the sizes, with the numbers, and its value.
 
     >>> formula(judge_figure(384, "flash", (1, 2, 6, 6, 4)), ("layout_swap",))[:2]
@@ -165,7 +142,7 @@ def formula(j: JudgedFigure, findings: tuple) -> tuple[str, str, Fraction]:
         if f in findings:
             text += " + 2 x B x H x L x S" if f == "softmax" and "attention_twice" in findings \
                 else " + B x H x L x S"
-    sz = j.sizes
+    sz = j.ledger.call.shape.shape
     values = {"B": sz["B"], "H_kv": sz["H_kv"], "H": sz["H_q"], "L": sz["L"], "S": sz["S"],
               "E_v": sz["E_v"], "E": sz["E"],
               "P": j.ledger.call.shape.pairs()}

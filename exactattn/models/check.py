@@ -55,7 +55,7 @@ from ..numbers.digits import certify, format_scaled, round_fraction, working_pre
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import tolerance
-from ..verify.compare import Comparison, cleared, enclosures, judge, rejudge
+from ..verify.compare import Comparison, cleared, decide, enclosures, judge, rejudge
 from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
                                ulp_indices)
 from ..call.inputs import Call
@@ -235,14 +235,15 @@ def projection_drift(got, exact, fmt) -> Comparison:
     """How far the model's float projection ``got`` is from the exact one (``Fraction``
     entries) correctly rounded: each entry's ULPs (of ``fmt``) counted in a
     :class:`~exactattn.verify.compare.Comparison` (``max_ulps``; ``histogram[0]`` the entries
-    that are that correct rounding).  The rounding from the entry's nearest float64
-    (``float`` of a ``Fraction`` rounds correctly) where both float64 neighbours of that
-    round to one float (the exact value lies between them), else exactly."""
-    near = np.array([float(q) for q in exact.ravel().tolist()])
-    rounded = round_array(np.nextafter(near, -np.inf), fmt)
-    for k in np.flatnonzero(rounded != round_array(np.nextafter(near, np.inf), fmt)).tolist():
+    that are that correct rounding).  The rounding decided by verify's
+    :func:`~exactattn.verify.compare.decide` on the entry's nearest float64 (``float`` of a
+    ``Fraction`` rounds correctly: the exact value lies between its two neighbours), else
+    exactly."""
+    near, g = np.array([float(q) for q in exact.ravel().tolist()]), got.ravel().astype(np.float64)
+    status, rounded, *_ = decide(g, near, 0 * near, 1 + 0 * near, fmt, 1 << 62)
+    for k in np.flatnonzero(status == 3).tolist():      # not decided there: exactly
         rounded[k] = round_to_format(exact.flat[k], fmt)
-    ulps = np.abs(ulp_indices(got.ravel(), fmt)[0] - ulp_indices(rounded, fmt)[0])
+    ulps = np.abs(ulp_indices(g, fmt)[0] - ulp_indices(rounded, fmt)[0])
     found = Comparison(keep=0)
     found.add_many(np.arange(ulps.size), ulps, None, None, None)
     return found

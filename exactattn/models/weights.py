@@ -31,13 +31,6 @@ class Tensors(dict):
         self.dtypes = dtypes
         self.path = path
 
-    def get_tensor(self, name: str):
-        """The array ``name``; a missing name lists the names that exist (those alike first)."""
-        if name in self:
-            return self[name]
-        raise InputError(f"tensor must be one of the names in {os.path.basename(self.path)} "
-                         f"(got {shorten(name, quote=True)}); names there: {names_hint(self, name)}")
-
     def stored(self) -> str:
         """The stored float dtypes, in words: 'float32' or 'bfloat16, float32'."""
         return ", ".join(sorted({d for d in self.dtypes.values() if d in FLOAT_DTYPES})) or "none"
@@ -63,9 +56,7 @@ def _read_torch(path: str):
         raise InputError(f"weights {shorten(path, quote=True)} must be read with torch "
                          "(not installed); pip install torch, or save them as .safetensors "
                          "or .npz") from None
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    t = tensors_from_state_dict(state, path)
-    return dict(t), t.dtypes
+    return tensors_from_state_dict(torch.load(path, map_location="cpu", weights_only=True), path)
 
 
 def tensors_from_state_dict(state, source: str) -> Tensors:
@@ -158,7 +149,7 @@ def read_tensors(path: str) -> Tensors:
     elif suffix == ".safetensors":
         arrays, dtypes = _read_safetensors(path)
     elif suffix in (".pt", ".pth", ".bin"):
-        arrays, dtypes = _read_torch(path)
+        return _read_torch(path)
     else:
         raise InputError(f"weights must be a .safetensors, .npz, .npy, .pt, .pth or .bin file "
                          f"(got {shorten(repr(path))})")

@@ -36,24 +36,24 @@ def test_right_figure_exits_0(cli):
 def test_causal_halving():
     # causal 8 x 8: 36 pairs a head, exact 2 x 1 x 1 x 36 x 8 = 576; n^2/2: 2 x 32 x 8 = 512
     j = judge(512, "sdpa", (1, 1, 8, 8, 4, 4), causal=True)
-    assert (j.verdict.expected, j.verdict.findings) == (576, ("causal_half",))
-    assert j.verdict.alternatives == (("full_square", "macs_as_flops"),)
-    assert formula(j, j.verdict.findings)[1:] == ("2 x 1 x 1 x (8 x 8 / 2) x (4 + 4)", 512)
-    assert judge(1024, "sdpa", (1, 1, 8, 8, 4, 4), causal=True).verdict.findings == \
+    assert (j.expected, j.findings) == (576, ("causal_half",))
+    assert j.alternatives == (("full_square", "macs_as_flops"),)
+    assert formula(j, j.findings)[1:] == ("2 x 1 x 1 x (8 x 8 / 2) x (4 + 4)", 512)
+    assert judge(1024, "sdpa", (1, 1, 8, 8, 4, 4), causal=True).findings == \
         ("full_square",)
 
 
 def test_kv_heads():
     # H 8 over 2 KV heads, L = S = 4, E 4: exact 2 x 8 x 16 x 8 = 2048; at 2 heads 512
     right = judge(2048, "sdpa", (1, 8, 4, 4, 4), kv_heads=2)
-    assert right.right and right.sizes["H_kv"] == 2
-    v = judge(512, "sdpa", (1, 8, 4, 4, 4), kv_heads=2).verdict
+    assert right.right and right.ledger.call.shape.shape["H_kv"] == 2
+    v = judge(512, "sdpa", (1, 8, 4, 4, 4), kv_heads=2)
     assert (v.findings, str(v.factor)) == (("kv_heads",), "1/4")
 
 
 def test_macs_reported_as_flops():
     # E 4, E_v 6 so one product alone differs: MACs 1 x 2 x 25 x 10 = 500, FLOPs 1000
-    v = judge(500, "mem_efficient", (1, 2, 5, 5, 4, 6)).verdict
+    v = judge(500, "mem_efficient", (1, 2, 5, 5, 4, 6))
     assert (v.expected, v.findings, v.alternatives) == (1000, ("macs_as_flops",), ())
 
 
@@ -61,7 +61,7 @@ def test_backward():
     # fused: 2 x B H P (3E + 2E_v) = 2 x 2 x 36 x 20 = 2880; math keeps P: 2 x 2 x 36 x 16
     assert judge(2880, "flash", (1, 2, 6, 6, 4), backward=True).right
     assert judge(2304, "math", (1, 2, 6, 6, 4), backward=True).right
-    assert judge(2304, "flash", (1, 2, 6, 6, 4), backward=True).verdict.findings == \
+    assert judge(2304, "flash", (1, 2, 6, 6, 4), backward=True).findings == \
         ("no_recompute",)
 
 
@@ -104,8 +104,8 @@ def test_the_formula_of_a_doubled_attention_counts_its_softmax_twice():
     # the explanation adds the softmax once per attention run; its formula did so once only
     # (and the judge's own check of the formula failed on the figure)
     j = judge(10, "sdpa", (1, 1, 1, 1, 1), causal=True, alignment="bottom_right")
-    assert j.verdict.findings == ("attention_twice", "softmax")
-    assert formula(j, j.verdict.findings)[1:] == (
+    assert j.findings == ("attention_twice", "softmax")
+    assert formula(j, j.findings)[1:] == (
         "2 x 2 x 1 x 1 x 1 x (1 + 1) + 2 x 1 x 1 x 1 x 1", 10)
 
 
@@ -118,8 +118,8 @@ def test_unit_macs_reads_the_figure_as_multiply_adds(cli):
     assert flops[0] == 1 and "6480 is not 12960 (right: 12960)" in flops[1]
     # the explanations in MACs: no factor 2 in the formula
     j = judge(1152, "flash", (1, 2, 6, 6, 4), unit="macs")   # right 576; twice: 1152
-    assert (j.verdict.expected, j.verdict.findings, j.per_mac) == (576, ("attention_twice",), 1)
-    assert formula(j, j.verdict.findings) == (
+    assert (j.expected, j.findings, j.per_mac) == (576, ("attention_twice",), 1)
+    assert formula(j, j.findings) == (
         "2 x B x H x L x S x (E + E_v)", "2 x 1 x 2 x 6 x 6 x (4 + 4)", 1152)
     assert judge(2880 // 2, "flash", (1, 2, 6, 6, 4), backward=True, unit="macs").right
     rc, out, _ = _run(cli, "--judge", "6480", "--shape", "2,5,9,9,4", "--unit", "macs",
@@ -149,11 +149,11 @@ def test_a_block_read_as_b_c_h_w_is_explained(cli):
             "(3 x 4 + 3 x 4) = 9600 (reads each 4-d operand (B, H, L, E) as an image block") in out
     # GQA, E 2, E_v 3: scores 1 x 4 x (3 x 2) x (5 x 2) = 240, mix 1 x 2 x (3 x 2) x (5 x 3) = 180
     j = judge(420, "flash", (1, 4, 3, 5, 2, 3), kv_heads=2, unit="macs")
-    assert (j.verdict.expected, j.verdict.findings, j.verdict.alternatives) == (
+    assert (j.expected, j.findings, j.alternatives) == (
         300, ("image_layout",), ())   # right: 1 x 4 x 15 x (2 + 3)
-    assert formula(j, j.verdict.findings)[1:] == ("1 x 3 x 2 x 5 x (4 x 2 + 2 x 3)", 420)
+    assert formula(j, j.findings)[1:] == ("1 x 3 x 2 x 5 x (4 x 2 + 2 x 3)", 420)
     # backward (fused): 3 scores-shaped and 2 mix-shaped products, each read that way
     j = judge(2 * (3 * 2400 + 2 * 2400), "sdpa", (2, 3, 5, 5, 4), backward=True)
-    assert j.verdict.findings == ("image_layout",)
-    assert formula(j, j.verdict.findings)[0] == \
+    assert j.findings == ("image_layout",)
+    assert formula(j, j.findings)[0] == \
         "2 x B x L x E x S x (3 x H x E + 2 x H_kv x E_v)"

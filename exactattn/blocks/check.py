@@ -41,10 +41,10 @@ import numpy as np
 from ..call.policy import SCORE_FIELDS, Policy
 from ..errors import InputError
 from ..numbers.digits import working_precision
-from ..numbers.exact import fmpq_of
+from ..numbers.exact import binary64, fmpq_of
 from ..numbers.formats import float_format, round_enclosed, round_value
 from ..numbers.reals import atom_ball
-from ..verify.check import Entry, proved_tolerance
+from ..verify.check import Entry, default_tolerance, proved_tolerance
 from ..verify.compare import Comparison, judge
 from .engine import Engine
 from .inputs import ExactInputs
@@ -89,19 +89,17 @@ def proved_block(inputs: ExactInputs, r0: int, r1: int, dtype: str, fallback: in
     """Per output of rows r0 .. r1 - 1 ((r1 - r0) x d_v), verify's proved tolerance
     (:func:`~exactattn.verify.check.proved_tolerance`: the error a correct ``dtype`` kernel
     accumulating in float32 may make, in ULPs at the terms), or None where the inputs are not
-    binary floats.  Each row's bound reads its own scores and the call's n_k keys only, so it is
+    binary floats (:func:`~exactattn.numbers.exact.binary64`, as ``verify`` asks).  Each row's bound reads its own scores and the call's n_k keys only, so it is
     the same for every block size and the same as ``verify``'s on the whole call;
     ``fallback`` (the default rule) where no bound holds."""
-    parts = ((inputs.q[r0:r1], inputs.q_den), (inputs.k, inputs.k_den), (inputs.v, inputs.v_den))
-    if any(a.dtype == object or d & (d - 1) or d > 2 ** 960 for a, d in parts):
+    floats = [binary64(a, d) for a, d in ((inputs.q[r0:r1], inputs.q_den),
+                                          (inputs.k, inputs.k_den), (inputs.v, inputs.v_den))]
+    if any(f is None for f in floats):
         return None
-    floats = [a.astype(np.float64) for a, _ in parts]
-    if any(not np.array_equal(f.astype(np.int64), a) for f, (a, _) in zip(floats, parts)):
-        return None                # a numerator of more than 53 bits: not a float
     keep = block_keep(inputs, r0, r1, 0, inputs.n_k)         # the rows' own positions
     policy = inputs.policy.replace(causal=False, window=None, query_offset=None)
-    return proved_tolerance((*(f[None, None] / d for f, (_, d) in zip(floats, parts)), policy,
-                             keep[None, None], None, 2), dtype, fallback=fallback)[0][0, 0]
+    return proved_tolerance((*(f[None, None] for f in floats), policy, keep[None, None], None,
+                             2), dtype, fallback=fallback)[0][0, 0]
 
 
 def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int = 5,
@@ -201,7 +199,6 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
         modified call without ``max_ulps`` (the default tolerance reads plain scores only).
     """
     from ..options import check_choice
-    from ..numbers.formats import default_max_ulps
     from .certify import plan
     check_choice(dtype, "dtype", CHECK_DTYPES)
     if max_ulps is None and inputs.policy.modified:
@@ -217,8 +214,8 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
         proved = max_ulps is None       # verify's rule: the proved bound, else the default
         if proved:
             top = max(engine.map(_block_top, data, spans), default=0)
-            max_ulps = default_max_ulps(dtype, inputs.n_k, inputs.d_k,
-                                        max_scaled_score(inputs, top))
+            max_ulps = default_tolerance(dtype, inputs.n_k, inputs.d_k,
+                                         max_scaled_score(inputs, top), inputs.policy)
         found = BlockCheck(worst)
         task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst, proved=proved)
         for part in engine.map(task, data, spans, on_block):     # in row order

@@ -29,7 +29,7 @@ import numpy as np
 from .masks import is_minus_inf
 from .policy import MASK_KINDS, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
-from ..numbers.exact import to_exact, to_matrix
+from ..numbers.exact import binary64, to_exact, to_matrix
 from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs
@@ -252,19 +252,13 @@ def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
 
 def call_floats(call: "Call"):
     """A call's inputs as :func:`sdpa_floats` gives them, when every entry is a float64 value
-    (a call rounded to a binary format): ``(query, key, value, policy, keep, offsets, rank)``;
+    (a call rounded to a binary format; :func:`~exactattn.numbers.exact.binary64` decides):
+    ``(query, key, value, policy, keep, offsets, rank)``;
     None when one is not (or not finite), or with a dropout keep-mask."""
-    def floats(a, hide=False):
-        out = []
-        for x in a.reshape(-1).tolist():
-            if hide and x == -math.inf:
-                out.append(x)
-                continue
-            d = getattr(x, "denominator", 0) if type(x) in (Fraction, int) else 0
-            if not d or d & (d - 1) or d > 2 ** 1022 or abs(x.numerator).bit_length() > 53:
-                return None
-            out.append(float(x))     # exact: 53 bits over a power of two, a normal float64
-        return np.array(out, dtype=np.float64).reshape(a.shape)
+    def floats(a, hide=False):        # hide: -inf (a hidden key) stays -inf
+        hidden = hide and np.vectorize(lambda x: x == -math.inf, otypes=[bool])(a)
+        out = binary64(np.where(hidden, 0, a) if hide else a)
+        return None if out is None else np.where(hidden, -math.inf, out)
     q, k, v = (floats(a) for a in (call.query, call.key, call.value))
     if q is None or k is None or v is None or call.dropout_keep is not None:
         return None

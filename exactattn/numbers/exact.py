@@ -304,3 +304,38 @@ def fmpq_mat_of(rows: Sequence[Sequence]):
     return fmpq_mat(len(rows), len(rows[0]), [fmpq(e) if type(e) is int else
                                               fmpq(e.numerator, e.denominator)
                                               for r in rows for e in r])
+
+
+def binary64(numerators, denominator: int = 1):
+    """``numerators / denominator`` as a float64 array when every entry is a float64 exactly
+    with no bit below 2^-1022 (a normal float64, or 0), else None: the one test of "is this
+    exact input a binary float64" that a proved tolerance asks.
+
+    ``numerators``: integers (an int array), or an object array of ints and ``Fraction``
+    (each over its own denominator too); ``denominator``: a positive int.
+
+    >>> binary64([2 ** 60, 3]).tolist(), binary64([1], 2 ** 1000).tolist() == [2.0 ** -1000]
+    ([1.152921504606847e+18, 3.0], True)
+    >>> binary64([2 ** 60 + 1]), binary64([1], 3), binary64([Fraction(3, 2 ** 1023)])
+    (None, None, None)
+    """
+    import numpy as np
+    a, k = np.asarray(numerators), denominator.bit_length() - 1
+    if denominator < 1 or denominator & (denominator - 1):
+        return None
+    if a.dtype.kind == "i" and k <= 1022:      # fixed width: a round trip through float64
+        f = a.astype(np.float64)
+        return np.ldexp(f, -k) if np.array_equal(np.where(f == 2.0 ** 63, 0.0, f).astype(
+            np.int64), a) else None
+    out = []
+    for x in a.reshape(-1).tolist():
+        if type(x) not in (int, Fraction):
+            return None
+        n, d = x.numerator, x.denominator * denominator
+        m, e = abs(n), d.bit_length() - 1
+        low = (m & -m).bit_length() - 1         # the lowest bit set (-1 for 0)
+        if m and (d & (d - 1) or (m >> low).bit_length() > 53 or low - e < -1022
+                  or m.bit_length() - e > 1024):
+            return None
+        out.append(math.ldexp(n >> low, low - e) if m else 0.0)
+    return np.array(out, dtype=np.float64).reshape(a.shape)

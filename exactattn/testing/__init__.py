@@ -212,8 +212,8 @@ def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, a
     log-sum-exps when the forward returned them.  Every other argument is
     :func:`assert_attention_close`'s (soft-caps and RoPE included: their gradients
     are certified from enclosures).  The tolerance defaults
-    to :func:`~exactattn.verify.backward.backward_tolerance` (the forward's with
-    ``max(L, S)`` keys); grouped query heads add into the dK and dV they share.
+    to the forward's rule (:func:`~exactattn.verify.check.default_tolerance`) with
+    ``max(L, S)`` keys; grouped query heads add into the dK and dV they share.
     The judge is :func:`exactattn.verify.backward.verify_gradients`.
     Reference: Dao et al. 2022 (FlashAttention), Algorithm 4.
 

@@ -366,11 +366,10 @@ def _split_exact(x, digits: int) -> str:
 
 def _split_worst_section(r, worst: int, digits: int) -> Section:
     """The values furthest from the exact ones (failures first), block by block and merged."""
-    ranked = sorted(r.values(), key=lambda v: failures_first(v[1]))[:worst]
     rows = []
-    for idx, x in ranked:
+    for x in r.found.worst[:worst]:
         raised = x.where in r.raised or (x.where == "merged" and r.raised)
-        rows.append([",".join(map(str, idx)), x.where, x.what, _split_exact(x, digits),
+        rows.append([",".join(map(str, x.index[:3])), x.where, x.what, _split_exact(x, digits),
                      shortest_repr(x.rounded, r.dtype) if x.rounded is not None else "-",
                      "raised" if raised else shortest_repr(x.got, r.dtype),
                      number_cell(x.ulps, "d"), x.status])
@@ -414,7 +413,7 @@ def _split_worst_section(r, worst: int, digits: int) -> Section:
 def _split_rows(r) -> list[list[str]]:
     """One summary row per block and one for the merge: values, max ULPs, over, hard."""
     return [[r.dtype, where, str(c.count), number_cell(c.max_ulps, "d"), str(c.over), str(c.hard)]
-            for where, c in _parts((x.where, x) for _, x in r.values()).items()]
+            for where, c in _parts((x.where, x) for x in r.found.kept).items()]
 
 
 def split_sections(reports: Sequence, *, worst: int = 5, digits: int = 12,

@@ -46,9 +46,9 @@ from ..call.policy import Policy
 from ..options import check_whole
 from .adapter import check_dtype, make_call
 from .backward_impls import load_backward
-from .check import Entry, Report, check_request, judge_entries, logit_bound
+from .check import Entry, Report, check_request, default_tolerance, judge_entries
 from .compare import Comparison, failures_first
-from ..numbers.formats import default_max_ulps, float_format
+from ..numbers.formats import float_format
 from ..call.inputs import Call, reshaped, rounded_entries
 from ..reference.reference import Reference
 from ..gradients.calls import ExactGradients, d_out_array
@@ -87,16 +87,6 @@ def random_d_out(problem: Call, seed: int = 0, lse: bool = False) -> np.ndarray:
     return out.reshape(out.shape[out.ndim - keep:]) if keep < out.ndim else out
 
 
-def backward_tolerance(dtype: str, problem: Call, max_score: float) -> int:
-    """The default tolerance: the forward's (:func:`default_max_ulps`) with ``max(L, S)`` keys.
-
-    A backward entry adds up one more product and sum of length L or S than an
-    output does (``dK = dS^T Q`` runs over the queries), and nothing else.
-    """
-    sh = problem.shape
-    return default_max_ulps(dtype, max(sh["L"], sh["S"]), sh["E"], max_score)
-
-
 def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, seed: int = 0,
                     max_ulps: int | None = None, prec: int = 96, arrays: str = "numpy",
                     lse: str | None = None) -> Report:
@@ -108,7 +98,8 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     :class:`BackwardEntry` (index ``(gradient, b, h, i, c)``), in the order
     dQ, dK, dV; the report's worst put failures first
     (:func:`~exactattn.verify.compare.failures_first`).  The tolerance
-    defaults to :func:`backward_tolerance`.
+    defaults to the forward's rule (:func:`~exactattn.verify.check.default_tolerance`) with
+    ``max(L, S)`` keys: a backward entry adds up one more product and sum of length L or S.
 
     Raises:
         InputError: an unknown dtype, one the implementation does not run, a
@@ -158,8 +149,7 @@ def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
     :func:`verify_backward` without running anything and without rounding:
     the call's entries and ``d_out`` are taken as they are (a float32
     array's entries read as their exact binary values), and every entry is
-    judged as :func:`verify_backward` judges it (the default tolerance
-    :func:`backward_tolerance`).
+    judged as :func:`verify_backward` judges it (the same default tolerance).
 
     Args:
         grads: ``(dq, dk, dv)``, shaped like query, key and value in the call's
@@ -228,8 +218,9 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     except ShapeError as e:          # a failure of this case, not a bad input
         arrays_got, raised = dict.fromkeys(grads), f"gradients of the wrong shape ({e})"
     t1 = time.perf_counter()
-    tol = backward_tolerance(dtype, problem, logit_bound(ref)) \
-        if max_ulps is None else max_ulps
+    sh = problem.shape       # the forward's rule with max(L, S) keys: dK = dS^T Q adds over L
+    tol = default_tolerance(dtype, max(sh["L"], sh["S"]), sh["E"], ref.max_abs_exponent(),
+                            ref.policy) if max_ulps is None else max_ulps
     prec = max(prec, fmt.precision + 64)
     exact_rounded = {grad: exact.rounded(grad, fmt, prec) for grad in grads}
     t2 = time.perf_counter()

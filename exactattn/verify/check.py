@@ -302,10 +302,17 @@ def logit_bound_from(top: float, policy: Policy) -> float:
     return top
 
 
+def default_tolerance(dtype: str, n_keys: int, d_k: int, top: float, policy: Policy) -> int:
+    """The default rule, put together once for every check (forward, bulk, backward with
+    ``max(L, S)`` keys, split-merge, row blocks):
+    :func:`~exactattn.numbers.formats.default_max_ulps` with ``n_keys`` keys, ``d_k`` and the
+    logit bound (:func:`logit_bound`) of a call of ``policy`` whose largest |logit| is ``top``."""
+    return default_max_ulps(dtype, n_keys, d_k, logit_bound_from(top, policy))
+
+
 def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
     """The ULP tolerance of a forward check of ``ref`` in ``dtype``: ``max_ulps`` when given,
-    else :func:`~exactattn.numbers.formats.default_max_ulps` with the call's S keys, its d_k and
-    :func:`logit_bound` (the one default rule of :func:`verify` and the split-merge check).
+    else :func:`default_tolerance` with the call's S keys, its d_k and its largest |logit|.
 
     >>> from exactattn.call import Call
     >>> ref = Reference(Call.from_scores([[0, 1]], policy=Policy(scale="none")))
@@ -314,7 +321,7 @@ def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
     """
     if max_ulps is not None:
         return max_ulps
-    return default_max_ulps(dtype, ref.S, ref.E, logit_bound(ref))
+    return default_tolerance(dtype, ref.S, ref.E, ref.max_abs_exponent(), ref.policy)
 
 
 def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
@@ -347,9 +354,11 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
     if why is not None:
         return None, f"no proved bound with {why} yet"
     fmt, arith = float_format(dtype), kernel_arithmetic(dtype, accumulation)
+    most = min(2 * ulp_index(math.inf, fmt), 1 << 62)     # every float of the format
+    if fallback is not None and fallback > most:      # every float64: the default rule alone
+        return None, "no proved bound where the default rule allows every float"
     rad, mag = enclosed if enclosed and enclosed[0] is not None else \
         enclose_outputs(q, k, v, policy, keep, offsets, arith=arith)[1:3]
-    most = min(2 * ulp_index(math.inf, fmt), 1 << 62)     # every float of the format
     with np.errstate(invalid="ignore", over="ignore"):
         unit = ulp_unit(mag * (1 - 2.0 ** -30), fmt)
         t = np.ceil(rad * (1 + 2.0 ** -20) / unit + 0.5)
@@ -596,8 +605,8 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     if top is None:
         return None
     if max_ulps is None:
-        tol = default_max_ulps(dtype, k.shape[2], q.shape[3], logit_bound_from(top[1], policy))
-        if tol != default_max_ulps(dtype, k.shape[2], q.shape[3], logit_bound_from(top[0], policy)):
+        tol, low = (default_tolerance(dtype, k.shape[2], q.shape[3], t, policy) for t in top[::-1])
+        if tol != low:
             return None
     else:
         check_whole(max_ulps, "max_ulps", low=0)

@@ -32,14 +32,14 @@ floats) and that merge is checked.
 >>> bad = check_split_merge([None, None, F(0), F(0)], None, [[9], [9], [1], [3]], 2,
 ...                         [([math.nan], -math.inf), ([2.0], math.log(2))],
 ...                         merged=([math.nan], math.log(2)), dtype="float64")
->>> [(f.where, f.what, f.status) for f in bad.failures()]
+>>> [(f.where, f.what, f.status) for f in bad.found.failures]
 [('block 0 [0, 2)', 'output 0', 'hard'), ('merged', 'output 0', 'hard')]
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -50,9 +50,9 @@ from ..errors import InputError, ShapeError, shorten
 from ..numbers.lse import LogSumExp
 from ..reference.online import merge, split_rows
 from ..numbers.softmax import ExpRatio
-from .compare import Comparison, judge
-from ..numbers.formats import round_value
-from ..numbers.formats import default_max_ulps, float_format
+from .check import Entry, default_tolerance
+from .compare import Comparison, Judgement, failures_first, judge
+from ..numbers.formats import float_format, round_value
 
 __all__ = ["check_split_merge", "verify_split"]
 
@@ -61,41 +61,23 @@ __all__ = ["check_split_merge", "verify_split"]
 UNSUPPORTED_SPLIT = UNSUPPORTED["split"]
 
 
-@dataclass
-class Compared:
-    """One value compared, a :class:`~exactattn.verify.compare.Comparison` entry: ``where``
-    (``block 1 [2, 4)`` or ``merged``), ``what`` (``output c`` or ``lse``), ``exact`` (an
-    ExpRatio or LogSumExp), ``got`` and the verdict.
+class Value(Entry):
+    """One value of a split-merge check: an :class:`~exactattn.verify.check.Entry` whose
+    ``index`` ends ``(where, what)`` (``block 1 [2, 4)`` or ``merged``; ``output c`` or
+    ``lse``) and whose ``reference`` is the exact value (an ExpRatio or LogSumExp).  Exact
+    pairs have no ``rounded`` and no ULPs: a value that is not the exact one is ``over``."""
 
-    ``status`` is ``ok``, ``over`` (floats past the tolerance; ``ulps`` says
-    how far), ``hard`` (NaN or infinity where the exact value is finite, or
-    the reverse, or what should have produced it raised) or ``differs`` (an
-    exact value that is not the exact one).
-    For floats, ``rounded`` is the exact value correctly rounded to the dtype,
-    ``terms_ulps`` and ``rel`` the judge's other two counts
-    (:func:`~exactattn.verify.compare.judge`).
-    """
-
-    exact: object
-    got: object
-    status: str
-    ulps: int | None = None
-    rounded: float | None = None
-    terms_ulps: float | None = None
-    rel: float | None = None
-    where: str = ""
-    what: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
+    exact = property(lambda self: self.reference)
+    where = property(lambda self: self.index[-2])
+    what = property(lambda self: self.index[-1])
 
 
 @dataclass
 class SplitMerge:
-    """Every block's pair and the merged pair, checked (``found``: every value, blocks in
-    order, then the merge, each pair its outputs then its lse); ``sink_at`` says where the
-    sink counts."""
+    """Every block's pair and the merged pair of one row, judged into ``found`` (a
+    :class:`~exactattn.verify.compare.Comparison` of :class:`Value` entries, failures first:
+    blocks in order, then the merge, each pair its outputs then its lse); ``sink_at`` says
+    where the sink counts; ``max_ulps`` is the tolerance (None: exact pairs)."""
 
     found: Comparison
     sink_at: object
@@ -105,43 +87,32 @@ class SplitMerge:
 
     @property
     def passed(self) -> bool:
-        return not self.failures()
+        return self.found.passed
 
-    def values(self) -> list[Compared]:
-        """Every value compared, in order."""
-        return self.found.kept
-
-    def value(self, where: str, what: str) -> Compared:
+    def value(self, where: str, what: str) -> Value:
         """The value ``what`` (``output c`` or ``lse``) of ``where`` (``block b [s, e)`` or
         ``merged``)."""
-        return next(x for x in self.values() if (x.where, x.what) == (where, what))
-
-    def failures(self) -> list[Compared]:
-        """The values that are not ok, in order (an exact value that differs among them)."""
-        return [x for x in self.values() if not x.ok]
+        return next(x for x in self.found.kept if x.index[-2:] == (where, what))
 
 
-def _exact_compare(exact, got) -> Compared:
-    if isinstance(exact, LogSumExp) and not isinstance(got, LogSumExp):
-        raise InputError(f"an exact pair's lse must be a LogSumExp (got {type(got).__name__})")
-    if not isinstance(exact, LogSumExp) and (not isinstance(got, (ExpRatio, Fraction, int))
-                                             or isinstance(got, bool)):
-        raise InputError(f"an exact pair's output must be an ExpRatio or a Fraction (got "
-                         f"{type(got).__name__})")
-    return Compared(exact, got, "ok" if exact == got else "differs")
-
-
-def _float_compare(exact, got: float, fmt, tol: int, magnitude: float) -> Compared:
-    got = float(got)
-    if isinstance(exact, LogSumExp) and (exact.neg_inf or exact.row.nan):
-        ok = got == -math.inf if exact.neg_inf else math.isnan(got)
-        return Compared(exact, got, "ok" if ok else "hard", 0 if ok else None,
-                        -math.inf if exact.neg_inf else math.nan)
-    if isinstance(exact, ExpRatio) and exact.row.nan:
-        return Compared(exact, got, "ok" if math.isnan(got) else "hard", rounded=math.nan)
-    rounded, ball = round_value(exact, fmt, 128)
-    j = judge(got, rounded, ball, magnitude, fmt, lambda: exact, tol)
-    return Compared(exact, got, j.status, j.ulps, float(rounded), j.terms_ulps, j.rel)
+def _judged(exact, got, fmt, tol: int | None, magnitude: float) -> tuple:
+    """``(rounded, judgement)`` of ``got`` against the exact value: in ULPs of ``fmt`` within
+    ``tol`` (:func:`~exactattn.verify.compare.judge`; an lse of no key exactly ``-inf``), or
+    exactly (``fmt`` None: equal, or NaN for NaN, else ``over``)."""
+    lse = isinstance(exact, LogSumExp)
+    if fmt is None:
+        if lse and not isinstance(got, LogSumExp):
+            raise InputError(f"an exact pair's lse must be a LogSumExp (got {type(got).__name__})")
+        if not lse and (not isinstance(got, (ExpRatio, Fraction, int)) or isinstance(got, bool)):
+            raise InputError(f"an exact pair's output must be an ExpRatio or a Fraction (got "
+                             f"{type(got).__name__})")
+        row = getattr(got, "row", None)          # NaN (an empty row under nan) is NaN's
+        same = exact == got or exact.row.nan and row is not None and row.nan
+        return None, Judgement("ok" if same else "over")
+    if lse and exact.neg_inf:        # no key and no sink: exactly -inf
+        return -math.inf, Judgement("ok", 0) if got == -math.inf else Judgement("hard")
+    rounded, ball = (math.nan, None) if exact.row.nan else round_value(exact, fmt, 128)
+    return float(rounded), judge(got, rounded, ball, magnitude, fmt, lambda: exact, tol)
 
 
 def _float_merge(pairs, sink) -> tuple[list[float], float]:
@@ -162,17 +133,19 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
                       pairs: Sequence, *, merged=None, policy: Policy | None = None,
                       i: int = 0, n_queries: int = 1, offsets: Sequence | None = None,
                       sink_at="merge", dtype: str = "float32",
-                      max_ulps: int | None = None, raised=()) -> SplitMerge:
+                      max_ulps: int | None = None, raised=(), at: tuple = ()) -> SplitMerge:
     """Check a kernel's per-block ``(output, lse)`` pairs and their merge against exact rows.
 
     Shapes: ``raw`` n raw scores of one query (None = hidden); ``values``
     n x d_v; ``blocks`` a block size or block lengths adding up to n;
     ``pairs[b] = (outputs_b, lse_b)`` with d_v outputs; ``merged`` the
-    kernel's ``(outputs, lse)`` or None (then the pairs are merged here).
+    kernel's ``(outputs, lse)`` or None (then the pairs are merged here; a row that sees no
+    key and no sink is the policy's empty row, :meth:`~exactattn.call.policy.Policy.empty_share`).
     ``policy`` supplies the sink, soft-cap, ALiBi (query i of
     ``n_queries``) and ``empty_row`` of the one-pass row; lse values are in
     natural-log units.  ``raised`` names the places (``block b [s, e)``, ``merged``) whose
-    producer raised: their values count as hard failures.
+    producer raised: their values count as hard failures.  ``at`` starts every value's index
+    (a row's ``(b, h, i)``).
 
     Raises:
         ShapeError: pairs that do not match the blocks or the values.
@@ -191,50 +164,40 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
                          "long")
     exact = isinstance(pairs[0][1], LogSumExp)
     cols = list(zip(*values))
-    sink = policy.sink if sink_at == "merge" else None
+    fmt = None if exact else float_format(dtype)
+    scale = max([float(abs(x)) for r in values for x in r] + [1.0])
+    if not exact and max_ulps is None:      # verify's default rule, d_k unknown: 1
+        top = max([abs(float(full.logit(g))) for g in full.gaps[:len(full)] if g is not None],
+                  default=0.0)
+        max_ulps = default_tolerance(dtype, len(full), 1, top, policy)
     merged_here = merged is None
-    if exact:
-        def compare(e, g, mag=1.0):
-            return _exact_compare(e, g)
-        tol = None
-        if merged is None:
-            merged = merge(pairs, sink)
-    else:
-        fmt = float_format(dtype)
-        scale = max([float(abs(x)) for r in values for x in r] + [1.0])
-        if max_ulps is None:        # verify's default rule (check.tolerance), d_k unknown: 1
-            from .check import logit_bound_from
-            top = max([abs(float(full.logit(g))) for g in full.gaps[:len(full)] if g is not None],
-                      default=0.0)
-            max_ulps = default_max_ulps(dtype, len(full), 1, logit_bound_from(top, policy))
-        tol = max_ulps
-
-        def compare(e, g, mag=scale):
-            return _float_compare(e, g, fmt, tol, mag)
-        if merged is None:
-            merged = _float_merge(pairs, sink)
-    found = Comparison(keep=None)
+    if merged_here and LogSumExp(full).neg_inf:     # no key, no sink: the policy's empty row
+        share = policy.empty_share(len(full))
+        merged = ([full.combine(list(c)) for c in cols], LogSumExp(full)) if exact else \
+            ([math.nan if share is None else float(share * sum(c)) for c in cols], -math.inf)
+    elif merged_here:
+        sink = policy.sink if sink_at == "merge" else None
+        merged = merge(pairs, sink) if exact else _float_merge(pairs, sink)
+    found = Comparison(None, failures_first)
 
     def pair(where, row, outs, lse):        # a row's pair against the row's exact values
-        for c, (col, g) in enumerate(zip(cols, outs)):
-            found.add(_placed(compare(row.combine(list(col)), g), where, f"output {c}", raised))
         exact_lse = LogSumExp(row)
-        mag = 1.0 if exact_lse.neg_inf or row.nan else max(1.0, abs(float(exact_lse.decimal(6))))
-        found.add(_placed(compare(exact_lse, lse, mag), where, "lse", raised))
+        mag = 1.0 if exact_lse.neg_inf else max(1.0, abs(float(exact_lse.decimal(6))))
+        for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g, scale)
+                                for c, (col, g) in enumerate(zip(cols, outs))),
+                              ("lse", exact_lse, lse, mag)]:
+            g = g if exact else float(g)
+            rounded, j = _judged(e, g, fmt, max_ulps, m)
+            if where in raised:             # what should have produced it raised
+                j = replace(j, status="hard", ulps=None)
+            found.add(Value((*at, where, what), rounded, g, j.ulps, j.rel, j.status, e,
+                            j.terms_ulps), j)
     start = 0
     for b, (row, (outs, lse)) in enumerate(zip(rows, pairs)):
         pair(f"block {b} [{start}, {start + lengths[b]})", row, outs, lse)
         start += lengths[b]
     pair("merged", full, *merged)
-    return SplitMerge(found, sink_at, lengths, merged_here, tol)
-
-
-def _placed(x: Compared, where: str, what: str, raised) -> Compared:
-    """``x`` at ``where``/``what``; a hard failure when what should have produced it raised."""
-    x.where, x.what = where, what
-    if where in raised:
-        x.status, x.ulps = "hard", None
-    return x
+    return SplitMerge(found, sink_at, lengths, merged_here, None if exact else max_ulps)
 
 
 # --------------------------------------------------------------------------- a kernel's call
@@ -351,7 +314,8 @@ class SplitReport:
     ``impl`` names the partial function, ``merge`` the merge (None: the
     states were merged here, in float64); ``lengths`` are the blocks;
     ``raised`` maps ``block b`` or ``merged`` to what raised there (those
-    values count as hard failures); ``max_ulps`` is the tolerance.
+    values count as hard failures); ``max_ulps`` is the tolerance; ``found`` every row's
+    values, index ``(b, h, i, where, what)``, rows in order (failures first).
     """
 
     impl: str
@@ -363,23 +327,16 @@ class SplitReport:
     rows: dict
     max_ulps: int
     moved_inputs: int
+    found: Comparison
     raised: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.rows.values())
-
-    def values(self) -> list[tuple]:
-        """Every value compared: ``(index, Compared)``, rows in order."""
-        return [(idx, x) for idx, res in self.rows.items() for x in res.values()]
-
-    def failures(self) -> list[tuple]:
-        """The values that failed, as :meth:`values` gives them."""
-        return [v for v in self.values() if not v[1].ok]
+        return self.found.passed
 
     def empty_blocks(self) -> tuple[int, int]:
         """``(rows with a block that sees no key, rows that see no key at all)``."""
-        empty = [[x.exact.neg_inf for x in r.values() if x.what == "lse" and x.where != "merged"]
+        empty = [[x.exact.neg_inf for x in r.found.kept if x.what == "lse" and x.where != "merged"]
                  for r in self.rows.values()]
         return sum(map(any, empty)), sum(map(all, empty))
 
@@ -480,7 +437,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
             merged = state("merged", merger.name, lambda: merger(shaped, dtype, sink))
     tol = tolerance(ref, dtype, max_ulps)
     dead = {*raised, "merged"} if raised else ()      # what raised produced nothing
-    rows = {}
+    rows, found = {}, Comparison(None, failures_first)
     for b, h, i in np.ndindex(*want[:3]):
         g = ref.kv(h)
         values = [list(v) for v in ref.exact_call.value[b, g]]
@@ -490,7 +447,8 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
         res = check_split_merge(ref.raw_row(b, h, i), ref.divisor_squared, values, lengths,
                                 pairs, merged=got, policy=ref.head_policy(h), i=i,
                                 n_queries=sh["L"], offsets=ref.offsets(b, h, i), dtype=dtype,
-                                max_ulps=tol, raised=dead)
+                                max_ulps=tol, raised=dead, at=(b, h, i))
         rows[b, h, i] = res
+        found.merge(res.found)
     return SplitReport(impl.name, None if merger is None else merger.name, dtype, policy,
-                       rounded_call, lengths, rows, tol, moved, raised)
+                       rounded_call, lengths, rows, tol, moved, found, raised)

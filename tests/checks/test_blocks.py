@@ -297,6 +297,31 @@ def test_the_blocked_check_judges_with_verify_s_proved_bound():
     typed(proved_block(from_call(Call([["1/2"]], [[1]], [[3]])), 0, 1, "float32", 19).tolist(), [[1]])
 
 
+def test_verify_and_the_blocked_check_read_one_binary64_rule():
+    """2^-1000 and 2^60 are float64s: both verify's inputs (call_floats) and the blocked check
+    (proved_block) take the proved bound for them, and the same one; 2^-1023 * 3 (a bit below
+    2^-1022) and 2^60 + 1 (61 bits) take the default rule in both."""
+    from exactattn.blocks.check import proved_block
+    from exactattn.call.inputs import call_floats
+    from exactattn.verify.check import proved_tolerance
+    for entry in (F(1, 2 ** 1000), 2 ** 60, F(3, 2 ** 1023), 2 ** 60 + 1):
+        call = Call([[entry, 1], [1, F(1, 2)]], [[1, 0], [0, 1]], [[1], [3]])
+        floats, blocked = call_floats(call), proved_block(from_call(call), 0, 2, "float32", 19)
+        assert (floats is None) is (blocked is None) is (entry in (F(3, 2 ** 1023), 2 ** 60 + 1))
+        if floats is not None:
+            typed(proved_tolerance(floats, "float32", fallback=19)[0][0, 0].tolist(),
+                  blocked.tolist())
+
+
+def test_a_default_rule_of_every_float64_is_the_tolerance_not_a_crash():
+    """Scores of 2^80 from float64 inputs: the default rule allows every float64 (past int64),
+    so no proved bound is formed from it (it raised in an int64 cast), the rule alone judges."""
+    from exactattn.verify.check import verify
+    r = verify("numpy", Call([[2 ** 40]], [[2 ** 40], [-2 ** 40]], [[1], [2]],
+                             policy=Policy(scale="none")), "float64")
+    typed((r.bound, r.max_ulps, r.passed), (None, 18437736874454810624, True))
+
+
 # ----------------------------------------------------------------- the command
 def test_blocks_command_streams_csv_and_json(cli):
     rc, out, err = cli("blocks", "--random", "5,3,1", "--scheduler", "none", "--digits", "3",

@@ -63,10 +63,10 @@ def test_blockwise_nan_for_an_empty_block_is_caught():
     pairs = [([math.nan], -math.inf), ([2.0], math.log(2))]
     naive_merge = ([0.0 * math.nan + 2.0], math.log(2))        # exp(-inf) * NaN = NaN
     res = check_split_merge(raw, None, values, 2, pairs, merged=naive_merge, dtype="float64")
-    assert [(f.where, f.what, f.status) for f in res.failures()] == \
+    assert [(f.where, f.what, f.status) for f in res.found.failures] == \
         [("block 0 [0, 2)", "output 0", "hard"), ("merged", "output 0", "hard")]
     careful = check_split_merge(raw, None, values, 2, pairs, dtype="float64")   # merged here
-    assert [f.where for f in careful.failures()] == ["block 0 [0, 2)"]
+    assert [f.where for f in careful.found.failures] == ["block 0 [0, 2)"]
 
 
 def test_every_split_merges_to_the_one_pass_row_exactly():
@@ -97,7 +97,7 @@ def test_sink_counted_in_each_block_is_caught():
     kernel = exact_pairs(twice, values)          # the kernel merges without a sink of its own
     bad = check_split_merge(raw, None, values, 1, kernel, merged=merge(kernel), policy=pol)
     assert not bad.passed
-    assert {(f.where, f.what) for f in bad.failures()} == {
+    assert {(f.where, f.what) for f in bad.found.failures} == {
         ("block 0 [0, 1)", "output 0"), ("block 0 [0, 1)", "lse"), ("block 1 [1, 2)", "output 0"),
         ("block 1 [1, 2)", "lse"), ("merged", "output 0"), ("merged", "lse")}
     got = bad.value("merged", "output 0").got
@@ -106,7 +106,7 @@ def test_sink_counted_in_each_block_is_caught():
     floats = check_split_merge(raw, None, values, 1, float_pairs(twice, values), policy=pol,
                                merged=([float(got)], float(bad.value("merged", "lse").got.decimal(20))),
                                dtype="float64")
-    assert ("merged", "output 0") in {(f.where, f.what) for f in floats.failures()}
+    assert ("merged", "output 0") in {(f.where, f.what) for f in floats.found.failures}
 
 
 def test_sink_in_one_block_and_at_the_merge_agree():
@@ -125,7 +125,7 @@ def test_lse_in_base_two_from_a_kernel_is_caught():
     _, rows, _ = split_rows(raw, None, [1, 2])
     base2 = check_split_merge(raw, None, values, [1, 2], float_pairs(rows, values, math.log(2)),
                               dtype="float64")
-    assert [f.what for f in base2.failures()] == ["lse", "lse", "output 0", "lse"]
+    assert [f.what for f in base2.found.failures] == ["lse", "lse", "output 0", "lse"]
 
 
 # ----------------------------------------------------------------------------- other modifiers
@@ -303,6 +303,26 @@ def test_two_empty_blocks_merged_to_nan_fail_hard(kernel, capsys):
         ["0,0,1", "merged", "output 0", "nan", "nan", "0"]
 
 
+def test_a_row_that_sees_no_key_merged_here_is_the_policys_empty_row(kernel, capsys):
+    """Merged here (no --merge), a row that sees no key gets the policy's empty row
+    (Policy.empty_share), as the one-pass row does: a correct partial passes under every rule
+    (the merge answered 0: over under uniform, hard under nan)."""
+    for rule in ("zero", "uniform", "nan"):
+        rc, out, _ = split_cli(capsys, "--spec", "masked.json", "--splits", "1", "--empty-row",
+                               rule)
+        assert rc == 0 and "result: PASS" in out, rule
+    raw, values = [None, None], [[F(1)], [F(2)]]
+    for rule, want in (("zero", 0.0), ("uniform", 1.5), ("nan", math.nan)):
+        pol = Policy(empty_row=rule)
+        rows = split_rows(raw, None, 1, policy=pol)[1]
+        floats = check_split_merge(raw, None, values, 1, float_pairs(rows, values), policy=pol,
+                                   dtype="float64")
+        exact = check_split_merge(raw, None, values, 1, exact_pairs(rows, values), policy=pol)
+        assert floats.passed and exact.passed and floats.merged_here, rule
+        typed(floats.value("merged", "output 0").got, want)
+        typed(floats.value("merged", "lse").got, -math.inf)
+
+
 def test_a_function_that_raises_is_a_hard_failure(kernel, capsys):
     rc, out, err = split_cli(capsys, "--merge", "splitkern:broken", "--spec", "two.json",
                              "--splits", "1")
@@ -405,7 +425,7 @@ def test_verify_split_from_python_float64_and_a_sink():
     typed(out.rounded, float(out.exact.decimal(20)))
     bad = verify_split(space["partial"], c, "float64", [1, 1],
                        merge=lambda states, sink=None: space["merge"](states))  # sink dropped
-    assert [(i, x.where, x.what, x.status) for i, x in bad.failures()] == \
+    assert [(x.index[:3], x.where, x.what, x.status) for x in bad.found.failures] == \
         [((0, 0, 0), "merged", "output 0", "over"), ((0, 0, 0), "merged", "lse", "over")]
     with pytest.raises(InputError, match="must take sink= for this call"):
         verify_split(space["partial"], c, "float64", [1, 1], merge=space["no_rescale"])

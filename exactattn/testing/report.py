@@ -12,7 +12,7 @@ from typing import Sequence
 
 from ..present.render import Section, number_cell, plural
 from ..verify.check import Report
-from ..verify.compare import Comparison, failures_first
+from ..verify.compare import Comparison, failures_first, worst_first
 from ..numbers.formats import certified_scientific, float_format, shortest_repr
 
 __all__ = ["report_sections"]
@@ -110,7 +110,7 @@ def _probe_section(r: Report, worst: int, digits: int) -> Section:
               for run in r.probes if run.raised is not None]
     failed = [(run.probe.label, e) for run in r.probes if not run.passed
               for e in run.found.failures]
-    bad = [e for _, e in sorted(failed, key=lambda p: (p[1].status != "hard", -(p[1].ulps or 0)))[:worst]]
+    bad = [e for _, e in sorted(failed, key=lambda p: worst_first(p[1]))[:worst]]
     where = {id(e): label for label, e in failed}
     if bad:
         notes.append("the worst probe outputs:")
@@ -254,7 +254,7 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
 # --------------------------------------------------------------------------- backward
 def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
     rows = [[e.index[0], ",".join(map(str, e.index[1:])), *_entry_cells(r, e, digits)]
-            for e in r.worst(worst)]        # failures first (the backward report's rank)
+            for e in r.found.worst[:worst]]       # failures first (the backward report's rank)
     notes = [
         *_problem_notes(r, f"{r.moved_inputs}"),
         "exact: dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO with dS = P (dO V^T - D), "

@@ -132,9 +132,6 @@ class Report:
         return self.found.passed and self.lse_found.passed and not self.rows_past and \
             all(p.passed for p in self.probes)
 
-    def failures(self) -> list:
-        return [e for e in self.entries + self.lse_entries if e.status != "ok"]
-
     def lse_summary(self) -> dict | None:
         """count, max ULPs, over, hard of the log-sum-exp entries (None when not checked)."""
         if self.lse is None:
@@ -146,11 +143,6 @@ class Report:
         """dtype, count, max/mean/median ULPs, max ULPs at the terms, max relative error, over,
         hard (:meth:`Comparison.summary <exactattn.verify.compare.Comparison.summary>`)."""
         return {"dtype": self.dtype, **self.found.summary()}
-
-    def worst(self, k: int = 5) -> list:
-        """The k worst entries in the order of ``found.rank`` (forward: hard failures first,
-        then the largest ULP errors; ties in index order)."""
-        return self.found.worst[:k]
 
     def derived_macs(self) -> tuple[int, int] | None:
         """Scores and mix MACs from :func:`exactattn.cost.derive_at` (no mask only), else None."""
@@ -395,13 +387,8 @@ def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) 
         if got is None:
             out.add(Entry(idx, r, g, None, None, "hard", ref, lse_base=base))
             continue
-        if math.isinf(r) or math.isnan(r):     # -inf (no key) or the policy's NaN: exactly that
-            ok = g == r or (math.isnan(r) and math.isnan(g))
-            out.add(Entry(idx, r, g, 0 if ok else None, None, "ok" if ok else "hard", ref,
-                          lse_base=base))
-            continue
         mag = max(abs(r), top if math.isfinite(top) else abs(r))
-        j = judge(g, r, balls[idx], mag, fmt, lambda: ref.lse(*idx, base), tol)
+        j = judge(g, r, balls[idx], mag, fmt, lambda: ref.lse(*idx, base), tol, lse=True)
         out.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, base))
     return out
 

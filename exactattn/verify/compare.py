@@ -256,7 +256,8 @@ def undecided_tie(got: float, rounded: float, ball, dtype) -> bool:
 
 
 def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
-          exact: Callable, max_ulps: int, *, at_terms: bool = True) -> Judgement:
+          exact: Callable, max_ulps: int, *, at_terms: bool = True,
+          lse: bool = False) -> Judgement:
     """One output against the exact value ``rounded`` to ``fmt`` (NaN: the policy's answer is NaN).
 
     ``ball`` encloses the exact value, ``exact()`` gives it, ``magnitude`` is
@@ -266,13 +267,17 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     whose terms are all non-negative) the ULP count alone decides.  Where the exact value may be the midpoint
     of two floats (a rotary or soft-capped output no enclosure decided,
     :func:`undecided_tie`), either neighbour counts as the exact rounding
-    (``undecided``).
+    (``undecided``).  With ``lse`` (a log-sum-exp), an exact ``-inf`` (a row of no key) or
+    NaN must be met exactly: ok with 0 ULPs, else hard.
 
     >>> from flint import arb
     >>> from exactattn.numbers.formats import float_format
     >>> judge(0.5, 0.5, arb(0.5), 0.5, float_format("float32"), lambda: Fraction(1, 2), 4)
     Judgement(status='ok', ulps=0, rel=0.0, terms_ulps=0.0, off_format=False, undecided=False)
     """
+    if lse and not math.isfinite(rounded):
+        ok = got == rounded or math.isnan(got) and math.isnan(rounded)
+        return Judgement("ok", 0) if ok else Judgement("hard")
     if math.isnan(rounded):
         return Judgement("ok" if math.isnan(got) else "hard")
     if hard(got, rounded):

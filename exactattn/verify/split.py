@@ -109,10 +109,9 @@ def _judged(exact, got, fmt, tol: int | None, magnitude: float) -> tuple:
         row = getattr(got, "row", None)          # NaN (an empty row under nan) is NaN's
         same = exact == got or exact.row.nan and row is not None and row.nan
         return None, Judgement("ok" if same else "over")
-    if lse and exact.neg_inf:        # no key and no sink: exactly -inf
-        return -math.inf, Judgement("ok", 0) if got == -math.inf else Judgement("hard")
-    rounded, ball = (math.nan, None) if exact.row.nan else round_value(exact, fmt, 128)
-    return float(rounded), judge(got, rounded, ball, magnitude, fmt, lambda: exact, tol)
+    rounded, ball = (-math.inf, None) if lse and exact.neg_inf else (math.nan, None) \
+        if exact.row.nan else round_value(exact, fmt, 128)    # -inf: no key and no sink
+    return float(rounded), judge(got, rounded, ball, magnitude, fmt, lambda: exact, tol, lse=lse)
 
 
 def _float_merge(pairs, sink) -> tuple[list[float], float]:

@@ -59,7 +59,7 @@ def test_bulk_and_exact_agree(dtype, kw):
     wrong[0, 1, 5, 3] = 2 * wrong[0, 1, 5, 3] + 1     # one entry off: fails there
     bad = _both(wrong, q, k, v, **kw)
     assert not bad.passed
-    assert [e.index for e in bad.failures()] == [(0, 1, 5, 3)]
+    assert [e.index for e in bad.found.failures] == [(0, 1, 5, 3)]
     assert report.entries[0].index == (0, 0, 0, 0)
 
 

@@ -164,8 +164,6 @@ class Implementation:
                  convert: Callable | None = None, mask_as: str | None = None,
                  empty_row: str | None = None, rtol: float | None = None,
                  atol: float | None = None, name: str | None = None):
-        if not callable(fn):
-            raise InputError(f"fn must be callable (got {fn!r})")
         if not isinstance(exact, bool):
             raise InputError(f"exact must be True or False (got {exact!r})")
         check_choice(dtype, "dtype", tuple(NUMPY_DTYPES))
@@ -182,7 +180,8 @@ class Implementation:
         self.mask_as, self.empty_row = mask_as, empty_row
         self.rtol, self.atol = check_tolerance("rtol", rtol), check_tolerance("atol", atol)
         self.name = name or getattr(fn, "__name__", None) or repr(fn)
-        self.function = FunctionImpl(    # an exact function's is read for the arguments it takes
+        self.function = FunctionImpl(    # refuses a fn that is not callable (an exact one: read
+            # for the arguments it takes)
             fn, convention="mask", mask_as="bool_keep" if mask_as == "mask" else mask_as,
             convert=convert, name=self.name)
 
@@ -362,7 +361,7 @@ def check_rows_sum_below_one(impl, inp: Call) -> None:
     >>> from exactattn import Call
     >>> from exactattn.properties import reference
     >>> check_rows_sum_below_one(reference, Call([[1]], [[1], [0]], [[3], [1]],
-    ...                                                    policy=Policy(scale=1, sink=0)))
+    ...                                          policy=Policy(scale=1, sink=0)))
     """
     if inp.policy.sink is None:
         raise InputError("inp must have a sink (policy.sink) for this check (got none)")
@@ -939,7 +938,7 @@ def check_masked_entries_absent(inp: Call) -> int:
     >>> from exactattn.call.policy import Policy
     >>> from exactattn import Call
     >>> check_masked_entries_absent(Call([[1], [2]], [[0], [0]], [[0], [0]],
-    ...                                            policy=Policy(causal=True)))
+    ...                                  policy=Policy(causal=True)))
     1
     """
     import sympy

@@ -36,23 +36,22 @@ from .cells import value_cell, vector
 from .render import Section
 
 
-def _grid(values, decimals, label: str, first: str = "token") -> tuple[list, list]:
-    """Header and rows of a matrix of values (1-based row labels), exact ones marked."""
-    cols = len(values[0])
-    header = [first] + [f"{label} {c + 1}" for c in range(cols)]
+def _matrix(name: str, title: str, values, decimals, key: str, first: str, notes: list,
+            data: dict, sink=None, more=()) -> Section:
+    """One table of the backward: a matrix of values (1-based row labels, exact ones marked),
+    ``sink`` (the sink's value of each row) one more column, ``more`` columns after it."""
+    header = [first] + [f"{key} {c + 1}" for c in range(len(values[0]))]
     rows = [[str(i + 1)] + [value_cell(v, d) for v, d in zip(vals, decs)]
             for i, (vals, decs) in enumerate(zip(values, decimals))]
-    return header, rows
-
-
-def _sink_column(g, name: str, header: list, rows: list, places: int) -> None:
-    """Add the sink's column (its share, or its dS) to a table of rows x keys."""
-    if g.sink is None:
-        return
-    header.append("sink")
-    for i, r in enumerate(rows):
-        v = g.value(name, i, g.S)
-        r.append(value_cell(v, v.decimal(places)))
+    if sink is not None:
+        header.append("sink")
+        for r, v in zip(rows, sink):
+            r.append(value_cell(*v))
+    for column, cells in more:
+        header.append(column)
+        for r, c in zip(rows, cells):
+            r.append(c)
+    return Section(f"backward/{name}", title, header, rows, notes, data)
 
 
 def _texts(values) -> list:
@@ -72,75 +71,71 @@ def backward_sections(example, hg, places: int, *, closed_forms: bool = False) -
     g = hg.call
     n, S = g.R, g.S
     gen = g.terms.generator_text()
-    out = []
-    d_out = [vector(r) for r in g.d_out]
-    out.append(Section("backward/d_out", "Upstream gradient dO (the loss's gradient w.r.t. "
-                       "the outputs)", ["token", "dO"],
-                       [[str(i + 1), v] for i, v in enumerate(d_out)],
-                       ["the loss is sum_i dO_i . O_i: its gradient w.r.t. O is dO"],
-                       {"d_out": [[str(x) for x in r] for r in g.d_out]}))
-    P = g.P
-    h, rows = _grid(P, g.decimals("P", places), "key", "query")
-    _sink_column(g, "P", h, rows, places)
-    sink_note = [] if g.sink is None else [f"the sink (logit {g.sink}) is one more column with "
-                                           "value 0: it takes a share of every row"]
-    out.append(Section("backward/shares", f"Shares P (forward), {gen}", h, rows,
-                       [f"every exponential is a power of {gen}", *sink_note],
-                       {"exact": _texts(P)} if closed_forms else {}))
-    dP = g.dP
-    h, rows = _grid(dP, g.decimals("dP", places), "key", "query")
+
+    def exact(values) -> dict:
+        return {"exact": _texts(values)} if closed_forms else {}
+
+    def sink(name: str):
+        if g.sink is None:
+            return None
+        values = [g.value(name, i, S) for i in range(n)]
+        return [(v, v.decimal(places)) for v in values]
+    P, dP, D, dS = g.P, g.dP, g.D, g.dS
     drop = "" if g.factors is None else " times the dropout factors keep / (1 - p)"
-    out.append(Section("backward/dP", f"dP = dO V^T{drop} (exact)", h, rows,
-                       ["dP_ij = dO_i . v_j: what a unit more of share j would add to the loss"],
-                       {"exact": _texts(dP)}))
-    D = g.D
-    dec = g.decimals("D", places)
-    out.append(Section("backward/D", "D_i = sum_j P_ij dP_ij = dO_i . O_i", ["query", "D_i"],
-                       [[str(i + 1), value_cell(v, d)] for i, (v, d) in enumerate(zip(D, dec))],
-                       ["D_i is the loss's share-weighted mean of dP over row i"],
-                       {"exact": [v.text() for v in D]} if closed_forms else {}))
-    dS = g.dS
-    h, rows = _grid(dS, g.decimals("dS", places), "key", "query")
-    _sink_column(g, "dS", h, rows, places)
-    h.append("row sum")
-    for r, total in zip(rows, (g.row_sum(i) for i in range(n))):
-        r.append("0 (exact)" if not total.nan and total.is_zero() else total.decimal(places))
-    notes = ["dS_ij = P_ij (dP_ij - D_i): the gradient w.r.t. the logits (and w.r.t. an "
-             "additive mask or bias entry)"]
+    sums = [g.row_sum(i) for i in range(n)]
+    dS_notes = ["dS_ij = P_ij (dP_ij - D_i): the gradient w.r.t. the logits (and w.r.t. an "
+                "additive mask or bias entry)"]
     if g.sink is not None:
-        notes.append(f"the sink's column is in the row sums; dL/dsink = -sum_i P_i,sink D_i = "
-                     f"{g.dsink.decimal(places)}")
-    out.append(Section("backward/dS", "dS = P * (dP - D); every row sums to 0", h, rows, notes,
-                       {"exact": _texts(dS)} if closed_forms else {}))
+        dS_notes.append(f"the sink's column is in the row sums; dL/dsink = -sum_i P_i,sink D_i = "
+                        f"{g.dsink.decimal(places)}")
     forms = [[f"D_{i + 1}", _over(D[i], gen)] for i in range(n)]
     forms += [[f"dS_{i + 1},{j + 1}", _over(dS[i][j], gen)] for i in range(n) for j in range(S)
               if dS[i][j].nan or not dS[i][j].is_zero()]
-    out.append(Section("backward/forms", "Closed forms of D and of the non-zero dS",
-                       ["value", "closed form"], forms, [f"{gen}; dS_ij = 0 where not listed"]))
+    out = [
+        Section("backward/d_out", "Upstream gradient dO (the loss's gradient w.r.t. the outputs)",
+                ["token", "dO"], [[str(i + 1), vector(r)] for i, r in enumerate(g.d_out)],
+                ["the loss is sum_i dO_i . O_i: its gradient w.r.t. O is dO"],
+                {"d_out": [[str(x) for x in r] for r in g.d_out]}),
+        _matrix("shares", f"Shares P (forward), {gen}", P, g.decimals("P", places), "key",
+                "query", [f"every exponential is a power of {gen}"] + (
+                    [] if g.sink is None else [f"the sink (logit {g.sink}) is one more column "
+                                               "with value 0: it takes a share of every row"]),
+                exact(P), sink("P")),
+        _matrix("dP", f"dP = dO V^T{drop} (exact)", dP, g.decimals("dP", places), "key", "query",
+                ["dP_ij = dO_i . v_j: what a unit more of share j would add to the loss"],
+                {"exact": _texts(dP)}),
+        Section("backward/D", "D_i = sum_j P_ij dP_ij = dO_i . O_i", ["query", "D_i"],
+                [[str(i + 1), value_cell(v, d)] for i, (v, d) in
+                 enumerate(zip(D, g.decimals("D", places)))],
+                ["D_i is the loss's share-weighted mean of dP over row i"],
+                {"exact": [v.text() for v in D]} if closed_forms else {}),
+        _matrix("dS", "dS = P * (dP - D); every row sums to 0", dS, g.decimals("dS", places),
+                "key", "query", dS_notes, exact(dS), sink("dS"), [("row sum", [
+                    "0 (exact)" if not t.nan and t.is_zero() else t.decimal(places)
+                    for t in sums])]),
+        Section("backward/forms", "Closed forms of D and of the non-zero dS",
+                ["value", "closed form"], forms, [f"{gen}; dS_ij = 0 where not listed"])]
+    scale = [] if g.divisor_squared is None else \
+        [f"the scale is 1/{divisor_text(g.divisor_squared)}"]
     for name, what in (("dQ", "dQ = scale dS K"), ("dK", "dK = scale dS^T Q"),
                        ("dV", "dV = P^T dO")):
         vals = g.matrix(name)
-        h, rows = _grid(vals, g.decimals(name, places), "c")
-        out.append(Section(f"backward/{name}", what, h, rows,
-                           [f"the scale is 1/{divisor_text(g.divisor_squared)}"]
-                           if name != "dV" and g.divisor_squared is not None else [],
-                           {"exact": _texts(vals)} if closed_forms else {}))
+        out.append(_matrix(name, what, vals, g.decimals(name, places), "c", "token",
+                           scale if name != "dV" else [], exact(vals)))
     for name in ("dW_Q", "dW_K", "dW_V"):
         vals = hg.matrix(name)
-        h, rows = _grid(vals, hg.decimals(name, places), "x", "slot" if hg.layout == "slots"
-                        else "input")
-        out.append(Section(f"backward/{name}", f"{name} = sum_i d{name[-1]}_i x_i^T "
-                           f"({hg.layout} layout)", h, rows, [],
-                           {"exact": _texts(vals)} if closed_forms else {}))
-    biases = [[name] + [value_cell(v, d) for v, d in zip(hg.matrix(name), hg.decimals(name,
-                                                                                      places))]
+        out.append(_matrix(name, f"{name} = sum_i d{name[-1]}_i x_i^T ({hg.layout} layout)",
+                           vals, hg.decimals(name, places), "x",
+                           "slot" if hg.layout == "slots" else "input", [], exact(vals)))
+    biases = [[name] + [value_cell(v, d) for v, d in zip(hg.matrix(name),
+                                                         hg.decimals(name, places))]
               for name in ("db_Q", "db_K", "db_V")]
     width = max(len(r) for r in biases) - 1
-    biases = [r + [""] * (width + 1 - len(r)) for r in biases]
     key_note = ("db_K = 0 exactly: the key bias cancels in the softmax" if g.sink is None else
                 "db_K is not 0: the sink's logit does not move with the key bias")
     out.append(Section("backward/biases", "Bias gradients db = sum_i d(Q|K|V)_i",
-                       ["bias"] + [f"slot {s + 1}" for s in range(width)], biases,
+                       ["bias"] + [f"slot {s + 1}" for s in range(width)],
+                       [r + [""] * (width + 1 - len(r)) for r in biases],
                        [key_note, "db_V = sum_i dO_i over the rows that see a key" if g.sink is None
                         else "db_V = sum_i (1 - P_i,sink) dO_i: the sink's share carries no value"]))
     return out

@@ -38,48 +38,14 @@ from typing import Sequence
 from .present.cells import exact_text
 from .errors import InputError, shorten
 from .examples import Example, Token
-from .present.render import Section, html_text as _e, reader_text, render
+from .present.render import Section, html_text as _e, render, tables_html
 from .present.stream import View
 from .present.tables import MODES, attend_example, build
 from .engines.trace import Trace
 
-__all__ = ["register", "show", "tables_html"]
-
 #: the formulas show at most this many query rows and keys per row
 FORMULA_ROWS = 4
 FORMULA_KEYS = 8
-
-
-def tables_html(sections: Sequence[Section]) -> str:
-    """Sections as HTML tables (caption, header, rows as people read them, notes).
-
-    >>> from exactattn.present.render import Section
-    >>> print(tables_html([Section("t", "T", ["a"], [["1"]], ["n"])]))
-    <div class="exactattn">
-    <table>
-    <caption>T</caption>
-    <thead><tr><th>a</th></tr></thead>
-    <tbody>
-    <tr><td>1</td></tr>
-    </tbody>
-    </table>
-    <p><small>n</small></p>
-    </div>
-    """
-    out = ['<div class="exactattn">']
-    for s in sections:
-        out.append("<table>")
-        out.append(f"<caption>{_e(s.title)}</caption>")
-        out.append("<thead><tr>" + "".join(f"<th>{_e(c)}</th>" for c in s.columns)
-                   + "</tr></thead>")
-        out.append("<tbody>")
-        for row in s.rows:
-            out.append("<tr>" + "".join(f"<td>{_e(reader_text(c))}</td>" for c in row) + "</tr>")
-        out.append("</tbody>")
-        out.append("</table>")
-        out += [f"<p><small>{_e(n)}</small></p>" for n in s.notes]
-    out.append("</div>")
-    return "\n".join(out)
 
 
 def formulas(trace: Trace, *, rows: Sequence[int] | None = None, keys: int = FORMULA_KEYS,

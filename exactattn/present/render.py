@@ -50,7 +50,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 from ..options import check_choice
 from .stream import LazyRows, progress
@@ -313,21 +313,47 @@ def _md_cell(c: str) -> str:
     return reader_text(c).replace("|", "\\|")
 
 
-def _markdown(sections, out: IO[str], **_) -> None:
-    for k, s in enumerate(sections):
-        if k:
-            out.write("\n\n")
-        out.write(f"### {s.title}\n")
-        if s.columns:
-            out.write("\n| " + " | ".join(_md_cell(c) for c in s.columns) + " |")
-            out.write("\n|" + "|".join("---" for _ in s.columns) + "|")
-            for r in _rows(s):
-                out.write("\n| " + " | ".join(_md_cell(c) for c in r) + " |")
-        if s.notes:
-            out.write("\n")
+@dataclass(frozen=True)
+class Printer:
+    """How one format writes a section, piece by piece (as sympy's ``Printer`` has a method
+    per kind of node): its title, its header, each row, what closes the rows, each note.
+
+    One walk (:meth:`write`) reads every section through them; a section without columns
+    has no header, rows or close unless ``every``.
+    """
+    title: Callable[[Section], str]
+    header: Callable[[Section], str]
+    row: Callable[[Section, list], str]
+    note: Callable[[Section, str], str]
+    close: str = ""          # after the rows
+    notes: str = ""          # before the notes, when there are any
+    between: str = "\n\n"   # between two sections
+    start: str = ""
+    end: str = "\n"
+    every: bool = False
+
+    def write(self, sections, out: IO[str], **_) -> None:
+        out.write(self.start)
+        for k, s in enumerate(sections):
+            out.write((self.between if k else "") + self.title(s))
+            if s.columns or self.every:
+                out.write(self.header(s))
+                for r in _rows(s):
+                    out.write(self.row(s, r))
+                out.write(self.close)
+            out.write(self.notes if s.notes else "")
             for n in s.notes:
-                out.write("\n" + reader_text(n))
-    out.write("\n")
+                out.write(self.note(s, n))
+        out.write(self.end)
+
+
+def _md_row(cells) -> str:
+    return "\n| " + " | ".join(_md_cell(c) for c in cells) + " |"
+
+
+_MARKDOWN = Printer(lambda s: f"### {s.title}\n",
+                    lambda s: _md_row(s.columns) + "\n|" + "|".join("---" for _ in s.columns) + "|",
+                    lambda s, r: _md_row(r), lambda s, n: "\n" + reader_text(n), notes="\n")
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -466,34 +492,55 @@ def _note(text: str) -> str:
     return "".join(out) + _tex(text[last:])
 
 
-def _latex(sections, out: IO[str], **_) -> None:
-    for k, s in enumerate(sections):
-        if k:
-            out.write("\n\n")
-        out.write(f"\\paragraph{{{_tex(s.title)}}}")
-        if s.columns:
-            out.write("\n\\begin{tabular}{" + "l" * len(s.columns) + "}")
-            out.write("\n" + " & ".join(latex_cell(c) for c in s.columns) + r" \\ \hline")
-            for r in _rows(s):
-                out.write("\n" + " & ".join(latex_cell(c) for c in r) + r" \\")
-            out.write("\n\\end{tabular}")
-        for n in s.notes:
-            out.write("\n" + _note(reader_text(n)) + r"\par")
-    out.write("\n")
+def _latex_row(cells) -> str:
+    return "\n" + " & ".join(latex_cell(c) for c in cells) + r" \\"
 
 
-def _csv(sections, out: IO[str], **_) -> None:
+_LATEX = Printer(lambda s: f"\\paragraph{{{_tex(s.title)}}}",
+                 lambda s: "\n\\begin{tabular}{" + "l" * len(s.columns) + "}" +
+                 _latex_row(s.columns) + r" \hline", lambda s, r: _latex_row(r),
+                 lambda s, n: "\n" + _note(reader_text(n)) + r"\par", close="\n\\end{tabular}")
+
+
+def _csv_line(cells) -> str:
     import csv
-    w = csv.writer(out, lineterminator="\n")
-    for k, s in enumerate(sections):
-        if k:
-            out.write("\n")
-        if s.columns:
-            w.writerow(["table"] + s.columns)
-            for r in _rows(s):
-                w.writerow([s.name] + [str.__str__(c) for c in r])
-        for n in s.notes:
-            w.writerow([s.name, "note", n])
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue()
+
+
+_CSV = Printer(lambda s: "", lambda s: _csv_line(["table"] + s.columns),
+               lambda s, r: _csv_line([s.name] + [str.__str__(c) for c in r]),
+               lambda s, n: _csv_line([s.name, "note", n]), between="\n", end="")
+#: HTML tables (caption, header, rows as people read them, notes): a notebook's display
+_HTML = Printer(lambda s: f"\n<table>\n<caption>{html_text(s.title)}</caption>",
+                lambda s: "\n<thead><tr>" + "".join(f"<th>{html_text(c)}</th>" for c in s.columns)
+                + "</tr></thead>\n<tbody>",
+                lambda s, r: "\n<tr>" + "".join(f"<td>{html_text(reader_text(c))}</td>"
+                                                for c in r) + "</tr>",
+                lambda s, n: f"\n<p><small>{html_text(n)}</small></p>",
+                close="\n</tbody>\n</table>", between="", start='<div class="exactattn">',
+                end="\n</div>", every=True)
+
+
+def tables_html(sections: Sequence[Section]) -> str:
+    """Sections as HTML tables (caption, header, rows as people read them, notes).
+
+    >>> print(tables_html([Section("t", "T", ["a"], [["1"]], ["n"])]))
+    <div class="exactattn">
+    <table>
+    <caption>T</caption>
+    <thead><tr><th>a</th></tr></thead>
+    <tbody>
+    <tr><td>1</td></tr>
+    </tbody>
+    </table>
+    <p><small>n</small></p>
+    </div>
+    """
+    buf = io.StringIO()
+    _HTML.write(sections, buf)
+    return buf.getvalue()
 
 
 _SCALARS = {str, Cell, int, float, bool, type(None)}
@@ -583,8 +630,8 @@ def _jsonable(value):
     return _plain(value)
 
 
-_WRITERS = {"text": _text, "markdown": _markdown, "latex": _latex, "csv": _csv, "json": _json,
-            "jsonl": _jsonl}
+_WRITERS = {"text": _text, "markdown": _MARKDOWN.write, "latex": _LATEX.write,
+            "csv": _CSV.write, "json": _json, "jsonl": _jsonl}
 
 
 def write(sections: Sequence[Section], fmt: str, out: IO[str],

@@ -28,7 +28,8 @@ hide cells (``-inf``) as in the plain tables.
 >>> from exactattn.call.modifiers import Alibi
 >>> h = Head([[1]], [[1]], [[1]], divisor=None)
 >>> t = attend(h.with_policy(h.policy.replace(alibi=Alibi(12), head=8)), [[0], [1]])
->>> bias = square_sections(t, 4)[0]
+>>> from exactattn.present.tables import build
+>>> bias = build("square", None, t)[1]
 >>> bias.title, bias.rows[1]
 ('ALiBi biases: -m (p_i - j), slope m = 1/sqrt(2)', ['2', '-1/sqrt(2) ~ -0.7071', '0'])
 """
@@ -39,7 +40,7 @@ from .cells import KINDS, certified_cell, real_cell, real_exact, real_kind, valu
 from ..call.modifiers import dropout_factors
 from ..numbers.reals import real_decimal
 from .render import Cell, Section
-from .stream import Grid, LazyRows, View, shown_note
+from .stream import Grid, LazyRows, shown_note
 
 #: a row's log-sum-exp closed form is written out up to this many distinct terms
 LSE_TERMS = 16
@@ -136,55 +137,40 @@ def _logits(trace, grid: Grid, places: int):
             {} if sink is None else {"sink": real_exact(sink)})
 
 
-#: the score stages a modified head adds, in order: (name, when it is shown, its parts)
-_STAGES = (
-    ("square/rope", lambda p: p.rope is not None, _rope),
-    ("square/capped", lambda p: p.softcap is not None, _capped),
-    ("square/alibi", lambda p: p.alibi is not None, _alibi),
-    ("square/logits", lambda p: p.alibi is not None or p.sink is not None or
-     (p.rope is not None and p.softcap is None), _logits),
-)
-
-
-def square_sections(trace, places: int = 4, view: View | None = None) -> list[Section]:
-    """The score stages a modified head adds after ``square/scaled`` (none for a plain head):
-    each a table of reals over the grid (:data:`_STAGES`, built by :func:`grid_section`)."""
-    policy = trace.policy
-    grid = Grid(trace.n, view or View())
-    out = []
-    for name, shown, parts in _STAGES:
-        if not shown(policy):
-            continue
-        title, row_of, notes, kinds, extra = parts(trace, grid, places)
+def _stage(name: str, parts):
+    """The builder of one score stage (``parts``: :func:`_rope` ...): a table of reals over
+    the grid, with the sink's logit one more column of ``square/logits``."""
+    def build(t) -> Section:
+        grid, places = Grid(t.n, t.view), t.places
+        title, row_of, notes, kinds, extra = parts(t.trace, grid, places)
         rows = grid.rows(row_of, lambda v: real_cell(v, places))
-        sink = policy.sink if name == "square/logits" else None
+        sink = t.policy.sink if name == "square/logits" else None
         if sink is not None:          # the sink: one more logit in every row, with no value
             plain, text = rows, real_cell(sink, places)
             rows = LazyRows(len(plain), lambda k: plain[k] + [text])
-        out.append(grid_section(grid, name, title, rows, notes,
-                                dict(_values(grid, row_of, places, kinds), **extra),
-                                ("sink",) if sink is not None else ()))
-    return out
+        return grid_section(grid, name, title, rows, notes,
+                            dict(_values(grid, row_of, places, kinds), **extra),
+                            ("sink",) if sink is not None else ())
+    return build
 
 
-def score_sections(trace, places: int = 4, view: View | None = None,
-                   lse: str | None = None) -> list[Section]:
-    """``scores/dropout`` (with dropout) and ``scores/lse`` (``lse`` = ``"e"`` or ``"2"``)."""
-    view = view or View()
-    out = []
-    if trace.dropout_keep is not None:
-        out.append(_dropout(trace, places, view))
-    if lse is not None:
-        out.append(_lse(trace, places, view, lse))
-    return out
+#: the score stages a modified head adds after ``square/scaled``, in order: (when it is
+#: shown, its builder)
+STAGES = (
+    (lambda t: t.policy.rope is not None, _stage("square/rope", _rope)),
+    (lambda t: t.policy.softcap is not None, _stage("square/capped", _capped)),
+    (lambda t: t.policy.alibi is not None, _stage("square/alibi", _alibi)),
+    (lambda t: t.policy.alibi is not None or t.policy.sink is not None or
+     (t.policy.rope is not None and t.policy.softcap is None), _stage("square/logits", _logits)),
+)
 
 
-def _dropout(trace, places: int, view: View) -> Section:
+def dropout(t) -> Section:
+    """``scores/dropout``: the weights after dropout and each row's sum."""
+    trace, places, grid, readers = t.trace, t.places, Grid(t.n, t.view), t.view.readers
     policy, keep = trace.policy, trace.dropout_keep
     p = policy.dropout
-    grid = Grid(trace.n, view)
     dec = trace.dropped_decimals(places)
-    readers = view.readers
 
     def weight_cell(i: int, j: int) -> str:
         if not readers:
@@ -214,9 +200,10 @@ def _dropout(trace, places: int, view: View) -> Section:
                         f"(1 - {p})", LazyRows.over(grid.toks, line), notes, data, ("sum",))
 
 
-def _lse(trace, places: int, view: View, base: str) -> Section:
-    n = trace.n
-    toks = view.rows(n)
+def lse(t) -> Section:
+    """``scores/lse``: each row's log-sum-exp in base ``t.lse`` (``"e"`` or ``"2"``)."""
+    trace, places, n, base = t.trace, t.places, t.n, t.lse
+    toks = t.view.rows(n)
 
     def parts(i: int) -> tuple[str | None, str, str]:
         value = trace.lse(i, base)

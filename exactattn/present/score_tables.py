@@ -17,9 +17,9 @@ streams its 16 million shares row by row.
   numerator / normaliser``; outputs the same over the row's normaliser.
 
 >>> from exactattn.examples import chronicle
->>> from exactattn.engines.head import attend
+>>> from exactattn.present.tables import attend_example, build
 >>> ex = chronicle()
->>> shares = scores(ex, attend(ex.head, ex.x))[0]
+>>> shares = build("scores", ex, attend_example(ex))[0]
 >>> shares.rows[1]
 ['2', '0.5800', '0.1216', '0.1769', '0.1216', 'exactly 1', '0.5800 at key 1']
 >>> shares.data["closed_forms"][1]["normaliser"]
@@ -28,7 +28,7 @@ streams its 16 million shares row by row.
 
 from __future__ import annotations
 
-from .cells import (OUTPUT_TERMS, certified_cell, divisor_words, exact_text, row_forms, score_rows,
+from .cells import (OUTPUT_TERMS, certified_cell, divisor_words, exact_text, score_rows,
                     value_cell, vector)
 from ..errors import InputError
 from .modifier_tables import grid_section
@@ -83,25 +83,21 @@ def _identical(trace) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
-def scores(example, trace, places: int = 4, closed_forms: bool = True,
-           view: View | None = None) -> list[Section]:
-    """Shares per row (sum, largest), the mixed outputs, one token in vs out, the MACs.
+def scores(t) -> list[Section]:
+    """``scores/shares``: the shares per row (sum, largest); a cut view adds ``scores/rows``,
+    each query's sum and largest share.  ``t``: the :class:`~exactattn.present.tables.Tables`.
 
-    ``closed_forms`` adds each row's closed forms to the sections' data (what
-    JSON prints), as text: no sympy.  ``view`` chooses the queries and keys
-    shown (default: all); a cut view adds ``scores/rows``, each query's sum
-    and largest share.
+    ``closed_forms`` adds each row's closed forms to the data (what JSON prints), as text:
+    no sympy.
 
     Raises:
         InputError: a symbolic trace (its shares have no largest key to name).
     """
+    trace, view, places, n, head = t.trace, t.view, t.places, t.n, t.head
     if trace.engine == "symbolic":
         raise InputError("trace must come from a numeric engine for the scores table (got "
                          "symbolic); run attend with engine='pencil' or 'fast'")
-    view = view or View()
-    n, head = trace.n, trace.head
-    policy = head.policy
-    share_dec, output_dec = trace.share_decimals(places), trace.output_decimals(places)
+    policy, share_dec = head.policy, trace.share_decimals(places)
     grid = Grid(n, view, " (sum and largest read every key)")
     toks, keys = grid.toks, grid.keys
     readers = view.readers
@@ -156,9 +152,9 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
     for a, b in _identical(trace):
         notes.append(f"rows {a + 1} and {b + 1} are identical: tokens {a + 1} and {b + 1} carry "
                      "the same numbers (no positional information)")
-    forms = row_forms(trace) if closed_forms else None
+    forms = t.forms
     data: dict = {}
-    if closed_forms:
+    if forms is not None:
         data["formula"] = ("shares[i][j] = closed_forms[i].numerators[j] / "
                            "closed_forms[i].normaliser")
         data["closed_forms"] = LazyRows.over(toks, lambda i: {
@@ -176,19 +172,17 @@ def scores(example, trace, places: int = 4, closed_forms: bool = True,
             "scores/rows", "Each query: its sum and largest share", ["query", "sum", "largest"],
             LazyRows(n, lambda i: [str(i + 1), _total(trace, i), largest_cell(i)]),
             [f"all {n} queries; the largest share reads every key"], {}))
-    sections.append(_outputs(trace, view, output_dec, toks, forms))
-    sections.append(_in_out(example, trace, view, output_dec))
-    sections.append(_macs(trace))
     return sections
 
 
-def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
-    n, d_v = trace.n, trace.head.d_v
-    slots = view.part(d_v)
-    readers = view.readers
+def outputs(t) -> Section:
+    """``scores/outputs``: each token's output, mixed by its shares (or its weights after
+    dropout), with their closed forms in the data."""
+    trace, view, n, d_v, forms = t.trace, t.view, t.n, t.head.d_v, t.forms
+    output_dec, toks, slots = trace.output_decimals(t.places), view.rows(n), view.part(d_v)
 
     def out_row(i: int) -> list[str]:
-        if not readers:
+        if not view.readers:
             return [str(i + 1)] + [output_dec[i][c] for c in slots]
         return [str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c], False)
                                for c in slots]
@@ -211,8 +205,10 @@ def _outputs(trace, view: View, output_dec, toks, forms) -> Section:
     return Section("scores/outputs", title, cols, LazyRows.over(toks, out_row), notes, data)
 
 
-def _in_out(example, trace, view: View, output_dec) -> Section:
-    f = min(example.focus, trace.n - 1)
+def in_out(t) -> Section:
+    """``scores/in-out``: the example's focus token in (x), its value and its output."""
+    trace, view, output_dec = t.trace, t.view, t.trace.output_decimals(t.places)
+    f = min(t.example.focus, trace.n - 1)
     d_v = trace.head.d_v
     width = view.width(d_v)
     shown = d_v if width is None else width     # entries past the vector's limit stay unread
@@ -225,7 +221,9 @@ def _in_out(example, trace, view: View, output_dec) -> Section:
         [], {"token": f + 1})
 
 
-def _macs(trace) -> Section:
+def macs(t) -> Section:
+    """``scores/macs``: the multiply-adds this run took, counted in the loops."""
+    trace = t.trace
     m = trace.macs
     if m is None:
         return Section("scores/macs", "Multiply-adds", ["stage", "MACs"], [],

@@ -1,10 +1,12 @@
 """The pencil-check tables, built from one :class:`~exactattn.engines.trace.Trace`.
 
-Each mode returns a list of :class:`~exactattn.present.render.Section` (a titled grid
-of cells plus notes and exact data); :func:`exactattn.present.render.write` writes them
-as text, Markdown, LaTeX, CSV, JSON or JSON Lines.  Modes, in walkthrough
-order: ``row``, ``weights``, ``project``, ``square``, ``scores`` (the last in
-:mod:`exactattn.present.score_tables`).
+The tables are data: :data:`TABLES` lists every table in walkthrough order, each with
+its mode (``row``, ``weights``, ``project``, ``square``, ``scores``), when it is shown
+and its builder, a function of one :class:`Tables` (the example, the trace, the places,
+the view).  :func:`build` reads the list; each table is a
+:class:`~exactattn.present.render.Section` (a titled grid of cells plus notes and exact
+data), which :func:`exactattn.present.render.write` writes as text, Markdown, LaTeX,
+CSV, JSON or JSON Lines.
 
 Cells show exact rationals as fractions (``25/8``) with their decimal when it
 terminates (``25/8 = 3.125``) or a rounded one when it does not (``1/3 ~
@@ -21,26 +23,27 @@ share; the machine formats get everything, streamed.
 
 >>> from exactattn.examples import chronicle
 >>> ex = chronicle()
->>> s = square(ex, attend_example(ex))
+>>> s = build("square", ex, attend_example(ex))
 >>> s[0].rows[1]
 ['2', '25/8 = 3.125', '0', '3/4 = 0.75', '0']
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
 from ..options import check_choice
 from ..call.policy import divisor_text
-from .cells import (Scaler, divisor_words, exact_text, score_rows, value_cell, vector,
-                    with_decimal)
+from .cells import (Scaler, divisor_words, exact_text, row_forms, score_rows, value_cell,
+                    vector, with_decimal)
 from ..engines.head import Head, Trace, attend
 from ..reference.kernels import score
 from ..numbers.exact import common_denominator
-from .modifier_tables import grid_section, score_sections, square_sections
+from .modifier_tables import STAGES, dropout, grid_section, lse
 from .render import Section, plural, printable
-from .score_tables import scores
+from .score_tables import in_out, macs, outputs, scores
 from .stream import Grid, LazyRows, View, shown_note, span_text
 from .sweep import check_row, with_divisor
 
@@ -80,9 +83,28 @@ def _typed_texts(values, typed, picked, view: View) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the modes
-def row(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+class Tables:
+    """What the tables of one trace read: the example, the trace, the places and the view
+    (default: everything), and what several tables share, computed once when first read
+    (the closed forms).  ``lse`` (``"e"`` or ``"2"``; default the example's) asks for
+    ``scores/lse``."""
+
+    def __init__(self, example, trace: Trace, places: int = 4, view: View | None = None, *,
+                 closed_forms: bool = True, lse: str | None = None):
+        self.example, self.trace, self.places = example, trace, places
+        self.view = view or View()
+        self.head, self.n, self.policy = trace.head, trace.n, trace.policy
+        self.closed_forms = closed_forms
+        self.lse = lse if lse is not None else getattr(example, "lse", None)
+
+    @functools.cached_property
+    def forms(self):
+        return row_forms(self.trace) if self.closed_forms else None
+
+
+def row(t: Tables) -> Section:
     """The tokens: index, id, byte count, text, and the numbers each arrives with."""
-    view = view or View()
+    example, trace, view = t.example, t.trace, t.view
     n, d = trace.n, trace.head.d_model
     names = example.slot_names or [f"x{m + 1}" for m in range(d)]
     toks, slots = view.rows(n), view.part(d)
@@ -99,17 +121,16 @@ def row(example, trace: Trace, places: int = 4, view: View | None = None) -> lis
         notes.insert(0, f"source text: {example.title}")
     notes += shown_note("choose tokens with --queries" + _COLUMNS * (len(slots) < d),
                         ("tokens", toks, n), ("numbers", slots, d))
-    return [Section("row", "The row: tokens and their numbers", cols, LazyRows.over(toks, line),
-                    notes, {"x": LazyRows.over(toks, lambda i: _texts(trace.x[i]))})]
+    return Section("row", "The row: tokens and their numbers", cols, LazyRows.over(toks, line),
+                   notes, {"x": LazyRows.over(toks, lambda i: _texts(trace.x[i]))})
 
 
 _COLUMNS = " and how many numbers with --columns"
 
 
-def weights(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+def weights(t: Tables) -> list[Section]:
     """The three matrices, one line per output slot (or per input in the rows layout)."""
-    view = view or View()
-    head = trace.head
+    example, view, head = t.example, t.view, t.head
     slots = head.layout == "slots"
     out = []
     for name in ("W_Q", "W_K", "W_V"):
@@ -180,10 +201,9 @@ def _neurons_agree(trace: Trace, tokens) -> bool:
     return same
 
 
-def project(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+def project(t: Tables) -> Section:
     """Each token's query, key and value, and the bias-free-neuron cross-check."""
-    view = view or View()
-    head, n = trace.head, trace.n
+    trace, view, head, n = t.trace, t.view, t.head, t.n
     toks = view.rows(n)
     qw, vw = view.width(head.d_k), view.width(head.d_v)
 
@@ -222,8 +242,8 @@ def project(example, trace: Trace, places: int = 4, view: View | None = None) ->
         rows = LazyRows(len(toks) + 1, lambda k: line(toks[k]) if k < len(toks) else last)
         data["biases"] = {b: None if head.bias(b) is None else _texts(head.bias(b))
                           for b in ("b_Q", "b_K", "b_V")}
-    return [Section("project", "Projections: query, key and value of each token",
-                    ["token", "query", "key", "value"], rows, notes, data)]
+    return Section("project", "Projections: query, key and value of each token",
+                   ["token", "query", "key", "value"], rows, notes, data)
 
 
 def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> LazyRows:
@@ -246,15 +266,14 @@ def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> 
     return LazyRows.over(toks, line)
 
 
-def square(example, trace: Trace, places: int = 4, view: View | None = None) -> list[Section]:
+def square(t: Tables) -> list[Section]:
     """Raw scores (queries x keys) and scaled scores, with the divisor stated.
 
     ``places``: the decimals of values that are not exact (an irrational
     scaled score, a rational whose decimal does not terminate).
     """
-    view = view or View()
-    n, head = trace.n, trace.head
-    grid = Grid(n, view)
+    trace, places, head = t.trace, t.places, t.head
+    grid = Grid(t.n, t.view)
     toks, keys = grid.toks, grid.keys
     mask = " (causal: -inf above the diagonal)" if head.causal else ""
     raw = Scaler(None)
@@ -338,13 +357,30 @@ def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
     return [raw_sec, own_sec]
 
 
-BUILDERS = {"row": row, "weights": weights, "project": project, "square": square}
+#: every table, in walkthrough order: (mode, when it is shown (None: always), its builder);
+#: a builder reads a :class:`Tables` and returns a Section or a list of them
+TABLES = (
+    ("row", None, row),
+    ("weights", None, weights),
+    ("project", None, project),
+    ("square", None, square),
+    *(("square", shown, make) for shown, make in STAGES),
+    ("square", lambda t: getattr(t.example, "compare_raw", False),
+     lambda t: raw_match(t.example, t.trace, t.places)),
+    ("scores", None, scores),
+    ("scores", lambda t: t.trace.dropout_keep is not None, dropout),
+    ("scores", lambda t: t.lse is not None, lse),
+    ("scores", None, outputs),
+    ("scores", None, in_out),
+    ("scores", None, macs),
+)
 
 
 def build(mode: str, example, trace: Trace, places: int = 4, *,
           closed_forms: bool = True, view: View | None = None,
           lse: str | None = None) -> list[Section]:
-    """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``).
+    """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``):
+    the :data:`TABLES` of that mode shown for this trace, built from one :class:`Tables`.
 
     ``square`` adds the raw self-match (:func:`raw_match`) for an example with
     ``compare_raw``.  ``view`` (default: everything) chooses the tokens and
@@ -355,18 +391,13 @@ def build(mode: str, example, trace: Trace, places: int = 4, *,
     (:mod:`exactattn.present.modifier_tables`).
     """
     check_choice(mode, "mode", MODES)
-    if mode == "scores":
-        sections = scores(example, trace, places, closed_forms, view)
-        lse = lse if lse is not None else getattr(example, "lse", None)
-        extra = score_sections(trace, places, view, lse)
-        at = next(k for k, s in enumerate(sections) if s.name == "scores/outputs")
-        return sections[:at] + extra + sections[at:]
-    sections = BUILDERS[mode](example, trace, places, view)
-    if mode == "square":
-        sections.extend(square_sections(trace, places, view))
-    if mode == "square" and getattr(example, "compare_raw", False):
-        sections.extend(raw_match(example, trace, places))
-    return sections
+    t = Tables(example, trace, places, view, closed_forms=closed_forms, lse=lse)
+    out: list[Section] = []
+    for m, shown, make in TABLES:
+        if m == mode and (shown is None or shown(t)):
+            made = make(t)
+            out += made if isinstance(made, list) else [made]
+    return out
 
 
 def explain(trace: Trace, query: int, key: int, places: int = 4) -> Section:

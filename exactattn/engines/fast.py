@@ -6,10 +6,10 @@ for large n::
     queries = x W_Q^T, keys = x W_K^T, values = x W_V^T     fmpq_mat products (exact)
     raw scores = queries keys^T                             fmpq_mat product (exact)
 
-Every intermediate stays a python-flint matrix until it is asked for:
-``trace.queries``, ``trace.raw_scores`` ... turn an ``fmpq_mat`` into lists of
-``Fraction`` on first access (for a 1024 x 1024 score matrix that alone costs
-seconds).  ``trace.share(i, j)`` builds the exact softmax row of query i on
+The projections are handed to the :class:`~exactattn.engines.trace.Trace` as integer
+numerators over one denominator each, and the raw scores are their integer product:
+``trace.queries``, ``trace.raw_scores`` ... turn them into lists of ``Fraction`` on
+first access (for a 1024 x 1024 score matrix that alone costs seconds).  ``trace.share(i, j)`` builds the exact softmax row of query i on
 demand, and ``trace.share_decimals(places)`` certifies every share at once
 from integer enclosures (:mod:`exactattn.numbers.bulk`).  No multiply-adds are counted
 (``trace.macs`` is None): nothing is counted that did not run.
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..numbers.bulk import exact_matmul, mat_ints
+from ..numbers.bulk import mat_ints
 from ..numbers.exact import fmpq_mat_of
 from .trace import Trace
 
@@ -64,49 +64,6 @@ def attend_fast(head, xs: list[list[Fraction]]) -> Trace:
     ([Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)], ['0.5800', '0.1216', '0.1769', '0.1216'])
     """
     X = fmpq_mat_of(xs)
-    Q, K, V = (_biased(X * fmpq_mat_of(w).transpose(), b)
+    Q, K, V = (mat_ints(_biased(X * fmpq_mat_of(w).transpose(), b))
                for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K), (head.W_V, head.b_V)))
-    n = len(xs)
-    policy = head.policy
-    cache: dict = {}
-
-    def integer_scores():
-        if "S" not in cache:
-            qn, qd = ints("queries")
-            kn, kd = ints("keys")
-            cache["S"] = (exact_matmul(qn, kn.T), qd * kd)
-        return cache["S"]
-
-    def score_row(i: int) -> list:
-        ints, den = score_ints(i)
-        return [None if v is None else Fraction(v, den) for v in ints]
-
-    def score_ints(i: int) -> tuple[list, int]:
-        num, den = integer_scores()
-        r = num[i].tolist()
-        row: list = [None] * n
-        for j in policy.visible_keys(i, n, n):
-            row[j] = int(r[j])
-        return row, den
-
-    def raw_scores():
-        return [score_row(i) for i in range(n)]
-
-    def ints(name: str):
-        if name not in cache:
-            cache[name] = mat_ints({"queries": Q, "keys": K, "values": V}[name])
-        return cache[name]
-
-    def integers():
-        num, den = integer_scores()
-        vnum, vden = ints("values")
-        return num, den, vnum, vden
-
-    def fractions(name: str) -> list[list[Fraction]]:    # the slow step this module defers
-        num, den = ints(name)
-        return [[Fraction(v, den) for v in r] for r in num.tolist()]
-
-    return Trace(head, "fast", xs, queries=lambda: fractions("queries"),
-                 keys=lambda: fractions("keys"), values=lambda: fractions("values"),
-                 raw_scores=raw_scores, score_row=score_row,
-                 score_ints=score_ints, integers=integers, part_ints=ints)
+    return Trace(head, "fast", xs, queries=Q, keys=K, values=V)

@@ -53,7 +53,8 @@ from ..call.policy import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from ..errors import InputError, shorten
 from ..options import check_choice
 from ..numbers.exact import is_symbolic, rational_sqrt, to_matrix, to_row
-from ..reference.kernels import project, score, to_fractions
+from ..numbers.bulk import int_rows
+from ..reference.kernels import project, score
 from ..numbers.exact import common_denominator
 from ..reference.logits import scaled_logit
 from ..reference.modified import counted_step, modified_engine
@@ -287,18 +288,12 @@ def pencil(head: Head, x: list[list], keep=None, visible=None, shared: list | No
     n, policy = len(x), head.policy
     step = counted_step(q, k, v, visible or (lambda i: policy.visible_keys(i, n, n)), dq, dk,
                         dv, head.divisor_squared, policy, keep)
-
-    def integers():
-        from ..numbers.bulk import int_rows
-        return (int_rows([[0 if a is None else a for a in r] for r in step.raw]), dq * dk,
-                int_rows(v), dv)
-
-    return Trace(head, "pencil", x, queries=to_fractions(q, dq), keys=to_fractions(k, dk),
-                 values=to_fractions(v, dv), raw_scores=step.raw_fractions,
+    return Trace(head, "pencil", x, queries=(int_rows(q), dq), keys=(int_rows(k), dk),
+                 values=(int_rows(v), dv), raw_scores=step.raw_fractions,
                  rows=step.rows, outputs=step.outputs,
                  macs={"projections": mq + mk + mv, **step.macs},
                  softmax_ops={op: sum(getattr(r, op + "s") for r in step.rows)
-                              for op in ("exp", "add", "div")}, integers=integers,
+                              for op in ("exp", "add", "div")},
                  bias_adds=aq + ak + av, rotated=step.rotated, dropout_keep=keep)
 
 

@@ -3,9 +3,10 @@
 A :class:`Trace` records ``x``, ``queries``, ``keys``, ``values``, the raw and
 scaled scores, the exact softmax rows, the shares and the outputs, plus the
 multiply-adds counted while they were computed (None when nothing was
-counted).  Every engine returns this one type; a matrix an engine keeps in
-another form (python-flint matrices in the fast engine) is converted on first
-access, so nothing converts what nobody reads.
+counted).  Every engine returns this one type; the numeric engines hand their
+projections over as integer numerators over one denominator, converted to
+``Fraction`` rows on first access (the raw scores are their integer product unless
+the engine counted them), so nothing converts what nobody reads.
 
 Shares and outputs are exact values (:class:`~exactattn.numbers.softmax.ExpRatio` for
 the numeric engines, :class:`SymbolicValue` for the symbolic one); both
@@ -34,8 +35,8 @@ the logits after each stage (:meth:`Trace.logit_row`), the ALiBi biases
 from __future__ import annotations
 
 from fractions import Fraction
-from math import gcd, lcm
-from typing import Any, Callable
+from math import gcd
+from typing import Any
 
 from ..numbers.digits import certify, check_places
 from ..errors import InputError, shorten
@@ -65,12 +66,11 @@ class Trace:
     ``IndexError`` naming the bad index and the shape.
     """
 
-    def __init__(self, head, engine: str, x: list[list], *, queries, keys, values, raw_scores,
-                 rows=None, outputs=None, macs: dict | None = None,
-                 softmax_ops: dict | None = None, score_row: Callable | None = None,
-                 integers: Callable | None = None, bias_adds: int | None = None,
-                 rotated: list | None = None, dropout_keep: list | None = None,
-                 score_ints: Callable | None = None, part_ints: Callable | None = None):
+    def __init__(self, head, engine: str, x: list[list], *, queries, keys, values,
+                 raw_scores: list | None = None, rows=None, outputs=None,
+                 macs: dict | None = None, softmax_ops: dict | None = None,
+                 bias_adds: int | None = None, rotated: list | None = None,
+                 dropout_keep: list | None = None):
         self.head = head
         self.engine = engine
         self.x = x
@@ -83,15 +83,16 @@ class Trace:
         self.macs = macs
         self.softmax_ops = softmax_ops
         self.bias_adds = bias_adds
-        self._parts: dict[str, Any] = {"queries": queries, "keys": keys, "values": values,
-                                       "raw_scores": raw_scores}
+        # a numeric engine's parts are (numerators, den) integer arrays, read as Fraction rows
+        # on first access (for a 1024 x 64 matrix that alone costs a second); the raw scores
+        # are theirs (query numerators times key numerators) unless an engine counted them
+        parts = {"queries": queries, "keys": keys, "values": values, "raw_scores": raw_scores}
+        self._ints = {k: v for k, v in parts.items() if isinstance(v, tuple)}
+        self._parts: dict[str, Any] = {k: v for k, v in parts.items()
+                                       if v is not None and k not in self._ints}
         self._rows: dict = {} if rows is None else dict(enumerate(rows))
         self._outputs = outputs
-        self._score_row = score_row
-        self._score_ints = score_ints
-        self._part_ints = part_ints
         self._columns: dict[int, list] = {}
-        self._integers = integers
         self._decimals: dict = {}
         #: entries the bulk intervals left undecided, decided by the exact per-entry path
         self.fallbacks = 0
@@ -100,10 +101,10 @@ class Trace:
         return f"Trace(engine={self.engine!r}, n={self.n}, {self.head!r})"
 
     def _part(self, name: str):
-        value = self._parts[name]
-        if callable(value):
-            value = self._parts[name] = value()
-        return value
+        if name not in self._parts:
+            self._parts[name] = [self.raw_score_row(i) for i in range(self.n)] \
+                if name == "raw_scores" else [self.vector(name, i) for i in range(self.n)]
+        return self._parts[name]
 
     queries = property(lambda self: self._part("queries"),
                        doc="n x d_k exact queries (``Fraction``, sympy in the symbolic engine)")
@@ -130,25 +131,27 @@ class Trace:
             raise InputError(f"name must be 'queries', 'keys' or 'values' (got "
                              f"{shorten(name, quote=True)})")
         self._check(i)
-        ints = self._unconverted(name)
-        if ints is None:
-            return list(self._part(name)[i])
-        num, den = ints
+        if name in self._parts:
+            return list(self._parts[name][i])
+        num, den = self._ints[name]
         return [Fraction(v, den) for v in num[i].tolist()]
 
     def _value_column(self, c: int) -> list:
         """Column c of the values (kept: every output of that column reads it)."""
         if c not in self._columns:
-            ints = self._unconverted("values")
-            self._columns[c] = [r[c] for r in self.values] if ints is None else \
-                [Fraction(v, ints[1]) for v in ints[0][:, c].tolist()]
+            num, den = self._ints.get("values") or (None, None)
+            self._columns[c] = [r[c] for r in self.values] if num is None else \
+                [Fraction(v, den) for v in num[:, c].tolist()]
         return self._columns[c]
 
-    def _unconverted(self, name: str):
-        """``(numerators, den)`` of a part the engine still keeps as integers, else None."""
-        if self._part_ints is None or not callable(self._parts[name]):
-            return None
-        return self._part_ints(name)
+    def _integers(self):
+        """``(scores, den, values, values_den)``: the raw-score numerators (n x n, over
+        ``den``; hidden pairs hold their products too) and the values' (numeric engines)."""
+        if "scores" not in self._ints:
+            from ..numbers.bulk import exact_matmul
+            (qn, qd), (kn, kd) = self._ints["queries"], self._ints["keys"]
+            self._ints["scores"] = exact_matmul(qn, kn.T), qd * kd
+        return self._ints["scores"] + self._ints["values"]
 
     @property
     def call(self):
@@ -185,16 +188,24 @@ class Trace:
     def raw_score_row(self, i: int) -> list:
         """Row i of the raw scores, without converting the others."""
         self._check(i)
-        if self._score_row is not None and callable(self._parts["raw_scores"]):
-            return self._score_row(i)
-        return self.raw_scores[i]
+        if "raw_scores" in self._parts:
+            return self._parts["raw_scores"][i]
+        ints, den = self._score_ints(i)
+        return [None if v is None else Fraction(v, den) for v in ints]
+
+    def _score_ints(self, i: int) -> tuple[list, int]:
+        num, den = self._integers()[:2]
+        r, row = num[i].tolist(), [None] * self.n
+        for j in self.policy.visible_keys(i, self.n, self.n):
+            row[j] = int(r[j])
+        return row, den
 
     def raw_score_ints(self, i: int) -> tuple[list, int]:
         """Row i of the raw scores as ``(ints, den)``: score j is ``ints[j] / den`` (None
         where hidden), ``den`` the least common denominator of the row's scores.
 
-        Rational scores only (``TypeError`` otherwise).  The fast engine writes the row
-        straight from its integer matmul, without a ``Fraction`` per entry.
+        Numeric engines only (``TypeError`` otherwise): the row comes straight from the
+        integer matmul of the queries' and keys' numerators, without a ``Fraction`` per entry.
 
         >>> from exactattn import Head, attend
         >>> attend(Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]]),
@@ -202,17 +213,12 @@ class Trace:
         ([5, 6], 4)
         """
         self._check(i)
-        if self._score_ints is not None:
-            ints, den = self._score_ints(i)
-            g = gcd(den, *[v for v in ints if v is not None])
-            return ([None if v is None else v // g for v in ints], den // g) if g > 1 \
-                else (ints, den)
-        raw = self.raw_score_row(i)
-        seen = [r for r in raw if r is not None]
-        if not all(isinstance(r, Fraction) for r in seen):
+        if not self._ints:
             raise TypeError("score rows must be rational (a numeric engine's trace)")
-        den = lcm(*{r.denominator for r in seen}) if seen else 1
-        return [None if r is None else r.numerator * (den // r.denominator) for r in raw], den
+        ints, den = self._score_ints(i)
+        g = gcd(den, *[v for v in ints if v is not None])
+        return ([None if v is None else v // g for v in ints], den // g) if g > 1 \
+            else (ints, den)
 
     def scaled_score(self, i: int, j: int):
         """raw / divisor: a ``Fraction`` when the divisor is rational, else an exact
@@ -381,8 +387,7 @@ class Trace:
             return self._decimals[places]
         n, d_v = self.n, self.head.d_v
         result = None
-        if self.engine != "symbolic" and self._integers is not None and \
-                not self.policy.replace(dropout=None).modified:
+        if self._ints and not self.policy.replace(dropout=None).modified:
             from ..numbers.bulk import decimals
             num, den, vnum, vden = self._integers()
             keep = self.head.policy.keep(n, n)

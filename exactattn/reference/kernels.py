@@ -30,9 +30,12 @@ from fractions import Fraction
 from typing import Callable, Hashable, Iterable, Sequence
 
 
-def to_fractions(m: Sequence[Sequence[int]], den: int) -> list[list[Fraction]]:
-    """Integers over ``den`` back as ``Fraction`` entries."""
-    return [[Fraction(a, den) for a in r] for r in m]
+def to_fractions(m: Sequence[Sequence[int | None]], den: int) -> list[list]:
+    """Integers over ``den`` back as ``Fraction`` entries (None stays None; each distinct
+    integer converted once)."""
+    cache: dict[int, Fraction] = {}
+    return [[None if a is None else cache[a] if a in cache else
+             cache.setdefault(a, Fraction(a, den)) for a in r] for r in m]
 
 
 def project(W: Sequence[Sequence], x: Sequence[Sequence]) -> tuple[list[list], int]:

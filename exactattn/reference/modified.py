@@ -106,24 +106,6 @@ class _Rows(Sequence):
         return self._rows[k]
 
 
-def _fractions(raw: list[list], den: int) -> list[list]:
-    """Integer score rows over ``den`` as ``Fraction`` rows (each distinct integer converted once)."""
-    cache: dict[int, Fraction] = {}
-    out = []
-    for r in raw:
-        row = []
-        for a in r:
-            if a is None:
-                row.append(None)
-                continue
-            f = cache.get(a)
-            if f is None:
-                f = cache[a] = Fraction(a, den)
-            row.append(f)
-        out.append(row)
-    return out
-
-
 def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
                  visible: Callable[[int], Iterable[int]], q_den: int, k_den: int,
                  value_den: int, divisor_squared: Fraction | None, policy,
@@ -141,7 +123,7 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
     """
     n_q, n_k = len(queries), len(keys)
     raw, score_macs = score(queries, keys, visible)
-    raw_f = _fractions(raw, q_den * k_den)
+    raw_f = to_fractions(raw, q_den * k_den)
     macs = {"scores": score_macs}
     rotated = None
     if policy.rope is not None:

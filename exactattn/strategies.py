@@ -48,11 +48,8 @@ from .numbers.exact import to_exact
 from .engines.head import LAYOUTS, Head
 from .call.inputs import Call
 
-__all__ = ["DEFAULT_DIVISOR", "attention_inputs", "block_splits", "divisors", "head_inputs",
+__all__ = ["attention_inputs", "block_splits", "divisors", "head_inputs",
            "heads", "masks", "matrices", "rationals", "scales", "token_rows"]
-
-DEFAULT_DIVISOR = "default"
-"""What :func:`divisors` draws for "leave the divisor out" (the head then uses sqrt(d_k))."""
 
 _NON_SQUARES = (2, 3, 5, 6, 7, 8, 10, 11, 12)
 
@@ -219,7 +216,7 @@ def divisors(*, allow_default: bool = True, allow_none: bool = True,
              allow_irrational: bool = True) -> SearchStrategy:
     """Divisors a :class:`~exactattn.engines.head.Head` accepts: positive rationals, ``"sqrt(q)"``, None.
 
-    Draws :data:`DEFAULT_DIVISOR` (leave it out: sqrt(d_k)) first, then a
+    Draws ``"default"`` (leave it out: sqrt(d_k)) first, then a
     positive rational ``a/b`` (a <= 8, b <= 4), then ``"sqrt(q)"`` for a
     non-square q (an irrational divisor, kept exact), then None (no
     scaling).  Shrinks towards the default, then 1.
@@ -232,7 +229,7 @@ def divisors(*, allow_default: bool = True, allow_none: bool = True,
     ...
     exactattn.errors.InputError: allow_none must be True or False (got 'yes')
     """
-    return _one_of((st.just(DEFAULT_DIVISOR), _flag("allow_default", allow_default)),
+    return _one_of((st.just(DEFAULT_SCALE), _flag("allow_default", allow_default)),
                    (st.builds(Fraction, st.integers(1, 8), st.integers(1, 4)), True),
                    (st.sampled_from(_NON_SQUARES).map(lambda q: f"sqrt({q})"),
                     _flag("allow_irrational", allow_irrational)),
@@ -308,7 +305,7 @@ def heads(*, min_d_model: int = 1, max_d_model: int = 4, min_d_k: int = 1, max_d
         W_Q, W_K, W_V = weights(d_k), weights(d_k), weights(d_v)
         is_causal = draw(st.booleans()) if causal is None else causal
         divisor = draw(divisor_st)
-        kwargs = {} if divisor == DEFAULT_DIVISOR else {"divisor": divisor}
+        kwargs = {} if divisor == DEFAULT_SCALE else {"divisor": divisor}
         return Head(W_Q, W_K, W_V, layout=layout, causal=is_causal, **kwargs)
     return draw_head()
 

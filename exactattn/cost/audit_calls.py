@@ -68,11 +68,6 @@ class AuditCall:
     ops: tuple = ()
     bias: bool = False
 
-    @property
-    def module(self) -> bool:
-        """True for a layer with projections (MHA, BERT, GPT-2)."""
-        return self.shape.d_model is not None
-
 
 def _sdpa(key, title, q, k, v, code, policy=Policy(), mask=None, kind="sdpa", ops=()):
     return AuditCall(key, title, kind, CallShape(q, k, v, policy, mask), code, ops=ops)

@@ -16,7 +16,7 @@ from ..examples import Example, Token
 from ..numbers.exact import to_matrix
 from ..engines.layer import Layer
 from .presets import load_layer, preset
-from .weights import exact_matrix, read_tensors
+from .weights import exact_matrix, read_json, read_tensors
 
 #: the file beside saved inputs that names their tokens (``model check --save-inputs``)
 TOKEN_TEXTS = "tokens.json"
@@ -32,8 +32,7 @@ def read_tokens(path: str) -> list[list]:
     if not isinstance(path, str) or not os.path.isfile(path):
         raise InputError(f"tokens must name a file that exists (got {shorten(repr(path))})")
     if path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = read_json(path, "tokens must be a JSON list of rows")
         rows = doc.get("x") if isinstance(doc, dict) else doc
         return to_matrix(rows, name="tokens", floats="exact")
     if not path.endswith((".npy", ".npz")):
@@ -66,19 +65,13 @@ def read_token_texts(path: str, n: int) -> list[Token] | None:
     True
     """
     where = path
-    doc = None
-    if path.endswith(".json") and os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+    doc = read_json(path, "tokens must be a JSON list of rows") \
+        if path.endswith(".json") and os.path.isfile(path) else None
     if not (isinstance(doc, dict) and "tokens" in doc):
         where = os.path.join(os.path.dirname(os.path.abspath(path)), TOKEN_TEXTS)
         if not os.path.isfile(where):
             return None
-        try:
-            with open(where, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            raise InputError(f"{where} must be a JSON token list (got {shorten(str(e))})") from None
+        doc = read_json(where, f"{where} must be a JSON token list")
     texts = doc.get("tokens") if isinstance(doc, dict) else None
     if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
         raise InputError(f"tokens in {where} must be a list of texts (got "

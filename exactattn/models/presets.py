@@ -23,14 +23,13 @@ evaluates the projections without the rotation (then the scores are NOT the mode
 
 from __future__ import annotations
 
-import json
 import os
 
 from ..call.policy import Policy
 from ..errors import InputError, ShapeError, shorten
 from ..engines.head import Head
 from ..engines.layer import Layer
-from .weights import Tensors, exact_matrix, exact_row, names_hint
+from .weights import Tensors, exact_matrix, exact_row, names_hint, read_json
 
 
 #: a name map's fields and their defaults: the tensor names of layer ``{layer}`` (``q``, ``k``,
@@ -97,12 +96,7 @@ def _config(weights_path: str) -> dict | None:
     path = os.path.join(os.path.dirname(os.path.abspath(weights_path)), "config.json")
     if not os.path.isfile(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError(f"config.json beside the weights must be a JSON object (got "
-                         f"{shorten(str(e))})") from None
+    cfg = read_json(path, "config.json beside the weights must be a JSON object")
     if not isinstance(cfg, dict):
         raise InputError("config.json beside the weights must be a JSON object (got "
                          f"{type(cfg).__name__})")

@@ -15,6 +15,7 @@ and PyTorch state dicts ``.pt``/``.pth``/``.bin`` (``torch``; read with
 
 from __future__ import annotations
 
+import json
 import os
 from fractions import Fraction
 
@@ -34,6 +35,16 @@ class Tensors(dict):
     def stored(self) -> str:
         """The stored float dtypes, in words: 'float32' or 'bfloat16, float32'."""
         return ", ".join(sorted({d for d in self.dtypes.values() if d in FLOAT_DTYPES})) or "none"
+
+
+def read_json(path: str, refusal: str):
+    """The JSON document in the file ``path``; one that cannot be read or parsed is refused in
+    one line, ``refusal`` followed by the reason (``(got ...)``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{refusal} (got {shorten(str(e))})") from None
 
 
 def names_hint(names, wanted: str, limit: int = 12) -> str:
@@ -107,7 +118,6 @@ def _read_safetensors(path: str):
 
 def _bfloat16(path: str, names: list[str]) -> dict:
     """bfloat16 tensors: the top 16 bits of a float32, widened bit for bit (exact)."""
-    import json
     import struct
 
     import numpy as np

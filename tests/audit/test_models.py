@@ -325,3 +325,7 @@ def test_non_finite_tokens_and_weights_are_refused_in_one_line(tmp_path):
         read_tokens(str(tmp_path / "x.npy"))
     with pytest.raises(InputError, match=r"^weight must be finite \(got -inf at row 1, column 0\)$"):
         exact_matrix(np.array([[0.5], [-np.inf]]))
+    # a tokens file that is not JSON: one line naming the reason (it raised JSONDecodeError)
+    (tmp_path / "x.json").write_text("[[1, 2")
+    with pytest.raises(InputError, match=r"^tokens must be a JSON list of rows \(got Expecting "):
+        read_tokens(str(tmp_path / "x.json"))

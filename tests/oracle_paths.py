@@ -244,12 +244,7 @@ class PackageRun:
         from exactattn.verify.backward import exact_gradients
         pol = self.problem.with_policy(pol).policy
         blocks = {}
-        certified = case["softcap"] is not None or case["rope"] is not None
-        if certified:         # documented: certified through Reference.gradients, which
-            for path in ("gradients", "head_gradients"):    # hands the forward's rows in
-                self.skipped.append((path, "soft-capped and rotary gradients need the "
-                                           "forward's rows (documented)"))
-        for b in range(self.B * (not certified)):
+        for b in range(self.B):
             for h in range(self.H):
                 g = pol.kv_head(h, self.H, self.Hkv)
                 hp = pol if pol.alibi is None else pol.replace(head=pol.head + h)
@@ -262,10 +257,9 @@ class PackageRun:
                     break
                 blocks[(b, h)] = grad
         else:
-            if not certified:
-                self._objects["gradients"] = blocks
+            self._objects["gradients"] = blocks
         if is_self_attention(case) and case["mask"] is None and "engine:pencil" in self._objects \
-                and d_lse is None and not certified:
+                and d_lse is None:
             # the head's weight gradients (docs/gradients.md): their call block is the same
             # Gradients; empty_row passed explicitly (its default is "zero", not the policy's)
             from exactattn.gradients import head_gradients

@@ -11,14 +11,11 @@ Every entry is a constant plus a sum over the rows' normalisers ``Z`` of ``N / Z
 shares, :class:`~exactattn.numbers.ratio.ExpRatio` (exact zero, equality, sign and
 rationality tests, and every certified rounding ends).
 
-* :mod:`~exactattn.gradients.terms`: :class:`Terms`, the exponents as powers of a few
-  generators ``t, u, ...`` (the printed view ``text(style="generators")``);
-* :mod:`~exactattn.gradients.backward`: :class:`Gradients`;
-* :mod:`~exactattn.gradients.inputs`: :func:`gradients` (from the one call model:
-  masks, windows, sinks, ALiBi, dropout), :func:`check_policy`;
-* :mod:`~exactattn.gradients.floats`: certified float64 enclosures (bulk rounding);
-* :mod:`~exactattn.gradients.checks`: the exact properties of a call's gradients;
-* :mod:`~exactattn.gradients.weights`: :func:`head_gradients`, :class:`HeadGradients`.
+This package is the entry point without a :class:`~exactattn.call.Call`: :func:`gradients`
+builds one and returns :meth:`Reference(call).gradients <exactattn.verify.Reference.gradients>`'s
+block (:class:`~exactattn.reference.backward.Gradients`: every modifier, soft-cap and RoPE
+certified through the forward's rows); :func:`head_gradients` (:mod:`.weights`) the gradients of
+a head's weights; :mod:`~exactattn.gradients.checks` the exact properties of a call's gradients.
 
 >>> from exactattn.call.policy import Policy
 >>> g = gradients([[0], [0]], [[1], [2]], [[1], [3]], [[1], [1]], Policy(scale="none"))
@@ -26,8 +23,45 @@ rationality tests, and every certified rounding ends).
 (Fraction(1, 1), Fraction(1, 2))
 """
 
-from .backward import Gradients, certified
-from .inputs import block_inputs, check_policy, gradients
+from ..call.inputs import Call
+from ..call.masks import Mask
+from ..call.policy import Policy
+from ..errors import InputError, shorten
+from ..reference.backward import Gradients
+from ..reference.reference import Reference
 from .weights import head_gradients
 
 __all__ = ["gradients", "head_gradients"]
+
+
+def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=None, *,
+              dropout_keep=None, floats: str | None = None, d_lse=None) -> Gradients:
+    """The exact gradients of one head's call ``softmax(scale Q K^T + mask) V`` given ``dO``.
+
+    Shapes: queries L x E, keys S x E, values S x E_v, d_out L x E_v (any exact numbers
+    :class:`~exactattn.call.Call` reads, ``floats`` as there); ``mask`` an L x S
+    :class:`~exactattn.call.policy.Mask` (an additive one adds its offsets) or its rows, read
+    under ``policy.mask_kind``; ``dropout_keep`` L x S booleans (True = kept) with
+    ``policy.dropout``.  ``policy`` gives the scale, the causal rule and windows, the
+    empty-row answer, the sink, ALiBi (with ``policy.head``), dropout, the soft-cap and RoPE;
+    ``d_lse`` (L exact numbers) the upstream gradient of each row's natural log-sum-exp.
+
+    Raises:
+        ShapeError: shapes that do not match.
+        InputError, FloatInputError: entries that are not exact numbers; dropout without
+            its keep-mask.
+
+    >>> g = gradients([[1, 0]], [[1, 0], [0, 1]], [[1], [0]], [[1]], Policy(scale="1"))
+    >>> g.dV[0][0].text()
+    'exp(1)/(1 + exp(1))'
+    >>> s = gradients([[0]], [[0]], [[1]], [[1]], Policy(scale="none", sink=0))
+    >>> s.dsink.text(), s.dsink.decimal(4)                 # -P_sink D = -(1/2)(1/2)
+    ('-1/4', '-0.2500')
+    """
+    if policy is not None and not isinstance(policy, Policy):
+        raise InputError(f"policy must be a Policy or None (got {shorten(repr(policy))}); "
+                         "e.g. Policy(scale='none', causal=True)")
+    call = Call(queries, keys, values, getattr(mask, "rows", mask), policy=policy,
+                mask_kind=mask.kind if isinstance(mask, Mask) else None, floats=floats,
+                dropout_keep=dropout_keep)
+    return Reference(call).gradients(d_out, d_lse).blocks[(0, 0)]

@@ -4,7 +4,7 @@ For a head given as tokens ``x`` (n x d_model) and projections (slots
 layout, :mod:`exactattn.engines.head`): ``q_i = W_Q x_i + b_Q``, ``k_i = W_K x_i +
 b_K``, ``v_i = W_V x_i + b_V``, and an upstream gradient ``dO``, the chain
 rule through the projections gives, with dQ, dK, dV of the call
-(:mod:`exactattn.gradients.backward`)::
+(:mod:`exactattn.reference.backward`)::
 
     dW_Q[s][m] = sum_i dQ_is x_im        db_Q[s] = sum_i dQ_is
     dW_K[s][m] = sum_j dK_js x_jm        db_K[s] = sum_j dK_js  (= 0 exactly)
@@ -29,9 +29,9 @@ from fractions import Fraction
 from ..errors import InputError
 from ..options import check_choice
 from ..numbers.exact import to_matrix
-from .backward import BULK_PREC, Gradients, certified
-from .inputs import block_inputs, check_policy
 from ..numbers.ratio import ExpRatio
+from ..reference.backward import BULK_PREC, Gradients, certified
+from ..reference.reference import Reference
 
 
 #: name -> (the call gradient it comes from, True for a bias)
@@ -125,13 +125,9 @@ def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep
     if head.symbolic:
         raise InputError("head must have numeric weights for exact gradients (got symbols); "
                          "substitute numbers first")
-    check_policy(head.policy)
     empty_row = head.policy.empty_row if empty_row is None else empty_row
     plain = head.with_policy(head.policy.replace(empty_row=empty_row))    # checks empty_row
     xs = head_tokens(head, x, floats)
-    call = Call.of_head(plain, xs)
-    q, k, v = (a[0, 0].tolist() for a in (call.query, call.key, call.value))
     dO = to_matrix(d_out, name="d_out", shape=(len(xs), head.d_v), floats=floats)
-    block = block_inputs(head.policy, len(xs), len(xs), dropout_keep=dropout_keep)
-    return HeadGradients(head, xs, Gradients(q, k, v, dO, divisor_squared=head.divisor_squared,
-                                             empty_row=empty_row, policy=plain.policy, **block))
+    call = Call.of_head(plain, xs, dropout_keep=dropout_keep)
+    return HeadGradients(head, xs, Reference(call).gradients(dO).blocks[(0, 0)])

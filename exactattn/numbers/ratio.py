@@ -10,9 +10,9 @@ coefficients):
 * a :class:`~exactattn.numbers.softmax.SoftmaxRow`: the atoms are the row's gaps g,
   each ``exp(g) / Z`` (:attr:`ExpRatio.numerators`, :attr:`ExpRatio.row`), ``N`` an
   exponential polynomial (:class:`~exactattn.numbers.exponents.ExpPoly`);
-* a :class:`~exactattn.gradients.backward.Gradients` block: the atoms are its entries
+* a :class:`~exactattn.reference.backward.Gradients` block: the atoms are its entries
   (``("dQ", i, c)``, ...), ``N`` a polynomial in the block's generators
-  (:class:`~exactattn.gradients.terms.Terms`), its enclosures from the block's.
+  (:class:`~exactattn.numbers.terms.Terms`), its enclosures from the block's.
 
 Values of two sources (a share against a backward's P) meet as exponential polynomials.
 

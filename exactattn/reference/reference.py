@@ -226,7 +226,7 @@ class Reference:
         result's ``value(name, b, h, i, c)`` is one exact gradient entry
         (``name`` one of ``dQ``, ``dK``, ``dV``; h is the query head for dQ,
         the key/value head for dK and dV); ``blocks[(b, g)]`` holds the
-        :class:`~exactattn.gradients.Gradients` of one key/value head, with
+        :class:`~exactattn.reference.backward.Gradients` of one key/value head, with
         ``P``, ``dP`` and ``dS``.
 
         Raises:
@@ -237,7 +237,7 @@ class Reference:
         >>> r.gradients([[1], [0]]).value("dV", 0, 0, 0, 0).exact()
         Fraction(1, 2)
         """
-        from ..gradients.calls import ExactGradients, d_out_array
+        from .backward import ExactGradients, d_out_array
         d_out = d_out_array(self.call, d_out)
         d_lse = None if d_lse is None else d_out_array(self.call, d_lse, "d_lse")
         certified = (self.policy.softcap, self.policy.rope) != (None, None)

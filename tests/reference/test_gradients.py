@@ -18,7 +18,8 @@ import sympy
 from exactattn.call.policy import Mask, Policy
 from exactattn.errors import ExactAttnError, InputError, ShapeError
 from exactattn.numbers.ratio import ExpRatio
-from exactattn.gradients import Gradients, gradients, head_gradients
+from exactattn.gradients import gradients, head_gradients
+from exactattn.reference.backward import Gradients
 from exactattn.engines.head import Head, attend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -319,7 +320,8 @@ def test_head_gradients_layouts_and_biases():
 def test_one_line_errors():
     with pytest.raises(ShapeError, match=r"d_out must"):
         gradients([[1]], [[1]], [[1]], [[1], [2]])
-    with pytest.raises(ShapeError, match=r"mask must be 1 x 2 like queries x keys \(got 2 x 2\)"):
+    with pytest.raises(ShapeError, match=r"mask must be L x S = 1 x 2 or broadcast to 1 x 1 x 1 x 2 "
+                       r"\(got 2 x 2\)"):
         gradients([[1]], [[1], [2]], [[1], [2]], [[1]], None, Mask("bool_keep", [[True] * 2] * 2))
     with pytest.raises(InputError, match="head must have numeric weights"):
         head_gradients(Head([[sympy.Symbol("a")]], [[1]], [[1]], symbolic=True), [[1]], [[1]])
@@ -371,11 +373,13 @@ def test_soft_capping_and_rope_are_certified_through_the_reference_and_windows_w
     for field, value in (("softcap", F(30)), ("rope", Rope())):      # one key: P = 1, dS = 0
         with pytest.raises(InputError, match=f"^policy {field} must come with the forward's "
                            r"rows for gradients \(got none\); use Reference"):
-            gradients([[1, 0]], [[1, 0]], [[1]], [[1]], Policy(**{field: value}))
+            Gradients([[F(1), F(0)]], [[F(1), F(0)]], [[F(1)]], [[F(1)]],
+                      keep=np.ones((1, 1), dtype=bool), policy=Policy(**{field: value}))
         call = Call([[1, 0]], [[1, 0]], [[1]], policy=Policy(**{field: value}))
-        g = Reference(call).gradients([[1]]).blocks[(0, 0)]
-        assert g.certified and [g.decimals(n, 6)[0][0] for n in ("dV", "dQ")] == \
-            ["1.000000", "0.000000"]
+        for g in (Reference(call).gradients([[1]]).blocks[(0, 0)],    # gradients(...) is its
+                  gradients([[1, 0]], [[1, 0]], [[1]], [[1]], Policy(**{field: value}))):  # view
+            assert g.certified and [g.decimals(n, 6)[0][0] for n in ("dV", "dQ")] == \
+                ["1.000000", "0.000000"]
         # equal values: dP is constant along each row, so dS, dQ and dK are exactly 0 (an
         # enclosure of exactly 0, not one that holds 0: no bounded search, no refusal)
         same = Reference(Call([[1, 2], [0, 1]], [[1, 0], [0, 1], [2, 1]], [[3]] * 3,

@@ -1,4 +1,4 @@
-"""The certified float64 enclosures behind bulk rounding (exactattn.gradients.floats).
+"""The certified float64 enclosures behind bulk rounding (exactattn.reference.floats).
 
 Each enclosure must contain the exact value (checked against arb balls at 256 bits), and
 every decimal it decides must be the one the exact per-entry path gives; entries it cannot
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from exactattn.call.policy import Mask, Policy
-from exactattn.gradients import certified, gradients
-from exactattn.gradients.floats import MAX_PLACES, enclose, round_balls
+from exactattn.gradients import gradients
+from exactattn.reference.backward import certified
+from exactattn.reference.floats import MAX_PLACES, enclose, round_balls
 
 F = Fraction
 NAMES = ("P", "dP", "D", "dS", "dQ", "dK", "dV", "O")

@@ -1,6 +1,6 @@
 """The backward pass's shares and outputs are the forward pass's, digit for digit.
 
-The gradients keep their own exact softmax algebra (:mod:`exactattn.gradients.terms`:
+The gradients keep their own exact softmax algebra (:mod:`exactattn.numbers.terms`:
 every exponential a monomial in a few generators ``t, u, v, ...``), apart from the
 forward one (:func:`exactattn.reference.logits.softmax_row`, read through
 :class:`exactattn.reference.reference.Reference`).  Nothing but these tests ties the two

@@ -186,12 +186,16 @@ def test_refusals_are_one_line():
                        r"\.decimal\(places\)$"):
         Reference(Call([[1]], [[1]], [[2]], policy=Policy(softcap=F(30)))).gradients(
             [[1]]).value("dV", 0, 0, 0, 0).text()
-    with pytest.raises(InputError, match=r"dropout_keep must be a keep-mask of 1 x 1 for dropout "
-                       r"p = 1/10 \(got none\); pass dropout_keep="):
+    with pytest.raises(InputError, match=r"^dropout needs both p and a keep-mask \(got p without "
+                       r"a keep-mask\)$"):          # the Call's and Reference's own refusals
         gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)))
-    with pytest.raises(InputError, match="dropout_keep must come with dropout"):
+    with pytest.raises(InputError, match=r"dropout needs both p and a keep-mask \(got a keep-mask "
+                       "without p"):
         gradients([[1]], [[1]], [[1]], [[1]], Policy(), dropout_keep=[[True]])
-    with pytest.raises(ShapeError, match="dropout_keep must be 1 x 1"):
-        gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)), dropout_keep=[[1, 1]])
+    with pytest.raises(ShapeError, match="dropout_keep must be L x S = 1 x 1"):
+        gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)),
+                  dropout_keep=[[True, True]])
+    with pytest.raises(InputError, match="dropout_keep must hold true/false entries"):
+        gradients([[1]], [[1]], [[1]], [[1]], Policy(dropout=F(1, 10)), dropout_keep=[[1]])
     with pytest.raises(InputError, match="must have a sink for dsink"):
         gradients([[1]], [[1]], [[1]], [[1]]).dsink

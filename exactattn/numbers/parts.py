@@ -1,6 +1,6 @@
 """The exact numerators of a call's gradients: each entry as ``sum_k N_k(t) / Z_k(t)^2``.
 
-For row i with normaliser ``Z_i = sum_j t^(a_ij)`` (:mod:`~exactattn.gradients.terms`)
+For row i with normaliser ``Z_i = sum_j t^(a_ij)`` (:mod:`~exactattn.numbers.terms`)
 and ``W_i = sum_j dP_ij t^(a_ij)`` (so ``D_i = W_i / Z_i``)::
 
     P_ij  = t^(a_ij) Z_i / Z_i^2           O_ic  = (sum_j M_ij V_jc t^(a_ij)) Z_i / Z_i^2
@@ -23,12 +23,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from ..numbers.exact import fmpq_of, fraction_of
-from ..numbers.ratio import ONE
+from .exact import fmpq_of, fraction_of
+from .ratio import ONE
 
 
 class Numerators:
-    """The numerator polynomials of every atom of one :class:`~exactattn.gradients.Gradients`
+    """The numerator polynomials of every atom of one :class:`~exactattn.reference.backward.Gradients`
     (built on demand, cached)."""
 
     def __init__(self, g):

@@ -22,10 +22,10 @@ that sees no key gives dQ = 0 and nothing to dK and dV under ``zero``; under
 entry of dK and dV.  (With a sink no row is empty.)
 
 Every entry is an :class:`~exactattn.numbers.ratio.ExpRatio` over the forward's
-softmax rows (:mod:`~exactattn.gradients.parts`), the shares' own value type: exact
+softmax rows (:mod:`~exactattn.numbers.parts`), the shares' own value type: exact
 zero, equality, sign and rationality tests, and certified decimals.
 :meth:`Gradients.decimals` rounds a whole matrix at once: from certified
-float64 enclosures (:mod:`~exactattn.gradients.floats`) for a plain call,
+float64 enclosures (:mod:`~exactattn.reference.floats`) for a plain call,
 else from ``arb_mat`` products; only the entries an enclosure leaves undecided
 take the exact per-entry path.
 
@@ -42,15 +42,19 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+
+from ..call.inputs import object_array, reshaped
+from ..call.policy import EMPTY_ROWS, Policy
 from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
-from ..errors import InputError, ShapeError
+from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
-from ..numbers.exact import rational_sqrt
+from ..numbers.exact import fmpq_mat_of, fmpq_of, rational_sqrt, to_exact
+from ..numbers.formats import float_format, round_cells, round_value
 from ..numbers.reals import atom_ball
-from ..numbers.exact import fmpq_mat_of, fmpq_of
 from ..numbers.ratio import ONE, ExpRatio
-from .terms import Terms, row_kinds
+from ..numbers.terms import Terms, row_kinds
 
 
 #: the precision (bits) whole matrices are first enclosed at
@@ -116,7 +120,6 @@ class Gradients:
                  divisor_squared: Fraction | None = None, empty_row: str = "zero",
                  sink=None, factors=None, policy=None, positions=None, d_lse=None, rows=None,
                  rotate=None):
-        import numpy as np
         self.R, self.E = len(queries), len(queries[0])
         self.S, self.Ev = len(keys), len(values[0])
         if tuple(keep.shape) != (self.R, self.S):
@@ -164,7 +167,7 @@ class Gradients:
         self._magnitudes = None
         self._floats = False         # not tried yet (None: not available)
         #: per row ``ok``, or the empty-row answer of a row that sees no key
-        self.kinds = row_kinds(self._keep, empty_row)
+        self.kinds = row_kinds(self._keep, check_choice(empty_row, "empty_row", EMPTY_ROWS))
         self._nan_rows = {i for i, k in enumerate(self.kinds) if k == "nan"}
 
     # -- the call, as given ----------------------------------------------------------------
@@ -290,7 +293,7 @@ class Gradients:
 
     def enclosures(self) -> dict | None:
         """Certified float64 ``(mid, rad)`` enclosures of every matrix
-        (:func:`exactattn.gradients.floats.enclose`), or None for a call they do not cover."""
+        (:func:`exactattn.reference.floats.enclose`), or None for a call they do not cover."""
         from . import floats
         if self._floats is False:
             self._floats = floats.enclose(self)
@@ -441,7 +444,6 @@ class Gradients:
         """
         if self._magnitudes is not None:
             return self._magnitudes
-        import numpy as np
         if self.enclosures() is not None:
             P = np.array(self._floats["P"][0], dtype=np.float64)
         else:
@@ -476,11 +478,11 @@ class Gradients:
                             "dS": dS}
         return self._magnitudes
 
-    # -- exact numerators (exactattn.gradients.parts) --------------------------------------
+    # -- exact numerators (exactattn.numbers.parts) ------------------------------------------
     def atom_parts(self, atom: tuple) -> dict:
         """``{class: N}``: the atom as ``sum N / Z^2`` (the rational scale folded in)."""
         if self._numerators is None:
-            from .parts import Numerators
+            from ..numbers.parts import Numerators
             self._numerators = Numerators(self)
         return self._numerators.parts(atom)
 
@@ -494,3 +496,185 @@ class Gradients:
         and ``sum_k J_jk dP_ik = dS_ij``."""
         return [[ExpRatio({("J", i, j, k): 1}, self) for k in range(self.cols)]
                 for j in range(self.cols)]
+
+
+def check_policy(policy: Policy) -> Policy:
+    """``policy`` when the gradients cover it (a field named in ``UNSUPPORTED["gradients"]``,
+    none today, is refused with one line).
+
+    >>> check_policy(Policy(causal=True, sink=Fraction(0))).causal
+    True
+    """
+    for name in policy.unsupported("gradients"):
+        value = getattr(policy, name)
+        if value is not None:
+            raise InputError(f"policy {name} must be unset for gradients (got "
+                             f"{shorten(str(value))}); the gradients do not take it")
+    return policy
+
+
+def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
+                 dropout_keep=None) -> dict:
+    """``keep``, ``offsets``, ``sink``, ``factors`` of one head's call, for :class:`Gradients`.
+
+    ``mask`` an explicit n_queries x n_keys Mask or None; ``dropout_keep``
+    n_queries x n_keys booleans (True = kept) when ``policy.dropout`` is set.
+
+    Raises:
+        InputError: dropout without a keep-mask or a keep-mask without dropout.
+        ShapeError: a keep-mask of the wrong shape.
+    """
+    from ..call.modifiers import check_keep, dropout_factors, row_offsets
+    L, S = n_queries, n_keys
+    keep = policy.keep(L, S, mask)
+    offsets = None
+    if mask is not None and mask.kind == "additive":
+        offsets = [mask.offsets(i) for i in range(L)]
+    if policy.alibi is not None:
+        offsets = [row_offsets(policy, i, L, S, None if offsets is None else offsets[i])
+                   for i in range(L)]
+    rows = check_keep(dropout_keep, policy, L, S, name="dropout_keep", argument="dropout_keep")
+    factors = None if rows is None else [dropout_factors(policy.dropout, r) for r in rows]
+    return {"keep": keep, "offsets": offsets, "sink": policy.sink, "factors": factors}
+
+
+class ExactGradients:
+    """The exact gradients of every head of a call: one block per (batch, key/value head)."""
+
+    def __init__(self, call, d_out: np.ndarray, d_lse: np.ndarray | None = None, *,
+                 rows_of=None, rotate=None, bound=None):
+        """``rows_of(b, h, i)``: the forward's softmax row, ``rotate`` the forward's rotation
+        and ``bound`` its policy (a rope bound to the call), for a soft-capped or rotary call
+        (:class:`Gradients`)."""
+        problem, policy = call, call.policy
+        check_policy(policy)
+        sh = problem.shape
+        self.shape = sh
+        self.policy = policy
+        d2 = policy.divisor_squared_for(sh["E"])
+        L, S = sh["L"], sh["S"]
+        self.heads = {g: policy.query_heads(g, sh["H_q"], sh["H_kv"]) for g in range(sh["H_kv"])}
+        self.blocks = {}
+        for b in range(sh["B"]):
+            for g, hs in self.heads.items():
+                queries, dO, keep, offsets, factors, lse = [], [], [], [], [], []
+                for h in hs:       # problem head h is model head policy.head + h (ALiBi)
+                    hp = policy.for_head(h)
+                    drop = None if problem.dropout_keep is None else problem.dropout_keep[b, h]
+                    block = block_inputs(hp, L, S, problem.block_mask(b, h), drop)
+                    queries += problem.query[b, h].tolist()
+                    dO += d_out[b, h].tolist()
+                    lse += [0] * L if d_lse is None else d_lse[b, h].tolist()
+                    keep.append(block["keep"])
+                    offsets += block["offsets"] or [None] * L
+                    factors += block["factors"] or [[1] * S] * L
+                self.blocks[(b, g)] = Gradients(
+                    queries, problem.key[b, g].tolist(), problem.value[b, g].tolist(), dO,
+                    keep=np.concatenate(keep), offsets=offsets, divisor_squared=d2,
+                    empty_row=policy.empty_row, sink=policy.sink,
+                    factors=None if problem.dropout_keep is None else factors,
+                    policy=bound or policy,
+                    positions=[policy.query_position(i, L, S) for i in range(L)] * len(hs),
+                    d_lse=None if d_lse is None else lse, rotate=rotate,
+                    rows=None if rows_of is None else [rows_of(b, h, i) for h in hs
+                                                       for i in range(L)])
+
+    def locate(self, name: str, b: int, h: int, i: int, c: int):
+        """(block, row, column) of one entry (h is the query head for dQ, else the kv head)."""
+        if name in ("dQ", "dsink"):
+            g = self.policy.kv_head(h, self.shape["H_q"], self.shape["H_kv"])
+            return self.blocks[(b, g)], self.heads[g].index(h) * self.shape["L"] + i, c
+        return self.blocks[(b, h)], i, c
+
+    def value(self, name: str, b: int, h: int, i: int, c: int):
+        """One entry; ``dsink`` (at i = c = 0) is query head h's: its rows' sum."""
+        block, row, col = self.locate(name, b, h, i, c)
+        if name == "dsink":
+            return block.value(name, rows=range(row, row + self.shape["L"]))
+        return block.value(name, row, col)
+
+    def shape_of(self, name: str) -> tuple:
+        sh = self.shape
+        return {"dQ": (sh["B"], sh["H_q"], sh["L"], sh["E"]),
+                "dK": (sh["B"], sh["H_kv"], sh["S"], sh["E"]),
+                "dV": (sh["B"], sh["H_kv"], sh["S"], sh["E_v"]),
+                "dsink": (sh["B"], sh["H_q"], 1, 1)}[name]
+
+    def rounded(self, name: str, dtype, prec: int):
+        """``(floats, balls, magnitudes)`` of one gradient, correctly rounded to ``dtype``.
+
+        Whole blocks are enclosed at ``prec`` bits, then at twice that; what is left
+        (exact zeros, ties, stragglers) is rounded entry by entry from its exact value
+        (:func:`~exactattn.numbers.formats.round_cells`).
+        """
+        fmt = float_format(dtype)
+        shape = self.shape_of(name)
+        rounded = np.empty(shape)
+        balls = np.empty(shape, dtype=object)
+        mags = np.zeros(shape)
+        for b, h in np.ndindex(*shape[:2]):
+            block, start, _ = self.locate(name, b, h, 0, 0)
+            if name == "dsink":           # one sum per query head: its rows at the sink
+                mags[b, h] = block.magnitudes()["dS"][start:start + self.shape["L"], -1].sum()
+                rounded[b, h], balls[b, h] = round_value(self.value(name, b, h, 0, 0), fmt,
+                                                         prec)
+                continue
+            mags[b, h] = block.magnitudes()[name][start:start + shape[2]]
+            todo = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
+            if fmt.name == "float32":
+                todo = self._from_floats(block, name, start, shape, (b, h), rounded, balls)
+            if not todo:
+                continue
+
+            def balls_at(p):
+                mat = block.balls(p)[name]
+                return lambda cell: None if block.atom_nan((name, start + cell[0], cell[1])) \
+                    else mat[start + cell[0], cell[1]]
+            round_cells(todo, balls_at, lambda cell: block.value(name, start + cell[0], cell[1]),
+                        fmt, prec, (rounded[b, h], balls[b, h]), max_prec=2 * prec,
+                        exact_prec=4 * prec)
+        return rounded, balls, mags
+
+    @staticmethod
+    def _from_floats(block, name, start, shape, at, rounded, balls) -> list:
+        """Round to float32 from the certified float64 enclosures
+        (:mod:`exactattn.reference.floats`): an entry whose two ends (pushed one float64
+        outwards) round to one float32 is that float32 (rounding is monotonic); returns the
+        entries left (ends that differ, zeros of uncertain sign, NaN rows)."""
+        from flint import arb
+        got = block.enclosures()
+        cells = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
+        if got is None:
+            return cells
+        m, r = (a[start:start + shape[2]] for a in got[name])
+        with np.errstate(all="ignore"):
+            lo = np.nextafter(np.nextafter(m - r, -np.inf), -np.inf)
+            hi = np.nextafter(np.nextafter(m + r, np.inf), np.inf)
+            f_lo, f_hi = lo.astype(np.float32), hi.astype(np.float32)
+        ok = (f_lo == f_hi) & np.isfinite(f_lo) & (np.signbit(f_lo) == np.signbit(f_hi))
+        rows = np.array([block.atom_nan((name, start + i, 0)) for i in range(shape[2])])
+        ok &= ~rows[:, None]
+        left = []
+        for i, c in cells:
+            if ok[i, c]:
+                rounded[at + (i, c)] = float(f_lo[i, c])
+                balls[at + (i, c)] = arb(float(m[i, c]), float(r[i, c]))
+            else:
+                left.append((i, c))
+        return left
+
+
+def d_out_array(problem, d_out, name: str = "d_out") -> np.ndarray:
+    """``d_out`` (the output's shape), or with ``name="d_lse"`` the rows' log-sum-exp gradients
+    (B x H_q x L in the call's rank), as an object array of exact numbers."""
+    sh = problem.shape
+    lse = name == "d_lse"
+    want = (sh["B"], sh["H_q"], sh["L"]) + (() if lse else (sh["E_v"],))
+    arr = reshaped(np.array(d_out, dtype=object), want, problem.rank - lse, name, tail=not lse,
+                   like=" like the log-sum-exp" if lse else " like the output")
+    flat = [v if type(v) is Fraction else to_exact(v.item() if isinstance(v, np.generic) else v,
+                                                    name=name, floats="exact")
+            for v in arr.reshape(-1)]
+    return object_array(flat, want)
+
+

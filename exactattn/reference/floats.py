@@ -57,7 +57,8 @@ def _exact(rows, common=None):
     """Floats within ``4u`` of a matrix of ``Fraction`` (plus ``2^-1074``), the radius
     :func:`_matmul` assumes of its right factor: the integers over one common denominator
     (``common``, from :func:`exactattn.numbers.exact.common_denominator`) divided in float64
-    (two roundings and a division), or each entry's nearest float when they do not fit."""
+    (two roundings and a division), or each entry's nearest float when they do not fit (the
+    correctly rounded quotient of its numerator by its denominator, as ``float()`` gives)."""
     import numpy as np
     from ..numbers.bulk import int_rows
     if common is not None and common[1] < 2 ** 1000:
@@ -65,7 +66,7 @@ def _exact(rows, common=None):
         a = int_rows(ints)
         if a.dtype != object:
             return a.astype(np.float64) / float(den)
-    return np.array([[float(x) for x in r] for r in rows], dtype=np.float64)
+    return np.array([[x.numerator / x.denominator for x in r] for r in rows], dtype=np.float64)
 
 
 def _matmul(a, b):
@@ -123,7 +124,7 @@ def _scalar(q: Fraction, D: Fraction | None):
 
 def enclose(g) -> dict | None:
     """``{name: (mid, rad)}`` numpy float64 enclosures of every matrix of
-    :class:`~exactattn.gradients.backward.Gradients` ``g`` (``D`` as a vector), or None
+    :class:`~exactattn.reference.backward.Gradients` ``g`` (``D`` as a vector), or None
     when the call has offsets, a sink or dropout, or inputs past int64."""
     import numpy as np
     from ..numbers.bulk import block_bounds, int_rows

@@ -23,7 +23,7 @@ monomial ``t_1^(a_1) t_2^(a_2) ...`` in the *generators* ``t_k = exp(b_k / E_k)`
 The exponents ``b_k / E_k`` are linearly independent over the rationals, so by
 the Lindemann-Weierstrass theorem the generators are algebraically independent:
 a polynomial in them is zero exactly when its coefficients are.  The values
-themselves are decided over the forward's rows (:mod:`exactattn.gradients.parts`);
+themselves are decided over the forward's rows (:mod:`exactattn.numbers.parts`);
 the generators give their printed view ``text(style="generators")`` and the classes
 of rows that share a normaliser.
 
@@ -50,13 +50,10 @@ import math
 from fractions import Fraction
 from typing import Sequence
 
-from ..call.policy import EMPTY_ROWS
-from ..numbers.digits import arb_to_fraction, working_precision
-from ..numbers.exponents import ExpPoly, exponent_text, sum_text
-from ..numbers.exact import rational_sqrt
-from ..numbers.exact import fmpq_of, fraction_of
-from ..options import check_choice
-from ..numbers.reals import Pow2, Surd, align, atom_ball, real_ball
+from .digits import arb_to_fraction, working_precision
+from .exponents import ExpPoly, exponent_text, sum_text
+from .exact import fmpq_of, fraction_of, rational_sqrt
+from .reals import Pow2, Surd, align, atom_ball, real_ball
 
 
 #: what a row is: ``ok`` (sees keys), or an empty row under each empty-row answer
@@ -82,7 +79,6 @@ def row_kinds(keep, empty_row: str) -> list[str]:
     never empty), else the empty-row answer (``zero``, ``uniform``, ``nan``): the one place
     the backward reads it from."""
     import numpy as np
-    check_choice(empty_row, "empty_row", EMPTY_ROWS)
     return ["ok" if seen else empty_row for seen in np.asarray(keep, dtype=bool).any(axis=-1)]
 
 

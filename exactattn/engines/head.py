@@ -57,7 +57,7 @@ from ..numbers.bulk import int_rows
 from ..reference.kernels import project, score
 from ..numbers.exact import common_denominator
 from ..reference.logits import scaled_logit
-from ..reference.modified import counted_step, modified_engine
+from ..reference.modified import counted_step
 from ..call.modifiers import check_keep
 from ..numbers.reals import Surd
 from .trace import Trace
@@ -391,20 +391,41 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     policy = head.policy
     keep = check_keep(dropout_keep, policy, len(xs), len(xs),
                       name="dropout_keep", argument="dropout_keep")
-    if policy.modified:
-        engine = modified_engine(policy, engine, symbolic, len(xs))
-    if engine == "auto":
-        engine = "symbolic" if symbolic else ("pencil" if len(xs) <= 64 else "fast")
-    elif engine != "symbolic" and symbolic:
-        raise InputError(
-            f"engine must be 'symbolic' or 'auto' for symbolic entries (got {shorten(engine, quote=True)})")
+    engine = _engine(policy, engine, symbolic, len(xs))
     if engine == "symbolic":
         return _symbolic(head, xs)
     if engine == "fast":
         from .fast import attend_fast
         return attend_fast(head, xs)
     trace = pencil(head, xs, keep)
-    if trace is None and policy.modified:      # irrational entries: refused, never dropped
-        modified_engine(policy, "symbolic", True, 0)
+    if trace is None:          # irrational entries: symbolic (modifiers refused, never dropped)
+        _engine(policy, "symbolic", True, 0)
     return trace or _symbolic(head, xs)
+
+
+def _engine(policy: Policy, engine: str, symbolic: bool, n: int) -> str:
+    """The engine that runs a head: ``engine`` as asked, ``auto`` resolved (symbolic for
+    symbols, else pencil up to 64 tokens or under RoPE or dropout, fast above); ``symbolic``:
+    the entries hold symbols, n: the tokens.  Every engine but the symbolic one runs sinks,
+    ALiBi and soft-capping; RoPE and dropout only the pencil engine.
+
+    Raises:
+        InputError: symbols on a numeric engine; modifiers on the symbolic engine or
+            symbolic entries; RoPE or dropout on the fast engine.
+    """
+    names = policy.unsupported("fast")
+    if policy.modified and (symbolic or engine == "symbolic"):
+        got = "symbolic entries" if symbolic else "engine 'symbolic'"
+        fix = "substitute numbers for the symbols" if symbolic else "use engine 'auto'"
+        raise InputError(f"a head with modifiers ({', '.join(policy.modifiers())}) must run on "
+                         f"the pencil or fast engine, with rational entries (got {got}); {fix}")
+    if engine == "fast" and names:
+        raise InputError(f"engine must be 'pencil' or 'auto' for {' and '.join(names)} (got "
+                         "'fast'); the fast engine has no exact path for them")
+    if engine == "auto":
+        return "symbolic" if symbolic else "pencil" if names or n <= 64 else "fast"
+    if engine != "symbolic" and symbolic:
+        raise InputError(f"engine must be 'symbolic' or 'auto' for symbolic entries (got "
+                         f"{shorten(engine, quote=True)})")
+    return engine
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterable
 
-from ..errors import InputError
 from .kernels import mix, score, to_fractions
 from .logits import rope_row, softmax_row
 from ..call.modifiers import dropout_factors
@@ -146,27 +145,3 @@ def counted_step(queries: list[list[int]], keys: list[list[int]], values: list[l
     factors = None if keep is None else [dropout_factors(policy.dropout, r) for r in keep]
     outputs, macs["mix"] = outputs_of(rows, values, value_den, factors)
     return Step(raw, raw_f, rotated, rows, outputs, macs)
-
-
-def modified_engine(policy, engine: str, symbolic: bool, n: int) -> str:
-    """The engine that runs a head under a modified ``policy`` exactly, or a one-line refusal.
-
-    ``engine`` as asked (``auto``, ``pencil``, ``fast``, ``symbolic``); ``symbolic``: the
-    entries hold symbols; n: the tokens.  Every engine but the symbolic one runs sinks,
-    ALiBi and soft-capping; RoPE and dropout need the pencil engine (``auto`` picks it).
-
-    Raises:
-        InputError: the symbolic engine or entries, or RoPE/dropout on the fast engine.
-    """
-    names = policy.unsupported("fast")
-    if symbolic or engine == "symbolic":
-        got = "symbolic entries" if symbolic else "engine 'symbolic'"
-        fix = "substitute numbers for the symbols" if symbolic else "use engine 'auto'"
-        raise InputError(f"a head with modifiers ({', '.join(policy.modifiers())}) must run on "
-                         f"the pencil or fast engine, with rational entries (got {got}); {fix}")
-    if engine == "fast" and names:
-        raise InputError(f"engine must be 'pencil' or 'auto' for {' and '.join(names)} (got "
-                         "'fast'); the fast engine has no exact path for them")
-    if engine == "auto":
-        return "pencil" if names or n <= 64 else "fast"
-    return engine

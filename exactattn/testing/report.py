@@ -48,11 +48,13 @@ def _value_columns(r: Report) -> list[str]:
             "at terms", "rel. error", "status"] + (["allowed"] if _per_entry(r) else [])
 
 
-def _problem_notes(r: Report, moved: str) -> list[str]:
+def _problem_notes(r: Report, of_total: bool = True) -> list[str]:
+    """The problem's shape and policy, and how many inputs moved when rounded (of all)."""
     sh = r.call.shape
+    total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
     return [f"problem: {r.call.name}; B={sh['B']} H_q={sh['H_q']} H_kv={sh['H_kv']} "
             f"L={sh['L']} S={sh['S']} E={sh['E']} E_v={sh['E_v']}; inputs rounded to "
-            f"{r.dtype}: {moved}",
+            f"{r.dtype}: {r.moved_inputs}" + (f" of {total}" if of_total else ""),
             f"policy: {r.policy.describe()}"]
 
 
@@ -68,9 +70,8 @@ def _tolerance_note(r: Report, length: str) -> str:
 
 def _worst_section(r: Report, worst: int, digits: int) -> Section:
     rows = [[",".join(map(str, e.index)), *_entry_cells(r, e, digits)] for e in r.found.top(worst)]
-    total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
     notes = [
-        *_problem_notes(r, f"{r.moved_inputs} of {total}"),
+        *_problem_notes(r),
         *_modifier_notes(r),
         f"exact: certified to {digits} significant digits; 'exact in {r.dtype}' is the exact "
         f"value correctly rounded to {r.dtype} (arb enclosures, round-to-nearest-even, "
@@ -256,7 +257,7 @@ def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
     rows = [[e.index[0], ",".join(map(str, e.index[1:])), *_entry_cells(r, e, digits)]
             for e in r.found.worst[:worst]]       # failures first (the backward report's rank)
     notes = [
-        *_problem_notes(r, f"{r.moved_inputs}"),
+        *_problem_notes(r, of_total=False),
         "exact: dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO with dS = P (dO V^T - D), "
         f"D_i = dO_i . O_i, certified to {digits} significant digits; 'exact in {r.dtype}' "
         f"is the exact value correctly rounded to {r.dtype}",
@@ -374,7 +375,6 @@ def _split_worst_section(r, worst: int, digits: int) -> Section:
                      "raised" if raised else shortest_repr(x.got, r.dtype),
                      number_cell(x.ulps, "d"), x.status])
     sh = r.call.shape
-    total = sum(getattr(r.call, n).size for n in ("query", "key", "value"))
     some, every = r.empty_blocks()
     edges = [0]
     for n in r.lengths:
@@ -383,7 +383,7 @@ def _split_worst_section(r, worst: int, digits: int) -> Section:
              "merge: none given (--merge); the states were merged here in float64, skipping "
              "blocks at lse = -inf, so only the blocks are under test")
     notes = [
-        *_problem_notes(r, f"{r.moved_inputs} of {total}"),
+        *_problem_notes(r),
         "blocks: " + ", ".join(f"[{a}, {b})" for a, b in zip(edges, edges[1:])) + f" of S = "
         f"{sh['S']} keys; each block's (output, lse) against that block's own exact row, "
         "the merged one against the whole row (the sink counted once, at the merge)",

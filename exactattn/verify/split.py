@@ -50,7 +50,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..numbers.lse import LogSumExp
 from ..reference.online import merge, split_rows
 from ..numbers.softmax import ExpRatio
-from .check import Entry, default_tolerance
+from .check import Entry, Report, default_tolerance
 from .compare import Comparison, Judgement, failures_first, judge
 from ..numbers.formats import float_format, round_value
 
@@ -307,31 +307,17 @@ def cut_lengths(cuts: Sequence[int], n: int) -> list[int]:
 
 
 @dataclass
-class SplitReport:
-    """A split-merge check of a whole call: each row's :class:`SplitMerge`, index ``(b, h, i)``.
+class SplitReport(Report):
+    """A split-merge check of a whole call: a :class:`~exactattn.verify.check.Report` whose
+    ``found`` holds every row's values (index ``(b, h, i, where, what)``, rows in order,
+    failures first), ``impl`` naming the partial function; ``merge`` names the merge (None:
+    the states were merged here, in float64), ``lengths`` are the blocks, ``rows`` each row's
+    :class:`SplitMerge` (index ``(b, h, i)``), and ``raised`` maps ``block b`` or ``merged``
+    to what raised there (those values count as hard failures)."""
 
-    ``impl`` names the partial function, ``merge`` the merge (None: the
-    states were merged here, in float64); ``lengths`` are the blocks;
-    ``raised`` maps ``block b`` or ``merged`` to what raised there (those
-    values count as hard failures); ``max_ulps`` is the tolerance; ``found`` every row's
-    values, index ``(b, h, i, where, what)``, rows in order (failures first).
-    """
-
-    impl: str
-    merge: str | None
-    dtype: str
-    policy: Policy
-    call: object
-    lengths: list
-    rows: dict
-    max_ulps: int
-    moved_inputs: int
-    found: Comparison
-    raised: dict = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return self.found.passed
+    merge: str | None = None
+    lengths: list = field(default_factory=list)
+    rows: dict = field(default_factory=dict)
 
     def empty_blocks(self) -> tuple[int, int]:
         """``(rows with a block that sees no key, rows that see no key at all)``."""
@@ -449,5 +435,6 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
                                 max_ulps=tol, raised=dead, at=(b, h, i))
         rows[b, h, i] = res
         found.merge(res.found)
-    return SplitReport(impl.name, None if merger is None else merger.name, dtype, policy,
-                       rounded_call, lengths, rows, tol, moved, found, raised)
+    return SplitReport(impl.name, dtype, policy, rounded_call, found, tol, moved, ref, {},
+                       raised=raised, merge=None if merger is None else merger.name,
+                       lengths=lengths, rows=rows)

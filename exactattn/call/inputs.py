@@ -350,6 +350,9 @@ class Call:
     def __init__(self, query, key, value, mask=None, *, policy: Policy | None = None,
                  mask_kind: str | None = None, floats: str | None = None, name: str = "call",
                  dropout_keep=None, labels: tuple = ("query", "key", "value")):
+        if policy is not None and not isinstance(policy, Policy):
+            raise InputError(f"policy must be a Policy or None (got {shorten(repr(policy))}); "
+                             "e.g. Policy(scale='none', causal=True)")
         policy = policy or Policy()
         if mask_kind is not None and mask_kind != policy.mask_kind:
             check_choice(mask_kind, "mask_kind", MASK_KINDS)

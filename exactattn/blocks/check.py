@@ -44,7 +44,7 @@ from ..numbers.digits import working_precision
 from ..numbers.exact import binary64, fmpq_of
 from ..numbers.formats import float_format, round_enclosed, round_value
 from ..numbers.reals import atom_ball
-from ..verify.check import Entry, default_tolerance, proved_tolerance
+from ..verify.check import Entry, Report, default_tolerance, proved_tolerance
 from ..verify.compare import Comparison, judge
 from .engine import Engine
 from .inputs import ExactInputs
@@ -154,34 +154,16 @@ def _block_top(data, r0: int, r1: int) -> int:
 
 
 @dataclass
-class BlockedReport:
-    """The result of a blocked check: the merged :class:`BlockCheck` and how it ran.
+class BlockedReport(Report):
+    """The result of a blocked check: a :class:`~exactattn.verify.check.Report` whose
+    ``found`` is the merged :class:`BlockCheck` (``found.worst``: hard failures first, then
+    the most ULPs, ties in row order; no call, no reference: the blocks hand back summaries),
+    and how it ran: the call's ``shape``, ``blocks`` of ``rows`` rows on ``engine``."""
 
-    ``found.worst`` lists the worst outputs (hard failures first, then the
-    most ULPs, ties in row order); ``summary()`` has verify's keys (dtype,
-    count, max/mean/median ULPs, max ULPs at the terms, max relative error,
-    over, hard).
-    """
-
-    impl: str
-    dtype: str
-    policy: Policy
-    shape: dict
-    max_ulps: int
-    found: BlockCheck
-    blocks: int
-    rows: int
-    engine: str
-    seconds: dict
-    notes: list = field(default_factory=list)
-    raised: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.raised is None and self.found.passed
-
-    def summary(self) -> dict:
-        return {"dtype": self.dtype, **self.found.summary()}
+    shape: dict = field(default_factory=dict)
+    blocks: int = 0
+    rows: int = 0
+    engine: str = ""
 
 
 def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
@@ -222,8 +204,9 @@ def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
             found.merge(part)
         seconds = {"exact": time.perf_counter() - t0}
         notes = [engine.note] if engine.note else []
-        return BlockedReport(impl, dtype, inputs.policy, inputs.shape, max_ulps, found, len(spans),
-                             rows or spans[0][1] - spans[0][0], engine.describe(), seconds, notes)
+        return BlockedReport(impl, dtype, inputs.policy, None, found, max_ulps, 0, None, seconds,
+                             notes, shape=inputs.shape, blocks=len(spans),
+                             rows=rows or spans[0][1] - spans[0][0], engine=engine.describe())
     finally:
         if own:
             engine.close()
@@ -274,9 +257,9 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     t1 = time.perf_counter()
     if raised is not None:
         found = BlockCheck(count=inputs.n_q * inputs.d_v, hard=inputs.n_q * inputs.d_v)
-        return BlockedReport(impl.name, dtype, policy, inputs.shape, 0, found, 0, 0, "nothing ran",
-                             {"impl": t1 - t0}, [f"hard failure: {impl.name} raised {raised}"],
-                             raised)
+        return BlockedReport(impl.name, dtype, policy, None, found, 0, 0, None, {"impl": t1 - t0},
+                             [f"hard failure: {impl.name} raised {raised}"], raised=raised,
+                             shape=inputs.shape, engine="nothing ran")
     report = check_outputs(inputs, np.asarray(got, dtype=np.float64), dtype, impl=impl.name,
                            **options)
     report.seconds["impl"] = t1 - t0

@@ -49,7 +49,9 @@ BUDGET = {
     "reference": (("reference", "gradients"), 1711, 1000),
     # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
     # raise (the call ceiling fell by as much; target +140 from call's)
-    "engines": (("engines", "blocks"), 1452, 1040),
+    # engines: 1452 -> 1391, issue 43: the blocked check's report a check.Report, one binary64
+    # test (numbers.exact.binary64), the default rule from check.default_tolerance
+    "engines": (("engines", "blocks"), 1391, 1040),
     # checks: +15 for issue 42's row rule (Report.rows_past, its note and summary); +12 for
     # issue 41's worst entries without building every entry (Comparison.top, .failures); +7 for
     # a review of both: the magnitudes' proved slack, ok entries' tolerances, accumulation checked;
@@ -63,7 +65,9 @@ BUDGET = {
     # checks: gradients/checks -> properties/gradients (one check family), issue 43
     # checks: 4796 -> 4724 by deletions (among them: the properties take a Call, the head
     # checks are the function checks on Call.of_head, one 'outputs unmoved' loop), issue 43
-    "checks": (("verify", "properties", "strategies", "testing"), 4724, 2900),
+    # checks: 4724 -> 4671, issue 43: split-merge judged through Comparison (Compared gone,
+    # SplitReport a Report), the default rule put together once, this session's deletions
+    "checks": (("verify", "properties", "strategies", "testing"), 4671, 2900),
     # cost: the FLOP-counter audit's running side and its table (counters, flops: 509 lines)
     # moved to audit, the cost tables' words (222) to commands, issue 43: a move, no ceiling
     # raise (targets moved with them: -400 to audit, -150 to commands)

@@ -62,15 +62,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..call.policy import Policy
-    from ..errors import InputError, shorten
     from ..verify.identify import CONVENTIONS, identify
-    from ..verify.impls import load_impl
-    if args.arrays is not None and ":" not in args.impl:
-        raise InputError(f"--arrays must come with a module:function impl (got --impl "
-                         f"{shorten(args.impl)}); the built-in implementations choose their own")
+    from ..verify.impls import load_from_flags
     policy = apply(set_policy_flags(Policy(), args, POLICY), args)
-    opts = {k: getattr(args, k) for k in ("device", "backend") if getattr(args, k) is not None}
-    impl = load_impl(args.impl, arrays=args.arrays or "numpy", **opts)
+    impl = load_from_flags(args.impl, arrays=args.arrays, device=args.device,
+                           backend=args.backend)
     found = identify(impl, policy, dtype=args.dtype, lse=args.lse or "e",
                      conventions=args.conventions or CONVENTIONS)
     sys.stdout.write(found.text() + "\n")

@@ -131,25 +131,18 @@ class FloatCall:
         """True when positions hide keys or move the queries (causal, window, query offset)."""
         return self.positions().positional
 
-    def keep(self) -> np.ndarray:
-        """L x S booleans of the positions' rule (causal, window; True = attend)."""
-        return self.positions().keep(self.query.shape[-2], self.key.shape[-2])
-
     def query_positions(self) -> list[int]:
         """The position of each query among the key positions 0 .. S - 1."""
         L, S = self.query.shape[-2], self.key.shape[-2]
         pol = self.positions()
         return [pol.query_position(i, L, S) for i in range(L)]
 
-    def heads(self) -> int:
-        """The number of query heads (1 for an L x E call)."""
-        return self.query.shape[-3] if self.query.ndim >= 3 else 1
-
     def alibi_slopes(self) -> np.ndarray | None:
         """float64 ALiBi slopes of the call's query heads (model heads ``head``, ``head + 1``, ...)."""
         if self.alibi is None:
             return None
-        return np.array([float(self.alibi.slope(self.head + h)) for h in range(self.heads())])
+        heads = self.query.shape[-3] if self.query.ndim >= 3 else 1
+        return np.array([float(self.alibi.slope(self.head + h)) for h in range(heads)])
 
     def alibi_bias(self) -> np.ndarray | None:
         """The float64 ALiBi bias, H_q x L x S (L x S for an L x E call): ``slope * distance``."""
@@ -179,7 +172,8 @@ class FloatCall:
         >>> o.tolist(), s.tolist()
         ([[0.5, 0.0]], [[True, False]])
         """
-        seen = self.keep() if self.positional else None
+        L, S = self.query.shape[-2], self.key.shape[-2]
+        seen = self.positions().keep(L, S) if self.positional else None
         m, offsets = self.attn_mask, None
         if m is not None:
             if m.dtype != bool:
@@ -290,6 +284,32 @@ class ImplRaised(Exception):
         self.line = f"{self.line} (in {what})"
         self.args = (self.line,)
         return self
+
+
+def ask(run: Callable, *args, asking: bool = False) -> tuple:
+    """Run a kernel: ``(run(*args), None, "")``, or ``(None, status, why)`` when it has no
+    answer: ``raised`` (it raised, :class:`ImplRaised`; ``why`` its one line) or, with
+    ``asking`` (a probe it may not take), also ``raised`` for an answer that is no array of
+    numbers and ``cannot be asked`` for an argument or output it does not have (its refusal
+    up to `` (got``).  The one reading of a kernel's failure.
+
+    >>> def boom(call):
+    ...     raise ImplRaised(ZeroDivisionError("division by zero"))
+    >>> ask(boom, None)
+    (None, 'raised', 'ZeroDivisionError: division by zero')
+    """
+    try:
+        return run(*args), None, ""
+    except ImplRaised as e:
+        return None, "raised", e.line
+    except ShapeError as e:
+        if not asking:
+            raise
+        return None, "raised", str(e)
+    except InputError as e:
+        if not asking:
+            raise
+        return None, "cannot be asked", shorten(str(e).split(" (got")[0], 100)
 
 
 def call_scale(policy: Policy) -> float | None:

@@ -49,9 +49,7 @@ import numpy as np
 
 from ..errors import InputError, shorten
 from .adapter import FloatCall, FunctionImpl, Impl, read_answer
-from .impls import load_impl
-
-BACKWARD_IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn", "jax")
+from .impls import KERNELS, load_impl
 
 
 class BackwardImpl:
@@ -85,7 +83,8 @@ class BackwardOf(BackwardImpl):
         return self.impl.dtype_hint(dtype)
 
     def __call__(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
-        if d_lse is not None and not getattr(self.impl, "lse_backward", False):
+        row = KERNELS.get(getattr(self.impl, "kernel", None))   # its backward takes dlse?
+        if d_lse is not None and not (row and row.lse_backward):
             raise InputError(f"{self.name} must be checked without lse (got one); it takes dO "
                              "only: check numpy's or torch's, or pass a module:function backward "
                              "f(query, key, value, grad_out, grad_lse, ...)")
@@ -125,7 +124,7 @@ def load_backward(impl, *, arrays: str = "numpy") -> BackwardImpl:
     """
     if isinstance(impl, BackwardImpl):
         return impl
-    if isinstance(impl, str) and impl in BACKWARD_IMPLS:
+    if isinstance(impl, str) and impl in KERNELS:
         impl = load_impl(impl)
     if isinstance(impl, Impl) and hasattr(impl, "backward"):
         return BackwardOf(impl)

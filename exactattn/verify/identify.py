@@ -55,9 +55,9 @@ from fractions import Fraction
 from ..call.inputs import Call
 from ..call.modifiers import ROPE_LAYOUTS, Alibi, Rope
 from ..call.policy import Policy
-from ..errors import InputError, ShapeError, Undecided, shorten
+from ..errors import InputError, Undecided, shorten
 from ..numbers.exact import rational_sqrt
-from .adapter import Impl, ImplRaised, check_dtype, make_call
+from .adapter import Impl, ask, check_dtype, make_call
 from .check import verify
 from .impls import load_impl
 
@@ -233,20 +233,6 @@ class _Replay(Impl):
         return self.stored
 
 
-def ask(impl: Impl, call) -> tuple:
-    """``(answer, None, "")``, or ``(None, status, why)`` when the kernel has no answer to the
-    float ``call``: ``raised`` (it raised, or answered no array of numbers) or ``cannot be
-    asked`` (an argument or output it does not have), ``why`` its one line."""
-    try:
-        return impl.answer(call), None, ""
-    except ShapeError as e:
-        return None, "raised", str(e)
-    except InputError as e:
-        return None, "cannot be asked", shorten(str(e).split(" (got")[0], 100)
-    except ImplRaised as e:
-        return None, "raised", e.line
-
-
 def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse: str = "e",
              conventions=CONVENTIONS, arrays: str = "numpy") -> Identification:
     """Find which conventions ``impl`` implements (see the module), declared ``policy``'s.
@@ -280,7 +266,7 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
     for name, declared, call, want, cands, part in _probes(P, lse, found):
         if name not in conventions:
             continue
-        answer, status, why = ask(impl, make_call(call, dtype, want))
+        answer, status, why = ask(impl.answer, make_call(call, dtype, want), asking=True)
         if status:
             rows.append(Found(name, declared, None, status, why))
             continue
@@ -302,8 +288,7 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
                 passed.append((label, value))
         if wrong is not None:
             rows.append(Found(name, declared, None, "raised", wrong))
-            continue
-        if len(passed) == 1:
+        elif len(passed) == 1:
             found[name] = passed[0][1]
             rows.append(Found(name, declared, passed[0][0],
                               "ok" if passed[0][0] == declared else "DIFFERS", passed=passed))

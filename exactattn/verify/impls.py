@@ -40,8 +40,12 @@
   ``alignment`` is called with ``is_causal=True`` and so is checked as
   whatever alignment it implements.
 
-Both are :class:`ArrayImpl` s: the composition (:meth:`ArrayImpl.compose`) is
-written once, over an array module (numpy or torch).
+Each built-in kernel is a row of :data:`KERNELS` (the class that runs it, the
+library it imports, the options it takes, its row of the policy's capability
+table :data:`~exactattn.call.policy.UNSUPPORTED` and the refusal's words) and an
+:class:`ArrayImpl` with a small ``attend`` of its own: the forward, the backward
+and the refusal are :class:`ArrayImpl`'s, written once, and so is the float
+composition numpy and torch run (:meth:`ArrayImpl.compose`, over an array module).
 
 Every implementation is called with one :class:`~exactattn.verify.adapter.FloatCall`
 (:func:`~exactattn.verify.adapter.make_call`); masks reach it in SDPA's
@@ -60,6 +64,9 @@ report (``report.raised``).
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import functools
 import importlib
 import os
 import re
@@ -76,19 +83,10 @@ from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, 
 __all__ = ["FlexImpl", "load_impl"]
 
 
-#: what each built-in kernel imports: (module, the library as its refusal names it, the fix)
-NEEDS = {"torch": ("torch", "PyTorch", "pip install 'exactattn[torch]'"),
-         "jax": ("jax", "JAX", "pip install 'exactattn[jax]'"),
-         "flash-attn": ("flash_attn", "the flash_attn package", "pip install flash-attn "
-                        "--no-build-isolation on a CUDA machine")}
-#: the options of :func:`load_impl` each built-in kernel takes
-TAKES = {"torch": ("device", "backend"), "flex": ("device", "score_mod", "mask_mod"),
-         "flash-attn": ("device",)}
-
-
 def _need(impl: str):
-    """The library kernel ``impl`` runs on (:data:`NEEDS`), imported; refused when absent."""
-    module, what, fix = NEEDS[impl]
+    """The library kernel ``impl`` runs on (its row of :data:`KERNELS`), imported; refused when
+    absent."""
+    module, what, fix = KERNELS[impl].needs
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -108,22 +106,32 @@ def _refuse(call: FloatCall, path: str, who: str, fix: str = "", listed: str | N
 
 
 class ArrayImpl(Impl):
-    """Attention written once over an array module ``xp`` (numpy or torch): forward and backward.
+    """A kernel run in an array library (numpy, torch, jax): its row of :data:`KERNELS`, the
+    one forward and backward around its ``attend``, and the float composition once.
 
     :meth:`compose` is the one float composition of a call, in the order of
-    :func:`exactattn.reference.logits.softmax_row`; a library supplies ``xp``,
-    :meth:`const` (a scalar of the dtype) and :meth:`array` (a numpy array as
-    one of xp's: floats in the dtype, booleans as they are).  ``in_dtype``
-    says where the default scale ``1/sqrt(E)`` and the dropout factor
-    ``1/(1 - p)`` are computed: in the dtype (numpy), or in float64 and
-    rounded once (torch, as SDPA does).  ``backward_name`` names
+    :func:`exactattn.reference.logits.softmax_row`, over ``xp`` (numpy or torch); a library
+    supplies ``xp``, :meth:`const` (a scalar of the dtype) and :meth:`array` (a numpy array
+    as one of xp's: floats in the dtype, booleans as they are).  ``in_dtype`` says where the
+    default scale ``1/sqrt(E)`` and the dropout factor ``1/(1 - p)`` are computed: in the
+    dtype (numpy), or in float64 and rounded once (torch, as SDPA does).  A kernel supplies
+    :meth:`attend` on its own arrays (:meth:`inputs`, inside :meth:`scope`), the outputs
+    read back by :meth:`host`; ``natural_lse``: its lse is in natural log (base 2 taken
+    here, in float64), not already in the call's base.  ``backward_name`` names
     :meth:`backward`, which :func:`~exactattn.verify.backward_impls.load_backward` hands out.
     """
 
     xp = np
     naive = False
     in_dtype = True
-    lse_backward = True     # its backward takes dlse (a kernel of its own: False)
+    kernel = "numpy"
+    natural_lse = False
+
+    def refuse(self, call: FloatCall, bad=()) -> None:
+        """Refuse a call that sets a field the kernel's row refuses (``bad``: what else)."""
+        row = KERNELS[self.kernel]
+        if row.refuses is not None:
+            _refuse(call, row.refuses, f"impl {self.kernel}", row.fix, row.listed, bad)
 
     def const(self, x, dt):
         return dt.type(x)
@@ -134,17 +142,54 @@ class ArrayImpl(Impl):
         """An array of ``shape`` filled with ``x`` in the dtype (on the library's device)."""
         return self.xp.full(shape, x, dtype=dt)
 
+    def scope(self, dtype: str):
+        """The context the kernel runs in (none; numpy: float warnings silenced)."""
+        return contextlib.nullcontext()
+
+    def inputs(self, call: FloatCall, *more) -> list:
+        """query, key, value (and ``more``) as the kernel's arrays of the call's dtype."""
+        dt = numpy_dtype(call.dtype, self.name)
+        return [a.astype(dt) for a in (call.query, call.key, call.value, *more)]
+
+    def host(self, a):
+        """A result read back (numpy: as it is, in the dtype)."""
+        return a
+
+    def attend(self, call: FloatCall, q, k, v):
+        """The kernel on its arrays: ``(output, lse)`` (lse None when the call asks none)."""
+        f = self.compose(call, q, k, v)
+        return f.out, f.lse
+
+    def forward(self, call: FloatCall):
+        """The outputs (``(outputs, lse)`` when the call asks for the log-sum-exp)."""
+        self.refuse(call)
+        with self.scope(call.dtype):
+            out, lse = (None if a is None else self.host(a) for a in
+                        self.attend(call, *self.inputs(call)))
+            if call.lse is None:
+                return out
+            return out, lse / np.log(2) if self.natural_lse and call.lse == "2" else lse
+
+    def backward(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
+        """``(dq, dk, dv)`` read back: :meth:`grad` of :meth:`attend` at ``d_out`` (and
+        ``d_lse``, the rows' natural log-sum-exps' upstream gradient)."""
+        self.refuse(call)
+        with self.scope(call.dtype):
+            grads = self.grad(call, *self.inputs(call), d_out, d_lse)
+            return tuple(self.host(g) for g in grads)
+
     def compose(self, call: FloatCall, q, k, v):
         """The composition on q, k, v (arrays of the dtype, the call's shapes), as a namespace.
 
         Key/value heads expanded to the query heads (``gqa`` map); RoPE
-        rotates q and k; ``s = scale q k^T``, ``cap * tanh(s / cap)``, + ALiBi
-        bias, + an additive mask's offsets, hidden keys to ``-inf``; keys no
+        rotates q and k; ``s = scale q k^T``, ``cap * tanh(s / cap)`` (``t`` the tanh), +
+        ALiBi bias, + an additive mask's offsets, hidden keys to ``-inf``; keys no
         query sees are zeroed in k and v (so an ``inf`` there is never
         multiplied by 0); the sink as one more column; ``p`` the softmax (the
         row maximum subtracted unless ``naive``), the sink's column dropped, a
         query that sees no key given the call's empty row (shares 0 under
-        ``zero``, 1/S under ``uniform``, NaN under ``nan``; ``naive``: 0/0, NaN);
+        ``zero``, 1/S under ``uniform``, NaN under ``nan``, and lse ``-inf``, NaN under
+        ``nan``; ``naive``: 0/0, NaN);
         ``w = p * factors`` under dropout; ``out = w v``; ``lse`` (``max +
         log(sum)``, over ``log 2`` in base 2) when the call asks for it.
         """
@@ -162,9 +207,10 @@ class ArrayImpl(Impl):
         else:
             scale = c(1 / np.sqrt(E) if call.scale is None else call.scale)
         s = (q @ k.swapaxes(-1, -2)) * scale          # ... x L x S
-        cap = None if call.softcap is None else c(call.softcap)
+        cap = t = None if call.softcap is None else c(call.softcap)
         if cap is not None:
-            s = cap * xp.tanh(s / cap)
+            t = xp.tanh(s / cap)
+            s = cap * t
         if call.alibi is not None:
             s = s + self.array(call.alibi_bias(), dt)
         offsets, seen = call.visibility()
@@ -181,6 +227,8 @@ class ArrayImpl(Impl):
             if empty is None or call.empty_row != "uniform":    # a uniform row reads every key
                 read = self.array(np.any(seen, axis=-2)[..., :, None], dt)   # keys seen
                 k, v = xp.where(read, k, c(0)), xp.where(read, v, c(0))
+                if t is not None:       # the tanh of a key read by no query: of q . 0
+                    t = xp.where(read.swapaxes(-1, -2), t, c(0))
         if call.sink is not None:
             s = xp.concatenate([s, self.full(s.shape[:-1] + (1,), call.sink, dt)], -1)
         top = c(0) if self.naive else xp.amax(s, axis=-1, keepdims=True)
@@ -189,10 +237,11 @@ class ArrayImpl(Impl):
         p = e / den
         if call.sink is not None:
             p = p[..., :-1]
-        if empty is not None:
+        if empty is not None:       # the empty row's shares and lse, one fill
             hit = self.array(empty, dt)
-            fill = {"zero": c(0), "uniform": c(1) / c(p.shape[-1])}.get(call.empty_row, c(np.nan))
-            p = xp.where(hit, fill, p)
+            share, log = (c(np.nan), c(np.nan)) if call.empty_row == "nan" else \
+                (c(1) / c(p.shape[-1]) if call.empty_row == "uniform" else c(0), c(-np.inf))
+            p = xp.where(hit, share, p)
         factors = None
         if call.dropout_p is not None:
             pd = call.dropout_p
@@ -202,13 +251,10 @@ class ArrayImpl(Impl):
         out, lse = w @ v, None
         if call.lse is not None:
             lse = top + xp.log(den)
-            if empty is not None:     # a row that sees no key: -inf (uniform rows too), or NaN
-                lse = xp.where(self.array(empty, dt),
-                               c(np.nan) if call.empty_row == "nan" else c(-np.inf), lse)
-            lse = lse[..., 0]
+            lse = (lse if empty is None else xp.where(hit, log, lse))[..., 0]
             lse = lse / xp.log(c(2)) if call.lse == "2" else lse
         return SimpleNamespace(out=out, lse=lse, p=p, w=w, factors=factors, q=q, k=k, v=v,
-                               scale=scale, cap=cap)
+                               scale=scale, t=t)
 
 
 class NumpyImpl(ArrayImpl):
@@ -231,16 +277,8 @@ class NumpyImpl(ArrayImpl):
     def dtype_hint(self, dtype: str) -> str:
         return bfloat16_hint(dtype, "use --impl torch")
 
-    def _arrays(self, call: FloatCall, *arrays):
-        dt = numpy_dtype(call.dtype, self.name)
-        return [a.astype(dt) for a in (call.query, call.key, call.value, *arrays)]
-
-    def forward(self, call: FloatCall):
-        """The outputs (``(outputs, lse)`` when the call asks for the log-sum-exp), in the dtype."""
-        q, k, v = self._arrays(call)
-        with np.errstate(all="ignore"):
-            f = self.compose(call, q, k, v)
-        return f.out if f.lse is None else (f.out, f.lse)
+    def scope(self, dtype: str):
+        return np.errstate(all="ignore")
 
     def backward(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
         """``(dq, dk, dv)`` in the dtype, from the forward's pieces (:meth:`compose`).
@@ -252,8 +290,8 @@ class NumpyImpl(ArrayImpl):
         add their dK and dV into the key/value head they read.
         """
         _refuse(call, "numpy_backward", self.backward_name)
-        q, k, v, do, *dl = self._arrays(call, d_out, *([] if d_lse is None else [d_lse]))
-        with np.errstate(all="ignore"):
+        q, k, v, do, *dl = self.inputs(call, d_out, *([] if d_lse is None else [d_lse]))
+        with self.scope(call.dtype):
             f = self.compose(call, q, k, v)
             dv = np.swapaxes(f.w, -1, -2) @ do
             dp = do @ np.swapaxes(f.v, -1, -2)
@@ -261,9 +299,8 @@ class NumpyImpl(ArrayImpl):
                 dp = dp * f.factors
             dp = dp - (do * f.out).sum(axis=-1, keepdims=True)
             ds = f.p * (dp + dl[0][..., None] if dl else dp)
-            if call.softcap is not None:        # (cap tanh(s / cap))' = 1 - tanh^2(s / cap)
-                t = np.tanh((f.q @ np.swapaxes(f.k, -1, -2)) * f.scale / f.cap)
-                ds = ds * (1 - t * t)
+            if f.t is not None:        # (cap tanh(s / cap))' = 1 - tanh^2(s / cap)
+                ds = ds * (1 - f.t * f.t)
             dq, dk = rotated(call, (ds @ f.k) * f.scale,
                              (np.swapaxes(ds, -1, -2) @ f.q) * f.scale, -1)
         if q.ndim >= 3:     # per-query-head gradients added into the key/value head each reads
@@ -274,15 +311,8 @@ class NumpyImpl(ArrayImpl):
 
 def _fold_heads(g: np.ndarray, shape, idx: list[int]) -> np.ndarray:
     out = np.zeros(shape, dtype=g.dtype)
-    for h, kv in enumerate(idx):
-        out[..., kv, :, :] += g[..., h, :, :]
+    np.add.at(out, (slice(None),) * (g.ndim - 3) + (idx,), g)     # in head order
     return out
-
-
-def _is_jax(x) -> bool:
-    """True for a jax array (without importing jax when nothing has)."""
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(x, jax.Array)
 
 
 def rotate(x, angles, rope):
@@ -297,22 +327,15 @@ def rotate(x, angles, rope):
     c, s = np.cos(angles), np.sin(angles)
     if rope.scaling is not None:      # yarn's attention factor multiplies cos and sin
         c, s = c * rope.float_gain(), s * rope.float_gain()
-    if _is_jax(x):          # jax arrays are immutable: two functional updates
-        import jax.numpy as jnp
-        c, s = jnp.asarray(c, dtype=x.dtype), jnp.asarray(s, dtype=x.dtype)
-        xa, xb = x[..., ia], x[..., ib]
-        return x.at[..., ia].set(xa * c - xb * s).at[..., ib].set(xa * s + xb * c)
-    if hasattr(x, "detach"):
-        import torch
-        c, s = (torch.from_numpy(np.asarray(t)).to(x.device, x.dtype) for t in (c, s))
-        out = x.clone()
-    else:
-        c, s = c.astype(x.dtype), s.astype(x.dtype)
-        out = x.copy()
-    xa, xb = x[..., ia], x[..., ib]
-    out[..., ia] = xa * c - xb * s
-    out[..., ib] = xa * s + xb * c
-    return out
+    lib = type(x).__module__.split(".")[0]       # numpy, torch, or jax's arrays and tracers
+    xp = {"numpy": np, "torch": sys.modules.get("torch")}.get(lib) or sys.modules["jax.numpy"]
+    kw = {"device": x.device} if lib == "torch" else {}
+    c, s = (xp.asarray(t, dtype=x.dtype, **kw) for t in (c, s))
+    xa, xb, d = x[..., ia], x[..., ib], x.shape[-1]
+    order = list(range(d))              # x's columns, the turned pairs' in their places
+    for n, (a, b) in enumerate(zip(ia, ib)):
+        order[a], order[b] = d + n, d + len(ia) + n
+    return xp.concatenate([x, xa * c - xb * s, xa * s + xb * c], -1)[..., order]
 
 
 #: --backend names: torch.nn.attention.SDPBackend members (``sdpa_kernel`` allows only that one)
@@ -378,7 +401,7 @@ class TorchImpl(ArrayImpl):
             a device torch cannot use, a backend it selects for no dtype there.
     """
 
-    name = "torch"
+    name = kernel = "torch"
     in_dtype = False
 
     def __init__(self, *, lower_right_bias: bool = True, device: str = "cpu",
@@ -434,31 +457,20 @@ class TorchImpl(ArrayImpl):
         """A result tensor read back to the CPU as float64 numpy (exactly its floats)."""
         return t.detach().to("cpu").to(self.xp.float64).numpy()
 
-    def _tensors(self, call: FloatCall):
+    def inputs(self, call: FloatCall, *more) -> list:
         dt = getattr(self.xp, call.dtype)
         return [self.array(a, dt) for a in (call.query, call.key, call.value)]
 
-    def forward(self, call: FloatCall):
-        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
-        q, k, v = self._tensors(call)
-        if not composed(call):
-            return self.host(self.attend(call, q, k, v))
-        self._refuse_backend(call)
-        f = self.compose(call, q, k, v)
-        out = self.host(f.out)
-        return out if f.lse is None else (out, self.host(f.lse))
-
-    def backward(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
-        """``(dq, dk, dv)`` as float64: autograd through :meth:`attend` (of ``sum dO O + sum
+    def grad(self, call: FloatCall, q, k, v, d_out, d_lse=None) -> tuple:
+        """``(dq, dk, dv)`` tensors: autograd through :meth:`attend` (of ``sum dO O + sum
         dlse lse`` with ``d_lse``, the rows' natural log-sum-exps' upstream gradient).
 
         Raises:
             ImplRaised: this build does not run the backward.
         """
         import torch
-        q, k, v = (t.requires_grad_(True) for t in self._tensors(call))
-        out = self.attend(call, q, k, v, with_lse=d_lse is not None)
-        outs = (out,) if d_lse is None else out
+        q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+        outs = self.attend(call, q, k, v)[:1 if d_lse is None else 2]
         try:
             with self._kernel():
                 torch.autograd.backward(outs, [self.array(g, o.dtype)
@@ -467,7 +479,7 @@ class TorchImpl(ArrayImpl):
             raise self._raised(e, call) from e
         except Exception as e:
             raise ImplRaised(e) from e
-        return tuple(self.host(t.grad) for t in (q, k, v))
+        return q.grad, k.grad, v.grad
 
     def _refuse_backend(self, call: FloatCall) -> None:
         if self.backend is not None:
@@ -479,11 +491,8 @@ class TorchImpl(ArrayImpl):
 
     def _kernel(self):
         """``sdpa_kernel(backend)`` when a backend is chosen, else a no-op context."""
-        import contextlib
-        if self.backend is None:
-            return contextlib.nullcontext()
         from torch.nn.attention import sdpa_kernel
-        return sdpa_kernel(self.backend)
+        return contextlib.nullcontext() if self.backend is None else sdpa_kernel(self.backend)
 
     def _raised(self, e: Exception, call: FloatCall, caught=()) -> Exception:
         """SDPA's RuntimeError: a refusal by name when the chosen backend cannot take the call
@@ -499,9 +508,9 @@ class TorchImpl(ArrayImpl):
                               "--backend")
         return ImplRaised(e)
 
-    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
-        """SDPA of the call on tensors q, k, v of its dtype: the output tensor (autograd kept;
-        with the lse tensor when ``with_lse``, from the composition).
+    def attend(self, call: FloatCall, q, k, v):
+        """SDPA of the call on tensors q, k, v of its dtype: the output tensor and None
+        (autograd kept), or torch's composition's output and lse (a call SDPA cannot take).
 
         What :meth:`backward` differentiates.
 
@@ -514,7 +523,7 @@ class TorchImpl(ArrayImpl):
         if composed(call):
             self._refuse_backend(call)
             f = self.compose(call, q, k, v)
-            return (f.out, f.lse) if with_lse else f.out
+            return f.out, f.lse
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
         rank = q.dim()
         if self.backend is not None:      # the fused kernels take B x H x L x E only
@@ -524,7 +533,7 @@ class TorchImpl(ArrayImpl):
                 if self.backend is not None:
                     warnings.simplefilter("always")
                 out = F.scaled_dot_product_attention(q, k, v, **kwargs)
-            return _unfour(rank, out)[0] if out.dim() > rank else out
+            return _unfour(rank, out)[0] if out.dim() > rank else out, None
         except RuntimeError as e:     # e.g. a dtype or shape this build of SDPA refuses
             raise self._raised(e, call, caught) from e
         except Exception as e:
@@ -643,23 +652,6 @@ def composed(call: FloatCall) -> bool:
     return any(x is not None for x in (call.softcap, call.sink, call.dropout_p, call.lse))
 
 
-class _LseKernel(TorchImpl):
-    """A torch kernel whose :meth:`attend` gives ``(output, lse)`` tensors (natural log): the
-    forward of :class:`FlexImpl` and :class:`FlashAttnImpl` (their backward is
-    :meth:`TorchImpl.backward`, autograd through :meth:`attend`)."""
-
-    lse_backward = False    # flex's and flash-attn's lse: no gradient through it checked
-
-    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):  # pragma: no cover
-        raise NotImplementedError
-
-    def forward(self, call: FloatCall):
-        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it;
-        the lse over ``log 2`` in base 2)."""
-        out, lse = self.attend(call, *self._tensors(call), with_lse=True)
-        return _pair(call, self.host(out), self.host(lse))
-
-
 def four_d(*arrays) -> list:
     """Arrays (numpy, torch or jax) of ... x n x d as the fused kernels' B x H x n x d."""
     return [a.reshape((1,) * (4 - a.ndim) + tuple(a.shape)) for a in arrays]
@@ -670,13 +662,7 @@ def _unfour(rank: int, *arrays) -> list:
     return [a.reshape(a.shape[4 - rank:]) for a in arrays]
 
 
-def _pair(call: FloatCall, out, lse):
-    """``out``, or ``(out, lse)`` when the call asks for the log-sum-exp (natural log ``lse``
-    over ``log 2`` in base 2)."""
-    return out if call.lse is None else (out, lse / np.log(2) if call.lse == "2" else lse)
-
-
-class FlexImpl(_LseKernel):
+class FlexImpl(TorchImpl):
     """``torch.nn.attention.flex_attention.flex_attention``, forward and autograd backward.
 
     The policy becomes one ``score_mod``: the score FlexAttention hands it is
@@ -719,6 +705,8 @@ class FlexImpl(_LseKernel):
     >>> impl.name.endswith("flex_attention (CPU) with score_mod <lambda>")
     True
     """
+
+    kernel, natural_lse = "flex", True
 
     def __init__(self, *, score_mod=None, mask_mod=None, device: str = "cpu"):
         super().__init__(device=device)
@@ -782,10 +770,9 @@ class FlexImpl(_LseKernel):
     def _mask_label(self) -> str:
         return f"mask_mod {self.mask_mod[1]}" if self.mask_mod else "the policy's visible keys"
 
-    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
-        """flex_attention of the call on tensors of its dtype: the output (and lse) tensors."""
+    def attend(self, call: FloatCall, q, k, v):
+        """flex_attention of the call on tensors of its dtype: the output and lse tensors."""
         import warnings
-        _refuse(call, "flex", "impl flex", "; use --impl torch")
         q, k, v, gqa = rope_and_heads(call, q, k, v)
         rank = q.dim()
         q, k, v = four_d(q, k, v)       # flex_attention takes B x H x L x E only
@@ -800,8 +787,7 @@ class FlexImpl(_LseKernel):
                                               enable_gqa=gqa, return_lse=True, **kwargs)
         except Exception as e:
             raise ImplRaised(e) from e
-        out, lse = _unfour(rank, out, lse)
-        return (out, lse) if with_lse else out
+        return tuple(_unfour(rank, out, lse))
 
 
 _COMPILED: dict = {}
@@ -914,7 +900,7 @@ def probe(fn, what: str, name: str, shape, dt, device) -> None:
                                    "q_idx >= kv_idx"))
 
 
-class FlashAttnImpl(_LseKernel):
+class FlashAttnImpl(TorchImpl):
     """``flash_attn.flash_attn_func`` (Dao et al., FlashAttention-2) on a CUDA device, float16 or
     bfloat16, forward and autograd backward.
 
@@ -934,7 +920,7 @@ class FlashAttnImpl(_LseKernel):
     """
 
     takes_mask = False
-
+    kernel, natural_lse = "flash-attn", True
     dtypes = ("float16", "bfloat16")
 
     def __init__(self, *, device: str = "cuda"):
@@ -950,15 +936,15 @@ class FlashAttnImpl(_LseKernel):
     def dtype_hint(self, dtype: str) -> str:
         return "; flash-attn runs float16 and bfloat16 only"
 
-    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
-        """``flash_attn_func`` of the call on tensors of its dtype: the output (and lse)."""
-        from flash_attn import flash_attn_func
+    def refuse(self, call: FloatCall, bad=()) -> None:
         skewed = call.is_causal and call.alignment == "top_left" and \
             call.query.shape[-2] != call.key.shape[-2]
-        _refuse(call, "flash_attn", "impl flash-attn", "; use --impl torch or flex",
-                f"mask, {', '.join(UNSUPPORTED['flash_attn'])} or top_left causal with L != S",
-                [w for w, hit in (("top_left causal with L != S", skewed),
-                                  ("mask", call.attn_mask is not None)) if hit])
+        super().refuse(call, [w for w, hit in (("top_left causal with L != S", skewed),
+                                               ("mask", call.attn_mask is not None)) if hit])
+
+    def attend(self, call: FloatCall, q, k, v):
+        """``flash_attn_func`` of the call on tensors of its dtype: the output and lse."""
+        from flash_attn import flash_attn_func
         # tile repeats k and v; interleave is the package's own grouping (h // (H_q / H_kv))
         q, k, v, _ = rope_and_heads(call, q, k, v)
         rank = q.dim()
@@ -973,11 +959,10 @@ class FlashAttnImpl(_LseKernel):
                                   return_attn_probs=True, **kwargs)
         except Exception as e:
             raise ImplRaised(e) from e
-        out, lse = _unfour(rank, got[0].transpose(-3, -2), got[1])
-        return (out, lse) if with_lse else out
+        return tuple(_unfour(rank, got[0].transpose(-3, -2), got[1]))
 
 
-class JaxImpl(Impl):
+class JaxImpl(ArrayImpl):
     """``jax.nn.dot_product_attention`` on the CPU (float32, bfloat16, float16, float64) and
     its backward by ``jax.vjp``.
 
@@ -1016,51 +1001,43 @@ class JaxImpl(Impl):
     """
 
     dtypes = ("float64", "float32", "float16", "bfloat16")
+    kernel, natural_lse = "jax", True
 
     def __init__(self):
         jax = _need("jax")
         self.name = f"jax {jax.__version__} dot_product_attention (CPU)"
         self.backward_name = f"jax {jax.__version__} dot_product_attention backward (CPU jax.vjp)"
 
-    def _refuse(self, call: FloatCall):
-        _refuse(call, "jax", "impl jax", "; jax.nn.dot_product_attention has no argument for "
-                "it, use --impl torch", ", ".join(UNSUPPORTED["jax"]))
+    def scope(self, dtype: str):
+        return jax_scope(dtype)
 
-    def _arrays(self, call: FloatCall, *more):
+    def inputs(self, call: FloatCall, *more) -> list:
         import jax.numpy as jnp
         dt = getattr(jnp, call.dtype)
-        return [jax_array(a, dt) for a in (call.query, call.key, call.value, *more)]
+        return [jax_array(a, dt) for a in (call.query, call.key, call.value)]
 
-    def forward(self, call: FloatCall):
-        """The outputs as float64 numpy arrays (``(outputs, lse)`` when the call asks for it)."""
-        self._refuse(call)
-        with jax_scope(call.dtype):
-            out, lse = self.attend(call, *self._arrays(call), with_lse=True)
-            return _pair(call, *(np.asarray(a).astype(np.float64) for a in (out, lse)))
+    def host(self, a) -> np.ndarray:
+        return np.asarray(a).astype(np.float64)
 
-    def backward(self, call: FloatCall, d_out: np.ndarray):
-        """``(dq, dk, dv)`` as float64: ``jax.vjp`` of :meth:`attend` at ``d_out`` (in the dtype).
+    def grad(self, call: FloatCall, q, k, v, d_out, d_lse=None) -> tuple:
+        """``(dq, dk, dv)``: ``jax.vjp`` of :meth:`attend` at ``d_out`` (in the dtype).
 
         Raises:
             ImplRaised: JAX failed on the call.
         """
         import jax
-        self._refuse(call)
-        with jax_scope(call.dtype):
-            q, k, v, do = self._arrays(call, d_out)
-            try:
-                _, pull = jax.vjp(lambda q, k, v: self.attend(call, q, k, v), q, k, v)
-                grads = pull(do)
-            except ImplRaised:
-                raise
-            except Exception as e:     # a backward JAX does not run
-                raise ImplRaised(e) from e
-            return tuple(np.asarray(g).astype(np.float64) for g in grads)
+        try:
+            _, pull = jax.vjp(lambda q, k, v: self.attend(call, q, k, v)[0], q, k, v)
+            return pull(jax_array(d_out, q.dtype))
+        except ImplRaised:
+            raise
+        except Exception as e:     # a backward JAX does not run
+            raise ImplRaised(e) from e
 
-    def attend(self, call: FloatCall, q, k, v, *, with_lse: bool = False):
+    def attend(self, call: FloatCall, q, k, v):
         """``jax.nn.dot_product_attention`` of the call on jax arrays q, k, v of its dtype and
-        shapes (inside :func:`~exactattn.verify.adapter.jax_scope`): the output array (with the
-        lse array when ``with_lse``), what :meth:`backward` differentiates.
+        shapes (inside :func:`~exactattn.verify.adapter.jax_scope`): the output and lse arrays
+        (its residual, natural log), what :meth:`backward` differentiates.
 
         Raises:
             ImplRaised: JAX refused the call.
@@ -1097,28 +1074,49 @@ class JaxImpl(Impl):
                 kwargs["local_window_size"] = tuple(L + S if w is None else int(w)
                                                     for w in call.window)
         elif call.positional:
-            keep = call.keep() if keep is None else keep & call.keep()
+            pos = call.positions().keep(L, S)
+            keep = pos if keep is None else keep & pos
 
         def four(a, dtype):
             return None if a is None else jnp.asarray(four_d(a)[0], dtype=dtype)
         try:
             got = jax.nn.dot_product_attention(
                 *(a.transpose(0, 2, 1, 3) for a in (q, k, v)), bias=four(bias, dt),
-                mask=four(keep, bool), return_residual=with_lse, **kwargs)
+                mask=four(keep, bool), return_residual=True, **kwargs)
         except Exception as e:      # a dtype or shape this JAX refuses
             raise ImplRaised(e) from e
-        out, lse = got if with_lse else (got, None)
-        out = out.transpose(0, 2, 1, 3)[..., :E_v].reshape(shape)
-        if not with_lse:
-            return out
-        return out, lse.transpose(0, 2, 1).reshape(shape[:-1])
+        out, lse = got
+        return out.transpose(0, 2, 1, 3)[..., :E_v].reshape(shape), \
+            lse.transpose(0, 2, 1).reshape(shape[:-1])
 
 
-IMPLS = ("numpy", "numpy-naive", "torch", "flex", "flash-attn", "jax")
-
+#: a built-in kernel as data: the class that runs it (``make``), the library it imports
+#: (``needs``: module, the library as its refusal names it, the fix), the options of
+#: :func:`load_impl` it takes, its row of :data:`~exactattn.call.policy.UNSUPPORTED`
+#: (``refuses``) with the refusal's ``fix`` and list (``listed``, default the row's fields
+#: joined by ``or``), and whether its backward takes dlse
+Kernel = collections.namedtuple("Kernel", "make needs takes refuses fix listed lse_backward",
+                                defaults=((), (), None, "", None, False))
+_TORCH = ("torch", "PyTorch", "pip install 'exactattn[torch]'")
+#: the built-in kernels, by the name ``--impl`` takes
+KERNELS = {
+    "numpy": Kernel(NumpyImpl, lse_backward=True),
+    "numpy-naive": Kernel(functools.partial(NumpyImpl, naive=True), lse_backward=True),
+    "torch": Kernel(TorchImpl, _TORCH, ("device", "backend"), lse_backward=True),
+    "flex": Kernel(FlexImpl, _TORCH, ("device", "score_mod", "mask_mod"), "flex",
+                   "; use --impl torch"),
+    "flash-attn": Kernel(FlashAttnImpl, ("flash_attn", "the flash_attn package", "pip install "
+                         "flash-attn --no-build-isolation on a CUDA machine"), ("device",),
+                         "flash_attn", "; use --impl torch or flex", f"mask, "
+                         f"{', '.join(UNSUPPORTED['flash_attn'])} or top_left causal with L != S"),
+    "jax": Kernel(JaxImpl, ("jax", "JAX", "pip install 'exactattn[jax]'"), (), "jax",
+                  "; jax.nn.dot_product_attention has no argument for it, use --impl torch",
+                  ", ".join(UNSUPPORTED["jax"])),
+}
+#: the options of :func:`load_impl` each built-in kernel takes
+TAKES = {name: row.takes for name, row in KERNELS.items() if row.takes}
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_FORMS = "numpy, numpy-naive, torch, flex, flash-attn, jax or module:function"
 
 
 def _import(mod_name: str, what: str = "impl"):
@@ -1205,28 +1203,59 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
     exactattn.errors.InputError: impl must be module:function with a module name such as mykern or pkg.kernels and a function name such as attention (got '.foo:bar')
     """
     given = {"device": device, "backend": backend, "score_mod": score_mod, "mask_mod": mask_mod}
-    for key, val in given.items():
-        if val is not None and key not in TAKES.get(impl if isinstance(impl, str) else "", ()):
-            owners = [n for n, t in TAKES.items() if key in t]
-            raise InputError(f"{key} must come with impl {' or '.join(owners)} (got impl "
-                             f"{shorten(getattr(impl, 'name', impl) if not isinstance(impl, str) else impl, quote=True)})")
     opts = {k: v for k, v in given.items() if v is not None}
+    row = KERNELS.get(impl) if isinstance(impl, str) else None
+    for key in opts:
+        if key not in (row.takes if row else ()):
+            raise InputError(f"{key} must come with impl {' or '.join(_owners(key))} (got impl "
+                             f"{shorten(impl if isinstance(impl, str) else getattr(impl, 'name', impl), quote=True)})")
     if isinstance(impl, Impl):
         return impl
     if callable(impl):
         return FunctionImpl(impl, arrays=arrays)
-    makers = {"numpy": NumpyImpl, "numpy-naive": lambda: NumpyImpl(naive=True),
-              "torch": TorchImpl, "flex": FlexImpl, "flash-attn": FlashAttnImpl, "jax": JaxImpl}
-    if isinstance(impl, str) and impl in makers:
-        return makers[impl](**opts)
+    if row is not None:
+        return row.make(**opts)
     if not isinstance(impl, str) or ":" not in impl:
-        raise InputError(f"impl must be {_FORMS} (got {shorten(repr(impl))})")
+        raise InputError(f"impl must be {', '.join(KERNELS)} or module:function (got "
+                         f"{shorten(repr(impl))})")
     fn = load_function(impl, "impl")
     if isinstance(fn, Impl):
         return fn
     if not callable(fn):
         raise InputError(f"impl {impl!r} must be callable (got {type(fn).__name__})")
     return FunctionImpl(fn, arrays=arrays, name=impl)
+
+
+def load_from_flags(impl, *, arrays: str | None = None, merge=None, **opts) -> Impl:
+    """:func:`load_impl` of the command line's ``--impl`` with ``--arrays`` and the options
+    ``--device``, ``--backend``, ``--score-mod``, ``--mask-mod`` (None: not given), each
+    refused in one line, named as its flag, where ``--impl`` does not take it: the one reading
+    of these choices for every command (``--arrays`` is also taken by a ``--merge``).
+
+    >>> load_from_flags("numpy", backend="math")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.InputError: --backend must come with --impl torch (got --impl numpy)
+    """
+    opts = {k: v for k, v in opts.items() if v is not None}
+    if arrays is not None and (not isinstance(impl, str) or ":" not in impl) and merge is None:
+        raise InputError(f"--arrays must come with a module:function impl (got --impl "
+                         f"{shorten(impl)}); the built-in implementations choose their own "
+                         "arrays")
+    for key in opts:
+        if key not in (KERNELS[impl].takes if impl in KERNELS else ()):
+            raise InputError(f"--{key.replace('_', '-')} must come with "
+                             f"{' or '.join(f'--impl {n}' for n in _owners(key))} (got --impl "
+                             f"{shorten(impl)})")
+    if opts.get("device") == "cpu" and impl == "flash-attn":
+        raise InputError("--device cpu must come without --impl flash-attn (got both); the "
+                         "flash_attn package runs on CUDA only")
+    return load_impl(impl, arrays=arrays or "numpy", **opts)
+
+
+def _owners(key: str) -> list[str]:
+    """The built-in kernels that take the option ``key`` of :func:`load_impl`."""
+    return [n for n, row in KERNELS.items() if key in row.takes]
 
 
 def flop_counts(problem, dtype: str) -> dict:

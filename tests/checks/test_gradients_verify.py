@@ -280,7 +280,7 @@ def test_the_numpy_backward_differentiates_soft_caps_rope_and_the_lse(dtype, mon
     class NoCapFactor(NumpyImpl):       # FlashAttention's soft-cap bug: dS without 1 - tanh^2
         def compose(self, call, q, k, v):
             f = super().compose(call, q, k, v)
-            f.cap = None if f.cap is None else q.dtype.type(np.inf)       # tanh(s / inf) = 0
+            f.t = None if f.t is None else 0 * f.t       # the tanh taken as 0: factor 1
             return f
     assert not verify_backward(NoCapFactor(), Call.random(5, 4, seed=1, policy=cases[0]),
                                dtype).passed

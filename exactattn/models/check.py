@@ -23,7 +23,8 @@ For one layer of a :class:`~exactattn.models.run.ModelRun`:
    almost every entry, with the counts :func:`~exactattn.verify.compare.judge` gives; the
    judge takes the rest and every entry that may hold a group's largest error.  A
    certified decimal comes from the enclosure where it decides the rounding with a proved
-   margin (:func:`decimal_index`), else from :func:`~exactattn.numbers.digits.certify`.
+   margin (:func:`~exactattn.reference.floats.round_balls`), else from
+   :func:`~exactattn.numbers.digits.certify`.
 
 The terms of a probability are the row's shares (they add up to 1): its
 error at the terms is in ULPs of 1.  The terms of a head output are
@@ -51,7 +52,7 @@ import numpy as np
 
 from ..blocks.inputs import float_ints
 from ..numbers.bulk import exact_matmul
-from ..numbers.digits import certify, format_scaled, round_fraction, working_precision
+from ..numbers.digits import certify, round_fraction, working_precision
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import tolerance
@@ -60,6 +61,7 @@ from ..numbers.formats import (float_format, round_array, round_enclosed, round_
                                ulp_indices)
 from ..call.inputs import Call
 from ..reference.enclose import block_balls
+from ..reference.floats import round_balls
 from ..reference.reference import Reference
 from .presets import layer_arrays, preset
 
@@ -99,24 +101,6 @@ class GroupCheck:
     decimals: dict | None = None
 
 
-def decimal_index(lo, hi, places: int):
-    """``round(x 10^places)`` for every ``x`` in ``[lo, hi]`` (float64 arrays) where one integer
-    is that for all of them, else NaN.  Decided in float64 with a margin: ``a = fl(lo 10^p)``
-    is within ``2^-53 |a| + 2^-1075`` of ``lo 10^p`` (``10^p`` is exact for p <= 15), and
-    ``m = 2^-48 |a| + 2^-1000`` covers that error and the rounding of ``fl(a - m)``, so
-    ``fl(a - m) > k - 1/2`` proves ``lo 10^p > k - 1/2`` (the same at ``hi``); ``k +- 1/2``
-    are exact below 2^50."""
-    if places > 15:
-        return np.full(np.shape(lo), np.nan)
-    s = 10.0 ** places
-    with np.errstate(invalid="ignore", over="ignore"):
-        a, b = lo * s, hi * s
-        k = np.rint(a)
-        margin = 2.0 ** -48 * np.maximum(np.abs(a), np.abs(b)) + 2.0 ** -1000
-        ok = (k - 0.5 < a - margin) & (b + margin < k + 0.5) & (np.abs(k) < 2.0 ** 50)
-    return np.where(ok, k, np.nan)
-
-
 def _top(a) -> float:
     """The largest entry of a float array that is not NaN (0.0 when there is none)."""
     return float(np.nanmax(a)) if (~np.isnan(a)).any() else 0.0
@@ -129,7 +113,7 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
     (:func:`~exactattn.verify.compare.decide`, on float64 enclosures of the balls) gives each
     entry it decides as ok the counts :func:`~exactattn.verify.compare.judge` would; every
     other entry is judged by it.  The certified decimals at ``places``: from the enclosures
-    where they decide the rounding (:func:`decimal_index`), else
+    where they decide the rounding (:func:`~exactattn.reference.floats.round_balls`), else
     :func:`~exactattn.numbers.digits.certify`."""
     def judge_at(k):
         value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
@@ -145,20 +129,18 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
     for size in (rel, terms, np.where(ulps == ulps.max(), terms, np.nan)):
         near |= (size > 0) & (size >= _top(size) * (1 - 2.0 ** -6))
     rejudge(near & clear, judge_at, judged, codes, ulps, rel, terms)
-    at = decimal_index(np.nextafter(mid - rad, -np.inf), np.nextafter(mid + rad, np.inf),
-                       places)
-    own = decimal_index(got, got, places)
-    open_ = np.isnan(at) | np.isnan(own)
+    at, undecided = round_balls(mid, rad, places)
+    own, own_open = round_balls(got, 0 * got, places)
+    open_ = undecided | own_open
     misses, decimals = int(((at != own) & ~open_).sum()), {}
     for k in (range(got.size) if keep else np.flatnonzero(open_).tolist()):
         cell, ball = tuple(map(int, np.unravel_index(k, got.shape))), balls.flat[k]
-        if math.isnan(at.flat[k]):
+        certified = at.flat[k]
+        if undecided.flat[k]:
             try:
                 certified = certify(lambda p: ball if p <= PREC else exact(*cell).ball(p), places)
             except InputError:      # on a boundary past every enclosure: the exact value
                 certified = exact(*cell).decimal(places)
-        else:
-            certified = format_scaled(int(at.flat[k]), places)
         decimals[cell], g = certified, float(got.flat[k])
         if open_.flat[k]:          # the float as printed (ties to even, no -0.0000)
             misses += not math.isfinite(g) or round_fraction(Fraction(g), places) != certified

@@ -8,33 +8,33 @@ from functools import partial
 
 import numpy as np
 
-from exactattn.models.check import (PREC, decimal_index, judge_group, projection_drift,
-                                    significant)
+from exactattn.models.check import PREC, judge_group, projection_drift, significant
 from exactattn.numbers.digits import certify, round_fraction, working_precision
 from exactattn.numbers.formats import float_format, round_enclosed, round_to_format
 from exactattn.numbers.softmax import SoftmaxRow
+from exactattn.reference.floats import round_balls
 from exactattn.verify.compare import judge
 
 F32 = float_format("float32")
 
 
 def test_decimals_decided_in_float64_are_the_exact_rounding_and_boundaries_stay_open():
+    # the decimals judge_group takes from enclosures (reference.floats.round_balls, the one
+    # float64 decimal rounding): what they decide is the exact rounding, a boundary stays open
     rng = np.random.default_rng(0)
     edges = [(2 * k + 1) / 2e4 for k in range(-300, 300)]           # x.xxxx5: a boundary
     xs = np.array(edges + [np.nextafter(e, s) for e in edges for s in (-1, 1)] +
                   list(rng.standard_normal(2000) * 10.0 ** rng.integers(-6, 3, 2000)) +
                   [0.0, -0.0, 1e-300, -7.5e-5, 2.0 ** 40])
-    for places in (0, 4, 9):
-        got = decimal_index(xs, xs, places)
-        for x, k in zip(xs.tolist(), got.tolist()):
-            if not math.isnan(k):
-                assert round_fraction(Fraction(x), places) == round_fraction(
-                    Fraction(int(k), 10 ** places), places), (x, places)
-        assert np.isnan(decimal_index(np.array(edges), np.array(edges), 4)).all()
+    for places in (0, 4, 9, 16):        # 16: past 10^15 too, each decided one exact
+        texts, undecided = round_balls(xs, 0 * xs, places)
+        for x, text, open_ in zip(xs.tolist(), texts.tolist(), undecided.tolist()):
+            if not open_:
+                assert text == round_fraction(Fraction(x), places), (x, places)
+        assert round_balls(np.array(edges), 0 * np.array(edges), 4)[1].all()
     # an interval across a boundary is open; one inside a cell is decided
-    assert math.isnan(decimal_index(np.array([0.12344]), np.array([0.12346]), 4)[0])
-    assert decimal_index(np.array([0.123441]), np.array([0.123449]), 4)[0] == 1234
-    assert np.isnan(decimal_index(xs, xs, 16)).all()        # past 10^15: the exact path
+    assert round_balls(np.array([0.12345]), np.array([1e-5]), 4)[1][0]
+    assert round_balls(np.array([0.123445]), np.array([4e-6]), 4)[0][0] == "0.1234"
 
 
 def test_drift_rounds_every_projection_correctly_ties_included():

@@ -44,7 +44,7 @@ from ..numbers.digits import working_precision
 from ..numbers.exact import binary64, fmpq_of
 from ..numbers.formats import float_format, round_enclosed, round_value
 from ..numbers.reals import atom_ball
-from ..verify.check import Entry, Report, default_tolerance, proved_tolerance
+from ..verify.check import Entry, Report, attempt, default_tolerance, proved_tolerance
 from ..verify.compare import Comparison, judge
 from .engine import Engine
 from .inputs import ExactInputs
@@ -227,7 +227,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     """
     from ..verify.adapter import check_dtype, policy_call
     from ..verify.check import check_scale
-    from ..verify.impls import ImplRaised, load_impl
+    from ..verify.impls import load_impl
     from .inputs import from_floats
     policy = policy or Policy()
     if dtype not in ("float32", "float16"):
@@ -250,10 +250,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
     call = policy_call(*arrays, policy, dtype)     # no modifier: refused above
     t0 = time.perf_counter()
-    try:
-        got, raised = impl(call), None
-    except ImplRaised as e:
-        got, raised = None, e.line
+    got, raised = attempt(impl, call)
     t1 = time.perf_counter()
     if raised is not None:
         found = BlockCheck(count=inputs.n_q * inputs.d_v, hard=inputs.n_q * inputs.d_v)

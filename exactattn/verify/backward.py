@@ -46,7 +46,7 @@ from ..call.policy import Policy
 from ..options import check_whole
 from .adapter import check_dtype, make_call
 from .backward_impls import load_backward
-from .check import Entry, Report, check_request, default_tolerance, judge_entries
+from .check import Entry, Report, attempt, check_request, default_tolerance, judge_entries
 from .compare import Comparison, failures_first
 from ..numbers.formats import float_format
 from ..call.inputs import Call, reshaped, rounded_entries
@@ -127,14 +127,7 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     ref = Reference(rounded_problem)      # refuses a non-finite entry a query sees
     exact = ref.gradients(dO, dl)
     t0 = time.perf_counter()
-    raised = None
-    try:
-        got = impl(float_call, *grad_in)
-    except Exception as e:         # ImplRaised, or any failure of the backward under test
-        from .adapter import ImplRaised
-        if not isinstance(e, ImplRaised):
-            raise
-        got, raised = None, e.line
+    got, raised = attempt(impl, float_call, *grad_in)
     t1 = time.perf_counter()
     note = (f"upstream gradient dO: {'given' if d_out is not None else f'standard normal, seed {seed}'}"
             f"{'' if dl is None else ' (dlse too)'}, rounded to {dtype}")

@@ -368,10 +368,12 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
     return tol, words
 
 
-def _run(impl, call):
-    """The implementation's :class:`~exactattn.verify.adapter.Answer`, or the exception it raised, in one line."""
+def attempt(run, *args) -> tuple:
+    """``(run(*args), None)``, or ``(None, what the kernel raised, in one line)``: the one catch
+    of a kernel's failure (:class:`~exactattn.verify.adapter.ImplRaised`) of every check
+    (forward, its probes, the backward, split-merge, row blocks)."""
     try:
-        return impl.answer(call), None
+        return run(*args), None
     except ImplRaised as e:
         return None, e.line
 
@@ -462,7 +464,7 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     else:
         ref = reference
     t0 = time.perf_counter()
-    answer, raised = _run(impl, make_call(rounded_call, dtype, lse))
+    answer, raised = attempt(impl.answer, make_call(rounded_call, dtype, lse))
     t1 = time.perf_counter()
     got = got_lse = None
     try:
@@ -911,7 +913,7 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
         width = p.value.shape[3]
         arrays = None if V is None else (floats[0], floats[1], V[..., column:column + width])
         t = time.perf_counter()
-        answer, why = _run(impl, make_call(call.with_value(p.value), dtype, lse, arrays))
+        answer, why = attempt(impl.answer, make_call(call.with_value(p.value), dtype, lse, arrays))
         seconds["impl"] += time.perf_counter() - t
         try:
             got.append(None if why is not None else reshaped(

@@ -50,7 +50,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..numbers.lse import LogSumExp
 from ..reference.online import merge, split_rows
 from ..numbers.softmax import ExpRatio
-from .check import Entry, Report, default_tolerance
+from .check import Entry, Report, attempt, default_tolerance
 from .compare import Comparison, Judgement, failures_first, judge
 from ..numbers.formats import float_format, round_value
 
@@ -372,7 +372,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     from ..reference.online import block_lengths
     from ..reference.reference import Reference
     from .check import check_request, tolerance
-    from .impls import ImplRaised, load_impl, make_call
+    from .impls import load_impl, make_call
     impl = load_impl(impl, arrays=arrays)
     merger = None if merge is None else load_merge(merge, arrays=arrays)
     bad = call.policy.unsupported("split")
@@ -394,13 +394,12 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     nan = np.full(want, math.nan), np.full(want[:3], math.nan)
 
     def state(where: str, name: str, run, on: str = ""):     # an (output, lse) or NaN
-        try:
-            ans = run()
-            return (reshaped(ans.values, want, rank, f"{name}'s output{on}"),
-                    reshaped(ans.lse, want[:3], rank - 1, f"{name}'s lse{on}", tail=False))
-        except ImplRaised as e:
-            raised[where] = e.line
+        ans, why = attempt(run)
+        if why is not None:
+            raised[where] = why
             return nan
+        return (reshaped(ans.values, want, rank, f"{name}'s output{on}"),
+                reshaped(ans.lse, want[:3], rank - 1, f"{name}'s lse{on}", tail=False))
     states, start = [], 0
     for b, n in enumerate(lengths):
         part = dataclasses.replace(

@@ -308,8 +308,9 @@ def fmpq_mat_of(rows: Sequence[Sequence]):
 
 def binary64(numerators, denominator: int = 1):
     """``numerators / denominator`` as a float64 array when every entry is a float64 exactly
-    with no bit below 2^-1022 (a normal float64, or 0), else None: the one test of "is this
-    exact input a binary float64" that a proved tolerance asks.
+    with no bit below 2^-1022 (so a normal float64 or 0; a value with bits further down is
+    left to the default rule), else None: the one test of "is this exact input a binary
+    float64" that a proved tolerance asks (verify's inputs and the blocked check's).
 
     ``numerators``: integers (an int array), or an object array of ints and ``Fraction``
     (each over its own denominator too); ``denominator``: a positive int.

@@ -40,7 +40,7 @@ from .errors import InputError, shorten
 from .examples import Example, Token
 from .present.render import Section, html_text as _e, render, tables_html
 from .present.stream import View
-from .present.tables import MODES, attend_example, build
+from .present.tables import attend_example, build
 from .engines.trace import Trace
 
 #: the formulas show at most this many query rows and keys per row
@@ -121,8 +121,7 @@ def _walkthrough(example, trace: Trace, places: int) -> list[Section]:
     if trace.engine != "symbolic":
         trace.share_decimals(places)
     view = View.of("markdown", trace.n)
-    return [s for mode in MODES
-            for s in build(mode, example, trace, places, closed_forms=False, view=view)]
+    return build("walkthrough", example, trace, places, closed_forms=False, view=view)
 
 
 def show(obj, example: Example | None = None, *, places: int = 4) -> Display:

@@ -144,16 +144,12 @@ def run(args) -> int:
         with busy(f"certifying {n * n:,} shares and {n * trace.head.d_v:,} outputs"):
             trace.share_decimals(digits)
             trace.output_decimals(digits)
-    modes = MODES if args.mode == "walkthrough" else (args.mode,)
     view = View.of(args.format, n, queries, keys)
-    if getattr(args, "fractions", False):
-        view = dataclasses.replace(view, fractions=True)
-    if getattr(args, "columns", None) is not None and view.people:
-        view = dataclasses.replace(view, columns=args.columns)
+    view = dataclasses.replace(view, fractions=getattr(args, "fractions", False),
+                               columns=getattr(args, "columns", None) if view.people else None)
     closed = args.format in ("json", "jsonl")
-    sections = [s for m in modes
-                for s in build(m, ex, trace, digits, closed_forms=closed, view=view,
-                               lse=getattr(args, "lse", None))]
+    sections = build(args.mode, ex, trace, digits, closed_forms=closed, view=view,
+                     lse=getattr(args, "lse", None))
     if explain_at:
         sections.append(explain(trace, *explain_at, places=digits))
     d2 = trace.head.divisor_squared

@@ -379,8 +379,9 @@ TABLES = (
 def build(mode: str, example, trace: Trace, places: int = 4, *,
           closed_forms: bool = True, view: View | None = None,
           lse: str | None = None) -> list[Section]:
-    """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``):
-    the :data:`TABLES` of that mode shown for this trace, built from one :class:`Tables`.
+    """The sections of one mode (``row``, ``weights``, ``project``, ``square``, ``scores``,
+    or ``walkthrough``: all five in order): the :data:`TABLES` of that mode shown for this
+    trace, built from one :class:`Tables`.
 
     ``square`` adds the raw self-match (:func:`raw_match`) for an example with
     ``compare_raw``.  ``view`` (default: everything) chooses the tokens and
@@ -390,11 +391,11 @@ def build(mode: str, example, trace: Trace, places: int = 4, *,
     ``"2"``; default the example's ``lse``) adds each row's log-sum-exp
     (:mod:`exactattn.present.modifier_tables`).
     """
-    check_choice(mode, "mode", MODES)
+    check_choice(mode, "mode", MODES + ("walkthrough",))
     t = Tables(example, trace, places, view, closed_forms=closed_forms, lse=lse)
     out: list[Section] = []
     for m, shown, make in TABLES:
-        if m == mode and (shown is None or shown(t)):
+        if mode in (m, "walkthrough") and (shown is None or shown(t)):
             made = make(t)
             out += made if isinstance(made, list) else [made]
     return out

@@ -54,7 +54,7 @@ from .exponents import ExpPoly, exponent_text
 from .exact import fmpq_of
 from .ratio import ExpRatio
 
-__all__ = ["ExpRatio", "SoftmaxRow"]
+__all__ = ["SoftmaxRow"]
 
 
 # --------------------------------------------------------------------------- rows

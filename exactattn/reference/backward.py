@@ -513,71 +513,43 @@ def check_policy(policy: Policy) -> Policy:
     return policy
 
 
-def block_inputs(policy: Policy, n_queries: int, n_keys: int, mask=None,
-                 dropout_keep=None) -> dict:
-    """``keep``, ``offsets``, ``sink``, ``factors`` of one head's call, for :class:`Gradients`.
-
-    ``mask`` an explicit n_queries x n_keys Mask or None; ``dropout_keep``
-    n_queries x n_keys booleans (True = kept) when ``policy.dropout`` is set.
-
-    Raises:
-        InputError: dropout without a keep-mask or a keep-mask without dropout.
-        ShapeError: a keep-mask of the wrong shape.
-    """
-    from ..call.modifiers import check_keep, dropout_factors, row_offsets
-    L, S = n_queries, n_keys
-    keep = policy.keep(L, S, mask)
-    offsets = None
-    if mask is not None and mask.kind == "additive":
-        offsets = [mask.offsets(i) for i in range(L)]
-    if policy.alibi is not None:
-        offsets = [row_offsets(policy, i, L, S, None if offsets is None else offsets[i])
-                   for i in range(L)]
-    rows = check_keep(dropout_keep, policy, L, S, name="dropout_keep", argument="dropout_keep")
-    factors = None if rows is None else [dropout_factors(policy.dropout, r) for r in rows]
-    return {"keep": keep, "offsets": offsets, "sink": policy.sink, "factors": factors}
-
-
 class ExactGradients:
-    """The exact gradients of every head of a call: one block per (batch, key/value head)."""
+    """The exact gradients of every head of a call: one :class:`Gradients` block per (batch,
+    key/value head), read from the call's :class:`~exactattn.reference.reference.Reference`:
+    which keys each query sees, its offsets (an additive mask, ALiBi) and dropout factors, and
+    over soft-capped or rotary logits the forward's rows and rotation."""
 
-    def __init__(self, call, d_out: np.ndarray, d_lse: np.ndarray | None = None, *,
-                 rows_of=None, rotate=None, bound=None):
-        """``rows_of(b, h, i)``: the forward's softmax row, ``rotate`` the forward's rotation
-        and ``bound`` its policy (a rope bound to the call), for a soft-capped or rotary call
-        (:class:`Gradients`)."""
-        problem, policy = call, call.policy
-        check_policy(policy)
-        sh = problem.shape
-        self.shape = sh
+    def __init__(self, ref, d_out: np.ndarray, d_lse: np.ndarray | None = None):
+        from ..call.modifiers import row_offsets
+        from .enclose import rotated_balls
+        problem, policy = ref.exact_call, check_policy(ref.policy)
+        sh = self.shape = problem.shape
         self.policy = policy
-        d2 = policy.divisor_squared_for(sh["E"])
+        certified = (policy.softcap, policy.rope) != (None, None)
         L, S = sh["L"], sh["S"]
         self.heads = {g: policy.query_heads(g, sh["H_q"], sh["H_kv"]) for g in range(sh["H_kv"])}
         self.blocks = {}
         for b in range(sh["B"]):
             for g, hs in self.heads.items():
-                queries, dO, keep, offsets, factors, lse = [], [], [], [], [], []
+                offsets = []
                 for h in hs:       # problem head h is model head policy.head + h (ALiBi)
-                    hp = policy.for_head(h)
-                    drop = None if problem.dropout_keep is None else problem.dropout_keep[b, h]
-                    block = block_inputs(hp, L, S, problem.block_mask(b, h), drop)
-                    queries += problem.query[b, h].tolist()
-                    dO += d_out[b, h].tolist()
-                    lse += [0] * L if d_lse is None else d_lse[b, h].tolist()
-                    keep.append(block["keep"])
-                    offsets += block["offsets"] or [None] * L
-                    factors += block["factors"] or [[1] * S] * L
+                    hp = ref.head_policy(h)
+                    offsets += [ref.offsets(b, h, i) if hp.alibi is None else
+                                row_offsets(hp, i, L, S, ref.offsets(b, h, i)) for i in range(L)]
                 self.blocks[(b, g)] = Gradients(
-                    queries, problem.key[b, g].tolist(), problem.value[b, g].tolist(), dO,
-                    keep=np.concatenate(keep), offsets=offsets, divisor_squared=d2,
+                    [r for h in hs for r in problem.query[b, h].tolist()],
+                    problem.key[b, g].tolist(), problem.value[b, g].tolist(),
+                    [r for h in hs for r in d_out[b, h].tolist()],
+                    keep=np.concatenate([ref.visible(b, h) for h in hs]), offsets=offsets,
+                    divisor_squared=policy.divisor_squared_for(sh["E"]),
                     empty_row=policy.empty_row, sink=policy.sink,
-                    factors=None if problem.dropout_keep is None else factors,
-                    policy=bound or policy,
+                    factors=None if policy.dropout is None else
+                    [ref.factors(b, h, i) for h in hs for i in range(L)],
+                    policy=ref.head_policy(0),
                     positions=[policy.query_position(i, L, S) for i in range(L)] * len(hs),
-                    d_lse=None if d_lse is None else lse, rotate=rotate,
-                    rows=None if rows_of is None else [rows_of(b, h, i) for h in hs
-                                                       for i in range(L)])
+                    d_lse=None if d_lse is None else [x for h in hs for x in d_lse[b, h].tolist()],
+                    rotate=rotated_balls,
+                    rows=[ref.row(b, h, i) for h in hs for i in range(L)] if certified else None)
 
     def locate(self, name: str, b: int, h: int, i: int, c: int):
         """(block, row, column) of one entry (h is the query head for dQ, else the kv head)."""

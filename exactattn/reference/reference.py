@@ -238,11 +238,8 @@ class Reference:
         Fraction(1, 2)
         """
         from .backward import ExactGradients, d_out_array
-        d_out = d_out_array(self.call, d_out)
-        d_lse = None if d_lse is None else d_out_array(self.call, d_lse, "d_lse")
-        certified = (self.policy.softcap, self.policy.rope) != (None, None)
-        return ExactGradients(self.exact_call, d_out, d_lse, rotate=enclose.rotated_balls,
-                              rows_of=self.row if certified else None, bound=self.head_policy(0))
+        return ExactGradients(self, d_out_array(self.call, d_out),
+                              None if d_lse is None else d_out_array(self.call, d_lse, "d_lse"))
 
     def lse(self, b: int, h: int, i: int, base: str = "e") -> LogSumExp:
         """Row i's log-sum-exp (natural log, or base 2), the sink included; -inf for no key."""

@@ -56,13 +56,9 @@ def _run_path(path: str, policy: Policy):
     if path == "fast":
         head = Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]]).with_policy(policy)
         return attend(head, [[1, 0], [0, 1]], engine="fast", dropout_keep=keep)
-    if path == "gradients":          # soft-caps and RoPE: through the reference's rows
-        if policy.softcap is not None or policy.rope is not None:
-            from exactattn.reference.reference import Reference
-            return Reference(Call([[1, 0]], [[1, 0], [2, 1]], [[1], [0]], policy=policy)
-                             ).gradients([[1]]).value("dQ", 0, 0, 0, 0).decimal(4)
+    if path == "gradients":          # soft-caps and RoPE too: it reads Reference(call).gradients
         return gradients([[1], [0]], [[1], [2]], [[1], [0]], [[1], [1]], policy,
-                         dropout_keep=keep)
+                         dropout_keep=keep).dQ[0][0].decimal(4)
     if path == "blocks":
         return from_call(Call([[1], [0]], [[1], [2]], [[1], [0]], policy=policy))
     if path == "numpy_backward":

@@ -159,8 +159,10 @@ def _exact_array(arr: np.ndarray, name: str, floats: str | None, nonfinite: bool
     else:
         flat = []
         for v in (v.item() if isinstance(v, np.generic) else v for v in arr.reshape(-1)):
-            if nonfinite and (isinstance(v, float) and not math.isfinite(v) or isinstance(v, str)
-                              and v.strip().lower() in _NONFINITE):
+            if type(v) is Fraction:    # already exact: kept as it is
+                flat.append(v)
+            elif nonfinite and (isinstance(v, float) and not math.isfinite(v) or
+                                isinstance(v, str) and v.strip().lower() in _NONFINITE):
                 flat.append(float(v))
             else:
                 flat.append(to_exact(v, name=name, floats=floats))

@@ -257,10 +257,6 @@ def audit_sections(counters=None, calls=None, jobs: int = 2) -> list:
     return [_section(audit_counters(counters, calls, jobs))]
 
 
-def _kind(findings: tuple) -> str:
-    return "an error" if any(f in ERRORS for f in findings) else "a convention"
-
-
 def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[list, bool]:
     """The ``cost/judge`` table and whether the figure is right (see
     :func:`~exactattn.cost.judge.judge_figure`)."""
@@ -305,7 +301,7 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
     else:
         words = ", ".join(FINDINGS[f][0].format(factor=_factor(v.factor)) for f in v.findings)
         notes.append(f"verdict: wrong: {figure} is not {v.expected} (right: {v.expected}); "
-                     f"{words}, {_kind(v.findings)}")
+                     f"{words}, {'an error' if v.is_error else 'a convention'}")
         for f in (v.findings, *v.alternatives):
             text, numbers, value = formula(v, f)
             if value != figure:   # the formula must reproduce the figure exactly

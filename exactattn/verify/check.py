@@ -31,9 +31,9 @@ from .compare import Comparison, decide, judge, rejudge, ulp_unit
 from . import compare
 from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, default_max_ulps, float_format,
                                round_to_format)
-from .adapter import check_dtype
+from .adapter import ask, check_dtype
 from .probes import PROBES, Probe, check_probes, probe_values
-from .impls import ImplRaised, load_impl, make_call
+from .impls import load_impl, make_call
 from ..call.limits import check_work
 from ..call.inputs import Call, call_floats, reshaped
 from ..reference.reference import Reference
@@ -369,13 +369,11 @@ def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
 
 
 def attempt(run, *args) -> tuple:
-    """``(run(*args), None)``, or ``(None, what the kernel raised, in one line)``: the one catch
-    of a kernel's failure (:class:`~exactattn.verify.adapter.ImplRaised`) of every check
-    (forward, its probes, the backward, split-merge, row blocks)."""
-    try:
-        return run(*args), None
-    except ImplRaised as e:
-        return None, e.line
+    """``(run(*args), None)``, or ``(None, what the kernel raised, in one line)``: a kernel's
+    failure as :func:`~exactattn.verify.adapter.ask` reads it, for every check (forward, its
+    probes, the backward, split-merge, row blocks)."""
+    answer, _, why = ask(run, *args)
+    return answer, why or None
 
 
 def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) -> Comparison:

@@ -29,8 +29,9 @@ from itertools import product
 from ..call.policy import Policy
 from ..errors import InputError
 from ..numbers.exact import to_matrix
-from ..engines.head import Head, score_and_mix
+from ..engines.head import Head
 from ..reference.kernels import project
+from ..reference.modified import counted_step
 from ..numbers.exact import common_denominator
 from ..engines.layer import out_project, sum_decimal
 from .sizes import CallShape, size
@@ -100,18 +101,16 @@ def _zero_macs(with_output: bool) -> dict:
 
 
 def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
-                   ops: dict, empty_row: str = "zero") -> list[list]:
-    """The pencil engine's own counted step (:func:`exactattn.engines.head.score_and_mix`), its
-    MACs and softmax operations added to ``macs`` and ``ops``: the one tally of a run."""
-    _, _, rows, out, ms, mm = score_and_mix(q, k, v, visible, score_den, value_den, d2,
-                                            empty_row)
-    macs["scores"] += ms
-    macs["mix"] += mm
-    for r in rows:
-        ops["exp"] += r.exps
-        ops["add"] += r.adds
-        ops["div"] += r.divs
-    return out
+                   ops: dict, policy: Policy = Policy()) -> list[list]:
+    """The pencil engine's own counted step (:func:`~exactattn.reference.modified.counted_step`,
+    no modifiers), its MACs and softmax operations added to ``macs`` and ``ops``: the one
+    tally of a run."""
+    step = counted_step(q, k, v, visible, score_den, 1, value_den, d2, policy)
+    for stage in ("scores", "mix"):
+        macs[stage] += step.macs[stage]
+    for op in ops:
+        ops[op] += sum(getattr(r, op + "s") for r in step.rows)
+    return step.outputs
 
 
 def _attend_layer(layer: tuple, xq, xkv, dx: int, visible, macs: dict, ops: dict,
@@ -199,6 +198,7 @@ def _visible(shape: CallShape):
 def _count_attention(shape: CallShape) -> Run:
     """Scores and mix of every (broadcast batch entry, query head) on the rows it reads."""
     visible, d2 = _visible(shape), shape.policy.divisor_squared_for(shape.d_k)
+    plain = Policy(empty_row=shape.policy.empty_row)
     macs, ops = {"scores": 0, "mix": 0}, dict.fromkeys(("exp", "add", "div"), 0)
     for index in product(*(range(d) for d in shape.batch)):
         qi, ki = _own_index(index, shape.query[:-3]), _own_index(index, shape.key[:-3])
@@ -206,7 +206,7 @@ def _count_attention(shape: CallShape) -> Run:
             g = shape.policy.kv_head(a, shape.heads, shape.kv_heads)
             q = _operand(shape.query, qi, a, 0)
             k, v = _operand(shape.key, ki, g, 1), _operand(shape.value, ki, g, 2)
-            _score_and_mix(q, k, v, visible, 1, 1, d2, macs, ops, shape.policy.empty_row)
+            _score_and_mix(q, k, v, visible, 1, 1, d2, macs, ops, plain)
     macs["total"] = macs["scores"] + macs["mix"]
     return Run(macs, ops, [])
 
@@ -238,7 +238,7 @@ def count_call(shape: CallShape, x=None) -> Run:
     """Run the call through the pencil engine's counted loops; returns a :class:`Run`.
 
     Every broadcast batch entry and query head runs the engine's counted step
-    (:func:`exactattn.engines.head.score_and_mix`).  Without ``d_model``, on small
+    (:func:`~exactattn.reference.modified.counted_step`).  Without ``d_model``, on small
     whole numbers for the rows of query, key and value that the entry reads (a
     batch dimension of 1 is read for every entry) and of the key/value head
     :meth:`Policy.kv_head` maps the query head to.  With ``d_model``, on the

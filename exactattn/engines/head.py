@@ -249,22 +249,6 @@ def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]]
     return out, den * x_den, macs, adds
 
 
-def score_and_mix(queries: list[list[int]], keys: list[list[int]], values: list[list[int]],
-                  visible, score_den: int, value_den: int, divisor_squared, empty_row: str):
-    """The counted score loop, the exact softmax rows and the counted mix of a plain call.
-
-    :func:`~exactattn.reference.modified.counted_step` (the one step) without
-    modifiers, for the cost module's counted runs.  Shapes: queries n_q x d_k,
-    keys n_k x d_k, values n_k x d_v (integers over their common
-    denominators; scores over ``score_den``).  Returns ``(raw, raw_fractions,
-    rows, outputs, score_macs, mix_macs)``.
-    """
-    step = counted_step(queries, keys, values, visible, score_den, 1, value_den,
-                        divisor_squared, Policy(empty_row=empty_row))
-    return (step.raw, step.raw_fractions, step.rows, step.outputs, step.macs["scores"],
-            step.macs["mix"])
-
-
 def pencil(head: Head, x: list[list], keep=None, visible=None, shared: list | None = None
             ) -> Trace | None:
     """The pencil engine on integers over common denominators (None if not all rational).

@@ -15,7 +15,7 @@ from exactattn.present.cells import (Scaler, fraction_texts, root_text, value_ce
 from exactattn.commands.modifier_flags import FLAGS, add_flags
 from exactattn.errors import InputError, ShapeError, SpecError
 from exactattn.examples import chronicle
-from exactattn.engines.head import Head, attend, scaled_score, score_and_mix
+from exactattn.engines.head import Head, attend, scaled_score
 from exactattn.numbers.exact import common_denominator
 from exactattn.reference.logits import scaled_logit
 from exactattn.call.modifiers import dropout_factors
@@ -179,10 +179,10 @@ def test_one_step_for_plain_and_modified_heads():
     trace = attend(ex.head, ex.x)
     assert step.macs == {"scores": 64, "mix": 64} and trace.macs["mix"] == 64
     assert [[o.exact() for o in r] for r in step.outputs] == trace.outputs
-    raw, raw_f, rows, outputs, ms, mm = score_and_mix(q, k, v, lambda i: range(4), dq * dk, dv,
-                                                      F(4), "zero")
-    assert (ms, mm) == (64, 64) and raw == step.raw and raw_f == step.raw_fractions
-    assert [[o.exact() for o in r] for r in outputs] == trace.outputs
+    joined = counted_step(q, k, v, lambda i: range(4), dq * dk, 1, dv, F(4), Policy())
+    assert joined.macs == {"scores": 64, "mix": 64} and joined.raw == step.raw
+    assert joined.raw_fractions == step.raw_fractions
+    assert [[o.exact() for o in r] for r in joined.outputs] == trace.outputs
     same = counted_step([[1], [1]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1, None,
                         Policy(sink=F(0)))
     assert same.rows[0] is same.rows[1]         # equal rows, no position in the logits: one row

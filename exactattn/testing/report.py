@@ -141,9 +141,8 @@ def _lse_section(r: Report, worst: int, digits: int) -> Section:
     """The rows whose log-sum-exp is furthest from the exact one."""
     rows = []
     for e in r.lse_found.worst[:worst]:
-        exact = e.exact
-        text = "-inf" if exact.neg_inf else certified_scientific(exact, digits)
-        rows.append([",".join(map(str, e.index)), text, shortest_repr(e.rounded, r.dtype),
+        rows.append([",".join(map(str, e.index)), _exact_text(e, digits),
+                     shortest_repr(e.rounded, r.dtype),
                      _got(r, e), number_cell(e.ulps, "d"), number_cell(e.rel), e.status])
     unit = "natural log" if r.lse == "e" else "base 2 (log2)"
     s = r.lse_summary()
@@ -355,8 +354,9 @@ def failure_section(r: Report, worst: int = 5, digits: int | None = None) -> Sec
 
 
 # --------------------------------------------------------------------------- split-merge
-def _split_exact(x, digits: int) -> str:
-    """A block's or the merge's exact value: certified, ``-inf`` for a log-sum-exp of no key."""
+def _exact_text(x, digits: int) -> str:
+    """An entry's exact value certified; ``-inf`` for a log-sum-exp of no key, ``nan`` for the
+    policy's NaN (verify's lse rows, split-merge's values)."""
     e = x.exact
     if getattr(e, "neg_inf", False):
         return "-inf"
@@ -370,7 +370,7 @@ def _split_worst_section(r, worst: int, digits: int) -> Section:
     rows = []
     for x in r.found.worst[:worst]:
         raised = x.where in r.raised or (x.where == "merged" and r.raised)
-        rows.append([",".join(map(str, x.index[:3])), x.where, x.what, _split_exact(x, digits),
+        rows.append([",".join(map(str, x.index[:3])), x.where, x.what, _exact_text(x, digits),
                      shortest_repr(x.rounded, r.dtype) if x.rounded is not None else "-",
                      "raised" if raised else shortest_repr(x.got, r.dtype),
                      number_cell(x.ulps, "d"), x.status])

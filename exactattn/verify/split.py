@@ -54,7 +54,7 @@ from .check import Entry, Report, attempt, default_tolerance
 from .compare import Comparison, Judgement, failures_first, judge
 from ..numbers.formats import float_format, round_value
 
-__all__ = ["check_split_merge", "verify_split"]
+__all__ = ["verify_split"]
 
 #: what a split-merge check of a call refuses: a block's keys reach the kernel without their
 #: positions (ALiBi, RoPE), and the blocks carry no dropout keep-mask

@@ -15,7 +15,8 @@ This package is the entry point without a :class:`~exactattn.call.Call`: :func:`
 builds one and returns :meth:`Reference(call).gradients <exactattn.verify.Reference.gradients>`'s
 block (:class:`~exactattn.reference.backward.Gradients`: every modifier, soft-cap and RoPE
 certified through the forward's rows); :func:`head_gradients` (:mod:`.weights`) the gradients of
-a head's weights; :mod:`~exactattn.gradients.checks` the exact properties of a call's gradients.
+a head's weights; :mod:`exactattn.properties` checks the exact properties of a call's gradients
+(:func:`~exactattn.properties.gradients.check_gradients`).
 
 >>> from exactattn.call.policy import Policy
 >>> g = gradients([[0], [0]], [[1], [2]], [[1], [3]], [[1], [1]], Policy(scale="none"))
@@ -26,7 +27,6 @@ a head's weights; :mod:`~exactattn.gradients.checks` the exact properties of a c
 from ..call.inputs import Call
 from ..call.masks import Mask
 from ..call.policy import Policy
-from ..errors import InputError, shorten
 from ..reference.backward import Gradients
 from ..reference.reference import Reference
 from .weights import head_gradients
@@ -58,9 +58,6 @@ def gradients(queries, keys, values, d_out, policy: Policy | None = None, mask=N
     >>> s.dsink.text(), s.dsink.decimal(4)                 # -P_sink D = -(1/2)(1/2)
     ('-1/4', '-0.2500')
     """
-    if policy is not None and not isinstance(policy, Policy):
-        raise InputError(f"policy must be a Policy or None (got {shorten(repr(policy))}); "
-                         "e.g. Policy(scale='none', causal=True)")
     call = Call(queries, keys, values, getattr(mask, "rows", mask), policy=policy,
                 mask_kind=mask.kind if isinstance(mask, Mask) else None, floats=floats,
                 dropout_keep=dropout_keep)

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..call.policy import MODIFIER_FIELDS, Policy
 from ..errors import InputError
-from .logits import rope_score, softmax_row
+from .logits import rope_row, softmax_row
 from ..call.modifiers import dropout_factors
 from ..numbers.lse import LogSumExp
 from ..numbers.softmax import ExpRatio, SoftmaxRow
@@ -173,11 +173,9 @@ class Reference:
         pol = self.head_policy(h)
         if pol.rope is not None:
             p = self.exact_call
-            q = list(p.query[b, h, i])
             keys = p.key[b, self.kv(h)]
-            pos = pol.query_position(i, self.L, self.S)
-            return [rope_score(q, list(keys[j]), pol.rope, pos, j) if vis[j] else None
-                    for j in range(self.S)]
+            return rope_row(list(p.query[b, h, i]), lambda j: list(keys[j]),
+                            [j for j in range(self.S) if vis[j]], pol, i, self.L, self.S)
         S_mat = self.scores(b, h)
         return [fraction_of(S_mat[i, j]) if vis[j] else None
                 for j in range(self.S)]

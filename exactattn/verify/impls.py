@@ -148,8 +148,8 @@ class ArrayImpl(Impl):
 
     def inputs(self, call: FloatCall, *more) -> list:
         """query, key, value (and ``more``) as the kernel's arrays of the call's dtype."""
-        dt = numpy_dtype(call.dtype, self.name)
-        return [a.astype(dt) for a in (call.query, call.key, call.value, *more)]
+        dt = numpy_dtype(call.dtype, self.name) if self.xp is np else getattr(self.xp, call.dtype)
+        return [self.array(a, dt) for a in (call.query, call.key, call.value, *more)]
 
     def host(self, a):
         """A result read back (numpy: as it is, in the dtype)."""
@@ -457,10 +457,6 @@ class TorchImpl(ArrayImpl):
         """A result tensor read back to the CPU as float64 numpy (exactly its floats)."""
         return t.detach().to("cpu").to(self.xp.float64).numpy()
 
-    def inputs(self, call: FloatCall, *more) -> list:
-        dt = getattr(self.xp, call.dtype)
-        return [self.array(a, dt) for a in (call.query, call.key, call.value)]
-
     def grad(self, call: FloatCall, q, k, v, d_out, d_lse=None) -> tuple:
         """``(dq, dk, dv)`` tensors: autograd through :meth:`attend` (of ``sum dO O + sum
         dlse lse`` with ``d_lse``, the rows' natural log-sum-exps' upstream gradient).
@@ -494,7 +490,7 @@ class TorchImpl(ArrayImpl):
         from torch.nn.attention import sdpa_kernel
         return contextlib.nullcontext() if self.backend is None else sdpa_kernel(self.backend)
 
-    def _raised(self, e: Exception, call: FloatCall, caught=()) -> Exception:
+    def _raised(self, e: Exception, call: FloatCall) -> Exception:
         """SDPA's RuntimeError: a refusal by name when the chosen backend cannot take the call
         (``No available kernel``), else the implementation's failure (:class:`ImplRaised`)."""
         text = str(e)
@@ -504,7 +500,7 @@ class TorchImpl(ArrayImpl):
             return InputError(f"backend {self.backend_name}: torch {torch.__version__} cannot "
                               f"select SDPBackend.{BACKENDS[self.backend_name]} for this call in "
                               f"{call.dtype} on {_device_label(self.device)} (torch: "
-                              f"{_kernel_reason(e, caught)}); use another backend, or drop "
+                              f"{_kernel_reason(e)}); use another backend, or drop "
                               "--backend")
         return ImplRaised(e)
 
@@ -518,8 +514,6 @@ class TorchImpl(ArrayImpl):
             ImplRaised: SDPA refused the call.
             InputError: the chosen backend cannot take the call.
         """
-        import warnings
-        import torch.nn.functional as F
         if composed(call):
             self._refuse_backend(call)
             f = self.compose(call, q, k, v)
@@ -529,20 +523,35 @@ class TorchImpl(ArrayImpl):
         if self.backend is not None:      # the fused kernels take B x H x L x E only
             q, k, v = four_d(q, k, v)
         try:
-            with warnings.catch_warnings(record=True) as caught, self._kernel():
-                if self.backend is not None:
-                    warnings.simplefilter("always")
-                out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+            out = _sdpa(self.backend, q, k, v, **kwargs)
             return _unfour(rank, out)[0] if out.dim() > rank else out, None
         except RuntimeError as e:     # e.g. a dtype or shape this build of SDPA refuses
-            raise self._raised(e, call, caught) from e
+            raise self._raised(e, call) from e
         except Exception as e:
             raise ImplRaised(e) from e
 
 
-def _kernel_reason(e: Exception, caught=()) -> str:
+def _sdpa(backend, q, k, v, **kwargs):
+    """``scaled_dot_product_attention`` under ``sdpa_kernel(backend)`` (None: torch chooses),
+    its warnings recorded (a RuntimeError carries them as ``caught``, for
+    :func:`_kernel_reason`)."""
+    import warnings
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+    with warnings.catch_warnings(record=True) as caught, \
+            contextlib.nullcontext() if backend is None else sdpa_kernel(backend):
+        if backend is not None:
+            warnings.simplefilter("always")
+        try:
+            return F.scaled_dot_product_attention(q, k, v, **kwargs)
+        except RuntimeError as e:
+            e.caught = list(caught)
+            raise
+
+
+def _kernel_reason(e: Exception) -> str:
     """Why torch selected no kernel: its first warning about the kernel, else the error, one line."""
-    for w in caught:
+    for w in getattr(e, "caught", ()):
         text = " ".join(str(w.message).split())
         if "not used because" in text or "requires" in text or "support" in text:
             return shorten(text, 160)
@@ -552,18 +561,13 @@ def _kernel_reason(e: Exception, caught=()) -> str:
 def _refusal(backend: str, dtype: str, device) -> str | None:
     """Why torch selects no ``backend`` kernel for a 1 x 1 x 4 x 8 call of ``dtype`` on
     ``device`` (:func:`_kernel_reason`), or None when it selects one."""
-    import warnings
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
     q = torch.ones(1, 1, 4, 8, dtype=getattr(torch, dtype), device=device)
     try:
-        with warnings.catch_warnings(record=True) as caught, \
-                sdpa_kernel(getattr(SDPBackend, BACKENDS[backend])):
-            warnings.simplefilter("always")
-            F.scaled_dot_product_attention(q, q, q)
+        _sdpa(getattr(SDPBackend, BACKENDS[backend]), q, q, q)
     except RuntimeError as e:
-        return _kernel_reason(e, caught)
+        return _kernel_reason(e)
     return None
 
 
@@ -750,8 +754,7 @@ class FlexImpl(TorchImpl):
         else:
             bias = call.bias(hidden=hidden)
             b_t = None if bias is None else indexed(bias, dt)
-            cap = None if call.softcap is None else torch.tensor(call.softcap, dtype=dt,
-                                                                 device=dev)
+            cap = None if call.softcap is None else self.const(call.softcap, dt)
             score_fn = None
             if cap is not None or b_t is not None:
                 def score_fn(score, b, h, qi, kv):
@@ -764,11 +767,10 @@ class FlexImpl(TorchImpl):
                 block = create_block_mask(mask_fn, shape[0], shape[1], shape[2], shape[3],
                                           device=str(dev))
             except Exception as e:      # probed already: torch's own refusal of the mask
-                raise ImplRaised(e).within(f"create_block_mask of {self._mask_label()}") from e
+                mask = f"mask_mod {self.mask_mod[1]}" if self.mask_mod else \
+                    "the policy's visible keys"
+                raise ImplRaised(e).within(f"create_block_mask of {mask}") from e
         return score_fn, block
-
-    def _mask_label(self) -> str:
-        return f"mask_mod {self.mask_mod[1]}" if self.mask_mod else "the policy's visible keys"
 
     def attend(self, call: FloatCall, q, k, v):
         """flex_attention of the call on tensors of its dtype: the output and lse tensors."""
@@ -1002,19 +1004,16 @@ class JaxImpl(ArrayImpl):
 
     dtypes = ("float64", "float32", "float16", "bfloat16")
     kernel, natural_lse = "jax", True
+    array = staticmethod(jax_array)
 
     def __init__(self):
         jax = _need("jax")
+        self.xp = importlib.import_module("jax.numpy")
         self.name = f"jax {jax.__version__} dot_product_attention (CPU)"
         self.backward_name = f"jax {jax.__version__} dot_product_attention backward (CPU jax.vjp)"
 
     def scope(self, dtype: str):
         return jax_scope(dtype)
-
-    def inputs(self, call: FloatCall, *more) -> list:
-        import jax.numpy as jnp
-        dt = getattr(jnp, call.dtype)
-        return [jax_array(a, dt) for a in (call.query, call.key, call.value)]
 
     def host(self, a) -> np.ndarray:
         return np.asarray(a).astype(np.float64)

@@ -73,49 +73,6 @@ def _rational(x) -> bool:
     return isinstance(x, (int, Fraction)) and not isinstance(x, bool)
 
 
-def numerator(const: Fraction, parts: list) -> ExpPoly:
-    """``const + sum N / Z^m`` over the common denominator ``prod Z^m`` (positive): its
-    numerator; ``parts`` holds ``(Z, N, m)``."""
-    num = ExpPoly((), {(Fraction(0),): Fraction(const)})
-    den = ExpPoly((), {(Fraction(0),): Fraction(1)})
-    for k, (z, n, m) in enumerate(parts):
-        zm = z if m == 1 else z * z
-        num = num * zm + n * den
-        den = den * zm if k + 1 < len(parts) else den
-    return num
-
-
-def common_denominator_zero(terms, const: Fraction, parts: dict) -> bool:
-    """True exactly when ``const + sum_k N_k / Z_k^2`` is 0 (``parts`` maps a class k of a
-    block's generators ``terms`` to N_k), over one common denominator of at most
-    :data:`MAX_TERMS` terms.
-
-    Raises:
-        ExactAttnError: the common denominator would pass :data:`MAX_TERMS` terms.
-    """
-    squares = {k: terms.normaliser_squared(k) for k in parts}
-    size = max(len(p) for p in parts.values())
-    for sq in squares.values():
-        size *= len(sq)
-    if size > MAX_TERMS:
-        raise ExactAttnError(
-            f"value must be decided within {MAX_TERMS} polynomial terms (got about {size}: "
-            f"{len(parts)} normalisers that enclosures to {ZERO_PREC} bits did not separate); "
-            "use a smaller call")
-    total = None
-    for k, num in parts.items():
-        prod = num
-        for other, sq in squares.items():
-            prod = prod * sq if other != k else prod
-        total = prod if total is None else total + prod
-    if const:
-        prod = fmpq_of(const)
-        for sq in squares.values():
-            prod = prod * sq
-        total = total + prod
-    return total.is_zero()
-
-
 class ExpRatio(Real):
     """An exact share, output or gradient entry: ``c + sum_k N_k / Z_k^m`` (see the module).
 
@@ -242,15 +199,41 @@ class ExpRatio(Real):
         self._parts = (const, out)
         return self._parts
 
-    def _triples(self, sign: int = 1) -> tuple[Fraction, list]:
-        """``(c, [(Z, N, m)])``: the value ``c + sum N / Z^m`` over exponential polynomials
-        (:class:`ExpPoly`), so that values of any two sources combine."""
+    def _fraction(self) -> tuple[ExpPoly, ExpPoly]:
+        """``(N, D)``: the value as ``N / D`` over exponential polynomials (:class:`ExpPoly`),
+        ``D > 0``, so that values of any two sources compare: over a row, its normaliser; of
+        a block, the product of its squared normalisers (scale left out)."""
+        if not self.forward:
+            terms = self.source.terms
+            return tuple(terms.exp_poly(p) for p in self._over_squares(Fraction(0)))
+        src = self.source
+        if not src.counts:
+            return ExpPoly((), {}), ExpPoly((), {(Fraction(0),): Fraction(1)})
+        return src.rel(self.recipe), src.rel(src.counts)
+
+    def _over_squares(self, q: Fraction) -> tuple:
+        """``(N, D)`` of a block's ``value - q`` in its generators (``fmpq_mpoly``), ``D`` the
+        product of the squared normalisers, within :data:`MAX_TERMS` terms.
+
+        Raises:
+            ExactAttnError: ``N`` would pass :data:`MAX_TERMS` terms.
+        """
         const, parts = self.parts()
-        if self.forward:
-            return sign * const, [(self.source.rel(self.source.counts), n * sign, 1) for n in parts.values()]
         terms = self.source.terms
-        return sign * const, [(terms.exp_poly(terms.normaliser(k)), terms.exp_poly(n) * sign, 2)
-                              for k, n in parts.items()]
+        squares = [terms.normaliser_squared(k) for k in parts]
+        size = max((len(p) for p in parts.values()), default=1)
+        for sq in squares:
+            size *= len(sq)
+        if size > MAX_TERMS:
+            raise ExactAttnError(
+                f"value must be decided within {MAX_TERMS} polynomial terms (got about {size}: "
+                f"{len(parts)} normalisers that enclosures to {ZERO_PREC} bits did not separate); "
+                "use a smaller call")
+        den = terms.context.constant(1)
+        num = den * fmpq_of(const - q)
+        for n, sq in zip(parts.values(), squares):
+            num, den = num * sq + n * den, den * sq
+        return num, den
 
     def _at_one(self) -> Fraction:
         """``R(1)``: the value with every generator set to 1 (every score equal)."""
@@ -284,7 +267,7 @@ class ExpRatio(Real):
         if tighten(lambda p: True if not (self.ball(p) - arb(fmpq_of(q))).contains(0) else None,
                    64, max_prec=ZERO_PREC):
             return False
-        return common_denominator_zero(self.source.terms, const - q, parts)
+        return self._over_squares(q)[0].is_zero()
 
     def rational(self) -> Fraction | None:
         """The value as a ``Fraction`` when it is rational, else None (also for NaN).
@@ -349,7 +332,7 @@ class ExpRatio(Real):
         try:
             return enclosure_sign(self.ball, self.text)
         except Undecided:
-            return numerator(*self._triples()).sign()
+            return self._fraction()[0].sign()
 
     def _minus_sign(self, q) -> int:
         """sign(value - q) for a rational q, exactly."""
@@ -361,8 +344,10 @@ class ExpRatio(Real):
             r = self.rational()
             if r is not None:
                 return (r > q) - (r < q)
-            return (self - q).sign() if not self.forward else \
-                numerator(-q, self._triples()[1]).sign()
+            if not self.forward:
+                return (self - q).sign()
+            num, den = self._fraction()
+            return (num - den * q).sign()
         if q == 0:
             return self.sign()
         from flint import arb     # s R(t) is never a non-zero rational: enclosures decide
@@ -390,9 +375,8 @@ class ExpRatio(Real):
             if self.recipe == other.recipe:
                 return 0
             return (self.row.rel(self.recipe) - other.row.rel(other.recipe)).sign()
-        c1, p1 = self._triples()
-        c2, p2 = other._triples(-1)
-        return numerator(c1 + c2, p1 + p2).sign()
+        (n1, d1), (n2, d2) = self._fraction(), other._fraction()
+        return (n1 * d2 - n2 * d1).sign()
 
     def _mixed_sign(self, other) -> int:
         """sign(self - other) when one carries the irrational scale and the other does not:

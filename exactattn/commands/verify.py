@@ -383,16 +383,11 @@ def _run_blocks(args) -> int:
 
 def run(args) -> int:
     from ..testing.report import report_sections
-    from ..verify import flop_counts, load_impl, verify
+    from ..verify import flop_counts, verify
     _refuse_misplaced(args)
     if args.memory is not None:
         return _run_blocks(args)
-    if args.arrays is not None and (not isinstance(args.impl, str) or ":" not in args.impl) \
-            and args.merge is None:
-        raise InputError(f"--arrays must come with a module:function impl (got --impl "
-                         f"{shorten(args.impl)}); the built-in implementations choose their own "
-                         "arrays")
-    impl = _load(args, load_impl)
+    impl = _load(args)
     problem, spec_policy, spec_dtype = _inputs(args)
     policy = _policy(args, spec_policy)
     from ..verify.check import check_sink        # before any input is drawn or rounded
@@ -467,21 +462,13 @@ def _write(args, reports, sections, head=None, **more) -> int:
     return 0 if passed else 1
 
 
-def _load(args, load_impl):
-    """The implementation under test (its backward with --backward), with --device, --backend,
-    --score-mod and --mask-mod; each refused in one line where --impl does not take it."""
-    from ..verify.impls import TAKES
+def _load(args):
+    """The implementation under test (its backward with --backward), with --arrays, --device,
+    --backend, --score-mod and --mask-mod (:func:`~exactattn.verify.impls.load_from_flags`)."""
+    from ..verify.impls import load_from_flags
     opts = {k: getattr(args, k) for k in ("device", "backend", "score_mod", "mask_mod")
             if getattr(args, k) is not None}
-    for key in opts:
-        if key not in TAKES.get(args.impl, ()):
-            owners = " or ".join(f"--impl {n}" for n, t in TAKES.items() if key in t)
-            raise InputError(f"--{key.replace('_', '-')} must come with {owners} (got --impl "
-                             f"{shorten(args.impl)})")
-    if opts.get("device") == "cpu" and args.impl == "flash-attn":
-        raise InputError("--device cpu must come without --impl flash-attn (got both); the "
-                         "flash_attn package runs on CUDA only")
-    impl = load_impl(args.impl, arrays=args.arrays or "numpy", **opts)
+    impl = load_from_flags(args.impl, arrays=args.arrays, merge=args.merge, **opts)
     if args.backward:
         from ..verify.backward_impls import load_backward
         return load_backward(impl if opts or args.impl in ("flex", "flash-attn") else args.impl,

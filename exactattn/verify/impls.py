@@ -1112,8 +1112,6 @@ KERNELS = {
                   "; jax.nn.dot_product_attention has no argument for it, use --impl torch",
                   ", ".join(UNSUPPORTED["jax"])),
 }
-#: the options of :func:`load_impl` each built-in kernel takes
-TAKES = {name: row.takes for name, row in KERNELS.items() if row.takes}
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 

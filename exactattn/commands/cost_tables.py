@@ -157,12 +157,12 @@ def _cost_section(c: CostRows) -> Section:
     if c.crossover is not None:
         notes.append("crossover: " + crossover_text(c.crossover))
     if c.doubling is not None:
-        d = c.doubling
+        d, last = c.doubling, c.rows[-1].tokens
         notes.append(
-            f"doubling: cost(2n)/cost(n) = {sympy.sstr(d.ratio.expr)} -> {d.ratio.limit} "
-            f"as n grows; from {d.last} to {2 * d.last} tokens at D = {s.d_model}: "
-            f"{round_fraction(d.at_last, 2)}; from 1000 to 2000 tokens "
-            f"at D = 4096: {round_fraction(d.at_large, 2)}, not close to {d.ratio.limit}")
+            f"doubling: cost(2n)/cost(n) = {sympy.sstr(d.expr)} -> {d.limit} "
+            f"as n grows; from {last} to {2 * last} tokens at D = {s.d_model}: "
+            f"{round_fraction(d.at(last, s.d_model), 2)}; from 1000 to 2000 tokens "
+            f"at D = 4096: {round_fraction(d.at(1000, 4096), 2)}, not close to {d.limit}")
     cross = c.crossover
     data = {"d_model": s.d_model, "d_k": s.d_k, "d_v": s.d_v, "causal": s.policy.causal,
             "alignment": s.policy.alignment, "keys": c.keys,
@@ -229,22 +229,23 @@ def _pair_name(p: PairCount, how: str) -> tuple[str, str, str]:
 
 def _conventions_sections(c: ConventionComparison) -> list:
     how = "counted" if c.counted else "derived"
-    n, limit = c.n, c.count_limit
+    call, limit = c.shape, c.count_limit
+    n, heads = call.queries, call.heads if call.out_projection else None
     rows, data = [], []
     for p in c.pairs:
         name, used_by, versus = _pair_name(p, how)
         pairs, macs, flops = (fraction_text(x) for x in (p.pairs, p.macs, 2 * p.macs))
         rows.append([name, used_by, pairs, macs, flops, versus])
         data.append({"convention": name, "pairs": pairs, "pair_macs": macs, "pair_flops": flops})
-    heads = "" if c.heads is None else f", h = {c.heads} heads"
-    layers = "" if c.layers == 1 else f", L = {c.layers} layers"
+    layers = "" if call.layers == 1 else f", L = {call.layers} layers"
     pairs_sec = Section(
         "cost/conventions", f"Attention pairs under each convention at n = {n}",
         ["convention", "used by", "pairs", "pair MACs", "pair FLOPs (2 x MACs)",
          "against the exact causal count"], rows,
-        [f"D = d_model = {c.d_model}, d_k = {c.d_k}, d_v = {c.d_v}{heads}{layers}; "
-         f"pair MACs = pairs x (d_k + d_v){'' if c.heads is None else ' x h'}"
-         f"{'' if c.layers == 1 else ' x L'}",
+        [f"D = d_model = {call.d_model}, d_k = {call.d_k}, d_v = {call.d_v}"
+         f"{'' if heads is None else f', h = {heads} heads'}{layers}; "
+         f"pair MACs = pairs x (d_k + d_v){'' if heads is None else ' x h'}"
+         f"{'' if call.layers == 1 else ' x L'}",
          f"exact rows {how} ("
          + (f"the head was run: at most {limit} MACs, the count limit)" if c.counted else
             f"not run: {c.unmasked_total} MACs are over the count limit of {limit})"),
@@ -261,7 +262,8 @@ def _conventions_sections(c: ConventionComparison) -> list:
     ops = c.softmax_ops
     ops_sec = Section(
         "cost/operations",
-        f"MACs, FLOPs and exact operations at n = {n} ({'causal' if c.causal else 'no mask'})",
+        f"MACs, FLOPs and exact operations at n = {n} "
+        f"({'causal' if call.policy.causal else 'no mask'})",
         ["stage", f"MACs ({how})", "multiplications", "additions (k - 1 per sum)",
          "FLOPs = 2 x MACs", "exact operations", "FLOPs - exact"], orows,
         list(CONVENTION_NOTES) + [

@@ -101,15 +101,10 @@ class StageCount:
 
 @dataclass(frozen=True)
 class ConventionComparison:
-    """The conventions side by side at n tokens (see :func:`compare_conventions`)."""
+    """The conventions side by side at n tokens (see :func:`compare_conventions`): ``shape``
+    the call compared (n tokens, its mask, heads with W_O and layers)."""
 
-    n: int
-    d_model: int
-    d_k: int
-    d_v: int
-    causal: bool
-    heads: int | None
-    layers: int
+    shape: CallShape
     count_limit: int
     counted: bool           # the exact rows come from running the head (else derived)
     unmasked_total: int     # MACs of the unmasked head (what the count limit is held against)
@@ -155,7 +150,7 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
     """
     shape = CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal, heads=heads,
                                layers=layers)
-    n, d_model, d_k, d_v = shape.queries, shape.d_model, shape.d_k, shape.d_v
+    n, d_k, d_v = shape.queries, shape.d_k, shape.d_v
     limit = size(count_limit, "count_limit")
     shapes = _both(shape)
     plain, masked = derive_call(shapes[False]), derive_call(shapes[True])
@@ -182,6 +177,5 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
               for stage, (mul, add) in ops.items() if stage != "total"]
     stages.append(StageCount("total", *(sum(getattr(s, f) for s in stages) for f in
                                         ("macs", "multiplications", "additions"))))
-    return ConventionComparison(n, d_model, d_k, d_v, causal,
-                                shape.heads if shape.out_projection else None, shape.layers,
-                                limit, counted, unmasked_total, pairs, stages, softmax_ops)
+    return ConventionComparison(shape, limit, counted, unmasked_total, pairs, stages,
+                                softmax_ops)

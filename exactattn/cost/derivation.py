@@ -193,11 +193,7 @@ def _in_symbols(shape: CallShape) -> CallShape:
 def _prepared(shape: CallShape) -> tuple:
     """``(the call to sum, its regimes, its runs of kept keys)``: a whole-number call in
     the symbols, in the one regime its sizes decide."""
-    runs = _kept_runs(shape)
-    if not shape.whole:
-        return shape, _regimes(shape), runs
-    fewer = shape.policy.causal and not shape.decode and shape.keys < shape.queries
-    return _in_symbols(shape), ("lt" if fewer else "ge",), runs
+    return _in_symbols(shape) if shape.whole else shape, _regimes(shape), _kept_runs(shape)
 
 
 def _nests(shape: CallShape, regime: str, runs) -> dict[str, tuple[LoopNest, ...]]:

@@ -16,7 +16,6 @@ the table.  ``exactattn cost`` puts them in words (:mod:`exactattn.commands.cost
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from typing import Any
 
 import sympy
@@ -83,17 +82,6 @@ class FormulaCheck:
 
 
 @dataclass(frozen=True)
-class Doubling:
-    """cost(2n)/cost(n): the closed form, at the last row (at its width), at 1000 tokens
-    and D = 4096."""
-
-    ratio: DoublingRatio
-    last: int
-    at_last: Fraction
-    at_large: Fraction
-
-
-@dataclass(frozen=True)
 class CostRows:
     """Everything the ``cost`` table shows (see :func:`cost_rows`): ``shape`` is the call
     of the first row (the rows differ only in n), ``keys`` the key length asked for
@@ -105,7 +93,7 @@ class CostRows:
     rows: list            # RowCost per row length
     check: FormulaCheck | None   # None: no row was small enough to run
     crossover: Crossover | None  # None with a key length
-    doubling: Doubling | None    # None with a key length or decoding
+    doubling: DoublingRatio | None    # None with a key length or decoding
 
 
 def _shapes(rows, d_model, d_k, d_v, count_limit, options) -> tuple[list, int]:
@@ -131,15 +119,11 @@ def counting_work(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *,
     [320, 896]
     """
     shapes, limit = _shapes(rows, d_model, d_k, d_v, count_limit, options)
-    work, last = [], None
-    for shape, derived in shapes:
-        if derived["total"] <= limit:
-            work.append((derived["total"], estimate_seconds(derived, shape)))
-            last = shape
-    if last is not None and last.decode:   # the check also counts the causal prefill
-        prefill = _prefill(last)
-        causal = derive_call(prefill)
-        macs, seconds = work[-1]
+    counted = [(shape, derived) for shape, derived in shapes if derived["total"] <= limit]
+    work = [(derived["total"], estimate_seconds(derived, shape)) for shape, derived in counted]
+    if counted and counted[-1][0].decode:   # the check also counts the causal prefill
+        prefill = _prefill(counted[-1][0])
+        causal, (macs, seconds) = derive_call(prefill), work[-1]
         work[-1] = (macs + causal["total"], seconds + estimate_seconds(causal, prefill))
     return work
 
@@ -166,9 +150,7 @@ def _check(shape: CallShape, row: RowCost, keys) -> FormulaCheck:
     if shape.decode:
         prefill = count_call(_prefill(shape)).macs["total"]
         step = derive(decode=True, heads=heads, layers=layers)
-        step_total = sympy.factor(step["total"].subs(
-            {SYMBOLS.D: shape.d_model, SYMBOLS.d_k: shape.d_k, SYMBOLS.d_v: shape.d_v,
-             h: shape.heads, L: shape.layers}))
+        step_total = sympy.factor(step["total"].subs(vals))   # in t alone
     return FormulaCheck(shape.queries, vals, sympy.factor(linear), sympy.factor(pairs),
                         int(linear.subs(vals)), int(pairs.subs(vals)), row.total,
                         row.derived["total"], step_total, prefill)
@@ -209,9 +191,7 @@ def cost_rows(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool =
         cross = crossover(d_model, d_k, d_v=d_v, causal=causal, alignment=alignment,
                           heads=heads, layers=layers, decode=decode)
         if not decode:
-            ratio = doubling_ratio(d_k=d_k, d_v=d_v, causal=causal, heads=heads,
-                                   layers=layers)
-            doubling = Doubling(ratio, out[-1].tokens, ratio.at(out[-1].tokens, d_model),
-                                ratio.at(1000, 4096))
+            doubling = doubling_ratio(d_k=d_k, d_v=d_v, causal=causal, heads=heads,
+                                      layers=layers)
     return CostRows(first, None if keys is None else first.keys, limit, out, check, cross,
                     doubling)

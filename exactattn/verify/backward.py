@@ -18,7 +18,7 @@ near 0 says nothing about the kernel.
 
 Every modifier of the call comes along: sinks, ALiBi (each problem head its
 model head's slope), windows and query offsets, dropout with the problem's
-keep-mask (:func:`exactattn.gradients.block_inputs`), soft-caps and RoPE (their
+keep-mask (read by :class:`~exactattn.reference.Reference`), soft-caps and RoPE (their
 gradients certified from enclosures: ``dS`` times ``1 - tanh^2(s / cap)``, the
 rotations undone).  With ``lse`` the implementation also returns each row's
 natural log-sum-exp, and its backward gets an upstream ``dlse`` (``dS_ij += P_ij
@@ -26,7 +26,7 @@ dlse_i``).  A backward that returns ``dsink`` too (with a sink) has it judged
 (one entry per batch and query head: the sum over its rows).  Gradients of the
 wrong shape fail every entry, as a raise does.  For
 float32 the exact entries are rounded from the certified float64 enclosures
-(:mod:`exactattn.gradients.floats`) where those decide them.
+(:mod:`exactattn.reference.floats`) where those decide them.
 :func:`search_backward` is the forward search scored by this check.
 
 >>> from exactattn.call import Call
@@ -51,7 +51,7 @@ from .compare import Comparison, failures_first
 from ..numbers.formats import float_format
 from ..call.inputs import Call, reshaped, rounded_entries
 from ..reference.reference import Reference
-from ..gradients.calls import ExactGradients, d_out_array
+from ..reference.backward import ExactGradients, d_out_array
 
 __all__ = ["search_backward", "verify_backward"]
 

@@ -156,7 +156,7 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
                 enable_gqa=enable_gqa, **policy)
     if score_mod is not None or mask_mod is not None:
         report = _flex_report(actual, Call.from_sdpa(query, key, value, **sdpa), query,
-                              score_mod, mask_mod, max_ulps)
+                              score_mod, mask_mod, max_ulps, accumulation)
     elif actual is None:
         Call.from_sdpa(query, key, value, **sdpa)      # bad inputs are named first
         raise InputError("actual must be the kernel's output (got None); pass the output, or "
@@ -181,7 +181,7 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     return report
 
 
-def _flex_report(actual, call, query, score_mod, mask_mod, max_ulps):
+def _flex_report(actual, call, query, score_mod, mask_mod, max_ulps, accumulation):
     """verify's report of torch's flex_attention with your score_mod/mask_mod on ``call``, in
     the dtype of ``query`` (a torch tensor or a numpy array)."""
     from ..verify.adapter import read_answer
@@ -192,7 +192,7 @@ def _flex_report(actual, call, query, score_mod, mask_mod, max_ulps):
                          "FlexAttention computes the output from your functions")
     dtype = read_answer(query, "query").dtype
     impl = FlexImpl(score_mod=score_mod, mask_mod=mask_mod)
-    return verify(impl, call, dtype, max_ulps=max_ulps)
+    return verify(impl, call, dtype, max_ulps=max_ulps, accumulation=accumulation)
 
 
 def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, attn_mask=None,

@@ -390,6 +390,17 @@ def test_a_score_mod_is_judged_against_the_exact_policy():
         assert_attention_close(None, q, k, v, softcap="2", score_mod=wrong)
 
 
+def test_a_score_mod_is_judged_under_the_callers_accumulation():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g).to(torch.bfloat16) for _ in range(3))
+    plain = assert_attention_close(None, q, k, v, score_mod=lambda s, b, h, i, j: s)
+    coarse = assert_attention_close(None, q, k, v, score_mod=lambda s, b, h, i, j: s,
+                                    accumulation="bfloat16")
+    assert "accumulating in float32" in plain.bound
+    assert "storing its scores and weights in bfloat16" in coarse.bound
+
+
 def test_a_mask_mod_is_judged_against_the_exact_causal_rule():
     torch = pytest.importorskip("torch")
     g = torch.Generator().manual_seed(1)

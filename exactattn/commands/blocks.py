@@ -220,7 +220,7 @@ def _write_json(blocks, head: dict, show: str) -> None:
 
 
 def write_report(report, fmt: str, budget: str) -> None:
-    """A :class:`~exactattn.blocks.BlockedReport` as text or JSON on stdout (``budget``: the
+    """A :class:`~exactattn.blocks.check.BlockedReport` as text or JSON on stdout (``budget``: the
     memory in words)."""
     s = report.summary()
     doc = {"command": "blocks", "check": report.impl, "dtype": report.dtype,

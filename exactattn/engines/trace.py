@@ -157,7 +157,7 @@ class Trace:
     def call(self):
         """This run as a :class:`~exactattn.call.Call` (:meth:`Call.of_head
         <exactattn.call.Call.of_head>`: the head's projections of ``x`` under this run's
-        policy, with its dropout keep-mask): what :class:`~exactattn.reference.Reference`,
+        policy, with its dropout keep-mask): what :class:`~exactattn.reference.reference.Reference`,
         ``verify`` and the gradients read.  Numeric engines only (a call holds numbers).
 
         >>> from exactattn import Head, Reference, attend

@@ -3,7 +3,7 @@
 :func:`verify_backward` rounds the problem and an upstream gradient ``dO``
 to the dtype, runs the implementation's backward pass on those floats
 (:mod:`~exactattn.verify.backward_impls`), computes the exact gradients of
-the same floats (:mod:`exactattn.gradients`: one block per batch and
+the same floats (:meth:`Reference.gradients <exactattn.reference.reference.Reference.gradients>`: one block per batch and
 key/value head, so grouped query heads add into the dK and dV they share),
 rounds each exact entry correctly to the dtype and judges every entry with
 the forward check's one comparison (:func:`~exactattn.verify.compare.judge`):

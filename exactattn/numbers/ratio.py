@@ -344,10 +344,7 @@ class ExpRatio(Real):
             r = self.rational()
             if r is not None:
                 return (r > q) - (r < q)
-            if not self.forward:
-                return (self - q).sign()
-            num, den = self._fraction()
-            return (num - den * q).sign()
+            return (self - q).sign()
         if q == 0:
             return self.sign()
         from flint import arb     # s R(t) is never a non-zero rational: enclosures decide

@@ -350,13 +350,13 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     are first rounded to ``dtype``; the tolerance defaults to verify's
     (:func:`~exactattn.numbers.formats.default_max_ulps` with S keys, d_k and
     the largest logit).  Whatever ``impl`` or ``merge`` raises becomes a hard
-    failure of what it should have produced (``report.raised``).
+    failure of what it should have produced (``report.raised``), and so does an answer of
+    the wrong shape (the shapes named), as :func:`~exactattn.verify.check.verify` reads it.
 
     Raises:
         InputError: a policy with ALiBi, RoPE or dropout (a block's keys reach
             the function without their positions), bad ``blocks``, the
             refusals of :func:`~exactattn.verify.check.verify`.
-        ShapeError: a block's output or lse, or the merged pair, of the wrong shape.
 
     Reference: Dao, Haziza, Massa and Sizov 2023, "Flash-Decoding for long-context inference".
 
@@ -395,11 +395,14 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
 
     def state(where: str, name: str, run, on: str = ""):     # an (output, lse) or NaN
         ans, why = attempt(run)
-        if why is not None:
-            raised[where] = why
-            return nan
-        return (reshaped(ans.values, want, rank, f"{name}'s output{on}"),
-                reshaped(ans.lse, want[:3], rank - 1, f"{name}'s lse{on}", tail=False))
+        try:
+            if why is None:
+                return (reshaped(ans.values, want, rank, f"{name}'s output{on}"),
+                        reshaped(ans.lse, want[:3], rank - 1, f"{name}'s lse{on}", tail=False))
+        except ShapeError as e:       # its failure, not a bad input (as verify's rule)
+            why = f"an answer of the wrong shape: {e}"
+        raised[where] = why
+        return nan
     states, start = [], 0
     for b, n in enumerate(lengths):
         part = dataclasses.replace(

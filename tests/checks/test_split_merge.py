@@ -210,6 +210,13 @@ def broken(states):
 
 def partial_broken(query, key, value, **kw):
     raise RuntimeError("partial kernel not built")
+
+def short_merge(states, sink=None):
+    o, l = merge(states, sink)
+    return o[..., :0], l
+
+def partial_short(query, key, value, **kw):
+    return np.zeros(3), np.zeros(3)
 '''
 
 TWO_KEYS = {"name": "two keys", "dtype": "float32", "policy": {"scale": "none"},
@@ -339,6 +346,26 @@ def test_a_function_that_raises_is_a_hard_failure(kernel, capsys):
     assert "hard failure: splitkern:partial_broken raised RuntimeError: partial kernel not " \
            "built; block 0 [0, 1)'s values count as failed" in out
     assert "hard failure: splitkern:merge was not called: a block raised" in out
+    assert [r[-1] for r in table_rows(out, "Summary per dtype and block")] == ["2", "2", "2"]
+
+
+def test_an_answer_of_the_wrong_shape_is_a_hard_failure_as_in_verify(kernel, capsys):
+    """A merge or block answering with the wrong shape fails what it should have produced
+    (exit 1, the shapes named), as a forward check's kernel does: not a bad input."""
+    rc, out, err = split_cli(capsys, "--merge", "splitkern:short_merge", "--spec", "two.json",
+                             "--splits", "1")
+    assert (rc, err) == (1, "") and "Traceback" not in out
+    assert out.count("hard failure: splitkern:short_merge raised an answer of the wrong shape: "
+                     "splitkern:short_merge's output must be 1 x 1") == 1
+    assert table_rows(out, "Summary per dtype and block")[-1] == \
+        ["float32", "merged", "2", "-", "0", "2"]
+    from exactattn.cli import main
+    rc = main(["verify", "--split-merge", "--impl", "splitkern:partial_short", "--merge",
+               "splitkern:merge", "--spec", "two.json", "--splits", "1"])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (1, "") and "Traceback" not in out
+    assert "hard failure: splitkern:partial_short raised an answer of the wrong shape: " \
+           "splitkern:partial_short's output on block 0 [0, 1) must be 1 x 1" in out
     assert [r[-1] for r in table_rows(out, "Summary per dtype and block")] == ["2", "2", "2"]
 
 

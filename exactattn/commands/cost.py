@@ -70,24 +70,22 @@ def register(sub) -> None:
                    default=None, metavar="LIST",
                    help=f"token counts, comma-separated, at most {MAX_ROWS} (default "
                         "4,8,16,32; with --conventions one count, default 32)")
-    p.add_argument("--d-model", type=whole("--d-model", high=MAX_SIZE), default=head.d_model,
-                   metavar="D", help=f"d_model, {size} like every size (default "
-                                     f"{head.d_model}, the example head)")
-    p.add_argument("--d-k", type=whole("--d-k", high=MAX_SIZE), default=head.d_k,
-                   metavar="K", help=f"key width d_k (default {head.d_k}, the example head)")
-    p.add_argument("--d-v", type=whole("--d-v", high=MAX_SIZE), default=None, metavar="V",
-                   help="value width d_v (default: d_k)")
+
+    def sized(flag: str, default, metavar: str, text: str) -> None:
+        p.add_argument(flag, type=whole(flag, high=MAX_SIZE), default=default, metavar=metavar,
+                       help=text)
+    sized("--d-model", head.d_model, "D",
+          f"d_model, {size} like every size (default {head.d_model}, the example head)")
+    sized("--d-k", head.d_k, "K", f"key width d_k (default {head.d_k}, the example head)")
+    sized("--d-v", None, "V", "value width d_v (default: d_k)")
     p.add_argument("--causal", action="store_true",
                    help="causal mask: masked pairs are skipped (n(n+1)/2 remain)")
     p.add_argument("--align", type=_alignment, default=None, metavar="ALIGN",
                    help=f"causal alignment when --keys differs from the row length: "
                         f"{' or '.join(ALIGNMENTS)} (default {ALIGNMENTS[0]})")
-    p.add_argument("--keys", type=whole("--keys", high=MAX_SIZE), default=None, metavar="M",
-                   help="key length m (default: the row length n)")
-    p.add_argument("--heads", type=whole("--heads", high=MAX_SIZE), default=None, metavar="H",
-                   help="H heads of width d_k/d_v plus the output projection W_O")
-    p.add_argument("--layers", type=whole("--layers", high=MAX_SIZE), default=1, metavar="L",
-                   help="L stacked layers (default 1)")
+    sized("--keys", None, "M", "key length m (default: the row length n)")
+    sized("--heads", None, "H", "H heads of width d_k/d_v plus the output projection W_O")
+    sized("--layers", 1, "L", "L stacked layers (default 1)")
     p.add_argument("--decode", action="store_true",
                    help="generate the tokens one at a time with a KV cache")
     p.add_argument("--conventions", action="store_true",
@@ -119,8 +117,7 @@ def register(sub) -> None:
                    help="with --judge: sdpa (default), flash, mem_efficient or math")
     p.add_argument("--shape", default=None, metavar="B,H,L,S,E[,E_v]",
                    help="with --judge: batch, query heads, queries, keys, d_k[, d_v]")
-    p.add_argument("--kv-heads", type=whole("--kv-heads", high=MAX_SIZE), default=None,
-                   metavar="K", help="with --judge: key/value heads (GQA; default H)")
+    sized("--kv-heads", None, "K", "with --judge: key/value heads (GQA; default H)")
     p.add_argument("--backward", action="store_true",
                    help="with --judge: the figure is the backward pass's")
     p.add_argument("--unit", type=choice("--unit", ("flops", "macs")), default=None,

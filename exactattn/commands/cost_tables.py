@@ -178,34 +178,29 @@ def _cost_section(c: CostRows) -> Section:
     return Section("cost", title, cols, out_rows, notes, data)
 
 
-def cost_sections(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, *, causal: bool = False,
-                  alignment: str = "top_left", keys=None, heads=None, layers=1,
-                  decode: bool = False, count_limit: int = 10_000_000) -> list:
+def cost_sections(rows=(4, 8, 16, 32), d_model=4, d_k=4, d_v=None, **options) -> list:
     """The ``cost`` table: the same head at several row lengths, counted (or derived).
 
     Columns: tokens; projection MACs; (W_O MACs); pair MACs; total; ratio to
     the row above; the pairs' share of the total; whether the row was counted
     by running the head or, when its derived total exceeds ``count_limit``,
     only derived.  Notes: the check at the last counted row, the crossover,
-    the doubling ratio.  Figures from :func:`~exactattn.cost.rows.cost_rows`.
+    the doubling ratio.  Figures from :func:`~exactattn.cost.rows.cost_rows`
+    (``options``: its causal, alignment, keys, heads, layers, decode, count_limit).
 
     Raises:
         InputError: as :func:`~exactattn.cost.rows.cost_rows`; a size over
             :data:`~exactattn.cost.sizes.MAX_SIZE` (its figures would not print).
     """
-    _printable(rows, "each row", d_model=d_model, d_k=d_k, d_v=d_v, keys=keys, heads=heads,
-               layers=layers)
-    return [_cost_section(cost_rows(rows, d_model, d_k, d_v, causal=causal,
-                                    alignment=alignment, keys=keys, heads=heads,
-                                    layers=layers, decode=decode, count_limit=count_limit))]
+    _printable(rows, "each row", d_model, d_k, d_v, options)
+    return [_cost_section(cost_rows(rows, d_model, d_k, d_v, **options))]
 
 
-def _printable(rows, row_name: str, **sizes) -> None:
+def _printable(rows, row_name: str, d_model, d_k, d_v, options: dict) -> None:
     """Refuse sizes whose figures could not be printed (more than 4300 digits)."""
-    if isinstance(rows, (list, tuple)):
-        for r in rows:
-            printable_size(r, row_name)
-    for name, value in sizes.items():
+    listed = [(row_name, r) for r in (rows if isinstance(rows, (list, tuple)) else ())]
+    for name, value in listed + [("d_model", d_model), ("d_k", d_k), ("d_v", d_v)] + [
+            (k, options.get(k)) for k in ("keys", "heads", "layers")]:
         if value is not None:
             printable_size(value, name)
 
@@ -281,8 +276,7 @@ def _conventions_sections(c: ConventionComparison) -> list:
     return [pairs_sec, ops_sec]
 
 
-def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = False,
-                         heads=None, layers=1, count_limit: int = 10_000_000) -> list:
+def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, **options) -> list:
     """Conventions side by side for the same head at n tokens: pairs, MACs, FLOPs, operations.
 
     Two tables: ``cost/conventions`` (the query-key pairs and pair MACs each
@@ -293,7 +287,7 @@ def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fal
     are counted when the unmasked head's derived total is at most
     ``count_limit`` MACs, else derived and marked ``derived``.
 
-    Units: pairs, MACs, FLOPs.
+    ``options``: its causal, heads, layers, count_limit.  Units: pairs, MACs, FLOPs.
 
     Raises:
         InputError: a size or ``count_limit`` that is not a positive whole
@@ -307,7 +301,5 @@ def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fal
     >>> conventions_sections(32, count_limit=1000)[0].rows[1][:4]
     ['exact, causal (derived)', 'exactattn', '528', '4224']
     """
-    _printable([n], "n", d_model=d_model, d_k=d_k, d_v=d_v, heads=heads, layers=layers)
-    return _conventions_sections(compare_conventions(
-        n, d_model, d_k, d_v, causal=causal, heads=heads, layers=layers,
-        count_limit=count_limit))
+    _printable([n], "n", d_model, d_k, d_v, options)
+    return _conventions_sections(compare_conventions(n, d_model, d_k, d_v, **options))

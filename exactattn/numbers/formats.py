@@ -224,6 +224,34 @@ def round_array(x, dtype: str | FloatFormat):
     return np.copysign(y, x)
 
 
+def round_enclosures(mid, rad, dtype: str | FloatFormat, steps: int = 1):
+    """Values known by float64 enclosures ``[mid - rad, mid + rad]`` correctly rounded to
+    ``dtype`` where the enclosure decides it: ``(rounded, decided)``, float64 and bool arrays.
+
+    Both ends, pushed ``steps`` float64s outwards (one covers the rounding of ``mid +- rad``),
+    are rounded (:func:`round_array`; rounding is monotonic): an entry is decided when they
+    round to one finite float and, where that is a zero, the enclosure lies on one side of 0
+    (the zero takes its sign) or is the exact 0 (+0).
+
+    >>> import numpy as np
+    >>> r, ok = round_enclosures(np.array([0.1, 0.1, 0.0, -1e-300]),
+    ...                          np.array([0.0, 0.01, 1e-300, 0.0]), "float32")
+    >>> ok.tolist(), r[ok].tolist()
+    ([True, False, False, True], [0.10000000149011612, -0.0])
+    """
+    import numpy as np
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo, hi = mid - rad, mid + rad
+        for _ in range(steps):
+            lo, hi = np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf)
+        rounded = round_array(lo, dtype)
+        same = (rounded == round_array(hi, dtype)) & np.isfinite(rounded) & np.isfinite(rad)
+        # a zero takes the exact value's sign (an exact 0 is +0); a ball around 0 has none
+        same &= (rounded != 0) | (below := mid + rad < 0) | (mid - rad > 0) | (mid == 0) & (rad == 0)
+        rounded = np.where(rounded == 0, np.where(below, -0.0, 0.0), rounded)
+    return rounded, same
+
+
 def ulps_between(a: float, b: float, dtype: str | FloatFormat) -> int:
     """How many floats of ``dtype`` lie between a and b (0 when equal).
 

@@ -51,7 +51,7 @@ from ..numbers.digits import decide, format_scaled, working_precision
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 from ..numbers.exact import fmpq_mat_of, fmpq_of, rational_sqrt, to_exact
-from ..numbers.formats import float_format, round_cells, round_value
+from ..numbers.formats import float_format, round_cells, round_enclosures, round_value
 from ..numbers.reals import atom_ball
 from ..numbers.ratio import ONE, ExpRatio
 from ..numbers.terms import Terms, row_kinds
@@ -610,26 +610,23 @@ class ExactGradients:
     @staticmethod
     def _from_floats(block, name, start, shape, at, rounded, balls) -> list:
         """Round to float32 from the certified float64 enclosures
-        (:mod:`exactattn.reference.floats`): an entry whose two ends (pushed one float64
-        outwards) round to one float32 is that float32 (rounding is monotonic); returns the
-        entries left (ends that differ, zeros of uncertain sign, NaN rows)."""
+        (:mod:`exactattn.reference.floats`) where they decide it
+        (:func:`~exactattn.numbers.formats.round_enclosures`, their ends pushed two float64s
+        outwards); returns the entries left (ends that differ, zeros of uncertain sign, NaN
+        rows)."""
         from flint import arb
         got = block.enclosures()
         cells = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
         if got is None:
             return cells
         m, r = (a[start:start + shape[2]] for a in got[name])
-        with np.errstate(all="ignore"):
-            lo = np.nextafter(np.nextafter(m - r, -np.inf), -np.inf)
-            hi = np.nextafter(np.nextafter(m + r, np.inf), np.inf)
-            f_lo, f_hi = lo.astype(np.float32), hi.astype(np.float32)
-        ok = (f_lo == f_hi) & np.isfinite(f_lo) & (np.signbit(f_lo) == np.signbit(f_hi))
+        f, ok = round_enclosures(m, r, "float32", steps=2)
         rows = np.array([block.atom_nan((name, start + i, 0)) for i in range(shape[2])])
         ok &= ~rows[:, None]
         left = []
         for i, c in cells:
             if ok[i, c]:
-                rounded[at + (i, c)] = float(f_lo[i, c])
+                rounded[at + (i, c)] = float(f[i, c])
                 balls[at + (i, c)] = arb(float(m[i, c]), float(r[i, c]))
             else:
                 left.append((i, c))

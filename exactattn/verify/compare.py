@@ -40,7 +40,7 @@ from typing import Callable
 from ..numbers.digits import MAX_PREC, tighten, working_precision
 from ..errors import InputError
 from ..numbers.exact import fmpq_of
-from ..numbers.formats import FloatFormat, round_array, round_to_format, ulp_indices, ulps_between
+from ..numbers.formats import FloatFormat, round_enclosures, round_to_format, ulp_indices, ulps_between
 
 __all__ = ["decide", "judge"]
 
@@ -375,14 +375,8 @@ def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool
     ``rad`` is 0).
     """
     import numpy as np
+    rounded, same = round_enclosures(mid, rad, fmt)
     with np.errstate(invalid="ignore", over="ignore"):
-        lo = np.nextafter(mid - rad, -np.inf)
-        hi = np.nextafter(mid + rad, np.inf)
-        rounded = round_array(lo, fmt)
-        same = (rounded == round_array(hi, fmt)) & np.isfinite(rounded) & np.isfinite(rad)
-        # a zero takes the exact value's sign (an exact 0 is +0); a ball around 0 has none
-        same &= (rounded != 0) | (below := mid + rad < 0) | (mid - rad > 0) | (mid == 0) & (rad == 0)
-        rounded = np.where(rounded == 0, np.where(below, -0.0, 0.0), rounded)
         ig, g_ok = ulp_indices(got, fmt)
         ir, _ = ulp_indices(np.where(same, rounded, 0.0), fmt)
         ulps = np.abs(ig - ir)

@@ -98,10 +98,9 @@ def demo_sections() -> list:
     """The worked example's tables (:class:`~exactattn.present.render.Section` values) as
     ``walkthrough`` builds them, at 4 places."""
     from ..examples import example
-    from ..present.tables import MODES, attend_example, build
+    from ..present.tables import attend_example, build
     ex = example("chronicle")
-    trace = attend_example(ex)
-    return [s for m in MODES for s in build(m, ex, trace, 4)]
+    return build("walkthrough", ex, attend_example(ex), 4)
 
 
 def demo_text() -> tuple[str, str]:

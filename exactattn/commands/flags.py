@@ -77,9 +77,9 @@ def check_output(path: str | None) -> None:
         raise InputError("-o must name a file to write (got '')")
 
 
-def write_output(data, path: str | None) -> None:
+def write_output(data, path: str | None, flag: str = "-o") -> None:
     """``data`` (text, or bytes: a PNG) to stdout (``path`` None) or to the file ``path``;
-    a file that cannot be written is one line naming ``-o``."""
+    a file that cannot be written is one line naming ``flag``."""
     binary = isinstance(data, bytes)
     if path is None:
         (getattr(sys.stdout, "buffer", sys.stdout) if binary else sys.stdout).write(data)
@@ -88,5 +88,5 @@ def write_output(data, path: str | None) -> None:
         with open(path, "wb") as f:
             f.write(data if binary else data.encode("utf-8"))
     except OSError as e:
-        raise InputError(f"-o must name a file that can be written (got "
+        raise InputError(f"{flag} must name a file that can be written (got "
                          f"{shorten(repr(path))}: {e.strerror})") from None

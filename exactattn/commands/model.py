@@ -28,7 +28,7 @@ from ..options import choice, whole
 from ..present.render import Section, write
 from ..present.stream import PAGE, View
 from ..present.tables import MODES, attend_example, build
-from .flags import add_digits_option, add_format_option
+from .flags import add_digits_option, add_format_option, write_output
 
 MODEL_MODES = MODES + ("walkthrough", "layer", "check")
 HELP = "a head or layer of a real model from its weights file, or a whole model on text, exactly"
@@ -177,7 +177,7 @@ def _check(args) -> int:
     trace = attend_example(ex)
     if args.svg is not None:
         from ..present.svg import picture
-        _write_svg(args.svg, picture("scores", ex, trace, args.digits, "svg"))
+        write_output(picture("scores", ex, trace, args.digits, "svg"), args.svg, "--svg")
     view = _named(View.of(args.format, len(x)), run_.tokens)
     sections += build("scores", ex, trace, args.digits, closed_forms=args.format == "json",
                       view=view)
@@ -218,13 +218,6 @@ def _save_inputs(folder: str, run_) -> None:
                          f"{shorten(repr(folder))}: {e.strerror})") from None
 
 
-def _write_svg(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise InputError(f"--svg must name a file that can be written (got "
-                         f"{shorten(repr(path))}: {e.strerror})") from None
 
 
 def run(args) -> int:
@@ -246,10 +239,8 @@ def run(args) -> int:
     else:
         trace = attend_example(ex)
         view = _named(View.of(args.format, len(ex.x)), ex.tokens)
-        modes = MODES if args.mode == "walkthrough" else (args.mode,)
-        sections = [s for m in modes for s in build(m, ex, trace, args.digits,
-                                                    closed_forms=args.format == "json",
-                                                    view=view)]
+        sections = build(args.mode, ex, trace, args.digits, closed_forms=args.format == "json",
+                         view=view)
     sections[0].notes.append(note)
     write(sections, args.format, sys.stdout, meta, wrap=PAGE)
     return 0

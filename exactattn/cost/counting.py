@@ -95,9 +95,10 @@ def _layer(shape: CallShape, index_base: int) -> tuple[list, tuple | None]:
             for h in heads], W_O
 
 
-def _zero_macs(with_output: bool) -> dict:
-    stages = ("projections", "scores", "mix") + (("out_projection",) if with_output else ())
-    return dict.fromkeys(stages, 0)
+def _zero_macs(shape: CallShape) -> dict:
+    """The call's stages, at 0: projections with d_model, W_O with out_projection."""
+    return dict.fromkeys(("projections",) * (shape.d_model is not None) + ("scores", "mix")
+                         + ("out_projection",) * shape.out_projection, 0)
 
 
 def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
@@ -195,11 +196,10 @@ def _visible(shape: CallShape):
             for r in policy.keep(n, m, shape.mask).tolist()].__getitem__
 
 
-def _count_attention(shape: CallShape) -> Run:
+def _count_attention(shape: CallShape, macs: dict, ops: dict) -> None:
     """Scores and mix of every (broadcast batch entry, query head) on the rows it reads."""
     visible, d2 = _visible(shape), shape.policy.divisor_squared_for(shape.d_k)
     plain = Policy(empty_row=shape.policy.empty_row)
-    macs, ops = {"scores": 0, "mix": 0}, dict.fromkeys(("exp", "add", "div"), 0)
     for index in product(*(range(d) for d in shape.batch)):
         qi, ki = _own_index(index, shape.query[:-3]), _own_index(index, shape.key[:-3])
         for a in range(shape.heads):
@@ -207,8 +207,6 @@ def _count_attention(shape: CallShape) -> Run:
             q = _operand(shape.query, qi, a, 0)
             k, v = _operand(shape.key, ki, g, 1), _operand(shape.value, ki, g, 2)
             _score_and_mix(q, k, v, visible, 1, 1, d2, macs, ops, plain)
-    macs["total"] = macs["scores"] + macs["mix"]
-    return Run(macs, ops, [])
 
 
 def _stacked(layers_: list, xq, xkv, d: int, visible, macs: dict, ops: dict,
@@ -257,23 +255,25 @@ def count_call(shape: CallShape, x=None) -> Run:
     if not shape.whole:
         raise InputError(f"every size must be a whole number to run the call "
                          f"(got {shape.shape})")
-    if shape.d_model is None:
-        return _count_attention(shape)
+    macs, ops = _zero_macs(shape), dict.fromkeys(("exp", "add", "div"), 0)
+    outputs, steps = [], []
     n, m, d_model, d_v = shape.queries, shape.keys, shape.d_model, shape.d_v
-    if shape.layers > 1 and not shape.out_projection and d_v != d_model:
+    if d_model is None:
+        _count_attention(shape, macs, ops)
+    elif shape.layers > 1 and not shape.out_projection and d_v != d_model:
         raise InputError(f"d_v must equal d_model = {d_model} to stack layers of one head "
                          f"without W_O (got {d_v}); pass heads=1 to add W_O")
-    if shape.layers > 1 and m != n:
+    elif shape.layers > 1 and m != n:
         raise InputError(f"layers must be 1 when keys is set (got {shape.layers}); "
                          "stacked layers attend over their own tokens")
-    xi, dx = common_denominator(_tokens(x, max(n, m), d_model))
-    layers_ = [_layer(shape, 7 * ell) for ell in range(shape.layers)]
-    macs, ops, steps = _zero_macs(shape.out_projection), dict.fromkeys(("exp", "add", "div"), 0), []
-    for _ in range(shape.batch_size):     # every batch entry runs the same tokens
-        if shape.decode:
-            outputs, steps = _decode(layers_, xi, dx, n, shape.out_projection, macs, ops)
-        else:
-            outputs = _prefill(shape, layers_, xi, dx, macs, ops)
+    else:
+        xi, dx = common_denominator(_tokens(x, max(n, m), d_model))
+        layers_ = [_layer(shape, 7 * ell) for ell in range(shape.layers)]
+        for _ in range(shape.batch_size):     # every batch entry runs the same tokens
+            if shape.decode:
+                outputs, steps = _decode(layers_, xi, dx, n, shape, macs, ops)
+            else:
+                outputs = _prefill(shape, layers_, xi, dx, macs, ops)
     macs["total"] = sum(macs.values())
     return Run(macs, ops, outputs, steps)
 
@@ -292,14 +292,14 @@ def run(n, d_model, d_k, d_v=None, *, x=None, **options) -> Run:
     return count_call(CallShape.of_sizes(n, d_model, d_k, d_v, **options), x)
 
 
-def _decode(layers_: list, xi, dx: int, n: int, with_output: bool, macs: dict,
+def _decode(layers_: list, xi, dx: int, n: int, shape: CallShape, macs: dict,
             ops: dict) -> tuple[list, list]:
     """Generate the n tokens one at a time, each layer keeping a KV cache per head; adds
     to ``macs`` and returns ``(outputs, steps)``."""
     caches = [[([], []) for _ in heads] for heads, _ in layers_]
     steps, last = [], []
     for t in range(n):
-        step_macs = _zero_macs(with_output)
+        step_macs = _zero_macs(shape)
         # one query over the t + 1 cached keys: a bottom_right causal call
         visible = [_DECODING.visible_keys(0, 1, t + 1)].__getitem__
         last.append(_stacked(layers_, [xi[t]], [xi[t]], dx, visible, step_macs, ops,

@@ -137,20 +137,16 @@ def _check(shape: CallShape, row: RowCost, keys) -> FormulaCheck:
     """The formula of the table's call in the symbols (m where a key length was asked for,
     h with heads, L with layers) at the sizes of ``shape``, the last counted row."""
     m, _, h, L = EXTENSION_SYMBOLS
-    heads = h if shape.out_projection else None
-    layers = 1 if shape.layers == 1 else L
     sym = derive(shape.policy.causal, alignment=shape.policy.alignment,
-                 keys=None if keys is None else m, heads=heads, layers=layers,
-                 decode=shape.decode, d_v=SYMBOLS.d_k if shape.d_v == shape.d_k else None)
-    if shape.decode:
+                 keys=None if keys is None else m, heads=h if shape.out_projection else None,
+                 layers=1 if shape.layers == 1 else L, decode=shape.decode,
+                 d_v=SYMBOLS.d_k if shape.d_v == shape.d_k else None)
+    vals, step_total, prefill = symbol_values(shape), None, None
+    if shape.decode:     # one token's figures (in t alone), then the whole generation
+        step_total = sympy.factor(sym["total"].subs(vals))
         sym = {k: sympy.expand(v) for k, v in whole_generation(sym).items()}
-    vals = symbol_values(shape)
-    pairs, linear = split({k: branch(v, vals) for k, v in sym.items()})
-    step_total = prefill = None
-    if shape.decode:
         prefill = count_call(_prefill(shape)).macs["total"]
-        step = derive(decode=True, heads=heads, layers=layers)
-        step_total = sympy.factor(step["total"].subs(vals))   # in t alone
+    pairs, linear = split({k: branch(v, vals) for k, v in sym.items()})
     return FormulaCheck(shape.queries, vals, sympy.factor(linear), sympy.factor(pairs),
                         int(linear.subs(vals)), int(pairs.subs(vals)), row.total,
                         row.derived["total"], step_total, prefill)

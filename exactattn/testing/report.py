@@ -358,10 +358,10 @@ def _exact_text(x, digits: int) -> str:
     """An entry's exact value certified; ``-inf`` for a log-sum-exp of no key, ``nan`` for the
     policy's NaN (verify's lse rows, split-merge's values)."""
     e = x.exact
-    if getattr(e, "neg_inf", False):
-        return "-inf"
     if e.row.nan:
         return "nan"
+    if getattr(e, "neg_inf", False):
+        return "-inf"
     return certified_scientific(e, digits)
 
 

@@ -109,8 +109,8 @@ def _judged(exact, got, fmt, tol: int | None, magnitude: float) -> tuple:
         row = getattr(got, "row", None)          # NaN (an empty row under nan) is NaN's
         same = exact == got or exact.row.nan and row is not None and row.nan
         return None, Judgement("ok" if same else "over")
-    rounded, ball = (-math.inf, None) if lse and exact.neg_inf else (math.nan, None) \
-        if exact.row.nan else round_value(exact, fmt, 128)    # -inf: no key and no sink
+    rounded, ball = (math.nan, None) if exact.row.nan else (-math.inf, None) \
+        if lse and exact.neg_inf else round_value(exact, fmt, 128)   # -inf: no key, no sink
     return float(rounded), judge(got, rounded, ball, magnitude, fmt, lambda: exact, tol, lse=lse)
 
 
@@ -164,25 +164,26 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
     exact = isinstance(pairs[0][1], LogSumExp)
     cols = list(zip(*values))
     fmt = None if exact else float_format(dtype)
-    scale = max([float(abs(x)) for r in values for x in r] + [1.0])
+    top = max([abs(float(full.logit(g))) for g in full.gaps[:len(full)] if g is not None],
+              default=0.0)
     if not exact and max_ulps is None:      # verify's default rule, d_k unknown: 1
-        top = max([abs(float(full.logit(g))) for g in full.gaps[:len(full)] if g is not None],
-                  default=0.0)
         max_ulps = default_tolerance(dtype, len(full), 1, top, policy)
     merged_here = merged is None
     if merged_here and LogSumExp(full).neg_inf:     # no key, no sink: the policy's empty row
         share = policy.empty_share(len(full))
         merged = ([full.combine(list(c)) for c in cols], LogSumExp(full)) if exact else \
-            ([math.nan if share is None else float(share * sum(c)) for c in cols], -math.inf)
+            ([math.nan if share is None else float(share * sum(c)) for c in cols],
+             math.nan if share is None else -math.inf)        # NaN's lse is NaN, as verify's
     elif merged_here:
         sink = policy.sink if sink_at == "merge" else None
         merged = merge(pairs, sink) if exact else _float_merge(pairs, sink)
     found = Comparison(None, failures_first)
 
     def pair(where, row, outs, lse):        # a row's pair against the row's exact values
-        exact_lse = LogSumExp(row)
-        mag = 1.0 if exact_lse.neg_inf else max(1.0, abs(float(exact_lse.decimal(6))))
-        for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g, scale)
+        exact_lse = LogSumExp(row)      # magnitudes as verify's: the terms, the row's top logit
+        mag = 0.0 if exact_lse.neg_inf or row.nan else max(top, abs(float(exact_lse)))
+        for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g,
+                                 0.0 if row.nan else float(row.combine([abs(x) for x in col])))
                                 for c, (col, g) in enumerate(zip(cols, outs))),
                               ("lse", exact_lse, lse, mag)]:
             g = g if exact else float(g)
@@ -408,7 +409,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
         part = dataclasses.replace(
             whole, key=whole.key[..., start:start + n, :], value=whole.value[..., start:start + n, :],
             attn_mask=None if folded is None else folded[..., start:start + n],
-            is_causal=False, window=None, query_offset=None, sink=None)
+            is_causal=False, window=None, query_offset=None, sink=None, empty_row="zero")
         where = f"block {b} [{start}, {start + n})"
         states.append(state(where, impl.name, lambda: impl.answer(part), f" on {where}"))
         start += n

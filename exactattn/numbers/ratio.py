@@ -249,11 +249,10 @@ class ExpRatio(Real):
             ExactAttnError: neither the structure, enclosures up to :data:`ZERO_PREC` bits
                 nor a common denominator of at most :data:`MAX_TERMS` terms decide it.
         """
-        if self.forward:
-            return self.sign() == 0
         if self._zero is None:
             self._check_number()
-            self._zero = self._bounded() == 0 if self._enclosed else self._is(Fraction(0))
+            self._zero = self.sign() == 0 if self.forward else \
+                self._bounded() == 0 if self._enclosed else self._is(Fraction(0))
         return self._zero
 
     def _is(self, q: Fraction) -> bool:

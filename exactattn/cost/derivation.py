@@ -402,10 +402,8 @@ def loop_nests(causal: bool = False, *, keys_at_least_queries: bool | None = Non
 
 def _in_d_v(exprs: dict, d_v) -> dict:
     """``exprs`` with the symbol d_v replaced by ``d_v`` (None: kept)."""
-    if d_v is None:
-        return exprs
-    return {k: (tuple(sympy.expand(e.subs(SYMBOLS.d_v, d_v)) for e in v) if isinstance(v, tuple)
-                else sympy.expand(v.subs(SYMBOLS.d_v, d_v))) for k, v in exprs.items()}
+    return exprs if d_v is None else {k: sympy.expand(v.subs(SYMBOLS.d_v, d_v))
+                                      for k, v in exprs.items()}
 
 
 def derive(causal: bool = False, *, d_v=None, **options) -> dict:
@@ -455,8 +453,8 @@ def derive_operations(causal: bool = False, *, d_v=None, **options) -> dict:
     (d_k*n**2, d_k*n**2 - n**2)
     """
     shape = CallShape.of_sizes(*SYMBOLS, causal=causal, **options)
-    mults, adds = call_formula(shape, "macs"), call_formula(shape, "additions")
-    return _in_d_v({k: (mults[k], adds[k]) for k in mults}, d_v)
+    mults, adds = (_in_d_v(call_formula(shape, what), d_v) for what in ("macs", "additions"))
+    return {k: (mults[k], adds[k]) for k in mults}
 
 
 def derive_at(n, d_model, d_k, d_v=None, **options) -> dict[str, int]:

@@ -492,8 +492,9 @@ def verify(impl, call: Call, dtype: str = "float32", *,
                    accumulation=accumulation)
 
 
-def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int | None = None,
-                   prec: int = 96, name: str = "outputs", accumulation: str = "float32") -> Report:
+def verify_outputs(call, got, dtype: str | None = None, *, max_ulps: int | None = None,
+                   prec: int = 96, name: str = "outputs", accumulation: str = "float32",
+                   floats: tuple | None = None, each=None) -> Report:
     """Judge outputs a float kernel already returned against the exact answer of ``call``.
 
     :func:`verify` without running anything and without rounding: the call's
@@ -505,6 +506,10 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     (:mod:`~exactattn.verify.probes`): there is no kernel to hand the probes'
     values to, only the outputs the caller already has (``report.probes`` is
     empty); :func:`verify` runs them.
+
+    ``call`` may be a function that builds the :class:`Call`: with ``floats``, its inputs as
+    float64 arrays (:func:`~exactattn.call.inputs.sdpa_floats`), it is called only when the
+    bulk judge (:func:`bulk_report`, ``each`` its progress) leaves it something to do.
 
     Args:
         call: the exact inputs and policy (shapes as :class:`~exactattn.call.Call`).
@@ -527,6 +532,14 @@ def verify_outputs(call: Call, got, dtype: str | None = None, *, max_ulps: int |
     ('float32', True, 0)
     """
     answer, dtype = _outputs(got, dtype, name)
+    if floats is not None:
+        q, v, rank = floats[0], floats[2], floats[6]
+        values = reshaped(answer.values, (*q.shape[:3], v.shape[3]), rank, name)
+        report = bulk_report(name, values, floats, dtype, max_ulps, call, each=each,
+                             accumulation=accumulation)
+        if report is not None:
+            return report
+    call = call if isinstance(call, Call) else call()
     check_request(None, call, dtype, max_ulps)
     from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     sh = call.shape
@@ -731,23 +744,9 @@ def _outputs(got, dtype: str | None, name: str):
     return answer, dtype
 
 
-def verify_floats(got, floats: tuple | None, make_call, *, max_ulps: int | None = None,
-                  name: str = "outputs", each=None, accumulation: str = "float32") -> Report:
-    """:func:`verify_outputs` of the call ``make_call()`` builds, whose inputs ``floats``
-    (:func:`~exactattn.call.inputs.sdpa_floats`, or None) also are as float64 arrays: the
-    bulk judge (:func:`bulk_report`) where it applies, without building the call unless
-    needed; else :func:`verify_outputs` on the call."""
-    if floats is not None:
-        answer, dtype = _outputs(got, None, name)
-        q, k, v, rank = floats[0], floats[1], floats[2], floats[6]
-        want = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
-        values = reshaped(answer.values, want, rank, name)
-        report = bulk_report(name, values, floats, dtype, max_ulps, make_call, each=each,
-                             accumulation=accumulation)
-        if report is not None:
-            return report
-    return verify_outputs(make_call(), got, max_ulps=max_ulps, name=name,
-                          accumulation=accumulation)
+def verify_floats(got, floats: tuple | None, make_call, **kwargs) -> Report:
+    """:func:`verify_outputs` of ``make_call()`` with ``floats`` (:mod:`exactattn.testing`'s)."""
+    return verify_outputs(make_call, got, floats=floats, **kwargs)
 
 
 def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,

@@ -1,6 +1,6 @@
 """The assertion's bulk judge (float64 enclosures with a proved bound) against the exact path.
 
-Every case is judged both ways: :func:`verify_floats` (the bulk judge, the exact path only
+Every case is judged both ways: :func:`verify_outputs` with ``floats`` (the bulk judge, the exact path only
 for the entries it leaves open) and :func:`verify_outputs` on the exact call.  Status, ULP
 count and the correctly rounded exact value must agree on every entry; the errors agree to
 three digits wherever the bulk judge measured them (an entry it passed on the ULP count with
@@ -13,14 +13,14 @@ import pytest
 from exactattn.call import Call
 from exactattn.call.inputs import sdpa_floats
 from exactattn.reference.bound import enclose_outputs
-from exactattn.verify.check import verify_floats, verify_outputs
+from exactattn.verify.check import verify_outputs
 
 
 def _both(out, q, k, v, **kw):
     make = lambda: Call.from_sdpa(q, k, v, **kw)   # noqa: E731
     floats = sdpa_floats(q, k, v, **kw)
     assert floats is not None
-    bulk = verify_floats(out, floats, make, name="actual")
+    bulk = verify_outputs(make, out, floats=floats, name="actual")
     exact = verify_outputs(make(), out, name="actual")
     assert len(bulk.entries) == len(exact.entries)
     for x, y in zip(bulk.entries, exact.entries):
@@ -90,7 +90,7 @@ def test_edge_of_tolerance():
         out = at.copy()
         for _ in range(extra):
             out = np.nextafter(out, np.float32(np.inf))
-        bulk = verify_floats(out, sdpa_floats(q, k, v), make, max_ulps=1, name="actual")
+        bulk = verify_outputs(make, out, floats=sdpa_floats(q, k, v), max_ulps=1, name="actual")
         ex = verify_outputs(make(), out, max_ulps=1, name="actual")
         assert [e.status for e in bulk.entries] == [e.status for e in ex.entries]
         assert [e.ulps for e in bulk.entries] == [e.ulps for e in ex.entries] == [1 + extra] * 24

@@ -91,13 +91,13 @@ def test_a_correct_float16_kernel_passes_the_proved_tolerance(case, seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_weights_rounded_to_bfloat16_in_a_float16_kernel_fail_on_their_rows(seed):
     from exactattn.numbers.formats import round_array
-    from exactattn.verify.check import verify_floats
+    from exactattn.verify.check import verify_outputs
     q, k, v = _inputs(seed, L=16, S=64, E=16)
     bad = flash(q, k, v, scale=0.25, weights=lambda p: round_array(p, "bfloat16"))
     from exactattn.call import Call
     floats, call = sdpa_floats(q, k, v, scale=0.25), lambda: Call.from_sdpa(q, k, v, scale=0.25)
-    report = verify_floats(bad, floats, call)
-    good = verify_floats(flash(q, k, v, scale=0.25), floats, call)
+    report = verify_outputs(call, bad, floats=floats)
+    good = verify_outputs(call, flash(q, k, v, scale=0.25), floats=floats)
     assert good.passed and good.rows_past == [] and report.found.over == [0, 0, 1, 0][seed]
     assert not report.passed and len(report.rows_past) == [29, 31, 28, 32][seed]
     assert all(x > 1 for _, x in report.rows_past) and report.rows_past[0][1] > 1.5

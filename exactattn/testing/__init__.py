@@ -150,7 +150,7 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     from ..call import Call
     from ..call.inputs import sdpa_floats
     from ..present.stream import progress
-    from ..verify.check import verify_floats
+    from ..verify.check import verify_outputs
     check_whole(worst, "worst", low=1)
     sdpa = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                 enable_gqa=enable_gqa, **policy)
@@ -162,11 +162,11 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
         raise InputError("actual must be the kernel's output (got None); pass the output, or "
                          "score_mod=/mask_mod= to run them in FlexAttention")
     else:
-        report = verify_floats(actual, sdpa_floats(query, key, value, **sdpa),
-                               lambda: Call.from_sdpa(query, key, value, **sdpa),
-                               max_ulps=max_ulps, name="actual", accumulation=accumulation,
-                               each=lambda heads, n:
-                               progress(heads, n, "exactattn: heads judged", "head"))
+        report = verify_outputs(lambda: Call.from_sdpa(query, key, value, **sdpa), actual,
+                                floats=sdpa_floats(query, key, value, **sdpa),
+                                max_ulps=max_ulps, name="actual", accumulation=accumulation,
+                                each=lambda heads, n:
+                                progress(heads, n, "exactattn: heads judged", "head"))
     if not report.passed:
         raise AssertionError(_failure_text(report, "outputs", worst))
     if invariance is not None:

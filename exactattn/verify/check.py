@@ -744,11 +744,6 @@ def _outputs(got, dtype: str | None, name: str):
     return answer, dtype
 
 
-def verify_floats(got, floats: tuple | None, make_call, **kwargs) -> Report:
-    """:func:`verify_outputs` of ``make_call()`` with ``floats`` (:mod:`exactattn.testing`'s)."""
-    return verify_outputs(make_call, got, floats=floats, **kwargs)
-
-
 def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,
             prec: int, *, moved: int = 0, raised: str | None = None, lse: str | None = None,
             got_lse=None, impl_seconds: float = 0.0, run_probes=None,

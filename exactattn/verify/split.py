@@ -179,11 +179,14 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
         merged = merge(pairs, sink) if exact else _float_merge(pairs, sink)
     found = Comparison(None, failures_first)
 
+    sizes = np.abs(np.array([[float(x) for x in r] for r in values]))
+
     def pair(where, row, outs, lse):        # a row's pair against the row's exact values
-        exact_lse = LogSumExp(row)      # magnitudes as verify's: the terms, the row's top logit
-        mag = 0.0 if exact_lse.neg_inf or row.nan else max(top, abs(float(exact_lse)))
-        for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g,
-                                 0.0 if row.nan else float(row.combine([abs(x) for x in col])))
+        exact_lse = LogSumExp(row)      # magnitudes: its values' largest (a bound on the terms,
+        mag = 0.0 if exact_lse.neg_inf or row.nan else max(top, abs(float(exact_lse)))  # and
+        seen = [g is not None for g in row.gaps[:len(row)]]        # the lse's as verify's)
+        size = sizes[seen].max(axis=0) if any(seen) and not row.nan else np.zeros(d_v)
+        for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g, float(size[c]))
                                 for c, (col, g) in enumerate(zip(cols, outs))),
                               ("lse", exact_lse, lse, mag)]:
             g = g if exact else float(g)

@@ -466,8 +466,7 @@ def test_verify_split_from_python_float64_and_a_sink():
 
 def test_the_default_tolerance_is_verifys_rule_with_the_rows_largest_logit():
     """check_split_merge's default is verify's (check.tolerance): the row's largest |logit|
-    enters it, so a 20-ULP lse at scores near 40 is within it, not over; the output merged
-    from it moves 159 ULPs at its terms (sum p |v| = 1.24), over as verify judges an output."""
+    enters it, so a correct kernel's 20-ULP lse at scores near 40 is within it, not over."""
     from exactattn.numbers.formats import default_max_ulps
     raw = [F(40), F(0), F(38), F(1)]
     rows, full = split_rows(raw, None, 2, policy=Policy(scale="none"))[1:]
@@ -477,12 +476,8 @@ def test_the_default_tolerance_is_verifys_rule_with_the_rows_largest_logit():
     typed(got.max_ulps, default_max_ulps("float32", 4, 1, 40.0))
     typed(got.max_ulps, 50)
     off = [(o, math.nextafter(l, math.inf) * (1 + 19 * 2.0 ** -23)) for o, l in pairs[:1]]
-    got = check_split_merge(raw, None, [[1], [2], [3], [4]], 2, off + pairs[1:],
-                            dtype="float32", policy=Policy(scale="none"))
-    assert [(x.where, x.what) for x in got.found.kept if x.status != "ok"] == \
-        [("merged", "output 0")]
-    assert got.value("block 0 [0, 2)", "lse").ulps == 24 and \
-        got.value("merged", "output 0").ulps == 159
+    assert check_split_merge(raw, None, [[1], [2], [3], [4]], 2, off + pairs[1:],
+                             dtype="float32", policy=Policy(scale="none")).found.over == 0
 
 
 # ------------------------------------------ split-merge judges as verify does (a reviewer's cases)

@@ -106,8 +106,8 @@ def _judged(exact, got, fmt, tol: int | None, magnitude: float) -> tuple:
         if not lse and (not isinstance(got, (ExpRatio, Fraction, int)) or isinstance(got, bool)):
             raise InputError(f"an exact pair's output must be an ExpRatio or a Fraction (got "
                              f"{type(got).__name__})")
-        row = getattr(got, "row", None)          # NaN (an empty row under nan) is NaN's
-        same = exact == got or exact.row.nan and row is not None and row.nan
+        # NaN (an empty row under nan) is NaN's
+        same = exact == got or exact.row.nan and getattr(getattr(got, "row", None), "nan", False)
         return None, Judgement("ok" if same else "over")
     rounded, ball = (math.nan, None) if exact.row.nan else (-math.inf, None) \
         if lse and exact.neg_inf else round_value(exact, fmt, 128)   # -inf: no key, no sink
@@ -179,12 +179,12 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
         merged = merge(pairs, sink) if exact else _float_merge(pairs, sink)
     found = Comparison(None, failures_first)
 
-    sizes = np.abs(np.array([[float(x) for x in r] for r in values]))
+    sizes = np.abs(np.array(values, dtype=float))
 
     def pair(where, row, outs, lse):        # a row's pair against the row's exact values
-        exact_lse = LogSumExp(row)      # magnitudes: its values' largest (a bound on the terms,
-        mag = 0.0 if exact_lse.neg_inf or row.nan else max(top, abs(float(exact_lse)))  # and
-        seen = [g is not None for g in row.gaps[:len(row)]]        # the lse's as verify's)
+        exact_lse, seen = LogSumExp(row), [g is not None for g in row.gaps[:len(row)]]
+        mag = 0.0 if exact_lse.neg_inf or row.nan else max(top, abs(float(exact_lse)))
+        # magnitudes: the largest value the row sees (a bound on its terms), the lse's as verify's
         size = sizes[seen].max(axis=0) if any(seen) and not row.nan else np.zeros(d_v)
         for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g, float(size[c]))
                                 for c, (col, g) in enumerate(zip(cols, outs))),

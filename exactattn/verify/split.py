@@ -351,9 +351,9 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
 
     Shapes: ``call`` as :func:`~exactattn.verify.check.verify` takes it;
     ``blocks`` a block size or block lengths adding up to S.  The inputs
-    are first rounded to ``dtype``; the tolerance defaults to verify's
-    (:func:`~exactattn.numbers.formats.default_max_ulps` with S keys, d_k and
-    the largest logit).  Whatever ``impl`` or ``merge`` raises becomes a hard
+    are first rounded to ``dtype``; the tolerance defaults to verify's default rule
+    (:func:`~exactattn.verify.check.default_tolerance` with S keys, d_k and the
+    largest logit; not the proved per-output bound, which covers one-pass kernels).  Whatever ``impl`` or ``merge`` raises becomes a hard
     failure of what it should have produced (``report.raised``), and so does an answer of
     the wrong shape (the shapes named), as :func:`~exactattn.verify.check.verify` reads it.
 

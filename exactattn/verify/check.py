@@ -766,7 +766,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
     found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt,
-                          tol if each is None else 0, extra=each)
+                          tol if each is None else each)
     probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
         run_probes(tol, None if each is None else accumulation)
     notes = []
@@ -784,14 +784,14 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                   bound=None if each is None else bound)
 
 
-def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol: int, *,
-                  at_terms: bool = True, column: int = 0, known=None, extra=None,
+def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol, *,
+                  at_terms: bool = True, column: int = 0, known=None,
                   found: Comparison | None = None, entry=None) -> Comparison:
     """Every output of ``got`` (``shape``; None: the implementation raised) judged against
     the correctly rounded exact values ``exact = (rounded, balls, magnitudes)``; ``output(b,
     h, i, c)`` gives an exact value, ``column`` is where this output's columns start in them;
     ``known(rounded)``, when given, is the exact value when it is known without ``output``;
-    ``extra``, when given, ULPs added to ``tol`` per entry (indexed like ``exact``).
+    ``tol`` is an int, or an int array of ``shape`` (each entry's own, its ``tolerance``).
 
     The entries are added to ``found`` (default: a new ``Comparison(None)``), each made by
     ``entry(idx, rounded, got, ulps, rel, status, terms_ulps)`` (default: an :class:`Entry`
@@ -799,13 +799,13 @@ def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat
     rounded, balls, mags = exact
     found = Comparison(None) if found is None else found
     entry_ref = ref if column == 0 else _Columns(ref, column)
+    each = (lambda idx: int(tol[idx])) if np.ndim(tol) else None
     if entry is None:
         def entry(idx, r, g, ulps, rel, status, terms=None):
-            own = None if extra is None or tol else int(extra[idx[:3] + (idx[3] + column,)])
-            return Entry(idx, r, g, ulps, rel, status, entry_ref, terms, tolerance=own)
+            return Entry(idx, r, g, ulps, rel, status, entry_ref, terms,
+                         tolerance=each and each(idx))
     if got is not None:       # the entries clearly within the tolerance, judged at once
         part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
-        allowed = tol if extra is None else np.asarray(extra[part], dtype=object) + tol
 
         def judge_at(k):
             idx = tuple(int(x) for x in np.unravel_index(k, shape))
@@ -814,9 +814,9 @@ def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat
             x = None if known is None else known(r)
             return judge(float(got[idx]), r, balls[at], float(mags[at]), fmt,
                          (lambda: output(*at)) if x is None else (lambda: x),
-                         tol if extra is None else tol + int(extra[at]), at_terms=at_terms)
+                         each(idx) if each else tol, at_terms=at_terms)
         clear, ulps, rel, terms, _, _ = compare.cleared(got, balls[part], mags[part], fmt,
-                                                        allowed, at_terms)
+                                                        tol, at_terms)
         judged = rejudge(~clear, judge_at, {})
     for k, idx in enumerate(np.ndindex(*shape)):
         r = float(rounded[idx[:3] + (idx[3] + column,)])
@@ -884,11 +884,12 @@ def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: 
 def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int, want: tuple,
                 lse: str | None = None, accumulation: str | None = None,
                 floats: tuple | None = None) -> tuple[list, dict]:
-    """Every probe of ``call`` run through the implementation once and judged (identity
-    shares with :func:`_share_allowance`; each output within its proved tolerance instead
-    with an ``accumulation``); and the seconds the implementation and the exact side took.
+    """Every probe of ``call`` run through the implementation once and judged on the plain
+    ULP count: ``tol``, identity shares with :func:`_share_allowance` more, each output
+    within its proved tolerance instead where that is larger (an ``accumulation``); and the
+    seconds the implementation and the exact side took.
 
-    Judged from float64 enclosures of every probe's outputs side by side
+    One loop judges every probe, on float64 enclosures of every probe's outputs side by side
     (:func:`_bulk_probes`) where the call's ``floats``
     (:func:`~exactattn.call.inputs.sdpa_floats`) are given and they decide it, else on one
     exact reference of every probe's values side by side (:func:`_exact_probes`: one set of
@@ -916,48 +917,59 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
             why = f"an answer of the wrong shape: {e}"
         raised.append(why)
         column += width
-    runs = None if V is None or any(raised) else \
-        _bulk_probes(call, floats, plist, V, got, dtype, tol, prec, accumulation, seconds)
-    return runs or _exact_probes(call, plist, got, raised, want, dtype, tol, prec,
-                                 accumulation, seconds), seconds
-
-
-def _exact_probes(call: Call, plist: list, got: list, raised: list, want: tuple, dtype: str,
-                  tol: int, prec: int, accumulation: str | None, seconds: dict) -> list:
-    """The probes' outputs ``got`` judged by :func:`judge_entries` on one exact reference of
-    every probe's values side by side."""
     t = time.perf_counter()
+    judges = None if V is None or any(raised) else \
+        _bulk_probes(call, floats, plist, V, dtype, tol, prec, accumulation)
+    allowance, proved, judged = judges or _exact_probes(call, plist, want, dtype, tol, prec,
+                                                        accumulation)
+    runs = []
+    for (p, column, part), g, why in zip(_parts(plist), got, raised):
+        each = tol + allowance[part] if p.name == "identity" else tol
+        each = each if proved is None else np.maximum(proved[part], each)
+        runs.append(ProbeRun(p, judged(p, g, column, each), why))
+    seconds["exact"] += time.perf_counter() - t
+    return runs, seconds
+
+
+def _parts(plist) -> list:
+    """``(probe, column, part)`` of every probe: where its columns start among every probe's
+    values side by side, and the index of its columns there."""
+    out, column = [], 0
+    for p in plist:
+        out.append((p, column, np.s_[..., column:column + p.value.shape[3]]))
+        column += p.value.shape[3]
+    return out
+
+
+def _exact_probes(call: Call, plist: list, want: tuple, dtype: str, tol: int, prec: int,
+                  accumulation: str | None) -> tuple:
+    """``(allowance, proved, judged)`` for :func:`_probe_runs` from one exact reference of
+    every probe's values side by side: the identity shares' allowance, the proved tolerance
+    (or None), and ``judged(probe, got, column, tol)``, :func:`judge_entries` there."""
     joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
     exact = joint.rounded_outputs(dtype, prec=prec)
-    allowance = _share_allowance(joint, exact[2]) if any(p.name == "identity" for p in plist) \
-        else None
+    allowance = _share_allowance(exact[2], joint).astype(object) \
+        if any(p.name == "identity" for p in plist) else None     # object: a tol past int64
     proved = None if accumulation is None else \
         _probe_tolerance(call_floats(call), _float_values(plist), dtype, accumulation, tol)
-    runs, column = [], 0
-    for p, g, why in zip(plist, got, raised):
+
+    def judged(p, g, column, each):
         known = None if p.known(call.policy, 1.0) is None else \
-            (lambda r, p=p: p.known(call.policy, r))
-        extra = allowance if p.name == "identity" else None
-        if proved is not None:
-            extra = np.maximum(proved, tol + (0 if extra is None else np.asarray(extra)))
-        runs.append(ProbeRun(p, judge_entries(g, want[:3] + (p.value.shape[3],), exact, joint.output, joint,
-                                              float_format(dtype),
-                                              0 if proved is not None else tol,
-                                              at_terms=False, column=column, known=known,
-                                              extra=extra), why))
-        column += p.value.shape[3]
-    seconds["exact"] += time.perf_counter() - t
-    return runs
+            (lambda r: p.known(call.policy, r))
+        return judge_entries(g, want[:3] + (p.value.shape[3],), exact, joint.output, joint,
+                             float_format(dtype), each, at_terms=False, column=column,
+                             known=known)
+    return allowance, proved, judged
 
 
-def _bulk_probes(call: Call, floats: tuple, plist: list, V, got: list, dtype: str, tol: int,
-                 prec: int, accumulation: str | None, seconds: dict) -> list | None:
-    """The probes' outputs ``got`` decided from float64 enclosures (:func:`bulk_judged`) of
-    every probe's outputs side by side (``V``: their values as float64), or None where they
-    do not decide it (a row without a bound, an identity allowance the enclosure does not
-    fix)."""
+def _bulk_probes(call: Call, floats: tuple, plist: list, V, dtype: str, tol: int, prec: int,
+                 accumulation: str | None) -> tuple | None:
+    """:func:`_exact_probes`' ``(allowance, proved, judged)`` from float64 enclosures of every
+    probe's outputs side by side (``V``: their values as float64; ``judged`` by
+    :func:`bulk_judged`), or None where they do not decide it (a row without a bound, an
+    identity allowance the enclosure does not fix)."""
     from ..reference.bound import RowBalls, enclose_outputs
-    fmt, t = float_format(dtype), time.perf_counter()
+    fmt = float_format(dtype)
     q, k, _, policy, keep, offsets, _ = floats
     mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets,
                                          arith=_with_kernel(dtype, accumulation))
@@ -966,41 +978,31 @@ def _bulk_probes(call: Call, floats: tuple, plist: list, V, got: list, dtype: st
         return None
     allowance, proved = None, _probe_tolerance(floats, V, dtype, accumulation, tol,
                                                (kernel, mag))
-    if any(p.name == "identity" for p in plist):   # _share_allowance at both ends of the shares
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ends = [np.ceil(2 * np.where(np.isfinite(g) & (g > 0), g, 0.0)).astype(np.int64)
-                    for g in (-np.log(np.where(rad == 0, mid, np.nextafter(mid - rad, -np.inf))),
-                              -np.log(np.where(rad == 0, mid, np.nextafter(mid + rad, np.inf))))]
-        column = 0
-        for p in plist:
-            part = np.s_[..., column:column + p.value.shape[3]]
-            if p.name == "identity" and (ends[0][part] != ends[1][part]).any():
-                return None
-            column += p.value.shape[3]
+    if any(p.name == "identity" for p in plist):   # the allowance at both ends of the shares
+        ends = [_share_allowance(np.where(rad == 0, mid, np.nextafter(mid + s * rad, s * np.inf)))
+                for s in (-1, 1)]
+        if any((ends[0][part] != ends[1][part]).any() for p, _, part in _parts(plist)
+               if p.name == "identity"):
+            return None
         allowance = ends[0]
     values = np.concatenate([p.value for p in plist], axis=3)
     joint = Deferred(lambda: Reference(call.with_value(values)))
     rows = RowBalls(q, k, V, policy, keep, offsets)
-    runs, column = [], 0
-    for p, g in zip(plist, got):
+
+    def judged(p, g, column, each):
         part = np.s_[..., column:column + p.value.shape[3]]
         m, r, a = mid[part], rad[part], mag[part]
         if p.known(policy, 1.0) is not None:    # every output exactly 1 or 0 (its magnitude too)
             exact = np.where(np.abs(m - 1) <= r, 1.0, np.where(np.abs(m) <= r, 0.0, np.nan))
             m, r, a = (np.where(np.isnan(exact), x, y) for x, y in ((m, exact), (r, 0.0),
                                                                   (a, exact)))
-        each = tol + allowance[part] if p.name == "identity" else tol
-        each = each if proved is None else np.maximum(proved[part], each)
-        found, _ = bulk_judged(g, (m, r, a), rows, fmt, each,
-                               _Columns(joint, column), prec, at_terms=False, column=column,
-                               known=lambda r, p=p: p.known(policy, r))
-        runs.append(ProbeRun(p, found))
-        column += p.value.shape[3]
-    seconds["exact"] += time.perf_counter() - t
-    return runs
+        return bulk_judged(g, (m, r, a), rows, fmt, each, _Columns(joint, column), prec,
+                           at_terms=False, column=column,
+                           known=lambda r: p.known(policy, r))[0]
+    return allowance, proved, judged
 
 
-def _share_allowance(ref: Reference, shares: np.ndarray) -> np.ndarray:
+def _share_allowance(shares: np.ndarray, ref: Reference | None = None) -> np.ndarray:
     """The identity probe's allowance per share ``p``: ``ceil(2 ln(1 / p))`` ULPs, plus
     ``8 ceil(max |capped logit|)`` under a soft-cap.
 
@@ -1012,10 +1014,12 @@ def _share_allowance(ref: Reference, shares: np.ndarray) -> np.ndarray:
     off, and ``cap * tanh``
     carries that times the cap into every logit (measured: up to 330 ULPs on shares of a
     correct float32 FlexAttention soft-cap at cap 30).  A row's largest shares keep close to
-    the plain tolerance, so a normaliser off by a factor still fails.  ``shares``: the exact
-    shares as float64 (B x H x L x columns), of the call ``ref``."""
-    with np.errstate(divide="ignore"):
+    the plain tolerance, so a normaliser off by a factor still fails.  ``shares``: the
+    shares as float64 (B x H x L x columns; a non-positive one gets no allowance), of the
+    call ``ref`` (None: no soft-cap)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
         g = -np.log(shares)
     g = np.where(np.isfinite(g) & (g > 0), g, 0.0)
-    cap = 0 if ref.policy.softcap is None else 8 * math.ceil(ref.max_abs_exponent())
+    cap = 0 if ref is None or ref.policy.softcap is None else \
+        8 * math.ceil(ref.max_abs_exponent())
     return np.ceil(2 * g).astype(np.int64) + cap

@@ -145,7 +145,8 @@ def _lse_section(r: Report, worst: int, digits: int) -> Section:
                      shortest_repr(e.rounded, r.dtype),
                      _got(r, e), number_cell(e.ulps, "d"), number_cell(e.rel), e.status])
     unit = "natural log" if r.lse == "e" else "base 2 (log2)"
-    s = r.lse_summary()
+    s = {"base": r.lse, **{k: v for k, v in r.lse_found.summary().items()
+                           if k in ("count", "max_ulps", "over", "hard")}}
     notes = [f"log-sum-exp of each row in {unit}, the sink included: certified transcendental "
              "(exact when the row has one key); -inf for a row with no key must be -inf",
              f"rows: {s['count']}; max ULPs {number_cell(s['max_ulps'], 'd')}; over tolerance "

@@ -132,13 +132,6 @@ class Report:
         return self.found.passed and self.lse_found.passed and not self.rows_past and \
             all(p.passed for p in self.probes)
 
-    def lse_summary(self) -> dict | None:
-        """count, max ULPs, over, hard of the log-sum-exp entries (None when not checked)."""
-        if self.lse is None:
-            return None
-        s = self.lse_found.summary()
-        return {"base": self.lse, **{k: s[k] for k in ("count", "max_ulps", "over", "hard")}}
-
     def summary(self) -> dict:
         """dtype, count, max/mean/median ULPs, max ULPs at the terms, max relative error, over,
         hard (:meth:`Comparison.summary <exactattn.verify.compare.Comparison.summary>`)."""

@@ -36,7 +36,7 @@ from fractions import Fraction
 
 from ..options import check_choice
 from ..call.policy import divisor_text
-from .cells import (Scaler, divisor_words, exact_text, row_forms, score_rows, value_cell,
+from .cells import (RowForms, Scaler, divisor_words, exact_text, score_rows, value_cell,
                     vector, with_decimal)
 from ..engines.head import Head, Trace, attend
 from ..reference.kernels import score
@@ -99,7 +99,7 @@ class Tables:
 
     @functools.cached_property
     def forms(self):
-        return row_forms(self.trace) if self.closed_forms else None
+        return RowForms(self.trace) if self.closed_forms else None
 
 
 def row(t: Tables) -> Section:

@@ -23,7 +23,7 @@ monomial ``t_1^(a_1) t_2^(a_2) ...`` in the *generators* ``t_k = exp(b_k / E_k)`
 The exponents ``b_k / E_k`` are linearly independent over the rationals, so by
 the Lindemann-Weierstrass theorem the generators are algebraically independent:
 a polynomial in them is zero exactly when its coefficients are.  The values
-themselves are decided over the forward's rows (:mod:`exactattn.numbers.parts`);
+themselves are decided over the forward's rows (:class:`~exactattn.reference.backward.Gradients`);
 the generators give their printed view ``text(style="generators")`` and the classes
 of rows that share a normaliser.
 
@@ -53,20 +53,13 @@ from typing import Sequence
 from .digits import arb_to_fraction, working_precision
 from .exponents import ExpPoly, exponent_text, sum_text
 from .exact import fmpq_of, fraction_of, rational_sqrt
-from .reals import Pow2, Surd, align, atom_ball, real_ball
+from .reals import Pow2, Surd, align, real_ball
 
 
 #: what a row is: ``ok`` (sees keys), or an empty row under each empty-row answer
 ROW_KINDS = ("ok", "zero", "uniform", "nan")
 #: the names of the generators in texts and polynomials, in order
 GENERATOR_NAMES = ("t", "u", "v", "w", "x", "y")
-
-
-def _dot(exps, balls):
-    """``sum_k exps[k] * balls[k]``: a monomial's exponent from every generator's (a tuple of
-    one whole number per generator, checked to match their count)."""
-    from flint import arb
-    return sum((a * c for a, c in zip(exps, balls, strict=True) if a), arb(0))
 
 
 def _plain(v):
@@ -227,7 +220,6 @@ class Terms:
             key = tuple(sorted(self._exps[i])) if kinds[i] in ("ok", "uniform") else None
             self._class_of.append(key)
         self._ctx = None
-        self._balls: dict = {}
 
     # -- structure ---------------------------------------------------------------
     def visible(self, i: int):
@@ -286,52 +278,6 @@ class Terms:
         return self.context.from_dict({e: fmpq_of(c)
                                        for e, c in terms.items() if c})
 
-    def generator_balls(self) -> list:
-        """``arb`` balls of the generators' exponents ``c * atom`` at the current precision."""
-        from flint import arb
-        return [arb(fmpq_of(c)) * (1 if atom is None else atom_ball(atom))
-                for c, atom in self.generators]
-
-    # -- numeric -------------------------------------------------------------------
-    def shares(self, prec: int) -> list:
-        """Per row, the ``arb`` balls of its shares over :meth:`visible` (None for zero/NaN
-        rows), at ``prec`` bits (cached for the last few precisions)."""
-        hit = self._balls.get(prec)
-        if hit is not None:
-            return hit
-        from flint import arb
-        with working_precision(prec):
-            cb = self.generator_balls()
-            K = prec + 64
-            tiny = arb(0, arb(2) ** -K)
-            limit = arb(-K) * arb.const_log2()     # below exp(limit): enclosed by [0, 2^-K]
-            cache: dict = {}
-            out = []
-            for i in range(self.n_rows):
-                if self.kinds[i] in ("zero", "nan"):
-                    out.append(None)
-                    continue
-                exps = self._exps[i]
-                if len(cb) == 1:
-                    top = max(exps)
-                else:                    # the largest logit by its midpoint, every coordinate read
-                    xs = [_dot(e, cb) for e in exps]
-                    top = exps[max(range(len(xs)), key=lambda j: float(xs[j].mid()))]
-                gaps = [tuple(a - b for a, b in zip(e, top, strict=True)) for e in exps]
-                vals = []
-                for g in gaps:
-                    v = cache.get(g)
-                    if v is None:
-                        x = _dot(g, cb)
-                        v = cache[g] = tiny if x < limit else x.exp()
-                    vals.append(v)
-                z = sum(vals, arb(0))
-                out.append([v / z for v in vals])
-        if len(self._balls) >= 4:
-            self._balls.pop(min(self._balls))
-        self._balls[prec] = out
-        return out
-
     def part_text(self, key, num) -> str:
         """``N / Z^2`` of class ``key`` in the forward's ``exp(...)`` form, every exponent
         absolute (the row's shift put back): ``M/(Z)`` when Z divides N, as the forward writes
@@ -350,6 +296,15 @@ class Terms:
         top = self._sum_text(i, num, shifts)
         return f"{f'({top})' if len(num) > 1 else top}/({self._sum_text(i, z, 1)}){power}"
 
+    def logit(self, i, exps, shifts: int = 1):
+        """The exact exponent of the monomial ``exps`` in row i (a ``Fraction`` or a
+        :class:`~exactattn.numbers.reals.Surd`), the row's shift counted ``shifts`` times."""
+        x = Fraction(0) if i is None else self._shifts[i] * shifts
+        for (f, atom), a in zip(self.generators, exps):
+            if a:
+                x = x + _term(atom, int(a) * f)
+        return _plain(x)
+
     def _class_rows(self) -> dict:
         """The first row of each class (whose shift the class's texts use)."""
         if self._first is None:
@@ -363,11 +318,7 @@ class Terms:
         the row's shift counted ``shifts`` times (``N`` over ``Z^2`` is of degree 2 in it)."""
         items = []
         for exps, c in poly.terms():
-            x = Fraction(0) if i is None else self._shifts[i] * shifts
-            for (f, atom), a in zip(self.generators, exps):
-                if a:
-                    x = x + _term(atom, int(a) * f)
-            x = _plain(x)
+            x = self.logit(i, exps, shifts)
             if isinstance(x, Surd):
                 basis, (e,) = align([x])
                 with working_precision(128):

@@ -22,8 +22,21 @@ that sees no key gives dQ = 0 and nothing to dK and dV under ``zero``; under
 entry of dK and dV.  (With a sink no row is empty.)
 
 Every entry is an :class:`~exactattn.numbers.ratio.ExpRatio` over the forward's
-softmax rows (:mod:`~exactattn.numbers.parts`), the shares' own value type: exact
-zero, equality, sign and rationality tests, and certified decimals.
+softmax rows, the shares' own value type: exact zero, equality, sign and rationality
+tests, and certified decimals.  Exactly, each is ``sum_k N_k(t) / Z_k(t)^2`` over the
+generators t of :class:`~exactattn.numbers.terms.Terms`: for row i with normaliser
+``Z_i = sum_j t^(a_ij)`` and ``W_i = sum_j dP_ij t^(a_ij)`` (so ``D_i = W_i / Z_i``)::
+
+    P_ij  = t^(a_ij) Z_i / Z_i^2           O_ic  = (sum_j M_ij V_jc t^(a_ij)) Z_i / Z_i^2
+    D_i   = W_i Z_i / Z_i^2                dS_ij = t^(a_ij) (dP_ij Z_i - W_i) / Z_i^2
+    dQ_ic = scale (A_ic Z_i - B_ic W_i) / Z_i^2   with A_ic = sum_j K_jc dP_ij t^(a_ij),
+                                                  B_ic = sum_j K_jc t^(a_ij)
+    J_ijk = t^(a_ij) (delta_jk Z_i - t^(a_ik)) / Z_i^2   (the softmax Jacobian)
+
+(with an upstream ``dlse_i``, ``dP_ij + dlse_i`` in dS's and A's place of ``dP_ij``, W kept)
+and the columns ``dK_jc = scale sum_i Q_ic dS_ij``, ``dV_jc = sum_i dO_ic M_ij P_ij``
+summed class by class (rows with one normaliser add their numerators).  A rational scale
+is folded into the numerators; an irrational one is carried by the value (``scaled``).
 :meth:`Gradients.decimals` rounds a whole matrix at once: from certified
 float64 enclosures (:mod:`~exactattn.reference.floats`) for a plain call,
 else from ``arb_mat`` products; only the entries an enclosure leaves undecided
@@ -41,6 +54,7 @@ take the exact per-entry path.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Sequence
 
 import numpy as np
 
@@ -50,10 +64,11 @@ from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
-from ..numbers.exact import fmpq_mat_of, fmpq_of, rational_sqrt, to_exact
+from ..numbers.exact import fmpq_mat_of, fmpq_of, fraction_of, rational_sqrt, to_exact
 from ..numbers.formats import float_format, round_cells, round_enclosures, round_value
 from ..numbers.reals import atom_ball
 from ..numbers.ratio import ONE, ExpRatio
+from ..numbers.softmax import SoftmaxRow
 from ..numbers.terms import Terms, row_kinds
 
 
@@ -98,13 +113,14 @@ class Gradients:
     factors ``keep / (1 - p)`` (:func:`exactattn.call.modifiers.dropout_factors`); ``d_lse``
     None or R upstream gradients of the rows' log-sum-exps (``d lse_i / d x_ij = P_ij``, so
     ``dS_ij = P_ij (dP_ij - D_i + dlse_i)``).  A GQA group is one block: the rows of every
-    query head that reads the same keys.
+    query head that reads the same keys.  ``rows`` are the forward's softmax rows of its
+    queries (:meth:`Reference.row <exactattn.verify.Reference.row>`: the one composition; a
+    list, or a function that builds it), whose shares every enclosure reads (a block built
+    without them reads rows of its own exponents, :class:`~exactattn.numbers.terms.Terms`).
 
     ``policy`` with a soft-cap or RoPE (``positions`` the rows' query positions): the logits
-    are transcendental, so the block is ``certified``: ``rows`` are the forward's softmax rows
-    of its queries (:meth:`Reference.row <exactattn.verify.Reference.row>`: the one
-    composition) and ``rotate`` the forward's rotation of ``arb`` rows
-    (:func:`exactattn.reference.enclose.rotated_balls`), both handed in by
+    are transcendental, so the block is ``certified``: ``rotate`` is the forward's rotation of
+    ``arb`` rows (:func:`exactattn.reference.enclose.rotated_balls`), handed in with the rows by
     :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`; values come from
     enclosures, ``dQ = R_i^T scale sum_j dS_ij f_ij R_j k_j`` (``f = 1 - tanh^2(s / cap)``,
     R the rotation at a position; likewise dK), and signs are bounded
@@ -158,12 +174,12 @@ class Gradients:
             raise InputError(f"policy {'softcap' if policy.softcap else 'rope'} must come with the "
                              "forward's rows for gradients (got none); use Reference(Call(q, k, "
                              "v, policy=...)).gradients(d_out), which certifies them")
-        self.rows, self._rotate, self._capped = rows, rotate, None
+        self._rows, self._rotate, self._capped = rows, rotate, None
         self._terms = None
         self._mats = None
         self._dPm_cache = None
         self._balls: dict = {}
-        self._numerators = None
+        self._parts, self._dP, self._W = {}, {}, {}     # the exact numerators' caches
         self._magnitudes = None
         self._floats = False         # not tried yet (None: not available)
         #: per row ``ok``, or the empty-row answer of a row that sees no key
@@ -190,6 +206,20 @@ class Gradients:
                               doc="the rational part of the scale (1/sqrt(D) when rational)")
 
     # -- lazily built exact pieces ---------------------------------------------------
+    @property
+    def rows(self) -> list:
+        """The forward's softmax rows of the block's queries (the sink's column last), handed in
+        by :class:`ExactGradients` (a list, or a function that builds it on first use)."""
+        if callable(self._rows):
+            self._rows = self._rows()
+        elif self._rows is None:      # a block built by hand: rows of its own exponents
+            t = self.terms
+            self._rows = [None if k in ("zero", "nan") else SoftmaxRow.of_logits(
+                [None if t.position(i, j) is None else
+                 t.logit(i, t.exponents(i)[t.position(i, j)]) for j in range(self.cols)])
+                for i, k in enumerate(t.kinds)]
+        return self._rows
+
     @property
     def terms(self) -> Terms:
         """The exponents as powers of the generators (:class:`Terms`), built on first use."""
@@ -265,9 +295,6 @@ class Gradients:
     D = property(lambda self: self.matrix("D"), doc="R exact D_i = sum_c dO_ic O_ic")
     P = property(lambda self: self.matrix("P"), doc="R x S exact shares")
     O = property(lambda self: self.matrix("O"), doc="R x E_v exact outputs")
-    block_keys = property(lambda self: self._K, doc="the block's keys (the sink's zero row last)")
-    block_values = property(lambda self: self._V,
-                            doc="the block's values (the sink's zero row last)")
     dsink = property(lambda self: self.value("dsink"),
                      doc="the gradient w.r.t. the sink logit: -sum_i P_i,sink D_i")
 
@@ -356,7 +383,6 @@ class Gradients:
             return hit
         from flint import arb, arb_mat
         R, C = self.R, self.cols
-        shares = None if self.certified else self.terms.shares(prec)
         with working_precision(prec):
             dPm = arb_mat(self.dP_matrix)
             flat = dPm.entries()
@@ -367,11 +393,8 @@ class Gradients:
             for i in range(R):
                 if self.kinds[i] in ("zero", "nan"):
                     continue
-                if shares is None:      # the forward's certified row: its keys and shares
-                    vis = [j for j, g in enumerate(self.rows[i].gaps) if g is not None]
-                    row = [self.rows[i].share(j).ball(prec) for j in vis]
-                else:
-                    vis, row = self.terms.visible(i), shares[i]
+                vis = [j for j, g in enumerate(self.rows[i].gaps) if g is not None]
+                row = [self.rows[i].share(j).ball(prec) for j in vis]    # the forward's shares
                 dPi = [flat[i * C + j] for j in vis]
                 Pi = P[i]
                 d = arb(0)
@@ -478,13 +501,112 @@ class Gradients:
                             "dS": dS}
         return self._magnitudes
 
-    # -- exact numerators (exactattn.numbers.parts) ------------------------------------------
+    # -- exact numerators: each atom as sum_k N_k / Z_k^2 over the generators (Terms) --------
+    def _dP_row(self, i: int) -> list[Fraction]:
+        hit = self._dP.get(i)
+        if hit is None:
+            hit = self._dP[i] = [fraction_of(self.dP_matrix[i, j]) for j in range(self.cols)]
+        return hit
+
+    def _row_poly(self, i: int, weights: Sequence[Fraction]):
+        """``sum_j weights[j] t^(a_ij)`` over row i's visible keys."""
+        terms = self.terms
+        coef: dict = {}
+        for j, e in zip(terms.visible(i), terms.exponents(i)):
+            w = weights[j]
+            if w:
+                coef[e] = coef.get(e, 0) + w
+        return terms.poly(coef)
+
+    def _W_row(self, i: int):
+        """``W_i = sum_j dP_ij t^(a_ij)`` (``D_i = W_i / Z_i``)."""
+        hit = self._W.get(i)
+        if hit is None:
+            hit = self._W[i] = self._row_poly(i, self._dP_row(i))
+        return hit
+
+    def _mono(self, i: int, j: int):
+        """``t^(a_ij)`` when row i's shares run over key j, else None."""
+        terms = self.terms
+        k = terms.position(i, j)
+        return None if k is None else terms.poly({terms.exponents(i)[k]: Fraction(1)})
+
     def atom_parts(self, atom: tuple) -> dict:
-        """``{class: N}``: the atom as ``sum N / Z^2`` (the rational scale folded in)."""
-        if self._numerators is None:
-            from ..numbers.parts import Numerators
-            self._numerators = Numerators(self)
-        return self._numerators.parts(atom)
+        """``{class: N}``: the atom as ``sum N / Z^2`` (the rational scale folded in; cached)."""
+        hit = self._parts.get(atom)
+        if hit is None:
+            hit = self._parts[atom] = self._build_parts(atom)
+        return hit
+
+    def _build_parts(self, atom: tuple) -> dict:
+        terms = self.terms
+        name = atom[0]
+        if atom == ONE:
+            return {terms.one: terms.poly({terms.one[0]: Fraction(1)})}
+        if name == "dP":
+            q = self._dP_row(atom[1])[atom[2]]
+            return {terms.one: terms.poly({terms.one[0]: q})} if q else {}
+        if name in ("dK", "dV"):
+            return self._column_parts(name, atom[1], atom[2])
+        i = atom[1]
+        kind, key = terms.kinds[i], terms.class_of(i)
+        if kind in ("zero", "nan") or (kind == "uniform" and name in ("dS", "dQ")):
+            return {}
+        Z = terms.normaliser(key)
+        if name == "P":
+            mono = self._mono(i, atom[2])
+            return {} if mono is None else {key: mono * Z}
+        if name == "O":
+            c = atom[2]
+            return {key: self._row_poly(i, [r[c] * self.factor(i, j)
+                                            for j, r in enumerate(self._V)]) * Z}
+        if name == "D":
+            return {key: self._W_row(i) * Z}
+        if name == "J":                 # P_ij (delta_jk - P_ik) = t^a_j (delta_jk Z - t^a_k) / Z^2
+            mj, mk = self._mono(i, atom[2]), self._mono(i, atom[3])
+            if mj is None:
+                return {}
+            inner = Z if atom[2] == atom[3] else Z * 0
+            return {key: mj * (inner - (mk if mk is not None else Z * 0))}
+        if name == "dS":
+            mono = self._mono(i, atom[2])
+            if mono is None:
+                return {}
+            q = self._dP_row(i)[atom[2]] + self.d_lse(i)
+            return {key: mono * (Z * fmpq_of(q) - self._W_row(i))}
+        # dQ_ic = scale sum_j K_jc dS_ij
+        c = atom[2]
+        dP = self._dP_row(i)
+        Kc = [r[c] for r in self._K]
+        lse = self.d_lse(i)
+        A = self._row_poly(i, [k * (d + lse) for k, d in zip(Kc, dP)])
+        B = self._row_poly(i, Kc)
+        return {key: (A * Z - B * self._W_row(i)) * fmpq_of(self.scale_rational)}
+
+    def _column_parts(self, name: str, j: int, c: int) -> dict:
+        """dK_jc = scale sum_i Q_ic dS_ij and dV_jc = sum_i dO_ic W_ij, row class by row class."""
+        terms = self.terms
+        out: dict = {}
+        for i in range(self.R):
+            kind = terms.kinds[i]
+            if kind in ("zero", "nan") or (kind == "uniform" and name == "dK"):
+                continue
+            w = self.queries[i][c] if name == "dK" else self.d_out[i][c] * self.factor(i, j)
+            if not w:
+                continue
+            mono = self._mono(i, j)
+            if mono is None:
+                continue
+            key = terms.class_of(i)
+            Z = terms.normaliser(key)
+            if name == "dV":
+                piece = mono * Z * fmpq_of(w)
+            else:
+                q = self._dP_row(i)[j] + self.d_lse(i)
+                piece = mono * (Z * fmpq_of(q) - self._W_row(i)) * \
+                    fmpq_of(w * self.scale_rational)
+            out[key] = out[key] + piece if key in out else piece
+        return out
 
     def row_sum(self, i: int) -> ExpRatio:
         """``sum_j dS_ij`` over every column of row i (the sink's included): 0 exactly."""
@@ -525,7 +647,6 @@ class ExactGradients:
         problem, policy = ref.exact_call, check_policy(ref.policy)
         sh = self.shape = problem.shape
         self.policy = policy
-        certified = (policy.softcap, policy.rope) != (None, None)
         L, S = sh["L"], sh["S"]
         self.heads = {g: policy.query_heads(g, sh["H_q"], sh["H_kv"]) for g in range(sh["H_kv"])}
         self.blocks = {}
@@ -549,7 +670,7 @@ class ExactGradients:
                     positions=[policy.query_position(i, L, S) for i in range(L)] * len(hs),
                     d_lse=None if d_lse is None else [x for h in hs for x in d_lse[b, h].tolist()],
                     rotate=rotated_balls,
-                    rows=[ref.row(b, h, i) for h in hs for i in range(L)] if certified else None)
+                    rows=lambda b=b, hs=hs: [ref.row(b, h, i) for h in hs for i in range(L)])
 
     def locate(self, name: str, b: int, h: int, i: int, c: int):
         """(block, row, column) of one entry (h is the query head for dQ, else the kv head)."""

@@ -35,14 +35,20 @@ BUDGET = {
     # from enclosures, bounded)
     # numbers: gradients/terms and gradients/parts -> numbers/ (a move inside the layer), issue 43
     # numbers: 2801 -> 2768, issue 43, fifth session: the count after its deletions
-    "numbers": (("numbers",), 2768, 1800),
+    # numbers: -106 moved to reference (numbers/parts.py -> reference/backward.py, the exact
+    # backward beside its enclosures), -42 deleted (Terms.shares: a block's share enclosures
+    # are the forward rows'): 2768 -> 2620, issue 43, sixth session
+    "numbers": (("numbers",), 2620, 1800),
     # call: -141 moved to engines (the head specs: call/spec.py -> engines/spec.py), issue 43
     # call: 1443 -> 1405 by deletions (one reader of masks and keep-masks, one SDPA policy), issue 43
     # call: +160 for issue 44's RoPE scalings (RopeScaling: its checks and exact frequencies)
     # call: +1 for issue 44's scaling kept in a problem file (Policy.modifiers writes it)
     # call: +2 for issue 44's dynamic rope bound once by Call (moved from Reference: -2 there)
     # call: +4 for issue 44's review: NaN and infinities refused in one line (exact_number)
-    "call": (("call", "examples"), 1572, 960),
+    # call: +84 moved from engines (blocks' ExactInputs, from_call, from_floats, float_ints:
+    # one head of a Call, Call.head and Call.from_floats, the numerators held by Call), issue 43,
+    # sixth session: a move, not a raise (the engines ceiling fell by as much)
+    "call": (("call", "examples"), 1656, 1044),
     # reference: +25 for issue 42's row rule (bound._row_excess: the weights' shared errors)
     # reference: +6 for issue 44's RoPE scalings (the scaled frequencies, gain, dynamic length)
     # reference: +86 for issue 44's backward of every modifier (soft-cap, RoPE, dlse, dsink)
@@ -50,13 +56,17 @@ BUDGET = {
     # reference: 1711 -> 1610, issue 43: the gradients read by Reference (block_inputs gone),
     # gradients/ a facade over it, and this session's deletions
     # reference: 1610 -> 1599, issue 43, fifth session: the count after its deletions
-    "reference": (("reference", "gradients"), 1599, 1000),
+    # reference: +106 moved from numbers (numbers/parts.py -> reference/backward.py), issue 43:
+    # a move, not a raise (the numbers ceiling fell by as much); 1705 -> 1695, the count
+    "reference": (("reference", "gradients"), 1695, 1000),
     # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
     # raise (the call ceiling fell by as much; target +140 from call's)
     # engines: 1452 -> 1391, issue 43: the blocked check's report a check.Report, one binary64
     # test (numbers.exact.binary64), the default rule from check.default_tolerance
     # engines: 1391 -> 1382, issue 43, fifth session: the count after its deletions
-    "engines": (("engines", "blocks"), 1382, 1040),
+    # engines: -84 moved to call (blocks read Call.head: ExactInputs and its readers gone),
+    # issue 43, sixth session: 1382 -> 1298 (target -84 with them: 1040 -> 956)
+    "engines": (("engines", "blocks"), 1298, 956),
     # checks: +15 for issue 42's row rule (Report.rows_past, its note and summary); +12 for
     # issue 41's worst entries without building every entry (Comparison.top, .failures); +7 for
     # a review of both: the magnitudes' proved slack, ok entries' tolerances, accumulation checked;
@@ -79,7 +89,10 @@ BUDGET = {
     # raise (targets moved with them: -400 to audit, -150 to commands)
     # cost: 1351 -> 1298 by deletions (one layer loop for prefill and decoding), issue 43
     # cost: 1298 -> 1251, issue 43, fifth session: the count after its deletions
-    "cost": (("cost",), 1251, 950),
+    # cost: -305 moved to audit (the FLOP audit's ledger, verdict, calls and judge: one FLOP
+    # audit in audit/flops.py and audit/counters.py), -22 deleted by the merge, issue 43,
+    # sixth session: 1251 -> 924 (target -305 with them: 950 -> 645)
+    "cost": (("cost",), 924, 645),
     # present: +95 for issue 46's LaTeX as math (render.latex_cell) and the SVG tooltips' spelling
     # present: 3017 -> 3002 by deletions (one matrix builder for the backward, the tables as
     # a TABLES list read by one build, one Printer for the line formats and HTML), issue 43
@@ -88,7 +101,9 @@ BUDGET = {
     # audit: +11 for issue 44's RoPE scalings (configs' rope_scaling, llama3-tiny)
     # audit: 2557 -> 2505 by deletions (name maps as data, one JSON reader, round_balls and
     # compare.decide for the model check's decimals and drift, one judged figure), issue 43
-    "audit": (("audit", "models"), 2505, 2100),
+    # audit: +305 moved from cost (the FLOP audit's ledger, verdict, calls and judge), issue 43,
+    # sixth session: 2505 -> 2810 (target +305 with them: 2100 -> 2405)
+    "audit": (("audit", "models"), 2810, 2405),
     # commands: +222 moved from cost (cost_tables: the cost tables in words), issue 43
     # commands: 2297 -> 2236 by deletions (flags declared once, refusals from tables), issue 43
     # commands: +96 for issue 45's identify/invariance (commands/identify.py, cli registration,

@@ -357,9 +357,16 @@ def test_the_worked_example_in_the_docs():
 
 
 def test_gradients_class_takes_rows_of_a_gqa_group():
-    keep = np.ones((4, 3), dtype=bool)
-    g = Gradients([[F(1)], [F(2)], [F(0)], [F(-1)]], [[F(1)], [F(0)], [F(2)]],
+    from exactattn.call import Call
+    from exactattn.reference.reference import Reference
+    call = Call([[[[1], [2]], [[0], [-1]]]], [[[[1], [0], [2]]]], [[[[1], [2], [0]]]],
+                policy=Policy(scale="none"))            # two query heads read one key head
+    g = Reference(call).gradients([[[[1]] * 2] * 2]).blocks[(0, 0)]
+    keep = np.ones((4, 3), dtype=bool)            # built by hand: rows of its own exponents
+    h = Gradients([[F(1)], [F(2)], [F(0)], [F(-1)]], [[F(1)], [F(0)], [F(2)]],
                   [[F(1)], [F(2)], [F(0)]], [[F(1)]] * 4, keep=keep, divisor_squared=None)
+    assert [h.decimals(n, 30) for n in ("dQ", "dK", "dS")] == \
+        [g.decimals(n, 30) for n in ("dQ", "dK", "dS")]
     assert g.shape("dK") == (3, 1) and g.shape("dQ") == (4, 1)
     # query row 2 scores 0 everywhere: P = 1/3, dP = (1, 2, 0), D = 1, dS = (0, 1/3, -1/3)
     assert [v.rational() for v in g.dS[2]] == [0, F(1, 3), F(-1, 3)]

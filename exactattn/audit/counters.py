@@ -1,4 +1,17 @@
-"""The FLOP counters the audit runs, each in a fresh interpreter, on the calls of the audit.
+"""The FLOP counters the audit runs and the attention calls it runs them on, each counter in
+a fresh interpreter.
+
+Each :class:`AuditCall` says what the torch side builds (an SDPA call, an
+explicit matmul attention, ``nn.MultiheadAttention``, a ``transformers``
+BERT self-attention layer or a GPT-2 attention block, built from small
+configs, nothing downloaded) and gives the derived side its
+:class:`~exactattn.cost.sizes.CallShape` (shapes, :class:`~exactattn.call.policy.
+Policy`, explicit mask, projections).  The band mask of the windowed call
+and GPT-2's causal mask are made from the same ``Policy.keep`` rows the
+derived side reads.  The sizes are small enough to check by hand: the
+bottom-right causal call (4 queries, 10 keys, d_k 8, d_v 16) runs
+7 + 8 + 9 + 10 = 34 pairs, so 34 x (8 + 16) = 816 MACs, where the full
+4 x 10 square is 960 MACs (1920 FLOPs).
 
 Counters (all optional; the ``counters`` extra installs them): torch's
 ``FlopCounterMode``, fvcore's ``FlopCountAnalysis``, ptflops (its ``pytorch``
@@ -8,17 +21,18 @@ while they count and leave them patched when the model raises, so every
 counter runs in its own interpreter (``python -m exactattn.audit.counters``),
 and a call that fails ends that interpreter: the next call starts a fresh one.
 The figures come back as JSON lines; nothing here judges them (that is
-:mod:`exactattn.audit.flops`, by the verdicts of :mod:`exactattn.cost.audit`).
+:mod:`exactattn.audit.flops`).
 
 Nothing imports torch or a counter until a child interpreter runs; the
 parent reads versions from the installed distributions' metadata.  The
-names below load no sympy either (the calls are imported when they run), so
-the command line can list them.
+names below load no sympy either, so the command line can list them.
 
 >>> [c.key for c in COUNTERS]
 ['torch', 'fvcore', 'ptflops', 'ptflops_aten', 'thop', 'calflops', 'deepspeed']
 >>> counter("thop").readings
 (('MACs', 1),)
+>>> [c.key for c in AUDIT_CALLS][:3], call("sdpa_bottom_right").shape.pairs()
+(['sdpa_top_left', 'sdpa_bottom_right', 'sdpa_window'], 34)
 """
 
 from __future__ import annotations
@@ -33,13 +47,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata, util
 
-from typing import TYPE_CHECKING
-
+from ..call.masks import Mask
+from ..call.policy import Policy
+from ..cost.sizes import CallShape
 from ..errors import shorten
 from ..options import check_choice
-
-if TYPE_CHECKING:
-    from ..cost.audit_calls import AuditCall
 
 #: the prefix of the lines a child interpreter reports on (counters print too)
 MARK = "@@exactattn-audit "
@@ -93,6 +105,111 @@ def counter(key: str) -> Counter:
         InputError: an unknown name.
     """
     return _BY_KEY[check_choice(key, "counter", tuple(_BY_KEY))]
+
+
+def band_mask(n: int, window: int) -> Mask:
+    """A sliding window as an explicit mask: query i sees keys i - window + 1 .. i.
+
+    The rows of ``Policy(causal=True, window=(window - 1, 0)).keep(n, n)``
+    (the one visibility rule), handed over as a mask, as the audit's torch call does.
+
+    >>> band_mask(3, 2).rows
+    ((True, False, False), (True, True, False), (False, True, True))
+    """
+    band = Policy(causal=True, window=(window - 1, 0))
+    return Mask("bool_keep", band.keep(n, n).tolist())
+
+
+@dataclass(frozen=True)
+class AuditCall:
+    """One call of the audit.
+
+    ``key`` names it (``sdpa_bottom_right``); ``title`` says it in words;
+    ``kind`` is how the torch side computes it (``sdpa``, ``matmul``, ``mha``,
+    ``bert`` or ``gpt2``); ``shape`` its :class:`~exactattn.cost.sizes.CallShape`;
+    ``impl`` the ``transformers`` attention implementation (``eager`` or
+    ``sdpa``); ``ops`` the elementwise operations the implementation runs
+    outside its matrix products (``softmax``, ``scale_scores``,
+    ``scale_queries``, ``mask_add``: a separate softmax, a scaling of the
+    scores or of the queries, an additive mask); ``bias`` whether its
+    projections add biases; ``code`` the torch call, as a person would write it.
+    """
+
+    key: str
+    title: str
+    kind: str
+    shape: CallShape
+    code: str
+    impl: str = ""
+    ops: tuple = ()
+    bias: bool = False
+
+
+def _sdpa(key, title, q, k, v, code, policy=Policy(), mask=None, kind="sdpa", ops=()):
+    return AuditCall(key, title, kind, CallShape(q, k, v, policy, mask), code, ops=ops)
+
+
+def _layer(key, title, kind, code, *, causal=False, impl="", out_projection=True, ops=()):
+    d_model, heads, tokens = 10, 2, 8
+    head = (1, heads, tokens, d_model // heads)
+    return AuditCall(key, title, kind,
+                     CallShape(head, head, head, Policy(causal=causal), d_model=d_model,
+                               out_projection=out_projection), code, impl=impl, ops=ops,
+                     bias=True)
+
+
+_BR = Policy(causal=True, alignment="bottom_right")
+_EAGER = ("softmax", "scale_scores")
+
+AUDIT_CALLS = (
+    _sdpa("sdpa_top_left", "SDPA causal top_left, q 1x1x4x8, k 1x1x10x8, v 1x1x10x16",
+          (1, 1, 4, 8), (1, 1, 10, 8), (1, 1, 10, 16),
+          "F.scaled_dot_product_attention(q, k, v, is_causal=True)", Policy(causal=True)),
+    _sdpa("sdpa_bottom_right", "SDPA causal bottom_right, q 1x1x4x8, k 1x1x10x8, v 1x1x10x16",
+          (1, 1, 4, 8), (1, 1, 10, 8), (1, 1, 10, 16),
+          "F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(4, 10))", _BR),
+    _sdpa("sdpa_window", "SDPA windowed (band of 3, explicit mask), q k v 1x1x6x4",
+          (1, 1, 6, 4), (1, 1, 6, 4), (1, 1, 6, 4),
+          "F.scaled_dot_product_attention(q, k, v, attn_mask=band)", mask=band_mask(6, 3)),
+    _sdpa("sdpa_gqa", "SDPA GQA, q 1x4x4x8, k v 1x2x4x8",
+          (1, 4, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8),
+          "F.scaled_dot_product_attention(q, k, v, enable_gqa=True)"),
+    _sdpa("sdpa_batched", "SDPA batched, q k v 2x3x4x8",
+          (2, 3, 4, 8), (2, 3, 4, 8), (2, 3, 4, 8), "F.scaled_dot_product_attention(q, k, v)"),
+    _sdpa("sdpa_broadcast_query", "SDPA query broadcast, q 1x1x2x4, k v 3x1x5x4",
+          (1, 1, 2, 4), (3, 1, 5, 4), (3, 1, 5, 4), "F.scaled_dot_product_attention(q, k, v)"),
+    _sdpa("sdpa_broadcast_kv", "SDPA key/value broadcast, q 3x1x2x4, k v 1x1x5x4",
+          (3, 1, 2, 4), (1, 1, 5, 4), (1, 1, 5, 4), "F.scaled_dot_product_attention(q, k, v)"),
+    _sdpa("matmul_broadcast_query", "matmul attention, query broadcast, q 1x1x2x4, "
+          "k v 3x1x5x4", (1, 1, 2, 4), (3, 1, 5, 4), (3, 1, 5, 4),
+          "torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * 4 ** -0.5, -1), v)",
+          kind="matmul", ops=_EAGER),
+    _layer("mha", "nn.MultiheadAttention(10, 2), x 8x1x10", "mha",
+           "nn.MultiheadAttention(10, 2)(x, x, x)", ops=("softmax", "scale_queries")),
+    _layer("bert_eager", "BERT self-attention (eager), hidden 10, 2 heads, x 1x8x10", "bert",
+           "BertSelfAttention(BertConfig(hidden_size=10, num_attention_heads=2))(x)",
+           impl="eager", out_projection=False, ops=_EAGER),
+    _layer("bert_sdpa", "BERT self-attention (sdpa), hidden 10, 2 heads, x 1x8x10", "bert",
+           "BertSelfAttention(BertConfig(hidden_size=10, num_attention_heads=2))(x)",
+           impl="sdpa", out_projection=False),
+    _layer("gpt2_eager", "GPT-2 attention (eager, causal mask), n_embd 10, 2 heads, x 1x8x10",
+           "gpt2", "GPT2Attention(GPT2Config(n_embd=10, n_head=2))(x, attention_mask=causal)",
+           causal=True, impl="eager", ops=_EAGER + ("mask_add",)),
+    _layer("gpt2_sdpa", "GPT-2 attention (sdpa, is_causal), n_embd 10, 2 heads, x 1x8x10",
+           "gpt2", "GPT2Attention(GPT2Config(n_embd=10, n_head=2))(x)", causal=True,
+           impl="sdpa"),
+)
+
+_CALLS = {c.key: c for c in AUDIT_CALLS}
+
+
+def call(key: str) -> AuditCall:
+    """The audit call named ``key``.
+
+    Raises:
+        InputError: an unknown name.
+    """
+    return _CALLS[check_choice(key, "call", tuple(_CALLS))]
 
 
 def _version(distribution: str) -> str | None:
@@ -150,7 +267,7 @@ def _modules():
     return torch, Sdpa, Matmul, SelfAttention
 
 
-def build(c: "AuditCall"):
+def build(c: AuditCall):
     """``(module, args, names)``: the torch side of one audit call (seeded inputs)."""
     torch, Sdpa, Matmul, SelfAttention = _modules()
     s = c.shape
@@ -254,7 +371,6 @@ def main(argv=None) -> int:
     def emit(record):
         print(MARK + json.dumps(record), file=out, flush=True)
 
-    from ..cost.audit_calls import call
     warnings.simplefilter("ignore")
     key, keys = argv[0], argv[1:]
     with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
@@ -343,7 +459,6 @@ def measure_all(counters=None, calls=None, jobs: int = 2, *,
     installed and some counter runs).
     Returns ``{(counter, call): Measurement}``.
     """
-    from ..cost.audit_calls import AUDIT_CALLS, call
     keys = [c.key for c in AUDIT_CALLS] if calls is None else [call(k).key for k in calls]
     wanted = [c.key for c in COUNTERS] if counters is None else [counter(k).key for k in counters]
     results: dict[tuple[str, str], Measurement] = {}

@@ -1,17 +1,53 @@
-"""The FLOP-counter audit: each installed counter run on the audit's calls, each figure
-judged, and the tables in words.
+"""The FLOP-counter audit: the derived count of each call, each counter's figure, a verdict,
+and the tables in words.
 
-:func:`audit_counters` derives every call of :mod:`~exactattn.cost.audit_calls`
-(:func:`~exactattn.cost.audit.ledger`), runs each counter on it
+For every call of :data:`~exactattn.audit.counters.AUDIT_CALLS` :func:`ledger`
+derives the multiply-adds of each stage from the loop nests
+(:func:`~exactattn.cost.derivation.derive_call`; checked against a counted run,
+:func:`~exactattn.cost.counting.count_call`) and the operations a counter
+might add besides them: the full square a dense kernel computes under a
+causal or band mask, the batch of the query alone (a matmul counter that
+reads the first operand's shape), and elementwise operations (the softmax,
+the scaling, an additive mask, biases).  :func:`verdict` then explains a
+counter's figure by the fewest departures from the exact count: ``matches``,
+or a list of findings such as ``full_square``, ``omits_attention``,
+``batch_factor``, ``softmax``.  A figure nothing explains is
+``unexplained``.  Units: MACs; a reading in FLOPs is held against 2 x MACs.
+
+:func:`audit_counters` runs each counter on every call
 (:mod:`~exactattn.audit.counters`, each in its own interpreter) and judges each
-figure (:func:`~exactattn.cost.audit.verdict`).  :func:`audit_sections` turns
-that into one :class:`~exactattn.present.render.Section` (``cost/audit``): the
-call, the torch kernel that ran it, the derived MACs / FLOPs of each stage, the
-operations of a float softmax (counted separately), and each counter's figure
-with its verdict.  :func:`judge_sections` is the ``cost/judge`` table of one
-reported figure (:func:`~exactattn.cost.judge.judge_figure`).
+figure; :func:`audit_sections` turns that into one
+:class:`~exactattn.present.render.Section` (``cost/audit``): the call, the torch
+kernel that ran it, the derived MACs / FLOPs of each stage, the operations of a
+float softmax (counted separately), and each counter's figure with its verdict.
 
->>> from exactattn.cost.audit import Verdict
+:func:`judge_figure` judges one reported figure for one of torch's SDPA entry
+points (:data:`JUDGE_CALLS`: the dispatcher ``sdpa``, or a backend forced with
+``sdpa_kernel``: ``flash``, ``mem_efficient``, ``math``) on operands of shape
+B x H x L x E (query), B x H_kv x S x E (key) and B x H_kv x S x E_v (value),
+built as an :class:`~exactattn.audit.counters.AuditCall` and judged by the same
+:func:`ledger` and :func:`verdict`; :func:`judge_sections` is its ``cost/judge``
+table.  Only the exact count is right (exit 0 on the command line); a figure a
+convention gives (the full square, n^2/2 under the causal rule) is named as a
+convention, an error as an error.  Forward: B H P (E + E_v) MACs for P visible
+pairs a head.  Backward: ``flash`` and ``mem_efficient`` (and ``sdpa``, whose
+fused kernels they are) recompute the scores, then run dP, dS K, dS^T Q and
+P^T dO: B H P (3E + 2E_v) MACs; ``math`` keeps P from the forward:
+B H P (2E + 2E_v) (Dao et al. 2022, alg. 4; torch's registered SDPA backward
+formula counts the five products).
+
+>>> L = ledger(call("sdpa_bottom_right"))
+>>> L.macs["total"], L.dense["total"], 2 * L.dense["total"]
+(816, 960, 1920)
+>>> verdict(L, 1920, 2).findings
+('full_square',)
+>>> verdict(ledger(call("matmul_broadcast_query")), 160, 1).findings
+('batch_factor_scores',)
+>>> j = judge_figure(25920, "sdpa", (2, 5, 9, 9, 4))
+>>> j.expected, j.findings
+(12960, ('attention_twice',))
+>>> judge_figure(384, "flash", (1, 2, 6, 6, 4)).findings
+('layout_swap',)
 >>> verdict_text(Verdict(1920, 1632, ("full_square",)))
 '1920: full square'
 >>> verdict_text(Verdict(80, 240, ("batch_factor",), factor=Fraction(1, 3)))
@@ -20,22 +56,385 @@ reported figure (:func:`~exactattn.cost.judge.judge_figure`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import re
+from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
+from itertools import chain, combinations, product
 
-from ..cost.audit import ERRORS, PASSES, Verdict, ledger, verdict
-from ..cost.audit_calls import AUDIT_CALLS, call
+from ..call.policy import ALIGNMENTS
+from ..cost.counting import count_call
+from ..cost.derivation import derive_call
+from ..cost.sizes import MAX_SIZE, CallShape, policy_of
 from ..errors import InputError
 from ..numbers.digits import round_fraction
+from ..options import check_choice, check_whole
 from ..present.render import Section
-from .counters import COUNTERS, counter, measure_all, versions
+from .counters import AUDIT_CALLS, COUNTERS, AuditCall, call, counter, measure_all, versions
+
+#: the elementwise operations a counter may add to the multiply-adds, in the order tried
+EXTRAS = ("softmax", "bias", "bias_once", "scale", "mask")
+#: findings that are errors (the rest are conventions: what else a counter chose to count)
+ERRORS = ("omits_attention", "omits_linear", "batch_factor", "batch_factor_scores",
+          "attention_twice", "bias_once", "scores_only", "mix_only", "one_product",
+          "layout_swap", "image_layout", "kv_heads", "macs_as_flops", "unexplained", "fails")
+#: how each pass weighs the scores-shaped (width E) and mix-shaped (width E_v) products:
+#: the forward runs each once; a backward runs dQ = dS K and dK = dS^T Q (E) and
+#: dV = P^T dO and dP = dO V^T (E_v), and a fused kernel (flash, mem_efficient) recomputes
+#: the scores Q K^T first (Dao et al. 2022, alg. 4)
+PASSES = {"forward": (1, 1), "backward": (3, 2), "backward_autograd": (2, 2)}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The derived figures of one call.
+
+    ``macs``: MACs per stage and ``total`` (the loops over visible pairs);
+    ``counted``: the same, counted by running the call; ``dense``: scores and
+    mix over the full L x S square (no causal rule, no mask); ``query_batch``:
+    scores and mix at the query's own batch; ``softmax_ops``: what a float
+    softmax over the visible keys takes (k exponentials, k - 1 additions, k
+    divisions for a row of k keys); ``extras``: the size of each elementwise
+    operation of :data:`EXTRAS` the call's implementation runs (0 if none).
+    """
+
+    call: AuditCall
+    macs: dict
+    counted: dict
+    dense: dict
+    query_batch: dict
+    softmax_ops: dict
+    extras: dict
+    swapped: dict | None = None
+    kv_heads: dict | None = None
+
+    @property
+    def linear(self) -> int:
+        return self.macs.get("projections", 0) + self.macs.get("out_projection", 0)
+
+    @property
+    def same(self) -> bool:
+        """The derived figures equal the counted ones."""
+        return self.macs == self.counted
+
+
+def ledger(c: AuditCall, count_limit: int | None = None) -> Ledger:
+    """Derive (and count) the figures of audit call ``c``.
+
+    ``count_limit``: count by running the call only when its derived total is at most
+    this many MACs (None: always); a call not counted has ``counted`` None.
+    ``swapped``: scores and mix of the operands' (B, S, H, D) layout read as (B, H, S, D)
+    (heads from the query's L, queries from its H_q, keys from the key's H_kv; full
+    square, as a shape-reading formula counts), for a call of 4-dimensional operands
+    without projections; ``kv_heads``: the call at H_kv query heads (GQA calls only).
+    """
+    s = c.shape
+    macs = derive_call(s)
+    dense_shape = dataclasses.replace(s, policy=s.policy.replace(causal=False), mask=None)
+    dense = derive_call(dense_shape)
+    ones = (1,) * len(s.key[:-3])
+    query_batch = derive_call(dataclasses.replace(s, key=ones + s.key[-3:],
+                                                  value=ones + s.value[-3:]))
+    B, H, Hkv = s.batch_size, s.heads, s.kv_heads
+    if s.mask is None:   # by rows: no L x S array for a long call
+        seen = [len(s.policy.visible_keys(i, s.queries, s.keys)) for i in range(s.queries)]
+        pairs, rows = B * H * sum(seen), B * H * sum(1 for k in seen if k)
+    else:
+        keep = s.policy.keep(s.queries, s.keys, s.mask)
+        pairs, rows = B * H * int(keep.sum()), B * H * int(keep.any(axis=1).sum())
+    scores = B * H * dense_shape.pairs()
+    width = (H * s.d_k, Hkv * s.d_k, Hkv * s.d_v)
+    out = s.d_model if s.out_projection else 0
+    extras = dict.fromkeys(EXTRAS, 0)
+    for op, extra, size in (("softmax", "softmax", scores), ("scale_scores", "scale", scores),
+                            ("scale_queries", "scale", B * s.queries * H * s.d_k),
+                            ("mask_add", "mask", scores)):
+        extras[extra] = size if op in c.ops else extras[extra]
+    if c.bias:
+        extras["bias"] = B * (s.queries * width[0] + s.keys * (width[1] + width[2])
+                              + s.queries * out)
+        extras["bias_once"] = sum(width) + out
+    swapped = kv = None
+    if s.d_model is None and len(s.query) == len(s.key) == 4:
+        q, k, v = s.query, s.key, s.value
+        swapped = derive_call(CallShape(q[:1] + (q[2], q[1], q[3]), k[:1] + (q[2], k[1], k[3]),
+                                        v[:1] + (q[2], v[1], v[3])))
+    if Hkv != H:
+        kv = derive_call(dataclasses.replace(s, query=s.query[:-3] + (Hkv,) + s.query[-2:]))
+    counted = count_call(s).macs if count_limit is None or macs["total"] <= count_limit \
+        else None
+    return Ledger(c, macs, counted, dense, query_batch,
+                  {"exp": pairs, "add": pairs - rows, "div": pairs}, extras, swapped, kv)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A counter's figure against the derived count.
+
+    ``expected``: the derived total in the reading's unit (MACs, or 2 x MACs
+    for FLOPs); ``findings``: ``("matches",)`` or the departures that explain
+    the figure; ``factor``: the batch factor when a finding is one;
+    ``alternatives``: other explanations of the same figure with as few
+    departures (the figure alone cannot tell them apart).
+    """
+
+    figure: int | None
+    expected: int
+    findings: tuple
+    factor: Fraction | None = None
+    error: str | None = None
+    alternatives: tuple = ()
+    #: the :class:`Ledger` judged against, the pass (``forward``, or a backward of
+    #: :data:`PASSES`) and the reading's unit: 2 operations per MAC (FLOPs) or 1 (MACs)
+    ledger: Ledger | None = field(default=None, compare=False, repr=False)
+    pass_: str = "forward"
+    per_mac: int = 2
+
+    @property
+    def right(self) -> bool:
+        """The figure is the exact count."""
+        return self.findings == ("matches",)
+
+    @property
+    def is_error(self) -> bool:
+        """Some finding is an error (not a convention)."""
+        return any(f in ERRORS for f in self.findings)
+
+
+def _attention(L: Ledger) -> list[tuple[str | None, int, int]]:
+    """The ways of counting the scores and the mix: ``(finding, scores MACs, mix MACs)``,
+    the exact count first."""
+    m, d, s = L.macs, L.dense, L.call.shape
+    options = [(None, m["scores"], m["mix"]), ("full_square", d["scores"], d["mix"])]
+    if L.call.shape.policy.causal:   # n^2/2: half the full square (Fractions when odd)
+        options.append(("causal_half", Fraction(d["scores"], 2), Fraction(d["mix"], 2)))
+    options += [("batch_factor", L.query_batch["scores"], L.query_batch["mix"]),
+                ("batch_factor_scores", L.query_batch["scores"], m["mix"]),
+                ("attention_twice", 2 * m["scores"], 2 * m["mix"])]
+    if m["scores"] == m["mix"]:   # E = E_v: the figure cannot tell which product
+        options.append(("one_product", m["scores"], 0))
+    else:
+        options += [("scores_only", m["scores"], 0), ("mix_only", 0, m["mix"])]
+    if L.swapped is not None:   # 4-d operands, also read as (B, C, H, W): L x E pixels a head
+        (_, H, Lq, E), (_, Hkv, S, _), Ev, B = s.query, s.key, s.value[-1], s.batch_size
+        options += [("layout_swap", L.swapped["scores"], L.swapped["mix"]),
+                    ("image_layout", B * H * Lq * E * S * E, B * Hkv * Lq * E * S * Ev)]
+    if L.kv_heads is not None:
+        options.append(("kv_heads", L.kv_heads["scores"], L.kv_heads["mix"]))
+    options.append(("omits_attention", 0, 0))
+    exact, out, seen = m["scores"] + m["mix"], [], set()
+    for name, a, b in options:   # a departure that changes nothing is no departure
+        if (name is None or a + b != exact) and (a, b) not in seen:
+            seen.add((a, b))
+            out.append((name, a, b))
+    return out
+
+
+def _linear(L: Ledger) -> list[tuple[str | None, int]]:
+    return [(None, L.linear)] + ([("omits_linear", 0)] if L.linear else [])
+
+
+def _passes(backward: str | None) -> list[tuple[str | None, int, int]]:
+    """The pass counted (:data:`PASSES`) and its departure: a backward without the
+    recomputation of the scores (``no_recompute``, backward = 2 x forward) or with it
+    (``recompute``)."""
+    if backward is None:
+        return [(None, *PASSES["forward"])]
+    check_choice(backward, "backward", ("backward", "backward_autograd"))
+    other = "backward_autograd" if backward == "backward" else "backward"
+    return [(None, *PASSES[backward]),
+            ("no_recompute" if backward == "backward" else "recompute", *PASSES[other])]
+
+
+def explanations(L: Ledger, per_mac: int, backward: str | None = None
+                 ) -> list[tuple[int, tuple]]:
+    """Every total a counter could reach by departing from the derived count, with its
+    findings: ``[(total, findings), ...]`` in the order :func:`verdict` tries them.
+
+    Tried: the scores and mix exact, over the full square, half the full square
+    (causal), at the query's batch (both products, or the scores only), twice,
+    one product alone, the (B, S, H, D) layout read as (B, H, S, D), a (B, H, L, E)
+    operand read as an image block (B, C, H, W), at the key/value heads, or left out; the linear stages as they are or left out;
+    any of :data:`EXTRAS` added once; a FLOP reading (``per_mac`` 2) also as
+    the MACs (``macs_as_flops``).  ``backward`` (``backward``: a fused kernel's,
+    the scores recomputed; ``backward_autograd``: the math path's) judges the
+    backward pass instead (its products weighed by :data:`PASSES`, no
+    extras, no linear stages).  Totals are in the reading's unit (``per_mac``
+    operations per MAC, the extras one each).
+
+    Raises:
+        InputError: a backward of a call with projections.
+    """
+    if backward is not None and L.linear:
+        raise InputError("backward must be left unset for a call with projections (got "
+                         f"{backward!r}); the backward counts the attention alone")
+    extras = [] if backward else [(k, v) for k, v in L.extras.items() if v]
+    units = [(None, per_mac)] + ([("macs_as_flops", 1)] if per_mac == 2 else [])
+    out = []
+    for (unit, per), (pass_, ws, wm), (att, a, m), (lin, b) in product(
+            units, _passes(backward), _attention(L), _linear(L)):
+        if unit and not a + m + b:
+            continue   # nothing counted: the unit changes nothing
+        for chosen in chain.from_iterable(combinations(extras, k) for k in range(len(extras) + 1)):
+            names = tuple(e for e, _ in chosen)
+            total = per * (ws * a + wm * m + b) + sum(v for _, v in chosen)
+            if att == "attention_twice" and "softmax" in names:
+                total += L.extras["softmax"]   # the softmax went twice too
+            out.append((total, tuple(f for f in (att, pass_, lin, unit) if f) + names))
+    return out
+
+
+def verdict(L: Ledger, figure, per_mac: int, error: str | None = None,
+            backward: str | None = None) -> Verdict:
+    """Explain ``figure`` (a reading of ``per_mac`` operations per multiply-add) by the
+    fewest departures from the derived count (:func:`explanations`; a doubled
+    attention counts as two; ties go to the first tried, and the other
+    explanations of the same figure are kept as ``alternatives``).  No figure (``error`` set) gives ``fails`` (or
+    ``not_installed``); nothing that fits, ``unexplained``.
+
+    >>> L = ledger(call("mha"))
+    >>> verdict(L, 2 * 4480 + 128, 2).findings, verdict(L, 3200, 1).findings
+    (('softmax',), ('omits_attention',))
+    >>> verdict(L, 0, 1).findings, verdict(L, 4481, 1).findings
+    (('omits_attention', 'omits_linear'), ('unexplained',))
+    """
+    ws, wm = PASSES[backward or "forward"]
+    judged = partial(Verdict, ledger=L, pass_=backward or "forward", per_mac=per_mac)
+    expected = per_mac * (ws * L.macs["scores"] + wm * L.macs["mix"] + L.linear)
+    if figure is None:
+        error = error or "no figure"
+        return judged(None, expected, ("not_installed" if error.startswith("not installed")
+                                       else "fails",), error=error)
+    if figure == expected:
+        return judged(figure, expected, ("matches",))
+    fits = [f for total, f in explanations(L, per_mac, backward) if total == figure]
+    if not fits:
+        return judged(figure, expected, ("unexplained",))
+    least = min(map(_cost, fits))
+    best = next(f for f in fits if _cost(f) == least)
+    # other stories of the same figure, up to two departures (full square as MACs-as-FLOPs
+    # is n^2/2 in FLOPs, always): named, never dropped
+    others = sorted((f for f in fits if f != best and _cost(f) <= max(least, 2)), key=_cost)
+    alternatives: list = []
+    for f in others:   # a different story, not the same count under another name
+        if _kind(f, L) != _kind(best, L) and _kind(f, L) not in map(lambda a: _kind(a, L),
+                                                                     alternatives):
+            alternatives.append(f)
+    factor = None
+    if "batch_factor" in best or "batch_factor_scores" in best:
+        factor = Fraction(L.query_batch["scores"], L.macs["scores"])
+    if "kv_heads" in best:
+        factor = Fraction(L.kv_heads["scores"], L.macs["scores"])
+    return judged(figure, expected, best, factor, alternatives=tuple(alternatives))
+
+
+def _cost(findings: tuple) -> int:
+    """Departures, a doubled attention counting two (a hook and the calls under it)."""
+    return len(findings) + ("attention_twice" in findings)
+
+
+def _kind(findings: tuple, L: Ledger) -> tuple:
+    """Findings with the per-score extras (softmax, scaling, mask: one per score each) told
+    apart only by their size."""
+    return tuple(sorted(str(L.extras[f]) if f in ("softmax", "scale", "mask") else f
+                        for f in findings))
+
+
+#: the calls: (torch code, backward pass of :data:`PASSES`)
+JUDGE_CALLS = {
+    "sdpa": ("F.scaled_dot_product_attention(q, k, v{causal})", "backward"),
+    "flash": ("with sdpa_kernel(SDPBackend.FLASH_ATTENTION): "
+              "F.scaled_dot_product_attention(q, k, v{causal})", "backward"),
+    "mem_efficient": ("with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION): "
+                      "F.scaled_dot_product_attention(q, k, v{causal})", "backward"),
+    "math": ("with sdpa_kernel(SDPBackend.MATH): F.scaled_dot_product_attention(q, k, v{causal})",
+             "backward_autograd"),
+}
+#: counted by running the call (not only derived) up to this many MACs
+COUNT_LIMIT = 100_000
+
+
+def judge_figure(figure: int, call: str, shape: tuple, *, causal: bool = False,
+                 alignment: str = "top_left", kv_heads: int | None = None,
+                 backward: bool = False, unit: str = "flops") -> Verdict:
+    """Judge ``figure`` (FLOPs, or MACs with ``unit="macs"``: 1 MAC = 2 FLOPs) for ``call``
+    on ``shape`` = (B, H, L, S, E[, E_v]).
+
+    Raises:
+        InputError: a figure that is not a whole number from 0, an unknown call, a
+            bad size; ShapeError: H not a multiple of ``kv_heads``.
+    """
+    if isinstance(figure, bool) or not isinstance(figure, int) or figure < 0:
+        raise InputError(f"the FLOP figure must be a whole number from 0 (got {figure!r})")
+    check_choice(call, "--call", tuple(JUDGE_CALLS))
+    per_mac = 2 if check_choice(unit, "--unit", ("flops", "macs")) == "flops" else 1
+    B, H, L, S, E, *rest = shape
+    Ev = rest[0] if rest else E
+    Hkv = H if kv_heads is None else check_whole(kv_heads, "--kv-heads", high=MAX_SIZE)
+    if H % Hkv:
+        fits = [k for k in range(1, H + 1) if H % k == 0]
+        raise InputError(f"--kv-heads must divide the query heads H = {H} (got {Hkv}); pass "
+                         f"one of {', '.join(map(str, fits[:8]))}")
+    policy = policy_of(causal, alignment)
+    s = CallShape((B, H, L, E), (B, Hkv, S, E), (B, Hkv, S, Ev), policy)
+    code, bwd = JUDGE_CALLS[call]
+    flag = "" if not causal else ", is_causal=True" if alignment == ALIGNMENTS[0] else \
+        f", attn_mask=causal_lower_right({L}, {S})"
+    ops = ("softmax", "scale_scores") if call == "math" else ("softmax",)
+    c = AuditCall("judge", f"{call}, q {B}x{H}x{L}x{E}, k {B}x{Hkv}x{S}x{E}, "
+                  f"v {B}x{Hkv}x{S}x{Ev}", "sdpa", s, code.format(causal=flag), ops=ops)
+    return verdict(ledger(c, count_limit=COUNT_LIMIT), figure, per_mac,
+                   backward=bwd if backward else None)
+
+
+def formula(j: Verdict, findings: tuple) -> tuple[str, str, Fraction]:
+    """The figure of ``findings`` (in the judged unit) as a formula in the sizes, with the numbers, and its value.
+
+    >>> formula(judge_figure(384, "flash", (1, 2, 6, 6, 4)), ("layout_swap",))[:2]
+    ('2 x B x L x H x H_kv x (E + E_v)', '2 x 1 x 6 x 2 x 2 x (4 + 4)')
+    """
+    pass_ = j.pass_
+    if "no_recompute" in findings or "recompute" in findings:
+        pass_ = "backward_autograd" if pass_ == "backward" else "backward"
+    we, wv = (f"{k} x {e}" if k > 1 else e for k, e in zip(PASSES[pass_], ("E", "E_v")))
+    width = {"scores_only": we, "mix_only": wv, "one_product": we}
+    w = next((width[f] for f in findings if f in width), f"{we} + {wv}")
+    w = w if " " not in w or w.count(" ") == 2 and "+" not in w else f"({w})"
+    heads = "H_kv" if "kv_heads" in findings else "H"
+    pairs = "P" if j.ledger.call.shape.policy.causal else "L x S"
+    if "full_square" in findings:
+        pairs = "L x S"
+    if "causal_half" in findings:
+        pairs = "(L x S / 2)"
+    body = f"B x {heads} x {pairs} x {w}"
+    if "layout_swap" in findings:
+        body = f"B x L x H x H_kv x {w}"
+    if "image_layout" in findings:   # each product over its own operands' channels
+        body = f"B x L x E x S x ({we.replace('E', 'H x E')} + {wv.replace('E_v', 'H_kv x E_v')})"
+    if "attention_twice" in findings:
+        body = "2 x " + body
+    unit = "1 x " if "macs_as_flops" in findings else "2 x " * (j.per_mac == 2)
+    text = "0" if "omits_attention" in findings else f"{unit}{body}"
+    for f in ("softmax", "scale"):   # a doubled attention ran its softmax twice too
+        if f in findings:
+            text += " + 2 x B x H x L x S" if f == "softmax" and "attention_twice" in findings \
+                else " + B x H x L x S"
+    sz = j.ledger.call.shape.shape
+    values = {"B": sz["B"], "H_kv": sz["H_kv"], "H": sz["H_q"], "L": sz["L"], "S": sz["S"],
+              "E_v": sz["E_v"], "E": sz["E"],
+              "P": j.ledger.call.shape.pairs()}
+    numbers = re.sub(r"\b(H_kv|E_v|B|H|L|S|E|P)\b", lambda m: str(values[m.group(1)]), text)
+    value = eval(numbers.replace(" x ", " * ").replace("/ 2", "/ Fraction(2)"),
+                 {"Fraction": Fraction, "__builtins__": {}})
+    return text, numbers, Fraction(value)
 
 
 @dataclass(frozen=True)
 class CounterAudit:
     """Everything the audit table shows.
 
-    ``ledgers``: one :class:`~exactattn.cost.audit.Ledger` per call; ``counters``:
+    ``ledgers``: one :class:`Ledger` per call; ``counters``:
     the counter keys run; ``cells``: ``{(call, counter, unit): Verdict}``;
     ``kernels``: ``{call: torch kernel}``; ``versions``: installed versions (None:
     not installed); ``details``: ``{(call, counter): (skipped op, ...)}``.
@@ -55,7 +454,7 @@ def audit_counters(counters=None, calls=None, jobs: int = 2) -> CounterAudit:
     Args:
         counters: counter keys (:data:`~exactattn.audit.counters.COUNTERS`;
             default all; an empty list runs none: the derived side only).
-        calls: call keys (default all of :data:`~exactattn.cost.audit_calls.AUDIT_CALLS`).
+        calls: call keys (default all of :data:`~exactattn.audit.counters.AUDIT_CALLS`).
         jobs: counters run at once, each in its own interpreter.
 
     Raises:
@@ -259,8 +658,7 @@ def audit_sections(counters=None, calls=None, jobs: int = 2) -> list:
 
 def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[list, bool]:
     """The ``cost/judge`` table and whether the figure is right (see
-    :func:`~exactattn.cost.judge.judge_figure`)."""
-    from ..cost.judge import formula, judge_figure
+    :func:`judge_figure`)."""
     v = judge_figure(figure, call, shape, **options)
     L_, s = v.ledger, v.ledger.call.shape
     unit = "FLOPs" if v.per_mac == 2 else "MACs"

@@ -34,9 +34,8 @@ attention; built from shapes, from a :class:`~exactattn.call.inputs.Call`
 :func:`call_formula` and :func:`derive_call` (derived), :func:`count_call`
 (counted); :func:`loop_nests`, :func:`derive`, :func:`derive_at`,
 :func:`count` and :func:`run` are its front doors for one head.
-:mod:`~exactattn.cost.audit` explains a FLOP counter's figure by its departures
-from the derived count (:func:`~exactattn.cost.audit.verdict`);
-:mod:`exactattn.audit.flops` runs the counters (``exactattn cost --audit``).
+:mod:`exactattn.audit.flops` explains a FLOP counter's figure by its departures
+from the derived count and runs the counters (``exactattn cost --audit``).
 
 The names below are loaded on first use, so importing the package (or its
 light :mod:`~exactattn.cost.sizes`) does not load sympy; a counted run never

@@ -12,12 +12,10 @@ from hypothesis import strategies as st
 
 from exactattn.call.inputs import Call
 from exactattn.call.policy import Policy
-from exactattn.audit.counters import COUNTERS, counter, measure_all
-from exactattn.audit.flops import verdict_text
+from exactattn.audit.counters import AUDIT_CALLS, COUNTERS, band_mask, call, counter, measure_all
+from exactattn.audit.flops import ERRORS, explanations, ledger, verdict, verdict_text
 from exactattn.cost import (EXTENSION_SYMBOLS, SYMBOLS, CallShape, call_formula, call_nests,
                             count, count_call, derive, derive_at, derive_call, loop_nests)
-from exactattn.cost.audit import ERRORS, explanations, ledger, verdict
-from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask, call
 from exactattn.cost.derivation import BATCH, symbol_values
 from exactattn.cost.sizes import broadcast_batch
 from exactattn.errors import InputError, ShapeError

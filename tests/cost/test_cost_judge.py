@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from exactattn.cost.judge import formula, judge_figure as judge, parse_shape
+from exactattn.audit.flops import formula, judge_figure as judge
+from exactattn.cost.judge import parse_shape
 
 
 def _run(cli, *argv):

@@ -13,7 +13,7 @@ import pytest
 
 from exactattn.properties import inputs as PI
 from exactattn.call.policy import MODIFIER_FIELDS, Mask, Policy
-from exactattn.cost.audit_calls import AUDIT_CALLS, band_mask
+from exactattn.audit.counters import AUDIT_CALLS, band_mask
 from exactattn.cost import broadcast_batch
 from exactattn.errors import ShapeError
 from exactattn.call.modifiers import Alibi

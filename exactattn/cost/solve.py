@@ -30,10 +30,14 @@ def _d_v(d_k, d_v):
         size_or_expr(d_v, "d_v")
 
 
-def _whole(heads, layers) -> dict:
-    """The symbols h and L at the heads and layers given as whole numbers."""
-    return {s: v for s, v in ((EXTENSION_SYMBOLS.h, heads), (EXTENSION_SYMBOLS.L, layers))
-            if isinstance(v, int)}
+def _sizes(D, d_k, heads, layers) -> dict:
+    """The symbols D and d_k at the sizes given, h and L at the heads and layers given as
+    whole numbers (the others left symbols)."""
+    return {**{s: size_or_expr(v, name) for s, v, name in ((SYMBOLS.D, D, "D"),
+                                                           (SYMBOLS.d_k, d_k, "d_k"))
+               if v is not None},
+            **{s: v for s, v in ((EXTENSION_SYMBOLS.h, heads), (EXTENSION_SYMBOLS.L, layers))
+               if isinstance(v, int)}}
 
 
 @dataclass(frozen=True)
@@ -91,24 +95,15 @@ def crossover(D=None, d_k=None, *, d_v=None, causal: bool = False,
     >>> crossover().condition
     n > 3*D/2
     """
-    n_, D_, dk_, dv_ = SYMBOLS
-    derived = derive(causal, alignment=alignment, heads=heads, layers=layers, decode=decode)
-    var = EXTENSION_SYMBOLS.t if decode else n_
-    exprs = {k: sympy.expand(v.subs(dv_, _d_v(d_k, d_v))) for k, v in derived.items()}
-    pairs, linear = split(exprs)
+    var = EXTENSION_SYMBOLS.t if decode else SYMBOLS.n
+    pairs, linear = split(derive(causal, d_v=_d_v(d_k, d_v), alignment=alignment, heads=heads,
+                                 layers=layers, decode=decode))
     root = sympy.solve(sympy.cancel((pairs - linear) / var), var)
     if len(root) != 1:
         raise InputError(f"the pairs must pass the projections at one point (got {root})")
     general = sympy.factor(root[0])
     condition = sympy.StrictGreaterThan(var, general)
-    vals = {}
-    if D is not None:
-        vals[D_] = size_or_expr(D, "D")
-        if d_k is None:
-            d_k = vals[D_]
-    if d_k is not None:
-        vals[dk_] = size_or_expr(d_k, "d_k")
-    vals.update(_whole(heads, layers))
+    vals = _sizes(D, D if d_k is None else d_k, heads, layers)
     threshold = sympy.nsimplify(general.subs(vals))
     pairs, linear = pairs.subs(vals), linear.subs(vals)
     if threshold.is_number:
@@ -168,13 +163,8 @@ def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=No
     >>> round_fraction(r.at(1000, 4096), 2), r.n_for("3.5")
     ('2.28', 9*D/2)
     """
-    n_, D_, dk_, dv_ = SYMBOLS
-    total = derive(causal, heads=heads, layers=layers)["total"].subs(dv_, _d_v(d_k, d_v))
-    subs = _whole(heads, layers)
-    if d_k is not None:
-        subs[dk_] = size_or_expr(d_k, "d_k")
-    total = total.subs(subs)
-    if D is not None:
-        total = total.subs(D_, size_or_expr(D, "D"))
-    expr = sympy.factor(sympy.cancel(total.subs(n_, 2 * n_) / total))
-    return DoublingRatio(expr, sympy.limit(expr, n_, sympy.oo), D)
+    n = SYMBOLS.n
+    total = derive(causal, d_v=_d_v(d_k, d_v), heads=heads, layers=layers)["total"].subs(
+        _sizes(D, d_k, heads, layers))
+    expr = sympy.factor(sympy.cancel(total.subs(n, 2 * n) / total))
+    return DoublingRatio(expr, sympy.limit(expr, n, sympy.oo), D)

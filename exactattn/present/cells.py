@@ -8,7 +8,7 @@ Every number a table prints is exact or certified:
 * a score divided by an irrational divisor prints as ``c*sqrt(m)`` (the
   spelling sympy uses, built here without sympy) with a certified decimal;
 * a row of integers over one denominator (a trace's raw scores,
-  :class:`ScoreRows`) prints entry by entry the same way, with
+  :meth:`~exactattn.engines.trace.Trace.raw_score_ints`) prints entry by entry the same way, with
   one gcd per entry, decimals rounded in numpy int64 when every product fits
   (:func:`fraction_texts`);
 * a value too long to print whole (an integer past Python's 4,300-digit
@@ -31,7 +31,6 @@ does it, and irrational values go through :func:`exactattn.numbers.digits.certif
 from __future__ import annotations
 
 import sys
-import weakref
 from collections import Counter
 from fractions import Fraction
 
@@ -457,48 +456,6 @@ def real_cell(value, places: int) -> str:
     return with_decimal(Fraction(value), places)
 
 
-# --------------------------------------------------------------------------- rows
-_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-class ScoreRows:
-    """Row i of a numeric trace's raw scores as ``(integers, den)``, None where hidden.
-
-    The tables read each row of raw scores several times (raw and scaled cells,
-    their exact data, the closed forms, the ties of the largest share); row i is read
-    from the trace once (:meth:`~exactattn.engines.trace.Trace.raw_score_ints`) and kept
-    as integers over the row's common denominator: a numpy ``int64`` row (hidden entries
-    flagged) when every entry fits, else Python integers.  A head of 4096 tokens keeps
-    128 MB of integers, not 16 million ``Fraction`` objects, and a table that shows 8
-    rows reads 8.  Their text is :func:`fraction_texts`.
-    """
-
-    def __init__(self, trace):
-        self.trace = trace
-        self._rows: dict[int, tuple] = {}
-
-    def row(self, i: int) -> tuple[list, int]:
-        """``(ints, den)``: raw score j is ``ints[j] / den`` (``None`` where hidden)."""
-        hit = self._rows.get(i)
-        if hit is not None:
-            values, hidden, den = hit
-            if hasattr(values, "tolist"):
-                values, hidden = values.tolist(), hidden.tolist()
-            return [None if h else v for v, h in zip(values, hidden)], den
-        ints, den = self.trace.raw_score_ints(i)
-        hidden, values = [v is None for v in ints], [0 if v is None else v for v in ints]
-        if values and max(values) < INT64 and min(values) > -INT64:
-            import numpy as np
-            values, hidden = np.array(values, dtype=np.int64), np.array(hidden, dtype=bool)
-        self._rows[i] = values, hidden, den
-        return ints, den
-
-
-def score_rows(trace) -> ScoreRows:
-    """The one :class:`ScoreRows` of ``trace`` (shared by every table built from it)."""
-    return _CACHE.get(trace) or _CACHE.setdefault(trace, ScoreRows(trace))
-
-
 # --------------------------------------------------------------------------- closed forms
 #: an output's numerator is written out for rows of at most this many distinct scores
 OUTPUT_TERMS = 16
@@ -521,7 +478,7 @@ class RowForms:
     ``exp(...)`` is :meth:`~exactattn.numbers.softmax.SoftmaxRow.term_text` of the
     logit and the sums are :func:`exactattn.numbers.exponents.sum_text`.  A plain
     head's logits are its scaled scores, read from integers
-    (:func:`score_rows`) without building a softmax row; a modified head's (a sink,
+    (:meth:`~exactattn.engines.trace.Trace.raw_score_ints`) without building a softmax row; a modified head's (a sink,
     ALiBi, soft-capping, RoPE, dropout) are read from the trace's softmax rows
     (:meth:`~exactattn.engines.trace.Trace.row`): an ALiBi bias, a capped or rotated
     score included, the sink's term in the normaliser, and an output's numerator that
@@ -580,7 +537,7 @@ class RowForms:
             distinct, ints = sorted(row.counts, key=row.order_key), row.gaps[:row.n_keys]
             counted, texts = row.counts, [row.term_text(g) for g in distinct]
         else:
-            ints, L = score_rows(self.trace).row(i)
+            ints, L = self.trace.raw_score_ints(i)
             if all(v is None for v in ints):
                 row = self.trace.row(i)           # empty: the policy's answer, from the core
                 if row.counts:                    # "uniform": every key at gap 0

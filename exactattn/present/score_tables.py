@@ -28,8 +28,7 @@ streams its 16 million shares row by row.
 
 from __future__ import annotations
 
-from .cells import (OUTPUT_TERMS, certified_cell, divisor_words, exact_text, score_rows,
-                    value_cell, vector)
+from .cells import OUTPUT_TERMS, certified_cell, divisor_words, exact_text, value_cell, vector
 from ..errors import InputError
 from .modifier_tables import grid_section
 from .render import Cell, Section
@@ -46,7 +45,7 @@ def largest(trace, i: int, decimals: list[str]) -> list[int]:
     best = max(part)
     top = [seen.start + j for j, d in enumerate(part) if d == best]
     if len(top) > 1:
-        ints, _ = score_rows(trace).row(i)
+        ints, _ = trace.raw_score_ints(i)
         high = max(ints[j] for j in top)
         top = [j for j in top if ints[j] == high]
     return top
@@ -78,8 +77,8 @@ def _identical(trace) -> list[tuple[int, int]]:
         for k, a in enumerate(members):
             same = [b for b in members[k + 1:] if xs[b] == xs[a]]
             if same:
-                raw = score_rows(trace).row(a)
-                pairs += [(a, b) for b in same if score_rows(trace).row(b) == raw]
+                raw = trace.raw_score_ints(a)
+                pairs += [(a, b) for b in same if trace.raw_score_ints(b) == raw]
     return sorted(pairs)
 
 

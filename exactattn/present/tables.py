@@ -36,7 +36,7 @@ from fractions import Fraction
 
 from ..options import check_choice
 from ..call.policy import divisor_text
-from .cells import (RowForms, Scaler, divisor_words, exact_text, score_rows, value_cell,
+from .cells import (RowForms, Scaler, divisor_words, exact_text, value_cell,
                     vector, with_decimal)
 from ..engines.head import Head, Trace, attend
 from ..reference.kernels import score
@@ -250,15 +250,15 @@ def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> 
     """Rows ``[query, cell for each shown key]`` of raw scores through ``scale`` (``-inf``
     where hidden); ``places`` None: the exact values alone, hidden ones None (JSON data)."""
     every = len(keys) == trace.n
-    rows = None if trace.engine == "symbolic" else score_rows(trace)
+    symbolic = trace.engine == "symbolic"
 
     def line(i: int) -> list:
-        if rows is None:          # sympy scores: each cell as sympy writes it
+        if symbolic:          # sympy scores: each cell as sympy writes it
             raw = trace.raw_score_row(i)
             cells = [None if raw[j] is None else scale.exact(raw[j]) if places is None
                      else scale.text(raw[j], places) for j in keys]
         else:
-            ints, den = rows.row(i)
+            ints, den = trace.raw_score_ints(i)
             cells = scale.row(ints if every else [ints[j] for j in keys], den, places)
         if places is None:
             return cells

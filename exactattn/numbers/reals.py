@@ -608,8 +608,7 @@ class Surd(Real):
         (a, c1), (b, c2) = self.terms
         if not (isinstance(a, Tanh) and isinstance(b, Tanh)) or c1 != -c2:
             return None
-        d = a.x - b.x
-        s = d.sign() if isinstance(d, Surd) else (d > 0) - (d < 0)
+        s = real_compare(a.x, b.x)
         return s if c1 > 0 else -s
 
     def _order(self, other) -> int:
@@ -722,24 +721,14 @@ def real_text(x) -> str:
     return x.text() if isinstance(x, Surd) else fraction_text(Fraction(x))
 
 
-def real_sign(x) -> int:
-    """The sign of a rational or :class:`Surd` (see :meth:`Surd.sign`).
-
-    Raises:
-        Undecided: a soft-capped form whose enclosures contain 0 up to the bound.
-    """
-    if isinstance(x, Surd):
-        return x.sign()
-    return (x > 0) - (x < 0)
-
-
 def real_compare(x, y) -> int:
     """sign(x - y) for rationals and Surds (see :meth:`Surd.sign`).
 
     Raises:
         Undecided: two tanh forms not separated up to the bound.
     """
-    return real_sign(x - y)
+    d = x - y
+    return d.sign() if isinstance(d, Surd) else (d > 0) - (d < 0)
 
 
 def real_decimal(x, places: int) -> str:

@@ -47,6 +47,7 @@ Number Theory* (1975), Theorem 1.4 (Lindemann-Weierstrass).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from fractions import Fraction
 from typing import Sequence
 
@@ -259,10 +260,7 @@ class Terms:
         """The normaliser polynomial ``Z = sum_j t^(a_j)`` of a class (cached)."""
         z = self._classes.get(key)
         if z is None:
-            counts: dict = {}
-            for e in key:
-                counts[e] = counts.get(e, 0) + 1
-            z = self._classes[key] = self.context.from_dict(counts)
+            z = self._classes[key] = self.context.from_dict(Counter(key))
         return z
 
     def normaliser_squared(self, key):
@@ -308,9 +306,7 @@ class Terms:
     def _class_rows(self) -> dict:
         """The first row of each class (whose shift the class's texts use)."""
         if self._first is None:
-            self._first = {}
-            for i, key in enumerate(self._class_of):
-                self._first.setdefault(key, i)
+            self._first = {key: i for i, key in reversed(list(enumerate(self._class_of)))}
         return self._first
 
     def _sum_text(self, i, poly, shifts: int) -> str:

@@ -64,12 +64,13 @@ def breakdown(n: int, rows: int) -> None:
     """One block of ``rows`` x n in this process, phase by phase: the cost model of docs/scale.md."""
     import numpy as np
     import torch
-    from exactattn.blocks import from_floats, random_floats
+    from exactattn.blocks import random_floats
     from exactattn.blocks.check import check_block
+    from exactattn.call import Call
     from exactattn.blocks.rows import certify_block, score_top
     from exactattn.numbers.bulk import block_bounds
     q, k, v = random_floats(n, D, seed=0, dtype="float32")
-    x = from_floats(q, k, v)
+    x = Call.from_floats(q, k, v).head()
     got = torch.nn.functional.scaled_dot_product_attention(
         *(torch.from_numpy(a)[None, None] for a in (q, k, v)))[0, 0].double().numpy()
     keep = np.ones((rows, n), dtype=bool)

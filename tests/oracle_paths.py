@@ -222,12 +222,11 @@ class PackageRun:
             return
         if "reference" not in self._objects:
             return
-        from exactattn.blocks import from_call
         pol = self.problem.with_policy(pol).policy
         inputs = {}
         for b in range(self.B):
             for h in range(self.H):
-                ok, x = self._guard("blocks", from_call, self.problem, b, h)
+                ok, x = self._guard("blocks", self.problem.head, b, h)
                 if not ok:
                     return
                 inputs[(b, h)] = x

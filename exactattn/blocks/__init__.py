@@ -8,8 +8,10 @@ for every block size and wherever the blocks run.
 
 The modules, in the order data flows through them:
 
-* :mod:`~exactattn.blocks.inputs`: one head's exact inputs as integer numerators
-  over common denominators (from a :class:`~exactattn.call.Call`, or from floats);
+* :meth:`Call.head <exactattn.call.Call.head>`: one head's exact inputs as integer
+  numerators over common denominators (:meth:`Call.from_floats
+  <exactattn.call.Call.from_floats>` reads float arrays; :mod:`~exactattn.blocks.inputs`
+  draws verify's random ones);
 * :mod:`~exactattn.blocks.rows`: :func:`certify_block`, one block's certified
   shares and outputs (:mod:`exactattn.numbers.bulk` enclosures, exact fallbacks);
 * :mod:`~exactattn.blocks.memory`: :func:`block_rows`, the block size from a budget;
@@ -18,8 +20,8 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.blocks.certify`: :func:`certify`, every block in row order;
 * :mod:`~exactattn.blocks.check`: :func:`check_impl`, ``verify`` in blocks.
 
->>> from exactattn.call.policy import Policy
->>> x = random_inputs(6, 4, seed=0, policy=Policy(causal=True))
+>>> from exactattn.call import Call, Policy
+>>> x = Call.from_floats(*random_floats(6, 4, seed=0), policy=Policy(causal=True)).head()
 >>> blocks = list(certify(x, 3, rows=4, engine=Engine("none")))
 >>> [(b.r0, b.r1, b.keys) for b in blocks], blocks[0].shares[0][:3]
 ([(0, 4, (0, 4)), (4, 6, (0, 6))], ['1.000', '0.000', '0.000'])
@@ -28,6 +30,6 @@ The modules, in the order data flows through them:
 from .certify import DEFAULT_MEMORY, certify
 from .check import check_impl, check_outputs
 from .engine import Engine, check_scheduler
-from .inputs import float_ints, from_call, from_floats, random_floats, random_inputs
+from .inputs import from_call, from_floats, random_floats
 
-__all__ = ["Engine", "certify", "check_impl", "from_call", "from_floats", "random_inputs"]
+__all__ = ["Engine", "certify", "check_impl", "random_floats"]

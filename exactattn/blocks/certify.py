@@ -9,8 +9,7 @@ being computed.  The strings are the same for every block size and every
 engine.
 
 >>> from exactattn.call import Call, Policy
->>> from exactattn.blocks.inputs import from_call
->>> x = from_call(Call([[0], [1], [2]], [[0], [1], [2]], [[1], [0], [0]], policy=Policy(scale="none")))
+>>> x = Call([[0], [1], [2]], [[0], [1], [2]], [[1], [0], [0]], policy=Policy(scale="none")).head()
 >>> [b.outputs for b in certify(x, 4, rows=2, engine=Engine("none"))]
 [[['0.3333'], ['0.0900']], [['0.0159']]]
 """
@@ -22,7 +21,7 @@ from typing import Callable, Iterator
 
 from ..options import check_places, check_whole
 from .engine import Engine
-from .inputs import ExactInputs
+from ..call.inputs import CallHead
 from .memory import block_rows, block_spans
 from .rows import BlockResult, certify_block
 
@@ -30,7 +29,7 @@ from .rows import BlockResult, certify_block
 DEFAULT_MEMORY = 4 * 2 ** 30
 
 
-def plan(inputs: ExactInputs, engine: Engine, *, memory: int = DEFAULT_MEMORY,
+def plan(inputs: CallHead, engine: Engine, *, memory: int = DEFAULT_MEMORY,
          rows: int | None = None, shares: bool = True) -> list[tuple[int, int]]:
     """The row spans of the blocks: ``rows`` each, or as many as ``memory`` allows.
 
@@ -44,7 +43,7 @@ def plan(inputs: ExactInputs, engine: Engine, *, memory: int = DEFAULT_MEMORY,
     return block_spans(inputs.n_q, rows)
 
 
-def certify(inputs: ExactInputs, places: int, *, shares: bool = True,
+def certify(inputs: CallHead, places: int, *, shares: bool = True,
             memory: int = DEFAULT_MEMORY, rows: int | None = None,
             engine: Engine | None = None,
             on_block: Callable[[int, int], None] | None = None) -> Iterator[BlockResult]:

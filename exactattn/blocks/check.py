@@ -38,6 +38,7 @@ from functools import partial
 
 import numpy as np
 
+from ..call.inputs import Call, CallHead
 from ..call.policy import SCORE_FIELDS, Policy
 from ..errors import InputError
 from ..numbers.digits import working_precision
@@ -47,7 +48,6 @@ from ..numbers.reals import atom_ball
 from ..verify.check import Entry, Report, attempt, default_tolerance, proved_tolerance
 from ..verify.compare import Comparison, judge
 from .engine import Engine
-from .inputs import ExactInputs
 from .rows import block, block_keep, score_top
 
 #: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
@@ -74,7 +74,7 @@ class BlockCheck(Comparison):
         return self
 
 
-def max_scaled_score(inputs: ExactInputs, top: int) -> float:
+def max_scaled_score(inputs: CallHead, top: int) -> float:
     """``top / den`` times the scale, rounded up to a float (a few digits; inf past float64)."""
     from flint import arb
     d2 = inputs.divisor_squared
@@ -85,7 +85,7 @@ def max_scaled_score(inputs: ExactInputs, top: int) -> float:
         return float(x.upper())
 
 
-def proved_block(inputs: ExactInputs, r0: int, r1: int, dtype: str, fallback: int):
+def proved_block(inputs: CallHead, r0: int, r1: int, dtype: str, fallback: int):
     """Per output of rows r0 .. r1 - 1 ((r1 - r0) x d_v), verify's proved tolerance
     (:func:`~exactattn.verify.check.proved_tolerance`: the error a correct ``dtype`` kernel
     accumulating in float32 may make, in ULPs at the terms), or None where the inputs are not
@@ -166,7 +166,7 @@ class BlockedReport(Report):
     engine: str = ""
 
 
-def check_outputs(inputs: ExactInputs, got, dtype: str, *, impl: str = "impl",
+def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
                   max_ulps: int | None = None, memory: int = 4 * 2 ** 30,
                   rows: int | None = None, engine: Engine | None = None, worst: int = 5,
                   on_block=None) -> BlockedReport:
@@ -228,7 +228,6 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     from ..verify.adapter import check_dtype, policy_call
     from ..verify.check import check_scale
     from ..verify.impls import load_impl
-    from .inputs import from_floats
     policy = policy or Policy()
     if dtype not in ("float32", "float16"):
         raise InputError(f"dtype must be float32 or float16 for a blocked check of an "
@@ -246,7 +245,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     impl = load_impl(impl)
     check_dtype(impl, dtype)
     check_scale(policy, dtype)
-    inputs = from_floats(query, key, value, policy, name="floats")
+    inputs = Call.from_floats(query, key, value, policy=policy).head()
     arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
     call = policy_call(*arrays, policy, dtype)     # no modifier: refused above
     t0 = time.perf_counter()

@@ -21,8 +21,7 @@ Memory: about :data:`~exactattn.blocks.memory.BYTES_PER_PAIR` bytes per
 (row, key) pair of the block at its peak, plus the inputs (O(n d)).
 
 >>> from exactattn.call import Call, Policy
->>> from exactattn.blocks.inputs import from_call
->>> x = from_call(Call([[0], [1]], [[0], [1]], [[1], [0]], policy=Policy(scale="none", causal=True)))
+>>> x = Call([[0], [1]], [[0], [1]], [[1], [0]], policy=Policy(scale="none", causal=True)).head()
 >>> res = certify_block(x, 1, 2, 4)
 >>> res.shares, res.outputs, res.keys
 ([['0.2689', '0.7311']], [['0.2689']], (0, 2))
@@ -45,10 +44,10 @@ from ..numbers.limbs import mix
 from ..numbers.softmax import SoftmaxRow
 from ..reference.bound import gamma
 from ..reference.logits import rope_row, softmax_row
-from .inputs import ExactInputs
+from ..call.inputs import CallHead
 
 
-def key_span(inputs: ExactInputs, r0: int, r1: int) -> tuple[int, int]:
+def key_span(inputs: CallHead, r0: int, r1: int) -> tuple[int, int]:
     """``(c0, c1)``: the keys ``c0 .. c1 - 1`` that any of rows r0 .. r1 - 1 sees by position.
 
     ``(0, 0)`` when none sees a key.  From :meth:`Policy.visible_keys`, row by row.
@@ -58,7 +57,7 @@ def key_span(inputs: ExactInputs, r0: int, r1: int) -> tuple[int, int]:
     return (min(r.start for r in seen), max(r.stop for r in seen)) if seen else (0, 0)
 
 
-def block_keep(inputs: ExactInputs, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+def block_keep(inputs: CallHead, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
     """(r1 - r0) x (c1 - c0) booleans: query i sees key j (position rule and explicit mask)."""
     out = np.zeros((r1 - r0, c1 - c0), dtype=bool)
     for i in range(r0, r1):
@@ -69,7 +68,7 @@ def block_keep(inputs: ExactInputs, r0: int, r1: int, c0: int, c1: int) -> np.nd
     return out
 
 
-def exact_row(inputs: ExactInputs, i: int, cols: np.ndarray) -> SoftmaxRow:
+def exact_row(inputs: CallHead, i: int, cols: np.ndarray) -> SoftmaxRow:
     """Query i's exact softmax row, seeing keys ``cols``, as :class:`~exactattn.verify.Reference`
     builds it: raw scores (exact, or rotary under RoPE) through
     :func:`~exactattn.reference.logits.softmax_row`, the one composition of the modifiers."""
@@ -88,7 +87,7 @@ def exact_row(inputs: ExactInputs, i: int, cols: np.ndarray) -> SoftmaxRow:
     return softmax_row(raw, x.divisor_squared, policy, i, x.n_q, x.n_k)
 
 
-def exact_rows(inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
+def exact_rows(inputs: CallHead, r0: int, c0: int, keep: np.ndarray):
     """The exact per-entry path of a block: ``(row, values)``, row i's :func:`exact_row` and
     the value column c row i weighs (times its dropout factors under dropout, as
     :meth:`Reference.output <exactattn.verify.Reference.output>`), built once on demand."""
@@ -108,7 +107,7 @@ def exact_rows(inputs: ExactInputs, r0: int, c0: int, keep: np.ndarray):
     return row, values
 
 
-def block(inputs: ExactInputs, r0: int, r1: int, bits: int):
+def block(inputs: CallHead, r0: int, r1: int, bits: int):
     """What rows r0 .. r1 - 1 are decided from: ``(c0, c1, bounds, row, values)``, the span of
     keys they see, their bulk enclosures at ``bits`` (:func:`~exactattn.numbers.bulk.block_bounds`;
     None when no row sees a key, or under a modifier: the enclosures know the plain softmax)
@@ -138,7 +137,7 @@ class BlockResult:
     fallbacks: int
 
 
-def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
+def certify_block(inputs: CallHead, r0: int, r1: int, places: int,
                   shares: bool = True) -> BlockResult:
     """Every share (when ``shares``) and output of rows r0 .. r1 - 1, correctly rounded.
 
@@ -173,7 +172,7 @@ def certify_block(inputs: ExactInputs, r0: int, r1: int, places: int,
     return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
 
 
-def score_top(inputs: ExactInputs, r0: int, r1: int) -> int:
+def score_top(inputs: CallHead, r0: int, r1: int) -> int:
     """The largest |q_i . k_j| (numerators over ``inputs.den``) over visible pairs of the rows.
 
     0 when no row sees a key.  Exact, and the same for any split into blocks.

@@ -22,11 +22,14 @@ one check, run by :class:`~exactattn.verify.Reference`; a non-finite entry a que
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 import numpy as np
 
 from .masks import is_minus_inf
+from .modifiers import dropout_factors
 from .policy import MASK_KINDS, Mask, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..numbers.exact import binary64, to_exact, to_matrix
@@ -139,34 +142,77 @@ def rounded_entries(a: np.ndarray, dtype: str, what: str,
     return object_array([rnd(x) for x in a.reshape(-1)], a.shape), moved
 
 
-def _fractions(ratios) -> list:
-    """``Fraction``s from ``(numerator, denominator)`` pairs already in lowest terms (a float's
-    integer ratio, a python-flint ``fmpq``'s), built without normalising them again."""
-    make = getattr(Fraction, "_from_coprime_ints", None)   # Python 3.12 on
-    if make is None:
-        return [Fraction(n, d, _normalize=False) for n, d in ratios]
-    return [make(n, d) for n, d in ratios]
+def float_ints(a) -> tuple[np.ndarray, int]:
+    """A float array as exact integers over one power of two: ``(ints, den)``.
+
+    Every finite binary float is ``m 2^e``; the numerators are ``m 2^(e - e_min)``
+    over ``den = 2^-e_min`` (1 when every entry is an integer).  int64 where
+    every numerator fits below 2^62, else Python ints.
+
+    Raises:
+        InputError: an entry is NaN or infinite.
+
+    >>> float_ints(np.array([[0.75, -2.0], [0.0, 0.125]], dtype=np.float32))
+    (array([[ 6, -16],
+           [ 0,   1]]), 8)
+    """
+    a = np.asarray(a, dtype=np.float64)       # float16/32 -> float64 is exact
+    if not np.isfinite(a).all():
+        raise InputError(f"inputs must be finite floats (got {shorten(str(a[~np.isfinite(a)][0]))}"
+                         "); a NaN or infinite input has no exact value")
+    m, e = np.frexp(a)
+    mant = np.ldexp(m, 53).astype(np.int64)            # exact: 53 significant bits at most
+    exp = e.astype(np.int64) - 53
+    nz = mant != 0
+    if not nz.any():
+        return np.zeros(a.shape, dtype=np.int64), 1
+    low = np.where(nz, mant & -mant, 1)                 # strip trailing zero bits
+    tz = np.frexp(low.astype(np.float64))[1].astype(np.int64) - 1
+    mant, exp = mant >> tz, exp + tz
+    den_exp = max(0, -int(exp[nz].min()))
+    shift = np.where(nz, exp + den_exp, 0)
+    width = int((np.frexp(np.abs(mant).astype(np.float64))[1] + shift).max())
+    if width <= 61:
+        return mant << shift, 1 << den_exp
+    out = np.array([int(x) << int(s) for x, s in zip(mant.ravel().tolist(),
+                                                     shift.ravel().tolist())], dtype=object)
+    return out.reshape(a.shape), 1 << den_exp
+
+
+def _entries_of(ints: np.ndarray, den: int) -> np.ndarray:
+    """Numerators over ``den`` as an object array of ``Fraction`` entries (lowest terms)."""
+    return object_array([Fraction(int(n), den) for n in ints.reshape(-1).tolist()], ints.shape)
+
+
+def _numerators_of(entries: np.ndarray) -> tuple[np.ndarray, int]:
+    """An object array's exact entries as integers over their least common denominator
+    (``inf``/``nan`` read as 0)."""
+    from ..numbers.bulk import int_array
+    flat = [Fraction(0) if isinstance(x, float) else x for x in entries.reshape(-1).tolist()]
+    den = math.lcm(*(x.denominator for x in flat))
+    return int_array([x.numerator * (den // x.denominator) for x in flat], entries.shape), den
 
 
 _NONFINITE = {sign + word for sign in ("", "+", "-") for word in ("inf", "infinity", "nan")}
 
 
-def _exact_array(arr: np.ndarray, name: str, floats: str | None, nonfinite: bool) -> np.ndarray:
-    """An array's entries read exactly, B x H x n x E; with ``nonfinite``, ``inf`` and ``nan``
-    (floats, or text such as ``-Infinity``) kept as Python floats."""
+def _exact_array(arr: np.ndarray, name: str, floats: str | None, nonfinite: bool) -> list:
+    """An array's entries read exactly, B x H x n x E, as a held tensor ``[entries, numerators]``
+    (finite binary floats read as ``(ints, den)``, their entries built on first use); with
+    ``nonfinite``, ``inf`` and ``nan`` (floats, or text such as ``-Infinity``) kept as Python floats."""
+    shape = (1,) * (4 - arr.ndim) + arr.shape
     if arr.dtype.kind == "f" and floats == "exact" and np.isfinite(arr).all():
-        flat = _fractions(map(float.as_integer_ratio, arr.astype(np.float64).reshape(-1).tolist()))
-    else:
-        flat = []
-        for v in (v.item() if isinstance(v, np.generic) else v for v in arr.reshape(-1)):
-            if type(v) is Fraction:    # already exact: kept as it is
-                flat.append(v)
-            elif nonfinite and (isinstance(v, float) and not math.isfinite(v) or
-                                isinstance(v, str) and v.strip().lower() in _NONFINITE):
-                flat.append(float(v))
-            else:
-                flat.append(to_exact(v, name=name, floats=floats))
-    return object_array(flat, (1,) * (4 - arr.ndim) + arr.shape)
+        return [None, float_ints(arr.reshape(shape))]
+    flat = []
+    for v in (v.item() if isinstance(v, np.generic) else v for v in arr.reshape(-1)):
+        if type(v) is Fraction:    # already exact: kept as it is
+            flat.append(v)
+        elif nonfinite and (isinstance(v, float) and not math.isfinite(v) or
+                            isinstance(v, str) and v.strip().lower() in _NONFINITE):
+            flat.append(float(v))
+        else:
+            flat.append(to_exact(v, name=name, floats=floats))
+    return [object_array(flat, shape), None]
 
 
 def _blocks(data, shape: tuple, name: str, bools: bool = False) -> np.ndarray:
@@ -327,7 +373,9 @@ class Call:
             key and value.
 
     Held as: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value``
-    B x H_kv x S x E_v (numpy object arrays of ``Fraction``); ``mask`` None
+    B x H_kv x S x E_v, each as numpy object arrays of ``Fraction`` or as integer
+    numerators over one denominator (:meth:`numerators`: binary floats are read
+    that way), the other form built on first use; ``mask`` None
     or B x H_q x L x S (``bool`` for boolean kinds; ``Fraction``, or None for
     ``-inf``, in an additive mask): the expanded blocks the exact reference
     reads; ``mask_shape`` None or the shape the mask was given in (``(L, S)``,
@@ -346,8 +394,8 @@ class Call:
     (2, True, Fraction(1, 2))
     """
 
-    __slots__ = ("query", "key", "value", "mask", "policy", "rank", "name", "dropout_keep",
-                 "labels", "mask_shape")
+    __slots__ = ("_held", "mask", "policy", "rank", "name", "dropout_keep", "labels",
+                 "mask_shape")
 
     def __init__(self, query, key, value, mask=None, *, policy: Policy | None = None,
                  mask_kind: str | None = None, floats: str | None = None, name: str = "call",
@@ -367,39 +415,93 @@ class Call:
         check_inputs(count, "query, key, value and mask",
                      "a call is checked number by number: use fewer tokens, heads or a "
                      "narrower head")
-        q, k, v = (_exact_array(a, n, floats, n != labels[0]) for a, n in zip(arrays, labels))
-        B, Hq, L, E = q.shape
-        if k.shape[0] != B or k.shape[3] != E:
-            raise ShapeError(f"key must be {B} x H_kv x S x {E} like the query "
-                             f"(got {_dims(k.shape)})")
-        if v.shape[:3] != k.shape[:3]:
-            raise ShapeError(f"value must have the key's batch, heads and length "
-                             f"{_dims(k.shape[:3])} (got {_dims(v.shape[:3])})")
-        policy.kv_head(0, Hq, k.shape[1])       # H_q must be a multiple of H_kv
-        m, given = (None, None) if mask is None else \
-            _mask_blocks(mask, policy.mask_kind, (B, Hq, L, k.shape[2]), floats)
-        keep = None if dropout_keep is None else \
-            _blocks(dropout_keep, (B, Hq, L, k.shape[2]), "dropout_keep", True).copy()
-        self._set(q, k, v, m, policy, rank, name, keep, tuple(labels), given)
+        held = [_exact_array(a, n, floats, n != labels[0]) for a, n in zip(arrays, labels)]
+        self._build(held, mask, policy, rank, name, dropout_keep, tuple(labels), floats)
 
-    def _set(self, query, key, value, mask, policy, rank, name, dropout_keep, labels,
-             mask_shape):
-        rope = policy.rope and policy.rope.for_call(policy, query.shape[2], key.shape[2])
+    def _build(self, held: list, mask, policy: Policy, rank: int, name: str, dropout_keep,
+               labels: tuple, floats: str | None = None) -> None:
+        """Check the held tensors' shapes against each other, read the masks, hold them all."""
+        held = dict(zip(_TENSORS, held))
+        B, Hq, L, E = _held_shape(held["query"])
+        (Bk, Hkv, S, Ek), (*kv, _) = _held_shape(held["key"]), _held_shape(held["value"])
+        if Bk != B or Ek != E:
+            raise ShapeError(f"key must be {B} x H_kv x S x {E} like the query "
+                             f"(got {_dims((Bk, Hkv, S, Ek))})")
+        if tuple(kv) != (Bk, Hkv, S):
+            raise ShapeError(f"value must have the key's batch, heads and length "
+                             f"{_dims((Bk, Hkv, S))} (got {_dims(kv)})")
+        policy.kv_head(0, Hq, Hkv)       # H_q must be a multiple of H_kv
+        m, given = (None, None) if mask is None else \
+            _mask_blocks(mask, policy.mask_kind, (B, Hq, L, S), floats)
+        keep = None if dropout_keep is None else \
+            _blocks(dropout_keep, (B, Hq, L, S), "dropout_keep", True).copy()
+        self._set(held, m, policy, rank, name, keep, labels, given)
+
+    def _set(self, held, mask, policy, rank, name, dropout_keep, labels, mask_shape):
+        L, S = _held_shape(held["query"])[2], _held_shape(held["key"])[2]
+        rope = policy.rope and policy.rope.for_call(policy, L, S)
         policy = policy if rope is policy.rope else policy.replace(rope=rope)  # dynamic: L bound
-        self.query, self.key, self.value, self.mask = query, key, value, mask
+        self._held, self.mask = held, mask
         self.policy, self.rank, self.name = policy, rank, name
         self.dropout_keep, self.labels, self.mask_shape = dropout_keep, labels, mask_shape
 
     def _with(self, **changes) -> "Call":
-        """A copy with some held (already exact) parts replaced."""
+        """A copy with some held (already exact) parts replaced: query, key and value as
+        object arrays of their entries."""
         out = object.__new__(Call)
-        out._set(*(changes.get(f, getattr(self, f)) for f in self.__slots__))
+        held = {t: [changes.pop(t), None] if t in changes else self._held[t] for t in _TENSORS}
+        out._set(held, *(changes.get(f, getattr(self, f)) for f in self.__slots__[1:]))
         return out
 
+    def _form(self, name: str, i: int):
+        """Held tensor ``name`` as its entries (``i`` 0) or numerators (1), built once."""
+        held = self._held[name]
+        if held[i] is None:
+            held[i] = _numerators_of(held[0]) if i else _entries_of(*held[1])
+        return held[i]
+
+    query = property(lambda self: self._form("query", 0))
+    key = property(lambda self: self._form("key", 0))
+    value = property(lambda self: self._form("value", 0))
+
+    def numerators(self, name: str) -> tuple[np.ndarray, int]:
+        """``query``, ``key`` or ``value`` as integers over one common denominator:
+        ``(ints, den)``, ints an array of the held shape (int64 where every entry fits, else
+        Python ints), built once; ``inf``/``nan`` entries read as 0 (where no query sees them:
+        :meth:`check_nonfinite`).
+
+        >>> Call([["1/2", "1/3"]], [[1, 0]], [[1]]).numerators("query")
+        (array([[[[3, 2]]]]), 6)
+        """
+        return self._form(name, 1)
+
+    def head(self, b: int = 0, h: int = 0) -> "CallHead":
+        """Batch b, query head h as the row blocks read it (:class:`CallHead`): slices of
+        :meth:`numerators` (the key/value head by the policy's GQA map), the head's policy,
+        its boolean mask with the positional rule applied, its dropout keep-mask.
+
+        Raises:
+            InputError: an additive mask (row blocks take boolean masks only); dropout without
+                its keep-mask, or a keep-mask without dropout; an ``inf`` or ``nan`` a query sees.
+        """
+        sh, policy = self.shape, self.policy.for_head(h)
+        g = policy.kv_head(h, sh["H_q"], sh["H_kv"])
+        mask, dropped = self.block_mask(b, h), self.dropout_keep
+        if (policy.dropout is None) != (dropped is None):
+            dropout_factors(policy.dropout, None if dropped is None else [True])
+        if mask is not None and mask.kind == "additive":
+            raise InputError("mask must be boolean for row blocks (got an additive mask); "
+                             "check additive masks with exactattn verify")
+        self.check_nonfinite()         # inf and NaN only where no query looks: read as 0
+        (q, qd), (k, kd), (v, vd) = map(self.numerators, _TENSORS)
+        return CallHead(q[b, h], qd, k[b, g], kd, v[b, g], vd, policy,
+                        None if mask is None else policy.keep(sh["L"], sh["S"], mask), self.name,
+                        None if dropped is None else dropped[b, h])
+
     def __repr__(self) -> str:
-        sh = self.shape
-        return (f"Call({self.name!r}, {_dims(self.query.shape[4 - self.rank:])} queries, "
-                f"{sh['S']} keys, {self.policy.describe()})")
+        lead = _held_shape(self._held["query"])[4 - self.rank:]
+        return (f"Call({self.name!r}, {_dims(lead)} queries, "
+                f"{self.shape['S']} keys, {self.policy.describe()})")
 
     @classmethod
     def from_sdpa(cls, query, key, value, *, attn_mask=None, dropout_p=0.0,
@@ -474,6 +576,30 @@ class Call:
         return call
 
     @classmethod
+    def from_floats(cls, query, key, value, *, policy: Policy | None = None,
+                    name: str = "floats") -> "Call":
+        """Binary float arrays (a float kernel's own arguments) read as the dyadic rationals
+        they are (:func:`float_ints`), in any number: the entries are held as numerators over
+        a power of two, read as ``Fraction`` only where a caller asks for them.
+
+        Shapes as :class:`Call`'s: query L x E (H x L x E, B x H x L x E), key ... x S x E,
+        value ... x S x E_v.
+
+        Raises:
+            InputError: a NaN or infinite entry.
+            ShapeError: sizes that do not match.
+
+        >>> c = Call.from_floats(np.array([[0.5]]), np.array([[1.0], [2.0]]), np.ones((2, 3)))
+        >>> c.shape["S"], c.numerators("query"), c.query[0, 0, 0, 0]
+        (2, (array([[[[1]]]]), 2), Fraction(1, 2))
+        """
+        arrays = [np.asarray(a) for a in (query, key, value)]
+        held = [[None, float_ints(a.reshape((1,) * (4 - a.ndim) + a.shape))] for a in arrays]
+        call = object.__new__(cls)
+        call._build(held, None, policy or Policy(), arrays[0].ndim, name, None, _TENSORS)
+        return call
+
+    @classmethod
     def of_head(cls, head, x, *, floats: str | None = None, dropout_keep=None,
                 name: str = "head") -> "Call":
         """The call a :class:`~exactattn.engines.head.Head` makes on the token rows ``x``.
@@ -492,6 +618,7 @@ class Call:
         >>> c.query[0, 0, :, 0].tolist(), c.value[0, 0, :, 0].tolist(), c.policy.divisor_squared
         ([Fraction(1, 1), Fraction(0, 1)], [Fraction(5, 2), Fraction(3, 1)], Fraction(1, 1))
         """
+        from ..numbers.bulk import mat_ints
         from ..numbers.exact import fmpq_mat_of, is_symbolic
         xs = head_tokens(head, x, floats)
         if head.symbolic or any(is_symbolic(e) for r in xs for e in r):
@@ -499,16 +626,15 @@ class Call:
                              "substitute numbers first")
         X, n = fmpq_mat_of(xs), len(xs)
 
-        def project(W, b):        # exact already: held as they are, not read again
+        def project(W, b):        # exact already: numerators over one denominator
             m = X * fmpq_mat_of(W).transpose()
             m = m if b is None else m + fmpq_mat_of([b] * n)
-            return object_array(_fractions((int(e.p), int(e.q)) for e in m.entries()),
-                                (1, 1, n, m.ncols()))
-        keep = None if dropout_keep is None else _blocks(dropout_keep, (1, 1, n, n), "dropout_keep", True).copy()
+            ints, den = mat_ints(m)
+            return [None, (ints.reshape(1, 1, n, -1), den)]
         call = object.__new__(cls)
-        call._set(*(project(W, b) for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
-                                               (head.W_V, head.b_V))),
-                  None, head.policy, 2, name, keep, ("query", "key", "value"), None)
+        call._build([project(W, b) for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
+                                                (head.W_V, head.b_V))],
+                    None, head.policy, 2, name, dropout_keep, _TENSORS)
         return call
 
     @classmethod
@@ -581,9 +707,8 @@ class Call:
 
     @property
     def shape(self) -> dict:
-        B, Hq, L, E = self.query.shape
-        return {"B": B, "H_q": Hq, "H_kv": self.key.shape[1], "L": L, "S": self.key.shape[2],
-                "E": E, "E_v": self.value.shape[3]}
+        (B, Hq, L, E), (_, Hkv, S, _), (*_, Ev) = map(_held_shape, self._held.values())
+        return {"B": B, "H_q": Hq, "H_kv": Hkv, "L": L, "S": S, "E": E, "E_v": Ev}
 
     @property
     def mask_kind(self) -> str | None:
@@ -698,9 +823,10 @@ class Call:
     def nonfinite(self) -> list[tuple[int, tuple]]:
         """Every ``inf``/``nan`` entry: ``(1 for key or 2 for value, (b, g, j, c))``."""
         out = []
-        for a, arr in ((1, self.key), (2, self.value)):
-            flags = np.frompyfunc(lambda x: isinstance(x, float), 1, 1)(arr).astype(bool)
-            out += [(a, tuple(int(x) for x in idx)) for idx in zip(*np.nonzero(flags))]
+        for a, arr in ((1, self._held["key"][0]), (2, self._held["value"][0])):
+            if arr is not None:          # held as numerators only: finite
+                flags = np.frompyfunc(lambda x: isinstance(x, float), 1, 1)(arr).astype(bool)
+                out += [(a, tuple(int(x) for x in idx)) for idx in zip(*np.nonzero(flags))]
         return out
 
     def check_nonfinite(self) -> None:
@@ -763,6 +889,54 @@ class Call:
                 tuple(self.query.reshape(-1)), tuple(self.key.reshape(-1)),
                 tuple(self.value.reshape(-1)), self.mask_kind, mask, self.mask_shape,
                 None if self.dropout_keep is None else tuple(self.dropout_keep.reshape(-1)))
+
+
+_TENSORS = ("query", "key", "value")
+
+
+@dataclass(frozen=True, eq=False)
+class CallHead:
+    """One head of a :class:`Call` (:meth:`Call.head`), as the row blocks read it: integer
+    numerators over common denominators, ``query = q / q_den`` (n_q x d_k), ``key = k / k_den``
+    (n_k x d_k), ``value = v / v_den`` (n_k x d_v); the head's policy; ``mask`` None or n_q x
+    n_k booleans (True = the query sees the key, the positional rule applied); ``dropout_keep``
+    None or n_q x n_k booleans, the keep-mask of ``policy.dropout``.  Small (O(n d)): what a
+    Dask cluster receives once.
+    """
+
+    q: np.ndarray
+    q_den: int
+    k: np.ndarray
+    k_den: int
+    v: np.ndarray
+    v_den: int
+    policy: Policy
+    mask: np.ndarray | None = None
+    name: str = "inputs"
+    dropout_keep: np.ndarray | None = None
+
+    n_q = property(lambda self: self.q.shape[0], doc="queries")
+    n_k = property(lambda self: self.k.shape[0], doc="keys")
+    d_k = property(lambda self: self.q.shape[1], doc="query/key width")
+    d_v = property(lambda self: self.v.shape[1], doc="value width")
+    #: the sizes by the names verify's reports use
+    shape = property(lambda self: {"L": self.n_q, "S": self.n_k, "E": self.d_k, "E_v": self.d_v})
+    #: D, with scores divided by sqrt(D) (None: no scaling)
+    divisor_squared = property(lambda self: self.policy.divisor_squared_for(self.d_k))
+    #: the common denominator of the raw scores, ``q_den * k_den``
+    den = property(lambda self: self.q_den * self.k_den)
+
+    @cached_property
+    def score_bound(self) -> int:
+        """A bound on every |raw-score numerator| of the head: ``ceil(max|q_i| max|k_j|)``
+        with Euclidean norms (Cauchy-Schwarz), exact."""
+        norms = [int((a.astype(object) ** 2).sum(axis=1).max()) if a.size else 0
+                 for a in (self.q, self.k)]
+        return math.isqrt(norms[0] * norms[1]) + 1
+
+
+def _held_shape(held: list) -> tuple:
+    return (held[1][0] if held[0] is None else held[0]).shape
 
 
 def head_tokens(head, x, floats: str | None = None) -> list[list]:

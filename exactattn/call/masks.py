@@ -63,7 +63,7 @@ class Mask:
 
     Raises:
         InputError: an unknown kind, a non-bool entry in a boolean mask.
-        ShapeError: ragged or empty rows, sizes that do not match.
+        ShapeError: ragged or empty rows.
 
     >>> Mask("additive", [["0", "-inf"]]).as_form("bool_drop")
     [[False, True]]
@@ -75,8 +75,7 @@ class Mask:
 
     __slots__ = ("kind", "n_queries", "n_keys", "rows")
 
-    def __init__(self, kind: str, rows, *, n_queries: int | None = None,
-                 n_keys: int | None = None, floats: str | None = None):
+    def __init__(self, kind: str, rows, *, floats: str | None = None):
         check_choice(kind, "kind", MASK_KINDS)
         self.kind = kind
         if hasattr(rows, "tolist") and not isinstance(rows, (list, tuple)):
@@ -116,10 +115,6 @@ class Mask:
                 f"mask must have rows of equal length (got lengths {[len(r) for r in out]})")
         self.rows = tuple(out)
         self.n_queries, self.n_keys = len(out), len(out[0])
-        for name, want, got in (("n_queries", n_queries, self.n_queries),
-                                ("n_keys", n_keys, self.n_keys)):
-            if want is not None and want != got:
-                raise ShapeError(f"mask must have {name} = {want} (got {got})")
 
     def keeps(self, i: int, j: int) -> bool:
         """Whether the mask lets query i see key j."""

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from exactattn.blocks import (Engine, certify, check_impl, check_outputs, check_scheduler, float_ints,
-                              from_floats, from_call, random_floats, random_inputs)
+from exactattn.blocks import (Engine, certify, check_impl, check_outputs, check_scheduler,
+                              random_floats)
+from exactattn.call.inputs import float_ints
 from exactattn.blocks.memory import BYTES_PER_PAIR, block_rows, block_spans
 from exactattn.blocks.rows import (block_keep, certify_block, exact_row, exact_rows, key_span,
                                    score_top)
@@ -29,6 +30,11 @@ from exactattn.call import Call
 from exactattn.testing import assert_typed_equal as typed
 
 PLAIN = Engine("none")
+
+
+def random_head(n, d, *, policy=None, **draw):
+    """verify's random float inputs as the head blocks read (Call.from_floats(...).head())."""
+    return Call.from_floats(*random_floats(n, d, **draw), policy=policy).head()
 
 
 def run_blocks(x, rows, places=4, shares=True):
@@ -101,13 +107,13 @@ def test_blocks_match_the_whole_head_for_every_block_size(policy):
     head, x = small_head(policy)
     trace = attend(head, x, engine="fast", empty_row=policy.empty_row)
     want = (trace.share_decimals(4), trace.output_decimals(4))
-    inputs = from_call(trace.call)
+    inputs = trace.call.head()
     for rows in (1, 3, 4, 11):
         assert run_blocks(inputs, rows) == want
 
 
 def test_float_inputs_match_the_exact_entries_at_4_and_8_places():
-    x = random_inputs(24, 8, seed=2, policy=Policy(causal=True, window=(6, 0)))
+    x = random_head(24, 8, seed=2, policy=Policy(causal=True, window=(6, 0)))
     keep = block_keep(x, 0, 24, 0, 24)
     row, values = exact_rows(x, 0, 0, keep)
     for places in (4, 8):
@@ -120,12 +126,12 @@ def test_float_inputs_match_the_exact_entries_at_4_and_8_places():
 
 
 def test_a_block_reads_only_the_keys_its_rows_see():
-    x = random_inputs(16, 2, seed=0, policy=Policy(causal=True, window=(2, 0)))
+    x = random_head(16, 2, seed=0, policy=Policy(causal=True, window=(2, 0)))
     typed(key_span(x, 10, 13), (8, 13))
     res = certify_block(x, 10, 13, 3)
     typed(res.keys, (8, 13))
     assert res.shares[0][:8] == ["0.000"] * 8 and res.shares[0][11:] == ["0.000"] * 5
-    typed(key_span(random_inputs(4, 2, policy=Policy(causal=True, query_offset=-9)), 0, 4),
+    typed(key_span(random_head(4, 2, policy=Policy(causal=True, query_offset=-9)), 0, 4),
           (0, 0))
 
 
@@ -135,19 +141,19 @@ def test_an_explicit_boolean_mask_matches_the_reference():
                             [[1], [2], [5]], keep)
     policy = Policy(empty_row="uniform")
     ref = Reference(p.with_policy(policy))
-    shares, outputs = run_blocks(from_call(p.with_policy(policy)), 2)
+    shares, outputs = run_blocks(p.with_policy(policy).head(), 2)
     assert outputs == [[ref.output(0, 0, i, 0).decimal(4)] for i in range(3)]
     assert shares == [[ref.share(0, 0, i, j).decimal(4) for j in range(3)] for i in range(3)]
     additive = Call([[1]], [[1]], [[1]], [[0]], mask_kind="additive")
     with pytest.raises(InputError, match="mask must be boolean for row blocks"):
-        from_call(additive)
+        additive.head()
 
 
 def test_dropout_needs_its_keep_mask_and_a_blocked_check_no_modifier():
     with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
-        from_call(Call([[1]], [[1]], [[1]], policy=Policy(dropout=F(1, 2))))
+        Call([[1]], [[1]], [[1]], policy=Policy(dropout=F(1, 2))).head()
     with pytest.raises(InputError, match="dropout needs both p and a keep-mask"):
-        from_call(Call([[1]], [[1]], [[1]], dropout_keep=[[True]]))
+        Call([[1]], [[1]], [[1]], dropout_keep=[[True]]).head()
     with pytest.raises(InputError, match="policy must have no rope, softcap, alibi, sink, "
                                          "dropout for a blocked check"):
         check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", Policy(softcap=F(5)))
@@ -171,7 +177,7 @@ def test_a_modified_calls_blocks_are_the_references_rows_exactly(policy):
                  False, True], [False, True, True, True, True]])
     ref = Reference(call)
     for h in (0, 1):
-        x = from_call(call, 0, h)
+        x = call.head(0, h)
         keep = block_keep(x, 0, 5, 0, 5)
         for i in range(5):
             row, want = exact_row(x, i, np.flatnonzero(keep[i])), ref.row(0, h, i)
@@ -186,15 +192,15 @@ def test_a_modified_calls_blocks_are_the_references_rows_exactly(policy):
 
 
 def test_score_top_is_the_largest_visible_score_for_any_split():
-    x = from_call(Call([[1], [3]], [[2], [-5]], [[0], [0]], policy=Policy(causal=True)))
+    x = Call([[1], [3]], [[2], [-5]], [[0], [0]], policy=Policy(causal=True)).head()
     typed([score_top(x, 0, 1), score_top(x, 1, 2), score_top(x, 0, 2)], [2, 15, 15])
     for policy in (Policy(), Policy(causal=True, window=(4, 1))):
-        x = random_inputs(30, 6, seed=7, policy=policy)
+        x = random_head(30, 6, seed=7, policy=policy)
         keep = block_keep(x, 0, 30, 0, 30)
         exact = [abs(sum(int(a) * int(b) for a, b in zip(x.q[i].tolist(), x.k[j].tolist())))
                  for i in range(30) for j in range(30) if keep[i, j]]
         typed(max(score_top(x, r0, min(30, r0 + 7)) for r0 in range(0, 30, 7)), max(exact))
-    same = from_call(Call([[1]] * 100, [[1]] * 100, [[0]] * 100))     # every score a tie
+    same = Call([[1]] * 100, [[1]] * 100, [[0]] * 100).head()     # every score a tie
     typed(score_top(same, 0, 100), 1)
 
 
@@ -254,17 +260,17 @@ def test_the_blocked_check_agrees_with_verify(policy):
     got = np.array([e.got for e in report.entries]).reshape(16, 4)
     want = report.summary()
     for rows in (1, 5, 16):
-        mine = check_outputs(from_floats(q, k, v, policy), got, "float32", rows=rows,
+        mine = check_outputs(Call.from_floats(q, k, v, policy=policy).head(), got, "float32", rows=rows,
                              engine=PLAIN)
         typed(mine.max_ulps, report.max_ulps)
         s = mine.summary()
         for key in ("count", "max_ulps", "mean_ulps", "median_ulps", "over", "hard"):
             typed(s[key], want[key])
         assert s["max_rel"] == pytest.approx(want["max_rel"], rel=1e-6)    # to 3 digits by design
-        assert mine.summary() == check_outputs(from_floats(q, k, v, policy), got, "float32",
+        assert mine.summary() == check_outputs(Call.from_floats(q, k, v, policy=policy).head(), got, "float32",
                                                rows=16, engine=PLAIN).summary()
     with pytest.raises(InputError, match="dtype must be one of float32, float16, bfloat16"):
-        check_outputs(from_floats(q, k, v, policy), got, "float64", engine=PLAIN)
+        check_outputs(Call.from_floats(q, k, v, policy=policy).head(), got, "float64", engine=PLAIN)
 
 
 def test_the_blocked_check_judges_with_verify_s_proved_bound():
@@ -274,7 +280,7 @@ def test_the_blocked_check_judges_with_verify_s_proved_bound():
     from exactattn.blocks.check import proved_block
     from exactattn.verify.check import verify_outputs
     q, k, v = random_floats(16, 4, seed=3)
-    x = from_floats(q, k, v, Policy())
+    x = Call.from_floats(q, k, v, policy=Policy()).head()
     call = Call.random(16, 4, seed=3).rounded("float32")[0]
     exact = verify_outputs(call, np.zeros((1, 1, 16, 4)), "float32")
     bad = np.array([e.rounded for e in exact.entries], dtype=np.float32).reshape(16, 4)
@@ -293,8 +299,8 @@ def test_the_blocked_check_judges_with_verify_s_proved_bound():
     old = check_outputs(x, bad, "float32", rows=4, engine=PLAIN, max_ulps=19)
     typed((old.passed, old.found.proved, old.summary()["over"]), (False, None, 1))
     for not_floats in ("1/3", 2 ** 60 + 1, "1e-400"):     # no float kernel takes these inputs
-        assert proved_block(from_call(Call([[not_floats]], [[1]], [[1]])), 0, 1, "float32", 19) is None
-    typed(proved_block(from_call(Call([["1/2"]], [[1]], [[3]])), 0, 1, "float32", 19).tolist(), [[1]])
+        assert proved_block(Call([[not_floats]], [[1]], [[1]]).head(), 0, 1, "float32", 19) is None
+    typed(proved_block(Call([["1/2"]], [[1]], [[3]]).head(), 0, 1, "float32", 19).tolist(), [[1]])
 
 
 def test_verify_and_the_blocked_check_read_one_binary64_rule():
@@ -306,7 +312,7 @@ def test_verify_and_the_blocked_check_read_one_binary64_rule():
     from exactattn.verify.check import proved_tolerance
     for entry in (F(1, 2 ** 1000), 2 ** 60, F(3, 2 ** 1023), 2 ** 60 + 1):
         call = Call([[entry, 1], [1, F(1, 2)]], [[1, 0], [0, 1]], [[1], [3]])
-        floats, blocked = call_floats(call), proved_block(from_call(call), 0, 2, "float32", 19)
+        floats, blocked = call_floats(call), proved_block(call.head(), 0, 2, "float32", 19)
         assert (floats is None) is (blocked is None) is (entry in (F(3, 2 ** 1023), 2 ** 60 + 1))
         if floats is not None:
             typed(proved_tolerance(floats, "float32", fallback=19)[0][0, 0].tolist(),
@@ -331,7 +337,7 @@ def test_blocks_command_streams_csv_and_json(cli):
     typed(lines[0], "kind,query,1,2,3,4,5")
     typed(lines[1], "share,1,1.000,0.000,0.000,0.000,0.000")
     typed(len(lines), 11)
-    x = random_inputs(5, 3, seed=1, policy=Policy(causal=True))
+    x = random_head(5, 3, seed=1, policy=Policy(causal=True))
     shares, outputs = run_blocks(x, 5, 3)
     typed(lines[4].split(",")[2:], outputs[1])
     rc, out, _ = cli("blocks", "--random", "5,3,1", "--scheduler", "none", "--format", "json",
@@ -410,10 +416,9 @@ def test_a_modified_call_s_blocked_check_asks_for_its_tolerance():
     ULPs where it would give 11): under a score modifier it is asked for, not guessed."""
     import numpy as np
     from exactattn.blocks.check import check_outputs
-    from exactattn.blocks.inputs import from_floats
     from exactattn.call.policy import Policy
     from exactattn.errors import InputError
     q = np.ones((2, 2), dtype=np.float32)
     with pytest.raises(InputError, match=r"^max_ulps must be given for a blocked check of a "
                                          r"modified call \(got none: .*exactattn verify$"):
-        check_outputs(from_floats(q, q, q, Policy(sink="40")), q, "float32")
+        check_outputs(Call.from_floats(q, q, q, policy=Policy(sink="40")).head(), q, "float32")

@@ -16,7 +16,8 @@ pytest.importorskip("distributed")
 
 from distributed import Client, LocalCluster  # noqa: E402
 
-from exactattn.blocks import Engine, certify, check_impl, random_floats, random_inputs  # noqa: E402
+from exactattn.blocks import Engine, certify, check_impl, random_floats  # noqa: E402
+from exactattn.call import Call  # noqa: E402
 from exactattn.blocks.engine import ADDRESS_VARIABLE  # noqa: E402
 from exactattn.call.policy import Policy  # noqa: E402
 
@@ -31,7 +32,8 @@ def blocks(inputs, engine, rows=16, on_block=None):
             for b in certify(inputs, 4, rows=rows, engine=engine, on_block=on_block)]
 
 
-INPUTS = random_inputs(128, 8, seed=5, policy=Policy(causal=True, window=(40, 0)))
+INPUTS = Call.from_floats(*random_floats(128, 8, seed=5),
+                          policy=Policy(causal=True, window=(40, 0))).head()
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +104,7 @@ def test_the_command_sends_blocks_to_a_cluster(cli):
     doc = json.loads(out)
     assert rc == 0 and doc["engine"] == f"the Dask cluster at {c.scheduler_address}, 2 workers"
     with Engine("none") as engine:
-        want = [o for b in certify(random_inputs(40, 4, seed=2), 4, rows=40, engine=engine,
+        want = [o for b in certify(Call.from_floats(*random_floats(40, 4, seed=2)).head(), 4, rows=40, engine=engine,
                                    shares=False) for o in b.outputs]
     assert [r["outputs"] for r in doc["rows"]] == want
     assert np.array(want).shape == (40, 4)

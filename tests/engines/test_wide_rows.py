@@ -16,7 +16,8 @@ import numpy as np
 from exactattn import Head, attend
 from exactattn.blocks.certify import certify
 from exactattn.blocks.engine import Engine
-from exactattn.blocks.inputs import random_floats, random_inputs
+from exactattn.blocks.inputs import random_floats
+from exactattn.call import Call
 from oracle import Oracle
 
 N = 600          # keys per row: past the old wrap-around at 6 places
@@ -46,7 +47,7 @@ def test_share_decimals_at_six_places_on_600_keys_match_the_oracle():
 
 
 def test_row_blocks_at_six_places_on_600_keys_match_the_oracle():
-    inputs = random_inputs(4, 2, seed=3, dtype="float32", n_keys=N, d_v=1)
+    inputs = Call.from_floats(*random_floats(4, 2, seed=3, dtype="float32", n_keys=N, d_v=1)).head()
     with Engine("none") as engine:
         blocks = list(certify(inputs, 6, engine=engine, rows=2))
     shares = [r for b in blocks for r in b.shares]

@@ -62,7 +62,7 @@ from ..call.modifiers import check_keep
 from ..numbers.reals import Surd
 from .trace import Trace
 
-__all__ = ["Head", "Trace", "attend"]
+__all__ = ["Head", "attend"]
 
 LAYOUTS = ("slots", "rows")
 ENGINES = ("auto", "pencil", "symbolic", "fast")

@@ -38,7 +38,8 @@ from ..options import check_choice
 from ..call.policy import divisor_text
 from .cells import (RowForms, Scaler, divisor_words, exact_text, value_cell,
                     vector, with_decimal)
-from ..engines.head import Head, Trace, attend
+from ..engines.head import Head, attend
+from ..engines.trace import Trace
 from ..reference.kernels import score
 from ..numbers.exact import common_denominator
 from .modifier_tables import STAGES, dropout, grid_section, lse

@@ -176,7 +176,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def _run(args) -> int:
     try:
-        return int(args.func(args) or 0)
+        status = args.func(args)
+        if isinstance(status, tuple):   # (sections, meta, status): written in --format
+            from .present.render import render
+            sections, meta, status = status
+            sys.stdout.write(render(sections, args.format, meta))
+        return int(status or 0)
     except ExactAttnError as e:
         print(f"exactattn: error: {e}", file=sys.stderr)
         return 2

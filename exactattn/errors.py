@@ -9,8 +9,7 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-__all__ = ["ExactAttnError", "ExactAttnWarning", "FloatInputError", "InputError", "ShapeError",
-           "SpecError", "Undecided"]
+__all__ = ["FloatInputError", "InputError", "Undecided"]
 
 
 class ExactAttnError(Exception):

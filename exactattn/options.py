@@ -4,7 +4,7 @@ Every option type and argument check of exactattn lives here, so messages read
 alike everywhere: ``<name> must be <expected> (got <actual>)``, plus the fix
 when there is one.  The ``check_*`` functions validate Python arguments and
 raise :class:`~exactattn.errors.InputError`; the option types (``whole``,
-``places``, ...) wrap them for ``argparse`` (``type=``), which turns the error
+``choice``, ...) wrap them for ``argparse`` (``type=``), which turns the error
 into the CLI's one-line ``exactattn: error: ...`` and exit status 2.
 
 Words used: a *whole number* is an integer (never a bool, a float or a
@@ -21,7 +21,7 @@ exactattn.errors.InputError: n must be a positive whole number (got 0)
 Traceback (most recent call last):
 ...
 argparse.ArgumentTypeError: --rows must be a whole number from 1 to 10 (got '11')
->>> places("--digits")("4")
+>>> whole("--digits", low=0, high=MAX_PLACES)("4")
 4
 """
 
@@ -128,11 +128,6 @@ def _int_or_text(text: str) -> int | str:
 def whole(flag: str, *, low: int = 1, high: int | None = None):
     """An argparse type: a whole number in ``low .. high``, named ``flag`` in its errors."""
     return argtype(lambda v: check_whole(v, flag, low=low, high=high), flag, _int)
-
-
-def places(flag: str = "--digits"):
-    """An argparse type: decimal places, 0 to 50."""
-    return whole(flag, low=0, high=MAX_PLACES)
 
 
 def choice(flag: str, choices: Sequence[str]):

@@ -12,10 +12,7 @@ gradients are certified decimals, with no closed form to print).
 
 from __future__ import annotations
 
-import sys
-
 from ..errors import InputError, shorten
-from ..present.render import render
 
 HELP = "the backward pass of a worked example (dO, P, dP, D, dS, dQ, dK, dV, dW) to check by hand"
 #: the most tokens the backward walkthrough prints (its closed forms grow with the call)
@@ -86,5 +83,4 @@ def run(args) -> int:
             "d_out": [[str(x) for x in r] for r in g.d_out]}
     if ex.head.policy.modifiers():
         meta["policy"] = ex.head.policy.modifiers()
-    sys.stdout.write(render(sections, args.format, meta))
-    return 0
+    return sections, meta, 0

@@ -121,7 +121,7 @@ def _refuse(args) -> None:
 
 def _inputs(args):
     """``(inputs, floats or None, dtype)``: the exact inputs, the float arrays for --check."""
-    from ..blocks import from_floats, from_call, random_floats
+    from ..blocks import random_floats
     from ..call import Call
     from ..call.spec import load_problem, parse, read_text
     dtype = args.dtype or "float32"
@@ -130,7 +130,7 @@ def _inputs(args):
         floats = random_floats(n, d, seed=seed, dtype=dtype)
         policy = set_policy_flags(Policy(), args, POLICY)
         name = f"random n={n} d={d} seed={seed} {dtype}"
-        return from_floats(*floats, policy, name=name), floats, dtype
+        return Call.from_floats(*floats, policy=policy, name=name).head(), floats, dtype
     text, fmt = read_text(args.spec)
     doc = parse(text, fmt=fmt, where=shorten(args.spec, 200))
     if isinstance(doc, dict) and "tokens" in doc:
@@ -139,8 +139,8 @@ def _inputs(args):
                              "spec); a float implementation takes query, key and value")
         ex = load_spec(args.spec)
         head = ex.head.with_policy(set_policy_flags(ex.head.policy, args, POLICY))
-        return from_call(Call.of_head(head, ex.x, name=ex.name,
-                                      dropout_keep=getattr(ex, "dropout_keep", None))), None, dtype
+        return Call.of_head(head, ex.x, name=ex.name, dropout_keep=getattr(
+            ex, "dropout_keep", None)).head(), None, dtype
     problem, spec_policy, spec_dtype = load_problem(args.spec)
     sh = problem.shape
     if sh["B"] * sh["H_q"] != 1:
@@ -155,8 +155,8 @@ def _inputs(args):
         problem, _ = problem.rounded(dtype)
         floats = tuple(problem.floats(k).reshape(problem.shape["L" if k == "query" else "S"], -1)
                        for k in ("query", "key", "value"))
-        return from_floats(*floats, policy, name=problem.name), floats, dtype
-    return from_call(problem.with_policy(policy)), None, dtype
+        return Call.from_floats(*floats, policy=policy, name=problem.name).head(), floats, dtype
+    return problem.with_policy(policy).head(), None, dtype
 
 
 def run(args) -> int:

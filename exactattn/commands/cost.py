@@ -15,14 +15,12 @@ stays fast); they are loaded when the command runs.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
 from ..errors import InputError, shorten
 from ..options import argtype, choice, whole, whole_list
-from ..present.render import render
-from .flags import add_format_option
+from .flags import add_format_option, given
 
 HELP = "multiply-adds at several row lengths: counted, derived, crossover, conventions"
 
@@ -133,28 +131,21 @@ def _flops(text: str) -> int:
         raise InputError(f"--judge must be a FLOP figure, a whole number from 0 such as 12960 "
                          f"(got {shorten(text, quote=True)})")
     return int(text.strip())
-_JUDGE = (("--call", "call"), ("--shape", "shape"), ("--kv-heads", "kv_heads"),
-          ("--backward", "backward"), ("--unit", "unit"))
 
 
-#: the options --audit leaves out, with the values that mean "not given" (d_model and d_k:
-#: the example head's, the parser's defaults)
-_NOT_AUDIT = (("--rows", "rows", None), ("--d-k", "d_k", "head"), ("--d-v", "d_v", None),
-              ("--d-model", "d_model", "head"), ("--causal", "causal", False),
-              ("--align", "align", None), ("--keys", "keys", None), ("--heads", "heads", None),
-              ("--layers", "layers", 1), ("--decode", "decode", False),
-              ("--conventions", "conventions", False), ("--count-limit", "count_limit",
-                                                        10_000_000))
+#: the options --audit leaves out, in the order they are named
+_NOT_AUDIT = ("--rows --d-k --d-v --d-model --causal --align --keys --heads --layers --decode "
+              "--conventions --count-limit")
 
 
 def _given(args, skip: tuple = ()) -> tuple | None:
-    """The first option of :data:`_NOT_AUDIT` given a value other than its default:
-    ``(flag, value)``, or None."""
+    """The first option of :data:`_NOT_AUDIT` given a value other than the parser's default
+    (d_model and d_k: the example head's): ``(flag, value)``, or None."""
     from ..examples import chronicle
     head = chronicle().head
-    return next(((flag, getattr(args, dest)) for flag, dest, default in _NOT_AUDIT
-                 if dest not in skip and getattr(args, dest) != (
-                     getattr(head, dest) if default == "head" else default)), None)
+    default = {"d_k": head.d_k, "d_model": head.d_model, "layers": 1, "count_limit": 10_000_000}
+    return next(((f, getattr(args, d)) for f in given(args, _NOT_AUDIT) if (d := f[2:].replace(
+        "-", "_")) not in skip and getattr(args, d) != default.get(d)), None)
 
 
 def _check_audit(args) -> None:
@@ -166,9 +157,9 @@ def _check_audit(args) -> None:
             raise InputError("--counters needs --audit (got --counters without --audit); "
                              "add --audit or drop --counters")
         return
-    given = _given(args)
-    if given:
-        flag, value = given
+    found = _given(args)
+    if found:
+        flag, value = found
         shown = "" if isinstance(value, bool) else " " + (
             ",".join(map(str, value)) if isinstance(value, list) else str(value))
         raise InputError(f"{flag} must be left out with --audit (got {flag}{shown}); the "
@@ -177,10 +168,9 @@ def _check_audit(args) -> None:
 
 def _check_judge(args) -> None:
     if args.judge is None:
-        for flag, dest in _JUDGE:
-            if getattr(args, dest) not in (None, False):
-                raise InputError(f"{flag} needs --judge (got {flag} without --judge); add "
-                                 f"--judge FLOPS or drop {flag}")
+        for flag in given(args, "--call --shape --kv-heads --backward --unit")[:1]:
+            raise InputError(f"{flag} needs --judge (got {flag} without --judge); add "
+                             f"--judge FLOPS or drop {flag}")
         return
     if args.shape is None:
         raise InputError("--judge needs --shape B,H,L,S,E[,E_v] (got none); pass e.g. "
@@ -189,10 +179,10 @@ def _check_judge(args) -> None:
         flag = "--audit" if args.audit else "--conventions"
         raise InputError(f"--judge must be left out with {flag} (got both); {flag} prints "
                          "another table: drop one")
-    given = _given(args, ("causal", "align", "conventions"))
-    if given:
-        raise InputError(f"{given[0]} must be left out with --judge (got {given[0]}); --shape "
-                         f"gives the sizes: drop {given[0]}")
+    found = _given(args, ("causal", "align", "conventions"))
+    if found:
+        raise InputError(f"{found[0]} must be left out with --judge (got {found[0]}); --shape "
+                         f"gives the sizes: drop {found[0]}")
 
 
 def _check_combinations(args) -> None:
@@ -270,17 +260,15 @@ def run(args) -> int:
             args.judge, args.call or "sdpa", parse_shape(args.shape), causal=args.causal,
             alignment=args.align or ALIGNMENTS[0], kv_heads=args.kv_heads,
             backward=args.backward, unit=args.unit or "flops")
-        sys.stdout.write(render(sections, args.format, {"command": "cost --judge", "unit": (
-            "MACs (FLOPs = 2 x MACs)" if args.unit == "macs" else "FLOPs (2 x MACs)")}))
-        return 0 if right else 1
+        return sections, {"command": "cost --judge", "unit": "MACs (FLOPs = 2 x MACs)" if
+                          args.unit == "macs" else "FLOPs (2 x MACs)"}, 0 if right else 1
     if args.audit:
         from ..audit.flops import audit_sections
         from ..present.stream import busy
         with busy("running the FLOP counters on their calls"):
             sections = audit_sections(args.counters)
-        sys.stdout.write(render(sections, args.format, {"command": "cost --audit",
-                                                        "unit": "MACs and FLOPs"}))
-        return 0 if sections[0].data["same"] else 1
+        return sections, {"command": "cost --audit", "unit": "MACs and FLOPs"}, \
+            0 if sections[0].data["same"] else 1
     if args.conventions:
         from ..cost.conventions import conventions_work
         from .cost_tables import conventions_sections
@@ -300,10 +288,6 @@ def run(args) -> int:
         _check_work(counting_work(rows, args.d_model, args.d_k, args.d_v, **options),
                     args.count_limit)
         sections = cost_sections(rows, args.d_model, args.d_k, args.d_v, **options)
-    meta = {"command": "cost", "unit": "MACs (FLOPs = 2 x MACs)"}
-    sys.stdout.write(render(sections, args.format, meta))
-    if not args.conventions:
-        same = [n for n in sections[0].notes if n.strip().startswith("same:")]
-        if same and same[0].strip() != "same: true":
-            return 1
-    return 0
+    same = [n.strip() for n in sections[0].notes if n.strip().startswith("same:")]
+    return sections, {"command": "cost", "unit": "MACs (FLOPs = 2 x MACs)"}, \
+        int(not args.conventions and same[:1] not in ([], ["same: true"]))

@@ -71,6 +71,14 @@ def span_type(flag: str, what: str = "token numbers"):
                    reword=lambda m: flag + m[len("span"):].replace("token numbers", what))
 
 
+def given(args, flags: str) -> list[str]:
+    """The options of ``flags`` (space-separated, such as ``"--n --d-k"``) that were given: their
+    value is neither None nor False (a word that is no option of the command never is)."""
+    return [f for f in flags.split()
+            if (v := getattr(args, f.lstrip("-").replace("-", "_"), None)) is not None
+            and v is not False]
+
+
 def check_output(path: str | None) -> None:
     """``-o PATH``: refuse an empty name before any work is done."""
     if path is not None and not path.strip():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..options import choice
-from .modifier_flags import DECLARED, add_policy_flags, apply, set_policy_flags
+from .modifier_flags import add_policy_flags, apply, set_policy_flags
 
 HELP = "find which conventions a float attention kernel implements (scale, causal alignment, " \
        "window, GQA, empty rows, LSE, soft-cap, ALiBi, RoPE), decided exactly"
@@ -54,9 +54,7 @@ def register(sub) -> None:
     p.add_argument("--conventions", type=argtype(_conventions, "--conventions", echo=False),
                    metavar="LIST", help="probe only these (default all)")
     add_policy_flags(p, "declared policy (what the kernel should do; SDPA's by default)", POLICY)
-    g = p.add_argument_group("declared modifiers (the probes' values)")
-    for field in MODIFIERS:
-        g.add_argument("--" + field.replace("_", "-"), **DECLARED[field])
+    add_policy_flags(p, "declared modifiers (the probes' values)", MODIFIERS)
     p.set_defaults(func=run)
 
 

@@ -28,14 +28,14 @@ from ..options import choice, whole
 from ..present.render import Section, write
 from ..present.stream import PAGE, View
 from ..present.tables import MODES, attend_example, build
-from .flags import add_digits_option, add_format_option, write_output
+from .flags import add_digits_option, add_format_option, given, write_output
 
 MODEL_MODES = MODES + ("walkthrough", "layer", "check")
 HELP = "a head or layer of a real model from its weights file, or a whole model on text, exactly"
 #: the options of the weights-file modes, and of ``check``
-FILE_OPTIONS = ("weights", "tokens", "arch", "names", "heads", "kv_heads", "no_rotary")
-CHECK_OPTIONS = ("text", "model", "attn_implementation", "max_tokens", "svg", "timings",
-                 "save_inputs", "jobs")
+FILE_OPTIONS = "--weights --tokens --arch --names --heads --kv-heads --no-rotary"
+CHECK_OPTIONS = ("--text --model --attn-implementation --max-tokens --svg --timings "
+                 "--save-inputs --jobs")
 
 
 def register(sub) -> None:
@@ -116,14 +116,10 @@ def _layer_section(run, places: int) -> Section:
                    {"outputs": out, "macs": m, "bias_adds": run.bias_adds})
 
 
-def _given(args, names) -> list[str]:
-    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
-
-
 def _check_options(args) -> None:
     """The weights-file modes and ``check`` take different options: each refuses the other's."""
     if args.mode == "check":
-        extra = _given(args, FILE_OPTIONS)
+        extra = given(args, FILE_OPTIONS)
         if extra:
             raise InputError(f"{extra[0]} must not be given with check (got {extra[0]}); check "
                              "runs --model on --text: drop it, or use another mode")
@@ -131,7 +127,7 @@ def _check_options(args) -> None:
             raise InputError("--text must be given with check (got none); pass "
                              "--text \"The bank raised its rates.\"")
         return
-    extra = _given(args, CHECK_OPTIONS)
+    extra = given(args, CHECK_OPTIONS)
     if extra:
         raise InputError(f"{extra[0]} must be used with check (got {args.mode}); "
                          f"`exactattn model check --text ...` runs a whole model")

@@ -46,9 +46,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import scale
-    scale.check_draws(args.trials, args.widths, args.tokens, ("--trials", "--widths", "--tokens"))
-    return scale.run(args.widths, trials=args.trials, seed=args.seed, tokens=args.tokens,
-                     places=args.digits, fmt=args.format,
-                     progress=True if args.progress else None,
-                     stdout=sys.stdout, stderr=sys.stderr)
+    """The experiment's tables on stdout; a progress bar on stderr where
+    :func:`~exactattn.present.stream.progress_shown` says (``--progress``: always)."""
+    from ..present.stream import progress_shown
+    from ..scale import check_draws, scale_sections
+    check_draws(args.trials, args.widths, args.tokens, ("--trials", "--widths", "--tokens"))
+    shown = progress_shown(sys.stderr, True if args.progress else None)
+    sections = scale_sections(args.widths, trials=args.trials, seed=args.seed,
+                              tokens=args.tokens, places=args.digits,
+                              progress_stream=sys.stderr if shown else None)
+    meta = {"mode": "scale", "seed": args.seed, "trials": args.trials, "tokens": args.tokens,
+            "widths": args.widths, "digits": args.digits}
+    return sections, meta, 0

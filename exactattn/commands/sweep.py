@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from ..options import argtype, whole, whole_list
 from .flags import add_digits_option, add_format_option, add_source_options, load_source
 
@@ -50,7 +48,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..present.render import render
     from ..present.sweep import check_row, divisor_sweep, length_sweep
     ex = load_source(args)
     if args.kind == "divisor":
@@ -61,5 +58,4 @@ def run(args) -> int:
     else:
         sections = length_sweep(ex, args.lengths)
         meta = {"example": ex.name, "mode": "sweep length"}
-    sys.stdout.write(render(sections, args.format, meta))
-    return 0
+    return sections, meta, 0

@@ -18,6 +18,7 @@ from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
 from ..present.render import FORMATS, plural, render
+from .flags import given
 from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply, set_policy_flags
 
 HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"
@@ -27,8 +28,6 @@ MAX_ULPS = 2 ** 64
 _RANDOM_FIX = "pass a smaller --n, --n-keys, --d-k or --heads, fewer --dtype, or --memory SIZE"
 #: the policy group's flags, in --help's order
 POLICY = ("like", "scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
-#: random-input sizes when neither --spec nor --search gives the inputs
-RANDOM_DEFAULTS = {"n": 16, "n_keys": None, "d_k": 8, "heads": 1, "kv_heads": None, "seed": 0}
 
 
 def _dtypes(text: str) -> list[str] | tuple[str, ...]:
@@ -214,23 +213,18 @@ BLOCKS = ("--memory", "--spec --search --backward --heads --flops --device --bac
           "--mask-mod", "row blocks check one head of random inputs")
 
 
-def _given(args, flag: str) -> bool:
-    value = getattr(args, flag.split()[0][2:].replace("-", "_"), None)
-    return value is not None and value is not False
-
-
 def _refuse(args, rules) -> None:
     """Refuse the first flag that breaks one of ``rules`` (:data:`RULES`'s form)."""
     for flags, others, *why in rules:
-        for flag in flags.split():
-            if not why and _given(args, flag) and not _given(args, others):
+        for flag in given(args, flags):
+            if not why and not given(args, others.split()[0]):
                 raise InputError(f"{flag} must come with {others} (got {flag} alone)")
-            if not why or not _given(args, flag) or (len(why) > 1 and _given(
-                    args, why[1].lstrip("!")) == why[1].startswith("!")):
+            if not why or (len(why) > 1 and bool(given(args, why[1].lstrip("!"))) ==
+                           why[1].startswith("!")):
                 continue
-            for other in others.split():
-                if _given(args, other):
-                    raise InputError(f"{flag} must come without {other} (got both); {why[0]}")
+            if given(args, others):
+                raise InputError(f"{flag} must come without {given(args, others)[0]} (got "
+                                 f"both); {why[0]}")
 
 
 def _refuse_misplaced(args) -> None:
@@ -296,15 +290,11 @@ def _inputs(args):
         return None, None, None
     from ..call import Call
     from ..call.limits import check_work
-    v = {k: (RANDOM_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k))
-         for k in RANDOM_DEFAULTS}
-    n_keys = v["n"] if v["n_keys"] is None else v["n_keys"]
-    kv_heads = v["heads"] if v["kv_heads"] is None else v["kv_heads"]
-    check_work({"B": 1, "H_q": v["heads"], "H_kv": kv_heads, "L": v["n"], "S": n_keys,
-                "E": v["d_k"], "E_v": v["d_k"]}, "the random inputs", _RANDOM_FIX)
-    problem = Call.random(v["n"], v["d_k"], seed=v["seed"], n_keys=v["n_keys"],
-                          heads=v["heads"], kv_heads=v["kv_heads"])
-    return problem, None, None
+    n, d_k, heads = args.n or 16, args.d_k or 8, args.heads or 1
+    check_work({"B": 1, "H_q": heads, "H_kv": args.kv_heads or heads, "L": n,
+                "S": args.n_keys or n, "E": d_k, "E_v": d_k}, "the random inputs", _RANDOM_FIX)
+    return Call.random(n, d_k, seed=args.seed or 0, n_keys=args.n_keys, heads=heads,
+                       kv_heads=args.kv_heads), None, None
 
 
 def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
@@ -411,12 +401,9 @@ def run(args) -> int:
     if args.search:
         return _run_search(args, impl, policy, dtypes)
     from ..call.limits import check_work     # every dtype checked: one run each
-    if args.spec:
-        check_work(problem.shape, f"the problem of {shorten(args.spec)}",
-                   "check a smaller problem: fewer tokens, heads or a narrower head",
-                   runs=len(dtypes))
-    else:
-        check_work(problem.shape, "the random inputs", _RANDOM_FIX, runs=len(dtypes))
+    check_work(problem.shape, *((f"the problem of {shorten(args.spec)}", "check a smaller "
+                                 "problem: fewer tokens, heads or a narrower head") if args.spec
+                                else ("the random inputs", _RANDOM_FIX)), runs=len(dtypes))
     if args.invariance:
         return _run_invariance(args, impl, problem, dtypes, notes)
     digits = dict(worst=args.worst, digits=args.digits)
@@ -427,7 +414,7 @@ def run(args) -> int:
         reports = _each(dtypes, lambda dt: f"{impl.name} backward in {dt}: certifying dQ, dK and "
                         "dV", lambda dt: verify_backward(impl, problem, dt, seed=args.seed or 0,
                                                          max_ulps=args.max_ulps, lse=lse(args)))
-        return _write(args, reports, backward_sections(reports, **digits, timings=args.timings,
+        return _write(reports, backward_sections(reports, **digits, timings=args.timings,
                                                        notes=notes), {"backward": True})
     if args.split_merge:
         return _run_split(args, impl, problem, dtypes, notes)
@@ -438,7 +425,7 @@ def run(args) -> int:
                                       accumulation=args.accumulation, **probes))
     for rep, dt in zip(reports, dtypes * bool(args.flops)):
         rep.flops = flop_counts(problem, dt)
-    return _write(args, reports, report_sections(reports, **digits, timings=args.timings,
+    return _write(reports, report_sections(reports, **digits, timings=args.timings,
                                                  notes=notes))
 
 
@@ -452,14 +439,12 @@ def _each(dtypes, label, check) -> list:
     return reports
 
 
-def _write(args, reports, sections, head=None, **more) -> int:
-    """Print the sections with the run's meta data (``head`` and ``more`` around the impl);
-    the exit status: 0 when every report passed."""
+def _write(reports, sections, head=None, **more) -> tuple:
+    """The sections, the run's meta data (``head`` and ``more`` around the impl) and the exit
+    status: 0 when every report passed."""
     passed = all(r.passed for r in reports)
-    meta = {"command": "verify", **(head or {}), "impl": reports[0].impl, **more,
-            "policy": reports[0].policy.as_dict(), "passed": passed}
-    sys.stdout.write(render(sections, args.format, meta))
-    return 0 if passed else 1
+    return sections, {"command": "verify", **(head or {}), "impl": reports[0].impl, **more,
+                      "policy": reports[0].policy.as_dict(), "passed": passed}, int(not passed)
 
 
 def _load(args):
@@ -493,7 +478,7 @@ def _run_split(args, impl, problem, dtypes, notes) -> int:
     reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: {len(lengths)} key blocks, merged "
                     "and certified", lambda dt: verify_split(impl, problem, dt, lengths,
                                                              merge=merge, max_ulps=args.max_ulps))
-    return _write(args, reports, split_sections(reports, worst=args.worst, digits=args.digits,
+    return _write(reports, split_sections(reports, worst=args.worst, digits=args.digits,
                                                 notes=notes), {"split_merge": True},
                   merge=reports[0].merge, blocks=lengths)
 
@@ -517,7 +502,5 @@ def _run_invariance(args, impl, problem, dtypes, notes) -> int:
                                   "exact", "tolerance"], [row(r) for r in rep.runs],
                         notes + [rep.verdict()], {"verdict": rep.verdict()}) for rep in reports]
     passed = all(rep.passed for rep in reports)
-    sys.stdout.write(render(sections, args.format, {"command": "verify", "impl": impl.name,
-                                                    "invariance": list(args.invariance),
-                                                    "passed": passed}))
-    return 0 if passed else 1
+    return sections, {"command": "verify", "impl": impl.name,
+                      "invariance": list(args.invariance), "passed": passed}, int(not passed)

@@ -79,27 +79,24 @@ variance d_k).
 >>> und, div = measure(4, 10, seed=1, tokens=4)
 >>> div.mean_range == und.mean_range / 2, und.trials, div.divided
 (True, 10, True)
->>> parse_widths("4, 16,64")
-[4, 16, 64]
->>> parse_widths("4,0")
+>>> scale_sections("4,0")
 Traceback (most recent call last):
 ...
-exactattn.errors.InputError: widths must be a comma-separated list of whole numbers from 1 to 65536 such as 4,16,64,256 (got '4,0')
+exactattn.errors.InputError: widths must be a whole number from 1 to 65536 (got '0')
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterator, Sequence
 
-from ..errors import InputError, shorten
+from ..errors import InputError
 from ..numbers.digits import certify, check_places
-from ..options import check_once, check_whole, check_whole_list
+from ..options import check_whole, check_whole_list
 from ..present.render import Section, plural
-from ..present.stream import WorkBar, progress_shown
+from ..present.stream import WorkBar
 
 DEFAULT_WIDTHS = (4, 16, 64, 256)
 #: the largest key width d_k, rows per width, keys per row and seed accepted
@@ -112,33 +109,6 @@ MAX_WIDTHS = 64
 #: the most standard-normal draws in one run, trials x sum(widths) x (tokens + 1): numpy
 #: draws them in blocks at a few nanoseconds each, so a few seconds
 MAX_DRAWS = 200_000_000
-
-
-def parse_widths(text, name: str = "widths") -> list[int]:
-    """Key widths from ``"4,16,64,256"`` (or a list of ints): 1 to MAX_WIDTH, no repeats.
-
-    ``name`` is how the caller's user spells the argument.  At most
-    :data:`MAX_WIDTHS` widths.
-
-    Raises:
-        InputError: an empty list, a width that is not a whole number from 1
-            to MAX_WIDTH, more than MAX_WIDTHS widths, a repeated width.
-    """
-    try:
-        widths = check_whole_list(text, name, high=MAX_WIDTH, most=None)
-    except InputError:
-        raise InputError(f"{name} must be a comma-separated list of whole numbers from 1 to "
-                         f"{MAX_WIDTH} such as 4,16,64,256 (got {shorten(text, quote=True)})"
-                         ) from None
-    return check_widths(widths, name)
-
-
-def check_widths(widths: Sequence[int], name: str = "widths") -> list[int]:
-    """``widths`` if there are at most :data:`MAX_WIDTHS` and none repeats."""
-    if len(widths) > MAX_WIDTHS:
-        raise InputError(f"{name} must list at most {MAX_WIDTHS} widths (got {len(widths)}); "
-                         "pick a few, e.g. powers of four such as 4,16,64,256")
-    return check_once(widths, name, "width")
 
 
 def check_counts(trials, tokens, seed) -> tuple[int, int, int]:
@@ -390,7 +360,7 @@ def scale_sections(widths: Sequence[int] = DEFAULT_WIDTHS, *, trials: int = 1000
             0..MAX_SEED, more than MAX_DRAWS normal draws in all
             (:func:`~exactattn.scale.check_draws`), places outside 0..50.
     """
-    widths = parse_widths(widths if isinstance(widths, str) else list(widths))
+    widths = check_whole_list(widths, "widths", high=MAX_WIDTH, most=MAX_WIDTHS, once="width")
     trials, tokens, seed = check_counts(trials, tokens, seed)
     check_places(places)
     draws = check_draws(trials, widths, tokens)
@@ -491,34 +461,3 @@ def _sections(widths, trials, seed, tokens, places, bar) -> list[Section]:
                    "mean_biggest_share": r[2], "rows_over_0.99": int(r[3])}
                   for r in share_rows]})
     return [spread, shares]
-
-
-def run(widths=DEFAULT_WIDTHS, *, trials=1000, seed=0, tokens=4, places=4, fmt="text",
-        progress: bool | None = None, stdout=None, stderr=None) -> int:
-    """Print the experiment; returns the exit status, 0.
-
-    A measurement outside its band is flagged ``NO`` in the table and counted
-    in the notes, but it is a chance event (about 1 band in 370 at 3 standard
-    errors, more often at small ``trials``), not a failure, so the status
-    stays 0; ``data["all_inside"]`` of the first table says whether every
-    measurement landed in its band.  Bad arguments raise.
-
-    ``progress``: None shows the bar on ``stderr`` only when it is a terminal;
-    True always, False never; the CLI's ``--no-progress`` never
-    (:func:`~exactattn.present.stream.progress_shown`).  Nothing but the tables goes to
-    ``stdout``.
-
-    Raises:
-        InputError: as :func:`scale_sections`.
-    """
-    from ..present.render import render
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    show = progress_shown(stderr, progress)
-    sections = scale_sections(widths, trials=trials, seed=seed, tokens=tokens, places=places,
-                              progress_stream=stderr if show else None)
-    data = sections[0].data
-    meta = {"mode": "scale", "seed": data["seed"], "trials": data["trials"],
-            "tokens": data["tokens"], "widths": data["widths"], "digits": places}
-    stdout.write(render(sections, fmt, meta))
-    return 0

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import importlib
 import os
@@ -327,9 +328,8 @@ def rotate(x, angles, rope):
     c, s = np.cos(angles), np.sin(angles)
     if rope.scaling is not None:      # yarn's attention factor multiplies cos and sin
         c, s = c * rope.float_gain(), s * rope.float_gain()
-    lib = type(x).__module__.split(".")[0]       # numpy, torch, or jax's arrays and tracers
-    xp = {"numpy": np, "torch": sys.modules.get("torch")}.get(lib) or sys.modules["jax.numpy"]
-    kw = {"device": x.device} if lib == "torch" else {}
+    xp = _xp(x)
+    kw = {"device": x.device} if xp is sys.modules.get("torch") else {}
     c, s = (xp.asarray(t, dtype=x.dtype, **kw) for t in (c, s))
     xa, xb, d = x[..., ia], x[..., ib], x.shape[-1]
     order = list(range(d))              # x's columns, the turned pairs' in their places
@@ -468,7 +468,7 @@ class TorchImpl(ArrayImpl):
         q, k, v = (t.requires_grad_(True) for t in (q, k, v))
         outs = self.attend(call, q, k, v)[:1 if d_lse is None else 2]
         try:
-            with self._kernel():
+            with _kernel(self.backend):
                 torch.autograd.backward(outs, [self.array(g, o.dtype)
                                                for g, o in zip((d_out, d_lse), outs)])
         except RuntimeError as e:       # a backward this build does not run
@@ -484,11 +484,6 @@ class TorchImpl(ArrayImpl):
             raise InputError(f"backend {self.backend_name} must run a call SDPA takes as it is "
                              f"(got {got.replace('_p', '')}, which SDPA has no argument for); "
                              "drop --backend to check torch's composition in torch ops")
-
-    def _kernel(self):
-        """``sdpa_kernel(backend)`` when a backend is chosen, else a no-op context."""
-        from torch.nn.attention import sdpa_kernel
-        return contextlib.nullcontext() if self.backend is None else sdpa_kernel(self.backend)
 
     def _raised(self, e: Exception, call: FloatCall) -> Exception:
         """SDPA's RuntimeError: a refusal by name when the chosen backend cannot take the call
@@ -537,9 +532,7 @@ def _sdpa(backend, q, k, v, **kwargs):
     :func:`_kernel_reason`)."""
     import warnings
     import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
-    with warnings.catch_warnings(record=True) as caught, \
-            contextlib.nullcontext() if backend is None else sdpa_kernel(backend):
+    with warnings.catch_warnings(record=True) as caught, _kernel(backend):
         if backend is not None:
             warnings.simplefilter("always")
         try:
@@ -547,6 +540,12 @@ def _sdpa(backend, q, k, v, **kwargs):
         except RuntimeError as e:
             e.caught = list(caught)
             raise
+
+
+def _kernel(backend):
+    """``sdpa_kernel(backend)`` when a backend is chosen, else a no-op context."""
+    from torch.nn.attention import sdpa_kernel
+    return contextlib.nullcontext() if backend is None else sdpa_kernel(backend)
 
 
 def _kernel_reason(e: Exception) -> str:
@@ -587,25 +586,28 @@ def rotated(call: FloatCall, q, k, turn: int = 1):
             rotate(k, turn * call.rope_angles(range(k.shape[-2])), call.rope))
 
 
-def rope_and_heads(call: FloatCall, q, k, v):
-    """``(q, k, v, enable_gqa)``: RoPE applied to q and k, and the GQA map in torch's terms.
+def _xp(x):
+    """The array module of ``x``: numpy, torch, or jax.numpy (its arrays and tracers)."""
+    lib = type(x).__module__.split(".")[0]
+    return {"numpy": np, "torch": sys.modules.get("torch")}.get(lib) or sys.modules["jax.numpy"]
 
-    GQA ``interleave`` is torch's ``enable_gqa=True`` (query head h reads key
-    head ``h // (H_q / H_kv)``); ``tile`` repeats k and v (``h % H_kv``)
-    and hands equal head counts.  The one translation for SDPA
-    (:func:`sdpa_arguments`) and FlexAttention (:class:`FlexImpl`).
+
+def rope_and_heads(call: FloatCall, q, k, v, four: bool = False):
+    """``(q, k, v, enable_gqa)``: RoPE applied to q and k, and the GQA map in the fused
+    kernels' terms, as B x H x n x d arrays when ``four`` (:func:`four_d`).
+
+    GQA ``interleave`` is the kernels' own grouping (torch's ``enable_gqa=True``: query head
+    h reads key head ``h // (H_q / H_kv)``); ``tile`` repeats k and v (``h % H_kv``) and
+    hands equal head counts.  The one translation for SDPA (:func:`sdpa_arguments`),
+    FlexAttention, flash-attn and JAX; numpy, torch or jax arrays.
     """
     q, k = rotated(call, q, k)
-    gqa = False
-    if call.enable_gqa:
-        if call.gqa == "interleave":
-            gqa = True
-        else:
-            reps = q.shape[-3] // k.shape[-3]
-            shape = [1] * k.dim()
-            shape[-3] = reps
-            k, v = k.repeat(*shape), v.repeat(*shape)
-    return q, k, v, gqa
+    tile = call.enable_gqa and call.gqa == "tile"
+    if tile:
+        reps = [1] * k.ndim
+        reps[-3] = q.shape[-3] // k.shape[-3]
+        k, v = (_xp(k).tile(a, reps) for a in (k, v))
+    return (*(four_d(q, k, v) if four else (q, k, v)), call.enable_gqa and not tile)
 
 
 def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
@@ -643,9 +645,7 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
                 kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
     elif mask is not None or call.positional or call.alibi is not None:
         # SDPA takes one of the two: fold the causal rule (and a window) in; ALiBi is a bias
-        mask = call.mask_in(None if call.alibi is None else "additive", fold=True)
-        if call.alibi is not None:
-            mask = call.alibi_bias() if mask is None else mask + call.alibi_bias()
+        mask = call.mask_in(fold=True) if call.alibi is None else call.bias()
         t = torch.from_numpy(np.ascontiguousarray(mask)).to(q.device)
         kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
     return q, k, v, kwargs
@@ -733,29 +733,21 @@ class FlexImpl(TorchImpl):
         def indexed(a, dtype):      # a [b, h, q, kv] table of the whole call
             a = np.broadcast_to(a, (1,) * (4 - np.ndim(a)) + np.shape(a))
             return torch.from_numpy(np.array(np.broadcast_to(a, shape), copy=True)).to(dev, dtype)
-        if self.score_mod is None and self.mask_mod is None:     # the policy in one score_mod
-            hidden, mask_fn = True, None
-        else:
-            hidden = False
-            if self.mask_mod is not None:
-                mask_fn = self.mask_mod[0]
-                probe(mask_fn, "mask_mod", self.mask_mod[1], shape, dt, dev)
-            else:
-                seen = call.visibility()[1]
-                mask_fn = None
-                if seen is not None:
-                    seen_t = indexed(seen, torch.bool)
+        hidden = self.score_mod is None and self.mask_mod is None    # the policy in one score_mod
+        for what, mod in (("mask_mod", self.mask_mod), ("score_mod", self.score_mod)):
+            if mod is not None:
+                probe(mod[0], what, mod[1], shape, dt, dev)
+        mask_fn, score_fn = (mod and mod[0] for mod in (self.mask_mod, self.score_mod))
+        seen = None if hidden or mask_fn else call.visibility()[1]    # yours replaces it
+        if seen is not None:
+            seen_t = indexed(seen, torch.bool)
 
-                    def mask_fn(b, h, qi, kv):
-                        return seen_t[b, h, qi, kv]
-        if self.score_mod is not None:
-            score_fn = self.score_mod[0]
-            probe(score_fn, "score_mod", self.score_mod[1], shape, dt, dev)
-        else:
+            def mask_fn(b, h, qi, kv):
+                return seen_t[b, h, qi, kv]
+        if score_fn is None:
             bias = call.bias(hidden=hidden)
             b_t = None if bias is None else indexed(bias, dt)
             cap = None if call.softcap is None else self.const(call.softcap, dt)
-            score_fn = None
             if cap is not None or b_t is not None:
                 def score_fn(score, b, h, qi, kv):
                     if cap is not None:
@@ -775,9 +767,8 @@ class FlexImpl(TorchImpl):
     def attend(self, call: FloatCall, q, k, v):
         """flex_attention of the call on tensors of its dtype: the output and lse tensors."""
         import warnings
-        q, k, v, gqa = rope_and_heads(call, q, k, v)
         rank = q.dim()
-        q, k, v = four_d(q, k, v)       # flex_attention takes B x H x L x E only
+        q, k, v, gqa = rope_and_heads(call, q, k, v, four=True)   # B x H x L x E only
         shape = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
         score_fn, block = self.mods(call, shape, q.dtype)
         kwargs = {"scale": call.scale} if call.scale is not None else {}
@@ -948,9 +939,8 @@ class FlashAttnImpl(TorchImpl):
         """``flash_attn_func`` of the call on tensors of its dtype: the output and lse."""
         from flash_attn import flash_attn_func
         # tile repeats k and v; interleave is the package's own grouping (h // (H_q / H_kv))
-        q, k, v, _ = rope_and_heads(call, q, k, v)
         rank = q.dim()
-        q, k, v = four_d(q, k, v)
+        q, k, v, _ = rope_and_heads(call, q, k, v, four=True)
         E = q.shape[-1]
         scale = 1 / np.sqrt(E) if call.scale is None else call.scale
         kwargs = {"softmax_scale": scale, "causal": bool(call.is_causal)}
@@ -1043,13 +1033,8 @@ class JaxImpl(ArrayImpl):
         """
         import jax
         import jax.numpy as jnp
-        dt = q.dtype
-        shape = q.shape[:-1] + (v.shape[-1],)
-        q, k, v = four_d(q, k, v)
-        q, k = rotated(call, q, k)
-        if call.enable_gqa and call.gqa == "tile":
-            reps = q.shape[1] // k.shape[1]
-            k, v = jnp.tile(k, (1, reps, 1, 1)), jnp.tile(v, (1, reps, 1, 1))
+        dt, rank = q.dtype, q.ndim
+        q, k, v, _ = rope_and_heads(call, q, k, v, four=True)
         E, E_v = q.shape[-1], v.shape[-1]
         kwargs: dict = {"scale": call.scale} if call.scale is not None else \
             {} if E_v <= E else {"scale": 1 / np.sqrt(E)}      # JAX's default, of the real E
@@ -1061,20 +1046,15 @@ class JaxImpl(ArrayImpl):
         elif E_v > E:
             q, k = widen(q, E_v), widen(k, E_v)
         L, S = q.shape[-2], k.shape[-2]
-        bias, keep = call.alibi_bias(), call.attn_mask
-        if keep is not None and keep.dtype != bool:        # additive: offsets + hidden keys
-            offsets = np.where(np.isneginf(keep), 0, keep)
-            bias = offsets if bias is None else bias + offsets
-            keep = ~np.isneginf(keep)
-        if call.query_positions() == list(range(L)):       # JAX's own (top-left) positions
-            if call.is_causal:
-                kwargs["is_causal"] = True
-            if call.window is not None:
-                kwargs["local_window_size"] = tuple(L + S if w is None else int(w)
-                                                    for w in call.window)
-        elif call.positional:
-            pos = call.positions().keep(L, S)
-            keep = pos if keep is None else keep & pos
+        native = call.query_positions() == list(range(L))    # JAX's own (top-left) positions
+        if native and call.is_causal:
+            kwargs["is_causal"] = True
+        if native and call.window is not None:
+            kwargs["local_window_size"] = tuple(L + S if w is None else int(w)
+                                                for w in call.window)
+        bias = call.bias(hidden=False)      # ALiBi + an additive mask's offsets; keep: the rest
+        keep = (dataclasses.replace(call, is_causal=False, window=None, query_offset=None)
+                if native else call).visibility()[1]
 
         def four(a, dtype):
             return None if a is None else jnp.asarray(four_d(a)[0], dtype=dtype)
@@ -1084,9 +1064,8 @@ class JaxImpl(ArrayImpl):
                 mask=four(keep, bool), return_residual=True, **kwargs)
         except Exception as e:      # a dtype or shape this JAX refuses
             raise ImplRaised(e) from e
-        out, lse = got
-        return out.transpose(0, 2, 1, 3)[..., :E_v].reshape(shape), \
-            lse.transpose(0, 2, 1).reshape(shape[:-1])
+        return tuple(_unfour(rank, got[0].transpose(0, 2, 1, 3)[..., :E_v],
+                             got[1].transpose(0, 2, 1)))
 
 
 #: a built-in kernel as data: the class that runs it (``make``), the library it imports
@@ -1127,16 +1106,14 @@ def _import(mod_name: str, what: str = "impl"):
         sys.path.insert(0, cwd)
     try:
         return importlib.import_module(mod_name)
-    except ModuleNotFoundError as e:
-        if e.name and mod_name.split(".")[0] == e.name.split(".")[0]:
+    except Exception as e:       # no such module, or it fails: a syntax error, its own imports
+        if isinstance(e, ModuleNotFoundError) and e.name and \
+                mod_name.split(".")[0] == e.name.split(".")[0]:
             raise InputError(
                 f"{what} module {shorten(mod_name, quote=True)} must be importable (got no module "
                 f"{shorten(e.name, quote=True)}); run from the folder holding "
                 f"{shorten(mod_name.split('.')[0])}.py or put that folder "
                 "on PYTHONPATH") from None
-        raise InputError(f"{what} module {shorten(mod_name, quote=True)} must import cleanly (got "
-                         f"{ImplRaised(e).line})") from None
-    except Exception as e:       # the module itself fails: a syntax error, its own imports
         raise InputError(f"{what} module {shorten(mod_name, quote=True)} must import cleanly (got "
                          f"{ImplRaised(e).line})") from None
     finally:
@@ -1266,11 +1243,10 @@ def flop_counts(problem, dtype: str) -> dict:
         InputError: torch is not installed.
     """
     impl = TorchImpl(lower_right_bias=False)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    rounded, _ = problem.rounded(dtype)
-    call = make_call(rounded, dtype)
+    from torch.nn.attention import SDPBackend
+    call = make_call(problem.rounded(dtype)[0], dtype)
     out = {"fused": int(count_flops(lambda: impl(call)))}
-    with sdpa_kernel(SDPBackend.MATH):
+    with _kernel(SDPBackend.MATH):
         out["math"] = int(count_flops(lambda: impl(call)))
     return out
 

@@ -234,14 +234,14 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
                          f"implementation (got {dtype!r}); check other dtypes with exactattn "
                          "verify")
     query, key, value = (np.asarray(a).astype(dtype) for a in (query, key, value))
-    if policy.unsupported("sdpa"):
+    bad = policy.unsupported("sdpa")        # the capability table's row: positions, then scores
+    if bad and bad[0] not in SCORE_FIELDS:
         raise InputError("policy must have no window or query_offset for a check of a float "
                          "implementation (got one); SDPA takes causal and alignment only")
-    if policy.modified:
+    if bad:
         raise InputError(f"policy must have no {', '.join(SCORE_FIELDS)} for a blocked check of "
-                         f"an implementation (got "
-                         f"{', '.join(f for f in SCORE_FIELDS if getattr(policy, f) is not None)}"
-                         "); check modified calls with exactattn verify")
+                         f"an implementation (got {', '.join(bad)}); check modified calls with "
+                         "exactattn verify")
     impl = load_impl(impl)
     check_dtype(impl, dtype)
     check_scale(policy, dtype)

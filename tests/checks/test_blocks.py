@@ -159,6 +159,21 @@ def test_dropout_needs_its_keep_mask_and_a_blocked_check_no_modifier():
         check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", Policy(softcap=F(5)))
 
 
+def test_a_blocked_check_refuses_its_capability_rows_fields_positions_first():
+    """blocks --check refuses what its row of the capability table lists (UNSUPPORTED['sdpa']):
+    a window or query offset in SDPA's words, else every score modifier set, named in order."""
+    def refusal(policy):
+        with pytest.raises(InputError) as e:
+            check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", policy)
+        return str(e.value)
+    typed(refusal(Policy(window=(1, 0), softcap="2")),
+          "policy must have no window or query_offset for a check of a float implementation "
+          "(got one); SDPA takes causal and alignment only")
+    typed(refusal(Policy(sink="0", softcap="2")),
+          "policy must have no rope, softcap, alibi, sink, dropout for a blocked check of an "
+          "implementation (got softcap, sink); check modified calls with exactattn verify")
+
+
 MODIFIED = [Policy(scale="none", softcap="2"), Policy(sink="1/2", causal=True),
             Policy(alibi=Alibi(4), head=1, causal=True, window=(2, 0)),
             Policy(rope=Rope(), causal=True), Policy(softcap="3", sink="-1", empty_row="uniform"),

@@ -25,6 +25,7 @@ ROWS = {
     "exact backward: `Reference(...).gradients`, `verify --backward`": "gradients",
     "numpy float backward: `verify --impl numpy --backward`": "numpy_backward",
     "row blocks: `blocks`, `exactattn.blocks.certify`": "blocks",
+    "blocked check of a float kernel: `blocks --check`, `verify --memory`": "sdpa",
     "split-merge: `verify --split-merge`": "split",
     "fast engine: `engine=\"fast\"`": "fast",
     "flex: `verify --impl flex`": "flex",
@@ -33,10 +34,6 @@ ROWS = {
 }
 #: paths of UNSUPPORTED the pages leave out, and why
 NOT_SHOWN = {
-    "sdpa": "the blocked check of a float implementation (blocks --check, verify --memory: "
-            "blocks.check_impl): it refuses every "
-            "score modifier besides (policy.modified), which its row does not list, so a row "
-            "here would say yes where it refuses",
     "enclose": "not a path a user picks: the float64 enclosure behind verify's proved "
                "tolerance, which falls back to the default rule where it refuses",
 }

@@ -8,10 +8,11 @@ when asked for (``timings=True``).
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Sequence
 
 from ..present.render import Section, number_cell, plural, printable
-from ..numbers.formats import scientific_text, shortest_repr
+from ..numbers.formats import scientific_parts, scientific_text, shortest_repr
 from .check import DTYPE, GroupCheck, LayerCheck
 
 
@@ -21,14 +22,8 @@ def scientific(decimal: str) -> str:
     >>> scientific("-0.0000599470151"), scientific("12.50"), scientific("0.000")
     ('-5.99470151e-05', '1.250e+01', '0')
     """
-    sign = "-" if decimal.startswith("-") else ""
-    whole, _, frac = decimal.lstrip("-").partition(".")
-    digits = whole + frac
-    first = next((k for k, ch in enumerate(digits) if ch != "0"), None)
-    if first is None:
-        return "0"
-    mant = digits[first:]
-    return scientific_text(sign, int(mant), len(whole) - 1 - first, len(mant))
+    digits = len(decimal.lstrip("-").replace(".", "").lstrip("0"))     # the significant ones
+    return scientific_text(*scientific_parts(Fraction(decimal), digits), digits)
 
 
 def _cell(w: GroupCheck) -> str:

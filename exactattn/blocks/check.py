@@ -43,7 +43,7 @@ from ..call.policy import SCORE_FIELDS, Policy
 from ..errors import InputError
 from ..numbers.digits import working_precision
 from ..numbers.exact import binary64, fmpq_of
-from ..numbers.formats import float_format, round_enclosed, round_value
+from ..numbers.formats import DTYPES, float_format, round_enclosed, round_value
 from ..numbers.reals import atom_ball
 from ..verify.check import Entry, Report, attempt, default_tolerance, proved_tolerance
 from ..verify.compare import Comparison, judge
@@ -85,10 +85,11 @@ def max_scaled_score(inputs: CallHead, top: int) -> float:
         return float(x.upper())
 
 
-def proved_block(inputs: CallHead, r0: int, r1: int, dtype: str, fallback: int):
+def proved_block(inputs: CallHead, r0: int, r1: int, dtype: str, fallback: int,
+                 accumulation: str = "float32"):
     """Per output of rows r0 .. r1 - 1 ((r1 - r0) x d_v), verify's proved tolerance
     (:func:`~exactattn.verify.check.proved_tolerance`: the error a correct ``dtype`` kernel
-    accumulating in float32 may make, in ULPs at the terms), or None where the inputs are not
+    accumulating in ``accumulation`` may make, in ULPs at the terms), or None where the inputs are not
     binary floats (:func:`~exactattn.numbers.exact.binary64`, as ``verify`` asks).  Each row's bound reads its own scores and the call's n_k keys only, so it is
     the same for every block size and the same as ``verify``'s on the whole call;
     ``fallback`` (the default rule) where no bound holds."""
@@ -99,11 +100,11 @@ def proved_block(inputs: CallHead, r0: int, r1: int, dtype: str, fallback: int):
     keep = block_keep(inputs, r0, r1, 0, inputs.n_k)         # the rows' own positions
     policy = inputs.policy.replace(causal=False, window=None, query_offset=None)
     return proved_tolerance((*(f[None, None] for f in floats), policy, keep[None, None], None,
-                             2), dtype, fallback=fallback)[0][0, 0]
+                             2), dtype, accumulation, fallback=fallback)[0][0, 0]
 
 
 def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int = 5,
-                proved: bool = False) -> BlockCheck:
+                proved: bool = False, accumulation: str = "float32") -> BlockCheck:
     """Judge the outputs ``got[r0:r1]`` (``data = (inputs, got)``, got n_q x d_v float64)
     within ``max_ulps``, or with ``proved`` within :func:`proved_block`'s tolerances
     (``max_ulps`` where none holds).
@@ -113,7 +114,7 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     from flint import arb, fmpq
     inputs, got = data
     fmt = float_format(dtype)
-    tol = proved_block(inputs, r0, r1, dtype, max_ulps) if proved else None
+    tol = proved_block(inputs, r0, r1, dtype, max_ulps, accumulation) if proved else None
     c0, c1, b, exact_row, values = block(inputs, r0, r1, 62)
     if b is not None:
         vals = np.abs(inputs.v[c0:c1].astype(np.float64))
@@ -169,10 +170,11 @@ class BlockedReport(Report):
 def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
                   max_ulps: int | None = None, memory: int = 4 * 2 ** 30,
                   rows: int | None = None, engine: Engine | None = None, worst: int = 5,
-                  on_block=None) -> BlockedReport:
+                  on_block=None, accumulation: str = "float32") -> BlockedReport:
     """Compare ``got`` (n_q x d_v floats of ``dtype``) with the exact outputs, in blocks.
 
-    ``rows`` per block, or chosen from ``memory`` (bytes, the whole run) by
+    ``accumulation``: what a correct kernel accumulates in, for the proved bound (as
+    :func:`~exactattn.verify.check.verify` reads it).  ``rows`` per block, or chosen from ``memory`` (bytes, the whole run) by
     :func:`~exactattn.blocks.memory.block_rows`; ``engine`` default: a new
     :class:`Engine` (a local Dask cluster), closed at the end.
 
@@ -183,6 +185,7 @@ def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
     from ..options import check_choice
     from .certify import plan
     check_choice(dtype, "dtype", CHECK_DTYPES)
+    check_choice(accumulation, "accumulation", DTYPES)
     if max_ulps is None and inputs.policy.modified:
         raise InputError("max_ulps must be given for a blocked check of a modified call (got none: the "
                          "default tolerance reads plain scores only); pass max_ulps=, or use exactattn verify")
@@ -199,7 +202,8 @@ def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
             max_ulps = default_tolerance(dtype, inputs.n_k, inputs.d_k,
                                          max_scaled_score(inputs, top), inputs.policy)
         found = BlockCheck(worst)
-        task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst, proved=proved)
+        task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst, proved=proved,
+                       accumulation=accumulation)
         for part in engine.map(task, data, spans, on_block):     # in row order
             found.merge(part)
         seconds = {"exact": time.perf_counter() - t0}

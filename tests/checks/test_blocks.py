@@ -318,6 +318,34 @@ def test_the_blocked_check_judges_with_verify_s_proved_bound():
     typed(proved_block(Call([["1/2"]], [[1]], [[3]]).head(), 0, 1, "float32", 19).tolist(), [[1]])
 
 
+def test_the_blocked_check_reads_the_kernel_s_accumulation_as_verify_does():
+    """A kernel accumulating in float64 may make a far smaller error than one accumulating in
+    float32: with ``accumulation="float64"`` the output 60 ULPs off fails verify's proved
+    bound, and it fails the blocked check's too (which read float32's bound whatever was
+    asked, so ``verify --memory`` passed what ``verify`` failed)."""
+    from exactattn.blocks.check import proved_block
+    from exactattn.verify.check import verify_outputs
+    q, k, v = random_floats(16, 4, seed=3)
+    x = Call.from_floats(q, k, v, policy=Policy()).head()
+    call = Call.random(16, 4, seed=3).rounded("float32")[0]
+    exact = verify_outputs(call, np.zeros((1, 1, 16, 4)), "float32")
+    bad = np.array([e.rounded for e in exact.entries], dtype=np.float32).reshape(16, 4)
+    for _ in range(60):
+        bad[5, 2] = np.nextafter(bad[5, 2], np.float32(np.inf))
+    bad = bad.astype(np.float64)
+    tight = proved_block(x, 0, 16, "float32", 19, "float64")
+    wide = proved_block(x, 0, 16, "float32", 19)
+    assert int(tight.max()) < int(tight[5, 2]) + 1 <= 60 < int(wide[5, 2])
+    report = verify_outputs(call, bad.reshape(1, 1, 16, 4), "float32", accumulation="float64")
+    typed((report.passed, report.summary()["over"]), (False, 1))
+    for rows in (1, 5, 16):
+        mine = check_outputs(x, bad, "float32", rows=rows, engine=PLAIN, accumulation="float64")
+        typed((mine.passed, mine.found.proved, mine.summary()["over"]),
+              (False, (int(tight.min()), int(tight.max())), 1))
+    with pytest.raises(InputError, match="accumulation must be one of"):
+        check_outputs(x, bad, "float32", engine=PLAIN, accumulation="float8")
+
+
 def test_verify_and_the_blocked_check_read_one_binary64_rule():
     """2^-1000 and 2^60 are float64s: both verify's inputs (call_floats) and the blocked check
     (proved_block) take the proved bound for them, and the same one; 2^-1023 * 3 (a bit below

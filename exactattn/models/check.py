@@ -7,7 +7,9 @@ For one layer of a :class:`~exactattn.models.run.ModelRun`:
    one exact reference (:class:`~exactattn.reference.reference.Reference`) under the
    layer's policy (causal, GQA, RoPE: the rotation is applied exactly), against the
    model's probabilities and head outputs, per head, by verify's comparison and verify's
-   default tolerance (:func:`~exactattn.numbers.formats.default_max_ulps`).  The shares
+   default *rule* (:func:`~exactattn.numbers.formats.default_max_ulps`: the rule verify falls
+   back to, stricter than the per-output proved bound that is verify's default tolerance, so a
+   head over here may still pass ``exactattn verify``).  The shares
    are outputs too: each value matrix is followed by the n x n identity.  A head is over
    its tolerance when an entry is over on both ULP counts, or NaN/inf (:attr:`HeadCheck.over`);
 2. **the drift**, reported and not judged: the model's float q, k, v against the exact

@@ -24,9 +24,15 @@ Three engines, agreeing exactly wherever two can run:
   return ``Fraction``.  Tables and :mod:`exactattn.cost` read these counts.
 * ``symbolic``: the same loops over sympy expressions; any entry of x or a
   weight may be a symbol.  Scores are polynomials, shares ``exp`` ratios.
-* ``fast``: projections and scores as python-flint ``fmpq_mat`` products
-  (exact rationals), shares and outputs certified through ``arb``.  No
-  counters run (``trace.macs`` is None): nothing is counted that did not run.
+* ``fast``: the head's :class:`~exactattn.call.Call` (:meth:`Call.of_head
+  <exactattn.call.Call.of_head>`: projections as python-flint ``fmpq_mat``
+  products, held as integer numerators over one denominator each); the raw
+  scores are their integer product, turned into ``Fraction`` rows only on
+  first access, and ``trace.share_decimals(places)`` certifies every share at
+  once from integer enclosures (:mod:`exactattn.numbers.bulk`).  No counters
+  run (``trace.macs`` is None): nothing is counted that did not run.  A sink,
+  ALiBi and soft-capping are applied exactly by the trace's rows (decimals
+  then certified entry by entry); RoPE and dropout have no fast path.
 
 Every engine returns the same :class:`~exactattn.engines.trace.Trace`.  Which keys a
 query sees, the divisor and the empty-row answer come from the head's
@@ -42,6 +48,19 @@ query sees, the divisor and the empty-row answer come from the head's
 ['0.5800', '0.1216', '0.1769', '0.1216']
 >>> trace.macs
 {'projections': 192, 'scores': 64, 'mix': 64}
+>>> fast = attend(chronicle().head, chronicle().x, engine="fast")
+>>> fast.queries[1], fast.share_decimals(4)[1]
+([Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)], ['0.5800', '0.1216', '0.1769', '0.1216'])
+>>> t = attend(Head([[1, 0], [0, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]], divisor="none"),
+...            [[0, 0], [1, 0]], engine="fast")
+>>> t.raw_scores
+[[Fraction(0, 1), Fraction(0, 1)], [Fraction(0, 1), Fraction(1, 1)]]
+>>> t.share_decimals(4)         # row 1: exactly 1/2 each; row 2: 1/(1+e), e/(1+e)
+[['0.5000', '0.5000'], ['0.2689', '0.7311']]
+>>> t.output_decimals(4)
+[['0.5000', '0.0000'], ['0.7311', '0.0000']]
+>>> t.share(1, 1).text(), t.macs
+('exp(1)/(1 + exp(1))', None)
 """
 
 from __future__ import annotations
@@ -379,8 +398,8 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     if engine == "symbolic":
         return _symbolic(head, xs)
     if engine == "fast":
-        from .fast import attend_fast
-        return attend_fast(head, xs)
+        from ..call.inputs import Call
+        return Trace(head, "fast", xs, call=Call.of_head(head, xs))
     trace = pencil(head, xs, keep)
     if trace is None:          # irrational entries: symbolic (modifiers refused, never dropped)
         _engine(policy, "symbolic", True, 0)

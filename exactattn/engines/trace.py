@@ -66,11 +66,15 @@ class Trace:
     ``IndexError`` naming the bad index and the shape.
     """
 
-    def __init__(self, head, engine: str, x: list[list], *, queries, keys, values,
-                 raw_scores: list | None = None, rows=None, outputs=None,
-                 macs: dict | None = None, softmax_ops: dict | None = None,
+    def __init__(self, head, engine: str, x: list[list], *, queries=None, keys=None,
+                 values=None, call=None, raw_scores: list | None = None, rows=None,
+                 outputs=None, macs: dict | None = None, softmax_ops: dict | None = None,
                  bias_adds: int | None = None, rotated: list | None = None,
                  dropout_keep: list | None = None):
+        if call is not None:      # the fast engine: the projections the call holds
+            queries, keys, values = ((ints[0, 0], den) for ints, den in
+                                     map(call.numerators, ("query", "key", "value")))
+        self._call = call
         self.head = head
         self.engine = engine
         self.x = x
@@ -165,9 +169,11 @@ class Trace:
         >>> Reference(t.call).share(0, 0, 1, 1) == t.share(1, 1)
         True
         """
-        from ..call.inputs import Call
-        return Call.of_head(self.head.with_policy(self.policy), self.x,
-                            dropout_keep=self.dropout_keep)
+        if self._call is None:
+            from ..call.inputs import Call
+            self._call = Call.of_head(self.head.with_policy(self.policy), self.x,
+                                      dropout_keep=self.dropout_keep)
+        return self._call
 
     @property
     def n(self) -> int:

@@ -89,13 +89,9 @@ class Identification:
     values: str = ""
 
     @property
-    def agrees(self) -> bool:
-        """True when every convention that could be asked is the declared one."""
-        return all(r.status in ("ok", "cannot be asked") for r in self.rows)
-
-    @property
     def exit_status(self) -> int:
-        return 0 if self.agrees else 1
+        """0 when every convention that could be asked is the declared one, else 1."""
+        return 0 if all(r.status in ("ok", "cannot be asked") for r in self.rows) else 1
 
     def found(self, name: str) -> str | None:
         """The candidate found for the convention ``name`` (None: none decided)."""

@@ -94,18 +94,6 @@ def _need(impl: str):
         raise InputError(f"impl {impl} needs {what} (got none installed); {fix}") from None
 
 
-def _refuse(call: FloatCall, path: str, who: str, fix: str = "", listed: str | None = None,
-            bad=()) -> None:
-    """Refuse ``call`` for ``who`` when it sets a field the policy's capability table lists
-    (:data:`~exactattn.call.policy.UNSUPPORTED` ``[path]``); ``bad``: what else was found."""
-    names = UNSUPPORTED[path]
-    bad = [*bad, *(f for f in names if getattr(call, "dropout_p" if f == "dropout" else f)
-                   is not None)]
-    if bad:
-        raise InputError(f"call must have no {listed or ' or '.join(names)} for {who} "
-                         f"(got {bad[0]}){fix}")
-
-
 class ArrayImpl(Impl):
     """A kernel run in an array library (numpy, torch, jax): its row of :data:`KERNELS`, the
     one forward and backward around its ``attend``, and the float composition once.
@@ -128,11 +116,17 @@ class ArrayImpl(Impl):
     kernel = "numpy"
     natural_lse = False
 
-    def refuse(self, call: FloatCall, bad=()) -> None:
-        """Refuse a call that sets a field the kernel's row refuses (``bad``: what else)."""
-        row = KERNELS[self.kernel]
-        if row.refuses is not None:
-            _refuse(call, row.refuses, f"impl {self.kernel}", row.fix, row.listed, bad)
+    def refuse(self, call: FloatCall, bad=(), row=None, who: str | None = None) -> None:
+        """Refuse a call that sets a field the kernel's row of :data:`KERNELS` refuses (its
+        row of :data:`~exactattn.call.policy.UNSUPPORTED`; ``bad``: what else was found), or
+        ``row``'s, for ``who``."""
+        row = row or KERNELS[self.kernel]
+        names = UNSUPPORTED.get(row.refuses, ())
+        bad = [*bad, *(f for f in names if getattr(call, "dropout_p" if f == "dropout" else f)
+                       is not None)]
+        if bad:
+            raise InputError(f"call must have no {row.listed or ' or '.join(names)} for "
+                             f"{who or 'impl ' + self.kernel} (got {bad[0]}){row.fix}")
 
     def const(self, x, dt):
         return dt.type(x)
@@ -290,7 +284,7 @@ class NumpyImpl(ArrayImpl):
         Q`` (q and k rotated under RoPE, and dQ and dK turned back by R^T); grouped heads
         add their dK and dV into the key/value head they read.
         """
-        _refuse(call, "numpy_backward", self.backward_name)
+        self.refuse(call, row=Kernel(None, refuses="numpy_backward"), who=self.backward_name)
         q, k, v, do, *dl = self.inputs(call, d_out, *([] if d_lse is None else [d_lse]))
         with self.scope(call.dtype):
             f = self.compose(call, q, k, v)

@@ -129,10 +129,6 @@ def _score(report: Report, measure: str) -> float:
     return 0.0 if worst is None else float(worst)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _mask_entries(hidden: list, kind: str) -> list:
     """Drawn ``hidden`` flags as entries of a mask of ``kind``."""
     if kind == "bool_keep":
@@ -214,8 +210,8 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     entry = st.integers(-64, 64).map(lambda k: Fraction(k, 8))
     forms = MASK_FORMS if masks else (None,)
 
-    layouts = [(hq, hkv) for hq in range(1, top_heads + 1) for hkv in _divisors(hq)
-               if (heads is None or hq == heads) and (kv_heads is None or hkv == kv_heads)
+    layouts = [(hq, hkv) for hq in range(1, top_heads + 1) for hkv in range(1, hq + 1)
+               if hq % hkv == 0 and (heads is None or hq == heads) and (kv_heads is None or hkv == kv_heads)
                and (grouped or hkv == hq)]
     top = (max_batch, top_heads, max_size)    # every array is drawn at its largest, then cut
 

@@ -20,9 +20,9 @@ does not take the case):
     ``output_decimals``, ``dropped_decimals``.  ``attend`` takes no explicit mask, the fast
     engine no RoPE or dropout, the symbolic engine no modifier (head.py, modified.py).
 ``blocks``
-    ``blocks.from_call`` + ``blocks.certify(..., engine=Engine("none"))``, rows in blocks
+    ``Call.head`` + ``blocks.certify(..., engine=Engine("none"))``, rows in blocks
     of 1 or 2: shares, outputs.  Row blocks take every modifier, not an additive mask
-    (blocks/inputs.py).
+    (call/inputs.py, ``Call.head``).
 ``gradients``, ``gradients/bulk``
     ``exactattn.gradients.gradients(...)`` per (batch, query head): P (shares), O (outputs),
     dP, D, dS, dQ, d_sink, and dK, dV when every key/value head has one query head;

@@ -30,6 +30,6 @@ The modules, in the order data flows through them:
 from .certify import DEFAULT_MEMORY, certify
 from .check import check_impl, check_outputs
 from .engine import Engine, check_scheduler
-from .inputs import from_call, from_floats, random_floats
+from .inputs import random_floats
 
 __all__ = ["Engine", "certify", "check_impl", "random_floats"]

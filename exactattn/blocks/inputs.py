@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..call.inputs import Call, float_ints  # noqa: F401  (float_ints: models/check.py reads it here)
 from ..options import check_choice, check_whole
 
 #: float dtypes random inputs are drawn in (numpy rounds to them exactly, ties to even)
@@ -45,13 +44,3 @@ def random_floats(n: int, d: int, *, seed: int = 0, dtype: str = "float32",
     rng = np.random.default_rng(seed)
     return tuple(rng.standard_normal(shape).astype(dtype)
                  for shape in ((n, d), (n_keys, d), (n_keys, d_v)))
-
-
-def from_call(call, b: int = 0, h: int = 0):
-    """``call.head(b, h)`` (for commands/blocks.py until it calls :meth:`Call.head`)."""
-    return call.head(b, h)
-
-
-def from_floats(query, key, value, policy=None, *, name: str = "floats"):
-    """The head of :meth:`Call.from_floats` (for commands/blocks.py until it calls it)."""
-    return Call.from_floats(query, key, value, policy=policy, name=name).head()

@@ -161,7 +161,6 @@ def _inputs(args):
 
 def run(args) -> int:
     from ..blocks import DEFAULT_MEMORY, Engine, certify, check_impl
-    from ..blocks.memory import size_text
     from ..present.stream import progress
     _refuse(args)
     inputs, floats, dtype = _inputs(args)
@@ -171,8 +170,7 @@ def run(args) -> int:
             report = check_impl(args.check, *floats, dtype, inputs.policy, memory=budget,
                                 rows=args.rows, engine=engine, max_ulps=args.max_ulps,
                                 worst=args.worst)
-            write_report(report, args.format or "text", size_text(budget))
-            return 0 if report.passed else 1
+            return write_report(report, args.format or "text", budget)
         shares = args.show in ("shares", "both")
         blocks = certify(inputs, args.digits, shares=shares, memory=budget, rows=args.rows,
                          engine=engine)
@@ -208,27 +206,25 @@ def _write_json(blocks, head: dict, show: str) -> None:
     sep = ""
     for b in blocks:
         for i in range(b.r1 - b.r0):
-            row: dict = {"query": b.r0 + i + 1}
-            if show != "outputs":
-                row["shares"] = b.shares[i]
-            if show != "shares":
-                row["outputs"] = b.outputs[i]
+            row = {"query": b.r0 + i + 1, **({"shares": b.shares[i]} if show != "outputs" else {}),
+                   **({"outputs": b.outputs[i]} if show != "shares" else {})}
             w(sep + json.dumps(row))
             sep = ",\n"
         sys.stdout.flush()
     w("\n]}\n")
 
 
-def write_report(report, fmt: str, budget: str) -> None:
+def write_report(report, fmt: str, budget: int) -> int:
     """A :class:`~exactattn.blocks.check.BlockedReport` as text or JSON on stdout (``budget``: the
-    memory in words)."""
+    memory in bytes); the exit status (0 passed, 1 not)."""
+    from ..blocks.memory import size_text
     s = report.summary()
     doc = {"command": "blocks", "check": report.impl, "dtype": report.dtype,
            "policy": report.policy.as_dict(), "shape": report.shape,
            "tolerance_ulps": report.max_ulps, "proved_ulps": report.found.proved,
            "passed": report.passed, "summary": s,
            "fallbacks": report.found.fallbacks, "blocks": report.blocks,
-           "rows_per_block": report.rows, "memory": budget, "engine": report.engine,
+           "rows_per_block": report.rows, "memory": size_text(budget), "engine": report.engine,
            "worst": [{"query": w.index[0] + 1, "column": w.index[1] + 1, "got": w.got,
                       "exact_rounded": w.rounded, "ulps": w.ulps, "rel": w.rel,
                       "terms_ulps": w.terms_ulps, "status": w.status}
@@ -236,12 +232,12 @@ def write_report(report, fmt: str, budget: str) -> None:
            "notes": report.notes}
     if fmt == "json":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
+        return 0 if report.passed else 1
     sh = report.shape
     lines = [f"check {report.impl} in {report.dtype}: L={sh['L']} S={sh['S']} E={sh['E']} "
              f"E_v={sh['E_v']}, {report.policy.describe()}",
              f"blocks: {report.blocks} of {report.rows} rows on {report.engine} "
-             f"(memory {budget})",
+             f"(memory {doc['memory']})",
              f"outputs: {s['count']}, over {_tolerance(report)}: {s['over']}, hard: {s['hard']}"
              f"  -> {'PASS' if report.passed else 'FAIL'}",
              f"ULPs: max {s['max_ulps']}, median {s['median_ulps']}, mean "
@@ -254,6 +250,7 @@ def write_report(report, fmt: str, budget: str) -> None:
                      f"rounded {w['exact_rounded']!r}, {w['ulps']} ULPs ({w['status']})")
     lines += [f"note: {n}" for n in report.notes]
     sys.stdout.write("\n".join(lines) + "\n")
+    return 0 if report.passed else 1
 
 
 def _tolerance(report) -> str:

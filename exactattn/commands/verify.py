@@ -210,7 +210,7 @@ RULES = (
 )
 #: what ``--memory`` (row blocks of random inputs) refuses, after every rule
 BLOCKS = ("--memory", "--spec --search --backward --heads --flops --device --backend --score-mod "
-          "--mask-mod", "row blocks check one head of random inputs")
+          "--mask-mod --lse", "row blocks check one head of random inputs")
 
 
 def _refuse(args, rules) -> None:
@@ -360,15 +360,16 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
 def _run_blocks(args) -> int:
     """``verify --memory SIZE``: random float inputs checked in row blocks (issue 15's engine)."""
     from ..blocks import check_impl, random_floats
-    from ..blocks.memory import size_text
     from .blocks import write_report
-    dtype = (args.dtype or ["float32"])[0]
-    q, k, v = random_floats(args.n or 16, args.d_k or 8, seed=args.seed or 0,
-                            n_keys=args.n_keys, dtype=dtype)
-    report = check_impl(args.impl, q, k, v, dtype, _policy(args, None), memory=args.memory,
-                        max_ulps=args.max_ulps, worst=args.worst)
-    write_report(report, "json" if args.format == "json" else "text", size_text(args.memory))
-    return 0 if report.passed else 1
+    dtype, *more = args.dtype or ["float32"]
+    if more:
+        raise InputError(f"--dtype must be one dtype with --memory (got {','.join(args.dtype)}); "
+                         "row blocks check one dtype per run")
+    report = check_impl(args.impl, *random_floats(args.n or 16, args.d_k or 8, seed=args.seed or 0,
+                                                  n_keys=args.n_keys, dtype=dtype),
+                        dtype, _policy(args, None), memory=args.memory, max_ulps=args.max_ulps,
+                        worst=args.worst, accumulation=args.accumulation)
+    return write_report(report, "json" if args.format == "json" else "text", args.memory)
 
 
 def run(args) -> int:

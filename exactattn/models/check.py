@@ -52,7 +52,7 @@ from functools import partial
 
 import numpy as np
 
-from ..blocks.inputs import float_ints
+from ..call.inputs import float_ints
 from ..numbers.bulk import exact_matmul
 from ..numbers.digits import certify, round_fraction, working_precision
 from ..errors import InputError

@@ -650,3 +650,30 @@ def test_call_masks_come_from_the_policy():
     call = FloatCall(q, k, k, "float64", is_causal=True, alignment="bottom_right")
     assert call.visibility()[1].tolist() == Policy(causal=True, alignment="bottom_right") \
         .keep(2, 3).tolist() == [[True, True, False], [True, True, True]]
+
+
+def test_verify_memory_reads_every_option_it_takes_or_refuses_it(cli, tmp_path, monkeypatch):
+    """``verify --memory`` judges with the accumulation asked, as the in-memory run does (a
+    kernel 20 ULPs off fails both under float64 accumulation; before, --memory passed it with
+    float32's bound), and refuses --lse and a dtype list it would have ignored."""
+    (tmp_path / "off20.py").write_text(
+        "import numpy as np\n"
+        "def attn(q, k, v, **kw):\n"
+        "    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))\n"
+        "    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])\n"
+        "    p = np.exp(s - s.max(-1, keepdims=True))\n"
+        "    o = (p / p.sum(-1, keepdims=True) @ v).astype(np.float32)\n"
+        "    for _ in range(20):\n"
+        "        o = np.nextafter(o, np.float32(np.inf))\n"
+        "    return o\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ("verify", "--impl", "off20:attn", "--n", "16", "--accumulation")
+    assert cli(*base, "float64", "--probes", "none")[0] == 1
+    assert cli(*base, "float64", "--memory", "1GiB")[0] == 1
+    assert cli(*base, "float32", "--memory", "1GiB")[0] == 0
+    for extra, err in ((["--lse"], "exactattn: error: --memory must come without --lse (got both); "
+                                   "row blocks check one head of random inputs\n"),
+                       (["--dtype", "float16,float32"],
+                        "exactattn: error: --dtype must be one dtype with --memory (got "
+                        "float16,float32); row blocks check one dtype per run\n")):
+        assert cli("verify", "--n", "6", "--memory", "1GiB", *extra) == (2, "", err)

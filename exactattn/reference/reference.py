@@ -48,7 +48,6 @@ from ..numbers.softmax import ExpRatio, SoftmaxRow
 from . import enclose
 from ..numbers.formats import round_value
 from ..call.inputs import Call
-from ..numbers.exact import fraction_of
 
 __all__ = ["Reference"]
 
@@ -143,17 +142,23 @@ class Reference:
         return np.array([dropout_factors(self.policy.dropout, list(r)) for r in keep],
                         dtype=object)
 
-    def scores(self, b: int, h: int):
-        """The exact raw scores ``query @ key^T`` of one head as an L x S ``fmpq_mat`` (before RoPE)."""
+    def score_ints(self, b: int, h: int):
+        """The exact raw scores ``query @ key^T`` of one head (before RoPE) as ``(ints, den)``:
+        L x S integers over one denominator, the product of :meth:`Call.numerators
+        <exactattn.call.Call.numerators>` (:func:`exactattn.numbers.bulk.exact_matmul`)."""
         key = (b, h)
         if key not in self._scores:
-            from flint import fmpq_mat
-            from ..numbers.exact import fmpq_of
-            Q = fmpq_mat(self.L, self.E,
-                         [fmpq_of(x) for x in self.exact_call.query[b, h].reshape(-1)])
-            K = self.kv_mats(b, self.kv(h))[0]
-            self._scores[key] = Q * K.transpose()
+            from ..numbers.bulk import exact_matmul
+            (q, qd), (k, kd) = self.call.numerators("query"), self.call.numerators("key")
+            self._scores[key] = exact_matmul(q[b, h], k[b, self.kv(h)].T), qd * kd
         return self._scores[key]
+
+    def scores(self, b: int, h: int):
+        """The exact raw scores of one head as an L x S ``fmpq_mat`` (before RoPE)."""
+        from flint import fmpq, fmpq_mat, fmpz_mat
+        ints, den = self.score_ints(b, h)
+        return fmpq_mat(fmpz_mat(self.L, self.S, ints.ravel().tolist())) \
+            / fmpq(den)
 
     def kv_mats(self, b: int, g: int):
         """``(K, V)`` of batch b, key/value head g as ``fmpq_mat`` (hidden inf/nan read as 0)."""
@@ -176,9 +181,9 @@ class Reference:
             keys = p.key[b, self.kv(h)]
             return rope_row(list(p.query[b, h, i]), lambda j: list(keys[j]),
                             [j for j in range(self.S) if vis[j]], pol, i, self.L, self.S)
-        S_mat = self.scores(b, h)
-        return [fraction_of(S_mat[i, j]) if vis[j] else None
-                for j in range(self.S)]
+        ints, den = self.score_ints(b, h)
+        return [Fraction(int(v), den) if seen else None
+                for v, seen in zip(ints[i].tolist(), vis.tolist())]
 
     def row(self, b: int, h: int, i: int) -> SoftmaxRow:
         """The exact softmax row of query i of head h (:func:`exactattn.reference.logits.softmax_row`)."""

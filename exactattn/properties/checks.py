@@ -48,7 +48,7 @@ from ..options import check_choice
 from ..reference.online import all_splits, online_softmax
 from ..reference.reference import Reference
 from ..verify import compare
-from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, make_call
+from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, ask, make_call
 from ..verify.compare import TOLERANCES, Tolerance, check_tolerance, tolerance_for
 from .inputs import (Check, PropertyFailure, attend_as_function, dropout_keep, effective_mask,
                      failure, head_fail, input_text, keep, matrices, reference, replace, row_text,
@@ -282,11 +282,11 @@ def property_check(name: str):
         def run(fn, inp, *args, **kwargs):
             impl = as_implementation(fn)
             inp.check_nonfinite()
-            try:
-                return check(impl, inp, *args, **kwargs)
-            except ImplRaised as e:
-                raise failure(name, prop, impl.describe(), inp,
-                              [f"{impl.name} raised {e.line}"]) from e
+            out, status, why, error = ask(check, impl, inp, *args, **kwargs)
+            if status:
+                raise failure(name, prop, impl.describe(), inp, [f"{impl.name} raised {why}"]) \
+                    from error
+            return out
         sig = inspect.signature(check)
         first, *rest = sig.parameters.values()
         run.__signature__ = sig.replace(parameters=[first.replace(name="fn"), *rest])

@@ -286,30 +286,31 @@ class ImplRaised(Exception):
         return self
 
 
-def ask(run: Callable, *args, asking: bool = False) -> tuple:
-    """Run a kernel: ``(run(*args), None, "")``, or ``(None, status, why)`` when it has no
-    answer: ``raised`` (it raised, :class:`ImplRaised`; ``why`` its one line) or, with
-    ``asking`` (a probe it may not take), also ``raised`` for an answer that is no array of
-    numbers and ``cannot be asked`` for an argument or output it does not have (its refusal
-    up to `` (got``).  The one reading of a kernel's failure.
+def ask(run: Callable, *args, asking: bool = False, **kwargs) -> tuple:
+    """Run a kernel: ``(run(*args, **kwargs), None, "", None)``, or ``(None, status, why,
+    error)`` when it has no answer: ``raised`` (it raised, :class:`ImplRaised`; ``why`` its
+    one line) or, with ``asking`` (a probe it may not take), also ``raised`` for an answer
+    that is no array of numbers and ``cannot be asked`` for an argument or output it does not
+    have (its refusal up to `` (got``); ``error`` the exception caught, for a caller to chain.
+    The one reading of a kernel's failure.
 
     >>> def boom(call):
     ...     raise ImplRaised(ZeroDivisionError("division by zero"))
-    >>> ask(boom, None)
+    >>> ask(boom, None)[:3]
     (None, 'raised', 'ZeroDivisionError: division by zero')
     """
     try:
-        return run(*args), None, ""
+        return run(*args, **kwargs), None, "", None
     except ImplRaised as e:
-        return None, "raised", e.line
+        return None, "raised", e.line, e
     except ShapeError as e:
         if not asking:
             raise
-        return None, "raised", str(e)
+        return None, "raised", str(e), e
     except InputError as e:
         if not asking:
             raise
-        return None, "cannot be asked", shorten(str(e).split(" (got")[0], 100)
+        return None, "cannot be asked", shorten(str(e).split(" (got")[0], 100), e
 
 
 def call_scale(policy: Policy) -> float | None:

@@ -365,7 +365,7 @@ def attempt(run, *args) -> tuple:
     """``(run(*args), None)``, or ``(None, what the kernel raised, in one line)``: a kernel's
     failure as :func:`~exactattn.verify.adapter.ask` reads it, for every check (forward, its
     probes, the backward, split-merge, row blocks)."""
-    answer, _, why = ask(run, *args)
+    answer, _, why, _ = ask(run, *args)
     return answer, why or None
 
 

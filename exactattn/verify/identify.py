@@ -262,7 +262,7 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
     for name, declared, call, want, cands, part in _probes(P, lse, found):
         if name not in conventions:
             continue
-        answer, status, why = ask(impl.answer, make_call(call, dtype, want), asking=True)
+        answer, status, why, _ = ask(impl.answer, make_call(call, dtype, want), asking=True)
         if status:
             rows.append(Found(name, declared, None, status, why))
             continue

@@ -144,8 +144,8 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
 
     def run(label, q, k, v, m, rows=slice(None), queries=slice(None), kernel=impl):
         """The kernel on these arrays; the call's rows of its outputs, B x H x L x E_v."""
-        out, how, why = ask(kernel.answer, dataclasses.replace(fc, query=q, key=k, value=v,
-                                                               attn_mask=m), asking=True)
+        out, how, why, _ = ask(kernel.answer, dataclasses.replace(fc, query=q, key=k, value=v,
+                                                                  attn_mask=m), asking=True)
         if out is None:
             return Run(label, why=why if how == "cannot be asked" else f"raised {why}")
         return Run(label, out.values.reshape(q.shape[:3] + (-1,))[rows, :, queries])

@@ -224,10 +224,13 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     rounded to the dtype first, ties to even; handed over as 1 x 1 x n x d).
     ``options`` go to :func:`check_outputs`.
 
+    ``policy``'s positions (causal rule, alignment, window, query offset) reach ``impl`` as
+    ``verify`` hands them (:func:`~exactattn.verify.adapter.policy_call`), so the verdict is
+    ``verify``'s on the same inputs.
+
     Raises:
-        InputError: a dtype other than float32 and float16, a window or query
-            offset (SDPA takes neither), a scale that is 0 or infinite in the
-            dtype, a dtype the impl does not run.
+        InputError: a dtype other than float32 and float16, a score modifier,
+            a scale that is 0 or infinite in the dtype, a dtype the impl does not run.
     """
     from ..verify.adapter import check_dtype, policy_call
     from ..verify.check import check_scale
@@ -238,10 +241,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
                          f"implementation (got {dtype!r}); check other dtypes with exactattn "
                          "verify")
     query, key, value = (np.asarray(a).astype(dtype) for a in (query, key, value))
-    bad = policy.unsupported("sdpa")        # the capability table's row: positions, then scores
-    if bad and bad[0] not in SCORE_FIELDS:
-        raise InputError("policy must have no window or query_offset for a check of a float "
-                         "implementation (got one); SDPA takes causal and alignment only")
+    bad = policy.unsupported("sdpa")        # the capability table's row: score modifiers
     if bad:
         raise InputError(f"policy must have no {', '.join(SCORE_FIELDS)} for a blocked check of "
                          f"an implementation (got {', '.join(bad)}); check modified calls with "
@@ -251,7 +251,7 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     check_scale(policy, dtype)
     inputs = Call.from_floats(query, key, value, policy=policy).head()
     arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
-    call = policy_call(*arrays, policy, dtype)     # no modifier: refused above
+    call = policy_call(*arrays, policy, dtype)     # positions as verify's; no score modifier
     t0 = time.perf_counter()
     got, raised = attempt(impl, call)
     t1 = time.perf_counter()

@@ -101,7 +101,7 @@ UNSUPPORTED = {
     "fast": ("rope", "dropout"),                       # the fast engine: the pencil engine runs them
     "gradients": (),                                   # gradients: every modifier (certified)
     "blocks": (),                                      # row blocks run every modifier
-    "sdpa": POSITION_FIELDS + SCORE_FIELDS,            # a blocked check: SDPA's arguments, plain scores
+    "sdpa": SCORE_FIELDS,                              # a blocked check: positions, plain scores
     "numpy_backward": (),                              # the numpy float backward: every modifier
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
     "split": ("alibi", "rope", "dropout"),             # split-merge: a block's keys come without positions

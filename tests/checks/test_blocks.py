@@ -159,19 +159,50 @@ def test_dropout_needs_its_keep_mask_and_a_blocked_check_no_modifier():
         check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", Policy(softcap=F(5)))
 
 
-def test_a_blocked_check_refuses_its_capability_rows_fields_positions_first():
+def test_a_blocked_check_refuses_its_capability_rows_fields():
     """blocks --check refuses what its row of the capability table lists (UNSUPPORTED['sdpa']):
-    a window or query offset in SDPA's words, else every score modifier set, named in order."""
+    every score modifier set, named in order (a window with them is no longer refused first)."""
     def refusal(policy):
         with pytest.raises(InputError) as e:
             check_impl("numpy", [[1.0]], [[1.0]], [[1.0]], "float32", policy)
         return str(e.value)
     typed(refusal(Policy(window=(1, 0), softcap="2")),
-          "policy must have no window or query_offset for a check of a float implementation "
-          "(got one); SDPA takes causal and alignment only")
+          "policy must have no rope, softcap, alibi, sink, dropout for a blocked check of an "
+          "implementation (got softcap); check modified calls with exactattn verify")
     typed(refusal(Policy(sink="0", softcap="2")),
           "policy must have no rope, softcap, alibi, sink, dropout for a blocked check of an "
           "implementation (got softcap, sink); check modified calls with exactattn verify")
+
+
+def no_window(query, key, value, *, is_causal=False, scale=None, window=None,
+              query_offset=None):
+    """A kernel that takes a window and ignores it (and the causal rule): plain softmax."""
+    s = (query @ np.swapaxes(key, -1, -2)) / np.float32(np.sqrt(query.shape[-1]))
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ value
+
+
+@pytest.mark.parametrize("policy", [Policy(window=(2, 0)), Policy(causal=True, window=(1, 1)),
+                                    Policy(causal=True, window=(3, 0), query_offset=2),
+                                    Policy(causal=True, query_offset=4, empty_row="nan")],
+                         ids=["window", "causal-window", "offset-window", "offset"])
+def test_a_blocked_check_of_positions_gives_verify_s_verdict(policy):
+    """verify hands a window and a query offset to the kernel with the call; the blocked check
+    hands it the same call and judges it as verify does (it refused them, in SDPA's words):
+    numpy passes both paths with the same ULPs and tolerance, a kernel that ignores the
+    window (and the causal rule) fails both, for every block size."""
+    q, k, v = random_floats(12, 4, seed=5)
+    for kernel, passed in (("numpy", True), (no_window, False)):
+        report = verify(kernel, Call.random(12, 4, seed=5).with_policy(policy), "float32",
+                        probes=())
+        want = report.summary()
+        typed(report.passed, passed)
+        for rows in (1, 5, 12):
+            mine = check_impl(kernel, q, k, v, "float32", policy, rows=rows, engine=PLAIN)
+            s = mine.summary()
+            typed((mine.passed, mine.max_ulps), (passed, report.max_ulps))
+            for key in ("count", "max_ulps", "over", "hard"):
+                typed(s[key], want[key])
 
 
 MODIFIED = [Policy(scale="none", softcap="2"), Policy(sink="1/2", causal=True),

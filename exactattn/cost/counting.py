@@ -30,10 +30,8 @@ from ..call.policy import Policy
 from ..errors import InputError
 from ..numbers.exact import to_matrix
 from ..engines.head import Head
-from ..reference.kernels import project
 from ..reference.modified import counted_step
-from ..numbers.exact import common_denominator
-from ..engines.layer import out_project, sum_decimal
+from ..engines.layer import Layer, attend_layer
 from .sizes import CallShape, size
 
 #: a stacked layer reads the previous layer's outputs rounded to this many certified places
@@ -83,16 +81,15 @@ def count_tokens(n: int, d_model: int) -> list[list[Fraction]]:
     return [[Fraction((i + m) % 3 - 1) for m in range(d_model)] for i in range(n)]
 
 
-def _layer(shape: CallShape, index_base: int) -> tuple[list, tuple | None]:
-    """One layer of :func:`count_head` heads: per head its (W_Q, W_K, W_V as (ints, den)) and
-    divisor squared; W_O as (ints, den), or None."""
+def _layer(shape: CallShape, index_base: int, policy: Policy) -> Layer:
+    """One layer of :func:`count_head` heads, numbered from ``index_base``, with W_O when
+    the call has it."""
     heads = [count_head(shape.d_model, shape.d_k, shape.d_v, index_base + a)
              for a in range(shape.heads)]
-    W_O = common_denominator([[Fraction((d + 2 * c) % 5 - 2, 2)     # slots: D rows of h d_v
-                               for c in range(shape.heads * shape.d_v)]
-                              for d in range(shape.d_model)]) if shape.out_projection else None
-    return [([common_denominator(w) for w in (h.W_Q, h.W_K, h.W_V)], h.divisor_squared)
-            for h in heads], W_O
+    W_O = [[Fraction((d + 2 * c) % 5 - 2, 2) for c in range(shape.heads * shape.d_v)]
+           for d in range(shape.d_model)] if shape.out_projection else None   # slots
+    return Layer(*([getattr(h, w) for h in heads] for w in ("W_Q", "W_K", "W_V")), W_O,
+                 policy=policy)
 
 
 def _zero_macs(shape: CallShape) -> dict:
@@ -101,58 +98,36 @@ def _zero_macs(shape: CallShape) -> dict:
                          + ("out_projection",) * shape.out_projection, 0)
 
 
-def _score_and_mix(q, k, v, visible, score_den: int, value_den: int, d2, macs: dict,
-                   ops: dict, policy: Policy = Policy()) -> list[list]:
-    """The pencil engine's own counted step (:func:`~exactattn.reference.modified.counted_step`,
-    no modifiers), its MACs and softmax operations added to ``macs`` and ``ops``: the one
-    tally of a run."""
-    step = counted_step(q, k, v, visible, score_den, 1, value_den, d2, policy)
-    for stage in ("scores", "mix"):
-        macs[stage] += step.macs[stage]
+def _add(macs: dict, ops: dict, step_macs: dict, rows: list) -> None:
+    """A counted step's (or layer's) MACs and the softmax operations of its ``rows`` (one
+    list per head) added to the run's ``macs`` and ``ops``."""
+    for stage in macs:
+        macs[stage] += step_macs[stage]
     for op in ops:
-        ops[op] += sum(getattr(r, op + "s") for r in step.rows)
-    return step.outputs
+        ops[op] += sum(getattr(r, op + "s") for head in rows for r in head)
 
 
-def _attend_layer(layer: tuple, xq, xkv, dx: int, visible, macs: dict, ops: dict,
-                  caches: list | None = None) -> list[list[tuple]]:
-    """One layer: every head's counted projections (queries of ``xq``, keys and values of
-    ``xkv``) and step, then W_O through the exact layer's counted loop
-    (:func:`exactattn.engines.layer.out_project`; a value is a tuple of exact ratios, one
-    per head).  Decoding (``caches``: a KV cache per head): the new keys and values are
-    projected once, appended, and the queries attend over the cache."""
-    heads, W_O = layer
-    head_outputs = []
-    for a, (((wq, dq), (wk, dk), (wv, dv)), d2) in enumerate(heads):
-        (q, mq), (k, mk), (v, mv) = project(wq, xq), project(wk, xkv), project(wv, xkv)
-        macs["projections"] += mq + mk + mv
-        if caches is not None:
-            caches[a][0].extend(k)
-            caches[a][1].extend(v)
-            k, v = caches[a]
-        head_outputs.append(_score_and_mix(q, k, v, visible, dq * dk * dx * dx, dv * dx, d2,
-                                           macs, ops))
-    if W_O is None:
-        return [[(e,) for e in row] for row in head_outputs[0]]
-    entries, count = out_project(W_O, head_outputs)
-    macs["out_projection"] += count
-    return entries
-
-
-def _next_layer_rows(outputs: list[list[tuple]]) -> list[list[int]]:
-    """Layer outputs rounded to 4 certified places, as integers over 10**4."""
-    scale = 10 ** LAYER_PLACES
-    return [[int(Fraction(sum_decimal(terms, LAYER_PLACES)) * scale) for terms in row]
-            for row in outputs]
+def _stacked(layers_: list, xq, xkv, macs: dict, ops: dict, caches: list | None = None,
+             mask=None) -> list:
+    """The rows ``xq`` (over ``xkv``) through every layer (:func:`attend_layer`): layer l+1
+    reads layer l's outputs rounded to :data:`LAYER_PLACES` certified places; ``caches``:
+    a KV cache per layer."""
+    for ell, layer in enumerate(layers_):
+        r = attend_layer(layer, xq, keys=xkv, mask=mask,
+                         cache=None if caches is None else caches[ell])
+        _add(macs, ops, r.macs, r.head_rows)
+        if ell + 1 < len(layers_):
+            xq = xkv = [[Fraction(v.decimal(LAYER_PLACES)) for v in row] for row in r.outputs]
+    return r.outputs
 
 
 @dataclass
 class Run:
     """A counted run: ``macs`` per stage (with ``total``), ``softmax_ops`` (the exact
     engine's exponentials, additions and divisions: one per distinct gap), the
-    exact ``outputs`` of the last layer (each a tuple of :class:`ExpRatio` whose
-    sum is the value: one per head with W_O; empty for a call without
-    projections), and per-token ``steps`` when decoding."""
+    exact ``outputs`` of the last layer (each a :class:`~exactattn.engines.layer.LayerValue`,
+    one term per head with W_O; empty for a call without projections), and per-token
+    ``steps`` when decoding."""
 
     macs: dict
     softmax_ops: dict
@@ -161,7 +136,7 @@ class Run:
 
     def output_decimal(self, i: int, c: int, places: int = 4) -> str:
         """Output column c of token i, correctly rounded."""
-        return sum_decimal(self.outputs[i][c], places)
+        return self.outputs[i][c].decimal(places)
 
 
 def _tokens(x, rows: int, d_model: int) -> list[list]:
@@ -206,30 +181,8 @@ def _count_attention(shape: CallShape, macs: dict, ops: dict) -> None:
             g = shape.policy.kv_head(a, shape.heads, shape.kv_heads)
             q = _operand(shape.query, qi, a, 0)
             k, v = _operand(shape.key, ki, g, 1), _operand(shape.value, ki, g, 2)
-            _score_and_mix(q, k, v, visible, 1, 1, d2, macs, ops, plain)
-
-
-def _stacked(layers_: list, xq, xkv, d: int, visible, macs: dict, ops: dict,
-             caches: list | None = None) -> list:
-    """The rows ``xq`` (over ``xkv``) through every layer: layer l+1 reads layer l's outputs
-    rounded (:func:`_next_layer_rows`); ``caches``: a KV cache per layer and head."""
-    for ell, layer in enumerate(layers_):
-        outputs = _attend_layer(layer, xq, xkv, d, visible, macs, ops,
-                                None if caches is None else caches[ell])
-        if ell + 1 < len(layers_):
-            xq = xkv = _next_layer_rows(outputs)
-            d = 10 ** LAYER_PLACES
-    return outputs
-
-
-def _prefill(shape: CallShape, layers_: list, xi, dx: int, macs: dict, ops: dict) -> list:
-    """Every token through every layer at once (the queries and keys of one call)."""
-    n, m = shape.queries, shape.keys
-    # where the queries sit among the tokens: from the call's own diagonal offset
-    # (Policy.causal_shift: 0 for top_left, m - n for bottom_right); fewer keys
-    # than queries puts the first queries before the keys
-    start = max(shape.policy.causal_shift(n, m), 0)
-    return _stacked(layers_, xi[start:start + n], xi[:m], dx, _visible(shape), macs, ops)
+            step = counted_step(q, k, v, visible, 1, 1, 1, d2, plain)
+            _add(macs, ops, step.macs, [step.rows])
 
 
 def count_call(shape: CallShape, x=None) -> Run:
@@ -267,13 +220,20 @@ def count_call(shape: CallShape, x=None) -> Run:
         raise InputError(f"layers must be 1 when keys is set (got {shape.layers}); "
                          "stacked layers attend over their own tokens")
     else:
-        xi, dx = common_denominator(_tokens(x, max(n, m), d_model))
-        layers_ = [_layer(shape, 7 * ell) for ell in range(shape.layers)]
+        tokens = _tokens(x, max(n, m), d_model)
+        # decoding: one query over the t cached keys sees all t
+        layers_ = [_layer(shape, 7 * ell, _DECODING if shape.decode else shape.policy)
+                   for ell in range(shape.layers)]
         for _ in range(shape.batch_size):     # every batch entry runs the same tokens
             if shape.decode:
-                outputs, steps = _decode(layers_, xi, dx, n, shape, macs, ops)
-            else:
-                outputs = _prefill(shape, layers_, xi, dx, macs, ops)
+                outputs, steps = _decode(layers_, tokens, shape, macs, ops)
+            else:     # every token through every layer at once; the queries sit among the
+                # tokens at the call's own diagonal offset (Policy.causal_shift: 0 for
+                # top_left, m - n for bottom_right); fewer keys than queries puts the
+                # first queries before the keys
+                start = max(shape.policy.causal_shift(n, m), 0)
+                outputs = _stacked(layers_, tokens[start:start + n], tokens[:m], macs, ops,
+                                   mask=shape.mask)
     macs["total"] = sum(macs.values())
     return Run(macs, ops, outputs, steps)
 
@@ -292,18 +252,14 @@ def run(n, d_model, d_k, d_v=None, *, x=None, **options) -> Run:
     return count_call(CallShape.of_sizes(n, d_model, d_k, d_v, **options), x)
 
 
-def _decode(layers_: list, xi, dx: int, n: int, shape: CallShape, macs: dict,
-            ops: dict) -> tuple[list, list]:
-    """Generate the n tokens one at a time, each layer keeping a KV cache per head; adds
-    to ``macs`` and returns ``(outputs, steps)``."""
-    caches = [[([], []) for _ in heads] for heads, _ in layers_]
+def _decode(layers_: list, tokens, shape: CallShape, macs: dict, ops: dict) -> tuple:
+    """Generate the tokens one at a time, each layer keeping a KV cache
+    (:func:`attend_layer`'s ``cache``); adds to ``macs``, returns ``(outputs, steps)``."""
+    caches = [[[] for _ in range(layer.n_kv_heads)] for layer in layers_]
     steps, last = [], []
-    for t in range(n):
+    for token in tokens[:shape.queries]:
         step_macs = _zero_macs(shape)
-        # one query over the t + 1 cached keys: a bottom_right causal call
-        visible = [_DECODING.visible_keys(0, 1, t + 1)].__getitem__
-        last.append(_stacked(layers_, [xi[t]], [xi[t]], dx, visible, step_macs, ops,
-                             caches)[0])
+        last.append(_stacked(layers_, [token], [token], step_macs, ops, caches)[0])
         step_macs["total"] = sum(step_macs.values())
         steps.append(step_macs)
         for k in macs:

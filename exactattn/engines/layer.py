@@ -7,15 +7,16 @@ key/value heads (Ainslie et al. 2023) and an explicit padding mask::
               with g = policy.kv_head(a, H, H_kv)                  (n x d_v each)
     outputs = concat(head_1 .. head_H) W_O + b_O                   (n x d_model)
 
-Every head runs through the pencil engine (:func:`~exactattn.engines.head.pencil`: its
-projections and :func:`~exactattn.reference.modified.counted_step`), the same loops
-:mod:`exactattn.cost` counts.  A key/value head shared by several query heads (GQA, MQA)
-is projected once.
+Every head runs its counted projections (:func:`~exactattn.reference.kernels.project`)
+and :func:`~exactattn.reference.modified.counted_step`, the pencil engine's loops; a
+key/value head shared by several query heads (GQA, MQA) is projected once.  The
+counted runs of :mod:`exactattn.cost` are runs of :func:`attend_layer` (decoding with
+its KV cache).
 
 An output entry is a sum of exact ratios over DIFFERENT softmax normalisers
 (one per head): a :class:`LayerValue` (terms, one :class:`ExpRatio` per head,
 plus the rational bias ``b_O``), whose ``decimal(places)`` is certified on the
-sum of the enclosures (:func:`sum_decimal`).
+sum of the enclosures.
 
 Counts: ``macs`` per stage (``projections``, ``scores``, ``mix``,
 ``out_projection``); bias additions (``b_Q``, ``b_K``, ``b_V``, ``b_O``) are
@@ -31,6 +32,7 @@ additions, not multiply-adds, and are counted apart in ``bias_adds``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
@@ -39,26 +41,14 @@ from ..call.policy import Mask, Policy
 from ..numbers.digits import enclosure_sign
 from ..errors import InputError, ShapeError
 from ..numbers.exact import common_denominator, fmpq_of, to_matrix, to_row
-from .head import Head, pencil
+from .head import Head, project_biased
+from ..reference.kernels import project
+from ..reference.modified import counted_step
 from ..call.modifiers import check_keep
 from ..numbers.real import Real
 from ..numbers.softmax import ExpRatio
 
 __all__ = ["Layer", "LayerValue", "attend_layer", "out_project"]
-
-
-def sum_decimal(terms: Sequence, places: int, constant: Fraction = Fraction(0)) -> str:
-    """``constant + sum(terms)`` (exact ratios), correctly rounded to ``places`` places.
-
-    Rational when every term is (then rounded exactly); otherwise certified
-    from the sum of the terms' enclosures (:func:`~exactattn.numbers.digits.certify`).
-
-    >>> from exactattn.numbers.softmax import SoftmaxRow
-    >>> e = SoftmaxRow([Fraction(1), Fraction(0)], None).share(0)
-    >>> sum_decimal((e, e), 4), sum_decimal((), 2, Fraction(1, 8))
-    ('1.4621', '0.12')
-    """
-    return LayerValue(terms, constant).decimal(places)
 
 
 class LayerValue(Real):
@@ -75,6 +65,9 @@ class LayerValue(Real):
     >>> v = LayerValue((half, half), Fraction(1))
     >>> v.rational(), v.decimal(2), v.text(), v == 2, v == LayerValue((half, half), Fraction(1))
     (Fraction(2, 1), '2.00', '1 + 1/2 + 1/2', True, True)
+    >>> e = SoftmaxRow([Fraction(1), Fraction(0)], None).share(0)
+    >>> LayerValue((e, e)).decimal(4), LayerValue((), Fraction(1, 8)).decimal(2)
+    ('1.4621', '0.12')
     """
 
     __slots__ = ("terms", "constant")
@@ -223,22 +216,24 @@ class Layer:
                                  f"{len(sinks)})")
         self.kv_of = [policy.kv_head(a, H, H_kv) for a in range(H)]
         self.heads = []
-        for a in range(H):
-            g = self.kv_of[a]
+        for a, g in enumerate(self.kv_of):
             head = Head(W_Q[a], W_K[g], W_V[g], b_Q=b_Q[a], b_K=b_K[g], b_V=b_V[g],
                         layout=layout, floats=floats)
             own = policy.replace(head=policy.head + a, **({} if sinks is None else {"sink": sinks[a]}))
             self.heads.append(head.with_policy(own))   # the default scale: 1/sqrt(d_k)
         self.policy = policy
         self.n_kv_heads = H_kv
+        #: (W, b, W as (ints, den)), converted once: W_Q per query head, W_K and W_V per
+        #: key/value head
+        ws = [[(w, b, common_denominator(w)) for w, b in
+               ((h.W_Q, h.b_Q), (h.W_K, h.b_K), (h.W_V, h.b_V))] for h in self.heads]
+        self._weights = [w[0] for w in ws], {g: w[1:] for g, w in zip(self.kv_of, ws)}
         d_model, width = self.heads[0].d_model, sum(h.d_v for h in self.heads)
         shape = (d_model, width) if layout == "slots" else (width, d_model)
-        if W_O is None:           # the heads alone (one head's tables): no output projection
-            self.W_O = None
-        else:
-            w = to_matrix(W_O, name="W_O", shape=shape, floats=floats,
-                          hint=f" in the {layout} layout (H d_v = {width}, d_model = {d_model})")
-            self.W_O = w if layout == "slots" else [list(c) for c in zip(*w)]
+        w = None if W_O is None else to_matrix(     # None: the heads alone (one head's tables)
+            W_O, name="W_O", shape=shape, floats=floats,
+            hint=f" in the {layout} layout (H d_v = {width}, d_model = {d_model})")
+        self.W_O = w if w is None or layout == "slots" else [list(c) for c in zip(*w)]
         self.b_O = None if b_O is None else to_row(b_O, name="b_O", width=d_model, floats=floats)
         self.d_model = d_model
 
@@ -273,15 +268,45 @@ class LayerRun:
         return [[v.decimal(places) for v in row] for row in self.outputs]
 
 
-def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
-                 floats: str | None = None, dropout_keep=None) -> LayerRun:
+def _project(weights: tuple, xi: tuple) -> tuple | None:
+    """:func:`~exactattn.engines.head.project_biased` of ``weights`` (W, b, W's (ints, den))
+    over the tokens ``xi`` (ints, den; None: not rational), the kernel run on W's integers
+    when it has no bias."""
+    w, b, ints = weights
+    if xi is None or b is not None or ints is None:
+        return xi and project_biased(w, b, *xi)
+    out, macs = project(ints[0], xi[0])
+    return out, ints[1] * xi[1], macs, 0
+
+
+def _cached(cache: list, new: list) -> list:
+    """The key and value projections ``new`` ((ints, den, MACs, adds) each) appended to the
+    KV cache ``cache`` (empty, or [keys, den] and [values, den]); returns the cache's
+    (ints, den) pairs, every row over one denominator."""
+    cache += [] if cache else [[[], 1], [[], 1]]
+    for entry, (ints, den, _, _) in zip(cache, new):
+        common = math.lcm(entry[1], den)
+        if common != entry[1]:
+            entry[0] = [[a * (common // entry[1]) for a in r] for r in entry[0]]
+        entry[0] += [[a * (common // den) for a in r] for r in ints]
+        entry[1] = common
+    return [tuple(entry) for entry in cache]
+
+
+def attend_layer(layer: Layer, x, *, keys=None, cache: list | None = None,
+                 mask: Mask | None = None, floats: str | None = None,
+                 dropout_keep=None) -> LayerRun:
     """Run every head of ``layer`` over the token rows ``x``, then W_O (+ b_O), exactly.
 
-    Shapes: ``x`` n x d_model; ``mask`` (optional) an explicit n x n
-    :class:`~exactattn.call.policy.Mask` without additive offsets (e.g.
-    :func:`padding_mask`), applied on top of the policy's causal rule;
-    ``dropout_keep`` (with ``policy.dropout``) H x n x n dropout keep-masks, one per
-    query head.
+    Shapes: ``x`` n x d_model, the queries' tokens; ``keys`` (optional, default ``x``)
+    m x d_model, the tokens the keys and values are projected from; ``mask`` (optional)
+    an explicit n x m :class:`~exactattn.call.policy.Mask` without additive offsets
+    (e.g. :func:`padding_mask`), applied on top of the policy's causal rule;
+    ``dropout_keep`` (with ``policy.dropout``) H x n x m dropout keep-masks, one per
+    query head.  ``cache`` (decoding): a KV cache, one list per key/value head
+    (empty at first): the new keys and values are projected once, appended, and the
+    queries attend over every cached key (m counts them).  Without W_O the outputs
+    are the heads' outputs, concatenated (one term each).
 
     Raises:
         ShapeError: tokens of the wrong width, a mask or keep-masks of the wrong size.
@@ -289,10 +314,12 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
             dropout without keep-masks.
     """
     xs = to_matrix(x, name="x", shape=(None, layer.d_model), floats=floats)
-    n = len(xs)
+    xk = xs if keys is None else to_matrix(keys, name="keys", shape=(None, layer.d_model),
+                                           floats=floats)
+    n, m = len(xs), len(xk) + (len(cache[0][0][0]) if cache and cache[0] else 0)
     if mask is not None:
-        if mask.n_queries != n or mask.n_keys != n:
-            raise ShapeError(f"mask must be {n} x {n} (got {mask.n_queries} x {mask.n_keys})")
+        if mask.n_queries != n or mask.n_keys != m:
+            raise ShapeError(f"mask must be {n} x {m} (got {mask.n_queries} x {mask.n_keys})")
         if mask.has_offsets:
             raise InputError("mask must hide keys only in a layer (got an additive mask "
                              "with offsets); pass a bool_keep mask")
@@ -300,28 +327,36 @@ def attend_layer(layer: Layer, x, *, mask: Mask | None = None,
     if hasattr(dropout_keep, "__len__") and len(dropout_keep) != H:
         raise ShapeError(f"dropout_keep must hold one keep-mask per query head, {H} (got "
                          f"{len(dropout_keep)})")
-    keeps = [check_keep(None if dropout_keep is None else dropout_keep[a], h.policy, n, n,
+    keeps = [check_keep(None if dropout_keep is None else dropout_keep[a], h.policy, n, m,
                         name="dropout_keep", argument="dropout_keep")
              for a, h in enumerate(layer.heads)]
-    seen = layer.policy.keep(n, n, mask)          # the one visibility rule, with the mask
-    shared: dict[int, list] = {}                  # a shared key/value head is projected once
-    traces = [pencil(head, xs, keeps[a], lambda i: seen[i].nonzero()[0].tolist(),
-                      shared.setdefault(layer.kv_of[a], [])) for a, head in enumerate(layer.heads)]
-    if None in traces:
+    xq, xk = common_denominator(xs), common_denominator(xk)
+    qs = [_project(w, xq) for w in layer._weights[0]]
+    kv = {g: [_project(w, xk) for w in ws] for g, ws in layer._weights[1].items()}
+    projected = qs + [p for v in kv.values() for p in v]
+    if None in projected:
         raise InputError("weights must be rational numbers for an exact layer")
-    macs = {"projections": 0, "scores": 0, "mix": 0, "out_projection": 0}
-    for t in traces:          # sinks, ALiBi, soft-cap, RoPE, dropout: each head's counted step
-        for stage, count in t.macs.items():
+    macs = {"projections": sum(p[2] for p in projected), "scores": 0, "mix": 0,
+            "out_projection": 0}
+    adds = sum(p[3] for p in projected)
+    if cache is not None:
+        kv = {g: _cached(cache[g], new) for g, new in kv.items()}
+    seen = None if mask is None else layer.policy.keep(n, m, mask)     # with the mask
+    visible = (lambda i: layer.policy.visible_keys(i, n, m)) if seen is None else \
+        (lambda i: seen[i].nonzero()[0].tolist())
+    steps = []
+    for a, head in enumerate(layer.heads):     # sinks, ALiBi, soft-cap, RoPE, dropout
+        (q, dq, _, _), (k, dk, *_), (v, dv, *_) = qs[a], *kv[layer.kv_of[a]]
+        steps.append(counted_step(q, k, v, visible, dq, dk, dv, head.divisor_squared,
+                                  head.policy, keeps[a]))
+        for stage, count in steps[-1].macs.items():
             macs[stage] = macs.get(stage, 0) + count
-    adds = sum(t.bias_adds for t in traces)
-    rows, head_outputs = [t.rows for t in traces], [t._outputs for t in traces]
-    if layer.W_O is None:
-        raise InputError("W_O must be given to run a whole layer (got a layer built without "
-                         "its output projection); build it with W_O")
+    rows, head_outputs = [s.rows for s in steps], [s.outputs for s in steps]
+    if layer.W_O is None:       # the heads alone: their outputs, concatenated
+        return LayerRun(layer, rows, head_outputs, [[LayerValue((e,)) for e in sum(r, [])]
+                                                    for r in zip(*head_outputs)], macs, adds)
     entries, macs["out_projection"] = out_project(common_denominator(layer.W_O), head_outputs)
     b_O = layer.b_O or [Fraction(0)] * layer.d_model
-    if layer.b_O is not None:
-        adds += n * layer.d_model
+    adds += 0 if layer.b_O is None else n * layer.d_model
     outputs = [[LayerValue(terms, b) for terms, b in zip(row, b_O)] for row in entries]
     return LayerRun(layer, rows, head_outputs, outputs, macs, adds)
-

@@ -295,8 +295,10 @@ def test_one_head_needs_only_q_k_v_and_a_layer_names_the_missing_w_o(tmp_path, c
     layer = load_layer(read_tensors(str(tmp_path / "qkv.npz")), names, 0, heads=2,
                        out_projection=False)
     assert layer.W_O is None and layer.b_O is None and len(layer.heads) == 2
-    with pytest.raises(InputError, match="W_O must be given to run a whole layer"):
-        attend_layer(layer, exact_matrix(X))
+    run = attend_layer(layer, exact_matrix(X))       # the heads alone: concatenated
+    assert run.macs["out_projection"] == 0 and run.bias_adds == 0
+    assert [[v.terms for v in r] for r in run.outputs] == \
+        [[(e,) for e in r0 + r1] for r0, r1 in zip(*run.head_outputs)]
 
 
 def test_llama_config_head_dim_must_match_the_heads(tmp_path):

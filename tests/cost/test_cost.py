@@ -210,7 +210,7 @@ def test_decode_outputs_equal_the_causal_prefill_outputs():
     pre = run(7, 3, 2, 2, causal=True)
     for i in range(7):
         for c in range(2):
-            (a,), (b,) = dec.outputs[i][c], pre.outputs[i][c]
+            (a,), (b,) = dec.outputs[i][c].terms, pre.outputs[i][c].terms
             assert a.numerators == b.numerators
             assert a.closed_form() == b.closed_form()
 
@@ -604,7 +604,7 @@ def test_a_counted_run_is_the_pencil_engine():
         typed_equal(trace.macs, {k: v for k, v in r.macs.items() if k != "total"})
         for i in range(6):
             for c in range(2):
-                (value,) = r.outputs[i][c]
+                (value,) = r.outputs[i][c].terms
                 assert value == trace.output(i, c)
 
 

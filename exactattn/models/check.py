@@ -57,8 +57,9 @@ from ..numbers.bulk import exact_matmul
 from ..numbers.digits import certify, round_fraction, working_precision
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
-from ..verify.check import tolerance
-from ..verify.compare import Comparison, cleared, decide, enclosures, judge, rejudge
+from ..verify.check import Entry, tolerance
+from ..verify.compare import (Comparison, Judgement, cleared, decide, enclosures, judge,
+                              rejudge)
 from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
                                ulp_indices)
 from ..call.inputs import Call
@@ -73,43 +74,16 @@ DTYPE = "float32"
 PREC = 96
 
 
-@dataclass
-class GroupCheck:
-    """A group of entries (a head's probabilities, its outputs, ...) compared, as
-    :func:`~exactattn.verify.compare.judge` judges each entry.
-
-    ``ulps``, ``terms_ulps``, ``rel``: the largest of each over the group's
-    entries that are not hard failures (each may come from a different entry;
-    0 when there is none); ``cell`` the entry with the most ULPs (ties: the
-    larger error at the terms, then the first), where the model has ``got`` and the exact
-    value is ``exact`` (certified, 9 significant digits).
-    ``over``: entries over the ULP ``budget`` on both counts; ``hard``: NaN
-    or infinity where the exact value is finite; ``misses``: entries whose
-    float, printed to ``places`` decimals, differs from the certified decimal;
-    ``decimals``: every entry's certified decimal by cell, when kept.
-    """
-
-    entries: int
-    ulps: int
-    terms_ulps: float
-    rel: float
-    cell: tuple | None
-    got: float | None
-    exact: str
-    misses: int
-    over: int
-    hard: int
-    budget: int
-    decimals: dict | None = None
+def _worst(entry) -> tuple:
+    """A group's order of its worst entry: hard failures, then the most ULPs, then the
+    larger error at the terms (ties: the first)."""
+    return (entry.status != "hard", -(entry.ulps or 0), -(entry.terms_ulps or 0))
 
 
-def _top(a) -> float:
-    """The largest entry of a float array that is not NaN (0.0 when there is none)."""
-    return float(np.nanmax(a)) if (~np.isnan(a)).any() else 0.0
-
-
-def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bool) -> GroupCheck:
-    """One group judged: the model's floats ``got`` (a float64 array) against exact values
+def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bool) -> Comparison:
+    """One group judged into a :class:`~exactattn.verify.compare.Comparison` (its worst entry
+    kept, with ``misses``, ``decimals`` when ``keep``, ``worst_exact`` and ``budget``): the
+    model's floats ``got`` (a float64 array) against exact values
     enclosed by ``balls`` (``arb``, at :data:`PREC` bits), their terms of size ``mags``,
     ``exact(*cell)`` the value itself.  Verify's bulk decision
     (:func:`~exactattn.verify.compare.decide`, on float64 enclosures of the balls) gives each
@@ -117,20 +91,22 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
     other entry is judged by it.  The certified decimals at ``places``: from the enclosures
     where they decide the rounding (:func:`~exactattn.reference.floats.round_balls`), else
     :func:`~exactattn.numbers.digits.certify`."""
+    rounds = {}
+
     def judge_at(k):
         value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
-        return judge(float(got.flat[k]), round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0],
-                     ball, float(mags.flat[k]), fmt, value, budget)
+        rounds[k] = round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0]
+        return judge(float(got.flat[k]), rounds[k], ball, float(mags.flat[k]), fmt, value, budget)
     clear, ulps, rel, terms, mid, rad = cleared(got, balls, mags, fmt, budget)
-    codes, judged = np.zeros(got.shape, dtype=np.int8), {}
-    rejudge(~clear, judge_at, judged, codes, ulps, rel, terms)
+    judged = rejudge(~clear, judge_at, {}, ulps, rel, terms)
     # decide's errors and the judge's are known to about 2^-9 of themselves: an entry within
     # 2^-6 of a maximum (or of the top error at the terms among the most ULPs: the worst
     # entry) is judged again, so the group's figures are the judge's own
     near = np.zeros(got.shape, dtype=bool)
     for size in (rel, terms, np.where(ulps == ulps.max(), terms, np.nan)):
-        near |= (size > 0) & (size >= _top(size) * (1 - 2.0 ** -6))
-    rejudge(near & clear, judge_at, judged, codes, ulps, rel, terms)
+        top = float(np.nanmax(size)) if (~np.isnan(size)).any() else 0.0     # NaN: none
+        near |= (size > 0) & (size >= top * (1 - 2.0 ** -6))
+    rejudge(near & clear, judge_at, judged, ulps, rel, terms)
     at, undecided = round_balls(mid, rad, places)
     own, own_open = round_balls(got, 0 * got, places)
     open_ = undecided | own_open
@@ -146,13 +122,23 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
         decimals[cell], g = certified, float(got.flat[k])
         if open_.flat[k]:          # the float as printed (ties to even, no -0.0000)
             misses += not math.isfinite(g) or round_fraction(Fraction(g), places) != certified
-    first = np.lexsort((-np.nan_to_num(terms, nan=0.0).ravel(), -np.maximum(ulps, 0).ravel(),
-                        codes.ravel() != 2))[0]
-    worst = tuple(map(int, np.unravel_index(first, got.shape)))
-    g = float(got[worst])
-    return GroupCheck(got.size, max(int(ulps.max()), 0), _top(terms), _top(rel), worst, g,
-                      significant(exact(*worst), g), misses, int((codes == 1).sum()),
-                      int((codes == 2).sum()), budget, decimals if keep else None)
+    found = Comparison(1, _worst, misses=misses, decimals=decimals if keep else None,
+                       budget=budget)
+
+    def entry(k: int, j: Judgement | None = None) -> Entry:      # a hard failure's rel: None
+        j = j or Judgement("ok", int(ulps.flat[k]), float(rel.flat[k]), float(terms.flat[k]))
+        return Entry(tuple(map(int, np.unravel_index(k, got.shape))),
+                     rounds[k] if k in rounds else round_to_format(Fraction(mid.flat[k]), fmt),
+                     float(got.flat[k]), j.ulps, None if j.status == "hard" else j.rel, j.status,
+                     None, j.terms_ulps)
+    for k, j in judged.items():
+        found.add(entry(k, j), j, k)
+    bulk = np.flatnonzero(clear & ~near)
+    found.add_many(bulk, ulps.ravel()[bulk], rel.ravel()[bulk], terms.ravel()[bulk],
+                   lambda i: entry(int(bulk[i])))
+    worst = found.worst[0]
+    found.worst_exact = significant(exact(*worst.index), worst.got)
+    return found
 
 
 def significant(value, near: float, digits: int = 9) -> str:
@@ -177,9 +163,9 @@ class HeadCheck:
     layer input (the model's float projections' drift included), not judged."""
 
     head: int
-    probs: GroupCheck | None
-    outputs: GroupCheck
-    chain: GroupCheck | None = None
+    probs: Comparison | None
+    outputs: Comparison
+    chain: Comparison | None = None
 
     @property
     def over(self) -> bool:
@@ -196,7 +182,7 @@ class LayerCheck:
 
     layer: int
     heads: list[HeadCheck]
-    projected: GroupCheck
+    projected: Comparison
     budget: int
     seconds: float
     n: int
@@ -205,9 +191,9 @@ class LayerCheck:
     @property
     def certified(self) -> int:
         """How many entries were certified and compared."""
-        return sum((h.probs.entries if h.probs else 0) + h.outputs.entries +
-                   (h.chain.entries if h.chain else 0)
-                   for h in self.heads) + self.projected.entries
+        return sum((h.probs.count if h.probs else 0) + h.outputs.count +
+                   (h.chain.count if h.chain else 0)
+                   for h in self.heads) + self.projected.count
 
     @property
     def over(self) -> int:
@@ -264,7 +250,7 @@ def _balls(ref: Reference) -> tuple:
 
 
 def _projected(ref: Reference, balls, w_o, b_o, rows: bool, after, fmt, budget: int,
-               places: int, keep: bool) -> GroupCheck:
+               places: int, keep: bool) -> Comparison:
     """``concat(heads) W_O + b_O`` enclosed by one arb_mat product, each entry judged."""
     from flint import arb, arb_mat, fmpq, fmpq_mat, fmpz_mat
     H, n, dv = ref.Hq, ref.L, ref.Ev
@@ -291,7 +277,7 @@ def _projected(ref: Reference, balls, w_o, b_o, rows: bool, after, fmt, budget: 
 def check_layer(run, index: int, places: int = 4, *, keep: bool = False) -> LayerCheck:
     """Layer ``index`` of ``run`` (a :class:`~exactattn.models.run.ModelRun`), every entry
     judged against the exact values and certified to ``places`` decimals (kept by cell in
-    each :attr:`GroupCheck.decimals` when ``keep``).
+    each group's ``decimals`` when ``keep``).
 
     The verdict (:attr:`HeadCheck.probs`, :attr:`HeadCheck.outputs`) judges the attention
     operation on the model's own float q, k, v; the drift (:attr:`HeadCheck.chain`,

@@ -13,7 +13,8 @@ from typing import Sequence
 
 from ..present.render import Section, number_cell, plural, printable
 from ..numbers.formats import scientific_parts, scientific_text, shortest_repr
-from .check import DTYPE, GroupCheck, LayerCheck
+from ..verify.compare import Comparison
+from .check import DTYPE, LayerCheck
 
 
 def scientific(decimal: str) -> str:
@@ -26,23 +27,23 @@ def scientific(decimal: str) -> str:
     return scientific_text(*scientific_parts(Fraction(decimal), digits), digits)
 
 
-def _cell(w: GroupCheck) -> str:
-    return "-" if w.cell is None else ",".join(str(k + 1) for k in w.cell)
+def _row(label: list[str], w: Comparison) -> list[str]:
+    d = worst_data(w)
+    return label + [number_cell(d["ulps"], "d"), number_cell(d["terms_ulps"], ".2f"),
+                    number_cell(d["rel"], ".2e"), ",".join(map(str, d["cell"])),
+                    shortest_repr(d["model"], DTYPE), scientific(d["exact"]), str(w.misses),
+                    str(w.over + w.hard)]
 
 
-def _row(label: list[str], w: GroupCheck) -> list[str]:
-    got = "-" if w.got is None else shortest_repr(w.got, DTYPE)
-    return label + [number_cell(w.ulps, "d"), number_cell(w.terms_ulps, ".2f"),
-                    number_cell(w.rel, ".2e"), _cell(w), got,
-                    scientific(w.exact) if w.exact else "-", str(w.misses), str(w.over + w.hard)]
-
-
-def worst_data(w: GroupCheck) -> dict:
-    """A :class:`~exactattn.models.check.GroupCheck` as JSON data (cells counted from 1)."""
-    return {"entries": w.entries, "ulps": w.ulps, "terms_ulps": w.terms_ulps, "rel": w.rel,
-            "cell": None if w.cell is None else [k + 1 for k in w.cell],
-            "model": w.got, "exact": w.exact, "misses": w.misses, "over": w.over,
-            "hard": w.hard, "budget": w.budget}
+def worst_data(w: Comparison) -> dict:
+    """A group judged (:func:`~exactattn.models.check.judge_group`) as JSON data (cells
+    counted from 1; each error the largest over the group's entries that are not hard
+    failures, 0 when there is none)."""
+    worst = w.worst[0]
+    return {"entries": w.count, "ulps": w.max_ulps or 0, "terms_ulps": w.max_terms or 0.0,
+            "rel": w.max_rel or 0.0, "cell": [k + 1 for k in worst.index], "model": worst.got,
+            "exact": w.worst_exact, "misses": w.misses, "over": w.over, "hard": w.hard,
+            "budget": w.budget}
 
 
 def _columns(cell: str, places: int) -> list[str]:
@@ -143,14 +144,14 @@ def _drift_section(run, checks: Sequence[LayerCheck]) -> Section:
     rows, data = [], []
     for c in checks:
         chain = max((h.chain for h in c.heads if h.chain is not None),
-                    key=lambda w: (w.ulps, w.terms_ulps), default=None)
+                    key=lambda w: (w.max_ulps or 0, w.max_terms or 0.0), default=None)
         cells = [str(c.layer)]
         drift = {name: {"ulps": d.max_ulps, "off": d.count - d.histogram.get(0, 0),
                         "entries": d.count} for name, d in c.drift.items()}
         cells += [f"{d['ulps']} ({d['off']}/{d['entries']})" for d in drift.values()]
         for w in (chain, c.projected):
-            cells += ["-", "-"] if w is None else [number_cell(w.ulps, "d"),
-                                                   number_cell(w.rel, ".2e")]
+            cells += ["-", "-"] if w is None else [number_cell(w.max_ulps or 0, "d"),
+                                                   number_cell(w.max_rel or 0.0, ".2e")]
         rows.append(cells)
         data.append({"layer": c.layer,
                      "projections": drift,

@@ -335,19 +335,17 @@ def cleared(got, balls, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool =
     return status == 0, ulps, rel, terms, mid, rad
 
 
-def rejudge(where, judge_at, judged: dict, codes=None, ulps=None, rel=None, terms=None) -> dict:
+def rejudge(where, judge_at, judged: dict, ulps=None, rel=None, terms=None) -> dict:
     """The entries ``where`` (those :func:`cleared` leaves open, say) judged by ``judge_at(k)``
     (``k`` a flat index; a :class:`Judgement`) into ``judged``: with :func:`cleared`, the one
     bulk judge on balls (verify's exact path, its probes and backward; the model checks).
-    Given ``codes``, the arrays take the judge's figures too: the status code (0 ok, 1 over,
-    2 hard), ``ulps`` (-1 where none), ``rel`` and ``terms`` (NaN where none was measured, or
-    hard)."""
+    Given ``ulps``, the arrays take the judge's figures too: ``ulps`` (-1 where none), ``rel``
+    and ``terms`` (NaN where none was measured, or hard)."""
     import numpy as np
     for k in np.flatnonzero(where).tolist():
         j = judged[k] = judge_at(k)
-        if codes is None:
+        if ulps is None:
             continue
-        codes.flat[k] = ("ok", "over", "hard").index(j.status)
         ulps.flat[k] = -1 if j.ulps is None else min(j.ulps, 1 << 62)
         rel.flat[k] = math.nan if j.rel is None or j.status == "hard" else j.rel
         terms.flat[k] = math.nan if j.terms_ulps is None else j.terms_ulps
@@ -430,7 +428,11 @@ class Comparison:
     entries, ``off_format`` and ``undecided``; and the ``keep`` worst entries
     in the order ``rank`` gives (:func:`worst_first`; ties: the one added
     first), every entry when ``keep`` is None.  :meth:`merge` folds in another
-    comparison as if its entries were added after this one's.
+    comparison as if its entries were added after this one's.  A model check's group
+    (:func:`~exactattn.models.check.judge_group`) also sets ``misses`` (entries whose float,
+    printed to its ``places`` decimals, differs from the certified decimal), ``decimals``
+    (every entry's certified decimal by index, when kept), ``worst_exact`` (the worst
+    entry's exact value to 9 significant digits) and ``budget`` (its ULP budget).
 
     >>> c = Comparison(keep=2)
     >>> for s, u in [("ok", 1), ("over", 9), ("ok", 0), ("hard", None)]:
@@ -449,6 +451,10 @@ class Comparison:
     max_terms: float | None = None
     off_format: int = 0
     undecided: int = 0
+    misses: int = 0
+    decimals: dict | None = None
+    worst_exact: str | None = None
+    budget: int | None = None
     #: (rank, position, entry): in order added when keep is None, else worst first
     _kept: list = field(default_factory=list, repr=False)
     #: (positions, make) of entries counted by add_many, not built yet (keep None)
@@ -513,7 +519,7 @@ class Comparison:
         """Fold ``other`` in, its entries counted after this one's; returns the comparison."""
         start = self.count
         other._settle()
-        for name in ("count", "over", "hard", "off_format", "undecided"):
+        for name in ("count", "over", "hard", "off_format", "undecided", "misses"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for u, n in other.histogram.items():
             self.histogram[u] = self.histogram.get(u, 0) + n

@@ -105,10 +105,10 @@ def test_a_group_judged_in_bulk_is_the_group_judged_entry_by_entry():
         w = judge_group(got, balls, mags, lambda i, j: shares[i][j], F32, budget, places, True)
         ulps, terms, rel, cell, over, hard, misses, decimals = \
             _per_entry(got, balls, mags, lambda i, j: shares[i][j], budget, places)
-        assert (w.ulps, w.terms_ulps, w.rel, w.cell, w.over, w.hard, w.misses) == \
-            (ulps, terms, rel, cell, over, hard, misses)
-        assert w.decimals == decimals and w.entries == got.size and w.hard == bool(nan)
+        assert (w.max_ulps, w.max_terms, w.max_rel, w.worst[0].index, w.over, w.hard,
+                w.misses) == (ulps, terms, rel, cell, over, hard, misses)
+        assert w.decimals == decimals and w.count == got.size and w.hard == bool(nan)
         assert judge_group(got, balls, mags, lambda i, j: shares[i][j], F32, budget, places,
                        False).misses == misses
-        assert w.got == got[cell] or math.isnan(got[cell])
-        assert w.exact == significant(shares[cell[0]][cell[1]], w.got)
+        assert w.worst[0].got == got[cell] or math.isnan(got[cell])
+        assert w.worst_exact == significant(shares[cell[0]][cell[1]], w.worst[0].got)

@@ -13,9 +13,10 @@ from exactattn import Reference
 from exactattn.call.inputs import Call
 from exactattn.engines.head import attend
 from exactattn.engines.layer import attend_layer
-from exactattn.models.check import GroupCheck, check_layer
+from exactattn.models.check import check_layer
 from exactattn.models.run import GPT2_TINY, run_model
 from exactattn.models.weights import exact_matrix
+from exactattn.verify.compare import Comparison
 
 # torch and transformers are imported by the first test that runs a model, not at collection
 pytestmark = pytest.mark.skipif(find_spec("torch") is None or find_spec("transformers") is None,
@@ -29,13 +30,15 @@ def eager():
     return run_model("gpt2-tiny", TEXT)
 
 
-def _small(w: GroupCheck, entries: int, terms: float) -> None:
-    assert type(w.ulps) is int and 0 <= w.ulps < 10 ** 6
-    assert type(w.terms_ulps) is float and 0.0 <= w.terms_ulps < terms
-    assert type(w.rel) is float and 0.0 <= w.rel < 1e-2
-    assert w.entries == entries and w.hard == 0
-    assert type(w.got) is float and math.isfinite(w.got) and w.cell is not None
-    assert w.exact and type(w.exact) is str and w.exact.lstrip("-")[0].isdigit()
+def _small(w: Comparison, entries: int, terms: float) -> None:
+    assert type(w.max_ulps) is int and 0 <= w.max_ulps < 10 ** 6
+    assert type(w.max_terms) is float and 0.0 <= w.max_terms < terms
+    assert type(w.max_rel) is float and 0.0 <= w.max_rel < 1e-2
+    assert w.count == entries and w.hard == 0
+    worst = w.worst[0]
+    assert type(worst.got) is float and math.isfinite(worst.got) and worst.index is not None
+    assert w.worst_exact and type(w.worst_exact) is str and \
+        w.worst_exact.lstrip("-")[0].isdigit()
 
 
 def test_gpt2_tiny_eager_every_entry_certified_and_compared(eager):

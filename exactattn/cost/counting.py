@@ -1,10 +1,11 @@
 """Counted runs: the head run through the pencil engine's loops, every multiply-add counted.
 
-A counted run calls exactly what :func:`exactattn.engines.head.attend` calls for the
-pencil engine: :func:`~exactattn.numbers.exact.common_denominator`,
-:func:`~exactattn.reference.kernels.project`, :func:`~exactattn.reference.kernels.score` over the
-keys :meth:`Policy.visible_keys <exactattn.call.policy.Policy.visible_keys>` returns,
-:func:`~exactattn.reference.modified.counted_step` (the softmax rows and the mix).
+A counted run with projections is a run of the exact layer,
+:func:`exactattn.engines.layer.attend_layer` (decoding: one token at a time over its KV
+cache): :func:`~exactattn.reference.kernels.project`, then
+:func:`~exactattn.reference.modified.counted_step` (:func:`~exactattn.reference.kernels.score`
+over the visible keys, the softmax rows and the mix) per head, then W_O; without
+projections, :func:`~exactattn.reference.modified.counted_step` on small whole numbers.
 The counters go up by one inside the innermost loops, at every multiply-add
 that really runs; nothing is computed from a formula.  No sympy here.
 
@@ -195,8 +196,9 @@ def count_call(shape: CallShape, x=None) -> Run:
     :meth:`Policy.kv_head` maps the query head to.  With ``d_model``, on the
     tokens of :func:`count_tokens` (``x``, optional, replaces them: at least
     max(L, S) rows of d_model exact numbers) through the projections of the
-    heads of :func:`count_head`, W_O and every layer, or one token at a time
-    with a KV cache when decoding.  Nothing is computed from a formula.
+    heads of :func:`count_head`, W_O and every layer (runs of
+    :func:`~exactattn.engines.layer.attend_layer`), or one token at a time
+    with its KV cache when decoding.  Nothing is computed from a formula.
 
     Raises:
         InputError: a size that is not a whole number; stacked layers with another key

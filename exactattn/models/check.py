@@ -191,9 +191,8 @@ class LayerCheck:
     @property
     def certified(self) -> int:
         """How many entries were certified and compared."""
-        return sum((h.probs.count if h.probs else 0) + h.outputs.count +
-                   (h.chain.count if h.chain else 0)
-                   for h in self.heads) + self.projected.count
+        return sum(g.count for h in self.heads for g in (h.probs, h.outputs, h.chain) if g) + \
+            self.projected.count
 
     @property
     def over(self) -> int:

@@ -100,8 +100,7 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
     sections.append(_drift_section(run, checks))
     total = sum(c.certified for c in checks)
     tokens = " ".join(printable(t.text) for t in run.tokens)
-    over = sum(c.over for c in checks)
-    count = sum(len(c.heads) for c in checks)
+    over, count = sum(c.over for c in checks), sum(len(c.heads) for c in checks)
     summary = [
         f"model: {run.description}; {plural(len(run.layers), 'layer')} of "
         f"{plural(run.heads, 'head')} ({run.kv_heads} key/value), "
@@ -132,8 +131,7 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
 def result_line(checks: Sequence[LayerCheck]) -> str:
     """The last line of ``model check``: ``result: PASS`` or ``result: FAIL (K of N heads over
     their tolerance)``, K counted by :attr:`~exactattn.models.check.LayerCheck.over`."""
-    over = sum(c.over for c in checks)
-    count = sum(len(c.heads) for c in checks)
+    over, count = sum(c.over for c in checks), sum(len(c.heads) for c in checks)
     return "result: PASS" if over == 0 else \
         f"result: FAIL ({over} of {count} heads over their tolerance)"
 

@@ -509,12 +509,6 @@ class Comparison:
             self._bulk.clear()
             self._kept.sort(key=_position)
 
-    def extend(self, entries) -> "Comparison":
-        """Count every entry of ``entries``, in order; returns the comparison."""
-        for e in entries:
-            self.add(e)
-        return self
-
     def merge(self, other: "Comparison") -> "Comparison":
         """Fold ``other`` in, its entries counted after this one's; returns the comparison."""
         start = self.count

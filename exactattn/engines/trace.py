@@ -40,7 +40,7 @@ from typing import Any
 
 from ..numbers.digits import certify, check_places
 from ..errors import InputError, shorten
-from ..reference.logits import logit_row, softmax_row
+from ..reference.logits import logit_row
 from ..call.modifiers import dropout_factors
 from ..numbers.lse import LogSumExp
 from ..numbers.real import Real
@@ -96,7 +96,7 @@ class Trace:
                                        if v is not None and k not in self._ints}
         self._rows: dict = {} if rows is None else dict(enumerate(rows))
         self._outputs = outputs
-        self._columns: dict[int, list] = {}
+        self._reference = None
         self._decimals: dict = {}
         #: entries the bulk intervals left undecided, decided by the exact per-entry path
         self.fallbacks = 0
@@ -140,22 +140,20 @@ class Trace:
         num, den = self._ints[name]
         return [Fraction(v, den) for v in num[i].tolist()]
 
-    def _value_column(self, c: int) -> list:
-        """Column c of the values (kept: every output of that column reads it)."""
-        if c not in self._columns:
-            num, den = self._ints.get("values") or (None, None)
-            self._columns[c] = [r[c] for r in self.values] if num is None else \
-                [Fraction(v, den) for v in num[:, c].tolist()]
-        return self._columns[c]
-
     def _integers(self):
         """``(scores, den, values, values_den)``: the raw-score numerators (n x n, over
-        ``den``; hidden pairs hold their products too) and the values' (numeric engines)."""
-        if "scores" not in self._ints:
-            from ..numbers.bulk import exact_matmul
-            (qn, qd), (kn, kd) = self._ints["queries"], self._ints["keys"]
-            self._ints["scores"] = exact_matmul(qn, kn.T), qd * kd
-        return self._ints["scores"] + self._ints["values"]
+        ``den``; hidden pairs hold their products too: :meth:`Reference.score_ints
+        <exactattn.reference.reference.Reference.score_ints>`) and the values' (numeric engines)."""
+        return self.reference.score_ints(0, 0) + self._ints["values"]
+
+    @property
+    def reference(self):
+        """The :class:`~exactattn.reference.reference.Reference` of :attr:`call`: the rows,
+        outputs and raw scores a numeric engine did not count are read from it."""
+        if self._reference is None:
+            from ..reference.reference import Reference
+            self._reference = Reference(self.call)
+        return self._reference
 
     @property
     def call(self):
@@ -246,8 +244,7 @@ class Trace:
     def row(self, i: int):
         self._check(i)
         if i not in self._rows:
-            self._rows[i] = softmax_row(self._logit_source(i), self.head.divisor_squared,
-                                        self.policy, i, self.n, self.n)
+            self._rows[i] = self.reference.row(0, 0, i)     # the fast engine (others count rows)
         return self._rows[i]
 
     def share(self, i: int, j: int):
@@ -271,7 +268,7 @@ class Trace:
             return SymbolicValue(self._outputs[i][c])
         if self._outputs is not None:
             return self._outputs[i][c]
-        return self._weighted(i, self._value_column(c))
+        return self.reference.output(0, 0, i, c)
 
     @property
     def outputs(self) -> list[list]:

@@ -102,6 +102,7 @@ class Reference:
         self._scores: dict = {}
         self._rows: dict = {}
         self._kv: dict = {}
+        self._columns: dict = {}
         self._visible: dict = {}
         self._masks: dict = {}
         self.pairs = sum(int(self.visible(b, h).sum())
@@ -157,18 +158,16 @@ class Reference:
         """The exact raw scores of one head as an L x S ``fmpq_mat`` (before RoPE)."""
         from flint import fmpq, fmpq_mat, fmpz_mat
         ints, den = self.score_ints(b, h)
-        return fmpq_mat(fmpz_mat(self.L, self.S, ints.ravel().tolist())) \
-            / fmpq(den)
+        return fmpq_mat(fmpz_mat(self.L, self.S, ints.ravel().tolist())) / fmpq(den)
 
     def kv_mats(self, b: int, g: int):
-        """``(K, V)`` of batch b, key/value head g as ``fmpq_mat`` (hidden inf/nan read as 0)."""
+        """``(None, V)``: V of batch b, key/value head g as an ``fmpq_mat`` (hidden inf/nan read
+        as 0; the keys are read by :meth:`score_ints`)."""
         if (b, g) not in self._kv:
             from flint import fmpq_mat
             from ..numbers.exact import fmpq_of
-            p = self.exact_call
-            K = fmpq_mat(self.S, self.E, [fmpq_of(x) for x in p.key[b, g].reshape(-1)])
-            V = fmpq_mat(self.S, self.Ev, [fmpq_of(x) for x in p.value[b, g].reshape(-1)])
-            self._kv[(b, g)] = (K, V)
+            self._kv[(b, g)] = None, fmpq_mat(self.S, self.Ev, [
+                fmpq_of(x) for x in self.exact_call.value[b, g].reshape(-1)])
         return self._kv[(b, g)]
 
     # -- exact rows -----------------------------------------------------
@@ -213,7 +212,11 @@ class Reference:
 
     def output(self, b: int, h: int, i: int, c: int) -> ExpRatio:
         """The exact output column c of query i of head h: ``sum_j weights[i][j] value[j][c]``."""
-        vals = list(self.exact_call.value[b, self.kv(h), :, c])
+        key = (b, self.kv(h), c)       # a column, kept: every output of that column reads it
+        if key not in self._columns:
+            num, den = self.call.numerators("value")
+            self._columns[key] = [Fraction(v, den) for v in num[b, key[1], :, c].tolist()]
+        vals = self._columns[key]
         f = self.factors(b, h, i)
         if f is not None:
             vals = [v * x for v, x in zip(vals, f)]

@@ -2,7 +2,8 @@
 
 The float implementation runs once, on the whole call (:func:`check_impl`:
 a :class:`~exactattn.verify.adapter.FloatCall` of 1 x 1 x n x d arrays, so torch's
-CPU ``scaled_dot_product_attention`` takes its flash kernel, O(n) memory).
+CPU ``scaled_dot_product_attention`` takes its flash kernel, O(n) memory; a window or a
+query offset reaches it as an n x n mask, as in ``verify``).
 Its n x d_v outputs are then compared block by block with the exact outputs,
 each correctly rounded to the dtype: enclosed in bulk
 (:func:`exactattn.numbers.bulk.block_bounds`) and rounded from the enclosure or,

@@ -319,11 +319,9 @@ def test_the_blocked_check_agrees_with_verify(policy):
         check_outputs(Call.from_floats(q, k, v, policy=policy).head(), got, "float64", engine=PLAIN)
 
 
-def test_the_blocked_check_judges_with_verify_s_proved_bound():
-    """An output 60 ULPs off (29.8 at the terms) is within what a correct float32 kernel may
-    make there (331, proved): verify passes it, and so does the blocked check, for every block
-    size; the old fixed rule (19 ULPs, still the fallback and what max_ulps= sets) failed it."""
-    from exactattn.blocks.check import proved_block
+def _sixty_ulps_off():
+    """verify's random float32 call (16 x 4, seed 3) as a row-block head and as a Call, and its
+    correctly rounded outputs with output (5, 2) moved 60 float32 steps up."""
     from exactattn.verify.check import verify_outputs
     q, k, v = random_floats(16, 4, seed=3)
     x = Call.from_floats(q, k, v, policy=Policy()).head()
@@ -332,7 +330,16 @@ def test_the_blocked_check_judges_with_verify_s_proved_bound():
     bad = np.array([e.rounded for e in exact.entries], dtype=np.float32).reshape(16, 4)
     for _ in range(60):
         bad[5, 2] = np.nextafter(bad[5, 2], np.float32(np.inf))
-    bad = bad.astype(np.float64)
+    return x, call, bad.astype(np.float64)
+
+
+def test_the_blocked_check_judges_with_verify_s_proved_bound():
+    """An output 60 ULPs off (29.8 at the terms) is within what a correct float32 kernel may
+    make there (331, proved): verify passes it, and so does the blocked check, for every block
+    size; the old fixed rule (19 ULPs, still the fallback and what max_ulps= sets) failed it."""
+    from exactattn.blocks.check import proved_block
+    from exactattn.verify.check import verify_outputs
+    x, call, bad = _sixty_ulps_off()
     tol = proved_block(x, 0, 16, "float32", 19)
     typed((int(tol[5, 2]), int(tol.min()), int(tol.max())), (331, 142, 470))
     typed(proved_block(x, 4, 8, "float32", 19).tolist(), tol[4:8].tolist())
@@ -356,14 +363,7 @@ def test_the_blocked_check_reads_the_kernel_s_accumulation_as_verify_does():
     asked, so ``verify --memory`` passed what ``verify`` failed)."""
     from exactattn.blocks.check import proved_block
     from exactattn.verify.check import verify_outputs
-    q, k, v = random_floats(16, 4, seed=3)
-    x = Call.from_floats(q, k, v, policy=Policy()).head()
-    call = Call.random(16, 4, seed=3).rounded("float32")[0]
-    exact = verify_outputs(call, np.zeros((1, 1, 16, 4)), "float32")
-    bad = np.array([e.rounded for e in exact.entries], dtype=np.float32).reshape(16, 4)
-    for _ in range(60):
-        bad[5, 2] = np.nextafter(bad[5, 2], np.float32(np.inf))
-    bad = bad.astype(np.float64)
+    x, call, bad = _sixty_ulps_off()
     tight = proved_block(x, 0, 16, "float32", 19, "float64")
     wide = proved_block(x, 0, 16, "float32", 19)
     assert int(tight.max()) < int(tight[5, 2]) + 1 <= 60 < int(wide[5, 2])

@@ -29,7 +29,7 @@ exactattn.errors.InputError: max_value must be at least min_value = 1 (got 0)
 >>> heads(max_d_k=0)
 Traceback (most recent call last):
 ...
-exactattn.errors.InputError: max_d_k must be a positive integer (got 0)
+exactattn.errors.InputError: max_d_k must be a positive whole number (got 0)
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from hypothesis.strategies import SearchStrategy
 
 from .call.policy import ALIGNMENTS, DEFAULT_SCALE, MASK_KINDS, Mask, Policy
 from .errors import InputError
+from .options import check_whole
 from .numbers.exact import to_exact
 from .engines.head import LAYOUTS, Head
 from .call.inputs import Call
@@ -55,14 +56,8 @@ _NON_SQUARES = (2, 3, 5, 6, 7, 8, 10, 11, 12)
 
 
 # --------------------------------------------------------------------------- argument checks
-def _size(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a positive integer (got {value!r})")
-    return value
-
-
 def _sizes(min_name: str, min_value: Any, max_name: str, max_value: Any) -> tuple[int, int]:
-    lo, hi = _size(min_name, min_value), _size(max_name, max_value)
+    lo, hi = check_whole(min_value, min_name), check_whole(max_value, max_name)
     if hi < lo:
         raise InputError(f"{max_name} must be at least {min_name} = {lo} (got {hi!r})")
     return lo, hi
@@ -118,7 +113,7 @@ def rationals(*, min_value: Any = -3, max_value: Any = 3,
 
     Raises:
         InputError: a bound that is not an exact number, ``max_value <
-            min_value``, ``max_denominator`` not a positive integer.
+            min_value``, ``max_denominator`` not a positive whole number.
 
     >>> from hypothesis import find
     >>> find(rationals(min_value="-1/2", max_value="1/2"), lambda q: q != 0)
@@ -128,14 +123,14 @@ def rationals(*, min_value: Any = -3, max_value: Any = 3,
     >>> rationals(max_denominator=0)
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: max_denominator must be a positive integer (got 0)
+    exactattn.errors.InputError: max_denominator must be a positive whole number (got 0)
     """
     lo = None if min_value is None else to_exact(min_value, name="min_value")
     hi = None if max_value is None else to_exact(max_value, name="max_value")
     if lo is not None and hi is not None and hi < lo:
         raise InputError(f"max_value must be at least min_value = {lo} (got {max_value!r})")
     if max_denominator is not None:
-        _size("max_denominator", max_denominator)
+        check_whole(max_denominator, "max_denominator")
 
     def numerators(d: int) -> tuple[int | None, int | None]:
         return (None if lo is None else math.ceil(lo * d), None if hi is None else math.floor(hi * d))
@@ -187,10 +182,10 @@ def matrices(*, rows: int, columns: int,
     >>> matrices(rows=0, columns=2)
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: rows must be a positive integer (got 0)
+    exactattn.errors.InputError: rows must be a positive whole number (got 0)
     """
-    _size("rows", rows)
-    _size("columns", columns)
+    check_whole(rows, "rows")
+    check_whole(columns, "columns")
     elements = _strategy("elements", elements, _default_rationals)
     return st.composite(lambda draw: _draw_matrix(draw, rows, columns, elements))()
 
@@ -204,7 +199,7 @@ def token_rows(*, d_model: int, min_n: int = 1, max_n: int = 5,
     ...
     exactattn.errors.InputError: max_n must be at least min_n = 3 (got 2)
     """
-    _size("d_model", d_model)
+    check_whole(d_model, "d_model")
     lo, hi = _sizes("min_n", min_n, "max_n", max_n)
     elements = _strategy("elements", elements, _default_rationals)
     return st.composite(lambda draw: _draw_matrix(draw, draw(st.integers(lo, hi)), d_model,
@@ -276,7 +271,7 @@ def heads(*, min_d_model: int = 1, max_d_model: int = 4, min_d_k: int = 1, max_d
     and the default divisor sqrt(d_k).
 
     Raises:
-        InputError: a size that is not a positive integer or a ``max_*``
+        InputError: a size that is not a positive whole number or a ``max_*``
             below its ``min_*``; an unknown layout; ``causal`` not
             True/False/None; ``divisors``/``elements`` not strategies.
 
@@ -358,8 +353,8 @@ def masks(*, n_queries: int, n_keys: int, kinds=MASK_KINDS, allow_empty_rows: bo
     ...
     exactattn.errors.InputError: kinds must be a non-empty collection of 'bool_keep', 'bool_drop', 'additive' (got ('causal_top_left',)); the causal rule is Policy(causal=True), drawn by attention_inputs(causal=..., alignments=...)
     """
-    _size("n_queries", n_queries)
-    _size("n_keys", n_keys)
+    check_whole(n_queries, "n_queries")
+    check_whole(n_keys, "n_keys")
     kind_st = st.sampled_from(_choices("kinds", kinds, MASK_KINDS, _CAUSAL_HINT))
     allow_empty_rows = _flag("allow_empty_rows", allow_empty_rows)
     offsets = _strategy("offsets", offsets, _default_offsets)
@@ -464,9 +459,9 @@ def block_splits(*, n: int) -> SearchStrategy[list[int]]:
     >>> block_splits(n=0)
     Traceback (most recent call last):
     ...
-    exactattn.errors.InputError: n must be a positive integer (got 0)
+    exactattn.errors.InputError: n must be a positive whole number (got 0)
     """
-    _size("n", n)
+    check_whole(n, "n")
 
     def lengths(cuts: list[bool]) -> list[int]:     # a cut after key i: a block ends at i + 1
         edges = [0, *(i + 1 for i, cut in enumerate(cuts) if cut), n]

@@ -302,11 +302,15 @@ def _fail(name: str, impl: Implementation, res: Result, inp: Call, bad: list[str
         raise failure(name, PROPERTIES[name].statement + detail, impl.describe(res), inp, bad)
 
 
+def _identity(inp: Call) -> Call:
+    """``inp`` with values = the n_k x n_k identity, so that its outputs are the shares."""
+    n_k = sizes(inp)[1]
+    return replace(inp, values=[[int(i == j) for j in range(n_k)] for i in range(n_k)])
+
+
 def _shares(impl: Implementation, inp: Call) -> Result:
     """The function's shares: its outputs for values = the n_k x n_k identity."""
-    n_k = sizes(inp)[1]
-    return impl(replace(inp, values=[[Fraction(int(i == j)) for j in range(n_k)]
-                                     for i in range(n_k)]))
+    return impl(_identity(inp))
 
 
 def _exact(inp: Call, empty_row: str | None = None) -> Reference:
@@ -832,15 +836,6 @@ def check_all(fn, inp: Call, *, d_out=None,
 # exactly: every comparison is between exact values.
 
 
-def _head_input(head, x, *, identity: bool = False) -> Call:
-    """The call ``head`` makes on ``x`` (values = the n x n identity with ``identity``, so the
-    outputs are the shares), for :func:`~exactattn.properties.attend_as_function` to run."""
-    inp = Call.of_head(head, x)
-    n = sizes(inp)[0]
-    return replace(inp, values=[[int(i == j) for j in range(n)] for i in range(n)]) if identity \
-        else inp
-
-
 def check_identical_tokens(head, x) -> int:
     """Two tokens with the same numbers get the same row of shares and the same output (no positions).
 
@@ -862,8 +857,9 @@ def check_identical_tokens(head, x) -> int:
     """
     if head.causal:
         raise InputError("head must not be causal for this check (got causal=True)")
-    check_identical_queries(attend_as_function, _head_input(head, x))
-    return check_identical_queries(attend_as_function, _head_input(head, x, identity=True))
+    inp = Call.of_head(head, x)
+    check_identical_queries(attend_as_function, inp)
+    return check_identical_queries(attend_as_function, _identity(inp))
 
 
 def check_bias_cancels(head, x, *, key_bias: Sequence | None = None,
@@ -882,8 +878,9 @@ def check_bias_cancels(head, x, *, key_bias: Sequence | None = None,
     Raises:
         PropertyFailure: shares that moved, or outputs not shifted by ``value_bias``.
     """
-    check_key_bias_cancels(attend_as_function, _head_input(head, x, identity=True), key_bias)
-    check_value_bias_shifts(attend_as_function, _head_input(head, x), value_bias)
+    inp = Call.of_head(head, x)
+    check_key_bias_cancels(attend_as_function, _identity(inp), key_bias)
+    check_value_bias_shifts(attend_as_function, inp, value_bias)
 
 
 def check_cost(head, x) -> dict[str, int]:

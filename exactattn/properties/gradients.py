@@ -47,7 +47,6 @@ from flint import arb
 from ..errors import InputError
 from ..numbers.digits import certify, round_fraction, tighten
 from ..numbers.exact import fmpq_of
-from ..numbers.reals import atom_ball, real_ball
 from .inputs import Check
 
 #: what a finite difference may perturb: an entry of Q, K, V, an offset m_ij, the sink
@@ -135,12 +134,8 @@ def check_key_bias(g) -> Check:
 def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
     """The gradients of the call with ``shift`` added to every logit (and to the sink) are
     exactly those of the call."""
-    offsets = g.offsets
-    rows = [[(x or 0) + shift for x in (r if r is not None else [0] * g.S)]
-            for r in (offsets if offsets is not None else [None] * g.R)]
-    other = type(g)(g.queries, g.keys, g.values, g.d_out, keep=g.keep, offsets=rows,
-                      divisor_squared=g.divisor_squared, empty_row=g.empty_row,
-                      sink=None if g.sink is None else g.sink + shift, factors=g.factors)
+    other = _moved(g, offsets=[[(x or 0) + shift for x in r] for r in _offsets(g)],
+                   sink=None if g.sink is None else g.sink + shift)
     bad = []
     for name in ("dQ", "dK", "dV", "dS"):
         for a, b in zip(g.matrix(name), other.matrix(name)):
@@ -154,33 +149,17 @@ def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Chec
 
 
 # --------------------------------------------------------------------------- finite differences
-def _loss_ball(g, Q, K, V, offsets, sink):
-    """``L = sum_ic dO_ic O_ic`` enclosed from the forward pass (the current arb precision)."""
-    s = arb(fmpq_of(g.scale_rational))
-    if g.irrational_scale is not None:
-        s *= atom_ball(g.irrational_scale)
-    keep = g.keep
-    total = arb(0)
-    for i in range(g.R):
-        vis = [j for j in range(g.S) if keep[i][j]]
-        if not vis and sink is None:
-            if g.empty_row != "uniform":
-                continue                         # zero rows add nothing (NaN rows excluded)
-            w = {j: arb(fmpq_of(Fraction(1, g.S) * g.factor(i, j))) for j in range(g.S)}
-        else:
-            x = {j: s * sum((arb(fmpq_of(Q[i][e])) * arb(fmpq_of(K[j][e]))
-                             for e in range(g.E)), arb(0))
-                 for j in vis}
-            if offsets is not None and offsets[i] is not None:
-                x = {j: v + real_ball(offsets[i][j] or 0) for j, v in x.items()}
-            e = {j: v.exp() for j, v in x.items()}
-            z = sum(e.values(), arb(0)) + (real_ball(sink).exp() if sink is not None else 0)
-            w = {j: v / z * arb(fmpq_of(g.factor(i, j))) for j, v in e.items()}
-        for c in range(g.Ev):
-            if g.d_out[i][c]:
-                o = sum((w[j] * arb(fmpq_of(V[j][c])) for j in w), arb(0))
-                total += arb(fmpq_of(g.d_out[i][c])) * o
-    return total
+def _offsets(g) -> list[list]:
+    """Every row's S offsets (0 where none)."""
+    return [list(r) if r is not None else [Fraction(0)] * g.S for r in (g.offsets or [None] * g.R)]
+
+
+def _moved(g, **changes):
+    """The exact gradients of ``g``'s call with ``changes`` (``queries``, ``keys``, ``values``,
+    ``offsets``, ``sink``): a block built by :class:`~exactattn.reference.backward.Gradients`."""
+    return type(g)(**dict(queries=g.queries, keys=g.keys, values=g.values, d_out=g.d_out,
+                          keep=g.keep, offsets=g.offsets, divisor_squared=g.divisor_squared,
+                          empty_row=g.empty_row, sink=g.sink, factors=g.factors) | changes)
 
 
 def _second_derivative_bound(g, wrt) -> Fraction:
@@ -245,26 +224,18 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
     bound = h * M2 + Fraction(1, 2 ** 80)
     exact = _gradient_of(g, wrt)
 
-    def inputs(sign):
-        Q = [list(r) for r in g.queries]
-        K = [list(r) for r in g.keys]
-        V = [list(r) for r in g.values]
-        offsets = g.offsets
-        sink = g.sink
-        kind = wrt[0]
-        if kind in ("Q", "K", "V"):
-            M = {"Q": Q, "K": K, "V": V}[kind]
-            M[wrt[1]][wrt[2]] += sign * h
-        elif kind == "sink":
-            sink = sink + sign * h
-        else:
-            offsets = [list(r) if r is not None else [Fraction(0)] * g.S
-                       for r in (offsets or [None] * g.R)]
-            offsets[wrt[1]][wrt[2]] = (offsets[wrt[1]][wrt[2]] or 0) + sign * h
-        return Q, K, V, offsets, sink
+    def moved(sign):        # the loss sum_i D_i = sum_ic dO_ic O_ic at the moved input
+        kind, name = wrt[0], {"Q": "queries", "K": "keys", "V": "values", "m": "offsets"}.get(wrt[0])
+        if kind == "sink":
+            return _moved(g, sink=g.sink + sign * h)
+        M = _offsets(g) if kind == "m" else [list(r) for r in getattr(g, name)]
+        M[wrt[1]][wrt[2]] = (M[wrt[1]][wrt[2]] or 0) + sign * h
+        return _moved(g, **{name: M})
+    ends = moved(1), moved(-1)
 
     def fd_at(p):
-        return (_loss_ball(g, *inputs(1)) - _loss_ball(g, *inputs(-1))) / arb(fmpq_of(2 * h))
+        a, b = (sum(e.balls(p)["D"], arb(0)) for e in ends)
+        return (a - b) / arb(fmpq_of(2 * h))
 
     def grad_at(p):
         return gradient(g, wrt, p) if gradient is not None else exact.ball(p)

@@ -398,11 +398,7 @@ def check_matches_reference(impl, inp: Call) -> None:
     for i, row in enumerate(res.rows):
         for c, got in enumerate(row):
             w = want[i][c]
-            if w.row.nan:
-                ok = res.is_nan(got)
-            else:
-                ok = res.equals(got, w, scales[c])
-            if not ok:
+            if not (res.is_nan(got) if w.row.nan else res.equals(got, w, scales[c])):
                 bad.append(f"outputs[{i}][{c}] = {value_text(got)}, exact {value_text(w)}")
     _fail("matches reference", impl, res, inp, bad)
 

@@ -332,11 +332,7 @@ def _first_difference(a, b, path: str, ordered: bool) -> str | None:
         if len(a) != len(b):
             return _at(path, f"{type(a).__name__} of length {len(a)} != "
                              f"{type(b).__name__} of length {len(b)}")
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = _first_difference(x, y, f"{path}[{i}]", ordered)
-            if found is not None:
-                return found
-        return None
+        return _first(((x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b))), ordered)
     if isinstance(b, np.ndarray):
         return _array_difference(a, b, path, ordered)
     if _is_nan(a) and _is_nan(b):
@@ -372,12 +368,13 @@ def _array_difference(a: np.ndarray, b: np.ndarray, path: str, ordered: bool) ->
         return _at(path, f"array of shape {a.shape} != array of shape {b.shape}")
     if a.dtype != object and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
         return None                 # the quick answer; element by element finds the place
-    for index in np.ndindex(a.shape):
-        where = f"{path}[{', '.join(map(str, index))}]" if index else path
-        found = _first_difference(a[index], b[index], where, ordered)
-        if found is not None:
-            return found
-    return None
+    return _first(((a[i], b[i], f"{path}[{', '.join(map(str, i))}]" if i else path)
+                   for i in np.ndindex(a.shape)), ordered)
+
+
+def _first(pairs, ordered: bool) -> str | None:
+    """The first difference of the ``(a, b, path)`` triples, in order, or None."""
+    return next(filter(None, (_first_difference(*t, ordered) for t in pairs)), None)
 
 
 def _is_nan(value) -> bool:

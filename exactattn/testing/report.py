@@ -8,6 +8,7 @@ asked for (``timings=True``).
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 from ..present.render import Section, number_cell, plural
@@ -109,15 +110,13 @@ def _probe_section(r: Report, worst: int, digits: int) -> Section:
                      "largest capped logit (a float tanh's error, times the cap)")
     raised = [f"hard failure on the {run.probe.label} probe: {r.impl} raised {run.raised}"
               for run in r.probes if run.raised is not None]
-    failed = [(run.probe.label, e) for run in r.probes if not run.passed
-              for e in run.found.failures]
-    bad = [e for _, e in sorted(failed, key=lambda p: worst_first(p[1]))[:worst]]
-    where = {id(e): label for label, e in failed}
+    bad = sorted(((run.probe.label, e) for run in r.probes if not run.passed
+                  for e in run.found.failures), key=lambda p: worst_first(p[1]))[:worst]
     if bad:
         notes.append("the worst probe outputs:")
-        for e in bad:
+        for label, e in bad:
             cells = _entry_cells(r, e, digits)
-            notes.append(f"  {where[id(e)]}, output {','.join(map(str, e.index))}: exact "
+            notes.append(f"  {label}, output {','.join(map(str, e.index))}: exact "
                          f"{cells[0]}, exact in {r.dtype} {cells[1]}, got {cells[2]}, "
                          f"{cells[3]} ULPs, {e.status}")
     return Section(f"verify-probes-{r.dtype}", f"{r.impl} in {r.dtype}: probes (derived values)",
@@ -139,11 +138,9 @@ def _modifier_notes(r: Report) -> list[str]:
 
 def _lse_section(r: Report, worst: int, digits: int) -> Section:
     """The rows whose log-sum-exp is furthest from the exact one."""
-    rows = []
-    for e in r.lse_found.worst[:worst]:
-        rows.append([",".join(map(str, e.index)), _exact_text(e, digits),
-                     shortest_repr(e.rounded, r.dtype),
-                     _got(r, e), number_cell(e.ulps, "d"), number_cell(e.rel), e.status])
+    rows = [[",".join(map(str, e.index)), _exact_text(e, digits), shortest_repr(e.rounded, r.dtype),
+             _got(r, e), number_cell(e.ulps, "d"), number_cell(e.rel), e.status]
+            for e in r.lse_found.worst[:worst]]
     unit = "natural log" if r.lse == "e" else "base 2 (log2)"
     s = {"base": r.lse, **{k: v for k, v in r.lse_found.summary().items()
                            if k in ("count", "max_ulps", "over", "hard")}}
@@ -377,9 +374,7 @@ def _split_worst_section(r, worst: int, digits: int) -> Section:
                      number_cell(x.ulps, "d"), x.status])
     sh = r.call.shape
     some, every = r.empty_blocks()
-    edges = [0]
-    for n in r.lengths:
-        edges.append(edges[-1] + n)
+    edges = [0, *itertools.accumulate(r.lengths)]
     merge = (f"merge: {r.merge}, judged against the exact one-pass row" if r.merge else
              "merge: none given (--merge); the states were merged here in float64, skipping "
              "blocks at lse = -inf, so only the blocks are under test")

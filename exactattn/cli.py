@@ -178,9 +178,9 @@ def _run(args) -> int:
     try:
         status = args.func(args)
         if isinstance(status, tuple):   # (sections, meta, status): written in --format
-            from .present.render import render
+            from .present.render import write   # row by row (lists of --wrap on one line)
             sections, meta, status = status
-            sys.stdout.write(render(sections, args.format, meta))
+            write(sections, args.format, sys.stdout, meta, wrap=getattr(args, "wrap", None))
         return int(status or 0)
     except ExactAttnError as e:
         print(f"exactattn: error: {e}", file=sys.stderr)

@@ -15,11 +15,12 @@ stays fast); they are loaded when the command runs.
 from __future__ import annotations
 
 import argparse
+import re
 
 from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
 from ..errors import InputError, shorten
-from ..options import argtype, choice, whole, whole_list
+from ..options import argtype, check_whole, choice, whole, whole_list
 from .flags import add_format_option, given
 
 HELP = "multiply-adds at several row lengths: counted, derived, crossover, conventions"
@@ -30,6 +31,8 @@ MAX_ROWS = 100
 MAX_COUNT_LIMIT = 1_000_000_000
 #: the longest a command may count, estimated before it starts (seconds, 2-core machine)
 MAX_SECONDS = 30
+#: the largest L or S --judge takes (the visible keys are read row by row)
+MAX_TOKENS = 10 ** 6
 
 
 def _alignment(text: str) -> str:
@@ -41,9 +44,6 @@ def _alignment(text: str) -> str:
         if fixed in ALIGNMENTS:
             raise argparse.ArgumentTypeError(f"{e}; write --align {fixed}") from None
         raise
-
-
-_alignment.__name__ = "--align"
 
 
 def _counters(text: str) -> list[str]:
@@ -131,6 +131,22 @@ def _flops(text: str) -> int:
         raise InputError(f"--judge must be a FLOP figure, a whole number from 0 such as 12960 "
                          f"(got {shorten(text, quote=True)})")
     return int(text.strip())
+
+
+def parse_shape(text: str) -> tuple:
+    """--shape: ``B,H,L,S,E[,E_v]`` as whole numbers (E_v defaults to E), read when --judge runs.
+
+    >>> parse_shape("2,5,9,9,4")
+    (2, 5, 9, 9, 4, 4)
+    """
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) not in (5, 6) or not all(re.fullmatch(r"[0-9]+", p) for p in parts):
+        raise InputError(f"--shape must be B,H,L,S,E or B,H,L,S,E,E_v, five or six whole "
+                         f"numbers such as 2,5,9,9,4 (got {text!r})")
+    dims = [check_whole(int(p), f"each size of --shape {text}",
+                        high=MAX_TOKENS if i in (2, 3) else MAX_SIZE)
+            for i, p in enumerate(parts)]
+    return tuple(dims) if len(dims) == 6 else (*dims, dims[4])
 
 
 #: the options --audit leaves out, in the order they are named
@@ -255,7 +271,6 @@ def run(args) -> int:
     _check_combinations(args)
     if args.judge is not None:
         from ..audit.flops import judge_sections
-        from ..cost.judge import parse_shape
         sections, right = judge_sections(
             args.judge, args.call or "sdpa", parse_shape(args.shape), causal=args.causal,
             alignment=args.align or ALIGNMENTS[0], kv_heads=args.kv_heads,

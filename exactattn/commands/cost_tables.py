@@ -21,11 +21,12 @@ from fractions import Fraction
 import sympy
 
 from ..numbers.digits import fraction_text, round_fraction
+from ..options import check_whole
 from ..present.render import Section
-from ..cost.conventions import CONVENTION_NOTES, ConventionComparison, PairCount, compare_conventions
+from ..cost.conventions import CONVENTION_NOTES, ConventionComparison, compare_conventions
 from ..cost.derivation import EXTENSION_SYMBOLS, SYMBOLS
 from ..cost.rows import CostRows, FormulaCheck, cost_rows
-from ..cost.sizes import CallShape, printable_size
+from ..cost.sizes import MAX_SIZE, CallShape, size
 from ..cost.solve import Crossover
 
 # the order symbols are written in: n, m, t, h, L, D, d_k, d_v
@@ -141,15 +142,16 @@ def _cost_section(c: CostRows) -> Section:
     for r in c.rows:
         source = "counted" if r.counted else \
             f"derived (not run: over {c.count_limit} MACs)"
-        ratio = "-" if prev is None else round_fraction(Fraction(r.total, prev), 2)
-        share = round_fraction(Fraction(100 * r.pairs, r.total), 1) + "%"
+        total, pairs = r.figures["total"], r.figures["scores"] + r.figures["mix"]
+        ratio = "-" if prev is None else round_fraction(Fraction(total, prev), 2)
+        share = round_fraction(Fraction(100 * pairs, total), 1) + "%"
         cells = [str(r.tokens), str(r.figures["projections"])]
         if with_out:
             cells.append(str(r.figures["out_projection"]))
-        out_rows.append(cells + [str(r.pairs), str(r.total), ratio, share, source])
-        data_rows.append(dict(r.figures, tokens=r.tokens, pairs=r.pairs,
+        out_rows.append(cells + [str(pairs), str(total), ratio, share, source])
+        data_rows.append(dict(r.figures, tokens=r.tokens, pairs=pairs,
                               source=source.split()[0], derived=r.derived))
-        prev = r.total
+        prev = total
     notes = [_setup_text(s, c.keys) + "; multiply-adds (FLOPs = 2 x MACs); "
              f"rows of at most {c.count_limit} MACs (the count limit) are run and counted, "
              "larger ones only derived"]
@@ -202,24 +204,24 @@ def _printable(rows, row_name: str, d_model, d_k, d_v, options: dict) -> None:
     for name, value in listed + [("d_model", d_model), ("d_k", d_k), ("d_v", d_v)] + [
             (k, options.get(k)) for k in ("keys", "heads", "layers")]:
         if value is not None:
-            printable_size(value, name)
+            check_whole(size(value, name), name, high=MAX_SIZE)
 
 
-def _pair_name(p: PairCount, how: str) -> tuple[str, str, str]:
-    """(convention, used by, against the exact causal count) of one row."""
-    if p.convention is None:
-        return ((f"exact, causal ({how})" if p.causal else f"exact, no mask ({how})"),
-                "exactattn", "exact for a causal head" if p.causal else
-                "exact for an unmasked head")
-    diff = p.excess
+def _pair_name(k: int, convention, pairs: Fraction, macs: Fraction, exact: Fraction,
+               how: str) -> tuple[str, str, str]:
+    """(convention, used by, against the exact causal count ``exact``) of row ``k``."""
+    if convention is None:
+        return ((f"exact, causal ({how})" if k else f"exact, no mask ({how})"), "exactattn",
+                "exact for a causal head" if k else "exact for an unmasked head")
+    diff = pairs - exact
     if diff == 0:
         versus = "same as the count"
     else:
         sign = "+" if diff > 0 else ""
         versus = (f"{sign}{fraction_text(diff)} pairs "
-                  f"({sign}{fraction_text(p.excess_macs)} MACs, "
-                  f"x{round_fraction(p.ratio, 2)}) against the causal count")
-    return p.convention.name, p.convention.used_by, versus
+                  f"({sign}{fraction_text(diff * macs / pairs)} MACs, "
+                  f"x{round_fraction(pairs / exact, 2)}) against the causal count")
+    return convention.name, convention.used_by, versus
 
 
 def _conventions_sections(c: ConventionComparison) -> list:
@@ -227,9 +229,9 @@ def _conventions_sections(c: ConventionComparison) -> list:
     call, limit = c.shape, c.count_limit
     n, heads = call.queries, call.heads if call.out_projection else None
     rows, data = [], []
-    for p in c.pairs:
-        name, used_by, versus = _pair_name(p, how)
-        pairs, macs, flops = (fraction_text(x) for x in (p.pairs, p.macs, 2 * p.macs))
+    for k, (convention, p, m) in enumerate(c.pairs):
+        name, used_by, versus = _pair_name(k, convention, p, m, c.pairs[1][1], how)
+        pairs, macs, flops = (fraction_text(x) for x in (p, m, 2 * m))
         rows.append([name, used_by, pairs, macs, flops, versus])
         data.append({"convention": name, "pairs": pairs, "pair_macs": macs, "pair_flops": flops})
     layers = "" if call.layers == 1 else f", L = {call.layers} layers"
@@ -248,12 +250,12 @@ def _conventions_sections(c: ConventionComparison) -> list:
          f"the full rectangle overcounts them by n(n-1)/2 = {n * (n - 1) // 2}"],
         {"n": n, "conventions": data, "source": how})
     orows, odata = [], {}
-    for s in c.stages:
-        cells = [s.macs, s.multiplications, s.additions, s.flops, s.operations]
-        orows.append([s.stage] + [str(x) for x in cells] + [str(s.flops - s.operations)])
-        if s.stage != "total":
-            odata[s.stage] = dict(zip(("macs", "multiplications", "additions", "flops",
-                                       "operations"), cells))
+    for stage, macs, mul, add in c.stages:
+        cells = [macs, mul, add, 2 * macs, mul + add]
+        orows.append([stage] + [str(x) for x in cells] + [str(2 * macs - mul - add)])
+        if stage != "total":
+            odata[stage] = dict(zip(("macs", "multiplications", "additions", "flops",
+                                     "operations"), cells))
     ops = c.softmax_ops
     ops_sec = Section(
         "cost/operations",

@@ -19,13 +19,12 @@ over their tolerance)`` (exit 1).
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 from ..errors import InputError, shorten
 from ..models.run import IMPLEMENTATIONS, MODELS
 from ..options import choice, whole
-from ..present.render import Section, write
+from ..present.render import Section
 from ..present.stream import PAGE, View
 from ..present.tables import MODES, attend_example, build
 from .flags import add_digits_option, add_format_option, given, write_output
@@ -90,7 +89,7 @@ def register(sub) -> None:
                         "and one per layer; each holds one layer's exact weights)")
     c.add_argument("--timings", action="store_true",
                    help="print the wall-clock time of the forward pass and of the exact check")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, wrap=PAGE)
 
 
 def _name_map(path: str) -> dict:
@@ -161,41 +160,37 @@ def _check(args) -> int:
     start = time.perf_counter()
     checks = list(progress(check_layers(run_, args.digits, jobs=jobs), count, "layers"))
     seconds = time.perf_counter() - start
-    chosen = run_.head(args.layer, args.head)
     note = DYADIC_NOTE.format(dtypes=run_.tensors.stored())
     sections = check_sections(run_, checks, args.digits, note,
                               seconds if args.timings else None, jobs)
     summary = sections.pop()          # the summary and the verdict come last
-    x = exact_matrix(run_.layers[args.layer].x)
     ex = Example(name=f"{model}-L{args.layer}-H{args.head}",
-                 title=f"{model}: layer {args.layer}, head {args.head}", head=chosen,
-                 tokens=run_.tokens, x=x, source=run_.description)
+                 title=f"{model}: layer {args.layer}, head {args.head}",
+                 head=run_.head(args.layer, args.head), tokens=run_.tokens,
+                 x=exact_matrix(run_.layers[args.layer].x), source=run_.description)
     trace = attend_example(ex)
     if args.svg is not None:
         from ..present.svg import picture
         write_output(picture("scores", ex, trace, args.digits, "svg"), args.svg, "--svg")
-    view = _named(View.of(args.format, len(x)), run_.tokens)
-    sections += build("scores", ex, trace, args.digits, closed_forms=args.format == "json",
-                      view=view)
-    sections.append(summary)
-    result = result_line(checks)
+    sections += _tables("scores", ex, trace, args) + [summary]
     meta = {"example": ex.name, "mode": "check", "model": model, "text": args.text,
             "attn_implementation": run_.implementation, "digits": args.digits,
-            "layer": args.layer, "head": args.head, "exactness": note, "result": result}
-    write(sections, args.format, sys.stdout, meta, wrap=PAGE)     # ends with the result line
-    return 0 if summary.data["passed"] else 1
+            "layer": args.layer, "head": args.head, "exactness": note,
+            "result": result_line(checks)}
+    return sections, meta, 0 if summary.data["passed"] else 1     # ends with the result line
 
 
-def _named(view, tokens):
-    """The view with its key columns named by the tokens' texts (a model's own pieces), when
-    the tokens have texts of their own (not the default ``token N``)."""
+def _tables(mode: str, ex, trace, args) -> list:
+    """The worked tables of ``mode``, their key columns named by the tokens' texts (a model's
+    own pieces) when the tokens have texts of their own (not the default ``token N``)."""
     import dataclasses
 
     from ..present.render import printable
-    texts = [printable(t.text) for t in tokens]
-    if not texts or all(t == f"token {k + 1}" for k, t in enumerate(texts)):
-        return view
-    return dataclasses.replace(view, names=tuple(texts))
+    view = View.of(args.format, len(ex.x))
+    texts = [printable(t.text) for t in ex.tokens]
+    if texts and any(t != f"token {k + 1}" for k, t in enumerate(texts)):
+        view = dataclasses.replace(view, names=tuple(texts))
+    return build(mode, ex, trace, args.digits, closed_forms=args.format == "json", view=view)
 
 
 def _save_inputs(folder: str, run_) -> None:
@@ -212,8 +207,6 @@ def _save_inputs(folder: str, run_) -> None:
     except OSError as e:
         raise InputError(f"--save-inputs must name a folder that can be written (got "
                          f"{shorten(repr(folder))}: {e.strerror})") from None
-
-
 
 
 def run(args) -> int:
@@ -233,10 +226,6 @@ def run(args) -> int:
     if args.mode == "layer":
         sections = [_layer_section(attend_layer(layer, ex.x), args.digits)]
     else:
-        trace = attend_example(ex)
-        view = _named(View.of(args.format, len(ex.x)), ex.tokens)
-        sections = build(args.mode, ex, trace, args.digits, closed_forms=args.format == "json",
-                         view=view)
+        sections = _tables(args.mode, ex, attend_example(ex), args)
     sections[0].notes.append(note)
-    write(sections, args.format, sys.stdout, meta, wrap=PAGE)
-    return 0
+    return sections, meta, 0

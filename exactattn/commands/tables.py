@@ -21,7 +21,7 @@ import sys
 from ..call.policy import divisor_text
 from ..errors import InputError
 from ..options import choice, index_pair, whole
-from ..present.render import ALL_FORMATS, write
+from ..present.render import ALL_FORMATS
 from ..present.stream import CORNER, PAGE, View, busy, check_span, span_text
 from ..present.svg import PICTURE_FORMATS, PICTURE_MODES, picture
 from .flags import (add_digits_option, add_format_option, add_source_options, check_output,
@@ -54,7 +54,6 @@ def _table_format(mode: str):
                 f"--format {text.strip()} must be used with scores or square (got {mode}); "
                 "other modes print tables: use text, markdown, latex, json, jsonl or csv")
         return check(text)
-    convert.__name__ = "--format"
     return convert
 
 
@@ -96,7 +95,7 @@ def register(sub) -> None:
             p.add_argument("--explain", type=index_pair("--explain"), metavar="I,J",
                            help="also write out the score of query I against key J term by term")
             add_flags(p, lse=mode != "square", dropout=False)
-        p.set_defaults(func=run, mode=mode)
+        p.set_defaults(func=run, mode=mode, wrap=PAGE)
 
 
 def apply_modifiers(example, args):
@@ -161,6 +160,4 @@ def run(args) -> int:
     for name, span in (("queries", queries), ("keys", keys)):
         if span is not None:
             meta[name] = span_text(span)
-    write(sections, args.format, sys.stdout, meta, wrap=PAGE)   # row by row, as built
-    sys.stdout.flush()
-    return 0
+    return sections, meta, 0

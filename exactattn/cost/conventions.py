@@ -14,10 +14,10 @@ Conventions (stated, never implied):
   (``softmax_ops``), never folded into MACs.
 
 >>> c = compare_conventions(32)
->>> [str(p.pairs) for p in c.pairs]
+>>> [str(pairs) for _, pairs, _ in c.pairs]
 ['1024', '528', '1024', '512', '528']
->>> c.counted, c.stages[-1].macs
-(True, 9728)
+>>> c.counted, c.stages[-1]
+(True, ('total', 9728, 9728, 8192))
 """
 
 from __future__ import annotations
@@ -65,41 +65,6 @@ CONVENTION_NOTES = (
 
 
 @dataclass(frozen=True)
-class PairCount:
-    """The pairs and pair MACs of one way of counting.
-
-    ``convention`` is None for exactattn's own counts (``causal`` says which);
-    ``excess`` (pairs), ``excess_macs`` and ``ratio`` compare a convention's
-    pairs with the exact causal count (None for the exact rows)."""
-
-    pairs: Fraction
-    macs: Fraction
-    convention: Convention | None = None
-    causal: bool = False
-    excess: Fraction | None = None
-    excess_macs: Fraction | None = None
-    ratio: Fraction | None = None
-
-
-@dataclass(frozen=True)
-class StageCount:
-    """MACs and the exact multiplications and additions of one stage (or ``total``)."""
-
-    stage: str
-    macs: int
-    multiplications: int
-    additions: int
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.macs
-
-    @property
-    def operations(self) -> int:
-        return self.multiplications + self.additions
-
-
-@dataclass(frozen=True)
 class ConventionComparison:
     """The conventions side by side at n tokens (see :func:`compare_conventions`): ``shape``
     the call compared (n tokens, its mask, heads with W_O and layers)."""
@@ -108,8 +73,9 @@ class ConventionComparison:
     count_limit: int
     counted: bool           # the exact rows come from running the head (else derived)
     unmasked_total: int     # MACs of the unmasked head (what the count limit is held against)
-    pairs: list             # PairCount: exact no mask, exact causal, then CONVENTIONS
-    stages: list            # StageCount per stage, then the total
+    pairs: list             # (convention, pairs, pair MACs): exact no mask and exact causal
+                            # (convention None), then each of CONVENTIONS
+    stages: list            # (stage, MACs, multiplications, additions) per stage, then total
     softmax_ops: dict | None  # counted softmax operations (None when not run)
 
 
@@ -145,7 +111,7 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
 
-    >>> compare_conventions(32, count_limit=1000).pairs[1].macs
+    >>> compare_conventions(32, count_limit=1000).pairs[1][2]
     Fraction(4224, 1)
     """
     shape = CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal, heads=heads,
@@ -162,20 +128,16 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
         plain, masked = runs[False].macs, runs[True].macs
         softmax_ops = runs[causal].softmax_ops
     per_pair = (d_k + d_v) * shape.heads * shape.layers
-    exact_causal = Fraction(n * (n + 1), 2)
-    pairs = [PairCount(Fraction(n * n), Fraction(plain["scores"] + plain["mix"])),
-             PairCount(exact_causal, Fraction(masked["scores"] + masked["mix"]), causal=True)]
-    for conv in CONVENTIONS:
-        p = Fraction(str(conv.pairs.subs(SYMBOLS.n, n)))
-        pairs.append(PairCount(p, p * per_pair, conv, excess=p - exact_causal,
-                               excess_macs=(p - exact_causal) * per_pair, ratio=p / exact_causal))
+    pairs = [(None, Fraction(n * n), Fraction(plain["scores"] + plain["mix"])),
+             (None, Fraction(n * (n + 1), 2), Fraction(masked["scores"] + masked["mix"]))]
+    pairs += [(conv, p, p * per_pair) for conv in CONVENTIONS
+              for p in [Fraction(str(conv.pairs.subs(SYMBOLS.n, n)))]]
     ops = derive_operations(causal, heads=EXTENSION_SYMBOLS.h if shape.out_projection else None,
                             layers=1 if shape.layers == 1 else EXTENSION_SYMBOLS.L)
     vals = symbol_values(shape)
     macs = masked if causal else plain
-    stages = [StageCount(stage, macs[stage], int(mul.subs(vals)), int(add.subs(vals)))
+    stages = [(stage, macs[stage], int(mul.subs(vals)), int(add.subs(vals)))
               for stage, (mul, add) in ops.items() if stage != "total"]
-    stages.append(StageCount("total", *(sum(getattr(s, f) for s in stages) for f in
-                                        ("macs", "multiplications", "additions"))))
+    stages.append(("total", *(sum(s[k] for s in stages) for k in (1, 2, 3))))
     return ConventionComparison(shape, limit, counted, unmasked_total, pairs, stages,
                                 softmax_ops)

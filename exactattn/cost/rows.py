@@ -9,7 +9,7 @@ against the formula, and the **solved** crossover and doubling ratio close
 the table.  ``exactattn cost`` puts them in words (:mod:`exactattn.commands.cost_tables`).
 
 >>> c = cost_rows([4, 8])
->>> [(r.tokens, r.total, r.counted) for r in c.rows], c.check.same
+>>> [(r.tokens, r.figures["total"], r.counted) for r in c.rows], c.check.same
 ([(4, 320, True), (8, 896, True)], True)
 """
 
@@ -38,14 +38,6 @@ class RowCost:
     figures: dict
     derived: dict
     counted: bool
-
-    @property
-    def pairs(self) -> int:
-        return self.figures["scores"] + self.figures["mix"]
-
-    @property
-    def total(self) -> int:
-        return self.figures["total"]
 
 
 @dataclass(frozen=True)
@@ -148,7 +140,7 @@ def _check(shape: CallShape, row: RowCost, keys) -> FormulaCheck:
         prefill = count_call(_prefill(shape)).macs["total"]
     pairs, linear = split({k: branch(v, vals) for k, v in sym.items()})
     return FormulaCheck(shape.queries, vals, sympy.factor(linear), sympy.factor(pairs),
-                        int(linear.subs(vals)), int(pairs.subs(vals)), row.total,
+                        int(linear.subs(vals)), int(pairs.subs(vals)), row.figures["total"],
                         row.derived["total"], step_total, prefill)
 
 

@@ -62,11 +62,6 @@ def size(value: Any, name: str) -> int:
     return check_whole(value, name)
 
 
-def printable_size(value: Any, name: str) -> int:
-    """A positive whole number of at most :data:`MAX_SIZE` (a size a table can print)."""
-    return check_whole(size(value, name), name, high=MAX_SIZE)
-
-
 def size_or_expr(value: Any, name: str):
     """A positive whole number (as a sympy ``Integer``) or a sympy expression not known
     to be non-positive: a size of the symbolic routes."""

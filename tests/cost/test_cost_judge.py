@@ -5,7 +5,7 @@ import json
 import pytest
 
 from exactattn.audit.flops import formula, judge_figure as judge
-from exactattn.cost.judge import parse_shape
+from exactattn.commands.cost import parse_shape
 
 
 def _run(cli, *argv):

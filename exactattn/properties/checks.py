@@ -429,14 +429,11 @@ def check_share_support(impl, inp: Call) -> None:
       input: Call([[1]], [[1], [1]], [[0], [0]], [[True, False]], policy=Policy())
       shares[0][1] = 1/2 for a masked key, want exactly 0
     """
-    res = _shares(impl, inp)
-    exact = None
+    res, bad = _shares(impl, inp), []
+    exact = functools.cache(lambda: _exact(inp).dropped_shares())
     keep, visible_keys = dropout_keep(inp), visible(inp)
-    bad = []
-    for i, row in enumerate(res.rows):
-        seen = visible_keys[i]
-        if keep is not None:       # a dropped key counts as hidden here
-            seen = [j for j in seen if keep[i][j]]
+    for i, row in enumerate(res.rows):     # a dropped key counts as hidden here
+        seen = [j for j in visible_keys[i] if keep is None or keep[i][j]]
         if not seen:
             continue
         for j, x in enumerate(row):
@@ -446,9 +443,7 @@ def check_share_support(impl, inp: Call) -> None:
                 else:
                     ok = math.isfinite(x) and x > 0
                     if x == 0.0:  # underflow is no fault when the exact share is below atol
-                        if exact is None:
-                            exact = _exact(inp).dropped_shares()
-                        ok = float(exact[i][j]) <= res.tolerance.atol
+                        ok = float(exact()[i][j]) <= res.tolerance.atol
                 if not ok:
                     bad.append(f"shares[{i}][{j}] = {value_text(x)} for a visible key, want > 0")
             else:
@@ -735,8 +730,7 @@ def check_masked_entries_ignored(impl, inp: Call, change: Fraction | int = 7) ->
         hidden = [j for j in range(len(keys)) if j not in seen]
         if not hidden or not seen:
             continue
-        if base is None:
-            base = impl(inp)
+        base = base or impl(inp)
         moved_values = [[e + delta for e in v] if j in hidden else v for j, v in enumerate(values)]
         moved = replace(inp, values=moved_values, keys=[[e + delta for e in k] if j in hidden
                                                         else k for j, k in enumerate(keys)])

@@ -81,48 +81,6 @@ def _term(atom, x):
     return Fraction(x) if atom is None else Surd(0, ((atom, Fraction(x)),))
 
 
-def _base(offsets, i: int, visible):
-    """The offset of row i's first visible key (what its relative offsets are taken from)."""
-    row = None if offsets is None else offsets[i]
-    return Fraction(0) if row is None or not visible else _plain(row[visible[0]] or Fraction(0))
-
-
-def _coordinates(offsets, visible, kinds, divisor_squared):
-    """``(basis, scale_key, keys)``: the aligned basis, the scale's key (None when the scale
-    is rational) and per row the keys ``(p, a_1, ..)`` of its offsets relative to its first
-    visible key (None when no offset differs within the row)."""
-    root = Fraction(1) if divisor_squared is None else rational_sqrt(divisor_squared)
-    distinct: dict = {}
-    rel_rows = []
-    for i, row in enumerate(offsets or [None] * len(kinds)):
-        if row is None or kinds[i] != "ok":
-            rel_rows.append(None)
-            continue
-        base = row[visible[i][0]] or 0
-        rel = [_plain((row[j] or 0) - base) for j in visible[i]]
-        if not any(rel):
-            rel_rows.append(None)
-            continue
-        for v in rel:
-            if isinstance(v, Surd):
-                distinct.setdefault(v, None)
-        rel_rows.append(rel)
-    seeds = ([] if root is not None else [Surd(0, ((Fraction(divisor_squared), 1),))]) + \
-        list(distinct)
-    basis, keys = align(seeds)
-    scale_key = None if root is not None else keys[0]
-    table = dict(zip(distinct, keys[0 if root is not None else 1:]))
-    m = len(basis)
-    out = []
-    for rel in rel_rows:
-        if rel is None:
-            out.append(None)
-            continue
-        out.append([table[v] if isinstance(v, Surd) else (Fraction(v),) + (Fraction(0),) * m
-                    for v in rel])
-    return basis, scale_key, root, out
-
-
 class Terms:
     """The exponent structure of a block of query rows against one set of keys.
 
@@ -150,77 +108,62 @@ class Terms:
     def __init__(self, num, den: int, keep, offsets: Sequence | None, divisor_squared,
                  empty_row: str):
         import numpy as np
-        R, S = keep.shape
-        self.n_rows, self.n_keys = R, S
-        self.empty_row = empty_row
-        kinds = row_kinds(keep, empty_row)
-        visible = [list(range(S)) if k == "uniform" else np.flatnonzero(row).tolist()
-                   for k, row in zip(kinds, np.asarray(keep, dtype=bool))]
-        self.kinds, self._visible = kinds, visible
+        self.kinds = kinds = row_kinds(keep, empty_row)
+        self._visible = visible = [
+            list(range(keep.shape[1])) if k == "uniform" else np.flatnonzero(row).tolist()
+            for k, row in zip(kinds, np.asarray(keep, dtype=bool))]
         self._positions: dict = {}
-        basis, scale_key, root, rel = _coordinates(offsets, visible, kinds, divisor_squared)
-        rows_num = num.tolist()
-        ints = [[int(rows_num[i][j]) for j in visible[i]] if kinds[i] == "ok" else
-                [0] * len(visible[i]) for i in range(R)]
-        # coordinate k: 0 the rational part, k >= 1 the basis atom k - 1; score factor c_k
-        factors = [Fraction(1, den) / root if root is not None else Fraction(0)]
-        factors += [Fraction(0) if scale_key is None else scale_key[k + 1] / den
-                    for k in range(len(basis))]
-        atoms = [None] + list(basis)
-        order = [k for k in range(1, len(atoms)) if factors[k]] + [0] + \
-            [k for k in range(1, len(atoms)) if not factors[k]]
+        # each row's shift starts at its first visible key's offset; ``rel`` holds the offsets
+        # relative to it (None when none differs)
+        shifts, rel = [Fraction(0)] * len(kinds), [None] * len(kinds)
+        for i, row in enumerate(offsets or ()):
+            if row is not None and kinds[i] == "ok":
+                base = row[visible[i][0]] or 0
+                shifts[i] = _plain(base or Fraction(0))
+                rel[i] = [_plain((row[j] or 0) - base) for j in visible[i]]
+                rel[i] = rel[i] if any(rel[i]) else None
+        # coordinates over the aligned basis: the scale's atom first when the scale is
+        # irrational (coordinate 1, its score factor 1/den), else the rational part (0)
+        root = Fraction(1) if divisor_squared is None else rational_sqrt(divisor_squared)
+        seeds = [] if root is not None else [Surd(0, ((Fraction(divisor_squared), 1),))]
+        basis, keys = align(seeds + [v for r in rel if r for v in r])
+        keys = iter(keys[len(seeds):])
+        rel = [r and [next(keys) for _ in r] for r in rel]
+        sc, factor = (0, Fraction(1, den) / root) if root is not None else (1, Fraction(1, den))
+        atoms, ints = [None] + list(basis), num.tolist()
         gens, coords = [], []
-        for k in order:
-            c = factors[k]
-            offs = [None if r is None else [key[k] for key in r] for r in rel]
-            if not c and not any(o is not None and any(o) for o in offs):
+        for k in [sc] + [k for k in range(len(atoms)) if k != sc]:
+            f = factor if k == sc else Fraction(0)
+            if not f and not any(r and any(key[k] for key in r) for r in rel):
                 continue
-            E = math.lcm(c.denominator, *[q.denominator for o in offs if o is not None
-                                          for q in o])
-            f = c * E                    # a whole number
-            rows = []
-            for row, o in zip(ints, offs):
-                base = [a * int(f) for a in row] if f else [0] * len(row)
-                if o is not None:
-                    base = [a + int(q * E) for a, q in zip(base, o)]
-                rows.append(base)
-            coords.append(rows)
-            gens.append((Fraction(1, E), atoms[k]))
-        if not coords:               # every row constant: one generator with exponents 0
-            coords = [[[0] * len(v) for v in visible]]
-            gens = [(Fraction(1), None)]
-        # shift every row to exponents from 0 (each row's shift kept: its texts print absolute
-        # exponents), then divide by the common divisor
-        shifts = [_base(offsets, i, visible[i]) if kinds[i] == "ok" else Fraction(0)
-                  for i in range(R)]
-        for k, rows in enumerate(coords):
-            lows = [min(r) if r else 0 for r in rows]
+            E = math.lcm(f.denominator, *[key[k].denominator for r in rel if r for key in r])
+            fE = int(f * E)      # a whole number
+            rows = [[int(ints[i][j]) * fE for j in vis] if kinds[i] == "ok" else [0] * len(vis)
+                    for i, vis in enumerate(visible)]
+            rows = [row if r is None else [a + int(key[k] * E) for a, key in zip(row, r)]
+                    for row, r in zip(rows, rel)]
+            # every row's exponents from 0 (its shift kept: texts print absolute exponents),
+            # then divided by their common divisor
+            lows = [min(row, default=0) for row in rows]
             for i, low in enumerate(lows):
                 if low:
-                    shifts[i] = shifts[i] + _term(gens[k][1], low * gens[k][0])
-            rows = [[a - low for a in row] if row else row for row, low in zip(rows, lows)]
+                    shifts[i] = shifts[i] + _term(atoms[k], low * Fraction(1, E))
+            rows = [[a - low for a in row] for row, low in zip(rows, lows)]
             g = math.gcd(*(a for row in rows for a in row))
-            if g > 1:
-                rows = [[a // g for a in row] for row in rows]
-                gens[k] = (gens[k][0] * g, gens[k][1])
-            coords[k] = rows
+            coords.append([[a // g for a in row] for row in rows] if g > 1 else rows)
+            gens.append((Fraction(max(g, 1), E), atoms[k]))
         if len(gens) > len(GENERATOR_NAMES):
             from ..errors import InputError
             raise InputError(f"a call must need at most {len(GENERATOR_NAMES)} independent "
                              f"exponentials for exact gradients (got {len(gens)}); use fewer "
                              "distinct ALiBi slopes in one block")
-        self.generators = gens
-        self.paired = len(gens) > 1
-        self._shifts = shifts
-        self._first = None
-        self._exps = [list(zip(*[coords[k][i] for k in range(len(coords))])) for i in range(R)]
+        self.generators, self.paired, self._shifts = gens, len(gens) > 1, shifts
+        self._exps = [list(zip(*rows)) for rows in zip(*coords)]
+        self._class_of = [tuple(sorted(e)) if k in ("ok", "uniform") else None
+                          for e, k in zip(self._exps, kinds)]
+        self._first = self._ctx = None
         self._classes: dict = {}
         self._squares: dict = {}
-        self._class_of: list = []
-        for i in range(R):
-            key = tuple(sorted(self._exps[i])) if kinds[i] in ("ok", "uniform") else None
-            self._class_of.append(key)
-        self._ctx = None
 
     # -- structure ---------------------------------------------------------------
     def visible(self, i: int):

@@ -79,11 +79,6 @@ def _int_text(k: int) -> str:
     return str(fmpz(k))
 
 
-def _round_scaled(q: Fraction, places: int) -> int:
-    """round(q * 10**places) with ties to even, exactly."""
-    return round(q * 10 ** places)  # Fraction.__round__ is exact, half-even
-
-
 def round_fraction(q: Fraction, places: int) -> str:
     """Round an exact rational to ``places`` decimals (ties to even).
 
@@ -91,7 +86,7 @@ def round_fraction(q: Fraction, places: int) -> str:
     '3.1250'
     """
     check_places(places)
-    return format_scaled(_round_scaled(Fraction(q), places), places)
+    return format_scaled(round(Fraction(q) * 10 ** places), places)  # exact, half-even
 
 
 def format_exact(q: Fraction) -> str | None:

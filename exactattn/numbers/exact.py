@@ -300,10 +300,8 @@ def fmpq_of(q: Fraction):
 
 def fmpq_mat_of(rows: Sequence[Sequence]):
     """Rows of ``Fraction`` (or int) as python-flint's ``fmpq_mat`` (no float on the way)."""
-    from flint import fmpq, fmpq_mat
-    return fmpq_mat(len(rows), len(rows[0]), [fmpq(e) if type(e) is int else
-                                              fmpq(e.numerator, e.denominator)
-                                              for r in rows for e in r])
+    from flint import fmpq_mat
+    return fmpq_mat(len(rows), len(rows[0]), [fmpq_of(e) for r in rows for e in r])
 
 
 def binary64(numerators, denominator: int = 1):

@@ -21,7 +21,7 @@ from fractions import Fraction
 from operator import add
 
 from .exact import fmpq_of
-from .reals import Surd, Tanh, align, atom_ball, atom_text, tanh_parts, transcendental
+from .reals import Surd, Tanh, align, atom_text, tanh_parts, transcendental
 
 
 def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
@@ -98,15 +98,8 @@ class ExpPoly:
 
     def ball(self, prec: int):
         from flint import arb
-        roots = [atom_ball(D) for D in self.basis]
-        total = arb(0)
-        for e, c in self.terms.items():
-            x = arb(fmpq_of(e[0]))
-            for a, r in zip(e[1:], roots):
-                if a:
-                    x += arb(fmpq_of(a)) * r
-            total += arb(fmpq_of(c)) * x.exp()
-        return total
+        return sum((arb(fmpq_of(c)) * exponent_value(self.basis, e).ball().exp()
+                    for e, c in self.terms.items()), arb(0))
 
     def sign(self) -> int:
         """-1, 0 or 1: 0 for the zero polynomial.
@@ -127,8 +120,7 @@ class ExpPoly:
             return 1 if cs[0] > 0 else -1          # every exp(e) > 0
         if len(cs) == 2 and cs[0] == -cs[1]:       # c (exp(e1) - exp(e2)): exp is increasing
             e1, e2 = self.terms
-            d = tuple(u - v for u, v in zip(e1, e2))
-            s = Surd.merged(d[0], tuple(zip(self.basis, d[1:]))).sign()
+            s = exponent_value(self.basis, tuple(u - v for u, v in zip(e1, e2))).sign()
             return s if cs[0] > 0 else -s
         from .digits import enclosure_sign
         ball = self._sign_ball if any(isinstance(atom, Tanh) for atom in self.basis) else self.ball
@@ -142,7 +134,7 @@ class ExpPoly:
         ``exp(part) (sum c + sum c expm1(delta))``, each piece to relative precision."""
         from flint import arb
         parts = [tanh_parts(atom) if isinstance(atom, Tanh) else None for atom in self.basis]
-        roots = [atom_ball(atom) if part is None else None for atom, part in zip(self.basis, parts)]
+        rest = tuple(atom for atom, part in zip(self.basis, parts) if part is None)
         groups: dict = {}
         for e, c in self.terms.items():
             p, key, delta = e[0], [], arb(0)
@@ -157,17 +149,18 @@ class ExpPoly:
             g[1] += arb(fmpq_of(c)) * delta.expm1()
         total = arb(0)
         for (p, key), (c, small) in groups.items():
-            x = arb(fmpq_of(p))
-            for a, r in zip(key, (r for r in roots if r is not None)):
-                if a:
-                    x += arb(fmpq_of(a)) * r
-            total += x.exp() * (arb(fmpq_of(c)) + small)
+            total += exponent_value(rest, (p, *key)).ball().exp() * (arb(fmpq_of(c)) + small)
         return total
 
     def text(self) -> str:
         """The polynomial as a sum of exponentials (for messages)."""
         return sum_text([(i, exponent_text(self.basis, e), c)
                          for i, (e, c) in enumerate(self.terms.items())])
+
+
+def exponent_value(basis: tuple, e: tuple) -> Surd:
+    """The exponent ``e = (p, a_1, ...)`` over ``basis`` as a value, ``p + sum a_k basis[k]``."""
+    return Surd.merged(e[0], tuple(zip(basis, e[1:])))
 
 
 def exponent_text(basis: tuple, e: tuple) -> str:

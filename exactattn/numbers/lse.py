@@ -33,7 +33,7 @@ from .exponents import ExpPoly
 from .real import Real
 from ..options import check_choice
 from .ratio import row_sum_text
-from .reals import Surd
+from .reals import real_compare
 from .softmax import SoftmaxRow
 from .exact import fmpq_of
 
@@ -120,8 +120,7 @@ class LogSumExp(Real):
             return -1
         x = self.exact()
         if x is not None:
-            d = x - Fraction(other)
-            return d.sign() if isinstance(d, Surd) else (d > 0) - (d < 0)
+            return real_compare(x, Fraction(other))
         return self._compare(Fraction(other))
 
     def _ball_order(self, other: "LogSumExp") -> int:

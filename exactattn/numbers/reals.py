@@ -276,8 +276,6 @@ def tanh_of(x) -> tuple[int, "Tanh | None"]:
         if x == 0:
             return 0, None
         return (1, Tanh(x)) if x > 0 else (-1, Tanh(-x))
-    if not x.terms:
-        return tanh_of(x.p)
     form = _canonical(x)
     if len(form) == 1:
         return tanh_of(x.p)

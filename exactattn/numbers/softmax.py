@@ -44,13 +44,14 @@ Reference: Vaswani et al. 2017, "Attention is all you need", sec. 3.2.1.
 from __future__ import annotations
 
 from fractions import Fraction
+from operator import sub
 from typing import Sequence
 
 from ..options import EMPTY_ROWS, check_choice
 from .digits import arb_to_fraction, working_precision
 from .exact import rational_sqrt
 from .reals import Surd, align, atom_ball, real_ball, real_compare, real_text
-from .exponents import ExpPoly, exponent_text
+from .exponents import ExpPoly, exponent_text, exponent_value
 from .exact import fmpq_of
 from .ratio import ExpRatio
 
@@ -178,8 +179,9 @@ class SoftmaxRow:
         self.basis = basis
         self.raw = keys
         top = None
-        for k in keys:
-            if k is not None and (top is None or self._key_sign(k, top) > 0):
+        for k in keys:        # the largest logit, compared exactly
+            if k is not None and (top is None or
+                                  exponent_value(basis, tuple(map(sub, k, top))).sign() > 0):
                 top = k
         self.max_raw = top
         self.gaps = [None if k is None else tuple(a - b for a, b in zip(k, top)) for k in keys]
@@ -193,13 +195,6 @@ class SoftmaxRow:
         self.n_keys, self.empty_row = len(values), empty_row
         self.empty = all(x is None for x in values) and sink is None
         return [Fraction(0)] * len(values) if self.empty and empty_row == "uniform" else values
-
-    def _key_sign(self, k1: tuple, k2: tuple) -> int:
-        """sign((k1) - (k2)) for keys over the row's basis, exactly."""
-        d = tuple(a - b for a, b in zip(k1, k2))
-        if not any(d[1:]):
-            return (d[0] > 0) - (d[0] < 0)
-        return Surd.merged(d[0], tuple(zip(self.basis, d[1:]))).sign()
 
     def _count(self, visible) -> None:
         counts: dict = {}
@@ -387,7 +382,7 @@ class SoftmaxRow:
             return balls
         if self.general:
             for g in self.counts:
-                balls[g] = real_ball(Surd.merged(g[0], tuple(zip(self.basis, g[1:]))), prec).exp()
+                balls[g] = exponent_value(self.basis, g).ball().exp()
             cache[prec] = balls
             return balls
         for g in self.counts:
@@ -422,8 +417,7 @@ class SoftmaxRow:
         """A key that sorts gaps by their exponent (for writing sums in order)."""
         if self.general:     # a rational within 2^-60 of the exponent: order for text only
             with working_precision(128):
-                x = real_ball(g if self.certified else
-                              Surd.merged(g[0], tuple(zip(self.basis, g[1:]))), 128)
+                x = real_ball(g if self.certified else exponent_value(self.basis, g), 128)
                 return arb_to_fraction(x.mid())
         return g      # the exponent is g / sqrt(D) or g (no offsets here: they make logits)
 

@@ -177,49 +177,6 @@ class ExpTables:
             m *= 2
         return lo, hi
 
-    def bounds(self, u):
-        """(lo, hi) arrays of the shape of ``u`` (int64 gaps, -1 where hidden)."""
-        import numpy as np
-        F = self.F
-        dtype = np.uint64 if F == 62 else object
-        masked = u < 0
-        past = u >= self.cut
-        v = np.clip(u, 0, self.cut)
-        if u.size <= self.levels << self.bits:    # few entries: enclose each distinct gap once
-            uniq, inverse = np.unique(v, return_inverse=True)
-            lo, hi = self._enclose(int(g) for g in uniq.tolist())
-            lo = np.array(lo, dtype=dtype)[inverse.reshape(u.shape)]
-            hi = np.array(hi, dtype=dtype)[inverse.reshape(u.shape)]
-        else:
-            # The lower ends multiply digit by digit; the upper ends are lo + e, with e
-            # bounded from the tables alone.  With t_k the true digit factors (times 2^F),
-            # lo_k <= t_k <= lo_k + d_k (d_k the widest table entry of level k), L the
-            # product of the lower ends so far and T <= L + e the true one:
-            #   T t / 2^F <= (L + e)(lo + d) / 2^F
-            #             <= floor(L lo / 2^F) + 1 + d L / 2^F + e lo / 2^F + d e / 2^F
-            #             <= floor(L lo / 2^F) + e + d + 2,
-            # since L, lo <= 2^F and d e <= 2^F.  So e grows by d + 2 per level.
-            lo, e = None, 0
-            mask = (1 << self.bits) - 1
-            for level in range(self.levels):
-                shift = self.bits * level
-                tlo, thi = self.digit_table(level)
-                d = int((thi - tlo).max())
-                dlo = tlo[(v >> shift) & mask]
-                if lo is None:
-                    lo, e = dlo, d
-                else:
-                    lo, e = _mul_shift(lo, dlo, F, False), e + d + 2
-            if dtype is object:
-                hi = np.minimum(lo + e, 1 << F)
-            else:
-                hi = np.minimum(lo + np.uint64(e), np.uint64(1 << F))
-        lo[past] = 0
-        hi[past] = 1
-        lo[masked] = 0
-        hi[masked] = 0
-        return lo, hi
-
 
 def _mul_shift(a, b, F: int, up: bool):
     """floor (or ceil when ``up``) of ``a * b / 2^F``, elementwise and exactly.
@@ -289,12 +246,10 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     import numpy as np
     F = fixed_bits(places)
     keep, empty = _seen(keep)
-    tables, shift = ExpTables(den, divisor_squared, F), 0
-    if not tables.feasible:
-        cached = _block_tables(den, divisor_squared, F)
-        if cached is None:
-            return None
-        tables, shift, _, step_lo = cached
+    cached = _block_tables(den, divisor_squared, F)
+    if cached is None:
+        return None
+    tables, shift, _, step_lo = cached
 
     # gaps u_ij = max over visible k of N_ik - N_ij >= 0 (hidden: -1), clipped to the tables
     all_visible = bool(keep.all())
@@ -316,7 +271,7 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
         gaps = np.minimum(gaps, tables.cut).astype(np.int64)
     if not all_visible:
         gaps = np.where(keep, gaps, -1)
-    lo, hi = tables.bounds(gaps)       # e_ij in [lo, hi] / 2^F
+    lo, hi = _gap_bounds(cached, gaps)       # e_ij in [lo, hi] / 2^F
     if between is not None and between.any():  # its lower end one step further out
         step = np.full(lo.shape, step_lo, dtype=lo.dtype)
         lo = np.where(between, _mul_shift(lo, step, F, False), lo)

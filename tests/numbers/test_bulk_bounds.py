@@ -1,8 +1,8 @@
 """The integer enclosures of the bulk path's exponentials, judged by mpmath at 200 digits.
 
-``ExpTables.bounds`` encloses ``2^F exp(-u / (den sqrt(D)))`` for integer gaps u: digit by
-digit from tables when there are many gaps, the upper ends derived from the lower ones by
-a bound proved in its comment.  Every enclosure here must hold the true value.
+``_gap_bounds`` encloses ``2^F exp(-u / (den sqrt(D)))`` for integer gaps u digit by digit
+from the digit tables of ``_block_tables`` (lower ends rounded down, upper ends up).  Every
+enclosure here must hold the true value.
 """
 
 import random
@@ -12,23 +12,24 @@ import mpmath
 import numpy as np
 import pytest
 
-from exactattn.numbers.bulk import ExpTables
+from exactattn.numbers.bulk import ExpTables, _block_tables, _gap_bounds
 
 
 @pytest.mark.parametrize("den, divisor_squared, F", [
     (1000 ** 2, Fraction(64), 62), (64 * 10 ** 4, Fraction(2), 62), (7 ** 9, None, 62),
     (1000 ** 2, Fraction(64), 4 * 8 + 40)])
 def test_many_gaps_are_enclosed(den, divisor_squared, F):
-    tables = ExpTables(den, divisor_squared, F)
-    assert tables.feasible and tables.levels >= 2
+    cached = _block_tables(den, divisor_squared, F)
+    tables = cached[0]
+    assert tables.feasible and tables.levels >= 2 and cached[1] == 0
     rng = random.Random(den + F)
-    n = (tables.levels << tables.bits) + 500          # past the few-gaps path
+    n = (tables.levels << tables.bits) + 500
     cut = tables.cut
     picks = [0, 1, 2, cut - 1, cut, cut + 5, 1 << tables.bits, (1 << tables.bits) - 1] + \
         [rng.randrange(0, cut) for _ in range(600)] + [rng.randrange(0, 50) for _ in range(100)]
     gaps = np.array(picks + [rng.randrange(0, cut + 10) for _ in range(n - len(picks))],
                     dtype=np.int64)
-    lo, hi = tables.bounds(gaps)
+    lo, hi = _gap_bounds(cached, gaps)
     one = 1 << F
     mpmath.mp.dps = 200
     c = 1 / (mpmath.mpf(den) * (1 if divisor_squared is None else
@@ -46,10 +47,11 @@ def test_many_gaps_are_enclosed(den, divisor_squared, F):
 
 
 def test_masked_gaps_enclose_zero():
-    tables = ExpTables(10 ** 6, Fraction(64), 62)
+    cached = _block_tables(10 ** 6, Fraction(64), 62)
+    tables = cached[0]
     gaps = np.full((tables.levels << tables.bits) + 10, -1, dtype=np.int64)
     gaps[0] = 5
-    lo, hi = tables.bounds(gaps)
+    lo, hi = _gap_bounds(cached, gaps)
     assert int(lo[1]) == int(hi[1]) == 0 and int(lo[0]) <= int(hi[0])
 
 

@@ -112,10 +112,6 @@ class Result:
         return (lo is None or compare.at_least(got, lo, M, self.tolerance)) and \
             compare.at_most(got, hi, M, self.tolerance)
 
-    def plus(self, a, q: Fraction):
-        """A result plus a rational: exactly, or in floats."""
-        return a + q if self.exact else a + float(q)
-
     def total(self, xs):
         """The sum of results: exactly (one softmax normaliser), or ``math.fsum``."""
         return sum(xs, Fraction(0)) if self.exact else math.fsum(xs)
@@ -565,7 +561,7 @@ def _unmoved(impl, base: Result, moved: Call, pairs, scales, why: str = "", shif
         for c, M in enumerate(scales):
             want, got = base.rows[src][c], other.rows[i][c]
             if shift is not None:
-                want, M = base.plus(want, shift[c]), M + abs(shift[c])
+                want, M = want + (shift[c] if base.exact else float(shift[c])), M + abs(shift[c])
             if not other.same(got, want, M):
                 bad.append(f"outputs[{i}][{c}] = {value_text(got)}, want {value_text(want)}{why}")
     return other, bad

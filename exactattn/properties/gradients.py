@@ -190,15 +190,6 @@ def _second_derivative_bound(g, wrt) -> Fraction:
     return bound
 
 
-def _gradient_of(g, wrt):
-    """The gradient entry of ``wrt`` as a :class:`~exactattn.numbers.ratio.ExpRatio`."""
-    kind = wrt[0]
-    if kind == "sink":
-        return g.dsink
-    name = {"Q": "dQ", "K": "dK", "V": "dV", "m": "dS"}[kind]
-    return g.value(name, *wrt[1:])
-
-
 def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *,
                             gradient: Callable | None = None, prec: int = 256,
                             places: int = 4) -> Check:
@@ -222,7 +213,8 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
     h = Fraction(h)
     M2 = _second_derivative_bound(g, wrt)
     bound = h * M2 + Fraction(1, 2 ** 80)
-    exact = _gradient_of(g, wrt)
+    exact = g.dsink if wrt[0] == "sink" else \
+        g.value({"Q": "dQ", "K": "dK", "V": "dV", "m": "dS"}[wrt[0]], *wrt[1:])
 
     def moved(sign):        # the loss sum_i D_i = sum_ic dO_ic O_ic at the moved input
         kind, name = wrt[0], {"Q": "queries", "K": "keys", "V": "values", "m": "offsets"}.get(wrt[0])

@@ -151,9 +151,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(words)
     if extra:   # an option the command does not take: refused, never ignored
         parser.error(_unknown(args, extra))
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     from .present.render import text_width
     from .present.stream import show_progress
     show_progress(not getattr(args, "no_progress", False))

@@ -119,16 +119,15 @@ def _check_notes(check: FormulaCheck | None) -> list[str]:
     if check is None:
         return ["check: no row was small enough to run (raise --count-limit); "
                 "every figure above is derived, none counted"]
-    lines = [f"check at n = {check.n}:"]
-    for e, v in ((check.linear, check.linear_value), (check.pairs, check.pairs_value)):
-        lines.append(f"  {spell(e)} = {spell(e, check.values)} = {v}")
-    lines.append(f"  sum = {check.total}")
-    lines.append(f"  counted by the head = {check.counted_total}")
-    lines.append(f"  same: {str(check.same).lower()}")
+    lines = [f"check at n = {check.n}:"] + [
+        f"  {spell(e)} = {spell(e, check.values)} = {v}"
+        for e, v in ((check.linear, check.linear_value), (check.pairs, check.pairs_value))]
+    lines += [f"  sum = {check.total}", f"  counted by the head = {check.counted_total}",
+              f"  same: {str(check.same).lower()}"]
     if check.step_total is not None:
         lines.append(f"  token t costs {spell(check.step_total)} MACs; summed over the "
                      f"generation = causal prefill count ({check.prefill_total}): "
-                     f"{str(check.prefill_same).lower()}")
+                     f"{str(check.prefill_total == check.counted_total).lower()}")
     return lines
 
 

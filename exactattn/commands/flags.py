@@ -57,11 +57,10 @@ def add_format_option(p, formats=FORMATS, *, type=None, default: str | None = "t
                    help=help or f"output format: {', '.join(formats)} (default text)")
 
 
-def add_digits_option(p, help: str, *, default: int = 4, metavar: str | None = "N",
-                      low: int = 0) -> None:
-    """--digits: decimal places (or significant digits) from ``low`` to 50."""
-    p.add_argument("--digits", type=whole("--digits", low=low, high=MAX_PLACES),
-                   default=default, metavar=metavar, help=help)
+def add_digits_option(p, help: str, *, metavar: str | None = "N") -> None:
+    """--digits: decimal places from 0 to 50 (default 4)."""
+    p.add_argument("--digits", type=whole("--digits", low=0, high=MAX_PLACES), default=4,
+                   metavar=metavar, help=help)
 
 
 def span_type(flag: str, what: str = "token numbers"):

@@ -207,20 +207,14 @@ def changes(args) -> dict:
 
 def refuse(args, problem, searching: bool) -> None:
     """Refuse modifier flags that cannot apply: dropout without a keep-mask, modifiers with
-    ``--search`` (which checks the plain call), and with ``--backward`` the ones exact
-    gradients do not take (soft-capped and rotary scores, a log-sum-exp)."""
+    ``--search`` (which checks the plain call); the gradients take every modifier
+    (``UNSUPPORTED["gradients"]`` is empty)."""
     given = [flag for field, flag in FLAGS.items() if getattr(args, field, None) is not None]
     if getattr(args, "lse", None) is not None:
         given.append("--lse")
     if searching and given:
         raise InputError(f"{given[0]} must come without --search (got both); --search checks "
                          "the call without modifiers")
-    if getattr(args, "backward", False):
-        from ..call.policy import UNSUPPORTED
-        bad = [FLAGS[f] for f in UNSUPPORTED["gradients"] if getattr(args, f, None) is not None]
-        if bad:
-            raise InputError(f"{bad[0]} must come without --backward (got both); the "
-                             "gradients do not take it")
     if args.dropout is not None and (problem is None or problem.dropout_keep is None):
         raise InputError("--dropout must come with a spec file that has a dropout keep-mask "
                          "(got none); add \"policy\": {\"dropout\": {\"p\": \"1/10\", \"keep\": "

@@ -68,10 +68,6 @@ class FormulaCheck:
     def same(self) -> bool:
         return self.total == self.counted_total == self.derived_total
 
-    @property
-    def prefill_same(self) -> bool:
-        return self.prefill_total == self.counted_total
-
 
 @dataclass(frozen=True)
 class CostRows:

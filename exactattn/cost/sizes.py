@@ -63,22 +63,14 @@ def size(value: Any, name: str) -> int:
 
 
 def size_or_expr(value: Any, name: str):
-    """A positive whole number (as a sympy ``Integer``) or a sympy expression not known
-    to be non-positive: a size of the symbolic routes."""
-    import sympy
-    if isinstance(value, sympy.Basic) and not value.is_Integer:
+    """A size of a :class:`CallShape` and of the symbolic routes: a sympy expression not
+    known to be non-positive kept, anything else (a sympy integer too) a positive whole number."""
+    sympy = sys.modules.get("sympy")   # not loaded: the value cannot be a sympy object
+    if sympy is not None and isinstance(value, sympy.Basic) and not value.is_Integer:
         if value.is_positive is False:
             raise InputError(f"{name} must be positive (got {value})")
         return value
-    return sympy.Integer(size(value, name))
-
-
-def _size(value: Any, name: str):
-    """A size of a :class:`CallShape`: a sympy one kept (checked positive), anything else a
-    positive whole number."""
-    sympy = sys.modules.get("sympy")   # not loaded: the value cannot be a sympy object
-    symbolic = sympy is not None and isinstance(value, sympy.Basic)
-    return size_or_expr(value, name) if symbolic else size(value, name)
+    return size(value, name)
 
 
 def policy_of(causal: Any, alignment: Any) -> Policy:
@@ -122,7 +114,7 @@ def broadcast_batch(*shapes: tuple) -> tuple:
 def _shape(value, name: str) -> tuple:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise InputError(f"{name} must be a shape such as (2, 4, 16, 8) (got {value!r})")
-    dims = tuple(_size(d, f"each dimension of {name}") for d in value)
+    dims = tuple(size_or_expr(d, f"each dimension of {name}") for d in value)
     if len(dims) < 2:
         raise InputError(f"{name} must have at least 2 dimensions, (L, E) (got {dims})")
     return dims
@@ -189,14 +181,14 @@ class CallShape:
                                  f"(got {got[0]} x {got[1]})")
         _decode_flag(self.decode)
         if self.d_model is not None:
-            object.__setattr__(self, "d_model", _size(self.d_model, "d_model"))
+            object.__setattr__(self, "d_model", size_or_expr(self.d_model, "d_model"))
             if self.kv_heads != self.heads or q[:-3] != k[:-3]:
                 raise ShapeError("a call with projections must have as many key/value heads "
                                  f"and the same batch as its queries (got query {q}, key {k})")
         elif self.out_projection or self.decode:
             raise InputError(f"{'out_projection' if self.out_projection else 'decode'} needs "
                              "d_model (got d_model=None)")
-        object.__setattr__(self, "layers", _size(self.layers, "layers"))
+        object.__setattr__(self, "layers", size_or_expr(self.layers, "layers"))
 
     @classmethod
     def of_sizes(cls, n, d_model, d_k, d_v=None, *, causal=False, alignment="top_left",
@@ -211,19 +203,19 @@ class CallShape:
         Raises:
             InputError: a bad flag, alignment or size; keys with decode.
         """
-        n, d_model, d_k = (_size(v, k) for v, k in ((n, "n"), (d_model, "d_model"),
-                                                      (d_k, "d_k")))
-        d_v = d_k if d_v is None else _size(d_v, "d_v")
+        n, d_model, d_k = (size_or_expr(v, k) for v, k in ((n, "n"), (d_model, "d_model"),
+                                                            (d_k, "d_k")))
+        d_v = d_k if d_v is None else size_or_expr(d_v, "d_v")
         policy, decode = policy_of(causal, alignment), _decode_flag(decode)
         if keys is not None:
-            keys = _size(keys, "keys")
+            keys = size_or_expr(keys, "keys")
             if decode:
                 raise InputError("keys must be left unset with decode (got "
                                  f"{keys}); decoding sets its own key length t")
         S = n if keys is None else keys
-        lead = () if heads is None else (_size(heads, "heads"),)
+        lead = () if heads is None else (size_or_expr(heads, "heads"),)
         return cls(lead + (n, d_k), lead + (S, d_k), lead + (S, d_v), policy, None, d_model,
-                   heads is not None, _size(layers, "layers"), decode)
+                   heads is not None, size_or_expr(layers, "layers"), decode)
 
     @classmethod
     def of_call(cls, call) -> "CallShape":

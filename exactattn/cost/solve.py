@@ -126,7 +126,6 @@ class DoublingRatio:
 
     expr: Any
     limit: Any
-    D: Any
 
     def at(self, n: int, D=None) -> Fraction:
         """The exact ratio at n tokens (and width D if the form still has the symbol)."""
@@ -167,4 +166,4 @@ def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=No
     total = derive(causal, d_v=_d_v(d_k, d_v), heads=heads, layers=layers)["total"].subs(
         _sizes(D, d_k, heads, layers))
     expr = sympy.factor(sympy.cancel(total.subs(n, 2 * n) / total))
-    return DoublingRatio(expr, sympy.limit(expr, n, sympy.oo), D)
+    return DoublingRatio(expr, sympy.limit(expr, n, sympy.oo))

@@ -723,3 +723,10 @@ def test_shared_options_have_one_owner():
         if path.parent.name == "commands" and path.name not in ("modifier_flags.py", "cost.py"):
             assert not re.search(r"add_argument\(\"--(scale|causal|alignment|window|empty-row|"
                                  r"mask-kind|gqa|like)\"", text), path
+
+
+def test_the_gradients_take_every_modifier():
+    """``verify --backward`` refuses no modifier flag (modifier_flags.refuse has no such
+    branch): the gradients' row of the capability table is empty."""
+    from exactattn.call.policy import UNSUPPORTED
+    assert UNSUPPORTED["gradients"] == ()

@@ -1,8 +1,9 @@
 """Enclosures of a whole head at once: every output (and log-sum-exp) of one call in ``arb`` balls.
 
 The numeric side of :class:`~exactattn.verify.Reference`: one head's logits
-are formed as an ``arb_mat`` (``fmpq_mat`` scores times the scale; with RoPE
-the queries and keys are rotated first, as ``arb`` matrices), the modifiers of
+are formed as an ``arb_mat`` (the integer scores of :meth:`Reference.score_ints
+<exactattn.reference.reference.Reference.score_ints>` times the scale; with RoPE the
+queries and keys are rotated first, as ``arb`` matrices), the modifiers of
 the one composition (:func:`exactattn.reference.logits.softmax_row`) are applied entry
 by entry (soft-cap ``cap * tanh(x / cap)``, ALiBi ``slope * distance``,
 additive offsets), and the exponentials, the normalisers (with the sink's
@@ -52,6 +53,12 @@ def rotated_balls(mat_rows, positions, rope):
     return arb_mat(n, d, [x for r in out for x in r])
 
 
+def int_mat(ints, den):
+    """An ``arb_mat`` of integers over one denominator (each entry ``n / den`` rounded once)."""
+    from flint import arb_mat, fmpz_mat
+    return arb_mat(fmpz_mat(*ints.shape, ints.ravel().tolist())) / den
+
+
 def logit_entries(ref, b: int, h: int) -> list:
     """The L x S logits of one head as a row-major list of ``arb`` (call under a precision).
 
@@ -60,7 +67,6 @@ def logit_entries(ref, b: int, h: int) -> list:
     (:func:`block_balls` subtracts their row maximum first).  Hidden entries
     are left as the plain scaled scores: the caller skips them.
     """
-    from flint import arb_mat
     pol = ref.head_policy(h)
     L, S = ref.L, ref.S
     if pol.rope is not None:
@@ -70,7 +76,7 @@ def logit_entries(ref, b: int, h: int) -> list:
         A = rotated_balls(q, qpos, pol.rope) * \
             rotated_balls(k, list(range(S)), pol.rope).transpose()
     else:
-        A = arb_mat(ref.scores(b, h))
+        A = int_mat(*ref.score_ints(b, h))
     if ref.divisor_squared is not None:
         A = A * atom_ball(ref.divisor_squared)
     ents = A.entries()
@@ -107,11 +113,12 @@ def block_balls(ref, b: int, h: int, prec: int, magnitudes: bool = False):
 
 
 def _block_balls(ref, b: int, h: int, prec: int, magnitudes: bool):
-    from flint import arb, arb_mat, fmpq_mat
+    from flint import arb, arb_mat
     L, S, Ev = ref.L, ref.S, ref.Ev
     pol = ref.head_policy(h)
     vis = ref.visible(b, h)
-    V = ref.kv_mats(b, ref.kv(h))[1]
+    V, vd = ref.call.numerators("value")
+    V = V[b, ref.kv(h)]
     ents = logit_entries(ref, b, h)
     E = [arb(0)] * (L * S)
     tops = [0] * L
@@ -138,11 +145,10 @@ def _block_balls(ref, b: int, h: int, prec: int, magnitudes: bool):
     dens = [den[i, 0] for i in range(L)]
     if pol.sink is not None:
         dens = [d + (arb(fmpq_of(pol.sink - t))).exp() for d, t in zip(dens, tops)]
-    factors = ref.dropout_block(b, h)
-    if factors is not None:
-        Em = arb_mat(L, S, [e if f == 1 else e * arb(fmpq_of(f)) if f else arb(0)
-                            for e, f in zip(E, factors.reshape(-1))])
-    N = Em * arb_mat(V)
+    if ref.policy.dropout is not None:
+        Em = arb_mat(L, S, [e if f == 1 else e * arb(fmpq_of(f)) if f else arb(0) for e, f in
+                            zip(E, (f for i in range(L) for f in ref.factors(b, h, i)))])
+    N = Em * int_mat(V, vd)
     out = [[None] * Ev for _ in range(L)]
     lse: list = [None] * L
     share = pol.empty_share(max(S, 1))   # a key's share in a row that sees none (None: NaN)
@@ -155,8 +161,7 @@ def _block_balls(ref, b: int, h: int, prec: int, magnitudes: bool):
         lse[i] = -math.inf if empty[i] else dens[i].log() + arb(fmpq_of(tops[i]))
     if not magnitudes:
         return out, lse
-    Va = fmpq_mat(S, Ev, [abs(x) for x in V.entries()])
-    M = Em * arb_mat(Va)
+    M = Em * int_mat(abs(V), vd)
     mags = np.zeros((L, Ev))
     for i in range(L):
         if out[i][0] is None:

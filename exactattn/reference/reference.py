@@ -4,7 +4,7 @@ This is the one exact reference: ``exactattn verify``, the split-merge
 checker, the property checks (:mod:`exactattn.properties`) and row blocks
 read their exact values from :class:`Reference`.
 
-Scores ``query . key`` are exact rationals (python-flint ``fmpq_mat``), or
+Scores ``query . key`` are exact rationals (integers over one denominator), or
 with RoPE the certified scores of the rotated query and key
 (:func:`exactattn.reference.logits.rope_score`, positions from
 ``Policy.query_position`` and the key index).  Each row is built by
@@ -101,7 +101,6 @@ class Reference:
         self._policies = [policy.for_head(h) for h in range(self.Hq)]  # a dynamic rope: bound by Call
         self._scores: dict = {}
         self._rows: dict = {}
-        self._kv: dict = {}
         self._columns: dict = {}
         self._visible: dict = {}
         self._masks: dict = {}
@@ -135,14 +134,6 @@ class Reference:
         m = self.mask(b, h)
         return None if m is None else m.offsets(i)
 
-    def dropout_block(self, b: int, h: int) -> np.ndarray | None:
-        """L x S dropout factors ``keep / (1 - p)`` of one head (``Fraction``), or None."""
-        if self.policy.dropout is None:
-            return None
-        keep = self.call.dropout_keep[b, h]
-        return np.array([dropout_factors(self.policy.dropout, list(r)) for r in keep],
-                        dtype=object)
-
     def score_ints(self, b: int, h: int):
         """The exact raw scores ``query @ key^T`` of one head (before RoPE) as ``(ints, den)``:
         L x S integers over one denominator, the product of :meth:`Call.numerators
@@ -153,22 +144,6 @@ class Reference:
             (q, qd), (k, kd) = self.call.numerators("query"), self.call.numerators("key")
             self._scores[key] = exact_matmul(q[b, h], k[b, self.kv(h)].T), qd * kd
         return self._scores[key]
-
-    def scores(self, b: int, h: int):
-        """The exact raw scores of one head as an L x S ``fmpq_mat`` (before RoPE)."""
-        from flint import fmpq, fmpq_mat, fmpz_mat
-        ints, den = self.score_ints(b, h)
-        return fmpq_mat(fmpz_mat(self.L, self.S, ints.ravel().tolist())) / fmpq(den)
-
-    def kv_mats(self, b: int, g: int):
-        """``(None, V)``: V of batch b, key/value head g as an ``fmpq_mat`` (hidden inf/nan read
-        as 0; the keys are read by :meth:`score_ints`)."""
-        if (b, g) not in self._kv:
-            from flint import fmpq_mat
-            from ..numbers.exact import fmpq_of
-            self._kv[(b, g)] = None, fmpq_mat(self.S, self.Ev, [
-                fmpq_of(x) for x in self.exact_call.value[b, g].reshape(-1)])
-        return self._kv[(b, g)]
 
     # -- exact rows -----------------------------------------------------
     def raw_row(self, b: int, h: int, i: int) -> list:

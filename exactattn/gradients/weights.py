@@ -53,14 +53,12 @@ class HeadGradients:
         self.call = call
         self.layout = head.layout
 
-    def _widths(self, source: str) -> int:
-        return self.head.d_v if source == "dV" else self.head.d_k
-
     def matrix(self, name: str) -> list:
         """One weight gradient as values (a list for a bias)."""
         check_choice(name, "name", tuple(WEIGHT_GRADIENTS))
         source, bias = WEIGHT_GRADIENTS[name]
-        n, d_model, width = len(self.x), self.head.d_model, self._widths(source)
+        n, d_model = len(self.x), self.head.d_model
+        width = self.head.d_v if source == "dV" else self.head.d_k
         scaled = source in ("dQ", "dK") and self.call.irrational_scale is not None
         if bias:
             return [ExpRatio({(source, i, s): 1 for i in range(n)}, self.call, scaled)
@@ -95,14 +93,11 @@ class HeadGradients:
 
     def decimals(self, name: str, places: int) -> list:
         """One weight gradient correctly rounded to ``places`` decimals, in bulk."""
-        values = self.matrix(name)
-        B = self.balls(name)
-        grid = [[B[i, j] for j in range(B.ncols())] for i in range(B.nrows())]
-        if WEIGHT_GRADIENTS[name][1]:
-            return certified(grid, places, lambda i, j: values[j],
-                             nan=lambda i, j: values[j].nan)[0]
-        return certified(grid, places, lambda i, j: values[i][j],
-                         nan=lambda i, j: values[i][j].nan)
+        bias, values, B = WEIGHT_GRADIENTS[name][1], self.matrix(name), self.balls(name)
+        got = certified([[B[i, j] for j in range(B.ncols())] for i in range(B.nrows())], places,
+                        lambda i, j: (values[j] if bias else values[i][j]),
+                        nan=lambda i, j: (values[j] if bias else values[i][j]).nan)
+        return got[0] if bias else got
 
 
 def head_gradients(head, x, d_out, *, empty_row: str | None = None, dropout_keep=None,

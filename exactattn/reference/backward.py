@@ -42,6 +42,13 @@ float64 enclosures (:mod:`~exactattn.reference.floats`) for a plain call,
 else from ``arb_mat`` products; only the entries an enclosure leaves undecided
 take the exact per-entry path.
 
+The numeric formulas (D, dS, dQ, dK, dV, O, with each modifier's backward: the soft-cap's
+``1 - tanh^2``, RoPE's rotation and its transpose, dlse, the sink's column) are written once,
+:func:`compose`, over three contexts: ``arb`` balls (:meth:`Gradients.balls`), float64
+intervals (:func:`exactattn.reference.floats.enclose`) and the float sizes of the terms
+(:meth:`Gradients.magnitudes`).  The exact values are built entry by entry, on demand, as
+numerators over the rows' ``Z^2`` (:meth:`Gradients.atom_parts`), not matrix by matrix.
+
 >>> from exactattn.call.policy import Policy
 >>> from exactattn.gradients import gradients
 >>> g = gradients([[0], [1]], [[0], [1]], [[1], [3]], [[1], [1]], Policy(scale="none"))
@@ -59,10 +66,10 @@ from typing import Sequence
 import numpy as np
 
 from ..call.inputs import object_array, reshaped
-from ..call.policy import EMPTY_ROWS, Policy
+from ..call.policy import EMPTY_ROWS
 from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, ShapeError
 from ..options import check_choice
 from ..numbers.exact import fmpq_mat_of, fmpq_of, fraction_of, rational_sqrt, to_exact
 from ..numbers.formats import float_format, round_cells, round_enclosures, round_value
@@ -102,6 +109,72 @@ def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
 
 
 
+def compose(x, P, dP, Q, K, V, dO, *, ok, s, W=None, dlse=None, f=None, turn=None) -> dict:
+    """The backward's formulas, once, over a context ``x``: its ``dot`` (row sums of a
+    product), ``mul`` and ``sub`` (entrywise, a column or a scalar broadcast), ``matmul``,
+    ``T`` and ``where`` (rows kept, others 0): :class:`_Balls` (``arb``), :data:`_Sizes`
+    (float sizes of the terms) and :mod:`~exactattn.reference.floats`' intervals.
+
+    ``P`` the shares (hidden pairs 0), ``dP`` the gradient w.r.t. them, ``W`` the weights
+    (``P`` times the dropout factors; ``P`` without), ``ok`` the rows whose dS is kept (R x 1),
+    ``s`` the scale, ``dlse`` the rows' upstream log-sum-exp gradients (R x 1), ``f`` the
+    soft-cap's ``1 - tanh^2`` per pair, ``turn`` ``(rotate, query positions, key positions)``
+    of RoPE (``rotate(m, positions)``; negative positions turn back).
+    """
+    D = x.dot(P, dP)                                        # D_i = sum_j P_ij dP_ij
+    dS = x.where(ok, x.mul(P, x.sub(dP, D if dlse is None else x.sub(D, dlse))))
+    dSf = dS if f is None else x.mul(dS, f)
+    if turn is not None:
+        rotate, at_q, at_k = turn
+        Q, K = rotate(Q, at_q), rotate(K, at_k)
+    dQ, dK = x.mul(x.matmul(dSf, K), s), x.mul(x.matmul(x.T(dSf), Q), s)
+    if turn is not None:                                    # R^T: back from the positions
+        dQ, dK = rotate(dQ, [-p for p in at_q]), rotate(dK, [-p for p in at_k])
+    W = P if W is None else W
+    return {"P": P, "dP": dP, "D": D, "dS": dS, "dQ": dQ, "dK": dK, "dV": x.matmul(x.T(W), dO),
+            "O": x.matmul(W, V)}
+
+
+def _objects(m) -> np.ndarray:
+    """An ``arb_mat`` as a numpy object array of its ``arb`` entries."""
+    return np.array(m.entries(), dtype=object).reshape(m.nrows(), m.ncols())
+
+
+class _Balls:
+    """:func:`compose` over ``arb`` balls (numpy object arrays, products through ``arb_mat``) at
+    the current precision; ``centre``: (row, its first visible column) whose D is taken as
+    ``c + sum_j P_j (dP_j - c)``, c that column's dP (a row of equal dP gets dS exactly 0)."""
+    mul, sub, T = np.multiply, np.subtract, staticmethod(np.transpose)
+
+    def __init__(self, centre):
+        self.centre = centre
+
+    def dot(self, P, dP):
+        from flint import arb
+        D = (P * dP).sum(axis=1, keepdims=True, initial=arb(0))
+        for i, j in self.centre:
+            c = dP[i, j]
+            D[i, 0] = c + sum(P[i] * (dP[i] - c), arb(0))
+        return D
+
+    @staticmethod
+    def matmul(a, b):
+        from flint import arb_mat
+        return _objects(arb_mat(*a.shape, a.ravel().tolist()) * arb_mat(*b.shape, b.ravel().tolist()))
+
+    @staticmethod
+    def where(ok, a):
+        from flint import arb
+        return np.where(ok, a, arb(0))
+
+
+class _Sizes:
+    """:func:`compose` over float sizes (``|dP|``, ...): a difference adds."""
+    mul, sub, matmul, T = np.multiply, np.add, np.matmul, np.transpose
+    dot = staticmethod(lambda P, A: (P * A).sum(axis=1, keepdims=True))
+    where = staticmethod(lambda ok, a: np.where(ok, a, 0.0))
+
+
 class Gradients:
     """The exact gradients of one attention call (one block of query rows against one key set).
 
@@ -119,9 +192,9 @@ class Gradients:
     without them reads rows of its own exponents, :class:`~exactattn.numbers.terms.Terms`).
 
     ``policy`` with a soft-cap or RoPE (``positions`` the rows' query positions): the logits
-    are transcendental, so the block is ``certified``: ``rotate`` is the forward's rotation of
-    ``arb`` rows (:func:`exactattn.reference.enclose.rotated_balls`), handed in with the rows by
-    :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`; values come from
+    are transcendental, so the block is ``certified`` (its rows handed in by
+    :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`, rotated as the forward
+    rotates ``arb`` rows: :func:`exactattn.reference.enclose.rotated_balls`); values come from
     enclosures, ``dQ = R_i^T scale sum_j dS_ij f_ij R_j k_j`` (``f = 1 - tanh^2(s / cap)``,
     R the rotation at a position; likewise dK), and signs are bounded
     (:class:`~exactattn.errors.Undecided` past the bound).
@@ -134,8 +207,7 @@ class Gradients:
 
     def __init__(self, queries, keys, values, d_out, *, keep, offsets=None,
                  divisor_squared: Fraction | None = None, empty_row: str = "zero",
-                 sink=None, factors=None, policy=None, positions=None, d_lse=None, rows=None,
-                 rotate=None):
+                 sink=None, factors=None, policy=None, positions=None, d_lse=None, rows=None):
         self.R, self.E = len(queries), len(queries[0])
         self.S, self.Ev = len(keys), len(values[0])
         if tuple(keep.shape) != (self.R, self.S):
@@ -174,9 +246,8 @@ class Gradients:
             raise InputError(f"policy {'softcap' if policy.softcap else 'rope'} must come with the "
                              "forward's rows for gradients (got none); use Reference(Call(q, k, "
                              "v, policy=...)).gradients(d_out), which certifies them")
-        self._rows, self._rotate, self._capped = rows, rotate, None
+        self._rows, self._capped = rows, None
         self._terms = None
-        self._mats = None
         self._dPm_cache = None
         self._balls: dict = {}
         self._parts, self._dP, self._W = {}, {}, {}     # the exact numerators' caches
@@ -224,25 +295,16 @@ class Gradients:
     def terms(self) -> Terms:
         """The exponents as powers of the generators (:class:`Terms`), built on first use."""
         if self._terms is None:
-            Qm, Km = self.mats[:2]
-            ints, den = mat_ints(Qm * Km.transpose())
+            ints, den = mat_ints(fmpq_mat_of(self._Q) * fmpq_mat_of(self._K).transpose())
             self._terms = Terms(ints, den, self._keep, self._offsets,
                                 self.divisor_squared, self.empty_row)
         return self._terms
 
     @property
-    def mats(self) -> list:
-        """``fmpq_mat`` of Q, K, V and dO (K and V with the sink's zero row)."""
-        if self._mats is None:
-            self._mats = [fmpq_mat_of(m) for m in (self._Q, self._K, self._V, self._dO)]
-        return self._mats
-
-    @property
     def dP_matrix(self):
         """``M * (dO V^T)`` as an ``fmpq_mat``: the gradient w.r.t. the shares (exact)."""
         if self._dPm_cache is None:
-            Vm, dOm = self.mats[2:]
-            m = dOm * Vm.transpose()
+            m = fmpq_mat_of(self._dO) * fmpq_mat_of(self._V).transpose()
             if self._factors is not None:
                 from flint import fmpq_mat
                 m = fmpq_mat(self.R, self.cols,
@@ -310,13 +372,11 @@ class Gradients:
         if got is not None:
             return got
         balls = self.balls(BULK_PREC)[name]
-        if cols is None:
-            return [r[0] for r in certified([[b] for b in balls], places,
-                                            lambda i, j: self.value(name, i),
-                                            nan=lambda i, j: self.atom_nan((name, i)))]
-        grid = [[balls[i, c] for c in range(cols)] for i in range(rows)]
-        return certified(grid, places, lambda i, j: self.value(name, i, j),
-                         nan=lambda i, j: self.atom_nan((name, i, j)))
+        at = (lambda i, j: (i,)) if cols is None else (lambda i, j: (i, j))    # D: a vector
+        got = certified([[balls[i]] if cols is None else [balls[i, c] for c in range(cols)]
+                         for i in range(rows)], places, lambda i, j: self.value(name, *at(i, j)),
+                        nan=lambda i, j: self.atom_nan((name, *at(i, j))))
+        return [r[0] for r in got] if cols is None else got
 
     def enclosures(self) -> dict | None:
         """Certified float64 ``(mid, rad)`` enclosures of every matrix
@@ -382,88 +442,69 @@ class Gradients:
             hit = self._balls[near] = self._balls.pop(near)    # now the most recently used
             return hit
         from flint import arb, arb_mat
+        from .enclose import rotated_balls
         R, C = self.R, self.cols
         with working_precision(prec):
-            dPm = arb_mat(self.dP_matrix)
-            flat = dPm.entries()
-            zero = arb(0)
-            P = [[zero] * C for _ in range(R)]
-            dS = [[zero] * C for _ in range(R)]
-            D = [zero] * R
+            P = np.full((R, C), arb(0), dtype=object)
             for i in range(R):
-                if self.kinds[i] in ("zero", "nan"):
-                    continue
-                vis = [j for j, g in enumerate(self.rows[i].gaps) if g is not None]
-                row = [self.rows[i].share(j).ball(prec) for j in vis]    # the forward's shares
-                dPi = [flat[i * C + j] for j in vis]
-                Pi = P[i]
-                d = arb(0)
-                for j, p, x in zip(vis, row, dPi):
-                    Pi[j] = p
-                    d += p * x
-                if self.certified and self.kinds[i] == "ok":   # D = c + sum P (dP - c): a row
-                    c = dPi[0]                                # of equal dP gets dS exactly 0
-                    d = c + sum((p * (x - c) for p, x in zip(row, dPi)), arb(0))
-                D[i] = d
-                if self.kinds[i] == "ok":
-                    dSi = dS[i]
-                    if self._dlse is not None:
-                        d = d - arb(fmpq_of(self._dlse[i]))
-                    for j, p, x in zip(vis, row, dPi):
-                        dSi[j] = p * (x - d)
-            Qm, Km, Vm, dOm = (arb_mat(m) for m in self.mats)
-            Pm = arb_mat(R, C, [e for r in P for e in r])
-            if self._factors is None:
-                Wm = Pm
-            else:
-                Wm = arb_mat(R, C, [P[i][j] * arb(fmpq_of(self.factor(i, j)))
-                                    for i in range(R) for j in range(C)])
-            dSm = arb_mat(R, C, [e for r in dS for e in r])
+                if self.kinds[i] not in ("zero", "nan"):    # the forward's shares
+                    for j, g in enumerate(self.rows[i].gaps):
+                        if g is not None:
+                            P[i, j] = self.rows[i].share(j).ball(prec)
+            Q, K, V, dO, M, dlse = self._inputs(lambda x: arb(fmpq_of(x)), object)
             s = arb(fmpq_of(self._scale_q))
             if self.irrational_scale is not None:
                 s *= atom_ball(self.irrational_scale)
-            dQ, dK = self._chain(dSm, s) if self.certified else \
-                ((dSm * Km) * s, (dSm.transpose() * Qm) * s)
-            out = {"P": Pm, "dP": dPm, "D": D, "dS": dSm, "O": Wm * Vm,
-                   "dQ": dQ, "dK": dK, "dV": Wm.transpose() * dOm}
+            centre = [(i, next(j for j, g in enumerate(self.rows[i].gaps) if g is not None))
+                      for i in range(R) if self.certified and self.kinds[i] == "ok"]
+            out = compose(_Balls(centre), P, _objects(arb_mat(self.dP_matrix)), Q, K, V, dO,
+                          ok=self._ok, s=s, W=P if M is None else P * M, dlse=dlse,
+                          f=self._cap_factor(), turn=self._turn(lambda m, at: _objects(
+                              rotated_balls(list(m), at, self.policy.rope))))
+            out = {k: list(v[:, 0]) if k == "D" else arb_mat(*v.shape, v.ravel().tolist())
+                   for k, v in out.items()}
         if len(self._balls) >= 4:   # the least recently used goes (a report's entries ask
             self._balls.pop(next(iter(self._balls)))    # 64, 128, 256 bits each in turn)
         self._balls[prec] = out
         return out
 
-    def _chain(self, dS, s) -> tuple:
-        """dQ and dK of a certified block: each dS_ij times ``f_ij = 1 - tanh^2(s_ij / cap)``
-        (``cap tanh(x / cap)``'s derivative; s the scaled score: the tanh atom of the forward
-        row's logit, none where s = 0), the queries and keys rotated to their positions and the
-        results turned back (``R^T``): at the current precision."""
-        from flint import arb, arb_mat
+    _ok = property(lambda self: np.array([[k == "ok"] for k in self.kinds]))
+    compose = staticmethod(compose)       # for reference.floats, without an import cycle
+
+    def _inputs(self, number, dtype) -> list:
+        """Q, K, V, dO (K and V with the sink's row), the dropout factors and dlse (R x 1; None
+        without them) as arrays of ``number(x)``."""
+        return [None if m is None else np.array([[number(x) for x in r] for r in m], dtype=dtype)
+                for m in (self._Q, self._K, self._V, self._dO, self._factors,
+                          None if self._dlse is None else [[x] for x in self._dlse])]
+
+    def _cap_factor(self):
+        """A soft-capped block's ``f_ij = 1 - tanh^2(s_ij / cap)`` (``cap tanh(x / cap)``'s
+        derivative; s the scaled score: the tanh atom of the forward row's logit, none where
+        s = 0) as ``arb`` at the current precision, or None without a soft-cap."""
+        from flint import arb
         from ..numbers.reals import Tanh
-        pol, keys, rotated_balls = self.policy, list(range(self.cols)), self._rotate
-        if pol.rope is None:
-            Qr, Kr = (arb_mat(m) for m in self.mats[:2])
-        else:
-            Qr, Kr = rotated_balls(self._Q, self.positions, pol.rope), \
-                rotated_balls(self._K, keys, pol.rope)
-        if pol.softcap is not None:
-            f = [1 - sum((atom_ball(a) ** 2 for a, _ in getattr(row.gaps[j] if row.certified else
-                          None, "terms", ()) if isinstance(a, Tanh)), arb(0))
-                 for row in self.rows for j in keys]
-            self._capped = [float(b.mid()) for b in f]
-            dS = arb_mat(self.R, self.cols, [a * b for a, b in zip(dS.entries(), f)])
-        dQ, dK = (dS * Kr) * s, (dS.transpose() * Qr) * s
-        if pol.rope is None:
-            return dQ, dK
-        def back(m, positions):
-            rows = [[m[i, c] for c in range(m.ncols())] for i in range(m.nrows())]
-            return rotated_balls(rows, [-p for p in positions], pol.rope)
-        return back(dQ, self.positions), back(dK, keys)
+        if not self.certified or self.policy.softcap is None:
+            return None
+        f = [1 - sum((atom_ball(a) ** 2 for a, _ in getattr(row.gaps[j] if row.certified else
+                      None, "terms", ()) if isinstance(a, Tanh)), arb(0))
+             for row in self.rows for j in range(self.cols)]
+        self._capped = [float(b.mid()) for b in f]
+        return np.array(f, dtype=object).reshape(self.R, self.cols)
+
+    def _turn(self, rotate):
+        """``(rotate, query positions, key positions)`` of a rotary block, else None."""
+        if not self.certified or self.policy.rope is None:
+            return None
+        return rotate, self.positions, list(range(self.cols))
 
     def magnitudes(self) -> dict:
         """Float sizes of the terms each entry adds up (for errors in ULPs at the terms).
 
         ``dV_jc``: sum_i W_ij |dO_ic|; ``dS_ij``: P_ij (|dP|_ij + sum_k P_ik |dP|_ik) with
-        ``|dP| = M |dO| |V|^T``; ``dQ``: |scale| |dS| |K|; ``dK``: |scale| |dS|^T |Q|.
-        Numpy float64 arrays (a few digits; NaN rows count 0).
+        ``|dP| = M |dO| |V|^T``; ``dQ``: |scale| |dS| |K|; ``dK``: |scale| |dS|^T |Q|: the
+        formulas of :func:`compose` over sizes (a difference adds).  Numpy float64 arrays (a
+        few digits; NaN rows count 0).
         """
         if self._magnitudes is not None:
             return self._magnitudes
@@ -475,30 +516,19 @@ class Gradients:
                           for i in range(self.R)])
         for i in self._nan_rows:
             P[i] = 0
-        f = [np.array([[float(e) for e in r] for r in mat], dtype=np.float64)
-             for mat in (self._Q, self._K, self._V, self._dO)]
-        Q, K, V, dO = (np.abs(a) for a in f)
-        M = np.ones(P.shape) if self._factors is None else \
-            np.array([[float(x) for x in r] for r in self._factors], dtype=np.float64)
-        A = (dO @ V.T) * M
-        lse = np.abs(np.array([float(self.d_lse(i)) for i in range(self.R)]))[:, None]
-        dS = P * (A + (P * A).sum(axis=1, keepdims=True) + lse)
-        for i, k in enumerate(self.kinds):
-            if k != "ok":
-                dS[i] = 0
+        Q, K, V, dO, M, dlse = (a if a is None else np.abs(a) for a in self._inputs(float, float))
+        M = np.ones(P.shape) if M is None else M
         s = float(self._scale_q) / (1.0 if self.irrational_scale is None
                                     else float(self.irrational_scale) ** 0.5)
-        pairs = [] if not self.certified or self.policy.rope is None else \
-            [p[:2] for p in self.policy.rope.pairs(self.E)]
         mix = np.eye(self.E)      # a rotation mixes a pair: |R x|_a <= |x_a| + |x_b|
-        for a, b in pairs:
+        for a, b, *_ in self.policy.rope.pairs(self.E) if self._turn(0) else ():
             mix[a, b] = mix[b, a] = 1
-        Q, K = Q @ mix, K @ mix
-        # the soft-cap's factor 1 - tanh^2 adds up terms of size 1 + tanh^2 = 2 - f
-        dSf = dS if self._capped is None else dS * (2 - np.reshape(self._capped, dS.shape))
-        dQ, dK = s * dSf @ K @ mix, s * dSf.T @ Q @ mix
-        self._magnitudes = {"dQ": dQ, "dK": dK[:self.S], "dV": ((P * M).T @ dO)[:self.S],
-                            "dS": dS}
+        got = compose(_Sizes, P, (dO @ V.T) * M, Q, K, V, dO, ok=self._ok, s=s, W=P * M, dlse=dlse,
+                      # the soft-cap's factor 1 - tanh^2 adds up terms of size 1 + tanh^2 = 2 - f
+                      f=None if self._capped is None else 2 - np.reshape(self._capped, P.shape),
+                      turn=self._turn(lambda m, _: m @ mix))
+        self._magnitudes = {"dQ": got["dQ"], "dK": got["dK"][:self.S],
+                            "dV": got["dV"][:self.S], "dS": got["dS"]}
         return self._magnitudes
 
     # -- exact numerators: each atom as sum_k N_k / Z_k^2 over the generators (Terms) --------
@@ -585,27 +615,13 @@ class Gradients:
 
     def _column_parts(self, name: str, j: int, c: int) -> dict:
         """dK_jc = scale sum_i Q_ic dS_ij and dV_jc = sum_i dO_ic W_ij, row class by row class."""
-        terms = self.terms
         out: dict = {}
         for i in range(self.R):
-            kind = terms.kinds[i]
-            if kind in ("zero", "nan") or (kind == "uniform" and name == "dK"):
-                continue
-            w = self.queries[i][c] if name == "dK" else self.d_out[i][c] * self.factor(i, j)
-            if not w:
-                continue
-            mono = self._mono(i, j)
-            if mono is None:
-                continue
-            key = terms.class_of(i)
-            Z = terms.normaliser(key)
-            if name == "dV":
-                piece = mono * Z * fmpq_of(w)
-            else:
-                q = self._dP_row(i)[j] + self.d_lse(i)
-                piece = mono * (Z * fmpq_of(q) - self._W_row(i)) * \
-                    fmpq_of(w * self.scale_rational)
-            out[key] = out[key] + piece if key in out else piece
+            w = self.queries[i][c] * self.scale_rational if name == "dK" else \
+                self.d_out[i][c] * self.factor(i, j)
+            for key, piece in self._build_parts(("dS" if name == "dK" else "P", i, j)).items() \
+                    if w else ():
+                out[key] = out[key] + piece * fmpq_of(w) if key in out else piece * fmpq_of(w)
         return out
 
     def row_sum(self, i: int) -> ExpRatio:
@@ -620,21 +636,6 @@ class Gradients:
                 for j in range(self.cols)]
 
 
-def check_policy(policy: Policy) -> Policy:
-    """``policy`` when the gradients cover it (a field named in ``UNSUPPORTED["gradients"]``,
-    none today, is refused with one line).
-
-    >>> check_policy(Policy(causal=True, sink=Fraction(0))).causal
-    True
-    """
-    for name in policy.unsupported("gradients"):
-        value = getattr(policy, name)
-        if value is not None:
-            raise InputError(f"policy {name} must be unset for gradients (got "
-                             f"{shorten(str(value))}); the gradients do not take it")
-    return policy
-
-
 class ExactGradients:
     """The exact gradients of every head of a call: one :class:`Gradients` block per (batch,
     key/value head), read from the call's :class:`~exactattn.reference.reference.Reference`:
@@ -643,8 +644,7 @@ class ExactGradients:
 
     def __init__(self, ref, d_out: np.ndarray, d_lse: np.ndarray | None = None):
         from ..call.modifiers import row_offsets
-        from .enclose import rotated_balls
-        problem, policy = ref.exact_call, check_policy(ref.policy)
+        problem, policy = ref.exact_call, ref.policy
         sh = self.shape = problem.shape
         self.policy = policy
         L, S = sh["L"], sh["S"]
@@ -669,7 +669,6 @@ class ExactGradients:
                     policy=ref.head_policy(0),
                     positions=[policy.query_position(i, L, S) for i in range(L)] * len(hs),
                     d_lse=None if d_lse is None else [x for h in hs for x in d_lse[b, h].tolist()],
-                    rotate=rotated_balls,
                     rows=lambda b=b, hs=hs: [ref.row(b, h, i) for h in hs for i in range(L)])
 
     def locate(self, name: str, b: int, h: int, i: int, c: int):
@@ -700,6 +699,7 @@ class ExactGradients:
         (exact zeros, ties, stragglers) is rounded entry by entry from its exact value
         (:func:`~exactattn.numbers.formats.round_cells`).
         """
+        from flint import arb
         fmt = float_format(dtype)
         shape = self.shape_of(name)
         rounded = np.empty(shape)
@@ -714,8 +714,19 @@ class ExactGradients:
                 continue
             mags[b, h] = block.magnitudes()[name][start:start + shape[2]]
             todo = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
-            if fmt.name == "float32":
-                todo = self._from_floats(block, name, start, shape, (b, h), rounded, balls)
+            got = block.enclosures() if fmt.name == "float32" else None
+            # float32 from the certified float64 enclosures (reference.floats) where they decide
+            # it, their ends pushed two float64s outwards; NaN rows and the rest go on below
+            if got is not None:
+                m, r = (a[start:start + shape[2]] for a in got[name])
+                f, ok = round_enclosures(m, r, "float32", steps=2)
+                ok &= ~np.array([block.atom_nan((name, start + i, 0))
+                                 for i in range(shape[2])], dtype=bool)[:, None]
+                for i, c in todo:
+                    if ok[i, c]:
+                        rounded[b, h, i, c] = float(f[i, c])
+                        balls[b, h, i, c] = arb(float(m[i, c]), float(r[i, c]))
+                todo = [(i, c) for i, c in todo if not ok[i, c]]
             if not todo:
                 continue
 
@@ -727,31 +738,6 @@ class ExactGradients:
                         fmt, prec, (rounded[b, h], balls[b, h]), max_prec=2 * prec,
                         exact_prec=4 * prec)
         return rounded, balls, mags
-
-    @staticmethod
-    def _from_floats(block, name, start, shape, at, rounded, balls) -> list:
-        """Round to float32 from the certified float64 enclosures
-        (:mod:`exactattn.reference.floats`) where they decide it
-        (:func:`~exactattn.numbers.formats.round_enclosures`, their ends pushed two float64s
-        outwards); returns the entries left (ends that differ, zeros of uncertain sign, NaN
-        rows)."""
-        from flint import arb
-        got = block.enclosures()
-        cells = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
-        if got is None:
-            return cells
-        m, r = (a[start:start + shape[2]] for a in got[name])
-        f, ok = round_enclosures(m, r, "float32", steps=2)
-        rows = np.array([block.atom_nan((name, start + i, 0)) for i in range(shape[2])])
-        ok &= ~rows[:, None]
-        left = []
-        for i, c in cells:
-            if ok[i, c]:
-                rounded[at + (i, c)] = float(f[i, c])
-                balls[at + (i, c)] = arb(float(m[i, c]), float(r[i, c]))
-            else:
-                left.append((i, c))
-        return left
 
 
 def d_out_array(problem, d_out, name: str = "d_out") -> np.ndarray:

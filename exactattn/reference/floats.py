@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+
 
 #: the most places decided from float64 enclosures (past this the arb path runs)
 MAX_PLACES = 10
@@ -59,7 +61,6 @@ def _exact(rows, common=None):
     (``common``, from :func:`exactattn.numbers.exact.common_denominator`) divided in float64
     (two roundings and a division), or each entry's nearest float when they do not fit (the
     correctly rounded quotient of its numerator by its denominator, as ``float()`` gives)."""
-    import numpy as np
     from ..numbers.bulk import int_rows
     if common is not None and common[1] < 2 ** 1000:
         ints, den = common
@@ -78,7 +79,6 @@ def _matmul(a, b):
 
     one product for the midpoint and one for the radius.
     """
-    import numpy as np
     am, ar = a
     n, c = am.shape[1], 4 * _U
     aa = np.abs(am)
@@ -90,19 +90,16 @@ def _matmul(a, b):
 
 def _mul(a, b):
     (am, ar), (bm, br) = a, b
-    import numpy as np
     m = am * bm
     return m, _up(np.abs(am) * br + ar * np.abs(bm) + ar * br + (2 * _U) * np.abs(m))
 
 
 def _sub(a, b):
-    import numpy as np
     m = a[0] - b[0]
     return m, _up(a[1] + b[1] + (2 * _U) * np.abs(m))
 
 
 def _row_sum(a):
-    import numpy as np
     n = a[0].shape[1]
     m = a[0].sum(axis=1, keepdims=True)
     return m, _up(a[1].sum(axis=1, keepdims=True) +
@@ -119,14 +116,13 @@ def _scalar(q: Fraction, D: Fraction | None):
         b = arb(fmpq_of(q)) * (1 if D is None else atom_ball(D))
         m = float(arb_to_fraction(b.mid()))
         r = float(arb_to_fraction(b.rad()))
-    return m, _up(r + 2 * _U * abs(m))
+    return np.float64(m), np.float64(_up(r + 2 * _U * abs(m)))
 
 
 def enclose(g) -> dict | None:
     """``{name: (mid, rad)}`` numpy float64 enclosures of every matrix of
     :class:`~exactattn.reference.backward.Gradients` ``g`` (``D`` as a vector), or None
     when the call has offsets, a sink or dropout, or inputs past int64."""
-    import numpy as np
     from ..numbers.bulk import block_bounds, int_rows
     from ..numbers.exact import common_denominator
     if not g.plain or g.R == 0 or g.S == 0:
@@ -157,26 +153,25 @@ def enclose(g) -> dict | None:
     P = (pm, _up(np.maximum(p_hi - pm, pm - p_lo) + (2 * _U) * pm))
     Q, K, V, dO = (_exact(m, commons[k]) for k, m in
                    (("Q", g.queries), ("K", g.keys), ("V", g.values), ("dO", g.d_out)))
-    dP = _matmul((dO, np.abs(dO) * (4 * _U) + 2.0 ** -1074), V.T)
-    D = _row_sum(_mul(P, dP))
-    dS = _mul(P, _sub(dP, D))
-    ok = np.array([k == "ok" for k in kinds])[:, None]
-    dS = (np.where(ok, dS[0], 0.0), np.where(ok, dS[1], 0.0))
-    s = _scalar(g.scale_rational, g.irrational_scale)
-    s = (np.float64(s[0]), np.float64(s[1]))
-    dQ = _mul(s, _matmul(dS, K))
-    dK = _mul(s, _matmul((dS[0].T, dS[1].T), Q))
-    dV = _matmul((P[0].T, P[1].T), dO)
-    O = _matmul(P, V)
-    return {"P": P, "dP": dP, "D": (D[0][:, 0], D[1][:, 0]), "dS": dS, "dQ": dQ, "dK": dK,
-            "dV": dV, "O": O}
+    got = g.compose(_Intervals, P, _matmul((dO, np.abs(dO) * (4 * _U) + 2.0 ** -1074), V.T),
+                  Q, K, V, dO, ok=g._ok, s=_scalar(g.scale_rational, g.irrational_scale))
+    got["D"] = tuple(a[:, 0] for a in got["D"])
+    return got
+
+
+class _Intervals:
+    """:func:`~exactattn.reference.backward.compose` over ``(mid, rad)`` pairs (a product's
+    right factor: floats within ``4u`` of exact)."""
+    mul, sub, matmul = staticmethod(_mul), staticmethod(_sub), staticmethod(_matmul)
+    dot = staticmethod(lambda P, dP: _row_sum(_mul(P, dP)))
+    T = staticmethod(lambda a: (a[0].T, a[1].T))
+    where = staticmethod(lambda ok, a: (np.where(ok, a[0], 0.0), np.where(ok, a[1], 0.0)))
 
 
 def round_balls(mid, rad, places: int):
     """``(texts, undecided)``: every entry of ``mid +/- rad`` correctly rounded to ``places``
     where the enclosure decides it (numpy object array of strings), and a boolean array of
     the entries it leaves undecided (their texts are None)."""
-    import numpy as np
     from ..numbers.digits import format_scaled
     sc = float(10 ** places)
     with np.errstate(all="ignore"):

@@ -39,23 +39,13 @@ def to_fractions(m: Sequence[Sequence[int | None]], den: int) -> list[list]:
 
 
 def project(W: Sequence[Sequence], x: Sequence[Sequence]) -> tuple[list[list], int]:
-    """``out[i][s] = sum_m W[s][m] x[i][m]`` (slots layout); returns ``(out, MACs)``.
+    """``out[i][s] = sum_m W[s][m] x[i][m]`` (slots layout); returns ``(out, MACs)``: the
+    scores of the tokens against the weight rows, every pair seen (:func:`score`).
 
     Shapes: W is d_out x d_model, x is n x d_model, out is n x d_out.
     One MAC per product: n * d_out * d_model in all.
     """
-    macs = 0
-    out = []
-    for row in x:
-        o = []
-        for w in W:
-            acc = 0
-            for wm, xm in zip(w, row):
-                acc += wm * xm
-                macs += 1
-            o.append(acc)
-        out.append(o)
-    return out, macs
+    return score(x, W, lambda i: range(len(W)))
 
 
 def score(queries: Sequence[Sequence], keys: Sequence[Sequence],

@@ -38,7 +38,9 @@ float32 the exact entries are rounded from the certified float64 enclosures
 
 from __future__ import annotations
 
+import functools
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -221,9 +223,9 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     for grad in grads:
         def entry(idx, r, g, ulps, rel, status, terms=None, grad=grad):
             return BackwardEntry((grad, *idx), r, g, ulps, rel, status, exact, terms)
-        judge_entries(arrays_got[grad], shapes[grad],
-                      exact_rounded[grad], lambda *idx, grad=grad: exact.value(grad, *idx),
-                      exact, fmt, tol, found=found, entry=entry)
+        judge_entries(arrays_got[grad], exact_rounded[grad],
+                      SimpleNamespace(output=functools.partial(exact.value, grad)), fmt, tol,
+                      found=found, entry=entry)
     notes = [note] if note else []
     if (problem.policy.softcap, problem.policy.rope) != (None, None):
         notes.append("soft-cap, RoPE: dQ_i = R_i^T scale sum_j dS_ij f_ij R_j k_j and dK "

@@ -52,27 +52,11 @@ from .adapter import FloatCall, FunctionImpl, Impl, read_answer
 from .impls import KERNELS, load_impl
 
 
-class BackwardImpl:
-    """A backward pass under test: ``impl(call, d_out) -> (dq, dk, dv)``; ``name`` and ``dtypes``;
-    ``takes_mask`` and ``takes_gqa`` as :class:`~exactattn.verify.adapter.Impl`'s."""
-
-    name = "backward"
-    dtypes: tuple = ("float64", "float32", "float16", "bfloat16")
-    takes_mask = True
-    takes_gqa = True
-
-    def dtype_hint(self, dtype: str) -> str:
-        return ""
-
-    def __call__(self, call: FloatCall, d_out: np.ndarray,
-                 d_lse=None):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
-class BackwardOf(BackwardImpl):
+class BackwardOf(Impl):
     """The backward of an implementation that has one (``impl.backward(call, d_out)``:
     :class:`~exactattn.verify.impls.NumpyImpl`, :class:`~exactattn.verify.impls.TorchImpl`),
-    named by its ``backward_name``, with its dtypes."""
+    named by its ``backward_name``, with its dtypes: ``impl(call, d_out) -> (dq, dk, dv)``,
+    as every backward under test (:class:`FunctionBackward` too)."""
 
     def __init__(self, impl):
         self.impl, self.dtypes = impl, impl.dtypes
@@ -91,7 +75,7 @@ class BackwardOf(BackwardImpl):
         return self.impl.backward(call, d_out, *[d for d in [d_lse] if d is not None])
 
 
-class FunctionBackward(FunctionImpl, BackwardImpl):
+class FunctionBackward(FunctionImpl):
     """Your backward: ``f(query, key, value, grad_out, **call arguments) -> (dq, dk, dv)``.
 
     Arguments as :class:`~exactattn.verify.adapter.FunctionImpl` in the
@@ -111,10 +95,10 @@ class FunctionBackward(FunctionImpl, BackwardImpl):
         return tuple(read_answer(g, self.name).values for g in got)
 
 
-def load_backward(impl, *, arrays: str = "numpy") -> BackwardImpl:
-    """A :class:`BackwardImpl` from ``numpy``, ``numpy-naive``, ``torch``, ``flex``, ``jax``,
-    ``module:function``, a
-    callable, or an :class:`~exactattn.verify.adapter.Impl` with a ``backward`` method.
+def load_backward(impl, *, arrays: str = "numpy") -> Impl:
+    """A backward (:class:`BackwardOf`, :class:`FunctionBackward`) from ``numpy``,
+    ``numpy-naive``, ``torch``, ``flex``, ``jax``, ``module:function``, a callable, or an
+    :class:`~exactattn.verify.adapter.Impl` with a ``backward`` method.
 
     Raises:
         InputError: an unknown name, a function that cannot be loaded.
@@ -122,7 +106,7 @@ def load_backward(impl, *, arrays: str = "numpy") -> BackwardImpl:
     >>> load_backward("numpy").name
     'numpy backward'
     """
-    if isinstance(impl, BackwardImpl):
+    if isinstance(impl, (BackwardOf, FunctionBackward)):
         return impl
     if isinstance(impl, str) and impl in KERNELS:
         impl = load_impl(impl)

@@ -27,11 +27,10 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
-from .compare import Comparison, decide, judge, rejudge, ulp_unit
-from . import compare
+from .compare import Comparison, decide, enclosures, judge, ulp_unit
 from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, default_max_ulps, float_format,
                                round_to_format)
-from .adapter import ask, check_dtype
+from .adapter import ask, check_dtype, read_answer
 from .probes import PROBES, Probe, check_probes, probe_values
 from .impls import load_impl, make_call
 from ..call.limits import check_work
@@ -156,13 +155,6 @@ class Report:
         return sh["B"] * got["scores"], sh["B"] * got["mix"]
 
 
-def _float_bounds(fmt: FloatFormat) -> tuple[Fraction, Fraction]:
-    """``(h, T)``: values up to h round to 0 in ``fmt``, values from T on round to infinity."""
-    p = fmt.precision
-    return (Fraction(2) ** (fmt.emin - p),
-            Fraction(2 ** (p + 1) - 1) * Fraction(2) ** (fmt.emax - p))
-
-
 def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
                   runs: int = 1) -> tuple[FloatFormat, Policy]:
     """What every check (forward or backward) refuses before it runs anything: a dtype the
@@ -204,7 +196,7 @@ def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
     D = policy.divisor_squared
     if D == DEFAULT_SCALE or D is None:
         return
-    lo, hi = _float_bounds(FORMATS["float64"])
+    lo, hi = Fraction(1, 2 ** 1075), Fraction(2 ** 1024 - 2 ** 970)    # float64: 0 to lo, inf
     if D <= 1 / (hi * hi):           # 1/sqrt(D) >= hi: infinity in float64
         got = "inf"
     elif D >= 1 / (lo * lo):         # 1/sqrt(D) <= lo: 0 in float64
@@ -369,23 +361,6 @@ def attempt(run, *args) -> tuple:
     return answer, why or None
 
 
-def _lse_found(ref: Reference, got, dtype: str, base: str, tol: int, prec: int) -> Comparison:
-    """The log-sum-exp of every row against the exact one (:meth:`Reference.rounded_lse`)."""
-    fmt = float_format(dtype)
-    rounded, balls = ref.rounded_lse(dtype, base, prec=prec)
-    top = logit_bound(ref)
-    out = Comparison(None)
-    for idx in np.ndindex(*rounded.shape):
-        g, r = (math.nan if got is None else float(got[idx])), float(rounded[idx])
-        if got is None:
-            out.add(Entry(idx, r, g, None, None, "hard", ref, lse_base=base))
-            continue
-        mag = max(abs(r), top if math.isfinite(top) else abs(r))
-        j = judge(g, r, balls[idx], mag, fmt, lambda: ref.lse(*idx, base), tol, lse=True)
-        out.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, base))
-    return out
-
-
 def verify(impl, call: Call, dtype: str = "float32", *,
            max_ulps: int | None = None, prec: int = 96, lse: str | None = None,
            reference: Reference | None = None, probes=PROBES,
@@ -467,21 +442,10 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     except ShapeError as e:          # a failure of this case, not a bad input (as the backward)
         got = got_lse = None
         raised = f"an answer of the wrong shape: {e}"
-    floats = call_floats(rounded_call) if raised is None and lse is None else None
-    report = None if floats is None else bulk_report(impl.name, got, floats, dtype, max_ulps,
-                                                     lambda: rounded_call, prec, ref=ref,
-                                                     accumulation=accumulation)
-    if report is not None:
-        acc = None if report.bound is None else accumulation
-        probed, spent = _probe_runs(impl, rounded_call, probes, dtype, report.max_ulps, prec,
-                                    want, None, acc, floats)
-        seconds = {"impl": t1 - t0 + spent["impl"], "exact": report.seconds["exact"] +
-                   spent["exact"], "compare": report.seconds["compare"]}
-        return replace(report, moved_inputs=moved, probes=probed, seconds=seconds)
     return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
                    raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
-                   run_probes=lambda tol, acc: _probe_runs(impl, rounded_call, probes, dtype,
-                                                           tol, prec, want, lse, acc),
+                   run_probes=lambda tol, acc, floats=None: _probe_runs(
+                       impl, rounded_call, probes, dtype, tol, prec, want, lse, acc, floats),
                    accumulation=accumulation)
 
 
@@ -524,7 +488,12 @@ def verify_outputs(call, got, dtype: str | None = None, *, max_ulps: int | None 
     >>> r.dtype, r.passed, r.summary()["max_ulps"]
     ('float32', True, 0)
     """
-    answer, dtype = _outputs(got, dtype, name)
+    answer = read_answer(got, name)
+    dtype = answer.dtype if dtype is None else dtype
+    if dtype not in FORMATS:
+        raise InputError(f"{name} must be an array of float64, float32, float16 or bfloat16 "
+                         f"(got dtype {shorten(str(dtype))}); compare the kernel's own output "
+                         "array, not a converted copy")
     if floats is not None:
         q, v, rank = floats[0], floats[2], floats[6]
         values = reshaped(answer.values, (*q.shape[:3], v.shape[3]), rank, name)
@@ -539,12 +508,7 @@ def verify_outputs(call, got, dtype: str | None = None, *, max_ulps: int | None 
     ref = Reference(call)            # refuses non-finite numbers a query sees
     values = reshaped(answer.values, (sh["B"], sh["H_q"], sh["L"], sh["E_v"]), call.rank,
                       name)
-    floats = call_floats(call)
-    report = None if floats is None else bulk_report(name, values, floats, dtype, max_ulps,
-                                                     lambda: call, prec, ref=ref,
-                                                     accumulation=accumulation)
-    return report or _report(name, call, ref, values, dtype, max_ulps, prec,
-                             accumulation=accumulation)
+    return _report(name, call, ref, values, dtype, max_ulps, prec, accumulation=accumulation)
 
 
 class Deferred:
@@ -646,25 +610,45 @@ def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):
 
 
 def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
-                at_terms: bool = True, column: int = 0, known=None) -> tuple:
+                at_terms: bool = True, column: int = 0, known=None, rounded=None,
+                found: Comparison | None = None, entry=None) -> tuple:
     """``(found, left)``: the outputs ``got`` (float64, B x H_q x L x w) judged from their
     enclosures ``enclosed = (mid, rad, mag)`` (:func:`~exactattn.verify.compare.decide`), the
     entries they leave open (``left`` of them) enclosed again in ``arb`` by ``rows`` (a
     :class:`~exactattn.reference.bound.RowBalls` whose value columns ``column..`` these are)
-    and judged by :func:`judge` as :func:`judge_entries` judges them (``at_terms``, ``known``,
-    ``tol`` an int or an array of ``got``'s shape); ``ref.output`` only where a tie or an exact
-    float needs the exact value."""
+    and judged by :func:`judge` (``at_terms``, ``known``, ``tol`` an int or an array of
+    ``got``'s shape); ``ref.output`` only where a tie or an exact float needs the exact value.
+
+    With ``rounded`` (the exact values correctly rounded, ``got``'s shape; ``rows`` the
+    ``arb`` balls of every column, ``mag`` exact): :func:`judge_entries`' rule, every entry
+    not found ok at once judged by :func:`judge` (None for ``got``: every entry hard).  The
+    entries are added to ``found`` (default: a new ``Comparison(None)``), each made by
+    ``entry(idx, rounded, got, ulps, rel, status, terms_ulps)`` (default: an :class:`Entry`
+    on ``ref``)."""
     from ..numbers.formats import round_ball
     mid, rad, mag = enclosed
-    with np.errstate(divide="ignore", invalid="ignore"):    # mag within 3 eta + 2u <= 4 rad/mag
-        slack = np.where(mag > 0, np.maximum(4 * rad / np.where(mag > 0, mag, 1.0), 2.0 ** -30), 0.0)
-    status, rounded, ulps, rel, terms = (a.reshape(-1) for a in
-                                         decide(got, mid, rad, mag, fmt, tol, at_terms, slack))
-    tols = np.broadcast_to(tol, got.shape).reshape(-1)
-    flat_got, shape = got.reshape(-1), got.shape
-    found = Comparison(None)
+    raised, exact = got is None, rounded is not None
+    got = np.full(mid.shape, math.nan) if raised else got
+    shape, flat_got, flat_mag = got.shape, got.reshape(-1), mag.reshape(-1)
+    tols, found = np.broadcast_to(tol, shape), Comparison(None) if found is None else found
+    start = found.count
+    if entry is None:
+        def entry(idx, *args):
+            return Entry(idx, *args[:5], ref, *args[5:],
+                         tolerance=int(tols[idx]) if np.ndim(tol) else None)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # mag within 3 eta + 2u <= 4 rad/mag; judge_entries': exact, a tolerance capped at 2^62
+        slack = 0.0 if exact else \
+            np.where(mag > 0, np.maximum(4 * rad / np.where(mag > 0, mag, 1.0), 2.0 ** -30), 0.0)
+        cap = np.where(np.asarray(tol, dtype=object) > 1 << 62, 1 << 62, tol).astype(np.int64) \
+            if exact else tol
+        status, near, ulps, rel, terms = (a.reshape(-1) for a in
+                                          decide(got, mid, rad, mag, fmt, cap, at_terms, slack))
+    rounded = near if rounded is None else rounded.reshape(-1)
     sharp = status == 0
-    if sharp.any():      # a rough entry that may hold a summary's maximum: judged exactly
+    if exact:
+        status[~sharp] = 2 if raised else 3
+    elif sharp.any():      # a rough entry that may hold a summary's maximum: judged exactly
         top_rel, top_terms = rel[sharp].max(), terms[sharp].max()
         status[(status == 4) & ((rel >= top_rel) | (terms >= top_terms))] = 3
     else:
@@ -673,40 +657,36 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
 
     def make(i, p=ok):     # a rough entry's errors are below what float64 resolves: None
         k, sharp_ = p[i], status[p[i]] == 0
-        return Entry(tuple(int(x) for x in np.unravel_index(k, shape)), float(rounded[k]),
+        return entry(tuple(int(x) for x in np.unravel_index(k, shape)), float(rounded[k]),
                      float(flat_got[k]), int(ulps[k]), float(rel[k]) if sharp_ else None, "ok",
-                     ref, float(terms[k]) if sharp_ else None,
-                     tolerance=int(tols[k]) if np.ndim(tol) else None)
-    found.add_many(ok, ulps[ok], rel[ok], terms[ok], make)
+                     float(terms[k]) if sharp_ else None)
+    found.add_many(ok + start, ulps[ok], rel[ok], terms[ok], make)
     undecided = np.flatnonzero(status == 3)
 
     def at(p):        # an entry's index in rows' value columns
         b, h, i, c = (int(x) for x in np.unravel_index(p, shape))
         return b, h, i, c + column
-    balls = rows.balls([at(p) for p in undecided])
-    flat_mag = mag.reshape(-1)
+    balls = rows if exact else rows.balls([at(p) for p in undecided])
     for p in np.flatnonzero((status != 0) & (status != 4)).tolist():
         idx, g, r = tuple(int(i) for i in np.unravel_index(p, shape)), float(flat_got[p]), \
             float(rounded[p])
         j = None
         if status[p] == 1:
-            e = Entry(idx, r, g, int(ulps[p]), float(rel[p]), "over", ref, float(terms[p]))
+            e = entry(idx, r, g, int(ulps[p]), float(rel[p]), "over", float(terms[p]))
         elif status[p] == 2:
-            e = Entry(idx, r, g, None, math.inf if math.isinf(g) else None, "hard", ref)
+            e = entry(idx, r, g, None, math.inf if math.isinf(g) else None, "hard")
         else:
             ball, m = balls[at(p)], float(flat_mag[p])
-            r = round_ball(ball, fmt, rows.prec)
+            r = r if exact else round_ball(ball, fmt, rows.prec)
             k = None if r is None or known is None else known(r)
             if r is None:       # a tie or an exact float: the exact value decides
                 r, ball = Reference.round_exact(ref.output(*idx), fmt, max(prec, 128))
 
-            def exact(idx=idx, k=k):
+            def exact_value(idx=idx, k=k):
                 return k if k is not None else ref.output(*idx)
-            j = judge(g, r, ball, m, fmt, exact, int(tols[p]), at_terms=at_terms)
-            e = Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps)
-        if np.ndim(tol):
-            e.tolerance = int(tols[p])
-        found.add(e, j, position=p)
+            j = judge(g, r, ball, m, fmt, exact_value, int(tols[idx]), at_terms=at_terms)
+            e = entry(idx, r, g, j.ulps, j.rel, j.status, j.terms_ulps)
+        found.add(e, j, position=start + p)
     return found, len(undecided)
 
 
@@ -724,50 +704,58 @@ def _output_notes(found: Comparison, dtype: str) -> list:
     return notes
 
 
-def _outputs(got, dtype: str | None, name: str):
-    """A kernel's outputs read (:func:`~exactattn.verify.adapter.read_answer`) and the dtype
-    they are judged in (default their own), refused unless a float format."""
-    from .adapter import read_answer
-    answer = read_answer(got, name)
-    dtype = answer.dtype if dtype is None else dtype
-    if dtype not in FORMATS:
-        raise InputError(f"{name} must be an array of float64, float32, float16 or bfloat16 "
-                         f"(got dtype {shorten(str(dtype))}); compare the kernel's own output "
-                         "array, not a converted copy")
-    return answer, dtype
-
-
 def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: int | None,
             prec: int, *, moved: int = 0, raised: str | None = None, lse: str | None = None,
             got_lse=None, impl_seconds: float = 0.0, run_probes=None,
             accumulation: str = "float32") -> Report:
     """The report of outputs ``got`` (B x H_q x L x E_v float64; None when the
     implementation raised: every output a hard failure) against ``ref``, the exact answer
-    of ``call``, of :func:`verify` and :func:`verify_outputs`: the outputs judged by
-    :func:`judge_entries`, the notes, the log-sum-exp (``lse``, ``got_lse``) and the probes
-    (``run_probes(tol, accumulation)`` gives the probe runs and their seconds, proved
-    tolerances when ``accumulation`` is not None; None: no probes)."""
+    of ``call``, of :func:`verify` and :func:`verify_outputs`: decided from float64
+    enclosures where they apply (:func:`bulk_report`; no log-sum-exp asked), else the
+    outputs judged by :func:`judge_entries`, the notes, the log-sum-exp (``lse``,
+    ``got_lse``); and the probes (``run_probes(tol, accumulation, floats)`` gives the probe
+    runs and their seconds, proved tolerances when ``accumulation`` is not None, judged on
+    float64 enclosures where the call's ``floats`` are given; None: no probes)."""
+    no_probes = ([], {"impl": 0.0, "exact": 0.0})
+    floats = None if got is None else call_floats(call)
+    report = None if floats is None or lse is not None else bulk_report(
+        name, got, floats, dtype, max_ulps, lambda: call, prec, ref=ref, accumulation=accumulation)
+    if report is not None:
+        probed, spent = no_probes if run_probes is None else run_probes(
+            report.max_ulps, None if report.bound is None else accumulation, floats)
+        seconds = {"impl": impl_seconds + spent["impl"], "exact": report.seconds["exact"] +
+                   spent["exact"], "compare": report.seconds["compare"]}
+        return replace(report, moved_inputs=moved, probes=probed, seconds=seconds)
     fmt = float_format(dtype)
     sh = call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     t1 = time.perf_counter()
     tol = tolerance(ref, dtype, max_ulps)
     _check_accumulation(accumulation)
-    floats = None if max_ulps is not None or got is None else call_floats(call)
-    each, bound = (None, None) if floats is None else \
+    each, bound = (None, None) if floats is None or max_ulps is not None else \
         proved_tolerance(floats, dtype, accumulation, tol)
     rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
     t2 = time.perf_counter()
-    found = judge_entries(got, want, (rounded, balls, mags), ref.output, ref, fmt,
-                          tol if each is None else each)
-    probed, probe_seconds = ([], {"impl": 0.0, "exact": 0.0}) if run_probes is None else \
+    found = judge_entries(got, (rounded, balls, mags), ref, fmt, tol if each is None else each)
+    probed, probe_seconds = no_probes if run_probes is None else \
         run_probes(tol, None if each is None else accumulation)
     notes = []
     if raised is not None:
         notes.append(f"hard failure: {name} raised {raised}; every output counts as failed")
     notes += _output_notes(found, dtype)
-    lse_found = Comparison(None) if lse is None else _lse_found(ref, got_lse, dtype, lse, tol,
-                                                                prec)
+    lse_found = Comparison(None)
+    if lse is not None:         # every row's log-sum-exp against the exact one
+        lse_rounded, lse_balls = ref.rounded_lse(dtype, lse, prec=prec)
+        top = logit_bound(ref)
+        for idx in np.ndindex(*lse_rounded.shape):
+            g = math.nan if got_lse is None else float(got_lse[idx])
+            r = float(lse_rounded[idx])
+            if got_lse is None:
+                lse_found.add(Entry(idx, r, g, None, None, "hard", ref, lse_base=lse))
+                continue
+            mag = max(abs(r), top if math.isfinite(top) else abs(r))
+            j = judge(g, r, lse_balls[idx], mag, fmt, lambda: ref.lse(*idx, lse), tol, lse=True)
+            lse_found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, lse))
     t3 = time.perf_counter()
     return Report(name, dtype, call.policy, call, found, tol, moved, ref,
                   {"impl": impl_seconds + probe_seconds["impl"],
@@ -777,51 +765,18 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                   bound=None if each is None else bound)
 
 
-def judge_entries(got, shape: tuple, exact: tuple, output, ref, fmt: FloatFormat, tol, *,
-                  at_terms: bool = True, column: int = 0, known=None,
+def judge_entries(got, exact: tuple, ref, fmt: FloatFormat, tol, *,
                   found: Comparison | None = None, entry=None) -> Comparison:
-    """Every output of ``got`` (``shape``; None: the implementation raised) judged against
-    the correctly rounded exact values ``exact = (rounded, balls, magnitudes)``; ``output(b,
-    h, i, c)`` gives an exact value, ``column`` is where this output's columns start in them;
-    ``known(rounded)``, when given, is the exact value when it is known without ``output``;
-    ``tol`` is an int, or an int array of ``shape`` (each entry's own, its ``tolerance``).
-
-    The entries are added to ``found`` (default: a new ``Comparison(None)``), each made by
-    ``entry(idx, rounded, got, ulps, rel, status, terms_ulps)`` (default: an :class:`Entry`
-    on ``ref``); the one judging loop of the forward, its probes and the backward."""
+    """Every output of ``got`` (None: the implementation raised) judged against the correctly
+    rounded exact values ``exact = (rounded, balls, magnitudes)`` (one shape);
+    ``ref.output(b, h, i, c)`` gives an exact value; ``tol`` is an int, or an int array of
+    that shape (each entry's own, its ``tolerance``): :func:`bulk_judged` on the balls'
+    float64 enclosures, every entry they do not clear judged by :func:`judge` (``found`` and
+    ``entry`` are its own); the one judging loop of the forward's exact path and the
+    backward."""
     rounded, balls, mags = exact
-    found = Comparison(None) if found is None else found
-    entry_ref = ref if column == 0 else _Columns(ref, column)
-    each = (lambda idx: int(tol[idx])) if np.ndim(tol) else None
-    if entry is None:
-        def entry(idx, r, g, ulps, rel, status, terms=None):
-            return Entry(idx, r, g, ulps, rel, status, entry_ref, terms,
-                         tolerance=each and each(idx))
-    if got is not None:       # the entries clearly within the tolerance, judged at once
-        part = (slice(None),) * 3 + (slice(column, column + shape[3]),)
-
-        def judge_at(k):
-            idx = tuple(int(x) for x in np.unravel_index(k, shape))
-            at = idx[:3] + (idx[3] + column,)
-            r = float(rounded[at])
-            x = None if known is None else known(r)
-            return judge(float(got[idx]), r, balls[at], float(mags[at]), fmt,
-                         (lambda: output(*at)) if x is None else (lambda: x),
-                         each(idx) if each else tol, at_terms=at_terms)
-        clear, ulps, rel, terms, _, _ = compare.cleared(got, balls[part], mags[part], fmt,
-                                                        tol, at_terms)
-        judged = rejudge(~clear, judge_at, {})
-    for k, idx in enumerate(np.ndindex(*shape)):
-        r = float(rounded[idx[:3] + (idx[3] + column,)])
-        if got is None:
-            found.add(entry(idx, r, math.nan, None, None, "hard"))
-        elif k in judged:
-            j = judged[k]
-            found.add(entry(idx, r, float(got[idx]), j.ulps, j.rel, j.status, j.terms_ulps), j)
-        else:
-            found.add(entry(idx, r, float(got[idx]), int(ulps[idx]), float(rel[idx]), "ok",
-                            float(terms[idx])))
-    return found
+    return bulk_judged(got, (*enclosures(balls), mags), balls, fmt, tol, ref, 0,
+                       rounded=rounded, found=found, entry=entry)[0]
 
 
 class _Columns:
@@ -913,13 +868,21 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
     t = time.perf_counter()
     judges = None if V is None or any(raised) else \
         _bulk_probes(call, floats, plist, V, dtype, tol, prec, accumulation)
-    allowance, proved, judged = judges or _exact_probes(call, plist, want, dtype, tol, prec,
-                                                        accumulation)
+    allowance, proved, enclosed, rows, rounded, joint = judges or \
+        _exact_probes(call, plist, dtype, tol, prec, accumulation)
     runs = []
     for (p, column, part), g, why in zip(_parts(plist), got, raised):
         each = tol + allowance[part] if p.name == "identity" else tol
         each = each if proved is None else np.maximum(proved[part], each)
-        runs.append(ProbeRun(p, judged(p, g, column, each), why))
+        m, r, a = (x[part] for x in enclosed)
+        if rounded is None and p.known(call.policy, 1.0) is not None:    # every output 1 or 0
+            exact = np.where(np.abs(m - 1) <= r, 1.0, np.where(np.abs(m) <= r, 0.0, np.nan))
+            m, r, a = (np.where(np.isnan(exact), x, y) for x, y in ((m, exact), (r, 0.0),
+                                                                  (a, exact)))
+        runs.append(ProbeRun(p, bulk_judged(
+            g, (m, r, a), rows, float_format(dtype), each, _Columns(joint, column), prec,
+            at_terms=False, column=column, known=lambda x, p=p: p.known(call.policy, x),
+            rounded=None if rounded is None else rounded[part])[0], why))
     seconds["exact"] += time.perf_counter() - t
     return runs, seconds
 
@@ -934,35 +897,30 @@ def _parts(plist) -> list:
     return out
 
 
-def _exact_probes(call: Call, plist: list, want: tuple, dtype: str, tol: int, prec: int,
+def _exact_probes(call: Call, plist: list, dtype: str, tol: int, prec: int,
                   accumulation: str | None) -> tuple:
-    """``(allowance, proved, judged)`` for :func:`_probe_runs` from one exact reference of
-    every probe's values side by side: the identity shares' allowance, the proved tolerance
-    (or None), and ``judged(probe, got, column, tol)``, :func:`judge_entries` there."""
+    """``(allowance, proved, enclosed, balls, rounded, joint)`` for :func:`_probe_runs` from
+    one exact reference ``joint`` of every probe's values side by side: the identity shares'
+    allowance, the proved tolerance (or None), float64 enclosures ``(mid, rad, magnitudes)``
+    of its ``arb`` ``balls`` and the outputs correctly rounded (:func:`bulk_judged` with
+    ``rounded``: :func:`judge_entries`' rule)."""
     joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
-    exact = joint.rounded_outputs(dtype, prec=prec)
-    allowance = _share_allowance(exact[2], joint).astype(object) \
+    rounded, balls, mags = joint.rounded_outputs(dtype, prec=prec)
+    allowance = _share_allowance(mags, joint).astype(object) \
         if any(p.name == "identity" for p in plist) else None     # object: a tol past int64
     proved = None if accumulation is None else \
         _probe_tolerance(call_floats(call), _float_values(plist), dtype, accumulation, tol)
-
-    def judged(p, g, column, each):
-        known = None if p.known(call.policy, 1.0) is None else \
-            (lambda r: p.known(call.policy, r))
-        return judge_entries(g, want[:3] + (p.value.shape[3],), exact, joint.output, joint,
-                             float_format(dtype), each, at_terms=False, column=column,
-                             known=known)
-    return allowance, proved, judged
+    return allowance, proved, (*enclosures(balls), mags), balls, rounded, joint
 
 
 def _bulk_probes(call: Call, floats: tuple, plist: list, V, dtype: str, tol: int, prec: int,
                  accumulation: str | None) -> tuple | None:
-    """:func:`_exact_probes`' ``(allowance, proved, judged)`` from float64 enclosures of every
-    probe's outputs side by side (``V``: their values as float64; ``judged`` by
-    :func:`bulk_judged`), or None where they do not decide it (a row without a bound, an
-    identity allowance the enclosure does not fix)."""
+    """:func:`_exact_probes`' ``(allowance, proved, enclosed, rows, None, joint)`` from
+    float64 enclosures of every probe's outputs side by side (``V``: their values as
+    float64; ``rows`` their :class:`~exactattn.reference.bound.RowBalls`), or None where they
+    do not decide it (a row without a bound, an identity allowance the enclosure does not
+    fix)."""
     from ..reference.bound import RowBalls, enclose_outputs
-    fmt = float_format(dtype)
     q, k, _, policy, keep, offsets, _ = floats
     mid, rad, mag, top = enclose_outputs(q, k, V, policy, keep, offsets,
                                          arith=_with_kernel(dtype, accumulation))
@@ -979,20 +937,8 @@ def _bulk_probes(call: Call, floats: tuple, plist: list, V, dtype: str, tol: int
             return None
         allowance = ends[0]
     values = np.concatenate([p.value for p in plist], axis=3)
-    joint = Deferred(lambda: Reference(call.with_value(values)))
-    rows = RowBalls(q, k, V, policy, keep, offsets)
-
-    def judged(p, g, column, each):
-        part = np.s_[..., column:column + p.value.shape[3]]
-        m, r, a = mid[part], rad[part], mag[part]
-        if p.known(policy, 1.0) is not None:    # every output exactly 1 or 0 (its magnitude too)
-            exact = np.where(np.abs(m - 1) <= r, 1.0, np.where(np.abs(m) <= r, 0.0, np.nan))
-            m, r, a = (np.where(np.isnan(exact), x, y) for x, y in ((m, exact), (r, 0.0),
-                                                                  (a, exact)))
-        return bulk_judged(g, (m, r, a), rows, fmt, each, _Columns(joint, column), prec,
-                           at_terms=False, column=column,
-                           known=lambda r: p.known(policy, r))[0]
-    return allowance, proved, judged
+    return allowance, proved, (mid, rad, mag), RowBalls(q, k, V, policy, keep, offsets), None, \
+        Deferred(lambda: Reference(call.with_value(values)))
 
 
 def _share_allowance(shares: np.ndarray, ref: Reference | None = None) -> np.ndarray:

@@ -335,17 +335,15 @@ def cleared(got, balls, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool =
     return status == 0, ulps, rel, terms, mid, rad
 
 
-def rejudge(where, judge_at, judged: dict, ulps=None, rel=None, terms=None) -> dict:
+def rejudge(where, judge_at, judged: dict, ulps, rel, terms) -> dict:
     """The entries ``where`` (those :func:`cleared` leaves open, say) judged by ``judge_at(k)``
-    (``k`` a flat index; a :class:`Judgement`) into ``judged``: with :func:`cleared`, the one
-    bulk judge on balls (verify's exact path, its probes and backward; the model checks).
-    Given ``ulps``, the arrays take the judge's figures too: ``ulps`` (-1 where none), ``rel``
-    and ``terms`` (NaN where none was measured, or hard)."""
+    (``k`` a flat index; a :class:`Judgement`) into ``judged``: with :func:`cleared`, the
+    model checks' bulk judge on balls (verify's is :func:`~exactattn.verify.check.bulk_judged`).
+    The arrays take the judge's figures too: ``ulps`` (-1 where none), ``rel`` and ``terms``
+    (NaN where none was measured, or hard)."""
     import numpy as np
     for k in np.flatnonzero(where).tolist():
         j = judged[k] = judge_at(k)
-        if ulps is None:
-            continue
         ulps.flat[k] = -1 if j.ulps is None else min(j.ulps, 1 << 62)
         rel.flat[k] = math.nan if j.rel is None or j.status == "hard" else j.rel
         terms.flat[k] = math.nan if j.terms_ulps is None else j.terms_ulps

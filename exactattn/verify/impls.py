@@ -299,15 +299,11 @@ class NumpyImpl(ArrayImpl):
             dq, dk = rotated(call, (ds @ f.k) * f.scale,
                              (np.swapaxes(ds, -1, -2) @ f.q) * f.scale, -1)
         if q.ndim >= 3:     # per-query-head gradients added into the key/value head each reads
-            idx = call.kv_index()
-            dk, dv = (_fold_heads(g, a.shape, idx) for g, a in ((dk, k), (dv, v)))
+            folded = [np.zeros(a.shape, dtype=g.dtype) for g, a in ((dk, k), (dv, v))]
+            for out, g in zip(folded, (dk, dv)):      # in head order
+                np.add.at(out, (slice(None),) * (g.ndim - 3) + (call.kv_index(),), g)
+            dk, dv = folded
         return dq, dk, dv
-
-
-def _fold_heads(g: np.ndarray, shape, idx: list[int]) -> np.ndarray:
-    out = np.zeros(shape, dtype=g.dtype)
-    np.add.at(out, (slice(None),) * (g.ndim - 3) + (idx,), g)     # in head order
-    return out
 
 
 def rotate(x, angles, rope):
@@ -471,14 +467,6 @@ class TorchImpl(ArrayImpl):
             raise ImplRaised(e) from e
         return q.grad, k.grad, v.grad
 
-    def _refuse_backend(self, call: FloatCall) -> None:
-        if self.backend is not None:
-            got = next(f for f in ("softcap", "sink", "dropout_p", "lse")
-                       if getattr(call, f) is not None)
-            raise InputError(f"backend {self.backend_name} must run a call SDPA takes as it is "
-                             f"(got {got.replace('_p', '')}, which SDPA has no argument for); "
-                             "drop --backend to check torch's composition in torch ops")
-
     def _raised(self, e: Exception, call: FloatCall) -> Exception:
         """SDPA's RuntimeError: a refusal by name when the chosen backend cannot take the call
         (``No available kernel``), else the implementation's failure (:class:`ImplRaised`)."""
@@ -504,7 +492,12 @@ class TorchImpl(ArrayImpl):
             InputError: the chosen backend cannot take the call.
         """
         if composed(call):
-            self._refuse_backend(call)
+            if self.backend is not None:
+                got = next(f for f in ("softcap", "sink", "dropout_p", "lse")
+                           if getattr(call, f) is not None)
+                raise InputError(f"backend {self.backend_name} must run a call SDPA takes as it "
+                                 f"is (got {got.replace('_p', '')}, which SDPA has no argument "
+                                 "for); drop --backend to check torch's composition in torch ops")
             f = self.compose(call, q, k, v)
             return f.out, f.lse
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
@@ -761,6 +754,8 @@ class FlexImpl(TorchImpl):
     def attend(self, call: FloatCall, q, k, v):
         """flex_attention of the call on tensors of its dtype: the output and lse tensors."""
         import warnings
+
+        from torch.nn.attention.flex_attention import flex_attention
         rank = q.dim()
         q, k, v, gqa = rope_and_heads(call, q, k, v, four=True)   # B x H x L x E only
         shape = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
@@ -770,25 +765,19 @@ class FlexImpl(TorchImpl):
             with warnings.catch_warnings():   # "flex_attention called without torch.compile()"
                 warnings.simplefilter("ignore", UserWarning)
                 warnings.simplefilter("ignore", FutureWarning)    # return_lse's new spelling
-                out, lse = _flex(self.device)(q, k, v, score_mod=score_fn, block_mask=block,
-                                              enable_gqa=gqa, return_lse=True, **kwargs)
+                run = flex_attention if self.device.type == "cpu" else _compiled(flex_attention)
+                out, lse = run(q, k, v, score_mod=score_fn, block_mask=block, enable_gqa=gqa,
+                               return_lse=True, **kwargs)
         except Exception as e:
             raise ImplRaised(e) from e
         return tuple(_unfour(rank, out, lse))
 
 
-_COMPILED: dict = {}
-
-
-def _flex(device):
-    """flex_attention as it runs on ``device``: eager on the CPU, ``torch.compile``'d on CUDA."""
-    from torch.nn.attention.flex_attention import flex_attention
-    if device.type == "cpu":
-        return flex_attention
-    if "cuda" not in _COMPILED:
-        import torch
-        _COMPILED["cuda"] = torch.compile(flex_attention)
-    return _COMPILED["cuda"]
+@functools.cache
+def _compiled(fn):
+    """``torch.compile(fn)``, once: flex_attention as it runs on CUDA (eager on the CPU)."""
+    import torch
+    return torch.compile(fn)
 
 
 #: the arguments of a user's FlexAttention modifier, by kind

@@ -129,15 +129,6 @@ def _score(report: Report, measure: str) -> float:
     return 0.0 if worst is None else float(worst)
 
 
-def _mask_entries(hidden: list, kind: str) -> list:
-    """Drawn ``hidden`` flags as entries of a mask of ``kind``."""
-    if kind == "bool_keep":
-        return [not h for h in hidden]
-    if kind == "bool_drop":
-        return list(hidden)
-    return ["-inf" if h else 0 for h in hidden]
-
-
 def search(impl, dtype: str = "float32", policy: Policy | None = None, *, examples: int = 100,
            seed: int = 0, max_size: int = 4, measure: str = "ulps",
            max_ulps: int | None = None, check=None, max_batch: int = 2, max_heads: int = 4,
@@ -236,7 +227,10 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
                                   max_size=math.prod(top) * max_size))
             shape = mask_form_shape(form, B, Hq, L, S)
             cut = tuple(slice(0, n) for n in (1,) * (4 - len(shape)) + shape)
-            mask = object_array(_mask_entries(flags, policy.mask_kind), top + (max_size,))
+            kind = policy.mask_kind        # the drawn flags say which keys are hidden
+            mask = object_array([not h for h in flags] if kind == "bool_keep" else flags
+                                if kind == "bool_drop" else ["-inf" if h else 0 for h in flags],
+                                top + (max_size,))
             mask = mask[cut].reshape(shape)
         q, k, v = q[:B, :Hq, :L, :E], k[:B, :Hkv, :S, :E], v[:B, :Hkv, :S, :Ev]
         if B == Hq == Hkv == 1 and (mask is None or mask.ndim <= 2):   # one head: L x E
@@ -269,14 +263,12 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
             best.update(score=s, problem=p)
 
     last: dict = {}
-    tries = {"n": 0, "shrinking": False}
-    limit = {"n": SHRINK_TRIES}
-    goal = {"g": "worst"}
+    tries = {"n": 0, "shrinking": False, "limit": SHRINK_TRIES, "goal": "worst"}
 
     def as_bad(s: float, r) -> bool:
-        if goal["g"] == "hard":
+        if tries["goal"] == "hard":
             return s >= HARD_SCORE
-        if goal["g"] == "fail":
+        if tries["goal"] == "fail":
             return not r.passed
         return s >= best["score"]
 
@@ -286,7 +278,7 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     def shrink(p):
         if tries["shrinking"]:
             tries["n"] += 1
-            if tries["n"] > limit["n"]:
+            if tries["n"] > tries["limit"]:
                 raise _Enough()
         s, r = score(p)
         target(s, label=measure)
@@ -297,10 +289,10 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
 
     with _scratch_storage():
         explore()
-        goal["g"] = "hard" if best["score"] >= HARD_SCORE else \
+        tries["goal"] = "hard" if best["score"] >= HARD_SCORE else \
             "fail" if best["failed"] else "worst"
-        if goal["g"] == "worst":
-            limit["n"] = PASSING_SHRINK_TRIES
+        if tries["goal"] == "worst":
+            tries["limit"] = PASSING_SHRINK_TRIES
         try:
             shrink()
         except (_Found, _Enough):
@@ -311,6 +303,5 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
                 raise
     final = last.get("problem") or best["problem"]
     s, report = score(final)
-    stopped = tries["n"] > limit["n"]
-    return SearchResult(final, report, s, measure, examples, best["score"], stopped,
-                        min(tries["n"], limit["n"]), goal["g"])
+    return SearchResult(final, report, s, measure, examples, best["score"],
+                        tries["n"] > tries["limit"], min(tries["n"], tries["limit"]), tries["goal"])

@@ -56,11 +56,6 @@ from ..numbers.formats import float_format, round_value
 
 __all__ = ["verify_split"]
 
-#: what a split-merge check of a call refuses: a block's keys reach the kernel without their
-#: positions (ALiBi, RoPE), and the blocks carry no dropout keep-mask
-UNSUPPORTED_SPLIT = UNSUPPORTED["split"]
-
-
 class Value(Entry):
     """One value of a split-merge check: an :class:`~exactattn.verify.check.Entry` whose
     ``index`` ends ``(where, what)`` (``block 1 [2, 4)`` or ``merged``; ``output c`` or
@@ -242,21 +237,12 @@ class FunctionMerge:
                                  "without it); add the argument, the merge counts the sink once")
             kwargs["sink"] = sink
         outs = self.adapter._converter(dtype)
-        lses = self.adapter._converter(lse_dtype(dtype))
+        lses = self.adapter._converter("float64" if dtype == "float64" else "float32")
         try:
             got = self.fn([(outs(o), lses(l)) for o, l in states], **kwargs)
         except Exception as e:      # the merge under test failed on this input
             raise ImplRaised(e) from e
         return read_answer(got, self.name, lse=True)
-
-
-def lse_dtype(dtype: str) -> str:
-    """The dtype a merge gets the blocks' log-sum-exps in: float64 for float64, else float32.
-
-    >>> lse_dtype("bfloat16"), lse_dtype("float64")
-    ('float32', 'float64')
-    """
-    return "float64" if dtype == "float64" else "float32"
 
 
 def load_merge(merge, *, arrays: str = "numpy") -> FunctionMerge:
@@ -381,7 +367,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     merger = None if merge is None else load_merge(merge, arrays=arrays)
     bad = call.policy.unsupported("split")
     if bad:
-        raise InputError(f"policy must have no {' or '.join(UNSUPPORTED_SPLIT)} for a "
+        raise InputError(f"policy must have no {' or '.join(UNSUPPORTED['split'])} for a "
                          f"split-merge check (got {bad[0]}); a block's keys reach the function "
                          "without their positions: check the call without it")
     fmt, policy = check_request(impl, call, dtype, max_ulps, runs=2)

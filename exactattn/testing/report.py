@@ -157,17 +157,12 @@ def _lse_section(r: Report, worst: int, digits: int) -> Section:
 def _summary(name: str, title: str, columns: list[str], reports: Sequence[Report], rows_of,
              timings: bool, notes: Sequence[str]) -> Section:
     """A summary table: ``rows_of(report)`` gives each report's rows (timed when asked)."""
-    if timings:
-        columns.append("seconds impl/exact/judge")
-    rows = []
-    for r in reports:
-        for row in rows_of(r):
-            if timings:
-                row.append(f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}/"
-                           f"{r.seconds.get('compare', 0.0):.2f}")
-            rows.append(row)
+    rows = [row + ([f"{r.seconds['impl']:.2f}/{r.seconds['exact']:.2f}/"
+                    f"{r.seconds.get('compare', 0.0):.2f}"] if timings else [])
+            for r in reports for row in rows_of(r)]
     verdict = "PASS" if all(r.passed for r in reports) else "FAIL"
-    return Section(name, title, columns, rows, [*notes, f"result: {verdict}"])   # last: | tail -1
+    return Section(name, title, columns + ["seconds impl/exact/judge"] * timings, rows,
+                   [*notes, f"result: {verdict}"])   # last: | tail -1
 
 
 def _counts(s: dict, mean: bool = True) -> list[str]:
@@ -214,7 +209,6 @@ def _cost_section(reports: Sequence[Report]) -> Section:
         for label, fl in counted.flops.items():
             rows.append([f"FlopCounterMode, {label} path ({counted.dtype})", "-", "-", "-",
                          str(fl)])
-        for label, fl in counted.flops.items():
             if fl == 0:
                 notes.append(f"FlopCounterMode counted 0 FLOPs on the {label} path: the kernel "
                              "that ran has no registered FLOP formula")

@@ -34,10 +34,10 @@ positive integers.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import groupby
-from typing import NamedTuple
 
 import sympy
 
@@ -51,18 +51,8 @@ __all__ = ["EXTENSION_SYMBOLS", "SYMBOLS"]
 STAGES = ("projections", "scores", "mix", "out_projection")
 
 
-class Symbols(NamedTuple):
-    n: sympy.Symbol
-    D: sympy.Symbol
-    d_k: sympy.Symbol
-    d_v: sympy.Symbol
-
-
-class ExtensionSymbols(NamedTuple):
-    m: sympy.Symbol
-    t: sympy.Symbol
-    h: sympy.Symbol
-    L: sympy.Symbol
+Symbols = namedtuple("Symbols", "n D d_k d_v")
+ExtensionSymbols = namedtuple("ExtensionSymbols", "m t h L")
 
 
 def _positive(name: str) -> sympy.Symbol:

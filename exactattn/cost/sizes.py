@@ -159,11 +159,9 @@ class CallShape:
         if not isinstance(self.policy, Policy):
             raise InputError(f"policy must be a Policy (got {type(self.policy).__name__}); "
                              "write Policy(causal=True, ...)")
-        q, k, v = (_shape(s, n) for s, n in ((self.query, "query"), (self.key, "key"),
-                                              (self.value, "value")))
-        object.__setattr__(self, "query", q)
-        object.__setattr__(self, "key", k)
-        object.__setattr__(self, "value", v)
+        for name in ("query", "key", "value"):
+            object.__setattr__(self, name, _shape(getattr(self, name), name))
+        q, k, v = self.query, self.key, self.value
         if k[-1] != q[-1]:
             raise ShapeError(f"key width must equal the query width E = {q[-1]} (got {k[-1]})")
         if v[:-1] != k[:-1]:

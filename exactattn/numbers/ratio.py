@@ -188,9 +188,6 @@ class ExpRatio(Real):
         for key, poly in merged.items():
             if poly.is_zero():
                 continue
-            if poly.is_constant() and key == terms.one:
-                const += fraction_of(poly.leading_coefficient())
-                continue
             c = fraction_of(sum(poly.coeffs(), fmpq(0))) / (len(key) * len(key))
             if c and poly == terms.normaliser_squared(key) * fmpq_of(c):
                 const += c
@@ -349,7 +346,7 @@ class ExpRatio(Real):
         from flint import arb     # s R(t) is never a non-zero rational: enclosures decide
         return enclosure_sign(lambda p: self.ball(p) - arb(fmpq_of(q)), self.text, bounded=False)
 
-    def _compare(self, other) -> int:
+    def _order(self, other) -> int:
         """sign(self - other), exactly."""
         if _rational(other):
             return self._minus_sign(other)
@@ -365,25 +362,16 @@ class ExpRatio(Real):
         q1, q2 = self.rational(), other.rational()
         if q1 is not None and q2 is not None:
             return (q1 > q2) - (q1 < q2)
-        if self.scaled != other.scaled:
-            return self._mixed_sign(other)
+        if self.scaled != other.scaled:     # one carries the irrational scale: equal only when
+            if self.is_zero() and other.is_zero():     # both are 0 (sqrt(D) is algebraic, so
+                return 0                               # not a ratio of exponential polynomials)
+            return enclosure_sign(lambda p: self.ball(p) - other.ball(p), self.text, bounded=False)
         if self.forward and other.forward and self.row.same_normaliser(other.row):
             if self.recipe == other.recipe:
                 return 0
             return (self.row.rel(self.recipe) - other.row.rel(other.recipe)).sign()
         (n1, d1), (n2, d2) = self._fraction(), other._fraction()
         return (n1 * d2 - n2 * d1).sign()
-
-    def _mixed_sign(self, other) -> int:
-        """sign(self - other) when one carries the irrational scale and the other does not:
-        equal only when both are 0 (sqrt(D) is algebraic, so not a ratio of exponential
-        polynomials)."""
-        if self.is_zero() and other.is_zero():
-            return 0
-        return enclosure_sign(lambda p: self.ball(p) - other.ball(p), self.text, bounded=False)
-
-    def _order(self, other) -> int:
-        return self._compare(other)
 
     # -- numeric ------------------------------------------------------------------
     def ball(self, prec: int):

@@ -363,18 +363,17 @@ def masks(*, n_queries: int, n_keys: int, kinds=MASK_KINDS, allow_empty_rows: bo
                                                 lambda i: range(n_keys)))()
 
 
-_HIDDEN_OR_OFFSET: dict = {}
+@lru_cache(maxsize=None)
+def _hidden_or(offsets: SearchStrategy) -> SearchStrategy:
+    """An additive mask's entry: an offset, or None (hidden); one strategy per ``offsets``."""
+    return st.one_of(offsets, st.none())
 
 
 def _draw_mask(draw, kind: str, n_queries: int, n_keys: int, allow_empty_rows: bool,
                offsets: SearchStrategy, visible) -> Mask:
     """A mask of ``kind``; unless ``allow_empty_rows`` row i keeps a key of ``visible(i)``."""
-    if kind == "additive":
-        if id(offsets) not in _HIDDEN_OR_OFFSET:
-            _HIDDEN_OR_OFFSET[id(offsets)] = (offsets, st.one_of(offsets, st.none()))
-        entry = _HIDDEN_OR_OFFSET[id(offsets)][1]
-    else:
-        entry = st.booleans()  # True = hidden, so shrinking hides nothing
+    entry = _hidden_or(offsets) if kind == "additive" else st.booleans()   # True = hidden:
+    # shrinking hides nothing
     rows = [[draw(entry) for _ in range(n_keys)] for _ in range(n_queries)]
     hidden = (lambda e: e is None) if kind == "additive" else (lambda e: e)
     for i, row in enumerate(rows):

@@ -81,11 +81,8 @@ from ..numbers.terms import Terms, row_kinds
 
 #: the precision (bits) whole matrices are first enclosed at
 BULK_PREC = 64
-#: the matrices a call's gradients hold: name -> (rows, columns) in words
-GRADIENTS = {"dQ": "queries x E", "dK": "keys x E", "dV": "keys x E_v",
-             "dS": "queries x keys", "dP": "queries x keys", "D": "queries",
-             "P": "queries x keys", "O": "queries x E_v", "dsink": "one number"}
-_SCALED = ("dQ", "dK")
+#: the matrices a call's gradients hold (their shapes: :meth:`Gradients.shape`)
+GRADIENTS = ("dQ", "dK", "dV", "dS", "dP", "D", "P", "O", "dsink")
 
 
 def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
@@ -325,13 +322,13 @@ class Gradients:
     def value(self, name: str, *index: int, rows=None) -> ExpRatio:
         """One entry, e.g. ``value("dQ", i, c)``, ``value("D", i)``, ``value("dsink")`` (over
         ``rows``, default every row: one query head's rows of a GQA block)."""
-        check_choice(name, "name", tuple(GRADIENTS))
+        check_choice(name, "name", GRADIENTS)
         if name == "dsink":
             if self.sink is None:
                 raise InputError("the call must have a sink for dsink (got none); set "
                                  "Policy(sink=...)")
             return ExpRatio({("dS", i, self.S): 1 for i in rows or range(self.R)}, self)
-        scaled = name in _SCALED and self.irrational_scale is not None
+        scaled = name in ("dQ", "dK") and self.irrational_scale is not None
         return ExpRatio({(name, *index): 1}, self, scaled)
 
     def matrix(self, name: str) -> list:

@@ -62,10 +62,8 @@ def run(args) -> int:
     from ..gradients import head_gradients
     from .flags import load_source
     from .tables import apply_modifiers
-    from .modifier_flags import FLAGS
-    for field in ("softcap", "rope"):          # the walkthrough prints closed forms
-        flag = FLAGS[field]
-        if getattr(args, field, None) is not None:
+    for flag in ("--softcap", "--rope"):          # the walkthrough prints closed forms
+        if getattr(args, flag[2:]) is not None:
             raise InputError(f"{flag} must come without backward (got {flag}); soft-capped and "
                              "rotary gradients have no closed form to print: use verify "
                              "--backward or exactattn.gradients for their certified decimals")

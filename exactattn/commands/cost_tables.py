@@ -97,13 +97,10 @@ def crossover_text(c: Crossover) -> str:
 
 
 def _setup_text(s: CallShape, keys: int | None) -> str:
-    parts = [f"D = d_model = {s.d_model}, d_k = {s.d_k}, d_v = {s.d_v}"]
-    parts.append(f"{s.heads} heads with W_O ({s.heads} x {s.d_v} -> {s.d_model})"
-                 if s.out_projection else "one head, no W_O")
-    if s.layers != 1:
-        parts.append(f"{s.layers} layers")
-    if keys is not None:
-        parts.append(f"{keys} keys")
+    parts = [f"D = d_model = {s.d_model}, d_k = {s.d_k}, d_v = {s.d_v}",
+             f"{s.heads} heads with W_O ({s.heads} x {s.d_v} -> {s.d_model})"
+             if s.out_projection else "one head, no W_O"]
+    parts += [f"{s.layers} layers"] * (s.layers != 1) + [f"{keys} keys"] * (keys is not None)
     if s.decode:
         parts.append("decoding one token at a time with a KV cache (causal by construction: "
                      "token t attends to the t tokens so far"

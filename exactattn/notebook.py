@@ -97,16 +97,13 @@ class Display:
 
     def __init__(self, sections: Sequence[Section], trace: Trace | None = None,
                  places: int = 4):
-        self.sections = list(sections)
-        self.trace = trace
-        self.places = places
+        self.sections, self.trace, self.places = list(sections), trace, places
 
     def _repr_html_(self) -> str:
         body = tables_html(self.sections)
         latex = self._repr_latex_()
-        if latex is None:
-            return body
-        return body + f'\n<div class="exactattn-formulas">{_e(latex)}</div>'
+        return body if latex is None else \
+            body + f'\n<div class="exactattn-formulas">{_e(latex)}</div>'
 
     def _repr_latex_(self) -> str | None:
         if self.trace is None:
@@ -164,9 +161,9 @@ def register(ipython=None) -> None:
     if ipython is None:
         try:
             from IPython import get_ipython
+            ipython = get_ipython()
         except ImportError:
-            get_ipython = None
-        ipython = get_ipython() if get_ipython is not None else None
+            pass
     if ipython is None:
         raise InputError("register must run inside IPython or Jupyter (got no running shell); "
                          "outside a notebook use show(trace) and its _repr_html_()")

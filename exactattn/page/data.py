@@ -173,11 +173,6 @@ def divisor_stops(examples) -> list[Stop]:
     return stops
 
 
-def grouped(k: int) -> str:
-    """A whole number with thousands separators: ``1,024,192,000``."""
-    return f"{k:,}"
-
-
 def _sentence(ex, stops: list[Stop], places: int, row: int | None) -> Sentence:
     head = ex.head
     n = len(ex.x)
@@ -239,23 +234,23 @@ def length_numbers(head, lengths: Sequence[int] = LENGTHS) -> tuple[list[dict], 
         f = r.figures
         pairs = head.policy.pairs(r.tokens, r.tokens)
         rows.append({
-            "n": grouped(r.tokens), "scores": grouped(pairs),
-            "score_macs": grouped(f["scores"]), "mix_macs": grouped(f["mix"]),
-            "projection_macs": grouped(f["projections"]), "total": grouped(f["total"]),
+            "n": f"{r.tokens:,}", "scores": f"{pairs:,}", "score_macs": f"{f['scores']:,}",
+            "mix_macs": f"{f['mix']:,}", "projection_macs": f"{f['projections']:,}",
+            "total": f"{f['total']:,}",
             "ratio": "" if prev is None else round_fraction(Fraction(f["total"],
                                                                      prev["total"]), 4),
             "score_ratio": "" if prev is None else with_decimal(Fraction(f["scores"],
                                                                          prev["scores"]), 4),
             "counted": r.counted, "side": r.tokens})
         prev = f
-    counted = [grouped(r.tokens) for r in costs.rows if r.counted]
+    counted = [f"{r.tokens:,}" for r in costs.rows if r.counted]
     check = costs.check
     if counted and check is not None:
         note = (f"counted at n = {', '.join(counted)} by running a head of these sizes "
                 f"(d_model = {head.d_model}, d_k = {head.d_k}, d_v = {head.d_v}) through the "
                 "pencil engine's loops; at every stop above, derived from the same loop nests "
                 f"(sympy sums; scores + mixing = {check.pairs}), the formula "
-                f"checked equal to the count at n = {grouped(check.n)} "
+                f"checked equal to the count at n = {check.n:,} "
                 f"({'the same' if check.same else 'NOT the same'})")
     else:
         note = "derived from the pencil engine's loop nests (sympy sums)"

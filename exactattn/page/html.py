@@ -28,7 +28,7 @@ from .. import __version__
 from ..numbers.digits import round_fraction
 from ..present.render import html_text as _e
 from .picture import BAR, bar_width, dot_positions, frame, picture_svg
-from .questions import questions, vector_text
+from .questions import join, questions, vector_text
 
 #: no network request of any kind; inline script and style only; images from data: URLs
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -194,7 +194,7 @@ def _caption(nums) -> str:
         parts.append("the output (orange dot; the faint dots: the output at every divisor stop)")
     else:
         parts.append("(the values have d_v other than 2: the output is in the table only)")
-    text = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    text = join(parts)
     return text[0].upper() + text[1:] + "."
 
 

@@ -67,19 +67,11 @@ class Frame:
         return [self.lo + k * self.step for k in range(count + 1)]
 
 
-def _points(s) -> list:
-    pts = [p for row in s.x for p in row]
-    if s.query_vector is not None:
-        pts += s.query_vector
-    if s.values is not None:
-        pts += [p for row in s.values for p in row]
-    return pts
-
-
 def frame(sentences) -> Frame:
     """The one frame of every sentence: the origin, the word vectors, the queries and the
     values inside, on round ticks (at most 8 steps)."""
-    pts = [Fraction(0)] + [p for s in sentences for p in _points(s)]
+    pts = [Fraction(0)] + [p for s in sentences
+                           for row in s.x + [s.query_vector or []] + (s.values or []) for p in row]
     lo, hi = min(pts), max(pts)
     if lo == hi:
         lo, hi = lo - 1, hi + 1
@@ -112,11 +104,7 @@ def dot_positions(sentence, f: Frame) -> dict | None:
     """``{stop key: {"cx", "cy"}}`` of the output dot (None unless d_v = 2)."""
     if sentence.values is None:
         return None
-    out = {}
-    for key, at in sentence.at.items():
-        cx, cy = f.px(Fraction(at["output"][0]), Fraction(at["output"][1]))
-        out[key] = {"cx": cx, "cy": cy}
-    return out
+    return {key: dict(zip(("cx", "cy"), f.px(*at["output"]))) for key, at in sentence.at.items()}
 
 
 def _axes(f: Frame, names: list[str]) -> list[str]:

@@ -14,11 +14,9 @@ computed here, only chosen and worded.
 from __future__ import annotations
 
 
-def _join(words: list[str]) -> str:
-    quoted = list(words)
-    if len(quoted) <= 2:
-        return " and ".join(quoted)
-    return ", ".join(quoted[:-1]) + " and " + quoted[-1]
+def join(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(words) if len(words) <= 2 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def vector_text(values: list[str]) -> str:
@@ -31,7 +29,7 @@ def _largest(s, key: str) -> str:
     top = at["largest"]
     each = " each" if len(top) > 1 else ""
     why = "their raw scores tie at" if len(top) > 1 else "its raw score is"
-    return (f"{_join([s.words[j] for j in top])}, with {at['shares'][top[0]]}{each}: {why} "
+    return (f"{join([s.words[j] for j in top])}, with {at['shares'][top[0]]}{each}: {why} "
             f"{s.raw[top[0]]}, the largest in the row (the softmax keeps the order of the "
             "scores).")
 
@@ -56,7 +54,7 @@ def questions(nums) -> list[tuple[str, str]]:
     out.append((f"Now drag it down to {small.label}, and imagine going on toward 0. Where does "
                 "the share go?",
                 f"To the largest raw score: at {small.label} the shares are already "
-                f"{', '.join(s.at[small.key]['shares'])}; in the limit {_join(tops)} "
+                f"{', '.join(s.at[small.key]['shares'])}; in the limit {join(tops)} "
                 f"{'get' if len(tops) > 1 else 'gets'} {s.small_limit[s.words.index(tops[0])]}"
                 f"{' each (tied keys split it equally)' if len(tops) > 1 else ''} and the "
                 "others 0."))
@@ -69,7 +67,7 @@ def questions(nums) -> list[tuple[str, str]]:
                     f"From {vector_text(s.at[own.key]['output'])} to "
                     f"{vector_text(t.at[own.key]['output'])} at divisor {own.label}. The output is "
                     f"the values weighted by the shares, so {same} moves toward the words it "
-                    f"now shares most with: {_join([t.words[j] for j in t.at[own.key]['largest']])}."))
+                    f"now shares most with: {join([t.words[j] for j in t.at[own.key]['largest']])}."))
     rows = nums.lengths
     if len(rows) > 1:
         a, b = (rows[2], rows[3]) if len(rows) > 3 else (rows[-2], rows[-1])

@@ -37,16 +37,12 @@ from .render import Section
 
 
 def _matrix(name: str, title: str, values, decimals, key: str, first: str, notes: list,
-            data: dict, sink=None, more=()) -> Section:
+            data: dict, more=()) -> Section:
     """One table of the backward: a matrix of values (1-based row labels, exact ones marked),
-    ``sink`` (the sink's value of each row) one more column, ``more`` columns after it."""
+    then the ``more`` columns (``(header, cells)``: the sink's, a row sum)."""
     header = [first] + [f"{key} {c + 1}" for c in range(len(values[0]))]
     rows = [[str(i + 1)] + [value_cell(v, d) for v, d in zip(vals, decs)]
             for i, (vals, decs) in enumerate(zip(values, decimals))]
-    if sink is not None:
-        header.append("sink")
-        for r, v in zip(rows, sink):
-            r.append(value_cell(*v))
     for column, cells in more:
         header.append(column)
         for r, c in zip(rows, cells):
@@ -75,11 +71,10 @@ def backward_sections(example, hg, places: int, *, closed_forms: bool = False) -
     def exact(values) -> dict:
         return {"exact": _texts(values)} if closed_forms else {}
 
-    def sink(name: str):
-        if g.sink is None:
-            return None
-        values = [g.value(name, i, S) for i in range(n)]
-        return [(v, v.decimal(places)) for v in values]
+    def sink(name: str) -> list:
+        """The sink's column of ``name`` (none without a sink)."""
+        values = [] if g.sink is None else [g.value(name, i, S) for i in range(n)]
+        return [("sink", [value_cell(v, v.decimal(places)) for v in values])] * bool(values)
     P, dP, D, dS = g.P, g.dP, g.D, g.dS
     drop = "" if g.factors is None else " times the dropout factors keep / (1 - p)"
     sums = [g.row_sum(i) for i in range(n)]
@@ -110,7 +105,7 @@ def backward_sections(example, hg, places: int, *, closed_forms: bool = False) -
                 ["D_i is the loss's share-weighted mean of dP over row i"],
                 {"exact": [v.text() for v in D]} if closed_forms else {}),
         _matrix("dS", "dS = P * (dP - D); every row sums to 0", dS, g.decimals("dS", places),
-                "key", "query", dS_notes, exact(dS), sink("dS"), [("row sum", [
+                "key", "query", dS_notes, exact(dS), sink("dS") + [("row sum", [
                     "0 (exact)" if not t.nan and t.is_zero() else t.decimal(places)
                     for t in sums])]),
         Section("backward/forms", "Closed forms of D and of the non-zero dS",

@@ -55,12 +55,6 @@ _SHORT_BITS = 1900
 INT64 = 1 << 62
 
 
-def _digit_limit() -> int:
-    """Python's limit on the digits of an int-to-str conversion (0: none)."""
-    get = getattr(sys, "get_int_max_str_digits", None)
-    return get() if get is not None else 0
-
-
 def is_long(q) -> bool:
     """True when the numerator or denominator of ``q`` has too many digits for ``str``."""
     return isinstance(q, (int, Fraction)) and too_long(q.numerator, q.denominator)
@@ -71,10 +65,8 @@ def too_long(*ints: int) -> bool:
     bits = max(abs(v).bit_length() for v in ints)
     if bits < _SHORT_BITS:
         return False
-    limit = _digit_limit()
-    if not limit:
-        return False
-    return bits * LOG10_2 + 1 >= limit - _MARGIN
+    limit = sys.get_int_max_str_digits()         # 0: no limit
+    return bool(limit) and bits * LOG10_2 + 1 >= limit - _MARGIN
 
 
 def magnitude(ints: list) -> int:
@@ -153,10 +145,7 @@ def _vector_texts(ints: list, den: int, places: int | None) -> list:
         for j, hit in enumerate(special):
             if hit:
                 out[j] = _text(ps[j], qs[j], places)
-    for j, v in enumerate(ints):
-        if v is None:
-            out[j] = None
-    return out
+    return [None if v is None else t for v, t in zip(ints, out)]
 
 
 def sci_text(q, digits: int = SCI_DIGITS) -> str:
@@ -211,14 +200,9 @@ def with_decimal(q, places: int) -> str:
 
     A value too long to print whole gives its scientific form alone.
     """
-    if not isinstance(q, Fraction):
+    if not isinstance(q, Fraction) or q.denominator == 1 or is_long(q):
         return exact_text(q)
-    if is_long(q):
-        return sci_text(q)
-    num, den = q.numerator, q.denominator
-    if den == 1:
-        return str(num)
-    return with_rounded(f"{num}/{den}", num, den, places)
+    return with_rounded(str(q), q.numerator, q.denominator, places)
 
 
 def _root_form(value) -> tuple[Fraction, int] | None:
@@ -508,9 +492,8 @@ class RowForms:
         #: a row whose maximum is 0: its term_text(s) is exp of the scaled score s
         self._unit = SoftmaxRow([Fraction(0)], d2)
         self._scaler = Scaler(d2)
-        self._last: tuple | None = None
-        self._terms: dict[int, int] = {}
-        self._values: list | None = None
+        #: the last row read and each row's number of distinct logits
+        self._last, self._terms = None, {}
 
     def _texts(self, distinct: list[int], L: int) -> list[str]:
         """``exp(...)`` of each raw score ``v / L`` divided by the divisor.
@@ -582,10 +565,8 @@ class RowForms:
             row = self.trace.row(i)
             return [row_sum_text(row, self.trace.output(i, c).numerators) for c in range(d_v)]
         texts, _, keys = self._row(i)
-        if self._values is None:
-            self._values = self.trace.values
         sums = [[Fraction(0)] * d_v for _ in texts]
-        for k, v in zip(keys, self._values):
+        for k, v in zip(keys, self.trace.values):      # the trace keeps them
             if k is not None:
                 acc = sums[k]
                 for c in range(d_v):

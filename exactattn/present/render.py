@@ -197,27 +197,24 @@ def text_width(width: int | None) -> None:
     _WIDTH[0] = TEXT_WIDTH if width is None else width
 
 
-def _text(sections, out: IO[str], *, width: int | None = None, **_) -> None:
-    """Plain text tables.  Within ``width`` characters a line (:data:`TEXT_WIDTH` by default;
-    0 for no limit), as numpy's print options do: vectors show fewer entries, then the
-    middle columns give way to one ``...`` column, notes wrap; a table that was cut says so.
-    Markdown, CSV and JSON keep every column."""
-    limit = _WIDTH[0] if width is None else width
+def _text(sections, out: IO[str], **_) -> None:
+    """Plain text tables.  Within :func:`text_width` characters a line (:data:`TEXT_WIDTH` by
+    default; 0 for no limit), as numpy's print options do: vectors show fewer entries, then
+    the middle columns give way to one ``...`` column, notes wrap; a table that was cut says
+    so.  Markdown, CSV and JSON keep every column."""
+    limit = _WIDTH[0]
     for k, s in enumerate(sections):
         if k:
             out.write("\n\n")
         lines = [s.title, "=" * len(s.title)]
         notes = [reader_text(n) for n in s.notes]
         if s.columns:
-            rows = [list(r) for r in _rows(s)]
-            grid, cut = _fitted([list(s.columns)] + rows, limit)
+            grid, cut = _fitted([s.columns] + list(_rows(s)), limit)
             widths = [max(len(r[c]) for r in grid) for c in range(len(grid[0]))]
 
             def fmt(r):
                 return "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
-            lines.append(fmt(grid[0]))
-            lines.append("  ".join("-" * w for w in widths))
-            lines.extend(fmt(r) for r in grid[1:])
+            lines += [fmt(grid[0]), "  ".join("-" * w for w in widths)] + [fmt(r) for r in grid[1:]]
             if cut:
                 notes.append(f"{cut} to fit {limit} characters a line: --width 0 shows "
                              "everything, --format csv or json every value")
@@ -292,9 +289,7 @@ def _fitted(cells: list[list], limit: int) -> tuple[list[list[str]], str]:
     if _line_width(grid) > limit and ncols > 3:
         keep_left, keep_right = 1, 1            # column 0 (the label) always stays
         def trial(a, b):
-            idx = list(range(a + 1)) + list(range(ncols - b, ncols))
-            return [[r[c] for c in idx[:a + 1]] + ["..."] + [r[c] for c in idx[a + 1:]]
-                    for r in grid]
+            return [r[:a + 1] + ["..."] + r[ncols - b:] for r in grid]
         best = trial(keep_left, keep_right)
         while keep_left + keep_right + 1 < ncols:
             a, b = (keep_left + 1, keep_right) if keep_left <= keep_right else \
@@ -307,10 +302,6 @@ def _fitted(cells: list[list], limit: int) -> tuple[list[list[str]], str]:
         grid = best
         cut.append(f"{dropped} of {ncols - 1} columns left out (shown as ...)")
     return grid, "; ".join(cut)
-
-
-def _md_cell(c: str) -> str:
-    return reader_text(c).replace("|", "\\|")
 
 
 @dataclass(frozen=True)
@@ -338,17 +329,15 @@ class Printer:
             out.write((self.between if k else "") + self.title(s))
             if s.columns or self.every:
                 out.write(self.header(s))
-                for r in _rows(s):
-                    out.write(self.row(s, r))
+                out.writelines(self.row(s, r) for r in _rows(s))
                 out.write(self.close)
             out.write(self.notes if s.notes else "")
-            for n in s.notes:
-                out.write(self.note(s, n))
+            out.writelines(self.note(s, n) for n in s.notes)
         out.write(self.end)
 
 
 def _md_row(cells) -> str:
-    return "\n| " + " | ".join(_md_cell(c) for c in cells) + " |"
+    return "\n| " + " | ".join(reader_text(c).replace("|", "\\|") for c in cells) + " |"
 
 
 _MARKDOWN = Printer(lambda s: f"### {s.title}\n",
@@ -442,10 +431,9 @@ def _math(text: str, entry: bool = False) -> str | None:
         entries = [_math(p, True) for p in text[1:-1].split(", ")]
         return None if None in entries else text[0] + ", ".join(entries) + text[-1]
     fraction = _FRACTION.fullmatch(text)
-    if fraction and entry:
-        return text
     if fraction:        # what sympy prints for a fraction, without its parser (a big table)
-        return ("- " if fraction[1] else "") + rf"\frac{{{fraction[2]}}}{{{fraction[3]}}}"
+        return text if entry else \
+            ("- " if fraction[1] else "") + rf"\frac{{{fraction[2]}}}{{{fraction[3]}}}"
     return _form(text)
 
 
@@ -546,11 +534,6 @@ def tables_html(sections: Sequence[Section]) -> str:
 _SCALARS = {str, Cell, int, float, bool, type(None)}
 
 
-def _plain(value):
-    """A cell as JSON sees it: a :class:`Cell` as its machine text."""
-    return str.__str__(value) if isinstance(value, str) else value
-
-
 def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
     """``value`` as ``json.dumps(value, indent=2)`` writes it at nesting ``level``, streamed.
 
@@ -581,7 +564,7 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
             _dump(item, out, level + 1, wrap)
         out.write("\n" + "  " * level + "]")
     else:
-        out.write(json_text(_plain(value)))
+        out.write(json_text(value))       # a Cell is its machine str
 
 
 def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,
@@ -605,29 +588,19 @@ def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,
 
 
 def _jsonl(sections, out: IO[str], meta: dict[str, Any] | None = None, **_) -> None:
-    def line(obj) -> None:
-        out.write(json_text(obj) + "\n")
+    def line(obj) -> None:      # a Cell is its machine str; lazy rows a list
+        out.write(json_text(obj, default=list) + "\n")
     line(dict(meta or {}, tables=[s.name for s in sections]))
     for s in sections:
-        line({"table": s.name, "title": s.title, "columns": s.columns,
-              "notes": [str.__str__(n) for n in s.notes]})
+        line({"table": s.name, "title": s.title, "columns": s.columns, "notes": s.notes})
         for r in _rows(s):
-            line({"table": s.name, "row": [_plain(c) for c in r]})
+            line({"table": s.name, "row": r})
         for key, value in s.data.items():
             if isinstance(value, (list, tuple, LazyRows)):
                 for i, item in enumerate(value):
-                    line({"table": s.name, "data": key, "index": i, "value": _jsonable(item)})
+                    line({"table": s.name, "data": key, "index": i, "value": item})
             else:
-                line({"table": s.name, "data": key, "value": _jsonable(value)})
-
-
-def _jsonable(value):
-    """Lazy rows and cells inside a data item as plain JSON values."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, LazyRows)):
-        return [_jsonable(v) for v in value]
-    return _plain(value)
+                line({"table": s.name, "data": key, "value": value})
 
 
 _WRITERS = {"text": _text, "markdown": _MARKDOWN.write, "latex": _LATEX.write,
@@ -635,8 +608,7 @@ _WRITERS = {"text": _text, "markdown": _MARKDOWN.write, "latex": _LATEX.write,
 
 
 def write(sections: Sequence[Section], fmt: str, out: IO[str],
-          meta: dict[str, Any] | None = None, *, wrap: int | None = None,
-          width: int | None = None) -> None:
+          meta: dict[str, Any] | None = None, *, wrap: int | None = None) -> None:
     """Write ``sections`` to ``out`` in ``fmt`` (text, markdown, latex, json, csv, jsonl),
     row by row.
 
@@ -648,8 +620,7 @@ def write(sections: Sequence[Section], fmt: str, out: IO[str],
         InputError: an unknown format.
     """
     check_choice(fmt, "format", ALL_FORMATS)
-    extra = {"width": width} if fmt == "text" else {}
-    _WRITERS[fmt](sections, out, meta=meta, wrap=wrap, **extra)
+    _WRITERS[fmt](sections, out, meta=meta, wrap=wrap)
 
 
 def render(sections: Sequence[Section], fmt: str = "text",

@@ -181,10 +181,8 @@ def outputs(t) -> Section:
     output_dec, toks, slots = trace.output_decimals(t.places), view.rows(n), view.part(d_v)
 
     def out_row(i: int) -> list[str]:
-        if not view.readers:
-            return [str(i + 1)] + [output_dec[i][c] for c in slots]
-        return [str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c], False)
-                               for c in slots]
+        return [str(i + 1)] + [value_cell(trace.output(i, c), output_dec[i][c]) if view.readers
+                               else output_dec[i][c] for c in slots]
     cols = ["token"] + [f"out {c + 1}" for c in slots]
     notes = shown_note("choose tokens with --queries", ("tokens", toks, n),
                        ("columns", slots, d_v))

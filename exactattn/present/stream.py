@@ -26,6 +26,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import InputError, shorten
@@ -50,8 +51,7 @@ class LazyRows(Sequence):
     __slots__ = ("_length", "_row")
 
     def __init__(self, length: int, row: Callable[[int], Any]):
-        self._length = length
-        self._row = row
+        self._length, self._row = length, row
 
     @classmethod
     def over(cls, picked: Sequence[int], row: Callable[[int], Any]) -> "LazyRows":
@@ -62,13 +62,8 @@ class LazyRows(Sequence):
         return self._length
 
     def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self._row(i) for i in range(*index.indices(self._length))]
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError(f"row must be from 0 to {self._length - 1} (got {index})")
-        return self._row(index)
+        picked = range(self._length)[index]       # IndexError past either end
+        return [self._row(i) for i in picked] if isinstance(index, slice) else self._row(picked)
 
     def __iter__(self) -> Iterator:
         row = self._row
@@ -183,15 +178,8 @@ def check_span(span: Sequence[int], n: int, name: str) -> tuple[int, ...]:
 
 def span_text(span: Sequence[int]) -> str:
     """0-based indices as the 1-based ranges a user types: ``(0, 1, 2, 6)`` -> ``1..3,7``."""
-    out, start, prev = [], None, None
-    for i in list(span) + [None]:
-        if start is not None and (i is None or i != prev + 1):
-            out.append(str(start + 1) if prev == start else f"{start + 1}..{prev + 1}")
-            start = None
-        if i is not None and start is None:
-            start = i
-        prev = i
-    return ",".join(out)
+    runs = [[i for _, i in run] for _, run in groupby(enumerate(span), lambda p: p[1] - p[0])]
+    return ",".join(str(r[0] + 1) if len(r) == 1 else f"{r[0] + 1}..{r[-1] + 1}" for r in runs)
 
 
 def shown_note(hint: str | None, *cuts) -> list[str]:
@@ -244,12 +232,11 @@ def progress(items: Iterable, total: int, what: str, unit: str = "row") -> Itera
 
     A pipe or a file on stderr gets no bar: logs stay clean.
     """
-    stream = sys.stderr
     if total < 2 or not progress_shown():
         return items
     from tqdm import tqdm     # a dependency, imported only when a bar is shown
     return tqdm(items, total=total, desc=what, unit=unit, delay=PROGRESS_DELAY, leave=False,
-                file=stream, dynamic_ncols=True)
+                file=sys.stderr, dynamic_ncols=True)
 
 
 #: progress bars on (the default); ``--quiet`` / ``--no-progress`` turn them off
@@ -307,8 +294,7 @@ class WorkBar:
 
     def __init__(self, what: str, rows: int, draws: int, stream, width: int = 30):
         self.what, self.rows, self.draws, self.stream, self.width = what, rows, draws, stream, width
-        self.done_rows = self.done_draws = 0
-        self.next_at = 0
+        self.done_rows = self.done_draws = self.next_at = 0
 
     def advance(self, label: str, rows: int, draws: int) -> None:
         self.done_rows += rows

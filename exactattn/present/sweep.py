@@ -49,7 +49,7 @@ from ..errors import InputError, shorten
 from ..numbers.exact import rational_sqrt
 from ..options import check_whole_list
 from .cells import exact_text, value_cell
-from .render import Cell, Section
+from .render import Cell, Section, reader_text
 
 DEFAULT_DIVISORS = ("1/8", "1/4", "1/2", "1", "2", "4", "8", "32", "128")
 DEFAULT_LENGTHS = (4, 8, 16, 32, 64)
@@ -136,8 +136,8 @@ def check_row(row, n: int, name: str = "row") -> int:
     exactattn.errors.InputError: --row must be a token number from 1 to 4 (got 5)
     """
     if isinstance(row, bool) or not isinstance(row, int) or not 1 <= row <= n:
-        shown = shorten(row, quote=True)
-        raise InputError(f"{name} must be a token number from 1 to {n} (got {shown})")
+        raise InputError(f"{name} must be a token number from 1 to {n} (got "
+                         f"{shorten(row, quote=True)})")
     return row
 
 
@@ -151,9 +151,8 @@ def _closed_text(expr, divisor_squared: Fraction) -> str:
     evaluating them, which takes seconds for exp(10**1000); past 10**60 the terms are
     printed in sympy's own (deterministic) order instead."""
     import sympy
-    if max(divisor_squared.numerator, divisor_squared.denominator) <= 10 ** 60:
-        return str(expr)
-    return sympy.sstr(expr, order="none")
+    small = max(divisor_squared.numerator, divisor_squared.denominator) <= 10 ** 60
+    return sympy.sstr(expr, order=None if small else "none")
 
 
 def divisor_limits(raw: Sequence[Fraction | None]) -> tuple[list[Fraction], list[Fraction]]:
@@ -170,21 +169,16 @@ def divisor_limits(raw: Sequence[Fraction | None]) -> tuple[list[Fraction], list
     if not visible:
         raise InputError("row must have at least one visible key (got every key masked)")
     top = max(visible)
-    k = sum(1 for r in visible if r == top)
+    k = visible.count(top)
     small = [Fraction(1, k) if r is not None and r == top else Fraction(0) for r in raw]
     large = [Fraction(1, len(visible)) if r is not None else Fraction(0) for r in raw]
     return small, large
 
 
-def _keys(where: list[int]) -> str:
-    return "key " + ", ".join(str(j + 1) for j in where)
-
-
 def _largest(cell: str, where: list[int]) -> str:
     """``0.5800 at key 1``; for readers the cell's exact text (``1/2 = 0.5 at key 2, 3``)."""
-    reader = getattr(cell, "reader", None)
-    text = f"{cell} at {_keys(where)}"
-    return text if reader is None else Cell(text, f"{reader} at {_keys(where)}")
+    keys = "key " + ", ".join(str(j + 1) for j in where)
+    return Cell(f"{cell} at {keys}", f"{reader_text(cell)} at {keys}")
 
 
 def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int = 4,
@@ -227,7 +221,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
 
     def limit_row(label, shares, where):
         cells = [exact_text(s) for s in shares]
-        return [label] + cells + [f"{cells[where[0]]} at {_keys(where)}"]
+        return [label] + cells + [_largest(cells[where[0]], where)]
     visible = [j for j in range(n) if raw[j] is not None]
     rows = [limit_row("-> 0 (limit)", small, [j for j in visible if small[j] == max(small)])]
     data = []
@@ -239,8 +233,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
         if sq == own and label.startswith("sqrt("):
             root = rational_sqrt(sq)
             label = label if root is None else exact_text(root)
-        shown = shorten(label)
-        tag = f"{shown} (the head's)" if sq == own else shown
+        tag = shorten(label) + (" (the head's)" if sq == own else "")
         top = trace.row(row - 1).largest()
         rows.append([tag] + cells + [_largest(cells[top[0]], top)])
         entry = {"divisor": label, "divisor_squared": exact_text(sq),

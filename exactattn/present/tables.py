@@ -76,11 +76,8 @@ def _typed_texts(values, typed, picked, view: View) -> list[str]:
     exact = _texts(values, picked)
     if typed is None or view.fractions or not view.people:
         return exact
-    out = []
-    for c, text in zip(range(len(values)) if picked is None else picked, exact):
-        t = typed[c] if c < len(typed) else ""
-        out.append(t if _DECIMAL_TEXT.match(t) and Fraction(t) == values[c] else text)
-    return out
+    return [typed[c] if c < len(typed) and _DECIMAL_TEXT.match(typed[c]) and
+            Fraction(typed[c]) == values[c] else text for c, text in zip(picked, exact)]
 
 
 # --------------------------------------------------------------------------- the modes
@@ -232,10 +229,8 @@ def project(t: Tables) -> Section:
                         ("tokens", toks, n), (qw or vw) and f"the first {qw or vw} numbers of "
                                                            "each vector")
 
-    def exact(name):
-        return LazyRows.over(toks, lambda i: _texts(trace.vector(name, i)))
-    data = {"queries": exact("queries"), "keys": exact("keys"), "values": exact("values"),
-            "neurons_agree": same}
+    data = {name: LazyRows.over(toks, lambda i, name=name: _texts(trace.vector(name, i)))
+            for name in ("queries", "keys", "values")} | {"neurons_agree": same}
     rows = LazyRows.over(toks, line)
     if head.biases:     # a + bias row: b_Q, b_K, b_V under query, key, value (- for none)
         last = ["+ bias"] + ["-" if head.bias(b) is None else vector(head.bias(b), w)

@@ -87,6 +87,7 @@ exactattn.errors.InputError: widths must be a whole number from 1 to 65536 (got 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -141,9 +142,7 @@ def check_draws(trials: int, widths: Sequence[int], tokens: int,
     return draws
 
 
-_W_CACHE: dict = {}
-
-
+@functools.cache
 def expected_w(n: int, prec: int):
     """``E[W_n]``, the expected range of n iid standard normals, as an ``arb`` ball.
 
@@ -158,9 +157,6 @@ def expected_w(n: int, prec: int):
     '2.058751'
     """
     from flint import acb, arb
-    key = (n, prec)
-    if key in _W_CACHE:
-        return _W_CACHE[key]
     # tail cut: n phi(T) well below 2^-prec
     T = math.ceil(math.sqrt(2 * (prec + 8) * math.log(2) + 2 * math.log(2 * n))) + 1
     root2 = arb(2).sqrt()
@@ -173,9 +169,7 @@ def expected_w(n: int, prec: int):
     core = acb.integral(integrand, -T, T).real
     phi_T = (arb(-T * T) / 2).exp() / (2 * arb.pi()).sqrt()
     tails = (2 * n * phi_T).union(arb(0))  # both tails together lie in [0, 2 n phi(T)]
-    value = core + tails
-    _W_CACHE[key] = value
-    return value
+    return core + tails
 
 
 def _chi_mean(d_k: int):

@@ -105,25 +105,20 @@ def apply_modifiers(example, args):
         dataclasses.replace(example, head=example.head.with_policy(changed))
 
 
-def _check_picture_options(args, explain_at) -> None:
-    picture = args.format in PICTURE_FORMATS
-    output = getattr(args, "output", None)
-    if picture and explain_at:
+def run(args) -> int:
+    digits = getattr(args, "digits", 4)
+    explain_at = getattr(args, "explain", None)
+    output, pictured = getattr(args, "output", None), args.format in PICTURE_FORMATS
+    if pictured and explain_at:
         raise InputError(f"--explain must be used with a table format, not {args.format}; "
                          "drop --explain or use --format text")
-    if output is not None and not picture:
+    if output is not None and not pictured:
         raise InputError(f"-o must be used with --format svg or png (got --format "
                          f"{args.format}); tables go to stdout: redirect them with >")
     check_output(output)
     if args.format == "png" and output is None and sys.stdout.isatty():
         raise InputError("-o must name a file for --format png (got a terminal on stdout); "
                          "pass -o shares.png or redirect stdout to a file")
-
-
-def run(args) -> int:
-    digits = getattr(args, "digits", 4)
-    explain_at = getattr(args, "explain", None)
-    _check_picture_options(args, explain_at)
     with busy("reading the head"):
         ex = apply_modifiers(load_source(args), args)
     if explain_at is not None and not all(1 <= v <= len(ex.x) for v in explain_at):
@@ -136,8 +131,8 @@ def run(args) -> int:
             check_span(span, n, flag)
     with busy("running the head"):
         trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
-    if args.format in PICTURE_FORMATS:  # a heatmap, not a table (exactattn.present.svg)
-        write_output(picture(args.mode, ex, trace, digits, args.format), args.output)
+    if pictured:  # a heatmap, not a table (exactattn.present.svg)
+        write_output(picture(args.mode, ex, trace, digits, args.format), output)
         return 0
     if args.mode in ("scores", "walkthrough") and trace.engine != "symbolic":
         with busy(f"certifying {n * n:,} shares and {n * trace.head.d_v:,} outputs"):

@@ -115,17 +115,16 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
         raise InputError(f"lse must be 'e' for a backward check (got {lse!r}); a base-2 "
                          "log-sum-exp's gradient carries 1/ln 2: check the natural one")
     impl = load_backward(impl, arrays=arrays)
-    problem = call
     check_request(impl, call, dtype, max_ulps, runs=3)
-    rounded_problem, moved = problem.rounded(dtype)
-    dO = rounded_entries(d_out_array(problem, random_d_out(problem, seed) if d_out is None
+    rounded_problem, moved = call.rounded(dtype)
+    dO = rounded_entries(d_out_array(call, random_d_out(call, seed) if d_out is None
                                      else d_out), dtype, "d_out")[0]
     float_call = make_call(rounded_problem, dtype, lse)
     grad_in = [dO.astype(np.float64)]
     dl = None if lse is None else rounded_entries(
-        d_out_array(problem, random_d_out(problem, seed, lse=True), "d_lse"), dtype, "d_lse")[0]
+        d_out_array(call, random_d_out(call, seed, lse=True), "d_lse"), dtype, "d_lse")[0]
     grad_in += [] if dl is None else [dl.astype(np.float64)]
-    grad_in = [g.reshape(g.shape[4 - problem.rank:]) for g in grad_in]
+    grad_in = [g.reshape(g.shape[4 - call.rank:]) for g in grad_in]
     ref = Reference(rounded_problem)      # refuses a non-finite entry a query sees
     exact = ref.gradients(dO, dl)
     t0 = time.perf_counter()

@@ -50,6 +50,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..numbers.lse import LogSumExp
 from ..reference.online import merge, split_rows
 from ..numbers.softmax import ExpRatio
+from .adapter import FunctionImpl, ImplRaised, read_answer
 from .check import Entry, Report, attempt, default_tolerance
 from .compare import Comparison, Judgement, failures_first, judge
 from ..numbers.formats import float_format, round_value
@@ -199,7 +200,7 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
 
 
 # --------------------------------------------------------------------------- a kernel's call
-class FunctionMerge:
+class FunctionMerge(FunctionImpl):
     """Your merge of partial states: ``merge(states, *, sink=None) -> (output, lse)``.
 
     ``states`` is a list with one ``(output, lse)`` per key block, in key
@@ -223,21 +224,15 @@ class FunctionMerge:
     ([[1.0]], [0.0])
     """
 
-    def __init__(self, fn, *, arrays: str = "numpy", name: str | None = None):
-        from .adapter import FunctionImpl
-        self.adapter = FunctionImpl(fn, arrays=arrays, name=name)
-        self.fn, self.name = fn, self.adapter.name
-
     def __call__(self, states, dtype: str, sink: float | None = None):
-        from .adapter import ImplRaised, read_answer
         kwargs = {}
         if sink is not None:
-            if not self.adapter._takes("sink"):
+            if not self._takes("sink"):
                 raise InputError(f"{self.name} must take sink= for this call (got a function "
                                  "without it); add the argument, the merge counts the sink once")
             kwargs["sink"] = sink
-        outs = self.adapter._converter(dtype)
-        lses = self.adapter._converter("float64" if dtype == "float64" else "float32")
+        outs = self._converter(dtype)
+        lses = self._converter("float64" if dtype == "float64" else "float32")
         try:
             got = self.fn([(outs(o), lses(l)) for o, l in states], **kwargs)
         except Exception as e:      # the merge under test failed on this input

@@ -640,8 +640,8 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
         # mag within 3 eta + 2u <= 4 rad/mag; judge_entries': exact, a tolerance capped at 2^62
         slack = 0.0 if exact else \
             np.where(mag > 0, np.maximum(4 * rad / np.where(mag > 0, mag, 1.0), 2.0 ** -30), 0.0)
-        cap = np.where(np.asarray(tol, dtype=object) > 1 << 62, 1 << 62, tol).astype(np.int64) \
-            if exact else tol
+        cap = np.asarray(tol, dtype=object)
+        cap = np.where(cap > 1 << 62, 1 << 62, cap).astype(np.int64) if exact else tol
         status, near, ulps, rel, terms = (a.reshape(-1) for a in
                                           decide(got, mid, rad, mag, fmt, cap, at_terms, slack))
     rounded = near if rounded is None else rounded.reshape(-1)

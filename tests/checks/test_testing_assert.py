@@ -330,6 +330,16 @@ def _dropout_attention(keep_scale):
     return out.detach().float(), (q.detach(), k.detach(), v.detach()), keep, d_out, grads
 
 
+def test_a_tolerance_past_int64_judges_the_exact_path():
+    """max_ulps past 2^63 on the exact path (a dropout keep-mask) is capped, not an
+    OverflowError (a fuzz find)."""
+    q, k, v = np.zeros((2, 2, 2)), np.zeros((2, 3, 2)), np.zeros((2, 3, 1))
+    report = assert_attention_close(np.zeros((2, 2, 1)), q, k, v, dropout="1/10",
+                                    dropout_keep=[[True] * 3] * 2, max_ulps=2 ** 70)
+    assert (report.passed, report.found.count, report.found.over, report.max_ulps) == \
+        (True, 4, 0, 2 ** 70)
+
+
 def test_dropout_with_the_kernels_keep_mask():
     out, (q, k, v), keep, d_out, grads = _dropout_attention(4 / 3)
     assert assert_attention_close(out, q, k, v, dropout="1/4", dropout_keep=keep).passed

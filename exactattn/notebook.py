@@ -82,9 +82,8 @@ def formulas(trace: Trace, *, rows: Sequence[int] | None = None, keys: int = FOR
 
 
 def _as_example(trace: Trace) -> Example:
-    n = trace.n
     return Example(name="trace", title="", head=trace.head,
-                   tokens=[Token(f"token {i + 1}") for i in range(n)], x=trace.x)
+                   tokens=[Token(f"token {i + 1}") for i in range(trace.n)], x=trace.x)
 
 
 class Display:

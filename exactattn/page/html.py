@@ -42,8 +42,7 @@ def _asset(name: str) -> str:
 
 
 def _largest(s, key: str) -> str:
-    top = s.at[key]["largest"]
-    return ", ".join(s.words[j] for j in top)
+    return ", ".join(s.words[j] for j in s.at[key]["largest"])
 
 
 def _side(n: int, longest: int) -> str:

@@ -254,11 +254,8 @@ class Scaler:
     def __init__(self, divisor_squared: Fraction | None):
         self.D = divisor_squared
         self.root = None if divisor_squared is None else rational_sqrt(divisor_squared)
-
-    @property
-    def rational(self) -> bool:
-        """True when every scaled score is rational (no divisor, or a rational one)."""
-        return self.D is None or self.root is not None
+        #: every scaled score is rational (no divisor, or a rational one)
+        self.rational = self.D is None or self.root is not None
 
     def value(self, raw):
         """``raw / divisor``: :func:`exactattn.engines.head.scaled_score`."""
@@ -552,8 +549,7 @@ class RowForms:
 
     def terms(self, i: int) -> int:
         """The number of distinct exponents of row i (terms of its normaliser)."""
-        known = self._terms.get(i)
-        return known if known is not None else len(self._row(i)[0])
+        return self._terms[i] if i in self._terms else len(self._row(i)[0])
 
     def output_numerators(self, i: int) -> list[str] | None:
         """``sum_j exp(s_ij) values[j][c]`` for each column c, collected; None for a row of

@@ -62,8 +62,7 @@ def _values(grid: Grid, row_of, places: int, kinds: bool) -> dict:
 
 def _positions(trace) -> list[str]:
     """A note on where the queries sit, when a query offset or alignment moves them."""
-    policy, n = trace.policy, trace.n
-    p0 = policy.query_position(0, n, n)
+    p0 = trace.policy.query_position(0, trace.n, trace.n)
     if p0 == 0:
         return []
     return [f"positions: key j (numbered from 1) sits at position j - 1, query i at "

@@ -205,8 +205,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
     from ..numbers.digits import check_places
     from ..engines.head import attend
     check_places(places)
-    head = example.head
-    n = len(example.x)
+    head, n = example.head, len(example.x)
     row = check_row(example.focus + 1 if row is None else row, n)
     own = head.divisor_squared
     own_in_range = own is not None and _in_range(own)
@@ -289,10 +288,8 @@ def length_sweep(example, lengths=DEFAULT_LENGTHS) -> list[Section]:
     from ..engines.head import attend
     ns = parse_lengths(lengths)
     head = example.head
-    rows, data = [], []
-    prev = None
+    rows, data, prev, first_pass = [], [], None, None
     per_token, per_pair = set(), set()
-    first_pass = None
     for n in ns:
         x = [example.x[i % len(example.x)] for i in range(n)]
         m = attend(head, x, engine="pencil").macs

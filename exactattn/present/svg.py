@@ -73,13 +73,6 @@ _LOW = (247, 251, 255)  # the colour of the smallest value
 _HIGH = (8, 48, 107)  # the colour of the largest value
 
 
-def _label(i: int, text: str, limit: int = 18) -> str:
-    text = printable(text.replace("\n", " "))
-    if len(text) > limit:
-        text = text[: limit - 1] + "\u2026"
-    return f"{i + 1} {text}".rstrip()
-
-
 #: characters XML 1.0 allows in text and attribute values; any other is written escaped
 _XML_CHARS = "\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff"
 
@@ -201,8 +194,10 @@ def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | No
 
 
 def _labels(example, n: int) -> list[str]:
-    return [_label(i, example.tokens[i].text if i < len(example.tokens) else "")
-            for i in range(n)]
+    """Each token's number and text (newlines as spaces), cut to 18 characters with ``…``."""
+    texts = [printable(t.text.replace("\n", " ")) for t in example.tokens[:n]]
+    return [f"{i + 1} {t if len(t) <= 18 else t[:17] + '…'}".rstrip()
+            for i, t in enumerate(texts + [""] * (n - len(texts)))]
 
 
 #: a cell's tooltip carries the exact value when it takes at most this many characters;

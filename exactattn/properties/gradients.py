@@ -154,9 +154,21 @@ def _offsets(g) -> list[list]:
     return [list(r) if r is not None else [Fraction(0)] * g.S for r in (g.offsets or [None] * g.R)]
 
 
+def _exact_loss(g):
+    """Refuse a block whose statements here do not hold or cannot be rebuilt exactly: soft-cap
+    and RoPE (certified enclosures, no exact rebuild) and a d_lse (the loss gains an lse term:
+    rows of dS sum to d_lse, and the finite difference would miss it)."""
+    why = ("soft-cap" if g.policy.softcap is not None else "RoPE") if g.certified else \
+        "a d_lse" if any(g.d_lse(i) for i in range(g.R)) else None
+    if why:
+        raise InputError(f"the gradient checks need exact gradients of the loss sum dO*O "
+                         f"(got {why}); check the call without it")
+
+
 def _moved(g, **changes):
     """The exact gradients of ``g``'s call with ``changes`` (``queries``, ``keys``, ``values``,
     ``offsets``, ``sink``): a block built by :class:`~exactattn.reference.backward.Gradients`."""
+    _exact_loss(g)
     return type(g)(**dict(queries=g.queries, keys=g.keys, values=g.values, d_out=g.d_out,
                           keep=g.keep, offsets=g.offsets, divisor_squared=g.divisor_squared,
                           empty_row=g.empty_row, sink=g.sink, factors=g.factors) | changes)
@@ -201,7 +213,8 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
     test).  Holds when ``|FD - gradient| <= h M2`` is certified; fails when ``> h M2`` is.
 
     Raises:
-        InputError: an unknown ``wrt``, an offset of a hidden pair, a NaN row.
+        InputError: an unknown ``wrt``, an offset of a hidden pair, a NaN row; a soft-cap,
+            RoPE or d_lse block (its loss is not rebuilt exactly).
     """
     if not wrt or wrt[0] not in WRT:
         raise InputError(f"wrt must start with one of {', '.join(WRT)} (got {wrt!r})")
@@ -251,7 +264,13 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
 
 
 def check_gradients(g, *, finite_differences: Sequence[tuple] = ()) -> list[Check]:
-    """Every check on ``g`` (the Jacobian on at most 4 rows; the finite differences named)."""
+    """Every check on ``g`` (the Jacobian on at most 4 rows; the finite differences named).
+
+    Raises:
+        InputError: a soft-cap, RoPE or d_lse block (the statements are of the plain loss
+            ``sum dO * O`` over exact logits).
+    """
+    _exact_loss(g)
     out = [check_rows_sum_to_zero(g), check_jacobian(g, _rows(g)[:4]), check_key_bias(g),
            check_gradient_shift_invariance(g)]
     return out + [check_finite_difference(g, w) for w in finite_differences]

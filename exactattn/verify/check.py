@@ -872,7 +872,8 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
         _exact_probes(call, plist, dtype, tol, prec, accumulation)
     runs = []
     for (p, column, part), g, why in zip(_parts(plist), got, raised):
-        each = tol + allowance[part] if p.name == "identity" else tol
+        each = tol + allowance[part].astype(object if tol >> 62 else np.int64) \
+            if p.name == "identity" else tol      # past 2^62: Python ints, no overflow
         each = each if proved is None else np.maximum(proved[part], each)
         m, r, a = (x[part] for x in enclosed)
         if rounded is None and p.known(call.policy, 1.0) is not None:    # every output 1 or 0

@@ -375,6 +375,15 @@ def one_line_error(rc, out, err, start="exactattn: error: "):
     assert rc == 2 and out == "" and err.startswith(start) and err.count("\n") == 1, (rc, err)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_largest_max_ulps_with_the_identity_probe(capsys, dtype):
+    """--max-ulps up to 2^64 (what the flag takes) with the identity probe's allowance added:
+    Python ints past 2^62, not an int64 overflow (a review find)."""
+    rc, out, err = run_cli(capsys, "--n", "6", "--d-k", "4", "--dtype", dtype,
+                           "--max-ulps", str(2 ** 64))
+    assert (rc, err, out.splitlines()[-1]) == (0, "", "result: PASS")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--seed", "-1"], "--seed must be a non-negative whole number (got '-1')"),
     (["--digits", "0"], "--digits must be a whole number from 1 to 50 (got '0')"),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import sympy
 
+from exactattn.call.modifiers import Rope
 from exactattn.call.policy import Policy
 from exactattn.cli import main
 from exactattn.commands import prove
@@ -148,3 +149,20 @@ def test_checks_refuse_what_they_cannot_state():
         check_finite_difference(h, ("m", 0, 1))
     assert check_rows_sum_to_zero(h).holds and check_jacobian(h).holds
     assert check_key_bias(h).holds and check_gradient_shift_invariance(h).holds
+
+
+@pytest.mark.parametrize("policy, d_lse, why", [
+    (Policy(softcap="1"), None, "soft-cap"),
+    (Policy(rope=Rope(theta=10)), None, "RoPE"),
+    (Policy(), ["1", "-2"], "a d_lse")])
+def test_checks_refuse_a_loss_they_do_not_rebuild(policy, d_lse, why):
+    """Over soft-cap, RoPE or a d_lse the moved call was rebuilt without them, so the finite
+    difference printed the plain call's value as certified: each check refuses instead."""
+    g = gradients([["1/2", "-1"], ["1", "1/3"]], [["1", "0"], ["-1/2", "1"]],
+                  [["1", "2"], ["-1", "1/2"]], [["1", "-1"], ["1/2", "1"]], policy,
+                  d_lse=d_lse)
+    message = f"need exact gradients of the loss sum dO\\*O \\(got {why}\\)"
+    for check in (lambda: check_finite_difference(g, ("Q", 0, 0)), lambda: check_gradients(g),
+                  lambda: check_gradient_shift_invariance(g)):
+        with pytest.raises(InputError, match=message):
+            check()

@@ -246,7 +246,7 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     import numpy as np
     F = fixed_bits(places)
     keep, empty = _seen(keep)
-    cached = _block_tables(den, divisor_squared, F)
+    cached = block_tables(den, divisor_squared, F)
     if cached is None:
         return None
     tables, shift, _, step_lo = cached
@@ -271,7 +271,7 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
         gaps = np.minimum(gaps, tables.cut).astype(np.int64)
     if not all_visible:
         gaps = np.where(keep, gaps, -1)
-    lo, hi = _gap_bounds(cached, gaps)       # e_ij in [lo, hi] / 2^F
+    lo, hi = gap_bounds(cached, gaps)       # e_ij in [lo, hi] / 2^F
     if between is not None and between.any():  # its lower end one step further out
         step = np.full(lo.shape, step_lo, dtype=lo.dtype)
         lo = np.where(between, _mul_shift(lo, step, F, False), lo)
@@ -304,7 +304,7 @@ def fixed_bits(places: int) -> int:
 
 
 @lru_cache(maxsize=8)
-def _block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
+def block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
     """``(tables, shift, digit tables, lower end of one step)``, or None if infeasible."""
     tables = ExpTables(den, divisor_squared, F)
     shift = max(min_shift, tables.cut.bit_length() - GAP_BITS, 0)
@@ -317,7 +317,7 @@ def _block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
     return tables, shift, levels, tables._enclose([1])[0][0]
 
 
-def _gap_bounds(cached, gaps):
+def gap_bounds(cached, gaps):
     """(lo, hi) / 2^F around exp(-gap step), from the digit tables only (gap -1: hidden)."""
     import numpy as np
     tables, _, levels, _ = cached
@@ -383,7 +383,7 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
         return None
     if score_bound is None:
         score_bound = q.shape[1] * abs_max(q) * abs_max(k)
-    cached = _block_tables(q_den * k_den, divisor_squared, F, score_bound.bit_length() - 59)
+    cached = block_tables(q_den * k_den, divisor_squared, F, score_bound.bit_length() - 59)
     if cached is None:
         return None
     split = score_split(q, k, cached[1], score_bound)
@@ -401,7 +401,7 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     (h_max, l_max), _ = ends
     gaps = np.where(keep, h_max - high - (low > l_max), -1)     # floor(gap / 2^shift)
     del high, ends
-    lo, hi = _gap_bounds(cached, gaps)
+    lo, hi = gap_bounds(cached, gaps)
     if cached[1]:         # a gap between two steps: its lower end one step further out
         step = np.full(lo.shape, cached[3], dtype=lo.dtype)
         lo = np.where(keep & (low != l_max), _mul_shift(lo, step, F, False), lo)

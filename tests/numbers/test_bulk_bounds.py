@@ -1,7 +1,7 @@
 """The integer enclosures of the bulk path's exponentials, judged by mpmath at 200 digits.
 
-``_gap_bounds`` encloses ``2^F exp(-u / (den sqrt(D)))`` for integer gaps u digit by digit
-from the digit tables of ``_block_tables`` (lower ends rounded down, upper ends up).  Every
+``gap_bounds`` encloses ``2^F exp(-u / (den sqrt(D)))`` for integer gaps u digit by digit
+from the digit tables of ``block_tables`` (lower ends rounded down, upper ends up).  Every
 enclosure here must hold the true value.
 """
 
@@ -12,14 +12,14 @@ import mpmath
 import numpy as np
 import pytest
 
-from exactattn.numbers.bulk import ExpTables, _block_tables, _gap_bounds
+from exactattn.numbers.bulk import ExpTables, block_tables, gap_bounds
 
 
 @pytest.mark.parametrize("den, divisor_squared, F", [
     (1000 ** 2, Fraction(64), 62), (64 * 10 ** 4, Fraction(2), 62), (7 ** 9, None, 62),
     (1000 ** 2, Fraction(64), 4 * 8 + 40)])
 def test_many_gaps_are_enclosed(den, divisor_squared, F):
-    cached = _block_tables(den, divisor_squared, F)
+    cached = block_tables(den, divisor_squared, F)
     tables = cached[0]
     assert tables.feasible and tables.levels >= 2 and cached[1] == 0
     rng = random.Random(den + F)
@@ -29,7 +29,7 @@ def test_many_gaps_are_enclosed(den, divisor_squared, F):
         [rng.randrange(0, cut) for _ in range(600)] + [rng.randrange(0, 50) for _ in range(100)]
     gaps = np.array(picks + [rng.randrange(0, cut + 10) for _ in range(n - len(picks))],
                     dtype=np.int64)
-    lo, hi = _gap_bounds(cached, gaps)
+    lo, hi = gap_bounds(cached, gaps)
     one = 1 << F
     mpmath.mp.dps = 200
     c = 1 / (mpmath.mpf(den) * (1 if divisor_squared is None else
@@ -47,11 +47,11 @@ def test_many_gaps_are_enclosed(den, divisor_squared, F):
 
 
 def test_masked_gaps_enclose_zero():
-    cached = _block_tables(10 ** 6, Fraction(64), 62)
+    cached = block_tables(10 ** 6, Fraction(64), 62)
     tables = cached[0]
     gaps = np.full((tables.levels << tables.bits) + 10, -1, dtype=np.int64)
     gaps[0] = 5
-    lo, hi = _gap_bounds(cached, gaps)
+    lo, hi = gap_bounds(cached, gaps)
     assert int(lo[1]) == int(hi[1]) == 0 and int(lo[0]) <= int(hi[0])
 
 

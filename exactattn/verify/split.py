@@ -175,14 +175,13 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
         merged = merge(pairs, sink) if exact else _float_merge(pairs, sink)
     found = Comparison(None, failures_first)
 
-    sizes = np.abs(np.array(values, dtype=float))
-
     def pair(where, row, outs, lse):        # a row's pair against the row's exact values
-        exact_lse, seen = LogSumExp(row), [g is not None for g in row.gaps[:len(row)]]
+        exact_lse, seen = LogSumExp(row), any(g is not None for g in row.gaps[:len(row)])
         mag = 0.0 if exact_lse.neg_inf or row.nan else max(top, abs(float(exact_lse)))
-        # magnitudes: the largest value the row sees (a bound on its terms), the lse's as verify's
-        size = sizes[seen].max(axis=0) if any(seen) and not row.nan else np.zeros(d_v)
-        for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g, float(size[c]))
+        # magnitudes: the size of the terms sum_j p_j |v_j| (verify's), the lse's as verify's
+        size = [float(row.combine([abs(x) for x in col])) if seen and not row.nan else 0.0
+                for col in cols]
+        for what, e, g, m in [*((f"output {c}", row.combine(list(col)), g, size[c])
                                 for c, (col, g) in enumerate(zip(cols, outs))),
                               ("lse", exact_lse, lse, mag)]:
             g = g if exact else float(g)

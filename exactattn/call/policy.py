@@ -96,13 +96,11 @@ POSITION_FIELDS = ("window", "query_offset")
 SCORE_FIELDS = ("rope", "softcap", "alibi", "sink", "dropout")
 MODIFIER_FIELDS = POSITION_FIELDS + SCORE_FIELDS + ("head",)
 
-#: the one capability table: the policy fields each path does not run (set ones are refused)
+#: the one capability table: the policy fields each path does not run (set ones are refused);
+#: the paths not listed (the gradients, row blocks, the numpy float backward) run every field
 UNSUPPORTED = {
     "fast": ("rope", "dropout"),                       # the fast engine: the pencil engine runs them
-    "gradients": (),                                   # gradients: every modifier (certified)
-    "blocks": (),                                      # row blocks run every modifier
     "sdpa": SCORE_FIELDS,                              # a blocked check: positions, plain scores
-    "numpy_backward": (),                              # the numpy float backward: every modifier
     "flex": ("sink", "dropout"),                       # torch's flex_attention: no extra column, no keep-mask
     "split": ("alibi", "rope", "dropout"),             # split-merge: a block's keys come without positions
     "flash_attn": ("window", "query_offset", "alibi", "sink", "dropout"),  # exactattn's flash-attn adapter
@@ -504,11 +502,11 @@ class Policy:
         """The fields set on this policy that ``path`` does not run (:data:`UNSUPPORTED`), in the
         table's order; empty when the path runs the whole policy.
 
-        >>> Policy(rope=Rope(), sink="0").unsupported("fast"), Policy(sink="0").unsupported("gradients")
-        (['rope'], [])
+        >>> Policy(rope=Rope(), sink="0").unsupported("fast"), Policy(sink="0").unsupported("sdpa")
+        (['rope'], ['sink'])
         """
         check_choice(path, "path", tuple(UNSUPPORTED))
-        return [f for f in UNSUPPORTED[path] if f != "head" and getattr(self, f) is not None]
+        return [f for f in UNSUPPORTED[path] if getattr(self, f) is not None]
 
     @property
     def positional(self) -> bool:

@@ -240,8 +240,8 @@ def scaled_score(raw, divisor_squared: Fraction | None):
     return sympy.expand(raw / sympy.sqrt(D))
 
 
-def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int
-                   ) -> tuple[list[list[int]], int, int, int] | None:
+def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int,
+                   m: tuple | None = None) -> tuple[list[list[int]], int, int, int] | None:
     """``x W^T + b`` on integers: the counted loop :func:`~exactattn.reference.kernels.project`, then
     the bias added once per entry, after the loop.
 
@@ -249,11 +249,12 @@ def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]]
     integers over ``x_den``.  Returns ``(out, den, MACs, bias additions)``
     (out n x d_out integers over den), or None when W or b is not rational.
     A bias addition is one addition, not a multiply-add: it is counted apart.
+    ``m``: W's rows and b (its last row) as (ints, den), when the caller converted them once.
 
     >>> project_biased([[1, 2]], [Fraction(1, 2)], [[1, 1]], 1)
     ([[7]], 2, 2, 1)
     """
-    m = common_denominator(list(W) if b is None else list(W) + [list(b)])
+    m = m or common_denominator(list(W) if b is None else list(W) + [list(b)])
     if m is None:
         return None
     ints, den = m
@@ -268,28 +269,18 @@ def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]]
     return out, den * x_den, macs, adds
 
 
-def pencil(head: Head, x: list[list], keep=None, visible=None, shared: list | None = None
-            ) -> Trace | None:
-    """The pencil engine on integers over common denominators (None if not all rational).
-
-    ``visible(i)``: the keys query i sees (default: the policy's rule); ``shared``: the key
-    and value projections of a key/value head several query heads read (a layer's GQA),
-    filled by the first and counted there only."""
+def pencil(head: Head, x: list[list], keep=None) -> Trace | None:
+    """The pencil engine on integers over common denominators (None if not all rational)."""
     xi = common_denominator(x)
     if xi is None:
         return None
-    kv = shared or [project_biased(w, b, *xi) for w, b in ((head.W_K, head.b_K),
-                                                           (head.W_V, head.b_V))]
-    done = [project_biased(head.W_Q, head.b_Q, *xi)] + kv
+    done = [project_biased(w, b, *xi) for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
+                                                   (head.W_V, head.b_V))]
     if any(p is None for p in done):
         return None
     (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
-    if shared:                      # projected (and counted) by the first head that read them
-        mk = mv = ak = av = 0
-    elif shared is not None:
-        shared.extend(kv)
     n, policy = len(x), head.policy
-    step = counted_step(q, k, v, visible or (lambda i: policy.visible_keys(i, n, n)), dq, dk,
+    step = counted_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk,
                         dv, head.divisor_squared, policy, keep)
     return Trace(head, "pencil", x, queries=(int_rows(q), dq), keys=(int_rows(k), dk),
                  values=(int_rows(v), dv), raw_scores=step.raw_fractions,

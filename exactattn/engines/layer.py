@@ -42,7 +42,6 @@ from ..numbers.digits import enclosure_sign
 from ..errors import InputError, ShapeError
 from ..numbers.exact import common_denominator, fmpq_of, to_matrix, to_row
 from .head import Head, project_biased
-from ..reference.kernels import project
 from ..reference.modified import counted_step
 from ..call.modifiers import check_keep
 from ..numbers.real import Real
@@ -223,9 +222,9 @@ class Layer:
             self.heads.append(head.with_policy(own))   # the default scale: 1/sqrt(d_k)
         self.policy = policy
         self.n_kv_heads = H_kv
-        #: (W, b, W as (ints, den)), converted once: W_Q per query head, W_K and W_V per
+        #: (W, b, W and b as (ints, den)), converted once: W_Q per query head, W_K and W_V per
         #: key/value head
-        ws = [[(w, b, common_denominator(w)) for w, b in
+        ws = [[(w, b, common_denominator(list(w) + ([] if b is None else [list(b)]))) for w, b in
                ((h.W_Q, h.b_Q), (h.W_K, h.b_K), (h.W_V, h.b_V))] for h in self.heads]
         self._weights = [w[0] for w in ws], {g: w[1:] for g, w in zip(self.kv_of, ws)}
         d_model, width = self.heads[0].d_model, sum(h.d_v for h in self.heads)
@@ -266,17 +265,6 @@ class LayerRun:
     def output_decimals(self, places: int) -> list[list[str]]:
         """Every output entry, correctly rounded to ``places`` places (n x d_model)."""
         return [[v.decimal(places) for v in row] for row in self.outputs]
-
-
-def _project(weights: tuple, xi: tuple) -> tuple | None:
-    """:func:`~exactattn.engines.head.project_biased` of ``weights`` (W, b, W's (ints, den))
-    over the tokens ``xi`` (ints, den; None: not rational), the kernel run on W's integers
-    when it has no bias."""
-    w, b, ints = weights
-    if xi is None or b is not None or ints is None:
-        return xi and project_biased(w, b, *xi)
-    out, macs = project(ints[0], xi[0])
-    return out, ints[1] * xi[1], macs, 0
 
 
 def _cached(cache: list, new: list) -> list:
@@ -331,8 +319,9 @@ def attend_layer(layer: Layer, x, *, keys=None, cache: list | None = None,
                         name="dropout_keep", argument="dropout_keep")
              for a, h in enumerate(layer.heads)]
     xq, xk = common_denominator(xs), common_denominator(xk)
-    qs = [_project(w, xq) for w in layer._weights[0]]
-    kv = {g: [_project(w, xk) for w in ws] for g, ws in layer._weights[1].items()}
+    qs = [xq and project_biased(w, b, *xq, m) for w, b, m in layer._weights[0]]
+    kv = {g: [xk and project_biased(w, b, *xk, m) for w, b, m in ws]
+          for g, ws in layer._weights[1].items()}
     projected = qs + [p for v in kv.values() for p in v]
     if None in projected:
         raise InputError("weights must be rational numbers for an exact layer")

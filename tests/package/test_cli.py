@@ -727,6 +727,13 @@ def test_shared_options_have_one_owner():
 
 def test_the_gradients_take_every_modifier():
     """``verify --backward`` refuses no modifier flag (modifier_flags.refuse has no such
-    branch): the gradients' row of the capability table is empty."""
-    from exactattn.call.policy import UNSUPPORTED
-    assert UNSUPPORTED["gradients"] == ()
+    branch): the gradients have no row in the capability table and run every modifier."""
+    from fractions import Fraction as F
+    from exactattn.call.modifiers import Alibi, Rope
+    from exactattn.call.policy import UNSUPPORTED, Policy
+    from exactattn.gradients import gradients
+    assert "gradients" not in UNSUPPORTED
+    policy = Policy(rope=Rope(), softcap=F(5), sink=F(0), alibi=Alibi(2), window=(1, 0),
+                    query_offset=1, dropout=F(1, 2))
+    assert gradients([[1], [0]], [[1], [2]], [[1], [0]], [[1], [1]], policy,
+                     dropout_keep=[[True, False], [True, True]]).dQ[0][0] is not None

@@ -19,7 +19,7 @@ HEADING = "## Which path takes which modifier"
 #: a modifier field of the policy -> its column (a new field without one fails here)
 COLUMNS = {"window": "window", "query_offset": "query offset", "rope": "RoPE",
            "softcap": "soft-cap", "alibi": "ALiBi", "sink": "sink", "dropout": "dropout"}
-#: a row of the pages -> its path in UNSUPPORTED (None: the forward, which runs every field)
+#: a row of the pages -> its path (None: the forward; a path not in UNSUPPORTED runs every field)
 ROWS = {
     "forward: `Reference`, the tables, `verify`": None,
     "exact backward: `Reference(...).gradients`, `verify --backward`": "gradients",
@@ -45,7 +45,7 @@ def table() -> list[str]:
     lines = ["| path | " + " | ".join(COLUMNS[f] for f in fields) + " |",
              "|---" * (len(fields) + 1) + "|"]
     for label, path in ROWS.items():
-        refused = () if path is None else UNSUPPORTED[path]
+        refused = UNSUPPORTED.get(path, ())
         lines.append(f"| {label} | " + " | ".join("no" if f in refused else "yes"
                                                   for f in fields) + " |")
     return lines

@@ -196,13 +196,6 @@ def _verdict(t, k, c, e, row_label, what, v, forms, ties, hidden=False):
                        decided.places, verdict, right, v, dec, exactly)
 
 
-def _printed_value(forms):
-    """The value a cell prints for a sum of printed cells, and its places: its most precise
-    reading (a hidden key adds exactly 0: places None, like an exact fraction)."""
-    best = max(forms, key=places_rank)
-    return (Fraction(0), None) if any(p.hidden for p in forms) else (best.value, best.places)
-
-
 def judge_table(t: Table, quantity: str, found_by: str, source, *, rows=None,
                 ties: str = "half_even") -> TableAudit:
     """Judge every number of ``t`` as ``quantity`` of ``source`` (``projections``: per column)."""
@@ -247,7 +240,11 @@ def judge_table(t: Table, quantity: str, found_by: str, source, *, rows=None,
                                             f"{q}[{i + 1}][{j + 1}]", v, forms, ties, hidden))
             if vectors:
                 continue
-            value, places = _printed_value(entries[0])
+            # what the cell adds to a printed sum: its most precise reading (a hidden key adds
+            # exactly 0: places None, like an exact fraction)
+            best = max(entries[0], key=places_rank)
+            value, places = (Fraction(0), None) if any(p.hidden for p in entries[0]) else \
+                (best.value, best.places)
             printed_total += value
             places_seen.append(places)
         for c in cols.sums:

@@ -62,11 +62,6 @@ class Columns:
     sums: tuple[int, ...]
 
 
-def _is_sum(header: str) -> bool:
-    h = clean(header).lower()
-    return h in ("sum", "row sum", "total", "row total") or h.startswith(("sum ", "σ", "∑"))
-
-
 def columns_of(table: Table) -> Columns:
     """The label, value and sum columns of ``table``.
 
@@ -82,7 +77,9 @@ def columns_of(table: Table) -> Columns:
         if first in LABEL_HEADERS or any(w in first for w in ("query", "token", "\\")) or \
                 any(r[0].strip() and not read_cell(r[0]) for r in table.rows):
             label = 0
-    sums = tuple(c for c in range(width) if c != label and _is_sum(table.header[c]))
+    heads = [clean(h).lower() for h in table.header]
+    sums = tuple(c for c in range(width) if c != label and (heads[c] in (
+        "sum", "row sum", "total", "row total") or heads[c].startswith(("sum ", "σ", "∑"))))
     return Columns(label, tuple(c for c in range(width) if c != label and c not in sums and any(
         read_cell(r[c]) for r in table.rows)), sums)
 

@@ -122,15 +122,6 @@ def _table_section(t: TableAudit, audit: Audit, only_not_right: bool,
                    notes, {"cells": data})
 
 
-def _source_words(audit: Audit) -> str:
-    d = audit.divisor_squared
-    if audit.source == "printed scores":
-        return (f"computed from: the printed scores of table {audit.name} (read exactly as "
-                f"printed), divided by {'nothing' if d is None else divisor_text(d)}")
-    return (f"computed from: {audit.source} {printable(audit.name)} (divisor "
-            f"{'none' if d is None else divisor_text(d)})")
-
-
 def report_sections(audit: Audit, *, only_not_right: bool = False,
                     closed_forms: bool = False) -> list[Section]:
     """The audit as sections: one per judged table, then the summary.
@@ -144,7 +135,11 @@ def report_sections(audit: Audit, *, only_not_right: bool = False,
     counts = audit.counts
     rows = [[VERDICT_WORDS[v], str(counts[v])] for v in VERDICTS] + \
         [["all", str(sum(counts.values()))]]
-    notes = [_source_words(audit)]
+    d = audit.divisor_squared
+    notes = [f"computed from: the printed scores of table {audit.name} (read exactly as printed), "
+             f"divided by {'nothing' if d is None else divisor_text(d)}"
+             if audit.source == "printed scores" else f"computed from: {audit.source} "
+             f"{printable(audit.name)} (divisor {'none' if d is None else divisor_text(d)})"]
     notes += [f"{_title(t)}: {_SKIPPED[t.skipped] if t.skipped else _counts_text(t.counts)}"
               for t in audit.tables if t.skipped or (t in judged and t not in shown)]
     rule = "half-even" if audit.ties == "half_even" else "half-up (away from zero)"

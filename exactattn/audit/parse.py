@@ -134,12 +134,9 @@ def parse_tables(text: str, fmt: str | None = None, *, where: str = "table text"
         InputError: an unknown format, malformed JSON, an HTML cell spanning
             rows or columns that holds a number, or no table at all.
     """
-    if fmt is None:
-        fmt = detect_format(text)
-    check_choice(fmt, "table format", TABLE_FORMATS)
+    fmt = check_choice(detect_format(text) if fmt is None else fmt, "table format", TABLE_FORMATS)
     found = {"markdown": _markdown, "csv": _csv, "latex": _latex, "json": _json,
-             "html": _html}[fmt](
-        text.removeprefix("\ufeff"), where)
+             "html": _html}[fmt](text.removeprefix("\ufeff"), where)
     tables = [Table(k + 1, *t) for k, t in enumerate(found)]
     if not tables:
         raise InputError(f"{where} must hold at least one {fmt} table (got none); "

@@ -158,8 +158,7 @@ def self_match() -> Example:
     """
     # rows 1, 2, 4, 8 of the Sylvester-Hadamard matrix of width 16: (-1)^popcount(row & m)
     rows = [[-1 if bin(r & m).count("1") % 2 else 1 for m in range(16)] for r in (1, 2, 4, 8)]
-    n = len(rows)
-    d_model = len(rows[0])
+    n, d_model = len(rows), len(rows[0])
     W_Q = [[Fraction(rows[c][m], 4) for c in range(n)] for m in range(d_model)]
     W_K = [[Fraction(rows[(c - 1) % n][m], 4) for c in range(n)] for m in range(d_model)]
     W_V = [[Fraction(rows[c][m], 16) for c in range(n)] for m in range(d_model)]

@@ -16,6 +16,7 @@ engine.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from functools import partial
 from typing import Callable, Iterator
 
@@ -62,12 +63,7 @@ def certify(inputs: CallHead, places: int, *, shares: bool = True,
         InputError: bad places, a budget too small for one row.
     """
     check_places(places)
-    own = engine is None
-    engine = engine or Engine()
-    try:
+    with nullcontext(engine) if engine else Engine() as engine:     # a new one closed at the end
         spans = plan(inputs, engine, memory=memory, rows=rows, shares=shares)
         task = partial(certify_block, places=places, shares=shares)
         yield from engine.map(task, inputs, spans, on_block)
-    finally:
-        if own:
-            engine.close()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -191,9 +192,7 @@ def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
         raise InputError("max_ulps must be given for a blocked check of a modified call (got none: the "
                          "default tolerance reads plain scores only); pass max_ulps=, or use exactattn verify")
     got = np.asarray(got, dtype=np.float64).reshape(inputs.n_q, inputs.d_v)
-    own = engine is None
-    engine = engine or Engine()
-    try:
+    with nullcontext(engine) if engine else Engine() as engine:     # a new one closed at the end
         spans = plan(inputs, engine, memory=memory, rows=rows, shares=False)
         t0 = time.perf_counter()
         data = (inputs, got)            # scattered once, read by both passes
@@ -212,9 +211,6 @@ def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
         return BlockedReport(impl, dtype, inputs.policy, None, found, max_ulps, 0, None, seconds,
                              notes, shape=inputs.shape, blocks=len(spans),
                              rows=rows or spans[0][1] - spans[0][0], engine=engine.describe())
-    finally:
-        if own:
-            engine.close()
 
 
 def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy | None = None,

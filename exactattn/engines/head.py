@@ -336,7 +336,7 @@ def _symbolic(head: Head, x: list[list]) -> Trace:
 
 
 def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
-           floats: str | None = None, empty_row: str | None = None, dropout_keep=None) -> Trace:
+           floats: str | None = None, dropout_keep=None) -> Trace:
     """Run ``head`` over the token rows ``x`` and record every intermediate.
 
     Shapes: ``x`` is n x d_model (one row of numbers per token).
@@ -346,8 +346,6 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
             expression, pencil up to 64 tokens, fast above), ``"pencil"``,
             ``"symbolic"`` or ``"fast"``.
         floats: how binary floats in ``x`` are read (see :mod:`exactattn.numbers.exact`).
-        empty_row: what a query that sees no key gets (``zero``, ``uniform``, ``nan``);
-            None (the default) reads it from ``head.policy``.
         dropout_keep: the dropout keep-mask (n x n bools; True = kept), with
             ``head.policy.dropout`` set.
 
@@ -377,8 +375,6 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     E/(1 + E)
     """
     check_choice(engine, "engine", ENGINES)
-    if empty_row not in (None, head.policy.empty_row):   # this run's answer, checked by Policy
-        head = head.with_policy(head.policy.replace(empty_row=empty_row))
     from ..call.inputs import head_tokens
     xs = head_tokens(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)

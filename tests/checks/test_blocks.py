@@ -105,7 +105,7 @@ POLICIES = [Policy(), Policy(causal=True), Policy(causal=True, window=(3, 0)),
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.describe()[:48])
 def test_blocks_match_the_whole_head_for_every_block_size(policy):
     head, x = small_head(policy)
-    trace = attend(head, x, engine="fast", empty_row=policy.empty_row)
+    trace = attend(head, x, engine="fast")
     want = (trace.share_decimals(4), trace.output_decimals(4))
     inputs = trace.call.head()
     for rows in (1, 3, 4, 11):

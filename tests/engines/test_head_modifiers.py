@@ -75,7 +75,7 @@ def test_attention_sink_case():
 
 def test_sink_with_every_key_hidden_takes_the_whole_row():
     head, x = posed([["1", "0"]], ["3", "1"], sink=F(0), causal=True, query_offset=-1)
-    t = attend(head, x, empty_row="nan")
+    t = attend(head.with_policy(head.policy.replace(empty_row="nan")), x)
     assert t.sink_share(0) == 1 and t.share(0, 0) == 0 and t.output(0, 0).rational() == 0
     assert t.lse(0).decimal(4) == "0.0000" and t.lse(0).exact() == 0
 

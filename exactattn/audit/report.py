@@ -45,13 +45,6 @@ _FOUND_BY = {"option": "as given", "name": "by its name", "title": "from its tit
              "scores": "as the softmax of the printed scores"}
 
 
-def _closed_form(v) -> str:
-    """The exact value of a cell as a closed form (``exp(1)/(1 + exp(1))``, ``25/8``; a score
-    over sqrt(D) as the tables write it)."""
-    return "-inf (hidden key)" if v is None else fraction_text(v) if isinstance(v, Fraction) \
-        else root_text(v) if isinstance(v, Surd) else v.text()
-
-
 def _exact_cell(cell: CellVerdict) -> str:
     """The exact value for readers: ``25/8 = 3.125``, ``1/3 ~ 0.3333333333``, ``~0.5799772562``."""
     v = cell.exact
@@ -99,7 +92,9 @@ def _table_section(t: TableAudit, audit: Audit, only_not_right: bool,
     rows, data = [], []
     for c in t.cells:
         column = printable(c.column_label) + ("" if c.element is None else f" [{c.element + 1}]")
-        form = _closed_form(c.exact)
+        v = c.exact      # as a closed form: exp(1)/(1 + exp(1)), 25/8, a score over sqrt(D)
+        form = "-inf (hidden key)" if v is None else fraction_text(v) if isinstance(
+            v, Fraction) else root_text(v) if isinstance(v, Surd) else v.text()
         data.append({"row": c.row_label, "column": c.column_label, "element": c.element,
                      "value": c.what, "printed": c.printed, "places": c.places,
                      "verdict": c.verdict, "right": c.right, "exact": form,

@@ -120,20 +120,6 @@ PRESETS = {
 
 
 # --------------------------------------------------------------------------- the scale
-def _sympy_square(value: Any, name: str) -> Fraction:
-    """The square of a positive sympy number whose square is rational, as a ``Fraction``."""
-    import sympy
-    if isinstance(value, sympy.Basic) and value.has(sympy.Float):
-        raise FloatInputError(
-            f"{name} holds a binary Float ({value}); pass a string such as '0.3' "
-            "or sympy.Rational so it stays exact")
-    sq = sympy.expand(value ** 2) if getattr(value, "is_number", False) else None
-    if sq is None or not sq.is_Rational or value.is_positive is not True:
-        raise InputError(
-            f"{name} must be a positive rational or the square root of one (got {shorten(value, quote=True)})")
-    return fraction_of(sq)
-
-
 def _positive(value: Any, name: str, bad: str, floats: str | None) -> Fraction:
     try:
         d = to_exact(value, name=name, floats=floats)
@@ -173,9 +159,19 @@ def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = Non
 
 
 def _square(value: Any, name: str, bad: str, floats: str | None = None) -> Fraction:
-    """The square of a positive exact number, or of a sympy number whose square is rational."""
+    """The square of a positive exact number, or of a sympy number whose square is rational
+    (a ``Fraction``)."""
     if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
-        return _sympy_square(value, name)
+        import sympy
+        if isinstance(value, sympy.Basic) and value.has(sympy.Float):
+            raise FloatInputError(
+                f"{name} holds a binary Float ({value}); pass a string such as '0.3' "
+                "or sympy.Rational so it stays exact")
+        sq = sympy.expand(value ** 2) if getattr(value, "is_number", False) else None
+        if sq is None or not sq.is_Rational or value.is_positive is not True:
+            raise InputError(
+                f"{name} must be a positive rational or the square root of one (got {shorten(value, quote=True)})")
+        return fraction_of(sq)
     d = _positive(value, name, bad, floats)
     return d * d
 

@@ -143,18 +143,15 @@ def _drift_section(run, checks: Sequence[LayerCheck]) -> Section:
     for c in checks:
         chain = max((h.chain for h in c.heads if h.chain is not None),
                     key=lambda w: (w.max_ulps or 0, w.max_terms or 0.0), default=None)
-        cells = [str(c.layer)]
         drift = {name: {"ulps": d.max_ulps, "off": d.count - d.histogram.get(0, 0),
                         "entries": d.count} for name, d in c.drift.items()}
-        cells += [f"{d['ulps']} ({d['off']}/{d['entries']})" for d in drift.values()]
+        cells = [str(c.layer)] + [f"{d['ulps']} ({d['off']}/{d['entries']})" for d in drift.values()]
         for w in (chain, c.projected):
             cells += ["-", "-"] if w is None else [number_cell(w.max_ulps or 0, "d"),
                                                    number_cell(w.max_rel or 0.0, ".2e")]
         rows.append(cells)
-        data.append({"layer": c.layer,
-                     "projections": drift,
-                     "heads": None if chain is None else worst_data(chain),
-                     "W_O": worst_data(c.projected)})
+        data.append({"layer": c.layer, "projections": drift, "heads": None if chain is None
+                     else worst_data(chain), "W_O": worst_data(c.projected)})
     notes = ["q, k, v: the model's float32 projections (before any rotary embedding) against "
              "the exact x W + b correctly rounded to float32: the most ULPs, and (in brackets) "
              "how many entries are not that rounding",

@@ -173,6 +173,17 @@ def check_top_level(doc: Any, where: str, keys: tuple, required: tuple, kind: st
                             f"and {required[-1]}")
 
 
+def check_policy_table(pol: Any, where: str, keys: tuple, hints: dict | None = None) -> None:
+    """Refuse a ``policy`` that is not a table of ``keys``, in one line (``hints``: an unknown
+    key -> words added to the message)."""
+    if not isinstance(pol, dict):
+        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
+    bad = sorted(set(pol) - set(keys), key=str)
+    if bad:
+        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys are "
+                        f"{', '.join(keys)}{(hints or {}).get(bad[0], '')}")
+
+
 # --------------------------------------------------------------------------- problem specs
 def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False) -> tuple:
     """The ``(problem, policy, dtype)`` of a parsed problem spec document.
@@ -194,12 +205,7 @@ def problem_from_mapping(doc: Any, *, where: str = "spec", extras: bool = False)
     check_top_level(doc, where, PROBLEM_KEYS, ("query", "key", "value"), "a verify spec",
                {"tokens", "W_Q"}, "a head spec: run it with `exactattn walkthrough --spec`")
     pol = doc.get("policy", {})
-    if not isinstance(pol, dict):
-        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
-    bad = sorted(set(pol) - set(POLICY_KEYS), key=str)
-    if bad:
-        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys are "
-                        f"{', '.join(POLICY_KEYS)}")
+    check_policy_table(pol, where, POLICY_KEYS)
     mask, kind = None, pol.get("mask_kind", "bool_keep")
     if "mask" in doc:
         m = doc["mask"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..call.modifiers import check_keep
-from ..call.spec import check_top_level, convert, parse, read_text
+from ..call.spec import check_policy_table, check_top_level, convert, parse, read_text
 from ..call.spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
 from ..errors import ShapeError, SpecError, shorten
 from ..numbers.exact import to_row
@@ -193,14 +193,8 @@ class HeadSpec(Example):
 
 def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFields]:
     """The head under a head spec's ``policy`` table, and the table's call fields."""
-    if not isinstance(pol, dict):
-        raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
-    bad = sorted(set(pol) - set(HEAD_POLICY_KEYS), key=str)
-    if bad:
-        top = "; causal and divisor are top-level keys of a head spec" \
-            if bad[0] in ("causal", "scale", "divisor") else ""
-        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys "
-                        f"are {', '.join(HEAD_POLICY_KEYS)}{top}")
+    check_policy_table(pol, where, HEAD_POLICY_KEYS, dict.fromkeys(
+        ("causal", "scale", "divisor"), "; causal and divisor are top-level keys of a head spec"))
     fields = read_modifiers(pol, where=where)
     plain = {k: pol[k] for k in ("alignment", "empty_row") if k in pol}
     policy = owned(where, lambda: head.policy.replace(**plain, **fields.changes))

@@ -208,7 +208,7 @@ def changes(args) -> dict:
 def refuse(args, problem, searching: bool) -> None:
     """Refuse modifier flags that cannot apply: dropout without a keep-mask, modifiers with
     ``--search`` (which checks the plain call); the gradients take every modifier
-    (``UNSUPPORTED["gradients"]`` is empty)."""
+    (``UNSUPPORTED`` has no "gradients" row)."""
     given = [flag for field, flag in FLAGS.items() if getattr(args, field, None) is not None]
     if getattr(args, "lse", None) is not None:
         given.append("--lse")

@@ -36,7 +36,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .digits import format_scaled
-from .limbs import abs_max
+from .limbs import abs_max, mix, score_split
 
 __all__ = ["block_bounds", "exact_matmul"]
 
@@ -87,19 +87,6 @@ def exact_matmul(a, b):
     mb = fmpz_mat(b.shape[0], b.shape[1], [int(v) for v in b.ravel().tolist()])
     prod = ma * mb
     return int_array(prod.entries(), (prod.nrows(), prod.ncols()))
-
-
-def _matmul_limbs(t, v, F: int):
-    """``t @ v`` exactly for non-negative fixed-point ``t`` <= 2^F (uint64 or Python ints)."""
-    import numpy as np
-    if t.dtype == object:
-        return exact_matmul(t, v).astype(object)
-    total = None
-    for shift in range(0, F + 1, 16):
-        limb = ((t >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64)
-        part = exact_matmul(limb, v).astype(object) * (1 << shift)
-        total = part if total is None else total + part
-    return total
 
 
 class ExpTables:
@@ -244,12 +231,11 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     decide, which the caller must fill from the exact per-entry path.
     """
     import numpy as np
-    F = fixed_bits(places)
     keep, empty = _seen(keep)
-    cached = block_tables(den, divisor_squared, F)
+    cached = block_tables(den, divisor_squared, fixed_bits(places))
     if cached is None:
         return None
-    tables, shift, _, step_lo = cached
+    tables, shift = cached[:2]
 
     # gaps u_ij = max over visible k of N_ik - N_ij >= 0 (hidden: -1), clipped to the tables
     all_visible = bool(keep.all())
@@ -271,18 +257,8 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
         gaps = np.minimum(gaps, tables.cut).astype(np.int64)
     if not all_visible:
         gaps = np.where(keep, gaps, -1)
-    lo, hi = gap_bounds(cached, gaps)       # e_ij in [lo, hi] / 2^F
-    if between is not None and between.any():  # its lower end one step further out
-        step = np.full(lo.shape, step_lo, dtype=lo.dtype)
-        lo = np.where(between, _mul_shift(lo, step, F, False), lo)
-
-    # outputs: sum_j e_ij V_jc / (vd sum_j e_ij); the sum is lo @ V, within (hi - lo) @ |V|
-    width = hi - lo
-    if width.dtype != object:
-        width = width.astype(np.int64)
-    rad = exact_matmul(width, abs(values_num)).astype(object)
-    b = _enclosed(lo, hi, F, _matmul_limbs(lo, values_num, F), rad, values_den, empty, 0)
-    return bounds_decimals(b, places)
+    return bounds_decimals(_enclosed(cached, gaps, between, values_num, values_den, empty, 0),
+                           places)
 
 
 # --------------------------------------------------------------------------- row blocks
@@ -377,7 +353,6 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     ([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']])
     """
     import numpy as np
-    from .limbs import mix, score_split
     if q.dtype == object or k.dtype == object or values_num.dtype == object or \
             keep.shape[1] == 0:
         return None
@@ -400,19 +375,9 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
                for h, x in zip(hs.ravel().tolist(), ls.ravel().tolist())), default=0)
     (h_max, l_max), _ = ends
     gaps = np.where(keep, h_max - high - (low > l_max), -1)     # floor(gap / 2^shift)
-    del high, ends
-    lo, hi = gap_bounds(cached, gaps)
-    if cached[1]:         # a gap between two steps: its lower end one step further out
-        step = np.full(lo.shape, cached[3], dtype=lo.dtype)
-        lo = np.where(keep & (low != l_max), _mul_shift(lo, step, F, False), lo)
-    del low, gaps
-    if lo.dtype == object:
-        mid = _matmul_limbs(lo, values_num, F)
-        rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
-    else:
-        mid = mix(lo.astype(np.int64), values_num)
-        rad = mix((hi - lo).astype(np.int64), abs(values_num))
-    return _enclosed(lo, hi, F, mid, rad, values_den, empty, top)
+    between = keep & (low != l_max) if cached[1] else None
+    del high, low, ends
+    return _enclosed(cached, gaps, between, values_num, values_den, empty, top)
 
 
 def _seen(keep):
@@ -436,10 +401,23 @@ def _row_sums(x):
     return sums.astype(object)[:, None]
 
 
-def _enclosed(lo, hi, F: int, mid, rad, values_den: int, empty, top: int) -> BlockBounds:
-    """The :class:`BlockBounds` of entries ``[lo, hi] / 2^F`` whose output sums lie in
-    ``[mid - rad, mid + rad]`` (Python ints) over ``values_den``."""
+def _enclosed(cached, gaps, between, values_num, values_den: int, empty, top: int
+              ) -> BlockBounds:
+    """The :class:`BlockBounds` of the gaps ``floor(gap / 2^shift)`` to the row maximum (-1:
+    hidden) of :func:`block_tables`' ``cached``; ``between`` (None: shift 0) marks the gaps
+    strictly between two steps.  The output sums ``e @ V`` lie in ``lo @ V +- (hi - lo) @ |V|``."""
     import numpy as np
+    F = cached[0].F
+    lo, hi = gap_bounds(cached, gaps)       # e_ij in [lo, hi] / 2^F
+    if between is not None and between.any():  # its lower end one step further out
+        lo = np.where(between, _mul_shift(lo, np.full(lo.shape, cached[3], dtype=lo.dtype), F,
+                                          False), lo)
+    if lo.dtype == object or values_num.dtype == object:
+        mid = exact_matmul(lo, values_num).astype(object)
+        rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
+    else:
+        mid = mix(lo.astype(np.int64), values_num)
+        rad = mix((hi - lo).astype(np.int64), abs(values_num))
     den_lo, den_hi = _row_sums(lo), _row_sums(hi)
     a_lo, a_hi = mid - rad, mid + rad
     d_lo, d_hi = den_lo * values_den, den_hi * values_den

@@ -27,7 +27,7 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
-from .compare import Comparison, decide, enclosures, judge, ulp_unit
+from .compare import Comparison, Judgement, decide, enclosures, judge, ulp_unit
 from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, default_max_ulps, float_format,
                                round_to_format)
 from .adapter import ask, check_dtype, read_answer
@@ -750,11 +750,9 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
         for idx in np.ndindex(*lse_rounded.shape):
             g = math.nan if got_lse is None else float(got_lse[idx])
             r = float(lse_rounded[idx])
-            if got_lse is None:
-                lse_found.add(Entry(idx, r, g, None, None, "hard", ref, lse_base=lse))
-                continue
             mag = max(abs(r), top if math.isfinite(top) else abs(r))
-            j = judge(g, r, lse_balls[idx], mag, fmt, lambda: ref.lse(*idx, lse), tol, lse=True)
+            j = Judgement("hard") if got_lse is None else \
+                judge(g, r, lse_balls[idx], mag, fmt, lambda: ref.lse(*idx, lse), tol, lse=True)
             lse_found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, lse))
     t3 = time.perf_counter()
     return Report(name, dtype, call.policy, call, found, tol, moved, ref,

@@ -116,17 +116,16 @@ class ArrayImpl(Impl):
     kernel = "numpy"
     natural_lse = False
 
-    def refuse(self, call: FloatCall, bad=(), row=None, who: str | None = None) -> None:
+    def refuse(self, call: FloatCall, bad=()) -> None:
         """Refuse a call that sets a field the kernel's row of :data:`KERNELS` refuses (its
-        row of :data:`~exactattn.call.policy.UNSUPPORTED`; ``bad``: what else was found), or
-        ``row``'s, for ``who``."""
-        row = row or KERNELS[self.kernel]
+        row of :data:`~exactattn.call.policy.UNSUPPORTED`; ``bad``: what else was found)."""
+        row = KERNELS[self.kernel]
         names = UNSUPPORTED.get(row.refuses, ())
         bad = [*bad, *(f for f in names if getattr(call, "dropout_p" if f == "dropout" else f)
                        is not None)]
         if bad:
             raise InputError(f"call must have no {row.listed or ' or '.join(names)} for "
-                             f"{who or 'impl ' + self.kernel} (got {bad[0]}){row.fix}")
+                             f"impl {self.kernel} (got {bad[0]}){row.fix}")
 
     def const(self, x, dt):
         return dt.type(x)
@@ -284,7 +283,6 @@ class NumpyImpl(ArrayImpl):
         Q`` (q and k rotated under RoPE, and dQ and dK turned back by R^T); grouped heads
         add their dK and dV into the key/value head they read.
         """
-        self.refuse(call, row=Kernel(None, refuses="numpy_backward"), who=self.backward_name)
         q, k, v, do, *dl = self.inputs(call, d_out, *([] if d_lse is None else [d_lse]))
         with self.scope(call.dtype):
             f = self.compose(call, q, k, v)

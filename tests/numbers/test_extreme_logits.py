@@ -134,10 +134,10 @@ def test_rotary_rows_with_a_huge_entry_reuse_their_balls(cli, tmp_path):
     tokens[5]["x"][2] = "1e3000"
     eye = [[int(i == j) for j in range(4)] for i in range(4)]
     path = _spec(tmp_path, "rope.json", tokens, eye)
-    t = time.perf_counter()
+    t = time.process_time()          # CPU time: the limit holds on a loaded machine too
     rc, out, err = cli("scores", "--spec", path, "--rope", "10000:half")
     assert rc == 0, err
-    assert time.perf_counter() - t < 8
+    assert time.process_time() - t < 8
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])

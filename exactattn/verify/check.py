@@ -640,8 +640,8 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
         # mag within 3 eta + 2u <= 4 rad/mag; judge_entries': exact, a tolerance capped at 2^62
         slack = 0.0 if exact else \
             np.where(mag > 0, np.maximum(4 * rad / np.where(mag > 0, mag, 1.0), 2.0 ** -30), 0.0)
-        cap = np.asarray(tol, dtype=object)
-        cap = np.where(cap > 1 << 62, 1 << 62, cap).astype(np.int64) if exact else tol
+        cap = np.asarray(tol, dtype=object) if exact else tol      # no object copy when fast
+        cap = np.where(cap > 1 << 62, 1 << 62, cap).astype(np.int64) if exact else cap
         status, near, ulps, rel, terms = (a.reshape(-1) for a in
                                           decide(got, mid, rad, mag, fmt, cap, at_terms, slack))
     rounded = near if rounded is None else rounded.reshape(-1)
@@ -870,7 +870,7 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
         _exact_probes(call, plist, dtype, tol, prec, accumulation)
     runs = []
     for (p, column, part), g, why in zip(_parts(plist), got, raised):
-        each = tol + allowance[part].astype(object if tol >> 62 else np.int64) \
+        each = tol + allowance[part].astype(object if tol >> 62 else np.int64, copy=False) \
             if p.name == "identity" else tol      # past 2^62: Python ints, no overflow
         each = each if proved is None else np.maximum(proved[part], each)
         m, r, a = (x[part] for x in enclosed)

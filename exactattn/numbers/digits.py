@@ -133,13 +133,20 @@ def working_precision(prec: int):
     return ctx.workprec(prec)
 
 
-def _decide(ball, places: int):
-    """The rounded integer round(value * 10**places) if ``ball`` decides it, else None.
+def decide(ball, places: int) -> int | None:
+    """``round(value * 10**places)`` when the enclosure ``ball`` decides it, else None.
 
+    The one rounding decision of :func:`certify` for a single ``arb`` ball, without
+    raising and without the precision loop: for callers that enclose many values at
+    once and send only the undecided ones on to :func:`certify` (or an exact path).
     Works on the ball with arb's own exact floor, so a tiny share such as
     exp(-10**9) costs no more than 0.5 (no Fraction of a billion bits is built).
     A ball whose lower end sits exactly on a rounding boundary is undecided
     unless the ball is a point, in which case the tie goes to the even integer.
+
+    >>> from flint import arb
+    >>> decide(arb(2).sqrt(), 4), decide(arb("0.12345 +/- 0.001"), 4) is None
+    (14142, True)
     """
     from flint import arb, fmpq
     if not ball.is_finite():
@@ -157,20 +164,6 @@ def _decide(ball, places: int):
             return None
         return k if k % 2 == 0 else k - 1  # an exact tie: to even
     return k
-
-
-def decide(ball, places: int) -> int | None:
-    """``round(value * 10**places)`` when the enclosure ``ball`` decides it, else None.
-
-    The one rounding decision of :func:`certify` for a single ``arb`` ball, without
-    raising and without the precision loop: for callers that enclose many values at
-    once and send only the undecided ones on to :func:`certify` (or an exact path).
-
-    >>> from flint import arb
-    >>> decide(arb(2).sqrt(), 4), decide(arb("0.12345 +/- 0.001"), 4) is None
-    (14142, True)
-    """
-    return _decide(ball, places)
 
 
 def tighten(step: Callable[[int], object], prec: int, *, max_prec: int | None = None):
@@ -245,7 +238,7 @@ def certify(ball: Callable[[int], object], places: int, *,
 
     def step(prec: int):
         b = ball(prec)
-        k = _decide(b, places)
+        k = decide(b, places)
         if k is not None:
             return k
         # narrow against the decimal grid, yet astride a boundary: after SIDED_PREC

@@ -321,9 +321,6 @@ def certified_scientific(value, digits: int = 9) -> str:
     check_whole(digits, "digits", low=1, high=MAX_PLACES)
     if value._nan():
         return "nan"
-    quick = ball_scientific(value, digits)
-    if quick is not None:        # decided by enclosures alone: no exact algebra needed
-        return quick
     q = value.rational()
     if q is not None:
         return scientific_text(*scientific_parts(q, digits), digits)
@@ -402,43 +399,6 @@ def scientific_text(sign: str, k: int, e: int, digits: int, *, padded: bool = Tr
     text = str(k)
     body = text[0] + ("." + text[1:] if len(text) > 1 else "")
     return f"{sign}{body}e{e:+03d}" if padded else f"{sign}{body}e{e:+d}"
-
-
-def ball_scientific(value, digits: int, precs=(64, 128, 256)) -> str | None:
-    """:func:`certified_scientific`'s text when an enclosure of ``value`` decides it, else None.
-
-    At each precision the ball b of the value must exclude 0; with ``k = floor(log10 |b|)``
-    the same at both ends, ``m = |b| 10^(digits-1-k)`` must lie strictly between two
-    consecutive half-integers ``N - 1/2 < m < N + 1/2`` (a value exactly on a midpoint is
-    never decided here: ties go to the exact path, which rounds them to even).  Then
-    ``N 10^(k+1-digits)`` is the correctly rounded value.
-
-    >>> from exactattn.numbers.softmax import SoftmaxRow
-    >>> ball_scientific(SoftmaxRow([Fraction(1), Fraction(0)], None).share(0), 6)
-    '7.31059e-01'
-    """
-    from flint import arb
-    for prec in precs:
-        with working_precision(prec + 32):
-            b = value.ball(prec)
-            if not b.is_finite() or b.contains(0):
-                continue
-            a = abs(b)
-            k = math.floor(float((a.log() / arb(10).log()).mid()))
-            ten = arb(10)
-            if not (a.lower() >= ten ** k and a.upper() < ten ** (k + 1)):
-                continue
-            m = a * ten ** (digits - 1 - k)
-            n = (m + arb(0.5)).floor().unique_fmpz()
-            if n is None:
-                continue
-            n = int(n)
-            if not (m > arb(n) - arb(0.5) and m < arb(n) + arb(0.5)):
-                continue
-            if not 10 ** (digits - 1) <= n <= 10 ** digits:
-                continue
-            return scientific_text("-" if b < 0 else "", n, k, digits)
-    return None
 
 
 def _decimal_exponent(value) -> int | None:

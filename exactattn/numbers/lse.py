@@ -98,35 +98,34 @@ class LogSumExp(Real):
         increasing), exactly: ``log(1 + e)`` reached through a key and through a sink
         are equal.
         """
-        if isinstance(other, LogSumExp):
-            if self.row.nan or other.row.nan:
-                raise InputError("lse must be a number to be compared (got nan: an empty row "
-                                 "under empty_row='nan')")
+        lse = isinstance(other, LogSumExp)
+        if not lse and (not isinstance(other, (int, Fraction)) or isinstance(other, bool)):
+            return NotImplemented
+        if self.row.nan or lse and other.row.nan:
+            raise InputError("lse must be a number to be compared (got nan: an empty row under "
+                             "empty_row='nan')")
+        if lse:
             if self.neg_inf or other.neg_inf:
                 return (not self.neg_inf) - (not other.neg_inf)
             if self.base != other.base:
                 q = other.rational()
                 if q is not None:
                     return self._order(q)
-                return -other._order(self.rational()) if self.rational() is not None \
-                    else self._ball_order(other)
+                if self.rational() is not None:
+                    return -other._order(self.rational())
+                return enclosure_sign(lambda prec: self.ball(prec) - other.ball(prec),
+                                      lambda: f"{self.text()} - {other.text()}")
             return (self.row.poly(self.row.counts) - other.row.poly(other.row.counts)).sign()
-        if not isinstance(other, (int, Fraction)) or isinstance(other, bool):
-            return NotImplemented
-        if self.row.nan:
-            raise InputError("lse must be a number to be compared (got nan: an empty row under "
-                             "empty_row='nan')")
         if self.neg_inf:
             return -1
-        x = self.exact()
+        x, q, row = self.exact(), Fraction(other), self.row
         if x is not None:
-            return real_compare(x, Fraction(other))
-        return self._compare(Fraction(other))
-
-    def _ball_order(self, other: "LogSumExp") -> int:
-        """sign(self - other) across bases, from enclosures up to the bound."""
-        return enclosure_sign(lambda prec: self.ball(prec) - other.ball(prec),
-                              lambda: f"{self.text()} - {other.text()}")
+            return real_compare(x, q)
+        if self.base == "e":        # the value is not q (see the module notes)
+            return (row.poly(row.counts) - ExpPoly((), {(q,): Fraction(1)})).sign()
+        from flint import arb
+        return enclosure_sign(lambda prec: self.ball(prec) - arb(fmpq_of(q)),
+                              lambda: f"{self.text()} - {q}", bounded=row.certified)
 
     def _nan(self) -> bool:
         return self.row.nan
@@ -141,15 +140,6 @@ class LogSumExp(Real):
         shift = row.shift_ball(prec)
         value = shift + row.normaliser(prec, row.exp_balls(prec)).log()
         return value / arb(2).log() if self.base == "2" else value
-
-    def _compare(self, q: Fraction) -> int:
-        """sign(lse - q), exactly (the value is not q: see the module notes)."""
-        row = self.row
-        if self.base == "e":
-            return (row.poly(row.counts) - ExpPoly((), {(Fraction(q),): Fraction(1)})).sign()
-        from flint import arb
-        return enclosure_sign(lambda prec: self.ball(prec) - arb(fmpq_of(q)),
-                              lambda: f"{self.text()} - {q}", bounded=row.certified)
 
     def decimal(self, places: int) -> str:
         """Certified decimal at ``places`` places (:meth:`Real.decimal`); ``-inf`` for a fully

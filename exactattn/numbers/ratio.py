@@ -300,14 +300,8 @@ class ExpRatio(Real):
             return Fraction(0)
         if self.recipe and len(self.recipe) < len(counts):
             return None  # some gap has A_g = 0 while another has A_g != 0
-        q = None
-        for g, c in counts.items():
-            ratio = Fraction(self.recipe.get(g, 0)) / c
-            if q is None:
-                q = ratio
-            elif ratio != q:
-                return None
-        return q
+        ratios = {Fraction(self.recipe.get(g, 0)) / c for g, c in counts.items()}
+        return ratios.pop() if len(ratios) == 1 else None
 
     # -- signs and comparisons ---------------------------------------------------
     def sign(self) -> int:

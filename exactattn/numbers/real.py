@@ -23,10 +23,20 @@ equals nothing, itself included).
 
 from __future__ import annotations
 
+from operator import ge, gt, le, lt
+
 from ..errors import InputError
 from .digits import certify, fraction_text, round_fraction
 
 __all__ = ["Real"]
+
+
+def _ordered(op):
+    """The comparison ``op(self, other)`` from ``_order`` (NotImplemented passed on)."""
+    def compare(self, other):
+        c = self._order(other)
+        return c if c is NotImplemented else op(c, 0)
+    return compare
 
 
 class Real:
@@ -120,21 +130,7 @@ class Real:
                                  "compare their decimals")
         return c
 
-    def __lt__(self, other):
-        c = self._order(other)
-        return c if c is NotImplemented else c < 0
-
-    def __le__(self, other):
-        c = self._order(other)
-        return c if c is NotImplemented else c <= 0
-
-    def __gt__(self, other):
-        c = self._order(other)
-        return c if c is NotImplemented else c > 0
-
-    def __ge__(self, other):
-        c = self._order(other)
-        return c if c is NotImplemented else c >= 0
+    __lt__, __le__, __gt__, __ge__ = (_ordered(op) for op in (lt, le, gt, ge))
 
     def __hash__(self) -> int:
         if self._nan():

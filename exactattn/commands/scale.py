@@ -51,10 +51,9 @@ def run(args) -> int:
     from ..present.stream import progress_shown
     from ..scale import check_draws, scale_sections
     check_draws(args.trials, args.widths, args.tokens, ("--trials", "--widths", "--tokens"))
-    shown = progress_shown(sys.stderr, True if args.progress else None)
     sections = scale_sections(args.widths, trials=args.trials, seed=args.seed,
                               tokens=args.tokens, places=args.digits,
-                              progress_stream=sys.stderr if shown else None)
+                              progress_stream=sys.stderr if progress_shown(args.progress) else None)
     meta = {"mode": "scale", "seed": args.seed, "trials": args.trials, "tokens": args.tokens,
             "widths": args.widths, "digits": args.digits}
     return sections, meta, 0

@@ -126,9 +126,7 @@ def run(args) -> int:
                          f"{explain_at[0]},{explain_at[1]})")
     n = len(ex.x)
     queries, keys = getattr(args, "queries", None), getattr(args, "keys", None)
-    for span, flag in ((queries, "--queries"), (keys, "--keys")):
-        if span is not None:
-            check_span(span, n, flag)
+    check_span(queries, n, "--queries"), check_span(keys, n, "--keys")
     with busy("running the head"):
         trace = attend_example(ex, no_scale=getattr(args, "no_scale", False))
     if pictured:  # a heatmap, not a table (exactattn.present.svg)

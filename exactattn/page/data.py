@@ -87,7 +87,6 @@ class Sentence:
     unless d_v = 2).
     """
 
-    name: str
     title: str
     words: list[str]
     label: str                 # the switch's name for the sentence (River), else the name
@@ -183,7 +182,7 @@ def _sentence(ex, stops: list[Stop], places: int, row: int | None) -> Sentence:
     visible = sum(1 for r in raw if r is not None)
     equal = next(q for q, r in zip(large, raw) if r is not None)
     s = Sentence(
-        name=ex.name, title=ex.title or ex.name, label=ex.label or ex.name,
+        title=ex.title or ex.name, label=ex.label or ex.name,
         words=[t.text for t in ex.tokens[:n]] + [f"token {j + 1}" for j in
                                                   range(len(ex.tokens), n)],
         query=i, raw=["masked" if r is None else exact_text(r) for r in raw],

@@ -534,10 +534,11 @@ def tables_html(sections: Sequence[Section]) -> str:
 _SCALARS = {str, Cell, int, float, bool, type(None)}
 
 
-def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
+def _dump(value, out: IO[str], level: int, wrap: int | None, tables: dict) -> None:
     """``value`` as ``json.dumps(value, indent=2)`` writes it at nesting ``level``, streamed.
 
-    ``rows``: the sequence to iterate instead of ``value`` (a progress bar).
+    ``tables``: the sections by the ``id`` of their rows, read through :func:`_rows` (a
+    progress bar).
     """
     if isinstance(value, dict):
         if not value:
@@ -547,7 +548,7 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
         out.write("{")
         for k, (key, item) in enumerate(value.items()):
             out.write(("," if k else "") + pad + json_text(key) + ": ")
-            _dump(item, out, level + 1, wrap)
+            _dump(item, out, level + 1, wrap, tables)
         out.write("\n" + "  " * level + "}")
     elif isinstance(value, (list, tuple, LazyRows)):
         if not len(value):
@@ -559,9 +560,9 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
             return
         pad = "\n" + "  " * (level + 1)
         out.write("[")
-        for k, item in enumerate(value if rows is None else rows):
+        for k, item in enumerate(_rows(tables[id(value)]) if id(value) in tables else value):
             out.write(("," if k else "") + pad)
-            _dump(item, out, level + 1, wrap)
+            _dump(item, out, level + 1, wrap, tables)
         out.write("\n" + "  " * level + "]")
     else:
         out.write(json_text(value))       # a Cell is its machine str
@@ -569,22 +570,12 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, rows=None) -> None:
 
 def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,
           wrap: int | None = None) -> None:
-    doc = dict(meta or {})
-    doc["tables"] = [None] * len(sections)
-    head = json_text(doc, indent=2)
-    out.write(head[:head.rindex("[")])           # everything before the tables
-    out.write("[")
-    for k, s in enumerate(sections):
-        out.write(("," if k else "") + "\n    ")
-        table = {"name": s.name, "title": s.title, "columns": s.columns, "rows": s.rows,
-                 "notes": s.notes, "data": s.data}
-        pad = "\n" + "  " * 3
-        out.write("{")
-        for j, (key, item) in enumerate(table.items()):
-            out.write(("," if j else "") + pad + json.dumps(key) + ": ")
-            _dump(item, out, 3, wrap, _rows(s) if key == "rows" else None)
-        out.write("\n    }")
-    out.write("\n  ]\n}\n" if sections else "]\n}\n")
+    head = json_text(dict(meta or {}, tables=None), indent=2)
+    out.write(head[:head.rindex("null")])        # the meta as json.dumps writes it
+    tables = [{"name": s.name, "title": s.title, "columns": s.columns, "rows": s.rows,
+               "notes": s.notes, "data": s.data} for s in sections]
+    _dump(tables, out, 1, wrap, {id(s.rows): s for s in sections})
+    out.write("\n}\n")
 
 
 def _jsonl(sections, out: IO[str], meta: dict[str, Any] | None = None, **_) -> None:

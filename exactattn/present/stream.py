@@ -169,11 +169,11 @@ def parse_span(text: str) -> tuple[int, ...]:
     return tuple(sorted(picked))
 
 
-def check_span(span: Sequence[int], n: int, name: str) -> tuple[int, ...]:
-    """``span`` if every index is below ``n``; else one line naming the flag and the range."""
+def check_span(span: Sequence[int] | None, n: int, name: str) -> None:
+    """Refuse ``span`` (None: every token) unless every index is below ``n``, in one line
+    naming the flag and the range."""
     if span and span[-1] >= n:
         raise InputError(f"{name} must name tokens from 1 to {n} (got {span_text(span)})")
-    return tuple(span)
 
 
 def span_text(span: Sequence[int]) -> str:
@@ -248,12 +248,10 @@ def show_progress(on: bool) -> None:
     _SHOW[0] = bool(on)
 
 
-def progress_shown(stream=None, shown: bool | None = None) -> bool:
-    """Whether a bar goes to ``stream`` (default stderr): ``shown`` None when it is a
-    terminal, True always; ``--no-progress`` (:func:`show_progress`) never."""
-    if shown is None:
-        shown = getattr(sys.stderr if stream is None else stream, "isatty", lambda: False)()
-    return _SHOW[0] and bool(shown)
+def progress_shown(always: bool = False) -> bool:
+    """Whether a bar goes to stderr: when it is a terminal (or ``always``); with
+    ``--no-progress`` (:func:`show_progress`) never."""
+    return _SHOW[0] and (always or getattr(sys.stderr, "isatty", lambda: False)())
 
 
 @contextmanager

@@ -160,8 +160,8 @@ def weights(t: Tables) -> list[Section]:
     return out
 
 
-def neuron_layer(flat_weights: list, inputs: list, width: int, bias=0) -> list:
-    """A row of bias-free neurons: neuron s returns ``sum_m w[s*D + m] x[m] + bias``.
+def neuron_layer(flat_weights: list, inputs: list, width: int) -> list:
+    """A row of bias-free neurons: neuron s returns ``sum_m w[s*D + m] x[m]``.
 
     The same flat weights as a projection matrix in the slots layout give the
     same numbers; :func:`project` reports that cross-check.
@@ -170,8 +170,7 @@ def neuron_layer(flat_weights: list, inputs: list, width: int, bias=0) -> list:
     [3, 7]
     """
     d = len(inputs)
-    return [sum(flat_weights[s * d + m] * inputs[m] for m in range(d)) + bias
-            for s in range(width)]
+    return [sum(flat_weights[s * d + m] * inputs[m] for m in range(d)) for s in range(width)]
 
 
 def _neurons_agree(trace: Trace, tokens) -> bool:
@@ -187,14 +186,10 @@ def _neurons_agree(trace: Trace, tokens) -> bool:
         bias = head.bias("b_" + name[-1])
         if bias is not None:    # the neurons read the bias-free part of each projection
             got = {i: [v - c for v, c in zip(got[i], bias)] for i in tokens}
-        if x_ints is None or w_ints is None:
-            flat = [e for line in m for e in line]
-            for i, x in zip(tokens, xs):
-                same &= neuron_layer(flat, x, len(m)) == list(got[i])
-            continue
-        den = w_ints[1] * x_ints[1]
-        flat = [e for line in w_ints[0] for e in line]
-        for i, x in zip(tokens, x_ints[0]):
+        ints = x_ints is not None and w_ints is not None     # integers, times a denominator
+        w, den, inputs = (w_ints[0], w_ints[1] * x_ints[1], x_ints[0]) if ints else (m, 1, xs)
+        flat = [e for line in w for e in line]
+        for i, x in zip(tokens, inputs):
             same &= neuron_layer(flat, x, len(m)) == [v * den for v in got[i]]
     return same
 

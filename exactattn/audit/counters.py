@@ -306,8 +306,7 @@ def build(c: AuditCall):
 
 
 def _whole(value):
-    value = float(value) if not isinstance(value, int) else value
-    return int(value) if float(value).is_integer() else value
+    return int(value) if float(value).is_integer() else float(value)
 
 
 def _measure(key: str, module, args, names) -> dict:

@@ -522,10 +522,6 @@ FINDINGS = {
 }
 
 
-def _factor(q: Fraction | None) -> str:
-    return "?" if q is None else str(q)       # Fraction's own text: 3, 1/3
-
-
 def verdict_text(v: Verdict) -> str:
     """A cell: ``figure: finding, finding`` (``counts nothing`` when a layer gets 0)."""
     findings = list(v.findings)
@@ -537,7 +533,7 @@ def verdict_text(v: Verdict) -> str:
         short = FINDINGS[f][0] if f in FINDINGS else f
         if f == "unexplained" and v.expected:
             short += f" (x{round_fraction(Fraction(v.figure, v.expected), 2)})"
-        words.append(short.format(factor=_factor(v.factor)))
+        words.append(short.format(factor="?" if v.factor is None else v.factor))  # 3, 1/3
     if v.figure is None:
         return ", ".join(words)
     figure = v.figure if isinstance(v.figure, int) else round(v.figure, 2)
@@ -545,9 +541,7 @@ def verdict_text(v: Verdict) -> str:
 
 
 def _stage(macs: dict, stage: str) -> str:
-    if stage not in macs:
-        return "-"
-    return f"{macs[stage]} / {2 * macs[stage]}"
+    return f"{macs[stage]} / {2 * macs[stage]}" if stage in macs else "-"
 
 
 def _versions(a: CounterAudit) -> list[str]:
@@ -602,18 +596,9 @@ def _notes(a: CounterAudit) -> list[str]:
     return notes
 
 
-def _columns(a: CounterAudit) -> list[tuple[str, str, str]]:
-    return [(key, unit, f"{key} {unit}") for key in a.counters
-            for unit, _ in counter(key).readings]
-
-
-def _kernel(name: str | None) -> str:
-    return "-" if not name else name.removeprefix("_scaled_dot_product_")
-
-
 def _section(a: CounterAudit) -> Section:
     stages = ("projections", "scores", "mix", "out_projection")
-    cols = _columns(a)
+    cols = [(key, unit, f"{key} {unit}") for key in a.counters for unit, _ in counter(key).readings]
     kernels = bool(a.kernels)   # measured when a counter ran
     header = ["call"] + (["torch kernel"] if kernels else []) + \
         ["projections", "scores", "mix", "W_O", "total", "softmax (float)"] + [c[2] for c in cols]
@@ -622,7 +607,8 @@ def _section(a: CounterAudit) -> Section:
         key = L.call.key
         ops = L.softmax_ops
         judged = {label: a.cells[(key, k, u)] for k, u, label in cols}
-        rows.append([key] + ([_kernel(a.kernels.get(key))] if kernels else []) +
+        rows.append([key] + ([(a.kernels.get(key) or "-").removeprefix("_scaled_dot_product_")]
+                             if kernels else []) +
                     [_stage(L.macs, s) for s in stages + ("total",)] +
                     [f"exp {ops['exp']}, add {ops['add']}, div {ops['div']}"] +
                     [verdict_text(v) for v in judged.values()])
@@ -690,7 +676,7 @@ def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[lis
         notes.append(f"verdict: wrong: {figure} is not {v.expected}, and no departure tried "
                      f"gives it (unexplained, x{float(Fraction(figure, v.expected)):.4g})")
     else:
-        words = ", ".join(FINDINGS[f][0].format(factor=_factor(v.factor)) for f in v.findings)
+        words = verdict_text(dataclasses.replace(v, figure=None))
         notes.append(f"verdict: wrong: {figure} is not {v.expected} (right: {v.expected}); "
                      f"{words}, {'an error' if v.is_error else 'a convention'}")
         for f in (v.findings, *v.alternatives):

@@ -28,6 +28,7 @@ exact claim: right only when equal.  ``-inf``/``masked`` claim a hidden key.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -65,9 +66,7 @@ def _rounded(v, places: int, ties: str) -> tuple[str, str | None]:
     twice = r * 10 ** places * 2
     if twice.denominator != 1 or twice.numerator % 2 == 0:
         return even, None
-    half = Fraction(1, 2 * 10 ** places)
-    away = r + half if r > 0 else r - half                 # ties away from zero
-    up = format_scaled(int(away * 10 ** places), places)
+    up = format_scaled((twice.numerator + (1 if r > 0 else -1)) // 2, places)  # away from 0
     return (even, up) if ties == "half_even" else (up, even)
 
 
@@ -203,10 +202,7 @@ class TableAudit:
 
 
 def _counts(cells) -> dict[str, int]:
-    out = dict.fromkeys(VERDICTS, 0)
-    for c in cells:
-        out[c.verdict] += 1
-    return out
+    return dict.fromkeys(VERDICTS, 0) | Counter(c.verdict for c in cells)
 
 
 @dataclass(eq=False)

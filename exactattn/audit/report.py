@@ -15,10 +15,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..call.policy import divisor_text
-from ..present.cells import root_text
 from ..numbers.digits import format_exact, fraction_text
+from ..present.cells import root_text, with_rounded
 from ..present.render import Section, plural, printable, render
-from ..present.cells import with_rounded
 from ..numbers.reals import Surd
 from .judge import VERDICTS, Audit, CellVerdict, TableAudit
 

@@ -27,7 +27,6 @@ from .modifier_flags import add_policy_flags, set_policy_flags
 
 HELP = "certified shares and outputs at any length, in row blocks (local cores or a Dask cluster)"
 STREAM_FORMATS = ("csv", "json")
-CHECK_FORMATS = ("text", "json")
 #: the policy group's flags, in --help's order
 POLICY = ("scale", "causal", "alignment", "window", "empty_row")
 

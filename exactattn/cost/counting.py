@@ -135,10 +135,6 @@ class Run:
     outputs: list
     steps: list = field(default_factory=list)
 
-    def output_decimal(self, i: int, c: int, places: int = 4) -> str:
-        """Output column c of token i, correctly rounded."""
-        return self.outputs[i][c].decimal(places)
-
 
 def _tokens(x, rows: int, d_model: int) -> list[list]:
     if x is None:
@@ -248,7 +244,7 @@ def run(n, d_model, d_k, d_v=None, *, x=None, **options) -> Run:
     of d_model exact numbers.  Returns a :class:`Run`.
 
     >>> r = run(2, 4, 4, causal=True)
-    >>> r.macs["scores"], r.output_decimal(0, 0)
+    >>> r.macs["scores"], r.outputs[0][0].decimal(4)
     (12, '0.0000')
     """
     return count_call(CallShape.of_sizes(n, d_model, d_k, d_v, **options), x)

@@ -137,12 +137,6 @@ class DoublingRatio:
             raise InputError(f"D must be given to evaluate {self.expr} (got {e})")
         return fraction_of(e)
 
-    def n_for(self, ratio) -> Any:
-        """The n where the ratio reaches ``ratio`` (sympy), e.g. 3.5 at n = 9D/2."""
-        r = sympy.Rational(str(ratio))
-        sol = sympy.solve(sympy.Eq(self.expr, r), SYMBOLS.n)
-        return sol[0] if sol else None
-
 
 def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=None,
                    layers=1) -> DoublingRatio:
@@ -159,8 +153,8 @@ def doubling_ratio(D=None, *, d_k=None, d_v=None, causal: bool = False, heads=No
     (2*(3*D + 4*n)/(3*D + 2*n), 4)
     >>> [round_fraction(r.at(k, 4), 2) for k in (4, 8, 16)]
     ['2.80', '3.14', '3.45']
-    >>> round_fraction(r.at(1000, 4096), 2), r.n_for("3.5")
-    ('2.28', 9*D/2)
+    >>> round_fraction(r.at(1000, 4096), 2), sympy.solve(r.expr - sympy.Rational(7, 2), SYMBOLS.n)
+    ('2.28', [9*D/2])
     """
     n = SYMBOLS.n
     total = derive(causal, d_v=_d_v(d_k, d_v), heads=heads, layers=layers)["total"].subs(

@@ -1,7 +1,7 @@
 """Real heads from real models: weights read exactly from files, architecture presets, layers.
 
 * :mod:`~exactattn.models.weights`: ``.npy``/``.npz`` (numpy), ``.safetensors``
-  (the ``safetensors`` package, extra ``[models]``) and PyTorch state dicts
+  (read with numpy, bfloat16 too) and PyTorch state dicts
   (``torch``), every float32/float16/bfloat16 weight read as its exact binary
   value (a dyadic rational).
 * :mod:`~exactattn.models.presets`: which tensors make layer L's heads in

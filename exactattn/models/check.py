@@ -52,7 +52,7 @@ from functools import partial
 
 import numpy as np
 
-from ..call.inputs import float_ints
+from ..call.inputs import Call, float_ints
 from ..numbers.bulk import exact_matmul
 from ..numbers.digits import certify, round_fraction, working_precision
 from ..errors import InputError
@@ -61,7 +61,6 @@ from ..verify.check import Entry, tolerance
 from ..verify.compare import Comparison, Judgement, decide, enclosures, judge
 from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
                                ulp_indices)
-from ..call.inputs import Call
 from ..reference.enclose import block_balls
 from ..reference.floats import round_balls
 from ..reference.reference import Reference

@@ -233,7 +233,7 @@ def test_heads_with_output_projection_match_a_float_reference():
     want = np.concatenate(outs, axis=1) @ Wo.T
     for i in range(3):
         for c in range(4):
-            assert abs(float(r.output_decimal(i, c, 12)) - want[i, c]) < 1e-9  # float64 ref
+            assert abs(float(r.outputs[i][c].decimal(12)) - want[i, c]) < 1e-9  # float64 ref
 
 
 def test_layers_count_each_layer():
@@ -285,7 +285,7 @@ def test_doubling_ratio():
     for k, (a, b) in zip((4, 8, 16), zip(totals, totals[1:])):
         typed_equal(r.at(k, 4), F(b, a))
     typed_equal(r.at(1000, 4096), F(2036, 893))
-    assert r.n_for("3.5") == sympy.Rational(9, 2) * D
+    assert sympy.solve(r.expr - sympy.Rational(7, 2), n) == [sympy.Rational(9, 2) * D]
 
 
 # --- tables and CLI ------------------------------------------------------------------

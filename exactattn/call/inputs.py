@@ -160,23 +160,15 @@ def float_ints(a) -> tuple[np.ndarray, int]:
     if not np.isfinite(a).all():
         raise InputError(f"inputs must be finite floats (got {shorten(str(a[~np.isfinite(a)][0]))}"
                          "); a NaN or infinite input has no exact value")
-    m, e = np.frexp(a)
+    (m, e), nz = np.frexp(a), a != 0
     mant = np.ldexp(m, 53).astype(np.int64)            # exact: 53 significant bits at most
-    exp = e.astype(np.int64) - 53
-    nz = mant != 0
-    if not nz.any():
-        return np.zeros(a.shape, dtype=np.int64), 1
-    low = np.where(nz, mant & -mant, 1)                 # strip trailing zero bits
-    tz = np.frexp(low.astype(np.float64))[1].astype(np.int64) - 1
-    mant, exp = mant >> tz, exp + tz
-    den_exp = max(0, -int(exp[nz].min()))
-    shift = np.where(nz, exp + den_exp, 0)
-    width = int((np.frexp(np.abs(mant).astype(np.float64))[1] + shift).max())
-    if width <= 61:
-        return mant << shift, 1 << den_exp
-    out = np.array([int(x) << int(s) for x, s in zip(mant.ravel().tolist(),
-                                                     shift.ravel().tolist())], dtype=object)
-    return out.reshape(a.shape), 1 << den_exp
+    tz = np.maximum(np.frexp((mant & -mant).astype(np.float64))[1] - 1, 0)  # trailing zero bits
+    low = e - 53 + tz                                  # a = (mant >> tz) 2^low, exactly
+    k = max(0, -int(low[nz].min(initial=0)))           # den = 2^k
+    if int(e[nz].max(initial=-k)) + k <= 61:           # every numerator below 2^61: int64
+        return np.ldexp(a, k).astype(np.int64), 1 << k
+    ints = map(int.__lshift__, (mant >> tz).ravel().tolist(), np.where(nz, low + k, 0).ravel().tolist())
+    return np.array(list(ints), dtype=object).reshape(a.shape), 1 << k
 
 
 def _entries_of(ints: np.ndarray, den: int) -> np.ndarray:
@@ -369,8 +361,7 @@ class Call:
             given, replaces its mask kind.
         dropout_keep: None or booleans (True = kept) broadcastable like the
             mask: the keep-mask of ``policy.dropout``.
-        name: how reports name the call; ``labels``: how messages name query,
-            key and value.
+        name: how reports name the call.
 
     Held as: ``query`` B x H_q x L x E, ``key`` B x H_kv x S x E, ``value``
     B x H_kv x S x E_v, each as numpy object arrays of ``Fraction`` or as integer
@@ -394,18 +385,16 @@ class Call:
     (2, True, Fraction(1, 2))
     """
 
-    __slots__ = ("_held", "mask", "policy", "rank", "name", "dropout_keep", "labels",
-                 "mask_shape")
+    __slots__ = ("_held", "mask", "policy", "rank", "name", "dropout_keep", "mask_shape")
 
     def __init__(self, query, key, value, mask=None, *, policy: Policy | None = None,
                  mask_kind: str | None = None, floats: str | None = None, name: str = "call",
-                 dropout_keep=None, labels: tuple = ("query", "key", "value")):
+                 dropout_keep=None):
         if policy is not None and not isinstance(policy, Policy):
             raise InputError(f"policy must be a Policy or None (got {shorten(repr(policy))}); "
                              "e.g. Policy(scale='none', causal=True)")
         policy = policy or Policy()
-        if mask_kind is not None and mask_kind != policy.mask_kind:
-            check_choice(mask_kind, "mask_kind", MASK_KINDS)
+        if mask_kind is not None:
             policy = policy.replace(mask_kind=mask_kind)
         arrays = [_as_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value"))]
         rank = arrays[0].ndim
@@ -415,11 +404,11 @@ class Call:
         check_inputs(count, "query, key, value and mask",
                      "a call is checked number by number: use fewer tokens, heads or a "
                      "narrower head")
-        held = [_exact_array(a, n, floats, n != labels[0]) for a, n in zip(arrays, labels)]
-        self._build(held, mask, policy, rank, name, dropout_keep, tuple(labels), floats)
+        held = [_exact_array(a, n, floats, n != "query") for a, n in zip(arrays, _TENSORS)]
+        self._build(held, mask, policy, rank, name, dropout_keep, floats)
 
     def _build(self, held: list, mask, policy: Policy, rank: int, name: str, dropout_keep,
-               labels: tuple, floats: str | None = None) -> None:
+               floats: str | None = None) -> None:
         """Check the held tensors' shapes against each other, read the masks, hold them all."""
         held = dict(zip(_TENSORS, held))
         B, Hq, L, E = _held_shape(held["query"])
@@ -435,15 +424,15 @@ class Call:
             _mask_blocks(mask, policy.mask_kind, (B, Hq, L, S), floats)
         keep = None if dropout_keep is None else \
             _blocks(dropout_keep, (B, Hq, L, S), "dropout_keep", True).copy()
-        self._set(held, m, policy, rank, name, keep, labels, given)
+        self._set(held, m, policy, rank, name, keep, given)
 
-    def _set(self, held, mask, policy, rank, name, dropout_keep, labels, mask_shape):
+    def _set(self, held, mask, policy, rank, name, dropout_keep, mask_shape):
         L, S = _held_shape(held["query"])[2], _held_shape(held["key"])[2]
         rope = policy.rope and policy.rope.for_call(policy, L, S)
         policy = policy if rope is policy.rope else policy.replace(rope=rope)  # dynamic: L bound
         self._held, self.mask = held, mask
         self.policy, self.rank, self.name = policy, rank, name
-        self.dropout_keep, self.labels, self.mask_shape = dropout_keep, labels, mask_shape
+        self.dropout_keep, self.mask_shape = dropout_keep, mask_shape
 
     def _with(self, **changes) -> "Call":
         """A copy with some held (already exact) parts replaced: query, key and value as
@@ -596,7 +585,7 @@ class Call:
         arrays = [np.asarray(a) for a in (query, key, value)]
         held = [[None, float_ints(a.reshape((1,) * (4 - a.ndim) + a.shape))] for a in arrays]
         call = object.__new__(cls)
-        call._build(held, None, policy or Policy(), arrays[0].ndim, name, None, _TENSORS)
+        call._build(held, None, policy or Policy(), arrays[0].ndim, name, None)
         return call
 
     @classmethod
@@ -634,7 +623,7 @@ class Call:
         call = object.__new__(cls)
         call._build([project(W, b) for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
                                                 (head.W_V, head.b_V))],
-                    None, head.policy, 2, name, dropout_keep, _TENSORS)
+                    None, head.policy, 2, name, dropout_keep)
         return call
 
     @classmethod
@@ -733,14 +722,12 @@ class Call:
             return None
         return Mask(self.mask_kind, self.mask[b, h].tolist())
 
-    def mask_given(self, held: np.ndarray | None = None) -> np.ndarray | None:
+    def mask_given(self) -> np.ndarray | None:
         """The mask in the shape the caller gave it (``mask_shape``): the held B x H_q x L x S
-        blocks cut back along every axis it was broadcast over.
+        blocks cut back along every axis it was broadcast over; None without a mask.
 
-        ``held`` (default: the held mask) is any B x H_q x L x S array of the
-        same blocks, e.g. the mask rewritten in another convention; None
-        without a mask.  The one place that knows both shapes: the exact
-        reference reads the expanded blocks, a float implementation gets this.
+        The one place that knows both shapes: the exact reference reads the
+        expanded blocks, a float implementation gets this.
 
         >>> c = Call([[[[1]], [[2]]]], [[[[1], [2]]]], [[[[3], [4]]]], [[[[True, False]]]])
         >>> c.mask.shape, c.mask_shape, c.mask_given().tolist()
@@ -748,11 +735,9 @@ class Call:
         """
         if self.mask is None:
             return None
-        held = self.mask if held is None else held
         shape = self.mask_shape
         lead = (1,) * (4 - len(shape)) + shape
-        cut = tuple(slice(0, 1) if g == 1 else slice(None) for g in lead)
-        return held[cut].reshape(shape)
+        return self.mask[tuple(slice(0, 1) if g == 1 else slice(None) for g in lead)].reshape(shape)
 
     def with_mask_kind(self, kind: str) -> "Call":
         """The same problem with its mask read as ``kind`` (the entries as they were written).
@@ -770,10 +755,8 @@ class Call:
         check_choice(kind, "mask_kind", MASK_KINDS)
         if self.mask is None or kind == self.mask_kind:
             return self
-        B, Hq = self.mask.shape[:2]
-        for b in range(B):
-            for h in range(Hq):
-                Mask(kind, self.mask[b, h].tolist())   # refuses entries of the other sort
+        for b, h in np.ndindex(self.mask.shape[:2]):
+            Mask(kind, self.mask[b, h].tolist())   # refuses entries of the other sort
         return self._with(policy=self.policy.replace(mask_kind=kind))
 
     def rounded(self, dtype: str) -> tuple["Call", int]:
@@ -785,18 +768,12 @@ class Call:
         Raises:
             InputError: an entry overflows the dtype.
         """
-        moved = 0
-
-        def arr(a, what, fix=""):
-            nonlocal moved
-            out, k = rounded_entries(a, dtype, what, fix)
-            moved += k
-            return out
-        mask = self.mask
-        if mask is not None and self.mask_kind == "additive":
-            mask = arr(mask, "mask entries", "; use '-inf' to hide a key")
-        return self._with(query=arr(self.query, "inputs"), key=arr(self.key, "inputs"),
-                          value=arr(self.value, "inputs"), mask=mask), moved
+        out = {}
+        if self.mask_kind == "additive":
+            out["mask"] = rounded_entries(self.mask, dtype, "mask entries",
+                                          "; use '-inf' to hide a key")
+        out.update((t, rounded_entries(getattr(self, t), dtype, "inputs")) for t in _TENSORS)
+        return self._with(**{k: a for k, (a, _) in out.items()}), sum(m for _, m in out.values())
 
     def with_value(self, value: np.ndarray) -> "Call":
         """The same problem with other values: ``value`` held exactly, B x H_kv x S x E_v (any
@@ -861,7 +838,7 @@ class Call:
                 seen[(b, g)] = np.logical_or.reduce([k.any(axis=0) for k in reads])
             if seen[(b, g)][j]:
                 x = (self.key if a == 1 else self.value)[b, g, j, c]
-                where = self.labels[a] + "".join(f"[{k}]" for k in (b, g, j, c)[4 - self.rank:])
+                where = _TENSORS[a] + "".join(f"[{k}]" for k in (b, g, j, c)[4 - self.rank:])
                 raise InputError(f"{where} must be finite where a query sees it (got {x}); inf "
                                  "and NaN may stand only at keys the mask or the policy hides "
                                  "from every query")
@@ -948,9 +925,9 @@ def head_tokens(head, x, floats: str | None = None) -> list[list]:
     """
     if hasattr(x, "tolist") and not isinstance(x, (list, tuple)):
         x = x.tolist()
-    if isinstance(x, (list, tuple)) and len(x) == 0:
-        raise ShapeError("x must have at least one token (got none)")
     if isinstance(x, (list, tuple)):
+        if not x:
+            raise ShapeError("x must have at least one token (got none)")
         for i, r in enumerate(x):  # name the first token of the wrong width
             if isinstance(r, (list, tuple)) and len(r) != head.d_model:
                 raise ShapeError(

@@ -72,7 +72,6 @@ from ..call.policy import DEFAULT_SCALE, Policy, divisor_text, parse_divisor
 from ..errors import InputError, shorten
 from ..options import check_choice
 from ..numbers.exact import is_symbolic, rational_sqrt, to_matrix, to_row
-from ..numbers.bulk import int_rows
 from ..reference.kernels import project, score
 from ..numbers.exact import common_denominator
 from ..reference.logits import scaled_logit
@@ -282,9 +281,7 @@ def pencil(head: Head, x: list[list], keep=None) -> Trace | None:
     n, policy = len(x), head.policy
     step = counted_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk,
                         dv, head.divisor_squared, policy, keep)
-    return Trace(head, "pencil", x, queries=(int_rows(q), dq), keys=(int_rows(k), dk),
-                 values=(int_rows(v), dv), raw_scores=step.raw_fractions,
-                 rows=step.rows, outputs=step.outputs,
+    return Trace(head, "pencil", x, rows=step.rows, outputs=step.outputs,
                  macs={"projections": mq + mk + mv, **step.macs},
                  softmax_ops={op: sum(getattr(r, op + "s") for r in step.rows)
                               for op in ("exp", "add", "div")},
@@ -329,8 +326,8 @@ def _symbolic(head: Head, x: list[list]) -> Trace:
         outputs.append([sympy.Add(*[ex[j] * values[j][c] for j in seen]) / den
                         for c in range(head.d_v)])
         mix_macs += len(seen) * head.d_v           # one MAC per seen key and value column
-    return Trace(head, "symbolic", xs, queries=queries, keys=keys, values=values,
-                 raw_scores=raw, rows=rows, outputs=outputs,
+    return Trace(head, "symbolic", xs, rows=rows, outputs=outputs,
+                 parts=dict(queries=queries, keys=keys, values=values, raw_scores=raw),
                  macs={"projections": macs, "scores": score_macs, "mix": mix_macs},
                  bias_adds=adds)
 

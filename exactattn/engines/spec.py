@@ -204,12 +204,9 @@ def _head_policy(pol: Any, head: Head, n: int, where: str) -> tuple[Head, CallFi
 
 
 def loads(text: str, *, fmt: str = "json", where: str = "spec") -> Example:
-    """A head from spec text (``fmt`` is ``json`` or ``toml``)."""
+    """A head from spec text (``fmt`` is ``json`` or ``toml``); errors name ``where``."""
     doc = parse(text, fmt=fmt, where=where)
-    try:
-        return from_mapping(doc, where=where)
-    except RecursionError:
-        raise SpecError(f"{where}: nested too deeply to read; a spec is a few levels deep") from None
+    return convert(lambda: from_mapping(doc, where=where), where)
 
 
 def load(path: str | Path) -> Example:
@@ -219,6 +216,4 @@ def load(path: str | Path) -> Example:
         SpecError: the file is missing, unreadable, not UTF-8, too large or malformed.
     """
     text, fmt = read_text(path)
-    where = shorten(str(Path(path)), 200)
-    doc = parse(text, fmt=fmt, where=where)
-    return convert(lambda: from_mapping(doc, where=where), where)
+    return loads(text, fmt=fmt, where=shorten(str(Path(path)), 200))

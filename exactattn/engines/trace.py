@@ -50,6 +50,9 @@ from ..numbers.exact import fraction_of
 
 __all__ = ["Trace"]
 
+#: a trace's projections by the names of the call's tensors
+_CALL_NAMES = {"queries": "query", "keys": "key", "values": "value"}
+
 
 class Trace:
     """Every intermediate of one run of :func:`~exactattn.engines.head.attend`.
@@ -66,14 +69,10 @@ class Trace:
     ``IndexError`` naming the bad index and the shape.
     """
 
-    def __init__(self, head, engine: str, x: list[list], *, queries=None, keys=None,
-                 values=None, call=None, raw_scores: list | None = None, rows=None,
-                 outputs=None, macs: dict | None = None, softmax_ops: dict | None = None,
-                 bias_adds: int | None = None, rotated: list | None = None,
-                 dropout_keep: list | None = None):
-        if call is not None:      # the fast engine: the projections the call holds
-            queries, keys, values = ((ints[0, 0], den) for ints, den in
-                                     map(call.numerators, ("query", "key", "value")))
+    def __init__(self, head, engine: str, x: list[list], *, parts: dict | None = None, call=None,
+                 rows=None, outputs=None, macs: dict | None = None,
+                 softmax_ops: dict | None = None, bias_adds: int | None = None,
+                 rotated: list | None = None, dropout_keep: list | None = None):
         self._call = call
         self.head = head
         self.engine = engine
@@ -87,13 +86,10 @@ class Trace:
         self.macs = macs
         self.softmax_ops = softmax_ops
         self.bias_adds = bias_adds
-        # a numeric engine's parts are (numerators, den) integer arrays, read as Fraction rows
-        # on first access (for a 1024 x 64 matrix that alone costs a second); the raw scores
-        # are theirs (query numerators times key numerators) unless an engine counted them
-        parts = {"queries": queries, "keys": keys, "values": values, "raw_scores": raw_scores}
-        self._ints = {k: v for k, v in parts.items() if isinstance(v, tuple)}
-        self._parts: dict[str, Any] = {k: v for k, v in parts.items()
-                                       if v is not None and k not in self._ints}
+        # the symbolic engine's queries, keys, values and raw scores; a numeric engine's are its
+        # call's integer numerators, read as Fraction rows on first access (for a 1024 x 64
+        # matrix that alone costs a second), the raw scores their product
+        self._parts: dict[str, Any] = dict(parts or {})
         self._rows: dict = {} if rows is None else dict(enumerate(rows))
         self._outputs = outputs
         self._reference = None
@@ -131,20 +127,14 @@ class Trace:
         >>> attend(ex.head, ex.x, engine="fast").vector("queries", 1)
         [Fraction(0, 1), Fraction(3, 1), Fraction(1, 2), Fraction(0, 1)]
         """
-        if name not in ("queries", "keys", "values"):
+        if name not in _CALL_NAMES:
             raise InputError(f"name must be 'queries', 'keys' or 'values' (got "
                              f"{shorten(name, quote=True)})")
         self._check(i)
         if name in self._parts:
             return list(self._parts[name][i])
-        num, den = self._ints[name]
-        return [Fraction(v, den) for v in num[i].tolist()]
-
-    def _integers(self):
-        """``(scores, den, values, values_den)``: the raw-score numerators (n x n, over
-        ``den``; hidden pairs hold their products too: :meth:`Reference.score_ints
-        <exactattn.reference.reference.Reference.score_ints>`) and the values' (numeric engines)."""
-        return self.reference.score_ints(0, 0) + self._ints["values"]
+        num, den = self.call.numerators(_CALL_NAMES[name])
+        return [Fraction(v, den) for v in num[0, 0, i].tolist()]
 
     @property
     def reference(self):
@@ -198,7 +188,7 @@ class Trace:
         return [None if v is None else Fraction(v, den) for v in ints]
 
     def _score_ints(self, i: int) -> tuple[list, int]:
-        num, den = self._integers()[:2]
+        num, den = self.reference.score_ints(0, 0)    # hidden pairs hold their products too
         r, row = num[i].tolist(), [None] * self.n
         for j in self.policy.visible_keys(i, self.n, self.n):
             row[j] = int(r[j])
@@ -217,7 +207,7 @@ class Trace:
         ([5, 6], 4)
         """
         self._check(i)
-        if not self._ints:
+        if self.engine == "symbolic":
             raise TypeError("score rows must be rational (a numeric engine's trace)")
         ints, den = self._score_ints(i)
         g = gcd(den, *[v for v in ints if v is not None])
@@ -390,11 +380,11 @@ class Trace:
             return self._decimals[places]
         n, d_v = self.n, self.head.d_v
         result = None
-        if self._ints and not self.policy.replace(dropout=None).modified:
+        if self.engine != "symbolic" and not self.policy.replace(dropout=None).modified:
             from ..numbers.bulk import decimals
-            num, den, vnum, vden = self._integers()
-            keep = self.head.policy.keep(n, n)
-            result = decimals(num, den, self.head.divisor_squared, keep, vnum, vden, places)
+            vnum, vden = self.call.numerators("value")
+            result = decimals(*self.reference.score_ints(0, 0), self.head.divisor_squared,
+                              self.head.policy.keep(n, n), vnum[0, 0], vden, places)
 
         def every(width: int):          # a grid to fill and all its cells, entry by entry
             return [[None] * width for _ in range(n)], [(i, c) for i in range(n)

@@ -74,7 +74,8 @@ def test_float32_entries_take_the_bulk_path_with_the_oracle_s_digits():
     exact = [[Fraction(float(v)) for v in r] for r in x]
     head = Head(*[[[Fraction(float(v)) for v in r] for r in W] for W in Ws], causal=True)
     trace = attend(head, exact, engine="fast")
-    num, den, vnum, vden = trace._integers()
+    (num, den), (vnum, vden) = trace.reference.score_ints(0, 0), trace.call.numerators("value")
+    vnum = vnum[0, 0]
     assert den.bit_length() > 100            # one table entry per score unit would be too many
     got = bulk.decimals(num, den, head.divisor_squared, head.policy.keep(n, n), vnum, vden, 6)
     assert got is not None

@@ -76,11 +76,6 @@ def _nan(x) -> bool:
     return isinstance(x, ExpRatio) and x.row.nan
 
 
-def sign(x) -> int:
-    """-1, 0 or 1 of an exact entry."""
-    return x.sign() if isinstance(x, ExpRatio) else (x > 0) - (x < 0)
-
-
 class Result:
     """One call's outputs (n_q x d_v): exact entries, or floats with the :class:`Tolerance` they
     get; and how entries of it compare (``M``: the column's magnitude)."""
@@ -189,23 +184,16 @@ class Implementation:
             result.tolerance.describe()
         return f"{self.name} (float; {tol}; |got - exact| <= atol + rtol*M)"
 
-    def empty_row_for(self, inp) -> str:
-        """What this function gives an empty row of ``inp``: its own setting, else the policy's."""
-        return self.empty_row or inp.policy.empty_row
-
     @staticmethod
     def exact_scale(inp):
         """An exact function's ``scale``: None (default), else a ``Fraction`` or a sympy ``1/sqrt(D)``."""
-        D = inp.policy.divisor_squared
-        if D == DEFAULT_SCALE:
-            return None
-        if D is None:
-            return Fraction(1)
-        root = rational_sqrt(D)
-        if root is not None:
-            return 1 / root
         import sympy
-        return 1 / sympy.sqrt(sympy.Rational(D.numerator, D.denominator))
+        D = inp.policy.divisor_squared
+        if D in (DEFAULT_SCALE, None):
+            return None if D == DEFAULT_SCALE else Fraction(1)
+        root = rational_sqrt(D)
+        return 1 / (root if root is not None else sympy.sqrt(sympy.Rational(D.numerator,
+                                                                             D.denominator)))
 
     def __call__(self, inp) -> Result:
         """FloatCall the function on ``inp`` and read its outputs (n_q x d_v).
@@ -214,16 +202,22 @@ class Implementation:
             ImplRaised: the function raised.
             PropertyFailure: outputs of the wrong shape.
         """
-        if self.exact:
-            return self._exact(inp)
         n_q, _, _, d_v = sizes(inp)
-        answer = self.function.answer(make_call(inp, self.dtype))
-        if answer.values.shape != (n_q, d_v):
-            self._wrong_shape(inp, f"shape {tuple(answer.values.shape)}")
-        return Result(answer.values.tolist(), False,
-                      tolerance_for(answer.dtype, self.dtype, self.rtol, self.atol))
+        if self.exact:
+            rows = self._exact(inp)
+            res, wrong = Result(rows, True), len(rows) != n_q or any(len(r) != d_v for r in rows)
+            got = f"{len(rows)} x {[len(r) for r in rows]}"
+        else:
+            answer = self.function.answer(make_call(inp, self.dtype))
+            res = Result(answer.values.tolist(), False,
+                         tolerance_for(answer.dtype, self.dtype, self.rtol, self.atol))
+            wrong, got = answer.values.shape != (n_q, d_v), f"shape {tuple(answer.values.shape)}"
+        if wrong:
+            raise failure("output shape", f"outputs must be {n_q} x {d_v} (got {got})",
+                          self.name, inp, [])
+        return res
 
-    def _exact(self, inp) -> Result:
+    def _exact(self, inp) -> list:
         mask = effective_mask(inp)
         if mask is not None and self.mask_as != "mask":
             mask = mask.as_form(self.mask_as)
@@ -239,17 +233,8 @@ class Implementation:
             out = self.fn(*matrices(inp), mask=mask, scale=self.exact_scale(inp), **extra)
         except Exception as e:     # the function under test failed on this input
             raise ImplRaised(e) from e
-        rows = [[exact_entry(e, f"outputs[{i}][{c}]") for c, e in enumerate(r)]
+        return [[exact_entry(e, f"outputs[{i}][{c}]") for c, e in enumerate(r)]
                 for i, r in enumerate(out)]
-        n_q, _, _, d_v = sizes(inp)
-        if len(rows) != n_q or any(len(r) != d_v for r in rows):
-            self._wrong_shape(inp, f"{len(rows)} x {[len(r) for r in rows]}")
-        return Result(rows, True)
-
-    def _wrong_shape(self, inp, got: str):
-        n_q, _, _, d_v = sizes(inp)
-        raise failure("output shape", f"outputs must be {n_q} x {d_v} (got {got})", self.name,
-                      inp, [])
 
 
 def as_implementation(fn) -> Implementation:
@@ -304,15 +289,10 @@ def _identity(inp: Call) -> Call:
     return replace(inp, values=[[int(i == j) for j in range(n_k)] for i in range(n_k)])
 
 
-def _shares(impl: Implementation, inp: Call) -> Result:
-    """The function's shares: its outputs for values = the n_k x n_k identity."""
-    return impl(_identity(inp))
-
-
-def _exact(inp: Call, empty_row: str | None = None) -> Reference:
-    """The exact reference of ``inp`` (``empty_row`` default: the policy's)."""
-    policy = inp.policy if empty_row is None else inp.policy.replace(empty_row=empty_row)
-    return Reference(inp.with_policy(policy))
+def _exact(impl: Implementation, inp: Call) -> Reference:
+    """The exact reference of ``inp`` under the function's ``empty_row`` (default: the policy's)."""
+    return Reference(inp.with_policy(inp.policy.replace(empty_row=impl.empty_row or
+                                                        inp.policy.empty_row)))
 
 
 @property_check("rows sum to one")
@@ -325,8 +305,8 @@ def check_rows_sum_to_one(impl, inp: Call) -> None:
         PropertyFailure: a row whose shares do not sum to 1 (or, for an empty
             row, do not follow the ``empty_row`` policy).
     """
-    res = _shares(impl, inp)
-    empty_row = impl.empty_row_for(inp)
+    res = impl(_identity(inp))
+    empty_row = impl.empty_row or inp.policy.empty_row
     seen = visible(inp)
     bad = []
     for i, row in enumerate(res.rows):
@@ -365,8 +345,8 @@ def check_rows_sum_below_one(impl, inp: Call) -> None:
     """
     if inp.policy.sink is None:
         raise InputError("inp must have a sink (policy.sink) for this check (got none)")
-    res = _shares(impl, inp)
-    exact = _exact(inp, impl.empty_row_for(inp)).dropped_shares()
+    res = impl(_identity(inp))
+    exact = _exact(impl, inp).dropped_shares()
     bad = []
     for i, row in enumerate(res.rows):
         want = sum(exact[i], Fraction(0))
@@ -388,7 +368,7 @@ def check_matches_reference(impl, inp: Call) -> None:
         PropertyFailure: an output that differs from the exact one.
     """
     res = impl(inp)
-    want = _exact(inp, impl.empty_row_for(inp)).outputs()
+    want = _exact(impl, inp).outputs()
     scales = column_scales(matrices(inp)[2])
     bad = []
     for i, row in enumerate(res.rows):
@@ -425,28 +405,20 @@ def check_share_support(impl, inp: Call) -> None:
       input: Call([[1]], [[1], [1]], [[0], [0]], [[True, False]], policy=Policy())
       shares[0][1] = 1/2 for a masked key, want exactly 0
     """
-    res, bad = _shares(impl, inp), []
-    exact = functools.cache(lambda: _exact(inp).dropped_shares())
+    res, bad = impl(_identity(inp)), []
+    exact = functools.cache(lambda: _exact(impl, inp).dropped_shares())
     keep, visible_keys = dropout_keep(inp), visible(inp)
     for i, row in enumerate(res.rows):     # a dropped key counts as hidden here
         seen = [j for j in visible_keys[i] if keep is None or keep[i][j]]
         if not seen:
             continue
-        for j, x in enumerate(row):
-            if j in seen:
-                if res.exact:
-                    ok = not res.is_nan(x) and sign(x) > 0
-                else:
-                    ok = math.isfinite(x) and x > 0
-                    if x == 0.0:  # underflow is no fault when the exact share is below atol
-                        ok = float(exact()[i][j]) <= res.tolerance.atol
-                if not ok:
-                    bad.append(f"shares[{i}][{j}] = {value_text(x)} for a visible key, want > 0")
-            else:
-                ok = (not res.is_nan(x) and sign(x) == 0) if res.exact else x == 0.0
-                if not ok:
-                    bad.append(f"shares[{i}][{j}] = {value_text(x)} for a masked key, "
-                               "want exactly 0")
+        for j, x in enumerate(row):    # a float's underflow to 0 is no fault below atol
+            ok = (not res.is_nan(x) and (x > 0 if j in seen else x == 0)) if res.exact else \
+                math.isfinite(x) and (x > 0 or x == 0.0 and float(exact()[i][j]) <=
+                                      res.tolerance.atol) if j in seen else x == 0.0
+            if not ok:
+                bad.append(f"shares[{i}][{j}] = {value_text(x)} for a " + (
+                    "visible key, want > 0" if j in seen else "masked key, want exactly 0"))
     _fail("share support", impl, res, inp, bad)
 
 

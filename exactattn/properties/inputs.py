@@ -225,9 +225,6 @@ def attend_as_function(queries, keys, values, *, mask: Mask | None = None, scale
     return [[trace.output(i, c) for c in range(head.d_v)] for i in range(trace.n)]
 
 
-_DEFAULT_POLICY = Policy()
-
-
 @dataclass
 class Check:
     """One property checked once: its name, its statement, whether it holds, one line per finding.
@@ -267,17 +264,11 @@ def policy_text(policy: Policy) -> str:
     >>> policy_text(Policy(scale="1/8", causal=True, sink="1/2", alibi=Alibi(8), head=3))
     "Policy(scale='1/8', causal=True, alibi=Alibi(heads=8, form='relative'), head=3, sink='1/2')"
     """
-    parts = [f"scale={policy.scale_text()!r}"] if policy.divisor_squared != DEFAULT_SCALE else []
-    numbers = []
-    for f in dataclasses.fields(policy):
-        value = getattr(policy, f.name)
-        if f.name == "divisor_squared" or value == getattr(_DEFAULT_POLICY, f.name):
-            continue
-        if isinstance(value, Fraction):
-            numbers.append(f"{f.name}={str(value)!r}")
-        else:
-            parts.append(f"{f.name}={value!r}")
-    return f"Policy({', '.join(parts + numbers)})"
+    scale = [f"scale={policy.scale_text()!r}"] if policy.divisor_squared != DEFAULT_SCALE else []
+    changed = [(f.name, getattr(policy, f.name)) for f in dataclasses.fields(policy) if
+               f.name != "divisor_squared" and getattr(policy, f.name) != f.default]
+    return "Policy(" + ", ".join(scale + [f"{k}={v!r}" for k, v in changed if not isinstance(
+        v, Fraction)] + [f"{k}={str(v)!r}" for k, v in changed if isinstance(v, Fraction)]) + ")"
 
 
 def input_text(inp: Call) -> str:

@@ -506,12 +506,12 @@ def dropout_factors(p: Fraction | None, keep: Sequence[bool] | None) -> list | N
     return [scale if k else Fraction(0) for k in keep]
 
 
-def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep",
-               argument: str = "keep") -> list[list[bool]] | None:
+def check_keep(keep: Any, policy, n_queries: int, n_keys: int,
+               name: str = "keep") -> list[list[bool]] | None:
     """A dropout keep-mask as n_queries x n_keys lists of bools (None without dropout).
 
     The one check of a keep-mask; ``name`` is how messages name it (a spec
-    file's ``dropout.keep``), ``argument`` the keyword that passes it.
+    file's ``dropout.keep``), the keyword that passes it.
 
     Raises:
         InputError: a keep-mask without ``policy.dropout``, dropout without a
@@ -527,7 +527,7 @@ def check_keep(keep: Any, policy, n_queries: int, n_keys: int, name: str = "keep
     if keep is None:
         if policy.dropout is not None:
             raise InputError(f"{name} must be a keep-mask of {n_queries} x {n_keys} for dropout "
-                             f"p = {policy.dropout} (got none); pass {argument}=[[True, False, ...]]")
+                             f"p = {policy.dropout} (got none); pass {name}=[[True, False, ...]]")
         return None
     if policy.dropout is None:
         raise InputError(f"{name} must come with dropout (got a keep-mask without p); set "

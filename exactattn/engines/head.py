@@ -258,14 +258,9 @@ def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]]
         return None
     ints, den = m
     out, macs = project(ints if b is None else ints[:-1], x)
-    adds = 0
-    if b is not None:
-        shift = [a * x_den for a in ints[-1]]
-        for row in out:
-            for s, a in enumerate(shift):
-                row[s] += a
-                adds += 1
-    return out, den * x_den, macs, adds
+    if b is not None:           # the bias: one addition per entry, after the loop
+        out = [[v + a * x_den for v, a in zip(row, ints[-1])] for row in out]
+    return out, den * x_den, macs, 0 if b is None else len(out) * len(ints[-1])
 
 
 def pencil(head: Head, x: list[list], keep=None) -> Trace | None:
@@ -376,8 +371,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     xs = head_tokens(head, x, floats)
     symbolic = head.symbolic or any(is_symbolic(e) for r in xs for e in r)
     policy = head.policy
-    keep = check_keep(dropout_keep, policy, len(xs), len(xs),
-                      name="dropout_keep", argument="dropout_keep")
+    keep = check_keep(dropout_keep, policy, len(xs), len(xs), "dropout_keep")
     engine = _engine(policy, engine, symbolic, len(xs))
     if engine == "symbolic":
         return _symbolic(head, xs)

@@ -200,25 +200,21 @@ class Layer:
         if len(W_V) != H_kv:
             raise ShapeError(f"W_V must hold one matrix per key/value head, {H_kv} (got {len(W_V)})")
 
-        def biases(b, count, name):
+        def per_head(b, count, name, what="bias per head"):
             if b is None:
                 return [None] * count
             b = list(b)
             if len(b) != count:
-                raise ShapeError(f"{name} must hold one bias per head, {count} (got {len(b)})")
+                raise ShapeError(f"{name} must hold one {what}, {count} (got {len(b)})")
             return b
-        b_Q, b_K, b_V = biases(b_Q, H, "b_Q"), biases(b_K, H_kv, "b_K"), biases(b_V, H_kv, "b_V")
-        if sinks is not None:
-            sinks = list(sinks)
-            if len(sinks) != H:
-                raise ShapeError(f"sinks must hold one sink logit per query head, {H} (got "
-                                 f"{len(sinks)})")
+        b_Q, b_K, b_V = per_head(b_Q, H, "b_Q"), per_head(b_K, H_kv, "b_K"), per_head(b_V, H_kv, "b_V")
+        sink = per_head(sinks, H, "sinks", "sink logit per query head")
         self.kv_of = [policy.kv_head(a, H, H_kv) for a in range(H)]
         self.heads = []
         for a, g in enumerate(self.kv_of):
             head = Head(W_Q[a], W_K[g], W_V[g], b_Q=b_Q[a], b_K=b_K[g], b_V=b_V[g],
                         layout=layout, floats=floats)
-            own = policy.replace(head=policy.head + a, **({} if sinks is None else {"sink": sinks[a]}))
+            own = policy.replace(head=policy.head + a, **({} if sinks is None else {"sink": sink[a]}))
             self.heads.append(head.with_policy(own))   # the default scale: 1/sqrt(d_k)
         self.policy = policy
         self.n_kv_heads = H_kv
@@ -315,8 +311,7 @@ def attend_layer(layer: Layer, x, *, keys=None, cache: list | None = None,
     if hasattr(dropout_keep, "__len__") and len(dropout_keep) != H:
         raise ShapeError(f"dropout_keep must hold one keep-mask per query head, {H} (got "
                          f"{len(dropout_keep)})")
-    keeps = [check_keep(None if dropout_keep is None else dropout_keep[a], h.policy, n, m,
-                        name="dropout_keep", argument="dropout_keep")
+    keeps = [check_keep(None if dropout_keep is None else dropout_keep[a], h.policy, n, m, "dropout_keep")
              for a, h in enumerate(layer.heads)]
     xq, xk = common_denominator(xs), common_denominator(xk)
     qs = [xq and project_biased(w, b, *xq, m) for w, b, m in layer._weights[0]]

@@ -41,6 +41,11 @@ from .head import Head
 #: the keys of a head spec
 KEYS = ("name", "layout", "tokens", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "divisor",
         "causal", "policy")
+#: the optional keys that may not be null: what each must be instead
+OPTIONAL = {**dict.fromkeys(("b_Q", "b_K", "b_V"), "a list of numbers (got null); leave it out "
+                            "for no bias"),
+            "divisor": 'a positive number, "sqrt(q)" for a positive rational q or "none" (got '
+                       "null); leave it out for sqrt(d_k)"}
 #: a head spec's ``policy`` table: its keys (causal and the divisor stay top-level keys)
 HEAD_POLICY_KEYS = ("alignment", "empty_row") + MODIFIER_KEYS
 
@@ -110,20 +115,12 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
                             f"(got {shorten(tid, quote=True)})")
         labels.append(Token(str(tok.get("text", f"token {i + 1}")), tid))
         xs.append(tok["x"])
-    causal = doc.get("causal", False)
-    kwargs = {"layout": doc.get("layout", "slots"), "causal": causal}
-    for key in ("b_Q", "b_K", "b_V"):     # optional biases, exact like the matrices
+    kwargs = {"layout": doc.get("layout", "slots"), "causal": doc.get("causal", False)}
+    for key, want in OPTIONAL.items():     # optional biases (exact like the matrices), divisor
         if key in doc:
             if doc[key] is None:
-                raise SpecError(f"{where}: {key} must be a list of numbers (got null); leave "
-                                "it out for no bias")
+                raise SpecError(f"{where}: {key} must be {want}")
             kwargs[key] = doc[key]
-    if "divisor" in doc:
-        if doc["divisor"] is None:
-            raise SpecError(f'{where}: divisor must be a positive number, "sqrt(q)" for a positive '
-                            'rational q or "none" '
-                            '(got null); leave it out for sqrt(d_k)')
-        kwargs["divisor"] = doc["divisor"]
     _check_w_q(doc, xs, kwargs["layout"])
     head = Head(doc["W_Q"], doc["W_K"], doc["W_V"], **kwargs)
     if "layout" not in doc and head.d_model == head.d_k == head.d_v > 1 and \

@@ -31,7 +31,7 @@ does not take the case):
     ``exactattn.gradients.head_gradients(head, x, d_out, empty_row=..., dropout_keep=...)`` on
     the engines' head (self-attention, no mask): its ``.call`` read like ``gradients``.
 ``verify-backward``
-    ``verify.backward.exact_gradients(problem, policy, d_out)``: dQ, dK, dV (GQA blocks);
+    ``Reference(problem).gradients(d_out, d_lse)``: dQ, dK, dV (GQA blocks);
     floats from ``ExactGradients.rounded``.
 ``cli:scores``, ``cli:backward``, ``cli:square`` (only with ``cli=True``)
     ``python -m exactattn scores|backward|square --spec FILE --format json --digits N`` plus
@@ -240,7 +240,7 @@ class PackageRun:
         if "reference" not in self._objects:
             return
         from exactattn.gradients import gradients
-        from exactattn.verify.backward import exact_gradients
+        from exactattn.reference.reference import Reference
         pol = self.problem.with_policy(pol).policy
         blocks = {}
         for b in range(self.B):
@@ -269,8 +269,8 @@ class PackageRun:
                                  dropout_keep=keep)
             if ok:
                 self._objects["head_gradients"] = {(0, 0): hg.call}
-        ok, eg = self._guard("verify-backward", exact_gradients, self.problem, case["d_out"],
-                             d_lse)
+        ok, eg = self._guard("verify-backward", lambda *a: Reference(self.problem).gradients(*a),
+                             case["d_out"], d_lse)
         if ok:
             self._objects["verify-backward"] = eg
 

@@ -45,12 +45,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..call.policy import Policy
+from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
-from .adapter import check_dtype, make_call
+from .adapter import check_dtype, make_call, read_answer
 from .backward_impls import load_backward
 from .check import Entry, Report, attempt, check_request, default_tolerance, judge_entries
 from .compare import Comparison, failures_first
-from ..numbers.formats import float_format
+from ..numbers.formats import FORMATS, float_format
 from ..call.inputs import Call, reshaped, rounded_entries
 from ..reference.reference import Reference
 from ..reference.backward import ExactGradients, d_out_array
@@ -69,13 +70,6 @@ class BackwardEntry(Entry):
     def exact(self):
         """The exact gradient entry as a :class:`~exactattn.numbers.ratio.ExpRatio`."""
         return self.reference.value(*self.index)
-
-
-def exact_gradients(call: Call, d_out, d_lse=None) -> ExactGradients:
-    """The exact dQ, dK, dV of a call given ``d_out`` (B x H_q x L x E_v, or the call's rank)
-    and ``d_lse`` (None, or B x H_q x L): :meth:`Reference.gradients
-    <exactattn.verify.Reference.gradients>`."""
-    return Reference(call).gradients(d_out, d_lse)
 
 
 def random_d_out(problem: Call, seed: int = 0, lse: bool = False) -> np.ndarray:
@@ -110,7 +104,6 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
 
     Reference: Dao et al. 2022 (FlashAttention), Algorithm 4, for the backward pass.
     """
-    from ..errors import InputError
     if lse not in (None, "e"):
         raise InputError(f"lse must be 'e' for a backward check (got {lse!r}); a base-2 "
                          "log-sum-exp's gradient carries 1/ln 2: check the natural one")
@@ -167,9 +160,6 @@ def verify_gradients(call: Call, grads, d_out, dtype: str | None = None, *,
 
     Reference: Dao et al. 2022 (FlashAttention), Algorithm 4, for the backward pass.
     """
-    from ..errors import InputError, ShapeError, shorten
-    from ..numbers.formats import FORMATS
-    from .adapter import read_answer
     if not isinstance(grads, (tuple, list)) or len(grads) not in (3, 4):
         raise ShapeError(f"grads must be (dq, dk, dv), three arrays (got "
                          f"{shorten(type(grads).__name__)}); pass the three gradients in order")
@@ -198,7 +188,6 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     """The report of gradients ``got`` (``(dq, dk, dv)`` float arrays in the problem's rank;
     None when the implementation raised: every entry a hard failure) against ``exact``:
     the one judging loop of :func:`verify_backward` and :func:`verify_gradients`."""
-    from ..errors import ShapeError
     fmt = float_format(dtype)
     grads = GRADS + (("dsink",) if raised is None and len(got) > 3 and problem.policy.sink
                      is not None else ())

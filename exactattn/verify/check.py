@@ -16,10 +16,12 @@ the policy's exact answer is NaN, and so is an implementation that raises.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -89,7 +91,7 @@ class Report:
     order) in a :class:`~exactattn.verify.compare.Comparison`.  ``raised`` is
     the implementation's exception in one line (``"ValueError: ..."``) when it
     raised instead of answering; every entry is then a hard failure.
-    ``lse_found`` (with ``lse`` the base, ``e`` or ``2``; :attr:`lse_entries`)
+    ``lse_found`` (with ``lse`` the base, ``e`` or ``2``)
     compares the implementation's log-sum-exp per row, index ``(b, h, i)``.
     ``seconds`` holds wall-clock timings (``impl``, ``exact``, ``compare``);
     reports print them only when asked.
@@ -121,10 +123,6 @@ class Report:
     @property
     def entries(self) -> list:
         return self.found.kept
-
-    @property
-    def lse_entries(self) -> list:
-        return self.lse_found.kept
 
     @property
     def passed(self) -> bool:
@@ -237,10 +235,10 @@ def check_sink(policy: Policy, name: str = "sink", softcap_name: str = "softcap"
                          "holds no larger cap, and one that large barely moves a score: leave it out")
 
 
-def logit_bound(ref: Reference) -> float:
-    """The largest logit size the default tolerance reads: ``max |logit|`` over visible pairs
-    (scaled score, soft-cap, ALiBi, additive mask offset: :meth:`Reference.max_abs_exponent`),
-    raised to the sink when the sink is larger.
+def logit_bound(top: float, policy: Policy) -> float:
+    """The largest logit size the default tolerance reads, for a call of ``policy`` whose
+    largest |logit| over visible pairs is ``top`` (scaled score, soft-cap, ALiBi, additive
+    mask offset: :meth:`Reference.max_abs_exponent`), raised to the sink when the sink is larger.
 
     The bound (first order, ``u`` half an ULP): a kernel subtracts the row's shift
     ``m = max(logits, sink)`` and ``exp(x - m)`` picks up a relative error of
@@ -262,16 +260,9 @@ def logit_bound(ref: Reference) -> float:
     the bound is three times the largest capped logit.  Otherwise, without a positive sink, the
     bound is :meth:`Reference.max_abs_exponent` unchanged.
 
-    >>> from exactattn.call import Call
-    >>> c = Call.from_scores([[0, 1]], policy=Policy(scale="none"))
-    >>> [logit_bound(Reference(c.with_policy(c.policy.replace(sink=s)))) for s in ("40", "-200")]
+    >>> [logit_bound(1.0, Policy(scale="none", sink=s)) for s in ("40", "-200")]
     [40.0, 1.0]
     """
-    return logit_bound_from(ref.max_abs_exponent(), ref.policy)
-
-
-def logit_bound_from(top: float, policy: Policy) -> float:
-    """:func:`logit_bound` from the largest |logit| ``top`` of a call of ``policy``."""
     if policy.softcap is not None:  # s / cap, tanh and cap * t: three more roundings
         top = 3 * top
     if policy.sink is not None and policy.sink > 0:
@@ -284,7 +275,7 @@ def default_tolerance(dtype: str, n_keys: int, d_k: int, top: float, policy: Pol
     ``max(L, S)`` keys, split-merge, row blocks):
     :func:`~exactattn.numbers.formats.default_max_ulps` with ``n_keys`` keys, ``d_k`` and the
     logit bound (:func:`logit_bound`) of a call of ``policy`` whose largest |logit| is ``top``."""
-    return default_max_ulps(dtype, n_keys, d_k, logit_bound_from(top, policy))
+    return default_max_ulps(dtype, n_keys, d_k, logit_bound(top, policy))
 
 
 def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
@@ -296,9 +287,8 @@ def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
     >>> tolerance(ref, "float32"), tolerance(ref, "float32", 3)
     (9, 3)
     """
-    if max_ulps is not None:
-        return max_ulps
-    return default_tolerance(dtype, ref.S, ref.E, ref.max_abs_exponent(), ref.policy)
+    return max_ulps if max_ulps is not None else \
+        default_tolerance(dtype, ref.S, ref.E, ref.max_abs_exponent(), ref.policy)
 
 
 def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",
@@ -361,6 +351,24 @@ def attempt(run, *args) -> tuple:
     return answer, why or None
 
 
+def answered(want: tuple, rank: int, name: str, run, *args, lse: bool = True,
+             on: str = "") -> tuple:
+    """``(output, lse, None)``: the answer of ``run(*args)`` in shape ``want`` (B x H_q x L x
+    E_v, the lse B x H_q x L; None unless ``lse``) from the call's ``rank``, or ``(None, None,
+    why)``: what the kernel ``name`` raised, or its answer of the wrong shape (a failure of the
+    kernel on this input, not a bad input; ``on`` ends the shapes' names): the forward's, its
+    probes' and split-merge's one reading of an answer."""
+    answer, why = attempt(run, *args)
+    try:
+        if why is None:
+            return (reshaped(answer.values, want, rank, f"{name}'s output{on}"),
+                    reshaped(answer.lse, want[:3], rank - 1, f"{name}'s lse{on}", tail=False)
+                    if lse else None, None)
+    except ShapeError as e:
+        why = f"an answer of the wrong shape: {e}"
+    return None, None, why
+
+
 def verify(impl, call: Call, dtype: str = "float32", *,
            max_ulps: int | None = None, prec: int = 96, lse: str | None = None,
            reference: Reference | None = None, probes=PROBES,
@@ -421,27 +429,16 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     rounded_call, moved = call.rounded(dtype)
     sh = rounded_call.shape
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
-    if reference is None:
-        ref = Reference(rounded_call)     # refuses non-finite numbers a query sees
-    elif reference.call is not call or moved:
+    if reference is not None and (reference.call is not call or moved):
         raise InputError(f"reference must be Reference(call) of a call whose entries are "
                          f"{dtype} floats (got {'another call' if reference.call is not call else f'{moved} entries that move in {dtype}'}); "
                          "leave reference out to compute the exact answer of the rounded call")
-    else:
-        ref = reference
+    # a new Reference refuses non-finite numbers a query sees
+    ref = Reference(rounded_call) if reference is None else reference
     t0 = time.perf_counter()
-    answer, raised = attempt(impl.answer, make_call(rounded_call, dtype, lse))
+    got, got_lse, raised = answered(want, call.rank, impl.name, impl.answer,
+                                    make_call(rounded_call, dtype, lse), lse=lse is not None)
     t1 = time.perf_counter()
-    got = got_lse = None
-    try:
-        if raised is None:
-            got = reshaped(answer.values, want, call.rank, f"{impl.name}'s output")
-            if lse is not None:
-                got_lse = reshaped(answer.lse, want[:3], call.rank - 1, f"{impl.name}'s lse",
-                                   tail=False)
-    except ShapeError as e:          # a failure of this case, not a bad input (as the backward)
-        got = got_lse = None
-        raised = f"an answer of the wrong shape: {e}"
     return _report(impl.name, rounded_call, ref, got, dtype, max_ulps, prec, moved=moved,
                    raised=raised, lse=lse, got_lse=got_lse, impl_seconds=t1 - t0,
                    run_probes=lambda tol, acc, floats=None: _probe_runs(
@@ -727,8 +724,6 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                    spent["exact"], "compare": report.seconds["compare"]}
         return replace(report, moved_inputs=moved, probes=probed, seconds=seconds)
     fmt = float_format(dtype)
-    sh = call.shape
-    want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     t1 = time.perf_counter()
     tol = tolerance(ref, dtype, max_ulps)
     _check_accumulation(accumulation)
@@ -746,7 +741,7 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
     lse_found = Comparison(None)
     if lse is not None:         # every row's log-sum-exp against the exact one
         lse_rounded, lse_balls = ref.rounded_lse(dtype, lse, prec=prec)
-        top = logit_bound(ref)
+        top = logit_bound(ref.max_abs_exponent(), ref.policy)
         for idx in np.ndindex(*lse_rounded.shape):
             g = math.nan if got_lse is None else float(got_lse[idx])
             r = float(lse_rounded[idx])
@@ -775,20 +770,6 @@ def judge_entries(got, exact: tuple, ref, fmt: FloatFormat, tol, *,
     rounded, balls, mags = exact
     return bulk_judged(got, (*enclosures(balls), mags), balls, fmt, tol, ref, 0,
                        rounded=rounded, found=found, entry=entry)[0]
-
-
-class _Columns:
-    """A reference whose outputs are columns ``column..`` of another's (a probe's part of the
-    probes' joint reference); everything else is the other's."""
-
-    def __init__(self, ref, column: int):
-        self._ref, self._column = ref, column
-
-    def output(self, b: int, h: int, i: int, c: int):
-        return self._ref.output(b, h, i, c + self._column)
-
-    def __getattr__(self, name):
-        return getattr(self._ref, name)
 
 
 @dataclass
@@ -847,22 +828,16 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
         return [], seconds
     plist = probe_values(call, probes)
     V = None if floats is None else _float_values(plist)
-    got, raised, column = [], [], 0
-    for p in plist:
-        width = p.value.shape[3]
-        arrays = None if V is None else (floats[0], floats[1], V[..., column:column + width])
+    got, raised = [], []
+    for p, _, part in _parts(plist):
+        fc = make_call(call.with_value(p.value), dtype, lse,
+                       None if V is None else (floats[0], floats[1], V[part]))
         t = time.perf_counter()
-        answer, why = attempt(impl.answer, make_call(call.with_value(p.value), dtype, lse, arrays))
+        values, _, why = answered(want[:3] + (p.value.shape[3],), call.rank, impl.name,
+                                  impl.answer, fc, lse=False, on=f" on the {p.label} probe")
         seconds["impl"] += time.perf_counter() - t
-        try:
-            got.append(None if why is not None else reshaped(
-                answer.values, want[:3] + (width,), call.rank,
-                f"{impl.name}'s output on the {p.label} probe"))
-        except ShapeError as e:      # a failure of this probe, not a bad input
-            got.append(None)
-            why = f"an answer of the wrong shape: {e}"
+        got.append(values)
         raised.append(why)
-        column += width
     t = time.perf_counter()
     judges = None if V is None or any(raised) else \
         _bulk_probes(call, floats, plist, V, dtype, tol, prec, accumulation)
@@ -878,8 +853,10 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
             exact = np.where(np.abs(m - 1) <= r, 1.0, np.where(np.abs(m) <= r, 0.0, np.nan))
             m, r, a = (np.where(np.isnan(exact), x, y) for x, y in ((m, exact), (r, 0.0),
                                                                   (a, exact)))
+        part_ref = SimpleNamespace(     # the probe's columns of the joint reference
+            output=lambda b, h, i, c, column=column: joint.output(b, h, i, c + column))
         runs.append(ProbeRun(p, bulk_judged(
-            g, (m, r, a), rows, float_format(dtype), each, _Columns(joint, column), prec,
+            g, (m, r, a), rows, float_format(dtype), each, part_ref, prec,
             at_terms=False, column=column, known=lambda x, p=p: p.known(call.policy, x),
             rounded=None if rounded is None else rounded[part])[0], why))
     seconds["exact"] += time.perf_counter() - t
@@ -889,11 +866,9 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
 def _parts(plist) -> list:
     """``(probe, column, part)`` of every probe: where its columns start among every probe's
     values side by side, and the index of its columns there."""
-    out, column = [], 0
-    for p in plist:
-        out.append((p, column, np.s_[..., column:column + p.value.shape[3]]))
-        column += p.value.shape[3]
-    return out
+    ends = itertools.accumulate(p.value.shape[3] for p in plist)
+    return [(p, e - p.value.shape[3], np.s_[..., e - p.value.shape[3]:e])
+            for p, e in zip(plist, ends)]
 
 
 def _exact_probes(call: Call, plist: list, dtype: str, tol: int, prec: int,

@@ -32,7 +32,9 @@ True
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -411,7 +413,7 @@ class Comparison:
     count: int = 0
     over: int = 0
     hard: int = 0
-    histogram: dict = field(default_factory=dict)
+    histogram: Counter = field(default_factory=Counter)
     max_rel: float | None = None
     max_terms: float | None = None
     off_format: int = 0
@@ -432,7 +434,7 @@ class Comparison:
         self.over += entry.status == "over"
         self.hard += entry.status == "hard"
         if entry.ulps is not None:
-            self.histogram[entry.ulps] = self.histogram.get(entry.ulps, 0) + 1
+            self.histogram[entry.ulps] += 1
         if entry.rel is not None:
             self.max_rel = _larger(self.max_rel, entry.rel)
         if entry.terms_ulps is not None and entry.status != "hard":
@@ -453,8 +455,7 @@ class Comparison:
         if n == 0:
             return
         self.count += n
-        for u, c in zip(*np.unique(ulps, return_counts=True)):
-            self.histogram[int(u)] = self.histogram.get(int(u), 0) + int(c)
+        self.histogram.update(dict(zip(*(a.tolist() for a in np.unique(ulps, return_counts=True)))))
         self.max_rel = _larger(self.max_rel, None if rel is None else float(np.max(rel)))
         self.max_terms = _larger(self.max_terms, None if terms is None else float(np.max(terms)))
         if self.keep is None:
@@ -480,8 +481,7 @@ class Comparison:
         other._settle()
         for name in ("count", "over", "hard", "off_format", "undecided", "misses"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for u, n in other.histogram.items():
-            self.histogram[u] = self.histogram.get(u, 0) + n
+        self.histogram.update(other.histogram)
         self.max_rel = _larger(self.max_rel, other.max_rel)
         self.max_terms = _larger(self.max_terms, other.max_terms)
         for rank, at, e in sorted(other._kept, key=_position):
@@ -533,10 +533,6 @@ class Comparison:
                                   else sorted(self._kept, key=_position))]
 
     @property
-    def ok(self) -> int:
-        return self.count - self.over - self.hard
-
-    @property
     def passed(self) -> bool:
         return self.over == 0 and self.hard == 0
 
@@ -546,14 +542,10 @@ class Comparison:
 
     def summary(self) -> dict:
         """count, max/mean/median ULPs, max ULPs at the terms, max relative error, over, hard."""
-        h = self.histogram
+        h, ulps = self.histogram, sorted(self.histogram)
         total = sum(h.values())
-        median, seen = None, 0
-        for u in sorted(h):
-            seen += h[u]
-            if seen > (total - 1) // 2:
-                median = u
-                break
+        median = ulps[bisect.bisect_right(list(itertools.accumulate(h[u] for u in ulps)),
+                                          (total - 1) // 2)] if total else None
         return {"count": self.count, "max_ulps": self.max_ulps,
                 "mean_ulps": sum(u * n for u, n in h.items()) / total if total else None,
                 "median_ulps": median, "max_terms_ulps": self.max_terms, "max_rel": self.max_rel,

@@ -48,11 +48,13 @@ import numpy as np
 from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, ShapeError, shorten
 from ..numbers.lse import LogSumExp
-from ..reference.online import merge, split_rows
+from ..reference.online import block_lengths, merge, split_rows
+from ..reference.reference import Reference
 from ..numbers.softmax import ExpRatio
 from .adapter import FunctionImpl, ImplRaised, read_answer
-from .check import Entry, Report, attempt, default_tolerance
+from .check import Entry, Report, answered, check_request, default_tolerance, tolerance
 from .compare import Comparison, Judgement, failures_first, judge
+from .impls import load_impl, make_call
 from ..numbers.formats import float_format, round_value
 
 __all__ = ["verify_split"]
@@ -72,12 +74,10 @@ class Value(Entry):
 class SplitMerge:
     """Every block's pair and the merged pair of one row, judged into ``found`` (a
     :class:`~exactattn.verify.compare.Comparison` of :class:`Value` entries, failures first:
-    blocks in order, then the merge, each pair its outputs then its lse); ``sink_at`` says
-    where the sink counts; ``max_ulps`` is the tolerance (None: exact pairs)."""
+    blocks in order, then the merge, each pair its outputs then its lse); ``merged_here``: the
+    pairs were merged here; ``max_ulps`` is the tolerance (None: exact pairs)."""
 
     found: Comparison
-    sink_at: object
-    lengths: list
     merged_here: bool
     max_ulps: int | None = None
 
@@ -195,7 +195,7 @@ def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, b
         pair(f"block {b} [{start}, {start + lengths[b]})", row, outs, lse)
         start += lengths[b]
     pair("merged", full, *merged)
-    return SplitMerge(found, sink_at, lengths, merged_here, None if exact else max_ulps)
+    return SplitMerge(found, merged_here, None if exact else max_ulps)
 
 
 # --------------------------------------------------------------------------- a kernel's call
@@ -257,7 +257,6 @@ def load_merge(merge, *, arrays: str = "numpy") -> FunctionMerge:
     if not isinstance(merge, str) or ":" not in merge:
         raise InputError("merge must be module:function, your merge of the blocks' (output, "
                          f"lse) states (got {shorten(repr(merge))})")
-    from .impls import load_impl
     try:
         got = load_impl(merge, arrays=arrays)
     except InputError as e:          # load_impl's messages name the impl
@@ -350,13 +349,6 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     >>> rep.passed, rep.rows[0, 0, 0].value("merged", "output 0").exact.decimal(6)
     (True, '0.731059')
     """
-    import dataclasses
-
-    from ..call.inputs import reshaped
-    from ..reference.online import block_lengths
-    from ..reference.reference import Reference
-    from .check import check_request, tolerance
-    from .impls import load_impl, make_call
     impl = load_impl(impl, arrays=arrays)
     merger = None if merge is None else load_merge(merge, arrays=arrays)
     bad = call.policy.unsupported("split")
@@ -378,21 +370,17 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     nan = np.full(want, math.nan), np.full(want[:3], math.nan)
 
     def state(where: str, name: str, run, on: str = ""):     # an (output, lse) or NaN
-        ans, why = attempt(run)
-        try:
-            if why is None:
-                return (reshaped(ans.values, want, rank, f"{name}'s output{on}"),
-                        reshaped(ans.lse, want[:3], rank - 1, f"{name}'s lse{on}", tail=False))
-        except ShapeError as e:       # its failure, not a bad input (as verify's rule)
-            why = f"an answer of the wrong shape: {e}"
+        *got, why = answered(want, rank, name, run, on=on)
+        if why is None:
+            return tuple(got)
         raised[where] = why
         return nan
     states, start = [], 0
     for b, n in enumerate(lengths):
-        part = dataclasses.replace(
-            whole, key=whole.key[..., start:start + n, :], value=whole.value[..., start:start + n, :],
-            attn_mask=None if folded is None else folded[..., start:start + n],
-            is_causal=False, window=None, query_offset=None, sink=None, empty_row="zero")
+        cut = np.s_[..., start:start + n, :]
+        part = replace(whole, key=whole.key[cut], value=whole.value[cut],
+                       attn_mask=None if folded is None else folded[cut[:-1]], is_causal=False,
+                       window=None, query_offset=None, sink=None, empty_row="zero")
         where = f"block {b} [{start}, {start + n})"
         states.append(state(where, impl.name, lambda: impl.answer(part), f" on {where}"))
         start += n

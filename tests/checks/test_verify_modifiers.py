@@ -198,11 +198,11 @@ def test_logsumexp_case_and_base_confusion():
     c = case("logsumexp")
     p = Call.from_scores(c["input"]["scores"], ["1", "2", "3"])
     good = verify(FunctionImpl(with_lse("e")), p.with_policy(UNSCALED), "float64", lse="e")
-    assert good.passed and good.lse_entries[0].exact.decimal(10) == c["expected"]["lse_decimal"]
-    assert good.lse_entries[0].exact.text() == "log(exp(1) + exp(2) + exp(3))"
+    assert good.passed and good.lse_found.kept[0].exact.decimal(10) == c["expected"]["lse_decimal"]
+    assert good.lse_found.kept[0].exact.text() == "log(exp(1) + exp(2) + exp(3))"
     base2 = verify(FunctionImpl(with_lse("e")), p.with_policy(UNSCALED), "float64", lse="2")
-    assert not base2.passed and base2.lse_entries[0].status == "over"
-    assert base2.lse_entries[0].exact.decimal(10) == c["expected"]["lse_base2_decimal"]
+    assert not base2.passed and base2.lse_found.kept[0].status == "over"
+    assert base2.lse_found.kept[0].exact.decimal(10) == c["expected"]["lse_base2_decimal"]
     assert verify(FunctionImpl(with_lse("2")), p.with_policy(UNSCALED), "float64", lse="2").passed
     assert not verify(FunctionImpl(with_lse("2")), p.with_policy(UNSCALED), "float64", lse="e").passed
     for impl in BUILT_IN:
@@ -229,15 +229,15 @@ def test_the_summary_counts_the_rows_whose_lse_fails():
 def test_logsumexp_of_a_fully_masked_row_is_minus_infinity():
     p = Call.from_scores([["1", "2"], ["0", "0"]], ["1", "2"], mask=[[True, True], [False, False]])
     rep = verify(FunctionImpl(with_lse("e")), p.with_policy(UNSCALED), "float64", lse="e")
-    assert rep.passed and rep.lse_entries[1].rounded == -math.inf
-    assert rep.lse_entries[1].exact.decimal(3) == "-inf"
+    assert rep.passed and rep.lse_found.kept[1].rounded == -math.inf
+    assert rep.lse_found.kept[1].exact.decimal(3) == "-inf"
 
     def nan_lse(query, key, value, *, scale, return_lse, attn_mask):
         out, lse = with_lse("e")(query, key, value, scale=scale, return_lse=return_lse,
                                  attn_mask=attn_mask)
         return out, np.where(np.isinf(lse), np.nan, lse)
     bad = verify(FunctionImpl(nan_lse), p.with_policy(UNSCALED), "float64", lse="e")
-    assert [e.status for e in bad.lse_entries] == ["ok", "hard"]
+    assert [e.status for e in bad.lse_found.kept] == ["ok", "hard"]
 
 
 def test_lse_must_be_returned_when_asked():

@@ -29,7 +29,6 @@ from exactattn.errors import InputError
 from exactattn.cli import main
 from exactattn.gradients import gradients
 from exactattn.call.modifiers import Alibi, alibi_slopes
-from exactattn.verify.backward import exact_gradients
 from exactattn.call import Call
 from exactattn.reference.reference import Reference
 
@@ -212,7 +211,7 @@ def _check_call(q, k, v, dO, mask, kind, keep, policy):
     problem = Call(q, k, v, mask, mask_kind=kind or "bool_keep",
                                   dropout_keep=keep)
     ref = Reference(problem.with_policy(policy))
-    ex = exact_gradients(problem.with_policy(policy), [dO])
+    ex = Reference(problem.with_policy(policy)).gradients([dO])
     hq, L, S, Ev = len(q), len(q[0]), len(k[0]), len(v[0][0])
     sink = policy.sink is not None
     for places in PLACES:
@@ -289,7 +288,7 @@ def test_many_generators_in_one_block(n_heads, head, hq, scale, sink, kind, n_ge
     mask = [["1/2", "0", "-1/3"], ["0", "-inf", "2"], ["1", "1/3", "0"]] if kind else None
     policy = Policy(scale=scale, sink=sink, alibi=Alibi(n_heads), head=head)
     problem = Call(q, k, v, mask, mask_kind=kind or "bool_keep")
-    block = exact_gradients(problem.with_policy(policy), [dO]).blocks[(0, 0)]
+    block = Reference(problem.with_policy(policy)).gradients([dO]).blocks[(0, 0)]
     assert len(block.terms.generators) == n_generators, block.terms.generator_text()
     _check_call(q, k, v, dO, mask, kind, None, policy)
 

@@ -114,10 +114,8 @@ class Display:
 
 
 def _walkthrough(example, trace: Trace, places: int) -> list[Section]:
-    if trace.engine != "symbolic":
-        trace.share_decimals(places)
-    view = View.of("markdown", trace.n)
-    return build("walkthrough", example, trace, places, closed_forms=False, view=view)
+    return build("walkthrough", example, trace, places, closed_forms=False,
+                 view=View.of("markdown", trace.n))
 
 
 def show(obj, example: Example | None = None, *, places: int = 4) -> Display:

@@ -40,9 +40,8 @@ HELP = "run the symbolic proofs of the claims about attention and list the verdi
 
 
 def proofs_package() -> ModuleType:
-    """The ``exactattn.proofs`` package: installed, or ``proofs/`` of a source checkout."""
-    if PACKAGE in sys.modules:
-        return sys.modules[PACKAGE]
+    """The ``exactattn.proofs`` package: installed, or ``proofs/`` of a source checkout (kept in
+    ``sys.modules`` once loaded, where the import finds it)."""
     try:
         return importlib.import_module(PACKAGE)
     except ModuleNotFoundError as e:

@@ -43,7 +43,7 @@ from ..numbers.exponents import sum_text
 from ..numbers.ratio import row_sum_text
 from ..numbers.reals import Surd, square_free
 from ..numbers.softmax import SoftmaxRow
-from .render import Cell, Vector
+from .render import Cell, Vector, reader_text
 
 #: significant digits of a value too long to print whole
 SCI_DIGITS = 16
@@ -137,11 +137,8 @@ def _vector_texts(ints: list, den: int, places: int | None) -> list:
         whole, frac = np.divmod(np.abs(k), scale)
         exact = [u for u in np.unique(q).tolist() if u == 1 or terminating_places(u) is not None]
         special = np.isin(q, exact).tolist() if exact else [False] * len(ps)
-        if places:
-            out = [f"{x}/{y} ~ {s}{w}.{f:0{places}d}" for x, y, s, w, f in
-                   zip(ps, qs, sign, whole.tolist(), frac.tolist())]
-        else:
-            out = [f"{x}/{y} ~ {s}{w}" for x, y, s, w in zip(ps, qs, sign, whole.tolist())]
+        tails = [f".{f:0{places}d}" for f in frac.tolist()] if places else [""] * len(ps)
+        out = [f"{x}/{y} ~ {s}{w}{t}" for x, y, s, w, t in zip(ps, qs, sign, whole.tolist(), tails)]
         for j, hit in enumerate(special):
             if hit:
                 out[j] = _text(ps[j], qs[j], places)
@@ -321,6 +318,12 @@ def value_cell(value, decimal: str, masked: bool = False, *, short: bool = False
         return Cell(decimal, text)
     return Cell(decimal, with_rounded(text, q.numerator, q.denominator, rounded=decimal,
                                       exact=not is_long(q)))
+
+
+def at_keys(cell: str, where) -> Cell:
+    """``0.5800 at key 1``; for readers the cell's exact text (``1/2 = 0.5 at key 2, 3``)."""
+    keys = "key " + ", ".join(str(j + 1) for j in where)
+    return Cell(f"{cell} at {keys}", f"{reader_text(cell)} at {keys}")
 
 
 def certified_cell(value, places: int, readers: bool = True) -> str:

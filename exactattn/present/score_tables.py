@@ -28,10 +28,11 @@ streams its 16 million shares row by row.
 
 from __future__ import annotations
 
-from .cells import OUTPUT_TERMS, certified_cell, divisor_words, exact_text, value_cell, vector
+from .cells import (OUTPUT_TERMS, at_keys, certified_cell, divisor_words, exact_text,
+                    value_cell, vector)
 from ..errors import InputError
 from .modifier_tables import grid_section
-from .render import Cell, Section
+from .render import Section
 from .stream import Grid, LazyRows, View, shown_note
 
 
@@ -120,12 +121,9 @@ def scores(t) -> list[Section]:
         top = largest(trace, i, share_dec[i])
         if not top:
             return "-"
-        where = "key " + ", ".join(str(j + 1) for j in top)
-        if len(top) < len(policy.visible_keys(i, n, n)):
-            best = share_dec[i][top[0]]   # two distinct scores: the share is irrational
-        else:
-            best = share_cell(i, top[0], top)
-        return Cell(f"{best} at {where}", f"{getattr(best, 'reader', best)} at {where}")
+        # fewer than every key: two distinct scores, so the share is irrational
+        return at_keys(share_dec[i][top[0]] if len(top) < len(policy.visible_keys(i, n, n))
+                       else share_cell(i, top[0], top), top)
 
     sink = policy.sink is not None
 

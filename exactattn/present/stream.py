@@ -77,9 +77,6 @@ class LazyRows(Sequence):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __repr__(self) -> str:
-        return f"LazyRows({self._length} rows)"
-
 
 @dataclass(frozen=True)
 class View:

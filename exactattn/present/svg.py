@@ -164,9 +164,7 @@ def heatmap(cells: Sequence[Sequence[str]], levels: Sequence[Sequence[float | No
         row = ET.SubElement(grid, "g", {"class": "row", "transform":
                                         f"translate({left} {top + i * _CELL})"})
         ET.SubElement(row, "title").text = f"query {query_labels[i]}"
-        row[0].tail = "\n"
-        row.text = "\n"
-        row.tail = "\n"
+        row.text = row.tail = row[0].tail = "\n"
         for j in range(m):
             level = levels[i][j]
             g = ET.SubElement(row, "g", {"id": f"cell-{i + 1}-{j + 1}"})

@@ -48,8 +48,8 @@ from ..call.policy import divisor_text, parse_divisor
 from ..errors import InputError, shorten
 from ..numbers.exact import rational_sqrt
 from ..options import check_whole_list
-from .cells import exact_text, value_cell
-from .render import Cell, Section, reader_text
+from .cells import at_keys, exact_text, value_cell
+from .render import Section
 
 DEFAULT_DIVISORS = ("1/8", "1/4", "1/2", "1", "2", "4", "8", "32", "128")
 DEFAULT_LENGTHS = (4, 8, 16, 32, 64)
@@ -175,12 +175,6 @@ def divisor_limits(raw: Sequence[Fraction | None]) -> tuple[list[Fraction], list
     return small, large
 
 
-def _largest(cell: str, where: list[int]) -> str:
-    """``0.5800 at key 1``; for readers the cell's exact text (``1/2 = 0.5 at key 2, 3``)."""
-    keys = "key " + ", ".join(str(j + 1) for j in where)
-    return Cell(f"{cell} at {keys}", f"{reader_text(cell)} at {keys}")
-
-
 def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int = 4,
                   closed_forms: bool = True) -> list[Section]:
     """The shares of query ``row`` (1-based; default the example's focus) at each divisor.
@@ -220,7 +214,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
 
     def limit_row(label, shares, where):
         cells = [exact_text(s) for s in shares]
-        return [label] + cells + [_largest(cells[where[0]], where)]
+        return [label] + cells + [at_keys(cells[where[0]], where)]
     visible = [j for j in range(n) if raw[j] is not None]
     rows = [limit_row("-> 0 (limit)", small, [j for j in visible if small[j] == max(small)])]
     data = []
@@ -234,7 +228,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
             label = label if root is None else exact_text(root)
         tag = shorten(label) + (" (the head's)" if sq == own else "")
         top = trace.row(row - 1).largest()
-        rows.append([tag] + cells + [_largest(cells[top[0]], top)])
+        rows.append([tag] + cells + [at_keys(cells[top[0]], top)])
         entry = {"divisor": label, "divisor_squared": exact_text(sq),
                  "shares_decimal": decimals}
         if closed_forms:
@@ -242,7 +236,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
                                      for j in range(n)]
         data.append(entry)
     rows.append(limit_row("-> infinity (limit)", large, visible))
-    raw_text = ", ".join("-inf" if r is None else exact_text(r) for r in raw)
+    raw_texts = [None if r is None else exact_text(r) for r in raw]
     if own is None:
         own_note = "the head itself has no divisor"
     elif not own_in_range:
@@ -253,7 +247,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
         own_note = f"the head's own divisor: {own_text}" + \
             ("" if own_text.startswith("sqrt(") else f" = sqrt({exact_text(own)})")
     notes = [
-        f"query {row} of {example.name}: raw scores ({raw_text})",
+        f"query {row} of {example.name}: raw scores ({', '.join(t or '-inf' for t in raw_texts)})",
         "shares = softmax(raw / divisor); as the divisor shrinks they concentrate on the "
         "largest raw score (tied keys split it equally), as it grows they flatten to 1/n "
         "over the visible keys",
@@ -261,8 +255,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
         own_note,
     ]
     return [Section("sweep/divisor", f"Shares of query {row} as the divisor grows", cols, rows,
-                    notes, {"query": row, "raw": [None if r is None else exact_text(r)
-                                                  for r in raw],
+                    notes, {"query": row, "raw": raw_texts,
                             "limit_small": [exact_text(s) for s in small],
                             "limit_large": [exact_text(s) for s in large],
                             "divisors": data})]

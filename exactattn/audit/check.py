@@ -121,9 +121,8 @@ class ScoreSource(_Source):
                         f"score table {table.number}, row {k + 1}, column "
                         f"{shorten(table.header[c], quote=True)} must hold one number (got "
                         f"{shorten(r[c], quote=True)}); a score row needs every score")
-                forms = entries[0]
-                exact = [p for p in forms if p.places is None] or list(forms)
-                raw.append(exact[0].value)
+                # an exact reading (a fraction) if the cell has one, else its first
+                raw.append(next((p for p in entries[0] if p.places is None), entries[0][0]).value)
             if all(v is None for v in raw):
                 raise InputError(f"score table {table.number}, row {k + 1} must show a key "
                                  "(got every key hidden)")

@@ -548,11 +548,10 @@ def _versions(a: CounterAudit) -> list[str]:
     parts, missing = [], []
     for key in a.counters:
         c = counter(key)
-        version = a.versions.get(c.distribution)
         if all(v.findings == ("not_installed",) for (_, k, _), v in a.cells.items() if k == key):
             missing.append(c.name)
         else:
-            parts.append(f"{c.name} {version} ({c.convention})")
+            parts.append(f"{c.name} {a.versions.get(c.distribution)} ({c.convention})")
     lines = ["counters run: " + ("; ".join(parts) if parts else "none")]
     if missing:
         lines.append("not installed (or not importable): " + ", ".join(missing))

@@ -467,16 +467,14 @@ class _HTMLTables(HTMLParser):
             return
         t = self.open[-1] if self.open else None
         if tag == "table":
+            title = ""                   # a table in a cell: titled by its caption only
             if t is None:
                 self._flush()
                 title, self.since = _title(self.since), []
-            else:                        # a table in a cell: titled by its caption only
-                title = ""
-            index = len(self.found)
+                if self.figures:
+                    self.figures[-1][1].append(len(self.found))
+            self.open.append(_HTMLTable(len(self.found), self.getpos()[0], title))
             self.found.append(None)
-            if self.figures and t is None:
-                self.figures[-1][1].append(index)
-            self.open.append(_HTMLTable(index, self.getpos()[0], title))
             return
         if t is not None:
             if tag in ("caption", "thead", "tbody", "tfoot", "tr"):
@@ -489,8 +487,7 @@ class _HTMLTables(HTMLParser):
                     t.group = tag
             elif tag in ("td", "th"):
                 t.end_cell()
-                if t.row is None:
-                    t.row = []
+                t.row = t.row or []
                 t.cell = _HTMLCell([], _span(attrs, "colspan", _MAX_COLSPAN),
                                    _span(attrs, "rowspan", _MAX_ROWSPAN), tag == "th")
                 t.sink = t.cell.parts

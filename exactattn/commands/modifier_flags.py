@@ -179,7 +179,7 @@ def apply(policy, args):
         InputError: ``--head`` without ALiBi (or past its heads), ``--query-offset``
             with nothing that reads positions.
     """
-    given = changes(args)
+    given = {field: getattr(args, field) for field in FLAGS if getattr(args, field, None) is not None}
     scaling = getattr(args, "rope_scaling", None)
     if not given and scaling is None:
         return policy
@@ -198,11 +198,6 @@ def apply(policy, args):
                          f"--rope (got --query-offset {given['query_offset']} alone); "
                          "nothing else reads positions")
     return out
-
-
-def changes(args) -> dict:
-    """The Policy fields the modifier flags set (only those given)."""
-    return {field: getattr(args, field) for field in FLAGS if getattr(args, field, None) is not None}
 
 
 def refuse(args, problem, searching: bool) -> None:

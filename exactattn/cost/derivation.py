@@ -44,8 +44,6 @@ import sympy
 from ..errors import InputError
 from .sizes import CallShape
 
-__all__ = ["EXTENSION_SYMBOLS", "SYMBOLS"]
-
 #: the stages, in order; ``projections`` only with d_model, ``out_projection`` (W_O) only
 #: with heads
 STAGES = ("projections", "scores", "mix", "out_projection")

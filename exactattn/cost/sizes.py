@@ -40,8 +40,6 @@ from ..call.policy import ALIGNMENTS, Policy
 from ..errors import InputError, ShapeError
 from ..options import check_whole
 
-__all__ = ["CallShape"]
-
 #: the largest size (tokens, keys, a width, heads, layers) a cost table prints: its figures
 #: stay far below the 4300 digits Python turns into text
 MAX_SIZE = 10 ** 12

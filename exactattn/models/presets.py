@@ -193,10 +193,8 @@ def layer_arrays(tensors: Tensors, arch, layer: int, out_projection: bool = True
         bs = (None,) * 3 if fb is None else tuple(fb[k * len(fb) // 3:(k + 1) * len(fb) // 3]
                                                   for k in range(3))
     else:
-        ws = tuple(_find(tensors, t, layer, f)
-                   for t, f in ((names["q"], "q"), (names["k"], "k"), (names["v"], "v")))
-        bs = tuple(_find(tensors, t, layer)
-                   for t in (names["q_bias"], names["k_bias"], names["v_bias"]))
+        ws = tuple(_find(tensors, names[f], layer, f) for f in "qkv")
+        bs = tuple(_find(tensors, names[f + "_bias"], layer) for f in "qkv")
     w_o = _find(tensors, names["o"], layer, "o") if out_projection else None
     b_o = _find(tensors, names["o_bias"], layer) if out_projection else None
     return ws, bs, w_o, b_o

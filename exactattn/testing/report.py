@@ -69,22 +69,32 @@ def _tolerance_note(r: Report, length: str) -> str:
             "ULPs and within it at terms; NaN/inf where the exact value is finite is a hard failure")
 
 
-def _worst_section(r: Report, worst: int, digits: int) -> Section:
-    rows = [[",".join(map(str, e.index)), *_entry_cells(r, e, digits)] for e in r.found.top(worst)]
+def _worst_section(r: Report, worst: int, digits: int, backward: bool = False) -> Section:
+    """The worst outputs of a report against the exact answer, or of a backward report
+    (failures first, its rank) the worst gradient entries against the exact gradients."""
+    rows = [[*([e.index[0]] if backward else []), ",".join(map(str, e.index[backward:])),
+             *_entry_cells(r, e, digits)] for e in r.found.top(worst)]
     notes = [
-        *_problem_notes(r),
-        *_modifier_notes(r),
-        f"exact: certified to {digits} significant digits; 'exact in {r.dtype}' is the exact "
-        f"value correctly rounded to {r.dtype} (arb enclosures, round-to-nearest-even, "
-        "subnormals, overflow to inf)",
-        f"ULPs: {r.dtype} floats between the implementation's value and 'exact in "
-        f"{r.dtype}'; at terms: |error| in ULPs at sum_j shares |values| (cancellation)",
-        _tolerance_note(r, "S"),
+        *_problem_notes(r, of_total=not backward),
+        *([] if backward else _modifier_notes(r)),
+        "exact: " + ("dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO with dS = P (dO V^T - "
+                     "D), D_i = dO_i . O_i, " if backward else "") +
+        f"certified to {digits} significant digits; 'exact in {r.dtype}' is the exact value "
+        f"correctly rounded to {r.dtype}" + ("" if backward else " (arb enclosures, "
+                                             "round-to-nearest-even, subnormals, overflow to inf)"),
+        f"ULPs: {r.dtype} floats between the implementation's value and 'exact in {r.dtype}'; "
+        "at terms: |error| in ULPs at " + ("the size of the terms the entry adds up (dQ and dK "
+                                           "cancel: every row of dS sums to 0)" if backward else
+                                           "sum_j shares |values| (cancellation)"),
+        _tolerance_note(r, "max(L, S)" if backward else "S"),
     ] + r.notes
+    what = ("worst gradient entry", "worst gradient entries") if backward else ("worst output",)
     return Section(
-        f"verify-{r.dtype}", f"{r.impl} in {r.dtype}: the "
-        f"{plural(min(worst, len(r.entries)), 'worst output')} against the exact answer",
-        ["output b,h,i,c", *_value_columns(r)], rows, notes, data={"summary": r.summary()})
+        f"verify-{'backward-' * backward}{r.dtype}", f"{r.impl} in {r.dtype}: the "
+        f"{plural(min(worst, len(r.entries)), *what)} against the exact "
+        f"{'gradients' if backward else 'answer'}",
+        (["gradient", "b,h,i,c"] if backward else ["output b,h,i,c"]) + _value_columns(r), rows,
+        notes, data={"summary": r.summary()})
 
 
 def _probe_section(r: Report, worst: int, digits: int) -> Section:
@@ -244,27 +254,6 @@ def report_sections(reports: Sequence[Report], *, worst: int = 5, digits: int = 
 
 
 # --------------------------------------------------------------------------- backward
-def _backward_worst_section(r: Report, worst: int, digits: int) -> Section:
-    rows = [[e.index[0], ",".join(map(str, e.index[1:])), *_entry_cells(r, e, digits)]
-            for e in r.found.worst[:worst]]       # failures first (the backward report's rank)
-    notes = [
-        *_problem_notes(r, of_total=False),
-        "exact: dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO with dS = P (dO V^T - D), "
-        f"D_i = dO_i . O_i, certified to {digits} significant digits; 'exact in {r.dtype}' "
-        f"is the exact value correctly rounded to {r.dtype}",
-        f"ULPs: {r.dtype} floats between the implementation's value and 'exact in {r.dtype}'; "
-        "at terms: |error| in ULPs at the size of the terms the entry adds up (dQ and dK "
-        "cancel: every row of dS sums to 0)",
-        _tolerance_note(r, "max(L, S)"),
-    ] + r.notes
-    return Section(
-        f"verify-backward-{r.dtype}", f"{r.impl} in {r.dtype}: the "
-        f"{plural(min(worst, len(r.entries)), 'worst gradient entry', 'worst gradient entries')}"
-        " against the exact gradients",
-        ["gradient", "b,h,i,c", *_value_columns(r)], rows, notes,
-        data={"summary": r.summary()})
-
-
 def _parts(pairs) -> dict:
     """``(key, entry)`` pairs counted by key, one :class:`Comparison` each, in order met."""
     parts: dict = {}
@@ -286,7 +275,7 @@ def backward_sections(reports: Sequence[Report], *, worst: int = 5, digits: int 
     """
     columns = ["dtype", "gradient", "entries", "max ULPs", "median ULPs", "max at terms",
                "max rel. error", "over tolerance", "hard failures"]
-    return [*(_backward_worst_section(r, worst, digits) for r in reports),
+    return [*(_worst_section(r, worst, digits, backward=True) for r in reports),
             _summary("verify-backward-summary", "Summary per dtype and gradient", columns,
                      reports, _gradient_rows, timings, notes)]
 

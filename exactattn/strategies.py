@@ -73,11 +73,9 @@ def _strategy(name: str, value: Any, default) -> SearchStrategy:
 
 
 def _flag(name: str, value: Any, allow_none: bool = False) -> bool | None:
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, bool):
-        extra = ", False or None" if allow_none else " or False"
-        raise InputError(f"{name} must be True{extra} (got {value!r})")
+    if not isinstance(value, bool) and not (value is None and allow_none):
+        raise InputError(f"{name} must be True{', False or None' if allow_none else ' or False'} "
+                         f"(got {value!r})")
     return value
 
 
@@ -87,11 +85,8 @@ def _one_of(*options: tuple) -> SearchStrategy:
 
 
 def _choices(name: str, value: Any, allowed: tuple, hint: str = "") -> tuple:
-    try:
-        chosen = tuple(value)
-    except TypeError:
-        chosen = None
-    if isinstance(value, str) or not chosen or any(c not in allowed for c in chosen):
+    chosen = () if isinstance(value, str) or not hasattr(value, "__iter__") else tuple(value)
+    if not chosen or any(c not in allowed for c in chosen):
         shown = ", ".join(repr(a) for a in allowed)
         raise InputError(f"{name} must be a non-empty collection of {shown} (got {value!r}){hint}")
     return chosen

@@ -51,8 +51,8 @@ from ..verify import compare
 from ..verify.adapter import NUMPY_DTYPES, FunctionImpl, ImplRaised, ask, make_call
 from ..verify.compare import TOLERANCES, Tolerance, check_tolerance, tolerance_for
 from .inputs import (Check, PropertyFailure, attend_as_function, dropout_keep, effective_mask,
-                     failure, head_fail, input_text, keep, matrices, reference, replace, row_text,
-                     selector_head, sizes, value_text, visible)
+                     failure, input_text, keep, matrices, matrix_text, reference, replace,
+                     row_text, selector_head, sizes, value_text, visible)
 from .gradients import check_gradients
 from .rules import OPT_IN, PROPERTIES, active, holds
 
@@ -72,10 +72,6 @@ def exact_entry(value, where: str) -> Fraction | ExpRatio:
                      f"(got {value!r})")
 
 
-def _nan(x) -> bool:
-    return isinstance(x, ExpRatio) and x.row.nan
-
-
 class Result:
     """One call's outputs (n_q x d_v): exact entries, or floats with the :class:`Tolerance` they
     get; and how entries of it compare (``M``: the column's magnitude)."""
@@ -86,24 +82,24 @@ class Result:
         self.rows, self.exact, self.tolerance = rows, exact, tolerance
 
     def is_nan(self, x) -> bool:
-        return _nan(x) if self.exact else math.isnan(x)
+        return isinstance(x, ExpRatio) and x.row.nan if self.exact else math.isnan(x)
 
     def same(self, a, b, M) -> bool:
         """Two results of the function agree: exactly, or within twice the tolerance."""
         if self.exact:
-            return not _nan(a) and not _nan(b) and a == b
+            return not self.is_nan(a) and not self.is_nan(b) and a == b
         return compare.agree(a, b, M, self.tolerance)
 
     def equals(self, got, want, M) -> bool:
         """A result equals an exact value (``Fraction`` or ``ExpRatio``)."""
         if self.exact:
-            return not _nan(got) and got == want
+            return not self.is_nan(got) and got == want
         return compare.within(got, want, M, self.tolerance)
 
     def between(self, got, lo, hi, M) -> bool:
         """``lo <= got <= hi`` (``lo`` None: no lower bound), exactly or within the tolerance."""
         if self.exact:
-            return not _nan(got) and (lo is None or got >= lo) and got <= hi
+            return not self.is_nan(got) and (lo is None or got >= lo) and got <= hi
         return (lo is None or compare.at_least(got, lo, M, self.tolerance)) and \
             compare.at_most(got, hi, M, self.tolerance)
 
@@ -859,18 +855,17 @@ def check_cost(head, x) -> dict[str, int]:
     >>> check_cost(chronicle().head, chronicle().x)
     {'projections': 192, 'scores': 64, 'mix': 64, 'total': 320}
     """
-    from ..cost import SYMBOLS, derive
+    from ..cost import derive, derive_at
     trace = attend(head, x, engine="pencil")
-    n, D, d_k, d_v = SYMBOLS
-    at = {n: trace.n, D: head.d_model, d_k: head.d_k, d_v: head.d_v}
-    formulas = derive(causal=head.causal)
-    derived = {stage: int(expr.xreplace(at)) for stage, expr in formulas.items()}
-    counted = dict(trace.macs)
-    counted["total"] = sum(trace.macs.values())
+    derived = derive_at(trace.n, head.d_model, head.d_k, head.d_v, causal=head.causal)
+    counted = dict(trace.macs, total=sum(trace.macs.values()))
     bad = [f"{stage}: counted {counted.get(stage)} MACs, derived {derived[stage]} "
-           f"({formulas[stage]})" for stage in derived if counted.get(stage) != derived[stage]]
+           f"({derive(causal=head.causal)[stage]})" for stage in derived
+           if counted.get(stage) != derived[stage]]
     if bad:
-        head_fail("cost", "the counted cost equals the derived formula", head, x, bad)
+        raise PropertyFailure(Check("cost", "the counted cost equals the derived formula", False,
+                                    bad), "function: exactattn.attend (exact)", f"head: {head!r}",
+                              f"x: {matrix_text(x)}")
     return counted
 
 

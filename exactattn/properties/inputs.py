@@ -304,9 +304,3 @@ def failure(name: str, prop: str, function: str, inp, lines: list[str]) -> Prope
     """The :class:`PropertyFailure` of a function check: the property, the function, the input, the lines."""
     return PropertyFailure(Check(name, prop, False, lines), f"function: {function}",
                            f"input: {input_text(inp)}")
-
-
-def head_fail(name: str, prop: str, head, x, lines: list[str]):
-    """Raise the :class:`PropertyFailure` for a check of exactattn's own head engine."""
-    raise PropertyFailure(Check(name, prop, False, lines), "function: exactattn.attend (exact)",
-                          f"head: {head!r}", f"x: {matrix_text(x)}")

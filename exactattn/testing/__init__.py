@@ -150,13 +150,20 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
     from ..call import Call
     from ..call.inputs import sdpa_floats
     from ..present.stream import progress
-    from ..verify.check import verify_outputs
+    from ..verify.adapter import read_answer
+    from ..verify.check import verify, verify_outputs
     check_whole(worst, "worst", low=1)
     sdpa = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                 enable_gqa=enable_gqa, **policy)
-    if score_mod is not None or mask_mod is not None:
-        report = _flex_report(actual, Call.from_sdpa(query, key, value, **sdpa), query,
-                              score_mod, mask_mod, max_ulps, accumulation)
+    if score_mod is not None or mask_mod is not None:     # torch's flex_attention runs them
+        from ..verify.impls import FlexImpl
+        call = Call.from_sdpa(query, key, value, **sdpa)
+        if actual is not None:
+            raise InputError("actual must be None with score_mod or mask_mod (got an output); "
+                             "FlexAttention computes the output from your functions")
+        report = verify(FlexImpl(score_mod=score_mod, mask_mod=mask_mod), call,
+                        read_answer(query, "query").dtype, max_ulps=max_ulps,
+                        accumulation=accumulation)
     elif actual is None:
         Call.from_sdpa(query, key, value, **sdpa)      # bad inputs are named first
         raise InputError("actual must be the kernel's output (got None); pass the output, or "
@@ -179,20 +186,6 @@ def assert_attention_close(actual, query, key, value, *, attn_mask=None, dropout
                 f"{r.label}: {'NaN' if r.ulps is None else r.ulps} ULPs from the first run"
                 for r in inv.done if not r.same or not r.report.passed))
     return report
-
-
-def _flex_report(actual, call, query, score_mod, mask_mod, max_ulps, accumulation):
-    """verify's report of torch's flex_attention with your score_mod/mask_mod on ``call``, in
-    the dtype of ``query`` (a torch tensor or a numpy array)."""
-    from ..verify.adapter import read_answer
-    from ..verify.check import verify
-    from ..verify.impls import FlexImpl
-    if actual is not None:
-        raise InputError("actual must be None with score_mod or mask_mod (got an output); "
-                         "FlexAttention computes the output from your functions")
-    dtype = read_answer(query, "query").dtype
-    impl = FlexImpl(score_mod=score_mod, mask_mod=mask_mod)
-    return verify(impl, call, dtype, max_ulps=max_ulps, accumulation=accumulation)
 
 
 def assert_attention_grads_close(actual_grads, query, key, value, grad_out, *, attn_mask=None,

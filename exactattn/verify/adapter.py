@@ -58,15 +58,15 @@ tolerance can follow it.  Whatever the function raises becomes
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from ..call.policy import (DEFAULT_SCALE, MASK_KINDS, POSITION_FIELDS, Alibi, Mask, Policy, Rope,
-                    float_scale)
+from ..call.policy import DEFAULT_SCALE, MASK_KINDS, Mask, Policy, float_scale
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 
@@ -85,76 +85,64 @@ class FloatCall:
     ... x H_q x L x E; key ... x H_kv x S x E; value ... x H_kv x S x E_v;
     attn_mask None, or booleans (True = attend) or float64 additive (``-inf``
     hides) in the shape the caller built it, broadcastable to B x H_q x L x S
-    as SDPA's is (``L x S``, ``B x 1 x L x S``, ``1 x H_q x L x S``, ...).  ``scale`` None means the implementation's own
-    default 1/sqrt(E).  Modifiers (None when off): ``window``,
-    ``query_offset`` (as the policy gives it), ``softcap`` and ``sink``
-    (float64 nearest the exact value), ``alibi`` (the exact
-    :class:`~exactattn.call.modifiers.Alibi`) with ``head`` (the model head of
-    query head 0), ``rope`` (:class:`~exactattn.call.modifiers.Rope`),
-    ``dropout_p`` with ``dropout_mask`` (booleans, True = kept, the caller's
-    rank), ``lse`` (``"e"`` or ``"2"``: return ``(output, lse)``) and ``empty_row``
-    (what a query that sees no key gives: ``zero``, ``uniform`` or ``nan``).
+    as SDPA's is (``L x S``, ``B x 1 x L x S``, ``1 x H_q x L x S``, ...).  The ``policy``
+    (:class:`~exactattn.call.policy.Policy`: positions, modifiers, the GQA map, the empty
+    row) is the exact call's; what a kernel is handed of it in floats is derived from it:
+    ``scale`` (:func:`call_scale`: None means the implementation's own default
+    1/sqrt(E)), ``softcap``, ``sink`` and ``dropout_p`` (the float64 nearest the exact
+    value; None when off).  ``dropout_mask``: booleans, True = kept, the caller's rank;
+    ``lse``: ``"e"`` or ``"2"``: return ``(output, lse)``.
     """
 
     query: np.ndarray
     key: np.ndarray
     value: np.ndarray
     dtype: str
-    scale: float | None = None
-    is_causal: bool = False
-    alignment: str = "top_left"
+    policy: Policy = field(default_factory=Policy)
     attn_mask: np.ndarray | None = None
-    gqa: str = "interleave"
-    window: tuple | None = None
-    query_offset: int | None = None
-    softcap: float | None = None
-    sink: float | None = None
-    alibi: Alibi | None = None
-    head: int = 0
-    rope: Rope | None = None
-    dropout_p: float | None = None
     dropout_mask: np.ndarray | None = None
     lse: str | None = None
-    empty_row: str = "zero"
+    scale: float | None = field(init=False)
+    softcap: float | None = field(init=False)
+    sink: float | None = field(init=False)
+    dropout_p: float | None = field(init=False)
+
+    def __post_init__(self):
+        p = self.policy
+        self.scale, (self.softcap, self.sink, self.dropout_p) = call_scale(p), (
+            None if x is None else float(x) for x in (p.softcap, p.sink, p.dropout))
 
     @property
     def enable_gqa(self) -> bool:
         return self.query.ndim >= 3 and self.query.shape[-3] != self.key.shape[-3]
 
-    def positions(self) -> Policy:
-        """The policy of positions: causal rule, alignment, window and query offset."""
-        return Policy(causal=self.is_causal, alignment=self.alignment,
-                      **{f: getattr(self, f) for f in POSITION_FIELDS})
-
     @property
     def positional(self) -> bool:
         """True when positions hide keys or move the queries (causal, window, query offset)."""
-        return self.positions().positional
+        return self.policy.positional
 
     def query_positions(self) -> list[int]:
         """The position of each query among the key positions 0 .. S - 1."""
         L, S = self.query.shape[-2], self.key.shape[-2]
-        pol = self.positions()
-        return [pol.query_position(i, L, S) for i in range(L)]
+        return [self.policy.query_position(i, L, S) for i in range(L)]
 
     def alibi_slopes(self) -> np.ndarray | None:
         """float64 ALiBi slopes of the call's query heads (model heads ``head``, ``head + 1``, ...)."""
-        if self.alibi is None:
-            return None
-        heads = self.query.shape[-3] if self.query.ndim >= 3 else 1
-        return np.array([float(self.alibi.slope(self.head + h)) for h in range(heads)])
+        alibi, heads = self.policy.alibi, self.query.shape[-3] if self.query.ndim >= 3 else 1
+        return None if alibi is None else \
+            np.array([float(alibi.slope(self.policy.head + h)) for h in range(heads)])
 
     def alibi_bias(self) -> np.ndarray | None:
         """The float64 ALiBi bias, H_q x L x S (L x S for an L x E call): ``slope * distance``."""
-        if self.alibi is None:
+        if self.policy.alibi is None:
             return None
         S = self.key.shape[-2]
-        dist = np.array([[self.alibi.distance(p, j) for j in range(S)]
+        dist = np.array([[self.policy.alibi.distance(p, j) for j in range(S)]
                          for p in self.query_positions()], dtype=np.float64)
         bias = self.alibi_slopes()[:, None, None] * dist
         return bias if self.query.ndim >= 3 else bias[0]
 
-    def visibility(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def visibility(self, positions: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(offsets, seen)``: what the mask and the positions add to and hide from the scores.
 
         ``offsets`` is an additive mask's finite part as float64 (``-inf``
@@ -164,7 +152,7 @@ class FloatCall:
         one's non-``-inf`` entries), broadcast together; None when nothing is
         hidden.  The one reading of visibility for the float compositions
         (:meth:`ArrayImpl.compose <exactattn.verify.impls.ArrayImpl.compose>`,
-        :meth:`bias`).
+        :meth:`bias`, :meth:`mask_in`); without ``positions``, the mask's alone.
 
         >>> m = np.array([[0.5, -np.inf]])
         >>> o, s = FloatCall(np.zeros((1, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
@@ -173,7 +161,7 @@ class FloatCall:
         ([[0.5, 0.0]], [[True, False]])
         """
         L, S = self.query.shape[-2], self.key.shape[-2]
-        seen = self.positions().keep(L, S) if self.positional else None
+        seen = self.policy.keep(L, S) if positions and self.positional else None
         m, offsets = self.attn_mask, None
         if m is not None:
             if m.dtype != bool:
@@ -190,16 +178,16 @@ class FloatCall:
         Summed in float64 (the kernel rounds it once to its dtype).
 
         >>> FloatCall(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
-        ...           is_causal=True).bias().tolist()
+        ...           Policy(causal=True)).bias().tolist()
         [[0.0, -inf], [0.0, 0.0]]
         """
         offsets, seen = self.visibility()
         if not hidden:
             seen = None
-        if self.alibi is None and offsets is None and seen is None:
+        if self.policy.alibi is None and offsets is None and seen is None:
             return None
         bias = np.zeros((self.query.shape[-2], self.key.shape[-2]))
-        if self.alibi is not None:
+        if self.policy.alibi is not None:
             bias = bias + self.alibi_bias()
         if offsets is not None:
             bias = bias + offsets
@@ -207,9 +195,9 @@ class FloatCall:
 
     def rope_angles(self, positions) -> np.ndarray | None:
         """float64 angles ``pos * theta^(-2k/d)``, one row per position and one column per pair."""
-        if self.rope is None:
+        if self.policy.rope is None:
             return None
-        rope = self.rope.for_call(self.positions(), self.query.shape[-2], self.key.shape[-2])
+        rope = self.policy.rope.for_call(self.policy, self.query.shape[-2], self.key.shape[-2])
         freq = np.array(rope.float_frequencies(self.query.shape[-1]))
         return np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]
 
@@ -218,17 +206,15 @@ class FloatCall:
         if self.query.ndim < 3:
             return [0]
         hq, hkv = self.query.shape[-3], self.key.shape[-3]
-        policy = Policy(gqa=self.gqa)
-        return [policy.kv_head(h, hq, hkv) for h in range(hq)]
+        return [self.policy.kv_head(h, hq, hkv) for h in range(hq)]
 
     def mask_in(self, form: str | None = None, *, fold: bool = False) -> np.ndarray | None:
         """The mask to hand over: in ``form``, with the causal rule folded in when ``fold``.
 
         ``form`` None keeps SDPA's convention (booleans True = attend, or
         additive float64); ``bool_keep``, ``bool_drop`` or ``additive`` (float64,
-        ``-inf`` hides) rewrite it.  Folding is :meth:`Policy.fold
-        <exactattn.call.policy.Policy.fold>` on each (batch, head) block's
-        :class:`~exactattn.call.policy.Mask`.  Shape: the mask's leading axes
+        ``-inf`` hides) rewrite it.  Folding is :meth:`visibility`'s ``seen``, the
+        offsets of an additive mask kept.  Shape: the mask's leading axes
         with its last two broadcast to L x S (a ``1 x S`` mask folded with the
         causal rule becomes ``L x S``), or L x S without one.
 
@@ -236,29 +222,22 @@ class FloatCall:
             InputError: an additive mask with finite offsets asked for as booleans.
 
         >>> call = FloatCall(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
-        ...             is_causal=True)
+        ...             Policy(causal=True))
         >>> call.mask_in("additive", fold=True).tolist()
         [[0.0, -inf], [0.0, 0.0]]
         """
-        policy = self.positions() if fold else Policy()
         m = self.attn_mask
         kind = None if m is None else "bool_keep" if m.dtype == bool else "additive"
-        if not policy.positional and (m is None or form in (None, kind)):
+        if not (fold and self.positional) and (m is None or form in (None, kind)):
             return m
-        L, S = self.query.shape[-2], self.key.shape[-2]
-        lead = () if m is None else m.shape[:-2]
-        if m is not None:
-            m = np.broadcast_to(m, lead + (L, S))
-        blocks = [None] if m is None else \
-            [Mask(kind, m[idx], floats="exact") for idx in np.ndindex(*lead)]
-        out = []
-        for block in blocks:
-            folded = policy.fold(block, L, S)
-            want = form or ("additive" if folded.kind == "additive" else "bool_keep")
-            rows = folded.as_form(want)
-            out.append(np.array([[-math.inf if e is None else float(e) for e in r] for r in rows])
-                       if want == "additive" else np.array(rows, dtype=bool))
-        return np.stack(out).reshape(*lead, L, S)
+        offsets, seen = self.visibility(fold)
+        seen = seen & np.ones((self.query.shape[-2], self.key.shape[-2]), dtype=bool)
+        want = form or ("bool_keep" if offsets is None else "additive")
+        if want == "additive":
+            return np.where(seen, 0.0 if offsets is None else offsets, -math.inf)
+        if offsets is not None and offsets.any():     # Mask's refusal of offsets as booleans
+            Mask("additive", [[1]]).as_form(want)
+        return seen if want == "bool_keep" else ~seen
 
 
 class ImplRaised(Exception):
@@ -369,15 +348,10 @@ def policy_call(query, key, value, policy: Policy, dtype: str, *, attn_mask=None
 
     >>> c = policy_call(np.zeros((2, 1)), np.zeros((3, 1)), np.zeros((3, 1)),
     ...                 Policy(causal=True, sink="1/2"), "float32")
-    >>> c.is_causal, c.sink, c.scale
+    >>> c.policy.causal, c.sink, c.scale
     (True, 0.5, None)
     """
-    def floated(x):
-        return None if x is None else float(x)
-    return FloatCall(query, key, value, dtype, call_scale(policy), policy.causal, policy.alignment,
-                attn_mask, policy.gqa, policy.window, policy.query_offset,
-                floated(policy.softcap), floated(policy.sink), policy.alibi, policy.head,
-                policy.rope, floated(policy.dropout), dropout_mask, lse, policy.empty_row)
+    return FloatCall(query, key, value, dtype, policy, attn_mask, dropout_mask, lse)
 
 
 @dataclass(frozen=True)
@@ -441,39 +415,12 @@ def check_dtype(impl, dtype: str) -> None:
                          f"(got {dtype!r}){impl.dtype_hint(dtype)}")
 
 
-def bfloat16_hint(dtype: str, fix: str) -> str:
-    """The hint for a dtype numpy arrays cannot hold: ``; numpy has no bfloat16, <fix> for it``."""
-    return f"; numpy has no bfloat16, {fix} for it" if dtype == "bfloat16" else ""
-
-
-def numpy_dtype(dtype: str, what: str, fix: str = ""):
-    """The numpy type of ``dtype`` for ``what`` (float64, float32 or float16; ``fix`` ends
-    the refusal of any other)."""
-    if dtype not in NUMPY_DTYPES:
-        raise InputError(f"dtype must be float64, float32 or float16 for {what} "
-                         f"(got {dtype!r}){fix}")
-    return NUMPY_DTYPES[dtype]
-
-
-def numpy_array(a: np.ndarray, dt) -> np.ndarray:
-    """A float64 numpy argument as the implementation gets it: floats in ``dt``, booleans
-    as they are."""
-    return a if a.dtype == bool else a.astype(dt)
-
-
-def torch_tensor(a: np.ndarray, dt):
-    """A float64 numpy argument as a torch tensor: floats in ``dt`` (a torch dtype, bfloat16
-    included), booleans as they are."""
-    import torch
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    return t if a.dtype == bool else t.to(dt)
-
-
-def jax_array(a: np.ndarray, dt):
-    """A float64 numpy argument as a jax array: floats in ``dt`` (a jax dtype, bfloat16
-    included), booleans as they are.  Call it inside :func:`jax_scope` for float64."""
-    import jax.numpy as jnp
-    return jnp.asarray(a) if a.dtype == bool else jnp.asarray(a, dtype=dt)
+def as_array(xp, a: np.ndarray, dt, **on):
+    """A float64 numpy argument as one of ``xp``'s arrays (numpy, torch or jax.numpy; ``on``:
+    torch's ``device``): floats in ``dt`` (bfloat16 included outside numpy), booleans as
+    they are; numpy's a copy.  Call it inside :func:`jax_scope` for jax float64."""
+    make = np.array if xp is np else xp.asarray
+    return make(np.ascontiguousarray(a), dtype=None if a.dtype == bool else dt, **on)
 
 
 def jax_scope(dtype: str):
@@ -508,10 +455,12 @@ class Impl:
     dtypes: tuple = ("float64", "float32", "float16", "bfloat16")
     takes_mask = True
     takes_gqa = True
+    bfloat16_fix = None       # numpy arrays: how to run bfloat16 instead
 
     def dtype_hint(self, dtype: str) -> str:
         """Why a dtype outside ``dtypes`` is not run, and the fix ("" when none is known)."""
-        return ""
+        return f"; numpy has no bfloat16, {self.bfloat16_fix} for it" \
+            if dtype == "bfloat16" and self.bfloat16_fix else ""
 
     def answer(self, call: FloatCall) -> Answer:
         """The outputs read as float64, with the dtype they came back in (and the lse when asked)."""
@@ -568,8 +517,8 @@ class FunctionImpl(Impl):
         self.fn, self.arrays, self.convention = fn, arrays, convention
         self.mask_as, self.convert = mask_as, convert
         self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
-        self.dtypes = tuple(NUMPY_DTYPES) if arrays == "numpy" else \
-            ("float64", "float32", "float16", "bfloat16")
+        self.dtypes, self.bfloat16_fix = (tuple(NUMPY_DTYPES), "pass --arrays torch (arrays="
+                                          "'torch')") if arrays == "numpy" else (Impl.dtypes, None)
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
@@ -582,23 +531,13 @@ class FunctionImpl(Impl):
     def _takes(self, name: str) -> bool:
         return self.var_kw or name in self.accepts
 
-    def dtype_hint(self, dtype: str) -> str:
-        return bfloat16_hint(dtype, "pass --arrays torch (arrays='torch')") \
-            if self.arrays == "numpy" else ""
-
     def _converter(self, dtype: str) -> Callable:
         """numpy array -> the argument the function gets (floats in ``dtype``, booleans as they are)."""
-        if self.arrays == "numpy":
-            dt = numpy_dtype(dtype, "a numpy-array impl", "; use arrays='torch' for bfloat16")
-            user = self.convert or (lambda a: a)
-            return lambda a: user(numpy_array(a, dt))
-        if self.arrays == "jax":
-            import jax.numpy as jnp
-            dt = getattr(jnp, dtype)
-            return lambda a: jax_array(a, dt)
-        import torch
-        dt = getattr(torch, dtype)
-        return lambda a: torch_tensor(a, dt)
+        check_dtype(self, dtype)
+        xp = np if self.arrays == "numpy" else \
+            importlib.import_module("jax.numpy" if self.arrays == "jax" else "torch")
+        dt, user = getattr(xp, dtype), self.convert or (lambda a: a)
+        return lambda a: user(as_array(xp, a, dt))
 
     def scope(self, dtype: str):
         """The context the function runs in: :func:`jax_scope` for jax arrays, else none."""
@@ -607,6 +546,7 @@ class FunctionImpl(Impl):
 
     def _arguments(self, call: FloatCall) -> dict:
         """The keyword arguments of the call, as numpy arrays (converted later)."""
+        pol = call.policy
         if self.convention == "mask":
             if call.enable_gqa:
                 raise InputError(f"{self.name} must be called in convention 'sdpa' for grouped "
@@ -616,12 +556,12 @@ class FunctionImpl(Impl):
         else:
             always = {}
             needed = {"attn_mask": call.mask_in(self.mask_as), "scale": call.scale,
-                      "is_causal": call.is_causal or None, "enable_gqa": call.enable_gqa or None,
-                      "window": call.window}
-            hints = {"alignment": call.alignment, "gqa": call.gqa, "dtype": call.dtype}
+                      "is_causal": pol.causal or None, "enable_gqa": call.enable_gqa or None,
+                      "window": pol.window}
+            hints = {"alignment": pol.alignment, "gqa": pol.gqa, "dtype": call.dtype}
         needed.update(self._modifiers(call))
-        if call.alibi is not None:
-            hints.update(alibi_form=call.alibi.form, head=call.head)
+        if pol.alibi is not None:
+            hints.update(alibi_form=pol.alibi.form, head=pol.head)
         if call.lse is not None:
             hints["return_lse"] = True
         kwargs: dict = {}
@@ -639,20 +579,20 @@ class FunctionImpl(Impl):
 
     def _modifiers(self, call: FloatCall) -> dict:
         """The modifier arguments the call needs (None: not needed)."""
-        pos = call.query_positions()[0]
-        shifted = pos != 0 and (call.alibi is not None or call.rope is not None or
-                                (call.window is not None and self.convention == "sdpa"))
+        pos, rope, alibi = call.query_positions()[0], call.policy.rope, call.policy.alibi
+        shifted = pos != 0 and (alibi is not None or rope is not None or
+                                (call.policy.window is not None and self.convention == "sdpa"))
         out = {"softcap": call.softcap, "sink": call.sink,
                "query_offset": pos if shifted else None,
-               "rope_theta": None if call.rope is None else float(call.rope.theta),
-               "rope_layout": None if call.rope is None else call.rope.layout,
-               "rope_dims": None if call.rope is None else call.rope.dims,
-               "rope_scaling": None if call.rope is None or call.rope.scaling is None else
-               call.rope.scaling.to_dict(lambda q: int(q) if q.denominator == 1 else float(q)),
+               "rope_theta": None if rope is None else float(rope.theta),
+               "rope_layout": None if rope is None else rope.layout,
+               "rope_dims": None if rope is None else rope.dims,
+               "rope_scaling": None if rope is None or rope.scaling is None else
+               rope.scaling.to_dict(lambda q: int(q) if q.denominator == 1 else float(q)),
                "dropout_p": call.dropout_p, "dropout_mask": call.dropout_mask}
-        if call.alibi is not None:
+        if alibi is not None:
             if self._takes("alibi_heads") and not self.var_kw:
-                out["alibi_heads"] = call.alibi.heads
+                out["alibi_heads"] = alibi.heads
             else:
                 out["alibi_slopes"] = call.alibi_slopes()
         return out

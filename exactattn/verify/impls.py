@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
 import importlib
 import os
@@ -78,8 +77,8 @@ import numpy as np
 
 from ..call.policy import UNSUPPORTED
 from ..errors import InputError, shorten
-from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, bfloat16_hint, jax_array,
-                      jax_scope, make_call, numpy_array, numpy_dtype, torch_tensor)
+from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, as_array, check_dtype,
+                      jax_scope, make_call)
 
 __all__ = ["FlexImpl", "load_impl"]
 
@@ -100,8 +99,9 @@ class ArrayImpl(Impl):
 
     :meth:`compose` is the one float composition of a call, in the order of
     :func:`exactattn.reference.logits.softmax_row`, over ``xp`` (numpy or torch); a library
-    supplies ``xp``, :meth:`const` (a scalar of the dtype) and :meth:`array` (a numpy array
-    as one of xp's: floats in the dtype, booleans as they are).  ``in_dtype`` says where the
+    supplies ``xp`` and ``on`` (where its arrays live: torch's device), so :meth:`const` (a
+    scalar of the dtype) and :meth:`array` (:func:`~exactattn.verify.adapter.as_array`) make
+    its arrays.  ``in_dtype`` says where the
     default scale ``1/sqrt(E)`` and the dropout factor ``1/(1 - p)`` are computed: in the
     dtype (numpy), or in float64 and rounded once (torch, as SDPA does).  A kernel supplies
     :meth:`attend` on its own arrays (:meth:`inputs`, inside :meth:`scope`), the outputs
@@ -127,14 +127,17 @@ class ArrayImpl(Impl):
             raise InputError(f"call must have no {row.listed or ' or '.join(names)} for "
                              f"impl {self.kernel} (got {bad[0]}){row.fix}")
 
-    def const(self, x, dt):
-        return dt.type(x)
+    on: dict = {}
 
-    array = staticmethod(numpy_array)
+    def const(self, x, dt):
+        return self.xp.asarray(x, dtype=dt, **self.on)
+
+    def array(self, a, dt):
+        return as_array(self.xp, a, dt, **self.on)
 
     def full(self, shape, x, dt):
         """An array of ``shape`` filled with ``x`` in the dtype (on the library's device)."""
-        return self.xp.full(shape, x, dtype=dt)
+        return self.xp.full(shape, x, dtype=dt, **self.on)
 
     def scope(self, dtype: str):
         """The context the kernel runs in (none; numpy: float warnings silenced)."""
@@ -142,8 +145,8 @@ class ArrayImpl(Impl):
 
     def inputs(self, call: FloatCall, *more) -> list:
         """query, key, value (and ``more``) as the kernel's arrays of the call's dtype."""
-        dt = numpy_dtype(call.dtype, self.name) if self.xp is np else getattr(self.xp, call.dtype)
-        return [self.array(a, dt) for a in (call.query, call.key, call.value, *more)]
+        check_dtype(self, call.dtype)
+        return [self.array(a, getattr(self.xp, call.dtype)) for a in (call.query, call.key, call.value, *more)]
 
     def host(self, a):
         """A result read back (numpy: as it is, in the dtype)."""
@@ -205,7 +208,7 @@ class ArrayImpl(Impl):
         if cap is not None:
             t = xp.tanh(s / cap)
             s = cap * t
-        if call.alibi is not None:
+        if call.policy.alibi is not None:
             s = s + self.array(call.alibi_bias(), dt)
         offsets, seen = call.visibility()
         if offsets is not None:
@@ -218,7 +221,7 @@ class ArrayImpl(Impl):
             empty = None
         if seen is not None:
             s = xp.where(self.array(seen, dt), s, c(-np.inf))
-            if empty is None or call.empty_row != "uniform":    # a uniform row reads every key
+            if empty is None or call.policy.empty_row != "uniform":    # a uniform row reads every key
                 read = self.array(np.any(seen, axis=-2)[..., :, None], dt)   # keys seen
                 k, v = xp.where(read, k, c(0)), xp.where(read, v, c(0))
                 if t is not None:       # the tanh of a key read by no query: of q . 0
@@ -233,8 +236,9 @@ class ArrayImpl(Impl):
             p = p[..., :-1]
         if empty is not None:       # the empty row's shares and lse, one fill
             hit = self.array(empty, dt)
-            share, log = (c(np.nan), c(np.nan)) if call.empty_row == "nan" else \
-                (c(1) / c(p.shape[-1]) if call.empty_row == "uniform" else c(0), c(-np.inf))
+            row = call.policy.empty_row
+            share, log = (c(np.nan), c(np.nan)) if row == "nan" else \
+                (c(1) / c(p.shape[-1]) if row == "uniform" else c(0), c(-np.inf))
             p = xp.where(hit, share, p)
         factors = None
         if call.dropout_p is not None:
@@ -261,20 +265,17 @@ class NumpyImpl(ArrayImpl):
     Shapes: as :class:`FloatCall`; returns ... x H_q x L x E_v in the dtype.
     """
 
-    dtypes = ("float64", "float32", "float16")
+    dtypes, bfloat16_fix = ("float64", "float32", "float16"), "use --impl torch"
 
     def __init__(self, naive: bool = False):
         self.naive = naive
         self.name = "numpy-naive" if naive else "numpy"
         self.backward_name = f"{self.name} backward"
 
-    def dtype_hint(self, dtype: str) -> str:
-        return bfloat16_hint(dtype, "use --impl torch")
-
     def scope(self, dtype: str):
         return np.errstate(all="ignore")
 
-    def backward(self, call: FloatCall, d_out: np.ndarray, d_lse=None):
+    def grad(self, call: FloatCall, q, k, v, d_out, d_lse=None):
         """``(dq, dk, dv)`` in the dtype, from the forward's pieces (:meth:`compose`).
 
         ``dV = W^T dO``, ``dP = M (dO V^T)``, ``D = rowsum(dO * O)``, ``dS = P
@@ -283,19 +284,17 @@ class NumpyImpl(ArrayImpl):
         Q`` (q and k rotated under RoPE, and dQ and dK turned back by R^T); grouped heads
         add their dK and dV into the key/value head they read.
         """
-        q, k, v, do, *dl = self.inputs(call, d_out, *([] if d_lse is None else [d_lse]))
-        with self.scope(call.dtype):
-            f = self.compose(call, q, k, v)
-            dv = np.swapaxes(f.w, -1, -2) @ do
-            dp = do @ np.swapaxes(f.v, -1, -2)
-            if f.factors is not None:
-                dp = dp * f.factors
-            dp = dp - (do * f.out).sum(axis=-1, keepdims=True)
-            ds = f.p * (dp + dl[0][..., None] if dl else dp)
-            if f.t is not None:        # (cap tanh(s / cap))' = 1 - tanh^2(s / cap)
-                ds = ds * (1 - f.t * f.t)
-            dq, dk = rotated(call, (ds @ f.k) * f.scale,
-                             (np.swapaxes(ds, -1, -2) @ f.q) * f.scale, -1)
+        do, f = self.array(d_out, q.dtype), self.compose(call, q, k, v)
+        dv = np.swapaxes(f.w, -1, -2) @ do
+        dp = do @ np.swapaxes(f.v, -1, -2)
+        if f.factors is not None:
+            dp = dp * f.factors
+        dp = dp - (do * f.out).sum(axis=-1, keepdims=True)
+        ds = f.p * (dp if d_lse is None else dp + self.array(d_lse, q.dtype)[..., None])
+        if f.t is not None:        # (cap tanh(s / cap))' = 1 - tanh^2(s / cap)
+            ds = ds * (1 - f.t * f.t)
+        dq, dk = rotated(call, (ds @ f.k) * f.scale,
+                         (np.swapaxes(ds, -1, -2) @ f.q) * f.scale, -1)
         if q.ndim >= 3:     # per-query-head gradients added into the key/value head each reads
             folded = [np.zeros(a.shape, dtype=g.dtype) for g, a in ((dk, k), (dv, v))]
             for out, g in zip(folded, (dk, dv)):      # in head order
@@ -397,6 +396,7 @@ class TorchImpl(ArrayImpl):
         self.lower_right_bias = lower_right_bias
         self.xp = _need("torch")
         self.device = torch_device(device)
+        self.on = {"device": self.device}
         self.backend = None
         if backend is not None:
             self._select(backend)
@@ -431,15 +431,6 @@ class TorchImpl(ArrayImpl):
         why = getattr(self, "_why", {}).get(dtype)
         return "" if why is None else (f"; torch cannot select SDPBackend."
                                        f"{BACKENDS[self.backend_name]} for it here ({why})")
-
-    def const(self, x, dt):
-        return self.xp.tensor(x, dtype=dt, device=self.device)
-
-    def array(self, a, dt):
-        return torch_tensor(a, dt).to(self.device)
-
-    def full(self, shape, x, dt):
-        return self.xp.full(shape, x, dtype=dt, device=self.device)
 
     def host(self, t) -> np.ndarray:
         """A result tensor read back to the CPU as float64 numpy (exactly its floats)."""
@@ -565,10 +556,11 @@ def rotated(call: FloatCall, q, k, turn: int = 1):
     """``(q, k)`` rotated by the call's RoPE (queries at their positions, keys at 0..S-1), or
     as they are without one: numpy, torch or jax arrays, ... x L x E and ... x S x E.
     ``turn=-1`` turns them back (``R^T``, with yarn's factor: a gradient through the rotation)."""
-    if call.rope is None:
+    rope = call.policy.rope
+    if rope is None:
         return q, k
-    return (rotate(q, turn * call.rope_angles(call.query_positions()), call.rope),
-            rotate(k, turn * call.rope_angles(range(k.shape[-2])), call.rope))
+    return (rotate(q, turn * call.rope_angles(call.query_positions()), rope),
+            rotate(k, turn * call.rope_angles(range(k.shape[-2])), rope))
 
 
 def _xp(x):
@@ -587,7 +579,7 @@ def rope_and_heads(call: FloatCall, q, k, v, four: bool = False):
     FlexAttention, flash-attn and JAX; numpy, torch or jax arrays.
     """
     q, k = rotated(call, q, k)
-    tile = call.enable_gqa and call.gqa == "tile"
+    tile = call.enable_gqa and call.policy.gqa == "tile"
     if tile:
         reps = [1] * k.ndim
         reps[-3] = q.shape[-3] // k.shape[-3]
@@ -616,11 +608,10 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
     kwargs: dict = {} if call.scale is None else {"scale": call.scale}
     if gqa:
         kwargs["enable_gqa"] = True
-    mask = call.attn_mask
-    plain = call.window is None and call.query_offset is None and call.alibi is None
-    if call.is_causal and mask is None and plain and (call.alignment == "top_left"
-                                                      or lower_right_bias):
-        if call.alignment == "top_left":
+    mask, pol = call.attn_mask, call.policy
+    plain = pol.window is None and pol.query_offset is None and pol.alibi is None
+    if pol.causal and mask is None and plain and (pol.alignment == "top_left" or lower_right_bias):
+        if pol.alignment == "top_left":
             kwargs["is_causal"] = True
         else:
             import warnings
@@ -628,9 +619,9 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
             with warnings.catch_warnings():   # "NaNs when L > S": verify checks what it gives
                 warnings.simplefilter("ignore", UserWarning)
                 kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
-    elif mask is not None or call.positional or call.alibi is not None:
+    elif mask is not None or call.positional or pol.alibi is not None:
         # SDPA takes one of the two: fold the causal rule (and a window) in; ALiBi is a bias
-        mask = call.mask_in(fold=True) if call.alibi is None else call.bias()
+        mask = call.mask_in(fold=True) if pol.alibi is None else call.bias()
         t = torch.from_numpy(np.ascontiguousarray(mask)).to(q.device)
         kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
     return q, k, v, kwargs
@@ -911,7 +902,7 @@ class FlashAttnImpl(TorchImpl):
         return "; flash-attn runs float16 and bfloat16 only"
 
     def refuse(self, call: FloatCall, bad=()) -> None:
-        skewed = call.is_causal and call.alignment == "top_left" and \
+        skewed = call.policy.causal and call.policy.alignment == "top_left" and \
             call.query.shape[-2] != call.key.shape[-2]
         super().refuse(call, [w for w, hit in (("top_left causal with L != S", skewed),
                                                ("mask", call.attn_mask is not None)) if hit])
@@ -924,7 +915,7 @@ class FlashAttnImpl(TorchImpl):
         q, k, v, _ = rope_and_heads(call, q, k, v, four=True)
         E = q.shape[-1]
         scale = 1 / np.sqrt(E) if call.scale is None else call.scale
-        kwargs = {"softmax_scale": scale, "causal": bool(call.is_causal)}
+        kwargs = {"softmax_scale": scale, "causal": call.policy.causal}
         if call.softcap is not None:
             kwargs["softcap"] = call.softcap
         try:
@@ -975,7 +966,6 @@ class JaxImpl(ArrayImpl):
 
     dtypes = ("float64", "float32", "float16", "bfloat16")
     kernel, natural_lse = "jax", True
-    array = staticmethod(jax_array)
 
     def __init__(self):
         jax = _need("jax")
@@ -998,7 +988,7 @@ class JaxImpl(ArrayImpl):
         import jax
         try:
             _, pull = jax.vjp(lambda q, k, v: self.attend(call, q, k, v)[0], q, k, v)
-            return pull(jax_array(d_out, q.dtype))
+            return pull(self.array(d_out, q.dtype))
         except ImplRaised:
             raise
         except Exception as e:     # a backward JAX does not run
@@ -1028,14 +1018,13 @@ class JaxImpl(ArrayImpl):
             q, k = widen(q, E_v), widen(k, E_v)
         L, S = q.shape[-2], k.shape[-2]
         native = call.query_positions() == list(range(L))    # JAX's own (top-left) positions
-        if native and call.is_causal:
+        if native and call.policy.causal:
             kwargs["is_causal"] = True
-        if native and call.window is not None:
+        if native and call.policy.window is not None:
             kwargs["local_window_size"] = tuple(L + S if w is None else int(w)
-                                                for w in call.window)
+                                                for w in call.policy.window)
         bias = call.bias(hidden=False)      # ALiBi + an additive mask's offsets; keep: the rest
-        keep = (dataclasses.replace(call, is_causal=False, window=None, query_offset=None)
-                if native else call).visibility()[1]
+        keep = call.visibility(not native)[1]
 
         def four(a, dtype):
             return None if a is None else jnp.asarray(four_d(a)[0], dtype=dtype)
@@ -1076,38 +1065,12 @@ KERNELS = {
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-def _import(mod_name: str, what: str = "impl"):
-    """Import a module the way ``python -m`` does: the current directory comes first on the path.
-
-    The directory is put on ``sys.path`` only while the module is imported.
-    """
-    cwd = os.getcwd()
-    added = cwd not in sys.path and "" not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(mod_name)
-    except Exception as e:       # no such module, or it fails: a syntax error, its own imports
-        if isinstance(e, ModuleNotFoundError) and e.name and \
-                mod_name.split(".")[0] == e.name.split(".")[0]:
-            raise InputError(
-                f"{what} module {shorten(mod_name, quote=True)} must be importable (got no module "
-                f"{shorten(e.name, quote=True)}); run from the folder holding "
-                f"{shorten(mod_name.split('.')[0])}.py or put that folder "
-                "on PYTHONPATH") from None
-        raise InputError(f"{what} module {shorten(mod_name, quote=True)} must import cleanly (got "
-                         f"{ImplRaised(e).line})") from None
-    finally:
-        if added and cwd in sys.path:
-            sys.path.remove(cwd)
-
-
 def load_function(text: str, what: str = "impl"):
     """The function ``module:function`` names (``what`` names it in the messages).
 
-    The module is looked for in the current directory first, as ``python
-    -m`` and pytest do, then on ``sys.path``; ``function`` may be dotted
-    (``Class.method``).
+    The module is imported the way ``python -m`` and pytest do: the current directory first
+    (put on ``sys.path`` only while the module is imported), then ``sys.path``; ``function``
+    may be dotted (``Class.method``).
 
     Raises:
         InputError: a malformed name, a module that cannot be imported, no
@@ -1121,7 +1084,25 @@ def load_function(text: str, what: str = "impl"):
         raise InputError(f"{what} must be module:function with a module name such as mykern or "
                          "pkg.kernels and a function name such as attention "
                          f"(got {shorten(repr(text))})")
-    fn = _import(mod_name, what)
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        fn = importlib.import_module(mod_name)
+    except Exception as e:       # no such module, or it fails: a syntax error, its own imports
+        if isinstance(e, ModuleNotFoundError) and e.name and \
+                mod_name.split(".")[0] == e.name.split(".")[0]:
+            raise InputError(
+                f"{what} module {shorten(mod_name, quote=True)} must be importable (got no module "
+                f"{shorten(e.name, quote=True)}); run from the folder holding "
+                f"{shorten(mod_name.split('.')[0])}.py or put that folder "
+                "on PYTHONPATH") from None
+        raise InputError(f"{what} module {shorten(mod_name, quote=True)} must import cleanly (got "
+                         f"{ImplRaised(e).line})") from None
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
     for part in fn_name.split("."):
         fn = getattr(fn, part, None)
         if fn is None:

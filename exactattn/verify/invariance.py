@@ -182,8 +182,9 @@ def check_invariance(impl, call, dtype: str = "float32", kinds=KINDS, *, seed: i
         else:
             runs.append(Run("num_splits 1, 2, 4", why=f"{impl.name} takes no num_splits="))
     if "pad" in kinds:
-        moved = fc.alignment == "bottom_right" and fc.query_offset is None and (
-            fc.positional or (fc.alibi, fc.rope) != (None, None))
+        pol = fc.policy
+        moved = pol.alignment == "bottom_right" and pol.query_offset is None and (
+            pol.positional or (pol.alibi, pol.rope) != (None, None))
         why = "bottom_right moves the queries with the lengths" if moved else \
             "" if impl.takes_mask else f"{impl.name} takes no mask"
         mk = np.full((B, H, L, S), open_) if m is None else m

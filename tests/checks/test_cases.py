@@ -118,7 +118,8 @@ def bottom_right_only(query, key, value, is_causal=False, scale=None):
 
 def _call(query, key, value, is_causal, scale, alignment):
     from exactattn.verify.impls import FloatCall
-    return FloatCall(query, key, value, "float64", scale, is_causal, alignment)
+    return FloatCall(query, key, value, "float64", Policy(
+        causal=is_causal, alignment=alignment, **({} if scale is None else {"scale": F(scale)})))
 
 
 # ----------------------------------------------------------------- blockwise

@@ -700,7 +700,7 @@ def test_the_one_reference_gives_the_properties_their_exact_values():
 
 
 CAUSAL_CALL = FloatCall(np.zeros((2, 1)), np.zeros((3, 1)), np.zeros((3, 1)), "float64",
-                   is_causal=True, alignment="bottom_right",
+                   Policy(causal=True, alignment="bottom_right"),
                    attn_mask=np.array([[0.0, -math.inf, 0.0], [0.0, 0.0, 0.0]]))
 
 

@@ -656,7 +656,7 @@ def test_scale_none_is_no_scaling_for_the_implementation():
 
 def test_call_masks_come_from_the_policy():
     q, k = np.zeros((2, 1)), np.zeros((3, 1))
-    call = FloatCall(q, k, k, "float64", is_causal=True, alignment="bottom_right")
+    call = FloatCall(q, k, k, "float64", Policy(causal=True, alignment="bottom_right"))
     assert call.visibility()[1].tolist() == Policy(causal=True, alignment="bottom_right") \
         .keep(2, 3).tolist() == [[True, True, False], [True, True, True]]
 

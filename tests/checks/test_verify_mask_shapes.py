@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from exactattn.call import Call
+from exactattn.call import Call, Policy
 from exactattn.call.spec import load_problem, problem_text
 from exactattn.cli import main
 from exactattn.verify import verify
@@ -102,7 +102,7 @@ def test_a_spec_file_keeps_its_mask_shape(tmp_path):
 
 def test_a_mask_broadcast_over_the_queries_folds_to_l_x_s():
     call = FloatCall(np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)), "float64",
-                     is_causal=True, attn_mask=np.array([[False, True]]))   # 1 x S
+                     Policy(causal=True), attn_mask=np.array([[False, True]]))   # 1 x S
     assert call.mask_in("bool_keep", fold=True).tolist() == [[False, False], [False, True]]
     assert call.mask_in().tolist() == [[False, True]]     # unfolded: as given
 

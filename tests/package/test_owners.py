@@ -89,11 +89,10 @@ def test_make_call_is_policy_call_of_the_problem():
                     head=2, scale="1/3")
     a = make_call(p.with_policy(policy), "float32")
     b = policy_call(p.floats("query"), p.floats("key"), p.floats("value"), policy, "float32")
-    for name in ("scale", "is_causal", "alignment", "gqa", "window", "query_offset", "softcap",
-                 "sink", "alibi", "head", "rope", "dropout_p", "lse"):
+    for name in ("scale", "policy", "softcap", "sink", "dropout_p", "lse"):
         typed(getattr(a, name), getattr(b, name))
     typed(a.softcap, 0.5)
-    typed(a.positions(), Policy(causal=True, window=(1, 0)))
+    typed(a.policy, policy)           # positions, ALiBi, RoPE, the GQA map: the policy's own
 
 
 def test_sdpa_arguments_are_the_audits():

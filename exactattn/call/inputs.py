@@ -255,37 +255,27 @@ def sdpa_floats(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     if any(k not in BULK_POLICY_KEYS for k in policy) or type(is_causal) is not bool or \
             type(enable_gqa) is not bool or type(dropout_p) not in (int, float) or dropout_p != 0:
         return None
-    arrays = []
-    for a in (query, key, value):
-        try:
-            a = a.detach().cpu().double().numpy() if hasattr(a, "detach") else np.asarray(a)
-        except ValueError:              # a ragged list: Call.from_sdpa names it
+    try:        # ragged lists, a bfloat16 mask, a mask that does not broadcast: the exact path
+        arrays = [a.detach().cpu().double().numpy() if hasattr(a, "detach") else np.asarray(a)
+                  for a in (query, key, value)]
+        if any(a.dtype.kind != "f" or a.dtype.itemsize > 8 or a.ndim not in (2, 3, 4) or
+               a.ndim != arrays[0].ndim or 0 in a.shape or not np.isfinite(a).all()
+               for a in arrays):
             return None
-        if a.dtype.kind != "f" or a.dtype.itemsize > 8 or a.ndim not in (2, 3, 4) or \
-                a.ndim != np.ndim(query) or 0 in a.shape or not np.isfinite(a).all():
+        q, k, v = (a.astype(np.float64).reshape((1,) * (4 - a.ndim) + a.shape) for a in arrays)
+        if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3] \
+                or q.shape[1] % k.shape[1] or (not enable_gqa and q.shape[1] != k.shape[1]):
             return None
-        arrays.append(a.astype(np.float64).reshape((1,) * (4 - a.ndim) + a.shape))
-    q, k, v = arrays
-    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3] or \
-            q.shape[1] % k.shape[1] or (not enable_gqa and q.shape[1] != k.shape[1]):
+        m = None if attn_mask is None else attn_mask.detach().cpu().numpy() \
+            if hasattr(attn_mask, "detach") else np.asarray(attn_mask)
+        if m is not None:
+            np.broadcast_to(m, q.shape[:3] + (k.shape[2],))      # a ValueError if it does not
+            if m.dtype != bool and (m.dtype.kind != "f" or np.isnan(m).any() or (m == np.inf).any()):
+                return None
+    except (ValueError, TypeError):
         return None
-    keep = offsets = None
-    if attn_mask is not None:
-        try:
-            m = attn_mask.detach().cpu().numpy() if hasattr(attn_mask, "detach") else \
-                np.asarray(attn_mask)
-        except (ValueError, TypeError):     # ragged, or a bfloat16 tensor: the exact path
-            return None
-        if m.dtype == bool:
-            keep = m
-        elif m.dtype.kind == "f" and not (np.isnan(m).any() or (m == np.inf).any()):
-            offsets = m.astype(np.float64)
-        else:
-            return None
-        try:
-            np.broadcast_to(m, q.shape[:3] + (k.shape[2],))
-        except ValueError:
-            return None
+    keep, offsets = (None, None) if m is None else (m, None) if m.dtype == bool else \
+        (None, m.astype(np.float64))
     pol = _sdpa_policy(is_causal, scale, "bool_keep" if offsets is None else "additive", policy)
     return q, k, v, pol, keep, offsets, np.ndim(query)
 
@@ -856,8 +846,7 @@ class Call:
     def floats(self, name: str) -> np.ndarray:
         """``query``/``key``/``value`` as float64 (exact when the entries are floats), in the caller's rank."""
         arr = getattr(self, name)
-        return np.array([float(x) for x in arr.reshape(-1)],
-                        dtype=np.float64).reshape(arr.shape[4 - self.rank:])
+        return arr.astype(np.float64).reshape(arr.shape[4 - self.rank:])
 
     def key_of(self) -> tuple:
         """The problem's contents as a hashable tuple (equal problems, equal keys)."""

@@ -167,10 +167,6 @@ class Trace:
     def n(self) -> int:
         return len(self.x)
 
-    @property
-    def divisor(self):
-        return self.head.divisor
-
     def _check(self, i: int, j: int | None = None, width: int = 0, what: str = "") -> None:
         checks = [("query index", i, self.n)] + ([(what, j, width)] if j is not None else [])
         for name, v, size in checks:
@@ -323,14 +319,6 @@ class Trace:
                              "symbolic); run attend with engine='pencil' or 'fast'")
         return LogSumExp(self.row(i), base)
 
-    def _weighted(self, i: int, column: list):
-        """``sum_j share_ij * factor_ij * column[j]``: row i's combination after dropout, its
-        factors from :func:`~exactattn.call.modifiers.dropout_factors` (none without dropout)."""
-        if self.dropout_keep is not None:
-            column = [v * w for v, w in
-                      zip(column, dropout_factors(self.policy.dropout, self.dropout_keep[i]))]
-        return self.row(i).combine(column)
-
     def dropped_share(self, i: int, j: int):
         """Query i's weight on key j after dropout: ``share * keep / (1 - p)`` (the share
         itself without dropout)."""
@@ -341,9 +329,12 @@ class Trace:
 
     def dropped_sum(self, i: int):
         """The sum of row i's weights after dropout: ``(sum of kept shares) / (1 - p)``,
-        in general not 1 (the row's share sum without dropout)."""
+        in general not 1 (the row's share sum without dropout): the row combined with its
+        factors (:func:`~exactattn.call.modifiers.dropout_factors`)."""
         self._check(i)
-        return self._weighted(i, [1] * self.n)
+        keep = self.dropout_keep
+        return self.row(i).combine([1] * self.n if keep is None else
+                                   dropout_factors(self.policy.dropout, keep[i]))
 
     def dropped_decimals(self, places: int) -> list[list[str]]:
         """Every weight after dropout, correctly rounded (n x n strings; the shares without

@@ -32,7 +32,7 @@ def test_raw_and_scaled_row_2(trace):
         typed_equal(got, want)
     for got, want in zip(trace.scaled_scores[1], [F(25, 16), F(0), F(3, 8), F(0)]):
         typed_equal(got, want)
-    assert trace.divisor == 2
+    assert trace.head.divisor == 2
 
 
 def test_shares_row_2_certified(trace):

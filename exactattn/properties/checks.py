@@ -363,16 +363,12 @@ def check_matches_reference(impl, inp: Call) -> None:
     Raises:
         PropertyFailure: an output that differs from the exact one.
     """
-    res = impl(inp)
-    want = _exact(impl, inp).outputs()
+    res, want = impl(inp), _exact(impl, inp).outputs()
     scales = column_scales(matrices(inp)[2])
-    bad = []
-    for i, row in enumerate(res.rows):
-        for c, got in enumerate(row):
-            w = want[i][c]
-            if not (res.is_nan(got) if w.row.nan else res.equals(got, w, scales[c])):
-                bad.append(f"outputs[{i}][{c}] = {value_text(got)}, exact {value_text(w)}")
-    _fail("matches reference", impl, res, inp, bad)
+    _fail("matches reference", impl, res, inp, [
+        f"outputs[{i}][{c}] = {value_text(got)}, exact {value_text(w)}"
+        for i, row in enumerate(res.rows) for c, (got, w) in enumerate(zip(row, want[i]))
+        if not (res.is_nan(got) if w.row.nan else res.equals(got, w, scales[c]))])
 
 
 @property_check("share support")
@@ -442,16 +438,11 @@ def check_identical_queries(impl, inp: Call) -> int:
              if queries[a] == queries[b] and views[a] == views[b]]
     if not pairs:
         return 0
-    res = impl(inp)
-    scales = column_scales(values)
-    bad = []
-    for a, b in pairs:
-        for c in range(len(values[0])):
-            if not res.same(res.rows[a][c], res.rows[b][c], scales[c]):
-                bad.append(f"queries {a} and {b} are identical but outputs[{a}][{c}] = "
-                           f"{value_text(res.rows[a][c])} and outputs[{b}][{c}] = "
-                           f"{value_text(res.rows[b][c])}")
-    _fail("identical queries", impl, res, inp, bad)
+    res, scales = impl(inp), column_scales(values)
+    _fail("identical queries", impl, res, inp, [
+        f"queries {a} and {b} are identical but outputs[{a}][{c}] = {value_text(res.rows[a][c])}"
+        f" and outputs[{b}][{c}] = {value_text(res.rows[b][c])}" for a, b in pairs
+        for c in range(len(values[0])) if not res.same(res.rows[a][c], res.rows[b][c], scales[c])])
     return len(pairs)
 
 
@@ -468,17 +459,13 @@ def check_outputs_within_values(impl, inp: Call) -> None:
     res = impl(inp)
     values = matrices(inp)[2]
     scales = column_scales(values)
-    bad = []
-    for i, (row, seen) in enumerate(zip(res.rows, visible(inp))):
-        if not seen:
-            continue
-        for c, got in enumerate(row):
-            col = [values[j][c] for j in seen]
-            lo, hi = min(col), max(col)
-            if not res.between(got, lo, hi, scales[c]):
-                bad.append(f"outputs[{i}][{c}] = {value_text(got)} lies outside [{lo}, {hi}], "
-                           f"the visible values of column {c}")
-    _fail("outputs within values", impl, res, inp, bad)
+    bounds = [[(min(col), max(col)) for col in zip(*(values[j] for j in seen))] if seen else []
+              for seen in visible(inp)]            # a row that sees no key has no bounds
+    _fail("outputs within values", impl, res, inp, [
+        f"outputs[{i}][{c}] = {value_text(got)} lies outside [{lo}, {hi}], the visible values "
+        f"of column {c}" for i, row in enumerate(res.rows)
+        for c, (got, (lo, hi)) in enumerate(zip(row, bounds[i]))
+        if not res.between(got, lo, hi, scales[c])])
 
 
 def _first_sees_first(inp: Call) -> bool:
@@ -509,15 +496,12 @@ def check_causal_first_output(impl, inp: Call) -> None:
             f"inp must be causal with query 0 seeing key 0 alone for this check (top_left, or "
             f"bottom_right with as many keys as queries) (got causal="
             f"{'on' if inp.policy.causal else 'off'}, query 0 sees keys {visible(inp)[0]})")
-    res = impl(inp)
-    values = matrices(inp)[2]
+    res, values = impl(inp), matrices(inp)[2]
     scales = column_scales(values)
-    bad = []
-    for c, want in enumerate(values[0]):
-        got = res.rows[0][c]
-        if not res.equals(got, want, scales[c]):
-            bad.append(f"outputs[0][{c}] = {value_text(got)}, want values[0][{c}] = {want}")
-    _fail("causal first output", impl, res, inp, bad)
+    _fail("causal first output", impl, res, inp, [
+        f"outputs[0][{c}] = {value_text(got)}, want values[0][{c}] = {want}"
+        for c, (got, want) in enumerate(zip(res.rows[0], values[0]))
+        if not res.equals(got, want, scales[c])])
 
 
 def _unmoved(impl, base: Result, moved: Call, pairs, scales, why: str = "", shift=None) -> tuple:

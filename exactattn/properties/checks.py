@@ -343,15 +343,12 @@ def check_rows_sum_below_one(impl, inp: Call) -> None:
         raise InputError("inp must have a sink (policy.sink) for this check (got none)")
     res = impl(_identity(inp))
     exact = _exact(impl, inp).dropped_shares()
-    bad = []
-    for i, row in enumerate(res.rows):
-        want = sum(exact[i], Fraction(0))
-        t = res.total(row)
-        below = res.between(t, None, Fraction(1), Fraction(0)) and not (res.exact and t == 1)
-        if not (res.equals(t, want, Fraction(1)) and below):
-            bad.append(f"row {i}: shares {row_text(row)} sum to {value_text(t)}, want "
-                       f"{value_text(want)} (1 minus the sink's share)")
-    _fail("rows sum below one", impl, res, inp, bad)
+    sums = [(row, res.total(row), sum(shares, Fraction(0))) for row, shares in zip(res.rows, exact)]
+    _fail("rows sum below one", impl, res, inp, [
+        f"row {i}: shares {row_text(row)} sum to {value_text(t)}, want {value_text(want)} (1 "
+        "minus the sink's share)" for i, (row, t, want) in enumerate(sums)
+        if not (res.equals(t, want, Fraction(1)) and res.between(t, None, Fraction(1), Fraction(0))
+                and not (res.exact and t == 1))])
 
 
 @property_check("matches reference")
@@ -888,20 +885,16 @@ def check_masked_entries_absent(inp: Call) -> int:
     head, x = selector_head(matrices(inp)[0], k_sym, v_sym, causal=inp.policy.causal,
                             scale=inp.policy.divisor_squared, symbolic=True)
     trace = attend(head, x, engine="symbolic")
-    bad, checked = [], 0
-    for i, seen in enumerate(visible(inp)):
-        hidden = [j for j in range(n_k) if j not in seen]
-        symbols = {s for j in hidden for s in k_sym[j] + v_sym[j]}
-        checked += len(hidden)
-        for c in range(d_v):
-            leak = sympy.sympify(trace.outputs[i][c]).free_symbols & symbols
-            if leak:
-                bad.append(f"outputs[{i}][{c}] contains {sorted(map(str, leak))}, entries of "
-                           f"keys or values query {i} cannot see")
+    hidden = [[j for j in range(n_k) if j not in seen] for seen in visible(inp)]
+    leaks = [(i, c, sympy.sympify(trace.outputs[i][c]).free_symbols &
+              {s for j in hide for s in k_sym[j] + v_sym[j]})
+             for i, hide in enumerate(hidden) for c in range(d_v)]
+    bad = [f"outputs[{i}][{c}] contains {sorted(map(str, leak))}, entries of keys or values "
+           f"query {i} cannot see" for i, c, leak in leaks if leak]
     if bad:
         raise failure("masked entries absent", "keys and values at masked positions appear in "
                       "no output", "exactattn.attend (symbolic)", inp, bad)
-    return checked
+    return sum(map(len, hidden))
 
 
 def check_online_softmax(raw: Sequence, divisor_squared, values=None, *, blocks=None,

@@ -76,11 +76,8 @@ def _rows(g) -> list[int]:
 
 def check_rows_sum_to_zero(g) -> Check:
     """Every row of dS (the sink's column included) sums to exactly 0."""
-    bad = []
-    for i in _rows(g):
-        total = g.row_sum(i)
-        if not total.is_zero():
-            bad.append(f"row {i}: sum_j dS = {total.text()}")
+    bad = [f"row {i}: sum_j dS = {t.text()}" for i, t in ((i, g.row_sum(i)) for i in _rows(g))
+           if not t.is_zero()]
     return Check("gradient rows sum to zero", "every row of dS sums to exactly 0", not bad,
                  bad or [f"{len(_rows(g))} rows: sum_j dS_ij = 0 exactly"])
 
@@ -132,12 +129,9 @@ def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Chec
     exactly those of the call."""
     other = _moved(g, offsets=[[(x or 0) + shift for x in r] for r in _offsets(g)],
                    sink=None if g.sink is None else g.sink + shift)
-    bad = []
-    for name in ("dQ", "dK", "dV", "dS"):
-        for a, b in zip(g.matrix(name), other.matrix(name)):
-            for x, y in zip(a, b):
-                if not x == y:                    # exact, across the two calls
-                    bad.append(f"{name}: {x.text()} != {y.text()}")
+    bad = [f"{name}: {x.text()} != {y.text()}" for name in ("dQ", "dK", "dV", "dS")
+           for a, b in zip(g.matrix(name), other.matrix(name))
+           for x, y in zip(a, b) if not x == y]    # exact, across the two calls
     if g.sink is not None and not g.dsink == other.dsink:
         bad.append("dsink changed")
     return Check("gradient shift invariance",

@@ -304,21 +304,16 @@ def check_rows_sum_to_one(impl, inp: Call) -> None:
     res = impl(_identity(inp))
     empty_row = impl.empty_row or inp.policy.empty_row
     seen = visible(inp)
-    bad = []
-    for i, row in enumerate(res.rows):
+    bad, want = [], inp.policy.replace(empty_row=empty_row).empty_share(sizes(inp)[1])
+    for i, row in enumerate(res.rows):      # want: each share of a row that sees no key
         if seen[i]:
             t = res.total(row)
             if not res.equals(t, Fraction(1), Fraction(1)):
                 bad.append(f"row {i}: shares {row_text(row)} sum to {value_text(t)}, want 1")
-        elif empty_row == "nan":
-            if not all(res.is_nan(x) for x in row):
-                bad.append(f"row {i} sees no key: shares {row_text(row)}, want nan "
-                           "(empty_row=nan)")
-        else:
-            want = inp.policy.replace(empty_row=empty_row).empty_share(sizes(inp)[1])
-            if not all(res.equals(x, want, Fraction(1)) for x in row):
-                bad.append(f"row {i} sees no key: shares {row_text(row)}, want {want} each "
-                           f"(empty_row={empty_row})")
+        elif not all(res.is_nan(x) if empty_row == "nan" else res.equals(x, want, Fraction(1))
+                     for x in row):
+            bad.append(f"row {i} sees no key: shares {row_text(row)}, want " + (
+                "nan" if empty_row == "nan" else f"{want} each") + f" (empty_row={empty_row})")
     _fail("rows sum to one", impl, res, inp, bad)
 
 
@@ -542,9 +537,8 @@ def check_shift_invariance(impl, inp: Call, shifts: Sequence | None = None) -> N
     """
     queries, keys, _ = matrices(inp)
     n_q, _, d_k, _ = sizes(inp)
-    if shifts is None:
-        shifts = [Fraction(i + 1) for i in range(n_q)]
-    shifts = [to_exact(s, name=f"shifts[{i}]") for i, s in enumerate(shifts)]
+    shifts = [to_exact(s, name=f"shifts[{i}]") for i, s in
+              enumerate(range(1, n_q + 1) if shifts is None else shifts)]
     if len(shifts) != n_q:
         raise ShapeError(f"shifts must have one entry per query, {n_q} (got {len(shifts)})")
     wide = replace(inp, queries=[q + [s] for q, s in zip(queries, shifts)],
@@ -611,9 +605,8 @@ def check_query_permutation(impl, inp: Call,
 
 def read_bias(bias, width: int, name: str) -> list[Fraction]:
     """A bias vector read exactly (default: all ones)."""
-    if bias is None:
-        return [Fraction(1)] * width
-    b = [to_exact(e, name=f"{name}[{i}]") for i, e in enumerate(bias)]
+    b = [to_exact(e, name=f"{name}[{i}]") for i, e in enumerate([1] * width if bias is None
+                                                                else bias)]
     if len(b) != width:
         raise ShapeError(f"{name} must have {width} numbers (got {len(b)})")
     return b
@@ -668,9 +661,8 @@ def check_masked_entries_ignored(impl, inp: Call, change: Fraction | int = 7) ->
         PropertyFailure: an output that moved when only hidden entries changed.
     """
     delta = to_exact(change, name="change")
-    base = res = None
+    bad, base, res = [], None, None
     _, keys, values = matrices(inp)
-    bad = []
     for i, seen in enumerate(visible(inp)):
         hidden = [j for j in range(len(keys)) if j not in seen]
         if not hidden or not seen:

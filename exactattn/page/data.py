@@ -58,6 +58,8 @@ MAX_SENTENCES = 8
 MAX_TOKENS = 64
 #: a built-in example that brings its companion sentence onto the same page
 COMPANIONS = {"bank-river": "bank-loan", "bank-loan": "bank-river"}
+#: the side of the score square at the longest length stop, in pixels
+SQUARE = 160
 #: the key of the "none" stop (scores not divided)
 NONE = "none"
 
@@ -212,7 +214,8 @@ def length_numbers(head, lengths: Sequence[int] = LENGTHS) -> tuple[list[dict], 
     table: n^2 without a causal mask), MACs of ``score_macs``, ``mix_macs``,
     ``projection_macs`` and ``total``, ``ratio`` (total over the row before,
     4 places, correctly rounded; ``""`` for the first), ``score_ratio`` (exact),
-    ``counted`` (True: counted by running the head; False: derived).  The head is
+    ``counted`` (True: counted by running the head; False: derived), ``side`` (the
+    score square's side in pixels, :data:`SQUARE` at the longest stop).  The head is
     run at :data:`COUNTED_AT` tokens and at every stop of no more MACs than a head without
     a causal mask has there; the note says where.
 
@@ -240,7 +243,8 @@ def length_numbers(head, lengths: Sequence[int] = LENGTHS) -> tuple[list[dict], 
                                                                      prev["total"]), 4),
             "score_ratio": "" if prev is None else with_decimal(Fraction(f["scores"],
                                                                          prev["scores"]), 4),
-            "counted": r.counted, "side": r.tokens})
+            "counted": r.counted,
+            "side": round_fraction(Fraction(SQUARE * r.tokens, max(lengths)), 1)})
         prev = f
     counted = [f"{r.tokens:,}" for r in costs.rows if r.counted]
     check = costs.check

@@ -21,20 +21,17 @@ Element ids the browser test reads: ``sentence-K`` (the switch),
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 from importlib import resources
 
 from .. import __version__
-from ..numbers.digits import round_fraction
 from ..present.render import html_text as _e
+from .data import SQUARE
 from .picture import BAR, bar_width, dot_positions, frame, picture_svg
 from .questions import join, questions, vector_text
 
 #: no network request of any kind; inline script and style only; images from data: URLs
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
        "img-src data:; base-uri 'none'; form-action 'none'")
-#: the side of the score square at the longest length stop, in pixels
-_SQUARE = 160
 
 
 def _asset(name: str) -> str:
@@ -45,14 +42,9 @@ def _largest(s, key: str) -> str:
     return ", ".join(s.words[j] for j in s.at[key]["largest"])
 
 
-def _side(n: int, longest: int) -> str:
-    return round_fraction(Fraction(_SQUARE * n, longest), 1)
-
-
 def script_data(nums, initial: str) -> dict:
     """The values of every state, as the script reads them (all text, keyed by text)."""
     f = frame(nums.sentences)
-    longest = max(r["side"] for r in nums.lengths)
     sentences = {}
     for k, s in enumerate(nums.sentences):
         dots = dot_positions(s, f)
@@ -63,9 +55,8 @@ def script_data(nums, initial: str) -> dict:
             for key, at in s.at.items()}}
     lengths = {str(k): {name: r[name] for name in ("n", "scores", "score_macs", "mix_macs",
                                                    "projection_macs", "total", "ratio",
-                                                   "score_ratio")}
-               | {"how": "counted" if r["counted"] else "derived",
-                  "side": _side(r["side"], longest)}
+                                                   "score_ratio", "side")}
+               | {"how": "counted" if r["counted"] else "derived"}
                for k, r in enumerate(nums.lengths)}
     stops = {s.key: {"label": s.label, "words": s.words} for s in nums.stops}
     return {"initial": {"sentence": "0", "stop": initial, "length": "0"},
@@ -142,8 +133,6 @@ def _share_table(k: int, s, key: str, hidden: bool) -> str:
 def _length_section(nums) -> str:
     rows = nums.lengths
     first = rows[0]
-    longest = max(r["side"] for r in rows)
-    side = _side(first["side"], longest)
     causal = nums.sentences[0].causal
     table = "\n".join(
         f'<tr><td>{r["n"]}</td><td>{r["scores"]}</td><td>{r["score_macs"]}</td>'
@@ -158,10 +147,10 @@ def _length_section(nums) -> str:
 <output id="length-n">{first['n']}</output> tokens
 </div>
 <div class="length-view">
-<svg width="{_SQUARE + 2}" height="{_SQUARE + 2}" viewBox="0 0 {_SQUARE + 2} {_SQUARE + 2}"
+<svg width="{SQUARE + 2}" height="{SQUARE + 2}" viewBox="0 0 {SQUARE + 2} {SQUARE + 2}"
  aria-label="the score table drawn to scale"><rect class="square-frame" x="1" y="1"
- width="{_SQUARE}" height="{_SQUARE}"/><rect id="score-square" x="1" y="1" width="{side}"
- height="{side}"/></svg>
+ width="{SQUARE}" height="{SQUARE}"/><rect id="score-square" x="1" y="1" width="{first['side']}"
+ height="{first['side']}"/></svg>
 <dl>
 <dt>{'scores (the visible pairs of the n &#215; n table)' if causal else 'scores in the n &#215; n table'}</dt><dd id="length-scores">{first['scores']}</dd>
 <dt>multiply-adds for the scores</dt><dd id="length-score-macs">{first['score_macs']}</dd>

@@ -285,9 +285,7 @@ def heads(*, min_d_model: int = 1, max_d_model: int = 4, min_d_k: int = 1, max_d
 
     @st.composite
     def draw_head(draw):
-        d_model = draw(st.integers(*dm))
-        d_k = draw(st.integers(*dk))
-        d_v = draw(st.integers(*dv))
+        d_model, d_k, d_v = (draw(st.integers(*r)) for r in (dm, dk, dv))
         layout = draw(st.sampled_from(layouts))
         def weights(out: int) -> list[list]:
             shape = (out, d_model) if layout == "slots" else (d_model, out)
@@ -431,11 +429,9 @@ def attention_inputs(*, min_n: int = 1, max_n: int = 5, min_d_k: int = 1, max_d_
             n_k = draw(st.integers(n_q, n_range[1]))
         else:
             n_k = draw(st.integers(*n_range))
-        d_k = draw(st.integers(*dk))
-        d_v = draw(st.integers(*dv))
-        queries = _draw_matrix(draw, n_q, d_k, elements)
-        keys = _draw_matrix(draw, n_k, d_k, elements)
-        values = _draw_matrix(draw, n_k, d_v, elements)
+        d_k, d_v = draw(st.integers(*dk)), draw(st.integers(*dv))
+        queries, keys, values = (_draw_matrix(draw, *shape, elements) for shape in
+                                 ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
         policy = policy.replace(divisor_squared=draw(scale_st))
         if kind is None:
             return Call(queries, keys, values, policy=policy)

@@ -232,13 +232,11 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
         a, b = (sum(e.balls(p)["D"], arb(0)) for e in ends)
         return (a - b) / arb(fmpq_of(2 * h))
 
-    def grad_at(p):
-        return gradient(g, wrt, p) if gradient is not None else exact.ball(p)
+    grad_at = exact.ball if gradient is None else (lambda p: gradient(g, wrt, p))
 
     def step(p):
-        d = fd_at(p) - grad_at(p)
-        b = arb(fmpq_of(bound))
-        return True if abs(d) <= b else False if abs(d) > b else None
+        d, b = abs(fd_at(p) - grad_at(p)), arb(fmpq_of(bound))
+        return True if d <= b else False if d > b else None
     ok = bool(tighten(step, prec, max_prec=16 * prec))
     where = "dL/d" + ("sink" if wrt[0] == "sink" else wrt[0] + "".join(f"[{x}]" for x in wrt[1:]))
     shown = exact.decimal(places) if gradient is None else certify(grad_at, places)

@@ -63,8 +63,7 @@ def matrices(call: Call) -> tuple[list, list, list]:
 
 def sizes(call: Call) -> tuple[int, int, int, int]:
     """``(n_q, n_k, d_k, d_v)``."""
-    sh = call.shape
-    return sh["L"], sh["S"], sh["E"], sh["E_v"]
+    return tuple(call.shape[k] for k in ("L", "S", "E", "E_v"))
 
 
 def dropout_keep(call: Call) -> list | None:
@@ -95,11 +94,9 @@ def effective_mask(call: Call) -> Mask | None:
 
 def replace(call: Call, **changes) -> Call:
     """A copy of a one-head call with some of :func:`one_head`'s arguments changed (checked again)."""
-    q, k, v = matrices(call)
-    fields = dict(queries=q, keys=k, values=v, mask=call.block_mask(0, 0), policy=call.policy,
-                  dropout_keep=dropout_keep(call))
-    fields.update(changes)
-    return one_head(**fields)
+    return one_head(**dict(zip(("queries", "keys", "values"), matrices(call)),
+                           mask=call.block_mask(0, 0), policy=call.policy,
+                           dropout_keep=dropout_keep(call)) | changes)
 
 
 def policy_scale(scale: Any) -> Fraction | None | str:

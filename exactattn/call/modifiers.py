@@ -233,6 +233,7 @@ class Rope:
             check_rope_dims(self.dims)
         object.__setattr__(self, "scaling", check_scaling(self.scaling))
 
+    @lru_cache(maxsize=256)     # once per rope and width (llama3's bands, yarn's range)
     def frequencies(self, d: int) -> list[tuple[int, int, tuple]]:
         """``(a, b, w)``: entries a and b turn by ``pos * w``, w exact in the form
         ``(r, radical)`` of :func:`~exactattn.numbers.reals.power_form` (``r * prod p^f``), or
@@ -241,7 +242,49 @@ class Rope:
         >>> Rope(scaling={"rope_type": "linear", "factor": 4}).frequencies(4)
         [(0, 2, (Fraction(1, 4), ())), (1, 3, (Fraction(1, 400), ()))]
         """
-        return _frequencies(self, d)
+        pairs, s = self.pairs(d), self.scaling
+        base = [power_form(self.theta, e) for _, _, e in pairs]
+        kind, get = (s and s.rope_type), (dict(s.params) if s else {}).get
+        f, r = get("factor"), 2 * len(pairs)
+        if kind == "linear":
+            base = [(w / f, rad) for w, rad in base]
+        elif kind == "inv_freq":
+            if len(get("inv_freq")) != len(pairs):
+                raise InputError(f"rope scaling inv_freq must give one frequency per rotated pair "
+                                 f"({len(pairs)} here; got {len(get('inv_freq'))})")
+            base = [(w, ()) for w in get("inv_freq")]
+        elif kind == "dynamic":
+            if s.length is None or r == 2:
+                raise InputError("rope scaling dynamic needs a rotated width of 4 or more and the "
+                                 "call's length (a Call binds it: build one)")
+            m = get("max_position_embeddings")
+            x = f * max(s.length, m) / m - (f - 1)
+            base = [power_form(self.theta, e, x, Fraction(-2 * k, r - 2))
+                    for k, (_, _, e) in enumerate(pairs)]
+        elif kind == "llama3":
+            lf, hf, L = get("low_freq_factor"), get("high_freq_factor"), \
+                get("original_max_position_embeddings")
+            a, b = 1 / f - (1 - 1 / f) * lf / (hf - lf), (1 - 1 / f) * L / (2 * (hf - lf))
+            for k, (w, (_, _, e)) in enumerate(zip(base, pairs)):
+                if _band(w, L / hf) < 0:
+                    continue                              # the high band: unchanged
+                if _band(w, L / lf) > 0:
+                    base[k] = (w[0] / f, w[1])            # the low band: divided by factor
+                else:                                     # the blend: a w + b w^2 / pi
+                    r2, rad2 = power_form(self.theta, 2 * e)
+                    base[k] = (a * w[0], w[1], (b * r2, rad2) if b else ())
+        elif kind == "yarn":
+            if self.theta == 1:
+                raise InputError("rope scaling yarn needs theta other than 1 (its range divides by "
+                                 "log(theta))")
+            omp = get("original_max_position_embeddings")
+            low = max(_correction(get("beta_fast", 32), r, self.theta, omp, False), 0)
+            high = min(_correction(get("beta_slow", 1), r, self.theta, omp, True), r - 1)
+            for k, (w, rad) in enumerate(base):
+                ramp = Fraction(k > low) if low == high else \
+                    min(max(Fraction(k - low, high - low), Fraction(0)), Fraction(1))
+                base[k] = ((ramp / f + 1 - ramp) * w, rad)
+        return [(a, b, w) for (a, b, _), w in zip(pairs, base)]
 
     @property
     def gain(self):
@@ -424,54 +467,6 @@ def _correction(n: Fraction, r: int, theta: Fraction, omp: Fraction, up: bool) -
         raise InputError(f"rope scaling yarn: the correction range of beta {n} is not decided "
                          "up to 65536 bits; exactattn does not guess it")
     return got
-
-
-@lru_cache(maxsize=256)
-def _frequencies(rope: Rope, d: int) -> list:
-    """:meth:`Rope.frequencies`, once per rope and width (llama3's bands, yarn's range)."""
-    pairs, s = rope.pairs(d), rope.scaling
-    base = [power_form(rope.theta, e) for _, _, e in pairs]
-    kind, get = (s and s.rope_type), (dict(s.params) if s else {}).get
-    f, r = get("factor"), 2 * len(pairs)
-    if kind == "linear":
-        base = [(w / f, rad) for w, rad in base]
-    elif kind == "inv_freq":
-        if len(get("inv_freq")) != len(pairs):
-            raise InputError(f"rope scaling inv_freq must give one frequency per rotated pair "
-                             f"({len(pairs)} here; got {len(get('inv_freq'))})")
-        base = [(w, ()) for w in get("inv_freq")]
-    elif kind == "dynamic":
-        if s.length is None or r == 2:
-            raise InputError("rope scaling dynamic needs a rotated width of 4 or more and the "
-                             "call's length (a Call binds it: build one)")
-        m = get("max_position_embeddings")
-        x = f * max(s.length, m) / m - (f - 1)
-        base = [power_form(rope.theta, e, x, Fraction(-2 * k, r - 2))
-                for k, (_, _, e) in enumerate(pairs)]
-    elif kind == "llama3":
-        lf, hf, L = get("low_freq_factor"), get("high_freq_factor"), \
-            get("original_max_position_embeddings")
-        a, b = 1 / f - (1 - 1 / f) * lf / (hf - lf), (1 - 1 / f) * L / (2 * (hf - lf))
-        for k, (w, (_, _, e)) in enumerate(zip(base, pairs)):
-            if _band(w, L / hf) < 0:
-                continue                              # the high band: unchanged
-            if _band(w, L / lf) > 0:
-                base[k] = (w[0] / f, w[1])            # the low band: divided by factor
-            else:                                     # the blend: a w + b w^2 / pi
-                r2, rad2 = power_form(rope.theta, 2 * e)
-                base[k] = (a * w[0], w[1], (b * r2, rad2) if b else ())
-    elif kind == "yarn":
-        if rope.theta == 1:
-            raise InputError("rope scaling yarn needs theta other than 1 (its range divides by "
-                             "log(theta))")
-        omp = get("original_max_position_embeddings")
-        low = max(_correction(get("beta_fast", 32), r, rope.theta, omp, False), 0)
-        high = min(_correction(get("beta_slow", 1), r, rope.theta, omp, True), r - 1)
-        for k, (w, rad) in enumerate(base):
-            ramp = Fraction(k > low) if low == high else \
-                min(max(Fraction(k - low, high - low), Fraction(0)), Fraction(1))
-            base[k] = ((ramp / f + 1 - ramp) * w, rad)
-    return [(a, b, w) for (a, b, _), w in zip(pairs, base)]
 
 
 def check_rope_dims(value: Any, name: str = "rope dims") -> int:

@@ -285,8 +285,7 @@ def problem_text(problem: Call, dtype: str | None = None) -> str:
                  "policy": problem.policy.as_dict()}
     if problem.policy.dropout is not None:
         doc["policy"]["dropout"] = {"p": str(problem.policy.dropout)}
-    for name in ("query", "key", "value"):
-        doc[name] = arr(getattr(problem, name))
+    doc.update((name, arr(getattr(problem, name))) for name in ("query", "key", "value"))
     if problem.mask is not None:
         doc["mask"] = {"kind": problem.mask_kind, "values": text(problem.mask_given()).tolist()}
     return json.dumps(doc, indent=2, ensure_ascii=False)

@@ -152,7 +152,6 @@ def padding_mask(keep: Sequence[bool]) -> Mask:
     >>> padding_mask([True, True, False]).rows
     ((True, True, False), (True, True, False), (True, True, False))
     """
-    keep = [bool(k) if type(k).__name__ == "bool_" else k for k in keep]
     return Mask("bool_keep", [list(keep)] * len(keep))
 
 

@@ -123,11 +123,7 @@ class ExpTables:
         lo, hi = [], []
         with working_precision(self.prec):
             scale, step = arb(one), self.step
-            for g in gaps:
-                if g == 0:
-                    lo.append(one)
-                    hi.append(one)
-                    continue
+            for g in gaps:          # g > 0
                 v = (arb(-g) / step).exp() * scale
                 lo.append(max(int(v.lower().floor().unique_fmpz()), 0))
                 hi.append(min(int(v.upper().ceil().unique_fmpz()), one))
@@ -238,15 +234,9 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
     tables, shift = cached[:2]
 
     # gaps u_ij = max over visible k of N_ik - N_ij >= 0 (hidden: -1), clipped to the tables
-    all_visible = bool(keep.all())
-    if all_visible:
-        row_max = num.max(axis=1)
-    else:
-        low = num.min() if num.dtype != object else min(num.ravel().tolist())
-        row_max = np.where(keep, num, low).max(axis=1)
-    gaps = row_max[:, None] - num
-    if not all_visible:
-        gaps = np.where(keep, gaps, 0)         # hidden entries may lie above the row maximum
+    low = num.min() if num.dtype != object else min(num.ravel().tolist())
+    # hidden entries may lie above the row maximum: their gaps 0 here, -1 below
+    gaps = np.where(keep, np.where(keep, num, low).max(axis=1)[:, None] - num, 0)
     between = None
     if shift:                                  # floor(gap / 2^shift), and whether it was exact
         if gaps.dtype != object and shift > 62:
@@ -255,8 +245,7 @@ def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, 
         gaps = gaps >> shift
     if gaps.dtype == object:
         gaps = np.minimum(gaps, tables.cut).astype(np.int64)
-    if not all_visible:
-        gaps = np.where(keep, gaps, -1)
+    gaps = np.where(keep, gaps, -1)
     return bounds_decimals(_enclosed(cached, gaps, between, values_num, values_den, empty, 0),
                            places)
 

@@ -191,7 +191,8 @@ def tighten(step: Callable[[int], object], prec: int, *, max_prec: int | None = 
 
 def enclosure_sign(ball: Callable[[int], object], what: Callable[[], str], *,
                    bounded: bool = True) -> int:
-    """The sign of a non-zero value from its enclosures ``ball(prec)``: -1 or 1.
+    """The sign of a value from its enclosures ``ball(prec)``: -1 or 1 (0 once an enclosure
+    is exactly 0: a hidden key's entry, a recipe that cancels).
 
     ``bounded``: stop at :data:`MAX_PREC` bits and raise :class:`~exactattn.errors.Undecided`
     naming ``what()`` (for values no theorem keeps off 0: rotary and soft-capped forms);
@@ -204,7 +205,7 @@ def enclosure_sign(ball: Callable[[int], object], what: Callable[[], str], *,
     """
     def step(prec):
         b = ball(prec)
-        return 1 if b > 0 else -1 if b < 0 else None
+        return 0 if b.is_zero() else 1 if b > 0 else -1 if b < 0 else None
     s = tighten(step, 64, max_prec=MAX_PREC if bounded else None)
     if s is None:
         raise Undecided(what(), MAX_PREC)
@@ -212,63 +213,45 @@ def enclosure_sign(ball: Callable[[int], object], what: Callable[[], str], *,
 
 
 def certify(ball: Callable[[int], object], places: int, *,
-            exact: Callable[[], Fraction | None] | None = None,
-            compare: Callable[[Fraction], int] | None = None,
-            start_prec: int = START_PREC) -> str:
-    """Correctly rounded decimal of a value given by enclosures (Ziv's strategy).
+            compare: Callable[[Fraction], int] | None = None) -> str:
+    """Correctly rounded decimal of an irrational value given by enclosures (Ziv's strategy).
 
     ``ball(prec)`` must return an ``arb`` enclosing the value when computed at
     ``prec`` bits; the precision doubles until both ends of the ball round
-    alike.  Two ways end a value that sits extremely close to a boundary:
-
-    * ``compare(q)`` (optional) returns the exact sign of ``value - q`` for a
-      rational q.  Once the enclosure (at ``SIDED_PREC`` bits or more) is
-      narrower than the decimal grid but still astride a boundary, the rounding
-      is decided by the exact side of the boundaries around it, so a value
-      within ``e**-45000`` of a boundary costs no more than any other.  (A huge
-      value, 10**1000, first needs enough bits for its last printed place: the
-      precision keeps doubling until the ball is narrower than the grid);
-    * ``exact()`` (optional) returns the value as a ``Fraction`` when it is
-      rational (a value exactly on a boundary), consulted at ``MAX_PREC``.
+    alike.  ``compare(q)`` (optional) returns the exact sign of ``value - q``
+    for a rational q: once the enclosure (at ``SIDED_PREC`` bits or more) is
+    narrower than the decimal grid but still astride a boundary, the rounding
+    is decided by the exact side of the boundaries around it, so a value
+    within ``e**-45000`` of a boundary costs no more than any other.  (A huge
+    value, 10**1000, first needs enough bits for its last printed place: the
+    precision keeps doubling until the ball is narrower than the grid.)
 
     Raises:
-        InputError: the rounding could not be decided (neither given).
+        InputError: the rounding could not be decided up to ``MAX_PREC`` bits (no
+            ``compare`` given).
     """
     check_places(places)
+    scale = 10 ** places
 
     def step(prec: int):
         b = ball(prec)
         k = decide(b, places)
-        if k is not None:
+        if k is not None or compare is None or prec < SIDED_PREC or not b.is_finite() \
+                or not b.rad() * scale < 1:
             return k
-        # narrow against the decimal grid, yet astride a boundary: after SIDED_PREC
-        # bits the exact sides decide it (the guess is within one of the answer)
-        if compare is not None and prec >= SIDED_PREC and b.is_finite() \
-                and b.rad() * 10 ** places < 1:
-            return _sides(compare, round(arb_to_fraction(b.mid()) * 10 ** places), places)
-        return None
-    k = tighten(step, start_prec, max_prec=MAX_PREC)
-    if k is not None:
-        return format_scaled(k, places)
-    q = exact() if exact is not None else None
-    if q is None:
+        # narrow against the grid, yet astride a boundary: k with (k - 1/2) < value * scale
+        # < (k + 1/2) from the exact sides (the guess is within one; the value is on none)
+        k = round(arb_to_fraction(b.mid()) * scale)
+        while True:
+            if compare(Fraction(2 * k - 1, 2 * scale)) <= 0:
+                k -= 1
+            elif compare(Fraction(2 * k + 1, 2 * scale)) >= 0:
+                k += 1
+            else:
+                return k
+    k = tighten(step, START_PREC, max_prec=MAX_PREC)
+    if k is None:
         raise InputError(
             f"value could not be rounded to {places} places from enclosures "
             f"up to {MAX_PREC} bits; it may be an exact tie, pass its exact form")
-    return round_fraction(q, places)
-
-
-def _sides(compare: Callable[[Fraction], int], k: int, places: int) -> int:
-    """The integer k with (k - 1/2) < value * 10**places < (k + 1/2), found from exact signs.
-
-    ``k`` is a first guess (from an enclosure); the value is irrational, so it
-    is never on a boundary.
-    """
-    scale = 10 ** places
-    while True:
-        if compare(Fraction(2 * k - 1, 2 * scale)) <= 0:
-            k -= 1
-        elif compare(Fraction(2 * k + 1, 2 * scale)) >= 0:
-            k += 1
-        else:
-            return k
+    return format_scaled(k, places)

@@ -33,10 +33,20 @@ def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
     if all(p.basis == polys[0].basis for p in polys):
         return list(polys)
     basis, keys = align([Surd.merged(0, ((atom, 1),)) for p in polys for atom in p.basis])
-    out, k = [], 0
-    for p in polys:
-        out.append(p.rebase(basis, keys[k:k + len(p.basis)]))
-        k += len(p.basis)
+    keys, out = iter(keys), []
+    for p in polys:            # p's atom k is its next key over the basis (align's form)
+        sparse = [[(i, y) for i, y in enumerate(next(keys)) if y] for _ in p.basis]
+        if p.basis == basis:
+            out.append(p)
+            continue
+        terms: dict = {}
+        for e, c in p.terms.items():
+            key = [e[0]] + [Fraction(0)] * len(basis)
+            for a, pairs in zip(e[1:], sparse):
+                for i, y in pairs:
+                    key[i] += a * y
+            terms[tuple(key)] = terms.get(tuple(key), 0) + c
+        out.append(ExpPoly(basis, terms))
     return out
 
 
@@ -54,21 +64,6 @@ class ExpPoly:
         self.basis = basis
         self.terms = {e: c for e, c in terms.items() if c != 0}
 
-    def rebase(self, basis: tuple, keys: list) -> "ExpPoly":
-        """The polynomial over ``basis``, its atom k being ``keys[k]`` there (:func:`align`'s form)."""
-        if basis == self.basis:
-            return self
-        sparse = [[(i, y) for i, y in enumerate(k) if y] for k in keys]
-        out: dict = {}
-        for e, c in self.terms.items():
-            key = [e[0]] + [Fraction(0)] * len(basis)
-            for a, pairs in zip(e[1:], sparse):
-                for i, y in pairs:
-                    key[i] += a * y
-            key = tuple(key)
-            out[key] = out.get(key, 0) + c
-        return ExpPoly(basis, out)
-
     # -- the ring: +, -, *, exact division (terms collected, bases unified) ----------------
     def __add__(self, other: "ExpPoly") -> "ExpPoly":
         s, o = unify(self, other)
@@ -83,11 +78,7 @@ class ExpPoly:
     def __sub__(self, other: "ExpPoly") -> "ExpPoly":
         return self + (-other)
 
-    def __mul__(self, other) -> "ExpPoly":
-        """The product with another polynomial or a rational."""
-        if not isinstance(other, ExpPoly):
-            return self if other == 1 else \
-                ExpPoly(self.basis, {e: c * other for e, c in self.terms.items()})
+    def __mul__(self, other: "ExpPoly") -> "ExpPoly":
         s, o = unify(self, other)
         out: dict = {}
         for e1, c1 in s.terms.items():

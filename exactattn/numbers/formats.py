@@ -326,16 +326,23 @@ def certified_scientific(value, digits: int = 9) -> str:
         return scientific_text(*scientific_parts(q, digits), digits)
     from flint import arb
 
-    def scaled(shift):
-        def compare(r):     # the exact sign of value - r / 10**shift
-            r = r / Fraction(10) ** shift
-            return (value > r) - (value < r)
-        return certify(lambda prec: value.ball(prec) * arb(10) ** shift, 0, compare=compare)
-    k = _decimal_exponent(value)
-    if k is None:         # no digit within MAX_PREC bits: the bound its enclosure certifies
+    def scaled(shift):      # compare: the exact sign of value - r / 10**shift
+        return certify(lambda prec: value.ball(prec) * arb(10) ** shift, 0,
+                       compare=lambda r: value._order(r / Fraction(10) ** shift))
+
+    def exponent(prec):     # about log10 |value|, None while the enclosure holds 0
+        b = value.ball(prec)
+        return None if b.contains(0) else abs(b).log_base(10)
+    # None past MAX_PREC bits: a rotary or soft-capped value no theorem keeps off 0, or one
+    # whose every term is below exp(-MAX_PREC) (scores astronomically apart, whose
+    # exponentials SoftmaxRow.exp_balls encloses by [0, 2^-K]: no precision short of the gap
+    # itself would place its first digit): the bound its enclosure certifies
+    got = tighten(exponent, 64, max_prec=MAX_PREC)
+    if got is None:
         with working_precision(64):
             top = abs(value.ball(MAX_PREC)).upper().log_base(10).upper()
         return f"|x|<1e{math.floor(float(top.mid())) + 1}"
+    k = math.floor(float(got.mid()))     # off by at most one
     for _ in range(4):    # the first guess of the exponent is off by at most one
         text = scaled(digits - 1 - k)
         mant = text.lstrip("-")
@@ -399,19 +406,6 @@ def scientific_text(sign: str, k: int, e: int, digits: int, *, padded: bool = Tr
     text = str(k)
     body = text[0] + ("." + text[1:] if len(text) > 1 else "")
     return f"{sign}{body}e{e:+03d}" if padded else f"{sign}{body}e{e:+d}"
-
-
-def _decimal_exponent(value) -> int | None:
-    """About floor(log10 |value|) (off by at most one) for an irrational value; None when its
-    enclosures up to MAX_PREC bits hold 0: a rotary or soft-capped value no theorem keeps off
-    0, or one whose every term is below exp(-MAX_PREC) (scores astronomically apart, whose
-    exponentials :meth:`~exactattn.numbers.softmax.SoftmaxRow.exp_balls` encloses by [0, 2^-K]:
-    no precision short of the gap itself would place its first digit)."""
-    def step(prec):
-        b = value.ball(prec)
-        return None if b.contains(0) else abs(b).log_base(10)
-    got = tighten(step, 64, max_prec=MAX_PREC)
-    return None if got is None else math.floor(float(got.mid()))
 
 
 def round_value(value, dtype, prec: int = 128):

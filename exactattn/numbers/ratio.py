@@ -149,15 +149,9 @@ class ExpRatio(Real):
             Undecided: the enclosures still hold 0 at MAX_PREC bits (no theorem decides it).
         """
         from flint import arb
-
-        def step(p):
-            b = self.ball(p) - (other.ball(p) if isinstance(other, ExpRatio) else
-                                arb(fmpq_of(Fraction(other))))
-            return 0 if b.is_zero() else 1 if b > 0 else -1 if b < 0 else None
-        s = tighten(step, 64, max_prec=MAX_PREC)
-        if s is None:
-            raise Undecided("a gradient entry over rotary or soft-capped logits", MAX_PREC)
-        return s
+        return enclosure_sign(lambda p: self.ball(p) - (
+            other.ball(p) if isinstance(other, ExpRatio) else arb(fmpq_of(Fraction(other)))),
+            lambda: "a gradient entry over rotary or soft-capped logits")
 
     def _check_number(self) -> None:
         if self.nan:
@@ -166,19 +160,13 @@ class ExpRatio(Real):
 
     # -- exact structure -----------------------------------------------------
     def parts(self) -> tuple[Fraction, dict]:
-        """``(c, {class: N})``: the constant and each normaliser's numerator (exact, cached).
-
-        Over a row: ``{row: N}`` over ``Z`` (an :class:`ExpPoly` over the gaps).  Of a block:
-        ``N`` over ``Z^2`` in the block's generators (``fmpq_mpoly``); a class whose numerator
-        is a rational multiple of ``Z^2`` is folded into c.
+        """``(c, {class: N})`` of a block's entry: the constant and each normaliser's numerator
+        ``N`` over ``Z^2`` in the block's generators (``fmpq_mpoly``; exact, cached); a class
+        whose numerator is a rational multiple of ``Z^2`` is folded into c.
         """
         if self._parts is not None:
             return self._parts
         src, const, out = self.source, Fraction(0), {}
-        if self.forward:
-            num = src.rel(self.recipe) if src.counts and not src.nan else ExpPoly((), {})
-            self._parts = (const, {src: num} if num.terms else {})
-            return self._parts
         from flint import fmpq
         terms, merged = src.terms, {}
         for atom, coef in self.recipe.items():
@@ -300,8 +288,14 @@ class ExpRatio(Real):
             return Fraction(0)
         if self.recipe and len(self.recipe) < len(counts):
             return None  # some gap has A_g = 0 while another has A_g != 0
-        ratios = {Fraction(self.recipe.get(g, 0)) / c for g, c in counts.items()}
-        return ratios.pop() if len(ratios) == 1 else None
+        q = None
+        for g, c in counts.items():
+            ratio = Fraction(self.recipe.get(g, 0)) / c
+            if q is None:
+                q = ratio
+            elif ratio != q:
+                return None
+        return q
 
     # -- signs and comparisons ---------------------------------------------------
     def sign(self) -> int:
@@ -313,8 +307,8 @@ class ExpRatio(Real):
         """
         self._check_number()
         if self.forward:
-            const, parts = self.parts()
-            return parts[self.source].sign() if parts else 0
+            src = self.source
+            return src.rel(self.recipe).sign() if src.counts and not src.nan else 0
         if self._enclosed:
             return self._bounded()
         if self.is_zero():

@@ -48,7 +48,7 @@ class Real:
     ``_minus_sign(q)`` (``sign(self - q)`` for a rational q: ``_order``) and
     ``_hash_value()``.  A ``_hash`` slot, when the subclass has one, caches the hash.
     The conversions follow: :meth:`decimal`, ``float()``, :meth:`as_fraction`,
-    :meth:`is_rational`, :meth:`exact` (with the subclass's ``closed_form()``) and
+    :meth:`exact` (with the subclass's ``closed_form()``) and
     :meth:`text` (with its ``_text()`` for an irrational value).
     """
 
@@ -81,9 +81,6 @@ class Real:
             return float("nan")
         from .formats import round_value
         return round_value(self, "float64")[0]
-
-    def is_rational(self) -> bool:
-        return self.rational() is not None
 
     def as_fraction(self):
         """The value as a ``Fraction``.

@@ -448,7 +448,7 @@ def align(values) -> tuple[tuple, list]:
         if v is None:
             rows.append(None)
             continue
-        p, terms = (v.p, v.terms) if isinstance(v, (Surd, _Raw)) else (Fraction(v), ())
+        p, terms = (v.p, v.terms) if isinstance(v, Surd) else (Fraction(v), ())
         coeffs: dict = {}
         for atom, a in terms:
             c, rep = canonical_atom(atom)
@@ -493,7 +493,8 @@ class Surd(Real):
             a = Fraction(a)
             self.terms = ((atom, a),) if a else ()
             return
-        basis, (key,) = align([_Raw(terms)])   # merge dependent atoms, square divisors
+        # merge dependent atoms, square divisors (terms of a zero coefficient dropped first)
+        basis, (key,) = align([Surd.merged(0, terms)])
         self.p += key[0]
         self.terms = tuple((atom, a) for atom, a in zip(basis, key[1:]) if a)
 
@@ -672,15 +673,6 @@ class Surd(Real):
         return f"Surd({self.text()})"
 
 
-class _Raw:
-    """Unmerged terms, for :func:`align` inside ``Surd.__init__``."""
-
-    __slots__ = ("p", "terms")
-
-    def __init__(self, terms):
-        self.p, self.terms = Fraction(0), tuple((t, Fraction(a)) for t, a in terms)
-
-
 def two_power(r: Fraction):
     """``2^r`` exactly: a ``Fraction`` for whole r, else a :class:`Surd`.
 
@@ -746,8 +738,6 @@ def softcap(x, cap: Fraction):
     ``Fraction(0)``.
     """
     cap = Fraction(cap)
-    if isinstance(x, Surd) and not x.terms:
-        x = x.p
     sign, atom = tanh_of(x / cap if not isinstance(x, Surd) else x * (1 / cap))
     if atom is None:
         return Fraction(0)

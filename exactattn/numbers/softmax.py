@@ -43,6 +43,7 @@ Reference: Vaswani et al. 2017, "Attention is all you need", sec. 3.2.1.
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 from operator import sub
 from typing import Sequence
@@ -197,11 +198,7 @@ class SoftmaxRow:
         return [Fraction(0)] * len(values) if self.empty and empty_row == "uniform" else values
 
     def _count(self, visible) -> None:
-        counts: dict = {}
-        for g in self.gaps:
-            if g is not None:
-                counts[g] = counts.get(g, 0) + 1
-        self.counts = counts
+        self.counts = counts = dict(Counter(g for g in self.gaps if g is not None))
         self.exps = len(counts)
         self.adds = max(len(visible) - 1, 0)
         self.divs = len([g for g in self.gaps[:self.n_keys] if g is not None])
@@ -254,20 +251,13 @@ class SoftmaxRow:
         [0]
         """
         gaps = self.gaps[:self.n_keys]
-        if self.has_sink and not self.certified and \
+        if self.certified or self.has_sink and \
                 not any(g is not None and g == self.zero_gap for g in gaps):
-            shares = [(j, self.share(j)) for j, g in enumerate(gaps) if g is not None]
-            top = None
-            for _, s in shares:
-                if top is None or s > top:
-                    top = s
-            return [j for j, s in shares if s == top]
-        if self.certified:
-            top = None
-            for g in gaps:
-                if g is not None and (top is None or real_compare(g, top) > 0):
-                    top = g
-            return [j for j, g in enumerate(gaps) if g is not None and real_compare(g, top) == 0]
+            seen, top = [(j, self.logit(g)) for j, g in enumerate(gaps) if g is not None], None
+            for _, x in seen:          # the keys' largest logit, compared exactly
+                if top is None or real_compare(x, top) > 0:
+                    top = x
+            return [j for j, x in seen if real_compare(x, top) == 0]
         return [j for j, g in enumerate(gaps) if g is not None and g == self.zero_gap]
 
     @property
@@ -290,23 +280,16 @@ class SoftmaxRow:
         the check compares them exactly (it is a proof, not a float sum).
         An empty row under the ``zero`` policy sums to 0 and returns False.
         """
-        total: dict = {}
-        for g in self.gaps[:self.n_keys]:
-            if g is not None:
-                total[g] = total.get(g, 0) + 1
+        total = Counter(g for g in self.gaps[:self.n_keys] if g is not None)
         return bool(total) and total == self.counts
 
     # -- exact exponents -----------------------------------------------------
     def exponent(self, g) -> tuple[tuple, tuple]:
         """The absolute exponent of gap ``g`` as ``(basis, (p, a_1, ...))``: ``p + sum a_k basis[k]``.
 
-        A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom.
-        A basis entry may also be a cosine, sine or tanh atom (rotary and soft-capped logits,
-        whose gaps are the logits themselves).
+        A basis entry is a ``Fraction`` D (the atom ``1/sqrt(D)``) or a ``2^f`` atom (not
+        over rotary or soft-capped logits, whose gaps are the logits themselves).
         """
-        if self.certified:
-            basis, (key,) = align([g])
-            return basis, key
         if self.general:
             return self.basis, tuple(a + b for a, b in zip(g, self.max_raw))
         s = g + self.max_raw
@@ -330,15 +313,13 @@ class SoftmaxRow:
 
     def poly(self, coefficients: dict) -> ExpPoly:
         """``sum_g c_g exp(g)`` as an exact :class:`~exactattn.numbers.exponents.ExpPoly`, over
-        the absolute exponents (the scaled scores)."""
+        the absolute exponents (the scaled scores), of a row that sees a key."""
         if self.certified:           # one basis for every logit of the sum
             basis, keys = align(list(coefficients))
             terms: dict = {}
             for key, c in zip(keys, coefficients.values()):
                 terms[key] = terms.get(key, 0) + c
             return ExpPoly(basis, terms)
-        if not coefficients:
-            return ExpPoly((), {})
         basis, top = self.exponent(self.zero_gap)
         return self.rel(coefficients) * ExpPoly(basis, {top: Fraction(1)})
 

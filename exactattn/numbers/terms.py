@@ -232,7 +232,9 @@ class Terms:
         """
         z = self.normaliser(key)
         m, r = divmod(num, z)
-        i = self._class_rows().get(key)
+        if self._first is None:      # the first row of each class (whose shift texts use)
+            self._first = {key: i for i, key in reversed(list(enumerate(self._class_of)))}
+        i = self._first.get(key)
         num, shifts, power = (m, 1, "") if r.is_zero() else (num, 2, "^2")
         top = self._sum_text(i, num, shifts)
         return f"{f'({top})' if len(num) > 1 else top}/({self._sum_text(i, z, 1)}){power}"
@@ -245,12 +247,6 @@ class Terms:
             if a:
                 x = x + _term(atom, int(a) * f)
         return _plain(x)
-
-    def _class_rows(self) -> dict:
-        """The first row of each class (whose shift the class's texts use)."""
-        if self._first is None:
-            self._first = {key: i for i, key in reversed(list(enumerate(self._class_of)))}
-        return self._first
 
     def _sum_text(self, i, poly, shifts: int) -> str:
         """``sum c t^e`` as ``sum c exp(x)``: x the exact exponent of the monomial in row i,

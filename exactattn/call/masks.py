@@ -12,6 +12,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 from ..numbers.exact import to_exact
@@ -89,7 +91,7 @@ class Mask:
             for j, e in enumerate(r):
                 where = f"mask[{i}][{j}]"
                 if kind == "additive":
-                    if isinstance(e, bool) or type(e).__name__ == "bool_":
+                    if isinstance(e, (bool, np.bool_)):
                         raise InputError(f"{where} must be a number or '-inf' for an additive "
                                          f"mask (got {shorten(e, quote=True)}); a boolean mask needs mask_kind "
                                          "bool_keep or bool_drop")
@@ -100,12 +102,10 @@ class Mask:
                             e = e.item()
                         row.append(to_exact(e, name=where, floats=floats))
                 else:
-                    if type(e).__name__ == "bool_":
-                        e = bool(e)
-                    if not isinstance(e, bool):
+                    if not isinstance(e, (bool, np.bool_)):
                         raise InputError(
                             f"{where} must be True or False in a {kind} mask (got {shorten(e, quote=True)})")
-                    row.append(e)
+                    row.append(bool(e))
             out.append(tuple(row))
         if not out or not out[0]:
             raise ShapeError(f"mask must have at least one row and one column "

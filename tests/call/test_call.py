@@ -122,6 +122,16 @@ def test_masks_are_values():
     assert a.select([0], [1, 0]).rows == ((False, True),)
 
 
+def test_numpy_booleans_are_booleans_in_a_list_of_mask_rows():
+    """numpy 2 names its scalar bool type 'bool': a list of np.True_/np.False_ rows is a boolean
+    mask (kept as Python bools), and still not an additive one."""
+    import numpy as np
+    m = Mask("bool_keep", [[np.True_, np.False_]])
+    assert m == Mask("bool_keep", [[True, False]]) and type(m.rows[0][0]) is bool
+    with pytest.raises(InputError, match=r"mask\[0\]\[0\] must be a number or '-inf' for an additive"):
+        Mask("additive", [[np.True_]])
+
+
 def test_a_head_and_its_tokens_become_one_call():
     """Call.of_head: the exact projections x W^T + b of either layout, the head's policy, rank 2,
     and the dropout keep-mask; attend's trace holds the same numbers."""

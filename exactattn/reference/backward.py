@@ -217,15 +217,11 @@ class Gradients:
         #: D when the scale 1/sqrt(D) is irrational (carried by dQ and dK), else None
         self.irrational_scale = divisor_squared if divisor_squared is not None and root is None \
             else None
-        #: the rational part of the scale (1/sqrt(D) when rational)
-        self.scale_rational = Fraction(1) if root is None else 1 / root
-        #: R x E queries and R x E_v upstream gradient (``Fraction``), as given
-        self.queries, self._K, self._V, self.d_out = queries, keys, values, d_out
+        self._scale_q = Fraction(1) if root is None else 1 / root
+        self._Q, self._K, self._V, self._dO = queries, keys, values, d_out
         self._keep = keep
-        #: per row None or S offsets added to the scaled scores (None: none), as given
-        self._offsets = self.offsets = offsets
-        #: R x S dropout factors keep / (1 - p), or None, as given
-        self._factors = self.factors = factors
+        self._offsets = self._given_offsets = offsets
+        self._factors = self._given_factors = factors
         #: columns of the block: the keys, then the sink's (value 0, offset the sink)
         self.cols = self.S + (sink is not None)
         if sink is not None:
@@ -256,17 +252,26 @@ class Gradients:
         self._floats = False         # not tried yet (None: not available)
         #: per row ``ok``, or the empty-row answer of a row that sees no key
         self.kinds = row_kinds(self._keep, check_choice(empty_row, "empty_row", EMPTY_ROWS))
-        #: the rows that see no key under empty_row='nan'
-        self.nan_rows = frozenset(i for i, k in enumerate(self.kinds) if k == "nan")
+        self._nan_rows = {i for i, k in enumerate(self.kinds) if k == "nan"}
 
     # -- the call, as given ----------------------------------------------------------------
+    queries = property(lambda self: self._Q, doc="R x E queries (``Fraction``)")
     keys = property(lambda self: self._K[:self.S], doc="S x E keys (``Fraction``)")
     values = property(lambda self: self._V[:self.S], doc="S x E_v values (``Fraction``)")
+    d_out = property(lambda self: self._dO, doc="R x E_v upstream gradient (``Fraction``)")
     keep = property(lambda self: self._keep[:, :self.S], doc="R x S visibility (booleans)")
     plain = property(lambda self: self.sink is None and self._factors is None and (
         self._offsets is None or all(r is None for r in self._offsets)) and not (
         self.certified or self._dlse), doc="True without offsets, sink, dropout, soft-cap, "
         "RoPE or dlse (the float enclosures' calls)")
+    offsets = property(lambda self: self._given_offsets,
+                       doc="per row None or S offsets added to the scaled scores (None: none)")
+    factors = property(lambda self: self._given_factors,
+                       doc="R x S dropout factors keep / (1 - p), or None")
+    nan_rows = property(lambda self: frozenset(self._nan_rows),
+                        doc="the rows that see no key under empty_row='nan'")
+    scale_rational = property(lambda self: self._scale_q,
+                              doc="the rational part of the scale (1/sqrt(D) when rational)")
 
     # -- lazily built exact pieces ---------------------------------------------------
     @property
@@ -287,7 +292,7 @@ class Gradients:
     def terms(self) -> Terms:
         """The exponents as powers of the generators (:class:`Terms`), built on first use."""
         if self._terms is None:
-            ints, den = mat_ints(fmpq_mat_of(self.queries) * fmpq_mat_of(self._K).transpose())
+            ints, den = mat_ints(fmpq_mat_of(self._Q) * fmpq_mat_of(self._K).transpose())
             self._terms = Terms(ints, den, self._keep, self._offsets,
                                 self.divisor_squared, self.empty_row)
         return self._terms
@@ -296,7 +301,7 @@ class Gradients:
     def dP_matrix(self):
         """``M * (dO V^T)`` as an ``fmpq_mat``: the gradient w.r.t. the shares (exact)."""
         if self._dPm_cache is None:
-            m = fmpq_mat_of(self.d_out) * fmpq_mat_of(self._V).transpose()
+            m = fmpq_mat_of(self._dO) * fmpq_mat_of(self._V).transpose()
             if self._factors is not None:
                 from flint import fmpq_mat
                 m = fmpq_mat(self.R, self.cols,
@@ -391,7 +396,7 @@ class Gradients:
             atom = (name, *idx)
             texts[idx] = "nan" if self.atom_nan(atom) else \
                 self.value(name, *idx).decimal(places)
-        for i in self.nan_rows:
+        for i in self._nan_rows:
             if name in ("dK", "dV"):
                 texts[...] = "nan"
             elif name != "dP":
@@ -403,9 +408,9 @@ class Gradients:
         """True when an atom (``("dQ", i, c)``, ...) is NaN: an empty row under ``nan`` feeds it."""
         name = atom[0]
         if name in ("dK", "dV"):
-            return bool(self.nan_rows)
+            return bool(self._nan_rows)
         if name in ("P", "O", "D", "dS", "dQ", "J"):
-            return atom[1] in self.nan_rows
+            return atom[1] in self._nan_rows
         return False
 
     def atom_ball(self, atom: tuple, prec: int):
@@ -444,7 +449,7 @@ class Gradients:
                         if g is not None:
                             P[i, j] = self.rows[i].share(j).ball(prec)
             Q, K, V, dO, M, dlse = self._inputs(lambda x: arb(fmpq_of(x)), object)
-            s = arb(fmpq_of(self.scale_rational))
+            s = arb(fmpq_of(self._scale_q))
             if self.irrational_scale is not None:
                 s *= atom_ball(self.irrational_scale)
             centre = [(i, next(j for j, g in enumerate(self.rows[i].gaps) if g is not None))
@@ -467,7 +472,7 @@ class Gradients:
         """Q, K, V, dO (K and V with the sink's row), the dropout factors and dlse (R x 1; None
         without them) as arrays of ``number(x)``."""
         return [None if m is None else np.array([[number(x) for x in r] for r in m], dtype=dtype)
-                for m in (self.queries, self._K, self._V, self.d_out, self._factors,
+                for m in (self._Q, self._K, self._V, self._dO, self._factors,
                           None if self._dlse is None else [[x] for x in self._dlse])]
 
     def _cap_factor(self):
@@ -506,11 +511,11 @@ class Gradients:
             m = self.balls(BULK_PREC)["P"]
             P = np.array([[float(m[i, j].mid()) for j in range(self.cols)]
                           for i in range(self.R)])
-        for i in self.nan_rows:
+        for i in self._nan_rows:
             P[i] = 0
         Q, K, V, dO, M, dlse = (a if a is None else np.abs(a) for a in self._inputs(float, float))
         M = np.ones(P.shape) if M is None else M
-        s = float(self.scale_rational) / (1.0 if self.irrational_scale is None
+        s = float(self._scale_q) / (1.0 if self.irrational_scale is None
                                     else float(self.irrational_scale) ** 0.5)
         mix = np.eye(self.E)      # a rotation mixes a pair: |R x|_a <= |x_a| + |x_b|
         for a, b, *_ in self.policy.rope.pairs(self.E) if self._turn(0) else ():

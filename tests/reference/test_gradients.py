@@ -437,3 +437,12 @@ def test_reference_gradients_read_d_lse_like_the_log_sum_exp(d_lse, shape):
     dq = [ref.gradients([[1], [1]], d).value("dQ", 0, 0, 0, 0).exact()
           for d in ([1, 2], [[[1, 2]]], np.array([1, 2]), None, [0, 0])]
     assert dq[0] == dq[1] == dq[2] != dq[3] == dq[4]
+
+
+def test_the_inputs_a_gradient_was_computed_from_are_read_only():
+    """Assigning an input after the fact would leave certified values computed from the old one."""
+    g = gradients([[0], [1]], [[0], [1]], [[1], [3]], [[1], [1]], Policy(scale="none"))
+    assert g.decimals("dQ", 4) == [["0.5000"], ["0.3932"]]
+    for name in ("queries", "d_out", "offsets", "factors", "scale_rational", "nan_rows"):
+        with pytest.raises(AttributeError):
+            setattr(g, name, getattr(g, name))

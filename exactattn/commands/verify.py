@@ -388,17 +388,14 @@ def run(args) -> int:
     from .modifier_flags import refuse
     refuse(args, problem, bool(args.search))
     notes = []
-    if args.dtype is not None:
-        dtypes = args.dtype
-        if isinstance(dtypes, tuple):   # --dtype all: every dtype the implementation runs
-            skipped = [d for d in dtypes if d not in impl.dtypes]
-            dtypes = [d for d in dtypes if d in impl.dtypes]
-            if not dtypes:
-                raise InputError(f"--dtype all must leave a dtype {impl.name} runs (got none)")
-            notes += [f"{d} skipped: {impl.name} does not run it{impl.dtype_hint(d)}"
-                      for d in skipped]
-    else:
-        dtypes = [spec_dtype or "float32"]
+    dtypes = args.dtype or [spec_dtype or "float32"]
+    if isinstance(dtypes, tuple):   # --dtype all: every dtype the implementation runs
+        skipped = [d for d in dtypes if d not in impl.dtypes]
+        dtypes = [d for d in dtypes if d in impl.dtypes]
+        if not dtypes:
+            raise InputError(f"--dtype all must leave a dtype {impl.name} runs (got none)")
+        notes += [f"{d} skipped: {impl.name} does not run it{impl.dtype_hint(d)}"
+                  for d in skipped]
     if args.search:
         return _run_search(args, impl, policy, dtypes)
     from ..call.limits import check_work     # every dtype checked: one run each

@@ -113,11 +113,10 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     dO = rounded_entries(d_out_array(call, random_d_out(call, seed) if d_out is None
                                      else d_out), dtype, "d_out")[0]
     float_call = make_call(rounded_problem, dtype, lse)
-    grad_in = [dO.astype(np.float64)]
     dl = None if lse is None else rounded_entries(
         d_out_array(call, random_d_out(call, seed, lse=True), "d_lse"), dtype, "d_lse")[0]
-    grad_in += [] if dl is None else [dl.astype(np.float64)]
-    grad_in = [g.reshape(g.shape[4 - call.rank:]) for g in grad_in]
+    grad_in = [g.astype(np.float64).reshape(g.shape[4 - call.rank:]) for g in (dO, dl)
+               if g is not None]
     ref = Reference(rounded_problem)      # refuses a non-finite entry a query sees
     exact = ref.gradients(dO, dl)
     t0 = time.perf_counter()
@@ -191,11 +190,10 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     fmt = float_format(dtype)
     grads = GRADS + (("dsink",) if raised is None and len(got) > 3 and problem.policy.sink
                      is not None else ())
-    shapes = {name_: exact.shape_of(name_) for name_ in grads}
     arrays_got = dict.fromkeys(grads)       # None: every entry a hard failure
     try:
         for k, grad in enumerate(grads if raised is None else ()):
-            arrays_got[grad] = reshaped(np.asarray(got[k], dtype=np.float64), shapes[grad],
+            arrays_got[grad] = reshaped(np.asarray(got[k], dtype=np.float64), exact.shape_of(grad),
                                         problem.rank if k < 3 else 4, f"{name}'s {grad}",
                                         tail=k < 3)
     except ShapeError as e:          # a failure of this case, not a bad input
@@ -252,8 +250,6 @@ def search_backward(impl, dtype: str = "float32", policy: Policy | None = None, 
     impl = load_backward(impl, arrays=arrays)
     fmt = float_format(dtype)
     check_dtype(impl, dtype)
-
-    def check(call: Call) -> Report:
-        return verify_backward(impl, call, fmt.name, seed=seed, max_ulps=max_ulps)
+    check = functools.partial(verify_backward, impl, dtype=fmt.name, seed=seed, max_ulps=max_ulps)
     return search(impl, dtype, policy, examples=examples, seed=seed, max_size=max_size,
                   measure=measure, max_ulps=max_ulps, check=check, **shapes)

@@ -16,6 +16,7 @@ the policy's exact answer is NaN, and so is an implementation that raises.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -77,10 +78,8 @@ class Entry:
     def exact(self):
         """The exact output as an :class:`~exactattn.numbers.softmax.ExpRatio` (for an lse entry,
         ``index = (b, h, i)``, the row's :class:`~exactattn.numbers.lse.LogSumExp`)."""
-        if self.lse_base is not None:
-            return self.reference.lse(*self.index, self.lse_base)
-        b, h, i, c = self.index
-        return self.reference.output(b, h, i, c)
+        return self.reference.output(*self.index) if self.lse_base is None else \
+            self.reference.lse(*self.index, self.lse_base)
 
 
 @dataclass
@@ -135,22 +134,16 @@ class Report:
         return {"dtype": self.dtype, **self.found.summary()}
 
     def derived_macs(self) -> tuple[int, int] | None:
-        """Scores and mix MACs from :func:`exactattn.cost.derive_at` (no mask only), else None."""
+        """Scores and mix MACs of the whole call from :func:`exactattn.cost.derive_call` (no
+        mask only), else None."""
         if self.call.mask is not None:
             return None
-        from ..cost import derive_at
-        sh, pol = self.call.shape, self.policy
-        if pol.window is not None or pol.query_offset is not None:   # rows of visible keys
-            from ..cost import CallShape, derive_call
-            got = derive_call(CallShape.of_call(self.call))
-            return got["scores"], got["mix"]
-        kwargs = {"alignment": pol.alignment} if pol.causal else {}
+        from ..cost import CallShape, derive_call
         try:
-            got = derive_at(sh["L"], 1, sh["E"], sh["E_v"], causal=pol.causal, keys=sh["S"],
-                            heads=sh["H_q"], **kwargs)
+            got = derive_call(CallShape.of_call(self.call))
         except InputError:
             return None
-        return sh["B"] * got["scores"], sh["B"] * got["mix"]
+        return got["scores"], got["mix"]
 
 
 def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
@@ -195,13 +188,10 @@ def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
     if D == DEFAULT_SCALE or D is None:
         return
     lo, hi = Fraction(1, 2 ** 1075), Fraction(2 ** 1024 - 2 ** 970)    # float64: 0 to lo, inf
-    if D <= 1 / (hi * hi):           # 1/sqrt(D) >= hi: infinity in float64
-        got = "inf"
-    elif D >= 1 / (lo * lo):         # 1/sqrt(D) <= lo: 0 in float64
-        got = "0"
-    else:
-        s = round_to_format(Fraction(float_scale(D)), fmt)
-        got = "inf" if math.isinf(s) else "0" if s == 0 else None
+    # 1/sqrt(D) >= hi: infinity in float64; 1/sqrt(D) <= lo: 0 in float64
+    s = math.inf if D <= 1 / (hi * hi) else 0.0 if D >= 1 / (lo * lo) else \
+        round_to_format(Fraction(float_scale(D)), fmt)
+    got = "inf" if math.isinf(s) else "0" if s == 0 else None
     if got is not None:
         raise InputError(f"scale must round to a finite non-zero {fmt.name} (got "
                          f"{shorten(policy.scale_text())}, which rounds to {got} in {fmt.name}); "
@@ -515,17 +505,16 @@ class Deferred:
     shape; what is asked of it here is a few entries: a failure's message, a tie)."""
 
     def __init__(self, make):
-        self._make, self._value = make, None
+        self._make = make
 
+    @functools.cached_property
     def built(self):
-        if self._value is None:
-            from ..call import limits
-            with limits.lifted():
-                self._value = self._make()
-        return self._value
+        from ..call import limits
+        with limits.lifted():
+            return self._make()
 
     def __getattr__(self, name):
-        return getattr(self.built(), name)
+        return getattr(self.built, name)
 
 
 def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None, make_call,
@@ -562,15 +551,14 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
         tol, low = (default_tolerance(dtype, k.shape[2], q.shape[3], t, policy) for t in top[::-1])
         if tol != low:
             return None
+        each_tol, bound = proved_tolerance(floats, dtype, accumulation, tol, (kernel, mag))
     else:
-        check_whole(max_ulps, "max_ulps", low=0)
-        tol = max_ulps
-    each_tol, bound = (tol, None) if max_ulps is not None else \
-        proved_tolerance(floats, dtype, accumulation, tol, (kernel, mag))
+        tol = each_tol = check_whole(max_ulps, "max_ulps", low=0)
+        bound = None
     each_tol = tol if each_tol is None else each_tol
     t1 = time.perf_counter()
     call = Deferred(make_call)
-    ref = Deferred(lambda: Reference(call.built())) if ref is None else ref
+    ref = Deferred(lambda: Reference(call.built)) if ref is None else ref
     rows = RowBalls(q, k, v, policy, keep, offsets)
     found, left = bulk_judged(got, (mid, rad, mag), rows, fmt, each_tol, ref, prec)
     notes = _output_notes(found, dtype) + ([
@@ -790,8 +778,7 @@ class ProbeRun:
 def _float_values(plist) -> np.ndarray:
     """Every probe's values side by side (B x H_kv x S x sum of widths), as float64 (exact:
     they are 0, 1 or a float's absolute value)."""
-    values = np.concatenate([p.value for p in plist], axis=3)
-    return np.array([float(x) for x in values.reshape(-1).tolist()]).reshape(values.shape)
+    return np.concatenate([p.value for p in plist], axis=3).astype(np.float64)
 
 
 def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: int,

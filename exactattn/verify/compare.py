@@ -435,10 +435,8 @@ class Comparison:
         self.hard += entry.status == "hard"
         if entry.ulps is not None:
             self.histogram[entry.ulps] += 1
-        if entry.rel is not None:
-            self.max_rel = _larger(self.max_rel, entry.rel)
-        if entry.terms_ulps is not None and entry.status != "hard":
-            self.max_terms = _larger(self.max_terms, entry.terms_ulps)
+        self.max_rel = _larger(self.max_rel, entry.rel)
+        self.max_terms = _larger(self.max_terms, None if entry.status == "hard" else entry.terms_ulps)
         if judgement is not None:
             self.off_format += judgement.off_format
             self.undecided += judgement.undecided

@@ -275,8 +275,7 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
                         {"outputs": ["found"], "lse": ["lse_found"]}.get(part, ["found", "lse_found"])]
                 ok = all(getattr(rep, a).passed for a, rep in reps)
             except Undecided:           # not provably outside this candidate: not separated
-                ok = True
-                reps = []
+                ok, reps = True, []
             wrong = next((rep.raised for _, rep in reps if rep.raised), None)
             if wrong is not None:       # an output of the wrong shape: the kernel's failure
                 break

@@ -176,12 +176,10 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
-    check_whole(examples, "examples")
-    for name, v in (("max_size", max_size), ("max_batch", max_batch), ("max_heads", max_heads)):
+    for name, v in (("examples", examples), ("max_size", max_size), ("max_batch", max_batch),
+                    ("max_heads", max_heads), ("heads", 1 if heads is None else heads),
+                    ("kv_heads", 1 if kv_heads is None else kv_heads)):
         check_whole(v, name)
-    for name, v in (("heads", heads), ("kv_heads", kv_heads)):
-        if v is not None:
-            check_whole(v, name)
     check_whole(seed, "seed", low=0)
     check_choice(measure, "measure", ("ulps", "terms"))
     probes = check_probes(probes)

@@ -379,9 +379,8 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     for b, n in enumerate(lengths):
         cut = np.s_[..., start:start + n, :]
         part = replace(whole, key=whole.key[cut], value=whole.value[cut],
-                       attn_mask=None if folded is None else folded[cut[:-1]],
-                       policy=whole.policy.replace(causal=False, window=None, query_offset=None,
-                                                   sink=None, empty_row="zero"))
+                       attn_mask=None if folded is None else folded[cut[:-1]], is_causal=False,
+                       window=None, query_offset=None, sink=None, empty_row="zero")
         where = f"block {b} [{start}, {start + n})"
         states.append(state(where, impl.name, lambda: impl.answer(part), f" on {where}"))
         start += n
@@ -399,15 +398,13 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     dead = {*raised, "merged"} if raised else ()      # what raised produced nothing
     rows, found = {}, Comparison(None, failures_first)
     for b, h, i in np.ndindex(*want[:3]):
-        g = ref.kv(h)
-        values = [list(v) for v in ref.exact_call.value[b, g]]
-        pairs = [([float(x) for x in o[b, h, i]], float(l[b, h, i])) for o, l in states]
-        got = None if merged is None else \
-            ([float(x) for x in merged[0][b, h, i]], float(merged[1][b, h, i]))
-        res = check_split_merge(ref.raw_row(b, h, i), ref.divisor_squared, values, lengths,
-                                pairs, merged=got, policy=ref.head_policy(h), i=i,
-                                n_queries=sh["L"], offsets=ref.offsets(b, h, i), dtype=dtype,
-                                max_ulps=tol, raised=dead, at=(b, h, i))
+        pairs = [(o[b, h, i].tolist(), float(l[b, h, i])) for o, l in states]
+        got = None if merged is None else (merged[0][b, h, i].tolist(), float(merged[1][b, h, i]))
+        res = check_split_merge(ref.raw_row(b, h, i), ref.divisor_squared,
+                                ref.exact_call.value[b, ref.kv(h)], lengths, pairs, merged=got,
+                                policy=ref.head_policy(h), i=i, n_queries=sh["L"],
+                                offsets=ref.offsets(b, h, i), dtype=dtype, max_ulps=tol,
+                                raised=dead, at=(b, h, i))
         rows[b, h, i] = res
         found.merge(res.found)
     return SplitReport(impl.name, dtype, policy, rounded_call, found, tol, moved, ref, {},

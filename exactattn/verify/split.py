@@ -379,8 +379,9 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     for b, n in enumerate(lengths):
         cut = np.s_[..., start:start + n, :]
         part = replace(whole, key=whole.key[cut], value=whole.value[cut],
-                       attn_mask=None if folded is None else folded[cut[:-1]], is_causal=False,
-                       window=None, query_offset=None, sink=None, empty_row="zero")
+                       attn_mask=None if folded is None else folded[cut[:-1]],
+                       policy=whole.policy.replace(causal=False, window=None, query_offset=None,
+                                                   sink=None, empty_row="zero"))
         where = f"block {b} [{start}, {start + n})"
         states.append(state(where, impl.name, lambda: impl.answer(part), f" on {where}"))
         start += n

@@ -14,9 +14,9 @@ or a list of findings such as ``full_square``, ``omits_attention``,
 ``batch_factor``, ``softmax``.  A figure nothing explains is
 ``unexplained``.  Units: MACs; a reading in FLOPs is held against 2 x MACs.
 
-:func:`audit_counters` runs each counter on every call
-(:mod:`~exactattn.audit.counters`, each in its own interpreter) and judges each
-figure; :func:`audit_sections` turns that into one
+:func:`audit_sections` runs each counter on every call
+(:mod:`~exactattn.audit.counters`, each in its own interpreter), judges each
+figure and puts it all in one
 :class:`~exactattn.present.render.Section` (``cost/audit``): the call, the torch
 kernel that ran it, the derived MACs / FLOPs of each stage, the operations of a
 float softmax (counted separately), and each counter's figure with its verdict.
@@ -64,7 +64,7 @@ from functools import partial
 from itertools import chain, combinations, product
 
 from ..call.policy import ALIGNMENTS
-from ..cost.counting import count_call
+from ..cost.counting import count_call, visible_keys
 from ..cost.derivation import derive_call
 from ..cost.sizes import MAX_SIZE, CallShape, policy_of
 from ..errors import InputError
@@ -137,12 +137,9 @@ def ledger(c: AuditCall, count_limit: int | None = None) -> Ledger:
     query_batch = derive_call(dataclasses.replace(s, key=ones + s.key[-3:],
                                                   value=ones + s.value[-3:]))
     B, H, Hkv = s.batch_size, s.heads, s.kv_heads
-    if s.mask is None:   # by rows: no L x S array for a long call
-        seen = [len(s.policy.visible_keys(i, s.queries, s.keys)) for i in range(s.queries)]
-        pairs, rows = B * H * sum(seen), B * H * sum(1 for k in seen if k)
-    else:
-        keep = s.policy.keep(s.queries, s.keys, s.mask)
-        pairs, rows = B * H * int(keep.sum()), B * H * int(keep.any(axis=1).sum())
+    visible = visible_keys(s)     # by rows: no L x S array for a long call without a mask
+    seen = [len(visible(i)) for i in range(s.queries)]
+    pairs, rows = B * H * sum(seen), B * H * sum(1 for k in seen if k)
     scores = B * H * dense_shape.pairs()
     width = (H * s.d_k, Hkv * s.d_k, Hkv * s.d_v)
     out = s.d_model if s.out_projection else 0
@@ -427,52 +424,6 @@ def formula(j: Verdict, findings: tuple) -> tuple[str, str, Fraction]:
     return text, numbers, Fraction(value)
 
 
-@dataclass(frozen=True)
-class CounterAudit:
-    """Everything the audit table shows.
-
-    ``ledgers``: one :class:`Ledger` per call; ``counters``:
-    the counter keys run; ``cells``: ``{(call, counter, unit): Verdict}``;
-    ``kernels``: ``{call: torch kernel}``; ``versions``: installed versions (None:
-    not installed); ``details``: ``{(call, counter): (skipped op, ...)}``.
-    """
-
-    ledgers: list
-    counters: list
-    cells: dict
-    kernels: dict
-    versions: dict
-    details: dict
-
-
-def audit_counters(counters=None) -> CounterAudit:
-    """Derive every call of :data:`~exactattn.audit.counters.AUDIT_CALLS`, run each installed
-    counter on it (two at once, each in its own interpreter), and judge each figure.
-
-    Args:
-        counters: counter keys (:data:`~exactattn.audit.counters.COUNTERS`;
-            default all; an empty list runs none: the derived side only).
-
-    Raises:
-        InputError: an unknown counter.
-    """
-    chosen = [c.key for c in COUNTERS] if counters is None else [counter(k).key for k in counters]
-    ledgers = [ledger(c) for c in AUDIT_CALLS]
-    measured = measure_all(chosen, [c.key for c in AUDIT_CALLS]) if chosen else {}
-    cells, details = {}, {}
-    for L in ledgers:
-        for key in chosen:
-            m = measured[(key, L.call.key)]
-            if m.details:
-                details[(L.call.key, key)] = m.details
-            for unit, per_mac in counter(key).readings:
-                figure = None if m.figures is None else m.figures.get(unit)
-                cells[(L.call.key, key, unit)] = verdict(L, figure, per_mac, m.error)
-    kernels = {k: m.figures["kernel"] for (c, k), m in measured.items()
-               if c == "kernel" and m.figures}
-    return CounterAudit(ledgers, chosen, cells, kernels, versions(), details)
-
-
 #: each finding: (short text for a cell, what it means)
 FINDINGS = {
     "matches": ("matches", "the derived count, exactly"),
@@ -544,24 +495,25 @@ def _stage(macs: dict, stage: str) -> str:
     return f"{macs[stage]} / {2 * macs[stage]}" if stage in macs else "-"
 
 
-def _versions(a: CounterAudit) -> list[str]:
+def _versions(chosen: list, cells: dict, installed: dict) -> list[str]:
     parts, missing = [], []
-    for key in a.counters:
+    for key in chosen:
         c = counter(key)
-        if all(v.findings == ("not_installed",) for (_, k, _), v in a.cells.items() if k == key):
+        if all(v.findings == ("not_installed",) for (_, k, _), v in cells.items() if k == key):
             missing.append(c.name)
         else:
-            parts.append(f"{c.name} {a.versions.get(c.distribution)} ({c.convention})")
+            parts.append(f"{c.name} {installed.get(c.distribution)} ({c.convention})")
     lines = ["counters run: " + ("; ".join(parts) if parts else "none")]
     if missing:
         lines.append("not installed (or not importable): " + ", ".join(missing))
-    lines.append(f"torch {a.versions.get('torch')}, transformers "
-                 f"{a.versions.get('transformers')} (BERT and GPT-2 built from small configs, "
+    lines.append(f"torch {installed.get('torch')}, transformers "
+                 f"{installed.get('transformers')} (BERT and GPT-2 built from small configs, "
                  "nothing downloaded)")
     return lines
 
 
-def _notes(a: CounterAudit) -> list[str]:
+def _notes(ledgers: list, chosen: list, cells: dict, installed: dict, details: dict
+           ) -> list[str]:
     notes = ["projections, scores, mix, W_O, total: derived MACs / FLOPs (FLOPs = 2 x MACs), "
              "from the loops over the visible pairs; each counter's cell is its figure in its "
              "own unit and a verdict; torch kernel: the aten op that ran the attention "
@@ -569,69 +521,86 @@ def _notes(a: CounterAudit) -> list[str]:
              "softmax: what a float softmax over the visible keys takes (k exponentials, "
              "k - 1 additions, k divisions for a row of k keys), never folded into the MACs",
              "derived = counted by running every call: "
-             + ("true" if all(L.same for L in a.ledgers) else "FALSE: " + ", ".join(
-                 L.call.key for L in a.ledgers if not L.same))]
-    notes += _versions(a)
-    used = {f for v in a.cells.values() for f in v.findings}
+             + ("true" if all(L.same for L in ledgers) else "FALSE: " + ", ".join(
+                 L.call.key for L in ledgers if not L.same))]
+    notes += _versions(chosen, cells, installed)
+    used = {f for v in cells.values() for f in v.findings}
     for f, (short, meaning) in FINDINGS.items():
         if f in used:
             kind = "error" if f in ERRORS else "convention" if f not in (
                 "matches", "not_installed") else ""
             short = short.format(factor="k")
             notes.append(f"{short}: {meaning}" + (f" ({kind})" if kind else ""))
-    for (call, key, unit), v in a.cells.items():
+    for (call, key, unit), v in cells.items():
         if v.findings == ("fails",):
             notes.append(f"{counter(key).name} on {call} ({unit}) fails: {v.error}")
         if v.alternatives:
             notes.append(f"{counter(key).name} on {call} ({unit}): also fits "
                          + "; ".join(", ".join(alt) for alt in v.alternatives))
     skipped: dict = {}
-    for (call, key), ops in a.details.items():
+    for (call, key), ops in details.items():
         skipped.setdefault((key, ops), []).append(call)
     for (key, ops), calls in skipped.items():
         notes.append(f"{counter(key).name} skipped {', '.join(ops)} on {', '.join(calls)}")
     notes.append("calls:")
-    notes += [f"  {L.call.key}: {L.call.title}; {L.call.code}" for L in a.ledgers]
+    notes += [f"  {L.call.key}: {L.call.title}; {L.call.code}" for L in ledgers]
     return notes
 
 
-def _section(a: CounterAudit) -> Section:
+def audit_sections(counters=None) -> list:
+    """The ``cost/audit`` table: every call of :data:`~exactattn.audit.counters.AUDIT_CALLS`
+    derived, each installed counter run on it (two at once, each in its own interpreter) and
+    each figure judged.
+
+    Args:
+        counters: counter keys (:data:`~exactattn.audit.counters.COUNTERS`;
+            default all; an empty list runs none: the derived side only).
+
+    Raises:
+        InputError: an unknown counter.
+    """
+    chosen = [c.key for c in COUNTERS] if counters is None else [counter(k).key for k in counters]
+    ledgers = [ledger(c) for c in AUDIT_CALLS]
+    measured = measure_all(chosen, [c.key for c in AUDIT_CALLS]) if chosen else {}
+    cells, details = {}, {}
+    for L in ledgers:
+        for key in chosen:
+            m = measured[(key, L.call.key)]
+            if m.details:
+                details[(L.call.key, key)] = m.details
+            for unit, per_mac in counter(key).readings:
+                figure = None if m.figures is None else m.figures.get(unit)
+                cells[(L.call.key, key, unit)] = verdict(L, figure, per_mac, m.error)
+    kernels = {k: m.figures["kernel"] for (c, k), m in measured.items()    # when a counter ran
+               if c == "kernel" and m.figures}
+    installed = versions()
     stages = ("projections", "scores", "mix", "out_projection")
-    cols = [(key, unit, f"{key} {unit}") for key in a.counters for unit, _ in counter(key).readings]
-    kernels = bool(a.kernels)   # measured when a counter ran
+    cols = [(key, unit, f"{key} {unit}") for key in chosen for unit, _ in counter(key).readings]
     header = ["call"] + (["torch kernel"] if kernels else []) + \
         ["projections", "scores", "mix", "W_O", "total", "softmax (float)"] + [c[2] for c in cols]
     rows, data = [], []
-    for L in a.ledgers:
+    for L in ledgers:
         key = L.call.key
         ops = L.softmax_ops
-        judged = {label: a.cells[(key, k, u)] for k, u, label in cols}
-        rows.append([key] + ([(a.kernels.get(key) or "-").removeprefix("_scaled_dot_product_")]
+        judged = {label: cells[(key, k, u)] for k, u, label in cols}
+        rows.append([key] + ([(kernels.get(key) or "-").removeprefix("_scaled_dot_product_")]
                              if kernels else []) +
                     [_stage(L.macs, s) for s in stages + ("total",)] +
                     [f"exp {ops['exp']}, add {ops['add']}, div {ops['div']}"] +
                     [verdict_text(v) for v in judged.values()])
         data.append({
             "call": key, "title": L.call.title, "code": L.call.code,
-            "kernel": a.kernels.get(key), "derived_macs": dict(L.macs),
+            "kernel": kernels.get(key), "derived_macs": dict(L.macs),
             "counted_macs": dict(L.counted), "dense_macs": dict(L.dense),
             "softmax_ops": dict(ops),
             "counters": {label: {"figure": v.figure, "expected": v.expected,
                                  "findings": list(v.findings), "error": v.error}
                          for label, v in judged.items()}})
     title = "FLOP counters audited: each counter's figure against the derived count"
-    return Section("cost/audit", title, header, rows, _notes(a),
-                   {"calls": data, "versions": dict(a.versions), "counters": list(a.counters),
-                    "same": all(L.same for L in a.ledgers)})
-
-
-def audit_sections(counters=None) -> list:
-    """The ``cost/audit`` table: every call derived, each installed counter's figure judged.
-
-    Args and errors as :func:`audit_counters` (``counters=[]``:
-    the derived side only).
-    """
-    return [_section(audit_counters(counters))]
+    return [Section("cost/audit", title, header, rows,
+                    _notes(ledgers, chosen, cells, installed, details),
+                    {"calls": data, "versions": installed, "counters": chosen,
+                     "same": all(L.same for L in ledgers)})]
 
 
 def judge_sections(figure: int, call: str, shape: tuple, **options) -> tuple[list, bool]:

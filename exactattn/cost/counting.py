@@ -158,9 +158,10 @@ def _operand(shape: tuple, index: tuple, head: int, seed: int) -> list[list[int]
             for r in range(shape[-2])]
 
 
-def _visible(shape: CallShape):
-    """Which keys query i sees: :meth:`Policy.visible_keys`, or the kept keys of its row of
-    :meth:`Policy.keep` under an explicit mask."""
+def visible_keys(shape: CallShape):
+    """The call's keys seen by query i, as a function of i: :meth:`Policy.visible_keys`, or
+    the kept keys of its row of :meth:`Policy.keep` under an explicit mask (the counted run
+    and the FLOP audit's softmax operations read it)."""
     n, m, policy = shape.queries, shape.keys, shape.policy
     if shape.mask is None:
         return lambda i: policy.visible_keys(i, n, m)
@@ -170,7 +171,7 @@ def _visible(shape: CallShape):
 
 def _count_attention(shape: CallShape, macs: dict, ops: dict) -> None:
     """Scores and mix of every (broadcast batch entry, query head) on the rows it reads."""
-    visible, d2 = _visible(shape), shape.policy.divisor_squared_for(shape.d_k)
+    visible, d2 = visible_keys(shape), shape.policy.divisor_squared_for(shape.d_k)
     plain = Policy(empty_row=shape.policy.empty_row)
     for index in product(*(range(d) for d in shape.batch)):
         qi, ki = _own_index(index, shape.query[:-3]), _own_index(index, shape.key[:-3])
@@ -260,8 +261,7 @@ def _decode(layers_: list, tokens, shape: CallShape, macs: dict, ops: dict) -> t
         last.append(_stacked(layers_, [token], [token], step_macs, ops, caches)[0])
         step_macs["total"] = sum(step_macs.values())
         steps.append(step_macs)
-        for k in macs:
-            macs[k] += step_macs[k]
+        _add(macs, {}, step_macs, [])
     return last, steps
 
 

@@ -31,93 +31,110 @@ Memory: about :data:`~exactattn.blocks.memory.BYTES_PER_PAIR` bytes per
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
 from ..call.modifiers import dropout_factors
 from ..numbers.bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bits
 from ..numbers.digits import check_places, format_scaled
-from ..numbers.limbs import mix
 from ..numbers.softmax import SoftmaxRow
 from ..reference.bound import gamma
 from ..reference.logits import rope_row, softmax_row
-from ..call.inputs import CallHead
 
 
-def key_span(inputs: CallHead, r0: int, r1: int) -> tuple[int, int]:
+def numerators(call) -> list[tuple[np.ndarray, int]]:
+    """A one-head call's (:meth:`Call.head <exactattn.call.Call.head>`) query, key and value
+    as n x d integers over one denominator each: ``[(q, q_den), (k, k_den), (v, v_den)]``."""
+    return [(ints[0, 0], den) for ints, den in map(call.numerators, ("query", "key", "value"))]
+
+
+@lru_cache(maxsize=1)       # a call's blocks share it: once per call in each process
+def score_bound(call) -> int:
+    """A bound on every |raw-score numerator| of a one-head call: ``ceil(max|q_i| max|k_j|)``
+    with Euclidean norms (Cauchy-Schwarz), exact."""
+    norms = [int((a.astype(object) ** 2).sum(axis=1).max()) if a.size else 0
+             for a, _ in numerators(call)[:2]]
+    return math.isqrt(norms[0] * norms[1]) + 1
+
+
+def key_span(call, r0: int, r1: int) -> tuple[int, int]:
     """``(c0, c1)``: the keys ``c0 .. c1 - 1`` that any of rows r0 .. r1 - 1 sees by position.
 
     ``(0, 0)`` when none sees a key.  From :meth:`Policy.visible_keys`, row by row.
     """
-    seen = [r for r in (inputs.policy.visible_keys(i, inputs.n_q, inputs.n_k)
-                        for i in range(r0, r1)) if r.stop > r.start]
+    sh = call.shape
+    seen = [r for r in (call.policy.visible_keys(i, sh["L"], sh["S"]) for i in range(r0, r1))
+            if r.stop > r.start]
     return (min(r.start for r in seen), max(r.stop for r in seen)) if seen else (0, 0)
 
 
-def block_keep(inputs: CallHead, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+def block_keep(call, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
     """(r1 - r0) x (c1 - c0) booleans: query i sees key j (position rule and explicit mask)."""
-    out = np.zeros((r1 - r0, c1 - c0), dtype=bool)
+    out, sh = np.zeros((r1 - r0, c1 - c0), dtype=bool), call.shape
     for i in range(r0, r1):
-        r = inputs.policy.visible_keys(i, inputs.n_q, inputs.n_k)
+        r = call.policy.visible_keys(i, sh["L"], sh["S"])
         out[i - r0, max(r.start, c0) - c0:max(min(r.stop, c1) - c0, 0)] = True
-    if inputs.mask is not None:
-        out &= inputs.mask[r0:r1, c0:c1]
+    if call.mask is not None:     # boolean (Call.head): True keeps unless the kind drops
+        out &= call.mask[0, 0, r0:r1, c0:c1].astype(bool) != (call.mask_kind == "bool_drop")
     return out
 
 
-def exact_row(inputs: CallHead, i: int, cols: np.ndarray) -> SoftmaxRow:
+def exact_row(call, i: int, cols: np.ndarray) -> SoftmaxRow:
     """Query i's exact softmax row, seeing keys ``cols``, as :class:`~exactattn.verify.Reference`
     builds it: raw scores (exact, or rotary under RoPE) through
     :func:`~exactattn.reference.logits.softmax_row`, the one composition of the modifiers."""
-    x, policy = inputs, inputs.policy
-    raw: list = [None] * x.n_k
+    (q, qd), (k, kd), _ = numerators(call)
+    policy, (n_q, n_k) = call.policy, (call.shape["L"], call.shape["S"])
+    raw: list = [None] * n_k
     if policy.rope is not None:
-        raw = rope_row([Fraction(int(a), x.q_den) for a in x.q[i].tolist()],
-                       lambda j: [Fraction(int(a), x.k_den) for a in x.k[j].tolist()],
-                       cols.tolist(), policy, i, x.n_q, x.n_k)
+        raw = rope_row([Fraction(int(a), qd) for a in q[i].tolist()],
+                       lambda j: [Fraction(int(a), kd) for a in k[j].tolist()],
+                       cols.tolist(), policy, i, n_q, n_k)
     elif len(cols):
-        q, k = x.q[i:i + 1], x.k[cols]
-        nums = (exact_matmul(q, k.T) if q.dtype == object or k.dtype == object
-                else mix(q, k.T))[0].tolist()
+        nums = exact_matmul(q[i:i + 1], k[cols].T)[0].tolist()
         for j, num in zip(cols.tolist(), nums):
-            raw[j] = Fraction(int(num), x.den)
-    return softmax_row(raw, x.divisor_squared, policy, i, x.n_q, x.n_k)
+            raw[j] = Fraction(int(num), qd * kd)
+    return softmax_row(raw, policy.divisor_squared_for(call.shape["E"]), policy, i, n_q, n_k)
 
 
-def exact_rows(inputs: CallHead, r0: int, c0: int, keep: np.ndarray):
+def exact_rows(call, r0: int, c0: int, keep: np.ndarray):
     """The exact per-entry path of a block: ``(row, values)``, row i's :func:`exact_row` and
     the value column c row i weighs (times its dropout factors under dropout, as
     :meth:`Reference.output <exactattn.verify.Reference.output>`), built once on demand."""
+    v, vd = numerators(call)[2]
+
     @cache
     def row(i: int) -> SoftmaxRow:
-        return exact_row(inputs, i, np.flatnonzero(keep[i - r0]) + c0)
+        return exact_row(call, i, np.flatnonzero(keep[i - r0]) + c0)
 
     @cache
     def column(c: int) -> list[Fraction]:
-        return [Fraction(int(v), inputs.v_den) for v in inputs.v[:, c].tolist()]
+        return [Fraction(int(x), vd) for x in v[:, c].tolist()]
 
     def values(i: int, c: int) -> list:
-        if inputs.dropout_keep is None:
+        if call.dropout_keep is None:
             return column(c)
-        factors = dropout_factors(inputs.policy.dropout, inputs.dropout_keep[i].tolist())
-        return [v * f for v, f in zip(column(c), factors)]
+        factors = dropout_factors(call.policy.dropout, call.dropout_keep[0, 0, i].tolist())
+        return [x * f for x, f in zip(column(c), factors)]
     return row, values
 
 
-def block(inputs: CallHead, r0: int, r1: int, bits: int):
+def block(call, r0: int, r1: int, bits: int):
     """What rows r0 .. r1 - 1 are decided from: ``(c0, c1, bounds, row, values)``, the span of
     keys they see, their bulk enclosures at ``bits`` (:func:`~exactattn.numbers.bulk.block_bounds`;
     None when no row sees a key, or under a modifier: the enclosures know the plain softmax)
     and the exact per-entry path (:func:`exact_rows`)."""
-    c0, c1 = key_span(inputs, r0, r1)
-    keep = block_keep(inputs, r0, r1, c0, c1)
-    b = None if c1 == c0 or inputs.policy.modified else block_bounds(
-        inputs.q[r0:r1], inputs.q_den, inputs.k[c0:c1], inputs.k_den, inputs.divisor_squared,
-        keep, inputs.v[c0:c1], inputs.v_den, bits, inputs.score_bound)
-    return (c0, c1, b) + exact_rows(inputs, r0, c0, keep)
+    c0, c1 = key_span(call, r0, r1)
+    keep = block_keep(call, r0, r1, c0, c1)
+    (q, qd), (k, kd), (v, vd) = numerators(call)
+    b = None if c1 == c0 or call.policy.modified else block_bounds(
+        q[r0:r1], qd, k[c0:c1], kd, call.policy.divisor_squared_for(call.shape["E"]), keep,
+        v[c0:c1], vd, bits, score_bound(call))
+    return (c0, c1, b) + exact_rows(call, r0, c0, keep)
 
 
 @dataclass
@@ -137,8 +154,7 @@ class BlockResult:
     fallbacks: int
 
 
-def certify_block(inputs: CallHead, r0: int, r1: int, places: int,
-                  shares: bool = True) -> BlockResult:
+def certify_block(call, r0: int, r1: int, places: int, shares: bool = True) -> BlockResult:
     """Every share (when ``shares``) and output of rows r0 .. r1 - 1, correctly rounded.
 
     Shapes: the result's ``shares`` (r1 - r0) x n_k, ``outputs`` (r1 - r0) x
@@ -148,11 +164,11 @@ def certify_block(inputs: CallHead, r0: int, r1: int, places: int,
         InputError: ``places`` is not a whole number from 0 to 50.
     """
     check_places(places)
-    c0, c1, b, row, values = block(inputs, r0, r1, fixed_bits(places))
-    n, n_k = r1 - r0, inputs.n_k
+    c0, c1, b, row, values = block(call, r0, r1, fixed_bits(places))
+    n, n_k, d_v = r1 - r0, call.shape["S"], call.shape["E_v"]
     if b is None:       # modifiers, infeasible tables or huge inputs: every entry exactly
-        span, outputs, empty = [[]] * n, [[None] * inputs.d_v for _ in range(n)], range(n)
-        share_cells, output_cells = [], [(i, c) for i in range(n) for c in range(inputs.d_v)]
+        span, outputs, empty = [[]] * n, [[None] * d_v for _ in range(n)], range(n)
+        share_cells, output_cells = [], [(i, c) for i in range(n) for c in range(d_v)]
     else:
         span, outputs, (share_cells, output_cells) = bounds_decimals(b, places, shares)
         empty = np.flatnonzero(b.empty).tolist()
@@ -172,8 +188,8 @@ def certify_block(inputs: CallHead, r0: int, r1: int, places: int,
     return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
 
 
-def score_top(inputs: CallHead, r0: int, r1: int) -> int:
-    """The largest |q_i . k_j| (numerators over ``inputs.den``) over visible pairs of the rows.
+def score_top(call, r0: int, r1: int) -> int:
+    """The largest |q_i . k_j| (numerators over ``q_den k_den``) over visible pairs of the rows.
 
     0 when no row sees a key.  Exact, and the same for any split into blocks.
     A float64 product picks the candidates: each of its entries is within
@@ -184,13 +200,14 @@ def score_top(inputs: CallHead, r0: int, r1: int) -> int:
     exactly.  More than 64 candidates:
     every score exactly (:func:`~exactattn.numbers.limbs.score_split`).
     """
-    c0, c1 = key_span(inputs, r0, r1)
-    keep = block_keep(inputs, r0, r1, c0, c1)
+    c0, c1 = key_span(call, r0, r1)
+    keep = block_keep(call, r0, r1, c0, c1)
     if not keep.any():
         return 0
-    q, k = inputs.q[r0:r1], inputs.k[c0:c1]
+    (q, _), (k, _), _ = numerators(call)
+    q, k = q[r0:r1], k[c0:c1]
     if q.dtype != object and k.dtype != object:
-        err = gamma(q.shape[1] + 2) * inputs.score_bound + 1     # e, rounded up
+        err = gamma(q.shape[1] + 2) * score_bound(call) + 1     # e, rounded up
         approx = np.abs(q.astype(np.float64) @ k.T.astype(np.float64))
         approx[~keep] = -1.0
         top = float(approx.max())

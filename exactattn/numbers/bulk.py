@@ -74,8 +74,9 @@ def mat_ints(m):
 def exact_matmul(a, b):
     """The exact integer product ``a @ b`` (numpy arrays of integers).
 
-    float64 BLAS when every product and partial sum is proved below 2^53;
-    otherwise ``fmpz_mat``.  Returns int64 or Python-int (object) arrays.
+    float64 BLAS when every product and partial sum is proved below 2^53; int64 arrays
+    cut into limbs through BLAS (:func:`~exactattn.numbers.limbs.mix`); otherwise
+    ``fmpz_mat``.  Returns int64 (where every entry fits) or Python-int (object) arrays.
     """
     import numpy as np
     from flint import fmpz_mat
@@ -83,6 +84,8 @@ def exact_matmul(a, b):
     ma, mb = abs_max(a), abs_max(b)
     if ma < _EXACT_FLOAT and mb < _EXACT_FLOAT and ma * mb * inner < _EXACT_FLOAT:
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    if a.dtype != object and b.dtype != object:
+        return int_array(mix(a, b).ravel().tolist(), (a.shape[0], b.shape[1]))
     ma = fmpz_mat(a.shape[0], a.shape[1], [int(v) for v in a.ravel().tolist()])
     mb = fmpz_mat(b.shape[0], b.shape[1], [int(v) for v in b.ravel().tolist()])
     prod = ma * mb
@@ -401,12 +404,8 @@ def _enclosed(cached, gaps, between, values_num, values_den: int, empty, top: in
     if between is not None and between.any():  # its lower end one step further out
         lo = np.where(between, _mul_shift(lo, np.full(lo.shape, cached[3], dtype=lo.dtype), F,
                                           False), lo)
-    if lo.dtype == object or values_num.dtype == object:
-        mid = exact_matmul(lo, values_num).astype(object)
-        rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
-    else:
-        mid = mix(lo.astype(np.int64), values_num)
-        rad = mix((hi - lo).astype(np.int64), abs(values_num))
+    mid = exact_matmul(lo, values_num).astype(object)
+    rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
     den_lo, den_hi = _row_sums(lo), _row_sums(hi)
     a_lo, a_hi = mid - rad, mid + rad
     d_lo, d_hi = den_lo * values_den, den_hi * values_den

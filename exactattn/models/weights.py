@@ -8,7 +8,7 @@ values: float64 for the float formats (the dtype they were stored in is kept
 in :attr:`Tensors.dtypes`), integers as they are.
 
 Formats: ``.npy`` (one array, named after the file), ``.npz``,
-``.safetensors`` (its JSON header and raw data read with numpy, bfloat16 too)
+``.safetensors`` (the ``safetensors`` package: ``pip install exactattn[models]``)
 and PyTorch state dicts ``.pt``/``.pth``/``.bin`` (``torch``; read with
 ``weights_only=True``).
 """
@@ -93,30 +93,43 @@ def tensors_from_state_dict(state, source: str) -> Tensors:
     return Tensors(arrays, dtypes, source)
 
 
-#: the safetensors dtypes numpy reads as they are (BF16 is read as the top 16 bits of a float32)
-_NUMPY = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
-          "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?"}
-
-
 def _read_safetensors(path: str):
-    """A ``.safetensors`` file (an 8-byte header length, a JSON header of each tensor's dtype,
-    shape and byte range, the data): numpy's types by name, then bfloat16 by name, widened bit
-    for bit (exact)."""
-    import numpy as np
-    with open(path, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        header, data = json.loads(f.read(size)), np.fromfile(f, np.uint8)
-    arrays, dtypes = {}, {}
-    for k in sorted(set(header) - {"__metadata__"},
-                    key=lambda k: (header[k]["dtype"] not in _NUMPY, k)):
-        dtype, (a, b) = header[k]["dtype"], header[k]["data_offsets"]
-        if dtype not in _NUMPY and dtype != "BF16":
-            raise InputError(f"tensor {k} must be a float or integer type numpy reads "
-                             f"(got {dtype})")
-        raw = data[a:b].view(_NUMPY.get(dtype, "<u2")).reshape(header[k]["shape"])
-        dtypes[k] = "bfloat16" if dtype == "BF16" else str(raw.dtype)
-        arrays[k] = _widen(raw, dtypes[k]) if dtype != "BF16" else \
-            (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    """The ``safetensors`` package reads (and checks) the file; bfloat16 tensors, which numpy
+    lacks, are read from their checked byte ranges as the top 16 bits of a float32 (exact)."""
+    try:
+        from safetensors import SafetensorError, safe_open
+    except ImportError:
+        raise InputError(f"weights {shorten(path, quote=True)} must be read with the safetensors "
+                         "package (not installed); pip install 'exactattn[models]'") from None
+    arrays, dtypes, bf16 = {}, {}, []
+    try:
+        with safe_open(path, framework="numpy") as f:
+            for k in f.keys():
+                kind = f.get_slice(k).get_dtype()
+                try:
+                    a = None if kind == "BF16" else f.get_tensor(k)
+                except (TypeError, ValueError, AttributeError):     # a type numpy lacks
+                    raise InputError(f"tensor {k} must be a float or integer type numpy reads "
+                                     f"(got {kind})") from None
+                if a is None:
+                    bf16.append(k)
+                    continue
+                dtypes[k] = str(a.dtype)
+                arrays[k] = _widen(a, str(a.dtype))
+    except SafetensorError as e:
+        raise InputError(f"weights {shorten(path, quote=True)} must be a valid .safetensors file "
+                         f"({e})") from None
+    if bf16:
+        import numpy as np
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+            for k in bf16:
+                a, b = header[k]["data_offsets"]
+                f.seek(8 + size + a)
+                raw = np.frombuffer(f.read(b - a), dtype="<u2").astype(np.uint32) << 16
+                arrays[k] = raw.view(np.float32).astype(np.float64).reshape(header[k]["shape"])
+                dtypes[k] = "bfloat16"
     return arrays, dtypes
 
 

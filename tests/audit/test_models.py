@@ -178,6 +178,26 @@ def test_safetensors_bfloat16_is_read_bit_for_bit(tmp_path):
     assert exact_matrix(t["w"]) == [[F(float(v)) for v in r] for r in w.float()]
 
 
+def test_malformed_or_unreadable_safetensors_are_refused_in_one_line(tmp_path):
+    """The safetensors package checks the header (here: two tensors over the same bytes, which a
+    hand-read header would return as equal weights); a float8 tensor numpy cannot hold."""
+    pytest.importorskip("safetensors", reason="the [models] extra reads .safetensors")
+    from safetensors.torch import save_file
+    save_file({"q": torch.ones(2), "k": torch.zeros(2)}, str(tmp_path / "g.safetensors"))
+    raw = (tmp_path / "g.safetensors").read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + size])
+    header["k"]["data_offsets"] = header["q"]["data_offsets"]
+    text = json.dumps(header, separators=(",", ":")).encode().ljust(size)
+    (tmp_path / "bad.safetensors").write_bytes(raw[:8] + text + raw[8 + size:])
+    with pytest.raises(InputError, match=r"must be a valid \.safetensors file \(.*invalid offset"):
+        read_tensors(str(tmp_path / "bad.safetensors"))
+    save_file({"w": torch.ones(2, dtype=torch.float8_e4m3fn)}, str(tmp_path / "f8.safetensors"))
+    with pytest.raises(InputError, match=r"^tensor w must be a float or integer type numpy reads "
+                                         r"\(got F8_E4M3\)$"):
+        read_tensors(str(tmp_path / "f8.safetensors"))
+
+
 def test_model_command_tables_and_layer(tmp_path, capsys):
     from exactattn.cli import main
     rng = np.random.default_rng(4)

@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence, TextIO
+from typing import Sequence
 
 from ..errors import InputError, shorten
 
@@ -136,18 +136,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _write(out: TextIO, results: list[ProofResult], quiet: bool) -> None:
-    if not quiet:
-        for r in results:
-            out.write(r.report + "\n")
-    width = max(len(r.name) for r in results)
-    out.write(f"verdicts ({len(results)} proof{'s' if len(results) != 1 else ''}):\n")
-    for r in results:
-        out.write(f"  {r.verdict:<6}  {r.name:<{width}}  {r.claim}\n")
-    failed = sum(r.verdict != "PROVED" for r in results)
-    out.write(f"{len(results) - failed} proved, {failed} failed\n")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.list and args.quiet:
         raise InputError("--quiet must be used without --list (got both); --list prints "
@@ -157,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
         width = max(map(len, mods))
         sys.stdout.writelines(f"{n:<{width}}  {claim_of(m)}\n" for n, m in mods.items())
         return 0
-    results = run_proofs(args.names)
-    _write(sys.stdout, results, args.quiet)
-    return 0 if all(r.verdict == "PROVED" for r in results) else 1
+    results, out = run_proofs(args.names), sys.stdout
+    out.writelines(r.report + "\n" for r in results if not args.quiet)
+    width = max(len(r.name) for r in results)
+    out.write(f"verdicts ({len(results)} proof{'s' if len(results) != 1 else ''}):\n")
+    out.writelines(f"  {r.verdict:<6}  {r.name:<{width}}  {r.claim}\n" for r in results)
+    failed = sum(r.verdict != "PROVED" for r in results)
+    out.write(f"{len(results) - failed} proved, {failed} failed\n")
+    return 1 if failed else 0

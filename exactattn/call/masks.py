@@ -12,8 +12,6 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Sequence
 
-import numpy as np
-
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice
 from ..numbers.exact import to_exact
@@ -91,7 +89,7 @@ class Mask:
             for j, e in enumerate(r):
                 where = f"mask[{i}][{j}]"
                 if kind == "additive":
-                    if isinstance(e, (bool, np.bool_)):
+                    if type(e).__name__ in ("bool", "bool_"):
                         raise InputError(f"{where} must be a number or '-inf' for an additive "
                                          f"mask (got {shorten(e, quote=True)}); a boolean mask needs mask_kind "
                                          "bool_keep or bool_drop")
@@ -102,7 +100,7 @@ class Mask:
                             e = e.item()
                         row.append(to_exact(e, name=where, floats=floats))
                 else:
-                    if not isinstance(e, (bool, np.bool_)):
+                    if not type(e).__name__ in ("bool", "bool_"):
                         raise InputError(
                             f"{where} must be True or False in a {kind} mask (got {shorten(e, quote=True)})")
                     row.append(bool(e))

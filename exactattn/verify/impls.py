@@ -410,18 +410,16 @@ class TorchImpl(ArrayImpl):
 
     def _select(self, backend: str) -> None:
         """Probe which dtypes torch selects ``backend`` for on the device; refuse it if none."""
-        import torch
         from torch.nn.attention import SDPBackend
         if backend not in BACKENDS:
             raise InputError(f"backend must be {', '.join(BACKENDS)} (got "
                              f"{shorten(str(backend), quote=True)})")
         self.backend = getattr(SDPBackend, BACKENDS[backend])
         self.backend_name = backend
-        why = {dt: _refusal(backend, dt, self.device) for dt in
-               ("float64", "float32", "float16", "bfloat16")}
+        why = {dt: _refusal(backend, dt, self.device) for dt in self.dtypes}
         ok = [dt for dt, w in why.items() if w is None]
         if not ok:
-            raise InputError(f"backend {backend}: torch {torch.__version__} cannot select "
+            raise InputError(f"backend {backend}: torch {self.xp.__version__} cannot select "
                              f"SDPBackend.{BACKENDS[backend]} on {_device_label(self.device)} "
                              f"for any dtype (torch: {why['float32']}); use backend "
                              f"{_cpu_backends() if self.device.type == 'cpu' else 'math'} here")
@@ -443,27 +441,23 @@ class TorchImpl(ArrayImpl):
         Raises:
             ImplRaised: this build does not run the backward.
         """
-        import torch
         q, k, v = (t.requires_grad_(True) for t in (q, k, v))
         outs = self.attend(call, q, k, v)[:1 if d_lse is None else 2]
         try:
             with _kernel(self.backend):
-                torch.autograd.backward(outs, [self.array(g, o.dtype)
-                                               for g, o in zip((d_out, d_lse), outs)])
-        except RuntimeError as e:       # a backward this build does not run
+                self.xp.autograd.backward(outs, [self.array(g, o.dtype)
+                                                 for g, o in zip((d_out, d_lse), outs)])
+        except Exception as e:       # a backward this build does not run
             raise self._raised(e, call) from e
-        except Exception as e:
-            raise ImplRaised(e) from e
         return q.grad, k.grad, v.grad
 
     def _raised(self, e: Exception, call: FloatCall) -> Exception:
-        """SDPA's RuntimeError: a refusal by name when the chosen backend cannot take the call
-        (``No available kernel``), else the implementation's failure (:class:`ImplRaised`)."""
-        text = str(e)
+        """What torch raised: a refusal by name when the chosen backend cannot take the call
+        (SDPA's ``No available kernel``), else the implementation's failure (:class:`ImplRaised`)."""
+        text = str(e) if isinstance(e, RuntimeError) else ""
         if self.backend is not None and ("No available kernel" in text or
                                          "No viable backend" in text):
-            import torch
-            return InputError(f"backend {self.backend_name}: torch {torch.__version__} cannot "
+            return InputError(f"backend {self.backend_name}: torch {self.xp.__version__} cannot "
                               f"select SDPBackend.{BACKENDS[self.backend_name]} for this call in "
                               f"{call.dtype} on {_device_label(self.device)} (torch: "
                               f"{_kernel_reason(e)}); use another backend, or drop "
@@ -496,10 +490,8 @@ class TorchImpl(ArrayImpl):
         try:
             out = _sdpa(self.backend, q, k, v, **kwargs)
             return _unfour(rank, out)[0] if out.dim() > rank else out, None
-        except RuntimeError as e:     # e.g. a dtype or shape this build of SDPA refuses
+        except Exception as e:     # e.g. a dtype or shape this build of SDPA refuses
             raise self._raised(e, call) from e
-        except Exception as e:
-            raise ImplRaised(e) from e
 
 
 def _sdpa(backend, q, k, v, **kwargs):

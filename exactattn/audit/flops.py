@@ -71,7 +71,7 @@ from ..errors import InputError
 from ..numbers.digits import round_fraction
 from ..options import check_choice, check_whole
 from ..present.render import Section
-from .counters import AUDIT_CALLS, COUNTERS, AuditCall, call, counter, measure_all, versions
+from .counters import AUDIT_CALLS, COUNTERS, AuditCall, counter, measure_all, versions
 
 #: the elementwise operations a counter may add to the multiply-adds, in the order tried
 EXTRAS = ("softmax", "bias", "bias_once", "scale", "mask")

@@ -100,7 +100,7 @@ class Mask:
                             e = e.item()
                         row.append(to_exact(e, name=where, floats=floats))
                 else:
-                    if not type(e).__name__ in ("bool", "bool_"):
+                    if type(e).__name__ not in ("bool", "bool_"):
                         raise InputError(
                             f"{where} must be True or False in a {kind} mask (got {shorten(e, quote=True)})")
                     row.append(bool(e))

@@ -45,7 +45,6 @@ from ..call.modifiers import dropout_factors
 from ..numbers.lse import LogSumExp
 from ..numbers.real import Real
 from ..numbers.reals import sympy_ball
-from ..numbers.softmax import SoftmaxRow
 from ..numbers.exact import fraction_of
 
 __all__ = ["Trace"]

@@ -49,7 +49,7 @@ from fractions import Fraction
 
 from ..errors import ExactAttnError, InputError, Undecided
 from ..options import check_choice
-from .digits import MAX_PREC, arb_to_fraction, enclosure_sign, fraction_text, tighten, \
+from .digits import arb_to_fraction, enclosure_sign, fraction_text, tighten, \
     working_precision
 from .exponents import ExpPoly, sum_text
 from .exact import fmpq_of, fraction_of

@@ -33,7 +33,7 @@ from .cells import (OUTPUT_TERMS, at_keys, certified_cell, divisor_words, exact_
 from ..errors import InputError
 from .modifier_tables import grid_section
 from .render import Section
-from .stream import Grid, LazyRows, View, shown_note
+from .stream import Grid, LazyRows, shown_note
 
 
 def largest(trace, i: int, decimals: list[str]) -> list[int]:

@@ -91,9 +91,8 @@ def check_jacobian(g, rows: Sequence[int] | None = None) -> Check:
         n = len(J)                      # the keys, and the sink's column (its dP is 0)
         dP = [g.value("dP", i, k).rational() for k in range(g.S)]
         for j in range(n):
-            for k in range(j + 1, n):
-                if not (J[j][k] - J[k][j]).is_zero():
-                    bad.append(f"row {i}: J[{j}][{k}] != J[{k}][{j}]")
+            bad += [f"row {i}: J[{j}][{k}] != J[{k}][{j}]" for k in range(j + 1, n)
+                    if not (J[j][k] - J[k][j]).is_zero()]
             if not sum(J[j][1:], J[j][0]).is_zero():
                 bad.append(f"row {i}: row {j} of J does not sum to 0")
             applied = sum(J[j][k] * dP[k] for k in range(g.S))

@@ -428,3 +428,17 @@ def test_score_mod_wants_no_actual_and_actual_none_wants_a_mod():
         assert_attention_close(np.zeros((2, 1), np.float32), q, k, v, score_mod=lambda s, b, h, i, j: s)
     with pytest.raises(InputError, match=r"actual must be the kernel's output \(got None\)"):
         assert_attention_close(None, q, k, v)
+
+
+def test_a_soft_capped_gradient_that_is_exactly_zero_prints_0():
+    """Under a soft-cap the gradients are certified from enclosures; dQ of a row with one key is
+    exactly 0, its enclosure is exactly 0, and the report prints 0 (it raised ValueError)."""
+    import numpy as np
+    from exactattn.testing import assert_attention_grads_close
+    q, k, v = np.zeros((3, 1)), np.array([[1.0]]), np.array([[0.1, 65504.0]])
+    grads = (np.array([[0.0], [0.0], [1.0]]), np.array([[0.0]]), np.array([[0.0, 0.0]]))
+    with pytest.raises(AssertionError) as e:
+        assert_attention_grads_close(grads, q, k, v, np.array([[0, 0], [0, 0], [1, 1.0]]),
+                                     softcap="30")
+    row = next(r for r in str(e.value).splitlines() if r.startswith("dQ[2, 0]"))
+    assert row.split()[2:5] == ["0", "0", "1"]

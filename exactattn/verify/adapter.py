@@ -230,11 +230,15 @@ class FloatCall:
         kind = None if m is None else "bool_keep" if m.dtype == bool else "additive"
         if not (fold and self.positional) and (m is None or form in (None, kind)):
             return m
+        bad = np.argwhere(np.isnan(m) | (m == math.inf)) if kind == "additive" else ()
+        if len(bad):       # NaN or +inf: Mask's refusal, whichever form is asked for
+            raise InputError(f"mask[{bad[0][-2]}][{bad[0][-1]}] must be finite "
+                             f"(got {m[tuple(bad[0])]})")
         offsets, seen = self.visibility(fold)
         seen = seen & np.ones((self.query.shape[-2], self.key.shape[-2]), dtype=bool)
         want = form or ("bool_keep" if offsets is None else "additive")
         if want == "additive":
-            return np.where(seen, 0.0 if offsets is None else offsets, -math.inf)
+            return np.where(seen, 0.0 if offsets is None else offsets + 0.0, -math.inf)  # no -0.0
         if offsets is not None and offsets.any():     # Mask's refusal of offsets as booleans
             Mask("additive", [[1]]).as_form(want)
         return seen if want == "bool_keep" else ~seen

@@ -126,3 +126,23 @@ def test_the_numpy_kernel_gives_a_query_that_sees_no_key_the_policy_s_empty_row(
     got = {e.index: e.got for e in report.found.kept}[(0, 0, 1, 0)]
     assert report.passed, report.summary()
     assert math.isnan(got) if want is None else got == want
+
+
+@pytest.mark.parametrize("bad,text", [(float("nan"), "nan"), (float("inf"), "inf")])
+def test_a_rewritten_additive_mask_refuses_nan_and_plus_inf(bad, text):
+    """Folding the causal rule into an additive mask, or asking for it as booleans, refuses a NaN
+    or +inf offset (as a Mask does) instead of handing it to the kernel; -0.0 comes out 0.0."""
+    from exactattn.errors import InputError
+    from exactattn.verify.adapter import policy_call
+    q = np.zeros((1, 1, 3, 2))
+    m = np.array([[0.0, bad, -np.inf, -0.0]])
+    call = policy_call(q, np.zeros((1, 1, 4, 2)), np.zeros((1, 1, 4, 2)), Policy(causal=True),
+                       "float64", attn_mask=m)
+    for form in (None, "additive", "bool_keep"):
+        with pytest.raises(InputError, match=rf"^mask\[0\]\[1\] must be finite \(got {text}\)$"):
+            call.mask_in(form, fold=True)
+    m[0, 1] = 0.5
+    call = policy_call(q, np.zeros((1, 1, 4, 2)), np.zeros((1, 1, 4, 2)),
+                       Policy(causal=True, alignment="bottom_right"), "float64", attn_mask=m)
+    assert str(call.mask_in("additive", fold=True).tolist()) == (
+        "[[0.0, 0.5, -inf, -inf], [0.0, 0.5, -inf, -inf], [0.0, 0.5, -inf, 0.0]]")

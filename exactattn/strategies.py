@@ -85,7 +85,10 @@ def _one_of(*options: tuple) -> SearchStrategy:
 
 
 def _choices(name: str, value: Any, allowed: tuple, hint: str = "") -> tuple:
-    chosen = () if isinstance(value, str) or not hasattr(value, "__iter__") else tuple(value)
+    try:
+        chosen = () if isinstance(value, str) else tuple(value)
+    except TypeError:
+        chosen = ()
     if not chosen or any(c not in allowed for c in chosen):
         shown = ", ".join(repr(a) for a in allowed)
         raise InputError(f"{name} must be a non-empty collection of {shown} (got {value!r}){hint}")

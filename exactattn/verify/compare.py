@@ -248,9 +248,8 @@ def undecided_tie(got: float, rounded: float, ball, dtype) -> bool:
     """True when the exact value may be the midpoint of ``got`` and ``rounded`` (neighbours):
     ``ball`` (not a point) still holds that midpoint, so the rounding was not decided."""
     arb = _arb()
-    if ball is None or not (math.isfinite(got) and math.isfinite(rounded)) or got == rounded:
-        return False
-    if ulps_between(got, rounded, dtype) != 1:
+    if ball is None or not (math.isfinite(got) and math.isfinite(rounded)) or got == rounded \
+            or ulps_between(got, rounded, dtype) != 1:
         return False
     mid = (Fraction(got) + Fraction(rounded)) / 2
     with working_precision(MAX_PREC):

@@ -118,10 +118,8 @@ def _float_merge(pairs, sink) -> tuple[list[float], float]:
         return [0.0] * len(pairs[0][0]), -math.inf
     top = max(live)
     lse = top + math.log(math.fsum(math.exp(x - top) for x in live))
-    cols = len(pairs[0][0])
-    out = [math.fsum(math.exp(float(l) - lse) * float(o[c]) for o, l in pairs if l != -math.inf)
-           for c in range(cols)]
-    return out, lse
+    return [math.fsum(math.exp(float(l) - lse) * float(o[c]) for o, l in pairs if l != -math.inf)
+            for c in range(len(pairs[0][0]))], lse
 
 
 def check_split_merge(raw: Sequence, divisor_squared: Fraction | None, values, blocks,

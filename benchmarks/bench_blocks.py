@@ -67,10 +67,12 @@ def breakdown(n: int, rows: int) -> None:
     from exactattn.blocks import random_floats
     from exactattn.blocks.check import check_block
     from exactattn.call import Call
-    from exactattn.blocks.rows import certify_block, score_top
+    from exactattn.blocks.rows import certify_block, numerators, score_bound, score_top
     from exactattn.numbers.bulk import block_bounds
     q, k, v = random_floats(n, D, seed=0, dtype="float32")
-    x = Call.from_floats(q, k, v).head()
+    x = Call.from_floats(q, k, v)
+    (qn, qd), (kn, kd), (vn, vd) = numerators(x)
+    d2 = x.policy.divisor_squared_for(D)
     got = torch.nn.functional.scaled_dot_product_attention(
         *(torch.from_numpy(a)[None, None] for a in (q, k, v)))[0, 0].double().numpy()
     keep = np.ones((rows, n), dtype=bool)
@@ -79,9 +81,8 @@ def breakdown(n: int, rows: int) -> None:
     times = {}
     for name, fn in (
             ("scores (pass 1)", lambda: score_top(x, 0, rows)),
-            ("enclosures", lambda: block_bounds(x.q[:rows], x.q_den, x.k, x.k_den,
-                                                x.divisor_squared, keep, x.v, x.v_den, 62,
-                                                x.score_bound)),
+            ("enclosures", lambda: block_bounds(qn[:rows], qd, kn, kd, d2, keep, vn, vd,
+                                                62, score_bound(x))),
             ("check (enclosures + judge)", lambda: check_block((x, got), 0, rows,
                                                                dtype="float32", max_ulps=100)),
             ("certify outputs, 4 places", lambda: certify_block(x, 0, rows, 4, shares=False)),

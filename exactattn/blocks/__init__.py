@@ -8,10 +8,10 @@ for every block size and wherever the blocks run.
 
 The modules, in the order data flows through them:
 
-* :meth:`Call.head <exactattn.call.Call.head>`: one head's exact inputs as integer
-  numerators over common denominators (:meth:`Call.from_floats
-  <exactattn.call.Call.from_floats>` reads float arrays; :mod:`~exactattn.blocks.inputs`
-  draws verify's random ones);
+* :meth:`Call.head <exactattn.call.Call.head>`: one head of a call alone, its exact inputs
+  as integer numerators over common denominators (:meth:`Call.from_floats
+  <exactattn.call.Call.from_floats>` reads float arrays as a one-head call;
+  :mod:`~exactattn.blocks.inputs` draws verify's random ones);
 * :mod:`~exactattn.blocks.rows`: :func:`certify_block`, one block's certified
   shares and outputs (:mod:`exactattn.numbers.bulk` enclosures, exact fallbacks);
 * :mod:`~exactattn.blocks.memory`: :func:`block_rows`, the block size from a budget;
@@ -21,7 +21,7 @@ The modules, in the order data flows through them:
 * :mod:`~exactattn.blocks.check`: :func:`check_impl`, ``verify`` in blocks.
 
 >>> from exactattn.call import Call, Policy
->>> x = Call.from_floats(*random_floats(6, 4, seed=0), policy=Policy(causal=True)).head()
+>>> x = Call.from_floats(*random_floats(6, 4, seed=0), policy=Policy(causal=True))
 >>> blocks = list(certify(x, 3, rows=4, engine=Engine("none")))
 >>> [(b.r0, b.r1, b.keys) for b in blocks], blocks[0].shares[0][:3]
 ([(0, 4, (0, 4)), (4, 6, (0, 6))], ['1.000', '0.000', '0.000'])

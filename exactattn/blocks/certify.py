@@ -20,9 +20,9 @@ from contextlib import nullcontext
 from functools import partial
 from typing import Callable, Iterator
 
+from ..errors import InputError
 from ..options import check_places, check_whole
 from .engine import Engine
-from ..call.inputs import CallHead
 from .memory import block_rows, block_spans
 from .rows import BlockResult, certify_block
 
@@ -30,21 +30,27 @@ from .rows import BlockResult, certify_block
 DEFAULT_MEMORY = 4 * 2 ** 30
 
 
-def plan(inputs: CallHead, engine: Engine, *, memory: int = DEFAULT_MEMORY,
-         rows: int | None = None, shares: bool = True) -> list[tuple[int, int]]:
+def plan(call, engine: Engine, *, memory: int = DEFAULT_MEMORY, rows: int | None = None,
+         shares: bool = True) -> list[tuple[int, int]]:
     """The row spans of the blocks: ``rows`` each, or as many as ``memory`` allows.
 
     Raises:
-        InputError: ``rows`` not a positive whole number, a budget too small.
+        InputError: ``rows`` not a positive whole number, a budget too small; a call of
+            several heads (blocks read one: :meth:`Call.head <exactattn.call.Call.head>`), or
+            one that call.head refuses.
     """
+    sh = call.shape
+    if call.head().shape != sh:    # head() refuses an additive mask, a seen inf, ...
+        raise InputError(f"call must hold one head for row blocks (got B={sh['B']}, "
+                         f"H_q={sh['H_q']}); pass call.head(b, h)")
     if rows is None:
-        rows = block_rows(memory, n_q=inputs.n_q, n_k=inputs.n_k, d_k=inputs.d_k,
-                          d_v=inputs.d_v, workers=engine.computing(), shares=shares)
+        rows = block_rows(memory, n_q=sh["L"], n_k=sh["S"], d_k=sh["E"], d_v=sh["E_v"],
+                          workers=engine.computing(), shares=shares)
     check_whole(rows, "rows")
-    return block_spans(inputs.n_q, rows)
+    return block_spans(sh["L"], rows)
 
 
-def certify(inputs: CallHead, places: int, *, shares: bool = True,
+def certify(call, places: int, *, shares: bool = True,
             memory: int = DEFAULT_MEMORY, rows: int | None = None,
             engine: Engine | None = None,
             on_block: Callable[[int, int], None] | None = None) -> Iterator[BlockResult]:
@@ -64,6 +70,6 @@ def certify(inputs: CallHead, places: int, *, shares: bool = True,
     """
     check_places(places)
     with nullcontext(engine) if engine else Engine() as engine:     # a new one closed at the end
-        spans = plan(inputs, engine, memory=memory, rows=rows, shares=shares)
+        spans = plan(call, engine, memory=memory, rows=rows, shares=shares)
         task = partial(certify_block, places=places, shares=shares)
-        yield from engine.map(task, inputs, spans, on_block)
+        yield from engine.map(task, call, spans, on_block)

@@ -40,7 +40,7 @@ from functools import partial
 
 import numpy as np
 
-from ..call.inputs import Call, CallHead
+from ..call.inputs import Call
 from ..call.policy import SCORE_FIELDS, Policy
 from ..errors import InputError
 from ..numbers.digits import working_precision
@@ -50,7 +50,7 @@ from ..numbers.reals import atom_ball
 from ..verify.check import Entry, Report, attempt, default_tolerance, proved_tolerance
 from ..verify.compare import Comparison, judge
 from .engine import Engine
-from .rows import block, block_keep, score_top
+from .rows import block, block_keep, numerators, score_top
 
 #: dtypes a blocked check decides in bulk (the enclosures carry about 45 bits)
 CHECK_DTYPES = ("float32", "float16", "bfloat16")
@@ -76,18 +76,20 @@ class BlockCheck(Comparison):
         return self
 
 
-def max_scaled_score(inputs: CallHead, top: int) -> float:
-    """``top / den`` times the scale, rounded up to a float (a few digits; inf past float64)."""
+def max_scaled_score(call, top: int) -> float:
+    """``top / (q_den k_den)`` times the scale, rounded up to a float (a few digits; inf past
+    float64)."""
     from flint import arb
-    d2 = inputs.divisor_squared
+    d2 = call.policy.divisor_squared_for(call.shape["E"])
+    (_, qd), (_, kd), _ = numerators(call)
     with working_precision(64):
-        x = arb(fmpq_of(top)) / arb(inputs.den)
+        x = arb(fmpq_of(top)) / arb(qd * kd)
         if d2 is not None:
             x *= atom_ball(d2)
         return float(x.upper())
 
 
-def proved_block(inputs: CallHead, r0: int, r1: int, dtype: str, fallback: int,
+def proved_block(call, r0: int, r1: int, dtype: str, fallback: int,
                  accumulation: str = "float32"):
     """Per output of rows r0 .. r1 - 1 ((r1 - r0) x d_v), verify's proved tolerance
     (:func:`~exactattn.verify.check.proved_tolerance`: the error a correct ``dtype`` kernel
@@ -95,41 +97,41 @@ def proved_block(inputs: CallHead, r0: int, r1: int, dtype: str, fallback: int,
     binary floats (:func:`~exactattn.numbers.exact.binary64`, as ``verify`` asks).  Each row's bound reads its own scores and the call's n_k keys only, so it is
     the same for every block size and the same as ``verify``'s on the whole call;
     ``fallback`` (the default rule) where no bound holds."""
-    floats = [binary64(a, d) for a, d in ((inputs.q[r0:r1], inputs.q_den),
-                                          (inputs.k, inputs.k_den), (inputs.v, inputs.v_den))]
+    (q, qd), k, v = numerators(call)
+    floats = [binary64(a, d) for a, d in ((q[r0:r1], qd), k, v)]
     if any(f is None for f in floats):
         return None
-    keep = block_keep(inputs, r0, r1, 0, inputs.n_k)         # the rows' own positions
-    policy = inputs.policy.replace(causal=False, window=None, query_offset=None)
+    keep = block_keep(call, r0, r1, 0, call.shape["S"])         # the rows' own positions
+    policy = call.policy.replace(causal=False, window=None, query_offset=None)
     return proved_tolerance((*(f[None, None] for f in floats), policy, keep[None, None], None,
                              2), dtype, accumulation, fallback=fallback)[0][0, 0]
 
 
 def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int = 5,
                 proved: bool = False, accumulation: str = "float32") -> BlockCheck:
-    """Judge the outputs ``got[r0:r1]`` (``data = (inputs, got)``, got n_q x d_v float64)
+    """Judge the outputs ``got[r0:r1]`` (``data = (call, got)``, got n_q x d_v float64)
     within ``max_ulps``, or with ``proved`` within :func:`proved_block`'s tolerances
     (``max_ulps`` where none holds).
 
     Reference: Vaswani et al. 2017, sec. 3.2.1; Ziv 1991 for the rounding.
     """
     from flint import arb, fmpq
-    inputs, got = data
+    call, got = data
     fmt = float_format(dtype)
-    tol = proved_block(inputs, r0, r1, dtype, max_ulps, accumulation) if proved else None
-    c0, c1, b, exact_row, values = block(inputs, r0, r1, 62)
+    tol = proved_block(call, r0, r1, dtype, max_ulps, accumulation) if proved else None
+    c0, c1, b, exact_row, values = block(call, r0, r1, 62)
     if b is not None:
-        vals = np.abs(inputs.v[c0:c1].astype(np.float64))
+        v, vd = numerators(call)[2]
         with np.errstate(all="ignore"):
-            mags = (b.lo.astype(np.float64) @ vals) / np.array(b.den_lo, dtype=np.float64) \
-                / float(inputs.v_den)
+            mags = (b.lo.astype(np.float64) @ np.abs(v[c0:c1].astype(np.float64))) \
+                / np.array(b.den_lo, dtype=np.float64) / float(vd)
     out = BlockCheck(worst)
     if tol is not None:
         out.proved = (int(tol.min()), int(tol.max()))
     for i in range(r0, r1):
         bulk = b is not None and not b.empty[i - r0]
         row = None if bulk else exact_row(i)
-        for c in range(inputs.d_v):
+        for c in range(call.shape["E_v"]):
             value = partial(lambda i, c: exact_row(i).combine(values(i, c)), i, c)   # exact output
             ball = None
             if bulk:
@@ -156,6 +158,11 @@ def _block_top(data, r0: int, r1: int) -> int:
     return score_top(data[0], r0, r1)
 
 
+def _shape(call) -> dict:
+    """The sizes by the names verify's reports use."""
+    return {k: call.shape[k] for k in ("L", "S", "E", "E_v")}
+
+
 @dataclass
 class BlockedReport(Report):
     """The result of a blocked check: a :class:`~exactattn.verify.check.Report` whose
@@ -169,7 +176,7 @@ class BlockedReport(Report):
     engine: str = ""
 
 
-def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
+def check_outputs(call, got, dtype: str, *, impl: str = "impl",
                   max_ulps: int | None = None, memory: int = 4 * 2 ** 30,
                   rows: int | None = None, engine: Engine | None = None, worst: int = 5,
                   on_block=None, accumulation: str = "float32") -> BlockedReport:
@@ -188,19 +195,19 @@ def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
     from .certify import plan
     check_choice(dtype, "dtype", CHECK_DTYPES)
     check_choice(accumulation, "accumulation", DTYPES)
-    if max_ulps is None and inputs.policy.modified:
+    sh = call.shape
+    if max_ulps is None and call.policy.modified:
         raise InputError("max_ulps must be given for a blocked check of a modified call (got none: the "
                          "default tolerance reads plain scores only); pass max_ulps=, or use exactattn verify")
-    got = np.asarray(got, dtype=np.float64).reshape(inputs.n_q, inputs.d_v)
     with nullcontext(engine) if engine else Engine() as engine:     # a new one closed at the end
-        spans = plan(inputs, engine, memory=memory, rows=rows, shares=False)
-        t0 = time.perf_counter()
-        data = (inputs, got)            # scattered once, read by both passes
+        spans = plan(call, engine, memory=memory, rows=rows, shares=False)
+        t0 = time.perf_counter()       # got and the call scattered once, read by both passes
+        data = (call, np.asarray(got, dtype=np.float64).reshape(sh["L"], sh["E_v"]))
         proved = max_ulps is None       # verify's rule: the proved bound, else the default
         if proved:
             top = max(engine.map(_block_top, data, spans), default=0)
-            max_ulps = default_tolerance(dtype, inputs.n_k, inputs.d_k,
-                                         max_scaled_score(inputs, top), inputs.policy)
+            max_ulps = default_tolerance(dtype, sh["S"], sh["E"], max_scaled_score(call, top),
+                                         call.policy)
         found = BlockCheck(worst)
         task = partial(check_block, dtype=dtype, max_ulps=max_ulps, worst=worst, proved=proved,
                        accumulation=accumulation)
@@ -208,8 +215,8 @@ def check_outputs(inputs: CallHead, got, dtype: str, *, impl: str = "impl",
             found.merge(part)
         seconds = {"exact": time.perf_counter() - t0}
         notes = [engine.note] if engine.note else []
-        return BlockedReport(impl, dtype, inputs.policy, None, found, max_ulps, 0, None, seconds,
-                             notes, shape=inputs.shape, blocks=len(spans),
+        return BlockedReport(impl, dtype, call.policy, None, found, max_ulps, 0, None, seconds,
+                             notes, shape=_shape(call), blocks=len(spans),
                              rows=rows or spans[0][1] - spans[0][0], engine=engine.describe())
 
 
@@ -246,18 +253,19 @@ def check_impl(impl, query, key, value, dtype: str = "float32", policy: Policy |
     impl = load_impl(impl)
     check_dtype(impl, dtype)
     check_scale(policy, dtype)
-    inputs = Call.from_floats(query, key, value, policy=policy).head()
+    exact = Call.from_floats(query, key, value, policy=policy)
     arrays = [np.asarray(a, dtype=np.float64)[None, None] for a in (query, key, value)]
     call = policy_call(*arrays, policy, dtype)     # positions as verify's; no score modifier
     t0 = time.perf_counter()
     got, raised = attempt(impl, call)
     t1 = time.perf_counter()
     if raised is not None:
-        found = BlockCheck(count=inputs.n_q * inputs.d_v, hard=inputs.n_q * inputs.d_v)
+        count = exact.shape["L"] * exact.shape["E_v"]
+        found = BlockCheck(count=count, hard=count)
         return BlockedReport(impl.name, dtype, policy, None, found, 0, 0, None, {"impl": t1 - t0},
                              [f"hard failure: {impl.name} raised {raised}"], raised=raised,
-                             shape=inputs.shape, engine="nothing ran")
-    report = check_outputs(inputs, np.asarray(got, dtype=np.float64), dtype, impl=impl.name,
+                             shape=_shape(exact), engine="nothing ran")
+    report = check_outputs(exact, np.asarray(got, dtype=np.float64), dtype, impl=impl.name,
                            **options)
     report.seconds["impl"] = t1 - t0
     return report

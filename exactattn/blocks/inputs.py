@@ -1,14 +1,14 @@
 """Verify's random inputs as floats: what ``blocks --random`` and ``verify --memory`` certify.
 
-A row block reads one head of a :class:`~exactattn.call.Call`
+A row block reads a one-head :class:`~exactattn.call.Call`
 (:meth:`Call.head <exactattn.call.Call.head>`: integer numerators over common
 denominators, the head's policy and masks); float arrays become a call with
 :meth:`Call.from_floats <exactattn.call.Call.from_floats>`, read as the dyadic
 rationals they are, never through decimal text.
 
 >>> from exactattn.call import Call
->>> x = Call.from_floats(*random_floats(4, 2, seed=1)).head()
->>> x.n_q, x.d_k, x.q_den > 1, x.policy.describe()
+>>> x = Call.from_floats(*random_floats(4, 2, seed=1))
+>>> x.shape["L"], x.shape["E"], x.numerators("query")[1] > 1, x.policy.describe()
 (4, 2, True, 'scale=1/sqrt(d_k) causal=off alignment=top_left empty_row=zero mask=bool_keep gqa=interleave')
 """
 

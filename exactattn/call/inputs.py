@@ -22,9 +22,7 @@ one check, run by :class:`~exactattn.verify.Reference`; a non-finite entry a que
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
 
 import numpy as np
 
@@ -454,28 +452,33 @@ class Call:
         """
         return self._form(name, 1)
 
-    def head(self, b: int = 0, h: int = 0) -> "CallHead":
-        """Batch b, query head h as the row blocks read it (:class:`CallHead`): slices of
-        :meth:`numerators` (the key/value head by the policy's GQA map), the head's policy,
-        its boolean mask with the positional rule applied, its dropout keep-mask.
+    def head(self, b: int = 0, h: int = 0) -> "Call":
+        """Batch b, query head h alone, as the row blocks read it: a one-head call (L x E)
+        holding slices of :meth:`numerators` (the key/value head by the policy's GQA map), the
+        head's policy (:meth:`Policy.for_head`), its mask and dropout keep-mask.
 
         Raises:
             InputError: an additive mask (row blocks take boolean masks only); dropout without
                 its keep-mask, or a keep-mask without dropout; an ``inf`` or ``nan`` a query sees.
+
+        >>> Call([[[1]], [[2]]], [[[3], [4]]], [[[5], [6]]], policy=Policy(gqa="tile")).head(0, 1)
+        Call('call', 1 x 1 queries, 2 keys, scale=1/sqrt(d_k) causal=off alignment=top_left empty_row=zero mask=bool_keep gqa=tile)
         """
-        sh, policy = self.shape, self.policy.for_head(h)
-        g = policy.kv_head(h, sh["H_q"], sh["H_kv"])
-        mask, dropped = self.block_mask(b, h), self.dropout_keep
-        if (policy.dropout is None) != (dropped is None):
-            dropout_factors(policy.dropout, None if dropped is None else [True])
-        if mask is not None and mask.kind == "additive":
+        policy = self.policy.for_head(h)
+        g = policy.kv_head(h, self.shape["H_q"], self.shape["H_kv"])
+        if (policy.dropout is None) != (self.dropout_keep is None):
+            dropout_factors(policy.dropout, None if self.dropout_keep is None else [True])
+        if self.mask_kind == "additive":
             raise InputError("mask must be boolean for row blocks (got an additive mask); "
                              "check additive masks with exactattn verify")
         self.check_nonfinite()         # inf and NaN only where no query looks: read as 0
-        (q, qd), (k, kd), (v, vd) = map(self.numerators, _TENSORS)
-        return CallHead(q[b, h], qd, k[b, g], kd, v[b, g], vd, policy,
-                        None if mask is None else policy.keep(sh["L"], sh["S"], mask), self.name,
-                        None if dropped is None else dropped[b, h])
+        mask, keep = (None if a is None else a[b:b + 1, h:h + 1]
+                      for a in (self.mask, self.dropout_keep))
+        held = [[None, (ints[b:b + 1, i:i + 1], den)]
+                for (ints, den), i in zip(map(self.numerators, _TENSORS), (h, g, g))]
+        out = object.__new__(Call)
+        out._build(held, mask, policy, 2, self.name, keep)
+        return out
 
     def __repr__(self) -> str:
         lead = _held_shape(self._held["query"])[4 - self.rank:]
@@ -858,47 +861,6 @@ class Call:
 
 
 _TENSORS = ("query", "key", "value")
-
-
-@dataclass(frozen=True, eq=False)
-class CallHead:
-    """One head of a :class:`Call` (:meth:`Call.head`), as the row blocks read it: integer
-    numerators over common denominators, ``query = q / q_den`` (n_q x d_k), ``key = k / k_den``
-    (n_k x d_k), ``value = v / v_den`` (n_k x d_v); the head's policy; ``mask`` None or n_q x
-    n_k booleans (True = the query sees the key, the positional rule applied); ``dropout_keep``
-    None or n_q x n_k booleans, the keep-mask of ``policy.dropout``.  Small (O(n d)): what a
-    Dask cluster receives once.
-    """
-
-    q: np.ndarray
-    q_den: int
-    k: np.ndarray
-    k_den: int
-    v: np.ndarray
-    v_den: int
-    policy: Policy
-    mask: np.ndarray | None = None
-    name: str = "inputs"
-    dropout_keep: np.ndarray | None = None
-
-    n_q = property(lambda self: self.q.shape[0], doc="queries")
-    n_k = property(lambda self: self.k.shape[0], doc="keys")
-    d_k = property(lambda self: self.q.shape[1], doc="query/key width")
-    d_v = property(lambda self: self.v.shape[1], doc="value width")
-    #: the sizes by the names verify's reports use
-    shape = property(lambda self: {"L": self.n_q, "S": self.n_k, "E": self.d_k, "E_v": self.d_v})
-    #: D, with scores divided by sqrt(D) (None: no scaling)
-    divisor_squared = property(lambda self: self.policy.divisor_squared_for(self.d_k))
-    #: the common denominator of the raw scores, ``q_den * k_den``
-    den = property(lambda self: self.q_den * self.k_den)
-
-    @cached_property
-    def score_bound(self) -> int:
-        """A bound on every |raw-score numerator| of the head: ``ceil(max|q_i| max|k_j|)``
-        with Euclidean norms (Cauchy-Schwarz), exact."""
-        norms = [int((a.astype(object) ** 2).sum(axis=1).max()) if a.size else 0
-                 for a in (self.q, self.k)]
-        return math.isqrt(norms[0] * norms[1]) + 1
 
 
 def _held_shape(held: list) -> tuple:

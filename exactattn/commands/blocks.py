@@ -174,11 +174,12 @@ def run(args) -> int:
         blocks = certify(inputs, args.digits, shares=shares, memory=budget, rows=args.rows,
                          engine=engine)
         first = next(blocks)
-        total = -(-inputs.n_q // (first.r1 - first.r0))
+        sh = inputs.shape
+        total = -(-sh["L"] // (first.r1 - first.r0))
         shown = progress(chain([first], blocks), total, f"blocks of {first.r1 - first.r0} rows")
         head = {"command": "blocks", "inputs": inputs.name, "policy": inputs.policy.as_dict(),
-                "digits": args.digits, "n_queries": inputs.n_q, "n_keys": inputs.n_k,
-                "d_v": inputs.d_v, "rows_per_block": first.r1 - first.r0, "blocks": total,
+                "digits": args.digits, "n_queries": sh["L"], "n_keys": sh["S"],
+                "d_v": sh["E_v"], "rows_per_block": first.r1 - first.r0, "blocks": total,
                 "engine": engine.describe()}
         if engine.note:
             print(f"exactattn: note: {engine.note}", file=sys.stderr)

@@ -18,7 +18,7 @@ from exactattn.blocks import (Engine, certify, check_impl, check_outputs, check_
 from exactattn.call.inputs import float_ints
 from exactattn.blocks.memory import BYTES_PER_PAIR, block_rows, block_spans
 from exactattn.blocks.rows import (block_keep, certify_block, exact_row, exact_rows, key_span,
-                                   score_top)
+                                   numerators, score_top)
 from exactattn.call.modifiers import Alibi, Rope
 from exactattn.call.policy import Policy
 from exactattn.errors import InputError
@@ -147,6 +147,12 @@ def test_an_explicit_boolean_mask_matches_the_reference():
     additive = Call([[1]], [[1]], [[1]], [[0]], mask_kind="additive")
     with pytest.raises(InputError, match="mask must be boolean for row blocks"):
         additive.head()
+    with pytest.raises(InputError, match="mask must be boolean for row blocks"):
+        next(certify(additive, 4, engine=PLAIN))          # a call not read through head()
+    two = Call([[[1]], [[2]]], [[[3], [4]]], [[[5], [6]]])
+    with pytest.raises(InputError, match=r"^call must hold one head for row blocks \(got B=1, "
+                                         r"H_q=2\); pass call.head\(b, h\)$"):
+        check_outputs(two, [[1.0], [1.0]], "float32", engine=PLAIN, max_ulps=1)
 
 
 def test_dropout_needs_its_keep_mask_and_a_blocked_check_no_modifier():
@@ -243,7 +249,8 @@ def test_score_top_is_the_largest_visible_score_for_any_split():
     for policy in (Policy(), Policy(causal=True, window=(4, 1))):
         x = random_head(30, 6, seed=7, policy=policy)
         keep = block_keep(x, 0, 30, 0, 30)
-        exact = [abs(sum(int(a) * int(b) for a, b in zip(x.q[i].tolist(), x.k[j].tolist())))
+        (q, _), (k, _), _ = numerators(x)
+        exact = [abs(sum(int(a) * int(b) for a, b in zip(q[i].tolist(), k[j].tolist())))
                  for i in range(30) for j in range(30) if keep[i, j]]
         typed(max(score_top(x, r0, min(30, r0 + 7)) for r0 in range(0, 30, 7)), max(exact))
     same = Call([[1]] * 100, [[1]] * 100, [[0]] * 100).head()     # every score a tie

@@ -11,7 +11,7 @@ The modules, in the order data flows through them:
 * :meth:`Call.head <exactattn.call.Call.head>`: one head of a call alone, its exact inputs
   as integer numerators over common denominators (:meth:`Call.from_floats
   <exactattn.call.Call.from_floats>` reads float arrays as a one-head call;
-  :mod:`~exactattn.blocks.inputs` draws verify's random ones);
+  :func:`random_floats` draws verify's random ones, rounded to a float type);
 * :mod:`~exactattn.blocks.rows`: :func:`certify_block`, one block's certified
   shares and outputs (:mod:`exactattn.numbers.bulk` enclosures, exact fallbacks);
 * :mod:`~exactattn.blocks.memory`: :func:`block_rows`, the block size from a budget;
@@ -30,6 +30,6 @@ The modules, in the order data flows through them:
 from .certify import DEFAULT_MEMORY, certify
 from .check import check_impl, check_outputs
 from .engine import Engine, check_scheduler
-from .inputs import random_floats
+from ..call.inputs import random_floats
 
 __all__ = ["Engine", "certify", "check_impl", "random_floats"]

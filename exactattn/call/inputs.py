@@ -636,21 +636,8 @@ class Call:
         >>> c.shape["L"], c.query[0, 0, 0, 0] == Fraction(np.random.default_rng(1).standard_normal())
         (3, True)
         """
-        sizes = dict(n=n, d_k=d_k, n_keys=n if n_keys is None else n_keys,
-                     d_v=d_k if d_v is None else d_v, heads=heads,
-                     kv_heads=heads if kv_heads is None else kv_heads, batch=batch)
-        for k, v in sizes.items():
-            check_whole(v, k)
-        check_whole(seed, "seed", low=0)
-        B, H, Hkv = sizes["batch"], sizes["heads"], sizes["kv_heads"]
-        check_inputs(B * H * n * d_k + B * Hkv * sizes["n_keys"] * (d_k + sizes["d_v"]),
-                     "the random query, key and value", "use fewer tokens, heads or a narrower head")
-        rng = np.random.default_rng(seed)
-        q = rng.standard_normal((B, H, n, d_k))
-        k = rng.standard_normal((B, Hkv, sizes["n_keys"], d_k))
-        v = rng.standard_normal((B, Hkv, sizes["n_keys"], sizes["d_v"]))
-        if B == 1 and H == 1 and Hkv == 1:
-            q, k, v = q[0, 0], k[0, 0], v[0, 0]
+        q, k, v = random_floats(n, d_k, seed=seed, dtype="float64", n_keys=n_keys, d_v=d_v,
+                                heads=heads, kv_heads=kv_heads, batch=batch, limit=True)
         return cls(q, k, v, floats="exact", policy=policy,
                    name=f"random n={n} d_k={d_k} seed={seed}")
 
@@ -861,6 +848,37 @@ class Call:
 
 
 _TENSORS = ("query", "key", "value")
+#: float dtypes random inputs are drawn in (numpy rounds to them exactly, ties to even)
+FLOAT_DTYPES = ("float64", "float32", "float16")
+
+
+def random_floats(n: int, d_k: int, *, seed: int = 0, dtype: str = "float32",
+                  n_keys: int | None = None, d_v: int | None = None, heads: int = 1,
+                  kv_heads: int | None = None, batch: int = 1, limit: bool = False) -> tuple:
+    """Standard-normal query, key and value rounded to ``dtype`` (ties to even): verify's random
+    inputs, the draws of :meth:`Call.random` (numpy ``default_rng(seed)``: query batch x heads
+    x n x d_k, key batch x kv_heads x n_keys x d_k, value ... x n_keys x d_v, in that order;
+    n x d_k, n_keys x d_k and n_keys x d_v when batch and both head counts are 1), as numpy
+    arrays of the dtype.  With ``limit``, at most as many numbers as a call checks.
+
+    Raises:
+        InputError: a size below 1, a negative seed, an unknown dtype; past the limit.
+    """
+    sizes = dict(n=n, d_k=d_k, n_keys=n if n_keys is None else n_keys,
+                 d_v=d_k if d_v is None else d_v, heads=heads,
+                 kv_heads=heads if kv_heads is None else kv_heads, batch=batch)
+    for k, v in sizes.items():
+        check_whole(v, k)
+    check_whole(seed, "seed", low=0)
+    check_choice(dtype, "dtype", FLOAT_DTYPES)
+    B, H, Hkv, S, Ev = batch, heads, sizes["kv_heads"], sizes["n_keys"], sizes["d_v"]
+    if limit:
+        check_inputs(B * H * n * d_k + B * Hkv * S * (d_k + Ev), "the random query, key and "
+                     "value", "use fewer tokens, heads or a narrower head")
+    rng = np.random.default_rng(seed)
+    drawn = [rng.standard_normal(shape).astype(dtype)
+             for shape in ((B, H, n, d_k), (B, Hkv, S, d_k), (B, Hkv, S, Ev))]
+    return tuple(a[0, 0] if B == H == Hkv == 1 else a for a in drawn)
 
 
 def _held_shape(held: list) -> tuple:

@@ -16,7 +16,7 @@ import numpy as np
 from exactattn import Head, attend
 from exactattn.blocks.certify import certify
 from exactattn.blocks.engine import Engine
-from exactattn.blocks.inputs import random_floats
+from exactattn.blocks import random_floats
 from exactattn.call import Call
 from oracle import Oracle
 

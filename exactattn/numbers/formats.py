@@ -340,9 +340,8 @@ def certified_scientific(value, digits: int = 9) -> str:
     got = tighten(exponent, 64, max_prec=MAX_PREC)
     if got is None:
         with working_precision(64):
-            ball = value.ball(MAX_PREC)
-            if ball.is_zero():        # an enclosure that is exactly 0 proves the value is 0
-                return scientific_text(*scientific_parts(Fraction(0), digits), digits)
+            if (ball := value.ball(MAX_PREC)).is_zero():    # an enclosure exactly 0: the value is
+                return "0"
             top = abs(ball).upper().log_base(10).upper()
         return f"|x|<1e{math.floor(float(top.mid())) + 1}"
     k = math.floor(float(got.mid()))     # off by at most one

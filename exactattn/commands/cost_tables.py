@@ -23,7 +23,7 @@ import sympy
 from ..numbers.digits import fraction_text, round_fraction
 from ..options import check_whole
 from ..present.render import Section
-from ..cost.conventions import CONVENTION_NOTES, ConventionComparison, compare_conventions
+from ..cost.conventions import CONVENTION_NOTES, compare_conventions
 from ..cost.derivation import EXTENSION_SYMBOLS, SYMBOLS
 from ..cost.rows import CostRows, FormulaCheck, cost_rows
 from ..cost.sizes import MAX_SIZE, CallShape, size
@@ -220,60 +220,6 @@ def _pair_name(k: int, convention, pairs: Fraction, macs: Fraction, exact: Fract
     return convention.name, convention.used_by, versus
 
 
-def _conventions_sections(c: ConventionComparison) -> list:
-    how = "counted" if c.counted else "derived"
-    call, limit = c.shape, c.count_limit
-    n, heads = call.queries, call.heads if call.out_projection else None
-    rows, data = [], []
-    for k, (convention, p, m) in enumerate(c.pairs):
-        name, used_by, versus = _pair_name(k, convention, p, m, c.pairs[1][1], how)
-        pairs, macs, flops = (fraction_text(x) for x in (p, m, 2 * m))
-        rows.append([name, used_by, pairs, macs, flops, versus])
-        data.append({"convention": name, "pairs": pairs, "pair_macs": macs, "pair_flops": flops})
-    layers = "" if call.layers == 1 else f", L = {call.layers} layers"
-    pairs_sec = Section(
-        "cost/conventions", f"Attention pairs under each convention at n = {n}",
-        ["convention", "used by", "pairs", "pair MACs", "pair FLOPs (2 x MACs)",
-         "against the exact causal count"], rows,
-        [f"D = d_model = {call.d_model}, d_k = {call.d_k}, d_v = {call.d_v}"
-         f"{'' if heads is None else f', h = {heads} heads'}{layers}; "
-         f"pair MACs = pairs x (d_k + d_v){'' if heads is None else ' x h'}"
-         f"{'' if call.layers == 1 else ' x L'}",
-         f"exact rows {how} ("
-         + (f"the head was run: at most {limit} MACs, the count limit)" if c.counted else
-            f"not run: {c.unmasked_total} MACs are over the count limit of {limit})"),
-         f"n^2/2 undercounts the causal pairs by n/2 = {fraction_text(Fraction(n, 2))}; "
-         f"the full rectangle overcounts them by n(n-1)/2 = {n * (n - 1) // 2}"],
-        {"n": n, "conventions": data, "source": how})
-    orows, odata = [], {}
-    for stage, macs, mul, add in c.stages:
-        cells = [macs, mul, add, 2 * macs, mul + add]
-        orows.append([stage] + [str(x) for x in cells] + [str(2 * macs - mul - add)])
-        if stage != "total":
-            odata[stage] = dict(zip(("macs", "multiplications", "additions", "flops",
-                                     "operations"), cells))
-    ops = c.softmax_ops
-    ops_sec = Section(
-        "cost/operations",
-        f"MACs, FLOPs and exact operations at n = {n} "
-        f"({'causal' if call.policy.causal else 'no mask'})",
-        ["stage", f"MACs ({how})", "multiplications", "additions (k - 1 per sum)",
-         "FLOPs = 2 x MACs", "exact operations", "FLOPs - exact"], orows,
-        list(CONVENTION_NOTES) + [
-            "multiplications and additions are derived from the loop nests; MACs are "
-            + ("counted" if c.counted else
-               f"derived too: the head was not run, its {c.unmasked_total} MACs are over the "
-               f"count limit of {limit}"),
-            ("softmax, counted separately: " + ", ".join(
-                f"{ops[k]} {name}" for k, name in
-                (("exp", "exponentials"), ("add", "additions"), ("div", "divisions"))))
-            if c.counted else
-            "softmax: not counted (they depend on the numbers, and the head was not run); "
-            "raise the count limit to count them"],
-        {"n": n, "source": how, "count_limit": limit, "stages": odata, "softmax_ops": ops})
-    return [pairs_sec, ops_sec]
-
-
 def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, **options) -> list:
     """Conventions side by side for the same head at n tokens: pairs, MACs, FLOPs, operations.
 
@@ -300,4 +246,54 @@ def conventions_sections(n=32, d_model=4, d_k=4, d_v=None, **options) -> list:
     ['exact, causal (derived)', 'exactattn', '528', '4224']
     """
     _printable([n], "n", d_model, d_k, d_v, options)
-    return _conventions_sections(compare_conventions(n, d_model, d_k, d_v, **options))
+    call, limit, counted, unmasked_total, counts, stages, ops = compare_conventions(
+        n, d_model, d_k, d_v, **options)
+    how = "counted" if counted else "derived"
+    n, heads = call.queries, call.heads if call.out_projection else None
+    rows, data = [], []
+    for k, (convention, p, m) in enumerate(counts):
+        name, used_by, versus = _pair_name(k, convention, p, m, counts[1][1], how)
+        pairs, macs, flops = (fraction_text(x) for x in (p, m, 2 * m))
+        rows.append([name, used_by, pairs, macs, flops, versus])
+        data.append({"convention": name, "pairs": pairs, "pair_macs": macs, "pair_flops": flops})
+    layers = "" if call.layers == 1 else f", L = {call.layers} layers"
+    pairs_sec = Section(
+        "cost/conventions", f"Attention pairs under each convention at n = {n}",
+        ["convention", "used by", "pairs", "pair MACs", "pair FLOPs (2 x MACs)",
+         "against the exact causal count"], rows,
+        [f"D = d_model = {call.d_model}, d_k = {call.d_k}, d_v = {call.d_v}"
+         f"{'' if heads is None else f', h = {heads} heads'}{layers}; "
+         f"pair MACs = pairs x (d_k + d_v){'' if heads is None else ' x h'}"
+         f"{'' if call.layers == 1 else ' x L'}",
+         f"exact rows {how} ("
+         + (f"the head was run: at most {limit} MACs, the count limit)" if counted else
+            f"not run: {unmasked_total} MACs are over the count limit of {limit})"),
+         f"n^2/2 undercounts the causal pairs by n/2 = {fraction_text(Fraction(n, 2))}; "
+         f"the full rectangle overcounts them by n(n-1)/2 = {n * (n - 1) // 2}"],
+        {"n": n, "conventions": data, "source": how})
+    orows, odata = [], {}
+    for stage, macs, mul, add in stages:
+        cells = [macs, mul, add, 2 * macs, mul + add]
+        orows.append([stage] + [str(x) for x in cells] + [str(2 * macs - mul - add)])
+        if stage != "total":
+            odata[stage] = dict(zip(("macs", "multiplications", "additions", "flops",
+                                     "operations"), cells))
+    ops_sec = Section(
+        "cost/operations",
+        f"MACs, FLOPs and exact operations at n = {n} "
+        f"({'causal' if call.policy.causal else 'no mask'})",
+        ["stage", f"MACs ({how})", "multiplications", "additions (k - 1 per sum)",
+         "FLOPs = 2 x MACs", "exact operations", "FLOPs - exact"], orows,
+        list(CONVENTION_NOTES) + [
+            "multiplications and additions are derived from the loop nests; MACs are "
+            + ("counted" if counted else
+               f"derived too: the head was not run, its {unmasked_total} MACs are over the "
+               f"count limit of {limit}"),
+            ("softmax, counted separately: " + ", ".join(
+                f"{ops[k]} {name}" for k, name in
+                (("exp", "exponentials"), ("add", "additions"), ("div", "divisions"))))
+            if counted else
+            "softmax: not counted (they depend on the numbers, and the head was not run); "
+            "raise the count limit to count them"],
+        {"n": n, "source": how, "count_limit": limit, "stages": odata, "softmax_ops": ops})
+    return [pairs_sec, ops_sec]

@@ -13,10 +13,10 @@ Conventions (stated, never implied):
 * The softmax's exponentials, additions and divisions are counted separately
   (``softmax_ops``), never folded into MACs.
 
->>> c = compare_conventions(32)
->>> [str(pairs) for _, pairs, _ in c.pairs]
+>>> shape, limit, counted, unmasked_total, pairs, stages, ops = compare_conventions(32)
+>>> [str(p) for _, p, _ in pairs]
 ['1024', '528', '1024', '512', '528']
->>> c.counted, c.stages[-1]
+>>> counted, stages[-1]
 (True, ('total', 9728, 9728, 8192))
 """
 
@@ -64,21 +64,6 @@ CONVENTION_NOTES = (
 )
 
 
-@dataclass(frozen=True)
-class ConventionComparison:
-    """The conventions side by side at n tokens (see :func:`compare_conventions`): ``shape``
-    the call compared (n tokens, its mask, heads with W_O and layers)."""
-
-    shape: CallShape
-    count_limit: int
-    counted: bool           # the exact rows come from running the head (else derived)
-    unmasked_total: int     # MACs of the unmasked head (what the count limit is held against)
-    pairs: list             # (convention, pairs, pair MACs): exact no mask and exact causal
-                            # (convention None), then each of CONVENTIONS
-    stages: list            # (stage, MACs, multiplications, additions) per stage, then total
-    softmax_ops: dict | None  # counted softmax operations (None when not run)
-
-
 def _both(shape: CallShape) -> dict[bool, CallShape]:
     """The call without and with the causal mask."""
     return {causal: replace(shape, policy=Policy(causal=causal)) for causal in (False, True)}
@@ -94,10 +79,17 @@ def conventions_work(n=32, d_model=4, d_k=4, d_v=None, *, heads=None, layers=1,
 
 
 def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = False,
-                        heads=None, layers=1, count_limit: int = 10_000_000
-                        ) -> ConventionComparison:
+                        heads=None, layers=1, count_limit: int = 10_000_000) -> tuple:
     """The exact pair counts (no mask, causal) next to each convention, and the exact
     operations of each stage, for the same head at n tokens.
+
+    Returns ``(shape, count_limit, counted, unmasked_total, pairs, stages, softmax_ops)``:
+    the call compared (n tokens, its mask, heads with W_O and layers); the count limit;
+    whether the exact rows come from running the head (else derived); the MACs of the
+    unmasked head (what the count limit is held against); ``(convention, pairs, pair
+    MACs)`` rows: exact with no mask and exact causal (convention None), then each of
+    :data:`CONVENTIONS`; ``(stage, MACs, multiplications, additions)`` per stage, then
+    the total; the counted softmax operations (None when not run).
 
     The exact rows are counted by running the head (with and without the
     causal mask) when the derived total of the unmasked head is at most
@@ -111,7 +103,7 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
 
     Reference: Vaswani et al. 2017, sec. 3.2.1.
 
-    >>> compare_conventions(32, count_limit=1000).pairs[1][2]
+    >>> compare_conventions(32, count_limit=1000)[4][1][2]
     Fraction(4224, 1)
     """
     shape = CallShape.of_sizes(n, d_model, d_k, d_v, causal=causal, heads=heads,
@@ -139,5 +131,4 @@ def compare_conventions(n=32, d_model=4, d_k=4, d_v=None, *, causal: bool = Fals
     stages = [(stage, macs[stage], int(mul.subs(vals)), int(add.subs(vals)))
               for stage, (mul, add) in ops.items() if stage != "total"]
     stages.append(("total", *(sum(s[k] for s in stages) for k in (1, 2, 3))))
-    return ConventionComparison(shape, limit, counted, unmasked_total, pairs, stages,
-                                softmax_ops)
+    return shape, limit, counted, unmasked_total, pairs, stages, softmax_ops

@@ -1104,7 +1104,7 @@ def load_function(text: str, what: str = "impl"):
 
 
 def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
-              backend: str | None = None, score_mod=None, mask_mod=None) -> Impl:
+              backend: str | None = None, score_mod=None, mask_mod=None, flags=False) -> Impl:
     """An :class:`Impl` from a name (``numpy``, ``numpy-naive``, ``torch``, ``flex``,
     ``flash-attn``, ``jax``, ``module:function``) or a callable.
 
@@ -1112,7 +1112,7 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
     as ``python -m`` and pytest do, then on ``sys.path``.  ``device``
     (``cpu``/``cuda``) goes to ``torch``, ``flex`` and ``flash-attn``;
     ``backend`` to ``torch``; ``score_mod`` and ``mask_mod`` to ``flex``
-    (:class:`FlexImpl`).
+    (:class:`FlexImpl`).  ``flags``: an option refused is named as its command-line flag.
 
     Raises:
         InputError: an unknown name, a malformed ``module:function``, a module
@@ -1135,8 +1135,12 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
     row = KERNELS.get(impl) if isinstance(impl, str) else None
     for key in opts:
         if key not in (row.takes if row else ()):
-            raise InputError(f"{key} must come with impl {' or '.join(_owners(key))} (got impl "
-                             f"{shorten(impl if isinstance(impl, str) else getattr(impl, 'name', impl), quote=True)})")
+            word, name = ("--impl ", "--" + key.replace("_", "-")) if flags else ("impl ", key)
+            raise InputError(f"{name} must come with {word}{(' or ' + word * flags).join(_owners(key))} "
+                             f"(got {word}{shorten(impl if isinstance(impl, str) else getattr(impl, 'name', impl), quote=not flags)})")
+    if flags and opts.get("device") == "cpu" and impl == "flash-attn":
+        raise InputError("--device cpu must come without --impl flash-attn (got both); the "
+                         "flash_attn package runs on CUDA only")
     if isinstance(impl, Impl):
         return impl
     if callable(impl):
@@ -1165,20 +1169,11 @@ def load_from_flags(impl, *, arrays: str | None = None, merge=None, **opts) -> I
     ...
     exactattn.errors.InputError: --backend must come with --impl torch (got --impl numpy)
     """
-    opts = {k: v for k, v in opts.items() if v is not None}
     if arrays is not None and (not isinstance(impl, str) or ":" not in impl) and merge is None:
         raise InputError(f"--arrays must come with a module:function impl (got --impl "
                          f"{shorten(impl)}); the built-in implementations choose their own "
                          "arrays")
-    for key in opts:
-        if key not in (KERNELS[impl].takes if impl in KERNELS else ()):
-            raise InputError(f"--{key.replace('_', '-')} must come with "
-                             f"{' or '.join(f'--impl {n}' for n in _owners(key))} (got --impl "
-                             f"{shorten(impl)})")
-    if opts.get("device") == "cpu" and impl == "flash-attn":
-        raise InputError("--device cpu must come without --impl flash-attn (got both); the "
-                         "flash_attn package runs on CUDA only")
-    return load_impl(impl, arrays=arrays or "numpy", **opts)
+    return load_impl(impl, arrays=arrays or "numpy", flags=True, **opts)
 
 
 def _owners(key: str) -> list[str]:

@@ -84,7 +84,7 @@ def exact_matmul(a, b):
     ma, mb = abs_max(a), abs_max(b)
     if ma < _EXACT_FLOAT and mb < _EXACT_FLOAT and ma * mb * inner < _EXACT_FLOAT:
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
-    if a.dtype != object and b.dtype != object:
+    if a.dtype != object and b.dtype != object and max(ma, mb) < 2 ** 62:   # mix's limit
         return int_array(mix(a, b).ravel().tolist(), (a.shape[0], b.shape[1]))
     ma = fmpz_mat(a.shape[0], a.shape[1], [int(v) for v in a.ravel().tolist()])
     mb = fmpz_mat(b.shape[0], b.shape[1], [int(v) for v in b.ravel().tolist()])

@@ -32,7 +32,7 @@ _HIGH_LIMIT = 1 << 60
 
 def abs_max(a) -> int:
     """The largest |entry| of an integer array, as an int (0 when empty)."""
-    return int(abs(a).max()) if a.size else 0
+    return max(int(a.max()), -int(a.min())) if a.size else 0     # no int64 overflow at -2^63
 
 
 def limb_digits(a, b) -> tuple[list, int]:

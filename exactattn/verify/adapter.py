@@ -239,7 +239,7 @@ class FloatCall:
         want = form or ("bool_keep" if offsets is None else "additive")
         if want == "additive":
             return np.where(seen, 0.0 if offsets is None else offsets + 0.0, -math.inf)  # no -0.0
-        if offsets is not None and offsets.any():     # Mask's refusal of offsets as booleans
+        if offsets is not None and np.where(seen, offsets, 0).any():  # Mask's refusal, as seen
             Mask("additive", [[1]]).as_form(want)
         return seen if want == "bool_keep" else ~seen
 

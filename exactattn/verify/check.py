@@ -16,7 +16,6 @@ the policy's exact answer is NaN, and so is an implementation that raises.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import time
@@ -505,16 +504,17 @@ class Deferred:
     shape; what is asked of it here is a few entries: a failure's message, a tie)."""
 
     def __init__(self, make):
-        self._make = make
+        self._make, self._value = make, None
 
-    @functools.cached_property
-    def built(self):
-        from ..call import limits
-        with limits.lifted():
-            return self._make()
+    def built(self):        # a method, not a property: an AttributeError it raises stays its own
+        if self._value is None:
+            from ..call import limits
+            with limits.lifted():
+                self._value = self._make()
+        return self._value
 
     def __getattr__(self, name):
-        return getattr(self.built, name)
+        return getattr(self.built(), name)
 
 
 def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None, make_call,
@@ -558,7 +558,7 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     each_tol = tol if each_tol is None else each_tol
     t1 = time.perf_counter()
     call = Deferred(make_call)
-    ref = Deferred(lambda: Reference(call.built)) if ref is None else ref
+    ref = Deferred(lambda: Reference(call.built())) if ref is None else ref
     rows = RowBalls(q, k, v, policy, keep, offsets)
     found, left = bulk_judged(got, (mid, rad, mag), rows, fmt, each_tol, ref, prec)
     notes = _output_notes(found, dtype) + ([

@@ -146,3 +146,14 @@ def test_a_rewritten_additive_mask_refuses_nan_and_plus_inf(bad, text):
                        Policy(causal=True, alignment="bottom_right"), "float64", attn_mask=m)
     assert str(call.mask_in("additive", fold=True).tolist()) == (
         "[[0.0, 0.5, -inf, -inf], [0.0, 0.5, -inf, -inf], [0.0, 0.5, -inf, 0.0]]")
+
+
+def test_finite_offsets_the_causal_rule_hides_still_go_as_booleans():
+    """An additive mask whose non-zero offsets sit only on keys the causal rule hides loses
+    nothing as booleans once the rule is folded in: handed over, not refused."""
+    from exactattn.verify.adapter import policy_call
+    m = np.array([[0.0, 0.0, -np.inf, 1.5]] * 3)
+    call = policy_call(np.zeros((1, 1, 3, 2)), np.zeros((1, 1, 4, 2)), np.zeros((1, 1, 4, 2)),
+                       Policy(causal=True), "float64", attn_mask=m)
+    assert call.mask_in("bool_keep", fold=True).tolist() == [
+        [True, False, False, False], [True, True, False, False], [True, True, False, False]]

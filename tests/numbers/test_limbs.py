@@ -1,4 +1,4 @@
-
+"""Exact integer products at the ends of int64 (numbers.bulk.exact_matmul, numbers.limbs)."""
 
 def test_exact_matmul_at_the_int64_ends():
     """-2^63 and 2^63 - 1 entries: |min| does not overflow, and past mix's 2^62 the product

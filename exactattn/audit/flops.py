@@ -36,6 +36,7 @@ P^T dO: B H P (3E + 2E_v) MACs; ``math`` keeps P from the forward:
 B H P (2E + 2E_v) (Dao et al. 2022, alg. 4; torch's registered SDPA backward
 formula counts the five products).
 
+>>> from exactattn.audit.counters import call
 >>> L = ledger(call("sdpa_bottom_right"))
 >>> L.macs["total"], L.dense["total"], 2 * L.dense["total"]
 (816, 960, 1920)
@@ -57,6 +58,7 @@ formula counts the five products).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -92,8 +94,7 @@ class Ledger:
 
     ``macs``: MACs per stage and ``total`` (the loops over visible pairs);
     ``counted``: the same, counted by running the call; ``dense``: scores and
-    mix over the full L x S square (no causal rule, no mask); ``query_batch``:
-    scores and mix at the query's own batch; ``softmax_ops``: what a float
+    mix over the full L x S square (no causal rule, no mask); ``softmax_ops``: what a float
     softmax over the visible keys takes (k exponentials, k - 1 additions, k
     divisions for a row of k keys); ``extras``: the size of each elementwise
     operation of :data:`EXTRAS` the call's implementation runs (0 if none).
@@ -103,11 +104,8 @@ class Ledger:
     macs: dict
     counted: dict
     dense: dict
-    query_batch: dict
     softmax_ops: dict
     extras: dict
-    swapped: dict | None = None
-    kv_heads: dict | None = None
 
     @property
     def linear(self) -> int:
@@ -124,18 +122,11 @@ def ledger(c: AuditCall, count_limit: int | None = None) -> Ledger:
 
     ``count_limit``: count by running the call only when its derived total is at most
     this many MACs (None: always); a call not counted has ``counted`` None.
-    ``swapped``: scores and mix of the operands' (B, S, H, D) layout read as (B, H, S, D)
-    (heads from the query's L, queries from its H_q, keys from the key's H_kv; full
-    square, as a shape-reading formula counts), for a call of 4-dimensional operands
-    without projections; ``kv_heads``: the call at H_kv query heads (GQA calls only).
     """
     s = c.shape
     macs = derive_call(s)
     dense_shape = dataclasses.replace(s, policy=s.policy.replace(causal=False), mask=None)
     dense = derive_call(dense_shape)
-    ones = (1,) * len(s.key[:-3])
-    query_batch = derive_call(dataclasses.replace(s, key=ones + s.key[-3:],
-                                                  value=ones + s.value[-3:]))
     B, H, Hkv = s.batch_size, s.heads, s.kv_heads
     visible = visible_keys(s)     # by rows: no L x S array for a long call without a mask
     seen = [len(visible(i)) for i in range(s.queries)]
@@ -152,17 +143,10 @@ def ledger(c: AuditCall, count_limit: int | None = None) -> Ledger:
         extras["bias"] = B * (s.queries * width[0] + s.keys * (width[1] + width[2])
                               + s.queries * out)
         extras["bias_once"] = sum(width) + out
-    swapped = kv = None
-    if s.d_model is None and len(s.query) == len(s.key) == 4:
-        q, k, v = s.query, s.key, s.value
-        swapped = derive_call(CallShape(q[:1] + (q[2], q[1], q[3]), k[:1] + (q[2], k[1], k[3]),
-                                        v[:1] + (q[2], v[1], v[3])))
-    if Hkv != H:
-        kv = derive_call(dataclasses.replace(s, query=s.query[:-3] + (Hkv,) + s.query[-2:]))
     counted = count_call(s).macs if count_limit is None or macs["total"] <= count_limit \
         else None
-    return Ledger(c, macs, counted, dense, query_batch,
-                  {"exp": pairs, "add": pairs - rows, "div": pairs}, extras, swapped, kv)
+    return Ledger(c, macs, counted, dense, {"exp": pairs, "add": pairs - rows, "div": pairs},
+                  extras)
 
 
 @dataclass(frozen=True)
@@ -199,30 +183,47 @@ class Verdict:
         return any(f in ERRORS for f in self.findings)
 
 
+#: each way of counting the scores and the mix, the exact count first: finding -> (the pairs
+#: of all heads, the scores' width, the mix's width), in the sizes' names (B the broadcast
+#: batch, B_q the query's, P the visible pairs a head); a 4-d (B, H, L, E) operand is also
+#: read as (B, S, H, D) (``layout_swap``) and as an image block (B, C, H, W) (``image_layout``)
+FORMS = {None: ("B x H x P", "E", "E_v"), "full_square": ("B x H x L x S", "E", "E_v"),
+         "causal_half": ("B x H x (L x S / 2)", "E", "E_v"),
+         "batch_factor": ("B_q x H x P", "E", "E_v"),
+         "batch_factor_scores": ("H x P", "B_q x E", "B x E_v"),
+         "attention_twice": ("2 x B x H x P", "E", "E_v"), "one_product": ("B x H x P", "E", "0"),
+         "scores_only": ("B x H x P", "E", "0"), "mix_only": ("B x H x P", "0", "E_v"),
+         "layout_swap": ("B x L x H x H_kv", "E", "E_v"),
+         "image_layout": ("B x L x E x S", "H x E", "H_kv x E_v"),
+         "kv_heads": ("B x H_kv x P", "E", "E_v"), "omits_attention": ("0", "E", "E_v")}
+
+
+def _sizes(s: CallShape) -> dict:
+    """The values of :data:`FORMS`' names for call ``s``."""
+    return dict(s.shape, H=s.heads, B_q=math.prod(s.query[:-3]), P=s.pairs())
+
+
+def _value(text: str, sizes: dict) -> tuple[str, Fraction | int]:
+    """``text`` (a formula in :data:`FORMS`' names) with ``sizes`` put in, and its value."""
+    numbers = re.sub(r"\b(H_kv|E_v|B_q|B|H|L|S|E|P)\b", lambda m: str(sizes[m.group(1)]), text)
+    return numbers, eval(numbers.replace(" x ", " * ").replace("/ 2", "/ Fraction(2)"),
+                         {"Fraction": Fraction, "__builtins__": {}})
+
+
 def _attention(L: Ledger) -> list[tuple[str | None, int, int]]:
-    """The ways of counting the scores and the mix: ``(finding, scores MACs, mix MACs)``,
-    the exact count first."""
-    m, d, s = L.macs, L.dense, L.call.shape
-    options = [(None, m["scores"], m["mix"]), ("full_square", d["scores"], d["mix"])]
-    if L.call.shape.policy.causal:   # n^2/2: half the full square (Fractions when odd)
-        options.append(("causal_half", Fraction(d["scores"], 2), Fraction(d["mix"], 2)))
-    options += [("batch_factor", L.query_batch["scores"], L.query_batch["mix"]),
-                ("batch_factor_scores", L.query_batch["scores"], m["mix"]),
-                ("attention_twice", 2 * m["scores"], 2 * m["mix"])]
-    if m["scores"] == m["mix"]:   # E = E_v: the figure cannot tell which product
-        options.append(("one_product", m["scores"], 0))
-    else:
-        options += [("scores_only", m["scores"], 0), ("mix_only", 0, m["mix"])]
-    if L.swapped is not None:   # 4-d operands, also read as (B, C, H, W): L x E pixels a head
-        (_, H, Lq, E), (_, Hkv, S, _), Ev, B = s.query, s.key, s.value[-1], s.batch_size
-        options += [("layout_swap", L.swapped["scores"], L.swapped["mix"]),
-                    ("image_layout", B * H * Lq * E * S * E, B * Hkv * Lq * E * S * Ev)]
-    if L.kv_heads is not None:
-        options.append(("kv_heads", L.kv_heads["scores"], L.kv_heads["mix"]))
-    options.append(("omits_attention", 0, 0))
+    """The ways of counting the scores and the mix (:data:`FORMS`) that apply to the call:
+    ``(finding, scores MACs, mix MACs)``, the exact count first."""
+    m, s = L.macs, L.call.shape
+    sizes = _sizes(s)
+    skip = {"scores_only", "mix_only"} if m["scores"] == m["mix"] else {"one_product"}
+    skip |= set() if s.policy.causal else {"causal_half"}
+    skip |= set() if s.kv_heads != s.heads else {"kv_heads"}
+    if s.d_model is not None or not len(s.query) == len(s.key) == 4:
+        skip |= {"layout_swap", "image_layout"}
     exact, out, seen = m["scores"] + m["mix"], [], set()
-    for name, a, b in options:   # a departure that changes nothing is no departure
-        if (name is None or a + b != exact) and (a, b) not in seen:
+    for name, (pairs, we, wv) in FORMS.items():   # a departure that changes nothing is none
+        a, b = (_value(f"{pairs} x {w}", sizes)[1] for w in (we, wv))
+        if name not in skip and (name is None or a + b != exact) and (a, b) not in seen:
             seen.add((a, b))
             out.append((name, a, b))
     return out
@@ -290,6 +291,7 @@ def verdict(L: Ledger, figure, per_mac: int, error: str | None = None,
     explanations of the same figure are kept as ``alternatives``).  No figure (``error`` set) gives ``fails`` (or
     ``not_installed``); nothing that fits, ``unexplained``.
 
+    >>> from exactattn.audit.counters import call
     >>> L = ledger(call("mha"))
     >>> verdict(L, 2 * 4480 + 128, 2).findings, verdict(L, 3200, 1).findings
     (('softmax',), ('omits_attention',))
@@ -316,10 +318,10 @@ def verdict(L: Ledger, figure, per_mac: int, error: str | None = None,
     stories: dict = {}   # a different story, not the same count under another name: its first
     for f in others:
         stories.setdefault(_kind(f, L), f)
-    by = L.kv_heads if "kv_heads" in best else L.query_batch if \
-        {"batch_factor", "batch_factor_scores"} & set(best) else None
-    return judged(figure, expected, best, None if by is None else Fraction(
-        by["scores"], L.macs["scores"]), alternatives=tuple(
+    by = [a for f, a, _ in _attention(L) if f in best and f in (
+        "kv_heads", "batch_factor", "batch_factor_scores")]
+    return judged(figure, expected, best, Fraction(by[0], L.macs["scores"]) if by else None,
+                  alternatives=tuple(
             f for k, f in stories.items() if k != _kind(best, L)))
 
 
@@ -391,36 +393,19 @@ def formula(j: Verdict, findings: tuple) -> tuple[str, str, Fraction]:
     pass_ = j.pass_
     if "no_recompute" in findings or "recompute" in findings:
         pass_ = "backward_autograd" if pass_ == "backward" else "backward"
-    we, wv = (f"{k} x {e}" if k > 1 else e for k, e in zip(PASSES[pass_], ("E", "E_v")))
-    width = {"scores_only": we, "mix_only": wv, "one_product": we}
-    w = next((width[f] for f in findings if f in width), f"{we} + {wv}")
+    pairs, *widths = FORMS[next((f for f in findings if f in FORMS), None)]
+    w = " + ".join(f"{k} x {e}" if k > 1 else e for k, e in zip(PASSES[pass_], widths)
+                   if e != "0")
     w = w if " " not in w or w.count(" ") == 2 and "+" not in w else f"({w})"
-    heads = "H_kv" if "kv_heads" in findings else "H"
-    pairs = "P" if j.ledger.call.shape.policy.causal else "L x S"
-    if "full_square" in findings:
-        pairs = "L x S"
-    if "causal_half" in findings:
-        pairs = "(L x S / 2)"
-    body = f"B x {heads} x {pairs} x {w}"
-    if "layout_swap" in findings:
-        body = f"B x L x H x H_kv x {w}"
-    if "image_layout" in findings:   # each product over its own operands' channels
-        body = f"B x L x E x S x ({we.replace('E', 'H x E')} + {wv.replace('E_v', 'H_kv x E_v')})"
-    if "attention_twice" in findings:
-        body = "2 x " + body
+    if not j.ledger.call.shape.policy.causal:
+        pairs = pairs.replace("P", "L x S")
     unit = "1 x " if "macs_as_flops" in findings else "2 x " * (j.per_mac == 2)
-    text = "0" if "omits_attention" in findings else f"{unit}{body}"
+    text = "0" if pairs == "0" else f"{unit}{pairs} x {w}"
     for f in ("softmax", "scale"):   # a doubled attention ran its softmax twice too
         if f in findings:
             text += " + 2 x B x H x L x S" if f == "softmax" and "attention_twice" in findings \
                 else " + B x H x L x S"
-    sz = j.ledger.call.shape.shape
-    values = {"B": sz["B"], "H_kv": sz["H_kv"], "H": sz["H_q"], "L": sz["L"], "S": sz["S"],
-              "E_v": sz["E_v"], "E": sz["E"],
-              "P": j.ledger.call.shape.pairs()}
-    numbers = re.sub(r"\b(H_kv|E_v|B|H|L|S|E|P)\b", lambda m: str(values[m.group(1)]), text)
-    value = eval(numbers.replace(" x ", " * ").replace("/ 2", "/ Fraction(2)"),
-                 {"Fraction": Fraction, "__builtins__": {}})
+    numbers, value = _value(text, _sizes(j.ledger.call.shape))
     return text, numbers, Fraction(value)
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Callable, Sequence
 
+import numpy as np
 from flint import arb
 
 from ..errors import InputError
@@ -126,8 +127,7 @@ def check_key_bias(g) -> Check:
 def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Check:
     """The gradients of the call with ``shift`` added to every logit (and to the sink) are
     exactly those of the call."""
-    other = _moved(g, offsets=[[(x or 0) + shift for x in r] for r in _offsets(g)],
-                   sink=None if g.sink is None else g.sink + shift)
+    other = _moved(g, delta=lambda r, j: shift, sink=None if g.sink is None else g.sink + shift)
     bad = [f"{name}: {x.text()} != {y.text()}" for name in ("dQ", "dK", "dV", "dS")
            for a, b in zip(g.matrix(name), other.matrix(name))
            for x, y in zip(a, b) if not x == y]    # exact, across the two calls
@@ -138,11 +138,6 @@ def check_gradient_shift_invariance(g, shift: Fraction = Fraction(7, 3)) -> Chec
 
 
 # --------------------------------------------------------------------------- finite differences
-def _offsets(g) -> list[list]:
-    """Every row's S offsets (0 where none)."""
-    return [list(r) if r is not None else [Fraction(0)] * g.S for r in (g.offsets or [None] * g.R)]
-
-
 def _exact_loss(g):
     """Refuse a block whose statements here do not hold or cannot be rebuilt exactly: soft-cap
     and RoPE (certified enclosures, no exact rebuild) and a d_lse (the loss gains an lse term:
@@ -154,13 +149,33 @@ def _exact_loss(g):
                          f"(got {why}); check the call without it")
 
 
-def _moved(g, **changes):
-    """The exact gradients of ``g``'s call with ``changes`` (``queries``, ``keys``, ``values``,
-    ``offsets``, ``sink``): a block built by :class:`~exactattn.reference.backward.Gradients`."""
+def _moved(g, delta=None, **changes):
+    """The exact gradients of ``g``'s call with ``changes`` (``queries``, ``keys``, ``values``:
+    the block's, ``sink``) and ``delta(r, j)`` added to the mask at the block's row r, key j:
+    the same block of the moved call, read by its own
+    :class:`~exactattn.reference.reference.Reference`."""
+    from ..call.inputs import Call
+    from ..reference.reference import Reference
     _exact_loss(g)
-    return type(g)(**dict(queries=g.queries, keys=g.keys, values=g.values, d_out=g.d_out,
-                          keep=g.keep, offsets=g.offsets, divisor_squared=g.divisor_squared,
-                          empty_row=g.empty_row, sink=g.sink, factors=g.factors) | changes)
+    ref, b, hs, d_out, d_lse = g.source
+    call, L = ref.exact_call, ref.L
+    q, k, v = (getattr(call, n).copy() for n in ("query", "key", "value"))
+    for r, row in enumerate(changes.get("queries", ())):
+        q[b, hs[r // L], r % L] = row
+    for a, n in ((k, "keys"), (v, "values")):
+        if n in changes:
+            a[b, ref.kv(hs[0])] = np.array(changes[n], dtype=object)
+    policy, mask = call.policy.replace(sink=changes.get("sink", g.sink)), call.mask
+    if delta is not None:
+        def entry(c, h, i, j):
+            d = delta(hs.index(h) * L + i, j) if c == b and h in hs else 0
+            return (ref.offsets(c, h, i) or [0] * ref.S)[j] + d if ref.visible(c, h)[i][j] \
+                else float("-inf")
+        mask = np.array([[[[entry(c, h, i, j) for j in range(ref.S)] for i in range(L)]
+                          for h in range(ref.Hq)] for c in range(ref.B)], dtype=object)
+        policy = policy.replace(mask_kind="additive")
+    moved = Call(q, k, v, mask, policy=policy, dropout_keep=call.dropout_keep)
+    return type(g)(Reference(moved), b, hs, d_out, d_lse)
 
 
 def _second_derivative_bound(g, wrt) -> Fraction:
@@ -222,8 +237,10 @@ def check_finite_difference(g, wrt: tuple, h: Fraction = Fraction(1, 2 ** 32), *
         kind, name = wrt[0], {"Q": "queries", "K": "keys", "V": "values", "m": "offsets"}.get(wrt[0])
         if kind == "sink":
             return _moved(g, sink=g.sink + sign * h)
-        M = _offsets(g) if kind == "m" else [list(r) for r in getattr(g, name)]
-        M[wrt[1]][wrt[2]] = (M[wrt[1]][wrt[2]] or 0) + sign * h
+        if kind == "m":
+            return _moved(g, delta=lambda r, j: sign * h if (r, j) == wrt[1:] else 0)
+        M = [list(r) for r in getattr(g, name)]
+        M[wrt[1]][wrt[2]] += sign * h
         return _moved(g, **{name: M})
     ends = moved(1), moved(-1)
 

@@ -66,16 +66,14 @@ from typing import Sequence
 import numpy as np
 
 from ..call.inputs import object_array, reshaped
-from ..call.policy import EMPTY_ROWS
 from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
-from ..errors import InputError, ShapeError
+from ..errors import InputError
 from ..options import check_choice
 from ..numbers.exact import fmpq_mat_of, fmpq_of, fraction_of, rational_sqrt, to_exact
 from ..numbers.formats import float_format, round_cells, round_enclosures, round_value
 from ..numbers.reals import atom_ball
 from ..numbers.ratio import ONE, ExpRatio
-from ..numbers.softmax import SoftmaxRow
 from ..numbers.terms import Terms, row_kinds
 
 
@@ -173,25 +171,19 @@ class _Sizes:
 
 
 class Gradients:
-    """The exact gradients of one attention call (one block of query rows against one key set).
+    """The exact gradients of one block of a call: batch ``b``, the query heads ``hs`` that
+    read one key/value head (a GQA group), read from the call's
+    :class:`~exactattn.reference.reference.Reference` ``ref``: its R = len(hs) L query rows
+    (head by head), S keys, visibility, offsets (masks, ALiBi), sink and dropout factors.
+    ``d_out`` (B x H_q x L x E_v) and ``d_lse`` (None or B x H_q x L: the upstream gradients of
+    the rows' log-sum-exps, ``d lse_i / d x_ij = P_ij``, so ``dS_ij = P_ij (dP_ij - D_i +
+    dlse_i)``) are exact object arrays (:func:`d_out_array`).  Every enclosure reads the shares
+    of the forward's softmax rows (:meth:`Reference.row <exactattn.verify.Reference.row>`: the
+    one composition).
 
-    Shapes: ``queries`` R x E, ``keys`` S x E, ``values`` S x E_v, ``d_out``
-    R x E_v (lists of ``Fraction``); ``keep`` R x S booleans; ``offsets`` None
-    or per row None or S numbers (``Fraction`` or
-    :class:`~exactattn.numbers.reals.Surd`) added to the scaled scores (masks, ALiBi);
-    ``sink`` None or the sink's logit; ``factors`` None or R x S dropout
-    factors ``keep / (1 - p)`` (:func:`exactattn.call.modifiers.dropout_factors`); ``d_lse``
-    None or R upstream gradients of the rows' log-sum-exps (``d lse_i / d x_ij = P_ij``, so
-    ``dS_ij = P_ij (dP_ij - D_i + dlse_i)``).  A GQA group is one block: the rows of every
-    query head that reads the same keys.  ``rows`` are the forward's softmax rows of its
-    queries (:meth:`Reference.row <exactattn.verify.Reference.row>`: the one composition; a
-    list, or a function that builds it), whose shares every enclosure reads (a block built
-    without them reads rows of its own exponents, :class:`~exactattn.numbers.terms.Terms`).
-
-    ``policy`` with a soft-cap or RoPE (``positions`` the rows' query positions): the logits
-    are transcendental, so the block is ``certified`` (its rows handed in by
-    :meth:`Reference.gradients <exactattn.verify.Reference.gradients>`, rotated as the forward
-    rotates ``arb`` rows: :func:`exactattn.reference.enclose.rotated_balls`); values come from
+    With a soft-cap or RoPE (``positions`` the rows' query positions) the logits
+    are transcendental, so the block is ``certified`` (its arb rows rotated as the forward
+    rotates them: :func:`exactattn.reference.enclose.rotated_balls`); values come from
     enclosures, ``dQ = R_i^T scale sum_j dS_ij f_ij R_j k_j`` (``f = 1 - tanh^2(s / cap)``,
     R the rotation at a position; likewise dK), and signs are bounded
     (:class:`~exactattn.errors.Undecided` past the bound).
@@ -202,24 +194,31 @@ class Gradients:
     ``O`` R x E_v; ``dsink`` the gradient w.r.t. the sink logit (one value).
     """
 
-    def __init__(self, queries, keys, values, d_out, *, keep, offsets=None,
-                 divisor_squared: Fraction | None = None, empty_row: str = "zero",
-                 sink=None, factors=None, policy=None, positions=None, d_lse=None, rows=None):
-        self.R, self.E = len(queries), len(queries[0])
-        self.S, self.Ev = len(keys), len(values[0])
-        if tuple(keep.shape) != (self.R, self.S):
-            raise ShapeError(f"keep must be {self.R} x {self.S} like queries x keys "
-                             f"(got {' x '.join(map(str, keep.shape))})")
-        self.sink = sink
-        self.empty_row = empty_row
-        self.divisor_squared = divisor_squared
+    def __init__(self, ref, b: int, hs: list, d_out, d_lse=None):
+        from ..call.modifiers import row_offsets
+        call, policy, L, S = ref.exact_call, ref.policy, ref.L, ref.S
+        queries = [r for h in hs for r in call.query[b, h].tolist()]
+        keys, values = call.key[b, ref.kv(hs[0])].tolist(), call.value[b, ref.kv(hs[0])].tolist()
+        keep = np.concatenate([ref.visible(b, h) for h in hs])
+        self.R, self.E, self.S, self.Ev = len(queries), ref.E, S, ref.Ev
+        #: what the block reads: the reference, batch, query heads and upstream gradients
+        self.source = ref, b, hs, d_out, d_lse
+        self.sink = sink = policy.sink
+        self.empty_row = policy.empty_row
+        self.divisor_squared = divisor_squared = policy.divisor_squared_for(ref.E)
         root = None if divisor_squared is None else rational_sqrt(divisor_squared)
         #: D when the scale 1/sqrt(D) is irrational (carried by dQ and dK), else None
         self.irrational_scale = divisor_squared if divisor_squared is not None and root is None \
             else None
         self._scale_q = Fraction(1) if root is None else 1 / root
-        self._Q, self._K, self._V, self._dO = queries, keys, values, d_out
-        self._keep = keep
+        self._Q, self._K, self._V, self._keep = queries, keys, values, keep
+        self._dO = [r for h in hs for r in d_out[b, h].tolist()]
+        # problem head h is model head policy.head + h (ALiBi)
+        offsets = [ref.offsets(b, h, i) if ref.head_policy(h).alibi is None else
+                   row_offsets(ref.head_policy(h), i, L, S, ref.offsets(b, h, i))
+                   for h in hs for i in range(L)]
+        factors = None if policy.dropout is None else \
+            [ref.factors(b, h, i) for h in hs for i in range(L)]
         self._offsets = self._given_offsets = offsets
         self._factors = self._given_factors = factors
         #: columns of the block: the keys, then the sink's (value 0, offset the sink)
@@ -229,21 +228,15 @@ class Gradients:
             self._K = list(keys) + [[zero] * self.E]
             self._V = list(values) + [[zero] * self.Ev]
             self._keep = np.hstack([keep, np.ones((self.R, 1), dtype=bool)])
-            given = offsets if offsets is not None else [None] * self.R
-            self._offsets = [list(r if r is not None else [zero] * self.S) + [sink] for r in given]
+            self._offsets = [list(r if r is not None else [zero] * self.S) + [sink] for r in offsets]
             if factors is not None:
                 self._factors = [list(r) + [Fraction(1)] for r in factors]
-        self.policy = policy
+        self.positions = [policy.query_position(i, L, S) for i in range(L)] * len(hs)
+        self.policy = policy = ref.head_policy(0)
         #: True over rotary or soft-capped logits (values from enclosures, signs bounded)
-        self.certified = policy is not None and (policy.softcap, policy.rope) != (None, None)
-        self.positions = positions or [policy.query_position(i, self.R, self.S)
-                                       for i in range(self.R)] if policy is not None else None
-        self._dlse = None if d_lse is None else [Fraction(x) for x in d_lse]
-        if self.certified and rows is None:
-            raise InputError(f"policy {'softcap' if policy.softcap else 'rope'} must come with the "
-                             "forward's rows for gradients (got none); use Reference(Call(q, k, "
-                             "v, policy=...)).gradients(d_out), which certifies them")
-        self._rows, self._capped = rows, None
+        self.certified = (policy.softcap, policy.rope) != (None, None)
+        self._dlse = None if d_lse is None else [Fraction(x) for h in hs for x in d_lse[b, h].tolist()]
+        self._rows, self._capped = lambda: [ref.row(b, h, i) for h in hs for i in range(L)], None
         self._terms = None
         self._dPm_cache = None
         self._balls: dict = {}
@@ -251,7 +244,7 @@ class Gradients:
         self._magnitudes = None
         self._floats = False         # not tried yet (None: not available)
         #: per row ``ok``, or the empty-row answer of a row that sees no key
-        self.kinds = row_kinds(self._keep, check_choice(empty_row, "empty_row", EMPTY_ROWS))
+        self.kinds = row_kinds(self._keep, self.empty_row)
         self._nan_rows = {i for i, k in enumerate(self.kinds) if k == "nan"}
 
     # -- the call, as given ----------------------------------------------------------------
@@ -276,16 +269,10 @@ class Gradients:
     # -- lazily built exact pieces ---------------------------------------------------
     @property
     def rows(self) -> list:
-        """The forward's softmax rows of the block's queries (the sink's column last), handed in
-        by :class:`ExactGradients` (a list, or a function that builds it on first use)."""
+        """The forward's softmax rows of the block's queries (the sink's column last), built on
+        first use."""
         if callable(self._rows):
             self._rows = self._rows()
-        elif self._rows is None:      # a block built by hand: rows of its own exponents
-            t = self.terms
-            self._rows = [None if k in ("zero", "nan") else SoftmaxRow.of_logits(
-                [None if t.position(i, j) is None else
-                 t.logit(i, t.exponents(i)[t.position(i, j)]) for j in range(self.cols)])
-                for i, k in enumerate(t.kinds)]
         return self._rows
 
     @property
@@ -640,33 +627,10 @@ class ExactGradients:
     over soft-capped or rotary logits the forward's rows and rotation."""
 
     def __init__(self, ref, d_out: np.ndarray, d_lse: np.ndarray | None = None):
-        from ..call.modifiers import row_offsets
-        problem, policy = ref.exact_call, ref.policy
-        sh = self.shape = problem.shape
-        self.policy = policy
-        L, S = sh["L"], sh["S"]
+        self.shape, self.policy = sh, policy = ref.exact_call.shape, ref.policy
         self.heads = {g: policy.query_heads(g, sh["H_q"], sh["H_kv"]) for g in range(sh["H_kv"])}
-        self.blocks = {}
-        for b in range(sh["B"]):
-            for g, hs in self.heads.items():
-                offsets = []
-                for h in hs:       # problem head h is model head policy.head + h (ALiBi)
-                    hp = ref.head_policy(h)
-                    offsets += [ref.offsets(b, h, i) if hp.alibi is None else
-                                row_offsets(hp, i, L, S, ref.offsets(b, h, i)) for i in range(L)]
-                self.blocks[(b, g)] = Gradients(
-                    [r for h in hs for r in problem.query[b, h].tolist()],
-                    problem.key[b, g].tolist(), problem.value[b, g].tolist(),
-                    [r for h in hs for r in d_out[b, h].tolist()],
-                    keep=np.concatenate([ref.visible(b, h) for h in hs]), offsets=offsets,
-                    divisor_squared=policy.divisor_squared_for(sh["E"]),
-                    empty_row=policy.empty_row, sink=policy.sink,
-                    factors=None if policy.dropout is None else
-                    [ref.factors(b, h, i) for h in hs for i in range(L)],
-                    policy=ref.head_policy(0),
-                    positions=[policy.query_position(i, L, S) for i in range(L)] * len(hs),
-                    d_lse=None if d_lse is None else [x for h in hs for x in d_lse[b, h].tolist()],
-                    rows=lambda b=b, hs=hs: [ref.row(b, h, i) for h in hs for i in range(L)])
+        self.blocks = {(b, g): Gradients(ref, b, hs, d_out, d_lse)
+                       for b in range(sh["B"]) for g, hs in self.heads.items()}
 
     def locate(self, name: str, b: int, h: int, i: int, c: int):
         """(block, row, column) of one entry (h is the query head for dQ, else the kv head)."""

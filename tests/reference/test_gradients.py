@@ -19,7 +19,6 @@ from exactattn.call.policy import Mask, Policy
 from exactattn.errors import ExactAttnError, InputError, ShapeError
 from exactattn.numbers.ratio import ExpRatio
 from exactattn.gradients import gradients, head_gradients
-from exactattn.reference.backward import Gradients
 from exactattn.engines.head import Head, attend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -335,8 +334,6 @@ def test_one_line_errors():
         g.dV[0][0].as_fraction()
     with pytest.raises(InputError, match="name must be one of dQ, dK, dV"):
         g.value("dX", 0, 0)
-    with pytest.raises(ShapeError, match="keep must be 1 x 1 like queries x keys"):
-        Gradients([[F(1)]], [[F(1)]], [[F(1)]], [[F(1)]], keep=np.ones((2, 1), dtype=bool))
 
 
 def test_an_identity_too_large_to_decide_is_a_one_line_error(monkeypatch):
@@ -362,9 +359,9 @@ def test_gradients_class_takes_rows_of_a_gqa_group():
     call = Call([[[[1], [2]], [[0], [-1]]]], [[[[1], [0], [2]]]], [[[[1], [2], [0]]]],
                 policy=Policy(scale="none"))            # two query heads read one key head
     g = Reference(call).gradients([[[[1]] * 2] * 2]).blocks[(0, 0)]
-    keep = np.ones((4, 3), dtype=bool)            # built by hand: rows of its own exponents
-    h = Gradients([[F(1)], [F(2)], [F(0)], [F(-1)]], [[F(1)], [F(0)], [F(2)]],
-                  [[F(1)], [F(2)], [F(0)]], [[F(1)]] * 4, keep=keep, divisor_squared=None)
+    # the group's rows as one head's four queries against the same keys
+    h = gradients([[1], [2], [0], [-1]], [[1], [0], [2]], [[1], [2], [0]], [[1]] * 4,
+                  Policy(scale="none"))
     assert [h.decimals(n, 30) for n in ("dQ", "dK", "dS")] == \
         [g.decimals(n, 30) for n in ("dQ", "dK", "dS")]
     assert g.shape("dK") == (3, 1) and g.shape("dQ") == (4, 1)
@@ -378,10 +375,6 @@ def test_soft_capping_and_rope_are_certified_through_the_reference_and_windows_w
     from exactattn.call.modifiers import Rope
     from exactattn.reference.reference import Reference
     for field, value in (("softcap", F(30)), ("rope", Rope())):      # one key: P = 1, dS = 0
-        with pytest.raises(InputError, match=f"^policy {field} must come with the forward's "
-                           r"rows for gradients \(got none\); use Reference"):
-            Gradients([[F(1), F(0)]], [[F(1), F(0)]], [[F(1)]], [[F(1)]],
-                      keep=np.ones((1, 1), dtype=bool), policy=Policy(**{field: value}))
         call = Call([[1, 0]], [[1, 0]], [[1]], policy=Policy(**{field: value}))
         for g in (Reference(call).gradients([[1]]).blocks[(0, 0)],    # gradients(...) is its
                   gradients([[1, 0]], [[1, 0]], [[1]], [[1]], Policy(**{field: value}))):  # view

@@ -350,12 +350,12 @@ def _radius(delta, arith: Arithmetic, m, x_low, sink, n, D, mag, vmax, vis, out,
 
 class RowBalls:
     """Single outputs of the same call enclosed in ``arb`` balls at ``prec`` bits, from the
-    exact float inputs: what decides the entries whose float64 enclosure straddled a rounding
-    boundary, without reading the whole call exactly.
+    exact float inputs (``arb`` of a float is exact): what decides the entries whose float64
+    enclosure straddled a rounding boundary, without reading the whole call exactly.
 
-    ``balls(entries)`` gives ``{(b, h, i, c): ball}``: the rows of one head that hold such
-    entries become a call of their own (their visible keys and offsets an additive mask, the
-    positions already in it), enclosed by :func:`~exactattn.reference.enclose.block_balls`.
+    ``balls(entries)`` gives ``{(b, h, i, c): ball}`` (the same composition as the module's:
+    the scaled scores plus offsets, hidden keys left out, the sink in the normaliser), the
+    rows of one head as one ``arb_mat`` product; a head's keys are converted once.
     """
 
     def __init__(self, query, key, value, policy: Policy, keep=None, offsets=None, prec: int = 128):
@@ -366,26 +366,51 @@ class RowBalls:
         if keep is not None:
             self.vis = self.vis & np.broadcast_to(keep, (B, Hq, L, S))
         self.offsets = None if offsets is None else np.broadcast_to(offsets, (B, Hq, L, S))
+        self._keys: dict = {}
 
     def balls(self, entries) -> dict:
-        from ..call import Call, limits
+        from flint import arb, arb_mat
         from ..numbers.digits import working_precision
-        from .enclose import block_balls
-        from .reference import Reference
-        pol, (_, Hq, _, _), Hkv = self.policy, self.q.shape, self.k.shape[1]
-        rows: dict = {}
+        from ..numbers.exact import fmpq_of
+        from ..numbers.reals import atom_ball
+        pol, (_, Hq, _, E), (_, Hkv, S, _) = self.policy, self.q.shape, self.k.shape
+        groups: dict = {}
         for b, h, i, c in entries:
-            rows.setdefault((b, h, i), []).append(c)
+            groups.setdefault((b, h), {}).setdefault(i, set()).add(c)
         found = {}
-        for (b, h, i), cols in rows.items():
-            g, seen = pol.kv_head(h, Hq, Hkv), self.vis[b, h, i]
-            keys = seen if seen.any() else slice(None)     # no key seen: the policy's answer
-            mask = None if self.offsets is None and seen.any() else np.where(
-                seen, 0.0 if self.offsets is None else self.offsets[b, h, i], -np.inf)[keys][None]
-            with limits.lifted(), working_precision(self.prec):
-                out = block_balls(Reference(Call(
-                    self.q[b, h, i][None], self.k[b, g][keys], self.v[b, g][keys][:, cols], mask,
-                    mask_kind="additive", floats="exact", policy=pol.replace(
-                        causal=False, window=None, query_offset=None))), 0, 0, self.prec)[0][0]
-            found.update({(b, h, i, c): out[k] for k, c in enumerate(cols)})
+        with working_precision(self.prec):
+            d2 = pol.divisor_squared_for(E)
+            scale = arb(1) if d2 is None else atom_ball(d2)
+            sink = None if pol.sink is None else arb(fmpq_of(pol.sink))
+            for (b, h), rows in groups.items():
+                g = pol.kv_head(h, Hq, Hkv)
+                if (b, g) not in self._keys:
+                    self._keys[(b, g)] = arb_mat(E, S, self.k[b, g].T.reshape(-1).tolist())
+                I, cols = sorted(rows), sorted(set().union(*rows.values()))
+                X = arb_mat(len(I), E, self.q[b, h, I].reshape(-1).tolist()) * self._keys[(b, g)]
+                near = (self.q[b, h, I] @ self.k[b, g].T) * float(scale.mid())
+                W, D = arb_mat(len(I), S), []
+                for r, i in enumerate(I):
+                    seen = np.flatnonzero(self.vis[b, h, i]).tolist()
+                    if not seen:      # an empty row: 0, or every key at weight 1 (1/S each)
+                        fill = sink is None and pol.empty_share(max(S, 1))
+                        for j in range(S if fill else 0):
+                            W[r, j] = arb(1)
+                        D.append(arb(S if fill else 1))
+                        continue
+                    x = [X[r, j] * scale for j in seen]
+                    if self.offsets is not None:
+                        off = self.offsets[b, h, i]
+                        x = [t + arb(float(off[j])) for t, j in zip(x, seen)]
+                        near[r] += np.where(np.isfinite(off), off, 0.0)
+                    top = arb(float(np.max(near[r, seen])))
+                    total = arb(0) if sink is None else (sink - top).exp()
+                    for t, j in zip(x, seen):
+                        W[r, j] = w = (t - top).exp()
+                        total += w
+                    D.append(total)
+                N = W * arb_mat(S, len(cols), self.v[b, g][:, cols].reshape(-1).tolist())
+                for r, i in enumerate(I):
+                    for c in rows[i]:
+                        found[(b, h, i, c)] = N[r, cols.index(c)] / D[r]
         return found

@@ -70,7 +70,9 @@ BUDGET = {
     # Reference.score_ints (Reference.scores, kv_mats, dropout_block gone), kernels.project is
     # kernels.score
     # reference: 1612 -> 1609, issue 43, seventh session: the count after its deletions
-    "reference": (("reference", "gradients"), 1552, 1000),
+    # reference: 1609 -> 1577, issue 43, eighth session (RowBalls' own arb forward kept: reading it
+    # through one-row Calls made the float32 GQA assertion benchmark 15-20% slower)
+    "reference": (("reference", "gradients"), 1577, 1000),
     # engines: +141 moved from call (the head specs, engines/spec.py), issue 43: a move, not a
     # raise (the call ceiling fell by as much; target +140 from call's)
     # engines: 1452 -> 1391, issue 43: the blocked check's report a check.Report, one binary64

@@ -458,12 +458,18 @@ class Call:
         head's policy (:meth:`Policy.for_head`), its mask and dropout keep-mask.
 
         Raises:
-            InputError: an additive mask (row blocks take boolean masks only); dropout without
-                its keep-mask, or a keep-mask without dropout; an ``inf`` or ``nan`` a query sees.
+            InputError: b or h past the batch or the query heads; an additive mask (row blocks
+                take boolean masks only); dropout without its keep-mask, or a keep-mask without
+                dropout; an ``inf`` or ``nan`` a query sees.
 
         >>> Call([[[1]], [[2]]], [[[3], [4]]], [[[5], [6]]], policy=Policy(gqa="tile")).head(0, 1)
         Call('call', 1 x 1 queries, 2 keys, scale=1/sqrt(d_k) causal=off alignment=top_left empty_row=zero mask=bool_keep gqa=tile)
         """
+        B, H = self.shape["B"], self.shape["H_q"]     # negative b, h count from the end
+        if not (isinstance(b, int) and isinstance(h, int) and -B <= b < B and -H <= h < H):
+            raise InputError(f"head must be a batch below {B} and a query head below {H} "
+                             f"(got {b!r}, {h!r})")
+        b, h = b % B, h % H
         policy = self.policy.for_head(h)
         g = policy.kv_head(h, self.shape["H_q"], self.shape["H_kv"])
         if (policy.dropout is None) != (self.dropout_keep is None):

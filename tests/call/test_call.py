@@ -170,3 +170,16 @@ def test_a_head_call_refuses_a_keep_mask_of_another_shape():
     with pytest.raises(ShapeError, match=r"^dropout_keep must be L x S = 1 x 1 or broadcast to "
                                          r"1 x 1 x 1 x 1 \(got 2\)$"):
         Call.of_head(Head([[1]], [[1]], [[1]]), [[1]], dropout_keep=[True, False])
+
+
+def test_a_head_index_past_the_batch_or_the_heads_is_refused_in_one_line():
+    """Call.head(b, h): negative indices count from the end; past the end, one InputError
+    (a slice past the end gave an empty call, then a traceback in the row blocks)."""
+    from exactattn.call import Call
+    c = Call.random(4, 2, heads=4, kv_heads=2, batch=2, seed=1)
+    assert c.head(-1, -1).numerators("query")[0].tolist() == \
+        c.head(1, 3).numerators("query")[0].tolist()
+    for b, h in [(2, 0), (0, 4), (-3, 0), (0, "1")]:
+        with pytest.raises(InputError, match=r"^head must be a batch below 2 and a query head "
+                                             r"below 4 \(got "):
+            c.head(b, h)

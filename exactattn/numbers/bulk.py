@@ -404,8 +404,12 @@ def _enclosed(cached, gaps, between, values_num, values_den: int, empty, top: in
     if between is not None and between.any():  # its lower end one step further out
         lo = np.where(between, _mul_shift(lo, np.full(lo.shape, cached[3], dtype=lo.dtype), F,
                                           False), lo)
-    mid = exact_matmul(lo, values_num).astype(object)
-    rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
+    if lo.dtype == object or values_num.dtype == object:
+        mid = exact_matmul(lo, values_num).astype(object)
+        rad = exact_matmul(hi - lo, abs(values_num)).astype(object)
+    else:       # limbs through BLAS straight away: the float path's checks cost more here
+        mid = mix(lo.astype(np.int64), values_num)
+        rad = mix((hi - lo).astype(np.int64), abs(values_num))
     den_lo, den_hi = _row_sums(lo), _row_sums(hi)
     a_lo, a_hi = mid - rad, mid + rad
     d_lo, d_hi = den_lo * values_den, den_hi * values_den

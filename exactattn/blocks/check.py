@@ -9,8 +9,9 @@ each correctly rounded to the dtype: enclosed in bulk
 (:func:`exactattn.numbers.bulk.block_bounds`) and rounded from the enclosure or,
 where it straddles a rounding boundary, from the exact value
 (:func:`~exactattn.numbers.formats.round_enclosed`).
-Each output is judged by :func:`exactattn.verify.compare.judge`, the one
-comparison ``verify`` uses, with ``verify``'s tolerance: per output, the proved error
+The outputs are judged by :func:`exactattn.verify.check.judge_entries`, the one
+judging loop ``verify`` uses (each entry by :func:`~exactattn.verify.compare.judge`, its
+errors measured in ``arb``), with ``verify``'s tolerance: per output, the proved error
 of a correct kernel accumulating in float32, in ULPs at the terms
 (:func:`~exactattn.verify.check.proved_tolerance` over the block's rows, :func:`proved_block`),
 and where no bound holds the default rule
@@ -37,6 +38,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -47,8 +49,9 @@ from ..numbers.digits import working_precision
 from ..numbers.exact import binary64, fmpq_of
 from ..numbers.formats import DTYPES, float_format, round_enclosed, round_value
 from ..numbers.reals import atom_ball
-from ..verify.check import Entry, Report, attempt, default_tolerance, proved_tolerance
-from ..verify.compare import Comparison, judge
+from ..verify.check import (Entry, Report, attempt, default_tolerance, judge_entries,
+                            proved_tolerance)
+from ..verify.compare import Comparison
 from .engine import Engine
 from .rows import block, block_keep, numerators, score_top
 
@@ -120,38 +123,34 @@ def check_block(data, r0: int, r1: int, *, dtype: str, max_ulps: int, worst: int
     fmt = float_format(dtype)
     tol = proved_block(call, r0, r1, dtype, max_ulps, accumulation) if proved else None
     c0, c1, b, exact_row, values = block(call, r0, r1, 62)
+    shape = (1, 1, r1 - r0, call.shape["E_v"])
+    rounded, balls, mags = np.full(shape, math.nan), np.full(shape, None, object), np.zeros(shape)
     if b is not None:
         v, vd = numerators(call)[2]
         with np.errstate(all="ignore"):
-            mags = (b.lo.astype(np.float64) @ np.abs(v[c0:c1].astype(np.float64))) \
+            mags[0, 0] = (b.lo.astype(np.float64) @ np.abs(v[c0:c1].astype(np.float64))) \
                 / np.array(b.den_lo, dtype=np.float64) / float(vd)
     out = BlockCheck(worst)
     if tol is not None:
         out.proved = (int(tol.min()), int(tol.max()))
-    for i in range(r0, r1):
-        bulk = b is not None and not b.empty[i - r0]
-        row = None if bulk else exact_row(i)
-        for c in range(call.shape["E_v"]):
-            value = partial(lambda i, c: exact_row(i).combine(values(i, c)), i, c)   # exact output
-            ball = None
-            if bulk:
-                at = (i - r0, c)
-                with working_precision(_PREC):
-                    bounds = arb(fmpq(int(b.a_lo[at]), int(b.b_lo[at]))).union(
-                        arb(fmpq(int(b.a_hi[at]), int(b.b_hi[at]))))
-                rounded, ball = round_enclosed(bounds, fmt, _PREC, value, _PREC)
-                out.fallbacks += ball is not bounds        # decided by the exact value
-                mag = float(mags[at])
-            elif row.nan:      # a row that sees no key under the policy's answer NaN
-                rounded, mag = math.nan, 0.0
-            else:      # the row's own answer (an empty row's too): entry by entry
-                mag = float(row.combine([abs(v) for v in values(i, c)]))
-                rounded, ball = round_value(value(), fmt, _PREC)
-            g = float(got[i, c])
-            j = judge(g, rounded, ball, mag, fmt, value,
-                      max_ulps if tol is None else int(tol[i - r0, c]))
-            out.add(Entry((i, c), rounded, g, j.ulps, j.rel, j.status, None, j.terms_ulps), j)
-    return out
+
+    def value(_b, _h, i, c):       # an exact output
+        return exact_row(r0 + i).combine(values(r0 + i, c))
+    for at in np.ndindex(*shape):
+        row = exact_row(r0 + at[2]) if b is None or b.empty[at[2]] else None
+        if row is None:
+            with working_precision(_PREC):
+                bounds = arb(fmpq(int(b.a_lo[at[2:]]), int(b.b_lo[at[2:]]))).union(
+                    arb(fmpq(int(b.a_hi[at[2:]]), int(b.b_hi[at[2:]]))))
+            rounded[at], balls[at] = round_enclosed(bounds, fmt, _PREC, partial(value, *at), _PREC)
+            out.fallbacks += balls[at] is not bounds        # decided by the exact value
+        elif not row.nan:      # the row's own answer (an empty row's too): entry by entry
+            mags[at] = float(row.combine([abs(v) for v in values(r0 + at[2], at[3])]))
+            rounded[at], balls[at] = round_value(value(*at), fmt, _PREC)
+    return judge_entries(got[None, None, r0:r1], (rounded, balls, mags),
+                         SimpleNamespace(output=value), fmt,
+                         max_ulps if tol is None else tol[None, None], found=out, decided=False,
+                         entry=lambda idx, *a: Entry((r0 + idx[2], idx[3]), *a[:5], None, *a[5:]))
 
 
 def _block_top(data, r0: int, r1: int) -> int:

@@ -596,7 +596,7 @@ def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):
 
 def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
                 at_terms: bool = True, column: int = 0, known=None, rounded=None,
-                found: Comparison | None = None, entry=None) -> tuple:
+                found: Comparison | None = None, entry=None, decided: bool = True) -> tuple:
     """``(found, left)``: the outputs ``got`` (float64, B x H_q x L x w) judged from their
     enclosures ``enclosed = (mid, rad, mag)`` (:func:`~exactattn.verify.compare.decide`), the
     entries they leave open (``left`` of them) enclosed again in ``arb`` by ``rows`` (a
@@ -609,7 +609,8 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
     not found ok at once judged by :func:`judge` (None for ``got``: every entry hard).  The
     entries are added to ``found`` (default: a new ``Comparison(None)``), each made by
     ``entry(idx, rounded, got, ulps, rel, status, terms_ulps)`` (default: an :class:`Entry`
-    on ``ref``)."""
+    on ``ref``).  With ``rounded`` and not ``decided``, every entry is judged by :func:`judge`
+    (its errors measured in ``arb``, not from the float64 enclosures: the row blocks' rule)."""
     from ..numbers.formats import round_ball
     mid, rad, mag = enclosed
     raised, exact = got is None, rounded is not None
@@ -630,7 +631,7 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
         status, near, ulps, rel, terms = (a.reshape(-1) for a in
                                           decide(got, mid, rad, mag, fmt, cap, at_terms, slack))
     rounded = near if rounded is None else rounded.reshape(-1)
-    sharp = status == 0
+    sharp = (status == 0) & decided
     if exact:
         status[~sharp] = 2 if raised else 3
     elif sharp.any():      # a rough entry that may hold a summary's maximum: judged exactly
@@ -747,17 +748,17 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
 
 
 def judge_entries(got, exact: tuple, ref, fmt: FloatFormat, tol, *,
-                  found: Comparison | None = None, entry=None) -> Comparison:
+                  found: Comparison | None = None, entry=None, decided: bool = True) -> Comparison:
     """Every output of ``got`` (None: the implementation raised) judged against the correctly
     rounded exact values ``exact = (rounded, balls, magnitudes)`` (one shape);
     ``ref.output(b, h, i, c)`` gives an exact value; ``tol`` is an int, or an int array of
     that shape (each entry's own, its ``tolerance``): :func:`bulk_judged` on the balls'
-    float64 enclosures, every entry they do not clear judged by :func:`judge` (``found`` and
-    ``entry`` are its own); the one judging loop of the forward's exact path and the
-    backward."""
+    float64 enclosures, every entry they do not clear judged by :func:`judge` (``found``,
+    ``entry`` and ``decided`` are its own); the one judging loop of the forward's exact path,
+    the backward and the row blocks."""
     rounded, balls, mags = exact
     return bulk_judged(got, (*enclosures(balls), mags), balls, fmt, tol, ref, 0,
-                       rounded=rounded, found=found, entry=entry)[0]
+                       rounded=rounded, found=found, entry=entry, decided=decided)[0]
 
 
 @dataclass

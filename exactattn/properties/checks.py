@@ -86,15 +86,13 @@ class Result:
 
     def same(self, a, b, M) -> bool:
         """Two results of the function agree: exactly, or within twice the tolerance."""
-        if self.exact:
-            return not self.is_nan(a) and not self.is_nan(b) and a == b
-        return compare.agree(a, b, M, self.tolerance)
+        return not self.is_nan(a) and not self.is_nan(b) and a == b if self.exact else \
+            compare.agree(a, b, M, self.tolerance)
 
     def equals(self, got, want, M) -> bool:
         """A result equals an exact value (``Fraction`` or ``ExpRatio``)."""
-        if self.exact:
-            return not self.is_nan(got) and got == want
-        return compare.within(got, want, M, self.tolerance)
+        return not self.is_nan(got) and got == want if self.exact else \
+            compare.within(got, want, M, self.tolerance)
 
     def between(self, got, lo, hi, M) -> bool:
         """``lo <= got <= hi`` (``lo`` None: no lower bound), exactly or within the tolerance."""

@@ -90,17 +90,12 @@ def certified(balls, places: int, value, *, nan=None) -> list[list[str]]:
     entry the ball leaves undecided goes to ``value(i, j).decimal`` (the exact
     path).  ``nan(i, j)`` (optional) marks NaN entries.
     """
-    out = []
-    for i, brow in enumerate(balls):
-        row = []
-        for j, b in enumerate(brow):
-            if nan is not None and nan(i, j):
-                row.append("nan")
-                continue
-            k = decide(b, places)
-            row.append(value(i, j).decimal(places) if k is None else format_scaled(k, places))
-        out.append(row)
-    return out
+    def one(i, j, b):
+        if nan is not None and nan(i, j):
+            return "nan"
+        k = decide(b, places)
+        return value(i, j).decimal(places) if k is None else format_scaled(k, places)
+    return [[one(i, j, b) for j, b in enumerate(r)] for i, r in enumerate(balls)]
 
 
 
@@ -219,7 +214,7 @@ class Gradients:
                    for h in hs for i in range(L)]
         factors = None if policy.dropout is None else \
             [ref.factors(b, h, i) for h in hs for i in range(L)]
-        self._offsets = self._given_offsets = offsets
+        self._offsets = offsets
         self._factors = self._given_factors = factors
         #: columns of the block: the keys, then the sink's (value 0, offset the sink)
         self.cols = self.S + (sink is not None)
@@ -253,12 +248,10 @@ class Gradients:
     values = property(lambda self: self._V[:self.S], doc="S x E_v values (``Fraction``)")
     d_out = property(lambda self: self._dO, doc="R x E_v upstream gradient (``Fraction``)")
     keep = property(lambda self: self._keep[:, :self.S], doc="R x S visibility (booleans)")
-    plain = property(lambda self: self.sink is None and self._factors is None and (
-        self._offsets is None or all(r is None for r in self._offsets)) and not (
+    plain = property(lambda self: self.sink is None and self._factors is None and all(
+        r is None for r in self._offsets) and not (
         self.certified or self._dlse), doc="True without offsets, sink, dropout, soft-cap, "
         "RoPE or dlse (the float enclosures' calls)")
-    offsets = property(lambda self: self._given_offsets,
-                       doc="per row None or S offsets added to the scaled scores (None: none)")
     factors = property(lambda self: self._given_factors,
                        doc="R x S dropout factors keep / (1 - p), or None")
     nan_rows = property(lambda self: frozenset(self._nan_rows),

@@ -258,26 +258,14 @@ def online_softmax(raw: Sequence[Fraction | None], divisor_squared: Fraction | N
             for c in range(d_v):
                 acc[c][g] = acc[c].get(g, 0) + values[j][c]
 
-    row = _running_row(raw, divisor_squared, empty_row, m, norm)
-    if m is None and empty_row == "uniform":     # a finite fill: every key at gap 0
-        acc = [{Fraction(0): sum(v[c] for v in values)} for c in range(d_v)]
-    outputs = [ExpRatio(col, row) for col in acc]
+    # the final running state as a row, built the public way from one score ``m + g`` per key
+    # counted at gap g (a wrong state stays wrong, and equals_one_pass sees it); with nothing
+    # seen, the input row itself and its empty-row answer
+    row = SoftmaxRow(raw if m is None else [m + g for g, c in sorted(norm.items(), reverse=True)
+                                            for _ in range(c)], divisor_squared, empty_row)
+    outputs = [row.combine([v[c] for v in values]) if m is None else ExpRatio(acc[c], row)
+               for c in range(d_v)]
     return OnlineResult(row, outputs, lengths, rescales, raw, divisor_squared, values, empty_row)
-
-
-def _running_row(raw: list, divisor_squared, empty_row: str, m, norm: dict) -> SoftmaxRow:
-    """A :class:`SoftmaxRow` whose maximum and normaliser are the running state ``(m, norm)``.
-
-    Built the public way, from one score ``m + g`` per key the pass counted at
-    gap g, so its ``counts`` are ``norm`` and its ``max_raw`` is ``m`` exactly
-    as the pass left them (a wrong running state stays wrong here, and
-    :meth:`OnlineResult.equals_one_pass` sees it).  With nothing seen the row
-    is the input row itself, under ``empty_row``.
-    """
-    if m is None:
-        return SoftmaxRow(raw, divisor_squared, empty_row)
-    scores = [m + g for g, c in sorted(norm.items(), reverse=True) for _ in range(c)]
-    return SoftmaxRow(scores, divisor_squared, empty_row)
 
 
 # --------------------------------------------------------------------------- split-KV merges

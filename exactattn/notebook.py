@@ -33,12 +33,13 @@ $$\\begin{aligned}
 
 from __future__ import annotations
 
+from html import escape as _e
 from typing import Sequence
 
 from .present.cells import exact_text
 from .errors import InputError, shorten
 from .examples import Example, Token
-from .present.render import Section, html_text as _e, render, tables_html
+from .present.render import Section, render, tables_html
 from .present.stream import View
 from .present.tables import attend_example, build
 from .engines.trace import Trace

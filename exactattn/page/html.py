@@ -21,13 +21,14 @@ Element ids the browser test reads: ``sentence-K`` (the switch),
 from __future__ import annotations
 
 import json
+from html import escape as _e
 from importlib import resources
 
 from .. import __version__
-from ..present.render import html_text as _e
 from .data import SQUARE
 from .picture import BAR, bar_width, dot_positions, frame, picture_svg
-from .questions import join, questions, vector_text
+from ..present.cells import vector
+from .questions import join, questions
 
 #: no network request of any kind; inline script and style only; images from data: URLs
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -50,7 +51,7 @@ def script_data(nums, initial: str) -> dict:
         dots = dot_positions(s, f)
         sentences[str(k)] = {"at": {
             key: {"shares": at["shares"], "bars": [bar_width(d) for d in at["decimals"]],
-                  "output": vector_text(at["output"]), "largest": _largest(s, key),
+                  "output": vector(at["output"]), "largest": _largest(s, key),
                   "dot": None if dots is None else dots[key]}
             for key, at in s.at.items()}}
     lengths = {str(k): {name: r[name] for name in ("n", "scores", "score_macs", "mix_macs",
@@ -123,7 +124,7 @@ def _share_table(k: int, s, key: str, hidden: bool) -> str:
  {s.visible} words "{_e(word)}" sees (the dashed line): where the shares go as the divisor
  grows.</td></tr></tfoot>
 </table>
-<p class="output">Output of "{_e(word)}": <b id="output-{k}">{_e(vector_text(at["output"]))}</b>
+<p class="output">Output of "{_e(word)}": <b id="output-{k}">{_e(vector(at["output"]))}</b>
  <span class="small">(the values weighted by the shares, summed; the orange dot)</span></p>
 <p class="small">Largest share: <span id="largest-{k}">{_e(_largest(s, key))}</span>.
  Each row of shares sums to exactly 1 (checked exactly, not from the decimals).</p>

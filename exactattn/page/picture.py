@@ -26,13 +26,13 @@ a number: the numbers are in the page's table, as text.
 
 from __future__ import annotations
 
+from html import escape as _e
 from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, floor
 
 from ..present.cells import exact_text
 from ..numbers.digits import format_exact, round_fraction
-from ..present.render import html_text as _e
 
 #: the side of the plotting square and the margins around it, in pixels
 PLOT = 360

@@ -13,15 +13,12 @@ computed here, only chosen and worded.
 
 from __future__ import annotations
 
+from ..present.cells import vector
+
 
 def join(words: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return " and ".join(words) if len(words) <= 2 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def vector_text(values: list[str]) -> str:
-    """``(0.1382, 0.6044)``: a vector's entries as one text."""
-    return "(" + ", ".join(values) + ")"
 
 
 def _largest(s, key: str) -> str:
@@ -64,8 +61,8 @@ def questions(nums) -> list[tuple[str, str]]:
         same = "the same word" if other == word else f'"{other}"'
         out.append((f'Flip the switch to {t.label} ("{t.title}"). Where does the orange dot (the output of '
                     f'"{other}") go, and why?',
-                    f"From {vector_text(s.at[own.key]['output'])} to "
-                    f"{vector_text(t.at[own.key]['output'])} at divisor {own.label}. The output is "
+                    f"From {vector(s.at[own.key]['output'])} to "
+                    f"{vector(t.at[own.key]['output'])} at divisor {own.label}. The output is "
                     f"the values weighted by the shares, so {same} moves toward the words it "
                     f"now shares most with: {join([t.words[j] for j in t.at[own.key]['largest']])}."))
     rows = nums.lengths

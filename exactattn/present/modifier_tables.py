@@ -16,7 +16,7 @@ these tables besides the plain ones (:mod:`exactattn.present.tables`,
 * ``scores/lse``: each row's log-sum-exp, closed form and certified digits,
   on request.
 
-Every table says which kind of value it holds (:data:`~exactattn.present.cells.KINDS`):
+Every table says which kind of value it holds (:data:`KINDS`):
 exact rational, exact algebraic or certified transcendental (digits
 correctly rounded from enclosures; readers see such cells marked ``~``).
 The sink's share is a column of ``scores/shares``; windows and causal rules
@@ -36,11 +36,77 @@ hide cells (``-inf``) as in the plain tables.
 
 from __future__ import annotations
 
-from .cells import KINDS, certified_cell, real_cell, real_exact, real_kind, value_cell
+from fractions import Fraction
+
+from .cells import certified_cell, exact_text, value_cell, with_decimal
 from ..call.modifiers import dropout_factors
-from ..numbers.reals import real_decimal
+from ..numbers.reals import Surd, real_decimal
 from .render import Cell, Section
 from .stream import Grid, LazyRows, shown_note
+
+#: the kinds of value a table names: what is exact and what is certified
+KINDS = ("exact rational", "exact algebraic", "certified transcendental")
+
+
+def real_kind(value) -> str:
+    """Which kind of value ``value`` is (one of :data:`KINDS`).
+
+    A ``Fraction`` (or an exact ratio that is rational) is exact rational; a
+    :class:`~exactattn.numbers.reals.Surd` (``1/sqrt(2)``, ``2^(1/4)``) exact
+    algebraic; anything else (soft-capped or rotated scores, shares and
+    log-sum-exps of a row that are not rational) transcendental, its digits
+    certified from enclosures.
+
+    >>> from exactattn.numbers.reals import softcap, two_power
+    >>> real_kind(Fraction(1, 2)), real_kind(two_power(Fraction(1, 2))), real_kind(softcap(Fraction(1), Fraction(1)))
+    ('exact rational', 'exact algebraic', 'certified transcendental')
+    """
+    if isinstance(value, (int, Fraction)):
+        return KINDS[0]
+    if isinstance(value, Surd) and value.rational() is None:
+        return KINDS[2] if value.transcendental else KINDS[1]
+    rational = getattr(value, "rational", None)
+    return KINDS[0] if rational is not None and rational() is not None else KINDS[2]
+
+
+def real_exact(value) -> str | None:
+    """The exact text of a rational, algebraic or certified value (its closed form); None stays None.
+
+    >>> from exactattn.numbers.reals import two_power
+    >>> real_exact(Fraction(-1, 4)), real_exact(-two_power(Fraction(-1, 2)))
+    ('-1/4', '-1/sqrt(2)')
+    """
+    if value is None:
+        return None
+    q = value.rational() if isinstance(value, Surd) else Fraction(value)
+    return exact_text(q) if q is not None else value.text()
+
+
+def real_cell(value, places: int) -> str:
+    """The cell of a rational, algebraic or certified value (``-inf`` for None: hidden).
+
+    Rationals read as :func:`with_decimal` does (``-1/2 = -0.5``); algebraic
+    values as their closed form and certified decimal (``-1/sqrt(2) ~
+    -0.7071``); certified transcendental values as their decimal, which
+    readers see marked ``~`` (not exact).
+
+    >>> from exactattn.numbers.reals import softcap, two_power
+    >>> real_cell(Fraction(-1, 2), 4), real_cell(-two_power(Fraction(-1, 2)), 4)
+    ('-1/2 = -0.5', '-1/sqrt(2) ~ -0.7071')
+    >>> c = real_cell(softcap(Fraction(2), Fraction(1)), 4); (str(c), c.reader)
+    ('0.9640', '~0.9640')
+    """
+    if value is None:
+        return "-inf"
+    if isinstance(value, Surd) and value.transcendental:
+        dec = value.decimal(places)
+        return Cell(dec, "~" + dec)
+    if isinstance(value, Surd):
+        q = value.rational()
+        return with_decimal(q, places) if q is not None else \
+            f"{value.text()} ~ {value.decimal(places)}"
+    return with_decimal(Fraction(value), places)
+
 
 #: a row's log-sum-exp closed form is written out up to this many distinct terms
 LSE_TERMS = 16

@@ -138,11 +138,6 @@ def json_text(value, **options) -> str:
                           json.dumps(value, ensure_ascii=False, **options))
 
 
-def html_text(text) -> str:
-    """Any value as ``str`` writes it, escaped for HTML (quotes included)."""
-    return html.escape(str(text), quote=True)
-
-
 def reader_text(cell: str) -> str:
     """A cell's text for readers: its :class:`Cell` ``reader``, or the cell itself."""
     return getattr(cell, "reader", cell)
@@ -501,12 +496,12 @@ _CSV = Printer(lambda s: "", lambda s: _csv_line(["table"] + s.columns),
                lambda s, r: _csv_line([s.name] + [str.__str__(c) for c in r]),
                lambda s, n: _csv_line([s.name, "note", n]), between="\n", end="")
 #: HTML tables (caption, header, rows as people read them, notes): a notebook's display
-_HTML = Printer(lambda s: f"\n<table>\n<caption>{html_text(s.title)}</caption>",
-                lambda s: "\n<thead><tr>" + "".join(f"<th>{html_text(c)}</th>" for c in s.columns)
-                + "</tr></thead>\n<tbody>",
-                lambda s, r: "\n<tr>" + "".join(f"<td>{html_text(reader_text(c))}</td>"
+_HTML = Printer(lambda s: f"\n<table>\n<caption>{html.escape(str(s.title))}</caption>",
+                lambda s: "\n<thead><tr>" + "".join(f"<th>{html.escape(str(c))}</th>"
+                                                     for c in s.columns) + "</tr></thead>\n<tbody>",
+                lambda s, r: "\n<tr>" + "".join(f"<td>{html.escape(str(reader_text(c)))}</td>"
                                                 for c in r) + "</tr>",
-                lambda s, n: f"\n<p><small>{html_text(n)}</small></p>",
+                lambda s, n: f"\n<p><small>{html.escape(str(n))}</small></p>",
                 close="\n</tbody>\n</table>", between="", start='<div class="exactattn">',
                 end="\n</div>", every=True)
 

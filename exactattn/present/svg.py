@@ -42,7 +42,7 @@ sec. 3.2.1; the built-in worked example ``chronicle``.
 >>> from exactattn.examples import chronicle
 >>> from exactattn.present.tables import attend_example
 >>> ex = chronicle()
->>> text = share_svg(ex, attend_example(ex))
+>>> text = picture("scores", ex, attend_example(ex), 4)
 >>> import xml.etree.ElementTree as ET
 >>> root = ET.fromstring(text)
 >>> cell = root.find(".//svg:g[@id='cell-2-1']", {"svg": SVG_NS})
@@ -293,65 +293,8 @@ def _score_cell(trace, places: int):
     return cell
 
 
-def share_svg(example, trace, places: int = 4) -> str:
-    """The share square (softmax of each row of scaled scores) as an SVG heatmap.
-
-    Cell (i, j) prints the certified share of key j for query i at ``places``
-    places and is shaded by it (white 0, dark blue 1).
-
-    Shapes: the trace's shares, n x n.
-
-    Raises:
-        InputError: ``places`` outside 0..50; a symbolic trace.
-
-    >>> from exactattn.examples import tiny
-    >>> from exactattn.present.tables import attend_example
-    >>> "0.8628" in share_svg(tiny(), attend_example(tiny()))
-    True
-    """
-    return _svg("scores", example, trace, places)
-
-
-def score_svg(example, trace, places: int = 4) -> str:
-    """The score square (raw scores / divisor) as an SVG heatmap.
-
-    A rational score prints exactly (``25/16``); an irrational one (divisor
-    sqrt(2), say) prints as a certified decimal at ``places`` places.  Shading
-    runs from the smallest score in the square (white) to the largest (dark
-    blue); masked pairs are grey ``-inf``.
-
-    >>> from exactattn.examples import chronicle
-    >>> from exactattn.present.tables import attend_example
-    >>> "25/16" in score_svg(chronicle(), attend_example(chronicle()))
-    True
-    """
-    return _svg("square", example, trace, places)
-
-
-def _svg(mode: str, example, trace, places: int) -> str:
-    cells, levels, tips = _grid(trace, places, mode)
-    n, d2 = trace.n, trace.head.divisor_squared
-    if mode == "scores":
-        div = "no divisor" if d2 is None else f"divisor {divisor_text(d2)}"
-        title, what = f"Shares: softmax(queries . keys / divisor), {example.name} ({div})", "shares"
-        notes = ["each row sums to exactly 1",
-                 f"shares at {places} certified places (correctly rounded); the shading is a "
-                 "picture, not a number"]
-    else:
-        kind = "raw scores (no divisor)" if d2 is None else \
-            f"scaled scores: raw / {divisor_text(d2)}"
-        title, what = f"Scores: {kind}, {example.name}", "scores"
-        notes = ["shading runs from the smallest score (white) to the largest (dark blue)"]
-    if n > TOOLTIP_TOKENS:
-        notes.append(f"{n} tokens: the tooltips name the query only (cells have their own, with "
-                     f"the exact value, up to {TOOLTIP_TOKENS} tokens); the exact {what} are in "
-                     "the json format")
-    labels = _labels(example, n)
-    return heatmap(cells, levels, labels, labels, title=title, tooltips=tips, notes=notes)
-
-
 def png(example, trace, places: int = 4, mode: str = "scores") -> bytes:
-    """The same heatmap as :func:`share_svg` (or :func:`score_svg`) as PNG bytes, via matplotlib.
+    """The same heatmap as the SVG picture (:func:`picture`) as PNG bytes, via matplotlib.
 
     Raises:
         InputError: matplotlib is not installed (install ``exactattn[plot]``).
@@ -389,11 +332,26 @@ def png(example, trace, places: int = 4, mode: str = "scores") -> bytes:
     return buf.getvalue()
 
 
-def picture(mode: str, example, trace, places: int, fmt: str) -> str | bytes:
-    """The picture of ``mode`` (scores: shares; square: scores) in ``fmt``: SVG text or PNG bytes.
+def picture(mode: str, example, trace, places: int = 4, fmt: str = "svg") -> str | bytes:
+    """The picture of ``mode`` in ``fmt``: SVG text or PNG bytes (:func:`png`).
+
+    ``scores``: the share square (the softmax of each row of scaled scores); cell (i, j)
+    prints the certified share of key j for query i at ``places`` places and is shaded by
+    it (white 0, dark blue 1).  ``square``: the score square (raw scores / divisor); a
+    rational score prints exactly (``25/16``), an irrational one (divisor sqrt(2), say) as
+    a certified decimal at ``places`` places; shading runs from the smallest score in the
+    square (white) to the largest (dark blue); masked pairs are grey ``-inf``.
 
     Raises:
-        InputError: a mode without a picture or an unknown picture format.
+        InputError: a mode without a picture or an unknown picture format; ``places``
+            outside 0..50; a symbolic trace.
+
+    >>> from exactattn.examples import chronicle, tiny
+    >>> from exactattn.present.tables import attend_example
+    >>> "0.8628" in picture("scores", tiny(), attend_example(tiny()), 4)
+    True
+    >>> "25/16" in picture("square", chronicle(), attend_example(chronicle()), 4)
+    True
     """
     check_choice(fmt, "format", PICTURE_FORMATS)
     if mode not in PICTURE_MODES:
@@ -402,4 +360,22 @@ def picture(mode: str, example, trace, places: int, fmt: str) -> str | bytes:
                          "latex, json or csv")
     if fmt == "png":
         return png(example, trace, places, mode)
-    return (share_svg if mode == "scores" else score_svg)(example, trace, places)
+    cells, levels, tips = _grid(trace, places, mode)
+    n, d2 = trace.n, trace.head.divisor_squared
+    if mode == "scores":
+        div = "no divisor" if d2 is None else f"divisor {divisor_text(d2)}"
+        title, what = f"Shares: softmax(queries . keys / divisor), {example.name} ({div})", "shares"
+        notes = ["each row sums to exactly 1",
+                 f"shares at {places} certified places (correctly rounded); the shading is a "
+                 "picture, not a number"]
+    else:
+        kind = "raw scores (no divisor)" if d2 is None else \
+            f"scaled scores: raw / {divisor_text(d2)}"
+        title, what = f"Scores: {kind}, {example.name}", "scores"
+        notes = ["shading runs from the smallest score (white) to the largest (dark blue)"]
+    if n > TOOLTIP_TOKENS:
+        notes.append(f"{n} tokens: the tooltips name the query only (cells have their own, with "
+                     f"the exact value, up to {TOOLTIP_TOKENS} tokens); the exact {what} are in "
+                     "the json format")
+    labels = _labels(example, n)
+    return heatmap(cells, levels, labels, labels, title=title, tooltips=tips, notes=notes)

@@ -327,15 +327,15 @@ def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
     def own(t, dec, i):
         return value_cell(t.share(i, i), dec[i][i], t.raw_score_row(i)[i] is None)
 
-    grid = Grid(n, View())
+    grid, unit = Grid(n, View()), Scaler(None)
     raw_sec = grid_section(
         grid, "compare/raw", "Raw self-match (no projections): x[i] . x[j]",
-        grid.rows(raw.raw_score_row, lambda v: "-inf" if v is None else with_decimal(v, places)),
+        _score_rows(raw, grid.toks, grid.keys, unit, places),
         [f"divisor for the raw shares: {divisor_words(raw_head, places)}",
          "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
          "itself best"],
-        {"raw_scores": grid.data(raw.raw_score_row, lambda v: None if v is None else
-                                 exact_text(v)), "raw_shares_decimal": raw_dec})
+        {"raw_scores": _score_rows(raw, grid.toks, grid.keys, unit, None),
+         "raw_shares_decimal": raw_dec})
     own_rows = [[str(i + 1), own(raw, raw_dec, i), favourite(raw, i),
                  own(trace, own_dec, i), favourite(trace, i)] for i in range(n)]
     own_sec = Section(

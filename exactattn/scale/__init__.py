@@ -172,18 +172,6 @@ def expected_w(n: int, prec: int):
     return core + tails
 
 
-def _chi_mean(d_k: int):
-    from flint import arb, fmpq
-    return arb(2).sqrt() * (arb(fmpq(d_k + 1, 2)).lgamma() - arb(fmpq(d_k, 2)).lgamma()).exp()
-
-
-def expected_range_ball(n: int, d_k: int, divided: bool, prec: int):
-    """``E[max_j s_j - min_j s_j]`` for one row as an ``arb`` ball."""
-    from flint import arb
-    value = _chi_mean(d_k) * expected_w(n, prec)
-    return value / arb(d_k).sqrt() if divided else value
-
-
 def expected_range(n: int, d_k: int, *, divided: bool, places: int = 4) -> str:
     """The exact expected range of a row of n scores at width d_k, certified to ``places``.
 
@@ -197,7 +185,13 @@ def expected_range(n: int, d_k: int, *, divided: bool, places: int = 4) -> str:
     """
     check_whole(n, "tokens", low=2, high=MAX_TOKENS)
     check_whole(d_k, "d_k", high=MAX_WIDTH)
-    return certify(lambda prec: expected_range_ball(n, d_k, divided, prec), places)
+
+    def ball(prec: int):        # E|q| = sqrt(2) Gamma((d_k + 1)/2) / Gamma(d_k/2), the chi mean
+        from flint import arb, fmpq
+        value = arb(2).sqrt() * (arb(fmpq(d_k + 1, 2)).lgamma() - arb(fmpq(d_k, 2)).lgamma()
+                                 ).exp() * expected_w(n, prec)
+        return value / arb(d_k).sqrt() if divided else value
+    return certify(ball, places)
 
 
 def expected_std(d_k: int, divided: bool, places: int = 4) -> str:

@@ -95,14 +95,14 @@ def _head_doc(token):
 def _svg_with_control_characters(tmp):
     """Token texts holding control characters, <, & and a lone surrogate: well-formed XML."""
     from exactattn.engines.spec import loads
-    from exactattn.present.svg import score_svg, share_svg
+    from exactattn.present.svg import picture
     from exactattn.present.tables import attend_example
     ex = loads('{"tokens": [{"text": "a\\u0001b\\u0000\\ud800<&>\\"", "x": [1, 0]}, '
                '{"text": "c\\u001b[31m", "x": [0, 1]}], "W_Q": [[1, 0], [0, 1]], '
                '"W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]]}')
     trace = attend_example(ex)
-    for draw in (share_svg, score_svg):
-        ET.fromstring(draw(ex, trace))
+    for mode in ("scores", "square"):
+        ET.fromstring(picture(mode, ex, trace))
     return "well-formed"
 
 

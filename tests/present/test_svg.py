@@ -8,7 +8,7 @@ import pytest
 from exactattn.errors import InputError
 from exactattn.examples import chronicle, example
 from exactattn.engines.head import Head
-from exactattn.present.svg import SVG_NS, heatmap, picture, png, score_svg, share_svg
+from exactattn.present.svg import SVG_NS, heatmap, picture, png
 from exactattn.present.tables import attend_example
 
 NS = {"svg": SVG_NS}
@@ -41,21 +41,21 @@ def test_chronicle_share_square_has_0_5800_in_cell_2_1(cli):
 def test_every_cell_matches_the_certified_shares():
     ex = chronicle()
     t = attend_example(ex)
-    root = ET.fromstring(share_svg(ex, t, 6))
+    root = ET.fromstring(picture("scores", ex, t, 6))
     for i in range(4):
         for j in range(4):
             assert cell(root, i + 1, j + 1).find("svg:text", NS).text == t.share(i, j).decimal(6)
 
 
 def test_tokens_label_both_axes():
-    root = ET.fromstring(share_svg(chronicle(), attend_example(chronicle())))
+    root = ET.fromstring(picture("scores", chronicle(), attend_example(chronicle())))
     queries = [e.text for e in root.findall(".//svg:text[@class='query-label']", NS)]
     keys = [e.text for e in root.findall(".//svg:text[@class='key-label']", NS)]
     assert queries == keys == ["1 year 4", "2 0", "3 : 235 hobbs stand\u2026", "4 7"]
 
 
 def test_shading_darkens_with_the_share():
-    root = ET.fromstring(share_svg(chronicle(), attend_example(chronicle())))
+    root = ET.fromstring(picture("scores", chronicle(), attend_example(chronicle())))
     fills = [cell(root, 2, j).find("svg:path", NS).get("fill") for j in (1, 2)]
     dark, light = (sum(int(f[k:k + 2], 16) for k in (1, 3, 5)) for f in fills)
     assert dark < light
@@ -79,7 +79,7 @@ def test_square_svg_prints_exact_scores(cli):
 
 def test_irrational_scores_print_certified_digits():
     ex = example("tiny")  # q1.k2 / sqrt(2) = 16 sqrt(2) / 25 = 0.905096...
-    root = ET.fromstring(score_svg(ex, attend_example(ex)))
+    root = ET.fromstring(picture("square", ex, attend_example(ex)))
     assert cell(root, 1, 2).find("svg:text", NS).text == "0.9051"
     assert cell(root, 1, 1).find("svg:text", NS).text == "-0.9334"  # -33 sqrt(2) / 50
 
@@ -89,13 +89,13 @@ def test_masked_cells_are_grey():
     h = ex.head
     ex.head = Head(h.W_Q, h.W_K, h.W_V, causal=True)
     t = attend_example(ex)
-    root = ET.fromstring(share_svg(ex, t))
+    root = ET.fromstring(picture("scores", ex, t))
     masked = cell(root, 1, 2)
     assert masked.find("svg:text", NS).text == "masked"
     assert masked.find("svg:path", NS).get("fill") == "#d9d9d9"
     assert masked.find("svg:title", NS).text == "share of key 2 for query 1: 0 (masked)"
     assert cell(root, 1, 1).find("svg:text", NS).text == "1.0000"
-    assert cell(ET.fromstring(score_svg(ex, t)), 1, 2).find("svg:text", NS).text == "-inf"
+    assert cell(ET.fromstring(picture("square", ex, t)), 1, 2).find("svg:text", NS).text == "-inf"
 
 
 @pytest.mark.parametrize("mode", ["row", "weights", "project", "walkthrough"])
@@ -148,7 +148,7 @@ def test_picture_rejects_unknown_format():
 def test_picture_returns_text_or_bytes():
     ex = chronicle()
     svg = picture("square", ex, attend_example(ex), 4, "svg")
-    assert type(svg) is str and svg == score_svg(ex, attend_example(ex))
+    assert type(svg) is str and svg == picture("square", ex, attend_example(ex))
 
 
 @pytest.mark.parametrize("text, shown", [("a\u0001", "a\\x01"), ("tab\there", "tab\\there"),
@@ -160,7 +160,7 @@ def test_control_characters_give_well_formed_xml(cli, tmp_path, text, shown):
     from exactattn.examples import Token
     ex = chronicle()
     ex.tokens = [Token(text)] + ex.tokens[1:]
-    for out in (share_svg(ex, attend_example(ex)), score_svg(ex, attend_example(ex))):
+    for out in (picture("scores", ex, attend_example(ex)), picture("square", ex, attend_example(ex))):
         root = ET.fromstring(out.encode("utf-8"))      # encodable and well-formed
         labels = root.findall(".//svg:text[@class='query-label']", NS)
         assert labels[0].text == "1 " + shown
@@ -228,7 +228,7 @@ def test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal():
     from exactattn.present.svg import CLOSED_FORM_LIMIT
     ex = square(30)
     t = attend_example(ex)
-    root = ET.fromstring(share_svg(ex, t))
+    root = ET.fromstring(picture("scores", ex, t))
     kinds = set()
     for i in range(30):
         for j in range(30):
@@ -248,7 +248,7 @@ def test_tooltips_keep_short_closed_forms_and_else_the_certified_decimal():
 
 def test_rational_shares_say_exactly():
     ex = square(3, distinct=1)  # three equal tokens: every share is 1/3
-    root = ET.fromstring(share_svg(ex, attend_example(ex)))
+    root = ET.fromstring(picture("scores", ex, attend_example(ex)))
     assert cell(root, 2, 3).find("svg:title", NS).text == "share of key 3 for query 2: 1/3 exactly"
     assert cell(root, 2, 3).find("svg:text", NS).text == "0.3333"
 
@@ -257,7 +257,7 @@ def test_rational_shares_say_exactly():
 def test_a_200_token_square_stays_a_few_megabytes(distinct):
     ex = square(200, distinct)
     t = attend_example(ex)
-    text = share_svg(ex, t)
+    text = picture("scores", ex, t)
     assert len(text.encode("utf-8")) < 5_000_000  # 51 MB when every closed form was written
     root = ET.fromstring(text)
     cells = [g for g in root.iter(f"{{{SVG_NS}}}g") if g.get("id", "").startswith("cell-")]
@@ -273,7 +273,7 @@ def test_a_200_token_square_stays_a_few_megabytes(distinct):
 
 def test_a_200_token_score_square_stays_a_few_megabytes():
     ex = square(200, 4, causal=True)
-    text = score_svg(ex, attend_example(ex))
+    text = picture("square", ex, attend_example(ex))
     assert len(text.encode("utf-8")) < 5_000_000
     root = ET.fromstring(text)
     assert cell(root, 150, 37).find("svg:title", NS) is None
@@ -282,7 +282,7 @@ def test_a_200_token_score_square_stays_a_few_megabytes():
 
 def test_score_tooltips_up_to_50_tokens():
     ex = square(50, 4)
-    root = ET.fromstring(score_svg(ex, attend_example(ex)))
+    root = ET.fromstring(picture("square", ex, attend_example(ex)))
     # token 2 = (1/2, 0, 0, -1/3), token 1 = (-6, -5/2, -3, -2/3): raw -3 + 2/9 = -25/9
     assert cell(root, 2, 1).find("svg:title", NS).text == "query 2, key 1: -25/9 / 2 = -25/18"
     assert cell(root, 2, 1).find("svg:text", NS).text == "-25/18"
@@ -297,13 +297,13 @@ def test_tooltips_spell_exponents_as_the_score_table_spells_the_scaled_scores():
     ex = Example(name="three", title="", head=Head([[1]], [[1]], [[1]], divisor="sqrt(3)"),
                  tokens=[Token("a"), Token("b")], x=[[F(1)], [F(3, 2)]])
     t = attend_example(ex)
-    shares, scores = ET.fromstring(share_svg(ex, t)), ET.fromstring(score_svg(ex, t))
+    shares, scores = ET.fromstring(picture("scores", ex, t)), ET.fromstring(picture("square", ex, t))
     assert cell(scores, 1, 2).find("svg:title", NS).text == \
         "query 1, key 2: 3/2 / sqrt(3) = sqrt(3)/2"
     assert cell(shares, 1, 2).find("svg:title", NS).text == (
         "share of key 2 for query 1: exp(sqrt(3)/2)/(exp(sqrt(3)/3) + exp(sqrt(3)/2)) "
         "~ 0.5717 (certified)")
     tiny = example("tiny")
-    tip = cell(ET.fromstring(share_svg(tiny, attend_example(tiny))), 1, 1).find("svg:title", NS)
+    tip = cell(ET.fromstring(picture("scores", tiny, attend_example(tiny))), 1, 1).find("svg:title", NS)
     assert tip.text == ("share of key 1 for query 1: exp(-33*sqrt(2)/50)/(exp(-33*sqrt(2)/50) "
                         "+ exp(16*sqrt(2)/25)) ~ 0.1372 (certified)")

@@ -181,16 +181,14 @@ def _sentence(ex, stops: list[Stop], places: int, row: int | None) -> Sentence:
     base = attend(head, ex.x)
     raw = base.raw_score_row(i)
     small, large = divisor_limits(raw)
-    visible = sum(1 for r in raw if r is not None)
-    equal = next(q for q, r in zip(large, raw) if r is not None)
+    equal = max(large)          # 1/m on each of the m visible keys
     s = Sentence(
         title=ex.title or ex.name, label=ex.label or ex.name,
         words=[t.text for t in ex.tokens[:n]] + [f"token {j + 1}" for j in
                                                   range(len(ex.tokens), n)],
         query=i, raw=["masked" if r is None else exact_text(r) for r in raw],
         equal=with_decimal(equal, places), equal_decimal=round_fraction(equal, places),
-        visible=visible,
-        small_limit=[exact_text(q) for q in small],
+        visible=equal.denominator, small_limit=[exact_text(q) for q in small],
         slot_names=list(ex.slot_names) or ["x1", "x2"], causal=head.causal,
         x=[list(r) for r in ex.x],
         query_vector=list(base.queries[i]) if head.d_k == 2 else None,

@@ -35,7 +35,7 @@ from collections import Counter
 from fractions import Fraction
 
 from ..call.policy import divisor_text
-from ..numbers.digits import certify, format_scaled, round_fraction, terminating_places
+from ..numbers.digits import format_scaled, round_fraction, terminating_places
 from ..numbers.exact import fraction_of, rational_sqrt
 from ..numbers.formats import LOG10_2, exponent10, scientific_parts, scientific_text
 from ..engines.head import scaled_score
@@ -364,10 +364,8 @@ def divisor_words(head, places: int = 4) -> str:
         return "none (unscaled)"
     text = divisor_text(d2)
     of_dk = "sqrt(d_k) = " if d2 == head.d_k else ""
-    if text.startswith("sqrt("):      # irrational: the root once, then a certified decimal
-        from flint import arb
-        from ..numbers.exact import fmpq_of
-        dec = certify(lambda prec: arb(fmpq_of(d2)).sqrt(), places)
+    if text.startswith("sqrt("):      # irrational: sqrt(D) = D/sqrt(D), a certified decimal
+        dec = Surd(0, ((d2, d2),)).decimal(places)
         return f"{of_dk}{text} ~ {dec} (irrational: scaled scores stay exact)"
     return f"{of_dk}sqrt({exact_text(d2)}) = {text}" if of_dk else text
 

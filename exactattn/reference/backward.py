@@ -46,7 +46,7 @@ The numeric formulas (D, dS, dQ, dK, dV, O, with each modifier's backward: the s
 ``1 - tanh^2``, RoPE's rotation and its transpose, dlse, the sink's column) are written once,
 :func:`compose`, over three contexts: ``arb`` balls (:meth:`Gradients.balls`), float64
 intervals (:func:`exactattn.reference.floats.enclose`) and the float sizes of the terms
-(:meth:`Gradients.magnitudes`).  The exact values are built entry by entry, on demand, as
+(:attr:`Gradients.magnitudes`).  The exact values are built entry by entry, on demand, as
 numerators over the rows' ``Z^2`` (:meth:`Gradients.atom_parts`), not matrix by matrix.
 
 >>> from exactattn.call.policy import Policy
@@ -61,6 +61,7 @@ numerators over the rows' ``Z^2`` (:meth:`Gradients.atom_parts`), not matrix by 
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -214,7 +215,7 @@ class Gradients:
                    for h in hs for i in range(L)]
         factors = None if policy.dropout is None else \
             [ref.factors(b, h, i) for h in hs for i in range(L)]
-        self._offsets = offsets
+        self._offsets = self._given_offsets = offsets
         self._factors = self._given_factors = factors
         #: columns of the block: the keys, then the sink's (value 0, offset the sink)
         self.cols = self.S + (sink is not None)
@@ -231,13 +232,9 @@ class Gradients:
         #: True over rotary or soft-capped logits (values from enclosures, signs bounded)
         self.certified = (policy.softcap, policy.rope) != (None, None)
         self._dlse = None if d_lse is None else [Fraction(x) for h in hs for x in d_lse[b, h].tolist()]
-        self._rows, self._capped = lambda: [ref.row(b, h, i) for h in hs for i in range(L)], None
-        self._terms = None
-        self._dPm_cache = None
+        self._capped = None
         self._balls: dict = {}
         self._parts, self._dP, self._W = {}, {}, {}     # the exact numerators' caches
-        self._magnitudes = None
-        self._floats = False         # not tried yet (None: not available)
         #: per row ``ok``, or the empty-row answer of a row that sees no key
         self.kinds = row_kinds(self._keep, self.empty_row)
         self._nan_rows = {i for i, k in enumerate(self.kinds) if k == "nan"}
@@ -252,6 +249,8 @@ class Gradients:
         r is None for r in self._offsets) and not (
         self.certified or self._dlse), doc="True without offsets, sink, dropout, soft-cap, "
         "RoPE or dlse (the float enclosures' calls)")
+    offsets = property(lambda self: self._given_offsets,
+                       doc="per row None or S offsets added to the scaled scores (None: none)")
     factors = property(lambda self: self._given_factors,
                        doc="R x S dropout factors keep / (1 - p), or None")
     nan_rows = property(lambda self: frozenset(self._nan_rows),
@@ -260,35 +259,28 @@ class Gradients:
                               doc="the rational part of the scale (1/sqrt(D) when rational)")
 
     # -- lazily built exact pieces ---------------------------------------------------
-    @property
+    @cached_property
     def rows(self) -> list:
         """The forward's softmax rows of the block's queries (the sink's column last), built on
         first use."""
-        if callable(self._rows):
-            self._rows = self._rows()
-        return self._rows
+        ref, b, hs = self.source[:3]
+        return [ref.row(b, h, i) for h in hs for i in range(ref.L)]
 
-    @property
+    @cached_property
     def terms(self) -> Terms:
         """The exponents as powers of the generators (:class:`Terms`), built on first use."""
-        if self._terms is None:
-            ints, den = mat_ints(fmpq_mat_of(self._Q) * fmpq_mat_of(self._K).transpose())
-            self._terms = Terms(ints, den, self._keep, self._offsets,
-                                self.divisor_squared, self.empty_row)
-        return self._terms
+        ints, den = mat_ints(fmpq_mat_of(self._Q) * fmpq_mat_of(self._K).transpose())
+        return Terms(ints, den, self._keep, self._offsets, self.divisor_squared, self.empty_row)
 
-    @property
+    @cached_property
     def dP_matrix(self):
         """``M * (dO V^T)`` as an ``fmpq_mat``: the gradient w.r.t. the shares (exact)."""
-        if self._dPm_cache is None:
-            m = fmpq_mat_of(self._dO) * fmpq_mat_of(self._V).transpose()
-            if self._factors is not None:
-                from flint import fmpq_mat
-                m = fmpq_mat(self.R, self.cols,
-                             [m[i, j] * fmpq_of(Fraction(self._factors[i][j]))
-                              for i in range(self.R) for j in range(self.cols)])
-            self._dPm_cache = m
-        return self._dPm_cache
+        m = fmpq_mat_of(self._dO) * fmpq_mat_of(self._V).transpose()
+        if self._factors is not None:
+            from flint import fmpq_mat
+            m = fmpq_mat(self.R, self.cols, [m[i, j] * fmpq_of(Fraction(self._factors[i][j]))
+                                             for i in range(self.R) for j in range(self.cols)])
+        return m
 
     def d_lse(self, i: int) -> Fraction:
         """Row i's upstream gradient of its log-sum-exp (0 without one)."""
@@ -355,20 +347,19 @@ class Gradients:
                         nan=lambda i, j: self.atom_nan((name, *at(i, j))))
         return [r[0] for r in got] if cols is None else got
 
+    @cached_property
     def enclosures(self) -> dict | None:
         """Certified float64 ``(mid, rad)`` enclosures of every matrix
         (:func:`exactattn.reference.floats.enclose`), or None for a call they do not cover."""
         from . import floats
-        if self._floats is False:
-            self._floats = floats.enclose(self)
-        return self._floats
+        return floats.enclose(self)
 
     def _float_decimals(self, name: str, places: int):
         """Decimals from the certified float64 enclosures, or None where those do not apply."""
         from . import floats
-        if self.enclosures() is None or places > floats.MAX_PLACES:
+        if self.enclosures is None or places > floats.MAX_PLACES:
             return None
-        mid, rad = self._floats[name]
+        mid, rad = self.enclosures[name]
         rows, cols = self.shape(name)
         texts, undecided = floats.round_balls(mid, rad, places)
         for idx in zip(*undecided.nonzero()):
@@ -475,6 +466,7 @@ class Gradients:
             return None
         return rotate, self.positions, list(range(self.cols))
 
+    @cached_property
     def magnitudes(self) -> dict:
         """Float sizes of the terms each entry adds up (for errors in ULPs at the terms).
 
@@ -483,10 +475,8 @@ class Gradients:
         formulas of :func:`compose` over sizes (a difference adds).  Numpy float64 arrays (a
         few digits; NaN rows count 0).
         """
-        if self._magnitudes is not None:
-            return self._magnitudes
-        if self.enclosures() is not None:
-            P = np.array(self._floats["P"][0], dtype=np.float64)
+        if self.enclosures is not None:
+            P = np.array(self.enclosures["P"][0], dtype=np.float64)
         else:
             m = self.balls(BULK_PREC)["P"]
             P = np.array([[float(m[i, j].mid()) for j in range(self.cols)]
@@ -504,9 +494,8 @@ class Gradients:
                       # the soft-cap's factor 1 - tanh^2 adds up terms of size 1 + tanh^2 = 2 - f
                       f=None if self._capped is None else 2 - np.reshape(self._capped, P.shape),
                       turn=self._turn(lambda m, _: m @ mix))
-        self._magnitudes = {"dQ": got["dQ"], "dK": got["dK"][:self.S],
-                            "dV": got["dV"][:self.S], "dS": got["dS"]}
-        return self._magnitudes
+        return {"dQ": got["dQ"], "dK": got["dK"][:self.S], "dV": got["dV"][:self.S],
+                "dS": got["dS"]}
 
     # -- exact numerators: each atom as sum_k N_k / Z_k^2 over the generators (Terms) --------
     def _dP_row(self, i: int) -> list[Fraction]:
@@ -588,14 +577,14 @@ class Gradients:
         lse = self.d_lse(i)
         A = self._row_poly(i, [k * (d + lse) for k, d in zip(Kc, dP)])
         B = self._row_poly(i, Kc)
-        return {key: (A * Z - B * self._W_row(i)) * fmpq_of(self.scale_rational)}
+        return {key: (A * Z - B * self._W_row(i)) * fmpq_of(self._scale_q)}
 
     def _column_parts(self, name: str, j: int, c: int) -> dict:
         """dK_jc = scale sum_i Q_ic dS_ij and dV_jc = sum_i dO_ic W_ij, row class by row class."""
         out: dict = {}
         for i in range(self.R):
-            w = self.queries[i][c] * self.scale_rational if name == "dK" else \
-                self.d_out[i][c] * self.factor(i, j)
+            w = self._Q[i][c] * self._scale_q if name == "dK" else \
+                self._dO[i][c] * self.factor(i, j)
             for key, piece in self._build_parts(("dS" if name == "dK" else "P", i, j)).items() \
                     if w else ():
                 out[key] = out[key] + piece * fmpq_of(w) if key in out else piece * fmpq_of(w)
@@ -662,13 +651,13 @@ class ExactGradients:
         for b, h in np.ndindex(*shape[:2]):
             block, start, _ = self.locate(name, b, h, 0, 0)
             if name == "dsink":           # one sum per query head: its rows at the sink
-                mags[b, h] = block.magnitudes()["dS"][start:start + self.shape["L"], -1].sum()
+                mags[b, h] = block.magnitudes["dS"][start:start + self.shape["L"], -1].sum()
                 rounded[b, h], balls[b, h] = round_value(self.value(name, b, h, 0, 0), fmt,
                                                          prec)
                 continue
-            mags[b, h] = block.magnitudes()[name][start:start + shape[2]]
+            mags[b, h] = block.magnitudes[name][start:start + shape[2]]
             todo = [(i, c) for i in range(shape[2]) for c in range(shape[3])]
-            got = block.enclosures() if fmt.name == "float32" else None
+            got = block.enclosures if fmt.name == "float32" else None
             # float32 from the certified float64 enclosures (reference.floats) where they decide
             # it, their ends pushed two float64s outwards; NaN rows and the rest go on below
             if got is not None:

@@ -58,7 +58,7 @@ def test_nan_rows_and_the_arb_path_agree():
     Q, K, V, dO, _ = call(5)
     mask = Mask("bool_keep", [[i != 0] * 5 for i in range(6)])
     g = gradients(Q, K, V, dO, Policy(empty_row="nan"), mask)
-    assert g.enclosures() is not None
+    assert g.enclosures is not None
     assert g.decimals("dV", 4) == [["nan", "nan"]] * 5
     assert g.decimals("dQ", 4)[0] == ["nan"] * 3 and "nan" not in g.decimals("dQ", 4)[1]
 
@@ -68,12 +68,12 @@ def test_calls_with_offsets_a_sink_or_dropout_take_the_arb_path():
     for pol, kw in ((Policy(sink=F(0)), {}),
                     (Policy(dropout=F(1, 2)), {"dropout_keep": [[True] * 5] * 6})):
         g = gradients(Q, K, V, dO, pol, **kw)
-        assert g.enclosures() is None
+        assert g.enclosures is None
         balls = g.balls(64)["dQ"]
         grid = [[balls[i, c] for c in range(3)] for i in range(6)]
         assert g.decimals("dQ", 5) == certified(grid, 5, lambda i, c: g.value("dQ", i, c))
     additive = Mask("additive", [["1/2"] * 5] * 6)
-    assert gradients(Q, K, V, dO, Policy(), additive).enclosures() is None
+    assert gradients(Q, K, V, dO, Policy(), additive).enclosures is None
 
 
 def test_round_balls_decides_only_what_the_enclosure_proves():
@@ -94,7 +94,7 @@ def test_a_float32_call_rounds_like_the_arb_path():
     arrs = [rng.standard_normal((24, 8)).astype(np.float32) for _ in range(4)]
     exact = [[[F(float(x)) for x in r] for r in a] for a in arrs]
     g = gradients(*exact, Policy(causal=True))
-    assert g.enclosures() is not None
+    assert g.enclosures is not None
     for name in ("dQ", "dK", "dV"):
         balls = g.balls(64)[name]
         grid = [[balls[i, c] for c in range(8)] for i in range(24)]

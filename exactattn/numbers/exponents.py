@@ -25,27 +25,26 @@ from .reals import Surd, Tanh, align, atom_text, tanh_parts, transcendental
 
 
 def unify(*polys: "ExpPoly") -> list["ExpPoly"]:
-    """The polynomials rewritten over one basis of inverse square roots.
-
-    ``1/sqrt(D)`` and ``1/sqrt(E)`` are rationally dependent exactly when E/D
-    is a rational square; then ``1/sqrt(D) = sqrt(E/D) / sqrt(E)``.
-    """
+    """The polynomials rewritten over one basis of independent atoms (:func:`exp_polys`)."""
     if all(p.basis == polys[0].basis for p in polys):
         return list(polys)
-    basis, keys = align([Surd.merged(0, ((atom, 1),)) for p in polys for atom in p.basis])
+    return exp_polys([([exponent_value(p.basis, e) for e in p.terms], p.terms.values())
+                      for p in polys])
+
+
+def exp_polys(sums) -> list["ExpPoly"]:
+    """Sums ``sum_k c_k exp(x_k)``, each given as ``(exponents, coefficients)`` (the x exact
+    values: rationals, :class:`~exactattn.numbers.reals.Surd`), as ExpPolys over one basis
+    (:func:`~exactattn.numbers.reals.align`'s: ``1/sqrt(D)`` and ``1/sqrt(E)`` are one atom
+    when E/D is a rational square), equal exponents collected."""
+    sums = [(list(xs), list(cs)) for xs, cs in sums]
+    basis, keys = align([x for xs, _ in sums for x in xs])
     keys, out = iter(keys), []
-    for p in polys:            # p's atom k is its next key over the basis (align's form)
-        sparse = [[(i, y) for i, y in enumerate(next(keys)) if y] for _ in p.basis]
-        if p.basis == basis:
-            out.append(p)
-            continue
+    for _, cs in sums:
         terms: dict = {}
-        for e, c in p.terms.items():
-            key = [e[0]] + [Fraction(0)] * len(basis)
-            for a, pairs in zip(e[1:], sparse):
-                for i, y in pairs:
-                    key[i] += a * y
-            terms[tuple(key)] = terms.get(tuple(key), 0) + c
+        for c in cs:
+            key = next(keys)
+            terms[key] = terms.get(key, 0) + c
         out.append(ExpPoly(basis, terms))
     return out
 

@@ -52,7 +52,7 @@ from ..options import EMPTY_ROWS, check_choice
 from .digits import arb_to_fraction, working_precision
 from .exact import rational_sqrt
 from .reals import Surd, align, atom_ball, real_ball, real_compare, real_text
-from .exponents import ExpPoly, exponent_text, exponent_value
+from .exponents import ExpPoly, exp_polys, exponent_text, exponent_value
 from .exact import fmpq_of
 from .ratio import ExpRatio
 
@@ -315,11 +315,7 @@ class SoftmaxRow:
         """``sum_g c_g exp(g)`` as an exact :class:`~exactattn.numbers.exponents.ExpPoly`, over
         the absolute exponents (the scaled scores), of a row that sees a key."""
         if self.certified:           # one basis for every logit of the sum
-            basis, keys = align(list(coefficients))
-            terms: dict = {}
-            for key, c in zip(keys, coefficients.values()):
-                terms[key] = terms.get(key, 0) + c
-            return ExpPoly(basis, terms)
+            return exp_polys([(coefficients, coefficients.values())])[0]
         basis, top = self.exponent(self.zero_gap)
         return self.rel(coefficients) * ExpPoly(basis, {top: Fraction(1)})
 

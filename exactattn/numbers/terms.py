@@ -52,7 +52,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from .digits import arb_to_fraction, working_precision
-from .exponents import ExpPoly, exponent_text, sum_text
+from .exponents import ExpPoly, exp_polys, exponent_text, sum_text
 from .exact import fmpq_of, fraction_of, rational_sqrt
 from .reals import Pow2, Surd, align, real_ball
 
@@ -266,15 +266,8 @@ class Terms:
     def exp_poly(self, poly) -> ExpPoly:
         """A polynomial in the generators as an :class:`~exactattn.numbers.exponents.ExpPoly`
         (each monomial ``t^a`` is ``exp(a c atom)``): the form every exact value shares."""
-        basis = tuple(atom for _, atom in self.generators if atom is not None)
-        where = [None if atom is None else basis.index(atom) for _, atom in self.generators]
-        out: dict = {}
-        for exps, c in zip(poly.monoms(), poly.coeffs()):
-            key = [Fraction(0)] * (1 + len(basis))
-            for a, (f, _), k in zip(exps, self.generators, where):
-                key[0 if k is None else 1 + k] += int(a) * f
-            out[tuple(key)] = out.get(tuple(key), 0) + fraction_of(c)
-        return ExpPoly(basis, out)
+        return exp_polys([([self.logit(None, e) for e in poly.monoms()],
+                           map(fraction_of, poly.coeffs()))])[0]
 
     def generator_text(self) -> str:
         """``t = exp(1/16)`` (and ``u = ...``): what the polynomials' variables stand for.

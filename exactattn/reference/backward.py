@@ -499,10 +499,9 @@ class Gradients:
 
     # -- exact numerators: each atom as sum_k N_k / Z_k^2 over the generators (Terms) --------
     def _dP_row(self, i: int) -> list[Fraction]:
-        hit = self._dP.get(i)
-        if hit is None:
-            hit = self._dP[i] = [fraction_of(self.dP_matrix[i, j]) for j in range(self.cols)]
-        return hit
+        if i not in self._dP:
+            self._dP[i] = [fraction_of(self.dP_matrix[i, j]) for j in range(self.cols)]
+        return self._dP[i]
 
     def _row_poly(self, i: int, weights: Sequence[Fraction]):
         """``sum_j weights[j] t^(a_ij)`` over row i's visible keys."""
@@ -516,10 +515,9 @@ class Gradients:
 
     def _W_row(self, i: int):
         """``W_i = sum_j dP_ij t^(a_ij)`` (``D_i = W_i / Z_i``)."""
-        hit = self._W.get(i)
-        if hit is None:
-            hit = self._W[i] = self._row_poly(i, self._dP_row(i))
-        return hit
+        if i not in self._W:
+            self._W[i] = self._row_poly(i, self._dP_row(i))
+        return self._W[i]
 
     def _mono(self, i: int, j: int):
         """``t^(a_ij)`` when row i's shares run over key j, else None."""
@@ -529,10 +527,9 @@ class Gradients:
 
     def atom_parts(self, atom: tuple) -> dict:
         """``{class: N}``: the atom as ``sum N / Z^2`` (the rational scale folded in; cached)."""
-        hit = self._parts.get(atom)
-        if hit is None:
-            hit = self._parts[atom] = self._build_parts(atom)
-        return hit
+        if atom not in self._parts:
+            self._parts[atom] = self._build_parts(atom)
+        return self._parts[atom]
 
     def _build_parts(self, atom: tuple) -> dict:
         terms = self.terms

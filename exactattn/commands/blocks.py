@@ -19,16 +19,15 @@ import json
 import sys
 from itertools import chain
 
-from ..call.policy import ALIGNMENTS, Policy
+from ..call.policy import ALIGNMENTS
 from ..errors import InputError, shorten
 from ..options import argtype, choice, memory, whole
+from ..present.render import number_cell
 from .flags import add_digits_option, add_format_option, load_spec
-from .modifier_flags import add_policy_flags, set_policy_flags
+from .modifier_flags import add_policy_flags, apply
 
 HELP = "certified shares and outputs at any length, in row blocks (local cores or a Dask cluster)"
 STREAM_FORMATS = ("csv", "json")
-#: the policy group's flags, in --help's order
-POLICY = ("scale", "causal", "alignment", "window", "empty_row")
 
 
 def _random(text: str) -> tuple[int, int, int]:
@@ -58,7 +57,8 @@ def register(sub) -> None:
     src.add_argument("--dtype", type=choice("--dtype", ("float32", "float16", "float64")),
                      default=None, help="--random: the float type the inputs are rounded to, "
                      "and the one --check runs (default float32)")
-    add_policy_flags(p, "policy (overrides the spec file's)", POLICY,
+    add_policy_flags(p, "policy (overrides the spec file's)",
+                     ("scale", "causal", "alignment", "window", "empty_row"),
                      alignment=f"causal alignment when queries and keys differ: "
                                f"{', '.join(ALIGNMENTS)}",
                      window="a sliding window: keys LEFT before to RIGHT after the query "
@@ -127,7 +127,7 @@ def _inputs(args):
     if args.random:
         n, d, seed = args.random
         floats = random_floats(n, d, seed=seed, dtype=dtype)
-        policy = set_policy_flags(Policy(), args, POLICY)
+        policy = apply(None, args)
         name = f"random n={n} d={d} seed={seed} {dtype}"
         return Call.from_floats(*floats, policy=policy, name=name).head(), floats, dtype
     text, fmt = read_text(args.spec)
@@ -137,7 +137,7 @@ def _inputs(args):
             raise InputError("--check must come with --random or a verify spec (got a head "
                              "spec); a float implementation takes query, key and value")
         ex = load_spec(args.spec)
-        head = ex.head.with_policy(set_policy_flags(ex.head.policy, args, POLICY))
+        head = ex.head.with_policy(apply(ex.head.policy, args))
         return Call.of_head(head, ex.x, name=ex.name, dropout_keep=getattr(
             ex, "dropout_keep", None)).head(), None, dtype
     problem, spec_policy, spec_dtype = load_problem(args.spec)
@@ -145,7 +145,7 @@ def _inputs(args):
     if sh["B"] * sh["H_q"] != 1:
         raise InputError(f"spec must hold one head for blocks (got B={sh['B']}, H_q="
                          f"{sh['H_q']}); check several heads with exactattn verify")
-    policy = set_policy_flags(spec_policy or Policy(), args, POLICY)
+    policy = apply(spec_policy, args)
     dtype = args.dtype or spec_dtype or "float32"
     if args.check:
         if problem.mask is not None:
@@ -241,8 +241,8 @@ def write_report(report, fmt: str, budget: int) -> int:
              f"outputs: {s['count']}, over {_tolerance(report)}: {s['over']}, hard: {s['hard']}"
              f"  -> {'PASS' if report.passed else 'FAIL'}",
              f"ULPs: max {s['max_ulps']}, median {s['median_ulps']}, mean "
-             f"{_g(s['mean_ulps'])}; at the terms: max {_g(s['max_terms_ulps'])}; relative "
-             f"error: max {_g(s['max_rel'])}",
+             f"{number_cell(s['mean_ulps'])}; at the terms: max "
+             f"{number_cell(s['max_terms_ulps'])}; relative error: max {number_cell(s['max_rel'])}",
              f"decided by the exact per-entry path: {report.found.fallbacks}",
              "worst:"]
     for w in doc["worst"]:
@@ -260,7 +260,3 @@ def _tolerance(report) -> str:
     lo, hi = report.found.proved
     return (f"the proved bound ({lo}{f' to {hi}' if hi != lo else ''} ULPs at the terms; "
             f"{report.max_ulps} where none holds)")
-
-
-def _g(x) -> str:
-    return "-" if x is None else f"{x:.3g}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from itertools import accumulate
 
 from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
@@ -248,12 +249,9 @@ def _check_work(work: list[tuple[int, float]], limit: int, *, together: bool = F
     seconds = sum(s for _, s in work)
     if seconds <= MAX_SECONDS:
         return
-    fits, spent = None, 0.0
-    for macs, s in sorted(work):
-        spent += s
-        if spent > MAX_SECONDS or together:
-            break
-        fits = macs
+    runs = sorted(work)    # the most MACs whose run, with every smaller one, fits the time
+    fits = None if together else max((m for (m, _), spent in zip(runs, accumulate(
+        s for _, s in runs)) if spent <= MAX_SECONDS), default=None)
     if fits is not None:
         fix = f"pass --count-limit {fits} (or less) to derive the larger rows instead"
     else:

@@ -14,11 +14,10 @@ from __future__ import annotations
 import sys
 
 from ..options import choice
-from .modifier_flags import add_policy_flags, apply, set_policy_flags
+from .modifier_flags import add_policy_flags, apply
 
 HELP = "find which conventions a float attention kernel implements (scale, causal alignment, " \
        "window, GQA, empty rows, LSE, soft-cap, ALiBi, RoPE), decided exactly"
-POLICY = ("like", "scale", "alignment", "empty_row", "gqa")
 MODIFIERS = ("sink", "alibi", "softcap", "rope", "rope_scaling", "lse")
 
 
@@ -53,16 +52,16 @@ def register(sub) -> None:
                    help="the probes' dtype (default float32)")
     p.add_argument("--conventions", type=argtype(_conventions, "--conventions", echo=False),
                    metavar="LIST", help="probe only these (default all)")
-    add_policy_flags(p, "declared policy (what the kernel should do; SDPA's by default)", POLICY)
+    add_policy_flags(p, "declared policy (what the kernel should do; SDPA's by default)",
+                     ("like", "scale", "alignment", "empty_row", "gqa"))
     add_policy_flags(p, "declared modifiers (the probes' values)", MODIFIERS)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..call.policy import Policy
     from ..verify.identify import CONVENTIONS, identify
     from ..verify.impls import load_from_flags
-    policy = apply(set_policy_flags(Policy(), args, POLICY), args)
+    policy = apply(None, args)
     impl = load_from_flags(args.impl, arrays=args.arrays, device=args.device,
                            backend=args.backend)
     found = identify(impl, policy, dtype=args.dtype, lse=args.lse or "e",

@@ -19,7 +19,7 @@ policy) and is read exactly: a number is text (``--sink 0``,
   their scaling as transformers writes it (``{"rope_type": "llama3", "factor": 8, ...}``).
 * ``--lse [e|2]``: each row's log-sum-exp (natural log unless ``2``).
 
-The policy group (:func:`add_policy_flags`, read by :func:`set_policy_flags`):
+The policy group (:func:`add_policy_flags`, read with the modifiers by :func:`apply`):
 ``--like`` (a library's preset), ``--scale``, ``--causal``, ``--alignment``,
 ``--window``, ``--empty-row``, ``--mask-kind`` and ``--gqa``.
 """
@@ -31,7 +31,7 @@ import json
 from dataclasses import replace
 
 from ..call.policy import (ALIGNMENTS, EMPTY_ROWS, GQA_MAPS, MASK_KINDS, MODIFIER_FIELDS, PRESETS,
-                           parse_scale)
+                           Policy, parse_scale)
 from ..errors import InputError, shorten
 from ..numbers.lse import LSE_BASES
 from ..call.modifiers import (ALIBI_FORMS, ROPE_LAYOUTS, Alibi, Rope, check_dropout, check_form,
@@ -41,6 +41,8 @@ from ..options import argtype, choice, whole
 
 #: the flag of each Policy modifier field (every one of call.MODIFIER_FIELDS)
 FLAGS = {field: "--" + field.replace("_", "-") for field in MODIFIER_FIELDS}
+#: the policy group's single fields (``--like`` sets several of them first)
+POLICY_FIELDS = ("scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
 
 
 def _typed(flag: str, parse):
@@ -163,23 +165,20 @@ def add_policy_flags(p, title: str, fields: tuple[str, ...], **helps: str) -> No
     _declare(p.add_argument_group(title), fields, helps)
 
 
-def set_policy_flags(policy, args, fields: tuple[str, ...]):
-    """``policy`` with the policy group's flags of ``fields`` that were given: ``--like``'s
-    preset first, then the single flags, field by field."""
-    if getattr(args, "like", None):
-        policy = policy.replace(**PRESETS[args.like])
-    return policy.replace(**{name: getattr(args, name) for name in fields
-                             if name != "like" and getattr(args, name) is not None})
-
-
 def apply(policy, args):
-    """``policy`` with the modifier flags given applied, checked as a whole.
+    """``policy`` (the default :class:`~exactattn.call.policy.Policy` for None) with the flags
+    given: ``--like``'s preset first, then the policy group's single flags and the modifiers,
+    field by field, checked as a whole (the one reading of these flags for every command).
 
     Raises:
         InputError: ``--head`` without ALiBi (or past its heads), ``--query-offset``
             with nothing that reads positions.
     """
-    given = {field: getattr(args, field) for field in FLAGS if getattr(args, field, None) is not None}
+    policy = policy or Policy()
+    if getattr(args, "like", None):
+        policy = policy.replace(**PRESETS[args.like])
+    given = {field: getattr(args, field) for field in (*FLAGS, *POLICY_FIELDS)
+             if getattr(args, field, None) is not None}
     scaling = getattr(args, "rope_scaling", None)
     if not given and scaling is None:
         return policy
@@ -215,8 +214,3 @@ def refuse(args, problem, searching: bool) -> None:
                          "(got none); add \"policy\": {\"dropout\": {\"p\": \"1/10\", \"keep\": "
                          "[[true, false, ...], ...]}} (L x S, true = kept)")
 
-
-def lse(args) -> str | None:
-    """The log-sum-exp base asked for: ``--lse``, else the spec file's ``policy.lse``."""
-    mine = getattr(args, "lse", None)
-    return mine if mine is not None else getattr(args, "spec_lse", None)

@@ -28,7 +28,7 @@ import importlib.resources
 import importlib.util
 import io
 import sys
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from types import ModuleType
 from typing import Sequence
@@ -92,13 +92,8 @@ def claim_of(module: ModuleType) -> str:
         module.__doc__.strip().splitlines()[0] if module.__doc__ else "")
 
 
-@dataclass
-class ProofResult:
-    """One proof's outcome: ``verdict`` is ``PROVED``, ``FAILED`` or ``ERROR``."""
-    name: str
-    claim: str
-    verdict: str
-    report: str
+#: one proof's outcome: ``verdict`` is ``PROVED``, ``FAILED`` or ``ERROR``
+ProofResult = namedtuple("ProofResult", "name claim verdict report")
 
 
 def run_proofs(names: Sequence[str] | None = None) -> list[ProofResult]:

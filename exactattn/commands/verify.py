@@ -19,15 +19,13 @@ from ..errors import InputError, shorten
 from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
 from ..present.render import FORMATS, plural, render
 from .flags import given
-from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply, set_policy_flags
+from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply
 
 HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"
 
 #: the largest --max-ulps: no two float64 values are further apart, so a larger one means the same
 MAX_ULPS = 2 ** 64
 _RANDOM_FIX = "pass a smaller --n, --n-keys, --d-k or --heads, fewer --dtype, or --memory SIZE"
-#: the policy group's flags, in --help's order
-POLICY = ("like", "scale", "causal", "alignment", "empty_row", "mask_kind", "gqa")
 
 
 def _dtypes(text: str) -> list[str] | tuple[str, ...]:
@@ -62,8 +60,8 @@ def _check_probes(text: str) -> tuple[str, ...]:
     return check_probes(text)
 
 
-#: verify's own options, in --help's order, by group (None: no group; a ``(title, fields,
-#: helps)`` group is the shared policy or modifier flags): flag -> (type, help); a type is a
+#: verify's own options, in --help's order, by group (None: no group; a function adds the
+#: shared policy or modifier flags to the parser): flag -> (type, help); a type is a
 #: tuple of choices, ``whole`` and the like (called with the flag), True (a switch), a dict of
 #: argparse's own keywords
 OPTIONS = (
@@ -90,11 +88,12 @@ OPTIONS = (
         "--memory": ({"type": memory("--memory"), "metavar": "SIZE"}, "check random inputs of any "
                      "--n in row blocks within SIZE (e.g. 4GiB), on Dask's local scheduler "
                      "(exactattn blocks for a cluster)")}),
-    (("policy (what the right answer is; overrides the spec file's)", POLICY,
-      {"causal": "hide keys after the query (--no-causal turns a spec's causal off)"}), None),
-    (("modifiers", None, {"lse": "also check each row's log-sum-exp that the implementation "
-                                 "returns with its output, in natural-log units (--lse 2: "
-                                 "base 2)"}), None),
+    (lambda p: add_policy_flags(
+        p, "policy (what the right answer is; overrides the spec file's)", ("like", "scale",
+        "causal", "alignment", "empty_row", "mask_kind", "gqa"), causal="hide keys after the "
+        "query (--no-causal turns a spec's causal off)"), None),
+    (lambda p: add_flags(p, lse_help="also check each row's log-sum-exp that the implementation "
+                         "returns with its output, in natural-log units (--lse 2: base 2)"), None),
     ("inputs", {
         "--spec": ({"metavar": "FILE"}, "a verify spec file (JSON or TOML)"),
         "--n": (whole, "random inputs: queries (16)"),
@@ -169,12 +168,8 @@ def register(sub) -> None:
                        "relative error; NaN/inf where the exact value is finite, or an "
                        "implementation that raises, is a hard failure.")
     for group, flags in OPTIONS:
-        if isinstance(group, tuple):       # the shared policy (fields) or modifier flags
-            title, fields, helps = group
-            if fields is None:
-                add_flags(p, lse_help=helps["lse"])
-            else:
-                add_policy_flags(p, title, fields, **helps)
+        if callable(group):        # the shared policy or modifier flags
+            group(p)
             continue
         g = p if group is None else p.add_argument_group(group)
         for flag, (kind, text) in flags.items():
@@ -240,18 +235,13 @@ def _refuse_misplaced(args) -> None:
     _refuse(args, (BLOCKS,))
 
 
-def _policy(args, base: Policy | None) -> Policy:
-    """The spec's policy (or the default), then --like, then the single flags, field by field."""
-    return apply(set_policy_flags(base or Policy(), args, POLICY), args)
-
-
 def _fit(args, policy: Policy, problem, searching: bool):
     """The problem with its mask read under the policy's mask kind; flags that cannot apply refused."""
     if args.alignment is not None and not policy.causal:
         raise InputError(f"--alignment must come with causal attention (got --alignment "
                          f"{args.alignment} without it); add --causal")
     if searching:     # the most query heads drawn, and the key/value heads when fixed
-        top = args.heads or (4 if args.max_heads is None else args.max_heads)
+        top = args.heads or args.max_heads or 4
         heads = (top, args.kv_heads or (1 if top > 1 else top))
     else:
         heads = (problem.shape["H_q"], problem.shape["H_kv"])
@@ -282,9 +272,7 @@ def _inputs(args):
     if args.spec:
         from ..call.spec import load_problem
         problem, policy, dtype, fields = load_problem(args.spec, extras=True)
-        if fields.dropout_keep is not None and problem.dropout_keep is None:   # policy.dropout.keep
-            problem = problem.with_dropout_keep(fields.dropout_keep)
-        args.spec_lse = fields.lse
+        args.lse = fields.lse if args.lse is None else args.lse   # --lse, else the spec's
         return problem, policy, dtype
     if args.search:
         return None, None, None
@@ -309,9 +297,8 @@ def _run_search(args, impl, policy: Policy, dtypes: list[str]) -> int:
         raise InputError(f"--mask-kind must come with an implementation that takes a mask "
                          f"(got --impl {shorten(args.impl)}, which takes none); the search "
                          "draws masks only for one that does")
-    bounds = dict(max_size=args.max_size or 4,
-                  max_batch=2 if args.max_batch is None else args.max_batch,
-                  max_heads=4 if args.max_heads is None else args.max_heads)
+    bounds = dict(max_size=args.max_size or 4, max_batch=args.max_batch or 2,   # each from 1
+                  max_heads=args.max_heads or 4)
     check_search(args.search, bounds["max_size"], ("--search", "--max-size", "--max-batch",
                  "--max-heads" if args.heads is None else "--heads"),
                  max_batch=bounds["max_batch"], max_heads=args.heads or bounds["max_heads"],
@@ -367,7 +354,7 @@ def _run_blocks(args) -> int:
                          "row blocks check one dtype per run")
     report = check_impl(args.impl, *random_floats(args.n or 16, args.d_k or 8, seed=args.seed or 0,
                                                   n_keys=args.n_keys, dtype=dtype),
-                        dtype, _policy(args, None), memory=args.memory, max_ulps=args.max_ulps,
+                        dtype, apply(None, args), memory=args.memory, max_ulps=args.max_ulps,
                         worst=args.worst, accumulation=args.accumulation)
     return write_report(report, "json" if args.format == "json" else "text", args.memory)
 
@@ -380,7 +367,7 @@ def run(args) -> int:
         return _run_blocks(args)
     impl = _load(args)
     problem, spec_policy, spec_dtype = _inputs(args)
-    policy = _policy(args, spec_policy)
+    policy = apply(spec_policy, args)
     from ..verify.check import check_sink        # before any input is drawn or rounded
     check_sink(policy, *(f"--{f}" if getattr(args, f, None) is not None else
                          f"the spec file's policy.{f}" for f in ("sink", "softcap")))
@@ -405,13 +392,12 @@ def run(args) -> int:
     if args.invariance:
         return _run_invariance(args, impl, problem, dtypes, notes)
     digits = dict(worst=args.worst, digits=args.digits)
-    from .modifier_flags import lse
     if args.backward:
         from ..testing.report import backward_sections
         from ..verify.backward import verify_backward
         reports = _each(dtypes, lambda dt: f"{impl.name} backward in {dt}: certifying dQ, dK and "
                         "dV", lambda dt: verify_backward(impl, problem, dt, seed=args.seed or 0,
-                                                         max_ulps=args.max_ulps, lse=lse(args)))
+                                                         max_ulps=args.max_ulps, lse=args.lse))
         return _write(reports, backward_sections(reports, **digits, timings=args.timings,
                                                        notes=notes), {"backward": True})
     if args.split_merge:
@@ -419,7 +405,7 @@ def run(args) -> int:
     outputs = math.prod(problem.shape[k] for k in ("B", "H_q", "L", "E_v"))
     probes = {} if args.probes is None else {"probes": args.probes}
     reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: certifying {outputs:,} outputs",
-                    lambda dt: verify(impl, problem, dt, max_ulps=args.max_ulps, lse=lse(args),
+                    lambda dt: verify(impl, problem, dt, max_ulps=args.max_ulps, lse=args.lse,
                                       accumulation=args.accumulation, **probes))
     for rep, dt in zip(reports, dtypes * bool(args.flops)):
         rep.flops = flop_counts(problem, dt)
@@ -463,7 +449,7 @@ def _run_split(args, impl, problem, dtypes, notes) -> int:
     """``verify --split-merge``: each key block's (output, lse) and their merge, row by row."""
     from ..testing.report import split_sections
     from ..verify.split import cut_lengths, load_merge, verify_split
-    if getattr(args, "spec_lse", None) == "2":
+    if args.lse == "2":     # the spec's (--lse is refused with --split-merge)
         raise InputError("the spec file's policy.lse must be e for --split-merge (got 2); the "
                          "blocks' log-sum-exps are in natural-log units")
     S = problem.shape["S"]

@@ -773,16 +773,6 @@ class Call:
                              f"{_dims(self.key.shape[:3])} (got {_dims(value.shape)})")
         return self._with(value=value)
 
-    def with_dropout_keep(self, keep) -> "Call":
-        """The same problem with a dropout keep-mask (L x S booleans, or broadcastable to B x H_q x L x S).
-
-        Raises:
-            ShapeError, InputError: a mask of the wrong shape or with entries that are not booleans.
-        """
-        sh = self.shape
-        return self._with(dropout_keep=_blocks(keep, (sh["B"], sh["H_q"], sh["L"], sh["S"]),
-                                                     "dropout_keep", True).copy())
-
     def nonfinite(self) -> list[tuple[int, tuple]]:
         """Every ``inf``/``nan`` entry: ``(1 for key or 2 for value, (b, g, j, c))``."""
         out = []

@@ -213,8 +213,7 @@ def test_dropout_backward_passes_with_the_problem_keep_mask():
         path = Path(d) / "drop.json"
         path.write_text(json.dumps(doc))
         problem, policy, _, fields = load_problem(str(path), extras=True)
-    if problem.dropout_keep is None:
-        problem = problem.with_dropout_keep(fields.dropout_keep)
+    assert problem.dropout_keep is not None and fields.dropout_keep == keep
     for impl in ("numpy", "torch"):
         if impl == "torch":
             pytest.importorskip("torch")

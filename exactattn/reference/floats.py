@@ -172,7 +172,7 @@ def round_balls(mid, rad, places: int):
     """``(texts, undecided)``: every entry of ``mid +/- rad`` correctly rounded to ``places``
     where the enclosure decides it (numpy object array of strings), and a boolean array of
     the entries it leaves undecided (their texts are None)."""
-    from ..numbers.digits import format_scaled
+    from ..numbers.bulk import decimal_strings
     sc = float(10 ** places)
     with np.errstate(all="ignore"):
         x = mid * sc
@@ -180,10 +180,6 @@ def round_balls(mid, rad, places: int):
         k = np.rint(x)
         decided = np.isfinite(x) & np.isfinite(w) & (np.abs(x) < 2.0 ** 50) & \
             (np.abs(x - k) + w <= 0.5 - 2.0 ** -30)
-    ints = np.where(decided, k, 0).astype(np.int64)
-    uniq, inverse = np.unique(ints, return_inverse=True)
-    table = np.array([format_scaled(int(v), places) for v in uniq.tolist()] + [None],
-                     dtype=object)
-    inverse = inverse.reshape(ints.shape)
-    texts = table[np.where(decided, inverse, len(uniq))]
+    texts = decimal_strings(np.where(decided, k, 0).astype(np.int64), places)
+    texts[~decided] = None
     return texts, ~decided

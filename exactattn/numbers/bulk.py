@@ -115,18 +115,15 @@ class ExpTables:
             self.levels = -(-nbits // _TABLE_BITS)
             self.bits = -(-nbits // self.levels)
 
-    def _enclose(self, gaps) -> tuple[list[int], list[int]]:
+    def _enclose(self, gap: int) -> tuple[int, int]:
+        """``2^F exp(-gap c)`` rounded down and up (``gap > 0``)."""
         from flint import arb
         from .digits import working_precision
         one = 1 << self.F
-        lo, hi = [], []
         with working_precision(self.prec):
-            scale, step = arb(one), self.step
-            for g in gaps:          # g > 0
-                v = (arb(-g) / step).exp() * scale
-                lo.append(max(int(v.lower().floor().unique_fmpz()), 0))
-                hi.append(min(int(v.upper().ceil().unique_fmpz()), one))
-        return lo, hi
+            v = (arb(-gap) / self.step).exp() * arb(one)
+            return (max(int(v.lower().floor().unique_fmpz()), 0),
+                    min(int(v.upper().ceil().unique_fmpz()), one))
 
     def digit_table(self, level: int):
         """``(lo, hi)`` arrays enclosing ``2^F exp(-(a << bits level) c)`` for every digit
@@ -150,7 +147,7 @@ class ExpTables:
         lo, hi = np.array([one], dtype=dtype), np.array([one], dtype=dtype)
         m = 1
         while m < size:
-            (f_lo,), (f_hi,) = self._enclose([m << at])
+            f_lo, f_hi = self._enclose(m << at)
             take = min(m, size - m)
             lo = np.concatenate([lo, _mul_shift(lo[:take], np.full(take, f_lo, dtype=dtype),
                                                 F, False)])
@@ -187,7 +184,7 @@ def _mul_shift(a, b, F: int, up: bool):
     return a1
 
 
-def _strings(k, places: int):
+def decimal_strings(k, places: int):
     """``k / 10**places`` formatted for every entry of the integer array k."""
     import numpy as np
     k = np.asarray(k)
@@ -233,7 +230,7 @@ def block_tables(den: int, divisor_squared, F: int, min_shift: int = 0):
     if not tables.feasible:
         return None
     levels = [tables.digit_table(level) for level in range(tables.levels)]
-    return tables, shift, levels, tables._enclose([1])[0][0]
+    return tables, shift, levels, tables._enclose(1)[0]
 
 
 def gap_bounds(cached, gaps):
@@ -397,14 +394,14 @@ def bounds_decimals(b: BlockBounds, places: int, shares: bool = True):
         k = (top + d_hi) // (2 * d_hi)
         decided = np.asarray((top > (2 * k - 1) * d_hi) & (2 * scale * hi < (2 * k + 1) * d_lo),
                              dtype=bool)
-        share_text = _strings(k, places).tolist()
+        share_text = decimal_strings(k, places).tolist()
         decided[b.empty] = False
         share_cells = [(int(i), int(j)) for i, j in zip(*np.nonzero(~decided))]
     top_lo, top_hi = 2 * scale * b.a_lo, 2 * scale * b.a_hi
     k = (top_lo + b.b_lo) // (2 * b.b_lo)
     decided = np.asarray((top_lo > (2 * k - 1) * b.b_lo) & (top_hi < (2 * k + 1) * b.b_hi),
                          dtype=bool)
-    outputs = _strings(k, places).tolist()
+    outputs = decimal_strings(k, places).tolist()
     decided[b.empty] = False
     output_cells = [(int(i), int(c)) for i, c in zip(*np.nonzero(~decided))]
     return share_text, outputs, (share_cells, output_cells)

@@ -29,7 +29,7 @@ from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
-from .compare import Comparison, Judgement, decide, enclosures, judge, ulp_unit
+from .compare import Comparison, decide, enclosures, judge, ulp_unit
 from ..numbers.formats import (DTYPES, FORMATS, FloatFormat, default_max_ulps, float_format,
                                round_to_format)
 from .adapter import ask, check_dtype, read_answer
@@ -160,14 +160,14 @@ def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
     if max_ulps is not None:
         check_whole(max_ulps, "max_ulps", low=0)
     check_scale(policy, fmt)
-    check_sink(policy)
     check_work(call.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
                "narrower head", runs=runs)
     return fmt, policy
 
 
 def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
-    """Refuse a scale that is 0 or infinity as the implementation is handed it in ``dtype``.
+    """Refuse a scale that is 0 or infinity as the implementation is handed it in ``dtype``, then
+    a sink or soft-cap no float kernel is handed (:func:`check_sink`).
 
     The implementation gets the float64 nearest ``1/sqrt(D)``
     (:func:`~exactattn.call.policy.float_scale`), cast to its dtype; a scale that
@@ -184,18 +184,17 @@ def check_scale(policy: Policy, dtype: str | FloatFormat) -> None:
     """
     fmt = float_format(dtype)
     D = policy.divisor_squared
-    if D == DEFAULT_SCALE or D is None:
-        return
     lo, hi = Fraction(1, 2 ** 1075), Fraction(2 ** 1024 - 2 ** 970)    # float64: 0 to lo, inf
     # 1/sqrt(D) >= hi: infinity in float64; 1/sqrt(D) <= lo: 0 in float64
-    s = math.inf if D <= 1 / (hi * hi) else 0.0 if D >= 1 / (lo * lo) else \
-        round_to_format(Fraction(float_scale(D)), fmt)
+    s = 1.0 if D in (DEFAULT_SCALE, None) else math.inf if D <= 1 / (hi * hi) else 0.0 \
+        if D >= 1 / (lo * lo) else round_to_format(Fraction(float_scale(D)), fmt)
     got = "inf" if math.isinf(s) else "0" if s == 0 else None
     if got is not None:
         raise InputError(f"scale must round to a finite non-zero {fmt.name} (got "
                          f"{shorten(policy.scale_text())}, which rounds to {got} in {fmt.name}); "
                          f"an implementation would multiply every score by {got}: rescale the "
                          "query or key instead")
+    check_sink(policy)
 
 
 def check_sink(policy: Policy, name: str = "sink", softcap_name: str = "softcap") -> None:
@@ -537,8 +536,7 @@ def bulk_report(name: str, got, floats: tuple, dtype: str, max_ulps: int | None,
     fmt = float_format(dtype)
     if fmt.precision > 24 or supported(policy) is not None:
         return None
-    check_scale(policy, fmt)
-    check_sink(policy)            # before the float64 enclosure reads them as floats
+    check_scale(policy, fmt)      # and the sink: before the float64 enclosure reads them as floats
     t0 = time.perf_counter()
     arith = _with_kernel(dtype, accumulation, max_ulps)
     mid, rad, mag, top, *excess = enclose_outputs(
@@ -596,7 +594,8 @@ def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):
 
 def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
                 at_terms: bool = True, column: int = 0, known=None, rounded=None,
-                found: Comparison | None = None, entry=None, decided: bool = True) -> tuple:
+                found: Comparison | None = None, entry=None, decided: bool = True,
+                lse: bool = False) -> tuple:
     """``(found, left)``: the outputs ``got`` (float64, B x H_q x L x w) judged from their
     enclosures ``enclosed = (mid, rad, mag)`` (:func:`~exactattn.verify.compare.decide`), the
     entries they leave open (``left`` of them) enclosed again in ``arb`` by ``rows`` (a
@@ -610,7 +609,8 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
     entries are added to ``found`` (default: a new ``Comparison(None)``), each made by
     ``entry(idx, rounded, got, ulps, rel, status, terms_ulps)`` (default: an :class:`Entry`
     on ``ref``).  With ``rounded`` and not ``decided``, every entry is judged by :func:`judge`
-    (its errors measured in ``arb``, not from the float64 enclosures: the row blocks' rule)."""
+    (its errors measured in ``arb``, not from the float64 enclosures: the row blocks' rule;
+    ``lse``: log-sum-exps, as :func:`judge` takes them)."""
     from ..numbers.formats import round_ball
     mid, rad, mag = enclosed
     raised, exact = got is None, rounded is not None
@@ -670,7 +670,7 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
 
             def exact_value(idx=idx, k=k):
                 return k if k is not None else ref.output(*idx)
-            j = judge(g, r, ball, m, fmt, exact_value, int(tols[idx]), at_terms=at_terms)
+            j = judge(g, r, ball, m, fmt, exact_value, int(tols[idx]), at_terms=at_terms, lse=lse)
             e = entry(idx, r, g, j.ulps, j.rel, j.status, j.terms_ulps)
         found.add(e, j, position=start + p)
     return found, len(undecided)
@@ -728,16 +728,15 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
         notes.append(f"hard failure: {name} raised {raised}; every output counts as failed")
     notes += _output_notes(found, dtype)
     lse_found = Comparison(None)
-    if lse is not None:         # every row's log-sum-exp against the exact one
-        lse_rounded, lse_balls = ref.rounded_lse(dtype, lse, prec=prec)
+    if lse is not None:         # every row's log-sum-exp against the exact one, as column 0
+        r, balls = (a[..., None] for a in ref.rounded_lse(dtype, lse, prec=prec))
         top = logit_bound(ref.max_abs_exponent(), ref.policy)
-        for idx in np.ndindex(*lse_rounded.shape):
-            g = math.nan if got_lse is None else float(got_lse[idx])
-            r = float(lse_rounded[idx])
-            mag = max(abs(r), top if math.isfinite(top) else abs(r))
-            j = Judgement("hard") if got_lse is None else \
-                judge(g, r, lse_balls[idx], mag, fmt, lambda: ref.lse(*idx, lse), tol, lse=True)
-            lse_found.add(Entry(idx, r, g, j.ulps, j.rel, j.status, ref, j.terms_ulps, lse))
+        judge_entries(None if got_lse is None else got_lse[..., None],
+                      (r, balls, np.maximum(np.abs(r), top if math.isfinite(top) else np.abs(r))),
+                      SimpleNamespace(output=lambda b, h, i, _: ref.lse(b, h, i, lse)), fmt, tol,
+                      found=lse_found, decided=False, lse=True,
+                      entry=lambda idx, r, g, u, rel, st, t=None: Entry(idx[:3], r, g, u, rel, st,
+                                                                        ref, t, lse))
     t3 = time.perf_counter()
     return Report(name, dtype, call.policy, call, found, tol, moved, ref,
                   {"impl": impl_seconds + probe_seconds["impl"],
@@ -747,18 +746,17 @@ def _report(name: str, call: Call, ref: Reference, got, dtype: str, max_ulps: in
                   bound=None if each is None else bound)
 
 
-def judge_entries(got, exact: tuple, ref, fmt: FloatFormat, tol, *,
-                  found: Comparison | None = None, entry=None, decided: bool = True) -> Comparison:
+def judge_entries(got, exact: tuple, ref, fmt: FloatFormat, tol, **how) -> Comparison:
     """Every output of ``got`` (None: the implementation raised) judged against the correctly
     rounded exact values ``exact = (rounded, balls, magnitudes)`` (one shape);
     ``ref.output(b, h, i, c)`` gives an exact value; ``tol`` is an int, or an int array of
     that shape (each entry's own, its ``tolerance``): :func:`bulk_judged` on the balls'
-    float64 enclosures, every entry they do not clear judged by :func:`judge` (``found``,
-    ``entry`` and ``decided`` are its own); the one judging loop of the forward's exact path,
-    the backward and the row blocks."""
+    float64 enclosures, every entry they do not clear judged by :func:`judge` (``how``:
+    :func:`bulk_judged`'s ``found``, ``entry``, ``decided``, ``lse``); the one judging loop of
+    the forward's exact path, its log-sum-exp, the backward and the row blocks."""
     rounded, balls, mags = exact
     return bulk_judged(got, (*enclosures(balls), mags), balls, fmt, tol, ref, 0,
-                       rounded=rounded, found=found, entry=entry, decided=decided)[0]
+                       rounded=rounded, **how)[0]
 
 
 @dataclass

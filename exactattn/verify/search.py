@@ -47,7 +47,7 @@ from fractions import Fraction
 
 from ..call.policy import Policy
 from ..options import check_choice, check_whole
-from .check import Report, check_scale, check_sink, verify
+from .check import Report, check_scale, verify
 from ..numbers.formats import float_format
 from .impls import load_impl
 from .probes import PROBES, check_probes
@@ -195,7 +195,6 @@ def search(impl, dtype: str = "float32", policy: Policy | None = None, *, exampl
     float_format(dtype)
     policy = policy or Policy()
     check_scale(policy, dtype)
-    check_sink(policy)
     entry = st.integers(-64, 64).map(lambda k: Fraction(k, 8))
     forms = MASK_FORMS if masks else (None,)
 

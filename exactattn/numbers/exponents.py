@@ -17,6 +17,7 @@ precision that always suffices.
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 from operator import add
 
@@ -41,10 +42,9 @@ def exp_polys(sums) -> list["ExpPoly"]:
     basis, keys = align([x for xs, _ in sums for x in xs])
     keys, out = iter(keys), []
     for _, cs in sums:
-        terms: dict = {}
+        terms = Counter()
         for c in cs:
-            key = next(keys)
-            terms[key] = terms.get(key, 0) + c
+            terms[next(keys)] += c
         out.append(ExpPoly(basis, terms))
     return out
 
@@ -66,9 +66,8 @@ class ExpPoly:
     # -- the ring: +, -, *, exact division (terms collected, bases unified) ----------------
     def __add__(self, other: "ExpPoly") -> "ExpPoly":
         s, o = unify(self, other)
-        out = dict(s.terms)
-        for e, c in o.terms.items():
-            out[e] = out.get(e, 0) + c
+        out = Counter(s.terms)
+        out.update(o.terms)          # adds (negative coefficients kept; zeros dropped below)
         return ExpPoly(s.basis, out)
 
     def __neg__(self) -> "ExpPoly":
@@ -137,10 +136,8 @@ class ExpPoly:
             g = groups.setdefault((p, tuple(key)), [Fraction(0), arb(0)])
             g[0] += c
             g[1] += arb(fmpq_of(c)) * delta.expm1()
-        total = arb(0)
-        for (p, key), (c, small) in groups.items():
-            total += exponent_value(rest, (p, *key)).ball().exp() * (arb(fmpq_of(c)) + small)
-        return total
+        return sum((exponent_value(rest, (p, *key)).ball().exp() * (arb(fmpq_of(c)) + small)
+                    for (p, key), (c, small) in groups.items()), arb(0))
 
     def text(self) -> str:
         """The polynomial as a sum of exponentials (for messages)."""

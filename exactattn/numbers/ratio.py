@@ -369,19 +369,13 @@ class ExpRatio(Real):
             return arb.nan()
         src = self.source
         if not self.forward:
-            total = arb(0)
-            for atom, coef in self.recipe.items():
-                b = src.atom_ball(atom, prec)
-                total += b if coef == 1 else b * fmpq_of(Fraction(coef))
-            return total
+            atoms = ((src.atom_ball(atom, prec), c) for atom, c in self.recipe.items())
+            return sum((b if c == 1 else b * fmpq_of(Fraction(c)) for b, c in atoms), arb(0))
         if not src.counts:
             return arb(0)
         balls = src.exp_balls(prec)
-        den = src.normaliser(prec, balls)
-        num = arb(0)
-        for g, a in self.recipe.items():
-            num += arb(fmpq_of(Fraction(a))) * balls[g]
-        return num / den
+        num = sum((arb(fmpq_of(Fraction(a))) * balls[g] for g, a in self.recipe.items()), arb(0))
+        return num / src.normaliser(prec, balls)
 
     # -- arithmetic -----------------------------------------------------------------
     def __add__(self, other):

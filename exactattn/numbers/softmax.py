@@ -343,31 +343,22 @@ class SoftmaxRow:
         elif len(cache) >= 16:        # 64 .. 2^16 bits: eleven
             cache.pop(next(iter(cache)))
         from flint import arb
-        inv = None if self.divisor_squared is None else atom_ball(self.divisor_squared)
-        # a term below exp(-K) (K = prec + 64 > (prec + 64) ln 2) is enclosed by [0, 2^-K]
-        # without computing exp to the precision its exponent would need: a gap of
-        # 10^8000 costs no more than a gap of 1
-        K = prec + 64
-        bound = K * K * (1 if self.divisor_squared is None else self.divisor_squared)
-        negligible = arb(0, arb(2) ** -K)
-        balls = {}
         if self.certified:
             shift = real_ball(self.max_raw, prec)
-            for g in self.counts:
-                balls[g] = (real_ball(g, prec) - shift).exp()
-            cache[prec] = balls
-            return balls
-        if self.general:
-            for g in self.counts:
-                balls[g] = exponent_value(self.basis, g).ball().exp()
-            cache[prec] = balls
-            return balls
-        for g in self.counts:
-            if g < -K and g * g > bound:
-                balls[g] = negligible
-            else:
-                a = arb(fmpq_of(g))
-                balls[g] = (a if inv is None else a * inv).exp()
+            balls = {g: (real_ball(g, prec) - shift).exp() for g in self.counts}
+        elif self.general:
+            balls = {g: exponent_value(self.basis, g).ball().exp() for g in self.counts}
+        else:
+            D = self.divisor_squared
+            inv = None if D is None else atom_ball(D)
+            # a term below exp(-K) (K = prec + 64 > (prec + 64) ln 2) is enclosed by [0, 2^-K]
+            # without computing exp to the precision its exponent would need: a gap of
+            # 10^8000 costs no more than a gap of 1
+            K = prec + 64
+            bound, negligible = K * K * (1 if D is None else D), arb(0, arb(2) ** -K)
+            balls = {g: negligible if g < -K and g * g > bound else
+                     (arb(fmpq_of(g)) if inv is None else arb(fmpq_of(g)) * inv).exp()
+                     for g in self.counts}
         cache[prec] = balls
         return balls
 
@@ -377,9 +368,7 @@ class SoftmaxRow:
         if cache is not None and cache[0] == prec and cache[1] is balls:
             return cache[2]
         from flint import arb
-        den = arb(0)
-        for g, c in self.counts.items():
-            den += c * balls[g]
+        den = sum((c * balls[g] for g, c in self.counts.items()), arb(0))
         self._den_cache = (prec, balls, den)
         return den
 

@@ -409,16 +409,13 @@ class Measurement:
     details: tuple = ()
 
 
-def _child_env() -> dict:
-    return {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONWARNINGS": "ignore",
-            "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
-            "DS_ACCELERATOR": "cpu"}
-
-
 def _run_child(key: str, keys: list[str]) -> list[dict]:
     try:
         p = subprocess.run([sys.executable, "-m", __name__, key, *keys], capture_output=True,
-                           text=True, timeout=CHILD_SECONDS, env=_child_env())
+                           text=True, timeout=CHILD_SECONDS,
+                           env={"OMP_NUM_THREADS": "1", **os.environ, "PYTHONWARNINGS": "ignore",
+                                "TRANSFORMERS_VERBOSITY": "error",
+                                "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"})
     except subprocess.TimeoutExpired:
         return [{"call": keys[0], "error": f"timed out after {CHILD_SECONDS} s"}]
     records = [json.loads(line[len(MARK):]) for line in p.stdout.splitlines()

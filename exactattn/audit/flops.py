@@ -229,10 +229,6 @@ def _attention(L: Ledger) -> list[tuple[str | None, int, int]]:
     return out
 
 
-def _linear(L: Ledger) -> list[tuple[str | None, int]]:
-    return [(None, L.linear)] + ([("omits_linear", 0)] if L.linear else [])
-
-
 def _passes(backward: str | None) -> list[tuple[str | None, int, int]]:
     """The pass counted (:data:`PASSES`) and its departure: a backward without the
     recomputation of the scores (``no_recompute``, backward = 2 x forward) or with it
@@ -271,7 +267,8 @@ def explanations(L: Ledger, per_mac: int, backward: str | None = None
     units = [(None, per_mac)] + ([("macs_as_flops", 1)] if per_mac == 2 else [])
     out = []
     for (unit, per), (pass_, ws, wm), (att, a, m), (lin, b) in product(
-            units, _passes(backward), _attention(L), _linear(L)):
+            units, _passes(backward), _attention(L),
+            [(None, L.linear)] + [("omits_linear", 0)] * bool(L.linear)):
         if unit and not a + m + b:
             continue   # nothing counted: the unit changes nothing
         for chosen in chain.from_iterable(combinations(extras, k) for k in range(len(extras) + 1)):
@@ -476,10 +473,6 @@ def verdict_text(v: Verdict) -> str:
     return f"{figure}: {', '.join(words)}"
 
 
-def _stage(macs: dict, stage: str) -> str:
-    return f"{macs[stage]} / {2 * macs[stage]}" if stage in macs else "-"
-
-
 def _versions(chosen: list, cells: dict, installed: dict) -> list[str]:
     parts, missing = [], []
     for key in chosen:
@@ -570,7 +563,8 @@ def audit_sections(counters=None) -> list:
         judged = {label: cells[(key, k, u)] for k, u, label in cols}
         rows.append([key] + ([(kernels.get(key) or "-").removeprefix("_scaled_dot_product_")]
                              if kernels else []) +
-                    [_stage(L.macs, s) for s in stages + ("total",)] +
+                    [f"{L.macs[s]} / {2 * L.macs[s]}" if s in L.macs else "-"
+                     for s in stages + ("total",)] +
                     [f"exp {ops['exp']}, add {ops['add']}, div {ops['div']}"] +
                     [verdict_text(v) for v in judged.values()])
         data.append({

@@ -187,13 +187,6 @@ def _blocks(model, arch: str) -> list:
             for k in range(model.config.num_hidden_layers)]
 
 
-def _qkv(outs: list) -> list:
-    """q, k, v from the projections' outputs: three, or one fused (GPT-2's ``c_attn``) split
-    in three equal parts."""
-    import numpy as np
-    return outs if len(outs) == 3 else [p.copy() for p in np.split(outs[0], 3, axis=1)]
-
-
 def run_model(model: str, text: str, *, implementation: str = "eager",
               max_tokens: int | None = None) -> ModelRun:
     """Run ``model`` (one of :data:`MODELS`) on ``text`` in float32 and capture every layer.
@@ -242,8 +235,8 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
 
         def projected(mod, args, out, k=k):
             got[k]["before"], got[k]["after"] = args[0], out
-        def projections(mod, args, out, k=k):
-            got[k].setdefault("qkv", []).append(out)
+        def projections(mod, args, out, k=k, fused=len(qkv) == 1):     # GPT-2's c_attn: split
+            got[k].setdefault("qkv", []).extend(out.chunk(3, -1) if fused else [out])
         hooks += [attn.register_forward_pre_hook(pre, with_kwargs=True),
                   attn.register_forward_hook(post, with_kwargs=True),
                   proj.register_forward_hook(projected)]
@@ -258,7 +251,7 @@ def run_model(model: str, text: str, *, implementation: str = "eager",
     def arr(t):
         return None if t is None else t.detach()[0].to(torch.float32).numpy().copy()
     layers = [LayerCapture(arr(g["x"]), arr(g["probs"]), arr(g["before"]), arr(g["after"]),
-                           *_qkv([arr(t) for t in g["qkv"]])) for g in got]
+                           *map(arr, g["qkv"])) for g in got]
     cfg = net.config
     heads = cfg.num_attention_heads
     tensors = tensors_from_state_dict(net.state_dict(), source)

@@ -58,6 +58,7 @@ tolerance can follow it.  Whatever the function raises becomes
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import math
@@ -182,24 +183,12 @@ class FloatCall:
         [[0.0, -inf], [0.0, 0.0]]
         """
         offsets, seen = self.visibility()
-        if not hidden:
-            seen = None
-        if self.policy.alibi is None and offsets is None and seen is None:
+        parts = [b for b in (self.alibi_bias(), offsets) if b is not None]
+        seen = seen if hidden else None
+        if not parts and seen is None:
             return None
-        bias = np.zeros((self.query.shape[-2], self.key.shape[-2]))
-        if self.policy.alibi is not None:
-            bias = bias + self.alibi_bias()
-        if offsets is not None:
-            bias = bias + offsets
+        bias = sum(parts, np.zeros((self.query.shape[-2], self.key.shape[-2])))
         return bias if seen is None else np.where(seen, bias, -np.inf)
-
-    def rope_angles(self, positions) -> np.ndarray | None:
-        """float64 angles ``pos * theta^(-2k/d)``, one row per position and one column per pair."""
-        if self.policy.rope is None:
-            return None
-        rope = self.policy.rope.for_call(self.policy, self.query.shape[-2], self.key.shape[-2])
-        freq = np.array(rope.float_frequencies(self.query.shape[-1]))
-        return np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]
 
     def kv_index(self) -> list[int]:
         """For each query head, the key/value head it reads (``gqa`` map)."""
@@ -324,20 +313,12 @@ def make_call(call, dtype: str, lse: str | None = None, arrays: tuple | None = N
     rank = problem.rank
     q, k, v = (problem.floats(n) for n in ("query", "key", "value")) if arrays is None else \
         (a.reshape(a.shape[4 - rank:]) for a in arrays)
-    mask = None
-    if problem.mask is not None:
-        m = problem.mask_given()
-        kind = problem.mask_kind or policy.mask_kind
-        if kind == "bool_keep":
-            mask = m.astype(bool)
-        elif kind == "bool_drop":
-            mask = ~m.astype(bool)
-        else:
-            mask = np.vectorize(lambda x: -math.inf if x is None else float(x),
-                                otypes=[np.float64])(m)
+    mask, kind = problem.mask_given(), problem.mask_kind or policy.mask_kind
+    if mask is not None:        # SDPA's convention: booleans True = attend, or additive floats
+        mask = mask.astype(bool) ^ (kind == "bool_drop") if kind in ("bool_keep", "bool_drop") \
+            else np.vectorize(lambda x: -math.inf if x is None else float(x), otypes=[float])(mask)
     keep = problem.dropout_keep
-    if keep is not None and rank < 4:
-        keep = keep.reshape(keep.shape[4 - rank:])
+    keep = None if keep is None else keep.reshape(keep.shape[4 - rank:])
     return policy_call(q, k, v, policy, dtype, attn_mask=mask, dropout_mask=keep, lse=lse)
 
 
@@ -460,6 +441,12 @@ class Impl:
     takes_mask = True
     takes_gqa = True
     bfloat16_fix = None       # numpy arrays: how to run bfloat16 instead
+    arrays = "numpy"          # the arrays it runs on: numpy, torch or jax
+
+    def scope(self, dtype: str):
+        """The context it runs in: :func:`jax_scope` for jax arrays, else none (numpy kernels:
+        float warnings silenced)."""
+        return jax_scope(dtype) if self.arrays == "jax" else contextlib.nullcontext()
 
     def dtype_hint(self, dtype: str) -> str:
         """Why a dtype outside ``dtypes`` is not run, and the fix ("" when none is known)."""
@@ -543,35 +530,42 @@ class FunctionImpl(Impl):
         dt, user = getattr(xp, dtype), self.convert or (lambda a: a)
         return lambda a: user(as_array(xp, a, dt))
 
-    def scope(self, dtype: str):
-        """The context the function runs in: :func:`jax_scope` for jax arrays, else none."""
-        import contextlib
-        return jax_scope(dtype) if self.arrays == "jax" else contextlib.nullcontext()
-
     def _arguments(self, call: FloatCall) -> dict:
-        """The keyword arguments of the call, as numpy arrays (converted later)."""
-        pol = call.policy
-        if self.convention == "mask":
-            if call.enable_gqa:
-                raise InputError(f"{self.name} must be called in convention 'sdpa' for grouped "
-                                 "query heads (got convention 'mask', which has no enable_gqa)")
-            always = {"mask": call.mask_in(self.mask_as, fold=True), "scale": call.scale}
-            needed, hints = {}, {}
-        else:
-            always = {}
-            needed = {"attn_mask": call.mask_in(self.mask_as), "scale": call.scale,
-                      "is_causal": pol.causal or None, "enable_gqa": call.enable_gqa or None,
-                      "window": pol.window}
-            hints = {"alignment": pol.alignment, "gqa": pol.gqa, "dtype": call.dtype}
-        needed.update(self._modifiers(call))
-        if pol.alibi is not None:
-            hints.update(alibi_form=pol.alibi.form, head=pol.head)
+        """The keyword arguments of the call, as numpy arrays (converted later): each one the
+        call needs (refused when the function lacks it; the mask convention's mask and scale
+        handed as None when it takes them), then the hints it takes."""
+        pol, rope, alibi, masked = call.policy, call.policy.rope, call.policy.alibi, \
+            self.convention == "mask"
+        if masked and call.enable_gqa:
+            raise InputError(f"{self.name} must be called in convention 'sdpa' for grouped "
+                             "query heads (got convention 'mask', which has no enable_gqa)")
+        needed = {"mask": call.mask_in(self.mask_as, fold=True), "scale": call.scale} if masked \
+            else {"attn_mask": call.mask_in(self.mask_as), "scale": call.scale,
+                  "is_causal": pol.causal or None, "enable_gqa": call.enable_gqa or None,
+                  "window": pol.window}
+        hints = {} if masked else {"alignment": pol.alignment, "gqa": pol.gqa, "dtype": call.dtype}
+        pos = call.query_positions()[0]
+        shifted = pos != 0 and (alibi is not None or rope is not None or
+                                (pol.window is not None and not masked))
+        needed.update({"softcap": call.softcap, "sink": call.sink,
+                       "query_offset": pos if shifted else None,
+                       "rope_theta": None if rope is None else float(rope.theta),
+                       "rope_layout": None if rope is None else rope.layout,
+                       "rope_dims": None if rope is None else rope.dims,
+                       "rope_scaling": None if rope is None or rope.scaling is None else
+                       rope.scaling.to_dict(lambda q: int(q) if q.denominator == 1 else float(q)),
+                       "dropout_p": call.dropout_p, "dropout_mask": call.dropout_mask})
+        if alibi is not None:
+            by_heads = self._takes("alibi_heads") and not self.var_kw
+            needed.update({"alibi_heads": alibi.heads} if by_heads else
+                          {"alibi_slopes": call.alibi_slopes()})
+            hints.update(alibi_form=alibi.form, head=pol.head)
         if call.lse is not None:
             hints["return_lse"] = True
         kwargs: dict = {}
-        for key, val in {**always, **needed}.items():
+        for key, val in needed.items():
             if val is None:
-                if key in always and self._takes(key):
+                if masked and key in ("mask", "scale") and self._takes(key):
                     kwargs[key] = None
                 continue
             if not self._takes(key):
@@ -580,26 +574,6 @@ class FunctionImpl(Impl):
             kwargs[key] = val
         kwargs.update((k, v) for k, v in hints.items() if self._takes(k))
         return kwargs
-
-    def _modifiers(self, call: FloatCall) -> dict:
-        """The modifier arguments the call needs (None: not needed)."""
-        pos, rope, alibi = call.query_positions()[0], call.policy.rope, call.policy.alibi
-        shifted = pos != 0 and (alibi is not None or rope is not None or
-                                (call.policy.window is not None and self.convention == "sdpa"))
-        out = {"softcap": call.softcap, "sink": call.sink,
-               "query_offset": pos if shifted else None,
-               "rope_theta": None if rope is None else float(rope.theta),
-               "rope_layout": None if rope is None else rope.layout,
-               "rope_dims": None if rope is None else rope.dims,
-               "rope_scaling": None if rope is None or rope.scaling is None else
-               rope.scaling.to_dict(lambda q: int(q) if q.denominator == 1 else float(q)),
-               "dropout_p": call.dropout_p, "dropout_mask": call.dropout_mask}
-        if alibi is not None:
-            if self._takes("alibi_heads") and not self.var_kw:
-                out["alibi_heads"] = alibi.heads
-            else:
-                out["alibi_slopes"] = call.alibi_slopes()
-        return out
 
     def answer(self, call: FloatCall, *more, read: Callable | None = None) -> Answer:
         """FloatCall the function on ``call``; its outputs read as float64, with the dtype it returned.

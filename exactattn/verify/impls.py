@@ -75,10 +75,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..call.inputs import empty_rows
 from ..call.policy import UNSUPPORTED
 from ..errors import InputError, shorten
-from .adapter import (FloatCall, FunctionImpl, Impl, ImplRaised, as_array, check_dtype,
-                      jax_scope, make_call)
+from .adapter import FloatCall, FunctionImpl, Impl, ImplRaised, as_array, check_dtype, make_call
 
 __all__ = ["FlexImpl", "load_impl"]
 
@@ -134,14 +134,6 @@ class ArrayImpl(Impl):
 
     def array(self, a, dt):
         return as_array(self.xp, a, dt, **self.on)
-
-    def full(self, shape, x, dt):
-        """An array of ``shape`` filled with ``x`` in the dtype (on the library's device)."""
-        return self.xp.full(shape, x, dtype=dt, **self.on)
-
-    def scope(self, dtype: str):
-        """The context the kernel runs in (none; numpy: float warnings silenced)."""
-        return contextlib.nullcontext()
 
     def inputs(self, call: FloatCall, *more) -> list:
         """query, key, value (and ``more``) as the kernel's arrays of the call's dtype."""
@@ -208,17 +200,14 @@ class ArrayImpl(Impl):
         if cap is not None:
             t = xp.tanh(s / cap)
             s = cap * t
-        if call.policy.alibi is not None:
-            s = s + self.array(call.alibi_bias(), dt)
         offsets, seen = call.visibility()
-        if offsets is not None:
-            s = s + self.array(offsets, dt)
+        for bias in (call.alibi_bias(), offsets):     # ALiBi, then an additive mask's offsets
+            if bias is not None:
+                s = s + self.array(bias, dt)
         # queries that see no key (and no sink) answer as the policy's empty row says; the
         # naive kernel keeps the textbook 0/0 = NaN (the masked-rows bug of public reports)
-        empty = None if seen is None or call.sink is not None or self.naive else \
-            ~np.any(seen, axis=-1, keepdims=True)
-        if empty is not None and not empty.any():
-            empty = None
+        empty = None if seen is None or self.naive else empty_rows(call.policy, seen)[..., None]
+        empty = empty if empty is not None and empty.any() else None
         if seen is not None:
             s = xp.where(self.array(seen, dt), s, c(-np.inf))
             if empty is None or call.policy.empty_row != "uniform":    # a uniform row reads every key
@@ -227,7 +216,8 @@ class ArrayImpl(Impl):
                 if t is not None:       # the tanh of a key read by no query: of q . 0
                     t = xp.where(read.swapaxes(-1, -2), t, c(0))
         if call.sink is not None:
-            s = xp.concatenate([s, self.full(s.shape[:-1] + (1,), call.sink, dt)], -1)
+            sink = xp.full(s.shape[:-1] + (1,), call.sink, dtype=dt, **self.on)
+            s = xp.concatenate([s, sink], -1)
         top = c(0) if self.naive else xp.amax(s, axis=-1, keepdims=True)
         e = xp.exp(s - top)
         den = e.sum(axis=-1, keepdims=True)
@@ -303,28 +293,6 @@ class NumpyImpl(ArrayImpl):
         return dq, dk, dv
 
 
-def rotate(x, angles, rope):
-    """RoPE in floats: ``x`` (... x n x d, a numpy array, a tensor or a jax array) rotated
-    pairwise by ``angles``.
-
-    ``angles`` is n x d/2 float64 (:meth:`FloatCall.rope_angles`); cos and sin are
-    taken in float64 and cast to x's dtype; ``(a, b) -> (a cos - b sin, a sin + b cos)``.
-    """
-    pairs = rope.pairs(x.shape[-1])
-    ia, ib = [a for a, _, _ in pairs], [b for _, b, _ in pairs]
-    c, s = np.cos(angles), np.sin(angles)
-    if rope.scaling is not None:      # yarn's attention factor multiplies cos and sin
-        c, s = c * rope.float_gain(), s * rope.float_gain()
-    xp = _xp(x)
-    kw = {"device": x.device} if xp is sys.modules.get("torch") else {}
-    c, s = (xp.asarray(t, dtype=x.dtype, **kw) for t in (c, s))
-    xa, xb, d = x[..., ia], x[..., ib], x.shape[-1]
-    order = list(range(d))              # x's columns, the turned pairs' in their places
-    for n, (a, b) in enumerate(zip(ia, ib)):
-        order[a], order[b] = d + n, d + len(ia) + n
-    return xp.concatenate([x, xa * c - xb * s, xa * s + xb * c], -1)[..., order]
-
-
 #: --backend names: torch.nn.attention.SDPBackend members (``sdpa_kernel`` allows only that one)
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
@@ -365,7 +333,7 @@ class TorchImpl(ArrayImpl):
     """``torch.nn.functional.scaled_dot_product_attention`` on the CPU or a CUDA device (any of the
     four dtypes), and its autograd backward.
 
-    A call with a modifier SDPA cannot take (:func:`composed`) runs
+    A call with a modifier SDPA cannot take (soft-cap, sink, dropout, log-sum-exp) runs
     :meth:`~ArrayImpl.compose` in torch ops instead.  Inputs are moved to the
     device and the results read back to the CPU as float64 (exactly their floats).
 
@@ -381,7 +349,7 @@ class TorchImpl(ArrayImpl):
             call); a call it cannot take is refused by name
             (:class:`~exactattn.errors.InputError`), never reported as a wrong
             answer.  A backend needs a call SDPA takes as it is (no
-            soft-cap, sink, dropout or log-sum-exp: :func:`composed`).
+            soft-cap, sink, dropout or log-sum-exp).
 
     Raises:
         InputError: torch is not installed (``pip install 'exactattn[torch]'``),
@@ -474,15 +442,14 @@ class TorchImpl(ArrayImpl):
             ImplRaised: SDPA refused the call.
             InputError: the chosen backend cannot take the call.
         """
-        if composed(call):
+        got = next((f for f in ("softcap", "sink", "dropout_p", "lse")   # SDPA has no argument
+                    if getattr(call, f) is not None), None)                # for these
+        if got is not None:
             if self.backend is not None:
-                got = next(f for f in ("softcap", "sink", "dropout_p", "lse")
-                           if getattr(call, f) is not None)
                 raise InputError(f"backend {self.backend_name} must run a call SDPA takes as it "
                                  f"is (got {got.replace('_p', '')}, which SDPA has no argument "
                                  "for); drop --backend to check torch's composition in torch ops")
-            f = self.compose(call, q, k, v)
-            return f.out, f.lse
+            return ArrayImpl.attend(self, call, q, k, v)
         q, k, v, kwargs = sdpa_arguments(call, q, k, v, lower_right_bias=self.lower_right_bias)
         rank = q.dim()
         if self.backend is not None:      # the fused kernels take B x H x L x E only
@@ -547,12 +514,34 @@ def _cpu_backends() -> str:
 def rotated(call: FloatCall, q, k, turn: int = 1):
     """``(q, k)`` rotated by the call's RoPE (queries at their positions, keys at 0..S-1), or
     as they are without one: numpy, torch or jax arrays, ... x L x E and ... x S x E.
-    ``turn=-1`` turns them back (``R^T``, with yarn's factor: a gradient through the rotation)."""
+    ``turn=-1`` turns them back (``R^T``, with yarn's factor: a gradient through the rotation).
+
+    Angles ``pos * theta^(-2k/d)`` in float64, one row per position and one column per pair;
+    cos and sin taken in float64 (times yarn's attention factor under a scaling) and cast to
+    the arrays' dtype; each pair ``(a, b) -> (a cos - b sin, a sin + b cos)``.
+    """
     rope = call.policy.rope
     if rope is None:
         return q, k
-    return (rotate(q, turn * call.rope_angles(call.query_positions()), rope),
-            rotate(k, turn * call.rope_angles(range(k.shape[-2])), rope))
+    L, S, E = call.query.shape[-2], call.key.shape[-2], call.query.shape[-1]
+    freq = np.array(rope.for_call(call.policy, L, S).float_frequencies(E))
+    pairs = rope.pairs(E)
+    ia, ib = [a for a, _, _ in pairs], [b for _, b, _ in pairs]
+    order = list(range(E))              # x's columns, the turned pairs' in their places
+    for n, (a, b) in enumerate(zip(ia, ib)):
+        order[a], order[b] = E + n, E + len(ia) + n
+
+    def turned(x, positions):
+        angles = turn * (np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :])
+        c, s = np.cos(angles), np.sin(angles)
+        if rope.scaling is not None:      # yarn's attention factor multiplies cos and sin
+            c, s = c * rope.float_gain(), s * rope.float_gain()
+        xp = _xp(x)
+        kw = {"device": x.device} if xp is sys.modules.get("torch") else {}
+        c, s = (xp.asarray(t, dtype=x.dtype, **kw) for t in (c, s))
+        xa, xb = x[..., ia], x[..., ib]
+        return xp.concatenate([x, xa * c - xb * s, xa * s + xb * c], -1)[..., order]
+    return turned(q, call.query_positions()), turned(k, range(S))
 
 
 def _xp(x):
@@ -592,7 +581,7 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
     boolean mask); with an explicit mask, a window, a query offset or ALiBi
     everything is folded into one ``attn_mask`` (additive under ALiBi).
     ``scale`` is passed only when the call sets one.  Soft-caps, sinks,
-    dropout and log-sum-exps are not SDPA arguments (:func:`composed`).
+    dropout and log-sum-exps are not SDPA arguments (soft-cap, sink, dropout, log-sum-exp).
     """
     import torch
     dt = getattr(torch, call.dtype)
@@ -617,11 +606,6 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
         t = torch.from_numpy(np.ascontiguousarray(mask)).to(q.device)
         kwargs["attn_mask"] = t if mask.dtype == bool else t.to(dt)
     return q, k, v, kwargs
-
-
-def composed(call: FloatCall) -> bool:
-    """True when the call has a modifier SDPA cannot take: soft-cap, sink, dropout, log-sum-exp."""
-    return any(x is not None for x in (call.softcap, call.sink, call.dropout_p, call.lse))
 
 
 def four_d(*arrays) -> list:
@@ -699,7 +683,6 @@ class FlexImpl(TorchImpl):
         dev = self.device
 
         def indexed(a, dtype):      # a [b, h, q, kv] table of the whole call
-            a = np.broadcast_to(a, (1,) * (4 - np.ndim(a)) + np.shape(a))
             return torch.from_numpy(np.array(np.broadcast_to(a, shape), copy=True)).to(dev, dtype)
         hidden = self.score_mod is None and self.mask_mod is None    # the policy in one score_mod
         for what, mod in (("mask_mod", self.mask_mod), ("score_mod", self.score_mod)):
@@ -957,16 +940,13 @@ class JaxImpl(ArrayImpl):
     """
 
     dtypes = ("float64", "float32", "float16", "bfloat16")
-    kernel, natural_lse = "jax", True
+    kernel, natural_lse, arrays = "jax", True, "jax"
 
     def __init__(self):
         jax = _need("jax")
         self.xp = importlib.import_module("jax.numpy")
         self.name = f"jax {jax.__version__} dot_product_attention (CPU)"
         self.backward_name = f"jax {jax.__version__} dot_product_attention backward (CPU jax.vjp)"
-
-    def scope(self, dtype: str):
-        return jax_scope(dtype)
 
     def host(self, a) -> np.ndarray:
         return np.asarray(a).astype(np.float64)
@@ -1136,7 +1116,8 @@ def load_impl(impl, *, arrays: str = "numpy", device: str | None = None,
     for key in opts:
         if key not in (row.takes if row else ()):
             word, name = ("--impl ", "--" + key.replace("_", "-")) if flags else ("impl ", key)
-            raise InputError(f"{name} must come with {word}{(' or ' + word * flags).join(_owners(key))} "
+            owners = (" or " + word * flags).join(n for n, r in KERNELS.items() if key in r.takes)
+            raise InputError(f"{name} must come with {word}{owners} "
                              f"(got {word}{shorten(impl if isinstance(impl, str) else getattr(impl, 'name', impl), quote=not flags)})")
     if flags and opts.get("device") == "cpu" and impl == "flash-attn":
         raise InputError("--device cpu must come without --impl flash-attn (got both); the "
@@ -1174,11 +1155,6 @@ def load_from_flags(impl, *, arrays: str | None = None, merge=None, **opts) -> I
                          f"{shorten(impl)}); the built-in implementations choose their own "
                          "arrays")
     return load_impl(impl, arrays=arrays or "numpy", flags=True, **opts)
-
-
-def _owners(key: str) -> list[str]:
-    """The built-in kernels that take the option ``key`` of :func:`load_impl`."""
-    return [n for n, row in KERNELS.items() if key in row.takes]
 
 
 def flop_counts(problem, dtype: str) -> dict:

@@ -296,8 +296,7 @@ def call_floats(call: "Call"):
         if offsets is None:
             return None
     elif kind is not None:
-        keep = np.array(call.mask.tolist(), dtype=bool)
-        keep = keep if kind == "bool_keep" else ~keep
+        keep = call.mask.astype(bool) ^ (kind == "bool_drop")
     return q, k, v, call.policy, keep, offsets, call.rank
 
 
@@ -472,8 +471,7 @@ class Call:
         b, h = b % B, h % H
         policy = self.policy.for_head(h)
         g = policy.kv_head(h, self.shape["H_q"], self.shape["H_kv"])
-        if (policy.dropout is None) != (self.dropout_keep is None):
-            dropout_factors(policy.dropout, None if self.dropout_keep is None else [True])
+        dropout_factors(policy.dropout, None if self.dropout_keep is None else [True])  # both or neither
         if self.mask_kind == "additive":
             raise InputError("mask must be boolean for row blocks (got an additive mask); "
                              "check additive masks with exactattn verify")

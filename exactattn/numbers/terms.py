@@ -47,6 +47,7 @@ Number Theory* (1975), Theorem 1.4 (Lindemann-Weierstrass).
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from collections import Counter
 from fractions import Fraction
 from typing import Sequence
@@ -161,7 +162,6 @@ class Terms:
         self._exps = [list(zip(*rows)) for rows in zip(*coords)]
         self._class_of = [tuple(sorted(e)) if k in ("ok", "uniform") else None
                           for e, k in zip(self._exps, kinds)]
-        self._first = self._ctx = None
         self._classes: dict = {}
         self._squares: dict = {}
 
@@ -190,14 +190,16 @@ class Terms:
         """The class of the normaliser 1 (a row with one key): where rational constants live."""
         return ((0,) * len(self.generators),)
 
-    @property
+    @cached_property
     def context(self):
         """The python-flint ``fmpq_mpoly`` context: variables ``t`` (and ``u``)."""
-        if self._ctx is None:
-            from flint import fmpq_mpoly_ctx
-            names = GENERATOR_NAMES[:len(self.generators)]
-            self._ctx = fmpq_mpoly_ctx.get(names, "lex")
-        return self._ctx
+        from flint import fmpq_mpoly_ctx
+        return fmpq_mpoly_ctx.get(GENERATOR_NAMES[:len(self.generators)], "lex")
+
+    @cached_property
+    def _first(self) -> dict:
+        """The first row of each class (whose shift the class's texts use)."""
+        return {key: i for i, key in reversed(list(enumerate(self._class_of)))}
 
     def normaliser(self, key):
         """The normaliser polynomial ``Z = sum_j t^(a_j)`` of a class (cached)."""
@@ -232,8 +234,6 @@ class Terms:
         """
         z = self.normaliser(key)
         m, r = divmod(num, z)
-        if self._first is None:      # the first row of each class (whose shift texts use)
-            self._first = {key: i for i, key in reversed(list(enumerate(self._class_of)))}
         i = self._first.get(key)
         num, shifts, power = (m, 1, "") if r.is_zero() else (num, 2, "^2")
         top = self._sum_text(i, num, shifts)

@@ -49,7 +49,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..options import check_whole
 from .adapter import check_dtype, make_call, read_answer
 from .backward_impls import load_backward
-from .check import Entry, Report, attempt, check_request, default_tolerance, judge_entries
+from .check import Entry, Report, attempt, check_request, judge_entries, tolerance
 from .compare import Comparison, failures_first
 from ..numbers.formats import FORMATS, float_format
 from ..call.inputs import Call, reshaped, rounded_entries
@@ -94,7 +94,7 @@ def verify_backward(impl, call: Call, dtype: str = "float32", *, d_out=None, see
     :class:`BackwardEntry` (index ``(gradient, b, h, i, c)``), in the order
     dQ, dK, dV; the report's worst put failures first
     (:func:`~exactattn.verify.compare.failures_first`).  The tolerance
-    defaults to the forward's rule (:func:`~exactattn.verify.check.default_tolerance`) with
+    defaults to the forward's rule (:func:`~exactattn.verify.check.tolerance`) with
     ``max(L, S)`` keys: a backward entry adds up one more product and sum of length L or S.
 
     Raises:
@@ -199,9 +199,7 @@ def _report(name: str, problem: Call, ref: Reference, exact: ExactGradients, got
     except ShapeError as e:          # a failure of this case, not a bad input
         arrays_got, raised = dict.fromkeys(grads), f"gradients of the wrong shape ({e})"
     t1 = time.perf_counter()
-    sh = problem.shape       # the forward's rule with max(L, S) keys: dK = dS^T Q adds over L
-    tol = default_tolerance(dtype, max(sh["L"], sh["S"]), sh["E"], ref.max_abs_exponent(),
-                            ref.policy) if max_ulps is None else max_ulps
+    tol = tolerance(ref, dtype, max_ulps, max(ref.L, ref.S))   # max(L, S): dK = dS^T Q adds over L
     prec = max(prec, fmt.precision + 64)
     exact_rounded = {grad: exact.rounded(grad, fmt, prec) for grad in grads}
     t2 = time.perf_counter()

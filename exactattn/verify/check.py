@@ -266,9 +266,10 @@ def default_tolerance(dtype: str, n_keys: int, d_k: int, top: float, policy: Pol
     return default_max_ulps(dtype, n_keys, d_k, logit_bound(top, policy))
 
 
-def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
-    """The ULP tolerance of a forward check of ``ref`` in ``dtype``: ``max_ulps`` when given,
-    else :func:`default_tolerance` with the call's S keys, its d_k and its largest |logit|.
+def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None, keys: int | None = None) -> int:
+    """The ULP tolerance of a check of ``ref`` in ``dtype``: ``max_ulps`` when given, else
+    :func:`default_tolerance` with ``keys`` keys (default the call's S: a forward check), its
+    d_k and its largest |logit|.
 
     >>> from exactattn.call import Call
     >>> ref = Reference(Call.from_scores([[0, 1]], policy=Policy(scale="none")))
@@ -276,7 +277,7 @@ def tolerance(ref: Reference, dtype: str, max_ulps: int | None = None) -> int:
     (9, 3)
     """
     return max_ulps if max_ulps is not None else \
-        default_tolerance(dtype, ref.S, ref.E, ref.max_abs_exponent(), ref.policy)
+        default_tolerance(dtype, keys or ref.S, ref.E, ref.max_abs_exponent(), ref.policy)
 
 
 def proved_tolerance(floats: tuple, dtype: str, accumulation: str = "float32",

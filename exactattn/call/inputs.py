@@ -33,7 +33,7 @@ from ..errors import InputError, ShapeError, shorten
 from ..numbers.exact import binary64, to_exact, to_matrix
 from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
-from .limits import check_inputs
+from .limits import check_inputs, lifted
 
 __all__ = ["Call"]
 
@@ -572,18 +572,16 @@ class Call:
         value ... x S x E_v.
 
         Raises:
-            InputError: a NaN or infinite entry.
-            ShapeError: sizes that do not match.
+            InputError: a NaN or infinite query entry (in a key or a value: where a query sees
+                it, :meth:`check_nonfinite`).
+            ShapeError: sizes that do not match, a bad rank.
 
         >>> c = Call.from_floats(np.array([[0.5]]), np.array([[1.0], [2.0]]), np.ones((2, 3)))
         >>> c.shape["S"], c.numerators("query"), c.query[0, 0, 0, 0]
         (2, (array([[[[1]]]]), 2), Fraction(1, 2))
         """
-        arrays = [np.asarray(a) for a in (query, key, value)]
-        held = [[None, float_ints(a.reshape((1,) * (4 - a.ndim) + a.shape))] for a in arrays]
-        call = object.__new__(cls)
-        call._build(held, None, policy or Policy(), arrays[0].ndim, name, None)
-        return call
+        with lifted():      # any number: the row blocks read them as integers
+            return cls(query, key, value, floats="exact", policy=policy, name=name)
 
     @classmethod
     def of_head(cls, head, x, *, floats: str | None = None, dropout_keep=None,

@@ -17,11 +17,11 @@ transposed load passes every shape check, so say which layout you mean.
 
 Three engines, agreeing exactly wherever two can run:
 
-* ``pencil``: explicit loops; every multiply-add (MAC) is counted where it
-  happens, inside the innermost loop.  The loops run on integers over one
-  common denominator per matrix (the same sums of products as on the
-  ``Fraction`` entries, without normalising a fraction at every step) and
-  return ``Fraction``.  Tables and :mod:`exactattn.cost` read these counts.
+* ``pencil``: the ``fast`` engine's call and its exact
+  :class:`~exactattn.reference.reference.Reference`, with every multiply-add
+  (MAC) each stage runs (:meth:`Reference.counts
+  <exactattn.reference.reference.Reference.counts>`: per visible pair, per kept
+  key) and the softmax's operations.  Tables and :mod:`exactattn.cost` read these counts.
 * ``symbolic``: the same loops over sympy expressions; any entry of x or a
   weight may be a symbol.  Scores are polynomials, shares ``exp`` ratios.
 * ``fast``: the head's :class:`~exactattn.call.Call` (:meth:`Call.of_head
@@ -73,9 +73,7 @@ from ..errors import InputError, shorten
 from ..options import check_choice
 from ..numbers.exact import is_symbolic, rational_sqrt, to_matrix, to_row
 from ..reference.kernels import project, score
-from ..numbers.exact import common_denominator
 from ..reference.logits import scaled_logit
-from ..reference.modified import counted_step
 from ..call.modifiers import check_keep
 from ..numbers.reals import Surd
 from .trace import Trace
@@ -239,48 +237,20 @@ def scaled_score(raw, divisor_squared: Fraction | None):
     return sympy.expand(raw / sympy.sqrt(D))
 
 
-def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int,
-                   m: tuple | None = None) -> tuple[list[list[int]], int, int, int] | None:
-    """``x W^T + b`` on integers: the counted loop :func:`~exactattn.reference.kernels.project`, then
-    the bias added once per entry, after the loop.
-
-    Shapes: W d_out x d_model (slots layout), b d_out (or None), x n x d_model
-    integers over ``x_den``.  Returns ``(out, den, MACs, bias additions)``
-    (out n x d_out integers over den), or None when W or b is not rational.
-    A bias addition is one addition, not a multiply-add: it is counted apart.
-    ``m``: W's rows and b (its last row) as (ints, den), when the caller converted them once.
-
-    >>> project_biased([[1, 2]], [Fraction(1, 2)], [[1, 1]], 1)
-    ([[7]], 2, 2, 1)
-    """
-    m = m or common_denominator(list(W) if b is None else list(W) + [list(b)])
-    if m is None:
-        return None
-    ints, den = m
-    out, macs = project(ints if b is None else ints[:-1], x)
-    if b is not None:           # the bias: one addition per entry, after the loop
-        out = [[v + a * x_den for v, a in zip(row, ints[-1])] for row in out]
-    return out, den * x_den, macs, 0 if b is None else len(out) * len(ints[-1])
-
-
-def pencil(head: Head, x: list[list], keep=None) -> Trace | None:
-    """The pencil engine on integers over common denominators (None if not all rational)."""
-    xi = common_denominator(x)
-    if xi is None:
-        return None
-    done = [project_biased(w, b, *xi) for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
-                                                   (head.W_V, head.b_V))]
-    if any(p is None for p in done):
-        return None
-    (q, dq, mq, aq), (k, dk, mk, ak), (v, dv, mv, av) = done
-    n, policy = len(x), head.policy
-    step = counted_step(q, k, v, lambda i: policy.visible_keys(i, n, n), dq, dk,
-                        dv, head.divisor_squared, policy, keep)
-    return Trace(head, "pencil", x, rows=step.rows, outputs=step.outputs,
-                 macs={"projections": mq + mk + mv, **step.macs},
-                 softmax_ops={op: sum(getattr(r, op + "s") for r in step.rows)
-                              for op in ("exp", "add", "div")},
-                 bias_adds=aq + ak + av, rotated=step.rotated, dropout_keep=keep)
+def pencil(head: Head, x: list[list], keep=None) -> Trace:
+    """The pencil engine: the head's :class:`~exactattn.call.Call` and its
+    :class:`~exactattn.reference.reference.Reference`, with the multiply-adds each stage runs
+    (a projection one per token and weight entry, then :meth:`Reference.counts
+    <exactattn.reference.reference.Reference.counts>`) and the bias additions."""
+    from ..call.inputs import Call
+    n, rotated = len(x), None if head.policy.rope is None else []
+    trace = Trace(head, "pencil", x, call=Call.of_head(head, x, dropout_keep=keep),
+                  bias_adds=n * sum(map(len, head.biases)), rotated=rotated, dropout_keep=keep)
+    macs, trace.softmax_ops = trace.reference.counts()
+    trace.macs = {"projections": n * head.d_model * (2 * head.d_k + head.d_v), **macs}
+    if rotated is not None:         # the rotated scores the trace's logit stages read
+        rotated += [trace.reference.raw_row(0, 0, i) for i in range(n)]
+    return trace
 
 
 def _symbolic(head: Head, x: list[list]) -> Trace:
@@ -378,10 +348,7 @@ def attend(head: Head, x: Sequence[Sequence[Any]], *, engine: str = "auto",
     if engine == "fast":
         from ..call.inputs import Call
         return Trace(head, "fast", xs, call=Call.of_head(head, xs))
-    trace = pencil(head, xs, keep)
-    if trace is None:          # irrational entries: symbolic (modifiers refused, never dropped)
-        _engine(policy, "symbolic", True, 0)
-    return trace or _symbolic(head, xs)
+    return pencil(head, xs, keep)
 
 
 def _engine(policy: Policy, engine: str, symbolic: bool, n: int) -> str:

@@ -8,7 +8,8 @@ key/value heads (Ainslie et al. 2023) and an explicit padding mask::
     outputs = concat(head_1 .. head_H) W_O + b_O                   (n x d_model)
 
 Every head runs its counted projections (:func:`~exactattn.reference.kernels.project`)
-and :func:`~exactattn.reference.modified.counted_step`, the pencil engine's loops; a
+and reads its shares, outputs and MACs from its :class:`~exactattn.reference.reference.Reference`
+(:meth:`~exactattn.reference.reference.Reference.counts`), as the pencil engine does; a
 key/value head shared by several query heads (GQA, MQA) is projected once.  The
 counted runs of :mod:`exactattn.cost` are runs of :func:`attend_layer` (decoding with
 its KV cache).
@@ -41,8 +42,8 @@ from ..call.policy import Mask, Policy
 from ..numbers.digits import enclosure_sign
 from ..errors import InputError, ShapeError
 from ..numbers.exact import common_denominator, fmpq_of, to_matrix, to_row
-from .head import Head, project_biased
-from ..reference.modified import counted_step
+from .head import Head
+from ..reference.kernels import project, to_fractions
 from ..call.modifiers import check_keep
 from ..numbers.real import Real
 from ..numbers.softmax import ExpRatio
@@ -144,6 +145,30 @@ def out_project(W_O: tuple[list[list[int]], int], head_outputs: list) -> tuple[l
                                               for g, a in zip(gaps, acc)}, values[0].row))
         col += d_v
     return [[tuple(terms) for terms in row] for row in result], count
+
+
+def project_biased(W: Sequence[Sequence], b: Sequence | None, x: list[list[int]], x_den: int,
+                   m: tuple | None = None) -> tuple[list[list[int]], int, int, int] | None:
+    """``x W^T + b`` on integers: the counted loop :func:`~exactattn.reference.kernels.project`, then
+    the bias added once per entry, after the loop.
+
+    Shapes: W d_out x d_model (slots layout), b d_out (or None), x n x d_model
+    integers over ``x_den``.  Returns ``(out, den, MACs, bias additions)``
+    (out n x d_out integers over den), or None when W or b is not rational.
+    A bias addition is one addition, not a multiply-add: it is counted apart.
+    ``m``: W's rows and b (its last row) as (ints, den), when the caller converted them once.
+
+    >>> project_biased([[1, 2]], [Fraction(1, 2)], [[1, 1]], 1)
+    ([[7]], 2, 2, 1)
+    """
+    m = m or common_denominator(list(W) if b is None else list(W) + [list(b)])
+    if m is None:
+        return None
+    ints, den = m
+    out, macs = project(ints if b is None else ints[:-1], x)
+    if b is not None:           # the bias: one addition per entry, after the loop
+        out = [[v + a * x_den for v, a in zip(row, ints[-1])] for row in out]
+    return out, den * x_den, macs, 0 if b is None else len(out) * len(ints[-1])
 
 
 def padding_mask(keep: Sequence[bool]) -> Mask:
@@ -324,17 +349,21 @@ def attend_layer(layer: Layer, x, *, keys=None, cache: list | None = None,
     adds = sum(p[3] for p in projected)
     if cache is not None:
         kv = {g: _cached(cache[g], new) for g, new in kv.items()}
+    from ..call.inputs import Call
+    from ..call.limits import lifted
+    from ..reference.reference import Reference
     seen = None if mask is None else layer.policy.keep(n, m, mask)     # with the mask
-    visible = (lambda i: layer.policy.visible_keys(i, n, m)) if seen is None else \
-        (lambda i: seen[i].nonzero()[0].tolist())
-    steps = []
+    rows, head_outputs = [], []
     for a, head in enumerate(layer.heads):     # sinks, ALiBi, soft-cap, RoPE, dropout
         (q, dq, _, _), (k, dk, *_), (v, dv, *_) = qs[a], *kv[layer.kv_of[a]]
-        steps.append(counted_step(q, k, v, visible, dq, dk, dv, head.divisor_squared,
-                                  head.policy, keeps[a]))
-        for stage, count in steps[-1].macs.items():
+        with lifted():              # exact already, however many: no input limit
+            ref = Reference(Call(*(to_fractions(t, d) for t, d in ((q, dq), (k, dk), (v, dv))),
+                                 seen, policy=head.policy, mask_kind="bool_keep",
+                                 dropout_keep=keeps[a]))
+        for stage, count in ref.counts()[0].items():
             macs[stage] = macs.get(stage, 0) + count
-    rows, head_outputs = [s.rows for s in steps], [s.outputs for s in steps]
+        rows.append([ref.row(0, 0, i) for i in range(n)])
+        head_outputs.append(ref.outputs())
     if layer.W_O is None:       # the heads alone: their outputs, concatenated
         return LayerRun(layer, rows, head_outputs, [[LayerValue((e,)) for e in sum(r, [])]
                                                     for r in zip(*head_outputs)], macs, adds)

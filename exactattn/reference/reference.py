@@ -35,6 +35,7 @@ Fraction(5, 2)
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -102,6 +103,8 @@ class Reference:
         self._scores: dict = {}
         self._rows: dict = {}
         self._columns: dict = {}
+        self._grouped = functools.lru_cache(maxsize=64)(self._group)   # the last 64 rows' terms
+        self._shared: dict = {}
         self._visible: dict = {}
         self._masks: dict = {}
         self.pairs = sum(int(self.visible(b, h).sum())
@@ -155,17 +158,25 @@ class Reference:
             keys = p.key[b, self.kv(h)]
             return rope_row(list(p.query[b, h, i]), lambda j: list(keys[j]),
                             [j for j in range(self.S) if vis[j]], pol, i, self.L, self.S)
-        ints, den = self.score_ints(b, h)
-        return [Fraction(int(v), den) if seen else None
-                for v, seen in zip(ints[i].tolist(), vis.tolist())]
+        (ints, den), known = self.score_ints(b, h), {}    # each distinct score: one Fraction
+        return [(known[v] if v in known else known.setdefault(v, Fraction(v, den))) if seen
+                else None for v, seen in zip(ints[i].tolist(), vis.tolist())]
 
     def row(self, b: int, h: int, i: int) -> SoftmaxRow:
         """The exact softmax row of query i of head h (:func:`exactattn.reference.logits.softmax_row`)."""
         key = (b, h, i)
-        if key not in self._rows:
-            self._rows[key] = softmax_row(self.raw_row(b, h, i), self.divisor_squared,
-                                          self.head_policy(h), i, self.L, self.S,
-                                          offsets=self.offsets(b, h, i))
+        if key not in self._rows:      # equal scores share one row where no ALiBi moves them
+            offsets, pol = self.offsets(b, h, i), self.head_policy(h)
+            same = None if pol.alibi or pol.rope or offsets is not None else \
+                (b, self.kv(h), tuple(self.call.numerators("query")[0][b, h, i].tolist()),
+                 np.packbits(self.visible(b, h)[i]).tobytes())    # equal queries, equal keys seen
+            row = self._shared.get(same)
+            if row is None:
+                row = softmax_row(self.raw_row(b, h, i), self.divisor_squared, pol, i, self.L,
+                                  self.S, offsets=offsets)
+                if same is not None:
+                    self._shared[same] = row
+            self._rows[key] = row
         return self._rows[key]
 
     def factors(self, b: int, h: int, i: int) -> list | None:
@@ -186,16 +197,54 @@ class Reference:
             [f[j] if k == j else 0 for k in range(self.S)])
 
     def output(self, b: int, h: int, i: int, c: int) -> ExpRatio:
-        """The exact output column c of query i of head h: ``sum_j weights[i][j] value[j][c]``."""
+        """The exact output column c of query i of head h: ``sum_j weights[i][j] value[j][c]``,
+        the values' integer numerators added per softmax term (a term of one key reads its
+        value), then scaled once per term."""
+        terms, index, scale = self._grouped(b, h, i)
         key = (b, self.kv(h), c)       # a column, kept: every output of that column reads it
         if key not in self._columns:
             num, den = self.call.numerators("value")
-            self._columns[key] = [Fraction(v, den) for v in num[b, key[1], :, c].tolist()]
-        vals = self._columns[key]
-        f = self.factors(b, h, i)
-        if f is not None:
-            vals = [v * x for v, x in zip(vals, f)]
-        return self.row(b, h, i).combine(vals)
+            ints = num[b, key[1], :, c].tolist()
+            self._columns[key] = ints, [Fraction(v, den) for v in ints], den
+        ints, values, den = self._columns[key]
+        sums, one = [0] * len(terms), [None] * len(terms)
+        for j, k in enumerate(index):
+            if k is not None:
+                sums[k] += ints[j]
+                one[k] = j if one[k] is None else -1
+        out = {gap: values[j] if j >= 0 else Fraction(a, den)
+               for gap, a, j in zip(terms, sums, one) if a}
+        return ExpRatio(out if scale == 1 else {gap: v * scale for gap, v in out.items()},
+                        self.row(b, h, i))
+
+    def _group(self, b: int, h: int, i: int) -> tuple:
+        """Row i's softmax terms, the term each key adds its value to (None: hidden or dropped)
+        and the outputs' scale (``1/(1 - p)`` under dropout, else 1)."""
+        row, f = self.row(b, h, i), self.factors(b, h, i)
+        terms: dict = {}
+        index = [None if gap is None or f is not None and not f[j] else
+                 terms.setdefault(gap, len(terms)) for j, gap in enumerate(row.gaps[:row.n_keys])]
+        return list(terms), index, next((x for x in f or () if x), 1)
+
+    def counts(self, b: int = 0, h: int = 0) -> tuple[dict, dict]:
+        """One head's multiply-adds by stage, as the pencil engine's loops run them, and its
+        softmax's exponentials, additions and divisions: ``(macs, ops)``.
+
+        ``scores``: E per visible pair; ``rotation`` (RoPE): 2 E per visible pair; ``mix``:
+        E_v per key a row adds a value of (a seen key not dropped; a row that sees no key
+        under ``uniform`` adds every key's).  ``ops`` sums the rows' counters.
+
+        >>> from exactattn.call import Call
+        >>> Reference(Call([[1], [0]], [[1], [0]], [[3], [1]], policy=Policy(causal=True))).counts()
+        ({'scores': 3, 'mix': 3}, {'exp': 2, 'add': 1, 'div': 3})
+        """
+        rows, pairs = [self.row(b, h, i) for i in range(self.L)], int(self.visible(b, h).sum())
+        macs = {"scores": pairs * self.E, **({"rotation": 2 * pairs * self.E}
+                                             if self.policy.rope is not None else {})}
+        kept = [r.gaps[:r.n_keys] if f is None else [g for g, x in zip(r.gaps, f) if x]
+                for r, f in zip(rows, (self.factors(b, h, i) for i in range(self.L)))]
+        macs["mix"] = self.Ev * sum(g is not None for gaps in kept for g in gaps)
+        return macs, {op: sum(getattr(r, op + "s") for r in rows) for op in ("exp", "add", "div")}
 
     def gradients(self, d_out, d_lse=None):
         """The exact dQ, dK and dV (and dP, dS) of the same rows, given the upstream ``d_out``

@@ -21,6 +21,7 @@ from exactattn.reference.logits import scaled_logit
 from exactattn.call.modifiers import dropout_factors
 from exactattn.numbers.lse import LSE_BASES, LogSumExp, check_base
 from exactattn.reference.modified import counted_step
+from exactattn.reference.reference import Reference
 from exactattn.call.modifiers import check_keep
 from exactattn.call.modifiers import (Alibi, Rope, check_dropout, check_form, check_layout,
                                  check_softcap, check_theta)
@@ -166,7 +167,7 @@ def test_one_keep_mask_check_names_the_field():
 def _integers(example):
     head, x = example.head, example.x
     xi = common_denominator(x)
-    from exactattn.engines.head import project_biased
+    from exactattn.engines.layer import project_biased
     return [project_biased(w, b, *xi) for w, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K),
                                                   (head.W_V, head.b_V))]
 
@@ -177,11 +178,12 @@ def test_one_step_for_plain_and_modified_heads():
     step = counted_step(q, k, v, lambda i: range(4), dq, dk, dv, F(4), Policy())
     trace = attend(ex.head, ex.x)
     assert step.macs == {"scores": 64, "mix": 64} and trace.macs["mix"] == 64
-    assert [[o.exact() for o in r] for r in step.outputs] == trace.outputs
+    assert [[o.exact() for o in r] for r in Reference(trace.call).outputs()] == trace.outputs
+    assert Reference(trace.call).counts()[0] == step.macs
     joined = counted_step(q, k, v, lambda i: range(4), dq * dk, 1, dv, F(4), Policy())
-    assert joined.macs == {"scores": 64, "mix": 64} and joined.raw == step.raw
-    assert joined.raw_fractions == step.raw_fractions
-    assert [[o.exact() for o in r] for r in joined.outputs] == trace.outputs
+    assert joined.macs == {"scores": 64, "mix": 64}
+    assert [r.raw for r in joined.rows] == [r.raw for r in step.rows] == \
+        [trace.raw_score_row(i) for i in range(4)]
     same = counted_step([[1], [1]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1, None,
                         Policy(sink=F(0)))
     assert same.rows[0] is same.rows[1]         # equal rows, no position in the logits: one row

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..call.policy import DEFAULT_SCALE, Policy, float_scale
 from ..numbers.digits import MAX_PREC
+from ..numbers.lse import check_base
 from ..errors import InputError, ShapeError, shorten
 from ..options import check_choice, check_whole
 from .compare import Comparison, decide, enclosures, judge, ulp_unit
@@ -411,9 +412,7 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     check_request(impl, call, dtype, max_ulps)
     from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     if lse is not None:
-        lse = str(lse)
-        if lse not in ("e", "2"):
-            raise InputError(f"lse must be e or 2 (got {shorten(lse, quote=True)})")
+        lse = check_base(lse, "lse")
     probes = check_probes(probes)
     rounded_call, moved = call.rounded(dtype)
     sh = rounded_call.shape

@@ -57,6 +57,7 @@ from ..call.modifiers import ROPE_LAYOUTS, Alibi, Rope
 from ..call.policy import Policy
 from ..errors import InputError, Undecided, shorten
 from ..numbers.exact import rational_sqrt
+from ..numbers.lse import check_base
 from .adapter import Impl, ask, check_dtype, make_call
 from .check import verify
 from .impls import load_impl
@@ -252,8 +253,7 @@ def identify(impl, policy: Policy | None = None, *, dtype: str = "float32", lse:
     P = policy or Policy()
     impl = load_impl(impl, arrays=arrays)
     check_dtype(impl, dtype)
-    if lse not in ("e", "2"):
-        raise InputError(f"lse must be e or 2 (got {shorten(lse, quote=True)})")
+    lse = check_base(lse, "lse")
     bad = [c for c in conventions if c not in CONVENTIONS]
     if bad or not conventions:
         raise InputError(f"conventions must name some of {', '.join(CONVENTIONS)} (got "

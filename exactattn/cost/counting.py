@@ -2,10 +2,10 @@
 
 A counted run with projections is a run of the exact layer,
 :func:`exactattn.engines.layer.attend_layer` (decoding: one token at a time over its KV
-cache): :func:`~exactattn.reference.kernels.project`, then
-:func:`~exactattn.reference.modified.counted_step` (:func:`~exactattn.reference.kernels.score`
-over the visible keys, the softmax rows and the mix) per head, then W_O; without
-projections, :func:`~exactattn.reference.modified.counted_step` on small whole numbers.
+cache): :func:`~exactattn.reference.kernels.project`, then the counts of each head's
+:class:`~exactattn.reference.reference.Reference` (scores over the visible keys, the
+softmax rows and the mix), then W_O; without projections, the same counts on small whole
+numbers.
 The counters go up by one inside the innermost loops, at every multiply-add
 that really runs; nothing is computed from a formula.  No sympy here.
 
@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import product
 
+from ..call.inputs import Call
+from ..call.limits import lifted
 from ..call.policy import Policy
 from ..errors import InputError
 from ..numbers.exact import to_matrix
 from ..engines.head import Head
-from ..reference.modified import counted_step
+from ..reference.reference import Reference
 from ..engines.layer import Layer, attend_layer
 from .sizes import CallShape, size
 
@@ -99,13 +101,11 @@ def _zero_macs(shape: CallShape) -> dict:
                          + ("out_projection",) * shape.out_projection, 0)
 
 
-def _add(macs: dict, ops: dict, step_macs: dict, rows: list) -> None:
-    """A counted step's (or layer's) MACs and the softmax operations of its ``rows`` (one
-    list per head) added to the run's ``macs`` and ``ops``."""
-    for stage in macs:
-        macs[stage] += step_macs[stage]
-    for op in ops:
-        ops[op] += sum(getattr(r, op + "s") for head in rows for r in head)
+def _add(*pairs) -> None:
+    """Each ``(total, step)`` pair's step counts added to its total (a counted step's or
+    layer's MACs to the run's, or its softmax operations)."""
+    for total, step in pairs:
+        total.update({k: total[k] + step[k] for k in total})
 
 
 def _stacked(layers_: list, xq, xkv, macs: dict, ops: dict, caches: list | None = None,
@@ -116,7 +116,8 @@ def _stacked(layers_: list, xq, xkv, macs: dict, ops: dict, caches: list | None 
     for ell, layer in enumerate(layers_):
         r = attend_layer(layer, xq, keys=xkv, mask=mask,
                          cache=None if caches is None else caches[ell])
-        _add(macs, ops, r.macs, r.head_rows)
+        _add((macs, r.macs), (ops, {op: sum(getattr(x, op + "s") for head in r.head_rows
+                                            for x in head) for op in ops}))
         if ell + 1 < len(layers_):
             xq = xkv = [[Fraction(v.decimal(LAYER_PLACES)) for v in row] for row in r.outputs]
     return r.outputs
@@ -145,16 +146,16 @@ def _tokens(x, rows: int, d_model: int) -> list[list]:
     return tokens
 
 
-def _own_index(index: tuple, own: tuple) -> tuple:
-    """The entry of a tensor with batch shape ``own`` that broadcast entry ``index`` reads."""
-    tail = index[len(index) - len(own):] if own else ()
-    return tuple(0 if d == 1 else i for i, d in zip(tail, own))
+#: the whole numbers -3 .. 3 of :func:`_operand`, as exact numbers (read as they are)
+_SMALL = [Fraction(k - 3) for k in range(7)]
 
 
-def _operand(shape: tuple, index: tuple, head: int, seed: int) -> list[list[int]]:
-    """Small whole numbers for rows of one (batch entry, head) of an operand."""
-    base = seed + 7 * sum((k + 1) * i for k, i in enumerate(index)) + 13 * head
-    return [[(3 * r + 5 * c + base) % 7 - 3 for c in range(shape[-1])]
+def _operand(shape: tuple, index: tuple, head: int, seed: int) -> list[list[Fraction]]:
+    """Small whole numbers for rows of one (batch entry, head) of an operand: broadcast entry
+    ``index`` reads the operand's own batch entry (a batch dimension of 1 for every entry)."""
+    own = tuple(0 if d == 1 else i for i, d in zip(index[len(index) + 3 - len(shape):], shape[:-3]))
+    base = seed + 7 * sum((k + 1) * i for k, i in enumerate(own)) + 13 * head
+    return [[_SMALL[(3 * r + 5 * c + base) % 7] for c in range(shape[-1])]
             for r in range(shape[-2])]
 
 
@@ -170,25 +171,26 @@ def visible_keys(shape: CallShape):
 
 
 def _count_attention(shape: CallShape, macs: dict, ops: dict) -> None:
-    """Scores and mix of every (broadcast batch entry, query head) on the rows it reads."""
-    visible, d2 = visible_keys(shape), shape.policy.divisor_squared_for(shape.d_k)
-    plain = Policy(empty_row=shape.policy.empty_row)
-    for index in product(*(range(d) for d in shape.batch)):
-        qi, ki = _own_index(index, shape.query[:-3]), _own_index(index, shape.key[:-3])
-        for a in range(shape.heads):
-            g = shape.policy.kv_head(a, shape.heads, shape.kv_heads)
-            q = _operand(shape.query, qi, a, 0)
-            k, v = _operand(shape.key, ki, g, 1), _operand(shape.value, ki, g, 2)
-            step = counted_step(q, k, v, visible, 1, 1, 1, d2, plain)
-            _add(macs, ops, step.macs, [step.rows])
+    """Scores and mix of every (broadcast batch entry, query head) on the rows it reads: the
+    counts of its :class:`~exactattn.reference.reference.Reference`."""
+    plain = Policy(empty_row=shape.policy.empty_row,
+                   divisor_squared=shape.policy.divisor_squared_for(shape.d_k))
+    seen = shape.policy.keep(shape.queries, shape.keys, shape.mask)
+    for b, a in product(product(*map(range, shape.batch)), range(shape.heads)):
+        g = shape.policy.kv_head(a, shape.heads, shape.kv_heads)
+        with lifted():              # exact already, however many: no input limit
+            ref = Reference(Call(_operand(shape.query, b, a, 0), _operand(shape.key, b, g, 1),
+                                 _operand(shape.value, b, g, 2), seen, policy=plain,
+                                 mask_kind="bool_keep"))
+        _add(*zip((macs, ops), ref.counts()))
 
 
 def count_call(shape: CallShape, x=None) -> Run:
     """Run the call through the pencil engine's counted loops; returns a :class:`Run`.
 
-    Every broadcast batch entry and query head runs the engine's counted step
-    (:func:`~exactattn.reference.modified.counted_step`).  Without ``d_model``, on small
-    whole numbers for the rows of query, key and value that the entry reads (a
+    Every broadcast batch entry and query head is counted by its
+    :meth:`Reference.counts <exactattn.reference.reference.Reference.counts>`.  Without
+    ``d_model``, on small whole numbers for the rows of query, key and value that the entry reads (a
     batch dimension of 1 is read for every entry) and of the key/value head
     :meth:`Policy.kv_head` maps the query head to.  With ``d_model``, on the
     tokens of :func:`count_tokens` (``x``, optional, replaces them: at least
@@ -261,7 +263,7 @@ def _decode(layers_: list, tokens, shape: CallShape, macs: dict, ops: dict) -> t
         last.append(_stacked(layers_, [token], [token], step_macs, ops, caches)[0])
         step_macs["total"] = sum(step_macs.values())
         steps.append(step_macs)
-        _add(macs, {}, step_macs, [])
+        _add((macs, step_macs))
     return last, steps
 
 

@@ -1,8 +1,9 @@
-"""The counted loops: projection, score and mix over integers on common denominators.
+"""The counted loops: projection and score over integers on common denominators.
 
-Every engine that counts multiply-adds (the pencil engine, the cost module's
-counted runs) calls these three loops, so a MAC is counted in one place: the
-innermost loop, where it happens.  The loops run on integers over one common
+The pencil engine and the exact layer project through these loops, so a
+projection MAC is counted in one place: the innermost loop, where it happens
+(the mix's MACs are :meth:`Reference.counts
+<exactattn.reference.reference.Reference.counts>`).  The loops run on integers over one common
 denominator per matrix (the same sums of products as on ``Fraction`` entries,
 without normalising a fraction at every step); they work unchanged over any
 ring whose elements support ``+`` and ``*`` (sympy expressions in the
@@ -17,8 +18,6 @@ the keys ``visible(i)`` returns.
 ([[3, 7], [2, 4]], 8)
 >>> score([[1, 0]], [[2, 5], [7, 1]], lambda i: range(2))
 ([[2, 7]], 4)
->>> mix([[5, 5, None]], [[1], [2], [4]])
-([(5,)], [[[3]]], 2)
 >>> from exactattn.numbers.exact import common_denominator
 >>> common_denominator([[Fraction(1, 2), 3]])
 ([[1, 6]], 2)
@@ -27,7 +26,7 @@ the keys ``visible(i)`` returns.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Callable, Hashable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 
 def to_fractions(m: Sequence[Sequence[int | None]], den: int) -> list[list]:
@@ -69,38 +68,3 @@ def score(queries: Sequence[Sequence], keys: Sequence[Sequence],
         raw.append(row)
     return raw, macs
 
-
-def mix(groups: Sequence[Sequence[Hashable | None]], values: Sequence[Sequence]
-        ) -> tuple[list[tuple], list[list[list]], int]:
-    """Sums of values over keys that share a softmax term; ``(slots, sums, MACs)``.
-
-    ``groups[i][j]`` names the exponential term key j contributes to in row i
-    (keys with equal scores share one term; None = the key is masked).  For
-    each row, ``slots[i]`` lists the distinct terms in order of first use and
-    ``sums[i][c][k]`` adds ``values[j][c]`` over the keys j in term k.  An
-    output is then ``sum_k sums[i][c][k] exp(term_k) / normaliser``: one MAC
-    per visible key and value column.
-    """
-    macs = 0
-    slots_out, sums_out = [], []
-    for row in groups:
-        index: dict = {}
-        pairs = []
-        for j, g in enumerate(row):
-            if g is None:
-                continue
-            k = index.get(g)
-            if k is None:
-                k = index[g] = len(index)
-            pairs.append((j, k))
-        d_v = len(values[0]) if values else 0
-        per_column = []
-        for c in range(d_v):
-            acc = [0] * len(index)
-            for j, k in pairs:
-                acc[k] += values[j][c]
-                macs += 1
-            per_column.append(acc)
-        slots_out.append(tuple(index))
-        sums_out.append(per_column)
-    return slots_out, sums_out, macs

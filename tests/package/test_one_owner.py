@@ -20,7 +20,8 @@ from exactattn.numbers.exact import common_denominator
 from exactattn.reference.logits import scaled_logit
 from exactattn.call.modifiers import dropout_factors
 from exactattn.numbers.lse import LSE_BASES, LogSumExp, check_base
-from exactattn.reference.modified import counted_step
+from exactattn.call.inputs import Call
+from exactattn.reference.kernels import to_fractions
 from exactattn.reference.reference import Reference
 from exactattn.call.modifiers import check_keep
 from exactattn.call.modifiers import (Alibi, Rope, check_dropout, check_form, check_layout,
@@ -172,24 +173,32 @@ def _integers(example):
                                                   (head.W_V, head.b_V))]
 
 
+def _reference(q, k, v, dq, dk, dv, policy):
+    return Reference(Call(*(to_fractions(t, d) for t, d in ((q, dq), (k, dk), (v, dv))),
+                          policy=policy))
+
+
 def test_one_step_for_plain_and_modified_heads():
     ex = chronicle()
     (q, dq, _, _), (k, dk, _, _), (v, dv, _, _) = _integers(ex)
-    step = counted_step(q, k, v, lambda i: range(4), dq, dk, dv, F(4), Policy())
+    step = _reference(q, k, v, dq, dk, dv, Policy(divisor_squared=F(4)))
     trace = attend(ex.head, ex.x)
-    assert step.macs == {"scores": 64, "mix": 64} and trace.macs["mix"] == 64
+    assert step.counts()[0] == {"scores": 64, "mix": 64} and trace.macs["mix"] == 64
     assert [[o.exact() for o in r] for r in Reference(trace.call).outputs()] == trace.outputs
-    assert Reference(trace.call).counts()[0] == step.macs
-    joined = counted_step(q, k, v, lambda i: range(4), dq * dk, 1, dv, F(4), Policy())
-    assert joined.macs == {"scores": 64, "mix": 64}
-    assert [r.raw for r in joined.rows] == [r.raw for r in step.rows] == \
-        [trace.raw_score_row(i) for i in range(4)]
-    same = counted_step([[1], [1]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1, None,
-                        Policy(sink=F(0)))
-    assert same.rows[0] is same.rows[1]         # equal rows, no position in the logits: one row
-    alibi = counted_step([[1], [1]], [[1], [0]], [[3], [1]], lambda i: range(2), 1, 1, 1, None,
-                         Policy(alibi=Alibi(2)))
-    assert alibi.rows[0] is not alibi.rows[1]
+    assert Reference(trace.call).counts()[0] == step.counts()[0]
+    joined = _reference(q, k, v, dq * dk, 1, dv, Policy(divisor_squared=F(4)))
+    assert joined.counts()[0] == {"scores": 64, "mix": 64}
+    assert [joined.row(0, 0, i).raw for i in range(4)] == \
+        [step.row(0, 0, i).raw for i in range(4)] == [trace.raw_score_row(i) for i in range(4)]
+    same = _reference([[1], [1]], [[1], [0]], [[3], [1]], 1, 1, 1,
+                      Policy(scale=None, sink=F(0)))
+    assert same.row(0, 0, 0) is same.row(0, 0, 1)   # equal rows, no position in the logits: one row
+    alibi = _reference([[1], [1]], [[1], [0]], [[3], [1]], 1, 1, 1,
+                       Policy(scale=None, alibi=Alibi(2)))
+    assert alibi.row(0, 0, 0) is not alibi.row(0, 0, 1)
+    one = _reference([[1], [0]], [[1], [0]], [[3], [1]], 1, 1, 1, Policy(scale=None, sink=F(0)))
+    assert (one.row(0, 0, 0).sink_share().text(), one.counts()[0]) == \
+        ("1/(2 + exp(1))", {"scores": 4, "mix": 4})
 
 
 def test_trace_rows_and_dropout_weights_follow_the_one_rule():

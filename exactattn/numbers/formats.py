@@ -157,13 +157,20 @@ def ulp_index(x: float, dtype: str | FloatFormat) -> int:
     fmt = float_format(dtype)
     if math.isnan(x):
         raise InputError("x must not be NaN for an ULP count (got nan)")
+    p = fmt.precision
     if math.isinf(x):
-        idx = (fmt.emax + 2 - fmt.emin) * 2 ** (fmt.precision - 1)
+        idx = (fmt.emax + 1 - fmt.emin) * 2 ** (p - 1) + 2 ** (p - 1)
         return idx if x > 0 else -idx
-    (idx,), (valid,) = ulp_indices([x], fmt)
-    if not valid:
+    a = abs(x)
+    if a == 0:
+        return 0
+    _, e = math.frexp(a)
+    E = max(e - 1, fmt.emin)
+    k = math.ldexp(a, p - 1 - E)
+    if k != int(k) or E > fmt.emax:
         raise InputError(f"x must be a {fmt.name} value (got {x!r})")
-    return int(idx)
+    idx = (E - fmt.emin) * 2 ** (p - 1) + int(k)
+    return idx if x > 0 else -idx
 
 
 def ulp_indices(x, dtype: str | FloatFormat):

@@ -258,6 +258,11 @@ class Gradients:
     scale_rational = property(lambda self: self._scale_q,
                               doc="the rational part of the scale (1/sqrt(D) when rational)")
 
+    def __setattr__(self, name, value):    # the lazy pieces below are read-only, as the inputs
+        if name in ("rows", "terms", "dP_matrix", "enclosures", "magnitudes"):
+            raise AttributeError(f"{name} is read-only (computed from the gradients' inputs)")
+        super().__setattr__(name, value)
+
     # -- lazily built exact pieces ---------------------------------------------------
     @cached_property
     def rows(self) -> list:

@@ -436,6 +436,7 @@ def test_the_inputs_a_gradient_was_computed_from_are_read_only():
     """Assigning an input after the fact would leave certified values computed from the old one."""
     g = gradients([[0], [1]], [[0], [1]], [[1], [3]], [[1], [1]], Policy(scale="none"))
     assert g.decimals("dQ", 4) == [["0.5000"], ["0.3932"]]
-    for name in ("queries", "d_out", "offsets", "factors", "scale_rational", "nan_rows"):
+    for name in ("queries", "d_out", "offsets", "factors", "scale_rational", "nan_rows",
+                 "rows", "terms", "dP_matrix", "enclosures", "magnitudes"):
         with pytest.raises(AttributeError):
             setattr(g, name, getattr(g, name))

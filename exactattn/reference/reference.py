@@ -35,7 +35,6 @@ Fraction(5, 2)
 
 from __future__ import annotations
 
-import functools
 from fractions import Fraction
 
 import numpy as np
@@ -103,7 +102,7 @@ class Reference:
         self._scores: dict = {}
         self._rows: dict = {}
         self._columns: dict = {}
-        self._grouped = functools.lru_cache(maxsize=64)(self._group)   # the last 64 rows' terms
+        self._groups: dict = {}        # the last 64 rows' terms (a dict: no cycle through self)
         self._shared: dict = {}
         self._visible: dict = {}
         self._masks: dict = {}
@@ -200,7 +199,11 @@ class Reference:
         """The exact output column c of query i of head h: ``sum_j weights[i][j] value[j][c]``,
         the values' integer numerators added per softmax term (a term of one key reads its
         value), then scaled once per term."""
-        terms, index, scale = self._grouped(b, h, i)
+        if (b, h, i) not in self._groups:
+            if len(self._groups) == 64:
+                del self._groups[next(iter(self._groups))]
+            self._groups[b, h, i] = self._group(b, h, i)
+        terms, index, scale = self._groups[b, h, i]
         key = (b, self.kv(h), c)       # a column, kept: every output of that column reads it
         if key not in self._columns:
             num, den = self.call.numerators("value")

@@ -444,6 +444,21 @@ class ExpRatio(Real):
     __rmul__ = __mul__
 
     # -- views ---------------------------------------------------------------
+    def closed_form(self):
+        """The sympy closed form, written with the scaled scores (not the gaps)."""
+        import sympy
+        row = self.source
+        if self.nan:
+            return sympy.nan
+        if not self.forward:      # the text read by sympy (every number in it exact)
+            return sympy.sympify(self.text().replace("^", "**"))
+        if not row.counts:
+            return sympy.Integer(0)
+        num = sympy.Add(*[sympy.Rational(a.numerator, a.denominator) * row.term(g)
+                          for g, a in self.recipe.items()])
+        den = sympy.Add(*[c * row.term(g) for g, c in row.counts.items()])
+        return num / den
+
     def _text(self, style: str = "exp") -> str:
         """The closed form without sympy: a rational as itself (``1/2``); by default in the
         forward's ``exp(...)`` form (``exp(1)/(1 + exp(1))``, terms by increasing exponent,

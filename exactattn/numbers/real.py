@@ -99,11 +99,6 @@ class Real:
         q = self.rational()
         return q if q is not None else self.closed_form()
 
-    def closed_form(self):
-        """The sympy closed form: :meth:`text` read by sympy (every number in it exact)."""
-        import sympy
-        return sympy.sympify(self.text().replace("^", "**"))
-
     def _order(self, other):  # pragma: no cover - every subclass defines it
         raise NotImplementedError
 

@@ -135,7 +135,7 @@ def gain_parts(gain) -> tuple:
 
 
 def yarn_gain(f, m, m2, log):
-    """YaRN's attention factor squared (of ``arb`` balls; its text is :func:`gain_text`): ``c^2`` with
+    """YaRN's attention factor squared over any numbers (``arb`` balls, sympy): ``c^2`` with
     ``c = (1 + m log(f)/10) / (1 + m2 log(f)/10)`` (transformers' ``yarn_get_mscale`` ratio;
     m2 = 0: no divisor)."""
     c = (1 + m * log(f) / 10) / (1 + m2 * log(f) / 10)
@@ -197,6 +197,20 @@ class Trig:
         t = f"{self.fn}({angle})" if self.r or self.over_pi else ""
         return t if not self.gain else f"{gain_text(self.gain)}*{t}" if t else gain_text(self.gain)
 
+    def sympy(self):
+        import sympy
+
+        def power(r, radical):
+            a = sympy.Rational(r.numerator, r.denominator)
+            for p, f in radical:
+                a *= sympy.Integer(p) ** sympy.Rational(f.numerator, f.denominator)
+            return a
+        a = power(self.r, self.radical) + (power(*self.over_pi) / sympy.pi if self.over_pi else 0)
+        x = (sympy.cos if self.fn == "cos" else sympy.sin)(a)
+        if self.gain:
+            x *= yarn_gain(*(sympy.Rational(v.numerator, v.denominator) for v in self.gain), sympy.log)
+        return x
+
     def __repr__(self) -> str:
         return f"Trig({self.text()})"
 
@@ -245,6 +259,11 @@ class Tanh:
 
     def text(self) -> str:
         return f"tanh({real_text(self.x)})"
+
+    def sympy(self):
+        import sympy
+        x = self.x
+        return sympy.tanh(x.sympy() if isinstance(x, Surd) else sympy.Rational(x.numerator, x.denominator))
 
     def __repr__(self) -> str:
         return f"Tanh({real_text(self.x)})"
@@ -635,7 +654,20 @@ class Surd(Real):
             out += f" {s} {body}"
         return out
 
-    sympy = Real.closed_form          # the symbolic engine's name of it
+    def sympy(self):
+        import sympy
+        x = sympy.Rational(self.p.numerator, self.p.denominator)
+        for atom, a in self.terms:
+            c = sympy.Rational(a.numerator, a.denominator)
+            if isinstance(atom, Pow2):
+                x += c * sympy.Integer(2) ** sympy.Rational(atom.f.numerator, atom.f.denominator)
+            elif isinstance(atom, (Trig, Tanh)):
+                x += c * atom.sympy()
+            elif isinstance(atom, Prod):
+                x += c * Surd(0, ((atom.alg, 1),)).sympy() * atom.trans.sympy()
+            else:
+                x += c / sympy.sqrt(sympy.Rational(atom.numerator, atom.denominator))
+        return x
 
     def __repr__(self) -> str:
         return f"Surd({self.text()})"

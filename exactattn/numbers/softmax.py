@@ -372,6 +372,13 @@ class SoftmaxRow:
         self._den_cache = (prec, balls, den)
         return den
 
+    def term(self, g):
+        """The sympy closed form of ``exp`` at gap g's absolute exponent (scaled score)."""
+        import sympy
+        x = self.logit(g)
+        return sympy.exp(x.sympy() if isinstance(x, Surd) else
+                         sympy.Rational(x.numerator, x.denominator))
+
     def order_key(self, g):
         """A key that sorts gaps by their exponent (for writing sums in order)."""
         if self.general:     # a rational within 2^-60 of the exponent: order for text only

@@ -27,13 +27,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import product
 
-from ..call.inputs import Call
-from ..call.limits import lifted
 from ..call.policy import Policy
 from ..errors import InputError
 from ..numbers.exact import to_matrix
 from ..engines.head import Head
-from ..reference.reference import Reference
 from ..engines.layer import Layer, attend_layer
 from .sizes import CallShape, size
 
@@ -161,8 +158,8 @@ def _operand(shape: tuple, index: tuple, head: int, seed: int) -> list[list[Frac
 
 def visible_keys(shape: CallShape):
     """The call's keys seen by query i, as a function of i: :meth:`Policy.visible_keys`, or
-    the kept keys of its row of :meth:`Policy.keep` under an explicit mask (the counted run
-    and the FLOP audit's softmax operations read it)."""
+    the kept keys of its row of :meth:`Policy.keep` under an explicit mask (the FLOP audit's
+    softmax operations read it, by rows)."""
     n, m, policy = shape.queries, shape.keys, shape.policy
     if shape.mask is None:
         return lambda i: policy.visible_keys(i, n, m)
@@ -173,6 +170,9 @@ def visible_keys(shape: CallShape):
 def _count_attention(shape: CallShape, macs: dict, ops: dict) -> None:
     """Scores and mix of every (broadcast batch entry, query head) on the rows it reads: the
     counts of its :class:`~exactattn.reference.reference.Reference`."""
+    from ..call.inputs import Call          # numpy: only when a run counts
+    from ..call.limits import lifted
+    from ..reference.reference import Reference
     plain = Policy(empty_row=shape.policy.empty_row,
                    divisor_squared=shape.policy.divisor_squared_for(shape.d_k))
     seen = shape.policy.keep(shape.queries, shape.keys, shape.mask)

@@ -243,13 +243,11 @@ def pencil(head: Head, x: list[list], keep=None) -> Trace:
     (a projection one per token and weight entry, then :meth:`Reference.counts
     <exactattn.reference.reference.Reference.counts>`) and the bias additions."""
     from ..call.inputs import Call
-    n, rotated = len(x), None if head.policy.rope is None else []
+    n = len(x)
     trace = Trace(head, "pencil", x, call=Call.of_head(head, x, dropout_keep=keep),
-                  bias_adds=n * sum(map(len, head.biases)), rotated=rotated, dropout_keep=keep)
+                  bias_adds=n * sum(map(len, head.biases)), dropout_keep=keep)
     macs, trace.softmax_ops = trace.reference.counts()
     trace.macs = {"projections": n * head.d_model * (2 * head.d_k + head.d_v), **macs}
-    if rotated is not None:         # the rotated scores the trace's logit stages read
-        rotated += [trace.reference.raw_row(0, 0, i) for i in range(n)]
     return trace
 
 

@@ -71,7 +71,7 @@ class Trace:
     def __init__(self, head, engine: str, x: list[list], *, parts: dict | None = None, call=None,
                  rows=None, outputs=None, macs: dict | None = None,
                  softmax_ops: dict | None = None, bias_adds: int | None = None,
-                 rotated: list | None = None, dropout_keep: list | None = None):
+                 dropout_keep: list | None = None):
         self._call = call
         self.head = head
         self.engine = engine
@@ -81,7 +81,6 @@ class Trace:
         self.policy = head.policy
         #: the dropout keep-mask (n x n bools), None without dropout
         self.dropout_keep = dropout_keep
-        self._rotated = rotated
         self.macs = macs
         self.softmax_ops = softmax_ops
         self.bias_adds = bias_adds
@@ -92,6 +91,10 @@ class Trace:
         self._rows: dict = {} if rows is None else dict(enumerate(rows))
         self._outputs = outputs
         self._reference = None
+        #: the RoPE-rotated scores the logit stages read: the reference's raw rows (RoPE runs on
+        #: the pencil engine only, which has a call)
+        self._rotated = None if self.policy.rope is None else \
+            [self.reference.raw_row(0, 0, i) for i in range(self.n)]
         self._decimals: dict = {}
         #: entries decided by the exact per-entry path (every entry where no bulk bounds apply)
         self.fallbacks = 0

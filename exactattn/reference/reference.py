@@ -104,6 +104,7 @@ class Reference:
         self._columns: dict = {}
         self._groups: dict = {}        # the last 64 rows' terms (a dict: no cycle through self)
         self._shared: dict = {}
+        self._rotated: dict = {}
         self._visible: dict = {}
         self._masks: dict = {}
         self.pairs = sum(int(self.visible(b, h).sum())
@@ -152,11 +153,14 @@ class Reference:
         """Row i's raw scores (None where hidden): ``Fraction``, or RoPE's certified scores."""
         vis = self.visible(b, h)[i]
         pol = self.head_policy(h)
-        if pol.rope is not None:
-            p = self.exact_call
-            keys = p.key[b, self.kv(h)]
-            return rope_row(list(p.query[b, h, i]), lambda j: list(keys[j]),
-                            [j for j in range(self.S) if vis[j]], pol, i, self.L, self.S)
+        if pol.rope is not None:       # certified rotated scores: each row once (a tuple)
+            if (b, h, i) not in self._rotated:
+                p = self.exact_call
+                keys = p.key[b, self.kv(h)]
+                self._rotated[b, h, i] = tuple(rope_row(
+                    list(p.query[b, h, i]), lambda j: list(keys[j]),
+                    [j for j in range(self.S) if vis[j]], pol, i, self.L, self.S))
+            return list(self._rotated[b, h, i])
         (ints, den), known = self.score_ints(b, h), {}    # each distinct score: one Fraction
         return [(known[v] if v in known else known.setdefault(v, Fraction(v, den))) if seen
                 else None for v, seen in zip(ints[i].tolist(), vis.tolist())]

@@ -372,13 +372,16 @@ class Trace:
         if places not in self._decimals:
             from ..numbers.bulk import block_bounds, certified_decimals, fixed_bits
             n, b = self.n, None
-            if self.engine != "symbolic" and not self.policy.modified:
+            if self.engine != "symbolic" and not self.policy.replace(dropout=None).modified:
                 (q, qd), (k, kd), (v, vd) = map(self.call.numerators, ("query", "key", "value"))
                 b = block_bounds(q[0, 0], qd, k[0, 0], kd, self.head.divisor_squared,
                                  self.policy.keep(n, n), v[0, 0], vd, fixed_bits(places),
                                  wide=True)
             *self._decimals[places], count = certified_decimals(
                 b, places, self.share, self.output, (n, n, self.head.d_v))
+            if b is not None and self.dropout_keep is not None:    # bounds give the softmax's
+                self._decimals[places][1] = [[self.output(i, c).decimal(places) for c in range(
+                    self.head.d_v)] for i in range(n)]               # outputs, not dropout's
             self.fallbacks += count
         return self._decimals[places]
 

@@ -6,8 +6,9 @@ cache): :func:`~exactattn.reference.kernels.project`, then the counts of each he
 :class:`~exactattn.reference.reference.Reference` (scores over the visible keys, the
 softmax rows and the mix), then W_O; without projections, the same counts on small whole
 numbers.
-The counters go up by one inside the innermost loops, at every multiply-add
-that really runs; nothing is computed from a formula.  No sympy here.
+The counts are read where the work is: the projections' counters go up inside the
+innermost loops, and the scores and the mix are counted per visible pair and per kept
+key of each exact row; nothing comes from the closed formula.  No sympy here.
 
 :func:`count_call` runs one call (a :class:`~exactattn.cost.sizes.CallShape`):
 every broadcast batch entry and query head, with the projections, W_O and

@@ -809,9 +809,11 @@ def check_bias_cancels(head, x, *, key_bias: Sequence | None = None,
 
 
 def check_cost(head, x) -> dict[str, int]:
-    """The multiply-adds counted inside the engine's loops equal the formula derived from the loop bounds.
+    """The multiply-adds the pencil engine counts equal the formula derived from the loop bounds.
 
-    Runs ``attend(head, x, engine="pencil")`` and compares ``trace.macs`` stage
+    The scores' and the mix's MACs are counted over each exact row's visible pairs and kept
+    keys; the projections' are read from the shapes of the products (so that stage checks
+    the shapes only).  Runs ``attend(head, x, engine="pencil")`` and compares ``trace.macs`` stage
     by stage with :func:`exactattn.cost.derive` (sympy sums over the loop
     nests: ``n D (2 d_k + d_v)``, ``n^2 d_k``, ``n^2 d_v``; a causal head sees
     n(n+1)/2 pairs) at n, D = d_model, d_k, d_v.  Units: MACs.

@@ -1,7 +1,8 @@
 """The counted loops: projection and score over integers on common denominators.
 
-The pencil engine and the exact layer project through these loops, so a
-projection MAC is counted in one place: the innermost loop, where it happens
+The exact layer projects through these loops, so its projection MACs are counted
+in the innermost loop, where they happen (the pencil engine's projections are
+python-flint products, their MACs read from the operands' shapes)
 (the mix's MACs are :meth:`Reference.counts
 <exactattn.reference.reference.Reference.counts>`).  The loops run on integers over one common
 denominator per matrix (the same sums of products as on ``Fraction`` entries,

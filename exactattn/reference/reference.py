@@ -239,7 +239,9 @@ class Reference:
 
         ``scores``: E per visible pair; ``rotation`` (RoPE): 2 E per visible pair; ``mix``:
         E_v per key a row adds a value of (a seen key not dropped; a row that sees no key
-        under ``uniform`` adds every key's).  ``ops`` sums the rows' counters.
+        under ``uniform`` adds every key's).  ``ops`` sums the rows' counters.  The ``mix``
+        differs from :attr:`macs`' (a dense kernel's: E_v per visible pair) under dropout
+        and ``uniform`` empty rows.
 
         >>> from exactattn.call import Call
         >>> Reference(Call([[1], [0]], [[1], [0]], [[3], [1]], policy=Policy(causal=True))).counts()

@@ -39,7 +39,7 @@ from functools import cache, lru_cache
 import numpy as np
 
 from ..call.modifiers import dropout_factors
-from ..numbers.bulk import block_bounds, certified_decimals, exact_matmul, fixed_bits
+from ..numbers.bulk import block_bounds, bounds_decimals, exact_matmul, fixed_bits
 from ..numbers.digits import check_places, format_scaled
 from ..numbers.softmax import SoftmaxRow
 from ..reference.bound import gamma
@@ -165,20 +165,27 @@ def certify_block(call, r0: int, r1: int, places: int, shares: bool = True) -> B
     """
     check_places(places)
     c0, c1, b, row, values = block(call, r0, r1, fixed_bits(places))
-    n, n_k = r1 - r0, call.shape["S"]
-    a, z = (c0, c1) if b is not None else (0, n_k)    # without bounds: every entry exactly
-    empty = [] if b is None else np.flatnonzero(b.empty).tolist()
-    span, outputs, count = certified_decimals(
-        b, places, lambda i, j: row(r0 + i).share(a + j),
-        lambda i, c: row(r0 + i).combine(values(r0 + i, c)), (n, z - a, call.shape["E_v"]),
-        shares)
-    if shares:      # outside the span zeros, but an empty row's own answer
+    n, n_k, d_v = r1 - r0, call.shape["S"], call.shape["E_v"]
+    if b is None:       # modifiers, infeasible tables or huge inputs: every entry exactly
+        span, outputs, empty = [[]] * n, [[None] * d_v for _ in range(n)], range(n)
+        share_cells, output_cells = [], [(i, c) for i in range(n) for c in range(d_v)]
+    else:
+        span, outputs, (share_cells, output_cells) = bounds_decimals(b, places, shares)
+        empty = np.flatnonzero(b.empty).tolist()
+    for i, c in output_cells:
+        outputs[i][c] = row(r0 + i).combine(values(r0 + i, c)).decimal(places)
+    share_text, count = None, len(output_cells)
+    if shares:
         zero = format_scaled(0, places)
-        span = [[zero] * a + r + [zero] * (n_k - z) for r in span]
+        share_text = [[zero] * c0 + r + [zero] * (n_k - c1) for r in span]
+        skip = set(empty)
+        share_cells = [(i, j) for i, j in share_cells if i not in skip]
+        for i, j in share_cells:
+            share_text[i][c0 + j] = row(r0 + i).share(c0 + j).decimal(places)
         for i in empty:
-            span[i] = [row(r0 + i).share(j).decimal(places) for j in range(n_k)]
-        count += len(empty) * (n_k - z + a)
-    return BlockResult(r0, r1, span, outputs, (c0, c1), count)
+            share_text[i] = [row(r0 + i).share(j).decimal(places) for j in range(n_k)]
+        count += len(share_cells) + len(empty) * n_k
+    return BlockResult(r0, r1, share_text, outputs, (c0, c1), count)
 
 
 def score_top(call, r0: int, r1: int) -> int:

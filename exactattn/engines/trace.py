@@ -96,7 +96,7 @@ class Trace:
         self._rotated = None if self.policy.rope is None else \
             [self.reference.raw_row(0, 0, i) for i in range(self.n)]
         self._decimals: dict = {}
-        #: entries decided by the exact per-entry path (every entry where no bulk bounds apply)
+        #: entries the bulk intervals left undecided, decided by the exact per-entry path
         self.fallbacks = 0
 
     def __repr__(self) -> str:
@@ -369,21 +369,33 @@ class Trace:
 
     def _bulk(self, places: int):
         check_places(places)
-        if places not in self._decimals:
-            from ..numbers.bulk import block_bounds, certified_decimals, fixed_bits
-            n, b = self.n, None
-            if self.engine != "symbolic" and not self.policy.replace(dropout=None).modified:
-                (q, qd), (k, kd), (v, vd) = map(self.call.numerators, ("query", "key", "value"))
-                b = block_bounds(q[0, 0], qd, k[0, 0], kd, self.head.divisor_squared,
-                                 self.policy.keep(n, n), v[0, 0], vd, fixed_bits(places),
-                                 wide=True)
-            *self._decimals[places], count = certified_decimals(
-                b, places, self.share, self.output, (n, n, self.head.d_v))
-            if b is not None and self.dropout_keep is not None:    # bounds give the softmax's
-                self._decimals[places][1] = [[self.output(i, c).decimal(places) for c in range(
-                    self.head.d_v)] for i in range(n)]               # outputs, not dropout's
-            self.fallbacks += count
-        return self._decimals[places]
+        if places in self._decimals:
+            return self._decimals[places]
+        n, d_v = self.n, self.head.d_v
+        result = None
+        if self.engine != "symbolic" and not self.policy.replace(dropout=None).modified:
+            from ..numbers.bulk import decimals
+            vnum, vden = self.call.numerators("value")
+            result = decimals(*self.reference.score_ints(0, 0), self.head.divisor_squared,
+                              self.head.policy.keep(n, n), vnum[0, 0], vden, places)
+
+        def every(width: int):          # a grid to fill and all its cells, entry by entry
+            return [[None] * width for _ in range(n)], [(i, c) for i in range(n)
+                                                          for c in range(width)]
+        if result is None:
+            (shares, share_cells), (outputs, output_cells) = every(n), every(d_v)
+        else:
+            shares, outputs, (share_cells, output_cells) = result
+            dropout = self.dropout_keep is not None     # the shares stay the softmax's; the outputs do not
+            self.fallbacks += len(share_cells) + (0 if dropout else len(output_cells))
+            if dropout:
+                outputs, output_cells = every(d_v)
+        for i, j in share_cells:
+            shares[i][j] = self.share(i, j).decimal(places)
+        for i, c in output_cells:
+            outputs[i][c] = self.output(i, c).decimal(places)
+        self._decimals[places] = (shares, outputs)
+        return shares, outputs
 
 
 class SymbolicValue(Real):

@@ -20,11 +20,15 @@ Exactness: integer matrix products whose every partial sum is proved below
 order) are exact; any larger product goes through ``fmpz_mat``.  No binary
 float ever becomes a value.
 
-A large common denominator (exact float inputs) counts each gap in steps of
-``2^shift`` score units: ``exp`` of a gap between two steps lies between the
-values at the steps around it.  :func:`block_bounds` encloses a block of
-query rows, :func:`bounds_decimals` rounds it, :func:`certified_decimals`
-fills what it leaves from the exact values.
+Possible issues: the tables need ``den sqrt(D)`` below about 2^55; past that
+:func:`decimals` returns None and the caller rounds entry by entry.
+
+>>> import numpy as np
+>>> keep = np.ones((2, 2), dtype=bool)
+>>> s, o, undecided = decimals(np.array([[0, 0], [0, 1]]), 1, None, keep,
+...                            np.array([[1], [0]]), 1, 4)
+>>> s, o, undecided
+([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']], ([], []))
 """
 
 from __future__ import annotations
@@ -188,7 +192,7 @@ def decimal_strings(k, places: int):
     """``k / 10**places`` formatted for every entry of the integer array k."""
     import numpy as np
     k = np.asarray(k)
-    if k.dtype == object and abs_max(k) < _INT64_SAFE:
+    if k.dtype == object and k.size and max(-int(k.min()), int(k.max())) < _INT64_SAFE:
         k = k.astype(np.int64)
     if k.dtype != object and k.size:
         low, high = int(k.min()), int(k.max())
@@ -196,14 +200,59 @@ def decimal_strings(k, places: int):
             table = np.array([format_scaled(v, places) for v in range(low, high + 1)],
                              dtype=object)
             return table[k - low]
-    uniq, inverse = np.unique(k, return_inverse=True)       # Python ints too
-    table = np.array([format_scaled(int(v), places) for v in uniq.tolist()], dtype=object)
-    return table[inverse.reshape(k.shape)]
+        uniq, inverse = np.unique(k, return_inverse=True)
+        table = np.array([format_scaled(int(v), places) for v in uniq.tolist()], dtype=object)
+        return table[inverse.reshape(k.shape)]
+    out = np.empty(k.shape, dtype=object)
+    flat = out.reshape(-1)
+    for idx, v in enumerate(k.reshape(-1).tolist()):
+        flat[idx] = format_scaled(int(v), places)
+    return out
+
+
+def decimals(num, den: int, divisor_squared: Fraction | None, keep, values_num, values_den: int,
+             places: int):
+    """Shares and outputs rounded to ``places``, in bulk; None if the tables are infeasible.
+
+    A large common denominator (exact float32 or float64 inputs: ``den`` of 100 bits and
+    more) counts each gap in steps of ``2^shift`` score units, as :func:`block_bounds`
+    does: ``exp`` of a gap between two steps lies between the values at the steps around it.
+
+    Shapes: ``num`` n_q x n_k integer raw-score numerators over ``den``;
+    ``keep`` n_q x n_k booleans (True = visible; every row must see a key);
+    ``values_num`` n_k x d_v integers over ``values_den``.
+
+    Returns ``(shares, outputs, (share_cells, output_cells))``: lists of
+    strings, and the (i, j) / (i, c) cells the integer intervals could not
+    decide, which the caller must fill from the exact per-entry path.
+    """
+    import numpy as np
+    keep, empty = _seen(keep)
+    cached = block_tables(den, divisor_squared, fixed_bits(places))
+    if cached is None:
+        return None
+    tables, shift = cached[:2]
+
+    # gaps u_ij = max over visible k of N_ik - N_ij >= 0 (hidden: -1), clipped to the tables
+    low = num.min() if num.dtype != object else min(num.ravel().tolist())
+    # hidden entries may lie above the row maximum: their gaps 0 here, -1 below
+    gaps = np.where(keep, np.where(keep, num, low).max(axis=1)[:, None] - num, 0)
+    between = None
+    if shift:                                  # floor(gap / 2^shift), and whether it was exact
+        if gaps.dtype != object and shift > 62:
+            gaps = gaps.astype(object)
+        between = np.asarray(gaps % (1 << shift) != 0, dtype=bool)
+        gaps = gaps >> shift
+    if gaps.dtype == object:
+        gaps = np.minimum(gaps, tables.cut).astype(np.int64)
+    gaps = np.where(keep, gaps, -1)
+    return bounds_decimals(_enclosed(cached, gaps, between, values_num, values_den, empty, 0),
+                           places)
 
 
 # --------------------------------------------------------------------------- row blocks
-# One block of query rows against the keys it may see (the whole head: one block), with
-# scores and mixes as exact limb products through BLAS (exactattn.numbers.limbs), gaps
+# One block of query rows against the keys it may see (exactattn.blocks): the enclosures of
+# decimals(), with scores and mixes as exact limb products through BLAS (exactattn.numbers.limbs), gaps
 # counted in steps of 2^shift when the common denominator is large (float inputs: a step is
 # about 2^-55 in the exponent), the digit tables enclosed once per process, and every entry's
 # bounds from those tables alone, so that no entry depends on the rows it is computed with.
@@ -272,8 +321,8 @@ class BlockBounds(NamedTuple):
 
 
 def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num,
-                 values_den: int, F: int = 62, score_bound: int | None = None,
-                 wide: bool = False) -> BlockBounds | None:
+                 values_den: int, F: int = 62, score_bound: int | None = None
+                 ) -> BlockBounds | None:
     """The enclosures of a block of query rows from the exact inputs; None: use entries.
 
     Shapes: q r x d_k over ``q_den``, k m x d_k over ``k_den`` (int64
@@ -283,8 +332,8 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     steps of 2^shift, and each ``exp`` is enclosed between the steps around
     its gap.  ``score_bound`` bounds |N| over the whole call (default: this
     block's ``d_k max|q| max|k|``; it must be a true bound): with it the steps
-    are the same for every block.  None when the tables are infeasible or, unless ``wide``
-    (Python-int scores then, steps from the tables alone), an input too large for int64 limbs.
+    are the same for every block.  None when the tables are infeasible or an input too large for
+    int64 limbs.
 
     >>> import numpy as np
     >>> b = block_bounds(np.array([[0], [1]]), 1, np.array([[0], [1]]), 1, None,
@@ -293,38 +342,29 @@ def block_bounds(q, q_den: int, k, k_den: int, divisor_squared, keep, values_num
     ([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']])
     """
     import numpy as np
-    if keep.shape[1] == 0 or not wide and object in (q.dtype, k.dtype, values_num.dtype):
+    if q.dtype == object or k.dtype == object or values_num.dtype == object or \
+            keep.shape[1] == 0:
         return None
     if score_bound is None:
         score_bound = q.shape[1] * abs_max(q) * abs_max(k)
-    cached = block_tables(q_den * k_den, divisor_squared, F,
-                          0 if wide else score_bound.bit_length() - 59)
+    cached = block_tables(q_den * k_den, divisor_squared, F, score_bound.bit_length() - 59)
     if cached is None:
         return None
-    shift, split = cached[1], None
-    if shift or score_bound >= _EXACT_FLOAT:
-        split = score_split(q, k, shift, score_bound)
-        if split is None and not wide:
-            return None
-    if split is None:       # one exact product: float64 BLAS where that is exact
-        n = exact_matmul(q, k.T)
-        n = n.astype(object) if shift else n
-        split = n >> shift, n & ((1 << shift) - 1)
+    split = score_split(q, k, cached[1], score_bound)
+    if split is None:
+        return None
     high, low = split
     keep, empty = _seen(keep)
     ends = []                # each row's largest and smallest N, as (high, low)
-    big = abs_max(high) + 1         # past every high, as 2^shift is past every low
-    for pick, fill in ((np.max, -big), (np.min, big)):
+    for pick, fill in ((np.max, np.iinfo(np.int64).min), (np.min, np.iinfo(np.int64).max)):
         h = pick(np.where(keep, high, fill), axis=1)[:, None]
-        lo_fill = -1 if pick is np.max else 1 << shift
+        lo_fill = -1 if pick is np.max else 1 << 62
         ends.append((h, pick(np.where(keep & (high == h), low, lo_fill), axis=1)[:, None]))
-    top = max((abs((int(h) << shift) + int(x)) for hs, ls in ends
+    top = max((abs((int(h) << cached[1]) + int(x)) for hs, ls in ends
                for h, x in zip(hs.ravel().tolist(), ls.ravel().tolist())), default=0)
     (h_max, l_max), _ = ends
     gaps = np.where(keep, h_max - high - (low > l_max), -1)     # floor(gap / 2^shift)
-    if gaps.dtype == object:
-        gaps = np.minimum(gaps, cached[0].cut).astype(np.int64)
-    between = keep & (low != l_max) if shift else None
+    between = keep & (low != l_max) if cached[1] else None
     del high, low, ends
     return _enclosed(cached, gaps, between, values_num, values_den, empty, top)
 
@@ -405,29 +445,3 @@ def bounds_decimals(b: BlockBounds, places: int, shares: bool = True):
     decided[b.empty] = False
     output_cells = [(int(i), int(c)) for i, c in zip(*np.nonzero(~decided))]
     return share_text, outputs, (share_cells, output_cells)
-
-
-def certified_decimals(b: BlockBounds | None, places: int, share, output, shape: tuple,
-                       shares: bool = True):
-    """``(shares, outputs, fallbacks)``: :func:`bounds_decimals` of ``b`` (None: no bounds),
-    every cell it leaves undecided (every cell without bounds; ``shape`` = rows, share
-    columns, output columns) filled from the exact values ``share(i, j)`` and
-    ``output(i, c)`` (``.decimal(places)``), and how many were filled so.
-
-    >>> import numpy as np
-    >>> b = block_bounds(np.array([[0], [1]]), 1, np.array([[0], [1]]), 1, None,
-    ...                  np.ones((2, 2), dtype=bool), np.array([[1], [0]]), 1)
-    >>> certified_decimals(b, 4, None, None, (2, 2, 1))
-    ([['0.5000', '0.5000'], ['0.2689', '0.7311']], [['0.5000'], ['0.2689']], 0)
-    """
-    if b is None:
-        texts = [[[None] * w for _ in range(shape[0])] for w in shape[1:]]
-        cells = [[(i, j) for i in range(shape[0]) for j in range(w)] for w in shape[1:]]
-    else:
-        *texts, cells = bounds_decimals(b, places, shares)
-    if not shares:
-        texts[0], cells = None, ([], cells[1])
-    for grid, at, exact in zip(texts, cells, (share, output)):
-        for i, j in at:
-            grid[i][j] = exact(i, j).decimal(places)
-    return texts[0], texts[1], len(cells[0]) + len(cells[1])

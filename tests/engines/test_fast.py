@@ -11,7 +11,7 @@ from exactattn import Head, attend
 from exactattn.numbers.digits import round_fraction
 from exactattn.errors import InputError
 from exactattn.examples import chronicle
-from exactattn.numbers.bulk import block_bounds, exact_matmul
+from exactattn.numbers.bulk import decimals, exact_matmul
 from exactattn.numbers.exact import common_denominator
 from exactattn.engines.trace import Trace
 from exactattn.testing import assert_typed_equal as typed_rows_equal
@@ -66,13 +66,11 @@ def _integer_scores(trace):
 
 
 def _feasible(trace) -> bool:
-    """The bulk path runs: the whole head's enclosures exist, as Trace asks for them."""
     import numpy as np
-    (q, qd), (k, kd) = trace.call.numerators("query"), trace.call.numerators("key")
-    n = trace.n
-    return block_bounds(q[0, 0], qd, k[0, 0], kd, trace.head.divisor_squared,
-                        np.ones((n, n), dtype=bool), np.zeros((n, 1), dtype=np.int64), 1,
-                        wide=True) is not None
+    num, den = _integer_scores(trace)
+    n, head = trace.n, trace.head
+    return decimals(num, den, head.divisor_squared, np.ones((n, n), dtype=bool),
+                    np.zeros((n, 1), dtype=np.int64), 1, 4) is not None
 
 
 def _random_head(rng, d_model, d_k, d_v, layout, divisor, causal):

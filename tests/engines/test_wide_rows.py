@@ -74,13 +74,12 @@ def test_float32_entries_take_the_bulk_path_with_the_oracle_s_digits():
     exact = [[Fraction(float(v)) for v in r] for r in x]
     head = Head(*[[[Fraction(float(v)) for v in r] for r in W] for W in Ws], causal=True)
     trace = attend(head, exact, engine="fast")
-    (q, qd), (k, kd), (vnum, vden) = map(trace.call.numerators, ("query", "key", "value"))
-    assert (qd * kd).bit_length() > 100      # one table entry per score unit would be too many
-    got = bulk.block_bounds(q[0, 0], qd, k[0, 0], kd, head.divisor_squared,
-                            head.policy.keep(n, n), vnum[0, 0], vden, bulk.fixed_bits(6),
-                            wide=True)
+    (num, den), (vnum, vden) = trace.reference.score_ints(0, 0), trace.call.numerators("value")
+    vnum = vnum[0, 0]
+    assert den.bit_length() > 100            # one table entry per score unit would be too many
+    got = bulk.decimals(num, den, head.divisor_squared, head.policy.keep(n, n), vnum, vden, 6)
     assert got is not None
-    shares, outputs, (share_cells, output_cells) = bulk.bounds_decimals(got, 6)
+    shares, outputs, (share_cells, output_cells) = got
     assert len(share_cells) + len(output_cells) < n
     oracle = Oracle({**_case(trace.queries, trace.keys, trace.values, d), "causal": True})
     for i in range(0, n, 5):

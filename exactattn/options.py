@@ -118,13 +118,6 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def _int_or_text(text: str) -> int | str:
-    try:
-        return _int(text)
-    except ValueError:
-        return text
-
-
 def whole(flag: str, *, low: int = 1, high: int | None = None):
     """An argparse type: a whole number in ``low .. high``, named ``flag`` in its errors."""
     return argtype(lambda v: check_whole(v, flag, low=low, high=high), flag, _int)
@@ -160,10 +153,10 @@ def check_whole_list(value: Any, name: str, *, low: int = 1, high: int | None = 
         if not isinstance(p, str):
             values.append(check_whole(p, name, low=low, high=high))
             continue
-        try:
-            values.append(check_whole(_int_or_text(p.strip()), name, low=low, high=high))
-        except InputError as e:
-            raise InputError(_echo(e, p.strip())) from None
+        try:   # a whole number, or the text as typed (stripped) echoed in its message
+            values.append(whole(name, low=low, high=high)(p.strip()))
+        except argparse.ArgumentTypeError as e:
+            raise InputError(str(e)) from None
     if once is not None:
         check_once(values, name, once, value.strip() if text else None)
     return values

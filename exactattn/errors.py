@@ -51,6 +51,12 @@ class Undecided(InputError, ArithmeticError):
                          f"(no exact rule here decides it; no digit is certified)")
 
 
+def too_long_to_write(x) -> bool:
+    """Whether an int or Fraction has a part past 14,000 bits: near Python's 4300-digit limit
+    for writing an integer, so its text is refused or slow (the one such rule)."""
+    return max(x.numerator.bit_length(), x.denominator.bit_length()) > 14_000
+
+
 class _Repr(reprlib.Repr):
     """``repr`` bounded in depth and length, deterministic (no addresses), safe on any value."""
 
@@ -60,7 +66,7 @@ class _Repr(reprlib.Repr):
         self.maxstring = self.maxother = self.maxlong = 60
 
     def repr_int(self, x, level):
-        if x.bit_length() > 14_000:   # near Python's 4300-digit limit for writing an integer
+        if too_long_to_write(x):
             return f"<an integer of about {int(x.bit_length() * 0.30103)} digits>"
         return super().repr_int(x, level)
 
@@ -72,7 +78,7 @@ class _Repr(reprlib.Repr):
         return text if len(text) <= self.maxother else text[:self.maxother] + "..."
 
     def repr_Fraction(self, x, level):
-        if max(x.numerator.bit_length(), x.denominator.bit_length()) > 14_000:
+        if too_long_to_write(x):
             return "<a Fraction of thousands of digits>"
         return self.repr_instance(x, level)
 

@@ -29,7 +29,7 @@ import numpy as np
 from .masks import is_minus_inf
 from .modifiers import dropout_factors
 from .policy import MASK_KINDS, Mask, Policy
-from ..errors import InputError, ShapeError, shorten
+from ..errors import InputError, ShapeError, shorten, too_long_to_write
 from ..numbers.exact import binary64, to_exact, to_matrix
 from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
@@ -79,7 +79,7 @@ def rectangular(data, name: str) -> np.ndarray:
 def _number_text(x: Fraction) -> str:
     """An exact number for a message, cut to 40 characters (past Python's 4300-digit limit for
     writing an integer, its size instead)."""
-    if max(x.numerator.bit_length(), x.denominator.bit_length()) > 14_000:
+    if too_long_to_write(x):
         return f"a number of about {int(x.numerator.bit_length() * 0.30103)} digits"
     return shorten(str(x))
 

@@ -28,7 +28,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Callable
 
-from ..errors import InputError, Undecided
+from ..errors import InputError, Undecided, too_long_to_write
 
 __all__ = ["certify", "decide", "tighten"]
 
@@ -73,7 +73,7 @@ def _int_text(k: int) -> str:
     >>> len(_int_text(10 ** 5000))
     5001
     """
-    if k.bit_length() < 14000:
+    if not too_long_to_write(k):
         return str(k)
     from flint import fmpz
     return str(fmpz(k))

@@ -273,3 +273,13 @@ def test_one_reader_of_sympy_constants():
     from exactattn.proofs._support import to_arb
     with pytest.raises(TypeError, match="to_arb cannot evaluate x"):
         to_arb(sympy.Symbol("x"))
+
+
+def test_one_rule_for_numbers_too_long_to_write():
+    """Past 14,000 bits (near Python's 4300-digit limit) every echo writes a size instead."""
+    from exactattn.errors import shorten, too_long_to_write
+    from exactattn.numbers.digits import fraction_text
+    assert not too_long_to_write(2 ** 13_999) and too_long_to_write(F(1, 2 ** 14_000))
+    assert shorten(2 ** 14_000) == "<an integer of about 4214 digits>"
+    assert shorten([F(1, 2 ** 14_000)]) == "[<a Fraction of thousands of digits>]"
+    assert fraction_text(F(1, 10 ** 4300)) == "1/1" + "0" * 4300

@@ -58,8 +58,6 @@ from .exact import fmpq_of, fraction_of, rational_sqrt
 from .reals import Pow2, Surd, align, real_ball
 
 
-#: what a row is: ``ok`` (sees keys), or an empty row under each empty-row answer
-ROW_KINDS = ("ok", "zero", "uniform", "nan")
 #: the names of the generators in texts and polynomials, in order
 GENERATOR_NAMES = ("t", "u", "v", "w", "x", "y")
 
@@ -100,7 +98,8 @@ class Terms:
         generators: ``(c, atom)`` per generator: ``exp(c * atom)`` with atom
             None (the number 1), a ``Fraction`` D' (``1/sqrt(D')``) or a
             :class:`~exactattn.numbers.reals.Pow2` (``2^f``).
-        kinds: per row, one of :data:`ROW_KINDS`.
+        kinds: per row, what it is: ``ok`` (sees keys), or an empty row under each empty-row
+            answer (``zero``, ``uniform``, ``nan``).
         paired: True with more than one generator.
 
     Under ``uniform`` an empty row has every key at exponent 0 (shares 1/S).

@@ -296,7 +296,6 @@ class NumpyImpl(ArrayImpl):
 #: --backend names: torch.nn.attention.SDPBackend members (``sdpa_kernel`` allows only that one)
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
-DEVICES = ("cpu", "cuda")
 
 
 def torch_device(device: str):

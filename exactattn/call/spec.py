@@ -38,7 +38,7 @@ from .policy import MODIFIER_FIELDS, Policy
 from ..errors import ExactAttnError, SpecError, shorten
 from ..numbers.digits import fraction_text
 from ..numbers.exact import MAX_DIGITS
-from .spec_fields import MODIFIER_KEYS, read_modifiers
+from .spec_fields import MODIFIER_KEYS, check_known_keys, read_modifiers
 from ..numbers.formats import float_format
 
 __all__ = ["load_problem", "problem_text"]
@@ -162,11 +162,8 @@ def check_top_level(doc: Any, where: str, keys: tuple, required: tuple, kind: st
     hint when it holds keys of the ``other`` kind of spec)."""
     if not isinstance(doc, dict):
         raise SpecError(f"{where}: the top level must be a table/object (got {type(doc).__name__})")
-    unknown = sorted(set(doc) - set(keys), key=str)
-    if unknown:
-        raise SpecError(f"{where}: unknown key {shorten(unknown[0], quote=True)}; the keys are "
-                        f"{', '.join(keys)}" + (f"; this looks like {other_kind}"
-                                                if other & set(doc) else ""))
+    check_known_keys(doc, keys, f"{where}: unknown key", dict.fromkeys(
+        doc, f"; this looks like {other_kind}") if other & set(doc) else None)
     for key in required:
         if key not in doc:
             raise SpecError(f"{where}: {key} is missing; {kind} needs {', '.join(required[:-1])} "
@@ -178,10 +175,7 @@ def check_policy_table(pol: Any, where: str, keys: tuple, hints: dict | None = N
     key -> words added to the message)."""
     if not isinstance(pol, dict):
         raise SpecError(f"{where}: policy must be a table/object (got {shorten(pol, quote=True)})")
-    bad = sorted(set(pol) - set(keys), key=str)
-    if bad:
-        raise SpecError(f"{where}: unknown policy key {shorten(bad[0], quote=True)}; the keys are "
-                        f"{', '.join(keys)}{(hints or {}).get(bad[0], '')}")
+    check_known_keys(pol, keys, f"{where}: unknown policy key", hints)
 
 
 # --------------------------------------------------------------------------- problem specs

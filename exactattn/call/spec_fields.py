@@ -70,15 +70,29 @@ def owned(where: str, check: Callable, *args):
         raise SpecError(f"{where}: policy.{e}") from None
 
 
+def check_known_keys(table: dict, keys: tuple, said: str, hints: dict | None = None, *,
+                     use: str | None = None) -> None:
+    """Refuse a key of a spec's ``table`` not among ``keys``, in one line: the first (sorted as
+    text) after ``said``, then ``the keys are <keys>`` (or ``use``) and its entry in ``hints``.
+
+    >>> check_known_keys({"p": 1, "q": 2, "b": 3}, ("p",), "spec: policy.dropout has unknown key")
+    Traceback (most recent call last):
+    ...
+    exactattn.errors.SpecError: spec: policy.dropout has unknown key 'b'; the keys are p
+    """
+    extra = sorted(set(table) - set(keys), key=str)
+    if extra:
+        use = use or "the keys are " + ", ".join(keys)
+        raise SpecError(f"{said} {shorten(extra[0], quote=True)}; {use}"
+                        f"{(hints or {}).get(extra[0], '')}")
+
+
 def _table(value: Any, where: str, name: str, keys: tuple, required: tuple) -> dict:
     shape = "{" + ", ".join(keys) + "}"
     if not isinstance(value, dict):
         raise SpecError(f"{where}: policy.{name} must be a table {shape} "
                         f"(got {shorten(value, quote=True)})")
-    extra = sorted(set(value) - set(keys), key=str)
-    if extra:
-        raise SpecError(f"{where}: policy.{name} has unknown key {shorten(extra[0], quote=True)}; "
-                        f"the keys are {', '.join(keys)}")
+    check_known_keys(value, keys, f"{where}: policy.{name} has unknown key")
     for key in required:
         if key not in value:
             raise SpecError(f"{where}: policy.{name}.{key} is missing; write {name} = {shape}")

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..call.modifiers import check_keep
 from ..call.spec import check_policy_table, check_top_level, convert, parse, read_text
-from ..call.spec_fields import MODIFIER_KEYS, CallFields, owned, read_modifiers
+from ..call.spec_fields import MODIFIER_KEYS, CallFields, check_known_keys, owned, read_modifiers
 from ..errors import ShapeError, SpecError, shorten
 from ..numbers.exact import to_row
 from .head import Head
@@ -105,10 +105,8 @@ def from_mapping(doc: Any, *, where: str = "spec") -> Example:
         if not isinstance(tok, dict) or "x" not in tok:
             raise SpecError(f'{where}: tokens[{i}] must be an object with "x" '
                             f"(got {shorten(tok, quote=True)})")
-        extra = sorted(set(tok) - {"x", "text", "id"}, key=str)
-        if extra:
-            raise SpecError(f"{where}: tokens[{i}] has unknown key "
-                            f"{shorten(extra[0], quote=True)}; use text, id, x")
+        check_known_keys(tok, ("x", "text", "id"), f"{where}: tokens[{i}] has unknown key",
+                         use="use text, id, x")
         tid = tok.get("id")
         if tid is not None and (not isinstance(tid, int) or isinstance(tid, bool)):
             raise SpecError(f"{where}: tokens[{i}].id must be an integer "

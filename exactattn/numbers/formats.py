@@ -199,6 +199,24 @@ def ulp_indices(x, dtype: str | FloatFormat):
     return idx, valid
 
 
+def ulp_unit(magnitudes, fmt: FloatFormat):
+    """One ULP of ``fmt`` at ``magnitudes`` (a float, or each entry of a float64 array):
+    ``2^(e - p + 1)`` with ``e`` the binade's exponent, at least ``fmt.emin``: the unit of
+    every count at the terms.  A float is worked in ``math`` (numpy on one value is far slower).
+
+    >>> import numpy as np
+    >>> half = FORMATS["float16"]
+    >>> ulp_unit(1.5, FORMATS["float32"]), ulp_unit(np.array([3.0, 0.0]), half).tolist()
+    (1.1920928955078125e-07, [0.001953125, 0.00048828125])
+    """
+    if isinstance(magnitudes, (int, float)):
+        return math.ldexp(1.0, max(math.frexp(magnitudes)[1] - 1, fmt.emin) - fmt.precision + 1)
+    import numpy as np
+    _, e = np.frexp(magnitudes)
+    return np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
+                          - fmt.precision + 1).astype(np.int32))
+
+
 def round_array(x, dtype: str | FloatFormat):
     """Every entry of a float64 array rounded to the nearest float of ``dtype`` (ties to even,
     subnormals, overflow to infinity), as float64: :func:`round_to_format` over an array.

@@ -294,7 +294,7 @@ def _row_excess(got, fmt, mid, rad, mag, p, V, arith: Arithmetic, n, eta, eta_n,
     direction, which weights rounded coarser than the dtype (bfloat16 P in a float16 kernel)
     cannot.  Every float64 sum here is widened: products by ``gamma_{E_v + 1}``, ``p`` and
     ``a`` by ``2^-8``, the totals by ``2^-20``."""
-    from ..numbers.formats import float_format, ulp_indices
+    from ..numbers.formats import float_format, ulp_indices, ulp_unit
     fmt, u, Ev = float_format(fmt), arith.u, V.shape[1]
     dev = got - mid
     w = dev - ((dev * mid).sum(axis=1) / np.maximum((mid * mid).sum(axis=1), 2.0 ** -1000))[:, None] * mid
@@ -302,8 +302,7 @@ def _row_excess(got, fmt, mid, rad, mag, p, V, arith: Arithmetic, n, eta, eta_n,
     shared = eta_n * (((p * np.abs(w @ V.T)).sum(axis=1) + g * (aw * mag).sum(axis=1)) * (1 + 2.0 ** -8))
     along_o = eta_n * (np.abs((w * mid).sum(axis=1)) + (aw * rad).sum(axis=1) + g * (aw * np.abs(mid)).sum(axis=1))
     sums = (((1 + eta_n) * gamma(arith.sums * (n + 1), u) + 2 * u)[:, None] * mag * (1 + 2.0 ** -8) + kappa)
-    _, e = np.frexp(np.abs(got))
-    half = np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin) - fmt.precision).astype(np.int32))
+    half = ulp_unit(np.abs(got), fmt) / 2
     last = (aw * (half + u * (np.abs(got) + half) * (1 + 2.0 ** -20))).sum(axis=1)
     most = ((shared + along_o + (aw * sums).sum(axis=1)) / (1 - eta_n) + last) * (1 + 2.0 ** -20)
     seen = np.abs((w * dev).sum(axis=1)) - g * (aw * np.abs(dev)).sum(axis=1) - (aw * rad).sum(axis=1)

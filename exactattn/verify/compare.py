@@ -42,7 +42,8 @@ from typing import Callable
 from ..numbers.digits import MAX_PREC, tighten, working_precision
 from ..errors import InputError
 from ..numbers.exact import fmpq_of
-from ..numbers.formats import FloatFormat, round_enclosures, round_to_format, ulp_indices, ulps_between
+from ..numbers.formats import (FloatFormat, round_enclosures, round_to_format, ulp_indices, ulp_unit,
+                               ulps_between)
 
 __all__ = ["decide", "judge"]
 
@@ -240,8 +241,7 @@ def errors(got: float, ball, magnitude: float, fmt: FloatFormat,
             rel, size = float(abs(err / x).mid()), float(abs(err).mid())
     if magnitude <= 0:
         return rel, math.inf
-    e = max(math.frexp(magnitude)[1] - 1, fmt.emin)
-    return rel, size / math.ldexp(1.0, e - fmt.precision + 1)
+    return rel, size / ulp_unit(magnitude, fmt)
 
 
 def undecided_tie(got: float, rounded: float, ball, dtype) -> bool:
@@ -290,15 +290,6 @@ def judge(got: float, rounded: float, ball, magnitude: float, fmt: FloatFormat,
     rel, t = errors(got, ball, magnitude, fmt, exact)
     ok = u <= max_ulps or (at_terms and t <= max_ulps)
     return Judgement("ok" if ok else "over", u, rel, t, gf != got)
-
-
-def ulp_unit(magnitudes, fmt: FloatFormat):
-    """One ULP of ``fmt`` at each of ``magnitudes`` (float64 array): ``2^(e - p + 1)`` with
-    ``e`` the binade's exponent, at least ``fmt.emin``: the unit of every count at the terms."""
-    import numpy as np
-    _, e = np.frexp(magnitudes)
-    return np.ldexp(1.0, (np.maximum(e.astype(np.int64) - 1, fmt.emin)
-                          - fmt.precision + 1).astype(np.int32))
 
 
 def enclosures(balls) -> tuple:

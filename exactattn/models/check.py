@@ -49,6 +49,7 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -57,10 +58,10 @@ from ..numbers.bulk import exact_matmul
 from ..numbers.digits import certify, round_fraction, working_precision
 from ..errors import InputError
 from ..engines.layer import LayerValue, out_project
-from ..verify.check import Entry, tolerance
-from ..verify.compare import Comparison, Judgement, decide, enclosures, judge
-from ..numbers.formats import (float_format, round_array, round_enclosed, round_to_format,
-                               ulp_indices)
+from ..verify.check import Entry, bulk_judged, tolerance
+from ..verify.compare import Comparison, decide, enclosures
+from ..numbers.formats import (float_format, round_array, round_enclosed, round_enclosures,
+                               round_to_format, ulp_indices)
 from ..reference.enclose import block_balls
 from ..reference.floats import round_balls
 from ..reference.reference import Reference
@@ -78,41 +79,31 @@ def _worst(entry) -> tuple:
     return (entry.status != "hard", -(entry.ulps or 0), -(entry.terms_ulps or 0))
 
 
+def _entry(idx, rounded, got, ulps, rel, status, terms=None) -> Entry:
+    """A group's entry (a hard failure's rel: None)."""
+    return Entry(idx, rounded, got, ulps, None if status == "hard" else rel, status, None, terms)
+
+
 def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bool) -> Comparison:
     """One group judged into a :class:`~exactattn.verify.compare.Comparison` (its worst entry
     kept, with ``misses``, ``decimals`` when ``keep``, ``worst_exact`` and ``budget``): the
     model's floats ``got`` (a float64 array) against exact values
     enclosed by ``balls`` (``arb``, at :data:`PREC` bits), their terms of size ``mags``,
-    ``exact(*cell)`` the value itself.  Verify's bulk decision
-    (:func:`~exactattn.verify.compare.decide`, on float64 enclosures of the balls) gives each
-    entry it decides as ok the counts :func:`~exactattn.verify.compare.judge` would; every
-    other entry is judged by it.  The certified decimals at ``places``: from the enclosures
+    ``exact(*cell)`` the value itself.  Verify's bulk judging
+    (:func:`~exactattn.verify.check.bulk_judged`: :func:`~exactattn.verify.compare.decide` on
+    float64 enclosures of the balls) gives each entry it decides as ok the counts
+    :func:`~exactattn.verify.compare.judge` would; every other entry, and every entry within
+    2^-6 of a maximum (``near_max``), is judged by it.  The certified decimals at ``places``: from the enclosures
     where they decide the rounding (:func:`~exactattn.reference.floats.round_balls`), else
     :func:`~exactattn.numbers.digits.certify`."""
-    rounds, judged, (mid, rad) = {}, {}, enclosures(balls)
-
-    def rejudge(where):     # by the judge, its figures into the arrays (-1 or NaN: none)
-        for k in np.flatnonzero(where).tolist():
-            value, ball = partial(exact, *map(int, np.unravel_index(k, got.shape))), balls.flat[k]
-            rounds[k] = round_enclosed(ball, fmt, PREC, value, 2 * PREC)[0]
-            j = judged[k] = judge(float(got.flat[k]), rounds[k], ball, float(mags.flat[k]), fmt,
-                                  value, budget)
-            ulps.flat[k] = -1 if j.ulps is None else min(j.ulps, 1 << 62)
-            rel.flat[k] = math.nan if j.rel is None or j.status == "hard" else j.rel
-            terms.flat[k] = math.nan if j.terms_ulps is None else j.terms_ulps
-    with np.errstate(invalid="ignore", over="ignore"):
-        status, _, ulps, rel, terms = decide(got, mid, rad, mags, fmt, min(budget, 1 << 62),
-                                             slack=0.0)
-    clear = status == 0
-    rejudge(~clear)
-    # decide's errors and the judge's are known to about 2^-9 of themselves: an entry within
-    # 2^-6 of a maximum (or of the top error at the terms among the most ULPs: the worst
-    # entry) is judged again, so the group's figures are the judge's own
-    near = np.zeros(got.shape, dtype=bool)
-    for size in (rel, terms, np.where(ulps == ulps.max(), terms, np.nan)):
-        top = float(np.nanmax(size)) if (~np.isnan(size)).any() else 0.0     # NaN: none
-        near |= (size > 0) & (size >= top * (1 - 2.0 ** -6))
-    rejudge(near & clear)
+    mid, rad = enclosures(balls)
+    rounded, same = round_enclosures(mid, rad, fmt)
+    for k in np.flatnonzero(~same).tolist():       # not decided there: from the ball, or exactly
+        cell = tuple(map(int, np.unravel_index(k, got.shape)))
+        rounded[cell] = round_enclosed(balls[cell], fmt, PREC, partial(exact, *cell), 2 * PREC)[0]
+    found = bulk_judged(got, (mid, rad, mags), balls, fmt, budget, SimpleNamespace(output=exact),
+                        0, rounded=rounded, found=Comparison(1, _worst, budget=budget),
+                        entry=_entry, near_max=2.0 ** -6)[0]
     at, undecided = round_balls(mid, rad, places)
     own, own_open = round_balls(got, 0 * got, places)
     open_ = undecided | own_open
@@ -128,20 +119,7 @@ def judge_group(got, balls, mags, exact, fmt, budget: int, places: int, keep: bo
         decimals[cell], g = certified, float(got.flat[k])
         if open_.flat[k]:          # the float as printed (ties to even, no -0.0000)
             misses += not math.isfinite(g) or round_fraction(Fraction(g), places) != certified
-    found = Comparison(1, _worst, misses=misses, decimals=decimals if keep else None,
-                       budget=budget)
-
-    def entry(k: int, j: Judgement | None = None) -> Entry:      # a hard failure's rel: None
-        j = j or Judgement("ok", int(ulps.flat[k]), float(rel.flat[k]), float(terms.flat[k]))
-        return Entry(tuple(map(int, np.unravel_index(k, got.shape))),
-                     rounds[k] if k in rounds else round_to_format(Fraction(mid.flat[k]), fmt),
-                     float(got.flat[k]), j.ulps, None if j.status == "hard" else j.rel, j.status,
-                     None, j.terms_ulps)
-    for k, j in judged.items():
-        found.add(entry(k, j), j, k)
-    bulk = np.flatnonzero(clear & ~near)
-    found.add_many(bulk, ulps.ravel()[bulk], rel.ravel()[bulk], terms.ravel()[bulk],
-                   lambda i: entry(int(bulk[i])))
+    found.misses, found.decimals = misses, decimals if keep else None
     worst = found.worst[0]
     found.worst_exact = significant(exact(*worst.index), worst.got)
     return found

@@ -595,7 +595,7 @@ def _with_kernel(dtype: str, accumulation: str | None, max_ulps=None):
 def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: int, *,
                 at_terms: bool = True, column: int = 0, known=None, rounded=None,
                 found: Comparison | None = None, entry=None, decided: bool = True,
-                lse: bool = False) -> tuple:
+                lse: bool = False, near_max: float | None = None) -> tuple:
     """``(found, left)``: the outputs ``got`` (float64, B x H_q x L x w) judged from their
     enclosures ``enclosed = (mid, rad, mag)`` (:func:`~exactattn.verify.compare.decide`), the
     entries they leave open (``left`` of them) enclosed again in ``arb`` by ``rows`` (a
@@ -610,7 +610,10 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
     ``entry(idx, rounded, got, ulps, rel, status, terms_ulps)`` (default: an :class:`Entry`
     on ``ref``).  With ``rounded`` and not ``decided``, every entry is judged by :func:`judge`
     (its errors measured in ``arb``, not from the float64 enclosures: the row blocks' rule;
-    ``lse``: log-sum-exps, as :func:`judge` takes them)."""
+    ``lse``: log-sum-exps, as :func:`judge` takes them).  With ``rounded`` and ``near_max``,
+    the entries decided at once whose error (relative, at the terms, or at the terms among the
+    most ULPs) is within ``near_max`` of the group's largest are judged by :func:`judge` too, so
+    a group's figures are the judge's own (a model check's rule)."""
     from ..numbers.formats import round_ball
     mid, rad, mag = enclosed
     raised, exact = got is None, rounded is not None
@@ -639,21 +642,14 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
         status[(status == 4) & ((rel >= top_rel) | (terms >= top_terms))] = 3
     else:
         status[status == 4] = 3
-    ok = np.flatnonzero((status == 0) | (status == 4))
-
-    def make(i, p=ok):     # a rough entry's errors are below what float64 resolves: None
-        k, sharp_ = p[i], status[p[i]] == 0
-        return entry(tuple(int(x) for x in np.unravel_index(k, shape)), float(rounded[k]),
-                     float(flat_got[k]), int(ulps[k]), float(rel[k]) if sharp_ else None, "ok",
-                     float(terms[k]) if sharp_ else None)
-    found.add_many(ok + start, ulps[ok], rel[ok], terms[ok], make)
     undecided = np.flatnonzero(status == 3)
 
     def at(p):        # an entry's index in rows' value columns
-        b, h, i, c = (int(x) for x in np.unravel_index(p, shape))
-        return b, h, i, c + column
+        *lead, c = (int(x) for x in np.unravel_index(p, shape))
+        return (*lead, c + column)
     balls = rows if exact else rows.balls([at(p) for p in undecided])
-    for p in np.flatnonzero((status != 0) & (status != 4)).tolist():
+
+    def judged(p):
         idx, g, r = tuple(int(i) for i in np.unravel_index(p, shape)), float(flat_got[p]), \
             float(rounded[p])
         j = None
@@ -672,6 +668,29 @@ def bulk_judged(got, enclosed: tuple, rows, fmt: FloatFormat, tol, ref, prec: in
                 return k if k is not None else ref.output(*idx)
             j = judge(g, r, ball, m, fmt, exact_value, int(tols[idx]), at_terms=at_terms, lse=lse)
             e = entry(idx, r, g, j.ulps, j.rel, j.status, j.terms_ulps)
+        return p, e, j
+    done = [judged(p) for p in np.flatnonzero((status != 0) & (status != 4)).tolist()]
+    if near_max is not None:
+        # decide's errors are known to about 2^-9 of themselves: an entry within ``near_max`` of
+        # a maximum (or of the top error at the terms among the most ULPs) is judged too
+        for p, e, _ in done:      # the judge's figures (-1 or NaN: none)
+            ulps[p] = -1 if e.ulps is None else min(e.ulps, 1 << 62)
+            rel[p] = math.nan if e.rel is None or e.status == "hard" else e.rel
+            terms[p] = math.nan if e.terms_ulps is None else e.terms_ulps
+        close = np.zeros_like(sharp)
+        for size in (rel, terms, np.where(ulps == ulps.max(), terms, np.nan)):   # NaN: none
+            close |= (size > 0) & (size >= np.fmax.reduce(size, initial=0.0) * (1 - near_max))
+        status[close & sharp] = 3
+        done += [judged(p) for p in np.flatnonzero(close & sharp).tolist()]
+    ok = np.flatnonzero((status == 0) | (status == 4))
+
+    def make(i, p=ok):     # a rough entry's errors are below what float64 resolves: None
+        k, sharp_ = p[i], status[p[i]] == 0
+        return entry(tuple(int(x) for x in np.unravel_index(k, shape)), float(rounded[k]),
+                     float(flat_got[k]), int(ulps[k]), float(rel[k]) if sharp_ else None, "ok",
+                     float(terms[k]) if sharp_ else None)
+    found.add_many(ok + start, ulps[ok], rel[ok], terms[ok], make)
+    for p, e, j in done:
         found.add(e, j, position=start + p)
     return found, len(undecided)
 

@@ -125,7 +125,10 @@ BUDGET = {
     # checks: 4458 -> 4432, issue 43, seventh session: the count after its deletions
     # checks: 4220 -> 4174, issue 43, ninth session: the count after its deletions
     # checks: 4174 -> 4168, issue 43, tenth session: ulp_unit moved to numbers (see numbers)
-    "checks": (("verify", "properties", "strategies", "testing"), 4168, 2900),
+    # checks: +13 moved from audit (the model check's re-judge of entries near a group's
+    # maximum, verify.check.bulk_judged's near_max), issue 43, tenth session: a move, not a
+    # raise (the audit ceiling fell by 21: models.check.judge_group's own judging loop gone)
+    "checks": (("verify", "properties", "strategies", "testing"), 4181, 2900),
     # cost: the FLOP-counter audit's running side and its table (counters, flops: 509 lines)
     # moved to audit, the cost tables' words (222) to commands, issue 43: a move, no ceiling
     # raise (targets moved with them: -400 to audit, -150 to commands)
@@ -163,7 +166,8 @@ BUDGET = {
     # audit: 2782 -> 2719, issue 43, eighth session: the count after its deletions (the FLOP
     # audit's ways of counting in one table, flops.FORMS)
     # audit: 2719 -> 2713, issue 43, ninth session: the count after its deletions
-    "audit": (("audit", "models"), 2713, 2405),
+    # audit: 2713 -> 2692, issue 43, tenth session: judge_group on verify's bulk_judged
+    "audit": (("audit", "models"), 2692, 2405),
     # commands: +222 moved from cost (cost_tables: the cost tables in words), issue 43
     # commands: 2297 -> 2236 by deletions (flags declared once, refusals from tables), issue 43
     # commands: +96 for issue 45's identify/invariance (commands/identify.py, cli registration,

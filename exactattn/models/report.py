@@ -46,25 +46,6 @@ def worst_data(w: Comparison) -> dict:
             "budget": w.budget}
 
 
-def _columns(cell: str, places: int) -> list[str]:
-    return ["layer", "head", "ULPs", "at terms", "rel. error", f"worst ({cell})",
-            f"model ({DTYPE})", "exact (certified)", f"off at {places} places", "over"]
-
-
-def _common_notes(places: int, budgets: str) -> list[str]:
-    return [
-        f"ULPs: {DTYPE} floats between the model's value and the exact value correctly "
-        f"rounded to {DTYPE}; at terms: |error| in ULPs at the size of the terms it adds up; "
-        "rel. error: |error| / |exact|; each column is its own worst over the head",
-        "worst: the entry with the most ULPs (counted from 1), its exact value certified to "
-        f"9 significant digits; off at {places} places: entries whose float printed to "
-        f"{places} places differs from the certified decimal; over: past the ULP budget on "
-        f"both counts ({budgets}: verify's default, 2*ceil(sqrt(n + d_k)) + 4 + "
-        "ceil(max |scaled score|), for one attention call on the model's own float32 "
-        "queries, keys and values), or NaN/inf",
-    ]
-
-
 def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
                    seconds: float | None = None, jobs: int = 1) -> list[Section]:
     """The probability table and the output table (the verdict: each head on the model's own
@@ -78,25 +59,36 @@ def check_sections(run, checks: Sequence[LayerCheck], places: int, note: str,
     sections = []
     n = checks[0].n if checks else len(run.tokens)
 
-    def heads(group: str) -> dict:
+    def heads(group: str, what: str, cell: str, notes: list[str]) -> Section:
+        """The table of every head's ``group`` (``probs``, ``outputs``) judged."""
         pairs = [(c.layer, h.head, getattr(h, group)) for c in checks for h in c.heads]
-        return {"rows": [_row([str(c), str(h)], w) for c, h, w in pairs],
-                "data": {"heads": [dict(layer=c, head=h, **worst_data(w)) for c, h, w in pairs]}}
+        notes = notes + [
+            f"ULPs: {DTYPE} floats between the model's value and the exact value correctly "
+            f"rounded to {DTYPE}; at terms: |error| in ULPs at the size of the terms it adds up; "
+            "rel. error: |error| / |exact|; each column is its own worst over the head",
+            "worst: the entry with the most ULPs (counted from 1), its exact value certified to "
+            f"9 significant digits; off at {places} places: entries whose float printed to "
+            f"{places} places differs from the certified decimal; over: past the ULP budget on "
+            f"both counts ({budgets}: verify's default, 2*ceil(sqrt(n + d_k)) + 4 + "
+            "ceil(max |scaled score|), for one attention call on the model's own float32 "
+            "queries, keys and values), or NaN/inf"]
+        return Section(f"model/{what}", f"{run.model}: attention {what}, {DTYPE} "
+                       f"({run.implementation}) vs exact",
+                       ["layer", "head", "ULPs", "at terms", "rel. error", f"worst ({cell})",
+                        f"model ({DTYPE})", "exact (certified)", f"off at {places} places",
+                        "over"], [_row([str(c), str(h)], w) for c, h, w in pairs], notes,
+                       {"heads": [dict(layer=c, head=h, **worst_data(w)) for c, h, w in pairs]})
     if run.probs_returned:
-        notes = ["probabilities: the model's attention weights (output_attentions=True) against "
-                 "the exact shares; the terms of a share are its row's shares, which add up "
-                 "to 1 (ULPs of 1)"] + _common_notes(places, budgets)
-        sections.append(Section("model/probabilities", f"{run.model}: attention probabilities, "
-                                f"{DTYPE} ({run.implementation}) vs exact",
-                                _columns("query,key", places), notes=notes, **heads("probs")))
+        sections.append(heads("probs", "probabilities", "query,key", [
+            "probabilities: the model's attention weights (output_attentions=True) against the "
+            "exact shares; the terms of a share are its row's shares, which add up to 1 (ULPs "
+            "of 1)"]))
     notes = ["outputs: each head's outputs before W_O against the exact attention of the "
              "model's own q, k, v (the terms: shares * |values|)"]
     if not run.probs_returned:
         notes.append(f"{run.implementation} returned no attention probabilities "
                      "(output_attentions needs eager attention): the outputs are compared")
-    sections.append(Section("model/outputs", f"{run.model}: attention outputs, {DTYPE} "
-                            f"({run.implementation}) vs exact", _columns("token,column", places),
-                            notes=notes + _common_notes(places, budgets), **heads("outputs")))
+    sections.append(heads("outputs", "outputs", "token,column", notes))
     sections.append(_drift_section(run, checks))
     total = sum(c.certified for c in checks)
     tokens = " ".join(printable(t.text) for t in run.tokens)

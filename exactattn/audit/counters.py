@@ -274,7 +274,6 @@ def build(c: AuditCall):
     g = torch.Generator().manual_seed(0)
     if c.kind in ("sdpa", "matmul"):
         import numpy as np
-        from ..call.policy import Policy
         from ..verify.adapter import policy_call
         from ..verify.impls import sdpa_arguments
         q, k, v = (torch.randn(x, generator=g) for x in (s.query, s.key, s.value))

@@ -1,8 +1,8 @@
 """The command line: ``exactattn MODE [options]`` (also ``python -m exactattn``).
 
 Each subcommand lives in a module of :mod:`exactattn.commands` that provides
-``register(subparsers)``; this module only assembles the parser and turns a
-user's mistake into one line on stderr and exit status 2.
+``register(subparsers)`` and ``run(args)``; this module only assembles the parser and
+turns a user's mistake into one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -112,7 +112,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     known = any(command in commands for commands in COMMAND_MODULES.values())
     for name, commands in COMMAND_MODULES.items():
         if not known or command in commands:
-            importlib.import_module(name).register(sub)
+            module = importlib.import_module(name)
+            module.register(sub)
+            for c in commands:      # each command runs its module's run(args)
+                sub.choices[c].set_defaults(func=module.run)
     for p in sub.choices.values():
         _add_progress_flags(p)
     parser.command_names = tuple(c for commands in COMMAND_MODULES.values() for c in commands)

@@ -1,1 +1,1 @@
-"""Subcommands of the ``exactattn`` CLI, one module per group; each has ``register``."""
+"""Subcommands of the ``exactattn`` CLI, one module per group; each has ``register`` and ``run``."""

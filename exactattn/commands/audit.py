@@ -75,7 +75,6 @@ def register(sub) -> None:
                    help="audit the worked example's tables as `walkthrough` prints them, then "
                         "a copy with one cell changed")
     add_format_option(p)
-    p.set_defaults(func=run)
 
 
 def _options(args) -> dict:

@@ -31,7 +31,6 @@ def register(sub) -> None:
     add_digits_option(p, "decimal places of values that are not exact (certified; default 4)")
     add_format_option(p)
     add_flags(p, lse=False, dropout=False)
-    p.set_defaults(func=run)
 
 
 def parse_d_out(text: str | None, n: int, d_v: int) -> list[list]:

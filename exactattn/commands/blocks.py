@@ -91,7 +91,6 @@ def register(sub) -> None:
                      help="tolerance in ULPs (default: verify's)")
     chk.add_argument("--worst", type=whole("--worst", high=1000), default=5,
                      help="outputs listed (5)")
-    p.set_defaults(func=run)
 
 
 def _refuse(args) -> None:

@@ -123,7 +123,6 @@ def register(sub) -> None:
                    metavar="UNIT", help="with --judge: the figure's unit, flops (default) or "
                    "macs (multiply-adds, as thop and ptflops print; 1 MAC = 2 FLOPs)")
     add_format_option(p)
-    p.set_defaults(func=run)
 
 
 def _flops(text: str) -> int:

@@ -55,7 +55,6 @@ def register(sub) -> None:
     add_policy_flags(p, "declared policy (what the kernel should do; SDPA's by default)",
                      ("like", "scale", "alignment", "empty_row", "gqa"))
     add_policy_flags(p, "declared modifiers (the probes' values)", MODIFIERS)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -89,7 +89,7 @@ def register(sub) -> None:
                         "and one per layer; each holds one layer's exact weights)")
     c.add_argument("--timings", action="store_true",
                    help="print the wall-clock time of the forward pass and of the exact check")
-    p.set_defaults(func=run, wrap=PAGE)
+    p.set_defaults(wrap=PAGE)
 
 
 def _name_map(path: str) -> dict:

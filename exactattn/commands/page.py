@@ -35,7 +35,6 @@ def register(sub) -> None:
     add_digits_option(p, "decimal places of shares and outputs (certified; default 4)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write the page to PATH (default stdout)")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

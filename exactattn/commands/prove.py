@@ -128,7 +128,6 @@ def register(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the proofs and their claims")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print only the verdicts, not each proof's derivation")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -42,7 +42,6 @@ def register(sub) -> None:
     add_format_option(p)
     p.add_argument("--progress", action="store_true",
                    help="show the progress bar on stderr even when it is not a terminal")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -33,7 +33,7 @@ def register(sub) -> None:
                         "head's own)")
     add_digits_option(d, "decimal places for the shares (certified; default 4)")
     add_format_option(d)
-    d.set_defaults(func=run, kind="divisor")
+    d.set_defaults(kind="divisor")
     n = kinds.add_parser("length", help="the multiply-adds counted at several row lengths: "
                          "linear and quadratic parts",
                          description="the multiply-adds the pencil engine counts at several "
@@ -44,7 +44,7 @@ def register(sub) -> None:
                    help=f"row lengths, comma-separated, each 1 to {MAX_LENGTH} "
                         "(default 4,8,16,32,64)")
     add_format_option(n)
-    n.set_defaults(func=run, kind="length")
+    n.set_defaults(kind="length")
 
 
 def run(args) -> int:

@@ -95,7 +95,7 @@ def register(sub) -> None:
             p.add_argument("--explain", type=index_pair("--explain"), metavar="I,J",
                            help="also write out the score of query I against key J term by term")
             add_flags(p, lse=mode != "square", dropout=False)
-        p.set_defaults(func=run, mode=mode, wrap=PAGE)
+        p.set_defaults(mode=mode, wrap=PAGE)
 
 
 def apply_modifiers(example, args):

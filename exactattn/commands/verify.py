@@ -176,7 +176,6 @@ def register(sub) -> None:
             kw = dict(kind) if isinstance(kind, dict) else {"action": "store_true"} if kind is \
                 True else {"type": choice(flag, kind) if isinstance(kind, tuple) else kind(flag)}
             g.add_argument(flag, help=text, **kw)
-    p.set_defaults(func=run)
 
 
 #: the flags each option cannot come with, in the order they are checked: ``(flags, needed)``

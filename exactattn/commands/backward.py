@@ -13,6 +13,8 @@ gradients are certified decimals, with no closed form to print).
 from __future__ import annotations
 
 from ..errors import InputError, shorten
+from .flags import add_digits_option, add_format_option, add_source_options, load_source
+from .modifier_flags import add_flags
 
 HELP = "the backward pass of a worked example (dO, P, dP, D, dS, dQ, dK, dV, dW) to check by hand"
 #: the most tokens the backward walkthrough prints (its closed forms grow with the call)
@@ -20,8 +22,6 @@ MAX_TOKENS = 32
 
 
 def register(sub) -> None:
-    from .flags import add_digits_option, add_format_option, add_source_options
-    from .modifier_flags import add_flags
     p = sub.add_parser("backward", help=HELP, description=HELP + ".")
     add_source_options(p)
     p.add_argument("--d-out", metavar="ROWS",
@@ -59,7 +59,6 @@ def parse_d_out(text: str | None, n: int, d_v: int) -> list[list]:
 def run(args) -> int:
     from ..present.backward_tables import backward_sections
     from ..gradients import head_gradients
-    from .flags import load_source
     from .tables import apply_modifiers
     for flag in ("--softcap", "--rope"):          # the walkthrough prints closed forms
         if getattr(args, flag[2:]) is not None:

@@ -21,6 +21,7 @@ from itertools import accumulate
 from ..call.policy import ALIGNMENTS
 from ..cost.sizes import MAX_SIZE
 from ..errors import InputError, shorten
+from ..examples import chronicle
 from ..options import argtype, check_whole, choice, whole, whole_list
 from .flags import add_format_option, given
 
@@ -59,7 +60,6 @@ def _counters(text: str) -> list[str]:
 
 
 def register(sub) -> None:
-    from ..examples import chronicle
     head = chronicle().head
     size = f"from 1 to {MAX_SIZE}"
     p = sub.add_parser("cost", help=HELP, description=HELP,
@@ -157,7 +157,6 @@ _NOT_AUDIT = ("--rows --d-k --d-v --d-model --causal --align --keys --heads --la
 def _given(args, skip: tuple = ()) -> tuple | None:
     """The first option of :data:`_NOT_AUDIT` given a value other than the parser's default
     (d_model and d_k: the example head's): ``(flag, value)``, or None."""
-    from ..examples import chronicle
     head = chronicle().head
     default = {"d_k": head.d_k, "d_model": head.d_model, "layers": 1, "count_limit": 10_000_000}
     return next(((f, getattr(args, d)) for f in given(args, _NOT_AUDIT) if (d := f[2:].replace(
@@ -281,9 +280,10 @@ def run(args) -> int:
             sections = audit_sections(args.counters)
         return sections, {"command": "cost --audit", "unit": "MACs and FLOPs"}, \
             0 if sections[0].data["same"] else 1
+    from ..cost.conventions import conventions_work   # each table loads both (cost_tables)
+    from ..cost.rows import counting_work
+    from .cost_tables import conventions_sections, cost_sections
     if args.conventions:
-        from ..cost.conventions import conventions_work
-        from .cost_tables import conventions_sections
         n = 32 if args.rows is None else args.rows[0]
         options = dict(heads=args.heads, layers=args.layers, count_limit=args.count_limit)
         _check_work(conventions_work(n, args.d_model, args.d_k, args.d_v, **options),
@@ -291,8 +291,6 @@ def run(args) -> int:
         sections = conventions_sections(n, args.d_model, args.d_k, args.d_v,
                                         causal=args.causal, **options)
     else:
-        from .cost_tables import cost_sections
-        from ..cost.rows import counting_work
         rows = [4, 8, 16, 32] if args.rows is None else args.rows
         options = dict(causal=args.causal, alignment=args.align or ALIGNMENTS[0],
                        keys=args.keys, heads=args.heads, layers=args.layers,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from ..options import choice
+from ..options import argtype, choice
 from .modifier_flags import add_policy_flags, apply
 
 HELP = "find which conventions a float attention kernel implements (scale, causal alignment, " \
@@ -34,7 +34,6 @@ def _conventions(text: str) -> tuple:
 
 def register(sub) -> None:
     from ..numbers.formats import DTYPES
-    from ..options import argtype
     p = sub.add_parser("identify", help=HELP, description=HELP + ": exact probe inputs on "
                        "which every candidate gives a different answer; a candidate is found "
                        "only when the kernel is within the proved tolerance of it and provably "

@@ -22,10 +22,10 @@ import json
 import time
 
 from ..errors import InputError, shorten
-from ..models.run import IMPLEMENTATIONS, MODELS
+from ..models.run import IMPLEMENTATIONS, MODELS, run_model
 from ..options import choice, whole
-from ..present.render import Section
-from ..present.stream import PAGE, View
+from ..present.render import Section, printable
+from ..present.stream import PAGE, View, busy, progress
 from ..present.tables import MODES, attend_example, build
 from .flags import add_digits_option, add_format_option, given, write_output
 
@@ -142,9 +142,7 @@ def _check(args) -> int:
     from ..models.check import check_layers, default_jobs
     from ..models.example import DYADIC_NOTE
     from ..models.report import check_sections, result_line
-    from ..models.run import run_model
     from ..models.weights import exact_matrix
-    from ..present.stream import busy, progress
     model = args.model or MODELS[0]
     with busy(f"running {model}"):
         run_ = run_model(model, args.text, implementation=args.attn_implementation or "eager",
@@ -185,7 +183,6 @@ def _tables(mode: str, ex, trace, args) -> list:
     own pieces) when the tokens have texts of their own (not the default ``token N``)."""
     import dataclasses
 
-    from ..present.render import printable
     view = View.of(args.format, len(ex.x))
     texts = [printable(t.text) for t in ex.tokens]
     if texts and any(t != f"token {k + 1}" for k, t in enumerate(texts)):

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from ..options import argtype, whole, whole_list
+from ..present.sweep import MAX_LENGTH, check_row, divisor_sweep, length_sweep, parse_divisors
 from .flags import add_digits_option, add_format_option, add_source_options, load_source
 
 HELP = "one row's shares as the divisor runs, or the counted cost as the row grows"
 
 
 def _divisors(text: str) -> list[str]:
-    from ..present.sweep import parse_divisors
     return [label for label, _ in parse_divisors(text, "--divisors")]
 
 
 def register(sub) -> None:
-    from ..present.sweep import MAX_LENGTH
     p = sub.add_parser("sweep", help=HELP, description=HELP)
     kinds = p.add_subparsers(dest="sweep", metavar="KIND", parser_class=type(p))
     kinds.required = True
@@ -48,7 +47,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..present.sweep import check_row, divisor_sweep, length_sweep
     ex = load_source(args)
     if args.kind == "divisor":
         row = None if args.row is None else check_row(args.row, len(ex.x), "--row")

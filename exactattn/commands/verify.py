@@ -17,9 +17,9 @@ import sys
 from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
-from ..present.render import FORMATS, plural, render
+from ..present.render import FORMATS, Section, plural, render
 from .flags import given
-from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply
+from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply, refuse
 
 HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"
 
@@ -371,7 +371,6 @@ def run(args) -> int:
     check_sink(policy, *(f"--{f}" if getattr(args, f, None) is not None else
                          f"the spec file's policy.{f}" for f in ("sink", "softcap")))
     problem = _fit(args, policy, problem, searching=bool(args.search))
-    from .modifier_flags import refuse
     refuse(args, problem, bool(args.search))
     notes = []
     dtypes = args.dtype or [spec_dtype or "float32"]
@@ -466,7 +465,6 @@ def _run_split(args, impl, problem, dtypes, notes) -> int:
 
 def _run_invariance(args, impl, problem, dtypes, notes) -> int:
     """``verify --invariance``: the call's rows rerun in other batches, paddings and KV splits."""
-    from ..present.render import Section
     from ..verify.invariance import check_invariance
     reports = _each(dtypes, lambda dt: f"{impl.name} in {dt}: the rows rerun", lambda dt:
                     check_invariance(impl, problem, dt, args.invariance, seed=args.seed or 0,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..errors import InputError, shorten
 from .flags import add_digits_option, add_format_option, add_source_options, load_source
-from .modifier_flags import add_flags
+from .modifier_flags import add_flags, apply_modifiers
 
 HELP = "the backward pass of a worked example (dO, P, dP, D, dS, dQ, dK, dV, dW) to check by hand"
 #: the most tokens the backward walkthrough prints (its closed forms grow with the call)
@@ -59,7 +59,6 @@ def parse_d_out(text: str | None, n: int, d_v: int) -> list[list]:
 def run(args) -> int:
     from ..present.backward_tables import backward_sections
     from ..gradients import head_gradients
-    from .tables import apply_modifiers
     for flag in ("--softcap", "--rope"):          # the walkthrough prints closed forms
         if getattr(args, flag[2:]) is not None:
             raise InputError(f"{flag} must come without backward (got {flag}); soft-capped and "

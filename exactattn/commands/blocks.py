@@ -24,7 +24,7 @@ from ..errors import InputError, shorten
 from ..options import argtype, choice, memory, whole
 from ..present.render import number_cell
 from .flags import add_digits_option, add_format_option, load_spec
-from .modifier_flags import add_policy_flags, apply
+from .modifier_flags import add_policy_flags, apply, apply_modifiers
 
 HELP = "certified shares and outputs at any length, in row blocks (local cores or a Dask cluster)"
 STREAM_FORMATS = ("csv", "json")
@@ -135,9 +135,8 @@ def _inputs(args):
         if args.check:
             raise InputError("--check must come with --random or a verify spec (got a head "
                              "spec); a float implementation takes query, key and value")
-        ex = load_spec(args.spec)
-        head = ex.head.with_policy(apply(ex.head.policy, args))
-        return Call.of_head(head, ex.x, name=ex.name, dropout_keep=getattr(
+        ex = apply_modifiers(load_spec(args.spec), args)
+        return Call.of_head(ex.head, ex.x, name=ex.name, dropout_keep=getattr(
             ex, "dropout_keep", None)).head(), None, dtype
     problem, spec_policy, spec_dtype = load_problem(args.spec)
     sh = problem.shape

@@ -199,6 +199,14 @@ def apply(policy, args):
     return out
 
 
+def apply_modifiers(example, args):
+    """The example (a spec's or a built-in one) with the flags applied to its head's policy
+    (itself without any)."""
+    changed = apply(example.head.policy, args)
+    return example if changed is example.head.policy else \
+        replace(example, head=example.head.with_policy(changed))
+
+
 def refuse(args, problem, searching: bool) -> None:
     """Refuse modifier flags that cannot apply: dropout without a keep-mask, modifiers with
     ``--search`` (which checks the plain call); the gradients take every modifier

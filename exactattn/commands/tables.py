@@ -26,7 +26,7 @@ from ..present.stream import CORNER, PAGE, View, busy, check_span, span_text
 from ..present.svg import PICTURE_FORMATS, PICTURE_MODES, picture
 from .flags import (add_digits_option, add_format_option, add_source_options, check_output,
                     load_source, span_type, write_output)
-from .modifier_flags import add_flags, apply
+from .modifier_flags import add_flags, apply_modifiers
 from ..present.tables import MODES, attend_example, build, explain
 
 HELP = {
@@ -96,13 +96,6 @@ def register(sub) -> None:
                            help="also write out the score of query I against key J term by term")
             add_flags(p, lse=mode != "square", dropout=False)
         p.set_defaults(mode=mode, wrap=PAGE)
-
-
-def apply_modifiers(example, args):
-    """The example with the modifier flags applied to its head's policy (itself without any)."""
-    changed = apply(example.head.policy, args)
-    return example if changed is example.head.policy else \
-        dataclasses.replace(example, head=example.head.with_policy(changed))
 
 
 def run(args) -> int:

@@ -23,7 +23,7 @@ from ..call.policy import ALIGNMENTS
 from ..errors import InputError, shorten
 from ..options import argtype, choice, memory, whole
 from ..present.render import number_cell
-from .flags import add_digits_option, add_format_option, load_spec
+from .flags import add_digits_option, add_format_option, load_spec, refuse_rules
 from .modifier_flags import add_policy_flags, apply, apply_modifiers
 
 HELP = "certified shares and outputs at any length, in row blocks (local cores or a Dask cluster)"
@@ -97,9 +97,8 @@ def _refuse(args) -> None:
     if (args.spec is None) == (args.random is None):
         raise InputError("blocks needs --spec FILE or --random N,D,SEED (got "
                          f"{'both' if args.spec else 'neither'}); see `exactattn blocks --help`")
+    refuse_rules(args, (("--max-ulps", "--check IMPL"),))
     if args.check is None:
-        if args.max_ulps is not None:
-            raise InputError("--max-ulps must come with --check IMPL (got --max-ulps alone)")
         if args.format == "text":
             raise InputError("--format must be csv or json for rows (got text); text is for "
                              "--check")
@@ -110,8 +109,7 @@ def _refuse(args) -> None:
     if args.workers is not None and args.scheduler not in (None, "local"):
         raise InputError(f"--workers must come with a local cluster (got --scheduler "
                          f"{shorten(args.scheduler)}); a cluster at an address has its own workers")
-    if args.rows is not None and args.memory is not None:
-        raise InputError("--rows must come without --memory (got both); --memory chooses the rows")
+    refuse_rules(args, (("--rows", "--memory", "--memory chooses the rows"),))
     if args.spec and args.dtype is not None and args.check is None:
         raise InputError("--dtype must come with --random or --check (got --spec alone); a spec "
                          "file holds its own numbers")

@@ -78,6 +78,23 @@ def given(args, flags: str) -> list[str]:
             and v is not False]
 
 
+def refuse_rules(args, rules) -> None:
+    """Refuse the first flag that breaks one of ``rules``, in order: ``(flags, needed)`` refuses
+    ``FLAG must come with NEEDED`` (the first word of ``needed`` not given); ``(flags, others,
+    why[, when])`` refuses the first of ``flags`` given beside one of ``others`` (when the flag
+    ``when`` is given, or ``!when`` is not)."""
+    for flags, others, *why in rules:
+        for flag in given(args, flags):
+            if not why and not given(args, others.split()[0]):
+                raise InputError(f"{flag} must come with {others} (got {flag} alone)")
+            if not why or (len(why) > 1 and bool(given(args, why[1].lstrip("!"))) ==
+                           why[1].startswith("!")):
+                continue
+            if given(args, others):
+                raise InputError(f"{flag} must come without {given(args, others)[0]} (got "
+                                 f"both); {why[0]}")
+
+
 def check_output(path: str | None) -> None:
     """``-o PATH``: refuse an empty name before any work is done."""
     if path is not None and not path.strip():

@@ -18,7 +18,7 @@ from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
 from ..present.render import FORMATS, Section, plural, render
-from .flags import given
+from .flags import given, refuse_rules
 from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply, refuse
 
 HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"
@@ -178,9 +178,8 @@ def register(sub) -> None:
             g.add_argument(flag, help=text, **kw)
 
 
-#: the flags each option cannot come with, in the order they are checked: ``(flags, needed)``
-#: refuses ``FLAG must come with NEEDED``; ``(flags, others, why[, when])`` refuses the first of
-#: ``flags`` given beside one of ``others`` (when the flag ``when`` is given, or ``!when`` is not)
+#: the flags each option cannot come with, in the order they are checked (read by
+#: :func:`~exactattn.commands.flags.refuse_rules`)
 RULES = (
     ("--splits --merge", "--split-merge"),
     ("--backward --search --memory --flops --timings", "--split-merge",
@@ -207,23 +206,9 @@ BLOCKS = ("--memory", "--spec --search --backward --heads --flops --device --bac
           "--mask-mod --lse", "row blocks check one head of random inputs")
 
 
-def _refuse(args, rules) -> None:
-    """Refuse the first flag that breaks one of ``rules`` (:data:`RULES`'s form)."""
-    for flags, others, *why in rules:
-        for flag in given(args, flags):
-            if not why and not given(args, others.split()[0]):
-                raise InputError(f"{flag} must come with {others} (got {flag} alone)")
-            if not why or (len(why) > 1 and bool(given(args, why[1].lstrip("!"))) ==
-                           why[1].startswith("!")):
-                continue
-            if given(args, others):
-                raise InputError(f"{flag} must come without {given(args, others)[0]} (got "
-                                 f"both); {why[0]}")
-
-
 def _refuse_misplaced(args) -> None:
     """Refuse options that the chosen inputs would ignore."""
-    _refuse(args, RULES)
+    refuse_rules(args, RULES)
     if args.kv_heads is not None and args.heads is None:
         raise InputError(f"--kv-heads must come with --heads (got --kv-heads "
                          f"{shorten(str(args.kv_heads))} "
@@ -231,7 +216,7 @@ def _refuse_misplaced(args) -> None:
     if args.heads is not None and args.kv_heads is not None and args.heads % args.kv_heads:
         raise InputError(f"--heads must be a multiple of --kv-heads (got "
                          f"{shorten(str(args.heads))} and {shorten(str(args.kv_heads))})")
-    _refuse(args, (BLOCKS,))
+    refuse_rules(args, (BLOCKS,))
 
 
 def _fit(args, policy: Policy, problem, searching: bool):

@@ -114,10 +114,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if not known or command in commands:
             module = importlib.import_module(name)
             module.register(sub)
-            for c in commands:      # each command runs its module's run(args)
+            for c in commands:   # each command: its module's run(args), --no-progress
                 sub.choices[c].set_defaults(func=module.run)
-    for p in sub.choices.values():
-        _add_progress_flags(p)
+                _add_progress_flags(sub.choices[c])
     parser.command_names = tuple(c for commands in COMMAND_MODULES.values() for c in commands)
     return parser
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..errors import InputError, shorten
 from .flags import add_digits_option, add_format_option, add_source_options, load_source
-from .modifier_flags import add_flags, apply_modifiers
+from .modifier_flags import add_flags, apply_modifiers, example_meta
 
 HELP = "the backward pass of a worked example (dO, P, dP, D, dS, dQ, dK, dV, dW) to check by hand"
 #: the most tokens the backward walkthrough prints (its closed forms grow with the call)
@@ -73,9 +73,5 @@ def run(args) -> int:
     hg = head_gradients(ex.head, ex.x, d_out, dropout_keep=getattr(ex, "dropout_keep", None))
     sections = backward_sections(ex, hg, args.digits, closed_forms=args.format == "json")
     g = hg.call
-    meta = {"example": ex.name, "mode": "backward", "digits": args.digits,
-            "layout": ex.head.layout, "generators": g.terms.generator_text(),
-            "d_out": [[str(x) for x in r] for r in g.d_out]}
-    if ex.head.policy.modifiers():
-        meta["policy"] = ex.head.policy.modifiers()
-    return sections, meta, 0
+    return sections, example_meta(ex, "backward", args.digits, generators=g.terms.generator_text(),
+                                  d_out=[[str(x) for x in r] for r in g.d_out]), 0

@@ -207,6 +207,14 @@ def apply_modifiers(example, args):
         replace(example, head=example.head.with_policy(changed))
 
 
+def example_meta(ex, mode: str, digits: int, **more) -> dict:
+    """The JSON head of a worked example's tables: its name, the mode, the places, the layout,
+    ``more``, and the policy's modifiers when it has any."""
+    modifiers = ex.head.policy.modifiers()
+    return {"example": ex.name, "mode": mode, "digits": digits, "layout": ex.head.layout,
+            **more, **({"policy": modifiers} if modifiers else {})}
+
+
 def refuse(args, problem, searching: bool) -> None:
     """Refuse modifier flags that cannot apply: dropout without a keep-mask, modifiers with
     ``--search`` (which checks the plain call); the gradients take every modifier

@@ -26,7 +26,7 @@ from ..present.stream import CORNER, PAGE, View, busy, check_span, span_text
 from ..present.svg import PICTURE_FORMATS, PICTURE_MODES, picture
 from .flags import (add_digits_option, add_format_option, add_source_options, check_output,
                     load_source, span_type, write_output)
-from .modifier_flags import add_flags, apply_modifiers
+from .modifier_flags import add_flags, apply_modifiers, example_meta
 from ..present.tables import MODES, attend_example, build, explain
 
 HELP = {
@@ -138,11 +138,8 @@ def run(args) -> int:
     if explain_at:
         sections.append(explain(trace, *explain_at, places=digits))
     d2 = trace.head.divisor_squared
-    meta = {"example": ex.name, "mode": args.mode, "digits": digits,
-            "layout": ex.head.layout, "divisor": None if d2 is None else divisor_text(d2),
-            "causal": ex.head.causal}
-    if ex.head.policy.modifiers():
-        meta["policy"] = ex.head.policy.modifiers()
+    meta = example_meta(ex, args.mode, digits, divisor=None if d2 is None else divisor_text(d2),
+                        causal=ex.head.causal)
     for name, span in (("queries", queries), ("keys", keys)):
         if span is not None:
             meta[name] = span_text(span)

@@ -88,7 +88,7 @@ class Trace:
         # call's integer numerators, read as Fraction rows on first access (for a 1024 x 64
         # matrix that alone costs a second), the raw scores their product
         self._parts: dict[str, Any] = dict(parts or {})
-        self._rows: dict = {} if rows is None else dict(enumerate(rows))
+        self._rows = rows           # the symbolic engine's; a numeric engine's are its reference's
         self._outputs = outputs
         self._reference = None
         #: the RoPE-rotated scores the logit stages read: the reference's raw rows (RoPE runs on
@@ -187,10 +187,8 @@ class Trace:
 
     def _score_ints(self, i: int) -> tuple[list, int]:
         num, den = self.reference.score_ints(0, 0)    # hidden pairs hold their products too
-        r, row = num[i].tolist(), [None] * self.n
-        for j in self.policy.visible_keys(i, self.n, self.n):
-            row[j] = int(r[j])
-        return row, den
+        return [int(v) if seen else None for v, seen in
+                zip(num[i].tolist(), self.reference.visible(0, 0)[i].tolist())], den
 
     def raw_score_ints(self, i: int) -> tuple[list, int]:
         """Row i of the raw scores as ``(ints, den)``: score j is ``ints[j] / den`` (None
@@ -231,9 +229,7 @@ class Trace:
 
     def row(self, i: int):
         self._check(i)
-        if i not in self._rows:
-            self._rows[i] = self.reference.row(0, 0, i)     # the fast engine (others count rows)
-        return self._rows[i]
+        return self._rows[i] if self.engine == "symbolic" else self.reference.row(0, 0, i)
 
     def share(self, i: int, j: int):
         """The exact share of key j for query i (an :class:`ExpRatio` or :class:`SymbolicValue`)."""
@@ -254,8 +250,6 @@ class Trace:
         self._check(i, c, self.head.d_v, "value column")
         if self.engine == "symbolic":
             return SymbolicValue(self._outputs[i][c])
-        if self._outputs is not None:
-            return self._outputs[i][c]
         return self.reference.output(0, 0, i, c)
 
     @property

@@ -32,7 +32,7 @@ from ..call.policy import Policy
 from ..errors import InputError
 from ..numbers.exact import to_matrix
 from ..engines.head import Head
-from ..engines.layer import Layer, attend_layer
+from ..engines.layer import Layer, attend_layer, head_reference
 from .sizes import CallShape, size
 
 #: a stacked layer reads the previous layer's outputs rounded to this many certified places
@@ -171,18 +171,13 @@ def visible_keys(shape: CallShape):
 def _count_attention(shape: CallShape, macs: dict, ops: dict) -> None:
     """Scores and mix of every (broadcast batch entry, query head) on the rows it reads: the
     counts of its :class:`~exactattn.reference.reference.Reference`."""
-    from ..call.inputs import Call          # numpy: only when a run counts
-    from ..call.limits import lifted
-    from ..reference.reference import Reference
     plain = Policy(empty_row=shape.policy.empty_row,
                    divisor_squared=shape.policy.divisor_squared_for(shape.d_k))
     seen = shape.policy.keep(shape.queries, shape.keys, shape.mask)
     for b, a in product(product(*map(range, shape.batch)), range(shape.heads)):
         g = shape.policy.kv_head(a, shape.heads, shape.kv_heads)
-        with lifted():              # exact already, however many: no input limit
-            ref = Reference(Call(_operand(shape.query, b, a, 0), _operand(shape.key, b, g, 1),
-                                 _operand(shape.value, b, g, 2), seen, policy=plain,
-                                 mask_kind="bool_keep"))
+        ref = head_reference(_operand(shape.query, b, a, 0), _operand(shape.key, b, g, 1),
+                             _operand(shape.value, b, g, 2), seen, plain)
         _add(*zip((macs, ops), ref.counts()))
 
 

@@ -301,6 +301,18 @@ def _cached(cache: list, new: list) -> list:
     return [tuple(entry) for entry in cache]
 
 
+def head_reference(query, key, value, seen, policy: Policy, keep=None):
+    """The :class:`~exactattn.reference.reference.Reference` of one head's exact rows (no
+    input limit: exact already), ``seen`` its L x S visible pairs (None: the policy's rule),
+    ``keep`` its dropout keep-mask: what a layer's head and a counted run read."""
+    from ..call.inputs import Call
+    from ..call.limits import lifted
+    from ..reference.reference import Reference
+    with lifted():
+        return Reference(Call(query, key, value, seen, policy=policy, mask_kind="bool_keep",
+                              dropout_keep=keep))
+
+
 def attend_layer(layer: Layer, x, *, keys=None, cache: list | None = None,
                  mask: Mask | None = None, floats: str | None = None,
                  dropout_keep=None) -> LayerRun:
@@ -349,17 +361,12 @@ def attend_layer(layer: Layer, x, *, keys=None, cache: list | None = None,
     adds = sum(p[3] for p in projected)
     if cache is not None:
         kv = {g: _cached(cache[g], new) for g, new in kv.items()}
-    from ..call.inputs import Call
-    from ..call.limits import lifted
-    from ..reference.reference import Reference
     seen = None if mask is None else layer.policy.keep(n, m, mask)     # with the mask
     rows, head_outputs = [], []
     for a, head in enumerate(layer.heads):     # sinks, ALiBi, soft-cap, RoPE, dropout
         (q, dq, _, _), (k, dk, *_), (v, dv, *_) = qs[a], *kv[layer.kv_of[a]]
-        with lifted():              # exact already, however many: no input limit
-            ref = Reference(Call(*(to_fractions(t, d) for t, d in ((q, dq), (k, dk), (v, dv))),
-                                 seen, policy=head.policy, mask_kind="bool_keep",
-                                 dropout_keep=keeps[a]))
+        ref = head_reference(*(to_fractions(t, d) for t, d in ((q, dq), (k, dk), (v, dv))),
+                             seen, head.policy, keeps[a])
         for stage, count in ref.counts()[0].items():
             macs[stage] = macs.get(stage, 0) + count
         rows.append([ref.row(0, 0, i) for i in range(n)])

@@ -66,7 +66,7 @@ from functools import partial
 from itertools import chain, combinations, product
 
 from ..call.policy import ALIGNMENTS
-from ..cost.counting import count_call, visible_keys
+from ..cost.counting import count_call
 from ..cost.derivation import derive_call
 from ..cost.sizes import MAX_SIZE, CallShape, policy_of
 from ..errors import InputError
@@ -128,8 +128,9 @@ def ledger(c: AuditCall, count_limit: int | None = None) -> Ledger:
     dense_shape = dataclasses.replace(s, policy=s.policy.replace(causal=False), mask=None)
     dense = derive_call(dense_shape)
     B, H, Hkv = s.batch_size, s.heads, s.kv_heads
-    visible = visible_keys(s)     # by rows: no L x S array for a long call without a mask
-    seen = [len(visible(i)) for i in range(s.queries)]
+    # keys seen per row (by rows: no L x S array for a long call without a mask)
+    seen = [len(s.policy.visible_keys(i, s.queries, s.keys)) for i in range(s.queries)] \
+        if s.mask is None else s.policy.keep(s.queries, s.keys, s.mask).sum(axis=1).tolist()
     pairs, rows = B * H * sum(seen), B * H * sum(1 for k in seen if k)
     scores = B * H * dense_shape.pairs()
     width = (H * s.d_k, Hkv * s.d_k, Hkv * s.d_v)

@@ -157,17 +157,6 @@ def _operand(shape: tuple, index: tuple, head: int, seed: int) -> list[list[Frac
             for r in range(shape[-2])]
 
 
-def visible_keys(shape: CallShape):
-    """The call's keys seen by query i, as a function of i: :meth:`Policy.visible_keys`, or
-    the kept keys of its row of :meth:`Policy.keep` under an explicit mask (the FLOP audit's
-    softmax operations read it, by rows)."""
-    n, m, policy = shape.queries, shape.keys, shape.policy
-    if shape.mask is None:
-        return lambda i: policy.visible_keys(i, n, m)
-    return [[j for j, kept in enumerate(r) if kept]
-            for r in policy.keep(n, m, shape.mask).tolist()].__getitem__
-
-
 def _count_attention(shape: CallShape, macs: dict, ops: dict) -> None:
     """Scores and mix of every (broadcast batch entry, query head) on the rows it reads: the
     counts of its :class:`~exactattn.reference.reference.Reference`."""

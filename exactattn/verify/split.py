@@ -361,7 +361,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     ref = Reference(rounded_call)
     whole = make_call(rounded_call, dtype, "e")
     folded = whole.mask_in(None, fold=True) \
-        if whole.attn_mask is not None or whole.positional else None
+        if whole.attn_mask is not None or whole.policy.positional else None
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     rank = call.rank
     raised: dict = {}

@@ -98,8 +98,8 @@ class Result:
         """``lo <= got <= hi`` (``lo`` None: no lower bound), exactly or within the tolerance."""
         if self.exact:
             return not self.is_nan(got) and (lo is None or got >= lo) and got <= hi
-        return (lo is None or compare.at_least(got, lo, M, self.tolerance)) and \
-            compare.at_most(got, hi, M, self.tolerance)
+        b = self.tolerance.bound(M)
+        return math.isfinite(got) and (lo is None or got >= float(lo) - b) and got <= float(hi) + b
 
     def total(self, xs):
         """The sum of results: exactly (one softmax normaliser), or ``math.fsum``."""

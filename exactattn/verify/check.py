@@ -163,6 +163,7 @@ def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
     check_scale(policy, fmt)
     check_work(call.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
                "narrower head", runs=runs)
+    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     return fmt, policy
 
 
@@ -410,7 +411,6 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     """
     impl = load_impl(impl)
     check_request(impl, call, dtype, max_ulps)
-    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     if lse is not None:
         lse = check_base(lse, "lse")
     probes = check_probes(probes)
@@ -488,7 +488,6 @@ def verify_outputs(call, got, dtype: str | None = None, *, max_ulps: int | None 
             return report
     call = call if isinstance(call, Call) else call()
     check_request(None, call, dtype, max_ulps)
-    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     sh = call.shape
     ref = Reference(call)            # refuses non-finite numbers a query sees
     values = reshaped(answer.values, (sh["B"], sh["H_q"], sh["L"], sh["E_v"]), call.rank,

@@ -87,7 +87,7 @@ class Result:
     def same(self, a, b, M) -> bool:
         """Two results of the function agree: exactly, or within twice the tolerance."""
         return not self.is_nan(a) and not self.is_nan(b) and a == b if self.exact else \
-            compare.agree(a, b, M, self.tolerance)
+            math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 2 * self.tolerance.bound(M)
 
     def equals(self, got, want, M) -> bool:
         """A result equals an exact value (``Fraction`` or ``ExpRatio``)."""
@@ -98,8 +98,8 @@ class Result:
         """``lo <= got <= hi`` (``lo`` None: no lower bound), exactly or within the tolerance."""
         if self.exact:
             return not self.is_nan(got) and (lo is None or got >= lo) and got <= hi
-        return (lo is None or compare.at_least(got, lo, M, self.tolerance)) and \
-            compare.at_most(got, hi, M, self.tolerance)
+        b = self.tolerance.bound(M)
+        return math.isfinite(got) and (lo is None or got >= float(lo) - b) and got <= float(hi) + b
 
     def total(self, xs):
         """The sum of results: exactly (one softmax normaliser), or ``math.fsum``."""

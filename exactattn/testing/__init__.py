@@ -328,8 +328,8 @@ def _first_difference(a, b, path: str, ordered: bool) -> str | None:
         return _first(((x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b))), ordered)
     if isinstance(b, np.ndarray):
         return _array_difference(a, b, path, ordered)
-    if _is_nan(a) and _is_nan(b):
-        return None
+    if isinstance(a, (float, np.floating)) and math.isnan(a) and math.isnan(b):
+        return None     # a NaN float equals a NaN float of its own type
     if not a == b:
         return _at(path, f"{_show(a)} != {_show(b)}")
     return None
@@ -368,7 +368,3 @@ def _array_difference(a: np.ndarray, b: np.ndarray, path: str, ordered: bool) ->
 def _first(pairs, ordered: bool) -> str | None:
     """The first difference of the ``(a, b, path)`` triples, in order, or None."""
     return next(filter(None, (_first_difference(*t, ordered) for t in pairs)), None)
-
-
-def _is_nan(value) -> bool:
-    return isinstance(value, (float, np.floating)) and math.isnan(value)

@@ -117,11 +117,6 @@ class FloatCall:
     def enable_gqa(self) -> bool:
         return self.query.ndim >= 3 and self.query.shape[-3] != self.key.shape[-3]
 
-    @property
-    def positional(self) -> bool:
-        """True when positions hide keys or move the queries (causal, window, query offset)."""
-        return self.policy.positional
-
     def query_positions(self) -> list[int]:
         """The position of each query among the key positions 0 .. S - 1."""
         L, S = self.query.shape[-2], self.key.shape[-2]
@@ -162,7 +157,7 @@ class FloatCall:
         ([[0.5, 0.0]], [[True, False]])
         """
         L, S = self.query.shape[-2], self.key.shape[-2]
-        seen = self.policy.keep(L, S) if positions and self.positional else None
+        seen = self.policy.keep(L, S) if positions and self.policy.positional else None
         m, offsets = self.attn_mask, None
         if m is not None:
             if m.dtype != bool:
@@ -217,7 +212,7 @@ class FloatCall:
         """
         m = self.attn_mask
         kind = None if m is None else "bool_keep" if m.dtype == bool else "additive"
-        if not (fold and self.positional) and (m is None or form in (None, kind)):
+        if not (fold and self.policy.positional) and (m is None or form in (None, kind)):
             return m
         bad = np.argwhere(np.isnan(m) | (m == math.inf)) if kind == "additive" else ()
         if len(bad):       # NaN or +inf: Mask's refusal, whichever form is asked for

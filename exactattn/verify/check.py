@@ -163,6 +163,7 @@ def check_request(impl, call: Call, dtype: str, max_ulps: int | None, *,
     check_scale(policy, fmt)
     check_work(call.shape, "problem", "check a smaller problem: fewer tokens, heads or a "
                "narrower head", runs=runs)
+    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     return fmt, policy
 
 
@@ -410,7 +411,6 @@ def verify(impl, call: Call, dtype: str = "float32", *,
     """
     impl = load_impl(impl)
     check_request(impl, call, dtype, max_ulps)
-    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     if lse is not None:
         lse = check_base(lse, "lse")
     probes = check_probes(probes)
@@ -488,7 +488,6 @@ def verify_outputs(call, got, dtype: str | None = None, *, max_ulps: int | None 
             return report
     call = call if isinstance(call, Call) else call()
     check_request(None, call, dtype, max_ulps)
-    from flint import arb  # noqa: F401  (loaded before the clocks start: timings are the work's)
     sh = call.shape
     ref = Reference(call)            # refuses non-finite numbers a query sees
     values = reshaped(answer.values, (sh["B"], sh["H_q"], sh["L"], sh["E_v"]), call.rank,
@@ -793,12 +792,6 @@ class ProbeRun:
         return self.found.passed
 
 
-def _float_values(plist) -> np.ndarray:
-    """Every probe's values side by side (B x H_kv x S x sum of widths), as float64 (exact:
-    they are 0, 1 or a float's absolute value)."""
-    return np.concatenate([p.value for p in plist], axis=3).astype(np.float64)
-
-
 def _probe_tolerance(floats, values, dtype: str, accumulation: str | None, tol: int,
                      enclosed: tuple | None = None):
     """The probes' outputs' proved tolerance (:func:`proved_tolerance` of the call with the
@@ -832,7 +825,8 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
     if not probes:
         return [], seconds
     plist = probe_values(call, probes)
-    V = None if floats is None else _float_values(plist)
+    joint = call.with_value(np.concatenate([p.value for p in plist], axis=3))   # side by side
+    V = None if floats is None else joint.value.astype(np.float64)    # exact: 0, 1 or |v|
     got, raised = [], []
     for p, _, part in _parts(plist):
         fc = make_call(call.with_value(p.value), dtype, lse,
@@ -845,9 +839,9 @@ def _probe_runs(impl, call: Call, probes: tuple, dtype: str, tol: int, prec: int
         raised.append(why)
     t = time.perf_counter()
     judges = None if V is None or any(raised) else \
-        _bulk_probes(call, floats, plist, V, dtype, tol, prec, accumulation)
+        _bulk_probes(joint, floats, plist, V, dtype, tol, accumulation)
     allowance, proved, enclosed, rows, rounded, joint = judges or \
-        _exact_probes(call, plist, dtype, tol, prec, accumulation)
+        _exact_probes(call, joint, plist, dtype, tol, prec, accumulation)
     runs = []
     for (p, column, part), g, why in zip(_parts(plist), got, raised):
         each = tol + allowance[part].astype(object if tol >> 62 else np.int64, copy=False) \
@@ -876,23 +870,23 @@ def _parts(plist) -> list:
             for p, e in zip(plist, ends)]
 
 
-def _exact_probes(call: Call, plist: list, dtype: str, tol: int, prec: int,
+def _exact_probes(call: Call, joint: Call, plist: list, dtype: str, tol: int, prec: int,
                   accumulation: str | None) -> tuple:
     """``(allowance, proved, enclosed, balls, rounded, joint)`` for :func:`_probe_runs` from
     one exact reference ``joint`` of every probe's values side by side: the identity shares'
     allowance, the proved tolerance (or None), float64 enclosures ``(mid, rad, magnitudes)``
     of its ``arb`` ``balls`` and the outputs correctly rounded (:func:`bulk_judged` with
     ``rounded``: :func:`judge_entries`' rule)."""
-    joint = Reference(call.with_value(np.concatenate([p.value for p in plist], axis=3)))
-    rounded, balls, mags = joint.rounded_outputs(dtype, prec=prec)
-    allowance = _share_allowance(mags, joint).astype(object) \
+    ref = Reference(joint)
+    rounded, balls, mags = ref.rounded_outputs(dtype, prec=prec)
+    allowance = _share_allowance(mags, ref).astype(object) \
         if any(p.name == "identity" for p in plist) else None     # object: a tol past int64
     proved = None if accumulation is None else \
-        _probe_tolerance(call_floats(call), _float_values(plist), dtype, accumulation, tol)
-    return allowance, proved, (*enclosures(balls), mags), balls, rounded, joint
+        _probe_tolerance(call_floats(call), joint.value.astype(np.float64), dtype, accumulation, tol)
+    return allowance, proved, (*enclosures(balls), mags), balls, rounded, ref
 
 
-def _bulk_probes(call: Call, floats: tuple, plist: list, V, dtype: str, tol: int, prec: int,
+def _bulk_probes(joint: Call, floats: tuple, plist: list, V, dtype: str, tol: int,
                  accumulation: str | None) -> tuple | None:
     """:func:`_exact_probes`' ``(allowance, proved, enclosed, rows, None, joint)`` from
     float64 enclosures of every probe's outputs side by side (``V``: their values as
@@ -915,9 +909,8 @@ def _bulk_probes(call: Call, floats: tuple, plist: list, V, dtype: str, tol: int
                if p.name == "identity"):
             return None
         allowance = ends[0]
-    values = np.concatenate([p.value for p in plist], axis=3)
     return allowance, proved, (mid, rad, mag), RowBalls(q, k, V, policy, keep, offsets), None, \
-        Deferred(lambda: Reference(call.with_value(values)))
+        Deferred(lambda: Reference(joint))
 
 
 def _share_allowance(shares: np.ndarray, ref: Reference | None = None) -> np.ndarray:

@@ -125,19 +125,6 @@ def within(got: float, want, M, tol: Tolerance) -> bool:
     return not hard(got, w) and abs(got - w) <= tol.bound(M)
 
 
-def agree(a: float, b: float, M, tol: Tolerance) -> bool:
-    """Two results of one function agree: both finite, within twice the tolerance."""
-    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 2 * tol.bound(M)
-
-
-def at_least(got: float, lo, M, tol: Tolerance) -> bool:
-    return math.isfinite(got) and got >= float(lo) - tol.bound(M)
-
-
-def at_most(got: float, hi, M, tol: Tolerance) -> bool:
-    return math.isfinite(got) and got <= float(hi) + tol.bound(M)
-
-
 # --------------------------------------------------------------------------- ULPs
 #: a relative error below this prints as 0.0 (a float64 cannot hold it)
 _TINY = Fraction(1, 2 ** 1100)

@@ -599,7 +599,7 @@ def sdpa_arguments(call: FloatCall, q, k, v, *, lower_right_bias: bool = True):
             with warnings.catch_warnings():   # "NaNs when L > S": verify checks what it gives
                 warnings.simplefilter("ignore", UserWarning)
                 kwargs["attn_mask"] = causal_lower_right(q.shape[-2], k.shape[-2])
-    elif mask is not None or call.positional or pol.alibi is not None:
+    elif mask is not None or pol.positional or pol.alibi is not None:
         # SDPA takes one of the two: fold the causal rule (and a window) in; ALiBi is a bias
         mask = call.mask_in(fold=True) if pol.alibi is None else call.bias()
         t = torch.from_numpy(np.ascontiguousarray(mask)).to(q.device)

@@ -54,7 +54,7 @@ from ..numbers.softmax import ExpRatio
 from .adapter import FunctionImpl, ImplRaised, read_answer
 from .check import Entry, Report, answered, check_request, default_tolerance, tolerance
 from .compare import Comparison, Judgement, failures_first, judge
-from .impls import load_impl, make_call
+from .impls import load_function, load_impl, make_call
 from ..numbers.formats import float_format, round_value
 
 __all__ = ["verify_split"]
@@ -255,12 +255,10 @@ def load_merge(merge, *, arrays: str = "numpy") -> FunctionMerge:
     if not isinstance(merge, str) or ":" not in merge:
         raise InputError("merge must be module:function, your merge of the blocks' (output, "
                          f"lse) states (got {shorten(repr(merge))})")
-    try:
-        got = load_impl(merge, arrays=arrays)
-    except InputError as e:          # load_impl's messages name the impl
-        text = str(e)
-        raise InputError("merge" + text[4:] if text.startswith("impl") else text) from None
-    return FunctionMerge(got.fn, arrays=arrays, name=got.name)
+    fn = load_function(merge, "merge")
+    if not callable(fn):
+        raise InputError(f"merge {merge!r} must be callable (got {type(fn).__name__})")
+    return FunctionMerge(fn, arrays=arrays, name=merge)
 
 
 def cut_lengths(cuts: Sequence[int], n: int) -> list[int]:
@@ -361,7 +359,7 @@ def verify_split(impl, call, dtype: str = "float32", blocks=None, *, merge=None,
     ref = Reference(rounded_call)
     whole = make_call(rounded_call, dtype, "e")
     folded = whole.mask_in(None, fold=True) \
-        if whole.attn_mask is not None or whole.positional else None
+        if whole.attn_mask is not None or whole.policy.positional else None
     want = (sh["B"], sh["H_q"], sh["L"], sh["E_v"])
     rank = call.rank
     raised: dict = {}

@@ -121,8 +121,7 @@ class ArrayImpl(Impl):
         row of :data:`~exactattn.call.policy.UNSUPPORTED`; ``bad``: what else was found)."""
         row = KERNELS[self.kernel]
         names = UNSUPPORTED.get(row.refuses, ())
-        bad = [*bad, *(f for f in names if getattr(call, "dropout_p" if f == "dropout" else f)
-                       is not None)]
+        bad = [*bad, *(call.policy.unsupported(row.refuses) if names else ())]
         if bad:
             raise InputError(f"call must have no {row.listed or ' or '.join(names)} for "
                              f"impl {self.kernel} (got {bad[0]}){row.fix}")

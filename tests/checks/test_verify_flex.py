@@ -3,6 +3,7 @@ import pytest
 
 pytest.importorskip("torch")
 from exactattn.call import Call, Policy  # noqa: E402
+from exactattn.call.modifiers import Alibi  # noqa: E402
 from exactattn.errors import InputError  # noqa: E402
 from exactattn.verify import verify  # noqa: E402
 from exactattn.verify.impls import load_impl  # noqa: E402
@@ -226,3 +227,30 @@ def test_one_exact_reference_serves_every_backend_and_dtype():
     assert len(getattr(ref, "_block_balls", {})) <= 1
     with pytest.raises(InputError, match="reference must be Reference"):
         verify("numpy", Call.random(2, 2), "float32", reference=ref)
+
+
+@pytest.mark.parametrize("policy, got", [
+    (Policy(), None),
+    (Policy(causal=True), None),
+    (Policy(window=(2, 0), causal=True), "window"),
+    (Policy(alibi=Alibi(8)), "alibi"),
+    (Policy(sink="0"), "sink"),
+    (Policy(causal=True, alignment="top_left"), "top_left causal with L != S"),
+])
+def test_flash_attn_refuses_what_its_adapter_cannot_run_by_name(policy, got):
+    # the refusal runs before flash_attn is imported, so it is checked without a GPU; every
+    # field of the capability table is read from the call's policy (FloatCall has no window,
+    # query_offset or alibi attribute of its own)
+    from exactattn.verify.adapter import make_call
+    from exactattn.verify.impls import FlashAttnImpl
+    n_keys = 3 if got == "top_left causal with L != S" else 2
+    call = make_call(Call.random(2, 2, seed=1, n_keys=n_keys, policy=policy), "float16")
+    impl = object.__new__(FlashAttnImpl)
+    if got is None:
+        assert impl.refuse(call) is None
+        return
+    with pytest.raises(InputError) as e:
+        impl.refuse(call)
+    assert str(e.value) == (
+        f"call must have no mask, window, query_offset, alibi, sink, dropout or top_left causal "
+        f"with L != S for impl flash-attn (got {got}); use --impl torch or flex")

@@ -257,15 +257,13 @@ def _fitted(cells: list[list], limit: int) -> tuple[list[list[str]], str]:
                 for c in vectors:
                     if isinstance(r[c], Vector):
                         texts[c] = r[c].shown(shown, short)
-        while shown > 2 and _line_width(grid) > limit:
-            shown -= 1
-            redo()
-        if _line_width(grid) > limit:       # long exact entries in short certified form
-            short = True
-            redo()
-        while shown > 1 and _line_width(grid) > limit:
-            shown -= 1
-            redo()
+        for least in (2, 1):        # down to 2 entries, then short forms, then down to 1
+            while shown > least and _line_width(grid) > limit:
+                shown -= 1
+                redo()
+            if not short and _line_width(grid) > limit:   # long exact entries in short form
+                short = True
+                redo()
         cut.append(f"vectors show their first {plural(shown, 'entry', 'entries')}"
                    + (" (~: long exact values rounded to 4 significant digits)" if short else ""))
     long = max(limit // 4, 24)

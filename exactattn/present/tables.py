@@ -70,12 +70,14 @@ def _texts(values, picked=None) -> list[str]:
 _DECIMAL_TEXT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+)$")
 
 
-def _typed_texts(values, typed, picked, view: View) -> list[str]:
-    """Input entries for people: a decimal the user typed as typed (``-0.731``) when it is the
-    entry's exact value, every other entry (and every one with ``--fractions``) exactly."""
-    exact = _texts(values, picked)
-    if typed is None or view.fractions or not view.people:
+def _typed_texts(t, name: str, line: int, values, picked) -> list[str]:
+    """Input entries for people (line ``line`` of ``name``: ``x``, ``W_Q`` ...): a decimal the
+    user typed as typed (``-0.731``) when it is the entry's exact value, every other entry
+    (and every one with ``--fractions``) exactly."""
+    exact, typed = _texts(values, picked), getattr(t.example, "typed", {}).get(name)
+    if not typed or t.view.fractions or not t.view.people:
         return exact
+    typed = typed[line]
     return [typed[c] if c < len(typed) and _DECIMAL_TEXT.match(typed[c]) and
             Fraction(typed[c]) == values[c] else text for c, text in zip(picked, exact)]
 
@@ -111,9 +113,7 @@ def row(t: Tables) -> Section:
     def line(i: int) -> list[str]:
         tok = example.tokens[i]
         return [str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
-                printable(tok.text)] + _typed_texts(trace.x[i], typed_x[i] if typed_x else None,
-                                                    slots, view)
-    typed_x = getattr(example, "typed", {}).get("x")
+                printable(tok.text)] + _typed_texts(t, "x", i, trace.x[i], slots)
     notes = [f"{plural(n, 'token')}, each with d_model = {plural(d, 'number')}"]
     if example.title:
         notes.insert(0, f"source text: {example.title}")
@@ -137,9 +137,7 @@ def weights(t: Tables) -> list[Section]:
         lines, width = view.part(len(m)), view.part(len(m[0]))
         cols = ["slot" if slots else "input"] + [f"x{c + 1}" if slots else f"slot {c + 1}"
                                                   for c in width]
-        typed = getattr(example, "typed", {}).get(name)
-        rows = [[str(r + 1)] + _typed_texts(m[r], typed[r] if typed else None, width, view)
-                for r in lines]
+        rows = [[str(r + 1)] + _typed_texts(t, name, r, m[r], width) for r in lines]
         notes = shown_note("choose how many with --columns" if len(width) < len(m[0]) else None,
                            ("lines", lines, len(m)), ("columns", width, len(m[0])))
         data = {name: [_texts(r) for r in m]}

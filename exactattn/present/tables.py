@@ -235,10 +235,11 @@ def project(t: Tables) -> Section:
                    ["token", "query", "key", "value"], rows, notes, data)
 
 
-def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> LazyRows:
-    """Rows ``[query, cell for each shown key]`` of raw scores through ``scale`` (``-inf``
-    where hidden); ``places`` None: the exact values alone, hidden ones None (JSON data)."""
-    every = len(keys) == trace.n
+def _score_rows(trace: Trace, grid: Grid, scale: Scaler, places: int | None) -> LazyRows:
+    """Rows ``[query, cell for each key shown]`` of the grid's raw scores through ``scale``
+    (``-inf`` where hidden); ``places`` None: the exact values alone, hidden ones None (JSON
+    data)."""
+    keys, every = grid.keys, len(grid.keys) == trace.n
     symbolic = trace.engine == "symbolic"
 
     def line(i: int) -> list:
@@ -252,7 +253,7 @@ def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> 
         if places is None:
             return cells
         return [str(i + 1)] + ["-inf" if c is None else c for c in cells]
-    return LazyRows.over(toks, line)
+    return LazyRows.over(grid.toks, line)
 
 
 def square(t: Tables) -> list[Section]:
@@ -263,12 +264,11 @@ def square(t: Tables) -> list[Section]:
     """
     trace, places, head = t.trace, t.places, t.head
     grid = Grid(t.n, t.view)
-    toks, keys = grid.toks, grid.keys
     mask = " (causal: -inf above the diagonal)" if head.causal else ""
     raw = Scaler(None)
     out = [grid_section(grid, "square/raw", f"Raw scores: queries[i] . keys[j]{mask}",
-                        _score_rows(trace, toks, keys, raw, places), [],
-                        {"raw_scores": _score_rows(trace, toks, keys, raw, None)})]
+                        _score_rows(trace, grid, raw, places), [],
+                        {"raw_scores": _score_rows(trace, grid, raw, None)})]
     window = head.policy.window
     if window is not None:
         left, right = ("any" if w is None else w for w in window)
@@ -281,10 +281,10 @@ def square(t: Tables) -> list[Section]:
         return out
     scale = Scaler(d2)
     out.append(grid_section(grid, "square/scaled", f"Scaled scores: raw / {divisor_text(d2)}",
-                            _score_rows(trace, toks, keys, scale, places),
+                            _score_rows(trace, grid, scale, places),
                             [f"divisor: {divisor_words(head, places)}"],
                             {"divisor": divisor_text(d2),
-                             "scaled_scores": _score_rows(trace, toks, keys, scale, None)}))
+                             "scaled_scores": _score_rows(trace, grid, scale, None)}))
     return out
 
 
@@ -328,11 +328,11 @@ def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
     grid, unit = Grid(n, View()), Scaler(None)
     raw_sec = grid_section(
         grid, "compare/raw", "Raw self-match (no projections): x[i] . x[j]",
-        _score_rows(raw, grid.toks, grid.keys, unit, places),
+        _score_rows(raw, grid, unit, places),
         [f"divisor for the raw shares: {divisor_words(raw_head, places)}",
          "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
          "itself best"],
-        {"raw_scores": _score_rows(raw, grid.toks, grid.keys, unit, None),
+        {"raw_scores": _score_rows(raw, grid, unit, None),
          "raw_shares_decimal": raw_dec})
     own_rows = [[str(i + 1), own(raw, raw_dec, i), favourite(raw, i),
                  own(trace, own_dec, i), favourite(trace, i)] for i in range(n)]

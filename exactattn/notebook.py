@@ -114,11 +114,6 @@ class Display:
         return render(self.sections, "text")
 
 
-def _walkthrough(example, trace: Trace, places: int) -> list[Section]:
-    return build("walkthrough", example, trace, places, closed_forms=False,
-                 view=View.of("markdown", trace.n))
-
-
 def show(obj, example: Example | None = None, *, places: int = 4) -> Display:
     """A :class:`Display` of ``obj``: a Trace or an Example (the walkthrough's five
     tables and the share formulas), a Section or a list of Sections (the tables).
@@ -129,10 +124,11 @@ def show(obj, example: Example | None = None, *, places: int = 4) -> Display:
         InputError: anything else.
     """
     if isinstance(obj, Example):
-        trace = attend_example(obj)
-        return Display(_walkthrough(obj, trace, places), trace, places)
+        obj, example = attend_example(obj), obj
     if isinstance(obj, Trace):
-        return Display(_walkthrough(example or _as_example(obj), obj, places), obj, places)
+        tables = build("walkthrough", example or _as_example(obj), obj, places,
+                       closed_forms=False, view=View.of("markdown", obj.n))
+        return Display(tables, obj, places)
     if isinstance(obj, Section):
         return Display([obj])
     if isinstance(obj, (list, tuple)) and obj and all(isinstance(s, Section) for s in obj):

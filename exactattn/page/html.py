@@ -39,10 +39,6 @@ def _asset(name: str) -> str:
     return resources.files("exactattn.page").joinpath(name).read_text(encoding="utf-8")
 
 
-def _largest(s, key: str) -> str:
-    return ", ".join(s.words[j] for j in s.at[key]["largest"])
-
-
 def script_data(nums, initial: str) -> dict:
     """The values of every state, as the script reads them (all text, keyed by text)."""
     f = frame(nums.sentences)
@@ -51,7 +47,8 @@ def script_data(nums, initial: str) -> dict:
         dots = dot_positions(s, f)
         sentences[str(k)] = {"at": {
             key: {"shares": at["shares"], "bars": [bar_width(d) for d in at["decimals"]],
-                  "output": vector(at["output"]), "largest": _largest(s, key),
+                  "output": vector(at["output"]),
+                  "largest": ", ".join(s.words[j] for j in at["largest"]),
                   "dot": None if dots is None else dots[key]}
             for key, at in s.at.items()}}
     lengths = {str(k): {name: r[name] for name in ("n", "scores", "score_macs", "mix_macs",
@@ -101,15 +98,15 @@ toward an equal share; down, and the largest score takes almost everything.</p>
 </div>"""
 
 
-def _share_table(k: int, s, key: str, hidden: bool) -> str:
-    at = s.at[key]
+def _share_table(k: int, s, at: dict, hidden: bool) -> str:
+    """Sentence k's share table in the state ``at`` (its :func:`script_data`)."""
     rows = []
     for j, w in enumerate(s.words):
         focus = ' class="focus"' if j == s.query else ""
         rows.append(f'<tr{focus}><td class="word">{_e(w)}</td><td class="raw">'
                     f'{_e(s.raw[j])}</td><td class="share">{_e(at["shares"][j])}</td>'
                     f'<td class="bar-cell"><span class="bar"><span class="fill" '
-                    f'style="width: {bar_width(at["decimals"][j])}"></span></span></td></tr>')
+                    f'style="width: {at["bars"][j]}"></span></span></td></tr>')
     equal_at = bar_width(s.equal_decimal)
     word = s.words[s.query]
     return f"""<section class="sentence" data-sentence="{k}"{' hidden' if hidden else ''}>
@@ -124,22 +121,20 @@ def _share_table(k: int, s, key: str, hidden: bool) -> str:
  {s.visible} words "{_e(word)}" sees (the dashed line): where the shares go as the divisor
  grows.</td></tr></tfoot>
 </table>
-<p class="output">Output of "{_e(word)}": <b id="output-{k}">{_e(vector(at["output"]))}</b>
+<p class="output">Output of "{_e(word)}": <b id="output-{k}">{_e(at["output"])}</b>
  <span class="small">(the values weighted by the shares, summed; the orange dot)</span></p>
-<p class="small">Largest share: <span id="largest-{k}">{_e(_largest(s, key))}</span>.
+<p class="small">Largest share: <span id="largest-{k}">{_e(at["largest"])}</span>.
  Each row of shares sums to exactly 1 (checked exactly, not from the decimals).</p>
 </section>"""
 
 
-def _length_section(nums) -> str:
-    rows = nums.lengths
+def _length_section(nums, rows: list[dict]) -> str:
+    """The length slider and its table, from the stops' :func:`script_data`."""
     first = rows[0]
     causal = nums.sentences[0].causal
-    table = "\n".join(
-        f'<tr><td>{r["n"]}</td><td>{r["scores"]}</td><td>{r["score_macs"]}</td>'
-        f'<td>{r["mix_macs"]}</td><td>{r["projection_macs"]}</td><td>{r["total"]}</td>'
-        f'<td>{r["ratio"]}</td><td>{"counted" if r["counted"] else "derived"}</td></tr>'
-        for r in rows)
+    table = "\n".join("<tr>" + "".join(f"<td>{r[name]}</td>" for name in (
+        "n", "scores", "score_macs", "mix_macs", "projection_macs", "total", "ratio", "how"))
+        + "</tr>" for r in rows)
     return f"""<section id="lengths">
 <h2>The score table is n by n</h2>
 <div class="control">
@@ -159,7 +154,7 @@ def _length_section(nums) -> str:
 <dt>multiply-adds for the projections</dt><dd id="length-projection-macs">{first['projection_macs']}</dd>
 <dt>all multiply-adds</dt><dd id="length-total">{first['total']}</dd>
 <dt>scores against the stop before</dt><dd id="length-score-ratio">{first['score_ratio'] or '&#8212;'}</dd>
-<dt>how the figures were obtained</dt><dd id="length-how">{'counted' if first['counted'] else 'derived'}</dd>
+<dt>how the figures were obtained</dt><dd id="length-how">{first['how']}</dd>
 </dl>
 </div>
 <p class="small">Double the context and the score work is {'about ' if causal else ''}four times as big. Stops: n =
@@ -203,9 +198,10 @@ def page_html(nums, *, command: str = "") -> str:
     """The whole page as HTML text (deterministic: the same numbers give the same bytes)."""
     first = nums.own_key
     s0 = nums.sentences[0]
-    data = json.dumps(script_data(nums, first), ensure_ascii=True, sort_keys=True,
+    states = script_data(nums, first)
+    data = json.dumps(states, ensure_ascii=True, sort_keys=True,
                       separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
-    tables = "\n".join(_share_table(k, s, first, hidden=k > 0)
+    tables = "\n".join(_share_table(k, s, states["sentences"][str(k)]["at"][first], k > 0)
                        for k, s in enumerate(nums.sentences))
     word = s0.words[s0.query]
     made = f" with <code>{_e(command)}</code>" if command else ""
@@ -247,7 +243,7 @@ lengths of the bars are drawn from those numbers; a position is a picture, not a
 {tables}
 </div>
 </div>
-{_length_section(nums)}
+{_length_section(nums, list(states["lengths"].values()))}
 {_questions(nums)}
 </main>
 <footer><p class="small">Made by exactattn {__version__} (exact-arithmetic attention).

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, floor
 
-from ..present.cells import exact_text
+from ..present.cells import exact_text, vector
 from ..numbers.digits import format_exact, round_fraction
 
 #: the side of the plotting square and the margins around it, in pixels
@@ -135,10 +135,9 @@ def _sentence_group(k: int, s, f: Frame, own_key: str, hidden: bool) -> list[str
     ox, oy = f.px(0, 0)
     if s.query_vector is not None:
         qx, qy = f.px(*s.query_vector)
-        q_text = ", ".join(exact_text(v) for v in s.query_vector)
         out.append(f'<line class="query" x1="{ox}" y1="{oy}" x2="{qx}" y2="{qy}" '
                    f'marker-end="url(#arrow)"><title>query of {_e(s.words[s.query])}: '
-                   f'({_e(q_text)})</title></line>')
+                   f'{_e(vector(s.query_vector))}</title></line>')
         out.append(f'<text class="query-label" x="{_px(Fraction(qx) + 8)}" '
                    f'y="{_px(Fraction(qy) + 16)}">query</text>')
     if s.values is not None and s.values != s.x:
@@ -146,13 +145,13 @@ def _sentence_group(k: int, s, f: Frame, own_key: str, hidden: bool) -> list[str
             vx, vy = f.px(*v)
             out.append(f'<rect class="value" x="{_px(Fraction(vx) - 4)}" '
                        f'y="{_px(Fraction(vy) - 4)}" width="8" height="8"><title>value of '
-                       f'{_e(s.words[j])}: ({_e(", ".join(exact_text(c) for c in v))})</title>'
+                       f'{_e(s.words[j])}: {_e(vector(v))}</title>'
                        "</rect>")
     for j, (w, x) in enumerate(zip(s.words, s.x)):
         wx, wy = f.px(*x)
         focus = " focus" if j == s.query else ""
         out.append(f'<circle class="word{focus}" cx="{wx}" cy="{wy}" r="5"><title>'
-                   f'{_e(w)}: ({_e(", ".join(exact_text(c) for c in x))})</title></circle>')
+                   f'{_e(w)}: {_e(vector(x))}</title></circle>')
         out.append(f'<text class="word-label{focus}" x="{_px(Fraction(wx) + 8)}" '
                    f'y="{_px(Fraction(wy) - 8)}">{_e(w)}</text>')
     dots = dot_positions(s, f)

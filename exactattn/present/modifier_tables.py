@@ -116,16 +116,6 @@ _CERTIFIED = ("~: certified transcendental, the digits correctly rounded from ar
               "(no tolerance)")
 
 
-def _values(grid: Grid, row_of, places: int, kinds: bool) -> dict:
-    """The JSON data of a table of reals: exact texts, certified decimals (and kinds)."""
-    data = {"exact": grid.data(row_of, real_exact),
-            "decimal": grid.data(row_of, lambda v: None if v is None else
-                                 real_decimal(v, places))}
-    if kinds:
-        data["kind"] = grid.data(row_of, lambda v: None if v is None else real_kind(v))
-    return data
-
-
 def _positions(trace) -> list[str]:
     """A note on where the queries sit, when a query offset or alignment moves them."""
     p0 = trace.policy.query_position(0, trace.n, trace.n)
@@ -204,17 +194,22 @@ def _logits(trace, grid: Grid, places: int):
 
 def _stage(name: str, parts):
     """The builder of one score stage (``parts``: :func:`_rope` ...): a table of reals over
-    the grid, with the sink's logit one more column of ``square/logits``."""
+    the grid, with the sink's logit one more column of ``square/logits``; its JSON data the
+    exact texts, the certified decimals (and with ``kinds``, each value's kind)."""
     def build(t) -> Section:
         grid, places = Grid(t.n, t.view), t.places
         title, row_of, notes, kinds, extra = parts(t.trace, grid, places)
+        data = {"exact": grid.data(row_of, real_exact),
+                "decimal": grid.data(row_of, lambda v: None if v is None else
+                                     real_decimal(v, places))}
+        if kinds:
+            data["kind"] = grid.data(row_of, lambda v: None if v is None else real_kind(v))
         rows = grid.rows(row_of, lambda v: real_cell(v, places))
         sink = t.policy.sink if name == "square/logits" else None
         if sink is not None:          # the sink: one more logit in every row, with no value
             plain, text = rows, real_cell(sink, places)
             rows = LazyRows(len(plain), lambda k: plain[k] + [text])
-        return grid_section(grid, name, title, rows, notes,
-                            dict(_values(grid, row_of, places, kinds), **extra),
+        return grid_section(grid, name, title, rows, notes, data | extra,
                             ("sink",) if sink is not None else ())
     return build
 

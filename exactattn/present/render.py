@@ -257,15 +257,13 @@ def _fitted(cells: list[list], limit: int) -> tuple[list[list[str]], str]:
                 for c in vectors:
                     if isinstance(r[c], Vector):
                         texts[c] = r[c].shown(shown, short)
-        while shown > 2 and _line_width(grid) > limit:
-            shown -= 1
-            redo()
-        if _line_width(grid) > limit:       # long exact entries in short certified form
-            short = True
-            redo()
-        while shown > 1 and _line_width(grid) > limit:
-            shown -= 1
-            redo()
+        for least in (2, 1):        # down to 2 entries, then short forms, then down to 1
+            while shown > least and _line_width(grid) > limit:
+                shown -= 1
+                redo()
+            if not short and _line_width(grid) > limit:   # long exact entries in short form
+                short = True
+                redo()
         cut.append(f"vectors show their first {plural(shown, 'entry', 'entries')}"
                    + (" (~: long exact values rounded to 4 significant digits)" if short else ""))
     long = max(limit // 4, 24)
@@ -536,31 +534,24 @@ def _dump(value, out: IO[str], level: int, wrap: int | None, tables: dict) -> No
     progress bar).
     """
     if isinstance(value, dict):
-        if not value:
-            out.write("{}")
-            return
-        pad = "\n" + "  " * (level + 1)
-        out.write("{")
-        for k, (key, item) in enumerate(value.items()):
-            out.write(("," if k else "") + pad + json_text(key) + ": ")
-            _dump(item, out, level + 1, wrap, tables)
-        out.write("\n" + "  " * level + "}")
-    elif isinstance(value, (list, tuple, LazyRows)):
-        if not len(value):
-            out.write("[]")
-            return
-        if wrap is not None and len(value) > wrap and not isinstance(value, LazyRows) and \
-                _SCALARS.issuperset(map(type, value)):
-            out.write(json_text(value))   # a Cell is its machine str
-            return
-        pad = "\n" + "  " * (level + 1)
-        out.write("[")
-        for k, item in enumerate(_rows(tables[id(value)]) if id(value) in tables else value):
-            out.write(("," if k else "") + pad)
-            _dump(item, out, level + 1, wrap, tables)
-        out.write("\n" + "  " * level + "]")
+        ends, items = "{}", value.items()
+    elif isinstance(value, (list, tuple, LazyRows)) and not (
+            wrap is not None and len(value) > wrap and not isinstance(value, LazyRows) and
+            _SCALARS.issuperset(map(type, value))):      # a long list of plain values: one line
+        rows = _rows(tables[id(value)]) if id(value) in tables else value
+        ends, items = "[]", ((None, item) for item in rows)
     else:
         out.write(json_text(value))       # a Cell is its machine str
+        return
+    if not len(value):
+        out.write(ends)
+        return
+    pad = "\n" + "  " * (level + 1)
+    out.write(ends[0])
+    for k, (key, item) in enumerate(items):
+        out.write(("," if k else "") + pad + (json_text(key) + ": " if ends == "{}" else ""))
+        _dump(item, out, level + 1, wrap, tables)
+    out.write("\n" + "  " * level + ends[1])
 
 
 def _json(sections, out: IO[str], meta: dict[str, Any] | None = None,

@@ -56,11 +56,9 @@ def _total(trace, i: int) -> str:
     n = trace.n
     if trace.policy.sink is not None:
         return "exactly 1 with the sink"
-    if len(trace.head.policy.visible_keys(i, n, n)):
+    if len(trace.head.policy.visible_keys(i, n, n)) or trace.row_sums_to_one(i):
         return "exactly 1"
     sm = trace.row(i)
-    if trace.row_sums_to_one(i):
-        return "exactly 1"
     return "nan (no visible key)" if sm.nan else \
         "exactly 0 (no visible key)" if sm.empty else "not 1"
 

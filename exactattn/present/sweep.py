@@ -209,14 +209,13 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
             divisors.append(f"sqrt({exact_text(own)})")
     chosen = parse_divisors(divisors)
     raw = attend(head, example.x).raw_score_row(row - 1)    # the same at every divisor
-    small, large = divisor_limits(raw)
+    small, large = ([exact_text(q) for q in limit] for limit in divisor_limits(raw))
     cols = ["divisor"] + [f"key {j + 1}" for j in range(n)] + ["largest"]
 
-    def limit_row(label, shares, where):
-        cells = [exact_text(s) for s in shares]
+    def limit_row(label, cells, where):
         return [label] + cells + [at_keys(cells[where[0]], where)]
     visible = [j for j in range(n) if raw[j] is not None]
-    rows = [limit_row("-> 0 (limit)", small, [j for j in visible if small[j] == max(small)])]
+    rows = [limit_row("-> 0 (limit)", small, [j for j in visible if small[j] != "0"])]
     data = []
     for label, sq in chosen:
         trace = attend(with_divisor(head, sq), example.x)
@@ -256,8 +255,7 @@ def divisor_sweep(example, row: int | None = None, *, divisors=None, places: int
     ]
     return [Section("sweep/divisor", f"Shares of query {row} as the divisor grows", cols, rows,
                     notes, {"query": row, "raw": raw_texts,
-                            "limit_small": [exact_text(s) for s in small],
-                            "limit_large": [exact_text(s) for s in large],
+                            "limit_small": small, "limit_large": large,
                             "divisors": data})]
 
 

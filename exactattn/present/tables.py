@@ -70,12 +70,14 @@ def _texts(values, picked=None) -> list[str]:
 _DECIMAL_TEXT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+)$")
 
 
-def _typed_texts(values, typed, picked, view: View) -> list[str]:
-    """Input entries for people: a decimal the user typed as typed (``-0.731``) when it is the
-    entry's exact value, every other entry (and every one with ``--fractions``) exactly."""
-    exact = _texts(values, picked)
-    if typed is None or view.fractions or not view.people:
+def _typed_texts(t, name: str, line: int, values, picked) -> list[str]:
+    """Input entries for people (line ``line`` of ``name``: ``x``, ``W_Q`` ...): a decimal the
+    user typed as typed (``-0.731``) when it is the entry's exact value, every other entry
+    (and every one with ``--fractions``) exactly."""
+    exact, typed = _texts(values, picked), getattr(t.example, "typed", {}).get(name)
+    if not typed or t.view.fractions or not t.view.people:
         return exact
+    typed = typed[line]
     return [typed[c] if c < len(typed) and _DECIMAL_TEXT.match(typed[c]) and
             Fraction(typed[c]) == values[c] else text for c, text in zip(picked, exact)]
 
@@ -111,9 +113,7 @@ def row(t: Tables) -> Section:
     def line(i: int) -> list[str]:
         tok = example.tokens[i]
         return [str(i + 1), "" if tok.id is None else str(tok.id), str(tok.nbytes),
-                printable(tok.text)] + _typed_texts(trace.x[i], typed_x[i] if typed_x else None,
-                                                    slots, view)
-    typed_x = getattr(example, "typed", {}).get("x")
+                printable(tok.text)] + _typed_texts(t, "x", i, trace.x[i], slots)
     notes = [f"{plural(n, 'token')}, each with d_model = {plural(d, 'number')}"]
     if example.title:
         notes.insert(0, f"source text: {example.title}")
@@ -137,9 +137,7 @@ def weights(t: Tables) -> list[Section]:
         lines, width = view.part(len(m)), view.part(len(m[0]))
         cols = ["slot" if slots else "input"] + [f"x{c + 1}" if slots else f"slot {c + 1}"
                                                   for c in width]
-        typed = getattr(example, "typed", {}).get(name)
-        rows = [[str(r + 1)] + _typed_texts(m[r], typed[r] if typed else None, width, view)
-                for r in lines]
+        rows = [[str(r + 1)] + _typed_texts(t, name, r, m[r], width) for r in lines]
         notes = shown_note("choose how many with --columns" if len(width) < len(m[0]) else None,
                            ("lines", lines, len(m)), ("columns", width, len(m[0])))
         data = {name: [_texts(r) for r in m]}
@@ -237,10 +235,11 @@ def project(t: Tables) -> Section:
                    ["token", "query", "key", "value"], rows, notes, data)
 
 
-def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> LazyRows:
-    """Rows ``[query, cell for each shown key]`` of raw scores through ``scale`` (``-inf``
-    where hidden); ``places`` None: the exact values alone, hidden ones None (JSON data)."""
-    every = len(keys) == trace.n
+def _score_rows(trace: Trace, grid: Grid, scale: Scaler, places: int | None) -> LazyRows:
+    """Rows ``[query, cell for each key shown]`` of the grid's raw scores through ``scale``
+    (``-inf`` where hidden); ``places`` None: the exact values alone, hidden ones None (JSON
+    data)."""
+    keys, every = grid.keys, len(grid.keys) == trace.n
     symbolic = trace.engine == "symbolic"
 
     def line(i: int) -> list:
@@ -254,7 +253,7 @@ def _score_rows(trace: Trace, toks, keys, scale: Scaler, places: int | None) -> 
         if places is None:
             return cells
         return [str(i + 1)] + ["-inf" if c is None else c for c in cells]
-    return LazyRows.over(toks, line)
+    return LazyRows.over(grid.toks, line)
 
 
 def square(t: Tables) -> list[Section]:
@@ -265,12 +264,11 @@ def square(t: Tables) -> list[Section]:
     """
     trace, places, head = t.trace, t.places, t.head
     grid = Grid(t.n, t.view)
-    toks, keys = grid.toks, grid.keys
     mask = " (causal: -inf above the diagonal)" if head.causal else ""
     raw = Scaler(None)
     out = [grid_section(grid, "square/raw", f"Raw scores: queries[i] . keys[j]{mask}",
-                        _score_rows(trace, toks, keys, raw, places), [],
-                        {"raw_scores": _score_rows(trace, toks, keys, raw, None)})]
+                        _score_rows(trace, grid, raw, places), [],
+                        {"raw_scores": _score_rows(trace, grid, raw, None)})]
     window = head.policy.window
     if window is not None:
         left, right = ("any" if w is None else w for w in window)
@@ -283,10 +281,10 @@ def square(t: Tables) -> list[Section]:
         return out
     scale = Scaler(d2)
     out.append(grid_section(grid, "square/scaled", f"Scaled scores: raw / {divisor_text(d2)}",
-                            _score_rows(trace, toks, keys, scale, places),
+                            _score_rows(trace, grid, scale, places),
                             [f"divisor: {divisor_words(head, places)}"],
                             {"divisor": divisor_text(d2),
-                             "scaled_scores": _score_rows(trace, toks, keys, scale, None)}))
+                             "scaled_scores": _score_rows(trace, grid, scale, None)}))
     return out
 
 
@@ -330,11 +328,11 @@ def raw_match(example, trace: Trace, places: int = 4) -> list[Section]:
     grid, unit = Grid(n, View()), Scaler(None)
     raw_sec = grid_section(
         grid, "compare/raw", "Raw self-match (no projections): x[i] . x[j]",
-        _score_rows(raw, grid.toks, grid.keys, unit, places),
+        _score_rows(raw, grid, unit, places),
         [f"divisor for the raw shares: {divisor_words(raw_head, places)}",
          "x[i] . x[i] is a sum of squares, so without projections a token tends to match "
          "itself best"],
-        {"raw_scores": _score_rows(raw, grid.toks, grid.keys, unit, None),
+        {"raw_scores": _score_rows(raw, grid, unit, None),
          "raw_shares_decimal": raw_dec})
     own_rows = [[str(i + 1), own(raw, raw_dec, i), favourite(raw, i),
                  own(trace, own_dec, i), favourite(trace, i)] for i in range(n)]

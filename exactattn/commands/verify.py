@@ -18,7 +18,7 @@ from ..call.policy import UNSUPPORTED, Policy
 from ..errors import InputError, shorten
 from ..options import MAX_PLACES, argtype, choice, memory, whole, whole_list
 from ..present.render import FORMATS, Section, plural, render
-from .flags import given, refuse_rules
+from .flags import refuse_rules
 from .modifier_flags import FLAGS, add_flags, add_policy_flags, apply, refuse
 
 HELP = "check a float attention implementation (numpy, torch, flex, flash-attn, jax, module:function) against the exact answer"

@@ -128,7 +128,7 @@ _COLUMNS = " and how many numbers with --columns"
 
 def weights(t: Tables) -> list[Section]:
     """The three matrices, one line per output slot (or per input in the rows layout)."""
-    example, view, head = t.example, t.view, t.head
+    view, head = t.view, t.head
     slots = head.layout == "slots"
     out = []
     for name in ("W_Q", "W_K", "W_V"):

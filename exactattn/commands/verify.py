@@ -361,7 +361,9 @@ def run(args) -> int:
     dtypes = args.dtype or [spec_dtype or "float32"]
     if isinstance(dtypes, tuple):   # --dtype all: every dtype the implementation runs
         skipped = [d for d in dtypes if d not in impl.dtypes]
-        dtypes = [d for d in dtypes if d in impl.dtypes]     # never empty: each impl runs one
+        dtypes = [d for d in dtypes if d in impl.dtypes]
+        if not dtypes:
+            raise InputError(f"--dtype all must leave a dtype {impl.name} runs (got none)")
         notes += [f"{d} skipped: {impl.name} does not run it{impl.dtype_hint(d)}"
                   for d in skipped]
     if args.search:

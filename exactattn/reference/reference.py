@@ -43,7 +43,7 @@ from ..call.policy import MODIFIER_FIELDS, Policy
 from ..errors import InputError
 from .logits import rope_row, softmax_row
 from ..call.modifiers import dropout_factors
-from ..numbers.lse import LogSumExp, check_base
+from ..numbers.lse import LogSumExp
 from ..numbers.softmax import ExpRatio, SoftmaxRow
 from . import enclose
 from ..numbers.formats import round_value
@@ -342,7 +342,9 @@ class Reference:
         Raises:
             InputError: ``base`` is not ``e`` or ``2``.
         """
-        return enclose.rounded_lse(self, dtype, check_base(base), prec)
+        if str(base) not in ("e", "2"):
+            raise InputError(f"lse base must be e or 2 (got {base!r})")
+        return enclose.rounded_lse(self, dtype, str(base), prec)
 
     @staticmethod
     def round_exact(value: ExpRatio, dtype, prec: int = 128):

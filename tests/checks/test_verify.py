@@ -686,3 +686,16 @@ def test_verify_memory_reads_every_option_it_takes_or_refuses_it(cli, tmp_path, 
                         "exactattn: error: --dtype must be one dtype with --memory (got "
                         "float16,float32); row blocks check one dtype per run\n")):
         assert cli("verify", "--n", "6", "--memory", "1GiB", *extra) == (2, "", err)
+
+
+@pytest.mark.parametrize("dtypes", [(), ("float8",)])
+def test_dtype_all_refuses_an_impl_object_that_runs_no_dtype(tmp_path, monkeypatch, capsys, dtypes):
+    # an Impl handed over by module:function sets its own dtypes: --dtype all can leave none
+    (tmp_path / "noimpl.py").write_text(
+        "from exactattn.verify.impls import NumpyImpl\n"
+        f"class Empty(NumpyImpl):\n    dtypes = {dtypes!r}\nempty = Empty()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["verify", "--impl", "noimpl:empty", "--dtype", "all", "--n", "4", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert (rc, out) == (2, "")
+    assert err == "exactattn: error: --dtype all must leave a dtype numpy runs (got none)\n"

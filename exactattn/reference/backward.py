@@ -365,7 +365,6 @@ class Gradients:
         if self.enclosures is None or places > floats.MAX_PLACES:
             return None
         mid, rad = self.enclosures[name]
-        rows, cols = self.shape(name)
         texts, undecided = floats.round_balls(mid, rad, places)
         for idx in zip(*undecided.nonzero()):
             idx = tuple(int(x) for x in idx)

@@ -70,10 +70,10 @@ from ..call.inputs import object_array, reshaped
 from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
 from ..errors import InputError
-from ..options import check_choice
+from ..options import check_choice, check_places
 from ..numbers.exact import fmpq_mat_of, fmpq_of, fraction_of, rational_sqrt, to_exact
 from ..numbers.formats import float_format, round_cells, round_enclosures, round_value
-from ..numbers.reals import atom_ball
+from ..numbers.reals import Tanh, atom_ball
 from ..numbers.ratio import ONE, ExpRatio
 from ..numbers.terms import Terms, row_kinds
 
@@ -336,7 +336,6 @@ class Gradients:
 
     def decimals(self, name: str, places: int) -> list:
         """Every entry of one gradient, correctly rounded to ``places`` decimals, in bulk."""
-        from ..options import check_places
         check_places(places, "places")
         if name == "dsink":
             return [self.value(name).decimal(places)]
@@ -455,7 +454,6 @@ class Gradients:
         derivative; s the scaled score: the tanh atom of the forward row's logit, none where
         s = 0) as ``arb`` at the current precision, or None without a soft-cap."""
         from flint import arb
-        from ..numbers.reals import Tanh
         if not self.certified or self.policy.softcap is None:
             return None
         f = [1 - sum((atom_ball(a) ** 2 for a, _ in getattr(row.gaps[j] if row.certified else

@@ -76,6 +76,7 @@ from ..numbers.formats import float_format, round_cells, round_enclosures, round
 from ..numbers.reals import Tanh, atom_ball
 from ..numbers.ratio import ONE, ExpRatio
 from ..numbers.terms import Terms, row_kinds
+from . import floats
 
 
 #: the precision (bits) whole matrices are first enclosed at
@@ -355,12 +356,10 @@ class Gradients:
     def enclosures(self) -> dict | None:
         """Certified float64 ``(mid, rad)`` enclosures of every matrix
         (:func:`exactattn.reference.floats.enclose`), or None for a call they do not cover."""
-        from . import floats
         return floats.enclose(self)
 
     def _float_decimals(self, name: str, places: int):
         """Decimals from the certified float64 enclosures, or None where those do not apply."""
-        from . import floats
         if self.enclosures is None or places > floats.MAX_PLACES:
             return None
         mid, rad = self.enclosures[name]

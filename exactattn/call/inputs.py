@@ -30,7 +30,7 @@ from .masks import is_minus_inf
 from .modifiers import dropout_factors
 from .policy import MASK_KINDS, Mask, Policy
 from ..errors import InputError, ShapeError, shorten, too_long_to_write
-from ..numbers.exact import binary64, to_exact, to_matrix
+from ..numbers.exact import binary64, fmpq_mat_of, is_symbolic, to_exact, to_matrix
 from ..options import check_choice, check_whole
 from ..numbers.formats import float_format, round_to_format
 from .limits import check_inputs, lifted
@@ -603,7 +603,6 @@ class Call:
         ([Fraction(1, 1), Fraction(0, 1)], [Fraction(5, 2), Fraction(3, 1)], Fraction(1, 1))
         """
         from ..numbers.bulk import mat_ints
-        from ..numbers.exact import fmpq_mat_of, is_symbolic
         xs = head_tokens(head, x, floats)
         if head.symbolic or any(is_symbolic(e) for r in xs for e in r):
             raise InputError("head and tokens must hold numbers for a call (got symbols); "

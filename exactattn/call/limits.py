@@ -122,9 +122,9 @@ def _count(count: int, lead: bool = False) -> str:
     return str(int(str(count)[0]) * 10 ** (len(str(count)) - 1)) if lead else str(count)
 
 
-def check_work(shape: dict, what: str, fix: str, *, runs: int = 1) -> tuple[Fraction, int]:
-    """The :func:`estimate` of ``runs`` checks of ``shape`` (one per dtype), if within
-    :data:`MAX_SECONDS` and :data:`MAX_MEMORY`.
+def check_work(shape: dict, what: str, fix: str, *, runs: int = 1) -> None:
+    """Refuse ``runs`` checks of ``shape`` (one per dtype) whose :func:`estimate` passes
+    :data:`MAX_SECONDS` or :data:`MAX_MEMORY`.
 
     ``what`` names the inputs in the message and ``fix`` says how to get under
     the limit (both in the caller's words: flags on the command line).
@@ -137,7 +137,6 @@ def check_work(shape: dict, what: str, fix: str, *, runs: int = 1) -> tuple[Frac
         raise InputError(f"{what} must take at most about {MAX_SECONDS} s and "
                          f"{MAX_MEMORY // 2 ** 30} GiB to check exactly (got {_dims(shape)}: "
                          f"about {duration(seconds)} and {_gib(size)}); {fix}")
-    return seconds, size
 
 
 _LIFTED = [False]
@@ -154,8 +153,8 @@ def lifted():
         _LIFTED[0] = old
 
 
-def check_inputs(count: int, what: str, fix: str) -> int:
-    """``count`` numbers to read, if at most :data:`MAX_INPUTS` (any within :func:`lifted`).
+def check_inputs(count: int, what: str, fix: str) -> None:
+    """Refuse ``count`` numbers to read past :data:`MAX_INPUTS` (any within :func:`lifted`).
 
     Raises:
         InputError: more than :data:`MAX_INPUTS`.
@@ -163,7 +162,6 @@ def check_inputs(count: int, what: str, fix: str) -> int:
     if count > MAX_INPUTS and not _LIFTED[0]:
         raise InputError(f"{what} must hold at most {MAX_INPUTS} numbers in all (got "
                          f"{_count(count)}); {fix}")
-    return count
 
 
 def search_seconds(examples: int, max_size: int, max_batch: int = 1, max_heads: int = 1,
@@ -188,8 +186,8 @@ def search_seconds(examples: int, max_size: int, max_batch: int = 1, max_heads: 
 
 
 def check_search(examples: int, max_size: int, names: tuple = ("examples", "max_size"), *,
-                 max_batch: int = 1, max_heads: int = 1, masks: bool = False) -> Fraction:
-    """The estimated seconds of a search, if its bounds and the estimate are within the limits.
+                 max_batch: int = 1, max_heads: int = 1, masks: bool = False) -> None:
+    """Refuse a search whose bounds or estimated seconds are past the limits.
 
     ``names`` spell the arguments as the caller's user does (``--search``,
     ``--max-size``, then optionally ``--max-batch`` and ``--max-heads`` on the
@@ -220,5 +218,4 @@ def check_search(examples: int, max_size: int, names: tuple = ("examples", "max_
         raise InputError(f"{n_examples} must take at most about {MAX_SECONDS} s with "
                          f"{n_size} {max_size}{bounds} (got "
                          f"{_count(examples)}: about {duration(seconds)}); {fix}")
-    return seconds
 

@@ -40,9 +40,10 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from ..errors import FloatInputError, InputError, ShapeError, shorten
-from ..numbers.exact import to_exact
+from ..numbers.digits import enclosure_sign, tighten, working_precision
+from ..numbers.exact import fmpq_of, to_exact
 from ..options import check_choice, check_whole
-from ..numbers.reals import angle_ball, power_form, two_power
+from ..numbers.reals import angle_ball, gain_ball, power_form, two_power
 
 __all__ = ["Alibi", "Rope", "alibi_slopes"]
 
@@ -317,14 +318,11 @@ class Rope:
         as a kernel computes them, or under a scaling the exact ones rounded (from enclosures)."""
         if self.scaling is None:
             return [float(self.theta) ** float(e) for _, _, e in self.pairs(d)]
-        from ..numbers.digits import working_precision
         with working_precision(128):
             return [float(angle_ball(*w).mid()) for _, _, w in self.frequencies(d)]
 
     def float_gain(self) -> float:
         """The factor of cos and sin in float64: yarn's attention factor (1 otherwise)."""
-        from ..numbers.digits import working_precision
-        from ..numbers.reals import gain_ball
         with working_precision(128):
             return float(gain_ball(self.gain).sqrt().mid())
 
@@ -446,8 +444,6 @@ def check_scaling(value: Any, name: str = "rope scaling") -> RopeScaling | None:
 def _band(w: tuple, wavelength: Fraction) -> int:
     """The sign of ``2 pi / w - wavelength``, certified (never 0: pi is transcendental)."""
     from flint import arb
-    from ..numbers.digits import enclosure_sign
-    from ..numbers.exact import fmpq_of
     return enclosure_sign(lambda prec: 2 * arb.pi() / angle_ball(*w) - arb(fmpq_of(wavelength)),
                           lambda: f"a rotary wavelength against {wavelength}")
 
@@ -455,8 +451,6 @@ def _band(w: tuple, wavelength: Fraction) -> int:
 def _correction(n: Fraction, r: int, theta: Fraction, omp: Fraction, up: bool) -> int:
     """yarn's ``floor`` (``ceil`` when up) of ``r ln(omp / (2 pi n)) / (2 ln theta)``, certified."""
     from flint import arb
-    from ..numbers.digits import tighten
-    from ..numbers.exact import fmpq_of
 
     def step(prec):
         x = r * (arb(fmpq_of(omp / n)) / (2 * arb.pi())).log() / (2 * arb(fmpq_of(theta)).log())

@@ -80,7 +80,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import FloatInputError, InputError, ShapeError, shorten
-from ..numbers.exact import fraction_of, rational_sqrt, to_exact
+from ..numbers.exact import fraction_of, is_symbolic, rational_sqrt, to_exact
 from .masks import MASK_KINDS, Mask
 from .modifiers import Alibi, Rope, check_dropout, check_softcap, check_window, exact_number
 from ..options import EMPTY_ROWS, check_choice
@@ -161,7 +161,7 @@ def parse_divisor(value: Any, *, name: str = "divisor", floats: str | None = Non
 def _square(value: Any, name: str, bad: str, floats: str | None = None) -> Fraction:
     """The square of a positive exact number, or of a sympy number whose square is rational
     (a ``Fraction``)."""
-    if type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False):
+    if is_symbolic(value):
         import sympy
         if isinstance(value, sympy.Basic) and value.has(sympy.Float):
             raise FloatInputError(

@@ -28,7 +28,7 @@ from fractions import Fraction
 
 from ..errors import InputError
 from ..options import check_choice
-from ..numbers.exact import to_matrix
+from ..numbers.exact import fmpq_mat_of, to_matrix
 from ..numbers.ratio import ExpRatio
 from ..reference.backward import BULK_PREC, Gradients, certified
 from ..reference.reference import Reference
@@ -77,7 +77,6 @@ class HeadGradients:
     def balls(self, name: str, prec: int = BULK_PREC):
         """``arb_mat`` enclosures of one weight gradient at ``prec`` bits (one row for a bias)."""
         from flint import arb_mat
-        from ..numbers.exact import fmpq_mat_of
         source, bias = WEIGHT_GRADIENTS[name]
         G = self.call.balls(prec)[source]           # n x width (and the sink's row last)
         n = len(self.x)

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .digits import format_scaled
+from .digits import format_scaled, working_precision
+from .exact import fmpq_of
 from .limbs import abs_max, mix, score_split
 
 __all__ = ["block_bounds", "exact_matmul"]
@@ -102,8 +103,6 @@ class ExpTables:
 
     def __init__(self, den: int, divisor_squared: Fraction | None, F: int):
         from flint import arb
-        from .digits import working_precision
-        from .exact import fmpq_of
         self.F = F
         self.prec = 2 * F + 64
         with working_precision(self.prec):
@@ -122,7 +121,6 @@ class ExpTables:
     def _enclose(self, gap: int) -> tuple[int, int]:
         """``2^F exp(-gap c)`` rounded down and up (``gap > 0``)."""
         from flint import arb
-        from .digits import working_precision
         one = 1 << self.F
         with working_precision(self.prec):
             v = (arb(-gap) / self.step).exp() * arb(one)

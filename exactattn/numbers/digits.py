@@ -29,18 +29,13 @@ from functools import lru_cache
 from typing import Callable
 
 from ..errors import InputError, Undecided, too_long_to_write
+from ..options import check_places     # a number of decimal places, named "digits"
 
 __all__ = ["certify", "decide", "tighten"]
 
 START_PREC = 64
 MAX_PREC = 1 << 16
 SIDED_PREC = 1 << 10
-
-
-def check_places(places) -> int:
-    """Validate a number of decimal places (a whole number from 0 to 50)."""
-    from ..options import check_places as check
-    return check(places, "digits")
 
 
 def format_scaled(k: int, places: int) -> str:

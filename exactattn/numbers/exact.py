@@ -60,10 +60,7 @@ def _fail_float(value: float, name: str) -> None:
 
 def is_symbolic(value: Any) -> bool:
     """True when ``value`` is a sympy expression that is not a plain rational."""
-    mod = type(value).__module__
-    if not mod.startswith("sympy"):
-        return False
-    return not getattr(value, "is_Rational", False)
+    return type(value).__module__.startswith("sympy") and not getattr(value, "is_Rational", False)
 
 
 def to_exact(value: Any, *, name: str = "value", floats: str | None = None,

@@ -21,6 +21,7 @@ from collections import Counter
 from fractions import Fraction
 from operator import add
 
+from .digits import enclosure_sign, fraction_text
 from .exact import fmpq_of
 from .reals import Surd, Tanh, align, atom_text, tanh_parts, transcendental
 
@@ -111,7 +112,6 @@ class ExpPoly:
             e1, e2 = self.terms
             s = exponent_value(self.basis, tuple(u - v for u, v in zip(e1, e2))).sign()
             return s if cs[0] > 0 else -s
-        from .digits import enclosure_sign
         ball = self._sign_ball if any(isinstance(atom, Tanh) for atom in self.basis) else self.ball
         return enclosure_sign(ball, self.text,
                               bounded=any(transcendental(atom) for atom in self.basis))
@@ -158,7 +158,6 @@ def exponent_text(basis: tuple, e: tuple) -> str:
     >>> exponent_text((), (Fraction(3, 8),)), exponent_text((Fraction(2),), (Fraction(1, 2), Fraction(1)))
     ('exp(3/8)', 'exp(1/sqrt(2) + 1/2)')
     """
-    from .digits import fraction_text
     parts = []
     for atom, a in zip(basis, e[1:]):
         if not a:
@@ -183,7 +182,6 @@ def sum_text(terms) -> str:
     >>> sum_text([(Fraction(1), "exp(1)", Fraction(1)), (Fraction(0), "1", Fraction(2))])
     '2 + exp(1)'
     """
-    from .digits import fraction_text
     out = ""
     for _, t, c in sorted(terms, key=lambda term: term[0]):
         mag = abs(c)

@@ -99,9 +99,6 @@ class Real:
         q = self.rational()
         return q if q is not None else self.closed_form()
 
-    def _order(self, other):  # pragma: no cover - every subclass defines it
-        raise NotImplementedError
-
     def _nan(self) -> bool:
         return False
 

@@ -39,6 +39,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import InputError
+from .digits import enclosure_sign, fraction_text, round_fraction
 from .real import Real
 from .exact import fmpq_of
 
@@ -70,7 +71,6 @@ def _radical_ball(radical):
 
 
 def _radical_text(r: Fraction, radical) -> str:
-    from .digits import fraction_text
     parts = [] if r == 1 and radical else [fraction_text(r)]
     parts += [f"{p}^({fraction_text(f)})" for p, f in radical]
     return "*".join(parts)
@@ -143,7 +143,6 @@ def yarn_gain(f, m, m2, log):
 
 
 def gain_text(gain: tuple) -> str:
-    from .digits import fraction_text
     f, m, m2 = gain
     one = [f"(1 + ({fraction_text(x / 10)})*log({fraction_text(f)}))" for x in (m, m2) if x]
     return f"{one[0]}^2" if len(one) == 1 else f"({one[0]}/{one[1]})^2"
@@ -363,7 +362,6 @@ def tanh_parts(atom):
 
 
 def atom_text(atom) -> str:
-    from .digits import fraction_text
     if isinstance(atom, Pow2):
         return f"2^({fraction_text(atom.f)})"
     if isinstance(atom, (Trig, Tanh)):
@@ -574,7 +572,6 @@ class Surd(Real):
         """
         if not self.terms:
             return (self.p > 0) - (self.p < 0)
-        from .digits import enclosure_sign
         paired = self._tanh_pair()
         if paired is not None:
             return paired
@@ -631,7 +628,6 @@ class Surd(Real):
 
     # -- views ---------------------------------------------------------------
     def text(self) -> str:
-        from .digits import fraction_text
         parts = []
         for atom, a in self.terms:
             t = atom_text(atom)
@@ -707,7 +703,6 @@ def real_ball(x, prec: int = 0):
 
 
 def real_text(x) -> str:
-    from .digits import fraction_text
     return x.text() if isinstance(x, Surd) else fraction_text(Fraction(x))
 
 
@@ -725,7 +720,6 @@ def real_decimal(x, places: int) -> str:
     """Certified decimal of a rational or :class:`Surd`."""
     if isinstance(x, Surd):
         return x.decimal(places)
-    from .digits import round_fraction
     return round_fraction(Fraction(x), places)
 
 

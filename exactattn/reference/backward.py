@@ -70,12 +70,13 @@ from ..call.inputs import object_array, reshaped
 from ..numbers.bulk import mat_ints
 from ..numbers.digits import decide, format_scaled, working_precision
 from ..errors import InputError
-from ..options import check_choice
+from ..options import check_choice, check_places
 from ..numbers.exact import fmpq_mat_of, fmpq_of, fraction_of, rational_sqrt, to_exact
 from ..numbers.formats import float_format, round_cells, round_enclosures, round_value
-from ..numbers.reals import atom_ball
+from ..numbers.reals import Tanh, atom_ball
 from ..numbers.ratio import ONE, ExpRatio
 from ..numbers.terms import Terms, row_kinds
+from . import floats
 
 
 #: the precision (bits) whole matrices are first enclosed at
@@ -336,7 +337,6 @@ class Gradients:
 
     def decimals(self, name: str, places: int) -> list:
         """Every entry of one gradient, correctly rounded to ``places`` decimals, in bulk."""
-        from ..options import check_places
         check_places(places, "places")
         if name == "dsink":
             return [self.value(name).decimal(places)]
@@ -356,16 +356,13 @@ class Gradients:
     def enclosures(self) -> dict | None:
         """Certified float64 ``(mid, rad)`` enclosures of every matrix
         (:func:`exactattn.reference.floats.enclose`), or None for a call they do not cover."""
-        from . import floats
         return floats.enclose(self)
 
     def _float_decimals(self, name: str, places: int):
         """Decimals from the certified float64 enclosures, or None where those do not apply."""
-        from . import floats
         if self.enclosures is None or places > floats.MAX_PLACES:
             return None
         mid, rad = self.enclosures[name]
-        rows, cols = self.shape(name)
         texts, undecided = floats.round_balls(mid, rad, places)
         for idx in zip(*undecided.nonzero()):
             idx = tuple(int(x) for x in idx)
@@ -456,7 +453,6 @@ class Gradients:
         derivative; s the scaled score: the tanh atom of the forward row's logit, none where
         s = 0) as ``arb`` at the current precision, or None without a soft-cap."""
         from flint import arb
-        from ..numbers.reals import Tanh
         if not self.certified or self.policy.softcap is None:
             return None
         f = [1 - sum((atom_ball(a) ** 2 for a, _ in getattr(row.gaps[j] if row.certified else

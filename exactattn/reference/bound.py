@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..call.policy import Policy
+from ..numbers.digits import working_precision
 
 __all__ = ["enclose_outputs", "kernel_arithmetic"]
 
@@ -135,7 +136,6 @@ def exp_checked() -> bool:
     global _EXP_OK
     if _EXP_OK is None:
         from flint import arb
-        from ..numbers.digits import working_precision
         xs = np.concatenate([-np.linspace(0.0, 708.0, 4096) * (1 + 2.0 ** -30), [-2.0 ** -30]])
         got = np.exp(xs)
         with working_precision(128):
@@ -369,7 +369,6 @@ class RowBalls:
 
     def balls(self, entries) -> dict:
         from flint import arb, arb_mat
-        from ..numbers.digits import working_precision
         from ..numbers.exact import fmpq_of
         from ..numbers.reals import atom_ball
         pol, (_, Hq, _, E), (_, Hkv, S, _) = self.policy, self.q.shape, self.k.shape

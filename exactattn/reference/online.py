@@ -93,10 +93,7 @@ def block_lengths(blocks, n: int) -> list[int]:
     >>> block_lengths(2, 5), block_lengths([1, 4], 5)
     ([2, 2, 1], [1, 4])
     """
-    if isinstance(blocks, bool):
-        raise InputError(f"blocks must be a positive integer or a list of block lengths "
-                         f"(got {shorten(blocks, quote=True)})")
-    if isinstance(blocks, int):
+    if isinstance(blocks, int) and not isinstance(blocks, bool):   # a bool: not iterable either
         if blocks < 1:
             raise InputError(f"blocks must be a positive block size (got {shorten(blocks, quote=True)})")
         return [min(blocks, n - a) for a in range(0, n, blocks)]

@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..numbers.exact import to_matrix
 from ..engines.head import Head
 from ..engines.layer import Layer, attend_layer, head_reference
-from .sizes import CallShape
+from .sizes import CallShape, size
 
 #: a stacked layer reads the previous layer's outputs rounded to this many certified places
 LAYER_PLACES = 4
@@ -53,6 +53,8 @@ def count_head(d_model: int, d_k: int, d_v: int, index: int = 0) -> Head:
     >>> count_head(2, 1, 1).W_Q
     [[Fraction(-1, 1), Fraction(3, 2)]]
     """
+    d_model, d_k, d_v = (size(v, k) for v, k in
+                         ((d_model, "d_model"), (d_k, "d_k"), (d_v, "d_v")))
     if (d_model, d_k, d_v, index) == (4, 4, 4, 0):
         from ..examples import chronicle
         return chronicle().head
@@ -72,6 +74,7 @@ def count_tokens(n: int, d_model: int) -> list[list[Fraction]]:
     >>> count_tokens(2, 3)
     [[Fraction(-1, 1), Fraction(0, 1), Fraction(1, 1)], [Fraction(0, 1), Fraction(1, 1), Fraction(-1, 1)]]
     """
+    n, d_model = size(n, "n"), size(d_model, "d_model")
     if d_model == 4:
         from ..examples import chronicle
         x = chronicle().x

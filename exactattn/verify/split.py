@@ -54,7 +54,7 @@ from ..numbers.softmax import ExpRatio
 from .adapter import FunctionImpl, ImplRaised, read_answer
 from .check import Entry, Report, answered, check_request, default_tolerance, tolerance
 from .compare import Comparison, Judgement, failures_first, judge
-from .impls import load_function, load_impl, make_call
+from .impls import load_impl, make_call
 from ..numbers.formats import float_format, round_value
 
 __all__ = ["verify_split"]
@@ -255,10 +255,12 @@ def load_merge(merge, *, arrays: str = "numpy") -> FunctionMerge:
     if not isinstance(merge, str) or ":" not in merge:
         raise InputError("merge must be module:function, your merge of the blocks' (output, "
                          f"lse) states (got {shorten(repr(merge))})")
-    fn = load_function(merge, "merge")
-    if not callable(fn):
-        raise InputError(f"merge {merge!r} must be callable (got {type(fn).__name__})")
-    return FunctionMerge(fn, arrays=arrays, name=merge)
+    try:
+        got = load_impl(merge, arrays=arrays)
+    except InputError as e:          # load_impl's messages name the impl
+        text = str(e)
+        raise InputError("merge" + text[4:] if text.startswith("impl") else text) from None
+    return FunctionMerge(got.fn, arrays=arrays, name=got.name)
 
 
 def cut_lengths(cuts: Sequence[int], n: int) -> list[int]:

@@ -545,3 +545,16 @@ def test_a_nan_rows_log_sum_exp_is_nan_as_verify_says():
                           policy=Policy(empty_row="nan"), dtype="float32")
     assert r.passed and r.value("merged", "lse").status == "ok"
     assert math.isnan(r.value("merged", "lse").rounded)
+
+
+def test_a_merge_named_by_an_impl_object_merges_with_its_function(tmp_path, monkeypatch):
+    # --merge module:NAME where NAME is a FunctionImpl: its function is the merge, named as
+    # the impl names itself (not the object, which takes a FloatCall, not the blocks' states)
+    from exactattn.verify.split import load_merge
+    (tmp_path / "implmerge.py").write_text(
+        "from exactattn.verify.adapter import FunctionImpl\n"
+        "def first(states):\n    return states[0]\n"
+        "IMPL = FunctionImpl(first, name='inner')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = load_merge("implmerge:IMPL")
+    assert got.name == "inner" and got.fn.__name__ == "first"

@@ -682,3 +682,17 @@ def test_the_refusal_is_quick(cli):
     assert "pass --count-limit 128191999 (or less) to derive every row instead" in err
     rc, out, err = cli("cost", "--count-limit", "1000000000", "--rows", "1000,4000")
     assert rc == 2 and "pass --count-limit 8048000 (or less) to derive the larger rows" in err
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: count_tokens(0, 3), "n must be a positive whole number (got 0)"),
+    (lambda: count_tokens(True, 3), "n must be a positive whole number (got True)"),
+    (lambda: count_tokens(2, 0), "d_model must be a positive whole number (got 0)"),
+    (lambda: count_head(2, 0, 1), "d_k must be a positive whole number (got 0)"),
+])
+def test_the_counting_functions_check_their_sizes_when_called_directly(call, message):
+    # count_head and count_tokens are public: a direct call gets the CLI's words, not [] or a
+    # ShapeError about empty weights
+    with pytest.raises(InputError) as e:
+        call()
+    assert str(e.value) == message

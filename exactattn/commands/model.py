@@ -22,7 +22,7 @@ import json
 import time
 
 from ..errors import InputError, shorten
-from ..models.run import IMPLEMENTATIONS, MODELS, run_model
+from ..models.run import IMPLEMENTATIONS, MODELS
 from ..options import choice, whole
 from ..present.render import Section, printable
 from ..present.stream import PAGE, View, busy, progress
@@ -142,6 +142,7 @@ def _check(args) -> int:
     from ..models.check import check_layers, default_jobs
     from ..models.example import DYADIC_NOTE
     from ..models.report import check_sections, result_line
+    from ..models.run import run_model      # looked up per run (tests move a run's values)
     from ..models.weights import exact_matrix
     model = args.model or MODELS[0]
     with busy(f"running {model}"):
